@@ -1,0 +1,31 @@
+# Every dependency comes from a Debian package (scripts/install-deps.sh installs them all).
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(cppzmq REQUIRED)            # brings libzmq as target libzmq
+find_package(Boost 1.74 REQUIRED)        # header-only parts: Asio, Beast
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+
+if(HOTCOLD_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  find_package(benchmark REQUIRED)
+endif()
+
+# CAF 0.17 (libcaf-dev) ships no CMake config: declare its imported targets here.
+find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
+find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
+find_library(CAF_IO_LIBRARY caf_io REQUIRED)
+if(NOT TARGET CAF::core)
+  add_library(CAF::core SHARED IMPORTED)
+  set_target_properties(CAF::core PROPERTIES
+    IMPORTED_LOCATION "${CAF_CORE_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES Threads::Threads)
+  add_library(CAF::io SHARED IMPORTED)
+  set_target_properties(CAF::io PROPERTIES
+    IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
+    INTERFACE_LINK_LIBRARIES CAF::core)
+endif()

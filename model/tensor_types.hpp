@@ -1,0 +1,39 @@
+#pragma once
+// The tensor element types GGUF files can hold (ggml's numbering), with their block layout.
+// Compute support arrives type by type in later work; knowing every type now keeps `inspect` honest
+// and lets the reader check that each tensor's byte size matches its shape.
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace hotcold {
+
+enum class tensor_type : uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3,
+  // 4 and 5 were Q4_2 / Q4_3, removed from ggml long ago.
+  q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9,
+  q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15,
+  iq2_xxs = 16, iq2_xs = 17, iq3_xxs = 18, iq1_s = 19, iq4_nl = 20, iq3_s = 21, iq2_s = 22, iq4_xs = 23,
+  i8 = 24, i16 = 25, i32 = 26, i64 = 27, f64 = 28, iq1_m = 29, bf16 = 30,
+  // 31..33 were Q4_0_4_4 / Q4_0_4_8 / Q4_0_8_8 (repacked layouts, removed).
+  tq1_0 = 34, tq2_0 = 35,
+  // 36..38 were IQ4_NL_4_4 / _4_8 / _8_8 (removed).
+  mxfp4 = 39,
+};
+
+struct tensor_type_traits {
+  std::string_view name;   // as ggml prints it: "F32", "Q4_0", "Q6_K", ...
+  uint32_t block_size;     // elements per block (1 for plain types)
+  uint32_t block_bytes;    // bytes per block
+  bool quantized;
+};
+
+// Traits of a type id read from a file, or nullopt when the id is not a known type.
+std::optional<tensor_type_traits> tensor_type_info(uint32_t type_id);
+// Same for a known enum value (always succeeds).
+const tensor_type_traits& traits(tensor_type t);
+std::string_view tensor_type_name(tensor_type t);
+// Parses "f16", "Q4_0", "q6_k" (case-insensitive) into a type.
+std::optional<tensor_type> tensor_type_from_name(std::string_view name);
+
+}  // namespace hotcold

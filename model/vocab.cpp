@@ -1,0 +1,528 @@
+#include "model/vocab.hpp"
+
+#include <algorithm>
+#include <array>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "model/pretokenizer.hpp"
+
+namespace hotcold {
+namespace {
+
+constexpr std::string_view space_marker = "\xE2\x96\x81";  // "▁" U+2581, SentencePiece's space
+
+// Bytes of the UTF-8 sequence a lead byte starts (continuation bytes count as 1, as llama.cpp does).
+size_t utf8_len(unsigned char lead) {
+  static constexpr uint8_t lengths[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return lengths[lead >> 4];
+}
+
+std::string utf8_encode(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// Decodes one UTF-8 sequence at s[i]; returns the code point or nullopt when invalid.
+std::optional<uint32_t> utf8_decode(std::string_view s, size_t& i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return std::nullopt;
+  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t k = 1; k < n; ++k) {
+    auto cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xC0) != 0x80) return std::nullopt;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  i += n;
+  return cp;
+}
+
+// GPT-2's byte-level encoding: printable bytes stand for themselves, the other 68 bytes map to
+// U+0100 onwards in byte order, so every byte sequence becomes printable text and back.
+struct byte_level_table {
+  std::array<std::string, 256> byte_to_text;
+  std::unordered_map<uint32_t, uint8_t> codepoint_to_byte;
+  byte_level_table() {
+    uint32_t next = 256;
+    for (uint32_t b = 0; b < 256; ++b) {
+      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      uint32_t cp = printable ? b : next++;
+      byte_to_text[b] = utf8_encode(cp);
+      codepoint_to_byte[cp] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const byte_level_table& byte_level() {
+  static const byte_level_table t;
+  return t;
+}
+
+constexpr std::string_view end_of_turn_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
+    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+};
+
+uint64_t pair_key(token_id a, token_id b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+
+struct merge_rule {
+  int32_t rank;
+  token_id result;
+};
+
+struct fragment {
+  std::string_view text;  // raw text when id == no_token
+  token_id id = no_token;
+};
+
+}  // namespace
+
+struct vocab::impl {
+  vocab_kind kind = vocab_kind::spm;
+  std::string model_name;
+  const pre_tokenizer_family* pre = nullptr;
+  std::vector<std::string> texts;
+  std::vector<float> scores;
+  std::vector<token_type> types;
+  std::unordered_map<std::string_view, token_id> by_text;
+  std::unordered_map<uint64_t, merge_rule> merges;   // (left, right) -> rank, merged token
+  std::array<token_id, 256> byte_token{};            // SPM: <0xXX>; BPE: the byte's character token
+  std::vector<token_id> special_tokens;              // control / user-defined / unknown, longest first
+  std::unordered_set<token_id> end_of_generation;
+  std::unique_ptr<regex_splitter> splitter;
+  token_id bos = no_token, eos = no_token, unk = no_token, eot = no_token, eom = no_token;
+  token_id sep = no_token, pad = no_token, mask = no_token;
+  bool add_bos = false, add_eos = false, add_space_prefix = false, ignore_merges = false;
+  std::vector<std::string> warnings;
+
+  std::optional<token_id> find(std::string_view t) const {
+    auto it = by_text.find(t);
+    if (it == by_text.end()) return std::nullopt;
+    return it->second;
+  }
+
+  void tokenize_spm(std::string_view raw, bool prefix_space, std::vector<token_id>& out) const;
+  void tokenize_bpe(std::string_view raw, std::vector<token_id>& out) const;
+  std::vector<fragment> partition(std::string_view text, bool parse_special) const;
+};
+
+vocab::vocab(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+vocab::~vocab() = default;
+vocab::vocab(vocab&&) noexcept = default;
+vocab& vocab::operator=(vocab&&) noexcept = default;
+
+// ---- loading ----------------------------------------------------------------------------------
+
+vocab vocab::from_gguf(const gguf::file& f) {
+  auto v = std::make_unique<impl>();
+  auto fail = [&](const std::string& what) -> vocab_error { return vocab_error(fmt::format("{}: {}", f.source(), what)); };
+  try {
+    auto model = f.get_string("tokenizer.ggml.model");
+    if (!model) throw fail("no tokenizer: metadata key tokenizer.ggml.model is missing");
+    v->model_name = std::string(*model);
+    if (*model == "llama") {
+      v->kind = vocab_kind::spm;
+      v->bos = 1, v->eos = 2, v->unk = 0;
+      v->add_bos = true, v->add_space_prefix = true;
+    } else if (*model == "gpt2") {
+      v->kind = vocab_kind::bpe;
+      v->bos = 11, v->eos = 11;
+      auto pre = f.get_string("tokenizer.ggml.pre");
+      v->pre = pre ? find_pre_tokenizer(*pre) : nullptr;
+      if (!v->pre) {
+        v->warnings.push_back(pre ? fmt::format("unknown pre-tokenizer '{}', using 'default'", *pre)
+                                  : std::string("no tokenizer.ggml.pre, using 'default'"));
+        v->pre = &default_pre_tokenizer();
+      }
+      v->ignore_merges = v->pre->ignore_merges;
+      v->add_bos = v->pre->add_bos;
+    } else {
+      throw fail(fmt::format("tokenizer.ggml.model = '{}' is not supported (known: llama, gpt2)", *model));
+    }
+    if (auto b = f.get_bool("tokenizer.ggml.add_space_prefix")) v->add_space_prefix = *b;
+
+    const gguf::value* tokens = f.get_array("tokenizer.ggml.tokens", gguf::value_type::string);
+    if (!tokens) throw fail("metadata key tokenizer.ggml.tokens is missing");
+    size_t n = tokens->size();
+    if (n == 0) throw fail("tokenizer.ggml.tokens is empty");
+    if (n > static_cast<size_t>(INT32_MAX)) throw fail("tokenizer.ggml.tokens has more entries than token ids can count");
+    const gguf::value* scores = f.get_array("tokenizer.ggml.scores");
+    if (scores && scores->size() != n)
+      throw fail(fmt::format("tokenizer.ggml.scores has {} entries for {} tokens", scores->size(), n));
+    const gguf::value* types = f.get_array("tokenizer.ggml.token_type");
+    if (types && types->size() != n)
+      throw fail(fmt::format("tokenizer.ggml.token_type has {} entries for {} tokens", types->size(), n));
+
+    v->texts.resize(n);
+    v->scores.assign(n, 0.0f);
+    v->types.assign(n, token_type::normal);
+    for (size_t i = 0; i < n; ++i) {
+      std::string_view t = tokens->string_at(i);
+      v->texts[i] = t.empty() ? fmt::format("[EMPTY_{}]", i) : std::string(t);
+      if (scores) v->scores[i] = static_cast<float>(scores->number_at(i));
+      if (types) {
+        int64_t ty = types->int_at(i);
+        v->types[i] = ty >= 0 && ty <= 6 ? static_cast<token_type>(ty) : token_type::undefined;
+      }
+    }
+    v->by_text.reserve(n);
+    for (size_t i = 0; i < n; ++i) v->by_text.insert_or_assign(std::string_view(v->texts[i]), static_cast<token_id>(i));
+
+    struct special_key { const char* key; token_id* id; };
+    for (auto [key, id] : {special_key{"tokenizer.ggml.bos_token_id", &v->bos}, special_key{"tokenizer.ggml.eos_token_id", &v->eos},
+                           special_key{"tokenizer.ggml.eot_token_id", &v->eot}, special_key{"tokenizer.ggml.eom_token_id", &v->eom},
+                           special_key{"tokenizer.ggml.unknown_token_id", &v->unk}, special_key{"tokenizer.ggml.seperator_token_id", &v->sep},
+                           special_key{"tokenizer.ggml.padding_token_id", &v->pad}, special_key{"tokenizer.ggml.mask_token_id", &v->mask}}) {
+      auto val = f.get_int(key);
+      if (!val) continue;
+      if (*val < 0 || static_cast<uint64_t>(*val) >= n)
+        v->warnings.push_back(fmt::format("{} = {} is not a token id (vocabulary of {}); using {}", key, *val, n, *id));
+      else
+        *id = static_cast<token_id>(*val);
+    }
+    for (token_id* id : {&v->bos, &v->eos, &v->unk, &v->eot, &v->eom})
+      if (*id >= static_cast<token_id>(n)) *id = no_token;
+    if (auto b = f.get_bool("tokenizer.ggml.add_bos_token")) v->add_bos = *b;
+    if (auto b = f.get_bool("tokenizer.ggml.add_eos_token")) v->add_eos = *b;
+
+    for (token_id id : {v->eos, v->eot, v->eom})
+      if (id != no_token) v->end_of_generation.insert(id);
+    for (auto t : end_of_turn_texts)
+      if (auto id = v->find(t)) v->end_of_generation.insert(*id);
+
+    for (size_t i = 0; i < n; ++i) {
+      auto ty = v->types[i];
+      if (ty == token_type::control || ty == token_type::user_defined || ty == token_type::unknown)
+        v->special_tokens.push_back(static_cast<token_id>(i));
+    }
+    std::stable_sort(v->special_tokens.begin(), v->special_tokens.end(),
+                     [&](token_id a, token_id b) { return v->texts[a].size() > v->texts[b].size(); });
+
+    if (v->kind == vocab_kind::spm) {
+      for (int b = 0; b < 256; ++b) {
+        auto id = v->find(fmt::format("<0x{:02X}>", b));
+        if (!id) id = v->find(std::string(1, static_cast<char>(b)));
+        v->byte_token[b] = id ? *id : v->unk;
+      }
+    } else {
+      const auto& bl = byte_level();
+      for (int b = 0; b < 256; ++b) {
+        auto id = v->find(bl.byte_to_text[b]);
+        v->byte_token[b] = id ? *id : no_token;
+      }
+      const gguf::value* merges = f.get_array("tokenizer.ggml.merges", gguf::value_type::string);
+      if (!merges) throw fail("metadata key tokenizer.ggml.merges is missing (a gpt2 tokenizer needs its merges)");
+      v->merges.reserve(merges->size());
+      size_t unusable = 0;
+      for (size_t i = 0; i < merges->size(); ++i) {
+        std::string_view m = merges->string_at(i);
+        size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+        if (sp == std::string_view::npos) {
+          ++unusable;
+          continue;
+        }
+        std::string_view left = m.substr(0, sp), right = m.substr(sp + 1);
+        auto l = v->find(left), r = v->find(right);
+        std::string joined = std::string(left) + std::string(right);
+        auto res = v->find(joined);
+        if (!l || !r || !res) {
+          ++unusable;
+          continue;
+        }
+        v->merges.try_emplace(pair_key(*l, *r), merge_rule{static_cast<int32_t>(i), *res});
+      }
+      if (unusable) v->warnings.push_back(fmt::format("{} of {} merges name text that is not a token and are ignored", unusable, merges->size()));
+      v->splitter = std::make_unique<regex_splitter>(v->pre->patterns);
+    }
+  } catch (const gguf::metadata_error& e) {
+    throw vocab_error(e.what());
+  }
+  return vocab(std::move(v));
+}
+
+// ---- accessors --------------------------------------------------------------------------------
+
+vocab_kind vocab::kind() const { return impl_->kind; }
+std::string_view vocab::model_name() const { return impl_->model_name; }
+std::string_view vocab::pre_tokenizer() const { return impl_->pre ? impl_->pre->name : "default"; }
+size_t vocab::size() const { return impl_->texts.size(); }
+std::string_view vocab::text(token_id id) const { return impl_->texts.at(static_cast<size_t>(id)); }
+float vocab::score(token_id id) const { return impl_->scores.at(static_cast<size_t>(id)); }
+token_type vocab::type(token_id id) const { return impl_->types.at(static_cast<size_t>(id)); }
+std::optional<token_id> vocab::find(std::string_view t) const { return impl_->find(t); }
+token_id vocab::bos() const { return impl_->bos; }
+token_id vocab::eos() const { return impl_->eos; }
+token_id vocab::unk() const { return impl_->unk; }
+bool vocab::add_bos() const { return impl_->add_bos; }
+bool vocab::add_eos() const { return impl_->add_eos; }
+bool vocab::add_space_prefix() const { return impl_->add_space_prefix; }
+bool vocab::is_end_of_generation(token_id id) const { return impl_->end_of_generation.count(id) != 0; }
+const std::vector<std::string>& vocab::warnings() const { return impl_->warnings; }
+
+// ---- tokenizing -------------------------------------------------------------------------------
+
+std::vector<fragment> vocab::impl::partition(std::string_view text, bool parse_special) const {
+  std::vector<fragment> frags;
+  if (text.empty()) return frags;
+  frags.push_back({text});
+  std::vector<fragment> next;
+  for (token_id id : special_tokens) {
+    auto ty = types[id];
+    if (!parse_special && (ty == token_type::control || ty == token_type::unknown)) continue;
+    std::string_view special = texts[id];
+    next.clear();
+    for (const auto& f : frags) {
+      if (f.id != no_token || f.text.size() < special.size()) {
+        next.push_back(f);
+        continue;
+      }
+      size_t from = 0;
+      for (size_t at; (at = f.text.find(special, from)) != std::string_view::npos; from = at + special.size()) {
+        if (at > from) next.push_back({f.text.substr(from, at - from)});
+        next.push_back({special, id});
+      }
+      if (from < f.text.size()) next.push_back({f.text.substr(from)});
+    }
+    frags.swap(next);
+  }
+  return frags;
+}
+
+std::vector<token_id> vocab::tokenize(std::string_view text, bool add_special, bool parse_special) const {
+  const impl& v = *impl_;
+  std::vector<token_id> out;
+  auto frags = v.partition(text, parse_special);
+  bool bos = add_special && v.add_bos && v.bos != no_token;
+  bool eos = add_special && v.add_eos && v.eos != no_token;
+  if (bos) out.push_back(v.bos);
+  bool prev_special = true;  // SPM: raw text at the start or after a special token gets the space prefix
+  for (const auto& f : frags) {
+    if (f.id != no_token) {
+      out.push_back(f.id);
+      prev_special = true;
+    } else if (v.kind == vocab_kind::spm) {
+      v.tokenize_spm(f.text, v.add_space_prefix && prev_special, out);
+      prev_special = false;
+    } else {
+      v.tokenize_bpe(f.text, out);
+    }
+  }
+  if (eos) out.push_back(v.eos);
+  return out;
+}
+
+namespace {
+struct symbol {
+  uint32_t start, len;  // bytes in the working text
+  int32_t prev, next;
+};
+}  // namespace
+
+void vocab::impl::tokenize_spm(std::string_view raw, bool prefix_space, std::vector<token_id>& out) const {
+  std::string text;
+  text.reserve(raw.size() * 2 + 3);
+  if (prefix_space) text += space_marker;
+  for (char c : raw) {
+    if (c == ' ') text += space_marker;
+    else text += c;
+  }
+
+  std::vector<symbol> syms;
+  syms.reserve(text.size());
+  for (size_t off = 0; off < text.size();) {
+    size_t len = std::min(text.size() - off, utf8_len(static_cast<unsigned char>(text[off])));
+    int32_t idx = static_cast<int32_t>(syms.size());
+    syms.push_back({static_cast<uint32_t>(off), static_cast<uint32_t>(len), idx - 1, off + len < text.size() ? idx + 1 : -1});
+    off += len;
+  }
+
+  // Highest score first; on ties the leftmost pair.
+  struct bigram {
+    float score;
+    int32_t left, right;
+    uint32_t len;
+  };
+  auto worse = [](const bigram& a, const bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+  std::priority_queue<bigram, std::vector<bigram>, decltype(worse)> queue(worse);
+  auto try_add = [&](int32_t l, int32_t r) {
+    if (l < 0 || r < 0) return;
+    std::string_view joined(text.data() + syms[l].start, syms[l].len + syms[r].len);
+    auto id = find(joined);
+    if (!id) return;
+    queue.push({scores[*id], l, r, static_cast<uint32_t>(joined.size())});
+  };
+  for (size_t i = 1; i < syms.size(); ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+
+  while (!queue.empty()) {
+    bigram b = queue.top();
+    queue.pop();
+    symbol& l = syms[b.left];
+    symbol& r = syms[b.right];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len) continue;  // stale: one side merged since
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+
+  for (int32_t i = syms.empty() ? -1 : 0; i != -1; i = syms[i].next) {
+    std::string_view piece(text.data() + syms[i].start, syms[i].len);
+    if (auto id = find(piece)) {
+      out.push_back(*id);
+      continue;
+    }
+    for (unsigned char c : piece)  // byte fallback
+      if (byte_token[c] != no_token) out.push_back(byte_token[c]);
+  }
+}
+
+void vocab::impl::tokenize_bpe(std::string_view raw, std::vector<token_id>& out) const {
+  std::vector<std::string_view> words;
+  splitter->split(raw, words);
+
+  struct bigram {
+    int32_t rank;
+    int32_t left, right;
+    token_id left_id, right_id, result;
+  };
+  auto worse = [](const bigram& a, const bigram& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
+  std::vector<bigram> heap;
+  std::vector<token_id> ids;
+  std::vector<int32_t> prev, next;
+  const auto& bl = byte_level();
+  std::string encoded;
+
+  for (std::string_view word : words) {
+    if (ignore_merges) {
+      encoded.clear();
+      for (unsigned char c : word) encoded += bl.byte_to_text[c];
+      if (auto id = find(encoded)) {
+        out.push_back(*id);
+        continue;
+      }
+    }
+    size_t n = word.size();
+    ids.resize(n);
+    prev.resize(n);
+    next.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      ids[i] = byte_token[static_cast<unsigned char>(word[i])];
+      prev[i] = static_cast<int32_t>(i) - 1;
+      next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+    }
+    heap.clear();
+    auto try_add = [&](int32_t l, int32_t r) {
+      if (l < 0 || r < 0 || ids[l] == no_token || ids[r] == no_token) return;
+      auto it = merges.find(pair_key(ids[l], ids[r]));
+      if (it == merges.end()) return;
+      heap.push_back({it->second.rank, l, r, ids[l], ids[r], it->second.result});
+      std::push_heap(heap.begin(), heap.end(), worse);
+    };
+    for (size_t i = 1; i < n; ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+    std::vector<bool> alive(n, true);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), worse);
+      bigram b = heap.back();
+      heap.pop_back();
+      // A symbol's id changes exactly when it absorbs its right neighbour, so equal ids mean the
+      // pair is still adjacent and unmerged.
+      if (!alive[b.left] || !alive[b.right] || ids[b.left] != b.left_id || ids[b.right] != b.right_id) continue;
+      ids[b.left] = b.result;
+      alive[b.right] = false;
+      next[b.left] = next[b.right];
+      if (next[b.right] >= 0) prev[next[b.right]] = b.left;
+      try_add(prev[b.left], b.left);
+      try_add(b.left, next[b.left]);
+    }
+    for (int32_t i = n ? 0 : -1; i != -1; i = next[i])
+      if (ids[i] != no_token) out.push_back(ids[i]);
+  }
+}
+
+// ---- detokenizing -----------------------------------------------------------------------------
+
+std::string vocab::piece(token_id id, bool render_special) const {
+  const impl& v = *impl_;
+  if (id < 0 || static_cast<size_t>(id) >= v.texts.size()) return {};
+  const std::string& t = v.texts[id];
+  switch (v.types[id]) {
+    case token_type::control:
+    case token_type::unknown:
+      return render_special ? t : std::string();
+    case token_type::user_defined:
+      return t;
+    case token_type::byte:
+      if (v.kind == vocab_kind::spm && t.size() == 6 && t.starts_with("<0x") && t.back() == '>')
+        return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+      [[fallthrough]];
+    case token_type::normal: {
+      std::string s;
+      if (v.kind == vocab_kind::spm) {
+        for (size_t i = 0; i < t.size();) {
+          if (t.compare(i, space_marker.size(), space_marker) == 0) {
+            s += ' ';
+            i += space_marker.size();
+          } else {
+            s += t[i++];
+          }
+        }
+        return s;
+      }
+      const auto& bl = byte_level();
+      for (size_t i = 0; i < t.size();) {
+        size_t at = i;
+        auto cp = utf8_decode(t, i);
+        if (!cp) {
+          s += t[i++];
+          continue;
+        }
+        auto it = bl.codepoint_to_byte.find(*cp);
+        if (it != bl.codepoint_to_byte.end()) s += static_cast<char>(it->second);
+        else s.append(t, at, i - at);
+      }
+      return s;
+    }
+    case token_type::unused:
+    case token_type::undefined:
+      return {};
+  }
+  return {};
+}
+
+std::string vocab::detokenize(std::span<const token_id> ids, bool render_special) const {
+  std::string out;
+  bool strip_space = impl_->kind == vocab_kind::spm && impl_->add_space_prefix;
+  for (token_id id : ids) {
+    std::string p = piece(id, render_special);
+    if (strip_space && id >= 0 && static_cast<size_t>(id) < size() && type(id) == token_type::normal) {
+      if (!p.empty() && p.front() == ' ') p.erase(0, 1);
+      strip_space = false;
+    } else if (!p.empty()) {
+      strip_space = false;
+    }
+    out += p;
+  }
+  return out;
+}
+
+}  // namespace hotcold

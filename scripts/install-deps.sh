@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything hotcold builds and tests with, from Debian's packages only.
+# Safe to run again: apt-get skips what is already there. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-14-dev          # libFuzzer + sanitizers for tests/fuzz
+  libcaf-dev                        # CAF 0.17: the actor runtime
+  libzmq3-dev cppzmq-dev            # ZeroMQ client wire
+  libboost-dev                      # Boost.Asio / Beast: HTTP metrics and dashboard
+  nlohmann-json3-dev                # JSON
+  libcli11-dev                      # command line
+  libfmt-dev libspdlog-dev          # formatting, logging
+  libgtest-dev libgmock-dev         # GoogleTest
+  libbenchmark-dev                  # Google Benchmark
+  libpcre2-dev                      # Unicode-aware pre-tokenizer regexes
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
