@@ -186,7 +186,8 @@ static std::string quote(std::string_view s, size_t max_len = 80) {
 
 static std::string scalar_display(value_type t, uint64_t bits) {
   if (t == value_type::boolean) return bits ? "true" : "false";
-  if (t == value_type::f32 || t == value_type::f64) return fmt::format("{}", float_of(bits, t));
+  if (t == value_type::f32) return fmt::format("{}", static_cast<float>(float_of(bits, t)));
+  if (t == value_type::f64) return fmt::format("{}", float_of(bits, t));
   if (is_signed_int(t)) return fmt::format("{}", sign_extend(bits, t));
   return fmt::format("{}", bits);
 }
@@ -202,7 +203,7 @@ std::string value::to_display(size_t max_items) const {
     else if (elem_ == value_type::array) out += items_[i].to_display(max_items);
     else out += scalar_display(elem_, load_le(raw_ + i * scalar_size(elem_), scalar_size(elem_)));
   }
-  if (count_ > shown) out += fmt::format(", … ({} {} in all)", count_, value_type_name(elem_));
+  if (count_ > shown) out += fmt::format(", … ({} in all)", count_);
   return out + "]";
 }
 

@@ -15,9 +15,9 @@ namespace hotcold::gguf {
 namespace {
 template <class T>
 void append(std::vector<uint8_t>& out, T v) {
-  uint8_t b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));
-  out.insert(out.end(), b, b + sizeof(T));
+  size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &v, sizeof(T));
 }
 void append_string(std::vector<uint8_t>& out, std::string_view s) {
   append<uint64_t>(out, s.size());
@@ -104,6 +104,7 @@ void writer::set_encoded(std::string_view key, value_type type, std::span<const 
 
 std::vector<uint8_t> writer::encode_array(value_type elem, uint64_t count, std::span<const uint8_t> encoded_elements) {
   std::vector<uint8_t> out;
+  out.reserve(12 + encoded_elements.size());
   append<uint32_t>(out, static_cast<uint32_t>(elem));
   append<uint64_t>(out, count);
   out.insert(out.end(), encoded_elements.begin(), encoded_elements.end());
@@ -133,8 +134,9 @@ void writer::add_tensor(std::string_view name, tensor_type type, std::span<const
 
 std::vector<uint8_t> writer::header_bytes() const {
   std::vector<uint8_t> out;
-  out.insert(out.end(), {'G', 'G', 'U', 'F'});
-  if (kind_ == file_kind::powerinfer) std::memcpy(out.data(), "PWRI", 4);
+  out.reserve(24 + kv_bytes_.size() + tensors_.size() * (8 + max_tensor_name + 4 + 8 * max_dims + 4 + 8) + alignment_);
+  out.resize(4);
+  std::memcpy(out.data(), kind_ == file_kind::powerinfer ? "PWRI" : "GGUF", 4);
   append<uint32_t>(out, 3);
   append<uint64_t>(out, tensors_.size());
   append<uint64_t>(out, n_kv_);

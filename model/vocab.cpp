@@ -15,10 +15,15 @@ namespace {
 
 constexpr std::string_view space_marker = "\xE2\x96\x81";  // "▁" U+2581, SentencePiece's space
 
-// Bytes of the UTF-8 sequence a lead byte starts (continuation bytes count as 1, as llama.cpp does).
-size_t utf8_len(unsigned char lead) {
+// Bytes of the UTF-8 character starting at s[i]. A malformed sequence counts as one byte, so
+// invalid input falls back to byte tokens one byte at a time and survives a round trip.
+size_t utf8_char_len(std::string_view s, size_t i) {
   static constexpr uint8_t lengths[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return lengths[lead >> 4];
+  size_t n = lengths[static_cast<unsigned char>(s[i]) >> 4];
+  if (i + n > s.size()) return 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
+  return n;
 }
 
 std::string utf8_encode(uint32_t cp) {
@@ -348,7 +353,7 @@ void vocab::impl::tokenize_spm(std::string_view raw, bool prefix_space, std::vec
   std::vector<symbol> syms;
   syms.reserve(text.size());
   for (size_t off = 0; off < text.size();) {
-    size_t len = std::min(text.size() - off, utf8_len(static_cast<unsigned char>(text[off])));
+    size_t len = utf8_char_len(text, off);
     int32_t idx = static_cast<int32_t>(syms.size());
     syms.push_back({static_cast<uint32_t>(off), static_cast<uint32_t>(len), idx - 1, off + len < text.size() ? idx + 1 : -1});
     off += len;
@@ -514,11 +519,12 @@ std::string vocab::detokenize(std::span<const token_id> ids, bool render_special
   bool strip_space = impl_->kind == vocab_kind::spm && impl_->add_space_prefix;
   for (token_id id : ids) {
     std::string p = piece(id, render_special);
-    if (strip_space && id >= 0 && static_cast<size_t>(id) < size() && type(id) == token_type::normal) {
-      if (!p.empty() && p.front() == ' ') p.erase(0, 1);
-      strip_space = false;
-    } else if (!p.empty()) {
-      strip_space = false;
+    if (strip_space && id >= 0 && static_cast<size_t>(id) < size()) {
+      token_type t = type(id);
+      if (t == token_type::normal && !p.empty() && p.front() == ' ') p.erase(0, 1);
+      // The prefixed space belongs to the first piece of text; control tokens before it (BOS) do not count.
+      if (t != token_type::control && t != token_type::unknown && !p.empty()) strip_space = false;
+      if (t == token_type::normal) strip_space = false;
     }
     out += p;
   }

@@ -1,0 +1,20 @@
+#pragma once
+// The CAF actor system hotcold runs its pipeline on. CAF 0.17 (Debian) sizes its scheduler from
+// the core count; on a 2-core machine the compute workers need cores too, so the scheduler's
+// thread count is set explicitly.
+#include <cstddef>
+
+#include <caf/actor_system_config.hpp>
+
+namespace hotcold::actors {
+
+struct runtime_options {
+  size_t scheduler_threads = 0;  // 0: half the hardware threads, at least 1
+};
+
+// Applies the options to a CAF configuration before the actor_system is built from it.
+void configure(caf::actor_system_config& cfg, const runtime_options& options);
+
+size_t scheduler_threads(const runtime_options& options);
+
+}  // namespace hotcold::actors

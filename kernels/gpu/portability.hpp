@@ -1,0 +1,41 @@
+#pragma once
+// One small header so the GPU sources build as CUDA (nvcc) and as HIP (hipcc) unchanged.
+#if defined(__HIPCC__) || defined(HOTCOLD_HIP)
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#define gpuError_t hipError_t
+#define gpuSuccess hipSuccess
+#define gpuStream_t hipStream_t
+#define gpuGetDeviceCount hipGetDeviceCount
+#define gpuGetErrorString hipGetErrorString
+#define gpuGetLastError hipGetLastError
+#define gpuMemGetInfo hipMemGetInfo
+#define gpuSetDevice hipSetDevice
+#define gpuMalloc hipMalloc
+#define gpuFree hipFree
+#define gpuMemcpy hipMemcpy
+#define gpuMemcpyHostToDevice hipMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define gpuDeviceSynchronize hipDeviceSynchronize
+#define gpuDeviceProp_t hipDeviceProp_t
+#define gpuGetDeviceProperties hipGetDeviceProperties
+#else
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#define gpuError_t cudaError_t
+#define gpuSuccess cudaSuccess
+#define gpuStream_t cudaStream_t
+#define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuGetErrorString cudaGetErrorString
+#define gpuGetLastError cudaGetLastError
+#define gpuMemGetInfo cudaMemGetInfo
+#define gpuSetDevice cudaSetDevice
+#define gpuMalloc cudaMalloc
+#define gpuFree cudaFree
+#define gpuMemcpy cudaMemcpy
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuDeviceSynchronize cudaDeviceSynchronize
+#define gpuDeviceProp_t cudaDeviceProp
+#define gpuGetDeviceProperties cudaGetDeviceProperties
+#endif

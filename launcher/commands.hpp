@@ -1,0 +1,20 @@
+#pragma once
+// The `hotcold` subcommands. Each registers its options on the CLI11 app and returns the exit code
+// its callback produces through `exit_code`.
+#include <CLI/CLI.hpp>
+
+namespace hotcold::launcher {
+
+// Exit codes shared by every subcommand.
+constexpr int exit_ok = 0;
+constexpr int exit_io_error = 1;    // missing file, a directory, unreadable
+constexpr int exit_bad_input = 2;   // corrupt file, bad flag values, usage errors
+
+void add_inspect_command(CLI::App& app, int& exit_code);
+void add_tokenize_commands(CLI::App& app, int& exit_code);
+void add_devices_command(CLI::App& app, int& exit_code);
+
+// Runs `body`, turning the errors a user can cause into one line on stderr and an exit code.
+int run_guarded(const char* command, const std::function<void()>& body);
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,62 @@
+#include <cstdio>
+#include <functional>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "launcher/commands.hpp"
+#include "model/gguf.hpp"
+#include "model/vocab.hpp"
+
+namespace hotcold::launcher {
+
+int run_guarded(const char* command, const std::function<void()>& body) {
+  try {
+    body();
+    return exit_ok;
+  } catch (const gguf::format_error& e) {
+    fmt::print(stderr, "hotcold {}: not a valid GGUF file: {}\n", command, e.what());
+    return exit_bad_input;
+  } catch (const std::system_error& e) {
+    fmt::print(stderr, "hotcold {}: cannot read {}\n", command, e.what());
+    return exit_io_error;
+  } catch (const vocab_error& e) {
+    fmt::print(stderr, "hotcold {}: bad tokenizer metadata: {}\n", command, e.what());
+    return exit_bad_input;
+  } catch (const gguf::metadata_error& e) {
+    fmt::print(stderr, "hotcold {}: bad metadata: {}\n", command, e.what());
+    return exit_bad_input;
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "hotcold {}: {}\n", command, e.what());
+    return exit_bad_input;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "hotcold {}: {}\n", command, e.what());
+    return exit_io_error;
+  }
+}
+
+}  // namespace hotcold::launcher
+
+int main(int argc, char** argv) {
+  using namespace hotcold::launcher;
+  CLI::App app{"hotcold: ReLU-sparse LLM inference with hot/cold neuron placement"};
+  app.set_version_flag("--version", "hotcold 0.1.0");
+  app.require_subcommand(1);
+  int exit_code = exit_ok;
+  add_inspect_command(app, exit_code);
+  add_tokenize_commands(app, exit_code);
+  add_devices_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "hotcold: {}\nRun with --help for usage.\n", e.what());
+    return exit_bad_input;
+  }
+  return exit_code;
+}

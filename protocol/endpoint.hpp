@@ -1,0 +1,28 @@
+#pragma once
+// ZeroMQ endpoints as users write them (`tcp://127.0.0.1:5555`, `ipc:///tmp/hotcold.sock`),
+// checked before any socket binds: the server binds loopback unless told --allow-remote.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace hotcold::protocol {
+
+constexpr int protocol_version = 1;  // bumped on any incompatible change to the wire schema
+
+enum class transport { tcp, ipc, inproc };
+
+struct endpoint {
+  transport kind = transport::tcp;
+  std::string host;     // tcp: address or name as written (brackets stripped for IPv6)
+  uint16_t port = 0;    // tcp only
+  std::string path;     // ipc / inproc
+  std::string text;     // the endpoint as given
+
+  // True when only this machine can reach it: ipc, inproc, 127.0.0.0/8, ::1, localhost.
+  bool is_loopback() const;
+};
+
+// Throws std::invalid_argument naming what is wrong ("tcp endpoint needs a port: ...").
+endpoint parse_endpoint(std::string_view text);
+
+}  // namespace hotcold::protocol
