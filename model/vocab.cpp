@@ -93,6 +93,19 @@ struct merge_rule {
   token_id result;
 };
 
+struct symbol {
+  uint32_t start, len;  // bytes in the working text
+  int32_t prev, next;
+};
+struct spm_bigram {
+  float score;
+  int32_t left, right;
+  uint32_t len;
+};
+struct spm_scratch {
+  std::vector<symbol> syms;
+  std::vector<spm_bigram> heap;
+};
 struct fragment {
   std::string_view text;  // raw text when id == no_token
   token_id id = no_token;
@@ -124,7 +137,11 @@ struct vocab::impl {
     return it->second;
   }
 
+  std::unordered_set<uint64_t> joinable;             // SPM: character pairs that occur inside some token
+
+  void index_joinable_pairs();
   void tokenize_spm(std::string_view raw, bool prefix_space, std::vector<token_id>& out) const;
+  void merge_spm_segment(std::string_view text, spm_scratch& s, std::vector<token_id>& out) const;
   void tokenize_bpe(std::string_view raw, std::vector<token_id>& out) const;
   std::vector<fragment> partition(std::string_view text, bool parse_special) const;
 };
@@ -222,6 +239,7 @@ vocab vocab::from_gguf(const gguf::file& f) {
                      [&](token_id a, token_id b) { return v->texts[a].size() > v->texts[b].size(); });
 
     if (v->kind == vocab_kind::spm) {
+      v->index_joinable_pairs();
       for (int b = 0; b < 256; ++b) {
         auto id = v->find(fmt::format("<0x{:02X}>", b));
         if (!id) id = v->find(std::string(1, static_cast<char>(b)));
@@ -334,12 +352,35 @@ std::vector<token_id> vocab::tokenize(std::string_view text, bool add_special, b
   return out;
 }
 
-namespace {
-struct symbol {
-  uint32_t start, len;  // bytes in the working text
-  int32_t prev, next;
-};
-}  // namespace
+
+// The code of the character at s[i] (utf8_char_len bytes): its code point, or for a malformed
+// byte 0x110000 + the byte, so pairs of characters can be keyed exactly.
+static uint32_t char_code(std::string_view s, size_t i, size_t len) {
+  if (len == 1) {
+    auto c = static_cast<unsigned char>(s[i]);
+    return c < 0x80 ? c : 0x110000u + c;
+  }
+  size_t at = i;
+  auto cp = utf8_decode(s, at);
+  return cp ? *cp : 0x110000u + static_cast<unsigned char>(s[i]);
+}
+
+static uint64_t char_pair(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
+
+void vocab::impl::index_joinable_pairs() {
+  for (const auto& t : texts) {
+    uint32_t prev = 0;
+    for (size_t i = 0; i < t.size();) {
+      size_t len = utf8_char_len(t, i);
+      uint32_t code = char_code(t, i, len);
+      if (i > 0) joinable.insert(char_pair(prev, code));
+      prev = code;
+      i += len;
+    }
+  }
+}
+
+
 
 void vocab::impl::tokenize_spm(std::string_view raw, bool prefix_space, std::vector<token_id>& out) const {
   std::string text;
@@ -349,36 +390,54 @@ void vocab::impl::tokenize_spm(std::string_view raw, bool prefix_space, std::vec
     if (c == ' ') text += space_marker;
     else text += c;
   }
+  // Merges are local: a pair of adjacent characters that no token contains can never end up inside
+  // one token, so the text is cut there and each segment merged on its own. The result is the same
+  // as one pass over the whole text, with small heaps that stay in cache.
+  spm_scratch scratch;
+  size_t seg_start = 0;
+  uint32_t prev = 0;
+  for (size_t i = 0; i < text.size();) {
+    size_t len = utf8_char_len(text, i);
+    uint32_t code = char_code(text, i, len);
+    if (i > 0 && !joinable.count(char_pair(prev, code))) {
+      merge_spm_segment(std::string_view(text).substr(seg_start, i - seg_start), scratch, out);
+      seg_start = i;
+    }
+    prev = code;
+    i += len;
+  }
+  if (seg_start < text.size()) merge_spm_segment(std::string_view(text).substr(seg_start), scratch, out);
+}
 
-  std::vector<symbol> syms;
-  syms.reserve(text.size());
+// SentencePiece-style BPE inside one segment: repeatedly merge the adjacent pair whose joined
+// text is the best-scoring token (ties: leftmost), then emit tokens, falling back to bytes.
+void vocab::impl::merge_spm_segment(std::string_view text, spm_scratch& s, std::vector<token_id>& out) const {
+  const impl& v = *this;
+  auto& syms = s.syms;
+  auto& heap = s.heap;
+  syms.clear();
+  heap.clear();
   for (size_t off = 0; off < text.size();) {
     size_t len = utf8_char_len(text, off);
     int32_t idx = static_cast<int32_t>(syms.size());
     syms.push_back({static_cast<uint32_t>(off), static_cast<uint32_t>(len), idx - 1, off + len < text.size() ? idx + 1 : -1});
     off += len;
   }
-
-  // Highest score first; on ties the leftmost pair.
-  struct bigram {
-    float score;
-    int32_t left, right;
-    uint32_t len;
-  };
-  auto worse = [](const bigram& a, const bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
-  std::priority_queue<bigram, std::vector<bigram>, decltype(worse)> queue(worse);
+  auto worse = [](const spm_bigram& a, const spm_bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     std::string_view joined(text.data() + syms[l].start, syms[l].len + syms[r].len);
-    auto id = find(joined);
+    auto id = v.find(joined);
     if (!id) return;
-    queue.push({scores[*id], l, r, static_cast<uint32_t>(joined.size())});
+    heap.push_back({v.scores[*id], l, r, static_cast<uint32_t>(joined.size())});
+    std::push_heap(heap.begin(), heap.end(), worse);
   };
   for (size_t i = 1; i < syms.size(); ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
 
-  while (!queue.empty()) {
-    bigram b = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), worse);
+    spm_bigram b = heap.back();
+    heap.pop_back();
     symbol& l = syms[b.left];
     symbol& r = syms[b.right];
     if (l.len == 0 || r.len == 0 || l.len + r.len != b.len) continue;  // stale: one side merged since
@@ -392,12 +451,12 @@ void vocab::impl::tokenize_spm(std::string_view raw, bool prefix_space, std::vec
 
   for (int32_t i = syms.empty() ? -1 : 0; i != -1; i = syms[i].next) {
     std::string_view piece(text.data() + syms[i].start, syms[i].len);
-    if (auto id = find(piece)) {
+    if (auto id = v.find(piece)) {
       out.push_back(*id);
       continue;
     }
     for (unsigned char c : piece)  // byte fallback
-      if (byte_token[c] != no_token) out.push_back(byte_token[c]);
+      if (v.byte_token[c] != no_token) out.push_back(v.byte_token[c]);
   }
 }
 
