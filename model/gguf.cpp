@@ -234,22 +234,36 @@ class parser {
   }
   uint64_t remaining() const { return size_ - pos_; }
 
+  static constexpr uint64_t no_index = std::numeric_limits<uint64_t>::max();
+
+  // Field names are only formatted when something is wrong: the happy path allocates nothing per read.
+  static std::string name(std::string_view field, uint64_t index = no_index, std::string_view suffix = {}) {
+    std::string n(field);
+    if (index != no_index) n += fmt::format("[{}]", index);
+    n += suffix;
+    return n;
+  }
+
   template <class T>
-  T read(const std::string& field) {
+  T read(std::string_view field, std::string_view suffix = {}) {
     if (remaining() < sizeof(T))
-      fail(field, pos_, fmt::format("file ends: {} bytes needed, {} left (file is {} bytes)", sizeof(T), remaining(), size_));
+      fail(name(field, no_index, suffix), pos_,
+           fmt::format("file ends: {} bytes needed, {} left (file is {} bytes)", sizeof(T), remaining(), size_));
     T v;
     std::memcpy(&v, base_ + pos_, sizeof(T));
     pos_ += sizeof(T);
     return v;
   }
 
-  std::string_view read_string(const std::string& field, uint64_t max_len) {
+  std::string_view read_string(std::string_view field, uint64_t max_len, uint64_t index = no_index) {
     uint64_t at = pos_;
-    uint64_t len = read<uint64_t>(field + " length");
+    if (remaining() < 8)
+      fail(name(field, index, " length"), pos_, fmt::format("file ends: 8 bytes needed, {} left (file is {} bytes)", remaining(), size_));
+    uint64_t len = load_le(base_ + pos_, 8);
+    pos_ += 8;
     if (len > remaining())
-      fail(field + " length", at, fmt::format("string of {} bytes runs past the end of the file ({} bytes left)", len, remaining()));
-    if (len > max_len) fail(field + " length", at, fmt::format("length {} exceeds the limit of {}", len, max_len));
+      fail(name(field, index, " length"), at, fmt::format("string of {} bytes runs past the end of the file ({} bytes left)", len, remaining()));
+    if (len > max_len) fail(name(field, index, " length"), at, fmt::format("length {} exceeds the limit of {}", len, max_len));
     std::string_view s(reinterpret_cast<const char*>(base_ + pos_), len);
     pos_ += len;
     return s;
@@ -297,18 +311,18 @@ class parser {
         return;
       case value_type::array: {
         if (depth >= max_array_depth) fail(field, at, fmt::format("arrays nested deeper than {} levels", max_array_depth));
-        uint32_t et = read<uint32_t>(field + " element type");
+        uint32_t et = read<uint32_t>(field, " element type");
         if (!known_value_type(et)) fail(field + " element type", at, fmt::format("unknown value type {}", et));
         v.elem_ = static_cast<value_type>(et);
         uint64_t count_at = pos_;
-        v.count_ = read<uint64_t>(field + " count");
+        v.count_ = read<uint64_t>(field, " count");
         uint64_t min_elem = v.elem_ == value_type::string ? 8 : v.elem_ == value_type::array ? 12 : scalar_size(v.elem_);
         if (v.count_ > remaining() / min_elem)
           fail(field + " count", count_at,
                fmt::format("{} elements of {} cannot fit in the {} bytes left", v.count_, value_type_name(v.elem_), remaining()));
         if (v.elem_ == value_type::string) {
           v.strings_.reserve(v.count_);
-          for (uint64_t i = 0; i < v.count_; ++i) v.strings_.push_back(read_string(fmt::format("{}[{}]", field, i), remaining()));
+          for (uint64_t i = 0; i < v.count_; ++i) v.strings_.push_back(read_string(field, remaining(), i));
         } else if (v.elem_ == value_type::array) {
           v.items_.resize(v.count_);
           for (uint64_t i = 0; i < v.count_; ++i) read_value(v.items_[i], value_type::array, fmt::format("{}[{}]", field, i), depth + 1);
@@ -346,7 +360,7 @@ class parser {
       seen.emplace(key, at);
       std::string vfield = fmt::format("kv[{}] {} value", i, quote(key));
       uint64_t type_at = pos_;
-      uint32_t t = read<uint32_t>(vfield + " type");
+      uint32_t t = read<uint32_t>(vfield, " type");
       if (!known_value_type(t)) fail(vfield + " type", type_at, fmt::format("unknown value type {}", t));
       key_value kv{key, {}, at};
       read_value(kv.val, static_cast<value_type>(t), vfield, 0);
@@ -383,13 +397,13 @@ class parser {
       field = fmt::format("tensor[{}] {}", i, quote(ti.name));
 
       at = pos_;
-      ti.n_dims = read<uint32_t>(field + " n_dims");
+      ti.n_dims = read<uint32_t>(field, " n_dims");
       if (ti.n_dims > max_dims) fail(field + " n_dims", at, fmt::format("{} dimensions, at most {} allowed", ti.n_dims, max_dims));
       ti.ne.fill(1);
       uint64_t n_el = 1;
       for (uint32_t d = 0; d < ti.n_dims; ++d) {
         at = pos_;
-        auto dim = static_cast<int64_t>(read<uint64_t>(fmt::format("{} ne[{}]", field, d)));
+        auto dim = static_cast<int64_t>(read<uint64_t>(field, fmt::format(" ne[{}]", d)));
         if (dim < 0) fail(fmt::format("{} ne[{}]", field, d), at, fmt::format("negative dimension {}", dim));
         if (dim != 0 && n_el > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / static_cast<uint64_t>(dim))
           fail(fmt::format("{} ne[{}]", field, d), at, "the shape's element count overflows int64");
@@ -399,7 +413,7 @@ class parser {
       ti.n_elements = n_el;
 
       at = pos_;
-      uint32_t type_id = read<uint32_t>(field + " type");
+      uint32_t type_id = read<uint32_t>(field, " type");
       auto tt = tensor_type_info(type_id);
       if (!tt) fail(field + " type", at, fmt::format("unknown tensor type {}", type_id));
       ti.type = static_cast<tensor_type>(type_id);
@@ -411,7 +425,7 @@ class parser {
       ti.n_bytes = blocks * tt->block_bytes;
 
       at = pos_;
-      ti.offset = read<uint64_t>(field + " offset");
+      ti.offset = read<uint64_t>(field, " offset");
       if (ti.offset % f_.alignment_ != 0)
         fail(field + " offset", at, fmt::format("offset {} is not a multiple of the alignment {}", ti.offset, f_.alignment_));
       f_.tensors_.push_back(ti);

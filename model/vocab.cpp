@@ -473,6 +473,7 @@ void vocab::impl::tokenize_bpe(std::string_view raw, std::vector<token_id>& out)
   std::vector<bigram> heap;
   std::vector<token_id> ids;
   std::vector<int32_t> prev, next;
+  std::vector<uint8_t> alive;
   const auto& bl = byte_level();
   std::string encoded;
 
@@ -503,7 +504,7 @@ void vocab::impl::tokenize_bpe(std::string_view raw, std::vector<token_id>& out)
       std::push_heap(heap.begin(), heap.end(), worse);
     };
     for (size_t i = 1; i < n; ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
-    std::vector<bool> alive(n, true);
+    alive.assign(n, 1);
     while (!heap.empty()) {
       std::pop_heap(heap.begin(), heap.end(), worse);
       bigram b = heap.back();

@@ -31,8 +31,8 @@ std::string fp16_to_fp32_host(const uint16_t* src, float* dst, size_t n) {
     error = fp16_to_fp32(d_src, d_dst, n);
     if (error.empty() && check(gpuDeviceSynchronize())) check(gpuMemcpy(dst, d_dst, n * sizeof(float), gpuMemcpyDeviceToHost));
   }
-  if (d_src) gpuFree(d_src);
-  if (d_dst) gpuFree(d_dst);
+  if (d_src) (void)gpuFree(d_src);
+  if (d_dst) (void)gpuFree(d_dst);
   return error;
 }
 
