@@ -1,0 +1,178 @@
+#include "kernels/cpu/dot.hpp"
+
+#include <immintrin.h>
+
+#include "kernels/cpu/fp16.hpp"
+
+namespace hotcold::kernels {
+
+// ---- scalar references ------------------------------------------------------------------------
+
+namespace scalar {
+
+float dot_f32(const float* w, const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += w[i] * x[i];
+  return s;
+}
+
+float dot_f16(const uint16_t* w, const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
+  return s;
+}
+
+float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / qk8_0; ++b) {
+    int32_t acc = 0;
+    for (int i = 0; i < qk8_0; ++i) acc += w[b].qs[i] * x[b].qs[i];
+    s += fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d) * static_cast<float>(acc);
+  }
+  return s;
+}
+
+float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / qk4_0; ++b) {
+    int32_t acc = 0;
+    for (int j = 0; j < qk4_0 / 2; ++j) {
+      acc += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
+      acc += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + 16];
+    }
+    s += fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d) * static_cast<float>(acc);
+  }
+  return s;
+}
+
+}  // namespace scalar
+
+float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += bf16_to_fp32(w[i]) * x[i];
+  return s;
+}
+
+float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
+  float s = 0;
+  float tmp[qk_k];
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    dequantize_row_q6_k(w + b, tmp, qk_k);
+    for (int i = 0; i < qk_k; ++i) s += tmp[i] * x[i];
+  }
+  return s;
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// ---- AVX2 + FMA + F16C ------------------------------------------------------------------------
+
+namespace avx2 {
+
+#define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+HOTCOLD_AVX2 static inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+HOTCOLD_AVX2 float dot_f32(const float* w, const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  for (; i < n; ++i) s += w[i] * x[i];
+  return s;
+}
+
+HOTCOLD_AVX2 static inline __m256 load_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+HOTCOLD_AVX2 float dot_f16(const uint16_t* w, const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(load_f16(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    a2 = _mm256_fmadd_ps(load_f16(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+    a3 = _mm256_fmadd_ps(load_f16(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), a0);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  for (; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
+  return s;
+}
+
+// Sum of int8 products of 32 pairs as 8 int32 lanes, converted to float.
+HOTCOLD_AVX2 static inline __m256 dot_i8_32(__m256i a, __m256i b) {
+  // maddubs needs unsigned x signed: move a's sign onto b.
+  __m256i ua = _mm256_sign_epi8(a, a);
+  __m256i sb = _mm256_sign_epi8(b, a);
+  __m256i p16 = _mm256_maddubs_epi16(ua, sb);
+  __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+  return _mm256_cvtepi32_ps(p32);
+}
+
+HOTCOLD_AVX2 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / qk8_0; ++b) {
+    __m256 d = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+    __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    acc = _mm256_fmadd_ps(d, dot_i8_32(qa, qb), acc);
+  }
+  return hsum(acc);
+}
+
+HOTCOLD_AVX2 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi8(8);
+  for (int64_t b = 0; b < n / qk4_0; ++b) {
+    __m256 d = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+    __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    // Low nibbles are values 0..15, high nibbles values 16..31.
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    __m256i qa = _mm256_sub_epi8(_mm256_and_si256(both, low4), eight);
+    __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    acc = _mm256_fmadd_ps(d, dot_i8_32(qa, qb), acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace avx2
+
+namespace {
+struct dispatch {
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+};
+const dispatch& cpu() {
+  static const dispatch d;
+  return d;
+}
+}  // namespace
+
+const char* dot_implementation() { return cpu().avx2 ? "avx2" : "scalar"; }
+
+float dot_f32(const float* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_f32(w, x, n) : scalar::dot_f32(w, x, n); }
+float dot_f16(const uint16_t* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_f16(w, x, n) : scalar::dot_f16(w, x, n); }
+float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
+  return cpu().avx2 ? avx2::dot_q8_0(w, x, n) : scalar::dot_q8_0(w, x, n);
+}
+float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
+  return cpu().avx2 ? avx2::dot_q4_0(w, x, n) : scalar::dot_q4_0(w, x, n);
+}
+
+}  // namespace hotcold::kernels

@@ -1,0 +1,33 @@
+#pragma once
+// Dot products of one weight row with one activation vector, per weight type. Each has a scalar
+// reference and, where the CPU has it, an AVX2/FMA/F16C version chosen once at run time; both give
+// the same result up to float summation order.
+#include <cstdint>
+
+#include "kernels/cpu/quants.hpp"
+
+namespace hotcold::kernels {
+
+float dot_f32(const float* w, const float* x, int64_t n);
+float dot_f16(const uint16_t* w, const float* x, int64_t n);
+float dot_bf16(const uint16_t* w, const float* x, int64_t n);
+// Quantized rows against activations already quantized to Q8_0 (as llama.cpp does).
+float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n);
+float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n);
+// Q6_K rows against float activations.
+float dot_q6_k(const block_q6_k* w, const float* x, int64_t n);
+
+// y += a * x
+void axpy_f32(float a, const float* x, float* y, int64_t n);
+
+// Which implementation the dispatcher picked: "avx2" or "scalar".
+const char* dot_implementation();
+
+namespace scalar {
+float dot_f32(const float* w, const float* x, int64_t n);
+float dot_f16(const uint16_t* w, const float* x, int64_t n);
+float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n);
+float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n);
+}  // namespace scalar
+
+}  // namespace hotcold::kernels

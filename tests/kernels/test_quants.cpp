@@ -1,0 +1,151 @@
+// Block formats and dot products against hand-worked values and a double-precision naive sum.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quants.hpp"
+
+namespace hotcold::kernels {
+namespace {
+
+std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+double rel_rms(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * double(got[i] - want[i]);
+    den += want[i] * double(want[i]);
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(Quants, Q8_0HandWorkedBlock) {
+  block_q8_0 b{};
+  b.d = fp32_to_fp16(0.5f);
+  for (int i = 0; i < 32; ++i) b.qs[i] = static_cast<int8_t>(i - 16);
+  float y[32];
+  dequantize_row_q8_0(&b, y, 32);
+  EXPECT_EQ(y[0], -8.0f);
+  EXPECT_EQ(y[31], 7.5f);
+}
+
+TEST(Quants, Q4_0HandWorkedBlock) {
+  block_q4_0 b{};
+  b.d = fp32_to_fp16(2.0f);
+  b.qs[0] = 0x9F;  // value 0: 15 - 8 = 7; value 16: 9 - 8 = 1
+  b.qs[15] = 0x08; // value 15: 0; value 31: 0 - 8 = -8
+  float y[32];
+  dequantize_row_q4_0(&b, y, 32);
+  EXPECT_EQ(y[0], 14.0f);
+  EXPECT_EQ(y[16], 2.0f);
+  EXPECT_EQ(y[15], 0.0f);
+  EXPECT_EQ(y[31], -16.0f);
+  EXPECT_EQ(y[1], -16.0f);  // zero byte: both nibbles 0 - 8
+}
+
+TEST(Quants, Q6_KHandWorkedBlock) {
+  block_q6_k b{};
+  std::memset(&b, 0, sizeof b);
+  b.d = fp32_to_fp16(1.0f);
+  for (auto& s : b.scales) s = 1;
+  b.scales[4] = 3;             // the group of values 64..79
+  b.ql[0] = 0x21;              // low nibble 1 (value 0), high nibble 2 (value 64)
+  b.qh[0] = 0b11100100;        // high bits: value 0 -> 0, value 32 -> 1, value 64 -> 2, value 96 -> 3
+  std::vector<float> y(256);
+  dequantize_row_q6_k(&b, y.data(), 256);
+  EXPECT_EQ(y[0], 1 - 32);
+  EXPECT_EQ(y[32], (1 << 4) - 32);
+  EXPECT_EQ(y[64], 3.0f * ((2 | (2 << 4)) - 32));
+  EXPECT_EQ(y[96], (3 << 4) - 32);
+  EXPECT_EQ(y[1], -32);        // everything else is quant 0 -> -32
+  EXPECT_EQ(y[255], -32);
+  b.ql[64 + 5] = 0x07;         // second half: value 128 + 5
+  b.qh[32 + 5] = 0x01;
+  dequantize_row_q6_k(&b, y.data(), 256);
+  EXPECT_EQ(y[133], (7 | (1 << 4)) - 32);
+}
+
+TEST(Quants, RoundTripErrorIsSmall) {
+  auto x = random_vector(4096, 1);
+  std::vector<float> y(x.size());
+  std::vector<block_q8_0> q8(x.size() / 32);
+  quantize_row_q8_0(x.data(), q8.data(), 4096);
+  dequantize_row_q8_0(q8.data(), y.data(), 4096);
+  EXPECT_LT(rel_rms(y, x), 0.01);
+  std::vector<block_q4_0> q4(x.size() / 32);
+  quantize_row_q4_0(x.data(), q4.data(), 4096);
+  dequantize_row_q4_0(q4.data(), y.data(), 4096);
+  EXPECT_LT(rel_rms(y, x), 0.12);
+  EXPECT_GT(rel_rms(y, x), 0.01);  // 4-bit really is coarser than 8-bit
+  std::vector<block_q6_k> q6(x.size() / 256);
+  quantize_row_q6_k(x.data(), q6.data(), 4096);
+  dequantize_row_q6_k(q6.data(), y.data(), 4096);
+  EXPECT_LT(rel_rms(y, x), 0.04);
+}
+
+TEST(Dot, MatchesNaiveDoubleSums) {
+  const int64_t n = 4096 + 32;  // not a multiple of 256 for the float paths' tails
+  auto w = random_vector(n, 2), x = random_vector(n, 3);
+  double want = 0;
+  for (int64_t i = 0; i < n; ++i) want += double(w[i]) * x[i];
+  EXPECT_NEAR(dot_f32(w.data(), x.data(), n), want, 1e-3);
+  EXPECT_NEAR(scalar::dot_f32(w.data(), x.data(), n), want, 1e-3);
+
+  std::vector<uint16_t> h(n), bf(n);
+  double want_h = 0, want_bf = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    h[i] = fp32_to_fp16(w[i]);
+    bf[i] = fp32_to_bf16(w[i]);
+    want_h += double(fp16_to_fp32(h[i])) * x[i];
+    want_bf += double(bf16_to_fp32(bf[i])) * x[i];
+  }
+  EXPECT_NEAR(dot_f16(h.data(), x.data(), n), want_h, 1e-3);
+  EXPECT_NEAR(scalar::dot_f16(h.data(), x.data(), n), want_h, 1e-3);
+  EXPECT_NEAR(dot_bf16(bf.data(), x.data(), n), want_bf, 1e-3);
+}
+
+TEST(Dot, QuantizedRowsMatchDequantizedSums) {
+  const int64_t n = 4096;
+  auto w = random_vector(n, 4), x = random_vector(n, 5);
+  std::vector<block_q8_0> xq(n / 32);
+  quantize_row_q8_0(x.data(), xq.data(), n);
+  std::vector<float> xd(n), wd(n);
+  dequantize_row_q8_0(xq.data(), xd.data(), n);
+
+  std::vector<block_q8_0> w8(n / 32);
+  quantize_row_q8_0(w.data(), w8.data(), n);
+  dequantize_row_q8_0(w8.data(), wd.data(), n);
+  double want = 0;
+  for (int64_t i = 0; i < n; ++i) want += double(wd[i]) * xd[i];
+  EXPECT_NEAR(dot_q8_0(w8.data(), xq.data(), n), want, 1e-3 * std::sqrt(n));
+  EXPECT_NEAR(scalar::dot_q8_0(w8.data(), xq.data(), n), want, 1e-3 * std::sqrt(n));
+
+  std::vector<block_q4_0> w4(n / 32);
+  quantize_row_q4_0(w.data(), w4.data(), n);
+  dequantize_row_q4_0(w4.data(), wd.data(), n);
+  want = 0;
+  for (int64_t i = 0; i < n; ++i) want += double(wd[i]) * xd[i];
+  EXPECT_NEAR(dot_q4_0(w4.data(), xq.data(), n), want, 1e-3 * std::sqrt(n));
+  EXPECT_NEAR(scalar::dot_q4_0(w4.data(), xq.data(), n), want, 1e-3 * std::sqrt(n));
+
+  std::vector<block_q6_k> w6(n / 256);
+  quantize_row_q6_k(w.data(), w6.data(), n);
+  dequantize_row_q6_k(w6.data(), wd.data(), n);
+  want = 0;
+  for (int64_t i = 0; i < n; ++i) want += double(wd[i]) * x[i];
+  EXPECT_NEAR(dot_q6_k(w6.data(), x.data(), n), want, 1e-3 * std::sqrt(n));
+}
+
+}  // namespace
+}  // namespace hotcold::kernels
