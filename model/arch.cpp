@@ -1,0 +1,171 @@
+#include "model/arch.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace hotcold {
+
+std::string_view architecture_name(architecture a) {
+  switch (a) {
+    case architecture::llama: return "llama";
+    case architecture::falcon: return "falcon";
+    case architecture::bamboo: return "bamboo";
+  }
+  return "?";
+}
+
+std::optional<architecture> architecture_from_name(std::string_view name) {
+  for (auto a : {architecture::llama, architecture::falcon, architecture::bamboo})
+    if (architecture_name(a) == name) return a;
+  return std::nullopt;
+}
+
+std::string_view activation_name(activation a) {
+  switch (a) {
+    case activation::silu: return "silu";
+    case activation::relu: return "relu";
+    case activation::drelu: return "drelu";
+    case activation::gelu: return "gelu";
+  }
+  return "?";
+}
+
+std::optional<activation> activation_from_name(std::string_view name) {
+  for (auto a : {activation::silu, activation::relu, activation::drelu, activation::gelu})
+    if (activation_name(a) == name) return a;
+  return std::nullopt;
+}
+
+namespace {
+
+std::string key(const hparams& hp, std::string_view suffix) { return fmt::format("{}.{}", architecture_name(hp.arch), suffix); }
+
+int64_t required_int(const gguf::file& f, const std::string& k) {
+  auto v = f.get_int(k);
+  if (!v) throw model_error(fmt::format("{}: metadata key {} is missing", f.source(), k));
+  if (*v <= 0) throw model_error(fmt::format("{}: metadata key {} = {} must be positive", f.source(), k, *v));
+  return *v;
+}
+
+}  // namespace
+
+hparams read_hparams(const gguf::file& f) {
+  hparams hp;
+  try {
+    auto arch_name = f.get_string("general.architecture");
+    if (!arch_name) throw model_error(fmt::format("{}: metadata key general.architecture is missing", f.source()));
+    auto arch = architecture_from_name(*arch_name);
+    if (!arch) throw model_error(fmt::format("{}: unknown architecture '{}' (hotcold runs llama, falcon and bamboo)", f.source(), *arch_name));
+    hp.arch = *arch;
+
+    hp.n_embd = required_int(f, key(hp, "embedding_length"));
+    hp.n_layer = required_int(f, key(hp, "block_count"));
+    hp.n_head = required_int(f, key(hp, "attention.head_count"));
+    hp.n_head_kv = f.get_int(key(hp, "attention.head_count_kv")).value_or(hp.n_head);
+    hp.n_ctx_train = f.get_int(key(hp, "context_length")).value_or(2048);
+    auto ff = f.get_int(key(hp, "feed_forward_length"));
+    hp.n_ff = ff ? *ff : (hp.arch == architecture::falcon ? 4 * hp.n_embd : 0);
+    if (hp.n_ff <= 0) throw model_error(fmt::format("{}: metadata key {} is missing", f.source(), key(hp, "feed_forward_length")));
+    if (hp.n_embd % hp.n_head != 0)
+      throw model_error(fmt::format("{}: embedding_length {} is not a multiple of head_count {}", f.source(), hp.n_embd, hp.n_head));
+    if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
+      throw model_error(fmt::format("{}: head_count {} is not a multiple of head_count_kv {}", f.source(), hp.n_head, hp.n_head_kv));
+    hp.n_rot = f.get_int(key(hp, "rope.dimension_count")).value_or(hp.head_dim());
+    if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim() || hp.n_rot % 2)
+      throw model_error(fmt::format("{}: rope.dimension_count {} must be even and at most the head size {}", f.source(), hp.n_rot, hp.head_dim()));
+    hp.rope_freq_base = static_cast<float>(f.get_float(key(hp, "rope.freq_base")).value_or(10000.0));
+    auto scaling = f.get_string(key(hp, "rope.scaling.type"));
+    auto factor = f.get_float(key(hp, "rope.scaling.factor"));
+    if (!factor) factor = f.get_float(key(hp, "rope.scale_linear"));  // older files
+    if (scaling && *scaling != "linear" && *scaling != "none")
+      throw model_error(fmt::format("{}: rope scaling '{}' is not supported (linear or none)", f.source(), *scaling));
+    if (factor && *factor > 0 && (!scaling || *scaling == "linear")) hp.rope_freq_scale = static_cast<float>(1.0 / *factor);
+
+    if (hp.arch == architecture::falcon) {
+      hp.norm_eps = static_cast<float>(f.get_float(key(hp, "attention.layer_norm_epsilon")).value_or(1e-5));
+      hp.rope = rope_style::neox;
+      hp.gated_ffn = false;
+    } else {
+      hp.norm_eps = static_cast<float>(f.get_float(key(hp, "attention.layer_norm_rms_epsilon")).value_or(1e-6));
+      hp.rope = rope_style::adjacent_pairs;
+      hp.gated_ffn = true;
+    }
+
+    // Which activation the file means: hotcold's explicit key; PowerInfer files mean ReLU
+    // (dReLU for bamboo); llama.cpp files mean llama.cpp's choice for the architecture.
+    if (auto a = f.get_string(activation_key)) {
+      auto act = activation_from_name(*a);
+      if (!act) throw model_error(fmt::format("{}: {} = '{}' is not one of silu, relu, drelu, gelu", f.source(), activation_key, *a));
+      hp.act = *act;
+    } else if (hp.arch == architecture::bamboo) {
+      hp.act = activation::drelu;
+    } else if (f.kind() == gguf::file_kind::powerinfer) {
+      hp.act = activation::relu;
+    } else {
+      hp.act = hp.arch == architecture::falcon ? activation::gelu : activation::silu;
+    }
+    if (hp.act == activation::drelu && !hp.gated_ffn)
+      throw model_error(fmt::format("{}: dReLU needs a gated FFN, which {} does not have", f.source(), architecture_name(hp.arch)));
+  } catch (const gguf::metadata_error& e) {
+    throw model_error(e.what());
+  }
+  return hp;
+}
+
+const std::vector<tensor_spec>& tensor_table(architecture a) {
+  using r = tensor_role;
+  static const std::vector<tensor_spec> llama = {
+      {r::token_embd, "token_embd.weight", false, true},
+      {r::output_norm, "output_norm.weight", false, true},
+      {r::output, "output.weight", false, false},  // absent: tied to token_embd
+      {r::attn_norm, "blk.%d.attn_norm.weight", true, true},
+      {r::attn_q, "blk.%d.attn_q.weight", true, true},
+      {r::attn_k, "blk.%d.attn_k.weight", true, true},
+      {r::attn_v, "blk.%d.attn_v.weight", true, true},
+      {r::attn_output, "blk.%d.attn_output.weight", true, true},
+      {r::ffn_norm, "blk.%d.ffn_norm.weight", true, true},
+      {r::ffn_gate, "blk.%d.ffn_gate.weight", true, true},
+      {r::ffn_up, "blk.%d.ffn_up.weight", true, true},
+      {r::ffn_down, "blk.%d.ffn_down.weight", true, true},
+  };
+  static const std::vector<tensor_spec> falcon = {
+      {r::token_embd, "token_embd.weight", false, true},
+      {r::output_norm, "output_norm.weight", false, true},
+      {r::output_norm_b, "output_norm.bias", false, true},
+      {r::output, "output.weight", false, false},
+      {r::attn_norm, "blk.%d.attn_norm.weight", true, true},
+      {r::attn_norm_b, "blk.%d.attn_norm.bias", true, true},
+      {r::attn_norm_2, "blk.%d.attn_norm_2.weight", true, false},  // Falcon-40B: separate FFN norm
+      {r::attn_norm_2_b, "blk.%d.attn_norm_2.bias", true, false},
+      {r::attn_qkv, "blk.%d.attn_qkv.weight", true, true},
+      {r::attn_output, "blk.%d.attn_output.weight", true, true},
+      {r::ffn_up, "blk.%d.ffn_up.weight", true, true},
+      {r::ffn_down, "blk.%d.ffn_down.weight", true, true},
+  };
+  return a == architecture::falcon ? falcon : llama;  // bamboo shares llama's tensors
+}
+
+std::string tensor_name(const tensor_spec& spec, int layer) {
+  if (!spec.per_layer) return spec.name;
+  std::string s = spec.name;
+  auto at = s.find("%d");
+  return s.substr(0, at) + std::to_string(layer) + s.substr(at + 2);
+}
+
+std::vector<int64_t> expected_shape(tensor_role role, const hparams& hp) {
+  using r = tensor_role;
+  switch (role) {
+    case r::token_embd: case r::output: return {hp.n_embd, hp.n_vocab};
+    case r::output_norm: case r::output_norm_b: case r::attn_norm: case r::attn_norm_b:
+    case r::attn_norm_2: case r::attn_norm_2_b: case r::ffn_norm: return {hp.n_embd, 1};
+    case r::attn_q: case r::attn_output: return {hp.n_embd, hp.n_embd};
+    case r::attn_k: case r::attn_v: return {hp.n_embd, hp.n_embd_kv()};
+    case r::attn_qkv: return {hp.n_embd, hp.n_embd + 2 * hp.n_embd_kv()};
+    case r::ffn_gate: case r::ffn_up: return {hp.n_embd, hp.n_ff};
+    case r::ffn_down: return {hp.n_ff, hp.n_embd};
+  }
+  return {};
+}
+
+}  // namespace hotcold

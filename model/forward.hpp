@@ -1,0 +1,59 @@
+#pragma once
+// The reference forward pass: one token at a time through every layer, with a KV cache. Readable
+// first (it is the oracle every faster path is compared with), and split across threads only where
+// the work is a plain loop over rows or heads.
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/quants.hpp"
+#include "model/model.hpp"
+#include "model/thread_pool.hpp"
+
+namespace hotcold {
+
+class inference_context {
+ public:
+  // n_ctx: positions the KV cache holds (0: the model's training context).
+  inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads);
+
+  // Runs `token` at position `pos` (positions 0..pos-1 must have run since the last reset) and
+  // returns the logits over the vocabulary; valid until the next call.
+  std::span<const float> forward(token_id token, int64_t pos);
+  void reset() {}  // positions restart at 0; the cache is overwritten as they run again
+
+  int64_t n_ctx() const { return n_ctx_; }
+  const model& get_model() const { return *model_; }
+  thread_pool& pool() { return pool_; }
+
+ private:
+  void matvec(const tensor_view& w, const float* x, float* y);
+  void attention(int64_t layer, int64_t pos);  // q, k_cache, v_cache -> attn_out
+  void ffn(const layer_weights& l, const float* in, float* out);
+
+  std::shared_ptr<const model> model_;
+  int64_t n_ctx_;
+  thread_pool pool_;
+
+  // Run state (shapes in elements).
+  std::vector<float> x_;         // (n_embd) residual stream
+  std::vector<float> xn_;        // (n_embd) normalized input of attention
+  std::vector<float> xn2_;       // (n_embd) normalized input of the FFN
+  std::vector<float> qkv_;       // (n_embd + 2 n_embd_kv): q, k, v of this position
+  std::vector<float> attn_out_;  // (n_embd) heads concatenated, before wo
+  std::vector<float> proj_;      // (n_embd) wo output
+  std::vector<float> ffn_out_;   // (n_embd)
+  std::vector<float> gate_, up_; // (n_ff)
+  std::vector<float> scores_;    // (n_head, n_ctx)
+  std::vector<float> logits_;    // (n_vocab)
+  std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows
+  std::vector<float> k_cache_;   // (n_layer, n_ctx, n_embd_kv)
+  std::vector<float> v_cache_;   // (n_layer, n_ctx, n_embd_kv)
+};
+
+// Shared helpers, also used by tests as building blocks of independent computations.
+void dequantize_row(const tensor_view& t, int64_t row, float* out);
+float silu(float x);
+float gelu(float x);  // tanh approximation, as llama.cpp
+
+}  // namespace hotcold

@@ -1,0 +1,170 @@
+#include "model/model.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+#include <fmt/format.h>
+
+namespace hotcold {
+
+bool matrix_type_supported(tensor_type t) {
+  switch (t) {
+    case tensor_type::f32: case tensor_type::f16: case tensor_type::bf16:
+    case tensor_type::q8_0: case tensor_type::q4_0: case tensor_type::q6_k: return true;
+    default: return false;
+  }
+}
+
+model::~model() {
+  if (buffer_) munmap(buffer_, buffer_bytes_);
+}
+
+namespace {
+
+// Copies the file's data section into anonymous memory with pread, so the mmap'd file pages are
+// never touched (and never counted twice).
+void* read_data_section(const std::string& path, uint64_t offset, size_t bytes, bool& huge) {
+  void* buf = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) throw std::system_error(errno, std::generic_category(), fmt::format("{}: allocating {} bytes for weights", path, bytes));
+  huge = madvise(buf, bytes, MADV_HUGEPAGE) == 0;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    munmap(buf, bytes);
+    throw std::system_error(e, std::generic_category(), path);
+  }
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = pread(fd, static_cast<char*>(buf) + done, std::min<size_t>(bytes - done, size_t{1} << 30), static_cast<off_t>(offset + done));
+    if (n <= 0) {
+      int e = n < 0 ? errno : EIO;
+      ::close(fd);
+      munmap(buf, bytes);
+      throw std::system_error(e, std::generic_category(), path + ": reading weights");
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return buf;
+}
+
+}  // namespace
+
+std::shared_ptr<const model> model::load(const std::string& path, const load_options& options) {
+  std::shared_ptr<model> m(new model());
+  m->path_ = path;
+  m->file_ = std::make_unique<gguf::file>(gguf::file::open(path));
+  const gguf::file& f = *m->file_;
+  m->hp_ = read_hparams(f);
+  try {
+    m->vocab_ = std::make_unique<vocab>(vocab::from_gguf(f));
+  } catch (const vocab_error& e) {
+    throw model_error(e.what());
+  }
+  hparams& hp = m->hp_;
+
+  const gguf::tensor_info* embd = f.find_tensor("token_embd.weight");
+  if (!embd) throw model_error(fmt::format("{}: tensor token_embd.weight is missing", path));
+  hp.n_vocab = embd->ne[1];
+  if (static_cast<size_t>(hp.n_vocab) != m->vocab_->size())
+    throw model_error(fmt::format("{}: token_embd.weight has {} rows but the tokenizer has {} tokens", path, hp.n_vocab, m->vocab_->size()));
+
+  const uint8_t* base = nullptr;
+  if (options.use_mmap) {
+    base = f.bytes().data() + f.data_offset();
+  } else {
+    size_t bytes = static_cast<size_t>(f.size() - f.data_offset());
+    if (bytes > 0) {
+      m->buffer_ = read_data_section(path, f.data_offset(), bytes, m->huge_pages_);
+      m->buffer_bytes_ = bytes;
+      base = static_cast<const uint8_t*>(m->buffer_);
+    }
+  }
+
+  auto bind = [&](const tensor_spec& spec, int layer) -> tensor_view {
+    std::string name = tensor_name(spec, layer);
+    const gguf::tensor_info* t = f.find_tensor(name);
+    if (!t) {
+      if (spec.required) throw model_error(fmt::format("{}: tensor {} is missing", path, name));
+      return {};
+    }
+    auto want = expected_shape(spec.role, hp);
+    bool vector = want[1] == 1;
+    bool shape_ok = t->ne[0] == want[0] && t->ne[1] == want[1] && t->ne[2] == 1 && t->ne[3] == 1 && (!vector || t->n_dims == 1);
+    if (!shape_ok) {
+      std::string got;
+      for (uint32_t d = 0; d < t->n_dims; ++d) got += (d ? ", " : "") + std::to_string(t->ne[d]);
+      throw model_error(fmt::format("{}: tensor {} has shape [{}], expected [{}]", path, name, got,
+                                    vector ? std::to_string(want[0]) : fmt::format("{}, {}", want[0], want[1])));
+    }
+    if (vector ? (t->type != tensor_type::f32) : !matrix_type_supported(t->type))
+      throw model_error(fmt::format("{}: tensor {} has type {}, which hotcold does not compute with ({})", path, name,
+                                    tensor_type_name(t->type), vector ? "norms must be F32" : "F32, F16, BF16, Q8_0, Q4_0, Q6_K"));
+    tensor_view v;
+    v.name = name;
+    v.type = t->type;
+    v.ne0 = t->ne[0];
+    v.ne1 = t->ne[1];
+    v.row_bytes = static_cast<size_t>(t->n_bytes / static_cast<uint64_t>(t->ne[1]));
+    v.data = base + t->offset;
+    m->weight_bytes_ += t->n_bytes;
+    return v;
+  };
+
+  using r = tensor_role;
+  model_weights& w = m->weights_;
+  w.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (const auto& spec : tensor_table(hp.arch)) {
+    if (!spec.per_layer) {
+      tensor_view v = bind(spec, 0);
+      switch (spec.role) {
+        case r::token_embd: w.token_embd = v; break;
+        case r::output_norm: w.output_norm = v; break;
+        case r::output_norm_b: w.output_norm_b = v; break;
+        case r::output: w.output = v; break;
+        default: break;
+      }
+      continue;
+    }
+    for (int il = 0; il < hp.n_layer; ++il) {
+      tensor_view v = bind(spec, il);
+      layer_weights& l = w.layers[static_cast<size_t>(il)];
+      switch (spec.role) {
+        case r::attn_norm: l.attn_norm = v; break;
+        case r::attn_norm_b: l.attn_norm_b = v; break;
+        case r::attn_norm_2: l.attn_norm_2 = v; break;
+        case r::attn_norm_2_b: l.attn_norm_2_b = v; break;
+        case r::attn_q: l.wq = v; break;
+        case r::attn_k: l.wk = v; break;
+        case r::attn_v: l.wv = v; break;
+        case r::attn_qkv: l.wqkv = v; break;
+        case r::attn_output: l.wo = v; break;
+        case r::ffn_norm: l.ffn_norm = v; break;
+        case r::ffn_gate: l.ffn_gate = v; break;
+        case r::ffn_up: l.ffn_up = v; break;
+        case r::ffn_down: l.ffn_down = v; break;
+        default: break;
+      }
+    }
+  }
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const auto& l = w.layers[static_cast<size_t>(il)];
+    if (static_cast<bool>(l.attn_norm_2) != static_cast<bool>(l.attn_norm_2_b))
+      throw model_error(fmt::format("{}: blk.{}.attn_norm_2 needs both its weight and its bias", path, il));
+  }
+  if (!w.output) {
+    w.output = w.token_embd;
+    m->tied_output_ = true;
+  }
+  if (!options.use_mmap) {
+    // The weights are private now; keep only what the vocabulary and hyper-parameters needed.
+    m->file_.reset();
+  }
+  return m;
+}
+
+}  // namespace hotcold

@@ -1,0 +1,86 @@
+#pragma once
+// A loaded model: hyper-parameters, vocabulary, and views of its weights, which live either in
+// anonymous memory (the default: read once, huge pages where the kernel gives them) or in the
+// file's mmap'd pages (--mmap).
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/arch.hpp"
+#include "model/gguf.hpp"
+#include "model/tensor_types.hpp"
+#include "model/vocab.hpp"
+
+namespace hotcold {
+
+// A weight tensor as the compute reads it: rows of ne[0] elements, ne[1] rows.
+struct tensor_view {
+  std::string name;
+  tensor_type type = tensor_type::f32;
+  int64_t ne0 = 0;        // elements per row
+  int64_t ne1 = 1;        // rows
+  size_t row_bytes = 0;
+  const uint8_t* data = nullptr;
+
+  explicit operator bool() const { return data != nullptr; }
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+struct layer_weights {
+  tensor_view attn_norm, attn_norm_b;      // (n_embd)
+  tensor_view attn_norm_2, attn_norm_2_b;  // falcon-40B FFN norm (n_embd), optional
+  tensor_view wq, wk, wv;                  // (n_embd) -> (n_embd), (n_embd_kv), (n_embd_kv)
+  tensor_view wqkv;                        // falcon: (n_embd) -> (n_embd + 2 n_embd_kv)
+  tensor_view wo;                          // (n_embd) -> (n_embd)
+  tensor_view ffn_norm;                    // (n_embd)
+  tensor_view ffn_gate, ffn_up;            // (n_embd) -> (n_ff)
+  tensor_view ffn_down;                    // (n_ff) -> (n_embd)
+};
+
+struct model_weights {
+  tensor_view token_embd;                  // n_vocab rows of n_embd
+  tensor_view output_norm, output_norm_b;  // (n_embd)
+  tensor_view output;                      // n_vocab rows of n_embd (token_embd when tied)
+  std::vector<layer_weights> layers;
+};
+
+struct load_options {
+  bool use_mmap = false;  // compute from the file's pages instead of a private copy
+};
+
+class model {
+ public:
+  // Throws model_error (unknown architecture, missing tensor, wrong shape or type),
+  // gguf::format_error (corrupt file) or std::system_error (cannot read).
+  static std::shared_ptr<const model> load(const std::string& path, const load_options& options = {});
+
+  const std::string& path() const { return path_; }
+  const hparams& hp() const { return hp_; }
+  const vocab& vocabulary() const { return *vocab_; }
+  const model_weights& weights() const { return weights_; }
+  bool tied_output() const { return tied_output_; }
+  uint64_t weight_bytes() const { return weight_bytes_; }
+  bool huge_pages() const { return huge_pages_; }
+
+  ~model();
+
+ private:
+  model() = default;
+  std::string path_;
+  hparams hp_;
+  std::unique_ptr<vocab> vocab_;
+  model_weights weights_;
+  bool tied_output_ = false;
+  uint64_t weight_bytes_ = 0;
+  bool huge_pages_ = false;
+  std::unique_ptr<gguf::file> file_;  // kept for --mmap (weights point into it)
+  void* buffer_ = nullptr;            // anonymous copy of the data section
+  size_t buffer_bytes_ = 0;
+};
+
+// Types the compute supports for weight matrices and the embedding.
+bool matrix_type_supported(tensor_type t);
+
+}  // namespace hotcold

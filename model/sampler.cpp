@@ -1,0 +1,103 @@
+#include "model/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace hotcold::sampling {
+
+void softmax(std::vector<candidate>& c) {
+  std::sort(c.begin(), c.end(), [](const candidate& a, const candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); });
+  if (c.empty()) return;
+  float max_l = c.front().logit;
+  double sum = 0;
+  for (auto& x : c) sum += (x.p = std::exp(x.logit - max_l));
+  for (auto& x : c) x.p = static_cast<float>(x.p / sum);
+}
+
+void penalties(std::vector<candidate>& c, std::span<const token_id> recent, float repeat, float frequency, float presence) {
+  if (recent.empty() || (repeat == 1.0f && frequency == 0.0f && presence == 0.0f)) return;
+  std::unordered_map<token_id, int> count;
+  for (token_id t : recent) ++count[t];
+  for (auto& x : c) {
+    auto it = count.find(x.id);
+    if (it == count.end()) continue;
+    x.logit = x.logit > 0 ? x.logit / repeat : x.logit * repeat;
+    x.logit -= static_cast<float>(it->second) * frequency + presence;
+  }
+}
+
+void top_k(std::vector<candidate>& c, int32_t k) {
+  if (k <= 0 || static_cast<size_t>(k) >= c.size()) return;
+  auto better = [](const candidate& a, const candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+  std::partial_sort(c.begin(), c.begin() + k, c.end(), better);
+  c.resize(static_cast<size_t>(k));
+}
+
+void top_p(std::vector<candidate>& c, float p) {
+  if (p >= 1.0f || c.empty()) return;
+  softmax(c);
+  double cum = 0;
+  size_t keep = c.size();
+  for (size_t i = 0; i < c.size(); ++i) {
+    cum += c[i].p;
+    if (cum >= p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  c.resize(keep);
+}
+
+void min_p(std::vector<candidate>& c, float p) {
+  if (p <= 0.0f || c.empty()) return;
+  softmax(c);
+  float threshold = c.front().p * p;
+  size_t keep = 1;
+  while (keep < c.size() && c[keep].p >= threshold) ++keep;
+  c.resize(keep);
+}
+
+void temperature(std::vector<candidate>& c, float t) {
+  for (auto& x : c) x.logit /= t;
+}
+
+}  // namespace hotcold::sampling
+
+namespace hotcold {
+
+sampler::sampler(const sampling_params& params) : params_(params), rng_(params.seed) {}
+
+void sampler::accept(token_id id) {
+  recent_.push_back(id);
+  while (recent_.size() > static_cast<size_t>(std::max(0, params_.penalty_last_n))) recent_.pop_front();
+}
+
+double sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+token_id sampler::sample(std::span<const float> logits) {
+  cands_.clear();
+  cands_.reserve(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) cands_.push_back({static_cast<token_id>(i), logits[i]});
+  std::vector<token_id> recent(recent_.begin(), recent_.end());
+  sampling::penalties(cands_, recent, params_.repeat_penalty, params_.frequency_penalty, params_.presence_penalty);
+  if (params_.temperature <= 0.0f) {
+    auto best = std::max_element(cands_.begin(), cands_.end(), [](const candidate& a, const candidate& b) {
+      return a.logit < b.logit || (a.logit == b.logit && a.id > b.id);
+    });
+    return best->id;
+  }
+  sampling::top_k(cands_, params_.top_k);
+  sampling::top_p(cands_, params_.top_p);
+  sampling::min_p(cands_, params_.min_p);
+  sampling::temperature(cands_, params_.temperature);
+  sampling::softmax(cands_);
+  double r = uniform(), cum = 0;
+  for (const auto& x : cands_) {
+    cum += x.p;
+    if (r < cum) return x.id;
+  }
+  return cands_.back().id;
+}
+
+}  // namespace hotcold

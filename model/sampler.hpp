@@ -1,0 +1,64 @@
+#pragma once
+// Turning logits into the next token. The chain, in order: repetition / frequency / presence
+// penalties over the last `penalty_last_n` tokens, top-k, top-p, min-p, temperature, then a draw
+// from the remaining distribution. Temperature 0 is greedy (the best token after penalties).
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "model/vocab.hpp"
+
+namespace hotcold {
+
+struct sampling_params {
+  float temperature = 0.8f;
+  int32_t top_k = 40;          // <= 0: off
+  float top_p = 0.95f;         // >= 1: off
+  float min_p = 0.05f;         // <= 0: off
+  float repeat_penalty = 1.0f; // 1: off; > 1 discourages repeats (divides positive logits, multiplies negative)
+  float frequency_penalty = 0.0f;  // subtracted once per earlier occurrence
+  float presence_penalty = 0.0f;   // subtracted once if the token occurred
+  int32_t penalty_last_n = 64;     // how many recent tokens the penalties look at
+  uint64_t seed = 0;
+};
+
+struct candidate {
+  token_id id;
+  float logit;
+  float p = 0.0f;
+};
+
+// The chain's stages on a candidate list, exposed for tests. After softmax(), candidates are sorted
+// by descending probability; every stage keeps at least one candidate.
+namespace sampling {
+void softmax(std::vector<candidate>& c);
+void penalties(std::vector<candidate>& c, std::span<const token_id> recent, float repeat, float frequency, float presence);
+void top_k(std::vector<candidate>& c, int32_t k);
+void top_p(std::vector<candidate>& c, float p);
+void min_p(std::vector<candidate>& c, float p);
+void temperature(std::vector<candidate>& c, float t);
+}  // namespace sampling
+
+class sampler {
+ public:
+  explicit sampler(const sampling_params& params);
+
+  // Samples from logits (one per vocabulary entry), using the accepted history for penalties.
+  token_id sample(std::span<const float> logits);
+  // Records a token (prompt or generated) for the penalties.
+  void accept(token_id id);
+  // A uniform draw in [0, 1) from the sampler's generator, the same sequence on every platform.
+  double uniform();
+
+  const sampling_params& params() const { return params_; }
+
+ private:
+  sampling_params params_;
+  std::mt19937_64 rng_;
+  std::deque<token_id> recent_;
+  std::vector<candidate> cands_;
+};
+
+}  // namespace hotcold
