@@ -29,3 +29,6 @@ if(NOT TARGET CAF::core)
     IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
     INTERFACE_LINK_LIBRARIES CAF::core)
 endif()
+
+# Line editing for `hotcold chat`: libedit's readline-compatible API.
+pkg_check_modules(LIBEDIT REQUIRED IMPORTED_TARGET libedit)

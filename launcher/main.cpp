@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "launcher/commands.hpp"
+#include "model/arch.hpp"
 #include "model/gguf.hpp"
 #include "model/vocab.hpp"
 
@@ -14,6 +15,12 @@ int run_guarded(const char* command, const std::function<void()>& body) {
   try {
     body();
     return exit_ok;
+  } catch (const model_error& e) {
+    fmt::print(stderr, "hotcold {}: cannot run this model: {}\n", command, e.what());
+    return exit_io_error;
+  } catch (const std::length_error& e) {
+    fmt::print(stderr, "hotcold {}: {}\n", command, e.what());
+    return exit_io_error;
   } catch (const gguf::format_error& e) {
     fmt::print(stderr, "hotcold {}: not a valid GGUF file: {}\n", command, e.what());
     return exit_bad_input;
@@ -46,6 +53,8 @@ int main(int argc, char** argv) {
   add_inspect_command(app, exit_code);
   add_tokenize_commands(app, exit_code);
   add_devices_command(app, exit_code);
+  add_gen_model_command(app, exit_code);
+  add_generate_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

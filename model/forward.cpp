@@ -145,7 +145,7 @@ void inference_context::attention(int64_t layer, int64_t pos) {
   });
 }
 
-void inference_context::ffn(const layer_weights& l, const float* in, float* out) {
+void inference_context::ffn(int64_t layer, const layer_weights& l, const float* in, float* out) {
   const hparams& hp = model_->hp();
   if (hp.gated_ffn) {
     matvec(l.ffn_gate, in, gate_.data());
@@ -166,6 +166,7 @@ void inference_context::ffn(const layer_weights& l, const float* in, float* out)
       gate_[i] = hp.act == activation::gelu ? gelu(u) : hp.act == activation::silu ? silu(u) : std::max(u, 0.0f);
     }
   }
+  if (observer_) observer_("ffn_act", layer, gate_);
   matvec(l.ffn_down, gate_.data(), out);
 }
 
@@ -210,12 +211,12 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
         layer_norm(x_.data(), f32(l.attn_norm_2), f32(l.attn_norm_2_b), xn2_.data(), n_embd, hp.norm_eps);
         ffn_in = xn2_.data();
       }
-      ffn(l, ffn_in, ffn_out_.data());
+      ffn(il, l, ffn_in, ffn_out_.data());
       for (int64_t i = 0; i < n_embd; ++i) x_[i] += proj_[i] + ffn_out_[i];
     } else {
       for (int64_t i = 0; i < n_embd; ++i) x_[i] += proj_[i];
       rms_norm(x_.data(), f32(l.ffn_norm), xn2_.data(), n_embd, hp.norm_eps);
-      ffn(l, xn2_.data(), ffn_out_.data());
+      ffn(il, l, xn2_.data(), ffn_out_.data());
       for (int64_t i = 0; i < n_embd; ++i) x_[i] += ffn_out_[i];
     }
   }

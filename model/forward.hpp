@@ -2,8 +2,10 @@
 // The reference forward pass: one token at a time through every layer, with a KV cache. Readable
 // first (it is the oracle every faster path is compared with), and split across threads only where
 // the work is a plain loop over rows or heads.
+#include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cpu/quants.hpp"
@@ -22,6 +24,12 @@ class inference_context {
   std::span<const float> forward(token_id token, int64_t pos);
   void reset() {}  // positions restart at 0; the cache is overwritten as they run again
 
+  // Sees named intermediates as they are computed: (name, layer, values). Names so far:
+  // "ffn_act" — the FFN's hidden vector after the activation (n_ff), whose nonzeros are the
+  // neurons that fired. Empty function: no calls.
+  using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
+  void set_observer(observer o) { observer_ = std::move(o); }
+
   int64_t n_ctx() const { return n_ctx_; }
   const model& get_model() const { return *model_; }
   thread_pool& pool() { return pool_; }
@@ -29,10 +37,11 @@ class inference_context {
  private:
   void matvec(const tensor_view& w, const float* x, float* y);
   void attention(int64_t layer, int64_t pos);  // q, k_cache, v_cache -> attn_out
-  void ffn(const layer_weights& l, const float* in, float* out);
+  void ffn(int64_t layer, const layer_weights& l, const float* in, float* out);
 
   std::shared_ptr<const model> model_;
   int64_t n_ctx_;
+  observer observer_;
   thread_pool pool_;
 
   // Run state (shapes in elements).

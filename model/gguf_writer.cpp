@@ -89,6 +89,40 @@ void writer::set_array(std::string_view key, std::span<const uint32_t> v) {
   put_numeric_array(kv_bytes_, value_type::u32, v);
 }
 
+void writer::put_value_body(const value& v) {
+  switch (v.type()) {
+    case value_type::string: put_string(v.as_string()); return;
+    case value_type::array:
+      put<uint32_t>(static_cast<uint32_t>(v.element_type()));
+      put<uint64_t>(v.size());
+      if (v.element_type() == value_type::string) {
+        for (size_t i = 0; i < v.size(); ++i) put_string(v.string_at(i));
+      } else if (v.element_type() == value_type::array) {
+        for (size_t i = 0; i < v.size(); ++i) put_value_body(v.array_at(i));
+      } else {
+        auto raw = v.raw_elements();
+        kv_bytes_.insert(kv_bytes_.end(), raw.begin(), raw.end());
+      }
+      return;
+    case value_type::boolean: put<uint8_t>(v.as_bool() ? 1 : 0); return;
+    case value_type::f32: put<float>(static_cast<float>(v.as_f64())); return;
+    case value_type::f64: put<double>(v.as_f64()); return;
+    case value_type::u8: put<uint8_t>(static_cast<uint8_t>(v.as_u64())); return;
+    case value_type::u16: put<uint16_t>(static_cast<uint16_t>(v.as_u64())); return;
+    case value_type::u32: put<uint32_t>(static_cast<uint32_t>(v.as_u64())); return;
+    case value_type::u64: put<uint64_t>(v.as_u64()); return;
+    case value_type::i8: put<int8_t>(static_cast<int8_t>(v.as_i64())); return;
+    case value_type::i16: put<int16_t>(static_cast<int16_t>(v.as_i64())); return;
+    case value_type::i32: put<int32_t>(static_cast<int32_t>(v.as_i64())); return;
+    case value_type::i64: put<int64_t>(v.as_i64()); return;
+  }
+}
+
+void writer::set_value(std::string_view key, const value& v) {
+  begin_key(key, v.type());
+  put_value_body(v);
+}
+
 void writer::set_alignment(uint32_t alignment) {
   if (alignment == 0 || !std::has_single_bit(alignment))
     throw std::invalid_argument(fmt::format("gguf writer: alignment {} is not a power of two", alignment));

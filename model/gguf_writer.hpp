@@ -32,6 +32,8 @@ class writer {
   void set_array(std::string_view key, std::span<const float> v);
   void set_array(std::string_view key, std::span<const int32_t> v);
   void set_array(std::string_view key, std::span<const uint32_t> v);
+  // Copies a value read from another file (any type, arrays and nested arrays included).
+  void set_value(std::string_view key, const value& v);
   // Sets general.alignment (u32, a power of two) and pads the data section to it.
   void set_alignment(uint32_t alignment);
   // Any value already encoded as GGUF bytes (for nested arrays; see encode_array()).
@@ -59,6 +61,7 @@ class writer {
   template <class T> void put(T v);
   template <class T> void set_scalar(std::string_view key, value_type type, T v);
   void put_string(std::string_view s);
+  void put_value_body(const value& v);
   std::vector<uint8_t> header_bytes() const;  // header, metadata, infos, padding
 
   file_kind kind_;

@@ -15,6 +15,7 @@ packages=(
   libgtest-dev libgmock-dev         # GoogleTest
   libbenchmark-dev                  # Google Benchmark
   libpcre2-dev                      # Unicode-aware pre-tokenizer regexes
+  libedit-dev                       # line editing for hotcold chat (readline API, BSD licence)
 )
 
 missing=()

@@ -1,0 +1,54 @@
+// hotcold gen-model --arch llama|falcon|bamboo --act relu|silu|drelu --embd N --layers N --ffn N
+//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|q8_0|q4_0 --seed S -o OUT.gguf
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "launcher/commands.hpp"
+#include "launcher/progress.hpp"
+#include "tools/gen_model.hpp"
+
+namespace hotcold::launcher {
+
+void add_gen_model_command(CLI::App& app, int& exit_code) {
+  struct args {
+    std::string arch = "llama", act = "relu", type = "f16";
+    tools::gen_model_options o;
+  };
+  auto a = std::make_shared<args>();
+  auto* cmd = app.add_subcommand("gen-model", "Write a synthetic GGUF model whose ReLU FFNs are sparse with power-law neuron frequencies");
+  cmd->add_option("--arch", a->arch, "llama, falcon or bamboo")->check(CLI::IsMember({"llama", "falcon", "bamboo"}));
+  cmd->add_option("--act", a->act, "FFN activation: relu, silu, drelu (gated only) or gelu")->check(CLI::IsMember({"relu", "silu", "drelu", "gelu"}));
+  cmd->add_option("--embd", a->o.n_embd, "Embedding size")->capture_default_str();
+  cmd->add_option("--layers", a->o.n_layer, "Layers")->capture_default_str();
+  cmd->add_option("--ffn", a->o.n_ff, "FFN neurons per layer")->capture_default_str();
+  cmd->add_option("--heads", a->o.n_head, "Attention heads")->capture_default_str();
+  cmd->add_option("--kv-heads", a->o.n_head_kv, "KV heads (grouped-query attention when fewer than --heads)")->capture_default_str();
+  cmd->add_option("--ctx", a->o.n_ctx, "Training context length written to the file")->capture_default_str();
+  cmd->add_option("--active", a->o.active, "Mean fraction of FFN neurons firing per token (ReLU family)")->capture_default_str();
+  cmd->add_option("--vocab", a->o.vocab_path, "GGUF file whose tokenizer is copied")->required();
+  cmd->add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0 or q4_0")->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  cmd->add_option("--seed", a->o.seed, "Random seed")->capture_default_str();
+  cmd->add_option("-o,--output", a->o.out_path, "Output GGUF file")->required();
+  cmd->callback([a, &exit_code] {
+    exit_code = run_guarded("gen-model", [&] {
+      auto o = a->o;
+      o.arch = *architecture_from_name(a->arch);
+      o.act = *activation_from_name(a->act);
+      o.type = *tensor_type_from_name(a->type);
+      auto t0 = std::chrono::steady_clock::now();
+      progress_bar bar("gen-model");
+      auto report = tools::generate_model(o, [&](int64_t done, int64_t total) { bar.update(done, total); });
+      bar.finish();
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      fmt::print(stderr, "hotcold gen-model: wrote {} ({:.1f} MiB, vocab {}) in {:.1f} s\n", o.out_path,
+                 report.file_bytes / double(1 << 20), report.n_vocab, secs);
+      for (size_t l = 0; l < report.layers.size(); ++l)
+        fmt::print(stderr, "  layer {:2}: designed active {:.3f}, power-law alpha {:.2f}, top-20% neurons take {:.0f}% of firings\n", l,
+                   report.layers[l].mean, report.layers[l].alpha, 100 * report.layers[l].top20_share);
+    });
+  });
+}
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,298 @@
+// Commands that run the model: run, eval, perplexity, chat.
+#include <editline/readline.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "launcher/commands.hpp"
+#include "launcher/default_model.hpp"
+#include "model/forward.hpp"
+#include "model/sampler.hpp"
+
+namespace hotcold::launcher {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+struct model_args {
+  std::string model;
+  int threads = 0;
+  int64_t ctx = 0;
+  bool mmap = false;
+};
+
+void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
+  auto* opt = cmd->add_option("-m,--model", m.model, model_required ? "GGUF model" : "GGUF model (default: the embedded default model)");
+  if (model_required) opt->required();
+  cmd->add_option("-t,--threads", m.threads, "Threads (default: all hardware threads)");
+  cmd->add_option("-c,--ctx", m.ctx, "Context length (default: the model's, at most 4096)");
+  cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
+}
+
+struct loaded {
+  std::shared_ptr<const model> m;
+  std::unique_ptr<inference_context> ctx;
+};
+
+loaded load(const model_args& a) {
+  std::string path = a.model.empty() ? ensure_default_model() : a.model;
+  auto t0 = clock_type::now();
+  auto m = model::load(path, {a.mmap});
+  const auto& hp = m->hp();
+  int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int64_t ctx = a.ctx > 0 ? a.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  fmt::print(stderr, "hotcold: {} — {} {}, {} layers, embd {}, ffn {}, heads {}/{}, vocab {}, {:.1f} MiB of weights{}; loaded in {:.2f} s\n",
+             path, architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv,
+             hp.n_vocab, m->weight_bytes() / double(1 << 20), a.mmap ? " (mmap)" : "", seconds_since(t0));
+  fmt::print(stderr, "hotcold: context {}, {} threads\n", ctx, threads);
+  for (const auto& w : m->vocabulary().warnings()) fmt::print(stderr, "hotcold: warning: {}\n", w);
+  loaded l{m, std::make_unique<inference_context>(m, ctx, threads)};
+  return l;
+}
+
+void check_fits(int64_t n_prompt, int64_t n_ctx) {
+  if (n_prompt > n_ctx)
+    throw std::length_error(fmt::format("the prompt has {} tokens, more than the context of {} (raise -c)", n_prompt, n_ctx));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::system_error(errno, std::generic_category(), path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct sampling_args {
+  int n_predict = 128;
+  sampling_params p;
+  bool seed_given = false;
+  bool parse_special = false;
+};
+
+void add_sampling_options(CLI::App* cmd, sampling_args& s) {
+  cmd->add_option("-n,--n-predict", s.n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temp", s.p.temperature, "Temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", s.p.top_k, "Top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", s.p.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", s.p.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", s.p.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", s.p.penalty_last_n, "Tokens the penalties look back on")->capture_default_str();
+  cmd->add_option("--frequency-penalty", s.p.frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
+  cmd->add_option("--presence-penalty", s.p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
+  cmd->add_option("--seed", s.p.seed, "Random seed (default: random, printed on stderr)");
+  cmd->add_flag("--parse-special", s.parse_special, "Text of control tokens in the prompt (\"<s>\") becomes those tokens");
+}
+
+void finalize_seed(sampling_args& s, CLI::App* cmd) {
+  if (cmd->count("--seed") == 0) {
+    s.p.seed = std::random_device{}();
+    fmt::print(stderr, "hotcold: seed {}\n", s.p.seed);
+  }
+}
+
+void write_piece(const std::string& piece) {
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Feeds `tokens` from position `pos`, returns the logits after the last one.
+std::span<const float> feed(inference_context& ctx, const std::vector<token_id>& tokens, int64_t& pos) {
+  std::span<const float> logits;
+  for (token_id t : tokens) logits = ctx.forward(t, pos++);
+  return logits;
+}
+
+// Generates up to n tokens after `logits`, streaming their text; returns how many were generated.
+int generate(inference_context& ctx, sampler& smp, std::span<const float> logits, int64_t& pos, int n) {
+  const vocab& v = ctx.get_model().vocabulary();
+  int produced = 0;
+  while (produced < n && pos < ctx.n_ctx()) {
+    token_id next = smp.sample(logits);
+    if (v.is_end_of_generation(next)) break;
+    smp.accept(next);
+    write_piece(v.piece(next));
+    ++produced;
+    if (pos >= ctx.n_ctx()) break;
+    logits = ctx.forward(next, pos++);
+  }
+  return produced;
+}
+
+}  // namespace
+
+void add_generate_commands(CLI::App& app, int& exit_code) {
+  // ---- run ----
+  {
+    struct args {
+      model_args m;
+      sampling_args s;
+      std::string prompt;
+    };
+    auto a = std::make_shared<args>();
+    auto* cmd = app.add_subcommand("run", "Generate text after a prompt, streaming only the generated text to stdout");
+    add_model_options(cmd, a->m, false);
+    cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+    add_sampling_options(cmd, a->s);
+    cmd->callback([a, cmd, &exit_code] {
+      exit_code = run_guarded("run", [&] {
+        finalize_seed(a->s, cmd);
+        auto l = load(a->m);
+        const vocab& v = l.m->vocabulary();
+        auto tokens = v.tokenize(a->prompt, true, a->s.parse_special);
+        if (tokens.empty()) throw std::invalid_argument("the prompt is empty and the model adds no BOS token");
+        check_fits(static_cast<int64_t>(tokens.size()), l.ctx->n_ctx());
+        sampler smp(a->s.p);
+        for (token_id t : tokens) smp.accept(t);
+        int64_t pos = 0;
+        auto t0 = clock_type::now();
+        auto logits = feed(*l.ctx, tokens, pos);
+        double t_prompt = seconds_since(t0);
+        auto t1 = clock_type::now();
+        int n = generate(*l.ctx, smp, logits, pos, a->s.n_predict);
+        double t_gen = seconds_since(t1);
+        fmt::print("\n");
+        fmt::print(stderr, "hotcold: prompt {} tokens in {:.0f} ms ({:.1f} tok/s); generated {} tokens in {:.0f} ms ({:.1f} tok/s)\n",
+                   tokens.size(), 1000 * t_prompt, tokens.size() / std::max(t_prompt, 1e-9), n, 1000 * t_gen,
+                   n / std::max(t_gen, 1e-9));
+      });
+    });
+  }
+
+  // ---- eval ----
+  {
+    struct args {
+      model_args m;
+      std::string prompt, file, logits_out;
+      bool parse_special = false;
+    };
+    auto a = std::make_shared<args>();
+    auto* cmd = app.add_subcommand("eval", "Write the logits of every prompt position as float32 [n_tokens x n_vocab]; print the prompt's ids");
+    add_model_options(cmd, a->m, true);
+    auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
+    auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
+    p->excludes(f);
+    cmd->add_option("--logits-out", a->logits_out, "Output file of float32 little-endian logits")->required();
+    cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens becomes those tokens");
+    cmd->callback([a, p, f, &exit_code] {
+      exit_code = run_guarded("eval", [&] {
+        if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
+        std::string text = f->count() ? read_file(a->file) : a->prompt;
+        auto l = load(a->m);
+        auto tokens = l.m->vocabulary().tokenize(text, true, a->parse_special);
+        check_fits(static_cast<int64_t>(tokens.size()), l.ctx->n_ctx());
+        std::ofstream out(a->logits_out, std::ios::binary | std::ios::trunc);
+        if (!out) throw std::system_error(errno, std::generic_category(), a->logits_out);
+        auto t0 = clock_type::now();
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          auto logits = l.ctx->forward(tokens[i], static_cast<int64_t>(i));
+          out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
+        }
+        out.close();
+        if (!out) throw std::system_error(errno, std::generic_category(), a->logits_out + ": write failed");
+        std::string ids;
+        for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? " " : "") + std::to_string(tokens[i]);
+        fmt::print("{}\n", ids);
+        fmt::print(stderr, "hotcold: {} positions x {} logits -> {} in {:.2f} s\n", tokens.size(), l.m->hp().n_vocab, a->logits_out,
+                   seconds_since(t0));
+      });
+    });
+  }
+
+  // ---- perplexity ----
+  {
+    struct args {
+      model_args m;
+      std::string file;
+    };
+    auto a = std::make_shared<args>();
+    a->m.ctx = 256;
+    auto* cmd = app.add_subcommand("perplexity", "Perplexity of a text, in chunks of the context length (second half of each chunk scored)");
+    add_model_options(cmd, a->m, true);
+    cmd->add_option("-f,--file", a->file, "Text file")->required();
+    cmd->callback([a, &exit_code] {
+      exit_code = run_guarded("perplexity", [&] {
+        std::string text = read_file(a->file);
+        auto l = load(a->m);
+        const vocab& v = l.m->vocabulary();
+        auto tokens = v.tokenize(text, false, false);
+        const int64_t n_ctx = l.ctx->n_ctx();
+        if (n_ctx < 4) throw std::invalid_argument("-c must be at least 4 for perplexity");
+        int64_t n_chunks = static_cast<int64_t>(tokens.size()) / n_ctx;
+        if (n_chunks == 0)
+          throw std::length_error(fmt::format("the text has {} tokens, fewer than one chunk of {} (lower -c)", tokens.size(), n_ctx));
+        double nll = 0, nll2 = 0;
+        int64_t count = 0;
+        auto t0 = clock_type::now();
+        for (int64_t c = 0; c < n_chunks; ++c) {
+          std::vector<token_id> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
+          if (v.add_bos() && v.bos() != no_token) chunk[0] = v.bos();  // as llama.cpp's perplexity does
+          for (int64_t i = 0; i + 1 < n_ctx; ++i) {
+            auto logits = l.ctx->forward(chunk[i], i);
+            if (i < n_ctx / 2) continue;
+            float max_l = *std::max_element(logits.begin(), logits.end());
+            double sum = 0;
+            for (float x : logits) sum += std::exp(double(x) - max_l);
+            double lp = double(logits[chunk[i + 1]]) - max_l - std::log(sum);
+            nll -= lp;
+            nll2 += lp * lp;
+            ++count;
+          }
+          fmt::print("[{}]{:.4f}{}", c + 1, std::exp(nll / count), c + 1 < n_chunks ? "," : "\n");
+          std::fflush(stdout);
+        }
+        double mean = nll / count;
+        double var = nll2 / count - mean * mean;
+        double err = std::sqrt(std::max(var, 0.0) / std::max<int64_t>(1, count - 1));
+        fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f}\n", std::exp(mean), std::exp(mean) * err);
+        fmt::print(stderr, "hotcold: {} chunks of {} tokens in {:.1f} s\n", n_chunks, n_ctx, seconds_since(t0));
+      });
+    });
+  }
+
+  // ---- chat ----
+  {
+    struct args {
+      model_args m;
+      sampling_args s;
+    };
+    auto a = std::make_shared<args>();
+    auto* cmd = app.add_subcommand("chat", "Interactive: each line you type is added to the conversation, then the model continues it");
+    add_model_options(cmd, a->m, false);
+    add_sampling_options(cmd, a->s);
+    cmd->callback([a, cmd, &exit_code] {
+      exit_code = run_guarded("chat", [&] {
+        finalize_seed(a->s, cmd);
+        auto l = load(a->m);
+        const vocab& v = l.m->vocabulary();
+        sampler smp(a->s.p);
+        int64_t pos = 0;
+        fmt::print(stderr, "hotcold chat: type a line and press Enter; Ctrl-D ends.\n");
+        for (bool first = true;; first = false) {
+          char* line = readline("> ");
+          if (!line) break;
+          std::string text = line;
+          std::free(line);
+          if (!text.empty()) add_history(text.c_str());
+          auto tokens = v.tokenize(text + "\n", first, a->s.parse_special);
+          if (pos + static_cast<int64_t>(tokens.size()) >= l.ctx->n_ctx()) {
+            fmt::print(stderr, "hotcold chat: the context is full ({} tokens); start a new chat\n", l.ctx->n_ctx());
+            break;
+          }
+          for (token_id t : tokens) smp.accept(t);
+          auto logits = feed(*l.ctx, tokens, pos);
+          generate(*l.ctx, smp, logits, pos, a->s.n_predict);
+          fmt::print("\n");
+        }
+      });
+    });
+  }
+}
+
+}  // namespace hotcold::launcher

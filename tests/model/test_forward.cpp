@@ -1,0 +1,271 @@
+// The reference forward pass against an independent computation written here: double precision,
+// per element, no KV cache (every position recomputed from the start), weights dequantized from
+// the file's blocks. One case per architecture x activation x weight type.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quants.hpp"
+#include "model/forward.hpp"
+#include "model/gguf.hpp"
+#include "tests/model/tiny_models.hpp"
+
+namespace hotcold {
+namespace {
+
+using mat = std::vector<std::vector<double>>;  // [rows][cols]
+using vec = std::vector<double>;
+
+// Dequantizes a whole tensor (rows of ne[0]) straight from the file's bytes.
+mat load_matrix(const gguf::file& f, const std::string& name) {
+  const auto* t = f.find_tensor(name);
+  if (!t) throw std::runtime_error("test: missing " + name);
+  int64_t cols = t->ne[0], rows = t->n_elements / cols;
+  size_t row_bytes = t->n_bytes / rows;
+  mat m(rows, vec(cols));
+  std::vector<float> tmp(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* p = t->data + r * row_bytes;
+    switch (t->type) {
+      case tensor_type::f32: std::memcpy(tmp.data(), p, cols * 4); break;
+      case tensor_type::f16:
+        for (int64_t c = 0; c < cols; ++c) tmp[c] = kernels::fp16_to_fp32(reinterpret_cast<const uint16_t*>(p)[c]);
+        break;
+      case tensor_type::bf16:
+        for (int64_t c = 0; c < cols; ++c) tmp[c] = kernels::bf16_to_fp32(reinterpret_cast<const uint16_t*>(p)[c]);
+        break;
+      case tensor_type::q8_0: kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(p), tmp.data(), cols); break;
+      case tensor_type::q4_0: kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(p), tmp.data(), cols); break;
+      case tensor_type::q6_k: kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(p), tmp.data(), cols); break;
+      default: throw std::runtime_error("test: type");
+    }
+    for (int64_t c = 0; c < cols; ++c) m[r][c] = tmp[c];
+  }
+  return m;
+}
+
+vec times(const mat& w, const vec& x) {
+  vec y(w.size(), 0.0);
+  for (size_t r = 0; r < w.size(); ++r)
+    for (size_t c = 0; c < x.size(); ++c) y[r] += w[r][c] * x[c];
+  return y;
+}
+
+struct naive {
+  const gguf::file& f;
+  std::string arch;
+  int64_t d, n_layer, n_head, n_kv_head, n_ff, n_rot;
+  double eps, base;
+  std::string act;
+  bool falcon;
+
+  explicit naive(const gguf::file& file) : f(file) {
+    arch = std::string(*f.get_string("general.architecture"));
+    auto k = [&](const char* s) { return arch + "." + s; };
+    d = *f.get_int(k("embedding_length"));
+    n_layer = *f.get_int(k("block_count"));
+    n_head = *f.get_int(k("attention.head_count"));
+    n_kv_head = *f.get_int(k("attention.head_count_kv"));
+    n_ff = *f.get_int(k("feed_forward_length"));
+    n_rot = *f.get_int(k("rope.dimension_count"));
+    base = *f.get_float(k("rope.freq_base"));
+    falcon = arch == "falcon";
+    eps = falcon ? *f.get_float(k("attention.layer_norm_epsilon")) : *f.get_float(k("attention.layer_norm_rms_epsilon"));
+    act = std::string(*f.get_string("hotcold.activation"));
+  }
+
+  vec vector(const std::string& name) { return load_matrix(f, name)[0]; }
+
+  vec rms(const vec& x, const vec& w) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    double s = 1 / std::sqrt(ss / x.size() + eps);
+    vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * w[i];
+    return y;
+  }
+  vec layer_norm(const vec& x, const vec& w, const vec& b) {
+    double m = 0, v = 0;
+    for (double a : x) m += a;
+    m /= x.size();
+    for (double a : x) v += (a - m) * (a - m);
+    v /= x.size();
+    vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - m) / std::sqrt(v + eps) * w[i] + b[i];
+    return y;
+  }
+  void rope(vec& x, int64_t heads, int64_t pos) {
+    int64_t hd = d / n_head;
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < n_rot / 2; ++i) {
+        double theta = pos * std::pow(base, -2.0 * i / n_rot);
+        int64_t a = falcon ? h * hd + i : h * hd + 2 * i;
+        int64_t b = falcon ? h * hd + i + n_rot / 2 : h * hd + 2 * i + 1;
+        double x0 = x[a], x1 = x[b];
+        x[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+        x[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+      }
+  }
+  double activate(double g) {
+    if (act == "silu") return g / (1 + std::exp(-g));
+    if (act == "gelu") return 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+    return g > 0 ? g : 0;
+  }
+
+  // Logits of every position of `tokens`.
+  std::vector<vec> logits(const std::vector<token_id>& tokens) {
+    const int64_t T = tokens.size(), hd = d / n_head, kv = hd * n_kv_head;
+    mat embd = load_matrix(f, "token_embd.weight");
+    std::vector<vec> x(T);
+    for (int64_t t = 0; t < T; ++t) x[t] = embd[tokens[t]];
+    for (int64_t l = 0; l < n_layer; ++l) {
+      std::string b = "blk." + std::to_string(l) + ".";
+      std::vector<vec> q(T), k(T), v(T), attn_in(T);
+      for (int64_t t = 0; t < T; ++t) {
+        if (falcon) {
+          attn_in[t] = layer_norm(x[t], vector(b + "attn_norm.weight"), vector(b + "attn_norm.bias"));
+          vec qkv = times(load_matrix(f, b + "attn_qkv.weight"), attn_in[t]);
+          q[t] = vec(qkv.begin(), qkv.begin() + d);
+          k[t] = vec(qkv.begin() + d, qkv.begin() + d + kv);
+          v[t] = vec(qkv.begin() + d + kv, qkv.end());
+        } else {
+          attn_in[t] = rms(x[t], vector(b + "attn_norm.weight"));
+          q[t] = times(load_matrix(f, b + "attn_q.weight"), attn_in[t]);
+          k[t] = times(load_matrix(f, b + "attn_k.weight"), attn_in[t]);
+          v[t] = times(load_matrix(f, b + "attn_v.weight"), attn_in[t]);
+        }
+        rope(q[t], n_head, t);
+        rope(k[t], n_kv_head, t);
+      }
+      mat wo = load_matrix(f, b + "attn_output.weight");
+      std::vector<vec> attn(T, vec(d, 0.0));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < n_head; ++h) {
+          int64_t g = h / (n_head / n_kv_head);
+          vec s(t + 1);
+          double mx = -1e300, sum = 0;
+          for (int64_t u = 0; u <= t; ++u) {
+            s[u] = 0;
+            for (int64_t i = 0; i < hd; ++i) s[u] += q[t][h * hd + i] * k[u][g * hd + i];
+            s[u] /= std::sqrt(double(hd));
+            mx = std::max(mx, s[u]);
+          }
+          for (auto& e : s) sum += (e = std::exp(e - mx));
+          for (int64_t u = 0; u <= t; ++u)
+            for (int64_t i = 0; i < hd; ++i) attn[t][h * hd + i] += s[u] / sum * v[u][g * hd + i];
+        }
+      bool gated = !falcon;
+      mat up = load_matrix(f, b + "ffn_up.weight"), down = load_matrix(f, b + "ffn_down.weight");
+      mat gate = gated ? load_matrix(f, b + "ffn_gate.weight") : mat{};
+      bool norm2 = falcon && f.find_tensor(b + "attn_norm_2.weight");
+      for (int64_t t = 0; t < T; ++t) {
+        vec o = times(wo, attn[t]);
+        vec ffn_in;
+        if (falcon) {
+          ffn_in = norm2 ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias")) : attn_in[t];
+        } else {
+          for (int64_t i = 0; i < d; ++i) x[t][i] += o[i];
+          ffn_in = rms(x[t], vector(b + "ffn_norm.weight"));
+        }
+        vec u = times(up, ffn_in), hidden(n_ff);
+        vec gv = gated ? times(gate, ffn_in) : vec{};
+        for (int64_t j = 0; j < n_ff; ++j) {
+          if (!gated) hidden[j] = activate(u[j]);
+          else if (act == "drelu") hidden[j] = std::max(gv[j], 0.0) * std::max(u[j], 0.0);
+          else hidden[j] = activate(gv[j]) * u[j];
+        }
+        vec fo = times(down, hidden);
+        for (int64_t i = 0; i < d; ++i) x[t][i] += fo[i] + (falcon ? o[i] : 0.0);
+      }
+    }
+    mat out = f.find_tensor("output.weight") ? load_matrix(f, "output.weight") : embd;
+    std::vector<vec> result;
+    for (int64_t t = 0; t < T; ++t) {
+      vec n = falcon ? layer_norm(x[t], vector("output_norm.weight"), vector("output_norm.bias")) : rms(x[t], vector("output_norm.weight"));
+      result.push_back(times(out, n));
+    }
+    return result;
+  }
+};
+
+struct forward_case {
+  std::string name;
+  architecture arch;
+  activation act;
+  tensor_type type;
+  int64_t n_head_kv;
+  double tolerance;  // relative RMS of the logits
+};
+
+std::ostream& operator<<(std::ostream& os, const forward_case& c) { return os << c.name; }
+
+class ForwardPass : public testing::TestWithParam<forward_case> {};
+
+TEST_P(ForwardPass, MatchesTheIndependentComputation) {
+  const auto& c = GetParam();
+  tools::gen_model_options o;
+  o.arch = c.arch;
+  o.act = c.act;
+  o.type = c.type;
+  bool q4 = c.type == tensor_type::q4_0;
+  o.n_embd = q4 ? 256 : 64;  // Q4_0 files store the output head as Q6_K, which needs rows of 256
+  o.n_ff = q4 ? 256 : 128;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = c.n_head_kv;
+  o.n_ctx = 64;
+  o.active = 0.25;
+  o.seed = 7;
+  auto path = test::make_model(c.name, o);
+
+  auto m = model::load(path);
+  if (q4) {
+    EXPECT_EQ(m->weights().output.type, tensor_type::q6_k);
+  }
+  inference_context ctx(m, 16, 2);
+  std::vector<token_id> tokens{1, 299, 42, 7, 290, 123, 5};
+  std::vector<std::vector<float>> got;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto l = ctx.forward(tokens[i], static_cast<int64_t>(i));
+    got.emplace_back(l.begin(), l.end());
+  }
+  auto file = gguf::file::open(path);
+  auto want = naive(file).logits(tokens);
+  double num = 0, den = 0;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    for (size_t i = 0; i < want[t].size(); ++i) {
+      num += (got[t][i] - want[t][i]) * (got[t][i] - want[t][i]);
+      den += want[t][i] * want[t][i];
+    }
+  double rel = std::sqrt(num / den);
+  EXPECT_LT(rel, c.tolerance) << c.name;
+  RecordProperty("relative_rms", testing::PrintToString(rel));
+}
+
+std::vector<forward_case> cases() {
+  std::vector<forward_case> out;
+  struct type_tol { tensor_type t; const char* name; double tol; };
+  // Float weights: only float-vs-double rounding separates the two. Q8_0 / Q4_0 rows are multiplied
+  // with activations quantized to Q8_0 (as llama.cpp does), which the double computation does not do.
+  std::vector<type_tol> types{{tensor_type::f32, "f32", 1e-5}, {tensor_type::f16, "f16", 1e-5}, {tensor_type::bf16, "bf16", 1e-5},
+                              {tensor_type::q8_0, "q8_0", 1.5e-2}, {tensor_type::q4_0, "q4_0", 1.5e-2}};
+  struct arch_act { architecture a; activation act; int64_t kv; const char* name; };
+  std::vector<arch_act> combos{
+      {architecture::llama, activation::silu, 2, "llama_silu"},   {architecture::llama, activation::relu, 2, "llama_relu"},
+      {architecture::llama, activation::drelu, 4, "llama_drelu"}, {architecture::bamboo, activation::drelu, 2, "bamboo_drelu"},
+      {architecture::falcon, activation::gelu, 1, "falcon7b_gelu"}, {architecture::falcon, activation::relu, 1, "falcon7b_relu"},
+      {architecture::falcon, activation::relu, 2, "falcon40b_relu"},
+  };
+  for (const auto& c : combos)
+    for (const auto& t : types) out.push_back({std::string(c.name) + "_" + t.name, c.a, c.act, t.t, c.kv, t.tol});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ForwardPass, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<forward_case>& i) { return i.param.name; });
+
+}  // namespace
+}  // namespace hotcold

@@ -1,0 +1,72 @@
+#pragma once
+// Small generated models for tests: a tiny SentencePiece vocabulary and gen-model files in a
+// temporary folder, made once per test binary.
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "model/gguf_writer.hpp"
+#include "tools/gen_model.hpp"
+
+namespace hotcold::test {
+
+inline std::filesystem::path scratch_dir() {
+  struct owned_dir {
+    std::filesystem::path path;
+    owned_dir() : path(std::filesystem::temp_directory_path() / ("hotcold-test-" + std::to_string(::getpid()))) {
+      std::filesystem::create_directories(path);
+    }
+    ~owned_dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const owned_dir dir;
+  return dir.path;
+}
+
+// <unk> <s> </s>, the 256 byte tokens, and a few scored pieces: 300 tokens.
+inline std::string tiny_vocab() {
+  auto path = (scratch_dir() / "tiny-vocab.gguf").string();
+  if (std::filesystem::exists(path)) return path;
+  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
+  std::vector<float> scores{0, 0, 0};
+  std::vector<int32_t> types{2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    tokens.push_back(buf);
+    scores.push_back(0);
+    types.push_back(6);
+  }
+  const char* pieces[] = {"▁", "e", "t", "a", "o", "n", "▁t", "he", "▁the", "▁a", "in", "er", "an", "▁o", "re", "on",
+                          "▁s", "at", "en", "▁w", "is", "it", "▁c", "es", "or", "▁b", "▁f", "ed", "▁m", "nd", "▁p", "ing",
+                          "▁in", "ar", "al", "le", "▁d", "ou", "ic", "▁to", "▁h"};
+  float s = -1;
+  for (const char* p : pieces) {
+    tokens.push_back(p);
+    scores.push_back(s -= 0.25f);
+    types.push_back(1);
+  }
+  gguf::writer w;
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_array("tokenizer.ggml.scores", std::span<const float>(scores));
+  w.set_array("tokenizer.ggml.token_type", std::span<const int32_t>(types));
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.write(path);
+  return path;
+}
+
+inline std::string make_model(const std::string& name, tools::gen_model_options o) {
+  auto path = (scratch_dir() / (name + ".gguf")).string();
+  if (std::filesystem::exists(path)) return path;
+  if (o.vocab_path.empty()) o.vocab_path = tiny_vocab();
+  o.out_path = path;
+  tools::generate_model(o);
+  return path;
+}
+
+}  // namespace hotcold::test

@@ -1,0 +1,336 @@
+#include "tools/gen_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/dot.hpp"
+#include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
+#include "model/tensor_convert.hpp"
+#include "model/vocab.hpp"
+
+namespace hotcold::tools {
+namespace {
+
+constexpr double firing_cap = 0.97;   // the hottest neurons fire for at most this share of tokens
+constexpr float bias_level = 4.0f;    // the residual stream's constant channels hold +A and -A
+constexpr float context_weight = 0.2f;  // share of a gate row reading the context subspace
+
+// xoshiro256** seeded through splitmix64: fast, and the same stream on every platform.
+class rng {
+ public:
+  explicit rng(uint64_t seed) {
+    for (auto& s : s_) {
+      seed += 0x9E3779B97F4A7C15ull;
+      uint64_t z = seed;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      s = z ^ (z >> 31);
+    }
+  }
+  uint64_t next() {
+    uint64_t r = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
+    s_[2] ^= s_[0], s_[3] ^= s_[1], s_[1] ^= s_[2], s_[0] ^= s_[3], s_[2] ^= t, s_[3] = rotl(s_[3], 45);
+    return r;
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  float normal() {
+    if (have_spare_) {
+      have_spare_ = false;
+      return spare_;
+    }
+    double u1 = std::max(uniform(), 1e-300), u2 = uniform();
+    double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = static_cast<float>(r * std::sin(2 * M_PI * u2));
+    have_spare_ = true;
+    return static_cast<float>(r * std::cos(2 * M_PI * u2));
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+  float spare_ = 0;
+  bool have_spare_ = false;
+};
+
+double top20(const std::vector<double>& p) {
+  size_t k = std::max<size_t>(1, p.size() / 5);
+  double all = std::accumulate(p.begin(), p.end(), 0.0);
+  return std::accumulate(p.begin(), p.begin() + static_cast<ptrdiff_t>(k), 0.0) / all;
+}
+
+std::vector<double> with_alpha(int64_t n, double mean, double alpha) {
+  // Find c so that mean(min(cap, c (r+1)^-alpha)) == mean.
+  auto probs = [&](double c) {
+    std::vector<double> p(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) p[r] = std::min(firing_cap, c * std::pow(static_cast<double>(r + 1), -alpha));
+    return p;
+  };
+  auto mean_of = [&](double c) {
+    auto p = probs(c);
+    return std::accumulate(p.begin(), p.end(), 0.0) / static_cast<double>(n);
+  };
+  double lo = 0, hi = 1;
+  while (mean_of(hi) < mean && hi < 1e300) hi *= 2;
+  for (int i = 0; i < 200; ++i) {
+    double mid = 0.5 * (lo + hi);
+    (mean_of(mid) < mean ? lo : hi) = mid;
+  }
+  return probs(hi);
+}
+
+// Rows of a matrix as floats: rows x cols, row-major.
+struct matrix {
+  int64_t rows, cols;
+  std::vector<float> v;
+  matrix(int64_t r, int64_t c) : rows(r), cols(c), v(static_cast<size_t>(r * c), 0.0f) {}
+  float* row(int64_t r) { return v.data() + r * cols; }
+};
+
+// The residual stream's layout: channels 0 and 1 are constant (+A, -A) and give every neuron a
+// bias; the token subspace S carries the embedding; the context subspace T receives every layer's
+// output (attention and FFN write only there), so S and the constant channels stay as embedded.
+struct layout {
+  int64_t s_begin, s_end, t_begin, t_end;
+  explicit layout(int64_t n_embd) {
+    s_begin = 2;
+    s_end = 2 + (n_embd - 2) / 2;
+    t_begin = s_end;
+    t_end = n_embd;
+  }
+};
+
+void zero_mean(float* x, int64_t begin, int64_t end) {
+  double m = 0;
+  for (int64_t i = begin; i < end; ++i) m += x[i];
+  m /= std::max<int64_t>(1, end - begin);
+  for (int64_t i = begin; i < end; ++i) x[i] -= static_cast<float>(m);
+}
+
+void fill_normal(rng& g, float* x, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) x[i] = g.normal() * scale;
+}
+
+}  // namespace
+
+std::vector<double> power_law_probabilities(int64_t n, double mean, double top20_share, double* alpha_out) {
+  // The top 20% can hold at most 0.2 * cap / mean of all firings.
+  double best = std::min(1.0, 0.2 * firing_cap / mean * (static_cast<double>(std::max<int64_t>(1, n / 5)) * 5 / n));
+  double target = std::min(top20_share, 0.97 * best);
+  double lo = 0, hi = 8;
+  for (int i = 0; i < 60; ++i) {
+    double mid = 0.5 * (lo + hi);
+    (top20(with_alpha(n, mean, mid)) < target ? lo : hi) = mid;
+  }
+  if (alpha_out) *alpha_out = hi;
+  return with_alpha(n, mean, hi);
+}
+
+gen_model_report generate_model(const gen_model_options& o, const std::function<void(int64_t, int64_t)>& progress) {
+  auto bad = [](const std::string& what) { return std::invalid_argument(what); };
+  if (o.n_embd < 8) throw bad("--embd must be at least 8");
+  if (o.n_layer < 1) throw bad("--layers must be at least 1");
+  if (o.n_ff < 1) throw bad("--ffn must be at least 1");
+  if (o.n_head < 1 || o.n_embd % o.n_head) throw bad(fmt::format("--heads {} must divide --embd {}", o.n_head, o.n_embd));
+  if ((o.n_embd / o.n_head) % 2) throw bad(fmt::format("the head size --embd/--heads = {} must be even (RoPE rotates pairs)", o.n_embd / o.n_head));
+  if (o.n_head_kv < 1 || o.n_head % o.n_head_kv) throw bad(fmt::format("--kv-heads {} must divide --heads {}", o.n_head_kv, o.n_head));
+  if (!(o.active > 0 && o.active < 1)) throw bad(fmt::format("--active {} must be between 0 and 1", o.active));
+  if (o.n_ctx < 1) throw bad("--ctx must be at least 1");
+  if (o.act == activation::drelu && o.arch == architecture::falcon) throw bad("--act drelu needs a gated FFN (llama or bamboo), falcon has none");
+  if (o.out_path.empty()) throw bad("-o OUT.gguf is required");
+  const auto& tt = traits(o.type);
+  if (!(o.type == tensor_type::f32 || o.type == tensor_type::f16 || o.type == tensor_type::q8_0 || o.type == tensor_type::q4_0 || o.type == tensor_type::bf16))
+    throw bad(fmt::format("--type {} is not one gen-model writes (f32, f16, bf16, q8_0, q4_0)", tt.name));
+  if (o.n_embd % tt.block_size || o.n_ff % tt.block_size)
+    throw bad(fmt::format("--type {} stores rows in blocks of {}: --embd {} and --ffn {} must be multiples of it", tt.name, tt.block_size, o.n_embd, o.n_ff));
+
+  auto vf = gguf::file::open(o.vocab_path);
+  auto voc = vocab::from_gguf(vf);
+  const int64_t n_vocab = static_cast<int64_t>(voc.size());
+  const int64_t d = o.n_embd, n_ff = o.n_ff, hd = d / o.n_head, kv = hd * o.n_head_kv;
+  const bool falcon = o.arch == architecture::falcon;
+  const bool sparse = o.act == activation::relu || o.act == activation::drelu;
+  const layout lay(d);
+  const int64_t s_len = lay.s_end - lay.s_begin;
+  rng g(o.seed);
+
+  gen_model_report report;
+  report.n_vocab = n_vocab;
+  const int64_t total_steps = o.n_layer + 3;
+  int64_t step = 0;
+  auto tick = [&] {
+    if (progress) progress(++step, total_steps);
+  };
+
+  // Owned tensor bytes, kept until the file is written.
+  std::vector<std::vector<uint8_t>> storage;
+  gguf::writer w;
+  std::string arch(architecture_name(o.arch));
+  auto add = [&](const std::string& name, tensor_type t, const matrix& m) {
+    storage.push_back(convert_rows(m.v, m.cols, t));
+    std::vector<int64_t> ne = m.rows == 1 ? std::vector<int64_t>{m.cols} : std::vector<int64_t>{m.cols, m.rows};
+    w.add_tensor(name, t, ne, storage.back());
+  };
+
+  // Metadata: llama.cpp's keys for the architecture, hotcold's activation key, the tokenizer.
+  w.set_string("general.architecture", arch);
+  w.set_string("general.name", fmt::format("hotcold-synthetic-{}-{}", arch, activation_name(o.act)));
+  uint32_t file_type = o.type == tensor_type::f32 ? 0 : o.type == tensor_type::f16 ? 1 : o.type == tensor_type::q4_0 ? 2
+                     : o.type == tensor_type::q8_0 ? 7 : 32;
+  w.set_u32("general.file_type", file_type);
+  w.set_u32(arch + ".context_length", static_cast<uint32_t>(o.n_ctx));
+  w.set_u32(arch + ".embedding_length", static_cast<uint32_t>(d));
+  w.set_u32(arch + ".block_count", static_cast<uint32_t>(o.n_layer));
+  w.set_u32(arch + ".feed_forward_length", static_cast<uint32_t>(n_ff));
+  w.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(o.n_head));
+  w.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(o.n_head_kv));
+  w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(hd));
+  w.set_f32(arch + ".rope.freq_base", 10000.0f);
+  if (falcon) w.set_f32(arch + ".attention.layer_norm_epsilon", 1e-5f);
+  else w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_u32(arch + ".vocab_size", static_cast<uint32_t>(n_vocab));
+  w.set_string(activation_key, activation_name(o.act));
+  w.set_f32("hotcold.synthetic.active_fraction", static_cast<float>(sparse ? o.active : 1.0));
+  w.set_u64("hotcold.synthetic.seed", o.seed);
+  for (const auto& kv_pair : vf.metadata())
+    if (kv_pair.key.starts_with("tokenizer.")) w.set_value(kv_pair.key, kv_pair.val);
+
+  // Token embeddings: +A, -A on the constant channels, a unit-RMS zero-mean vector in S, zero in T.
+  matrix embd(n_vocab, d);
+  for (int64_t t = 0; t < n_vocab; ++t) {
+    float* e = embd.row(t);
+    e[0] = bias_level;
+    e[1] = -bias_level;
+    fill_normal(g, e + lay.s_begin, s_len, 1.0f);
+    zero_mean(e, lay.s_begin, lay.s_end);
+    double ss = 0;
+    for (int64_t i = lay.s_begin; i < lay.s_end; ++i) ss += e[i] * double(e[i]);
+    float scale = static_cast<float>(std::sqrt(s_len / std::max(ss, 1e-12)));
+    for (int64_t i = lay.s_begin; i < lay.s_end; ++i) e[i] *= scale;
+  }
+  const tensor_type embd_type = o.type;
+  add("token_embd.weight", embd_type, embd);
+  tick();
+
+  // Tokens used to place each neuron's threshold: a fixed sample of the vocabulary.
+  const int64_t n_sample = std::min<int64_t>(n_vocab, 512);
+  std::vector<int64_t> sample(static_cast<size_t>(n_vocab));
+  std::iota(sample.begin(), sample.end(), 0);
+  for (int64_t i = 0; i < n_sample; ++i) std::swap(sample[i], sample[i + static_cast<int64_t>(g.next() % static_cast<uint64_t>(n_vocab - i))]);
+  sample.resize(static_cast<size_t>(n_sample));
+
+  // A neuron row reading the token subspace (and a little of the context subspace), with a bias on
+  // the constant channels placing its threshold so that a fraction `p` of sample tokens fire it.
+  std::vector<float> scores(static_cast<size_t>(n_sample));
+  auto neuron_row = [&](float* row, double p) {
+    fill_normal(g, row + lay.s_begin, s_len, 1.0f);
+    zero_mean(row, lay.s_begin, lay.s_end);
+    fill_normal(g, row + lay.t_begin, lay.t_end - lay.t_begin, context_weight);
+    zero_mean(row, lay.t_begin, lay.t_end);
+    float inv = 1.0f / std::sqrt(static_cast<float>(d));
+    for (int64_t i = lay.s_begin; i < lay.t_end; ++i) row[i] *= inv;
+    if (p < 0) return;  // dense: no bias
+    for (int64_t s = 0; s < n_sample; ++s)
+      scores[s] = kernels::dot_f32(row + lay.s_begin, embd.row(sample[s]) + lay.s_begin, s_len);
+    auto k = std::min<int64_t>(n_sample - 1, static_cast<int64_t>((1.0 - p) * n_sample));
+    std::nth_element(scores.begin(), scores.begin() + k, scores.end());
+    float threshold = scores[k];
+    // Fires iff row_S . e_S + 2 b A > 0 (the constant channels cancel in LayerNorm's mean).
+    float b = -threshold / (2 * bias_level);
+    row[0] = b;
+    row[1] = -b;
+  };
+
+  auto random_matrix = [&](int64_t rows, int64_t cols, float scale, int64_t out_begin = 0, int64_t out_end = -1) {
+    matrix m(rows, cols);
+    if (out_end < 0) out_end = rows;
+    for (int64_t r = out_begin; r < out_end; ++r) fill_normal(g, m.row(r), cols, scale);
+    return m;
+  };
+  matrix ones(1, d);
+  std::fill(ones.v.begin(), ones.v.end(), 1.0f);
+  matrix zeros(1, d);
+
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int64_t il = 0; il < o.n_layer; ++il) {
+    std::string blk = fmt::format("blk.{}.", il);
+    // Firing probabilities: a power law whose steepness varies by layer, over neurons in random order.
+    std::vector<double> p(static_cast<size_t>(n_ff), -1.0);
+    if (sparse) {
+      double share = 0.66 + 0.14 * std::fmod(0.618034 * static_cast<double>(il + 1), 1.0);
+      gen_layer_design design{};
+      auto by_rank = power_law_probabilities(n_ff, o.active, share, &design.alpha);
+      design.mean = std::accumulate(by_rank.begin(), by_rank.end(), 0.0) / n_ff;
+      design.top20_share = top20(by_rank);
+      report.layers.push_back(design);
+      std::vector<int64_t> order(static_cast<size_t>(n_ff));
+      std::iota(order.begin(), order.end(), 0);
+      for (int64_t i = n_ff - 1; i > 0; --i) std::swap(order[i], order[static_cast<int64_t>(g.next() % static_cast<uint64_t>(i + 1))]);
+      for (int64_t r = 0; r < n_ff; ++r) p[order[r]] = by_rank[r];
+    }
+
+    if (falcon) {
+      add(blk + "attn_norm.weight", tensor_type::f32, ones);
+      add(blk + "attn_norm.bias", tensor_type::f32, zeros);
+      if (o.n_head_kv > 1) {  // Falcon-40B lays out a separate norm for the FFN
+        add(blk + "attn_norm_2.weight", tensor_type::f32, ones);
+        add(blk + "attn_norm_2.bias", tensor_type::f32, zeros);
+      }
+      add(blk + "attn_qkv.weight", o.type, random_matrix(d + 2 * kv, d, in_scale));
+    } else {
+      add(blk + "attn_norm.weight", tensor_type::f32, ones);
+      add(blk + "attn_q.weight", o.type, random_matrix(d, d, in_scale));
+      add(blk + "attn_k.weight", o.type, random_matrix(kv, d, in_scale));
+      add(blk + "attn_v.weight", o.type, random_matrix(kv, d, in_scale));
+    }
+    // Attention writes only into the context subspace.
+    add(blk + "attn_output.weight", o.type, random_matrix(d, d, 0.5f * in_scale, lay.t_begin, lay.t_end));
+
+    matrix gate(n_ff, d), up(n_ff, d);
+    const double up_fires = 0.9;  // dReLU: the up side fires this often, the gate side p / up_fires
+    for (int64_t j = 0; j < n_ff; ++j) {
+      double pj = p[j];
+      if (o.act == activation::drelu) {
+        neuron_row(gate.row(j), std::min(firing_cap, pj / up_fires));
+        neuron_row(up.row(j), up_fires);
+      } else if (falcon) {
+        neuron_row(up.row(j), pj);
+      } else {
+        neuron_row(gate.row(j), pj);
+        neuron_row(up.row(j), -1.0);
+      }
+    }
+    if (!falcon) {
+      add(blk + "ffn_norm.weight", tensor_type::f32, ones);
+      add(blk + "ffn_gate.weight", o.type, gate);
+    }
+    add(blk + "ffn_up.weight", o.type, up);
+    // The FFN writes only into the context subspace too.
+    float down_scale = 0.5f / std::sqrt(static_cast<float>(n_ff) * static_cast<float>(sparse ? o.active : 0.5));
+    add(blk + "ffn_down.weight", o.type, random_matrix(d, n_ff, down_scale, lay.t_begin, lay.t_end));
+    tick();
+  }
+
+  add("output_norm.weight", tensor_type::f32, ones);
+  if (falcon) add("output_norm.bias", tensor_type::f32, zeros);
+  // Output head: reads every channel; llama.cpp's Q4_0 files store it as Q6_K.
+  matrix out = random_matrix(n_vocab, d, 3.0f * in_scale);
+  tensor_type out_type = o.type;
+  if (o.type == tensor_type::q4_0) out_type = d % 256 == 0 ? tensor_type::q6_k : tensor_type::q8_0;
+  add("output.weight", out_type, out);
+  tick();
+
+  std::filesystem::path dir = std::filesystem::path(o.out_path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  w.write(o.out_path);
+  report.file_bytes = std::filesystem::file_size(o.out_path);
+  tick();
+  return report;
+}
+
+}  // namespace hotcold::tools

@@ -1,0 +1,53 @@
+#pragma once
+// hotcold gen-model: writes real GGUF models (llama.cpp's conventions, tokenizer copied from a
+// vocabulary file) whose ReLU-family FFNs are sparse the way ReLU LLMs are: on average a chosen
+// fraction of neurons fires per token, and per-neuron firing frequencies follow a power law that
+// varies by layer. How the weights achieve that is described in docs/synthetic-models.md.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/arch.hpp"
+#include "model/tensor_types.hpp"
+
+namespace hotcold::tools {
+
+struct gen_model_options {
+  architecture arch = architecture::llama;
+  activation act = activation::relu;
+  int64_t n_embd = 256;
+  int64_t n_layer = 4;
+  int64_t n_ff = 1024;
+  int64_t n_head = 8;
+  int64_t n_head_kv = 8;
+  int64_t n_ctx = 2048;
+  double active = 0.1;           // mean fraction of FFN neurons firing per token (ReLU family)
+  std::string vocab_path;        // GGUF whose tokenizer.* metadata is copied
+  tensor_type type = tensor_type::f16;
+  uint64_t seed = 1;
+  std::string out_path;
+};
+
+struct gen_layer_design {
+  double alpha;        // power-law exponent of firing probability vs. neuron rank
+  double mean;         // designed mean firing probability
+  double top20_share;  // designed share of firings taken by the most frequent 20% of neurons
+};
+
+struct gen_model_report {
+  int64_t n_vocab = 0;
+  uint64_t file_bytes = 0;
+  std::vector<gen_layer_design> layers;  // empty for dense activations (silu, gelu)
+};
+
+// Throws std::invalid_argument for impossible options (naming the flag), model_error or
+// gguf::format_error for a bad vocabulary file.
+gen_model_report generate_model(const gen_model_options& options,
+                                const std::function<void(int64_t done, int64_t total)>& progress = {});
+
+// Firing probabilities by rank (descending): p_r = min(cap, c (r+1)^-alpha) with c giving the mean
+// and alpha the share of the top 20% (clamped to what the cap allows). Exposed for tests.
+std::vector<double> power_law_probabilities(int64_t n, double mean, double top20_share, double* alpha_out = nullptr);
+
+}  // namespace hotcold::tools
