@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <cmath>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,9 +27,9 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
-result run(const std::vector<std::string>& args) {
+result run(const std::vector<std::string>& args, const std::string& env = "") {
   auto err_path = fs::temp_directory_path() / ("hotcold-cli-" + std::to_string(getpid()) + ".err");
-  std::string cmd = quote(HOTCOLD_BIN);
+  std::string cmd = env + " " + quote(HOTCOLD_BIN);
   for (const auto& a : args) cmd += " " + quote(a);
   cmd += " 2>" + quote(err_path.string());
   FILE* p = popen(cmd.c_str(), "r");
@@ -140,6 +143,91 @@ TEST(Cli, BadFilesGiveOneClearMessage) {
   fs::remove(no_tokenizer);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("tokenizer.ggml.model is missing"), std::string::npos) << r.err;
+}
+
+// A small generated model shared by the generation tests.
+const std::string& small_model() {
+  static const std::string path = [] {
+    auto p = (fs::temp_directory_path() / ("hotcold-cli-model-" + std::to_string(getpid()) + ".gguf")).string();
+    auto r = run({"gen-model", "--arch", "llama", "--act", "relu", "--embd", "64", "--layers", "2", "--ffn", "128", "--heads", "4",
+                  "--kv-heads", "2", "--active", "0.2", "--vocab", llama, "--type", "f16", "--seed", "3", "-o", p});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return p;
+  }();
+  return path;
+}
+
+TEST(Cli, GenModelWritesAnInspectableModel) {
+  auto r = run({"inspect", "-m", small_model()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("hotcold.activation"), std::string::npos);
+  EXPECT_NE(r.out.find("blk.1.ffn_gate.weight"), std::string::npos);
+  auto bad = run({"gen-model", "--embd", "60", "--heads", "7", "--vocab", llama, "-o", "/tmp/never.gguf"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--heads 7 must divide --embd 60"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, RunStreamsOnlyGeneratedTextAndIsReproducible) {
+  auto greedy = run({"run", "-m", small_model(), "-p", "Hello world", "-n", "24", "--temp", "0", "-t", "2"});
+  ASSERT_EQ(greedy.code, 0) << greedy.err;
+  EXPECT_GT(greedy.out.size(), 1u);
+  EXPECT_EQ(greedy.out.find("hotcold"), std::string::npos);  // logs go to stderr
+  EXPECT_NE(greedy.err.find("generated 24 tokens"), std::string::npos) << greedy.err;
+  EXPECT_EQ(run({"run", "-m", small_model(), "-p", "Hello world", "-n", "24", "--temp", "0", "-t", "1"}).out, greedy.out);
+  auto s1 = run({"run", "-m", small_model(), "-p", "Hello world", "-n", "24", "--seed", "11"});
+  auto s2 = run({"run", "-m", small_model(), "-p", "Hello world", "-n", "24", "--seed", "11"});
+  auto s3 = run({"run", "-m", small_model(), "-p", "Hello world", "-n", "24", "--seed", "12"});
+  EXPECT_EQ(s1.out, s2.out);
+  EXPECT_NE(s1.out, s3.out);
+}
+
+TEST(Cli, RunMakesTheDefaultModelOnFirstUse) {
+  auto cache = fs::temp_directory_path() / ("hotcold-cli-cache-" + std::to_string(getpid()));
+  fs::remove_all(cache);
+  auto r = run({"run", "-p", "Once upon a time", "-n", "8", "--temp", "0"}, "HOTCOLD_CACHE=" + quote(cache.string()));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("making the default model"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(cache / "default-llama-relu-f16.gguf"));
+  auto again = run({"run", "-p", "Once upon a time", "-n", "8", "--temp", "0"}, "HOTCOLD_CACHE=" + quote(cache.string()));
+  EXPECT_EQ(again.out, r.out);
+  EXPECT_EQ(again.err.find("making the default model"), std::string::npos);
+  fs::remove_all(cache);
+}
+
+TEST(Cli, EvalWritesEveryPositionsLogits) {
+  auto out = fs::temp_directory_path() / ("hotcold-cli-logits-" + std::to_string(getpid()) + ".f32");
+  auto r = run({"eval", "-m", small_model(), "-p", "Hello world", "--logits-out", out.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "1 15043 3186\n");  // BOS, as the llama vocabulary asks, then the text
+  EXPECT_EQ(fs::file_size(out), 3u * 32000u * 4u);
+  std::ifstream in(out, std::ios::binary);
+  std::vector<float> row(32000);
+  in.read(reinterpret_cast<char*>(row.data()), 32000 * 4);
+  float best = *std::max_element(row.begin(), row.end());
+  EXPECT_TRUE(std::isfinite(best));
+  fs::remove(out);
+}
+
+TEST(Cli, PerplexityPrintsAFinalEstimate) {
+  auto text = fs::temp_directory_path() / ("hotcold-cli-ppl-" + std::to_string(getpid()) + ".txt");
+  std::ofstream(text) << std::string(40, ' ') + "The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of times. "
+                      << "Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse.";
+  auto r = run({"perplexity", "-m", small_model(), "-f", text.string(), "-c", "16"});
+  fs::remove(text);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Final estimate: PPL = "), std::string::npos) << r.out;
+}
+
+TEST(Cli, ModelsThatCannotRunExitWithOne) {
+  auto too_long = run({"run", "-m", small_model(), "-p", std::string(200, 'x'), "-c", "8"});
+  EXPECT_EQ(too_long.code, 1);
+  EXPECT_NE(too_long.err.find("more than the context of 8"), std::string::npos) << too_long.err;
+  auto vocab_only = run({"run", "-m", llama, "-p", "x"});
+  EXPECT_EQ(vocab_only.code, 1);
+  EXPECT_NE(vocab_only.err.find("tensor token_embd.weight is missing"), std::string::npos) << vocab_only.err;
+  auto falcon_vocab = run({"eval", "-m", falcon, "-p", "x", "--logits-out", "/tmp/never.f32"});
+  EXPECT_EQ(falcon_vocab.code, 1);
+  EXPECT_EQ(std::count(falcon_vocab.err.begin(), falcon_vocab.err.end(), '\n'), 1) << falcon_vocab.err;
 }
 
 TEST(Cli, UsageErrors) {

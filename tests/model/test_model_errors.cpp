@@ -1,0 +1,145 @@
+// Model files hotcold cannot run give one error naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+
+#include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
+#include "model/model.hpp"
+#include "tests/model/tiny_models.hpp"
+
+namespace hotcold {
+namespace {
+
+struct edit {
+  std::function<bool(std::string_view key)> keep_key = [](std::string_view) { return true; };
+  std::function<void(gguf::writer&)> add_keys = [](gguf::writer&) {};
+  // Return false to drop the tensor; may change its type, shape or bytes.
+  std::function<bool(std::string& name, tensor_type& type, std::vector<int64_t>& ne, std::vector<uint8_t>& bytes)> tensor =
+      [](std::string&, tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>&) { return true; };
+};
+
+// A copy of a small generated llama file with one thing changed.
+std::string edited_model(const std::string& name, const edit& e) {
+  tools::gen_model_options o;
+  o.n_embd = 64;
+  o.n_ff = 128;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = 2;
+  o.type = tensor_type::f32;
+  auto base = gguf::file::open(test::make_model("errors_base", o));
+  gguf::writer w;
+  for (const auto& kv : base.metadata())
+    if (e.keep_key(kv.key)) w.set_value(kv.key, kv.val);
+  e.add_keys(w);
+  std::vector<std::vector<uint8_t>> storage;
+  storage.reserve(base.tensors().size());
+  for (const auto& t : base.tensors()) {
+    std::string n(t.name);
+    tensor_type type = t.type;
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
+    if (!e.tensor(n, type, ne, bytes)) continue;
+    storage.push_back(std::move(bytes));
+    w.add_tensor(n, type, ne, storage.back());
+  }
+  auto path = (test::scratch_dir() / (name + ".gguf")).string();
+  w.write(path);
+  return path;
+}
+
+void expect_model_error(const std::string& path, const std::string& text) {
+  try {
+    model::load(path);
+    ADD_FAILURE() << "loaded; expected: " << text;
+  } catch (const model_error& err) {
+    EXPECT_NE(std::string(err.what()).find(text), std::string::npos) << err.what();
+  }
+}
+
+TEST(ModelErrors, MissingTensor) {
+  edit e;
+  e.tensor = [](std::string& n, tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>&) { return n != "blk.1.ffn_up.weight"; };
+  expect_model_error(edited_model("missing", e), "tensor blk.1.ffn_up.weight is missing");
+}
+
+TEST(ModelErrors, WrongShape) {
+  edit e;
+  e.tensor = [](std::string& n, tensor_type&, std::vector<int64_t>& ne, std::vector<uint8_t>&) {
+    if (n == "blk.0.attn_k.weight") std::swap(ne[0], ne[1]);
+    return true;
+  };
+  expect_model_error(edited_model("shape", e), "tensor blk.0.attn_k.weight has shape [32, 64], expected [64, 32]");
+}
+
+TEST(ModelErrors, UnsupportedType) {
+  edit e;
+  e.tensor = [](std::string& n, tensor_type& t, std::vector<int64_t>& ne, std::vector<uint8_t>& bytes) {
+    if (n == "blk.0.ffn_down.weight") {
+      t = tensor_type::q5_0;
+      bytes.assign(static_cast<size_t>(ne[0] * ne[1] / 32 * 22), 0);
+    }
+    return true;
+  };
+  expect_model_error(edited_model("type", e), "tensor blk.0.ffn_down.weight has type Q5_0, which hotcold does not compute with");
+}
+
+TEST(ModelErrors, UnknownArchitecture) {
+  edit e;
+  e.keep_key = [](std::string_view k) { return k != "general.architecture"; };
+  e.add_keys = [](gguf::writer& w) { w.set_string("general.architecture", "gptj"); };
+  expect_model_error(edited_model("arch", e), "unknown architecture 'gptj'");
+}
+
+TEST(ModelErrors, MissingHyperParameter) {
+  edit e;
+  e.keep_key = [](std::string_view k) { return k != "llama.block_count"; };
+  expect_model_error(edited_model("hparam", e), "metadata key llama.block_count is missing");
+}
+
+TEST(ModelErrors, BadActivationKey) {
+  edit e;
+  e.keep_key = [](std::string_view k) { return k != "hotcold.activation"; };
+  e.add_keys = [](gguf::writer& w) { w.set_string("hotcold.activation", "swish"); };
+  expect_model_error(edited_model("act", e), "hotcold.activation = 'swish' is not one of");
+}
+
+TEST(ModelErrors, ActivationDefaults) {
+  // Without hotcold's key a llama.cpp llama file means SiLU; a PowerInfer (PWRI) file means ReLU.
+  edit e;
+  e.keep_key = [](std::string_view k) { return k != "hotcold.activation"; };
+  auto m = model::load(edited_model("no_act", e));
+  EXPECT_EQ(m->hp().act, activation::silu);
+  EXPECT_EQ(m->hp().rope, rope_style::adjacent_pairs);
+  EXPECT_FALSE(m->tied_output());
+}
+
+TEST(ModelErrors, TiedEmbeddingsWhenOutputIsAbsent) {
+  edit e;
+  e.tensor = [](std::string& n, tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>&) { return n != "output.weight"; };
+  auto m = model::load(edited_model("tied", e));
+  EXPECT_TRUE(m->tied_output());
+  EXPECT_EQ(m->weights().output.data, m->weights().token_embd.data);
+}
+
+TEST(ModelErrors, MmapAndPrivateCopyAgree) {
+  tools::gen_model_options o;
+  o.n_embd = 64;
+  o.n_ff = 128;
+  o.n_layer = 1;
+  o.n_head = 4;
+  o.n_head_kv = 4;
+  auto path = test::make_model("mmap_vs_copy", o);
+  auto a = model::load(path, {false});
+  auto b = model::load(path, {true});
+  const auto& ta = a->weights().layers[0].ffn_up;
+  const auto& tb = b->weights().layers[0].ffn_up;
+  ASSERT_EQ(ta.row_bytes, tb.row_bytes);
+  EXPECT_EQ(std::memcmp(ta.data, tb.data, ta.row_bytes * ta.ne1), 0);
+  EXPECT_NE(ta.data, tb.data);
+}
+
+}  // namespace
+}  // namespace hotcold
