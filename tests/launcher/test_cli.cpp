@@ -147,14 +147,17 @@ TEST(Cli, BadFilesGiveOneClearMessage) {
 
 // A small generated model shared by the generation tests.
 const std::string& small_model() {
-  static const std::string path = [] {
-    auto p = (fs::temp_directory_path() / ("hotcold-cli-model-" + std::to_string(getpid()) + ".gguf")).string();
-    auto r = run({"gen-model", "--arch", "llama", "--act", "relu", "--embd", "64", "--layers", "2", "--ffn", "128", "--heads", "4",
-                  "--kv-heads", "2", "--active", "0.2", "--vocab", llama, "--type", "f16", "--seed", "3", "-o", p});
-    EXPECT_EQ(r.code, 0) << r.err;
-    return p;
-  }();
-  return path;
+  struct made_model {
+    std::string path = (fs::temp_directory_path() / ("hotcold-cli-model-" + std::to_string(getpid()) + ".gguf")).string();
+    made_model() {
+      auto r = run({"gen-model", "--arch", "llama", "--act", "relu", "--embd", "64", "--layers", "2", "--ffn", "128", "--heads", "4",
+                    "--kv-heads", "2", "--active", "0.2", "--vocab", llama, "--type", "f16", "--seed", "3", "-o", path});
+      EXPECT_EQ(r.code, 0) << r.err;
+    }
+    ~made_model() { fs::remove(path); }
+  };
+  static const made_model m;
+  return m.path;
 }
 
 TEST(Cli, GenModelWritesAnInspectableModel) {
@@ -216,6 +219,13 @@ TEST(Cli, PerplexityPrintsAFinalEstimate) {
   fs::remove(text);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("Final estimate: PPL = "), std::string::npos) << r.out;
+}
+
+TEST(Cli, ChatAnswersEachLine) {
+  auto r = run({"chat", "-m", small_model(), "-n", "6", "--temp", "0"}, "printf 'Hello there\\nHow are you\\n' |");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;  // one reply per line (replies may hold newlines too)
+  EXPECT_NE(r.err.find("Ctrl-D ends"), std::string::npos);
 }
 
 TEST(Cli, ModelsThatCannotRunExitWithOne) {

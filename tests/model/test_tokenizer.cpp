@@ -6,6 +6,7 @@
 #include "model/gguf_writer.hpp"
 #include "model/pretokenizer.hpp"
 #include "model/vocab.hpp"
+#include "tests/model/tiny_models.hpp"
 #include "tools/text_corpus.hpp"
 
 namespace hotcold {
@@ -31,16 +32,10 @@ built_vocab build(const std::function<void(gguf::writer&)>& fill) {
 // SentencePiece-style: <unk> <s> </s>, 256 byte tokens, then scored pieces.
 built_vocab spm_vocab() {
   return build([](gguf::writer& w) {
-    std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
-    std::vector<float> scores{0, 0, 0};
-    std::vector<int32_t> types{2, 3, 3};
-    for (int b = 0; b < 256; ++b) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-      tokens.push_back(buf);
-      scores.push_back(0);
-      types.push_back(6);
-    }
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    test::spm_base_tokens(tokens, scores, types);
     for (auto [t, s] : std::vector<std::pair<std::string, float>>{
              {"▁", -1}, {"a", -2}, {"b", -2}, {"c", -2}, {"ab", -3}, {"bc", -1.5f}, {"▁a", -4}, {"abc", -0.5f}}) {
       tokens.push_back(t);

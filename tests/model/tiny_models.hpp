@@ -26,13 +26,11 @@ inline std::filesystem::path scratch_dir() {
   return dir.path;
 }
 
-// <unk> <s> </s>, the 256 byte tokens, and a few scored pieces: 300 tokens.
-inline std::string tiny_vocab() {
-  auto path = (scratch_dir() / "tiny-vocab.gguf").string();
-  if (std::filesystem::exists(path)) return path;
-  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
-  std::vector<float> scores{0, 0, 0};
-  std::vector<int32_t> types{2, 3, 3};
+// A SentencePiece vocabulary's first 259 entries: <unk> <s> </s> and the byte tokens <0x00>..<0xFF>.
+inline void spm_base_tokens(std::vector<std::string>& tokens, std::vector<float>& scores, std::vector<int32_t>& types) {
+  tokens = {"<unk>", "<s>", "</s>"};
+  scores = {0, 0, 0};
+  types = {2, 3, 3};
   for (int b = 0; b < 256; ++b) {
     char buf[8];
     std::snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -40,6 +38,16 @@ inline std::string tiny_vocab() {
     scores.push_back(0);
     types.push_back(6);
   }
+}
+
+// The base tokens and a few scored pieces: 300 tokens.
+inline std::string tiny_vocab() {
+  auto path = (scratch_dir() / "tiny-vocab.gguf").string();
+  if (std::filesystem::exists(path)) return path;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  spm_base_tokens(tokens, scores, types);
   const char* pieces[] = {"▁", "e", "t", "a", "o", "n", "▁t", "he", "▁the", "▁a", "in", "er", "an", "▁o", "re", "on",
                           "▁s", "at", "en", "▁w", "is", "it", "▁c", "es", "or", "▁b", "▁f", "ed", "▁m", "nd", "▁p", "ing",
                           "▁in", "ar", "al", "le", "▁d", "ou", "ic", "▁to", "▁h"};
