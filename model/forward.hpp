@@ -20,9 +20,9 @@ class inference_context {
   inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads);
 
   // Runs `token` at position `pos` (positions 0..pos-1 must have run since the last reset) and
-  // returns the logits over the vocabulary; valid until the next call.
+  // returns the logits over the vocabulary; valid until the next call. Starting again at position 0
+  // begins a new sequence: the cache is overwritten as positions run again.
   std::span<const float> forward(token_id token, int64_t pos);
-  void reset() {}  // positions restart at 0; the cache is overwritten as they run again
 
   // Sees named intermediates as they are computed: (name, layer, values). Names so far:
   // "ffn_act" — the FFN's hidden vector after the activation (n_ff), whose nonzeros are the
