@@ -19,7 +19,7 @@ class inference_context {
   // n_ctx: positions the KV cache holds (0: the model's training context).
   inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads);
 
-  // Runs `token` at position `pos` (positions 0..pos-1 must have run since the last reset) and
+  // Runs `token` at position `pos` (positions 0..pos-1 of this sequence must have run) and
   // returns the logits over the vocabulary; valid until the next call. Starting again at position 0
   // begins a new sequence: the cache is overwritten as positions run again.
   std::span<const float> forward(token_id token, int64_t pos);
