@@ -105,6 +105,21 @@ hparams read_hparams(const gguf::file& f) {
     } else {
       hp.act = hp.arch == architecture::falcon ? activation::gelu : activation::silu;
     }
+    // Sparse inference: thresholds per layer and the predictor's input.
+    hp.sparse_threshold.assign(static_cast<size_t>(hp.n_layer), 0.0f);
+    if (const gguf::value* t = f.get_array(sparse_thresholds_key)) {
+      if (t->size() != static_cast<uint64_t>(hp.n_layer))
+        throw model_error(fmt::format("{}: {} has {} entries for {} layers", f.source(), sparse_thresholds_key, t->size(), hp.n_layer));
+      for (int64_t l = 0; l < hp.n_layer; ++l) hp.sparse_threshold[l] = static_cast<float>(t->number_at(l));
+    } else if (auto t1 = f.get_float(powerinfer_threshold_key)) {
+      hp.sparse_threshold.assign(static_cast<size_t>(hp.n_layer), static_cast<float>(*t1));
+    }
+    hp.pred_input = hp.arch == architecture::falcon ? predictor_input::layer_input : predictor_input::ffn_input_before_norm;
+    if (auto in = f.get_string(predictor_input_key)) {
+      if (*in == "ffn_input_before_norm") hp.pred_input = predictor_input::ffn_input_before_norm;
+      else if (*in == "layer_input") hp.pred_input = predictor_input::layer_input;
+      else throw model_error(fmt::format("{}: {} = '{}' is not ffn_input_before_norm or layer_input", f.source(), predictor_input_key, *in));
+    }
     if (hp.act == activation::drelu && !hp.gated_ffn)
       throw model_error(fmt::format("{}: dReLU needs a gated FFN, which {} does not have", f.source(), architecture_name(hp.arch)));
   } catch (const gguf::metadata_error& e) {
@@ -127,7 +142,10 @@ const std::vector<tensor_spec>& tensor_table(architecture a) {
       {r::ffn_norm, "blk.%d.ffn_norm.weight", true, true},
       {r::ffn_gate, "blk.%d.ffn_gate.weight", true, true},
       {r::ffn_up, "blk.%d.ffn_up.weight", true, true},
-      {r::ffn_down, "blk.%d.ffn_down.weight", true, true},
+      {r::ffn_down, "blk.%d.ffn_down.weight", true, false},  // or ffn_down_t
+      {r::ffn_down_t, "blk.%d.ffn_down_t.weight", true, false},
+      {r::pred_fc1, "blk.%d.fc1.weight", true, false},
+      {r::pred_fc2, "blk.%d.fc2.weight", true, false},
   };
   static const std::vector<tensor_spec> falcon = {
       {r::token_embd, "token_embd.weight", false, true},
@@ -141,7 +159,10 @@ const std::vector<tensor_spec>& tensor_table(architecture a) {
       {r::attn_qkv, "blk.%d.attn_qkv.weight", true, true},
       {r::attn_output, "blk.%d.attn_output.weight", true, true},
       {r::ffn_up, "blk.%d.ffn_up.weight", true, true},
-      {r::ffn_down, "blk.%d.ffn_down.weight", true, true},
+      {r::ffn_down, "blk.%d.ffn_down.weight", true, false},  // or ffn_down_t
+      {r::ffn_down_t, "blk.%d.ffn_down_t.weight", true, false},
+      {r::pred_fc1, "blk.%d.fc1.weight", true, false},
+      {r::pred_fc2, "blk.%d.fc2.weight", true, false},
   };
   return a == architecture::falcon ? falcon : llama;  // bamboo shares llama's tensors
 }
@@ -164,6 +185,8 @@ std::vector<int64_t> expected_shape(tensor_role role, const hparams& hp) {
     case r::attn_qkv: return {hp.n_embd, hp.n_embd + 2 * hp.n_embd_kv()};
     case r::ffn_gate: case r::ffn_up: return {hp.n_embd, hp.n_ff};
     case r::ffn_down: return {hp.n_ff, hp.n_embd};
+    case r::ffn_down_t: return {hp.n_embd, hp.n_ff};
+    case r::pred_fc1: case r::pred_fc2: return {};
   }
   return {};
 }

@@ -15,14 +15,21 @@ namespace hotcold {
 enum class architecture { llama, falcon, bamboo };
 enum class activation { silu, relu, drelu, gelu };
 enum class rope_style { adjacent_pairs, neox };  // llama.cpp's NORM (x[2i], x[2i+1]) and NEOX (x[i], x[i + n_rot/2])
+// What a layer's activation predictor reads: the FFN's residual-stream input before ffn_norm
+// (llama, bamboo) or the layer's input (falcon, whose FFN runs in parallel with attention).
+enum class predictor_input { ffn_input_before_norm, layer_input };
 
 std::string_view architecture_name(architecture a);
 std::optional<architecture> architecture_from_name(std::string_view name);
 std::string_view activation_name(activation a);
 std::optional<activation> activation_from_name(std::string_view name);
 
-// The metadata key hotcold's own files use to say which activation the FFN applies.
-constexpr std::string_view activation_key = "hotcold.activation";
+// Keys of hotcold's own files (docs/model-files.md).
+constexpr std::string_view activation_key = "hotcold.activation";              // string: silu relu drelu gelu
+constexpr std::string_view sparse_thresholds_key = "hotcold.sparse.thresholds";  // f32[n_layer]
+constexpr std::string_view predictor_input_key = "hotcold.sparse.predictor_input";  // "ffn_input_before_norm" | "layer_input"
+// PowerInfer's key: one threshold for every layer.
+constexpr std::string_view powerinfer_threshold_key = "powerinfer.sparse_threshold";
 
 // A model file that cannot be run: unknown architecture, missing tensor, bad shape or type...
 class model_error : public std::runtime_error {
@@ -46,6 +53,9 @@ struct hparams {
   float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
   float norm_eps = 1e-5f;        // RMSNorm (llama, bamboo) or LayerNorm (falcon) epsilon
   bool gated_ffn = true;         // llama/bamboo: down(act(gate) * up); falcon: down(act(up))
+  // Sparse files: neuron i of layer l is computed iff predictor score_i >= sparse_threshold[l].
+  std::vector<float> sparse_threshold;  // (n_layer), 0 when the file says nothing
+  predictor_input pred_input = predictor_input::ffn_input_before_norm;
 
   int64_t head_dim() const { return n_embd / n_head; }
   int64_t n_embd_kv() const { return head_dim() * n_head_kv; }
@@ -60,6 +70,8 @@ enum class tensor_role {
   attn_norm, attn_norm_b, attn_norm_2, attn_norm_2_b,
   attn_q, attn_k, attn_v, attn_qkv, attn_output,
   ffn_norm, ffn_gate, ffn_up, ffn_down,
+  ffn_down_t,          // sparse files: the down projection transposed, one row of n_embd per neuron
+  pred_fc1, pred_fc2,  // the layer's activation predictor: score = fc2 . relu(fc1 . x)
 };
 
 struct tensor_spec {
@@ -72,7 +84,8 @@ struct tensor_spec {
 // The tensors an architecture reads, in one table.
 const std::vector<tensor_spec>& tensor_table(architecture a);
 std::string tensor_name(const tensor_spec& spec, int layer);
-// The shape a tensor must have: {ne0, ne1} (ne1 == 1 for vectors).
+// The shape a tensor must have: {ne0, ne1} (ne1 == 1 for vectors); empty for the predictor, whose
+// rank r is free (fc1 is {n_embd, r}, fc2 is {r, n_ff}).
 std::vector<int64_t> expected_shape(tensor_role role, const hparams& hp);
 
 }  // namespace hotcold

@@ -89,6 +89,13 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   ffn_out_.resize(hp.n_embd);
   gate_.resize(hp.n_ff);
   up_.resize(hp.n_ff);
+  hidden_.resize(hp.n_ff);
+  active_.reserve(hp.n_ff);
+  int64_t max_rank = 0;
+  for (const auto& l : model_->weights().layers)
+    if (l.pred_fc1) max_rank = std::max(max_rank, l.pred_fc1.ne1);
+  pred_h_.resize(static_cast<size_t>(max_rank));
+  acc_.resize(static_cast<size_t>(pool_.size() * hp.n_embd));
   scores_.resize(static_cast<size_t>(hp.n_head * n_ctx_));
   logits_.resize(hp.n_vocab);
   xq_.resize(static_cast<size_t>(std::max(hp.n_embd, hp.n_ff) / qk8_0 + 1));
@@ -97,24 +104,42 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   v_cache_.assign(cache, 0.0f);
 }
 
-void inference_context::matvec(const tensor_view& w, const float* x, float* y) {
+void inference_context::quantize_input(const tensor_view& w, const float* x) {
+  if (w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0) quantize_row_q8_0(x, xq_.data(), w.ne0);
+}
+
+float inference_context::row_dot(const tensor_view& w, int64_t r, const float* x) const {
+  const uint8_t* row = w.row(r);
   const int64_t n = w.ne0;
-  const bool q8_input = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
-  if (q8_input) quantize_row_q8_0(x, xq_.data(), n);  // once per product, as llama.cpp does
-  const block_q8_0* xq = xq_.data();
+  switch (w.type) {
+    case tensor_type::f32: return dot_f32(reinterpret_cast<const float*>(row), x, n);
+    case tensor_type::f16: return dot_f16(reinterpret_cast<const uint16_t*>(row), x, n);
+    case tensor_type::bf16: return dot_bf16(reinterpret_cast<const uint16_t*>(row), x, n);
+    case tensor_type::q8_0: return dot_q8_0(reinterpret_cast<const block_q8_0*>(row), xq_.data(), n);
+    case tensor_type::q4_0: return dot_q4_0(reinterpret_cast<const block_q4_0*>(row), xq_.data(), n);
+    case tensor_type::q6_k: return dot_q6_k(reinterpret_cast<const block_q6_k*>(row), x, n);
+    default: return 0.0f;
+  }
+}
+
+static void row_axpy(const tensor_view& w, int64_t r, float a, float* y) {
+  const uint8_t* row = w.row(r);
+  const int64_t n = w.ne0;
+  switch (w.type) {
+    case tensor_type::f32: axpy_f32(a, reinterpret_cast<const float*>(row), y, n); break;
+    case tensor_type::f16: axpy_f16(a, reinterpret_cast<const uint16_t*>(row), y, n); break;
+    case tensor_type::bf16: axpy_bf16(a, reinterpret_cast<const uint16_t*>(row), y, n); break;
+    case tensor_type::q8_0: axpy_q8_0(a, reinterpret_cast<const block_q8_0*>(row), y, n); break;
+    case tensor_type::q4_0: axpy_q4_0(a, reinterpret_cast<const block_q4_0*>(row), y, n); break;
+    case tensor_type::q6_k: axpy_q6_k(a, reinterpret_cast<const block_q6_k*>(row), y, n); break;
+    default: break;
+  }
+}
+
+void inference_context::matvec(const tensor_view& w, const float* x, float* y) {
+  quantize_input(w, x);  // once per product, as llama.cpp does
   pool_.parallel_for(w.ne1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* row = w.row(r);
-      switch (w.type) {
-        case tensor_type::f32: y[r] = dot_f32(reinterpret_cast<const float*>(row), x, n); break;
-        case tensor_type::f16: y[r] = dot_f16(reinterpret_cast<const uint16_t*>(row), x, n); break;
-        case tensor_type::bf16: y[r] = dot_bf16(reinterpret_cast<const uint16_t*>(row), x, n); break;
-        case tensor_type::q8_0: y[r] = dot_q8_0(reinterpret_cast<const block_q8_0*>(row), xq, n); break;
-        case tensor_type::q4_0: y[r] = dot_q4_0(reinterpret_cast<const block_q4_0*>(row), xq, n); break;
-        case tensor_type::q6_k: y[r] = dot_q6_k(reinterpret_cast<const block_q6_k*>(row), x, n); break;
-        default: break;
-      }
-    }
+    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot(w, r, x);
   }, 16);
 }
 
@@ -145,29 +170,105 @@ void inference_context::attention(int64_t layer, int64_t pos) {
   });
 }
 
-void inference_context::ffn(int64_t layer, const layer_weights& l, const float* in, float* out) {
+void inference_context::set_mode(ffn_mode m) {
+  if (m == ffn_mode::sparse && !model_->has_predictors())
+    throw model_error(fmt::format("{}: --mode sparse needs a predictor in every layer (make one with `hotcold prepare`)", model_->path()));
+  mode_ = m;
+}
+
+static float activate(activation act, float x) {
+  switch (act) {
+    case activation::silu: return silu(x);
+    case activation::gelu: return gelu(x);
+    default: return std::max(x, 0.0f);
+  }
+}
+
+float inference_context::neuron(const layer_weights& l, int64_t i, const float* in) const {
   const hparams& hp = model_->hp();
-  if (hp.gated_ffn) {
-    matvec(l.ffn_gate, in, gate_.data());
-    matvec(l.ffn_up, in, up_.data());
-    for (int64_t i = 0; i < hp.n_ff; ++i) {
-      float g = gate_[i], u = up_[i];
-      switch (hp.act) {
-        case activation::silu: gate_[i] = silu(g) * u; break;
-        case activation::relu: gate_[i] = std::max(g, 0.0f) * u; break;
-        case activation::drelu: gate_[i] = std::max(g, 0.0f) * std::max(u, 0.0f); break;
-        case activation::gelu: gate_[i] = gelu(g) * u; break;
+  float u = row_dot(l.ffn_up, i, in);
+  if (!hp.gated_ffn) return activate(hp.act, u);
+  float g = row_dot(l.ffn_gate, i, in);
+  if (hp.act == activation::drelu) return std::max(g, 0.0f) * std::max(u, 0.0f);
+  return activate(hp.act, g) * u;
+}
+
+void inference_context::ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out) {
+  const hparams& hp = model_->hp();
+  const int64_t n_ff = hp.n_ff, n_embd = hp.n_embd;
+  const bool choose = mode_ == ffn_mode::oracle || (mode_ == ffn_mode::sparse && l.pred_fc1);
+
+  if (!choose || mode_ == ffn_mode::oracle) {
+    // Every neuron: gate/up as matrix-vector products, then the activation.
+    if (hp.gated_ffn) {
+      matvec(l.ffn_gate, in, gate_.data());
+      matvec(l.ffn_up, in, up_.data());
+      for (int64_t i = 0; i < n_ff; ++i) {
+        float g = gate_[i], u = up_[i];
+        hidden_[i] = hp.act == activation::drelu ? std::max(g, 0.0f) * std::max(u, 0.0f) : activate(hp.act, g) * u;
       }
-    }
-  } else {
-    matvec(l.ffn_up, in, gate_.data());
-    for (int64_t i = 0; i < hp.n_ff; ++i) {
-      float u = gate_[i];
-      gate_[i] = hp.act == activation::gelu ? gelu(u) : hp.act == activation::silu ? silu(u) : std::max(u, 0.0f);
+    } else {
+      matvec(l.ffn_up, in, up_.data());
+      for (int64_t i = 0; i < n_ff; ++i) hidden_[i] = activate(hp.act, up_[i]);
     }
   }
-  if (observer_) observer_("ffn_act", layer, gate_);
-  matvec(l.ffn_down, gate_.data(), out);
+
+  if (choose) {
+    active_.clear();
+    if (mode_ == ffn_mode::oracle) {
+      for (int64_t i = 0; i < n_ff; ++i)
+        if (hidden_[i] != 0.0f) active_.push_back(static_cast<int32_t>(i));
+    } else {
+      // score = fc2 . relu(fc1 . x); neuron i runs iff score_i >= the layer's threshold.
+      const int64_t rank = l.pred_fc1.ne1;
+      matvec(l.pred_fc1, pred_in, pred_h_.data());
+      for (int64_t k = 0; k < rank; ++k) pred_h_[k] = std::max(pred_h_[k], 0.0f);
+      matvec(l.pred_fc2, pred_h_.data(), gate_.data());
+      const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
+      for (int64_t i = 0; i < n_ff; ++i)
+        if (gate_[i] >= threshold) active_.push_back(static_cast<int32_t>(i));
+    }
+    // The chosen neurons only: each thread takes a contiguous share of them and owns its rows of
+    // hidden_ and its own accumulator; the accumulators are summed afterwards.
+    std::fill(hidden_.begin(), hidden_.end(), 0.0f);
+    quantize_input(l.ffn_up, in);
+    if (hp.gated_ffn) quantize_input(l.ffn_gate, in);
+    const int64_t n_active = static_cast<int64_t>(active_.size());
+    const int threads = pool_.size();
+    pool_.parallel_for(threads, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* acc = acc_.data() + t * n_embd;
+        std::fill(acc, acc + n_embd, 0.0f);
+        for (int64_t k = n_active * t / threads; k < n_active * (t + 1) / threads; ++k) {
+          int64_t i = active_[static_cast<size_t>(k)];
+          float h = neuron(l, i, in);
+          hidden_[i] = h;
+          if (l.ffn_down_t && h != 0.0f) row_axpy(l.ffn_down_t, i, h, acc);
+        }
+      }
+    });
+  }
+
+  if (observer_) observer_("ffn_act", layer, hidden_);
+
+  if (l.ffn_down_t) {
+    if (!choose) {  // dense over AXPY rows: the same per-thread accumulators over all neurons
+      const int threads = pool_.size();
+      pool_.parallel_for(threads, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          float* acc = acc_.data() + t * n_embd;
+          std::fill(acc, acc + n_embd, 0.0f);
+          for (int64_t i = n_ff * t / threads; i < n_ff * (t + 1) / threads; ++i)
+            if (hidden_[i] != 0.0f) row_axpy(l.ffn_down_t, i, hidden_[i], acc);
+        }
+      });
+    }
+    std::fill(out, out + n_embd, 0.0f);
+    for (int t = 0; t < pool_.size(); ++t)
+      for (int64_t j = 0; j < n_embd; ++j) out[j] += acc_[t * n_embd + j];
+  } else {
+    matvec(l.ffn_down, hidden_.data(), out);
+  }
 }
 
 std::span<const float> inference_context::forward(token_id token, int64_t pos) {
@@ -186,6 +287,7 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
     float* k = q + n_embd;
     float* v = k + kv;
 
+    if (!falcon && hp.pred_input == predictor_input::layer_input) layer_in_ = x_;
     // attention input, q k v
     if (falcon) {
       layer_norm(x_.data(), f32(l.attn_norm), f32(l.attn_norm_b), xn_.data(), n_embd, hp.norm_eps);
@@ -211,12 +313,12 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
         layer_norm(x_.data(), f32(l.attn_norm_2), f32(l.attn_norm_2_b), xn2_.data(), n_embd, hp.norm_eps);
         ffn_in = xn2_.data();
       }
-      ffn(il, l, ffn_in, ffn_out_.data());
+      ffn(il, l, ffn_in, x_.data(), ffn_out_.data());  // the predictor reads the layer's input
       for (int64_t i = 0; i < n_embd; ++i) x_[i] += proj_[i] + ffn_out_[i];
     } else {
       for (int64_t i = 0; i < n_embd; ++i) x_[i] += proj_[i];
       rms_norm(x_.data(), f32(l.ffn_norm), xn2_.data(), n_embd, hp.norm_eps);
-      ffn(il, l, xn2_.data(), ffn_out_.data());
+      ffn(il, l, xn2_.data(), hp.pred_input == predictor_input::layer_input ? layer_in_.data() : x_.data(), ffn_out_.data());
       for (int64_t i = 0; i < n_embd; ++i) x_[i] += ffn_out_[i];
     }
   }

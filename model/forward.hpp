@@ -14,6 +14,13 @@
 
 namespace hotcold {
 
+// How the FFN chooses its neurons.
+//   dense:  every neuron (a sparse file's ffn_down_t is used as AXPY rows).
+//   sparse: the layer's predictor picks the neurons (layers without one run dense).
+//   oracle: the true activations pick them — every gate is computed, then only the neurons that
+//           fired go through the sparse path; used to test the sparse path and to profile.
+enum class ffn_mode { dense, sparse, oracle };
+
 class inference_context {
  public:
   // n_ctx: positions the KV cache holds (0: the model's training context).
@@ -30,6 +37,10 @@ class inference_context {
   using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
   void set_observer(observer o) { observer_ = std::move(o); }
 
+  // Throws model_error for sparse mode on a model without predictors.
+  void set_mode(ffn_mode m);
+  ffn_mode mode() const { return mode_; }
+
   int64_t n_ctx() const { return n_ctx_; }
   const model& get_model() const { return *model_; }
   thread_pool& pool() { return pool_; }
@@ -37,15 +48,21 @@ class inference_context {
  private:
   void matvec(const tensor_view& w, const float* x, float* y);
   void attention(int64_t layer, int64_t pos);  // q, k_cache, v_cache -> attn_out
-  void ffn(int64_t layer, const layer_weights& l, const float* in, float* out);
+  // in: the FFN's normalized input; pred_in: what the predictor reads.
+  void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
+  float neuron(const layer_weights& l, int64_t i, const float* in) const;  // hidden value of neuron i
+  float row_dot(const tensor_view& w, int64_t r, const float* x) const;    // uses xq_ for Q8_0/Q4_0 rows
+  void quantize_input(const tensor_view& w, const float* x);               // fills xq_ when w needs it
 
   std::shared_ptr<const model> model_;
   int64_t n_ctx_;
   observer observer_;
+  ffn_mode mode_ = ffn_mode::dense;
   thread_pool pool_;
 
   // Run state (shapes in elements).
   std::vector<float> x_;         // (n_embd) residual stream
+  std::vector<float> layer_in_;  // (n_embd) the layer's input, kept when a predictor reads it
   std::vector<float> xn_;        // (n_embd) normalized input of attention
   std::vector<float> xn2_;       // (n_embd) normalized input of the FFN
   std::vector<float> qkv_;       // (n_embd + 2 n_embd_kv): q, k, v of this position
@@ -53,6 +70,10 @@ class inference_context {
   std::vector<float> proj_;      // (n_embd) wo output
   std::vector<float> ffn_out_;   // (n_embd)
   std::vector<float> gate_, up_; // (n_ff)
+  std::vector<float> hidden_;    // (n_ff) the FFN's hidden vector (zeros where a neuron was skipped)
+  std::vector<int32_t> active_;  // neurons chosen for this token
+  std::vector<float> pred_h_;    // (max predictor rank)
+  std::vector<float> acc_;       // (threads, n_embd): each thread's own share of the down projection
   std::vector<float> scores_;    // (n_head, n_ctx)
   std::vector<float> logits_;    // (n_vocab)
   std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows

@@ -93,6 +93,12 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
       return {};
     }
     auto want = expected_shape(spec.role, hp);
+    if (want.empty()) {  // the predictor: its rank is free, the other sides are fixed
+      const bool is_fc1 = spec.role == tensor_role::pred_fc1;
+      const auto* fc1 = is_fc1 ? nullptr : f.find_tensor(fmt::format("blk.{}.fc1.weight", layer));
+      int64_t rank = fc1 ? fc1->ne[1] : t->ne[is_fc1 ? 1 : 0];
+      want = is_fc1 ? std::vector<int64_t>{hp.n_embd, rank} : std::vector<int64_t>{rank, hp.n_ff};
+    }
     bool vector = want[1] == 1;
     bool shape_ok = t->ne[0] == want[0] && t->ne[1] == want[1] && t->ne[2] == 1 && t->ne[3] == 1 && (!vector || t->n_dims == 1);
     if (!shape_ok) {
@@ -147,14 +153,23 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
         case r::ffn_gate: l.ffn_gate = v; break;
         case r::ffn_up: l.ffn_up = v; break;
         case r::ffn_down: l.ffn_down = v; break;
+        case r::ffn_down_t: l.ffn_down_t = v; break;
+        case r::pred_fc1: l.pred_fc1 = v; break;
+        case r::pred_fc2: l.pred_fc2 = v; break;
         default: break;
       }
     }
   }
+  m->has_predictors_ = hp.n_layer > 0;
   for (int il = 0; il < hp.n_layer; ++il) {
     const auto& l = w.layers[static_cast<size_t>(il)];
     if (static_cast<bool>(l.attn_norm_2) != static_cast<bool>(l.attn_norm_2_b))
       throw model_error(fmt::format("{}: blk.{}.attn_norm_2 needs both its weight and its bias", path, il));
+    if (!l.ffn_down && !l.ffn_down_t)
+      throw model_error(fmt::format("{}: tensor blk.{}.ffn_down.weight is missing (and there is no ffn_down_t either)", path, il));
+    if (static_cast<bool>(l.pred_fc1) != static_cast<bool>(l.pred_fc2))
+      throw model_error(fmt::format("{}: blk.{}'s predictor needs both fc1 and fc2", path, il));
+    m->has_predictors_ = m->has_predictors_ && l.pred_fc1;
   }
   if (!w.output) {
     w.output = w.token_embd;

@@ -36,7 +36,10 @@ struct layer_weights {
   tensor_view wo;                          // (n_embd) -> (n_embd)
   tensor_view ffn_norm;                    // (n_embd)
   tensor_view ffn_gate, ffn_up;            // (n_embd) -> (n_ff)
-  tensor_view ffn_down;                    // (n_ff) -> (n_embd)
+  tensor_view ffn_down;                    // (n_ff) -> (n_embd); absent in sparse files, which have:
+  tensor_view ffn_down_t;                  // n_ff rows of n_embd: neuron i's contribution is h_i * row i
+  tensor_view pred_fc1;                    // predictor: (n_embd) -> (r)
+  tensor_view pred_fc2;                    //            (r) -> (n_ff): score_i >= threshold => neuron i fires
 };
 
 struct model_weights {
@@ -61,6 +64,8 @@ class model {
   const vocab& vocabulary() const { return *vocab_; }
   const model_weights& weights() const { return weights_; }
   bool tied_output() const { return tied_output_; }
+  // Every layer has an activation predictor (the file can run --mode sparse).
+  bool has_predictors() const { return has_predictors_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   bool huge_pages() const { return huge_pages_; }
 
@@ -73,6 +78,7 @@ class model {
   std::unique_ptr<vocab> vocab_;
   model_weights weights_;
   bool tied_output_ = false;
+  bool has_predictors_ = false;
   uint64_t weight_bytes_ = 0;
   bool huge_pages_ = false;
   std::unique_ptr<gguf::file> file_;  // kept for --mmap (weights point into it)

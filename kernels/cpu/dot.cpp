@@ -45,7 +45,44 @@ float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
   return s;
 }
 
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
 }  // namespace scalar
+
+void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_fp32(x[i]);
+}
+
+void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
+    float s = a * fp16_to_fp32(x[b].d);
+    for (int i = 0; i < qk8_0; ++i) y[i] += s * x[b].qs[i];
+  }
+}
+
+void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    float s = a * fp16_to_fp32(x[b].d);
+    for (int j = 0; j < qk4_0 / 2; ++j) {
+      y[j] += s * ((x[b].qs[j] & 0x0F) - 8);
+      y[j + 16] += s * ((x[b].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n) {
+  float tmp[qk_k];
+  for (int64_t b = 0; b < n / qk_k; ++b, y += qk_k) {
+    dequantize_row_q6_k(x + b, tmp, qk_k);
+    for (int i = 0; i < qk_k; ++i) y[i] += a * tmp[i];
+  }
+}
 
 float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
   float s = 0;
@@ -61,10 +98,6 @@ float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
     for (int i = 0; i < qk_k; ++i) s += tmp[i] * x[i];
   }
   return s;
-}
-
-void axpy_f32(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 // ---- AVX2 + FMA + F16C ------------------------------------------------------------------------
@@ -152,6 +185,20 @@ HOTCOLD_AVX2 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n)
   return hsum(acc);
 }
 
+HOTCOLD_AVX2 void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+HOTCOLD_AVX2 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+  __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
 }  // namespace avx2
 
 namespace {
@@ -165,6 +212,9 @@ const dispatch& cpu() {
 }  // namespace
 
 const char* dot_implementation() { return cpu().avx2 ? "avx2" : "scalar"; }
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_f32(a, x, y, n) : scalar::axpy_f32(a, x, y, n); }
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_f16(a, x, y, n) : scalar::axpy_f16(a, x, y, n); }
 
 float dot_f32(const float* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_f32(w, x, n) : scalar::dot_f32(w, x, n); }
 float dot_f16(const uint16_t* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_f16(w, x, n) : scalar::dot_f16(w, x, n); }

@@ -17,8 +17,13 @@ float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n);
 // Q6_K rows against float activations.
 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n);
 
-// y += a * x
+// y += a * row, for one weight row of each type (the sparse down projection over ffn_down_t rows).
 void axpy_f32(float a, const float* x, float* y, int64_t n);
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
+void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n);
+void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
+void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
+void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n);
 
 // Which implementation the dispatcher picked: "avx2" or "scalar".
 const char* dot_implementation();
@@ -28,6 +33,8 @@ float dot_f32(const float* w, const float* x, int64_t n);
 float dot_f16(const uint16_t* w, const float* x, int64_t n);
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n);
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n);
+void axpy_f32(float a, const float* x, float* y, int64_t n);
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 }  // namespace scalar
 
 }  // namespace hotcold::kernels

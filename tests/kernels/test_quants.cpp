@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -145,6 +146,41 @@ TEST(Dot, QuantizedRowsMatchDequantizedSums) {
   want = 0;
   for (int64_t i = 0; i < n; ++i) want += double(wd[i]) * x[i];
   EXPECT_NEAR(dot_q6_k(w6.data(), x.data(), n), want, 1e-3 * std::sqrt(n));
+}
+
+TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
+  const int64_t n = 512;
+  auto w = random_vector(n, 6), y0 = random_vector(n, 7);
+  const float a = -0.75f;
+  auto check = [&](const char* what, const std::vector<float>& row, const std::function<void(float*)>& axpy) {
+    std::vector<float> y = y0;
+    axpy(y.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], y0[i] + a * row[i], 1e-5) << what << " " << i;
+  };
+  check("f32", w, [&](float* y) { axpy_f32(a, w.data(), y, n); });
+  check("f32 scalar", w, [&](float* y) { scalar::axpy_f32(a, w.data(), y, n); });
+  std::vector<uint16_t> h(n), bf(n);
+  std::vector<float> hd(n), bd(n);
+  for (int64_t i = 0; i < n; ++i) {
+    h[i] = fp32_to_fp16(w[i]), hd[i] = fp16_to_fp32(h[i]);
+    bf[i] = fp32_to_bf16(w[i]), bd[i] = bf16_to_fp32(bf[i]);
+  }
+  check("f16", hd, [&](float* y) { axpy_f16(a, h.data(), y, n); });
+  check("f16 scalar", hd, [&](float* y) { scalar::axpy_f16(a, h.data(), y, n); });
+  check("bf16", bd, [&](float* y) { axpy_bf16(a, bf.data(), y, n); });
+  std::vector<float> d(n);
+  std::vector<block_q8_0> q8(n / 32);
+  quantize_row_q8_0(w.data(), q8.data(), n);
+  dequantize_row_q8_0(q8.data(), d.data(), n);
+  check("q8_0", d, [&](float* y) { axpy_q8_0(a, q8.data(), y, n); });
+  std::vector<block_q4_0> q4(n / 32);
+  quantize_row_q4_0(w.data(), q4.data(), n);
+  dequantize_row_q4_0(q4.data(), d.data(), n);
+  check("q4_0", d, [&](float* y) { axpy_q4_0(a, q4.data(), y, n); });
+  std::vector<block_q6_k> q6(n / 256);
+  quantize_row_q6_k(w.data(), q6.data(), n);
+  dequantize_row_q6_k(q6.data(), d.data(), n);
+  check("q6_k", d, [&](float* y) { axpy_q6_k(a, q6.data(), y, n); });
 }
 
 }  // namespace

@@ -1,0 +1,87 @@
+#include "tools/sparse_file.hpp"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "model/arch.hpp"
+#include "model/forward.hpp"
+#include "model/gguf_writer.hpp"
+#include "model/tensor_convert.hpp"
+
+namespace hotcold::tools {
+
+void write_sparse_model(const std::string& dense_path, const std::string& out_path, const std::vector<layer_predictor>& predictors,
+                        const sparse_file_options& options) {
+  auto f = gguf::file::open(dense_path);
+  hparams hp = read_hparams(f);
+  if (predictors.size() != static_cast<size_t>(hp.n_layer))
+    throw std::invalid_argument(fmt::format("{} predictors for {} layers", predictors.size(), hp.n_layer));
+
+  gguf::writer w(options.kind);
+  for (const auto& kv : f.metadata()) {
+    if (kv.key == sparse_thresholds_key || kv.key == powerinfer_threshold_key || kv.key == predictor_input_key) continue;
+    w.set_value(kv.key, kv.val);
+  }
+  if (options.kind == gguf::file_kind::powerinfer) {
+    float t = predictors.front().threshold;
+    for (const auto& p : predictors)
+      if (p.threshold != t) throw std::invalid_argument("PowerInfer files hold one threshold for all layers");
+    w.set_f32(powerinfer_threshold_key, t);
+  } else {
+    std::vector<float> thresholds;
+    for (const auto& p : predictors) thresholds.push_back(p.threshold);
+    w.set_array(sparse_thresholds_key, std::span<const float>(thresholds));
+    w.set_string(predictor_input_key, hp.pred_input == predictor_input::layer_input ? "layer_input" : "ffn_input_before_norm");
+  }
+  if (!f.find(activation_key)) w.set_string(activation_key, activation_name(hp.act));
+
+  std::vector<std::vector<uint8_t>> storage;
+  storage.reserve(f.tensors().size() + 2 * predictors.size());
+  for (const auto& t : f.tensors()) {
+    std::string name(t.name);
+    auto dot = name.find(".ffn_down.weight");
+    if (dot == std::string::npos) {
+      std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+      w.add_tensor(name, t.type, ne, {t.data, static_cast<size_t>(t.n_bytes)});
+      continue;
+    }
+    // ffn_down is n_embd rows of n_ff; ffn_down_t is n_ff rows of n_embd.
+    const int64_t n_ff = t.ne[0], n_embd = t.ne[1];
+    tensor_view v;
+    v.type = t.type;
+    v.ne0 = n_ff;
+    v.ne1 = n_embd;
+    v.row_bytes = static_cast<size_t>(t.n_bytes / static_cast<uint64_t>(n_embd));
+    v.data = t.data;
+    std::vector<float> row(static_cast<size_t>(n_ff)), transposed(static_cast<size_t>(n_ff * n_embd));
+    for (int64_t r = 0; r < n_embd; ++r) {
+      dequantize_row(v, r, row.data());
+      for (int64_t c = 0; c < n_ff; ++c) transposed[static_cast<size_t>(c * n_embd + r)] = row[static_cast<size_t>(c)];
+    }
+    storage.push_back(convert_rows(transposed, n_embd, t.type));
+    int64_t ne[] = {n_embd, n_ff};
+    w.add_tensor(name.substr(0, dot) + ".ffn_down_t.weight", t.type, ne, storage.back());
+  }
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const auto& p = predictors[static_cast<size_t>(l)];
+    if (p.fc1.size() != static_cast<size_t>(p.rank * hp.n_embd) || p.fc2.size() != static_cast<size_t>(hp.n_ff * p.rank))
+      throw std::invalid_argument(fmt::format("layer {}: predictor sizes do not match rank {}", l, p.rank));
+    tensor_type t1 = options.predictor_type, t2 = options.predictor_type;
+    // Rows must fill whole blocks: fall back to F32 where they cannot.
+    if (hp.n_embd % traits(t1).block_size) t1 = tensor_type::f32;
+    if (p.rank % traits(t2).block_size) t2 = tensor_type::f32;
+    storage.push_back(convert_rows(p.fc1, hp.n_embd, t1));
+    int64_t ne1[] = {hp.n_embd, p.rank};
+    w.add_tensor(fmt::format("blk.{}.fc1.weight", l), t1, ne1, storage.back());
+    storage.push_back(convert_rows(p.fc2, p.rank, t2));
+    int64_t ne2[] = {p.rank, hp.n_ff};
+    w.add_tensor(fmt::format("blk.{}.fc2.weight", l), t2, ne2, storage.back());
+  }
+  auto dir = std::filesystem::path(out_path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  w.write(out_path);
+}
+
+}  // namespace hotcold::tools
