@@ -10,9 +10,11 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "launcher/commands.hpp"
 #include "launcher/default_model.hpp"
+#include "launcher/model_options.hpp"
 #include "model/forward.hpp"
 #include "model/sampler.hpp"
 
@@ -22,40 +24,33 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
-struct model_args {
-  std::string model;
-  int threads = 0;
-  int64_t ctx = 0;
-  bool mmap = false;
-};
-
-void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
-  auto* opt = cmd->add_option("-m,--model", m.model, model_required ? "GGUF model" : "GGUF model (default: the embedded default model)");
-  if (model_required) opt->required();
-  cmd->add_option("-t,--threads", m.threads, "Threads (default: all hardware threads)");
-  cmd->add_option("-c,--ctx", m.ctx, "Context length (default: the model's, at most 4096)");
-  cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
-}
-
-struct loaded {
-  std::shared_ptr<const model> m;
-  std::unique_ptr<inference_context> ctx;
-};
-
-loaded load(const model_args& a) {
-  std::string path = a.model.empty() ? ensure_default_model() : a.model;
-  auto t0 = clock_type::now();
-  auto m = model::load(path, {a.mmap});
-  const auto& hp = m->hp();
-  int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int64_t ctx = a.ctx > 0 ? a.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
-  fmt::print(stderr, "hotcold: {} — {} {}, {} layers, embd {}, ffn {}, heads {}/{}, vocab {}, {:.1f} MiB of weights{}; loaded in {:.2f} s\n",
-             path, architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv,
-             hp.n_vocab, m->weight_bytes() / double(1 << 20), a.mmap ? " (mmap)" : "", seconds_since(t0));
-  fmt::print(stderr, "hotcold: context {}, {} threads\n", ctx, threads);
-  for (const auto& w : m->vocabulary().warnings()) fmt::print(stderr, "hotcold: warning: {}\n", w);
-  loaded l{m, std::make_unique<inference_context>(m, ctx, threads)};
-  return l;
+void write_stats_json(const std::string& path, const inference_context& ctx) {
+  auto ratio = [](int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 1.0; };
+  auto fields = [&](const ffn_layer_stats& s) {
+    return nlohmann::json{{"predictor_recall", ratio(s.active_computed, s.truly_active)},
+                          {"predictor_precision", ratio(s.active_computed, s.computed)},
+                          {"active_fraction", ratio(s.computed, s.neurons)},
+                          {"true_active_fraction", ratio(s.truly_active, s.neurons)},
+                          {"tokens", s.tokens}};
+  };
+  ffn_layer_stats all;
+  nlohmann::json layers = nlohmann::json::array();
+  for (size_t l = 0; l < ctx.stats().size(); ++l) {
+    const auto& s = ctx.stats()[l];
+    auto j = fields(s);
+    j["layer"] = l;
+    layers.push_back(j);
+    all.neurons += s.neurons, all.computed += s.computed, all.truly_active += s.truly_active, all.active_computed += s.active_computed;
+    all.tokens = s.tokens;
+  }
+  auto j = fields(all);
+  j["mode"] = ctx.mode() == ffn_mode::sparse ? "sparse" : "dense";
+  j["layers"] = layers;
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw std::system_error(errno, std::generic_category(), path);
+  fmt::print(stderr, "hotcold: predictor recall {:.4f}, precision {:.4f}, active fraction {:.4f} -> {}\n", j["predictor_recall"].get<double>(),
+             j["predictor_precision"].get<double>(), j["active_fraction"].get<double>(), path);
 }
 
 void check_fits(int64_t n_prompt, int64_t n_ctx) {
@@ -169,7 +164,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
   {
     struct args {
       model_args m;
-      std::string prompt, file, logits_out;
+      std::string prompt, file, logits_out, stats_json;
       bool parse_special = false;
     };
     auto a = std::make_shared<args>();
@@ -180,11 +175,13 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
     p->excludes(f);
     cmd->add_option("--logits-out", a->logits_out, "Output file of float32 little-endian logits")->required();
     cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens becomes those tokens");
+    cmd->add_option("--stats-json", a->stats_json, "Write predictor recall, precision and active fraction (overall and per layer)");
     cmd->callback([a, p, f, &exit_code] {
       exit_code = run_guarded("eval", [&] {
         if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
         std::string text = f->count() ? read_file(a->file) : a->prompt;
         auto l = load(a->m);
+        if (!a->stats_json.empty()) l.ctx->enable_stats(true);
         auto tokens = l.m->vocabulary().tokenize(text, true, a->parse_special);
         check_fits(static_cast<int64_t>(tokens.size()), l.ctx->n_ctx());
         std::ofstream out(a->logits_out, std::ios::binary | std::ios::trunc);
@@ -201,6 +198,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         fmt::print("{}\n", ids);
         fmt::print(stderr, "hotcold: {} positions x {} logits -> {} in {:.2f} s\n", tokens.size(), l.m->hp().n_vocab, a->logits_out,
                    seconds_since(t0));
+        if (!a->stats_json.empty()) write_stats_json(a->stats_json, *l.ctx);
       });
     });
   }

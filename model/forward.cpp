@@ -96,6 +96,8 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
     if (l.pred_fc1) max_rank = std::max(max_rank, l.pred_fc1.ne1);
   pred_h_.resize(static_cast<size_t>(max_rank));
   acc_.resize(static_cast<size_t>(pool_.size() * hp.n_embd));
+  stats_.resize(static_cast<size_t>(hp.n_layer));
+  computed_.assign(static_cast<size_t>(hp.n_layer), 0);
   scores_.resize(static_cast<size_t>(hp.n_head * n_ctx_));
   logits_.resize(hp.n_vocab);
   xq_.resize(static_cast<size_t>(std::max(hp.n_embd, hp.n_ff) / qk8_0 + 1));
@@ -198,7 +200,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
   const int64_t n_ff = hp.n_ff, n_embd = hp.n_embd;
   const bool choose = mode_ == ffn_mode::oracle || (mode_ == ffn_mode::sparse && l.pred_fc1);
 
-  if (!choose || mode_ == ffn_mode::oracle) {
+  if (!choose || mode_ == ffn_mode::oracle || stats_on_) {
     // Every neuron: gate/up as matrix-vector products, then the activation.
     if (hp.gated_ffn) {
       matvec(l.ffn_gate, in, gate_.data());
@@ -213,6 +215,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
     }
   }
 
+  if (choose && stats_on_) truth_ = hidden_;
   if (choose) {
     active_.clear();
     if (mode_ == ffn_mode::oracle) {
@@ -249,6 +252,27 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
     });
   }
 
+  computed_[static_cast<size_t>(layer)] += choose ? static_cast<int64_t>(active_.size()) : n_ff;
+  if (stats_on_) {
+    auto& st = stats_[static_cast<size_t>(layer)];
+    st.tokens += 1;
+    st.neurons += n_ff;
+    if (!choose) {
+      st.computed += n_ff;
+      for (int64_t i = 0; i < n_ff; ++i) st.truly_active += hidden_[i] != 0.0f;
+      st.active_computed = st.truly_active;
+    } else {
+      // truth_ is this token's dense hidden vector, saved before the sparse path ran.
+      std::vector<uint8_t> computed(static_cast<size_t>(n_ff), 0);
+      for (int32_t i : active_) computed[static_cast<size_t>(i)] = 1;
+      st.computed += static_cast<int64_t>(active_.size());
+      for (int64_t i = 0; i < n_ff; ++i) {
+        bool truly = truth_[static_cast<size_t>(i)] != 0.0f;
+        st.truly_active += truly;
+        st.active_computed += truly && computed[static_cast<size_t>(i)];
+      }
+    }
+  }
   if (observer_) observer_("ffn_act", layer, hidden_);
 
   if (l.ffn_down_t) {

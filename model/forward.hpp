@@ -21,6 +21,15 @@ namespace hotcold {
 //           fired go through the sparse path; used to test the sparse path and to profile.
 enum class ffn_mode { dense, sparse, oracle };
 
+// Per-layer counts of how the FFN chose its neurons (when stats are enabled).
+struct ffn_layer_stats {
+  int64_t tokens = 0;
+  int64_t neurons = 0;        // n_ff x tokens
+  int64_t computed = 0;       // neurons the FFN computed
+  int64_t truly_active = 0;   // neurons whose activation is nonzero (from a dense computation)
+  int64_t active_computed = 0;  // truly active and computed
+};
+
 class inference_context {
  public:
   // n_ctx: positions the KV cache holds (0: the model's training context).
@@ -40,6 +49,11 @@ class inference_context {
   // Throws model_error for sparse mode on a model without predictors.
   void set_mode(ffn_mode m);
   ffn_mode mode() const { return mode_; }
+  // Counts computed vs truly active neurons per layer; costs a dense FFN per token in sparse mode.
+  void enable_stats(bool on) { stats_on_ = on; }
+  const std::vector<ffn_layer_stats>& stats() const { return stats_; }
+  // Neurons computed per layer since construction (always counted; cheap).
+  const std::vector<int64_t>& computed_neurons() const { return computed_; }
 
   int64_t n_ctx() const { return n_ctx_; }
   const model& get_model() const { return *model_; }
@@ -58,6 +72,9 @@ class inference_context {
   int64_t n_ctx_;
   observer observer_;
   ffn_mode mode_ = ffn_mode::dense;
+  bool stats_on_ = false;
+  std::vector<ffn_layer_stats> stats_;
+  std::vector<int64_t> computed_;
   thread_pool pool_;
 
   // Run state (shapes in elements).
@@ -71,6 +88,7 @@ class inference_context {
   std::vector<float> ffn_out_;   // (n_embd)
   std::vector<float> gate_, up_; // (n_ff)
   std::vector<float> hidden_;    // (n_ff) the FFN's hidden vector (zeros where a neuron was skipped)
+  std::vector<float> truth_;     // (n_ff) dense hidden vector, kept for stats in sparse mode
   std::vector<int32_t> active_;  // neurons chosen for this token
   std::vector<float> pred_h_;    // (max predictor rank)
   std::vector<float> acc_;       // (threads, n_embd): each thread's own share of the down projection
