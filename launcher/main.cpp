@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   add_gen_model_command(app, exit_code);
   add_generate_commands(app, exit_code);
   add_bench_command(app, exit_code);
+  add_sparse_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

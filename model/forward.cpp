@@ -199,6 +199,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
   const hparams& hp = model_->hp();
   const int64_t n_ff = hp.n_ff, n_embd = hp.n_embd;
   const bool choose = mode_ == ffn_mode::oracle || (mode_ == ffn_mode::sparse && l.pred_fc1);
+  if (observer_) observer_("ffn_pred_in", layer, std::span<const float>(pred_in, static_cast<size_t>(n_embd)));
 
   if (!choose || mode_ == ffn_mode::oracle || stats_on_) {
     // Every neuron: gate/up as matrix-vector products, then the activation.

@@ -41,8 +41,9 @@ class inference_context {
   std::span<const float> forward(token_id token, int64_t pos);
 
   // Sees named intermediates as they are computed: (name, layer, values). Names so far:
+  // "ffn_pred_in" — what the layer's activation predictor reads (n_embd), in every mode;
   // "ffn_act" — the FFN's hidden vector after the activation (n_ff), whose nonzeros are the
-  // neurons that fired. Empty function: no calls.
+  // neurons that fired (or were computed, in sparse mode). Empty function: no calls.
   using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
   void set_observer(observer o) { observer_ = std::move(o); }
 

@@ -20,6 +20,7 @@ namespace {
 constexpr double firing_cap = 0.97;   // the hottest neurons fire for at most this share of tokens
 constexpr float bias_level = 4.0f;    // the residual stream's constant channels hold +A and -A
 constexpr float context_weight = 0.2f;  // share of a gate row reading the context subspace
+constexpr float token_noise = 0.3f;     // isotropic part of a token vector, next to its low-rank part
 
 // xoshiro256** seeded through splitmix64: fast, and the same stream on every platform.
 class rng {
@@ -201,12 +202,21 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     if (kv_pair.key.starts_with("tokenizer.")) w.set_value(kv_pair.key, kv_pair.val);
 
   // Token embeddings: +A, -A on the constant channels, a unit-RMS zero-mean vector in S, zero in T.
+  // As in trained models, the token vectors are anisotropic: they lie mostly in a low-dimensional
+  // subspace of S (rank max(8, embd/16)) plus a little isotropic noise, which is what lets a
+  // low-rank predictor tell which neurons fire.
+  const int64_t token_rank = std::min<int64_t>(s_len, std::max<int64_t>(8, d / 16));
+  matrix basis(token_rank, s_len);
+  for (int64_t k = 0; k < token_rank; ++k) fill_normal(g, basis.row(k), s_len, 1.0f);
+  std::vector<float> coef(static_cast<size_t>(token_rank));
   matrix embd(n_vocab, d);
   for (int64_t t = 0; t < n_vocab; ++t) {
     float* e = embd.row(t);
     e[0] = bias_level;
     e[1] = -bias_level;
-    fill_normal(g, e + lay.s_begin, s_len, 1.0f);
+    fill_normal(g, e + lay.s_begin, s_len, token_noise);
+    fill_normal(g, coef.data(), token_rank, 1.0f);
+    for (int64_t k = 0; k < token_rank; ++k) kernels::axpy_f32(coef[k], basis.row(k), e + lay.s_begin, s_len);
     zero_mean(e, lay.s_begin, lay.s_end);
     double ss = 0;
     for (int64_t i = lay.s_begin; i < lay.s_end; ++i) ss += e[i] * double(e[i]);

@@ -110,8 +110,9 @@ TEST_P(SparsePath, PredictorThresholdDecides) {
   inference_context ctx(none, 4, 2);
   ctx.set_mode(ffn_mode::sparse);
   int64_t nonzero = 0;
-  ctx.set_observer([&](std::string_view, int64_t, std::span<const float> v) {
-    for (float x : v) nonzero += x != 0.0f;
+  ctx.set_observer([&](std::string_view name, int64_t, std::span<const float> v) {
+    if (name == "ffn_act")
+      for (float x : v) nonzero += x != 0.0f;
   });
   ctx.forward(1, 0);
   EXPECT_EQ(nonzero, 0);
@@ -123,8 +124,12 @@ TEST_P(SparsePath, OnlyPredictedNeuronsRun) {
   inference_context sparse(m, 4, 2), dense(m, 4, 2);
   sparse.set_mode(ffn_mode::sparse);
   std::vector<std::vector<float>> got, want;
-  sparse.set_observer([&](std::string_view, int64_t, std::span<const float> v) { got.emplace_back(v.begin(), v.end()); });
-  dense.set_observer([&](std::string_view, int64_t, std::span<const float> v) { want.emplace_back(v.begin(), v.end()); });
+  sparse.set_observer([&](std::string_view name, int64_t, std::span<const float> v) {
+    if (name == "ffn_act") got.emplace_back(v.begin(), v.end());
+  });
+  dense.set_observer([&](std::string_view name, int64_t, std::span<const float> v) {
+    if (name == "ffn_act") want.emplace_back(v.begin(), v.end());
+  });
   sparse.forward(1, 0);
   dense.forward(1, 0);
   ASSERT_EQ(got.size(), 2u);

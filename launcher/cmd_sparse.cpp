@@ -1,0 +1,145 @@
+// The offline sparse pipeline: profile, train-predictor, prepare (profile + train + sparse file).
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "launcher/commands.hpp"
+#include "launcher/progress.hpp"
+#include "model/gguf.hpp"
+#include "tools/predictor_train.hpp"
+#include "tools/profile.hpp"
+#include "tools/sparse_file.hpp"
+
+namespace hotcold::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+void print_fits(const tools::trained_predictors& p) {
+  fmt::print("| layer | rank | threshold | recall | precision | active fraction | truly active |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  double recall = 0, precision = 0, active = 0, truly = 0;
+  for (size_t l = 0; l < p.fits.size(); ++l) {
+    const auto& f = p.fits[l];
+    fmt::print("| {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} |\n", l, f.rank, p.layers[l].threshold, f.recall, f.precision,
+               f.active_fraction, f.true_active_fraction);
+    recall += f.recall, precision += f.precision, active += f.active_fraction, truly += f.true_active_fraction;
+  }
+  double n = static_cast<double>(std::max<size_t>(1, p.fits.size()));
+  fmt::print("| all | | | {:.4f} | {:.4f} | {:.4f} | {:.4f} |\n", recall / n, precision / n, active / n, truly / n);
+}
+
+tools::trained_predictors train_with_progress(const tools::profile_data& data, const tools::train_options& o) {
+  progress_bar bar("train-predictor");
+  auto p = tools::train_predictors(data, o, [&](int64_t d, int64_t t) { bar.update(d, t); });
+  bar.finish();
+  return p;
+}
+
+tools::profile_result profile_with_progress(const tools::profile_options& o) {
+  progress_bar bar("profile");
+  auto r = tools::run_profile(o, [&](int64_t d, int64_t t) { bar.update(d, t); });
+  bar.finish();
+  return r;
+}
+
+}  // namespace
+
+void add_sparse_commands(CLI::App& app, int& exit_code) {
+  // ---- profile ----
+  {
+    auto o = std::make_shared<tools::profile_options>();
+    auto* cmd = app.add_subcommand("profile", "Record per-neuron firing counts and predictor training samples over calibration text");
+    cmd->add_option("-m,--model", o->model_path, "Dense GGUF model")->required();
+    cmd->add_option("-f,--file", o->calibration_path, "Calibration text (default: the built-in mixed-text corpus)");
+    cmd->add_option("--tokens", o->tokens, "Tokens to profile")->capture_default_str();
+    cmd->add_option("-t,--threads", o->threads, "Threads");
+    cmd->add_option("-o,--output", o->out_dir, "Output folder")->required();
+    cmd->callback([o, &exit_code] {
+      exit_code = run_guarded("profile", [&] {
+        auto r = profile_with_progress(*o);
+        for (size_t l = 0; l < r.active_fraction.size(); ++l)
+          fmt::print("layer {:3}: active fraction {:.4f}\n", l, r.active_fraction[l]);
+        fmt::print(stderr, "hotcold profile: {} tokens -> {}\n", r.tokens, o->out_dir);
+      });
+    });
+  }
+  // ---- train-predictor ----
+  {
+    struct args {
+      std::string dir;
+      tools::train_options o;
+    };
+    auto a = std::make_shared<args>();
+    auto* cmd = app.add_subcommand("train-predictor", "Train each layer's activation predictor from a profile folder; writes DIR/predictors.gguf");
+    cmd->add_option("dir", a->dir, "Folder written by `hotcold profile`")->required();
+    cmd->add_option("--rank", a->o.rank, "Predictor rank (default: chosen per layer)");
+    cmd->add_option("--epochs", a->o.epochs, "Training epochs")->capture_default_str();
+    cmd->add_option("--recall", a->o.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
+    cmd->add_option("-t,--threads", a->o.threads, "Threads");
+    cmd->callback([a, &exit_code] {
+      exit_code = run_guarded("train-predictor", [&] {
+        auto data = tools::read_profile(a->dir);
+        auto p = train_with_progress(data, a->o);
+        auto path = (fs::path(a->dir) / "predictors.gguf").string();
+        tools::save_predictors(p, path);
+        print_fits(p);
+        fmt::print(stderr, "hotcold train-predictor: wrote {}\n", path);
+      });
+    });
+  }
+  // ---- prepare ----
+  {
+    struct args {
+      std::string model, out, calib, work;
+      int64_t tokens = 2048;
+      int threads = 0;
+      bool powerinfer = false;
+      tools::train_options train;
+    };
+    auto a = std::make_shared<args>();
+    auto* cmd = app.add_subcommand("prepare", "Profile a dense model, train its predictors and write the sparse model");
+    cmd->add_option("-m,--model", a->model, "Dense GGUF model")->required();
+    cmd->add_option("-o,--output", a->out, "Sparse GGUF model to write")->required();
+    cmd->add_option("-f,--file", a->calib, "Calibration text (default: the built-in corpus)");
+    cmd->add_option("--tokens", a->tokens, "Tokens to profile")->capture_default_str();
+    cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
+    cmd->add_option("-t,--threads", a->threads, "Threads");
+    cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
+    cmd->callback([a, &exit_code] {
+      exit_code = run_guarded("prepare", [&] {
+        auto t0 = std::chrono::steady_clock::now();
+        tools::profile_options po;
+        po.model_path = a->model;
+        po.calibration_path = a->calib;
+        po.tokens = a->tokens;
+        po.threads = a->threads;
+        po.out_dir = a->work.empty() ? a->out + ".work" : a->work;
+        profile_with_progress(po);
+        auto data = tools::read_profile(po.out_dir);
+        a->train.threads = a->threads;
+        auto p = train_with_progress(data, a->train);
+        tools::save_predictors(p, (fs::path(po.out_dir) / "predictors.gguf").string());
+        print_fits(p);
+        tools::sparse_file_options so;
+        {
+          // Predictors are stored like the model's FFN matrices (F16 next to F16, Q4_0 next to Q4_0).
+          auto dense = gguf::file::open(a->model);
+          if (const auto* up = dense.find_tensor("blk.0.ffn_up.weight")) so.predictor_type = up->type;
+        }
+        if (a->powerinfer) {
+          // PowerInfer files hold one threshold: the lowest keeps every layer's recall.
+          float t = p.layers.front().threshold;
+          for (const auto& l : p.layers) t = std::min(t, l.threshold);
+          for (auto& l : p.layers) l.threshold = t;
+          so.kind = gguf::file_kind::powerinfer;
+        }
+        tools::write_sparse_model(a->model, a->out, p.layers, so);
+        fmt::print(stderr, "hotcold prepare: wrote {} in {:.1f} s\n", a->out,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      });
+    });
+  }
+}
+
+}  // namespace hotcold::launcher

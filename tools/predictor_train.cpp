@@ -1,0 +1,255 @@
+#include "tools/predictor_train.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/dot.hpp"
+#include "model/arch.hpp"
+#include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
+#include "model/thread_pool.hpp"
+
+namespace hotcold::tools {
+namespace {
+
+struct samples {
+  int64_t n = 0, d = 0, n_ff = 0;
+  std::vector<float> x;        // n x d
+  std::vector<uint8_t> mask;   // n x ceil(n_ff/8)
+  size_t mask_bytes() const { return static_cast<size_t>((n_ff + 7) / 8); }
+  bool fired(int64_t s, int64_t i) const { return (mask[static_cast<size_t>(s) * mask_bytes() + static_cast<size_t>(i / 8)] >> (i % 8)) & 1; }
+};
+
+samples read_samples(const profile_data& p, int64_t layer) {
+  samples s;
+  s.n = p.tokens, s.d = p.n_embd, s.n_ff = p.n_ff;
+  s.x.resize(static_cast<size_t>(s.n * s.d));
+  s.mask.resize(static_cast<size_t>(s.n) * s.mask_bytes());
+  std::ifstream in(p.samples_path(layer), std::ios::binary);
+  for (int64_t i = 0; i < s.n; ++i) {
+    in.read(reinterpret_cast<char*>(s.x.data() + i * s.d), static_cast<std::streamsize>(s.d * 4));
+    in.read(reinterpret_cast<char*>(s.mask.data() + static_cast<size_t>(i) * s.mask_bytes()), static_cast<std::streamsize>(s.mask_bytes()));
+  }
+  if (!in) throw std::runtime_error(fmt::format("{}: short read", p.samples_path(layer)));
+  return s;
+}
+
+struct mlp {
+  int64_t d, r, n_ff;
+  std::vector<float> w1;  // r x d
+  std::vector<float> w2;  // n_ff x r
+  void forward(const float* x, float* h, float* z) const {
+    for (int64_t k = 0; k < r; ++k) h[k] = std::max(0.0f, kernels::dot_f32(w1.data() + k * d, x, d));
+    for (int64_t i = 0; i < n_ff; ++i) z[i] = kernels::dot_f32(w2.data() + i * r, h, r);
+  }
+};
+
+struct adam {
+  std::vector<float> m, v;
+  int64_t t = 0;
+  explicit adam(size_t n) : m(n, 0.0f), v(n, 0.0f) {}
+  void step(std::vector<float>& w, const std::vector<float>& g, float lr, float scale) {
+    ++t;
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    const float c1 = 1.0f - std::pow(b1, static_cast<float>(t)), c2 = 1.0f - std::pow(b2, static_cast<float>(t));
+    for (size_t i = 0; i < w.size(); ++i) {
+      float gi = g[i] * scale;
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+      w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+    }
+  }
+};
+
+// Trains one layer's predictor of rank r on inputs already divided by `scale`.
+mlp train_layer(const samples& s, const std::vector<int64_t>& train, int64_t r, const train_options& o, thread_pool& pool, uint64_t seed) {
+  mlp net{s.d, r, s.n_ff, std::vector<float>(static_cast<size_t>(r * s.d)), std::vector<float>(static_cast<size_t>(s.n_ff * r))};
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n1(0.0f, 1.0f / std::sqrt(static_cast<float>(s.d))), n2(0.0f, 1.0f / std::sqrt(static_cast<float>(r)));
+  for (auto& w : net.w1) w = n1(rng);
+  for (auto& w : net.w2) w = n2(rng);
+  adam a1(net.w1.size()), a2(net.w2.size());
+  const int threads = pool.size();
+  // Each thread owns its gradient buffers; they are summed after the batch.
+  std::vector<std::vector<float>> g1(static_cast<size_t>(threads), std::vector<float>(net.w1.size())),
+      g2(static_cast<size_t>(threads), std::vector<float>(net.w2.size()));
+  std::vector<int64_t> order = train;
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t b0 = 0; b0 < order.size(); b0 += static_cast<size_t>(o.batch)) {
+      size_t b1 = std::min(order.size(), b0 + static_cast<size_t>(o.batch));
+      pool.parallel_for(threads, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          auto& G1 = g1[static_cast<size_t>(t)];
+          auto& G2 = g2[static_cast<size_t>(t)];
+          std::fill(G1.begin(), G1.end(), 0.0f);
+          std::fill(G2.begin(), G2.end(), 0.0f);
+          std::vector<float> h(static_cast<size_t>(r)), z(static_cast<size_t>(s.n_ff)), dh(static_cast<size_t>(r));
+          size_t count = b1 - b0;
+          for (size_t k = b0 + count * static_cast<size_t>(t) / threads; k < b0 + count * static_cast<size_t>(t + 1) / threads; ++k) {
+            int64_t si = order[k];
+            const float* x = s.x.data() + si * s.d;
+            net.forward(x, h.data(), z.data());
+            std::fill(dh.begin(), dh.end(), 0.0f);
+            for (int64_t i = 0; i < s.n_ff; ++i) {
+              // weighted binary cross-entropy on logit z: d/dz = sigmoid(z) (w y + 1 - y) - w y
+              float y = s.fired(si, i) ? 1.0f : 0.0f;
+              float sig = 1.0f / (1.0f + std::exp(-z[i]));
+              float dz = sig * (o.positive_weight * y + 1.0f - y) - o.positive_weight * y;
+              if (dz == 0.0f) continue;
+              kernels::axpy_f32(dz, h.data(), G2.data() + i * r, r);
+              kernels::axpy_f32(dz, net.w2.data() + i * r, dh.data(), r);
+            }
+            for (int64_t k2 = 0; k2 < r; ++k2)
+              if (h[k2] > 0.0f) kernels::axpy_f32(dh[k2], x, G1.data() + k2 * s.d, s.d);
+          }
+        }
+      });
+      for (int t = 1; t < threads; ++t) {
+        for (size_t i = 0; i < g1[0].size(); ++i) g1[0][i] += g1[t][i];
+        for (size_t i = 0; i < g2[0].size(); ++i) g2[0][i] += g2[t][i];
+      }
+      float scale = 1.0f / static_cast<float>((b1 - b0) * static_cast<size_t>(s.n_ff));
+      a1.step(net.w1, g1[0], o.learning_rate, scale * static_cast<float>(s.n_ff));
+      a2.step(net.w2, g2[0], o.learning_rate, scale * static_cast<float>(s.n_ff));
+    }
+  }
+  return net;
+}
+
+struct evaluation {
+  float threshold;
+  layer_fit fit;
+};
+
+// The threshold keeping `target_recall` of held-out firings, and what it gives.
+evaluation evaluate(const mlp& net, const samples& s, const std::vector<int64_t>& held, double target_recall) {
+  std::vector<float> h(static_cast<size_t>(net.r)), z(static_cast<size_t>(s.n_ff));
+  std::vector<float> positive, all;
+  all.reserve(held.size() * static_cast<size_t>(s.n_ff));
+  for (int64_t si : held) {
+    net.forward(s.x.data() + si * s.d, h.data(), z.data());
+    for (int64_t i = 0; i < s.n_ff; ++i) {
+      if (s.fired(si, i)) positive.push_back(z[i]);
+      all.push_back(z[i]);
+    }
+  }
+  evaluation e{};
+  if (positive.empty()) {
+    e.threshold = std::numeric_limits<float>::max();
+    e.fit.recall = 1.0;
+    return e;
+  }
+  std::sort(positive.begin(), positive.end());
+  size_t allowed_misses = static_cast<size_t>(std::floor((1.0 - target_recall) * static_cast<double>(positive.size())));
+  e.threshold = positive[allowed_misses];
+  int64_t predicted = 0, hit = 0;
+  for (float v : all) predicted += v >= e.threshold;
+  for (float v : positive) hit += v >= e.threshold;
+  e.fit.recall = static_cast<double>(hit) / static_cast<double>(positive.size());
+  e.fit.precision = predicted ? static_cast<double>(hit) / static_cast<double>(predicted) : 1.0;
+  e.fit.active_fraction = static_cast<double>(predicted) / static_cast<double>(all.size());
+  e.fit.true_active_fraction = static_cast<double>(positive.size()) / static_cast<double>(all.size());
+  return e;
+}
+
+}  // namespace
+
+trained_predictors train_predictors(const profile_data& data, const train_options& o,
+                                    const std::function<void(int64_t, int64_t)>& progress) {
+  if (data.tokens < 10) throw std::invalid_argument("the profile has fewer than 10 samples; profile more --tokens");
+  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  thread_pool pool(threads);
+  trained_predictors out;
+  for (int64_t l = 0; l < data.n_layer; ++l) {
+    samples s = read_samples(data, l);
+    // Inputs are trained at unit RMS; the scale is folded into fc1 afterwards (score(x) is then
+    // computed on raw inputs, which is what the files hold).
+    double ss = 0;
+    for (float v : s.x) ss += double(v) * v;
+    float scale = static_cast<float>(std::sqrt(ss / std::max<size_t>(1, s.x.size())));
+    if (scale <= 0) scale = 1;
+    for (auto& v : s.x) v /= scale;
+    std::vector<int64_t> idx(static_cast<size_t>(s.n));
+    std::iota(idx.begin(), idx.end(), 0);
+    std::mt19937_64 rng(o.seed + static_cast<uint64_t>(l));
+    std::shuffle(idx.begin(), idx.end(), rng);
+    size_t n_held = std::max<size_t>(1, static_cast<size_t>(o.holdout * static_cast<double>(s.n)));
+    std::vector<int64_t> held(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(n_held)), train(idx.begin() + static_cast<ptrdiff_t>(n_held), idx.end());
+
+    auto round32 = [](int64_t v) { return std::max<int64_t>(32, (v + 31) / 32 * 32); };
+    int64_t rank = o.rank > 0 ? o.rank : round32(s.d / 8);
+    const int64_t max_rank = o.rank > 0 ? o.rank : round32(s.d / 2);
+    mlp net = train_layer(s, train, rank, o, pool, o.seed * 7919 + static_cast<uint64_t>(l));
+    evaluation e = evaluate(net, s, held, o.target_recall);
+    // A predictor that must predict far more neurons than fire to keep the recall gets more rank.
+    while (o.rank == 0 && rank * 2 <= max_rank &&
+           e.fit.active_fraction > std::max(2.0 * e.fit.true_active_fraction, e.fit.true_active_fraction + 0.05)) {
+      rank *= 2;
+      mlp wider = train_layer(s, train, rank, o, pool, o.seed * 7919 + static_cast<uint64_t>(l));
+      evaluation ew = evaluate(wider, s, held, o.target_recall);
+      if (ew.fit.active_fraction >= e.fit.active_fraction) break;
+      net = std::move(wider);
+      e = ew;
+    }
+    layer_predictor p;
+    p.rank = net.r;
+    p.fc1 = net.w1;
+    for (auto& w : p.fc1) w /= scale;
+    p.fc2 = net.w2;
+    p.threshold = e.threshold;
+    e.fit.rank = net.r;
+    out.layers.push_back(std::move(p));
+    out.fits.push_back(e.fit);
+    if (progress) progress(l + 1, data.n_layer);
+  }
+  return out;
+}
+
+void save_predictors(const trained_predictors& p, const std::string& path) {
+  gguf::writer w;
+  std::vector<float> thresholds;
+  for (const auto& l : p.layers) thresholds.push_back(l.threshold);
+  w.set_string("general.architecture", "hotcold-predictors");
+  w.set_array(sparse_thresholds_key, std::span<const float>(thresholds));
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    const auto& L = p.layers[l];
+    int64_t n_embd = static_cast<int64_t>(L.fc1.size()) / L.rank, n_ff = static_cast<int64_t>(L.fc2.size()) / L.rank;
+    int64_t ne1[] = {n_embd, L.rank}, ne2[] = {L.rank, n_ff};
+    w.add_tensor(fmt::format("blk.{}.fc1.weight", l), tensor_type::f32, ne1,
+                 {reinterpret_cast<const uint8_t*>(L.fc1.data()), L.fc1.size() * 4});
+    w.add_tensor(fmt::format("blk.{}.fc2.weight", l), tensor_type::f32, ne2,
+                 {reinterpret_cast<const uint8_t*>(L.fc2.data()), L.fc2.size() * 4});
+  }
+  w.write(path);
+}
+
+trained_predictors load_predictors(const std::string& path) {
+  auto f = gguf::file::open(path);
+  const gguf::value* t = f.get_array(sparse_thresholds_key);
+  if (!t) throw std::runtime_error(fmt::format("{}: no {}", path, sparse_thresholds_key));
+  trained_predictors p;
+  for (size_t l = 0; l < t->size(); ++l) {
+    const auto* fc1 = f.find_tensor(fmt::format("blk.{}.fc1.weight", l));
+    const auto* fc2 = f.find_tensor(fmt::format("blk.{}.fc2.weight", l));
+    if (!fc1 || !fc2 || fc1->type != tensor_type::f32 || fc2->type != tensor_type::f32)
+      throw std::runtime_error(fmt::format("{}: layer {} has no F32 fc1/fc2", path, l));
+    layer_predictor L;
+    L.rank = fc1->ne[1];
+    L.threshold = static_cast<float>(t->number_at(l));
+    L.fc1.assign(reinterpret_cast<const float*>(fc1->data), reinterpret_cast<const float*>(fc1->data) + fc1->n_elements);
+    L.fc2.assign(reinterpret_cast<const float*>(fc2->data), reinterpret_cast<const float*>(fc2->data) + fc2->n_elements);
+    p.layers.push_back(std::move(L));
+  }
+  return p;
+}
+
+}  // namespace hotcold::tools

@@ -1,0 +1,150 @@
+#include "tools/profile.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "model/forward.hpp"
+#include "model/sampler.hpp"
+#include "tools/text_corpus.hpp"
+
+namespace hotcold::tools {
+
+namespace fs = std::filesystem;
+
+std::string profile_data::samples_path(int64_t layer) const { return (fs::path(dir) / fmt::format("layer-{:03}.samples", layer)).string(); }
+
+profile_result run_profile(const profile_options& o, const std::function<void(int64_t, int64_t)>& progress) {
+  if (o.tokens < 1) throw std::invalid_argument("--tokens must be at least 1");
+  auto m = model::load(o.model_path);
+  const auto& hp = m->hp();
+  const vocab& v = m->vocabulary();
+  // Calibration tokens: the given text, or (default) text the model samples itself at temperature 1,
+  // which covers the vocabulary far more evenly than any small built-in corpus.
+  std::vector<token_id> tokens;
+  if (!o.calibration_path.empty()) {
+    std::ifstream in(o.calibration_path, std::ios::binary);
+    if (!in) throw std::system_error(errno, std::generic_category(), o.calibration_path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    tokens = v.tokenize(text, false, false);
+    if (tokens.empty()) throw std::invalid_argument("the calibration text has no tokens");
+  }
+  sampling_params sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  sp.seed = 2024;
+  sampler self_text(sp);
+  const std::vector<token_id> seed_prompt = v.tokenize(mixed_text(64, 2024), false, false);
+  // Repeat the text if it is shorter than asked (each chunk restarts positions anyway).
+  int64_t n = o.tokens;
+  fs::create_directories(o.out_dir);
+
+  profile_data meta;
+  meta.dir = o.out_dir;
+  meta.n_layer = hp.n_layer, meta.n_embd = hp.n_embd, meta.n_ff = hp.n_ff;
+  std::vector<std::ofstream> samples;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    samples.emplace_back(meta.samples_path(l), std::ios::binary | std::ios::trunc);
+    if (!samples.back()) throw std::system_error(errno, std::generic_category(), meta.samples_path(l));
+  }
+  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff), 0);
+  std::vector<float> pred_in(static_cast<size_t>(hp.n_embd));
+  std::vector<uint8_t> mask(static_cast<size_t>((hp.n_ff + 7) / 8));
+  std::vector<int64_t> active(static_cast<size_t>(hp.n_layer), 0);
+
+  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int64_t chunk = std::max<int64_t>(1, std::min(o.chunk, hp.n_ctx_train));
+  inference_context ctx(m, chunk, threads);
+  ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> x) {
+    if (name == "ffn_pred_in") {
+      std::copy(x.begin(), x.end(), pred_in.begin());
+      return;
+    }
+    if (name != "ffn_act") return;
+    std::fill(mask.begin(), mask.end(), 0);
+    uint64_t* c = counts.data() + layer * hp.n_ff;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i] != 0.0f) {
+        mask[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+        ++c[i];
+        ++active[static_cast<size_t>(layer)];
+      }
+    auto& out = samples[static_cast<size_t>(layer)];
+    out.write(reinterpret_cast<const char*>(pred_in.data()), static_cast<std::streamsize>(pred_in.size() * 4));
+    out.write(reinterpret_cast<const char*>(mask.data()), static_cast<std::streamsize>(mask.size()));
+  });
+  const bool bos = v.add_bos() && v.bos() != no_token;
+  std::span<const float> logits;
+  for (int64_t t = 0; t < n; ++t) {
+    int64_t pos = t % chunk;
+    token_id tok;
+    if (pos == 0 && bos) tok = v.bos();
+    else if (!tokens.empty()) tok = tokens[static_cast<size_t>(t) % tokens.size()];
+    else if (pos < 8 || logits.empty()) tok = seed_prompt[static_cast<size_t>(t) % seed_prompt.size()];  // a few real tokens to start each chunk
+    else tok = self_text.sample(logits);
+    logits = ctx.forward(tok, pos);
+    if (progress && (t % 16 == 15 || t + 1 == n)) progress(t + 1, n);
+  }
+  for (auto& s : samples) {
+    s.flush();
+    if (!s) throw std::runtime_error("writing profile samples failed");
+  }
+  {
+    std::ofstream c((fs::path(o.out_dir) / "firing_counts.u64").string(), std::ios::binary | std::ios::trunc);
+    c.write(reinterpret_cast<const char*>(counts.data()), static_cast<std::streamsize>(counts.size() * 8));
+    if (!c) throw std::runtime_error("writing firing counts failed");
+  }
+  profile_result r;
+  r.tokens = n;
+  r.n_layer = hp.n_layer, r.n_embd = hp.n_embd, r.n_ff = hp.n_ff;
+  nlohmann::json layers = nlohmann::json::array();
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    double frac = static_cast<double>(active[static_cast<size_t>(l)]) / static_cast<double>(n * hp.n_ff);
+    r.active_fraction.push_back(frac);
+    layers.push_back({{"layer", l}, {"samples", meta.samples_path(l)}, {"active_fraction", frac}});
+  }
+  nlohmann::json j{{"model", fs::absolute(o.model_path).string()}, {"n_layer", hp.n_layer}, {"n_embd", hp.n_embd}, {"n_ff", hp.n_ff},
+                   {"tokens", n}, {"calibration", o.calibration_path.empty() ? "sampled from the model (temperature 1, seed 2024)" : o.calibration_path},
+                   {"firing_counts", "firing_counts.u64"}, {"layers", layers}};
+  std::ofstream((fs::path(o.out_dir) / "profile.json").string()) << j.dump(2) << "\n";
+  return r;
+}
+
+profile_data read_profile(const std::string& dir) {
+  std::ifstream in((fs::path(dir) / "profile.json").string());
+  if (!in) throw std::runtime_error(fmt::format("{}: no profile.json (run `hotcold profile` first)", dir));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format("{}/profile.json: {}", dir, e.what()));
+  }
+  profile_data d;
+  d.dir = dir;
+  d.model_path = j.value("model", "");
+  d.n_layer = j.at("n_layer").get<int64_t>();
+  d.n_embd = j.at("n_embd").get<int64_t>();
+  d.n_ff = j.at("n_ff").get<int64_t>();
+  d.tokens = j.at("tokens").get<int64_t>();
+  d.firing_counts.resize(static_cast<size_t>(d.n_layer * d.n_ff));
+  std::ifstream c((fs::path(dir) / "firing_counts.u64").string(), std::ios::binary);
+  c.read(reinterpret_cast<char*>(d.firing_counts.data()), static_cast<std::streamsize>(d.firing_counts.size() * 8));
+  if (!c) throw std::runtime_error(fmt::format("{}/firing_counts.u64 is missing or short", dir));
+  for (int64_t l = 0; l < d.n_layer; ++l) {
+    auto size = fs::file_size(d.samples_path(l));
+    if (size != d.record_bytes() * static_cast<uint64_t>(d.tokens))
+      throw std::runtime_error(fmt::format("{}: {} bytes, expected {} records of {}", d.samples_path(l), size, d.tokens, d.record_bytes()));
+  }
+  return d;
+}
+
+}  // namespace hotcold::tools

@@ -1,0 +1,45 @@
+#pragma once
+// hotcold profile: runs the dense reference over calibration text and records, per layer, how often
+// each FFN neuron fires and predictor training samples (the predictor's input and the true mask),
+// streamed to disk so memory stays bounded whatever the token count.
+//
+// DIR/profile.json            what was profiled (model, shapes, tokens, files)
+// DIR/firing_counts.u64       n_layer x n_ff little-endian counts
+// DIR/layer-NNN.samples       per token: n_embd float32 (predictor input) + ceil(n_ff/8) mask bytes (bit i = neuron i fired)
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hotcold::tools {
+
+struct profile_options {
+  std::string model_path;
+  std::string calibration_path;  // empty: text the model samples itself (temperature 1, seed 2024),
+                                 // each chunk started with a few tokens of tools::mixed_text
+  int64_t tokens = 2048;
+  int64_t chunk = 256;           // tokens per sequence; positions restart each chunk
+  int threads = 0;
+  std::string out_dir;
+};
+
+struct profile_result {
+  int64_t tokens = 0;
+  int64_t n_layer = 0, n_embd = 0, n_ff = 0;
+  std::vector<double> active_fraction;  // per layer
+};
+
+profile_result run_profile(const profile_options& o, const std::function<void(int64_t, int64_t)>& progress = {});
+
+// Reading what run_profile wrote.
+struct profile_data {
+  int64_t n_layer = 0, n_embd = 0, n_ff = 0, tokens = 0;
+  std::vector<uint64_t> firing_counts;  // n_layer x n_ff
+  std::string dir;
+  std::string model_path;
+  std::string samples_path(int64_t layer) const;
+  size_t record_bytes() const { return static_cast<size_t>(n_embd) * 4 + static_cast<size_t>((n_ff + 7) / 8); }
+};
+profile_data read_profile(const std::string& dir);
+
+}  // namespace hotcold::tools
