@@ -7,6 +7,8 @@
 #include "launcher/commands.hpp"
 #include "launcher/progress.hpp"
 #include "model/gguf.hpp"
+#include "model/model.hpp"
+#include "tools/placement.hpp"
 #include "tools/predictor_train.hpp"
 #include "tools/profile.hpp"
 #include "tools/sparse_file.hpp"
@@ -88,12 +90,44 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
       });
     });
   }
+  // ---- place ----
+  {
+    struct args {
+      std::string model, stats;
+      double budget = 0;
+      int64_t ctx = 0;
+    };
+    auto a = std::make_shared<args>();
+    auto* cmd = app.add_subcommand("place", "Choose the hot FFN neurons for the fast device under a memory budget; writes MODEL.generated.gpuidx");
+    cmd->add_option("-m,--model", a->model, "Sparse (or dense) GGUF model")->required();
+    cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile)")->required();
+    cmd->add_option("--vram-budget", a->budget, "Fast-device memory, GiB")->required();
+    cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)");
+    cmd->callback([a, &exit_code] {
+      exit_code = run_guarded("place", [&] {
+        auto plan = tools::plan_placement(a->model, a->stats, a->budget, a->ctx);
+        auto path = tools::placement_path(a->model);
+        auto m = model::load(a->model, {true});
+        tools::write_placement(plan, path, m->hp().n_ff);
+        auto gib = [](uint64_t b) { return b / double(1ull << 30); };
+        fmt::print("budget {:.3f} GiB: attention {:.3f}, predictors {:.3f}, norms {:.4f}, output head {:.3f}, KV cache {:.3f}, compute {:.4f}; "
+                   "hot FFN rows {:.3f} GiB\n", gib(plan.budget), gib(plan.fixed.attention), gib(plan.fixed.predictors), gib(plan.fixed.norms),
+                   gib(plan.fixed.output), gib(plan.fixed.kv_cache), gib(plan.fixed.compute), gib(plan.solution.bytes));
+        for (size_t l = 0; l < plan.solution.hot.size(); ++l)
+          fmt::print("layer {:3}: {} hot neurons\n", l, plan.solution.hot[l].size());
+        fmt::print("hot neurons take {:.1f}% of the profiled firings{}\n", 100 * plan.hot_mass, plan.solution.exact ? "" : " (greedy solution)");
+        fmt::print(stderr, "hotcold place: wrote {}\n", path);
+      });
+    });
+  }
   // ---- prepare ----
   {
     struct args {
       std::string model, out, calib, work;
       int64_t tokens = 2048;
       int threads = 0;
+      double budget = 0;
+      int64_t ctx = 0;
       bool powerinfer = false;
       tools::train_options train;
     };
@@ -106,6 +140,8 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
     cmd->add_option("-t,--threads", a->threads, "Threads");
     cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
+    cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)");
+    cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold");
     cmd->callback([a, &exit_code] {
       exit_code = run_guarded("prepare", [&] {
         auto t0 = std::chrono::steady_clock::now();
@@ -135,6 +171,13 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
           so.kind = gguf::file_kind::powerinfer;
         }
         tools::write_sparse_model(a->model, a->out, p.layers, so);
+        if (a->budget > 0) {
+          auto plan = tools::plan_placement(a->out, po.out_dir, a->budget, a->ctx);
+          auto m = model::load(a->out, {true});
+          tools::write_placement(plan, tools::placement_path(a->out), m->hp().n_ff);
+          fmt::print(stderr, "hotcold prepare: {:.1f}% of firings on hot neurons within {} GiB -> {}\n", 100 * plan.hot_mass, a->budget,
+                     tools::placement_path(a->out));
+        }
         fmt::print(stderr, "hotcold prepare: wrote {} in {:.1f} s\n", a->out,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       });

@@ -16,7 +16,7 @@ void add_devices_command(CLI::App& app, int& exit_code);
 void add_gen_model_command(CLI::App& app, int& exit_code);
 void add_generate_commands(CLI::App& app, int& exit_code);  // run, eval, perplexity, chat
 void add_bench_command(CLI::App& app, int& exit_code);
-void add_sparse_commands(CLI::App& app, int& exit_code);  // profile, train-predictor, prepare
+void add_sparse_commands(CLI::App& app, int& exit_code);  // profile, train-predictor, place, prepare
 
 // Runs `body`, turning the errors a user can cause into one line on stderr and an exit code.
 int run_guarded(const char* command, const std::function<void()>& body);

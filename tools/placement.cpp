@@ -1,0 +1,191 @@
+#include "tools/placement.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
+#include "model/model.hpp"
+#include "tools/profile.hpp"
+
+namespace hotcold::tools {
+
+placement_solution solve_placement(const placement_problem& p) {
+  const size_t L = p.bytes.size();
+  placement_solution s;
+  s.hot.resize(L);
+  // Each layer's best k neurons are its k most frequent: sort once, keep prefix sums.
+  std::vector<std::vector<int32_t>> order(L);
+  std::vector<std::vector<uint64_t>> prefix(L);
+  for (size_t l = 0; l < L; ++l) {
+    order[l].resize(p.counts[l].size());
+    std::iota(order[l].begin(), order[l].end(), 0);
+    std::stable_sort(order[l].begin(), order[l].end(), [&](int32_t a, int32_t b) { return p.counts[l][a] > p.counts[l][b]; });
+    prefix[l].assign(order[l].size() + 1, 0);
+    for (size_t k = 0; k < order[l].size(); ++k) prefix[l][k + 1] = prefix[l][k] + p.counts[l][order[l][k]];
+  }
+  std::vector<size_t> take(L, 0);
+  bool same_size = std::all_of(p.bytes.begin(), p.bytes.end(), [&](uint64_t b) { return b == p.bytes.front(); });
+  uint64_t g = 0;
+  for (uint64_t b : p.bytes) g = std::gcd(g, b);
+  uint64_t units = g ? p.budget / g : 0;
+  size_t max_items = 0;
+  for (const auto& c : p.counts) max_items = std::max(max_items, c.size());
+
+  if (L == 0 || g == 0) {
+  } else if (same_size) {
+    // Equal sizes: the most frequent neurons overall, whatever their layer, are optimal.
+    std::vector<std::pair<uint64_t, std::pair<size_t, size_t>>> all;
+    for (size_t l = 0; l < L; ++l)
+      for (size_t k = 0; k < order[l].size(); ++k) all.push_back({p.counts[l][order[l][k]], {l, k}});
+    std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    size_t fit = static_cast<size_t>(std::min<uint64_t>(all.size(), p.budget / p.bytes.front()));
+    for (size_t i = 0; i < fit; ++i) take[all[i].second.first] = std::max(take[all[i].second.first], all[i].second.second + 1);
+    // Ties may pick a later rank before an earlier equal one; prefixes keep the same value.
+  } else if (static_cast<double>(units) * static_cast<double>(L) * static_cast<double>(max_items) <= 2e8) {
+    // Exact: dynamic programming over layers and budget units (multiple-choice knapsack).
+    std::vector<uint64_t> best(units + 1, 0), next(units + 1);
+    std::vector<std::vector<uint32_t>> choice(L, std::vector<uint32_t>(units + 1, 0));
+    for (size_t l = 0; l < L; ++l) {
+      uint64_t w = p.bytes[l] / g;
+      for (uint64_t u = 0; u <= units; ++u) {
+        uint64_t v = best[u];
+        uint32_t c = 0;
+        for (size_t k = 1; k <= order[l].size() && k * w <= u; ++k) {
+          uint64_t cand = best[u - k * w] + prefix[l][k];
+          if (cand > v) v = cand, c = static_cast<uint32_t>(k);
+        }
+        next[u] = v;
+        choice[l][u] = c;
+      }
+      best.swap(next);
+    }
+    uint64_t u = units;
+    for (size_t l = L; l-- > 0;) {
+      take[l] = choice[l][u];
+      u -= take[l] * (p.bytes[l] / g);
+    }
+  } else {
+    // Too large to solve exactly: greedy by firings per byte over all neurons.
+    s.exact = false;
+    std::vector<std::pair<double, std::pair<size_t, size_t>>> all;
+    for (size_t l = 0; l < L; ++l)
+      for (size_t k = 0; k < order[l].size(); ++k)
+        all.push_back({static_cast<double>(p.counts[l][order[l][k]]) / static_cast<double>(p.bytes[l]), {l, k}});
+    std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    uint64_t used = 0;
+    for (const auto& [density, lk] : all) {
+      auto [l, k] = lk;
+      if (k != take[l] || used + p.bytes[l] > p.budget) continue;
+      take[l] = k + 1;
+      used += p.bytes[l];
+    }
+  }
+  for (size_t l = 0; l < L; ++l) {
+    s.hot[l].assign(order[l].begin(), order[l].begin() + static_cast<ptrdiff_t>(take[l]));
+    std::sort(s.hot[l].begin(), s.hot[l].end());
+    s.bytes += take[l] * p.bytes[l];
+    s.value += prefix[l][take[l]];
+  }
+  return s;
+}
+
+namespace {
+uint64_t bytes_of(const tensor_view& t) { return t ? t.row_bytes * static_cast<uint64_t>(t.ne1) : 0; }
+}  // namespace
+
+placement_plan plan_placement(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx) {
+  auto m = model::load(model_path, {true});
+  const auto& hp = m->hp();
+  auto data = read_profile(stats_dir);
+  if (data.n_layer != hp.n_layer || data.n_ff != hp.n_ff)
+    throw std::invalid_argument(fmt::format("{}: the profile is of a model with {} layers x {} neurons, this one has {} x {}", stats_dir,
+                                            data.n_layer, data.n_ff, hp.n_layer, hp.n_ff));
+  if (budget_gib <= 0) throw std::invalid_argument("--vram-budget must be positive");
+  if (ctx <= 0) ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
+  placement_plan plan;
+  plan.budget = static_cast<uint64_t>(budget_gib * double(1ull << 30));
+  const auto& w = m->weights();
+  fixed_costs& f = plan.fixed;
+  f.output = bytes_of(w.output) + (m->tied_output() ? 0 : 0);
+  f.norms = bytes_of(w.output_norm) + bytes_of(w.output_norm_b);
+  for (const auto& l : w.layers) {
+    f.attention += bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wqkv) + bytes_of(l.wo);
+    f.predictors += bytes_of(l.pred_fc1) + bytes_of(l.pred_fc2);
+    f.norms += bytes_of(l.attn_norm) + bytes_of(l.attn_norm_b) + bytes_of(l.attn_norm_2) + bytes_of(l.attn_norm_2_b) + bytes_of(l.ffn_norm);
+  }
+  // KV cache in F16 (as GPU back ends keep it), K and V, every layer, the whole context.
+  f.kv_cache = static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(ctx) * static_cast<uint64_t>(hp.n_embd_kv()) * 2 * 2;
+  // Compute buffers for one token: the residual stream and its norms, q/k/v, attention scores over the
+  // context for every head, FFN hidden vectors and scores, logits; float32, doubled for double-buffering.
+  f.compute = 2 * 4 * static_cast<uint64_t>(6 * hp.n_embd + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * hp.n_ff + hp.n_vocab);
+  if (f.total() > plan.budget)
+    throw std::invalid_argument(fmt::format("--vram-budget {:.3f} GiB is below what the device must hold before any FFN neuron: {:.3f} GiB "
+                                            "(attention {:.3f}, predictors {:.3f}, output head {:.3f}, KV cache at {} tokens {:.3f}, compute {:.3f})",
+                                            budget_gib, f.total() / double(1ull << 30), f.attention / double(1ull << 30),
+                                            f.predictors / double(1ull << 30), f.output / double(1ull << 30), ctx, f.kv_cache / double(1ull << 30),
+                                            f.compute / double(1ull << 30)));
+  placement_problem p;
+  p.budget = plan.budget - f.total();
+  uint64_t all = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const auto& L = w.layers[static_cast<size_t>(l)];
+    uint64_t per_neuron = (bytes_of(L.ffn_gate) + bytes_of(L.ffn_up) + bytes_of(L.ffn_down) + bytes_of(L.ffn_down_t)) / static_cast<uint64_t>(hp.n_ff);
+    p.bytes.push_back(per_neuron);
+    auto begin = data.firing_counts.begin() + l * hp.n_ff;
+    p.counts.emplace_back(begin, begin + hp.n_ff);
+    all = std::accumulate(begin, begin + hp.n_ff, all);
+  }
+  plan.solution = solve_placement(p);
+  plan.hot_mass = all ? static_cast<double>(plan.solution.value) / static_cast<double>(all) : 0.0;
+  return plan;
+}
+
+std::string placement_path(const std::string& model_path) { return model_path + ".generated.gpuidx"; }
+
+void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff) {
+  gguf::writer w(gguf::file_kind::powerinfer);
+  w.set_u64("split.vram_capacity", plan.solution.bytes);
+  std::vector<std::vector<int32_t>> masks;
+  masks.reserve(plan.solution.hot.size());
+  for (const auto& hot : plan.solution.hot) {
+    std::vector<int32_t> mask(static_cast<size_t>(n_ff), 0);
+    for (int32_t i : hot) mask[static_cast<size_t>(i)] = 1;
+    masks.push_back(std::move(mask));
+  }
+  for (size_t l = 0; l < masks.size(); ++l) {
+    int64_t ne_mask[] = {n_ff};
+    w.add_tensor(fmt::format("blk.{}.gpu_idx", l), tensor_type::i32, ne_mask,
+                 {reinterpret_cast<const uint8_t*>(masks[l].data()), masks[l].size() * 4});
+    const auto& hot = plan.solution.hot[l];
+    if (hot.empty()) continue;  // GGUF has no empty tensors; an absent bucket means no hot neuron
+    int64_t ne_bucket[] = {static_cast<int64_t>(hot.size())};
+    w.add_tensor(fmt::format("blk.{}.gpu_bucket", l), tensor_type::i32, ne_bucket,
+                 {reinterpret_cast<const uint8_t*>(hot.data()), hot.size() * 4});
+  }
+  w.write(path);
+}
+
+std::vector<std::vector<int32_t>> read_placement(const std::string& path, int64_t n_layer, int64_t n_ff) {
+  auto f = gguf::file::open(path);
+  std::vector<std::vector<int32_t>> hot(static_cast<size_t>(n_layer));
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const auto* mask = f.find_tensor(fmt::format("blk.{}.gpu_idx", l));
+    if (!mask || mask->type != tensor_type::i32 || mask->n_elements != static_cast<uint64_t>(n_ff))
+      throw std::runtime_error(fmt::format("{}: blk.{}.gpu_idx is missing or not I32[{}]", path, l, n_ff));
+    const auto* m = reinterpret_cast<const int32_t*>(mask->data);
+    for (int64_t i = 0; i < n_ff; ++i)
+      if (m[i]) hot[static_cast<size_t>(l)].push_back(static_cast<int32_t>(i));
+    const auto* bucket = f.find_tensor(fmt::format("blk.{}.gpu_bucket", l));
+    size_t n_bucket = bucket ? static_cast<size_t>(bucket->n_elements) : 0;
+    if (n_bucket != hot[static_cast<size_t>(l)].size() ||
+        (bucket && !std::equal(hot[static_cast<size_t>(l)].begin(), hot[static_cast<size_t>(l)].end(), reinterpret_cast<const int32_t*>(bucket->data))))
+      throw std::runtime_error(fmt::format("{}: blk.{}.gpu_bucket does not list the neurons gpu_idx marks", path, l));
+  }
+  return hot;
+}
+
+}  // namespace hotcold::tools
