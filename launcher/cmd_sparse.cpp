@@ -8,6 +8,7 @@
 #include "launcher/progress.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
+#include "model/placement_file.hpp"
 #include "tools/placement.hpp"
 #include "tools/predictor_train.hpp"
 #include "tools/profile.hpp"
@@ -106,7 +107,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->callback([a, &exit_code] {
       exit_code = run_guarded("place", [&] {
         auto plan = tools::plan_placement(a->model, a->stats, a->budget, a->ctx);
-        auto path = tools::placement_path(a->model);
+        auto path = placement_path(a->model);
         auto m = model::load(a->model, {true});
         tools::write_placement(plan, path, m->hp().n_ff);
         auto gib = [](uint64_t b) { return b / double(1ull << 30); };
@@ -174,9 +175,9 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
         if (a->budget > 0) {
           auto plan = tools::plan_placement(a->out, po.out_dir, a->budget, a->ctx);
           auto m = model::load(a->out, {true});
-          tools::write_placement(plan, tools::placement_path(a->out), m->hp().n_ff);
+          tools::write_placement(plan, placement_path(a->out), m->hp().n_ff);
           fmt::print(stderr, "hotcold prepare: {:.1f}% of firings on hot neurons within {} GiB -> {}\n", 100 * plan.hot_mass, a->budget,
-                     tools::placement_path(a->out));
+                     placement_path(a->out));
         }
         fmt::print(stderr, "hotcold prepare: wrote {} in {:.1f} s\n", a->out,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -174,6 +175,13 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   if (!w.output) {
     w.output = w.token_embd;
     m->tied_output_ = true;
+  }
+  if (std::string gpuidx = placement_path(path); std::filesystem::exists(gpuidx)) {
+    try {
+      m->placement_ = read_placement_file(gpuidx, hp.n_layer, hp.n_ff);
+    } catch (const std::exception& e) {
+      throw model_error(fmt::format("placement file {}: {}", gpuidx, e.what()));
+    }
   }
   if (!options.use_mmap) {
     // The weights are private now; keep only what the vocabulary and hyper-parameters needed.

@@ -5,11 +5,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/arch.hpp"
 #include "model/gguf.hpp"
+#include "model/placement_file.hpp"
 #include "model/tensor_types.hpp"
 #include "model/vocab.hpp"
 
@@ -66,6 +68,8 @@ class model {
   bool tied_output() const { return tied_output_; }
   // Every layer has an activation predictor (the file can run --mode sparse).
   bool has_predictors() const { return has_predictors_; }
+  // The hot/cold split from `<model>.generated.gpuidx`, when that file is present.
+  const placement_data* placement() const { return placement_ ? &*placement_ : nullptr; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   bool huge_pages() const { return huge_pages_; }
 
@@ -79,6 +83,7 @@ class model {
   model_weights weights_;
   bool tied_output_ = false;
   bool has_predictors_ = false;
+  std::optional<placement_data> placement_;
   uint64_t weight_bytes_ = 0;
   bool huge_pages_ = false;
   std::unique_ptr<gguf::file> file_;  // kept for --mmap (weights point into it)

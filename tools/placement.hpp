@@ -46,9 +46,7 @@ struct placement_plan {
 // Plans placement for `model_path` from the firing counts in `stats_dir` (hotcold profile).
 placement_plan plan_placement(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);
 
-// <model>.generated.gpuidx
-std::string placement_path(const std::string& model_path);
+// Writes the plan's hot neurons as a placement file (model/placement_file.hpp).
 void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff);
-std::vector<std::vector<int32_t>> read_placement(const std::string& path, int64_t n_layer, int64_t n_ff);
 
 }  // namespace hotcold::tools

@@ -3,7 +3,9 @@
 
 #include <random>
 
+#include "model/model.hpp"
 #include "tests/model/tiny_models.hpp"
+#include "model/placement_file.hpp"
 #include "tools/placement.hpp"
 
 namespace hotcold {
@@ -71,8 +73,29 @@ TEST(Placement, FilesRoundTrip) {
   auto f = gguf::file::open(path);
   EXPECT_EQ(f.kind(), gguf::file_kind::powerinfer);
   EXPECT_EQ(f.find("split.vram_capacity")->as_u64(), 12345u);
-  EXPECT_EQ(tools::read_placement(path, 3, 8), plan.solution.hot);
-  EXPECT_THROW(tools::read_placement(path, 3, 9), std::runtime_error);
+  auto back = read_placement_file(path, 3, 8);
+  EXPECT_EQ(back.hot, plan.solution.hot);
+  EXPECT_EQ(back.vram_capacity, 12345u);
+  EXPECT_THROW(read_placement_file(path, 3, 9), std::runtime_error);
+}
+
+TEST(Placement, ModelsReadTheirPlacementFile) {
+  tools::gen_model_options o;
+  o.n_embd = 64;
+  o.n_ff = 128;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = 4;
+  auto path = test::make_model("placed", o);
+  EXPECT_EQ(model::load(path)->placement(), nullptr);
+  placement_data p{640, {{3, 9}, {}}};
+  write_placement_file(p, placement_path(path), 128);
+  auto m = model::load(path);
+  ASSERT_NE(m->placement(), nullptr);
+  EXPECT_EQ(m->placement()->hot, p.hot);
+  write_placement_file(p, placement_path(path), 64);  // wrong neuron count
+  EXPECT_THROW(model::load(path), model_error);
+  std::filesystem::remove(placement_path(path));
 }
 
 }  // namespace

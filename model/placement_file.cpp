@@ -1,0 +1,60 @@
+#include "model/placement_file.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
+
+namespace hotcold {
+
+std::string placement_path(const std::string& model_path) { return model_path + ".generated.gpuidx"; }
+
+void write_placement_file(const placement_data& p, const std::string& path, int64_t n_ff) {
+  gguf::writer w(gguf::file_kind::powerinfer);
+  w.set_u64("split.vram_capacity", p.vram_capacity);
+  std::vector<std::vector<int32_t>> masks;
+  masks.reserve(p.hot.size());
+  for (const auto& hot : p.hot) {
+    std::vector<int32_t> mask(static_cast<size_t>(n_ff), 0);
+    for (int32_t i : hot) mask[static_cast<size_t>(i)] = 1;
+    masks.push_back(std::move(mask));
+  }
+  for (size_t l = 0; l < masks.size(); ++l) {
+    int64_t ne_mask[] = {n_ff};
+    w.add_tensor(fmt::format("blk.{}.gpu_idx", l), tensor_type::i32, ne_mask,
+                 {reinterpret_cast<const uint8_t*>(masks[l].data()), masks[l].size() * 4});
+    const auto& hot = p.hot[l];
+    if (hot.empty()) continue;  // GGUF has no empty tensors; an absent bucket means no hot neuron
+    int64_t ne_bucket[] = {static_cast<int64_t>(hot.size())};
+    w.add_tensor(fmt::format("blk.{}.gpu_bucket", l), tensor_type::i32, ne_bucket,
+                 {reinterpret_cast<const uint8_t*>(hot.data()), hot.size() * 4});
+  }
+  w.write(path);
+}
+
+placement_data read_placement_file(const std::string& path, int64_t n_layer, int64_t n_ff) {
+  auto f = gguf::file::open(path);
+  placement_data p;
+  if (const auto* cap = f.find("split.vram_capacity")) p.vram_capacity = cap->as_u64();
+  auto& hot = p.hot;
+  hot.resize(static_cast<size_t>(n_layer));
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const auto* mask = f.find_tensor(fmt::format("blk.{}.gpu_idx", l));
+    if (!mask || mask->type != tensor_type::i32 || mask->n_elements != static_cast<uint64_t>(n_ff))
+      throw std::runtime_error(fmt::format("{}: blk.{}.gpu_idx is missing or not I32[{}]", path, l, n_ff));
+    const auto* m = reinterpret_cast<const int32_t*>(mask->data);
+    for (int64_t i = 0; i < n_ff; ++i)
+      if (m[i]) hot[static_cast<size_t>(l)].push_back(static_cast<int32_t>(i));
+    const auto* bucket = f.find_tensor(fmt::format("blk.{}.gpu_bucket", l));
+    size_t n_bucket = bucket ? static_cast<size_t>(bucket->n_elements) : 0;
+    if (n_bucket != hot[static_cast<size_t>(l)].size() ||
+        (bucket && !std::equal(hot[static_cast<size_t>(l)].begin(), hot[static_cast<size_t>(l)].end(), reinterpret_cast<const int32_t*>(bucket->data))))
+      throw std::runtime_error(fmt::format("{}: blk.{}.gpu_bucket does not list the neurons gpu_idx marks", path, l));
+  }
+  return p;
+}
+
+}  // namespace hotcold
