@@ -102,6 +102,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     auto* cmd = app.add_subcommand("place", "Choose the hot FFN neurons for the fast device under a memory budget; writes MODEL.generated.gpuidx");
     cmd->add_option("-m,--model", a->model, "Sparse (or dense) GGUF model")->required();
     cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile)")->required();
+    cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
     cmd->add_option("--vram-budget", a->budget, "Fast-device memory, GiB")->required();
     cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)");
     cmd->callback([a, &exit_code] {
@@ -130,6 +131,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
       double budget = 0;
       int64_t ctx = 0;
       bool powerinfer = false;
+      bool reuse_profile = false;
       tools::train_options train;
     };
     auto a = std::make_shared<args>();
@@ -141,6 +143,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
     cmd->add_option("-t,--threads", a->threads, "Threads");
     cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
+    cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
     cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)");
     cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold");
     cmd->callback([a, &exit_code] {
@@ -152,7 +155,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
         po.tokens = a->tokens;
         po.threads = a->threads;
         po.out_dir = a->work.empty() ? a->out + ".work" : a->work;
-        profile_with_progress(po);
+        if (!a->reuse_profile || !fs::exists(fs::path(po.out_dir) / "profile.json")) profile_with_progress(po);
         auto data = tools::read_profile(po.out_dir);
         a->train.threads = a->threads;
         auto p = train_with_progress(data, a->train);

@@ -69,13 +69,105 @@ struct adam {
   }
 };
 
+// A linear start for the MLP: the top k = r/2 principal directions P of the inputs (randomized
+// subspace iteration) and a ridge regression A of the +-1 firing labels on the projections. With
+// fc1 = [P; -P] and fc2 = [A, -A], relu(z) - relu(-z) = z makes the score exactly A . (P x).
+void linear_start(mlp& net, const samples& s, const std::vector<int64_t>& train, std::mt19937_64& rng) {
+  const int64_t d = s.d, k = net.r / 2, n = static_cast<int64_t>(train.size());
+  std::normal_distribution<float> unit(0.0f, 1.0f);
+  std::vector<double> q(static_cast<size_t>(k * d));  // k rows of d
+  for (auto& v : q) v = unit(rng);
+  auto orthonormalize = [&] {
+    for (int64_t a = 0; a < k; ++a) {
+      double* qa = q.data() + a * d;
+      for (int64_t b = 0; b < a; ++b) {
+        const double* qb = q.data() + b * d;
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += qa[i] * qb[i];
+        for (int64_t i = 0; i < d; ++i) qa[i] -= dot * qb[i];
+      }
+      double norm = 0;
+      for (int64_t i = 0; i < d; ++i) norm += qa[i] * qa[i];
+      norm = std::sqrt(std::max(norm, 1e-300));
+      for (int64_t i = 0; i < d; ++i) qa[i] /= norm;
+    }
+  };
+  std::vector<double> z(static_cast<size_t>(n * k));
+  auto project = [&] {  // z = X q^T
+    for (int64_t t = 0; t < n; ++t) {
+      const float* x = s.x.data() + train[static_cast<size_t>(t)] * d;
+      for (int64_t a = 0; a < k; ++a) {
+        const double* qa = q.data() + a * d;
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += qa[i] * x[i];
+        z[static_cast<size_t>(t * k + a)] = dot;
+      }
+    }
+  };
+  orthonormalize();
+  for (int iter = 0; iter < 3; ++iter) {  // q <- orth(X^T X q)
+    project();
+    std::fill(q.begin(), q.end(), 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* x = s.x.data() + train[static_cast<size_t>(t)] * d;
+      for (int64_t a = 0; a < k; ++a) {
+        double za = z[static_cast<size_t>(t * k + a)];
+        double* qa = q.data() + a * d;
+        for (int64_t i = 0; i < d; ++i) qa[i] += za * x[i];
+      }
+    }
+    orthonormalize();
+  }
+  project();
+  // Ridge: (Z^T Z + lambda I) A = Z^T Y, Y = +-1, solved by Cholesky.
+  std::vector<double> g(static_cast<size_t>(k * k), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t a = 0; a < k; ++a)
+      for (int64_t b = 0; b <= a; ++b) g[static_cast<size_t>(a * k + b)] += z[static_cast<size_t>(t * k + a)] * z[static_cast<size_t>(t * k + b)];
+  double trace = 0;
+  for (int64_t a = 0; a < k; ++a) trace += g[static_cast<size_t>(a * k + a)];
+  for (int64_t a = 0; a < k; ++a) g[static_cast<size_t>(a * k + a)] += 1e-3 * trace / static_cast<double>(k) + 1e-12;
+  for (int64_t a = 0; a < k; ++a) {  // in-place Cholesky (lower)
+    for (int64_t b = 0; b <= a; ++b) {
+      double sum = g[static_cast<size_t>(a * k + b)];
+      for (int64_t c = 0; c < b; ++c) sum -= g[static_cast<size_t>(a * k + c)] * g[static_cast<size_t>(b * k + c)];
+      g[static_cast<size_t>(a * k + b)] = a == b ? std::sqrt(std::max(sum, 1e-300)) : sum / g[static_cast<size_t>(b * k + b)];
+    }
+  }
+  std::vector<double> rhs(static_cast<size_t>(k));
+  for (int64_t i = 0; i < s.n_ff; ++i) {
+    std::fill(rhs.begin(), rhs.end(), 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      double y = s.fired(train[static_cast<size_t>(t)], i) ? 1.0 : -1.0;
+      for (int64_t a = 0; a < k; ++a) rhs[static_cast<size_t>(a)] += z[static_cast<size_t>(t * k + a)] * y;
+    }
+    for (int64_t a = 0; a < k; ++a) {  // forward substitution
+      double v = rhs[static_cast<size_t>(a)];
+      for (int64_t c = 0; c < a; ++c) v -= g[static_cast<size_t>(a * k + c)] * rhs[static_cast<size_t>(c)];
+      rhs[static_cast<size_t>(a)] = v / g[static_cast<size_t>(a * k + a)];
+    }
+    for (int64_t a = k - 1; a >= 0; --a) {  // back substitution
+      double v = rhs[static_cast<size_t>(a)];
+      for (int64_t c = a + 1; c < k; ++c) v -= g[static_cast<size_t>(c * k + a)] * rhs[static_cast<size_t>(c)];
+      rhs[static_cast<size_t>(a)] = v / g[static_cast<size_t>(a * k + a)];
+    }
+    for (int64_t a = 0; a < k; ++a) {
+      net.w2[static_cast<size_t>(i * net.r + a)] = static_cast<float>(rhs[static_cast<size_t>(a)]);
+      net.w2[static_cast<size_t>(i * net.r + k + a)] = static_cast<float>(-rhs[static_cast<size_t>(a)]);
+    }
+  }
+  for (int64_t a = 0; a < k; ++a)
+    for (int64_t i = 0; i < d; ++i) {
+      net.w1[static_cast<size_t>(a * d + i)] = static_cast<float>(q[static_cast<size_t>(a * d + i)]);
+      net.w1[static_cast<size_t>((k + a) * d + i)] = static_cast<float>(-q[static_cast<size_t>(a * d + i)]);
+    }
+}
+
 // Trains one layer's predictor of rank r on inputs already divided by `scale`.
 mlp train_layer(const samples& s, const std::vector<int64_t>& train, int64_t r, const train_options& o, thread_pool& pool, uint64_t seed) {
   mlp net{s.d, r, s.n_ff, std::vector<float>(static_cast<size_t>(r * s.d)), std::vector<float>(static_cast<size_t>(s.n_ff * r))};
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n1(0.0f, 1.0f / std::sqrt(static_cast<float>(s.d))), n2(0.0f, 1.0f / std::sqrt(static_cast<float>(r)));
-  for (auto& w : net.w1) w = n1(rng);
-  for (auto& w : net.w2) w = n2(rng);
+  linear_start(net, s, train, rng);
   adam a1(net.w1.size()), a2(net.w2.size());
   const int threads = pool.size();
   // Each thread owns its gradient buffers; they are summed after the batch.
@@ -192,7 +284,7 @@ trained_predictors train_predictors(const profile_data& data, const train_option
     evaluation e = evaluate(net, s, held, o.target_recall);
     // A predictor that must predict far more neurons than fire to keep the recall gets more rank.
     while (o.rank == 0 && rank * 2 <= max_rank &&
-           e.fit.active_fraction > std::max(2.0 * e.fit.true_active_fraction, e.fit.true_active_fraction + 0.05)) {
+           e.fit.active_fraction > 1.5 * e.fit.true_active_fraction + 0.01) {
       rank *= 2;
       mlp wider = train_layer(s, train, rank, o, pool, o.seed * 7919 + static_cast<uint64_t>(l));
       evaluation ew = evaluate(wider, s, held, o.target_recall);

@@ -15,7 +15,7 @@ namespace hotcold::tools {
 
 struct train_options {
   int64_t rank = 0;             // 0: chosen per layer (starting at n_embd / 8, doubled while the
-                                // predicted fraction is far above the true one)
+                                // predicted fraction exceeds 1.5x the true one + 0.01)
   int epochs = 10;
   int batch = 64;
   float learning_rate = 2e-3f;  // Adam
