@@ -102,7 +102,6 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     auto* cmd = app.add_subcommand("place", "Choose the hot FFN neurons for the fast device under a memory budget; writes MODEL.generated.gpuidx");
     cmd->add_option("-m,--model", a->model, "Sparse (or dense) GGUF model")->required();
     cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile)")->required();
-    cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
     cmd->add_option("--vram-budget", a->budget, "Fast-device memory, GiB")->required();
     cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)");
     cmd->callback([a, &exit_code] {
