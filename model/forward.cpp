@@ -258,10 +258,12 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
     auto& st = stats_[static_cast<size_t>(layer)];
     st.tokens += 1;
     st.neurons += n_ff;
-    if (!choose) {
+    if (!choose) {  // every neuron computed: each truly active one is found
+      int64_t truly = 0;
+      for (int64_t i = 0; i < n_ff; ++i) truly += hidden_[i] != 0.0f;
       st.computed += n_ff;
-      for (int64_t i = 0; i < n_ff; ++i) st.truly_active += hidden_[i] != 0.0f;
-      st.active_computed = st.truly_active;
+      st.truly_active += truly;
+      st.active_computed += truly;
     } else {
       // truth_ is this token's dense hidden vector, saved before the sparse path ran.
       std::vector<uint8_t> computed(static_cast<size_t>(n_ff), 0);
