@@ -22,12 +22,7 @@ struct edit {
 
 // A copy of a small generated llama file with one thing changed.
 std::string edited_model(const std::string& name, const edit& e) {
-  tools::gen_model_options o;
-  o.n_embd = 64;
-  o.n_ff = 128;
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_head_kv = 2;
+  auto o = test::small_options(2, 2);
   o.type = tensor_type::f32;
   auto base = gguf::file::open(test::make_model("errors_base", o));
   gguf::writer w;
@@ -125,13 +120,7 @@ TEST(ModelErrors, TiedEmbeddingsWhenOutputIsAbsent) {
 }
 
 TEST(ModelErrors, MmapAndPrivateCopyAgree) {
-  tools::gen_model_options o;
-  o.n_embd = 64;
-  o.n_ff = 128;
-  o.n_layer = 1;
-  o.n_head = 4;
-  o.n_head_kv = 4;
-  auto path = test::make_model("mmap_vs_copy", o);
+  auto path = test::make_model("mmap_vs_copy", test::small_options(1));
   auto a = model::load(path, {false});
   auto b = model::load(path, {true});
   const auto& ta = a->weights().layers[0].ffn_up;

@@ -171,13 +171,7 @@ TEST(SparseFiles, PowerInferMagicAndKey) {
 }
 
 TEST(SparseFiles, DenseModelsCannotRunSparse) {
-  tools::gen_model_options o;
-  o.n_embd = 64;
-  o.n_ff = 128;
-  o.n_layer = 1;
-  o.n_head = 4;
-  o.n_head_kv = 4;
-  auto m = model::load(test::make_model("dense_only", o));
+  auto m = model::load(test::make_model("dense_only", test::small_options(1)));
   inference_context ctx(m, 4, 1);
   EXPECT_THROW(ctx.set_mode(ffn_mode::sparse), model_error);
   ctx.set_mode(ffn_mode::oracle);  // needs no predictor

@@ -68,6 +68,17 @@ inline std::string tiny_vocab() {
   return path;
 }
 
+// The smallest useful llama: embd 64, 4 heads, ffn 128 (callers change what their test is about).
+inline tools::gen_model_options small_options(int64_t n_layer, int64_t n_head_kv = 4) {
+  tools::gen_model_options o;
+  o.n_embd = 64;
+  o.n_ff = 128;
+  o.n_layer = n_layer;
+  o.n_head = 4;
+  o.n_head_kv = n_head_kv;
+  return o;
+}
+
 inline std::string make_model(const std::string& name, tools::gen_model_options o) {
   auto path = (scratch_dir() / (name + ".gguf")).string();
   if (std::filesystem::exists(path)) return path;

@@ -103,13 +103,8 @@ INSTANTIATE_TEST_SUITE_P(Models, Sparsity,
                          [](const testing::TestParamInfo<sparsity_case>& i) { return std::string(i.param.name); });
 
 TEST(Sparsity, DenseActivationsAreDense) {
-  tools::gen_model_options o;
+  auto o = test::small_options(1);
   o.act = activation::silu;
-  o.n_embd = 64;
-  o.n_ff = 128;
-  o.n_layer = 1;
-  o.n_head = 4;
-  o.n_head_kv = 4;
   auto stats = measure(test::make_model("llama_silu_dense", o));
   EXPECT_GT(stats.mean_active, 0.99);
 }

@@ -80,13 +80,7 @@ TEST(Placement, FilesRoundTrip) {
 }
 
 TEST(Placement, ModelsReadTheirPlacementFile) {
-  tools::gen_model_options o;
-  o.n_embd = 64;
-  o.n_ff = 128;
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_head_kv = 4;
-  auto path = test::make_model("placed", o);
+  auto path = test::make_model("placed", test::small_options(2));
   EXPECT_EQ(model::load(path)->placement(), nullptr);
   placement_data p{640, {{3, 9}, {}}};
   write_placement_file(p, placement_path(path), 128);
