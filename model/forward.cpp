@@ -100,7 +100,8 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   computed_.assign(static_cast<size_t>(hp.n_layer), 0);
   scores_.resize(static_cast<size_t>(hp.n_head * n_ctx_));
   logits_.resize(hp.n_vocab);
-  xq_.resize(static_cast<size_t>(std::max(hp.n_embd, hp.n_ff) / qk8_0 + 1));
+  // Quantized activations for every product's input: n_embd, n_ff, or a predictor's rank (fc2).
+  xq_.resize(static_cast<size_t>(std::max({hp.n_embd, hp.n_ff, max_rank}) / qk8_0 + 1));
   size_t cache = static_cast<size_t>(hp.n_layer * n_ctx_ * hp.n_embd_kv());
   k_cache_.assign(cache, 0.0f);
   v_cache_.assign(cache, 0.0f);
