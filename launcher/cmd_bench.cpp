@@ -13,17 +13,15 @@
 namespace hotcold::launcher {
 namespace {
 
-uint64_t view_bytes(const tensor_view& t) { return t ? t.row_bytes * static_cast<uint64_t>(t.ne1) : 0; }
-
 // Bytes of weights one decoded token reads: everything but the embedding table (one row of it),
 // with each layer's FFN rows scaled by the fraction of neurons the FFN computed.
 double bytes_per_token(const model& m, const std::vector<int64_t>& computed_before, const std::vector<int64_t>& computed_after, int64_t tokens) {
   const auto& w = m.weights();
-  double bytes = static_cast<double>(m.weight_bytes()) - static_cast<double>(view_bytes(w.token_embd)) + static_cast<double>(w.token_embd.row_bytes);
-  if (m.tied_output()) bytes += static_cast<double>(view_bytes(w.output));  // the head reads the whole table
+  double bytes = static_cast<double>(m.weight_bytes()) - static_cast<double>(w.token_embd.bytes()) + static_cast<double>(w.token_embd.row_bytes);
+  if (m.tied_output()) bytes += static_cast<double>(w.output.bytes());  // the head reads the whole table
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const auto& L = w.layers[l];
-    double ffn = static_cast<double>(view_bytes(L.ffn_gate) + view_bytes(L.ffn_up) + view_bytes(L.ffn_down) + view_bytes(L.ffn_down_t));
+    double ffn = static_cast<double>(L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes());
     double fraction = static_cast<double>(computed_after[l] - computed_before[l]) / static_cast<double>(tokens * m.hp().n_ff);
     bytes -= ffn * (1.0 - fraction);
   }

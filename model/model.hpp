@@ -27,6 +27,7 @@ struct tensor_view {
   const uint8_t* data = nullptr;
 
   explicit operator bool() const { return data != nullptr; }
+  uint64_t bytes() const { return data ? row_bytes * static_cast<uint64_t>(ne1) : 0; }  // 0 when absent
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 

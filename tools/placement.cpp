@@ -94,10 +94,6 @@ placement_solution solve_placement(const placement_problem& p) {
   return s;
 }
 
-namespace {
-uint64_t bytes_of(const tensor_view& t) { return t ? t.row_bytes * static_cast<uint64_t>(t.ne1) : 0; }
-}  // namespace
-
 placement_plan plan_placement(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx) {
   auto m = model::load(model_path, {true});
   const auto& hp = m->hp();
@@ -111,12 +107,12 @@ placement_plan plan_placement(const std::string& model_path, const std::string& 
   plan.budget = static_cast<uint64_t>(budget_gib * double(1ull << 30));
   const auto& w = m->weights();
   fixed_costs& f = plan.fixed;
-  f.output = bytes_of(w.output) + (m->tied_output() ? 0 : 0);
-  f.norms = bytes_of(w.output_norm) + bytes_of(w.output_norm_b);
+  f.output = w.output.bytes();
+  f.norms = w.output_norm.bytes() + w.output_norm_b.bytes();
   for (const auto& l : w.layers) {
-    f.attention += bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wqkv) + bytes_of(l.wo);
-    f.predictors += bytes_of(l.pred_fc1) + bytes_of(l.pred_fc2);
-    f.norms += bytes_of(l.attn_norm) + bytes_of(l.attn_norm_b) + bytes_of(l.attn_norm_2) + bytes_of(l.attn_norm_2_b) + bytes_of(l.ffn_norm);
+    f.attention += l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wqkv.bytes() + l.wo.bytes();
+    f.predictors += l.pred_fc1.bytes() + l.pred_fc2.bytes();
+    f.norms += l.attn_norm.bytes() + l.attn_norm_b.bytes() + l.attn_norm_2.bytes() + l.attn_norm_2_b.bytes() + l.ffn_norm.bytes();
   }
   // KV cache in F16 (as GPU back ends keep it), K and V, every layer, the whole context.
   f.kv_cache = static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(ctx) * static_cast<uint64_t>(hp.n_embd_kv()) * 2 * 2;
@@ -134,7 +130,7 @@ placement_plan plan_placement(const std::string& model_path, const std::string& 
   uint64_t all = 0;
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const auto& L = w.layers[static_cast<size_t>(l)];
-    uint64_t per_neuron = (bytes_of(L.ffn_gate) + bytes_of(L.ffn_up) + bytes_of(L.ffn_down) + bytes_of(L.ffn_down_t)) / static_cast<uint64_t>(hp.n_ff);
+    uint64_t per_neuron = (L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes()) / static_cast<uint64_t>(hp.n_ff);
     p.bytes.push_back(per_neuron);
     auto begin = data.firing_counts.begin() + l * hp.n_ff;
     p.counts.emplace_back(begin, begin + hp.n_ff);
