@@ -58,12 +58,6 @@ void check_fits(int64_t n_prompt, int64_t n_ctx) {
     throw std::length_error(fmt::format("the prompt has {} tokens, more than the context of {} (raise -c)", n_prompt, n_ctx));
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::system_error(errno, std::generic_category(), path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 struct sampling_args {
   int n_predict = 128;
   sampling_params p;
@@ -179,7 +173,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
     cmd->callback([a, p, f, &exit_code] {
       exit_code = run_guarded("eval", [&] {
         if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
-        std::string text = f->count() ? read_file(a->file) : a->prompt;
+        std::string text = f->count() ? read_text_file(a->file) : a->prompt;
         auto l = load(a->m);
         if (!a->stats_json.empty()) l.ctx->enable_stats(true);
         auto tokens = l.m->vocabulary().tokenize(text, true, a->parse_special);
@@ -216,7 +210,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("-f,--file", a->file, "Text file")->required();
     cmd->callback([a, &exit_code] {
       exit_code = run_guarded("perplexity", [&] {
-        std::string text = read_file(a->file);
+        std::string text = read_text_file(a->file);
         auto l = load(a->m);
         const vocab& v = l.m->vocabulary();
         auto tokens = v.tokenize(text, false, false);

@@ -17,14 +17,6 @@
 namespace hotcold::launcher {
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::system_error(errno, std::generic_category(), path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::system_error(errno, std::generic_category(), path);
-  return text;
-}
-
 // A piece shown between quotes: printable UTF-8 as is, control bytes escaped.
 std::string escape_piece(std::string_view s) {
   std::string out;

@@ -1,4 +1,9 @@
+#include <cerrno>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <functional>
 #include <system_error>
 
@@ -10,6 +15,15 @@
 #include "model/vocab.hpp"
 
 namespace hotcold::launcher {
+
+std::string read_text_file(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw std::system_error(EISDIR, std::generic_category(), path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::system_error(errno, std::generic_category(), path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::system_error(errno, std::generic_category(), path);
+  return text;
+}
 
 int run_guarded(const char* command, const std::function<void()>& body) {
   try {
