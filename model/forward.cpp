@@ -187,13 +187,17 @@ static float activate(activation act, float x) {
   }
 }
 
+// A neuron's hidden value from its gate and up pre-activations (gate unused without a gate).
+static float hidden_value(const hparams& hp, float g, float u) {
+  if (!hp.gated_ffn) return activate(hp.act, u);
+  if (hp.act == activation::drelu) return std::max(g, 0.0f) * std::max(u, 0.0f);
+  return activate(hp.act, g) * u;
+}
+
 float inference_context::neuron(const layer_weights& l, int64_t i, const float* in) const {
   const hparams& hp = model_->hp();
   float u = row_dot(l.ffn_up, i, in);
-  if (!hp.gated_ffn) return activate(hp.act, u);
-  float g = row_dot(l.ffn_gate, i, in);
-  if (hp.act == activation::drelu) return std::max(g, 0.0f) * std::max(u, 0.0f);
-  return activate(hp.act, g) * u;
+  return hidden_value(hp, hp.gated_ffn ? row_dot(l.ffn_gate, i, in) : 0.0f, u);
 }
 
 void inference_context::ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out) {
@@ -204,17 +208,9 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
 
   if (!choose || mode_ == ffn_mode::oracle || stats_on_) {
     // Every neuron: gate/up as matrix-vector products, then the activation.
-    if (hp.gated_ffn) {
-      matvec(l.ffn_gate, in, gate_.data());
-      matvec(l.ffn_up, in, up_.data());
-      for (int64_t i = 0; i < n_ff; ++i) {
-        float g = gate_[i], u = up_[i];
-        hidden_[i] = hp.act == activation::drelu ? std::max(g, 0.0f) * std::max(u, 0.0f) : activate(hp.act, g) * u;
-      }
-    } else {
-      matvec(l.ffn_up, in, up_.data());
-      for (int64_t i = 0; i < n_ff; ++i) hidden_[i] = activate(hp.act, up_[i]);
-    }
+    if (hp.gated_ffn) matvec(l.ffn_gate, in, gate_.data());
+    matvec(l.ffn_up, in, up_.data());
+    for (int64_t i = 0; i < n_ff; ++i) hidden_[i] = hidden_value(hp, hp.gated_ffn ? gate_[i] : 0.0f, up_[i]);
   }
 
   if (choose && stats_on_) truth_ = hidden_;
