@@ -93,8 +93,8 @@ void write_piece(const std::string& piece) {
 
 // Feeds `tokens` from position `pos`, returns the logits after the last one.
 std::span<const float> feed(inference_context& ctx, const std::vector<token_id>& tokens, int64_t& pos) {
-  std::span<const float> logits;
-  for (token_id t : tokens) logits = ctx.forward(t, pos++);
+  auto logits = ctx.forward_batch(tokens, pos);
+  pos += static_cast<int64_t>(tokens.size());
   return logits;
 }
 
@@ -181,8 +181,8 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         std::ofstream out(a->logits_out, std::ios::binary | std::ios::trunc);
         if (!out) throw std::system_error(errno, std::generic_category(), a->logits_out);
         auto t0 = clock_type::now();
-        for (size_t i = 0; i < tokens.size(); ++i) {
-          auto logits = l.ctx->forward(tokens[i], static_cast<int64_t>(i));
+        if (!tokens.empty()) {
+          auto logits = l.ctx->forward_batch(tokens, 0, true);
           out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
         }
         out.close();
@@ -225,9 +225,10 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         for (int64_t c = 0; c < n_chunks; ++c) {
           std::vector<token_id> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
           if (v.add_bos() && v.bos() != no_token) chunk[0] = v.bos();  // as llama.cpp's perplexity does
-          for (int64_t i = 0; i + 1 < n_ctx; ++i) {
-            auto logits = l.ctx->forward(chunk[i], i);
-            if (i < n_ctx / 2) continue;
+          auto all = l.ctx->forward_batch(std::span<const token_id>(chunk.data(), static_cast<size_t>(n_ctx - 1)), 0, true);
+          const int64_t n_vocab = l.m->hp().n_vocab;
+          for (int64_t i = n_ctx / 2; i + 1 < n_ctx; ++i) {
+            auto logits = all.subspan(static_cast<size_t>(i * n_vocab), static_cast<size_t>(n_vocab));
             float max_l = *std::max_element(logits.begin(), logits.end());
             double sum = 0;
             for (float x : logits) sum += std::exp(double(x) - max_l);

@@ -54,7 +54,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     auto o = std::make_shared<tools::profile_options>();
     auto* cmd = app.add_subcommand("profile", "Record per-neuron firing counts and predictor training samples over calibration text");
     cmd->add_option("-m,--model", o->model_path, "Dense GGUF model")->required();
-    cmd->add_option("-f,--file", o->calibration_path, "Calibration text (default: the built-in mixed-text corpus)");
+    cmd->add_option("-f,--file", o->calibration_path, "Calibration text (default: text the model samples itself)");
     cmd->add_option("--tokens", o->tokens, "Tokens to profile")->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "Threads");
     cmd->add_option("-o,--output", o->out_dir, "Output folder")->required();
@@ -137,7 +137,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     auto* cmd = app.add_subcommand("prepare", "Profile a dense model, train its predictors and write the sparse model");
     cmd->add_option("-m,--model", a->model, "Dense GGUF model")->required();
     cmd->add_option("-o,--output", a->out, "Sparse GGUF model to write")->required();
-    cmd->add_option("-f,--file", a->calib, "Calibration text (default: the built-in corpus)");
+    cmd->add_option("-f,--file", a->calib, "Calibration text (default: text the model samples itself)");
     cmd->add_option("--tokens", a->tokens, "Tokens to profile")->capture_default_str();
     cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
     cmd->add_option("-t,--threads", a->threads, "Threads");

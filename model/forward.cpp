@@ -1,6 +1,8 @@
 #include "model/forward.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -90,6 +92,7 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   gate_.resize(hp.n_ff);
   up_.resize(hp.n_ff);
   hidden_.resize(hp.n_ff);
+  margin_.resize(hp.n_ff);
   active_.reserve(hp.n_ff);
   int64_t max_rank = 0;
   for (const auto& l : model_->weights().layers)
@@ -97,6 +100,8 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   pred_h_.resize(static_cast<size_t>(max_rank));
   acc_.resize(static_cast<size_t>(pool_.size() * hp.n_embd));
   stats_.resize(static_cast<size_t>(hp.n_layer));
+  cost_.resize(static_cast<size_t>(hp.n_layer));
+  choices_.resize(static_cast<size_t>(hp.n_layer));
   computed_.assign(static_cast<size_t>(hp.n_layer), 0);
   scores_.resize(static_cast<size_t>(hp.n_head * n_ctx_));
   logits_.resize(hp.n_vocab);
@@ -211,6 +216,12 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
     if (hp.gated_ffn) matvec(l.ffn_gate, in, gate_.data());
     matvec(l.ffn_up, in, up_.data());
     for (int64_t i = 0; i < n_ff; ++i) hidden_[i] = hidden_value(hp, hp.gated_ffn ? gate_[i] : 0.0f, up_[i]);
+    if (observer_ && (hp.act == activation::relu || hp.act == activation::drelu)) {
+      // A neuron's firing margin: positive exactly when it fires (ReLU family).
+      for (int64_t i = 0; i < n_ff; ++i)
+        margin_[i] = !hp.gated_ffn ? up_[i] : hp.act == activation::drelu ? std::min(gate_[i], up_[i]) : gate_[i];
+      observer_("ffn_margin", layer, margin_);
+    }
   }
 
   if (choose && stats_on_) truth_ = hidden_;
@@ -350,6 +361,273 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
   if (falcon) layer_norm(x_.data(), f32(w.output_norm), f32(w.output_norm_b), xn_.data(), n_embd, hp.norm_eps);
   else rms_norm(x_.data(), f32(w.output_norm), xn_.data(), n_embd, hp.norm_eps);
   matvec(w.output, xn_.data(), logits_.data());
+  return logits_;
+}
+
+// ---- Batches ---------------------------------------------------------------------------------
+
+void inference_context::matmul(const tensor_view& w, const float* x, int64_t n, float* y) {
+  if (n == 1) return matvec(w, x, y);
+  const int64_t d = w.ne0, rows = w.ne1;
+  const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
+  const int64_t qrow = d / qk8_0;
+  if (quantized) {  // inputs quantized once, as for one token
+    b_.xq.resize(static_cast<size_t>(n * qrow));
+    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, b_.xq.data() + t * qrow, d);
+  }
+  // Tiles of rows (dequantized once into a thread's buffer) against tiles of tokens.
+  constexpr int64_t row_tile = 8, token_tile = 32;
+  pool_.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> buf;
+    if (!quantized) buf.resize(static_cast<size_t>(row_tile * d));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * row_tile, r1 = std::min(rows, r0 + row_tile);
+      if (!quantized)
+        for (int64_t r = r0; r < r1; ++r) dequantize_row(w, r, buf.data() + (r - r0) * d);
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t t = t0; t < std::min(n, t0 + token_tile); ++t) {
+            float v;
+            if (w.type == tensor_type::q8_0) v = dot_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), b_.xq.data() + t * qrow, d);
+            else if (w.type == tensor_type::q4_0) v = dot_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), b_.xq.data() + t * qrow, d);
+            else v = dot_f32(buf.data() + (r - r0) * d, x + t * d, d);
+            y[t * rows + r] = v;
+          }
+    }
+  });
+}
+
+void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, float* out) {
+  using clock = std::chrono::steady_clock;
+  const hparams& hp = model_->hp();
+  const int64_t n_ff = hp.n_ff, d = hp.n_embd;
+  auto& cost = cost_[static_cast<size_t>(layer)];
+  auto& choice = choices_[static_cast<size_t>(layer)];
+  auto& B = b_;
+  const int size_class = std::min(9, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
+
+  // Sparse only where it pays: predictor time + union share of the neuron loop < the whole loop,
+  // from what this layer measured at this batch size. Dense choices are re-probed now and then.
+  bool sparse = mode_ == ffn_mode::sparse && l.pred_fc1;
+  if (sparse && !stats_on_) {
+    const double u = cost.union_by_size[size_class];
+    if (u >= 0 && cost.neuron_token_s > 0) {
+      const double all = static_cast<double>(n_ff) * cost.neuron_token_s;
+      if (cost.predictor_token_s + u * all >= all && ++cost.dense_since_probe[size_class] % 16 != 0) sparse = false;
+    }
+  }
+
+  const auto t0 = clock::now();
+  std::vector<int32_t>& chosen_union = active_;
+  chosen_union.clear();
+  B.chosen.assign(static_cast<size_t>(n * n_ff), sparse ? 0 : 1);
+  if (sparse) {
+    const int64_t rank = l.pred_fc1.ne1;
+    matmul(l.pred_fc1, pred_in, n, B.pred_h.data());
+    for (int64_t k = 0; k < n * rank; ++k) B.pred_h[static_cast<size_t>(k)] = std::max(B.pred_h[static_cast<size_t>(k)], 0.0f);
+    matmul(l.pred_fc2, B.pred_h.data(), n, B.scores.data());
+    const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
+    std::vector<uint8_t> any(static_cast<size_t>(n_ff), 0);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < n_ff; ++i)
+        if (B.scores[static_cast<size_t>(t * n_ff + i)] >= threshold) B.chosen[static_cast<size_t>(t * n_ff + i)] = any[static_cast<size_t>(i)] = 1;
+    for (int64_t i = 0; i < n_ff; ++i)
+      if (any[static_cast<size_t>(i)]) chosen_union.push_back(static_cast<int32_t>(i));
+  } else {
+    for (int64_t i = 0; i < n_ff; ++i) chosen_union.push_back(static_cast<int32_t>(i));
+  }
+  const auto t1 = clock::now();
+
+  // The dense truth for stats: every neuron of every token.
+  if (stats_on_ && sparse) {
+    std::vector<float> g(static_cast<size_t>(hp.gated_ffn ? n * n_ff : 0)), u(static_cast<size_t>(n * n_ff));
+    if (hp.gated_ffn) matmul(l.ffn_gate, in, n, g.data());
+    matmul(l.ffn_up, in, n, u.data());
+    for (int64_t k = 0; k < n * n_ff; ++k) B.truth[static_cast<size_t>(k)] = hidden_value(hp, hp.gated_ffn ? g[static_cast<size_t>(k)] : 0.0f, u[static_cast<size_t>(k)]);
+  }
+
+  // The neurons of the union: each row read once, each token computing the neurons it chose.
+  // Threads take contiguous shares of the union and own their rows of hidden and their accumulators.
+  const bool quantized = l.ffn_up.type == tensor_type::q8_0 || l.ffn_up.type == tensor_type::q4_0;
+  const int64_t qrow = d / qk8_0;
+  std::vector<block_q8_0> xq;
+  if (quantized) {
+    xq.resize(static_cast<size_t>(n * qrow));
+    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(in + t * d, xq.data() + t * qrow, d);
+  }
+  auto dot_row = [&](const tensor_view& w, int64_t i, const float* buf, int64_t t) {
+    if (w.type == tensor_type::q8_0) return dot_q8_0(reinterpret_cast<const block_q8_0*>(w.row(i)), xq.data() + t * qrow, d);
+    if (w.type == tensor_type::q4_0) return dot_q4_0(reinterpret_cast<const block_q4_0*>(w.row(i)), xq.data() + t * qrow, d);
+    return dot_f32(buf, in + t * d, d);
+  };
+  std::fill(B.hidden.begin(), B.hidden.begin() + n * n_ff, 0.0f);
+  const int threads = pool_.size();
+  const int64_t n_union = static_cast<int64_t>(chosen_union.size());
+  const bool down_t = static_cast<bool>(l.ffn_down_t);
+  pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {
+    thread_local std::vector<float> gbuf, ubuf, dbuf;
+    gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d)), dbuf.resize(static_cast<size_t>(d));
+    for (int64_t th = th0; th < th1; ++th) {
+      float* acc = B.acc.data() + th * n * d;
+      if (down_t) std::fill(acc, acc + n * d, 0.0f);
+      for (int64_t k = n_union * th / threads; k < n_union * (th + 1) / threads; ++k) {
+        const int64_t i = chosen_union[static_cast<size_t>(k)];
+        if (!quantized) {
+          dequantize_row(l.ffn_up, i, ubuf.data());
+          if (hp.gated_ffn) dequantize_row(l.ffn_gate, i, gbuf.data());
+        }
+        bool down_ready = false;
+        for (int64_t t = 0; t < n; ++t) {
+          if (!B.chosen[static_cast<size_t>(t * n_ff + i)]) continue;
+          const float g = hp.gated_ffn ? dot_row(l.ffn_gate, i, gbuf.data(), t) : 0.0f;
+          const float h = hidden_value(hp, g, dot_row(l.ffn_up, i, ubuf.data(), t));
+          B.hidden[static_cast<size_t>(t * n_ff + i)] = h;
+          if (!down_t || h == 0.0f) continue;
+          if (!down_ready) dequantize_row(l.ffn_down_t, i, dbuf.data()), down_ready = true;
+          axpy_f32(h, dbuf.data(), acc + t * d, d);
+        }
+      }
+    }
+  });
+  if (down_t) {
+    std::fill(out, out + n * d, 0.0f);
+    for (int th = 0; th < threads; ++th) {
+      const float* acc = B.acc.data() + th * n * d;
+      for (int64_t k = 0; k < n * d; ++k) out[k] += acc[k];
+    }
+  } else {
+    matmul(l.ffn_down, B.hidden.data(), n, out);
+  }
+  const auto t2 = clock::now();
+
+  // What this batch measured.
+  auto ewma = [](double& avg, double v) { avg = avg <= 0 ? v : 0.8 * avg + 0.2 * v; };
+  ewma(cost.neuron_token_s, std::chrono::duration<double>(t2 - t1).count() / static_cast<double>(std::max<int64_t>(1, n_union)));
+  if (sparse) {
+    ewma(cost.predictor_token_s, std::chrono::duration<double>(t1 - t0).count());
+    const double u = static_cast<double>(n_union) / static_cast<double>(n_ff);
+    double& avg = cost.union_by_size[size_class];
+    avg = avg < 0 ? u : 0.8 * avg + 0.2 * u;
+    choice.union_fraction = u;
+    ++choice.sparse;
+  } else {
+    ++choice.dense;
+  }
+
+  int64_t computed = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const uint8_t* c = B.chosen.data() + t * n_ff;
+    int64_t computed_t = sparse ? std::count(c, c + n_ff, uint8_t{1}) : n_ff;
+    computed += computed_t;
+    if (stats_on_) {
+      auto& st = stats_[static_cast<size_t>(layer)];
+      st.tokens += 1;
+      st.neurons += n_ff;
+      st.computed += computed_t;
+      const float* truth = (sparse ? B.truth.data() : B.hidden.data()) + t * n_ff;
+      for (int64_t i = 0; i < n_ff; ++i) {
+        bool truly = truth[i] != 0.0f;
+        st.truly_active += truly;
+        st.active_computed += truly && c[i];
+      }
+    }
+    if (observer_) {
+      observer_("ffn_pred_in", layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
+      observer_("ffn_act", layer, std::span<const float>(B.hidden.data() + t * n_ff, static_cast<size_t>(n_ff)));
+    }
+  }
+  computed_[static_cast<size_t>(layer)] += computed;
+}
+
+void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits, float* logits) {
+  const hparams& hp = model_->hp();
+  const model_weights& w = model_->weights();
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = hp.n_embd, kv = hp.n_embd_kv(), n_ff = hp.n_ff;
+  const bool falcon = hp.arch == architecture::falcon;
+  auto& B = b_;
+  auto grow = [](std::vector<float>& v, int64_t size) {
+    if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
+  };
+  for (auto* v : {&B.x, &B.xn, &B.xn2, &B.layer_in, &B.attn, &B.proj, &B.ffn_out}) grow(*v, n * d);
+  grow(B.qkv, n * (d + 2 * kv));
+  grow(B.pred_h, n * static_cast<int64_t>(pred_h_.size()));
+  for (auto* v : {&B.scores, &B.hidden, &B.truth}) grow(*v, n * n_ff);
+  grow(B.acc, pool_.size() * n * d);
+
+  for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[static_cast<size_t>(t)], B.x.data() + t * d);
+  // q, k, v of token t: falcon's fused product interleaves them per token.
+  const int64_t qkv_row = d + 2 * kv;
+  auto q_of = [&](int64_t t) { return falcon ? B.qkv.data() + t * qkv_row : B.qkv.data() + t * d; };
+  auto k_of = [&](int64_t t) { return falcon ? B.qkv.data() + t * qkv_row + d : B.qkv.data() + n * d + t * kv; };
+  auto v_of = [&](int64_t t) { return falcon ? B.qkv.data() + t * qkv_row + d + kv : B.qkv.data() + n * (d + kv) + t * kv; };
+
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const layer_weights& l = w.layers[static_cast<size_t>(il)];
+    if (!falcon && hp.pred_input == predictor_input::layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
+    for (int64_t t = 0; t < n; ++t) {
+      if (falcon) layer_norm(B.x.data() + t * d, f32(l.attn_norm), f32(l.attn_norm_b), B.xn.data() + t * d, d, hp.norm_eps);
+      else rms_norm(B.x.data() + t * d, f32(l.attn_norm), B.xn.data() + t * d, d, hp.norm_eps);
+    }
+    if (falcon) {
+      matmul(l.wqkv, B.xn.data(), n, B.qkv.data());
+    } else {
+      matmul(l.wq, B.xn.data(), n, q_of(0));
+      matmul(l.wk, B.xn.data(), n, k_of(0));
+      matmul(l.wv, B.xn.data(), n, v_of(0));
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      rope(q_of(t), hp.n_head, hp, pos + t);
+      rope(k_of(t), hp.n_head_kv, hp, pos + t);
+      std::memcpy(k_cache_.data() + (il * n_ctx_ + pos + t) * kv, k_of(t), static_cast<size_t>(kv) * 4);
+      std::memcpy(v_cache_.data() + (il * n_ctx_ + pos + t) * kv, v_of(t), static_cast<size_t>(kv) * 4);
+    }
+    for (int64_t t = 0; t < n; ++t) {  // causal: token t sees the cache up to its own position
+      std::memcpy(qkv_.data(), q_of(t), static_cast<size_t>(d) * 4);
+      attention(il, pos + t);
+      std::copy(attn_out_.begin(), attn_out_.end(), B.attn.begin() + t * d);
+    }
+    matmul(l.wo, B.attn.data(), n, B.proj.data());
+
+    if (falcon) {
+      const float* ffn_in = B.xn.data();
+      if (l.attn_norm_2) {
+        for (int64_t t = 0; t < n; ++t)
+          layer_norm(B.x.data() + t * d, f32(l.attn_norm_2), f32(l.attn_norm_2_b), B.xn2.data() + t * d, d, hp.norm_eps);
+        ffn_in = B.xn2.data();
+      }
+      ffn_batch(il, l, ffn_in, B.x.data(), n, B.ffn_out.data());
+      for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)] + B.ffn_out[static_cast<size_t>(k)];
+    } else {
+      for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];
+      for (int64_t t = 0; t < n; ++t) rms_norm(B.x.data() + t * d, f32(l.ffn_norm), B.xn2.data() + t * d, d, hp.norm_eps);
+      ffn_batch(il, l, B.xn2.data(), hp.pred_input == predictor_input::layer_input ? B.layer_in.data() : B.x.data(), n, B.ffn_out.data());
+      for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.ffn_out[static_cast<size_t>(k)];
+    }
+  }
+
+  const int64_t first = all_logits ? 0 : n - 1;
+  for (int64_t t = first; t < n; ++t) {
+    if (falcon) layer_norm(B.x.data() + t * d, f32(w.output_norm), f32(w.output_norm_b), B.xn.data() + t * d, d, hp.norm_eps);
+    else rms_norm(B.x.data() + t * d, f32(w.output_norm), B.xn.data() + t * d, d, hp.norm_eps);
+  }
+  matmul(w.output, B.xn.data() + first * d, n - first, logits);
+}
+
+std::span<const float> inference_context::forward_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits) {
+  const hparams& hp = model_->hp();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw std::invalid_argument("forward_batch: no tokens");
+  for (token_id t : tokens)
+    if (t < 0 || t >= hp.n_vocab) throw std::out_of_range(fmt::format("token id {} is outside the vocabulary", t));
+  if (pos < 0 || pos + n > n_ctx_)
+    throw std::out_of_range(fmt::format("positions {}..{} are outside the context of {}", pos, pos + n - 1, n_ctx_));
+  if (all_logits) batch_logits_.resize(static_cast<size_t>(n * hp.n_vocab));
+  for (int64_t s = 0; s < n; s += max_batch) {
+    const int64_t m = std::min(max_batch, n - s);
+    float* out = all_logits ? batch_logits_.data() + s * hp.n_vocab : logits_.data();
+    run_batch(tokens.subspan(static_cast<size_t>(s), static_cast<size_t>(m)), pos + s, all_logits, out);
+  }
+  if (all_logits) return batch_logits_;
   return logits_;
 }
 

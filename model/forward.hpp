@@ -40,10 +40,29 @@ class inference_context {
   // begins a new sequence: the cache is overwritten as positions run again.
   std::span<const float> forward(token_id token, int64_t pos);
 
+  // Runs tokens[0..n) at positions pos..pos+n-1 as one batch (split into batches of at most
+  // max_batch): every weight row is read once per batch instead of once per token. Gives the same
+  // values as n forward() calls (up to summation order): in sparse mode each token still computes
+  // exactly the neurons its own prediction chose; the union of the batch's chosen neurons is what
+  // is read. Whether a layer runs its predictor at all or goes dense is decided by measured cost
+  // (batch_cost). Returns the logits of the last token, or of every token (n x n_vocab) with all_logits.
+  std::span<const float> forward_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits = false);
+  static constexpr int64_t max_batch = 256;
+
+  // How sparse-mode batches chose, per layer: predictor + union of active sets, or dense.
+  struct batch_layer_choice {
+    int64_t sparse = 0, dense = 0;   // batches
+    double union_fraction = 0;       // last sparse batch's union / n_ff
+  };
+  const std::vector<batch_layer_choice>& batch_choices() const { return choices_; }
+
   // Sees named intermediates as they are computed: (name, layer, values). Names so far:
   // "ffn_pred_in" — what the layer's activation predictor reads (n_embd), in every mode;
   // "ffn_act" — the FFN's hidden vector after the activation (n_ff), whose nonzeros are the
-  // neurons that fired (or were computed, in sparse mode). Empty function: no calls.
+  // neurons that fired (or were computed, in sparse mode);
+  // "ffn_margin" — for ReLU-family FFNs, whenever every neuron is computed (dense and oracle modes,
+  // or with stats): per neuron the pre-activation that decides whether it fires, positive exactly
+  // when it does (the gate; up for Falcon; min(gate, up) for dReLU). Empty function: no calls.
   using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
   void set_observer(observer o) { observer_ = std::move(o); }
 
@@ -62,6 +81,10 @@ class inference_context {
 
  private:
   void matvec(const tensor_view& w, const float* x, float* y);
+  // y (n x w.ne1) = x (n x w.ne0) times w's rows; each row read once.
+  void matmul(const tensor_view& w, const float* x, int64_t n, float* y);
+  void ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, float* out);
+  void run_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits, float* logits);
   void attention(int64_t layer, int64_t pos);  // q, k_cache, v_cache -> attn_out
   // in: the FFN's normalized input; pred_in: what the predictor reads.
   void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
@@ -89,6 +112,7 @@ class inference_context {
   std::vector<float> ffn_out_;   // (n_embd)
   std::vector<float> gate_, up_; // (n_ff)
   std::vector<float> hidden_;    // (n_ff) the FFN's hidden vector (zeros where a neuron was skipped)
+  std::vector<float> margin_;    // (n_ff) firing margins, for the observer
   std::vector<float> truth_;     // (n_ff) dense hidden vector, kept for stats in sparse mode
   std::vector<int32_t> active_;  // neurons chosen for this token
   std::vector<float> pred_h_;    // (max predictor rank)
@@ -96,6 +120,25 @@ class inference_context {
   std::vector<float> scores_;    // (n_head, n_ctx)
   std::vector<float> logits_;    // (n_vocab)
   std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows
+  // Batch state (rows of max_batch), allocated on the first batch.
+  struct batch_buffers {
+    std::vector<float> x, xn, xn2, layer_in, qkv, attn, proj, ffn_out;  // n x n_embd (qkv: n x (n_embd + 2 kv))
+    std::vector<float> pred_h, scores, hidden, truth;                   // n x rank, n x n_ff
+    std::vector<uint8_t> chosen;                                        // n x n_ff
+    std::vector<float> acc;                                             // threads x n x n_embd
+    std::vector<kernels::block_q8_0> xq;                                // n x quantized row
+  };
+  batch_buffers b_;
+  // Measured cost per layer: seconds per neuron-token of the FFN loop, seconds per token of the
+  // predictor, and the union fraction per batch-size class (log2 n), as running averages.
+  struct batch_cost {
+    double neuron_token_s = 0, predictor_token_s = 0;
+    double union_by_size[10] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    int64_t dense_since_probe[10] = {};
+  };
+  std::vector<batch_cost> cost_;
+  std::vector<batch_layer_choice> choices_;
+  std::vector<float> batch_logits_;
   std::vector<float> k_cache_;   // (n_layer, n_ctx, n_embd_kv)
   std::vector<float> v_cache_;   // (n_layer, n_ctx, n_embd_kv)
 };

@@ -202,10 +202,11 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     if (kv_pair.key.starts_with("tokenizer.")) w.set_value(kv_pair.key, kv_pair.val);
 
   // Token embeddings: +A, -A on the constant channels, a unit-RMS zero-mean vector in S, zero in T.
-  // As in trained models, the token vectors are anisotropic: they lie mostly in a low-dimensional
-  // subspace of S (rank max(8, embd/16)) plus a little isotropic noise, which is what lets a
-  // low-rank predictor tell which neurons fire.
-  const int64_t token_rank = std::min<int64_t>(s_len, std::max<int64_t>(8, d / 16));
+  // As in trained models, hidden states have a low intrinsic dimension: token vectors lie mostly in
+  // a subspace of S of rank max(8, embd/32) plus a little isotropic noise, and every layer writes
+  // into a subspace of T of rank max(4, embd/64). That is what lets a low-rank predictor tell which
+  // neurons fire (docs/synthetic-models.md).
+  const int64_t token_rank = std::min<int64_t>(s_len, std::max<int64_t>(8, d / 32));
   matrix basis(token_rank, s_len);
   for (int64_t k = 0; k < token_rank; ++k) fill_normal(g, basis.row(k), s_len, 1.0f);
   std::vector<float> coef(static_cast<size_t>(token_rank));
@@ -256,10 +257,22 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     row[1] = -b;
   };
 
-  auto random_matrix = [&](int64_t rows, int64_t cols, float scale, int64_t out_begin = 0, int64_t out_end = -1) {
+  auto random_matrix = [&](int64_t rows, int64_t cols, float scale) {
     matrix m(rows, cols);
-    if (out_end < 0) out_end = rows;
-    for (int64_t r = out_begin; r < out_end; ++r) fill_normal(g, m.row(r), cols, scale);
+    for (int64_t r = 0; r < rows; ++r) fill_normal(g, m.row(r), cols, scale);
+    return m;
+  };
+  // A d x cols matrix whose output lies in the context subspace's written part: rows of T are
+  // combinations of ctx_rank random vectors (each entry of the result has standard deviation `scale`).
+  const int64_t t_len = lay.t_end - lay.t_begin;
+  const int64_t ctx_rank = std::min<int64_t>(t_len, std::max<int64_t>(4, d / 64));
+  matrix ctx_basis(ctx_rank, t_len);
+  for (int64_t k = 0; k < ctx_rank; ++k) fill_normal(g, ctx_basis.row(k), t_len, 1.0f);
+  auto context_writer = [&](int64_t cols, float scale) {
+    matrix coefs = random_matrix(ctx_rank, cols, scale / std::sqrt(static_cast<float>(ctx_rank)));
+    matrix m(d, cols);
+    for (int64_t t = 0; t < t_len; ++t)
+      for (int64_t k = 0; k < ctx_rank; ++k) kernels::axpy_f32(ctx_basis.row(k)[t], coefs.row(k), m.row(lay.t_begin + t), cols);
     return m;
   };
   matrix ones(1, d);
@@ -299,7 +312,7 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
       add(blk + "attn_v.weight", o.type, random_matrix(kv, d, in_scale));
     }
     // Attention writes only into the context subspace.
-    add(blk + "attn_output.weight", o.type, random_matrix(d, d, 0.5f * in_scale, lay.t_begin, lay.t_end));
+    add(blk + "attn_output.weight", o.type, context_writer(d, 0.5f * in_scale));
 
     matrix gate(n_ff, d), up(n_ff, d);
     const double up_fires = 0.9;  // dReLU: the up side fires this often, the gate side p / up_fires
@@ -322,7 +335,7 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     add(blk + "ffn_up.weight", o.type, up);
     // The FFN writes only into the context subspace too.
     float down_scale = 0.5f / std::sqrt(static_cast<float>(n_ff) * static_cast<float>(sparse ? o.active : 0.5));
-    add(blk + "ffn_down.weight", o.type, random_matrix(d, n_ff, down_scale, lay.t_begin, lay.t_end));
+    add(blk + "ffn_down.weight", o.type, context_writer(n_ff, down_scale));
     tick();
   }
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
 #include "model/arch.hpp"
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
@@ -24,6 +25,7 @@ struct samples {
   int64_t n = 0, d = 0, n_ff = 0;
   std::vector<float> x;        // n x d
   std::vector<uint8_t> mask;   // n x ceil(n_ff/8)
+  std::vector<float> margin;   // n x n_ff: positive exactly when the neuron fires
   size_t mask_bytes() const { return static_cast<size_t>((n_ff + 7) / 8); }
   bool fired(int64_t s, int64_t i) const { return (mask[static_cast<size_t>(s) * mask_bytes() + static_cast<size_t>(i / 8)] >> (i % 8)) & 1; }
 };
@@ -33,10 +35,14 @@ samples read_samples(const profile_data& p, int64_t layer) {
   s.n = p.tokens, s.d = p.n_embd, s.n_ff = p.n_ff;
   s.x.resize(static_cast<size_t>(s.n * s.d));
   s.mask.resize(static_cast<size_t>(s.n) * s.mask_bytes());
+  s.margin.resize(static_cast<size_t>(s.n * s.n_ff));
+  std::vector<uint16_t> half(static_cast<size_t>(s.n_ff));
   std::ifstream in(p.samples_path(layer), std::ios::binary);
   for (int64_t i = 0; i < s.n; ++i) {
     in.read(reinterpret_cast<char*>(s.x.data() + i * s.d), static_cast<std::streamsize>(s.d * 4));
     in.read(reinterpret_cast<char*>(s.mask.data() + static_cast<size_t>(i) * s.mask_bytes()), static_cast<std::streamsize>(s.mask_bytes()));
+    in.read(reinterpret_cast<char*>(half.data()), static_cast<std::streamsize>(half.size() * 2));
+    kernels::fp16_to_fp32_row(half.data(), s.margin.data() + i * s.n_ff, half.size());
   }
   if (!in) throw std::runtime_error(fmt::format("{}: short read", p.samples_path(layer)));
   return s;
@@ -70,8 +76,10 @@ struct adam {
 };
 
 // A linear start for the MLP: the top k = r/2 principal directions P of the inputs (randomized
-// subspace iteration) and a ridge regression A of the +-1 firing labels on the projections. With
-// fc1 = [P; -P] and fc2 = [A, -A], relu(z) - relu(-z) = z makes the score exactly A . (P x).
+// subspace iteration) and a ridge regression A, on the projections, of each neuron's firing margin
+// divided by its RMS (the margin says how far from firing a neuron was, which a 0/1 label does not:
+// a rarely firing neuron still gives a useful target in every sample). With fc1 = [P; -P] and
+// fc2 = [A, -A], relu(z) - relu(-z) = z makes the score exactly A . (P x).
 void linear_start(mlp& net, const samples& s, const std::vector<int64_t>& train, std::mt19937_64& rng) {
   const int64_t d = s.d, k = net.r / 2, n = static_cast<int64_t>(train.size());
   std::normal_distribution<float> unit(0.0f, 1.0f);
@@ -138,7 +146,7 @@ void linear_start(mlp& net, const samples& s, const std::vector<int64_t>& train,
   for (int64_t i = 0; i < s.n_ff; ++i) {
     std::fill(rhs.begin(), rhs.end(), 0.0);
     for (int64_t t = 0; t < n; ++t) {
-      double y = s.fired(train[static_cast<size_t>(t)], i) ? 1.0 : -1.0;
+      double y = s.margin[static_cast<size_t>(train[static_cast<size_t>(t)] * s.n_ff + i)];
       for (int64_t a = 0; a < k; ++a) rhs[static_cast<size_t>(a)] += z[static_cast<size_t>(t * k + a)] * y;
     }
     for (int64_t a = 0; a < k; ++a) {  // forward substitution
@@ -163,8 +171,11 @@ void linear_start(mlp& net, const samples& s, const std::vector<int64_t>& train,
     }
 }
 
-// Trains one layer's predictor of rank r on inputs already divided by `scale`.
-mlp train_layer(const samples& s, const std::vector<int64_t>& train, int64_t r, const train_options& o, thread_pool& pool, uint64_t seed) {
+// Trains one layer's predictor of rank r (inputs at unit RMS, margins divided by each neuron's RMS):
+// the linear start, then `epochs` of Adam on a squared error that costs positive_weight times more
+// where a firing neuron's score falls short of its margin (missing a neuron costs more than
+// computing one too many).
+mlp train_layer(const samples& s, const std::vector<int64_t>& train, int64_t r, int epochs, const train_options& o, thread_pool& pool, uint64_t seed) {
   mlp net{s.d, r, s.n_ff, std::vector<float>(static_cast<size_t>(r * s.d)), std::vector<float>(static_cast<size_t>(s.n_ff * r))};
   std::mt19937_64 rng(seed);
   linear_start(net, s, train, rng);
@@ -174,7 +185,7 @@ mlp train_layer(const samples& s, const std::vector<int64_t>& train, int64_t r, 
   std::vector<std::vector<float>> g1(static_cast<size_t>(threads), std::vector<float>(net.w1.size())),
       g2(static_cast<size_t>(threads), std::vector<float>(net.w2.size()));
   std::vector<int64_t> order = train;
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  for (int epoch = 0; epoch < epochs; ++epoch) {
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t b0 = 0; b0 < order.size(); b0 += static_cast<size_t>(o.batch)) {
       size_t b1 = std::min(order.size(), b0 + static_cast<size_t>(o.batch));
@@ -192,10 +203,9 @@ mlp train_layer(const samples& s, const std::vector<int64_t>& train, int64_t r, 
             net.forward(x, h.data(), z.data());
             std::fill(dh.begin(), dh.end(), 0.0f);
             for (int64_t i = 0; i < s.n_ff; ++i) {
-              // weighted binary cross-entropy on logit z: d/dz = sigmoid(z) (w y + 1 - y) - w y
-              float y = s.fired(si, i) ? 1.0f : 0.0f;
-              float sig = 1.0f / (1.0f + std::exp(-z[i]));
-              float dz = sig * (o.positive_weight * y + 1.0f - y) - o.positive_weight * y;
+              float y = s.margin[static_cast<size_t>(si * s.n_ff + i)];
+              float e = z[i] - y;
+              float dz = 2.0f * e * (y > 0.0f && e < 0.0f ? o.positive_weight : 1.0f);
               if (dz == 0.0f) continue;
               kernels::axpy_f32(dz, h.data(), G2.data() + i * r, r);
               kernels::axpy_f32(dz, net.w2.data() + i * r, dh.data(), r);
@@ -270,6 +280,13 @@ trained_predictors train_predictors(const profile_data& data, const train_option
     float scale = static_cast<float>(std::sqrt(ss / std::max<size_t>(1, s.x.size())));
     if (scale <= 0) scale = 1;
     for (auto& v : s.x) v /= scale;
+    // Each neuron's margins at unit RMS, so that one threshold suits every neuron of the layer.
+    std::vector<double> ms(static_cast<size_t>(s.n_ff), 0.0);
+    for (int64_t t = 0; t < s.n; ++t)
+      for (int64_t i = 0; i < s.n_ff; ++i) ms[static_cast<size_t>(i)] += double(s.margin[static_cast<size_t>(t * s.n_ff + i)]) * s.margin[static_cast<size_t>(t * s.n_ff + i)];
+    for (int64_t i = 0; i < s.n_ff; ++i) ms[static_cast<size_t>(i)] = ms[static_cast<size_t>(i)] > 0 ? 1.0 / std::sqrt(ms[static_cast<size_t>(i)] / static_cast<double>(s.n)) : 0.0;
+    for (int64_t t = 0; t < s.n; ++t)
+      for (int64_t i = 0; i < s.n_ff; ++i) s.margin[static_cast<size_t>(t * s.n_ff + i)] *= static_cast<float>(ms[static_cast<size_t>(i)]);
     std::vector<int64_t> idx(static_cast<size_t>(s.n));
     std::iota(idx.begin(), idx.end(), 0);
     std::mt19937_64 rng(o.seed + static_cast<uint64_t>(l));
@@ -280,14 +297,29 @@ trained_predictors train_predictors(const profile_data& data, const train_option
     auto round32 = [](int64_t v) { return std::max<int64_t>(32, (v + 31) / 32 * 32); };
     int64_t rank = o.rank > 0 ? o.rank : round32(s.d / 8);
     const int64_t max_rank = o.rank > 0 ? o.rank : round32(s.d / 2);
-    mlp net = train_layer(s, train, rank, o, pool, o.seed * 7919 + static_cast<uint64_t>(l));
-    evaluation e = evaluate(net, s, held, o.target_recall);
+    // The linear start alone, or refined by Adam: whichever keeps fewer neurons at the recall.
+    auto fit = [&](int64_t r, evaluation& best) {
+      uint64_t seed = o.seed * 7919 + static_cast<uint64_t>(l);
+      mlp net = train_layer(s, train, r, 0, o, pool, seed);
+      best = evaluate(net, s, held, o.target_recall);
+      if (o.epochs > 0) {
+        mlp refined = train_layer(s, train, r, o.epochs, o, pool, seed);
+        evaluation er = evaluate(refined, s, held, o.target_recall);
+        if (er.fit.active_fraction < best.fit.active_fraction) {
+          best = er;
+          return refined;
+        }
+      }
+      return net;
+    };
+    evaluation e;
+    mlp net = fit(rank, e);
     // A predictor that must predict far more neurons than fire to keep the recall gets more rank.
     while (o.rank == 0 && rank * 2 <= max_rank &&
            e.fit.active_fraction > 1.5 * e.fit.true_active_fraction + 0.01) {
       rank *= 2;
-      mlp wider = train_layer(s, train, rank, o, pool, o.seed * 7919 + static_cast<uint64_t>(l));
-      evaluation ew = evaluate(wider, s, held, o.target_recall);
+      evaluation ew;
+      mlp wider = fit(rank, ew);
       if (ew.fit.active_fraction >= e.fit.active_fraction) break;
       net = std::move(wider);
       e = ew;

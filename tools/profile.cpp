@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/fp16.hpp"
 #include "model/forward.hpp"
 #include "model/sampler.hpp"
 #include "tools/text_corpus.hpp"
@@ -25,6 +26,9 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
   if (o.tokens < 1) throw std::invalid_argument("--tokens must be at least 1");
   auto m = model::load(o.model_path);
   const auto& hp = m->hp();
+  if (hp.act != activation::relu && hp.act != activation::drelu)
+    throw std::invalid_argument(fmt::format("{}: the FFN activation is {}, which fires every neuron; profile needs a ReLU-family model (relu, drelu)",
+                                            o.model_path, activation_name(hp.act)));
   const vocab& v = m->vocabulary();
   // Calibration tokens: the given text, or (default) text the model samples itself at temperature 1,
   // which covers the vocabulary far more evenly than any small built-in corpus.
@@ -59,6 +63,7 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
   std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff), 0);
   std::vector<float> pred_in(static_cast<size_t>(hp.n_embd));
   std::vector<uint8_t> mask(static_cast<size_t>((hp.n_ff + 7) / 8));
+  std::vector<uint16_t> margin(static_cast<size_t>(hp.n_ff));
   std::vector<int64_t> active(static_cast<size_t>(hp.n_layer), 0);
 
   int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -67,6 +72,10 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
   ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> x) {
     if (name == "ffn_pred_in") {
       std::copy(x.begin(), x.end(), pred_in.begin());
+      return;
+    }
+    if (name == "ffn_margin") {
+      kernels::fp32_to_fp16_row(x.data(), margin.data(), x.size());
       return;
     }
     if (name != "ffn_act") return;
@@ -81,6 +90,7 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
     auto& out = samples[static_cast<size_t>(layer)];
     out.write(reinterpret_cast<const char*>(pred_in.data()), static_cast<std::streamsize>(pred_in.size() * 4));
     out.write(reinterpret_cast<const char*>(mask.data()), static_cast<std::streamsize>(mask.size()));
+    out.write(reinterpret_cast<const char*>(margin.data()), static_cast<std::streamsize>(margin.size() * 2));
   });
   const bool bos = v.add_bos() && v.bos() != no_token;
   std::span<const float> logits;
@@ -113,7 +123,7 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
     layers.push_back({{"layer", l}, {"samples", meta.samples_path(l)}, {"active_fraction", frac}});
   }
   nlohmann::json j{{"model", fs::absolute(o.model_path).string()}, {"n_layer", hp.n_layer}, {"n_embd", hp.n_embd}, {"n_ff", hp.n_ff},
-                   {"tokens", n}, {"calibration", o.calibration_path.empty() ? "sampled from the model (temperature 1, seed 2024)" : o.calibration_path},
+                   {"format", profile_format}, {"tokens", n}, {"calibration", o.calibration_path.empty() ? "sampled from the model (temperature 1, seed 2024)" : o.calibration_path},
                    {"firing_counts", "firing_counts.u64"}, {"layers", layers}};
   std::ofstream((fs::path(o.out_dir) / "profile.json").string()) << j.dump(2) << "\n";
   return r;
@@ -128,6 +138,9 @@ profile_data read_profile(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(fmt::format("{}/profile.json: {}", dir, e.what()));
   }
+  if (j.value("format", 1) != profile_format)
+    throw std::runtime_error(fmt::format("{}: profile format {} was written by another hotcold (this one reads {}); profile again",
+                                         dir, j.value("format", 1), profile_format));
   profile_data d;
   d.dir = dir;
   d.model_path = j.value("model", "");

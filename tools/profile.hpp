@@ -5,13 +5,17 @@
 //
 // DIR/profile.json            what was profiled (model, shapes, tokens, files)
 // DIR/firing_counts.u64       n_layer x n_ff little-endian counts
-// DIR/layer-NNN.samples       per token: n_embd float32 (predictor input) + ceil(n_ff/8) mask bytes (bit i = neuron i fired)
+// DIR/layer-NNN.samples       per token: n_embd float32 (predictor input), ceil(n_ff/8) mask bytes
+//                             (bit i = neuron i fired), n_ff float16 firing margins (positive exactly
+//                             when the neuron fires: see inference_context's "ffn_margin")
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace hotcold::tools {
+
+inline constexpr int profile_format = 2;  // profile.json "format": 2 added the margins
 
 struct profile_options {
   std::string model_path;
@@ -38,7 +42,7 @@ struct profile_data {
   std::string dir;
   std::string model_path;
   std::string samples_path(int64_t layer) const;
-  size_t record_bytes() const { return static_cast<size_t>(n_embd) * 4 + static_cast<size_t>((n_ff + 7) / 8); }
+  size_t record_bytes() const { return static_cast<size_t>(n_embd) * 4 + static_cast<size_t>((n_ff + 7) / 8) + static_cast<size_t>(n_ff) * 2; }
 };
 profile_data read_profile(const std::string& dir);
 

@@ -145,6 +145,56 @@ TEST_P(SparsePath, OnlyPredictedNeuronsRun) {
   EXPECT_LT(computed, static_cast<int64_t>(got[0].size()));
 }
 
+std::vector<std::vector<float>> batch_logits_of(std::shared_ptr<const model> m, ffn_mode mode, int threads = 2) {
+  inference_context ctx(m, 16, threads);
+  ctx.set_mode(mode);
+  const token_id tokens[] = {1, 250, 17, 299, 3, 120};
+  // Two batches (4 + 2 tokens), the second continuing the first's positions.
+  std::vector<std::vector<float>> out;
+  const int64_t nv = m->hp().n_vocab;
+  auto a = ctx.forward_batch(std::span<const token_id>(tokens, 4), 0, true);
+  for (int t = 0; t < 4; ++t) out.emplace_back(a.begin() + t * nv, a.begin() + (t + 1) * nv);
+  auto b = ctx.forward_batch(std::span<const token_id>(tokens + 4, 2), 4, true);
+  for (int t = 0; t < 2; ++t) out.emplace_back(b.begin() + t * nv, b.begin() + (t + 1) * nv);
+  return out;
+}
+
+// A batch computes what the same tokens one at a time do: dense, and sparse where every token still
+// computes exactly the neurons its own prediction chose (the union only decides which rows are read).
+TEST_P(SparsePath, BatchEqualsOneTokenAtATime) {
+  auto m = model::load(sparse_model(GetParam(), 0.0f));
+  for (ffn_mode mode : {ffn_mode::dense, ffn_mode::sparse}) {
+    auto one = logits_of(m, mode);
+    EXPECT_LT(rel_diff(batch_logits_of(m, mode), one), 1e-5) << (mode == ffn_mode::dense ? "dense" : "sparse");
+    EXPECT_LT(rel_diff(batch_logits_of(m, mode, 1), one), 1e-5);
+  }
+  // Sparse differs from dense here (the random predictor misses neurons), so the check above can fail.
+  EXPECT_GT(rel_diff(logits_of(m, ffn_mode::sparse), logits_of(m, ffn_mode::dense)), 1e-3);
+
+  // The same neurons, token by token.
+  auto acts = [&](bool batch) {
+    inference_context ctx(m, 16, 2);
+    ctx.set_mode(ffn_mode::sparse);
+    std::vector<std::vector<float>> got;
+    ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
+      if (name == "ffn_act" && layer == 0) got.emplace_back(v.begin(), v.end());
+    });
+    const token_id tokens[] = {1, 250, 17, 299};
+    if (batch) ctx.forward_batch(tokens, 0);
+    else
+      for (int i = 0; i < 4; ++i) ctx.forward(tokens[i], i);
+    return got;
+  };
+  auto seq = acts(false), bat = acts(true);
+  ASSERT_EQ(seq.size(), 4u);
+  ASSERT_EQ(bat.size(), 4u);
+  for (size_t t = 0; t < 4; ++t)
+    for (size_t i = 0; i < seq[t].size(); ++i) {
+      EXPECT_EQ(seq[t][i] == 0.0f, bat[t][i] == 0.0f) << "token " << t << " neuron " << i;
+      EXPECT_NEAR(seq[t][i], bat[t][i], 1e-4 * (1 + std::fabs(seq[t][i])));
+    }
+}
+
 std::vector<sparse_case> sparse_cases() {
   std::vector<sparse_case> out;
   for (auto [arch, act, name] : {std::tuple{architecture::llama, activation::relu, "llama_relu"},
@@ -168,6 +218,42 @@ TEST(SparseFiles, PowerInferMagicAndKey) {
   auto m = model::load(path);
   EXPECT_EQ(m->hp().sparse_threshold, (std::vector<float>{0.25f, 0.25f}));
   EXPECT_TRUE(m->has_predictors());
+}
+
+// When the predictor chooses every neuron, the union is the whole layer: once measured, the next
+// batch of that size skips the predictor and runs dense (the predictor can only add cost).
+TEST(SparseBatch, FullUnionGoesDense) {
+  sparse_case c{"llama_relu_f32", architecture::llama, activation::relu, tensor_type::f32};
+  auto m = model::load(sparse_model(c, -1e30f));
+  inference_context ctx(m, 64, 2);
+  ctx.set_mode(ffn_mode::sparse);
+  const token_id tokens[] = {1, 250, 17, 299, 3, 120, 8, 9};
+  ctx.forward_batch(tokens, 0);
+  for (const auto& ch : ctx.batch_choices()) {
+    EXPECT_EQ(ch.sparse, 1);
+    EXPECT_EQ(ch.union_fraction, 1.0);
+  }
+  ctx.forward_batch(tokens, 8);
+  for (const auto& ch : ctx.batch_choices()) EXPECT_EQ(ch.dense, 1);
+}
+
+// Longer than one batch: split, and the positions carry on.
+TEST(SparseBatch, LongInputsSplitIntoBatches) {
+  auto m = model::load(test::make_model("dense_long", test::small_options(1)));
+  const int64_t n = inference_context::max_batch + 40;
+  std::vector<token_id> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<token_id>((i * 37 + 1) % m->hp().n_vocab);
+  inference_context one(m, n + 1, 2), batch(m, n + 1, 2);
+  auto as_rows = [](std::span<const float> v) { return std::vector<std::vector<float>>{std::vector<float>(v.begin(), v.end())}; };
+  std::span<const float> want;
+  for (int64_t i = 0; i < n; ++i) want = one.forward(tokens[static_cast<size_t>(i)], i);
+  auto want_rows = as_rows(want);
+  EXPECT_LT(rel_diff(as_rows(batch.forward_batch(tokens, 0)), want_rows), 1e-5);
+  // Decoding carries on from the batch's cache.
+  auto next_one = as_rows(one.forward(5, n));
+  EXPECT_LT(rel_diff(as_rows(batch.forward(5, n)), next_one), 1e-5);
+  EXPECT_THROW(batch.forward_batch(tokens, 2), std::out_of_range);  // n tokens from position 2 pass the context
+  EXPECT_THROW(batch.forward_batch(std::vector<token_id>{-1}, 0), std::out_of_range);
 }
 
 TEST(SparseFiles, DenseModelsCannotRunSparse) {
