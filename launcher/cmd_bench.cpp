@@ -1,4 +1,4 @@
-// hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json]:
+// hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json] [--vs-dense]:
 // prompt and decode speed, llama-bench style, with the bytes of weights read per decoded token.
 #include <chrono>
 #include <cmath>
@@ -47,7 +47,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   struct args {
     model_args m;
     int n_prompt = 128, n_gen = 64, reps = 3;
-    bool json = false;
+    bool json = false, vs_dense = false;
   };
   auto a = std::make_shared<args>();
   auto* cmd = app.add_subcommand("bench", "Measure prompt processing and decode speed (tokens/s, mean ± sd over repetitions)");
@@ -56,6 +56,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->capture_default_str();
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
+  cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("bench", [&] {
       if (a->reps < 1) throw std::invalid_argument("-r must be at least 1");
@@ -78,37 +79,67 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       };
       ctx.forward(1, 0);  // warm-up: first touch of every weight page
-      rate pp, tg;
-      double bpt = 0;
-      if (a->n_prompt > 0) {
-        std::vector<double> r;
-        for (int i = 0; i < a->reps; ++i) r.push_back(timed_prompt(a->n_prompt));
-        pp = summarize(r);
+      // The modes measured: the chosen one, and with --vs-dense also dense on the same loaded model,
+      // repetitions interleaved so both see the same machine.
+      std::vector<ffn_mode> modes{ctx.mode()};
+      if (a->vs_dense && ctx.mode() != ffn_mode::dense) modes.push_back(ffn_mode::dense);
+      struct result {
+        rate pp, tg;
+        double bpt = 0;
+      };
+      std::vector<result> results(modes.size());
+      std::vector<std::vector<double>> pp_runs(modes.size()), tg_runs(modes.size());
+      std::vector<int64_t> tokens_run(modes.size(), 0);
+      std::vector<std::vector<int64_t>> computed(modes.size(), std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0));
+      for (int i = 0; i < a->reps; ++i)
+        for (size_t k = 0; k < modes.size(); ++k) {
+          ctx.set_mode(modes[k]);
+          if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(a->n_prompt));
+          if (a->n_gen > 0) {
+            auto before = ctx.computed_neurons();
+            tg_runs[k].push_back(timed(a->n_gen));
+            for (int64_t l = 0; l < hp.n_layer; ++l) computed[k][static_cast<size_t>(l)] += ctx.computed_neurons()[static_cast<size_t>(l)] - before[static_cast<size_t>(l)];
+            tokens_run[k] += a->n_gen;
+          }
+        }
+      for (size_t k = 0; k < modes.size(); ++k) {
+        if (a->n_prompt > 0) results[k].pp = summarize(pp_runs[k]);
+        if (a->n_gen > 0) {
+          results[k].tg = summarize(tg_runs[k]);
+          results[k].bpt = bytes_per_token(m, std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0), computed[k], tokens_run[k]);
+        }
       }
-      if (a->n_gen > 0) {
-        std::vector<double> r;
-        auto before = ctx.computed_neurons();
-        for (int i = 0; i < a->reps; ++i) r.push_back(timed(a->n_gen));
-        bpt = bytes_per_token(m, before, ctx.computed_neurons(), static_cast<int64_t>(a->n_gen) * a->reps);
-        tg = summarize(r);
-      }
-      std::string mode = ctx.mode() == ffn_mode::sparse ? "sparse" : "dense";
+      auto mode_name = [](ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; };
       if (a->json) {
-        nlohmann::json j{{"model", m.path()}, {"mode", mode}, {"threads", ctx.pool().size()}, {"model_bytes", m.weight_bytes()},
-                         {"prefill_tokens_per_s", pp.mean}, {"prefill_tokens_per_s_sd", pp.sd}, {"n_prompt", a->n_prompt},
-                         {"decode_tokens_per_s", tg.mean}, {"decode_tokens_per_s_sd", tg.sd}, {"n_gen", a->n_gen},
-                         {"bytes_per_token", bpt}, {"repetitions", a->reps}};
+        auto describe = [&](size_t k) {
+          return nlohmann::json{{"model", m.path()}, {"mode", mode_name(modes[k])}, {"threads", ctx.pool().size()}, {"model_bytes", m.weight_bytes()},
+                                {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
+                                {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
+                                {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}};
+        };
+        nlohmann::json j = describe(0);
+        if (modes.size() > 1) {
+          j["dense"] = describe(1);
+          if (results[1].tg.mean > 0) j["decode_speedup_vs_dense"] = results[0].tg.mean / results[1].tg.mean;
+          if (results[1].pp.mean > 0) j["prefill_speedup_vs_dense"] = results[0].pp.mean / results[1].pp.mean;
+        }
         fmt::print("{}\n", j.dump(2));
         return;
       }
       fmt::print("| model | size | mode | threads | test | t/s | bytes/token |\n| --- | --- | --- | --- | --- | --- | --- |\n");
       std::string name = fmt::format("{} {} {}L {}", architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd);
       double gib = m.weight_bytes() / double(1ull << 30);
-      if (a->n_prompt > 0)
-        fmt::print("| {} | {:.2f} GiB | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, mode, ctx.pool().size(), a->n_prompt, pp.mean, pp.sd);
-      if (a->n_gen > 0)
-        fmt::print("| {} | {:.2f} GiB | {} | {} | tg{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, mode, ctx.pool().size(), a->n_gen, tg.mean,
-                   tg.sd, bpt / double(1 << 20));
+      for (size_t k = 0; k < modes.size(); ++k) {
+        const auto& r = results[k];
+        if (a->n_prompt > 0)
+          fmt::print("| {} | {:.2f} GiB | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, mode_name(modes[k]), ctx.pool().size(), a->n_prompt, r.pp.mean, r.pp.sd);
+        if (a->n_gen > 0)
+          fmt::print("| {} | {:.2f} GiB | {} | {} | tg{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, mode_name(modes[k]), ctx.pool().size(), a->n_gen,
+                     r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
+      }
+      if (modes.size() > 1 && a->n_gen > 0 && results[1].tg.mean > 0)
+        fmt::print("\nsparse vs dense, same file, interleaved: decode {:.2f}x{}\n", results[0].tg.mean / results[1].tg.mean,
+                   a->n_prompt > 0 && results[1].pp.mean > 0 ? fmt::format(", prefill {:.2f}x", results[0].pp.mean / results[1].pp.mean) : "");
     });
   });
 }
