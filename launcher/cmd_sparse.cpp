@@ -141,6 +141,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("--tokens", a->tokens, "Tokens to profile")->capture_default_str();
     cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
     cmd->add_option("-t,--threads", a->threads, "Threads");
+    cmd->add_option("--recall", a->train.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
     cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
     cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
     cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)");
@@ -166,13 +167,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
           auto dense = gguf::file::open(a->model);
           if (const auto* up = dense.find_tensor("blk.0.ffn_up.weight")) so.predictor_type = up->type;
         }
-        if (a->powerinfer) {
-          // PowerInfer files hold one threshold: the lowest keeps every layer's recall.
-          float t = p.layers.front().threshold;
-          for (const auto& l : p.layers) t = std::min(t, l.threshold);
-          for (auto& l : p.layers) l.threshold = t;
-          so.kind = gguf::file_kind::powerinfer;
-        }
+        if (a->powerinfer) so.kind = gguf::file_kind::powerinfer;  // one threshold: see write_sparse_model
         tools::write_sparse_model(a->model, a->out, p.layers, so);
         if (a->budget > 0) {
           auto plan = tools::plan_placement(a->out, po.out_dir, a->budget, a->ctx);

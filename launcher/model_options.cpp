@@ -33,6 +33,13 @@ loaded load(const model_args& a, int64_t ctx_override) {
              path, architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv,
              hp.n_vocab, m->weight_bytes() / double(1 << 20), a.mmap ? " (mmap)" : "", secs);
   fmt::print(stderr, "hotcold: context {}, {} threads, {} FFN\n", ctx, threads, mode == ffn_mode::sparse ? "sparse" : "dense");
+  if (const auto* pl = m->placement()) {
+    int64_t hot = 0;
+    for (const auto& layer : pl->hot) hot += static_cast<int64_t>(layer.size());
+    // Until the hot device arrives (issue 5) every neuron runs on the CPU; the placement is read and checked.
+    fmt::print(stderr, "hotcold: placement {}: {} hot neurons ({:.1f}% of the FFN), {:.3f} GiB of FFN rows for the fast device\n", placement_path(path), hot,
+               100.0 * static_cast<double>(hot) / static_cast<double>(hp.n_layer * hp.n_ff), pl->vram_capacity / double(1ull << 30));
+  }
   for (const auto& w : m->vocabulary().warnings()) fmt::print(stderr, "hotcold: warning: {}\n", w);
   loaded l{m, std::make_unique<inference_context>(m, ctx, threads)};
   l.ctx->set_mode(mode);

@@ -268,6 +268,7 @@ evaluation evaluate(const mlp& net, const samples& s, const std::vector<int64_t>
 trained_predictors train_predictors(const profile_data& data, const train_options& o,
                                     const std::function<void(int64_t, int64_t)>& progress) {
   if (data.tokens < 10) throw std::invalid_argument("the profile has fewer than 10 samples; profile more --tokens");
+  if (!(o.target_recall > 0 && o.target_recall <= 1)) throw std::invalid_argument(fmt::format("--recall {} must be in (0, 1]", o.target_recall));
   int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   thread_pool pool(threads);
   trained_predictors out;

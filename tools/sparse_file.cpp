@@ -1,5 +1,7 @@
 #include "tools/sparse_file.hpp"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <stdexcept>
 
@@ -24,11 +26,19 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
     if (kv.key == sparse_thresholds_key || kv.key == powerinfer_threshold_key || kv.key == predictor_input_key) continue;
     w.set_value(kv.key, kv.val);
   }
+  // PowerInfer files hold one threshold for all layers. Per-layer thresholds of one sign are folded
+  // into fc2: score >= t_l is c score >= c t_l for c > 0, so with c_l = T / t_l every layer keeps its
+  // own choice under the common T. Mixed signs (or a zero) fall back to the lowest threshold, which
+  // keeps every layer's recall.
+  std::vector<float> fc2_scale(predictors.size(), 1.0f);
   if (options.kind == gguf::file_kind::powerinfer) {
-    float t = predictors.front().threshold;
-    for (const auto& p : predictors)
-      if (p.threshold != t) throw std::invalid_argument("PowerInfer files hold one threshold for all layers");
-    w.set_f32(powerinfer_threshold_key, t);
+    float lo = predictors.front().threshold, hi = lo;
+    for (const auto& p : predictors) lo = std::min(lo, p.threshold), hi = std::max(hi, p.threshold);
+    const bool one_sign = (lo < 0 && hi < 0) || (lo > 0 && hi > 0);
+    const float common = one_sign ? (lo < 0 ? lo : hi) : lo;
+    if (one_sign)
+      for (size_t l = 0; l < predictors.size(); ++l) fc2_scale[l] = common / predictors[l].threshold;
+    w.set_f32(powerinfer_threshold_key, common);
   } else {
     std::vector<float> thresholds;
     for (const auto& p : predictors) thresholds.push_back(p.threshold);
@@ -75,7 +85,9 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
     storage.push_back(convert_rows(p.fc1, hp.n_embd, t1));
     int64_t ne1[] = {hp.n_embd, p.rank};
     w.add_tensor(fmt::format("blk.{}.fc1.weight", l), t1, ne1, storage.back());
-    storage.push_back(convert_rows(p.fc2, p.rank, t2));
+    std::vector<float> fc2 = p.fc2;
+    for (float& x : fc2) x *= fc2_scale[static_cast<size_t>(l)];
+    storage.push_back(convert_rows(fc2, p.rank, t2));
     int64_t ne2[] = {p.rank, hp.n_ff};
     w.add_tensor(fmt::format("blk.{}.fc2.weight", l), t2, ne2, storage.back());
   }

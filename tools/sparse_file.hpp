@@ -20,6 +20,7 @@ struct layer_predictor {
 
 struct sparse_file_options {
   gguf::file_kind kind = gguf::file_kind::gguf;  // powerinfer: magic PWRI, one threshold key for all layers
+                                                 // (per-layer thresholds folded into fc2 where they share a sign)
   tensor_type predictor_type = tensor_type::f32; // PowerInfer's quantize writes Q4_0 predictors
 };
 
