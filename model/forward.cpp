@@ -130,6 +130,11 @@ float inference_context::row_dot(const tensor_view& w, int64_t r, const float* x
   }
 }
 
+static void prefetch_row(const tensor_view& w, int64_t r) {
+  const char* p = reinterpret_cast<const char*>(w.row(r));
+  for (size_t off = 0; off < w.row_bytes; off += 64) __builtin_prefetch(p + off, 0, 0);
+}
+
 static void row_axpy(const tensor_view& w, int64_t r, float a, float* y) {
   const uint8_t* row = w.row(r);
   const int64_t n = w.ne0;
@@ -251,7 +256,19 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
       for (int64_t t = t0; t < t1; ++t) {
         float* acc = acc_.data() + t * n_embd;
         std::fill(acc, acc + n_embd, 0.0f);
-        for (int64_t k = n_active * t / threads; k < n_active * (t + 1) / threads; ++k) {
+        const int64_t k0 = n_active * t / threads, k1 = n_active * (t + 1) / threads;
+        // The chosen rows are scattered: ask for the next neurons' rows while this one computes.
+        auto prefetch = [&](int64_t k) {
+          if (k >= k1) return;
+          const int64_t i = active_[static_cast<size_t>(k)];
+          prefetch_row(l.ffn_up, i);
+          if (hp.gated_ffn) prefetch_row(l.ffn_gate, i);
+          if (l.ffn_down_t) prefetch_row(l.ffn_down_t, i);
+        };
+        prefetch(k0);
+        prefetch(k0 + 1);
+        for (int64_t k = k0; k < k1; ++k) {
+          prefetch(k + 2);
           int64_t i = active_[static_cast<size_t>(k)];
           float h = neuron(l, i, in);
           hidden_[i] = h;

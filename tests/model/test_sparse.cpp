@@ -256,6 +256,44 @@ TEST(SparseBatch, LongInputsSplitIntoBatches) {
   EXPECT_THROW(batch.forward_batch(std::vector<token_id>{-1}, 0), std::out_of_range);
 }
 
+// PowerInfer files hold one threshold; per-layer thresholds of one sign are folded into fc2, so the
+// PWRI file chooses exactly what the hotcold file with per-layer thresholds does.
+TEST(SparseFiles, PowerInferFilesKeepPerLayerThresholds) {
+  sparse_case c{"pwri_layers", architecture::llama, activation::relu, tensor_type::f32};
+  sparse_model(c, 0.0f);  // makes the dense model
+  auto dense = (test::scratch_dir() / "dense_pwri_layers.gguf").string();
+  auto ps = random_predictors(2, 64, 256, 32, 0.0f, 9);
+  ps[0].threshold = -0.5f;
+  ps[1].threshold = -2.0f;
+  auto ours = (test::scratch_dir() / "layers_gguf.gguf").string(), theirs = (test::scratch_dir() / "layers_pwri.gguf").string();
+  tools::write_sparse_model(dense, ours, ps);
+  tools::sparse_file_options so;
+  so.kind = gguf::file_kind::powerinfer;
+  tools::write_sparse_model(dense, theirs, ps, so);
+  auto a = model::load(ours), b = model::load(theirs);
+  EXPECT_EQ(b->hp().sparse_threshold, (std::vector<float>{-2.0f, -2.0f}));
+  inference_context ca(a, 16, 2), cb(b, 16, 2);
+  ca.set_mode(ffn_mode::sparse);
+  cb.set_mode(ffn_mode::sparse);
+  const token_id tokens[] = {1, 250, 17, 299, 3, 120};
+  for (int i = 0; i < 6; ++i) {
+    auto la = ca.forward(tokens[i], i);
+    std::vector<float> va(la.begin(), la.end());
+    auto lb = cb.forward(tokens[i], i);
+    EXPECT_LT(rel_diff({va}, {std::vector<float>(lb.begin(), lb.end())}), 1e-6);
+  }
+  EXPECT_EQ(ca.computed_neurons(), cb.computed_neurons());
+  // Layer 0's own threshold matters: with the lowest threshold for both layers, layer 0 would compute more.
+  auto lowest = ps;
+  lowest[0].threshold = -2.0f;
+  auto low = (test::scratch_dir() / "layers_low.gguf").string();
+  tools::write_sparse_model(dense, low, lowest);
+  inference_context cl(model::load(low), 16, 2);
+  cl.set_mode(ffn_mode::sparse);
+  for (int i = 0; i < 6; ++i) cl.forward(tokens[i], i);
+  EXPECT_GT(cl.computed_neurons()[0], ca.computed_neurons()[0]);
+}
+
 TEST(SparseFiles, DenseModelsCannotRunSparse) {
   auto m = model::load(test::make_model("dense_only", test::small_options(1)));
   inference_context ctx(m, 4, 1);
