@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
+#include "kernels/cpu/fp16.hpp"
 #include "model/forward.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/predictor_train.hpp"
@@ -44,8 +46,29 @@ TEST(Prepare, RecallAndActiveFractionOnUnseenText) {
   uint64_t firings = std::accumulate(data.firing_counts.begin(), data.firing_counts.begin() + 512, uint64_t{0});
   EXPECT_NEAR(static_cast<double>(firings) / (1536.0 * 512.0), prof.active_fraction[0], 1e-9);
 
+  // Each record's margins say what its mask says: positive exactly for the neurons that fired.
+  {
+    std::ifstream in(data.samples_path(1), std::ios::binary);
+    std::vector<char> rec(data.record_bytes());
+    int64_t fired = 0;
+    for (int64_t t = 0; t < data.tokens; ++t) {
+      ASSERT_TRUE(in.read(rec.data(), static_cast<std::streamsize>(rec.size())));
+      const auto* mask = reinterpret_cast<const uint8_t*>(rec.data() + data.n_embd * 4);
+      const auto* margin = reinterpret_cast<const uint16_t*>(rec.data() + data.n_embd * 4 + (data.n_ff + 7) / 8);
+      for (int64_t i = 0; i < data.n_ff; ++i) {
+        bool bit = (mask[i / 8] >> (i % 8)) & 1;
+        fired += bit;
+        ASSERT_EQ(bit, kernels::fp16_to_fp32(margin[i]) > 0.0f) << "token " << t << " neuron " << i;
+      }
+    }
+    EXPECT_NEAR(static_cast<double>(fired) / (1536.0 * 512.0), prof.active_fraction[1], 1e-9);
+  }
+
   tools::train_options to;
   to.threads = 2;
+  to.target_recall = 1.5;
+  EXPECT_THROW(tools::train_predictors(data, to), std::invalid_argument);
+  to.target_recall = tools::train_options{}.target_recall;
   auto p = tools::train_predictors(data, to);
   ASSERT_EQ(p.fits.size(), 2u);
   for (const auto& f : p.fits) EXPECT_GE(f.recall, to.target_recall);
@@ -79,6 +102,24 @@ TEST(Prepare, RecallAndActiveFractionOnUnseenText) {
 }
 
 TEST(Prepare, ProfileRefusesWhatItCannotUse) {
+  // A dense-activation model has nothing to predict.
+  auto g = test::small_options(1);
+  g.act = activation::silu;
+  tools::profile_options dense;
+  dense.model_path = test::make_model("profile_silu", g);
+  dense.out_dir = (test::scratch_dir() / "never_silu").string();
+  EXPECT_THROW(tools::run_profile(dense), std::invalid_argument);
+  // A profile from an older format (no margins) is refused by name.
+  auto old_dir = test::scratch_dir() / "old_profile";
+  fs::create_directories(old_dir);
+  std::ofstream(old_dir / "profile.json") << R"({"format": 1, "n_layer": 1, "n_embd": 8, "n_ff": 8, "tokens": 1})";
+  try {
+    tools::read_profile(old_dir.string());
+    ADD_FAILURE() << "an old profile was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("profile again"), std::string::npos) << e.what();
+  }
+
   tools::profile_options po;
   po.model_path = test::tiny_vocab();  // a vocabulary without weights
   po.out_dir = (test::scratch_dir() / "never").string();
