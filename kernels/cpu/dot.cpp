@@ -53,12 +53,6 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
 
-}  // namespace scalar
-
-void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_fp32(x[i]);
-}
-
 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
     float s = a * fp16_to_fp32(x[b].d);
@@ -76,6 +70,23 @@ void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
   }
 }
 
+float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
+  float s = 0;
+  float tmp[qk_k];
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    dequantize_row_q6_k(w + b, tmp, qk_k);
+    for (int i = 0; i < qk_k; ++i) s += tmp[i] * x[i];
+  }
+  return s;
+}
+
+}  // namespace scalar
+
+void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_fp32(x[i]);
+}
+
+
 void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n) {
   float tmp[qk_k];
   for (int64_t b = 0; b < n / qk_k; ++b, y += qk_k) {
@@ -90,15 +101,6 @@ float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
   return s;
 }
 
-float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
-  float s = 0;
-  float tmp[qk_k];
-  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
-    dequantize_row_q6_k(w + b, tmp, qk_k);
-    for (int i = 0; i < qk_k; ++i) s += tmp[i] * x[i];
-  }
-  return s;
-}
 
 // ---- AVX2 + FMA + F16C ------------------------------------------------------------------------
 
@@ -199,6 +201,58 @@ HOTCOLD_AVX2 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
 
+HOTCOLD_AVX2 static inline __m256 int8x8_to_ps(const int8_t* q) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+}
+
+HOTCOLD_AVX2 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
+    __m256 s = _mm256_set1_ps(a * fp16_to_fp32(x[b].d));
+    for (int j = 0; j < qk8_0; j += 8) _mm256_storeu_ps(y + j, _mm256_fmadd_ps(s, int8x8_to_ps(x[b].qs + j), _mm256_loadu_ps(y + j)));
+  }
+}
+
+HOTCOLD_AVX2 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
+  const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  alignas(16) int8_t q[32];
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
+    _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm_sub_epi8(_mm_and_si128(v, m4), eight));                       // values 0..15
+    _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), eight));  // 16..31
+    __m256 s = _mm256_set1_ps(a * fp16_to_fp32(x[b].d));
+    for (int j = 0; j < 32; j += 8) _mm256_storeu_ps(y + j, _mm256_fmadd_ps(s, int8x8_to_ps(q + j), _mm256_loadu_ps(y + j)));
+  }
+}
+
+// Q6_K: unpack a block's 256 six-bit values to int8 with vector shifts (value v = 128 h + 32 q + l,
+// as dequantize_row_q6_k reads them), then multiply in groups of 16 sharing the scale scales[v / 16].
+HOTCOLD_AVX2 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  alignas(32) int8_t q[qk_k];
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    const uint8_t* ql = w[b].ql;
+    const uint8_t* qh = w[b].qh;
+    for (int h = 0; h < 2; ++h, ql += 64, qh += 32) {
+      __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      __m256i* out = reinterpret_cast<__m256i*>(q + 128 * h);
+      _mm256_store_si256(out + 0, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 0), m3), 4)), k32));
+      _mm256_store_si256(out + 1, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m3), 4)), k32));
+      _mm256_store_si256(out + 2, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m3), 4)), k32));
+      _mm256_store_si256(out + 3, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m3), 4)), k32));
+    }
+    const float d = fp16_to_fp32(w[b].d);
+    for (int g = 0; g < qk_k / 16; ++g) {
+      __m256 sc = _mm256_set1_ps(d * static_cast<float>(w[b].scales[g]));
+      acc0 = _mm256_fmadd_ps(_mm256_mul_ps(sc, int8x8_to_ps(q + 16 * g)), _mm256_loadu_ps(x + 16 * g), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_mul_ps(sc, int8x8_to_ps(q + 16 * g + 8)), _mm256_loadu_ps(x + 16 * g + 8), acc1);
+    }
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
 }  // namespace avx2
 
 namespace {
@@ -224,5 +278,8 @@ float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
   return cpu().avx2 ? avx2::dot_q4_0(w, x, n) : scalar::dot_q4_0(w, x, n);
 }
+float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_q6_k(w, x, n) : scalar::dot_q6_k(w, x, n); }
+void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_q8_0(a, x, y, n) : scalar::axpy_q8_0(a, x, y, n); }
+void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_q4_0(a, x, y, n) : scalar::axpy_q4_0(a, x, y, n); }
 
 }  // namespace hotcold::kernels

@@ -35,6 +35,9 @@ float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n);
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n);
 void axpy_f32(float a, const float* x, float* y, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
+float dot_q6_k(const block_q6_k* w, const float* x, int64_t n);
+void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
+void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
 }  // namespace scalar
 
 }  // namespace hotcold::kernels

@@ -146,6 +146,21 @@ TEST(Dot, QuantizedRowsMatchDequantizedSums) {
   want = 0;
   for (int64_t i = 0; i < n; ++i) want += double(wd[i]) * x[i];
   EXPECT_NEAR(dot_q6_k(w6.data(), x.data(), n), want, 1e-3 * std::sqrt(n));
+  EXPECT_NEAR(scalar::dot_q6_k(w6.data(), x.data(), n), want, 1e-3 * std::sqrt(n));
+  // A block whose six-bit values cover every code and every scale sign: each value's bits and its
+  // group's scale must land where dequantize_row_q6_k puts them.
+  std::vector<block_q6_k> edge(2);
+  for (size_t b = 0; b < edge.size(); ++b) {
+    for (int i = 0; i < 128; ++i) edge[b].ql[i] = static_cast<uint8_t>((i * 37 + 11 * b) & 0xFF);
+    for (int i = 0; i < 64; ++i) edge[b].qh[i] = static_cast<uint8_t>((i * 101 + 7 * b) & 0xFF);
+    for (int i = 0; i < 16; ++i) edge[b].scales[i] = static_cast<int8_t>(i * 17 - 128 + static_cast<int>(b));
+    edge[b].d = fp32_to_fp16(0.01f);
+  }
+  std::vector<float> ed(512);
+  dequantize_row_q6_k(edge.data(), ed.data(), 512);
+  double want_edge = 0;
+  for (int i = 0; i < 512; ++i) want_edge += double(ed[i]) * x[i];
+  EXPECT_NEAR(dot_q6_k(edge.data(), x.data(), 512), want_edge, 1e-3 * std::abs(want_edge) + 1e-3);
 }
 
 TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
@@ -173,10 +188,12 @@ TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
   quantize_row_q8_0(w.data(), q8.data(), n);
   dequantize_row_q8_0(q8.data(), d.data(), n);
   check("q8_0", d, [&](float* y) { axpy_q8_0(a, q8.data(), y, n); });
+  check("q8_0 scalar", d, [&](float* y) { scalar::axpy_q8_0(a, q8.data(), y, n); });
   std::vector<block_q4_0> q4(n / 32);
   quantize_row_q4_0(w.data(), q4.data(), n);
   dequantize_row_q4_0(q4.data(), d.data(), n);
   check("q4_0", d, [&](float* y) { axpy_q4_0(a, q4.data(), y, n); });
+  check("q4_0 scalar", d, [&](float* y) { scalar::axpy_q4_0(a, q4.data(), y, n); });
   std::vector<block_q6_k> q6(n / 256);
   quantize_row_q6_k(w.data(), q6.data(), n);
   dequantize_row_q6_k(q6.data(), d.data(), n);
