@@ -158,15 +158,17 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
         if (!a->reuse_profile || !fs::exists(fs::path(po.out_dir) / "profile.json")) profile_with_progress(po);
         auto data = tools::read_profile(po.out_dir);
         a->train.threads = a->threads;
-        auto p = train_with_progress(data, a->train);
-        tools::save_predictors(p, (fs::path(po.out_dir) / "predictors.gguf").string());
-        print_fits(p);
         tools::sparse_file_options so;
         {
-          // Predictors are stored like the model's FFN matrices (F16 next to F16, Q4_0 next to Q4_0).
+          // Predictors are stored like the model's FFN matrices (F16 next to F16, Q4_0 next to Q4_0),
+          // and their thresholds are chosen for the stored form.
           auto dense = gguf::file::open(a->model);
           if (const auto* up = dense.find_tensor("blk.0.ffn_up.weight")) so.predictor_type = up->type;
         }
+        a->train.stored_as = so.predictor_type;
+        auto p = train_with_progress(data, a->train);
+        tools::save_predictors(p, (fs::path(po.out_dir) / "predictors.gguf").string());
+        print_fits(p);
         if (a->powerinfer) so.kind = gguf::file_kind::powerinfer;  // one threshold: see write_sparse_model
         tools::write_sparse_model(a->model, a->out, p.layers, so);
         if (a->budget > 0) {

@@ -149,6 +149,57 @@ static void row_axpy(const tensor_view& w, int64_t r, float a, float* y) {
   }
 }
 
+// y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.
+static void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y) {
+  const int64_t n = w.ne0;
+  switch (w.type) {
+    case tensor_type::f32: {
+      const float* x[4] = {reinterpret_cast<const float*>(w.row(r[0])), reinterpret_cast<const float*>(w.row(r[1])),
+                           reinterpret_cast<const float*>(w.row(r[2])), reinterpret_cast<const float*>(w.row(r[3]))};
+      return axpy4_f32(a, x, y, n);
+    }
+    case tensor_type::f16: {
+      const uint16_t* x[4] = {reinterpret_cast<const uint16_t*>(w.row(r[0])), reinterpret_cast<const uint16_t*>(w.row(r[1])),
+                              reinterpret_cast<const uint16_t*>(w.row(r[2])), reinterpret_cast<const uint16_t*>(w.row(r[3]))};
+      return axpy4_f16(a, x, y, n);
+    }
+    case tensor_type::q8_0: {
+      const block_q8_0* x[4] = {reinterpret_cast<const block_q8_0*>(w.row(r[0])), reinterpret_cast<const block_q8_0*>(w.row(r[1])),
+                                reinterpret_cast<const block_q8_0*>(w.row(r[2])), reinterpret_cast<const block_q8_0*>(w.row(r[3]))};
+      return axpy4_q8_0(a, x, y, n);
+    }
+    case tensor_type::q4_0: {
+      const block_q4_0* x[4] = {reinterpret_cast<const block_q4_0*>(w.row(r[0])), reinterpret_cast<const block_q4_0*>(w.row(r[1])),
+                                reinterpret_cast<const block_q4_0*>(w.row(r[2])), reinterpret_cast<const block_q4_0*>(w.row(r[3]))};
+      return axpy4_q4_0(a, x, y, n);
+    }
+    default:
+      for (int k = 0; k < 4; ++k) row_axpy(w, r[k], a[k], y);
+  }
+}
+
+// Collects (row, coefficient) pairs and adds them four at a time.
+class axpy_batcher {
+ public:
+  axpy_batcher(const tensor_view& w, float* y) : w_(w), y_(y) {}
+  ~axpy_batcher() { flush(); }
+  void add(int32_t r, float a) {
+    r_[n_] = r, a_[n_] = a;
+    if (++n_ == 4) row_axpy4(w_, r_, a_, y_), n_ = 0;
+  }
+  void flush() {
+    for (int k = 0; k < n_; ++k) row_axpy(w_, r_[k], a_[k], y_);
+    n_ = 0;
+  }
+
+ private:
+  const tensor_view& w_;
+  float* y_;
+  int32_t r_[4];
+  float a_[4];
+  int n_ = 0;
+};
+
 void inference_context::matvec(const tensor_view& w, const float* x, float* y) {
   quantize_input(w, x);  // once per product, as llama.cpp does
   pool_.parallel_for(w.ne1, [&](int64_t r0, int64_t r1) {
@@ -267,12 +318,13 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
         };
         prefetch(k0);
         prefetch(k0 + 1);
+        axpy_batcher down(l.ffn_down_t, acc);
         for (int64_t k = k0; k < k1; ++k) {
           prefetch(k + 2);
           int64_t i = active_[static_cast<size_t>(k)];
           float h = neuron(l, i, in);
           hidden_[i] = h;
-          if (l.ffn_down_t && h != 0.0f) row_axpy(l.ffn_down_t, i, h, acc);
+          if (l.ffn_down_t && h != 0.0f) down.add(static_cast<int32_t>(i), h);
         }
       }
     });
@@ -311,7 +363,8 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
           float* acc = acc_.data() + t * n_embd;
           std::fill(acc, acc + n_embd, 0.0f);
           // Dense means every neuron, zeros included: this is the baseline sparse mode is measured against.
-          for (int64_t i = n_ff * t / threads; i < n_ff * (t + 1) / threads; ++i) row_axpy(l.ffn_down_t, i, hidden_[i], acc);
+          axpy_batcher down(l.ffn_down_t, acc);
+          for (int64_t i = n_ff * t / threads; i < n_ff * (t + 1) / threads; ++i) down.add(static_cast<int32_t>(i), hidden_[i]);
         }
       });
     }

@@ -16,7 +16,10 @@
 #include "model/arch.hpp"
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
+#include "model/forward.hpp"
+#include "model/tensor_convert.hpp"
 #include "model/thread_pool.hpp"
+#include "tools/sparse_file.hpp"
 
 namespace hotcold::tools {
 namespace {
@@ -48,15 +51,51 @@ samples read_samples(const profile_data& p, int64_t layer) {
   return s;
 }
 
+// Rounds x through Q8_0, as the forward pass does to the input of Q8_0 / Q4_0 rows.
+void round_q8_0(float* x, int64_t n) {
+  std::vector<kernels::block_q8_0> q(static_cast<size_t>(n / kernels::qk8_0));
+  kernels::quantize_row_q8_0(x, q.data(), n);
+  kernels::dequantize_row_q8_0(q.data(), x, n);
+}
+
 struct mlp {
   int64_t d, r, n_ff;
   std::vector<float> w1;  // r x d
   std::vector<float> w2;  // n_ff x r
+  bool quantized_inputs1 = false, quantized_inputs2 = false;  // stored as Q8_0/Q4_0: inputs rounded to Q8_0
   void forward(const float* x, float* h, float* z) const {
+    std::vector<float> xr;
+    if (quantized_inputs1) {
+      xr.assign(x, x + d);
+      round_q8_0(xr.data(), d);
+      x = xr.data();
+    }
     for (int64_t k = 0; k < r; ++k) h[k] = std::max(0.0f, kernels::dot_f32(w1.data() + k * d, x, d));
+    if (quantized_inputs2) round_q8_0(h, r);
     for (int64_t i = 0; i < n_ff; ++i) z[i] = kernels::dot_f32(w2.data() + i * r, h, r);
   }
 };
+
+// The predictor as the sparse file will hold it: weights round-tripped through the storage type.
+mlp as_stored(const mlp& net, tensor_type type) {
+  mlp q = net;
+  auto round_trip = [](std::vector<float>& w, int64_t row, tensor_type t) {
+    t = predictor_storage_type(t, row);
+    if (t == tensor_type::f32) return false;
+    auto bytes = convert_rows(w, row, t);
+    tensor_view v;
+    v.type = t;
+    v.ne0 = row;
+    v.ne1 = static_cast<int64_t>(w.size()) / row;
+    v.row_bytes = bytes.size() / static_cast<size_t>(v.ne1);
+    v.data = bytes.data();
+    for (int64_t r = 0; r < v.ne1; ++r) dequantize_row(v, r, w.data() + r * row);
+    return t == tensor_type::q8_0 || t == tensor_type::q4_0;
+  };
+  q.quantized_inputs1 = round_trip(q.w1, net.d, type);
+  q.quantized_inputs2 = round_trip(q.w2, net.r, type);
+  return q;
+}
 
 struct adam {
   std::vector<float> m, v;
@@ -325,6 +364,8 @@ trained_predictors train_predictors(const profile_data& data, const train_option
       net = std::move(wider);
       e = ew;
     }
+    // The threshold (and the reported fit) for the predictor as the file will hold it.
+    if (o.stored_as != tensor_type::f32) e = evaluate(as_stored(net, o.stored_as), s, held, o.target_recall);
     layer_predictor p;
     p.rank = net.r;
     p.fc1 = net.w1;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "model/tensor_types.hpp"
+
 #include "tools/profile.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -22,6 +24,8 @@ struct train_options {
   float positive_weight = 4.0f; // missing a firing neuron costs this many false alarms
   double target_recall = 0.997;  // on held-out samples; a margin over 0.99 for text unlike the calibration
   double holdout = 0.1;         // share of samples kept for choosing the threshold
+  tensor_type stored_as = tensor_type::f32;  // the sparse file's predictor type: thresholds are chosen
+                                             // for the predictor as stored (Q8_0/Q4_0 rows with Q8_0 inputs)
   uint64_t seed = 1;
   int threads = 0;
 };

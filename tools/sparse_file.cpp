@@ -14,6 +14,8 @@
 
 namespace hotcold::tools {
 
+tensor_type predictor_storage_type(tensor_type wanted, int64_t row) { return row % traits(wanted).block_size ? tensor_type::f32 : wanted; }
+
 void write_sparse_model(const std::string& dense_path, const std::string& out_path, const std::vector<layer_predictor>& predictors,
                         const sparse_file_options& options) {
   auto f = gguf::file::open(dense_path);
@@ -78,10 +80,7 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
     const auto& p = predictors[static_cast<size_t>(l)];
     if (p.fc1.size() != static_cast<size_t>(p.rank * hp.n_embd) || p.fc2.size() != static_cast<size_t>(hp.n_ff * p.rank))
       throw std::invalid_argument(fmt::format("layer {}: predictor sizes do not match rank {}", l, p.rank));
-    tensor_type t1 = options.predictor_type, t2 = options.predictor_type;
-    // Rows must fill whole blocks: fall back to F32 where they cannot.
-    if (hp.n_embd % traits(t1).block_size) t1 = tensor_type::f32;
-    if (p.rank % traits(t2).block_size) t2 = tensor_type::f32;
+    const tensor_type t1 = predictor_storage_type(options.predictor_type, hp.n_embd), t2 = predictor_storage_type(options.predictor_type, p.rank);
     storage.push_back(convert_rows(p.fc1, hp.n_embd, t1));
     int64_t ne1[] = {hp.n_embd, p.rank};
     w.add_tensor(fmt::format("blk.{}.fc1.weight", l), t1, ne1, storage.back());

@@ -24,6 +24,10 @@ struct sparse_file_options {
   tensor_type predictor_type = tensor_type::f32; // PowerInfer's quantize writes Q4_0 predictors
 };
 
+// The type a predictor matrix with rows of `row` values is stored in: `wanted` where whole blocks fit,
+// F32 otherwise.
+tensor_type predictor_storage_type(tensor_type wanted, int64_t row);
+
 // Reads `dense_path`, writes `out_path` with ffn_down transposed into ffn_down_t (same type; quantized
 // types are re-quantized from the transposed values) and the predictors added.
 void write_sparse_model(const std::string& dense_path, const std::string& out_path, const std::vector<layer_predictor>& predictors,

@@ -253,6 +253,62 @@ HOTCOLD_AVX2 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+HOTCOLD_AVX2 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
+  const __m256 a0 = _mm256_set1_ps(a[0]), a1 = _mm256_set1_ps(a[1]), a2 = _mm256_set1_ps(a[2]), a3 = _mm256_set1_ps(a[3]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_fmadd_ps(a0, _mm256_loadu_ps(x[0] + i), _mm256_loadu_ps(y + i));
+    v = _mm256_fmadd_ps(a1, _mm256_loadu_ps(x[1] + i), v);
+    v = _mm256_fmadd_ps(a2, _mm256_loadu_ps(x[2] + i), v);
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a3, _mm256_loadu_ps(x[3] + i), v));
+  }
+  for (; i < n; ++i) y[i] += a[0] * x[0][i] + a[1] * x[1][i] + a[2] * x[2][i] + a[3] * x[3][i];
+}
+
+HOTCOLD_AVX2 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
+  const __m256 a0 = _mm256_set1_ps(a[0]), a1 = _mm256_set1_ps(a[1]), a2 = _mm256_set1_ps(a[2]), a3 = _mm256_set1_ps(a[3]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_fmadd_ps(a0, load_f16(x[0] + i), _mm256_loadu_ps(y + i));
+    v = _mm256_fmadd_ps(a1, load_f16(x[1] + i), v);
+    v = _mm256_fmadd_ps(a2, load_f16(x[2] + i), v);
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a3, load_f16(x[3] + i), v));
+  }
+  for (; i < n; ++i)
+    y[i] += a[0] * fp16_to_fp32(x[0][i]) + a[1] * fp16_to_fp32(x[1][i]) + a[2] * fp16_to_fp32(x[2][i]) + a[3] * fp16_to_fp32(x[3][i]);
+}
+
+HOTCOLD_AVX2 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
+    __m256 s[4];
+    for (int r = 0; r < 4; ++r) s[r] = _mm256_set1_ps(a[r] * fp16_to_fp32(x[r][b].d));
+    for (int j = 0; j < qk8_0; j += 8) {
+      __m256 v = _mm256_loadu_ps(y + j);
+      for (int r = 0; r < 4; ++r) v = _mm256_fmadd_ps(s[r], int8x8_to_ps(x[r][b].qs + j), v);
+      _mm256_storeu_ps(y + j, v);
+    }
+  }
+}
+
+HOTCOLD_AVX2 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n) {
+  const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  alignas(16) int8_t q[4][32];
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    __m256 s[4];
+    for (int r = 0; r < 4; ++r) {
+      __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][b].qs));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q[r]), _mm_sub_epi8(_mm_and_si128(v, m4), eight));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q[r] + 16), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), eight));
+      s[r] = _mm256_set1_ps(a[r] * fp16_to_fp32(x[r][b].d));
+    }
+    for (int j = 0; j < 32; j += 8) {
+      __m256 v = _mm256_loadu_ps(y + j);
+      for (int r = 0; r < 4; ++r) v = _mm256_fmadd_ps(s[r], int8x8_to_ps(q[r] + j), v);
+      _mm256_storeu_ps(y + j, v);
+    }
+  }
+}
+
 }  // namespace avx2
 
 namespace {
@@ -277,6 +333,22 @@ float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
 }
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
   return cpu().avx2 ? avx2::dot_q4_0(w, x, n) : scalar::dot_q4_0(w, x, n);
+}
+void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
+  if (cpu().avx2) return avx2::axpy4_f32(a, x, y, n);
+  for (int r = 0; r < 4; ++r) scalar::axpy_f32(a[r], x[r], y, n);
+}
+void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
+  if (cpu().avx2) return avx2::axpy4_f16(a, x, y, n);
+  for (int r = 0; r < 4; ++r) scalar::axpy_f16(a[r], x[r], y, n);
+}
+void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n) {
+  if (cpu().avx2) return avx2::axpy4_q8_0(a, x, y, n);
+  for (int r = 0; r < 4; ++r) scalar::axpy_q8_0(a[r], x[r], y, n);
+}
+void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n) {
+  if (cpu().avx2) return avx2::axpy4_q4_0(a, x, y, n);
+  for (int r = 0; r < 4; ++r) scalar::axpy_q4_0(a[r], x[r], y, n);
 }
 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_q6_k(w, x, n) : scalar::dot_q6_k(w, x, n); }
 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_q8_0(a, x, y, n) : scalar::axpy_q8_0(a, x, y, n); }

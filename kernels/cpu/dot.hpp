@@ -24,6 +24,11 @@ void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n);
 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
 void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n);
+// y += a[0] x[0] + ... + a[3] x[3]: four rows at once, so y is loaded and stored once per four rows.
+void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n);
+void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n);
+void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n);
+void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n);
 
 // Which implementation the dispatcher picked: "avx2" or "scalar".
 const char* dot_implementation();

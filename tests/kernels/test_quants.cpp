@@ -200,5 +200,42 @@ TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
   check("q6_k", d, [&](float* y) { axpy_q6_k(a, q6.data(), y, n); });
 }
 
+// Four rows at once add what four single AXPYs add (n not a multiple of 8 for the float tails).
+TEST(Axpy, FourRowsAtOnce) {
+  const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};
+  auto y0 = random_vector(512, 20);
+  std::vector<std::vector<float>> rows;
+  for (int r = 0; r < 4; ++r) rows.push_back(random_vector(512, static_cast<uint32_t>(21 + r)));
+  auto expect = [&](const char* what, int64_t n, const std::vector<std::vector<float>>& deq, const std::function<void(float*)>& axpy4) {
+    std::vector<float> y(y0.begin(), y0.begin() + n);
+    axpy4(y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      double want = y0[i];
+      for (int r = 0; r < 4; ++r) want += double(a[r]) * deq[r][i];
+      ASSERT_NEAR(y[i], want, 1e-4) << what << " " << i;
+    }
+  };
+  const float* f[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
+  expect("f32", 509, rows, [&](float* y) { axpy4_f32(a, f, y, 509); });
+  std::vector<std::vector<uint16_t>> h(4, std::vector<uint16_t>(512));
+  std::vector<std::vector<float>> hd(4, std::vector<float>(512));
+  std::vector<std::vector<block_q8_0>> q8(4, std::vector<block_q8_0>(16));
+  std::vector<std::vector<block_q4_0>> q4(4, std::vector<block_q4_0>(16));
+  std::vector<std::vector<float>> d8(4, std::vector<float>(512)), d4(4, std::vector<float>(512));
+  for (int r = 0; r < 4; ++r) {
+    for (int i = 0; i < 512; ++i) h[r][i] = fp32_to_fp16(rows[r][i]), hd[r][i] = fp16_to_fp32(h[r][i]);
+    quantize_row_q8_0(rows[r].data(), q8[r].data(), 512);
+    dequantize_row_q8_0(q8[r].data(), d8[r].data(), 512);
+    quantize_row_q4_0(rows[r].data(), q4[r].data(), 512);
+    dequantize_row_q4_0(q4[r].data(), d4[r].data(), 512);
+  }
+  const uint16_t* hp[4] = {h[0].data(), h[1].data(), h[2].data(), h[3].data()};
+  expect("f16", 509, hd, [&](float* y) { axpy4_f16(a, hp, y, 509); });
+  const block_q8_0* p8[4] = {q8[0].data(), q8[1].data(), q8[2].data(), q8[3].data()};
+  expect("q8_0", 512, d8, [&](float* y) { axpy4_q8_0(a, p8, y, 512); });
+  const block_q4_0* p4[4] = {q4[0].data(), q4[1].data(), q4[2].data(), q4[3].data()};
+  expect("q4_0", 512, d4, [&](float* y) { axpy4_q4_0(a, p4, y, 512); });
+}
+
 }  // namespace
 }  // namespace hotcold::kernels
