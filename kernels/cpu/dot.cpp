@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cstdlib>
+
 #include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
@@ -108,6 +110,9 @@ namespace avx2 {
 
 #define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+// One half to float with the F16C instruction (the scalar conversion is a dozen branches).
+HOTCOLD_AVX2 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
 HOTCOLD_AVX2 static inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
@@ -146,7 +151,7 @@ HOTCOLD_AVX2 float dot_f16(const uint16_t* w, const float* x, int64_t n) {
   }
   for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), a0);
   float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
+  for (; i < n; ++i) s += h2f(w[i]) * x[i];
   return s;
 }
 
@@ -160,31 +165,45 @@ HOTCOLD_AVX2 static inline __m256 dot_i8_32(__m256i a, __m256i b) {
   return _mm256_cvtepi32_ps(p32);
 }
 
+HOTCOLD_AVX2 static inline __m256 q8_0_block(const block_q8_0& w, const block_q8_0& x) {
+  __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
+  __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+  return _mm256_mul_ps(_mm256_set1_ps(h2f(w.d) * h2f(x.d)), dot_i8_32(qa, qb));
+}
+
 HOTCOLD_AVX2 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / qk8_0; ++b) {
-    __m256 d = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    acc = _mm256_fmadd_ps(d, dot_i8_32(qa, qb), acc);
+  // Two accumulators, so consecutive blocks do not wait on one another's FMA.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = n / qk8_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    acc0 = _mm256_add_ps(acc0, q8_0_block(w[b], x[b]));
+    acc1 = _mm256_add_ps(acc1, q8_0_block(w[b + 1], x[b + 1]));
   }
-  return hsum(acc);
+  if (b < nb) acc0 = _mm256_add_ps(acc0, q8_0_block(w[b], x[b]));
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+HOTCOLD_AVX2 static inline __m256 q4_0_block(const block_q4_0& w, const block_q8_0& x) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs));
+  // Low nibbles are values 0..15, high nibbles values 16..31.
+  __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+  __m256i qa = _mm256_sub_epi8(_mm256_and_si256(both, low4), eight);
+  __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+  return _mm256_mul_ps(_mm256_set1_ps(h2f(w.d) * h2f(x.d)), dot_i8_32(qa, qb));
 }
 
 HOTCOLD_AVX2 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i eight = _mm256_set1_epi8(8);
-  for (int64_t b = 0; b < n / qk4_0; ++b) {
-    __m256 d = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
-    // Low nibbles are values 0..15, high nibbles values 16..31.
-    __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-    __m256i qa = _mm256_sub_epi8(_mm256_and_si256(both, low4), eight);
-    __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    acc = _mm256_fmadd_ps(d, dot_i8_32(qa, qb), acc);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = n / qk4_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    acc0 = _mm256_add_ps(acc0, q4_0_block(w[b], x[b]));
+    acc1 = _mm256_add_ps(acc1, q4_0_block(w[b + 1], x[b + 1]));
   }
-  return hsum(acc);
+  if (b < nb) acc0 = _mm256_add_ps(acc0, q4_0_block(w[b], x[b]));
+  return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 HOTCOLD_AVX2 void axpy_f32(float a, const float* x, float* y, int64_t n) {
@@ -198,7 +217,7 @@ HOTCOLD_AVX2 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
   __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+  for (; i < n; ++i) y[i] += a * h2f(x[i]);
 }
 
 HOTCOLD_AVX2 static inline __m256 int8x8_to_ps(const int8_t* q) {
@@ -207,7 +226,7 @@ HOTCOLD_AVX2 static inline __m256 int8x8_to_ps(const int8_t* q) {
 
 HOTCOLD_AVX2 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
-    __m256 s = _mm256_set1_ps(a * fp16_to_fp32(x[b].d));
+    __m256 s = _mm256_set1_ps(a * h2f(x[b].d));
     for (int j = 0; j < qk8_0; j += 8) _mm256_storeu_ps(y + j, _mm256_fmadd_ps(s, int8x8_to_ps(x[b].qs + j), _mm256_loadu_ps(y + j)));
   }
 }
@@ -219,7 +238,7 @@ HOTCOLD_AVX2 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
     __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
     _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm_sub_epi8(_mm_and_si128(v, m4), eight));                       // values 0..15
     _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), eight));  // 16..31
-    __m256 s = _mm256_set1_ps(a * fp16_to_fp32(x[b].d));
+    __m256 s = _mm256_set1_ps(a * h2f(x[b].d));
     for (int j = 0; j < 32; j += 8) _mm256_storeu_ps(y + j, _mm256_fmadd_ps(s, int8x8_to_ps(q + j), _mm256_loadu_ps(y + j)));
   }
 }
@@ -243,7 +262,7 @@ HOTCOLD_AVX2 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
       _mm256_store_si256(out + 2, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m3), 4)), k32));
       _mm256_store_si256(out + 3, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m3), 4)), k32));
     }
-    const float d = fp16_to_fp32(w[b].d);
+    const float d = h2f(w[b].d);
     for (int g = 0; g < qk_k / 16; ++g) {
       __m256 sc = _mm256_set1_ps(d * static_cast<float>(w[b].scales[g]));
       acc0 = _mm256_fmadd_ps(_mm256_mul_ps(sc, int8x8_to_ps(q + 16 * g)), _mm256_loadu_ps(x + 16 * g), acc0);
@@ -275,13 +294,13 @@ HOTCOLD_AVX2 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, 
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a3, load_f16(x[3] + i), v));
   }
   for (; i < n; ++i)
-    y[i] += a[0] * fp16_to_fp32(x[0][i]) + a[1] * fp16_to_fp32(x[1][i]) + a[2] * fp16_to_fp32(x[2][i]) + a[3] * fp16_to_fp32(x[3][i]);
+    y[i] += a[0] * h2f(x[0][i]) + a[1] * h2f(x[1][i]) + a[2] * h2f(x[2][i]) + a[3] * h2f(x[3][i]);
 }
 
 HOTCOLD_AVX2 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
     __m256 s[4];
-    for (int r = 0; r < 4; ++r) s[r] = _mm256_set1_ps(a[r] * fp16_to_fp32(x[r][b].d));
+    for (int r = 0; r < 4; ++r) s[r] = _mm256_set1_ps(a[r] * h2f(x[r][b].d));
     for (int j = 0; j < qk8_0; j += 8) {
       __m256 v = _mm256_loadu_ps(y + j);
       for (int r = 0; r < 4; ++r) v = _mm256_fmadd_ps(s[r], int8x8_to_ps(x[r][b].qs + j), v);
@@ -299,7 +318,7 @@ HOTCOLD_AVX2 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* 
       __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][b].qs));
       _mm_store_si128(reinterpret_cast<__m128i*>(q[r]), _mm_sub_epi8(_mm_and_si128(v, m4), eight));
       _mm_store_si128(reinterpret_cast<__m128i*>(q[r] + 16), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), eight));
-      s[r] = _mm256_set1_ps(a[r] * fp16_to_fp32(x[r][b].d));
+      s[r] = _mm256_set1_ps(a[r] * h2f(x[r][b].d));
     }
     for (int j = 0; j < 32; j += 8) {
       __m256 v = _mm256_loadu_ps(y + j);
@@ -311,9 +330,69 @@ HOTCOLD_AVX2 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* 
 
 }  // namespace avx2
 
+// ---- AVX-512 VNNI (Zen 4/5, Ice Lake and later) ---------------------------------------------
+
+namespace avx512vnni {
+
+#define HOTCOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+// Two blocks per 512-bit step: dpbusd multiplies unsigned bytes by signed bytes, so Q4_0's nibbles
+// (0..15) go in as they are and the -8 offset comes off as 8 * sum(x) (a second dpbusd with 8s).
+HOTCOLD_VNNI float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), eights = _mm512_set1_epi8(8);
+  __m512 acc = _mm512_setzero_ps();
+  const int64_t nb = n / qk4_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    __m128i p1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b + 1].qs));
+    // bytes: [block b low nibbles | block b high | block b+1 low | block b+1 high]
+    __m512i packed = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(p0, p0)), _mm256_set_m128i(p1, p1), 1);
+    __m512i shifted = _mm512_srli_epi16(packed, 4);
+    // lanes 0-15 and 32-47 take the low nibbles, 16-31 and 48-63 the high ones
+    __m512i nib = _mm512_and_si512(_mm512_mask_blend_epi64(0xCC, packed, shifted), low4);
+    __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b + 1].qs)), 1);
+    __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xq), _mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, xq));
+    __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(w[b].d) * _cvtsh_ss(x[b].d)),
+                                      _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * _cvtsh_ss(x[b + 1].d)), 1);
+    acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc);
+  }
+  float s = _mm512_reduce_add_ps(acc);
+  if (b < nb) s += avx2::dot_q4_0(w + b, x + b, qk4_0);
+  return s;
+}
+
+// Q8_0 x Q8_0: w's sign moves onto x so that dpbusd sees |w| (unsigned) times sign(w) x.
+HOTCOLD_VNNI float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  const int64_t nb = n / qk8_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs))),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs)), 1);
+    __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b + 1].qs)), 1);
+    __m512i aw = _mm512_abs_epi8(wq);
+    // sign(w) * x: negate x where w < 0 (w == 0 contributes 0 through |w| anyway)
+    __m512i sx = _mm512_mask_sub_epi8(xq, _mm512_movepi8_mask(wq), _mm512_setzero_si512(), xq);
+    __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, sx);
+    __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(w[b].d) * _cvtsh_ss(x[b].d)),
+                                      _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * _cvtsh_ss(x[b + 1].d)), 1);
+    acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc);
+  }
+  float s = _mm512_reduce_add_ps(acc);
+  if (b < nb) s += avx2::dot_q8_0(w + b, x + b, qk8_0);
+  return s;
+}
+
+}  // namespace avx512vnni
+
 namespace {
 struct dispatch {
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  bool vnni = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+              __builtin_cpu_supports("avx512vnni") && !std::getenv("HOTCOLD_NO_AVX512");
 };
 const dispatch& cpu() {
   static const dispatch d;
@@ -321,7 +400,7 @@ const dispatch& cpu() {
 }
 }  // namespace
 
-const char* dot_implementation() { return cpu().avx2 ? "avx2" : "scalar"; }
+const char* dot_implementation() { return cpu().vnni ? "avx512vnni" : cpu().avx2 ? "avx2" : "scalar"; }
 
 void axpy_f32(float a, const float* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_f32(a, x, y, n) : scalar::axpy_f32(a, x, y, n); }
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_f16(a, x, y, n) : scalar::axpy_f16(a, x, y, n); }
@@ -329,10 +408,10 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) { cpu().avx2 ? av
 float dot_f32(const float* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_f32(w, x, n) : scalar::dot_f32(w, x, n); }
 float dot_f16(const uint16_t* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_f16(w, x, n) : scalar::dot_f16(w, x, n); }
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
-  return cpu().avx2 ? avx2::dot_q8_0(w, x, n) : scalar::dot_q8_0(w, x, n);
+  return cpu().vnni ? avx512vnni::dot_q8_0(w, x, n) : cpu().avx2 ? avx2::dot_q8_0(w, x, n) : scalar::dot_q8_0(w, x, n);
 }
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
-  return cpu().avx2 ? avx2::dot_q4_0(w, x, n) : scalar::dot_q4_0(w, x, n);
+  return cpu().vnni ? avx512vnni::dot_q4_0(w, x, n) : cpu().avx2 ? avx2::dot_q4_0(w, x, n) : scalar::dot_q4_0(w, x, n);
 }
 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
   if (cpu().avx2) return avx2::axpy4_f32(a, x, y, n);

@@ -30,7 +30,8 @@ void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n);
 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n);
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n);
 
-// Which implementation the dispatcher picked: "avx2" or "scalar".
+// Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
+// "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).
 const char* dot_implementation();
 
 namespace scalar {

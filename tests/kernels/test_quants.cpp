@@ -163,6 +163,23 @@ TEST(Dot, QuantizedRowsMatchDequantizedSums) {
   EXPECT_NEAR(dot_q6_k(edge.data(), x.data(), 512), want_edge, 1e-3 * std::abs(want_edge) + 1e-3);
 }
 
+// The dispatched quantized dot products (AVX-512 VNNI where present, two blocks per step) agree with
+// the scalar references for even and odd block counts, with extreme codes included.
+TEST(Dot, QuantizedDispatchMatchesScalarForAnyBlockCount) {
+  for (int64_t n : {32, 64, 96, 4096 + 32}) {
+    auto w = random_vector(n, 30), x = random_vector(n, 31);
+    w[0] = 10.0f, w[1] = -10.0f, x[2] = -10.0f;  // codes at the ends of the ranges
+    std::vector<block_q8_0> xq(n / 32), w8(n / 32);
+    std::vector<block_q4_0> w4(n / 32);
+    quantize_row_q8_0(x.data(), xq.data(), n);
+    quantize_row_q8_0(w.data(), w8.data(), n);
+    quantize_row_q4_0(w.data(), w4.data(), n);
+    float s8 = scalar::dot_q8_0(w8.data(), xq.data(), n), s4 = scalar::dot_q4_0(w4.data(), xq.data(), n);
+    EXPECT_NEAR(dot_q8_0(w8.data(), xq.data(), n), s8, 1e-4 * (1 + std::fabs(s8))) << n << " " << dot_implementation();
+    EXPECT_NEAR(dot_q4_0(w4.data(), xq.data(), n), s4, 1e-4 * (1 + std::fabs(s4))) << n << " " << dot_implementation();
+  }
+}
+
 TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
   const int64_t n = 512;
   auto w = random_vector(n, 6), y0 = random_vector(n, 7);
