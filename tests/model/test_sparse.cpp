@@ -163,13 +163,19 @@ std::vector<std::vector<float>> batch_logits_of(std::shared_ptr<const model> m, 
 // computes exactly the neurons its own prediction chose (the union only decides which rows are read).
 TEST_P(SparsePath, BatchEqualsOneTokenAtATime) {
   auto m = model::load(sparse_model(GetParam(), 0.0f));
+  // Summation order differs (threads own other shares of the rows), so after layer 0 a predictor score
+  // sitting on the threshold can fall the other way in one path, and for Q8_0/Q4_0 rows an activation
+  // on a rounding boundary of its Q8_0 quantization can round the other way: those get looser bounds,
+  // still far below what separates sparse from dense here.
+  const bool quantized = GetParam().type == tensor_type::q8_0 || GetParam().type == tensor_type::q4_0;
   for (ffn_mode mode : {ffn_mode::dense, ffn_mode::sparse}) {
+    const double tolerance = mode == ffn_mode::dense && !quantized ? 1e-5 : quantized ? 2e-3 : 1e-3;
     auto one = logits_of(m, mode);
-    EXPECT_LT(rel_diff(batch_logits_of(m, mode), one), 1e-5) << (mode == ffn_mode::dense ? "dense" : "sparse");
-    EXPECT_LT(rel_diff(batch_logits_of(m, mode, 1), one), 1e-5);
+    EXPECT_LT(rel_diff(batch_logits_of(m, mode), one), tolerance) << (mode == ffn_mode::dense ? "dense" : "sparse");
+    EXPECT_LT(rel_diff(batch_logits_of(m, mode, 1), one), tolerance);
   }
   // Sparse differs from dense here (the random predictor misses neurons), so the check above can fail.
-  EXPECT_GT(rel_diff(logits_of(m, ffn_mode::sparse), logits_of(m, ffn_mode::dense)), 1e-3);
+  EXPECT_GT(rel_diff(logits_of(m, ffn_mode::sparse), logits_of(m, ffn_mode::dense)), 2e-2);
 
   // The same neurons, token by token.
   auto acts = [&](bool batch) {
