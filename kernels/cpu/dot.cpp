@@ -171,18 +171,21 @@ HOTCOLD_AVX2 static inline __m256 q8_0_block(const block_q8_0& w, const block_q8
   return _mm256_mul_ps(_mm256_set1_ps(h2f(w.d) * h2f(x.d)), dot_i8_32(qa, qb));
 }
 
-HOTCOLD_AVX2 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
-  // Two accumulators, so consecutive blocks do not wait on one another's FMA.
+// Sums block(w[b], x[b]) over the blocks with two accumulators, so consecutive blocks do not wait on
+// one another's additions.
+template <typename W, __m256 (*block)(const W&, const block_q8_0&)>
+HOTCOLD_AVX2 static inline float sum_blocks(const W* w, const block_q8_0* x, int64_t nb) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = n / qk8_0;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    acc0 = _mm256_add_ps(acc0, q8_0_block(w[b], x[b]));
-    acc1 = _mm256_add_ps(acc1, q8_0_block(w[b + 1], x[b + 1]));
+    acc0 = _mm256_add_ps(acc0, block(w[b], x[b]));
+    acc1 = _mm256_add_ps(acc1, block(w[b + 1], x[b + 1]));
   }
-  if (b < nb) acc0 = _mm256_add_ps(acc0, q8_0_block(w[b], x[b]));
+  if (b < nb) acc0 = _mm256_add_ps(acc0, block(w[b], x[b]));
   return hsum(_mm256_add_ps(acc0, acc1));
 }
+
+HOTCOLD_AVX2 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) { return sum_blocks<block_q8_0, q8_0_block>(w, x, n / qk8_0); }
 
 HOTCOLD_AVX2 static inline __m256 q4_0_block(const block_q4_0& w, const block_q8_0& x) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
@@ -194,17 +197,7 @@ HOTCOLD_AVX2 static inline __m256 q4_0_block(const block_q4_0& w, const block_q8
   return _mm256_mul_ps(_mm256_set1_ps(h2f(w.d) * h2f(x.d)), dot_i8_32(qa, qb));
 }
 
-HOTCOLD_AVX2 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = n / qk4_0;
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    acc0 = _mm256_add_ps(acc0, q4_0_block(w[b], x[b]));
-    acc1 = _mm256_add_ps(acc1, q4_0_block(w[b + 1], x[b + 1]));
-  }
-  if (b < nb) acc0 = _mm256_add_ps(acc0, q4_0_block(w[b], x[b]));
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
+HOTCOLD_AVX2 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) { return sum_blocks<block_q4_0, q4_0_block>(w, x, n / qk4_0); }
 
 HOTCOLD_AVX2 void axpy_f32(float a, const float* x, float* y, int64_t n) {
   __m256 va = _mm256_set1_ps(a);
@@ -332,6 +325,12 @@ HOTCOLD_AVX2 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* 
 
 // ---- AVX-512 VNNI (Zen 4/5, Ice Lake and later) ---------------------------------------------
 
+// GCC 12's _mm512_inserti64x4 and _mm512_reduce_add_ps pass an undefined vector to their masked
+// builtins and then warn about it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace avx512vnni {
 
 #define HOTCOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -347,11 +346,11 @@ HOTCOLD_VNNI float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n)
     __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
     __m128i p1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b + 1].qs));
     // bytes: [block b low nibbles | block b high | block b+1 low | block b+1 high]
-    __m512i packed = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(p0, p0)), _mm256_set_m128i(p1, p1), 1);
+    __m512i packed = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_set_m128i(p0, p0)), _mm256_set_m128i(p1, p1), 1);
     __m512i shifted = _mm512_srli_epi16(packed, 4);
     // lanes 0-15 and 32-47 take the low nibbles, 16-31 and 48-63 the high ones
     __m512i nib = _mm512_and_si512(_mm512_mask_blend_epi64(0xCC, packed, shifted), low4);
-    __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
+    __m512i xq = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b + 1].qs)), 1);
     __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xq), _mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, xq));
     __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(w[b].d) * _cvtsh_ss(x[b].d)),
@@ -369,9 +368,9 @@ HOTCOLD_VNNI float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n)
   const int64_t nb = n / qk8_0;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs))),
+    __m512i wq = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs))),
                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs)), 1);
-    __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
+    __m512i xq = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b + 1].qs)), 1);
     __m512i aw = _mm512_abs_epi8(wq);
     // sign(w) * x: negate x where w < 0 (w == 0 contributes 0 through |w| anyway)
@@ -387,6 +386,8 @@ HOTCOLD_VNNI float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n)
 }
 
 }  // namespace avx512vnni
+
+#pragma GCC diagnostic pop
 
 namespace {
 struct dispatch {
