@@ -474,16 +474,16 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   auto& cost = cost_[static_cast<size_t>(layer)];
   auto& choice = choices_[static_cast<size_t>(layer)];
   auto& B = b_;
-  const int size_class = std::min(9, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
+  const int c = std::min(batch_cost::classes - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
 
-  // Sparse only where it pays: predictor time + union share of the neuron loop < the whole loop,
+  // Sparse only where it pays: predictor time + the union's share of the neuron loop < the whole loop,
   // from what this layer measured at this batch size. Dense choices are re-probed now and then.
   bool sparse = mode_ == ffn_mode::sparse && l.pred_fc1;
   if (sparse && !stats_on_) {
-    const double u = cost.union_by_size[size_class];
-    if (u >= 0 && cost.neuron_token_s > 0) {
-      const double all = static_cast<double>(n_ff) * cost.neuron_token_s;
-      if (cost.predictor_token_s + u * all >= all && ++cost.dense_since_probe[size_class] % 16 != 0) sparse = false;
+    const double u = cost.union_share[c];
+    if (u >= 0 && cost.neuron_s[c] >= 0 && cost.predictor_s[c] >= 0) {
+      const double all = static_cast<double>(n_ff) * cost.neuron_s[c];
+      if (cost.predictor_s[c] + u * all >= all && ++cost.dense_since_probe[c] % 16 != 0) sparse = false;
     }
   }
 
@@ -571,13 +571,12 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   const auto t2 = clock::now();
 
   // What this batch measured.
-  auto ewma = [](double& avg, double v) { avg = avg <= 0 ? v : 0.8 * avg + 0.2 * v; };
-  ewma(cost.neuron_token_s, std::chrono::duration<double>(t2 - t1).count() / static_cast<double>(std::max<int64_t>(1, n_union)));
+  auto ewma = [](double& avg, double v) { avg = avg < 0 ? v : 0.8 * avg + 0.2 * v; };
+  ewma(cost.neuron_s[c], std::chrono::duration<double>(t2 - t1).count() / static_cast<double>(std::max<int64_t>(1, n_union)));
   if (sparse) {
-    ewma(cost.predictor_token_s, std::chrono::duration<double>(t1 - t0).count());
+    ewma(cost.predictor_s[c], std::chrono::duration<double>(t1 - t0).count());
     const double u = static_cast<double>(n_union) / static_cast<double>(n_ff);
-    double& avg = cost.union_by_size[size_class];
-    avg = avg < 0 ? u : 0.8 * avg + 0.2 * u;
+    ewma(cost.union_share[c], u);
     choice.union_fraction = u;
     ++choice.sparse;
   } else {

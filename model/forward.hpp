@@ -129,12 +129,15 @@ class inference_context {
     std::vector<kernels::block_q8_0> xq;                                // n x quantized row
   };
   batch_buffers b_;
-  // Measured cost per layer: seconds per neuron-token of the FFN loop, seconds per token of the
-  // predictor, and the union fraction per batch-size class (log2 n), as running averages.
+  // Measured per layer and batch-size class (log2 n), as running averages: seconds per neuron of the
+  // FFN loop over a batch, seconds of the predictor per batch, and the union's share of n_ff.
   struct batch_cost {
-    double neuron_token_s = 0, predictor_token_s = 0;
-    double union_by_size[10] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    int64_t dense_since_probe[10] = {};
+    static constexpr int classes = 10;
+    double neuron_s[classes], predictor_s[classes], union_share[classes];  // -1: not measured yet
+    int64_t dense_since_probe[classes] = {};
+    batch_cost() {
+      for (int c = 0; c < classes; ++c) neuron_s[c] = predictor_s[c] = union_share[c] = -1;
+    }
   };
   std::vector<batch_cost> cost_;
   std::vector<batch_layer_choice> choices_;
