@@ -10,3 +10,22 @@ gpu_probe probe_cuda() {
 }
 
 }  // namespace hotcold::devices
+
+// Without CUDA there is no GPU memory to manage; make_device refuses "cuda" before these are reached.
+#include <stdexcept>
+
+#include "devices/cuda/cuda_memory.hpp"
+
+namespace hotcold::devices {
+
+namespace {
+[[noreturn]] void absent() { throw std::runtime_error("hotcold was built without CUDA (nvcc not found at build time)"); }
+}  // namespace
+
+void* cuda_allocate(int, uint64_t) { absent(); }
+void cuda_free(int, void*) {}
+void cuda_copy_to_device(int, void*, const void*, uint64_t) { absent(); }
+void cuda_copy_to_host(int, void*, const void*, uint64_t) { absent(); }
+void cuda_synchronize(int) { absent(); }
+
+}  // namespace hotcold::devices

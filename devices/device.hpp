@@ -1,0 +1,109 @@
+#pragma once
+// Where math is done. A device has a name, a memory budget that its buffers count against exactly,
+// and a queue of work with completion events (in the spirit of ggml-backend). Placement is data —
+// which rows live in which device's buffers — never #ifdefs in model code.
+//
+//   cpu   runs work inline on the caller's thread; its buffers are host memory.
+//   sim   a CPU-backed stand-in for an accelerator: its own worker thread and queue, an exact
+//         memory budget, and an optional cost model for host<->device transfers. Used on machines
+//         without a GPU and by tests.
+//   cuda  built whenever nvcc exists; buffers in GPU memory. Its kernels arrive with issue 8, so
+//         until then it holds memory and copies, and refuses work it cannot run, saying so.
+//   hip   compile-checked where hipcc exists (kernels/gpu/portability.hpp); not selectable yet.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "devices/work_queue.hpp"
+
+namespace hotcold::devices {
+
+enum class device_kind { cpu, sim, cuda, hip };
+std::string_view device_kind_name(device_kind k);
+
+// Thrown when an allocation would pass the budget: names the device, the request and what is left.
+struct out_of_device_memory : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class device;
+
+// Memory owned by a device; returns its bytes to the budget when destroyed.
+class buffer {
+ public:
+  ~buffer();
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+  // Host-addressable for cpu and sim; a device pointer for cuda.
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& label() const { return label_; }
+
+ private:
+  friend class device;
+  buffer(std::shared_ptr<device> owner, void* data, uint64_t size, std::string label)
+      : owner_(std::move(owner)), data_(data), size_(size), label_(std::move(label)) {}
+  std::shared_ptr<device> owner_;
+  void* data_;
+  uint64_t size_;
+  std::string label_;
+};
+
+struct transfer_cost {
+  double gb_per_s = 0;  // 0: transfers cost only the copy itself
+  double latency_us = 0;
+};
+
+class device : public std::enable_shared_from_this<device> {
+ public:
+  virtual ~device() = default;
+  const std::string& name() const { return name_; }
+  device_kind kind() const { return kind_; }
+  uint64_t budget() const { return budget_; }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  uint64_t available() const { return budget_ - used(); }
+
+  // Throws out_of_device_memory when `bytes` do not fit in what is left of the budget.
+  std::shared_ptr<buffer> allocate(uint64_t bytes, std::string label);
+
+  // Host -> device and device -> host, queued after earlier work (inline for cpu). The host memory
+  // must stay valid until the event completes.
+  virtual event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) = 0;
+  virtual event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) = 0;
+  // Runs `work` on the device's queue, after what was submitted before.
+  virtual event submit(std::function<void()> work) = 0;
+  // Blocks until everything submitted so far has run.
+  virtual void synchronize() = 0;
+  // Whether submit() can run hotcold's kernels here (false for cuda until issue 8).
+  virtual bool runs_host_work() const { return true; }
+
+ protected:
+  device(std::string name, device_kind kind, uint64_t budget) : name_(std::move(name)), kind_(kind), budget_(budget) {}
+  virtual void* raw_allocate(uint64_t bytes) = 0;
+  virtual void raw_free(void* p) = 0;
+
+ private:
+  friend class buffer;
+  std::string name_;
+  device_kind kind_;
+  uint64_t budget_;
+  std::atomic<uint64_t> used_{0};
+};
+
+struct device_options {
+  std::string kind = "auto";   // auto | cpu | sim | cuda | hip
+  uint64_t budget = 0;         // bytes; 0: the device's free memory (cpu: available RAM)
+  transfer_cost sim_cost;      // sim only
+  int cuda_index = 0;
+};
+
+// "auto" picks the first CUDA device when one is usable, else the CPU. Throws std::invalid_argument
+// for an unknown kind, std::runtime_error naming why a GPU kind cannot be had here.
+std::shared_ptr<device> make_device(const device_options& options);
+
+}  // namespace hotcold::devices

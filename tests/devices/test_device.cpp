@@ -1,0 +1,125 @@
+// The device layer: exact budgets, queues that run in order off the caller's thread, events that
+// carry errors, and the refusals a user meets with the wrong --device.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "devices/device.hpp"
+#include "devices/device_info.hpp"
+
+namespace hotcold::devices {
+namespace {
+
+std::shared_ptr<device> sim(uint64_t budget, transfer_cost cost = {}) {
+  device_options o;
+  o.kind = "sim";
+  o.budget = budget;
+  o.sim_cost = cost;
+  return make_device(o);
+}
+
+TEST(Device, BudgetIsExact) {
+  auto d = sim(1000);
+  EXPECT_EQ(d->kind(), device_kind::sim);
+  auto a = d->allocate(600, "hot rows");
+  EXPECT_EQ(d->used(), 600u);
+  EXPECT_EQ(d->available(), 400u);
+  auto b = d->allocate(400, "kv cache");  // exactly what is left
+  EXPECT_EQ(d->available(), 0u);
+  try {
+    d->allocate(1, "one byte more");
+    ADD_FAILURE() << "allocated past the budget";
+  } catch (const out_of_device_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("one byte more"), std::string::npos) << e.what();
+  }
+  a.reset();  // freeing returns its bytes
+  EXPECT_EQ(d->used(), 400u);
+  auto c = d->allocate(600, "again");
+  EXPECT_EQ(d->available(), 0u);
+}
+
+TEST(Device, SimRunsWorkInOrderOnItsOwnThread) {
+  auto d = sim(1 << 20);
+  std::vector<int> order;
+  std::atomic<int> off_thread{0};
+  const auto caller = std::this_thread::get_id();
+  std::vector<event> events;
+  for (int i = 0; i < 3000; ++i)  // more than the ring holds: the producer waits for room
+    events.push_back(d->submit([&, i] {
+      order.push_back(i);
+      off_thread += std::this_thread::get_id() != caller;
+    }));
+  d->synchronize();
+  ASSERT_EQ(order.size(), 3000u);
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(order[static_cast<size_t>(i)], i);
+  EXPECT_EQ(off_thread.load(), 3000);
+  for (auto& e : events) EXPECT_TRUE(e->ready());
+}
+
+TEST(Device, EventsCarryErrorsAndTheQueueGoesOn) {
+  auto d = sim(1 << 20);
+  auto bad = d->submit([] { throw std::runtime_error("kernel failed"); });
+  int after = 0;
+  auto good = d->submit([&] { after = 7; });
+  EXPECT_THROW(bad->wait(), std::runtime_error);
+  good->wait();
+  EXPECT_EQ(after, 7);
+}
+
+TEST(Device, CopiesRoundTripAndCheckTheirRange) {
+  for (const char* kind : {"cpu", "sim"}) {
+    device_options o;
+    o.kind = kind;
+    o.budget = 1 << 20;
+    auto d = make_device(o);
+    auto b = d->allocate(256, "rows");
+    std::vector<uint8_t> in(256), out(256, 0);
+    for (int i = 0; i < 256; ++i) in[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 7);
+    d->copy_in(*b, 0, in.data(), 256)->wait();
+    d->copy_out(out.data(), *b, 0, 256)->wait();
+    EXPECT_EQ(in, out) << kind;
+    EXPECT_THROW(d->copy_in(*b, 200, in.data(), 100), std::out_of_range) << kind;
+  }
+}
+
+TEST(Device, SimTransfersTakeTheModeledTime) {
+  // 1 MB at 1 GB/s plus 200 us: at least 1.2 ms, whatever memcpy costs (a lower bound, not a timing
+  // assertion on this machine's speed).
+  auto d = sim(4 << 20, transfer_cost{1.0, 200.0});
+  auto b = d->allocate(1 << 20, "rows");
+  std::vector<uint8_t> in(1 << 20, 3);
+  auto t0 = std::chrono::steady_clock::now();
+  d->copy_in(*b, 0, in.data(), in.size())->wait();
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.2e-3);
+}
+
+TEST(Device, KindsAUserCanAskFor) {
+  device_options o;
+  o.kind = "tpu";
+  EXPECT_THROW(make_device(o), std::invalid_argument);
+  o.kind = "sim";  // without a budget there is nothing to stand in for
+  EXPECT_THROW(make_device(o), std::invalid_argument);
+  o.kind = "cpu";
+  auto cpu = make_device(o);
+  EXPECT_EQ(cpu->kind(), device_kind::cpu);
+  EXPECT_GT(cpu->budget(), 0u);
+  o.kind = "auto";
+  auto any = make_device(o);
+  EXPECT_EQ(any->kind(), probe_cuda().devices.empty() ? device_kind::cpu : device_kind::cuda);
+  o.kind = "cuda";
+  if (probe_cuda().devices.empty()) {
+    try {
+      make_device(o);
+      ADD_FAILURE() << "a CUDA device without a GPU";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+    }
+  }
+  o.kind = "hip";
+  EXPECT_THROW(make_device(o), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace hotcold::devices
