@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "model/neuron_ops.hpp"
 
 namespace hotcold {
 
@@ -116,94 +117,10 @@ void inference_context::quantize_input(const tensor_view& w, const float* x) {
   if (w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0) quantize_row_q8_0(x, xq_.data(), w.ne0);
 }
 
-float inference_context::row_dot(const tensor_view& w, int64_t r, const float* x) const {
-  const uint8_t* row = w.row(r);
-  const int64_t n = w.ne0;
-  switch (w.type) {
-    case tensor_type::f32: return dot_f32(reinterpret_cast<const float*>(row), x, n);
-    case tensor_type::f16: return dot_f16(reinterpret_cast<const uint16_t*>(row), x, n);
-    case tensor_type::bf16: return dot_bf16(reinterpret_cast<const uint16_t*>(row), x, n);
-    case tensor_type::q8_0: return dot_q8_0(reinterpret_cast<const block_q8_0*>(row), xq_.data(), n);
-    case tensor_type::q4_0: return dot_q4_0(reinterpret_cast<const block_q4_0*>(row), xq_.data(), n);
-    case tensor_type::q6_k: return dot_q6_k(reinterpret_cast<const block_q6_k*>(row), x, n);
-    default: return 0.0f;
-  }
-}
-
-static void prefetch_row(const tensor_view& w, int64_t r) {
-  const char* p = reinterpret_cast<const char*>(w.row(r));
-  for (size_t off = 0; off < w.row_bytes; off += 64) __builtin_prefetch(p + off, 0, 0);
-}
-
-static void row_axpy(const tensor_view& w, int64_t r, float a, float* y) {
-  const uint8_t* row = w.row(r);
-  const int64_t n = w.ne0;
-  switch (w.type) {
-    case tensor_type::f32: axpy_f32(a, reinterpret_cast<const float*>(row), y, n); break;
-    case tensor_type::f16: axpy_f16(a, reinterpret_cast<const uint16_t*>(row), y, n); break;
-    case tensor_type::bf16: axpy_bf16(a, reinterpret_cast<const uint16_t*>(row), y, n); break;
-    case tensor_type::q8_0: axpy_q8_0(a, reinterpret_cast<const block_q8_0*>(row), y, n); break;
-    case tensor_type::q4_0: axpy_q4_0(a, reinterpret_cast<const block_q4_0*>(row), y, n); break;
-    case tensor_type::q6_k: axpy_q6_k(a, reinterpret_cast<const block_q6_k*>(row), y, n); break;
-    default: break;
-  }
-}
-
-// y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.
-static void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y) {
-  const int64_t n = w.ne0;
-  switch (w.type) {
-    case tensor_type::f32: {
-      const float* x[4] = {reinterpret_cast<const float*>(w.row(r[0])), reinterpret_cast<const float*>(w.row(r[1])),
-                           reinterpret_cast<const float*>(w.row(r[2])), reinterpret_cast<const float*>(w.row(r[3]))};
-      return axpy4_f32(a, x, y, n);
-    }
-    case tensor_type::f16: {
-      const uint16_t* x[4] = {reinterpret_cast<const uint16_t*>(w.row(r[0])), reinterpret_cast<const uint16_t*>(w.row(r[1])),
-                              reinterpret_cast<const uint16_t*>(w.row(r[2])), reinterpret_cast<const uint16_t*>(w.row(r[3]))};
-      return axpy4_f16(a, x, y, n);
-    }
-    case tensor_type::q8_0: {
-      const block_q8_0* x[4] = {reinterpret_cast<const block_q8_0*>(w.row(r[0])), reinterpret_cast<const block_q8_0*>(w.row(r[1])),
-                                reinterpret_cast<const block_q8_0*>(w.row(r[2])), reinterpret_cast<const block_q8_0*>(w.row(r[3]))};
-      return axpy4_q8_0(a, x, y, n);
-    }
-    case tensor_type::q4_0: {
-      const block_q4_0* x[4] = {reinterpret_cast<const block_q4_0*>(w.row(r[0])), reinterpret_cast<const block_q4_0*>(w.row(r[1])),
-                                reinterpret_cast<const block_q4_0*>(w.row(r[2])), reinterpret_cast<const block_q4_0*>(w.row(r[3]))};
-      return axpy4_q4_0(a, x, y, n);
-    }
-    default:
-      for (int k = 0; k < 4; ++k) row_axpy(w, r[k], a[k], y);
-  }
-}
-
-// Collects (row, coefficient) pairs and adds them four at a time.
-class axpy_batcher {
- public:
-  axpy_batcher(const tensor_view& w, float* y) : w_(w), y_(y) {}
-  ~axpy_batcher() { flush(); }
-  void add(int32_t r, float a) {
-    r_[n_] = r, a_[n_] = a;
-    if (++n_ == 4) row_axpy4(w_, r_, a_, y_), n_ = 0;
-  }
-  void flush() {
-    for (int k = 0; k < n_; ++k) row_axpy(w_, r_[k], a_[k], y_);
-    n_ = 0;
-  }
-
- private:
-  const tensor_view& w_;
-  float* y_;
-  int32_t r_[4];
-  float a_[4];
-  int n_ = 0;
-};
-
 void inference_context::matvec(const tensor_view& w, const float* x, float* y) {
   quantize_input(w, x);  // once per product, as llama.cpp does
   pool_.parallel_for(w.ne1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot(w, r, x);
+    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot(w, r, x, xq_.data());
   }, 16);
 }
 
@@ -240,25 +157,10 @@ void inference_context::set_mode(ffn_mode m) {
   mode_ = m;
 }
 
-static float activate(activation act, float x) {
-  switch (act) {
-    case activation::silu: return silu(x);
-    case activation::gelu: return gelu(x);
-    default: return std::max(x, 0.0f);
-  }
-}
-
-// A neuron's hidden value from its gate and up pre-activations (gate unused without a gate).
-static float hidden_value(const hparams& hp, float g, float u) {
-  if (!hp.gated_ffn) return activate(hp.act, u);
-  if (hp.act == activation::drelu) return std::max(g, 0.0f) * std::max(u, 0.0f);
-  return activate(hp.act, g) * u;
-}
-
 float inference_context::neuron(const layer_weights& l, int64_t i, const float* in) const {
   const hparams& hp = model_->hp();
-  float u = row_dot(l.ffn_up, i, in);
-  return hidden_value(hp, hp.gated_ffn ? row_dot(l.ffn_gate, i, in) : 0.0f, u);
+  float u = row_dot(l.ffn_up, i, in, xq_.data());
+  return hidden_value(hp, hp.gated_ffn ? row_dot(l.ffn_gate, i, in, xq_.data()) : 0.0f, u);
 }
 
 void inference_context::ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out) {

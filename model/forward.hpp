@@ -89,7 +89,6 @@ class inference_context {
   // in: the FFN's normalized input; pred_in: what the predictor reads.
   void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
   float neuron(const layer_weights& l, int64_t i, const float* in) const;  // hidden value of neuron i
-  float row_dot(const tensor_view& w, int64_t r, const float* x) const;    // uses xq_ for Q8_0/Q4_0 rows
   void quantize_input(const tensor_view& w, const float* x);               // fills xq_ when w needs it
 
   std::shared_ptr<const model> model_;

@@ -1,0 +1,92 @@
+#include "model/neuron_ops.hpp"
+
+#include <algorithm>
+
+#include "kernels/cpu/dot.hpp"
+#include "model/forward.hpp"
+
+namespace hotcold {
+
+using namespace kernels;
+
+float row_dot(const tensor_view& w, int64_t r, const float* x, const block_q8_0* xq) {
+  const uint8_t* row = w.row(r);
+  const int64_t n = w.ne0;
+  switch (w.type) {
+    case tensor_type::f32: return dot_f32(reinterpret_cast<const float*>(row), x, n);
+    case tensor_type::f16: return dot_f16(reinterpret_cast<const uint16_t*>(row), x, n);
+    case tensor_type::bf16: return dot_bf16(reinterpret_cast<const uint16_t*>(row), x, n);
+    case tensor_type::q8_0: return dot_q8_0(reinterpret_cast<const block_q8_0*>(row), xq, n);
+    case tensor_type::q4_0: return dot_q4_0(reinterpret_cast<const block_q4_0*>(row), xq, n);
+    case tensor_type::q6_k: return dot_q6_k(reinterpret_cast<const block_q6_k*>(row), x, n);
+    default: return 0.0f;
+  }
+}
+
+void prefetch_row(const tensor_view& w, int64_t r) {
+  const char* p = reinterpret_cast<const char*>(w.row(r));
+  for (size_t off = 0; off < w.row_bytes; off += 64) __builtin_prefetch(p + off, 0, 0);
+}
+
+void row_axpy(const tensor_view& w, int64_t r, float a, float* y) {
+  const uint8_t* row = w.row(r);
+  const int64_t n = w.ne0;
+  switch (w.type) {
+    case tensor_type::f32: axpy_f32(a, reinterpret_cast<const float*>(row), y, n); break;
+    case tensor_type::f16: axpy_f16(a, reinterpret_cast<const uint16_t*>(row), y, n); break;
+    case tensor_type::bf16: axpy_bf16(a, reinterpret_cast<const uint16_t*>(row), y, n); break;
+    case tensor_type::q8_0: axpy_q8_0(a, reinterpret_cast<const block_q8_0*>(row), y, n); break;
+    case tensor_type::q4_0: axpy_q4_0(a, reinterpret_cast<const block_q4_0*>(row), y, n); break;
+    case tensor_type::q6_k: axpy_q6_k(a, reinterpret_cast<const block_q6_k*>(row), y, n); break;
+    default: break;
+  }
+}
+
+// y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.
+void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y) {
+  const int64_t n = w.ne0;
+  switch (w.type) {
+    case tensor_type::f32: {
+      const float* x[4] = {reinterpret_cast<const float*>(w.row(r[0])), reinterpret_cast<const float*>(w.row(r[1])),
+                           reinterpret_cast<const float*>(w.row(r[2])), reinterpret_cast<const float*>(w.row(r[3]))};
+      return axpy4_f32(a, x, y, n);
+    }
+    case tensor_type::f16: {
+      const uint16_t* x[4] = {reinterpret_cast<const uint16_t*>(w.row(r[0])), reinterpret_cast<const uint16_t*>(w.row(r[1])),
+                              reinterpret_cast<const uint16_t*>(w.row(r[2])), reinterpret_cast<const uint16_t*>(w.row(r[3]))};
+      return axpy4_f16(a, x, y, n);
+    }
+    case tensor_type::q8_0: {
+      const block_q8_0* x[4] = {reinterpret_cast<const block_q8_0*>(w.row(r[0])), reinterpret_cast<const block_q8_0*>(w.row(r[1])),
+                                reinterpret_cast<const block_q8_0*>(w.row(r[2])), reinterpret_cast<const block_q8_0*>(w.row(r[3]))};
+      return axpy4_q8_0(a, x, y, n);
+    }
+    case tensor_type::q4_0: {
+      const block_q4_0* x[4] = {reinterpret_cast<const block_q4_0*>(w.row(r[0])), reinterpret_cast<const block_q4_0*>(w.row(r[1])),
+                                reinterpret_cast<const block_q4_0*>(w.row(r[2])), reinterpret_cast<const block_q4_0*>(w.row(r[3]))};
+      return axpy4_q4_0(a, x, y, n);
+    }
+    default:
+      for (int k = 0; k < 4; ++k) row_axpy(w, r[k], a[k], y);
+  }
+}
+
+
+namespace {
+float activate(activation act, float x) {
+  switch (act) {
+    case activation::silu: return silu(x);
+    case activation::gelu: return gelu(x);
+    default: return std::max(x, 0.0f);
+  }
+}
+
+}  // namespace
+
+float hidden_value(const hparams& hp, float g, float u) {
+  if (!hp.gated_ffn) return activate(hp.act, u);
+  if (hp.act == activation::drelu) return std::max(g, 0.0f) * std::max(u, 0.0f);
+  return activate(hp.act, g) * u;
+}
+
+}  // namespace hotcold

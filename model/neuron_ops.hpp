@@ -1,0 +1,47 @@
+#pragma once
+// One FFN neuron's worth of work over a weight row, for any row type: the pieces the reference
+// forward pass, the batch path and the hot/cold executors share.
+#include <cstdint>
+
+#include "kernels/cpu/quants.hpp"
+#include "model/arch.hpp"
+#include "model/model.hpp"
+
+namespace hotcold {
+
+// Row r of w times x; Q8_0/Q4_0 rows use xq, x already quantized to Q8_0 (kernels::quantize_row_q8_0).
+float row_dot(const tensor_view& w, int64_t r, const float* x, const kernels::block_q8_0* xq);
+// Whether row_dot wants the quantized input for rows of this type.
+inline bool wants_q8_input(tensor_type t) { return t == tensor_type::q8_0 || t == tensor_type::q4_0; }
+// y += a * row r of w.
+void row_axpy(const tensor_view& w, int64_t r, float a, float* y);
+// y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.
+void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y);
+// Asks the memory system for row r ahead of its use.
+void prefetch_row(const tensor_view& w, int64_t r);
+// A neuron's hidden value from its gate and up pre-activations (gate unused without a gate).
+float hidden_value(const hparams& hp, float g, float u);
+
+// Collects (row, coefficient) pairs and adds them four at a time.
+class axpy_batcher {
+ public:
+  axpy_batcher(const tensor_view& w, float* y) : w_(w), y_(y) {}
+  ~axpy_batcher() { flush(); }
+  void add(int32_t r, float a) {
+    r_[n_] = r, a_[n_] = a;
+    if (++n_ == 4) row_axpy4(w_, r_, a_, y_), n_ = 0;
+  }
+  void flush() {
+    for (int k = 0; k < n_; ++k) row_axpy(w_, r_[k], a_[k], y_);
+    n_ = 0;
+  }
+
+ private:
+  const tensor_view& w_;
+  float* y_;
+  int32_t r_[4];
+  float a_[4];
+  int n_ = 0;
+};
+
+}  // namespace hotcold
