@@ -167,6 +167,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
   const hparams& hp = model_->hp();
   const int64_t n_ff = hp.n_ff, n_embd = hp.n_embd;
   const bool choose = mode_ == ffn_mode::oracle || (mode_ == ffn_mode::sparse && l.pred_fc1);
+  bool executed = false;  // out already written by the executor
   if (observer_) observer_("ffn_pred_in", layer, std::span<const float>(pred_in, static_cast<size_t>(n_embd)));
 
   if (!choose || mode_ == ffn_mode::oracle || stats_on_) {
@@ -201,6 +202,10 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
     // The chosen neurons only: each thread takes a contiguous share of them and owns its rows of
     // hidden_ and its own accumulator; the accumulators are summed afterwards.
     std::fill(hidden_.begin(), hidden_.end(), 0.0f);
+    if (executor_ && l.ffn_down_t) {  // or an executor (the hot/cold split) computes them
+      executor_->run(layer, in, active_, hidden_.data(), out);
+      executed = true;
+    } else {
     quantize_input(l.ffn_up, in);
     if (hp.gated_ffn) quantize_input(l.ffn_gate, in);
     const int64_t n_active = static_cast<int64_t>(active_.size());
@@ -230,6 +235,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
         }
       }
     });
+    }
   }
 
   computed_[static_cast<size_t>(layer)] += choose ? static_cast<int64_t>(active_.size()) : n_ff;
@@ -257,6 +263,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
   }
   if (observer_) observer_("ffn_act", layer, hidden_);
 
+  if (executed) return;
   if (l.ffn_down_t) {
     if (!choose) {  // dense over AXPY rows: the same per-thread accumulators over all neurons
       const int threads = pool_.size();

@@ -21,6 +21,15 @@ namespace hotcold {
 //           fired go through the sparse path; used to test the sparse path and to profile.
 enum class ffn_mode { dense, sparse, oracle };
 
+// Computes a layer's chosen FFN neurons on a sparse file (one with ffn_down_t): hidden[i] for each
+// chosen i (hidden arrives zeroed) and out = sum of hidden[i] * ffn_down_t row i. Without one the
+// context computes them on its own threads; actors/ supplies the hot/cold split by placement.
+class ffn_executor {
+ public:
+  virtual ~ffn_executor() = default;
+  virtual void run(int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) = 0;
+};
+
 // Per-layer counts of how the FFN chose its neurons (when stats are enabled).
 struct ffn_layer_stats {
   int64_t tokens = 0;
@@ -66,6 +75,9 @@ class inference_context {
   using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
   void set_observer(observer o) { observer_ = std::move(o); }
 
+  // Runs the chosen neurons of one-token steps through `e` (empty: the context's own threads).
+  void set_ffn_executor(std::shared_ptr<ffn_executor> e) { executor_ = std::move(e); }
+
   // Throws model_error for sparse mode on a model without predictors.
   void set_mode(ffn_mode m);
   ffn_mode mode() const { return mode_; }
@@ -94,6 +106,7 @@ class inference_context {
   std::shared_ptr<const model> model_;
   int64_t n_ctx_;
   observer observer_;
+  std::shared_ptr<ffn_executor> executor_;
   ffn_mode mode_ = ffn_mode::dense;
   bool stats_on_ = false;
   std::vector<ffn_layer_stats> stats_;

@@ -11,22 +11,6 @@
 namespace hotcold {
 namespace {
 
-std::vector<tools::layer_predictor> random_predictors(int64_t n_layer, int64_t n_embd, int64_t n_ff, int64_t rank, float threshold,
-                                                      uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 0.3f);
-  std::vector<tools::layer_predictor> ps(static_cast<size_t>(n_layer));
-  for (auto& p : ps) {
-    p.rank = rank;
-    p.threshold = threshold;
-    p.fc1.resize(static_cast<size_t>(rank * n_embd));
-    p.fc2.resize(static_cast<size_t>(n_ff * rank));
-    for (auto& x : p.fc1) x = d(rng);
-    for (auto& x : p.fc2) x = d(rng);
-  }
-  return ps;
-}
-
 std::vector<std::vector<float>> logits_of(std::shared_ptr<const model> m, ffn_mode mode, int threads = 2) {
   inference_context ctx(m, 16, threads);
   ctx.set_mode(mode);
@@ -75,7 +59,7 @@ std::string sparse_model(const sparse_case& c, float threshold, gguf::file_kind 
   auto path = (test::scratch_dir() / ("sparse_" + c.name + "_" + std::to_string(threshold) + ".gguf")).string();
   tools::sparse_file_options so;
   so.kind = kind;
-  tools::write_sparse_model(dense, path, random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, threshold, 9), so);
+  tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, threshold, 9), so);
   return path;
 }
 
@@ -268,7 +252,7 @@ TEST(SparseFiles, PowerInferFilesKeepPerLayerThresholds) {
   sparse_case c{"pwri_layers", architecture::llama, activation::relu, tensor_type::f32};
   sparse_model(c, 0.0f);  // makes the dense model
   auto dense = (test::scratch_dir() / "dense_pwri_layers.gguf").string();
-  auto ps = random_predictors(2, 64, 256, 32, 0.0f, 9);
+  auto ps = test::random_predictors(2, 64, 256, 32, 0.0f, 9);
   ps[0].threshold = -0.5f;
   ps[1].threshold = -2.0f;
   auto ours = (test::scratch_dir() / "layers_gguf.gguf").string(), theirs = (test::scratch_dir() / "layers_pwri.gguf").string();

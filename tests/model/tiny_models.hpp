@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <random>
 #include <string>
 
 #include "model/gguf_writer.hpp"
 #include "tools/gen_model.hpp"
+#include "tools/sparse_file.hpp"
 
 namespace hotcold::test {
 
@@ -86,6 +88,23 @@ inline std::string make_model(const std::string& name, tools::gen_model_options 
   o.out_path = path;
   tools::generate_model(o);
   return path;
+}
+
+// Random low-rank predictors (entries N(0, 0.3^2)) with one threshold for every layer.
+inline std::vector<tools::layer_predictor> random_predictors(int64_t n_layer, int64_t n_embd, int64_t n_ff, int64_t rank, float threshold,
+                                                      uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.3f);
+  std::vector<tools::layer_predictor> ps(static_cast<size_t>(n_layer));
+  for (auto& p : ps) {
+    p.rank = rank;
+    p.threshold = threshold;
+    p.fc1.resize(static_cast<size_t>(rank * n_embd));
+    p.fc2.resize(static_cast<size_t>(n_ff * rank));
+    for (auto& x : p.fc1) x = d(rng);
+    for (auto& x : p.fc2) x = d(rng);
+  }
+  return ps;
 }
 
 }  // namespace hotcold::test

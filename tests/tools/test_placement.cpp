@@ -60,8 +60,11 @@ TEST(Placement, LayersAreNumbersNotStrings) {
   p.budget = 100;
   auto s = tools::solve_placement(p);
   ASSERT_EQ(s.hot[10], std::vector<int32_t>{0});
-  for (int l = 0; l < 12; ++l)
-    if (l != 10) EXPECT_TRUE(s.hot[static_cast<size_t>(l)].empty());
+  for (int l = 0; l < 12; ++l) {
+    if (l != 10) {
+      EXPECT_TRUE(s.hot[static_cast<size_t>(l)].empty());
+    }
+  }
 }
 
 TEST(Placement, FilesRoundTrip) {

@@ -1,0 +1,129 @@
+// The FFN split by placement: hot rows on a sim device computed on its own thread while the cold
+// pool computes the rest gives the reference's logits, counts every row's bytes against the budget,
+// and refuses what does not fit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "actors/hot_cold_ffn.hpp"
+#include "tests/model/tiny_models.hpp"
+#include "tools/sparse_file.hpp"
+
+namespace hotcold::actors {
+namespace {
+
+struct split_case {
+  const char* name;
+  architecture arch;
+  activation act;
+  tensor_type type;
+};
+
+class HotCold : public testing::TestWithParam<split_case> {};
+
+std::string sparse_file(const split_case& c) {
+  tools::gen_model_options o;
+  o.arch = c.arch;
+  o.act = c.act;
+  o.type = c.type;
+  o.n_embd = 64;
+  o.n_ff = 256;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = c.arch == architecture::falcon ? 1 : 2;
+  o.active = 0.15;
+  auto dense = test::make_model(std::string("hc_dense_") + c.name, o);
+  auto path = (test::scratch_dir() / (std::string("hc_sparse_") + c.name + ".gguf")).string();
+  tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3));
+  return path;
+}
+
+// Every layer split: every third neuron hot.
+placement_data every_third(int64_t n_layer, int64_t n_ff) {
+  placement_data p;
+  for (int64_t l = 0; l < n_layer; ++l) {
+    p.hot.emplace_back();
+    for (int64_t i = l % 3; i < n_ff; i += 3) p.hot.back().push_back(static_cast<int32_t>(i));
+  }
+  return p;
+}
+
+std::vector<std::vector<float>> run(std::shared_ptr<const model> m, std::shared_ptr<ffn_executor> e, ffn_mode mode) {
+  inference_context ctx(m, 16, 2);
+  ctx.set_mode(mode);
+  ctx.set_ffn_executor(std::move(e));
+  std::vector<std::vector<float>> out;
+  const token_id tokens[] = {1, 250, 17, 299, 3, 120};
+  for (int i = 0; i < 6; ++i) {
+    auto l = ctx.forward(tokens[i], i);
+    out.emplace_back(l.begin(), l.end());
+  }
+  return out;
+}
+
+double rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double num = 0, den = 0;
+  for (size_t t = 0; t < a.size(); ++t)
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      num += (a[t][i] - b[t][i]) * double(a[t][i] - b[t][i]);
+      den += b[t][i] * double(b[t][i]);
+    }
+  return std::sqrt(num / den);
+}
+
+TEST_P(HotCold, SplitGivesTheReferenceLogits) {
+  auto m = model::load(sparse_file(GetParam()));
+  const auto& hp = m->hp();
+  devices::device_options o;
+  o.kind = "sim";
+  o.budget = 64 << 20;
+  auto sim = devices::make_device(o);
+  auto split = std::make_shared<hot_cold_ffn>(m, every_third(hp.n_layer, hp.n_ff), sim, 2);
+  // The device holds exactly the hot rows.
+  uint64_t rows = 0;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const auto& l = m->weights().layers[static_cast<size_t>(il)];
+    int64_t hot = (hp.n_ff - il % 3 + 2) / 3;
+    rows += static_cast<uint64_t>(hot) * ((hp.gated_ffn ? l.ffn_gate.row_bytes : 0) + l.ffn_up.row_bytes + l.ffn_down_t.row_bytes);
+  }
+  EXPECT_EQ(split->hot_bytes(), rows);
+  EXPECT_EQ(sim->used(), rows);
+
+  for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::oracle}) {
+    auto want = run(m, nullptr, mode);
+    auto got = run(m, split, mode);
+    EXPECT_LT(rel_diff(got, want), 1e-5) << (mode == ffn_mode::sparse ? "sparse" : "oracle");
+  }
+  // Both sides did work.
+  EXPECT_GT(split->computed().hot, 0);
+  EXPECT_GT(split->computed().cold, 0);
+}
+
+std::vector<split_case> cases() {
+  return {{"llama_relu_f16", architecture::llama, activation::relu, tensor_type::f16},
+          {"llama_relu_q4_0", architecture::llama, activation::relu, tensor_type::q4_0},
+          {"bamboo_drelu_q8_0", architecture::bamboo, activation::drelu, tensor_type::q8_0},
+          {"falcon_relu_f32", architecture::falcon, activation::relu, tensor_type::f32}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HotCold, testing::ValuesIn(cases()), [](const testing::TestParamInfo<split_case>& i) { return i.param.name; });
+
+TEST(HotColdSplit, RefusesWhatDoesNotFit) {
+  split_case c{"llama_relu_f16", architecture::llama, activation::relu, tensor_type::f16};
+  auto m = model::load(sparse_file(c));
+  devices::device_options o;
+  o.kind = "sim";
+  o.budget = 10000;  // less than one layer's hot rows
+  auto sim = devices::make_device(o);
+  EXPECT_THROW(hot_cold_ffn(m, every_third(2, 256), sim, 2), devices::out_of_device_memory);
+  EXPECT_EQ(sim->used(), 0u);  // what was allocated before the refusal is given back
+  placement_data wrong = every_third(1, 256);
+  o.budget = 64 << 20;
+  EXPECT_THROW(hot_cold_ffn(m, wrong, devices::make_device(o), 2), std::invalid_argument);
+  wrong = every_third(2, 256);
+  wrong.hot[1].push_back(256);
+  EXPECT_THROW(hot_cold_ffn(m, wrong, devices::make_device(o), 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hotcold::actors
