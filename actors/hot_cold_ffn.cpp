@@ -11,7 +11,7 @@ namespace hotcold::actors {
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot,
                            int cold_threads)
-    : model_(std::move(m)), hot_(std::move(hot)), cold_(cold_threads) {
+    : model_(std::move(m)), hot_(std::move(hot)), cold_(cold_threads, "hotcold-cold") {
   const hparams& hp = model_->hp();
   if (static_cast<int64_t>(placement.hot.size()) != hp.n_layer)
     throw std::invalid_argument(fmt::format("the placement has {} layers, the model {}", placement.hot.size(), hp.n_layer));
@@ -49,7 +49,7 @@ hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data&
   xq_.resize(static_cast<size_t>(hp.n_embd / kernels::qk8_0 + 1));
 }
 
-void hot_cold_ffn::run(int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) {
+void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) {
   const hparams& hp = model_->hp();
   const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
   const hot_layer& h = layers_[static_cast<size_t>(layer)];
@@ -66,6 +66,7 @@ void hot_cold_ffn::run(int64_t layer, const float* in, std::span<const int32_t> 
   devices::event hot_done;
   if (!hot_ids_.empty())
     hot_done = hot_->submit([&] {
+      trace_scope span(trace_, "hot_ffn", step, layer);
       axpy_batcher down(h.down_t, hot_out_.data());
       for (int32_t i : hot_ids_) {
         const int32_t s = h.slot[static_cast<size_t>(i)];
@@ -80,6 +81,7 @@ void hot_cold_ffn::run(int64_t layer, const float* in, std::span<const int32_t> 
   const int threads = cold_.size();
   const int64_t n_cold = static_cast<int64_t>(cold_ids_.size());
   cold_.parallel_for(threads, [&](int64_t t0, int64_t t1) {
+    trace_scope span(trace_, "cold_ffn", step, layer);
     for (int64_t t = t0; t < t1; ++t) {
       float* acc = cold_acc_.data() + t * d;
       std::fill(acc, acc + d, 0.0f);

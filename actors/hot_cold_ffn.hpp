@@ -24,7 +24,9 @@ class hot_cold_ffn final : public ffn_executor {
   // fit the model.
   hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads);
 
-  void run(int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) override;
+  void run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) override;
+  // Records hot_ffn (on the device's thread) and cold_ffn (on the pool's) intervals (null: none).
+  void set_trace(trace_recorder* t) { trace_ = t; }
 
   struct counts {
     int64_t hot = 0, cold = 0;  // chosen neurons computed on each side, all layers, all steps
@@ -44,6 +46,7 @@ class hot_cold_ffn final : public ffn_executor {
   thread_pool cold_;
   counts computed_;
   uint64_t hot_bytes_ = 0;
+  trace_recorder* trace_ = nullptr;
   // Per step: the split, the quantized input both sides read, the partial sums.
   std::vector<int32_t> hot_ids_, cold_ids_;
   std::vector<kernels::block_q8_0> xq_;

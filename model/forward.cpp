@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -171,6 +172,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
   if (observer_) observer_("ffn_pred_in", layer, std::span<const float>(pred_in, static_cast<size_t>(n_embd)));
 
   if (!choose || mode_ == ffn_mode::oracle || stats_on_) {
+    trace_scope span(trace_, "ffn", step_, layer);
     // Every neuron: gate/up as matrix-vector products, then the activation.
     if (hp.gated_ffn) matvec(l.ffn_gate, in, gate_.data());
     matvec(l.ffn_up, in, up_.data());
@@ -191,6 +193,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
         if (hidden_[i] != 0.0f) active_.push_back(static_cast<int32_t>(i));
     } else {
       // score = fc2 . relu(fc1 . x); neuron i runs iff score_i >= the layer's threshold.
+      trace_scope span(trace_, "predict", step_, layer);
       const int64_t rank = l.pred_fc1.ne1;
       matvec(l.pred_fc1, pred_in, pred_h_.data());
       for (int64_t k = 0; k < rank; ++k) pred_h_[k] = std::max(pred_h_[k], 0.0f);
@@ -203,9 +206,10 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
     // hidden_ and its own accumulator; the accumulators are summed afterwards.
     std::fill(hidden_.begin(), hidden_.end(), 0.0f);
     if (executor_ && l.ffn_down_t) {  // or an executor (the hot/cold split) computes them
-      executor_->run(layer, in, active_, hidden_.data(), out);
+      executor_->run(step_, layer, in, active_, hidden_.data(), out);
       executed = true;
     } else {
+    trace_scope span(trace_, "ffn", step_, layer);
     quantize_input(l.ffn_up, in);
     if (hp.gated_ffn) quantize_input(l.ffn_gate, in);
     const int64_t n_active = static_cast<int64_t>(active_.size());
@@ -294,6 +298,7 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
   const bool falcon = hp.arch == architecture::falcon;
 
   dequantize_row(w.token_embd, token, x_.data());
+  step_ = steps_++;
 
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const layer_weights& l = w.layers[static_cast<size_t>(il)];
@@ -302,6 +307,8 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
     float* v = k + kv;
 
     if (!falcon && hp.pred_input == predictor_input::layer_input) layer_in_ = x_;
+    {
+    trace_scope span(trace_, "attention", step_, il);
     // attention input, q k v
     if (falcon) {
       layer_norm(x_.data(), f32(l.attn_norm), f32(l.attn_norm_b), xn_.data(), n_embd, hp.norm_eps);
@@ -319,6 +326,7 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
 
     attention(il, pos);
     matvec(l.wo, attn_out_.data(), proj_.data());
+    }
 
     if (falcon) {
       // Parallel attention and FFN, both reading the layer's input.
@@ -337,6 +345,7 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
     }
   }
 
+  trace_scope span(trace_, "output", step_, hp.n_layer);
   if (falcon) layer_norm(x_.data(), f32(w.output_norm), f32(w.output_norm_b), xn_.data(), n_embd, hp.norm_eps);
   else rms_norm(x_.data(), f32(w.output_norm), xn_.data(), n_embd, hp.norm_eps);
   matvec(w.output, xn_.data(), logits_.data());
@@ -397,6 +406,8 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   }
 
   const auto t0 = clock::now();
+  std::optional<trace_scope> predict_span;
+  if (sparse) predict_span.emplace(trace_, "predict", step_, layer);
   std::vector<int32_t>& chosen_union = active_;
   chosen_union.clear();
   B.chosen.assign(static_cast<size_t>(n * n_ff), sparse ? 0 : 1);
@@ -415,7 +426,9 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   } else {
     for (int64_t i = 0; i < n_ff; ++i) chosen_union.push_back(static_cast<int32_t>(i));
   }
+  predict_span.reset();
   const auto t1 = clock::now();
+  trace_scope ffn_span(trace_, "ffn", step_, layer);
 
   // The dense truth for stats: every neuron of every token.
   if (stats_on_ && sparse) {
@@ -533,6 +546,7 @@ void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos,
   grow(B.acc, pool_.size() * n * d);
 
   for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[static_cast<size_t>(t)], B.x.data() + t * d);
+  step_ = steps_++;
   // q, k, v of token t: falcon's fused product interleaves them per token.
   const int64_t qkv_row = d + 2 * kv;
   auto q_of = [&](int64_t t) { return falcon ? B.qkv.data() + t * qkv_row : B.qkv.data() + t * d; };
@@ -542,6 +556,8 @@ void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos,
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const layer_weights& l = w.layers[static_cast<size_t>(il)];
     if (!falcon && hp.pred_input == predictor_input::layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
+    {
+    trace_scope span(trace_, "attention", step_, il);
     for (int64_t t = 0; t < n; ++t) {
       if (falcon) layer_norm(B.x.data() + t * d, f32(l.attn_norm), f32(l.attn_norm_b), B.xn.data() + t * d, d, hp.norm_eps);
       else rms_norm(B.x.data() + t * d, f32(l.attn_norm), B.xn.data() + t * d, d, hp.norm_eps);
@@ -565,6 +581,7 @@ void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos,
       std::copy(attn_out_.begin(), attn_out_.end(), B.attn.begin() + t * d);
     }
     matmul(l.wo, B.attn.data(), n, B.proj.data());
+    }
 
     if (falcon) {
       const float* ffn_in = B.xn.data();
@@ -583,6 +600,7 @@ void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos,
     }
   }
 
+  trace_scope span(trace_, "output", step_, hp.n_layer);
   const int64_t first = all_logits ? 0 : n - 1;
   for (int64_t t = first; t < n; ++t) {
     if (falcon) layer_norm(B.x.data() + t * d, f32(w.output_norm), f32(w.output_norm_b), B.xn.data() + t * d, d, hp.norm_eps);

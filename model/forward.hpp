@@ -11,6 +11,7 @@
 #include "kernels/cpu/quants.hpp"
 #include "model/model.hpp"
 #include "model/thread_pool.hpp"
+#include "model/trace.hpp"
 
 namespace hotcold {
 
@@ -27,7 +28,8 @@ enum class ffn_mode { dense, sparse, oracle };
 class ffn_executor {
  public:
   virtual ~ffn_executor() = default;
-  virtual void run(int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) = 0;
+  // step: the context's step number (for traces).
+  virtual void run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) = 0;
 };
 
 // Per-layer counts of how the FFN chose its neurons (when stats are enabled).
@@ -75,6 +77,11 @@ class inference_context {
   using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
   void set_observer(observer o) { observer_ = std::move(o); }
 
+  // Records attention / predict / ffn / output intervals of every step (null: none). The recorder
+  // must outlive the context's use of it.
+  void set_trace(trace_recorder* t) { trace_ = t; }
+  int64_t steps() const { return steps_; }  // forward / forward_batch calls so far
+
   // Runs the chosen neurons of one-token steps through `e` (empty: the context's own threads).
   void set_ffn_executor(std::shared_ptr<ffn_executor> e) { executor_ = std::move(e); }
 
@@ -107,6 +114,8 @@ class inference_context {
   int64_t n_ctx_;
   observer observer_;
   std::shared_ptr<ffn_executor> executor_;
+  trace_recorder* trace_ = nullptr;
+  int64_t steps_ = 0, step_ = 0;
   ffn_mode mode_ = ffn_mode::dense;
   bool stats_on_ = false;
   std::vector<ffn_layer_stats> stats_;

@@ -1,5 +1,7 @@
 #include "model/thread_pool.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #if defined(__x86_64__)
@@ -8,8 +10,11 @@
 
 namespace hotcold {
 
-thread_pool::thread_pool(int n_threads) : n_threads_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+thread_pool::thread_pool(int n_threads, const std::string& name) : n_threads_(std::max(1, n_threads)) {
+  for (int i = 1; i < n_threads_; ++i) {
+    workers_.emplace_back([this, i] { worker(i); });
+    pthread_setname_np(workers_.back().native_handle(), (name.substr(0, 12) + "-" + std::to_string(i)).c_str());
+  }
 }
 
 thread_pool::~thread_pool() {

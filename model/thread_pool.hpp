@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -12,7 +13,8 @@ namespace hotcold {
 
 class thread_pool {
  public:
-  explicit thread_pool(int n_threads);
+  // Workers are named `name`-1, `name`-2, ... (what traces and debuggers show).
+  explicit thread_pool(int n_threads, const std::string& name = "hotcold-pool");
   ~thread_pool();
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;

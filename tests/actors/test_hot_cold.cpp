@@ -4,8 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "actors/hot_cold_ffn.hpp"
+#include "model/trace.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -123,6 +128,82 @@ TEST(HotColdSplit, RefusesWhatDoesNotFit) {
   wrong = every_third(2, 256);
   wrong.hot[1].push_back(256);
   EXPECT_THROW(hot_cold_ffn(m, wrong, devices::make_device(o), 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hotcold::actors
+
+namespace hotcold::actors {
+namespace {
+
+// A trace of the split shows the hot side (the sim device's thread) and the cold side (the pool)
+// working at the same time in most (step, layer) pairs, in Chrome's trace-event format.
+TEST(HotColdSplit, HotAndColdOverlapInTheTrace) {
+  tools::gen_model_options o;
+  o.n_embd = 256;
+  o.n_ff = 2048;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = 4;
+  o.active = 0.3;
+  auto dense = test::make_model("hc_overlap_dense", o);
+  auto path = (test::scratch_dir() / "hc_overlap_sparse.gguf").string();
+  tools::write_sparse_model(dense, path, test::random_predictors(2, 256, 2048, 32, -1e30f, 5));  // every neuron chosen
+  auto m = model::load(path);
+  devices::device_options d;
+  d.kind = "sim";
+  d.budget = 64 << 20;
+  auto sim = devices::make_device(d);
+  // Half the neurons hot: the two sides have the same work.
+  placement_data p;
+  for (int l = 0; l < 2; ++l) {
+    p.hot.emplace_back();
+    for (int32_t i = 0; i < 2048; i += 2) p.hot.back().push_back(i);
+  }
+  auto split = std::make_shared<hot_cold_ffn>(m, p, sim, 1);
+  trace_recorder trace;
+  split->set_trace(&trace);
+  inference_context ctx(m, 64, 1);
+  ctx.set_mode(ffn_mode::sparse);
+  ctx.set_ffn_executor(split);
+  ctx.set_trace(&trace);
+  const int steps = 24;
+  for (int i = 0; i < steps; ++i) ctx.forward(static_cast<token_id>((1 + 37 * i) % m->hp().n_vocab), i);
+
+  std::map<std::pair<int64_t, int64_t>, std::vector<trace_recorder::interval>> hot, cold;
+  std::set<std::string> names;
+  for (const auto& e : trace.entries()) {
+    names.insert(e.span.name);
+    auto key = std::make_pair(e.span.step, e.span.layer);
+    if (std::string(e.span.name) == "hot_ffn") hot[key].push_back(e.span);
+    if (std::string(e.span.name) == "cold_ffn") cold[key].push_back(e.span);
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"attention", "predict", "hot_ffn", "cold_ffn", "output"}));
+  ASSERT_EQ(hot.size(), static_cast<size_t>(steps * 2));
+  ASSERT_EQ(cold.size(), static_cast<size_t>(steps * 2));
+  int overlapping = 0;
+  for (const auto& [key, hs] : hot) {
+    const auto& h = hs.front();
+    const auto& c = cold.at(key).front();
+    overlapping += h.begin < c.end && c.begin < h.end;
+  }
+  RecordProperty("overlapping_pairs", overlapping);
+  EXPECT_GE(overlapping, steps * 2 / 2) << overlapping << " of " << steps * 2 << " (step, layer) pairs overlap";
+
+  // The JSON: thread names, and complete events carrying step, layer and seqs.
+  auto j = nlohmann::json::parse(trace.chrome_json());
+  std::set<std::string> threads;
+  int complete = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") == "M") threads.insert(e.at("args").at("name").get<std::string>());
+    if (e.at("ph") == "X") {
+      ++complete;
+      EXPECT_TRUE(e.at("args").contains("step") && e.at("args").contains("layer") && e.at("args").contains("seqs"));
+      EXPECT_GE(e.at("dur").get<double>(), 0.0);
+    }
+  }
+  EXPECT_TRUE(threads.count("hotcold-sim")) << j.dump().substr(0, 400);
+  EXPECT_EQ(complete, static_cast<int>(trace.entries().size()));
 }
 
 }  // namespace

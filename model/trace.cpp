@@ -1,0 +1,88 @@
+#include "model/trace.hpp"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <fstream>
+#include <system_error>
+
+#include <nlohmann/json.hpp>
+
+namespace hotcold {
+
+namespace {
+std::atomic<uint64_t> next_recorder_id{1};
+
+// The buffer this thread last used, and for which recorder (ids are never reused).
+struct thread_slot {
+  uint64_t recorder = 0;
+  void* buffer = nullptr;
+};
+thread_local thread_slot slot;
+}  // namespace
+
+trace_recorder::trace_recorder() : id_(next_recorder_id.fetch_add(1)) {}
+trace_recorder::~trace_recorder() = default;
+
+trace_recorder::thread_buffer& trace_recorder::mine() {
+  if (slot.recorder == id_) return *static_cast<thread_buffer*>(slot.buffer);
+  auto b = std::make_unique<thread_buffer>();
+  char name[32] = {};
+  if (pthread_getname_np(pthread_self(), name, sizeof name) != 0 || !name[0]) std::snprintf(name, sizeof name, "thread");
+  b->name = name;
+  b->spans.reserve(4096);
+  std::lock_guard lock(registry_mutex_);
+  threads_.push_back(std::move(b));
+  slot = {id_, threads_.back().get()};
+  return *threads_.back();
+}
+
+void trace_recorder::record(const char* name, int64_t step, int64_t layer, int64_t seqs, clock::time_point begin, clock::time_point end) {
+  mine().spans.push_back(interval{name, step, layer, seqs, begin, end});
+}
+
+std::vector<trace_recorder::entry> trace_recorder::entries() const {
+  std::lock_guard lock(registry_mutex_);
+  std::vector<entry> out;
+  for (size_t t = 0; t < threads_.size(); ++t)
+    for (const auto& s : threads_[t]->spans) out.push_back({s, static_cast<int>(t)});
+  return out;
+}
+
+std::vector<std::string> trace_recorder::thread_names() const {
+  std::lock_guard lock(registry_mutex_);
+  std::vector<std::string> out;
+  for (const auto& t : threads_) out.push_back(t->name);
+  return out;
+}
+
+std::string trace_recorder::chrome_json() const {
+  auto all = entries();
+  auto names = thread_names();
+  clock::time_point origin = all.empty() ? clock::time_point{} : all.front().span.begin;
+  for (const auto& e : all) origin = std::min(origin, e.span.begin);
+  auto us = [&](clock::time_point t) { return std::chrono::duration<double, std::micro>(t - origin).count(); };
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t t = 0; t < names.size(); ++t)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t + 1}, {"args", {{"name", names[t]}}}});
+  std::sort(all.begin(), all.end(), [](const entry& a, const entry& b) { return a.span.begin < b.span.begin; });
+  for (const auto& e : all)
+    events.push_back({{"name", e.span.name},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", e.thread + 1},
+                      {"ts", us(e.span.begin)},
+                      {"dur", us(e.span.end) - us(e.span.begin)},
+                      {"args", {{"step", e.span.step}, {"layer", e.span.layer}, {"seqs", e.span.seqs}}}});
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+void trace_recorder::write(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw std::system_error(errno, std::generic_category(), path);
+  out << chrome_json() << "\n";
+  out.close();
+  if (!out) throw std::system_error(errno, std::generic_category(), path + ": write failed");
+}
+
+}  // namespace hotcold

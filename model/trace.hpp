@@ -1,0 +1,72 @@
+#pragma once
+// Where each token's time goes: complete intervals (name, step, layer, sequences in the step,
+// begin, end, thread) recorded from any thread without a lock on the hot path — each thread
+// appends to its own buffer, registered once — and written as Chrome trace-event JSON
+// (docs/traces.md), which Perfetto and chrome://tracing open.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hotcold {
+
+class trace_recorder {
+ public:
+  using clock = std::chrono::steady_clock;
+  struct interval {
+    const char* name;  // a string literal
+    int64_t step, layer, seqs;
+    clock::time_point begin, end;
+  };
+
+  trace_recorder();
+  ~trace_recorder();
+  void record(const char* name, int64_t step, int64_t layer, int64_t seqs, clock::time_point begin, clock::time_point end);
+
+  // Everything recorded so far, each with the recording thread's index (0 = first to record).
+  struct entry {
+    interval span;
+    int thread;
+  };
+  std::vector<entry> entries() const;
+  // Thread names, by index: what the thread called itself (pthread name), e.g. "hotcold-sim".
+  std::vector<std::string> thread_names() const;
+  // {"traceEvents": [...], "displayTimeUnit": "ms"}: "X" events with args {step, layer, seqs},
+  // times in microseconds from the first event, and "M" thread_name metadata.
+  std::string chrome_json() const;
+  void write(const std::string& path) const;  // throws std::system_error naming the path
+
+ private:
+  struct thread_buffer {
+    std::string name;
+    std::vector<interval> spans;
+  };
+  thread_buffer& mine();
+  const uint64_t id_;
+  mutable std::mutex registry_mutex_;  // taken when a thread records for the first time, and to read
+  std::vector<std::unique_ptr<thread_buffer>> threads_;
+};
+
+// Records one interval from construction to destruction (nothing when the recorder is null).
+class trace_scope {
+ public:
+  trace_scope(trace_recorder* r, const char* name, int64_t step, int64_t layer, int64_t seqs = 1)
+      : r_(r), name_(name), step_(step), layer_(layer), seqs_(seqs), begin_(r ? trace_recorder::clock::now() : trace_recorder::clock::time_point{}) {}
+  ~trace_scope() {
+    if (r_) r_->record(name_, step_, layer_, seqs_, begin_, trace_recorder::clock::now());
+  }
+  trace_scope(const trace_scope&) = delete;
+  trace_scope& operator=(const trace_scope&) = delete;
+
+ private:
+  trace_recorder* r_;
+  const char* name_;
+  int64_t step_, layer_, seqs_;
+  trace_recorder::clock::time_point begin_;
+};
+
+}  // namespace hotcold
