@@ -15,6 +15,22 @@ hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data&
   const hparams& hp = model_->hp();
   if (static_cast<int64_t>(placement.hot.size()) != hp.n_layer)
     throw std::invalid_argument(fmt::format("the placement has {} layers, the model {}", placement.hot.size(), hp.n_layer));
+  // Copies run on the device's queue: if a later layer does not fit, the earlier copies must finish
+  // before their buffers go away with this half-built object.
+  try {
+    upload_layers(placement);
+  } catch (...) {
+    hot_->synchronize();
+    throw;
+  }
+  hot_->synchronize();  // the copies read the model's memory: done before anyone computes
+  hot_out_.resize(static_cast<size_t>(hp.n_embd));
+  cold_acc_.resize(static_cast<size_t>(cold_.size() * hp.n_embd));
+  xq_.resize(static_cast<size_t>(hp.n_embd / kernels::qk8_0 + 1));
+}
+
+void hot_cold_ffn::upload_layers(const placement_data& placement) {
+  const hparams& hp = model_->hp();
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const layer_weights& l = model_->weights().layers[static_cast<size_t>(il)];
     if (!l.ffn_down_t) throw std::invalid_argument(fmt::format("{}: layer {} has no ffn_down_t; the hot/cold split needs a sparse file", model_->path(), il));
@@ -43,10 +59,6 @@ hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data&
     h.down_t = upload(l.ffn_down_t, "down");
     layers_.push_back(std::move(h));
   }
-  hot_->synchronize();  // the copies read the model's memory: done before anyone computes
-  hot_out_.resize(static_cast<size_t>(hp.n_embd));
-  cold_acc_.resize(static_cast<size_t>(cold_.size() * hp.n_embd));
-  xq_.resize(static_cast<size_t>(hp.n_embd / kernels::qk8_0 + 1));
 }
 
 void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) {

@@ -35,6 +35,7 @@ class hot_cold_ffn final : public ffn_executor {
   uint64_t hot_bytes() const { return hot_bytes_; }  // rows held on the hot device
 
  private:
+  void upload_layers(const placement_data& placement);
   struct hot_layer {
     std::vector<int32_t> slot;  // per neuron: its row on the device, -1 when cold
     tensor_view gate, up, down_t;

@@ -124,6 +124,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           if (results[1].pp.mean > 0) j["prefill_speedup_vs_dense"] = results[0].pp.mean / results[1].pp.mean;
         }
         fmt::print("{}\n", j.dump(2));
+        l.finish();
         return;
       }
       fmt::print("| model | size | mode | threads | test | t/s | bytes/token |\n| --- | --- | --- | --- | --- | --- | --- |\n");
@@ -140,6 +141,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       if (modes.size() > 1 && a->n_gen > 0 && results[1].tg.mean > 0)
         fmt::print("\nsparse vs dense, same file, interleaved: decode {:.2f}x{}\n", results[0].tg.mean / results[1].tg.mean,
                    a->n_prompt > 0 && results[1].pp.mean > 0 ? fmt::format(", prefill {:.2f}x", results[0].pp.mean / results[1].pp.mean) : "");
+      l.finish();
     });
   });
 }

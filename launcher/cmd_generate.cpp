@@ -103,7 +103,11 @@ int generate(inference_context& ctx, sampler& smp, std::span<const float> logits
   const vocab& v = ctx.get_model().vocabulary();
   int produced = 0;
   while (produced < n && pos < ctx.n_ctx()) {
-    token_id next = smp.sample(logits);
+    token_id next;
+    {
+      trace_scope span(ctx.trace(), "sample", ctx.steps() - 1, ctx.get_model().hp().n_layer);
+      next = smp.sample(logits);
+    }
     if (v.is_end_of_generation(next)) break;
     smp.accept(next);
     write_piece(v.piece(next));
@@ -150,6 +154,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         fmt::print(stderr, "hotcold: prompt {} tokens in {:.0f} ms ({:.1f} tok/s); generated {} tokens in {:.0f} ms ({:.1f} tok/s)\n",
                    tokens.size(), 1000 * t_prompt, tokens.size() / std::max(t_prompt, 1e-9), n, 1000 * t_gen,
                    n / std::max(t_gen, 1e-9));
+        l.finish();
       });
     });
   }
@@ -193,6 +198,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         fmt::print(stderr, "hotcold: {} positions x {} logits -> {} in {:.2f} s\n", tokens.size(), l.m->hp().n_vocab, a->logits_out,
                    seconds_since(t0));
         if (!a->stats_json.empty()) write_stats_json(a->stats_json, *l.ctx);
+        l.finish();
       });
     });
   }
@@ -245,6 +251,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         double err = std::sqrt(std::max(var, 0.0) / std::max<int64_t>(1, count - 1));
         fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f}\n", std::exp(mean), std::exp(mean) * err);
         fmt::print(stderr, "hotcold: {} chunks of {} tokens in {:.1f} s\n", n_chunks, n_ctx, seconds_since(t0));
+        l.finish();
       });
     });
   }
@@ -283,6 +290,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
           generate(*l.ctx, smp, logits, pos, a->s.n_predict);
           fmt::print("\n");
         }
+        l.finish();
       });
     });
   }

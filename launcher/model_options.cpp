@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "devices/device.hpp"
+#include "devices/device_info.hpp"
 #include "launcher/default_model.hpp"
 
 namespace hotcold::launcher {
@@ -15,6 +17,12 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   cmd->add_option("-t,--threads", m.threads, "Threads (default: all hardware threads)");
   cmd->add_option("-c,--ctx", m.ctx, "Context length (default: the model's, at most 4096)");
   cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
+  cmd->add_option("--device", m.device, "Hot device: auto, cpu, sim (a CPU-backed stand-in for a GPU), cuda, hip")
+      ->check(CLI::IsMember({"auto", "cpu", "sim", "cuda", "hip"}))
+      ->capture_default_str();
+  cmd->add_option("--vram-budget", m.vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trace-out", m.trace_out, "Write a Chrome trace-event JSON of where each step's time went (docs/traces.md)");
   cmd->add_option("--mode", m.mode, "dense: every FFN neuron; sparse: the neurons the predictors choose (default: sparse when the file has predictors)")
       ->check(CLI::IsMember({"dense", "sparse"}));
 }
@@ -41,9 +49,45 @@ loaded load(const model_args& a, int64_t ctx_override) {
                100.0 * static_cast<double>(hot) / static_cast<double>(hp.n_layer * hp.n_ff), pl->vram_capacity / double(1ull << 30));
   }
   for (const auto& w : m->vocabulary().warnings()) fmt::print(stderr, "hotcold: warning: {}\n", w);
-  loaded l{m, std::make_unique<inference_context>(m, ctx, threads)};
+  loaded l;
+  l.m = m;
+  l.ctx = std::make_unique<inference_context>(m, ctx, threads);
   l.ctx->set_mode(mode);
+  if (!a.trace_out.empty()) {
+    l.trace = std::make_unique<trace_recorder>();
+    l.trace_path = a.trace_out;
+    l.ctx->set_trace(l.trace.get());
+  }
+
+  // The hot device. The CPU needs no split (every neuron is already where the cold pool computes);
+  // another device holds the placement's hot rows and computes them while the cold pool does the rest.
+  devices::device_options dopt;
+  dopt.kind = a.device;
+  dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
+  if (dopt.kind == "auto" && !devices::probe_cuda().devices.empty()) {
+    fmt::print(stderr, "hotcold: a CUDA device is present, but hotcold's CUDA kernels arrive with issue 8: the CPU runs everything\n");
+    dopt.kind = "cpu";
+  }
+  auto dev = devices::make_device(dopt);
+  if (dev->kind() != devices::device_kind::cpu) {
+    if (mode != ffn_mode::sparse) throw std::invalid_argument(fmt::format("--device {} splits the sparse FFN: it needs --mode sparse and a file with predictors", a.device));
+    const placement_data* pl = m->placement();
+    if (!pl)
+      throw std::invalid_argument(fmt::format("--device {}: {} has no placement ({}); make one with `hotcold place -m {} --stats DIR --vram-budget GiB`",
+                                              a.device, path, placement_path(path), path));
+    l.split = std::make_shared<actors::hot_cold_ffn>(m, *pl, dev, threads);
+    l.split->set_trace(l.trace.get());
+    l.ctx->set_ffn_executor(l.split);
+    fmt::print(stderr, "hotcold: hot device {}: {:.1f} MiB of hot FFN rows in a budget of {:.1f} MiB; cold pool of {} threads\n", dev->name(),
+               l.split->hot_bytes() / double(1 << 20), dev->budget() / double(1 << 20), threads);
+  }
   return l;
+}
+
+void loaded::finish() {
+  if (!trace) return;
+  trace->write(trace_path);
+  fmt::print(stderr, "hotcold: trace of {} intervals -> {}\n", trace->entries().size(), trace_path);
 }
 
 }  // namespace hotcold::launcher

@@ -1,12 +1,14 @@
 #pragma once
-// Options every command that runs a model shares (-m, -t, -c, --mmap, --mode) and the loading
-// that follows them.
+// Options every command that runs a model shares (-m, -t, -c, --mmap, --mode, --device,
+// --vram-budget, --trace-out) and the loading that follows them.
 #include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "actors/hot_cold_ffn.hpp"
 #include "model/forward.hpp"
+#include "model/trace.hpp"
 
 namespace hotcold::launcher {
 
@@ -16,13 +18,21 @@ struct model_args {
   int64_t ctx = 0;
   bool mmap = false;
   std::string mode;  // "dense", "sparse"; empty: sparse when the file has predictors
+  std::string device = "auto";  // the hot device: auto | cpu | sim | cuda | hip
+  double vram_budget_gib = 0;   // the hot device's budget (0: its free memory; sim needs one)
+  std::string trace_out;        // Chrome trace-event JSON written when the command ends
 };
 
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required);
 
 struct loaded {
   std::shared_ptr<const model> m;
+  std::unique_ptr<trace_recorder> trace;          // with --trace-out
+  std::shared_ptr<actors::hot_cold_ffn> split;    // with a hot device other than the CPU
   std::unique_ptr<inference_context> ctx;
+  std::string trace_path;
+  // Writes the trace (if asked for) and says where; call when the work is done.
+  void finish();
 };
 
 // Loads the model (the default model when none is given), logs it on stderr, sets the mode.

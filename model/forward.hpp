@@ -80,6 +80,7 @@ class inference_context {
   // Records attention / predict / ffn / output intervals of every step (null: none). The recorder
   // must outlive the context's use of it.
   void set_trace(trace_recorder* t) { trace_ = t; }
+  trace_recorder* trace() const { return trace_; }
   int64_t steps() const { return steps_; }  // forward / forward_batch calls so far
 
   // Runs the chosen neurons of one-token steps through `e` (empty: the context's own threads).

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -29,9 +30,15 @@ std::string quote(const std::string& s) {
 
 result run(const std::vector<std::string>& args, const std::string& env = "") {
   auto err_path = fs::temp_directory_path() / ("hotcold-cli-" + std::to_string(getpid()) + ".err");
-  std::string cmd = env + " " + quote(HOTCOLD_BIN);
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " 2>" + quote(err_path.string());
+  std::string cmd = env;
+  cmd += ' ';
+  cmd += quote(HOTCOLD_BIN);
+  for (const auto& a : args) {
+    cmd += ' ';
+    cmd += quote(a);
+  }
+  cmd += " 2>";
+  cmd += quote(err_path.string());
   FILE* p = popen(cmd.c_str(), "r");
   result r{};
   char buf[4096];
@@ -195,6 +202,51 @@ TEST(Cli, RunMakesTheDefaultModelOnFirstUse) {
   EXPECT_EQ(again.out, r.out);
   EXPECT_EQ(again.err.find("making the default model"), std::string::npos);
   fs::remove_all(cache);
+}
+
+// A hot device splits each layer's FFN by the placement; greedy text is the CPU's, and the trace shows
+// both sides. Without a placement, or in dense mode, the command says what is missing.
+TEST(Cli, SimDeviceSplitsByPlacement) {
+  auto dir = fs::temp_directory_path() / ("hotcold-cli-sim-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto sparse = (dir / "sparse.gguf").string();
+  // The fixed part (attention, head, KV cache at 64 tokens, predictors) is about 8.4 MiB here, so
+  // 0.0085 GiB leaves room for some of the FFN rows only: every layer is split.
+  auto prep = run({"prepare", "-m", small_model(), "-o", sparse, "--tokens", "256", "-t", "2", "--vram-budget", "0.0085", "-c", "64"});
+  ASSERT_EQ(prep.code, 0) << prep.err;
+  ASSERT_TRUE(fs::exists(sparse + ".generated.gpuidx")) << prep.err;
+  auto cpu = run({"run", "-m", sparse, "-p", "Hello world", "-n", "16", "--temp", "0", "-t", "2", "-c", "64", "--device", "cpu"});
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  auto trace = (dir / "trace.json").string();
+  auto sim = run({"run", "-m", sparse, "-p", "Hello world", "-n", "16", "--temp", "0", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "1",
+                  "--trace-out", trace});
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  EXPECT_EQ(sim.out, cpu.out);
+  EXPECT_NE(sim.err.find("hot device sim"), std::string::npos) << sim.err;
+  std::ifstream in(trace);
+  auto j = nlohmann::json::parse(in);
+  std::map<std::string, int> count;
+  for (const auto& e : j.at("traceEvents")) count[e.at("name").get<std::string>()]++;
+  EXPECT_GT(count["hot_ffn"], 0);
+  EXPECT_GT(count["cold_ffn"], 0);
+  EXPECT_EQ(count["sample"], 16);
+  EXPECT_GT(count["thread_name"], 1);
+
+  auto bare = (dir / "bare.gguf").string();
+  fs::copy_file(sparse, bare);
+  auto none = run({"run", "-m", bare, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "1"});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("has no placement"), std::string::npos) << none.err;
+  auto dense = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "1", "--mode", "dense"});
+  EXPECT_EQ(dense.code, 2);
+  EXPECT_NE(dense.err.find("--mode sparse"), std::string::npos) << dense.err;
+  auto small = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "0.000001"});
+  EXPECT_EQ(small.code, 1);
+  EXPECT_NE(small.err.find("budget"), std::string::npos) << small.err;
+  auto nobudget = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "--device", "sim"});
+  EXPECT_EQ(nobudget.code, 2);
+  EXPECT_NE(nobudget.err.find("--vram-budget"), std::string::npos) << nobudget.err;
+  fs::remove_all(dir);
 }
 
 TEST(Cli, EvalWritesEveryPositionsLogits) {
