@@ -53,29 +53,6 @@ placement_data every_third(int64_t n_layer, int64_t n_ff) {
   return p;
 }
 
-std::vector<std::vector<float>> run(std::shared_ptr<const model> m, std::shared_ptr<ffn_executor> e, ffn_mode mode) {
-  inference_context ctx(m, 16, 2);
-  ctx.set_mode(mode);
-  ctx.set_ffn_executor(std::move(e));
-  std::vector<std::vector<float>> out;
-  const token_id tokens[] = {1, 250, 17, 299, 3, 120};
-  for (int i = 0; i < 6; ++i) {
-    auto l = ctx.forward(tokens[i], i);
-    out.emplace_back(l.begin(), l.end());
-  }
-  return out;
-}
-
-double rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double num = 0, den = 0;
-  for (size_t t = 0; t < a.size(); ++t)
-    for (size_t i = 0; i < a[t].size(); ++i) {
-      num += (a[t][i] - b[t][i]) * double(a[t][i] - b[t][i]);
-      den += b[t][i] * double(b[t][i]);
-    }
-  return std::sqrt(num / den);
-}
-
 TEST_P(HotCold, SplitGivesTheReferenceLogits) {
   auto m = model::load(sparse_file(GetParam()));
   const auto& hp = m->hp();
@@ -95,9 +72,9 @@ TEST_P(HotCold, SplitGivesTheReferenceLogits) {
   EXPECT_EQ(sim->used(), rows);
 
   for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::oracle}) {
-    auto want = run(m, nullptr, mode);
-    auto got = run(m, split, mode);
-    EXPECT_LT(rel_diff(got, want), 1e-5) << (mode == ffn_mode::sparse ? "sparse" : "oracle");
+    auto want = test::logits_of(m, mode);
+    auto got = test::logits_of(m, mode, 2, split);
+    EXPECT_LT(test::rel_diff(got, want), 1e-5) << (mode == ffn_mode::sparse ? "sparse" : "oracle");
   }
   // Both sides did work.
   EXPECT_GT(split->computed().hot, 0);

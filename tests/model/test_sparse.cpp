@@ -11,28 +11,6 @@
 namespace hotcold {
 namespace {
 
-std::vector<std::vector<float>> logits_of(std::shared_ptr<const model> m, ffn_mode mode, int threads = 2) {
-  inference_context ctx(m, 16, threads);
-  ctx.set_mode(mode);
-  std::vector<std::vector<float>> out;
-  const token_id tokens[] = {1, 250, 17, 299, 3, 120};
-  for (int i = 0; i < 6; ++i) {
-    auto l = ctx.forward(tokens[i], i);
-    out.emplace_back(l.begin(), l.end());
-  }
-  return out;
-}
-
-double rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double num = 0, den = 0;
-  for (size_t t = 0; t < a.size(); ++t)
-    for (size_t i = 0; i < a[t].size(); ++i) {
-      num += (a[t][i] - b[t][i]) * double(a[t][i] - b[t][i]);
-      den += b[t][i] * double(b[t][i]);
-    }
-  return std::sqrt(num / den);
-}
-
 struct sparse_case {
   std::string name;
   architecture arch;
@@ -69,9 +47,9 @@ TEST_P(SparsePath, OracleMaskEqualsDense) {
   ASSERT_TRUE(m->has_predictors());
   ASSERT_TRUE(m->weights().layers[0].ffn_down_t);
   ASSERT_FALSE(m->weights().layers[0].ffn_down);
-  auto dense = logits_of(m, ffn_mode::dense);
-  EXPECT_LT(rel_diff(logits_of(m, ffn_mode::oracle), dense), 1e-5);
-  EXPECT_LT(rel_diff(logits_of(m, ffn_mode::oracle, 1), dense), 1e-5);  // shards do not change the sum
+  auto dense = test::logits_of(m, ffn_mode::dense);
+  EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::oracle), dense), 1e-5);
+  EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::oracle, 1), dense), 1e-5);  // shards do not change the sum
 }
 
 // The sparse file (down projection as AXPY over ffn_down_t rows) computes what the dense file does
@@ -83,13 +61,13 @@ TEST_P(SparsePath, TransposedDownMatchesTheDenseFile) {
   // F32 and F16 survive the transposition exactly; a 4-bit row re-quantized along the other axis
   // moves by a few percent (a wrong AXPY kernel would be off by 100%).
   double tolerance = c.type == tensor_type::q4_0 ? 8e-2 : c.type == tensor_type::q8_0 ? 1e-2 : 1e-5;
-  EXPECT_LT(rel_diff(logits_of(sparse, ffn_mode::dense), logits_of(dense, ffn_mode::dense)), tolerance);
+  EXPECT_LT(test::rel_diff(test::logits_of(sparse, ffn_mode::dense), test::logits_of(dense, ffn_mode::dense)), tolerance);
 }
 
 // A predictor that selects every neuron is the dense model; one that selects none removes the FFN.
 TEST_P(SparsePath, PredictorThresholdDecides) {
   auto all = model::load(sparse_model(GetParam(), -1e30f));
-  EXPECT_LT(rel_diff(logits_of(all, ffn_mode::sparse), logits_of(all, ffn_mode::dense)), 1e-5);
+  EXPECT_LT(test::rel_diff(test::logits_of(all, ffn_mode::sparse), test::logits_of(all, ffn_mode::dense)), 1e-5);
   auto none = model::load(sparse_model(GetParam(), 1e30f));
   inference_context ctx(none, 4, 2);
   ctx.set_mode(ffn_mode::sparse);
@@ -154,12 +132,12 @@ TEST_P(SparsePath, BatchEqualsOneTokenAtATime) {
   const bool quantized = GetParam().type == tensor_type::q8_0 || GetParam().type == tensor_type::q4_0;
   for (ffn_mode mode : {ffn_mode::dense, ffn_mode::sparse}) {
     const double tolerance = mode == ffn_mode::dense && !quantized ? 1e-5 : quantized ? 2e-3 : 1e-3;
-    auto one = logits_of(m, mode);
-    EXPECT_LT(rel_diff(batch_logits_of(m, mode), one), tolerance) << (mode == ffn_mode::dense ? "dense" : "sparse");
-    EXPECT_LT(rel_diff(batch_logits_of(m, mode, 1), one), tolerance);
+    auto one = test::logits_of(m, mode);
+    EXPECT_LT(test::rel_diff(batch_logits_of(m, mode), one), tolerance) << (mode == ffn_mode::dense ? "dense" : "sparse");
+    EXPECT_LT(test::rel_diff(batch_logits_of(m, mode, 1), one), tolerance);
   }
   // Sparse differs from dense here (the random predictor misses neurons), so the check above can fail.
-  EXPECT_GT(rel_diff(logits_of(m, ffn_mode::sparse), logits_of(m, ffn_mode::dense)), 2e-2);
+  EXPECT_GT(test::rel_diff(test::logits_of(m, ffn_mode::sparse), test::logits_of(m, ffn_mode::dense)), 2e-2);
 
   // The same neurons, token by token.
   auto acts = [&](bool batch) {
@@ -238,10 +216,10 @@ TEST(SparseBatch, LongInputsSplitIntoBatches) {
   std::span<const float> want;
   for (int64_t i = 0; i < n; ++i) want = one.forward(tokens[static_cast<size_t>(i)], i);
   auto want_rows = as_rows(want);
-  EXPECT_LT(rel_diff(as_rows(batch.forward_batch(tokens, 0)), want_rows), 1e-5);
+  EXPECT_LT(test::rel_diff(as_rows(batch.forward_batch(tokens, 0)), want_rows), 1e-5);
   // Decoding carries on from the batch's cache.
   auto next_one = as_rows(one.forward(5, n));
-  EXPECT_LT(rel_diff(as_rows(batch.forward(5, n)), next_one), 1e-5);
+  EXPECT_LT(test::rel_diff(as_rows(batch.forward(5, n)), next_one), 1e-5);
   EXPECT_THROW(batch.forward_batch(tokens, 2), std::out_of_range);  // n tokens from position 2 pass the context
   EXPECT_THROW(batch.forward_batch(std::vector<token_id>{-1}, 0), std::out_of_range);
 }
@@ -270,7 +248,7 @@ TEST(SparseFiles, PowerInferFilesKeepPerLayerThresholds) {
     auto la = ca.forward(tokens[i], i);
     std::vector<float> va(la.begin(), la.end());
     auto lb = cb.forward(tokens[i], i);
-    EXPECT_LT(rel_diff({va}, {std::vector<float>(lb.begin(), lb.end())}), 1e-6);
+    EXPECT_LT(test::rel_diff({va}, {std::vector<float>(lb.begin(), lb.end())}), 1e-6);
   }
   EXPECT_EQ(ca.computed_neurons(), cb.computed_neurons());
   // Layer 0's own threshold matters: with the lowest threshold for both layers, layer 0 would compute more.

@@ -3,10 +3,12 @@
 // temporary folder, made once per test binary.
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <string>
 
+#include "model/forward.hpp"
 #include "model/gguf_writer.hpp"
 #include "tools/gen_model.hpp"
 #include "tools/sparse_file.hpp"
@@ -105,6 +107,32 @@ inline std::vector<tools::layer_predictor> random_predictors(int64_t n_layer, in
     for (auto& x : p.fc2) x = d(rng);
   }
   return ps;
+}
+
+// Logits of six fixed tokens, one forward() each (optionally through an FFN executor).
+inline std::vector<std::vector<float>> logits_of(std::shared_ptr<const model> m, ffn_mode mode, int threads = 2,
+                                                 std::shared_ptr<ffn_executor> executor = nullptr) {
+  inference_context ctx(m, 16, threads);
+  ctx.set_mode(mode);
+  ctx.set_ffn_executor(std::move(executor));
+  std::vector<std::vector<float>> out;
+  const token_id tokens[] = {1, 250, 17, 299, 3, 120};
+  for (int i = 0; i < 6; ++i) {
+    auto l = ctx.forward(tokens[i], i);
+    out.emplace_back(l.begin(), l.end());
+  }
+  return out;
+}
+
+// sqrt(sum (a - b)^2 / sum b^2) over all rows.
+inline double rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double num = 0, den = 0;
+  for (size_t t = 0; t < a.size(); ++t)
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      num += (a[t][i] - b[t][i]) * double(a[t][i] - b[t][i]);
+      den += b[t][i] * double(b[t][i]);
+    }
+  return std::sqrt(num / den);
 }
 
 }  // namespace hotcold::test
