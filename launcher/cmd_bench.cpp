@@ -46,7 +46,7 @@ rate summarize(const std::vector<double>& r) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   struct args {
     model_args m;
-    int n_prompt = 128, n_gen = 64, reps = 3;
+    int n_prompt = 128, n_gen = 64, reps = 3, parallel = 1;
     bool json = false, vs_dense = false;
   };
   auto a = std::make_shared<args>();
@@ -55,21 +55,36 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->capture_default_str();
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions")->capture_default_str();
+  cmd->add_option("--parallel", a->parallel, "Sequences decoded at once, one step for all (decode_tokens_per_s is their sum)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
   cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("bench", [&] {
       if (a->reps < 1) throw std::invalid_argument("-r must be at least 1");
-      auto l = load(a->m, std::max(1, a->n_prompt + a->n_gen));
+      auto l = load(a->m, std::max(1, a->n_prompt + a->n_gen), a->parallel);
+      const int K = a->parallel;
       inference_context& ctx = *l.ctx;
       const model& m = *l.m;
       const auto& hp = m.hp();
       auto token_at = [&](int i) { return static_cast<token_id>((i * 7919 + 13) % hp.n_vocab); };
       // Decode: one token at a time; prefill: the prompt as batches.
+      // With --parallel K, K sequences (slots 0..K-1) advance one step at a time, all in one batch.
+      std::vector<int64_t> slots(static_cast<size_t>(K)), positions(static_cast<size_t>(K));
+      std::vector<token_id> step_tokens(static_cast<size_t>(K));
+      for (int s = 0; s < K; ++s) slots[static_cast<size_t>(s)] = s;
       auto timed = [&](int n) {
         auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < n; ++i) ctx.forward(token_at(i), i);
-        return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (int i = 0; i < n; ++i) {
+          if (K == 1) {
+            ctx.forward(token_at(i), i);
+            continue;
+          }
+          for (int s = 0; s < K; ++s) step_tokens[static_cast<size_t>(s)] = token_at(i + 101 * s), positions[static_cast<size_t>(s)] = i;
+          ctx.forward_step(step_tokens, slots, positions);
+        }
+        return static_cast<double>(n) * K / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       };
       auto timed_prompt = [&](int n) {
         std::vector<token_id> prompt(static_cast<size_t>(n));
@@ -96,9 +111,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           ctx.set_mode(modes[k]);
           if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(a->n_prompt));
           if (a->n_gen > 0) {
-            auto before = ctx.computed_neurons();
+            auto before = ctx.read_neurons();
             tg_runs[k].push_back(timed(a->n_gen));
-            for (int64_t l = 0; l < hp.n_layer; ++l) computed[k][static_cast<size_t>(l)] += ctx.computed_neurons()[static_cast<size_t>(l)] - before[static_cast<size_t>(l)];
+            for (int64_t l = 0; l < hp.n_layer; ++l) computed[k][static_cast<size_t>(l)] += ctx.read_neurons()[static_cast<size_t>(l)] - before[static_cast<size_t>(l)];
             tokens_run[k] += a->n_gen;
           }
         }
@@ -106,7 +121,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         if (a->n_prompt > 0) results[k].pp = summarize(pp_runs[k]);
         if (a->n_gen > 0) {
           results[k].tg = summarize(tg_runs[k]);
-          results[k].bpt = bytes_per_token(m, std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0), computed[k], tokens_run[k]);
+          // Weights read per step (each row of a step's union once), shared by its K tokens.
+          results[k].bpt = bytes_per_token(m, std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0), computed[k], tokens_run[k]) / K;
         }
       }
       auto mode_name = [](ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; };
@@ -115,7 +131,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           return nlohmann::json{{"model", m.path()}, {"mode", mode_name(modes[k])}, {"threads", ctx.pool().size()}, {"model_bytes", m.weight_bytes()},
                                 {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
                                 {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
-                                {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}};
+                                {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", K}};
         };
         nlohmann::json j = describe(0);
         if (modes.size() > 1) {
@@ -135,8 +151,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         if (a->n_prompt > 0)
           fmt::print("| {} | {:.2f} GiB | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, mode_name(modes[k]), ctx.pool().size(), a->n_prompt, r.pp.mean, r.pp.sd);
         if (a->n_gen > 0)
-          fmt::print("| {} | {:.2f} GiB | {} | {} | tg{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, mode_name(modes[k]), ctx.pool().size(), a->n_gen,
-                     r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
+          fmt::print("| {} | {:.2f} GiB | {} | {} | tg{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, mode_name(modes[k]), ctx.pool().size(), a->n_gen,
+                     K > 1 ? fmt::format(" x{}", K) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
       }
       if (modes.size() > 1 && a->n_gen > 0 && results[1].tg.mean > 0)
         fmt::print("\nsparse vs dense, same file, interleaved: decode {:.2f}x{}\n", results[0].tg.mean / results[1].tg.mean,

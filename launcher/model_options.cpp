@@ -27,7 +27,7 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
       ->check(CLI::IsMember({"dense", "sparse"}));
 }
 
-loaded load(const model_args& a, int64_t ctx_override) {
+loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   std::string path = a.model.empty() ? ensure_default_model() : a.model;
   auto t0 = std::chrono::steady_clock::now();
   auto m = model::load(path, {a.mmap});
@@ -51,7 +51,7 @@ loaded load(const model_args& a, int64_t ctx_override) {
   for (const auto& w : m->vocabulary().warnings()) fmt::print(stderr, "hotcold: warning: {}\n", w);
   loaded l;
   l.m = m;
-  l.ctx = std::make_unique<inference_context>(m, ctx, threads);
+  l.ctx = std::make_unique<inference_context>(m, ctx, threads, n_seq);
   l.ctx->set_mode(mode);
   if (!a.trace_out.empty()) {
     l.trace = std::make_unique<trace_recorder>();

@@ -36,6 +36,7 @@ struct loaded {
 };
 
 // Loads the model (the default model when none is given), logs it on stderr, sets the mode.
-loaded load(const model_args& a, int64_t ctx_override = 0);
+// n_seq: sequences the context holds KV caches for.
+loaded load(const model_args& a, int64_t ctx_override = 0, int64_t n_seq = 1);
 
 }  // namespace hotcold::launcher

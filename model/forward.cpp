@@ -81,8 +81,8 @@ const float* f32(const tensor_view& t) { return reinterpret_cast<const float*>(t
 
 }  // namespace
 
-inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads)
-    : model_(std::move(m)), n_ctx_(n_ctx > 0 ? n_ctx : model_->hp().n_ctx_train), pool_(n_threads) {
+inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq)
+    : model_(std::move(m)), n_ctx_(n_ctx > 0 ? n_ctx : model_->hp().n_ctx_train), n_seq_(std::max<int64_t>(1, n_seq)), pool_(n_threads) {
   const hparams& hp = model_->hp();
   x_.resize(hp.n_embd);
   xn_.resize(hp.n_embd);
@@ -105,11 +105,12 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   cost_.resize(static_cast<size_t>(hp.n_layer));
   choices_.resize(static_cast<size_t>(hp.n_layer));
   computed_.assign(static_cast<size_t>(hp.n_layer), 0);
+  read_.assign(static_cast<size_t>(hp.n_layer), 0);
   scores_.resize(static_cast<size_t>(hp.n_head * n_ctx_));
   logits_.resize(hp.n_vocab);
   // Quantized activations for every product's input: n_embd, n_ff, or a predictor's rank (fc2).
   xq_.resize(static_cast<size_t>(std::max({hp.n_embd, hp.n_ff, max_rank}) / qk8_0 + 1));
-  size_t cache = static_cast<size_t>(hp.n_layer * n_ctx_ * hp.n_embd_kv());
+  size_t cache = static_cast<size_t>(n_seq_ * hp.n_layer * n_ctx_ * hp.n_embd_kv());
   k_cache_.assign(cache, 0.0f);
   v_cache_.assign(cache, 0.0f);
 }
@@ -125,13 +126,20 @@ void inference_context::matvec(const tensor_view& w, const float* x, float* y) {
   }, 16);
 }
 
-void inference_context::attention(int64_t layer, int64_t pos) {
+float* inference_context::k_at(int64_t seq, int64_t layer, int64_t pos) {
+  return k_cache_.data() + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
+}
+float* inference_context::v_at(int64_t seq, int64_t layer, int64_t pos) {
+  return v_cache_.data() + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
+}
+
+void inference_context::attention(int64_t seq, int64_t layer, int64_t pos) {
   const hparams& hp = model_->hp();
   const int64_t hd = hp.head_dim(), kv = hp.n_embd_kv();
   const int64_t group = hp.n_head / hp.n_head_kv;  // query heads per KV head
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* kc = k_cache_.data() + layer * n_ctx_ * kv;
-  const float* vc = v_cache_.data() + layer * n_ctx_ * kv;
+  const float* kc = k_at(seq, layer, 0);
+  const float* vc = v_at(seq, layer, 0);
   const float* q = qkv_.data();
   pool_.parallel_for(hp.n_head, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
@@ -243,6 +251,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
   }
 
   computed_[static_cast<size_t>(layer)] += choose ? static_cast<int64_t>(active_.size()) : n_ff;
+  read_[static_cast<size_t>(layer)] += choose ? static_cast<int64_t>(active_.size()) : n_ff;
   if (stats_on_) {
     auto& st = stats_[static_cast<size_t>(layer)];
     st.tokens += 1;
@@ -321,10 +330,10 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
     }
     rope(q, hp.n_head, hp, pos);
     rope(k, hp.n_head_kv, hp, pos);
-    std::memcpy(k_cache_.data() + (il * n_ctx_ + pos) * kv, k, static_cast<size_t>(kv) * 4);
-    std::memcpy(v_cache_.data() + (il * n_ctx_ + pos) * kv, v, static_cast<size_t>(kv) * 4);
+    std::memcpy(k_at(0, il, pos), k, static_cast<size_t>(kv) * 4);
+    std::memcpy(v_at(0, il, pos), v, static_cast<size_t>(kv) * 4);
 
-    attention(il, pos);
+    attention(0, il, pos);
     matvec(l.wo, attn_out_.data(), proj_.data());
     }
 
@@ -363,8 +372,25 @@ void inference_context::matmul(const tensor_view& w, const float* x, int64_t n, 
     b_.xq.resize(static_cast<size_t>(n * qrow));
     for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, b_.xq.data() + t * qrow, d);
   }
-  // Tiles of rows (dequantized once into a thread's buffer) against tiles of tokens.
   constexpr int64_t row_tile = 8, token_tile = 32;
+  if (w.type == tensor_type::f16 || w.type == tensor_type::f32) {
+    // Each row against four tokens at a time, converted once in registers; tokens tiled so their
+    // activations stay in cache while a thread walks its rows.
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t t = t0; t < std::min(n, t0 + token_tile); t += 4) {
+            const int k = static_cast<int>(std::min<int64_t>(4, std::min(n, t0 + token_tile) - t));
+            const float* xs[4] = {x + t * d, x + std::min(t + 1, n - 1) * d, x + std::min(t + 2, n - 1) * d, x + std::min(t + 3, n - 1) * d};
+            float o[4];
+            if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r)), xs, k, d, o);
+            else dotn_f32(reinterpret_cast<const float*>(w.row(r)), xs, k, d, o);
+            for (int j = 0; j < k; ++j) y[(t + j) * rows + r] = o[j];
+          }
+    }, row_tile);
+    return;
+  }
+  // Tiles of rows (dequantized once into a thread's buffer) against tiles of tokens.
   pool_.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> buf;
     if (!quantized) buf.resize(static_cast<size_t>(row_tile * d));
@@ -385,8 +411,7 @@ void inference_context::matmul(const tensor_view& w, const float* x, int64_t n, 
   });
 }
 
-void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, float* out) {
-  using clock = std::chrono::steady_clock;
+void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, bool may_go_dense, float* out) {
   const hparams& hp = model_->hp();
   const int64_t n_ff = hp.n_ff, d = hp.n_embd;
   auto& cost = cost_[static_cast<size_t>(layer)];
@@ -394,18 +419,17 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   auto& B = b_;
   const int c = std::min(batch_cost::classes - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
 
-  // Sparse only where it pays: predictor time + the union's share of the neuron loop < the whole loop,
-  // from what this layer measured at this batch size. Dense choices are re-probed now and then.
+  // Sparse only where it pays: the predictor's bytes plus the union's share of the FFN rows against
+  // all the rows, with the union share this layer measured at this batch size (re-probed every 16
+  // dense batches). Bytes, not seconds: the choice, and so the result, is the same on every run.
   bool sparse = mode_ == ffn_mode::sparse && l.pred_fc1;
-  if (sparse && !stats_on_) {
+  if (sparse && may_go_dense && !stats_on_) {
     const double u = cost.union_share[c];
-    if (u >= 0 && cost.neuron_s[c] >= 0 && cost.predictor_s[c] >= 0) {
-      const double all = static_cast<double>(n_ff) * cost.neuron_s[c];
-      if (cost.predictor_s[c] + u * all >= all && ++cost.dense_since_probe[c] % 16 != 0) sparse = false;
-    }
+    const double rows = static_cast<double>(l.ffn_gate.bytes() + l.ffn_up.bytes() + l.ffn_down_t.bytes() + l.ffn_down.bytes());
+    const double predictor = static_cast<double>(l.pred_fc1.bytes() + l.pred_fc2.bytes());
+    if (u >= 0 && predictor + u * rows >= rows && ++cost.dense_since_probe[c] % 16 != 0) sparse = false;
   }
 
-  const auto t0 = clock::now();
   std::optional<trace_scope> predict_span;
   if (sparse) predict_span.emplace(trace_, "predict", step_, layer);
   std::vector<int32_t>& chosen_union = active_;
@@ -427,7 +451,6 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
     for (int64_t i = 0; i < n_ff; ++i) chosen_union.push_back(static_cast<int32_t>(i));
   }
   predict_span.reset();
-  const auto t1 = clock::now();
   trace_scope ffn_span(trace_, "ffn", step_, layer);
 
   // The dense truth for stats: every neuron of every token.
@@ -490,15 +513,12 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   } else {
     matmul(l.ffn_down, B.hidden.data(), n, out);
   }
-  const auto t2 = clock::now();
 
   // What this batch measured.
-  auto ewma = [](double& avg, double v) { avg = avg < 0 ? v : 0.8 * avg + 0.2 * v; };
-  ewma(cost.neuron_s[c], std::chrono::duration<double>(t2 - t1).count() / static_cast<double>(std::max<int64_t>(1, n_union)));
   if (sparse) {
-    ewma(cost.predictor_s[c], std::chrono::duration<double>(t1 - t0).count());
     const double u = static_cast<double>(n_union) / static_cast<double>(n_ff);
-    ewma(cost.union_share[c], u);
+    double& avg = cost.union_share[c];
+    avg = avg < 0 ? u : 0.8 * avg + 0.2 * u;
     choice.union_fraction = u;
     ++choice.sparse;
   } else {
@@ -528,9 +548,11 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
     }
   }
   computed_[static_cast<size_t>(layer)] += computed;
+  read_[static_cast<size_t>(layer)] += n_union;
 }
 
-void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits, float* logits) {
+void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,
+                                  float* logits) {
   const hparams& hp = model_->hp();
   const model_weights& w = model_->weights();
   const int64_t n = static_cast<int64_t>(tokens.size()), d = hp.n_embd, kv = hp.n_embd_kv(), n_ff = hp.n_ff;
@@ -570,14 +592,14 @@ void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos,
       matmul(l.wv, B.xn.data(), n, v_of(0));
     }
     for (int64_t t = 0; t < n; ++t) {
-      rope(q_of(t), hp.n_head, hp, pos + t);
-      rope(k_of(t), hp.n_head_kv, hp, pos + t);
-      std::memcpy(k_cache_.data() + (il * n_ctx_ + pos + t) * kv, k_of(t), static_cast<size_t>(kv) * 4);
-      std::memcpy(v_cache_.data() + (il * n_ctx_ + pos + t) * kv, v_of(t), static_cast<size_t>(kv) * 4);
+      rope(q_of(t), hp.n_head, hp, positions[t]);
+      rope(k_of(t), hp.n_head_kv, hp, positions[t]);
+      std::memcpy(k_at(seqs[t], il, positions[t]), k_of(t), static_cast<size_t>(kv) * 4);
+      std::memcpy(v_at(seqs[t], il, positions[t]), v_of(t), static_cast<size_t>(kv) * 4);
     }
-    for (int64_t t = 0; t < n; ++t) {  // causal: token t sees the cache up to its own position
+    for (int64_t t = 0; t < n; ++t) {  // causal: token t sees its sequence's cache up to its own position
       std::memcpy(qkv_.data(), q_of(t), static_cast<size_t>(d) * 4);
-      attention(il, pos + t);
+      attention(seqs[t], il, positions[t]);
       std::copy(attn_out_.begin(), attn_out_.end(), B.attn.begin() + t * d);
     }
     matmul(l.wo, B.attn.data(), n, B.proj.data());
@@ -590,12 +612,13 @@ void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos,
           layer_norm(B.x.data() + t * d, f32(l.attn_norm_2), f32(l.attn_norm_2_b), B.xn2.data() + t * d, d, hp.norm_eps);
         ffn_in = B.xn2.data();
       }
-      ffn_batch(il, l, ffn_in, B.x.data(), n, B.ffn_out.data());
+      ffn_batch(il, l, ffn_in, B.x.data(), n, may_go_dense, B.ffn_out.data());
       for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)] + B.ffn_out[static_cast<size_t>(k)];
     } else {
       for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];
       for (int64_t t = 0; t < n; ++t) rms_norm(B.x.data() + t * d, f32(l.ffn_norm), B.xn2.data() + t * d, d, hp.norm_eps);
-      ffn_batch(il, l, B.xn2.data(), hp.pred_input == predictor_input::layer_input ? B.layer_in.data() : B.x.data(), n, B.ffn_out.data());
+      ffn_batch(il, l, B.xn2.data(), hp.pred_input == predictor_input::layer_input ? B.layer_in.data() : B.x.data(), n, may_go_dense,
+                B.ffn_out.data());
       for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.ffn_out[static_cast<size_t>(k)];
     }
   }
@@ -610,20 +633,41 @@ void inference_context::run_batch(std::span<const token_id> tokens, int64_t pos,
 }
 
 std::span<const float> inference_context::forward_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits) {
-  const hparams& hp = model_->hp();
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw std::invalid_argument("forward_batch: no tokens");
-  for (token_id t : tokens)
-    if (t < 0 || t >= hp.n_vocab) throw std::out_of_range(fmt::format("token id {} is outside the vocabulary", t));
   if (pos < 0 || pos + n > n_ctx_)
     throw std::out_of_range(fmt::format("positions {}..{} are outside the context of {}", pos, pos + n - 1, n_ctx_));
+  std::vector<int64_t> seqs(static_cast<size_t>(n), 0), positions(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) positions[static_cast<size_t>(t)] = pos + t;
+  return run_batches(tokens, seqs, positions, all_logits, true);
+}
+
+std::span<const float> inference_context::forward_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw std::invalid_argument("forward_step: no tokens");
+  if (seqs.size() != tokens.size() || positions.size() != tokens.size())
+    throw std::invalid_argument(fmt::format("forward_step: {} tokens, {} sequence slots, {} positions", tokens.size(), seqs.size(), positions.size()));
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t s = seqs[static_cast<size_t>(t)], p = positions[static_cast<size_t>(t)];
+    if (s < 0 || s >= n_seq_) throw std::out_of_range(fmt::format("sequence slot {} is outside the {} this context holds", s, n_seq_));
+    if (p < 0 || p >= n_ctx_) throw std::out_of_range(fmt::format("position {} is outside the context of {}", p, n_ctx_));
+  }
+  return run_batches(tokens, seqs, positions, true, false);
+}
+
+std::span<const float> inference_context::run_batches(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions,
+                                                      bool all_logits, bool may_go_dense) {
+  const hparams& hp = model_->hp();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  for (token_id t : tokens)
+    if (t < 0 || t >= hp.n_vocab) throw std::out_of_range(fmt::format("token id {} is outside the vocabulary", t));
   if (all_logits) batch_logits_.resize(static_cast<size_t>(n * hp.n_vocab));
   for (int64_t s = 0; s < n; s += max_batch) {
     const int64_t m = std::min(max_batch, n - s);
     float* out = all_logits ? batch_logits_.data() + s * hp.n_vocab : logits_.data();
-    run_batch(tokens.subspan(static_cast<size_t>(s), static_cast<size_t>(m)), pos + s, all_logits, out);
+    run_batch(tokens.subspan(static_cast<size_t>(s), static_cast<size_t>(m)), seqs.data() + s, positions.data() + s, all_logits, may_go_dense, out);
   }
-  if (all_logits) return batch_logits_;
+  if (all_logits) return std::span<const float>(batch_logits_.data(), static_cast<size_t>(n * hp.n_vocab));
   return logits_;
 }
 

@@ -44,7 +44,8 @@ struct ffn_layer_stats {
 class inference_context {
  public:
   // n_ctx: positions the KV cache holds (0: the model's training context).
-  inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads);
+  // n_seq: sequences whose KV caches it holds (slots 0..n_seq-1; forward and forward_batch use slot 0).
+  inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq = 1);
 
   // Runs `token` at position `pos` (positions 0..pos-1 of this sequence must have run) and
   // returns the logits over the vocabulary; valid until the next call. Starting again at position 0
@@ -55,10 +56,17 @@ class inference_context {
   // max_batch): every weight row is read once per batch instead of once per token. Gives the same
   // values as n forward() calls (up to summation order): in sparse mode each token still computes
   // exactly the neurons its own prediction chose; the union of the batch's chosen neurons is what
-  // is read. Whether a layer runs its predictor at all or goes dense is decided by measured cost
-  // (batch_cost). Returns the logits of the last token, or of every token (n x n_vocab) with all_logits.
+  // is read. A layer skips its predictor and computes every neuron (the dense result) when the union
+  // it measured at this batch size makes that read fewer bytes (batch_cost). Returns the logits of
+  // the last token, or of every token (n x n_vocab) with all_logits.
   std::span<const float> forward_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits = false);
   static constexpr int64_t max_batch = 256;
+
+  // One step of several sequences: token t at positions[t] of sequence slot seqs[t] (each sequence's
+  // earlier positions must have run). Weight rows are read once for all of them; each token attends
+  // to its own sequence only. Returns every token's logits (n x n_vocab).
+  std::span<const float> forward_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
+  int64_t n_seq() const { return n_seq_; }
 
   // How sparse-mode batches chose, per layer: predictor + union of active sets, or dense.
   struct batch_layer_choice {
@@ -94,6 +102,9 @@ class inference_context {
   const std::vector<ffn_layer_stats>& stats() const { return stats_; }
   // Neurons computed per layer since construction (always counted; cheap).
   const std::vector<int64_t>& computed_neurons() const { return computed_; }
+  // Neurons whose rows were read per layer since construction: one token's choice per forward(), a
+  // batch's union per batch (so a step of several sequences reads each chosen row once).
+  const std::vector<int64_t>& read_neurons() const { return read_; }
 
   int64_t n_ctx() const { return n_ctx_; }
   const model& get_model() const { return *model_; }
@@ -103,9 +114,15 @@ class inference_context {
   void matvec(const tensor_view& w, const float* x, float* y);
   // y (n x w.ne1) = x (n x w.ne0) times w's rows; each row read once.
   void matmul(const tensor_view& w, const float* x, int64_t n, float* y);
-  void ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, float* out);
-  void run_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits, float* logits);
-  void attention(int64_t layer, int64_t pos);  // q, k_cache, v_cache -> attn_out
+  // may_go_dense: a layer may skip its predictor and compute every neuron when that reads fewer bytes
+  // (prompt batches); steps of several sequences keep each token's own choice.
+  void ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, bool may_go_dense, float* out);
+  std::span<const float> run_batches(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions, bool all_logits,
+                                     bool may_go_dense);
+  void run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense, float* logits);
+  float* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
+  float* v_at(int64_t seq, int64_t layer, int64_t pos);
+  void attention(int64_t seq, int64_t layer, int64_t pos);  // q, the sequence's k/v cache -> attn_out
   // in: the FFN's normalized input; pred_in: what the predictor reads.
   void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
   float neuron(const layer_weights& l, int64_t i, const float* in) const;  // hidden value of neuron i
@@ -113,6 +130,7 @@ class inference_context {
 
   std::shared_ptr<const model> model_;
   int64_t n_ctx_;
+  int64_t n_seq_;
   observer observer_;
   std::shared_ptr<ffn_executor> executor_;
   trace_recorder* trace_ = nullptr;
@@ -121,6 +139,7 @@ class inference_context {
   bool stats_on_ = false;
   std::vector<ffn_layer_stats> stats_;
   std::vector<int64_t> computed_;
+  std::vector<int64_t> read_;
   thread_pool pool_;
 
   // Run state (shapes in elements).
@@ -151,21 +170,17 @@ class inference_context {
     std::vector<kernels::block_q8_0> xq;                                // n x quantized row
   };
   batch_buffers b_;
-  // Measured per layer and batch-size class (log2 n), as running averages: seconds per neuron of the
-  // FFN loop over a batch, seconds of the predictor per batch, and the union's share of n_ff.
+  // Measured per layer and batch-size class (log2 n): the union's share of n_ff (running average).
   struct batch_cost {
     static constexpr int classes = 10;
-    double neuron_s[classes], predictor_s[classes], union_share[classes];  // -1: not measured yet
+    double union_share[classes] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};  // -1: not measured yet
     int64_t dense_since_probe[classes] = {};
-    batch_cost() {
-      for (int c = 0; c < classes; ++c) neuron_s[c] = predictor_s[c] = union_share[c] = -1;
-    }
   };
   std::vector<batch_cost> cost_;
   std::vector<batch_layer_choice> choices_;
   std::vector<float> batch_logits_;
-  std::vector<float> k_cache_;   // (n_layer, n_ctx, n_embd_kv)
-  std::vector<float> v_cache_;   // (n_layer, n_ctx, n_embd_kv)
+  std::vector<float> k_cache_;   // (n_seq, n_layer, n_ctx, n_embd_kv)
+  std::vector<float> v_cache_;   // (n_seq, n_layer, n_ctx, n_embd_kv)
 };
 
 // Shared helpers, also used by tests as building blocks of independent computations.

@@ -265,6 +265,36 @@ HOTCOLD_AVX2 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// Row loaders for dotn: eight floats of a row at element i.
+struct f32_row {
+  const float* w;
+  HOTCOLD_AVX2 __m256 operator()(int64_t i) const { return _mm256_loadu_ps(w + i); }
+  HOTCOLD_AVX2 float at(int64_t i) const { return w[i]; }
+};
+struct f16_row {
+  const uint16_t* w;
+  HOTCOLD_AVX2 __m256 operator()(int64_t i) const { return load_f16(w + i); }
+  HOTCOLD_AVX2 float at(int64_t i) const { return h2f(w[i]); }
+};
+
+template <typename Row>
+HOTCOLD_AVX2 static inline void dotn(Row row, const float* const* x, int nx, int64_t n, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 w = row(i);
+    for (int j = 0; j < nx; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[j] + i), acc[j]);
+  }
+  for (int j = 0; j < nx; ++j) {
+    float s = hsum(acc[j]);
+    for (int64_t k = i; k < n; ++k) s += row.at(k) * x[j][k];
+    out[j] = s;
+  }
+}
+
+HOTCOLD_AVX2 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) { dotn(f32_row{w}, x, nx, n, out); }
+HOTCOLD_AVX2 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn(f16_row{w}, x, nx, n, out); }
+
 HOTCOLD_AVX2 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
   const __m256 a0 = _mm256_set1_ps(a[0]), a1 = _mm256_set1_ps(a[1]), a2 = _mm256_set1_ps(a[2]), a3 = _mm256_set1_ps(a[3]);
   int64_t i = 0;
@@ -413,6 +443,14 @@ float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
 }
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
   return cpu().vnni ? avx512vnni::dot_q4_0(w, x, n) : cpu().avx2 ? avx2::dot_q4_0(w, x, n) : scalar::dot_q4_0(w, x, n);
+}
+void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx2) return avx2::dotn_f32(w, x, nx, n, out);
+  for (int j = 0; j < nx; ++j) out[j] = scalar::dot_f32(w, x[j], n);
+}
+void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx2) return avx2::dotn_f16(w, x, nx, n, out);
+  for (int j = 0; j < nx; ++j) out[j] = scalar::dot_f16(w, x[j], n);
 }
 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
   if (cpu().avx2) return avx2::axpy4_f32(a, x, y, n);

@@ -30,6 +30,11 @@ void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n);
 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n);
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n);
 
+// One row against up to four activation vectors at once (out[j] = w . x[j], 1 <= nx <= 4): the row is
+// loaded and converted once for all of them (batches, several sequences).
+void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out);
+void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
+
 // Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
 // "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).
 const char* dot_implementation();

@@ -1,5 +1,7 @@
 #include "kernels/cpu/fp16.hpp"
 
+#include <immintrin.h>
+
 #include <bit>
 #include <cstring>
 
@@ -58,7 +60,18 @@ uint16_t fp32_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+namespace {
+// Eight halves at a time with F16C where the CPU has it (the same values: the conversion is exact).
+__attribute__((target("avx2,f16c"))) void fp16_to_fp32_row_f16c(const uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+const bool have_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}  // namespace
+
 void fp16_to_fp32_row(const uint16_t* src, float* dst, size_t n) {
+  if (have_f16c) return fp16_to_fp32_row_f16c(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
 }
 void fp32_to_fp16_row(const float* src, uint16_t* dst, size_t n) {

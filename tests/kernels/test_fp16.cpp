@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 #include <limits>
 
 #include "kernels/cpu/fp16.hpp"
@@ -85,6 +86,25 @@ TEST(Bf16, ConvertsAndRounds) {
   for (uint32_t b = 0; b < 65536; ++b) {
     if ((b & 0x7F80) == 0x7F80 && (b & 0x7F)) continue;  // NaN
     ASSERT_EQ(fp32_to_bf16(bf16_to_fp32(static_cast<uint16_t>(b))), b);
+  }
+}
+
+// The row conversion (F16C where present) gives every half's exact value, tails included.
+TEST(Fp16, RowConversionMatchesScalarForEveryHalf) {
+  std::vector<uint16_t> all(65536 + 5);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> row(all.size());
+  fp16_to_fp32_row(all.data(), row.data(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    float want = fp16_to_fp32(all[i]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(row[i])) << i;
+      continue;
+    }
+    uint32_t a, b;
+    std::memcpy(&a, &row[i], 4);
+    std::memcpy(&b, &want, 4);
+    ASSERT_EQ(a, b) << "half 0x" << std::hex << all[i];
   }
 }
 

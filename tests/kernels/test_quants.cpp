@@ -217,6 +217,27 @@ TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
   check("q6_k", d, [&](float* y) { axpy_q6_k(a, q6.data(), y, n); });
 }
 
+// One row against up to four vectors gives each one's dot product (tails past a multiple of 8 too).
+TEST(Dot, OneRowAgainstSeveralVectors) {
+  for (int64_t n : {8, 61, 2048}) {
+    auto w = random_vector(n, 40);
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = fp32_to_fp16(w[static_cast<size_t>(i)]);
+    std::vector<std::vector<float>> xs;
+    for (int j = 0; j < 4; ++j) xs.push_back(random_vector(n, static_cast<uint32_t>(41 + j)));
+    const float* px[4] = {xs[0].data(), xs[1].data(), xs[2].data(), xs[3].data()};
+    for (int nx = 1; nx <= 4; ++nx) {
+      float o32[4], o16[4];
+      dotn_f32(w.data(), px, nx, n, o32);
+      dotn_f16(h.data(), px, nx, n, o16);
+      for (int j = 0; j < nx; ++j) {
+        EXPECT_NEAR(o32[j], scalar::dot_f32(w.data(), px[j], n), 1e-3) << n << " " << nx << " " << j;
+        EXPECT_NEAR(o16[j], scalar::dot_f16(h.data(), px[j], n), 1e-3) << n << " " << nx << " " << j;
+      }
+    }
+  }
+}
+
 // Four rows at once add what four single AXPYs add (n not a multiple of 8 for the float tails).
 TEST(Axpy, FourRowsAtOnce) {
   const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};

@@ -188,6 +188,58 @@ TEST(SparseFiles, PowerInferMagicAndKey) {
   EXPECT_TRUE(m->has_predictors());
 }
 
+// Several sequences in one step: each token attends only to its own sequence's cache, sequences join
+// late and leave early, and every token's logits are those of the sequence run alone.
+TEST_P(SparsePath, SequencesShareSteps) {
+  auto m = model::load(sparse_model(GetParam(), 0.0f));
+  const std::vector<std::vector<token_id>> seqs = {{1, 250, 17, 299, 3, 120}, {1, 42, 7, 99}, {1, 280, 5, 66, 12}};
+  const int64_t starts[] = {0, 2, 1};  // the step at which each sequence joins
+  for (ffn_mode mode : {ffn_mode::dense, ffn_mode::sparse}) {
+    // Alone: one context per sequence, one token at a time.
+    std::vector<std::vector<std::vector<float>>> alone;
+    for (const auto& q : seqs) {
+      inference_context ctx(m, 16, 2);
+      ctx.set_mode(mode);
+      alone.emplace_back();
+      for (size_t i = 0; i < q.size(); ++i) {
+        auto l = ctx.forward(q[i], static_cast<int64_t>(i));
+        alone.back().emplace_back(l.begin(), l.end());
+      }
+    }
+    inference_context ctx(m, 16, 2, 3);
+    ctx.set_mode(mode);
+    const int64_t nv = m->hp().n_vocab;
+    std::vector<std::vector<std::vector<float>>> together(3);
+    for (int64_t step = 0; step < 8; ++step) {
+      std::vector<token_id> tokens;
+      std::vector<int64_t> slots, positions;
+      for (int64_t s = 0; s < 3; ++s) {
+        int64_t p = step - starts[s];
+        if (p < 0 || p >= static_cast<int64_t>(seqs[static_cast<size_t>(s)].size())) continue;
+        tokens.push_back(seqs[static_cast<size_t>(s)][static_cast<size_t>(p)]);
+        slots.push_back(s);
+        positions.push_back(p);
+      }
+      if (tokens.empty()) continue;
+      auto l = ctx.forward_step(tokens, slots, positions);
+      for (size_t t = 0; t < tokens.size(); ++t)
+        together[static_cast<size_t>(slots[t])].emplace_back(l.begin() + static_cast<int64_t>(t) * nv, l.begin() + static_cast<int64_t>(t + 1) * nv);
+    }
+    const bool quantized = GetParam().type == tensor_type::q8_0 || GetParam().type == tensor_type::q4_0;
+    const double tolerance = mode == ffn_mode::dense && !quantized ? 1e-5 : quantized ? 2e-3 : 1e-3;
+    for (size_t s = 0; s < 3; ++s) {
+      ASSERT_EQ(together[s].size(), seqs[s].size());
+      EXPECT_LT(test::rel_diff(together[s], alone[s]), tolerance) << "sequence " << s << (mode == ffn_mode::dense ? " dense" : " sparse");
+    }
+  }
+  inference_context two(m, 16, 2, 2);
+  const token_id t[] = {1};
+  const int64_t bad_slot[] = {2}, pos0[] = {0};
+  EXPECT_THROW(two.forward_step(t, bad_slot, pos0), std::out_of_range);
+  const int64_t slot0[] = {0}, far[] = {16};
+  EXPECT_THROW(two.forward_step(t, slot0, far), std::out_of_range);
+}
+
 // When the predictor chooses every neuron, the union is the whole layer: once measured, the next
 // batch of that size skips the predictor and runs dense (the predictor can only add cost).
 TEST(SparseBatch, FullUnionGoesDense) {
