@@ -11,7 +11,16 @@ namespace hotcold::actors {
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot,
                            int cold_threads)
-    : model_(std::move(m)), hot_(std::move(hot)), cold_(cold_threads, "hotcold-cold") {
+    : model_(std::move(m)), hot_(std::move(hot)), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()) {
+  init(placement);
+}
+
+hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold)
+    : model_(std::move(m)), hot_(std::move(hot)), cold_(&cold) {
+  init(placement);
+}
+
+void hot_cold_ffn::init(const placement_data& placement) {
   const hparams& hp = model_->hp();
   if (static_cast<int64_t>(placement.hot.size()) != hp.n_layer)
     throw std::invalid_argument(fmt::format("the placement has {} layers, the model {}", placement.hot.size(), hp.n_layer));
@@ -25,7 +34,7 @@ hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data&
   }
   hot_->synchronize();  // the copies read the model's memory: done before anyone computes
   hot_out_.resize(static_cast<size_t>(hp.n_embd));
-  cold_acc_.resize(static_cast<size_t>(cold_.size() * hp.n_embd));
+  cold_acc_.resize(static_cast<size_t>(cold_->size() * hp.n_embd));
   xq_.resize(static_cast<size_t>(hp.n_embd / kernels::qk8_0 + 1));
 }
 
@@ -90,9 +99,9 @@ void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<c
     });
 
   // Cold side, meanwhile: contiguous shares of the cold neurons, one accumulator per worker.
-  const int threads = cold_.size();
+  const int threads = cold_->size();
   const int64_t n_cold = static_cast<int64_t>(cold_ids_.size());
-  cold_.parallel_for(threads, [&](int64_t t0, int64_t t1) {
+  cold_->parallel_for(threads, [&](int64_t t0, int64_t t1) {
     trace_scope span(trace_, "cold_ffn", step, layer);
     for (int64_t t = t0; t < t1; ++t) {
       float* acc = cold_acc_.data() + t * d;

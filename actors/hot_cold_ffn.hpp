@@ -23,6 +23,9 @@ class hot_cold_ffn final : public ffn_executor {
   // hot rows do not fit the device's budget, std::invalid_argument for a placement that does not
   // fit the model.
   hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads);
+  // The same, with the cold share computed on `cold` (e.g. the forward pass's own workers, so that two
+  // pools do not compete for the same cores); `cold` must outlive this object.
+  hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold);
 
   void run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) override;
   // Records hot_ffn (on the device's thread) and cold_ffn (on the pool's) intervals (null: none).
@@ -35,6 +38,7 @@ class hot_cold_ffn final : public ffn_executor {
   uint64_t hot_bytes() const { return hot_bytes_; }  // rows held on the hot device
 
  private:
+  void init(const placement_data& placement);
   void upload_layers(const placement_data& placement);
   struct hot_layer {
     std::vector<int32_t> slot;  // per neuron: its row on the device, -1 when cold
@@ -44,7 +48,8 @@ class hot_cold_ffn final : public ffn_executor {
   std::shared_ptr<devices::device> hot_;
   std::vector<std::shared_ptr<devices::buffer>> buffers_;
   std::vector<hot_layer> layers_;
-  thread_pool cold_;
+  std::unique_ptr<thread_pool> own_cold_;
+  thread_pool* cold_;
   counts computed_;
   uint64_t hot_bytes_ = 0;
   trace_recorder* trace_ = nullptr;
