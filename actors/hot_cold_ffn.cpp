@@ -125,4 +125,47 @@ void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<c
   }
 }
 
+void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
+                             float* out) {
+  const hparams& hp = model_->hp();
+  const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
+  const hot_layer& h = layers_[static_cast<size_t>(layer)];
+  const int64_t d = x.d, n = x.n;
+  hot_ids_.clear(), hot_slots_.clear(), cold_ids_.clear();
+  for (int32_t i : union_of_chosen) {
+    const int32_t s = h.slot[static_cast<size_t>(i)];
+    if (s >= 0) hot_ids_.push_back(i), hot_slots_.push_back(s);
+    else cold_ids_.push_back(i);
+  }
+  computed_.hot += static_cast<int64_t>(hot_ids_.size());
+  computed_.cold += static_cast<int64_t>(cold_ids_.size());
+
+  // Hot side on the device's queue (rows at their slots in device memory), cold side meanwhile.
+  batch_hot_out_.assign(static_cast<size_t>(n * d), 0.0f);
+  devices::event hot_done;
+  if (!hot_ids_.empty())
+    hot_done = hot_->submit([&] {
+      trace_scope span(trace_, "hot_ffn", step, layer, 1);
+      batch_neurons(hp, h.gate, h.up, h.down_t, hot_ids_.data(), hot_slots_.data(), static_cast<int64_t>(hot_ids_.size()), x, hidden,
+                    batch_hot_out_.data());
+    });
+  const int threads = cold_->size();
+  batch_cold_acc_.assign(static_cast<size_t>(threads * n * d), 0.0f);
+  const int64_t n_cold = static_cast<int64_t>(cold_ids_.size());
+  cold_->parallel_for(threads, [&](int64_t t0, int64_t t1) {
+    trace_scope span(trace_, "cold_ffn", step, layer, 1);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t k0 = n_cold * t / threads, k1 = n_cold * (t + 1) / threads;
+      batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids_.data() + k0, cold_ids_.data() + k0, k1 - k0, x, hidden,
+                    batch_cold_acc_.data() + t * n * d);
+    }
+  });
+  if (hot_done) hot_done->wait();
+  for (int64_t k = 0; k < n * d; ++k) {
+    float s = batch_hot_out_[static_cast<size_t>(k)];
+    for (int t = 0; t < threads; ++t) s += batch_cold_acc_[static_cast<size_t>(t * n * d + k)];
+    out[k] = s;
+  }
+}
+
 }  // namespace hotcold::actors

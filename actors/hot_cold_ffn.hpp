@@ -28,6 +28,8 @@ class hot_cold_ffn final : public ffn_executor {
   hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold);
 
   void run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) override;
+  void run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
+                 float* out) override;
   // Records hot_ffn (on the device's thread) and cold_ffn (on the pool's) intervals (null: none).
   void set_trace(trace_recorder* t) { trace_ = t; }
 
@@ -54,9 +56,10 @@ class hot_cold_ffn final : public ffn_executor {
   uint64_t hot_bytes_ = 0;
   trace_recorder* trace_ = nullptr;
   // Per step: the split, the quantized input both sides read, the partial sums.
-  std::vector<int32_t> hot_ids_, cold_ids_;
+  std::vector<int32_t> hot_ids_, hot_slots_, cold_ids_;
   std::vector<kernels::block_q8_0> xq_;
   std::vector<float> hot_out_, cold_acc_;
+  std::vector<float> batch_hot_out_, batch_cold_acc_;  // n x n_embd, threads x n x n_embd
 };
 
 }  // namespace hotcold::actors

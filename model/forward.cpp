@@ -462,49 +462,33 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   }
 
   // The neurons of the union: each row read once, each token computing the neurons it chose.
-  // Threads take contiguous shares of the union and own their rows of hidden and their accumulators.
-  const bool quantized = l.ffn_up.type == tensor_type::q8_0 || l.ffn_up.type == tensor_type::q4_0;
-  const int64_t qrow = d / qk8_0;
+  // Threads take contiguous shares of the union and own their rows of hidden and their accumulators;
+  // or the executor (the hot/cold split) computes them.
   std::vector<block_q8_0> xq;
-  if (quantized) {
-    xq.resize(static_cast<size_t>(n * qrow));
-    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(in + t * d, xq.data() + t * qrow, d);
+  if (wants_q8_input(l.ffn_up.type)) {
+    xq.resize(static_cast<size_t>(n * (d / qk8_0)));
+    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(in + t * d, xq.data() + t * (d / qk8_0), d);
   }
-  auto dot_row = [&](const tensor_view& w, int64_t i, const float* buf, int64_t t) {
-    if (w.type == tensor_type::q8_0) return dot_q8_0(reinterpret_cast<const block_q8_0*>(w.row(i)), xq.data() + t * qrow, d);
-    if (w.type == tensor_type::q4_0) return dot_q4_0(reinterpret_cast<const block_q4_0*>(w.row(i)), xq.data() + t * qrow, d);
-    return dot_f32(buf, in + t * d, d);
-  };
+  const batch_ffn_input x{in, xq.empty() ? nullptr : xq.data(), B.chosen.data(), n, d, n_ff};
   std::fill(B.hidden.begin(), B.hidden.begin() + n * n_ff, 0.0f);
   const int threads = pool_.size();
   const int64_t n_union = static_cast<int64_t>(chosen_union.size());
   const bool down_t = static_cast<bool>(l.ffn_down_t);
-  pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {
-    thread_local std::vector<float> gbuf, ubuf, dbuf;
-    gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d)), dbuf.resize(static_cast<size_t>(d));
-    for (int64_t th = th0; th < th1; ++th) {
-      float* acc = B.acc.data() + th * n * d;
-      if (down_t) std::fill(acc, acc + n * d, 0.0f);
-      for (int64_t k = n_union * th / threads; k < n_union * (th + 1) / threads; ++k) {
-        const int64_t i = chosen_union[static_cast<size_t>(k)];
-        if (!quantized) {
-          dequantize_row(l.ffn_up, i, ubuf.data());
-          if (hp.gated_ffn) dequantize_row(l.ffn_gate, i, gbuf.data());
-        }
-        bool down_ready = false;
-        for (int64_t t = 0; t < n; ++t) {
-          if (!B.chosen[static_cast<size_t>(t * n_ff + i)]) continue;
-          const float g = hp.gated_ffn ? dot_row(l.ffn_gate, i, gbuf.data(), t) : 0.0f;
-          const float h = hidden_value(hp, g, dot_row(l.ffn_up, i, ubuf.data(), t));
-          B.hidden[static_cast<size_t>(t * n_ff + i)] = h;
-          if (!down_t || h == 0.0f) continue;
-          if (!down_ready) dequantize_row(l.ffn_down_t, i, dbuf.data()), down_ready = true;
-          axpy_f32(h, dbuf.data(), acc + t * d, d);
-        }
+  if (executor_ && down_t) {
+    executor_->run_batch(step_, layer, x, chosen_union, B.hidden.data(), out);
+  } else {
+    pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {
+      for (int64_t th = th0; th < th1; ++th) {
+        float* acc = B.acc.data() + th * n * d;
+        if (down_t) std::fill(acc, acc + n * d, 0.0f);
+        const int64_t k0 = n_union * th / threads, k1 = n_union * (th + 1) / threads;
+        batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
       }
-    }
-  });
-  if (down_t) {
+    });
+  }
+  if (executor_ && down_t) {
+    // out written by the executor
+  } else if (down_t) {
     std::fill(out, out + n * d, 0.0f);
     for (int th = 0; th < threads; ++th) {
       const float* acc = B.acc.data() + th * n * d;

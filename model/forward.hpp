@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/quants.hpp"
 #include "model/model.hpp"
+#include "model/neuron_ops.hpp"
 #include "model/thread_pool.hpp"
 #include "model/trace.hpp"
 
@@ -30,6 +31,10 @@ class ffn_executor {
   virtual ~ffn_executor() = default;
   // step: the context's step number (for traces).
   virtual void run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) = 0;
+  // A batch: the union of the tokens' choices; each token computes the neurons it chose (x.chosen),
+  // into hidden (n x n_ff, zeroed) and out (n x n_embd).
+  virtual void run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
+                         float* out) = 0;
 };
 
 // Per-layer counts of how the FFN chose its neurons (when stats are enabled).

@@ -1,6 +1,7 @@
 #include "model/neuron_ops.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/dot.hpp"
 #include "model/forward.hpp"
@@ -87,6 +88,36 @@ float hidden_value(const hparams& hp, float g, float u) {
   if (!hp.gated_ffn) return activate(hp.act, u);
   if (hp.act == activation::drelu) return std::max(g, 0.0f) * std::max(u, 0.0f);
   return activate(hp.act, g) * u;
+}
+
+void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
+                   const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc) {
+  const int64_t d = x.d, n_ff = x.n_ff, qrow = d / qk8_0;
+  const bool quantized = wants_q8_input(up.type);
+  thread_local std::vector<float> gbuf, ubuf, dbuf;
+  gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d)), dbuf.resize(static_cast<size_t>(d));
+  // Float rows are converted once and dotted with each token; quantized rows meet each token's Q8_0 input.
+  auto dot = [&](const tensor_view& w, int64_t r, const float* buf, int64_t t) {
+    if (quantized) return row_dot(w, r, x.in + t * d, x.xq + t * qrow);
+    return dot_f32(buf, x.in + t * d, d);
+  };
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t i = ids[k], r = rows[k];
+    if (!quantized) {
+      dequantize_row(up, r, ubuf.data());
+      if (hp.gated_ffn) dequantize_row(gate, r, gbuf.data());
+    }
+    bool down_ready = false;
+    for (int64_t t = 0; t < x.n; ++t) {
+      if (!x.chosen[t * n_ff + i]) continue;
+      const float g = hp.gated_ffn ? dot(gate, r, gbuf.data(), t) : 0.0f;
+      const float h = hidden_value(hp, g, dot(up, r, ubuf.data(), t));
+      hidden[t * n_ff + i] = h;
+      if (!down_t || h == 0.0f) continue;
+      if (!down_ready) dequantize_row(down_t, r, dbuf.data()), down_ready = true;
+      axpy_f32(h, dbuf.data(), acc + t * d, d);
+    }
+  }
 }
 
 }  // namespace hotcold

@@ -22,6 +22,21 @@ void prefetch_row(const tensor_view& w, int64_t r);
 // A neuron's hidden value from its gate and up pre-activations (gate unused without a gate).
 float hidden_value(const hparams& hp, float g, float u);
 
+// A batch's inputs to the FFN: n tokens' normalized inputs (n x d), quantized to Q8_0 where the rows
+// want it (n x d/32 blocks, else null), and which neurons each token chose (n x n_ff bytes).
+struct batch_ffn_input {
+  const float* in;
+  const kernels::block_q8_0* xq;
+  const uint8_t* chosen;
+  int64_t n, d, n_ff;
+};
+
+// For neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their own ids in the model's
+// tensors, or their slots in a device's copy): each token that chose the neuron computes its hidden
+// value into hidden (n x n_ff) and adds value x its down row into acc (n x d). Each row is read once.
+void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
+                   const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc);
+
 // Collects (row, coefficient) pairs and adds them four at a time.
 class axpy_batcher {
  public:

@@ -76,6 +76,19 @@ TEST_P(HotCold, SplitGivesTheReferenceLogits) {
     auto got = test::logits_of(m, mode, 2, split);
     EXPECT_LT(test::rel_diff(got, want), 1e-5) << (mode == ffn_mode::sparse ? "sparse" : "oracle");
   }
+  // Prompt batches split the same way: each token's own choice, hot rows from the device.
+  const token_id prompt[] = {1, 250, 17, 299, 3, 120, 8, 9};
+  auto batch = [&](std::shared_ptr<ffn_executor> e) {
+    inference_context ctx(m, 16, 2);
+    ctx.set_mode(ffn_mode::sparse);
+    ctx.set_ffn_executor(std::move(e));
+    auto l = ctx.forward_batch(prompt, 0, true);
+    return std::vector<std::vector<float>>{std::vector<float>(l.begin(), l.end())};
+  };
+  const auto before = split->computed().hot;
+  const bool quantized = GetParam().type == tensor_type::q8_0 || GetParam().type == tensor_type::q4_0;
+  EXPECT_LT(test::rel_diff(batch(split), batch(nullptr)), quantized ? 2e-3 : 1e-4);
+  EXPECT_GT(split->computed().hot, before);
   // Both sides did work.
   EXPECT_GT(split->computed().hot, 0);
   EXPECT_GT(split->computed().cold, 0);
