@@ -75,9 +75,12 @@ void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<c
   const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
   const hot_layer& h = layers_[static_cast<size_t>(layer)];
   const int64_t d = hp.n_embd;
-  hot_ids_.clear();
-  cold_ids_.clear();
-  for (int32_t i : chosen) (h.slot[static_cast<size_t>(i)] >= 0 ? hot_ids_ : cold_ids_).push_back(i);
+  hot_ids_.clear(), hot_slots_.clear(), cold_ids_.clear();
+  for (int32_t i : chosen) {
+    const int32_t s = h.slot[static_cast<size_t>(i)];
+    if (s >= 0) hot_ids_.push_back(i), hot_slots_.push_back(s);
+    else cold_ids_.push_back(i);
+  }
   computed_.hot += static_cast<int64_t>(hot_ids_.size());
   computed_.cold += static_cast<int64_t>(cold_ids_.size());
   if (wants_q8_input(l.ffn_up.type)) kernels::quantize_row_q8_0(in, xq_.data(), d);
@@ -88,14 +91,8 @@ void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<c
   if (!hot_ids_.empty())
     hot_done = hot_->submit([&] {
       trace_scope span(trace_, "hot_ffn", step, layer);
-      axpy_batcher down(h.down_t, hot_out_.data());
-      for (int32_t i : hot_ids_) {
-        const int32_t s = h.slot[static_cast<size_t>(i)];
-        const float g = hp.gated_ffn ? row_dot(h.gate, s, in, xq_.data()) : 0.0f;
-        const float v = hidden_value(hp, g, row_dot(h.up, s, in, xq_.data()));
-        hidden[i] = v;
-        if (v != 0.0f) down.add(s, v);
-      }
+      token_neurons(hp, h.gate, h.up, h.down_t, hot_ids_.data(), hot_slots_.data(), static_cast<int64_t>(hot_ids_.size()), in, xq_.data(), hidden,
+                    hot_out_.data());
     });
 
   // Cold side, meanwhile: contiguous shares of the cold neurons, one accumulator per worker.
@@ -106,14 +103,8 @@ void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<c
     for (int64_t t = t0; t < t1; ++t) {
       float* acc = cold_acc_.data() + t * d;
       std::fill(acc, acc + d, 0.0f);
-      axpy_batcher down(l.ffn_down_t, acc);
-      for (int64_t k = n_cold * t / threads; k < n_cold * (t + 1) / threads; ++k) {
-        const int32_t i = cold_ids_[static_cast<size_t>(k)];
-        const float g = hp.gated_ffn ? row_dot(l.ffn_gate, i, in, xq_.data()) : 0.0f;
-        const float v = hidden_value(hp, g, row_dot(l.ffn_up, i, in, xq_.data()));
-        hidden[i] = v;
-        if (v != 0.0f) down.add(i, v);
-      }
+      const int64_t k0 = n_cold * t / threads, k1 = n_cold * (t + 1) / threads;
+      token_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids_.data() + k0, cold_ids_.data() + k0, k1 - k0, in, xq_.data(), hidden, acc);
     }
   });
 

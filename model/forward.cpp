@@ -166,11 +166,6 @@ void inference_context::set_mode(ffn_mode m) {
   mode_ = m;
 }
 
-float inference_context::neuron(const layer_weights& l, int64_t i, const float* in) const {
-  const hparams& hp = model_->hp();
-  float u = row_dot(l.ffn_up, i, in, xq_.data());
-  return hidden_value(hp, hp.gated_ffn ? row_dot(l.ffn_gate, i, in, xq_.data()) : 0.0f, u);
-}
 
 void inference_context::ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out) {
   const hparams& hp = model_->hp();
@@ -227,24 +222,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
         float* acc = acc_.data() + t * n_embd;
         std::fill(acc, acc + n_embd, 0.0f);
         const int64_t k0 = n_active * t / threads, k1 = n_active * (t + 1) / threads;
-        // The chosen rows are scattered: ask for the next neurons' rows while this one computes.
-        auto prefetch = [&](int64_t k) {
-          if (k >= k1) return;
-          const int64_t i = active_[static_cast<size_t>(k)];
-          prefetch_row(l.ffn_up, i);
-          if (hp.gated_ffn) prefetch_row(l.ffn_gate, i);
-          if (l.ffn_down_t) prefetch_row(l.ffn_down_t, i);
-        };
-        prefetch(k0);
-        prefetch(k0 + 1);
-        axpy_batcher down(l.ffn_down_t, acc);
-        for (int64_t k = k0; k < k1; ++k) {
-          prefetch(k + 2);
-          int64_t i = active_[static_cast<size_t>(k)];
-          float h = neuron(l, i, in);
-          hidden_[i] = h;
-          if (l.ffn_down_t && h != 0.0f) down.add(static_cast<int32_t>(i), h);
-        }
+        token_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, active_.data() + k0, active_.data() + k0, k1 - k0, in, xq_.data(), hidden_.data(), acc);
       }
     });
     }

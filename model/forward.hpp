@@ -130,7 +130,6 @@ class inference_context {
   void attention(int64_t seq, int64_t layer, int64_t pos);  // q, the sequence's k/v cache -> attn_out
   // in: the FFN's normalized input; pred_in: what the predictor reads.
   void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
-  float neuron(const layer_weights& l, int64_t i, const float* in) const;  // hidden value of neuron i
   void quantize_input(const tensor_view& w, const float* x);               // fills xq_ when w needs it
 
   std::shared_ptr<const model> model_;

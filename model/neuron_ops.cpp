@@ -90,6 +90,27 @@ float hidden_value(const hparams& hp, float g, float u) {
   return activate(hp.act, g) * u;
 }
 
+void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
+                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc) {
+  auto prefetch = [&](int64_t k) {
+    if (k >= count) return;
+    prefetch_row(up, rows[k]);
+    if (hp.gated_ffn) prefetch_row(gate, rows[k]);
+    if (down_t) prefetch_row(down_t, rows[k]);
+  };
+  prefetch(0);
+  prefetch(1);
+  axpy_batcher down(down_t, acc);
+  for (int64_t k = 0; k < count; ++k) {
+    prefetch(k + 2);
+    const int32_t r = rows[k];
+    const float g = hp.gated_ffn ? row_dot(gate, r, in, xq) : 0.0f;
+    const float v = hidden_value(hp, g, row_dot(up, r, in, xq));
+    hidden[ids[k]] = v;
+    if (down_t && v != 0.0f) down.add(r, v);
+  }
+}
+
 void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc) {
   const int64_t d = x.d, n_ff = x.n_ff, qrow = d / qk8_0;

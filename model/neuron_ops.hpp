@@ -22,6 +22,13 @@ void prefetch_row(const tensor_view& w, int64_t r);
 // A neuron's hidden value from its gate and up pre-activations (gate unused without a gate).
 float hidden_value(const hparams& hp, float g, float u);
 
+// One token's FFN over neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their ids
+// in the model's tensors, or their slots in a device's copy): hidden[ids[k]] = the neuron's value, and
+// acc += value x its down row (when down_t is present). xq: in quantized to Q8_0 where the rows want it.
+// The rows are scattered, so the next neurons' rows are prefetched while one computes.
+void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
+                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc);
+
 // A batch's inputs to the FFN: n tokens' normalized inputs (n x d), quantized to Q8_0 where the rows
 // want it (n x d/32 blocks, else null), and which neurons each token chose (n x n_ff bytes).
 struct batch_ffn_input {
