@@ -295,29 +295,28 @@ HOTCOLD_AVX2 static inline void dotn(Row row, const float* const* x, int nx, int
 HOTCOLD_AVX2 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) { dotn(f32_row{w}, x, nx, n, out); }
 HOTCOLD_AVX2 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn(f16_row{w}, x, nx, n, out); }
 
-HOTCOLD_AVX2 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
+// y += a[0] r0 + ... + a[3] r3 for rows of any float-convertible type (the row loaders above).
+template <typename Row>
+HOTCOLD_AVX2 static inline void axpy4(const float* a, const Row (&r)[4], float* y, int64_t n) {
   const __m256 a0 = _mm256_set1_ps(a[0]), a1 = _mm256_set1_ps(a[1]), a2 = _mm256_set1_ps(a[2]), a3 = _mm256_set1_ps(a[3]);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_fmadd_ps(a0, _mm256_loadu_ps(x[0] + i), _mm256_loadu_ps(y + i));
-    v = _mm256_fmadd_ps(a1, _mm256_loadu_ps(x[1] + i), v);
-    v = _mm256_fmadd_ps(a2, _mm256_loadu_ps(x[2] + i), v);
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a3, _mm256_loadu_ps(x[3] + i), v));
+    __m256 v = _mm256_fmadd_ps(a0, r[0](i), _mm256_loadu_ps(y + i));
+    v = _mm256_fmadd_ps(a1, r[1](i), v);
+    v = _mm256_fmadd_ps(a2, r[2](i), v);
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a3, r[3](i), v));
   }
-  for (; i < n; ++i) y[i] += a[0] * x[0][i] + a[1] * x[1][i] + a[2] * x[2][i] + a[3] * x[3][i];
+  for (; i < n; ++i) y[i] += a[0] * r[0].at(i) + a[1] * r[1].at(i) + a[2] * r[2].at(i) + a[3] * r[3].at(i);
+}
+
+HOTCOLD_AVX2 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
+  const f32_row r[4] = {{x[0]}, {x[1]}, {x[2]}, {x[3]}};
+  axpy4(a, r, y, n);
 }
 
 HOTCOLD_AVX2 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
-  const __m256 a0 = _mm256_set1_ps(a[0]), a1 = _mm256_set1_ps(a[1]), a2 = _mm256_set1_ps(a[2]), a3 = _mm256_set1_ps(a[3]);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_fmadd_ps(a0, load_f16(x[0] + i), _mm256_loadu_ps(y + i));
-    v = _mm256_fmadd_ps(a1, load_f16(x[1] + i), v);
-    v = _mm256_fmadd_ps(a2, load_f16(x[2] + i), v);
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a3, load_f16(x[3] + i), v));
-  }
-  for (; i < n; ++i)
-    y[i] += a[0] * h2f(x[0][i]) + a[1] * h2f(x[1][i]) + a[2] * h2f(x[2][i]) + a[3] * h2f(x[3][i]);
+  const f16_row r[4] = {{x[0]}, {x[1]}, {x[2]}, {x[3]}};
+  axpy4(a, r, y, n);
 }
 
 HOTCOLD_AVX2 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n) {

@@ -27,17 +27,7 @@ struct split_case {
 class HotCold : public testing::TestWithParam<split_case> {};
 
 std::string sparse_file(const split_case& c) {
-  tools::gen_model_options o;
-  o.arch = c.arch;
-  o.act = c.act;
-  o.type = c.type;
-  o.n_embd = 64;
-  o.n_ff = 256;
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_head_kv = c.arch == architecture::falcon ? 1 : 2;
-  o.active = 0.15;
-  auto dense = test::make_model(std::string("hc_dense_") + c.name, o);
+  auto dense = test::make_model(std::string("hc_dense_") + c.name, test::sparse_test_options(c.arch, c.act, c.type));
   auto path = (test::scratch_dir() / (std::string("hc_sparse_") + c.name + ".gguf")).string();
   tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3));
   return path;

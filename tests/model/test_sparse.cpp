@@ -23,16 +23,7 @@ void PrintTo(const sparse_case& c, std::ostream* os) { *os << c.name; }
 class SparsePath : public testing::TestWithParam<sparse_case> {};
 
 std::string sparse_model(const sparse_case& c, float threshold, gguf::file_kind kind = gguf::file_kind::gguf) {
-  tools::gen_model_options o;
-  o.arch = c.arch;
-  o.act = c.act;
-  o.type = c.type;
-  o.n_embd = 64;
-  o.n_ff = 256;
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_head_kv = c.arch == architecture::falcon ? 1 : 2;
-  o.active = 0.15;
+  auto o = test::sparse_test_options(c.arch, c.act, c.type);
   auto dense = test::make_model("dense_" + c.name, o);
   auto path = (test::scratch_dir() / ("sparse_" + c.name + "_" + std::to_string(threshold) + ".gguf")).string();
   tools::sparse_file_options so;

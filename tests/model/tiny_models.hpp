@@ -83,6 +83,21 @@ inline tools::gen_model_options small_options(int64_t n_layer, int64_t n_head_kv
   return o;
 }
 
+// The small two-layer model the sparse-path suites turn into sparse files (embd 64, ffn 256, 15% active).
+inline tools::gen_model_options sparse_test_options(architecture arch, activation act, tensor_type type) {
+  tools::gen_model_options o;
+  o.arch = arch;
+  o.act = act;
+  o.type = type;
+  o.n_embd = 64;
+  o.n_ff = 256;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = arch == architecture::falcon ? 1 : 2;
+  o.active = 0.15;
+  return o;
+}
+
 inline std::string make_model(const std::string& name, tools::gen_model_options o) {
   auto path = (scratch_dir() / (name + ".gguf")).string();
   if (std::filesystem::exists(path)) return path;
