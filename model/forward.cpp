@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "model/matmul.hpp"
 #include "model/neuron_ops.hpp"
 
 namespace hotcold {
@@ -82,7 +83,8 @@ const float* f32(const tensor_view& t) { return reinterpret_cast<const float*>(t
 }  // namespace
 
 inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq)
-    : model_(std::move(m)), n_ctx_(n_ctx > 0 ? n_ctx : model_->hp().n_ctx_train), n_seq_(std::max<int64_t>(1, n_seq)), pool_(n_threads) {
+    : model_(std::move(m)), n_ctx_(n_ctx > 0 ? n_ctx : model_->hp().n_ctx_train), n_seq_(std::max<int64_t>(1, n_seq)), pool_(n_threads),
+      predictor_(*model_, pool_) {
   const hparams& hp = model_->hp();
   x_.resize(hp.n_embd);
   xn_.resize(hp.n_embd);
@@ -99,7 +101,7 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   int64_t max_rank = 0;
   for (const auto& l : model_->weights().layers)
     if (l.pred_fc1) max_rank = std::max(max_rank, l.pred_fc1.ne1);
-  pred_h_.resize(static_cast<size_t>(max_rank));
+  chosen1_.resize(static_cast<size_t>(hp.n_ff));
   acc_.resize(static_cast<size_t>(pool_.size() * hp.n_embd));
   stats_.resize(static_cast<size_t>(hp.n_layer));
   cost_.resize(static_cast<size_t>(hp.n_layer));
@@ -119,12 +121,7 @@ void inference_context::quantize_input(const tensor_view& w, const float* x) {
   if (w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0) quantize_row_q8_0(x, xq_.data(), w.ne0);
 }
 
-void inference_context::matvec(const tensor_view& w, const float* x, float* y) {
-  quantize_input(w, x);  // once per product, as llama.cpp does
-  pool_.parallel_for(w.ne1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) y[r] = row_dot(w, r, x, xq_.data());
-  }, 16);
-}
+void inference_context::matvec(const tensor_view& w, const float* x, float* y) { hotcold::matmul(pool_, w, x, 1, y, xq_); }
 
 float* inference_context::k_at(int64_t seq, int64_t layer, int64_t pos) {
   return k_cache_.data() + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
@@ -195,15 +192,8 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
       for (int64_t i = 0; i < n_ff; ++i)
         if (hidden_[i] != 0.0f) active_.push_back(static_cast<int32_t>(i));
     } else {
-      // score = fc2 . relu(fc1 . x); neuron i runs iff score_i >= the layer's threshold.
       trace_scope span(trace_, "predict", step_, layer);
-      const int64_t rank = l.pred_fc1.ne1;
-      matvec(l.pred_fc1, pred_in, pred_h_.data());
-      for (int64_t k = 0; k < rank; ++k) pred_h_[k] = std::max(pred_h_[k], 0.0f);
-      matvec(l.pred_fc2, pred_h_.data(), gate_.data());
-      const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
-      for (int64_t i = 0; i < n_ff; ++i)
-        if (gate_[i] >= threshold) active_.push_back(static_cast<int32_t>(i));
+      predictor_.predict(layer, pred_in, 1, chosen1_.data(), active_);
     }
     // The chosen neurons only: each thread takes a contiguous share of them and owns its rows of
     // hidden_ and its own accumulator; the accumulators are summed afterwards.
@@ -341,53 +331,7 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
 
 // ---- Batches ---------------------------------------------------------------------------------
 
-void inference_context::matmul(const tensor_view& w, const float* x, int64_t n, float* y) {
-  if (n == 1) return matvec(w, x, y);
-  const int64_t d = w.ne0, rows = w.ne1;
-  const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
-  const int64_t qrow = d / qk8_0;
-  if (quantized) {  // inputs quantized once, as for one token
-    b_.xq.resize(static_cast<size_t>(n * qrow));
-    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, b_.xq.data() + t * qrow, d);
-  }
-  constexpr int64_t row_tile = 8, token_tile = 32;
-  if (w.type == tensor_type::f16 || w.type == tensor_type::f32) {
-    // Each row against four tokens at a time, converted once in registers; tokens tiled so their
-    // activations stay in cache while a thread walks its rows.
-    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t t = t0; t < std::min(n, t0 + token_tile); t += 4) {
-            const int k = static_cast<int>(std::min<int64_t>(4, std::min(n, t0 + token_tile) - t));
-            const float* xs[4] = {x + t * d, x + std::min(t + 1, n - 1) * d, x + std::min(t + 2, n - 1) * d, x + std::min(t + 3, n - 1) * d};
-            float o[4];
-            if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r)), xs, k, d, o);
-            else dotn_f32(reinterpret_cast<const float*>(w.row(r)), xs, k, d, o);
-            for (int j = 0; j < k; ++j) y[(t + j) * rows + r] = o[j];
-          }
-    }, row_tile);
-    return;
-  }
-  // Tiles of rows (dequantized once into a thread's buffer) against tiles of tokens.
-  pool_.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
-    thread_local std::vector<float> buf;
-    if (!quantized) buf.resize(static_cast<size_t>(row_tile * d));
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r0 = b * row_tile, r1 = std::min(rows, r0 + row_tile);
-      if (!quantized)
-        for (int64_t r = r0; r < r1; ++r) dequantize_row(w, r, buf.data() + (r - r0) * d);
-      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t t = t0; t < std::min(n, t0 + token_tile); ++t) {
-            float v;
-            if (w.type == tensor_type::q8_0) v = dot_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), b_.xq.data() + t * qrow, d);
-            else if (w.type == tensor_type::q4_0) v = dot_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), b_.xq.data() + t * qrow, d);
-            else v = dot_f32(buf.data() + (r - r0) * d, x + t * d, d);
-            y[t * rows + r] = v;
-          }
-    }
-  });
-}
+void inference_context::matmul(const tensor_view& w, const float* x, int64_t n, float* y) { hotcold::matmul(pool_, w, x, n, y, xq_); }
 
 void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, bool may_go_dense, float* out) {
   const hparams& hp = model_->hp();
@@ -412,19 +356,10 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   if (sparse) predict_span.emplace(trace_, "predict", step_, layer);
   std::vector<int32_t>& chosen_union = active_;
   chosen_union.clear();
-  B.chosen.assign(static_cast<size_t>(n * n_ff), sparse ? 0 : 1);
+  if (static_cast<int64_t>(B.chosen.size()) < n * n_ff) B.chosen.resize(static_cast<size_t>(n * n_ff));
+  if (!sparse) std::fill(B.chosen.begin(), B.chosen.begin() + n * n_ff, uint8_t{1});
   if (sparse) {
-    const int64_t rank = l.pred_fc1.ne1;
-    matmul(l.pred_fc1, pred_in, n, B.pred_h.data());
-    for (int64_t k = 0; k < n * rank; ++k) B.pred_h[static_cast<size_t>(k)] = std::max(B.pred_h[static_cast<size_t>(k)], 0.0f);
-    matmul(l.pred_fc2, B.pred_h.data(), n, B.scores.data());
-    const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
-    std::vector<uint8_t> any(static_cast<size_t>(n_ff), 0);
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t i = 0; i < n_ff; ++i)
-        if (B.scores[static_cast<size_t>(t * n_ff + i)] >= threshold) B.chosen[static_cast<size_t>(t * n_ff + i)] = any[static_cast<size_t>(i)] = 1;
-    for (int64_t i = 0; i < n_ff; ++i)
-      if (any[static_cast<size_t>(i)]) chosen_union.push_back(static_cast<int32_t>(i));
+    predictor_.predict(layer, pred_in, n, B.chosen.data(), chosen_union);
   } else {
     for (int64_t i = 0; i < n_ff; ++i) chosen_union.push_back(static_cast<int32_t>(i));
   }
@@ -513,35 +448,40 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   read_[static_cast<size_t>(layer)] += n_union;
 }
 
-void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,
-                                  float* logits) {
+void inference_context::begin(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions) {
   const hparams& hp = model_->hp();
   const model_weights& w = model_->weights();
   const int64_t n = static_cast<int64_t>(tokens.size()), d = hp.n_embd, kv = hp.n_embd_kv(), n_ff = hp.n_ff;
-  const bool falcon = hp.arch == architecture::falcon;
   auto& B = b_;
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
   for (auto* v : {&B.x, &B.xn, &B.xn2, &B.layer_in, &B.attn, &B.proj, &B.ffn_out}) grow(*v, n * d);
   grow(B.qkv, n * (d + 2 * kv));
-  grow(B.pred_h, n * static_cast<int64_t>(pred_h_.size()));
-  for (auto* v : {&B.scores, &B.hidden, &B.truth}) grow(*v, n * n_ff);
+  for (auto* v : {&B.hidden, &B.truth}) grow(*v, n * n_ff);
   grow(B.acc, pool_.size() * n * d);
-
+  B.n = n;
+  B.seqs.assign(seqs, seqs + n);
+  B.positions.assign(positions, positions + n);
   for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[static_cast<size_t>(t)], B.x.data() + t * d);
   step_ = steps_++;
+}
+
+void inference_context::attention_block(int64_t il) {
+  const hparams& hp = model_->hp();
+  const layer_weights& l = model_->weights().layers[static_cast<size_t>(il)];
+  auto& B = b_;
+  const int64_t n = B.n, d = hp.n_embd, kv = hp.n_embd_kv();
+  const bool falcon = hp.arch == architecture::falcon;
   // q, k, v of token t: falcon's fused product interleaves them per token.
   const int64_t qkv_row = d + 2 * kv;
   auto q_of = [&](int64_t t) { return falcon ? B.qkv.data() + t * qkv_row : B.qkv.data() + t * d; };
   auto k_of = [&](int64_t t) { return falcon ? B.qkv.data() + t * qkv_row + d : B.qkv.data() + n * d + t * kv; };
   auto v_of = [&](int64_t t) { return falcon ? B.qkv.data() + t * qkv_row + d + kv : B.qkv.data() + n * (d + kv) + t * kv; };
 
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const layer_weights& l = w.layers[static_cast<size_t>(il)];
-    if (!falcon && hp.pred_input == predictor_input::layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
-    {
-    trace_scope span(trace_, "attention", step_, il);
+  if (!falcon && hp.pred_input == predictor_input::layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
+  {
+    trace_scope span(trace_, "attention", step_, il, n);
     for (int64_t t = 0; t < n; ++t) {
       if (falcon) layer_norm(B.x.data() + t * d, f32(l.attn_norm), f32(l.attn_norm_b), B.xn.data() + t * d, d, hp.norm_eps);
       else rms_norm(B.x.data() + t * d, f32(l.attn_norm), B.xn.data() + t * d, d, hp.norm_eps);
@@ -554,44 +494,114 @@ void inference_context::run_batch(std::span<const token_id> tokens, const int64_
       matmul(l.wv, B.xn.data(), n, v_of(0));
     }
     for (int64_t t = 0; t < n; ++t) {
-      rope(q_of(t), hp.n_head, hp, positions[t]);
-      rope(k_of(t), hp.n_head_kv, hp, positions[t]);
-      std::memcpy(k_at(seqs[t], il, positions[t]), k_of(t), static_cast<size_t>(kv) * 4);
-      std::memcpy(v_at(seqs[t], il, positions[t]), v_of(t), static_cast<size_t>(kv) * 4);
+      rope(q_of(t), hp.n_head, hp, B.positions[static_cast<size_t>(t)]);
+      rope(k_of(t), hp.n_head_kv, hp, B.positions[static_cast<size_t>(t)]);
+      std::memcpy(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), static_cast<size_t>(kv) * 4);
+      std::memcpy(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), static_cast<size_t>(kv) * 4);
     }
     for (int64_t t = 0; t < n; ++t) {  // causal: token t sees its sequence's cache up to its own position
       std::memcpy(qkv_.data(), q_of(t), static_cast<size_t>(d) * 4);
-      attention(seqs[t], il, positions[t]);
+      attention(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]);
       std::copy(attn_out_.begin(), attn_out_.end(), B.attn.begin() + t * d);
     }
     matmul(l.wo, B.attn.data(), n, B.proj.data());
-    }
-
-    if (falcon) {
-      const float* ffn_in = B.xn.data();
-      if (l.attn_norm_2) {
-        for (int64_t t = 0; t < n; ++t)
-          layer_norm(B.x.data() + t * d, f32(l.attn_norm_2), f32(l.attn_norm_2_b), B.xn2.data() + t * d, d, hp.norm_eps);
-        ffn_in = B.xn2.data();
-      }
-      ffn_batch(il, l, ffn_in, B.x.data(), n, may_go_dense, B.ffn_out.data());
-      for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)] + B.ffn_out[static_cast<size_t>(k)];
-    } else {
-      for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];
-      for (int64_t t = 0; t < n; ++t) rms_norm(B.x.data() + t * d, f32(l.ffn_norm), B.xn2.data() + t * d, d, hp.norm_eps);
-      ffn_batch(il, l, B.xn2.data(), hp.pred_input == predictor_input::layer_input ? B.layer_in.data() : B.x.data(), n, may_go_dense,
-                B.ffn_out.data());
-      for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.ffn_out[static_cast<size_t>(k)];
-    }
   }
 
-  trace_scope span(trace_, "output", step_, hp.n_layer);
-  const int64_t first = all_logits ? 0 : n - 1;
+  // The FFN's input and what its predictor reads.
+  if (falcon) {
+    // Parallel attention and FFN, both reading the layer's input; proj is added with the FFN's output.
+    B.ffn_in = B.xn.data();
+    if (l.attn_norm_2) {
+      for (int64_t t = 0; t < n; ++t) layer_norm(B.x.data() + t * d, f32(l.attn_norm_2), f32(l.attn_norm_2_b), B.xn2.data() + t * d, d, hp.norm_eps);
+      B.ffn_in = B.xn2.data();
+    }
+    B.pred_in = B.x.data();
+  } else {
+    for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];
+    for (int64_t t = 0; t < n; ++t) rms_norm(B.x.data() + t * d, f32(l.ffn_norm), B.xn2.data() + t * d, d, hp.norm_eps);
+    B.ffn_in = B.xn2.data();
+    B.pred_in = hp.pred_input == predictor_input::layer_input ? B.layer_in.data() : B.x.data();
+  }
+}
+
+void inference_context::add_ffn_output(const float* out) {
+  const hparams& hp = model_->hp();
+  auto& B = b_;
+  const int64_t nd = B.n * hp.n_embd;
+  if (hp.arch == architecture::falcon)
+    for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)] + out[k];
+  else
+    for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += out[k];
+}
+
+void inference_context::head(int64_t first, float* logits) {
+  const hparams& hp = model_->hp();
+  const model_weights& w = model_->weights();
+  auto& B = b_;
+  const int64_t n = B.n, d = hp.n_embd;
+  trace_scope span(trace_, "output", step_, hp.n_layer, n);
   for (int64_t t = first; t < n; ++t) {
-    if (falcon) layer_norm(B.x.data() + t * d, f32(w.output_norm), f32(w.output_norm_b), B.xn.data() + t * d, d, hp.norm_eps);
+    if (hp.arch == architecture::falcon) layer_norm(B.x.data() + t * d, f32(w.output_norm), f32(w.output_norm_b), B.xn.data() + t * d, d, hp.norm_eps);
     else rms_norm(B.x.data() + t * d, f32(w.output_norm), B.xn.data() + t * d, d, hp.norm_eps);
   }
   matmul(w.output, B.xn.data() + first * d, n - first, logits);
+}
+
+void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,
+                                  float* logits) {
+  begin(tokens, seqs, positions);
+  for (int64_t il = 0; il < model_->hp().n_layer; ++il) {
+    attention_block(il);
+    ffn_batch(il, model_->weights().layers[static_cast<size_t>(il)], b_.ffn_in, b_.pred_in, b_.n, may_go_dense, b_.ffn_out.data());
+    add_ffn_output(b_.ffn_out.data());
+  }
+  head(all_logits ? 0 : b_.n - 1, logits);
+}
+
+void inference_context::check_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw std::invalid_argument("a step needs at least one token");
+  if (seqs.size() != tokens.size() || positions.size() != tokens.size())
+    throw std::invalid_argument(fmt::format("a step of {} tokens, {} sequence slots, {} positions", tokens.size(), seqs.size(), positions.size()));
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t s = seqs[static_cast<size_t>(t)], p = positions[static_cast<size_t>(t)];
+    if (tokens[static_cast<size_t>(t)] < 0 || tokens[static_cast<size_t>(t)] >= model_->hp().n_vocab)
+      throw std::out_of_range(fmt::format("token id {} is outside the vocabulary", tokens[static_cast<size_t>(t)]));
+    if (s < 0 || s >= n_seq_) throw std::out_of_range(fmt::format("sequence slot {} is outside the {} this context holds", s, n_seq_));
+    if (p < 0 || p >= n_ctx_) throw std::out_of_range(fmt::format("position {} is outside the context of {}", p, n_ctx_));
+  }
+}
+
+// ---- Stages, for the actor pipeline ------------------------------------------------------------
+
+void inference_context::step_begin(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
+  check_step(tokens, seqs, positions);
+  if (static_cast<int64_t>(tokens.size()) > max_batch)
+    throw std::invalid_argument(fmt::format("a step of {} tokens is more than {}", tokens.size(), max_batch));
+  begin(tokens, seqs.data(), positions.data());
+}
+
+void inference_context::step_attention(int64_t layer) { attention_block(layer); }
+
+inference_context::ffn_inputs inference_context::step_ffn_inputs() const { return {b_.ffn_in, b_.pred_in, b_.n, step_}; }
+
+void inference_context::step_ffn(int64_t layer) {
+  ffn_batch(layer, model_->weights().layers[static_cast<size_t>(layer)], b_.ffn_in, b_.pred_in, b_.n, false, b_.ffn_out.data());
+  add_ffn_output(b_.ffn_out.data());
+}
+
+void inference_context::step_ffn_done(int64_t layer, const float* out, int64_t computed, int64_t read) {
+  computed_[static_cast<size_t>(layer)] += computed;
+  read_[static_cast<size_t>(layer)] += read;
+  add_ffn_output(out);
+}
+
+std::span<const float> inference_context::step_logits(int64_t first) {
+  const int64_t n_vocab = model_->hp().n_vocab;
+  if (first < 0 || first >= b_.n) throw std::out_of_range(fmt::format("logits from row {} of a step of {}", first, b_.n));
+  batch_logits_.resize(static_cast<size_t>((b_.n - first) * n_vocab));
+  head(first, batch_logits_.data());
+  return batch_logits_;
 }
 
 std::span<const float> inference_context::forward_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits) {
@@ -605,15 +615,7 @@ std::span<const float> inference_context::forward_batch(std::span<const token_id
 }
 
 std::span<const float> inference_context::forward_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0) throw std::invalid_argument("forward_step: no tokens");
-  if (seqs.size() != tokens.size() || positions.size() != tokens.size())
-    throw std::invalid_argument(fmt::format("forward_step: {} tokens, {} sequence slots, {} positions", tokens.size(), seqs.size(), positions.size()));
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t s = seqs[static_cast<size_t>(t)], p = positions[static_cast<size_t>(t)];
-    if (s < 0 || s >= n_seq_) throw std::out_of_range(fmt::format("sequence slot {} is outside the {} this context holds", s, n_seq_));
-    if (p < 0 || p >= n_ctx_) throw std::out_of_range(fmt::format("position {} is outside the context of {}", p, n_ctx_));
-  }
+  check_step(tokens, seqs, positions);
   return run_batches(tokens, seqs, positions, true, false);
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/cpu/quants.hpp"
 #include "model/model.hpp"
 #include "model/neuron_ops.hpp"
+#include "model/predictor.hpp"
 #include "model/thread_pool.hpp"
 #include "model/trace.hpp"
 
@@ -73,6 +74,25 @@ class inference_context {
   std::span<const float> forward_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
   int64_t n_seq() const { return n_seq_; }
 
+  // ---- One step in stages, for a pipeline whose actors run them (actors/pipeline.hpp). step_begin;
+  // then per layer step_attention and the FFN — the context's own (step_ffn), or computed elsewhere
+  // from step_ffn_inputs and handed back to step_ffn_done —; then step_logits. forward_step is these
+  // stages in a row. Checks as forward_step does, and at most max_batch tokens.
+  void step_begin(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
+  void step_attention(int64_t layer);
+  struct ffn_inputs {
+    const float* in;       // (n, n_embd) the FFN's normalized input
+    const float* pred_in;  // (n, n_embd) what the layer's predictor reads
+    int64_t n;             // tokens in the step
+    int64_t step;          // the step's number (for traces)
+  };
+  ffn_inputs step_ffn_inputs() const;  // valid from step_attention(layer) to step_ffn_done(layer)
+  void step_ffn(int64_t layer);
+  // out: (n, n_embd) the FFN's output; computed / read: neurons computed and rows read (counters).
+  void step_ffn_done(int64_t layer, const float* out, int64_t computed, int64_t read);
+  // Logits of the step's tokens first..n-1 ((n - first) x n_vocab); valid until the next step.
+  std::span<const float> step_logits(int64_t first);
+
   // How sparse-mode batches chose, per layer: predictor + union of active sets, or dense.
   struct batch_layer_choice {
     int64_t sparse = 0, dense = 0;   // batches
@@ -125,6 +145,13 @@ class inference_context {
   std::span<const float> run_batches(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions, bool all_logits,
                                      bool may_go_dense);
   void run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense, float* logits);
+  void check_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) const;
+  // The stages of a batch: embeddings; a layer's attention (leaves b_.ffn_in / b_.pred_in); the
+  // FFN's output added to the residual stream; the head.
+  void begin(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
+  void attention_block(int64_t layer);
+  void add_ffn_output(const float* out);
+  void head(int64_t first, float* logits);
   float* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
   float* v_at(int64_t seq, int64_t layer, int64_t pos);
   void attention(int64_t seq, int64_t layer, int64_t pos);  // q, the sequence's k/v cache -> attn_out
@@ -145,6 +172,7 @@ class inference_context {
   std::vector<int64_t> computed_;
   std::vector<int64_t> read_;
   thread_pool pool_;
+  predictor_runner predictor_;
 
   // Run state (shapes in elements).
   std::vector<float> x_;         // (n_embd) residual stream
@@ -160,7 +188,7 @@ class inference_context {
   std::vector<float> margin_;    // (n_ff) firing margins, for the observer
   std::vector<float> truth_;     // (n_ff) dense hidden vector, kept for stats in sparse mode
   std::vector<int32_t> active_;  // neurons chosen for this token
-  std::vector<float> pred_h_;    // (max predictor rank)
+  std::vector<uint8_t> chosen1_; // (n_ff) one token's choice
   std::vector<float> acc_;       // (threads, n_embd): each thread's own share of the down projection
   std::vector<float> scores_;    // (n_head, n_ctx)
   std::vector<float> logits_;    // (n_vocab)
@@ -168,10 +196,13 @@ class inference_context {
   // Batch state (rows of max_batch), allocated on the first batch.
   struct batch_buffers {
     std::vector<float> x, xn, xn2, layer_in, qkv, attn, proj, ffn_out;  // n x n_embd (qkv: n x (n_embd + 2 kv))
-    std::vector<float> pred_h, scores, hidden, truth;                   // n x rank, n x n_ff
+    std::vector<float> hidden, truth;                                   // n x n_ff
     std::vector<uint8_t> chosen;                                        // n x n_ff
     std::vector<float> acc;                                             // threads x n x n_embd
-    std::vector<kernels::block_q8_0> xq;                                // n x quantized row
+    int64_t n = 0;                                                      // tokens in the step
+    std::vector<int64_t> seqs, positions;                               // n
+    const float* ffn_in = nullptr;                                      // this layer's FFN input (n x n_embd)
+    const float* pred_in = nullptr;                                     // what its predictor reads (n x n_embd)
   };
   batch_buffers b_;
   // Measured per layer and batch-size class (log2 n): the union's share of n_ff (running average).

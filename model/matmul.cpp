@@ -1,0 +1,67 @@
+#include "model/matmul.hpp"
+
+#include <algorithm>
+
+#include "kernels/cpu/dot.hpp"
+#include "model/forward.hpp"
+#include "model/neuron_ops.hpp"
+
+namespace hotcold {
+
+using namespace kernels;
+
+void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<block_q8_0>& xq) {
+  const int64_t d = w.ne0, rows = w.ne1;
+  const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
+  const int64_t qrow = d / qk8_0;
+  if (quantized) {  // inputs quantized once per product
+    if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
+    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
+  }
+  if (n == 1) {
+    const block_q8_0* q = quantized ? xq.data() : nullptr;
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) y[r] = row_dot(w, r, x, q);
+    }, 16);
+    return;
+  }
+  constexpr int64_t row_tile = 8, token_tile = 32;
+  if (w.type == tensor_type::f16 || w.type == tensor_type::f32) {
+    // Each row against four tokens at a time, converted once in registers; tokens tiled so their
+    // activations stay in cache while a thread walks its rows.
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t t = t0; t < std::min(n, t0 + token_tile); t += 4) {
+            const int k = static_cast<int>(std::min<int64_t>(4, std::min(n, t0 + token_tile) - t));
+            const float* xs[4] = {x + t * d, x + std::min(t + 1, n - 1) * d, x + std::min(t + 2, n - 1) * d, x + std::min(t + 3, n - 1) * d};
+            float o[4];
+            if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r)), xs, k, d, o);
+            else dotn_f32(reinterpret_cast<const float*>(w.row(r)), xs, k, d, o);
+            for (int j = 0; j < k; ++j) y[(t + j) * rows + r] = o[j];
+          }
+    }, row_tile);
+    return;
+  }
+  // Tiles of rows (dequantized once into a thread's buffer) against tiles of tokens.
+  pool.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> buf;
+    if (!quantized) buf.resize(static_cast<size_t>(row_tile * d));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * row_tile, r1 = std::min(rows, r0 + row_tile);
+      if (!quantized)
+        for (int64_t r = r0; r < r1; ++r) dequantize_row(w, r, buf.data() + (r - r0) * d);
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t t = t0; t < std::min(n, t0 + token_tile); ++t) {
+            float v;
+            if (w.type == tensor_type::q8_0) v = dot_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), xq.data() + t * qrow, d);
+            else if (w.type == tensor_type::q4_0) v = dot_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), xq.data() + t * qrow, d);
+            else v = dot_f32(buf.data() + (r - r0) * d, x + t * d, d);
+            y[t * rows + r] = v;
+          }
+    }
+  });
+}
+
+}  // namespace hotcold

@@ -1,0 +1,36 @@
+#include "model/predictor.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "model/matmul.hpp"
+
+namespace hotcold {
+
+predictor_runner::predictor_runner(const model& m, thread_pool& pool) : model_(m), pool_(pool) {}
+
+void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids) {
+  const hparams& hp = model_.hp();
+  const layer_weights& l = model_.weights().layers[static_cast<size_t>(layer)];
+  if (!l.pred_fc1) throw std::logic_error(fmt::format("layer {} has no predictor", layer));
+  const int64_t rank = l.pred_fc1.ne1, n_ff = hp.n_ff;
+  if (static_cast<int64_t>(hidden_.size()) < n * rank) hidden_.resize(static_cast<size_t>(n * rank));
+  if (static_cast<int64_t>(scores_.size()) < n * n_ff) scores_.resize(static_cast<size_t>(n * n_ff));
+  matmul(pool_, l.pred_fc1, pred_in, n, hidden_.data(), xq_);
+  for (int64_t k = 0; k < n * rank; ++k) hidden_[static_cast<size_t>(k)] = std::max(hidden_[static_cast<size_t>(k)], 0.0f);
+  matmul(pool_, l.pred_fc2, hidden_.data(), n, scores_.data(), xq_);
+  const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
+  any_.assign(static_cast<size_t>(n_ff), 0);
+  for (int64_t k = 0; k < n * n_ff; ++k) {
+    const uint8_t c = scores_[static_cast<size_t>(k)] >= threshold;
+    chosen[k] = c;
+    any_[static_cast<size_t>(k % n_ff)] |= c;
+  }
+  union_ids.clear();
+  for (int64_t i = 0; i < n_ff; ++i)
+    if (any_[static_cast<size_t>(i)]) union_ids.push_back(static_cast<int32_t>(i));
+}
+
+}  // namespace hotcold

@@ -1,0 +1,30 @@
+#pragma once
+// A layer's activation predictor run on a batch of inputs: score = fc2 · relu(fc1 · x) per neuron,
+// and a token chooses neuron i when its score reaches the layer's threshold (PowerInfer's rule).
+// The forward pass runs it inline; the predictor actor runs it as its own stage.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/quants.hpp"
+#include "model/model.hpp"
+#include "model/thread_pool.hpp"
+
+namespace hotcold {
+
+class predictor_runner {
+ public:
+  predictor_runner(const model& m, thread_pool& pool);
+  // pred_in: n x n_embd. chosen (n x n_ff) gets 1 where token t chose neuron i, else 0; union_ids
+  // the neurons any token chose, ascending. The layer must have a predictor.
+  void predict(int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids);
+
+ private:
+  const model& model_;
+  thread_pool& pool_;
+  std::vector<float> hidden_;  // n x rank
+  std::vector<float> scores_;  // n x n_ff
+  std::vector<uint8_t> any_;   // n_ff
+  std::vector<kernels::block_q8_0> xq_;
+};
+
+}  // namespace hotcold
