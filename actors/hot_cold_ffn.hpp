@@ -1,9 +1,9 @@
 #pragma once
-// The FFN split by placement: each layer's hot neurons (gate, up and ffn_down_t rows) are copied into
-// buffers of the hot device and computed on its queue, while the cold pool computes the cold ones
-// from host memory on its own threads, at the same time; the two partial sums are added. This is
-// the compute the hot executor and cold pool actors run; used directly (synchronously, one token
-// at a time) it is the reference the actor pipeline is checked against.
+// The FFN split by placement. Each layer's hot neurons (gate, up and ffn_down_t rows) are copied into
+// buffers of the hot device and computed on its queue (hot_rows), while the cold neurons are computed
+// from host memory by CPU workers, each owning a shard of them (cold_share), at the same time; the
+// two partial sums are added. The actor pipeline runs the two halves in the hot executor and the cold
+// pool; hot_cold_ffn runs them synchronously inside the forward pass (the reference pipeline).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -17,15 +17,52 @@
 
 namespace hotcold::actors {
 
-class hot_cold_ffn final : public ffn_executor {
+// Chosen neurons of a layer, split by where their rows live; each list ascending by neuron id.
+struct ffn_split {
+  std::vector<int32_t> hot_ids, hot_slots;  // hot neurons and their rows in the device's copy
+  std::vector<int32_t> cold_ids;
+};
+
+class hot_rows {
  public:
   // Needs a sparse file (ffn_down_t in every layer). Throws devices::out_of_device_memory when the
   // hot rows do not fit the device's budget, std::invalid_argument for a placement that does not
   // fit the model.
-  hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads);
-  // The same, with the cold share computed on `cold` (e.g. the forward pass's own workers, so that two
-  // pools do not compete for the same cores); `cold` must outlive this object.
+  hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot);
+  void split(int64_t layer, std::span<const int32_t> chosen, ffn_split& out) const;
+  // Queues the hot share of a step on the device: each token computes the hot neurons it chose into
+  // hidden (n x n_ff) and out (n x n_embd, zeroed first). The inputs must outlive the event.
+  devices::event submit(int64_t step, int64_t layer, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out,
+                        trace_recorder* trace) const;
+  uint64_t bytes() const { return bytes_; }  // rows held on the device
+  devices::device& device() const { return *hot_; }
+
+ private:
+  struct layer_rows {
+    std::vector<int32_t> slot;  // per neuron: its row on the device, -1 when cold
+    tensor_view gate, up, down_t;
+  };
+  void upload(const placement_data& placement);
+  std::shared_ptr<const model> model_;
+  std::shared_ptr<devices::device> hot_;
+  std::vector<std::shared_ptr<devices::buffer>> buffers_;
+  std::vector<layer_rows> layers_;
+  uint64_t bytes_ = 0;
+};
+
+// The cold share of a step on `pool`: worker t computes the cold neurons of its shard — ids in
+// [n_ff t / T, n_ff (t+1) / T), so each worker reads the same rows step after step — into hidden
+// (n x n_ff) and its own accumulator acc[t] (T x n x n_embd, zeroed here).
+void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, std::span<const int32_t> cold_ids, const batch_ffn_input& x,
+                float* hidden, float* acc, trace_recorder* trace);
+
+class hot_cold_ffn final : public ffn_executor {
+ public:
+  // The cold share runs on `cold` (e.g. the forward pass's own workers, so that two pools do not
+  // compete for the same cores); `cold` must outlive this object.
   hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold);
+  // The same with a pool of its own.
+  hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads);
 
   void run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) override;
   void run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
@@ -37,29 +74,18 @@ class hot_cold_ffn final : public ffn_executor {
     int64_t hot = 0, cold = 0;  // chosen neurons computed on each side, all layers, all steps
   };
   const counts& computed() const { return computed_; }
-  uint64_t hot_bytes() const { return hot_bytes_; }  // rows held on the hot device
+  uint64_t hot_bytes() const { return rows_.bytes(); }
 
  private:
-  void init(const placement_data& placement);
-  void upload_layers(const placement_data& placement);
-  struct hot_layer {
-    std::vector<int32_t> slot;  // per neuron: its row on the device, -1 when cold
-    tensor_view gate, up, down_t;
-  };
   std::shared_ptr<const model> model_;
-  std::shared_ptr<devices::device> hot_;
-  std::vector<std::shared_ptr<devices::buffer>> buffers_;
-  std::vector<hot_layer> layers_;
+  hot_rows rows_;
   std::unique_ptr<thread_pool> own_cold_;
   thread_pool* cold_;
   counts computed_;
-  uint64_t hot_bytes_ = 0;
   trace_recorder* trace_ = nullptr;
-  // Per step: the split, the quantized input both sides read, the partial sums.
-  std::vector<int32_t> hot_ids_, hot_slots_, cold_ids_;
+  ffn_split split_;
   std::vector<kernels::block_q8_0> xq_;
-  std::vector<float> hot_out_, cold_acc_;
-  std::vector<float> batch_hot_out_, batch_cold_acc_;  // n x n_embd, threads x n x n_embd
+  std::vector<float> hot_out_, cold_acc_;  // n x n_embd, threads x n x n_embd
 };
 
 }  // namespace hotcold::actors

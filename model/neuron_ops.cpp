@@ -113,6 +113,8 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
 
 void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc) {
+  // One token: its choice is the ids given; the single-token routine reads each row as it dots it.
+  if (x.n == 1) return token_neurons(hp, gate, up, down_t, ids, rows, count, x.in, x.xq, hidden, acc);
   const int64_t d = x.d, n_ff = x.n_ff, qrow = d / qk8_0;
   const bool quantized = wants_q8_input(up.type);
   thread_local std::vector<float> gbuf, ubuf, dbuf;

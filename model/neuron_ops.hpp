@@ -30,7 +30,8 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
                    const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc);
 
 // A batch's inputs to the FFN: n tokens' normalized inputs (n x d), quantized to Q8_0 where the rows
-// want it (n x d/32 blocks, else null), and which neurons each token chose (n x n_ff bytes).
+// want it (n x d/32 blocks, else null), and which neurons each token chose (n x n_ff bytes; may be
+// null for one token).
 struct batch_ffn_input {
   const float* in;
   const kernels::block_q8_0* xq;
@@ -41,6 +42,7 @@ struct batch_ffn_input {
 // For neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their own ids in the model's
 // tensors, or their slots in a device's copy): each token that chose the neuron computes its hidden
 // value into hidden (n x n_ff) and adds value x its down row into acc (n x d). Each row is read once.
+// With one token, every id given is computed (they are its choice; x.chosen may be null).
 void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc);
 
