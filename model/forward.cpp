@@ -534,17 +534,19 @@ void inference_context::add_ffn_output(const float* out) {
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += out[k];
 }
 
-void inference_context::head(int64_t first, float* logits) {
+void inference_context::head(std::span<const int64_t> rows, float* logits) {
   const hparams& hp = model_->hp();
   const model_weights& w = model_->weights();
   auto& B = b_;
-  const int64_t n = B.n, d = hp.n_embd;
-  trace_scope span(trace_, "output", step_, hp.n_layer, n);
-  for (int64_t t = first; t < n; ++t) {
-    if (hp.arch == architecture::falcon) layer_norm(B.x.data() + t * d, f32(w.output_norm), f32(w.output_norm_b), B.xn.data() + t * d, d, hp.norm_eps);
-    else rms_norm(B.x.data() + t * d, f32(w.output_norm), B.xn.data() + t * d, d, hp.norm_eps);
+  const int64_t d = hp.n_embd, m = static_cast<int64_t>(rows.size());
+  trace_scope span(trace_, "output", step_, hp.n_layer, m);
+  // Row k of xn is token rows[k] normalized (rows ascending, so k <= rows[k]: nothing read is overwritten).
+  for (int64_t k = 0; k < m; ++k) {
+    const float* x = B.x.data() + rows[static_cast<size_t>(k)] * d;
+    if (hp.arch == architecture::falcon) layer_norm(x, f32(w.output_norm), f32(w.output_norm_b), B.xn.data() + k * d, d, hp.norm_eps);
+    else rms_norm(x, f32(w.output_norm), B.xn.data() + k * d, d, hp.norm_eps);
   }
-  matmul(w.output, B.xn.data() + first * d, n - first, logits);
+  matmul(w.output, B.xn.data(), m, logits);
 }
 
 void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,
@@ -555,7 +557,10 @@ void inference_context::run_batch(std::span<const token_id> tokens, const int64_
     ffn_batch(il, model_->weights().layers[static_cast<size_t>(il)], b_.ffn_in, b_.pred_in, b_.n, may_go_dense, b_.ffn_out.data());
     add_ffn_output(b_.ffn_out.data());
   }
-  head(all_logits ? 0 : b_.n - 1, logits);
+  std::vector<int64_t>& rows = b_.logit_rows;
+  rows.clear();
+  for (int64_t t = all_logits ? 0 : b_.n - 1; t < b_.n; ++t) rows.push_back(t);
+  head(rows, logits);
 }
 
 void inference_context::check_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) const {
@@ -596,11 +601,13 @@ void inference_context::step_ffn_done(int64_t layer, const float* out, int64_t c
   add_ffn_output(out);
 }
 
-std::span<const float> inference_context::step_logits(int64_t first) {
+std::span<const float> inference_context::step_logits(std::span<const int64_t> rows) {
   const int64_t n_vocab = model_->hp().n_vocab;
-  if (first < 0 || first >= b_.n) throw std::out_of_range(fmt::format("logits from row {} of a step of {}", first, b_.n));
-  batch_logits_.resize(static_cast<size_t>((b_.n - first) * n_vocab));
-  head(first, batch_logits_.data());
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (rows[k] < 0 || rows[k] >= b_.n || (k > 0 && rows[k] <= rows[k - 1]))
+      throw std::out_of_range(fmt::format("logit rows must be ascending rows of the step's {} tokens", b_.n));
+  batch_logits_.resize(rows.size() * static_cast<size_t>(n_vocab));
+  head(rows, batch_logits_.data());
   return batch_logits_;
 }
 

@@ -90,8 +90,8 @@ class inference_context {
   void step_ffn(int64_t layer);
   // out: (n, n_embd) the FFN's output; computed / read: neurons computed and rows read (counters).
   void step_ffn_done(int64_t layer, const float* out, int64_t computed, int64_t read);
-  // Logits of the step's tokens first..n-1 ((n - first) x n_vocab); valid until the next step.
-  std::span<const float> step_logits(int64_t first);
+  // Logits of the step's tokens `rows` (ascending; rows.size() x n_vocab); valid until the next step.
+  std::span<const float> step_logits(std::span<const int64_t> rows);
 
   // How sparse-mode batches chose, per layer: predictor + union of active sets, or dense.
   struct batch_layer_choice {
@@ -133,6 +133,7 @@ class inference_context {
 
   int64_t n_ctx() const { return n_ctx_; }
   const model& get_model() const { return *model_; }
+  const std::shared_ptr<const model>& shared_model() const { return model_; }
   thread_pool& pool() { return pool_; }
 
  private:
@@ -151,7 +152,7 @@ class inference_context {
   void begin(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
   void attention_block(int64_t layer);
   void add_ffn_output(const float* out);
-  void head(int64_t first, float* logits);
+  void head(std::span<const int64_t> rows, float* logits);  // the logits of these rows
   float* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
   float* v_at(int64_t seq, int64_t layer, int64_t pos);
   void attention(int64_t seq, int64_t layer, int64_t pos);  // q, the sequence's k/v cache -> attn_out
@@ -201,6 +202,7 @@ class inference_context {
     std::vector<float> acc;                                             // threads x n x n_embd
     int64_t n = 0;                                                      // tokens in the step
     std::vector<int64_t> seqs, positions;                               // n
+    std::vector<int64_t> logit_rows;                                    // rows whose logits the head computes
     const float* ffn_in = nullptr;                                      // this layer's FFN input (n x n_embd)
     const float* pred_in = nullptr;                                     // what its predictor reads (n x n_embd)
   };

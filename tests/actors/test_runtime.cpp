@@ -56,7 +56,7 @@ TEST(Runtime, ActivationsTravelAsPointers) {
   EXPECT_GE(a.values.use_count(), 2);
   EXPECT_EQ(keeper->step, 7);
   EXPECT_EQ(keeper->layer, 3);
-  EXPECT_EQ((*keeper->values)[12345], 12345.0f);
+  EXPECT_EQ(keeper->data()[12345], 12345.0f);
   self->send_exit(receiver, caf::exit_reason::user_shutdown);
 }
 

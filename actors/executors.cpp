@@ -1,0 +1,266 @@
+// The compute actors: predictor, cold pool and hot executor. Each is detached (a thread of its own,
+// so its compute never holds one of CAF's scheduler threads) and borrows the CPU workers of the
+// shared context for the parallel part of its work; the layer chain (attention, then predictor, then
+// hot and cold FFN) means no two of them use the workers at once. A failure answers the pending
+// request with an error and ends the actor: the scheduler, their supervisor, starts new ones.
+#include <algorithm>
+#include <cstring>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/pipeline.hpp"
+#include "model/neuron_ops.hpp"
+#include "model/predictor.hpp"
+
+namespace hotcold::actors {
+
+std::string describe(const caf::error& e) {
+  if (!e) return "no error";
+  const auto& ctx = e.context();
+  if (ctx.size() > 0 && ctx.match_element<std::string>(0)) return ctx.get_as<std::string>(0);
+  return caf::to_string(e);
+}
+
+namespace {
+
+caf::error failure(std::string_view who, const std::exception& e) { return caf::make_error(caf::sec::runtime_error, fmt::format("{}: {}", who, e.what())); }
+
+// ---- predictor ----------------------------------------------------------------------------------
+
+struct predictor_state {
+  std::unique_ptr<predictor_runner> runner;
+  static inline const char* name = "predictor";
+};
+
+predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<predictor_state> self, std::shared_ptr<engine_parts> p) {
+  self->state.runner = std::make_unique<predictor_runner>(*p->m, p->ctx->pool());
+  pthread_setname_np(pthread_self(), "predictor");
+  return {
+      [self, p](predict_atom, const predict_job& job) -> caf::result<active_set> {
+        try {
+          if (p->fault) p->fault("predict", job.layer, job.requests);
+          trace_scope span(p->trace, "predict", job.input.step, job.layer, job.input.rows);
+          const int64_t n_ff = p->m->hp().n_ff;
+          auto chosen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(job.input.rows * n_ff));
+          auto ids = std::make_shared<std::vector<int32_t>>();
+          self->state.runner->predict(job.layer, job.input.data(), job.input.rows, chosen->data(), *ids);
+          return active_set{std::move(chosen), std::move(ids)};
+        } catch (const std::exception& e) {
+          auto err = failure("predictor", e);
+          self->quit(err);
+          return err;
+        }
+      },
+  };
+}
+
+// ---- cold pool ----------------------------------------------------------------------------------
+
+struct cold_pool_state {
+  std::vector<float> hidden;  // (n, n_ff) scratch: the cold neurons' values
+  std::vector<float> acc;     // (workers, n, n_embd)
+  static inline const char* name = "cold_pool";
+};
+
+cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<cold_pool_state> self, std::shared_ptr<engine_parts> p) {
+  pthread_setname_np(pthread_self(), "cold_pool");
+  return {
+      [self, p](cold_atom, const cold_job& job) -> caf::result<activation> {
+        try {
+          if (p->fault) p->fault("cold_ffn", job.layer, job.requests);
+          const hparams& hp = p->m->hp();
+          const int64_t n = job.input.rows, d = hp.n_embd;
+          thread_pool& pool = p->ctx->pool();
+          auto& st = self->state;
+          if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
+          st.acc.resize(static_cast<size_t>(pool.size() * n * d));
+          const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
+          cold_share(pool, *p->m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc.data(), p->trace);
+          std::vector<float> sum(st.acc.begin(), st.acc.begin() + n * d);
+          for (int t = 1; t < pool.size(); ++t)
+            for (int64_t k = 0; k < n * d; ++k) sum[static_cast<size_t>(k)] += st.acc[static_cast<size_t>(t * n * d + k)];
+          return activation::wrap(std::move(sum), n, d, job.input.step, job.layer);
+        } catch (const std::exception& e) {
+          auto err = failure("cold pool", e);
+          self->quit(err);
+          return err;
+        }
+      },
+  };
+}
+
+// ---- hot executor -------------------------------------------------------------------------------
+
+struct hot_executor_state {
+  std::shared_ptr<engine_parts> p;
+  predictor_actor predictor;
+  cold_pool_actor cold;
+  // The step in flight.
+  step_plan plan;
+  caf::typed_response_promise<step_result> promise;
+  int64_t hot_neurons = 0, cold_neurons = 0;
+  ffn_split split;
+  active_set active;  // the layer's choice, held until its FFN is done (the device reads it)
+  std::shared_ptr<std::vector<kernels::block_q8_0>> xq;
+  std::vector<float> hidden, hot_out, out;  // (n, n_ff), (n, n_embd), (n, n_embd)
+  devices::event hot_done;
+  static inline const char* name = "hot_executor";
+  ~hot_executor_state() {  // the device may still read this state's buffers
+    if (hot_done) try {
+        hot_done->wait();
+      } catch (...) {
+      }
+  }
+};
+using hot_executor_ptr = hot_executor_actor::stateful_pointer<hot_executor_state>;
+
+void fail(hot_executor_ptr self, const std::string& what) {
+  auto& st = self->state;
+  if (st.hot_done) {  // device work reads this actor's buffers: let it finish first
+    try {
+      st.hot_done->wait();
+    } catch (...) {
+    }
+    st.hot_done.reset();
+  }
+  auto err = caf::make_error(caf::sec::runtime_error, what);
+  if (st.promise.pending()) st.promise.deliver(err);
+  self->quit(err);
+}
+
+void run_layer(hot_executor_ptr self, int64_t layer);
+
+// A layer's FFN is done: the hot share (when there is one) and the cold share are summed into the
+// residual stream, and the next layer starts.
+void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_out, int64_t union_size) {
+  auto& st = self->state;
+  inference_context& ctx = *st.p->ctx;
+  const auto in = ctx.step_ffn_inputs();
+  const int64_t nd = in.n * st.p->m->hp().n_embd;
+  st.out.assign(static_cast<size_t>(nd), 0.0f);
+  if (st.hot_done) {
+    st.hot_done->wait();
+    st.hot_done.reset();
+    std::copy(st.hot_out.begin(), st.hot_out.begin() + nd, st.out.begin());
+  }
+  if (cold_out)
+    for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
+  ctx.step_ffn_done(layer, st.out.data(), 0, union_size);
+  run_layer(self, layer + 1);
+}
+
+void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) {
+  auto& st = self->state;
+  st.active = std::move(chosen_now);
+  const active_set& chosen = st.active;
+  const hparams& hp = st.p->m->hp();
+  const auto in = st.p->ctx->step_ffn_inputs();
+  const auto& ids = *chosen.union_ids;
+  if (st.p->hot) {
+    st.p->hot->split(layer, ids, st.split);
+  } else {
+    st.split.hot_ids.clear(), st.split.hot_slots.clear();
+    st.split.cold_ids.assign(ids.begin(), ids.end());
+  }
+  st.hot_neurons += static_cast<int64_t>(st.split.hot_ids.size());
+  st.cold_neurons += static_cast<int64_t>(st.split.cold_ids.size());
+  const batch_ffn_input x{in.in, st.xq ? st.xq->data() : nullptr, chosen.chosen->data(), in.n, hp.n_embd, hp.n_ff};
+  const int64_t union_size = static_cast<int64_t>(ids.size());
+  // The cold pool starts first (a message away); the hot share goes to the device's queue meanwhile.
+  std::optional<cold_job> job;
+  if (!st.split.cold_ids.empty())
+    job = cold_job{layer,
+                   activation::view(st.p->ctx, in.in, in.n, hp.n_embd, in.step, layer),
+                   st.xq,
+                   chosen,
+                   std::make_shared<const std::vector<int32_t>>(st.split.cold_ids),
+                   st.plan.requests};
+  if (job)
+    self->request(st.cold, caf::infinite, cold_atom::value, std::move(*job))
+        .then([self, layer, union_size](activation& out) { finish_layer(self, layer, &out, union_size); },
+              [self](caf::error& e) { fail(self, describe(e)); });
+  if (!st.split.hot_ids.empty()) {
+    if (static_cast<int64_t>(st.hidden.size()) < in.n * hp.n_ff) st.hidden.resize(static_cast<size_t>(in.n * hp.n_ff));
+    st.hot_out.resize(static_cast<size_t>(in.n * hp.n_embd));
+    st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace);
+  }
+  if (!job) finish_layer(self, layer, nullptr, union_size);
+}
+
+void run_layer(hot_executor_ptr self, int64_t layer) {
+  auto& st = self->state;
+  inference_context& ctx = *st.p->ctx;
+  const model& m = *st.p->m;
+  try {
+    if (layer == m.hp().n_layer) {  // the head: logits of the rows the scheduler wants
+      auto logits = ctx.step_logits(st.plan.logit_rows);
+      std::vector<float> copy(logits.begin(), logits.end());
+      step_result r{st.plan.step,
+                    activation::wrap(std::move(copy), static_cast<int64_t>(st.plan.logit_rows.size()), m.hp().n_vocab, st.plan.step, layer),
+                    st.hot_neurons, st.cold_neurons};
+      st.promise.deliver(std::move(r));
+      return;
+    }
+    if (st.p->fault) st.p->fault("attention", layer, st.plan.requests);
+    ctx.step_attention(layer);
+    const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
+    const bool sparse = ctx.mode() == ffn_mode::sparse && l.pred_fc1 && l.ffn_down_t;
+    if (!sparse) {  // every neuron, here (dense files, dense mode)
+      ctx.step_ffn(layer);
+      return run_layer(self, layer + 1);
+    }
+    const auto in = ctx.step_ffn_inputs();
+    st.xq.reset();
+    if (wants_q8_input(l.ffn_up.type)) {  // quantized once for both sides
+      const int64_t q = m.hp().n_embd / kernels::qk8_0;
+      st.xq = std::make_shared<std::vector<kernels::block_q8_0>>(static_cast<size_t>(in.n * q));
+      for (int64_t t = 0; t < in.n; ++t) kernels::quantize_row_q8_0(in.in + t * m.hp().n_embd, st.xq->data() + t * q, m.hp().n_embd);
+    }
+    predict_job job{layer, activation::view(st.p->ctx, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests};
+    self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job))
+        .then([self, layer](active_set& s) { on_active_set(self, layer, std::move(s)); }, [self](caf::error& e) { fail(self, describe(e)); });
+  } catch (const std::exception& e) {
+    fail(self, fmt::format("hot executor: {}", e.what()));
+  }
+}
+
+hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::shared_ptr<engine_parts> p, predictor_actor predictor, cold_pool_actor cold) {
+  pthread_setname_np(pthread_self(), "hot_executor");
+  self->state.p = std::move(p);
+  self->state.predictor = std::move(predictor);
+  self->state.cold = std::move(cold);
+  return {
+      [self](step_atom, step_plan& plan) -> caf::typed_response_promise<step_result> {
+        auto& st = self->state;
+        st.promise = self->make_response_promise<step_result>();
+        st.plan = std::move(plan);
+        st.hot_neurons = st.cold_neurons = 0;
+        try {
+          st.p->ctx->step_begin(st.plan.tokens, st.plan.slots, st.plan.positions);
+        } catch (const std::exception& e) {
+          // A plan the context refuses is the scheduler's mistake, not this actor's: answer, stay.
+          auto rp = st.promise;
+          rp.deliver(caf::make_error(caf::sec::runtime_error, fmt::format("hot executor: {}", e.what())));
+          return rp;
+        }
+        auto rp = st.promise;
+        run_layer(self, 0);
+        return rp;
+      },
+  };
+}
+
+}  // namespace
+
+predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts) {
+  return sys.spawn<caf::detached>(predictor_fn, std::move(parts));
+}
+cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<engine_parts> parts) {
+  return sys.spawn<caf::detached>(cold_pool_fn, std::move(parts));
+}
+hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, predictor_actor predictor, cold_pool_actor cold) {
+  return sys.spawn<caf::detached>(hot_executor_fn, std::move(parts), std::move(predictor), std::move(cold));
+}
+
+}  // namespace hotcold::actors

@@ -1,0 +1,51 @@
+#include "actors/pipeline.hpp"
+
+#include <caf/all.hpp>
+
+namespace hotcold::actors {
+
+pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options options) {
+  parts_ = std::make_shared<engine_parts>();
+  parts_->m = ctx->shared_model();
+  parts_->ctx = std::move(ctx);
+  parts_->hot = std::move(options.hot);
+  parts_->trace = options.trace;
+  parts_->fault = std::move(options.fault);
+  configure(cfg_, options.runtime);
+  sys_ = std::make_unique<caf::actor_system>(cfg_);
+  self_ = std::make_unique<caf::scoped_actor>(*sys_);
+  telemetry_ = spawn_telemetry(*sys_);
+  scheduler_ = spawn_scheduler(*sys_, parts_, options.prefill_chunk, telemetry_);
+}
+
+pipeline::~pipeline() {
+  (*self_)->send_exit(scheduler_, caf::exit_reason::user_shutdown);
+  (*self_)->send_exit(telemetry_, caf::exit_reason::user_shutdown);
+  scheduler_ = nullptr;
+  telemetry_ = nullptr;
+  self_.reset();
+  sys_.reset();  // waits for every actor to end
+}
+
+int64_t pipeline::submit(generation_request r) {
+  const int64_t id = next_id_++;
+  (*self_)->send(scheduler_, submit_atom::value, id, std::move(r));
+  return id;
+}
+
+void pipeline::cancel(int64_t request) { (*self_)->send(scheduler_, cancel_atom::value, request); }
+
+std::optional<pipeline_event> pipeline::next(std::chrono::milliseconds timeout) {
+  std::optional<pipeline_event> ev;
+  (*self_)->receive([&](token_event& e) { ev = std::move(e); }, [&](logits_event& e) { ev = std::move(e); },
+                    [&](done_event& e) { ev = std::move(e); }, caf::after(timeout) >> [] {});
+  return ev;
+}
+
+telemetry_totals pipeline::totals() {
+  telemetry_totals t;
+  (*self_)->request(telemetry_, caf::infinite, totals_atom::value).receive([&](telemetry_totals& r) { t = r; }, [](caf::error&) {});
+  return t;
+}
+
+}  // namespace hotcold::actors

@@ -1,0 +1,99 @@
+#pragma once
+// The actor pipeline (DESIGN.md, "The walk of one token"):
+//
+//   scheduler ── step ──▶ hot executor: per layer attention, then
+//                           predictor ── active set ──▶ split by placement:
+//                             hot rows on the hot device's queue  ┐ at the same time,
+//                             cold pool: cold rows on CPU workers ┘ summed
+//                         head ── logits ──▶ scheduler ──▶ sampler ── tokens ──▶ scheduler ──▶ clients
+//   telemetry: step and request records from the scheduler
+//
+// The scheduler admits requests into KV slots, forms one step at a time from every running sequence
+// (continuous batching: sequences join and leave at step boundaries), chunks long prompts so running
+// streams keep producing tokens, and supervises the compute actors: when one fails it restarts them,
+// the sequences of the failed step are retried one at a time, and the one whose step fails alone
+// gets an error while the rest go on. Compute runs on detached actors (threads of their own) and the
+// CPU workers, never on CAF's scheduler threads.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <variant>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/hot_cold_ffn.hpp"
+#include "actors/messages.hpp"
+#include "actors/runtime.hpp"
+#include "model/forward.hpp"
+
+namespace hotcold::actors {
+
+// Called by the compute actors before each layer's work (stage "attention", "predict", "cold_ffn")
+// with the requests in the step; a test throws from it to inject a fault.
+using fault_hook = std::function<void(std::string_view stage, int64_t layer, const std::vector<int64_t>& requests)>;
+
+struct pipeline_options {
+  int64_t prefill_chunk = 32;  // prompt tokens per step while other sequences are decoding
+  std::shared_ptr<const hot_rows> hot;  // the hot device's rows; null: every FFN neuron on the CPU workers
+  trace_recorder* trace = nullptr;      // must outlive the pipeline
+  fault_hook fault;
+  runtime_options runtime;
+};
+
+// What the compute actors share. The context holds the KV caches (one slot per sequence in flight)
+// and the CPU workers; it outlives any actor, so a restarted executor finds the caches intact.
+struct engine_parts {
+  std::shared_ptr<const model> m;
+  std::shared_ptr<inference_context> ctx;
+  std::shared_ptr<const hot_rows> hot;
+  trace_recorder* trace = nullptr;
+  fault_hook fault;
+};
+
+using pipeline_event = std::variant<token_event, logits_event, done_event>;
+
+class pipeline {
+ public:
+  // ctx: its n_seq() slots are the sequences in flight at once; its mode says dense or sparse.
+  pipeline(std::shared_ptr<inference_context> ctx, pipeline_options options);
+  ~pipeline();  // cancels what is running, stops the actors
+  pipeline(const pipeline&) = delete;
+  pipeline& operator=(const pipeline&) = delete;
+
+  // Queues a request; its events arrive through next(). Returns its id. A request that cannot run
+  // (empty prompt, unknown token, longer than the context) ends at once with finish "error".
+  int64_t submit(generation_request r);
+  void cancel(int64_t request);
+  // The next event of any request, in the order each request produced them; nullopt after `timeout`.
+  std::optional<pipeline_event> next(std::chrono::milliseconds timeout = std::chrono::minutes(10));
+  telemetry_totals totals();
+
+  inference_context& context() { return *parts_->ctx; }
+
+ private:
+  std::shared_ptr<engine_parts> parts_;
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  std::unique_ptr<caf::scoped_actor> self_;
+  caf::actor scheduler_;
+  telemetry_actor telemetry_;
+  int64_t next_id_ = 0;
+};
+
+// The actors, for the pipeline and for tests that drive one alone.
+predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts);
+cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<engine_parts> parts);
+hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, predictor_actor predictor, cold_pool_actor cold);
+sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts);
+telemetry_actor spawn_telemetry(caf::actor_system& sys);
+caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, int64_t prefill_chunk, telemetry_actor telemetry);
+
+// A CAF error's text for people (the context string when there is one).
+std::string describe(const caf::error& e);
+
+}  // namespace hotcold::actors

@@ -1,0 +1,69 @@
+// The sampler and telemetry actors: light work, so they run on CAF's scheduler threads.
+#include <map>
+
+#include <caf/all.hpp>
+
+#include "actors/pipeline.hpp"
+
+namespace hotcold::actors {
+namespace {
+
+// Each request's sampler (its parameters, generator and recent tokens) lives here between steps.
+struct sampler_state {
+  std::map<int64_t, sampler> samplers;
+  static inline const char* name = "sampler";
+};
+
+sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_state> self, std::shared_ptr<engine_parts> p) {
+  return {
+      [self](open_atom, int64_t request, const sampling_params& params, const std::vector<token_id>& history) {
+        auto [it, fresh] = self->state.samplers.insert_or_assign(request, sampler(params));
+        for (token_id t : history) it->second.accept(t);
+      },
+      [self, p](sample_atom, const sample_job& job) -> caf::result<std::vector<token_id>> {
+        trace_scope span(p->trace, "sample", job.logits.step, p->m->hp().n_layer, static_cast<int64_t>(job.requests.size()));
+        std::vector<token_id> out;
+        out.reserve(job.requests.size());
+        for (size_t k = 0; k < job.requests.size(); ++k) {
+          auto it = self->state.samplers.find(job.requests[k]);
+          if (it == self->state.samplers.end()) return caf::make_error(caf::sec::runtime_error, "sampler: unknown request " + std::to_string(job.requests[k]));
+          const token_id t = it->second.sample(std::span<const float>(job.logits.row(job.rows[k]), static_cast<size_t>(job.logits.cols)));
+          it->second.accept(t);
+          out.push_back(t);
+        }
+        return out;
+      },
+      [self](close_atom, int64_t request) { self->state.samplers.erase(request); },
+  };
+}
+
+struct telemetry_state {
+  telemetry_totals totals;
+  static inline const char* name = "telemetry";
+};
+
+telemetry_actor::behavior_type telemetry_fn(telemetry_actor::stateful_pointer<telemetry_state> self) {
+  return {
+      [self](step_atom, const step_record& r) {
+        auto& t = self->state.totals;
+        ++t.steps;
+        t.failed_steps += r.failed;
+        t.busy_s += r.seconds;
+        if (!r.failed) t.prompt_tokens += r.prompt_tokens, t.generated_tokens += r.generated_tokens;
+      },
+      [self](const done_event& d) {
+        auto& t = self->state.totals;
+        ++t.requests_done;
+        t.requests_failed += d.finish == "error";
+      },
+      [self](totals_atom, int64_t restarts) { self->state.totals.restarts += restarts; },
+      [self](totals_atom) { return self->state.totals; },
+  };
+}
+
+}  // namespace
+
+sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts) { return sys.spawn(sampler_fn, std::move(parts)); }
+telemetry_actor spawn_telemetry(caf::actor_system& sys) { return sys.spawn(telemetry_fn); }
+
+}  // namespace hotcold::actors

@@ -1,0 +1,348 @@
+// The scheduler: admits requests into KV slots, forms each step from every running sequence, hands
+// logits to the sampler and tokens to the clients, and supervises the compute actors.
+#include <algorithm>
+#include <deque>
+#include <map>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/pipeline.hpp"
+
+namespace hotcold::actors {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_between(clock_type::time_point a, clock_type::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+struct sequence {
+  int64_t id = 0;
+  generation_request req;
+  caf::actor sink;
+  int64_t slot = -1;
+  int64_t cached = 0;  // positions whose keys and values are in the slot's cache
+  std::vector<token_id> generated;
+  bool isolated = false;   // runs alone until one step passes (it was in a step that failed)
+  bool cancelled = false;
+  clock_type::time_point submitted, admitted, first_token;
+  bool prompt_done() const { return cached >= static_cast<int64_t>(req.prompt.size()); }
+};
+
+// The compute actors of the moment; replaced together when one fails.
+struct compute_set {
+  predictor_actor predictor;
+  cold_pool_actor cold;
+  hot_executor_actor hot;
+  sampler_actor sampler;
+  void stop() {
+    if (hot) caf::anon_send_exit(hot, caf::exit_reason::user_shutdown);
+    if (cold) caf::anon_send_exit(cold, caf::exit_reason::user_shutdown);
+    if (predictor) caf::anon_send_exit(predictor, caf::exit_reason::user_shutdown);
+    if (sampler) caf::anon_send_exit(sampler, caf::exit_reason::user_shutdown);
+  }
+};
+
+// Where a sequence's tokens sit in a step.
+struct member {
+  int64_t id;
+  int64_t first_row, count;
+  int64_t first_logit = -1, logits = 0;  // its rows among the step's logits
+};
+
+struct scheduler_state {
+  std::shared_ptr<engine_parts> p;
+  int64_t prefill_chunk = 32;
+  telemetry_actor telemetry;
+  std::shared_ptr<compute_set> compute;
+  std::map<int64_t, sequence> seqs;
+  std::deque<int64_t> waiting;
+  std::vector<int64_t> running;  // admission order
+  std::vector<int64_t> free_slots;
+  bool busy = false;
+  int64_t step = 0;  // the step in flight (or the last one)
+  std::vector<member> members;
+  clock_type::time_point step_start;
+  static inline const char* name = "scheduler";
+};
+using scheduler_ptr = caf::stateful_actor<scheduler_state>*;
+
+void schedule(scheduler_ptr self);
+
+void start_compute(scheduler_ptr self) {
+  auto& st = self->state;
+  auto& c = *st.compute;
+  auto& sys = self->system();
+  c.predictor = spawn_predictor(sys, st.p);
+  c.cold = spawn_cold_pool(sys, st.p);
+  c.hot = spawn_hot_executor(sys, st.p, c.predictor, c.cold);
+  self->monitor(c.predictor);
+  self->monitor(c.cold);
+  self->monitor(c.hot);
+}
+
+void start_sampler(scheduler_ptr self) {
+  auto& st = self->state;
+  st.compute->sampler = spawn_sampler(self->system(), st.p);
+  self->monitor(st.compute->sampler);
+  for (int64_t id : st.running) {  // each running request's sampler, again from its history
+    const sequence& s = st.seqs.at(id);
+    std::vector<token_id> history = s.req.prompt;
+    history.insert(history.end(), s.generated.begin(), s.generated.end());
+    self->send(st.compute->sampler, open_atom::value, id, s.req.sampling, history);
+  }
+}
+
+void restart_compute(scheduler_ptr self) {
+  auto& c = *self->state.compute;
+  if (c.hot) self->send_exit(c.hot, caf::exit_reason::kill);
+  if (c.cold) self->send_exit(c.cold, caf::exit_reason::kill);
+  if (c.predictor) self->send_exit(c.predictor, caf::exit_reason::kill);
+  start_compute(self);
+  self->send(self->state.telemetry, totals_atom::value, int64_t{1});
+}
+
+void finish(scheduler_ptr self, int64_t id, const std::string& reason, const std::string& error = {}) {
+  auto& st = self->state;
+  auto it = st.seqs.find(id);
+  if (it == st.seqs.end()) return;
+  sequence& s = it->second;
+  const auto now = clock_type::now();
+  done_event d{id,
+               reason,
+               error,
+               static_cast<int64_t>(s.req.prompt.size()),
+               static_cast<int64_t>(s.generated.size()),
+               s.slot >= 0 ? seconds_between(s.submitted, s.admitted) : seconds_between(s.submitted, now),
+               s.generated.empty() ? 0.0 : seconds_between(s.submitted, s.first_token),
+               seconds_between(s.submitted, now)};
+  if (s.sink) self->send(s.sink, d);
+  self->send(st.telemetry, d);
+  if (s.slot >= 0) {
+    st.free_slots.push_back(s.slot);
+    if (st.compute->sampler) self->send(st.compute->sampler, close_atom::value, id);
+  }
+  st.running.erase(std::remove(st.running.begin(), st.running.end(), id), st.running.end());
+  st.waiting.erase(std::remove(st.waiting.begin(), st.waiting.end(), id), st.waiting.end());
+  st.seqs.erase(it);
+}
+
+void admit(scheduler_ptr self) {
+  auto& st = self->state;
+  while (!st.waiting.empty() && !st.free_slots.empty()) {
+    const int64_t id = st.waiting.front();
+    st.waiting.pop_front();
+    sequence& s = st.seqs.at(id);
+    s.slot = st.free_slots.back();
+    st.free_slots.pop_back();
+    s.admitted = clock_type::now();
+    st.running.push_back(id);
+    self->send(st.compute->sampler, open_atom::value, id, s.req.sampling, s.req.prompt);
+  }
+}
+
+void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, const std::vector<token_id>& tokens) {
+  auto& st = self->state;
+  const vocab& v = st.p->m->vocabulary();
+  const int64_t n_ctx = st.p->ctx->n_ctx();
+  for (size_t k = 0; k < ids.size(); ++k) {
+    auto it = st.seqs.find(ids[k]);
+    if (it == st.seqs.end()) continue;
+    sequence& s = it->second;
+    if (s.cancelled) {
+      finish(self, s.id, "cancelled");
+      continue;
+    }
+    const token_id t = tokens[k];
+    if (v.is_end_of_generation(t) && !s.req.ignore_eos) {
+      finish(self, s.id, "stop");
+      continue;
+    }
+    if (s.generated.empty()) s.first_token = clock_type::now();
+    s.generated.push_back(t);
+    if (s.sink) self->send(s.sink, token_event{s.id, t, static_cast<int64_t>(s.generated.size()) - 1});
+    if (static_cast<int64_t>(s.generated.size()) >= s.req.n_predict) finish(self, s.id, "length");
+    else if (s.cached >= n_ctx) finish(self, s.id, "context");
+  }
+  st.busy = false;
+  schedule(self);
+}
+
+void on_step(scheduler_ptr self, step_result& r) {
+  auto& st = self->state;
+  const int64_t n_ctx = st.p->ctx->n_ctx();
+  step_record rec{st.step, 0, 0, 0, static_cast<int64_t>(st.members.size()), seconds_between(st.step_start, clock_type::now()), false};
+  std::vector<int64_t> to_sample, rows;
+  for (const member& mb : st.members) {
+    sequence& s = st.seqs.at(mb.id);
+    const bool prefill = !s.prompt_done();
+    (prefill ? rec.prompt_tokens : rec.generated_tokens) += mb.count;
+    rec.tokens += mb.count;
+    if (s.req.all_logits && prefill && mb.logits > 0 && s.sink)
+      self->send(s.sink, logits_event{s.id, s.cached, r.logits.slice(mb.first_logit, mb.logits)});
+    s.cached += mb.count;
+    s.isolated = false;
+    if (!s.prompt_done()) continue;
+    if (s.cancelled) finish(self, s.id, "cancelled");
+    else if (s.req.n_predict <= static_cast<int64_t>(s.generated.size())) finish(self, s.id, "length");
+    else if (s.cached >= n_ctx) finish(self, s.id, "context");
+    else to_sample.push_back(s.id), rows.push_back(mb.first_logit + mb.logits - 1);
+  }
+  self->send(st.telemetry, step_atom::value, rec);
+  if (to_sample.empty()) return after_tokens(self, {}, {});
+  sample_job job{to_sample, rows, std::move(r.logits)};
+  self->request(st.compute->sampler, caf::infinite, sample_atom::value, std::move(job))
+      .then([self, to_sample](std::vector<token_id>& tokens) { after_tokens(self, to_sample, tokens); },
+            [self, to_sample](caf::error& e) {
+              for (int64_t id : to_sample) finish(self, id, "error", describe(e));
+              caf::anon_send_exit(self->state.compute->sampler, caf::exit_reason::kill);
+              start_sampler(self);
+              self->state.busy = false;
+              schedule(self);
+            });
+}
+
+void on_step_failed(scheduler_ptr self, int64_t step, const std::string& why) {
+  auto& st = self->state;
+  if (!st.busy || step != st.step) return;  // already handled (an error reply and a down message)
+  self->send(st.telemetry, step_atom::value, step_record{st.step, 0, 0, 0, static_cast<int64_t>(st.members.size()),
+                                                          seconds_between(st.step_start, clock_type::now()), true});
+  restart_compute(self);
+  // Alone, the sequence is the cause; together, each is retried alone to find out which.
+  if (st.members.size() == 1) finish(self, st.members[0].id, "error", why);
+  else
+    for (const member& mb : st.members) st.seqs.at(mb.id).isolated = true;
+  st.busy = false;
+  schedule(self);
+}
+
+void schedule(scheduler_ptr self) {
+  auto& st = self->state;
+  if (st.busy) return;
+  // Cancelled sequences leave at the step boundary; waiting ones take the free slots.
+  std::vector<int64_t> cancelled;
+  for (int64_t id : st.running)
+    if (st.seqs.at(id).cancelled) cancelled.push_back(id);
+  for (int64_t id : cancelled) finish(self, id, "cancelled");
+  admit(self);
+  if (st.running.empty()) return;
+
+  // One sequence alone while any is isolated; else every running one.
+  std::vector<int64_t> candidates;
+  for (int64_t id : st.running)
+    if (st.seqs.at(id).isolated) {
+      candidates = {id};
+      break;
+    }
+  if (candidates.empty()) candidates = st.running;
+
+  step_plan plan;
+  plan.step = ++st.step;
+  st.members.clear();
+  auto add = [&](sequence& s, int64_t count, bool logits_for_all, bool logits_for_last) {
+    member mb{s.id, static_cast<int64_t>(plan.tokens.size()), count};
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t pos = s.cached + k;
+      const bool prompt = pos < static_cast<int64_t>(s.req.prompt.size());
+      plan.tokens.push_back(prompt ? s.req.prompt[static_cast<size_t>(pos)] : s.generated.back());
+      plan.slots.push_back(s.slot);
+      plan.positions.push_back(pos);
+      plan.requests.push_back(s.id);
+      if (logits_for_all || (logits_for_last && k == count - 1)) {
+        if (mb.first_logit < 0) mb.first_logit = static_cast<int64_t>(plan.logit_rows.size());
+        ++mb.logits;
+        plan.logit_rows.push_back(static_cast<int64_t>(plan.tokens.size()) - 1);
+      }
+    }
+    st.members.push_back(mb);
+  };
+  // Decoding sequences first (one token each), then prompt chunks in the room left.
+  int64_t decoding = 0;
+  for (int64_t id : candidates) {
+    sequence& s = st.seqs.at(id);
+    if (s.prompt_done()) add(s, 1, false, true), ++decoding;
+  }
+  int64_t budget = inference_context::max_batch - decoding;
+  if (decoding > 0) budget = std::min(budget, st.prefill_chunk);
+  for (int64_t id : candidates) {
+    sequence& s = st.seqs.at(id);
+    if (s.prompt_done() || budget <= 0) continue;
+    const int64_t left = static_cast<int64_t>(s.req.prompt.size()) - s.cached;
+    const int64_t chunk = std::min(left, budget);
+    budget -= chunk;
+    add(s, chunk, s.req.all_logits, chunk == left && s.req.n_predict > 0);
+  }
+
+  st.busy = true;
+  st.step_start = clock_type::now();
+  const int64_t step = st.step;
+  self->request(st.compute->hot, caf::infinite, step_atom::value, std::move(plan))
+      .then([self, step](step_result& r) {
+              if (self->state.busy && step == self->state.step) on_step(self, r);
+            },
+            [self, step](caf::error& e) { on_step_failed(self, step, describe(e)); });
+}
+
+caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<engine_parts> p, int64_t prefill_chunk, telemetry_actor telemetry) {
+  auto& st = self->state;
+  st.p = std::move(p);
+  st.prefill_chunk = std::max<int64_t>(1, prefill_chunk);
+  st.telemetry = std::move(telemetry);
+  st.compute = std::make_shared<compute_set>();
+  for (int64_t s = st.p->ctx->n_seq() - 1; s >= 0; --s) st.free_slots.push_back(s);
+  start_compute(self);
+  start_sampler(self);
+  // The compute actors go when the scheduler does.
+  self->attach_functor([compute = st.compute] { compute->stop(); });
+  // A compute actor that ends on its own (not stopped by a restart) fails the step in flight, or is
+  // restarted at once when idle.
+  self->set_down_handler([self](caf::down_msg& m) {
+    auto& st = self->state;
+    auto& c = *st.compute;
+    const bool current = m.source == c.hot.address() || m.source == c.cold.address() || m.source == c.predictor.address();
+    if (m.source == c.sampler.address() && m.reason) {
+      start_sampler(self);
+      return;
+    }
+    if (!current || !m.reason) return;
+    if (st.busy) on_step_failed(self, st.step, describe(m.reason));
+    else restart_compute(self);
+  });
+  return {
+      [self](submit_atom, int64_t id, generation_request& r) {
+        auto& st = self->state;
+        sequence s;
+        s.id = id;
+        s.sink = caf::actor_cast<caf::actor>(self->current_sender());
+        s.submitted = clock_type::now();
+        const hparams& hp = st.p->m->hp();
+        std::string bad;
+        if (r.prompt.empty()) bad = "the prompt is empty";
+        else if (static_cast<int64_t>(r.prompt.size()) > st.p->ctx->n_ctx())
+          bad = fmt::format("the prompt has {} tokens, more than the context of {}", r.prompt.size(), st.p->ctx->n_ctx());
+        else if (r.n_predict < 0) bad = "n_predict is negative";
+        for (token_id t : r.prompt)
+          if (bad.empty() && (t < 0 || t >= hp.n_vocab)) bad = fmt::format("token id {} is outside the vocabulary of {}", t, hp.n_vocab);
+        s.req = std::move(r);
+        st.seqs.emplace(id, std::move(s));
+        if (!bad.empty()) return finish(self, id, "error", bad);
+        st.waiting.push_back(id);
+        schedule(self);
+      },
+      [self](cancel_atom, int64_t id) {
+        auto& st = self->state;
+        auto it = st.seqs.find(id);
+        if (it == st.seqs.end()) return;
+        if (it->second.slot < 0) return finish(self, id, "cancelled");
+        it->second.cancelled = true;
+        schedule(self);  // when idle it leaves now; else at the end of the step
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, int64_t prefill_chunk, telemetry_actor telemetry) {
+  return sys.spawn(scheduler_fn, std::move(parts), prefill_chunk, std::move(telemetry));
+}
+
+}  // namespace hotcold::actors

@@ -1,0 +1,299 @@
+// The actor pipeline against the reference forward pass: same logits (within 1e-5 relative) and the
+// same tokens for several requests at once — continuous batching, chunked prompts, a split between
+// a sim device and the cold pool — plus cancellation, bad requests, and an injected fault that the
+// supervisor recovers from.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "actors/pipeline.hpp"
+#include "model/sampler.hpp"
+#include "tests/model/tiny_models.hpp"
+#include "tools/sparse_file.hpp"
+
+namespace hotcold::actors {
+namespace {
+
+struct outcome {
+  std::vector<std::vector<float>> logits;  // the prompt's positions, when asked for
+  std::vector<token_id> tokens;
+  done_event done;
+  std::vector<int64_t> order;  // the event counter at each token
+};
+
+// Reads events until `n` requests are done (a minute at most: nothing may hang).
+std::map<int64_t, outcome> drain(pipeline& p, size_t n, int64_t* counter = nullptr) {
+  std::map<int64_t, outcome> out;
+  size_t done = 0;
+  int64_t events = 0;
+  while (done < n) {
+    auto ev = p.next(std::chrono::seconds(60));
+    if (!ev) {
+      ADD_FAILURE() << "no event for a minute: " << done << " of " << n << " requests done";
+      break;
+    }
+    ++events;
+    if (auto* t = std::get_if<token_event>(&*ev)) {
+      auto& o = out[t->request];
+      o.tokens.push_back(t->token);
+      o.order.push_back(events);
+    } else if (auto* l = std::get_if<logits_event>(&*ev)) {
+      auto& o = out[l->request];
+      EXPECT_EQ(l->first_position, static_cast<int64_t>(o.logits.size()));
+      for (int64_t r = 0; r < l->logits.rows; ++r) o.logits.emplace_back(l->logits.row(r), l->logits.row(r) + l->logits.cols);
+    } else {
+      auto& d = std::get<done_event>(*ev);
+      out[d.request].done = d;
+      ++done;
+    }
+  }
+  if (counter) *counter = events;
+  return out;
+}
+
+struct reference_run {
+  std::vector<std::vector<float>> logits;
+  std::vector<token_id> tokens;
+};
+
+// The reference: one forward() per token on a context of its own, the same sampler chain.
+reference_run reference(std::shared_ptr<const model> m, ffn_mode mode, const generation_request& r, std::shared_ptr<ffn_executor> executor = nullptr) {
+  inference_context ctx(m, 64, 2);
+  ctx.set_mode(mode);
+  ctx.set_ffn_executor(std::move(executor));
+  sampler smp(r.sampling);
+  reference_run out;
+  std::span<const float> logits;
+  int64_t pos = 0;
+  for (token_id t : r.prompt) {
+    smp.accept(t);
+    logits = ctx.forward(t, pos++);
+    out.logits.emplace_back(logits.begin(), logits.end());
+  }
+  while (static_cast<int32_t>(out.tokens.size()) < r.n_predict && pos < ctx.n_ctx()) {
+    const token_id next = smp.sample(logits);
+    if (m->vocabulary().is_end_of_generation(next)) break;
+    smp.accept(next);
+    out.tokens.push_back(next);
+    if (pos >= ctx.n_ctx()) break;
+    logits = ctx.forward(next, pos++);
+  }
+  return out;
+}
+
+std::vector<generation_request> three_requests(int64_t n_vocab) {
+  std::vector<generation_request> rs(3);
+  for (int k = 0; k < 3; ++k) {
+    auto& r = rs[static_cast<size_t>(k)];
+    for (int i = 0; i < 3 + 5 * k; ++i) r.prompt.push_back(static_cast<token_id>((11 + 37 * i + 101 * k) % n_vocab));
+    r.prompt[0] = 1;
+    r.n_predict = 6 + 2 * k;
+    r.all_logits = true;
+    r.sampling.temperature = k == 1 ? 0.8f : 0.0f;  // one request samples, with its own seed
+    r.sampling.seed = 42 + static_cast<uint64_t>(k);
+  }
+  return rs;
+}
+
+std::string split_file() {
+  auto dense = test::make_model("pl_dense_relu", test::sparse_test_options(architecture::llama, hotcold::activation::relu, tensor_type::f16));
+  auto path = (test::scratch_dir() / "pl_sparse.gguf").string();
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3));
+  return path;
+}
+
+// Every layer split: every third neuron hot.
+placement_data every_third(int64_t n_layer, int64_t n_ff) {
+  placement_data p;
+  for (int64_t l = 0; l < n_layer; ++l) {
+    p.hot.emplace_back();
+    for (int64_t i = l % 3; i < n_ff; i += 3) p.hot.back().push_back(static_cast<int32_t>(i));
+  }
+  return p;
+}
+
+std::shared_ptr<const hot_rows> sim_rows(std::shared_ptr<const model> m) {
+  devices::device_options o;
+  o.kind = "sim";
+  o.budget = 64 << 20;
+  return std::make_shared<const hot_rows>(m, every_third(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
+}
+
+void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std::shared_ptr<const hot_rows> hot) {
+  auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
+  ctx->set_mode(mode);
+  pipeline_options o;
+  o.prefill_chunk = 3;  // prompts in chunks, sharing steps with sequences already decoding
+  o.hot = hot;
+  pipeline p(ctx, o);
+  auto rs = three_requests(m->hp().n_vocab);
+  std::vector<int64_t> ids;
+  for (const auto& r : rs) ids.push_back(p.submit(r));
+  auto got = drain(p, rs.size());
+  for (size_t k = 0; k < rs.size(); ++k) {
+    SCOPED_TRACE(k);
+    auto want = reference(m, mode, rs[k]);
+    const auto& o = got[ids[k]];
+    ASSERT_EQ(o.logits.size(), want.logits.size());
+    EXPECT_LT(test::rel_diff(o.logits, want.logits), 1e-5);
+    EXPECT_EQ(o.tokens, want.tokens);
+    EXPECT_EQ(o.done.finish, static_cast<int32_t>(want.tokens.size()) == rs[k].n_predict ? "length" : "stop");
+    EXPECT_EQ(o.done.prompt_tokens, static_cast<int64_t>(rs[k].prompt.size()));
+    EXPECT_EQ(o.done.generated_tokens, static_cast<int64_t>(want.tokens.size()));
+    EXPECT_EQ(o.done.time_to_first_token_s > 0, !want.tokens.empty());
+  }
+  auto t = p.totals();
+  EXPECT_EQ(t.requests_done, 3);
+  EXPECT_EQ(t.restarts, 0);
+  // Steps were shared: fewer steps than tokens.
+  EXPECT_LT(t.steps, t.prompt_tokens + t.generated_tokens);
+}
+
+TEST(Pipeline, DenseFileGivesTheReferenceLogitsAndTokens) {
+  auto m = model::load(test::make_model("pl_dense", test::small_options(2, 2)));
+  expect_matches_reference(m, ffn_mode::dense, nullptr);
+}
+
+TEST(Pipeline, SparseFileSplitWithSimGivesTheReferenceLogitsAndTokens) {
+  auto m = model::load(split_file());
+  auto hot = sim_rows(m);
+  expect_matches_reference(m, ffn_mode::sparse, hot);
+}
+
+TEST(Pipeline, SparseFileOnTheCpuAloneGivesTheReferenceLogitsAndTokens) {
+  auto m = model::load(split_file());
+  expect_matches_reference(m, ffn_mode::sparse, nullptr);
+}
+
+// A long prompt arriving while another sequence decodes is fed in chunks: the running stream keeps
+// producing tokens meanwhile.
+TEST(Pipeline, LongPromptDoesNotStallRunningStreams) {
+  auto m = model::load(test::make_model("pl_dense", test::small_options(2, 2)));
+  auto ctx = std::make_shared<inference_context>(m, 128, 2, 2);
+  pipeline_options o;
+  o.prefill_chunk = 4;
+  pipeline p(ctx, o);
+  generation_request a;
+  a.prompt = {1, 20, 30};
+  a.n_predict = 40;
+  a.ignore_eos = true;
+  a.sampling.temperature = 0;
+  const int64_t ida = p.submit(a);
+  // Wait for a's first token, then send b with a 48-token prompt.
+  auto first = p.next(std::chrono::seconds(60));
+  ASSERT_TRUE(first && std::holds_alternative<token_event>(*first));
+  generation_request b;
+  for (int i = 0; i < 48; ++i) b.prompt.push_back(static_cast<token_id>(3 + i));
+  b.n_predict = 2;
+  b.ignore_eos = true;
+  const int64_t idb = p.submit(b);
+  int64_t events = 0;
+  auto got = drain(p, 2, &events);
+  ASSERT_FALSE(got[idb].order.empty());
+  const int64_t b_first = got[idb].order.front();
+  int64_t a_before = 0;
+  for (int64_t e : got[ida].order) a_before += e < b_first;
+  // 48 prompt tokens at 4 a step: a decodes during those 12 steps.
+  EXPECT_GE(a_before, 10) << "tokens of the running stream before the long prompt's first token";
+  EXPECT_EQ(got[ida].tokens.size() + 1, 40u);  // +1: the first token, read above
+}
+
+TEST(Pipeline, BadRequestsEndAloneWithAnError) {
+  auto m = model::load(test::make_model("pl_dense", test::small_options(2, 2)));
+  auto ctx = std::make_shared<inference_context>(m, 32, 2, 2);
+  pipeline p(ctx, {});
+  generation_request empty, unknown, too_long, good;
+  unknown.prompt = {1, 5, 100000};
+  too_long.prompt.assign(33, 5);
+  good.prompt = {1, 7, 9};
+  good.n_predict = 4;
+  good.sampling.temperature = 0;
+  good.ignore_eos = true;
+  const int64_t ids[] = {p.submit(empty), p.submit(unknown), p.submit(too_long), p.submit(good)};
+  auto got = drain(p, 4);
+  EXPECT_EQ(got[ids[0]].done.finish, "error");
+  EXPECT_NE(got[ids[0]].done.error.find("empty"), std::string::npos);
+  EXPECT_NE(got[ids[1]].done.error.find("100000"), std::string::npos);
+  EXPECT_NE(got[ids[2]].done.error.find("33 tokens"), std::string::npos);
+  EXPECT_EQ(got[ids[3]].done.finish, "length");
+  EXPECT_EQ(got[ids[3]].tokens, reference(m, ffn_mode::dense, good).tokens);
+}
+
+TEST(Pipeline, CancelledRequestLeavesAtAStepBoundary) {
+  auto m = model::load(test::make_model("pl_dense", test::small_options(2, 2)));
+  auto ctx = std::make_shared<inference_context>(m, 128, 2, 2);
+  pipeline p(ctx, {});
+  generation_request r;
+  r.prompt = {1, 7, 9};
+  r.n_predict = 100;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  const int64_t a = p.submit(r), b = p.submit(r);
+  int a_tokens = 0;
+  while (a_tokens < 3) {
+    auto ev = p.next(std::chrono::seconds(60));
+    ASSERT_TRUE(ev);
+    if (auto* t = std::get_if<token_event>(&*ev)) a_tokens += t->request == a;
+  }
+  p.cancel(a);
+  auto got = drain(p, 2);
+  EXPECT_EQ(got[a].done.finish, "cancelled");
+  EXPECT_LT(got[a].done.generated_tokens, 100);
+  EXPECT_EQ(got[b].done.finish, "length");
+  EXPECT_EQ(got[b].done.generated_tokens, 100);
+}
+
+// A fault in the cold pool whenever request B is in the step: the supervisor restarts the compute
+// actors, retries the step's sequences one at a time, and only B gets an error; A and C give the
+// reference's tokens. A fault that happens once costs a restart and nothing else.
+TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
+  auto m = model::load(split_file());
+  auto hot = sim_rows(m);
+  for (bool persistent : {true, false}) {
+    SCOPED_TRACE(persistent ? "persistent fault" : "one fault");
+    auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
+    ctx->set_mode(ffn_mode::sparse);
+    pipeline_options o;
+    o.hot = hot;
+    auto faults = std::make_shared<std::atomic<int>>(0);
+    const int64_t victim = 1;  // the second request submitted
+    o.fault = [faults, persistent, victim](std::string_view stage, int64_t layer, const std::vector<int64_t>& requests) {
+      if (stage != "cold_ffn" || layer != 1 || std::find(requests.begin(), requests.end(), victim) == requests.end()) return;
+      if (!persistent && faults->load() > 0) return;
+      ++*faults;
+      throw std::runtime_error("injected fault");
+    };
+    pipeline p(ctx, o);
+    auto rs = three_requests(m->hp().n_vocab);
+    std::vector<int64_t> ids;
+    for (auto& r : rs) {
+      r.all_logits = false;
+      ids.push_back(p.submit(r));
+    }
+    ASSERT_EQ(ids[1], victim);
+    auto got = drain(p, 3);
+    for (size_t k = 0; k < 3; ++k) {
+      SCOPED_TRACE(k);
+      if (persistent && k == 1) {
+        EXPECT_EQ(got[ids[k]].done.finish, "error");
+        EXPECT_NE(got[ids[k]].done.error.find("injected fault"), std::string::npos) << got[ids[k]].done.error;
+        continue;
+      }
+      EXPECT_EQ(got[ids[k]].tokens, reference(m, ffn_mode::sparse, rs[k]).tokens);
+      EXPECT_NE(got[ids[k]].done.finish, "error") << got[ids[k]].done.error;
+    }
+    auto t = p.totals();
+    EXPECT_EQ(t.restarts, faults->load());
+    EXPECT_EQ(t.failed_steps, faults->load());
+    EXPECT_GE(faults->load(), persistent ? 2 : 1);
+    // The pipeline still serves.
+    generation_request again = rs[0];
+    const int64_t id = p.submit(again);
+    auto after = drain(p, 1);
+    EXPECT_EQ(after[id].tokens, reference(m, ffn_mode::sparse, again).tokens);
+  }
+}
+
+}  // namespace
+}  // namespace hotcold::actors
