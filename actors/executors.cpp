@@ -33,19 +33,37 @@ struct predictor_state {
   static inline const char* name = "predictor";
 };
 
+active_set predict(predictor_actor::stateful_pointer<predictor_state> self, const engine_parts& p, const predict_job& job) {
+  if (p.fault) p.fault("predict", job.layer, job.requests);
+  trace_scope span(p.trace, "predict", job.input.step, job.layer, job.input.rows);
+  const int64_t n_ff = p.m->hp().n_ff;
+  auto chosen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(job.input.rows * n_ff));
+  auto ids = std::make_shared<std::vector<int32_t>>();
+  self->state.runner->predict(job.layer, job.input.data(), job.input.rows, chosen->data(), *ids);
+  return active_set{std::move(chosen), std::move(ids)};
+}
+
 predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<predictor_state> self, std::shared_ptr<engine_parts> p) {
   self->state.runner = std::make_unique<predictor_runner>(*p->m, p->ctx->pool());
   pthread_setname_np(pthread_self(), "predictor");
   return {
       [self, p](predict_atom, const predict_job& job) -> caf::result<active_set> {
         try {
-          if (p->fault) p->fault("predict", job.layer, job.requests);
-          trace_scope span(p->trace, "predict", job.input.step, job.layer, job.input.rows);
-          const int64_t n_ff = p->m->hp().n_ff;
-          auto chosen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(job.input.rows * n_ff));
-          auto ids = std::make_shared<std::vector<int32_t>>();
-          self->state.runner->predict(job.layer, job.input.data(), job.input.rows, chosen->data(), *ids);
-          return active_set{std::move(chosen), std::move(ids)};
+          return predict(self, *p, job);
+        } catch (const std::exception& e) {
+          auto err = failure("predictor", e);
+          self->quit(err);
+          return err;
+        }
+      },
+      [self, p](predict_atom, const predict_job& job, cold_pool_actor& cold) -> caf::result<ffn_part> {
+        try {
+          active_set s = predict(self, *p, job);
+          const int64_t computed = std::count(s.chosen->begin(), s.chosen->end(), uint8_t{1});
+          const int64_t union_size = static_cast<int64_t>(s.union_ids->size());
+          auto ids = s.union_ids;
+          return self->delegate(cold, cold_atom::value,
+                                cold_job{job.layer, job.ffn_input, job.ffn_input_q8, std::move(s), std::move(ids), job.requests, computed, union_size});
         } catch (const std::exception& e) {
           auto err = failure("predictor", e);
           self->quit(err);
@@ -66,7 +84,7 @@ struct cold_pool_state {
 cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<cold_pool_state> self, std::shared_ptr<engine_parts> p) {
   pthread_setname_np(pthread_self(), "cold_pool");
   return {
-      [self, p](cold_atom, const cold_job& job) -> caf::result<activation> {
+      [self, p](cold_atom, const cold_job& job) -> caf::result<ffn_part> {
         try {
           if (p->fault) p->fault("cold_ffn", job.layer, job.requests);
           const hparams& hp = p->m->hp();
@@ -80,7 +98,7 @@ cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<co
           std::vector<float> sum(st.acc.begin(), st.acc.begin() + n * d);
           for (int t = 1; t < pool.size(); ++t)
             for (int64_t k = 0; k < n * d; ++k) sum[static_cast<size_t>(k)] += st.acc[static_cast<size_t>(t * n * d + k)];
-          return activation::wrap(std::move(sum), n, d, job.input.step, job.layer);
+          return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size};
         } catch (const std::exception& e) {
           auto err = failure("cold pool", e);
           self->quit(err);
@@ -133,7 +151,7 @@ void run_layer(hot_executor_ptr self, int64_t layer);
 
 // A layer's FFN is done: the hot share (when there is one) and the cold share are summed into the
 // residual stream, and the next layer starts.
-void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_out, int64_t union_size) {
+void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_out, int64_t computed, int64_t union_size) {
   auto& st = self->state;
   inference_context& ctx = *st.p->ctx;
   const auto in = ctx.step_ffn_inputs();
@@ -146,7 +164,7 @@ void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_o
   }
   if (cold_out)
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
-  ctx.step_ffn_done(layer, st.out.data(), 0, union_size);
+  ctx.step_ffn_done(layer, st.out.data(), computed, union_size);
   run_layer(self, layer + 1);
 }
 
@@ -167,6 +185,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   st.cold_neurons += static_cast<int64_t>(st.split.cold_ids.size());
   const batch_ffn_input x{in.in, st.xq ? st.xq->data() : nullptr, chosen.chosen->data(), in.n, hp.n_embd, hp.n_ff};
   const int64_t union_size = static_cast<int64_t>(ids.size());
+  const int64_t computed = std::count(chosen.chosen->begin(), chosen.chosen->end(), uint8_t{1});
   // The cold pool starts first (a message away); the hot share goes to the device's queue meanwhile.
   std::optional<cold_job> job;
   if (!st.split.cold_ids.empty())
@@ -175,17 +194,19 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
                    st.xq,
                    chosen,
                    std::make_shared<const std::vector<int32_t>>(st.split.cold_ids),
-                   st.plan.requests};
+                   st.plan.requests,
+                   computed,
+                   union_size};
   if (job)
     self->request(st.cold, caf::infinite, cold_atom::value, std::move(*job))
-        .then([self, layer, union_size](activation& out) { finish_layer(self, layer, &out, union_size); },
+        .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size); },
               [self](caf::error& e) { fail(self, describe(e)); });
   if (!st.split.hot_ids.empty()) {
     if (static_cast<int64_t>(st.hidden.size()) < in.n * hp.n_ff) st.hidden.resize(static_cast<size_t>(in.n * hp.n_ff));
     st.hot_out.resize(static_cast<size_t>(in.n * hp.n_embd));
     st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace);
   }
-  if (!job) finish_layer(self, layer, nullptr, union_size);
+  if (!job) finish_layer(self, layer, nullptr, computed, union_size);
 }
 
 void run_layer(hot_executor_ptr self, int64_t layer) {
@@ -217,7 +238,15 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       st.xq = std::make_shared<std::vector<kernels::block_q8_0>>(static_cast<size_t>(in.n * q));
       for (int64_t t = 0; t < in.n; ++t) kernels::quantize_row_q8_0(in.in + t * m.hp().n_embd, st.xq->data() + t * q, m.hp().n_embd);
     }
-    predict_job job{layer, activation::view(st.p->ctx, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests};
+    predict_job job{layer, activation::view(st.p->ctx, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests, {}, {}};
+    if (!st.p->hot) {  // every neuron cold: the predictor hands the FFN straight to the cold pool
+      job.ffn_input = activation::view(st.p->ctx, in.in, in.n, m.hp().n_embd, in.step, layer);
+      job.ffn_input_q8 = st.xq;
+      self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job), st.cold)
+          .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size); },
+                [self](caf::error& e) { fail(self, describe(e)); });
+      return;
+    }
     self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job))
         .then([self, layer](active_set& s) { on_active_set(self, layer, std::move(s)); }, [self](caf::error& e) { fail(self, describe(e)); });
   } catch (const std::exception& e) {

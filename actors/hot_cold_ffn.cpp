@@ -82,26 +82,27 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
   const hparams& hp = m.hp();
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
   const int threads = pool.size();
-  pool.parallel_for(threads, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      trace_scope span(trace, "cold_ffn", step, layer, x.n);
-      float* a = acc + t * x.n * x.d;
-      std::fill(a, a + x.n * x.d, 0.0f);
-      const int32_t lo = static_cast<int32_t>(hp.n_ff * t / threads), hi = static_cast<int32_t>(hp.n_ff * (t + 1) / threads);
-      const auto k0 = std::lower_bound(cold_ids.begin(), cold_ids.end(), lo) - cold_ids.begin();
-      const auto k1 = std::lower_bound(cold_ids.begin(), cold_ids.end(), hi) - cold_ids.begin();
-      batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
-    }
+  pool.for_each_thread([&](int t) {
+    trace_scope span(trace, "cold_ffn", step, layer, x.n);
+    float* a = acc + t * x.n * x.d;
+    std::fill(a, a + x.n * x.d, 0.0f);
+    const int32_t lo = static_cast<int32_t>(hp.n_ff * t / threads), hi = static_cast<int32_t>(hp.n_ff * (t + 1) / threads);
+    const auto k0 = std::lower_bound(cold_ids.begin(), cold_ids.end(), lo) - cold_ids.begin();
+    const auto k1 = std::lower_bound(cold_ids.begin(), cold_ids.end(), hi) - cold_ids.begin();
+    batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
   });
 }
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold)
-    : model_(m), rows_(m, placement, std::move(hot)), cold_(&cold) {
+    : hot_cold_ffn(m, std::make_shared<const hot_rows>(m, placement, std::move(hot)), cold) {}
+
+hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold)
+    : model_(std::move(m)), rows_(std::move(rows)), cold_(&cold) {
   xq_.resize(static_cast<size_t>(model_->hp().n_embd / kernels::qk8_0 + 1));
 }
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads)
-    : model_(m), rows_(m, placement, std::move(hot)), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()) {
+    : model_(m), rows_(std::make_shared<const hot_rows>(m, placement, std::move(hot))), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()) {
   xq_.resize(static_cast<size_t>(model_->hp().n_embd / kernels::qk8_0 + 1));
 }
 
@@ -116,13 +117,13 @@ void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<c
 void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                              float* out) {
   const int64_t nd = x.n * x.d;
-  rows_.split(layer, union_of_chosen, split_);
+  rows_->split(layer, union_of_chosen, split_);
   computed_.hot += static_cast<int64_t>(split_.hot_ids.size());
   computed_.cold += static_cast<int64_t>(split_.cold_ids.size());
   // Hot side on the device's queue, cold side meanwhile on the pool.
   hot_out_.assign(static_cast<size_t>(nd), 0.0f);
   devices::event hot_done;
-  if (!split_.hot_ids.empty()) hot_done = rows_.submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
+  if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
   const int threads = cold_->size();
   cold_acc_.resize(static_cast<size_t>(threads * nd));
   cold_share(*cold_, *model_, step, layer, split_.cold_ids, x, hidden, cold_acc_.data(), trace_);

@@ -61,6 +61,8 @@ class hot_cold_ffn final : public ffn_executor {
   // The cold share runs on `cold` (e.g. the forward pass's own workers, so that two pools do not
   // compete for the same cores); `cold` must outlive this object.
   hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold);
+  // Rows already on the device.
+  hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold);
   // The same with a pool of its own.
   hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads);
 
@@ -74,11 +76,12 @@ class hot_cold_ffn final : public ffn_executor {
     int64_t hot = 0, cold = 0;  // chosen neurons computed on each side, all layers, all steps
   };
   const counts& computed() const { return computed_; }
-  uint64_t hot_bytes() const { return rows_.bytes(); }
+  uint64_t hot_bytes() const { return rows_->bytes(); }
+  const std::shared_ptr<const hot_rows>& rows() const { return rows_; }
 
  private:
   std::shared_ptr<const model> model_;
-  hot_rows rows_;
+  std::shared_ptr<const hot_rows> rows_;
   std::unique_ptr<thread_pool> own_cold_;
   thread_pool* cold_;
   counts computed_;

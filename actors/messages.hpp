@@ -91,6 +91,10 @@ struct predict_job {
   int64_t layer = 0;
   activation input;  // (n, n_embd) what the layer's predictor reads
   std::vector<int64_t> requests;
+  // When the predictor hands the whole FFN to the cold pool (no hot device): its input, quantized
+  // too when the rows want it.
+  activation ffn_input;
+  std::shared_ptr<const std::vector<kernels::block_q8_0>> ffn_input_q8;
 };
 struct active_set {
   std::shared_ptr<const std::vector<uint8_t>> chosen;  // (n, n_ff): token t chose neuron i
@@ -104,6 +108,12 @@ struct cold_job {
   active_set chosen;
   std::shared_ptr<const std::vector<int32_t>> cold_ids;  // ascending
   std::vector<int64_t> requests;
+  int64_t computed = 0, union_size = 0;  // the layer's counts, passed back in the answer
+};
+// A share of a layer's FFN output, and the layer's counts: (token, neuron) pairs computed, rows read.
+struct ffn_part {
+  activation out;  // (n, n_embd)
+  int64_t computed = 0, union_size = 0;
 };
 
 struct sample_job {
@@ -135,8 +145,11 @@ using close_atom = caf::atom_constant<caf::atom("close")>;
 using totals_atom = caf::atom_constant<caf::atom("totals")>;
 
 // The typed interfaces.
-using predictor_actor = caf::typed_actor<caf::replies_to<predict_atom, predict_job>::with<active_set>>;
-using cold_pool_actor = caf::typed_actor<caf::replies_to<cold_atom, cold_job>::with<activation>>;
+// The predictor answers the active set, or — given the cold pool, when every neuron is cold — hands
+// the layer's FFN on to it, which answers the requester (one hand-off fewer per layer).
+using cold_pool_actor = caf::typed_actor<caf::replies_to<cold_atom, cold_job>::with<ffn_part>>;
+using predictor_actor = caf::typed_actor<caf::replies_to<predict_atom, predict_job>::with<active_set>,
+                                         caf::replies_to<predict_atom, predict_job, cold_pool_actor>::with<ffn_part>>;
 using hot_executor_actor = caf::typed_actor<caf::replies_to<step_atom, step_plan>::with<step_result>>;
 using sampler_actor = caf::typed_actor<caf::reacts_to<open_atom, int64_t, sampling_params, std::vector<token_id>>,
                                        caf::replies_to<sample_atom, sample_job>::with<std::vector<token_id>>, caf::reacts_to<close_atom, int64_t>>;
@@ -156,6 +169,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::step_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::predict_job)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::active_set)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::cold_job)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::ffn_part)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::sample_job)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::telemetry_totals)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::step_record)

@@ -43,6 +43,7 @@ struct pipeline_options {
   trace_recorder* trace = nullptr;      // must outlive the pipeline
   fault_hook fault;
   runtime_options runtime;
+  bool pin_workers = true;  // pin the CPU workers (the cold pool's) to cores; HOTCOLD_NO_PIN=1 in the environment also says no
 };
 
 // What the compute actors share. The context holds the KV caches (one slot per sequence in flight)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include <caf/atom.hpp>
+
 namespace hotcold::actors {
 
 size_t scheduler_threads(const runtime_options& options) {
@@ -13,6 +15,10 @@ size_t scheduler_threads(const runtime_options& options) {
 
 void configure(caf::actor_system_config& cfg, const runtime_options& options) {
   cfg.set("scheduler.max-threads", scheduler_threads(options));
+  // Work sharing: an idle scheduler thread sleeps on a condition variable and is woken by the next
+  // message. CAF's default work stealing polls, and after a few milliseconds idle sleeps 10 ms at a
+  // time — a step's reply could wait that long.
+  cfg.set("scheduler.policy", caf::atom("sharing"));
 }
 
 }  // namespace hotcold::actors

@@ -1,4 +1,5 @@
-// hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json] [--vs-dense]:
+// hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json] [--vs-dense]
+//               [--pipeline actors|reference] [--vs-reference] [--parallel K]:
 // prompt and decode speed, llama-bench style, with the bytes of weights read per decoded token.
 #include <chrono>
 #include <cmath>
@@ -46,117 +47,197 @@ rate summarize(const std::vector<double>& r) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   struct args {
     model_args m;
-    int n_prompt = 128, n_gen = 64, reps = 3, parallel = 1;
-    bool json = false, vs_dense = false;
+    int n_prompt = 128, n_gen = 64, reps = 3, parallel = 1, vs_parallel = 0;
+    bool json = false, vs_dense = false, vs_reference = false;
+    std::string pipeline = "actors";
   };
   auto a = std::make_shared<args>();
   auto* cmd = app.add_subcommand("bench", "Measure prompt processing and decode speed (tokens/s, mean ± sd over repetitions)");
   add_model_options(cmd, a->m, false);
+  add_pipeline_option(cmd, a->pipeline);
   cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->capture_default_str();
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions")->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Sequences decoded at once, one step for all (decode_tokens_per_s is their sum)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  cmd->add_option("--vs-parallel", a->vs_parallel, "Also decode this many sequences at once, interleaved, and print the aggregate ratio (e.g. --parallel 4 --vs-parallel 1)")
+      ->check(CLI::Range(1, 256));
   cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
   cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
+  cmd->add_flag("--vs-reference", a->vs_reference,
+                "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("bench", [&] {
       if (a->reps < 1) throw std::invalid_argument("-r must be at least 1");
-      auto l = load(a->m, std::max(1, a->n_prompt + a->n_gen), a->parallel);
+      auto l = load(a->m, std::max(1, a->n_prompt + a->n_gen), std::max(a->parallel, a->vs_parallel));
       const int K = a->parallel;
       inference_context& ctx = *l.ctx;
       const model& m = *l.m;
       const auto& hp = m.hp();
       auto token_at = [&](int i) { return static_cast<token_id>((i * 7919 + 13) % hp.n_vocab); };
-      // Decode: one token at a time; prefill: the prompt as batches.
-      // With --parallel K, K sequences (slots 0..K-1) advance one step at a time, all in one batch.
-      std::vector<int64_t> slots(static_cast<size_t>(K)), positions(static_cast<size_t>(K));
-      std::vector<token_id> step_tokens(static_cast<size_t>(K));
-      for (int s = 0; s < K; ++s) slots[static_cast<size_t>(s)] = s;
-      auto timed = [&](int n) {
-        auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < n; ++i) {
-          if (K == 1) {
-            ctx.forward(token_at(i), i);
-            continue;
+      std::unique_ptr<actors::pipeline> pipe;  // made when a configuration runs on the actors
+
+      // Decode: K sequences (slots 0..K-1) one token a step; prefill: the prompt as batches.
+      // The reference calls the forward pass directly (forward for one sequence, forward_step for
+      // several); the actors get K requests of one prompt token and n - 1 to generate (greedy, past
+      // end-of-generation tokens), so both run n steps of K tokens.
+      std::vector<int64_t> slots, positions;
+      std::vector<token_id> step_tokens;
+      auto drain = [&](actors::pipeline& p, int requests) {
+        for (int done = 0; done < requests;) {
+          auto ev = p.next();
+          if (!ev) throw std::runtime_error("the pipeline stopped answering");
+          if (auto* d = std::get_if<actors::done_event>(&*ev)) {
+            if (d->finish == "error") throw std::runtime_error(d->error);
+            ++done;
           }
-          for (int s = 0; s < K; ++s) step_tokens[static_cast<size_t>(s)] = token_at(i + 101 * s), positions[static_cast<size_t>(s)] = i;
-          ctx.forward_step(step_tokens, slots, positions);
+        }
+      };
+      auto timed = [&](bool actors_pipeline, int K, int n) {
+        slots.resize(static_cast<size_t>(K)), positions.resize(static_cast<size_t>(K)), step_tokens.resize(static_cast<size_t>(K));
+        for (int s = 0; s < K; ++s) slots[static_cast<size_t>(s)] = s;
+        auto t0 = std::chrono::steady_clock::now();
+        if (actors_pipeline) {
+          for (int s = 0; s < K; ++s) {
+            actors::generation_request r;
+            r.prompt = {token_at(101 * s)};
+            r.n_predict = n - 1;
+            r.ignore_eos = true;
+            r.sampling.temperature = 0;
+            pipe->submit(std::move(r));
+          }
+          drain(*pipe, K);
+        } else {
+          for (int i = 0; i < n; ++i) {
+            if (K == 1) {
+              ctx.forward(token_at(i), i);
+              continue;
+            }
+            for (int s = 0; s < K; ++s) step_tokens[static_cast<size_t>(s)] = token_at(i + 101 * s), positions[static_cast<size_t>(s)] = i;
+            ctx.forward_step(step_tokens, slots, positions);
+          }
         }
         return static_cast<double>(n) * K / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       };
-      auto timed_prompt = [&](int n) {
+      auto timed_prompt = [&](bool actors_pipeline, int n) {
         std::vector<token_id> prompt(static_cast<size_t>(n));
         for (int i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = token_at(i);
         auto t0 = std::chrono::steady_clock::now();
-        ctx.forward_batch(prompt, 0);
+        if (actors_pipeline) {
+          actors::generation_request r;
+          r.prompt = prompt;
+          pipe->submit(std::move(r));
+          drain(*pipe, 1);
+        } else {
+          ctx.forward_batch(prompt, 0);
+        }
         return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       };
       ctx.forward(1, 0);  // warm-up: first touch of every weight page
-      // The modes measured: the chosen one, and with --vs-dense also dense on the same loaded model,
-      // repetitions interleaved so both see the same machine.
-      std::vector<ffn_mode> modes{ctx.mode()};
-      if (a->vs_dense && ctx.mode() != ffn_mode::dense) modes.push_back(ffn_mode::dense);
+      // The configurations measured: the chosen one, and with --vs-dense dense mode, with
+      // --vs-reference the other pipeline, on the same loaded model, repetitions interleaved so all
+      // see the same machine.
+      struct config {
+        ffn_mode mode;
+        bool actors;
+        int sequences;
+      };
+      const bool actors_first = a->pipeline == "actors";
+      std::vector<config> configs{{ctx.mode(), actors_first, K}};
+      if (a->vs_dense && ctx.mode() != ffn_mode::dense) configs.push_back({ffn_mode::dense, actors_first, K});
+      if (a->vs_reference) configs.push_back({ctx.mode(), !actors_first, K});
+      if (a->vs_parallel > 0) configs.push_back({ctx.mode(), actors_first, a->vs_parallel});
+      for (const auto& c : configs)
+        if (c.actors && !pipe) pipe = l.make_pipeline();
       struct result {
         rate pp, tg;
         double bpt = 0;
       };
-      std::vector<result> results(modes.size());
-      std::vector<std::vector<double>> pp_runs(modes.size()), tg_runs(modes.size());
-      std::vector<int64_t> tokens_run(modes.size(), 0);
-      std::vector<std::vector<int64_t>> computed(modes.size(), std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0));
+      std::vector<result> results(configs.size());
+      std::vector<std::vector<double>> pp_runs(configs.size()), tg_runs(configs.size());
+      std::vector<int64_t> tokens_run(configs.size(), 0);
+      std::vector<std::vector<int64_t>> computed(configs.size(), std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0));
       for (int i = 0; i < a->reps; ++i)
-        for (size_t k = 0; k < modes.size(); ++k) {
-          ctx.set_mode(modes[k]);
-          if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(a->n_prompt));
+        for (size_t k = 0; k < configs.size(); ++k) {
+          ctx.set_mode(configs[k].mode);
+          if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(configs[k].actors, a->n_prompt));
           if (a->n_gen > 0) {
             auto before = ctx.read_neurons();
-            tg_runs[k].push_back(timed(a->n_gen));
+            tg_runs[k].push_back(timed(configs[k].actors, configs[k].sequences, a->n_gen));
             for (int64_t l = 0; l < hp.n_layer; ++l) computed[k][static_cast<size_t>(l)] += ctx.read_neurons()[static_cast<size_t>(l)] - before[static_cast<size_t>(l)];
             tokens_run[k] += a->n_gen;
           }
         }
-      for (size_t k = 0; k < modes.size(); ++k) {
+      for (size_t k = 0; k < configs.size(); ++k) {
         if (a->n_prompt > 0) results[k].pp = summarize(pp_runs[k]);
         if (a->n_gen > 0) {
           results[k].tg = summarize(tg_runs[k]);
           // Weights read per step (each row of a step's union once), shared by its K tokens.
-          results[k].bpt = bytes_per_token(m, std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0), computed[k], tokens_run[k]) / K;
+          results[k].bpt = bytes_per_token(m, std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0), computed[k], tokens_run[k]) / configs[k].sequences;
         }
       }
       auto mode_name = [](ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; };
+      auto pipeline_name = [](bool actors_pipeline) { return actors_pipeline ? "actors" : "reference"; };
+      // Which configuration is the dense / other-pipeline comparison.
+      const int dense_k = a->vs_dense && ctx.mode() != ffn_mode::dense ? 1 : -1;
+      const int other_k = a->vs_reference ? (dense_k > 0 ? 2 : 1) : -1;
+      const int parallel_k = a->vs_parallel > 0 ? static_cast<int>(configs.size()) - 1 : -1;
+      auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
+      const double actors_tg = other_k < 0 ? 0 : actors_first ? results[0].tg.mean : results[static_cast<size_t>(other_k)].tg.mean;
+      const double reference_tg = other_k < 0 ? 0 : actors_first ? results[static_cast<size_t>(other_k)].tg.mean : results[0].tg.mean;
       if (a->json) {
         auto describe = [&](size_t k) {
-          return nlohmann::json{{"model", m.path()}, {"mode", mode_name(modes[k])}, {"threads", ctx.pool().size()}, {"model_bytes", m.weight_bytes()},
+          return nlohmann::json{{"model", m.path()}, {"mode", mode_name(configs[k].mode)}, {"pipeline", pipeline_name(configs[k].actors)},
+                                {"threads", ctx.pool().size()}, {"model_bytes", m.weight_bytes()},
                                 {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
                                 {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
-                                {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", K}};
+                                {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences}};
         };
         nlohmann::json j = describe(0);
-        if (modes.size() > 1) {
-          j["dense"] = describe(1);
-          if (results[1].tg.mean > 0) j["decode_speedup_vs_dense"] = results[0].tg.mean / results[1].tg.mean;
-          if (results[1].pp.mean > 0) j["prefill_speedup_vs_dense"] = results[0].pp.mean / results[1].pp.mean;
+        if (dense_k > 0) {
+          j["dense"] = describe(static_cast<size_t>(dense_k));
+          if (results[static_cast<size_t>(dense_k)].tg.mean > 0) j["decode_speedup_vs_dense"] = ratio(results[0].tg.mean, results[static_cast<size_t>(dense_k)].tg.mean);
+          if (results[static_cast<size_t>(dense_k)].pp.mean > 0) j["prefill_speedup_vs_dense"] = ratio(results[0].pp.mean, results[static_cast<size_t>(dense_k)].pp.mean);
+        }
+        if (other_k > 0) {
+          j[actors_first ? "reference" : "actors"] = describe(static_cast<size_t>(other_k));
+          if (a->n_gen > 0) j["actor_overhead"] = 1.0 - ratio(actors_tg, reference_tg);
+        }
+        if (parallel_k > 0) {
+          j["vs_parallel"] = describe(static_cast<size_t>(parallel_k));
+          if (a->n_gen > 0) j["parallel_speedup"] = ratio(results[0].tg.mean, results[static_cast<size_t>(parallel_k)].tg.mean);
         }
         fmt::print("{}\n", j.dump(2));
+        pipe.reset();
         l.finish();
         return;
       }
-      fmt::print("| model | size | mode | threads | test | t/s | bytes/token |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+      fmt::print("| model | size | mode | pipeline | threads | test | t/s | bytes/token |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
       std::string name = fmt::format("{} {} {}L {}", architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd);
       double gib = m.weight_bytes() / double(1ull << 30);
-      for (size_t k = 0; k < modes.size(); ++k) {
+      for (size_t k = 0; k < configs.size(); ++k) {
         const auto& r = results[k];
+        const char* md = mode_name(configs[k].mode);
+        const char* pl = pipeline_name(configs[k].actors);
         if (a->n_prompt > 0)
-          fmt::print("| {} | {:.2f} GiB | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, mode_name(modes[k]), ctx.pool().size(), a->n_prompt, r.pp.mean, r.pp.sd);
+          fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, md, pl, ctx.pool().size(), a->n_prompt, r.pp.mean, r.pp.sd);
         if (a->n_gen > 0)
-          fmt::print("| {} | {:.2f} GiB | {} | {} | tg{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, mode_name(modes[k]), ctx.pool().size(), a->n_gen,
-                     K > 1 ? fmt::format(" x{}", K) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
+          fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, md, pl, ctx.pool().size(), a->n_gen,
+                     configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
       }
-      if (modes.size() > 1 && a->n_gen > 0 && results[1].tg.mean > 0)
-        fmt::print("\nsparse vs dense, same file, interleaved: decode {:.2f}x{}\n", results[0].tg.mean / results[1].tg.mean,
-                   a->n_prompt > 0 && results[1].pp.mean > 0 ? fmt::format(", prefill {:.2f}x", results[0].pp.mean / results[1].pp.mean) : "");
+      if (dense_k > 0 && a->n_gen > 0 && results[static_cast<size_t>(dense_k)].tg.mean > 0) {
+        const auto& d = results[static_cast<size_t>(dense_k)];
+        fmt::print("\nsparse vs dense, same file, interleaved: decode {:.2f}x{}\n", results[0].tg.mean / d.tg.mean,
+                   a->n_prompt > 0 && d.pp.mean > 0 ? fmt::format(", prefill {:.2f}x", results[0].pp.mean / d.pp.mean) : "");
+      }
+      if (other_k > 0 && a->n_gen > 0 && reference_tg > 0)
+        fmt::print("\nactors vs reference, same file and placement, interleaved: decode {:.3f}x (actor overhead {:.1f}%)\n", actors_tg / reference_tg,
+                   100.0 * (1.0 - actors_tg / reference_tg));
+      if (parallel_k > 0 && a->n_gen > 0 && results[static_cast<size_t>(parallel_k)].tg.mean > 0)
+        fmt::print("\n{} sequences vs {}, interleaved: aggregate decode {:.2f}x\n", K, a->vs_parallel,
+                   results[0].tg.mean / results[static_cast<size_t>(parallel_k)].tg.mean);
+      pipe.reset();
       l.finish();
     });
   });

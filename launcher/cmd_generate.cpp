@@ -118,6 +118,19 @@ int generate(inference_context& ctx, sampler& smp, std::span<const float> logits
   return produced;
 }
 
+// Prints each token's text as the pipeline streams it; returns the request's end.
+actors::done_event stream_until_done(actors::pipeline& p, const vocab& v) {
+  for (;;) {
+    auto ev = p.next();
+    if (!ev) throw std::runtime_error("the pipeline stopped answering");
+    if (auto* t = std::get_if<actors::token_event>(&*ev)) write_piece(v.piece(t->token));
+    if (auto* d = std::get_if<actors::done_event>(&*ev)) {
+      if (d->finish == "error") throw std::runtime_error(d->error);
+      return *d;
+    }
+  }
+}
+
 }  // namespace
 
 void add_generate_commands(CLI::App& app, int& exit_code) {
@@ -127,10 +140,12 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
       model_args m;
       sampling_args s;
       std::string prompt;
+      std::string pipeline = "actors";
     };
     auto a = std::make_shared<args>();
     auto* cmd = app.add_subcommand("run", "Generate text after a prompt, streaming only the generated text to stdout");
     add_model_options(cmd, a->m, false);
+    add_pipeline_option(cmd, a->pipeline);
     cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
     add_sampling_options(cmd, a->s);
     cmd->callback([a, cmd, &exit_code] {
@@ -141,6 +156,23 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         auto tokens = v.tokenize(a->prompt, true, a->s.parse_special);
         if (tokens.empty()) throw std::invalid_argument("the prompt is empty and the model adds no BOS token");
         check_fits(static_cast<int64_t>(tokens.size()), l.ctx->n_ctx());
+        if (a->pipeline == "actors") {
+          auto p = l.make_pipeline();
+          actors::generation_request r;
+          r.prompt = tokens;
+          r.n_predict = a->s.n_predict;
+          r.sampling = a->s.p;
+          p->submit(std::move(r));
+          auto d = stream_until_done(*p, v);
+          fmt::print("\n");
+          const double t_gen = d.total_s - d.time_to_first_token_s;
+          fmt::print(stderr, "hotcold: prompt {} tokens, first token after {:.0f} ms; generated {} tokens in {:.0f} ms ({:.1f} tok/s after the first)\n",
+                     d.prompt_tokens, 1000 * d.time_to_first_token_s, d.generated_tokens, 1000 * d.total_s,
+                     d.generated_tokens > 1 ? (d.generated_tokens - 1) / std::max(t_gen, 1e-9) : 0.0);
+          p.reset();
+          l.finish();
+          return;
+        }
         sampler smp(a->s.p);
         for (token_id t : tokens) smp.accept(t);
         int64_t pos = 0;
@@ -165,10 +197,12 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
       model_args m;
       std::string prompt, file, logits_out, stats_json;
       bool parse_special = false;
+      std::string pipeline = "reference";
     };
     auto a = std::make_shared<args>();
     auto* cmd = app.add_subcommand("eval", "Write the logits of every prompt position as float32 [n_tokens x n_vocab]; print the prompt's ids");
     add_model_options(cmd, a->m, true);
+    add_pipeline_option(cmd, a->pipeline);
     auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
     auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
     p->excludes(f);
@@ -179,6 +213,8 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
       exit_code = run_guarded("eval", [&] {
         if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
         std::string text = f->count() ? read_text_file(a->file) : a->prompt;
+        if (!a->stats_json.empty() && a->pipeline == "actors")
+          throw std::invalid_argument("--stats-json counts on the reference pipeline: use --pipeline reference");
         auto l = load(a->m);
         if (!a->stats_json.empty()) l.ctx->enable_stats(true);
         auto tokens = l.m->vocabulary().tokenize(text, true, a->parse_special);
@@ -186,7 +222,23 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         std::ofstream out(a->logits_out, std::ios::binary | std::ios::trunc);
         if (!out) throw std::system_error(errno, std::generic_category(), a->logits_out);
         auto t0 = clock_type::now();
-        if (!tokens.empty()) {
+        if (!tokens.empty() && a->pipeline == "actors") {
+          auto p = l.make_pipeline();
+          actors::generation_request r;
+          r.prompt = tokens;
+          r.all_logits = true;
+          p->submit(std::move(r));
+          for (;;) {  // logits arrive in position order
+            auto ev = p->next();
+            if (!ev) throw std::runtime_error("the pipeline stopped answering");
+            if (auto* le = std::get_if<actors::logits_event>(&*ev))
+              out.write(reinterpret_cast<const char*>(le->logits.data()), static_cast<std::streamsize>(le->logits.rows * le->logits.cols * 4));
+            if (auto* d = std::get_if<actors::done_event>(&*ev)) {
+              if (d->finish == "error") throw std::runtime_error(d->error);
+              break;
+            }
+          }
+        } else if (!tokens.empty()) {
           auto logits = l.ctx->forward_batch(tokens, 0, true);
           out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
         }

@@ -27,6 +27,12 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
       ->check(CLI::IsMember({"dense", "sparse"}));
 }
 
+void add_pipeline_option(CLI::App* cmd, std::string& pipeline) {
+  cmd->add_option("--pipeline", pipeline, "actors: the actor runtime (scheduler, hot executor, cold pool, predictor, sampler); reference: the forward pass called directly")
+      ->check(CLI::IsMember({"actors", "reference"}))
+      ->capture_default_str();
+}
+
 loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   std::string path = a.model.empty() ? ensure_default_model() : a.model;
   auto t0 = std::chrono::steady_clock::now();
@@ -51,7 +57,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   for (const auto& w : m->vocabulary().warnings()) fmt::print(stderr, "hotcold: warning: {}\n", w);
   loaded l;
   l.m = m;
-  l.ctx = std::make_unique<inference_context>(m, ctx, threads, n_seq);
+  l.ctx = std::make_shared<inference_context>(m, ctx, threads, n_seq);
   l.ctx->set_mode(mode);
   if (!a.trace_out.empty()) {
     l.trace = std::make_unique<trace_recorder>();
@@ -75,13 +81,22 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     if (!pl)
       throw std::invalid_argument(fmt::format("--device {}: {} has no placement ({}); make one with `hotcold place -m {} --stats DIR --vram-budget GiB`",
                                               a.device, path, placement_path(path), path));
-    l.split = std::make_shared<actors::hot_cold_ffn>(m, *pl, dev, l.ctx->pool());  // one set of CPU workers
+    l.hot = std::make_shared<const actors::hot_rows>(m, *pl, dev);
+    l.split = std::make_shared<actors::hot_cold_ffn>(m, l.hot, l.ctx->pool());  // one set of CPU workers
     l.split->set_trace(l.trace.get());
     l.ctx->set_ffn_executor(l.split);
     fmt::print(stderr, "hotcold: hot device {}: {:.1f} MiB of hot FFN rows in a budget of {:.1f} MiB; the cold share runs on the {} CPU threads\n", dev->name(),
                l.split->hot_bytes() / double(1 << 20), dev->budget() / double(1 << 20), threads);
   }
   return l;
+}
+
+std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk) {
+  actors::pipeline_options o;
+  o.prefill_chunk = prefill_chunk;
+  o.hot = hot;
+  o.trace = trace.get();
+  return std::make_unique<actors::pipeline>(ctx, o);
 }
 
 void loaded::finish() {

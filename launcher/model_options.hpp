@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "actors/hot_cold_ffn.hpp"
+#include "actors/pipeline.hpp"
 #include "model/forward.hpp"
 #include "model/trace.hpp"
 
@@ -24,13 +25,18 @@ struct model_args {
 };
 
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required);
+// --pipeline actors|reference: the actor runtime, or the forward pass called directly.
+void add_pipeline_option(CLI::App* cmd, std::string& pipeline);
 
 struct loaded {
   std::shared_ptr<const model> m;
   std::unique_ptr<trace_recorder> trace;          // with --trace-out
-  std::shared_ptr<actors::hot_cold_ffn> split;    // with a hot device other than the CPU
-  std::unique_ptr<inference_context> ctx;
+  std::shared_ptr<const actors::hot_rows> hot;     // with a hot device other than the CPU
+  std::shared_ptr<actors::hot_cold_ffn> split;    // the same rows, for the reference pipeline
+  std::shared_ptr<inference_context> ctx;
   std::string trace_path;
+  // The actor pipeline over this context, hot rows and trace.
+  std::unique_ptr<actors::pipeline> make_pipeline(int64_t prefill_chunk = 32);
   // Writes the trace (if asked for) and says where; call when the work is done.
   void finish();
 };

@@ -30,16 +30,39 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     // Each row against four tokens at a time, converted once in registers; tokens tiled so their
     // activations stay in cache while a thread walks its rows.
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t t = t0; t < std::min(n, t0 + token_tile); t += 4) {
-            const int k = static_cast<int>(std::min<int64_t>(4, std::min(n, t0 + token_tile) - t));
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
+        const int64_t t_end = std::min(n, t0 + token_tile);
+        for (int64_t r = r0; r < r1; r += 4) {
+          const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));  // rows at a time
+          // The next four rows are fetched while these compute: with several tokens a row costs
+          // compute as well as memory, and the two overlap only when the loads start early.
+          if (t0 == 0)
+            for (int64_t p = r + 4; p < std::min(r1, r + 8); ++p) prefetch_row(w, p);
+          for (int64_t t = t0; t < t_end; t += 4) {
+            const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
             const float* xs[4] = {x + t * d, x + std::min(t + 1, n - 1) * d, x + std::min(t + 2, n - 1) * d, x + std::min(t + 3, n - 1) * d};
-            float o[4];
-            if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r)), xs, k, d, o);
-            else dotn_f32(reinterpret_cast<const float*>(w.row(r)), xs, k, d, o);
-            for (int j = 0; j < k; ++j) y[(t + j) * rows + r] = o[j];
+            float o[16];
+            if (nr == 4) {
+              if (w.type == tensor_type::f16) {
+                const uint16_t* ws[4] = {reinterpret_cast<const uint16_t*>(w.row(r)), reinterpret_cast<const uint16_t*>(w.row(r + 1)),
+                                         reinterpret_cast<const uint16_t*>(w.row(r + 2)), reinterpret_cast<const uint16_t*>(w.row(r + 3))};
+                dot4n_f16(ws, xs, k, d, o);
+              } else {
+                const float* ws[4] = {reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + 1)),
+                                      reinterpret_cast<const float*>(w.row(r + 2)), reinterpret_cast<const float*>(w.row(r + 3))};
+                dot4n_f32(ws, xs, k, d, o);
+              }
+            } else {
+              for (int q = 0; q < nr; ++q) {
+                if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r + q)), xs, k, d, o + 4 * q);
+                else dotn_f32(reinterpret_cast<const float*>(w.row(r + q)), xs, k, d, o + 4 * q);
+              }
+            }
+            for (int q = 0; q < nr; ++q)
+              for (int j = 0; j < k; ++j) y[(t + j) * rows + r + q] = o[4 * q + j];
           }
+        }
+      }
     }, row_tile);
     return;
   }

@@ -111,15 +111,83 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
   }
 }
 
+namespace {
+
+bool float_rows(const tensor_view& w) { return !w || w.type == tensor_type::f16 || w.type == tensor_type::f32; }
+
+// Rows r of w0 and w1 against up to four vectors.
+void rows2_dot(const tensor_view& w0, const tensor_view& w1, int64_t r, const float* const* xs, int m, float* o0, float* o1) {
+  if (w0.type == tensor_type::f16)
+    dot2n_f16(reinterpret_cast<const uint16_t*>(w0.row(r)), reinterpret_cast<const uint16_t*>(w1.row(r)), xs, m, w0.ne0, o0, o1);
+  else
+    dot2n_f32(reinterpret_cast<const float*>(w0.row(r)), reinterpret_cast<const float*>(w1.row(r)), xs, m, w0.ne0, o0, o1);
+}
+void row1_dot(const tensor_view& w, int64_t r, const float* const* xs, int m, float* o) {
+  if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r)), xs, m, w.ne0, o);
+  else dotn_f32(reinterpret_cast<const float*>(w.row(r)), xs, m, w.ne0, o);
+}
+}  // namespace
+
 void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc) {
   // One token: its choice is the ids given; the single-token routine reads each row as it dots it.
   if (x.n == 1) return token_neurons(hp, gate, up, down_t, ids, rows, count, x.in, x.xq, hidden, acc);
   const int64_t d = x.d, n_ff = x.n_ff, qrow = d / qk8_0;
   const bool quantized = wants_q8_input(up.type);
+  // F16/F32 rows: each neuron's rows are read in place; a neuron one token chose costs what it does
+  // for one token, and the tokens that share a neuron share its row loads (four at a time).
+  if (float_rows(up) && (!hp.gated_ffn || gate.type == up.type) && (!down_t || down_t.type == up.type)) {
+    thread_local std::vector<int32_t> who;
+    who.resize(static_cast<size_t>(x.n));
+    auto prefetch = [&](int64_t k) {
+      if (k >= count) return;
+      prefetch_row(up, rows[k]);
+      if (hp.gated_ffn) prefetch_row(gate, rows[k]);
+      if (down_t) prefetch_row(down_t, rows[k]);
+    };
+    prefetch(0);
+    prefetch(1);
+    // Each token's down rows go through its own four-row batcher (one pass over its accumulator per
+    // four rows, as for one token).
+    thread_local std::vector<axpy_batcher> down;
+    down.clear();
+    down.reserve(static_cast<size_t>(x.n));
+    for (int64_t t = 0; t < x.n; ++t) down.emplace_back(down_t, acc + t * d);
+    for (int64_t k = 0; k < count; ++k) {
+      prefetch(k + 2);
+      const int64_t i = ids[k], r = rows[k];
+      int m = 0;
+      for (int64_t t = 0; t < x.n; ++t)
+        if (x.chosen[t * n_ff + i]) who[static_cast<size_t>(m++)] = static_cast<int32_t>(t);
+      if (m == 1) {  // most neurons: one token chose it
+        const int64_t t = who[0];
+        const float g = hp.gated_ffn ? row_dot(gate, r, x.in + t * d, nullptr) : 0.0f;
+        const float h = hidden_value(hp, g, row_dot(up, r, x.in + t * d, nullptr));
+        hidden[t * n_ff + i] = h;
+        if (down_t && h != 0.0f) down[static_cast<size_t>(t)].add(static_cast<int32_t>(r), h);
+        continue;
+      }
+      for (int g = 0; g < m; g += 4) {
+        const int c = std::min(4, m - g);
+        const float* xs[4];
+        for (int j = 0; j < c; ++j) xs[j] = x.in + who[static_cast<size_t>(g + j)] * d;
+        float gv[4] = {}, uv[4];
+        if (hp.gated_ffn) rows2_dot(gate, up, r, xs, c, gv, uv);
+        else row1_dot(up, r, xs, c, uv);
+        for (int j = 0; j < c; ++j) {
+          const int64_t t = who[static_cast<size_t>(g + j)];
+          const float h = hidden_value(hp, gv[j], uv[j]);
+          hidden[t * n_ff + i] = h;
+          if (down_t && h != 0.0f) down[static_cast<size_t>(t)].add(static_cast<int32_t>(r), h);
+        }
+      }
+    }
+    for (auto& b : down) b.flush();
+    return;
+  }
+  // Other rows: converted once into a buffer (BF16) or dotted as they are with each token's Q8_0 input.
   thread_local std::vector<float> gbuf, ubuf, dbuf;
   gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d)), dbuf.resize(static_cast<size_t>(d));
-  // Float rows are converted once and dotted with each token; quantized rows meet each token's Q8_0 input.
   auto dot = [&](const tensor_view& w, int64_t r, const float* buf, int64_t t) {
     if (quantized) return row_dot(w, r, x.in + t * d, x.xq + t * qrow);
     return dot_f32(buf, x.in + t * d, d);

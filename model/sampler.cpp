@@ -76,6 +76,14 @@ void sampler::accept(token_id id) {
 double sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 token_id sampler::sample(std::span<const float> logits) {
+  const bool penalized = !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f);
+  if (params_.temperature <= 0.0f && !penalized) {
+    // Greedy without penalties: the first best logit, read in place.
+    size_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i)
+      if (logits[i] > logits[best]) best = i;
+    return static_cast<token_id>(best);
+  }
   cands_.clear();
   cands_.reserve(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) cands_.push_back({static_cast<token_id>(i), logits[i]});

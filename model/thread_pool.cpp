@@ -1,6 +1,7 @@
 #include "model/thread_pool.hpp"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 
@@ -24,13 +25,31 @@ thread_pool::~thread_pool() {
   for (auto& t : workers_) t.join();
 }
 
-void thread_pool::run_chunk(int index) {
-  int64_t blocks = (n_ + grain_ - 1) / grain_;
-  int64_t per = blocks / n_threads_, extra = blocks % n_threads_;
-  int64_t b0 = index * per + std::min<int64_t>(index, extra);
-  int64_t b1 = b0 + per + (index < extra ? 1 : 0);
-  int64_t begin = std::min(n_, b0 * grain_), end = std::min(n_, b1 * grain_);
-  if (begin < end) (*job_)(begin, end);
+int thread_pool::pin_workers() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (cpus.empty()) return 0;
+  int pinned = 0;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[(i + 1) % cpus.size()], &one);
+    pinned += pthread_setaffinity_np(workers_[i].native_handle(), sizeof one, &one) == 0;
+  }
+  return pinned;
+}
+
+void thread_pool::run_chunks(int index) {
+  if (per_thread_job_) return (*per_thread_job_)(index);
+  const int64_t blocks = (n_ + grain_ - 1) / grain_;
+  for (int64_t c; (c = next_chunk_.fetch_add(1, std::memory_order_relaxed)) * chunk_blocks_ < blocks;) {
+    const int64_t b0 = c * chunk_blocks_, b1 = std::min(blocks, b0 + chunk_blocks_);
+    (*job_)(b0 * grain_, std::min(n_, b1 * grain_));
+  }
 }
 
 void thread_pool::worker(int index) {
@@ -45,29 +64,45 @@ void thread_pool::worker(int index) {
     generation_.wait(seen, std::memory_order_acquire);
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    run_chunk(index);
+    run_chunks(index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 
-void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
-  if (n <= 0) return;
-  if (n_threads_ == 1 || n <= grain) {
-    fn(0, n);
-    return;
-  }
-  job_ = &fn;
+void thread_pool::start(int64_t n, int64_t grain, int64_t chunk_blocks, bool per_thread) {
   n_ = n;
-  grain_ = std::max<int64_t>(1, grain);
+  grain_ = grain;
+  chunk_blocks_ = chunk_blocks;
+  next_chunk_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  run_chunk(0);
+  run_chunks(0);
   for (int left; (left = pending_.load(std::memory_order_acquire)) != 0;) {
 #if defined(__x86_64__)
     _mm_pause();
 #endif
   }
+  job_ = nullptr;
+  per_thread_job_ = nullptr;
+}
+
+void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (n_threads_ == 1 || n <= grain) {
+    fn(0, n);
+    return;
+  }
+  const int64_t blocks = (n + grain - 1) / grain;
+  job_ = &fn;
+  start(n, grain, std::max<int64_t>(1, blocks / (4 * n_threads_)), false);
+}
+
+void thread_pool::for_each_thread(const std::function<void(int)>& fn) {
+  if (n_threads_ == 1) return fn(0);
+  per_thread_job_ = &fn;
+  start(0, 1, 1, true);
 }
 
 }  // namespace hotcold

@@ -20,14 +20,23 @@ class thread_pool {
   thread_pool& operator=(const thread_pool&) = delete;
 
   int size() const { return n_threads_; }
+  // Pins worker i (1..n-1) to the i-th CPU this process may run on (wrapping around), so each keeps
+  // its caches and the memory it reads; the caller's thread (chunk 0) stays free. Returns the number
+  // pinned (0 where affinity cannot be set).
+  int pin_workers();
 
-  // Calls fn(begin, end) over [0, n) split into one contiguous chunk per thread; returns when all
-  // chunks are done. Chunks are multiples of `grain` (except the last).
+  // Calls fn(begin, end) over [0, n) in contiguous chunks (multiples of `grain`, except the last),
+  // about four per thread, each thread taking the next chunk when it is done with one — so a thread
+  // slowed by a neighbour on its core does less, not the others wait; returns when all are done.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+  // Calls fn(t) once on each thread t = 0..size()-1 (0: the caller's): for work split by owner, such
+  // as the cold pool's shards, where each worker reads the same rows step after step.
+  void for_each_thread(const std::function<void(int)>& fn);
 
  private:
   void worker(int index);
-  void run_chunk(int index);
+  void run_chunks(int index);
+  void start(int64_t n, int64_t grain, int64_t chunk_blocks, bool per_thread);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -35,8 +44,11 @@ class thread_pool {
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  const std::function<void(int)>* per_thread_job_ = nullptr;
   int64_t n_ = 0;
   int64_t grain_ = 1;
+  int64_t chunk_blocks_ = 1;          // grains per chunk
+  std::atomic<int64_t> next_chunk_{0};
 };
 
 }  // namespace hotcold

@@ -120,11 +120,11 @@ placement_plan plan_placement(const std::string& model_path, const std::string& 
   // context for every head, FFN hidden vectors and scores, logits; float32, doubled for double-buffering.
   f.compute = 2 * 4 * static_cast<uint64_t>(6 * hp.n_embd + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * hp.n_ff + hp.n_vocab);
   if (f.total() > plan.budget)
-    throw std::invalid_argument(fmt::format("--vram-budget {:.3f} GiB is below what the device must hold before any FFN neuron: {:.3f} GiB "
-                                            "(attention {:.3f}, predictors {:.3f}, output head {:.3f}, KV cache at {} tokens {:.3f}, compute {:.3f})",
-                                            budget_gib, f.total() / double(1ull << 30), f.attention / double(1ull << 30),
-                                            f.predictors / double(1ull << 30), f.output / double(1ull << 30), ctx, f.kv_cache / double(1ull << 30),
-                                            f.compute / double(1ull << 30)));
+    throw std::invalid_argument(fmt::format("--vram-budget {:.4g} GiB ({:.2f} MiB) is below what the device must hold before any FFN neuron: "
+                                            "{:.2f} MiB (attention {:.2f}, predictors {:.2f}, output head {:.2f}, KV cache at {} tokens {:.2f}, compute {:.2f})",
+                                            budget_gib, plan.budget / double(1 << 20), f.total() / double(1 << 20), f.attention / double(1 << 20),
+                                            f.predictors / double(1 << 20), f.output / double(1 << 20), ctx, f.kv_cache / double(1 << 20),
+                                            f.compute / double(1 << 20)));
   placement_problem p;
   p.budget = plan.budget - f.total();
   uint64_t all = 0;

@@ -295,6 +295,46 @@ HOTCOLD_AVX2 static inline void dotn(Row row, const float* const* x, int nx, int
 HOTCOLD_AVX2 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) { dotn(f32_row{w}, x, nx, n, out); }
 HOTCOLD_AVX2 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn(f16_row{w}, x, nx, n, out); }
 
+// Two rows against NX vectors: 2 x NX independent accumulators keep the FMA units busy, and each
+// vector load serves both rows.
+template <int NX, typename Row>
+HOTCOLD_AVX2 static inline void dot2n(Row r0, Row r1, const float* const* x, int64_t n, float* out0, float* out1) {
+  __m256 a0[NX], a1[NX];
+  for (int j = 0; j < NX; ++j) a0[j] = _mm256_setzero_ps(), a1[j] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 w0 = r0(i), w1 = r1(i);
+    for (int j = 0; j < NX; ++j) {
+      const __m256 v = _mm256_loadu_ps(x[j] + i);
+      a0[j] = _mm256_fmadd_ps(w0, v, a0[j]);
+      a1[j] = _mm256_fmadd_ps(w1, v, a1[j]);
+    }
+  }
+  for (int j = 0; j < NX; ++j) {
+    float s0 = hsum(a0[j]), s1 = hsum(a1[j]);
+    for (int64_t k = i; k < n; ++k) s0 += r0.at(k) * x[j][k], s1 += r1.at(k) * x[j][k];
+    out0[j] = s0, out1[j] = s1;
+  }
+}
+
+template <typename Row>
+HOTCOLD_AVX2 static inline void dot2n_any(Row r0, Row r1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  switch (nx) {
+    case 1: return dot2n<1>(r0, r1, x, n, out0, out1);
+    case 2: return dot2n<2>(r0, r1, x, n, out0, out1);
+    case 3: return dot2n<3>(r0, r1, x, n, out0, out1);
+    default: return dot2n<4>(r0, r1, x, n, out0, out1);
+  }
+}
+
+HOTCOLD_AVX2 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  dot2n_any(f32_row{w0}, f32_row{w1}, x, nx, n, out0, out1);
+}
+HOTCOLD_AVX2 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  dot2n_any(f16_row{w0}, f16_row{w1}, x, nx, n, out0, out1);
+}
+
+
 // y += a[0] r0 + ... + a[3] r3 for rows of any float-convertible type (the row loaders above).
 template <typename Row>
 HOTCOLD_AVX2 static inline void axpy4(const float* a, const Row (&r)[4], float* y, int64_t n) {
@@ -418,9 +458,154 @@ HOTCOLD_VNNI float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n)
 
 #pragma GCC diagnostic pop
 
+namespace avx512 {
+
+#define HOTCOLD_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
+
+struct f32_row16 {
+  const float* w;
+  HOTCOLD_AVX512 __m512 operator()(int64_t i) const { return _mm512_loadu_ps(w + i); }
+  HOTCOLD_AVX512 float at(int64_t i) const { return w[i]; }
+};
+struct f16_row16 {
+  const uint16_t* w;
+  HOTCOLD_AVX512 __m512 operator()(int64_t i) const { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))); }
+  HOTCOLD_AVX512 float at(int64_t i) const { return _cvtsh_ss(w[i]); }
+};
+
+template <int NX, typename Row>
+HOTCOLD_AVX512 static inline void dot2n(Row r0, Row r1, const float* const* x, int64_t n, float* out0, float* out1) {
+  // Two halves of 16 per step: 4 x NX independent sums, enough to cover the FMA latency.
+  __m512 a0[NX], a1[NX], b0[NX], b1[NX];
+  for (int j = 0; j < NX; ++j) a0[j] = a1[j] = b0[j] = b1[j] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 w0 = r0(i), w1 = r1(i), v0 = r0(i + 16), v1 = r1(i + 16);
+    for (int j = 0; j < NX; ++j) {
+      const __m512 x0 = _mm512_loadu_ps(x[j] + i), x1 = _mm512_loadu_ps(x[j] + i + 16);
+      a0[j] = _mm512_fmadd_ps(w0, x0, a0[j]);
+      a1[j] = _mm512_fmadd_ps(w1, x0, a1[j]);
+      b0[j] = _mm512_fmadd_ps(v0, x1, b0[j]);
+      b1[j] = _mm512_fmadd_ps(v1, x1, b1[j]);
+    }
+  }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 w0 = r0(i), w1 = r1(i);
+    for (int j = 0; j < NX; ++j) {
+      const __m512 v = _mm512_loadu_ps(x[j] + i);
+      a0[j] = _mm512_fmadd_ps(w0, v, a0[j]);
+      a1[j] = _mm512_fmadd_ps(w1, v, a1[j]);
+    }
+  }
+  for (int j = 0; j < NX; ++j) {
+    float s0 = _mm512_reduce_add_ps(_mm512_add_ps(a0[j], b0[j])), s1 = _mm512_reduce_add_ps(_mm512_add_ps(a1[j], b1[j]));
+    for (int64_t k = i; k < n; ++k) s0 += r0.at(k) * x[j][k], s1 += r1.at(k) * x[j][k];
+    out0[j] = s0, out1[j] = s1;
+  }
+}
+
+// One row against NX vectors, four steps of 16 in flight: one sequential stream through the row.
+template <int NX, typename Row>
+HOTCOLD_AVX512 static inline void dotn(Row row, const float* const* x, int64_t n, float* out) {
+  __m512 a[4][NX];
+  for (int u = 0; u < 4; ++u)
+    for (int j = 0; j < NX; ++j) a[u][j] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (int u = 0; u < 4; ++u) {
+      const __m512 w = row(i + 16 * u);
+      for (int j = 0; j < NX; ++j) a[u][j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x[j] + i + 16 * u), a[u][j]);
+    }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 w = row(i);
+    for (int j = 0; j < NX; ++j) a[0][j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x[j] + i), a[0][j]);
+  }
+  for (int j = 0; j < NX; ++j) {
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0][j], a[1][j]), _mm512_add_ps(a[2][j], a[3][j])));
+    for (int64_t k = i; k < n; ++k) s += row.at(k) * x[j][k];
+    out[j] = s;
+  }
+}
+
+template <typename Row>
+HOTCOLD_AVX512 static inline void dotn_any(Row row, const float* const* x, int nx, int64_t n, float* out) {
+  switch (nx) {
+    case 1: return dotn<1>(row, x, n, out);
+    case 2: return dotn<2>(row, x, n, out);
+    case 3: return dotn<3>(row, x, n, out);
+    default: return dotn<4>(row, x, n, out);
+  }
+}
+HOTCOLD_AVX512 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(f32_row16{w}, x, nx, n, out); }
+HOTCOLD_AVX512 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(f16_row16{w}, x, nx, n, out); }
+
+template <typename Row>
+HOTCOLD_AVX512 static inline void dot2n_any(Row r0, Row r1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  switch (nx) {
+    case 1: return dot2n<1>(r0, r1, x, n, out0, out1);
+    case 2: return dot2n<2>(r0, r1, x, n, out0, out1);
+    case 3: return dot2n<3>(r0, r1, x, n, out0, out1);
+    default: return dot2n<4>(r0, r1, x, n, out0, out1);
+  }
+}
+
+HOTCOLD_AVX512 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  dot2n_any(f32_row16{w0}, f32_row16{w1}, x, nx, n, out0, out1);
+}
+
+// Four rows against NX vectors: 4 x NX sums; each converted row value serves NX products and each
+// vector load four — enough work per load that the loads keep up with the FMA units.
+template <int NX, typename Row>
+HOTCOLD_AVX512 static inline void dot4n(const Row (&w)[4], const float* const* x, int64_t n, float* out) {
+  __m512 a[4][NX];
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < NX; ++j) a[r][j] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 w0 = w[0](i), w1 = w[1](i), w2 = w[2](i), w3 = w[3](i);
+    for (int j = 0; j < NX; ++j) {
+      const __m512 v = _mm512_loadu_ps(x[j] + i);
+      a[0][j] = _mm512_fmadd_ps(w0, v, a[0][j]);
+      a[1][j] = _mm512_fmadd_ps(w1, v, a[1][j]);
+      a[2][j] = _mm512_fmadd_ps(w2, v, a[2][j]);
+      a[3][j] = _mm512_fmadd_ps(w3, v, a[3][j]);
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < NX; ++j) {
+      float s = _mm512_reduce_add_ps(a[r][j]);
+      for (int64_t k = i; k < n; ++k) s += w[r].at(k) * x[j][k];
+      out[r * 4 + j] = s;
+    }
+}
+
+template <typename Row>
+HOTCOLD_AVX512 static inline void dot4n_any(const Row (&w)[4], const float* const* x, int nx, int64_t n, float* out) {
+  switch (nx) {
+    case 1: return dot4n<1>(w, x, n, out);
+    case 2: return dot4n<2>(w, x, n, out);
+    case 3: return dot4n<3>(w, x, n, out);
+    default: return dot4n<4>(w, x, n, out);
+  }
+}
+HOTCOLD_AVX512 void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out) {
+  const f32_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
+  dot4n_any(r, x, nx, n, out);
+}
+HOTCOLD_AVX512 void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) {
+  const f16_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
+  dot4n_any(r, x, nx, n, out);
+}
+HOTCOLD_AVX512 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  dot2n_any(f16_row16{w0}, f16_row16{w1}, x, nx, n, out0, out1);
+}
+
+}  // namespace avx512
+
 namespace {
 struct dispatch {
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && !std::getenv("HOTCOLD_NO_AVX512");
   bool vnni = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
               __builtin_cpu_supports("avx512vnni") && !std::getenv("HOTCOLD_NO_AVX512");
 };
@@ -444,12 +629,34 @@ float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
   return cpu().vnni ? avx512vnni::dot_q4_0(w, x, n) : cpu().avx2 ? avx2::dot_q4_0(w, x, n) : scalar::dot_q4_0(w, x, n);
 }
 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx512) return avx512::dotn_f32(w, x, nx, n, out);
   if (cpu().avx2) return avx2::dotn_f32(w, x, nx, n, out);
   for (int j = 0; j < nx; ++j) out[j] = scalar::dot_f32(w, x[j], n);
 }
 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx512) return avx512::dotn_f16(w, x, nx, n, out);
   if (cpu().avx2) return avx2::dotn_f16(w, x, nx, n, out);
   for (int j = 0; j < nx; ++j) out[j] = scalar::dot_f16(w, x[j], n);
+}
+void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  if (cpu().avx512) return avx512::dot2n_f32(w0, w1, x, nx, n, out0, out1);
+  if (cpu().avx2) return avx2::dot2n_f32(w0, w1, x, nx, n, out0, out1);
+  for (int j = 0; j < nx; ++j) out0[j] = scalar::dot_f32(w0, x[j], n), out1[j] = scalar::dot_f32(w1, x[j], n);
+}
+void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  if (cpu().avx512) return avx512::dot2n_f16(w0, w1, x, nx, n, out0, out1);
+  if (cpu().avx2) return avx2::dot2n_f16(w0, w1, x, nx, n, out0, out1);
+  for (int j = 0; j < nx; ++j) out0[j] = scalar::dot_f16(w0, x[j], n), out1[j] = scalar::dot_f16(w1, x[j], n);
+}
+void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx512) return avx512::dot4n_f32(w, x, nx, n, out);
+  dot2n_f32(w[0], w[1], x, nx, n, out, out + 4);
+  dot2n_f32(w[2], w[3], x, nx, n, out + 8, out + 12);
+}
+void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx512) return avx512::dot4n_f16(w, x, nx, n, out);
+  dot2n_f16(w[0], w[1], x, nx, n, out, out + 4);
+  dot2n_f16(w[2], w[3], x, nx, n, out + 8, out + 12);
 }
 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
   if (cpu().avx2) return avx2::axpy4_f32(a, x, y, n);

@@ -34,6 +34,14 @@ void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n)
 // loaded and converted once for all of them (batches, several sequences).
 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out);
 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
+// Two rows against up to four vectors (out0[j] = w0 . x[j], out1[j] = w1 . x[j]): twice the
+// independent sums of dotn, and each vector load serves both rows (AVX-512 where the CPU has it).
+void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1);
+void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1);
+// Four rows w[0..3] against up to four vectors: out[4 r + j] = w[r] . x[j]. Per load, the most
+// products of these kernels: what a batch's matrix products use.
+void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out);
+void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out);
 
 // Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
 // "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).

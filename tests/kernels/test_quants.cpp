@@ -238,6 +238,43 @@ TEST(Dot, OneRowAgainstSeveralVectors) {
   }
 }
 
+// Two and four rows against up to four vectors: every (row, vector) dot product, tails included (n
+// not a multiple of 16), on the AVX-512, AVX2 or scalar path the CPU picks.
+TEST(Dot, SeveralRowsAgainstSeveralVectors) {
+  for (int64_t n : {16, 61, 2048}) {
+    std::vector<std::vector<float>> w;
+    std::vector<std::vector<uint16_t>> h;
+    for (int r = 0; r < 4; ++r) {
+      w.push_back(random_vector(n, static_cast<uint32_t>(50 + r)));
+      h.emplace_back(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) h.back()[static_cast<size_t>(i)] = fp32_to_fp16(w.back()[static_cast<size_t>(i)]);
+    }
+    std::vector<std::vector<float>> xs;
+    for (int j = 0; j < 4; ++j) xs.push_back(random_vector(n, static_cast<uint32_t>(60 + j)));
+    const float* px[4] = {xs[0].data(), xs[1].data(), xs[2].data(), xs[3].data()};
+    const float* pw[4] = {w[0].data(), w[1].data(), w[2].data(), w[3].data()};
+    const uint16_t* ph[4] = {h[0].data(), h[1].data(), h[2].data(), h[3].data()};
+    for (int nx = 1; nx <= 4; ++nx) {
+      float a32[4], b32[4], a16[4], b16[4], f32[16], f16[16];
+      dot2n_f32(pw[0], pw[1], px, nx, n, a32, b32);
+      dot2n_f16(ph[0], ph[1], px, nx, n, a16, b16);
+      dot4n_f32(pw, px, nx, n, f32);
+      dot4n_f16(ph, px, nx, n, f16);
+      for (int j = 0; j < nx; ++j) {
+        SCOPED_TRACE(testing::Message() << n << " " << nx << " " << j);
+        EXPECT_NEAR(a32[j], scalar::dot_f32(pw[0], px[j], n), 1e-3);
+        EXPECT_NEAR(b32[j], scalar::dot_f32(pw[1], px[j], n), 1e-3);
+        EXPECT_NEAR(a16[j], scalar::dot_f16(ph[0], px[j], n), 1e-3);
+        EXPECT_NEAR(b16[j], scalar::dot_f16(ph[1], px[j], n), 1e-3);
+        for (int r = 0; r < 4; ++r) {
+          EXPECT_NEAR(f32[4 * r + j], scalar::dot_f32(pw[r], px[j], n), 1e-3) << r;
+          EXPECT_NEAR(f16[4 * r + j], scalar::dot_f16(ph[r], px[j], n), 1e-3) << r;
+        }
+      }
+    }
+  }
+}
+
 // Four rows at once add what four single AXPYs add (n not a multiple of 8 for the float tails).
 TEST(Axpy, FourRowsAtOnce) {
   const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};

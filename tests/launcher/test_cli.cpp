@@ -210,9 +210,9 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   auto dir = fs::temp_directory_path() / ("hotcold-cli-sim-" + std::to_string(getpid()));
   fs::create_directories(dir);
   auto sparse = (dir / "sparse.gguf").string();
-  // The fixed part (attention, head, KV cache at 64 tokens, predictors) is about 8.4 MiB here, so
-  // 0.0085 GiB leaves room for some of the FFN rows only: every layer is split.
-  auto prep = run({"prepare", "-m", small_model(), "-o", sparse, "--tokens", "256", "-t", "2", "--vram-budget", "0.0085", "-c", "64"});
+  // The fixed part (attention, head, KV cache at 64 tokens, predictors, compute) is about 4.3 MiB
+  // here and all the FFN rows 0.1 MiB, so 0.0042 GiB leaves room for some of the rows only.
+  auto prep = run({"prepare", "-m", small_model(), "-o", sparse, "--tokens", "256", "-t", "2", "--vram-budget", "0.0042", "-c", "64"});
   ASSERT_EQ(prep.code, 0) << prep.err;
   ASSERT_TRUE(fs::exists(sparse + ".generated.gpuidx")) << prep.err;
   auto cpu = run({"run", "-m", sparse, "-p", "Hello world", "-n", "16", "--temp", "0", "-t", "2", "-c", "64", "--device", "cpu"});
@@ -222,7 +222,17 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
                   "--trace-out", trace});
   ASSERT_EQ(sim.code, 0) << sim.err;
   EXPECT_EQ(sim.out, cpu.out);
+  auto sim_reference = run({"run", "-m", sparse, "-p", "Hello world", "-n", "16", "--temp", "0", "-t", "2", "-c", "64", "--device", "sim",
+                            "--vram-budget", "1", "--pipeline", "reference"});
+  ASSERT_EQ(sim_reference.code, 0) << sim_reference.err;
+  EXPECT_EQ(sim_reference.out, cpu.out);
   EXPECT_NE(sim.err.find("hot device sim"), std::string::npos) << sim.err;
+  // Some neurons hot, not all: "placement …: N hot neurons (P% of the FFN)".
+  const auto at = sim.err.find("% of the FFN");
+  ASSERT_NE(at, std::string::npos) << sim.err;
+  const double share = std::stod(sim.err.substr(sim.err.rfind('(', at) + 1));
+  EXPECT_GT(share, 0.0);
+  EXPECT_LT(share, 100.0);
   std::ifstream in(trace);
   auto j = nlohmann::json::parse(in);
   std::map<std::string, int> count;
@@ -261,6 +271,65 @@ TEST(Cli, EvalWritesEveryPositionsLogits) {
   float best = *std::max_element(row.begin(), row.end());
   EXPECT_TRUE(std::isfinite(best));
   fs::remove(out);
+}
+
+std::vector<float> read_floats(const fs::path& p) {
+  std::vector<float> v(fs::file_size(p) / 4);
+  std::ifstream in(p, std::ios::binary);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  return v;
+}
+
+// The actor runtime (run's and bench's default) and the forward pass called directly print the same
+// text and write the same logits; bench measures both, and several sequences at once.
+TEST(Cli, PipelinesAgree) {
+  for (std::vector<std::string> sampling : {std::vector<std::string>{"--temp", "0"}, std::vector<std::string>{"--seed", "5"}}) {
+    std::vector<std::string> args{"run", "-m", small_model(), "-p", "Once upon a time", "-n", "24", "-t", "2"};
+    args.insert(args.end(), sampling.begin(), sampling.end());
+    auto actors = run(args);
+    args.insert(args.end(), {"--pipeline", "reference"});
+    auto reference = run(args);
+    ASSERT_EQ(actors.code, 0) << actors.err;
+    ASSERT_EQ(reference.code, 0) << reference.err;
+    EXPECT_EQ(actors.out, reference.out);
+    EXPECT_NE(actors.err.find("first token after"), std::string::npos) << actors.err;
+  }
+
+  auto a = fs::temp_directory_path() / ("hotcold-cli-actors-" + std::to_string(getpid()) + ".f32");
+  auto b = fs::temp_directory_path() / ("hotcold-cli-reference-" + std::to_string(getpid()) + ".f32");
+  const std::string text = "The quick brown fox jumps over the lazy dog, again and again.";
+  auto ea = run({"eval", "-m", small_model(), "-p", text, "--logits-out", a.string(), "--pipeline", "actors"});
+  auto eb = run({"eval", "-m", small_model(), "-p", text, "--logits-out", b.string()});
+  ASSERT_EQ(ea.code, 0) << ea.err;
+  ASSERT_EQ(eb.code, 0) << eb.err;
+  EXPECT_EQ(ea.out, eb.out);
+  auto la = read_floats(a), lb = read_floats(b);
+  ASSERT_EQ(la.size(), lb.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < la.size(); ++i) num += double(la[i] - lb[i]) * (la[i] - lb[i]), den += double(lb[i]) * lb[i];
+  EXPECT_LT(std::sqrt(num / den), 1e-5);
+  fs::remove(a), fs::remove(b);
+
+  auto bench = run({"bench", "-m", small_model(), "-p", "8", "-n", "8", "-r", "1", "-t", "2", "--parallel", "2", "--vs-parallel", "1", "--vs-reference",
+                    "--json"});
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  auto j = nlohmann::json::parse(bench.out);
+  EXPECT_EQ(j.at("pipeline"), "actors");
+  EXPECT_EQ(j.at("parallel"), 2);
+  EXPECT_GT(j.at("decode_tokens_per_s").get<double>(), 0);
+  EXPECT_GT(j.at("prefill_tokens_per_s").get<double>(), 0);
+  EXPECT_EQ(j.at("reference").at("pipeline"), "reference");
+  EXPECT_GT(j.at("reference").at("decode_tokens_per_s").get<double>(), 0);
+  EXPECT_EQ(j.at("vs_parallel").at("parallel"), 1);
+  EXPECT_TRUE(j.contains("actor_overhead"));
+  EXPECT_GT(j.at("parallel_speedup").get<double>(), 0);
+
+  auto bad = run({"run", "-m", small_model(), "-p", "x", "--pipeline", "threads"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--pipeline"), std::string::npos) << bad.err;
+  auto stats = run({"eval", "-m", small_model(), "-p", "x", "--logits-out", a.string(), "--pipeline", "actors", "--stats-json", b.string()});
+  EXPECT_EQ(stats.code, 2);
+  EXPECT_NE(stats.err.find("--pipeline reference"), std::string::npos) << stats.err;
 }
 
 TEST(Cli, PerplexityPrintsAFinalEstimate) {
