@@ -186,7 +186,14 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   const batch_ffn_input x{in.in, st.xq ? st.xq->data() : nullptr, chosen.chosen->data(), in.n, hp.n_embd, hp.n_ff};
   const int64_t union_size = static_cast<int64_t>(ids.size());
   const int64_t computed = std::count(chosen.chosen->begin(), chosen.chosen->end(), uint8_t{1});
-  // The cold pool starts first (a message away); the hot share goes to the device's queue meanwhile.
+  // The hot share goes to the device's queue first (as a GPU launch would), then the cold share to
+  // the cold pool: on a machine with few cores the device's thread is then running before the pool's
+  // wakes, and the two overlap.
+  if (!st.split.hot_ids.empty()) {
+    if (static_cast<int64_t>(st.hidden.size()) < in.n * hp.n_ff) st.hidden.resize(static_cast<size_t>(in.n * hp.n_ff));
+    st.hot_out.resize(static_cast<size_t>(in.n * hp.n_embd));
+    st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace);
+  }
   std::optional<cold_job> job;
   if (!st.split.cold_ids.empty())
     job = cold_job{layer,
@@ -201,11 +208,6 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
     self->request(st.cold, caf::infinite, cold_atom::value, std::move(*job))
         .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size); },
               [self](caf::error& e) { fail(self, describe(e)); });
-  if (!st.split.hot_ids.empty()) {
-    if (static_cast<int64_t>(st.hidden.size()) < in.n * hp.n_ff) st.hidden.resize(static_cast<size_t>(in.n * hp.n_ff));
-    st.hot_out.resize(static_cast<size_t>(in.n * hp.n_embd));
-    st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace);
-  }
   if (!job) finish_layer(self, layer, nullptr, computed, union_size);
 }
 

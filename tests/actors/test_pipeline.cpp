@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/pipeline.hpp"
 #include "model/sampler.hpp"
 #include "tests/model/tiny_models.hpp"
@@ -20,6 +22,7 @@ struct outcome {
   std::vector<token_id> tokens;
   done_event done;
   std::vector<int64_t> order;  // the event counter at each token
+  int64_t first_index = 0;     // of the first token read here
 };
 
 // Reads events until `n` requests are done (a minute at most: nothing may hang).
@@ -36,6 +39,8 @@ std::map<int64_t, outcome> drain(pipeline& p, size_t n, int64_t* counter = nullp
     ++events;
     if (auto* t = std::get_if<token_event>(&*ev)) {
       auto& o = out[t->request];
+      if (o.tokens.empty()) o.first_index = t->index;
+      EXPECT_EQ(t->index, o.first_index + static_cast<int64_t>(o.tokens.size())) << "tokens of a request arrive in order";
       o.tokens.push_back(t->token);
       o.order.push_back(events);
     } else if (auto* l = std::get_if<logits_event>(&*ev)) {
@@ -44,7 +49,9 @@ std::map<int64_t, outcome> drain(pipeline& p, size_t n, int64_t* counter = nullp
       for (int64_t r = 0; r < l->logits.rows; ++r) o.logits.emplace_back(l->logits.row(r), l->logits.row(r) + l->logits.cols);
     } else {
       auto& d = std::get<done_event>(*ev);
-      out[d.request].done = d;
+      auto& o = out[d.request];
+      EXPECT_EQ(o.done.finish, "") << "one done event per request";
+      o.done = d;
       ++done;
     }
   }
@@ -293,6 +300,76 @@ TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
     auto after = drain(p, 1);
     EXPECT_EQ(after[id].tokens, reference(m, ffn_mode::sparse, again).tokens);
   }
+}
+
+// Through the actors, the hot share (the sim device's thread) and the cold share (the cold pool)
+// run at the same time in most (step, layer) pairs, and the trace names the actors' threads.
+TEST(Pipeline, HotAndColdOverlapInTheTrace) {
+  // Each side's share of a layer (2048 neurons of F16 rows) takes a few hundred microseconds: well
+  // above the time a message takes to wake a sleeping actor's thread.
+  tools::gen_model_options o;
+  o.n_embd = 512;
+  o.n_ff = 4096;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = 4;
+  o.active = 0.3;
+  o.type = tensor_type::f16;
+  auto dense = test::make_model("pl_overlap_dense", o);
+  auto path = (test::scratch_dir() / "pl_overlap_sparse.gguf").string();
+  tools::write_sparse_model(dense, path, test::random_predictors(2, 512, 4096, 32, -1e30f, 5));  // every neuron chosen
+  auto m = model::load(path);
+  devices::device_options d;
+  d.kind = "sim";
+  d.budget = 64 << 20;
+  placement_data half;  // the two sides have the same work
+  for (int l = 0; l < 2; ++l) {
+    half.hot.emplace_back();
+    for (int32_t i = 0; i < 4096; i += 2) half.hot.back().push_back(i);
+  }
+  trace_recorder trace;
+  auto ctx = std::make_shared<inference_context>(m, 64, 1, 2);
+  ctx->set_mode(ffn_mode::sparse);
+  ctx->set_trace(&trace);
+  {
+    pipeline_options po;
+    po.hot = std::make_shared<const hot_rows>(m, half, devices::make_device(d));
+    po.trace = &trace;
+    pipeline p(ctx, po);
+    generation_request r;
+    r.prompt = {1};
+    r.n_predict = 24;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    p.submit(r);
+    auto got = drain(p, 1);
+    ASSERT_EQ(got.begin()->second.tokens.size(), 24u);
+  }
+  std::map<std::pair<int64_t, int64_t>, trace_recorder::interval> hot, cold;
+  std::set<std::string> names;
+  for (const auto& e : trace.entries()) {
+    names.insert(e.span.name);
+    auto key = std::make_pair(e.span.step, e.span.layer);
+    if (std::string(e.span.name) == "hot_ffn") hot[key] = e.span;
+    if (std::string(e.span.name) == "cold_ffn") cold[key] = e.span;  // one worker: one interval
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"attention", "predict", "hot_ffn", "cold_ffn", "output", "sample"}));
+  const int pairs = 24 * 2;
+  ASSERT_EQ(hot.size(), static_cast<size_t>(pairs));
+  ASSERT_EQ(cold.size(), static_cast<size_t>(pairs));
+  int overlapping = 0;
+  for (const auto& [key, h] : hot) {
+    const auto& c = cold.at(key);
+    overlapping += h.begin < c.end && c.begin < h.end;
+  }
+  RecordProperty("overlapping_pairs", overlapping);
+  EXPECT_GE(overlapping, pairs / 2) << overlapping << " of " << pairs << " (step, layer) pairs overlap";
+  if (const char* keep = std::getenv("HOTCOLD_TEST_TRACE")) trace.write(keep);
+  auto j = nlohmann::json::parse(trace.chrome_json());
+  std::set<std::string> threads;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.at("ph") == "M") threads.insert(e.at("args").at("name").get<std::string>());
+  for (const char* t : {"hot_executor", "predictor", "cold_pool", "hotcold-sim"}) EXPECT_TRUE(threads.count(t)) << t << " in " << j.dump().substr(0, 300);
 }
 
 }  // namespace

@@ -13,6 +13,8 @@ TEST(Runtime, SetsSchedulerThreads) {
   caf::actor_system_config cfg;
   configure(cfg, {3});
   EXPECT_EQ(caf::get_or(cfg, "scheduler.max-threads", size_t{0}), 3u);
+  // Work sharing: idle scheduler threads are woken by messages, not polled with 10 ms sleeps.
+  EXPECT_EQ(caf::get_or(cfg, "scheduler.policy", caf::atom("stealing")), caf::atom("sharing"));
   EXPECT_GE(scheduler_threads({}), 1u);
 }
 
