@@ -14,7 +14,7 @@ namespace hotcold::launcher {
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   auto* opt = cmd->add_option("-m,--model", m.model, model_required ? "GGUF model" : "GGUF model (default: the embedded default model)");
   if (model_required) opt->required();
-  cmd->add_option("-t,--threads", m.threads, "Threads (default: all hardware threads)");
+  cmd->add_option("-t,--threads", m.threads, "CPU worker threads (default: all hardware threads; with --device sim, one fewer)");
   cmd->add_option("-c,--ctx", m.ctx, "Context length (default: the model's, at most 4096)");
   cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
   cmd->add_option("--device", m.device, "Hot device: auto, cpu, sim (a CPU-backed stand-in for a GPU), cuda, hip")
@@ -38,7 +38,10 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   auto t0 = std::chrono::steady_clock::now();
   auto m = model::load(path, {a.mmap});
   const auto& hp = m->hp();
-  int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Without -t: every hardware thread, but one left for the sim device's own thread (a stand-in for
+  // an accelerator that computes beside the CPU, which it can only do with a core of its own).
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = a.threads > 0 ? a.threads : a.device == "sim" ? std::max(1, hw - 1) : hw;
   int64_t ctx = ctx_override > 0 ? ctx_override : a.ctx > 0 ? a.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   ffn_mode mode = a.mode == "dense" ? ffn_mode::dense : a.mode == "sparse" ? ffn_mode::sparse
                 : m->has_predictors() ? ffn_mode::sparse : ffn_mode::dense;
@@ -102,7 +105,14 @@ std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk) {
 void loaded::finish() {
   if (!trace) return;
   trace->write(trace_path);
-  fmt::print(stderr, "hotcold: trace of {} intervals -> {}\n", trace->entries().size(), trace_path);
+  const auto entries = trace->entries();
+  fmt::print(stderr, "hotcold: trace of {} intervals -> {}\n", entries.size(), trace_path);
+  // With a hot device: how busy each side was, and how much of the time both worked at once.
+  const auto busy = busy_time(entries);
+  if (busy.busy_s.count("hot_ffn") && busy.busy_s.count("cold_ffn") && busy.span_s > 0)
+    fmt::print(stderr, "hotcold: over {:.3f} s traced, the hot side (hot_ffn) was busy {:.1f}%, the cold side (cold_ffn) {:.1f}%, both at once {:.1f}%\n",
+               busy.span_s, 100 * busy.busy_s.at("hot_ffn") / busy.span_s, 100 * busy.busy_s.at("cold_ffn") / busy.span_s,
+               100 * busy.both_s / busy.span_s);
 }
 
 }  // namespace hotcold::launcher

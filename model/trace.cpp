@@ -85,4 +85,43 @@ void trace_recorder::write(const std::string& path) const {
   if (!out) throw std::system_error(errno, std::generic_category(), path + ": write failed");
 }
 
+trace_busy busy_time(const std::vector<trace_recorder::entry>& entries, const std::string& a, const std::string& b) {
+  using clock = trace_recorder::clock;
+  trace_busy out;
+  if (entries.empty()) return out;
+  auto first = entries.front().span.begin, last = entries.front().span.end;
+  std::map<std::string, std::vector<std::pair<clock::time_point, clock::time_point>>> by_name;
+  for (const auto& e : entries) {
+    first = std::min(first, e.span.begin), last = std::max(last, e.span.end);
+    by_name[e.span.name].emplace_back(e.span.begin, e.span.end);
+  }
+  out.span_s = std::chrono::duration<double>(last - first).count();
+  // The union of a name's intervals, as sorted disjoint pieces.
+  auto merged = [](std::vector<std::pair<clock::time_point, clock::time_point>> v) {
+    std::sort(v.begin(), v.end());
+    std::vector<std::pair<clock::time_point, clock::time_point>> m;
+    for (const auto& x : v) {
+      if (!m.empty() && x.first <= m.back().second) m.back().second = std::max(m.back().second, x.second);
+      else m.push_back(x);
+    }
+    return m;
+  };
+  std::map<std::string, std::vector<std::pair<clock::time_point, clock::time_point>>> pieces;
+  for (auto& [name, v] : by_name) {
+    pieces[name] = merged(v);
+    double s = 0;
+    for (const auto& p : pieces[name]) s += std::chrono::duration<double>(p.second - p.first).count();
+    out.busy_s[name] = s;
+  }
+  // Both at once: the intersection of the two unions.
+  const auto& pa = pieces[a];
+  const auto& pb = pieces[b];
+  for (size_t i = 0, j = 0; i < pa.size() && j < pb.size();) {
+    const auto lo = std::max(pa[i].first, pb[j].first), hi = std::min(pa[i].second, pb[j].second);
+    if (lo < hi) out.both_s += std::chrono::duration<double>(hi - lo).count();
+    (pa[i].second < pb[j].second) ? ++i : ++j;
+  }
+  return out;
+}
+
 }  // namespace hotcold

@@ -5,6 +5,7 @@
 // (docs/traces.md), which Perfetto and chrome://tracing open.
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,16 @@ class trace_recorder {
   mutable std::mutex registry_mutex_;  // taken when a thread records for the first time, and to read
   std::vector<std::unique_ptr<thread_buffer>> threads_;
 };
+
+// How busy each kind of interval kept the machine: per name, the time its intervals cover (where
+// they overlap, counted once), against the span from the first interval's start to the last one's
+// end. "Idle fraction" of a side = 1 - busy / span.
+struct trace_busy {
+  double span_s = 0;
+  std::map<std::string, double> busy_s;
+  double both_s = 0;  // time covered by intervals of both names given to busy_time
+};
+trace_busy busy_time(const std::vector<trace_recorder::entry>& entries, const std::string& a = "hot_ffn", const std::string& b = "cold_ffn");
 
 // Records one interval from construction to destruction (nothing when the recorder is null).
 class trace_scope {
