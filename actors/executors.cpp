@@ -94,10 +94,8 @@ cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<co
           if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
           st.acc.resize(static_cast<size_t>(pool.size() * n * d));
           const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
-          cold_share(pool, *p->m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc.data(), p->trace);
-          std::vector<float> sum(st.acc.begin(), st.acc.begin() + n * d);
-          for (int t = 1; t < pool.size(); ++t)
-            for (int64_t k = 0; k < n * d; ++k) sum[static_cast<size_t>(k)] += st.acc[static_cast<size_t>(t * n * d + k)];
+          std::vector<float> sum(static_cast<size_t>(n * d));
+          cold_share(pool, *p->m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc.data(), sum.data(), p->trace);
           return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size};
         } catch (const std::exception& e) {
           auto err = failure("cold pool", e);

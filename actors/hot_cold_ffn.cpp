@@ -78,7 +78,7 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
 }
 
 void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, std::span<const int32_t> cold_ids, const batch_ffn_input& x,
-                float* hidden, float* acc, trace_recorder* trace) {
+                float* hidden, float* acc, float* out, trace_recorder* trace) {
   const hparams& hp = m.hp();
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
   const int threads = pool.size();
@@ -91,6 +91,10 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
     const auto k1 = std::lower_bound(cold_ids.begin(), cold_ids.end(), hi) - cold_ids.begin();
     batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
   });
+  const int64_t nd = x.n * x.d;
+  std::copy(acc, acc + nd, out);
+  for (int t = 1; t < threads; ++t)
+    for (int64_t k = 0; k < nd; ++k) out[k] += acc[t * nd + k];
 }
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold)
@@ -126,13 +130,9 @@ void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input&
   if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
   const int threads = cold_->size();
   cold_acc_.resize(static_cast<size_t>(threads * nd));
-  cold_share(*cold_, *model_, step, layer, split_.cold_ids, x, hidden, cold_acc_.data(), trace_);
+  cold_share(*cold_, *model_, step, layer, split_.cold_ids, x, hidden, cold_acc_.data(), out, trace_);
   if (hot_done) hot_done->wait();
-  for (int64_t k = 0; k < nd; ++k) {
-    float s = hot_out_[static_cast<size_t>(k)];
-    for (int t = 0; t < threads; ++t) s += cold_acc_[static_cast<size_t>(t * nd + k)];
-    out[k] = s;
-  }
+  for (int64_t k = 0; k < nd; ++k) out[k] += hot_out_[static_cast<size_t>(k)];
 }
 
 }  // namespace hotcold::actors

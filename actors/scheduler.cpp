@@ -34,11 +34,12 @@ struct compute_set {
   cold_pool_actor cold;
   hot_executor_actor hot;
   sampler_actor sampler;
-  void stop() {
-    if (hot) caf::anon_send_exit(hot, caf::exit_reason::user_shutdown);
-    if (cold) caf::anon_send_exit(cold, caf::exit_reason::user_shutdown);
-    if (predictor) caf::anon_send_exit(predictor, caf::exit_reason::user_shutdown);
-    if (sampler) caf::anon_send_exit(sampler, caf::exit_reason::user_shutdown);
+  // Ends the hot executor, predictor and cold pool (and the sampler too, with_sampler).
+  void stop(caf::exit_reason why, bool with_sampler) {
+    if (hot) caf::anon_send_exit(hot, why);
+    if (cold) caf::anon_send_exit(cold, why);
+    if (predictor) caf::anon_send_exit(predictor, why);
+    if (sampler && with_sampler) caf::anon_send_exit(sampler, why);
   }
 };
 
@@ -93,10 +94,7 @@ void start_sampler(scheduler_ptr self) {
 }
 
 void restart_compute(scheduler_ptr self) {
-  auto& c = *self->state.compute;
-  if (c.hot) self->send_exit(c.hot, caf::exit_reason::kill);
-  if (c.cold) self->send_exit(c.cold, caf::exit_reason::kill);
-  if (c.predictor) self->send_exit(c.predictor, caf::exit_reason::kill);
+  self->state.compute->stop(caf::exit_reason::kill, false);
   start_compute(self);
   self->send(self->state.telemetry, totals_atom::value, int64_t{1});
 }
@@ -292,7 +290,7 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<engine_parts> p, 
   start_compute(self);
   start_sampler(self);
   // The compute actors go when the scheduler does.
-  self->attach_functor([compute = st.compute] { compute->stop(); });
+  self->attach_functor([compute = st.compute] { compute->stop(caf::exit_reason::user_shutdown, true); });
   // A compute actor that ends on its own (not stopped by a restart) fails the step in flight, or is
   // restarted at once when idle.
   self->set_down_handler([self](caf::down_msg& m) {

@@ -94,7 +94,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           }
         }
       };
-      auto timed = [&](bool actors_pipeline, int K, int n) {
+      auto timed = [&](bool actors_pipeline, int sequences, int n) {
+        const int K = sequences;
         slots.resize(static_cast<size_t>(K)), positions.resize(static_cast<size_t>(K)), step_tokens.resize(static_cast<size_t>(K));
         for (int s = 0; s < K; ++s) slots[static_cast<size_t>(s)] = s;
         auto t0 = std::chrono::steady_clock::now();
