@@ -103,10 +103,13 @@ std::vector<generation_request> three_requests(int64_t n_vocab) {
   return rs;
 }
 
+// A sparse file in PowerInfer's conventions: magic PWRI, ffn_down_t, blk.N.fc1 / fc2, one threshold key.
 std::string split_file() {
   auto dense = test::make_model("pl_dense_relu", test::sparse_test_options(architecture::llama, hotcold::activation::relu, tensor_type::f16));
   auto path = (test::scratch_dir() / "pl_sparse.gguf").string();
-  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3));
+  tools::sparse_file_options o;
+  o.kind = gguf::file_kind::powerinfer;
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3), o);
   return path;
 }
 
