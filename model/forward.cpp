@@ -130,30 +130,29 @@ float* inference_context::v_at(int64_t seq, int64_t layer, int64_t pos) {
   return v_cache_.data() + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
 }
 
-void inference_context::attention(int64_t seq, int64_t layer, int64_t pos) {
+void inference_context::attend_head(const float* q, int64_t seq, int64_t layer, int64_t pos, int64_t h, float* s, float* out) {
   const hparams& hp = model_->hp();
   const int64_t hd = hp.head_dim(), kv = hp.n_embd_kv();
-  const int64_t group = hp.n_head / hp.n_head_kv;  // query heads per KV head
+  const int64_t kvh = h / (hp.n_head / hp.n_head_kv);  // grouped-query: the head's KV head
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* kc = k_at(seq, layer, 0);
-  const float* vc = v_at(seq, layer, 0);
-  const float* q = qkv_.data();
-  pool_.parallel_for(hp.n_head, [&](int64_t h0, int64_t h1) {
-    for (int64_t h = h0; h < h1; ++h) {
-      const int64_t kvh = h / group;
-      float* s = scores_.data() + h * n_ctx_;
-      float max_s = -INFINITY;
-      for (int64_t t = 0; t <= pos; ++t) {
-        s[t] = dot_f32(q + h * hd, kc + t * kv + kvh * hd, hd) * scale;
-        max_s = std::max(max_s, s[t]);
-      }
-      double sum = 0;
-      for (int64_t t = 0; t <= pos; ++t) sum += (s[t] = std::exp(s[t] - max_s));
-      float inv = static_cast<float>(1.0 / sum);
-      float* out = attn_out_.data() + h * hd;
-      std::fill(out, out + hd, 0.0f);
-      for (int64_t t = 0; t <= pos; ++t) axpy_f32(s[t] * inv, vc + t * kv + kvh * hd, out, hd);
-    }
+  const float* kc = k_at(seq, layer, 0) + kvh * hd;
+  const float* vc = v_at(seq, layer, 0) + kvh * hd;
+  float max_s = -INFINITY;
+  for (int64_t t = 0; t <= pos; ++t) {
+    s[t] = dot_f32(q, kc + t * kv, hd) * scale;
+    max_s = std::max(max_s, s[t]);
+  }
+  double sum = 0;
+  for (int64_t t = 0; t <= pos; ++t) sum += (s[t] = std::exp(s[t] - max_s));
+  const float inv = static_cast<float>(1.0 / sum);
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t t = 0; t <= pos; ++t) axpy_f32(s[t] * inv, vc + t * kv, out, hd);
+}
+
+void inference_context::attention(int64_t seq, int64_t layer, int64_t pos) {
+  const int64_t hd = model_->hp().head_dim();
+  pool_.parallel_for(model_->hp().n_head, [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) attend_head(qkv_.data() + h * hd, seq, layer, pos, h, scores_.data() + h * n_ctx_, attn_out_.data() + h * hd);
   });
 }
 
@@ -499,11 +498,16 @@ void inference_context::attention_block(int64_t il) {
       std::memcpy(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), static_cast<size_t>(kv) * 4);
       std::memcpy(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), static_cast<size_t>(kv) * 4);
     }
-    for (int64_t t = 0; t < n; ++t) {  // causal: token t sees its sequence's cache up to its own position
-      std::memcpy(qkv_.data(), q_of(t), static_cast<size_t>(d) * 4);
-      attention(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]);
-      std::copy(attn_out_.begin(), attn_out_.end(), B.attn.begin() + t * d);
-    }
+    // Every (token, head) pair at once; causal: token t sees its sequence's cache up to its own position.
+    const int64_t hd = hp.head_dim();
+    pool_.parallel_for(n * hp.n_head, [&](int64_t i0, int64_t i1) {
+      thread_local std::vector<float> scores;
+      if (static_cast<int64_t>(scores.size()) < n_ctx_) scores.resize(static_cast<size_t>(n_ctx_));
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = i / hp.n_head, h = i % hp.n_head;
+        attend_head(q_of(t) + h * hd, B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)], h, scores.data(), B.attn.data() + t * d + h * hd);
+      }
+    });
     matmul(l.wo, B.attn.data(), n, B.proj.data());
   }
 

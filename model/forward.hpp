@@ -156,6 +156,9 @@ class inference_context {
   float* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
   float* v_at(int64_t seq, int64_t layer, int64_t pos);
   void attention(int64_t seq, int64_t layer, int64_t pos);  // q, the sequence's k/v cache -> attn_out
+  // One head h of one query q at position pos of sequence slot seq: out (head_dim) = softmax(q·K)·V
+  // over the cache's positions 0..pos; s: scratch for pos + 1 scores.
+  void attend_head(const float* q, int64_t seq, int64_t layer, int64_t pos, int64_t h, float* s, float* out);
   // in: the FFN's normalized input; pred_in: what the predictor reads.
   void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
   void quantize_input(const tensor_view& w, const float* x);               // fills xq_ when w needs it
