@@ -113,6 +113,7 @@ struct hot_executor_state {
   predictor_actor predictor;
   cold_pool_actor cold;
   // The step in flight.
+  inference_context::step_state s;  // its activations
   step_plan plan;
   caf::typed_response_promise<step_result> promise;
   int64_t hot_neurons = 0, cold_neurons = 0;
@@ -152,7 +153,7 @@ void run_layer(hot_executor_ptr self, int64_t layer);
 void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_out, int64_t computed, int64_t union_size) {
   auto& st = self->state;
   inference_context& ctx = *st.p->ctx;
-  const auto in = ctx.step_ffn_inputs();
+  const auto in = ctx.step_ffn_inputs(st.s);
   const int64_t nd = in.n * st.p->m->hp().n_embd;
   st.out.assign(static_cast<size_t>(nd), 0.0f);
   if (st.hot_done) {
@@ -162,7 +163,7 @@ void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_o
   }
   if (cold_out)
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
-  ctx.step_ffn_done(layer, st.out.data(), computed, union_size);
+  ctx.step_ffn_done(st.s, layer, st.out.data(), computed, union_size);
   run_layer(self, layer + 1);
 }
 
@@ -171,7 +172,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   st.active = std::move(chosen_now);
   const active_set& chosen = st.active;
   const hparams& hp = st.p->m->hp();
-  const auto in = st.p->ctx->step_ffn_inputs();
+  const auto in = st.p->ctx->step_ffn_inputs(st.s);
   const auto& ids = *chosen.union_ids;
   if (st.p->hot) {
     st.p->hot->split(layer, ids, st.split);
@@ -215,7 +216,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
   const model& m = *st.p->m;
   try {
     if (layer == m.hp().n_layer) {  // the head: logits of the rows the scheduler wants
-      auto logits = ctx.step_logits(st.plan.logit_rows);
+      auto logits = ctx.step_logits(st.s, st.plan.logit_rows);
       std::vector<float> copy(logits.begin(), logits.end());
       step_result r{st.plan.step,
                     activation::wrap(std::move(copy), static_cast<int64_t>(st.plan.logit_rows.size()), m.hp().n_vocab, st.plan.step, layer),
@@ -224,14 +225,14 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       return;
     }
     if (st.p->fault) st.p->fault("attention", layer, st.plan.requests);
-    ctx.step_attention(layer);
+    ctx.step_attention(st.s, layer);
     const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
     const bool sparse = ctx.mode() == ffn_mode::sparse && l.pred_fc1 && l.ffn_down_t;
     if (!sparse) {  // every neuron, here (dense files, dense mode)
-      ctx.step_ffn(layer);
+      ctx.step_ffn(st.s, layer);
       return run_layer(self, layer + 1);
     }
-    const auto in = ctx.step_ffn_inputs();
+    const auto in = ctx.step_ffn_inputs(st.s);
     st.xq.reset();
     if (wants_q8_input(l.ffn_up.type)) {  // quantized once for both sides
       const int64_t q = m.hp().n_embd / kernels::qk8_0;
@@ -266,7 +267,7 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
         st.plan = std::move(plan);
         st.hot_neurons = st.cold_neurons = 0;
         try {
-          st.p->ctx->step_begin(st.plan.tokens, st.plan.slots, st.plan.positions);
+          st.p->ctx->step_begin(st.s, st.plan.tokens, st.plan.slots, st.plan.positions);
         } catch (const std::exception& e) {
           // A plan the context refuses is the scheduler's mistake, not this actor's: answer, stay.
           auto rp = st.promise;

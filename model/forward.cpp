@@ -332,12 +332,12 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
 
 void inference_context::matmul(const tensor_view& w, const float* x, int64_t n, float* y) { hotcold::matmul(pool_, w, x, n, y, xq_); }
 
-void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, bool may_go_dense, float* out) {
+void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, bool may_go_dense,
+                                  float* out) {
   const hparams& hp = model_->hp();
   const int64_t n_ff = hp.n_ff, d = hp.n_embd;
   auto& cost = cost_[static_cast<size_t>(layer)];
   auto& choice = choices_[static_cast<size_t>(layer)];
-  auto& B = b_;
   const int c = std::min(batch_cost::classes - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
 
   // Sparse only where it pays: the predictor's bytes plus the union's share of the FFN rows against
@@ -352,7 +352,7 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   }
 
   std::optional<trace_scope> predict_span;
-  if (sparse) predict_span.emplace(trace_, "predict", step_, layer);
+  if (sparse) predict_span.emplace(trace_, "predict", B.step, layer);
   std::vector<int32_t>& chosen_union = active_;
   chosen_union.clear();
   if (static_cast<int64_t>(B.chosen.size()) < n * n_ff) B.chosen.resize(static_cast<size_t>(n * n_ff));
@@ -363,7 +363,7 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
     for (int64_t i = 0; i < n_ff; ++i) chosen_union.push_back(static_cast<int32_t>(i));
   }
   predict_span.reset();
-  trace_scope ffn_span(trace_, "ffn", step_, layer);
+  trace_scope ffn_span(trace_, "ffn", B.step, layer);
 
   // The dense truth for stats: every neuron of every token.
   if (stats_on_ && sparse) {
@@ -387,7 +387,7 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   const int64_t n_union = static_cast<int64_t>(chosen_union.size());
   const bool down_t = static_cast<bool>(l.ffn_down_t);
   if (executor_ && down_t) {
-    executor_->run_batch(step_, layer, x, chosen_union, B.hidden.data(), out);
+    executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
   } else {
     pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {
       for (int64_t th = th0; th < th1; ++th) {
@@ -447,11 +447,10 @@ void inference_context::ffn_batch(int64_t layer, const layer_weights& l, const f
   read_[static_cast<size_t>(layer)] += n_union;
 }
 
-void inference_context::begin(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions) {
+void inference_context::begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions) {
   const hparams& hp = model_->hp();
   const model_weights& w = model_->weights();
   const int64_t n = static_cast<int64_t>(tokens.size()), d = hp.n_embd, kv = hp.n_embd_kv(), n_ff = hp.n_ff;
-  auto& B = b_;
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
@@ -463,13 +462,12 @@ void inference_context::begin(std::span<const token_id> tokens, const int64_t* s
   B.seqs.assign(seqs, seqs + n);
   B.positions.assign(positions, positions + n);
   for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[static_cast<size_t>(t)], B.x.data() + t * d);
-  step_ = steps_++;
+  B.step = step_ = steps_++;
 }
 
-void inference_context::attention_block(int64_t il) {
+void inference_context::attention_block(step_state& B, int64_t il) {
   const hparams& hp = model_->hp();
   const layer_weights& l = model_->weights().layers[static_cast<size_t>(il)];
-  auto& B = b_;
   const int64_t n = B.n, d = hp.n_embd, kv = hp.n_embd_kv();
   const bool falcon = hp.arch == architecture::falcon;
   // q, k, v of token t: falcon's fused product interleaves them per token.
@@ -480,7 +478,7 @@ void inference_context::attention_block(int64_t il) {
 
   if (!falcon && hp.pred_input == predictor_input::layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
   {
-    trace_scope span(trace_, "attention", step_, il, n);
+    trace_scope span(trace_, "attention", B.step, il, n);
     for (int64_t t = 0; t < n; ++t) {
       if (falcon) layer_norm(B.x.data() + t * d, f32(l.attn_norm), f32(l.attn_norm_b), B.xn.data() + t * d, d, hp.norm_eps);
       else rms_norm(B.x.data() + t * d, f32(l.attn_norm), B.xn.data() + t * d, d, hp.norm_eps);
@@ -528,9 +526,8 @@ void inference_context::attention_block(int64_t il) {
   }
 }
 
-void inference_context::add_ffn_output(const float* out) {
+void inference_context::add_ffn_output(step_state& B, const float* out) {
   const hparams& hp = model_->hp();
-  auto& B = b_;
   const int64_t nd = B.n * hp.n_embd;
   if (hp.arch == architecture::falcon)
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)] + out[k];
@@ -538,12 +535,11 @@ void inference_context::add_ffn_output(const float* out) {
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += out[k];
 }
 
-void inference_context::head(std::span<const int64_t> rows, float* logits) {
+void inference_context::head(step_state& B, std::span<const int64_t> rows, float* logits) {
   const hparams& hp = model_->hp();
   const model_weights& w = model_->weights();
-  auto& B = b_;
   const int64_t d = hp.n_embd, m = static_cast<int64_t>(rows.size());
-  trace_scope span(trace_, "output", step_, hp.n_layer, m);
+  trace_scope span(trace_, "output", B.step, hp.n_layer, m);
   // Row k of xn is token rows[k] normalized (rows ascending, so k <= rows[k]: nothing read is overwritten).
   for (int64_t k = 0; k < m; ++k) {
     const float* x = B.x.data() + rows[static_cast<size_t>(k)] * d;
@@ -555,16 +551,17 @@ void inference_context::head(std::span<const int64_t> rows, float* logits) {
 
 void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,
                                   float* logits) {
-  begin(tokens, seqs, positions);
+  step_state& B = b_;
+  begin(B, tokens, seqs, positions);
   for (int64_t il = 0; il < model_->hp().n_layer; ++il) {
-    attention_block(il);
-    ffn_batch(il, model_->weights().layers[static_cast<size_t>(il)], b_.ffn_in, b_.pred_in, b_.n, may_go_dense, b_.ffn_out.data());
-    add_ffn_output(b_.ffn_out.data());
+    attention_block(B, il);
+    ffn_batch(B, il, model_->weights().layers[static_cast<size_t>(il)], B.ffn_in, B.pred_in, B.n, may_go_dense, B.ffn_out.data());
+    add_ffn_output(B, B.ffn_out.data());
   }
-  std::vector<int64_t>& rows = b_.logit_rows;
+  std::vector<int64_t>& rows = B.logit_rows;
   rows.clear();
-  for (int64_t t = all_logits ? 0 : b_.n - 1; t < b_.n; ++t) rows.push_back(t);
-  head(rows, logits);
+  for (int64_t t = all_logits ? 0 : B.n - 1; t < B.n; ++t) rows.push_back(t);
+  head(B, rows, logits);
 }
 
 void inference_context::check_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) const {
@@ -583,36 +580,36 @@ void inference_context::check_step(std::span<const token_id> tokens, std::span<c
 
 // ---- Stages, for the actor pipeline ------------------------------------------------------------
 
-void inference_context::step_begin(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
+void inference_context::step_begin(step_state& s, std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
   check_step(tokens, seqs, positions);
   if (static_cast<int64_t>(tokens.size()) > max_batch)
     throw std::invalid_argument(fmt::format("a step of {} tokens is more than {}", tokens.size(), max_batch));
-  begin(tokens, seqs.data(), positions.data());
+  begin(s, tokens, seqs.data(), positions.data());
 }
 
-void inference_context::step_attention(int64_t layer) { attention_block(layer); }
+void inference_context::step_attention(step_state& s, int64_t layer) { attention_block(s, layer); }
 
-inference_context::ffn_inputs inference_context::step_ffn_inputs() const { return {b_.ffn_in, b_.pred_in, b_.n, step_}; }
+inference_context::ffn_inputs inference_context::step_ffn_inputs(const step_state& s) const { return {s.ffn_in, s.pred_in, s.n, s.step}; }
 
-void inference_context::step_ffn(int64_t layer) {
-  ffn_batch(layer, model_->weights().layers[static_cast<size_t>(layer)], b_.ffn_in, b_.pred_in, b_.n, false, b_.ffn_out.data());
-  add_ffn_output(b_.ffn_out.data());
+void inference_context::step_ffn(step_state& s, int64_t layer) {
+  ffn_batch(s, layer, model_->weights().layers[static_cast<size_t>(layer)], s.ffn_in, s.pred_in, s.n, false, s.ffn_out.data());
+  add_ffn_output(s, s.ffn_out.data());
 }
 
-void inference_context::step_ffn_done(int64_t layer, const float* out, int64_t computed, int64_t read) {
+void inference_context::step_ffn_done(step_state& s, int64_t layer, const float* out, int64_t computed, int64_t read) {
   computed_[static_cast<size_t>(layer)] += computed;
   read_[static_cast<size_t>(layer)] += read;
-  add_ffn_output(out);
+  add_ffn_output(s, out);
 }
 
-std::span<const float> inference_context::step_logits(std::span<const int64_t> rows) {
+std::span<const float> inference_context::step_logits(step_state& s, std::span<const int64_t> rows) {
   const int64_t n_vocab = model_->hp().n_vocab;
   for (size_t k = 0; k < rows.size(); ++k)
-    if (rows[k] < 0 || rows[k] >= b_.n || (k > 0 && rows[k] <= rows[k - 1]))
-      throw std::out_of_range(fmt::format("logit rows must be ascending rows of the step's {} tokens", b_.n));
-  batch_logits_.resize(rows.size() * static_cast<size_t>(n_vocab));
-  head(rows, batch_logits_.data());
-  return batch_logits_;
+    if (rows[k] < 0 || rows[k] >= s.n || (k > 0 && rows[k] <= rows[k - 1]))
+      throw std::out_of_range(fmt::format("logit rows must be ascending rows of the step's {} tokens", s.n));
+  s.logits.resize(rows.size() * static_cast<size_t>(n_vocab));
+  head(s, rows, s.logits.data());
+  return s.logits;
 }
 
 std::span<const float> inference_context::forward_batch(std::span<const token_id> tokens, int64_t pos, bool all_logits) {

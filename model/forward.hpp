@@ -74,24 +74,43 @@ class inference_context {
   std::span<const float> forward_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
   int64_t n_seq() const { return n_seq_; }
 
-  // ---- One step in stages, for a pipeline whose actors run them (actors/pipeline.hpp). step_begin;
-  // then per layer step_attention and the FFN — the context's own (step_ffn), or computed elsewhere
-  // from step_ffn_inputs and handed back to step_ffn_done —; then step_logits. forward_step is these
-  // stages in a row. Checks as forward_step does, and at most max_batch tokens.
-  void step_begin(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
-  void step_attention(int64_t layer);
+  // ---- One step in stages, for a pipeline whose actors run them (actors/pipeline.hpp). A step's
+  // activations live in a step_state of the caller's (the context's own batch path has another). For a
+  // state: step_begin; then per layer step_attention and the FFN — the context's own (step_ffn), or
+  // computed elsewhere from step_ffn_inputs and handed back to step_ffn_done —; then step_logits.
+  // forward_step is these stages in a row. Checks as forward_step does, and at most max_batch
+  // tokens. The stages of different states may interleave but not run at the same time (they share
+  // the context's workers and scratch).
+  struct step_state;
+  void step_begin(step_state& s, std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
+  void step_attention(step_state& s, int64_t layer);
   struct ffn_inputs {
     const float* in;       // (n, n_embd) the FFN's normalized input
     const float* pred_in;  // (n, n_embd) what the layer's predictor reads
     int64_t n;             // tokens in the step
     int64_t step;          // the step's number (for traces)
   };
-  ffn_inputs step_ffn_inputs() const;  // valid from step_attention(layer) to step_ffn_done(layer)
-  void step_ffn(int64_t layer);
+  ffn_inputs step_ffn_inputs(const step_state& s) const;  // valid from step_attention(layer) to step_ffn_done(layer)
+  void step_ffn(step_state& s, int64_t layer);
   // out: (n, n_embd) the FFN's output; computed / read: neurons computed and rows read (counters).
-  void step_ffn_done(int64_t layer, const float* out, int64_t computed, int64_t read);
-  // Logits of the step's tokens `rows` (ascending; rows.size() x n_vocab); valid until the next step.
-  std::span<const float> step_logits(std::span<const int64_t> rows);
+  void step_ffn_done(step_state& s, int64_t layer, const float* out, int64_t computed, int64_t read);
+  // Logits of the state's tokens `rows` (ascending; rows.size() x n_vocab); valid until its next step.
+  std::span<const float> step_logits(step_state& s, std::span<const int64_t> rows);
+
+  // A batch's run state (shapes in elements; rows of up to max_batch tokens, grown on use).
+  struct step_state {
+    std::vector<float> x, xn, xn2, layer_in, qkv, attn, proj, ffn_out;  // n x n_embd (qkv: n x (n_embd + 2 kv))
+    std::vector<float> hidden, truth;                                   // n x n_ff
+    std::vector<uint8_t> chosen;                                        // n x n_ff
+    std::vector<float> acc;                                             // threads x n x n_embd
+    int64_t n = 0;                                                      // tokens in the step
+    int64_t step = 0;                                                   // the context's step number
+    std::vector<int64_t> seqs, positions;                               // n
+    std::vector<int64_t> logit_rows;                                    // rows whose logits the head computes
+    const float* ffn_in = nullptr;                                      // this layer's FFN input (n x n_embd)
+    const float* pred_in = nullptr;                                     // what its predictor reads (n x n_embd)
+    std::vector<float> logits;                                          // step_logits' rows x n_vocab
+  };
 
   // How sparse-mode batches chose, per layer: predictor + union of active sets, or dense.
   struct batch_layer_choice {
@@ -142,17 +161,17 @@ class inference_context {
   void matmul(const tensor_view& w, const float* x, int64_t n, float* y);
   // may_go_dense: a layer may skip its predictor and compute every neuron when that reads fewer bytes
   // (prompt batches); steps of several sequences keep each token's own choice.
-  void ffn_batch(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, bool may_go_dense, float* out);
+  void ffn_batch(step_state& B, int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, bool may_go_dense, float* out);
   std::span<const float> run_batches(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions, bool all_logits,
                                      bool may_go_dense);
   void run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense, float* logits);
   void check_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) const;
-  // The stages of a batch: embeddings; a layer's attention (leaves b_.ffn_in / b_.pred_in); the
+  // The stages of a batch: embeddings; a layer's attention (leaves the state's ffn_in / pred_in); the
   // FFN's output added to the residual stream; the head.
-  void begin(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
-  void attention_block(int64_t layer);
-  void add_ffn_output(const float* out);
-  void head(std::span<const int64_t> rows, float* logits);  // the logits of these rows
+  void begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
+  void attention_block(step_state& B, int64_t layer);
+  void add_ffn_output(step_state& B, const float* out);
+  void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows
   float* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
   float* v_at(int64_t seq, int64_t layer, int64_t pos);
   void attention(int64_t seq, int64_t layer, int64_t pos);  // q, the sequence's k/v cache -> attn_out
@@ -197,19 +216,8 @@ class inference_context {
   std::vector<float> scores_;    // (n_head, n_ctx)
   std::vector<float> logits_;    // (n_vocab)
   std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows
-  // Batch state (rows of max_batch), allocated on the first batch.
-  struct batch_buffers {
-    std::vector<float> x, xn, xn2, layer_in, qkv, attn, proj, ffn_out;  // n x n_embd (qkv: n x (n_embd + 2 kv))
-    std::vector<float> hidden, truth;                                   // n x n_ff
-    std::vector<uint8_t> chosen;                                        // n x n_ff
-    std::vector<float> acc;                                             // threads x n x n_embd
-    int64_t n = 0;                                                      // tokens in the step
-    std::vector<int64_t> seqs, positions;                               // n
-    std::vector<int64_t> logit_rows;                                    // rows whose logits the head computes
-    const float* ffn_in = nullptr;                                      // this layer's FFN input (n x n_embd)
-    const float* pred_in = nullptr;                                     // what its predictor reads (n x n_embd)
-  };
-  batch_buffers b_;
+  // The batch path's own state (forward_batch, forward_step).
+  step_state b_;
   // Measured per layer and batch-size class (log2 n): the union's share of n_ff (running average).
   struct batch_cost {
     static constexpr int classes = 10;
