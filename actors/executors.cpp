@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
@@ -23,6 +26,20 @@ std::string describe(const caf::error& e) {
 }
 
 namespace {
+
+// Names the actor's thread (what traces show) and, when the CPU workers are pinned, puts it on the
+// core they leave free (theirs are 1..n-1): the compute actors hand each layer on to one another and
+// run one at a time, so one core serves them all, and the thread the next hand-off wakes starts
+// where the last one just went to sleep instead of beside a pinned worker.
+void take_thread(const engine_parts& p, const char* name) {
+  pthread_setname_np(pthread_self(), name);
+  if (p.actor_core >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(p.actor_core, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+  }
+}
 
 caf::error failure(std::string_view who, const std::exception& e) { return caf::make_error(caf::sec::runtime_error, fmt::format("{}: {}", who, e.what())); }
 
@@ -45,7 +62,7 @@ active_set predict(predictor_actor::stateful_pointer<predictor_state> self, cons
 
 predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<predictor_state> self, std::shared_ptr<engine_parts> p) {
   self->state.runner = std::make_unique<predictor_runner>(*p->m, p->ctx->pool());
-  pthread_setname_np(pthread_self(), "predictor");
+  take_thread(*p, "predictor");
   return {
       [self, p](predict_atom, const predict_job& job) -> caf::result<active_set> {
         try {
@@ -82,7 +99,7 @@ struct cold_pool_state {
 };
 
 cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<cold_pool_state> self, std::shared_ptr<engine_parts> p) {
-  pthread_setname_np(pthread_self(), "cold_pool");
+  take_thread(*p, "cold_pool");
   return {
       [self, p](cold_atom, const cold_job& job) -> caf::result<ffn_part> {
         try {
@@ -256,7 +273,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
 }
 
 hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::shared_ptr<engine_parts> p, predictor_actor predictor, cold_pool_actor cold) {
-  pthread_setname_np(pthread_self(), "hot_executor");
+  take_thread(*p, "hot_executor");
   self->state.p = std::move(p);
   self->state.predictor = std::move(predictor);
   self->state.cold = std::move(cold);

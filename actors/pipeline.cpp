@@ -13,7 +13,7 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   parts_->hot = std::move(options.hot);
   parts_->trace = options.trace;
   parts_->fault = std::move(options.fault);
-  if (options.pin_workers && std::getenv("HOTCOLD_NO_PIN") == nullptr) parts_->ctx->pool().pin_workers();
+  if (options.pin_workers && std::getenv("HOTCOLD_NO_PIN") == nullptr) parts_->actor_core = parts_->ctx->pool().pin_workers();
   configure(cfg_, options.runtime);
   sys_ = std::make_unique<caf::actor_system>(cfg_);
   self_ = std::make_unique<caf::scoped_actor>(*sys_);

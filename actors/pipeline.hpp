@@ -54,6 +54,7 @@ struct engine_parts {
   std::shared_ptr<const hot_rows> hot;
   trace_recorder* trace = nullptr;
   fault_hook fault;
+  int actor_core = -1;  // the core the compute actors' threads share when the workers are pinned (-1: any)
 };
 
 using pipeline_event = std::variant<token_event, logits_event, done_event>;

@@ -28,19 +28,18 @@ thread_pool::~thread_pool() {
 int thread_pool::pin_workers() {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  if (cpus.empty()) return 0;
-  int pinned = 0;
+  if (cpus.size() < 2) return -1;  // one CPU: nothing to keep apart
   for (size_t i = 0; i < workers_.size(); ++i) {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpus[(i + 1) % cpus.size()], &one);
-    pinned += pthread_setaffinity_np(workers_[i].native_handle(), sizeof one, &one) == 0;
+    if (pthread_setaffinity_np(workers_[i].native_handle(), sizeof one, &one) != 0) return -1;
   }
-  return pinned;
+  return cpus[0];
 }
 
 void thread_pool::run_chunks(int index) {

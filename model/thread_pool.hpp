@@ -21,8 +21,8 @@ class thread_pool {
 
   int size() const { return n_threads_; }
   // Pins worker i (1..n-1) to the i-th CPU this process may run on (wrapping around), so each keeps
-  // its caches and the memory it reads; the caller's thread (chunk 0) stays free. Returns the number
-  // pinned (0 where affinity cannot be set).
+  // its caches and the memory it reads. Returns the first CPU, which no worker takes (for the threads
+  // that call parallel_for), or -1 where affinity cannot be set.
   int pin_workers();
 
   // Calls fn(begin, end) over [0, n) in contiguous chunks (multiples of `grain`, except the last),
