@@ -130,7 +130,8 @@ struct hot_executor_state {
   predictor_actor predictor;
   cold_pool_actor cold;
   // The step in flight.
-  inference_context::step_state s;  // its activations
+  // Its activations; shared, because the views of them that messages carry keep them alive.
+  std::shared_ptr<inference_context::step_state> s = std::make_shared<inference_context::step_state>();
   step_plan plan;
   caf::typed_response_promise<step_result> promise;
   int64_t hot_neurons = 0, cold_neurons = 0;
@@ -170,7 +171,7 @@ void run_layer(hot_executor_ptr self, int64_t layer);
 void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_out, int64_t computed, int64_t union_size) {
   auto& st = self->state;
   inference_context& ctx = *st.p->ctx;
-  const auto in = ctx.step_ffn_inputs(st.s);
+  const auto in = ctx.step_ffn_inputs(*st.s);
   const int64_t nd = in.n * st.p->m->hp().n_embd;
   st.out.assign(static_cast<size_t>(nd), 0.0f);
   if (st.hot_done) {
@@ -180,7 +181,7 @@ void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_o
   }
   if (cold_out)
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
-  ctx.step_ffn_done(st.s, layer, st.out.data(), computed, union_size);
+  ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size);
   run_layer(self, layer + 1);
 }
 
@@ -189,7 +190,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   st.active = std::move(chosen_now);
   const active_set& chosen = st.active;
   const hparams& hp = st.p->m->hp();
-  const auto in = st.p->ctx->step_ffn_inputs(st.s);
+  const auto in = st.p->ctx->step_ffn_inputs(*st.s);
   const auto& ids = *chosen.union_ids;
   if (st.p->hot) {
     st.p->hot->split(layer, ids, st.split);
@@ -213,7 +214,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   std::optional<cold_job> job;
   if (!st.split.cold_ids.empty())
     job = cold_job{layer,
-                   activation::view(st.p->ctx, in.in, in.n, hp.n_embd, in.step, layer),
+                   activation::view(st.s, in.in, in.n, hp.n_embd, in.step, layer),
                    st.xq,
                    chosen,
                    std::make_shared<const std::vector<int32_t>>(st.split.cold_ids),
@@ -233,7 +234,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
   const model& m = *st.p->m;
   try {
     if (layer == m.hp().n_layer) {  // the head: logits of the rows the scheduler wants
-      auto logits = ctx.step_logits(st.s, st.plan.logit_rows);
+      auto logits = ctx.step_logits(*st.s, st.plan.logit_rows);
       std::vector<float> copy(logits.begin(), logits.end());
       step_result r{st.plan.step,
                     activation::wrap(std::move(copy), static_cast<int64_t>(st.plan.logit_rows.size()), m.hp().n_vocab, st.plan.step, layer),
@@ -242,23 +243,23 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       return;
     }
     if (st.p->fault) st.p->fault("attention", layer, st.plan.requests);
-    ctx.step_attention(st.s, layer);
+    ctx.step_attention(*st.s, layer);
     const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
     const bool sparse = ctx.mode() == ffn_mode::sparse && l.pred_fc1 && l.ffn_down_t;
     if (!sparse) {  // every neuron, here (dense files, dense mode)
-      ctx.step_ffn(st.s, layer);
+      ctx.step_ffn(*st.s, layer);
       return run_layer(self, layer + 1);
     }
-    const auto in = ctx.step_ffn_inputs(st.s);
+    const auto in = ctx.step_ffn_inputs(*st.s);
     st.xq.reset();
     if (wants_q8_input(l.ffn_up.type)) {  // quantized once for both sides
       const int64_t q = m.hp().n_embd / kernels::qk8_0;
       st.xq = std::make_shared<std::vector<kernels::block_q8_0>>(static_cast<size_t>(in.n * q));
       for (int64_t t = 0; t < in.n; ++t) kernels::quantize_row_q8_0(in.in + t * m.hp().n_embd, st.xq->data() + t * q, m.hp().n_embd);
     }
-    predict_job job{layer, activation::view(st.p->ctx, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests, {}, {}};
+    predict_job job{layer, activation::view(st.s, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests, {}, {}};
     if (!st.p->hot) {  // every neuron cold: the predictor hands the FFN straight to the cold pool
-      job.ffn_input = activation::view(st.p->ctx, in.in, in.n, m.hp().n_embd, in.step, layer);
+      job.ffn_input = activation::view(st.s, in.in, in.n, m.hp().n_embd, in.step, layer);
       job.ffn_input_q8 = st.xq;
       self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job), st.cold)
           .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size); },
@@ -284,7 +285,7 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
         st.plan = std::move(plan);
         st.hot_neurons = st.cold_neurons = 0;
         try {
-          st.p->ctx->step_begin(st.s, st.plan.tokens, st.plan.slots, st.plan.positions);
+          st.p->ctx->step_begin(*st.s, st.plan.tokens, st.plan.slots, st.plan.positions);
         } catch (const std::exception& e) {
           // A plan the context refuses is the scheduler's mistake, not this actor's: answer, stay.
           auto rp = st.promise;
