@@ -66,23 +66,45 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     }, row_tile);
     return;
   }
-  // Tiles of rows (dequantized once into a thread's buffer) against tiles of tokens.
+  if (quantized) {
+    // Each row unpacked once for four tokens at a time; the next rows fetched while these compute.
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
+        const int64_t t_end = std::min(n, t0 + token_tile);
+        for (int64_t r = r0; r < r1; ++r) {
+          if (t0 == 0 && r + 2 < r1) prefetch_row(w, r + 2);
+          for (int64_t t = t0; t < t_end; t += 4) {
+            const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
+            const block_q8_0* xs[4] = {xq.data() + t * qrow, xq.data() + std::min(t + 1, n - 1) * qrow, xq.data() + std::min(t + 2, n - 1) * qrow,
+                                       xq.data() + std::min(t + 3, n - 1) * qrow};
+            float o[4];
+            if (w.type == tensor_type::q8_0) dotn_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), xs, k, d, o);
+            else dotn_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), xs, k, d, o);
+            for (int j = 0; j < k; ++j) y[(t + j) * rows + r] = o[j];
+          }
+        }
+      }
+    }, row_tile);
+    return;
+  }
+  if (w.type == tensor_type::q6_k && n <= 8) {  // a few tokens: each one's dot reads the row in place (the head of Q4_0 files)
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, nullptr);
+    }, row_tile);
+    return;
+  }
+  // Other rows (BF16; Q6_K for many tokens): tiles of rows converted once into a thread's buffer,
+  // against every token.
   pool.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> buf;
-    if (!quantized) buf.resize(static_cast<size_t>(row_tile * d));
+    buf.resize(static_cast<size_t>(row_tile * d));
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * row_tile, r1 = std::min(rows, r0 + row_tile);
-      if (!quantized)
-        for (int64_t r = r0; r < r1; ++r) dequantize_row(w, r, buf.data() + (r - r0) * d);
+      for (int64_t r = r0; r < r1; ++r) dequantize_row(w, r, buf.data() + (r - r0) * d);
       for (int64_t t0 = 0; t0 < n; t0 += token_tile)
         for (int64_t r = r0; r < r1; ++r)
-          for (int64_t t = t0; t < std::min(n, t0 + token_tile); ++t) {
-            float v;
-            if (w.type == tensor_type::q8_0) v = dot_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), xq.data() + t * qrow, d);
-            else if (w.type == tensor_type::q4_0) v = dot_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), xq.data() + t * qrow, d);
-            else v = dot_f32(buf.data() + (r - r0) * d, x + t * d, d);
-            y[t * rows + r] = v;
-          }
+          for (int64_t t = t0; t < std::min(n, t0 + token_tile); ++t) y[t * rows + r] = dot_f32(buf.data() + (r - r0) * d, x + t * d, d);
     }
   });
 }

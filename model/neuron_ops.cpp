@@ -185,30 +185,52 @@ void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
     for (auto& b : down) b.flush();
     return;
   }
-  // Other rows: converted once into a buffer (BF16) or dotted as they are with each token's Q8_0 input.
-  thread_local std::vector<float> gbuf, ubuf, dbuf;
-  gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d)), dbuf.resize(static_cast<size_t>(d));
-  auto dot = [&](const tensor_view& w, int64_t r, const float* buf, int64_t t) {
-    if (quantized) return row_dot(w, r, x.in + t * d, x.xq + t * qrow);
-    return dot_f32(buf, x.in + t * d, d);
+  // Other rows: Q8_0/Q4_0 rows unpacked once for up to four tokens' Q8_0 inputs; BF16 rows converted
+  // once into a buffer. Down rows through each token's four-row batcher, as for F16.
+  thread_local std::vector<float> gbuf, ubuf;
+  thread_local std::vector<int32_t> who;
+  thread_local std::vector<axpy_batcher> down;
+  gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d));
+  who.resize(static_cast<size_t>(x.n));
+  down.clear();
+  down.reserve(static_cast<size_t>(x.n));
+  for (int64_t t = 0; t < x.n; ++t) down.emplace_back(down_t, acc + t * d);
+  auto dots = [&](const tensor_view& w, int64_t r, const float* buf, const int32_t* ts, int c, float* o) {
+    if (!quantized) {
+      for (int j = 0; j < c; ++j) o[j] = dot_f32(buf, x.in + ts[j] * d, d);
+      return;
+    }
+    const block_q8_0* xs[4];
+    for (int j = 0; j < c; ++j) xs[j] = x.xq + ts[j] * qrow;
+    if (w.type == tensor_type::q8_0) dotn_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), xs, c, d, o);
+    else if (w.type == tensor_type::q4_0) dotn_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), xs, c, d, o);
+    else
+      for (int j = 0; j < c; ++j) o[j] = row_dot(w, r, x.in + ts[j] * d, xs[j]);
   };
   for (int64_t k = 0; k < count; ++k) {
     const int64_t i = ids[k], r = rows[k];
+    int m = 0;
+    for (int64_t t = 0; t < x.n; ++t)
+      if (x.chosen[t * n_ff + i]) who[static_cast<size_t>(m++)] = static_cast<int32_t>(t);
+    if (m == 0) continue;
     if (!quantized) {
       dequantize_row(up, r, ubuf.data());
       if (hp.gated_ffn) dequantize_row(gate, r, gbuf.data());
     }
-    bool down_ready = false;
-    for (int64_t t = 0; t < x.n; ++t) {
-      if (!x.chosen[t * n_ff + i]) continue;
-      const float g = hp.gated_ffn ? dot(gate, r, gbuf.data(), t) : 0.0f;
-      const float h = hidden_value(hp, g, dot(up, r, ubuf.data(), t));
-      hidden[t * n_ff + i] = h;
-      if (!down_t || h == 0.0f) continue;
-      if (!down_ready) dequantize_row(down_t, r, dbuf.data()), down_ready = true;
-      axpy_f32(h, dbuf.data(), acc + t * d, d);
+    for (int g = 0; g < m; g += 4) {
+      const int c = std::min(4, m - g);
+      float gv[4] = {}, uv[4];
+      if (hp.gated_ffn) dots(gate, r, gbuf.data(), who.data() + g, c, gv);
+      dots(up, r, ubuf.data(), who.data() + g, c, uv);
+      for (int j = 0; j < c; ++j) {
+        const int64_t t = who[static_cast<size_t>(g + j)];
+        const float h = hidden_value(hp, gv[j], uv[j]);
+        hidden[t * n_ff + i] = h;
+        if (down_t && h != 0.0f) down[static_cast<size_t>(t)].add(static_cast<int32_t>(r), h);
+      }
     }
   }
+  for (auto& b : down) b.flush();
 }
 
 }  // namespace hotcold

@@ -454,6 +454,63 @@ HOTCOLD_VNNI float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n)
   return s;
 }
 
+// One Q4_0 row against up to four Q8_0 vectors: the row's nibbles are unpacked once per two blocks
+// and serve every vector.
+HOTCOLD_VNNI void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), eights = _mm512_set1_epi8(8);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  const int64_t nb = n / qk4_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    __m128i p1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b + 1].qs));
+    __m512i packed = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_set_m128i(p0, p0)), _mm256_set_m128i(p1, p1), 1);
+    __m512i nib = _mm512_and_si512(_mm512_mask_blend_epi64(0xCC, packed, _mm512_srli_epi16(packed, 4)), low4);
+    const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+    for (int j = 0; j < nx; ++j) {
+      const block_q8_0* xj = x[j];
+      __m512i xq = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xj[b].qs))),
+                                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xj[b + 1].qs)), 1);
+      __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xq), _mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, xq));
+      __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(d0 * _cvtsh_ss(xj[b].d)), _mm256_set1_ps(d1 * _cvtsh_ss(xj[b + 1].d)), 1);
+      acc[j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; ++j) {
+    float s = _mm512_reduce_add_ps(acc[j]);
+    if (b < nb) s += avx2::dot_q4_0(w + b, x[j] + b, qk4_0);
+    out[j] = s;
+  }
+}
+
+// One Q8_0 row against up to four Q8_0 vectors: |w| and w's sign mask computed once per two blocks.
+HOTCOLD_VNNI void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  const int64_t nb = n / qk8_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m512i wq = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs))),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs)), 1);
+    const __m512i aw = _mm512_abs_epi8(wq);
+    const __mmask64 negative = _mm512_movepi8_mask(wq);
+    const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+    for (int j = 0; j < nx; ++j) {
+      const block_q8_0* xj = x[j];
+      __m512i xq = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xj[b].qs))),
+                                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xj[b + 1].qs)), 1);
+      __m512i sx = _mm512_mask_sub_epi8(xq, negative, _mm512_setzero_si512(), xq);
+      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, sx);
+      __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(d0 * _cvtsh_ss(xj[b].d)), _mm256_set1_ps(d1 * _cvtsh_ss(xj[b + 1].d)), 1);
+      acc[j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; ++j) {
+    float s = _mm512_reduce_add_ps(acc[j]);
+    if (b < nb) s += avx2::dot_q8_0(w + b, x[j] + b, qk8_0);
+    out[j] = s;
+  }
+}
+
 }  // namespace avx512vnni
 
 #pragma GCC diagnostic pop
@@ -670,6 +727,14 @@ void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, in
   if (cpu().avx512) return avx512::dot2n_f16(w0, w1, x, nx, n, out0, out1);
   if (cpu().avx2) return avx2::dot2n_f16(w0, w1, x, nx, n, out0, out1);
   for (int j = 0; j < nx; ++j) out0[j] = scalar::dot_f16(w0, x[j], n), out1[j] = scalar::dot_f16(w1, x[j], n);
+}
+void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
+  if (cpu().vnni) return avx512vnni::dotn_q4_0(w, x, nx, n, out);
+  for (int j = 0; j < nx; ++j) out[j] = dot_q4_0(w, x[j], n);
+}
+void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
+  if (cpu().vnni) return avx512vnni::dotn_q8_0(w, x, nx, n, out);
+  for (int j = 0; j < nx; ++j) out[j] = dot_q8_0(w, x[j], n);
 }
 void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out) {
   if (cpu().avx512) return avx512::dot4n_f32(w, x, nx, n, out);

@@ -43,6 +43,11 @@ void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, in
 void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out);
 void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out);
 
+// One quantized row against up to four vectors already quantized to Q8_0 (out[j] = w . x[j]): the row
+// is unpacked once for all of them (AVX-512 VNNI; elsewhere one dot product per vector).
+void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out);
+void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out);
+
 // Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
 // "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).
 const char* dot_implementation();

@@ -275,6 +275,35 @@ TEST(Dot, SeveralRowsAgainstSeveralVectors) {
   }
 }
 
+// A quantized row against up to four Q8_0 vectors: each one's dot product, as one at a time gives it
+// (n with an odd number of blocks: the last block goes the single-vector way).
+TEST(Dot, QuantizedRowAgainstSeveralVectors) {
+  for (int64_t n : {32, 96, 2048}) {
+    auto w = random_vector(n, 70);
+    std::vector<block_q8_0> w8(static_cast<size_t>(n / qk8_0));
+    std::vector<block_q4_0> w4(static_cast<size_t>(n / qk4_0));
+    quantize_row_q8_0(w.data(), w8.data(), n);
+    quantize_row_q4_0(w.data(), w4.data(), n);
+    std::vector<std::vector<block_q8_0>> xs;
+    for (int j = 0; j < 4; ++j) {
+      auto v = random_vector(n, static_cast<uint32_t>(71 + j));
+      xs.emplace_back(static_cast<size_t>(n / qk8_0));
+      quantize_row_q8_0(v.data(), xs.back().data(), n);
+    }
+    const block_q8_0* px[4] = {xs[0].data(), xs[1].data(), xs[2].data(), xs[3].data()};
+    for (int nx = 1; nx <= 4; ++nx) {
+      float o8[4], o4[4];
+      dotn_q8_0(w8.data(), px, nx, n, o8);
+      dotn_q4_0(w4.data(), px, nx, n, o4);
+      for (int j = 0; j < nx; ++j) {
+        SCOPED_TRACE(testing::Message() << n << " " << nx << " " << j);
+        EXPECT_NEAR(o8[j], scalar::dot_q8_0(w8.data(), px[j], n), 1e-3);
+        EXPECT_NEAR(o4[j], scalar::dot_q4_0(w4.data(), px[j], n), 1e-3);
+      }
+    }
+  }
+}
+
 // Four rows at once add what four single AXPYs add (n not a multiple of 8 for the float tails).
 TEST(Axpy, FourRowsAtOnce) {
   const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};
