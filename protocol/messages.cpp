@@ -1,0 +1,336 @@
+#include "protocol/messages.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/endpoint.hpp"
+
+namespace hotcold::protocol {
+
+using json = nlohmann::json;
+
+std::string_view error_code_name(error_code c) {
+  switch (c) {
+    case error_code::bad_frame: return "bad_frame";
+    case error_code::unsupported_version: return "unsupported_version";
+    case error_code::unknown_type: return "unknown_type";
+    case error_code::invalid_field: return "invalid_field";
+    case error_code::too_large: return "too_large";
+    case error_code::busy: return "busy";
+    case error_code::not_found: return "not_found";
+    case error_code::duplicate_id: return "duplicate_id";
+    case error_code::shutting_down: return "shutting_down";
+    case error_code::internal: return "internal";
+  }
+  return "internal";
+}
+
+namespace {
+
+constexpr int max_depth = 8;  // the schema nests two levels; anything deeper is refused before parsing
+
+// Deepest nesting of arrays and objects outside strings (a bound checked before the parser sees it).
+int nesting(std::string_view s) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+    else if (c == ']' || c == '}') --depth;
+    if (deepest > max_depth) return deepest;
+  }
+  return deepest;
+}
+
+struct field_error {
+  error_code code;
+  std::string message;
+};
+
+// Reads the fields of one request object, each at most once, and refuses any it does not know.
+class reader {
+ public:
+  reader(const json& j, const limits& l) : j_(j), l_(l) {}
+
+  std::string id() {
+    const json* v = take("id");
+    if (!v) throw field_error{error_code::invalid_field, "\"id\" is required (a string)"};
+    if (!v->is_string()) throw field_error{error_code::invalid_field, "\"id\" must be a string"};
+    const auto& s = v->get_ref<const std::string&>();
+    if (s.empty() || s.size() > l_.max_id_bytes)
+      throw field_error{error_code::invalid_field, "\"id\" must have 1 to " + std::to_string(l_.max_id_bytes) + " bytes"};
+    return s;
+  }
+  std::optional<std::string> string(const char* name, size_t max_bytes) {
+    const json* v = take(name);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be a string"};
+    if (v->get_ref<const std::string&>().size() > max_bytes)
+      throw field_error{error_code::too_large, std::string("\"") + name + "\" has more than " + std::to_string(max_bytes) + " bytes"};
+    return v->get<std::string>();
+  }
+  bool boolean(const char* name, bool fallback) {
+    const json* v = take(name);
+    if (!v) return fallback;
+    if (!v->is_boolean()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be true or false"};
+    return v->get<bool>();
+  }
+  double number(const char* name, double fallback, double lo, double hi) {
+    const json* v = take(name);
+    if (!v) return fallback;
+    if (!v->is_number()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be a number"};
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) throw out_of_range(name, lo, hi);
+    return x;
+  }
+  int64_t integer(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+    const json* v = take(name);
+    if (!v) return fallback;
+    if (!v->is_number_integer()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be an integer"};
+    if (v->is_number_unsigned() ? v->get<uint64_t>() > static_cast<uint64_t>(hi) : v->get<int64_t>() < lo || v->get<int64_t>() > hi)
+      throw out_of_range(name, static_cast<double>(lo), static_cast<double>(hi));
+    return v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>()) : v->get<int64_t>();
+  }
+  std::optional<uint64_t> seed() {
+    const json* v = take("seed");
+    if (!v) return std::nullopt;
+    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0))
+      throw field_error{error_code::invalid_field, "\"seed\" must be an integer from 0 to 2^64-1"};
+    return v->get<uint64_t>();
+  }
+  std::optional<std::vector<int32_t>> tokens(const char* name) {
+    const json* v = take(name);
+    if (!v) return std::nullopt;
+    if (!v->is_array()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be an array of token ids"};
+    if (v->size() > l_.max_tokens_in)
+      throw field_error{error_code::too_large, std::string("\"") + name + "\" has more than " + std::to_string(l_.max_tokens_in) + " tokens"};
+    std::vector<int32_t> out;
+    out.reserve(v->size());
+    for (const auto& t : *v) {
+      if (!t.is_number_integer() || (t.is_number_unsigned() ? t.get<uint64_t>() > INT32_MAX : t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX))
+        throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must hold token ids (integers from 0)"};
+      out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return out;
+  }
+  std::vector<std::string> strings(const char* name, size_t max_count, size_t max_bytes) {
+    const json* v = take(name);
+    if (!v) return {};
+    if (!v->is_array()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be an array of strings"};
+    if (v->size() > max_count)
+      throw field_error{error_code::too_large, std::string("\"") + name + "\" has more than " + std::to_string(max_count) + " entries"};
+    std::vector<std::string> out;
+    for (const auto& s : *v) {
+      if (!s.is_string() || s.get_ref<const std::string&>().empty())
+        throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must hold non-empty strings"};
+      if (s.get_ref<const std::string&>().size() > max_bytes)
+        throw field_error{error_code::too_large, std::string("an entry of \"") + name + "\" has more than " + std::to_string(max_bytes) + " bytes"};
+      out.push_back(s.get<std::string>());
+    }
+    return out;
+  }
+  const json* object(const char* name) {
+    const json* v = take(name);
+    if (v && !v->is_object()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be an object"};
+    return v;
+  }
+  // Every field read: anything left is unknown (a typo the client would want to hear about).
+  void done() const {
+    for (const auto& [k, v] : j_.items())
+      if (!seen_.count(k)) throw field_error{error_code::invalid_field, "unknown field \"" + k + "\""};
+  }
+
+ private:
+  const json* take(const char* name) {
+    auto it = j_.find(name);
+    seen_.insert(name);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  static field_error out_of_range(const char* name, double lo, double hi) {
+    json r = {lo, hi};
+    return {error_code::invalid_field, std::string("\"") + name + "\" must be from " + r[0].dump() + " to " + r[1].dump()};
+  }
+  const json& j_;
+  const limits& l_;
+  std::set<std::string> seen_;
+};
+
+sampling read_sampling(reader& top, const limits& l) {
+  sampling s;
+  const json* obj = top.object("sampling");
+  if (!obj) return s;
+  reader r(*obj, l);
+  s.temperature = r.number("temperature", s.temperature, 0.0, 100.0);
+  s.top_k = static_cast<int32_t>(r.integer("top_k", s.top_k, 0, 1 << 20));
+  s.top_p = r.number("top_p", s.top_p, 0.0, 1.0);
+  s.min_p = r.number("min_p", s.min_p, 0.0, 1.0);
+  s.repeat_penalty = r.number("repeat_penalty", s.repeat_penalty, 0.0, 100.0);
+  s.repeat_last_n = static_cast<int32_t>(r.integer("repeat_last_n", s.repeat_last_n, 0, 1 << 20));
+  s.frequency_penalty = r.number("frequency_penalty", s.frequency_penalty, -100.0, 100.0);
+  s.presence_penalty = r.number("presence_penalty", s.presence_penalty, -100.0, 100.0);
+  s.seed = r.seed();
+  r.done();
+  return s;
+}
+
+}  // namespace
+
+std::variant<request, protocol_error> decode_request(std::string_view frame, const limits& l) {
+  if (frame.size() > l.max_frame_bytes)
+    return protocol_error{error_code::too_large, "the frame has " + std::to_string(frame.size()) + " bytes, more than " + std::to_string(l.max_frame_bytes), ""};
+  if (nesting(frame) > max_depth) return protocol_error{error_code::bad_frame, "the frame nests deeper than " + std::to_string(max_depth) + " levels", ""};
+  json j = json::parse(frame.begin(), frame.end(), nullptr, false);
+  if (j.is_discarded()) return protocol_error{error_code::bad_frame, "the frame is not valid JSON (UTF-8 text, one object)", ""};
+  if (!j.is_object()) return protocol_error{error_code::bad_frame, "the frame must be a JSON object", ""};
+  // The id first, so that every later error can name the request.
+  std::string id;
+  if (auto it = j.find("id"); it != j.end() && it->is_string() && !it->get_ref<const std::string&>().empty() &&
+                              it->get_ref<const std::string&>().size() <= l.max_id_bytes)
+    id = it->get<std::string>();
+  auto v = j.find("v");
+  if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != protocol_version)
+    return protocol_error{error_code::unsupported_version, "\"v\" must be " + std::to_string(protocol_version) + " (this server's protocol version)", id};
+  auto t = j.find("type");
+  if (t == j.end() || !t->is_string())
+    return protocol_error{error_code::unknown_type, "\"type\" is required: generate, cancel, health, model_info, tokenize or detokenize", id};
+  const std::string type = t->get<std::string>();
+  try {
+    reader r(j, l);
+    r.integer("v", 1, 1, 1);
+    r.string("type", 32);
+    request out;
+    if (type == "generate") {
+      generate_request g;
+      g.id = r.id();
+      g.prompt = r.string("prompt", l.max_prompt_bytes);
+      auto tokens = r.tokens("tokens");
+      if (g.prompt.has_value() == tokens.has_value()) throw field_error{error_code::invalid_field, "give exactly one of \"prompt\" (text) or \"tokens\" (ids)"};
+      if (tokens) {
+        if (tokens->empty()) throw field_error{error_code::invalid_field, "\"tokens\" is empty"};
+        g.tokens = std::move(*tokens);
+      }
+      g.n_predict = static_cast<int32_t>(r.integer("n_predict", g.n_predict, 0, l.max_n_predict));
+      g.params = read_sampling(r, l);
+      g.stop = r.strings("stop", l.max_stop, l.max_stop_bytes);
+      g.stream = r.boolean("stream", g.stream);
+      g.parse_special = r.boolean("parse_special", g.parse_special);
+      out = std::move(g);
+    } else if (type == "cancel") {
+      out = cancel_request{r.id()};
+    } else if (type == "health") {
+      out = health_request{r.id()};
+    } else if (type == "model_info") {
+      out = model_info_request{r.id()};
+    } else if (type == "tokenize") {
+      tokenize_request k;
+      k.id = r.id();
+      auto text = r.string("text", l.max_prompt_bytes);
+      if (!text) throw field_error{error_code::invalid_field, "\"text\" is required"};
+      k.text = std::move(*text);
+      k.add_special = r.boolean("add_special", false);
+      k.parse_special = r.boolean("parse_special", false);
+      out = std::move(k);
+    } else if (type == "detokenize") {
+      detokenize_request k;
+      k.id = r.id();
+      auto tokens = r.tokens("tokens");
+      if (!tokens) throw field_error{error_code::invalid_field, "\"tokens\" is required"};
+      k.tokens = std::move(*tokens);
+      out = std::move(k);
+    } else {
+      return protocol_error{error_code::unknown_type, "unknown \"type\" \"" + type.substr(0, 32) + "\": generate, cancel, health, model_info, tokenize or detokenize", id};
+    }
+    r.done();
+    return out;
+  } catch (const field_error& e) {
+    return protocol_error{e.code, e.message, id};
+  } catch (const json::exception& e) {  // not expected: the reader checks types first
+    return protocol_error{error_code::invalid_field, e.what(), id};
+  }
+}
+
+const std::string& request_id(const request& r) {
+  return std::visit([](const auto& x) -> const std::string& { return x.id; }, r);
+}
+
+// ---- Replies -------------------------------------------------------------------------------------
+
+namespace {
+json head(const char* type, std::string_view id) { return json{{"v", protocol_version}, {"type", type}, {"id", std::string(id)}}; }
+// Token pieces may end inside a UTF-8 character: such bytes go out as U+FFFD rather than failing.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+}  // namespace
+
+std::string encode_accepted(std::string_view id, int64_t prompt_tokens, uint64_t seed) {
+  json j = head("accepted", id);
+  j["prompt_tokens"] = prompt_tokens;
+  j["seed"] = seed;
+  return dump(j);
+}
+
+std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted) {
+  json j = head("token", id);
+  j["index"] = index;
+  j["token"] = token;
+  j["text"] = std::string(text);
+  j["ms"] = ms_since_accepted;
+  return dump(j);
+}
+
+std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
+                        std::optional<std::string_view> text) {
+  json j = head("done", id);
+  j["finish"] = std::string(finish);
+  j["prompt_tokens"] = prompt_tokens;
+  j["generated_tokens"] = generated_tokens;
+  j["timings"] = {{"queued_ms", t.queued_ms}, {"time_to_first_token_ms", t.time_to_first_token_ms}, {"total_ms", t.total_ms}};
+  if (text) j["text"] = std::string(*text);
+  return dump(j);
+}
+
+std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms) {
+  json j = {{"v", protocol_version}, {"type", "error"}, {"id", e.id.empty() ? json(nullptr) : json(e.id)},
+            {"code", std::string(error_code_name(e.code))}, {"message", e.message}};
+  if (retry_after_ms) j["retry_after_ms"] = *retry_after_ms;
+  return dump(j);
+}
+
+std::string encode_health(std::string_view id, std::string_view status, int64_t active, int64_t queued) {
+  json j = head("health", id);
+  j["status"] = std::string(status);
+  j["active"] = active;
+  j["queued"] = queued;
+  return dump(j);
+}
+
+std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens) {
+  json j = head("tokens", id);
+  j["tokens"] = tokens;
+  return dump(j);
+}
+
+std::string encode_text(std::string_view id, std::string_view text) {
+  json j = head("text", id);
+  j["text"] = std::string(text);
+  return dump(j);
+}
+
+std::string encode_model_info(std::string_view id, const model_facts& m) {
+  json j = head("model_info", id);
+  j["model"] = {{"path", m.path}, {"architecture", m.architecture}, {"activation", m.activation}, {"mode", m.mode},
+                {"n_vocab", m.n_vocab}, {"n_ctx", m.n_ctx}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd}, {"n_ff", m.n_ff},
+                {"bos", m.bos}, {"eos", m.eos}};
+  return dump(j);
+}
+
+}  // namespace hotcold::protocol

@@ -1,0 +1,114 @@
+#pragma once
+// The wire schema between clients and `hotcold serve` (protocol/README.md): one JSON object per
+// ZeroMQ frame, version 1. decode_request turns any bytes into a request or a protocol_error that
+// names what is wrong; nothing a client sends can make it throw, allocate past the limits, or crash.
+// The encoders write the replies. This room knows nothing of models: tokens are plain integers.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace hotcold::protocol {
+
+enum class error_code {
+  bad_frame,            // not a JSON object (or not UTF-8 text)
+  unsupported_version,  // "v" missing or not 1
+  unknown_type,         // "type" missing or not one of the request types
+  invalid_field,        // a field of the wrong type, out of range, or unknown
+  too_large,            // the frame, the prompt or a list passes a limit
+  busy,                 // the queue is full: retry after retry_after_ms
+  not_found,            // cancel of an id the server does not hold for this client
+  duplicate_id,         // a generate whose id this client already has in flight
+  shutting_down,        // the server stops accepting
+  internal,             // the server failed; the request ended
+};
+std::string_view error_code_name(error_code c);
+
+// Limits the decoder enforces (the server may lower them from its flags).
+struct limits {
+  size_t max_frame_bytes = 1 << 20;   // whole frame
+  size_t max_id_bytes = 128;
+  size_t max_prompt_bytes = 1 << 19;  // prompt text
+  size_t max_tokens_in = 65536;       // prompt or detokenize token arrays
+  int32_t max_n_predict = 1 << 16;
+  size_t max_stop = 8;                // stop strings
+  size_t max_stop_bytes = 256;        // each
+};
+
+struct sampling {
+  double temperature = 0.8;
+  int32_t top_k = 40;
+  double top_p = 0.95;
+  double min_p = 0.05;
+  double repeat_penalty = 1.0;
+  int32_t repeat_last_n = 64;
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
+  std::optional<uint64_t> seed;  // absent: the server picks one and reports it
+};
+
+struct generate_request {
+  std::string id;                      // the client's request id, unique among its requests in flight
+  std::optional<std::string> prompt;   // text, or
+  std::vector<int32_t> tokens;         // token ids (exactly one of the two)
+  int32_t n_predict = 128;
+  sampling params;
+  std::vector<std::string> stop;       // generation ends before any of these strings
+  bool stream = true;                  // token messages as they are sampled; else only done (with the text)
+  bool parse_special = false;          // control-token text in the prompt becomes those tokens
+};
+struct cancel_request {
+  std::string id;  // of the generate to cancel
+};
+struct health_request {
+  std::string id;
+};
+struct model_info_request {
+  std::string id;
+};
+struct tokenize_request {
+  std::string id;
+  std::string text;
+  bool add_special = false;
+  bool parse_special = false;
+};
+struct detokenize_request {
+  std::string id;
+  std::vector<int32_t> tokens;
+};
+using request = std::variant<generate_request, cancel_request, health_request, model_info_request, tokenize_request, detokenize_request>;
+
+struct protocol_error {
+  error_code code;
+  std::string message;
+  std::string id;  // the request's id when the frame named one
+};
+
+std::variant<request, protocol_error> decode_request(std::string_view frame, const limits& l = {});
+const std::string& request_id(const request& r);
+
+// ---- Replies -------------------------------------------------------------------------------------
+
+struct timings {
+  double queued_ms = 0, time_to_first_token_ms = 0, total_ms = 0;
+};
+std::string encode_accepted(std::string_view id, int64_t prompt_tokens, uint64_t seed);
+std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted);
+// finish: length, stop, stop_string, context, cancelled, error. text: the whole generated text when the
+// request did not stream (else empty and left out).
+std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
+                        std::optional<std::string_view> text = std::nullopt);
+std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms = std::nullopt);
+std::string encode_health(std::string_view id, std::string_view status, int64_t active, int64_t queued);
+std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens);
+struct model_facts {
+  std::string path, architecture, activation, mode;  // mode: dense or sparse
+  int64_t n_vocab = 0, n_ctx = 0, n_layer = 0, n_embd = 0, n_ff = 0;
+  int32_t bos = -1, eos = -1;
+};
+std::string encode_model_info(std::string_view id, const model_facts& m);
+std::string encode_text(std::string_view id, std::string_view text);
+
+}  // namespace hotcold::protocol
