@@ -1,0 +1,28 @@
+// libFuzzer target for the client protocol's decoder: any bytes give a request or a protocol_error
+// (never an exception, a crash or a read out of bounds), and a decoded request keeps the limits.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "protocol/messages.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace hotcold::protocol;
+  const limits l;
+  auto r = decode_request(std::string_view(reinterpret_cast<const char*>(data), size), l);
+  if (auto* req = std::get_if<request>(&r)) {
+    const auto& id = request_id(*req);
+    if (id.empty() || id.size() > l.max_id_bytes) std::abort();
+    if (auto* g = std::get_if<generate_request>(req)) {
+      if (g->prompt.has_value() == !g->tokens.empty()) std::abort();  // exactly one of the two
+      if (g->tokens.size() > l.max_tokens_in || g->stop.size() > l.max_stop || g->n_predict < 0 || g->n_predict > l.max_n_predict) std::abort();
+      (void)encode_accepted(id, static_cast<int64_t>(g->tokens.size()), g->params.seed.value_or(0));
+    }
+  } else {
+    const auto& e = std::get<protocol_error>(r);
+    if (e.message.empty()) std::abort();
+    (void)encode_error(e);
+  }
+  return 0;
+}
