@@ -95,7 +95,12 @@ struct timings {
   double queued_ms = 0, time_to_first_token_ms = 0, total_ms = 0;
 };
 std::string encode_accepted(std::string_view id, int64_t prompt_tokens, uint64_t seed);
+// text: the piece's bytes (invalid UTF-8 becomes U+FFFD there); the exact bytes also go as base64 in
+// "bytes", so a client can print exactly what `hotcold run` prints.
 std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted);
+std::string base64(std::string_view bytes);
+// Throws std::invalid_argument on anything that is not base64.
+std::string unbase64(std::string_view text);
 // finish: length, stop, stop_string, context, cancelled, error. text: the whole generated text when the
 // request did not stream (else empty and left out).
 std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,

@@ -143,6 +143,20 @@ TEST(Messages, RandomBytesNeverThrow) {
   }
 }
 
+TEST(Messages, Base64RoundTrips) {
+  EXPECT_EQ(base64(""), "");
+  EXPECT_EQ(base64("f"), "Zg==");
+  EXPECT_EQ(base64("fo"), "Zm8=");
+  EXPECT_EQ(base64("foo"), "Zm9v");
+  EXPECT_EQ(base64("foobar"), "Zm9vYmFy");
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  for (size_t n = 0; n < all.size(); n += 37) EXPECT_EQ(unbase64(base64(all.substr(0, n))), all.substr(0, n));
+  EXPECT_THROW(unbase64("Zg="), std::invalid_argument);
+  EXPECT_THROW(unbase64("Z!=="), std::invalid_argument);
+  EXPECT_THROW(unbase64("Z=g="), std::invalid_argument);
+}
+
 TEST(Messages, RepliesParseBack) {
   auto a = json::parse(encode_accepted("r1", 5, 42));
   EXPECT_EQ(a["v"], 1);
@@ -155,6 +169,7 @@ TEST(Messages, RepliesParseBack) {
   EXPECT_EQ(t["index"], 3);
   EXPECT_EQ(t["token"], 29871);
   EXPECT_TRUE(t["text"].is_string());
+  EXPECT_EQ(unbase64(t["bytes"].get<std::string>()), std::string("\xe2\x96"));  // the exact bytes
   auto d = json::parse(encode_done("r1", "stop_string", 5, 7, {1.0, 2.0, 3.0}, std::string_view("abc")));
   EXPECT_EQ(d["finish"], "stop_string");
   EXPECT_EQ(d["generated_tokens"], 7);
