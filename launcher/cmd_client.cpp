@@ -1,0 +1,73 @@
+// hotcold client --endpoint EP (-p TEXT | -f FILE) [-n N] [--temp …] [--seed S] [--health] [--cancel-after N]:
+// a generate through `hotcold serve`, printing the generated text exactly as `hotcold run` prints it.
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "launcher/commands.hpp"
+#include "model/sampler.hpp"
+#include "tools/client.hpp"
+
+namespace hotcold::launcher {
+
+void add_client_command(CLI::App& app, int& exit_code) {
+  struct args {
+    std::string endpoint = "tcp://127.0.0.1:5555", prompt, file;
+    int n_predict = 128;
+    int64_t cancel_after = 0;
+    double timeout_s = 120;
+    sampling_params p;
+    bool parse_special = false, health = false;
+  };
+  auto a = std::make_shared<args>();
+  auto* cmd = app.add_subcommand("client", "Send a prompt to `hotcold serve` and print the generated text as `hotcold run` does");
+  cmd->add_option("--endpoint", a->endpoint, "The server's endpoint")->capture_default_str();
+  auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
+  auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
+  p->excludes(f);
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temp", a->p.temperature, "Temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", a->p.top_k, "Top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", a->p.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", a->p.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", a->p.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", a->p.penalty_last_n, "Tokens the penalties look back on")->capture_default_str();
+  cmd->add_option("--frequency-penalty", a->p.frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
+  cmd->add_option("--presence-penalty", a->p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
+  auto* seed = cmd->add_option("--seed", a->p.seed, "Random seed (default: the server picks one, printed on stderr)");
+  cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens in the prompt becomes those tokens");
+  cmd->add_flag("--health", a->health, "Only ask the server how it is (prints the health reply)");
+  cmd->add_option("--cancel-after", a->cancel_after, "Cancel the request after this many tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for each reply")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->callback([a, p, f, seed, &exit_code] {
+    exit_code = run_guarded("client", [&] {
+      tools::client c(a->endpoint, std::chrono::milliseconds(static_cast<int64_t>(a->timeout_s * 1000)));
+      if (a->health) {
+        fmt::print("{}\n", c.call("health").dump());
+        return;
+      }
+      if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
+      nlohmann::json sampling = {{"temperature", a->p.temperature}, {"top_k", a->p.top_k}, {"top_p", a->p.top_p}, {"min_p", a->p.min_p},
+                                 {"repeat_penalty", a->p.repeat_penalty}, {"repeat_last_n", a->p.penalty_last_n},
+                                 {"frequency_penalty", a->p.frequency_penalty}, {"presence_penalty", a->p.presence_penalty}};
+      if (seed->count()) sampling["seed"] = a->p.seed;
+      nlohmann::json req = {{"prompt", f->count() ? read_text_file(a->file) : a->prompt}, {"n_predict", a->n_predict}, {"sampling", sampling},
+                            {"parse_special", a->parse_special}};
+      auto g = c.generate(
+          req,
+          [](const nlohmann::json&, std::string_view bytes) {
+            std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+            std::fflush(stdout);
+          },
+          a->cancel_after > 0 ? std::optional<int64_t>(a->cancel_after) : std::nullopt);
+      fmt::print("\n");
+      if (!seed->count()) fmt::print(stderr, "hotcold: seed {}\n", g.seed);
+      const auto& d = g.done;
+      fmt::print(stderr, "hotcold: {} after {} tokens; first token after {:.0f} ms, {:.0f} ms in all\n", d.value("finish", "?"),
+                 d.value("generated_tokens", 0), d["timings"].value("time_to_first_token_ms", 0.0), d["timings"].value("total_ms", 0.0));
+      if (d.value("finish", "") == "error") throw std::runtime_error("the server ended the request with an error");
+    });
+  });
+}
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,49 @@
+// hotcold serve [-m M] --zmq tcp://127.0.0.1:5555 [--max-queue N] [--max-prompt-tokens N]
+//               [--max-tokens N] [--parallel N]: the ZeroMQ server (protocol/README.md).
+#include <csignal>
+
+#include <fmt/format.h>
+
+#include "launcher/commands.hpp"
+#include "launcher/model_options.hpp"
+#include "launcher/server.hpp"
+
+namespace hotcold::launcher {
+namespace {
+
+std::atomic<bool> stop_requested{false};
+extern "C" void on_stop_signal(int) { stop_requested.store(true); }
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, int& exit_code) {
+  struct args {
+    model_args m;
+    server_options s;
+    int64_t parallel = 4;
+  };
+  auto a = std::make_shared<args>();
+  auto* cmd = app.add_subcommand("serve", "Serve generate/tokenize/... requests over ZeroMQ (protocol/README.md) until SIGINT or SIGTERM");
+  add_model_options(cmd, a->m, false);
+  cmd->add_option("--zmq", a->s.endpoint, "Endpoint to bind: tcp://HOST:PORT or ipc://PATH (loopback only unless --allow-remote)")->capture_default_str();
+  cmd->add_option("--max-queue", a->s.max_queue, "Requests that may wait for a free sequence slot before new ones get `busy`")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", a->s.max_prompt_tokens, "Longest prompt accepted, in tokens (default: the context)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-tokens", a->s.max_tokens, "Largest n_predict accepted")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach");
+  cmd->callback([a, &exit_code] {
+    exit_code = run_guarded("serve", [&] {
+      auto l = load(a->m, 0, a->parallel);
+      std::signal(SIGINT, on_stop_signal);
+      std::signal(SIGTERM, on_stop_signal);
+      const auto c = serve(l, a->s, stop_requested);
+      fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable\n", c.frames,
+                 c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable);
+      l.finish();
+    });
+  });
+}
+
+}  // namespace hotcold::launcher

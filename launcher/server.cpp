@@ -1,0 +1,314 @@
+#include "launcher/server.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+#include <variant>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "model/vocab.hpp"
+#include "protocol/endpoint.hpp"
+#include "protocol/messages.hpp"
+
+namespace hotcold::launcher {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+namespace proto = protocol;
+
+double ms_since(clock_type::time_point t) { return std::chrono::duration<double, std::milli>(clock_type::now() - t).count(); }
+
+// Where a reply goes: the ROUTER's identity frame, and whether the client put an empty delimiter
+// frame before its payload (REQ sockets do; DEALERs need not).
+struct address {
+  std::string identity;
+  bool delimiter = false;
+  bool operator<(const address& o) const { return identity < o.identity; }
+};
+
+// A generate in flight.
+struct live {
+  address to;
+  std::string id;
+  bool stream = true;
+  std::vector<std::string> stop;
+  size_t longest_stop = 0;
+  std::string text;  // generated so far (cut at a stop string)
+  size_t sent = 0;   // bytes of text already sent in token replies
+  struct token {
+    int64_t index;
+    int32_t id;
+    size_t start, end;  // its bytes of text
+    double ms;
+  };
+  std::vector<token> unsent;  // held back: their text could still turn out to begin a stop string
+  bool stop_string = false;
+  bool gone = false;  // the client cannot be reached: nothing more is sent
+  int64_t prompt_tokens = 0;
+  int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
+  uint64_t seed = 0;
+  clock_type::time_point accepted;
+};
+
+class server {
+ public:
+  server(loaded& l, const server_options& o) : l_(l), o_(o), v_(l.m->vocabulary()) {}
+
+  server_counters run(const std::atomic<bool>& stop) {
+    const auto ep = proto::parse_endpoint(o_.endpoint);
+    if (!ep.is_loopback() && !o_.allow_remote)
+      throw std::invalid_argument(fmt::format("--zmq {}: not a loopback address; serving other machines needs --allow-remote", o_.endpoint));
+    if (!ep.is_loopback())
+      throw std::invalid_argument(fmt::format("--zmq {}: serving other machines needs CURVE authentication, which this build does not have yet", o_.endpoint));
+    sock_.set(zmq::sockopt::router_mandatory, 1);                 // a send to a client that left fails (and we cancel its requests)
+    sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);       // a bigger frame drops its sender, not the server's memory
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.bind(o_.endpoint);
+    pipe_ = l_.make_pipeline();
+    fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
+    bool stopping = false;
+    for (;;) {
+      zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 1, std::chrono::milliseconds(running_.empty() ? 20 : 1));
+        for (int k = 0; k < 256; ++k)
+          if (!receive_one(stopping)) break;
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM): the loop sees the stop flag below
+      }
+      while (auto ev = pipe_->next(std::chrono::milliseconds(0))) on_event(*ev);
+      if (stop.load() && !stopping) {
+        stopping = true;
+        fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", running_.size());
+        for (auto& [pid, r] : running_) pipe_->cancel(pid);
+      }
+      if (stopping && running_.empty()) break;
+    }
+    pipe_.reset();
+    return counters_;
+  }
+
+ private:
+  bool receive_one(bool stopping) {
+    std::vector<zmq::message_t> frames;
+    if (!zmq::recv_multipart(sock_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return false;
+    ++counters_.frames;
+    if (frames.size() < 2) return true;  // no payload: nothing to answer
+    address to{frames[0].to_string(), frames.size() >= 3 && frames[1].size() == 0};
+    const auto& payload = frames.back();
+    auto decoded = proto::decode_request(std::string_view(static_cast<const char*>(payload.data()), payload.size()), limits());
+    if (auto* e = std::get_if<proto::protocol_error>(&decoded)) {
+      ++counters_.bad_frames;
+      send(to, proto::encode_error(*e));
+      return true;
+    }
+    auto& req = std::get<proto::request>(decoded);
+    if (stopping && std::holds_alternative<proto::generate_request>(req)) {
+      send(to, proto::encode_error({proto::error_code::shutting_down, "the server is stopping", proto::request_id(req)}));
+      return true;
+    }
+    std::visit([&](auto& r) { handle(to, r); }, req);
+    return true;
+  }
+
+  proto::limits limits() const {
+    proto::limits l;
+    l.max_n_predict = o_.max_tokens;
+    return l;
+  }
+
+  void handle(const address& to, proto::generate_request& g) {
+    ++counters_.requests;
+    auto refuse = [&](proto::error_code c, std::string why) {
+      ++counters_.errors;
+      send(to, proto::encode_error({c, std::move(why), g.id}));
+    };
+    if (by_client_.count({to.identity, g.id})) return refuse(proto::error_code::duplicate_id, "a request with this id is in flight");
+    const auto& hp = l_.m->hp();
+    std::vector<token_id> tokens = g.prompt ? v_.tokenize(*g.prompt, true, g.parse_special) : std::vector<token_id>(g.tokens.begin(), g.tokens.end());
+    if (tokens.empty()) return refuse(proto::error_code::invalid_field, "the prompt is empty and the model adds no BOS token");
+    for (token_id t : tokens)
+      if (t >= hp.n_vocab) return refuse(proto::error_code::invalid_field, fmt::format("token id {} is outside the vocabulary of {}", t, hp.n_vocab));
+    const int64_t max_prompt = o_.max_prompt_tokens > 0 ? std::min(o_.max_prompt_tokens, l_.ctx->n_ctx()) : l_.ctx->n_ctx();
+    if (static_cast<int64_t>(tokens.size()) > max_prompt)
+      return refuse(proto::error_code::too_large, fmt::format("the prompt has {} tokens, more than {}", tokens.size(), max_prompt));
+    const int64_t in_flight = static_cast<int64_t>(running_.size());
+    if (in_flight >= l_.ctx->n_seq() + o_.max_queue) {
+      ++counters_.busy;
+      send(to, proto::encode_error({proto::error_code::busy, fmt::format("{} requests in flight: the queue is full", in_flight), g.id}, 100 + 10 * (in_flight - l_.ctx->n_seq())));
+      return;
+    }
+    actors::generation_request r;
+    r.prompt = tokens;
+    r.n_predict = g.n_predict;
+    r.sampling.temperature = static_cast<float>(g.params.temperature);
+    r.sampling.top_k = g.params.top_k;
+    r.sampling.top_p = static_cast<float>(g.params.top_p);
+    r.sampling.min_p = static_cast<float>(g.params.min_p);
+    r.sampling.repeat_penalty = static_cast<float>(g.params.repeat_penalty);
+    r.sampling.penalty_last_n = g.params.repeat_last_n;
+    r.sampling.frequency_penalty = static_cast<float>(g.params.frequency_penalty);
+    r.sampling.presence_penalty = static_cast<float>(g.params.presence_penalty);
+    r.sampling.seed = g.params.seed ? *g.params.seed : seeds_();
+    const uint64_t seed = r.sampling.seed;
+    const int64_t pid = pipe_->submit(std::move(r));
+    live& lv = running_[pid];
+    lv.to = to;
+    lv.id = g.id;
+    lv.stream = g.stream;
+    lv.stop = std::move(g.stop);
+    for (const auto& s : lv.stop) lv.longest_stop = std::max(lv.longest_stop, s.size());
+    lv.prompt_tokens = static_cast<int64_t>(tokens.size());
+    lv.seed = seed;
+    lv.accepted = clock_type::now();
+    by_client_[{to.identity, g.id}] = pid;
+    send(to, proto::encode_accepted(g.id, lv.prompt_tokens, seed), &lv);
+  }
+
+  void handle(const address& to, proto::cancel_request& c) {
+    auto it = by_client_.find({to.identity, c.id});
+    if (it == by_client_.end()) {
+      send(to, proto::encode_error({proto::error_code::not_found, "no request with this id in flight", c.id}));
+      return;
+    }
+    pipe_->cancel(it->second);  // its done (finish "cancelled") follows within a step
+  }
+
+  void handle(const address& to, proto::health_request& h) {
+    const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
+    send(to, proto::encode_health(h.id, "ok", std::min(n, slots), std::max<int64_t>(0, n - slots)));
+  }
+
+  void handle(const address& to, proto::model_info_request& m) {
+    const auto& hp = l_.m->hp();
+    proto::model_facts f;
+    f.path = l_.m->path();
+    f.architecture = std::string(architecture_name(hp.arch));
+    f.activation = std::string(activation_name(hp.act));
+    f.mode = l_.ctx->mode() == ffn_mode::sparse ? "sparse" : "dense";
+    f.n_vocab = hp.n_vocab, f.n_ctx = l_.ctx->n_ctx(), f.n_layer = hp.n_layer, f.n_embd = hp.n_embd, f.n_ff = hp.n_ff;
+    f.bos = v_.bos(), f.eos = v_.eos();
+    send(to, proto::encode_model_info(m.id, f));
+  }
+
+  void handle(const address& to, proto::tokenize_request& t) {
+    auto ids = v_.tokenize(t.text, t.add_special, t.parse_special);
+    send(to, proto::encode_tokens(t.id, std::vector<int32_t>(ids.begin(), ids.end())));
+  }
+
+  void handle(const address& to, proto::detokenize_request& d) {
+    for (int32_t t : d.tokens)
+      if (t >= l_.m->hp().n_vocab) {
+        send(to, proto::encode_error({proto::error_code::invalid_field, fmt::format("token id {} is outside the vocabulary of {}", t, l_.m->hp().n_vocab), d.id}));
+        return;
+      }
+    send(to, proto::encode_text(d.id, v_.detokenize(std::vector<token_id>(d.tokens.begin(), d.tokens.end()))));
+  }
+
+  void on_event(actors::pipeline_event& ev) {
+    if (auto* t = std::get_if<actors::token_event>(&ev)) return on_token(*t);
+    if (auto* d = std::get_if<actors::done_event>(&ev)) return on_done(*d);
+  }
+
+  void on_token(const actors::token_event& t) {
+    auto it = running_.find(t.request);
+    if (it == running_.end()) return;
+    live& lv = it->second;
+    if (lv.stop_string) return;  // cut: the cancel is on its way
+    const std::string piece = v_.piece(t.token);
+    const size_t search_from = lv.text.size() >= lv.longest_stop ? lv.text.size() - lv.longest_stop + 1 : 0;
+    const size_t start = lv.text.size();
+    lv.text += piece;
+    lv.unsent.push_back({t.index, t.token, start, lv.text.size(), ms_since(lv.accepted)});
+    // A stop string ends the text where it begins.
+    size_t cut = std::string::npos;
+    for (const auto& s : lv.stop)
+      if (auto at = lv.text.find(s, std::min(search_from, lv.text.size())); at != std::string::npos) cut = std::min(cut, at);
+    if (cut != std::string::npos) {
+      lv.text.resize(cut);
+      lv.stop_string = true;
+      pipe_->cancel(t.request);
+      flush(lv, lv.text.size());
+      return;
+    }
+    // Sent up to where the text could still be the beginning of a stop string.
+    size_t safe = lv.text.size();
+    for (const auto& s : lv.stop)
+      for (size_t k = std::min(s.size() - 1, lv.text.size()); k > 0; --k)
+        if (lv.text.compare(lv.text.size() - k, k, s, 0, k) == 0) {
+          safe = std::min(safe, lv.text.size() - k);
+          break;
+        }
+    flush(lv, safe);
+  }
+
+  // Sends the held-back tokens whose text ends by `upto`; after a stop string, those that begin
+  // before it (the last one cut there), and the rest are dropped.
+  void flush(live& lv, size_t upto) {
+    size_t n = 0;
+    for (; n < lv.unsent.size(); ++n) {
+      const auto& tk = lv.unsent[n];
+      if (lv.stop_string ? tk.start >= upto : tk.end > upto) break;
+      const size_t end = std::min(tk.end, upto);
+      if (lv.stream) send(lv.to, proto::encode_token(lv.id, tk.index, tk.id, std::string_view(lv.text).substr(tk.start, end - tk.start), tk.ms), &lv);
+      lv.sent = end;
+      ++lv.emitted;
+    }
+    lv.unsent.erase(lv.unsent.begin(), lv.stop_string ? lv.unsent.end() : lv.unsent.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+
+  void on_done(const actors::done_event& d) {
+    auto it = running_.find(d.request);
+    if (it == running_.end()) return;
+    live& lv = it->second;
+    flush(lv, lv.text.size());
+    std::string finish = lv.stop_string ? "stop_string" : d.finish;
+    if (finish == "cancelled") ++counters_.cancelled;
+    else if (finish == "error") ++counters_.errors;
+    else ++counters_.completed;
+    proto::timings tm{1000 * d.queued_s, 1000 * d.time_to_first_token_s, 1000 * d.total_s};
+    send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.text)), &lv);
+    by_client_.erase({lv.to.identity, lv.id});
+    running_.erase(it);
+  }
+
+  // Sends one reply. A client that has gone (the ROUTER cannot route to it) loses its requests: they
+  // are cancelled, and freed within a step.
+  void send(const address& to, const std::string& payload, live* lv = nullptr) {
+    if (lv && lv->gone) return;
+    try {
+      sock_.send(zmq::buffer(to.identity), zmq::send_flags::sndmore);
+      if (to.delimiter) sock_.send(zmq::message_t(), zmq::send_flags::sndmore);
+      sock_.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EHOSTUNREACH && e.num() != EAGAIN) throw;
+      ++counters_.unreachable;
+      for (auto& [pid, r] : running_)
+        if (r.to.identity == to.identity && !r.gone) {
+          r.gone = true;
+          pipe_->cancel(pid);
+        }
+    }
+  }
+
+  loaded& l_;
+  const server_options& o_;
+  const vocab& v_;
+  zmq::context_t zctx_;
+  zmq::socket_t sock_{zctx_, zmq::socket_type::router};
+  std::unique_ptr<actors::pipeline> pipe_;
+  std::map<int64_t, live> running_;                             // by pipeline request id
+  std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> pipeline id
+  std::mt19937_64 seeds_{std::random_device{}()};
+  server_counters counters_;
+};
+
+}  // namespace
+
+server_counters serve(loaded& l, const server_options& o, const std::atomic<bool>& stop) { return server(l, o).run(stop); }
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,30 @@
+#pragma once
+// `hotcold serve`: a ZeroMQ ROUTER socket in front of the actor pipeline (protocol/README.md). One
+// thread polls the socket and the pipeline's events; a request's tokens go out as they are sampled.
+// Bad frames are answered (when the sender can be addressed) and counted; nothing a client sends
+// stops the others being served.
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "launcher/model_options.hpp"
+
+namespace hotcold::launcher {
+
+struct server_options {
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  int64_t max_queue = 64;          // requests waiting for a KV slot before `busy`
+  int64_t max_prompt_tokens = 0;   // 0: the context
+  int32_t max_tokens = 4096;       // n_predict at most
+  bool allow_remote = false;       // bind a non-loopback address
+};
+
+struct server_counters {
+  int64_t frames = 0, bad_frames = 0, busy = 0, requests = 0, completed = 0, cancelled = 0, errors = 0, unreachable = 0;
+};
+
+// Serves until `stop` becomes true (SIGINT/SIGTERM): then refuses new requests, cancels the running
+// ones, waits for their last replies and returns. Throws std::invalid_argument for a bad endpoint.
+server_counters serve(loaded& l, const server_options& o, const std::atomic<bool>& stop);
+
+}  // namespace hotcold::launcher
