@@ -35,6 +35,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach");
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("serve", [&] {
+      check_bind(a->s);
       auto l = load(a->m, 0, a->parallel);
       std::signal(SIGINT, on_stop_signal);
       std::signal(SIGTERM, on_stop_signal);

@@ -59,11 +59,7 @@ class server {
   server(loaded& l, const server_options& o) : l_(l), o_(o), v_(l.m->vocabulary()) {}
 
   server_counters run(const std::atomic<bool>& stop) {
-    const auto ep = proto::parse_endpoint(o_.endpoint);
-    if (!ep.is_loopback() && !o_.allow_remote)
-      throw std::invalid_argument(fmt::format("--zmq {}: not a loopback address; serving other machines needs --allow-remote", o_.endpoint));
-    if (!ep.is_loopback())
-      throw std::invalid_argument(fmt::format("--zmq {}: serving other machines needs CURVE authentication, which this build does not have yet", o_.endpoint));
+    check_bind(o_);
     sock_.set(zmq::sockopt::router_mandatory, 1);                 // a send to a client that left fails (and we cancel its requests)
     sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);       // a bigger frame drops its sender, not the server's memory
     sock_.set(zmq::sockopt::linger, 0);
@@ -308,6 +304,14 @@ class server {
 };
 
 }  // namespace
+
+void check_bind(const server_options& o) {
+  const auto ep = proto::parse_endpoint(o.endpoint);
+  if (!ep.is_loopback() && !o.allow_remote)
+    throw std::invalid_argument(fmt::format("--zmq {}: not a loopback address; serving other machines needs --allow-remote", o.endpoint));
+  if (!ep.is_loopback())
+    throw std::invalid_argument(fmt::format("--zmq {}: serving other machines needs CURVE authentication, which this build does not have yet", o.endpoint));
+}
 
 server_counters serve(loaded& l, const server_options& o, const std::atomic<bool>& stop) { return server(l, o).run(stop); }
 

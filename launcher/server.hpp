@@ -23,6 +23,10 @@ struct server_counters {
   int64_t frames = 0, bad_frames = 0, busy = 0, requests = 0, completed = 0, cancelled = 0, errors = 0, unreachable = 0;
 };
 
+// Throws std::invalid_argument for an endpoint that is malformed or, without --allow-remote, reachable
+// from other machines (checked before the model loads).
+void check_bind(const server_options& o);
+
 // Serves until `stop` becomes true (SIGINT/SIGTERM): then refuses new requests, cancels the running
 // ones, waits for their last replies and returns. Throws std::invalid_argument for a bad endpoint.
 server_counters serve(loaded& l, const server_options& o, const std::atomic<bool>& stop);

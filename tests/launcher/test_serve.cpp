@@ -1,0 +1,219 @@
+// `hotcold serve` end to end over tcp loopback and ipc: the same text as `hotcold run`, cancel,
+// a client that disappears, busy, malformed frames, tokenize round trips, and a clean stop on SIGTERM.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/client.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+// `hotcold run` as the reference: its stdout.
+std::string run_stdout(const std::vector<std::string>& args) {
+  std::string cmd = HOTCOLD_BIN;
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+// A server process for the test's lifetime.
+class server_process {
+ public:
+  explicit server_process(std::vector<std::string> args) {
+    std::vector<std::string> all{HOTCOLD_BIN, "serve"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    err_ = (fs::temp_directory_path() / ("hotcold-serve-" + std::to_string(getpid()) + ".err")).string();
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    EXPECT_EQ(posix_spawn(&pid_, HOTCOLD_BIN, &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  // SIGTERM, then the exit status (-1 if it had to be killed).
+  int stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 300; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+    return -1;
+  }
+  // The exit status once it ends by itself (-1 if not within `limit`).
+  int wait_exit(std::chrono::milliseconds limit) {
+    for (auto t = 0ms; t < limit; t += 50ms) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return -1;
+  }
+  ~server_process() { stop(); }
+  std::string log() const {
+    FILE* f = std::fopen(err_.c_str(), "r");
+    std::string s;
+    char buf[4096];
+    for (size_t n; f && (n = fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+    if (f) std::fclose(f);
+    return s;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  std::string err_;
+};
+
+// Waits until the server answers health (it loads the model first).
+void wait_ready(const std::string& endpoint) {
+  for (int i = 0; i < 120; ++i) {
+    try {
+      hotcold::tools::client c(endpoint, 500ms);
+      if (c.call("health").value("status", "") == "ok") return;
+    } catch (const hotcold::tools::client_error&) {
+    }
+  }
+  FAIL() << "the server did not answer health within a minute";
+}
+
+std::string endpoint_for(const char* kind) {
+  if (std::string(kind) == "ipc") return "ipc://" + (fs::temp_directory_path() / ("hotcold-" + std::to_string(getpid()) + ".sock")).string();
+  return "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 20000);
+}
+
+class Serve : public testing::TestWithParam<const char*> {};
+
+TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
+  const std::string ep = endpoint_for(GetParam());
+  server_process server({"--zmq", ep, "-t", "2", "--parallel", "2", "--max-queue", "1"});
+  wait_ready(ep);
+  hotcold::tools::client c(ep, 60s);
+
+  // The same text as `hotcold run`, greedy and seeded.
+  for (auto [extra, seed] : {std::pair<json, std::string>{json{{"temperature", 0}}, ""}, {json{{"seed", 5}}, "5"}}) {
+    auto g = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 24}, {"sampling", extra}});
+    std::vector<std::string> args{"run", "-p", "Once upon a time", "-n", "24", "-t", "2"};
+    if (seed.empty()) args.insert(args.end(), {"--temp", "0"});
+    else args.insert(args.end(), {"--seed", seed});
+    EXPECT_EQ(g.text + "\n", run_stdout(args));
+    EXPECT_EQ(g.done["finish"], "length");
+    EXPECT_EQ(g.done["generated_tokens"], 24);
+  }
+
+  // Tokenize and detokenize round trip; model facts.
+  auto t = c.call("tokenize", {{"text", "Hello world"}, {"add_special", true}});
+  EXPECT_EQ(t["tokens"], json({1, 15043, 3186}));
+  EXPECT_EQ(c.call("detokenize", {{"tokens", {15043, 3186}}})["text"], "Hello world");
+  EXPECT_EQ(c.call("model_info")["model"]["n_vocab"], 32000);
+
+  // A stop string ends the text where it begins, and the tokens sent stop there too.
+  auto free_text = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 40}, {"sampling", {{"temperature", 0}}}});
+  ASSERT_GT(free_text.text.size(), 12u);
+  const std::string stop = free_text.text.substr(6, 4);
+  std::string streamed;
+  auto cut = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 40}, {"sampling", {{"temperature", 0}}}, {"stop", {stop}}},
+                        [&](const json&, std::string_view b) { streamed += b; });
+  EXPECT_EQ(cut.done["finish"], "stop_string");
+  EXPECT_EQ(cut.text, free_text.text.substr(0, free_text.text.find(stop)));
+  EXPECT_EQ(streamed, cut.text);
+
+  // Cancel within a step.
+  auto cancelled = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 1000}, {"sampling", {{"temperature", 0}}}}, {}, 3);
+  EXPECT_EQ(cancelled.done["finish"], "cancelled");
+  EXPECT_LT(cancelled.done["generated_tokens"].get<int>(), 1000);
+
+  // A few hundred malformed frames: each answered, then well-formed requests are served.
+  std::mt19937 rng(3);
+  int answered = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string frame;
+    switch (i % 5) {
+      case 0: frame = std::string(rng() % 64, static_cast<char>(rng())); break;
+      case 1: frame = R"({"v":1,"type":"generate","id":"x","prompt":5})"; break;
+      case 2: frame = R"({"v":9,"type":"health","id":"y"})"; break;
+      case 3: frame = R"([1,2,3])"; break;
+      default: frame = R"({"v":1,"type":"generate","id":"z","tokens":[1,99999999]})"; break;
+    }
+    if (frame.empty()) frame = "{";
+    c.send_raw(frame);
+  }
+  for (auto r = c.next_reply(5s); r; r = c.next_reply(500ms)) answered += (*r)["type"] == "error";
+  EXPECT_EQ(answered, 300);
+  std::string big(20 << 20, 'a');  // past the socket's limit: the connection is dropped, the server stays
+  {
+    hotcold::tools::client rogue(ep, 2s);
+    rogue.send_raw(big);
+  }
+  EXPECT_EQ(c.call("health")["status"], "ok");
+
+  // A client that disappears mid-generation frees its sequence; the queue refuses when full.
+  {
+    hotcold::tools::client gone(ep, 5s);
+    gone.send_raw(json{{"v", 1}, {"type", "generate"}, {"id", "g"}, {"prompt", "Once"}, {"n_predict", 1500}, {"sampling", {{"temperature", 0}}}}.dump());
+    ASSERT_TRUE(gone.next_reply(10s));  // accepted
+  }
+  for (int i = 0; i < 200; ++i) {
+    if (c.call("health")["active"] == 0) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(c.call("health")["active"], 0) << "the vanished client's sequence was not freed";
+
+  // Two slots and a queue of one: the fourth request in flight is busy.
+  for (int i = 0; i < 3; ++i)
+    c.send_raw(json{{"v", 1}, {"type", "generate"}, {"id", "b" + std::to_string(i)}, {"prompt", "Once"}, {"n_predict", 200}}.dump());
+  auto busy = [&] {
+    try {
+      c.generate({{"prompt", "Once"}, {"n_predict", 4}});
+      return std::string("served");
+    } catch (const hotcold::tools::client_error& e) {
+      return std::string(e.what());
+    }
+  }();
+  EXPECT_NE(busy.find("busy"), std::string::npos) << busy;
+
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  EXPECT_NE(server.log().find("cancelled"), std::string::npos) << server.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Serve, testing::Values("tcp", "ipc"));
+
+TEST(Serve, RefusesRemoteAddressesWithoutAllowRemote) {
+  server_process server({"--zmq", "tcp://0.0.0.0:5999"});
+  EXPECT_EQ(server.wait_exit(30s), 2) << server.log();
+  EXPECT_NE(server.log().find("--allow-remote"), std::string::npos) << server.log();
+}
+
+}  // namespace
