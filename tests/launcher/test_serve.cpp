@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <algorithm>
+#include <atomic>
 
 #include <nlohmann/json.hpp>
 
@@ -172,7 +174,7 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
   }
   for (auto r = c.next_reply(5s); r; r = c.next_reply(500ms)) answered += (*r)["type"] == "error";
   EXPECT_EQ(answered, 300);
-  std::string big(20 << 20, 'a');  // past the socket's limit: the connection is dropped, the server stays
+  std::string big(64 << 20, 'a');  // past the socket's limit: the connection is dropped, the server stays
   {
     hotcold::tools::client rogue(ep, 2s);
     rogue.send_raw(big);
@@ -209,6 +211,66 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Serve, testing::Values("tcp", "ipc"));
+
+// 32 clients at once, 50 requests each: every request answered, each stream its own (ids, indices
+// in order, the text its prompt gives alone), none lost. Prints requests/s and latency percentiles.
+TEST(Serve, LoadOf32ClientsTimes50Requests) {
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 7) % 20000);
+  server_process server({"--zmq", ep, "-t", "2", "--parallel", "8", "--max-queue", "64"});
+  wait_ready(ep);
+  const char* prompts[] = {"Once upon a time", "The quick brown fox", "Hello world", "In the beginning"};
+  std::string expected[4];
+  {
+    hotcold::tools::client c(ep, 60s);
+    for (int k = 0; k < 4; ++k) expected[k] = c.generate({{"prompt", prompts[k]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}}).text;
+  }
+  constexpr int clients = 32, per_client = 50;
+  std::vector<std::vector<double>> latency(clients);
+  std::atomic<int> lost{0}, mixed{0}, busy{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int k = 0; k < clients; ++k)
+    threads.emplace_back([&, k] {
+      hotcold::tools::client c(ep, 120s);
+      for (int i = 0; i < per_client; ++i) {
+        const int which = (k + i) % 4;
+        const auto start = std::chrono::steady_clock::now();
+        for (int attempt = 0;; ++attempt) {
+          try {
+            int64_t next_index = 0;
+            bool in_order = true;
+            auto g = c.generate({{"prompt", prompts[which]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}},
+                                [&](const json& t, std::string_view) { in_order &= t["index"] == next_index++; });
+            if (g.text != expected[which] || !in_order || g.done["generated_tokens"] != 6) ++mixed;
+            break;
+          } catch (const hotcold::tools::client_error& e) {
+            if (std::string(e.what()).find("busy") == std::string::npos || attempt > 100) {
+              ++lost;
+              break;
+            }
+            ++busy;
+            std::this_thread::sleep_for(20ms);
+          }
+        }
+        latency[static_cast<size_t>(k)].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      }
+    });
+  for (auto& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> all;
+  for (const auto& l : latency) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  const double p50 = all[all.size() / 2], p99 = all[all.size() * 99 / 100];
+  std::printf("load: %d requests in %.2f s = %.1f requests/s; latency p50 %.1f ms, p99 %.1f ms; %d busy answers retried\n", clients * per_client, seconds,
+              clients * per_client / seconds, p50, p99, busy.load());
+  RecordProperty("requests_per_s", std::to_string(clients * per_client / seconds));
+  RecordProperty("p50_ms", std::to_string(p50));
+  RecordProperty("p99_ms", std::to_string(p99));
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(mixed, 0);
+  EXPECT_EQ(all.size(), static_cast<size_t>(clients * per_client));
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
 
 TEST(Serve, RefusesRemoteAddressesWithoutAllowRemote) {
   server_process server({"--zmq", "tcp://0.0.0.0:5999"});
