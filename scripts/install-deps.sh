@@ -16,6 +16,7 @@ packages=(
   libbenchmark-dev                  # Google Benchmark
   libpcre2-dev                      # Unicode-aware pre-tokenizer regexes
   libedit-dev                       # line editing for hotcold chat (readline API, BSD licence)
+  python3 python3-zmq               # the example Python client (tools/hotcold_client.py) and its test
 )
 
 missing=()

@@ -210,6 +210,24 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
   EXPECT_NE(server.log().find("cancelled"), std::string::npos) << server.log();
 }
 
+// The Python example client (tools/hotcold_client.py, written from protocol/README.md) prints what
+// `hotcold run` prints. Skipped where Debian's python3 has no pyzmq.
+TEST(Serve, PythonClientPrintsWhatRunPrints) {
+  if (std::system("/usr/bin/python3 -c 'import zmq' 2>/dev/null") != 0) GTEST_SKIP() << "no python3-zmq";
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 13) % 20000);
+  server_process server({"--zmq", ep, "-t", "2"});
+  wait_ready(ep);
+  const std::string script = std::string(HOTCOLD_SOURCE_DIR) + "/tools/hotcold_client.py";
+  std::string cmd = "/usr/bin/python3 '" + script + "' --endpoint " + ep + " -p 'Once upon a time' -n 20 --temp 0 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0);
+  EXPECT_EQ(out, run_stdout({"run", "-p", "Once upon a time", "-n", "20", "--temp", "0", "-t", "2"}));
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Serve, testing::Values("tcp", "ipc"));
 
 // 32 clients at once, 50 requests each: every request answered, each stream its own (ids, indices
