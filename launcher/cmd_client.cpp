@@ -6,6 +6,7 @@
 
 #include "launcher/commands.hpp"
 #include "model/sampler.hpp"
+#include "protocol/curve.hpp"
 #include "tools/client.hpp"
 
 namespace hotcold::launcher {
@@ -16,6 +17,7 @@ void add_client_command(CLI::App& app, int& exit_code) {
     int n_predict = 128;
     int64_t cancel_after = 0;
     double timeout_s = 120;
+    std::string curve_server_key, curve_key;
     sampling_params p;
     bool parse_special = false, health = false;
   };
@@ -38,10 +40,19 @@ void add_client_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens in the prompt becomes those tokens");
   cmd->add_flag("--health", a->health, "Only ask the server how it is (prints the health reply)");
   cmd->add_option("--cancel-after", a->cancel_after, "Cancel the request after this many tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--curve-server-key", a->curve_server_key, "The server's public key (40 Z85 characters, or its .pub file): CURVE on");
+  cmd->add_option("--curve-key", a->curve_key, "This client's key pair (hotcold keygen), on the server's allow list");
   cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for each reply")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->callback([a, p, f, seed, &exit_code] {
     exit_code = run_guarded("client", [&] {
-      tools::client c(a->endpoint, std::chrono::milliseconds(static_cast<int64_t>(a->timeout_s * 1000)));
+      std::optional<tools::client::curve> keys;
+      if (a->curve_server_key.empty() != a->curve_key.empty())
+        throw std::invalid_argument("--curve-server-key and --curve-key go together");
+      if (!a->curve_key.empty()) {
+        const auto mine = protocol::read_keypair(a->curve_key);
+        keys = tools::client::curve{protocol::read_public_key(a->curve_server_key), mine.public_key, mine.secret_key};
+      }
+      tools::client c(a->endpoint, std::chrono::milliseconds(static_cast<int64_t>(a->timeout_s * 1000)), keys);
       if (a->health) {
         fmt::print("{}\n", c.call("health").dump());
         return;

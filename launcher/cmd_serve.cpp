@@ -7,6 +7,7 @@
 #include "launcher/commands.hpp"
 #include "launcher/model_options.hpp"
 #include "launcher/server.hpp"
+#include "protocol/curve.hpp"
 
 namespace hotcold::launcher {
 namespace {
@@ -32,7 +33,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-prompt-tokens", a->s.max_prompt_tokens, "Longest prompt accepted, in tokens (default: the context)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-tokens", a->s.max_tokens, "Largest n_predict accepted")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
-  cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach");
+  cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
+  cmd->add_option("--curve-key", a->s.curve_key, "The server's CURVE key pair (hotcold keygen -o NAME writes NAME.key): encrypt and authenticate");
+  cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("serve", [&] {
       check_bind(a->s);
@@ -40,9 +43,27 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       std::signal(SIGINT, on_stop_signal);
       std::signal(SIGTERM, on_stop_signal);
       const auto c = serve(l, a->s, stop_requested);
-      fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable\n", c.frames,
-                 c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable);
+      fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable, {} keys refused\n",
+                 c.frames, c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable, c.refused_keys);
       l.finish();
+    });
+  });
+}
+
+}  // namespace hotcold::launcher
+
+namespace hotcold::launcher {
+
+void add_keygen_command(CLI::App& app, int& exit_code) {
+  auto stem = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("keygen", "Make a CURVE key pair for serve/client: NAME.key (secret, mode 0600) and NAME.pub (public)");
+  cmd->add_option("-o,--output", *stem, "NAME: writes NAME.key and NAME.pub")->required();
+  cmd->callback([stem, &exit_code] {
+    exit_code = run_guarded("keygen", [&] {
+      const auto k = protocol::make_curve_keypair();
+      protocol::write_keypair(*stem, k);
+      fmt::print("{}\n", k.public_key);
+      fmt::print(stderr, "hotcold keygen: {}.key and {}.pub written\n", *stem, *stem);
     });
   });
 }

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   add_sparse_commands(app, exit_code);
   add_serve_command(app, exit_code);
   add_client_command(app, exit_code);
+  add_keygen_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

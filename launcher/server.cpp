@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <random>
+#include <set>
 #include <variant>
 
 #include <fmt/format.h>
@@ -11,6 +13,7 @@
 #include <zmq_addon.hpp>
 
 #include "model/vocab.hpp"
+#include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
 #include "protocol/messages.hpp"
 
@@ -60,6 +63,17 @@ class server {
 
   server_counters run(const std::atomic<bool>& stop) {
     check_bind(o_);
+    std::optional<zmq::socket_t> zap;  // ZeroMQ's authentication handler: asks us about each CURVE client
+    if (!o_.curve_key.empty()) {
+      const auto keys = proto::read_keypair(o_.curve_key);
+      allowed_ = proto::read_allowed_keys(o_.curve_clients);
+      zap.emplace(zctx_, zmq::socket_type::rep);
+      zap->bind("inproc://zeromq.zap.01");
+      sock_.set(zmq::sockopt::curve_server, 1);
+      sock_.set(zmq::sockopt::curve_secretkey, keys.secret_key);
+      sock_.set(zmq::sockopt::zap_domain, "hotcold");
+      fmt::print(stderr, "hotcold serve: CURVE on, server key {}, {} client keys allowed\n", keys.public_key, allowed_.size());
+    }
     sock_.set(zmq::sockopt::router_mandatory, 1);                 // a send to a client that left fails (and we cancel its requests)
     sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);       // a bigger frame drops its sender, not the server's memory
     sock_.set(zmq::sockopt::linger, 0);
@@ -68,9 +82,10 @@ class server {
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
     bool stopping = false;
     for (;;) {
-      zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, 1, std::chrono::milliseconds(running_.empty() ? 20 : 1));
+        zmq::poll(items, zap ? 2 : 1, std::chrono::milliseconds(running_.empty() ? 20 : 1));
+        if (zap && (items[1].revents & ZMQ_POLLIN)) answer_zap(*zap);
         for (int k = 0; k < 256; ++k)
           if (!receive_one(stopping)) break;
       } catch (const zmq::error_t& e) {
@@ -109,6 +124,25 @@ class server {
     }
     std::visit([&](auto& r) { handle(to, r); }, req);
     return true;
+  }
+
+  // One ZAP request (RFC 27): version, request id, domain, address, identity, mechanism, credentials.
+  // A CURVE client gets in when its public key is on the allow list.
+  void answer_zap(zmq::socket_t& zap) {
+    std::vector<zmq::message_t> f;
+    if (!zmq::recv_multipart(zap, std::back_inserter(f), zmq::recv_flags::dontwait)) return;
+    std::string key;
+    const bool curve = f.size() >= 7 && f[5].to_string() == "CURVE" && f[6].size() == 32;
+    if (curve) key = proto::z85_of_binary_key(f[6].data());
+    const bool ok = curve && allowed_.count(key);
+    if (!ok) ++counters_.refused_keys;
+    const std::string request_id = f.size() >= 2 ? f[1].to_string() : "";
+    zap.send(zmq::buffer(std::string("1.0")), zmq::send_flags::sndmore);
+    zap.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+    zap.send(zmq::buffer(std::string(ok ? "200" : "400")), zmq::send_flags::sndmore);
+    zap.send(zmq::buffer(std::string(ok ? "OK" : "client key not allowed")), zmq::send_flags::sndmore);
+    zap.send(zmq::buffer(ok ? key : std::string()), zmq::send_flags::sndmore);
+    zap.send(zmq::message_t(), zmq::send_flags::none);
   }
 
   proto::limits limits() const {
@@ -299,6 +333,7 @@ class server {
   std::unique_ptr<actors::pipeline> pipe_;
   std::map<int64_t, live> running_;                             // by pipeline request id
   std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> pipeline id
+  std::set<std::string> allowed_;  // client public keys (CURVE)
   std::mt19937_64 seeds_{std::random_device{}()};
   server_counters counters_;
 };
@@ -307,10 +342,13 @@ class server {
 
 void check_bind(const server_options& o) {
   const auto ep = proto::parse_endpoint(o.endpoint);
+  if (o.curve_key.empty() != o.curve_clients.empty())
+    throw std::invalid_argument("--curve-key and --curve-clients go together: the server's keys, and the clients it lets in");
   if (!ep.is_loopback() && !o.allow_remote)
     throw std::invalid_argument(fmt::format("--zmq {}: not a loopback address; serving other machines needs --allow-remote", o.endpoint));
-  if (!ep.is_loopback())
-    throw std::invalid_argument(fmt::format("--zmq {}: serving other machines needs CURVE authentication, which this build does not have yet", o.endpoint));
+  if (!ep.is_loopback() && o.curve_key.empty())
+    throw std::invalid_argument(fmt::format("--zmq {} --allow-remote: other machines must authenticate: give --curve-key and --curve-clients (see hotcold keygen)",
+                                            o.endpoint));
 }
 
 server_counters serve(loaded& l, const server_options& o, const std::atomic<bool>& stop) { return server(l, o).run(stop); }

@@ -16,11 +16,13 @@ struct server_options {
   int64_t max_queue = 64;          // requests waiting for a KV slot before `busy`
   int64_t max_prompt_tokens = 0;   // 0: the context
   int32_t max_tokens = 4096;       // n_predict at most
-  bool allow_remote = false;       // bind a non-loopback address
+  bool allow_remote = false;       // bind a non-loopback address (needs the two below)
+  std::string curve_key;           // the server's key pair (hotcold keygen): CURVE on
+  std::string curve_clients;       // public keys of the clients allowed in, one per line
 };
 
 struct server_counters {
-  int64_t frames = 0, bad_frames = 0, busy = 0, requests = 0, completed = 0, cancelled = 0, errors = 0, unreachable = 0;
+  int64_t frames = 0, bad_frames = 0, busy = 0, requests = 0, completed = 0, cancelled = 0, errors = 0, unreachable = 0, refused_keys = 0;
 };
 
 // Throws std::invalid_argument for an endpoint that is malformed or, without --allow-remote, reachable

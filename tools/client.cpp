@@ -9,9 +9,15 @@ namespace hotcold::tools {
 
 using json = nlohmann::json;
 
-client::client(const std::string& endpoint, std::chrono::milliseconds timeout) : sock_(ctx_, zmq::socket_type::dealer), timeout_(timeout) {
+client::client(const std::string& endpoint, std::chrono::milliseconds timeout, const std::optional<curve>& keys)
+    : sock_(ctx_, zmq::socket_type::dealer), timeout_(timeout) {
   protocol::parse_endpoint(endpoint);  // a clear message for a malformed endpoint
   sock_.set(zmq::sockopt::linger, 0);
+  if (keys) {
+    sock_.set(zmq::sockopt::curve_serverkey, keys->server_public_key);
+    sock_.set(zmq::sockopt::curve_publickey, keys->public_key);
+    sock_.set(zmq::sockopt::curve_secretkey, keys->secret_key);
+  }
   sock_.connect(endpoint);
 }
 

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/curve.hpp"
 #include "tools/client.hpp"
 
 extern char** environ;
@@ -290,10 +291,47 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
-TEST(Serve, RefusesRemoteAddressesWithoutAllowRemote) {
-  server_process server({"--zmq", "tcp://0.0.0.0:5999"});
-  EXPECT_EQ(server.wait_exit(30s), 2) << server.log();
-  EXPECT_NE(server.log().find("--allow-remote"), std::string::npos) << server.log();
+TEST(Serve, RefusesRemoteAddressesWithoutAllowRemoteAndKeys) {
+  server_process bare({"--zmq", "tcp://0.0.0.0:5999"});
+  EXPECT_EQ(bare.wait_exit(30s), 2) << bare.log();
+  EXPECT_NE(bare.log().find("--allow-remote"), std::string::npos) << bare.log();
+  server_process no_keys({"--zmq", "tcp://0.0.0.0:5999", "--allow-remote"});
+  EXPECT_EQ(no_keys.wait_exit(30s), 2) << no_keys.log();
+  EXPECT_NE(no_keys.log().find("--curve-key"), std::string::npos) << no_keys.log();
+}
+
+// CURVE: a client whose key is on the allow list is served; one with another key, or without CURVE,
+// gets nothing (the handshake fails) and the server counts the refused key.
+TEST(Serve, CurveLetsInOnlyAllowedClients) {
+  const auto dir = fs::temp_directory_path() / ("hotcold-keys-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  for (const char* who : {"server", "alice", "mallory"}) run_stdout({"keygen", "-o", (dir / who).string()});
+  fs::copy_file(dir / "alice.pub", dir / "allowed", fs::copy_options::overwrite_existing);
+  EXPECT_EQ(fs::status(dir / "server.key").permissions() & fs::perms::group_read, fs::perms::none);
+  const std::string ep = "tcp://0.0.0.0:" + std::to_string(20000 + (getpid() + 29) % 20000);
+  const std::string local = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 29) % 20000);
+  server_process server({"--zmq", ep, "--allow-remote", "--curve-key", (dir / "server.key").string(), "--curve-clients", (dir / "allowed").string(), "-t", "2"});
+  auto keys = [&](const char* who) {
+    const auto mine = hotcold::protocol::read_keypair((dir / (std::string(who) + ".key")).string());
+    return hotcold::tools::client::curve{hotcold::protocol::read_public_key((dir / "server.pub").string()), mine.public_key, mine.secret_key};
+  };
+  bool served = false;
+  for (int i = 0; i < 120 && !served; ++i) {
+    try {
+      hotcold::tools::client alice(local, 500ms, keys("alice"));
+      served = alice.call("health")["status"] == "ok";
+    } catch (const hotcold::tools::client_error&) {
+    }
+  }
+  EXPECT_TRUE(served) << server.log();
+  hotcold::tools::client mallory(local, 1500ms, keys("mallory"));
+  EXPECT_THROW(mallory.call("health"), hotcold::tools::client_error);
+  hotcold::tools::client plain(local, 1500ms);
+  EXPECT_THROW(plain.call("health"), hotcold::tools::client_error);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  EXPECT_NE(server.log().find("keys refused"), std::string::npos) << server.log();
+  EXPECT_EQ(server.log().find(" 0 keys refused"), std::string::npos) << server.log();
+  fs::remove_all(dir);
 }
 
 }  // namespace
