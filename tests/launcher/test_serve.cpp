@@ -291,6 +291,38 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
+// The server's limits and ids: --max-prompt-tokens, --max-tokens, an id already in flight, a cancel
+// of an unknown id, a token id outside the vocabulary.
+TEST(Serve, LimitsAndIdsAreEnforced) {
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 41) % 20000);
+  server_process server({"--zmq", ep, "-t", "2", "--max-prompt-tokens", "4", "--max-tokens", "8"});
+  wait_ready(ep);
+  hotcold::tools::client c(ep, 30s);
+  auto error_of = [&](const json& request) {
+    try {
+      c.generate(request);
+      return std::string("served");
+    } catch (const hotcold::tools::client_error& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_NE(error_of({{"prompt", "one two three four five six"}, {"n_predict", 2}}).find("too_large"), std::string::npos);
+  EXPECT_NE(error_of({{"prompt", "Hi"}, {"n_predict", 9}}).find("invalid_field"), std::string::npos);
+  EXPECT_NE(error_of({{"tokens", {1, 32000}}, {"n_predict", 2}}).find("outside the vocabulary"), std::string::npos);
+  EXPECT_EQ(error_of({{"prompt", "Hi"}, {"n_predict", 8}}), "served");
+  const auto twice = json{{"v", 1}, {"type", "generate"}, {"id", "same"}, {"prompt", "Hi"}, {"n_predict", 8}}.dump();
+  c.send_raw(twice);
+  c.send_raw(twice);
+  bool duplicate = false;
+  for (auto r = c.next_reply(5s); r; r = c.next_reply(1s)) duplicate |= (*r)["type"] == "error" && (*r)["code"] == "duplicate_id";
+  EXPECT_TRUE(duplicate);
+  c.send_raw(json{{"v", 1}, {"type", "cancel"}, {"id", "never-sent"}}.dump());
+  auto r = c.next_reply(5s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)["code"], "not_found");
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
 TEST(Serve, RefusesRemoteAddressesWithoutAllowRemoteAndKeys) {
   server_process bare({"--zmq", "tcp://0.0.0.0:5999"});
   EXPECT_EQ(bare.wait_exit(30s), 2) << bare.log();
