@@ -33,16 +33,6 @@ std::string sparse_file(const split_case& c) {
   return path;
 }
 
-// Every layer split: every third neuron hot.
-placement_data every_third(int64_t n_layer, int64_t n_ff) {
-  placement_data p;
-  for (int64_t l = 0; l < n_layer; ++l) {
-    p.hot.emplace_back();
-    for (int64_t i = l % 3; i < n_ff; i += 3) p.hot.back().push_back(static_cast<int32_t>(i));
-  }
-  return p;
-}
-
 TEST_P(HotCold, SplitGivesTheReferenceLogits) {
   auto m = model::load(sparse_file(GetParam()));
   const auto& hp = m->hp();
@@ -50,7 +40,7 @@ TEST_P(HotCold, SplitGivesTheReferenceLogits) {
   o.kind = "sim";
   o.budget = 64 << 20;
   auto sim = devices::make_device(o);
-  auto split = std::make_shared<hot_cold_ffn>(m, every_third(hp.n_layer, hp.n_ff), sim, 2);
+  auto split = std::make_shared<hot_cold_ffn>(m, test::every_third_hot(hp.n_layer, hp.n_ff), sim, 2);
   // The device holds exactly the hot rows.
   uint64_t rows = 0;
   for (int64_t il = 0; il < hp.n_layer; ++il) {
@@ -100,12 +90,12 @@ TEST(HotColdSplit, RefusesWhatDoesNotFit) {
   o.kind = "sim";
   o.budget = 10000;  // less than one layer's hot rows
   auto sim = devices::make_device(o);
-  EXPECT_THROW(hot_cold_ffn(m, every_third(2, 256), sim, 2), devices::out_of_device_memory);
+  EXPECT_THROW(hot_cold_ffn(m, test::every_third_hot(2, 256), sim, 2), devices::out_of_device_memory);
   EXPECT_EQ(sim->used(), 0u);  // what was allocated before the refusal is given back
-  placement_data wrong = every_third(1, 256);
+  placement_data wrong = test::every_third_hot(1, 256);
   o.budget = 64 << 20;
   EXPECT_THROW(hot_cold_ffn(m, wrong, devices::make_device(o), 2), std::invalid_argument);
-  wrong = every_third(2, 256);
+  wrong = test::every_third_hot(2, 256);
   wrong.hot[1].push_back(256);
   EXPECT_THROW(hot_cold_ffn(m, wrong, devices::make_device(o), 2), std::invalid_argument);
 }

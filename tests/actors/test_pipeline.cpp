@@ -113,21 +113,11 @@ std::string split_file() {
   return path;
 }
 
-// Every layer split: every third neuron hot.
-placement_data every_third(int64_t n_layer, int64_t n_ff) {
-  placement_data p;
-  for (int64_t l = 0; l < n_layer; ++l) {
-    p.hot.emplace_back();
-    for (int64_t i = l % 3; i < n_ff; i += 3) p.hot.back().push_back(static_cast<int32_t>(i));
-  }
-  return p;
-}
-
 std::shared_ptr<const hot_rows> sim_rows(std::shared_ptr<const model> m) {
   devices::device_options o;
   o.kind = "sim";
   o.budget = 64 << 20;
-  return std::make_shared<const hot_rows>(m, every_third(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
+  return std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
 }
 
 void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std::shared_ptr<const hot_rows> hot) {

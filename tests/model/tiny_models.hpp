@@ -10,6 +10,7 @@
 
 #include "model/forward.hpp"
 #include "model/gguf_writer.hpp"
+#include "model/placement_file.hpp"
 #include "tools/gen_model.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -137,6 +138,16 @@ inline std::vector<std::vector<float>> logits_of(std::shared_ptr<const model> m,
     out.emplace_back(l.begin(), l.end());
   }
   return out;
+}
+
+// A placement that splits every layer: every third neuron hot (offset by the layer).
+inline placement_data every_third_hot(int64_t n_layer, int64_t n_ff) {
+  placement_data p;
+  for (int64_t l = 0; l < n_layer; ++l) {
+    p.hot.emplace_back();
+    for (int64_t i = l % 3; i < n_ff; i += 3) p.hot.back().push_back(static_cast<int32_t>(i));
+  }
+  return p;
 }
 
 // sqrt(sum (a - b)^2 / sum b^2) over all rows.
