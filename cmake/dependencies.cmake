@@ -8,6 +8,7 @@ find_package(CLI11 REQUIRED)
 find_package(cppzmq REQUIRED)            # brings libzmq as target libzmq
 find_package(Boost 1.74 REQUIRED)        # header-only parts: Asio, Beast
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+find_package(prometheus-cpp CONFIG REQUIRED)  # prometheus-cpp-dev: metrics and their text exposition
 
 if(HOTCOLD_BUILD_TESTS)
   find_package(GTest REQUIRED)

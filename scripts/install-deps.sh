@@ -17,6 +17,8 @@ packages=(
   libpcre2-dev                      # Unicode-aware pre-tokenizer regexes
   libedit-dev                       # line editing for hotcold chat (readline API, BSD licence)
   python3 python3-zmq               # the example Python client (tools/hotcold_client.py) and its test
+  prometheus-cpp-dev                # metrics: registry, histograms, text exposition (/metrics)
+  prometheus                        # promtool: the suite checks /metrics with it
 )
 
 missing=()
