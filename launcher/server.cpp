@@ -12,6 +12,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "actors/metrics.hpp"
+#include "launcher/http_server.hpp"
 #include "model/vocab.hpp"
 #include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
@@ -54,7 +56,7 @@ struct live {
   int64_t prompt_tokens = 0;
   int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
   uint64_t seed = 0;
-  clock_type::time_point accepted;
+  clock_type::time_point accepted, last_token;
 };
 
 class server {
@@ -79,6 +81,18 @@ class server {
     sock_.set(zmq::sockopt::linger, 0);
     sock_.bind(o_.endpoint);
     pipe_ = l_.make_pipeline();
+    std::unique_ptr<http_server> http;
+    if (!o_.http.empty()) {
+      http = std::make_unique<http_server>(o_.http, o_.allow_remote, [this](const std::string& method, const std::string& target) {
+        if (method != "GET") return http_reply{405, "text/plain", "GET only\n"};
+        if (target == "/metrics") return http_reply{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()};
+        if (target == "/health")
+          return http_reply{200, "application/json",
+                            fmt::format("{{\"status\":\"{}\",\"active\":{},\"queued\":{}}}\n", stopping_.load() ? "stopping" : "ok", active_.load(), queued_.load())};
+        return http_reply{404, "text/plain", "not found: /metrics and /health are here\n"};
+      });
+      fmt::print(stderr, "hotcold serve: HTTP on {} (/metrics, /health)\n", o_.http);
+    }
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
     bool stopping = false;
     for (;;) {
@@ -92,8 +106,12 @@ class server {
         if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM): the loop sees the stop flag below
       }
       while (auto ev = pipe_->next(std::chrono::milliseconds(0))) on_event(*ev);
+      const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
+      active_ = std::min(n, slots), queued_ = std::max<int64_t>(0, n - slots);
+      metrics_.set_load(active_, queued_);
       if (stop.load() && !stopping) {
         stopping = true;
+        stopping_ = true;
         fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", running_.size());
         for (auto& [pid, r] : running_) pipe_->cancel(pid);
       }
@@ -114,6 +132,7 @@ class server {
     auto decoded = proto::decode_request(std::string_view(static_cast<const char*>(payload.data()), payload.size()), limits());
     if (auto* e = std::get_if<proto::protocol_error>(&decoded)) {
       ++counters_.bad_frames;
+      metrics_.bad_frame();
       send(to, proto::encode_error(*e));
       return true;
     }
@@ -155,6 +174,7 @@ class server {
     ++counters_.requests;
     auto refuse = [&](proto::error_code c, std::string why) {
       ++counters_.errors;
+      metrics_.request_done("invalid", 0, 0);
       send(to, proto::encode_error({c, std::move(why), g.id}));
     };
     if (by_client_.count({to.identity, g.id})) return refuse(proto::error_code::duplicate_id, "a request with this id is in flight");
@@ -169,6 +189,7 @@ class server {
     const int64_t in_flight = static_cast<int64_t>(running_.size());
     if (in_flight >= l_.ctx->n_seq() + o_.max_queue) {
       ++counters_.busy;
+      metrics_.request_done("busy", 0, 0);
       send(to, proto::encode_error({proto::error_code::busy, fmt::format("{} requests in flight: the queue is full", in_flight), g.id}, 100 + 10 * (in_flight - l_.ctx->n_seq())));
       return;
     }
@@ -249,6 +270,10 @@ class server {
     if (it == running_.end()) return;
     live& lv = it->second;
     if (lv.stop_string) return;  // cut: the cancel is on its way
+    const auto now = clock_type::now();
+    if (t.index == 0) metrics_.time_to_first_token(std::chrono::duration<double>(now - lv.accepted).count());
+    else metrics_.inter_token_latency(std::chrono::duration<double>(now - lv.last_token).count());
+    lv.last_token = now;
     const std::string piece = v_.piece(t.token);
     const size_t search_from = lv.text.size() >= lv.longest_stop ? lv.text.size() - lv.longest_stop + 1 : 0;
     const size_t start = lv.text.size();
@@ -301,6 +326,7 @@ class server {
     else if (finish == "error") ++counters_.errors;
     else ++counters_.completed;
     proto::timings tm{1000 * d.queued_s, 1000 * d.time_to_first_token_s, 1000 * d.total_s};
+    metrics_.request_done(finish, lv.prompt_tokens, lv.emitted);
     send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.text)), &lv);
     by_client_.erase({lv.to.identity, lv.id});
     running_.erase(it);
@@ -334,6 +360,9 @@ class server {
   std::map<int64_t, live> running_;                             // by pipeline request id
   std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> pipeline id
   std::set<std::string> allowed_;  // client public keys (CURVE)
+  actors::metrics metrics_;
+  std::atomic<int64_t> active_{0}, queued_{0};  // for /health, read by the HTTP thread
+  std::atomic<bool> stopping_{false};
   std::mt19937_64 seeds_{std::random_device{}()};
   server_counters counters_;
 };

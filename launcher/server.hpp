@@ -19,6 +19,7 @@ struct server_options {
   bool allow_remote = false;       // bind a non-loopback address (needs the two below)
   std::string curve_key;           // the server's key pair (hotcold keygen): CURVE on
   std::string curve_clients;       // public keys of the clients allowed in, one per line
+  std::string http;                // HOST:PORT for GET /metrics and /health (empty: none)
 };
 
 struct server_counters {

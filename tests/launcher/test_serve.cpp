@@ -1,7 +1,11 @@
 // `hotcold serve` end to end over tcp loopback and ipc: the same text as `hotcold run`, cancel,
 // a client that disappears, busy, malformed frames, tokenize round trips, and a clean stop on SIGTERM.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -9,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <algorithm>
@@ -288,6 +293,54 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
   EXPECT_EQ(lost, 0);
   EXPECT_EQ(mixed, 0);
   EXPECT_EQ(all.size(), static_cast<size_t>(clients * per_client));
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+// GET over plain HTTP/1.0: the whole response, headers and body.
+std::string http_get(int port, const std::string& target) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + target + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+// --http: /metrics counts what was served and promtool accepts it; /health answers; others 404.
+TEST(Serve, HttpMetricsAndHealth) {
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 53) % 20000);
+  const int port = 20000 + (getpid() + 59) % 20000;
+  server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2"});
+  wait_ready(ep);
+  hotcold::tools::client c(ep, 30s);
+  for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello"}, {"n_predict", 5}, {"sampling", {{"temperature", 0}}}});
+  c.send_raw("not json");
+  ASSERT_TRUE(c.next_reply(5s));
+  const std::string m = http_get(port, "/metrics");
+  EXPECT_NE(m.find("200 OK"), std::string::npos) << m;
+  EXPECT_NE(m.find("hotcold_requests_total{outcome=\"length\"} 3\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("hotcold_generated_tokens_total 15\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("hotcold_bad_frames_total 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("hotcold_time_to_first_token_seconds_count 3\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("hotcold_inter_token_latency_seconds_count 12\n"), std::string::npos) << m;
+  if (std::system("command -v promtool >/dev/null 2>&1") == 0) {
+    const auto path = fs::temp_directory_path() / ("hotcold-serve-metrics-" + std::to_string(getpid()));
+    std::ofstream(path) << m.substr(m.find("\r\n\r\n") + 4);
+    EXPECT_EQ(std::system(("promtool check metrics < '" + path.string() + "'").c_str()), 0);
+    fs::remove(path);
+  }
+  const std::string h = http_get(port, "/health");
+  EXPECT_NE(h.find("\"status\":\"ok\""), std::string::npos) << h;
+  EXPECT_NE(http_get(port, "/elsewhere").find("404"), std::string::npos);
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
