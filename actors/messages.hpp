@@ -58,6 +58,7 @@ struct token_event {
   int64_t request;
   token_id token;
   int64_t index;  // 0 for the first generated token
+  std::chrono::steady_clock::time_point at;  // when the scheduler had it (latencies measure from here)
 };
 struct logits_event {
   int64_t request;

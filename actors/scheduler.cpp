@@ -157,7 +157,7 @@ void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, const std
     }
     if (s.generated.empty()) s.first_token = clock_type::now();
     s.generated.push_back(t);
-    if (s.sink) self->send(s.sink, token_event{s.id, t, static_cast<int64_t>(s.generated.size()) - 1});
+    if (s.sink) self->send(s.sink, token_event{s.id, t, static_cast<int64_t>(s.generated.size()) - 1, clock_type::now()});
     if (static_cast<int64_t>(s.generated.size()) >= s.req.n_predict) finish(self, s.id, "length");
     else if (s.cached >= n_ctx) finish(self, s.id, "context");
   }

@@ -8,7 +8,11 @@
 #include <set>
 #include <variant>
 
+#include <fstream>
+#include <system_error>
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -25,7 +29,6 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 namespace proto = protocol;
 
-double ms_since(clock_type::time_point t) { return std::chrono::duration<double, std::milli>(clock_type::now() - t).count(); }
 
 // Where a reply goes: the ROUTER's identity frame, and whether the client put an empty delimiter
 // frame before its payload (REQ sockets do; DEALERs need not).
@@ -57,6 +60,10 @@ struct live {
   int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
   uint64_t seed = 0;
   clock_type::time_point accepted, last_token;
+  // For --record: the request as it came (with the seed used), and the gaps between its tokens.
+  std::string recorded_request;
+  double arrival_s = 0, ttft_s = 0;
+  std::vector<double> itl_s;
 };
 
 class server {
@@ -81,6 +88,11 @@ class server {
     sock_.set(zmq::sockopt::linger, 0);
     sock_.bind(o_.endpoint);
     pipe_ = l_.make_pipeline();
+    if (!o_.record.empty()) {
+      record_.open(o_.record, std::ios::app);
+      if (!record_) throw std::system_error(errno, std::generic_category(), o_.record);
+    }
+    started_ = clock_type::now();
     std::unique_ptr<http_server> http;
     if (!o_.http.empty()) {
       http = std::make_unique<http_server>(o_.http, o_.allow_remote, [this](const std::string& method, const std::string& target) {
@@ -216,6 +228,16 @@ class server {
     lv.prompt_tokens = static_cast<int64_t>(tokens.size());
     lv.seed = seed;
     lv.accepted = clock_type::now();
+    if (record_.is_open()) {
+      nlohmann::json req{{"n_predict", g.n_predict}, {"stream", g.stream}, {"parse_special", g.parse_special}, {"stop", lv.stop}};
+      if (g.prompt) req["prompt"] = *g.prompt;
+      else req["tokens"] = g.tokens;
+      req["sampling"] = {{"temperature", g.params.temperature}, {"top_k", g.params.top_k}, {"top_p", g.params.top_p}, {"min_p", g.params.min_p},
+                         {"repeat_penalty", g.params.repeat_penalty}, {"repeat_last_n", g.params.repeat_last_n},
+                         {"frequency_penalty", g.params.frequency_penalty}, {"presence_penalty", g.params.presence_penalty}, {"seed", seed}};
+      lv.recorded_request = req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      lv.arrival_s = std::chrono::duration<double>(lv.accepted - started_).count();
+    }
     by_client_[{to.identity, g.id}] = pid;
     send(to, proto::encode_accepted(g.id, lv.prompt_tokens, seed), &lv);
   }
@@ -270,15 +292,21 @@ class server {
     if (it == running_.end()) return;
     live& lv = it->second;
     if (lv.stop_string) return;  // cut: the cancel is on its way
-    const auto now = clock_type::now();
-    if (t.index == 0) metrics_.time_to_first_token(std::chrono::duration<double>(now - lv.accepted).count());
-    else metrics_.inter_token_latency(std::chrono::duration<double>(now - lv.last_token).count());
+    const auto now = t.at;  // when the token was sampled, not when this loop got to it
+    if (t.index == 0) {
+      lv.ttft_s = std::chrono::duration<double>(now - lv.accepted).count();
+      metrics_.time_to_first_token(lv.ttft_s);
+    } else {
+      const double gap = std::chrono::duration<double>(now - lv.last_token).count();
+      metrics_.inter_token_latency(gap);
+      if (record_.is_open()) lv.itl_s.push_back(gap);
+    }
     lv.last_token = now;
     const std::string piece = v_.piece(t.token);
     const size_t search_from = lv.text.size() >= lv.longest_stop ? lv.text.size() - lv.longest_stop + 1 : 0;
     const size_t start = lv.text.size();
     lv.text += piece;
-    lv.unsent.push_back({t.index, t.token, start, lv.text.size(), ms_since(lv.accepted)});
+    lv.unsent.push_back({t.index, t.token, start, lv.text.size(), std::chrono::duration<double, std::milli>(now - lv.accepted).count()});
     // A stop string ends the text where it begins.
     size_t cut = std::string::npos;
     for (const auto& s : lv.stop)
@@ -327,6 +355,13 @@ class server {
     else ++counters_.completed;
     proto::timings tm{1000 * d.queued_s, 1000 * d.time_to_first_token_s, 1000 * d.total_s};
     metrics_.request_done(finish, lv.prompt_tokens, lv.emitted);
+    if (record_.is_open()) {
+      nlohmann::json line{{"arrival_s", lv.arrival_s},  {"request", nlohmann::json::parse(lv.recorded_request)}, {"finish", finish},
+                          {"prompt_tokens", lv.prompt_tokens}, {"generated_tokens", lv.emitted}, {"ttft_s", lv.emitted > 0 ? lv.ttft_s : 0.0},
+                          {"itl_s", lv.itl_s}, {"e2e_s", std::chrono::duration<double>(clock_type::now() - lv.accepted).count()}};
+      record_ << line.dump() << "\n";
+      record_.flush();
+    }
     send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.text)), &lv);
     by_client_.erase({lv.to.identity, lv.id});
     running_.erase(it);
@@ -361,6 +396,8 @@ class server {
   std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> pipeline id
   std::set<std::string> allowed_;  // client public keys (CURVE)
   actors::metrics metrics_;
+  std::ofstream record_;
+  clock_type::time_point started_;
   std::atomic<int64_t> active_{0}, queued_{0};  // for /health, read by the HTTP thread
   std::atomic<bool> stopping_{false};
   std::mt19937_64 seeds_{std::random_device{}()};

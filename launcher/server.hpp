@@ -20,6 +20,7 @@ struct server_options {
   std::string curve_key;           // the server's key pair (hotcold keygen): CURVE on
   std::string curve_clients;       // public keys of the clients allowed in, one per line
   std::string http;                // HOST:PORT for GET /metrics and /health (empty: none)
+  std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
 };
 
 struct server_counters {

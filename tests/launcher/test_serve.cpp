@@ -344,6 +344,54 @@ TEST(Serve, HttpMetricsAndHealth) {
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
+// serve --record writes one line per request; replay sends them again with their inter-arrival
+// times and reports the latencies (and, with --compare, the recorded ones beside them).
+TEST(Serve, RecordAndReplay) {
+  const auto dir = fs::temp_directory_path() / ("hotcold-replay-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 67) % 20000);
+  const auto trace = (dir / "trace.jsonl").string(), report = (dir / "report.json").string();
+  server_process server({"--zmq", ep, "--record", trace, "-t", "2"});
+  wait_ready(ep);
+  {
+    hotcold::tools::client c(ep, 30s);
+    for (int i = 0; i < 5; ++i) {
+      c.generate({{"prompt", "Once upon a time " + std::to_string(i)}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}});
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  std::ifstream in(trace);
+  int lines = 0;
+  double last_arrival = -1;
+  for (std::string line; std::getline(in, line); ++lines) {
+    auto j = json::parse(line);
+    EXPECT_GT(j["arrival_s"].get<double>(), last_arrival);
+    last_arrival = j["arrival_s"].get<double>();
+    EXPECT_EQ(j["request"]["n_predict"], 6);
+    EXPECT_TRUE(j["request"]["sampling"]["seed"].is_number());
+    EXPECT_EQ(j["generated_tokens"], 6);
+    EXPECT_EQ(j["itl_s"].size(), 5u);
+    EXPECT_GT(j["ttft_s"].get<double>(), 0);
+    EXPECT_GE(j["e2e_s"].get<double>(), j["ttft_s"].get<double>());
+  }
+  EXPECT_EQ(lines, 5);
+  const std::string out = run_stdout({"replay", "--trace", trace, "--endpoint", ep, "--speed", "4", "--report", report, "--compare"});
+  EXPECT_NE(out.find("| ttft_s |"), std::string::npos) << out;
+  std::ifstream rin(report);
+  json r = json::parse(rin);
+  EXPECT_EQ(r["requests"], 5);
+  EXPECT_EQ(r["failed"], 0);
+  for (const char* k : {"ttft_s", "itl_s", "e2e_s"})
+    for (const char* q : {"p50", "p95", "p99", "mean", "max"}) {
+      EXPECT_TRUE(r[k][q].is_number()) << k << " " << q;
+      EXPECT_TRUE(r["recorded"][k][q].is_number()) << k << " " << q;
+    }
+  EXPECT_EQ(r["itl_s"]["n"], 25);
+  EXPECT_LE(r["ttft_s"]["p50"].get<double>(), r["ttft_s"]["max"].get<double>());
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  fs::remove_all(dir);
+}
+
 // The server's limits and ids: --max-prompt-tokens, --max-tokens, an id already in flight, a cancel
 // of an unknown id, a token id outside the vocabulary.
 TEST(Serve, LimitsAndIdsAreEnforced) {

@@ -1,0 +1,149 @@
+// hotcold replay --trace FILE.jsonl --endpoint EP [--speed X] [--max-concurrency N] --report OUT.json [--compare]:
+// sends a recorded workload (serve --record) again with its recorded inter-arrival times (open loop)
+// and reports the latencies it meets.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "launcher/commands.hpp"
+#include "tools/client.hpp"
+
+namespace hotcold::launcher {
+namespace {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+json summary(std::vector<double> v) {
+  if (v.empty()) return json{{"p50", nullptr}, {"p95", nullptr}, {"p99", nullptr}, {"mean", nullptr}, {"max", nullptr}, {"n", 0}};
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))]; };
+  double sum = 0;
+  for (double x : v) sum += x;
+  return json{{"p50", at(0.50)}, {"p95", at(0.95)}, {"p99", at(0.99)}, {"mean", sum / static_cast<double>(v.size())}, {"max", v.back()}, {"n", v.size()}};
+}
+
+struct measured {
+  std::vector<double> ttft, itl, e2e;
+};
+
+}  // namespace
+
+void add_replay_command(CLI::App& app, int& exit_code) {
+  struct args {
+    std::string trace, endpoint = "tcp://127.0.0.1:5555", report;
+    double speed = 1.0;
+    int max_concurrency = 256;
+    bool compare = false;
+  };
+  auto a = std::make_shared<args>();
+  auto* cmd = app.add_subcommand("replay", "Replay a recorded workload (serve --record) against a server and report its latencies");
+  cmd->add_option("--trace", a->trace, "JSONL file written by serve --record")->required();
+  cmd->add_option("--endpoint", a->endpoint, "The server to replay against")->capture_default_str();
+  cmd->add_option("--speed", a->speed, "Time scale: 2 sends twice as fast as recorded")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (a request waits for a free one)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--report", a->report, "JSON report: requests, ttft_s, itl_s, e2e_s (p50, p95, p99, mean, max)")->required();
+  cmd->add_flag("--compare", a->compare, "Put the recorded latencies beside the replayed ones");
+  cmd->callback([a, &exit_code] {
+    exit_code = run_guarded("replay", [&] {
+      std::ifstream in(a->trace);
+      if (!in) throw std::system_error(errno, std::generic_category(), a->trace);
+      std::vector<json> lines;
+      measured recorded;
+      int n = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++n;
+        if (line.empty()) continue;
+        json j = json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("request") || !j["request"].is_object() || !j.value("arrival_s", json()).is_number())
+          throw std::invalid_argument(fmt::format("{}:{}: not a record of serve --record (needs arrival_s and request)", a->trace, n));
+        if (j["generated_tokens"].is_number() && j["generated_tokens"].get<int64_t>() > 0) recorded.ttft.push_back(j.value("ttft_s", 0.0));
+        for (const auto& g : j.value("itl_s", json::array())) recorded.itl.push_back(g.get<double>());
+        recorded.e2e.push_back(j.value("e2e_s", 0.0));
+        lines.push_back(std::move(j));
+      }
+      std::sort(lines.begin(), lines.end(), [](const json& x, const json& y) { return x["arrival_s"].get<double>() < y["arrival_s"].get<double>(); });
+      const double t_first = lines.empty() ? 0.0 : lines.front()["arrival_s"].get<double>();
+
+      measured replayed;
+      std::mutex m;
+      std::condition_variable cv;
+      int in_flight = 0, failed = 0;
+      std::vector<std::thread> threads;
+      const auto t0 = clock_type::now();
+      for (const auto& line : lines) {
+        const double due = (line["arrival_s"].get<double>() - t_first) / a->speed;
+        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(due)));
+        {
+          std::unique_lock lock(m);
+          cv.wait(lock, [&] { return in_flight < a->max_concurrency; });
+          ++in_flight;
+        }
+        threads.emplace_back([&, request = line["request"]] {
+          std::vector<double> gaps;
+          double ttft = -1;
+          const auto start = clock_type::now();
+          auto last = start;
+          bool ok = true;
+          try {
+            tools::client c(a->endpoint, std::chrono::minutes(10));
+            c.generate(request, [&](const json&, std::string_view) {
+              const auto now = clock_type::now();
+              if (ttft < 0) ttft = std::chrono::duration<double>(now - start).count();
+              else gaps.push_back(std::chrono::duration<double>(now - last).count());
+              last = now;
+            });
+          } catch (const std::exception& e) {
+            ok = false;
+            fmt::print(stderr, "hotcold replay: a request failed: {}\n", e.what());
+          }
+          const double e2e = std::chrono::duration<double>(clock_type::now() - start).count();
+          std::lock_guard lock(m);
+          if (ok) {
+            if (ttft >= 0) replayed.ttft.push_back(ttft);
+            replayed.itl.insert(replayed.itl.end(), gaps.begin(), gaps.end());
+            replayed.e2e.push_back(e2e);
+          } else {
+            ++failed;
+          }
+          --in_flight;
+          cv.notify_all();
+        });
+      }
+      for (auto& t : threads) t.join();
+      const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+
+      json report{{"requests", lines.size()}, {"failed", failed}, {"seconds", seconds}, {"speed", a->speed}, {"max_concurrency", a->max_concurrency},
+                  {"ttft_s", summary(replayed.ttft)}, {"itl_s", summary(replayed.itl)}, {"e2e_s", summary(replayed.e2e)}};
+      if (a->compare) report["recorded"] = {{"ttft_s", summary(recorded.ttft)}, {"itl_s", summary(recorded.itl)}, {"e2e_s", summary(recorded.e2e)}};
+      std::ofstream out(a->report);
+      out << report.dump(2) << "\n";
+      if (!out) throw std::system_error(errno, std::generic_category(), a->report);
+
+      auto ms = [](const json& v) { return v.is_null() ? std::string("-") : fmt::format("{:.1f}", 1000 * v.get<double>()); };
+      fmt::print("{} requests in {:.2f} s ({} failed); milliseconds:\n", lines.size(), seconds, failed);
+      fmt::print("| metric | {} p50 | p95 | p99 | mean | max |\n| --- | --- | --- | --- | --- | --- |\n", a->compare ? "replayed / recorded" : "");
+      for (const char* k : {"ttft_s", "itl_s", "e2e_s"}) {
+        std::string row = fmt::format("| {} |", k);
+        for (const char* q : {"p50", "p95", "p99", "mean", "max"}) {
+          row += " " + ms(report[k][q]);
+          if (a->compare) row += " / " + ms(report["recorded"][k][q]);
+          row += " |";
+        }
+        fmt::print("{}\n", row);
+      }
+      if (failed > 0) throw std::runtime_error(fmt::format("{} of {} requests failed", failed, lines.size()));
+    });
+  });
+}
+
+}  // namespace hotcold::launcher
