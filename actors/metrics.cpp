@@ -48,6 +48,25 @@ void metrics::set_load(int64_t active_sequences, int64_t queued) {
   queued_->Set(static_cast<double>(queued));
 }
 
+nlohmann::json metrics::snapshot() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& family : registry_->Collect()) {
+    std::string name = family.name;
+    if (name.rfind("hotcold_", 0) == 0) name = name.substr(8);
+    for (const auto& m : family.metric) {
+      if (family.type == prometheus::MetricType::Histogram) {
+        const auto& h = m.histogram;
+        out[name] = {{"count", h.sample_count}, {"sum", h.sample_sum}, {"mean", h.sample_count ? h.sample_sum / static_cast<double>(h.sample_count) : 0.0}};
+        continue;
+      }
+      const double v = family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+      if (m.label.empty()) out[name] = v;
+      else out[name][m.label.front().value] = v;
+    }
+  }
+  return out;
+}
+
 std::string metrics::text() const {
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry_->Collect());

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -26,6 +27,9 @@ class metrics {
   void set_load(int64_t active_sequences, int64_t queued);
   // The text exposition format (version 0.0.4) of everything registered.
   std::string text() const;
+  // The same as JSON (GET /api/stats): counters and gauges by name (labelled ones as objects keyed by
+  // the label's value), histograms as {count, sum, mean}.
+  nlohmann::json snapshot() const;
   prometheus::Registry& registry() { return *registry_; }
 
  private:

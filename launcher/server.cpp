@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <random>
@@ -98,6 +99,12 @@ class server {
       http = std::make_unique<http_server>(o_.http, o_.allow_remote, [this](const std::string& method, const std::string& target) {
         if (method != "GET") return http_reply{405, "text/plain", "GET only\n"};
         if (target == "/metrics") return http_reply{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()};
+        if (target == "/api/stats") {
+          auto j = metrics_.snapshot();
+          j["status"] = stopping_.load() ? "stopping" : "ok";
+          j["tokens_per_second"] = tokens_per_second_.load();
+          return http_reply{200, "application/json", j.dump() + "\n"};
+        }
         if (target == "/health")
           return http_reply{200, "application/json",
                             fmt::format("{{\"status\":\"{}\",\"active\":{},\"queued\":{}}}\n", stopping_.load() ? "stopping" : "ok", active_.load(), queued_.load())};
@@ -121,6 +128,11 @@ class server {
       const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
       active_ = std::min(n, slots), queued_ = std::max<int64_t>(0, n - slots);
       metrics_.set_load(active_, queued_);
+      // Tokens per second over the last few seconds (for /api/stats and the dashboard).
+      const auto now = clock_type::now();
+      while (!recent_tokens_.empty() && now - recent_tokens_.front() > std::chrono::seconds(5)) recent_tokens_.pop_front();
+      const double window = recent_tokens_.empty() ? 0.0 : std::chrono::duration<double>(now - recent_tokens_.front()).count();
+      tokens_per_second_ = recent_tokens_.size() < 2 || window <= 0 ? 0.0 : static_cast<double>(recent_tokens_.size() - 1) / window;
       if (stop.load() && !stopping) {
         stopping = true;
         stopping_ = true;
@@ -302,6 +314,7 @@ class server {
       if (record_.is_open()) lv.itl_s.push_back(gap);
     }
     lv.last_token = now;
+    recent_tokens_.push_back(now);
     const std::string piece = v_.piece(t.token);
     const size_t search_from = lv.text.size() >= lv.longest_stop ? lv.text.size() - lv.longest_stop + 1 : 0;
     const size_t start = lv.text.size();
@@ -400,6 +413,8 @@ class server {
   clock_type::time_point started_;
   std::atomic<int64_t> active_{0}, queued_{0};  // for /health, read by the HTTP thread
   std::atomic<bool> stopping_{false};
+  std::deque<clock_type::time_point> recent_tokens_;  // tokens of the last 5 s
+  std::atomic<double> tokens_per_second_{0};
   std::mt19937_64 seeds_{std::random_device{}()};
   server_counters counters_;
 };

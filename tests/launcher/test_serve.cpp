@@ -338,6 +338,14 @@ TEST(Serve, HttpMetricsAndHealth) {
     EXPECT_EQ(std::system(("promtool check metrics < '" + path.string() + "'").c_str()), 0);
     fs::remove(path);
   }
+  const std::string st = http_get(port, "/api/stats");
+  const auto stats = json::parse(st.substr(st.find("\r\n\r\n") + 4));
+  EXPECT_EQ(stats["requests_total"]["length"], 3);
+  EXPECT_EQ(stats["generated_tokens_total"], 15);
+  EXPECT_EQ(stats["time_to_first_token_seconds"]["count"], 3);
+  EXPECT_GT(stats["time_to_first_token_seconds"]["mean"].get<double>(), 0);
+  EXPECT_EQ(stats["status"], "ok");
+  EXPECT_TRUE(stats["tokens_per_second"].is_number());
   const std::string h = http_get(port, "/health");
   EXPECT_NE(h.find("\"status\":\"ok\""), std::string::npos) << h;
   EXPECT_NE(http_get(port, "/elsewhere").find("404"), std::string::npos);
