@@ -134,67 +134,23 @@ void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
   if (x.n == 1) return token_neurons(hp, gate, up, down_t, ids, rows, count, x.in, x.xq, hidden, acc);
   const int64_t d = x.d, n_ff = x.n_ff, qrow = d / qk8_0;
   const bool quantized = wants_q8_input(up.type);
-  // F16/F32 rows: each neuron's rows are read in place; a neuron one token chose costs what it does
-  // for one token, and the tokens that share a neuron share its row loads (four at a time).
-  if (float_rows(up) && (!hp.gated_ffn || gate.type == up.type) && (!down_t || down_t.type == up.type)) {
-    thread_local std::vector<int32_t> who;
-    who.resize(static_cast<size_t>(x.n));
-    auto prefetch = [&](int64_t k) {
-      if (k >= count) return;
-      prefetch_row(up, rows[k]);
-      if (hp.gated_ffn) prefetch_row(gate, rows[k]);
-      if (down_t) prefetch_row(down_t, rows[k]);
-    };
-    prefetch(0);
-    prefetch(1);
-    // Each token's down rows go through its own four-row batcher (one pass over its accumulator per
-    // four rows, as for one token).
-    thread_local std::vector<axpy_batcher> down;
-    down.clear();
-    down.reserve(static_cast<size_t>(x.n));
-    for (int64_t t = 0; t < x.n; ++t) down.emplace_back(down_t, acc + t * d);
-    for (int64_t k = 0; k < count; ++k) {
-      prefetch(k + 2);
-      const int64_t i = ids[k], r = rows[k];
-      int m = 0;
-      for (int64_t t = 0; t < x.n; ++t)
-        if (x.chosen[t * n_ff + i]) who[static_cast<size_t>(m++)] = static_cast<int32_t>(t);
-      if (m == 1) {  // most neurons: one token chose it
-        const int64_t t = who[0];
-        const float g = hp.gated_ffn ? row_dot(gate, r, x.in + t * d, nullptr) : 0.0f;
-        const float h = hidden_value(hp, g, row_dot(up, r, x.in + t * d, nullptr));
-        hidden[t * n_ff + i] = h;
-        if (down_t && h != 0.0f) down[static_cast<size_t>(t)].add(static_cast<int32_t>(r), h);
-        continue;
-      }
-      for (int g = 0; g < m; g += 4) {
-        const int c = std::min(4, m - g);
-        const float* xs[4];
-        for (int j = 0; j < c; ++j) xs[j] = x.in + who[static_cast<size_t>(g + j)] * d;
-        float gv[4] = {}, uv[4];
-        if (hp.gated_ffn) rows2_dot(gate, up, r, xs, c, gv, uv);
-        else row1_dot(up, r, xs, c, uv);
-        for (int j = 0; j < c; ++j) {
-          const int64_t t = who[static_cast<size_t>(g + j)];
-          const float h = hidden_value(hp, gv[j], uv[j]);
-          hidden[t * n_ff + i] = h;
-          if (down_t && h != 0.0f) down[static_cast<size_t>(t)].add(static_cast<int32_t>(r), h);
-        }
-      }
-    }
-    for (auto& b : down) b.flush();
-    return;
-  }
-  // Other rows: Q8_0/Q4_0 rows unpacked once for up to four tokens' Q8_0 inputs; BF16 rows converted
-  // once into a buffer. Down rows through each token's four-row batcher, as for F16.
+  // F16/F32 rows are dotted in place; Q8_0/Q4_0 rows unpacked once for up to four tokens' Q8_0
+  // inputs; other rows (BF16) converted once into a buffer. A neuron one token chose costs what it
+  // does for one token, and the tokens that share a neuron share its row loads (four at a time).
+  const bool in_place = float_rows(up) && (!hp.gated_ffn || gate.type == up.type) && (!down_t || down_t.type == up.type);
   thread_local std::vector<float> gbuf, ubuf;
   thread_local std::vector<int32_t> who;
-  thread_local std::vector<axpy_batcher> down;
-  gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d));
+  if (!in_place && !quantized) gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d));
   who.resize(static_cast<size_t>(x.n));
-  down.clear();
-  down.reserve(static_cast<size_t>(x.n));
-  for (int64_t t = 0; t < x.n; ++t) down.emplace_back(down_t, acc + t * d);
+  auto prefetch = [&](int64_t k) {
+    if (k >= count) return;
+    prefetch_row(up, rows[k]);
+    if (hp.gated_ffn) prefetch_row(gate, rows[k]);
+    if (down_t) prefetch_row(down_t, rows[k]);
+  };
+  prefetch(0);
+  prefetch(1);
+  // Row r of w against the inputs of tokens ts[0..c) (converted rows: buf).
   auto dots = [&](const tensor_view& w, int64_t r, const float* buf, const int32_t* ts, int c, float* o) {
     if (!quantized) {
       for (int j = 0; j < c; ++j) o[j] = dot_f32(buf, x.in + ts[j] * d, d);
@@ -207,21 +163,39 @@ void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
     else
       for (int j = 0; j < c; ++j) o[j] = row_dot(w, r, x.in + ts[j] * d, xs[j]);
   };
+  // Each token's down rows go through its own four-row batcher (one pass over its accumulator per
+  // four rows, as for one token).
+  thread_local std::vector<axpy_batcher> down;
+  down.clear();
+  down.reserve(static_cast<size_t>(x.n));
+  for (int64_t t = 0; t < x.n; ++t) down.emplace_back(down_t, acc + t * d);
   for (int64_t k = 0; k < count; ++k) {
+    prefetch(k + 2);
     const int64_t i = ids[k], r = rows[k];
     int m = 0;
     for (int64_t t = 0; t < x.n; ++t)
       if (x.chosen[t * n_ff + i]) who[static_cast<size_t>(m++)] = static_cast<int32_t>(t);
     if (m == 0) continue;
-    if (!quantized) {
+    if (!in_place && !quantized) {
       dequantize_row(up, r, ubuf.data());
       if (hp.gated_ffn) dequantize_row(gate, r, gbuf.data());
     }
     for (int g = 0; g < m; g += 4) {
       const int c = std::min(4, m - g);
       float gv[4] = {}, uv[4];
-      if (hp.gated_ffn) dots(gate, r, gbuf.data(), who.data() + g, c, gv);
-      dots(up, r, ubuf.data(), who.data() + g, c, uv);
+      if (in_place && m == 1) {  // most neurons: one token chose it
+        const float* in = x.in + who[0] * d;
+        if (hp.gated_ffn) gv[0] = row_dot(gate, r, in, nullptr);
+        uv[0] = row_dot(up, r, in, nullptr);
+      } else if (in_place) {
+        const float* xs[4];
+        for (int j = 0; j < c; ++j) xs[j] = x.in + who[static_cast<size_t>(g + j)] * d;
+        if (hp.gated_ffn) rows2_dot(gate, up, r, xs, c, gv, uv);
+        else row1_dot(up, r, xs, c, uv);
+      } else {
+        if (hp.gated_ffn) dots(gate, r, gbuf.data(), who.data() + g, c, gv);
+        dots(up, r, ubuf.data(), who.data() + g, c, uv);
+      }
       for (int j = 0; j < c; ++j) {
         const int64_t t = who[static_cast<size_t>(g + j)];
         const float h = hidden_value(hp, gv[j], uv[j]);
