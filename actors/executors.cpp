@@ -4,6 +4,8 @@
 // hot and cold FFN) means no two of them use the workers at once. A failure answers the pending
 // request with an error and ends the actor: the scheduler, their supervisor, starts new ones.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include <pthread.h>
@@ -50,13 +52,40 @@ struct predictor_state {
   static inline const char* name = "predictor";
 };
 
+// The recall check: the first token's FFN over every neuron (gate and up rows, as the dense path
+// computes them), counting the neurons that fire and how many of those the predictor chose.
+void check_recall(const engine_parts& p, const predict_job& job, const uint8_t* chosen) {
+  const hparams& hp = p.m->hp();
+  const layer_weights& l = p.m->weights().layers[static_cast<size_t>(job.layer)];
+  const float* x = job.ffn_input.data();
+  const kernels::block_q8_0* xq = job.ffn_input_q8 ? job.ffn_input_q8->data() : nullptr;
+  if (!x || (wants_q8_input(l.ffn_up.type) && !xq)) return;
+  std::atomic<int64_t> truly{0}, found{0};
+  p.ctx->pool().parallel_for(hp.n_ff, [&](int64_t i0, int64_t i1) {
+    int64_t t = 0, f = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+      const float g = hp.gated_ffn ? row_dot(l.ffn_gate, i, x, xq) : 0.0f;
+      if (hp.gated_ffn && hp.act != hotcold::activation::drelu && g <= 0.0f) continue;  // ReLU family: no need for up
+      if (hidden_value(hp, g, row_dot(l.ffn_up, i, x, xq)) == 0.0f) continue;
+      ++t;
+      f += chosen[i] != 0;
+    }
+    truly += t, found += f;
+  }, 256);
+  p.stats->add_recall(job.layer, truly.load(), found.load());
+}
+
 active_set predict(predictor_actor::stateful_pointer<predictor_state> self, const engine_parts& p, const predict_job& job) {
   if (p.fault) p.fault("predict", job.layer, job.requests);
+  p.stats->set_mailbox(actor_id::predictor, static_cast<int64_t>(self->mailbox().size()));
   trace_scope span(p.trace, "predict", job.input.step, job.layer, job.input.rows);
+  const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_ff = p.m->hp().n_ff;
   auto chosen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(job.input.rows * n_ff));
   auto ids = std::make_shared<std::vector<int32_t>>();
   self->state.runner->predict(job.layer, job.input.data(), job.input.rows, chosen->data(), *ids);
+  p.stats->add_time(stage::predict, job.layer, std::chrono::steady_clock::now() - t0);
+  if (p.recall_every > 0 && job.input.step % p.recall_every == 0) check_recall(p, job, chosen->data());
   return active_set{std::move(chosen), std::move(ids)};
 }
 
@@ -112,7 +141,10 @@ cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<co
           st.acc.resize(static_cast<size_t>(pool.size() * n * d));
           const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
           std::vector<float> sum(static_cast<size_t>(n * d));
+          p->stats->set_mailbox(actor_id::cold_pool, static_cast<int64_t>(self->mailbox().size()));
+          const auto t0 = std::chrono::steady_clock::now();
           cold_share(pool, *p->m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc.data(), sum.data(), p->trace);
+          p->stats->add_time(stage::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
           return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size};
         } catch (const std::exception& e) {
           auto err = failure("cold pool", e);
@@ -135,6 +167,9 @@ struct hot_executor_state {
   step_plan plan;
   caf::typed_response_promise<step_result> promise;
   int64_t hot_neurons = 0, cold_neurons = 0;
+  std::chrono::steady_clock::time_point started;  // the step's
+  uint64_t host_bytes = 0, device_bytes = 0;      // weights the step read so far
+  int64_t hot_chosen = 0;                         // the layer's (token, neuron) pairs on the hot device
   ffn_split split;
   active_set active;  // the layer's choice, held until its FFN is done (the device reads it)
   std::shared_ptr<std::vector<kernels::block_q8_0>> xq;
@@ -182,6 +217,12 @@ void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_o
   if (cold_out)
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
   ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size);
+  auto& stats = *st.p->stats;
+  const uint64_t row = stats.costs().neuron[static_cast<size_t>(layer)];
+  const auto hot_rows = static_cast<int64_t>(st.split.hot_ids.size());
+  stats.add_ffn(layer, in.n, computed, st.hot_chosen);
+  st.device_bytes += row * static_cast<uint64_t>(hot_rows);
+  st.host_bytes += row * static_cast<uint64_t>(union_size - hot_rows);
   run_layer(self, layer + 1);
 }
 
@@ -198,6 +239,9 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
     st.split.hot_ids.clear(), st.split.hot_slots.clear();
     st.split.cold_ids.assign(ids.begin(), ids.end());
   }
+  st.hot_chosen = 0;
+  for (int32_t i : st.split.hot_ids)
+    for (int64_t t = 0; t < in.n; ++t) st.hot_chosen += (*chosen.chosen)[static_cast<size_t>(t * hp.n_ff + i)];
   st.hot_neurons += static_cast<int64_t>(st.split.hot_ids.size());
   st.cold_neurons += static_cast<int64_t>(st.split.cold_ids.size());
   const batch_ffn_input x{in.in, st.xq ? st.xq->data() : nullptr, chosen.chosen->data(), in.n, hp.n_embd, hp.n_ff};
@@ -209,7 +253,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   if (!st.split.hot_ids.empty()) {
     if (static_cast<int64_t>(st.hidden.size()) < in.n * hp.n_ff) st.hidden.resize(static_cast<size_t>(in.n * hp.n_ff));
     st.hot_out.resize(static_cast<size_t>(in.n * hp.n_embd));
-    st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace);
+    st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace, st.p->stats.get());
   }
   std::optional<cold_job> job;
   if (!st.split.cold_ids.empty())
@@ -233,8 +277,15 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
   inference_context& ctx = *st.p->ctx;
   const model& m = *st.p->m;
   try {
+    auto& stats = *st.p->stats;
+    const auto& costs = stats.costs();
     if (layer == m.hp().n_layer) {  // the head: logits of the rows the scheduler wants
+      auto t0 = std::chrono::steady_clock::now();
       auto logits = ctx.step_logits(*st.s, st.plan.logit_rows);
+      stats.add_time(stage::output, layer, std::chrono::steady_clock::now() - t0);
+      const auto n = static_cast<int64_t>(st.plan.tokens.size());
+      st.host_bytes += costs.output + costs.embedding_row * static_cast<uint64_t>(n);
+      stats.add_step(n, std::chrono::duration<double>(std::chrono::steady_clock::now() - st.started).count(), st.host_bytes, st.device_bytes);
       std::vector<float> copy(logits.begin(), logits.end());
       step_result r{st.plan.step,
                     activation::wrap(std::move(copy), static_cast<int64_t>(st.plan.logit_rows.size()), m.hp().n_vocab, st.plan.step, layer),
@@ -243,11 +294,17 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       return;
     }
     if (st.p->fault) st.p->fault("attention", layer, st.plan.requests);
+    auto t0 = std::chrono::steady_clock::now();
     ctx.step_attention(*st.s, layer);
+    stats.add_time(stage::attention, layer, std::chrono::steady_clock::now() - t0);
+    st.host_bytes += costs.layer_fixed[static_cast<size_t>(layer)];
     const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
     const bool sparse = ctx.mode() == ffn_mode::sparse && l.pred_fc1 && l.ffn_down_t;
     if (!sparse) {  // every neuron, here (dense files, dense mode)
+      t0 = std::chrono::steady_clock::now();
       ctx.step_ffn(*st.s, layer);
+      stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
+      st.host_bytes += costs.ffn_dense[static_cast<size_t>(layer)];
       return run_layer(self, layer + 1);
     }
     const auto in = ctx.step_ffn_inputs(*st.s);
@@ -258,9 +315,9 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       for (int64_t t = 0; t < in.n; ++t) kernels::quantize_row_q8_0(in.in + t * m.hp().n_embd, st.xq->data() + t * q, m.hp().n_embd);
     }
     predict_job job{layer, activation::view(st.s, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests, {}, {}};
+    job.ffn_input = activation::view(st.s, in.in, in.n, m.hp().n_embd, in.step, layer);  // (the recall check reads it too)
+    job.ffn_input_q8 = st.xq;
     if (!st.p->hot) {  // every neuron cold: the predictor hands the FFN straight to the cold pool
-      job.ffn_input = activation::view(st.s, in.in, in.n, m.hp().n_embd, in.step, layer);
-      job.ffn_input_q8 = st.xq;
       self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job), st.cold)
           .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size); },
                 [self](caf::error& e) { fail(self, describe(e)); });
@@ -284,6 +341,10 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
         st.promise = self->make_response_promise<step_result>();
         st.plan = std::move(plan);
         st.hot_neurons = st.cold_neurons = 0;
+        st.host_bytes = st.device_bytes = 0;
+        st.hot_chosen = 0;
+        st.started = std::chrono::steady_clock::now();
+        st.p->stats->set_mailbox(actor_id::hot_executor, static_cast<int64_t>(self->mailbox().size()));
         try {
           st.p->ctx->step_begin(*st.s, st.plan.tokens, st.plan.slots, st.plan.positions);
         } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 #include "actors/hot_cold_ffn.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -67,13 +68,15 @@ void hot_rows::split(int64_t layer, std::span<const int32_t> chosen, ffn_split& 
 }
 
 devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out,
-                                trace_recorder* trace) const {
+                                trace_recorder* trace, live_stats* stats) const {
   const layer_rows& h = layers_[static_cast<size_t>(layer)];
   const hparams& hp = model_->hp();
-  return hot_->submit([&hp, &h, &s, x, hidden, out, trace, step, layer] {
+  return hot_->submit([&hp, &h, &s, x, hidden, out, trace, stats, step, layer] {
     trace_scope span(trace, "hot_ffn", step, layer, x.n);
+    const auto t0 = std::chrono::steady_clock::now();
     std::fill(out, out + x.n * x.d, 0.0f);
     batch_neurons(hp, h.gate, h.up, h.down_t, s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size()), x, hidden, out);
+    if (stats) stats->add_time(stage::hot_ffn, layer, std::chrono::steady_clock::now() - t0);
   });
 }
 

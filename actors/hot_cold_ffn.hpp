@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "actors/live_stats.hpp"
 #include "devices/device.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "model/forward.hpp"
@@ -31,9 +32,10 @@ class hot_rows {
   hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot);
   void split(int64_t layer, std::span<const int32_t> chosen, ffn_split& out) const;
   // Queues the hot share of a step on the device: each token computes the hot neurons it chose into
-  // hidden (n x n_ff) and out (n x n_embd, zeroed first). The inputs must outlive the event.
+  // hidden (n x n_ff) and out (n x n_embd, zeroed first). The inputs must outlive the event. The
+  // device's time on it goes to `stats` (stage hot_ffn) when given.
   devices::event submit(int64_t step, int64_t layer, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out,
-                        trace_recorder* trace) const;
+                        trace_recorder* trace, live_stats* stats = nullptr) const;
   uint64_t bytes() const { return bytes_; }  // rows held on the device
   devices::device& device() const { return *hot_; }
 

@@ -1,5 +1,8 @@
 #include "actors/metrics.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <sstream>
 
 #include <prometheus/text_serializer.h>
@@ -39,13 +42,197 @@ void metrics::request_done(std::string_view outcome, int64_t prompt_tokens, int6
   generated_tokens_->Increment(static_cast<double>(generated_tokens));
 }
 
-void metrics::time_to_first_token(double seconds) { ttft_->Observe(seconds); }
-void metrics::inter_token_latency(double seconds) { itl_->Observe(seconds); }
+void metrics::time_to_first_token(double seconds) {
+  ttft_->Observe(seconds);
+  std::lock_guard lock(recent_mu_);
+  ttft_recent_.add(seconds);
+}
+void metrics::inter_token_latency(double seconds) {
+  itl_->Observe(seconds);
+  std::lock_guard lock(recent_mu_);
+  itl_recent_.add(seconds);
+}
+
+void metrics::recent_samples::add(double v) {
+  const auto now = std::chrono::steady_clock::now();
+  values.emplace_back(now, v);
+  while (values.size() > 10000 || now - values.front().first > recent_window) values.pop_front();
+}
+
+metrics::percentiles metrics::recent_samples::get() const {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<double> v;
+  for (const auto& [t, x] : values)
+    if (now - t <= recent_window) v.push_back(x);
+  percentiles p;
+  p.count = static_cast<int64_t>(v.size());
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  auto rank = [&](double q) { return v[static_cast<size_t>(std::clamp(std::ceil(q * static_cast<double>(v.size())) - 1, 0.0, static_cast<double>(v.size() - 1)))]; };
+  p.p50 = rank(0.50), p.p95 = rank(0.95), p.p99 = rank(0.99);
+  return p;
+}
+
+metrics::percentiles metrics::recent_ttft() const {
+  std::lock_guard lock(recent_mu_);
+  return ttft_recent_.get();
+}
+metrics::percentiles metrics::recent_itl() const {
+  std::lock_guard lock(recent_mu_);
+  return itl_recent_.get();
+}
 void metrics::bad_frame() { bad_frames_->Increment(); }
 
 void metrics::set_load(int64_t active_sequences, int64_t queued) {
   active_->Set(static_cast<double>(active_sequences));
   queued_->Set(static_cast<double>(queued));
+}
+
+void metrics::attach(std::shared_ptr<const live_stats> stats, double bandwidth_ceiling) {
+  live_ = std::move(stats);
+  ceiling_ = bandwidth_ceiling;
+}
+
+namespace {
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+struct totals {
+  double candidates = 0, computed = 0, hot = 0, truly = 0, found = 0;
+  std::map<std::string, double> device_s;
+};
+
+totals sum_layers(const live_stats& s, const live_stats::view& v) {
+  totals t;
+  for (const auto& l : v.layers) {
+    t.candidates += static_cast<double>(l.candidates), t.computed += static_cast<double>(l.computed), t.hot += static_cast<double>(l.hot);
+    t.truly += static_cast<double>(l.truly_active), t.found += static_cast<double>(l.found);
+    for (int k = 0; k < n_stages; ++k) {
+      const auto st = static_cast<stage>(k);
+      t.device_s[st == stage::hot_ffn ? s.hot_device() : "cpu"] += l.seconds[static_cast<size_t>(k)];
+    }
+  }
+  if (s.hot_device().empty()) t.device_s.erase("");
+  return t;
+}
+
+std::string layer_label(const live_stats& s, size_t l) { return static_cast<int64_t>(l) == s.n_layer() ? "output" : std::to_string(l); }
+
+}  // namespace
+
+std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::view& v) const {
+  using prometheus::ClientMetric;
+  using prometheus::MetricFamily;
+  using prometheus::MetricType;
+  const live_stats& s = *live_;
+  std::vector<MetricFamily> out;
+  out.reserve(32);  // `family` hands out references into it
+  auto family = [&](std::string name, std::string help, MetricType type) -> MetricFamily& {
+    out.push_back(MetricFamily{std::move(name), std::move(help), type, {}});
+    return out.back();
+  };
+  auto add = [](MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) {
+    ClientMetric m;
+    m.label = std::move(labels);
+    if (f.type == MetricType::Counter) m.counter.value = value;
+    else m.gauge.value = value;
+    f.metric.push_back(std::move(m));
+  };
+  const totals t = sum_layers(s, v);
+
+  auto& compute = family("hotcold_compute_seconds_total", "Compute time by layer (\"output\": the head), stage and device", MetricType::Counter);
+  for (size_t l = 0; l < v.layers.size(); ++l)
+    for (int k = 0; k < n_stages; ++k) {
+      const double sec = v.layers[l].seconds[static_cast<size_t>(k)];
+      const auto st = static_cast<stage>(k);
+      if (sec <= 0 && st != stage::attention) continue;
+      if (sec <= 0 && static_cast<int64_t>(l) == s.n_layer()) continue;
+      add(compute, sec, {{"layer", layer_label(s, l)}, {"stage", std::string(stage_name(st))}, {"device", st == stage::hot_ffn ? s.hot_device() : "cpu"}});
+    }
+  auto& busy = family("hotcold_device_busy_seconds_total", "Compute time by device (the hot device's share of the FFN; the CPU's everything else)", MetricType::Counter);
+  for (const auto& [d, sec] : t.device_s) add(busy, sec, {{"device", d}});
+
+  auto per_layer = [&](std::string name, std::string help, auto field) {
+    auto& f = family(std::move(name), std::move(help), MetricType::Counter);
+    for (int64_t l = 0; l < s.n_layer(); ++l) add(f, static_cast<double>(field(v.layers[static_cast<size_t>(l)])), {{"layer", std::to_string(l)}});
+  };
+  per_layer("hotcold_ffn_candidate_neurons_total", "(token, neuron) pairs of the sparse FFN layers: tokens x n_ff", [](const auto& l) { return l.candidates; });
+  per_layer("hotcold_ffn_computed_neurons_total", "(token, neuron) pairs the predictors chose and the FFN computed", [](const auto& l) { return l.computed; });
+  per_layer("hotcold_ffn_hot_neurons_total", "Chosen (token, neuron) pairs whose rows were on the hot device", [](const auto& l) { return l.hot; });
+  per_layer("hotcold_predictor_checked_firing_neurons_total", "Neurons that fired in the sampled dense checks of the predictors",
+            [](const auto& l) { return l.truly_active; });
+  per_layer("hotcold_predictor_checked_found_neurons_total", "Of those, the neurons the predictor had chosen", [](const auto& l) { return l.found; });
+
+  add(family("hotcold_predictor_recall_ratio", "Firing neurons the predictors chose / all firing neurons (sampled dense checks)", MetricType::Gauge),
+      ratio(t.found, t.truly));
+  add(family("hotcold_ffn_active_ratio", "Chosen neurons / all neurons of the sparse FFN layers", MetricType::Gauge), ratio(t.computed, t.candidates));
+  add(family("hotcold_hot_hit_ratio", "Chosen neurons found on the hot device / all chosen neurons", MetricType::Gauge), ratio(t.hot, t.computed));
+
+  add(family("hotcold_steps_total", "Pipeline steps (each runs every sequence in flight through the model once)", MetricType::Counter),
+      static_cast<double>(v.steps));
+  add(family("hotcold_step_tokens_total", "Tokens the steps ran (prompt and generated)", MetricType::Counter), static_cast<double>(v.tokens));
+  auto& bytes = family("hotcold_weight_read_bytes_total", "Bytes of weights the steps read, by memory (host: the CPU's, device: the hot device's)",
+                       MetricType::Counter);
+  add(bytes, static_cast<double>(v.host_bytes), {{"memory", "host"}});
+  add(bytes, static_cast<double>(v.device_bytes), {{"memory", "device"}});
+  add(family("hotcold_read_bytes_per_token", "Bytes of weights read per token over the last 5 s", MetricType::Gauge), v.recent_bytes_per_token);
+  add(family("hotcold_memory_read_bytes_per_second", "Host bytes read per second of compute over the last 5 s", MetricType::Gauge),
+      v.recent_host_bytes_per_second);
+  add(family("hotcold_memory_bandwidth_ceiling_bytes_per_second", "Read bandwidth measured on this machine at start", MetricType::Gauge), ceiling_);
+  add(family("hotcold_memory_bandwidth_utilization_ratio", "Host read bandwidth reached / the measured ceiling, over the last 5 s", MetricType::Gauge),
+      ratio(v.recent_host_bytes_per_second, ceiling_));
+  add(family("hotcold_pipeline_busy_ratio", "Share of the last 5 s with a step in flight", MetricType::Gauge), v.recent_busy_fraction);
+
+  auto& depth = family("hotcold_actor_mailbox_depth", "Messages waiting in an actor's mailbox when it last took one", MetricType::Gauge);
+  auto& depth_max = family("hotcold_actor_mailbox_depth_max", "The most messages seen waiting in an actor's mailbox", MetricType::Gauge);
+  for (int a = 0; a < n_actors; ++a) {
+    const std::string name(actor_name(static_cast<actor_id>(a)));
+    add(depth, static_cast<double>(v.mailbox[static_cast<size_t>(a)]), {{"actor", name}});
+    add(depth_max, static_cast<double>(v.mailbox_max[static_cast<size_t>(a)]), {{"actor", name}});
+  }
+  return out;
+}
+
+nlohmann::json metrics::live_json(const live_stats::view& v) const {
+  const live_stats& s = *live_;
+  const totals t = sum_layers(s, v);
+  nlohmann::json layers = nlohmann::json::array();
+  for (int64_t l = 0; l < s.n_layer(); ++l) {
+    const auto& L = v.layers[static_cast<size_t>(l)];
+    nlohmann::json j{{"layer", l}};
+    for (int k = 0; k < n_stages; ++k) j[std::string(stage_name(static_cast<stage>(k))) + "_s"] = L.seconds[static_cast<size_t>(k)];
+    j["active_ratio"] = ratio(static_cast<double>(L.computed), static_cast<double>(L.candidates));
+    j["hot_hit_ratio"] = ratio(static_cast<double>(L.hot), static_cast<double>(L.computed));
+    j["recall"] = ratio(static_cast<double>(L.found), static_cast<double>(L.truly_active));
+    j["recall_checked"] = L.truly_active;
+    layers.push_back(std::move(j));
+  }
+  nlohmann::json mailbox = nlohmann::json::object(), mailbox_max = nlohmann::json::object();
+  for (int a = 0; a < n_actors; ++a) {
+    const std::string name(actor_name(static_cast<actor_id>(a)));
+    mailbox[name] = v.mailbox[static_cast<size_t>(a)];
+    mailbox_max[name] = v.mailbox_max[static_cast<size_t>(a)];
+  }
+  return {{"hot_device", s.hot_device()},
+          {"layers", std::move(layers)},
+          {"output_s", v.layers.back().seconds[static_cast<size_t>(stage::output)]},
+          {"device_busy_s", t.device_s},
+          {"steps", v.steps},
+          {"step_tokens", v.tokens},
+          {"step_s", v.step_seconds},
+          {"predictor_recall", ratio(t.found, t.truly)},
+          {"recall_checked", t.truly},
+          {"active_ratio", ratio(t.computed, t.candidates)},
+          {"hot_hit_ratio", ratio(t.hot, t.computed)},
+          {"host_bytes", v.host_bytes},
+          {"device_bytes", v.device_bytes},
+          {"bytes_per_token", v.recent_bytes_per_token},
+          {"host_bytes_per_second", v.recent_host_bytes_per_second},
+          {"bandwidth_ceiling_bytes_per_second", ceiling_},
+          {"bandwidth_utilization", ratio(v.recent_host_bytes_per_second, ceiling_)},
+          {"busy_ratio", v.recent_busy_fraction},
+          {"mailbox", std::move(mailbox)},
+          {"mailbox_max", std::move(mailbox_max)}};
 }
 
 nlohmann::json metrics::snapshot() const {
@@ -64,12 +251,18 @@ nlohmann::json metrics::snapshot() const {
       else out[name][m.label.front().value] = v;
     }
   }
+  if (live_) out["pipeline"] = live_json(live_->read());
   return out;
 }
 
 std::string metrics::text() const {
   std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  auto families = registry_->Collect();
+  if (live_) {
+    auto more = live_families(live_->read());
+    families.insert(families.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  prometheus::TextSerializer().Serialize(out, families);
   return out.str();
 }
 

@@ -2,7 +2,10 @@
 // hotcold's metrics, in Prometheus' conventions (prometheus-cpp's registry; text exposition for
 // GET /metrics): request latencies as histograms, counters of requests, tokens and refused frames,
 // gauges of the queue. Thread-safe: the server's thread observes, an HTTP thread reads.
+#include <chrono>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,6 +17,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "actors/live_stats.hpp"
+
 namespace hotcold::actors {
 
 class metrics {
@@ -24,11 +29,23 @@ class metrics {
   void time_to_first_token(double seconds);
   void inter_token_latency(double seconds);
   void bad_frame();
+  // Percentiles (nearest rank) of the latencies observed over the last minute (at most 10000 each).
+  struct percentiles {
+    double p50 = 0, p95 = 0, p99 = 0;
+    int64_t count = 0;
+  };
+  percentiles recent_ttft() const;
+  percentiles recent_itl() const;
+  static constexpr std::chrono::seconds recent_window{60};
   void set_load(int64_t active_sequences, int64_t queued);
+  // The pipeline's live measurements, exported with the rest from now on, and the memory read
+  // bandwidth measured on this machine (bytes/s; 0: not measured) that bytes read are compared with.
+  void attach(std::shared_ptr<const live_stats> stats, double bandwidth_ceiling);
   // The text exposition format (version 0.0.4) of everything registered.
   std::string text() const;
   // The same as JSON (GET /api/stats): counters and gauges by name (labelled ones as objects keyed by
-  // the label's value), histograms as {count, sum, mean}.
+  // the label's value), histograms as {count, sum, mean}; the pipeline's measurements under
+  // "pipeline" (per-layer arrays, totals, ratios: docs/telemetry.md).
   nlohmann::json snapshot() const;
   prometheus::Registry& registry() { return *registry_; }
 
@@ -38,6 +55,17 @@ class metrics {
   prometheus::Counter *prompt_tokens_, *generated_tokens_, *bad_frames_;
   prometheus::Histogram *ttft_, *itl_;
   prometheus::Gauge *active_, *queued_;
+  struct recent_samples {
+    std::deque<std::pair<std::chrono::steady_clock::time_point, double>> values;
+    void add(double v);
+    percentiles get() const;
+  };
+  mutable std::mutex recent_mu_;
+  recent_samples ttft_recent_, itl_recent_;
+  std::shared_ptr<const live_stats> live_;
+  double ceiling_ = 0;
+  std::vector<prometheus::MetricFamily> live_families(const live_stats::view& v) const;
+  nlohmann::json live_json(const live_stats::view& v) const;
 };
 
 }  // namespace hotcold::actors

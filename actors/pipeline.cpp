@@ -13,11 +13,13 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   parts_->hot = std::move(options.hot);
   parts_->trace = options.trace;
   parts_->fault = std::move(options.fault);
+  parts_->stats = std::make_shared<live_stats>(*parts_->m, parts_->hot ? parts_->hot->device().name() : std::string());
+  parts_->recall_every = options.recall_every;
   if (options.pin_workers && std::getenv("HOTCOLD_NO_PIN") == nullptr) parts_->actor_core = parts_->ctx->pool().pin_workers();
   configure(cfg_, options.runtime);
   sys_ = std::make_unique<caf::actor_system>(cfg_);
   self_ = std::make_unique<caf::scoped_actor>(*sys_);
-  telemetry_ = spawn_telemetry(*sys_);
+  telemetry_ = spawn_telemetry(*sys_, parts_->stats);
   scheduler_ = spawn_scheduler(*sys_, parts_, options.prefill_chunk, telemetry_);
 }
 

@@ -27,6 +27,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/hot_cold_ffn.hpp"
+#include "actors/live_stats.hpp"
 #include "actors/messages.hpp"
 #include "actors/runtime.hpp"
 #include "model/forward.hpp"
@@ -43,6 +44,9 @@ struct pipeline_options {
   trace_recorder* trace = nullptr;      // must outlive the pipeline
   fault_hook fault;
   runtime_options runtime;
+  // Every recall_every-th step, each sparse layer also computes its first token's FFN gates densely
+  // and counts the firing neurons its predictor missed (predictor recall in live_stats; 0: never).
+  int64_t recall_every = 0;
   bool pin_workers = true;  // pin the CPU workers (the cold pool's) to cores; HOTCOLD_NO_PIN=1 in the environment also says no
 };
 
@@ -54,6 +58,8 @@ struct engine_parts {
   std::shared_ptr<const hot_rows> hot;
   trace_recorder* trace = nullptr;
   fault_hook fault;
+  std::shared_ptr<live_stats> stats;  // what the actors measure (always present)
+  int64_t recall_every = 0;
   int actor_core = -1;  // the core the compute actors' threads share when the workers are pinned (-1: any)
 };
 
@@ -74,6 +80,8 @@ class pipeline {
   // The next event of any request, in the order each request produced them; nullopt after `timeout`.
   std::optional<pipeline_event> next(std::chrono::milliseconds timeout = std::chrono::minutes(10));
   telemetry_totals totals();
+  // Live measurements (compute seconds per layer and stage, neurons, bytes read, mailboxes).
+  std::shared_ptr<const live_stats> stats() const { return parts_->stats; }
 
   inference_context& context() { return *parts_->ctx; }
 
@@ -92,7 +100,7 @@ predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<engine_p
 cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<engine_parts> parts);
 hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, predictor_actor predictor, cold_pool_actor cold);
 sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts);
-telemetry_actor spawn_telemetry(caf::actor_system& sys);
+telemetry_actor spawn_telemetry(caf::actor_system& sys, std::shared_ptr<live_stats> stats = nullptr);
 caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, int64_t prefill_chunk, telemetry_actor telemetry);
 
 // A CAF error's text for people (the context string when there is one).

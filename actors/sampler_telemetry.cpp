@@ -21,6 +21,7 @@ sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_
         for (token_id t : history) it->second.accept(t);
       },
       [self, p](sample_atom, const sample_job& job) -> caf::result<std::vector<token_id>> {
+        p->stats->set_mailbox(actor_id::sampler, static_cast<int64_t>(self->mailbox().size()));
         trace_scope span(p->trace, "sample", job.logits.step, p->m->hp().n_layer, static_cast<int64_t>(job.requests.size()));
         std::vector<token_id> out;
         out.reserve(job.requests.size());
@@ -42,9 +43,10 @@ struct telemetry_state {
   static inline const char* name = "telemetry";
 };
 
-telemetry_actor::behavior_type telemetry_fn(telemetry_actor::stateful_pointer<telemetry_state> self) {
+telemetry_actor::behavior_type telemetry_fn(telemetry_actor::stateful_pointer<telemetry_state> self, std::shared_ptr<live_stats> stats) {
   return {
-      [self](step_atom, const step_record& r) {
+      [self, stats](step_atom, const step_record& r) {
+        if (stats) stats->set_mailbox(actor_id::telemetry, static_cast<int64_t>(self->mailbox().size()));
         auto& t = self->state.totals;
         ++t.steps;
         t.failed_steps += r.failed;
@@ -64,6 +66,6 @@ telemetry_actor::behavior_type telemetry_fn(telemetry_actor::stateful_pointer<te
 }  // namespace
 
 sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts) { return sys.spawn(sampler_fn, std::move(parts)); }
-telemetry_actor spawn_telemetry(caf::actor_system& sys) { return sys.spawn(telemetry_fn); }
+telemetry_actor spawn_telemetry(caf::actor_system& sys, std::shared_ptr<live_stats> stats) { return sys.spawn(telemetry_fn, std::move(stats)); }
 
 }  // namespace hotcold::actors

@@ -215,6 +215,7 @@ void on_step_failed(scheduler_ptr self, int64_t step, const std::string& why) {
 
 void schedule(scheduler_ptr self) {
   auto& st = self->state;
+  st.p->stats->set_mailbox(actor_id::scheduler, static_cast<int64_t>(self->mailbox().size()));
   if (st.busy) return;
   // Cancelled sequences leave at the step boundary; waiting ones take the free slots.
   std::vector<int64_t> cancelled;

@@ -13,6 +13,7 @@ find_package(prometheus-cpp CONFIG REQUIRED)  # prometheus-cpp-dev: metrics and 
 if(HOTCOLD_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(benchmark REQUIRED)
+  find_package(ZLIB REQUIRED)           # the dashboard test reads the browser's PNG screenshot
 endif()
 
 # CAF 0.17 (libcaf-dev) ships no CMake config: declare its imported targets here.

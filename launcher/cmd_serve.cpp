@@ -34,7 +34,13 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-tokens", a->s.max_tokens, "Largest n_predict accepted")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
-  cmd->add_option("--http", a->s.http, "HOST:PORT for GET /metrics (Prometheus) and GET /health (loopback unless --allow-remote)");
+  cmd->add_option("--http", a->s.http,
+                  "HOST:PORT for the dashboard (GET /), /metrics (Prometheus), /api/stats, /api/events (Server-Sent Events) and /health "
+                  "(loopback unless --allow-remote; docs/telemetry.md)");
+  cmd->add_option("--recall-every", a->s.recall_every,
+                  "Check the predictors' recall every N steps (each sparse layer computes its first token densely; 0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--record", a->s.record, "Append one JSON line per finished generate: arrival, request, TTFT, inter-token gaps, end-to-end (for hotcold replay)");
   cmd->add_option("--curve-key", a->s.curve_key, "The server's CURVE key pair (hotcold keygen -o NAME writes NAME.key): encrypt and authenticate");
   cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");

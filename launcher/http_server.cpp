@@ -1,5 +1,9 @@
 #include "launcher/http_server.hpp"
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
@@ -18,6 +22,16 @@ struct http_server::impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   handler h;
+  // Streams in progress: each a thread writing to its own socket.
+  std::mutex mu;
+  std::condition_variable wake;
+  bool stopping = false;
+  int streams = 0;
+  struct stream_thread {
+    std::thread t;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<stream_thread> stream_threads;
 
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
@@ -32,25 +46,80 @@ struct http_server::impl {
     beast::flat_buffer buf;
     http::request_parser<http::string_body> parser;
     parser.body_limit(64 * 1024);
-    s.set_option(asio::socket_base::linger(true, 0), ec);
     http::read(s, buf, parser, ec);
-    http::response<http::string_body> res;
+    http_reply r;
     if (ec) {
-      res.result(http::status::bad_request);
-      res.set(http::field::content_type, "text/plain");
-      res.body() = "bad request\n";
+      r = {400, "text/plain", "bad request\n"};
     } else {
       const auto& req = parser.get();
-      http_reply r = h(std::string(req.method_string()), std::string(req.target()));
-      res.result(static_cast<http::status>(r.status));
-      res.set(http::field::content_type, r.content_type);
-      res.body() = std::move(r.body);
+      try {
+        r = h(std::string(req.method_string()), std::string(req.target()));
+      } catch (const std::exception& e) {
+        r = {500, "text/plain", fmt::format("internal error: {}\n", e.what())};
+      }
     }
+    if (r.next) {
+      std::lock_guard lock(mu);
+      if (streams >= max_streams) r = {503, "text/plain", fmt::format("too many streams (at most {} at once)\n", max_streams)};
+      else if (!stopping) {
+        ++streams;
+        // Threads of streams that ended are joined here, so they do not pile up.
+        std::erase_if(stream_threads, [](stream_thread& st) {
+          if (!st.done->load()) return false;
+          st.t.join();
+          return true;
+        });
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        stream_threads.push_back({std::thread([this, done, s = std::move(s), r = std::move(r)]() mutable {
+                                    stream(std::move(s), std::move(r));
+                                    done->store(true);
+                                  }),
+                                  done});
+        return;
+      }
+    }
+    s.set_option(asio::socket_base::linger(true, 0), ec);
+    http::response<http::string_body> res;
+    res.result(static_cast<http::status>(r.status));
+    res.set(http::field::content_type, r.content_type);
+    res.body() = std::move(r.body);
     res.set(http::field::server, "hotcold");
     res.keep_alive(false);
     res.prepare_payload();
     http::write(s, res, ec);
     s.shutdown(tcp::socket::shutdown_both, ec);
+  }
+  // A stream's thread: the headers (no length: the body ends when the connection does), then the
+  // chunks as next() gives them.
+  void stream(tcp::socket s, http_reply r) {
+    beast::error_code ec;
+    http::response<http::empty_body> res;
+    res.result(static_cast<http::status>(r.status));
+    res.set(http::field::content_type, r.content_type);
+    res.set(http::field::cache_control, "no-cache");
+    res.set(http::field::server, "hotcold");
+    res.keep_alive(false);
+    http::response_serializer<http::empty_body> sr(res);
+    http::write_header(s, sr, ec);
+    if (!ec && !r.body.empty()) asio::write(s, asio::buffer(r.body), ec);
+    while (!ec) {
+      {
+        std::unique_lock lock(mu);
+        if (wake.wait_for(lock, r.period, [this] { return stopping; })) break;
+      }
+      std::optional<std::string> chunk;
+      try {
+        chunk = r.next();
+      } catch (...) {
+        break;
+      }
+      if (!chunk) break;
+      asio::write(s, asio::buffer(*chunk), ec);
+    }
+    s.shutdown(tcp::socket::shutdown_both, ec);
+    s.close(ec);
+    std::lock_guard lock(mu);
+    --streams;
   }
 };
 
@@ -90,6 +159,12 @@ http_server::~http_server() {
   });
   impl_->io.stop();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  for (auto& st : impl_->stream_threads) st.t.join();
 }
 
 }  // namespace hotcold::launcher

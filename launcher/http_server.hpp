@@ -1,16 +1,25 @@
 #pragma once
-// The HTTP side of `hotcold serve --http HOST:PORT` (Boost.Beast): GET /metrics (Prometheus text),
-// GET /health (JSON). It runs on a thread of its own until destroyed; handlers must be thread-safe.
+// The HTTP side of `hotcold serve --http HOST:PORT` (Boost.Beast): one request per connection,
+// answered on the server's thread, except streams (Server-Sent Events), which each get a thread of
+// their own until they end, the client goes or the server stops. Handlers must be thread-safe.
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 namespace hotcold::launcher {
 
 struct http_reply {
+  http_reply() = default;
+  http_reply(int status_, std::string content_type_, std::string body_) : status(status_), content_type(std::move(content_type_)), body(std::move(body_)) {}
   int status = 200;
   std::string content_type, body;
+  // A stream: after the headers and `body`, next() is called every `period` for the next chunk,
+  // written as it comes, until it returns nullopt (or the client goes). The connection then closes.
+  std::function<std::optional<std::string>()> next;
+  std::chrono::milliseconds period{1000};
 };
 
 class http_server {
@@ -23,6 +32,7 @@ class http_server {
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
   unsigned short port() const { return port_; }
+  static constexpr int max_streams = 32;  // at once; more are answered 503
 
  private:
   struct impl;

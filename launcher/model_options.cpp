@@ -94,9 +94,10 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   return l;
 }
 
-std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk) {
+std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk, int64_t recall_every) {
   actors::pipeline_options o;
   o.prefill_chunk = prefill_chunk;
+  o.recall_every = recall_every;
   o.hot = hot;
   o.trace = trace.get();
   return std::make_unique<actors::pipeline>(ctx, o);

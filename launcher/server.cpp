@@ -1,6 +1,7 @@
 #include "launcher/server.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -18,7 +19,9 @@
 #include <zmq_addon.hpp>
 
 #include "actors/metrics.hpp"
+#include "launcher/dashboard.hpp"
 #include "launcher/http_server.hpp"
+#include "model/bandwidth.hpp"
 #include "model/vocab.hpp"
 #include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
@@ -88,7 +91,7 @@ class server {
     sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);       // a bigger frame drops its sender, not the server's memory
     sock_.set(zmq::sockopt::linger, 0);
     sock_.bind(o_.endpoint);
-    pipe_ = l_.make_pipeline();
+    pipe_ = l_.make_pipeline(32, o_.recall_every);
     if (!o_.record.empty()) {
       record_.open(o_.record, std::ios::app);
       if (!record_) throw std::system_error(errno, std::generic_category(), o_.record);
@@ -96,21 +99,11 @@ class server {
     started_ = clock_type::now();
     std::unique_ptr<http_server> http;
     if (!o_.http.empty()) {
-      http = std::make_unique<http_server>(o_.http, o_.allow_remote, [this](const std::string& method, const std::string& target) {
-        if (method != "GET") return http_reply{405, "text/plain", "GET only\n"};
-        if (target == "/metrics") return http_reply{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()};
-        if (target == "/api/stats") {
-          auto j = metrics_.snapshot();
-          j["status"] = stopping_.load() ? "stopping" : "ok";
-          j["tokens_per_second"] = tokens_per_second_.load();
-          return http_reply{200, "application/json", j.dump() + "\n"};
-        }
-        if (target == "/health")
-          return http_reply{200, "application/json",
-                            fmt::format("{{\"status\":\"{}\",\"active\":{},\"queued\":{}}}\n", stopping_.load() ? "stopping" : "ok", active_.load(), queued_.load())};
-        return http_reply{404, "text/plain", "not found: /metrics and /health are here\n"};
-      });
-      fmt::print(stderr, "hotcold serve: HTTP on {} (/metrics, /health)\n", o_.http);
+      const double ceiling = measure_read_bandwidth(l_.ctx->pool());
+      fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
+      metrics_.attach(pipe_->stats(), ceiling);
+      http = std::make_unique<http_server>(o_.http, o_.allow_remote, [this](const std::string& method, const std::string& target) { return on_http(method, target); });
+      fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health)\n", o_.http);
     }
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
     bool stopping = false;
@@ -141,11 +134,107 @@ class server {
       }
       if (stopping && running_.empty()) break;
     }
+    http.reset();
     pipe_.reset();
     return counters_;
   }
 
  private:
+  // ---- HTTP (its own thread): everything read here is atomic, or locked inside metrics ----------
+  http_reply on_http(const std::string& method, const std::string& target) {
+    if (method != "GET") return {405, "text/plain", "GET only\n"};
+    const auto q = target.find('?');
+    const std::string path = target.substr(0, q);
+    std::map<std::string, std::string> query;
+    if (q != std::string::npos) {
+      std::string rest = target.substr(q + 1);
+      for (size_t at = 0; at <= rest.size();) {
+        const size_t amp = std::min(rest.find('&', at), rest.size());
+        const std::string kv = rest.substr(at, amp - at);
+        const size_t eq = kv.find('=');
+        if (!kv.empty()) query[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+        at = amp + 1;
+      }
+    }
+    // A whole number in [lo, hi] from the query, or `fallback` when absent.
+    auto number = [&](const std::string& key, int64_t fallback, int64_t lo, int64_t hi) -> std::optional<int64_t> {
+      auto it = query.find(key);
+      if (it == query.end()) return fallback;
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+      if (ec != std::errc() || end != it->second.data() + it->second.size() || v < lo || v > hi) return std::nullopt;
+      return v;
+    };
+    if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()};
+    if (path == "/api/stats") return {200, "application/json", stats_json().dump() + "\n"};
+    if (path == "/health")
+      return {200, "application/json",
+              fmt::format("{{\"status\":\"{}\",\"active\":{},\"queued\":{}}}\n", stopping_.load() ? "stopping" : "ok", active_.load(), queued_.load())};
+    if (path == "/" || path == "/index.html") {
+      if (!number("frames", 0, 0, 1000000)) return {400, "text/plain", "frames must be a whole number 0..1000000\n"};
+      return {200, "text/html; charset=utf-8", std::string(dashboard_html())};
+    }
+    if (path == "/api/events") {
+      const auto frames = number("frames", 0, 0, 1000000), period = number("period_ms", 1000, 50, 60000);
+      if (!frames) return {400, "text/plain", "frames must be a whole number 0..1000000 (0: no end)\n"};
+      if (!period) return {400, "text/plain", "period_ms must be a whole number 50..60000\n"};
+      return event_stream(*frames, *period);
+    }
+    return {404, "text/plain", "not found: / (the dashboard), /metrics, /api/stats, /api/events and /health are here\n"};
+  }
+
+  // What /api/stats answers and each event of /api/events carries (docs/telemetry.md).
+  nlohmann::json stats_json() const {
+    auto j = metrics_.snapshot();
+    j["status"] = stopping_.load() ? "stopping" : "ok";
+    j["uptime_s"] = std::chrono::duration<double>(clock_type::now() - started_).count();
+    j["tokens_per_second"] = tokens_per_second_.load();
+    j["active_sequences"] = active_.load();
+    j["queue_depth"] = queued_.load();
+    auto pct = [](const actors::metrics::percentiles& p) { return nlohmann::json{{"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"count", p.count}}; };
+    j["ttft_recent_s"] = pct(metrics_.recent_ttft());
+    j["itl_recent_s"] = pct(metrics_.recent_itl());
+    return j;
+  }
+
+  // Server-Sent Events: a `stats` event now and every period_ms, each with the device utilization
+  // since the one before; after `frames` of them (0: no end) an `end` event, and the stream closes.
+  http_reply event_stream(int64_t frames, int64_t period_ms) {
+    struct stream_state {
+      int64_t sent = 0;
+      std::map<std::string, double> busy;
+      clock_type::time_point at;
+    };
+    auto state = std::make_shared<stream_state>();
+    state->at = started_;
+    auto frame = [this, state, frames]() -> std::optional<std::string> {
+      if (frames > 0 && state->sent == frames) {
+        ++state->sent;
+        return std::string("event: end\ndata: {}\n\n");
+      }
+      if (frames > 0 && state->sent > frames) return std::nullopt;
+      auto j = stats_json();
+      const auto now = clock_type::now();
+      const double dt = std::chrono::duration<double>(now - state->at).count();
+      nlohmann::json util = nlohmann::json::object();
+      if (j.contains("pipeline"))
+        for (const auto& [device, sec] : j["pipeline"]["device_busy_s"].items()) {
+          const double before = state->busy.count(device) ? state->busy[device] : 0.0;
+          util[device] = dt > 0 ? std::clamp((sec.get<double>() - before) / dt, 0.0, 1.0) : 0.0;
+          state->busy[device] = sec.get<double>();
+        }
+      state->at = now;
+      j["device_utilization"] = util;
+      j["frame"] = ++state->sent;
+      j["frames"] = frames;
+      return "event: stats\ndata: " + j.dump() + "\n\n";
+    };
+    http_reply r{200, "text/event-stream", "retry: 2000\n\n" + *frame()};
+    r.next = std::move(frame);
+    r.period = std::chrono::milliseconds(period_ms);
+    return r;
+  }
+
   bool receive_one(bool stopping) {
     std::vector<zmq::message_t> frames;
     if (!zmq::recv_multipart(sock_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return false;

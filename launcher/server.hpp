@@ -19,7 +19,8 @@ struct server_options {
   bool allow_remote = false;       // bind a non-loopback address (needs the two below)
   std::string curve_key;           // the server's key pair (hotcold keygen): CURVE on
   std::string curve_clients;       // public keys of the clients allowed in, one per line
-  std::string http;                // HOST:PORT for GET /metrics and /health (empty: none)
+  std::string http;                // HOST:PORT for the dashboard, /metrics, /api/stats, /api/events, /health (empty: none)
+  int64_t recall_every = 64;       // steps between predictor recall checks (0: none)
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
 };
 

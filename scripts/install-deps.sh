@@ -19,6 +19,7 @@ packages=(
   python3 python3-zmq               # the example Python client (tools/hotcold_client.py) and its test
   prometheus-cpp-dev                # metrics: registry, histograms, text exposition (/metrics)
   prometheus                        # promtool: the suite checks /metrics with it
+  chromium zlib1g-dev               # the dashboard test: headless Chromium, and zlib to read its screenshot
 )
 
 missing=()

@@ -166,6 +166,64 @@ TEST(Pipeline, SparseFileOnTheCpuAloneGivesTheReferenceLogitsAndTokens) {
   expect_matches_reference(m, ffn_mode::sparse, nullptr);
 }
 
+// What the actors measure for /metrics: one request in one-token steps through the sim split, with a
+// recall check at every step, against the reference forward pass with its stats on (the same tokens,
+// the same predictors): neurons computed per layer, candidates, recall, and the bytes of weights read
+// from host and device memory, which one-token steps make exact.
+TEST(Pipeline, LiveStatsCountWhatTheStepsDid) {
+  auto m = model::load(split_file());
+  const auto& hp = m->hp();
+  auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
+  ctx->set_mode(ffn_mode::sparse);
+  pipeline_options o;
+  o.hot = sim_rows(m);
+  o.recall_every = 1;
+  pipeline p(ctx, o);
+  generation_request r = three_requests(hp.n_vocab)[0];
+  r.sampling.temperature = 0;
+  r.prompt.resize(1);  // (a prompt alone runs as one step)
+  r.n_predict = 8;
+  const int64_t id = p.submit(r);
+  auto got = drain(p, 1)[id];
+  const auto v = p.stats()->read();
+
+  inference_context ref(m, 64, 2);
+  ref.set_mode(ffn_mode::sparse);
+  ref.enable_stats(true);
+  int64_t pos = 0;
+  for (token_id t : r.prompt) ref.forward(t, pos++);
+  for (size_t k = 0; k + 1 < got.tokens.size(); ++k) ref.forward(got.tokens[k], pos++);  // the last token was sampled, never run
+  const int64_t tokens = pos;
+  ASSERT_EQ(v.tokens, tokens);
+  ASSERT_EQ(v.steps, tokens);
+
+  const auto& costs = p.stats()->costs();
+  uint64_t bytes = 0, device_bytes = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    SCOPED_TRACE(l);
+    const auto& L = v.layers[static_cast<size_t>(l)];
+    const auto& want = ref.stats()[static_cast<size_t>(l)];
+    EXPECT_EQ(L.candidates, tokens * hp.n_ff);
+    EXPECT_EQ(L.computed, want.computed);
+    EXPECT_GT(L.hot, L.computed / 5);  // every third neuron is hot
+    EXPECT_LT(L.hot, L.computed / 2);
+    EXPECT_NEAR(static_cast<double>(L.truly_active), static_cast<double>(want.truly_active), 0.01 * static_cast<double>(want.truly_active) + 2);
+    EXPECT_NEAR(static_cast<double>(L.found) / static_cast<double>(L.truly_active),
+                static_cast<double>(want.active_computed) / static_cast<double>(want.truly_active), 0.01);
+    for (stage st : {stage::attention, stage::predict, stage::hot_ffn, stage::cold_ffn}) EXPECT_GT(L.seconds[static_cast<size_t>(st)], 0) << stage_name(st);
+    EXPECT_EQ(L.seconds[static_cast<size_t>(stage::ffn)], 0);
+    // One token a step: the rows read are the neurons it chose.
+    bytes += static_cast<uint64_t>(tokens) * costs.layer_fixed[static_cast<size_t>(l)] + static_cast<uint64_t>(L.computed) * costs.neuron[static_cast<size_t>(l)];
+    device_bytes += static_cast<uint64_t>(L.hot) * costs.neuron[static_cast<size_t>(l)];
+  }
+  bytes += static_cast<uint64_t>(tokens) * (costs.output + costs.embedding_row);
+  EXPECT_GT(v.layers.back().seconds[static_cast<size_t>(stage::output)], 0);
+  EXPECT_EQ(v.host_bytes + v.device_bytes, bytes);
+  EXPECT_EQ(v.device_bytes, device_bytes);
+  EXPECT_NEAR(v.recent_bytes_per_token, static_cast<double>(bytes) / static_cast<double>(tokens), 1.0);
+  EXPECT_GT(v.recent_host_bytes_per_second, 0);
+}
+
 // A long prompt arriving while another sequence decodes is fed in chunks: the running stream keeps
 // producing tokens meanwhile.
 TEST(Pipeline, LongPromptDoesNotStallRunningStreams) {

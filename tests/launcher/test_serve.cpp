@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/curve.hpp"
+#include "tests/launcher/png.hpp"
 #include "tools/client.hpp"
 
 extern char** environ;
@@ -332,6 +333,11 @@ TEST(Serve, HttpMetricsAndHealth) {
   EXPECT_NE(m.find("hotcold_bad_frames_total 1\n"), std::string::npos) << m;
   EXPECT_NE(m.find("hotcold_time_to_first_token_seconds_count 3\n"), std::string::npos) << m;
   EXPECT_NE(m.find("hotcold_inter_token_latency_seconds_count 12\n"), std::string::npos) << m;
+  // The pipeline's own: compute time by layer, stage and device, bytes read, mailboxes, the ceiling.
+  for (const char* line : {"hotcold_compute_seconds_total{layer=\"0\",stage=\"attention\",device=\"cpu\"} ", "hotcold_compute_seconds_total{layer=\"output\",stage=\"output\",device=\"cpu\"} ",
+                           "hotcold_device_busy_seconds_total{device=\"cpu\"} ", "hotcold_weight_read_bytes_total{memory=\"host\"} ",
+                           "hotcold_actor_mailbox_depth{actor=\"scheduler\"} ", "hotcold_memory_bandwidth_ceiling_bytes_per_second ", "hotcold_steps_total "})
+    EXPECT_NE(m.find(line), std::string::npos) << line;
   if (std::system("command -v promtool >/dev/null 2>&1") == 0) {
     const auto path = fs::temp_directory_path() / ("hotcold-serve-metrics-" + std::to_string(getpid()));
     std::ofstream(path) << m.substr(m.find("\r\n\r\n") + 4);
@@ -346,6 +352,22 @@ TEST(Serve, HttpMetricsAndHealth) {
   EXPECT_GT(stats["time_to_first_token_seconds"]["mean"].get<double>(), 0);
   EXPECT_EQ(stats["status"], "ok");
   EXPECT_TRUE(stats["tokens_per_second"].is_number());
+  EXPECT_EQ(stats["ttft_recent_s"]["count"], 3);
+  EXPECT_LE(stats["ttft_recent_s"]["p50"].get<double>(), stats["ttft_recent_s"]["p99"].get<double>());
+  // The default model is dense: every step ran each layer's whole FFN on the CPU.
+  const auto& pl = stats["pipeline"];
+  EXPECT_GE(pl["step_tokens"].get<int64_t>(), 15);
+  EXPECT_GT(pl["layers"][0]["ffn_s"].get<double>(), 0);
+  EXPECT_EQ(pl["hot_device"], "");
+  EXPECT_GT(pl["bandwidth_ceiling_bytes_per_second"].get<double>(), 1e8);
+  // The event stream: two updates, then its end.
+  const std::string ev = http_get(port, "/api/events?frames=2&period_ms=50");
+  EXPECT_NE(ev.find("text/event-stream"), std::string::npos) << ev.substr(0, 300);
+  EXPECT_NE(ev.find("\"frame\":2"), std::string::npos);
+  EXPECT_EQ(ev.find("\"frame\":3"), std::string::npos);
+  EXPECT_NE(ev.find("event: end"), std::string::npos);
+  EXPECT_NE(http_get(port, "/api/events?frames=-1").find("400"), std::string::npos);
+  EXPECT_NE(http_get(port, "/").find("id=\"tokens-per-second\""), std::string::npos);
   const std::string h = http_get(port, "/health");
   EXPECT_NE(h.find("\"status\":\"ok\""), std::string::npos) << h;
   EXPECT_NE(http_get(port, "/elsewhere").find("404"), std::string::npos);
@@ -476,3 +498,133 @@ TEST(Serve, CurveLetsInOnlyAllowedClients) {
 }
 
 }  // namespace
+
+namespace {
+
+// The text of the element with id `id` in a dumped DOM ("" when absent).
+std::string element_text(const std::string& dom, const std::string& id) {
+  const std::string key = "id=\"" + id + "\"";
+  const auto at = dom.find(key);
+  if (at == std::string::npos) return "";
+  const auto open = dom.find('>', at), close = dom.find('<', open);
+  return dom.substr(open + 1, close - open - 1);
+}
+
+double element_number(const std::string& dom, const std::string& id) {
+  const std::string t = element_text(dom, id);
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size()) ADD_FAILURE() << "#" << id << " is not a number: '" << t << "'";
+  return v;
+}
+
+std::string run_capture(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (p) pclose(p);
+  return out;
+}
+
+}  // namespace
+
+// The dashboard in headless Chromium while requests run, on a sparse model whose hot neurons are on
+// the sim device: the page follows the event stream to its end (?frames=N) and shows numbers that
+// agree with /api/stats; the screenshot shows the per-layer hot and cold bars in their colours.
+TEST(Serve, DashboardInHeadlessChromium) {
+  const std::string chromium = run_capture("command -v chromium || command -v chromium-browser");
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  const auto dir = fs::temp_directory_path() / ("hotcold-dashboard-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string dense = (dir / "tiny.gguf").string(), sparse = (dir / "tiny-sparse.gguf").string();
+  const std::string bin = HOTCOLD_BIN;
+  ASSERT_EQ(std::system((bin + " gen-model --vocab " HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf --embd 256 --layers 4 --ffn 1024 --kv-heads 4 -o '" +
+                         dense + "' >/dev/null 2>&1").c_str()), 0);
+  ASSERT_EQ(std::system((bin + " prepare -m '" + dense + "' -o '" + sparse + "' --tokens 256 -t 2 --vram-budget 0.019 -c 64 >/dev/null 2>&1").c_str()), 0);
+  ASSERT_TRUE(fs::exists(sparse + ".generated.gpuidx"));
+
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 71) % 20000);
+  const int port = 20000 + (getpid() + 73) % 20000;
+  server_process server({"-m", sparse, "--device", "sim", "--vram-budget", "0.019", "-t", "1", "--recall-every", "4", "--zmq", ep, "--http",
+                         "127.0.0.1:" + std::to_string(port)});
+  wait_ready(ep);
+  // Requests run all along: two clients, one after another each.
+  std::atomic<bool> stop{false};
+  std::atomic<int> done{0};
+  std::vector<std::thread> load;
+  for (int k = 0; k < 2; ++k)
+    load.emplace_back([&, k] {
+      hotcold::tools::client c(ep, 30s);
+      while (!stop) {
+        c.generate({{"prompt", k ? "Once upon a time" : "The cat sat on the"}, {"n_predict", 48}, {"sampling", {{"temperature", 0}}}});
+        ++done;
+      }
+    });
+  while (done < 2) std::this_thread::sleep_for(20ms);
+
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?frames=4&period_ms=250";
+  const std::string flags = " --headless --no-sandbox --disable-gpu --disable-background-networking --user-data-dir='" + (dir / "profile").string() +
+                            "' --virtual-time-budget=10000 --window-size=1200,900 --hide-scrollbars ";
+  const std::string cmd = "timeout 120 " + chromium.substr(0, chromium.find('\n')) + flags;
+  const std::string dom = run_capture(cmd + "--dump-dom '" + url + "' 2>/dev/null");
+  const std::string shot = (dir / "dashboard.png").string();
+  std::system((cmd + "--screenshot='" + shot + "' '" + url + "' >/dev/null 2>&1").c_str());
+  const std::string st = http_get(port, "/api/stats");
+  stop = true;
+  for (auto& t : load) t.join();
+  const auto stats = json::parse(st.substr(st.find("\r\n\r\n") + 4));
+
+  // The stream ran its four updates and ended; the numbers are live, and agree with /api/stats.
+  ASSERT_NE(dom.find("tokens-per-second"), std::string::npos) << dom.substr(0, 2000);
+  EXPECT_EQ(element_text(dom, "frame"), "4");
+  EXPECT_EQ(element_text(dom, "status"), "ended after 4 updates");
+  EXPECT_EQ(element_text(dom, "hot-device"), "sim");
+  const double tps = element_number(dom, "tokens-per-second");
+  EXPECT_GT(tps, 0);
+  const double p50 = element_number(dom, "ttft-p50"), p95 = element_number(dom, "ttft-p95"), p99 = element_number(dom, "ttft-p99");
+  EXPECT_GT(p50, 0);
+  EXPECT_LE(p50, p95);
+  EXPECT_LE(p95, p99);
+  EXPECT_GT(element_number(dom, "itl-p50"), 0);
+  const double recall = element_number(dom, "predictor-recall");
+  EXPECT_GT(recall, 0.9);
+  EXPECT_LE(recall, 1.0);
+  EXPECT_NEAR(recall, stats["pipeline"]["predictor_recall"].get<double>(), 0.02);
+  const double hot_hit = element_number(dom, "hot-hit-ratio");
+  EXPECT_GT(hot_hit, 0.3);  // the placement puts most firings on the device
+  EXPECT_LT(hot_hit, 1.0);
+  EXPECT_NEAR(hot_hit, stats["pipeline"]["hot_hit_ratio"].get<double>(), 0.05);
+  const double active = element_number(dom, "active-ratio");
+  EXPECT_GT(active, 0.02);
+  EXPECT_LT(active, 0.5);
+  EXPECT_GE(element_number(dom, "queue-depth"), 0);
+  EXPECT_GE(element_number(dom, "active-sequences"), 1);
+  EXPECT_GT(element_number(dom, "bytes-per-token"), 0);
+  EXPECT_GT(element_number(dom, "bandwidth-ceiling"), 0.5);  // GB/s
+  EXPECT_GE(element_number(dom, "device-util-sim"), 0);
+  EXPECT_GT(element_number(dom, "device-util-cpu"), 0);
+  // Four layers, each with a hot and a cold bar of some height.
+  size_t hot_bars = 0, cold_bars = 0;
+  for (size_t at = 0; (at = dom.find("class=\"bar-hot\"", at)) != std::string::npos; ++at) ++hot_bars;
+  for (size_t at = 0; (at = dom.find("class=\"bar-cold\"", at)) != std::string::npos; ++at) ++cold_bars;
+  EXPECT_EQ(hot_bars, 4u);
+  EXPECT_EQ(cold_bars, 4u);
+
+  // The screenshot: the page's size, with bars in the hot (#e8590c) and cold (#1971c2) colours.
+  const auto img = hotcold::test::read_png(shot);
+  EXPECT_EQ(img.width, 1200u);
+  EXPECT_EQ(img.height, 900u);
+  size_t hot_px = 0, cold_px = 0;
+  for (uint32_t y = 0; y < img.height; ++y)
+    for (uint32_t x = 0; x < img.width; ++x) {
+      const uint8_t* p = img.at(x, y);
+      hot_px += p[0] == 0xe8 && p[1] == 0x59 && p[2] == 0x0c;
+      cold_px += p[0] == 0x19 && p[1] == 0x71 && p[2] == 0xc2;
+    }
+  EXPECT_GT(hot_px, 500u);
+  EXPECT_GT(cold_px, 500u);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  fs::remove_all(dir);
+}

@@ -1,0 +1,108 @@
+#include "actors/live_stats.hpp"
+
+#include <algorithm>
+
+namespace hotcold::actors {
+
+std::string_view stage_name(stage s) {
+  static constexpr std::string_view names[n_stages] = {"attention", "predict", "hot_ffn", "cold_ffn", "ffn", "output"};
+  return names[static_cast<int>(s)];
+}
+
+std::string_view actor_name(actor_id a) {
+  static constexpr std::string_view names[n_actors] = {"scheduler", "hot_executor", "predictor", "cold_pool", "sampler", "telemetry"};
+  return names[static_cast<int>(a)];
+}
+
+read_costs::read_costs(const model& m) {
+  const auto& w = m.weights();
+  const int64_t n_ff = m.hp().n_ff;
+  for (const auto& L : w.layers) {
+    const uint64_t ffn = L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes();
+    const uint64_t all = L.attn_norm.bytes() + L.attn_norm_b.bytes() + L.attn_norm_2.bytes() + L.attn_norm_2_b.bytes() + L.wq.bytes() + L.wk.bytes() +
+                         L.wv.bytes() + L.wqkv.bytes() + L.wo.bytes() + L.ffn_norm.bytes() + L.pred_fc1.bytes() + L.pred_fc2.bytes();
+    layer_fixed.push_back(all);
+    ffn_dense.push_back(ffn);
+    neuron.push_back(n_ff > 0 ? ffn / static_cast<uint64_t>(n_ff) : 0);
+  }
+  output = w.output_norm.bytes() + w.output_norm_b.bytes() + w.output.bytes();
+  embedding_row = w.token_embd.row_bytes;
+}
+
+live_stats::live_stats(const model& m, std::string hot_device)
+    : costs_(m), hot_device_(std::move(hot_device)), n_layer_(m.hp().n_layer), n_ff_(m.hp().n_ff), layers_(static_cast<size_t>(m.hp().n_layer + 1)) {}
+
+void live_stats::add_time(stage s, int64_t layer, std::chrono::steady_clock::duration d) {
+  if (layer < 0 || layer > n_layer_) return;
+  layers_[static_cast<size_t>(layer)].ns[static_cast<size_t>(s)].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(),
+                                                                           std::memory_order_relaxed);
+}
+
+void live_stats::add_ffn(int64_t layer, int64_t tokens, int64_t computed, int64_t hot) {
+  if (layer < 0 || layer >= n_layer_) return;
+  auto& c = layers_[static_cast<size_t>(layer)];
+  c.candidates.fetch_add(tokens * n_ff_, std::memory_order_relaxed);
+  c.computed.fetch_add(computed, std::memory_order_relaxed);
+  c.hot.fetch_add(hot, std::memory_order_relaxed);
+}
+
+void live_stats::add_recall(int64_t layer, int64_t truly_active, int64_t found) {
+  if (layer < 0 || layer >= n_layer_) return;
+  auto& c = layers_[static_cast<size_t>(layer)];
+  c.truly_active.fetch_add(truly_active, std::memory_order_relaxed);
+  c.found.fetch_add(found, std::memory_order_relaxed);
+}
+
+void live_stats::add_step(int64_t tokens, double seconds, uint64_t host_bytes, uint64_t device_bytes) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  ++steps_;
+  tokens_ += tokens;
+  step_seconds_ += seconds;
+  host_bytes_ += host_bytes;
+  device_bytes_ += device_bytes;
+  recent_.push_back({now, tokens, seconds, host_bytes, device_bytes});
+  while (recent_.size() > 4096 || (!recent_.empty() && now - recent_.front().end > window)) recent_.pop_front();
+}
+
+void live_stats::set_mailbox(actor_id a, int64_t depth) {
+  const auto k = static_cast<size_t>(a);
+  mailbox_[k].store(depth, std::memory_order_relaxed);
+  int64_t m = mailbox_max_[k].load(std::memory_order_relaxed);
+  while (depth > m && !mailbox_max_[k].compare_exchange_weak(m, depth, std::memory_order_relaxed)) {
+  }
+}
+
+live_stats::view live_stats::read() const {
+  view v;
+  v.layers.resize(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const auto& c = layers_[l];
+    auto& o = v.layers[l];
+    for (int s = 0; s < n_stages; ++s) o.seconds[static_cast<size_t>(s)] = static_cast<double>(c.ns[static_cast<size_t>(s)].load(std::memory_order_relaxed)) * 1e-9;
+    o.candidates = c.candidates.load(std::memory_order_relaxed);
+    o.computed = c.computed.load(std::memory_order_relaxed);
+    o.hot = c.hot.load(std::memory_order_relaxed);
+    o.truly_active = c.truly_active.load(std::memory_order_relaxed);
+    o.found = c.found.load(std::memory_order_relaxed);
+  }
+  for (int a = 0; a < n_actors; ++a) {
+    v.mailbox[static_cast<size_t>(a)] = mailbox_[static_cast<size_t>(a)].load(std::memory_order_relaxed);
+    v.mailbox_max[static_cast<size_t>(a)] = mailbox_max_[static_cast<size_t>(a)].load(std::memory_order_relaxed);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  v.steps = steps_, v.tokens = tokens_, v.step_seconds = step_seconds_, v.host_bytes = host_bytes_, v.device_bytes = device_bytes_;
+  int64_t tokens = 0;
+  double seconds = 0, host = 0, device = 0;
+  for (const auto& e : recent_) {
+    if (now - e.end > window) continue;
+    tokens += e.tokens, seconds += e.seconds, host += static_cast<double>(e.host), device += static_cast<double>(e.device);
+  }
+  if (tokens > 0) v.recent_bytes_per_token = (host + device) / static_cast<double>(tokens);
+  if (seconds > 0) v.recent_host_bytes_per_second = host / seconds;
+  v.recent_busy_fraction = std::min(1.0, seconds / std::chrono::duration<double>(window).count());
+  return v;
+}
+
+}  // namespace hotcold::actors

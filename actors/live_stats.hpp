@@ -1,0 +1,105 @@
+#pragma once
+// What the actor pipeline measures while it runs, for /metrics, /api/stats and the dashboard: per
+// layer and stage the compute seconds (and so per device), how many FFN neurons the predictors chose
+// and how many of those were on the hot device, the predictors' recall on sampled tokens, the bytes
+// of weights each step read from host and device memory, and the actors' mailbox depths.
+//
+// The compute actors write (relaxed atomics: one add per layer and stage); any thread reads.
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/model.hpp"
+
+namespace hotcold::actors {
+
+// Where a layer's time goes. hot_ffn runs on the hot device, everything else on the CPU.
+enum class stage : int { attention, predict, hot_ffn, cold_ffn, ffn, output };
+inline constexpr int n_stages = 6;
+std::string_view stage_name(stage s);
+
+enum class actor_id : int { scheduler, hot_executor, predictor, cold_pool, sampler, telemetry };
+inline constexpr int n_actors = 6;
+std::string_view actor_name(actor_id a);
+
+// Bytes of weights the stages read (model files only: KV cache reads are not counted).
+struct read_costs {
+  std::vector<uint64_t> layer_fixed;   // per layer: attention, norms and predictor
+  std::vector<uint64_t> neuron;        // per layer: one FFN neuron's gate, up and down rows
+  std::vector<uint64_t> ffn_dense;     // per layer: every FFN weight
+  uint64_t output = 0;                 // final norm and head
+  uint64_t embedding_row = 0;          // per token
+  explicit read_costs(const model& m);
+};
+
+class live_stats {
+ public:
+  // hot_device: the hot device's name ("" when every FFN neuron is on the CPU).
+  live_stats(const model& m, std::string hot_device);
+
+  void add_time(stage s, int64_t layer, std::chrono::steady_clock::duration d);  // layer n_layer: the head
+  // A sparse layer of a step: tokens x n_ff candidates, `computed` chosen (token, neuron) pairs of which
+  // `hot` had their rows on the hot device; rows read from host and device memory.
+  void add_ffn(int64_t layer, int64_t tokens, int64_t computed, int64_t hot);
+  // A sampled check of a predictor: of `truly_active` neurons that fire (computed densely), `found`
+  // were among those it chose.
+  void add_recall(int64_t layer, int64_t truly_active, int64_t found);
+  // A finished step: tokens, wall seconds, bytes of weights read from host and device memory.
+  void add_step(int64_t tokens, double seconds, uint64_t host_bytes, uint64_t device_bytes);
+  // Messages waiting in an actor's mailbox, as the actor itself saw when it took its last message.
+  void set_mailbox(actor_id a, int64_t depth);
+
+  static constexpr std::chrono::seconds window{5};  // what "recent" means
+
+  const read_costs& costs() const { return costs_; }
+  const std::string& hot_device() const { return hot_device_; }
+  int64_t n_layer() const { return n_layer_; }
+  int64_t n_ff() const { return n_ff_; }
+
+  struct layer_view {
+    std::array<double, n_stages> seconds{};
+    int64_t candidates = 0, computed = 0, hot = 0, truly_active = 0, found = 0;
+  };
+  struct view {
+    std::vector<layer_view> layers;  // n_layer + 1: the last is the head
+    int64_t steps = 0, tokens = 0;
+    double step_seconds = 0;
+    uint64_t host_bytes = 0, device_bytes = 0;
+    std::array<int64_t, n_actors> mailbox{}, mailbox_max{};
+    // Over the steps of the last few seconds (0 when none ran).
+    double recent_bytes_per_token = 0;       // host + device
+    double recent_host_bytes_per_second = 0; // host bytes / the steps' wall time
+    double recent_busy_fraction = 0;         // steps' wall time / the window
+  };
+  view read() const;
+
+ private:
+  struct layer_counters {
+    std::array<std::atomic<int64_t>, n_stages> ns{};
+    std::atomic<int64_t> candidates{0}, computed{0}, hot{0}, truly_active{0}, found{0};
+  };
+  read_costs costs_;
+  std::string hot_device_;
+  int64_t n_layer_, n_ff_;
+  std::vector<layer_counters> layers_;
+  std::array<std::atomic<int64_t>, n_actors> mailbox_{}, mailbox_max_{};
+  struct step_entry {
+    std::chrono::steady_clock::time_point end;
+    int64_t tokens;
+    double seconds;
+    uint64_t host, device;
+  };
+  mutable std::mutex mu_;
+  int64_t steps_ = 0, tokens_ = 0;
+  double step_seconds_ = 0;
+  uint64_t host_bytes_ = 0, device_bytes_ = 0;
+  std::deque<step_entry> recent_;
+};
+
+}  // namespace hotcold::actors
