@@ -85,6 +85,7 @@ active_set predict(predictor_actor::stateful_pointer<predictor_state> self, cons
   auto ids = std::make_shared<std::vector<int32_t>>();
   self->state.runner->predict(job.layer, job.input.data(), job.input.rows, chosen->data(), *ids);
   p.stats->add_time(stage::predict, job.layer, std::chrono::steady_clock::now() - t0);
+  if (p.trace) p.trace->record_active(job.input.step, job.layer, job.input.rows, n_ff, chosen->data());
   if (p.recall_every > 0 && job.input.step % p.recall_every == 0) check_recall(p, job, chosen->data());
   return active_set{std::move(chosen), std::move(ids)};
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -14,6 +15,7 @@
 
 #include "launcher/commands.hpp"
 #include "tools/client.hpp"
+#include "tools/whatif.hpp"
 
 namespace hotcold::launcher {
 namespace {
@@ -34,6 +36,47 @@ struct measured {
   std::vector<double> ttft, itl, e2e;
 };
 
+// hotcold replay --activations TRACE -m MODEL --vram-budget GiB...: the estimates, as a table and JSON.
+void what_if(const std::string& activations, tools::whatif_options o, const std::string& report_path) {
+  if (o.model_path.empty()) throw std::invalid_argument("--activations needs -m MODEL (the model the run used)");
+  const auto rec = tools::read_activation_record(activations);
+  if (o.budgets_gib.empty() && o.placements.empty() && rec.hot.empty())
+    throw std::invalid_argument("--activations: give --vram-budget GiB (one or more) or --placement FILE to estimate");
+  std::vector<std::pair<int64_t, tools::step_timing>> timing;
+  std::string trace_json;
+  if (!rec.from_profile) {
+    trace_json = rec.source.ends_with(".activations") ? rec.source.substr(0, rec.source.size() - 12) : rec.source;
+    if (std::filesystem::exists(trace_json)) timing = tools::read_step_timing(trace_json, rec.n_layer);
+  }
+  const auto r = tools::estimate_whatif(rec, timing, o);
+  fmt::print("what-if over {} steps, {} tokens ({:.1f}% of FFN neurons active) from {}\n", r.steps, r.tokens, 100 * r.active_ratio, rec.source);
+  if (r.timed)
+    fmt::print("time: the trace's steps ({:.3f} ms/token recorded), each layer's FFN re-costed at the rates its intervals show: cold side {:.1f} GB/s + {:.0f} us, "
+               "hot side {:.1f} GB/s + {:.0f} us\n",
+               1000 * r.recorded_seconds_per_token, r.cold_gbps, r.cold_overhead_us, r.hot_gbps, r.hot_overhead_us);
+  else
+    fmt::print("time: a bandwidth model (no trace{}): CPU {:.1f} GB/s, hot device {:.1f} GB/s\n", rec.from_profile ? " for a profile" : " beside the record",
+               r.cold_gbps, r.hot_gbps);
+  fmt::print("| placement | hot neurons | hot FFN GiB | hot-hit ratio | FFN rows/token hot / cold | ms/token | tokens/s |\n"
+             "| --- | --- | --- | --- | --- | --- | --- |\n");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& row : r.rows) {
+    fmt::print("| {} | {} | {:.3f} | {:.4f} | {:.0f} / {:.0f} | {:.3f} | {:.1f} |\n", row.label, row.hot_neurons, row.hot_bytes / double(1ull << 30),
+               row.hot_hit_ratio, row.hot_rows_per_token, row.cold_rows_per_token, 1000 * row.seconds_per_token, 1 / row.seconds_per_token);
+    rows.push_back({{"placement", row.label}, {"hot_neurons", row.hot_neurons}, {"hot_ffn_bytes", row.hot_bytes}, {"hot_hit_ratio", row.hot_hit_ratio},
+                    {"layer_hot_hit_ratio", row.layer_hot_hit}, {"hot_rows_per_token", row.hot_rows_per_token}, {"cold_rows_per_token", row.cold_rows_per_token},
+                    {"seconds_per_token", row.seconds_per_token}});
+  }
+  if (report_path.empty()) return;
+  nlohmann::json j{{"source", rec.source}, {"steps", r.steps}, {"tokens", r.tokens}, {"active_ratio", r.active_ratio}, {"timed", r.timed},
+                   {"recorded_seconds_per_token", r.timed ? nlohmann::json(r.recorded_seconds_per_token) : nlohmann::json()},
+                   {"rates", {{"cold_gbps", r.cold_gbps}, {"cold_overhead_us", r.cold_overhead_us}, {"hot_gbps", r.hot_gbps}, {"hot_overhead_us", r.hot_overhead_us}}},
+                   {"estimates", rows}};
+  std::ofstream out(report_path);
+  out << j.dump(2) << "\n";
+  if (!out) throw std::system_error(errno, std::generic_category(), report_path);
+}
+
 }  // namespace
 
 void add_replay_command(CLI::App& app, int& exit_code) {
@@ -42,19 +85,37 @@ void add_replay_command(CLI::App& app, int& exit_code) {
     double speed = 1.0;
     int max_concurrency = 256;
     bool compare = false;
+    std::string activations;
+    tools::whatif_options w;
   };
   auto a = std::make_shared<args>();
-  auto* cmd = app.add_subcommand("replay", "Replay a recorded workload (serve --record) against a server and report its latencies");
-  cmd->add_option("--trace", a->trace, "JSONL file written by serve --record")->required();
+  auto* cmd = app.add_subcommand("replay",
+                                 "Replay a recorded workload (serve --record) against a server and report its latencies; or, with --activations, "
+                                 "estimate what other hot-device budgets would give from a run's recorded active neurons (docs/replay.md)");
+  cmd->add_option("--trace", a->trace, "JSONL file written by serve --record");
   cmd->add_option("--endpoint", a->endpoint, "The server to replay against")->capture_default_str();
   cmd->add_option("--speed", a->speed, "Time scale: 2 sends twice as fast as recorded")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (a request waits for a free one)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--report", a->report, "JSON report: requests, ttft_s, itl_s, e2e_s (p50, p95, p99, mean, max)")->required();
+  cmd->add_option("--report", a->report, "JSON report: requests, ttft_s, itl_s, e2e_s (p50, p95, p99, mean, max); with --activations, the estimates");
   cmd->add_flag("--compare", a->compare, "Put the recorded latencies beside the replayed ones");
+  // What-if.
+  cmd->add_option("--activations", a->activations,
+                  "What-if: a run's active neurons (TRACE.json from --trace-out, its TRACE.json.activations, or a profile folder)");
+  cmd->add_option("-m,--model", a->w.model_path, "What-if: the model the activations were recorded on");
+  cmd->add_option("--vram-budget", a->w.budgets_gib, "What-if: hot-device budgets in GiB to estimate (placed as `hotcold place` would)")->check(CLI::PositiveNumber);
+  cmd->add_option("--placement", a->w.placements, "What-if: placement files to estimate");
+  cmd->add_option("--stats", a->w.stats_dir, "What-if: profile folder whose firing counts place the neurons (default: the recorded run's own choices)");
+  cmd->add_option("-c,--ctx", a->w.ctx, "What-if: the context the budget's KV cache must hold (as place -c)");
+  cmd->add_option("--hot-gbps", a->w.hot_gbps, "What-if: the hot device's read bandwidth in GB/s (default: as the trace shows it, or the CPU's)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cpu-gbps", a->w.cpu_gbps, "What-if without a trace: the CPU's read bandwidth in GB/s (default: measured here)")->check(CLI::PositiveNumber);
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("replay", [&] {
+      if (!a->activations.empty()) return what_if(a->activations, a->w, a->report);
+      if (a->trace.empty() || a->report.empty())
+        throw std::invalid_argument("replay needs --trace FILE.jsonl and --report OUT.json (or --activations TRACE for a what-if)");
       std::ifstream in(a->trace);
       if (!in) throw std::system_error(errno, std::generic_category(), a->trace);
       std::vector<json> lines;

@@ -85,6 +85,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
       throw std::invalid_argument(fmt::format("--device {}: {} has no placement ({}); make one with `hotcold place -m {} --stats DIR --vram-budget GiB`",
                                               a.device, path, placement_path(path), path));
     l.hot = std::make_shared<const actors::hot_rows>(m, *pl, dev);
+    if (l.trace) l.trace->set_hot_neurons(pl->hot);
     l.split = std::make_shared<actors::hot_cold_ffn>(m, l.hot, l.ctx->pool());  // one set of CPU workers
     l.split->set_trace(l.trace.get());
     l.ctx->set_ffn_executor(l.split);
@@ -108,6 +109,10 @@ void loaded::finish() {
   trace->write(trace_path);
   const auto entries = trace->entries();
   fmt::print(stderr, "hotcold: trace of {} intervals -> {}\n", entries.size(), trace_path);
+  if (trace->has_activations()) {
+    trace->write_activations(trace_path + ".activations");
+    fmt::print(stderr, "hotcold: the steps' active neurons -> {}.activations (for hotcold replay --activations)\n", trace_path);
+  }
   // With a hot device: how busy each side was, and how much of the time both worked at once.
   const auto busy = busy_time(entries);
   if (busy.busy_s.count("hot_ffn") && busy.busy_s.count("cold_ffn") && busy.span_s > 0)

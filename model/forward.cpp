@@ -194,6 +194,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
       trace_scope span(trace_, "predict", step_, layer);
       predictor_.predict(layer, pred_in, 1, chosen1_.data(), active_);
     }
+    if (trace_ && mode_ == ffn_mode::sparse) trace_->record_active(step_, layer, 1, n_ff, chosen1_.data());
     // The chosen neurons only: each thread takes a contiguous share of them and owns its rows of
     // hidden_ and its own accumulator; the accumulators are summed afterwards.
     std::fill(hidden_.begin(), hidden_.end(), 0.0f);
@@ -359,6 +360,7 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
   if (!sparse) std::fill(B.chosen.begin(), B.chosen.begin() + n * n_ff, uint8_t{1});
   if (sparse) {
     predictor_.predict(layer, pred_in, n, B.chosen.data(), chosen_union);
+    if (trace_) trace_->record_active(B.step, layer, n, n_ff, B.chosen.data());
   } else {
     for (int64_t i = 0; i < n_ff; ++i) chosen_union.push_back(static_cast<int32_t>(i));
   }

@@ -125,3 +125,61 @@ trace_busy busy_time(const std::vector<trace_recorder::entry>& entries, const st
 }
 
 }  // namespace hotcold
+
+namespace hotcold {
+
+void trace_recorder::record_active(int64_t step, int64_t layer, int64_t tokens, int64_t n_ff, const uint8_t* chosen) {
+  const int64_t row = (n_ff + 7) / 8;
+  active_record r{step, layer, tokens, std::vector<uint8_t>(static_cast<size_t>(tokens * row), 0)};
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t i = 0; i < n_ff; ++i)
+      if (chosen[t * n_ff + i]) r.bits[static_cast<size_t>(t * row + i / 8)] |= static_cast<uint8_t>(1u << (i % 8));
+  std::lock_guard lock(active_mutex_);
+  active_n_ff_ = n_ff;
+  active_n_layer_ = std::max(active_n_layer_, layer + 1);
+  active_.push_back(std::move(r));
+}
+
+void trace_recorder::set_hot_neurons(std::vector<std::vector<int32_t>> hot) {
+  std::lock_guard lock(active_mutex_);
+  hot_ = std::move(hot);
+}
+
+bool trace_recorder::has_activations() const {
+  std::lock_guard lock(active_mutex_);
+  return !active_.empty();
+}
+
+void trace_recorder::write_activations(const std::string& path) const {
+  std::lock_guard lock(active_mutex_);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw std::system_error(errno, std::generic_category(), path);
+  auto u32 = [&](uint64_t v) {
+    const uint8_t b[4] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v >> 16), static_cast<uint8_t>(v >> 24)};
+    out.write(reinterpret_cast<const char*>(b), 4);
+  };
+  const int64_t n_layer = std::max<int64_t>(active_n_layer_, static_cast<int64_t>(hot_.size()));
+  const int64_t row = (active_n_ff_ + 7) / 8;
+  out.write("HCACT001", 8);
+  u32(static_cast<uint64_t>(n_layer));
+  u32(static_cast<uint64_t>(active_n_ff_));
+  u32(hot_.empty() ? 0 : static_cast<uint64_t>(n_layer));
+  if (!hot_.empty())
+    for (int64_t l = 0; l < n_layer; ++l) {
+      std::vector<uint8_t> bits(static_cast<size_t>(row), 0);
+      if (l < static_cast<int64_t>(hot_.size()))
+        for (int32_t i : hot_[static_cast<size_t>(l)])
+          if (i >= 0 && i < active_n_ff_) bits[static_cast<size_t>(i / 8)] |= static_cast<uint8_t>(1u << (i % 8));
+      out.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(bits.size()));
+    }
+  for (const auto& r : active_) {
+    u32(static_cast<uint64_t>(r.step) & 0xffffffffu);
+    u32(static_cast<uint64_t>(r.step) >> 32);
+    u32(static_cast<uint64_t>(r.layer));
+    u32(static_cast<uint64_t>(r.tokens));
+    out.write(reinterpret_cast<const char*>(r.bits.data()), static_cast<std::streamsize>(r.bits.size()));
+  }
+  if (!out) throw std::system_error(errno, std::generic_category(), path);
+}
+
+}  // namespace hotcold

@@ -41,7 +41,27 @@ class trace_recorder {
   std::string chrome_json() const;
   void write(const std::string& path) const;  // throws std::system_error naming the path
 
+  // ---- Per-token active sets (what `hotcold replay --activations` reads; docs/traces.md) ----
+  // A sparse layer's choice in a step: chosen is tokens x n_ff bytes, 1 = the token computes the neuron.
+  void record_active(int64_t step, int64_t layer, int64_t tokens, int64_t n_ff, const uint8_t* chosen);
+  // The hot device's neurons per layer while recording (none: every neuron on the CPU).
+  void set_hot_neurons(std::vector<std::vector<int32_t>> hot);
+  bool has_activations() const;
+  // The binary activation file: "HCACT001", u32 n_layer, u32 n_ff, u32 hot layers (0 or n_layer),
+  // per hot layer ceil(n_ff/8) bytes of bits (bit i: neuron i is hot), then per record u64 step,
+  // u32 layer, u32 tokens, tokens x ceil(n_ff/8) bytes of bits; little-endian. Throws std::system_error.
+  void write_activations(const std::string& path) const;
+
  private:
+  struct active_record {
+    int64_t step, layer, tokens;
+    std::vector<uint8_t> bits;  // tokens x ceil(n_ff/8)
+  };
+  mutable std::mutex active_mutex_;
+  int64_t active_n_ff_ = 0, active_n_layer_ = 0;
+  std::vector<active_record> active_;
+  std::vector<std::vector<int32_t>> hot_;
+
   struct thread_buffer {
     std::string name;
     std::vector<interval> spans;

@@ -101,6 +101,14 @@ placement_plan plan_placement(const std::string& model_path, const std::string& 
   if (data.n_layer != hp.n_layer || data.n_ff != hp.n_ff)
     throw std::invalid_argument(fmt::format("{}: the profile is of a model with {} layers x {} neurons, this one has {} x {}", stats_dir,
                                             data.n_layer, data.n_ff, hp.n_layer, hp.n_ff));
+  return plan_placement(*m, data.firing_counts, budget_gib, ctx);
+}
+
+placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx) {
+  const model* m = &model_;
+  const auto& hp = m->hp();
+  if (static_cast<int64_t>(firing_counts.size()) != hp.n_layer * hp.n_ff)
+    throw std::invalid_argument(fmt::format("{} firing counts for a model of {} layers x {} neurons", firing_counts.size(), hp.n_layer, hp.n_ff));
   if (budget_gib <= 0) throw std::invalid_argument("--vram-budget must be positive");
   if (ctx <= 0) ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
   placement_plan plan;
@@ -132,7 +140,7 @@ placement_plan plan_placement(const std::string& model_path, const std::string& 
     const auto& L = w.layers[static_cast<size_t>(l)];
     uint64_t per_neuron = (L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes()) / static_cast<uint64_t>(hp.n_ff);
     p.bytes.push_back(per_neuron);
-    auto begin = data.firing_counts.begin() + l * hp.n_ff;
+    auto begin = firing_counts.begin() + l * hp.n_ff;
     p.counts.emplace_back(begin, begin + hp.n_ff);
     all = std::accumulate(begin, begin + hp.n_ff, all);
   }

@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+namespace hotcold {
+class model;
+}
+
 namespace hotcold::tools {
 
 // The knapsack at the heart of placement: layer l offers n neurons of `bytes[l]` each, whose values
@@ -45,6 +49,8 @@ struct placement_plan {
 
 // Plans placement for `model_path` from the firing counts in `stats_dir` (hotcold profile).
 placement_plan plan_placement(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);
+// The same from firing counts in hand (n_layer x n_ff).
+placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx);
 
 // Writes the plan's hot neurons as a placement file (model/placement_file.hpp).
 void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff);

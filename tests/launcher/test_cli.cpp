@@ -242,6 +242,32 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   EXPECT_EQ(count["sample"], 16);
   EXPECT_GT(count["thread_name"], 1);
 
+  // The trace's active sets, for the what-if: the budget the placement was made for, placed again
+  // from the same profile, gives the recorded split exactly; a bigger one puts more on the device.
+  ASSERT_TRUE(fs::exists(trace + ".activations")) << sim.err;
+  const auto report = (dir / "whatif.json").string();
+  auto wi = run({"replay", "--activations", trace, "-m", sparse, "--stats", sparse + ".work", "-c", "64", "--vram-budget", "0.0042", "--vram-budget", "0.0045",
+                 "--report", report});
+  ASSERT_EQ(wi.code, 0) << wi.err;
+  EXPECT_NE(wi.out.find("| recorded |"), std::string::npos) << wi.out;
+  std::ifstream rin(report);
+  auto w = nlohmann::json::parse(rin);
+  EXPECT_TRUE(w["timed"].get<bool>());
+  EXPECT_EQ(w["tokens"], 16 + 2);  // the prompt's tokens and the 15 generated ones that ran (the 16th is sampled, never run)
+  ASSERT_EQ(w["estimates"].size(), 3u);
+  const auto& rec = w["estimates"][0];
+  const auto& same = w["estimates"][1];
+  const auto& more = w["estimates"][2];
+  EXPECT_EQ(same["hot_neurons"], rec["hot_neurons"]);
+  EXPECT_DOUBLE_EQ(same["hot_hit_ratio"].get<double>(), rec["hot_hit_ratio"].get<double>());
+  EXPECT_GT(rec["hot_hit_ratio"].get<double>(), 0.0);
+  EXPECT_GT(more["hot_neurons"].get<int64_t>(), rec["hot_neurons"].get<int64_t>());
+  EXPECT_GE(more["hot_hit_ratio"].get<double>(), rec["hot_hit_ratio"].get<double>());
+  EXPECT_NEAR(rec["seconds_per_token"].get<double>(), w["recorded_seconds_per_token"].get<double>(), 0.25 * w["recorded_seconds_per_token"].get<double>());
+  auto no_model = run({"replay", "--activations", trace, "--vram-budget", "1"});
+  EXPECT_EQ(no_model.code, 2);
+  EXPECT_NE(no_model.err.find("-m MODEL"), std::string::npos) << no_model.err;
+
   auto bare = (dir / "bare.gguf").string();
   fs::copy_file(sparse, bare);
   auto none = run({"run", "-m", bare, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "1"});

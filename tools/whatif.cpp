@@ -1,0 +1,308 @@
+#include "tools/whatif.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "model/bandwidth.hpp"
+#include "model/placement_file.hpp"
+#include "model/thread_pool.hpp"
+#include "tools/placement.hpp"
+#include "tools/profile.hpp"
+
+namespace hotcold::tools {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+activation_record read_profile_record(const std::string& dir) {
+  const profile_data d = read_profile(dir);
+  activation_record r;
+  r.n_layer = d.n_layer, r.n_ff = d.n_ff, r.source = dir, r.from_profile = true;
+  const size_t mask = static_cast<size_t>((d.n_ff + 7) / 8), record = d.record_bytes();
+  for (int64_t l = 0; l < d.n_layer; ++l) {
+    std::ifstream in(d.samples_path(l), std::ios::binary);
+    if (!in) throw std::runtime_error(fmt::format("{}: cannot read", d.samples_path(l)));
+    std::vector<char> buf(record);
+    for (int64_t t = 0; t < d.tokens; ++t) {
+      if (!in.read(buf.data(), static_cast<std::streamsize>(record)))
+        throw std::runtime_error(fmt::format("{}: {} tokens, expected {}", d.samples_path(l), t, d.tokens));
+      const auto* m = reinterpret_cast<const uint8_t*>(buf.data()) + d.n_embd * 4;
+      r.entries.push_back({t, l, 1, std::vector<uint8_t>(m, m + mask)});
+    }
+  }
+  return r;
+}
+
+uint32_t u32_at(const std::string& b, size_t at) {
+  return uint32_t{static_cast<uint8_t>(b[at])} | uint32_t{static_cast<uint8_t>(b[at + 1])} << 8 | uint32_t{static_cast<uint8_t>(b[at + 2])} << 16 |
+         uint32_t{static_cast<uint8_t>(b[at + 3])} << 24;
+}
+
+// y = a + b x by least squares, a >= 0 (a fixed cost per call cannot be negative); b from the means
+// when the x do not vary.
+std::pair<double, double> fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  if (x.empty()) return {0, 0};
+  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n, my = std::accumulate(y.begin(), y.end(), 0.0) / n;
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+  double b = sxx > 0 ? sxy / sxx : 0, a = my - b * mx;
+  if (b <= 0 || a < 0) a = 0, b = mx > 0 ? my / mx : 0;
+  return {a, b};
+}
+
+struct split_counts {
+  int64_t hot_pairs = 0, pairs = 0, hot_rows = 0, rows = 0;
+};
+
+// A (step, layer) entry split by a hot mask (n_ff bytes).
+split_counts split_entry(const activation_record::entry& e, int64_t n_ff, const std::vector<uint8_t>& hot) {
+  const size_t row = static_cast<size_t>((n_ff + 7) / 8);
+  split_counts c;
+  std::vector<uint8_t> any(row, 0), hot_bits(row, 0);
+  for (int64_t i = 0; i < n_ff; ++i)
+    if (!hot.empty() && hot[static_cast<size_t>(i)]) hot_bits[static_cast<size_t>(i / 8)] |= static_cast<uint8_t>(1u << (i % 8));
+  for (int64_t t = 0; t < e.tokens; ++t) {
+    const uint8_t* b = e.bits.data() + static_cast<size_t>(t) * row;
+    for (size_t k = 0; k < row; ++k) {
+      c.pairs += std::popcount(static_cast<unsigned>(b[k]));
+      c.hot_pairs += std::popcount(static_cast<unsigned>(b[k] & hot_bits[k]));
+      any[k] |= b[k];
+    }
+  }
+  for (size_t k = 0; k < row; ++k) c.rows += std::popcount(static_cast<unsigned>(any[k])), c.hot_rows += std::popcount(static_cast<unsigned>(any[k] & hot_bits[k]));
+  return c;
+}
+
+std::vector<std::vector<uint8_t>> masks_of(const std::vector<std::vector<int32_t>>& hot, int64_t n_layer, int64_t n_ff) {
+  std::vector<std::vector<uint8_t>> m(static_cast<size_t>(n_layer), std::vector<uint8_t>(static_cast<size_t>(n_ff), 0));
+  for (size_t l = 0; l < hot.size() && l < m.size(); ++l)
+    for (int32_t i : hot[l])
+      if (i >= 0 && i < n_ff) m[l][static_cast<size_t>(i)] = 1;
+  return m;
+}
+
+}  // namespace
+
+activation_record read_activation_record(const std::string& path_in) {
+  if (fs::is_directory(path_in)) return read_profile_record(path_in);
+  std::string path = path_in;
+  if (!fs::exists(path) || path.ends_with(".json")) {
+    if (fs::exists(path_in + ".activations")) path = path_in + ".activations";
+    else throw std::runtime_error(fmt::format("{}: no such activation record (nor {}.activations beside it; record one with --trace-out on a sparse model)", path_in, path_in));
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (b.size() < 20 || b.compare(0, 8, "HCACT001") != 0) throw std::runtime_error(fmt::format("{}: not an activation record (no HCACT001 header)", path));
+  activation_record r;
+  r.source = path;
+  r.n_layer = u32_at(b, 8), r.n_ff = u32_at(b, 12);
+  const uint32_t hot_layers = u32_at(b, 16);
+  if (r.n_layer <= 0 || r.n_ff <= 0 || r.n_layer > 4096 || r.n_ff > (1 << 24) || (hot_layers != 0 && hot_layers != r.n_layer))
+    throw std::runtime_error(fmt::format("{}: implausible header ({} layers, {} neurons, {} hot layers)", path, r.n_layer, r.n_ff, hot_layers));
+  const size_t row = static_cast<size_t>((r.n_ff + 7) / 8);
+  size_t at = 20;
+  if (hot_layers) {
+    if (b.size() < at + row * hot_layers) throw std::runtime_error(fmt::format("{}: truncated in the hot neurons", path));
+    r.hot.resize(hot_layers);
+    for (uint32_t l = 0; l < hot_layers; ++l, at += row)
+      for (int64_t i = 0; i < r.n_ff; ++i)
+        if ((static_cast<uint8_t>(b[at + static_cast<size_t>(i / 8)]) >> (i % 8)) & 1) r.hot[l].push_back(static_cast<int32_t>(i));
+  }
+  while (at < b.size()) {
+    if (at + 16 > b.size()) throw std::runtime_error(fmt::format("{}: truncated record header at byte {}", path, at));
+    activation_record::entry e;
+    e.step = static_cast<int64_t>(u32_at(b, at) | uint64_t{u32_at(b, at + 4)} << 32);
+    e.layer = u32_at(b, at + 8), e.tokens = u32_at(b, at + 12);
+    at += 16;
+    if (e.layer >= r.n_layer || e.tokens <= 0 || e.tokens > 65536)
+      throw std::runtime_error(fmt::format("{}: a record of layer {} with {} tokens (the file has {} layers)", path, e.layer, e.tokens, r.n_layer));
+    const size_t bytes = row * static_cast<size_t>(e.tokens);
+    if (at + bytes > b.size()) throw std::runtime_error(fmt::format("{}: truncated record at byte {}", path, at));
+    e.bits.assign(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(at + bytes));
+    at += bytes;
+    r.entries.push_back(std::move(e));
+  }
+  if (r.entries.empty()) throw std::runtime_error(fmt::format("{}: no steps recorded", path));
+  return r;
+}
+
+std::vector<std::pair<int64_t, step_timing>> read_step_timing(const std::string& trace_json, int64_t n_layer) {
+  std::ifstream in(trace_json);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot read the trace", trace_json));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
+    throw std::runtime_error(fmt::format("{}: not a trace (no traceEvents)", trace_json));
+  std::map<int64_t, step_timing> steps;
+  std::map<std::pair<int64_t, int64_t>, std::pair<double, double>> hot, cold;  // extent per (step, layer)
+  for (const auto& ev : j["traceEvents"]) {
+    if (ev.value("ph", "") != "X" || !ev.contains("args")) continue;
+    const std::string name = ev.value("name", "");
+    const int64_t step = ev["args"].value("step", int64_t{-1}), layer = ev["args"].value("layer", int64_t{-1});
+    const double b = ev.value("ts", 0.0), e = b + ev.value("dur", 0.0);
+    if (step < 0) continue;
+    auto [it, fresh] = steps.try_emplace(step);
+    if (fresh) it->second.begin_us = b, it->second.end_us = e;
+    it->second.begin_us = std::min(it->second.begin_us, b);
+    it->second.end_us = std::max(it->second.end_us, e);
+    auto extend = [&](auto& m) {
+      auto [x, f] = m.try_emplace({step, layer}, b, e);
+      if (!f) x->second.first = std::min(x->second.first, b), x->second.second = std::max(x->second.second, e);
+    };
+    if (name == "hot_ffn") extend(hot);
+    if (name == "cold_ffn") extend(cold);
+  }
+  for (auto& [step, t] : steps) t.hot_us.assign(static_cast<size_t>(n_layer), 0.0), t.cold_us.assign(static_cast<size_t>(n_layer), 0.0);
+  for (const auto& [k, ext] : hot)
+    if (k.second >= 0 && k.second < n_layer) steps[k.first].hot_us[static_cast<size_t>(k.second)] = ext.second - ext.first;
+  for (const auto& [k, ext] : cold)
+    if (k.second >= 0 && k.second < n_layer) steps[k.first].cold_us[static_cast<size_t>(k.second)] = ext.second - ext.first;
+  return {steps.begin(), steps.end()};
+}
+
+whatif_result estimate_whatif(const activation_record& rec, const std::vector<std::pair<int64_t, step_timing>>& timing, const whatif_options& o) {
+  auto m = model::load(o.model_path, {true});
+  const auto& hp = m->hp();
+  if (hp.n_layer != rec.n_layer || hp.n_ff != rec.n_ff)
+    throw std::invalid_argument(fmt::format("{} was recorded on a model of {} layers x {} neurons; {} has {} x {}", rec.source, rec.n_layer, rec.n_ff,
+                                            o.model_path, hp.n_layer, hp.n_ff));
+  const auto& w = m->weights();
+  std::vector<uint64_t> neuron(static_cast<size_t>(hp.n_layer));
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const auto& L = w.layers[static_cast<size_t>(l)];
+    neuron[static_cast<size_t>(l)] = (L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes()) / static_cast<uint64_t>(hp.n_ff);
+  }
+
+  // The candidates: placements as `place` would choose them, and placement files.
+  std::vector<uint64_t> counts;
+  if (!o.stats_dir.empty()) {
+    counts = read_profile(o.stats_dir).firing_counts;
+  } else {  // the record's own: how often each neuron was chosen
+    counts.assign(static_cast<size_t>(hp.n_layer * hp.n_ff), 0);
+    const size_t row = static_cast<size_t>((hp.n_ff + 7) / 8);
+    for (const auto& e : rec.entries)
+      for (int64_t t = 0; t < e.tokens; ++t)
+        for (int64_t i = 0; i < hp.n_ff; ++i)
+          counts[static_cast<size_t>(e.layer * hp.n_ff + i)] += (e.bits[static_cast<size_t>(t) * row + static_cast<size_t>(i / 8)] >> (i % 8)) & 1;
+  }
+  struct candidate {
+    std::string label;
+    std::vector<std::vector<int32_t>> hot;
+  };
+  std::vector<candidate> cands;
+  if (!rec.hot.empty()) cands.push_back({"recorded", rec.hot});
+  for (double b : o.budgets_gib) cands.push_back({fmt::format("budget {:g} GiB", b), plan_placement(*m, counts, b, o.ctx).solution.hot});
+  for (const auto& p : o.placements) cands.push_back({p, read_placement_file(p, hp.n_layer, hp.n_ff).hot});
+
+  whatif_result r;
+  // Tokens per step: the entries of its first layer.
+  std::map<int64_t, int64_t> step_tokens;
+  for (const auto& e : rec.entries)
+    if (!step_tokens.count(e.step) || e.layer == 0) step_tokens[e.step] = e.tokens;
+  r.steps = static_cast<int64_t>(step_tokens.size());
+  for (const auto& [s, n] : step_tokens) r.tokens += n;
+
+  // Rates from the trace: each side's FFN interval against the bytes of the rows it read, under the
+  // placement that was in force.
+  std::map<int64_t, const step_timing*> by_step;
+  for (const auto& [s, t] : timing) by_step[s] = &t;
+  const auto rec_masks = masks_of(rec.hot, hp.n_layer, hp.n_ff);
+  std::vector<double> cx, cy, hx, hy;
+  int64_t timed_entries = 0;
+  for (const auto& e : rec.entries) {
+    auto it = by_step.find(e.step);
+    if (it == by_step.end()) continue;
+    ++timed_entries;
+    const auto c = split_entry(e, hp.n_ff, rec_masks[static_cast<size_t>(e.layer)]);
+    const double nb = static_cast<double>(neuron[static_cast<size_t>(e.layer)]);
+    const double hot_us = it->second->hot_us[static_cast<size_t>(e.layer)], cold_us = it->second->cold_us[static_cast<size_t>(e.layer)];
+    if (cold_us > 0) cx.push_back(static_cast<double>(c.rows - c.hot_rows) * nb), cy.push_back(cold_us);
+    if (hot_us > 0) hx.push_back(static_cast<double>(c.hot_rows) * nb), hy.push_back(hot_us);
+  }
+  r.timed = !rec.from_profile && timed_entries * 2 >= static_cast<int64_t>(rec.entries.size()) && !cx.empty();
+  double cold_a = 0, cold_b = 0, hot_a = 0, hot_b = 0;  // microseconds = a + b x bytes
+  if (r.timed) {
+    std::tie(cold_a, cold_b) = fit_line(cx, cy);
+    if (!hx.empty()) std::tie(hot_a, hot_b) = fit_line(hx, hy);
+    else if (o.hot_gbps > 0) hot_b = 1e6 / (o.hot_gbps * 1e9);
+    else hot_a = cold_a, hot_b = cold_b;  // no hot side recorded: a device as fast as the CPU
+    if (o.hot_gbps > 0) hot_a = 0, hot_b = 1e6 / (o.hot_gbps * 1e9);
+  } else {
+    double cpu = o.cpu_gbps > 0 ? o.cpu_gbps * 1e9 : 0;
+    if (cpu <= 0) {
+      thread_pool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      cpu = measure_read_bandwidth(pool);
+    }
+    cold_b = 1e6 / cpu;
+    hot_b = o.hot_gbps > 0 ? 1e6 / (o.hot_gbps * 1e9) : cold_b;
+  }
+  r.cold_gbps = cold_b > 0 ? 1e6 / cold_b / 1e9 : 0, r.hot_gbps = hot_b > 0 ? 1e6 / hot_b / 1e9 : 0;
+  r.cold_overhead_us = cold_a, r.hot_overhead_us = hot_a;
+  auto cold_time = [&](double bytes) { return bytes > 0 ? cold_a + cold_b * bytes : 0.0; };
+  auto hot_time = [&](double bytes) { return bytes > 0 ? hot_a + hot_b * bytes : 0.0; };
+
+  // What the rest of a token costs: recorded (timed), or the rest of the weights at the CPU's rate.
+  double rest_us_total = 0;
+  if (r.timed) {
+    double wall = 0, ffn = 0;
+    for (const auto& [s, t] : timing) {
+      if (!step_tokens.count(s)) continue;
+      wall += t.end_us - t.begin_us;
+      for (int64_t l = 0; l < hp.n_layer; ++l) ffn += std::max(t.hot_us[static_cast<size_t>(l)], t.cold_us[static_cast<size_t>(l)]);
+    }
+    rest_us_total = wall - ffn;
+    r.recorded_seconds_per_token = wall * 1e-6 / static_cast<double>(r.tokens);
+  } else {
+    uint64_t rest = w.output_norm.bytes() + w.output.bytes();
+    for (const auto& L : w.layers)
+      rest += L.attn_norm.bytes() + L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wqkv.bytes() + L.wo.bytes() + L.ffn_norm.bytes() + L.pred_fc1.bytes() +
+              L.pred_fc2.bytes();
+    rest_us_total = static_cast<double>(rest) * cold_b * static_cast<double>(r.steps);
+  }
+
+  int64_t chosen = 0;
+  for (const auto& e : rec.entries) chosen += split_entry(e, hp.n_ff, {}).pairs;
+  r.active_ratio = static_cast<double>(chosen) / static_cast<double>(r.tokens * hp.n_ff * hp.n_layer);
+
+  for (const auto& c : cands) {
+    whatif_row row;
+    row.label = c.label;
+    const auto masks = masks_of(c.hot, hp.n_layer, hp.n_ff);
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      row.hot_neurons += static_cast<int64_t>(std::count(masks[static_cast<size_t>(l)].begin(), masks[static_cast<size_t>(l)].end(), uint8_t{1}));
+      row.hot_bytes += static_cast<uint64_t>(std::count(masks[static_cast<size_t>(l)].begin(), masks[static_cast<size_t>(l)].end(), uint8_t{1})) *
+                       neuron[static_cast<size_t>(l)];
+    }
+    std::vector<int64_t> lh(static_cast<size_t>(hp.n_layer), 0), lp(static_cast<size_t>(hp.n_layer), 0);
+    int64_t hot_pairs = 0, all_pairs = 0, hot_rows = 0, cold_rows = 0;
+    double ffn_us = 0;
+    for (const auto& e : rec.entries) {
+      const auto s = split_entry(e, hp.n_ff, masks[static_cast<size_t>(e.layer)]);
+      hot_pairs += s.hot_pairs, all_pairs += s.pairs, hot_rows += s.hot_rows, cold_rows += s.rows - s.hot_rows;
+      lh[static_cast<size_t>(e.layer)] += s.hot_pairs, lp[static_cast<size_t>(e.layer)] += s.pairs;
+      const double nb = static_cast<double>(neuron[static_cast<size_t>(e.layer)]);
+      ffn_us += std::max(hot_time(static_cast<double>(s.hot_rows) * nb), cold_time(static_cast<double>(s.rows - s.hot_rows) * nb));
+    }
+    row.hot_hit_ratio = all_pairs ? static_cast<double>(hot_pairs) / static_cast<double>(all_pairs) : 0;
+    for (int64_t l = 0; l < hp.n_layer; ++l)
+      row.layer_hot_hit.push_back(lp[static_cast<size_t>(l)] ? static_cast<double>(lh[static_cast<size_t>(l)]) / static_cast<double>(lp[static_cast<size_t>(l)]) : 0);
+    row.hot_rows_per_token = static_cast<double>(hot_rows) / static_cast<double>(r.tokens);
+    row.cold_rows_per_token = static_cast<double>(cold_rows) / static_cast<double>(r.tokens);
+    row.seconds_per_token = (rest_us_total + ffn_us) * 1e-6 / static_cast<double>(r.tokens);
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
+}  // namespace hotcold::tools
