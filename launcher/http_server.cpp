@@ -1,6 +1,13 @@
 #include "launcher/http_server.hpp"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <atomic>
+#include <chrono>
+#include <memory>
+#include <sstream>
+#include <string_view>
 #include <condition_variable>
 #include <mutex>
 #include <vector>
@@ -18,10 +25,22 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+// Sends all of `data` on a blocking socket whose SO_SNDTIMEO is set; false when the client is gone
+// or has not read for that long.
+bool send_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
 struct http_server::impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   handler h;
+  static constexpr auto io_timeout = std::chrono::seconds(10);  // to send a request, or read an answer
   // Streams in progress: each a thread writing to its own socket.
   std::mutex mu;
   std::condition_variable wake;
@@ -33,76 +52,102 @@ struct http_server::impl {
   };
   std::vector<stream_thread> stream_threads;
 
+  // One request per connection (Connection: close), read and written asynchronously with a deadline,
+  // so a client that connects and says nothing holds up no one; the handler runs on the server's
+  // thread (the pages are small).
+  struct connection : std::enable_shared_from_this<connection> {
+    impl& owner;
+    beast::tcp_stream stream;
+    beast::flat_buffer buf;
+    http::request_parser<http::string_body> parser;
+    http::response<http::string_body> res;
+    connection(impl& o, tcp::socket s) : owner(o), stream(std::move(s)) {}
+
+    void start() {
+      parser.body_limit(64 * 1024);
+      stream.expires_after(io_timeout);
+      http::async_read(stream, buf, parser, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    }
+    void on_read(beast::error_code ec) {
+      if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();
+      http_reply r;
+      if (ec) {
+        r = {400, "text/plain", "bad request\n"};
+      } else {
+        const auto& req = parser.get();
+        try {
+          r = owner.h(std::string(req.method_string()), std::string(req.target()));
+        } catch (const std::exception& e) {
+          r = {500, "text/plain", fmt::format("internal error: {}\n", e.what())};
+        }
+      }
+      if (r.next) {
+        std::lock_guard lock(owner.mu);
+        if (owner.streams >= max_streams) {
+          r = {503, "text/plain", fmt::format("too many streams (at most {} at once)\n", max_streams)};
+        } else if (!owner.stopping) {
+          stream.expires_never();
+          owner.start_stream(stream.release_socket(), std::move(r));
+          return;
+        }
+      }
+      res.result(static_cast<http::status>(r.status));
+      res.set(http::field::content_type, r.content_type);
+      res.set(http::field::server, "hotcold");
+      res.body() = std::move(r.body);
+      res.keep_alive(false);
+      res.prepare_payload();
+      stream.expires_after(io_timeout);
+      http::async_write(stream, res, [self = shared_from_this()](beast::error_code, size_t) { self->close(); });
+    }
+    void close() {
+      beast::error_code ec;
+      stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+      stream.socket().close(ec);
+    }
+  };
+
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
       if (ec) return;  // closed: the server is stopping
-      serve_one(std::move(s));
+      std::make_shared<connection>(*this, std::move(s))->start();
       accept();
     });
   }
-  // One request per connection (Connection: close), answered synchronously: the pages are small.
-  void serve_one(tcp::socket s) {
-    beast::error_code ec;
-    beast::flat_buffer buf;
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(64 * 1024);
-    http::read(s, buf, parser, ec);
-    http_reply r;
-    if (ec) {
-      r = {400, "text/plain", "bad request\n"};
-    } else {
-      const auto& req = parser.get();
-      try {
-        r = h(std::string(req.method_string()), std::string(req.target()));
-      } catch (const std::exception& e) {
-        r = {500, "text/plain", fmt::format("internal error: {}\n", e.what())};
-      }
-    }
-    if (r.next) {
-      std::lock_guard lock(mu);
-      if (streams >= max_streams) r = {503, "text/plain", fmt::format("too many streams (at most {} at once)\n", max_streams)};
-      else if (!stopping) {
-        ++streams;
-        // Threads of streams that ended are joined here, so they do not pile up.
-        std::erase_if(stream_threads, [](stream_thread& st) {
-          if (!st.done->load()) return false;
-          st.t.join();
-          return true;
-        });
-        auto done = std::make_shared<std::atomic<bool>>(false);
-        stream_threads.push_back({std::thread([this, done, s = std::move(s), r = std::move(r)]() mutable {
-                                    stream(std::move(s), std::move(r));
-                                    done->store(true);
-                                  }),
-                                  done});
-        return;
-      }
-    }
-    s.set_option(asio::socket_base::linger(true, 0), ec);
-    http::response<http::string_body> res;
-    res.result(static_cast<http::status>(r.status));
-    res.set(http::field::content_type, r.content_type);
-    res.body() = std::move(r.body);
-    res.set(http::field::server, "hotcold");
-    res.keep_alive(false);
-    res.prepare_payload();
-    http::write(s, res, ec);
-    s.shutdown(tcp::socket::shutdown_both, ec);
+
+  // Called with mu held: a thread for the stream, and the threads of streams that ended joined.
+  void start_stream(tcp::socket s, http_reply r) {
+    ++streams;
+    std::erase_if(stream_threads, [](stream_thread& st) {
+      if (!st.done->load()) return false;
+      st.t.join();
+      return true;
+    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    stream_threads.push_back({std::thread([this, done, s = std::move(s), r = std::move(r)]() mutable {
+                                stream(std::move(s), std::move(r));
+                                done->store(true);
+                              }),
+                              done});
   }
   // A stream's thread: the headers (no length: the body ends when the connection does), then the
-  // chunks as next() gives them.
+  // chunks as next() gives them. A client that stops reading for io_timeout is dropped.
   void stream(tcp::socket s, http_reply r) {
     beast::error_code ec;
+    s.non_blocking(false, ec);
+    const int fd = s.native_handle();
+    const timeval tv{static_cast<time_t>(io_timeout.count()), 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     http::response<http::empty_body> res;
     res.result(static_cast<http::status>(r.status));
     res.set(http::field::content_type, r.content_type);
     res.set(http::field::cache_control, "no-cache");
     res.set(http::field::server, "hotcold");
     res.keep_alive(false);
-    http::response_serializer<http::empty_body> sr(res);
-    http::write_header(s, sr, ec);
-    if (!ec && !r.body.empty()) asio::write(s, asio::buffer(r.body), ec);
-    while (!ec) {
+    std::ostringstream head;
+    head << res.base();
+    bool ok = send_all(fd, head.str()) && send_all(fd, r.body);
+    while (ok) {
       {
         std::unique_lock lock(mu);
         if (wake.wait_for(lock, r.period, [this] { return stopping; })) break;
@@ -114,7 +159,7 @@ struct http_server::impl {
         break;
       }
       if (!chunk) break;
-      asio::write(s, asio::buffer(*chunk), ec);
+      ok = send_all(fd, *chunk);
     }
     s.shutdown(tcp::socket::shutdown_both, ec);
     s.close(ec);

@@ -176,7 +176,7 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
       case 3: frame = R"([1,2,3])"; break;
       default: frame = R"({"v":1,"type":"generate","id":"z","tokens":[1,99999999]})"; break;
     }
-    if (frame.empty()) frame = "{";
+    if (frame.empty()) frame.push_back('{');
     c.send_raw(frame);
   }
   for (auto r = c.next_reply(5s); r; r = c.next_reply(500ms)) answered += (*r)["type"] == "error";
@@ -368,10 +368,31 @@ TEST(Serve, HttpMetricsAndHealth) {
   EXPECT_NE(ev.find("event: end"), std::string::npos);
   EXPECT_NE(http_get(port, "/api/events?frames=-1").find("400"), std::string::npos);
   EXPECT_NE(http_get(port, "/").find("id=\"tokens-per-second\""), std::string::npos);
+  // A client that connects and says nothing, and one that sends half a request, hold up no one; an
+  // endless event stream left open does not keep the server from stopping.
+  auto connect_to = [&](const std::string& send) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    if (!send.empty()) {
+      EXPECT_EQ(write(fd, send.data(), send.size()), static_cast<ssize_t>(send.size()));
+    }
+    return fd;
+  };
+  const int silent = connect_to(""), half = connect_to("GET /metr"), endless = connect_to("GET /api/events HTTP/1.0\r\n\r\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NE(http_get(port, "/health").find("\"status\":\"ok\""), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
   const std::string h = http_get(port, "/health");
   EXPECT_NE(h.find("\"status\":\"ok\""), std::string::npos) << h;
   EXPECT_NE(http_get(port, "/elsewhere").find("404"), std::string::npos);
+  const auto t1 = std::chrono::steady_clock::now();
   EXPECT_EQ(server.stop(), 0) << server.log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, 5s);
+  for (int fd : {silent, half, endless}) close(fd);
 }
 
 // serve --record writes one line per request; replay sends them again with their inter-arrival
