@@ -593,6 +593,7 @@ TEST(Serve, DashboardInHeadlessChromium) {
   const std::string shot = (dir / "dashboard.png").string();
   std::system((cmd + "--screenshot='" + shot + "' '" + url + "' >/dev/null 2>&1").c_str());
   const std::string st = http_get(port, "/api/stats");
+  const std::string metrics_text = http_get(port, "/metrics");
   stop = true;
   for (auto& t : load) t.join();
   const auto stats = json::parse(st.substr(st.find("\r\n\r\n") + 4));
@@ -646,6 +647,16 @@ TEST(Serve, DashboardInHeadlessChromium) {
     }
   EXPECT_GT(hot_px, 500u);
   EXPECT_GT(cold_px, 500u);
+
+  // With a hot device every family of the exposition has its series; promtool accepts them.
+  for (const char* line : {"hotcold_compute_seconds_total{layer=\"3\",stage=\"hot_ffn\",device=\"sim\"} ", "hotcold_device_busy_seconds_total{device=\"sim\"} ",
+                           "hotcold_hot_hit_ratio ", "hotcold_predictor_recall_ratio ", "hotcold_weight_read_bytes_total{memory=\"device\"} "})
+    EXPECT_NE(metrics_text.find(line), std::string::npos) << line;
+  if (std::system("command -v promtool >/dev/null 2>&1") == 0) {
+    const auto path = dir / "metrics.txt";
+    std::ofstream(path) << metrics_text.substr(metrics_text.find("\r\n\r\n") + 4);
+    EXPECT_EQ(std::system(("promtool check metrics < '" + path.string() + "'").c_str()), 0);
+  }
   EXPECT_EQ(server.stop(), 0) << server.log();
   fs::remove_all(dir);
 }
