@@ -264,6 +264,20 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   EXPECT_GT(more["hot_neurons"].get<int64_t>(), rec["hot_neurons"].get<int64_t>());
   EXPECT_GE(more["hot_hit_ratio"].get<double>(), rec["hot_hit_ratio"].get<double>());
   EXPECT_NEAR(rec["seconds_per_token"].get<double>(), w["recorded_seconds_per_token"].get<double>(), 0.25 * w["recorded_seconds_per_token"].get<double>());
+  // From the profile instead (the neurons that truly fired, timed by a bandwidth model): at the
+  // placement's own budget the hot-hit ratio is the share of profiled firings that prepare reported.
+  const auto from_profile = (dir / "whatif-profile.json").string();
+  auto wp = run({"replay", "--activations", sparse + ".work", "-m", sparse, "-c", "64", "--vram-budget", "0.0042", "--cpu-gbps", "10", "--hot-gbps", "100",
+                 "--report", from_profile});
+  ASSERT_EQ(wp.code, 0) << wp.err;
+  std::ifstream pin(from_profile);
+  auto wpj = nlohmann::json::parse(pin);
+  EXPECT_FALSE(wpj["timed"].get<bool>());
+  EXPECT_EQ(wpj["tokens"], 256);
+  const auto mass_at = prep.err.find("% of firings on hot neurons");
+  ASSERT_NE(mass_at, std::string::npos) << prep.err;
+  const double mass = std::stod(prep.err.substr(prep.err.rfind(' ', mass_at - 1) + 1)) / 100;
+  EXPECT_NEAR(wpj["estimates"][0]["hot_hit_ratio"].get<double>(), mass, 0.0006);
   auto no_model = run({"replay", "--activations", trace, "--vram-budget", "1"});
   EXPECT_EQ(no_model.code, 2);
   EXPECT_NE(no_model.err.find("-m MODEL"), std::string::npos) << no_model.err;
