@@ -1,4 +1,4 @@
-// hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json] [--vs-dense]
+// hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json] [--vs-dense] [--roofline]
 //               [--pipeline actors|reference] [--vs-reference] [--parallel K]:
 // prompt and decode speed, llama-bench style, with the bytes of weights read per decoded token.
 #include <chrono>
@@ -10,6 +10,7 @@
 
 #include "launcher/commands.hpp"
 #include "launcher/model_options.hpp"
+#include "model/bandwidth.hpp"
 
 namespace hotcold::launcher {
 namespace {
@@ -48,7 +49,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   struct args {
     model_args m;
     int n_prompt = 128, n_gen = 64, reps = 3, parallel = 1, vs_parallel = 0;
-    bool json = false, vs_dense = false, vs_reference = false;
+    bool json = false, vs_dense = false, vs_reference = false, roofline = false;
     std::string pipeline = "actors";
   };
   auto a = std::make_shared<args>();
@@ -64,6 +65,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--vs-parallel", a->vs_parallel, "Also decode this many sequences at once, interleaved, and print the aggregate ratio (e.g. --parallel 4 --vs-parallel 1)")
       ->check(CLI::Range(1, 256));
   cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
+  cmd->add_flag("--roofline", a->roofline,
+                "Measure this machine's memory read bandwidth with the same threads and report, per mode, the decode speed it allows "
+                "(bandwidth / bytes per token) and the fraction reached");
   cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
   cmd->add_flag("--vs-reference", a->vs_reference,
                 "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
@@ -159,6 +163,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       std::vector<std::vector<double>> pp_runs(configs.size()), tg_runs(configs.size());
       std::vector<int64_t> tokens_run(configs.size(), 0);
       std::vector<std::vector<int64_t>> computed(configs.size(), std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0));
+      const double roofline_before = a->roofline ? measure_read_bandwidth(ctx.pool()) : 0.0;
       for (int i = 0; i < a->reps; ++i)
         for (size_t k = 0; k < configs.size(); ++k) {
           ctx.set_mode(configs[k].mode);
@@ -170,6 +175,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
             tokens_run[k] += a->n_gen;
           }
         }
+      // The roofline: the best of a bandwidth measurement before and after the runs, so a neighbour
+      // that was busy for one of them does not set the ceiling low.
+      double bandwidth = 0;
+      if (a->roofline) {
+        bandwidth = std::max(roofline_before, measure_read_bandwidth(ctx.pool()));
+      }
       for (size_t k = 0; k < configs.size(); ++k) {
         if (a->n_prompt > 0) results[k].pp = summarize(pp_runs[k]);
         if (a->n_gen > 0) {
@@ -189,13 +200,19 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       const double reference_tg = other_k < 0 ? 0 : actors_first ? results[static_cast<size_t>(other_k)].tg.mean : results[0].tg.mean;
       if (a->json) {
         auto describe = [&](size_t k) {
-          return nlohmann::json{{"model", m.path()}, {"mode", mode_name(configs[k].mode)}, {"pipeline", pipeline_name(configs[k].actors)},
+          nlohmann::json d{{"model", m.path()}, {"mode", mode_name(configs[k].mode)}, {"pipeline", pipeline_name(configs[k].actors)},
                                 {"threads", ctx.pool().size()}, {"model_bytes", m.weight_bytes()},
                                 {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
                                 {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
                                 {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences}};
+          if (a->roofline && results[k].bpt > 0) {
+            d["roofline_tokens_per_s"] = bandwidth / results[k].bpt;
+            d["roofline_fraction"] = results[k].tg.mean * results[k].bpt / bandwidth;
+          }
+          return d;
         };
         nlohmann::json j = describe(0);
+        if (a->roofline) j["read_bandwidth_bytes_per_s"] = bandwidth;
         if (dense_k > 0) {
           j["dense"] = describe(static_cast<size_t>(dense_k));
           if (results[static_cast<size_t>(dense_k)].tg.mean > 0) j["decode_speedup_vs_dense"] = ratio(results[0].tg.mean, results[static_cast<size_t>(dense_k)].tg.mean);
@@ -226,6 +243,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         if (a->n_gen > 0)
           fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, md, pl, ctx.pool().size(), a->n_gen,
                      configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
+      }
+      if (a->roofline && a->n_gen > 0) {
+        fmt::print("\nroofline: {:.1f} GB/s read bandwidth measured here with {} threads (best of before and after the runs)\n", bandwidth / 1e9,
+                   ctx.pool().size());
+        for (size_t k = 0; k < configs.size(); ++k)
+          if (results[k].bpt > 0)
+            fmt::print("  {} {}{}: {:.1f} MB read per token -> at most {:.1f} tok/s; reached {:.2f} tok/s = {:.0f}% of the roofline\n",
+                       mode_name(configs[k].mode), pipeline_name(configs[k].actors),
+                       configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", results[k].bpt / 1e6, bandwidth / results[k].bpt,
+                       results[k].tg.mean, 100.0 * results[k].tg.mean * results[k].bpt / bandwidth);
       }
       if (dense_k > 0 && a->n_gen > 0 && results[static_cast<size_t>(dense_k)].tg.mean > 0) {
         const auto& d = results[static_cast<size_t>(dense_k)];
