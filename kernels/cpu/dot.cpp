@@ -394,7 +394,7 @@ HOTCOLD_AVX2 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* 
 
 // ---- AVX-512 VNNI (Zen 4/5, Ice Lake and later) ---------------------------------------------
 
-// GCC 12's _mm512_inserti64x4 and _mm512_reduce_add_ps pass an undefined vector to their masked
+// (For both AVX-512 namespaces.) GCC 12's _mm512_inserti64x4 and _mm512_reduce_add_ps pass an undefined vector to their masked
 // builtins and then warn about it.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -483,6 +483,37 @@ HOTCOLD_VNNI void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int
   }
 }
 
+// Four Q4_0 rows against one Q8_0 vector (a matrix-vector product): the vector's side of each pair
+// of blocks — its bytes, 8 x their sum (Q4_0's offset) and its scales — is done once for the four
+// rows, and the four sums are independent chains.
+HOTCOLD_VNNI void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), eights = _mm512_set1_epi8(8);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  const int64_t nb = n / qk4_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i xq = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
+                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b + 1].qs)), 1);
+    const __m512i offset = _mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, xq);
+    const __m512 xd = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(x[b].d)), _mm256_set1_ps(_cvtsh_ss(x[b + 1].d)), 1);
+    for (int r = 0; r < 4; ++r) {
+      const block_q4_0* wr = w[r];
+      __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[b].qs));
+      __m128i p1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[b + 1].qs));
+      __m512i packed = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_set_m128i(p0, p0)), _mm256_set_m128i(p1, p1), 1);
+      __m512i nib = _mm512_and_si512(_mm512_mask_blend_epi64(0xCC, packed, _mm512_srli_epi16(packed, 4)), low4);
+      __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xq), offset);
+      __m512 wd = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(wr[b].d)), _mm256_set1_ps(_cvtsh_ss(wr[b + 1].d)), 1);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, xd), _mm512_cvtepi32_ps(dot), acc[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    float s = _mm512_reduce_add_ps(acc[r]);
+    if (b < nb) s += avx2::dot_q4_0(w[r] + b, x + b, qk4_0);
+    out[r] = s;
+  }
+}
+
 // One Q8_0 row against up to four Q8_0 vectors: |w| and w's sign mask computed once per two blocks.
 HOTCOLD_VNNI void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -513,7 +544,6 @@ HOTCOLD_VNNI void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int
 
 }  // namespace avx512vnni
 
-#pragma GCC diagnostic pop
 
 namespace avx512 {
 
@@ -682,6 +712,8 @@ HOTCOLD_AVX512 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const floa
 
 }  // namespace avx512
 
+#pragma GCC diagnostic pop
+
 namespace {
 struct dispatch {
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -731,6 +763,10 @@ void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, in
 void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
   if (cpu().vnni) return avx512vnni::dotn_q4_0(w, x, nx, n, out);
   for (int j = 0; j < nx; ++j) out[j] = dot_q4_0(w, x[j], n);
+}
+void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out) {
+  if (cpu().vnni) return avx512vnni::dot4r_q4_0(w, x, n, out);
+  for (int r = 0; r < 4; ++r) out[r] = dot_q4_0(w[r], x, n);
 }
 void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
   if (cpu().vnni) return avx512vnni::dotn_q8_0(w, x, nx, n, out);

@@ -47,6 +47,9 @@ void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t 
 // is unpacked once for all of them (AVX-512 VNNI; elsewhere one dot product per vector).
 void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out);
 void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out);
+// Four Q4_0 rows against one vector already quantized to Q8_0 (out[r] = w[r] . x): the vector's side of
+// the work done once for the four (a matrix-vector product; AVX-512 VNNI, elsewhere four dot products).
+void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out);
 
 // Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
 // "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).

@@ -304,6 +304,29 @@ TEST(Dot, QuantizedRowAgainstSeveralVectors) {
   }
 }
 
+// Four Q4_0 rows against one vector give each row's own dot product (an odd block count takes the tail).
+TEST(Dot, FourQuantizedRowsAgainstOneVector) {
+  for (int64_t n : {32, 96, 2048}) {
+    std::vector<std::vector<block_q4_0>> rows;
+    for (int r = 0; r < 4; ++r) {
+      auto w = random_vector(n, static_cast<uint32_t>(80 + r));
+      rows.emplace_back(static_cast<size_t>(n / qk4_0));
+      quantize_row_q4_0(w.data(), rows.back().data(), n);
+    }
+    auto v = random_vector(n, 85);
+    std::vector<block_q8_0> x(static_cast<size_t>(n / qk8_0));
+    quantize_row_q8_0(v.data(), x.data(), n);
+    const block_q4_0* w4[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
+    float o[4];
+    dot4r_q4_0(w4, x.data(), n, o);
+    for (int r = 0; r < 4; ++r) {
+      SCOPED_TRACE(testing::Message() << n << " row " << r);
+      const float want = scalar::dot_q4_0(w4[r], x.data(), n);
+      EXPECT_NEAR(o[r], want, 1e-4 * (1 + std::abs(want)));
+    }
+  }
+}
+
 // Four rows at once add what four single AXPYs add (n not a multiple of 8 for the float tails).
 TEST(Axpy, FourRowsAtOnce) {
   const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};
