@@ -3,6 +3,7 @@
 #if defined(__HIPCC__) || defined(HOTCOLD_HIP)
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
+#define __shfl_down_sync(mask, v, o) __shfl_down(v, o)
 #define gpuError_t hipError_t
 #define gpuSuccess hipSuccess
 #define gpuStream_t hipStream_t
@@ -17,6 +18,7 @@
 #define gpuMemcpyHostToDevice hipMemcpyHostToDevice
 #define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define gpuDeviceSynchronize hipDeviceSynchronize
+#define gpuStreamSynchronize hipStreamSynchronize
 #define gpuDeviceProp_t hipDeviceProp_t
 #define gpuGetDeviceProperties hipGetDeviceProperties
 #else
@@ -36,6 +38,7 @@
 #define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
 #define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define gpuDeviceSynchronize cudaDeviceSynchronize
+#define gpuStreamSynchronize cudaStreamSynchronize
 #define gpuDeviceProp_t cudaDeviceProp
 #define gpuGetDeviceProperties cudaGetDeviceProperties
 #endif
