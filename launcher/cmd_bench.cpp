@@ -9,24 +9,21 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/commands.hpp"
+#include "actors/live_stats.hpp"
 #include "launcher/model_options.hpp"
 #include "model/bandwidth.hpp"
 
 namespace hotcold::launcher {
 namespace {
 
-// Bytes of weights one decoded token reads: everything but the embedding table (one row of it),
-// with each layer's FFN rows scaled by the fraction of neurons the FFN computed.
-double bytes_per_token(const model& m, const std::vector<int64_t>& computed_before, const std::vector<int64_t>& computed_after, int64_t tokens) {
-  const auto& w = m.weights();
-  double bytes = static_cast<double>(m.weight_bytes()) - static_cast<double>(w.token_embd.bytes()) + static_cast<double>(w.token_embd.row_bytes);
-  if (m.tied_output()) bytes += static_cast<double>(w.output.bytes());  // the head reads the whole table
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const auto& L = w.layers[l];
-    double ffn = static_cast<double>(L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes());
-    double fraction = static_cast<double>(computed_after[l] - computed_before[l]) / static_cast<double>(tokens * m.hp().n_ff);
-    bytes -= ffn * (1.0 - fraction);
-  }
+// Bytes of weights a decode step reads (actors::read_costs, what /metrics counts too): every layer's
+// attention, norms and predictor, the FFN rows it read (each row of a step's union once), the head
+// and an embedding row.
+double bytes_per_step(const model& m, const std::vector<int64_t>& rows_read, int64_t steps) {
+  const actors::read_costs c(m);
+  double bytes = static_cast<double>(c.output + c.embedding_row);
+  for (size_t l = 0; l < c.layer_fixed.size(); ++l)
+    bytes += static_cast<double>(c.layer_fixed[l]) + static_cast<double>(c.neuron[l]) * static_cast<double>(rows_read[l]) / static_cast<double>(steps);
   return bytes;
 }
 
@@ -186,7 +183,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         if (a->n_gen > 0) {
           results[k].tg = summarize(tg_runs[k]);
           // Weights read per step (each row of a step's union once), shared by its K tokens.
-          results[k].bpt = bytes_per_token(m, std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0), computed[k], tokens_run[k]) / configs[k].sequences;
+          results[k].bpt = bytes_per_step(m, computed[k], tokens_run[k]) / configs[k].sequences;
         }
       }
       auto mode_name = [](ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; };

@@ -56,10 +56,9 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
       return;
     }
     const block_q8_0* q = quantized ? xq.data() : nullptr;
-    const bool short_rows = w.row_bytes <= 2304;
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        if (r + 2 < r1) short_rows ? prefetch_row(w, r + 2) : prefetch_row_start(w, r + 2);
+        if (r + 2 < r1) prefetch_row_ahead(w, r + 2);
         y[r] = row_dot(w, r, x, q);
       }
     }, 16);

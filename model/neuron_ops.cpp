@@ -102,25 +102,17 @@ void row1_dot(const tensor_view& w, int64_t r, const float* const* xs, int m, fl
   else dotn_f32(reinterpret_cast<const float*>(w.row(r)), xs, m, w.ne0, o);
 }
 
-// Fetching the scattered rows of the neurons ahead. Long rows (F16, F32: 4 KiB and more at n_embd
-// 2048) get their first two cache lines asked for, two neurons ahead, which starts the hardware's
-// stream along each row; asking for whole rows (192 prefetches a neuron) filled the miss buffers and
-// made the single-token FFN half as fast on Zen 5. Short rows (Q4_0, Q8_0: about 1-2 KiB) are too
-// short for the stream to get going: they are asked for whole, four neurons ahead, and a down row as
-// soon as its neuron fires (a scattered-row benchmark: F16 5.8 -> 2.8 ms a token, Q4_0 5.1 -> 2.0).
+// Fetching the scattered rows of the neurons ahead (prefetch_row_ahead): long rows two neurons ahead,
+// short ones four, and a short down row as soon as its neuron fires (a scattered-row benchmark: F16
+// 5.8 -> 2.8 ms a token, Q4_0 5.1 -> 2.0).
 struct neuron_prefetch {
   const hparams& hp;
   const tensor_view &gate, &up, &down_t;
-  bool whole = up.row_bytes <= 2304;
+  bool whole = up.row_bytes <= short_row_bytes;
   int64_t distance() const { return whole ? 4 : 2; }
   void ahead(int64_t r) const {
-    if (whole) {
-      prefetch_row(up, r);
-      if (hp.gated_ffn) prefetch_row(gate, r);
-    } else {
-      prefetch_row_start(up, r);
-      if (hp.gated_ffn) prefetch_row_start(gate, r);
-    }
+    prefetch_row_ahead(up, r);
+    if (hp.gated_ffn) prefetch_row_ahead(gate, r);
   }
   void fired(int64_t r) const {
     if (whole && down_t) prefetch_row(down_t, r);

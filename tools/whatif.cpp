@@ -66,30 +66,32 @@ struct split_counts {
   int64_t hot_pairs = 0, pairs = 0, hot_rows = 0, rows = 0;
 };
 
-// A (step, layer) entry split by a hot mask (n_ff bytes).
-split_counts split_entry(const activation_record::entry& e, int64_t n_ff, const std::vector<uint8_t>& hot) {
+// A (step, layer) entry split by the layer's hot neurons as bits (empty: none hot).
+split_counts split_entry(const activation_record::entry& e, int64_t n_ff, const std::vector<uint8_t>& hot_bits) {
   const size_t row = static_cast<size_t>((n_ff + 7) / 8);
   split_counts c;
-  std::vector<uint8_t> any(row, 0), hot_bits(row, 0);
-  for (int64_t i = 0; i < n_ff; ++i)
-    if (!hot.empty() && hot[static_cast<size_t>(i)]) hot_bits[static_cast<size_t>(i / 8)] |= static_cast<uint8_t>(1u << (i % 8));
+  std::vector<uint8_t> any(row, 0);
   for (int64_t t = 0; t < e.tokens; ++t) {
     const uint8_t* b = e.bits.data() + static_cast<size_t>(t) * row;
     for (size_t k = 0; k < row; ++k) {
       c.pairs += std::popcount(static_cast<unsigned>(b[k]));
-      c.hot_pairs += std::popcount(static_cast<unsigned>(b[k] & hot_bits[k]));
+      if (!hot_bits.empty()) c.hot_pairs += std::popcount(static_cast<unsigned>(b[k] & hot_bits[k]));
       any[k] |= b[k];
     }
   }
-  for (size_t k = 0; k < row; ++k) c.rows += std::popcount(static_cast<unsigned>(any[k])), c.hot_rows += std::popcount(static_cast<unsigned>(any[k] & hot_bits[k]));
+  for (size_t k = 0; k < row; ++k) {
+    c.rows += std::popcount(static_cast<unsigned>(any[k]));
+    if (!hot_bits.empty()) c.hot_rows += std::popcount(static_cast<unsigned>(any[k] & hot_bits[k]));
+  }
   return c;
 }
 
-std::vector<std::vector<uint8_t>> masks_of(const std::vector<std::vector<int32_t>>& hot, int64_t n_layer, int64_t n_ff) {
-  std::vector<std::vector<uint8_t>> m(static_cast<size_t>(n_layer), std::vector<uint8_t>(static_cast<size_t>(n_ff), 0));
+// Each layer's hot neurons as bits (bit i of byte i/8), as the records hold their choices.
+std::vector<std::vector<uint8_t>> hot_bits_of(const std::vector<std::vector<int32_t>>& hot, int64_t n_layer, int64_t n_ff) {
+  std::vector<std::vector<uint8_t>> m(static_cast<size_t>(n_layer), std::vector<uint8_t>(static_cast<size_t>((n_ff + 7) / 8), 0));
   for (size_t l = 0; l < hot.size() && l < m.size(); ++l)
     for (int32_t i : hot[l])
-      if (i >= 0 && i < n_ff) m[l][static_cast<size_t>(i)] = 1;
+      if (i >= 0 && i < n_ff) m[l][static_cast<size_t>(i / 8)] |= static_cast<uint8_t>(1u << (i % 8));
   return m;
 }
 
@@ -217,7 +219,7 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   // placement that was in force.
   std::map<int64_t, const step_timing*> by_step;
   for (const auto& [s, t] : timing) by_step[s] = &t;
-  const auto rec_masks = masks_of(rec.hot, hp.n_layer, hp.n_ff);
+  const auto rec_masks = hot_bits_of(rec.hot, hp.n_layer, hp.n_ff);
   std::vector<double> cx, cy, hx, hy;
   int64_t timed_entries = 0;
   for (const auto& e : rec.entries) {
@@ -278,11 +280,12 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   for (const auto& c : cands) {
     whatif_row row;
     row.label = c.label;
-    const auto masks = masks_of(c.hot, hp.n_layer, hp.n_ff);
+    const auto masks = hot_bits_of(c.hot, hp.n_layer, hp.n_ff);
     for (int64_t l = 0; l < hp.n_layer; ++l) {
-      row.hot_neurons += static_cast<int64_t>(std::count(masks[static_cast<size_t>(l)].begin(), masks[static_cast<size_t>(l)].end(), uint8_t{1}));
-      row.hot_bytes += static_cast<uint64_t>(std::count(masks[static_cast<size_t>(l)].begin(), masks[static_cast<size_t>(l)].end(), uint8_t{1})) *
-                       neuron[static_cast<size_t>(l)];
+      int64_t n = 0;
+      for (uint8_t b : masks[static_cast<size_t>(l)]) n += std::popcount(static_cast<unsigned>(b));
+      row.hot_neurons += n;
+      row.hot_bytes += static_cast<uint64_t>(n) * neuron[static_cast<size_t>(l)];
     }
     std::vector<int64_t> lh(static_cast<size_t>(hp.n_layer), 0), lp(static_cast<size_t>(hp.n_layer), 0);
     int64_t hot_pairs = 0, all_pairs = 0, hot_rows = 0, cold_rows = 0;
