@@ -19,10 +19,11 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
   }
   if (n == 1) {
-    if (w.type == tensor_type::f16 || w.type == tensor_type::f32) {
+    if ((w.type == tensor_type::f16 || w.type == tensor_type::f32) && w.row_bytes >= 2048 && rows >= 64) {
       // Rows r and r + rows/2 together: two independent streams from memory for each thread, with
       // the first lines of the rows two ahead asked for (one stream and no prefetch reached 45 GB/s
-      // on Zen 5 with two threads, this 63; bench --roofline).
+      // on Zen 5 with two threads, this 63; bench --roofline). Short rows (the predictors' 512 bytes)
+      // lose more to the pairs' reductions than they gain: one at a time, below.
       const int64_t half = rows / 2;
       const float* xs[1] = {x};
       pool.parallel_for(half, [&](int64_t r0, int64_t r1) {
