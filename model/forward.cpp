@@ -130,6 +130,43 @@ float* inference_context::v_at(int64_t seq, int64_t layer, int64_t pos) {
   return v_cache_.data() + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
 }
 
+void inference_context::attend_head4(const float* const* q, int nq, int64_t seq, int64_t layer, int64_t pos0, int64_t h, float* s, float* const* out) {
+  const hparams& hp = model_->hp();
+  const int64_t hd = hp.head_dim(), kv = hp.n_embd_kv();
+  const int64_t kvh = h / (hp.n_head / hp.n_head_kv);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float* kc = k_at(seq, layer, 0) + kvh * hd;
+  const float* vc = v_at(seq, layer, 0) + kvh * hd;
+  const int64_t last = pos0 + nq - 1, stride = pos0 + 4;  // query j sees positions 0..pos0 + j
+  const float* qs[4] = {q[0], q[std::min(1, nq - 1)], q[std::min(2, nq - 1)], q[std::min(3, nq - 1)]};
+  // Scores: four cached keys against the (up to) four queries per call.
+  for (int64_t t = 0; t <= last; t += 4) {
+    const float* ks[4] = {kc + t * kv, kc + std::min(t + 1, last) * kv, kc + std::min(t + 2, last) * kv, kc + std::min(t + 3, last) * kv};
+    float o[16];
+    dot4n_f32(ks, qs, nq, hd, o);
+    for (int r = 0; r < 4 && t + r <= last; ++r)
+      for (int j = 0; j < nq; ++j) s[j * stride + t + r] = o[4 * r + j] * scale;
+  }
+  // Softmax of each query over its own positions, then its output: values four rows at a time.
+  for (int j = 0; j < nq; ++j) {
+    float* sj = s + j * stride;
+    const int64_t pos = pos0 + j;
+    float max_s = -INFINITY;
+    for (int64_t t = 0; t <= pos; ++t) max_s = std::max(max_s, sj[t]);
+    double sum = 0;
+    for (int64_t t = 0; t <= pos; ++t) sum += (sj[t] = std::exp(sj[t] - max_s));
+    const float inv = static_cast<float>(1.0 / sum);
+    std::fill(out[j], out[j] + hd, 0.0f);
+    int64_t t = 0;
+    for (; t + 4 <= pos + 1; t += 4) {
+      const float a[4] = {sj[t] * inv, sj[t + 1] * inv, sj[t + 2] * inv, sj[t + 3] * inv};
+      const float* vs[4] = {vc + t * kv, vc + (t + 1) * kv, vc + (t + 2) * kv, vc + (t + 3) * kv};
+      axpy4_f32(a, vs, out[j], hd);
+    }
+    for (; t <= pos; ++t) axpy_f32(sj[t] * inv, vc + t * kv, out[j], hd);
+  }
+}
+
 void inference_context::attend_head(const float* q, int64_t seq, int64_t layer, int64_t pos, int64_t h, float* s, float* out) {
   const hparams& hp = model_->hp();
   const int64_t hd = hp.head_dim(), kv = hp.n_embd_kv();
@@ -528,14 +565,37 @@ void inference_context::attention_block(step_state& B, int64_t il) {
       std::memcpy(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), static_cast<size_t>(kv) * 4);
       std::memcpy(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), static_cast<size_t>(kv) * 4);
     }
-    // Every (token, head) pair at once; causal: token t sees its sequence's cache up to its own position.
+    // Every (group, head) pair at once; causal: token t sees its sequence's cache up to its own
+    // position. A group is up to four tokens of one sequence at consecutive positions (a prompt
+    // chunk), which read each cached key and value row once; other tokens are groups of one.
     const int64_t hd = hp.head_dim();
-    pool_.parallel_for(n * hp.n_head, [&](int64_t i0, int64_t i1) {
+    std::vector<int64_t>& groups = B.groups;  // first token of each group
+    groups.clear();
+    for (int64_t t = 0; t < n;) {
+      groups.push_back(t);
+      int64_t e = t + 1;
+      while (e < n && e - t < 4 && B.seqs[static_cast<size_t>(e)] == B.seqs[static_cast<size_t>(t)] &&
+             B.positions[static_cast<size_t>(e)] == B.positions[static_cast<size_t>(e - 1)] + 1)
+        ++e;
+      t = e;
+    }
+    groups.push_back(n);
+    const int64_t n_groups = static_cast<int64_t>(groups.size()) - 1;
+    pool_.parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
       thread_local std::vector<float> scores;
-      if (static_cast<int64_t>(scores.size()) < n_ctx_) scores.resize(static_cast<size_t>(n_ctx_));
+      if (static_cast<int64_t>(scores.size()) < 4 * (n_ctx_ + 4)) scores.resize(static_cast<size_t>(4 * (n_ctx_ + 4)));
       for (int64_t i = i0; i < i1; ++i) {
-        const int64_t t = i / hp.n_head, h = i % hp.n_head;
-        attend_head(q_of(t) + h * hd, B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)], h, scores.data(), B.attn.data() + t * d + h * hd);
+        const int64_t g = i / hp.n_head, h = i % hp.n_head;
+        const int64_t t0 = groups[static_cast<size_t>(g)], nq = groups[static_cast<size_t>(g) + 1] - t0;
+        const int64_t seq = B.seqs[static_cast<size_t>(t0)], pos0 = B.positions[static_cast<size_t>(t0)];
+        if (nq == 1) {
+          attend_head(q_of(t0) + h * hd, seq, il, pos0, h, scores.data(), B.attn.data() + t0 * d + h * hd);
+          continue;
+        }
+        const float* qs[4];
+        float* outs[4];
+        for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * d + h * hd;
+        attend_head4(qs, static_cast<int>(nq), seq, il, pos0, h, scores.data(), outs);
       }
     });
     matmul(l.wo, B.attn.data(), n, B.proj.data());

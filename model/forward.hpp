@@ -107,6 +107,7 @@ class inference_context {
     int64_t step = 0;                                                   // the context's step number
     std::vector<int64_t> seqs, positions;                               // n
     std::vector<int64_t> logit_rows;                                    // rows whose logits the head computes
+    std::vector<int64_t> groups;                                        // attention's query groups (scratch)
     const float* ffn_in = nullptr;                                      // this layer's FFN input (n x n_embd)
     const float* pred_in = nullptr;                                     // what its predictor reads (n x n_embd)
     std::vector<float> logits;                                          // step_logits' rows x n_vocab
@@ -178,6 +179,10 @@ class inference_context {
   // One head h of one query q at position pos of sequence slot seq: out (head_dim) = softmax(q·K)·V
   // over the cache's positions 0..pos; s: scratch for pos + 1 scores.
   void attend_head(const float* q, int64_t seq, int64_t layer, int64_t pos, int64_t h, float* s, float* out);
+  // Up to four queries of one head at consecutive positions pos0.. of one sequence (a prompt chunk):
+  // each cached key and value row is read once for all of them. q[j], out[j]: query j's head slices;
+  // s: scratch of 4 x (pos0 + 4) floats.
+  void attend_head4(const float* const* q, int nq, int64_t seq, int64_t layer, int64_t pos0, int64_t h, float* s, float* const* out);
   // in: the FFN's normalized input; pred_in: what the predictor reads.
   void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
   void quantize_input(const tensor_view& w, const float* x);               // fills xq_ when w needs it
