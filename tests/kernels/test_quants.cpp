@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -364,5 +365,15 @@ TEST(Axpy, FourRowsAtOnce) {
   expect("q4_0", 512, d4, [&](float* y) { axpy4_q4_0(a, p4, y, 512); });
 }
 
+}  // namespace
+}  // namespace hotcold::kernels
+
+namespace hotcold::kernels {
+namespace {
+// Under HOTCOLD_NO_AVX512=1 (the kernels.avx2_paths run of this binary) the dispatcher keeps AVX2.
+TEST(Dot, NoAvx512KeepsTheAvx2Paths) {
+  if (!std::getenv("HOTCOLD_NO_AVX512")) GTEST_SKIP() << "runs under HOTCOLD_NO_AVX512=1 (ctest kernels.avx2_paths)";
+  EXPECT_STRNE(dot_implementation(), "avx512vnni");
+}
 }  // namespace
 }  // namespace hotcold::kernels
