@@ -14,21 +14,6 @@ std::string_view actor_name(actor_id a) {
   return names[static_cast<int>(a)];
 }
 
-read_costs::read_costs(const model& m) {
-  const auto& w = m.weights();
-  const int64_t n_ff = m.hp().n_ff;
-  for (const auto& L : w.layers) {
-    const uint64_t ffn = L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes();
-    const uint64_t all = L.attn_norm.bytes() + L.attn_norm_b.bytes() + L.attn_norm_2.bytes() + L.attn_norm_2_b.bytes() + L.wq.bytes() + L.wk.bytes() +
-                         L.wv.bytes() + L.wqkv.bytes() + L.wo.bytes() + L.ffn_norm.bytes() + L.pred_fc1.bytes() + L.pred_fc2.bytes();
-    layer_fixed.push_back(all);
-    ffn_dense.push_back(ffn);
-    neuron.push_back(n_ff > 0 ? ffn / static_cast<uint64_t>(n_ff) : 0);
-  }
-  output = w.output_norm.bytes() + w.output_norm_b.bytes() + w.output.bytes();
-  embedding_row = w.token_embd.row_bytes;
-}
-
 live_stats::live_stats(const model& m, std::string hot_device)
     : costs_(m), hot_device_(std::move(hot_device)), n_layer_(m.hp().n_layer), n_ff_(m.hp().n_ff), layers_(static_cast<size_t>(m.hp().n_layer + 1)) {}
 

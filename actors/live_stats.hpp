@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/model.hpp"
+#include "model/read_costs.hpp"
 
 namespace hotcold::actors {
 
@@ -27,16 +28,6 @@ std::string_view stage_name(stage s);
 enum class actor_id : int { scheduler, hot_executor, predictor, cold_pool, sampler, telemetry };
 inline constexpr int n_actors = 6;
 std::string_view actor_name(actor_id a);
-
-// Bytes of weights the stages read (model files only: KV cache reads are not counted).
-struct read_costs {
-  std::vector<uint64_t> layer_fixed;   // per layer: attention, norms and predictor
-  std::vector<uint64_t> neuron;        // per layer: one FFN neuron's gate, up and down rows
-  std::vector<uint64_t> ffn_dense;     // per layer: every FFN weight
-  uint64_t output = 0;                 // final norm and head
-  uint64_t embedding_row = 0;          // per token
-  explicit read_costs(const model& m);
-};
 
 class live_stats {
  public:

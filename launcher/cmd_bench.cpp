@@ -9,18 +9,18 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/commands.hpp"
-#include "actors/live_stats.hpp"
 #include "launcher/model_options.hpp"
 #include "model/bandwidth.hpp"
+#include "model/read_costs.hpp"
 
 namespace hotcold::launcher {
 namespace {
 
-// Bytes of weights a decode step reads (actors::read_costs, what /metrics counts too): every layer's
+// Bytes of weights a decode step reads (read_costs, what /metrics counts too): every layer's
 // attention, norms and predictor, the FFN rows it read (each row of a step's union once), the head
 // and an embedding row.
 double bytes_per_step(const model& m, const std::vector<int64_t>& rows_read, int64_t steps) {
-  const actors::read_costs c(m);
+  const read_costs c(m);
   double bytes = static_cast<double>(c.output + c.embedding_row);
   for (size_t l = 0; l < c.layer_fixed.size(); ++l)
     bytes += static_cast<double>(c.layer_fixed[l]) + static_cast<double>(c.neuron[l]) * static_cast<double>(rows_read[l]) / static_cast<double>(steps);

@@ -10,6 +10,7 @@
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
 #include "model/placement_file.hpp"
+#include "model/read_costs.hpp"
 #include "tools/profile.hpp"
 
 namespace hotcold::tools {
@@ -136,10 +137,9 @@ placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& 
   placement_problem p;
   p.budget = plan.budget - f.total();
   uint64_t all = 0;
+  const read_costs costs(*m);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
-    const auto& L = w.layers[static_cast<size_t>(l)];
-    uint64_t per_neuron = (L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes()) / static_cast<uint64_t>(hp.n_ff);
-    p.bytes.push_back(per_neuron);
+    p.bytes.push_back(costs.neuron[static_cast<size_t>(l)]);
     auto begin = firing_counts.begin() + l * hp.n_ff;
     p.counts.emplace_back(begin, begin + hp.n_ff);
     all = std::accumulate(begin, begin + hp.n_ff, all);

@@ -15,6 +15,7 @@
 
 #include "model/bandwidth.hpp"
 #include "model/placement_file.hpp"
+#include "model/read_costs.hpp"
 #include "model/thread_pool.hpp"
 #include "tools/placement.hpp"
 #include "tools/profile.hpp"
@@ -179,12 +180,8 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   if (hp.n_layer != rec.n_layer || hp.n_ff != rec.n_ff)
     throw std::invalid_argument(fmt::format("{} was recorded on a model of {} layers x {} neurons; {} has {} x {}", rec.source, rec.n_layer, rec.n_ff,
                                             o.model_path, hp.n_layer, hp.n_ff));
-  const auto& w = m->weights();
-  std::vector<uint64_t> neuron(static_cast<size_t>(hp.n_layer));
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    const auto& L = w.layers[static_cast<size_t>(l)];
-    neuron[static_cast<size_t>(l)] = (L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes()) / static_cast<uint64_t>(hp.n_ff);
-  }
+  const read_costs costs(*m);
+  const std::vector<uint64_t>& neuron = costs.neuron;
 
   // The candidates: placements as `place` would choose them, and placement files.
   std::vector<uint64_t> counts;
@@ -266,10 +263,8 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
     rest_us_total = wall - ffn;
     r.recorded_seconds_per_token = wall * 1e-6 / static_cast<double>(r.tokens);
   } else {
-    uint64_t rest = w.output_norm.bytes() + w.output.bytes();
-    for (const auto& L : w.layers)
-      rest += L.attn_norm.bytes() + L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wqkv.bytes() + L.wo.bytes() + L.ffn_norm.bytes() + L.pred_fc1.bytes() +
-              L.pred_fc2.bytes();
+    uint64_t rest = costs.output + costs.embedding_row;
+    for (uint64_t b : costs.layer_fixed) rest += b;
     rest_us_total = static_cast<double>(rest) * cold_b * static_cast<double>(r.steps);
   }
 

@@ -1,0 +1,20 @@
+#include "model/read_costs.hpp"
+
+namespace hotcold {
+
+read_costs::read_costs(const model& m) {
+  const auto& w = m.weights();
+  const int64_t n_ff = m.hp().n_ff;
+  for (const auto& L : w.layers) {
+    const uint64_t ffn = L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes();
+    const uint64_t all = L.attn_norm.bytes() + L.attn_norm_b.bytes() + L.attn_norm_2.bytes() + L.attn_norm_2_b.bytes() + L.wq.bytes() + L.wk.bytes() +
+                         L.wv.bytes() + L.wqkv.bytes() + L.wo.bytes() + L.ffn_norm.bytes() + L.pred_fc1.bytes() + L.pred_fc2.bytes();
+    layer_fixed.push_back(all);
+    ffn_dense.push_back(ffn);
+    neuron.push_back(n_ff > 0 ? ffn / static_cast<uint64_t>(n_ff) : 0);
+  }
+  output = w.output_norm.bytes() + w.output_norm_b.bytes() + w.output.bytes();
+  embedding_row = w.token_embd.row_bytes;
+}
+
+}  // namespace hotcold

@@ -1,0 +1,20 @@
+#pragma once
+// Bytes of weights each part of a step reads, from the model's tensor sizes: what /metrics counts,
+// what bench reports per token, what placement and the what-if charge per FFN neuron.
+#include <cstdint>
+#include <vector>
+
+#include "model/model.hpp"
+
+namespace hotcold {
+
+struct read_costs {
+  std::vector<uint64_t> layer_fixed;   // per layer: attention, norms and predictor
+  std::vector<uint64_t> neuron;        // per layer: one FFN neuron's gate, up and down rows
+  std::vector<uint64_t> ffn_dense;     // per layer: every FFN weight
+  uint64_t output = 0;                 // final norm and head
+  uint64_t embedding_row = 0;          // per token
+  explicit read_costs(const model& m);
+};
+
+}  // namespace hotcold
