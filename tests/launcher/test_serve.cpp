@@ -33,17 +33,21 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
+// What a shell command prints on stdout.
+std::string run_capture(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (p) pclose(p);
+  return out;
+}
+
 // `hotcold run` as the reference: its stdout.
 std::string run_stdout(const std::vector<std::string>& args) {
   std::string cmd = HOTCOLD_BIN;
   for (const auto& a : args) cmd += " '" + a + "'";
-  cmd += " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  pclose(p);
-  return out;
+  return run_capture(cmd + " 2>/dev/null");
 }
 
 // A server process for the test's lifetime.
@@ -539,14 +543,6 @@ double element_number(const std::string& dom, const std::string& id) {
   return v;
 }
 
-std::string run_capture(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  if (p) pclose(p);
-  return out;
-}
 
 }  // namespace
 
