@@ -10,6 +10,10 @@ namespace hotcold {
 
 using namespace kernels;
 
+namespace {
+constexpr int64_t row_tile = 8, token_tile = 32;
+}  // namespace
+
 void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<block_q8_0>& xq) {
   const int64_t d = w.ne0, rows = w.ne1;
   const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
@@ -17,6 +21,40 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
   if (quantized) {  // inputs quantized once per product
     if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
     for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
+  }
+  if (w.interleaved16) {
+    // Groups of sixteen interleaved rows against four tokens at a time (each group's bytes unpacked
+    // once per four tokens; for one token, a group is 16 rows in one pass); the plain tail rows as
+    // single rows. Tokens tiled so their quantized activations stay in cache.
+    thread_local std::vector<int32_t> sums;
+    if (static_cast<int64_t>(sums.size()) < n * qrow) sums.resize(static_cast<size_t>(n * qrow));
+    for (int64_t t = 0; t < n; ++t) q8_0_block_sums(xq.data() + t * qrow, qrow, sums.data() + t * qrow);
+    const int32_t* xs_sums = sums.data();  // the calling thread's, read by the workers
+    const int64_t groups = w.interleaved_rows() / 16;
+    const auto* packed = reinterpret_cast<const block_q4_0x16*>(w.data);
+    pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
+        const int64_t t_end = std::min(n, t0 + token_tile);
+        for (int64_t g = g0; g < g1; ++g) {
+          for (int64_t t = t0; t < t_end; t += 4) {
+            const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
+            const block_q8_0* xs[4];
+            const int32_t* ss[4];
+            for (int j = 0; j < 4; ++j) {
+              const int64_t tj = std::min(t + j, n - 1);
+              xs[j] = xq.data() + tj * qrow;
+              ss[j] = xs_sums + tj * qrow;
+            }
+            float o[64];
+            dot16r_q4_0(packed + g * qrow, xs, ss, k, d, o);
+            for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, y + (t + j) * rows + 16 * g);
+          }
+        }
+      }
+    }, n == 1 ? 2 : 1);
+    for (int64_t r = 16 * groups; r < rows; ++r)
+      for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, xq.data() + t * qrow);
+    return;
   }
   if (n == 1) {
     if ((w.type == tensor_type::f16 || w.type == tensor_type::f32) && w.row_bytes >= 2048 && rows >= 64) {
@@ -65,7 +103,6 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     }, 16);
     return;
   }
-  constexpr int64_t row_tile = 8, token_tile = 32;
   if (w.type == tensor_type::f16 || w.type == tensor_type::f32) {
     // Each row against four tokens at a time, converted once in registers; tokens tiled so their
     // activations stay in cache while a thread walks its rows.
@@ -127,10 +164,20 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     }, row_tile);
     return;
   }
-  if (w.type == tensor_type::q6_k && n <= 8) {  // a few tokens: each one's dot reads the row in place (the head of Q4_0 files)
+  if (w.type == tensor_type::q6_k && n <= 8) {
+    // A few tokens (the head of Q4_0 files in decode): the tokens quantized to Q8_K once, each row
+    // read in place with integer multiply-adds, the next rows fetched while these compute.
+    thread_local std::vector<block_q8_k> x8;
+    const int64_t kb = d / qk_k;
+    x8.resize(static_cast<size_t>(n * kb));
+    for (int64_t t = 0; t < n; ++t) quantize_row_q8_k(x + t * d, x8.data() + t * kb, d);
+    const block_q8_k* xs = x8.data();
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, nullptr);
+      for (int64_t r = r0; r < r1; ++r) {
+        if (r + 2 < r1) prefetch_row(w, r + 2);
+        const auto* row = reinterpret_cast<const block_q6_k*>(w.row(r));
+        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_q6_k_q8_k(row, xs + t * kb, d);
+      }
     }, row_tile);
     return;
   }

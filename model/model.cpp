@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include <fmt/format.h>
+
+#include "kernels/cpu/quants.hpp"
 
 namespace hotcold {
 
@@ -51,6 +54,21 @@ void* read_data_section(const std::string& path, uint64_t offset, size_t bytes, 
   }
   ::close(fd);
   return buf;
+}
+
+// Rewrites a Q4_0 matrix in place as groups of sixteen interleaved rows (the tail of fewer than
+// sixteen rows stays as it is).
+void interleave_in_place(tensor_view& t) {
+  if (t.type != tensor_type::q4_0 || t.ne1 < 16 || t.interleaved16) return;
+  const int64_t nb = t.ne0 / kernels::qk4_0;
+  std::vector<kernels::block_q4_0> group(static_cast<size_t>(16 * nb));
+  uint8_t* data = const_cast<uint8_t*>(t.data);  // the private copy, writable
+  for (int64_t g = 0; g < t.ne1 / 16; ++g) {
+    uint8_t* p = data + static_cast<size_t>(g) * 16 * t.row_bytes;
+    std::memcpy(group.data(), p, 16 * t.row_bytes);
+    kernels::interleave_q4_0x16(group.data(), nb, reinterpret_cast<kernels::block_q4_0x16*>(p));
+  }
+  t.interleaved16 = true;
 }
 
 }  // namespace
@@ -175,6 +193,18 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   if (!w.output) {
     w.output = w.token_embd;
     m->tied_output_ = true;
+  }
+  if (options.interleave && !options.use_mmap) {
+    // Only what the dense products read: FFN rows of sparse files (and of any layer with a
+    // predictor) are read one neuron at a time, and a tied head is also the embedding.
+    for (auto& l : w.layers) {
+      for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.pred_fc1, &l.pred_fc2, &l.ffn_down}) interleave_in_place(*t);
+      if (!l.ffn_down_t && !l.pred_fc1) {
+        interleave_in_place(l.ffn_gate);
+        interleave_in_place(l.ffn_up);
+      }
+    }
+    if (!m->tied_output_) interleave_in_place(w.output);
   }
   if (std::string gpuidx = placement_path(path); std::filesystem::exists(gpuidx)) {
     try {

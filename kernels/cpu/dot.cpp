@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
@@ -714,18 +715,17 @@ HOTCOLD_AVX512 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const floa
 
 #pragma GCC diagnostic pop
 
-namespace {
-struct dispatch {
-  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && !std::getenv("HOTCOLD_NO_AVX512");
-  bool vnni = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-              __builtin_cpu_supports("avx512vnni") && !std::getenv("HOTCOLD_NO_AVX512");
-};
-const dispatch& cpu() {
-  static const dispatch d;
+const cpu_features& cpu() {
+  static const cpu_features d = [] {
+    cpu_features f;
+    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool allowed = f.avx2 && !std::getenv("HOTCOLD_NO_AVX512");
+    f.avx512 = allowed && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    f.vnni = f.avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    return f;
+  }();
   return d;
 }
-}  // namespace
 
 const char* dot_implementation() { return cpu().vnni ? "avx512vnni" : cpu().avx2 ? "avx2" : "scalar"; }
 

@@ -14,8 +14,10 @@ float dot_bf16(const uint16_t* w, const float* x, int64_t n);
 // Quantized rows against activations already quantized to Q8_0 (as llama.cpp does).
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n);
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n);
-// Q6_K rows against float activations.
+// Q6_K rows against float activations, and against activations quantized to Q8_K (integer
+// multiply-adds: the head's matrix-vector product).
 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n);
+float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n);
 
 // y += a * row, for one weight row of each type (the sparse down projection over ffn_down_t rows).
 void axpy_f32(float a, const float* x, float* y, int64_t n);
@@ -51,6 +53,11 @@ void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t 
 // the work done once for the four (a matrix-vector product; AVX-512 VNNI, elsewhere four dot products).
 void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out);
 
+// Sixteen interleaved Q4_0 rows (one group of block_q4_0x16, n elements a row) against up to four
+// vectors already quantized to Q8_0, with each vector's block sums (q8_0_block_sums):
+// out[16 j + i] = row i . x[j]. Each row byte is unpacked once for every vector.
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out);
+
 // Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
 // "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).
 const char* dot_implementation();
@@ -65,6 +72,8 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n);
 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out);
+float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n);
 }  // namespace scalar
 
 }  // namespace hotcold::kernels

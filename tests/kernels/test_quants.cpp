@@ -328,6 +328,94 @@ TEST(Dot, FourQuantizedRowsAgainstOneVector) {
   }
 }
 
+// Interleaving sixteen Q4_0 rows and back gives the same bytes; the interleaved product of each row
+// with up to four vectors equals that row's own Q4_0 dot product, in every implementation.
+TEST(Dot, SixteenInterleavedRowsAgainstSeveralVectors) {
+  for (int64_t n : {32, 64, 2048}) {
+    const int64_t nb = n / qk4_0;
+    std::vector<block_q4_0> rows(static_cast<size_t>(16 * nb));
+    for (int r = 0; r < 16; ++r) {
+      auto w = random_vector(n, static_cast<uint32_t>(300 + r), 0.5f + r);  // scales differ per row
+      quantize_row_q4_0(w.data(), rows.data() + r * nb, n);
+    }
+    std::vector<block_q4_0x16> packed(static_cast<size_t>(nb));
+    interleave_q4_0x16(rows.data(), nb, packed.data());
+    std::vector<block_q4_0> back(rows.size());
+    deinterleave_q4_0x16(packed.data(), nb, back.data());
+    ASSERT_EQ(0, std::memcmp(back.data(), rows.data(), rows.size() * sizeof(block_q4_0)));
+
+    std::vector<std::vector<block_q8_0>> xs(4, std::vector<block_q8_0>(static_cast<size_t>(nb)));
+    std::vector<std::vector<int32_t>> sums(4, std::vector<int32_t>(static_cast<size_t>(nb)));
+    const block_q8_0* px[4];
+    const int32_t* ps[4];
+    for (int j = 0; j < 4; ++j) {
+      auto v = random_vector(n, static_cast<uint32_t>(400 + j));
+      quantize_row_q8_0(v.data(), xs[j].data(), n);
+      q8_0_block_sums(xs[j].data(), nb, sums[j].data());
+      px[j] = xs[j].data();
+      ps[j] = sums[j].data();
+    }
+    for (int nx = 1; nx <= 4; ++nx) {
+      float got[64], ref[64];
+      dot16r_q4_0(packed.data(), px, ps, nx, n, got);
+      scalar::dot16r_q4_0(packed.data(), px, ps, nx, n, ref);
+      for (int j = 0; j < nx; ++j)
+        for (int r = 0; r < 16; ++r) {
+          SCOPED_TRACE(testing::Message() << n << " nx " << nx << " vector " << j << " row " << r);
+          const float want = scalar::dot_q4_0(rows.data() + r * nb, px[j], n);
+          EXPECT_NEAR(got[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
+          EXPECT_NEAR(ref[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
+        }
+    }
+  }
+}
+
+// Q6_K rows against Q8_K activations: every implementation gives the dot product of the dequantized
+// row with the dequantized activations (exact integer sums, so up to float rounding), and the
+// product is close to the float-activation one.
+TEST(Dot, Q6_KAgainstQ8_KActivations) {
+  for (int64_t n : {256, 512, 2048}) {
+    auto w = random_vector(n, 500, 0.7f);
+    auto v = random_vector(n, 501);
+    std::vector<block_q6_k> wq(static_cast<size_t>(n / qk_k));
+    std::vector<block_q8_k> xq(static_cast<size_t>(n / qk_k));
+    quantize_row_q6_k(w.data(), wq.data(), n);
+    quantize_row_q8_k(v.data(), xq.data(), n);
+    std::vector<float> wd(static_cast<size_t>(n));
+    dequantize_row_q6_k(wq.data(), wd.data(), n);
+    double want = 0, want_float_x = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto& blk = xq[static_cast<size_t>(i / qk_k)];
+      want += double(wd[i]) * blk.d * blk.qs[i % qk_k];
+      want_float_x += double(wd[i]) * v[i];
+    }
+    for (const auto& blk : xq) {  // the group sums are the quants' sums
+      for (int g = 0; g < 16; ++g) {
+        int s = 0;
+        for (int i = 0; i < 16; ++i) s += blk.qs[16 * g + i];
+        ASSERT_EQ(blk.bsums[g], s);
+      }
+    }
+    SCOPED_TRACE(testing::Message() << n);
+    EXPECT_NEAR(dot_q6_k_q8_k(wq.data(), xq.data(), n), want, 1e-4 * (1 + std::abs(want)));
+    EXPECT_NEAR(scalar::dot_q6_k_q8_k(wq.data(), xq.data(), n), want, 1e-4 * (1 + std::abs(want)));
+    EXPECT_NEAR(dot_q6_k_q8_k(wq.data(), xq.data(), n), want_float_x, 0.02 * std::sqrt(double(n)));
+  }
+}
+
+// The vector quantization gives the reference's bytes (ties to even both), including all-zero blocks.
+TEST(Quants, Q8_0VectorCodeMatchesTheReference) {
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    auto v = random_vector(1024, 600 + seed, 0.1f + seed);
+    std::fill(v.begin() + 64, v.begin() + 96, 0.0f);
+    for (int i = 0; i < 32; ++i) v[static_cast<size_t>(128 + i)] = static_cast<float>(i - 16) * 0.5f;  // exact ties at x id = k + 1/2
+    std::vector<block_q8_0> got(32), want(32);
+    quantize_row_q8_0(v.data(), got.data(), 1024);
+    scalar::quantize_row_q8_0(v.data(), want.data(), 1024);
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(block_q8_0) * 32)) << "seed " << seed;
+  }
+}
+
 // Four rows at once add what four single AXPYs add (n not a multiple of 8 for the float tails).
 TEST(Axpy, FourRowsAtOnce) {
   const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};

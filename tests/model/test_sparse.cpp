@@ -40,7 +40,11 @@ TEST_P(SparsePath, OracleMaskEqualsDense) {
   ASSERT_FALSE(m->weights().layers[0].ffn_down);
   auto dense = test::logits_of(m, ffn_mode::dense);
   EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::oracle), dense), 1e-5);
-  EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::oracle, 1), dense), 1e-5);  // shards do not change the sum
+  EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::oracle, 1), test::logits_of(m, ffn_mode::dense, 1)), 1e-5);
+  // Shards change only the order of the float sums of the down rows. Quantized files re-quantize the
+  // next layer's input to Q8_0, where a last-bit difference can move one value by a quant step.
+  const double shard_tolerance = GetParam().type == tensor_type::q4_0 || GetParam().type == tensor_type::q8_0 ? 1e-3 : 1e-5;
+  EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::oracle, 1), dense), shard_tolerance);
 }
 
 // The sparse file (down projection as AXPY over ffn_down_t rows) computes what the dense file does

@@ -1,0 +1,150 @@
+// Products of interleaved Q4_0 rows (block_q4_0x16) with Q8_0 vectors: the dense matrix-vector and
+// matrix-matrix products of Q4_0 weights. Sixteen rows side by side means one broadcast of four
+// vector bytes meets four bytes of each of the sixteen rows in one multiply-add, the per-block scale
+// multiply is one vector operation for sixteen rows, and no horizontal sums are left at the end.
+// Q4_0's nibbles (0..15) enter the unsigned side as they are; the offset of 8 comes off as
+// 8 x the vector block's sum.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
+
+namespace hotcold::kernels {
+
+namespace {
+inline int32_t four_bytes(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+}  // namespace
+
+namespace scalar {
+
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
+  for (int j = 0; j < nx; ++j) {
+    float acc[16] = {};
+    for (int64_t b = 0; b < n / qk4_0; ++b) {
+      const int8_t* xv = x[j][b].qs;
+      const float xd = fp16_to_fp32(x[j][b].d);
+      for (int i = 0; i < 16; ++i) {
+        int32_t s = -8 * xsum[j][b];
+        for (int g = 0; g < 4; ++g)
+          for (int k = 0; k < 4; ++k) {
+            const uint8_t q = w[b].qs[64 * g + 4 * i + k];
+            s += (q & 15) * xv[4 * g + k] + (q >> 4) * xv[16 + 4 * g + k];
+          }
+        acc[i] += fp16_to_fp32(w[b].d[i]) * xd * static_cast<float>(s);
+      }
+    }
+    for (int i = 0; i < 16; ++i) out[16 * j + i] = acc[i];
+  }
+}
+
+}  // namespace scalar
+
+namespace avx2 {
+
+#define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Eight rows (one half of the group) at a time: maddubs makes byte pairs' sums in int16 (at most
+// 2 x 15 x 128 each, so eight of them add without overflow), madd with ones makes each row's int32.
+template <int NX>
+HOTCOLD_AVX2 static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int64_t nb, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[NX];
+    for (int j = 0; j < NX; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i lo[4], hi[4];
+      for (int g = 0; g < 4; ++g) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 64 * g + 32 * h));
+        lo[g] = _mm256_and_si256(q, m4);
+        hi[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].d + 8 * h)));
+      for (int j = 0; j < NX; ++j) {
+        const int8_t* xv = x[j][b].qs;
+        __m256i p = _mm256_maddubs_epi16(lo[0], _mm256_set1_epi32(four_bytes(xv)));
+        for (int g = 1; g < 4; ++g) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[g], _mm256_set1_epi32(four_bytes(xv + 4 * g))));
+        for (int g = 0; g < 4; ++g) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[g], _mm256_set1_epi32(four_bytes(xv + 16 + 4 * g))));
+        const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(8 * xsum[j][b]));
+        acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(x[j][b].d))), _mm256_cvtepi32_ps(s), acc[j]);
+      }
+    }
+    for (int j = 0; j < NX; ++j) _mm256_storeu_ps(out + 16 * j + 8 * h, acc[j]);
+  }
+}
+
+HOTCOLD_AVX2 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
+  switch (nx) {
+    case 1: return dot16r<1>(w, x, xsum, n / qk4_0, out);
+    case 2: return dot16r<2>(w, x, xsum, n / qk4_0, out);
+    case 3: return dot16r<3>(w, x, xsum, n / qk4_0, out);
+    default: return dot16r<4>(w, x, xsum, n / qk4_0, out);
+  }
+}
+
+}  // namespace avx2
+
+// GCC 12's AVX-512 headers pass an undefined vector to their masked builtins, then warn about it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace avx512vnni {
+
+#define HOTCOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+// All sixteen rows in one register: lane i is row i. Per block the 256 quant bytes are four loads,
+// each split into low and high nibbles; every vector then needs eight dpbusd (two chains), one
+// subtraction of its offset and one multiply-add by the sixteen rows' scales times its own.
+template <int NX>
+HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int64_t nb, float* out) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[NX];
+  for (int j = 0; j < NX; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i lo[4], hi[4];
+    for (int g = 0; g < 4; ++g) {
+      const __m512i q = _mm512_loadu_si512(w[b].qs + 64 * g);
+      lo[g] = _mm512_and_si512(q, m4);
+      hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].d)));
+    for (int j = 0; j < NX; ++j) {
+      const int8_t* xv = x[j][b].qs;
+      __m512i s0 = _mm512_set1_epi32(-8 * xsum[j][b]), s1 = _mm512_setzero_si512();
+      for (int g = 0; g < 4; ++g) {
+        s0 = _mm512_dpbusd_epi32(s0, lo[g], _mm512_set1_epi32(four_bytes(xv + 4 * g)));
+        s1 = _mm512_dpbusd_epi32(s1, hi[g], _mm512_set1_epi32(four_bytes(xv + 16 + 4 * g)));
+      }
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(x[j][b].d))), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[j]);
+    }
+  }
+  for (int j = 0; j < NX; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
+}
+
+HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
+  switch (nx) {
+    case 1: return dot16r<1>(w, x, xsum, n / qk4_0, out);
+    case 2: return dot16r<2>(w, x, xsum, n / qk4_0, out);
+    case 3: return dot16r<3>(w, x, xsum, n / qk4_0, out);
+    default: return dot16r<4>(w, x, xsum, n / qk4_0, out);
+  }
+}
+
+}  // namespace avx512vnni
+
+#pragma GCC diagnostic pop
+
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
+  if (cpu().vnni) return avx512vnni::dot16r_q4_0(w, x, xsum, nx, n, out);
+  if (cpu().avx2) return avx2::dot16r_q4_0(w, x, xsum, nx, n, out);
+  scalar::dot16r_q4_0(w, x, xsum, nx, n, out);
+}
+
+}  // namespace hotcold::kernels

@@ -1,0 +1,91 @@
+// Matrix products of every weight type and layout against each row's own dot product, with any
+// number of tokens and threads: the split across threads, the row groups and tails, and the token
+// tiles must not change a single row's result.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/quants.hpp"
+#include "model/matmul.hpp"
+#include "model/neuron_ops.hpp"
+
+namespace hotcold {
+namespace {
+
+using namespace kernels;
+
+struct q4_matrix {
+  std::vector<block_q4_0> blocks;
+  tensor_view view;
+};
+
+q4_matrix random_q4_0(int64_t d, int64_t rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  q4_matrix m;
+  m.blocks.resize(static_cast<size_t>(rows * d / qk4_0));
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = 0.25f + static_cast<float>(r % 5);
+    for (auto& x : row) x = scale * dist(rng);
+    quantize_row_q4_0(row.data(), m.blocks.data() + r * (d / qk4_0), d);
+  }
+  m.view.type = tensor_type::q4_0;
+  m.view.ne0 = d;
+  m.view.ne1 = rows;
+  m.view.row_bytes = static_cast<size_t>(d / qk4_0) * sizeof(block_q4_0);
+  m.view.data = reinterpret_cast<const uint8_t*>(m.blocks.data());
+  return m;
+}
+
+// Interleaves m's full groups of sixteen rows in place, as model::load does.
+tensor_view interleaved(q4_matrix& m) {
+  const int64_t nb = m.view.ne0 / qk4_0;
+  for (int64_t g = 0; g < m.view.ne1 / 16; ++g) {
+    std::vector<block_q4_0> group(m.blocks.begin() + g * 16 * nb, m.blocks.begin() + (g + 1) * 16 * nb);
+    interleave_q4_0x16(group.data(), nb, reinterpret_cast<block_q4_0x16*>(m.blocks.data() + g * 16 * nb));
+  }
+  tensor_view v = m.view;
+  v.interleaved16 = true;
+  return v;
+}
+
+TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
+  const int64_t d = 256;
+  for (int64_t rows : {16, 40, 100}) {  // no tail, a tail of 8, a tail of 4
+    q4_matrix plain = random_q4_0(d, rows, static_cast<uint32_t>(rows));
+    q4_matrix packed = random_q4_0(d, rows, static_cast<uint32_t>(rows));
+    const tensor_view pv = interleaved(packed);
+    ASSERT_EQ(pv.interleaved_rows(), rows - rows % 16);
+    for (int64_t n : {1, 3, 37}) {
+      std::mt19937 rng(static_cast<uint32_t>(n));
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(n * d));
+      for (auto& v : x) v = dist(rng);
+      std::vector<float> want(static_cast<size_t>(n * rows));
+      std::vector<block_q8_0> xq(static_cast<size_t>(d / qk8_0));
+      for (int64_t t = 0; t < n; ++t) {
+        quantize_row_q8_0(x.data() + t * d, xq.data(), d);
+        for (int64_t r = 0; r < rows; ++r) want[static_cast<size_t>(t * rows + r)] = dot_q4_0(plain.blocks.data() + r * (d / qk4_0), xq.data(), d);
+      }
+      for (int threads : {1, 2, 3}) {
+        thread_pool pool(threads);
+        std::vector<block_q8_0> scratch;
+        std::vector<float> got(want.size()), got_plain(want.size());
+        matmul(pool, pv, x.data(), n, got.data(), scratch);
+        matmul(pool, plain.view, x.data(), n, got_plain.data(), scratch);
+        for (size_t i = 0; i < want.size(); ++i) {
+          SCOPED_TRACE(testing::Message() << rows << " rows, " << n << " tokens, " << threads << " threads, output " << i);
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::abs(want[i])));
+          ASSERT_NEAR(got_plain[i], want[i], 1e-4f * (1 + std::abs(want[i])));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hotcold
