@@ -56,6 +56,23 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
       for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, xq.data() + t * qrow);
     return;
   }
+  if (w.type == tensor_type::q6_k && n <= 8) {
+    // A few tokens (the head of Q4_0 files in decode): the tokens quantized to Q8_K once, each row
+    // read in place with integer multiply-adds, the next rows fetched while these compute.
+    thread_local std::vector<block_q8_k> x8;
+    const int64_t kb = d / qk_k;
+    x8.resize(static_cast<size_t>(n * kb));
+    for (int64_t t = 0; t < n; ++t) quantize_row_q8_k(x + t * d, x8.data() + t * kb, d);
+    const block_q8_k* xs = x8.data();
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        if (r + 2 < r1) prefetch_row(w, r + 2);
+        const auto* row = reinterpret_cast<const block_q6_k*>(w.row(r));
+        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_q6_k_q8_k(row, xs + t * kb, d);
+      }
+    }, row_tile);
+    return;
+  }
   if (n == 1) {
     if ((w.type == tensor_type::f16 || w.type == tensor_type::f32) && w.row_bytes >= 2048 && rows >= 64) {
       // Rows r and r + rows/2 together: two independent streams from memory for each thread, with
@@ -160,23 +177,6 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
             for (int j = 0; j < k; ++j) y[(t + j) * rows + r] = o[j];
           }
         }
-      }
-    }, row_tile);
-    return;
-  }
-  if (w.type == tensor_type::q6_k && n <= 8) {
-    // A few tokens (the head of Q4_0 files in decode): the tokens quantized to Q8_K once, each row
-    // read in place with integer multiply-adds, the next rows fetched while these compute.
-    thread_local std::vector<block_q8_k> x8;
-    const int64_t kb = d / qk_k;
-    x8.resize(static_cast<size_t>(n * kb));
-    for (int64_t t = 0; t < n; ++t) quantize_row_q8_k(x + t * d, x8.data() + t * kb, d);
-    const block_q8_k* xs = x8.data();
-    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        if (r + 2 < r1) prefetch_row(w, r + 2);
-        const auto* row = reinterpret_cast<const block_q6_k*>(w.row(r));
-        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_q6_k_q8_k(row, xs + t * kb, d);
       }
     }, row_tile);
     return;

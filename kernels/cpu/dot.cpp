@@ -711,6 +711,51 @@ HOTCOLD_AVX512 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const floa
   dot2n_any(f16_row16{w0}, f16_row16{w1}, x, nx, n, out0, out1);
 }
 
+// Q4_0 down rows: each nibble, widened to a 32-bit lane, indexes a table of the values -8..7 as
+// floats (vpermps reads only an index's low four bits, so neither the high nibble left in a lane nor
+// the bits a 16-bit shift brings in needs masking): two widenings, two lookups and two multiply-adds
+// per row and block, y loaded and stored once per four rows.
+HOTCOLD_AVX512 static inline void q4_0_axpy_block(float a, const block_q4_0& x, __m512 table, __m512& y0, __m512& y1) {
+  const __m512 s = _mm512_set1_ps(a * _cvtsh_ss(x.d));
+  const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
+  y0 = _mm512_fmadd_ps(s, _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(p), table), y0);                      // values 0..15
+  y1 = _mm512_fmadd_ps(s, _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_srli_epi16(p, 4)), table), y1);  // 16..31
+}
+HOTCOLD_AVX512 static inline __m512 q4_0_table() { return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7); }
+
+HOTCOLD_AVX512 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n) {
+  const __m512 table = q4_0_table();
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    __m512 y0 = _mm512_loadu_ps(y), y1 = _mm512_loadu_ps(y + 16);
+    for (int r = 0; r < 4; ++r) q4_0_axpy_block(a[r], x[r][b], table, y0, y1);
+    _mm512_storeu_ps(y, y0);
+    _mm512_storeu_ps(y + 16, y1);
+  }
+}
+HOTCOLD_AVX512 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
+  const __m512 table = q4_0_table();
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    __m512 y0 = _mm512_loadu_ps(y), y1 = _mm512_loadu_ps(y + 16);
+    q4_0_axpy_block(a, x[b], table, y0, y1);
+    _mm512_storeu_ps(y, y0);
+    _mm512_storeu_ps(y + 16, y1);
+  }
+}
+// Q8_0 down rows: bytes widened to 32-bit lanes and converted, sixteen at a time.
+HOTCOLD_AVX512 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
+    __m512 y0 = _mm512_loadu_ps(y), y1 = _mm512_loadu_ps(y + 16);
+    for (int r = 0; r < 4; ++r) {
+      const __m512 s = _mm512_set1_ps(a[r] * _cvtsh_ss(x[r][b].d));
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][b].qs));
+      y0 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), y0);
+      y1 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), y1);
+    }
+    _mm512_storeu_ps(y, y0);
+    _mm512_storeu_ps(y + 16, y1);
+  }
+}
+
 }  // namespace avx512
 
 #pragma GCC diagnostic pop
@@ -791,15 +836,19 @@ void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
   for (int r = 0; r < 4; ++r) scalar::axpy_f16(a[r], x[r], y, n);
 }
 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n) {
+  if (cpu().avx512) return avx512::axpy4_q8_0(a, x, y, n);
   if (cpu().avx2) return avx2::axpy4_q8_0(a, x, y, n);
   for (int r = 0; r < 4; ++r) scalar::axpy_q8_0(a[r], x[r], y, n);
 }
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n) {
+  if (cpu().avx512) return avx512::axpy4_q4_0(a, x, y, n);
   if (cpu().avx2) return avx2::axpy4_q4_0(a, x, y, n);
   for (int r = 0; r < 4; ++r) scalar::axpy_q4_0(a[r], x[r], y, n);
 }
 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_q6_k(w, x, n) : scalar::dot_q6_k(w, x, n); }
 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_q8_0(a, x, y, n) : scalar::axpy_q8_0(a, x, y, n); }
-void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_q4_0(a, x, y, n) : scalar::axpy_q4_0(a, x, y, n); }
+void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
+  cpu().avx512 ? avx512::axpy_q4_0(a, x, y, n) : cpu().avx2 ? avx2::axpy_q4_0(a, x, y, n) : scalar::axpy_q4_0(a, x, y, n);
+}
 
 }  // namespace hotcold::kernels
