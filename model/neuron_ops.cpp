@@ -113,10 +113,9 @@ struct neuron_prefetch {
   void ahead(int64_t r) const {
     prefetch_row_ahead(up, r);
     if (hp.gated_ffn) prefetch_row_ahead(gate, r);
-  }
-  void fired(int64_t r) const {
     if (whole && down_t) prefetch_row(down_t, r);
   }
+  void fired(int64_t) const {}
 };
 
 }  // namespace
@@ -131,7 +130,14 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
   axpy_batcher down(down_t, acc);
   int64_t k = 0;
   if (hp.gated_ffn && up.type == tensor_type::q4_0 && gate.type == tensor_type::q4_0 && xq) {
-    // Q4_0: two neurons' gate and up rows at once (four streams, the input's side done once).
+    // Q4_0: two neurons' gate and up rows at once (four streams, the input's side done once), the
+    // input rearranged once per call for the four-blocks-a-register kernel where the CPU has it.
+    thread_local std::vector<kernels::q8_0_x4> x4;
+    const int64_t nb = gate.ne0 / kernels::qk4_0;
+    if (nb % 4 == 0) {
+      x4.resize(static_cast<size_t>(nb / 4));
+      kernels::q8_0_to_x4(xq, nb, x4.data());
+    }
     for (; k + 2 <= count; k += 2) {
       if (k + dist < count) pf.ahead(rows[k + dist]);
       if (k + dist + 1 < count) pf.ahead(rows[k + dist + 1]);
@@ -139,7 +145,8 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
       const kernels::block_q4_0* w4[4] = {reinterpret_cast<const kernels::block_q4_0*>(gate.row(r0)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r0)),
                                           reinterpret_cast<const kernels::block_q4_0*>(gate.row(r1)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r1))};
       float o[4];
-      kernels::dot4r_q4_0(w4, xq, gate.ne0, o);
+      if (nb % 4 == 0) kernels::dot4r_q4_0_x4(w4, xq, x4.data(), gate.ne0, o);
+      else kernels::dot4r_q4_0(w4, xq, gate.ne0, o);
       const float v0 = hidden_value(hp, o[0], o[1]), v1 = hidden_value(hp, o[2], o[3]);
       hidden[ids[k]] = v0, hidden[ids[k + 1]] = v1;
       if (down_t && v0 != 0.0f) pf.fired(r0), down.add(r0, v0);

@@ -8,6 +8,7 @@ struct cpu_features {
   bool avx2 = false;    // with FMA and F16C
   bool avx512 = false;  // F, VL
   bool vnni = false;    // F, BW, DQ, VL and VNNI
+  bool vbmi = false;    // and VBMI (byte permutes)
 };
 const cpu_features& cpu();
 

@@ -515,6 +515,37 @@ HOTCOLD_VNNI void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, in
   }
 }
 
+// Four Q4_0 rows against a rearranged vector: the 72 bytes of four blocks (a full register and 8
+// bytes) permuted so that block j's 16 quant bytes sit at 16 j, the four scales spread to their
+// lanes by a 16-bit permute (they sit at bytes 0, 18, 36, 54), then two dpbusd (low and high
+// nibbles, starting from minus the lanes' offsets) and one multiply-add per row per 128 values.
+#define HOTCOLD_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+HOTCOLD_VBMI void dot4r_q4_0_x4(const block_q4_0* const* w, const q8_0_x4* x4, int64_t n, float* out) {
+  alignas(64) uint8_t nib_idx[64];
+  for (int b = 0; b < 64; ++b) nib_idx[b] = static_cast<uint8_t>(18 * (b / 16) + 2 + b % 16);
+  alignas(64) uint16_t sc_idx[32];
+  for (int k = 0; k < 32; ++k) sc_idx[k] = static_cast<uint16_t>(9 * ((k % 16) / 4));
+  const __m512i nib = _mm512_load_si512(nib_idx), scx = _mm512_load_si512(sc_idx), m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  const int64_t groups = n / 128;
+  for (int64_t g = 0; g < groups; ++g) {
+    const q8_0_x4& x = x4[g];
+    const __m512i xlo = _mm512_load_si512(x.lo), xhi = _mm512_load_si512(x.hi);
+    const __m512i offset = _mm512_load_si512(x.offset);
+    const __m512 xd = _mm512_load_ps(x.d);
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* p = reinterpret_cast<const uint8_t*>(w[r] + 4 * g);
+      const __m512i r0 = _mm512_loadu_si512(p), r1 = _mm512_maskz_loadu_epi8(0xFF, p + 64);
+      const __m512i q = _mm512_permutex2var_epi8(r0, nib, r1);
+      __m512i s = _mm512_dpbusd_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), offset), _mm512_and_si512(q, m4), xlo);
+      s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4), xhi);
+      const __m512 wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scx, r0)));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, xd), _mm512_cvtepi32_ps(s), acc[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
 // One Q8_0 row against up to four Q8_0 vectors: |w| and w's sign mask computed once per two blocks.
 HOTCOLD_VNNI void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -767,6 +798,7 @@ const cpu_features& cpu() {
     const bool allowed = f.avx2 && !std::getenv("HOTCOLD_NO_AVX512");
     f.avx512 = allowed && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
     f.vnni = f.avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    f.vbmi = f.vnni && __builtin_cpu_supports("avx512vbmi");
     return f;
   }();
   return d;
@@ -812,6 +844,10 @@ void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t 
 void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out) {
   if (cpu().vnni) return avx512vnni::dot4r_q4_0(w, x, n, out);
   for (int r = 0; r < 4; ++r) out[r] = dot_q4_0(w[r], x, n);
+}
+void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out) {
+  if (cpu().vbmi && n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out);
+  dot4r_q4_0(w, xq, n, out);
 }
 void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
   if (cpu().vnni) return avx512vnni::dotn_q8_0(w, x, nx, n, out);

@@ -58,6 +58,11 @@ void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, floa
 // out[16 j + i] = row i . x[j]. Each row byte is unpacked once for every vector.
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out);
 
+// dot4r_q4_0 with the vector also given rearranged (q8_0_to_x4; n a multiple of 128): four blocks of
+// a row in one register through a byte permute, two multiply-adds per 128 values (AVX-512 VBMI and
+// VNNI; elsewhere dot4r_q4_0 on xq).
+void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out);
+
 // Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
 // "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).
 const char* dot_implementation();

@@ -195,6 +195,23 @@ void deinterleave_q4_0x16(const block_q4_0x16* in, int64_t row_blocks, block_q4_
     }
 }
 
+void q8_0_to_x4(const block_q8_0* x, int64_t nb, q8_0_x4* out) {
+  for (int64_t g = 0; g < nb / 4; ++g) {
+    q8_0_x4& o = out[g];
+    for (int j = 0; j < 4; ++j) {
+      const block_q8_0& b = x[4 * g + j];
+      std::memcpy(o.lo + 16 * j, b.qs, 16);
+      std::memcpy(o.hi + 16 * j, b.qs + 16, 16);
+      for (int q = 0; q < 4; ++q) {
+        int32_t sum = 0;
+        for (int i = 0; i < 4; ++i) sum += b.qs[4 * q + i] + b.qs[16 + 4 * q + i];
+        o.offset[4 * j + q] = 8 * sum;
+        o.d[4 * j + q] = fp16_to_fp32(b.d);
+      }
+    }
+  }
+}
+
 void q8_0_block_sums(const block_q8_0* x, int64_t nb, int32_t* sums) {
   for (int64_t b = 0; b < nb; ++b) {
     int32_t s = 0;

@@ -42,6 +42,16 @@ struct block_q4_0x16 {
   uint16_t d[16];
   uint8_t qs[16 * qk4_0 / 2];
 };
+// A Q8_0 vector rearranged for single Q4_0 rows (dot4r_q4_0_x4): per four blocks, the 64 bytes that
+// meet the rows' low nibbles (block j's values 0..15 at 16 j), the 64 that meet the high ones (values
+// 16..31), and per 32-bit lane k of those (block k / 4) 8 x the sum of the eight values it meets and
+// its block's scale.
+struct alignas(64) q8_0_x4 {
+  int8_t lo[64];
+  int8_t hi[64];
+  int32_t offset[16];
+  float d[16];
+};
 static_assert(sizeof(block_q8_0) == 34);
 static_assert(sizeof(block_q4_0x16) == 16 * 18);
 static_assert(sizeof(block_q4_0) == 18);
@@ -56,6 +66,8 @@ void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n);
 // interleaved blocks. And back.
 void interleave_q4_0x16(const block_q4_0* rows, int64_t row_blocks, block_q4_0x16* out);
 void deinterleave_q4_0x16(const block_q4_0x16* in, int64_t row_blocks, block_q4_0* rows);
+// nb: a multiple of 4.
+void q8_0_to_x4(const block_q8_0* x, int64_t nb, q8_0_x4* out);
 // sums[b] = the sum of block b's 32 quants (what Q4_0's offset of 8 costs a dot product).
 void q8_0_block_sums(const block_q8_0* x, int64_t nb, int32_t* sums);
 

@@ -416,6 +416,37 @@ TEST(Quants, Q8_0VectorCodeMatchesTheReference) {
   }
 }
 
+// Four Q4_0 rows against the rearranged vector: each row's own dot product (and the rearrangement's
+// offsets are 8 x the sums of the values each lane meets).
+TEST(Dot, FourQuantizedRowsAgainstTheRearrangedVector) {
+  for (int64_t n : {128, 2048}) {
+    const int64_t nb = n / qk4_0;
+    std::vector<std::vector<block_q4_0>> rows;
+    for (int r = 0; r < 4; ++r) {
+      auto w = random_vector(n, static_cast<uint32_t>(700 + r), 0.3f + r);
+      rows.emplace_back(static_cast<size_t>(nb));
+      quantize_row_q4_0(w.data(), rows.back().data(), n);
+    }
+    auto v = random_vector(n, 710);
+    std::vector<block_q8_0> x(static_cast<size_t>(nb));
+    quantize_row_q8_0(v.data(), x.data(), n);
+    std::vector<q8_0_x4> x4(static_cast<size_t>(nb / 4));
+    q8_0_to_x4(x.data(), nb, x4.data());
+    int32_t all = 0, offsets = 0;
+    for (const auto& b : x) for (int8_t q : b.qs) all += q;
+    for (const auto& g : x4) for (int32_t o : g.offset) offsets += o;
+    ASSERT_EQ(offsets, 8 * all);
+    const block_q4_0* w4[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
+    float o[4];
+    dot4r_q4_0_x4(w4, x.data(), x4.data(), n, o);
+    for (int r = 0; r < 4; ++r) {
+      SCOPED_TRACE(testing::Message() << n << " row " << r);
+      const float want = scalar::dot_q4_0(w4[r], x.data(), n);
+      EXPECT_NEAR(o[r], want, 1e-4 * (1 + std::abs(want)));
+    }
+  }
+}
+
 // Four rows at once add what four single AXPYs add (n not a multiple of 8 for the float tails).
 TEST(Axpy, FourRowsAtOnce) {
   const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};
