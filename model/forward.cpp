@@ -329,9 +329,9 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
       matvec(l.wqkv, xn_.data(), qkv_.data());
     } else {
       rms_norm(x_.data(), f32(l.attn_norm), xn_.data(), n_embd, hp.norm_eps);
-      matvec(l.wq, xn_.data(), q);
-      matvec(l.wk, xn_.data(), k);
-      matvec(l.wv, xn_.data(), v);
+      const tensor_view* ws[3] = {&l.wq, &l.wk, &l.wv};
+      float* ys[3] = {q, k, v};
+      matmul_same_input(pool_, ws, xn_.data(), 1, ys, xq_);
     }
     rope(q, hp.n_head, hp, pos);
     rope(k, hp.n_head_kv, hp, pos);
@@ -555,9 +555,9 @@ void inference_context::attention_block(step_state& B, int64_t il) {
     if (falcon) {
       matmul(l.wqkv, B.xn.data(), n, B.qkv.data());
     } else {
-      matmul(l.wq, B.xn.data(), n, q_of(0));
-      matmul(l.wk, B.xn.data(), n, k_of(0));
-      matmul(l.wv, B.xn.data(), n, v_of(0));
+      const tensor_view* ws[3] = {&l.wq, &l.wk, &l.wv};
+      float* ys[3] = {q_of(0), k_of(0), v_of(0)};
+      matmul_same_input(pool_, ws, B.xn.data(), n, ys, xq_);
     }
     for (int64_t t = 0; t < n; ++t) {
       rope(q_of(t), hp.n_head, hp, B.positions[static_cast<size_t>(t)]);

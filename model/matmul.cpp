@@ -12,7 +12,63 @@ using namespace kernels;
 
 namespace {
 constexpr int64_t row_tile = 8, token_tile = 32;
+
+// Products of Q4_0 matrices stored as interleaved groups of sixteen rows (model::load), all reading
+// the same input: one pass over every matrix's groups, the input quantized once. Groups against four
+// tokens at a time (each group's bytes unpacked once per four tokens; for one token, a group is 16
+// rows in one pass), tokens tiled so their quantized activations stay in cache; the plain tail rows
+// one at a time.
+void interleaved_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+                          std::vector<block_q8_0>& xq) {
+  const int64_t d = ws[0]->ne0, qrow = d / qk8_0;
+  if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
+  for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
+  thread_local std::vector<int32_t> sums;
+  if (static_cast<int64_t>(sums.size()) < n * qrow) sums.resize(static_cast<size_t>(n * qrow));
+  for (int64_t t = 0; t < n; ++t) q8_0_block_sums(xq.data() + t * qrow, qrow, sums.data() + t * qrow);
+  const int32_t* xs_sums = sums.data();  // the calling thread's, read by the workers
+  std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's groups are [first[m], first[m + 1])
+  for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->interleaved_rows() / 16;
+  pool.parallel_for(first.back(), [&](int64_t g0, int64_t g1) {
+    for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
+      const int64_t t_end = std::min(n, t0 + token_tile);
+      size_t m = 0;
+      for (int64_t gg = g0; gg < g1; ++gg) {
+        while (gg >= first[m + 1]) ++m;
+        const tensor_view& w = *ws[m];
+        const int64_t g = gg - first[m], rows = w.ne1;
+        const auto* packed = reinterpret_cast<const block_q4_0x16*>(w.data) + g * qrow;
+        for (int64_t t = t0; t < t_end; t += 4) {
+          const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
+          const block_q8_0* xs[4];
+          const int32_t* ss[4];
+          for (int j = 0; j < 4; ++j) {
+            const int64_t tj = std::min(t + j, n - 1);
+            xs[j] = xq.data() + tj * qrow;
+            ss[j] = xs_sums + tj * qrow;
+          }
+          float o[64];
+          dot16r_q4_0(packed, xs, ss, k, d, o);
+          for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * rows + 16 * g);
+        }
+      }
+    }
+  }, n == 1 ? 2 : 1);
+  for (size_t m = 0; m < ws.size(); ++m) {
+    const tensor_view& w = *ws[m];
+    for (int64_t r = w.interleaved_rows(); r < w.ne1; ++r)
+      for (int64_t t = 0; t < n; ++t) ys[m][t * w.ne1 + r] = row_dot(w, r, x + t * d, xq.data() + t * qrow);
+  }
+}
+
 }  // namespace
+
+void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+                       std::vector<block_q8_0>& xq) {
+  const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->ne0 == ws[0]->ne0; });
+  if (together) return interleaved_products(pool, ws, x, n, ys, xq);
+  for (size_t m = 0; m < ws.size(); ++m) matmul(pool, *ws[m], x, n, ys[m], xq);
+}
 
 void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<block_q8_0>& xq) {
   const int64_t d = w.ne0, rows = w.ne1;
@@ -23,38 +79,9 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
   }
   if (w.interleaved16) {
-    // Groups of sixteen interleaved rows against four tokens at a time (each group's bytes unpacked
-    // once per four tokens; for one token, a group is 16 rows in one pass); the plain tail rows as
-    // single rows. Tokens tiled so their quantized activations stay in cache.
-    thread_local std::vector<int32_t> sums;
-    if (static_cast<int64_t>(sums.size()) < n * qrow) sums.resize(static_cast<size_t>(n * qrow));
-    for (int64_t t = 0; t < n; ++t) q8_0_block_sums(xq.data() + t * qrow, qrow, sums.data() + t * qrow);
-    const int32_t* xs_sums = sums.data();  // the calling thread's, read by the workers
-    const int64_t groups = w.interleaved_rows() / 16;
-    const auto* packed = reinterpret_cast<const block_q4_0x16*>(w.data);
-    pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
-      for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
-        const int64_t t_end = std::min(n, t0 + token_tile);
-        for (int64_t g = g0; g < g1; ++g) {
-          for (int64_t t = t0; t < t_end; t += 4) {
-            const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
-            const block_q8_0* xs[4];
-            const int32_t* ss[4];
-            for (int j = 0; j < 4; ++j) {
-              const int64_t tj = std::min(t + j, n - 1);
-              xs[j] = xq.data() + tj * qrow;
-              ss[j] = xs_sums + tj * qrow;
-            }
-            float o[64];
-            dot16r_q4_0(packed + g * qrow, xs, ss, k, d, o);
-            for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, y + (t + j) * rows + 16 * g);
-          }
-        }
-      }
-    }, n == 1 ? 2 : 1);
-    for (int64_t r = 16 * groups; r < rows; ++r)
-      for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, xq.data() + t * qrow);
-    return;
+    const tensor_view* ws[1] = {&w};
+    float* ys[1] = {y};
+    return interleaved_products(pool, ws, x, n, ys, xq);
   }
   if (w.type == tensor_type::q6_k && n <= 8) {
     // A few tokens (the head of Q4_0 files in decode): the tokens quantized to Q8_K once, each row
@@ -66,7 +93,6 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     const block_q8_k* xs = x8.data();
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        if (r + 2 < r1) prefetch_row(w, r + 2);
         const auto* row = reinterpret_cast<const block_q6_k*>(w.row(r));
         for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_q6_k_q8_k(row, xs + t * kb, d);
       }

@@ -2,6 +2,7 @@
 // Products of a weight matrix with one or several activation vectors, split across a thread pool:
 // each weight row is read once whatever the number of vectors.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/quants.hpp"
@@ -13,5 +14,10 @@ namespace hotcold {
 // y (n x w.ne1) = x (n x w.ne0) times w's rows. xq: scratch for the inputs quantized to Q8_0 (once
 // per product, as llama.cpp does) when w's rows want it; grown as needed.
 void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<kernels::block_q8_0>& xq);
+// ys[m] = x times ws[m]'s rows, for matrices sharing their input (attention's q, k, v): where all are
+// interleaved Q4_0, one pass over all of them with the input quantized once (one split across the
+// threads instead of one per matrix).
+void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+                       std::vector<kernels::block_q8_0>& xq);
 
 }  // namespace hotcold

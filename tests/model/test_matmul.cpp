@@ -87,5 +87,32 @@ TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
   }
 }
 
+// Matrices sharing an input in one pass give what each gives alone (rows of different counts, with
+// and without tails; and a plain matrix among them falls back to one product each).
+TEST(Matmul, SameInputProductsEqualSeparateOnes) {
+  const int64_t d = 128;
+  q4_matrix a = random_q4_0(d, 48, 1), b = random_q4_0(d, 40, 2), c = random_q4_0(d, 16, 3), plain = random_q4_0(d, 24, 4);
+  const tensor_view va = interleaved(a), vb = interleaved(b), vc = interleaved(c);
+  for (int64_t n : {1, 5}) {
+    std::vector<float> x(static_cast<size_t>(n * d));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+    thread_pool pool(2);
+    std::vector<block_q8_0> scratch;
+    for (const tensor_view* third : {&vc, static_cast<const tensor_view*>(&plain.view)}) {
+      const tensor_view* ws[3] = {&va, &vb, third};
+      std::vector<std::vector<float>> together(3), alone(3);
+      float* ys[3];
+      for (int m = 0; m < 3; ++m) {
+        together[m].assign(static_cast<size_t>(n * ws[m]->ne1), -1.0f);
+        alone[m].resize(together[m].size());
+        ys[m] = together[m].data();
+        matmul(pool, *ws[m], x.data(), n, alone[m].data(), scratch);
+      }
+      matmul_same_input(pool, ws, x.data(), n, ys, scratch);
+      for (int m = 0; m < 3; ++m) EXPECT_EQ(together[m], alone[m]) << "matrix " << m << ", " << n << " tokens";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hotcold
