@@ -22,13 +22,22 @@ void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, u
   for (int64_t k = 0; k < n * rank; ++k) hidden_[static_cast<size_t>(k)] = std::max(hidden_[static_cast<size_t>(k)], 0.0f);
   matmul(pool_, l.pred_fc2, hidden_.data(), n, scores_.data(), xq_);
   const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
-  any_.assign(static_cast<size_t>(n_ff), 0);
-  for (int64_t k = 0; k < n * n_ff; ++k) {
-    const uint8_t c = scores_[static_cast<size_t>(k)] >= threshold;
-    chosen[k] = c;
-    any_[static_cast<size_t>(k % n_ff)] |= c;
-  }
   union_ids.clear();
+  if (n == 1) {  // decode: the choice is the union
+    for (int64_t i = 0; i < n_ff; ++i) {
+      const bool c = scores_[static_cast<size_t>(i)] >= threshold;
+      chosen[i] = c;
+      if (c) union_ids.push_back(static_cast<int32_t>(i));
+    }
+    return;
+  }
+  any_.assign(static_cast<size_t>(n_ff), 0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < n_ff; ++i) {
+      const uint8_t c = scores_[static_cast<size_t>(t * n_ff + i)] >= threshold;
+      chosen[t * n_ff + i] = c;
+      any_[static_cast<size_t>(i)] |= c;
+    }
   for (int64_t i = 0; i < n_ff; ++i)
     if (any_[static_cast<size_t>(i)]) union_ids.push_back(static_cast<int32_t>(i));
 }
