@@ -65,7 +65,7 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
 
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                        std::vector<block_q8_0>& xq) {
-  const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->ne0 == ws[0]->ne0; });
+  const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->type == tensor_type::q4_0 && w->ne0 == ws[0]->ne0; });
   if (together) return interleaved_products(pool, ws, x, n, ys, xq);
   for (size_t m = 0; m < ws.size(); ++m) matmul(pool, *ws[m], x, n, ys[m], xq);
 }
@@ -74,14 +74,36 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
   const int64_t d = w.ne0, rows = w.ne1;
   const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
   const int64_t qrow = d / qk8_0;
-  if (quantized) {  // inputs quantized once per product
-    if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
-    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
+  if (w.interleaved16 && w.type == tensor_type::f16) {
+    // Groups of sixteen interleaved rows against four tokens at a time; the plain tail rows alone.
+    const int64_t groups = w.interleaved_rows() / 16;
+    const auto* packed = reinterpret_cast<const uint16_t*>(w.data);
+    pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
+        const int64_t t_end = std::min(n, t0 + token_tile);
+        for (int64_t g = g0; g < g1; ++g)
+          for (int64_t t = t0; t < t_end; t += 4) {
+            const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
+            const float* xs[4];
+            for (int j = 0; j < 4; ++j) xs[j] = x + std::min(t + j, n - 1) * d;
+            float o[64];
+            dot16r_f16(packed + g * 16 * d, xs, k, d, o);
+            for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, y + (t + j) * rows + 16 * g);
+          }
+      }
+    }, n == 1 ? 4 : 1);
+    for (int64_t r = 16 * groups; r < rows; ++r)
+      for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, nullptr);
+    return;
   }
   if (w.interleaved16) {
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};
     return interleaved_products(pool, ws, x, n, ys, xq);
+  }
+  if (quantized) {  // inputs quantized once per product
+    if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
+    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
   }
   if (w.type == tensor_type::q6_k && n <= 8) {
     // A few tokens (the head of Q4_0 files in decode): the tokens quantized to Q8_K once, each row

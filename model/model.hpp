@@ -25,9 +25,10 @@ struct tensor_view {
   int64_t ne1 = 1;        // rows
   size_t row_bytes = 0;
   const uint8_t* data = nullptr;
-  // Q4_0 matrices that only dense products read are stored, in the private copy, as groups of
-  // sixteen interleaved rows (kernels::block_q4_0x16) for the first ne1 - ne1 % 16 rows, the rest
-  // as plain rows: row(r) is valid only for those. Set at load (load_options::interleave).
+  // Matrices that only dense products read are stored, in the private copy, as groups of sixteen
+  // interleaved rows for the first ne1 - ne1 % 16 rows (Q4_0: kernels::block_q4_0x16; F16:
+  // kernels::interleave_f16x16), the rest as plain rows: row(r) is valid only for those. Set at
+  // load (load_options::interleave).
   bool interleaved16 = false;
   int64_t interleaved_rows() const { return interleaved16 ? ne1 - ne1 % 16 : 0; }
 
@@ -60,8 +61,8 @@ struct model_weights {
 struct load_options {
   bool use_mmap = false;  // compute from the file's pages instead of a private copy
   // Interleave the Q4_0 matrices that only dense products read (attention, predictors, the output
-  // head, a dense file's FFN) sixteen rows at a time in the private copy: decode's products read
-  // them ~1.5x faster. Not with use_mmap (the pages are the file's).
+  // head, a dense file's FFN), and F16 predictors, sixteen rows at a time in the private copy:
+  // decode's products read them ~1.5x faster. Not with use_mmap (the pages are the file's).
   bool interleave = true;
 };
 

@@ -63,6 +63,13 @@ void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32
 // VNNI; elsewhere dot4r_q4_0 on xq).
 void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out);
 
+// Sixteen F16 rows interleaved (element k of row i at 16 k + i; the same bytes as the rows): short
+// rows (the predictors' 256-wide second layer) read as one stream, sixteen rows per multiply-add.
+void interleave_f16x16(const uint16_t* rows, int64_t n, uint16_t* out);  // rows: 16 rows of n, row i at rows + i n
+void deinterleave_f16x16(const uint16_t* in, int64_t n, uint16_t* rows);
+// One interleaved group against up to four vectors: out[16 j + i] = row i . x[j].
+void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
+
 // Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
 // "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).
 const char* dot_implementation();
@@ -79,6 +86,7 @@ void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out);
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n);
+void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
 }  // namespace scalar
 
 }  // namespace hotcold::kernels

@@ -447,6 +447,39 @@ TEST(Dot, FourQuantizedRowsAgainstTheRearrangedVector) {
   }
 }
 
+// Sixteen interleaved F16 rows: the layout round-trips, and each row against up to four vectors is its
+// own dot product, in every implementation (odd lengths take the tails).
+TEST(Dot, SixteenInterleavedF16RowsAgainstSeveralVectors) {
+  for (int64_t n : {1, 7, 256, 2048}) {
+    std::vector<uint16_t> rows(static_cast<size_t>(16 * n));
+    auto w = random_vector(16 * n, 800);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = fp32_to_fp16(w[i]);
+    std::vector<uint16_t> packed(rows.size()), back(rows.size());
+    interleave_f16x16(rows.data(), n, packed.data());
+    deinterleave_f16x16(packed.data(), n, back.data());
+    ASSERT_EQ(back, rows);
+    std::vector<std::vector<float>> xs;
+    const float* px[4];
+    for (int j = 0; j < 4; ++j) {
+      xs.push_back(random_vector(n, static_cast<uint32_t>(810 + j)));
+      px[j] = xs.back().data();
+    }
+    for (int nx = 1; nx <= 4; ++nx) {
+      float got[64], ref[64];
+      dot16r_f16(packed.data(), px, nx, n, got);
+      scalar::dot16r_f16(packed.data(), px, nx, n, ref);
+      for (int j = 0; j < nx; ++j)
+        for (int r = 0; r < 16; ++r) {
+          SCOPED_TRACE(testing::Message() << n << " nx " << nx << " vector " << j << " row " << r);
+          double want = 0;
+          for (int64_t k = 0; k < n; ++k) want += double(fp16_to_fp32(rows[static_cast<size_t>(r * n + k)])) * px[j][k];
+          EXPECT_NEAR(got[16 * j + r], want, 1e-4 * (1 + std::sqrt(double(n))));
+          EXPECT_NEAR(ref[16 * j + r], want, 1e-4 * (1 + std::sqrt(double(n))));
+        }
+    }
+  }
+}
+
 // Four rows at once add what four single AXPYs add (n not a multiple of 8 for the float tails).
 TEST(Axpy, FourRowsAtOnce) {
   const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "model/matmul.hpp"
 #include "model/neuron_ops.hpp"
@@ -82,6 +83,40 @@ TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
           ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::abs(want[i])));
           ASSERT_NEAR(got_plain[i], want[i], 1e-4f * (1 + std::abs(want[i])));
         }
+      }
+    }
+  }
+}
+
+// F16 matrices interleaved as model::load does (the predictors): each row's own dot product, whatever
+// the tokens and threads, tails included.
+TEST(Matmul, InterleavedF16EqualsEachRowsDotProduct) {
+  const int64_t d = 96;
+  for (int64_t rows : {16, 37}) {
+    std::vector<uint16_t> plain(static_cast<size_t>(rows * d));
+    for (size_t i = 0; i < plain.size(); ++i) plain[i] = fp32_to_fp16(std::cos(0.11f * static_cast<float>(i)));
+    std::vector<uint16_t> packed = plain;
+    for (int64_t g = 0; g < rows / 16; ++g) interleave_f16x16(plain.data() + g * 16 * d, d, packed.data() + g * 16 * d);
+    tensor_view v;
+    v.type = tensor_type::f16;
+    v.ne0 = d;
+    v.ne1 = rows;
+    v.row_bytes = static_cast<size_t>(d) * 2;
+    v.data = reinterpret_cast<const uint8_t*>(packed.data());
+    v.interleaved16 = true;
+    for (int64_t n : {1, 6}) {
+      std::vector<float> x(static_cast<size_t>(n * d));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.5f * static_cast<float>(i));
+      for (int threads : {1, 2}) {
+        thread_pool pool(threads);
+        std::vector<block_q8_0> scratch;
+        std::vector<float> got(static_cast<size_t>(n * rows));
+        matmul(pool, v, x.data(), n, got.data(), scratch);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = dot_f16(plain.data() + r * d, x.data() + t * d, d);
+            ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], want, 1e-4f * (1 + std::abs(want))) << rows << " rows, token " << t << ", row " << r;
+          }
       }
     }
   }

@@ -1,0 +1,127 @@
+// Products of interleaved F16 rows (sixteen rows, element k of row i at 16 k + i) with float
+// vectors: per element k, one 32-byte load of the sixteen rows' halves, one conversion and one
+// multiply-add per vector with x[k] broadcast; no horizontal sums.
+#include <immintrin.h>
+
+#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
+
+namespace hotcold::kernels {
+
+void interleave_f16x16(const uint16_t* rows, int64_t n, uint16_t* out) {
+  for (int64_t k = 0; k < n; ++k)
+    for (int i = 0; i < 16; ++i) out[16 * k + i] = rows[i * n + k];
+}
+
+void deinterleave_f16x16(const uint16_t* in, int64_t n, uint16_t* rows) {
+  for (int64_t k = 0; k < n; ++k)
+    for (int i = 0; i < 16; ++i) rows[i * n + k] = in[16 * k + i];
+}
+
+namespace scalar {
+
+void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
+  for (int j = 0; j < nx; ++j)
+    for (int i = 0; i < 16; ++i) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < n; ++k) s += fp16_to_fp32(w[16 * k + i]) * x[j][k];
+      out[16 * j + i] = s;
+    }
+}
+
+}  // namespace scalar
+
+namespace avx2 {
+
+#define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Two halves of eight rows; four elements a step into four independent sums per vector.
+template <int NX>
+HOTCOLD_AVX2 static void dot16r(const uint16_t* w, const float* const* x, int64_t n, float* out) {
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[NX][2];
+    for (int j = 0; j < NX; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+      const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * k + 8 * h)));
+      const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * (k + 1) + 8 * h)));
+      for (int j = 0; j < NX; ++j) {
+        acc[j][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[j][k]), acc[j][0]);
+        acc[j][1] = _mm256_fmadd_ps(w1, _mm256_set1_ps(x[j][k + 1]), acc[j][1]);
+      }
+    }
+    for (; k < n; ++k) {
+      const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * k + 8 * h)));
+      for (int j = 0; j < NX; ++j) acc[j][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[j][k]), acc[j][0]);
+    }
+    for (int j = 0; j < NX; ++j) _mm256_storeu_ps(out + 16 * j + 8 * h, _mm256_add_ps(acc[j][0], acc[j][1]));
+  }
+}
+
+HOTCOLD_AVX2 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
+  switch (nx) {
+    case 1: return dot16r<1>(w, x, n, out);
+    case 2: return dot16r<2>(w, x, n, out);
+    case 3: return dot16r<3>(w, x, n, out);
+    default: return dot16r<4>(w, x, n, out);
+  }
+}
+
+}  // namespace avx2
+
+// GCC 12's AVX-512 headers pass an undefined vector to their masked builtins, then warn about it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace avx512 {
+
+#define HOTCOLD_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
+
+// All sixteen rows in one register; two elements a step into two independent sums per vector (four
+// for one vector, whose chain would otherwise wait on each multiply-add).
+template <int NX>
+HOTCOLD_AVX512 static void dot16r(const uint16_t* w, const float* const* x, int64_t n, float* out) {
+  constexpr int chains = NX == 1 ? 4 : 2;
+  __m512 acc[NX][chains];
+  for (int j = 0; j < NX; ++j)
+    for (int c = 0; c < chains; ++c) acc[j][c] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + chains <= n; k += chains) {
+    for (int c = 0; c < chains; ++c) {
+      const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * (k + c))));
+      for (int j = 0; j < NX; ++j) acc[j][c] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[j][k + c]), acc[j][c]);
+    }
+  }
+  for (; k < n; ++k) {
+    const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * k)));
+    for (int j = 0; j < NX; ++j) acc[j][0] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[j][k]), acc[j][0]);
+  }
+  for (int j = 0; j < NX; ++j) {
+    __m512 s = acc[j][0];
+    for (int c = 1; c < chains; ++c) s = _mm512_add_ps(s, acc[j][c]);
+    _mm512_storeu_ps(out + 16 * j, s);
+  }
+}
+
+HOTCOLD_AVX512 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
+  switch (nx) {
+    case 1: return dot16r<1>(w, x, n, out);
+    case 2: return dot16r<2>(w, x, n, out);
+    case 3: return dot16r<3>(w, x, n, out);
+    default: return dot16r<4>(w, x, n, out);
+  }
+}
+
+}  // namespace avx512
+
+#pragma GCC diagnostic pop
+
+void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx512) return avx512::dot16r_f16(w, x, nx, n, out);
+  if (cpu().avx2) return avx2::dot16r_f16(w, x, nx, n, out);
+  scalar::dot16r_f16(w, x, nx, n, out);
+}
+
+}  // namespace hotcold::kernels
