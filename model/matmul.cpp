@@ -61,12 +61,45 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   }
 }
 
+// Long float rows, one token: rows r and r + rows/2 together, two independent streams from memory
+// for each thread, with the first lines of the rows two ahead asked for (one stream and no prefetch
+// reached 45 GB/s on Zen 5 with two threads, this 63; bench --roofline). Short rows (the
+// predictors' 512 bytes) lose more to the pairs' reductions than they gain.
+bool two_streams(const tensor_view& w) {
+  return (w.type == tensor_type::f16 || w.type == tensor_type::f32) && !w.interleaved16 && w.row_bytes >= 2048 && w.ne1 >= 64;
+}
+
+// The pairs of every matrix given (all two_streams, the same input) in one split across the threads.
+void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, std::span<float* const> ys) {
+  std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's pairs are [first[m], first[m + 1])
+  for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->ne1 / 2;
+  const float* xs[1] = {x};
+  pool.parallel_for(first.back(), [&](int64_t p0, int64_t p1) {
+    size_t m = 0;
+    for (int64_t p = p0; p < p1; ++p) {
+      while (p >= first[m + 1]) ++m;
+      const tensor_view& w = *ws[m];
+      const int64_t half = w.ne1 / 2, r = p - first[m], d = w.ne0;
+      float* y = ys[m];
+      if (p + 2 < p1 && r + 2 < half) prefetch_row_start(w, r + 2), prefetch_row_start(w, r + 2 + half);
+      if (w.type == tensor_type::f16)
+        dot2n_f16(reinterpret_cast<const uint16_t*>(w.row(r)), reinterpret_cast<const uint16_t*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
+      else
+        dot2n_f32(reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
+    }
+  }, 8);
+  for (size_t m = 0; m < ws.size(); ++m)
+    if (ws[m]->ne1 % 2) ys[m][ws[m]->ne1 - 1] = row_dot(*ws[m], ws[m]->ne1 - 1, x, nullptr);
+}
+
 }  // namespace
 
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                        std::vector<block_q8_0>& xq) {
   const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->type == tensor_type::q4_0 && w->ne0 == ws[0]->ne0; });
   if (together) return interleaved_products(pool, ws, x, n, ys, xq);
+  const bool streams = n == 1 && std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return two_streams(*w) && w->ne0 == ws[0]->ne0; });
+  if (streams) return two_stream_products(pool, ws, x, ys);
   for (size_t m = 0; m < ws.size(); ++m) matmul(pool, *ws[m], x, n, ys[m], xq);
 }
 
@@ -122,24 +155,10 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     return;
   }
   if (n == 1) {
-    if ((w.type == tensor_type::f16 || w.type == tensor_type::f32) && w.row_bytes >= 2048 && rows >= 64) {
-      // Rows r and r + rows/2 together: two independent streams from memory for each thread, with
-      // the first lines of the rows two ahead asked for (one stream and no prefetch reached 45 GB/s
-      // on Zen 5 with two threads, this 63; bench --roofline). Short rows (the predictors' 512 bytes)
-      // lose more to the pairs' reductions than they gain: one at a time, below.
-      const int64_t half = rows / 2;
-      const float* xs[1] = {x};
-      pool.parallel_for(half, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          if (r + 2 < r1) prefetch_row_start(w, r + 2), prefetch_row_start(w, r + 2 + half);
-          if (w.type == tensor_type::f16)
-            dot2n_f16(reinterpret_cast<const uint16_t*>(w.row(r)), reinterpret_cast<const uint16_t*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
-          else
-            dot2n_f32(reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
-        }
-      }, 8);
-      if (rows % 2) y[rows - 1] = row_dot(w, rows - 1, x, nullptr);
-      return;
+    if (two_streams(w)) {
+      const tensor_view* ws[1] = {&w};
+      float* ys[1] = {y};
+      return two_stream_products(pool, ws, x, ys);
     }
     if (w.type == tensor_type::q4_0 && rows >= 4) {
       // Rows r, r + q, r + 2q, r + 3q together: the vector's side of the work once for four rows, four
