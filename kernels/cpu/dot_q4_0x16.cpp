@@ -15,14 +15,6 @@
 namespace hotcold::kernels {
 
 namespace {
-// Blocks this far ahead of the one being computed are asked for (288 bytes each: ~2.3 KiB ahead), a
-// block's worth of lines per block: the hardware's stream along a matrix starts slowly, and the
-// predictors' and attention's products are short (a layer's fc1 is 288 KiB).
-constexpr int64_t ahead = 8;
-inline void prefetch_ahead(const block_q4_0x16* b) {
-  const char* p = reinterpret_cast<const char*>(b);
-  for (int off = 0; off < static_cast<int>(sizeof(block_q4_0x16)); off += 64) asm volatile("prefetcht0 %0" : : "m"(p[off]));
-}
 inline int32_t four_bytes(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -116,7 +108,6 @@ HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
   __m512 acc[NX];
   for (int j = 0; j < NX; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w + b + ahead);
     __m512i lo[4], hi[4];
     for (int g = 0; g < 4; ++g) {
       const __m512i q = _mm512_loadu_si512(w[b].qs + 64 * g);
