@@ -140,7 +140,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
   }
   if (w.type == tensor_type::q6_k && n <= 8) {
     // A few tokens (the head of Q4_0 files in decode): the tokens quantized to Q8_K once, each row
-    // read in place with integer multiply-adds, the next rows fetched while these compute.
+    // read in place with integer multiply-adds (one stream a thread: the hardware's prefetch).
     thread_local std::vector<block_q8_k> x8;
     const int64_t kb = d / qk_k;
     x8.resize(static_cast<size_t>(n * kb));
