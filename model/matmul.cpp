@@ -13,11 +13,23 @@ using namespace kernels;
 namespace {
 constexpr int64_t row_tile = 8, token_tile = 32;
 
+// Groups [0, groups) of sixteen interleaved rows against n tokens, four at a time, split across the
+// threads, tokens tiled so their inputs stay in cache while a thread walks its groups:
+// group(g, t, k, o) computes o[16 j + i] = row i of group g . token t + j (j < k <= 4) and writes them.
+template <typename Group>
+void grouped_products(thread_pool& pool, int64_t groups, int64_t n, const Group& group) {
+  pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
+      const int64_t t_end = std::min(n, t0 + token_tile);
+      for (int64_t g = g0; g < g1; ++g)
+        for (int64_t t = t0; t < t_end; t += 4) group(g, t, static_cast<int>(std::min<int64_t>(4, t_end - t)));
+    }
+  }, n == 1 ? 2 : 1);
+}
+
 // Products of Q4_0 matrices stored as interleaved groups of sixteen rows (model::load), all reading
-// the same input: one pass over every matrix's groups, the input quantized once. Groups against four
-// tokens at a time (each group's bytes unpacked once per four tokens; for one token, a group is 16
-// rows in one pass), tokens tiled so their quantized activations stay in cache; the plain tail rows
-// one at a time.
+// the same input: one pass over every matrix's groups (each group's bytes unpacked once per four
+// tokens), the input quantized once; the plain tail rows one at a time.
 void interleaved_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                           std::vector<block_q8_0>& xq) {
   const int64_t d = ws[0]->ne0, qrow = d / qk8_0;
@@ -29,31 +41,20 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   const int32_t* xs_sums = sums.data();  // the calling thread's, read by the workers
   std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's groups are [first[m], first[m + 1])
   for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->interleaved_rows() / 16;
-  pool.parallel_for(first.back(), [&](int64_t g0, int64_t g1) {
-    for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
-      const int64_t t_end = std::min(n, t0 + token_tile);
-      size_t m = 0;
-      for (int64_t gg = g0; gg < g1; ++gg) {
-        while (gg >= first[m + 1]) ++m;
-        const tensor_view& w = *ws[m];
-        const int64_t g = gg - first[m], rows = w.ne1;
-        const auto* packed = reinterpret_cast<const block_q4_0x16*>(w.data) + g * qrow;
-        for (int64_t t = t0; t < t_end; t += 4) {
-          const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
-          const block_q8_0* xs[4];
-          const int32_t* ss[4];
-          for (int j = 0; j < 4; ++j) {
-            const int64_t tj = std::min(t + j, n - 1);
-            xs[j] = xq.data() + tj * qrow;
-            ss[j] = xs_sums + tj * qrow;
-          }
-          float o[64];
-          dot16r_q4_0(packed, xs, ss, k, d, o);
-          for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * rows + 16 * g);
-        }
-      }
+  grouped_products(pool, first.back(), n, [&](int64_t gg, int64_t t, int k) {
+    const size_t m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
+    const int64_t g = gg - first[m], rows = ws[m]->ne1;
+    const block_q8_0* xs[4];
+    const int32_t* ss[4];
+    for (int j = 0; j < 4; ++j) {
+      const int64_t tj = std::min(t + j, n - 1);
+      xs[j] = xq.data() + tj * qrow;
+      ss[j] = xs_sums + tj * qrow;
     }
-  }, n == 1 ? 2 : 1);
+    float o[64];
+    dot16r_q4_0(reinterpret_cast<const block_q4_0x16*>(ws[m]->data) + g * qrow, xs, ss, k, d, o);
+    for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * rows + 16 * g);
+  });
   for (size_t m = 0; m < ws.size(); ++m) {
     const tensor_view& w = *ws[m];
     for (int64_t r = w.interleaved_rows(); r < w.ne1; ++r)
@@ -111,20 +112,13 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     // Groups of sixteen interleaved rows against four tokens at a time; the plain tail rows alone.
     const int64_t groups = w.interleaved_rows() / 16;
     const auto* packed = reinterpret_cast<const uint16_t*>(w.data);
-    pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
-      for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
-        const int64_t t_end = std::min(n, t0 + token_tile);
-        for (int64_t g = g0; g < g1; ++g)
-          for (int64_t t = t0; t < t_end; t += 4) {
-            const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
-            const float* xs[4];
-            for (int j = 0; j < 4; ++j) xs[j] = x + std::min(t + j, n - 1) * d;
-            float o[64];
-            dot16r_f16(packed + g * 16 * d, xs, k, d, o);
-            for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, y + (t + j) * rows + 16 * g);
-          }
-      }
-    }, n == 1 ? 4 : 1);
+    grouped_products(pool, groups, n, [&](int64_t g, int64_t t, int k) {
+      const float* xs[4];
+      for (int j = 0; j < 4; ++j) xs[j] = x + std::min(t + j, n - 1) * d;
+      float o[64];
+      dot16r_f16(packed + g * 16 * d, xs, k, d, o);
+      for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, y + (t + j) * rows + 16 * g);
+    });
     for (int64_t r = 16 * groups; r < rows; ++r)
       for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, nullptr);
     return;
