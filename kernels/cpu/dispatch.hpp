@@ -13,3 +13,15 @@ struct cpu_features {
 const cpu_features& cpu();
 
 }  // namespace hotcold::kernels
+
+// The instruction sets of the kernels' variants, one function attribute each (cpu() picks the variant).
+#define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define HOTCOLD_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
+#define HOTCOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define HOTCOLD_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+
+// Around AVX-512 code: GCC 12's _mm512_inserti64x4, _mm512_reduce_add_ps and other intrinsics pass an
+// undefined vector to their masked builtins, then warn about it.
+#define HOTCOLD_AVX512_BEGIN \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define HOTCOLD_AVX512_END _Pragma("GCC diagnostic pop")

@@ -109,8 +109,6 @@ float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
 
 namespace avx2 {
 
-#define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 // One half to float with the F16C instruction (the scalar conversion is a dozen branches).
 HOTCOLD_AVX2 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -395,15 +393,9 @@ HOTCOLD_AVX2 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* 
 
 // ---- AVX-512 VNNI (Zen 4/5, Ice Lake and later) ---------------------------------------------
 
-// (For both AVX-512 namespaces.) GCC 12's _mm512_inserti64x4 and _mm512_reduce_add_ps pass an undefined vector to their masked
-// builtins and then warn about it.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+HOTCOLD_AVX512_BEGIN
 
 namespace avx512vnni {
-
-#define HOTCOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 // Two blocks per 512-bit step: dpbusd multiplies unsigned bytes by signed bytes, so Q4_0's nibbles
 // (0..15) go in as they are and the -8 offset comes off as 8 * sum(x) (a second dpbusd with 8s).
@@ -519,13 +511,20 @@ HOTCOLD_VNNI void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, in
 // bytes) permuted so that block j's 16 quant bytes sit at 16 j, the four scales spread to their
 // lanes by a 16-bit permute (they sit at bytes 0, 18, 36, 54), then two dpbusd (low and high
 // nibbles, starting from minus the lanes' offsets) and one multiply-add per row per 128 values.
-#define HOTCOLD_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+// The permutes' indices, made once: byte b of the quant register is byte 18 (b / 16) + 2 + b % 16 of
+// the four blocks; 16-bit lane k of the scales is the scale of block k / 4 (16-bit lane 9 (k / 4)).
+struct x4_indices {
+  alignas(64) uint8_t nibbles[64];
+  alignas(64) uint16_t scales[32];
+  constexpr x4_indices() : nibbles(), scales() {
+    for (int b = 0; b < 64; ++b) nibbles[b] = static_cast<uint8_t>(18 * (b / 16) + 2 + b % 16);
+    for (int k = 0; k < 32; ++k) scales[k] = static_cast<uint16_t>(9 * ((k % 16) / 4));
+  }
+};
+constexpr x4_indices x4_index;
+
 HOTCOLD_VBMI void dot4r_q4_0_x4(const block_q4_0* const* w, const q8_0_x4* x4, int64_t n, float* out) {
-  alignas(64) uint8_t nib_idx[64];
-  for (int b = 0; b < 64; ++b) nib_idx[b] = static_cast<uint8_t>(18 * (b / 16) + 2 + b % 16);
-  alignas(64) uint16_t sc_idx[32];
-  for (int k = 0; k < 32; ++k) sc_idx[k] = static_cast<uint16_t>(9 * ((k % 16) / 4));
-  const __m512i nib = _mm512_load_si512(nib_idx), scx = _mm512_load_si512(sc_idx), m4 = _mm512_set1_epi8(0x0F);
+  const __m512i nib = _mm512_load_si512(x4_index.nibbles), scx = _mm512_load_si512(x4_index.scales), m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   const int64_t groups = n / 128;
   for (int64_t g = 0; g < groups; ++g) {
@@ -578,8 +577,6 @@ HOTCOLD_VNNI void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int
 
 
 namespace avx512 {
-
-#define HOTCOLD_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
 
 struct f32_row16 {
   const float* w;
@@ -789,7 +786,7 @@ HOTCOLD_AVX512 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float
 
 }  // namespace avx512
 
-#pragma GCC diagnostic pop
+HOTCOLD_AVX512_END
 
 const cpu_features& cpu() {
   static const cpu_features d = [] {

@@ -34,8 +34,6 @@ void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, flo
 
 namespace avx2 {
 
-#define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 // Two halves of eight rows; four elements a step into four independent sums per vector.
 template <int NX>
 HOTCOLD_AVX2 static void dot16r(const uint16_t* w, const float* const* x, int64_t n, float* out) {
@@ -70,14 +68,9 @@ HOTCOLD_AVX2 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, i
 
 }  // namespace avx2
 
-// GCC 12's AVX-512 headers pass an undefined vector to their masked builtins, then warn about it.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+HOTCOLD_AVX512_BEGIN
 
 namespace avx512 {
-
-#define HOTCOLD_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
 
 // All sixteen rows in one register; two elements a step into two independent sums per vector (four
 // for one vector, whose chain would otherwise wait on each multiply-add).
@@ -116,7 +109,7 @@ HOTCOLD_AVX512 void dot16r_f16(const uint16_t* w, const float* const* x, int nx,
 
 }  // namespace avx512
 
-#pragma GCC diagnostic pop
+HOTCOLD_AVX512_END
 
 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
   if (cpu().avx512) return avx512::dot16r_f16(w, x, nx, n, out);

@@ -48,8 +48,6 @@ void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32
 
 namespace avx2 {
 
-#define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 // Eight rows (one half of the group) at a time: maddubs makes byte pairs' sums in int16 (at most
 // 2 x 15 x 128 each, so eight of them add without overflow), madd with ones makes each row's int32.
 template <int NX>
@@ -90,14 +88,9 @@ HOTCOLD_AVX2 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x
 
 }  // namespace avx2
 
-// GCC 12's AVX-512 headers pass an undefined vector to their masked builtins, then warn about it.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+HOTCOLD_AVX512_BEGIN
 
 namespace avx512vnni {
-
-#define HOTCOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 // All sixteen rows in one register: lane i is row i. Per block the 256 quant bytes are four loads,
 // each split into low and high nibbles; every vector then needs eight dpbusd (two chains), one
@@ -139,7 +132,7 @@ HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x
 
 }  // namespace avx512vnni
 
-#pragma GCC diagnostic pop
+HOTCOLD_AVX512_END
 
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
   if (cpu().vnni) return avx512vnni::dot16r_q4_0(w, x, xsum, nx, n, out);

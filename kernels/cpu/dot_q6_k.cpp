@@ -41,8 +41,6 @@ float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n) {
 
 namespace avx2 {
 
-#define HOTCOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 HOTCOLD_AVX2 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x30);
   __m256 acc = _mm256_setzero_ps(), acc_offset = _mm256_setzero_ps();
@@ -83,14 +81,20 @@ HOTCOLD_AVX2 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64
 
 }  // namespace avx2
 
-// GCC 12's AVX-512 headers pass an undefined vector to their masked builtins, then warn about it.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+HOTCOLD_AVX512_BEGIN
 
 namespace avx512vnni {
 
-#define HOTCOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+// Register j of a block (j = 2 h + {0, 1}) covers groups 4 j .. 4 j + 3, 8 int16 lanes each: the
+// indices that spread the block's 16 group scales over them, made once.
+struct q6_k_scale_indices {
+  alignas(64) int16_t lanes[4][32];
+  constexpr q6_k_scale_indices() : lanes() {
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 32; ++k) lanes[j][k] = static_cast<int16_t>(4 * j + k / 8);
+  }
+};
+constexpr q6_k_scale_indices q6_k_scale_index;
 
 // A half block (128 values) is two registers: ql's 64 bytes hold the low nibbles of values 0..63
 // and the high nibbles of 64..127; qh's 32 bytes, in both halves of a register, give each value's
@@ -99,13 +103,8 @@ namespace avx512vnni {
 HOTCOLD_VNNI float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(0x30);
   const __m512i left = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4), right = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
-  // Register j of a block (j = 2 h + {0, 1}) covers groups 4 j .. 4 j + 3, 8 int16 lanes each.
   __m512i scale_index[4];
-  for (int j = 0; j < 4; ++j) {
-    alignas(64) int16_t idx[32];
-    for (int k = 0; k < 32; ++k) idx[k] = static_cast<int16_t>(4 * j + k / 8);
-    scale_index[j] = _mm512_load_si512(idx);
-  }
+  for (int j = 0; j < 4; ++j) scale_index[j] = _mm512_load_si512(q6_k_scale_index.lanes[j]);
   __m512 acc = _mm512_setzero_ps();
   __m256 acc_offset = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / qk_k; ++b) {
@@ -133,7 +132,7 @@ HOTCOLD_VNNI float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64
 
 }  // namespace avx512vnni
 
-#pragma GCC diagnostic pop
+HOTCOLD_AVX512_END
 
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n) {
   if (cpu().vnni) return avx512vnni::dot_q6_k_q8_k(w, x, n);

@@ -32,7 +32,7 @@ namespace {
 
 // The same arithmetic eight lanes at a time (decode quantizes every product's input: 7 us a 2048
 // vector in scalar code, ~0.4 us here).
-__attribute__((target("avx2,fma,f16c"))) void quantize_row_q8_0_avx2(const float* x, block_q8_0* y, int64_t n) {
+HOTCOLD_AVX2 void quantize_row_q8_0_avx2(const float* x, block_q8_0* y, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t b = 0; b < n / qk8_0; ++b, x += qk8_0) {
