@@ -117,10 +117,6 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   v_cache_.assign(cache, 0.0f);
 }
 
-void inference_context::quantize_input(const tensor_view& w, const float* x) {
-  if (w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0) quantize_row_q8_0(x, xq_.data(), w.ne0);
-}
-
 void inference_context::matvec(const tensor_view& w, const float* x, float* y) { hotcold::matmul(pool_, w, x, 1, y, xq_); }
 
 float* inference_context::k_at(int64_t seq, int64_t layer, int64_t pos) {
@@ -240,8 +236,8 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
       executed = true;
     } else {
     trace_scope span(trace_, "ffn", step_, layer);
-    quantize_input(l.ffn_up, in);
-    if (hp.gated_ffn) quantize_input(l.ffn_gate, in);
+    if (wants_q8_input(l.ffn_up.type) || (hp.gated_ffn && wants_q8_input(l.ffn_gate.type)))  // once for gate and up
+      quantize_row_q8_0(in, xq_.data(), n_embd);
     const int64_t n_active = static_cast<int64_t>(active_.size());
     const int threads = pool_.size();
     pool_.parallel_for(threads, [&](int64_t t0, int64_t t1) {

@@ -185,7 +185,6 @@ class inference_context {
   void attend_head4(const float* const* q, int nq, int64_t seq, int64_t layer, int64_t pos0, int64_t h, float* s, float* const* out);
   // in: the FFN's normalized input; pred_in: what the predictor reads.
   void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
-  void quantize_input(const tensor_view& w, const float* x);               // fills xq_ when w needs it
 
   std::shared_ptr<const model> model_;
   int64_t n_ctx_;
