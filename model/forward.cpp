@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "model/matmul.hpp"
@@ -562,15 +563,18 @@ void inference_context::attention_block(step_state& B, int64_t il) {
       std::memcpy(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), static_cast<size_t>(kv) * 4);
     }
     // Every (group, head) pair at once; causal: token t sees its sequence's cache up to its own
-    // position. A group is up to four tokens of one sequence at consecutive positions (a prompt
-    // chunk), which read each cached key and value row once; other tokens are groups of one.
+    // position. A group is tokens of one sequence at consecutive positions (a prompt chunk), which
+    // read each cached key and value row once: up to 32 through the block kernel (scores as small
+    // matrix products), else up to four; other tokens are groups of one.
     const int64_t hd = hp.head_dim();
+    const bool blocks = attend_block_vectorized(hd);
+    const int64_t group_max = blocks ? attend_block_max : 4;
     std::vector<int64_t>& groups = B.groups;  // first token of each group
     groups.clear();
     for (int64_t t = 0; t < n;) {
       groups.push_back(t);
       int64_t e = t + 1;
-      while (e < n && e - t < 4 && B.seqs[static_cast<size_t>(e)] == B.seqs[static_cast<size_t>(t)] &&
+      while (e < n && e - t < group_max && B.seqs[static_cast<size_t>(e)] == B.seqs[static_cast<size_t>(t)] &&
              B.positions[static_cast<size_t>(e)] == B.positions[static_cast<size_t>(e - 1)] + 1)
         ++e;
       t = e;
@@ -579,7 +583,8 @@ void inference_context::attention_block(step_state& B, int64_t il) {
     const int64_t n_groups = static_cast<int64_t>(groups.size()) - 1;
     pool_.parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
       thread_local std::vector<float> scores;
-      if (static_cast<int64_t>(scores.size()) < 4 * (n_ctx_ + 4)) scores.resize(static_cast<size_t>(4 * (n_ctx_ + 4)));
+      const int64_t need = std::max(4 * (n_ctx_ + 4), blocks ? attend_block_scratch(n_ctx_ + attend_block_max, hd) : 0);
+      if (static_cast<int64_t>(scores.size()) < need) scores.resize(static_cast<size_t>(need));
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t g = i / hp.n_head, h = i % hp.n_head;
         const int64_t t0 = groups[static_cast<size_t>(g)], nq = groups[static_cast<size_t>(g) + 1] - t0;
@@ -588,10 +593,16 @@ void inference_context::attention_block(step_state& B, int64_t il) {
           attend_head(q_of(t0) + h * hd, seq, il, pos0, h, scores.data(), B.attn.data() + t0 * d + h * hd);
           continue;
         }
-        const float* qs[4];
-        float* outs[4];
+        const float* qs[attend_block_max];
+        float* outs[attend_block_max];
         for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * d + h * hd;
-        attend_head4(qs, static_cast<int>(nq), seq, il, pos0, h, scores.data(), outs);
+        if (blocks) {
+          const int64_t kvh = h / (hp.n_head / hp.n_head_kv);
+          attend_block(qs, static_cast<int>(nq), k_at(seq, il, 0) + kvh * hd, v_at(seq, il, 0) + kvh * hd, kv, hd, pos0,
+                       1.0f / std::sqrt(static_cast<float>(hd)), outs, scores.data());
+        } else {
+          attend_head4(qs, static_cast<int>(nq), seq, il, pos0, h, scores.data(), outs);
+        }
       }
     });
     matmul(l.wo, B.attn.data(), n, B.proj.data());

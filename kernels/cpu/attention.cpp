@@ -1,0 +1,167 @@
+// Causal attention for a block of up to 32 consecutive queries of one head. The queries are laid out
+// transposed (element k of the 32 queries side by side, the scale folded in), so that twelve keys
+// at a time meet all of them as broadcasts against two vectors: the scores come out as rows of 32
+// (one per key), and each query's softmax runs down a column, sixteen queries per vector op. The
+// values are then added six queries by 64 elements at a time, each value row loaded once for the
+// six.
+#include "kernels/cpu/attention.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/dispatch.hpp"
+
+namespace hotcold::kernels {
+
+namespace {
+constexpr int64_t qn = attend_block_max;  // query lanes in the scratch rows
+}
+
+int64_t attend_block_scratch(int64_t keys, int64_t hd) { return qn * (hd + keys); }
+
+bool attend_block_vectorized(int64_t hd) { return cpu().avx512 && hd % 16 == 0; }
+
+namespace scalar {
+
+void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
+                  float* const* out, float* scratch) {
+  for (int j = 0; j < nq; ++j) {
+    const int64_t last = pos0 + j;
+    float* s = scratch;
+    float max_s = -INFINITY;
+    for (int64_t t = 0; t <= last; ++t) {
+      float dot = 0.0f;
+      for (int64_t e = 0; e < hd; ++e) dot += q[j][e] * k[t * stride + e];
+      s[t] = dot * scale;
+      max_s = std::max(max_s, s[t]);
+    }
+    double sum = 0;
+    for (int64_t t = 0; t <= last; ++t) sum += (s[t] = std::exp(s[t] - max_s));
+    const float inv = static_cast<float>(1.0 / sum);
+    std::fill(out[j], out[j] + hd, 0.0f);
+    for (int64_t t = 0; t <= last; ++t)
+      for (int64_t e = 0; e < hd; ++e) out[j][e] += s[t] * inv * v[t * stride + e];
+  }
+}
+
+}  // namespace scalar
+
+HOTCOLD_AVX512_BEGIN
+namespace avx512 {
+
+// e^x for x <= 0 (scores minus their maximum): 2^n e^r with n = round(x log2 e) and |r| <= ln 2 / 2,
+// e^r by its Taylor polynomial to degree 6 (relative error ~1e-7), 2^n applied by vscalefps.
+HOTCOLD_AVX512 static inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln 2 in two parts: n ln2_hi is exact
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Scores of keys t0 .. t0 + KB - 1 (at most `keys`) against the 32 transposed queries.
+template <int KB>
+HOTCOLD_AVX512 static void scores(const float* qt, const float* k, int64_t stride, int64_t hd, int64_t t0, int64_t keys, float* st) {
+  const float* kr[KB];
+  for (int i = 0; i < KB; ++i) kr[i] = k + std::min(t0 + i, keys - 1) * stride;
+  __m512 acc[KB][2];
+  for (int i = 0; i < KB; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < hd; ++e) {
+    const __m512 q0 = _mm512_loadu_ps(qt + e * qn), q1 = _mm512_loadu_ps(qt + e * qn + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < KB; ++i) {
+      const __m512 b = _mm512_set1_ps(kr[i][e]);
+      acc[i][0] = _mm512_fmadd_ps(b, q0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(b, q1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < KB && t0 + i < keys; ++i) {
+    _mm512_storeu_ps(st + (t0 + i) * qn, acc[i][0]);
+    _mm512_storeu_ps(st + (t0 + i) * qn + 16, acc[i][1]);
+  }
+}
+
+// out[j0 + i][e0 .. e0 + 16 NV) for six queries (the last repeated past nq): the weighted values.
+template <int NV>
+HOTCOLD_AVX512 static void values(const float* st, const float* v, int64_t stride, int64_t e0, int j0, int nq, int64_t pos0, const float* inv,
+                                  float* const* out) {
+  int js[6];
+  for (int i = 0; i < 6; ++i) js[i] = std::min(j0 + i, nq - 1);
+  __m512 acc[6][NV];
+  for (int i = 0; i < 6; ++i)
+    for (int u = 0; u < NV; ++u) acc[i][u] = _mm512_setzero_ps();
+  const int64_t last = pos0 + js[5];  // later keys have weight 0 for these queries
+  for (int64_t t = 0; t <= last; ++t) {
+    __m512 vr[NV];
+    for (int u = 0; u < NV; ++u) vr[u] = _mm512_loadu_ps(v + t * stride + e0 + 16 * u);
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; ++i) {
+      const __m512 p = _mm512_set1_ps(st[t * qn + js[i]]);
+      for (int u = 0; u < NV; ++u) acc[i][u] = _mm512_fmadd_ps(p, vr[u], acc[i][u]);
+    }
+  }
+  for (int i = 0; i < 6 && j0 + i < nq; ++i) {
+    const __m512 s = _mm512_set1_ps(inv[j0 + i]);
+    for (int u = 0; u < NV; ++u) _mm512_storeu_ps(out[j0 + i] + e0 + 16 * u, _mm512_mul_ps(acc[i][u], s));
+  }
+}
+
+HOTCOLD_AVX512 static void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0,
+                                        float scale, float* const* out, float* scratch) {
+  const int64_t keys = pos0 + nq;
+  float* qt = scratch;  // [hd][32]
+  float* st = scratch + qn * hd;  // [keys][32]: scores, then weights
+  for (int64_t e = 0; e < hd; ++e)
+    for (int j = 0; j < qn; ++j) qt[e * qn + j] = j < nq ? q[j][e] * scale : 0.0f;
+  int64_t t0 = 0;
+  for (; t0 + 12 <= keys; t0 += 12) scores<12>(qt, k, stride, hd, t0, keys, st);
+  if (t0 < keys) scores<12>(qt, k, stride, hd, t0, keys, st);
+
+  // Column softmax: key t is seen by query j when t <= pos0 + j, i.e. by the lanes j >= t - pos0.
+  auto visible = [&](int64_t t, int half) -> __mmask16 {
+    const int64_t from = std::clamp<int64_t>(t - pos0 - 16 * half, 0, 16);
+    return static_cast<__mmask16>(0xFFFFu << from);
+  };
+  __m512 m[2] = {_mm512_set1_ps(-INFINITY), _mm512_set1_ps(-INFINITY)};
+  for (int64_t t = 0; t < keys; ++t)
+    for (int h = 0; h < 2; ++h) m[h] = _mm512_mask_max_ps(m[h], visible(t, h), m[h], _mm512_loadu_ps(st + t * qn + 16 * h));
+  __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t t = 0; t < keys; ++t)
+    for (int h = 0; h < 2; ++h) {
+      const __m512 e = _mm512_maskz_mov_ps(visible(t, h), exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(st + t * qn + 16 * h), m[h])));
+      _mm512_storeu_ps(st + t * qn + 16 * h, e);
+      sum[h] = _mm512_add_ps(sum[h], e);
+    }
+  alignas(64) float inv[qn];
+  for (int h = 0; h < 2; ++h) _mm512_store_ps(inv + 16 * h, _mm512_div_ps(_mm512_set1_ps(1.0f), sum[h]));
+
+  for (int j0 = 0; j0 < nq; j0 += 6)
+    for (int64_t e0 = 0; e0 < hd; e0 += 64) {
+      switch (std::min<int64_t>(4, (hd - e0) / 16)) {
+        case 4: values<4>(st, v, stride, e0, j0, nq, pos0, inv, out); break;
+        case 3: values<3>(st, v, stride, e0, j0, nq, pos0, inv, out); break;
+        case 2: values<2>(st, v, stride, e0, j0, nq, pos0, inv, out); break;
+        default: values<1>(st, v, stride, e0, j0, nq, pos0, inv, out); break;
+      }
+    }
+}
+
+}  // namespace avx512
+HOTCOLD_AVX512_END
+
+void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
+                  float* const* out, float* scratch) {
+  if (attend_block_vectorized(hd)) return avx512::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
+  scalar::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
+}
+
+}  // namespace hotcold::kernels
