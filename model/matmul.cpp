@@ -1,8 +1,11 @@
 #include "model/matmul.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/gemm.hpp"
 #include "model/forward.hpp"
 #include "model/neuron_ops.hpp"
 
@@ -93,6 +96,70 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
     if (ws[m]->ne1 % 2) ys[m][ws[m]->ne1 - 1] = row_dot(*ws[m], ws[m]->ne1 - 1, x, nullptr);
 }
 
+// Prompt batches against float rows (F16, F32) from this many tokens: register tiles of 12 rows x 32
+// tokens (gemm_tile) instead of four rows by four tokens with horizontal sums.
+constexpr int64_t gemm_min_tokens = 16;
+
+bool use_gemm(const tensor_view& w, int64_t n) {
+  return n >= gemm_min_tokens && (w.type == tensor_type::f16 || w.type == tensor_type::f32) && !w.interleaved16 && gemm_tile_vectorized();
+}
+
+// The tokens are packed once into panels of 32 (per block of kc of the inner dimension, element k of
+// the 32 side by side). Each thread then takes blocks of up to 96 rows; per block of kc it converts
+// the rows' elements to floats (in cache) and runs the register tile over every panel, the next
+// block's weights asked for from memory between the tiles. A block's results go out token by token,
+// so the stores into y are contiguous.
+void float_gemm(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y) {
+  constexpr int64_t kc_max = 128, nr = gemm_tokens, mr_ = gemm_rows;
+  const int64_t d = w.ne0, rows = w.ne1;
+  const int64_t panels = (n + nr - 1) / nr, kblocks = (d + kc_max - 1) / kc_max;
+  thread_local std::vector<float> packed;  // the calling thread's, read by the workers
+  packed.resize(static_cast<size_t>(kblocks * panels * nr * kc_max));
+  float* xp = packed.data();
+  pool.parallel_for(kblocks * panels, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t k0 = (i / panels) * kc_max;
+      gemm_pack_tokens(x, n, d, (i % panels) * nr, k0, std::min(kc_max, d - k0), xp + i * nr * kc_max);
+    }
+  });
+  int64_t mc = 8 * mr_;  // fewer rows a block where that would leave a thread short of blocks
+  while (mc > mr_ && (rows + mc - 1) / mc < 4 * pool.size()) mc -= mr_;
+  const bool f16 = w.type == tensor_type::f16;
+  const int64_t esize = f16 ? 2 : 4, ld = panels * nr;
+  pool.parallel_for((rows + mc - 1) / mc, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> wbuf, cbuf;
+    wbuf.resize(static_cast<size_t>(mc * kc_max));
+    cbuf.resize(static_cast<size_t>(mc * ld));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * mc, mr = std::min(mc, rows - r0), tiles = (mr + mr_ - 1) / mr_;
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        const int64_t k0 = kb * kc_max, kc = std::min(kc_max, d - k0);
+        for (int64_t i = 0; i < tiles * mr_; ++i) {
+          float* dst = wbuf.data() + i * kc_max;
+          if (i >= mr) std::fill(dst, dst + kc, 0.0f);
+          else if (f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
+          else std::memcpy(dst, reinterpret_cast<const float*>(w.row(r0 + i)) + k0, static_cast<size_t>(kc) * 4);
+        }
+        // The next block of kc (or the next rows' first), line by line, spread over this block's tiles.
+        const bool more_k = kb + 1 < kblocks;
+        const int64_t nk0 = more_k ? k0 + kc_max : 0, nr0 = more_k ? r0 : r0 + mc;
+        const int64_t nrows = std::max<int64_t>(0, std::min(mc, rows - nr0));
+        const int64_t row_lines = (std::min(kc_max, d - nk0) * esize + 63) / 64, lines = nrows * row_lines;
+        const int64_t calls = panels * tiles;
+        int64_t issued = 0, call = 0;
+        for (int64_t p = 0; p < panels; ++p)
+          for (int64_t tl = 0; tl < tiles; ++tl) {
+            for (const int64_t want = lines * ++call / calls; issued < want; ++issued)
+              prefetch_line(w.row(nr0 + issued / row_lines) + nk0 * esize + 64 * (issued % row_lines));
+            gemm_tile(wbuf.data() + tl * mr_ * kc_max, kc_max, xp + (kb * panels + p) * nr * kc_max, kc, cbuf.data() + tl * mr_ * ld + p * nr, ld, kb == 0);
+          }
+      }
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < mr; ++i) y[t * rows + r0 + i] = cbuf[i * ld + t];
+    }
+  }, 1);
+}
+
 }  // namespace
 
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
@@ -181,6 +248,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     }, 16);
     return;
   }
+  if (use_gemm(w, n)) return float_gemm(pool, w, x, n, y);
   if (w.type == tensor_type::f16 || w.type == tensor_type::f32) {
     // Each row against four tokens at a time, converted once in registers; tokens tiled so their
     // activations stay in cache while a thread walks its rows.

@@ -124,6 +124,46 @@ TEST(Matmul, InterleavedF16EqualsEachRowsDotProduct) {
 
 // Matrices sharing an input in one pass give what each gives alone (rows of different counts, with
 // and without tails; and a plain matrix among them falls back to one product each).
+TEST(Matmul, PromptBatchF16AndF32EqualEachRowsDotProduct) {
+  // The register-tile path (16 tokens and more): tails of rows (not a multiple of 12 or of the
+  // block) and of tokens (not a multiple of 32), an inner dimension with a block tail (300 = 2 x 128
+  // + 44), row blocks shrunk for small matrices, 1 to 3 threads. Below 16 tokens the older path runs:
+  // both must agree with each row's own dot product.
+  const int64_t d = 300;
+  for (int64_t rows : {5, 37, 250}) {
+    std::vector<uint16_t> h(static_cast<size_t>(rows * d));
+    std::vector<float> f(h.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+      h[i] = fp32_to_fp16(std::cos(0.37f * static_cast<float>(i)));
+      f[i] = std::sin(0.23f * static_cast<float>(i));
+    }
+    for (tensor_type type : {tensor_type::f16, tensor_type::f32}) {
+      tensor_view v;
+      v.type = type;
+      v.ne0 = d;
+      v.ne1 = rows;
+      v.row_bytes = static_cast<size_t>(d) * (type == tensor_type::f16 ? 2 : 4);
+      v.data = type == tensor_type::f16 ? reinterpret_cast<const uint8_t*>(h.data()) : reinterpret_cast<const uint8_t*>(f.data());
+      for (int64_t n : {15, 16, 45, 70}) {
+        std::vector<float> x(static_cast<size_t>(n * d));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.5f * static_cast<float>(i)) + 0.1f;
+        for (int threads : {1, 3}) {
+          thread_pool pool(threads);
+          std::vector<block_q8_0> scratch;
+          std::vector<float> got(static_cast<size_t>(n * rows), -7.0f);
+          matmul(pool, v, x.data(), n, got.data(), scratch);
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              const float want = type == tensor_type::f16 ? dot_f16(h.data() + r * d, x.data() + t * d, d) : dot_f32(f.data() + r * d, x.data() + t * d, d);
+              ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], want, 1e-4f * (1 + std::abs(want)))
+                  << (type == tensor_type::f16 ? "f16 " : "f32 ") << rows << " rows, " << n << " tokens, token " << t << ", row " << r;
+            }
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, SameInputProductsEqualSeparateOnes) {
   const int64_t d = 128;
   q4_matrix a = random_q4_0(d, 48, 1), b = random_q4_0(d, 40, 2), c = random_q4_0(d, 16, 3), plain = random_q4_0(d, 24, 4);

@@ -1,0 +1,25 @@
+#pragma once
+// The register tile of the float matrix products of prompt batches: twelve weight rows against 32
+// tokens, 24 vector sums held in registers for a block of the inner dimension. The tokens come
+// packed (element k of 32 tokens side by side) so that each step loads two vectors of tokens and
+// broadcasts one weight per row: 24 multiply-adds per 14 loads, no horizontal sums.
+#include <cstdint>
+
+namespace hotcold::kernels {
+
+inline constexpr int gemm_rows = 12, gemm_tokens = 32;
+
+// Whether gemm_tile has a vector implementation on this CPU (AVX-512).
+bool gemm_tile_vectorized();
+
+// c[i cs + t] (= if first, else +=) sum over k < kc of w[i ws + k] xp[32 k + t], for i < 12, t < 32.
+void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first);
+
+// xp[32 k + j] = x[(t0 + j) d + k0 + k] for k < kc, j < 32 (zero for t0 + j >= n): a panel of tokens.
+void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp);
+
+namespace scalar {
+void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first);
+}
+
+}  // namespace hotcold::kernels
