@@ -74,6 +74,8 @@ hparams read_hparams(const gguf::file& f) {
     hp.n_rot = f.get_int(key(hp, "rope.dimension_count")).value_or(hp.head_dim());
     if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim() || hp.n_rot % 2)
       throw model_error(fmt::format("{}: rope.dimension_count {} must be even and at most the head size {}", f.source(), hp.n_rot, hp.head_dim()));
+    if (hp.n_rot > max_rope_dims)
+      throw model_error(fmt::format("{}: rope.dimension_count {} is more than the {} supported", f.source(), hp.n_rot, max_rope_dims));
     hp.rope_freq_base = static_cast<float>(f.get_float(key(hp, "rope.freq_base")).value_or(10000.0));
     auto scaling = f.get_string(key(hp, "rope.scaling.type"));
     auto factor = f.get_float(key(hp, "rope.scaling.factor"));

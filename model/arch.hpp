@@ -15,6 +15,7 @@ namespace hotcold {
 enum class architecture { llama, falcon, bamboo };
 enum class activation { silu, relu, drelu, gelu };
 enum class rope_style { adjacent_pairs, neox };  // llama.cpp's NORM (x[2i], x[2i+1]) and NEOX (x[i], x[i + n_rot/2])
+inline constexpr int64_t max_rope_dims = 1024;  // the forward pass keeps one position's rotation angles on the stack
 // What a layer's activation predictor reads: the FFN's residual-stream input before ffn_norm
 // (llama, bamboo) or the layer's input (falcon, whose FFN runs in parallel with attention).
 enum class predictor_input { ffn_input_before_norm, layer_input };
@@ -48,7 +49,7 @@ struct hparams {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t n_ff = 0;
-  int64_t n_rot = 0;          // rotated dimensions per head
+  int64_t n_rot = 0;          // rotated dimensions per head (at most max_rope_dims)
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
   float norm_eps = 1e-5f;        // RMSNorm (llama, bamboo) or LayerNorm (falcon) epsilon

@@ -61,20 +61,28 @@ void layer_norm(const float* x, const float* w, const float* b, float* out, int6
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i] - mean) * scale * w[i] + b[i];
 }
 
-// Rotates each head of `v` (n_heads x head_dim) by position `pos`.
-void rope(float* v, int64_t n_heads, const hparams& hp, int64_t pos) {
+// RoPE at position pos: the rotation's cosines and sines (n_rot / 2 pairs), the same for every head,
+// computed once and applied to the query heads and the key heads.
+struct rope_angles {
+  float c[max_rope_dims / 2], s[max_rope_dims / 2];
+  rope_angles(const hparams& hp, int64_t pos) {
+    const float theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.n_rot));
+    float theta = static_cast<float>(pos) * hp.rope_freq_scale;
+    for (int64_t i = 0; i < hp.n_rot / 2; ++i, theta *= theta_scale) c[i] = std::cos(theta), s[i] = std::sin(theta);
+  }
+};
+
+// Rotates each head of `v` (n_heads x head_dim) by one position's angles.
+void rope(float* v, int64_t n_heads, const hparams& hp, const rope_angles& r) {
   const int64_t hd = hp.head_dim();
-  const float theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.n_rot));
+  const bool adjacent = hp.rope == rope_style::adjacent_pairs;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* x = v + h * hd;
-    float theta = static_cast<float>(pos) * hp.rope_freq_scale;
-    for (int64_t i = 0; i < hp.n_rot / 2; ++i, theta *= theta_scale) {
-      float c = std::cos(theta), s = std::sin(theta);
-      int64_t a = hp.rope == rope_style::adjacent_pairs ? 2 * i : i;
-      int64_t b = hp.rope == rope_style::adjacent_pairs ? 2 * i + 1 : i + hp.n_rot / 2;
-      float x0 = x[a], x1 = x[b];
-      x[a] = x0 * c - x1 * s;
-      x[b] = x0 * s + x1 * c;
+    for (int64_t i = 0; i < hp.n_rot / 2; ++i) {
+      const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + hp.n_rot / 2;
+      const float x0 = x[a], x1 = x[b];
+      x[a] = x0 * r.c[i] - x1 * r.s[i];
+      x[b] = x0 * r.s[i] + x1 * r.c[i];
     }
   }
 }
@@ -330,8 +338,9 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
       float* ys[3] = {q, k, v};
       matmul_same_input(pool_, ws, xn_.data(), 1, ys, xq_);
     }
-    rope(q, hp.n_head, hp, pos);
-    rope(k, hp.n_head_kv, hp, pos);
+    const rope_angles angles(hp, pos);
+    rope(q, hp.n_head, hp, angles);
+    rope(k, hp.n_head_kv, hp, angles);
     std::memcpy(k_at(0, il, pos), k, static_cast<size_t>(kv) * 4);
     std::memcpy(v_at(0, il, pos), v, static_cast<size_t>(kv) * 4);
 
@@ -433,7 +442,7 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
     float* h = B.hidden.data();
     if (hp.gated_ffn) matmul(l.ffn_gate, in, n, g);
     matmul(l.ffn_up, in, n, h);
-    for (int64_t k = 0; k < n * n_ff; ++k) h[k] = hidden_value(hp, hp.gated_ffn ? g[k] : 0.0f, h[k]);
+    hidden_values(hp, g, h, n * n_ff);
     if (down_t) {
       pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {
         for (int64_t th = th0; th < th1; ++th) {
@@ -557,8 +566,9 @@ void inference_context::attention_block(step_state& B, int64_t il) {
       matmul_same_input(pool_, ws, B.xn.data(), n, ys, xq_);
     }
     for (int64_t t = 0; t < n; ++t) {
-      rope(q_of(t), hp.n_head, hp, B.positions[static_cast<size_t>(t)]);
-      rope(k_of(t), hp.n_head_kv, hp, B.positions[static_cast<size_t>(t)]);
+      const rope_angles angles(hp, B.positions[static_cast<size_t>(t)]);
+      rope(q_of(t), hp.n_head, hp, angles);
+      rope(k_of(t), hp.n_head_kv, hp, angles);
       std::memcpy(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), static_cast<size_t>(kv) * 4);
       std::memcpy(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), static_cast<size_t>(kv) * 4);
     }
