@@ -440,8 +440,13 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
     // prompt batch those no longer fit in cache and dense prefill ran at half the speed.
     float* g = B.truth.data();
     float* h = B.hidden.data();
-    if (hp.gated_ffn) matmul(l.ffn_gate, in, n, g);
-    matmul(l.ffn_up, in, n, h);
+    if (hp.gated_ffn) {
+      const tensor_view* ws[2] = {&l.ffn_gate, &l.ffn_up};
+      float* ys[2] = {g, h};
+      matmul_same_input(pool_, ws, in, n, ys, xq_);
+    } else {
+      matmul(l.ffn_up, in, n, h);
+    }
     hidden_values(hp, g, h, n * n_ff);
     if (down_t) {
       pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {

@@ -105,13 +105,14 @@ bool use_gemm(const tensor_view& w, int64_t n) {
 }
 
 // The tokens are packed once into panels of 32 (per block of kc of the inner dimension, element k of
-// the 32 side by side). Each thread then takes blocks of up to 96 rows; per block of kc it converts
-// the rows' elements to floats (in cache) and runs the register tile over every panel, the next
-// block's weights asked for from memory between the tiles. A block's results go out token by token,
-// so the stores into y are contiguous.
-void float_gemm(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y) {
-  constexpr int64_t kc_max = 128, nr = gemm_tokens, mr_ = gemm_rows;
-  const int64_t d = w.ne0, rows = w.ne1;
+// the 32 side by side), for every matrix given (all reading x). The threads then take blocks of up
+// to 96 rows of any of the matrices; per block of kc (256) a thread converts the rows' elements to
+// floats (in cache) and runs the register tile over every panel, the next block's weights asked for
+// from memory between the tiles. A block's results go out token by token, so the stores into y are
+// contiguous.
+void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys) {
+  constexpr int64_t kc_max = 256, nr = gemm_tokens, mr_ = gemm_rows;
+  const int64_t d = ws[0]->ne0;
   const int64_t panels = (n + nr - 1) / nr, kblocks = (d + kc_max - 1) / kc_max;
   thread_local std::vector<float> packed;  // the calling thread's, read by the workers
   packed.resize(static_cast<size_t>(kblocks * panels * nr * kc_max));
@@ -122,16 +123,24 @@ void float_gemm(thread_pool& pool, const tensor_view& w, const float* x, int64_t
       gemm_pack_tokens(x, n, d, (i % panels) * nr, k0, std::min(kc_max, d - k0), xp + i * nr * kc_max);
     }
   });
+  int64_t total_rows = 0;
+  for (const tensor_view* w : ws) total_rows += w->ne1;
   int64_t mc = 8 * mr_;  // fewer rows a block where that would leave a thread short of blocks
-  while (mc > mr_ && (rows + mc - 1) / mc < 4 * pool.size()) mc -= mr_;
-  const bool f16 = w.type == tensor_type::f16;
-  const int64_t esize = f16 ? 2 : 4, ld = panels * nr;
-  pool.parallel_for((rows + mc - 1) / mc, [&](int64_t b0, int64_t b1) {
+  while (mc > mr_ && (total_rows + mc - 1) / mc < 4 * pool.size()) mc -= mr_;
+  std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's blocks are [first[m], first[m + 1])
+  for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + (ws[m]->ne1 + mc - 1) / mc;
+  const int64_t ld = panels * nr;
+  pool.parallel_for(first.back(), [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> wbuf, cbuf;
     wbuf.resize(static_cast<size_t>(mc * kc_max));
     cbuf.resize(static_cast<size_t>(mc * ld));
+    size_t m = 0;
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r0 = b * mc, mr = std::min(mc, rows - r0), tiles = (mr + mr_ - 1) / mr_;
+      while (b >= first[m + 1]) ++m;
+      const tensor_view& w = *ws[m];
+      const bool f16 = w.type == tensor_type::f16;
+      const int64_t rows = w.ne1, esize = f16 ? 2 : 4;
+      const int64_t r0 = (b - first[m]) * mc, mr = std::min(mc, rows - r0), tiles = (mr + mr_ - 1) / mr_;
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t k0 = kb * kc_max, kc = std::min(kc_max, d - k0);
         for (int64_t i = 0; i < tiles * mr_; ++i) {
@@ -154,6 +163,7 @@ void float_gemm(thread_pool& pool, const tensor_view& w, const float* x, int64_t
             gemm_tile(wbuf.data() + tl * mr_ * kc_max, kc_max, xp + (kb * panels + p) * nr * kc_max, kc, cbuf.data() + tl * mr_ * ld + p * nr, ld, kb == 0);
           }
       }
+      float* y = ys[m];
       for (int64_t t = 0; t < n; ++t)
         for (int64_t i = 0; i < mr; ++i) y[t * rows + r0 + i] = cbuf[i * ld + t];
     }
@@ -164,6 +174,8 @@ void float_gemm(thread_pool& pool, const tensor_view& w, const float* x, int64_t
 
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                        std::vector<block_q8_0>& xq) {
+  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0; }))
+    return float_gemm(pool, ws, x, n, ys);
   const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->type == tensor_type::q4_0 && w->ne0 == ws[0]->ne0; });
   if (together) return interleaved_products(pool, ws, x, n, ys, xq);
   const bool streams = n == 1 && std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return two_streams(*w) && w->ne0 == ws[0]->ne0; });
@@ -248,7 +260,11 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     }, 16);
     return;
   }
-  if (use_gemm(w, n)) return float_gemm(pool, w, x, n, y);
+  if (use_gemm(w, n)) {
+    const tensor_view* ws[1] = {&w};
+    float* ys[1] = {y};
+    return float_gemm(pool, ws, x, n, ys);
+  }
   if (w.type == tensor_type::f16 || w.type == tensor_type::f32) {
     // Each row against four tokens at a time, converted once in registers; tokens tiled so their
     // activations stay in cache while a thread walks its rows.

@@ -11,6 +11,8 @@ namespace hotcold::kernels {
 
 bool gemm_tile_vectorized() { return cpu().avx512; }
 
+namespace scalar {
+
 void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp) {
   for (int j = 0; j < gemm_tokens; ++j) {
     if (t0 + j >= n) {
@@ -21,8 +23,6 @@ void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t 
     for (int64_t k = 0; k < kc; ++k) xp[gemm_tokens * k + j] = s[k];
   }
 }
-
-namespace scalar {
 
 void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first) {
   for (int i = 0; i < gemm_rows; ++i)
@@ -57,8 +57,46 @@ HOTCOLD_AVX512 static void gemm_tile(const float* w, int64_t ws, const float* xp
     for (int v = 0; v < 2; ++v) _mm512_storeu_ps(c + i * cs + 16 * v, a[i][v]);
 }
 
+// Sixteen tokens by sixteen elements through a register transpose (four rounds of shuffles), the
+// element tail one value at a time.
+HOTCOLD_AVX512 static void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp) {
+  const int64_t kv = kc / 16 * 16;
+  for (int h = 0; h < 2; ++h) {
+    const int64_t tb = t0 + 16 * h;
+    for (int64_t k = 0; k < kv; k += 16) {
+      __m512 r[16], a[16], b[16];
+      for (int j = 0; j < 16; ++j) r[j] = tb + j < n ? _mm512_loadu_ps(x + (tb + j) * d + k0 + k) : _mm512_setzero_ps();
+      for (int i = 0; i < 8; ++i) {  // pairs of tokens interleaved within each 128-bit lane
+        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      for (int g = 0; g < 4; ++g) {  // b[4 g + m], lane L: element 4 L + m of tokens 4 g .. 4 g + 3
+        b[4 * g + 0] = _mm512_shuffle_ps(a[4 * g], a[4 * g + 2], 0x44);
+        b[4 * g + 1] = _mm512_shuffle_ps(a[4 * g], a[4 * g + 2], 0xEE);
+        b[4 * g + 2] = _mm512_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0x44);
+        b[4 * g + 3] = _mm512_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0xEE);
+      }
+      for (int m = 0; m < 4; ++m) {  // lanes gathered across the four groups of tokens
+        const __m512 c0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x88), c1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xDD);
+        const __m512 d0 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x88), d1 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xDD);
+        _mm512_storeu_ps(xp + gemm_tokens * (k + m) + 16 * h, _mm512_shuffle_f32x4(c0, d0, 0x88));
+        _mm512_storeu_ps(xp + gemm_tokens * (k + 4 + m) + 16 * h, _mm512_shuffle_f32x4(c1, d1, 0x88));
+        _mm512_storeu_ps(xp + gemm_tokens * (k + 8 + m) + 16 * h, _mm512_shuffle_f32x4(c0, d0, 0xDD));
+        _mm512_storeu_ps(xp + gemm_tokens * (k + 12 + m) + 16 * h, _mm512_shuffle_f32x4(c1, d1, 0xDD));
+      }
+    }
+    for (int j = 0; j < 16; ++j)
+      for (int64_t k = kv; k < kc; ++k) xp[gemm_tokens * k + 16 * h + j] = tb + j < n ? x[(tb + j) * d + k0 + k] : 0.0f;
+  }
+}
+
 }  // namespace avx512
 HOTCOLD_AVX512_END
+
+void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp) {
+  if (gemm_tile_vectorized()) return avx512::gemm_pack_tokens(x, n, d, t0, k0, kc, xp);
+  scalar::gemm_pack_tokens(x, n, d, t0, k0, kc, xp);
+}
 
 void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first) {
   if (gemm_tile_vectorized()) return avx512::gemm_tile(w, ws, xp, kc, c, cs, first);

@@ -20,6 +20,7 @@ void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t 
 
 namespace scalar {
 void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first);
+void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp);
 }
 
 }  // namespace hotcold::kernels

@@ -192,7 +192,9 @@ TEST(Matmul, SameInputProductsEqualSeparateOnes) {
 // Long F16 rows sharing an input (attention's q, k, v of F16 files): one two-stream pass over the
 // three gives each one's own product (an odd row count takes its last row alone).
 TEST(Matmul, SameInputLongF16RowsEqualSeparateOnes) {
-  const int64_t d = 1024;  // 2 KiB rows: the two-stream path
+  // One token: the two-stream path; 40 tokens: the register tiles, with row blocks that run across
+  // the matrices' boundaries in the shared split.
+  const int64_t d = 1024;  // 2 KiB rows
   const int64_t counts[3] = {64, 65, 128};
   std::vector<std::vector<uint16_t>> data(3);
   tensor_view views[3];
@@ -205,22 +207,25 @@ TEST(Matmul, SameInputLongF16RowsEqualSeparateOnes) {
     views[m].row_bytes = static_cast<size_t>(d) * 2;
     views[m].data = reinterpret_cast<const uint8_t*>(data[m].data());
   }
-  std::vector<float> x(static_cast<size_t>(d));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.7f * static_cast<float>(i));
-  thread_pool pool(2);
-  std::vector<block_q8_0> scratch;
-  const tensor_view* ws[3] = {&views[0], &views[1], &views[2]};
-  std::vector<std::vector<float>> together(3);
-  float* ys[3];
-  for (int m = 0; m < 3; ++m) together[m].assign(static_cast<size_t>(counts[m]), -1.0f), ys[m] = together[m].data();
-  matmul_same_input(pool, ws, x.data(), 1, ys, scratch);
-  for (int m = 0; m < 3; ++m) {
-    std::vector<float> alone(static_cast<size_t>(counts[m]));
-    matmul(pool, views[m], x.data(), 1, alone.data(), scratch);
-    EXPECT_EQ(together[m], alone) << "matrix " << m;
-    for (int64_t r = 0; r < counts[m]; ++r) {
-      const float want = dot_f16(data[m].data() + r * d, x.data(), d);
-      ASSERT_NEAR(together[m][static_cast<size_t>(r)], want, 1e-3f * (1 + std::abs(want))) << "matrix " << m << " row " << r;
+  for (int64_t n : {1, 40}) {
+    std::vector<float> x(static_cast<size_t>(n * d));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.7f * static_cast<float>(i));
+    thread_pool pool(2);
+    std::vector<block_q8_0> scratch;
+    const tensor_view* ws[3] = {&views[0], &views[1], &views[2]};
+    std::vector<std::vector<float>> together(3);
+    float* ys[3];
+    for (int m = 0; m < 3; ++m) together[m].assign(static_cast<size_t>(n * counts[m]), -1.0f), ys[m] = together[m].data();
+    matmul_same_input(pool, ws, x.data(), n, ys, scratch);
+    for (int m = 0; m < 3; ++m) {
+      std::vector<float> alone(static_cast<size_t>(n * counts[m]));
+      matmul(pool, views[m], x.data(), n, alone.data(), scratch);
+      EXPECT_EQ(together[m], alone) << "matrix " << m << ", " << n << " tokens";
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < counts[m]; ++r) {
+          const float want = dot_f16(data[m].data() + r * d, x.data() + t * d, d);
+          ASSERT_NEAR(together[m][static_cast<size_t>(t * counts[m] + r)], want, 1e-3f * (1 + std::abs(want))) << "matrix " << m << " token " << t << " row " << r;
+        }
     }
   }
 }

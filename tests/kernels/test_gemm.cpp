@@ -1,0 +1,52 @@
+// The prompt batches' register tile and token packing against their scalar references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/gemm.hpp"
+
+namespace hotcold::kernels {
+namespace {
+
+TEST(Gemm, PackTokensEqualsScalarTranspose) {
+  // Element tails (kc not a multiple of 16) and token tails (fewer than 32 left: zeros).
+  const int64_t d = 90;
+  for (int64_t n : {7, 20, 32, 50}) {
+    std::vector<float> x(static_cast<size_t>(n * d));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) + 0.5f;
+    for (int64_t t0 : {int64_t{0}, int64_t{32}}) {
+      if (t0 >= n) continue;
+      for (int64_t k0 : {0, 16, 37}) {
+        const int64_t kc = std::min<int64_t>(48, d - k0);
+        std::vector<float> got(static_cast<size_t>(gemm_tokens * kc), -1.0f), want(got.size(), -2.0f);
+        gemm_pack_tokens(x.data(), n, d, t0, k0, kc, got.data());
+        scalar::gemm_pack_tokens(x.data(), n, d, t0, k0, kc, want.data());
+        ASSERT_EQ(got, want) << "n " << n << " t0 " << t0 << " k0 " << k0;
+        // and the layout itself: token t0 + j's element k0 + k at 32 k + j
+        for (int64_t k = 0; k < kc; ++k)
+          for (int j = 0; j < gemm_tokens; ++j)
+            ASSERT_EQ(want[static_cast<size_t>(gemm_tokens * k + j)], t0 + j < n ? x[static_cast<size_t>((t0 + j) * d + k0 + k)] : 0.0f);
+      }
+    }
+  }
+}
+
+TEST(Gemm, TileEqualsScalarSums) {
+  const int64_t kc = 70, ws = 75, cs = 40;
+  std::vector<float> w(static_cast<size_t>(gemm_rows * ws)), xp(static_cast<size_t>(gemm_tokens * kc));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.3f * static_cast<float>(i));
+  for (size_t i = 0; i < xp.size(); ++i) xp[i] = std::cos(0.7f * static_cast<float>(i));
+  for (bool first : {true, false}) {
+    std::vector<float> got(static_cast<size_t>(gemm_rows * cs), 0.25f), want = got;
+    gemm_tile(w.data(), ws, xp.data(), kc, got.data(), cs, first);
+    scalar::gemm_tile(w.data(), ws, xp.data(), kc, want.data(), cs, first);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i << (first ? " first" : " accumulating");
+    // Columns past the 32 tokens of the tile are left alone.
+    for (int i = 0; i < gemm_rows; ++i)
+      for (int64_t t = gemm_tokens; t < cs; ++t) ASSERT_EQ(got[static_cast<size_t>(i * cs + t)], 0.25f);
+  }
+}
+
+}  // namespace
+}  // namespace hotcold::kernels
