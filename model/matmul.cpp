@@ -38,21 +38,21 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   const int64_t d = ws[0]->ne0, qrow = d / qk8_0;
   if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
   for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
-  thread_local std::vector<int32_t> sums;
-  if (static_cast<int64_t>(sums.size()) < n * qrow) sums.resize(static_cast<size_t>(n * qrow));
-  for (int64_t t = 0; t < n; ++t) q8_0_block_sums(xq.data() + t * qrow, qrow, sums.data() + t * qrow);
-  const int32_t* xs_sums = sums.data();  // the calling thread's, read by the workers
+  thread_local std::vector<q8_0_terms> terms;
+  if (static_cast<int64_t>(terms.size()) < n * qrow) terms.resize(static_cast<size_t>(n * qrow));
+  for (int64_t t = 0; t < n; ++t) q8_0_block_terms(xq.data() + t * qrow, qrow, terms.data() + t * qrow);
+  const q8_0_terms* xs_terms = terms.data();  // the calling thread's, read by the workers
   std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's groups are [first[m], first[m + 1])
   for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->interleaved_rows() / 16;
   grouped_products(pool, first.back(), n, [&](int64_t gg, int64_t t, int k) {
     const size_t m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
     const int64_t g = gg - first[m], rows = ws[m]->ne1;
     const block_q8_0* xs[4];
-    const int32_t* ss[4];
+    const q8_0_terms* ss[4];
     for (int j = 0; j < 4; ++j) {
       const int64_t tj = std::min(t + j, n - 1);
       xs[j] = xq.data() + tj * qrow;
-      ss[j] = xs_sums + tj * qrow;
+      ss[j] = xs_terms + tj * qrow;
     }
     float o[64];
     dot16r_q4_0(reinterpret_cast<const block_q4_0x16*>(ws[m]->data) + g * qrow, xs, ss, k, d, o);

@@ -54,9 +54,9 @@ void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t 
 void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out);
 
 // Sixteen interleaved Q4_0 rows (one group of block_q4_0x16, n elements a row) against up to four
-// vectors already quantized to Q8_0, with each vector's block sums (q8_0_block_sums):
+// vectors already quantized to Q8_0, with each vector's block terms (q8_0_block_terms):
 // out[16 j + i] = row i . x[j]. Each row byte is unpacked once for every vector.
-void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out);
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
 
 // dot4r_q4_0 with the vector also given rearranged (q8_0_to_x4; n a multiple of 128): four blocks of
 // a row in one register through a byte permute, two multiply-adds per 128 values (AVX-512 VBMI and
@@ -84,7 +84,7 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n);
 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
-void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out);
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n);
 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
 }  // namespace scalar

@@ -24,14 +24,14 @@ inline int32_t four_bytes(const int8_t* p) {
 
 namespace scalar {
 
-void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
   for (int j = 0; j < nx; ++j) {
     float acc[16] = {};
     for (int64_t b = 0; b < n / qk4_0; ++b) {
       const int8_t* xv = x[j][b].qs;
-      const float xd = fp16_to_fp32(x[j][b].d);
+      const float xd = xt[j][b].d;
       for (int i = 0; i < 16; ++i) {
-        int32_t s = -8 * xsum[j][b];
+        int32_t s = xt[j][b].offset;
         for (int g = 0; g < 4; ++g)
           for (int k = 0; k < 4; ++k) {
             const uint8_t q = w[b].qs[64 * g + 4 * i + k];
@@ -51,7 +51,7 @@ namespace avx2 {
 // Eight rows (one half of the group) at a time: maddubs makes byte pairs' sums in int16 (at most
 // 2 x 15 x 128 each, so eight of them add without overflow), madd with ones makes each row's int32.
 template <int NX>
-HOTCOLD_AVX2 static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int64_t nb, float* out) {
+HOTCOLD_AVX2 static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int64_t nb, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int h = 0; h < 2; ++h) {
     __m256 acc[NX];
@@ -69,20 +69,20 @@ HOTCOLD_AVX2 static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
         __m256i p = _mm256_maddubs_epi16(lo[0], _mm256_set1_epi32(four_bytes(xv)));
         for (int g = 1; g < 4; ++g) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[g], _mm256_set1_epi32(four_bytes(xv + 4 * g))));
         for (int g = 0; g < 4; ++g) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[g], _mm256_set1_epi32(four_bytes(xv + 16 + 4 * g))));
-        const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(8 * xsum[j][b]));
-        acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(x[j][b].d))), _mm256_cvtepi32_ps(s), acc[j]);
+        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(xt[j][b].offset));
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(xt[j][b].d), _mm256_mul_ps(dw, _mm256_cvtepi32_ps(s)), acc[j]);
       }
     }
     for (int j = 0; j < NX; ++j) _mm256_storeu_ps(out + 16 * j + 8 * h, acc[j]);
   }
 }
 
-HOTCOLD_AVX2 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
+HOTCOLD_AVX2 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
   switch (nx) {
-    case 1: return dot16r<1>(w, x, xsum, n / qk4_0, out);
-    case 2: return dot16r<2>(w, x, xsum, n / qk4_0, out);
-    case 3: return dot16r<3>(w, x, xsum, n / qk4_0, out);
-    default: return dot16r<4>(w, x, xsum, n / qk4_0, out);
+    case 1: return dot16r<1>(w, x, xt, n / qk4_0, out);
+    case 2: return dot16r<2>(w, x, xt, n / qk4_0, out);
+    case 3: return dot16r<3>(w, x, xt, n / qk4_0, out);
+    default: return dot16r<4>(w, x, xt, n / qk4_0, out);
   }
 }
 
@@ -96,7 +96,7 @@ namespace avx512vnni {
 // each split into low and high nibbles; every vector then needs eight dpbusd (two chains), one
 // subtraction of its offset and one multiply-add by the sixteen rows' scales times its own.
 template <int NX>
-HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int64_t nb, float* out) {
+HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int64_t nb, float* out) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[NX];
   for (int j = 0; j < NX; ++j) acc[j] = _mm512_setzero_ps();
@@ -110,23 +110,23 @@ HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].d)));
     for (int j = 0; j < NX; ++j) {
       const int8_t* xv = x[j][b].qs;
-      __m512i s0 = _mm512_set1_epi32(-8 * xsum[j][b]), s1 = _mm512_setzero_si512();
+      __m512i s0 = _mm512_set1_epi32(xt[j][b].offset), s1 = _mm512_setzero_si512();
       for (int g = 0; g < 4; ++g) {
         s0 = _mm512_dpbusd_epi32(s0, lo[g], _mm512_set1_epi32(four_bytes(xv + 4 * g)));
         s1 = _mm512_dpbusd_epi32(s1, hi[g], _mm512_set1_epi32(four_bytes(xv + 16 + 4 * g)));
       }
-      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(x[j][b].d))), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xt[j][b].d), _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))), acc[j]);
     }
   }
   for (int j = 0; j < NX; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
 }
 
-HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
+HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
   switch (nx) {
-    case 1: return dot16r<1>(w, x, xsum, n / qk4_0, out);
-    case 2: return dot16r<2>(w, x, xsum, n / qk4_0, out);
-    case 3: return dot16r<3>(w, x, xsum, n / qk4_0, out);
-    default: return dot16r<4>(w, x, xsum, n / qk4_0, out);
+    case 1: return dot16r<1>(w, x, xt, n / qk4_0, out);
+    case 2: return dot16r<2>(w, x, xt, n / qk4_0, out);
+    case 3: return dot16r<3>(w, x, xt, n / qk4_0, out);
+    default: return dot16r<4>(w, x, xt, n / qk4_0, out);
   }
 }
 
@@ -134,10 +134,10 @@ HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x
 
 HOTCOLD_AVX512_END
 
-void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const int32_t* const* xsum, int nx, int64_t n, float* out) {
-  if (cpu().vnni) return avx512vnni::dot16r_q4_0(w, x, xsum, nx, n, out);
-  if (cpu().avx2) return avx2::dot16r_q4_0(w, x, xsum, nx, n, out);
-  scalar::dot16r_q4_0(w, x, xsum, nx, n, out);
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
+  if (cpu().vnni) return avx512vnni::dot16r_q4_0(w, x, xt, nx, n, out);
+  if (cpu().avx2) return avx2::dot16r_q4_0(w, x, xt, nx, n, out);
+  scalar::dot16r_q4_0(w, x, xt, nx, n, out);
 }
 
 }  // namespace hotcold::kernels

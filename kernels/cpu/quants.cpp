@@ -212,11 +212,11 @@ void q8_0_to_x4(const block_q8_0* x, int64_t nb, q8_0_x4* out) {
   }
 }
 
-void q8_0_block_sums(const block_q8_0* x, int64_t nb, int32_t* sums) {
+void q8_0_block_terms(const block_q8_0* x, int64_t nb, q8_0_terms* out) {
   for (int64_t b = 0; b < nb; ++b) {
     int32_t s = 0;
     for (int j = 0; j < qk8_0; ++j) s += x[b].qs[j];
-    sums[b] = s;
+    out[b] = {fp16_to_fp32(x[b].d), -8 * s};
   }
 }
 

@@ -68,8 +68,14 @@ void interleave_q4_0x16(const block_q4_0* rows, int64_t row_blocks, block_q4_0x1
 void deinterleave_q4_0x16(const block_q4_0x16* in, int64_t row_blocks, block_q4_0* rows);
 // nb: a multiple of 4.
 void q8_0_to_x4(const block_q8_0* x, int64_t nb, q8_0_x4* out);
-// sums[b] = the sum of block b's 32 quants (what Q4_0's offset of 8 costs a dot product).
-void q8_0_block_sums(const block_q8_0* x, int64_t nb, int32_t* sums);
+// Per block of a Q8_0 vector, what the interleaved Q4_0 kernels take besides its quants, worked out
+// once per vector instead of once per group of rows: the block's scale as a float, and -8 x the sum of
+// its 32 quants (what Q4_0's offset of 8 costs a dot product).
+struct q8_0_terms {
+  float d;
+  int32_t offset;
+};
+void q8_0_block_terms(const block_q8_0* x, int64_t nb, q8_0_terms* out);
 
 namespace scalar {
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);  // the reference the vector code matches byte for byte

@@ -345,13 +345,13 @@ TEST(Dot, SixteenInterleavedRowsAgainstSeveralVectors) {
     ASSERT_EQ(0, std::memcmp(back.data(), rows.data(), rows.size() * sizeof(block_q4_0)));
 
     std::vector<std::vector<block_q8_0>> xs(4, std::vector<block_q8_0>(static_cast<size_t>(nb)));
-    std::vector<std::vector<int32_t>> sums(4, std::vector<int32_t>(static_cast<size_t>(nb)));
+    std::vector<std::vector<q8_0_terms>> sums(4, std::vector<q8_0_terms>(static_cast<size_t>(nb)));
     const block_q8_0* px[4];
-    const int32_t* ps[4];
+    const q8_0_terms* ps[4];
     for (int j = 0; j < 4; ++j) {
       auto v = random_vector(n, static_cast<uint32_t>(400 + j));
       quantize_row_q8_0(v.data(), xs[j].data(), n);
-      q8_0_block_sums(xs[j].data(), nb, sums[j].data());
+      q8_0_block_terms(xs[j].data(), nb, sums[j].data());
       px[j] = xs[j].data();
       ps[j] = sums[j].data();
     }
