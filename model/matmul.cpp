@@ -44,20 +44,48 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   const q8_0_terms* xs_terms = terms.data();  // the calling thread's, read by the workers
   std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's groups are [first[m], first[m + 1])
   for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->interleaved_rows() / 16;
-  grouped_products(pool, first.back(), n, [&](int64_t gg, int64_t t, int k) {
-    const size_t m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
-    const int64_t g = gg - first[m], rows = ws[m]->ne1;
-    const block_q8_0* xs[4];
-    const q8_0_terms* ss[4];
-    for (int j = 0; j < 4; ++j) {
-      const int64_t tj = std::min(t + j, n - 1);
-      xs[j] = xq.data() + tj * qrow;
-      ss[j] = xs_terms + tj * qrow;
+  if (n == 1 && first.back() >= 2) {
+    // One token: groups g and g + half together, block by block, two streams from memory for each
+    // thread (+4-8% over one group at a time, measured alternately in one process).
+    const int64_t total = first.back(), half = total / 2;
+    auto where = [&](int64_t gg, size_t& m, int64_t& g) {
+      m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
+      g = gg - first[m];
+    };
+    pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        size_t ma, mb;
+        int64_t ga, gb;
+        where(p, ma, ga);
+        where(p + half, mb, gb);
+        dot16r2_q4_0(reinterpret_cast<const block_q4_0x16*>(ws[ma]->data) + ga * qrow, reinterpret_cast<const block_q4_0x16*>(ws[mb]->data) + gb * qrow, xq.data(),
+                     xs_terms, d, ys[ma] + 16 * ga, ys[mb] + 16 * gb);
+      }
+    }, 2);
+    if (total % 2) {
+      size_t m;
+      int64_t g;
+      where(total - 1, m, g);
+      const block_q8_0* xs[1] = {xq.data()};
+      const q8_0_terms* ss[1] = {xs_terms};
+      dot16r_q4_0(reinterpret_cast<const block_q4_0x16*>(ws[m]->data) + g * qrow, xs, ss, 1, d, ys[m] + 16 * g);
     }
-    float o[64];
-    dot16r_q4_0(reinterpret_cast<const block_q4_0x16*>(ws[m]->data) + g * qrow, xs, ss, k, d, o);
-    for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * rows + 16 * g);
-  });
+  } else {
+    grouped_products(pool, first.back(), n, [&](int64_t gg, int64_t t, int k) {
+      const size_t m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
+      const int64_t g = gg - first[m], rows = ws[m]->ne1;
+      const block_q8_0* xs[4];
+      const q8_0_terms* ss[4];
+      for (int j = 0; j < 4; ++j) {
+        const int64_t tj = std::min(t + j, n - 1);
+        xs[j] = xq.data() + tj * qrow;
+        ss[j] = xs_terms + tj * qrow;
+      }
+      float o[64];
+      dot16r_q4_0(reinterpret_cast<const block_q4_0x16*>(ws[m]->data) + g * qrow, xs, ss, k, d, o);
+      for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * rows + 16 * g);
+    });
+  }
   for (size_t m = 0; m < ws.size(); ++m) {
     const tensor_view& w = *ws[m];
     for (int64_t r = w.interleaved_rows(); r < w.ne1; ++r)

@@ -136,25 +136,35 @@ struct neuron_prefetch {
 
 void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc) {
-  // Gate and up rows of a float type are dotted together: two independent streams from memory.
-  const bool pair = hp.gated_ffn && float_rows(up) && gate.type == up.type;
   const neuron_prefetch pf{hp, gate, up, down_t};
   const int64_t dist = pf.distance();
-  for (int64_t k = 0; k < std::min(dist, count); ++k) pf.ahead(rows[k]);
   axpy_batcher down(down_t, acc);
   int64_t k = 0;
   if (hp.gated_ffn && up.type == tensor_type::q4_0 && gate.type == tensor_type::q4_0 && xq) {
-    // Q4_0: two neurons' gate and up rows at once (four streams, the input's side done once), the
-    // input rearranged once per call for the four-blocks-a-register kernel where the CPU has it.
+    // Q4_0, in two passes. First the gate and up rows, two neurons at once (four streams, the
+    // input's side done once; the input rearranged once per call for the four-blocks-a-register
+    // kernel where the CPU has it), the next neurons' rows asked for ahead; then the down rows of the
+    // neurons that fired only, four at a time, also asked for ahead. A Q4_0 predictor chooses half
+    // as many neurons again as fire: asking for every chosen neuron's down row with its gate and up
+    // rows spent a third of those reads on rows never used.
     thread_local std::vector<kernels::q8_0_x4> x4;
+    thread_local std::vector<int32_t> fired;
+    thread_local std::vector<float> values;
+    fired.clear(), values.clear();
     const int64_t nb = gate.ne0 / kernels::qk4_0;
     if (nb % 4 == 0) {
       x4.resize(static_cast<size_t>(nb / 4));
       kernels::q8_0_to_x4(xq, nb, x4.data());
     }
+    auto ask = [&](int64_t j) {
+      if (j < count) prefetch_row(gate, rows[j]), prefetch_row(up, rows[j]);
+    };
+    auto keep = [&](int32_t r, float v) {
+      if (down_t && v != 0.0f) fired.push_back(r), values.push_back(v);
+    };
+    for (int64_t j = 0; j < dist; ++j) ask(j);
     for (; k + 2 <= count; k += 2) {
-      if (k + dist < count) pf.ahead(rows[k + dist]);
-      if (k + dist + 1 < count) pf.ahead(rows[k + dist + 1]);
+      ask(k + dist), ask(k + dist + 1);
       const int32_t r0 = rows[k], r1 = rows[k + 1];
       const kernels::block_q4_0* w4[4] = {reinterpret_cast<const kernels::block_q4_0*>(gate.row(r0)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r0)),
                                           reinterpret_cast<const kernels::block_q4_0*>(gate.row(r1)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r1))};
@@ -163,10 +173,24 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
       else kernels::dot4r_q4_0(w4, xq, gate.ne0, o);
       const float v0 = hidden_value(hp, o[0], o[1]), v1 = hidden_value(hp, o[2], o[3]);
       hidden[ids[k]] = v0, hidden[ids[k + 1]] = v1;
-      if (down_t && v0 != 0.0f) down.add(r0, v0);
-      if (down_t && v1 != 0.0f) down.add(r1, v1);
+      keep(r0, v0), keep(r1, v1);
     }
+    for (; k < count; ++k) {
+      const float v = hidden_value(hp, row_dot(gate, rows[k], in, xq), row_dot(up, rows[k], in, xq));
+      hidden[ids[k]] = v;
+      keep(rows[k], v);
+    }
+    const int64_t n_fired = static_cast<int64_t>(fired.size()), ahead = 8;  // two batches of four
+    for (int64_t j = 0; j < std::min(ahead, n_fired); ++j) prefetch_row(down_t, fired[static_cast<size_t>(j)]);
+    for (int64_t j = 0; j < n_fired; ++j) {
+      if (j + ahead < n_fired) prefetch_row(down_t, fired[static_cast<size_t>(j + ahead)]);
+      down.add(fired[static_cast<size_t>(j)], values[static_cast<size_t>(j)]);
+    }
+    return;
   }
+  // Gate and up rows of a float type are dotted together: two independent streams from memory.
+  const bool pair = hp.gated_ffn && float_rows(up) && gate.type == up.type;
+  for (int64_t j = 0; j < std::min(dist, count); ++j) pf.ahead(rows[j]);
   for (; k < count; ++k) {
     if (k + dist < count) pf.ahead(rows[k + dist]);
     const int32_t r = rows[k];

@@ -57,6 +57,8 @@ void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, floa
 // vectors already quantized to Q8_0, with each vector's block terms (q8_0_block_terms):
 // out[16 j + i] = row i . x[j]. Each row byte is unpacked once for every vector.
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
+// Two groups against one vector at once (two streams from memory): oa, ob as dot16r_q4_0's out.
+void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob);
 
 // dot4r_q4_0 with the vector also given rearranged (q8_0_to_x4; n a multiple of 128): four blocks of
 // a row in one register through a byte permute, two multiply-adds per 128 values (AVX-512 VBMI and

@@ -121,6 +121,32 @@ HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
   for (int j = 0; j < NX; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
 }
 
+// Two groups against one vector, block by block: two streams from memory at once.
+HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t nb, float* oa, float* ob) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* xv = x[b].qs;
+    const __m512i off = _mm512_set1_epi32(xt[b].offset);
+    __m512i sa0 = off, sa1 = _mm512_setzero_si512(), sb0 = off, sb1 = _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g) {
+      const __m512i xl = _mm512_set1_epi32(four_bytes(xv + 4 * g)), xh = _mm512_set1_epi32(four_bytes(xv + 16 + 4 * g));
+      const __m512i qa = _mm512_loadu_si512(wa[b].qs + 64 * g), qb = _mm512_loadu_si512(wb[b].qs + 64 * g);
+      sa0 = _mm512_dpbusd_epi32(sa0, _mm512_and_si512(qa, m4), xl);
+      sa1 = _mm512_dpbusd_epi32(sa1, _mm512_and_si512(_mm512_srli_epi16(qa, 4), m4), xh);
+      sb0 = _mm512_dpbusd_epi32(sb0, _mm512_and_si512(qb, m4), xl);
+      sb1 = _mm512_dpbusd_epi32(sb1, _mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), xh);
+    }
+    const __m512 xd = _mm512_set1_ps(xt[b].d);
+    const __m512 da = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wa[b].d)));
+    const __m512 db = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].d)));
+    acc_a = _mm512_fmadd_ps(xd, _mm512_mul_ps(da, _mm512_cvtepi32_ps(_mm512_add_epi32(sa0, sa1))), acc_a);
+    acc_b = _mm512_fmadd_ps(xd, _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_add_epi32(sb0, sb1))), acc_b);
+  }
+  _mm512_storeu_ps(oa, acc_a);
+  _mm512_storeu_ps(ob, acc_b);
+}
+
 HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
   switch (nx) {
     case 1: return dot16r<1>(w, x, xt, n / qk4_0, out);
@@ -133,6 +159,12 @@ HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x
 }  // namespace avx512vnni
 
 HOTCOLD_AVX512_END
+
+void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob) {
+  if (cpu().vnni) return avx512vnni::dot16r2_q4_0(wa, wb, x, xt, n / qk4_0, oa, ob);
+  dot16r_q4_0(wa, &x, &xt, 1, n, oa);
+  dot16r_q4_0(wb, &x, &xt, 1, n, ob);
+}
 
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
   if (cpu().vnni) return avx512vnni::dot16r_q4_0(w, x, xt, nx, n, out);

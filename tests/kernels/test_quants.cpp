@@ -355,6 +355,18 @@ TEST(Dot, SixteenInterleavedRowsAgainstSeveralVectors) {
       px[j] = xs[j].data();
       ps[j] = sums[j].data();
     }
+    {
+      // Two groups at once (decode's two streams): each group's result as when it is alone.
+      std::vector<block_q4_0x16> other(packed.rbegin(), packed.rend());
+      float a[16], b[16], alone_a[16], alone_b[16];
+      dot16r2_q4_0(packed.data(), other.data(), px[0], ps[0], n, a, b);
+      dot16r_q4_0(packed.data(), px, ps, 1, n, alone_a);
+      dot16r_q4_0(other.data(), px, ps, 1, n, alone_b);
+      for (int r = 0; r < 16; ++r) {
+        EXPECT_EQ(a[r], alone_a[r]) << n << " row " << r;
+        EXPECT_EQ(b[r], alone_b[r]) << n << " row " << r;
+      }
+    }
     for (int nx = 1; nx <= 4; ++nx) {
       float got[64], ref[64];
       dot16r_q4_0(packed.data(), px, ps, nx, n, got);
