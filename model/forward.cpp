@@ -179,6 +179,7 @@ void inference_context::attend_head(const float* q, int64_t seq, int64_t layer, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float* kc = k_at(seq, layer, 0) + kvh * hd;
   const float* vc = v_at(seq, layer, 0) + kvh * hd;
+  if (attend_block_vectorized(hd)) return attend_one(q, kc, vc, kv, hd, pos + 1, scale, out, s);
   float max_s = -INFINITY;
   for (int64_t t = 0; t <= pos; ++t) {
     s[t] = dot_f32(q, kc + t * kv, hd) * scale;

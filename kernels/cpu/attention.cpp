@@ -46,6 +46,22 @@ void attend_block(const float* const* q, int nq, const float* k, const float* v,
   }
 }
 
+void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
+  float max_s = -INFINITY;
+  for (int64_t t = 0; t < keys; ++t) {
+    float dot = 0.0f;
+    for (int64_t e = 0; e < hd; ++e) dot += q[e] * k[t * stride + e];
+    scores[t] = dot * scale;
+    max_s = std::max(max_s, scores[t]);
+  }
+  double sum = 0;
+  for (int64_t t = 0; t < keys; ++t) sum += (scores[t] = std::exp(scores[t] - max_s));
+  const float inv = static_cast<float>(1.0 / sum);
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t t = 0; t < keys; ++t)
+    for (int64_t e = 0; e < hd; ++e) out[e] += scores[t] * inv * v[t * stride + e];
+}
+
 }  // namespace scalar
 
 HOTCOLD_AVX512_BEGIN
@@ -115,6 +131,74 @@ HOTCOLD_AVX512 static void values(const float* st, const float* v, int64_t strid
   }
 }
 
+// Lane i of the result: the sum of a[i]'s sixteen lanes (a transposing tree of adds: 45 instructions
+// for sixteen sums).
+HOTCOLD_AVX512 static inline __m512 sum16(__m512 (&a)[16]) {
+  __m512 b[8], c[4];
+  for (int i = 0; i < 8; ++i) b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  for (int j = 0; j < 4; ++j) c[j] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * j], b[2 * j + 1], 0x44), _mm512_shuffle_ps(b[2 * j], b[2 * j + 1], 0xEE));
+  const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+  const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
+}
+
+// The weighted values for dims [e0, e0 + 16 NV): two sets of sums (even and odd keys) for the chains.
+template <int NV>
+HOTCOLD_AVX512 static void weighted_values(const float* s, const float* v, int64_t stride, int64_t keys, int64_t e0, float inv, float* out) {
+  __m512 a[2][NV];
+  for (int h = 0; h < 2; ++h)
+    for (int u = 0; u < NV; ++u) a[h][u] = _mm512_setzero_ps();
+  int64_t t = 0;
+  for (; t + 2 <= keys; t += 2)
+    for (int h = 0; h < 2; ++h) {
+      const __m512 p = _mm512_set1_ps(s[t + h]);
+      for (int u = 0; u < NV; ++u) a[h][u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + (t + h) * stride + e0 + 16 * u), a[h][u]);
+    }
+  if (t < keys) {
+    const __m512 p = _mm512_set1_ps(s[t]);
+    for (int u = 0; u < NV; ++u) a[0][u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + t * stride + e0 + 16 * u), a[0][u]);
+  }
+  const __m512 sc = _mm512_set1_ps(inv);
+  for (int u = 0; u < NV; ++u) _mm512_storeu_ps(out + e0 + 16 * u, _mm512_mul_ps(_mm512_add_ps(a[0][u], a[1][u]), sc));
+}
+
+HOTCOLD_AVX512 static void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale,
+                                      float* out, float* s) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (int64_t t0 = 0; t0 < keys; t0 += 16) {
+    const float* kr[16];
+    for (int i = 0; i < 16; ++i) kr[i] = k + std::min(t0 + i, keys - 1) * stride;
+    __m512 acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < hd; e += 16) {
+      const __m512 qv = _mm512_loadu_ps(q + e);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kr[i] + e), qv, acc[i]);
+    }
+    const __mmask16 valid = keys - t0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (keys - t0)) - 1);
+    const __m512 sc = _mm512_mul_ps(sum16(acc), _mm512_set1_ps(scale));
+    _mm512_mask_storeu_ps(s + t0, valid, sc);
+    m = _mm512_mask_max_ps(m, valid, m, sc);
+  }
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t t0 = 0; t0 < keys; t0 += 16) {
+    const __mmask16 valid = keys - t0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (keys - t0)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(valid, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + t0), mx)));
+    _mm512_mask_storeu_ps(s + t0, valid, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  const float inv = 1.0f / _mm512_reduce_add_ps(sum);
+  for (int64_t e0 = 0; e0 < hd; e0 += 64) {
+    switch (std::min<int64_t>(4, (hd - e0) / 16)) {
+      case 4: weighted_values<4>(s, v, stride, keys, e0, inv, out); break;
+      case 3: weighted_values<3>(s, v, stride, keys, e0, inv, out); break;
+      case 2: weighted_values<2>(s, v, stride, keys, e0, inv, out); break;
+      default: weighted_values<1>(s, v, stride, keys, e0, inv, out); break;
+    }
+  }
+}
+
 HOTCOLD_AVX512 static void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0,
                                         float scale, float* const* out, float* scratch) {
   const int64_t keys = pos0 + nq;
@@ -157,6 +241,11 @@ HOTCOLD_AVX512 static void attend_block(const float* const* q, int nq, const flo
 
 }  // namespace avx512
 HOTCOLD_AVX512_END
+
+void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
+  if (attend_block_vectorized(hd)) return avx512::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
+  scalar::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
+}
 
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch) {

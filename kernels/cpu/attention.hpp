@@ -22,7 +22,14 @@ bool attend_block_vectorized(int64_t hd);
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch);
 
+// One query (decode) against keys 0 .. keys - 1: out = sum over t of softmax_t(scale q . k_t) v_t.
+// Sixteen keys' scores at a time (sixteen vector sums folded into one vector), softmax with a vector
+// exp, the values summed in registers. scores: `keys` floats of scratch. Where attend_block is
+// vectorized (attend_block_vectorized(hd)); elsewhere the scalar reference.
+void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
+
 namespace scalar {
+void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch);
 }

@@ -83,6 +83,27 @@ TEST(AttendBlock, MatchesDoubleCausalAttention) {
       }
 }
 
+TEST(AttendOne, MatchesDoubleAttention) {
+  // Decode: one query against 1 to 300 keys (tails of the sixteen-key tiles), head sizes with and
+  // without a 64-wide tail; the vector kernel and the scalar reference both.
+  uint32_t seed = 500;
+  for (int64_t hd : {16, 64, 80, 128})
+    for (int64_t keys : {1, 15, 16, 17, 300}) {
+      const case_data c = make_case(hd, hd * 2, keys - 1, 1, seed++);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const std::vector<double> want = reference(c, scale);
+      for (bool vec : {false, true}) {
+        std::vector<float> out(static_cast<size_t>(hd), -1.0f), scores(static_cast<size_t>(keys) + 1, 7.0f);
+        if (vec) attend_one(c.q.data(), c.k.data(), c.v.data(), c.stride, hd, keys, scale, out.data(), scores.data());
+        else scalar::attend_one(c.q.data(), c.k.data(), c.v.data(), c.stride, hd, keys, scale, out.data(), scores.data());
+        for (int64_t e = 0; e < hd; ++e)
+          ASSERT_NEAR(out[static_cast<size_t>(e)], want[static_cast<size_t>(e)], 2e-5 * (1 + std::abs(want[static_cast<size_t>(e)])))
+              << "hd " << hd << " keys " << keys << " vector " << vec << " at " << e;
+        EXPECT_EQ(scores[static_cast<size_t>(keys)], 7.0f) << "wrote past its keys";
+      }
+    }
+}
+
 TEST(AttendBlock, LaterKeysDoNotReachEarlierQueries) {
   // Causality: changing the block's last key and value changes only the last query's output.
   case_data c = make_case(64, 64, 10, 8, 99);
