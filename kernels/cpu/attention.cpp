@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/lanes.hpp"
 
 namespace hotcold::kernels {
 
@@ -131,17 +132,6 @@ HOTCOLD_AVX512 static void values(const float* st, const float* v, int64_t strid
   }
 }
 
-// Lane i of the result: the sum of a[i]'s sixteen lanes (a transposing tree of adds: 45 instructions
-// for sixteen sums).
-HOTCOLD_AVX512 static inline __m512 sum16(__m512 (&a)[16]) {
-  __m512 b[8], c[4];
-  for (int i = 0; i < 8; ++i) b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-  for (int j = 0; j < 4; ++j) c[j] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * j], b[2 * j + 1], 0x44), _mm512_shuffle_ps(b[2 * j], b[2 * j + 1], 0xEE));
-  const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
-  const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
-}
-
 // The weighted values for dims [e0, e0 + 16 NV): two sets of sums (even and odd keys) for the chains.
 template <int NV>
 HOTCOLD_AVX512 static void weighted_values(const float* s, const float* v, int64_t stride, int64_t keys, int64_t e0, float inv, float* out) {
@@ -176,7 +166,7 @@ HOTCOLD_AVX512 static void attend_one(const float* q, const float* k, const floa
       for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kr[i] + e), qv, acc[i]);
     }
     const __mmask16 valid = keys - t0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (keys - t0)) - 1);
-    const __m512 sc = _mm512_mul_ps(sum16(acc), _mm512_set1_ps(scale));
+    const __m512 sc = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
     _mm512_mask_storeu_ps(s + t0, valid, sc);
     m = _mm512_mask_max_ps(m, valid, m, sc);
   }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/lanes.hpp"
 #include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
@@ -667,21 +668,6 @@ HOTCOLD_AVX512 static inline void dot2n_any(Row r0, Row r1, const float* const* 
 
 HOTCOLD_AVX512 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
   dot2n_any(f32_row16{w0}, f32_row16{w1}, x, nx, n, out0, out1);
-}
-
-// Lane i of the result is the sum of v[i]'s sixteen lanes.
-HOTCOLD_AVX512 static inline __m512 reduce16(const __m512 (&v)[16]) {
-  // Pairs: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3].
-  __m512 p[8];
-  for (int k = 0; k < 8; ++k) p[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
-  // Quads: per 128-bit lane the lane's sums of four vectors [a, b, c, d].
-  __m512 q[4];
-  for (int k = 0; k < 4; ++k)
-    q[k] = _mm512_add_ps(_mm512_shuffle_ps(p[2 * k], p[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(p[2 * k], p[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  // Across the four 128-bit lanes: lane k of the result gathers q[k]'s lanes.
-  const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(q[0], q[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(q[2], q[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // Four rows against NX vectors: 4 x NX sums; each converted row value serves NX products and each
