@@ -218,7 +218,7 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
     // Every neuron: gate/up as matrix-vector products, then the activation.
     if (hp.gated_ffn) matvec(l.ffn_gate, in, gate_.data());
     matvec(l.ffn_up, in, up_.data());
-    for (int64_t i = 0; i < n_ff; ++i) hidden_[i] = hidden_value(hp, hp.gated_ffn ? gate_[i] : 0.0f, up_[i]);
+    hidden_values(hp, gate_.data(), up_.data(), hidden_.data(), n_ff);
     if (observer_ && (hp.act == activation::relu || hp.act == activation::drelu)) {
       // A neuron's firing margin: positive exactly when it fires (ReLU family).
       for (int64_t i = 0; i < n_ff; ++i)
@@ -416,7 +416,7 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
     std::vector<float> g(static_cast<size_t>(hp.gated_ffn ? n * n_ff : 0)), u(static_cast<size_t>(n * n_ff));
     if (hp.gated_ffn) matmul(l.ffn_gate, in, n, g.data());
     matmul(l.ffn_up, in, n, u.data());
-    for (int64_t k = 0; k < n * n_ff; ++k) B.truth[static_cast<size_t>(k)] = hidden_value(hp, hp.gated_ffn ? g[static_cast<size_t>(k)] : 0.0f, u[static_cast<size_t>(k)]);
+    hidden_values(hp, g.data(), u.data(), B.truth.data(), n * n_ff);
   }
 
   // The neurons of the union: each row read once, each token computing the neurons it chose.
@@ -448,7 +448,7 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
     } else {
       matmul(l.ffn_up, in, n, h);
     }
-    hidden_values(hp, g, h, n * n_ff);
+    hidden_values(hp, g, h, h, n * n_ff);
     if (down_t) {
       pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {
         for (int64_t th = th0; th < th1; ++th) {

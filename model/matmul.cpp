@@ -44,14 +44,14 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   const q8_0_terms* xs_terms = terms.data();  // the calling thread's, read by the workers
   std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's groups are [first[m], first[m + 1])
   for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->interleaved_rows() / 16;
+  auto where = [&](int64_t gg, size_t& m, int64_t& g) {  // group gg of all: matrix m's group g
+    m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
+    g = gg - first[m];
+  };
   if (n == 1 && first.back() >= 2) {
     // One token: groups g and g + half together, block by block, two streams from memory for each
     // thread (+4-8% over one group at a time, measured alternately in one process).
     const int64_t total = first.back(), half = total / 2;
-    auto where = [&](int64_t gg, size_t& m, int64_t& g) {
-      m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
-      g = gg - first[m];
-    };
     pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         size_t ma, mb;
@@ -72,8 +72,10 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
     }
   } else {
     grouped_products(pool, first.back(), n, [&](int64_t gg, int64_t t, int k) {
-      const size_t m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
-      const int64_t g = gg - first[m], rows = ws[m]->ne1;
+      size_t m;
+      int64_t g;
+      where(gg, m, g);
+      const int64_t rows = ws[m]->ne1;
       const block_q8_0* xs[4];
       const q8_0_terms* ss[4];
       for (int j = 0; j < 4; ++j) {

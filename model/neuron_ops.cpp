@@ -86,17 +86,17 @@ float hidden_value(const hparams& hp, float g, float u) {
   return activate(hp.act, g) * u;
 }
 
-void hidden_values(const hparams& hp, const float* g, float* u, int64_t n) {
+void hidden_values(const hparams& hp, const float* g, const float* u, float* out, int64_t n) {
   // The ReLU forms as plain loops the compiler vectorizes; the others one value at a time.
   const bool relu = hp.act != activation::silu && hp.act != activation::gelu;
   if (hp.gated_ffn && hp.act == activation::drelu) {
-    for (int64_t k = 0; k < n; ++k) u[k] = std::max(g[k], 0.0f) * std::max(u[k], 0.0f);
+    for (int64_t k = 0; k < n; ++k) out[k] = std::max(g[k], 0.0f) * std::max(u[k], 0.0f);
   } else if (hp.gated_ffn && relu) {
-    for (int64_t k = 0; k < n; ++k) u[k] = std::max(g[k], 0.0f) * u[k];
+    for (int64_t k = 0; k < n; ++k) out[k] = std::max(g[k], 0.0f) * u[k];
   } else if (relu) {
-    for (int64_t k = 0; k < n; ++k) u[k] = std::max(u[k], 0.0f);
+    for (int64_t k = 0; k < n; ++k) out[k] = std::max(u[k], 0.0f);
   } else {
-    for (int64_t k = 0; k < n; ++k) u[k] = hidden_value(hp, hp.gated_ffn ? g[k] : 0.0f, u[k]);
+    for (int64_t k = 0; k < n; ++k) out[k] = hidden_value(hp, hp.gated_ffn ? g[k] : 0.0f, u[k]);
   }
 }
 

@@ -49,8 +49,8 @@ inline void prefetch_row_ahead(const tensor_view& w, int64_t r) {
 }
 // A neuron's hidden value from its gate and up pre-activations (gate unused without a gate).
 float hidden_value(const hparams& hp, float g, float u);
-// u[k] = hidden_value(hp, g[k], u[k]) for k < n (g unused without a gate).
-void hidden_values(const hparams& hp, const float* g, float* u, int64_t n);
+// out[k] = hidden_value(hp, g[k], u[k]) for k < n (g unused without a gate; out may be u).
+void hidden_values(const hparams& hp, const float* g, const float* u, float* out, int64_t n);
 
 // One token's FFN over neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their ids
 // in the model's tensors, or their slots in a device's copy): hidden[ids[k]] = the neuron's value, and
