@@ -1,9 +1,10 @@
-// Causal attention for a block of up to 32 consecutive queries of one head. The queries are laid out
-// transposed (element k of the 32 queries side by side, the scale folded in), so that twelve keys
-// at a time meet all of them as broadcasts against two vectors: the scores come out as rows of 32
-// (one per key), and each query's softmax runs down a column, sixteen queries per vector op. The
-// values are then added six queries by 64 elements at a time, each value row loaded once for the
-// six.
+// Causal attention of one head. A block of up to 32 consecutive queries (a prompt): the queries are
+// laid out transposed (element k of the 32 queries side by side, the scale folded in), so that
+// twelve keys at a time meet all of them as broadcasts against two vectors: the scores come out as
+// rows of 32 (one per key), and each query's softmax runs down a column, sixteen queries per vector
+// op. The values are then added six queries by 64 elements at a time, each value row loaded once for
+// the six. One query (decode): sixteen keys' dot products at a time, folded into one vector of
+// scores, and the values summed in registers.
 #include "kernels/cpu/attention.hpp"
 
 #include <immintrin.h>
@@ -26,27 +27,6 @@ bool attend_block_vectorized(int64_t hd) { return cpu().avx512 && hd % 16 == 0; 
 
 namespace scalar {
 
-void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
-                  float* const* out, float* scratch) {
-  for (int j = 0; j < nq; ++j) {
-    const int64_t last = pos0 + j;
-    float* s = scratch;
-    float max_s = -INFINITY;
-    for (int64_t t = 0; t <= last; ++t) {
-      float dot = 0.0f;
-      for (int64_t e = 0; e < hd; ++e) dot += q[j][e] * k[t * stride + e];
-      s[t] = dot * scale;
-      max_s = std::max(max_s, s[t]);
-    }
-    double sum = 0;
-    for (int64_t t = 0; t <= last; ++t) sum += (s[t] = std::exp(s[t] - max_s));
-    const float inv = static_cast<float>(1.0 / sum);
-    std::fill(out[j], out[j] + hd, 0.0f);
-    for (int64_t t = 0; t <= last; ++t)
-      for (int64_t e = 0; e < hd; ++e) out[j][e] += s[t] * inv * v[t * stride + e];
-  }
-}
-
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
   float max_s = -INFINITY;
   for (int64_t t = 0; t < keys; ++t) {
@@ -61,6 +41,11 @@ void attend_one(const float* q, const float* k, const float* v, int64_t stride, 
   std::fill(out, out + hd, 0.0f);
   for (int64_t t = 0; t < keys; ++t)
     for (int64_t e = 0; e < hd; ++e) out[e] += scores[t] * inv * v[t * stride + e];
+}
+
+void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
+                  float* const* out, float* scratch) {
+  for (int j = 0; j < nq; ++j) attend_one(q[j], k, v, stride, hd, pos0 + j + 1, scale, out[j], scratch);
 }
 
 }  // namespace scalar
@@ -85,23 +70,23 @@ HOTCOLD_AVX512 static inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// Scores of keys t0 .. t0 + KB - 1 (at most `keys`) against the 32 transposed queries.
-template <int KB>
+// Scores of keys t0 .. t0 + 11 (those below `keys`) against the 32 transposed queries.
 HOTCOLD_AVX512 static void scores(const float* qt, const float* k, int64_t stride, int64_t hd, int64_t t0, int64_t keys, float* st) {
-  const float* kr[KB];
-  for (int i = 0; i < KB; ++i) kr[i] = k + std::min(t0 + i, keys - 1) * stride;
-  __m512 acc[KB][2];
-  for (int i = 0; i < KB; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  constexpr int kb = 12;
+  const float* kr[kb];
+  for (int i = 0; i < kb; ++i) kr[i] = k + std::min(t0 + i, keys - 1) * stride;
+  __m512 acc[kb][2];
+  for (int i = 0; i < kb; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int64_t e = 0; e < hd; ++e) {
     const __m512 q0 = _mm512_loadu_ps(qt + e * qn), q1 = _mm512_loadu_ps(qt + e * qn + 16);
 #pragma GCC unroll 12
-    for (int i = 0; i < KB; ++i) {
+    for (int i = 0; i < kb; ++i) {
       const __m512 b = _mm512_set1_ps(kr[i][e]);
       acc[i][0] = _mm512_fmadd_ps(b, q0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(b, q1, acc[i][1]);
     }
   }
-  for (int i = 0; i < KB && t0 + i < keys; ++i) {
+  for (int i = 0; i < kb && t0 + i < keys; ++i) {
     _mm512_storeu_ps(st + (t0 + i) * qn, acc[i][0]);
     _mm512_storeu_ps(st + (t0 + i) * qn + 16, acc[i][1]);
   }
@@ -196,9 +181,7 @@ HOTCOLD_AVX512 static void attend_block(const float* const* q, int nq, const flo
   float* st = scratch + qn * hd;  // [keys][32]: scores, then weights
   for (int64_t e = 0; e < hd; ++e)
     for (int j = 0; j < qn; ++j) qt[e * qn + j] = j < nq ? q[j][e] * scale : 0.0f;
-  int64_t t0 = 0;
-  for (; t0 + 12 <= keys; t0 += 12) scores<12>(qt, k, stride, hd, t0, keys, st);
-  if (t0 < keys) scores<12>(qt, k, stride, hd, t0, keys, st);
+  for (int64_t t0 = 0; t0 < keys; t0 += 12) scores(qt, k, stride, hd, t0, keys, st);
 
   // Column softmax: key t is seen by query j when t <= pos0 + j, i.e. by the lanes j >= t - pos0.
   auto visible = [&](int64_t t, int half) -> __mmask16 {
