@@ -93,55 +93,50 @@ HOTCOLD_AVX512_BEGIN
 namespace avx512vnni {
 
 // All sixteen rows in one register: lane i is row i. Per block the 256 quant bytes are four loads,
-// each split into low and high nibbles; every vector then needs eight dpbusd (two chains), one
-// subtraction of its offset and one multiply-add by the sixteen rows' scales times its own.
+// each split into low and high nibbles; every vector then needs eight dpbusd (two chains) started
+// from its offset (worked out once per vector, as its scale), one multiply by the sixteen rows'
+// scales and one multiply-add by its own.
+struct nibbles {
+  __m512i lo[4], hi[4];
+};
+HOTCOLD_VNNI static inline nibbles unpack(const block_q4_0x16& w) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  nibbles n;
+  for (int g = 0; g < 4; ++g) {
+    const __m512i q = _mm512_loadu_si512(w.qs + 64 * g);
+    n.lo[g] = _mm512_and_si512(q, m4);
+    n.hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+  }
+  return n;
+}
+// acc += the block's sixteen products with vector block x (its terms t), weighted by the rows' scales.
+HOTCOLD_VNNI static inline __m512 add_block(const nibbles& n, const uint16_t* d, const block_q8_0& x, const q8_0_terms& t, __m512 acc) {
+  __m512i s0 = _mm512_set1_epi32(t.offset), s1 = _mm512_setzero_si512();
+  for (int g = 0; g < 4; ++g) {
+    s0 = _mm512_dpbusd_epi32(s0, n.lo[g], _mm512_set1_epi32(four_bytes(x.qs + 4 * g)));
+    s1 = _mm512_dpbusd_epi32(s1, n.hi[g], _mm512_set1_epi32(four_bytes(x.qs + 16 + 4 * g)));
+  }
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+  return _mm512_fmadd_ps(_mm512_set1_ps(t.d), _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))), acc);
+}
+
 template <int NX>
 HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int64_t nb, float* out) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[NX];
   for (int j = 0; j < NX; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m512i lo[4], hi[4];
-    for (int g = 0; g < 4; ++g) {
-      const __m512i q = _mm512_loadu_si512(w[b].qs + 64 * g);
-      lo[g] = _mm512_and_si512(q, m4);
-      hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-    }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].d)));
-    for (int j = 0; j < NX; ++j) {
-      const int8_t* xv = x[j][b].qs;
-      __m512i s0 = _mm512_set1_epi32(xt[j][b].offset), s1 = _mm512_setzero_si512();
-      for (int g = 0; g < 4; ++g) {
-        s0 = _mm512_dpbusd_epi32(s0, lo[g], _mm512_set1_epi32(four_bytes(xv + 4 * g)));
-        s1 = _mm512_dpbusd_epi32(s1, hi[g], _mm512_set1_epi32(four_bytes(xv + 16 + 4 * g)));
-      }
-      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xt[j][b].d), _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))), acc[j]);
-    }
+    const nibbles n = unpack(w[b]);
+    for (int j = 0; j < NX; ++j) acc[j] = add_block(n, w[b].d, x[j][b], xt[j][b], acc[j]);
   }
   for (int j = 0; j < NX; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
 }
 
 // Two groups against one vector, block by block: two streams from memory at once.
 HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t nb, float* oa, float* ob) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const int8_t* xv = x[b].qs;
-    const __m512i off = _mm512_set1_epi32(xt[b].offset);
-    __m512i sa0 = off, sa1 = _mm512_setzero_si512(), sb0 = off, sb1 = _mm512_setzero_si512();
-    for (int g = 0; g < 4; ++g) {
-      const __m512i xl = _mm512_set1_epi32(four_bytes(xv + 4 * g)), xh = _mm512_set1_epi32(four_bytes(xv + 16 + 4 * g));
-      const __m512i qa = _mm512_loadu_si512(wa[b].qs + 64 * g), qb = _mm512_loadu_si512(wb[b].qs + 64 * g);
-      sa0 = _mm512_dpbusd_epi32(sa0, _mm512_and_si512(qa, m4), xl);
-      sa1 = _mm512_dpbusd_epi32(sa1, _mm512_and_si512(_mm512_srli_epi16(qa, 4), m4), xh);
-      sb0 = _mm512_dpbusd_epi32(sb0, _mm512_and_si512(qb, m4), xl);
-      sb1 = _mm512_dpbusd_epi32(sb1, _mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), xh);
-    }
-    const __m512 xd = _mm512_set1_ps(xt[b].d);
-    const __m512 da = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wa[b].d)));
-    const __m512 db = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].d)));
-    acc_a = _mm512_fmadd_ps(xd, _mm512_mul_ps(da, _mm512_cvtepi32_ps(_mm512_add_epi32(sa0, sa1))), acc_a);
-    acc_b = _mm512_fmadd_ps(xd, _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_add_epi32(sb0, sb1))), acc_b);
+    acc_a = add_block(unpack(wa[b]), wa[b].d, x[b], xt[b], acc_a);
+    acc_b = add_block(unpack(wb[b]), wb[b].d, x[b], xt[b], acc_b);
   }
   _mm512_storeu_ps(oa, acc_a);
   _mm512_storeu_ps(ob, acc_b);
