@@ -216,8 +216,13 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
   if (!choose || mode_ == ffn_mode::oracle || stats_on_) {
     trace_scope span(trace_, "ffn", step_, layer);
     // Every neuron: gate/up as matrix-vector products, then the activation.
-    if (hp.gated_ffn) matvec(l.ffn_gate, in, gate_.data());
-    matvec(l.ffn_up, in, up_.data());
+    if (hp.gated_ffn) {  // gate and up in one pass (one split across the threads, the input quantized once)
+      const tensor_view* ws[2] = {&l.ffn_gate, &l.ffn_up};
+      float* ys[2] = {gate_.data(), up_.data()};
+      matmul_same_input(pool_, ws, in, 1, ys, xq_);
+    } else {
+      matvec(l.ffn_up, in, up_.data());
+    }
     hidden_values(hp, gate_.data(), up_.data(), hidden_.data(), n_ff);
     if (observer_ && (hp.act == activation::relu || hp.act == activation::drelu)) {
       // A neuron's firing margin: positive exactly when it fires (ReLU family).
@@ -432,7 +437,9 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
   const int threads = pool_.size();
   const int64_t n_union = static_cast<int64_t>(chosen_union.size());
   const bool down_t = static_cast<bool>(l.ffn_down_t);
-  const bool as_matrices = !sparse && !(executor_ && down_t) && n >= 8;
+  // Interleaved gate and up rows (dense Q4_0 files) are readable only as matrices.
+  const bool interleaved = l.ffn_gate.interleaved16 || l.ffn_up.interleaved16;
+  const bool as_matrices = !sparse && !(executor_ && down_t) && (n >= 8 || interleaved);
   if (as_matrices) {
     // Every neuron of several tokens: gate and up as matrix products (each weight row read once for
     // a tile of tokens held in cache), then the down projection — a matrix product over ffn_down, or

@@ -269,3 +269,39 @@ INSTANTIATE_TEST_SUITE_P(Models, ForwardPass, testing::ValuesIn(cases()),
 
 }  // namespace
 }  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// Dense Q4_0 files: model::load interleaves attention, gate, up and down sixteen rows at a time in its
+// private copy. Every path over them — prompt batches of every size (the matrix products from 8
+// tokens, the per-neuron path below), single tokens — must give the logits of the file's own row
+// layout (load_options::interleave off), up to float summation order.
+TEST(Forward, InterleavedDenseQ4_0GivesTheFileLayoutsLogits) {
+  auto path = test::make_model("interleave_parity_q4_0", test::sparse_test_options(architecture::llama, activation::relu, tensor_type::q4_0));
+  load_options plain_opts;
+  plain_opts.interleave = false;
+  auto interleaved = model::load(path);
+  auto plain = model::load(path, plain_opts);
+  ASSERT_TRUE(interleaved->weights().layers[0].ffn_gate.interleaved16);
+  ASSERT_FALSE(plain->weights().layers[0].ffn_gate.interleaved16);
+  const int64_t n_vocab = plain->hp().n_vocab;
+  for (int64_t n : {1, 3, 9}) {
+    std::vector<token_id> tokens;
+    for (int64_t t = 0; t < n; ++t) tokens.push_back(static_cast<token_id>((5 + 7 * t) % n_vocab));
+    inference_context a(interleaved, 64, 2), b(plain, 64, 2);
+    const auto la = a.forward_batch(tokens, 0, true);
+    const std::vector<float> got(la.begin(), la.end());
+    const auto lb = b.forward_batch(tokens, 0, true);
+    ASSERT_EQ(got.size(), lb.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], lb[i], 1e-3 * (1 + std::abs(lb[i]))) << n << " tokens, logit " << i;
+    // And a token after the prompt, one at a time.
+    const auto da = a.forward(11, n);
+    const std::vector<float> next(da.begin(), da.end());
+    const auto db = b.forward(11, n);
+    for (size_t i = 0; i < next.size(); ++i) ASSERT_NEAR(next[i], db[i], 1e-3 * (1 + std::abs(db[i]))) << "after " << n << " tokens, logit " << i;
+  }
+}
+
+}  // namespace
+}  // namespace hotcold
