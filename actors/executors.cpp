@@ -75,15 +75,14 @@ void check_recall(const engine_parts& p, const predict_job& job, const uint8_t* 
   p.stats->add_recall(job.layer, truly.load(), found.load());
 }
 
-active_set predict(predictor_actor::stateful_pointer<predictor_state> self, const engine_parts& p, const predict_job& job) {
+active_set predict(predictor_runner& runner, const engine_parts& p, const predict_job& job) {
   if (p.fault) p.fault("predict", job.layer, job.requests);
-  p.stats->set_mailbox(actor_id::predictor, static_cast<int64_t>(self->mailbox().size()));
   trace_scope span(p.trace, "predict", job.input.step, job.layer, job.input.rows);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_ff = p.m->hp().n_ff;
   auto chosen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(job.input.rows * n_ff));
   auto ids = std::make_shared<std::vector<int32_t>>();
-  self->state.runner->predict(job.layer, job.input.data(), job.input.rows, chosen->data(), *ids);
+  runner.predict(job.layer, job.input.data(), job.input.rows, chosen->data(), *ids);
   p.stats->add_time(stage::predict, job.layer, std::chrono::steady_clock::now() - t0);
   if (p.trace) p.trace->record_active(job.input.step, job.layer, job.input.rows, n_ff, chosen->data());
   if (p.recall_every > 0 && job.input.step % p.recall_every == 0) check_recall(p, job, chosen->data());
@@ -96,21 +95,8 @@ predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<pr
   return {
       [self, p](predict_atom, const predict_job& job) -> caf::result<active_set> {
         try {
-          return predict(self, *p, job);
-        } catch (const std::exception& e) {
-          auto err = failure("predictor", e);
-          self->quit(err);
-          return err;
-        }
-      },
-      [self, p](predict_atom, const predict_job& job, cold_pool_actor& cold) -> caf::result<ffn_part> {
-        try {
-          active_set s = predict(self, *p, job);
-          const int64_t computed = std::count(s.chosen->begin(), s.chosen->end(), uint8_t{1});
-          const int64_t union_size = static_cast<int64_t>(s.union_ids->size());
-          auto ids = s.union_ids;
-          return self->delegate(cold, cold_atom::value,
-                                cold_job{job.layer, job.ffn_input, job.ffn_input_q8, std::move(s), std::move(ids), job.requests, computed, union_size});
+          p->stats->set_mailbox(actor_id::predictor, static_cast<int64_t>(self->mailbox().size()));
+          return predict(*self->state.runner, *p, job);
         } catch (const std::exception& e) {
           auto err = failure("predictor", e);
           self->quit(err);
@@ -122,9 +108,28 @@ predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<pr
 
 // ---- cold pool ----------------------------------------------------------------------------------
 
+// The cold pool's scratch: the cold neurons' values (n, n_ff) and each worker's sums (workers, n, n_embd).
+struct cold_scratch {
+  std::vector<float> hidden, acc;
+};
+
+ffn_part cold_ffn(cold_scratch& st, const engine_parts& p, const cold_job& job) {
+  if (p.fault) p.fault("cold_ffn", job.layer, job.requests);
+  const hparams& hp = p.m->hp();
+  const int64_t n = job.input.rows, d = hp.n_embd;
+  thread_pool& pool = p.ctx->pool();
+  if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
+  st.acc.resize(static_cast<size_t>(pool.size() * n * d));
+  const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
+  std::vector<float> sum(static_cast<size_t>(n * d));
+  const auto t0 = std::chrono::steady_clock::now();
+  cold_share(pool, *p.m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc.data(), sum.data(), p.trace);
+  p.stats->add_time(stage::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
+  return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size};
+}
+
 struct cold_pool_state {
-  std::vector<float> hidden;  // (n, n_ff) scratch: the cold neurons' values
-  std::vector<float> acc;     // (workers, n, n_embd)
+  cold_scratch scratch;
   static inline const char* name = "cold_pool";
 };
 
@@ -133,20 +138,8 @@ cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<co
   return {
       [self, p](cold_atom, const cold_job& job) -> caf::result<ffn_part> {
         try {
-          if (p->fault) p->fault("cold_ffn", job.layer, job.requests);
-          const hparams& hp = p->m->hp();
-          const int64_t n = job.input.rows, d = hp.n_embd;
-          thread_pool& pool = p->ctx->pool();
-          auto& st = self->state;
-          if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
-          st.acc.resize(static_cast<size_t>(pool.size() * n * d));
-          const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
-          std::vector<float> sum(static_cast<size_t>(n * d));
           p->stats->set_mailbox(actor_id::cold_pool, static_cast<int64_t>(self->mailbox().size()));
-          const auto t0 = std::chrono::steady_clock::now();
-          cold_share(pool, *p->m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc.data(), sum.data(), p->trace);
-          p->stats->add_time(stage::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
-          return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size};
+          return cold_ffn(self->state.scratch, *p, job);
         } catch (const std::exception& e) {
           auto err = failure("cold pool", e);
           self->quit(err);
@@ -162,6 +155,10 @@ struct hot_executor_state {
   std::shared_ptr<engine_parts> p;
   predictor_actor predictor;
   cold_pool_actor cold;
+  // Without a hot device the predictor's and the cold pool's work run on this actor's thread (see
+  // run_layer): their own scratch.
+  std::unique_ptr<predictor_runner> runner;
+  cold_scratch cold_rows;
   // The step in flight.
   // Its activations; shared, because the views of them that messages carry keep them alive.
   std::shared_ptr<inference_context::step_state> s = std::make_shared<inference_context::step_state>();
@@ -318,11 +315,19 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     predict_job job{layer, activation::view(st.s, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests, {}, {}};
     job.ffn_input = activation::view(st.s, in.in, in.n, m.hp().n_embd, in.step, layer);  // (the recall check reads it too)
     job.ffn_input_q8 = st.xq;
-    if (!st.p->hot) {  // every neuron cold: the predictor hands the FFN straight to the cold pool
-      self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job), st.cold)
-          .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size); },
-                [self](caf::error& e) { fail(self, describe(e)); });
-      return;
+    if (!st.p->hot) {
+      // Every neuron cold: nothing runs beside the CPU workers, so the layer's chain stays on this
+      // thread — the predictor's and the cold pool's code called here, on the same workers, instead
+      // of three hand-offs between detached actors (each a thread wake-up, 13-17 us on a VM: ~6% of
+      // a token's time; docs/actors.md).
+      active_set s = predict(*st.runner, *st.p, job);
+      auto cold_ids = s.union_ids;
+      const int64_t computed = std::count(s.chosen->begin(), s.chosen->end(), uint8_t{1});
+      const int64_t union_size = static_cast<int64_t>(cold_ids->size());
+      const ffn_part part = cold_ffn(st.cold_rows, *st.p,
+                                     cold_job{layer, job.ffn_input, st.xq, std::move(s), std::move(cold_ids), st.plan.requests, computed, union_size});
+      st.cold_neurons += union_size;
+      return finish_layer(self, layer, &part.out, part.computed, part.union_size);
     }
     self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job))
         .then([self, layer](active_set& s) { on_active_set(self, layer, std::move(s)); }, [self](caf::error& e) { fail(self, describe(e)); });
@@ -336,6 +341,7 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
   self->state.p = std::move(p);
   self->state.predictor = std::move(predictor);
   self->state.cold = std::move(cold);
+  if (!self->state.p->hot) self->state.runner = std::make_unique<predictor_runner>(*self->state.p->m, self->state.p->ctx->pool());
   return {
       [self](step_atom, step_plan& plan) -> caf::typed_response_promise<step_result> {
         auto& st = self->state;

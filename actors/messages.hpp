@@ -92,8 +92,8 @@ struct predict_job {
   int64_t layer = 0;
   activation input;  // (n, n_embd) what the layer's predictor reads
   std::vector<int64_t> requests;
-  // When the predictor hands the whole FFN to the cold pool (no hot device): its input, quantized
-  // too when the rows want it.
+  // The FFN's input, quantized too when the rows want it (the recall check reads it; without a hot
+  // device the same job goes on to the cold share).
   activation ffn_input;
   std::shared_ptr<const std::vector<kernels::block_q8_0>> ffn_input_q8;
 };
@@ -146,11 +146,8 @@ using close_atom = caf::atom_constant<caf::atom("close")>;
 using totals_atom = caf::atom_constant<caf::atom("totals")>;
 
 // The typed interfaces.
-// The predictor answers the active set, or — given the cold pool, when every neuron is cold — hands
-// the layer's FFN on to it, which answers the requester (one hand-off fewer per layer).
 using cold_pool_actor = caf::typed_actor<caf::replies_to<cold_atom, cold_job>::with<ffn_part>>;
-using predictor_actor = caf::typed_actor<caf::replies_to<predict_atom, predict_job>::with<active_set>,
-                                         caf::replies_to<predict_atom, predict_job, cold_pool_actor>::with<ffn_part>>;
+using predictor_actor = caf::typed_actor<caf::replies_to<predict_atom, predict_job>::with<active_set>>;
 using hot_executor_actor = caf::typed_actor<caf::replies_to<step_atom, step_plan>::with<step_result>>;
 using sampler_actor = caf::typed_actor<caf::reacts_to<open_atom, int64_t, sampling_params, std::vector<token_id>>,
                                        caf::replies_to<sample_atom, sample_job>::with<std::vector<token_id>>, caf::reacts_to<close_atom, int64_t>>;

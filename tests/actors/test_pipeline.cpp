@@ -302,14 +302,16 @@ TEST(Pipeline, CancelledRequestLeavesAtAStepBoundary) {
   EXPECT_EQ(got[b].done.generated_tokens, 100);
 }
 
-// A fault in the cold pool whenever request B is in the step: the supervisor restarts the compute
+// A fault in the cold share whenever request B is in the step: the supervisor restarts the compute
 // actors, retries the step's sequences one at a time, and only B gets an error; A and C give the
-// reference's tokens. A fault that happens once costs a restart and nothing else.
+// reference's tokens. A fault that happens once costs a restart and nothing else. With a hot device
+// the fault is in the cold pool actor; without one, in the hot executor that runs the chain itself.
 TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
   auto m = model::load(split_file());
-  auto hot = sim_rows(m);
-  for (bool persistent : {true, false}) {
+  for (auto [persistent, hot] : {std::pair{true, sim_rows(m)}, std::pair{false, sim_rows(m)}, std::pair{true, std::shared_ptr<const hot_rows>()},
+                                 std::pair{false, std::shared_ptr<const hot_rows>()}}) {
     SCOPED_TRACE(persistent ? "persistent fault" : "one fault");
+    SCOPED_TRACE(hot ? "hot device" : "no hot device");
     auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
     ctx->set_mode(ffn_mode::sparse);
     pipeline_options o;
