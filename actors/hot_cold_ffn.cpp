@@ -85,14 +85,13 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
   const hparams& hp = m.hp();
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
   const int threads = pool.size();
+  neuron_shards pieces(cold_ids.data(), static_cast<int64_t>(cold_ids.size()), hp.n_ff, threads);
   pool.for_each_thread([&](int t) {
     trace_scope span(trace, "cold_ffn", step, layer, x.n);
     float* a = acc + t * x.n * x.d;
     std::fill(a, a + x.n * x.d, 0.0f);
-    const int32_t lo = static_cast<int32_t>(hp.n_ff * t / threads), hi = static_cast<int32_t>(hp.n_ff * (t + 1) / threads);
-    const auto k0 = std::lower_bound(cold_ids.begin(), cold_ids.end(), lo) - cold_ids.begin();
-    const auto k1 = std::lower_bound(cold_ids.begin(), cold_ids.end(), hi) - cold_ids.begin();
-    batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
+    for (int64_t k0, k1; pieces.take(t, k0, k1);)
+      batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
   });
   const int64_t nd = x.n * x.d;
   std::copy(acc, acc + nd, out);

@@ -53,8 +53,9 @@ class hot_rows {
 };
 
 // The cold share of a step on `pool`: worker t computes the cold neurons of its shard — ids in
-// [n_ff t / T, n_ff (t+1) / T), so each worker reads the same rows step after step — into hidden
-// (n x n_ff) and its own accumulator acc[t] (scratch, T x n x n_embd); out (n x n_embd) = their sum.
+// [n_ff t / T, n_ff (t+1) / T), so each worker reads the same rows step after step — then helps with
+// what is left of the others' (neuron_shards), into hidden (n x n_ff) and its own accumulator acc[t]
+// (scratch, T x n x n_embd); out (n x n_embd) = their sum.
 void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, std::span<const int32_t> cold_ids, const batch_ffn_input& x,
                 float* hidden, float* acc, float* out, trace_recorder* trace);
 

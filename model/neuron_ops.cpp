@@ -283,4 +283,26 @@ void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
   for (auto& b : down) b.flush();
 }
 
+neuron_shards::neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int64_t min_piece)
+    : shards_(std::make_unique<shard[]>(static_cast<size_t>(std::max(1, threads)))), threads_(std::max(1, threads)), min_piece_(std::max<int64_t>(1, min_piece)) {
+  for (int t = 0; t < threads_; ++t) {
+    shards_[t].next.store(std::lower_bound(ids, ids + count, static_cast<int32_t>(n_ff * t / threads_)) - ids, std::memory_order_relaxed);
+    shards_[t].end = std::lower_bound(ids, ids + count, static_cast<int32_t>(n_ff * (t + 1) / threads_)) - ids;
+  }
+}
+
+bool neuron_shards::take(int t, int64_t& k0, int64_t& k1) {
+  for (int k = 0; k < threads_; ++k) {
+    shard& s = shards_[(t + k) % threads_];
+    for (int64_t at = s.next.load(std::memory_order_relaxed); at < s.end;) {
+      const int64_t left = s.end - at, piece = std::min(left, std::max(min_piece_, left / 2));
+      if (s.next.compare_exchange_weak(at, at + piece, std::memory_order_relaxed)) {
+        k0 = at, k1 = at + piece;
+        return true;
+      }  // else at holds the shard's new start: try again
+    }
+  }
+  return false;
+}
+
 }  // namespace hotcold

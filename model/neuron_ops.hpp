@@ -1,7 +1,9 @@
 #pragma once
 // One FFN neuron's worth of work over a weight row, for any row type: the pieces the reference
 // forward pass, the batch path and the hot/cold executors share.
+#include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "kernels/cpu/quants.hpp"
 #include "model/arch.hpp"
@@ -75,6 +77,27 @@ struct batch_ffn_input {
 // With one token, every id given is computed (they are its choice; x.chosen may be null).
 void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc);
+
+// The chosen neurons ids[0..count) (ascending) handed out to T threads. Thread t owns a shard — the
+// ids in [n_ff t / T, n_ff (t + 1) / T), so it reads the same rows step after step — and takes it a
+// piece at a time (half of what is left, at least min_piece neurons); done with its own, it takes
+// pieces of what the others have not started yet, so a thread slowed by a neighbour on its core, or
+// with the busier shard, does not keep the rest waiting. Each thread calls take until it says no.
+class neuron_shards {
+ public:
+  neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int64_t min_piece = 32);
+  // The next piece for thread t: ids[k0..k1). False when every piece has been taken.
+  bool take(int t, int64_t& k0, int64_t& k1);
+
+ private:
+  struct alignas(64) shard {
+    std::atomic<int64_t> next;  // the first of the shard's ids no thread has taken yet
+    int64_t end;
+  };
+  std::unique_ptr<shard[]> shards_;
+  int threads_;
+  int64_t min_piece_;
+};
 
 // Collects (row, coefficient) pairs and adds them four at a time.
 class axpy_batcher {

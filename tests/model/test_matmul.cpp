@@ -3,8 +3,10 @@
 // tiles must not change a single row's result.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/dot.hpp"
@@ -227,6 +229,57 @@ TEST(Matmul, SameInputLongF16RowsEqualSeparateOnes) {
           ASSERT_NEAR(together[m][static_cast<size_t>(t * counts[m] + r)], want, 1e-3f * (1 + std::abs(want))) << "matrix " << m << " token " << t << " row " << r;
         }
     }
+  }
+}
+
+// The chosen neurons handed out by shard: every id exactly once, each piece inside one shard, a
+// thread's first piece from its own shard, no piece under the minimum but a shard's last; and with
+// threads taking at once, the pieces still cover every id once.
+TEST(NeuronShards, EveryChosenNeuronOnceOwnShardFirst) {
+  const int64_t n_ff = 1000;
+  std::mt19937 rng(7);
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < n_ff; ++i)
+    if (rng() % 100 < (i < 300 ? 40u : 8u)) ids.push_back(i);  // the first shard busier
+  const auto count = static_cast<int64_t>(ids.size());
+  for (int threads : {1, 2, 3, 5}) {
+    SCOPED_TRACE(threads);
+    auto shard_of = [&](int64_t k) { return static_cast<int>(ids[static_cast<size_t>(k)] * threads / n_ff); };
+    neuron_shards pieces(ids.data(), count, n_ff, threads, 8);
+    std::vector<int> seen(static_cast<size_t>(count), 0);
+    std::vector<bool> first(static_cast<size_t>(threads), true);
+    // Round robin over the threads, one piece at a time, until none is left.
+    for (bool any = true; any;) {
+      any = false;
+      for (int t = 0; t < threads; ++t) {
+        int64_t k0, k1;
+        if (!pieces.take(t, k0, k1)) continue;
+        any = true;
+        ASSERT_LT(k0, k1);
+        const int s = shard_of(k0);
+        EXPECT_EQ(shard_of(k1 - 1), s) << "a piece crosses shards";
+        if (first[static_cast<size_t>(t)]) EXPECT_EQ(s, t) << "thread " << t << " started elsewhere";
+        first[static_cast<size_t>(t)] = false;
+        const bool shard_last = k1 == count || shard_of(k1) != s;
+        if (!shard_last) EXPECT_GE(k1 - k0, 8);
+        for (int64_t k = k0; k < k1; ++k) ++seen[static_cast<size_t>(k)];
+      }
+    }
+    for (int64_t k = 0; k < count; ++k) ASSERT_EQ(seen[static_cast<size_t>(k)], 1) << "id " << ids[static_cast<size_t>(k)];
+  }
+  // Threads at once.
+  for (int rep = 0; rep < 20; ++rep) {
+    const int threads = 4;
+    neuron_shards pieces(ids.data(), count, n_ff, threads, 1);
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(count));
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        for (int64_t k0, k1; pieces.take(t, k0, k1);)
+          for (int64_t k = k0; k < k1; ++k) seen[static_cast<size_t>(k)].fetch_add(1);
+      });
+    for (auto& t : ts) t.join();
+    for (int64_t k = 0; k < count; ++k) ASSERT_EQ(seen[static_cast<size_t>(k)].load(), 1) << "rep " << rep << " id " << ids[static_cast<size_t>(k)];
   }
 }
 
