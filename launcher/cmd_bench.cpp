@@ -160,8 +160,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       std::vector<std::vector<double>> pp_runs(configs.size()), tg_runs(configs.size());
       std::vector<int64_t> tokens_run(configs.size(), 0);
       std::vector<std::vector<int64_t>> computed(configs.size(), std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0));
-      const double roofline_before = a->roofline ? measure_read_bandwidth(ctx.pool()) : 0.0;
-      for (int i = 0; i < a->reps; ++i)
+      // The roofline: the read bandwidth measured before the first repetition and after each, so
+      // each repetition is held against the bandwidth of its own minute (the better of the
+      // measurements on either side of it): this machine's bandwidth drifts with its neighbours.
+      std::vector<double> probes;
+      if (a->roofline) probes.push_back(measure_read_bandwidth(ctx.pool()));
+      for (int i = 0; i < a->reps; ++i) {
         for (size_t k = 0; k < configs.size(); ++k) {
           ctx.set_mode(configs[k].mode);
           if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(configs[k].actors, a->n_prompt));
@@ -172,12 +176,25 @@ void add_bench_command(CLI::App& app, int& exit_code) {
             tokens_run[k] += a->n_gen;
           }
         }
-      // The roofline: the best of a bandwidth measurement before and after the runs, so a neighbour
-      // that was busy for one of them does not set the ceiling low.
-      double bandwidth = 0;
-      if (a->roofline) {
-        bandwidth = std::max(roofline_before, measure_read_bandwidth(ctx.pool()));
+        if (a->roofline) probes.push_back(measure_read_bandwidth(ctx.pool()));
       }
+      // Per repetition, the bandwidth beside it; the roofline's figures are their means.
+      std::vector<double> rep_bandwidth;
+      for (size_t i = 0; i + 1 < probes.size(); ++i) rep_bandwidth.push_back(std::max(probes[i], probes[i + 1]));
+      double bandwidth = 0;
+      for (double b : rep_bandwidth) bandwidth += b / static_cast<double>(rep_bandwidth.size());
+      // Config k's fraction of the roofline in each repetition (its speed x bytes per token / the
+      // bandwidth beside it) and their mean.
+      auto fractions = [&](size_t k) {
+        std::vector<double> f;
+        for (size_t i = 0; i < rep_bandwidth.size() && i < tg_runs[k].size(); ++i) f.push_back(tg_runs[k][i] * results[k].bpt / rep_bandwidth[i]);
+        return f;
+      };
+      auto mean_of = [](const std::vector<double>& v) {
+        double m = 0;
+        for (double x : v) m += x / static_cast<double>(v.size());
+        return m;
+      };
       for (size_t k = 0; k < configs.size(); ++k) {
         if (a->n_prompt > 0) results[k].pp = summarize(pp_runs[k]);
         if (a->n_gen > 0) {
@@ -204,7 +221,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                 {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences}};
           if (a->roofline && results[k].bpt > 0) {
             d["roofline_tokens_per_s"] = bandwidth / results[k].bpt;
-            d["roofline_fraction"] = results[k].tg.mean * results[k].bpt / bandwidth;
+            d["roofline_fraction"] = mean_of(fractions(k));
+            d["roofline_fraction_per_repetition"] = fractions(k);
           }
           return d;
         };
@@ -242,14 +260,20 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                      configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
       }
       if (a->roofline && a->n_gen > 0) {
-        fmt::print("\nroofline: {:.1f} GB/s read bandwidth measured here with {} threads (best of before and after the runs)\n", bandwidth / 1e9,
-                   ctx.pool().size());
+        std::vector<std::string> bws;
+        for (double b : rep_bandwidth) bws.push_back(fmt::format("{:.1f}", b / 1e9));
+        fmt::print("\nroofline: {:.1f} GB/s read bandwidth measured here with {} threads (per repetition, the better of the measurements before and "
+                   "after it: {} GB/s)\n",
+                   bandwidth / 1e9, ctx.pool().size(), fmt::join(bws, " / "));
         for (size_t k = 0; k < configs.size(); ++k)
-          if (results[k].bpt > 0)
-            fmt::print("  {} {}{}: {:.1f} MB read per token -> at most {:.1f} tok/s; reached {:.2f} tok/s = {:.0f}% of the roofline\n",
+          if (results[k].bpt > 0) {
+            std::vector<std::string> fs;
+            for (double f : fractions(k)) fs.push_back(fmt::format("{:.0f}", 100.0 * f));
+            fmt::print("  {} {}{}: {:.1f} MB read per token -> at most {:.1f} tok/s; reached {:.2f} tok/s = {:.0f}% of the roofline ({}%)\n",
                        mode_name(configs[k].mode), pipeline_name(configs[k].actors),
                        configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", results[k].bpt / 1e6, bandwidth / results[k].bpt,
-                       results[k].tg.mean, 100.0 * results[k].tg.mean * results[k].bpt / bandwidth);
+                       results[k].tg.mean, 100.0 * mean_of(fractions(k)), fmt::join(fs, " / "));
+          }
       }
       if (dense_k > 0 && a->n_gen > 0 && results[static_cast<size_t>(dense_k)].tg.mean > 0) {
         const auto& d = results[static_cast<size_t>(dense_k)];
