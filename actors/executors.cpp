@@ -172,6 +172,7 @@ struct hot_executor_state {
   active_set active;  // the layer's choice, held until its FFN is done (the device reads it)
   std::shared_ptr<std::vector<kernels::block_q8_0>> xq;
   std::vector<float> hidden, hot_out, out;  // (n, n_ff), (n, n_embd), (n, n_embd)
+  std::shared_ptr<std::vector<float>> logits_out;  // the last step's answer
   devices::event hot_done;
   static inline const char* name = "hot_executor";
   ~hot_executor_state() {  // the device may still read this state's buffers
@@ -284,9 +285,14 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       const auto n = static_cast<int64_t>(st.plan.tokens.size());
       st.host_bytes += costs.output + costs.embedding_row * static_cast<uint64_t>(n);
       stats.add_step(n, std::chrono::duration<double>(std::chrono::steady_clock::now() - st.started).count(), st.host_bytes, st.device_bytes);
-      std::vector<float> copy(logits.begin(), logits.end());
+      // The logits leave in a buffer of this actor's that nobody else holds any more (the last
+      // step's, once its receivers let go), so the copy goes to memory already paged in: a fresh
+      // 128 KB each step cost ~100 us here, the heap giving the pages back and taking them again.
+      if (!st.logits_out || st.logits_out.use_count() > 1) st.logits_out = std::make_shared<std::vector<float>>();
+      st.logits_out->assign(logits.begin(), logits.end());
       step_result r{st.plan.step,
-                    activation::wrap(std::move(copy), static_cast<int64_t>(st.plan.logit_rows.size()), m.hp().n_vocab, st.plan.step, layer),
+                    activation::view(st.logits_out, st.logits_out->data(), static_cast<int64_t>(st.plan.logit_rows.size()), m.hp().n_vocab,
+                                     st.plan.step, layer),
                     st.hot_neurons, st.cold_neurons};
       st.promise.deliver(std::move(r));
       return;
