@@ -6,7 +6,11 @@
 
 #include <fmt/format.h>
 
+#include "devices/cuda/cuda_memory.hpp"
 #include "model/neuron_ops.hpp"
+#if defined(HOTCOLD_HAVE_CUDA)
+#include "kernels/gpu/decode.hpp"
+#endif
 
 namespace hotcold::actors {
 
@@ -17,13 +21,87 @@ hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placeme
     throw std::invalid_argument(fmt::format("the placement has {} layers, the model {}", placement.hot.size(), hp.n_layer));
   // Copies run on the device's queue: if a later layer does not fit, the earlier copies must finish
   // before their buffers go away with this half-built object.
+  if (!hot_->runs_host_work()) {  // a GPU: its kernels read F16 rows
+    const layer_weights& l0 = model_->weights().layers.front();
+    for (const tensor_view* w : {&l0.ffn_gate, &l0.ffn_up, &l0.ffn_down_t})
+      if (*w && w->type != tensor_type::f16)
+        throw std::invalid_argument(fmt::format("{}: the GPU's hot FFN kernels take F16 rows, and {}'s FFN rows are {}; use --device cpu or sim",
+                                                hot_->name(), model_->path(), tensor_type_name(w->type)));
+    if (hp.act != activation::relu && hp.act != activation::silu && hp.act != activation::gelu && hp.act != activation::drelu)
+      throw std::invalid_argument(fmt::format("{}: the GPU's hot FFN kernels have no {} activation", hot_->name(), activation_name(hp.act)));
+  }
   try {
     upload(placement);
+    if (!hot_->runs_host_work()) prepare_gpu();
   } catch (...) {
     hot_->synchronize();
     throw;
   }
   hot_->synchronize();  // the copies read the model's memory: done before anyone computes
+}
+
+void hot_rows::prepare_gpu() {
+  const hparams& hp = model_->hp();
+  const auto n = static_cast<uint64_t>(inference_context::max_batch), d = static_cast<uint64_t>(hp.n_embd), n_ff = static_cast<uint64_t>(hp.n_ff);
+  gpu_ = std::make_unique<gpu_scratch>();
+  gpu_->x = hot_->allocate(n * d * sizeof(float), "hot FFN input");
+  gpu_->slots = hot_->allocate(n * n_ff * sizeof(int32_t), "hot FFN rows");
+  gpu_->hidden = hot_->allocate(n * n_ff * sizeof(float), "hot FFN values");
+  gpu_->out = hot_->allocate(n * d * sizeof(float), "hot FFN output");
+  auto pinned = [](uint64_t bytes) { return std::shared_ptr<void>(devices::cuda_host_allocate(bytes), devices::cuda_host_free); };
+  gpu_->host_x = std::static_pointer_cast<float>(pinned(n * d * sizeof(float)));
+  gpu_->host_slots = std::static_pointer_cast<int32_t>(pinned(n * n_ff * sizeof(int32_t)));
+  gpu_->host_hidden = std::static_pointer_cast<float>(pinned(n * n_ff * sizeof(float)));
+  gpu_->host_out = std::static_pointer_cast<float>(pinned(n * d * sizeof(float)));
+}
+
+// A step's hot share on the GPU, on the device's queue thread: each token's chosen hot rows listed
+// (their slots in the device's copy), the inputs and lists copied in through pinned memory, one
+// hot_ffn_f16 per token on the device's stream, the sums and values copied back, then handed over.
+void hot_rows::gpu_step(const layer_rows& h, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out) const {
+#if defined(HOTCOLD_HAVE_CUDA)
+  const hparams& hp = model_->hp();
+  const int64_t n = x.n, d = x.d, n_ff = x.n_ff;
+  if (n > inference_context::max_batch) throw std::invalid_argument(fmt::format("a step of {} tokens is more than {}", n, inference_context::max_batch));
+  gpu_scratch& g = *gpu_;
+  float* hx = g.host_x.get();
+  int32_t* hs = g.host_slots.get();
+  std::vector<int64_t> count(static_cast<size_t>(n), 0);
+  for (int64_t t = 0; t < n; ++t)
+    for (size_t k = 0; k < s.hot_ids.size(); ++k)
+      if (n == 1 || x.chosen[t * n_ff + s.hot_ids[k]]) hs[t * n_ff + count[static_cast<size_t>(t)]++] = s.hot_slots[k];
+  std::copy(x.in, x.in + n * d, hx);
+  hot_->make_current();
+  void* stream = hot_->stream();
+  auto* dx = static_cast<float*>(g.x->data());
+  auto* ds = static_cast<int32_t*>(g.slots->data());
+  auto* dh = static_cast<float*>(g.hidden->data());
+  auto* dout = static_cast<float*>(g.out->data());
+  devices::cuda_copy_async(dx, hx, static_cast<uint64_t>(n * d) * sizeof(float), true, stream);
+  for (int64_t t = 0; t < n; ++t)
+    devices::cuda_copy_async(ds + t * n_ff, hs + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(int32_t), true, stream);
+  const auto act = static_cast<kernels::gpu::ffn_act>(hp.act == activation::relu ? 0 : hp.act == activation::silu ? 1 : hp.act == activation::gelu ? 2 : 3);
+  for (int64_t t = 0; t < n; ++t) {
+    const std::string e = kernels::gpu::hot_ffn_f16(reinterpret_cast<const uint16_t*>(h.gate.data), reinterpret_cast<const uint16_t*>(h.up.data),
+                                                    reinterpret_cast<const uint16_t*>(h.down_t.data), ds + t * n_ff, count[static_cast<size_t>(t)], d,
+                                                    dx + t * d, hp.gated_ffn, act, dh + t * n_ff, dout + t * d, stream);
+    if (!e.empty()) throw std::runtime_error(fmt::format("{}: hot FFN kernel: {}", hot_->name(), e));
+  }
+  devices::cuda_copy_async(g.host_out.get(), dout, static_cast<uint64_t>(n * d) * sizeof(float), false, stream);
+  for (int64_t t = 0; t < n; ++t)
+    devices::cuda_copy_async(g.host_hidden.get() + t * n_ff, dh + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(float), false,
+                             stream);
+  devices::cuda_stream_synchronize(stream);
+  std::copy(g.host_out.get(), g.host_out.get() + n * d, out);
+  for (int64_t t = 0; t < n; ++t) {  // each value back to its neuron
+    int64_t c = 0;
+    for (size_t k = 0; k < s.hot_ids.size(); ++k)
+      if (n == 1 || x.chosen[t * n_ff + s.hot_ids[k]]) hidden[t * n_ff + s.hot_ids[k]] = g.host_hidden.get()[t * n_ff + c++];
+  }
+#else
+  (void)h, (void)s, (void)x, (void)hidden, (void)out;
+  throw std::runtime_error(fmt::format("{}: hotcold was built without CUDA", hot_->name()));
+#endif
 }
 
 void hot_rows::upload(const placement_data& placement) {
@@ -71,11 +149,15 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
                                 trace_recorder* trace, live_stats* stats) const {
   const layer_rows& h = layers_[static_cast<size_t>(layer)];
   const hparams& hp = model_->hp();
-  return hot_->submit([&hp, &h, &s, x, hidden, out, trace, stats, step, layer] {
+  return hot_->submit([this, &hp, &h, &s, x, hidden, out, trace, stats, step, layer] {
     trace_scope span(trace, "hot_ffn", step, layer, x.n);
     const auto t0 = std::chrono::steady_clock::now();
-    std::fill(out, out + x.n * x.d, 0.0f);
-    batch_neurons(hp, h.gate, h.up, h.down_t, s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size()), x, hidden, out);
+    if (gpu_) {
+      gpu_step(h, s, x, hidden, out);
+    } else {
+      std::fill(out, out + x.n * x.d, 0.0f);
+      batch_neurons(hp, h.gate, h.up, h.down_t, s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size()), x, hidden, out);
+    }
     if (stats) stats->add_time(stage::hot_ffn, layer, std::chrono::steady_clock::now() - t0);
   });
 }

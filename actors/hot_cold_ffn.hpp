@@ -28,7 +28,7 @@ class hot_rows {
  public:
   // Needs a sparse file (ffn_down_t in every layer). Throws devices::out_of_device_memory when the
   // hot rows do not fit the device's budget, std::invalid_argument for a placement that does not
-  // fit the model.
+  // fit the model, or for a GPU (cuda) and rows its kernels do not compute (they take F16 rows).
   hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot);
   void split(int64_t layer, std::span<const int32_t> chosen, ffn_split& out) const;
   // Queues the hot share of a step on the device: each token computes the hot neurons it chose into
@@ -44,12 +44,22 @@ class hot_rows {
     std::vector<int32_t> slot;  // per neuron: its row on the device, -1 when cold
     tensor_view gate, up, down_t;
   };
+  // A GPU's inputs and outputs for a step's hot share, up to max_batch tokens: on the device and,
+  // pinned, on the host (the copies between them run on the device's stream).
+  struct gpu_scratch {
+    std::shared_ptr<devices::buffer> x, slots, hidden, out;  // n x d floats, n x n_ff int32s and floats, n x d floats
+    std::shared_ptr<float> host_x, host_hidden, host_out;
+    std::shared_ptr<int32_t> host_slots;
+  };
   void upload(const placement_data& placement);
+  void prepare_gpu();
+  void gpu_step(const layer_rows& h, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out) const;
   std::shared_ptr<const model> model_;
   std::shared_ptr<devices::device> hot_;
   std::vector<std::shared_ptr<devices::buffer>> buffers_;
   std::vector<layer_rows> layers_;
   uint64_t bytes_ = 0;
+  std::unique_ptr<gpu_scratch> gpu_;  // for a device whose kernels hotcold launches (cuda)
 };
 
 // The cold share of a step on `pool`: worker t computes the cold neurons of its shard — ids in

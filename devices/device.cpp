@@ -119,7 +119,12 @@ class sim_backend final : public device {
 
 class cuda_backend final : public device {
  public:
-  cuda_backend(std::string name, uint64_t budget, int index) : device(std::move(name), device_kind::cuda, budget), index_(index) {}
+  cuda_backend(std::string name, uint64_t budget, int index)
+      : device(std::move(name), device_kind::cuda, budget), index_(index), stream_(cuda_stream_create(index)), queue_("hotcold-cuda") {}
+  ~cuda_backend() override {
+    queue_.drain();
+    cuda_stream_destroy(index_, stream_);
+  }
   event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
     check_range(dst, offset, bytes);
     cuda_copy_to_device(index_, static_cast<char*>(dst.data()) + offset, src, bytes);
@@ -130,12 +135,15 @@ class cuda_backend final : public device {
     cuda_copy_to_host(index_, dst, static_cast<const char*>(src.data()) + offset, bytes);
     return completed_event();
   }
-  event submit(std::function<void()>) override {
-    return completed_event(std::make_exception_ptr(
-        std::runtime_error(fmt::format("{}: hotcold's CUDA kernels arrive with issue 8; use --device sim or cpu for now", name()))));
+  // On the device's queue thread, so the caller (the CPU's cold share) works meanwhile.
+  event submit(std::function<void()> work) override { return queue_.submit(std::move(work)); }
+  void synchronize() override {
+    queue_.drain();
+    cuda_synchronize(index_);
   }
-  void synchronize() override { cuda_synchronize(index_); }
   bool runs_host_work() const override { return false; }
+  void* stream() const override { return stream_; }
+  void make_current() const override { cuda_use(index_); }
 
  protected:
   void* raw_allocate(uint64_t bytes) override { return cuda_allocate(index_, bytes); }
@@ -143,6 +151,8 @@ class cuda_backend final : public device {
 
  private:
   int index_;
+  void* stream_;
+  work_queue queue_;
 };
 
 }  // namespace

@@ -7,8 +7,9 @@
 //   sim   a CPU-backed stand-in for an accelerator: its own worker thread and queue, an exact
 //         memory budget, and an optional cost model for host<->device transfers. Used on machines
 //         without a GPU and by tests.
-//   cuda  built whenever nvcc exists; buffers in GPU memory. Its kernels arrive with issue 8, so
-//         until then it holds memory and copies, and refuses work it cannot run, saying so.
+//   cuda  built whenever nvcc exists; buffers in GPU memory, a stream of its own, and a queue thread
+//         that runs submitted work (which launches hotcold's kernels on that stream and waits for
+//         them) beside the caller.
 //   hip   compile-checked where hipcc exists (kernels/gpu/portability.hpp); not selectable yet.
 #include <atomic>
 #include <cstdint>
@@ -79,8 +80,13 @@ class device : public std::enable_shared_from_this<device> {
   virtual event submit(std::function<void()> work) = 0;
   // Blocks until everything submitted so far has run.
   virtual void synchronize() = 0;
-  // Whether submit() can run hotcold's kernels here (false for cuda until issue 8).
+  // Whether work given to submit() may read and write the device's buffers from the host (cpu, sim).
+  // False for cuda: there the work launches hotcold's GPU kernels on stream(), after make_current().
   virtual bool runs_host_work() const { return true; }
+  // The device's own stream (a cudaStream_t) and making it the calling thread's current device, for
+  // work that launches kernels; null and nothing elsewhere.
+  virtual void* stream() const { return nullptr; }
+  virtual void make_current() const {}
 
  protected:
   device(std::string name, device_kind kind, uint64_t budget) : name_(std::move(name)), kind_(kind), budget_(budget) {}

@@ -27,5 +27,12 @@ void cuda_free(int, void*) {}
 void cuda_copy_to_device(int, void*, const void*, uint64_t) { absent(); }
 void cuda_copy_to_host(int, void*, const void*, uint64_t) { absent(); }
 void cuda_synchronize(int) { absent(); }
+void cuda_use(int) { absent(); }
+void* cuda_stream_create(int) { absent(); }
+void cuda_stream_destroy(int, void*) {}
+void cuda_copy_async(void*, const void*, uint64_t, bool, void*) { absent(); }
+void cuda_stream_synchronize(void*) { absent(); }
+void* cuda_host_allocate(uint64_t) { absent(); }
+void cuda_host_free(void*) {}
 
 }  // namespace hotcold::devices

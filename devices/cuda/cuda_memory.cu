@@ -41,4 +41,35 @@ void cuda_synchronize(int index) {
   check(gpuDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
+void cuda_use(int index) { check(gpuSetDevice(index), "cudaSetDevice"); }
+
+void* cuda_stream_create(int index) {
+  check(gpuSetDevice(index), "cudaSetDevice");
+  gpuStream_t s = nullptr;
+  check(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking), "cudaStreamCreate");
+  return s;
+}
+
+void cuda_stream_destroy(int index, void* stream) {
+  if (stream && gpuSetDevice(index) == gpuSuccess) (void)gpuStreamDestroy(static_cast<gpuStream_t>(stream));
+}
+
+void cuda_copy_async(void* dst, const void* src, uint64_t bytes, bool to_device, void* stream) {
+  if (bytes == 0) return;
+  check(gpuMemcpyAsync(dst, src, bytes, to_device ? gpuMemcpyHostToDevice : gpuMemcpyDeviceToHost, static_cast<gpuStream_t>(stream)),
+        to_device ? "cudaMemcpyAsync to the device" : "cudaMemcpyAsync to the host");
+}
+
+void cuda_stream_synchronize(void* stream) { check(gpuStreamSynchronize(static_cast<gpuStream_t>(stream)), "cudaStreamSynchronize"); }
+
+void* cuda_host_allocate(uint64_t bytes) {
+  void* p = nullptr;
+  check(gpuHostAlloc(&p, bytes, gpuHostAllocDefault), "cudaHostAlloc");
+  return p;
+}
+
+void cuda_host_free(void* p) {
+  if (p) (void)gpuFreeHost(p);
+}
+
 }  // namespace hotcold::devices

@@ -1,6 +1,7 @@
 #pragma once
-// GPU memory for the cuda device: allocation and synchronous copies on device `index`. Built from
-// cuda_memory.cu where nvcc exists; without CUDA these throw (make_device never gets that far).
+// GPU memory for the cuda device: allocation, copies and a stream on device `index`, and pinned
+// host memory. Built from cuda_memory.cu where nvcc exists; without CUDA these throw (make_device
+// never gets that far).
 #include <cstdint>
 
 namespace hotcold::devices {
@@ -10,5 +11,18 @@ void cuda_free(int index, void* p);
 void cuda_copy_to_device(int index, void* dst, const void* src, uint64_t bytes);
 void cuda_copy_to_host(int index, void* dst, const void* src, uint64_t bytes);
 void cuda_synchronize(int index);
+// Makes `index` the calling thread's current device (kernel launches go to it).
+void cuda_use(int index);
+// A stream of its own on device `index` (a cudaStream_t), and the end of it.
+void* cuda_stream_create(int index);
+void cuda_stream_destroy(int index, void* stream);
+// A copy queued on `stream` (to the device when to_device, else to the host); host memory should be
+// pinned (cuda_host_allocate) for the copy to run asynchronously.
+void cuda_copy_async(void* dst, const void* src, uint64_t bytes, bool to_device, void* stream);
+// Blocks until what `stream` was given has run; throws naming the first error.
+void cuda_stream_synchronize(void* stream);
+// Page-locked host memory: the device copies from and to it at full speed, without staging.
+void* cuda_host_allocate(uint64_t bytes);
+void cuda_host_free(void* p);
 
 }  // namespace hotcold::devices

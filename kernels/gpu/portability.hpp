@@ -19,6 +19,13 @@
 #define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define gpuDeviceSynchronize hipDeviceSynchronize
 #define gpuStreamSynchronize hipStreamSynchronize
+#define gpuStreamCreateWithFlags hipStreamCreateWithFlags
+#define gpuStreamNonBlocking hipStreamNonBlocking
+#define gpuStreamDestroy hipStreamDestroy
+#define gpuMemcpyAsync hipMemcpyAsync
+#define gpuHostAlloc hipHostMalloc
+#define gpuHostAllocDefault hipHostMallocDefault
+#define gpuFreeHost hipHostFree
 #define gpuDeviceProp_t hipDeviceProp_t
 #define gpuGetDeviceProperties hipGetDeviceProperties
 #else
@@ -39,6 +46,13 @@
 #define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define gpuDeviceSynchronize cudaDeviceSynchronize
 #define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
+#define gpuStreamNonBlocking cudaStreamNonBlocking
+#define gpuStreamDestroy cudaStreamDestroy
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuHostAlloc cudaHostAlloc
+#define gpuHostAllocDefault cudaHostAllocDefault
+#define gpuFreeHost cudaFreeHost
 #define gpuDeviceProp_t cudaDeviceProp
 #define gpuGetDeviceProperties cudaGetDeviceProperties
 #endif

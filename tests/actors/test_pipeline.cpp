@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/pipeline.hpp"
+#include "devices/device_info.hpp"
 #include "model/sampler.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
@@ -158,6 +159,18 @@ TEST(Pipeline, DenseFileGivesTheReferenceLogitsAndTokens) {
 TEST(Pipeline, SparseFileSplitWithSimGivesTheReferenceLogitsAndTokens) {
   auto m = model::load(split_file());
   auto hot = sim_rows(m);
+  expect_matches_reference(m, ffn_mode::sparse, hot);
+}
+
+// The same with the hot rows on a CUDA GPU (hotcold's kernels on the device's stream, the cold share
+// on the CPU meanwhile); skipped where there is none.
+TEST(Pipeline, SparseFileSplitWithCudaGivesTheReferenceLogitsAndTokens) {
+  if (devices::probe_cuda().devices.empty()) GTEST_SKIP() << "no CUDA device: " << devices::probe_cuda().unavailable;
+  auto m = model::load(split_file());
+  devices::device_options o;
+  o.kind = "cuda";
+  o.budget = 64 << 20;
+  auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
   expect_matches_reference(m, ffn_mode::sparse, hot);
 }
 
