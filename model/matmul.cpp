@@ -99,9 +99,10 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
 // for each thread, with the first lines of the rows two ahead asked for (one stream and no prefetch
 // reached 45 GB/s on Zen 5 with two threads, this 63; bench --roofline). Short rows (the
 // predictors' 512 bytes) lose more to the pairs' reductions than they gain.
-bool two_streams(const tensor_view& w) {
-  return (w.type == tensor_type::f16 || w.type == tensor_type::f32) && !w.interleaved16 && w.row_bytes >= 2048 && w.ne1 >= 64;
-}
+bool half_rows(const tensor_view& w) { return w.type == tensor_type::f16 || w.type == tensor_type::bf16; }
+bool float_type(const tensor_view& w) { return half_rows(w) || w.type == tensor_type::f32; }
+
+bool two_streams(const tensor_view& w) { return float_type(w) && !w.interleaved16 && w.row_bytes >= 2048 && w.ne1 >= 64; }
 
 // The pairs of every matrix given (all two_streams, the same input) in one split across the threads.
 void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, std::span<float* const> ys) {
@@ -116,10 +117,11 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
       const int64_t half = w.ne1 / 2, r = p - first[m], d = w.ne0;
       float* y = ys[m];
       if (p + 2 < p1 && r + 2 < half) prefetch_row_start(w, r + 2), prefetch_row_start(w, r + 2 + half);
-      if (w.type == tensor_type::f16)
-        dot2n_f16(reinterpret_cast<const uint16_t*>(w.row(r)), reinterpret_cast<const uint16_t*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
-      else
-        dot2n_f32(reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
+      const auto* h0 = reinterpret_cast<const uint16_t*>(w.row(r));
+      const auto* h1 = reinterpret_cast<const uint16_t*>(w.row(r + half));
+      if (w.type == tensor_type::f16) dot2n_f16(h0, h1, xs, 1, d, y + r, y + r + half);
+      else if (w.type == tensor_type::bf16) dot2n_bf16(h0, h1, xs, 1, d, y + r, y + r + half);
+      else dot2n_f32(reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
     }
   }, 8);
   for (size_t m = 0; m < ws.size(); ++m)
@@ -131,7 +133,7 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
 constexpr int64_t gemm_min_tokens = 16;
 
 bool use_gemm(const tensor_view& w, int64_t n) {
-  return n >= gemm_min_tokens && (w.type == tensor_type::f16 || w.type == tensor_type::f32) && !w.interleaved16 && gemm_tile_vectorized();
+  return n >= gemm_min_tokens && float_type(w) && !w.interleaved16 && gemm_tile_vectorized();
 }
 
 // The tokens are packed once into panels of 32 (per block of kc of the inner dimension, element k of
@@ -168,15 +170,15 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
     for (int64_t b = b0; b < b1; ++b) {
       while (b >= first[m + 1]) ++m;
       const tensor_view& w = *ws[m];
-      const bool f16 = w.type == tensor_type::f16;
-      const int64_t rows = w.ne1, esize = f16 ? 2 : 4;
+      const int64_t rows = w.ne1, esize = half_rows(w) ? 2 : 4;
       const int64_t r0 = (b - first[m]) * mc, mr = std::min(mc, rows - r0), tiles = (mr + mr_ - 1) / mr_;
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t k0 = kb * kc_max, kc = std::min(kc_max, d - k0);
         for (int64_t i = 0; i < tiles * mr_; ++i) {
           float* dst = wbuf.data() + i * kc_max;
           if (i >= mr) std::fill(dst, dst + kc, 0.0f);
-          else if (f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
+          else if (w.type == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
+          else if (w.type == tensor_type::bf16) bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
           else std::memcpy(dst, reinterpret_cast<const float*>(w.row(r0 + i)) + k0, static_cast<size_t>(kc) * 4);
         }
         // The next block of kc (or the next rows' first), line by line, spread over this block's tiles.
@@ -295,7 +297,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     float* ys[1] = {y};
     return float_gemm(pool, ws, x, n, ys);
   }
-  if (w.type == tensor_type::f16 || w.type == tensor_type::f32) {
+  if (float_type(w)) {
     // Each row against four tokens at a time, converted once in registers; tokens tiled so their
     // activations stay in cache while a thread walks its rows.
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
@@ -312,10 +314,11 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
             const float* xs[4] = {x + t * d, x + std::min(t + 1, n - 1) * d, x + std::min(t + 2, n - 1) * d, x + std::min(t + 3, n - 1) * d};
             float o[16];
             if (nr == 4) {
-              if (w.type == tensor_type::f16) {
+              if (half_rows(w)) {
                 const uint16_t* ws[4] = {reinterpret_cast<const uint16_t*>(w.row(r)), reinterpret_cast<const uint16_t*>(w.row(r + 1)),
                                          reinterpret_cast<const uint16_t*>(w.row(r + 2)), reinterpret_cast<const uint16_t*>(w.row(r + 3))};
-                dot4n_f16(ws, xs, k, d, o);
+                if (w.type == tensor_type::f16) dot4n_f16(ws, xs, k, d, o);
+                else dot4n_bf16(ws, xs, k, d, o);
               } else {
                 const float* ws[4] = {reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + 1)),
                                       reinterpret_cast<const float*>(w.row(r + 2)), reinterpret_cast<const float*>(w.row(r + 3))};
@@ -324,6 +327,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
             } else {
               for (int q = 0; q < nr; ++q) {
                 if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r + q)), xs, k, d, o + 4 * q);
+                else if (w.type == tensor_type::bf16) dotn_bf16(reinterpret_cast<const uint16_t*>(w.row(r + q)), xs, k, d, o + 4 * q);
                 else dotn_f32(reinterpret_cast<const float*>(w.row(r + q)), xs, k, d, o + 4 * q);
               }
             }

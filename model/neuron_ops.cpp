@@ -53,6 +53,11 @@ void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y)
                               reinterpret_cast<const uint16_t*>(w.row(r[2])), reinterpret_cast<const uint16_t*>(w.row(r[3]))};
       return axpy4_f16(a, x, y, n);
     }
+    case tensor_type::bf16: {
+      const uint16_t* x[4] = {reinterpret_cast<const uint16_t*>(w.row(r[0])), reinterpret_cast<const uint16_t*>(w.row(r[1])),
+                              reinterpret_cast<const uint16_t*>(w.row(r[2])), reinterpret_cast<const uint16_t*>(w.row(r[3]))};
+      return axpy4_bf16(a, x, y, n);
+    }
     case tensor_type::q8_0: {
       const block_q8_0* x[4] = {reinterpret_cast<const block_q8_0*>(w.row(r[0])), reinterpret_cast<const block_q8_0*>(w.row(r[1])),
                                 reinterpret_cast<const block_q8_0*>(w.row(r[2])), reinterpret_cast<const block_q8_0*>(w.row(r[3]))};
@@ -102,17 +107,21 @@ void hidden_values(const hparams& hp, const float* g, const float* u, float* out
 
 namespace {
 
-bool float_rows(const tensor_view& w) { return !w || w.type == tensor_type::f16 || w.type == tensor_type::f32; }
+bool float_rows(const tensor_view& w) {
+  return !w || w.type == tensor_type::f16 || w.type == tensor_type::bf16 || w.type == tensor_type::f32;
+}
 
-// Rows r of w0 and w1 against up to four vectors.
+// Rows r of w0 and w1 (of one float type) against up to four vectors.
 void rows2_dot(const tensor_view& w0, const tensor_view& w1, int64_t r, const float* const* xs, int m, float* o0, float* o1) {
-  if (w0.type == tensor_type::f16)
-    dot2n_f16(reinterpret_cast<const uint16_t*>(w0.row(r)), reinterpret_cast<const uint16_t*>(w1.row(r)), xs, m, w0.ne0, o0, o1);
-  else
-    dot2n_f32(reinterpret_cast<const float*>(w0.row(r)), reinterpret_cast<const float*>(w1.row(r)), xs, m, w0.ne0, o0, o1);
+  const auto* h0 = reinterpret_cast<const uint16_t*>(w0.row(r));
+  const auto* h1 = reinterpret_cast<const uint16_t*>(w1.row(r));
+  if (w0.type == tensor_type::f16) dot2n_f16(h0, h1, xs, m, w0.ne0, o0, o1);
+  else if (w0.type == tensor_type::bf16) dot2n_bf16(h0, h1, xs, m, w0.ne0, o0, o1);
+  else dot2n_f32(reinterpret_cast<const float*>(w0.row(r)), reinterpret_cast<const float*>(w1.row(r)), xs, m, w0.ne0, o0, o1);
 }
 void row1_dot(const tensor_view& w, int64_t r, const float* const* xs, int m, float* o) {
   if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r)), xs, m, w.ne0, o);
+  else if (w.type == tensor_type::bf16) dotn_bf16(reinterpret_cast<const uint16_t*>(w.row(r)), xs, m, w.ne0, o);
   else dotn_f32(reinterpret_cast<const float*>(w.row(r)), xs, m, w.ne0, o);
 }
 

@@ -26,6 +26,16 @@ float dot_f16(const uint16_t* w, const float* x, int64_t n) {
   return s;
 }
 
+float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += bf16_to_fp32(w[i]) * x[i];
+  return s;
+}
+
+void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_fp32(x[i]);
+}
+
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
   float s = 0;
   for (int64_t b = 0; b < n / qk8_0; ++b) {
@@ -86,9 +96,6 @@ float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
 
 }  // namespace scalar
 
-void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_fp32(x[i]);
-}
 
 
 void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n) {
@@ -99,11 +106,6 @@ void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n) {
   }
 }
 
-float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += bf16_to_fp32(w[i]) * x[i];
-  return s;
-}
 
 
 // ---- AVX2 + FMA + F16C ------------------------------------------------------------------------
@@ -140,20 +142,29 @@ HOTCOLD_AVX2 static inline __m256 load_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-HOTCOLD_AVX2 float dot_f16(const uint16_t* w, const float* x, int64_t n) {
+// BF16 is the top half of an F32: widen each 16-bit value to 32 bits and shift it into place.
+HOTCOLD_AVX2 static inline __m256 load_bf16(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+// One 16-bit float row (F16 or BF16: load converts eight) against x, four independent sums.
+template <__m256 (*load)(const uint16_t*), float (*one)(uint16_t)>
+HOTCOLD_AVX2 static inline float dot_half(const uint16_t* w, const float* x, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(load_f16(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-    a2 = _mm256_fmadd_ps(load_f16(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-    a3 = _mm256_fmadd_ps(load_f16(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    a0 = _mm256_fmadd_ps(load(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(load(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    a2 = _mm256_fmadd_ps(load(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+    a3 = _mm256_fmadd_ps(load(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16(w + i), _mm256_loadu_ps(x + i), a0);
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load(w + i), _mm256_loadu_ps(x + i), a0);
   float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  for (; i < n; ++i) s += h2f(w[i]) * x[i];
+  for (; i < n; ++i) s += one(w[i]) * x[i];
   return s;
 }
+HOTCOLD_AVX2 float dot_f16(const uint16_t* w, const float* x, int64_t n) { return dot_half<load_f16, h2f>(w, x, n); }
+HOTCOLD_AVX2 float dot_bf16(const uint16_t* w, const float* x, int64_t n) { return dot_half<load_bf16, bf16_to_fp32>(w, x, n); }
 
 // Sum of int8 products of 32 pairs as 8 int32 lanes, converted to float.
 HOTCOLD_AVX2 static inline __m256 dot_i8_32(__m256i a, __m256i b) {
@@ -206,12 +217,15 @@ HOTCOLD_AVX2 void axpy_f32(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-HOTCOLD_AVX2 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+template <__m256 (*load)(const uint16_t*), float (*one)(uint16_t)>
+HOTCOLD_AVX2 static inline void axpy_half(float a, const uint16_t* x, float* y, int64_t n) {
   __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * h2f(x[i]);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * one(x[i]);
 }
+HOTCOLD_AVX2 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) { axpy_half<load_f16, h2f>(a, x, y, n); }
+HOTCOLD_AVX2 void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n) { axpy_half<load_bf16, bf16_to_fp32>(a, x, y, n); }
 
 HOTCOLD_AVX2 static inline __m256 int8x8_to_ps(const int8_t* q) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
@@ -276,6 +290,11 @@ struct f16_row {
   HOTCOLD_AVX2 __m256 operator()(int64_t i) const { return load_f16(w + i); }
   HOTCOLD_AVX2 float at(int64_t i) const { return h2f(w[i]); }
 };
+struct bf16_row {
+  const uint16_t* w;
+  HOTCOLD_AVX2 __m256 operator()(int64_t i) const { return load_bf16(w + i); }
+  HOTCOLD_AVX2 float at(int64_t i) const { return bf16_to_fp32(w[i]); }
+};
 
 template <typename Row>
 HOTCOLD_AVX2 static inline void dotn(Row row, const float* const* x, int nx, int64_t n, float* out) {
@@ -294,6 +313,7 @@ HOTCOLD_AVX2 static inline void dotn(Row row, const float* const* x, int nx, int
 
 HOTCOLD_AVX2 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) { dotn(f32_row{w}, x, nx, n, out); }
 HOTCOLD_AVX2 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn(f16_row{w}, x, nx, n, out); }
+HOTCOLD_AVX2 void dotn_bf16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn(bf16_row{w}, x, nx, n, out); }
 
 // Two rows against NX vectors: 2 x NX independent accumulators keep the FMA units busy, and each
 // vector load serves both rows.
@@ -333,6 +353,9 @@ HOTCOLD_AVX2 void dot2n_f32(const float* w0, const float* w1, const float* const
 HOTCOLD_AVX2 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
   dot2n_any(f16_row{w0}, f16_row{w1}, x, nx, n, out0, out1);
 }
+HOTCOLD_AVX2 void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  dot2n_any(bf16_row{w0}, bf16_row{w1}, x, nx, n, out0, out1);
+}
 
 
 // y += a[0] r0 + ... + a[3] r3 for rows of any float-convertible type (the row loaders above).
@@ -356,6 +379,11 @@ HOTCOLD_AVX2 void axpy4_f32(const float* a, const float* const* x, float* y, int
 
 HOTCOLD_AVX2 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
   const f16_row r[4] = {{x[0]}, {x[1]}, {x[2]}, {x[3]}};
+  axpy4(a, r, y, n);
+}
+
+HOTCOLD_AVX2 void axpy4_bf16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
+  const bf16_row r[4] = {{x[0]}, {x[1]}, {x[2]}, {x[3]}};
   axpy4(a, r, y, n);
 }
 
@@ -589,6 +617,13 @@ struct f16_row16 {
   HOTCOLD_AVX512 __m512 operator()(int64_t i) const { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))); }
   HOTCOLD_AVX512 float at(int64_t i) const { return _cvtsh_ss(w[i]); }
 };
+struct bf16_row16 {  // the top halves of sixteen F32s, widened and shifted into place
+  const uint16_t* w;
+  HOTCOLD_AVX512 __m512 operator()(int64_t i) const {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))), 16));
+  }
+  HOTCOLD_AVX512 float at(int64_t i) const { return bf16_to_fp32(w[i]); }
+};
 
 template <int NX, typename Row>
 HOTCOLD_AVX512 static inline void dot2n(Row r0, Row r1, const float* const* x, int64_t n, float* out0, float* out1) {
@@ -655,6 +690,7 @@ HOTCOLD_AVX512 static inline void dotn_any(Row row, const float* const* x, int n
 }
 HOTCOLD_AVX512 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(f32_row16{w}, x, nx, n, out); }
 HOTCOLD_AVX512 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(f16_row16{w}, x, nx, n, out); }
+HOTCOLD_AVX512 void dotn_bf16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(bf16_row16{w}, x, nx, n, out); }
 
 template <typename Row>
 HOTCOLD_AVX512 static inline void dot2n_any(Row r0, Row r1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
@@ -724,6 +760,13 @@ HOTCOLD_AVX512 void dot4n_f16(const uint16_t* const* w, const float* const* x, i
 HOTCOLD_AVX512 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
   dot2n_any(f16_row16{w0}, f16_row16{w1}, x, nx, n, out0, out1);
 }
+HOTCOLD_AVX512 void dot4n_bf16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) {
+  const bf16_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
+  dot4n_any(r, x, nx, n, out);
+}
+HOTCOLD_AVX512 void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  dot2n_any(bf16_row16{w0}, bf16_row16{w1}, x, nx, n, out0, out1);
+}
 
 // Q4_0 down rows: each nibble, widened to a 32-bit lane, indexes a table of the values -8..7 as
 // floats (vpermps reads only an index's low four bits, so neither the high nibble left in a lane nor
@@ -791,9 +834,11 @@ const char* dot_implementation() { return cpu().vnni ? "avx512vnni" : cpu().avx2
 
 void axpy_f32(float a, const float* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_f32(a, x, y, n) : scalar::axpy_f32(a, x, y, n); }
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_f16(a, x, y, n) : scalar::axpy_f16(a, x, y, n); }
+void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_bf16(a, x, y, n) : scalar::axpy_bf16(a, x, y, n); }
 
 float dot_f32(const float* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_f32(w, x, n) : scalar::dot_f32(w, x, n); }
 float dot_f16(const uint16_t* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_f16(w, x, n) : scalar::dot_f16(w, x, n); }
+float dot_bf16(const uint16_t* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_bf16(w, x, n) : scalar::dot_bf16(w, x, n); }
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
   return cpu().vnni ? avx512vnni::dot_q8_0(w, x, n) : cpu().avx2 ? avx2::dot_q8_0(w, x, n) : scalar::dot_q8_0(w, x, n);
 }
@@ -810,6 +855,11 @@ void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float
   if (cpu().avx2) return avx2::dotn_f16(w, x, nx, n, out);
   for (int j = 0; j < nx; ++j) out[j] = scalar::dot_f16(w, x[j], n);
 }
+void dotn_bf16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx512) return avx512::dotn_bf16(w, x, nx, n, out);
+  if (cpu().avx2) return avx2::dotn_bf16(w, x, nx, n, out);
+  for (int j = 0; j < nx; ++j) out[j] = scalar::dot_bf16(w, x[j], n);
+}
 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
   if (cpu().avx512) return avx512::dot2n_f32(w0, w1, x, nx, n, out0, out1);
   if (cpu().avx2) return avx2::dot2n_f32(w0, w1, x, nx, n, out0, out1);
@@ -819,6 +869,11 @@ void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, in
   if (cpu().avx512) return avx512::dot2n_f16(w0, w1, x, nx, n, out0, out1);
   if (cpu().avx2) return avx2::dot2n_f16(w0, w1, x, nx, n, out0, out1);
   for (int j = 0; j < nx; ++j) out0[j] = scalar::dot_f16(w0, x[j], n), out1[j] = scalar::dot_f16(w1, x[j], n);
+}
+void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
+  if (cpu().avx512) return avx512::dot2n_bf16(w0, w1, x, nx, n, out0, out1);
+  if (cpu().avx2) return avx2::dot2n_bf16(w0, w1, x, nx, n, out0, out1);
+  for (int j = 0; j < nx; ++j) out0[j] = scalar::dot_bf16(w0, x[j], n), out1[j] = scalar::dot_bf16(w1, x[j], n);
 }
 void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
   if (cpu().vnni) return avx512vnni::dotn_q4_0(w, x, nx, n, out);
@@ -846,6 +901,11 @@ void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t 
   dot2n_f16(w[0], w[1], x, nx, n, out, out + 4);
   dot2n_f16(w[2], w[3], x, nx, n, out + 8, out + 12);
 }
+void dot4n_bf16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) {
+  if (cpu().avx512) return avx512::dot4n_bf16(w, x, nx, n, out);
+  dot2n_bf16(w[0], w[1], x, nx, n, out, out + 4);
+  dot2n_bf16(w[2], w[3], x, nx, n, out + 8, out + 12);
+}
 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
   if (cpu().avx2) return avx2::axpy4_f32(a, x, y, n);
   for (int r = 0; r < 4; ++r) scalar::axpy_f32(a[r], x[r], y, n);
@@ -853,6 +913,10 @@ void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
   if (cpu().avx2) return avx2::axpy4_f16(a, x, y, n);
   for (int r = 0; r < 4; ++r) scalar::axpy_f16(a[r], x[r], y, n);
+}
+void axpy4_bf16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
+  if (cpu().avx2) return avx2::axpy4_bf16(a, x, y, n);
+  for (int r = 0; r < 4; ++r) scalar::axpy_bf16(a[r], x[r], y, n);
 }
 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n) {
   if (cpu().avx512) return avx512::axpy4_q8_0(a, x, y, n);

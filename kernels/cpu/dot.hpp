@@ -29,6 +29,7 @@ void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n);
 // y += a[0] x[0] + ... + a[3] x[3]: four rows at once, so y is loaded and stored once per four rows.
 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n);
 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n);
+void axpy4_bf16(const float* a, const uint16_t* const* x, float* y, int64_t n);
 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n);
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n);
 
@@ -36,14 +37,17 @@ void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n)
 // loaded and converted once for all of them (batches, several sequences).
 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out);
 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
+void dotn_bf16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
 // Two rows against up to four vectors (out0[j] = w0 . x[j], out1[j] = w1 . x[j]): twice the
 // independent sums of dotn, and each vector load serves both rows (AVX-512 where the CPU has it).
 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1);
 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1);
+void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1);
 // Four rows w[0..3] against up to four vectors: out[4 r + j] = w[r] . x[j]. Per load, the most
 // products of these kernels: what a batch's matrix products use.
 void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out);
 void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out);
+void dot4n_bf16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out);
 
 // One quantized row against up to four vectors already quantized to Q8_0 (out[j] = w . x[j]): the row
 // is unpacked once for all of them (AVX-512 VNNI; elsewhere one dot product per vector).
@@ -79,10 +83,12 @@ const char* dot_implementation();
 namespace scalar {
 float dot_f32(const float* w, const float* x, int64_t n);
 float dot_f16(const uint16_t* w, const float* x, int64_t n);
+float dot_bf16(const uint16_t* w, const float* x, int64_t n);
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n);
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n);
 void axpy_f32(float a, const float* x, float* y, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
+void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n);
 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n);
 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);

@@ -115,6 +115,12 @@ TEST(Dot, MatchesNaiveDoubleSums) {
   EXPECT_NEAR(dot_f16(h.data(), x.data(), n), want_h, 1e-3);
   EXPECT_NEAR(scalar::dot_f16(h.data(), x.data(), n), want_h, 1e-3);
   EXPECT_NEAR(dot_bf16(bf.data(), x.data(), n), want_bf, 1e-3);
+  EXPECT_NEAR(scalar::dot_bf16(bf.data(), x.data(), n), want_bf, 1e-3);
+  for (int64_t m : {int64_t{7}, int64_t{37}}) {  // tails only, and a tail after the eight-wide steps
+    double want_m = 0;
+    for (int64_t i = 0; i < m; ++i) want_m += double(bf16_to_fp32(bf[i])) * x[i];
+    EXPECT_NEAR(dot_bf16(bf.data(), x.data(), m), want_m, 1e-4) << m;
+  }
 }
 
 TEST(Dot, QuantizedRowsMatchDequantizedSums) {
@@ -201,6 +207,7 @@ TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
   check("f16", hd, [&](float* y) { axpy_f16(a, h.data(), y, n); });
   check("f16 scalar", hd, [&](float* y) { scalar::axpy_f16(a, h.data(), y, n); });
   check("bf16", bd, [&](float* y) { axpy_bf16(a, bf.data(), y, n); });
+  check("bf16 scalar", bd, [&](float* y) { scalar::axpy_bf16(a, bf.data(), y, n); });
   std::vector<float> d(n);
   std::vector<block_q8_0> q8(n / 32);
   quantize_row_q8_0(w.data(), q8.data(), n);
@@ -222,18 +229,20 @@ TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
 TEST(Dot, OneRowAgainstSeveralVectors) {
   for (int64_t n : {8, 61, 2048}) {
     auto w = random_vector(n, 40);
-    std::vector<uint16_t> h(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = fp32_to_fp16(w[static_cast<size_t>(i)]);
+    std::vector<uint16_t> h(static_cast<size_t>(n)), bf(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = fp32_to_fp16(w[static_cast<size_t>(i)]), bf[static_cast<size_t>(i)] = fp32_to_bf16(w[static_cast<size_t>(i)]);
     std::vector<std::vector<float>> xs;
     for (int j = 0; j < 4; ++j) xs.push_back(random_vector(n, static_cast<uint32_t>(41 + j)));
     const float* px[4] = {xs[0].data(), xs[1].data(), xs[2].data(), xs[3].data()};
     for (int nx = 1; nx <= 4; ++nx) {
-      float o32[4], o16[4];
+      float o32[4], o16[4], ob16[4];
       dotn_f32(w.data(), px, nx, n, o32);
       dotn_f16(h.data(), px, nx, n, o16);
+      dotn_bf16(bf.data(), px, nx, n, ob16);
       for (int j = 0; j < nx; ++j) {
         EXPECT_NEAR(o32[j], scalar::dot_f32(w.data(), px[j], n), 1e-3) << n << " " << nx << " " << j;
         EXPECT_NEAR(o16[j], scalar::dot_f16(h.data(), px[j], n), 1e-3) << n << " " << nx << " " << j;
+        EXPECT_NEAR(ob16[j], scalar::dot_bf16(bf.data(), px[j], n), 1e-3) << n << " " << nx << " " << j;
       }
     }
   }
@@ -244,32 +253,40 @@ TEST(Dot, OneRowAgainstSeveralVectors) {
 TEST(Dot, SeveralRowsAgainstSeveralVectors) {
   for (int64_t n : {16, 61, 2048}) {
     std::vector<std::vector<float>> w;
-    std::vector<std::vector<uint16_t>> h;
+    std::vector<std::vector<uint16_t>> h, bf;
     for (int r = 0; r < 4; ++r) {
       w.push_back(random_vector(n, static_cast<uint32_t>(50 + r)));
       h.emplace_back(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) h.back()[static_cast<size_t>(i)] = fp32_to_fp16(w.back()[static_cast<size_t>(i)]);
+      bf.emplace_back(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)
+        h.back()[static_cast<size_t>(i)] = fp32_to_fp16(w.back()[static_cast<size_t>(i)]), bf.back()[static_cast<size_t>(i)] = fp32_to_bf16(w.back()[static_cast<size_t>(i)]);
     }
     std::vector<std::vector<float>> xs;
     for (int j = 0; j < 4; ++j) xs.push_back(random_vector(n, static_cast<uint32_t>(60 + j)));
     const float* px[4] = {xs[0].data(), xs[1].data(), xs[2].data(), xs[3].data()};
     const float* pw[4] = {w[0].data(), w[1].data(), w[2].data(), w[3].data()};
     const uint16_t* ph[4] = {h[0].data(), h[1].data(), h[2].data(), h[3].data()};
+    const uint16_t* pb[4] = {bf[0].data(), bf[1].data(), bf[2].data(), bf[3].data()};
     for (int nx = 1; nx <= 4; ++nx) {
-      float a32[4], b32[4], a16[4], b16[4], f32[16], f16[16];
+      float a32[4], b32[4], a16[4], b16[4], ab[4], bb[4], f32[16], f16[16], fb[16];
       dot2n_f32(pw[0], pw[1], px, nx, n, a32, b32);
       dot2n_f16(ph[0], ph[1], px, nx, n, a16, b16);
+      dot2n_bf16(pb[0], pb[1], px, nx, n, ab, bb);
       dot4n_f32(pw, px, nx, n, f32);
       dot4n_f16(ph, px, nx, n, f16);
+      dot4n_bf16(pb, px, nx, n, fb);
       for (int j = 0; j < nx; ++j) {
         SCOPED_TRACE(testing::Message() << n << " " << nx << " " << j);
         EXPECT_NEAR(a32[j], scalar::dot_f32(pw[0], px[j], n), 1e-3);
         EXPECT_NEAR(b32[j], scalar::dot_f32(pw[1], px[j], n), 1e-3);
         EXPECT_NEAR(a16[j], scalar::dot_f16(ph[0], px[j], n), 1e-3);
         EXPECT_NEAR(b16[j], scalar::dot_f16(ph[1], px[j], n), 1e-3);
+        EXPECT_NEAR(ab[j], scalar::dot_bf16(pb[0], px[j], n), 1e-3);
+        EXPECT_NEAR(bb[j], scalar::dot_bf16(pb[1], px[j], n), 1e-3);
         for (int r = 0; r < 4; ++r) {
           EXPECT_NEAR(f32[4 * r + j], scalar::dot_f32(pw[r], px[j], n), 1e-3) << r;
           EXPECT_NEAR(f16[4 * r + j], scalar::dot_f16(ph[r], px[j], n), 1e-3) << r;
+          EXPECT_NEAR(fb[4 * r + j], scalar::dot_bf16(pb[r], px[j], n), 1e-3) << r;
         }
       }
     }
@@ -509,13 +526,14 @@ TEST(Axpy, FourRowsAtOnce) {
   };
   const float* f[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
   expect("f32", 509, rows, [&](float* y) { axpy4_f32(a, f, y, 509); });
-  std::vector<std::vector<uint16_t>> h(4, std::vector<uint16_t>(512));
-  std::vector<std::vector<float>> hd(4, std::vector<float>(512));
+  std::vector<std::vector<uint16_t>> h(4, std::vector<uint16_t>(512)), bf(4, std::vector<uint16_t>(512));
+  std::vector<std::vector<float>> hd(4, std::vector<float>(512)), bd(4, std::vector<float>(512));
   std::vector<std::vector<block_q8_0>> q8(4, std::vector<block_q8_0>(16));
   std::vector<std::vector<block_q4_0>> q4(4, std::vector<block_q4_0>(16));
   std::vector<std::vector<float>> d8(4, std::vector<float>(512)), d4(4, std::vector<float>(512));
   for (int r = 0; r < 4; ++r) {
     for (int i = 0; i < 512; ++i) h[r][i] = fp32_to_fp16(rows[r][i]), hd[r][i] = fp16_to_fp32(h[r][i]);
+    for (int i = 0; i < 512; ++i) bf[r][i] = fp32_to_bf16(rows[r][i]), bd[r][i] = bf16_to_fp32(bf[r][i]);
     quantize_row_q8_0(rows[r].data(), q8[r].data(), 512);
     dequantize_row_q8_0(q8[r].data(), d8[r].data(), 512);
     quantize_row_q4_0(rows[r].data(), q4[r].data(), 512);
@@ -523,6 +541,8 @@ TEST(Axpy, FourRowsAtOnce) {
   }
   const uint16_t* hp[4] = {h[0].data(), h[1].data(), h[2].data(), h[3].data()};
   expect("f16", 509, hd, [&](float* y) { axpy4_f16(a, hp, y, 509); });
+  const uint16_t* bp[4] = {bf[0].data(), bf[1].data(), bf[2].data(), bf[3].data()};
+  expect("bf16", 509, bd, [&](float* y) { axpy4_bf16(a, bp, y, 509); });
   const block_q8_0* p8[4] = {q8[0].data(), q8[1].data(), q8[2].data(), q8[3].data()};
   expect("q8_0", 512, d8, [&](float* y) { axpy4_q8_0(a, p8, y, 512); });
   const block_q4_0* p4[4] = {q4[0].data(), q4[1].data(), q4[2].data(), q4[3].data()};

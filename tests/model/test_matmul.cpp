@@ -126,27 +126,30 @@ TEST(Matmul, InterleavedF16EqualsEachRowsDotProduct) {
 
 // Matrices sharing an input in one pass give what each gives alone (rows of different counts, with
 // and without tails; and a plain matrix among them falls back to one product each).
-TEST(Matmul, PromptBatchF16AndF32EqualEachRowsDotProduct) {
+TEST(Matmul, PromptBatchFloatRowsEqualEachRowsDotProduct) {
   // The register-tile path (16 tokens and more): tails of rows (not a multiple of 12 or of the
   // block) and of tokens (not a multiple of 32), an inner dimension with a block tail (300 = 2 x 128
   // + 44), row blocks shrunk for small matrices, 1 to 3 threads. Below 16 tokens the older path runs:
   // both must agree with each row's own dot product.
   const int64_t d = 300;
   for (int64_t rows : {5, 37, 250}) {
-    std::vector<uint16_t> h(static_cast<size_t>(rows * d));
+    std::vector<uint16_t> h(static_cast<size_t>(rows * d)), bf(h.size());
     std::vector<float> f(h.size());
     for (size_t i = 0; i < h.size(); ++i) {
       h[i] = fp32_to_fp16(std::cos(0.37f * static_cast<float>(i)));
+      bf[i] = fp32_to_bf16(std::cos(0.41f * static_cast<float>(i)));
       f[i] = std::sin(0.23f * static_cast<float>(i));
     }
-    for (tensor_type type : {tensor_type::f16, tensor_type::f32}) {
+    for (tensor_type type : {tensor_type::f16, tensor_type::bf16, tensor_type::f32}) {
       tensor_view v;
       v.type = type;
       v.ne0 = d;
       v.ne1 = rows;
-      v.row_bytes = static_cast<size_t>(d) * (type == tensor_type::f16 ? 2 : 4);
-      v.data = type == tensor_type::f16 ? reinterpret_cast<const uint8_t*>(h.data()) : reinterpret_cast<const uint8_t*>(f.data());
-      for (int64_t n : {15, 16, 45, 70}) {
+      v.row_bytes = static_cast<size_t>(d) * (type == tensor_type::f32 ? 4 : 2);
+      v.data = type == tensor_type::f16    ? reinterpret_cast<const uint8_t*>(h.data())
+               : type == tensor_type::bf16 ? reinterpret_cast<const uint8_t*>(bf.data())
+                                           : reinterpret_cast<const uint8_t*>(f.data());
+      for (int64_t n : {1, 3, 15, 16, 45, 70}) {
         std::vector<float> x(static_cast<size_t>(n * d));
         for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.5f * static_cast<float>(i)) + 0.1f;
         for (int threads : {1, 3}) {
@@ -156,9 +159,12 @@ TEST(Matmul, PromptBatchF16AndF32EqualEachRowsDotProduct) {
           matmul(pool, v, x.data(), n, got.data(), scratch);
           for (int64_t t = 0; t < n; ++t)
             for (int64_t r = 0; r < rows; ++r) {
-              const float want = type == tensor_type::f16 ? dot_f16(h.data() + r * d, x.data() + t * d, d) : dot_f32(f.data() + r * d, x.data() + t * d, d);
+              const float* xt = x.data() + t * d;
+              const float want = type == tensor_type::f16    ? scalar::dot_f16(h.data() + r * d, xt, d)
+                                 : type == tensor_type::bf16 ? scalar::dot_bf16(bf.data() + r * d, xt, d)
+                                                             : scalar::dot_f32(f.data() + r * d, xt, d);
               ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], want, 1e-4f * (1 + std::abs(want)))
-                  << (type == tensor_type::f16 ? "f16 " : "f32 ") << rows << " rows, " << n << " tokens, token " << t << ", row " << r;
+                  << tensor_type_name(type) << " " << rows << " rows, " << n << " tokens, token " << t << ", row " << r;
             }
         }
       }
@@ -258,10 +264,14 @@ TEST(NeuronShards, EveryChosenNeuronOnceOwnShardFirst) {
         ASSERT_LT(k0, k1);
         const int s = shard_of(k0);
         EXPECT_EQ(shard_of(k1 - 1), s) << "a piece crosses shards";
-        if (first[static_cast<size_t>(t)]) EXPECT_EQ(s, t) << "thread " << t << " started elsewhere";
+        if (first[static_cast<size_t>(t)]) {
+          EXPECT_EQ(s, t) << "thread " << t << " started elsewhere";
+        }
         first[static_cast<size_t>(t)] = false;
         const bool shard_last = k1 == count || shard_of(k1) != s;
-        if (!shard_last) EXPECT_GE(k1 - k0, 8);
+        if (!shard_last) {
+          EXPECT_GE(k1 - k0, 8);
+        }
         for (int64_t k = k0; k < k1; ++k) ++seen[static_cast<size_t>(k)];
       }
     }
