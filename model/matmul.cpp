@@ -132,8 +132,17 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
 // tokens (gemm_tile) instead of four rows by four tokens with horizontal sums.
 constexpr int64_t gemm_min_tokens = 16;
 
+// Q8_0 rows there too: dequantized a block at a time in cache like the half rows, against the tokens
+// rounded to Q8_0 once (quantized and back), so a prompt's products equal what the integer kernels
+// give one token (up to float summation order) at the tile's speed.
 bool use_gemm(const tensor_view& w, int64_t n) {
-  return n >= gemm_min_tokens && float_type(w) && !w.interleaved16 && gemm_tile_vectorized();
+  return n >= gemm_min_tokens && (float_type(w) || (w.type == tensor_type::q8_0 && w.ne0 % qk8_0 == 0)) && !w.interleaved16 && gemm_tile_vectorized();
+}
+
+// Bytes of a row's elements [k0, k0 + k) (k0 and, but at the row's end, k: multiples of 32 for Q8_0).
+int64_t row_span_bytes(const tensor_view& w, int64_t k) {
+  if (w.type == tensor_type::q8_0) return (k + qk8_0 - 1) / qk8_0 * static_cast<int64_t>(sizeof(block_q8_0));
+  return k * (half_rows(w) ? 2 : 4);
 }
 
 // The tokens are packed once into panels of 32 (per block of kc of the inner dimension, element k of
@@ -146,6 +155,16 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
   constexpr int64_t kc_max = 256, nr = gemm_tokens, mr_ = gemm_rows;
   const int64_t d = ws[0]->ne0;
   const int64_t panels = (n + nr - 1) / nr, kblocks = (d + kc_max - 1) / kc_max;
+  thread_local std::vector<float> rounded;  // Q8_0 matrices: the tokens as the integer kernels see them
+  if (ws[0]->type == tensor_type::q8_0) {
+    rounded.resize(static_cast<size_t>(n * d));
+    std::vector<block_q8_0> q(static_cast<size_t>(d / qk8_0));
+    for (int64_t t = 0; t < n; ++t) {
+      quantize_row_q8_0(x + t * d, q.data(), d);
+      dequantize_row_q8_0(q.data(), rounded.data() + t * d, d);
+    }
+    x = rounded.data();
+  }
   thread_local std::vector<float> packed;  // the calling thread's, read by the workers
   packed.resize(static_cast<size_t>(kblocks * panels * nr * kc_max));
   float* xp = packed.data();
@@ -170,7 +189,7 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
     for (int64_t b = b0; b < b1; ++b) {
       while (b >= first[m + 1]) ++m;
       const tensor_view& w = *ws[m];
-      const int64_t rows = w.ne1, esize = half_rows(w) ? 2 : 4;
+      const int64_t rows = w.ne1;
       const int64_t r0 = (b - first[m]) * mc, mr = std::min(mc, rows - r0), tiles = (mr + mr_ - 1) / mr_;
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t k0 = kb * kc_max, kc = std::min(kc_max, d - k0);
@@ -179,19 +198,20 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
           if (i >= mr) std::fill(dst, dst + kc, 0.0f);
           else if (w.type == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
           else if (w.type == tensor_type::bf16) bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
+          else if (w.type == tensor_type::q8_0) dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r0 + i)) + k0 / qk8_0, dst, kc);
           else std::memcpy(dst, reinterpret_cast<const float*>(w.row(r0 + i)) + k0, static_cast<size_t>(kc) * 4);
         }
         // The next block of kc (or the next rows' first), line by line, spread over this block's tiles.
         const bool more_k = kb + 1 < kblocks;
         const int64_t nk0 = more_k ? k0 + kc_max : 0, nr0 = more_k ? r0 : r0 + mc;
         const int64_t nrows = std::max<int64_t>(0, std::min(mc, rows - nr0));
-        const int64_t row_lines = (std::min(kc_max, d - nk0) * esize + 63) / 64, lines = nrows * row_lines;
+        const int64_t row_lines = (row_span_bytes(w, std::min(kc_max, d - nk0)) + 63) / 64, lines = nrows * row_lines;
         const int64_t calls = panels * tiles;
         int64_t issued = 0, call = 0;
         for (int64_t p = 0; p < panels; ++p)
           for (int64_t tl = 0; tl < tiles; ++tl) {
             for (const int64_t want = lines * ++call / calls; issued < want; ++issued)
-              prefetch_line(w.row(nr0 + issued / row_lines) + nk0 * esize + 64 * (issued % row_lines));
+              prefetch_line(w.row(nr0 + issued / row_lines) + row_span_bytes(w, nk0) + 64 * (issued % row_lines));
             gemm_tile(wbuf.data() + tl * mr_ * kc_max, kc_max, xp + (kb * panels + p) * nr * kc_max, kc, cbuf.data() + tl * mr_ * ld + p * nr, ld, kb == 0);
           }
       }
@@ -206,7 +226,8 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
 
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                        std::vector<block_q8_0>& xq) {
-  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0; }))
+  // (One type for all: Q8_0 matrices see the tokens rounded to Q8_0, float ones as they are.)
+  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && w->type == ws[0]->type; }))
     return float_gemm(pool, ws, x, n, ys);
   const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->type == tensor_type::q4_0 && w->ne0 == ws[0]->ne0; });
   if (together) return interleaved_products(pool, ws, x, n, ys, xq);
@@ -238,6 +259,11 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};
     return interleaved_products(pool, ws, x, n, ys, xq);
+  }
+  if (use_gemm(w, n)) {
+    const tensor_view* ws[1] = {&w};
+    float* ys[1] = {y};
+    return float_gemm(pool, ws, x, n, ys);
   }
   if (quantized) {  // inputs quantized once per product
     if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
@@ -291,11 +317,6 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
       }
     }, 16);
     return;
-  }
-  if (use_gemm(w, n)) {
-    const tensor_view* ws[1] = {&w};
-    float* ys[1] = {y};
-    return float_gemm(pool, ws, x, n, ys);
   }
   if (float_type(w)) {
     // Each row against four tokens at a time, converted once in registers; tokens tiled so their

@@ -172,6 +172,43 @@ TEST(Matmul, PromptBatchFloatRowsEqualEachRowsDotProduct) {
   }
 }
 
+// Q8_0 rows against prompt batches: from 16 tokens the register tiles over rows dequantized in cache
+// and the tokens rounded to Q8_0 once; below, the integer kernels. Both equal each row's integer dot
+// product with the token quantized to Q8_0 (as one token's decode computes it), up to float order.
+TEST(Matmul, PromptBatchQ8_0EqualsEachRowsIntegerDotProduct) {
+  const int64_t d = 320;  // a block of 256 and a tail of 64
+  for (int64_t rows : {5, 37, 250}) {
+    std::vector<float> w(static_cast<size_t>(rows * d));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.29f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
+    std::vector<block_q8_0> q(static_cast<size_t>(rows * d / qk8_0));
+    for (int64_t r = 0; r < rows; ++r) quantize_row_q8_0(w.data() + r * d, q.data() + r * d / qk8_0, d);
+    tensor_view v;
+    v.type = tensor_type::q8_0;
+    v.ne0 = d;
+    v.ne1 = rows;
+    v.row_bytes = static_cast<size_t>(d / qk8_0) * sizeof(block_q8_0);
+    v.data = reinterpret_cast<const uint8_t*>(q.data());
+    for (int64_t n : {1, 3, 15, 16, 45, 70}) {
+      std::vector<float> x(static_cast<size_t>(n * d));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.5f * static_cast<float>(i)) + 0.1f;
+      std::vector<block_q8_0> xq(static_cast<size_t>(d / qk8_0));
+      for (int threads : {1, 3}) {
+        thread_pool pool(threads);
+        std::vector<block_q8_0> scratch;
+        std::vector<float> got(static_cast<size_t>(n * rows), -7.0f);
+        matmul(pool, v, x.data(), n, got.data(), scratch);
+        for (int64_t t = 0; t < n; ++t) {
+          quantize_row_q8_0(x.data() + t * d, xq.data(), d);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = scalar::dot_q8_0(q.data() + r * d / qk8_0, xq.data(), d);
+            ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], want, 1e-4f * (1 + std::abs(want))) << rows << " rows, " << n << " tokens, token " << t << ", row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, SameInputProductsEqualSeparateOnes) {
   const int64_t d = 128;
   q4_matrix a = random_q4_0(d, 48, 1), b = random_q4_0(d, 40, 2), c = random_q4_0(d, 16, 3), plain = random_q4_0(d, 24, 4);
