@@ -108,7 +108,7 @@ predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<pr
 
 // ---- cold pool ----------------------------------------------------------------------------------
 
-// The cold pool's scratch: the cold neurons' values (n, n_ff) and each worker's sums (workers, n, n_embd).
+// The cold pool's scratch: the cold neurons' values (n, n_ff) and the sums of the pieces of them.
 struct cold_scratch {
   std::vector<float> hidden, acc;
 };
@@ -119,11 +119,10 @@ ffn_part cold_ffn(cold_scratch& st, const engine_parts& p, const cold_job& job) 
   const int64_t n = job.input.rows, d = hp.n_embd;
   thread_pool& pool = p.ctx->pool();
   if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
-  st.acc.resize(static_cast<size_t>(pool.size() * n * d));
   const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
   std::vector<float> sum(static_cast<size_t>(n * d));
   const auto t0 = std::chrono::steady_clock::now();
-  cold_share(pool, *p.m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc.data(), sum.data(), p.trace);
+  cold_share(pool, *p.m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc, sum.data(), p.trace);
   p.stats->add_time(stage::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
   return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size};
 }

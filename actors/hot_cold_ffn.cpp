@@ -19,8 +19,6 @@ hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placeme
   const hparams& hp = model_->hp();
   if (static_cast<int64_t>(placement.hot.size()) != hp.n_layer)
     throw std::invalid_argument(fmt::format("the placement has {} layers, the model {}", placement.hot.size(), hp.n_layer));
-  // Copies run on the device's queue: if a later layer does not fit, the earlier copies must finish
-  // before their buffers go away with this half-built object.
   if (!hot_->runs_host_work()) {  // a GPU: its kernels read F16 rows
     const layer_weights& l0 = model_->weights().layers.front();
     for (const tensor_view* w : {&l0.ffn_gate, &l0.ffn_up, &l0.ffn_down_t})
@@ -30,6 +28,8 @@ hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placeme
     if (hp.act != activation::relu && hp.act != activation::silu && hp.act != activation::gelu && hp.act != activation::drelu)
       throw std::invalid_argument(fmt::format("{}: the GPU's hot FFN kernels have no {} activation", hot_->name(), activation_name(hp.act)));
   }
+  // Copies run on the device's queue: if a later layer does not fit, the earlier copies must finish
+  // before their buffers go away with this half-built object.
   try {
     upload(placement);
     if (!hot_->runs_host_work()) prepare_gpu();
@@ -163,22 +163,21 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
 }
 
 void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, std::span<const int32_t> cold_ids, const batch_ffn_input& x,
-                float* hidden, float* acc, float* out, trace_recorder* trace) {
+                float* hidden, std::vector<float>& acc, float* out, trace_recorder* trace) {
   const hparams& hp = m.hp();
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
-  const int threads = pool.size();
-  neuron_shards pieces(cold_ids.data(), static_cast<int64_t>(cold_ids.size()), hp.n_ff, threads);
+  const int64_t nd = x.n * x.d;
+  neuron_shards pieces(cold_ids.data(), static_cast<int64_t>(cold_ids.size()), hp.n_ff, pool.size());
+  if (static_cast<int64_t>(acc.size()) < pieces.pieces() * nd) acc.resize(static_cast<size_t>(pieces.pieces() * nd));
   pool.for_each_thread([&](int t) {
     trace_scope span(trace, "cold_ffn", step, layer, x.n);
-    float* a = acc + t * x.n * x.d;
-    std::fill(a, a + x.n * x.d, 0.0f);
-    for (int64_t k0, k1; pieces.take(t, k0, k1);)
+    for (int64_t k0, k1, p; pieces.take(t, k0, k1, p);) {
+      float* a = acc.data() + p * nd;
+      std::fill(a, a + nd, 0.0f);
       batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
+    }
   });
-  const int64_t nd = x.n * x.d;
-  std::copy(acc, acc + nd, out);
-  for (int t = 1; t < threads; ++t)
-    for (int64_t k = 0; k < nd; ++k) out[k] += acc[t * nd + k];
+  pieces.sum(acc.data(), nd, out);
 }
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold)
@@ -212,9 +211,7 @@ void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input&
   hot_out_.assign(static_cast<size_t>(nd), 0.0f);
   devices::event hot_done;
   if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
-  const int threads = cold_->size();
-  cold_acc_.resize(static_cast<size_t>(threads * nd));
-  cold_share(*cold_, *model_, step, layer, split_.cold_ids, x, hidden, cold_acc_.data(), out, trace_);
+  cold_share(*cold_, *model_, step, layer, split_.cold_ids, x, hidden, cold_acc_, out, trace_);
   if (hot_done) hot_done->wait();
   for (int64_t k = 0; k < nd; ++k) out[k] += hot_out_[static_cast<size_t>(k)];
 }

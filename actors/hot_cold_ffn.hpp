@@ -64,10 +64,10 @@ class hot_rows {
 
 // The cold share of a step on `pool`: worker t computes the cold neurons of its shard — ids in
 // [n_ff t / T, n_ff (t+1) / T), so each worker reads the same rows step after step — then helps with
-// what is left of the others' (neuron_shards), into hidden (n x n_ff) and its own accumulator acc[t]
-// (scratch, T x n x n_embd); out (n x n_embd) = their sum.
+// what is left of the others' (neuron_shards), into hidden (n x n_ff) and each piece's accumulator
+// (acc: scratch, grown as needed); out (n x n_embd) = their sum, in piece order.
 void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, std::span<const int32_t> cold_ids, const batch_ffn_input& x,
-                float* hidden, float* acc, float* out, trace_recorder* trace);
+                float* hidden, std::vector<float>& acc, float* out, trace_recorder* trace);
 
 class hot_cold_ffn final : public ffn_executor {
  public:
@@ -101,7 +101,7 @@ class hot_cold_ffn final : public ffn_executor {
   trace_recorder* trace_ = nullptr;
   ffn_split split_;
   std::vector<kernels::block_q8_0> xq_;
-  std::vector<float> hot_out_, cold_acc_;  // n x n_embd, threads x n x n_embd (scratch)
+  std::vector<float> hot_out_, cold_acc_;  // n x n_embd, the cold share's pieces' sums (scratch)
 };
 
 }  // namespace hotcold::actors

@@ -216,7 +216,8 @@ class inference_context {
   std::vector<float> truth_;     // (n_ff) dense hidden vector, kept for stats in sparse mode
   std::vector<int32_t> active_;  // neurons chosen for this token
   std::vector<uint8_t> chosen1_; // (n_ff) one token's choice
-  std::vector<float> acc_;       // (threads, n_embd): each thread's own share of the down projection
+  std::vector<float> acc_;       // (pieces, n_embd): each piece's share of the down projection (neuron_shards)
+  std::vector<int32_t> all_ids_;  // 0 .. n_ff - 1: every neuron, for dense layers in the same pieces
   std::vector<float> scores_;    // (n_head, n_ctx)
   std::vector<float> logits_;    // (n_vocab)
   std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows

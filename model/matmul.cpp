@@ -226,8 +226,9 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
 
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                        std::vector<block_q8_0>& xq) {
-  // (One type for all: Q8_0 matrices see the tokens rounded to Q8_0, float ones as they are.)
-  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && w->type == ws[0]->type; }))
+  // (Q8_0 matrices see the tokens rounded to Q8_0, float ones as they are: not both in one pass.)
+  const bool q8 = ws[0]->type == tensor_type::q8_0;
+  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && (w->type == tensor_type::q8_0) == q8; }))
     return float_gemm(pool, ws, x, n, ys);
   const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->type == tensor_type::q4_0 && w->ne0 == ws[0]->ne0; });
   if (together) return interleaved_products(pool, ws, x, n, ys, xq);

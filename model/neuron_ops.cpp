@@ -292,26 +292,34 @@ void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
   for (auto& b : down) b.flush();
 }
 
-neuron_shards::neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int64_t min_piece)
-    : shards_(std::make_unique<shard[]>(static_cast<size_t>(std::max(1, threads)))), threads_(std::max(1, threads)), min_piece_(std::max<int64_t>(1, min_piece)) {
-  for (int t = 0; t < threads_; ++t) {
-    shards_[t].next.store(std::lower_bound(ids, ids + count, static_cast<int32_t>(n_ff * t / threads_)) - ids, std::memory_order_relaxed);
-    shards_[t].end = std::lower_bound(ids, ids + count, static_cast<int32_t>(n_ff * (t + 1) / threads_)) - ids;
-  }
+neuron_shards::neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int per_shard)
+    : threads_(std::max(1, threads)), per_shard_(std::max(1, per_shard)) {
+  shards_ = std::make_unique<shard[]>(static_cast<size_t>(threads_));
+  const int64_t total = static_cast<int64_t>(threads_) * per_shard_;
+  for (int64_t p = 0; p <= total; ++p) bounds_.push_back(std::lower_bound(ids, ids + count, static_cast<int32_t>(n_ff * p / total)) - ids);
+  taken_ = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(pieces()));
+  for (int64_t p = 0; p < pieces(); ++p) taken_[p].store(0, std::memory_order_relaxed);
 }
 
-bool neuron_shards::take(int t, int64_t& k0, int64_t& k1) {
+bool neuron_shards::take(int t, int64_t& k0, int64_t& k1, int64_t& piece) {
   for (int k = 0; k < threads_; ++k) {
-    shard& s = shards_[(t + k) % threads_];
-    for (int64_t at = s.next.load(std::memory_order_relaxed); at < s.end;) {
-      const int64_t left = s.end - at, piece = std::min(left, std::max(min_piece_, left / 2));
-      if (s.next.compare_exchange_weak(at, at + piece, std::memory_order_relaxed)) {
-        k0 = at, k1 = at + piece;
-        return true;
-      }  // else at holds the shard's new start: try again
+    const int s = (t + k) % threads_;
+    for (int j; (j = shards_[s].next.fetch_add(1, std::memory_order_relaxed)) < per_shard_;) {
+      piece = static_cast<int64_t>(s) * per_shard_ + j;
+      k0 = bounds_[static_cast<size_t>(piece)], k1 = bounds_[static_cast<size_t>(piece + 1)];
+      if (k0 == k1) continue;
+      taken_[piece].store(1, std::memory_order_relaxed);
+      return true;
     }
   }
   return false;
+}
+
+void neuron_shards::sum(const float* acc, int64_t width, float* out) const {
+  std::fill(out, out + width, 0.0f);
+  for (int64_t p = 0; p < pieces(); ++p)
+    if (taken_[p].load(std::memory_order_relaxed))
+      for (int64_t k = 0; k < width; ++k) out[k] += acc[p * width + k];
 }
 
 }  // namespace hotcold

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/quants.hpp"
 #include "model/arch.hpp"
@@ -78,25 +79,31 @@ struct batch_ffn_input {
 void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc);
 
-// The chosen neurons ids[0..count) (ascending) handed out to T threads. Thread t owns a shard — the
-// ids in [n_ff t / T, n_ff (t + 1) / T), so it reads the same rows step after step — and takes it a
-// piece at a time (half of what is left, at least min_piece neurons); done with its own, it takes
-// pieces of what the others have not started yet, so a thread slowed by a neighbour on its core, or
-// with the busier shard, does not keep the rest waiting. Each thread calls take until it says no.
+// The chosen neurons ids[0..count) (ascending) handed out to T threads in fixed pieces. Thread t owns
+// a shard — the ids in [n_ff t / T, n_ff (t + 1) / T), so it reads the same rows step after step —
+// cut into `per_shard` pieces of equal ranges of ids; it takes its own pieces first, then those of
+// the others' that no one has started, so a thread slowed by a neighbour on its core, or with the
+// busier shard, does not keep the rest waiting. Each piece adds into its own accumulator and sum()
+// adds those in piece order: the same sums whichever thread took which piece (a sum that depended on
+// the timing would flip an activation's Q8_0 rounding now and then, and the logits with it), and —
+// the pieces being ranges of ids — the same as every neuron's (zeros included) in the same pieces.
 class neuron_shards {
  public:
-  neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int64_t min_piece = 32);
-  // The next piece for thread t: ids[k0..k1). False when every piece has been taken.
-  bool take(int t, int64_t& k0, int64_t& k1);
+  neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int per_shard = 4);
+  int64_t pieces() const { return static_cast<int64_t>(bounds_.size()) - 1; }
+  // The next non-empty piece for thread t: ids[k0..k1), piece number `piece`. False when none is left.
+  bool take(int t, int64_t& k0, int64_t& k1, int64_t& piece);
+  // out (width floats) = the accumulators (piece p's at acc + p * width) of the pieces taken, in order.
+  void sum(const float* acc, int64_t width, float* out) const;
 
  private:
   struct alignas(64) shard {
-    std::atomic<int64_t> next;  // the first of the shard's ids no thread has taken yet
-    int64_t end;
+    std::atomic<int> next{0};  // its first piece no thread has taken yet
   };
+  std::vector<int64_t> bounds_;  // piece p is ids[bounds_[p], bounds_[p + 1])
   std::unique_ptr<shard[]> shards_;
-  int threads_;
-  int64_t min_piece_;
+  std::unique_ptr<std::atomic<uint8_t>[]> taken_;
+  int threads_, per_shard_;
 };
 
 // Collects (row, coefficient) pairs and adds them four at a time.
