@@ -295,8 +295,16 @@ void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
 neuron_shards::neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int per_shard)
     : threads_(std::max(1, threads)), per_shard_(std::max(1, per_shard)) {
   shards_ = std::make_unique<shard[]>(static_cast<size_t>(threads_));
-  const int64_t total = static_cast<int64_t>(threads_) * per_shard_;
-  for (int64_t p = 0; p <= total; ++p) bounds_.push_back(std::lower_bound(ids, ids + count, static_cast<int32_t>(n_ff * p / total)) - ids);
+  // Shard t's ids [a, b) in pieces of halving size: [a, a + w/2), then a quarter, an eighth, ... and
+  // the rest (w = b - a): the owner's first pieces are long, and what others help with at the end short.
+  bounds_.push_back(0);
+  for (int t = 0; t < threads_; ++t) {
+    const int64_t a = n_ff * t / threads_, b = n_ff * (t + 1) / threads_, w = b - a;
+    for (int j = 1; j <= per_shard_; ++j) {
+      const int64_t edge = j < per_shard_ ? a + (w - (w >> j)) : b;
+      bounds_.push_back(std::lower_bound(ids, ids + count, static_cast<int32_t>(edge)) - ids);
+    }
+  }
   taken_ = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(pieces()));
   for (int64_t p = 0; p < pieces(); ++p) taken_[p].store(0, std::memory_order_relaxed);
 }

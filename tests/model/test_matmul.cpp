@@ -277,9 +277,10 @@ TEST(Matmul, SameInputLongF16RowsEqualSeparateOnes) {
 }
 
 // The chosen neurons handed out by shard: every id exactly once, in fixed pieces (each shard's range
-// of ids cut in four equal ranges, none crossing a shard), a thread's first piece from its own shard; with
-// threads taking at once the pieces still cover every id once; and the pieces' sums add up in piece
-// order, bit for bit the same whichever thread took which piece.
+// of ids cut in ranges of halving width: a half, a quarter, an eighth, a sixteenth, the rest; none
+// crossing a shard), a thread's first piece from its own shard; with threads taking at once the
+// pieces still cover every id once; and the pieces' sums add up in piece order, bit for bit the same
+// whichever thread took which piece.
 TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
   const int64_t n_ff = 1000;
   std::mt19937 rng(7);
@@ -287,11 +288,12 @@ TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
   for (int32_t i = 0; i < n_ff; ++i)
     if (rng() % 100 < (i < 300 ? 40u : 8u)) ids.push_back(i);  // the first shard busier
   const auto count = static_cast<int64_t>(ids.size());
+  const double edges[] = {0, 0.5, 0.75, 0.875, 0.9375, 1};  // of a shard's width
   for (int threads : {1, 2, 3, 5}) {
     SCOPED_TRACE(threads);
     auto shard_of = [&](int64_t k) { return static_cast<int>(ids[static_cast<size_t>(k)] * threads / n_ff); };
-    neuron_shards pieces(ids.data(), count, n_ff, threads, 4);
-    ASSERT_EQ(pieces.pieces(), 4 * threads);
+    neuron_shards pieces(ids.data(), count, n_ff, threads, 5);
+    ASSERT_EQ(pieces.pieces(), 5 * threads);
     std::vector<int> seen(static_cast<size_t>(count), 0), piece_seen(static_cast<size_t>(pieces.pieces()), 0);
     std::vector<bool> first(static_cast<size_t>(threads), true);
     // Round robin over the threads, one piece at a time, until none is left.
@@ -307,10 +309,10 @@ TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
         ++piece_seen[static_cast<size_t>(p)];
         const int s = shard_of(k0);
         EXPECT_EQ(shard_of(k1 - 1), s) << "a piece crosses shards";
-        EXPECT_EQ(p / 4, s) << "piece " << p << " is not its shard's";
-        const int64_t total = 4 * threads;
-        EXPECT_GE(ids[static_cast<size_t>(k0)], n_ff * p / total) << "piece " << p;
-        EXPECT_LT(ids[static_cast<size_t>(k1 - 1)], n_ff * (p + 1) / total) << "piece " << p;
+        EXPECT_EQ(p / 5, s) << "piece " << p << " is not its shard's";
+        const double a = static_cast<double>(n_ff * s / threads), w = static_cast<double>(n_ff * (s + 1) / threads) - a;
+        EXPECT_GE(ids[static_cast<size_t>(k0)], a + w * edges[p % 5] - 1) << "piece " << p;
+        EXPECT_LT(ids[static_cast<size_t>(k1 - 1)], a + w * edges[p % 5 + 1] + 1) << "piece " << p;
         if (first[static_cast<size_t>(t)]) {
           EXPECT_EQ(s, t) << "thread " << t << " started elsewhere";
         }
@@ -324,7 +326,7 @@ TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
   // Threads at once.
   for (int rep = 0; rep < 20; ++rep) {
     const int threads = 4;
-    neuron_shards pieces(ids.data(), count, n_ff, threads, 4);
+    neuron_shards pieces(ids.data(), count, n_ff, threads);
     std::vector<std::atomic<int>> seen(static_cast<size_t>(count));
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)
@@ -338,20 +340,20 @@ TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
   // The sums: each piece's accumulator holds values that round differently when added in another
   // order; two different orders of taking give the same bits, equal to the sum in piece order.
   const int64_t width = 3;
-  std::vector<float> acc(static_cast<size_t>(8 * width));
+  std::vector<float> acc(static_cast<size_t>(10 * width));
   for (size_t i = 0; i < acc.size(); ++i) acc[i] = (i % 2 ? 1e8f : 1.0f) * static_cast<float>(1 + i % 5) * (i % 3 ? 1.0f : -1.0f);
   std::vector<float> a(static_cast<size_t>(width)), b(static_cast<size_t>(width)), want(static_cast<size_t>(width), 0.0f);
   {
-    neuron_shards pieces(ids.data(), count, n_ff, 2, 4);
+    neuron_shards pieces(ids.data(), count, n_ff, 2, 5);
     for (int64_t k0, k1, p; pieces.take(0, k0, k1, p);) {}  // thread 0 takes all
     pieces.sum(acc.data(), width, a.data());
   }
   {
-    neuron_shards pieces(ids.data(), count, n_ff, 2, 4);
+    neuron_shards pieces(ids.data(), count, n_ff, 2, 5);
     for (int64_t k0, k1, p; pieces.take(1, k0, k1, p);) {}  // thread 1 takes all, its shard first
     pieces.sum(acc.data(), width, b.data());
   }
-  for (int64_t p = 0; p < 8; ++p)
+  for (int64_t p = 0; p < 10; ++p)
     for (int64_t k = 0; k < width; ++k) want[static_cast<size_t>(k)] += acc[static_cast<size_t>(p * width + k)];
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * static_cast<size_t>(width)));
   EXPECT_EQ(0, std::memcmp(a.data(), want.data(), sizeof(float) * static_cast<size_t>(width)));
