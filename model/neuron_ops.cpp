@@ -305,8 +305,6 @@ neuron_shards::neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, in
       bounds_.push_back(std::lower_bound(ids, ids + count, static_cast<int32_t>(edge)) - ids);
     }
   }
-  taken_ = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(pieces()));
-  for (int64_t p = 0; p < pieces(); ++p) taken_[p].store(0, std::memory_order_relaxed);
 }
 
 bool neuron_shards::take(int t, int64_t& k0, int64_t& k1, int64_t& piece) {
@@ -316,7 +314,6 @@ bool neuron_shards::take(int t, int64_t& k0, int64_t& k1, int64_t& piece) {
       piece = static_cast<int64_t>(s) * per_shard_ + j;
       k0 = bounds_[static_cast<size_t>(piece)], k1 = bounds_[static_cast<size_t>(piece + 1)];
       if (k0 == k1) continue;
-      taken_[piece].store(1, std::memory_order_relaxed);
       return true;
     }
   }
@@ -326,7 +323,7 @@ bool neuron_shards::take(int t, int64_t& k0, int64_t& k1, int64_t& piece) {
 void neuron_shards::sum(const float* acc, int64_t width, float* out) const {
   std::fill(out, out + width, 0.0f);
   for (int64_t p = 0; p < pieces(); ++p)
-    if (taken_[p].load(std::memory_order_relaxed))
+    if (bounds_[static_cast<size_t>(p)] != bounds_[static_cast<size_t>(p + 1)])  // taken, so written
       for (int64_t k = 0; k < width; ++k) out[k] += acc[p * width + k];
 }
 

@@ -94,7 +94,8 @@ class neuron_shards {
   int64_t pieces() const { return static_cast<int64_t>(bounds_.size()) - 1; }
   // The next non-empty piece for thread t: ids[k0..k1), piece number `piece`. False when none is left.
   bool take(int t, int64_t& k0, int64_t& k1, int64_t& piece);
-  // out (width floats) = the accumulators (piece p's at acc + p * width) of the pieces taken, in order.
+  // Once every piece has been taken: out (width floats) = the non-empty pieces' accumulators (piece
+  // p's at acc + p * width), in piece order.
   void sum(const float* acc, int64_t width, float* out) const;
 
  private:
@@ -103,7 +104,6 @@ class neuron_shards {
   };
   std::vector<int64_t> bounds_;  // piece p is ids[bounds_[p], bounds_[p + 1])
   std::unique_ptr<shard[]> shards_;
-  std::unique_ptr<std::atomic<uint8_t>[]> taken_;
   int threads_, per_shard_;
 };
 
