@@ -166,18 +166,13 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
                 float* hidden, std::vector<float>& acc, float* out, trace_recorder* trace) {
   const hparams& hp = m.hp();
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
-  const int64_t nd = x.n * x.d;
   neuron_shards pieces(cold_ids.data(), static_cast<int64_t>(cold_ids.size()), hp.n_ff, pool.size());
-  if (static_cast<int64_t>(acc.size()) < pieces.pieces() * nd) acc.resize(static_cast<size_t>(pieces.pieces() * nd));
-  pool.for_each_thread([&](int t) {
-    trace_scope span(trace, "cold_ffn", step, layer, x.n);
-    for (int64_t k0, k1, p; pieces.take(t, k0, k1, p);) {
-      float* a = acc.data() + p * nd;
-      std::fill(a, a + nd, 0.0f);
-      batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
-    }
-  });
-  pieces.sum(acc.data(), nd, out);
+  run_pieces(
+      pool, pieces, x.n * x.d, acc, out,
+      [&](int64_t k0, int64_t k1, float* a) {
+        batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
+      },
+      trace, "cold_ffn", step, layer, x.n);
 }
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold)

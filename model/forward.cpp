@@ -256,18 +256,11 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
     // Each thread its own shard of the chosen neurons first, then what is left of the others'
     // (neuron_shards): static halves left one thread waiting for the other, 3-10% of a Q4_0 token.
     neuron_shards pieces(active_.data(), static_cast<int64_t>(active_.size()), n_ff, pool_.size());
-    if (static_cast<int64_t>(acc_.size()) < pieces.pieces() * n_embd) acc_.resize(static_cast<size_t>(pieces.pieces() * n_embd));
-    pool_.for_each_thread([&](int t) {
-      for (int64_t k0, k1, p; pieces.take(t, k0, k1, p);) {
-        float* acc = acc_.data() + p * n_embd;
-        std::fill(acc, acc + n_embd, 0.0f);
-        token_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, active_.data() + k0, active_.data() + k0, k1 - k0, in, xq_.data(), hidden_.data(), acc);
-      }
+    // With down rows the down projection is the pieces' sums.
+    run_pieces(pool_, pieces, n_embd, acc_, l.ffn_down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
+      token_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, active_.data() + k0, active_.data() + k0, k1 - k0, in, xq_.data(), hidden_.data(), acc);
     });
-    if (l.ffn_down_t) {  // the down projection is the pieces' sums
-      pieces.sum(acc_.data(), n_embd, out);
-      executed = true;
-    }
+    executed = static_cast<bool>(l.ffn_down_t);
     }
   }
 
@@ -307,16 +300,10 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
       for (int64_t i = 0; i < n_ff; ++i) all_ids_[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     }
     neuron_shards pieces(all_ids_.data(), n_ff, n_ff, pool_.size());
-    if (static_cast<int64_t>(acc_.size()) < pieces.pieces() * n_embd) acc_.resize(static_cast<size_t>(pieces.pieces() * n_embd));
-    pool_.for_each_thread([&](int t) {
-      for (int64_t k0, k1, p; pieces.take(t, k0, k1, p);) {
-        float* acc = acc_.data() + p * n_embd;
-        std::fill(acc, acc + n_embd, 0.0f);
-        axpy_batcher down(l.ffn_down_t, acc);
-        for (int64_t i = k0; i < k1; ++i) down.add(static_cast<int32_t>(i), hidden_[i]);
-      }
+    run_pieces(pool_, pieces, n_embd, acc_, out, [&](int64_t k0, int64_t k1, float* acc) {
+      axpy_batcher down(l.ffn_down_t, acc);
+      for (int64_t i = k0; i < k1; ++i) down.add(static_cast<int32_t>(i), hidden_[i]);
     });
-    pieces.sum(acc_.data(), n_embd, out);
   } else {
     matvec(l.ffn_down, hidden_.data(), out);
   }
@@ -486,15 +473,9 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
     executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
   } else {
     neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
-    if (static_cast<int64_t>(B.acc.size()) < pieces.pieces() * n * d) B.acc.resize(static_cast<size_t>(pieces.pieces() * n * d));
-    pool_.for_each_thread([&](int th) {
-      for (int64_t k0, k1, p; pieces.take(th, k0, k1, p);) {
-        float* acc = B.acc.data() + p * n * d;
-        if (down_t) std::fill(acc, acc + n * d, 0.0f);
-        batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
-      }
+    run_pieces(pool_, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
+      batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
     });
-    if (down_t) pieces.sum(B.acc.data(), n * d, out);
   }
   if (down_t && !as_matrices) {
     // out written by the executor, or summed from the pieces

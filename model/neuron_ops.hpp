@@ -3,6 +3,7 @@
 // forward pass, the batch path and the hot/cold executors share.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -106,6 +107,17 @@ class neuron_shards {
   std::unique_ptr<shard[]> shards_;
   int threads_, per_shard_;
 };
+
+class thread_pool;
+class trace_recorder;
+
+// Every piece of `pieces` on the pool's threads (each its own shard's first): work(k0, k1, acc) for
+// ids[k0..k1), acc the piece's own `width` floats of scratch (grown as needed), zeroed first when out
+// is given; then out (when given) = their sum in piece order. Each thread's share is one `span`
+// interval in `trace` (when given).
+void run_pieces(thread_pool& pool, neuron_shards& pieces, int64_t width, std::vector<float>& scratch, float* out,
+                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, trace_recorder* trace = nullptr, const char* span = nullptr,
+                int64_t step = 0, int64_t layer = 0, int64_t seqs = 1);
 
 // Collects (row, coefficient) pairs and adds them four at a time.
 class axpy_batcher {
