@@ -152,44 +152,87 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
   axpy_batcher down(down_t, acc);
   int64_t k = 0;
   if (hp.gated_ffn && up.type == tensor_type::q4_0 && gate.type == tensor_type::q4_0 && xq) {
-    // Q4_0, in two passes. First the gate and up rows, two neurons at once (four streams, the
-    // input's side done once; the input rearranged once per call for the four-blocks-a-register
-    // kernel where the CPU has it), the next neurons' rows asked for ahead; then the down rows of the
-    // neurons that fired only, four at a time, also asked for ahead. A Q4_0 predictor chooses half
-    // as many neurons again as fire: asking for every chosen neuron's down row with its gate and up
-    // rows spent a third of those reads on rows never used.
+    // Q4_0, in passes over one kind of row at a time, four rows a call (the input's side done once;
+    // the input rearranged once per call for the four-blocks-a-register kernel where the CPU has it),
+    // the rows a few ahead asked for; then the down rows of the neurons that fired only, four at a
+    // time, also asked for ahead. A Q4_0 predictor chooses half as many neurons again as fire: asking
+    // for every chosen neuron's down row with its gate and up rows spent a third of those reads on
+    // rows never used.
     thread_local std::vector<kernels::q8_0_x4> x4;
-    thread_local std::vector<int32_t> fired;
-    thread_local std::vector<float> values;
+    thread_local std::vector<int32_t> fired, open;
+    thread_local std::vector<float> values, gates;
     fired.clear(), values.clear();
     const int64_t nb = gate.ne0 / kernels::qk4_0;
     if (nb % 4 == 0) {
       x4.resize(static_cast<size_t>(nb / 4));
       kernels::q8_0_to_x4(xq, nb, x4.data());
     }
-    auto ask = [&](int64_t j) {
-      if (j < count) prefetch_row(gate, rows[j]), prefetch_row(up, rows[j]);
-    };
     auto keep = [&](int32_t r, float v) {
       if (down_t && v != 0.0f) fired.push_back(r), values.push_back(v);
     };
-    for (int64_t j = 0; j < dist; ++j) ask(j);
-    for (; k + 2 <= count; k += 2) {
-      ask(k + dist), ask(k + dist + 1);
-      const int32_t r0 = rows[k], r1 = rows[k + 1];
-      const kernels::block_q4_0* w4[4] = {reinterpret_cast<const kernels::block_q4_0*>(gate.row(r0)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r0)),
-                                          reinterpret_cast<const kernels::block_q4_0*>(gate.row(r1)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r1))};
-      float o[4];
-      if (nb % 4 == 0) kernels::dot4r_q4_0_x4(w4, xq, x4.data(), gate.ne0, o);
-      else kernels::dot4r_q4_0(w4, xq, gate.ne0, o);
-      const float v0 = hidden_value(hp, o[0], o[1]), v1 = hidden_value(hp, o[2], o[3]);
-      hidden[ids[k]] = v0, hidden[ids[k + 1]] = v1;
-      keep(r0, v0), keep(r1, v1);
-    }
-    for (; k < count; ++k) {
-      const float v = hidden_value(hp, row_dot(gate, rows[k], in, xq), row_dot(up, rows[k], in, xq));
-      hidden[ids[k]] = v;
-      keep(rows[k], v);
+    // Rows at(j..j+4) of w, o[i] = row at(j + i) . input; past n the last row again, so that every
+    // row goes through the same kernel and a neuron's value does not depend on its neighbours.
+    auto dot4 = [&](const tensor_view& w, const auto& at, int64_t j, int64_t n, float* o) {
+      const kernels::block_q4_0* w4[4];
+      for (int64_t i = 0; i < 4; ++i) w4[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(j + i, n - 1))));
+      if (nb % 4 == 0) kernels::dot4r_q4_0_x4(w4, xq, x4.data(), w.ne0, o);
+      else kernels::dot4r_q4_0(w4, xq, w.ne0, o);
+    };
+    if (hp.act == activation::relu || hp.act == activation::drelu) {
+      // relu(gate) x up and relu(gate) x relu(up) are zero wherever the gate is not positive, so the
+      // gate rows go first and only the neurons whose gate is positive have their up rows read:
+      // about a third of a Q4_0 predictor's choice is skipped (the FFN 12-16% faster on the 1B file's
+      // rows, a decoded token +0.6 to +5.6% in five alternations in one process).
+      constexpr int64_t rows_ahead = 8;
+      open.clear(), gates.clear();
+      auto chosen_row = [&](int64_t j) { return rows[j]; };
+      for (int64_t j = 0; j < std::min(rows_ahead, count); ++j) prefetch_row(gate, rows[j]);
+      for (; k < count; k += 4) {
+        for (int64_t j = k + rows_ahead; j < std::min(k + rows_ahead + 4, count); ++j) prefetch_row(gate, rows[j]);
+        float o[4];
+        dot4(gate, chosen_row, k, count, o);
+        for (int64_t i = 0; i < 4 && k + i < count; ++i) {
+          if (o[i] > 0.0f) open.push_back(static_cast<int32_t>(k + i)), gates.push_back(o[i]);
+          else hidden[ids[k + i]] = 0.0f;
+        }
+      }
+      const int64_t n_open = static_cast<int64_t>(open.size());
+      auto open_row = [&](int64_t j) { return rows[open[static_cast<size_t>(j)]]; };
+      for (int64_t j = 0; j < std::min(rows_ahead, n_open); ++j) prefetch_row(up, open_row(j));
+      for (int64_t q = 0; q < n_open; q += 4) {
+        for (int64_t j = q + rows_ahead; j < std::min(q + rows_ahead + 4, n_open); ++j) prefetch_row(up, open_row(j));
+        float o[4];
+        dot4(up, open_row, q, n_open, o);
+        for (int64_t i = 0; i < 4 && q + i < n_open; ++i) {
+          const int32_t j = open[static_cast<size_t>(q + i)];
+          const float v = hidden_value(hp, gates[static_cast<size_t>(q + i)], o[i]);
+          hidden[ids[j]] = v;
+          keep(rows[j], v);
+        }
+      }
+    } else {
+      // Other activations need both: gate and up rows of two neurons at once (four streams).
+      auto ask = [&](int64_t j) {
+        if (j < count) prefetch_row(gate, rows[j]), prefetch_row(up, rows[j]);
+      };
+      for (int64_t j = 0; j < dist; ++j) ask(j);
+      for (; k + 2 <= count; k += 2) {
+        ask(k + dist), ask(k + dist + 1);
+        const int32_t r0 = rows[k], r1 = rows[k + 1];
+        const kernels::block_q4_0* w4[4] = {reinterpret_cast<const kernels::block_q4_0*>(gate.row(r0)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r0)),
+                                            reinterpret_cast<const kernels::block_q4_0*>(gate.row(r1)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r1))};
+        float o[4];
+        if (nb % 4 == 0) kernels::dot4r_q4_0_x4(w4, xq, x4.data(), gate.ne0, o);
+        else kernels::dot4r_q4_0(w4, xq, gate.ne0, o);
+        const float v0 = hidden_value(hp, o[0], o[1]), v1 = hidden_value(hp, o[2], o[3]);
+        hidden[ids[k]] = v0, hidden[ids[k + 1]] = v1;
+        keep(r0, v0), keep(r1, v1);
+      }
+      for (; k < count; ++k) {
+        const float v = hidden_value(hp, row_dot(gate, rows[k], in, xq), row_dot(up, rows[k], in, xq));
+        hidden[ids[k]] = v;
+        keep(rows[k], v);
+      }
     }
     const int64_t n_fired = static_cast<int64_t>(fired.size()), ahead = 8;  // two batches of four
     for (int64_t j = 0; j < std::min(ahead, n_fired); ++j) prefetch_row(down_t, fired[static_cast<size_t>(j)]);
