@@ -245,6 +245,16 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     // Groups of sixteen interleaved rows against four tokens at a time; the plain tail rows alone.
     const int64_t groups = w.interleaved_rows() / 16;
     const auto* packed = reinterpret_cast<const uint16_t*>(w.data);
+    if (n == 1 && groups >= 2) {
+      // One token: groups g and g + half together, two streams from memory for each thread.
+      const int64_t half = groups / 2;
+      pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) dot16r2_f16(packed + p * 16 * d, packed + (p + half) * 16 * d, x, d, y + 16 * p, y + 16 * (p + half));
+      }, 2);
+      if (groups % 2) dot16r_f16(packed + (groups - 1) * 16 * d, &x, 1, d, y + 16 * (groups - 1));
+      for (int64_t r = 16 * groups; r < rows; ++r) y[r] = row_dot(w, r, x, nullptr);
+      return;
+    }
     grouped_products(pool, groups, n, [&](int64_t g, int64_t t, int k) {
       const float* xs[4];
       for (int j = 0; j < 4; ++j) xs[j] = x + std::min(t + j, n - 1) * d;

@@ -75,6 +75,9 @@ void interleave_f16x16(const uint16_t* rows, int64_t n, uint16_t* out);  // rows
 void deinterleave_f16x16(const uint16_t* in, int64_t n, uint16_t* rows);
 // One interleaved group against up to four vectors: out[16 j + i] = row i . x[j].
 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
+// Two groups against one vector at once (two streams from memory): oa, ob as dot16r_f16's out, the
+// same sums.
+void dot16r2_f16(const uint16_t* wa, const uint16_t* wb, const float* x, int64_t n, float* oa, float* ob);
 
 // Which implementation the dispatcher picked for the quantized dot products: "avx512vnni", "avx2" or
 // "scalar" (HOTCOLD_NO_AVX512=1 in the environment keeps AVX2).

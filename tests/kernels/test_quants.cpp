@@ -506,6 +506,20 @@ TEST(Dot, SixteenInterleavedF16RowsAgainstSeveralVectors) {
           EXPECT_NEAR(ref[16 * j + r], want, 1e-4 * (1 + std::sqrt(double(n))));
         }
     }
+    // Two groups at once (the one-token product's two streams): each group's sums exactly what it
+    // gives alone, the other group's rows reversed so that a mixed-up pair cannot pass.
+    std::vector<uint16_t> other(packed.size());
+    for (int64_t k = 0; k < n; ++k)
+      for (int r = 0; r < 16; ++r) other[static_cast<size_t>(16 * k + r)] = packed[static_cast<size_t>(16 * k + 15 - r)];
+    float a[16], b[16], alone_a[16], alone_b[16];
+    dot16r2_f16(packed.data(), other.data(), px[0], n, a, b);
+    dot16r_f16(packed.data(), px, 1, n, alone_a);
+    dot16r_f16(other.data(), px, 1, n, alone_b);
+    for (int r = 0; r < 16; ++r) {
+      EXPECT_EQ(a[r], alone_a[r]) << n << " row " << r;
+      EXPECT_EQ(b[r], alone_b[r]) << n << " row " << r;
+      if (n > 1) EXPECT_NE(a[r], b[r]) << n << " row " << r;
+    }
   }
 }
 

@@ -95,7 +95,7 @@ TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
 // the tokens and threads, tails included.
 TEST(Matmul, InterleavedF16EqualsEachRowsDotProduct) {
   const int64_t d = 96;
-  for (int64_t rows : {16, 37}) {
+  for (int64_t rows : {16, 37, 53}) {  // one group; two and a tail; three (one token: a pair and one alone) and a tail
     std::vector<uint16_t> plain(static_cast<size_t>(rows * d));
     for (size_t i = 0; i < plain.size(); ++i) plain[i] = fp32_to_fp16(std::cos(0.11f * static_cast<float>(i)));
     std::vector<uint16_t> packed = plain;
