@@ -109,6 +109,10 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
   std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's pairs are [first[m], first[m + 1])
   for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->ne1 / 2;
   const float* xs[1] = {x};
+  // Chunks of at least 256 KB: each chunk starts two streams afresh, which a small product (a
+  // predictor's fc1, 1 MB at F16) paid for four times a thread (fc1 21 -> 18 us; a sparse F16 token
+  // +0.4 to +2.8% in four alternations in one process); large products are cut as before.
+  const int64_t grain = std::max<int64_t>(8, (int64_t{256} << 10) / (2 * static_cast<int64_t>(ws[0]->row_bytes)));
   pool.parallel_for(first.back(), [&](int64_t p0, int64_t p1) {
     size_t m = 0;
     for (int64_t p = p0; p < p1; ++p) {
@@ -123,7 +127,7 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
       else if (w.type == tensor_type::bf16) dot2n_bf16(h0, h1, xs, 1, d, y + r, y + r + half);
       else dot2n_f32(reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
     }
-  }, 8);
+  }, grain);
   for (size_t m = 0; m < ws.size(); ++m)
     if (ws[m]->ne1 % 2) ys[m][ws[m]->ne1 - 1] = row_dot(*ws[m], ws[m]->ne1 - 1, x, nullptr);
 }
