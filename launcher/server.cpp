@@ -319,6 +319,9 @@ class server {
     r.sampling.presence_penalty = static_cast<float>(g.params.presence_penalty);
     r.sampling.seed = g.params.seed ? *g.params.seed : seeds_();
     const uint64_t seed = r.sampling.seed;
+    // Accepted before it is submitted: the pipeline can sample the first token (and stamp it) before
+    // this thread runs again, which made a time to first token negative now and then.
+    const auto accepted = clock_type::now();
     const int64_t pid = pipe_->submit(std::move(r));
     live& lv = running_[pid];
     lv.to = to;
@@ -328,7 +331,7 @@ class server {
     for (const auto& s : lv.stop) lv.longest_stop = std::max(lv.longest_stop, s.size());
     lv.prompt_tokens = static_cast<int64_t>(tokens.size());
     lv.seed = seed;
-    lv.accepted = clock_type::now();
+    lv.accepted = accepted;
     if (record_.is_open()) {
       nlohmann::json req{{"n_predict", g.n_predict}, {"stream", g.stream}, {"parse_special", g.parse_special}, {"stop", lv.stop}};
       if (g.prompt) req["prompt"] = *g.prompt;
