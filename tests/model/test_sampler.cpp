@@ -1,6 +1,7 @@
 // Samplers on hand-computed probability vectors, alone and chained.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/sampler.hpp"
@@ -112,6 +113,29 @@ TEST(Sampling, TemperatureZeroIsGreedyAfterPenalties) {
   EXPECT_EQ(s.sample(logits), 1);
   s.accept(1);  // 3 / 4 = 0.75 now loses to 2
   EXPECT_EQ(s.sample(logits), 2);
+}
+
+// Greedy without penalties reads the logits in place: the first of equal best logits wins, wherever
+// it lies (in the sixteen-wide part or the tail), and NaNs never win unless the first logit is one.
+TEST(Sampling, GreedyTakesTheFirstBestLogit) {
+  sampling_params p;
+  p.temperature = 0.0f;
+  sampler s(p);
+  for (size_t n : {1u, 5u, 16u, 37u, 32000u}) {
+    std::vector<float> logits(n);
+    for (size_t i = 0; i < n; ++i) logits[i] = std::sin(0.37f * static_cast<float>(i));
+    const size_t want = std::max_element(logits.begin(), logits.end()) - logits.begin();  // the first maximum
+    EXPECT_EQ(s.sample(logits), static_cast<token_id>(want)) << n;
+    if (n < 37) continue;
+    logits[n - 1] = 5.0f, logits[n - 3] = 5.0f;  // a tie in the tail: the earlier one
+    EXPECT_EQ(s.sample(logits), static_cast<token_id>(n - 3)) << n;
+    logits[20] = 5.0f;  // and before it, in the vectorized part
+    EXPECT_EQ(s.sample(logits), 20) << n;
+    logits[2] = std::nanf("");
+    EXPECT_EQ(s.sample(logits), 20) << n;
+    logits[0] = std::nanf("");
+    EXPECT_EQ(s.sample(logits), 0) << n;
+  }
 }
 
 TEST(Sampling, SeedMakesItReproducible) {
