@@ -280,6 +280,10 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     if (layer == m.hp().n_layer) {  // the head: logits of the rows the scheduler wants
       auto t0 = std::chrono::steady_clock::now();
       auto logits = ctx.step_logits(*st.s, st.plan.logit_rows);
+      // The step's last product is done: the workers sleep rather than spin through the step boundary,
+      // where the scheduler's and sampler's threads want the cores (the gap from the head to the next
+      // step's first layer, median of a 32-token trace: 165 -> 137 us).
+      ctx.pool().rest();
       stats.add_time(stage::output, layer, std::chrono::steady_clock::now() - t0);
       const auto n = static_cast<int64_t>(st.plan.tokens.size());
       st.host_bytes += costs.output + costs.embedding_row * static_cast<uint64_t>(n);

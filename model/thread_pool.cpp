@@ -55,7 +55,7 @@ void thread_pool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
     // Spin a little (jobs come in quick succession within a token), then sleep.
-    for (int spin = 0; spin < 20000 && generation_.load(std::memory_order_acquire) == seen; ++spin) {
+    for (int spin = 0; spin < 20000 && generation_.load(std::memory_order_acquire) == seen && !resting_.load(std::memory_order_relaxed); ++spin) {
 #if defined(__x86_64__)
       _mm_pause();
 #endif
@@ -68,7 +68,10 @@ void thread_pool::worker(int index) {
   }
 }
 
+void thread_pool::rest() { resting_.store(true, std::memory_order_relaxed); }
+
 void thread_pool::start(int64_t n, int64_t grain, int64_t chunk_blocks, bool per_thread) {
+  resting_.store(false, std::memory_order_relaxed);
   n_ = n;
   grain_ = grain;
   chunk_blocks_ = chunk_blocks;

@@ -32,6 +32,9 @@ class thread_pool {
   // Calls fn(t) once on each thread t = 0..size()-1 (0: the caller's): for work split by owner, such
   // as the cold pool's shards, where each worker reads the same rows step after step.
   void for_each_thread(const std::function<void(int)>& fn);
+  // Workers stop spinning and sleep until the next job: for a caller about to hand its thread and
+  // cores to other threads for a while (the end of a decode step, when the sampler and scheduler run).
+  void rest();
 
  private:
   void worker(int index);
@@ -43,6 +46,7 @@ class thread_pool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> resting_{false};
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   const std::function<void(int)>* per_thread_job_ = nullptr;
   int64_t n_ = 0;
