@@ -48,10 +48,16 @@ void dequantize_row(const tensor_view& t, int64_t row, float* out) {
 namespace {
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
-  float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+  // The sum of squares in eight independent double lanes (one chain of 2048 dependent additions:
+  // 1.6 -> 0.6 us, twice a layer and once for the head each token).
+  double lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += double(x[i + k]) * x[i + k];
+  double ss = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; i < n; ++i) ss += double(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+  for (int64_t k = 0; k < n; ++k) out[k] = x[k] * scale * w[k];
 }
 
 void layer_norm(const float* x, const float* w, const float* b, float* out, int64_t n, float eps) {
