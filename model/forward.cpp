@@ -1,16 +1,12 @@
 #include "model/forward.hpp"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
-#include <system_error>
 
 #include <fmt/format.h>
 
@@ -132,27 +128,17 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   // Quantized activations for every product's input: n_embd, n_ff, or a predictor's rank (fc2).
   xq_.resize(static_cast<size_t>(std::max({hp.n_embd, hp.n_ff, max_rank}) / qk8_0 + 1));
   size_t cache = static_cast<size_t>(n_seq_ * hp.n_layer * n_ctx_ * hp.n_embd_kv());
-  k_cache_ = std::make_unique<page_floats>(cache);
-  v_cache_ = std::make_unique<page_floats>(cache);
+  k_cache_ = page_buffer(cache * sizeof(float), "the KV cache");
+  v_cache_ = page_buffer(cache * sizeof(float), "the KV cache");
 }
-
-inference_context::page_floats::page_floats(size_t n) : bytes_(std::max<size_t>(n, 1) * sizeof(float)) {
-  // Anonymous memory comes zeroed, and only the pages written are ever backed.
-  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::system_error(errno, std::generic_category(), fmt::format("allocating {} bytes for the KV cache", bytes_));
-  madvise(p, bytes_, MADV_HUGEPAGE);  // a hint: 4 KB pages still work
-  data_ = static_cast<float*>(p);
-}
-
-inference_context::page_floats::~page_floats() { munmap(data_, bytes_); }
 
 void inference_context::matvec(const tensor_view& w, const float* x, float* y) { hotcold::matmul(pool_, w, x, 1, y, xq_); }
 
 float* inference_context::k_at(int64_t seq, int64_t layer, int64_t pos) {
-  return k_cache_->data() + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
+  return static_cast<float*>(k_cache_.data()) + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
 }
 float* inference_context::v_at(int64_t seq, int64_t layer, int64_t pos) {
-  return v_cache_->data() + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
+  return static_cast<float*>(v_cache_.data()) + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
 }
 
 void inference_context::attend_head4(const float* const* q, int nq, int64_t seq, int64_t layer, int64_t pos0, int64_t h, float* s, float* const* out) {

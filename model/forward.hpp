@@ -232,22 +232,10 @@ class inference_context {
   std::vector<batch_cost> cost_;
   std::vector<batch_layer_choice> choices_;
   std::vector<float> batch_logits_;
-  // The KV cache, zeroed, in 2 MB pages where the kernel has them: decode attention reads a layer's
-  // rows of every position 8 KB apart (embd 2048), and with 4 KB pages each row was a TLB miss.
-  class page_floats {
-   public:
-    page_floats() = default;
-    explicit page_floats(size_t n);
-    ~page_floats();
-    page_floats(const page_floats&) = delete;
-    page_floats& operator=(const page_floats&) = delete;
-    float* data() { return data_; }
-   private:
-    float* data_ = nullptr;
-    size_t bytes_ = 0;
-  };
-  std::unique_ptr<page_floats> k_cache_;  // (n_seq, n_layer, n_ctx, n_embd_kv)
-  std::unique_ptr<page_floats> v_cache_;  // (n_seq, n_layer, n_ctx, n_embd_kv)
+  // The KV cache (page_buffer: decode attention reads a layer's rows of every position 8 KB apart at
+  // embd 2048, and only the positions written are backed).
+  page_buffer k_cache_;  // floats (n_seq, n_layer, n_ctx, n_embd_kv)
+  page_buffer v_cache_;  // floats (n_seq, n_layer, n_ctx, n_embd_kv)
 };
 
 // Shared helpers, also used by tests as building blocks of independent computations.

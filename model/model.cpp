@@ -1,7 +1,6 @@
 #include "model/model.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,31 +23,20 @@ bool matrix_type_supported(tensor_type t) {
   }
 }
 
-model::~model() {
-  if (buffer_) munmap(buffer_, buffer_bytes_);
-}
-
 namespace {
 
 // Copies the file's data section into anonymous memory with pread, so the mmap'd file pages are
 // never touched (and never counted twice).
-void* read_data_section(const std::string& path, uint64_t offset, size_t bytes, bool& huge) {
-  void* buf = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (buf == MAP_FAILED) throw std::system_error(errno, std::generic_category(), fmt::format("{}: allocating {} bytes for weights", path, bytes));
-  huge = madvise(buf, bytes, MADV_HUGEPAGE) == 0;
+page_buffer read_data_section(const std::string& path, uint64_t offset, size_t bytes) {
+  page_buffer buf(bytes, path + ": weights");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    munmap(buf, bytes);
-    throw std::system_error(e, std::generic_category(), path);
-  }
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), path);
   size_t done = 0;
   while (done < bytes) {
-    ssize_t n = pread(fd, static_cast<char*>(buf) + done, std::min<size_t>(bytes - done, size_t{1} << 30), static_cast<off_t>(offset + done));
+    ssize_t n = pread(fd, static_cast<char*>(buf.data()) + done, std::min<size_t>(bytes - done, size_t{1} << 30), static_cast<off_t>(offset + done));
     if (n <= 0) {
       int e = n < 0 ? errno : EIO;
       ::close(fd);
-      munmap(buf, bytes);
       throw std::system_error(e, std::generic_category(), path + ": reading weights");
     }
     done += static_cast<size_t>(n);
@@ -109,9 +97,9 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   } else {
     size_t bytes = static_cast<size_t>(f.size() - f.data_offset());
     if (bytes > 0) {
-      m->buffer_ = read_data_section(path, f.data_offset(), bytes, m->huge_pages_);
-      m->buffer_bytes_ = bytes;
-      base = static_cast<const uint8_t*>(m->buffer_);
+      m->buffer_ = read_data_section(path, f.data_offset(), bytes);
+      m->huge_pages_ = m->buffer_.huge_pages();
+      base = static_cast<const uint8_t*>(m->buffer_.data());
     }
   }
 

@@ -11,6 +11,7 @@
 
 #include "model/arch.hpp"
 #include "model/gguf.hpp"
+#include "model/page_buffer.hpp"
 #include "model/placement_file.hpp"
 #include "model/tensor_types.hpp"
 #include "model/vocab.hpp"
@@ -84,8 +85,6 @@ class model {
   uint64_t weight_bytes() const { return weight_bytes_; }
   bool huge_pages() const { return huge_pages_; }
 
-  ~model();
-
  private:
   model() = default;
   std::string path_;
@@ -98,8 +97,7 @@ class model {
   uint64_t weight_bytes_ = 0;
   bool huge_pages_ = false;
   std::unique_ptr<gguf::file> file_;  // kept for --mmap (weights point into it)
-  void* buffer_ = nullptr;            // anonymous copy of the data section
-  size_t buffer_bytes_ = 0;
+  page_buffer buffer_;                // anonymous copy of the data section
 };
 
 // Types the compute supports for weight matrices and the embedding.

@@ -7,6 +7,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
+#include "model/page_buffer.hpp"
 #include "tests/model/tiny_models.hpp"
 
 namespace hotcold {
@@ -128,6 +129,30 @@ TEST(ModelErrors, MmapAndPrivateCopyAgree) {
   ASSERT_EQ(ta.row_bytes, tb.row_bytes);
   EXPECT_EQ(std::memcmp(ta.data, tb.data, ta.row_bytes * ta.ne1), 0);
   EXPECT_NE(ta.data, tb.data);
+}
+
+// The weights' copy and the KV cache live in page buffers: zeroed, writable end to end, owned by one
+// buffer at a time (a move leaves the source empty, so nothing is unmapped twice).
+TEST(PageBuffer, ZeroedWritableAndMovedNotCopied) {
+  const size_t bytes = (size_t{3} << 20) + 100;  // more than one 2 MB page, not a multiple of one
+  page_buffer a(bytes, "a test");
+  ASSERT_NE(a.data(), nullptr);
+  EXPECT_EQ(a.size(), bytes);
+  auto* p = static_cast<unsigned char*>(a.data());
+  size_t nonzero = 0;
+  for (size_t i = 0; i < bytes; i += 4096) nonzero += p[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  p[0] = 1, p[bytes - 1] = 2;
+  page_buffer b(std::move(a));
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(a.size(), 0u);
+  ASSERT_EQ(b.data(), p);
+  EXPECT_EQ(static_cast<unsigned char*>(b.data())[bytes - 1], 2);
+  page_buffer c(16, "another test");
+  c = std::move(b);
+  EXPECT_EQ(c.data(), p);
+  EXPECT_EQ(b.data(), nullptr);
+  EXPECT_EQ(static_cast<unsigned char*>(c.data())[0], 1);
 }
 
 }  // namespace
