@@ -474,6 +474,11 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
           }
         }
       });
+      std::fill(out, out + n * d, 0.0f);
+      for (int th = 0; th < threads; ++th) {
+        const float* acc = B.acc.data() + th * n * d;
+        for (int64_t k = 0; k < n * d; ++k) out[k] += acc[k];
+      }
     }
   } else if (executor_ && down_t) {
     executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
@@ -483,17 +488,9 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
       batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
     });
   }
-  if (down_t && !as_matrices) {
-    // out written by the executor, or summed from the pieces
-  } else if (down_t) {
-    std::fill(out, out + n * d, 0.0f);
-    for (int th = 0; th < threads; ++th) {
-      const float* acc = B.acc.data() + th * n * d;
-      for (int64_t k = 0; k < n * d; ++k) out[k] += acc[k];
-    }
-  } else {
-    matmul(l.ffn_down, B.hidden.data(), n, out);
-  }
+  // With down rows, out is written above (by the executor, or summed from the threads' or the
+  // pieces' accumulators); without, the down projection is a matrix product.
+  if (!down_t) matmul(l.ffn_down, B.hidden.data(), n, out);
 
   // What this batch measured.
   if (sparse) {
