@@ -131,10 +131,18 @@ HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
   for (int j = 0; j < NX; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
 }
 
-// Two groups against one vector, block by block: two streams from memory at once.
+// Two groups against one vector, block by block: two streams from memory at once, each asked for
+// eight blocks (2.3 KB) ahead into L1 besides the hardware's own prefetch. The 1B file's attention
+// products (q, k, v, o of 16 layers, 2 threads), medians of 20 alternations in one process, five
+// runs: +1 to +18% (52.8 -> 62.1 GB/s in one); a decoded token (sparse Q4_0) +1.6 / -0.6 / +6.3%.
+// (Past a group's end the next group's first blocks are asked for: usually the caller's next.)
 HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t nb, float* oa, float* ob) {
+  constexpr int64_t ahead = 8;
   __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    const char* pa = reinterpret_cast<const char*>(wa + b + ahead);
+    const char* pb = reinterpret_cast<const char*>(wb + b + ahead);
+    for (size_t off = 0; off < sizeof(block_q4_0x16); off += 64) _mm_prefetch(pa + off, _MM_HINT_T0), _mm_prefetch(pb + off, _MM_HINT_T0);
     acc_a = add_block(unpack(wa[b]), wa[b].d, x[b], xt[b], acc_a);
     acc_b = add_block(unpack(wb[b]), wb[b].d, x[b], xt[b], acc_b);
   }
