@@ -317,12 +317,16 @@ HOTCOLD_AVX2 void dotn_bf16(const uint16_t* w, const float* const* x, int nx, in
 
 // Two rows against NX vectors: 2 x NX independent accumulators keep the FMA units busy, and each
 // vector load serves both rows.
+// With next0 (and next1), the same offsets of those rows are asked for as this reads (dot2_f16_ahead).
 template <int NX, typename Row>
-HOTCOLD_AVX2 static inline void dot2n(Row r0, Row r1, const float* const* x, int64_t n, float* out0, float* out1) {
+HOTCOLD_AVX2 static inline void dot2n(Row r0, Row r1, const float* const* x, int64_t n, float* out0, float* out1, const char* next0 = nullptr,
+                                      const char* next1 = nullptr) {
+  constexpr int64_t eb = sizeof(*r0.w);
   __m256 a0[NX], a1[NX];
   for (int j = 0; j < NX; ++j) a0[j] = _mm256_setzero_ps(), a1[j] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    if (next0 && (i * eb) % 64 == 0) _mm_prefetch(next0 + i * eb, _MM_HINT_T0), _mm_prefetch(next1 + i * eb, _MM_HINT_T0);
     const __m256 w0 = r0(i), w1 = r1(i);
     for (int j = 0; j < NX; ++j) {
       const __m256 v = _mm256_loadu_ps(x[j] + i);
@@ -380,6 +384,21 @@ HOTCOLD_AVX2 void axpy4_f32(const float* a, const float* const* x, float* y, int
 HOTCOLD_AVX2 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
   const f16_row r[4] = {{x[0]}, {x[1]}, {x[2]}, {x[3]}};
   axpy4(a, r, y, n);
+}
+HOTCOLD_AVX2 void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const float* x, int64_t n, float* out0, float* out1, const uint16_t* next0,
+                                 const uint16_t* next1) {
+  dot2n<1>(f16_row{w0}, f16_row{w1}, &x, n, out0, out1, reinterpret_cast<const char*>(next0), reinterpret_cast<const char*>(next1));
+}
+HOTCOLD_AVX2 void axpy4_f16_ahead(const float* a, const uint16_t* const* x, float* y, int64_t n, const uint16_t* const* next) {
+  // In pieces of 32 values (64 bytes of each row), each piece's lines of the next rows asked for first.
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(next[r] + i), _MM_HINT_T0);
+    const f16_row r[4] = {{x[0] + i}, {x[1] + i}, {x[2] + i}, {x[3] + i}};
+    axpy4(a, r, y + i, 32);
+  }
+  const f16_row r[4] = {{x[0] + i}, {x[1] + i}, {x[2] + i}, {x[3] + i}};
+  axpy4(a, r, y + i, n - i);
 }
 
 HOTCOLD_AVX2 void axpy4_bf16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
@@ -625,13 +644,18 @@ struct bf16_row16 {  // the top halves of sixteen F32s, widened and shifted into
   HOTCOLD_AVX512 float at(int64_t i) const { return bf16_to_fp32(w[i]); }
 };
 
+// With next0 (and next1), the same offsets of those rows are asked for as this reads (dot2_f16_ahead).
 template <int NX, typename Row>
-HOTCOLD_AVX512 static inline void dot2n(Row r0, Row r1, const float* const* x, int64_t n, float* out0, float* out1) {
+HOTCOLD_AVX512 static inline void dot2n(Row r0, Row r1, const float* const* x, int64_t n, float* out0, float* out1, const char* next0 = nullptr,
+                                        const char* next1 = nullptr) {
+  constexpr int64_t eb = sizeof(*r0.w);
   // Two halves of 16 per step: 4 x NX independent sums, enough to cover the FMA latency.
   __m512 a0[NX], a1[NX], b0[NX], b1[NX];
   for (int j = 0; j < NX; ++j) a0[j] = a1[j] = b0[j] = b1[j] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    if (next0)
+      for (int64_t b = 0; b < 32 * eb; b += 64) _mm_prefetch(next0 + i * eb + b, _MM_HINT_T0), _mm_prefetch(next1 + i * eb + b, _MM_HINT_T0);
     const __m512 w0 = r0(i), w1 = r1(i), v0 = r0(i + 16), v1 = r1(i + 16);
     for (int j = 0; j < NX; ++j) {
       const __m512 x0 = _mm512_loadu_ps(x[j] + i), x1 = _mm512_loadu_ps(x[j] + i + 16);
@@ -760,6 +784,31 @@ HOTCOLD_AVX512 void dot4n_f16(const uint16_t* const* w, const float* const* x, i
 HOTCOLD_AVX512 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
   dot2n_any(f16_row16{w0}, f16_row16{w1}, x, nx, n, out0, out1);
 }
+HOTCOLD_AVX512 void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const float* x, int64_t n, float* out0, float* out1, const uint16_t* next0,
+                                   const uint16_t* next1) {
+  dot2n<1>(f16_row16{w0}, f16_row16{w1}, &x, n, out0, out1, reinterpret_cast<const char*>(next0), reinterpret_cast<const char*>(next1));
+}
+// axpy4_f16's sums (each value y + a0 r0 + a1 r1 + a2 r2 + a3 r3 in that order, as the AVX2 kernel
+// makes them) sixteen at a time, 64 bytes of each row a step with the next rows' same line asked for;
+// what is left (under 32 values) by the AVX2 kernel.
+HOTCOLD_AVX512 void axpy4_f16_ahead(const float* a, const uint16_t* const* x, float* y, int64_t n, const uint16_t* const* next) {
+  const __m512 a0 = _mm512_set1_ps(a[0]), a1 = _mm512_set1_ps(a[1]), a2 = _mm512_set1_ps(a[2]), a3 = _mm512_set1_ps(a[3]);
+  const f16_row16 r[4] = {{x[0]}, {x[1]}, {x[2]}, {x[3]}};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) _mm_prefetch(reinterpret_cast<const char*>(next[k] + i), _MM_HINT_T0);
+    for (int64_t h = i; h < i + 32; h += 16) {
+      __m512 v = _mm512_fmadd_ps(a0, r[0](h), _mm512_loadu_ps(y + h));
+      v = _mm512_fmadd_ps(a1, r[1](h), v);
+      v = _mm512_fmadd_ps(a2, r[2](h), v);
+      _mm512_storeu_ps(y + h, _mm512_fmadd_ps(a3, r[3](h), v));
+    }
+  }
+  if (i < n) {
+    const uint16_t* rest[4] = {x[0] + i, x[1] + i, x[2] + i, x[3] + i};
+    avx2::axpy4_f16(a, rest, y + i, n - i);
+  }
+}
 HOTCOLD_AVX512 void dot4n_bf16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) {
   const bf16_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
   dot4n_any(r, x, nx, n, out);
@@ -870,6 +919,11 @@ void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, in
   if (cpu().avx2) return avx2::dot2n_f16(w0, w1, x, nx, n, out0, out1);
   for (int j = 0; j < nx; ++j) out0[j] = scalar::dot_f16(w0, x[j], n), out1[j] = scalar::dot_f16(w1, x[j], n);
 }
+void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const float* x, int64_t n, float* out0, float* out1, const uint16_t* next0, const uint16_t* next1) {
+  if (cpu().avx512) return avx512::dot2_f16_ahead(w0, w1, x, n, out0, out1, next0, next1);
+  if (cpu().avx2) return avx2::dot2_f16_ahead(w0, w1, x, n, out0, out1, next0, next1);
+  *out0 = scalar::dot_f16(w0, x, n), *out1 = scalar::dot_f16(w1, x, n);
+}
 void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
   if (cpu().avx512) return avx512::dot2n_bf16(w0, w1, x, nx, n, out0, out1);
   if (cpu().avx2) return avx2::dot2n_bf16(w0, w1, x, nx, n, out0, out1);
@@ -912,6 +966,11 @@ void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n) {
 }
 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n) {
   if (cpu().avx2) return avx2::axpy4_f16(a, x, y, n);
+  for (int r = 0; r < 4; ++r) scalar::axpy_f16(a[r], x[r], y, n);
+}
+void axpy4_f16_ahead(const float* a, const uint16_t* const* x, float* y, int64_t n, const uint16_t* const* next) {
+  if (cpu().avx512) return avx512::axpy4_f16_ahead(a, x, y, n, next);
+  if (cpu().avx2) return avx2::axpy4_f16_ahead(a, x, y, n, next);
   for (int r = 0; r < 4; ++r) scalar::axpy_f16(a[r], x[r], y, n);
 }
 void axpy4_bf16(const float* a, const uint16_t* const* x, float* y, int64_t n) {

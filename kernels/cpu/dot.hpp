@@ -29,6 +29,8 @@ void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n);
 // y += a[0] x[0] + ... + a[3] x[3]: four rows at once, so y is loaded and stored once per four rows.
 void axpy4_f32(const float* a, const float* const* x, float* y, int64_t n);
 void axpy4_f16(const float* a, const uint16_t* const* x, float* y, int64_t n);
+// axpy4_f16 (the same sums) while rows next[0..3] (n values each) are asked for at the offsets it reads.
+void axpy4_f16_ahead(const float* a, const uint16_t* const* x, float* y, int64_t n, const uint16_t* const* next);
 void axpy4_bf16(const float* a, const uint16_t* const* x, float* y, int64_t n);
 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n);
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n);
@@ -43,6 +45,12 @@ void dotn_bf16(const uint16_t* w, const float* const* x, int nx, int64_t n, floa
 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1);
 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1);
 void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1);
+// dot2n_f16 against one vector (the same sums) while rows next0 and next1 are asked for into L1 at
+// the offsets it reads: a sparse FFN's scattered rows (4 KiB each at n_embd 2048) then arrive one
+// neuron ahead, spread through the reading of this one, rather than as a burst the miss buffers cannot
+// hold. next0 and next1 must be rows of n values too (they may be w0 and w1).
+void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const float* x, int64_t n, float* out0, float* out1, const uint16_t* next0,
+                    const uint16_t* next1);
 // Four rows w[0..3] against up to four vectors: out[4 r + j] = w[r] . x[j]. Per load, the most
 // products of these kernels: what a batch's matrix products use.
 void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out);

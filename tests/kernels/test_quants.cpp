@@ -563,6 +563,37 @@ TEST(Axpy, FourRowsAtOnce) {
   expect("q4_0", 512, d4, [&](float* y) { axpy4_q4_0(a, p4, y, 512); });
 }
 
+// The kernels that ask for the next rows as they read (a sparse FFN's F16 rows): the same sums as
+// the plain kernels, bit for bit, whatever the length (tails under a vector and under a cache line's
+// 32 values included), and the rows asked for do not enter the sums.
+TEST(Dot, AskingForTheNextRowsKeepsTheSums) {
+  for (int64_t n : {1, 7, 16, 31, 32, 33, 509, 2048, 2072}) {
+    std::vector<std::vector<uint16_t>> h(8, std::vector<uint16_t>(static_cast<size_t>(n)));
+    for (int r = 0; r < 8; ++r) {
+      const auto v = random_vector(static_cast<size_t>(n), static_cast<uint32_t>(40 + r));
+      for (int64_t i = 0; i < n; ++i) h[r][static_cast<size_t>(i)] = fp32_to_fp16(v[static_cast<size_t>(i)]);
+    }
+    const auto x = random_vector(static_cast<size_t>(n), 50);
+    const float* px[1] = {x.data()};
+    float g = 0, u = 0, g0 = 0, u0 = 0;
+    dot2_f16_ahead(h[0].data(), h[1].data(), x.data(), n, &g, &u, h[2].data(), h[3].data());
+    dot2n_f16(h[0].data(), h[1].data(), px, 1, n, &g0, &u0);
+    EXPECT_EQ(g, g0) << n;
+    EXPECT_EQ(u, u0) << n;
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i) want += double(fp16_to_fp32(h[0][static_cast<size_t>(i)])) * x[static_cast<size_t>(i)];
+    EXPECT_NEAR(g, want, 1e-4 * (1 + std::sqrt(double(n)))) << n;
+
+    const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};
+    const uint16_t* rows[4] = {h[0].data(), h[1].data(), h[2].data(), h[3].data()};
+    const uint16_t* next[4] = {h[4].data(), h[5].data(), h[6].data(), h[7].data()};
+    auto y = random_vector(static_cast<size_t>(n), 51), y0 = y;
+    axpy4_f16_ahead(a, rows, y.data(), n, next);
+    axpy4_f16(a, rows, y0.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[static_cast<size_t>(i)], y0[static_cast<size_t>(i)]) << n << " at " << i;
+  }
+}
+
 }  // namespace
 }  // namespace hotcold::kernels
 
