@@ -1,4 +1,4 @@
-// hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json] [--vs-dense] [--roofline]
+// hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json] [--vs-dense] [--roofline] [--no-warmup]
 //               [--pipeline actors|reference] [--vs-reference] [--parallel K]:
 // prompt and decode speed, llama-bench style, with the bytes of weights read per decoded token.
 #include <chrono>
@@ -46,7 +46,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   struct args {
     model_args m;
     int n_prompt = 128, n_gen = 64, reps = 3, parallel = 1, vs_parallel = 0;
-    bool json = false, vs_dense = false, vs_reference = false, roofline = false;
+    bool json = false, vs_dense = false, vs_reference = false, roofline = false, no_warmup = false;
     std::string pipeline = "actors";
   };
   auto a = std::make_shared<args>();
@@ -68,6 +68,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
   cmd->add_flag("--vs-reference", a->vs_reference,
                 "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
+  cmd->add_flag("--no-warmup", a->no_warmup, "Skip the untimed warm-up (per configuration, one prompt and two generated tokens, as llama-bench does)");
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("bench", [&] {
       if (a->reps < 1) throw std::invalid_argument("-r must be at least 1");
@@ -163,6 +164,15 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       // The roofline: the read bandwidth measured before the first repetition and after each, so
       // each repetition is held against the bandwidth of its own minute (the better of the
       // measurements on either side of it): this machine's bandwidth drifts with its neighbours.
+      // Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a
+      // short generation per configuration, so that the first repetition does not pay for first
+      // touches (the prompt's KV cache pages, the batch products' buffers, the actors' start).
+      if (!a->no_warmup)
+        for (const auto& c : configs) {
+          ctx.set_mode(c.mode);
+          if (a->n_prompt > 0) timed_prompt(c.actors, a->n_prompt);
+          if (a->n_gen > 0) timed(c.actors, c.sequences, 2);
+        }
       std::vector<double> probes;
       if (a->roofline) probes.push_back(measure_read_bandwidth(ctx.pool()));
       for (int i = 0; i < a->reps; ++i) {
@@ -227,6 +237,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           return d;
         };
         nlohmann::json j = describe(0);
+        j["warmup"] = !a->no_warmup;
         if (a->roofline) j["read_bandwidth_bytes_per_s"] = bandwidth;
         if (dense_k > 0) {
           j["dense"] = describe(static_cast<size_t>(dense_k));

@@ -363,6 +363,10 @@ TEST(Cli, PipelinesAgree) {
   EXPECT_EQ(j.at("vs_parallel").at("parallel"), 1);
   EXPECT_TRUE(j.contains("actor_overhead"));
   EXPECT_GT(j.at("parallel_speedup").get<double>(), 0);
+  EXPECT_EQ(j.at("warmup"), true);  // as llama-bench: an untimed prompt and generation first
+  auto cold = run({"bench", "-m", small_model(), "-p", "4", "-n", "4", "-r", "1", "-t", "2", "--no-warmup", "--json"});
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  EXPECT_EQ(nlohmann::json::parse(cold.out).at("warmup"), false);
 
   auto bad = run({"run", "-m", small_model(), "-p", "x", "--pipeline", "threads"});
   EXPECT_EQ(bad.code, 2);
