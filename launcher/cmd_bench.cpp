@@ -161,9 +161,6 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       std::vector<std::vector<double>> pp_runs(configs.size()), tg_runs(configs.size());
       std::vector<int64_t> tokens_run(configs.size(), 0);
       std::vector<std::vector<int64_t>> computed(configs.size(), std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0));
-      // The roofline: the read bandwidth measured before the first repetition and after each, so
-      // each repetition is held against the bandwidth of its own minute (the better of the
-      // measurements on either side of it): this machine's bandwidth drifts with its neighbours.
       // Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a
       // short generation per configuration, so that the first repetition does not pay for first
       // touches (the prompt's KV cache pages, the batch products' buffers, the actors' start).
@@ -173,6 +170,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           if (a->n_prompt > 0) timed_prompt(c.actors, a->n_prompt);
           if (a->n_gen > 0) timed(c.actors, c.sequences, 2);
         }
+      // The roofline: the read bandwidth measured before the first repetition and after each, so
+      // each repetition is held against the bandwidth of its own minute (the better of the
+      // measurements on either side of it): this machine's bandwidth drifts with its neighbours.
       std::vector<double> probes;
       if (a->roofline) probes.push_back(measure_read_bandwidth(ctx.pool()));
       for (int i = 0; i < a->reps; ++i) {

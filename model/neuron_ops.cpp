@@ -151,6 +151,10 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
   const int64_t dist = pf.distance();
   axpy_batcher down(down_t, acc);
   int64_t k = 0;
+  // The Q4_0 and F16 paths' neurons that fired and their values, for a pass over their down rows.
+  thread_local std::vector<int32_t> fired;
+  thread_local std::vector<float> values;
+  fired.clear(), values.clear();
   if (hp.gated_ffn && up.type == tensor_type::q4_0 && gate.type == tensor_type::q4_0 && xq) {
     // Q4_0, in passes over one kind of row at a time, four rows a call (the input's side done once;
     // the input rearranged once per call for the four-blocks-a-register kernel where the CPU has it),
@@ -159,9 +163,8 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
     // for every chosen neuron's down row with its gate and up rows spent a third of those reads on
     // rows never used.
     thread_local std::vector<kernels::q8_0_x4> x4;
-    thread_local std::vector<int32_t> fired, open;
-    thread_local std::vector<float> values, gates;
-    fired.clear(), values.clear();
+    thread_local std::vector<int32_t> open;
+    thread_local std::vector<float> gates;
     const int64_t nb = gate.ne0 / kernels::qk4_0;
     if (nb % 4 == 0) {
       x4.resize(static_cast<size_t>(nb / 4));
@@ -243,9 +246,6 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
     // predictors' choices (96% of them fire), q/k/v/o and the predictor run between layers as in a
     // decode, 2 threads, medians of 16 alternations: 3.59 -> 3.27 ms a token (asking two neurons
     // ahead: 3.32); in whole decodes the FFN spans 2-8% shorter.
-    thread_local std::vector<int32_t> fired;
-    thread_local std::vector<float> values;
-    fired.clear(), values.clear();
     auto f16 = [](const tensor_view& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.row(r)); };
     const int64_t d = gate.ne0;
     if (count > 0) prefetch_row_start(gate, rows[0]), prefetch_row_start(up, rows[0]);
