@@ -245,7 +245,9 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
     // left the hardware's streams to start on each 4 KiB row afresh. The 1B file's FFNs alone with the
     // predictors' choices (96% of them fire), q/k/v/o and the predictor run between layers as in a
     // decode, 2 threads, medians of 16 alternations: 3.59 -> 3.27 ms a token (asking two neurons
-    // ahead: 3.32); in whole decodes the FFN spans 2-8% shorter.
+    // ahead: 3.32; with inputs captured from a real decode 4.08 -> 3.48-3.59). In whole decodes the
+    // FFN spans come out 2-8% shorter but the tokens per second did not move beyond the machine's
+    // noise (bench at the commit before and after, alternately, four times: 0.97-1.02x).
     auto f16 = [](const tensor_view& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.row(r)); };
     const int64_t d = gate.ne0;
     if (count > 0) prefetch_row_start(gate, rows[0]), prefetch_row_start(up, rows[0]);
