@@ -1,10 +1,14 @@
 // Sparse inference: the sparse FFN path against the dense one, and the predictor's rule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "model/forward.hpp"
+#include "model/neuron_ops.hpp"
+#include "model/predictor.hpp"
+#include "model/thread_pool.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -73,6 +77,50 @@ TEST_P(SparsePath, PredictorThresholdDecides) {
   });
   ctx.forward(1, 0);
   EXPECT_EQ(nonzero, 0);
+}
+
+// The predictor chooses neuron i for token t exactly where fc2 . relu(fc1 . x_t) reaches the layer's
+// threshold, and lists the neurons any token chose, ascending, once each (one token and three).
+TEST_P(SparsePath, PredictorChoosesWhereTheScoreReachesTheThreshold) {
+  auto m = model::load(sparse_model(GetParam(), 0.0f));
+  const hparams& hp = m->hp();
+  const layer_weights& l = m->weights().layers[1];
+  ASSERT_FALSE(wants_q8_input(l.pred_fc1.type));
+  const int64_t d = hp.n_embd, n_ff = hp.n_ff, rank = l.pred_fc1.ne1;
+  thread_pool pool(2);
+  predictor_runner runner(*m, pool);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t n : {1, 3}) {
+    std::vector<float> x(static_cast<size_t>(n * d));
+    for (float& v : x) v = normal(rng);
+    std::vector<uint8_t> chosen(static_cast<size_t>(n * n_ff), 7);
+    std::vector<int32_t> ids{-1, -2};
+    runner.predict(1, x.data(), n, chosen.data(), ids);
+    std::vector<uint8_t> any(static_cast<size_t>(n_ff), 0);
+    int64_t checked = 0, picked = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<float> h(static_cast<size_t>(rank));
+      for (int64_t j = 0; j < rank; ++j) h[static_cast<size_t>(j)] = std::max(0.0f, row_dot(l.pred_fc1, j, x.data() + t * d, nullptr));
+      for (int64_t i = 0; i < n_ff; ++i) {
+        const uint8_t c = chosen[static_cast<size_t>(t * n_ff + i)];
+        ASSERT_LE(c, 1) << "token " << t << ", neuron " << i;
+        any[static_cast<size_t>(i)] |= c;
+        picked += c;
+        const float s = row_dot(l.pred_fc2, i, h.data(), nullptr), threshold = hp.sparse_threshold[1];
+        if (std::fabs(s - threshold) < 1e-4f * (1.0f + std::fabs(s))) continue;  // the sums' order may tip it
+        EXPECT_EQ(c, s >= threshold ? 1 : 0) << "token " << t << ", neuron " << i << ": score " << s;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, n * n_ff * 9 / 10);
+    EXPECT_GT(picked, 0);
+    EXPECT_LT(picked, n * n_ff);
+    std::vector<int32_t> want;
+    for (int64_t i = 0; i < n_ff; ++i)
+      if (any[static_cast<size_t>(i)]) want.push_back(static_cast<int32_t>(i));
+    EXPECT_EQ(ids, want) << n << " tokens";
+  }
 }
 
 // With a real threshold, exactly the neurons whose score passes are computed, each with its dense value.
