@@ -45,9 +45,16 @@ int thread_pool::pin_workers() {
 void thread_pool::run_chunks(int index) {
   if (per_thread_job_) return (*per_thread_job_)(index);
   const int64_t blocks = (n_ + grain_ - 1) / grain_;
-  for (int64_t c; (c = next_chunk_.fetch_add(1, std::memory_order_relaxed)) * chunk_blocks_ < blocks;) {
-    const int64_t b0 = c * chunk_blocks_, b1 = std::min(blocks, b0 + chunk_blocks_);
-    (*job_)(b0 * grain_, std::min(n_, b1 * grain_));
+  // Guided: each take is a (2 x threads)-th of what is left (at least one block), so the first
+  // chunks are long (a product's rows read in a few long streams, each of which the hardware has to
+  // start afresh) and the last short (no thread left waiting long for a slow one).
+  for (;;) {
+    int64_t b0 = next_block_.load(std::memory_order_relaxed), take = 0;
+    do {
+      if (b0 >= blocks) return;
+      take = std::max<int64_t>(1, (blocks - b0) / (2 * n_threads_));
+    } while (!next_block_.compare_exchange_weak(b0, b0 + take, std::memory_order_relaxed));
+    (*job_)(b0 * grain_, std::min(n_, (b0 + take) * grain_));
   }
 }
 
@@ -70,12 +77,11 @@ void thread_pool::worker(int index) {
 
 void thread_pool::rest() { resting_.store(true, std::memory_order_relaxed); }
 
-void thread_pool::start(int64_t n, int64_t grain, int64_t chunk_blocks, bool per_thread) {
+void thread_pool::start(int64_t n, int64_t grain) {
   resting_.store(false, std::memory_order_relaxed);
   n_ = n;
   grain_ = grain;
-  chunk_blocks_ = chunk_blocks;
-  next_chunk_.store(0, std::memory_order_relaxed);
+  next_block_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
@@ -96,15 +102,14 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
     fn(0, n);
     return;
   }
-  const int64_t blocks = (n + grain - 1) / grain;
   job_ = &fn;
-  start(n, grain, std::max<int64_t>(1, blocks / (4 * n_threads_)), false);
+  start(n, grain);
 }
 
 void thread_pool::for_each_thread(const std::function<void(int)>& fn) {
   if (n_threads_ == 1) return fn(0);
   per_thread_job_ = &fn;
-  start(0, 1, 1, true);
+  start(0, 1);
 }
 
 }  // namespace hotcold

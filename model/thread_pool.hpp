@@ -26,8 +26,11 @@ class thread_pool {
   int pin_workers();
 
   // Calls fn(begin, end) over [0, n) in contiguous chunks (multiples of `grain`, except the last),
-  // about four per thread, each thread taking the next chunk when it is done with one — so a thread
-  // slowed by a neighbour on its core does less, not the others wait; returns when all are done.
+  // each thread taking the next chunk when it is done with one — so a thread slowed by a neighbour on
+  // its core does less, not the others wait; returns when all are done. Chunks shrink as the work
+  // runs out (each a 2 x size()-th of what is left): a few long streams through a matrix, short
+  // ones at the end (against four equal chunks a thread: a sparse F16 token +1.7 to +3.8%, Q4_0 +1.6
+  // to +4.7%, an F16 512-token prompt +6%, alternately in one process).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
   // Calls fn(t) once on each thread t = 0..size()-1 (0: the caller's): for work split by owner, such
   // as the cold pool's shards, where each worker reads the same rows step after step.
@@ -39,7 +42,7 @@ class thread_pool {
  private:
   void worker(int index);
   void run_chunks(int index);
-  void start(int64_t n, int64_t grain, int64_t chunk_blocks, bool per_thread);
+  void start(int64_t n, int64_t grain);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -51,8 +54,7 @@ class thread_pool {
   const std::function<void(int)>* per_thread_job_ = nullptr;
   int64_t n_ = 0;
   int64_t grain_ = 1;
-  int64_t chunk_blocks_ = 1;          // grains per chunk
-  std::atomic<int64_t> next_chunk_{0};
+  std::atomic<int64_t> next_block_{0};  // the first grain no thread has taken
 };
 
 }  // namespace hotcold

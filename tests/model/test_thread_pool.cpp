@@ -1,0 +1,71 @@
+// The thread pool: every index of a parallel_for once, in chunks that respect the grain; every
+// thread once in for_each_thread.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "model/thread_pool.hpp"
+
+namespace hotcold {
+namespace {
+
+TEST(ThreadPool, ParallelForCoversEveryIndexOnceInGrainedChunks) {
+  for (int threads : {1, 2, 3, 4}) {
+    thread_pool pool(threads);
+    for (int64_t n : {1, 2, 7, 64, 100, 1000, 4099}) {
+      for (int64_t grain : {1, 3, 8, 64}) {
+        std::vector<int> seen(static_cast<size_t>(n), 0);
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        std::mutex m;
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+          std::lock_guard lock(m);
+          chunks.emplace_back(b, e);
+          for (int64_t i = b; i < e; ++i) ++seen[static_cast<size_t>(i)];
+        }, grain);
+        SCOPED_TRACE(testing::Message() << threads << " threads, n " << n << ", grain " << grain);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << "index " << i;
+        for (auto [b, e] : chunks) {
+          EXPECT_LT(b, e);
+          EXPECT_EQ(b % grain, 0);
+          if (e != n) {
+            EXPECT_EQ((e - b) % grain, 0) << "chunk [" << b << ", " << e << ")";
+          }
+        }
+        // One thread, or one grain of work: a single call. Else guided chunks: the first a
+        // (2 x threads)-th of all (at least a grain), and far fewer chunks than grains when the work
+        // is long.
+        std::sort(chunks.begin(), chunks.end());
+        const int64_t blocks = (n + grain - 1) / grain;
+        if (threads == 1 || n <= grain) {
+          EXPECT_EQ(chunks.size(), 1u);
+        } else {
+          EXPECT_EQ(chunks.front().second - chunks.front().first, std::min(n, std::max<int64_t>(1, blocks / (2 * threads)) * grain));
+          if (blocks >= 64) {
+            EXPECT_LT(static_cast<int64_t>(chunks.size()), blocks / 2);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ForEachThreadRunsOncePerThread) {
+  for (int threads : {1, 2, 5}) {
+    thread_pool pool(threads);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<int> calls(static_cast<size_t>(threads), 0);
+      std::mutex m;
+      pool.for_each_thread([&](int t) {
+        std::lock_guard lock(m);
+        ++calls[static_cast<size_t>(t)];
+      });
+      for (int t = 0; t < threads; ++t) EXPECT_EQ(calls[static_cast<size_t>(t)], 1) << threads << " threads, thread " << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hotcold
