@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/select.hpp"
 #include "model/matmul.hpp"
 
 namespace hotcold {
@@ -24,19 +25,13 @@ void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, u
   const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
   // Branch-free: whether a neuron is chosen is close to a coin toss the branch predictor cannot
   // learn, and a branch here cost 13 us of a layer's ~100 (the 1B file: 16 layers, 0.21 ms a token).
-  union_ids.resize(static_cast<size_t>(n_ff));
+  union_ids.resize(static_cast<size_t>(n_ff + 16));  // (room for the vector path's last store)
   int32_t* ids = union_ids.data();
-  int64_t count = 0;
   if (n == 1) {  // decode: the choice is the union
-    for (int64_t i = 0; i < n_ff; ++i) {
-      const uint8_t c = scores_[static_cast<size_t>(i)] >= threshold;
-      chosen[i] = c;
-      ids[count] = static_cast<int32_t>(i);
-      count += c;
-    }
-    union_ids.resize(static_cast<size_t>(count));
+    union_ids.resize(static_cast<size_t>(kernels::select_at_least(scores_.data(), n_ff, threshold, chosen, ids)));
     return;
   }
+  int64_t count = 0;
   any_.assign(static_cast<size_t>(n_ff), 0);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < n_ff; ++i) {
