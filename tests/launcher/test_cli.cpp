@@ -364,9 +364,19 @@ TEST(Cli, PipelinesAgree) {
   EXPECT_TRUE(j.contains("actor_overhead"));
   EXPECT_GT(j.at("parallel_speedup").get<double>(), 0);
   EXPECT_EQ(j.at("warmup"), true);  // as llama-bench: an untimed prompt and generation first
-  auto cold = run({"bench", "-m", small_model(), "-p", "4", "-n", "4", "-r", "1", "-t", "2", "--no-warmup", "--json"});
+  auto cold = run({"bench", "-m", small_model(), "-p", "4", "-n", "4", "-r", "1", "-t", "2", "--no-warmup", "--roofline", "--json"});
   ASSERT_EQ(cold.code, 0) << cold.err;
-  EXPECT_EQ(nlohmann::json::parse(cold.out).at("warmup"), false);
+  auto c = nlohmann::json::parse(cold.out);
+  EXPECT_EQ(c.at("warmup"), false);
+  // The roofline: a measured bandwidth (between 100 MB/s and 10 TB/s on any machine), the decode
+  // speed it allows at the bytes read per token, and the fraction of that reached.
+  const double bw = c.at("read_bandwidth_bytes_per_s").get<double>(), per_token = c.at("bytes_per_token").get<double>();
+  EXPECT_GT(bw, 1e8);
+  EXPECT_LT(bw, 1e13);
+  EXPECT_NEAR(c.at("roofline_tokens_per_s").get<double>(), bw / per_token, 1e-6 * bw / per_token);
+  const double fraction = c.at("decode_tokens_per_s").get<double>() / c.at("roofline_tokens_per_s").get<double>();
+  EXPECT_NEAR(c.at("roofline_fraction").get<double>(), fraction, 1e-6 * fraction);
+  ASSERT_EQ(c.at("roofline_fraction_per_repetition").size(), 1u);
 
   auto bad = run({"run", "-m", small_model(), "-p", "x", "--pipeline", "threads"});
   EXPECT_EQ(bad.code, 2);
