@@ -8,9 +8,10 @@
 
 namespace hotcold::kernels {
 
-int64_t select_at_least_scalar(const float* scores, int64_t n, float threshold, uint8_t* chosen, int32_t* ids) {
-  int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) {
+namespace {
+// Scores [i, n) one at a time, appending to ids[count..]; returns the new count.
+int64_t select_from(const float* scores, int64_t i, int64_t n, float threshold, uint8_t* chosen, int32_t* ids, int64_t count) {
+  for (; i < n; ++i) {
     const uint8_t c = scores[i] >= threshold;
     chosen[i] = c;
     ids[count] = static_cast<int32_t>(i);  // kept only where c: the next one overwrites it otherwise
@@ -18,12 +19,17 @@ int64_t select_at_least_scalar(const float* scores, int64_t n, float threshold, 
   }
   return count;
 }
+}  // namespace
+
+int64_t select_at_least_scalar(const float* scores, int64_t n, float threshold, uint8_t* chosen, int32_t* ids) {
+  return select_from(scores, 0, n, threshold, chosen, ids, 0);
+}
 
 #if defined(__x86_64__)
 HOTCOLD_AVX512_BEGIN
 // Sixteen scores a step: one compare into a mask, the mask widened to sixteen 0/1 bytes, and the
-// chosen indices packed to the front of a register (compress) and stored whole; 13 -> ~1 us for a
-// 5632-neuron layer against the branch-free scalar loop's 4.5.
+// chosen indices packed to the front of a register (compress) and stored whole: ~0.8 us for a
+// 5632-neuron layer, against 4.5 for the scalar loop (13 when it branched).
 HOTCOLD_AVX512 static int64_t select_avx512(const float* scores, int64_t n, float threshold, uint8_t* chosen, int32_t* ids) {
   const __m512 t = _mm512_set1_ps(threshold);
   const __m512i step = _mm512_set1_epi32(16), one = _mm512_set1_epi32(1);
@@ -36,13 +42,7 @@ HOTCOLD_AVX512 static int64_t select_avx512(const float* scores, int64_t n, floa
     count += __builtin_popcount(m);
     index = _mm512_add_epi32(index, step);
   }
-  for (; i < n; ++i) {
-    const uint8_t c = scores[i] >= threshold;
-    chosen[i] = c;
-    ids[count] = static_cast<int32_t>(i);
-    count += c;
-  }
-  return count;
+  return select_from(scores, i, n, threshold, chosen, ids, count);
 }
 HOTCOLD_AVX512_END
 #endif
