@@ -67,11 +67,17 @@ void thread_pool::worker(int index) {
       _mm_pause();
 #endif
     }
-    generation_.wait(seen, std::memory_order_acquire);
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      // Counted, so that a job's start pays for a wake-up only when someone sleeps: either start()
+      // sees this count or this thread's wait sees the new generation (both sequentially consistent).
+      sleepers_.fetch_add(1);
+      generation_.wait(seen);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
     seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load()) return;
+    if (stop_.load(std::memory_order_relaxed)) return;
     run_chunks(index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    pending_.fetch_sub(1, std::memory_order_release);  // (the caller spins on it)
   }
 }
 
@@ -83,8 +89,8 @@ void thread_pool::start(int64_t n, int64_t grain) {
   grain_ = grain;
   next_block_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) generation_.notify_all();
   run_chunks(0);
   for (int left; (left = pending_.load(std::memory_order_acquire)) != 0;) {
 #if defined(__x86_64__)

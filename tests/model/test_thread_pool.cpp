@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -63,6 +65,37 @@ TEST(ThreadPool, ForEachThreadRunsOncePerThread) {
         ++calls[static_cast<size_t>(t)];
       });
       for (int t = 0; t < threads; ++t) EXPECT_EQ(calls[static_cast<size_t>(t)], 1) << threads << " threads, thread " << t;
+    }
+  }
+}
+
+// A job's start wakes workers only when one sleeps: after rest() (asleep at once) or a pause
+// longer than their spin (asleep by then), the next jobs still reach every thread, from different
+// OS threads. A start that skipped a needed wake-up would hang here (ctest's timeout).
+TEST(ThreadPool, SleepingWorkersWakeForTheNextJob) {
+  for (int threads : {2, 3}) {
+    thread_pool pool(threads);
+    for (int round = 0; round < 60; ++round) {
+      if (round % 3 == 0) pool.rest();
+      if (round % 3 != 2) std::this_thread::sleep_for(std::chrono::milliseconds(round % 3 == 0 ? 1 : 20));
+      std::vector<int> calls(static_cast<size_t>(threads), 0);
+      std::vector<std::thread::id> ids(static_cast<size_t>(threads));
+      std::mutex m;
+      pool.for_each_thread([&](int t) {
+        std::lock_guard lock(m);
+        ++calls[static_cast<size_t>(t)];
+        ids[static_cast<size_t>(t)] = std::this_thread::get_id();
+      });
+      std::vector<int> seen(100, 0);
+      pool.parallel_for(100, [&](int64_t b, int64_t e) {
+        std::lock_guard lock(m);
+        for (int64_t i = b; i < e; ++i) ++seen[static_cast<size_t>(i)];
+      });
+      SCOPED_TRACE(testing::Message() << threads << " threads, round " << round);
+      for (int t = 0; t < threads; ++t) EXPECT_EQ(calls[static_cast<size_t>(t)], 1) << "thread " << t;
+      std::sort(ids.begin(), ids.end());
+      EXPECT_EQ(std::unique(ids.begin(), ids.end()) - ids.begin(), threads);
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 100);
     }
   }
 }
