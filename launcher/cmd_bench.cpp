@@ -1,7 +1,9 @@
 // hotcold bench [-m FILE] [--mode dense|sparse] [-p 128] [-n 64] [-t N] [-r 3] [--json] [--vs-dense] [--roofline] [--no-warmup]
 //               [--pipeline actors|reference] [--vs-reference] [--parallel K]:
 // prompt and decode speed, llama-bench style, with the bytes of weights read per decoded token.
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cmath>
 #include <numeric>
 
@@ -63,8 +65,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 256));
   cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
   cmd->add_flag("--roofline", a->roofline,
-                "Measure this machine's memory read bandwidth with the same threads and report, per mode, the decode speed it allows "
-                "(bandwidth / bytes per token) and the fraction reached");
+                "Measure this machine's memory read bandwidth with the same threads, over as many bytes as a step reads, and report, per "
+                "mode, the decode speed it allows (bandwidth / bytes per token) and the fraction reached");
   cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
   cmd->add_flag("--vs-reference", a->vs_reference,
                 "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
@@ -164,17 +166,38 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       // Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a
       // short generation per configuration, so that the first repetition does not pay for first
       // touches (the prompt's KV cache pages, the batch products' buffers, the actors' start).
+      // The bytes a step of each configuration reads (the warm-up's two steps; without a warm-up,
+      // every row, as a dense step reads): what its roofline's probe reads.
+      const double dense_step_bytes = static_cast<double>(read_costs(m).dense_step());
+      std::vector<double> step_bytes(configs.size(), dense_step_bytes);
       if (!a->no_warmup)
-        for (const auto& c : configs) {
+        for (size_t k = 0; k < configs.size(); ++k) {
+          const auto& c = configs[k];
           ctx.set_mode(c.mode);
           if (a->n_prompt > 0) timed_prompt(c.actors, a->n_prompt);
-          if (a->n_gen > 0) timed(c.actors, c.sequences, 2);
+          if (a->n_gen > 0) {
+            auto before = ctx.read_neurons();
+            timed(c.actors, c.sequences, 2);
+            std::vector<int64_t> rows(static_cast<size_t>(hp.n_layer));
+            for (int64_t l = 0; l < hp.n_layer; ++l) rows[static_cast<size_t>(l)] = ctx.read_neurons()[static_cast<size_t>(l)] - before[static_cast<size_t>(l)];
+            step_bytes[k] = bytes_per_step(m, rows, 2);
+          }
         }
-      // The roofline: the read bandwidth measured before the first repetition and after each, so
-      // each repetition is held against the bandwidth of its own minute (the better of the
-      // measurements on either side of it): this machine's bandwidth drifts with its neighbours.
-      std::vector<double> probes;
-      if (a->roofline) probes.push_back(measure_read_bandwidth(ctx.pool()));
+      // The roofline: each configuration's read bandwidth, over as many bytes as its step reads
+      // (read_probe: this machine serves a few hundred MB read again and again partly from its
+      // caches; the warm-up's count first, then the repetitions' so far), measured before the first
+      // repetition and after each, so each repetition is held against the bandwidth of its own
+      // minute (the better of the measurements on either side of it): this machine's bandwidth
+      // drifts with its neighbours.
+      std::unique_ptr<read_probe> probe;
+      std::vector<std::vector<double>> probes(configs.size());
+      auto probe_all = [&] {
+        for (size_t k = 0; k < configs.size(); ++k) probes[k].push_back(probe->measure(static_cast<uint64_t>(step_bytes[k])));
+      };
+      if (a->roofline && a->n_gen > 0) {
+        probe = std::make_unique<read_probe>(ctx.pool(), static_cast<uint64_t>(dense_step_bytes));
+        probe_all();
+      }
       for (int i = 0; i < a->reps; ++i) {
         for (size_t k = 0; k < configs.size(); ++k) {
           ctx.set_mode(configs[k].mode);
@@ -186,18 +209,25 @@ void add_bench_command(CLI::App& app, int& exit_code) {
             tokens_run[k] += a->n_gen;
           }
         }
-        if (a->roofline) probes.push_back(measure_read_bandwidth(ctx.pool()));
+        if (probe) {
+          for (size_t k = 0; k < configs.size(); ++k)
+            if (tokens_run[k] > 0) step_bytes[k] = bytes_per_step(m, computed[k], tokens_run[k]);
+          probe_all();
+        }
       }
-      // Per repetition, the bandwidth beside it; the roofline's figures are their means.
-      std::vector<double> rep_bandwidth;
-      for (size_t i = 0; i + 1 < probes.size(); ++i) rep_bandwidth.push_back(std::max(probes[i], probes[i + 1]));
-      double bandwidth = 0;
-      for (double b : rep_bandwidth) bandwidth += b / static_cast<double>(rep_bandwidth.size());
+      // Per configuration and repetition, the bandwidth beside it; the roofline's figures are their
+      // means.
+      std::vector<std::vector<double>> rep_bandwidth(configs.size());
+      std::vector<double> bandwidth(configs.size(), 0.0);
+      for (size_t k = 0; k < configs.size(); ++k) {
+        for (size_t i = 0; i + 1 < probes[k].size(); ++i) rep_bandwidth[k].push_back(std::max(probes[k][i], probes[k][i + 1]));
+        for (double b : rep_bandwidth[k]) bandwidth[k] += b / static_cast<double>(rep_bandwidth[k].size());
+      }
       // Config k's fraction of the roofline in each repetition (its speed x bytes per token / the
       // bandwidth beside it) and their mean.
       auto fractions = [&](size_t k) {
         std::vector<double> f;
-        for (size_t i = 0; i < rep_bandwidth.size() && i < tg_runs[k].size(); ++i) f.push_back(tg_runs[k][i] * results[k].bpt / rep_bandwidth[i]);
+        for (size_t i = 0; i < rep_bandwidth[k].size() && i < tg_runs[k].size(); ++i) f.push_back(tg_runs[k][i] * results[k].bpt / rep_bandwidth[k][i]);
         return f;
       };
       auto mean_of = [](const std::vector<double>& v) {
@@ -229,8 +259,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                 {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
                                 {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
                                 {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences}};
-          if (a->roofline && results[k].bpt > 0) {
-            d["roofline_tokens_per_s"] = bandwidth / results[k].bpt;
+          if (probe && results[k].bpt > 0) {
+            d["read_bandwidth_bytes_per_s"] = bandwidth[k];
+            d["probe_bytes"] = std::min<double>(step_bytes[k], static_cast<double>(probe->bytes()));
+            d["roofline_tokens_per_s"] = bandwidth[k] / results[k].bpt;
             d["roofline_fraction"] = mean_of(fractions(k));
             d["roofline_fraction_per_repetition"] = fractions(k);
           }
@@ -238,7 +270,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         };
         nlohmann::json j = describe(0);
         j["warmup"] = !a->no_warmup;
-        if (a->roofline) j["read_bandwidth_bytes_per_s"] = bandwidth;
+        if (probe) j["read_bandwidth_bytes_per_s"] = bandwidth[0];
         if (dense_k > 0) {
           j["dense"] = describe(static_cast<size_t>(dense_k));
           if (results[static_cast<size_t>(dense_k)].tg.mean > 0) j["decode_speedup_vs_dense"] = ratio(results[0].tg.mean, results[static_cast<size_t>(dense_k)].tg.mean);
@@ -270,20 +302,21 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, md, pl, ctx.pool().size(), a->n_gen,
                      configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
       }
-      if (a->roofline && a->n_gen > 0) {
-        std::vector<std::string> bws;
-        for (double b : rep_bandwidth) bws.push_back(fmt::format("{:.1f}", b / 1e9));
-        fmt::print("\nroofline: {:.1f} GB/s read bandwidth measured here with {} threads (per repetition, the better of the measurements before and "
-                   "after it: {} GB/s)\n",
-                   bandwidth / 1e9, ctx.pool().size(), fmt::join(bws, " / "));
+      if (probe) {
+        fmt::print("\nroofline: read bandwidth measured here with {} threads, over as many bytes as a step reads, before the first repetition "
+                   "and after each; each repetition held against the better of the two beside it\n",
+                   ctx.pool().size());
         for (size_t k = 0; k < configs.size(); ++k)
           if (results[k].bpt > 0) {
-            std::vector<std::string> fs;
+            std::vector<std::string> fs, bws;
             for (double f : fractions(k)) fs.push_back(fmt::format("{:.0f}", 100.0 * f));
-            fmt::print("  {} {}{}: {:.1f} MB read per token -> at most {:.1f} tok/s; reached {:.2f} tok/s = {:.0f}% of the roofline ({}%)\n",
+            for (double b : rep_bandwidth[k]) bws.push_back(fmt::format("{:.1f}", b / 1e9));
+            fmt::print("  {} {}{}: {:.1f} GB/s over {:.0f} MB ({} GB/s); {:.1f} MB read per token -> at most {:.1f} tok/s; reached {:.2f} tok/s = {:.0f}% of "
+                       "the roofline ({}%)\n",
                        mode_name(configs[k].mode), pipeline_name(configs[k].actors),
-                       configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", results[k].bpt / 1e6, bandwidth / results[k].bpt,
-                       results[k].tg.mean, 100.0 * mean_of(fractions(k)), fmt::join(fs, " / "));
+                       configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", bandwidth[k] / 1e9,
+                       std::min<double>(step_bytes[k], static_cast<double>(probe->bytes())) / 1e6, fmt::join(bws, " / "), results[k].bpt / 1e6,
+                       bandwidth[k] / results[k].bpt, results[k].tg.mean, 100.0 * mean_of(fractions(k)), fmt::join(fs, " / "));
           }
       }
       if (dense_k > 0 && a->n_gen > 0 && results[static_cast<size_t>(dense_k)].tg.mean > 0) {

@@ -22,6 +22,7 @@
 #include "launcher/dashboard.hpp"
 #include "launcher/http_server.hpp"
 #include "model/bandwidth.hpp"
+#include "model/read_costs.hpp"
 #include "model/vocab.hpp"
 #include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
@@ -99,7 +100,8 @@ class server {
     started_ = clock_type::now();
     std::unique_ptr<http_server> http;
     if (!o_.http.empty()) {
-      const double ceiling = measure_read_bandwidth(l_.ctx->pool());
+      // Over as many bytes as a dense step of this model reads (read_probe).
+      const double ceiling = measure_read_bandwidth(l_.ctx->pool(), read_costs(*l_.m).dense_step());
       fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
       metrics_.attach(pipe_->stats(), ceiling);
       http = std::make_unique<http_server>(o_.http, o_.allow_remote, [this](const std::string& method, const std::string& target) { return on_http(method, target); });

@@ -3,16 +3,36 @@
 // against (bytes of weights read per second / this).
 #include <cstdint>
 
+#include "model/page_buffer.hpp"
 #include "model/thread_pool.hpp"
 
 namespace hotcold {
 
-// Bytes per second that the pool's threads reach reading `bytes` of memory (far larger than the
-// caches), each its own contiguous slice, read as one stream and (the next pass) as two streams, its
-// two halves side by side; the best of 2 x `repetitions` passes after one that faults the pages in
-// (a ceiling: the products read two rows at a time, and one stream alone read 5-15% less than that
-// here, so that decodes reached more than "the bandwidth"). Takes about (2 x repetitions + 2) x bytes
-// / bandwidth.
-double measure_read_bandwidth(thread_pool& pool, uint64_t bytes = uint64_t{256} << 20, int repetitions = 3);
+// A buffer of `bytes` (at most a quarter of the memory available), in 2 MB pages where the system
+// gives them, as the weights' copy is, written by the pool's threads, each its own slice.
+//
+// measure(n): bytes per second that the pool's threads reach reading the buffer's first n bytes, each
+// its own contiguous slice, read as one stream and (the next pass) as two streams, its two halves side
+// by side; the best of 2 x `repetitions` passes (a ceiling: the products read two rows at a time, and
+// one stream alone read 5-15% less than that here, so that decodes reached more than "the
+// bandwidth"). A buffer under 256 MB is swept several times a pass. What it reads depends on how much
+// it reads: on a 2-vCPU Zen 5 VM, sustained, 97 GB/s over 128 MB, 79 over 256 MB, 67 over 1 GB, 62
+// over 2 GB (means of ten rounds; 128 MB > 256 MB > 1 GB in each), so a token's roofline is measured
+// over as many bytes as the token reads, which it reads again at the next token as the probe does.
+class read_probe {
+ public:
+  read_probe(thread_pool& pool, uint64_t bytes);
+  uint64_t bytes() const { return words_ * 8; }
+  double measure(uint64_t bytes, int repetitions = 3);
+
+ private:
+  thread_pool& pool_;
+  size_t words_;
+  page_buffer buffer_;
+};
+
+// One probe of `bytes` (default: 1 GiB, far more than this machine's caches serve), measured once.
+// Takes about (2 x repetitions + 1) x bytes / bandwidth.
+double measure_read_bandwidth(thread_pool& pool, uint64_t bytes = uint64_t{1} << 30, int repetitions = 3);
 
 }  // namespace hotcold

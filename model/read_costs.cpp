@@ -17,4 +17,10 @@ read_costs::read_costs(const model& m) {
   embedding_row = w.token_embd.row_bytes;
 }
 
+uint64_t read_costs::dense_step() const {
+  uint64_t bytes = output + embedding_row;
+  for (size_t l = 0; l < layer_fixed.size(); ++l) bytes += layer_fixed[l] + ffn_dense[l];
+  return bytes;
+}
+
 }  // namespace hotcold

@@ -15,6 +15,8 @@ struct read_costs {
   uint64_t output = 0;                 // final norm and head
   uint64_t embedding_row = 0;          // per token
   explicit read_costs(const model& m);
+  // What a dense step reads: every layer's weights, the head and an embedding row.
+  uint64_t dense_step() const;
 };
 
 }  // namespace hotcold

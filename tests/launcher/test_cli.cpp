@@ -351,7 +351,7 @@ TEST(Cli, PipelinesAgree) {
   fs::remove(a), fs::remove(b);
 
   auto bench = run({"bench", "-m", small_model(), "-p", "8", "-n", "8", "-r", "1", "-t", "2", "--parallel", "2", "--vs-parallel", "1", "--vs-reference",
-                    "--json"});
+                    "--roofline", "--json"});
   ASSERT_EQ(bench.code, 0) << bench.err;
   auto j = nlohmann::json::parse(bench.out);
   EXPECT_EQ(j.at("pipeline"), "actors");
@@ -364,15 +364,26 @@ TEST(Cli, PipelinesAgree) {
   EXPECT_TRUE(j.contains("actor_overhead"));
   EXPECT_GT(j.at("parallel_speedup").get<double>(), 0);
   EXPECT_EQ(j.at("warmup"), true);  // as llama-bench: an untimed prompt and generation first
+  // Each configuration's roofline probe reads as many bytes as its step: two sequences' step is
+  // shared by its two tokens.
+  for (const char* k : {"", "reference", "vs_parallel"}) {
+    const auto& d = *k ? j.at(k) : j;
+    const double per_step = d.at("bytes_per_token").get<double>() * d.at("parallel").get<int>();
+    EXPECT_NEAR(d.at("probe_bytes").get<double>(), per_step, 1e-9 * per_step) << k;
+    EXPECT_GT(d.at("read_bandwidth_bytes_per_s").get<double>(), 1e8) << k;
+  }
   auto cold = run({"bench", "-m", small_model(), "-p", "4", "-n", "4", "-r", "1", "-t", "2", "--no-warmup", "--roofline", "--json"});
   ASSERT_EQ(cold.code, 0) << cold.err;
   auto c = nlohmann::json::parse(cold.out);
   EXPECT_EQ(c.at("warmup"), false);
-  // The roofline: a measured bandwidth (between 100 MB/s and 10 TB/s on any machine), the decode
-  // speed it allows at the bytes read per token, and the fraction of that reached.
+  // The roofline: a measured bandwidth (between 100 MB/s and 10 TB/s on any machine), over as many
+  // bytes as a token reads (after the repetition; without a warm-up the first probe reads what a
+  // dense token would), the decode speed it allows at the bytes read per token, and the fraction
+  // of that reached.
   const double bw = c.at("read_bandwidth_bytes_per_s").get<double>(), per_token = c.at("bytes_per_token").get<double>();
   EXPECT_GT(bw, 1e8);
   EXPECT_LT(bw, 1e13);
+  EXPECT_NEAR(c.at("probe_bytes").get<double>(), per_token, 1e-9 * per_token);
   EXPECT_NEAR(c.at("roofline_tokens_per_s").get<double>(), bw / per_token, 1e-6 * bw / per_token);
   const double fraction = c.at("decode_tokens_per_s").get<double>() / c.at("roofline_tokens_per_s").get<double>();
   EXPECT_NEAR(c.at("roofline_fraction").get<double>(), fraction, 1e-6 * fraction);
