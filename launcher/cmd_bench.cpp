@@ -3,8 +3,8 @@
 // prompt and decode speed, llama-bench style, with the bytes of weights read per decoded token.
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -163,13 +163,13 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       std::vector<std::vector<double>> pp_runs(configs.size()), tg_runs(configs.size());
       std::vector<int64_t> tokens_run(configs.size(), 0);
       std::vector<std::vector<int64_t>> computed(configs.size(), std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0));
-      // Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a
-      // short generation per configuration, so that the first repetition does not pay for first
-      // touches (the prompt's KV cache pages, the batch products' buffers, the actors' start).
       // The bytes a step of each configuration reads (the warm-up's two steps; without a warm-up,
       // every row, as a dense step reads): what its roofline's probe reads.
       const double dense_step_bytes = static_cast<double>(read_costs(m).dense_step());
       std::vector<double> step_bytes(configs.size(), dense_step_bytes);
+      // Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a
+      // short generation per configuration, so that the first repetition does not pay for first
+      // touches (the prompt's KV cache pages, the batch products' buffers, the actors' start).
       if (!a->no_warmup)
         for (size_t k = 0; k < configs.size(); ++k) {
           const auto& c = configs[k];
@@ -191,11 +191,15 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       // drifts with its neighbours.
       std::unique_ptr<read_probe> probe;
       std::vector<std::vector<double>> probes(configs.size());
+      auto probe_bytes = [&](size_t k) { return std::min<uint64_t>(static_cast<uint64_t>(step_bytes[k]), probe->bytes()); };
       auto probe_all = [&] {
-        for (size_t k = 0; k < configs.size(); ++k) probes[k].push_back(probe->measure(static_cast<uint64_t>(step_bytes[k])));
+        for (size_t k = 0; k < configs.size(); ++k) probes[k].push_back(probe->measure(probe_bytes(k)));
       };
       if (a->roofline && a->n_gen > 0) {
-        probe = std::make_unique<read_probe>(ctx.pool(), static_cast<uint64_t>(dense_step_bytes));
+        // A quarter more than the largest estimate, for the repetitions' counts to exceed the
+        // warm-up's two steps (the 1B sparse F16 file: 798 -> 855 MB); at most a dense step.
+        const double largest = *std::max_element(step_bytes.begin(), step_bytes.end());
+        probe = std::make_unique<read_probe>(ctx.pool(), static_cast<uint64_t>(std::min(dense_step_bytes, 1.25 * largest)));
         probe_all();
       }
       for (int i = 0; i < a->reps; ++i) {
@@ -261,7 +265,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                 {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences}};
           if (probe && results[k].bpt > 0) {
             d["read_bandwidth_bytes_per_s"] = bandwidth[k];
-            d["probe_bytes"] = std::min<double>(step_bytes[k], static_cast<double>(probe->bytes()));
+            d["probe_bytes"] = probe_bytes(k);
             d["roofline_tokens_per_s"] = bandwidth[k] / results[k].bpt;
             d["roofline_fraction"] = mean_of(fractions(k));
             d["roofline_fraction_per_repetition"] = fractions(k);
@@ -315,7 +319,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                        "the roofline ({}%)\n",
                        mode_name(configs[k].mode), pipeline_name(configs[k].actors),
                        configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", bandwidth[k] / 1e9,
-                       std::min<double>(step_bytes[k], static_cast<double>(probe->bytes())) / 1e6, fmt::join(bws, " / "), results[k].bpt / 1e6,
+                       static_cast<double>(probe_bytes(k)) / 1e6, fmt::join(bws, " / "), results[k].bpt / 1e6,
                        bandwidth[k] / results[k].bpt, results[k].tg.mean, 100.0 * mean_of(fractions(k)), fmt::join(fs, " / "));
           }
       }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -59,7 +60,6 @@ __attribute__((target("avx2"))) u64 sum2_avx2(const u64* p, size_t n) {
   for (size_t k = 2 * half; k < n; ++k) r += p[k];
   return r;
 }
-
 #endif
 
 u64 sum_plain(const u64* p, size_t n) {
@@ -84,11 +84,10 @@ u64 sum_words(const u64* p, size_t n, int pattern) {
 // sized by a large model's token cannot push the model out; no limit where that is not known.
 uint64_t probe_memory_limit() {
   std::ifstream f("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (f >> key >> kib >> unit)
-    if (key == "MemAvailable:") return std::max<uint64_t>(uint64_t{64} << 20, kib * 1024 / 4);
+  for (std::string line; std::getline(f, line);) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return std::max<uint64_t>(uint64_t{64} << 20, kib * 1024 / 4);
+  }
   return std::numeric_limits<uint64_t>::max();
 }
 
