@@ -191,15 +191,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       // drifts with its neighbours.
       std::unique_ptr<read_probe> probe;
       std::vector<std::vector<double>> probes(configs.size());
+      // (At most the probe's memory limit.)
       auto probe_bytes = [&](size_t k) { return std::min<uint64_t>(static_cast<uint64_t>(step_bytes[k]), probe->bytes()); };
       auto probe_all = [&] {
-        for (size_t k = 0; k < configs.size(); ++k) probes[k].push_back(probe->measure(probe_bytes(k)));
+        for (size_t k = 0; k < configs.size(); ++k) probes[k].push_back(probe->measure(static_cast<uint64_t>(step_bytes[k])));
       };
       if (a->roofline && a->n_gen > 0) {
-        // A quarter more than the largest estimate, for the repetitions' counts to exceed the
-        // warm-up's two steps (the 1B sparse F16 file: 798 -> 855 MB); at most a dense step.
-        const double largest = *std::max_element(step_bytes.begin(), step_bytes.end());
-        probe = std::make_unique<read_probe>(ctx.pool(), static_cast<uint64_t>(std::min(dense_step_bytes, 1.25 * largest)));
+        // (It grows when the repetitions count more bytes a step than the warm-up's two steps did.)
+        probe = std::make_unique<read_probe>(ctx.pool(), static_cast<uint64_t>(*std::max_element(step_bytes.begin(), step_bytes.end())));
         probe_all();
       }
       for (int i = 0; i < a->reps; ++i) {
@@ -250,7 +249,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       auto mode_name = [](ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; };
       auto pipeline_name = [](bool actors_pipeline) { return actors_pipeline ? "actors" : "reference"; };
       // Which configuration is the dense / other-pipeline comparison.
-      const int dense_k = a->vs_dense && ctx.mode() != ffn_mode::dense ? 1 : -1;
+      // (From the configurations: the repetitions left the context in the last one's mode.)
+      const int dense_k = a->vs_dense && configs[0].mode != ffn_mode::dense ? 1 : -1;
       const int other_k = a->vs_reference ? (dense_k > 0 ? 2 : 1) : -1;
       const int parallel_k = a->vs_parallel > 0 ? static_cast<int>(configs.size()) - 1 : -1;
       auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };

@@ -93,9 +93,14 @@ uint64_t probe_memory_limit() {
 
 }  // namespace
 
-read_probe::read_probe(thread_pool& pool, uint64_t bytes)
-    : pool_(pool), words_(std::max<size_t>(1, static_cast<size_t>(std::min(bytes, probe_memory_limit()) / sizeof(u64)))),
-      buffer_(words_ * sizeof(u64), "the read-bandwidth probe") {
+read_probe::read_probe(thread_pool& pool, uint64_t bytes) : pool_(pool) { reserve(bytes); }
+
+void read_probe::reserve(uint64_t bytes) {
+  const size_t words = std::max<size_t>(1, static_cast<size_t>(std::min(bytes, probe_memory_limit()) / sizeof(u64)));
+  if (words <= words_) return;
+  buffer_ = page_buffer();  // (the old one gone before the new one is faulted in)
+  buffer_ = page_buffer(words * sizeof(u64), "the read-bandwidth probe");
+  words_ = words;
   u64* data = static_cast<u64*>(buffer_.data());
   const int threads = pool_.size();
   // Each thread writes (faults in) the slice it later reads, so its pages sit near it.
@@ -106,6 +111,7 @@ read_probe::read_probe(thread_pool& pool, uint64_t bytes)
 }
 
 double read_probe::measure(uint64_t bytes, int repetitions) {
+  reserve(bytes);
   const size_t words = std::clamp<size_t>(static_cast<size_t>(bytes / sizeof(u64)), 1, words_);
   const u64* data = static_cast<const u64*>(buffer_.data());
   const int threads = pool_.size();

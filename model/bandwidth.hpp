@@ -9,7 +9,8 @@
 namespace hotcold {
 
 // A buffer of `bytes` (at most a quarter of the memory available), in 2 MB pages where the system
-// gives them, as the weights' copy is, written by the pool's threads, each its own slice.
+// gives them, as the weights' copy is, written by the pool's threads, each its own slice; reserve
+// and measure make it larger when asked for more (never smaller).
 //
 // measure(n): bytes per second that the pool's threads reach reading the buffer's first n bytes, each
 // its own contiguous slice, read as one stream and (the next pass) as two streams, its two halves side
@@ -23,11 +24,12 @@ class read_probe {
  public:
   read_probe(thread_pool& pool, uint64_t bytes);
   uint64_t bytes() const { return words_ * 8; }
+  void reserve(uint64_t bytes);
   double measure(uint64_t bytes, int repetitions = 3);
 
  private:
   thread_pool& pool_;
-  size_t words_;
+  size_t words_ = 0;
   page_buffer buffer_;
 };
 

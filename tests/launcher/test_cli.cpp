@@ -282,6 +282,20 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   EXPECT_EQ(no_model.code, 2);
   EXPECT_NE(no_model.err.find("-m MODEL"), std::string::npos) << no_model.err;
 
+  // Sparse against dense mode on the same file: both measured, each its own roofline probe over
+  // as many bytes as its step reads (sparse fewer), and their ratio.
+  auto vs = run({"bench", "-m", sparse, "-p", "4", "-n", "4", "-r", "1", "-t", "2", "-c", "64", "--vs-dense", "--roofline", "--json"});
+  ASSERT_EQ(vs.code, 0) << vs.err;
+  auto v = nlohmann::json::parse(vs.out);
+  EXPECT_EQ(v.at("mode"), "sparse");
+  EXPECT_EQ(v.at("dense").at("mode"), "dense");
+  EXPECT_NEAR(v.at("decode_speedup_vs_dense").get<double>(),
+              v.at("decode_tokens_per_s").get<double>() / v.at("dense").at("decode_tokens_per_s").get<double>(), 1e-9);
+  EXPECT_GT(v.at("prefill_speedup_vs_dense").get<double>(), 0);
+  EXPECT_LT(v.at("bytes_per_token").get<double>(), v.at("dense").at("bytes_per_token").get<double>());
+  EXPECT_EQ(v.at("probe_bytes").get<double>(), std::floor(v.at("bytes_per_token").get<double>()));
+  EXPECT_EQ(v.at("dense").at("probe_bytes").get<double>(), std::floor(v.at("dense").at("bytes_per_token").get<double>()));
+
   auto bare = (dir / "bare.gguf").string();
   fs::copy_file(sparse, bare);
   auto none = run({"run", "-m", bare, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "1"});
