@@ -124,7 +124,8 @@ ffn_part cold_ffn(cold_scratch& st, const engine_parts& p, const cold_job& job) 
   const auto t0 = std::chrono::steady_clock::now();
   cold_share(pool, *p.m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc, sum.data(), p.trace);
   p.stats->add_time(stage::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
-  return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size};
+  const int64_t fired = fired_rows(st.hidden.data(), job.chosen.chosen->data(), n, hp.n_ff, job.cold_ids->data(), static_cast<int64_t>(job.cold_ids->size()));
+  return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size, fired};
 }
 
 struct cold_pool_state {
@@ -201,20 +202,23 @@ void run_layer(hot_executor_ptr self, int64_t layer);
 
 // A layer's FFN is done: the hot share (when there is one) and the cold share are summed into the
 // residual stream, and the next layer starts.
-void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_out, int64_t computed, int64_t union_size) {
+void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_out, int64_t computed, int64_t union_size, int64_t cold_fired) {
   auto& st = self->state;
   inference_context& ctx = *st.p->ctx;
   const auto in = ctx.step_ffn_inputs(*st.s);
   const int64_t nd = in.n * st.p->m->hp().n_embd;
   st.out.assign(static_cast<size_t>(nd), 0.0f);
+  int64_t fired = cold_fired;
   if (st.hot_done) {
     st.hot_done->wait();
     st.hot_done.reset();
     std::copy(st.hot_out.begin(), st.hot_out.begin() + nd, st.out.begin());
+    fired += fired_rows(st.hidden.data(), st.active.chosen->data(), in.n, st.p->m->hp().n_ff, st.split.hot_ids.data(),
+                        static_cast<int64_t>(st.split.hot_ids.size()));
   }
   if (cold_out)
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
-  ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size);
+  ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size, fired);
   auto& stats = *st.p->stats;
   const uint64_t row = stats.costs().neuron[static_cast<size_t>(layer)];
   const auto hot_rows = static_cast<int64_t>(st.split.hot_ids.size());
@@ -265,9 +269,9 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
                    union_size};
   if (job)
     self->request(st.cold, caf::infinite, cold_atom::value, std::move(*job))
-        .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size); },
+        .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size, part.fired); },
               [self](caf::error& e) { fail(self, describe(e)); });
-  if (!job) finish_layer(self, layer, nullptr, computed, union_size);
+  if (!job) finish_layer(self, layer, nullptr, computed, union_size, 0);
 }
 
 void run_layer(hot_executor_ptr self, int64_t layer) {
@@ -336,7 +340,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       const ffn_part part = cold_ffn(st.cold_rows, *st.p,
                                      cold_job{layer, job.ffn_input, st.xq, std::move(s), std::move(cold_ids), st.plan.requests, computed, union_size});
       st.cold_neurons += union_size;
-      return finish_layer(self, layer, &part.out, part.computed, part.union_size);
+      return finish_layer(self, layer, &part.out, part.computed, part.union_size, part.fired);
     }
     self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job))
         .then([self, layer](active_set& s) { on_active_set(self, layer, std::move(s)); }, [self](caf::error& e) { fail(self, describe(e)); });

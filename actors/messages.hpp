@@ -115,6 +115,7 @@ struct cold_job {
 struct ffn_part {
   activation out;  // (n, n_embd)
   int64_t computed = 0, union_size = 0;
+  int64_t fired = 0;  // neurons of the share that fired for any token: the down rows it read
 };
 
 struct sample_job {

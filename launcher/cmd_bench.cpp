@@ -19,13 +19,30 @@ namespace hotcold::launcher {
 namespace {
 
 // Bytes of weights a decode step reads (read_costs, what /metrics counts too): every layer's
-// attention, norms and predictor, the FFN rows it read (each row of a step's union once), the head
-// and an embedding row.
-double bytes_per_step(const model& m, const std::vector<int64_t>& rows_read, int64_t steps) {
+// attention, norms and predictor, the FFN rows it read (each row of a step's union once; a down row
+// only where it was read: with transposed down rows, where its neuron fired), the head and an
+// embedding row.
+struct rows_read {
+  std::vector<int64_t> neurons, down;  // per layer, over some steps
+  explicit rows_read(size_t layers) : neurons(layers, 0), down(layers, 0) {}
+  explicit rows_read(const inference_context& ctx) : neurons(ctx.read_neurons()), down(ctx.read_down_rows()) {}
+  rows_read& operator-=(const rows_read& before) {
+    for (size_t l = 0; l < neurons.size(); ++l) neurons[l] -= before.neurons[l], down[l] -= before.down[l];
+    return *this;
+  }
+  rows_read& operator+=(const rows_read& more) {
+    for (size_t l = 0; l < neurons.size(); ++l) neurons[l] += more.neurons[l], down[l] += more.down[l];
+    return *this;
+  }
+};
+
+double bytes_per_step(const model& m, const rows_read& r, int64_t steps) {
   const read_costs c(m);
   double bytes = static_cast<double>(c.output + c.embedding_row);
   for (size_t l = 0; l < c.layer_fixed.size(); ++l)
-    bytes += static_cast<double>(c.layer_fixed[l]) + static_cast<double>(c.neuron[l]) * static_cast<double>(rows_read[l]) / static_cast<double>(steps);
+    bytes += static_cast<double>(c.layer_fixed[l]) +
+             (static_cast<double>(c.neuron[l] - c.down_row[l]) * static_cast<double>(r.neurons[l]) + static_cast<double>(c.down_row[l]) * static_cast<double>(r.down[l])) /
+                 static_cast<double>(steps);
   return bytes;
 }
 
@@ -162,7 +179,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       std::vector<result> results(configs.size());
       std::vector<std::vector<double>> pp_runs(configs.size()), tg_runs(configs.size());
       std::vector<int64_t> tokens_run(configs.size(), 0);
-      std::vector<std::vector<int64_t>> computed(configs.size(), std::vector<int64_t>(static_cast<size_t>(hp.n_layer), 0));
+      std::vector<rows_read> computed(configs.size(), rows_read(static_cast<size_t>(hp.n_layer)));  // per configuration, over its repetitions
       // The bytes a step of each configuration reads (the warm-up's two steps; without a warm-up,
       // every row, as a dense step reads): what its roofline's probe reads.
       const double dense_step_bytes = static_cast<double>(read_costs(m).dense_step());
@@ -176,11 +193,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           ctx.set_mode(c.mode);
           if (a->n_prompt > 0) timed_prompt(c.actors, a->n_prompt);
           if (a->n_gen > 0) {
-            auto before = ctx.read_neurons();
+            const rows_read before(ctx);
             timed(c.actors, c.sequences, 2);
-            std::vector<int64_t> rows(static_cast<size_t>(hp.n_layer));
-            for (int64_t l = 0; l < hp.n_layer; ++l) rows[static_cast<size_t>(l)] = ctx.read_neurons()[static_cast<size_t>(l)] - before[static_cast<size_t>(l)];
-            step_bytes[k] = bytes_per_step(m, rows, 2);
+            step_bytes[k] = bytes_per_step(m, rows_read(ctx) -= before, 2);
           }
         }
       // The roofline: each configuration's read bandwidth, over as many bytes as its step reads
@@ -206,9 +221,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           ctx.set_mode(configs[k].mode);
           if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(configs[k].actors, a->n_prompt));
           if (a->n_gen > 0) {
-            auto before = ctx.read_neurons();
+            const rows_read before(ctx);
             tg_runs[k].push_back(timed(configs[k].actors, configs[k].sequences, a->n_gen));
-            for (int64_t l = 0; l < hp.n_layer; ++l) computed[k][static_cast<size_t>(l)] += ctx.read_neurons()[static_cast<size_t>(l)] - before[static_cast<size_t>(l)];
+            computed[k] += rows_read(ctx) -= before;
             tokens_run[k] += a->n_gen;
           }
         }

@@ -123,6 +123,7 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   choices_.resize(static_cast<size_t>(hp.n_layer));
   computed_.assign(static_cast<size_t>(hp.n_layer), 0);
   read_.assign(static_cast<size_t>(hp.n_layer), 0);
+  down_read_.assign(static_cast<size_t>(hp.n_layer), 0);
   scores_.resize(static_cast<size_t>(hp.n_head * n_ctx_));
   logits_.resize(hp.n_vocab);
   // Quantized activations for every product's input: n_embd, n_ff, or a predictor's rank (fc2).
@@ -272,6 +273,9 @@ void inference_context::ffn(int64_t layer, const layer_weights& l, const float* 
 
   computed_[static_cast<size_t>(layer)] += choose ? static_cast<int64_t>(active_.size()) : n_ff;
   read_[static_cast<size_t>(layer)] += choose ? static_cast<int64_t>(active_.size()) : n_ff;
+  // Dense (every row of a down matrix, or every transposed row below, zeros included) or the chosen
+  // neurons' rows where they fired.
+  down_read_[static_cast<size_t>(layer)] += choose && l.ffn_down_t ? fired_rows(hidden_.data(), nullptr, 1, n_ff, active_.data(), static_cast<int64_t>(active_.size())) : n_ff;
   if (stats_on_) {
     auto& st = stats_[static_cast<size_t>(layer)];
     st.tokens += 1;
@@ -527,6 +531,7 @@ void inference_context::ffn_batch(step_state& B, int64_t layer, const layer_weig
   }
   computed_[static_cast<size_t>(layer)] += computed;
   read_[static_cast<size_t>(layer)] += n_union;
+  down_read_[static_cast<size_t>(layer)] += down_t ? fired_rows(B.hidden.data(), B.chosen.data(), n, n_ff, chosen_union.data(), n_union) : n_union;
 }
 
 void inference_context::begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions) {
@@ -712,9 +717,10 @@ void inference_context::step_ffn(step_state& s, int64_t layer) {
   add_ffn_output(s, s.ffn_out.data());
 }
 
-void inference_context::step_ffn_done(step_state& s, int64_t layer, const float* out, int64_t computed, int64_t read) {
+void inference_context::step_ffn_done(step_state& s, int64_t layer, const float* out, int64_t computed, int64_t read, int64_t down_read) {
   computed_[static_cast<size_t>(layer)] += computed;
   read_[static_cast<size_t>(layer)] += read;
+  down_read_[static_cast<size_t>(layer)] += down_read;
   add_ffn_output(s, out);
 }
 

@@ -93,7 +93,7 @@ class inference_context {
   ffn_inputs step_ffn_inputs(const step_state& s) const;  // valid from step_attention(layer) to step_ffn_done(layer)
   void step_ffn(step_state& s, int64_t layer);
   // out: (n, n_embd) the FFN's output; computed / read: neurons computed and rows read (counters).
-  void step_ffn_done(step_state& s, int64_t layer, const float* out, int64_t computed, int64_t read);
+  void step_ffn_done(step_state& s, int64_t layer, const float* out, int64_t computed, int64_t read, int64_t down_read);
   // Logits of the state's tokens `rows` (ascending; rows.size() x n_vocab); valid until its next step.
   std::span<const float> step_logits(step_state& s, std::span<const int64_t> rows);
 
@@ -150,6 +150,9 @@ class inference_context {
   // Neurons whose rows were read per layer since construction: one token's choice per forward(), a
   // batch's union per batch (so a step of several sequences reads each chosen row once).
   const std::vector<int64_t>& read_neurons() const { return read_; }
+  // Of those, the neurons whose down rows were read: with transposed down rows (sparse files) only
+  // the ones that fired (for any token of a batch), in dense mode too; with a down matrix, all.
+  const std::vector<int64_t>& read_down_rows() const { return down_read_; }
 
   int64_t n_ctx() const { return n_ctx_; }
   const model& get_model() const { return *model_; }
@@ -198,6 +201,7 @@ class inference_context {
   std::vector<ffn_layer_stats> stats_;
   std::vector<int64_t> computed_;
   std::vector<int64_t> read_;
+  std::vector<int64_t> down_read_;
   thread_pool pool_;
   predictor_runner predictor_;
 

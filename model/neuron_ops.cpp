@@ -87,6 +87,19 @@ float activate(activation act, float x) {
 
 }  // namespace
 
+int64_t fired_rows(const float* hidden, const uint8_t* chosen, int64_t n, int64_t n_ff, const int32_t* ids, int64_t count) {
+  int64_t fired = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    bool any = false;
+    for (int64_t t = 0; t < n && !any; ++t) {
+      const int64_t at = t * n_ff + ids[k];
+      any = (!chosen || chosen[at]) && hidden[at] != 0.0f;
+    }
+    fired += any;
+  }
+  return fired;
+}
+
 float hidden_value(const hparams& hp, float g, float u) {
   if (!hp.gated_ffn) return activate(hp.act, u);
   if (hp.act == activation::drelu) return std::max(g, 0.0f) * std::max(u, 0.0f);

@@ -51,6 +51,10 @@ inline void prefetch_row_ahead(const tensor_view& w, int64_t r) {
   if (w.row_bytes <= short_row_bytes) prefetch_row(w, r);
   else prefetch_row_start(w, r);
 }
+// Neurons among ids[0..count) whose value is non-zero for any of n tokens that chose it (hidden and
+// chosen: n x n_ff; chosen null: every token chose every id): the down rows a sparse FFN reads
+// (those of the neurons that fired, once for the tokens together).
+int64_t fired_rows(const float* hidden, const uint8_t* chosen, int64_t n, int64_t n_ff, const int32_t* ids, int64_t count);
 // A neuron's hidden value from its gate and up pre-activations (gate unused without a gate).
 float hidden_value(const hparams& hp, float g, float u);
 // out[k] = hidden_value(hp, g[k], u[k]) for k < n (g unused without a gate; out may be u).

@@ -12,6 +12,7 @@ read_costs::read_costs(const model& m) {
     layer_fixed.push_back(all);
     ffn_dense.push_back(ffn);
     neuron.push_back(n_ff > 0 ? ffn / static_cast<uint64_t>(n_ff) : 0);
+    down_row.push_back(n_ff > 0 ? (L.ffn_down.bytes() + L.ffn_down_t.bytes()) / static_cast<uint64_t>(n_ff) : 0);
   }
   output = w.output_norm.bytes() + w.output_norm_b.bytes() + w.output.bytes();
   embedding_row = w.token_embd.row_bytes;

@@ -11,6 +11,7 @@ namespace hotcold {
 struct read_costs {
   std::vector<uint64_t> layer_fixed;   // per layer: attention, norms and predictor
   std::vector<uint64_t> neuron;        // per layer: one FFN neuron's gate, up and down rows
+  std::vector<uint64_t> down_row;      // per layer: of those, the down row's
   std::vector<uint64_t> ffn_dense;     // per layer: every FFN weight
   uint64_t output = 0;                 // final norm and head
   uint64_t embedding_row = 0;          // per token

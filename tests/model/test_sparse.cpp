@@ -150,6 +150,45 @@ TEST_P(SparsePath, OnlyPredictedNeuronsRun) {
   EXPECT_LT(computed, static_cast<int64_t>(got[0].size()));
 }
 
+// The down rows read (transposed rows: the neurons' that fired) against the values the FFN computed:
+// one token, sparse, counts its chosen neurons that fired; one token, dense, every row (the forward
+// pass reads them all, zeros included); a batch, the neurons that fired for any of its tokens.
+TEST_P(SparsePath, DownRowsReadAreTheFiredNeurons) {
+  auto m = model::load(sparse_model(GetParam(), 0.0f));
+  const int64_t n_ff = m->hp().n_ff, layers = m->hp().n_layer;
+  for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::dense}) {
+    inference_context ctx(m, 8, 2);
+    ctx.set_mode(mode);
+    std::vector<int64_t> fired(static_cast<size_t>(layers), 0);
+    ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
+      if (name == "ffn_act") fired[static_cast<size_t>(layer)] += std::count_if(v.begin(), v.end(), [](float h) { return h != 0.0f; });
+    });
+    ctx.forward(1, 0);
+    ctx.forward(250, 1);
+    for (int64_t l = 0; l < layers; ++l) {
+      const int64_t want = mode == ffn_mode::sparse ? fired[static_cast<size_t>(l)] : 2 * n_ff;
+      EXPECT_EQ(ctx.read_down_rows()[static_cast<size_t>(l)], want) << (mode == ffn_mode::sparse ? "sparse" : "dense") << " layer " << l;
+      EXPECT_LT(fired[static_cast<size_t>(l)], ctx.read_neurons()[static_cast<size_t>(l)]);  // some chosen neurons did not fire
+    }
+  }
+  // A batch of three tokens: the union of the neurons that fired for each.
+  for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::dense}) {
+    inference_context ctx(m, 8, 2);
+    ctx.set_mode(mode);
+    std::vector<std::vector<uint8_t>> any(static_cast<size_t>(layers), std::vector<uint8_t>(static_cast<size_t>(n_ff), 0));
+    ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
+      if (name != "ffn_act") return;
+      for (int64_t i = 0; i < n_ff; ++i) any[static_cast<size_t>(layer)][static_cast<size_t>(i)] |= v[static_cast<size_t>(i)] != 0.0f;
+    });
+    const token_id tokens[] = {1, 250, 17};
+    ctx.forward_batch(tokens, 0);
+    for (int64_t l = 0; l < layers; ++l) {
+      const auto& a = any[static_cast<size_t>(l)];
+      EXPECT_EQ(ctx.read_down_rows()[static_cast<size_t>(l)], std::count(a.begin(), a.end(), uint8_t{1})) << "batch layer " << l;
+    }
+  }
+}
+
 std::vector<std::vector<float>> batch_logits_of(std::shared_ptr<const model> m, ffn_mode mode, int threads = 2) {
   inference_context ctx(m, 16, threads);
   ctx.set_mode(mode);
