@@ -208,23 +208,23 @@ void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_o
   const auto in = ctx.step_ffn_inputs(*st.s);
   const int64_t nd = in.n * st.p->m->hp().n_embd;
   st.out.assign(static_cast<size_t>(nd), 0.0f);
-  int64_t fired = cold_fired;
+  int64_t hot_fired = 0;  // the down rows each side read: its neurons that fired
   if (st.hot_done) {
     st.hot_done->wait();
     st.hot_done.reset();
     std::copy(st.hot_out.begin(), st.hot_out.begin() + nd, st.out.begin());
-    fired += fired_rows(st.hidden.data(), st.active.chosen->data(), in.n, st.p->m->hp().n_ff, st.split.hot_ids.data(),
-                        static_cast<int64_t>(st.split.hot_ids.size()));
+    hot_fired = fired_rows(st.hidden.data(), st.active.chosen->data(), in.n, st.p->m->hp().n_ff, st.split.hot_ids.data(),
+                           static_cast<int64_t>(st.split.hot_ids.size()));
   }
   if (cold_out)
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
-  ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size, fired);
+  ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size, cold_fired + hot_fired);
   auto& stats = *st.p->stats;
-  const uint64_t row = stats.costs().neuron[static_cast<size_t>(layer)];
+  const uint64_t down = stats.costs().down_row[static_cast<size_t>(layer)], in_rows = stats.costs().neuron[static_cast<size_t>(layer)] - down;
   const auto hot_rows = static_cast<int64_t>(st.split.hot_ids.size());
   stats.add_ffn(layer, in.n, computed, st.hot_chosen);
-  st.device_bytes += row * static_cast<uint64_t>(hot_rows);
-  st.host_bytes += row * static_cast<uint64_t>(union_size - hot_rows);
+  st.device_bytes += in_rows * static_cast<uint64_t>(hot_rows) + down * static_cast<uint64_t>(hot_fired);
+  st.host_bytes += in_rows * static_cast<uint64_t>(union_size - hot_rows) + down * static_cast<uint64_t>(cold_fired);
   run_layer(self, layer + 1);
 }
 
@@ -313,9 +313,13 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     const bool sparse = ctx.mode() == ffn_mode::sparse && l.pred_fc1 && l.ffn_down_t;
     if (!sparse) {  // every neuron, here (dense files, dense mode)
       t0 = std::chrono::steady_clock::now();
+      const size_t li = static_cast<size_t>(layer);
+      const int64_t rows_before = ctx.read_neurons()[li], down_before = ctx.read_down_rows()[li];
       ctx.step_ffn(*st.s, layer);
       stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
-      st.host_bytes += costs.ffn_dense[static_cast<size_t>(layer)];
+      // Every gate and up row; the down rows it read (transposed rows: the neurons that fired).
+      st.host_bytes += (costs.neuron[li] - costs.down_row[li]) * static_cast<uint64_t>(ctx.read_neurons()[li] - rows_before) +
+                       costs.down_row[li] * static_cast<uint64_t>(ctx.read_down_rows()[li] - down_before);
       return run_layer(self, layer + 1);
     }
     const auto in = ctx.step_ffn_inputs(*st.s);
