@@ -220,11 +220,11 @@ void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_o
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
   ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size, cold_fired + hot_fired);
   auto& stats = *st.p->stats;
-  const uint64_t down = stats.costs().down_row[static_cast<size_t>(layer)], in_rows = stats.costs().neuron[static_cast<size_t>(layer)] - down;
+  const auto& costs = stats.costs();
   const auto hot_rows = static_cast<int64_t>(st.split.hot_ids.size());
   stats.add_ffn(layer, in.n, computed, st.hot_chosen);
-  st.device_bytes += in_rows * static_cast<uint64_t>(hot_rows) + down * static_cast<uint64_t>(hot_fired);
-  st.host_bytes += in_rows * static_cast<uint64_t>(union_size - hot_rows) + down * static_cast<uint64_t>(cold_fired);
+  st.device_bytes += costs.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(hot_rows), static_cast<uint64_t>(hot_fired));
+  st.host_bytes += costs.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(union_size - hot_rows), static_cast<uint64_t>(cold_fired));
   run_layer(self, layer + 1);
 }
 
@@ -318,8 +318,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       ctx.step_ffn(*st.s, layer);
       stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
       // Every gate and up row; the down rows it read (transposed rows: the neurons that fired).
-      st.host_bytes += (costs.neuron[li] - costs.down_row[li]) * static_cast<uint64_t>(ctx.read_neurons()[li] - rows_before) +
-                       costs.down_row[li] * static_cast<uint64_t>(ctx.read_down_rows()[li] - down_before);
+      st.host_bytes += costs.ffn_rows(li, static_cast<uint64_t>(ctx.read_neurons()[li] - rows_before), static_cast<uint64_t>(ctx.read_down_rows()[li] - down_before));
       return run_layer(self, layer + 1);
     }
     const auto in = ctx.step_ffn_inputs(*st.s);

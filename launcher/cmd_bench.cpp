@@ -41,8 +41,7 @@ double bytes_per_step(const model& m, const rows_read& r, int64_t steps) {
   double bytes = static_cast<double>(c.output + c.embedding_row);
   for (size_t l = 0; l < c.layer_fixed.size(); ++l)
     bytes += static_cast<double>(c.layer_fixed[l]) +
-             (static_cast<double>(c.neuron[l] - c.down_row[l]) * static_cast<double>(r.neurons[l]) + static_cast<double>(c.down_row[l]) * static_cast<double>(r.down[l])) /
-                 static_cast<double>(steps);
+             static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(r.neurons[l]), static_cast<uint64_t>(r.down[l]))) / static_cast<double>(steps);
   return bytes;
 }
 

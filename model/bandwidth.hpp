@@ -13,10 +13,11 @@ namespace hotcold {
 // and measure make it larger when asked for more (never smaller).
 //
 // measure(n): bytes per second that the pool's threads reach reading the buffer's first n bytes, each
-// its own contiguous slice, read as one stream and (the next pass) as two streams, its two halves side
-// by side; the best of 2 x `repetitions` passes (a ceiling: the products read two rows at a time, and
-// one stream alone read 5-15% less than that here, so that decodes reached more than "the
-// bandwidth"). A buffer under 256 MB is swept several times a pass. What it reads depends on how much
+// its own contiguous slice, read in turn as one stream, as two streams (its two halves side by side)
+// and as one stream asking for the lines ahead; the best of 3 x `repetitions` passes (a ceiling: the
+// products read two rows at a time, and one plain stream alone read 5-15% less than that here, so
+// that decodes reached more than "the bandwidth"). A buffer under 256 MB is swept several times a
+// pass. What it reads depends on how much
 // it reads: on a 2-vCPU Zen 5 VM, sustained, 97 GB/s over 128 MB, 79 over 256 MB, 67 over 1 GB, 62
 // over 2 GB (means of ten rounds; 128 MB > 256 MB > 1 GB in each), so a token's roofline is measured
 // over as many bytes as the token reads, which it reads again at the next token as the probe does.
@@ -34,7 +35,7 @@ class read_probe {
 };
 
 // One probe of `bytes` (default: 1 GiB, far more than this machine's caches serve), measured once.
-// Takes about (2 x repetitions + 1) x bytes / bandwidth.
+// Takes about (3 x repetitions + 1) x bytes / bandwidth.
 double measure_read_bandwidth(thread_pool& pool, uint64_t bytes = uint64_t{1} << 30, int repetitions = 3);
 
 }  // namespace hotcold

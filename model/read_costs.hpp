@@ -18,6 +18,8 @@ struct read_costs {
   explicit read_costs(const model& m);
   // What a dense step reads: every layer's weights, the head and an embedding row.
   uint64_t dense_step() const;
+  // Layer l's FFN rows: the gate and up rows of `neurons`, the down rows of `down_rows` of them.
+  uint64_t ffn_rows(size_t l, uint64_t neurons, uint64_t down_rows) const { return (neuron[l] - down_row[l]) * neurons + down_row[l] * down_rows; }
 };
 
 }  // namespace hotcold
