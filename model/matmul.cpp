@@ -113,6 +113,10 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
   // predictor's fc1, 1 MB at F16) paid for four times a thread (fc1 21 -> 18 us; a sparse F16 token
   // +0.4 to +2.8% in four alternations in one process); large products are cut as before.
   const int64_t grain = std::max<int64_t>(8, (int64_t{256} << 10) / (2 * static_cast<int64_t>(ws[0]->row_bytes)));
+  // Where the CPU wants it (kernels::cpu().stream_ahead), each F16 stream's lines are asked for that
+  // many bytes ahead as it is read (rows r and r + 1 are adjacent); elsewhere the first lines of the
+  // rows two on.
+  const int64_t ahead = kernels::cpu().stream_ahead / 2;  // in halves
   pool.parallel_for(first.back(), [&](int64_t p0, int64_t p1) {
     size_t m = 0;
     for (int64_t p = p0; p < p1; ++p) {
@@ -120,10 +124,15 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
       const tensor_view& w = *ws[m];
       const int64_t half = w.ne1 / 2, r = p - first[m], d = w.ne0;
       float* y = ys[m];
-      if (p + 2 < p1 && r + 2 < half) prefetch_row_start(w, r + 2), prefetch_row_start(w, r + 2 + half);
+      const bool stream = ahead > 0 && w.type == tensor_type::f16 && ahead <= d;
+      if (!stream && p + 2 < p1 && r + 2 < half) prefetch_row_start(w, r + 2), prefetch_row_start(w, r + 2 + half);
       const auto* h0 = reinterpret_cast<const uint16_t*>(w.row(r));
       const auto* h1 = reinterpret_cast<const uint16_t*>(w.row(r + half));
-      if (w.type == tensor_type::f16) dot2n_f16(h0, h1, xs, 1, d, y + r, y + r + half);
+      if (stream) {
+        // (the rows after the last of each half: none asked for)
+        const bool more = p + 1 < p1 && r + 1 < half;
+        dot2_f16_ahead(h0, h1, x, d, y + r, y + r + half, more ? h0 + ahead : h0, more ? h1 + ahead : h1);
+      } else if (w.type == tensor_type::f16) dot2n_f16(h0, h1, xs, 1, d, y + r, y + r + half);
       else if (w.type == tensor_type::bf16) dot2n_bf16(h0, h1, xs, 1, d, y + r, y + r + half);
       else dot2n_f32(reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + half)), xs, 1, d, y + r, y + r + half);
     }

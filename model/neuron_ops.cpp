@@ -251,26 +251,36 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
     return;
   }
   if (hp.gated_ffn && gate.type == tensor_type::f16 && up.type == tensor_type::f16 && (!down_t || down_t.type == tensor_type::f16)) {
-    // F16, in two passes: each neuron's gate and up rows together while the next neuron's are asked for
-    // at the same offsets (dot2_f16_ahead); then the down rows of the neurons that fired, four at a
-    // time, the next four asked for likewise. Each row's lines are on their way one neuron (8 KiB)
-    // ahead, spread through the reading, where asking for the first lines of rows two neurons ahead
-    // left the hardware's streams to start on each 4 KiB row afresh. The 1B file's FFNs alone with the
-    // predictors' choices (96% of them fire), q/k/v/o and the predictor run between layers as in a
-    // decode, 2 threads, medians of 16 alternations: 3.59 -> 3.27 ms a token (asking two neurons
-    // ahead: 3.32; with inputs captured from a real decode 4.08 -> 3.48-3.59). In whole decodes the
-    // FFN spans come out 2-8% shorter but the tokens per second did not move beyond the machine's
-    // noise (bench at the commit before and after, alternately, four times: 0.97-1.02x).
+    // F16, in two passes: two neurons' gate and up rows together (four streams) while the next two
+    // neurons' are asked for at the same offsets (dot4_f16_ahead; an odd last neuron alone); then the
+    // down rows of the neurons that fired, four at a time, the next four asked for likewise. Each row's
+    // lines are on their way one step (8 or 16 KiB) ahead, spread through the reading, where asking for
+    // the first lines of rows two neurons ahead left the hardware's streams to start on each 4 KiB row
+    // afresh. One neuron a step (dot2_f16_ahead) until 2026-11-30: on the Intel Xeon of that day the
+    // gate/up pass over scattered rows alone read 16 GB/s so and 26 with two neurons a step (a plain
+    // sum of the same rows: 26; two threads, 16 x 642 random rows of 5632); decode +1 to +4% (three
+    // alternations in one process). On Zen 5 two neurons a step had not been measurably faster.
     auto f16 = [](const tensor_view& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.row(r)); };
     const int64_t d = gate.ne0;
-    if (count > 0) prefetch_row_start(gate, rows[0]), prefetch_row_start(up, rows[0]);
-    for (k = 0; k < count; ++k) {
-      const int32_t r = rows[k], next = rows[std::min(k + 1, count - 1)];  // (the last: itself, read already)
-      float g, u;
-      kernels::dot2_f16_ahead(f16(gate, r), f16(up, r), in, d, &g, &u, f16(gate, next), f16(up, next));
+    auto take = [&](int64_t j, float g, float u) {
       const float v = hidden_value(hp, g, u);
-      hidden[ids[k]] = v;
-      if (down_t && v != 0.0f) fired.push_back(r), values.push_back(v);
+      hidden[ids[j]] = v;
+      if (down_t && v != 0.0f) fired.push_back(rows[j]), values.push_back(v);
+    };
+    for (int64_t j = 0; j < std::min<int64_t>(2, count); ++j) prefetch_row_start(gate, rows[j]), prefetch_row_start(up, rows[j]);
+    for (; k + 2 <= count; k += 2) {
+      // (past the end: the last row, read already)
+      const int32_t r0 = rows[k], r1 = rows[k + 1], n0 = rows[std::min(k + 2, count - 1)], n1 = rows[std::min(k + 3, count - 1)];
+      const uint16_t* w[4] = {f16(gate, r0), f16(up, r0), f16(gate, r1), f16(up, r1)};
+      const uint16_t* next[4] = {f16(gate, n0), f16(up, n0), f16(gate, n1), f16(up, n1)};
+      float o[4];
+      kernels::dot4_f16_ahead(w, in, d, o, next);
+      take(k, o[0], o[1]), take(k + 1, o[2], o[3]);
+    }
+    if (k < count) {
+      float g, u;
+      kernels::dot2_f16_ahead(f16(gate, rows[k]), f16(up, rows[k]), in, d, &g, &u, f16(gate, rows[k]), f16(up, rows[k]));
+      take(k, g, u);
     }
     const int64_t n_fired = static_cast<int64_t>(fired.size());
     for (int64_t j = 0; j < std::min<int64_t>(4, n_fired); ++j) prefetch_row_start(down_t, fired[static_cast<size_t>(j)]);

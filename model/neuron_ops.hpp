@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "model/arch.hpp"
 #include "model/model.hpp"
@@ -21,12 +22,14 @@ inline bool wants_q8_input(tensor_type t) { return t == tensor_type::q8_0 || t =
 void row_axpy(const tensor_view& w, int64_t r, float a, float* y);
 // y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.
 void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y);
-// A cache line to be read soon, not kept (prefetchnta). An asm statement, not __builtin_prefetch:
-// GCC counts a function that only prefetches as free of effects and deletes calls to it (all the
-// FFN's prefetches were gone at -O1 and above before this).
+// A cache line to be read soon: not kept (prefetchnta) where the CPU reads scattered rows best so,
+// into L1 (prefetcht0) where non-temporal hints slow it down (kernels::cpu().prefetch_nta). An asm
+// statement, not __builtin_prefetch: GCC counts a function that only prefetches as free of effects
+// and deletes calls to it (all the FFN's prefetches were gone at -O1 and above before this).
 inline void prefetch_line(const void* p) {
 #if defined(__x86_64__) || defined(__i386__)
-  asm volatile("prefetchnta %0" : : "m"(*static_cast<const char*>(p)));
+  if (kernels::cpu().prefetch_nta) asm volatile("prefetchnta %0" : : "m"(*static_cast<const char*>(p)));
+  else asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
 #else
   __builtin_prefetch(p, 0, 0);
 #endif

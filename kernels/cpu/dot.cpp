@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "kernels/cpu/dispatch.hpp"
@@ -788,6 +789,28 @@ HOTCOLD_AVX512 void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const
                                    const uint16_t* next1) {
   dot2n<1>(f16_row16{w0}, f16_row16{w1}, &x, n, out0, out1, reinterpret_cast<const char*>(next0), reinterpret_cast<const char*>(next1));
 }
+// Four rows with dot2n<1>'s sums per row: lanes 0-15 of each 32 into a, 16-31 into b, then a + b
+// summed across lanes; the 16-value step after the last 32 into a, the rest one value at a time.
+HOTCOLD_AVX512 void dot4_f16_ahead(const uint16_t* const* w, const float* x, int64_t n, float* out, const uint16_t* const* next) {
+  const f16_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
+  __m512 a[4], b[4];
+  for (int q = 0; q < 4; ++q) a[q] = b[q] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int q = 0; q < 4; ++q) _mm_prefetch(reinterpret_cast<const char*>(next[q] + i), _MM_HINT_T0);
+    const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+    for (int q = 0; q < 4; ++q) a[q] = _mm512_fmadd_ps(r[q](i), x0, a[q]), b[q] = _mm512_fmadd_ps(r[q](i + 16), x1, b[q]);
+  }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    for (int q = 0; q < 4; ++q) a[q] = _mm512_fmadd_ps(r[q](i), v, a[q]);
+  }
+  for (int q = 0; q < 4; ++q) {
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(a[q], b[q]));
+    for (int64_t k = i; k < n; ++k) s += r[q].at(k) * x[k];
+    out[q] = s;
+  }
+}
 // axpy4_f16's sums (each value y + a0 r0 + a1 r1 + a2 r2 + a3 r3 in that order, as the AVX2 kernel
 // makes them) sixteen at a time, 64 bytes of each row a step with the next rows' same line asked for;
 // what is left (under 32 values) by the AVX2 kernel.
@@ -874,6 +897,11 @@ const cpu_features& cpu() {
     f.avx512 = allowed && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
     f.vnni = f.avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
     f.vbmi = f.vnni && __builtin_cpu_supports("avx512vbmi");
+    const bool intel = __builtin_cpu_is("intel");
+    f.stream_ahead = intel ? 2048 : 0;
+    f.prefetch_nta = !intel;
+    if (const char* e = std::getenv("HOTCOLD_STREAM_AHEAD")) f.stream_ahead = std::max(0, std::atoi(e)) / 64 * 64;
+    if (const char* e = std::getenv("HOTCOLD_PREFETCH_NTA")) f.prefetch_nta = std::atoi(e) != 0;
     return f;
   }();
   return d;
@@ -923,6 +951,12 @@ void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const float* x, int6
   if (cpu().avx512) return avx512::dot2_f16_ahead(w0, w1, x, n, out0, out1, next0, next1);
   if (cpu().avx2) return avx2::dot2_f16_ahead(w0, w1, x, n, out0, out1, next0, next1);
   *out0 = scalar::dot_f16(w0, x, n), *out1 = scalar::dot_f16(w1, x, n);
+}
+void dot4_f16_ahead(const uint16_t* const* w, const float* x, int64_t n, float* out, const uint16_t* const* next) {
+  if (cpu().avx512) return avx512::dot4_f16_ahead(w, x, n, out, next);
+  // Elsewhere as two pairs, which makes the same sums.
+  dot2_f16_ahead(w[0], w[1], x, n, out, out + 1, next[0], next[1]);
+  dot2_f16_ahead(w[2], w[3], x, n, out + 2, out + 3, next[2], next[3]);
 }
 void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
   if (cpu().avx512) return avx512::dot2n_bf16(w0, w1, x, nx, n, out0, out1);

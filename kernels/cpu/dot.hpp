@@ -51,6 +51,11 @@ void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, i
 // hold. next0 and next1 must be rows of n values too (they may be w0 and w1).
 void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const float* x, int64_t n, float* out0, float* out1, const uint16_t* next0,
                     const uint16_t* next1);
+// Four rows at once (two neurons' gate and up rows) against one vector, each row's sum exactly as
+// dot2_f16_ahead makes it (so a neuron's value does not depend on which kernel read it), while rows
+// next[0..3] are asked for at the offsets read: four streams from memory where dot2_f16_ahead has
+// two. next[r] must be rows of n values too (they may be w[r]).
+void dot4_f16_ahead(const uint16_t* const* w, const float* x, int64_t n, float* out, const uint16_t* const* next);
 // Four rows w[0..3] against up to four vectors: out[4 r + j] = w[r] . x[j]. Per load, the most
 // products of these kernels: what a batch's matrix products use.
 void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out);

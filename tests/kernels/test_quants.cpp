@@ -583,6 +583,17 @@ TEST(Dot, AskingForTheNextRowsKeepsTheSums) {
     double want = 0;
     for (int64_t i = 0; i < n; ++i) want += double(fp16_to_fp32(h[0][static_cast<size_t>(i)])) * x[static_cast<size_t>(i)];
     EXPECT_NEAR(g, want, 1e-4 * (1 + std::sqrt(double(n)))) << n;
+    // Two neurons at once: each row's sum as the pair kernel makes it.
+    const uint16_t* four[4] = {h[0].data(), h[1].data(), h[2].data(), h[3].data()};
+    const uint16_t* ahead[4] = {h[4].data(), h[5].data(), h[6].data(), h[7].data()};
+    float o4[4] = {0, 0, 0, 0}, o2[4] = {0, 0, 0, 0};
+    dot4_f16_ahead(four, x.data(), n, o4, ahead);
+    dot2n_f16(h[0].data(), h[1].data(), px, 1, n, &o2[0], &o2[1]);
+    dot2n_f16(h[2].data(), h[3].data(), px, 1, n, &o2[2], &o2[3]);
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(o4[r], o2[r]) << n << " row " << r;
+    double want3 = 0;
+    for (int64_t i = 0; i < n; ++i) want3 += double(fp16_to_fp32(h[3][static_cast<size_t>(i)])) * x[static_cast<size_t>(i)];
+    EXPECT_NEAR(o4[3], want3, 1e-4 * (1 + std::sqrt(double(n)))) << n;
 
     const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};
     const uint16_t* rows[4] = {h[0].data(), h[1].data(), h[2].data(), h[3].data()};
