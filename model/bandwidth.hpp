@@ -14,7 +14,8 @@ namespace hotcold {
 //
 // measure(n): bytes per second that the pool's threads reach reading the buffer's first n bytes, each
 // its own contiguous slice, read in turn as one stream, as two streams (its two halves side by side)
-// and as one stream asking for the lines ahead; the best of 3 x `repetitions` passes (a ceiling: the
+// as one stream asking for the start of the block two on, and as one stream asking for every line
+// 2 KiB ahead (what the products do on Intel); the best of 4 x `repetitions` passes (a ceiling: the
 // products read two rows at a time, and one plain stream alone read 5-15% less than that here, so
 // that decodes reached more than "the bandwidth"). A buffer under 256 MB is swept several times a
 // pass. What it reads depends on how much
@@ -35,7 +36,7 @@ class read_probe {
 };
 
 // One probe of `bytes` (default: 1 GiB, far more than this machine's caches serve), measured once.
-// Takes about (3 x repetitions + 1) x bytes / bandwidth.
+// Takes about (4 x repetitions + 1) x bytes / bandwidth.
 double measure_read_bandwidth(thread_pool& pool, uint64_t bytes = uint64_t{1} << 30, int repetitions = 3);
 
 }  // namespace hotcold
