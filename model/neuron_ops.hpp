@@ -26,25 +26,28 @@ void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y)
 // into L1 (prefetcht0) where non-temporal hints slow it down (kernels::cpu().prefetch_nta). An asm
 // statement, not __builtin_prefetch: GCC counts a function that only prefetches as free of effects
 // and deletes calls to it (all the FFN's prefetches were gone at -O1 and above before this).
-inline void prefetch_line(const void* p) {
+inline void prefetch_line(const void* p, bool nta) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (kernels::cpu().prefetch_nta) asm volatile("prefetchnta %0" : : "m"(*static_cast<const char*>(p)));
+  if (nta) asm volatile("prefetchnta %0" : : "m"(*static_cast<const char*>(p)));
   else asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
 #else
-  __builtin_prefetch(p, 0, 0);
+  __builtin_prefetch(p, 0, nta ? 0 : 3);
 #endif
 }
+inline void prefetch_line(const void* p) { prefetch_line(p, kernels::cpu().prefetch_nta); }
 // Asks the memory system for row r ahead of its use.
 inline void prefetch_row(const tensor_view& w, int64_t r) {
   const char* p = reinterpret_cast<const char*>(w.row(r));
-  for (size_t off = 0; off < w.row_bytes; off += 64) prefetch_line(p + off);
+  const bool nta = kernels::cpu().prefetch_nta;
+  for (size_t off = 0; off < w.row_bytes; off += 64) prefetch_line(p + off, nta);
 }
 // Asks for row r's first two cache lines only: enough to start the hardware's stream along it
 // (scattered rows, where whole-row prefetches flood the miss buffers).
 inline void prefetch_row_start(const tensor_view& w, int64_t r) {
   const char* p = reinterpret_cast<const char*>(w.row(r));
-  prefetch_line(p);
-  if (w.row_bytes > 64) prefetch_line(p + 64);
+  const bool nta = kernels::cpu().prefetch_nta;
+  prefetch_line(p, nta);
+  if (w.row_bytes > 64) prefetch_line(p + 64, nta);
 }
 // A row to be read soon, as suits its length: short rows (Q4_0, Q8_0 at n_embd 2048: 1-2 KiB) are too
 // short for the hardware's stream to get going and are asked for whole; long rows (F16, F32) get their

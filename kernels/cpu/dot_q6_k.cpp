@@ -107,7 +107,14 @@ HOTCOLD_VNNI float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64
   for (int j = 0; j < 4; ++j) scale_index[j] = _mm512_load_si512(q6_k_scale_index.lanes[j]);
   __m512 acc = _mm512_setzero_ps();
   __m256 acc_offset = _mm256_setzero_ps();
+  // Where the CPU wants it (cpu().stream_ahead), the row's stream asked for that far ahead: into the
+  // next rows, which a head's product reads next (prefetches past the weights' end do not fault).
+  const int64_t ahead = cpu().stream_ahead;
   for (int64_t b = 0; b < n / qk_k; ++b) {
+    if (ahead) {
+      const char* p = reinterpret_cast<const char*>(w + b) + ahead;
+      for (size_t o = 0; o < sizeof(block_q6_k); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    }
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
     const __m512i sc = _mm512_castsi256_si512(sc16);
     __m512i isum = _mm512_setzero_si512();
