@@ -5,6 +5,7 @@
 // Q4_0's nibbles (0..15) enter the unsigned side as they are; the offset of 8 comes off as
 // 8 x the vector block's sum.
 #include <immintrin.h>
+#include <cstdint>
 
 #include <cstring>
 
@@ -139,10 +140,14 @@ HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
 HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t nb, float* oa, float* ob) {
   constexpr int64_t ahead = 8;
   __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
+  // Each line asked for once (a block is 4.5 lines): the lines not yet asked for up to the end of
+  // the block `ahead` on (+1.4% a sparse Q4_0 token against five prefetches a block, three
+  // alternations in one process, Intel Xeon).
+  uintptr_t na = reinterpret_cast<uintptr_t>(wa + ahead) & ~uintptr_t{63}, nbp = reinterpret_cast<uintptr_t>(wb + ahead) & ~uintptr_t{63};
   for (int64_t b = 0; b < nb; ++b) {
-    const char* pa = reinterpret_cast<const char*>(wa + b + ahead);
-    const char* pb = reinterpret_cast<const char*>(wb + b + ahead);
-    for (size_t off = 0; off < sizeof(block_q4_0x16); off += 64) _mm_prefetch(pa + off, _MM_HINT_T0), _mm_prefetch(pb + off, _MM_HINT_T0);
+    const uintptr_t ea = reinterpret_cast<uintptr_t>(wa + b + ahead + 1), eb = reinterpret_cast<uintptr_t>(wb + b + ahead + 1);
+    for (; na < ea; na += 64) _mm_prefetch(reinterpret_cast<const char*>(na), _MM_HINT_T0);
+    for (; nbp < eb; nbp += 64) _mm_prefetch(reinterpret_cast<const char*>(nbp), _MM_HINT_T0);
     acc_a = add_block(unpack(wa[b]), wa[b].d, x[b], xt[b], acc_a);
     acc_b = add_block(unpack(wb[b]), wb[b].d, x[b], xt[b], acc_b);
   }
