@@ -5,13 +5,13 @@
 // Q4_0's nibbles (0..15) enter the unsigned side as they are; the offset of 8 comes off as
 // 8 x the vector block's sum.
 #include <immintrin.h>
-#include <cstdint>
 
 #include <cstring>
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/lanes.hpp"
 
 namespace hotcold::kernels {
 
@@ -143,11 +143,10 @@ HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb,
   // Each line asked for once (a block is 4.5 lines): the lines not yet asked for up to the end of
   // the block `ahead` on (+1.4% a sparse Q4_0 token against five prefetches a block, three
   // alternations in one process, Intel Xeon).
-  uintptr_t na = reinterpret_cast<uintptr_t>(wa + ahead) & ~uintptr_t{63}, nbp = reinterpret_cast<uintptr_t>(wb + ahead) & ~uintptr_t{63};
+  uintptr_t na = stream_line(wa + ahead, 0), nbp = stream_line(wb + ahead, 0);
   for (int64_t b = 0; b < nb; ++b) {
-    const uintptr_t ea = reinterpret_cast<uintptr_t>(wa + b + ahead + 1), eb = reinterpret_cast<uintptr_t>(wb + b + ahead + 1);
-    for (; na < ea; na += 64) _mm_prefetch(reinterpret_cast<const char*>(na), _MM_HINT_T0);
-    for (; nbp < eb; nbp += 64) _mm_prefetch(reinterpret_cast<const char*>(nbp), _MM_HINT_T0);
+    prefetch_until(na, reinterpret_cast<uintptr_t>(wa + b + ahead + 1));
+    prefetch_until(nbp, reinterpret_cast<uintptr_t>(wb + b + ahead + 1));
     acc_a = add_block(unpack(wa[b]), wa[b].d, x[b], xt[b], acc_a);
     acc_b = add_block(unpack(wb[b]), wb[b].d, x[b], xt[b], acc_b);
   }

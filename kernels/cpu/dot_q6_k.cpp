@@ -2,11 +2,11 @@
 // 16-bit multipliers (maddubs then madd/dpwssd), Q6_K's offset of 32 taken off once per block from
 // the activations' group sums, one float scale per 256 values.
 #include <immintrin.h>
-#include <cstdint>
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/lanes.hpp"
 
 namespace hotcold::kernels {
 
@@ -110,14 +110,11 @@ HOTCOLD_VNNI float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64
   __m256 acc_offset = _mm256_setzero_ps();
   // Where the CPU wants it (cpu().stream_ahead), the row's stream asked for that far ahead: into the
   // next rows, which a head's product reads next (prefetches past the weights' end do not fault).
-  // Each line asked for once: the next line not yet asked for, up to `ahead` past this block's end.
+  // Each line once, up to `ahead` past this block's end.
   const int64_t ahead = cpu().stream_ahead;
-  uintptr_t next = (reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(ahead)) & ~uintptr_t{63};
+  uintptr_t next = stream_line(w, ahead);
   for (int64_t b = 0; b < n / qk_k; ++b) {
-    if (ahead) {
-      const uintptr_t end = reinterpret_cast<uintptr_t>(w + b + 1) + static_cast<uintptr_t>(ahead);
-      for (; next < end; next += 64) _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
-    }
+    if (ahead) prefetch_until(next, reinterpret_cast<uintptr_t>(w + b + 1) + static_cast<uintptr_t>(ahead));
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
     const __m512i sc = _mm512_castsi256_si512(sc16);
     __m512i isum = _mm512_setzero_si512();

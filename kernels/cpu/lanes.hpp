@@ -2,6 +2,8 @@
 // Across-lane helpers the AVX-512 kernels share.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "kernels/cpu/dispatch.hpp"
 
 namespace hotcold::kernels {
@@ -25,5 +27,13 @@ HOTCOLD_AVX512 inline __m512 reduce16(const __m512 (&v)[16]) {
 }
 
 HOTCOLD_AVX512_END
+
+// A stream's lines asked for into L1 once each, however its blocks fall across lines: `next` starts
+// at stream_line(p, ahead) (the line `ahead` bytes past p), and prefetch_until(next, end) asks for
+// every line before `end` not yet asked for (prefetches past the weights' end do not fault).
+inline uintptr_t stream_line(const void* p, int64_t ahead) { return (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead)) & ~uintptr_t{63}; }
+inline void prefetch_until(uintptr_t& next, uintptr_t end) {
+  for (; next < end; next += 64) _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
+}
 
 }  // namespace hotcold::kernels
