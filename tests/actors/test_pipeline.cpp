@@ -400,43 +400,54 @@ TEST(Pipeline, HotAndColdOverlapInTheTrace) {
     half.hot.emplace_back();
     for (int32_t i = 0; i < 4096; i += 2) half.hot.back().push_back(i);
   }
-  trace_recorder trace;
-  auto ctx = std::make_shared<inference_context>(m, 64, 1, 2);
-  ctx->set_mode(ffn_mode::sparse);
-  ctx->set_trace(&trace);
-  {
-    pipeline_options po;
-    po.hot = std::make_shared<const hot_rows>(m, half, devices::make_device(d));
-    po.trace = &trace;
-    pipeline p(ctx, po);
-    generation_request r;
-    r.prompt = {1};
-    r.n_predict = 24;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    p.submit(r);
-    auto got = drain(p, 1);
-    ASSERT_EQ(got.begin()->second.tokens.size(), 24u);
-  }
-  std::map<std::pair<int64_t, int64_t>, trace_recorder::interval> hot, cold;
+  // The two sides can only run at once when the machine's two cores are free: another process's load
+  // (a test that just ended, a neighbour) serializes them. So up to three generations, each traced
+  // afresh, until one shows the overlap; a pipeline that runs the sides one after the other shows
+  // it in none.
+  const int pairs = 24 * 2;
   std::set<std::string> names;
-  for (const auto& e : trace.entries()) {
-    names.insert(e.span.name);
-    auto key = std::make_pair(e.span.step, e.span.layer);
-    if (std::string(e.span.name) == "hot_ffn") hot[key] = e.span;
-    if (std::string(e.span.name) == "cold_ffn") cold[key] = e.span;  // one worker: one interval
+  int overlapping = 0;
+  std::unique_ptr<trace_recorder> kept;
+  for (int attempt = 0; attempt < 3 && overlapping < pairs / 2; ++attempt) {
+    auto trace = std::make_unique<trace_recorder>();
+    auto ctx = std::make_shared<inference_context>(m, 64, 1, 2);
+    ctx->set_mode(ffn_mode::sparse);
+    ctx->set_trace(trace.get());
+    {
+      pipeline_options po;
+      po.hot = std::make_shared<const hot_rows>(m, half, devices::make_device(d));
+      po.trace = trace.get();
+      pipeline p(ctx, po);
+      generation_request r;
+      r.prompt = {1};
+      r.n_predict = 24;
+      r.ignore_eos = true;
+      r.sampling.temperature = 0;
+      p.submit(r);
+      auto got = drain(p, 1);
+      ASSERT_EQ(got.begin()->second.tokens.size(), 24u);
+    }
+    std::map<std::pair<int64_t, int64_t>, trace_recorder::interval> hot, cold;
+    names.clear();
+    for (const auto& e : trace->entries()) {
+      names.insert(e.span.name);
+      auto key = std::make_pair(e.span.step, e.span.layer);
+      if (std::string(e.span.name) == "hot_ffn") hot[key] = e.span;
+      if (std::string(e.span.name) == "cold_ffn") cold[key] = e.span;  // one worker: one interval
+    }
+    ASSERT_EQ(hot.size(), static_cast<size_t>(pairs));
+    ASSERT_EQ(cold.size(), static_cast<size_t>(pairs));
+    overlapping = 0;
+    for (const auto& [key, h] : hot) {
+      const auto& c = cold.at(key);
+      overlapping += h.begin < c.end && c.begin < h.end;
+    }
+    kept = std::move(trace);
   }
   EXPECT_EQ(names, (std::set<std::string>{"attention", "predict", "hot_ffn", "cold_ffn", "output", "sample"}));
-  const int pairs = 24 * 2;
-  ASSERT_EQ(hot.size(), static_cast<size_t>(pairs));
-  ASSERT_EQ(cold.size(), static_cast<size_t>(pairs));
-  int overlapping = 0;
-  for (const auto& [key, h] : hot) {
-    const auto& c = cold.at(key);
-    overlapping += h.begin < c.end && c.begin < h.end;
-  }
   RecordProperty("overlapping_pairs", overlapping);
   EXPECT_GE(overlapping, pairs / 2) << overlapping << " of " << pairs << " (step, layer) pairs overlap";
+  trace_recorder& trace = *kept;
   if (const char* keep = std::getenv("HOTCOLD_TEST_TRACE")) trace.write(keep);
   auto j = nlohmann::json::parse(trace.chrome_json());
   std::set<std::string> threads;
