@@ -196,13 +196,21 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
       // goes through the same kernel and a neuron's value does not depend on its neighbours), the
       // rows rows_ahead on asked for: take(j, row at(j) . input).
       auto pass = [&](const tensor_view& w, const auto& at, int64_t n, const auto& take) {
-        for (int64_t j = 0; j < std::min(rows_ahead, n); ++j) prefetch_row(w, at(j));
+        // Rows of a multiple of 128 values: the next four rows asked for at the offsets the kernel
+        // reads, one call ahead (+4 to +6% a sparse Q4_0 token against whole rows eight ahead, three
+        // alternations in one process, Intel Xeon: bursts of whole rows stall on the miss buffers).
+        const bool spread = nb % 4 == 0;
+        for (int64_t j = 0; j < std::min(spread ? 4 : rows_ahead, n); ++j) prefetch_row(w, at(j));
         for (int64_t q = 0; q < n; q += 4) {
-          for (int64_t j = q + rows_ahead; j < std::min(q + rows_ahead + 4, n); ++j) prefetch_row(w, at(j));
-          const kernels::block_q4_0* w4[4];
-          for (int64_t i = 0; i < 4; ++i) w4[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + i, n - 1))));
+          if (!spread)
+            for (int64_t j = q + rows_ahead; j < std::min(q + rows_ahead + 4, n); ++j) prefetch_row(w, at(j));
+          const kernels::block_q4_0 *w4[4], *next[4];
+          for (int64_t i = 0; i < 4; ++i) {
+            w4[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + i, n - 1))));
+            next[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + 4 + i, n - 1))));
+          }
           float o[4];
-          if (nb % 4 == 0) kernels::dot4r_q4_0_x4(w4, xq, x4.data(), w.ne0, o);
+          if (spread) kernels::dot4r_q4_0_x4_ahead(w4, xq, x4.data(), w.ne0, o, next);
           else kernels::dot4r_q4_0(w4, xq, w.ne0, o);
           for (int64_t i = 0; i < 4 && q + i < n; ++i) take(q + i, o[i]);
         }

@@ -572,11 +572,17 @@ struct x4_indices {
 };
 constexpr x4_indices x4_index;
 
-HOTCOLD_VBMI void dot4r_q4_0_x4(const block_q4_0* const* w, const q8_0_x4* x4, int64_t n, float* out) {
+// With next: rows next[0..3]'s lines asked for at the offsets read, each line once (prefetch_until).
+HOTCOLD_VBMI void dot4r_q4_0_x4(const block_q4_0* const* w, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next = nullptr) {
   const __m512i nib = _mm512_load_si512(x4_index.nibbles), scx = _mm512_load_si512(x4_index.scales), m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   const int64_t groups = n / 128;
+  uintptr_t line[4] = {0, 0, 0, 0};
+  if (next)
+    for (int r = 0; r < 4; ++r) line[r] = stream_line(next[r], 0);
   for (int64_t g = 0; g < groups; ++g) {
+    if (next)
+      for (int r = 0; r < 4; ++r) prefetch_until(line[r], reinterpret_cast<uintptr_t>(next[r] + 4 * g + 4));
     const q8_0_x4& x = x4[g];
     const __m512i xlo = _mm512_load_si512(x.lo), xhi = _mm512_load_si512(x.hi);
     const __m512i offset = _mm512_load_si512(x.offset);
@@ -973,6 +979,15 @@ void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, floa
 }
 void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out) {
   if (cpu().vbmi && n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out);
+  dot4r_q4_0(w, xq, n, out);
+}
+void dot4r_q4_0_x4_ahead(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next) {
+  if (cpu().vbmi && n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out, next);
+  // Elsewhere the next rows asked for whole first.
+  for (int r = 0; r < 4; ++r) {
+    uintptr_t line = stream_line(next[r], 0);
+    prefetch_until(line, reinterpret_cast<uintptr_t>(next[r] + n / qk4_0));
+  }
   dot4r_q4_0(w, xq, n, out);
 }
 void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {

@@ -81,6 +81,9 @@ void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_
 // a row in one register through a byte permute, two multiply-adds per 128 values (AVX-512 VBMI and
 // VNNI; elsewhere dot4r_q4_0 on xq).
 void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out);
+// The same sums while rows next[0..3] (rows of n values too; they may be w's) are asked for at the
+// offsets read, each line once: a sparse FFN's next four rows arrive spread through these.
+void dot4r_q4_0_x4_ahead(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next);
 
 // Sixteen F16 rows interleaved (element k of row i at 16 k + i; the same bytes as the rows): short
 // rows (the predictors' 256-wide second layer) read as one stream, sixteen rows per multiply-add.

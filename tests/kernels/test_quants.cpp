@@ -468,10 +468,15 @@ TEST(Dot, FourQuantizedRowsAgainstTheRearrangedVector) {
     const block_q4_0* w4[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
     float o[4];
     dot4r_q4_0_x4(w4, x.data(), x4.data(), n, o);
+    // Asking for the next rows as it reads (here the same rows backwards) keeps the sums, bit for bit.
+    const block_q4_0* next[4] = {rows[3].data(), rows[2].data(), rows[1].data(), rows[0].data()};
+    float o_ahead[4];
+    dot4r_q4_0_x4_ahead(w4, x.data(), x4.data(), n, o_ahead, next);
     for (int r = 0; r < 4; ++r) {
       SCOPED_TRACE(testing::Message() << n << " row " << r);
       const float want = scalar::dot_q4_0(w4[r], x.data(), n);
       EXPECT_NEAR(o[r], want, 1e-4 * (1 + std::abs(want)));
+      EXPECT_EQ(o_ahead[r], o[r]);
     }
   }
 }
