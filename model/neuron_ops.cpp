@@ -251,6 +251,20 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
       }
     }
     const int64_t n_fired = static_cast<int64_t>(fired.size()), ahead = 8;  // two batches of four
+    if (down_t.type == tensor_type::q4_0) {
+      // Q4_0 down rows four a call, the next four asked for at the offsets read (+3 to +6% a sparse
+      // Q4_0 token against whole rows eight ahead in five of six alternations, Intel Xeon).
+      auto row4 = [&](int64_t j) { return reinterpret_cast<const kernels::block_q4_0*>(down_t.row(fired[static_cast<size_t>(std::min(j, n_fired - 1))])); };
+      for (int64_t j = 0; j < std::min<int64_t>(4, n_fired); ++j) prefetch_row(down_t, fired[static_cast<size_t>(j)]);
+      int64_t j = 0;
+      for (; j + 4 <= n_fired; j += 4) {
+        const kernels::block_q4_0* x[4] = {row4(j), row4(j + 1), row4(j + 2), row4(j + 3)};
+        const kernels::block_q4_0* next[4] = {row4(j + 4), row4(j + 5), row4(j + 6), row4(j + 7)};
+        kernels::axpy4_q4_0_ahead(values.data() + j, x, acc, down_t.ne0, next);
+      }
+      for (; j < n_fired; ++j) row_axpy(down_t, fired[static_cast<size_t>(j)], values[static_cast<size_t>(j)], acc);
+      return;
+    }
     for (int64_t j = 0; j < std::min(ahead, n_fired); ++j) prefetch_row(down_t, fired[static_cast<size_t>(j)]);
     for (int64_t j = 0; j < n_fired; ++j) {
       if (j + ahead < n_fired) prefetch_row(down_t, fired[static_cast<size_t>(j + ahead)]);

@@ -867,6 +867,19 @@ HOTCOLD_AVX512 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float
     _mm512_storeu_ps(y + 16, y1);
   }
 }
+// With rows next[0..3]'s lines asked for at the offsets read, each line once.
+HOTCOLD_AVX512 void axpy4_q4_0_ahead(const float* a, const block_q4_0* const* x, float* y, int64_t n, const block_q4_0* const* next) {
+  const __m512 table = q4_0_table();
+  uintptr_t line[4];
+  for (int r = 0; r < 4; ++r) line[r] = stream_line(next[r], 0);
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    for (int r = 0; r < 4; ++r) prefetch_until(line[r], reinterpret_cast<uintptr_t>(next[r] + b + 1));
+    __m512 y0 = _mm512_loadu_ps(y), y1 = _mm512_loadu_ps(y + 16);
+    for (int r = 0; r < 4; ++r) q4_0_axpy_block(a[r], x[r][b], table, y0, y1);
+    _mm512_storeu_ps(y, y0);
+    _mm512_storeu_ps(y + 16, y1);
+  }
+}
 HOTCOLD_AVX512 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
   const __m512 table = q4_0_table();
   for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
@@ -1030,6 +1043,15 @@ void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n)
   if (cpu().avx512) return avx512::axpy4_q8_0(a, x, y, n);
   if (cpu().avx2) return avx2::axpy4_q8_0(a, x, y, n);
   for (int r = 0; r < 4; ++r) scalar::axpy_q8_0(a[r], x[r], y, n);
+}
+void axpy4_q4_0_ahead(const float* a, const block_q4_0* const* x, float* y, int64_t n, const block_q4_0* const* next) {
+  if (cpu().avx512) return avx512::axpy4_q4_0_ahead(a, x, y, n, next);
+  // Elsewhere the next rows asked for whole first.
+  for (int r = 0; r < 4; ++r) {
+    uintptr_t line = stream_line(next[r], 0);
+    prefetch_until(line, reinterpret_cast<uintptr_t>(next[r] + n / qk4_0));
+  }
+  axpy4_q4_0(a, x, y, n);
 }
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n) {
   if (cpu().avx512) return avx512::axpy4_q4_0(a, x, y, n);

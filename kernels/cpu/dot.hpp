@@ -34,6 +34,9 @@ void axpy4_f16_ahead(const float* a, const uint16_t* const* x, float* y, int64_t
 void axpy4_bf16(const float* a, const uint16_t* const* x, float* y, int64_t n);
 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n);
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n);
+// The same sums while rows next[0..3] (rows of n values too; they may be x's) are asked for at the
+// offsets read, each line once (AVX-512; elsewhere the next rows whole first).
+void axpy4_q4_0_ahead(const float* a, const block_q4_0* const* x, float* y, int64_t n, const block_q4_0* const* next);
 
 // One row against up to four activation vectors at once (out[j] = w . x[j], 1 <= nx <= 4): the row is
 // loaded and converted once for all of them (batches, several sequences).

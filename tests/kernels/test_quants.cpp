@@ -472,6 +472,13 @@ TEST(Dot, FourQuantizedRowsAgainstTheRearrangedVector) {
     const block_q4_0* next[4] = {rows[3].data(), rows[2].data(), rows[1].data(), rows[0].data()};
     float o_ahead[4];
     dot4r_q4_0_x4_ahead(w4, x.data(), x4.data(), n, o_ahead, next);
+    // And the down rows' kernel likewise.
+    const float a[4] = {0.5f, -1.25f, 2.0f, 0.0625f};
+    auto y = random_vector(n, 711), y0 = y;
+    axpy4_q4_0_ahead(a, w4, y.data(), n, next);
+    axpy4_q4_0(a, w4, y0.data(), n);
+    EXPECT_EQ(y, y0) << n;
+    EXPECT_NE(y, random_vector(n, 711)) << n;
     for (int r = 0; r < 4; ++r) {
       SCOPED_TRACE(testing::Message() << n << " row " << r);
       const float want = scalar::dot_q4_0(w4[r], x.data(), n);
