@@ -171,8 +171,8 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
   if (hp.gated_ffn && up.type == tensor_type::q4_0 && gate.type == tensor_type::q4_0 && xq) {
     // Q4_0, in passes over one kind of row at a time, four rows a call (the input's side done once;
     // the input rearranged once per call for the four-blocks-a-register kernel where the CPU has it),
-    // the rows a few ahead asked for; then the down rows of the neurons that fired only, four at a
-    // time, also asked for ahead. A Q4_0 predictor chooses half as many neurons again as fire: asking
+    // the next four rows asked for as a call reads (below); then the down rows of the neurons that
+    // fired only, four at a time, also asked for ahead. A Q4_0 predictor chooses half as many neurons again as fire: asking
     // for every chosen neuron's down row with its gate and up rows spent a third of those reads on
     // rows never used.
     thread_local std::vector<kernels::q8_0_x4> x4;
@@ -193,8 +193,8 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
       // rows, a decoded token +0.6 to +5.6% in five alternations in one process).
       constexpr int64_t rows_ahead = 8;
       // One pass over rows at(0..n) of w, four a call (past n the last row again, so that every row
-      // goes through the same kernel and a neuron's value does not depend on its neighbours), the
-      // rows rows_ahead on asked for: take(j, row at(j) . input).
+      // goes through the same kernel and a neuron's value does not depend on its neighbours), rows
+      // ahead asked for: take(j, row at(j) . input).
       auto pass = [&](const tensor_view& w, const auto& at, int64_t n, const auto& take) {
         // Rows of a multiple of 128 values: the next four rows asked for at the offsets the kernel
         // reads, one call ahead (+4 to +6% a sparse Q4_0 token against whole rows eight ahead, three
