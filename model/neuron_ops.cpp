@@ -172,9 +172,9 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
     // Q4_0, in passes over one kind of row at a time, four rows a call (the input's side done once;
     // the input rearranged once per call for the four-blocks-a-register kernel where the CPU has it),
     // the next four rows asked for as a call reads (below); then the down rows of the neurons that
-    // fired only, four at a time, also asked for ahead. A Q4_0 predictor chooses half as many neurons again as fire: asking
-    // for every chosen neuron's down row with its gate and up rows spent a third of those reads on
-    // rows never used.
+    // fired only, four at a time, also asked for ahead. A Q4_0 predictor chooses half as many
+    // neurons again as fire: asking for every chosen neuron's down row with its gate and up rows
+    // spent a third of those reads on rows never used.
     thread_local std::vector<kernels::q8_0_x4> x4;
     thread_local std::vector<int32_t> open;
     thread_local std::vector<float> gates;

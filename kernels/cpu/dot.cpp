@@ -994,13 +994,16 @@ void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_
   if (cpu().vbmi && n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out);
   dot4r_q4_0(w, xq, n, out);
 }
-void dot4r_q4_0_x4_ahead(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next) {
-  if (cpu().vbmi && n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out, next);
-  // Elsewhere the next rows asked for whole first.
+// The fallbacks of the "ahead" Q4_0 kernels: rows next[0..3] of n values asked for whole, each line once.
+static void ask_for_whole_q4_0_rows(const block_q4_0* const* next, int64_t n) {
   for (int r = 0; r < 4; ++r) {
     uintptr_t line = stream_line(next[r], 0);
     prefetch_until(line, reinterpret_cast<uintptr_t>(next[r] + n / qk4_0));
   }
+}
+void dot4r_q4_0_x4_ahead(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next) {
+  if (cpu().vbmi && n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out, next);
+  ask_for_whole_q4_0_rows(next, n);  // elsewhere the next rows asked for whole first
   dot4r_q4_0(w, xq, n, out);
 }
 void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
@@ -1046,11 +1049,7 @@ void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n)
 }
 void axpy4_q4_0_ahead(const float* a, const block_q4_0* const* x, float* y, int64_t n, const block_q4_0* const* next) {
   if (cpu().avx512) return avx512::axpy4_q4_0_ahead(a, x, y, n, next);
-  // Elsewhere the next rows asked for whole first.
-  for (int r = 0; r < 4; ++r) {
-    uintptr_t line = stream_line(next[r], 0);
-    prefetch_until(line, reinterpret_cast<uintptr_t>(next[r] + n / qk4_0));
-  }
+  ask_for_whole_q4_0_rows(next, n);  // elsewhere the next rows asked for whole first
   axpy4_q4_0(a, x, y, n);
 }
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n) {
