@@ -1,5 +1,5 @@
 // hotcold gen-model --arch llama|falcon|bamboo --act relu|silu|drelu --embd N --layers N --ffn N
-//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|q8_0|q4_0 --seed S -o OUT.gguf
+//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|q8_0|q4_0 --seed S [--norm-spread S] -o OUT.gguf
 #include <chrono>
 #include <cstdio>
 
@@ -30,6 +30,7 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--vocab", a->o.vocab_path, "GGUF file whose tokenizer is copied")->required();
   cmd->add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0 or q4_0")->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   cmd->add_option("--seed", a->o.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--norm-spread", a->o.norm_spread, "Norm weights drawn from [1-S, 1+S], biases from [-S/2, S/2] (0: identity norms)")->capture_default_str();
   cmd->add_option("-o,--output", a->o.out_path, "Output GGUF file")->required();
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("gen-model", [&] {

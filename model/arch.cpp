@@ -156,7 +156,7 @@ const std::vector<tensor_spec>& tensor_table(architecture a) {
       {r::output, "output.weight", false, false},
       {r::attn_norm, "blk.%d.attn_norm.weight", true, true},
       {r::attn_norm_b, "blk.%d.attn_norm.bias", true, true},
-      {r::attn_norm_2, "blk.%d.attn_norm_2.weight", true, false},  // Falcon-40B: separate FFN norm
+      {r::attn_norm_2, "blk.%d.attn_norm_2.weight", true, false},  // Falcon-40B: the attention's own norm (attn_norm then feeds only the FFN)
       {r::attn_norm_2_b, "blk.%d.attn_norm_2.bias", true, false},
       {r::attn_qkv, "blk.%d.attn_qkv.weight", true, true},
       {r::attn_output, "blk.%d.attn_output.weight", true, true},

@@ -341,8 +341,15 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
     trace_scope span(trace_, "attention", step_, il);
     // attention input, q k v
     if (falcon) {
+      // xn_ = attn_norm(x) feeds the FFN; attention reads attn_norm_2(x) where the layer has one
+      // (Falcon-40B, as llama.cpp and PowerInfer read its files), else xn_ too.
       layer_norm(x_.data(), f32(l.attn_norm), f32(l.attn_norm_b), xn_.data(), n_embd, hp.norm_eps);
-      matvec(l.wqkv, xn_.data(), qkv_.data());
+      const float* attn_in = xn_.data();
+      if (l.attn_norm_2) {
+        layer_norm(x_.data(), f32(l.attn_norm_2), f32(l.attn_norm_2_b), xn2_.data(), n_embd, hp.norm_eps);
+        attn_in = xn2_.data();
+      }
+      matvec(l.wqkv, attn_in, qkv_.data());
     } else {
       rms_norm(x_.data(), f32(l.attn_norm), xn_.data(), n_embd, hp.norm_eps);
       const tensor_view* ws[3] = {&l.wq, &l.wk, &l.wv};
@@ -360,13 +367,8 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
     }
 
     if (falcon) {
-      // Parallel attention and FFN, both reading the layer's input.
-      const float* ffn_in = xn_.data();
-      if (l.attn_norm_2) {
-        layer_norm(x_.data(), f32(l.attn_norm_2), f32(l.attn_norm_2_b), xn2_.data(), n_embd, hp.norm_eps);
-        ffn_in = xn2_.data();
-      }
-      ffn(il, l, ffn_in, x_.data(), ffn_out_.data());  // the predictor reads the layer's input
+      // Parallel attention and FFN, both reading the layer's input; the FFN through attn_norm.
+      ffn(il, l, xn_.data(), x_.data(), ffn_out_.data());  // the predictor reads the layer's input
       for (int64_t i = 0; i < n_embd; ++i) x_[i] += proj_[i] + ffn_out_[i];
     } else {
       for (int64_t i = 0; i < n_embd; ++i) x_[i] += proj_[i];
@@ -571,7 +573,13 @@ void inference_context::attention_block(step_state& B, int64_t il) {
       else rms_norm(B.x.data() + t * d, f32(l.attn_norm), B.xn.data() + t * d, d, hp.norm_eps);
     }
     if (falcon) {
-      matmul(l.wqkv, B.xn.data(), n, B.qkv.data());
+      // As in forward(): attention reads attn_norm_2(x) where the layer has one, the FFN attn_norm(x).
+      const float* attn_in = B.xn.data();
+      if (l.attn_norm_2) {
+        for (int64_t t = 0; t < n; ++t) layer_norm(B.x.data() + t * d, f32(l.attn_norm_2), f32(l.attn_norm_2_b), B.xn2.data() + t * d, d, hp.norm_eps);
+        attn_in = B.xn2.data();
+      }
+      matmul(l.wqkv, attn_in, n, B.qkv.data());
     } else {
       const tensor_view* ws[3] = {&l.wq, &l.wk, &l.wv};
       float* ys[3] = {q_of(0), k_of(0), v_of(0)};
@@ -634,10 +642,6 @@ void inference_context::attention_block(step_state& B, int64_t il) {
   if (falcon) {
     // Parallel attention and FFN, both reading the layer's input; proj is added with the FFN's output.
     B.ffn_in = B.xn.data();
-    if (l.attn_norm_2) {
-      for (int64_t t = 0; t < n; ++t) layer_norm(B.x.data() + t * d, f32(l.attn_norm_2), f32(l.attn_norm_2_b), B.xn2.data() + t * d, d, hp.norm_eps);
-      B.ffn_in = B.xn2.data();
-    }
     B.pred_in = B.x.data();
   } else {
     for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];

@@ -40,7 +40,7 @@ struct tensor_view {
 
 struct layer_weights {
   tensor_view attn_norm, attn_norm_b;      // (n_embd)
-  tensor_view attn_norm_2, attn_norm_2_b;  // falcon-40B FFN norm (n_embd), optional
+  tensor_view attn_norm_2, attn_norm_2_b;  // falcon-40B: the norm attention reads (n_embd), optional; attn_norm then feeds only the FFN
   tensor_view wq, wk, wv;                  // (n_embd) -> (n_embd), (n_embd_kv), (n_embd_kv)
   tensor_view wqkv;                        // falcon: (n_embd) -> (n_embd + 2 n_embd_kv)
   tensor_view wo;                          // (n_embd) -> (n_embd)

@@ -143,6 +143,7 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   if (!(o.active > 0 && o.active < 1)) throw bad(fmt::format("--active {} must be between 0 and 1", o.active));
   if (o.n_ctx < 1) throw bad("--ctx must be at least 1");
   if (o.act == activation::drelu && o.arch == architecture::falcon) throw bad("--act drelu needs a gated FFN (llama or bamboo), falcon has none");
+  if (!(o.norm_spread >= 0 && o.norm_spread < 1)) throw bad(fmt::format("--norm-spread {} must be in [0, 1)", o.norm_spread));
   if (o.out_path.empty()) throw bad("-o OUT.gguf is required");
   const auto& tt = traits(o.type);
   if (!(o.type == tensor_type::f32 || o.type == tensor_type::f16 || o.type == tensor_type::q8_0 || o.type == tensor_type::q4_0 || o.type == tensor_type::bf16))
@@ -278,6 +279,19 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   matrix ones(1, d);
   std::fill(ones.v.begin(), ones.v.end(), 1.0f);
   matrix zeros(1, d);
+  // A norm's weight and bias: identity unless norm_spread asks for varied ones (own draws each call).
+  auto norm_weight = [&] {
+    if (o.norm_spread == 0) return ones;
+    matrix m(1, d);
+    for (auto& x : m.v) x = static_cast<float>(1.0 + o.norm_spread * (2.0 * g.uniform() - 1.0));
+    return m;
+  };
+  auto norm_bias = [&] {
+    if (o.norm_spread == 0) return zeros;
+    matrix m(1, d);
+    for (auto& x : m.v) x = static_cast<float>(0.5 * o.norm_spread * (2.0 * g.uniform() - 1.0));
+    return m;
+  };
 
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (int64_t il = 0; il < o.n_layer; ++il) {
@@ -298,15 +312,15 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     }
 
     if (falcon) {
-      add(blk + "attn_norm.weight", tensor_type::f32, ones);
-      add(blk + "attn_norm.bias", tensor_type::f32, zeros);
-      if (o.n_head_kv > 1) {  // Falcon-40B lays out a separate norm for the FFN
-        add(blk + "attn_norm_2.weight", tensor_type::f32, ones);
-        add(blk + "attn_norm_2.bias", tensor_type::f32, zeros);
+      add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
+      add(blk + "attn_norm.bias", tensor_type::f32, norm_bias());
+      if (o.n_head_kv > 1) {  // Falcon-40B: a second norm, which feeds the attention (attn_norm then feeds the FFN)
+        add(blk + "attn_norm_2.weight", tensor_type::f32, norm_weight());
+        add(blk + "attn_norm_2.bias", tensor_type::f32, norm_bias());
       }
       add(blk + "attn_qkv.weight", o.type, random_matrix(d + 2 * kv, d, in_scale));
     } else {
-      add(blk + "attn_norm.weight", tensor_type::f32, ones);
+      add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
       add(blk + "attn_q.weight", o.type, random_matrix(d, d, in_scale));
       add(blk + "attn_k.weight", o.type, random_matrix(kv, d, in_scale));
       add(blk + "attn_v.weight", o.type, random_matrix(kv, d, in_scale));
@@ -329,7 +343,7 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
       }
     }
     if (!falcon) {
-      add(blk + "ffn_norm.weight", tensor_type::f32, ones);
+      add(blk + "ffn_norm.weight", tensor_type::f32, norm_weight());
       add(blk + "ffn_gate.weight", o.type, gate);
     }
     add(blk + "ffn_up.weight", o.type, up);
@@ -339,8 +353,8 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     tick();
   }
 
-  add("output_norm.weight", tensor_type::f32, ones);
-  if (falcon) add("output_norm.bias", tensor_type::f32, zeros);
+  add("output_norm.weight", tensor_type::f32, norm_weight());
+  if (falcon) add("output_norm.bias", tensor_type::f32, norm_bias());
   // Output head: reads every channel; llama.cpp's Q4_0 files store it as Q6_K.
   matrix out = random_matrix(n_vocab, d, 3.0f * in_scale);
   tensor_type out_type = o.type;

@@ -26,6 +26,10 @@ struct gen_model_options {
   std::string vocab_path;        // GGUF whose tokenizer.* metadata is copied
   tensor_type type = tensor_type::f16;
   uint64_t seed = 1;
+  // Norm weights drawn uniformly from [1 - s, 1 + s] per channel and biases from [-s/2, s/2] (0:
+  // identity norms, weight 1 and bias 0). With s > 0 every norm of a layer differs from the others,
+  // so a path that feeds a branch through the wrong norm computes another model.
+  double norm_spread = 0.0;
   std::string out_path;
 };
 

@@ -12,6 +12,7 @@
 #include "model/forward.hpp"
 #include "model/gguf.hpp"
 #include "tests/model/tiny_models.hpp"
+#include "tools/sparse_file.hpp"
 
 namespace hotcold {
 namespace {
@@ -115,8 +116,9 @@ struct naive {
     return g > 0 ? g : 0;
   }
 
-  // Logits of every position of `tokens`.
-  std::vector<vec> logits(const std::vector<token_id>& tokens) {
+  // Logits of every position of `tokens`; with a mask ([token][layer][neuron]), only the neurons it
+  // holds contribute to each FFN (what a sparse path computed).
+  std::vector<vec> logits(const std::vector<token_id>& tokens, const std::vector<std::vector<std::vector<bool>>>* mask = nullptr) {
     const int64_t T = tokens.size(), hd = d / n_head, kv = hd * n_kv_head;
     mat embd = load_matrix(f, "token_embd.weight");
     std::vector<vec> x(T);
@@ -126,8 +128,10 @@ struct naive {
       std::vector<vec> q(T), k(T), v(T), attn_in(T);
       for (int64_t t = 0; t < T; ++t) {
         if (falcon) {
+          // Falcon-40B (attn_norm_2 present): attention reads attn_norm_2(x), the FFN attn_norm(x).
           attn_in[t] = layer_norm(x[t], vector(b + "attn_norm.weight"), vector(b + "attn_norm.bias"));
-          vec qkv = times(load_matrix(f, b + "attn_qkv.weight"), attn_in[t]);
+          vec qkv_in = f.find_tensor(b + "attn_norm_2.weight") ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias")) : attn_in[t];
+          vec qkv = times(load_matrix(f, b + "attn_qkv.weight"), qkv_in);
           q[t] = vec(qkv.begin(), qkv.begin() + d);
           k[t] = vec(qkv.begin() + d, qkv.begin() + d + kv);
           v[t] = vec(qkv.begin() + d + kv, qkv.end());
@@ -160,12 +164,11 @@ struct naive {
       bool gated = !falcon;
       mat up = load_matrix(f, b + "ffn_up.weight"), down = load_matrix(f, b + "ffn_down.weight");
       mat gate = gated ? load_matrix(f, b + "ffn_gate.weight") : mat{};
-      bool norm2 = falcon && f.find_tensor(b + "attn_norm_2.weight");
       for (int64_t t = 0; t < T; ++t) {
         vec o = times(wo, attn[t]);
         vec ffn_in;
         if (falcon) {
-          ffn_in = norm2 ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias")) : attn_in[t];
+          ffn_in = attn_in[t];
         } else {
           for (int64_t i = 0; i < d; ++i) x[t][i] += o[i];
           ffn_in = rms(x[t], vector(b + "ffn_norm.weight"));
@@ -173,6 +176,7 @@ struct naive {
         vec u = times(up, ffn_in), hidden(n_ff);
         vec gv = gated ? times(gate, ffn_in) : vec{};
         for (int64_t j = 0; j < n_ff; ++j) {
+          if (mask && !(*mask)[t][l][j]) continue;  // a neuron the sparse path left out
           if (!gated) hidden[j] = activate(u[j]);
           else if (act == "drelu") hidden[j] = std::max(gv[j], 0.0) * std::max(u[j], 0.0);
           else hidden[j] = activate(gv[j]) * u[j];
@@ -219,6 +223,7 @@ TEST_P(ForwardPass, MatchesTheIndependentComputation) {
   o.n_ctx = 64;
   o.active = 0.25;
   o.seed = 7;
+  o.norm_spread = 0.3;  // every norm its own weights and biases: a norm read in the wrong place shows
   auto path = test::make_model(c.name, o);
 
   auto m = model::load(path);
@@ -243,6 +248,19 @@ TEST_P(ForwardPass, MatchesTheIndependentComputation) {
   double rel = std::sqrt(num / den);
   EXPECT_LT(rel, c.tolerance) << c.name;
   RecordProperty("relative_rms", testing::PrintToString(rel));
+
+  // The prompt as one batch (the stages' path) computes the same logits.
+  inference_context batch_ctx(m, 16, 2);
+  auto all = batch_ctx.forward_batch(tokens, 0, true);
+  const size_t nv = want[0].size();
+  ASSERT_EQ(all.size(), tokens.size() * nv);
+  num = den = 0;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    for (size_t i = 0; i < nv; ++i) {
+      num += (all[t * nv + i] - want[t][i]) * (all[t * nv + i] - want[t][i]);
+      den += want[t][i] * want[t][i];
+    }
+  EXPECT_LT(std::sqrt(num / den), c.tolerance) << c.name << " as one batch";
 }
 
 std::vector<forward_case> cases() {
@@ -300,6 +318,94 @@ TEST(Forward, InterleavedDenseQ4_0GivesTheFileLayoutsLogits) {
     const std::vector<float> next(da.begin(), da.end());
     const auto db = b.forward(11, n);
     for (size_t i = 0; i < next.size(); ++i) ASSERT_NEAR(next[i], db[i], 1e-3 * (1 + std::abs(db[i]))) << "after " << n << " tokens, logit " << i;
+  }
+}
+
+}  // namespace
+}  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+double rel_rms(const std::vector<std::vector<float>>& got, const std::vector<vec>& want) {
+  double num = 0, den = 0;
+  for (size_t t = 0; t < want.size(); ++t)
+    for (size_t i = 0; i < want[t].size(); ++i) {
+      num += (got[t][i] - want[t][i]) * (got[t][i] - want[t][i]);
+      den += want[t][i] * want[t][i];
+    }
+  return std::sqrt(num / den);
+}
+
+// Falcon-40B's layout: each layer has attn_norm and attn_norm_2, here with different weights and
+// non-zero biases. llama.cpp and PowerInfer feed the attention from attn_norm_2 and the FFN from
+// attn_norm; the dense file and its PowerInfer sparse file (predictor on the layer input) must
+// compute that model, one token at a time and as a batch. Feeding the branches the other way
+// round moves the logits by tens of percent.
+TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {
+  auto o = test::sparse_test_options(architecture::falcon, activation::relu, tensor_type::f32);
+  o.n_head_kv = 2;  // grouped KV: gen-model writes the 40B layout
+  o.norm_spread = 0.4;
+  auto dense_path = test::make_model("falcon40b_two_norms", o);
+  auto file = gguf::file::open(dense_path);
+  ASSERT_TRUE(file.find_tensor("blk.0.attn_norm_2.weight"));
+  const std::vector<token_id> tokens{1, 250, 17, 299, 3, 120};
+  const auto want = naive(file).logits(tokens);
+
+  auto dense = model::load(dense_path);
+  {
+    inference_context ctx(dense, 16, 2);
+    std::vector<std::vector<float>> got;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      auto l = ctx.forward(tokens[i], static_cast<int64_t>(i));
+      got.emplace_back(l.begin(), l.end());
+    }
+    EXPECT_LT(rel_rms(got, want), 1e-5) << "dense, one token at a time";
+  }
+
+  // PowerInfer's file: predictors read the layer's input; the mask each token's FFN ran with is
+  // read back through the observer and given to the double computation.
+  auto sparse_path = (test::scratch_dir() / "falcon40b_two_norms_pwri.gguf").string();
+  tools::sparse_file_options so;
+  so.kind = gguf::file_kind::powerinfer;
+  tools::write_sparse_model(dense_path, sparse_path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9), so);
+  auto sparse = model::load(sparse_path);
+  ASSERT_TRUE(sparse->has_predictors());
+  EXPECT_EQ(sparse->hp().pred_input, predictor_input::layer_input);
+  for (bool batch : {false, true}) {
+    inference_context ctx(sparse, 16, 2);
+    ctx.set_mode(ffn_mode::sparse);
+    std::vector<std::vector<std::vector<bool>>> mask(tokens.size(), std::vector<std::vector<bool>>(static_cast<size_t>(o.n_layer)));
+    std::vector<int64_t> seen(static_cast<size_t>(o.n_layer), 0);  // ffn_act calls per layer: token order
+    int64_t chosen = 0;
+    ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
+      if (name != "ffn_act") return;
+      auto& m = mask[static_cast<size_t>(seen[static_cast<size_t>(layer)]++)][static_cast<size_t>(layer)];
+      for (float x : v) m.push_back(x != 0.0f), chosen += x != 0.0f;
+    });
+    std::vector<std::vector<float>> got;
+    if (batch) {
+      auto all = ctx.forward_batch(tokens, 0, true);
+      const size_t nv = all.size() / tokens.size();
+      for (size_t t = 0; t < tokens.size(); ++t) got.emplace_back(all.begin() + t * nv, all.begin() + (t + 1) * nv);
+    } else {
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        auto l = ctx.forward(tokens[i], static_cast<int64_t>(i));
+        got.emplace_back(l.begin(), l.end());
+      }
+    }
+    const int64_t fired_dense = [&] {
+      int64_t n = 0;
+      inference_context d(dense, 16, 2);
+      d.set_observer([&](std::string_view name, int64_t, std::span<const float> v) {
+        if (name == "ffn_act") for (float x : v) n += x != 0.0f;
+      });
+      for (size_t i = 0; i < tokens.size(); ++i) d.forward(tokens[i], static_cast<int64_t>(i));
+      return n;
+    }();
+    ASSERT_GT(chosen, 0);
+    ASSERT_LT(chosen, fired_dense) << "the predictor left no neuron out: the sparse case would be the dense one";
+    EXPECT_LT(rel_rms(got, naive(file).logits(tokens, &mask)), 1e-5) << (batch ? "sparse, as a batch" : "sparse, one token at a time");
   }
 }
 
