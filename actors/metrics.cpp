@@ -22,6 +22,11 @@ metrics::metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   prompt_tokens_ = &BuildCounter().Name("hotcold_prompt_tokens_total").Help("Prompt tokens of the requests that ended").Register(*registry_).Add({});
   generated_tokens_ = &BuildCounter().Name("hotcold_generated_tokens_total").Help("Tokens generated").Register(*registry_).Add({});
   bad_frames_ = &BuildCounter().Name("hotcold_bad_frames_total").Help("Client frames refused as malformed").Register(*registry_).Add({});
+  cut_off_ = &BuildCounter()
+                  .Name("hotcold_clients_cut_off_total")
+                  .Help("Clients cut off for leaving too many reply bytes unread (their requests cancelled)")
+                  .Register(*registry_)
+                  .Add({});
   ttft_ = &BuildHistogram()
                .Name("hotcold_time_to_first_token_seconds")
                .Help("From a generate's arrival to its first token")
@@ -34,6 +39,11 @@ metrics::metrics() : registry_(std::make_shared<prometheus::Registry>()) {
               .Add({}, latency_buckets());
   active_ = &BuildGauge().Name("hotcold_active_sequences").Help("Sequences holding a KV slot").Register(*registry_).Add({});
   queued_ = &BuildGauge().Name("hotcold_queue_depth").Help("Requests waiting for a KV slot").Register(*registry_).Add({});
+  reply_bytes_ = &BuildGauge()
+                      .Name("hotcold_reply_bytes_queued")
+                      .Help("Bytes of replies waiting to be written to the clients' connections")
+                      .Register(*registry_)
+                      .Add({});
 }
 
 void metrics::request_done(std::string_view outcome, int64_t prompt_tokens, int64_t generated_tokens) {
@@ -82,6 +92,8 @@ metrics::percentiles metrics::recent_itl() const {
   return itl_recent_.get();
 }
 void metrics::bad_frame() { bad_frames_->Increment(); }
+void metrics::client_cut_off() { cut_off_->Increment(); }
+void metrics::set_reply_bytes_queued(int64_t bytes) { reply_bytes_->Set(static_cast<double>(bytes)); }
 
 void metrics::set_load(int64_t active_sequences, int64_t queued) {
   active_->Set(static_cast<double>(active_sequences));

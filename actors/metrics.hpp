@@ -29,6 +29,10 @@ class metrics {
   void time_to_first_token(double seconds);
   void inter_token_latency(double seconds);
   void bad_frame();
+  // A client cut off for not reading its replies (its queued bytes passed the server's bound).
+  void client_cut_off();
+  // Bytes of replies ZeroMQ holds, not yet written to the clients' connections (all clients).
+  void set_reply_bytes_queued(int64_t bytes);
   // Percentiles (nearest rank) of the latencies observed over the last minute (at most 10000 each).
   struct percentiles {
     double p50 = 0, p95 = 0, p99 = 0;
@@ -52,9 +56,9 @@ class metrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* requests_;
-  prometheus::Counter *prompt_tokens_, *generated_tokens_, *bad_frames_;
+  prometheus::Counter *prompt_tokens_, *generated_tokens_, *bad_frames_, *cut_off_;
   prometheus::Histogram *ttft_, *itl_;
-  prometheus::Gauge *active_, *queued_;
+  prometheus::Gauge *active_, *queued_, *reply_bytes_;
   struct recent_samples {
     std::deque<std::pair<std::chrono::steady_clock::time_point, double>> values;
     void add(double v);

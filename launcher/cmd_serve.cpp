@@ -1,5 +1,7 @@
 // hotcold serve [-m M] --zmq tcp://127.0.0.1:5555 [--max-queue N] [--max-prompt-tokens N]
 //               [--max-tokens N] [--parallel N]: the ZeroMQ server (protocol/README.md).
+#include <unistd.h>
+
 #include <csignal>
 
 #include <fmt/format.h>
@@ -13,7 +15,13 @@ namespace hotcold::launcher {
 namespace {
 
 std::atomic<bool> stop_requested{false};
-extern "C" void on_stop_signal(int) { stop_requested.store(true); }
+std::atomic<bool> serving{false};
+// Before the server runs (the model loading) there is nothing to finish: a stop ends the process
+// with 0 at once. Then the server's loop reads the flag, cancels what runs and returns.
+extern "C" void on_stop_signal(int) {
+  if (!serving.load()) _exit(0);
+  stop_requested.store(true);
+}
 
 }  // namespace
 
@@ -41,18 +49,24 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "Check the predictors' recall every N steps (each sparse layer computes its first token densely; 0: never)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--max-client-buffer", a->s.max_client_buffer,
+                  "Bytes of replies a client may leave unread before it is cut off (its requests cancelled; one larger reply still goes when "
+                  "nothing else of its waits)")
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 32))
+      ->capture_default_str();
   cmd->add_option("--record", a->s.record, "Append one JSON line per finished generate: arrival, request, TTFT, inter-token gaps, end-to-end (for hotcold replay)");
   cmd->add_option("--curve-key", a->s.curve_key, "The server's CURVE key pair (hotcold keygen -o NAME writes NAME.key): encrypt and authenticate");
   cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("serve", [&] {
       check_bind(a->s);
-      auto l = load(a->m, 0, a->parallel);
       std::signal(SIGINT, on_stop_signal);
       std::signal(SIGTERM, on_stop_signal);
+      auto l = load(a->m, 0, a->parallel);
+      serving.store(true);
       const auto c = serve(l, a->s, stop_requested);
-      fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable, {} keys refused\n",
-                 c.frames, c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable, c.refused_keys);
+      fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable, {} keys refused, {} clients cut off\n",
+                 c.frames, c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable, c.refused_keys, c.cut_off);
       l.finish();
     });
   });

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <random>
 #include <set>
@@ -43,6 +47,90 @@ struct address {
   bool operator<(const address& o) const { return identity < o.identity; }
 };
 
+// One client (a ROUTER identity) as the server sees it.
+struct client_account {
+  // Bytes of its replies that ZeroMQ holds, not yet written to its connection: counted up when a
+  // reply is handed over, down when ZeroMQ frees it (on its I/O thread).
+  std::atomic<int64_t> queued{0};
+  bool cut_off = false;      // its replies are dropped until it has read what is queued
+  int64_t text_jobs = 0;     // its requests waiting for the text worker
+  int64_t in_flight = 0;     // its generates running or queued in the pipeline
+};
+
+// A reply in ZeroMQ's hands: the bytes and the account they are counted against.
+struct outgoing_reply {
+  std::string bytes;
+  std::shared_ptr<client_account> account;
+};
+
+void free_reply(void*, void* hint) {
+  auto* r = static_cast<outgoing_reply*>(hint);
+  r->account->queued.fetch_sub(static_cast<int64_t>(r->bytes.size()));
+  delete r;
+}
+
+// Work kept off the loop that streams tokens: tokenizing a long text takes a tenth of a second per
+// MiB, and other clients' tokens must not wait for it. One thread runs the jobs in order; each job
+// returns what the loop does with its result (send a reply, submit a generate), which the loop runs,
+// in the same order, when it calls drain().
+class text_worker {
+ public:
+  using completion = std::function<void()>;
+  text_worker() : thread_([this] { loop(); }) {}
+  ~text_worker() {
+    {
+      std::lock_guard lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void post(std::function<completion()> job) {
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    ++pending_;
+    cv_.notify_one();
+  }
+  void drain() {
+    std::deque<completion> done;
+    {
+      std::lock_guard lock(mu_);
+      done.swap(done_);
+    }
+    for (auto& c : done) {
+      --pending_;
+      c();
+    }
+  }
+  int64_t pending() const { return pending_; }  // posted, their completions not run yet
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<completion()> job;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return quit_ || !jobs_.empty(); });
+        if (quit_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      completion c = job();
+      std::lock_guard lock(mu_);
+      done_.push_back(std::move(c));
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<completion()>> jobs_;
+  std::deque<completion> done_;
+  bool quit_ = false;
+  int64_t pending_ = 0;  // the loop's thread only
+  std::thread thread_;
+};
+
 // A generate in flight.
 struct live {
   address to;
@@ -61,6 +149,7 @@ struct live {
   std::vector<token> unsent;  // held back: their text could still turn out to begin a stop string
   bool stop_string = false;
   bool gone = false;  // the client cannot be reached: nothing more is sent
+  bool cut_off = false;  // ... because it stopped reading (outcome `cut_off`)
   int64_t prompt_tokens = 0;
   int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
   uint64_t seed = 0;
@@ -112,14 +201,27 @@ class server {
     for (;;) {
       zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, zap ? 2 : 1, std::chrono::milliseconds(running_.empty() ? 20 : 1));
+        zmq::poll(items, zap ? 2 : 1, std::chrono::milliseconds(running_.empty() && text_.pending() == 0 ? 20 : 1));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM): the stop flag is read next
+      }
+      // Read before any request of this round: once the signal has come, health says `stopping`.
+      if (stop.load() && !stopping) {
+        stopping = true;
+        stopping_ = true;
+        fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", running_.size());
+        for (auto& [pid, r] : running_) pipe_->cancel(pid);
+      }
+      try {
         if (zap && (items[1].revents & ZMQ_POLLIN)) answer_zap(*zap);
         for (int k = 0; k < 256; ++k)
           if (!receive_one(stopping)) break;
       } catch (const zmq::error_t& e) {
-        if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM): the loop sees the stop flag below
+        if (e.num() != EINTR) throw;
       }
+      text_.drain();
       while (auto ev = pipe_->next(std::chrono::milliseconds(0))) on_event(*ev);
+      tend_accounts();
       const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
       active_ = std::min(n, slots), queued_ = std::max<int64_t>(0, n - slots);
       metrics_.set_load(active_, queued_);
@@ -128,13 +230,7 @@ class server {
       while (!recent_tokens_.empty() && now - recent_tokens_.front() > std::chrono::seconds(5)) recent_tokens_.pop_front();
       const double window = recent_tokens_.empty() ? 0.0 : std::chrono::duration<double>(now - recent_tokens_.front()).count();
       tokens_per_second_ = recent_tokens_.size() < 2 || window <= 0 ? 0.0 : static_cast<double>(recent_tokens_.size() - 1) / window;
-      if (stop.load() && !stopping) {
-        stopping = true;
-        stopping_ = true;
-        fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", running_.size());
-        for (auto& [pid, r] : running_) pipe_->cancel(pid);
-      }
-      if (stopping && running_.empty()) break;
+      if (stopping && running_.empty() && text_.pending() == 0) break;
     }
     http.reset();
     pipe_.reset();
@@ -243,6 +339,10 @@ class server {
     ++counters_.frames;
     if (frames.size() < 2) return true;  // no payload: nothing to answer
     address to{frames[0].to_string(), frames.size() >= 3 && frames[1].size() == 0};
+    if (auto it = clients_.find(to.identity); it != clients_.end() && it->second->cut_off) {
+      ++counters_.dropped;  // cut off: nothing it asks for is done until it has read its replies
+      return true;
+    }
     const auto& payload = frames.back();
     auto decoded = proto::decode_request(std::string_view(static_cast<const char*>(payload.data()), payload.size()), limits());
     if (auto* e = std::get_if<proto::protocol_error>(&decoded)) {
@@ -285,16 +385,67 @@ class server {
     return l;
   }
 
+  // Requests that wait for the text worker: at most this many per client and in all; past that,
+  // `busy` (each holds its text, up to a frame).
+  static constexpr int64_t max_text_jobs_per_client = 16, max_text_jobs = 256;
+  // Texts this short are tokenized at once (well under a millisecond): the worker is for long ones.
+  static constexpr size_t inline_text_bytes = 2048;
+
+  // Runs `job` on the text worker if the client and the server have room for it; else answers busy.
+  bool post_text_job(const address& to, const std::string& id, std::function<text_worker::completion()> job) {
+    auto& acct = account(to.identity);
+    if (acct->text_jobs >= max_text_jobs_per_client || text_.pending() >= max_text_jobs) {
+      ++counters_.busy;
+      send(to, proto::encode_error({proto::error_code::busy, fmt::format("{} requests of this client wait for the tokenizer", acct->text_jobs), id}, 100));
+      return false;
+    }
+    ++acct->text_jobs;
+    text_.post([job = std::move(job), acct]() -> text_worker::completion {
+      auto then = job();
+      return [then = std::move(then), acct] {
+        --acct->text_jobs;
+        then();
+      };
+    });
+    return true;
+  }
+
+  // A long prompt is tokenized on the text worker; the generate goes on when it is done (a cancel
+  // meanwhile is remembered: by_client_ marks its id pending_tokenize).
   void handle(const address& to, proto::generate_request& g) {
     ++counters_.requests;
+    if (by_client_.count({to.identity, g.id})) {
+      ++counters_.errors;
+      metrics_.request_done("invalid", 0, 0);
+      send(to, proto::encode_error({proto::error_code::duplicate_id, "a request with this id is in flight", g.id}));
+      return;
+    }
+    if (!g.prompt) return start_generate(to, g, std::vector<token_id>(g.tokens.begin(), g.tokens.end()));
+    if (g.prompt->size() <= inline_text_bytes) return start_generate(to, g, v_.tokenize(*g.prompt, true, g.parse_special));
+    auto req = std::make_shared<proto::generate_request>(std::move(g));
+    const bool posted = post_text_job(to, req->id, [this, to, req]() -> text_worker::completion {
+      auto tokens = v_.tokenize(*req->prompt, true, req->parse_special);
+      return [this, to, req, tokens = std::move(tokens)]() mutable {
+        const auto key = std::make_pair(to.identity, req->id);
+        const bool cancelled = pending_cancelled_.erase(key) > 0;
+        by_client_.erase(key);
+        start_generate(to, *req, std::move(tokens), cancelled);
+      };
+    });
+    if (posted) by_client_[{to.identity, req->id}] = pending_tokenize;
+  }
+
+  void start_generate(const address& to, proto::generate_request& g, std::vector<token_id> tokens, bool cancelled = false) {
     auto refuse = [&](proto::error_code c, std::string why) {
       ++counters_.errors;
       metrics_.request_done("invalid", 0, 0);
       send(to, proto::encode_error({c, std::move(why), g.id}));
     };
-    if (by_client_.count({to.identity, g.id})) return refuse(proto::error_code::duplicate_id, "a request with this id is in flight");
+    if (stopping_) {
+      send(to, proto::encode_error({proto::error_code::shutting_down, "the server is stopping", g.id}));
+      return;
+    }
     const auto& hp = l_.m->hp();
-    std::vector<token_id> tokens = g.prompt ? v_.tokenize(*g.prompt, true, g.parse_special) : std::vector<token_id>(g.tokens.begin(), g.tokens.end());
     if (tokens.empty()) return refuse(proto::error_code::invalid_field, "the prompt is empty and the model adds no BOS token");
     for (token_id t : tokens)
       if (t >= hp.n_vocab) return refuse(proto::error_code::invalid_field, fmt::format("token id {} is outside the vocabulary of {}", t, hp.n_vocab));
@@ -345,7 +496,9 @@ class server {
       lv.arrival_s = std::chrono::duration<double>(lv.accepted - started_).count();
     }
     by_client_[{to.identity, g.id}] = pid;
+    ++account(to.identity)->in_flight;
     send(to, proto::encode_accepted(g.id, lv.prompt_tokens, seed), &lv);
+    if (cancelled) pipe_->cancel(pid);  // cancelled while its prompt was tokenized
   }
 
   void handle(const address& to, proto::cancel_request& c) {
@@ -354,12 +507,13 @@ class server {
       send(to, proto::encode_error({proto::error_code::not_found, "no request with this id in flight", c.id}));
       return;
     }
-    pipe_->cancel(it->second);  // its done (finish "cancelled") follows within a step
+    if (it->second == pending_tokenize) pending_cancelled_.insert(it->first);  // cancelled once it starts
+    else pipe_->cancel(it->second);  // its done (finish "cancelled") follows within a step
   }
 
   void handle(const address& to, proto::health_request& h) {
     const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
-    send(to, proto::encode_health(h.id, "ok", std::min(n, slots), std::max<int64_t>(0, n - slots)));
+    send(to, proto::encode_health(h.id, stopping_.load() ? "stopping" : "ok", std::min(n, slots), std::max<int64_t>(0, n - slots)));
   }
 
   void handle(const address& to, proto::model_info_request& m) {
@@ -374,9 +528,18 @@ class server {
     send(to, proto::encode_model_info(m.id, f));
   }
 
+  // Tokenize and detokenize run on the text worker; their replies are encoded there too.
   void handle(const address& to, proto::tokenize_request& t) {
-    auto ids = v_.tokenize(t.text, t.add_special, t.parse_special);
-    send(to, proto::encode_tokens(t.id, std::vector<int32_t>(ids.begin(), ids.end())));
+    if (t.text.size() <= inline_text_bytes) {
+      auto ids = v_.tokenize(t.text, t.add_special, t.parse_special);
+      return send(to, proto::encode_tokens(t.id, std::vector<int32_t>(ids.begin(), ids.end())));
+    }
+    auto req = std::make_shared<proto::tokenize_request>(std::move(t));
+    post_text_job(to, req->id, [this, to, req]() -> text_worker::completion {
+      auto ids = v_.tokenize(req->text, req->add_special, req->parse_special);
+      auto reply = std::make_shared<std::string>(proto::encode_tokens(req->id, std::vector<int32_t>(ids.begin(), ids.end())));
+      return [this, to, reply] { send(to, std::move(*reply)); };
+    });
   }
 
   void handle(const address& to, proto::detokenize_request& d) {
@@ -385,7 +548,13 @@ class server {
         send(to, proto::encode_error({proto::error_code::invalid_field, fmt::format("token id {} is outside the vocabulary of {}", t, l_.m->hp().n_vocab), d.id}));
         return;
       }
-    send(to, proto::encode_text(d.id, v_.detokenize(std::vector<token_id>(d.tokens.begin(), d.tokens.end()))));
+    if (d.tokens.size() <= inline_text_bytes / 4)
+      return send(to, proto::encode_text(d.id, v_.detokenize(std::vector<token_id>(d.tokens.begin(), d.tokens.end()))));
+    auto req = std::make_shared<proto::detokenize_request>(std::move(d));
+    post_text_job(to, req->id, [this, to, req]() -> text_worker::completion {
+      auto reply = std::make_shared<std::string>(proto::encode_text(req->id, v_.detokenize(std::vector<token_id>(req->tokens.begin(), req->tokens.end()))));
+      return [this, to, reply] { send(to, std::move(*reply)); };
+    });
   }
 
   void on_event(actors::pipeline_event& ev) {
@@ -456,7 +625,7 @@ class server {
     if (it == running_.end()) return;
     live& lv = it->second;
     flush(lv, lv.text.size());
-    std::string finish = lv.stop_string ? "stop_string" : d.finish;
+    std::string finish = lv.stop_string ? "stop_string" : lv.cut_off ? "cut_off" : d.finish;
     if (finish == "cancelled") ++counters_.cancelled;
     else if (finish == "error") ++counters_.errors;
     else ++counters_.completed;
@@ -471,26 +640,84 @@ class server {
     }
     send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.text)), &lv);
     by_client_.erase({lv.to.identity, lv.id});
+    --account(lv.to.identity)->in_flight;
     running_.erase(it);
   }
 
-  // Sends one reply. A client that has gone (the ROUTER cannot route to it) loses its requests: they
-  // are cancelled, and freed within a step.
-  void send(const address& to, const std::string& payload, live* lv = nullptr) {
+  std::shared_ptr<client_account>& account(const std::string& identity) {
+    auto& a = clients_[identity];
+    if (!a) a = std::make_shared<client_account>();
+    return a;
+  }
+
+  // Sends one reply, never waiting. A client that has gone (the ROUTER cannot route to it) loses its
+  // requests: they are cancelled, and freed within a step. So does a client that stops reading: when
+  // ZeroMQ's queue for it is full, or its unread replies would pass --max-client-buffer bytes (one
+  // reply larger than that still goes when nothing else of its waits), it is cut off.
+  void send(const address& to, std::string payload, live* lv = nullptr) {
     if (lv && lv->gone) return;
-    try {
-      sock_.send(zmq::buffer(to.identity), zmq::send_flags::sndmore);
-      if (to.delimiter) sock_.send(zmq::message_t(), zmq::send_flags::sndmore);
-      sock_.send(zmq::buffer(payload), zmq::send_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EHOSTUNREACH && e.num() != EAGAIN) throw;
-      ++counters_.unreachable;
-      for (auto& [pid, r] : running_)
-        if (r.to.identity == to.identity && !r.gone) {
-          r.gone = true;
-          pipe_->cancel(pid);
-        }
+    auto& acct = account(to.identity);
+    if (acct->cut_off) {
+      ++counters_.dropped;
+      return;
     }
+    const int64_t queued = acct->queued.load(), size = static_cast<int64_t>(payload.size());
+    if (queued > 0 && queued + size > o_.max_client_buffer) return cut_off(to.identity, fmt::format("{} bytes of replies unread", queued));
+    auto* box = new outgoing_reply{std::move(payload), acct};
+    acct->queued.fetch_add(size);
+    zmq::message_t body(box->bytes.data(), box->bytes.size(), free_reply, box);  // freed (and uncounted) by ZeroMQ
+    for (int attempt = 0;; ++attempt) {
+      try {
+        if (!sock_.send(zmq::buffer(to.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+          return cut_off(to.identity, "its ZeroMQ queue is full");
+        if (to.delimiter) sock_.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        sock_.send(body, zmq::send_flags::dontwait);  // the rest of a message the first frame got in goes through
+        return;
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR && attempt < 3) continue;
+        if (e.num() != EHOSTUNREACH) throw;
+        ++counters_.unreachable;
+        for (auto& [pid, r] : running_)
+          if (r.to.identity == to.identity && !r.gone) {
+            r.gone = true;
+            pipe_->cancel(pid);
+          }
+        return;
+      }
+    }
+  }
+
+  // Stops serving a client that does not read: its requests are cancelled (outcome `cut_off`) and
+  // what it sends is dropped until it has read what is queued for it.
+  void cut_off(const std::string& identity, const std::string& why) {
+    auto& acct = account(identity);
+    if (acct->cut_off) return;
+    acct->cut_off = true;
+    ++counters_.cut_off;
+    metrics_.client_cut_off();
+    int64_t cancelled = 0;
+    for (auto& [pid, r] : running_)
+      if (r.to.identity == identity && !r.gone) {
+        r.gone = r.cut_off = true;
+        pipe_->cancel(pid);
+        ++cancelled;
+      }
+    fmt::print(stderr, "hotcold serve: a client cut off ({}; limit {} bytes): {} of its requests cancelled\n", why, o_.max_client_buffer, cancelled);
+  }
+
+  // Once a cut-off client has read what was queued for it, it is served again; accounts with
+  // nothing in flight are forgotten. The bytes queued for all go to /metrics.
+  void tend_accounts() {
+    int64_t total = 0;
+    for (auto it = clients_.begin(); it != clients_.end();) {
+      auto& a = *it->second;
+      const int64_t q = a.queued.load();
+      total += q;
+      if (a.cut_off && q == 0 && a.in_flight == 0) a.cut_off = false;
+      if (!a.cut_off && q == 0 && a.text_jobs == 0 && a.in_flight == 0) it = clients_.erase(it);
+      else ++it;
+    }
+    metrics_.set_reply_bytes_queued(total);
   }
 
   loaded& l_;
@@ -500,7 +727,10 @@ class server {
   zmq::socket_t sock_{zctx_, zmq::socket_type::router};
   std::unique_ptr<actors::pipeline> pipe_;
   std::map<int64_t, live> running_;                             // by pipeline request id
-  std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> pipeline id
+  std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> pipeline id, or:
+  static constexpr int64_t pending_tokenize = -1;                     // its prompt is on the text worker
+  std::set<std::pair<std::string, std::string>> pending_cancelled_;   // ... and a cancel came meanwhile
+  std::map<std::string, std::shared_ptr<client_account>> clients_;    // by identity
   std::set<std::string> allowed_;  // client public keys (CURVE)
   actors::metrics metrics_;
   std::ofstream record_;
@@ -511,6 +741,7 @@ class server {
   std::atomic<double> tokens_per_second_{0};
   std::mt19937_64 seeds_{std::random_device{}()};
   server_counters counters_;
+  text_worker text_;  // last: its thread ends before what its jobs use
 };
 
 }  // namespace

@@ -22,10 +22,13 @@ struct server_options {
   std::string http;                // HOST:PORT for the dashboard, /metrics, /api/stats, /api/events, /health (empty: none)
   int64_t recall_every = 64;       // steps between predictor recall checks (0: none)
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
+  int64_t max_client_buffer = 8 << 20;  // bytes of unread replies per client before it is cut off
 };
 
 struct server_counters {
   int64_t frames = 0, bad_frames = 0, busy = 0, requests = 0, completed = 0, cancelled = 0, errors = 0, unreachable = 0, refused_keys = 0;
+  int64_t cut_off = 0;  // clients cut off for not reading their replies
+  int64_t dropped = 0;  // frames from, and replies to, clients while cut off
 };
 
 // Throws std::invalid_argument for an endpoint that is malformed or, without --allow-remote, reachable

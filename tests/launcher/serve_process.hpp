@@ -1,0 +1,157 @@
+#pragma once
+// What the `hotcold serve` tests share: the server as a child process, waiting for it, endpoints,
+// `hotcold run`'s output as the reference, and a plain HTTP GET.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tools/client.hpp"
+
+extern char** environ;
+
+namespace hotcold::test {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// What a shell command prints on stdout.
+inline std::string run_capture(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (p) pclose(p);
+  return out;
+}
+
+// `hotcold run` as the reference: its stdout.
+inline std::string run_stdout(const std::vector<std::string>& args) {
+  std::string cmd = HOTCOLD_BIN;
+  for (const auto& a : args) cmd += " '" + a + "'";
+  return run_capture(cmd + " 2>/dev/null");
+}
+
+// A server process for the test's lifetime.
+class server_process {
+ public:
+  explicit server_process(std::vector<std::string> args) {
+    std::vector<std::string> all{HOTCOLD_BIN, "serve"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    err_ = (fs::temp_directory_path() / ("hotcold-serve-" + std::to_string(getpid()) + ".err")).string();
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    EXPECT_EQ(posix_spawn(&pid_, HOTCOLD_BIN, &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  // SIGTERM, then the exit status (-1 if it had to be killed).
+  int stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 300; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+    return -1;
+  }
+  // The exit status once it ends by itself (-1 if not within `limit`).
+  int wait_exit(std::chrono::milliseconds limit) {
+    for (auto t = 0ms; t < limit; t += 50ms) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return -1;
+  }
+  ~server_process() { stop(); }
+  pid_t pid() const { return pid_; }
+  // Resident memory now, in bytes (0 when it cannot be read).
+  int64_t rss_bytes() const {
+    FILE* f = std::fopen(("/proc/" + std::to_string(pid_) + "/status").c_str(), "r");
+    if (!f) return 0;
+    char line[256];
+    int64_t kb = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    std::fclose(f);
+    return kb * 1024;
+  }
+  std::string log() const {
+    FILE* f = std::fopen(err_.c_str(), "r");
+    std::string s;
+    char buf[4096];
+    for (size_t n; f && (n = fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+    if (f) std::fclose(f);
+    return s;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  std::string err_;
+};
+
+// Waits until the server answers health (it loads the model first).
+inline void wait_ready(const std::string& endpoint) {
+  for (int i = 0; i < 120; ++i) {
+    try {
+      hotcold::tools::client c(endpoint, 500ms);
+      if (c.call("health").value("status", "") == "ok") return;
+    } catch (const hotcold::tools::client_error&) {
+    }
+  }
+  FAIL() << "the server did not answer health within a minute";
+}
+
+inline std::string endpoint_for(const char* kind) {
+  if (std::string(kind) == "ipc") return "ipc://" + (fs::temp_directory_path() / ("hotcold-" + std::to_string(getpid()) + ".sock")).string();
+  return "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 20000);
+}
+
+// GET over plain HTTP/1.0: the whole response, headers and body.
+inline std::string http_get(int port, const std::string& target) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + target + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+
+}  // namespace hotcold::test

@@ -1,0 +1,192 @@
+// `hotcold serve` against clients that misbehave on purpose: one that never reads its replies, one
+// whose replies pile up in memory, long tokenize requests beside token streams, a stop signal while
+// work is still queued. Whatever one client does, the others are served and the server stops cleanly.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "tests/launcher/serve_process.hpp"
+#include "tools/client.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using namespace hotcold::test;
+using steady = std::chrono::steady_clock;
+
+std::string tcp_endpoint(int offset) { return "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + offset) % 20000); }
+int http_port(int offset) { return 20000 + (getpid() + offset) % 20000; }
+
+// About `bytes` of English-like words (a token or two each in the Llama vocabulary).
+std::string words(size_t bytes) {
+  static const char* w[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "Hello", "world", "once", "upon", "a", "time"};
+  std::string s;
+  for (size_t i = 0; s.size() < bytes; ++i) (s += w[(i * 7 + i / 3) % 14]) += ' ';
+  return s;
+}
+
+// A DEALER that sends and never reads: ZeroMQ keeps one reply on its side, the kernel a few KiB.
+struct reader_less_client {
+  zmq::context_t ctx;
+  zmq::socket_t sock{ctx, zmq::socket_type::dealer};
+  explicit reader_less_client(const std::string& ep) {
+    sock.set(zmq::sockopt::rcvhwm, 1);
+    sock.set(zmq::sockopt::rcvbuf, 4096);
+    sock.set(zmq::sockopt::linger, 0);
+    sock.connect(ep);
+  }
+  void send(const json& j) { sock.send(zmq::buffer(j.dump()), zmq::send_flags::none); }
+};
+
+// The value of a Prometheus sample line `name` (or -1 when absent).
+double metric(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+// A client that sends generates and large tokenize requests and never reads its replies is cut off
+// (its requests cancelled, counted in /metrics); meanwhile another client's greedy text arrives,
+// exact, within seconds; a SIGTERM then ends the server with 0 at once. (Before: the server blocked
+// in zmq_send once that client's queue was full, answered nobody, and a SIGTERM hung or exited 1.)
+TEST(ServeHostile, AClientThatStopsReadingIsCutOffAndOthersAreServed) {
+  const std::string ep = tcp_endpoint(101);
+  const int port = http_port(103);
+  server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2", "--parallel", "4", "--max-queue", "64"});
+  wait_ready(ep);
+  const std::string want = run_stdout({"run", "-p", "Once upon a time", "-n", "24", "--temp", "0", "-t", "2"});
+  ASSERT_FALSE(want.empty());
+
+  // Large replies first (they fill the connection's kernel buffers at once), then three long token
+  // streams: the server's queue for this client fills within a second.
+  reader_less_client flood(ep);
+  const std::string text = words(500 << 10);
+  for (int i = 0; i < 8; ++i) flood.send({{"v", 1}, {"type", "tokenize"}, {"id", "t" + std::to_string(i)}, {"text", text}});
+  for (int i = 0; i < 3; ++i)
+    flood.send({{"v", 1}, {"type", "generate"}, {"id", "g" + std::to_string(i)}, {"prompt", "Once upon a time"}, {"n_predict", 4096}});
+  std::this_thread::sleep_for(3s);
+
+  for (int round = 0; round < 3; ++round) {
+    hotcold::tools::client c(ep, 5s);
+    const auto t0 = steady::now();
+    std::string got;
+    try {
+      got = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 24}, {"sampling", {{"temperature", 0}}}}).text + "\n";
+    } catch (const hotcold::tools::client_error& e) {
+      FAIL() << "round " << round << ": " << e.what() << "\n" << server.log();
+    }
+    EXPECT_EQ(got, want) << "round " << round;
+    EXPECT_LT(steady::now() - t0, 5s);
+  }
+  const std::string m = http_get(port, "/metrics");
+  EXPECT_GE(metric(m, "hotcold_clients_cut_off_total"), 1) << m;
+  EXPECT_NE(m.find("hotcold_requests_total{outcome=\"cut_off\"}"), std::string::npos) << m;
+
+  const auto t0 = steady::now();
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  EXPECT_LT(steady::now() - t0, 3s);
+  EXPECT_NE(server.log().find("cut off"), std::string::npos) << server.log();
+}
+
+// Replies left unread are bounded in bytes per client (--max-client-buffer): 120 tokenize replies of
+// about 600 KiB each, never read, leave the server's memory within a few tens of MiB of where it
+// was. (Before: ZeroMQ queued them all, 155 MiB for 60.)
+TEST(ServeHostile, UnreadRepliesAreBoundedInBytes) {
+  const std::string ep = tcp_endpoint(107);
+  const int port = http_port(109);
+  server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2", "--max-client-buffer", std::to_string(4 << 20)});
+  wait_ready(ep);
+  const std::string text = words(500 << 10);
+  hotcold::tools::client c(ep, 30s);
+  const size_t reply_bytes = c.call("tokenize", {{"text", text}}).dump().size();
+  ASSERT_GT(reply_bytes, 400u << 10);
+  const int64_t before = server.rss_bytes();
+  ASSERT_GT(before, 0);
+
+  reader_less_client hog(ep);
+  for (int i = 0; i < 120; ++i) {  // eight at a time: within the tokenizer queue's bound per client
+    hog.send({{"v", 1}, {"type", "tokenize"}, {"id", "t" + std::to_string(i)}, {"text", text}});
+    if (i % 8 == 7) std::this_thread::sleep_for(300ms);
+  }
+  // Until the server has dealt with them all (the others' requests still answered meanwhile).
+  double cut = -1;
+  for (int i = 0; i < 100 && cut < 1; ++i) {
+    std::this_thread::sleep_for(100ms);
+    cut = metric(http_get(port, "/metrics"), "hotcold_clients_cut_off_total");
+  }
+  EXPECT_GE(cut, 1);
+  EXPECT_EQ(c.call("health")["status"], "ok");
+  std::this_thread::sleep_for(500ms);
+  const int64_t after = server.rss_bytes();
+  const double queued = metric(http_get(port, "/metrics"), "hotcold_reply_bytes_queued");
+  EXPECT_LE(queued, double(4 << 20) + double(reply_bytes));
+  EXPECT_LT(after - before, int64_t{48} << 20) << "resident memory grew from " << before << " to " << after << " bytes";
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+// Tokenizing long texts runs beside the token streams, not in their way: a client sends sixteen
+// 500 KiB tokenize requests and then, on the same connection, a short greedy generate; the
+// generate's done comes back before the last tokenize reply. (Before: the loop tokenized each text
+// before it read the next frame, so the generate began after the sixteenth reply.)
+TEST(ServeHostile, LongTokenizeRequestsDoNotHoldTokenStreams) {
+  const std::string ep = tcp_endpoint(113);
+  server_process server({"--zmq", ep, "-t", "2"});
+  wait_ready(ep);
+  const std::string text = words(500 << 10);
+  hotcold::tools::client c(ep, 60s);
+  const int n = 16;
+  for (int i = 0; i < n; ++i) c.send_raw(json{{"v", 1}, {"type", "tokenize"}, {"id", "t" + std::to_string(i)}, {"text", text}}.dump());
+  c.send_raw(json{{"v", 1}, {"type", "generate"}, {"id", "g"}, {"prompt", "Once upon a time"}, {"n_predict", 8}, {"stream", false},
+                  {"sampling", {{"temperature", 0}}}}.dump());
+  int tokens_replies = 0, before_done = -1;
+  for (auto r = c.next_reply(60s); r; r = tokens_replies < n || before_done < 0 ? c.next_reply(60s) : std::nullopt) {
+    if ((*r)["type"] == "tokens") ++tokens_replies;
+    else if ((*r)["type"] == "done") {
+      EXPECT_EQ((*r)["generated_tokens"], 8);
+      before_done = tokens_replies;
+    } else {
+      EXPECT_EQ((*r)["type"], "accepted") << r->dump().substr(0, 300);
+    }
+  }
+  EXPECT_EQ(tokens_replies, n);
+  EXPECT_GE(before_done, 0) << "no done for the generate";
+  EXPECT_LT(before_done, n) << "the generate waited for every tokenize request";
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+// While it stops (SIGTERM with tokenize work still queued), health says `stopping`, the queued work
+// is answered, and the process exits with 0 within seconds. (Before: health said `ok`.)
+TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
+  const std::string ep = tcp_endpoint(127);
+  server_process server({"--zmq", ep, "-t", "2"});
+  wait_ready(ep);
+  const std::string text = words(500 << 10);
+  hotcold::tools::client heavy(ep, 30s), probe(ep, 10s);
+  const int n = 16;
+  for (int i = 0; i < n; ++i) heavy.send_raw(json{{"v", 1}, {"type", "tokenize"}, {"id", "t" + std::to_string(i)}, {"text", text}}.dump());
+  std::this_thread::sleep_for(100ms);
+  const auto t0 = steady::now();
+  kill(server.pid(), SIGTERM);
+  std::this_thread::sleep_for(50ms);
+  json h;
+  try {
+    h = probe.call("health");
+  } catch (const hotcold::tools::client_error& e) {
+    FAIL() << e.what() << "\n" << server.log();
+  }
+  EXPECT_EQ(h["status"], "stopping") << h.dump();
+  EXPECT_THROW(probe.generate({{"prompt", "Once"}, {"n_predict", 2}}), hotcold::tools::client_error);  // shutting_down
+  int replies = 0;
+  for (auto r = heavy.next_reply(10s); r; r = replies < n ? heavy.next_reply(10s) : std::nullopt) replies += (*r)["type"] == "tokens";
+  EXPECT_EQ(replies, n) << "queued work was lost in the stop";
+  EXPECT_EQ(server.wait_exit(5000ms), 0) << server.log();
+  EXPECT_LT(steady::now() - t0, 5s);
+}
+
+}  // namespace
