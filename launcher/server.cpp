@@ -180,7 +180,9 @@ class server {
     sock_.set(zmq::sockopt::router_mandatory, 1);                 // a send to a client that left fails (and we cancel its requests)
     sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);       // a bigger frame drops its sender, not the server's memory
     sock_.set(zmq::sockopt::linger, 0);
-    sock_.bind(o_.endpoint);
+    const auto ep = proto::parse_endpoint(o_.endpoint);
+    if (ep.needs_ipv6()) sock_.set(zmq::sockopt::ipv6, 1);
+    sock_.bind(ep.zmq_address());
     pipe_ = l_.make_pipeline(32, o_.recall_every);
     if (!o_.record.empty()) {
       record_.open(o_.record, std::ios::app);

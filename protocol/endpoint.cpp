@@ -49,4 +49,16 @@ bool endpoint::is_loopback() const {
   return false;  // '*', interface names and other host names may be reachable from outside
 }
 
+std::string endpoint::zmq_address() const {
+  if (kind != transport::tcp) return text;
+  if (host == "localhost") return "tcp://127.0.0.1:" + std::to_string(port);
+  if (needs_ipv6()) return "tcp://[" + host + "]:" + std::to_string(port);
+  return "tcp://" + host + ":" + std::to_string(port);
+}
+
+bool endpoint::needs_ipv6() const {
+  in6_addr v6{};
+  return kind == transport::tcp && inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+}
+
 }  // namespace hotcold::protocol

@@ -20,6 +20,10 @@ struct endpoint {
 
   // True when only this machine can reach it: ipc, inproc, 127.0.0.0/8, ::1, localhost.
   bool is_loopback() const;
+  // The endpoint as ZeroMQ binds and connects it: ZeroMQ takes a bind's host for an interface name,
+  // so `localhost` becomes 127.0.0.1; an IPv6 address needs the socket's ipv6 option (needs_ipv6).
+  std::string zmq_address() const;
+  bool needs_ipv6() const;
 };
 
 // Throws std::invalid_argument naming what is wrong ("tcp endpoint needs a port: ...").

@@ -11,14 +11,15 @@ using json = nlohmann::json;
 
 client::client(const std::string& endpoint, std::chrono::milliseconds timeout, const std::optional<curve>& keys)
     : sock_(ctx_, zmq::socket_type::dealer), timeout_(timeout) {
-  protocol::parse_endpoint(endpoint);  // a clear message for a malformed endpoint
+  const auto ep = protocol::parse_endpoint(endpoint);  // a clear message for a malformed endpoint
   sock_.set(zmq::sockopt::linger, 0);
+  if (ep.needs_ipv6()) sock_.set(zmq::sockopt::ipv6, 1);
   if (keys) {
     sock_.set(zmq::sockopt::curve_serverkey, keys->server_public_key);
     sock_.set(zmq::sockopt::curve_publickey, keys->public_key);
     sock_.set(zmq::sockopt::curve_secretkey, keys->secret_key);
   }
-  sock_.connect(endpoint);
+  sock_.connect(ep.zmq_address());
 }
 
 std::string client::new_id() { return fmt::format("c{}", next_++); }

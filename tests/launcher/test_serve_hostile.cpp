@@ -189,4 +189,17 @@ TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
   EXPECT_LT(steady::now() - t0, 5s);
 }
 
+// The loopback names the README documents bind and answer: localhost and [::1].
+TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
+  const int port = 20000 + (getpid() + 131) % 20000;
+  for (const std::string ep : {"tcp://localhost:" + std::to_string(port), "tcp://[::1]:" + std::to_string(port + 1)}) {
+    server_process server({"--zmq", ep, "-t", "2"});
+    wait_ready(ep);
+    hotcold::tools::client c(ep, 10s);
+    EXPECT_EQ(c.call("health")["status"], "ok") << ep;
+    EXPECT_EQ(c.generate({{"prompt", "Once"}, {"n_predict", 3}}).done["generated_tokens"], 3) << ep;
+    EXPECT_EQ(server.stop(), 0) << server.log();
+  }
+}
+
 }  // namespace

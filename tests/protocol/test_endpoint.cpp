@@ -32,6 +32,18 @@ TEST(Endpoint, LoopbackOnlyWhenOnlyThisMachineCanReachIt) {
   EXPECT_FALSE(parse_endpoint("tcp://eth0:5555").is_loopback());
 }
 
+// ZeroMQ binds a host name as an interface ("No such device" for localhost) and an IPv6 address only
+// with its ipv6 option: the addresses it is given instead.
+TEST(Endpoint, WhatZeroMQIsGiven) {
+  EXPECT_EQ(parse_endpoint("tcp://localhost:5555").zmq_address(), "tcp://127.0.0.1:5555");
+  EXPECT_FALSE(parse_endpoint("tcp://localhost:5555").needs_ipv6());
+  EXPECT_EQ(parse_endpoint("tcp://[::1]:5555").zmq_address(), "tcp://[::1]:5555");
+  EXPECT_TRUE(parse_endpoint("tcp://[::1]:5555").needs_ipv6());
+  EXPECT_EQ(parse_endpoint("tcp://127.0.0.1:7").zmq_address(), "tcp://127.0.0.1:7");
+  EXPECT_EQ(parse_endpoint("ipc:///tmp/s").zmq_address(), "ipc:///tmp/s");
+  EXPECT_FALSE(parse_endpoint("ipc:///tmp/s").needs_ipv6());
+}
+
 TEST(Endpoint, RefusesMalformedEndpoints) {
   for (const char* bad : {"127.0.0.1:5555", "udp://127.0.0.1:1", "tcp://127.0.0.1", "tcp://127.0.0.1:0",
                           "tcp://127.0.0.1:65536", "tcp://127.0.0.1:12ab", "tcp://:5555", "ipc://"}) {
