@@ -44,7 +44,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
   cmd->add_option("--http", a->s.http,
                   "HOST:PORT for the dashboard (GET /), /metrics (Prometheus), /api/stats, /api/events (Server-Sent Events) and /health "
-                  "(loopback unless --allow-remote; docs/telemetry.md)");
+                  "(loopback unless --allow-remote-http; docs/telemetry.md)");
+  cmd->add_flag("--allow-remote-http", a->s.allow_remote_http,
+                "Allow --http on an address other machines can reach (needs --http-token-file; the traffic is plain HTTP, not encrypted)");
+  cmd->add_option("--http-token-file", a->s.http_token_file,
+                  "File of bearer tokens (one per line, 16+ characters): every HTTP request must carry one (Authorization: Bearer, or "
+                  "/?token= once in a browser)");
   cmd->add_option("--recall-every", a->s.recall_every,
                   "Check the predictors' recall every N steps (each sparse layer computes its first token densely; 0: never)")
       ->check(CLI::NonNegativeNumber)

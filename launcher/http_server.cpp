@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 #include <string_view>
+#include <system_error>
 #include <condition_variable>
 #include <mutex>
 #include <vector>
@@ -17,6 +18,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
+
+#include "protocol/text_file.hpp"
 
 namespace hotcold::launcher {
 
@@ -36,10 +39,104 @@ bool send_all(int fd, std::string_view data) {
   return true;
 }
 
+namespace {
+
+// Equal without an early exit at the first differing byte (the time says nothing of where).
+bool same_secret(std::string_view a, std::string_view b) {
+  if (b.empty()) return false;
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % b.size()]);
+  return diff == 0;
+}
+
+// HOST and PORT of HOST:PORT (brackets around an IPv6 host removed); throws std::invalid_argument.
+std::pair<asio::ip::address, unsigned short> parse_http_address(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) throw std::invalid_argument(fmt::format("--http {}: expected HOST:PORT", address));
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (...) {
+    port = -1;
+  }
+  if (port < 0 || port > 65535) throw std::invalid_argument(fmt::format("--http {}: the port must be 0..65535", address));
+  beast::error_code ec;
+  const auto ip = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) throw std::invalid_argument(fmt::format("--http {}: '{}' is not an IP address", address, host));
+  return {ip, static_cast<unsigned short>(port)};
+}
+
+}  // namespace
+
+bool http_address_is_loopback(const std::string& address) { return parse_http_address(address).first.is_loopback(); }
+
+std::vector<std::string> read_bearer_tokens(const std::string& path) {
+  std::vector<std::string> tokens;
+  int n = 0;
+  for (std::string line : protocol::read_text_lines(path, "--http-token-file", 64 << 10)) {
+    ++n;
+    line = protocol::trim_blanks(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (line.size() < 16 || line.find_first_of(" \t") != std::string::npos)
+      throw std::invalid_argument(fmt::format("{}:{}: a token must be at least 16 characters without blanks", path, n));
+    tokens.push_back(line);
+  }
+  if (tokens.empty()) throw std::invalid_argument(path + ": no token in it (one per line, at least 16 characters)");
+  return tokens;
+}
+
 struct http_server::impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  asio::steady_timer accept_retry{io};
+  int64_t accept_errors = 0;
+  std::vector<std::string> tokens;  // empty: no authentication
   handler h;
+
+  // The token a request carries, by header, cookie or URL parameter (removed from `target`).
+  bool authorized(const http::request<http::string_body>& req, std::string& target, bool& from_url) const {
+    from_url = false;
+    auto known = [&](std::string_view t) {
+      bool ok = false;
+      for (const auto& k : tokens) ok |= same_secret(t, k);
+      return ok;
+    };
+    bool ok = false;
+    if (auto it = req.find(http::field::authorization); it != req.end()) {
+      const std::string_view v(it->value().data(), it->value().size());
+      if (v.size() > 7 && beast::iequals(beast::string_view(v.data(), 7), "Bearer ")) ok |= known(v.substr(7));
+    }
+    if (auto it = req.find(http::field::cookie); it != req.end()) {
+      const std::string_view v(it->value().data(), it->value().size());
+      for (size_t at = 0; at < v.size();) {
+        size_t end = v.find(';', at);
+        if (end == std::string_view::npos) end = v.size();
+        std::string_view kv = v.substr(at, end - at);
+        while (!kv.empty() && kv.front() == ' ') kv.remove_prefix(1);
+        if (kv.rfind("hotcold_token=", 0) == 0) ok |= known(kv.substr(14));
+        at = end + 1;
+      }
+    }
+    // ?token=... anywhere in the query: checked, and taken out of what the handler sees.
+    if (const auto q = target.find('?'); q != std::string::npos) {
+      std::string kept;
+      for (size_t at = q + 1; at <= target.size();) {
+        size_t end = target.find('&', at);
+        if (end == std::string::npos) end = target.size();
+        const std::string kv = target.substr(at, end - at);
+        if (kv.rfind("token=", 0) == 0) {
+          if (known(std::string_view(kv).substr(6))) ok = from_url = true;
+        } else if (!kv.empty()) {
+          kept += (kept.empty() ? "" : "&") + kv;
+        }
+        at = end + 1;
+      }
+      target = target.substr(0, q) + (kept.empty() ? "" : "?" + kept);
+    }
+    return ok;
+  }
   static constexpr auto io_timeout = std::chrono::seconds(10);  // to send a request, or read an answer
   // Streams in progress: each a thread writing to its own socket.
   std::mutex mu;
@@ -71,16 +168,33 @@ struct http_server::impl {
     void on_read(beast::error_code ec) {
       if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();
       http_reply r;
+      bool set_cookie = false;
+      std::string token_cookie;
       if (ec) {
         r = {400, "text/plain", "bad request\n"};
       } else {
         const auto& req = parser.get();
-        try {
-          r = owner.h(std::string(req.method_string()), std::string(req.target()));
-        } catch (const std::exception& e) {
-          r = {500, "text/plain", fmt::format("internal error: {}\n", e.what())};
+        std::string target(req.target());
+        bool from_url = false;
+        if (!owner.tokens.empty() && !owner.authorized(req, target, from_url)) {
+          r = {401, "text/plain", "a token is needed: Authorization: Bearer TOKEN (or open /?token=TOKEN once)\n"};
+          res.set(http::field::www_authenticate, "Bearer realm=\"hotcold\"");
+        } else {
+          if (from_url) {
+            // The URL's token, kept by the browser for the page's own requests (the event stream).
+            const auto q = std::string(req.target()).find("token=");
+            const auto e = std::string(req.target()).find('&', q);
+            token_cookie = std::string(req.target()).substr(q + 6, e == std::string::npos ? std::string::npos : e - q - 6);
+            set_cookie = true;
+          }
+          try {
+            r = owner.h(std::string(req.method_string()), target);
+          } catch (const std::exception& e) {
+            r = {500, "text/plain", fmt::format("internal error: {}\n", e.what())};
+          }
         }
       }
+      if (set_cookie) res.set(http::field::set_cookie, "hotcold_token=" + token_cookie + "; Path=/; HttpOnly; SameSite=Strict");
       if (r.next) {
         std::lock_guard lock(owner.mu);
         if (owner.streams >= max_streams) {
@@ -107,9 +221,20 @@ struct http_server::impl {
     }
   };
 
+  // An accept that fails (out of descriptors: EMFILE, ENFILE; out of memory) is logged and tried
+  // again after a pause, until the acceptor is closed (the server stopping).
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
-      if (ec) return;  // closed: the server is stopping
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      if (ec) {
+        if (accept_errors++ % 100 == 0)
+          fmt::print(stderr, "hotcold serve: HTTP accept failed: {} ({} so far); trying again in 100 ms\n", ec.message(), accept_errors);
+        accept_retry.expires_after(std::chrono::milliseconds(100));
+        accept_retry.async_wait([this](beast::error_code wait_ec) {
+          if (!wait_ec) accept();
+        });
+        return;
+      }
       std::make_shared<connection>(*this, std::move(s))->start();
       accept();
     });
@@ -124,11 +249,16 @@ struct http_server::impl {
       return true;
     });
     auto done = std::make_shared<std::atomic<bool>>(false);
-    stream_threads.push_back({std::thread([this, done, s = std::move(s), r = std::move(r)]() mutable {
-                                stream(std::move(s), std::move(r));
-                                done->store(true);
-                              }),
-                              done});
+    try {
+      stream_threads.push_back({std::thread([this, done, s = std::move(s), r = std::move(r)]() mutable {
+                                  stream(std::move(s), std::move(r));
+                                  done->store(true);
+                                }),
+                                done});
+    } catch (const std::system_error& e) {  // no thread to be had: this stream's connection closes
+      --streams;
+      fmt::print(stderr, "hotcold serve: no thread for an HTTP stream: {}\n", e.what());
+    }
   }
   // A stream's thread: the headers (no length: the body ends when the connection does), then the
   // chunks as next() gives them. A client that stops reading for io_timeout is dropped.
@@ -168,25 +298,15 @@ struct http_server::impl {
   }
 };
 
-http_server::http_server(const std::string& address, bool allow_remote, handler h) : impl_(std::make_unique<impl>()) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument(fmt::format("--http {}: expected HOST:PORT", address));
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(address.substr(colon + 1));
-  } catch (...) {
-    port = -1;
-  }
-  if (port < 0 || port > 65535) throw std::invalid_argument(fmt::format("--http {}: the port must be 0..65535", address));
-  beast::error_code ec;
-  const auto ip = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-  if (ec) throw std::invalid_argument(fmt::format("--http {}: '{}' is not an IP address", address, host));
+http_server::http_server(const std::string& address, bool allow_remote, std::vector<std::string> tokens, handler h) : impl_(std::make_unique<impl>()) {
+  const auto [ip, port] = parse_http_address(address);
   if (!ip.is_loopback() && !allow_remote)
-    throw std::invalid_argument(fmt::format("--http {}: not a loopback address; serving other machines needs --allow-remote", address));
+    throw std::invalid_argument(fmt::format("--http {}: not a loopback address; serving other machines needs --allow-remote-http and --http-token-file", address));
+  if (!ip.is_loopback() && tokens.empty()) throw std::invalid_argument(fmt::format("--http {}: other machines must authenticate: give --http-token-file", address));
+  beast::error_code ec;
+  impl_->tokens = std::move(tokens);
   impl_->h = std::move(h);
-  const tcp::endpoint ep(ip, static_cast<unsigned short>(port));
+  const tcp::endpoint ep(ip, port);
   impl_->acceptor.open(ep.protocol());
   impl_->acceptor.set_option(asio::socket_base::reuse_address(true));
   impl_->acceptor.bind(ep, ec);

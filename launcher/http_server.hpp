@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace hotcold::launcher {
 
@@ -22,12 +23,23 @@ struct http_reply {
   std::chrono::milliseconds period{1000};
 };
 
+// Whether HOST:PORT names a loopback host (127.0.0.0/8, ::1, localhost). Throws std::invalid_argument
+// for a malformed address.
+bool http_address_is_loopback(const std::string& address);
+
+// Bearer tokens, one per line (blank lines and # comments skipped), each at least 16 characters
+// without blanks. Throws std::invalid_argument naming what is wrong.
+std::vector<std::string> read_bearer_tokens(const std::string& path);
+
 class http_server {
  public:
   using handler = std::function<http_reply(const std::string& method, const std::string& target)>;
-  // address: HOST:PORT (a loopback host unless allow_remote). Throws std::invalid_argument for a bad
+  // address: HOST:PORT (a loopback host unless allow_remote). With tokens, every request must carry
+  // one: `Authorization: Bearer TOKEN`, the cookie `hotcold_token=TOKEN`, or `?token=TOKEN` in the
+  // URL (which sets that cookie, so that a dashboard opened from such a link streams too); others
+  // get 401. The handler never sees the token parameter. Throws std::invalid_argument for a bad
   // address, std::runtime_error when it cannot bind.
-  http_server(const std::string& address, bool allow_remote, handler h);
+  http_server(const std::string& address, bool allow_remote, std::vector<std::string> tokens, handler h);
   ~http_server();
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;

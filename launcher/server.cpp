@@ -195,8 +195,12 @@ class server {
       const double ceiling = measure_read_bandwidth(l_.ctx->pool(), read_costs(*l_.m).dense_step());
       fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
       metrics_.attach(pipe_->stats(), ceiling);
-      http = std::make_unique<http_server>(o_.http, o_.allow_remote, [this](const std::string& method, const std::string& target) { return on_http(method, target); });
-      fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health)\n", o_.http);
+      auto tokens = o_.http_token_file.empty() ? std::vector<std::string>{} : read_bearer_tokens(o_.http_token_file);
+      const size_t n_tokens = tokens.size();
+      http = std::make_unique<http_server>(o_.http, o_.allow_remote_http, std::move(tokens),
+                                           [this](const std::string& method, const std::string& target) { return on_http(method, target); });
+      fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health){}\n", o_.http,
+                 n_tokens ? fmt::format("; every request needs one of {} bearer tokens", n_tokens) : std::string());
     }
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
     bool stopping = false;
@@ -757,6 +761,19 @@ void check_bind(const server_options& o) {
   if (!ep.is_loopback() && o.curve_key.empty())
     throw std::invalid_argument(fmt::format("--zmq {} --allow-remote: other machines must authenticate: give --curve-key and --curve-clients (see hotcold keygen)",
                                             o.endpoint));
+  if (!o.http.empty() && !http_address_is_loopback(o.http)) {
+    if (!o.allow_remote_http)
+      throw std::invalid_argument(fmt::format("--http {}: not a loopback address; serving HTTP to other machines needs --allow-remote-http "
+                                              "(--allow-remote is ZeroMQ's) and --http-token-file",
+                                              o.http));
+    if (o.http_token_file.empty())
+      throw std::invalid_argument(fmt::format("--http {} --allow-remote-http: other machines must authenticate: give --http-token-file (bearer tokens, one per line)", o.http));
+  }
+  if (!o.http_token_file.empty()) read_bearer_tokens(o.http_token_file);  // its errors before the model loads
+  if (!o.curve_key.empty()) {
+    proto::read_keypair(o.curve_key);
+    proto::read_allowed_keys(o.curve_clients);
+  }
 }
 
 server_counters serve(loaded& l, const server_options& o, const std::atomic<bool>& stop) { return server(l, o).run(stop); }

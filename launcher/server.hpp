@@ -20,6 +20,8 @@ struct server_options {
   std::string curve_key;           // the server's key pair (hotcold keygen): CURVE on
   std::string curve_clients;       // public keys of the clients allowed in, one per line
   std::string http;                // HOST:PORT for the dashboard, /metrics, /api/stats, /api/events, /health (empty: none)
+  bool allow_remote_http = false;  // bind a non-loopback HTTP address (needs http_token_file)
+  std::string http_token_file;     // bearer tokens, one per line: every HTTP request must carry one
   int64_t recall_every = 64;       // steps between predictor recall checks (0: none)
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
   int64_t max_client_buffer = 8 << 20;  // bytes of unread replies per client before it is cut off

@@ -1,6 +1,8 @@
 #include "protocol/curve.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <fstream>
@@ -8,6 +10,8 @@
 #include <system_error>
 
 #include <zmq.h>
+
+#include "protocol/text_file.hpp"
 
 namespace hotcold::protocol {
 namespace {
@@ -18,12 +22,10 @@ bool is_z85_key(const std::string& s) {
   return zmq_z85_decode(raw, s.c_str()) != nullptr;
 }
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  size_t b = 0;
-  while (b < s.size() && (s[b] == ' ' || s[b] == '\t')) ++b;
-  return s.substr(b);
-}
+std::string trim(std::string s) { return trim_blanks(std::move(s)); }
+
+// Key files are a few lines; allow lists a few thousand keys.
+constexpr size_t max_key_file_bytes = 64 << 10, max_allow_list_bytes = 4 << 20;
 
 }  // namespace
 
@@ -36,22 +38,28 @@ curve_keypair make_curve_keypair() {
 void write_keypair(const std::string& stem, const curve_keypair& k) {
   const std::string key = stem + ".key", pub = stem + ".pub";
   {
-    std::ofstream out(key, std::ios::trunc);
-    if (!out) throw std::system_error(errno, std::generic_category(), key);
-    out << "public: " << k.public_key << "\nsecret: " << k.secret_key << "\n";
-    if (!out) throw std::system_error(errno, std::generic_category(), key);
+    // Created 0600, and made 0600 if it was there before: the secret is never readable by others.
+    const int fd = ::open(key.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot write " + key);
+    if (::fchmod(fd, 0600) != 0) {
+      const int e = errno;
+      ::close(fd);
+      throw std::system_error(e, std::generic_category(), "cannot write " + key);
+    }
+    const std::string text = "public: " + k.public_key + "\nsecret: " + k.secret_key + "\n";
+    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    const int e = errno;
+    if (::close(fd) != 0 || !ok) throw std::system_error(ok ? errno : e, std::generic_category(), "cannot write " + key);
   }
-  if (::chmod(key.c_str(), 0600) != 0) throw std::system_error(errno, std::generic_category(), key);
   std::ofstream out(pub, std::ios::trunc);
   out << k.public_key << "\n";
-  if (!out) throw std::system_error(errno, std::generic_category(), pub);
+  out.flush();
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + pub);
 }
 
 curve_keypair read_keypair(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::system_error(errno, std::generic_category(), path);
   curve_keypair k;
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line : read_text_lines(path, "CURVE key file", max_key_file_bytes)) {
     line = trim(line);
     if (line.rfind("public:", 0) == 0) k.public_key = trim(line.substr(7));
     else if (line.rfind("secret:", 0) == 0) k.secret_key = trim(line.substr(7));
@@ -66,9 +74,13 @@ curve_keypair read_keypair(const std::string& path) {
 
 std::string read_public_key(const std::string& key_or_path) {
   if (is_z85_key(key_or_path)) return key_or_path;
-  std::ifstream in(key_or_path);
-  if (!in) throw std::invalid_argument("'" + key_or_path + "' is neither a 40-character Z85 key nor a readable key file");
-  for (std::string line; std::getline(in, line);) {
+  std::vector<std::string> lines;
+  try {
+    lines = read_text_lines(key_or_path, "public key file", max_key_file_bytes);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("'" + key_or_path + "' is neither a 40-character Z85 key nor a readable key file (" + e.what() + ")");
+  }
+  for (std::string line : lines) {
     line = trim(line);
     if (line.rfind("public:", 0) == 0) line = trim(line.substr(7));
     if (is_z85_key(line)) return line;
@@ -77,17 +89,16 @@ std::string read_public_key(const std::string& key_or_path) {
 }
 
 std::set<std::string> read_allowed_keys(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::system_error(errno, std::generic_category(), path);
   std::set<std::string> keys;
   int n = 0;
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line : read_text_lines(path, "--curve-clients", max_allow_list_bytes)) {
     ++n;
     line = trim(line);
     if (line.empty() || line[0] == '#') continue;
     if (!is_z85_key(line)) throw std::invalid_argument(path + ":" + std::to_string(n) + ": not a 40-character Z85 public key");
     keys.insert(line);
   }
+  if (keys.empty()) throw std::invalid_argument(path + ": no client public key in it: nobody could connect");
   return keys;
 }
 

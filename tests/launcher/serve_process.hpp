@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,16 +135,20 @@ inline std::string endpoint_for(const char* kind) {
   return "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 20000);
 }
 
-// GET over plain HTTP/1.0: the whole response, headers and body.
-inline std::string http_get(int port, const std::string& target) {
+// GET over plain HTTP/1.0: the whole response, headers and body ("" when nothing came within 5 s).
+// `headers`: more request header lines, each ending in \r\n.
+inline std::string http_get(int port, const std::string& target, const std::string& headers = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + target + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    const std::string req = "GET " + target + " HTTP/1.0\r\nHost: localhost\r\n" + headers + "\r\n";
     if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[4096];
       for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
@@ -152,6 +157,5 @@ inline std::string http_get(int port, const std::string& target) {
   close(fd);
   return out;
 }
-
 
 }  // namespace hotcold::test

@@ -2,8 +2,10 @@
 // whose replies pile up in memory, long tokenize requests beside token streams, a stop signal while
 // work is still queued. Whatever one client does, the others are served and the server stops cleanly.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -200,6 +202,86 @@ TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
     EXPECT_EQ(c.generate({{"prompt", "Once"}, {"n_predict", 3}}).done["generated_tokens"], 3) << ep;
     EXPECT_EQ(server.stop(), 0) << server.log();
   }
+}
+
+// Out of descriptors (ulimit -n 256, 400 connections held open), the HTTP acceptor logs the error,
+// backs off and keeps accepting: once the connections close, /health answers again. (Before: the
+// first EMFILE ended accepting for good.)
+TEST(ServeHostile, HttpAcceptorOutlivesRunningOutOfDescriptors) {
+  const std::string ep = tcp_endpoint(137);
+  const int port = http_port(139);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2"});  // inherits the limit
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  wait_ready(ep);
+  ASSERT_NE(http_get(port, "/health").find("200 OK"), std::string::npos);
+
+  std::vector<int> held;
+  for (int i = 0; i < 400; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) held.push_back(fd);
+    else if (fd >= 0) close(fd);
+  }
+  EXPECT_GT(held.size(), 256u);
+  std::this_thread::sleep_for(1s);  // the server accepts until it runs out
+  for (int fd : held) close(fd);
+  std::string health;
+  for (const auto until = steady::now() + 8s; health.find("200 OK") == std::string::npos && steady::now() < until;) {
+    std::this_thread::sleep_for(100ms);
+    health = http_get(port, "/health");
+  }
+  EXPECT_NE(health.find("\"status\":\"ok\""), std::string::npos) << "HTTP stopped accepting\n" << server.log();
+  EXPECT_NE(server.log().find("HTTP accept failed"), std::string::npos) << server.log();
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+// HTTP for other machines is its own opt-in (--allow-remote-http; --allow-remote is ZeroMQ's) and
+// needs bearer tokens; with a token file every route asks for one. (Before: --allow-remote with
+// CURVE keys served the dashboard and /metrics on 0.0.0.0 to anyone.)
+TEST(ServeHostile, RemoteHttpNeedsItsOwnOptInAndATokenForEveryRequest) {
+  const fs::path dir = fs::temp_directory_path() / ("hotcold-http-auth-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  ASSERT_EQ(std::system((std::string(HOTCOLD_BIN) + " keygen -o '" + (dir / "server").string() + "' >/dev/null 2>&1").c_str()), 0);
+  ASSERT_EQ(std::system((std::string(HOTCOLD_BIN) + " keygen -o '" + (dir / "alice").string() + "' >/dev/null 2>&1").c_str()), 0);
+  fs::copy_file(dir / "alice.pub", dir / "allowed", fs::copy_options::overwrite_existing);
+  const std::string token = "s3cret-token-for-the-dashboard";
+  std::ofstream(dir / "tokens") << "# who may read the dashboard\n" << token << "\n";
+  const int port = http_port(149);
+  const std::string http_any = "0.0.0.0:" + std::to_string(port);
+
+  // ZeroMQ's opt-in and keys do not open HTTP to other machines.
+  server_process zmq_only({"--zmq", "tcp://0.0.0.0:" + std::to_string(port + 1), "--allow-remote", "--curve-key", (dir / "server.key").string(),
+                           "--curve-clients", (dir / "allowed").string(), "--http", http_any, "-t", "2"});
+  EXPECT_EQ(zmq_only.wait_exit(20s), 2) << zmq_only.log();  // a usage error
+  EXPECT_NE(zmq_only.log().find("--allow-remote-http"), std::string::npos) << zmq_only.log();
+  // Its own opt-in without tokens is refused too.
+  server_process no_tokens({"--zmq", tcp_endpoint(151), "--http", http_any, "--allow-remote-http"});
+  EXPECT_EQ(no_tokens.wait_exit(20s), 2) << no_tokens.log();
+  EXPECT_NE(no_tokens.log().find("--http-token-file"), std::string::npos) << no_tokens.log();
+
+  const std::string ep = tcp_endpoint(153);
+  server_process server({"--zmq", ep, "--http", http_any, "--allow-remote-http", "--http-token-file", (dir / "tokens").string(), "-t", "2"});
+  wait_ready(ep);
+  for (const char* route : {"/metrics", "/api/stats", "/health", "/", "/api/events?frames=1"}) {
+    EXPECT_NE(http_get(port, route).find("401"), std::string::npos) << route;
+    EXPECT_NE(http_get(port, route, "Authorization: Bearer wrong-token-of-some-length\r\n").find("401"), std::string::npos) << route;
+    EXPECT_NE(http_get(port, route, "Authorization: Bearer " + token + "\r\n").find("200 OK"), std::string::npos) << route;
+  }
+  const std::string page = http_get(port, "/?token=" + token);
+  EXPECT_NE(page.find("200 OK"), std::string::npos);
+  EXPECT_NE(page.find("Set-Cookie: hotcold_token=" + token), std::string::npos) << page.substr(0, 400);
+  EXPECT_NE(http_get(port, "/api/stats", "Cookie: theme=dark; hotcold_token=" + token + "\r\n").find("200 OK"), std::string::npos);
+  EXPECT_NE(http_get(port, "/api/stats", "Cookie: hotcold_token=nope\r\n").find("401"), std::string::npos);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  fs::remove_all(dir);
 }
 
 }  // namespace
