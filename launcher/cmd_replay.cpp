@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -84,6 +86,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
     std::string trace, endpoint = "tcp://127.0.0.1:5555", report;
     double speed = 1.0;
     int max_concurrency = 256;
+    double timeout = 120, connect_timeout = 5;
     bool compare = false;
     std::string activations;
     tools::whatif_options w;
@@ -97,6 +100,12 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--speed", a->speed, "Time scale: 2 sends twice as fast as recorded")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (a request waits for a free one)")
       ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--timeout", a->timeout, "Seconds to wait for any one reply before a request counts as failed")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--connect-timeout", a->connect_timeout, "Seconds for the server to answer a health request before the replay starts")
+      ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   cmd->add_option("--report", a->report, "JSON report: requests, ttft_s, itl_s, e2e_s (p50, p95, p99, mean, max); with --activations, the estimates");
   cmd->add_flag("--compare", a->compare, "Put the recorded latencies beside the replayed ones");
@@ -116,16 +125,22 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       if (!a->activations.empty()) return what_if(a->activations, a->w, a->report);
       if (a->trace.empty() || a->report.empty())
         throw std::invalid_argument("replay needs --trace FILE.jsonl and --report OUT.json (or --activations TRACE for a what-if)");
+      if (std::filesystem::is_directory(a->trace)) throw std::invalid_argument(fmt::format("--trace {}: a directory, not a record file", a->trace));
       std::ifstream in(a->trace);
-      if (!in) throw std::system_error(errno, std::generic_category(), a->trace);
+      if (!in) throw std::invalid_argument(fmt::format("--trace {}: cannot read ({})", a->trace, std::strerror(errno)));
       std::vector<json> lines;
       measured recorded;
-      int n = 0;
+      int n = 0, torn = 0;
       for (std::string line; std::getline(in, line);) {
         ++n;
         if (line.empty()) continue;
         json j = json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_object() || !j.contains("request") || !j["request"].is_object() || !j.value("arrival_s", json()).is_number())
+        if (j.is_discarded()) {  // a record cut short (the recorder killed mid-write): the rest is still good
+          ++torn;
+          fmt::print(stderr, "hotcold replay: {}:{}: not a whole JSON record (cut short?): skipped\n", a->trace, n);
+          continue;
+        }
+        if (!j.is_object() || !j.contains("request") || !j["request"].is_object() || !j.value("arrival_s", json()).is_number())
           throw std::invalid_argument(fmt::format("{}:{}: not a record of serve --record (needs arrival_s and request)", a->trace, n));
         if (j["generated_tokens"].is_number() && j["generated_tokens"].get<int64_t>() > 0) recorded.ttft.push_back(j.value("ttft_s", 0.0));
         for (const auto& g : j.value("itl_s", json::array())) recorded.itl.push_back(g.get<double>());
@@ -135,29 +150,42 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       std::sort(lines.begin(), lines.end(), [](const json& x, const json& y) { return x["arrival_s"].get<double>() < y["arrival_s"].get<double>(); });
       const double t_first = lines.empty() ? 0.0 : lines.front()["arrival_s"].get<double>();
 
+      // Is anyone there? (ZeroMQ connects lazily and would wait for a server for ever.)
+      try {
+        tools::client probe(a->endpoint, std::chrono::milliseconds(static_cast<int64_t>(1000 * a->connect_timeout)));
+        probe.call("health");
+      } catch (const tools::client_error& e) {
+        throw std::runtime_error(fmt::format("--endpoint {}: no server answered within {} s ({})", a->endpoint, a->connect_timeout, e.what()));
+      }
+
+      // Open loop: each record is handed out at its recorded time (scaled) to one of max_concurrency
+      // workers, each with its own connection; when all are busy, it waits for one.
       measured replayed;
       std::mutex m;
       std::condition_variable cv;
-      int in_flight = 0, failed = 0;
-      std::vector<std::thread> threads;
-      const auto t0 = clock_type::now();
-      for (const auto& line : lines) {
-        const double due = (line["arrival_s"].get<double>() - t_first) / a->speed;
-        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(due)));
-        {
-          std::unique_lock lock(m);
-          cv.wait(lock, [&] { return in_flight < a->max_concurrency; });
-          ++in_flight;
-        }
-        threads.emplace_back([&, request = line["request"]] {
+      std::deque<const json*> due_now;
+      bool all_sent = false;
+      int busy = 0, failed = 0;
+      const auto reply_timeout = std::chrono::milliseconds(static_cast<int64_t>(1000 * a->timeout));
+      auto worker = [&] {
+        std::unique_ptr<tools::client> c;
+        for (;;) {
+          const json* request = nullptr;
+          {
+            std::unique_lock lock(m);
+            cv.wait(lock, [&] { return all_sent || !due_now.empty(); });
+            if (due_now.empty()) return;
+            request = due_now.front();
+            due_now.pop_front();
+          }
           std::vector<double> gaps;
           double ttft = -1;
           const auto start = clock_type::now();
           auto last = start;
           bool ok = true;
           try {
-            tools::client c(a->endpoint, std::chrono::minutes(10));
-            c.generate(request, [&](const json&, std::string_view) {
+            if (!c) c = std::make_unique<tools::client>(a->endpoint, reply_timeout);
+            c->generate(*request, [&](const json&, std::string_view) {
               const auto now = clock_type::now();
               if (ttft < 0) ttft = std::chrono::duration<double>(now - start).count();
               else gaps.push_back(std::chrono::duration<double>(now - last).count());
@@ -165,6 +193,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
             });
           } catch (const std::exception& e) {
             ok = false;
+            c.reset();  // a fresh connection: late replies of this request must not meet the next one
             fmt::print(stderr, "hotcold replay: a request failed: {}\n", e.what());
           }
           const double e2e = std::chrono::duration<double>(clock_type::now() - start).count();
@@ -176,19 +205,47 @@ void add_replay_command(CLI::App& app, int& exit_code) {
           } else {
             ++failed;
           }
-          --in_flight;
+          --busy;
           cv.notify_all();
-        });
+        }
+      };
+      std::vector<std::thread> workers;
+      const int n_workers = static_cast<int>(std::min<size_t>(static_cast<size_t>(a->max_concurrency), std::max<size_t>(lines.size(), 1)));
+      for (int k = 0; k < n_workers; ++k) {
+        try {
+          workers.emplace_back(worker);
+        } catch (const std::system_error& e) {
+          if (workers.empty()) throw std::runtime_error(fmt::format("cannot start a thread for the requests: {}", e.what()));
+          fmt::print(stderr, "hotcold replay: {} requests at once, not {}: no more threads ({})\n", workers.size(), n_workers, e.what());
+          break;
+        }
       }
-      for (auto& t : threads) t.join();
+      const int capacity = static_cast<int>(workers.size());
+      const auto t0 = clock_type::now();
+      for (const auto& line : lines) {
+        const double due = (line["arrival_s"].get<double>() - t_first) / a->speed;
+        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(due)));
+        std::unique_lock lock(m);
+        cv.wait(lock, [&] { return busy < capacity; });
+        ++busy;
+        due_now.push_back(&line["request"]);
+        cv.notify_all();
+      }
+      {
+        std::lock_guard lock(m);
+        all_sent = true;
+      }
+      cv.notify_all();
+      for (auto& t : workers) t.join();
       const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
 
-      json report{{"requests", lines.size()}, {"failed", failed}, {"seconds", seconds}, {"speed", a->speed}, {"max_concurrency", a->max_concurrency},
+      json report{{"requests", lines.size()}, {"failed", failed}, {"skipped_lines", torn}, {"seconds", seconds}, {"speed", a->speed}, {"max_concurrency", a->max_concurrency},
                   {"ttft_s", summary(replayed.ttft)}, {"itl_s", summary(replayed.itl)}, {"e2e_s", summary(replayed.e2e)}};
       if (a->compare) report["recorded"] = {{"ttft_s", summary(recorded.ttft)}, {"itl_s", summary(recorded.itl)}, {"e2e_s", summary(recorded.e2e)}};
       std::ofstream out(a->report);
       out << report.dump(2) << "\n";
-      if (!out) throw std::system_error(errno, std::generic_category(), a->report);
+      out.flush();
+      if (!out) throw std::runtime_error(fmt::format("--report {}: cannot write ({})", a->report, std::strerror(errno)));
 
       auto ms = [](const json& v) { return v.is_null() ? std::string("-") : fmt::format("{:.1f}", 1000 * v.get<double>()); };
       fmt::print("{} requests in {:.2f} s ({} failed); milliseconds:\n", lines.size(), seconds, failed);

@@ -14,6 +14,12 @@
 #include <set>
 #include <variant>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <system_error>
 
@@ -131,6 +137,56 @@ class text_worker {
   std::thread thread_;
 };
 
+// serve --record's file: one JSON line per record, each written with one write(2) on a file opened
+// for appending, so a kill leaves whole lines (or the last one cut short, never two run together); a
+// file that does not end in a newline (cut short before) gets one first.
+class record_file {
+ public:
+  record_file() = default;
+  explicit record_file(const std::string& path) : path_(path) {
+    if (std::filesystem::is_directory(path)) throw std::invalid_argument(fmt::format("--record {}: a directory, not a file", path));
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), fmt::format("--record {}: cannot write", path));
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && st.st_size > 0) {
+      char last = '\n';
+      const int rd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (rd >= 0) {
+        if (::pread(rd, &last, 1, st.st_size - 1) != 1) last = '\n';
+        ::close(rd);
+      }
+      if (last != '\n') write_all("\n");
+    }
+  }
+  record_file(record_file&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
+  record_file& operator=(record_file&& o) noexcept {
+    std::swap(path_, o.path_);
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~record_file() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool is_open() const { return fd_ >= 0; }
+  // One record; a failed write is reported once per failure on stderr, and serving goes on.
+  void append(const std::string& json_line) {
+    if (!write_all(json_line + "\n")) fmt::print(stderr, "hotcold serve: --record {}: cannot write: {}\n", path_, std::strerror(errno));
+  }
+
+ private:
+  bool write_all(const std::string& bytes) {
+    for (size_t at = 0; at < bytes.size();) {
+      const ssize_t n = ::write(fd_, bytes.data() + at, bytes.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      at += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  std::string path_;
+  int fd_ = -1;
+};
+
 // A generate in flight.
 struct live {
   address to;
@@ -184,10 +240,7 @@ class server {
     if (ep.needs_ipv6()) sock_.set(zmq::sockopt::ipv6, 1);
     sock_.bind(ep.zmq_address());
     pipe_ = l_.make_pipeline(32, o_.recall_every);
-    if (!o_.record.empty()) {
-      record_.open(o_.record, std::ios::app);
-      if (!record_) throw std::system_error(errno, std::generic_category(), o_.record);
-    }
+    if (!o_.record.empty()) record_ = record_file(o_.record);
     started_ = clock_type::now();
     std::unique_ptr<http_server> http;
     if (!o_.http.empty()) {
@@ -641,8 +694,7 @@ class server {
       nlohmann::json line{{"arrival_s", lv.arrival_s},  {"request", nlohmann::json::parse(lv.recorded_request)}, {"finish", finish},
                           {"prompt_tokens", lv.prompt_tokens}, {"generated_tokens", lv.emitted}, {"ttft_s", lv.emitted > 0 ? lv.ttft_s : 0.0},
                           {"itl_s", lv.itl_s}, {"e2e_s", std::chrono::duration<double>(clock_type::now() - lv.accepted).count()}};
-      record_ << line.dump() << "\n";
-      record_.flush();
+      record_.append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
     send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.text)), &lv);
     by_client_.erase({lv.to.identity, lv.id});
@@ -739,7 +791,7 @@ class server {
   std::map<std::string, std::shared_ptr<client_account>> clients_;    // by identity
   std::set<std::string> allowed_;  // client public keys (CURVE)
   actors::metrics metrics_;
-  std::ofstream record_;
+  record_file record_;
   clock_type::time_point started_;
   std::atomic<int64_t> active_{0}, queued_{0};  // for /health, read by the HTTP thread
   std::atomic<bool> stopping_{false};

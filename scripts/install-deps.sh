@@ -20,6 +20,7 @@ packages=(
   prometheus-cpp-dev                # metrics: registry, histograms, text exposition (/metrics)
   prometheus                        # promtool: the suite checks /metrics with it
   chromium zlib1g-dev               # the dashboard test: headless Chromium, and zlib to read its screenshot
+  strace                            # the recorder test checks that each record is one write(2)
 )
 
 missing=()
