@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "launcher/commands.hpp"
+#include "launcher/option_checks.hpp"
 #include "model/sampler.hpp"
 #include "protocol/curve.hpp"
 #include "tools/client.hpp"
@@ -28,9 +29,9 @@ void add_client_command(CLI::App& app, int& exit_code) {
   auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
   p->excludes(f);
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate")->capture_default_str();
-  cmd->add_option("--temp", a->p.temperature, "Temperature (0: greedy)")->capture_default_str();
-  cmd->add_option("--top-k", a->p.top_k, "Top-k (0: off)")->capture_default_str();
-  cmd->add_option("--top-p", a->p.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--temp", a->p.temperature, "Temperature (<= 0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", a->p.top_k, "Top-k (<= 0: off)")->capture_default_str();
+  cmd->add_option("--top-p", a->p.top_p, "Top-p (>= 1: off)")->capture_default_str();
   cmd->add_option("--min-p", a->p.min_p, "Min-p (0: off)")->capture_default_str();
   cmd->add_option("--repeat-penalty", a->p.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
   cmd->add_option("--repeat-last-n", a->p.penalty_last_n, "Tokens the penalties look back on")->capture_default_str();
@@ -39,12 +40,13 @@ void add_client_command(CLI::App& app, int& exit_code) {
   auto* seed = cmd->add_option("--seed", a->p.seed, "Random seed (default: the server picks one, printed on stderr)");
   cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens in the prompt becomes those tokens");
   cmd->add_flag("--health", a->health, "Only ask the server how it is (prints the health reply)");
-  cmd->add_option("--cancel-after", a->cancel_after, "Cancel the request after this many tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--cancel-after", a->cancel_after, "Cancel the request after this many tokens")->check(whole_in(1, 1ll << 40));
   cmd->add_option("--curve-server-key", a->curve_server_key, "The server's public key (40 Z85 characters, or its .pub file): CURVE on");
   cmd->add_option("--curve-key", a->curve_key, "This client's key pair (hotcold keygen), on the server's allow list");
-  cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for each reply")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for each reply")->check(finite_in(0.001, 86400))->capture_default_str();
   cmd->callback([a, p, f, seed, &exit_code] {
     exit_code = run_guarded("client", [&] {
+      check_sampling_flags(a->p);
       std::optional<tools::client::curve> keys;
       if (a->curve_server_key.empty() != a->curve_key.empty())
         throw std::invalid_argument("--curve-server-key and --curve-key go together");

@@ -15,6 +15,7 @@
 #include "launcher/commands.hpp"
 #include "launcher/default_model.hpp"
 #include "launcher/model_options.hpp"
+#include "launcher/option_checks.hpp"
 #include "model/forward.hpp"
 #include "model/sampler.hpp"
 
@@ -48,7 +49,7 @@ void write_stats_json(const std::string& path, const inference_context& ctx) {
   j["layers"] = layers;
   std::ofstream out(path);
   out << j.dump(2) << "\n";
-  if (!out) throw std::system_error(errno, std::generic_category(), path);
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + path);
   fmt::print(stderr, "hotcold: predictor recall {:.4f}, precision {:.4f}, active fraction {:.4f} -> {}\n", j["predictor_recall"].get<double>(),
              j["predictor_precision"].get<double>(), j["active_fraction"].get<double>(), path);
 }
@@ -67,12 +68,12 @@ struct sampling_args {
 
 void add_sampling_options(CLI::App* cmd, sampling_args& s) {
   cmd->add_option("-n,--n-predict", s.n_predict, "Tokens to generate")->capture_default_str();
-  cmd->add_option("--temp", s.p.temperature, "Temperature (0: greedy)")->capture_default_str();
-  cmd->add_option("--top-k", s.p.top_k, "Top-k (0: off)")->capture_default_str();
-  cmd->add_option("--top-p", s.p.top_p, "Top-p (1: off)")->capture_default_str();
-  cmd->add_option("--min-p", s.p.min_p, "Min-p (0: off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", s.p.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
-  cmd->add_option("--repeat-last-n", s.p.penalty_last_n, "Tokens the penalties look back on")->capture_default_str();
+  cmd->add_option("--temp", s.p.temperature, "Temperature (<= 0: greedy; at most 100)")->capture_default_str();
+  cmd->add_option("--top-k", s.p.top_k, "Top-k (<= 0: off)")->capture_default_str();
+  cmd->add_option("--top-p", s.p.top_p, "Top-p (>= 1: off)")->capture_default_str();
+  cmd->add_option("--min-p", s.p.min_p, "Min-p, 0..1 (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", s.p.repeat_penalty, "Repetition penalty, 0..100 (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", s.p.penalty_last_n, "Tokens the penalties look back on (-1: the whole context)")->capture_default_str();
   cmd->add_option("--frequency-penalty", s.p.frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
   cmd->add_option("--presence-penalty", s.p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
   cmd->add_option("--seed", s.p.seed, "Random seed (default: random, printed on stderr)");
@@ -80,6 +81,7 @@ void add_sampling_options(CLI::App* cmd, sampling_args& s) {
 }
 
 void finalize_seed(sampling_args& s, CLI::App* cmd) {
+  check_sampling_flags(s.p);
   if (cmd->count("--seed") == 0) {
     s.p.seed = std::random_device{}();
     fmt::print(stderr, "hotcold: seed {}\n", s.p.seed);
@@ -206,21 +208,25 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
     auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
     auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
     p->excludes(f);
-    cmd->add_option("--logits-out", a->logits_out, "Output file of float32 little-endian logits")->required();
+    cmd->add_option("--logits-out", a->logits_out, "Output file of float32 little-endian logits (needed unless --stats-json)");
     cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens becomes those tokens");
     cmd->add_option("--stats-json", a->stats_json, "Write predictor recall, precision and active fraction (overall and per layer)");
     cmd->callback([a, p, f, &exit_code] {
       exit_code = run_guarded("eval", [&] {
         if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
         std::string text = f->count() ? read_text_file(a->file) : a->prompt;
+        if (a->logits_out.empty() && a->stats_json.empty()) throw std::invalid_argument("give --logits-out FILE, --stats-json FILE or both");
         if (!a->stats_json.empty() && a->pipeline == "actors")
           throw std::invalid_argument("--stats-json counts on the reference pipeline: use --pipeline reference");
         auto l = load(a->m);
         if (!a->stats_json.empty()) l.ctx->enable_stats(true);
         auto tokens = l.m->vocabulary().tokenize(text, true, a->parse_special);
         check_fits(static_cast<int64_t>(tokens.size()), l.ctx->n_ctx());
-        std::ofstream out(a->logits_out, std::ios::binary | std::ios::trunc);
-        if (!out) throw std::system_error(errno, std::generic_category(), a->logits_out);
+        std::ofstream out;  // without --logits-out the logits are computed for the statistics only
+        if (!a->logits_out.empty()) {
+          out.open(a->logits_out, std::ios::binary | std::ios::trunc);
+          if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + a->logits_out);
+        }
         auto t0 = clock_type::now();
         if (!tokens.empty() && a->pipeline == "actors") {
           auto p = l.make_pipeline();
@@ -242,13 +248,15 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
           auto logits = l.ctx->forward_batch(tokens, 0, true);
           out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
         }
-        out.close();
-        if (!out) throw std::system_error(errno, std::generic_category(), a->logits_out + ": write failed");
+        if (!a->logits_out.empty()) {
+          out.close();
+          if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + a->logits_out);
+        }
         std::string ids;
         for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? " " : "") + std::to_string(tokens[i]);
         fmt::print("{}\n", ids);
-        fmt::print(stderr, "hotcold: {} positions x {} logits -> {} in {:.2f} s\n", tokens.size(), l.m->hp().n_vocab, a->logits_out,
-                   seconds_since(t0));
+        fmt::print(stderr, "hotcold: {} positions x {} logits -> {} in {:.2f} s\n", tokens.size(), l.m->hp().n_vocab,
+                   a->logits_out.empty() ? "(not written)" : a->logits_out, seconds_since(t0));
         if (!a->stats_json.empty()) write_stats_json(a->stats_json, *l.ctx);
         l.finish();
       });

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/commands.hpp"
+#include "launcher/option_checks.hpp"
 #include "tools/client.hpp"
 #include "tools/whatif.hpp"
 
@@ -76,7 +77,7 @@ void what_if(const std::string& activations, tools::whatif_options o, const std:
                    {"estimates", rows}};
   std::ofstream out(report_path);
   out << j.dump(2) << "\n";
-  if (!out) throw std::system_error(errno, std::generic_category(), report_path);
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + report_path);
 }
 
 }  // namespace
@@ -97,15 +98,15 @@ void add_replay_command(CLI::App& app, int& exit_code) {
                                  "estimate what other hot-device budgets would give from a run's recorded active neurons (docs/replay.md)");
   cmd->add_option("--trace", a->trace, "JSONL file written by serve --record");
   cmd->add_option("--endpoint", a->endpoint, "The server to replay against")->capture_default_str();
-  cmd->add_option("--speed", a->speed, "Time scale: 2 sends twice as fast as recorded")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--speed", a->speed, "Time scale: 2 sends twice as fast as recorded")->check(finite_in(1e-6, 1e6))->capture_default_str();
   cmd->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (a request waits for a free one)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--timeout", a->timeout, "Seconds to wait for any one reply before a request counts as failed")
-      ->check(CLI::Range(0.001, 86400.0))
+      ->check(finite_in(0.001, 86400))
       ->capture_default_str();
   cmd->add_option("--connect-timeout", a->connect_timeout, "Seconds for the server to answer a health request before the replay starts")
-      ->check(CLI::Range(0.001, 3600.0))
+      ->check(finite_in(0.001, 3600))
       ->capture_default_str();
   cmd->add_option("--report", a->report, "JSON report: requests, ttft_s, itl_s, e2e_s (p50, p95, p99, mean, max); with --activations, the estimates");
   cmd->add_flag("--compare", a->compare, "Put the recorded latencies beside the replayed ones");
@@ -113,13 +114,13 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--activations", a->activations,
                   "What-if: a run's active neurons (TRACE.json from --trace-out, its TRACE.json.activations, or a profile folder)");
   cmd->add_option("-m,--model", a->w.model_path, "What-if: the model the activations were recorded on");
-  cmd->add_option("--vram-budget", a->w.budgets_gib, "What-if: hot-device budgets in GiB to estimate (placed as `hotcold place` would)")->check(CLI::PositiveNumber);
+  cmd->add_option("--vram-budget", a->w.budgets_gib, "What-if: hot-device budgets in GiB to estimate (placed as `hotcold place` would)")->check(finite_in(1e-9, 1 << 20));
   cmd->add_option("--placement", a->w.placements, "What-if: placement files to estimate");
   cmd->add_option("--stats", a->w.stats_dir, "What-if: profile folder whose firing counts place the neurons (default: the recorded run's own choices)");
   cmd->add_option("-c,--ctx", a->w.ctx, "What-if: the context the budget's KV cache must hold (as place -c)");
   cmd->add_option("--hot-gbps", a->w.hot_gbps, "What-if: the hot device's read bandwidth in GB/s (default: as the trace shows it, or the CPU's)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--cpu-gbps", a->w.cpu_gbps, "What-if without a trace: the CPU's read bandwidth in GB/s (default: measured here)")->check(CLI::PositiveNumber);
+      ->check(finite_in(1e-6, 1e6));
+  cmd->add_option("--cpu-gbps", a->w.cpu_gbps, "What-if without a trace: the CPU's read bandwidth in GB/s (default: measured here)")->check(finite_in(1e-6, 1e6));
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("replay", [&] {
       if (!a->activations.empty()) return what_if(a->activations, a->w, a->report);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "launcher/commands.hpp"
+#include "launcher/option_checks.hpp"
 #include "launcher/model_options.hpp"
 #include "launcher/server.hpp"
 #include "protocol/curve.hpp"
@@ -38,7 +39,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-queue", a->s.max_queue, "Requests that may wait for a free sequence slot before new ones get `busy`")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
-  cmd->add_option("--max-prompt-tokens", a->s.max_prompt_tokens, "Longest prompt accepted, in tokens (default: the context)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-prompt-tokens", a->s.max_prompt_tokens, "Longest prompt accepted, in tokens (default: the context)")->check(whole_in(0, 1ll << 40));
   cmd->add_option("--max-tokens", a->s.max_tokens, "Largest n_predict accepted")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
@@ -52,7 +53,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "/?token= once in a browser)");
   cmd->add_option("--recall-every", a->s.recall_every,
                   "Check the predictors' recall every N steps (each sparse layer computes its first token densely; 0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(whole_in(0, 1ll << 40))
       ->capture_default_str();
   cmd->add_option("--max-client-buffer", a->s.max_client_buffer,
                   "Bytes of replies a client may leave unread before it is cut off (its requests cancelled; one larger reply still goes when "

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "launcher/commands.hpp"
+#include "launcher/option_checks.hpp"
 #include "launcher/progress.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
@@ -56,7 +57,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("-m,--model", o->model_path, "Dense GGUF model")->required();
     cmd->add_option("-f,--file", o->calibration_path, "Calibration text (default: text the model samples itself)");
     cmd->add_option("--tokens", o->tokens, "Tokens to profile")->capture_default_str();
-    cmd->add_option("-t,--threads", o->threads, "Threads");
+    cmd->add_option("-t,--threads", o->threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
     cmd->add_option("-o,--output", o->out_dir, "Output folder")->required();
     cmd->callback([o, &exit_code] {
       exit_code = run_guarded("profile", [&] {
@@ -79,7 +80,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("--rank", a->o.rank, "Predictor rank (default: chosen per layer)");
     cmd->add_option("--epochs", a->o.epochs, "Training epochs")->capture_default_str();
     cmd->add_option("--recall", a->o.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
-    cmd->add_option("-t,--threads", a->o.threads, "Threads");
+    cmd->add_option("-t,--threads", a->o.threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
     cmd->callback([a, &exit_code] {
       exit_code = run_guarded("train-predictor", [&] {
         auto data = tools::read_profile(a->dir);
@@ -102,8 +103,8 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     auto* cmd = app.add_subcommand("place", "Choose the hot FFN neurons for the fast device under a memory budget; writes MODEL.generated.gpuidx");
     cmd->add_option("-m,--model", a->model, "Sparse (or dense) GGUF model")->required();
     cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile)")->required();
-    cmd->add_option("--vram-budget", a->budget, "Fast-device memory, GiB")->required();
-    cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)");
+    cmd->add_option("--vram-budget", a->budget, "Fast-device memory, GiB")->required()->check(finite_in(0, 1 << 20));
+    cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
     cmd->callback([a, &exit_code] {
       exit_code = run_guarded("place", [&] {
         auto plan = tools::plan_placement(a->model, a->stats, a->budget, a->ctx);
@@ -140,12 +141,13 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("-f,--file", a->calib, "Calibration text (default: text the model samples itself)");
     cmd->add_option("--tokens", a->tokens, "Tokens to profile")->capture_default_str();
     cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
-    cmd->add_option("-t,--threads", a->threads, "Threads");
+    cmd->add_option("-t,--threads", a->threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
     cmd->add_option("--recall", a->train.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
     cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
     cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
-    cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)");
-    cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold");
+    cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)")
+        ->check(finite_in(0, 1 << 20));
+    cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold")->check(whole_in(0, 1ll << 40));
     cmd->callback([a, &exit_code] {
       exit_code = run_guarded("prepare", [&] {
         auto t0 = std::chrono::steady_clock::now();

@@ -39,7 +39,9 @@ int run_guarded(const char* command, const std::function<void()>& body) {
     fmt::print(stderr, "hotcold {}: not a valid GGUF file: {}\n", command, e.what());
     return exit_bad_input;
   } catch (const std::system_error& e) {
-    fmt::print(stderr, "hotcold {}: cannot read {}\n", command, e.what());
+    // Writers say "cannot write PATH" (or another "cannot ...") themselves; the rest are reads.
+    const std::string what = e.what();
+    fmt::print(stderr, "hotcold {}: {}{}\n", command, what.rfind("cannot ", 0) == 0 ? "" : "cannot read ", what);
     return exit_io_error;
   } catch (const vocab_error& e) {
     fmt::print(stderr, "hotcold {}: bad tokenizer metadata: {}\n", command, e.what());
@@ -50,6 +52,9 @@ int run_guarded(const char* command, const std::function<void()>& body) {
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "hotcold {}: {}\n", command, e.what());
     return exit_bad_input;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "hotcold {}: out of memory (a context, batch or file larger than this machine holds? try a smaller -c)\n", command);
+    return exit_io_error;
   } catch (const std::exception& e) {
     fmt::print(stderr, "hotcold {}: {}\n", command, e.what());
     return exit_io_error;

@@ -1,5 +1,9 @@
 #include "launcher/model_options.hpp"
 
+#include <unistd.h>
+
+#include "launcher/option_checks.hpp"
+
 #include <chrono>
 #include <thread>
 
@@ -14,14 +18,15 @@ namespace hotcold::launcher {
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   auto* opt = cmd->add_option("-m,--model", m.model, model_required ? "GGUF model" : "GGUF model (default: the embedded default model)");
   if (model_required) opt->required();
-  cmd->add_option("-t,--threads", m.threads, "CPU worker threads (default: all hardware threads; with --device sim, one fewer)");
-  cmd->add_option("-c,--ctx", m.ctx, "Context length (default: the model's, at most 4096)");
+  cmd->add_option("-t,--threads", m.threads, "CPU worker threads (default, or 0 or less: all hardware threads; with --device sim, one fewer)")
+      ->check(thread_count());
+  cmd->add_option("-c,--ctx", m.ctx, "Context length (default, or 0: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
   cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
   cmd->add_option("--device", m.device, "Hot device: auto, cpu, sim (a CPU-backed stand-in for a GPU), cuda, hip")
       ->check(CLI::IsMember({"auto", "cpu", "sim", "cuda", "hip"}))
       ->capture_default_str();
   cmd->add_option("--vram-budget", m.vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_in(0, 1 << 20));
   cmd->add_option("--trace-out", m.trace_out, "Write a Chrome trace-event JSON of where each step's time went (docs/traces.md)");
   cmd->add_option("--mode", m.mode, "dense: every FFN neuron; sparse: the neurons the predictors choose (default: sparse when the file has predictors)")
       ->check(CLI::IsMember({"dense", "sparse"}));
@@ -58,6 +63,12 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
                100.0 * static_cast<double>(hot) / static_cast<double>(hp.n_layer * hp.n_ff), pl->vram_capacity / double(1ull << 30));
   }
   for (const auto& w : m->vocabulary().warnings()) fmt::print(stderr, "hotcold: warning: {}\n", w);
+  // The KV cache (F32 keys and values, every layer and sequence) must fit in this machine's memory.
+  const double kv_bytes = 2.0 * 4.0 * static_cast<double>(hp.n_layer) * static_cast<double>(hp.n_embd_kv()) * static_cast<double>(ctx) * static_cast<double>(n_seq);
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (ram > 0 && kv_bytes > ram)
+    throw std::invalid_argument(fmt::format("-c {}: the KV cache for {} sequence{} would take {:.1f} GiB, more than this machine's {:.1f} GiB of memory",
+                                            ctx, n_seq, n_seq == 1 ? "" : "s", kv_bytes / double(1ull << 30), ram / double(1ull << 30)));
   loaded l;
   l.m = m;
   l.ctx = std::make_shared<inference_context>(m, ctx, threads, n_seq);

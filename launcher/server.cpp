@@ -146,7 +146,7 @@ class record_file {
   explicit record_file(const std::string& path) : path_(path) {
     if (std::filesystem::is_directory(path)) throw std::invalid_argument(fmt::format("--record {}: a directory, not a file", path));
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), fmt::format("--record {}: cannot write", path));
+    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), fmt::format("cannot write --record {}", path));
     struct stat st {};
     if (::fstat(fd_, &st) == 0 && st.st_size > 0) {
       char last = '\n';

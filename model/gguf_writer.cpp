@@ -200,7 +200,7 @@ void writer::write(const std::string& path) const {
   std::string tmp = path + ".tmp";
   {
     std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    if (!os) throw std::system_error(errno, std::generic_category(), tmp);
+    if (!os) throw std::system_error(errno, std::generic_category(), "cannot write " + tmp);
     std::vector<uint8_t> head = header_bytes();
     os.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
     // Tensor data is streamed from the caller's buffers, with zero padding between tensors.
@@ -220,9 +220,9 @@ void writer::write(const std::string& path) const {
     }
     if (!tensors_.empty()) pad_to(written, align_up(written, alignment_));
     os.flush();
-    if (!os) throw std::system_error(errno, std::generic_category(), tmp + ": write failed");
+    if (!os) throw std::system_error(errno, std::generic_category(), "cannot write " + tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::system_error(errno, std::generic_category(), "rename " + tmp + " -> " + path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::system_error(errno, std::generic_category(), "cannot write " + path + " (renaming " + tmp + ")");
 }
 
 }  // namespace hotcold::gguf

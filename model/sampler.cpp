@@ -70,7 +70,8 @@ sampler::sampler(const sampling_params& params) : params_(params), rng_(params.s
 
 void sampler::accept(token_id id) {
   recent_.push_back(id);
-  while (recent_.size() > static_cast<size_t>(std::max(0, params_.penalty_last_n))) recent_.pop_front();
+  // -1: the whole context (every token so far), as llama.cpp's repeat_last_n.
+  while (params_.penalty_last_n >= 0 && recent_.size() > static_cast<size_t>(params_.penalty_last_n)) recent_.pop_front();
 }
 
 double sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }

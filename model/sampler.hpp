@@ -20,7 +20,7 @@ struct sampling_params {
   float repeat_penalty = 1.0f; // 1: off; > 1 discourages repeats (divides positive logits, multiplies negative)
   float frequency_penalty = 0.0f;  // subtracted once per earlier occurrence
   float presence_penalty = 0.0f;   // subtracted once if the token occurred
-  int32_t penalty_last_n = 64;     // how many recent tokens the penalties look at
+  int32_t penalty_last_n = 64;     // how many recent tokens the penalties look at (-1: all of them)
   uint64_t seed = 0;
 };
 

@@ -1,5 +1,9 @@
 #include "model/thread_pool.hpp"
 
+#include <fmt/format.h>
+#include <stdexcept>
+#include <system_error>
+
 #include <pthread.h>
 #include <sched.h>
 
@@ -12,9 +16,21 @@
 namespace hotcold {
 
 thread_pool::thread_pool(int n_threads, const std::string& name) : n_threads_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_threads_; ++i) {
-    workers_.emplace_back([this, i] { worker(i); });
-    pthread_setname_np(workers_.back().native_handle(), (name.substr(0, 12) + "-" + std::to_string(i)).c_str());
+  try {
+    for (int i = 1; i < n_threads_; ++i) {
+      workers_.emplace_back([this, i] { worker(i); });
+      pthread_setname_np(workers_.back().native_handle(), (name.substr(0, 12) + "-" + std::to_string(i)).c_str());
+    }
+  } catch (const std::system_error& e) {
+    // The system gives no more threads (a limit on processes or memory): the ones started end, and
+    // the caller hears how many were asked for.
+    const size_t started = workers_.size();
+    stop_.store(true);
+    generation_.fetch_add(1);
+    generation_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+    throw std::runtime_error(fmt::format("cannot start {} threads (the system gave {}): {}; ask for fewer with -t", n_threads_, started + 1, e.what()));
   }
 }
 

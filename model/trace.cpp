@@ -79,10 +79,10 @@ std::string trace_recorder::chrome_json() const {
 
 void trace_recorder::write(const std::string& path) const {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::system_error(errno, std::generic_category(), path);
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + path);
   out << chrome_json() << "\n";
   out.close();
-  if (!out) throw std::system_error(errno, std::generic_category(), path + ": write failed");
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + path);
 }
 
 trace_busy busy_time(const std::vector<trace_recorder::entry>& entries, const std::string& a, const std::string& b) {
@@ -153,7 +153,7 @@ bool trace_recorder::has_activations() const {
 void trace_recorder::write_activations(const std::string& path) const {
   std::lock_guard lock(active_mutex_);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::system_error(errno, std::generic_category(), path);
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + path);
   auto u32 = [&](uint64_t v) {
     const uint8_t b[4] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v >> 16), static_cast<uint8_t>(v >> 24)};
     out.write(reinterpret_cast<const char*>(b), 4);
@@ -179,7 +179,7 @@ void trace_recorder::write_activations(const std::string& path) const {
     u32(static_cast<uint64_t>(r.tokens));
     out.write(reinterpret_cast<const char*>(r.bits.data()), static_cast<std::streamsize>(r.bits.size()));
   }
-  if (!out) throw std::system_error(errno, std::generic_category(), path);
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + path);
 }
 
 }  // namespace hotcold

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <stdexcept>
@@ -171,20 +172,52 @@ sampling read_sampling(reader& top, const limits& l) {
   const json* obj = top.object("sampling");
   if (!obj) return s;
   reader r(*obj, l);
-  s.temperature = r.number("temperature", s.temperature, 0.0, 100.0);
-  s.top_k = static_cast<int32_t>(r.integer("top_k", s.top_k, 0, 1 << 20));
-  s.top_p = r.number("top_p", s.top_p, 0.0, 1.0);
-  s.min_p = r.number("min_p", s.min_p, 0.0, 1.0);
-  s.repeat_penalty = r.number("repeat_penalty", s.repeat_penalty, 0.0, 100.0);
-  s.repeat_last_n = static_cast<int32_t>(r.integer("repeat_last_n", s.repeat_last_n, 0, 1 << 20));
-  s.frequency_penalty = r.number("frequency_penalty", s.frequency_penalty, -100.0, 100.0);
-  s.presence_penalty = r.number("presence_penalty", s.presence_penalty, -100.0, 100.0);
+  // Types and finiteness here; meanings and ranges in check_sampling, shared with the command line.
+  constexpr double any = std::numeric_limits<double>::max();
+  s.temperature = r.number("temperature", s.temperature, -any, any);
+  s.top_k = static_cast<int32_t>(r.integer("top_k", s.top_k, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+  s.top_p = r.number("top_p", s.top_p, -any, any);
+  s.min_p = r.number("min_p", s.min_p, -any, any);
+  s.repeat_penalty = r.number("repeat_penalty", s.repeat_penalty, -any, any);
+  s.repeat_last_n = static_cast<int32_t>(r.integer("repeat_last_n", s.repeat_last_n, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+  s.frequency_penalty = r.number("frequency_penalty", s.frequency_penalty, -any, any);
+  s.presence_penalty = r.number("presence_penalty", s.presence_penalty, -any, any);
   s.seed = r.seed();
   r.done();
+  try {
+    check_sampling(s);
+  } catch (const std::invalid_argument& e) {
+    throw field_error{error_code::invalid_field, e.what()};
+  }
   return s;
 }
 
 }  // namespace
+
+void check_sampling(const sampling& s) {
+  auto g = [](double x) {  // short: 1e+308, not 309 digits
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return std::string(buf);
+  };
+  auto in = [&](const char* name, double x, double lo, double hi) {
+    if (!std::isfinite(x) || x < lo || x > hi)
+      throw std::invalid_argument(std::string("\"") + name + "\" must be a finite number from " + g(lo) + " to " + g(hi) + " (it is " + g(x) + ")");
+  };
+  auto finite = [&](const char* name, double x) {
+    if (!std::isfinite(x)) throw std::invalid_argument(std::string("\"") + name + "\" must be a finite number (it is " + g(x) + ")");
+  };
+  finite("temperature", s.temperature);
+  if (s.temperature > 100) throw std::invalid_argument("\"temperature\" must be at most 100 (<= 0: greedy); it is " + g(s.temperature));
+  finite("top_p", s.top_p);
+  in("min_p", s.min_p, 0, 1);
+  in("repeat_penalty", s.repeat_penalty, 0, 100);
+  if (s.repeat_last_n < -1 || s.repeat_last_n > (1 << 20))
+    throw std::invalid_argument("\"repeat_last_n\" must be from -1 (the whole context) to " + std::to_string(1 << 20) + "; it is " +
+                                std::to_string(s.repeat_last_n));
+  in("frequency_penalty", s.frequency_penalty, -100, 100);
+  in("presence_penalty", s.presence_penalty, -100, 100);
+}
 
 std::variant<request, protocol_error> decode_request(std::string_view frame, const limits& l) {
   if (frame.size() > l.max_frame_bytes)

@@ -49,6 +49,15 @@ struct sampling {
   std::optional<uint64_t> seed;  // absent: the server picks one and reports it
 };
 
+// The one check of sampling parameters, for every way in (this protocol's decoder, the command
+// line). Where llama.cpp gives a value a meaning it keeps it: temperature <= 0 is greedy, top_k <= 0
+// and top_p >= 1 switch those filters off (top_p <= 0 keeps the most likely token), min_p 0 and
+// repeat_penalty 1 too, repeat_last_n -1 looks back over the whole context. Values with no meaning
+// are refused: NaN or infinite anywhere, temperature > 100, min_p outside [0, 1], repeat_penalty
+// outside [0, 100], repeat_last_n below -1 or above 2^20, frequency/presence penalties outside
+// [-100, 100]. Throws std::invalid_argument naming the field ("min_p") and its range.
+void check_sampling(const sampling& s);
+
 struct generate_request {
   std::string id;                      // the client's request id, unique among its requests in flight
   std::optional<std::string> prompt;   // text, or

@@ -58,7 +58,7 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
   std::vector<std::ofstream> samples;
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     samples.emplace_back(meta.samples_path(l), std::ios::binary | std::ios::trunc);
-    if (!samples.back()) throw std::system_error(errno, std::generic_category(), meta.samples_path(l));
+    if (!samples.back()) throw std::system_error(errno, std::generic_category(), "cannot write " + meta.samples_path(l));
   }
   std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff), 0);
   std::vector<float> pred_in(static_cast<size_t>(hp.n_embd));

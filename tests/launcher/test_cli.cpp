@@ -451,4 +451,91 @@ TEST(Cli, UsageErrors) {
   EXPECT_EQ(run({"--help"}).code, 0);
 }
 
+// Values llama.cpp gives a meaning keep it: temperature <= 0 is greedy, top-k <= 0 and top-p >= 1 are
+// off, -t <= 0 is every hardware thread, --repeat-last-n -1 the whole context. Values with no meaning
+// are refused with one short line naming the flag: NaN, -c < 0, --repeat-penalty < 0, --min-p outside
+// [0, 1], --vram-budget NaN or < 0, more threads than the machine can use, a context whose KV cache
+// cannot fit in memory. (Before: all accepted, -t 10000 died with "terminate called without an active
+// exception", -c -5's message carried a 309-digit bound, -c 2147483647 said std::bad_alloc.)
+TEST(Cli, SamplingThreadAndSizeValues) {
+  const std::vector<std::string> base{"run", "-m", small_model(), "-p", "Once upon a time", "-n", "8"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  const auto greedy = with({"--temp", "0"});
+  ASSERT_EQ(greedy.code, 0) << greedy.err;
+  for (const auto& same : {std::vector<std::string>{"--temp", "-1"}, {"--temp", "-0.5", "--top-k", "-5", "--top-p", "7"}, {"--temp", "0", "-t", "0"},
+                           {"--temp", "0", "-t", "-1"}, {"--temp", "0", "--repeat-last-n", "-1"}}) {
+    const auto r = with(same);
+    EXPECT_EQ(r.code, 0) << same[0] << " " << same[1] << ": " << r.err;
+    EXPECT_EQ(r.out, greedy.out) << same[0] << " " << same[1];
+  }
+  struct refused {
+    std::vector<std::string> flags;
+    std::string names;
+  };
+  for (const auto& c : {refused{{"--temp", "nan"}, "--temp"}, refused{{"--top-p", "nan"}, "--top-p"}, refused{{"-c", "-5"}, "--ctx"},
+                        refused{{"--repeat-penalty", "-1"}, "--repeat-penalty"}, refused{{"--min-p", "1.5"}, "--min-p"},
+                        refused{{"--min-p", "-0.1"}, "--min-p"}, refused{{"--vram-budget", "nan"}, "--vram-budget"},
+                        refused{{"--vram-budget", "-1"}, "--vram-budget"}, refused{{"-t", "10000"}, "threads"},
+                        refused{{"--repeat-last-n", "-2"}, "--repeat-last-n"}, refused{{"--temp", "1e308"}, "--temp"},
+                        refused{{"-c", "2147483647"}, "KV cache"}}) {
+    const auto r = with(c.flags);
+    EXPECT_EQ(r.code, 2) << c.flags[0] << " " << c.flags[1] << ": " << r.err;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << c.flags[0] << " " << c.flags[1] << ": " << r.err;
+    EXPECT_LT(r.err.size(), 400u) << "a long message: " << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("bad_alloc"), std::string::npos) << r.err;
+  }
+}
+
+// Smaller ones: a write error says "cannot write" (not "cannot read"); eval --stats-json needs no
+// --logits-out; keygen's secret key is created 0600 (never written under a wider mode: the open
+// call is checked with strace where it runs) and stays 0600 when the file was there before; a key
+// file that is endless (/dev/zero) or a directory is a clear error.
+TEST(Cli, FilesAndSmallerDefects) {
+  const auto write_error = run({"eval", "-m", small_model(), "-p", "Hello", "--logits-out", "/nonexistent-dir/x.f32"});
+  EXPECT_EQ(write_error.code, 1) << write_error.err;
+  EXPECT_NE(write_error.err.find("cannot write /nonexistent-dir/x.f32"), std::string::npos) << write_error.err;
+  EXPECT_EQ(write_error.err.find("cannot read"), std::string::npos) << write_error.err;
+
+  const fs::path dir = fs::temp_directory_path() / ("hotcold-cli-small-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const auto stats = run({"eval", "-m", small_model(), "-p", "Hello world", "--pipeline", "reference", "--stats-json", (dir / "stats.json").string()});
+  EXPECT_EQ(stats.code, 0) << stats.err;
+  EXPECT_TRUE(fs::exists(dir / "stats.json"));
+  EXPECT_EQ(run({"eval", "-m", small_model(), "-p", "Hello"}).code, 2);  // neither output: a usage error
+
+  // keygen: an existing world-readable file ends 0600; a new one is opened 0600.
+  std::ofstream(dir / "old.key") << "x\n";
+  fs::permissions(dir / "old.key", fs::perms::all);
+  ASSERT_EQ(run({"keygen", "-o", (dir / "old").string()}).code, 0);
+  EXPECT_EQ(fs::status(dir / "old.key").permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  if (std::system("strace -V >/dev/null 2>&1") == 0) {
+    const std::string log = (dir / "strace.log").string();
+    const std::string cmd = "strace -f -qq -e trace=open,openat,creat -o " + quote(log) + " " + quote(HOTCOLD_BIN) + " keygen -o " +
+                            quote((dir / "fresh").string()) + " >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    std::ifstream in(log);
+    int opens = 0;
+    for (std::string l; std::getline(in, l);)
+      if (l.find("fresh.key\"") != std::string::npos && l.find("O_CREAT") != std::string::npos) {
+        ++opens;
+        EXPECT_NE(l.find(", 0600)"), std::string::npos) << "the secret key file is created with a wider mode: " << l;
+      }
+    EXPECT_EQ(opens, 1);
+  }
+
+  // Key files: /dev/zero is not read for ever, a directory is named as such.
+  const auto zero = run({"client", "--endpoint", "tcp://127.0.0.1:9", "-p", "x", "--curve-server-key", "/dev/zero", "--curve-key", "/dev/zero"});
+  EXPECT_NE(zero.code, 0);
+  EXPECT_NE(zero.err.find("more than"), std::string::npos) << zero.err;
+  const auto clients_dir = run({"serve", "--zmq", "tcp://127.0.0.1:9", "--curve-key", (dir / "old.key").string(), "--curve-clients", dir.string()});
+  EXPECT_EQ(clients_dir.code, 2);
+  EXPECT_NE(clients_dir.err.find("directory"), std::string::npos) << clients_dir.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace

@@ -1,6 +1,13 @@
 // The thread pool: every index of a parallel_for once, in chunks that respect the grain; every
 // thread once in for_each_thread.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
 
 #include <algorithm>
 #include <chrono>
@@ -98,6 +105,41 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextJob) {
       EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 100);
     }
   }
+}
+
+}  // namespace
+}  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// Threads the system will not give (here: address space capped, 8 MiB stacks) are a clear error, and
+// the threads already started end: no std::terminate. Runs in a child process, whose limit it sets.
+TEST(ThreadPool, ThreadsThatCannotStartAreAClearError) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    long vm_kb = 0;
+    if (FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmSize: %ld kB", &vm_kb) == 1) break;
+      std::fclose(f);
+    }
+    rlimit cap{};
+    cap.rlim_cur = cap.rlim_max = static_cast<rlim_t>(vm_kb + (256 << 10)) * 1024;  // room for ~30 stacks
+    if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(3);
+    try {
+      thread_pool pool(1000);
+      _exit(1);  // every thread started: the cap did not bite
+    } catch (const std::runtime_error& e) {
+      _exit(std::string(e.what()).find("cannot start 1000 threads") != std::string::npos ? 0 : 2);
+    }
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

@@ -112,7 +112,13 @@ TEST(Messages, BadFramesGetTheirCode) {
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","tokens":[1,"a"]})"), error_code::invalid_field);
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","n_predict":-1})"), error_code::invalid_field);
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","n_predict":1.5})"), error_code::invalid_field);
-  EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"top_p":1.5}})"), error_code::invalid_field);
+  // Sampling values with no meaning (protocol::check_sampling, shared with the command line).
+  EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"min_p":1.5}})"), error_code::invalid_field);
+  EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"repeat_penalty":-1}})"), error_code::invalid_field);
+  EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"repeat_last_n":-2}})"), error_code::invalid_field);
+  EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"temperature":101}})"), error_code::invalid_field);
+  EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"presence_penalty":1e300}})"), error_code::invalid_field);
+  EXPECT_NE(refused(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"min_p":2}})").message.find("min_p"), std::string::npos);
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"seed":-1}})"), error_code::invalid_field);
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"temprature":0}})"), error_code::invalid_field);
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":5})"), error_code::invalid_field);
@@ -188,6 +194,25 @@ TEST(Messages, RepliesParseBack) {
   m.architecture = "llama";
   m.n_vocab = 32000;
   EXPECT_EQ(json::parse(encode_model_info("m", m))["model"]["n_vocab"], 32000);
+}
+
+}  // namespace
+}  // namespace hotcold::protocol
+
+namespace hotcold::protocol {
+namespace {
+
+// Values llama.cpp gives a meaning are accepted: temperature <= 0 (greedy), top_k <= 0 and top_p >= 1
+// (off), repeat_last_n -1 (the whole context).
+TEST(Messages, SamplingEdgesWithAMeaningAreAccepted) {
+  auto r = decode_request(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"temperature":-1,"top_k":-5,"top_p":7,"repeat_last_n":-1}})",
+                          limits{});
+  ASSERT_TRUE(std::holds_alternative<request>(r)) << std::get<protocol_error>(r).message;
+  const auto& g = std::get<generate_request>(std::get<request>(r));
+  EXPECT_EQ(g.params.temperature, -1.0);
+  EXPECT_EQ(g.params.top_k, -5);
+  EXPECT_EQ(g.params.top_p, 7.0);
+  EXPECT_EQ(g.params.repeat_last_n, -1);
 }
 
 }  // namespace
