@@ -314,7 +314,11 @@ http_server::http_server(const std::string& address, bool allow_remote, std::vec
   impl_->acceptor.listen();
   port_ = impl_->acceptor.local_endpoint().port();
   impl_->accept();
-  thread_ = std::thread([this] { impl_->io.run(); });
+  try {
+    thread_ = std::thread([this] { impl_->io.run(); });
+  } catch (const std::system_error& e) {
+    throw std::runtime_error(fmt::format("--http {}: cannot start its thread: {}", address, e.what()));
+  }
 }
 
 http_server::~http_server() {

@@ -82,7 +82,13 @@ void free_reply(void*, void* hint) {
 class text_worker {
  public:
   using completion = std::function<void()>;
-  text_worker() : thread_([this] { loop(); }) {}
+  text_worker() {
+    try {
+      thread_ = std::thread([this] { loop(); });
+    } catch (const std::system_error& e) {
+      throw std::runtime_error(fmt::format("cannot start the tokenizer's thread: {}", e.what()));
+    }
+  }
   ~text_worker() {
     {
       std::lock_guard lock(mu_);
@@ -91,13 +97,26 @@ class text_worker {
     cv_.notify_one();
     thread_.join();
   }
-  void post(std::function<completion()> job) {
+  // `dropped` runs instead of the job's completion if drop_queued() takes the job before it starts.
+  void post(std::function<completion()> job, completion dropped) {
     {
       std::lock_guard lock(mu_);
-      jobs_.push_back(std::move(job));
+      jobs_.push_back({std::move(job), std::move(dropped)});
     }
     ++pending_;
     cv_.notify_one();
+  }
+  // The jobs not started yet are taken back; their `dropped` completions run now.
+  void drop_queued() {
+    std::deque<queued> taken;
+    {
+      std::lock_guard lock(mu_);
+      taken.swap(jobs_);
+    }
+    for (auto& q : taken) {
+      --pending_;
+      q.dropped();
+    }
   }
   void drain() {
     std::deque<completion> done;
@@ -120,7 +139,7 @@ class text_worker {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return quit_ || !jobs_.empty(); });
         if (quit_) return;
-        job = std::move(jobs_.front());
+        job = std::move(jobs_.front().job);
         jobs_.pop_front();
       }
       completion c = job();
@@ -130,7 +149,11 @@ class text_worker {
   }
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<completion()>> jobs_;
+  struct queued {
+    std::function<completion()> job;
+    completion dropped;
+  };
+  std::deque<queued> jobs_;
   std::deque<completion> done_;
   bool quit_ = false;
   int64_t pending_ = 0;  // the loop's thread only
@@ -257,6 +280,7 @@ class server {
     }
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
     bool stopping = false;
+    clock_type::time_point stop_seen;
     for (;;) {
       zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       try {
@@ -268,6 +292,7 @@ class server {
       if (stop.load() && !stopping) {
         stopping = true;
         stopping_ = true;
+        stop_seen = clock_type::now();
         fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", running_.size());
         for (auto& [pid, r] : running_) pipe_->cancel(pid);
       }
@@ -289,6 +314,9 @@ class server {
       while (!recent_tokens_.empty() && now - recent_tokens_.front() > std::chrono::seconds(5)) recent_tokens_.pop_front();
       const double window = recent_tokens_.empty() ? 0.0 : std::chrono::duration<double>(now - recent_tokens_.front()).count();
       tokens_per_second_ = recent_tokens_.size() < 2 || window <= 0 ? 0.0 : static_cast<double>(recent_tokens_.size() - 1) / window;
+      // Stopping: the text work already queued gets a second to finish; what is left then is answered
+      // `shutting_down`, so that a signal ends the process within a second or two.
+      if (stopping && text_.pending() > 0 && clock_type::now() - stop_seen > std::chrono::seconds(1)) text_.drop_queued();
       if (stopping && running_.empty() && text_.pending() == 0) break;
     }
     http.reset();
@@ -459,13 +487,21 @@ class server {
       return false;
     }
     ++acct->text_jobs;
-    text_.post([job = std::move(job), acct]() -> text_worker::completion {
-      auto then = job();
-      return [then = std::move(then), acct] {
-        --acct->text_jobs;
-        then();
-      };
-    });
+    text_.post(
+        [job = std::move(job), acct]() -> text_worker::completion {
+          auto then = job();
+          return [then = std::move(then), acct] {
+            --acct->text_jobs;
+            then();
+          };
+        },
+        [this, to, id, acct] {  // the server stopped before this job started: answered, not lost
+          --acct->text_jobs;
+          const auto key = std::make_pair(to.identity, id);
+          if (auto it = by_client_.find(key); it != by_client_.end() && it->second == pending_tokenize) by_client_.erase(it);
+          pending_cancelled_.erase(key);
+          send(to, proto::encode_error({proto::error_code::shutting_down, "the server is stopping", id}));
+        });
     return true;
   }
 
