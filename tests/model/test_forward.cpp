@@ -1,6 +1,5 @@
-// The reference forward pass against an independent computation written here: double precision,
-// per element, no KV cache (every position recomputed from the start), weights dequantized from
-// the file's blocks. One case per architecture x activation x weight type.
+// The engine's forward pass against model/reference (double precision, per element, no KV cache,
+// weights dequantized from the file's blocks). One case per architecture x activation x weight type.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,189 +10,14 @@
 #include "kernels/cpu/quants.hpp"
 #include "model/forward.hpp"
 #include "model/gguf.hpp"
+#include "model/reference.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
 
 namespace hotcold {
 namespace {
 
-using mat = std::vector<std::vector<double>>;  // [rows][cols]
 using vec = std::vector<double>;
-
-// Dequantizes a whole tensor (rows of ne[0]) straight from the file's bytes.
-mat load_matrix(const gguf::file& f, const std::string& name) {
-  const auto* t = f.find_tensor(name);
-  if (!t) throw std::runtime_error("test: missing " + name);
-  int64_t cols = t->ne[0], rows = t->n_elements / cols;
-  size_t row_bytes = t->n_bytes / rows;
-  mat m(rows, vec(cols));
-  std::vector<float> tmp(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* p = t->data + r * row_bytes;
-    switch (t->type) {
-      case tensor_type::f32: std::memcpy(tmp.data(), p, cols * 4); break;
-      case tensor_type::f16:
-        for (int64_t c = 0; c < cols; ++c) tmp[c] = kernels::fp16_to_fp32(reinterpret_cast<const uint16_t*>(p)[c]);
-        break;
-      case tensor_type::bf16:
-        for (int64_t c = 0; c < cols; ++c) tmp[c] = kernels::bf16_to_fp32(reinterpret_cast<const uint16_t*>(p)[c]);
-        break;
-      case tensor_type::q8_0: kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(p), tmp.data(), cols); break;
-      case tensor_type::q4_0: kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(p), tmp.data(), cols); break;
-      case tensor_type::q6_k: kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(p), tmp.data(), cols); break;
-      default: throw std::runtime_error("test: type");
-    }
-    for (int64_t c = 0; c < cols; ++c) m[r][c] = tmp[c];
-  }
-  return m;
-}
-
-vec times(const mat& w, const vec& x) {
-  vec y(w.size(), 0.0);
-  for (size_t r = 0; r < w.size(); ++r)
-    for (size_t c = 0; c < x.size(); ++c) y[r] += w[r][c] * x[c];
-  return y;
-}
-
-struct naive {
-  const gguf::file& f;
-  std::string arch;
-  int64_t d, n_layer, n_head, n_kv_head, n_ff, n_rot;
-  double eps, base;
-  std::string act;
-  bool falcon;
-
-  explicit naive(const gguf::file& file) : f(file) {
-    arch = std::string(*f.get_string("general.architecture"));
-    auto k = [&](const char* s) { return arch + "." + s; };
-    d = *f.get_int(k("embedding_length"));
-    n_layer = *f.get_int(k("block_count"));
-    n_head = *f.get_int(k("attention.head_count"));
-    n_kv_head = *f.get_int(k("attention.head_count_kv"));
-    n_ff = *f.get_int(k("feed_forward_length"));
-    n_rot = *f.get_int(k("rope.dimension_count"));
-    base = *f.get_float(k("rope.freq_base"));
-    falcon = arch == "falcon";
-    eps = falcon ? *f.get_float(k("attention.layer_norm_epsilon")) : *f.get_float(k("attention.layer_norm_rms_epsilon"));
-    act = std::string(*f.get_string("hotcold.activation"));
-  }
-
-  vec vector(const std::string& name) { return load_matrix(f, name)[0]; }
-
-  vec rms(const vec& x, const vec& w) {
-    double ss = 0;
-    for (double v : x) ss += v * v;
-    double s = 1 / std::sqrt(ss / x.size() + eps);
-    vec y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * w[i];
-    return y;
-  }
-  vec layer_norm(const vec& x, const vec& w, const vec& b) {
-    double m = 0, v = 0;
-    for (double a : x) m += a;
-    m /= x.size();
-    for (double a : x) v += (a - m) * (a - m);
-    v /= x.size();
-    vec y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - m) / std::sqrt(v + eps) * w[i] + b[i];
-    return y;
-  }
-  void rope(vec& x, int64_t heads, int64_t pos) {
-    int64_t hd = d / n_head;
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < n_rot / 2; ++i) {
-        double theta = pos * std::pow(base, -2.0 * i / n_rot);
-        int64_t a = falcon ? h * hd + i : h * hd + 2 * i;
-        int64_t b = falcon ? h * hd + i + n_rot / 2 : h * hd + 2 * i + 1;
-        double x0 = x[a], x1 = x[b];
-        x[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
-        x[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
-      }
-  }
-  double activate(double g) {
-    if (act == "silu") return g / (1 + std::exp(-g));
-    if (act == "gelu") return 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
-    return g > 0 ? g : 0;
-  }
-
-  // Logits of every position of `tokens`; with a mask ([token][layer][neuron]), only the neurons it
-  // holds contribute to each FFN (what a sparse path computed).
-  std::vector<vec> logits(const std::vector<token_id>& tokens, const std::vector<std::vector<std::vector<bool>>>* mask = nullptr) {
-    const int64_t T = tokens.size(), hd = d / n_head, kv = hd * n_kv_head;
-    mat embd = load_matrix(f, "token_embd.weight");
-    std::vector<vec> x(T);
-    for (int64_t t = 0; t < T; ++t) x[t] = embd[tokens[t]];
-    for (int64_t l = 0; l < n_layer; ++l) {
-      std::string b = "blk." + std::to_string(l) + ".";
-      std::vector<vec> q(T), k(T), v(T), attn_in(T);
-      for (int64_t t = 0; t < T; ++t) {
-        if (falcon) {
-          // Falcon-40B (attn_norm_2 present): attention reads attn_norm_2(x), the FFN attn_norm(x).
-          attn_in[t] = layer_norm(x[t], vector(b + "attn_norm.weight"), vector(b + "attn_norm.bias"));
-          vec qkv_in = f.find_tensor(b + "attn_norm_2.weight") ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias")) : attn_in[t];
-          vec qkv = times(load_matrix(f, b + "attn_qkv.weight"), qkv_in);
-          q[t] = vec(qkv.begin(), qkv.begin() + d);
-          k[t] = vec(qkv.begin() + d, qkv.begin() + d + kv);
-          v[t] = vec(qkv.begin() + d + kv, qkv.end());
-        } else {
-          attn_in[t] = rms(x[t], vector(b + "attn_norm.weight"));
-          q[t] = times(load_matrix(f, b + "attn_q.weight"), attn_in[t]);
-          k[t] = times(load_matrix(f, b + "attn_k.weight"), attn_in[t]);
-          v[t] = times(load_matrix(f, b + "attn_v.weight"), attn_in[t]);
-        }
-        rope(q[t], n_head, t);
-        rope(k[t], n_kv_head, t);
-      }
-      mat wo = load_matrix(f, b + "attn_output.weight");
-      std::vector<vec> attn(T, vec(d, 0.0));
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t h = 0; h < n_head; ++h) {
-          int64_t g = h / (n_head / n_kv_head);
-          vec s(t + 1);
-          double mx = -1e300, sum = 0;
-          for (int64_t u = 0; u <= t; ++u) {
-            s[u] = 0;
-            for (int64_t i = 0; i < hd; ++i) s[u] += q[t][h * hd + i] * k[u][g * hd + i];
-            s[u] /= std::sqrt(double(hd));
-            mx = std::max(mx, s[u]);
-          }
-          for (auto& e : s) sum += (e = std::exp(e - mx));
-          for (int64_t u = 0; u <= t; ++u)
-            for (int64_t i = 0; i < hd; ++i) attn[t][h * hd + i] += s[u] / sum * v[u][g * hd + i];
-        }
-      bool gated = !falcon;
-      mat up = load_matrix(f, b + "ffn_up.weight"), down = load_matrix(f, b + "ffn_down.weight");
-      mat gate = gated ? load_matrix(f, b + "ffn_gate.weight") : mat{};
-      for (int64_t t = 0; t < T; ++t) {
-        vec o = times(wo, attn[t]);
-        vec ffn_in;
-        if (falcon) {
-          ffn_in = attn_in[t];
-        } else {
-          for (int64_t i = 0; i < d; ++i) x[t][i] += o[i];
-          ffn_in = rms(x[t], vector(b + "ffn_norm.weight"));
-        }
-        vec u = times(up, ffn_in), hidden(n_ff);
-        vec gv = gated ? times(gate, ffn_in) : vec{};
-        for (int64_t j = 0; j < n_ff; ++j) {
-          if (mask && !(*mask)[t][l][j]) continue;  // a neuron the sparse path left out
-          if (!gated) hidden[j] = activate(u[j]);
-          else if (act == "drelu") hidden[j] = std::max(gv[j], 0.0) * std::max(u[j], 0.0);
-          else hidden[j] = activate(gv[j]) * u[j];
-        }
-        vec fo = times(down, hidden);
-        for (int64_t i = 0; i < d; ++i) x[t][i] += fo[i] + (falcon ? o[i] : 0.0);
-      }
-    }
-    mat out = f.find_tensor("output.weight") ? load_matrix(f, "output.weight") : embd;
-    std::vector<vec> result;
-    for (int64_t t = 0; t < T; ++t) {
-      vec n = falcon ? layer_norm(x[t], vector("output_norm.weight"), vector("output_norm.bias")) : rms(x[t], vector("output_norm.weight"));
-      result.push_back(times(out, n));
-    }
-    return result;
-  }
-};
 
 struct forward_case {
   std::string name;
@@ -238,7 +62,7 @@ TEST_P(ForwardPass, MatchesTheIndependentComputation) {
     got.emplace_back(l.begin(), l.end());
   }
   auto file = gguf::file::open(path);
-  auto want = naive(file).logits(tokens);
+  auto want = reference_model(file).logits(tokens);
   double num = 0, den = 0;
   for (size_t t = 0; t < tokens.size(); ++t)
     for (size_t i = 0; i < want[t].size(); ++i) {
@@ -350,7 +174,7 @@ TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {
   auto file = gguf::file::open(dense_path);
   ASSERT_TRUE(file.find_tensor("blk.0.attn_norm_2.weight"));
   const std::vector<token_id> tokens{1, 250, 17, 299, 3, 120};
-  const auto want = naive(file).logits(tokens);
+  const auto want = reference_model(file).logits(tokens);
 
   auto dense = model::load(dense_path);
   {
@@ -405,8 +229,38 @@ TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {
     }();
     ASSERT_GT(chosen, 0);
     ASSERT_LT(chosen, fired_dense) << "the predictor left no neuron out: the sparse case would be the dense one";
-    EXPECT_LT(rel_rms(got, naive(file).logits(tokens, &mask)), 1e-5) << (batch ? "sparse, as a batch" : "sparse, one token at a time");
+    // The reference reads the sparse file itself (its down projection stored by neuron).
+    const auto sparse_file = gguf::file::open(sparse_path);
+    EXPECT_LT(rel_rms(got, reference_model(sparse_file).logits(tokens, &mask)), 1e-5) << (batch ? "sparse, as a batch" : "sparse, one token at a time");
   }
+}
+
+}  // namespace
+}  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// The reference reads a sparse file (ffn_down_t: the down projection by neuron) as the model its
+// dense file is: F32 rows survive the transposition exactly.
+TEST(Reference, SparseFileMeansItsDenseModel) {
+  auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f32);
+  o.norm_spread = 0.2;
+  const auto dense_path = test::make_model("reference_sparse_llama", o);
+  const auto sparse_path = (test::scratch_dir() / "reference_sparse_llama_pwri.gguf").string();
+  tools::sparse_file_options so;
+  so.kind = gguf::file_kind::powerinfer;
+  tools::write_sparse_model(dense_path, sparse_path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 16, 0.0f, 3), so);
+  const auto dense = gguf::file::open(dense_path), sparse = gguf::file::open(sparse_path);
+  ASSERT_FALSE(sparse.find_tensor("blk.0.ffn_down.weight"));
+  const std::vector<token_id> tokens{1, 42, 250, 7};
+  const auto a = reference_model(dense).logits(tokens), b = reference_model(sparse).logits(tokens);
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0, scale = 0;
+  for (size_t t = 0; t < a.size(); ++t)
+    for (size_t i = 0; i < a[t].size(); ++i) worst = std::max(worst, std::abs(a[t][i] - b[t][i])), scale = std::max(scale, std::abs(a[t][i]));
+  EXPECT_LT(worst, 1e-9 * scale);
+  EXPECT_GT(scale, 0);
 }
 
 }  // namespace

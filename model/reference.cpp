@@ -1,0 +1,189 @@
+#include "model/reference.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quants.hpp"
+
+namespace hotcold {
+
+reference_model::reference_model(const gguf::file& f) : f_(f), hp_(read_hparams(f)) {}
+
+// Rows of ne[0] values; each row dequantized from its own bytes by the type's block definition.
+reference_model::mat reference_model::matrix(const std::string& name) const {
+  const auto* t = f_.find_tensor(name);
+  if (!t) throw std::runtime_error("reference: the file has no tensor " + name);
+  const int64_t cols = t->ne[0], rows = t->n_elements / cols;
+  const size_t row_bytes = t->n_bytes / static_cast<size_t>(rows);
+  mat m(static_cast<size_t>(rows), vec(static_cast<size_t>(cols)));
+  std::vector<float> tmp(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* p = t->data + r * row_bytes;
+    switch (t->type) {
+      case tensor_type::f32: std::memcpy(tmp.data(), p, static_cast<size_t>(cols) * 4); break;
+      case tensor_type::f16:
+        for (int64_t c = 0; c < cols; ++c) tmp[c] = kernels::fp16_to_fp32(reinterpret_cast<const uint16_t*>(p)[c]);
+        break;
+      case tensor_type::bf16:
+        for (int64_t c = 0; c < cols; ++c) tmp[c] = kernels::bf16_to_fp32(reinterpret_cast<const uint16_t*>(p)[c]);
+        break;
+      case tensor_type::q8_0: kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(p), tmp.data(), cols); break;
+      case tensor_type::q4_0: kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(p), tmp.data(), cols); break;
+      case tensor_type::q6_k: kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(p), tmp.data(), cols); break;
+      default: throw std::runtime_error("reference: " + name + " has a type the reference does not read");
+    }
+    for (int64_t c = 0; c < cols; ++c) m[static_cast<size_t>(r)][static_cast<size_t>(c)] = tmp[static_cast<size_t>(c)];
+  }
+  return m;
+}
+
+reference_model::vec reference_model::vector(const std::string& name) const { return matrix(name)[0]; }
+
+namespace {
+
+std::vector<double> times(const std::vector<std::vector<double>>& w, const std::vector<double>& x) {
+  std::vector<double> y(w.size(), 0.0);
+  for (size_t r = 0; r < w.size(); ++r)
+    for (size_t c = 0; c < x.size(); ++c) y[r] += w[r][c] * x[c];
+  return y;
+}
+
+}  // namespace
+
+reference_model::vec reference_model::rms_norm(const vec& x, const vec& w) const {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double s = 1 / std::sqrt(ss / static_cast<double>(x.size()) + hp_.norm_eps);
+  vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * w[i];
+  return y;
+}
+
+reference_model::vec reference_model::layer_norm(const vec& x, const vec& w, const vec& b) const {
+  double mean = 0, var = 0;
+  for (double a : x) mean += a;
+  mean /= static_cast<double>(x.size());
+  for (double a : x) var += (a - mean) * (a - mean);
+  var /= static_cast<double>(x.size());
+  vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) / std::sqrt(var + hp_.norm_eps) * w[i] + b[i];
+  return y;
+}
+
+// Rotates each head's first n_rot dimensions by pos * scale * base^(-2i/n_rot): pairs (2i, 2i+1), or
+// for NeoX (i, i + n_rot/2).
+void reference_model::rope(vec& x, int64_t heads, int64_t pos) const {
+  const int64_t hd = hp_.head_dim(), n_rot = hp_.n_rot;
+  const bool neox = hp_.rope == rope_style::neox;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      const double theta = static_cast<double>(pos) * hp_.rope_freq_scale * std::pow(static_cast<double>(hp_.rope_freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+      const size_t a = static_cast<size_t>(neox ? h * hd + i : h * hd + 2 * i);
+      const size_t b = static_cast<size_t>(neox ? h * hd + i + n_rot / 2 : h * hd + 2 * i + 1);
+      const double x0 = x[a], x1 = x[b];
+      x[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+      x[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+    }
+}
+
+double reference_model::activate(double g) const {
+  switch (hp_.act) {
+    case activation::silu: return g / (1 + std::exp(-g));
+    case activation::gelu: return 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+    default: return g > 0 ? g : 0;  // relu; drelu applies it to gate and up
+  }
+}
+
+std::vector<std::vector<double>> reference_model::logits(std::span<const token_id> tokens, const neuron_mask* mask) const {
+  const int64_t T = static_cast<int64_t>(tokens.size()), d = hp_.n_embd, hd = hp_.head_dim(), kv = hp_.n_embd_kv();
+  const bool falcon = hp_.arch == architecture::falcon;
+  const mat embd = matrix("token_embd.weight");
+  std::vector<vec> x(static_cast<size_t>(T));  // the residual stream of each position
+  for (int64_t t = 0; t < T; ++t) x[static_cast<size_t>(t)] = embd.at(static_cast<size_t>(tokens[static_cast<size_t>(t)]));
+
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    // Attention's input, q, k, v of every position.
+    std::vector<vec> q(static_cast<size_t>(T)), k(static_cast<size_t>(T)), v(static_cast<size_t>(T)), ffn_norm_falcon(static_cast<size_t>(T));
+    for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
+      if (falcon) {
+        ffn_norm_falcon[t] = layer_norm(x[t], vector(b + "attn_norm.weight"), vector(b + "attn_norm.bias"));
+        const vec attn_in = f_.find_tensor(b + "attn_norm_2.weight") ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias"))
+                                                                      : ffn_norm_falcon[t];
+        const vec qkv = times(matrix(b + "attn_qkv.weight"), attn_in);  // [Q; K; V]
+        q[t] = vec(qkv.begin(), qkv.begin() + d);
+        k[t] = vec(qkv.begin() + d, qkv.begin() + d + kv);
+        v[t] = vec(qkv.begin() + d + kv, qkv.end());
+      } else {
+        const vec attn_in = rms_norm(x[t], vector(b + "attn_norm.weight"));
+        q[t] = times(matrix(b + "attn_q.weight"), attn_in);
+        k[t] = times(matrix(b + "attn_k.weight"), attn_in);
+        v[t] = times(matrix(b + "attn_v.weight"), attn_in);
+      }
+      rope(q[t], hp_.n_head, static_cast<int64_t>(t));
+      rope(k[t], hp_.n_head_kv, static_cast<int64_t>(t));
+    }
+    // Causal softmax attention; query head h reads KV head h / (n_head / n_head_kv).
+    std::vector<vec> attn(static_cast<size_t>(T), vec(static_cast<size_t>(d), 0.0));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < hp_.n_head; ++h) {
+        const int64_t g = h / (hp_.n_head / hp_.n_head_kv);
+        vec s(static_cast<size_t>(t + 1));
+        double mx = -1e300, sum = 0;
+        for (int64_t u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (int64_t i = 0; i < hd; ++i) dot += q[static_cast<size_t>(t)][static_cast<size_t>(h * hd + i)] * k[static_cast<size_t>(u)][static_cast<size_t>(g * hd + i)];
+          s[static_cast<size_t>(u)] = dot / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, s[static_cast<size_t>(u)]);
+        }
+        for (auto& e : s) sum += (e = std::exp(e - mx));
+        for (int64_t u = 0; u <= t; ++u)
+          for (int64_t i = 0; i < hd; ++i)
+            attn[static_cast<size_t>(t)][static_cast<size_t>(h * hd + i)] += s[static_cast<size_t>(u)] / sum * v[static_cast<size_t>(u)][static_cast<size_t>(g * hd + i)];
+      }
+    // The FFN: down(act(gate) * up), down(relu(gate) * relu(up)) for dReLU, or down(act(up)) for falcon.
+    const mat wo = matrix(b + "attn_output.weight");
+    const mat up = matrix(b + "ffn_up.weight");
+    const mat gate = hp_.gated_ffn ? matrix(b + "ffn_gate.weight") : mat{};
+    const bool by_neuron = !f_.find_tensor(b + "ffn_down.weight");  // sparse files: ffn_down_t, a row per neuron
+    const mat down = matrix(by_neuron ? b + "ffn_down_t.weight" : b + "ffn_down.weight");
+    for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
+      const vec o = times(wo, attn[t]);
+      vec ffn_in;
+      if (falcon) {
+        ffn_in = ffn_norm_falcon[t];  // parallel: the FFN reads the layer's input too
+      } else {
+        for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += o[static_cast<size_t>(i)];
+        ffn_in = rms_norm(x[t], vector(b + "ffn_norm.weight"));
+      }
+      const vec u = times(up, ffn_in), gv = hp_.gated_ffn ? times(gate, ffn_in) : vec{};
+      vec hidden(static_cast<size_t>(hp_.n_ff), 0.0);
+      for (size_t j = 0; j < hidden.size(); ++j) {
+        if (mask && !(*mask)[t][static_cast<size_t>(l)][j]) continue;
+        if (!hp_.gated_ffn) hidden[j] = activate(u[j]);
+        else if (hp_.act == activation::drelu) hidden[j] = std::max(gv[j], 0.0) * std::max(u[j], 0.0);
+        else hidden[j] = activate(gv[j]) * u[j];
+      }
+      vec fo(static_cast<size_t>(d), 0.0);
+      if (by_neuron) {
+        for (size_t j = 0; j < hidden.size(); ++j)
+          if (hidden[j] != 0)
+            for (int64_t i = 0; i < d; ++i) fo[static_cast<size_t>(i)] += hidden[j] * down[j][static_cast<size_t>(i)];
+      } else {
+        fo = times(down, hidden);
+      }
+      for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += fo[static_cast<size_t>(i)] + (falcon ? o[static_cast<size_t>(i)] : 0.0);
+    }
+  }
+  const mat out = f_.find_tensor("output.weight") ? matrix("output.weight") : embd;  // tied: the embeddings
+  std::vector<vec> result;
+  for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
+    const vec n = falcon ? layer_norm(x[t], vector("output_norm.weight"), vector("output_norm.bias")) : rms_norm(x[t], vector("output_norm.weight"));
+    result.push_back(times(out, n));
+  }
+  return result;
+}
+
+}  // namespace hotcold

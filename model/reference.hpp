@@ -1,0 +1,50 @@
+#pragma once
+// The reference forward pass: what a GGUF file means, computed as plainly as it can be written
+// (llama2.c's spirit). Single-threaded, double precision, weights dequantized straight from the
+// file's bytes row by row, no KV cache: every position is recomputed from the start. Slow by design;
+// it is the oracle every faster path (the engine, the actors, every device) is tested against.
+//
+// Covers what hotcold runs: llama and bamboo (RMSNorm, RoPE on adjacent pairs, gated FFN with SiLU,
+// ReLU or dReLU), falcon (LayerNorm with bias, fused QKV, NeoX RoPE, parallel attention and FFN,
+// non-gated FFN; in the Falcon-40B layout attention reads attn_norm_2 and the FFN attn_norm), linear
+// RoPE scaling, grouped-query attention, tied output embeddings, dense files and sparse ones (the
+// down projection stored by neuron as ffn_down_t). The file's metadata is read by read_hparams, as
+// the engine reads it; the arithmetic here shares nothing with the engine's.
+#include <span>
+#include <vector>
+
+#include "model/arch.hpp"
+#include "model/gguf.hpp"
+#include "model/vocab.hpp"
+
+namespace hotcold {
+
+class reference_model {
+ public:
+  // The file must outlive this object.
+  explicit reference_model(const gguf::file& f);
+
+  // Which FFN neurons contribute, [token][layer][neuron]: what a sparse path chose (the others count
+  // as zero). Absent: every neuron, as the model means.
+  using neuron_mask = std::vector<std::vector<std::vector<bool>>>;
+
+  // The logits (n_vocab each) of every position of `tokens`, positions 0, 1, ...
+  std::vector<std::vector<double>> logits(std::span<const token_id> tokens, const neuron_mask* mask = nullptr) const;
+
+  const hparams& hp() const { return hp_; }
+
+ private:
+  using vec = std::vector<double>;
+  using mat = std::vector<vec>;  // [row][column]
+  mat matrix(const std::string& name) const;  // every row of a tensor, dequantized
+  vec vector(const std::string& name) const;  // a one-row tensor
+  vec rms_norm(const vec& x, const vec& w) const;
+  vec layer_norm(const vec& x, const vec& w, const vec& b) const;
+  void rope(vec& x, int64_t heads, int64_t pos) const;
+  double activate(double x) const;
+
+  const gguf::file& f_;
+  hparams hp_;
+};
+
+}  // namespace hotcold
