@@ -11,6 +11,7 @@
 
 #include "actors/pipeline.hpp"
 #include "devices/device_info.hpp"
+#include "model/reference.hpp"
 #include "model/sampler.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
@@ -132,12 +133,20 @@ void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std
   std::vector<int64_t> ids;
   for (const auto& r : rs) ids.push_back(p.submit(r));
   auto got = drain(p, rs.size());
+  const auto file = gguf::file::open(m->path());
+  const reference_model oracle(file);
   for (size_t k = 0; k < rs.size(); ++k) {
     SCOPED_TRACE(k);
     auto want = reference(m, mode, rs[k]);
     const auto& o = got[ids[k]];
     ASSERT_EQ(o.logits.size(), want.logits.size());
     EXPECT_LT(test::rel_diff(o.logits, want.logits), 1e-5);
+    if (mode == ffn_mode::dense) {  // and the prompt's logits are the model's own (model/reference)
+      const auto exact = oracle.logits(rs[k].prompt);
+      std::vector<std::vector<float>> as_float;
+      for (const auto& row : exact) as_float.emplace_back(row.begin(), row.end());
+      EXPECT_LT(test::rel_diff(o.logits, as_float), 1e-5);
+    }
     EXPECT_EQ(o.tokens, want.tokens);
     EXPECT_EQ(o.done.finish, static_cast<int32_t>(want.tokens.size()) == rs[k].n_predict ? "length" : "stop");
     EXPECT_EQ(o.done.prompt_tokens, static_cast<int64_t>(rs[k].prompt.size()));
