@@ -70,7 +70,16 @@ std::pair<asio::ip::address, unsigned short> parse_http_address(const std::strin
 
 }  // namespace
 
-bool http_address_is_loopback(const std::string& address) { return parse_http_address(address).first.is_loopback(); }
+void check_http_bind(const std::string& address, bool allow_remote, bool has_tokens) {
+  if (parse_http_address(address).first.is_loopback()) return;
+  if (!allow_remote)
+    throw std::invalid_argument(fmt::format("--http {}: not a loopback address; serving HTTP to other machines needs --allow-remote-http "
+                                            "(--allow-remote is ZeroMQ's) and --http-token-file",
+                                            address));
+  if (!has_tokens)
+    throw std::invalid_argument(
+        fmt::format("--http {} --allow-remote-http: other machines must authenticate: give --http-token-file (bearer tokens, one per line)", address));
+}
 
 std::vector<std::string> read_bearer_tokens(const std::string& path) {
   std::vector<std::string> tokens;
@@ -95,9 +104,10 @@ struct http_server::impl {
   std::vector<std::string> tokens;  // empty: no authentication
   handler h;
 
-  // The token a request carries, by header, cookie or URL parameter (removed from `target`).
-  bool authorized(const http::request<http::string_body>& req, std::string& target, bool& from_url) const {
-    from_url = false;
+  // The token a request carries, by header, cookie or URL parameter (removed from `target`); a
+  // valid URL token is handed back in url_token (for the cookie).
+  bool authorized(const http::request<http::string_body>& req, std::string& target, std::string& url_token) const {
+    url_token.clear();
     auto known = [&](std::string_view t) {
       bool ok = false;
       for (const auto& k : tokens) ok |= same_secret(t, k);
@@ -127,7 +137,7 @@ struct http_server::impl {
         if (end == std::string::npos) end = target.size();
         const std::string kv = target.substr(at, end - at);
         if (kv.rfind("token=", 0) == 0) {
-          if (known(std::string_view(kv).substr(6))) ok = from_url = true;
+          if (known(std::string_view(kv).substr(6))) ok = true, url_token = kv.substr(6);
         } else if (!kv.empty()) {
           kept += (kept.empty() ? "" : "&") + kv;
         }
@@ -168,25 +178,16 @@ struct http_server::impl {
     void on_read(beast::error_code ec) {
       if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();
       http_reply r;
-      bool set_cookie = false;
-      std::string token_cookie;
+      std::string url_token;  // a valid ?token=, kept by the browser as a cookie for the page's own requests
       if (ec) {
         r = {400, "text/plain", "bad request\n"};
       } else {
         const auto& req = parser.get();
         std::string target(req.target());
-        bool from_url = false;
-        if (!owner.tokens.empty() && !owner.authorized(req, target, from_url)) {
+        if (!owner.tokens.empty() && !owner.authorized(req, target, url_token)) {
           r = {401, "text/plain", "a token is needed: Authorization: Bearer TOKEN (or open /?token=TOKEN once)\n"};
           res.set(http::field::www_authenticate, "Bearer realm=\"hotcold\"");
         } else {
-          if (from_url) {
-            // The URL's token, kept by the browser for the page's own requests (the event stream).
-            const auto q = std::string(req.target()).find("token=");
-            const auto e = std::string(req.target()).find('&', q);
-            token_cookie = std::string(req.target()).substr(q + 6, e == std::string::npos ? std::string::npos : e - q - 6);
-            set_cookie = true;
-          }
           try {
             r = owner.h(std::string(req.method_string()), target);
           } catch (const std::exception& e) {
@@ -194,7 +195,7 @@ struct http_server::impl {
           }
         }
       }
-      if (set_cookie) res.set(http::field::set_cookie, "hotcold_token=" + token_cookie + "; Path=/; HttpOnly; SameSite=Strict");
+      if (!url_token.empty()) res.set(http::field::set_cookie, "hotcold_token=" + url_token + "; Path=/; HttpOnly; SameSite=Strict");
       if (r.next) {
         std::lock_guard lock(owner.mu);
         if (owner.streams >= max_streams) {
@@ -299,10 +300,8 @@ struct http_server::impl {
 };
 
 http_server::http_server(const std::string& address, bool allow_remote, std::vector<std::string> tokens, handler h) : impl_(std::make_unique<impl>()) {
+  check_http_bind(address, allow_remote, !tokens.empty());
   const auto [ip, port] = parse_http_address(address);
-  if (!ip.is_loopback() && !allow_remote)
-    throw std::invalid_argument(fmt::format("--http {}: not a loopback address; serving other machines needs --allow-remote-http and --http-token-file", address));
-  if (!ip.is_loopback() && tokens.empty()) throw std::invalid_argument(fmt::format("--http {}: other machines must authenticate: give --http-token-file", address));
   beast::error_code ec;
   impl_->tokens = std::move(tokens);
   impl_->h = std::move(h);

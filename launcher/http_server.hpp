@@ -23,9 +23,10 @@ struct http_reply {
   std::chrono::milliseconds period{1000};
 };
 
-// Whether HOST:PORT names a loopback host (127.0.0.0/8, ::1, localhost). Throws std::invalid_argument
-// for a malformed address.
-bool http_address_is_loopback(const std::string& address);
+// Whether HTTP may bind HOST:PORT: a loopback host (127.0.0.0/8, ::1, localhost), or another with
+// allow_remote and bearer tokens. Throws std::invalid_argument naming what is wrong or missing (a
+// malformed address, --allow-remote-http, --http-token-file).
+void check_http_bind(const std::string& address, bool allow_remote, bool has_tokens);
 
 // Bearer tokens, one per line (blank lines and # comments skipped), each at least 16 characters
 // without blanks. Throws std::invalid_argument naming what is wrong.

@@ -168,18 +168,12 @@ class record_file {
   record_file() = default;
   explicit record_file(const std::string& path) : path_(path) {
     if (std::filesystem::is_directory(path)) throw std::invalid_argument(fmt::format("--record {}: a directory, not a file", path));
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    // Read and write: the last byte is read back (pread), records are appended.
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd_ < 0) throw std::system_error(errno, std::generic_category(), fmt::format("cannot write --record {}", path));
     struct stat st {};
-    if (::fstat(fd_, &st) == 0 && st.st_size > 0) {
-      char last = '\n';
-      const int rd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (rd >= 0) {
-        if (::pread(rd, &last, 1, st.st_size - 1) != 1) last = '\n';
-        ::close(rd);
-      }
-      if (last != '\n') write_all("\n");
-    }
+    char last = '\n';
+    if (::fstat(fd_, &st) == 0 && st.st_size > 0 && ::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') write_all("\n");
   }
   record_file(record_file&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
   record_file& operator=(record_file&& o) noexcept {
@@ -509,12 +503,7 @@ class server {
   // meanwhile is remembered: by_client_ marks its id pending_tokenize).
   void handle(const address& to, proto::generate_request& g) {
     ++counters_.requests;
-    if (by_client_.count({to.identity, g.id})) {
-      ++counters_.errors;
-      metrics_.request_done("invalid", 0, 0);
-      send(to, proto::encode_error({proto::error_code::duplicate_id, "a request with this id is in flight", g.id}));
-      return;
-    }
+    if (by_client_.count({to.identity, g.id})) return refuse(to, g.id, proto::error_code::duplicate_id, "a request with this id is in flight");
     if (!g.prompt) return start_generate(to, g, std::vector<token_id>(g.tokens.begin(), g.tokens.end()));
     if (g.prompt->size() <= inline_text_bytes) return start_generate(to, g, v_.tokenize(*g.prompt, true, g.parse_special));
     auto req = std::make_shared<proto::generate_request>(std::move(g));
@@ -530,12 +519,15 @@ class server {
     if (posted) by_client_[{to.identity, req->id}] = pending_tokenize;
   }
 
+  // A generate that cannot start: counted as an invalid request, answered with the error.
+  void refuse(const address& to, const std::string& id, proto::error_code c, std::string why) {
+    ++counters_.errors;
+    metrics_.request_done("invalid", 0, 0);
+    send(to, proto::encode_error({c, std::move(why), id}));
+  }
+
   void start_generate(const address& to, proto::generate_request& g, std::vector<token_id> tokens, bool cancelled = false) {
-    auto refuse = [&](proto::error_code c, std::string why) {
-      ++counters_.errors;
-      metrics_.request_done("invalid", 0, 0);
-      send(to, proto::encode_error({c, std::move(why), g.id}));
-    };
+    auto refuse = [&](proto::error_code c, std::string why) { this->refuse(to, g.id, c, std::move(why)); };
     if (stopping_) {
       send(to, proto::encode_error({proto::error_code::shutting_down, "the server is stopping", g.id}));
       return;
@@ -771,14 +763,24 @@ class server {
         if (e.num() == EINTR && attempt < 3) continue;
         if (e.num() != EHOSTUNREACH) throw;
         ++counters_.unreachable;
-        for (auto& [pid, r] : running_)
-          if (r.to.identity == to.identity && !r.gone) {
-            r.gone = true;
-            pipe_->cancel(pid);
-          }
+        cancel_requests_of(to.identity, false);
         return;
       }
     }
+  }
+
+  // Cancels the requests of a client nothing more can be sent to (it left, or was cut off); they are
+  // freed within a step. Returns how many.
+  int64_t cancel_requests_of(const std::string& identity, bool cut_off) {
+    int64_t n = 0;
+    for (auto& [pid, r] : running_)
+      if (r.to.identity == identity && !r.gone) {
+        r.gone = true;
+        r.cut_off = cut_off;
+        pipe_->cancel(pid);
+        ++n;
+      }
+    return n;
   }
 
   // Stops serving a client that does not read: its requests are cancelled (outcome `cut_off`) and
@@ -789,13 +791,7 @@ class server {
     acct->cut_off = true;
     ++counters_.cut_off;
     metrics_.client_cut_off();
-    int64_t cancelled = 0;
-    for (auto& [pid, r] : running_)
-      if (r.to.identity == identity && !r.gone) {
-        r.gone = r.cut_off = true;
-        pipe_->cancel(pid);
-        ++cancelled;
-      }
+    const int64_t cancelled = cancel_requests_of(identity, true);
     fmt::print(stderr, "hotcold serve: a client cut off ({}; limit {} bytes): {} of its requests cancelled\n", why, o_.max_client_buffer, cancelled);
   }
 
@@ -849,14 +845,7 @@ void check_bind(const server_options& o) {
   if (!ep.is_loopback() && o.curve_key.empty())
     throw std::invalid_argument(fmt::format("--zmq {} --allow-remote: other machines must authenticate: give --curve-key and --curve-clients (see hotcold keygen)",
                                             o.endpoint));
-  if (!o.http.empty() && !http_address_is_loopback(o.http)) {
-    if (!o.allow_remote_http)
-      throw std::invalid_argument(fmt::format("--http {}: not a loopback address; serving HTTP to other machines needs --allow-remote-http "
-                                              "(--allow-remote is ZeroMQ's) and --http-token-file",
-                                              o.http));
-    if (o.http_token_file.empty())
-      throw std::invalid_argument(fmt::format("--http {} --allow-remote-http: other machines must authenticate: give --http-token-file (bearer tokens, one per line)", o.http));
-  }
+  if (!o.http.empty()) check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty());
   if (!o.http_token_file.empty()) read_bearer_tokens(o.http_token_file);  // its errors before the model loads
   if (!o.curve_key.empty()) {
     proto::read_keypair(o.curve_key);

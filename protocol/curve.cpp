@@ -22,8 +22,6 @@ bool is_z85_key(const std::string& s) {
   return zmq_z85_decode(raw, s.c_str()) != nullptr;
 }
 
-std::string trim(std::string s) { return trim_blanks(std::move(s)); }
-
 // Key files are a few lines; allow lists a few thousand keys.
 constexpr size_t max_key_file_bytes = 64 << 10, max_allow_list_bytes = 4 << 20;
 
@@ -60,9 +58,9 @@ void write_keypair(const std::string& stem, const curve_keypair& k) {
 curve_keypair read_keypair(const std::string& path) {
   curve_keypair k;
   for (std::string line : read_text_lines(path, "CURVE key file", max_key_file_bytes)) {
-    line = trim(line);
-    if (line.rfind("public:", 0) == 0) k.public_key = trim(line.substr(7));
-    else if (line.rfind("secret:", 0) == 0) k.secret_key = trim(line.substr(7));
+    line = trim_blanks(line);
+    if (line.rfind("public:", 0) == 0) k.public_key = trim_blanks(line.substr(7));
+    else if (line.rfind("secret:", 0) == 0) k.secret_key = trim_blanks(line.substr(7));
   }
   if (!is_z85_key(k.secret_key)) throw std::invalid_argument(path + ": no \"secret: KEY\" line with a 40-character Z85 key (make one with hotcold keygen)");
   char derived[41];
@@ -81,8 +79,8 @@ std::string read_public_key(const std::string& key_or_path) {
     throw std::invalid_argument("'" + key_or_path + "' is neither a 40-character Z85 key nor a readable key file (" + e.what() + ")");
   }
   for (std::string line : lines) {
-    line = trim(line);
-    if (line.rfind("public:", 0) == 0) line = trim(line.substr(7));
+    line = trim_blanks(line);
+    if (line.rfind("public:", 0) == 0) line = trim_blanks(line.substr(7));
     if (is_z85_key(line)) return line;
   }
   throw std::invalid_argument(key_or_path + ": holds no 40-character Z85 public key");
@@ -93,7 +91,7 @@ std::set<std::string> read_allowed_keys(const std::string& path) {
   int n = 0;
   for (std::string line : read_text_lines(path, "--curve-clients", max_allow_list_bytes)) {
     ++n;
-    line = trim(line);
+    line = trim_blanks(line);
     if (line.empty() || line[0] == '#') continue;
     if (!is_z85_key(line)) throw std::invalid_argument(path + ":" + std::to_string(n) + ": not a 40-character Z85 public key");
     keys.insert(line);

@@ -63,13 +63,7 @@ TEST_P(ForwardPass, MatchesTheIndependentComputation) {
   }
   auto file = gguf::file::open(path);
   auto want = reference_model(file).logits(tokens);
-  double num = 0, den = 0;
-  for (size_t t = 0; t < tokens.size(); ++t)
-    for (size_t i = 0; i < want[t].size(); ++i) {
-      num += (got[t][i] - want[t][i]) * (got[t][i] - want[t][i]);
-      den += want[t][i] * want[t][i];
-    }
-  double rel = std::sqrt(num / den);
+  const double rel = test::rel_diff(got, want);
   EXPECT_LT(rel, c.tolerance) << c.name;
   RecordProperty("relative_rms", testing::PrintToString(rel));
 
@@ -78,13 +72,9 @@ TEST_P(ForwardPass, MatchesTheIndependentComputation) {
   auto all = batch_ctx.forward_batch(tokens, 0, true);
   const size_t nv = want[0].size();
   ASSERT_EQ(all.size(), tokens.size() * nv);
-  num = den = 0;
-  for (size_t t = 0; t < tokens.size(); ++t)
-    for (size_t i = 0; i < nv; ++i) {
-      num += (all[t * nv + i] - want[t][i]) * (all[t * nv + i] - want[t][i]);
-      den += want[t][i] * want[t][i];
-    }
-  EXPECT_LT(std::sqrt(num / den), c.tolerance) << c.name << " as one batch";
+  std::vector<std::vector<float>> rows;
+  for (size_t t = 0; t < tokens.size(); ++t) rows.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(t * nv), all.begin() + static_cast<std::ptrdiff_t>((t + 1) * nv));
+  EXPECT_LT(test::rel_diff(rows, want), c.tolerance) << c.name << " as one batch";
 }
 
 std::vector<forward_case> cases() {
@@ -151,16 +141,6 @@ TEST(Forward, InterleavedDenseQ4_0GivesTheFileLayoutsLogits) {
 namespace hotcold {
 namespace {
 
-double rel_rms(const std::vector<std::vector<float>>& got, const std::vector<vec>& want) {
-  double num = 0, den = 0;
-  for (size_t t = 0; t < want.size(); ++t)
-    for (size_t i = 0; i < want[t].size(); ++i) {
-      num += (got[t][i] - want[t][i]) * (got[t][i] - want[t][i]);
-      den += want[t][i] * want[t][i];
-    }
-  return std::sqrt(num / den);
-}
-
 // Falcon-40B's layout: each layer has attn_norm and attn_norm_2, here with different weights and
 // non-zero biases. llama.cpp and PowerInfer feed the attention from attn_norm_2 and the FFN from
 // attn_norm; the dense file and its PowerInfer sparse file (predictor on the layer input) must
@@ -184,7 +164,7 @@ TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {
       auto l = ctx.forward(tokens[i], static_cast<int64_t>(i));
       got.emplace_back(l.begin(), l.end());
     }
-    EXPECT_LT(rel_rms(got, want), 1e-5) << "dense, one token at a time";
+    EXPECT_LT(test::rel_diff(got, want), 1e-5) << "dense, one token at a time";
   }
 
   // PowerInfer's file: predictors read the layer's input; the mask each token's FFN ran with is
@@ -231,7 +211,7 @@ TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {
     ASSERT_LT(chosen, fired_dense) << "the predictor left no neuron out: the sparse case would be the dense one";
     // The reference reads the sparse file itself (its down projection stored by neuron).
     const auto sparse_file = gguf::file::open(sparse_path);
-    EXPECT_LT(rel_rms(got, reference_model(sparse_file).logits(tokens, &mask)), 1e-5) << (batch ? "sparse, as a batch" : "sparse, one token at a time");
+    EXPECT_LT(test::rel_diff(got, reference_model(sparse_file).logits(tokens, &mask)), 1e-5) << (batch ? "sparse, as a batch" : "sparse, one token at a time");
   }
 }
 

@@ -150,15 +150,18 @@ inline placement_data every_third_hot(int64_t n_layer, int64_t n_ff) {
   return p;
 }
 
-// sqrt(sum (a - b)^2 / sum b^2) over all rows.
-inline double rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+// sqrt(sum (a - b)^2 / sum b^2) over all rows (float or double rows: model/reference's are double).
+template <class A, class B>
+double rel_diff(const std::vector<std::vector<A>>& a, const std::vector<std::vector<B>>& b) {
   double num = 0, den = 0;
   for (size_t t = 0; t < a.size(); ++t)
     for (size_t i = 0; i < a[t].size(); ++i) {
-      num += (a[t][i] - b[t][i]) * double(a[t][i] - b[t][i]);
-      den += b[t][i] * double(b[t][i]);
+      const double d = static_cast<double>(a[t][i]) - static_cast<double>(b[t][i]);
+      num += d * d;
+      den += static_cast<double>(b[t][i]) * static_cast<double>(b[t][i]);
     }
   return std::sqrt(num / den);
 }
+inline double rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) { return rel_diff<float, float>(a, b); }
 
 }  // namespace hotcold::test
