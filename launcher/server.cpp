@@ -282,18 +282,23 @@ class server {
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM): the stop flag is read next
       }
-      // Read before any request of this round: once the signal has come, health says `stopping`.
-      if (stop.load() && !stopping) {
+      // Read before every request: once the signal has come, health says `stopping` (a round can
+      // read many large frames).
+      auto notice_stop = [&] {
+        if (!stop.load() || stopping) return;
         stopping = true;
         stopping_ = true;
         stop_seen = clock_type::now();
         fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", running_.size());
         for (auto& [pid, r] : running_) pipe_->cancel(pid);
-      }
+      };
+      notice_stop();
       try {
         if (zap && (items[1].revents & ZMQ_POLLIN)) answer_zap(*zap);
-        for (int k = 0; k < 256; ++k)
+        for (int k = 0; k < 256; ++k) {
+          notice_stop();
           if (!receive_one(stopping)) break;
+        }
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
       }
