@@ -3,24 +3,15 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
-#include <thread>
 #include <optional>
 #include <random>
 #include <set>
 #include <variant>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -31,6 +22,8 @@
 #include "actors/metrics.hpp"
 #include "launcher/dashboard.hpp"
 #include "launcher/http_server.hpp"
+#include "launcher/record_file.hpp"
+#include "launcher/text_worker.hpp"
 #include "model/bandwidth.hpp"
 #include "model/read_costs.hpp"
 #include "model/vocab.hpp"
@@ -74,135 +67,6 @@ void free_reply(void*, void* hint) {
   r->account->queued.fetch_sub(static_cast<int64_t>(r->bytes.size()));
   delete r;
 }
-
-// Work kept off the loop that streams tokens: tokenizing a long text takes a tenth of a second per
-// MiB, and other clients' tokens must not wait for it. One thread runs the jobs in order; each job
-// returns what the loop does with its result (send a reply, submit a generate), which the loop runs,
-// in the same order, when it calls drain().
-class text_worker {
- public:
-  using completion = std::function<void()>;
-  text_worker() {
-    try {
-      thread_ = std::thread([this] { loop(); });
-    } catch (const std::system_error& e) {
-      throw std::runtime_error(fmt::format("cannot start the tokenizer's thread: {}", e.what()));
-    }
-  }
-  ~text_worker() {
-    {
-      std::lock_guard lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-  // `dropped` runs instead of the job's completion if drop_queued() takes the job before it starts.
-  void post(std::function<completion()> job, completion dropped) {
-    {
-      std::lock_guard lock(mu_);
-      jobs_.push_back({std::move(job), std::move(dropped)});
-    }
-    ++pending_;
-    cv_.notify_one();
-  }
-  // The jobs not started yet are taken back; their `dropped` completions run now.
-  void drop_queued() {
-    std::deque<queued> taken;
-    {
-      std::lock_guard lock(mu_);
-      taken.swap(jobs_);
-    }
-    for (auto& q : taken) {
-      --pending_;
-      q.dropped();
-    }
-  }
-  void drain() {
-    std::deque<completion> done;
-    {
-      std::lock_guard lock(mu_);
-      done.swap(done_);
-    }
-    for (auto& c : done) {
-      --pending_;
-      c();
-    }
-  }
-  int64_t pending() const { return pending_; }  // posted, their completions not run yet
-
- private:
-  void loop() {
-    for (;;) {
-      std::function<completion()> job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return quit_ || !jobs_.empty(); });
-        if (quit_) return;
-        job = std::move(jobs_.front().job);
-        jobs_.pop_front();
-      }
-      completion c = job();
-      std::lock_guard lock(mu_);
-      done_.push_back(std::move(c));
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  struct queued {
-    std::function<completion()> job;
-    completion dropped;
-  };
-  std::deque<queued> jobs_;
-  std::deque<completion> done_;
-  bool quit_ = false;
-  int64_t pending_ = 0;  // the loop's thread only
-  std::thread thread_;
-};
-
-// serve --record's file: one JSON line per record, each written with one write(2) on a file opened
-// for appending, so a kill leaves whole lines (or the last one cut short, never two run together); a
-// file that does not end in a newline (cut short before) gets one first.
-class record_file {
- public:
-  record_file() = default;
-  explicit record_file(const std::string& path) : path_(path) {
-    if (std::filesystem::is_directory(path)) throw std::invalid_argument(fmt::format("--record {}: a directory, not a file", path));
-    // Read and write: the last byte is read back (pread), records are appended.
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), fmt::format("cannot write --record {}", path));
-    struct stat st {};
-    char last = '\n';
-    if (::fstat(fd_, &st) == 0 && st.st_size > 0 && ::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') write_all("\n");
-  }
-  record_file(record_file&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
-  record_file& operator=(record_file&& o) noexcept {
-    std::swap(path_, o.path_);
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  ~record_file() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool is_open() const { return fd_ >= 0; }
-  // One record; a failed write is reported once per failure on stderr, and serving goes on.
-  void append(const std::string& json_line) {
-    if (!write_all(json_line + "\n")) fmt::print(stderr, "hotcold serve: --record {}: cannot write: {}\n", path_, std::strerror(errno));
-  }
-
- private:
-  bool write_all(const std::string& bytes) {
-    for (size_t at = 0; at < bytes.size();) {
-      const ssize_t n = ::write(fd_, bytes.data() + at, bytes.size() - at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      at += static_cast<size_t>(n);
-    }
-    return true;
-  }
-  std::string path_;
-  int fd_ = -1;
-};
 
 // A generate in flight.
 struct live {
