@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "actors/pipeline.hpp"
-#include "model/neuron_ops.hpp"
-#include "model/predictor.hpp"
+#include "engine/sparse_ffn.hpp"
+#include "engine/predictor.hpp"
 
 namespace hotcold::actors {
 

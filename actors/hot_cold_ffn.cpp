@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "devices/cuda/cuda_memory.hpp"
-#include "model/neuron_ops.hpp"
+#include "engine/sparse_ffn.hpp"
 #if defined(HOTCOLD_HAVE_CUDA)
 #include "kernels/gpu/decode.hpp"
 #endif

@@ -12,9 +12,9 @@
 #include "actors/live_stats.hpp"
 #include "devices/device.hpp"
 #include "kernels/cpu/quants.hpp"
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "model/placement_file.hpp"
-#include "model/thread_pool.hpp"
+#include "engine/thread_pool.hpp"
 
 namespace hotcold::actors {
 

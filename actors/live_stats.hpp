@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "model/read_costs.hpp"
+#include "engine/read_costs.hpp"
 
 namespace hotcold::actors {
 

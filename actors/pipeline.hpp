@@ -30,7 +30,7 @@
 #include "actors/live_stats.hpp"
 #include "actors/messages.hpp"
 #include "actors/runtime.hpp"
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 
 namespace hotcold::actors {
 

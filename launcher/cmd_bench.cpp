@@ -12,8 +12,8 @@
 
 #include "launcher/commands.hpp"
 #include "launcher/model_options.hpp"
-#include "model/bandwidth.hpp"
-#include "model/read_costs.hpp"
+#include "engine/bandwidth.hpp"
+#include "engine/read_costs.hpp"
 
 namespace hotcold::launcher {
 namespace {

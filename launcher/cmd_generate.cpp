@@ -16,7 +16,7 @@
 #include "launcher/default_model.hpp"
 #include "launcher/model_options.hpp"
 #include "launcher/option_checks.hpp"
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "model/sampler.hpp"
 
 namespace hotcold::launcher {

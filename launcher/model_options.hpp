@@ -8,8 +8,8 @@
 
 #include "actors/hot_cold_ffn.hpp"
 #include "actors/pipeline.hpp"
-#include "model/forward.hpp"
-#include "model/trace.hpp"
+#include "engine/forward.hpp"
+#include "engine/trace.hpp"
 
 namespace hotcold::launcher {
 

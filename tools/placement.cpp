@@ -10,7 +10,7 @@
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
 #include "model/placement_file.hpp"
-#include "model/read_costs.hpp"
+#include "engine/read_costs.hpp"
 #include "tools/profile.hpp"
 
 namespace hotcold::tools {

@@ -16,9 +16,9 @@
 #include "model/arch.hpp"
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "model/tensor_convert.hpp"
-#include "model/thread_pool.hpp"
+#include "engine/thread_pool.hpp"
 #include "tools/sparse_file.hpp"
 
 namespace hotcold::tools {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/fp16.hpp"
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "model/sampler.hpp"
 #include "tools/text_corpus.hpp"
 

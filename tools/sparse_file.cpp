@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "model/arch.hpp"
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/tensor_convert.hpp"
 

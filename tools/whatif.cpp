@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "model/bandwidth.hpp"
+#include "engine/bandwidth.hpp"
 #include "model/placement_file.hpp"
-#include "model/read_costs.hpp"
-#include "model/thread_pool.hpp"
+#include "engine/read_costs.hpp"
+#include "engine/thread_pool.hpp"
 #include "tools/placement.hpp"
 #include "tools/profile.hpp"
 

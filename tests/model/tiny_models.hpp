@@ -8,7 +8,7 @@
 #include <random>
 #include <string>
 
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/placement_file.hpp"
 #include "tools/gen_model.hpp"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "model/sampler.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/gen_model.hpp"

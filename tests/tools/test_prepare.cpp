@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "kernels/cpu/fp16.hpp"
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/predictor_train.hpp"
 #include "tools/profile.hpp"

@@ -7,7 +7,7 @@
 
 #include "model/model.hpp"
 #include "model/placement_file.hpp"
-#include "model/trace.hpp"
+#include "engine/trace.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/whatif.hpp"
 

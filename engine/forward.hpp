@@ -10,10 +10,10 @@
 
 #include "kernels/cpu/quants.hpp"
 #include "model/model.hpp"
-#include "model/neuron_ops.hpp"
-#include "model/predictor.hpp"
-#include "model/thread_pool.hpp"
-#include "model/trace.hpp"
+#include "engine/sparse_ffn.hpp"
+#include "engine/predictor.hpp"
+#include "engine/thread_pool.hpp"
+#include "engine/trace.hpp"
 
 namespace hotcold {
 

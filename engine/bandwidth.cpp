@@ -1,4 +1,4 @@
-#include "model/bandwidth.hpp"
+#include "engine/bandwidth.hpp"
 
 #include <algorithm>
 #include <atomic>

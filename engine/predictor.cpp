@@ -1,4 +1,4 @@
-#include "model/predictor.hpp"
+#include "engine/predictor.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/select.hpp"
-#include "model/matmul.hpp"
+#include "engine/matmul.hpp"
 
 namespace hotcold {
 

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <random>
 
-#include "model/forward.hpp"
-#include "model/neuron_ops.hpp"
-#include "model/predictor.hpp"
-#include "model/thread_pool.hpp"
+#include "engine/forward.hpp"
+#include "engine/sparse_ffn.hpp"
+#include "engine/predictor.hpp"
+#include "engine/thread_pool.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
 

@@ -1,4 +1,4 @@
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -13,8 +13,8 @@
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
-#include "model/matmul.hpp"
-#include "model/neuron_ops.hpp"
+#include "engine/matmul.hpp"
+#include "engine/sparse_ffn.hpp"
 
 namespace hotcold {
 

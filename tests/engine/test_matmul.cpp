@@ -13,8 +13,8 @@
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quants.hpp"
-#include "model/matmul.hpp"
-#include "model/neuron_ops.hpp"
+#include "engine/matmul.hpp"
+#include "engine/sparse_ffn.hpp"
 
 namespace hotcold {
 namespace {

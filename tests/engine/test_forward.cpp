@@ -8,7 +8,7 @@
 
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quants.hpp"
-#include "model/forward.hpp"
+#include "engine/forward.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "tests/model/tiny_models.hpp"

@@ -3,7 +3,7 @@
 
 #include <thread>
 
-#include "model/trace.hpp"
+#include "engine/trace.hpp"
 
 namespace hotcold {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/read_costs.hpp"
+#include "engine/read_costs.hpp"
 
 namespace hotcold {
 

@@ -1,4 +1,4 @@
-#include "model/matmul.hpp"
+#include "engine/matmul.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,8 @@
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/gemm.hpp"
-#include "model/forward.hpp"
-#include "model/neuron_ops.hpp"
+#include "engine/forward.hpp"
+#include "engine/sparse_ffn.hpp"
 
 namespace hotcold {
 

@@ -7,7 +7,7 @@
 
 #include "kernels/cpu/quants.hpp"
 #include "model/model.hpp"
-#include "model/thread_pool.hpp"
+#include "engine/thread_pool.hpp"
 
 namespace hotcold {
 

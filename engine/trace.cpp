@@ -1,4 +1,4 @@
-#include "model/trace.hpp"
+#include "engine/trace.hpp"
 
 #include <pthread.h>
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "model/page_buffer.hpp"
-#include "model/thread_pool.hpp"
+#include "engine/thread_pool.hpp"
 
 namespace hotcold {
 

@@ -1,4 +1,4 @@
-#include "model/thread_pool.hpp"
+#include "engine/thread_pool.hpp"
 
 #include <fmt/format.h>
 #include <stdexcept>

@@ -1,12 +1,12 @@
-#include "model/neuron_ops.hpp"
+#include "engine/sparse_ffn.hpp"
 
 #include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/dot.hpp"
-#include "model/forward.hpp"
-#include "model/thread_pool.hpp"
-#include "model/trace.hpp"
+#include "engine/forward.hpp"
+#include "engine/thread_pool.hpp"
+#include "engine/trace.hpp"
 
 namespace hotcold {
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/thread_pool.hpp"
+#include "engine/thread_pool.hpp"
 
 namespace hotcold {
 namespace {
