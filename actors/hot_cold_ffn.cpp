@@ -179,22 +179,10 @@ hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data&
     : hot_cold_ffn(m, std::make_shared<const hot_rows>(m, placement, std::move(hot)), cold) {}
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold)
-    : model_(std::move(m)), rows_(std::move(rows)), cold_(&cold) {
-  xq_.resize(static_cast<size_t>(model_->hp().n_embd / kernels::qk8_0 + 1));
-}
+    : model_(std::move(m)), rows_(std::move(rows)), cold_(&cold) {}
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads)
-    : model_(m), rows_(std::make_shared<const hot_rows>(m, placement, std::move(hot))), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()) {
-  xq_.resize(static_cast<size_t>(model_->hp().n_embd / kernels::qk8_0 + 1));
-}
-
-void hot_cold_ffn::run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) {
-  const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
-  const int64_t d = model_->hp().n_embd;
-  if (wants_q8_input(l.ffn_up.type)) kernels::quantize_row_q8_0(in, xq_.data(), d);
-  // One token: the ids chosen are its choice.
-  run_batch(step, layer, batch_ffn_input{in, xq_.data(), nullptr, 1, d, model_->hp().n_ff}, chosen, hidden, out);
-}
+    : model_(m), rows_(std::make_shared<const hot_rows>(m, placement, std::move(hot))), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()) {}
 
 void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                              float* out) {

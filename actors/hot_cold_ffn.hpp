@@ -79,7 +79,6 @@ class hot_cold_ffn final : public ffn_executor {
   // The same with a pool of its own.
   hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads);
 
-  void run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) override;
   void run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                  float* out) override;
   // Records hot_ffn (on the device's thread) and cold_ffn (on the pool's) intervals (null: none).
@@ -100,7 +99,6 @@ class hot_cold_ffn final : public ffn_executor {
   counts computed_;
   trace_recorder* trace_ = nullptr;
   ffn_split split_;
-  std::vector<kernels::block_q8_0> xq_;
   std::vector<float> hot_out_, cold_acc_;  // n x n_embd, the cold share's pieces' sums (scratch)
 };
 

@@ -1,7 +1,8 @@
 #pragma once
-// The reference forward pass: one token at a time through every layer, with a KV cache. Readable
-// first (it is the oracle every faster path is compared with), and split across threads only where
-// the work is a plain loop over rows or heads.
+// The CPU engine's forward pass: one path for every architecture (a layer is model/recipe.hpp's
+// recipe over the helpers of engine/layer_ops.hpp), where one token is a batch of one. Split across
+// the context's threads where the work is a loop over rows, neurons or heads. model/reference.hpp is
+// the readable oracle it is tested against.
 #include <functional>
 #include <memory>
 #include <span>
@@ -13,6 +14,7 @@
 #include "engine/sparse_ffn.hpp"
 #include "engine/predictor.hpp"
 #include "engine/thread_pool.hpp"
+#include "engine/layer_ops.hpp"
 #include "engine/trace.hpp"
 
 namespace hotcold {
@@ -24,16 +26,14 @@ namespace hotcold {
 //           fired go through the sparse path; used to test the sparse path and to profile.
 enum class ffn_mode { dense, sparse, oracle };
 
-// Computes a layer's chosen FFN neurons on a sparse file (one with ffn_down_t): hidden[i] for each
-// chosen i (hidden arrives zeroed) and out = sum of hidden[i] * ffn_down_t row i. Without one the
-// context computes them on its own threads; actors/ supplies the hot/cold split by placement.
+// Computes a layer's chosen FFN neurons on a sparse file (one with ffn_down_t): each token computes
+// the neurons it chose (x.chosen) of the union of the tokens' choices, into hidden (n x n_ff, zeroed)
+// and out (n x n_embd) = the sum of hidden[t][i] * ffn_down_t row i. Without one the context computes
+// them on its own threads; engine/hot_cold_ffn.hpp is the hot/cold split by placement.
 class ffn_executor {
  public:
   virtual ~ffn_executor() = default;
   // step: the context's step number (for traces).
-  virtual void run(int64_t step, int64_t layer, const float* in, std::span<const int32_t> chosen, float* hidden, float* out) = 0;
-  // A batch: the union of the tokens' choices; each token computes the neurons it chose (x.chosen),
-  // into hidden (n x n_ff, zeroed) and out (n x n_embd).
   virtual void run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                          float* out) = 0;
 };
@@ -100,7 +100,8 @@ class inference_context {
   // A batch's run state (shapes in elements; rows of up to max_batch tokens, grown on use).
   struct step_state {
     std::vector<float> x, xn, xn2, layer_in, qkv, attn, proj, ffn_out;  // n x n_embd (qkv: n x (n_embd + 2 kv))
-    std::vector<float> hidden, truth;                                   // n x n_ff
+    std::vector<float> hidden, truth, gate;                             // n x n_ff (truth, gate: when every neuron is computed first)
+    std::vector<float> margin;                                          // n x n_ff, for the "ffn_margin" observer
     std::vector<uint8_t> chosen;                                        // n x n_ff
     std::vector<float> acc;                                             // threads x n x n_embd
     int64_t n = 0;                                                      // tokens in the step
@@ -160,12 +161,16 @@ class inference_context {
   thread_pool& pool() { return pool_; }
 
  private:
-  void matvec(const tensor_view& w, const float* x, float* y);
   // y (n x w.ne1) = x (n x w.ne0) times w's rows; each row read once.
   void matmul(const tensor_view& w, const float* x, int64_t n, float* y);
-  // may_go_dense: a layer may skip its predictor and compute every neuron when that reads fewer bytes
-  // (prompt batches); steps of several sequences keep each token's own choice.
-  void ffn_batch(step_state& B, int64_t layer, const layer_weights& l, const float* in, const float* pred_in, int64_t n, bool may_go_dense, float* out);
+  // The layer's FFN for the state's n tokens, from its normalized input `in` and what its predictor
+  // reads, into out (n x n_embd). may_go_dense: a layer may skip its predictor and compute every
+  // neuron when that reads fewer bytes (prompt batches); steps of several sequences and single tokens
+  // keep each token's own choice.
+  void ffn_block(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out);
+  // Every neuron of n tokens: gate and up as matrix products, then the activation into h (n x n_ff);
+  // g: scratch (n x n_ff) for the gate. With margins, each token's firing margins go to B.margin.
+  void every_neuron(step_state& B, const layer_weights& l, const float* in, float* g, float* h, bool margins);
   std::span<const float> run_batches(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions, bool all_logits,
                                      bool may_go_dense);
   void run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense, float* logits);
@@ -174,11 +179,10 @@ class inference_context {
   // FFN's output added to the residual stream; the head.
   void begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
   void attention_block(step_state& B, int64_t layer);
-  void add_ffn_output(step_state& B, const float* out);
+  void add_ffn_output(step_state& B, int64_t layer, const float* out);
   void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows
   float* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
   float* v_at(int64_t seq, int64_t layer, int64_t pos);
-  void attention(int64_t seq, int64_t layer, int64_t pos);  // q, the sequence's k/v cache -> attn_out
   // One head h of one query q at position pos of sequence slot seq: out (head_dim) = softmax(q·K)·V
   // over the cache's positions 0..pos; s: scratch for pos + 1 scores.
   void attend_head(const float* q, int64_t seq, int64_t layer, int64_t pos, int64_t h, float* s, float* out);
@@ -186,8 +190,6 @@ class inference_context {
   // each cached key and value row is read once for all of them. q[j], out[j]: query j's head slices;
   // s: scratch of 4 x (pos0 + 4) floats.
   void attend_head4(const float* const* q, int nq, int64_t seq, int64_t layer, int64_t pos0, int64_t h, float* s, float* const* out);
-  // in: the FFN's normalized input; pred_in: what the predictor reads.
-  void ffn(int64_t layer, const layer_weights& l, const float* in, const float* pred_in, float* out);
 
   std::shared_ptr<const model> model_;
   int64_t n_ctx_;
@@ -205,25 +207,8 @@ class inference_context {
   thread_pool pool_;
   predictor_runner predictor_;
 
-  // Run state (shapes in elements).
-  std::vector<float> x_;         // (n_embd) residual stream
-  std::vector<float> layer_in_;  // (n_embd) the layer's input, kept when a predictor reads it
-  std::vector<float> xn_;        // (n_embd) normalized input of attention
-  std::vector<float> xn2_;       // (n_embd) normalized input of the FFN
-  std::vector<float> qkv_;       // (n_embd + 2 n_embd_kv): q, k, v of this position
-  std::vector<float> attn_out_;  // (n_embd) heads concatenated, before wo
-  std::vector<float> proj_;      // (n_embd) wo output
-  std::vector<float> ffn_out_;   // (n_embd)
-  std::vector<float> gate_, up_; // (n_ff)
-  std::vector<float> hidden_;    // (n_ff) the FFN's hidden vector (zeros where a neuron was skipped)
-  std::vector<float> margin_;    // (n_ff) firing margins, for the observer
-  std::vector<float> truth_;     // (n_ff) dense hidden vector, kept for stats in sparse mode
-  std::vector<int32_t> active_;  // neurons chosen for this token
-  std::vector<uint8_t> chosen1_; // (n_ff) one token's choice
-  std::vector<float> acc_;       // (pieces, n_embd): each piece's share of the down projection (neuron_shards)
-  std::vector<int32_t> all_ids_;  // 0 .. n_ff - 1: every neuron, for dense layers in the same pieces
-  std::vector<float> scores_;    // (n_head, n_ctx)
-  std::vector<float> logits_;    // (n_vocab)
+  std::vector<int32_t> union_;   // the neurons a layer's tokens chose, ascending (scratch)
+  std::vector<float> logits_;    // (n_vocab): forward's and forward_batch's last logits
   std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows
   // The batch path's own state (forward_batch, forward_step).
   step_state b_;
@@ -241,10 +226,5 @@ class inference_context {
   page_buffer k_cache_;  // floats (n_seq, n_layer, n_ctx, n_embd_kv)
   page_buffer v_cache_;  // floats (n_seq, n_layer, n_ctx, n_embd_kv)
 };
-
-// Shared helpers, also used by tests as building blocks of independent computations.
-void dequantize_row(const tensor_view& t, int64_t row, float* out);
-float silu(float x);
-float gelu(float x);  // tanh approximation, as llama.cpp
 
 }  // namespace hotcold

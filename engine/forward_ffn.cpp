@@ -1,0 +1,192 @@
+// The FFN stage of the forward pass: which neurons each token computes (every one, the predictor's
+// choice, or the ones that truly fire) and how (matrix products, the sparse pieces on the context's
+// threads, or an executor such as the hot/cold split), with its counters, stats and observers.
+#include <algorithm>
+#include <bit>
+#include <optional>
+
+#include "engine/forward.hpp"
+#include "engine/matmul.hpp"
+#include "kernels/cpu/quants.hpp"
+
+namespace hotcold {
+
+using namespace kernels;
+
+void inference_context::every_neuron(step_state& B, const layer_weights& l, const float* in, float* g, float* h, bool margins) {
+  const hparams& hp = model_->hp();
+  const int64_t n = B.n, n_ff = hp.n_ff;
+  if (hp.gated_ffn) {  // gate and up in one pass (one split across the threads, the input quantized once)
+    const tensor_view* ws[2] = {&l.ffn_gate, &l.ffn_up};
+    float* ys[2] = {g, h};
+    matmul_same_input(pool_, ws, in, n, ys, xq_);
+  } else {
+    matmul(l.ffn_up, in, n, h);
+  }
+  if (margins) {
+    // A neuron's firing margin (ReLU family): the pre-activation that decides whether it fires,
+    // positive exactly when it does — the gate; up without a gate; min(gate, up) for dReLU.
+    if (static_cast<int64_t>(B.margin.size()) < n * n_ff) B.margin.resize(static_cast<size_t>(n * n_ff));
+    for (int64_t k = 0; k < n * n_ff; ++k) B.margin[static_cast<size_t>(k)] = !hp.gated_ffn ? h[k] : hp.act == activation::drelu ? std::min(g[k], h[k]) : g[k];
+  }
+  hidden_values(hp, g, h, h, n * n_ff);
+}
+
+void inference_context::ffn_block(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out) {
+  const hparams& hp = model_->hp();
+  const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
+  const int64_t n = B.n, n_ff = hp.n_ff, d = hp.n_embd;
+  auto& cost = cost_[static_cast<size_t>(layer)];
+  auto& choice = choices_[static_cast<size_t>(layer)];
+  const int c = std::min(batch_cost::classes - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
+
+  // Sparse only where it pays: the predictor's bytes plus the union's share of the FFN rows against
+  // all the rows, with the union share this layer measured at this batch size (re-probed every 16
+  // dense batches). Bytes, not seconds: the choice, and so the result, is the same on every run.
+  bool sparse = mode_ == ffn_mode::sparse && l.pred_fc1;
+  if (sparse && may_go_dense && !stats_on_) {
+    const double u = cost.union_share[c];
+    const double rows = static_cast<double>(l.ffn_gate.bytes() + l.ffn_up.bytes() + l.ffn_down_t.bytes() + l.ffn_down.bytes());
+    const double predictor = static_cast<double>(l.pred_fc1.bytes() + l.pred_fc2.bytes());
+    if (u >= 0 && predictor + u * rows >= rows && ++cost.dense_since_probe[c] % 16 != 0) sparse = false;
+  }
+  const bool oracle = mode_ == ffn_mode::oracle;
+  const bool choose = sparse || oracle;  // each token computes a chosen set, not every neuron
+  const bool relu_family = hp.act == activation::relu || hp.act == activation::drelu;
+  // Every neuron's values first where the choice needs them (the oracle's) or the stats do (the
+  // truth a sparse choice is measured against); the margins go to an observer whenever every neuron
+  // is computed.
+  const bool all_first = oracle || (sparse && stats_on_);
+  const bool margins = observer_ && relu_family && (all_first || !choose);
+  if (all_first) {
+    if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
+    trace_scope span(trace_, "ffn", B.step, layer, n);
+    every_neuron(B, l, in, B.gate.data(), B.truth.data(), margins);
+  }
+
+  std::optional<trace_scope> predict_span;
+  if (sparse) predict_span.emplace(trace_, "predict", B.step, layer, n);
+  std::vector<int32_t>& chosen_union = union_;
+  chosen_union.clear();
+  if (static_cast<int64_t>(B.chosen.size()) < n * n_ff) B.chosen.resize(static_cast<size_t>(n * n_ff));
+  if (sparse) {
+    predictor_.predict(layer, pred_in, n, B.chosen.data(), chosen_union);
+    if (trace_) trace_->record_active(B.step, layer, n, n_ff, B.chosen.data());
+  } else if (oracle) {  // the neurons that fired, for any token
+    for (int64_t k = 0; k < n * n_ff; ++k) B.chosen[static_cast<size_t>(k)] = B.truth[static_cast<size_t>(k)] != 0.0f;
+    for (int64_t i = 0; i < n_ff; ++i)
+      for (int64_t t = 0; t < n; ++t)
+        if (B.chosen[static_cast<size_t>(t * n_ff + i)]) {
+          chosen_union.push_back(static_cast<int32_t>(i));
+          break;
+        }
+  } else {
+    std::fill(B.chosen.begin(), B.chosen.begin() + n * n_ff, uint8_t{1});
+    for (int64_t i = 0; i < n_ff; ++i) chosen_union.push_back(static_cast<int32_t>(i));
+  }
+  predict_span.reset();
+
+  // The neurons of the union: each row read once, each token computing the neurons it chose.
+  // Threads take contiguous shares of the union and own their rows of hidden and their accumulators;
+  // or the executor (the hot/cold split) computes them.
+  std::vector<block_q8_0> xq;
+  if (wants_q8_input(l.ffn_up.type)) {
+    xq.resize(static_cast<size_t>(n * (d / qk8_0)));
+    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(in + t * d, xq.data() + t * (d / qk8_0), d);
+  }
+  const batch_ffn_input x{in, xq.empty() ? nullptr : xq.data(), B.chosen.data(), n, d, n_ff};
+  std::fill(B.hidden.begin(), B.hidden.begin() + n * n_ff, 0.0f);
+  const int threads = pool_.size();
+  const int64_t n_union = static_cast<int64_t>(chosen_union.size());
+  const bool down_t = static_cast<bool>(l.ffn_down_t);
+  // Interleaved gate and up rows (dense Q4_0 files) are readable only as matrices; so are the margins.
+  const bool interleaved = l.ffn_gate.interleaved16 || l.ffn_up.interleaved16;
+  const bool as_matrices = !choose && (margins || (!(executor_ && down_t) && (n >= 8 || interleaved)));
+  // An executor records its own intervals (hot_ffn, cold_ffn).
+  std::optional<trace_scope> ffn_span;
+  if (as_matrices || !(executor_ && down_t)) ffn_span.emplace(trace_, "ffn", B.step, layer, n);
+  if (as_matrices) {
+    // Every neuron of several tokens: gate and up as matrix products (each weight row read once for
+    // a tile of tokens held in cache), then the down projection — a matrix product over ffn_down, or
+    // over ffn_down_t rows, a block of 64 at a time (in cache) added into each token's sum for the
+    // neurons that fired. Neuron by neuron, each row met every token's input again: at a 256-token
+    // prompt batch those no longer fit in cache and dense prefill ran at half the speed.
+    float* h = B.hidden.data();
+    every_neuron(B, l, in, B.truth.data(), h, margins);
+    if (down_t) {
+      pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {
+        for (int64_t th = th0; th < th1; ++th) {
+          float* acc = B.acc.data() + th * n * d;
+          std::fill(acc, acc + n * d, 0.0f);
+          const int64_t i0 = n_ff * th / threads, i1 = n_ff * (th + 1) / threads;
+          for (int64_t c0 = i0; c0 < i1; c0 += 64) {
+            const int64_t c1 = std::min(i1, c0 + 64);
+            for (int64_t t = 0; t < n; ++t) {
+              axpy_batcher add(l.ffn_down_t, acc + t * d);
+              const float* ht = h + t * n_ff;
+              for (int64_t i = c0; i < c1; ++i)
+                if (ht[i] != 0.0f) add.add(static_cast<int32_t>(i), ht[i]);
+            }
+          }
+        }
+      });
+      std::fill(out, out + n * d, 0.0f);
+      for (int th = 0; th < threads; ++th) {
+        const float* acc = B.acc.data() + th * n * d;
+        for (int64_t k = 0; k < n * d; ++k) out[k] += acc[k];
+      }
+    }
+  } else if (executor_ && down_t) {
+    executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
+  } else {
+    // Each thread its own shard of the chosen neurons first, then what is left of the others'
+    // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
+    neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+    run_pieces(pool_, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
+      batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
+    });
+  }
+  // With down rows, out is written above (by the executor, or summed from the threads' or the
+  // pieces' accumulators); without, the down projection is a matrix product.
+  if (!down_t) matmul(l.ffn_down, B.hidden.data(), n, out);
+
+  // What this batch measured.
+  if (sparse) {
+    const double u = static_cast<double>(n_union) / static_cast<double>(n_ff);
+    double& avg = cost.union_share[c];
+    avg = avg < 0 ? u : 0.8 * avg + 0.2 * u;
+    choice.union_fraction = u;
+    ++choice.sparse;
+  } else {
+    ++choice.dense;
+  }
+
+  int64_t computed = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const uint8_t* ch = B.chosen.data() + t * n_ff;
+    const int64_t computed_t = choose ? std::count(ch, ch + n_ff, uint8_t{1}) : n_ff;
+    computed += computed_t;
+    if (stats_on_) {
+      auto& st = stats_[static_cast<size_t>(layer)];
+      st.tokens += 1;
+      st.neurons += n_ff;
+      st.computed += computed_t;
+      const float* truth = (all_first ? B.truth.data() : B.hidden.data()) + t * n_ff;
+      for (int64_t i = 0; i < n_ff; ++i) {
+        bool truly = truth[i] != 0.0f;
+        st.truly_active += truly;
+        st.active_computed += truly && ch[i];
+      }
+    }
+    if (observer_) {
+      observer_("ffn_pred_in", layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
+      if (margins) observer_("ffn_margin", layer, std::span<const float>(B.margin.data() + t * n_ff, static_cast<size_t>(n_ff)));
+      observer_("ffn_act", layer, std::span<const float>(B.hidden.data() + t * n_ff, static_cast<size_t>(n_ff)));
+    }
+  }
+  computed_[static_cast<size_t>(layer)] += computed;
+  read_[static_cast<size_t>(layer)] += n_union;
+  down_read_[static_cast<size_t>(layer)] += down_t ? fired_rows(B.hidden.data(), choose ? B.chosen.data() : nullptr, n, n_ff, chosen_union.data(), n_union) : n_union;
+}
+
+}  // namespace hotcold

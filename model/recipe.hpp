@@ -1,0 +1,60 @@
+#pragma once
+// What one layer of an architecture does, as data: which norm (and kind of norm) feeds attention,
+// which feeds the FFN, and whether the two run in parallel on the layer's input. The engine runs
+// every architecture through one path that reads this; a layout difference (Falcon-40B's second
+// norm) is a different recipe, not a branch in the engine.
+#include "model/model.hpp"
+
+namespace hotcold {
+
+enum class norm_kind { rms, layer };  // RMSNorm (weight) or LayerNorm (weight and bias)
+
+// A norm's tensors: weight, and bias for LayerNorm (empty for RMSNorm).
+struct norm_weights {
+  const tensor_view* weight = nullptr;
+  const tensor_view* bias = nullptr;
+  bool operator==(const norm_weights&) const = default;
+};
+
+struct layer_recipe {
+  norm_kind norm = norm_kind::rms;
+  norm_weights attn_norm;  // feeds attention
+  norm_weights ffn_norm;   // feeds the FFN (parallel layers: the layer's input; else the residual after attention)
+  // Attention and the FFN both read the layer's input and their outputs are added to it together
+  // (Falcon); otherwise attention's output is added first and the FFN reads that sum (llama, bamboo).
+  bool parallel = false;
+  bool fused_qkv = false;  // one wqkv product (q, k, v interleaved per token) instead of wq, wk, wv
+  // The layer's activation predictor reads the layer's input (PowerInfer's Falcon files, and files
+  // that say so) instead of the FFN's residual-stream input before its norm.
+  bool predictor_reads_layer_input = false;
+
+  // The FFN's normalized input is attention's (one norm, as Falcon-7B): computed once.
+  bool ffn_shares_attn_input() const { return parallel && ffn_norm == attn_norm; }
+};
+
+// Current llama.cpp's reading of each architecture (and PowerInfer's, for its sparse files).
+inline layer_recipe recipe_of(const hparams& hp, const layer_weights& l) {
+  layer_recipe r;
+  if (hp.arch == architecture::falcon) {
+    r.norm = norm_kind::layer;
+    r.parallel = true;
+    r.fused_qkv = true;
+    r.predictor_reads_layer_input = true;
+    // Falcon-40B: attention reads attn_norm_2(x) and the FFN attn_norm(x); Falcon-7B: attn_norm(x) feeds both.
+    r.ffn_norm = {&l.attn_norm, &l.attn_norm_b};
+    r.attn_norm = l.attn_norm_2 ? norm_weights{&l.attn_norm_2, &l.attn_norm_2_b} : r.ffn_norm;
+  } else {
+    r.attn_norm = {&l.attn_norm, nullptr};
+    r.ffn_norm = {&l.ffn_norm, nullptr};
+    r.predictor_reads_layer_input = hp.pred_input == predictor_input::layer_input;
+  }
+  return r;
+}
+
+// The final norm before the output head.
+inline norm_weights output_norm_of(const hparams& hp, const model_weights& w) {
+  return hp.arch == architecture::falcon ? norm_weights{&w.output_norm, &w.output_norm_b} : norm_weights{&w.output_norm, nullptr};
+}
+inline norm_kind output_norm_kind(const hparams& hp) { return hp.arch == architecture::falcon ? norm_kind::layer : norm_kind::rms; }
+
+}  // namespace hotcold
