@@ -58,7 +58,7 @@ void check_recall(const engine_parts& p, const predict_job& job, const uint8_t* 
   const hparams& hp = p.m->hp();
   const layer_weights& l = p.m->weights().layers[static_cast<size_t>(job.layer)];
   const float* x = job.ffn_input.data();
-  const kernels::block_q8_0* xq = job.ffn_input_q8 ? job.ffn_input_q8->data() : nullptr;
+  const auto* xq = job.ffn_input_q8 ? job.ffn_input_q8->data() : nullptr;
   if (!x || (wants_q8_input(l.ffn_up.type) && !xq)) return;
   std::atomic<int64_t> truly{0}, found{0};
   p.ctx->pool().parallel_for(hp.n_ff, [&](int64_t i0, int64_t i1) {
@@ -170,7 +170,7 @@ struct hot_executor_state {
   int64_t hot_chosen = 0;                         // the layer's (token, neuron) pairs on the hot device
   ffn_split split;
   active_set active;  // the layer's choice, held until its FFN is done (the device reads it)
-  std::shared_ptr<std::vector<kernels::block_q8_0>> xq;
+  std::shared_ptr<q8_rows> xq;
   std::vector<float> hidden, hot_out, out;  // (n, n_ff), (n, n_embd), (n, n_embd)
   std::shared_ptr<std::vector<float>> logits_out;  // the last step's answer
   devices::event hot_done;
@@ -255,7 +255,9 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   if (!st.split.hot_ids.empty()) {
     if (static_cast<int64_t>(st.hidden.size()) < in.n * hp.n_ff) st.hidden.resize(static_cast<size_t>(in.n * hp.n_ff));
     st.hot_out.resize(static_cast<size_t>(in.n * hp.n_embd));
-    st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace, st.p->stats.get());
+    live_stats* stats = st.p->stats.get();
+    st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace,
+                                    [stats](int64_t l, std::chrono::steady_clock::duration t) { stats->add_time(stage::hot_ffn, l, t); });
   }
   std::optional<cold_job> job;
   if (!st.split.cold_ids.empty())
@@ -322,12 +324,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       return run_layer(self, layer + 1);
     }
     const auto in = ctx.step_ffn_inputs(*st.s);
-    st.xq.reset();
-    if (wants_q8_input(l.ffn_up.type)) {  // quantized once for both sides
-      const int64_t q = m.hp().n_embd / kernels::qk8_0;
-      st.xq = std::make_shared<std::vector<kernels::block_q8_0>>(static_cast<size_t>(in.n * q));
-      for (int64_t t = 0; t < in.n; ++t) kernels::quantize_row_q8_0(in.in + t * m.hp().n_embd, st.xq->data() + t * q, m.hp().n_embd);
-    }
+    st.xq = quantize_for_rows(l.ffn_up, in.in, in.n, m.hp().n_embd);  // quantized once for both sides
     predict_job job{layer, activation::view(st.s, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests, {}, {}};
     job.ffn_input = activation::view(st.s, in.in, in.n, m.hp().n_embd, in.step, layer);  // (the recall check reads it too)
     job.ffn_input_q8 = st.xq;

@@ -14,7 +14,7 @@
 #include <caf/typed_actor.hpp>
 #include <caf/replies_to.hpp>
 
-#include "kernels/cpu/quants.hpp"
+#include "engine/sparse_ffn.hpp"
 #include "model/sampler.hpp"
 #include "model/vocab.hpp"
 
@@ -95,7 +95,7 @@ struct predict_job {
   // The FFN's input, quantized too when the rows want it (the recall check reads it; without a hot
   // device the same job goes on to the cold share).
   activation ffn_input;
-  std::shared_ptr<const std::vector<kernels::block_q8_0>> ffn_input_q8;
+  std::shared_ptr<const q8_rows> ffn_input_q8;
 };
 struct active_set {
   std::shared_ptr<const std::vector<uint8_t>> chosen;  // (n, n_ff): token t chose neuron i
@@ -105,7 +105,7 @@ struct active_set {
 struct cold_job {
   int64_t layer = 0;
   activation input;  // (n, n_embd) the FFN's normalized input
-  std::shared_ptr<const std::vector<kernels::block_q8_0>> input_q8;  // the same quantized, when the rows want it
+  std::shared_ptr<const q8_rows> input_q8;  // the same quantized, when the rows want it
   active_set chosen;
   std::shared_ptr<const std::vector<int32_t>> cold_ids;  // ascending
   std::vector<int64_t> requests;

@@ -26,7 +26,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/hot_cold_ffn.hpp"
+#include "engine/hot_cold_ffn.hpp"
 #include "actors/live_stats.hpp"
 #include "actors/messages.hpp"
 #include "actors/runtime.hpp"

@@ -8,6 +8,9 @@
 
 #include "devices/cuda/cuda_memory.hpp"
 #include "devices/device_info.hpp"
+#if defined(HOTCOLD_HAVE_CUDA)
+#include "kernels/gpu/decode.hpp"
+#endif
 
 namespace hotcold::devices {
 
@@ -40,6 +43,20 @@ std::shared_ptr<buffer> device::allocate(uint64_t bytes, std::string label) {
     throw;
   }
   return std::shared_ptr<buffer>(new buffer(shared_from_this(), p, bytes, std::move(label)));
+}
+
+bool device::supports(operation op, tensor_type rows) const {
+  // Host code (the engine's sparse FFN) computes the row types the CPU kernels read.
+  switch (rows) {
+    case tensor_type::f32: case tensor_type::f16: case tensor_type::bf16: case tensor_type::q8_0: case tensor_type::q4_0: return op == operation::ffn_rows;
+    default: return false;
+  }
+}
+
+void device::compute(const ffn_rows_job& job) {
+  if (!supports(operation::ffn_rows, job.type))
+    throw std::invalid_argument(fmt::format("{}: cannot compute FFN rows of type {}", name_, tensor_type_name(job.type)));
+  job.host();
 }
 
 namespace {
@@ -144,6 +161,10 @@ class cuda_backend final : public device {
   bool runs_host_work() const override { return false; }
   void* stream() const override { return stream_; }
   void make_current() const override { cuda_use(index_); }
+  // hotcold's GPU FFN kernel reads F16 rows.
+  bool supports(operation op, tensor_type rows) const override { return op == operation::ffn_rows && rows == tensor_type::f16; }
+  void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) override;
+  void compute(const ffn_rows_job& job) override;
 
  protected:
   void* raw_allocate(uint64_t bytes) override { return cuda_allocate(index_, bytes); }
@@ -153,7 +174,72 @@ class cuda_backend final : public device {
   int index_;
   void* stream_;
   work_queue queue_;
+  // A step's inputs and outputs on the device and, pinned, on the host (copies run on the stream).
+  int64_t max_n_ = 0;
+  std::shared_ptr<buffer> x_, slots_, hidden_, out_;  // n x d floats, n x n_ff int32s and floats, n x d floats
+  std::shared_ptr<void> host_x_, host_slots_, host_hidden_, host_out_;
 };
+
+void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) {
+  const auto n = static_cast<uint64_t>(max_n), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
+  x_ = allocate(n * ud * sizeof(float), "FFN rows input");
+  slots_ = allocate(n * uf * sizeof(int32_t), "FFN rows list");
+  hidden_ = allocate(n * uf * sizeof(float), "FFN rows values");
+  out_ = allocate(n * ud * sizeof(float), "FFN rows output");
+  auto pinned = [](uint64_t bytes) { return std::shared_ptr<void>(cuda_host_allocate(bytes), cuda_host_free); };
+  host_x_ = pinned(n * ud * sizeof(float));
+  host_slots_ = pinned(n * uf * sizeof(int32_t));
+  host_hidden_ = pinned(n * uf * sizeof(float));
+  host_out_ = pinned(n * ud * sizeof(float));
+  max_n_ = max_n;
+}
+
+// Each token's chosen rows listed (their slots in the device's copy), the inputs and lists copied in
+// through pinned memory, one hot_ffn_f16 per token on the stream, the sums and values copied back.
+void cuda_backend::compute(const ffn_rows_job& job) {
+#if defined(HOTCOLD_HAVE_CUDA)
+  if (!supports(operation::ffn_rows, job.type))
+    throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16 rows, not {}", name(), tensor_type_name(job.type)));
+  const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
+  if (n > max_n_) throw std::invalid_argument(fmt::format("{}: a step of {} tokens is more than the {} reserved", name(), n, max_n_));
+  auto* hx = static_cast<float*>(host_x_.get());
+  auto* hs = static_cast<int32_t*>(host_slots_.get());
+  auto* hh = static_cast<float*>(host_hidden_.get());
+  auto* ho = static_cast<float*>(host_out_.get());
+  std::vector<int64_t> count(static_cast<size_t>(n), 0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t k = 0; k < job.count; ++k)
+      if (!job.chosen || job.chosen[t * n_ff + job.ids[k]]) hs[t * n_ff + count[static_cast<size_t>(t)]++] = job.slots[k];
+  std::copy(job.x, job.x + n * d, hx);
+  make_current();
+  auto* dx = static_cast<float*>(x_->data());
+  auto* ds = static_cast<int32_t*>(slots_->data());
+  auto* dh = static_cast<float*>(hidden_->data());
+  auto* dout = static_cast<float*>(out_->data());
+  cuda_copy_async(dx, hx, static_cast<uint64_t>(n * d) * sizeof(float), true, stream_);
+  for (int64_t t = 0; t < n; ++t)
+    cuda_copy_async(ds + t * n_ff, hs + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(int32_t), true, stream_);
+  const auto act = static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act));
+  for (int64_t t = 0; t < n; ++t) {
+    const std::string e = kernels::gpu::hot_ffn_f16(static_cast<const uint16_t*>(job.gate), static_cast<const uint16_t*>(job.up),
+                                                    static_cast<const uint16_t*>(job.down_t), ds + t * n_ff, count[static_cast<size_t>(t)], d, dx + t * d,
+                                                    job.gated, act, dh + t * n_ff, dout + t * d, stream_);
+    if (!e.empty()) throw std::runtime_error(fmt::format("{}: FFN rows kernel: {}", name(), e));
+  }
+  cuda_copy_async(ho, dout, static_cast<uint64_t>(n * d) * sizeof(float), false, stream_);
+  for (int64_t t = 0; t < n; ++t)
+    cuda_copy_async(hh + t * n_ff, dh + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(float), false, stream_);
+  cuda_stream_synchronize(stream_);
+  std::copy(ho, ho + n * d, job.out);
+  for (int64_t t = 0; t < n; ++t) {  // each value back to its neuron
+    int64_t c = 0;
+    for (int64_t k = 0; k < job.count; ++k)
+      if (!job.chosen || job.chosen[t * n_ff + job.ids[k]]) job.hidden[t * n_ff + job.ids[k]] = hh[t * n_ff + c++];
+  }
+#else
+  throw std::runtime_error(fmt::format("{}: hotcold was built without CUDA", name()));
+#endif
+}
 
 }  // namespace
 

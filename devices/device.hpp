@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "devices/work_queue.hpp"
+#include "kernels/tensor_types.hpp"
 
 namespace hotcold::devices {
 
@@ -55,6 +56,31 @@ class buffer {
   std::string label_;
 };
 
+// What a device computes on rows it holds, in the spirit of ggml-backend's supports_op: cpu, sim and
+// cuda answer the same table (supports) and own how they run what they accept (compute).
+enum class operation {
+  ffn_rows,  // chosen FFN neurons: gate and up rows dotted with the input, the activation, down rows added
+};
+enum class ffn_activation { relu, silu, gelu, drelu };
+
+// The chosen neurons of one step's FFN on rows a device holds.
+struct ffn_rows_job {
+  tensor_type type = tensor_type::f16;            // of the gate, up and down rows
+  const void *gate = nullptr, *up = nullptr, *down_t = nullptr;  // the device's copies (gate: null without a gate)
+  bool gated = true;
+  ffn_activation act = ffn_activation::relu;
+  int64_t n = 0, d = 0, n_ff = 0;                  // tokens, embedding, neurons per layer
+  const float* x = nullptr;                        // host: n x d inputs
+  const uint8_t* chosen = nullptr;                 // host: n x n_ff, which neurons each token chose (null: one token, every id)
+  const int32_t* ids = nullptr;                    // the neurons (ascending) ...
+  const int32_t* slots = nullptr;                  // ... and their rows in the device's copies
+  int64_t count = 0;
+  float* hidden = nullptr;                         // host: n x n_ff, each chosen neuron's value
+  float* out = nullptr;                            // host: n x d, the sum of value x down row (written whole)
+  // The CPU's routine for the same job, for devices that compute with host code (cpu, sim).
+  std::function<void()> host;
+};
+
 struct transfer_cost {
   double gb_per_s = 0;  // 0: transfers cost only the copy itself
   double latency_us = 0;
@@ -87,6 +113,15 @@ class device : public std::enable_shared_from_this<device> {
   // work that launches kernels; null and nothing elsewhere.
   virtual void* stream() const { return nullptr; }
   virtual void make_current() const {}
+
+  // Whether the device computes `op` on rows of type `rows`.
+  virtual bool supports(operation op, tensor_type rows) const;
+  // Sets aside what compute() needs for steps of up to max_n tokens (device scratch, counted in the
+  // budget; throws out_of_device_memory). Nothing for host devices.
+  virtual void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) {}
+  // Runs a job the device supports and waits for it; called from work given to submit(), on the
+  // device's queue. Host devices run job.host; cuda launches hotcold's kernels on its stream.
+  virtual void compute(const ffn_rows_job& job);
 
  protected:
   device(std::string name, device_kind kind, uint64_t budget) : name_(std::move(name)), kind_(kind), budget_(budget) {}

@@ -10,6 +10,14 @@
 
 namespace hotcold {
 
+std::shared_ptr<q8_rows> quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d) {
+  if (!wants_q8_input(w.type)) return nullptr;
+  const int64_t q = d / kernels::qk8_0;
+  auto out = std::make_shared<q8_rows>(static_cast<size_t>(n * q));
+  for (int64_t t = 0; t < n; ++t) kernels::quantize_row_q8_0(in + t * d, out->data() + t * q, d);
+  return out;
+}
+
 using namespace kernels;
 
 float row_dot(const tensor_view& w, int64_t r, const float* x, const block_q8_0* xq) {

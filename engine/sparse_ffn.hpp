@@ -18,6 +18,10 @@ namespace hotcold {
 float row_dot(const tensor_view& w, int64_t r, const float* x, const kernels::block_q8_0* xq);
 // Whether row_dot wants the quantized input for rows of this type.
 inline bool wants_q8_input(tensor_type t) { return t == tensor_type::q8_0 || t == tensor_type::q4_0; }
+// n inputs of d floats quantized to Q8_0 for rows of w's type, once for every row that reads them;
+// null when w's rows read floats.
+using q8_rows = std::vector<kernels::block_q8_0>;
+std::shared_ptr<q8_rows> quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d);
 // y += a * row r of w.
 void row_axpy(const tensor_view& w, int64_t r, float a, float* y);
 // y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.

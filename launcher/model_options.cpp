@@ -97,9 +97,9 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     if (!pl)
       throw std::invalid_argument(fmt::format("--device {}: {} has no placement ({}); make one with `hotcold place -m {} --stats DIR --vram-budget GiB`",
                                               a.device, path, placement_path(path), path));
-    l.hot = std::make_shared<const actors::hot_rows>(m, *pl, dev);
+    l.hot = std::make_shared<const hot_rows>(m, *pl, dev);
     if (l.trace) l.trace->set_hot_neurons(pl->hot);
-    l.split = std::make_shared<actors::hot_cold_ffn>(m, l.hot, l.ctx->pool());  // one set of CPU workers
+    l.split = std::make_shared<hot_cold_ffn>(m, l.hot, l.ctx->pool());  // one set of CPU workers
     l.split->set_trace(l.trace.get());
     l.ctx->set_ffn_executor(l.split);
     fmt::print(stderr, "hotcold: hot device {}: {:.1f} MiB of hot FFN rows in a budget of {:.1f} MiB; the cold share runs on the {} CPU threads\n", dev->name(),

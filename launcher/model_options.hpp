@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "actors/hot_cold_ffn.hpp"
+#include "engine/hot_cold_ffn.hpp"
 #include "actors/pipeline.hpp"
 #include "engine/forward.hpp"
 #include "engine/trace.hpp"
@@ -31,8 +31,8 @@ void add_pipeline_option(CLI::App* cmd, std::string& pipeline);
 struct loaded {
   std::shared_ptr<const model> m;
   std::unique_ptr<trace_recorder> trace;          // with --trace-out
-  std::shared_ptr<const actors::hot_rows> hot;     // with a hot device other than the CPU
-  std::shared_ptr<actors::hot_cold_ffn> split;    // the same rows, for the reference pipeline
+  std::shared_ptr<const hot_rows> hot;     // with a hot device other than the CPU
+  std::shared_ptr<hot_cold_ffn> split;    // the same rows, for the reference pipeline
   std::shared_ptr<inference_context> ctx;
   std::string trace_path;
   // The actor pipeline over this context, hot rows and trace.

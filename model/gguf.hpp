@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/tensor_types.hpp"
+#include "kernels/tensor_types.hpp"
 
 namespace hotcold::gguf {
 

@@ -13,7 +13,7 @@
 #include "model/gguf.hpp"
 #include "model/page_buffer.hpp"
 #include "model/placement_file.hpp"
-#include "model/tensor_types.hpp"
+#include "kernels/tensor_types.hpp"
 #include "model/vocab.hpp"
 
 namespace hotcold {

@@ -4,7 +4,7 @@
 #include <span>
 #include <vector>
 
-#include "model/tensor_types.hpp"
+#include "kernels/tensor_types.hpp"
 
 namespace hotcold {
 

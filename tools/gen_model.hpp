@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "model/arch.hpp"
-#include "model/tensor_types.hpp"
+#include "kernels/tensor_types.hpp"
 
 namespace hotcold::tools {
 

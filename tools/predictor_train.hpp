@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tensor_types.hpp"
+#include "kernels/tensor_types.hpp"
 
 #include "tools/profile.hpp"
 #include "tools/sparse_file.hpp"

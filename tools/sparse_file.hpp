@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/gguf.hpp"
-#include "model/tensor_types.hpp"
+#include "kernels/tensor_types.hpp"
 
 namespace hotcold::tools {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/hot_cold_ffn.hpp"
+#include "engine/hot_cold_ffn.hpp"
 #include "engine/trace.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"

@@ -1,4 +1,4 @@
-#include "model/tensor_types.hpp"
+#include "kernels/tensor_types.hpp"
 
 #include <array>
 #include <cctype>

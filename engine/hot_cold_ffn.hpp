@@ -2,21 +2,24 @@
 // The FFN split by placement. Each layer's hot neurons (gate, up and ffn_down_t rows) are copied into
 // buffers of the hot device and computed on its queue (hot_rows), while the cold neurons are computed
 // from host memory by CPU workers, each owning a shard of them (cold_share), at the same time; the
-// two partial sums are added. The actor pipeline runs the two halves in the hot executor and the cold
-// pool; hot_cold_ffn runs them synchronously inside the forward pass (the reference pipeline).
+// two partial sums are added. This file is the one place the split is written: the actor pipeline
+// runs its two halves (hot_rows::submit, cold_share) in the hot executor and the cold pool;
+// hot_cold_ffn runs the same two inside the forward pass (the reference pipeline). The hot device
+// computes its share by its own operation (devices::device::compute), whatever the device is.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
-#include "actors/live_stats.hpp"
-#include "devices/device.hpp"
-#include "kernels/cpu/quants.hpp"
-#include "engine/forward.hpp"
-#include "model/placement_file.hpp"
-#include "engine/thread_pool.hpp"
+#include <chrono>
+#include <functional>
 
-namespace hotcold::actors {
+#include "devices/device.hpp"
+#include "engine/forward.hpp"
+#include "engine/thread_pool.hpp"
+#include "model/placement_file.hpp"
+
+namespace hotcold {
 
 // Chosen neurons of a layer, split by where their rows live; each list ascending by neuron id.
 struct ffn_split {
@@ -27,15 +30,16 @@ struct ffn_split {
 class hot_rows {
  public:
   // Needs a sparse file (ffn_down_t in every layer). Throws devices::out_of_device_memory when the
-  // hot rows do not fit the device's budget, std::invalid_argument for a placement that does not
-  // fit the model, or for a GPU (cuda) and rows its kernels do not compute (they take F16 rows).
+  // hot rows (and the device's scratch for a step) do not fit its budget, std::invalid_argument for a
+  // placement that does not fit the model, or for rows the device does not compute (supports()).
   hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot);
   void split(int64_t layer, std::span<const int32_t> chosen, ffn_split& out) const;
   // Queues the hot share of a step on the device: each token computes the hot neurons it chose into
   // hidden (n x n_ff) and out (n x n_embd, zeroed first). The inputs must outlive the event. The
-  // device's time on it goes to `stats` (stage hot_ffn) when given.
+  // device's time on it goes to `timed` when given (called on the device's queue).
+  using timing = std::function<void(int64_t layer, std::chrono::steady_clock::duration)>;
   devices::event submit(int64_t step, int64_t layer, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out,
-                        trace_recorder* trace, live_stats* stats = nullptr) const;
+                        trace_recorder* trace, const timing& timed = {}) const;
   uint64_t bytes() const { return bytes_; }  // rows held on the device
   devices::device& device() const { return *hot_; }
 
@@ -44,22 +48,12 @@ class hot_rows {
     std::vector<int32_t> slot;  // per neuron: its row on the device, -1 when cold
     tensor_view gate, up, down_t;
   };
-  // A GPU's inputs and outputs for a step's hot share, up to max_batch tokens: on the device and,
-  // pinned, on the host (the copies between them run on the device's stream).
-  struct gpu_scratch {
-    std::shared_ptr<devices::buffer> x, slots, hidden, out;  // n x d floats, n x n_ff int32s and floats, n x d floats
-    std::shared_ptr<float> host_x, host_hidden, host_out;
-    std::shared_ptr<int32_t> host_slots;
-  };
   void upload(const placement_data& placement);
-  void prepare_gpu();
-  void gpu_step(const layer_rows& h, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out) const;
   std::shared_ptr<const model> model_;
   std::shared_ptr<devices::device> hot_;
   std::vector<std::shared_ptr<devices::buffer>> buffers_;
   std::vector<layer_rows> layers_;
   uint64_t bytes_ = 0;
-  std::unique_ptr<gpu_scratch> gpu_;  // for a device whose kernels hotcold launches (cuda)
 };
 
 // The cold share of a step on `pool`: worker t computes the cold neurons of its shard — ids in
@@ -102,4 +96,4 @@ class hot_cold_ffn final : public ffn_executor {
   std::vector<float> hot_out_, cold_acc_;  // n x n_embd, the cold share's pieces' sums (scratch)
 };
 
-}  // namespace hotcold::actors
+}  // namespace hotcold

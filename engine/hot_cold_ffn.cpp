@@ -1,0 +1,154 @@
+#include "engine/hot_cold_ffn.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "engine/sparse_ffn.hpp"
+
+namespace hotcold {
+
+hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot)
+    : model_(std::move(m)), hot_(std::move(hot)) {
+  const hparams& hp = model_->hp();
+  if (static_cast<int64_t>(placement.hot.size()) != hp.n_layer)
+    throw std::invalid_argument(fmt::format("the placement has {} layers, the model {}", placement.hot.size(), hp.n_layer));
+  const layer_weights& l0 = model_->weights().layers.front();
+  for (const tensor_view* w : {&l0.ffn_gate, &l0.ffn_up, &l0.ffn_down_t})
+    if (*w && !hot_->supports(devices::operation::ffn_rows, w->type))
+      throw std::invalid_argument(fmt::format("{}: the device does not compute FFN rows of type {} ({}'s); use --device cpu or sim", hot_->name(),
+                                              tensor_type_name(w->type), model_->path()));
+  // Copies run on the device's queue: if a later layer does not fit, the earlier copies must finish
+  // before their buffers go away with this half-built object.
+  try {
+    upload(placement);
+    hot_->reserve(devices::operation::ffn_rows, inference_context::max_batch, hp.n_embd, hp.n_ff);
+  } catch (...) {
+    hot_->synchronize();
+    throw;
+  }
+  hot_->synchronize();  // the copies read the model's memory: done before anyone computes
+}
+
+void hot_rows::upload(const placement_data& placement) {
+  const hparams& hp = model_->hp();
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const layer_weights& l = model_->weights().layers[static_cast<size_t>(il)];
+    if (!l.ffn_down_t) throw std::invalid_argument(fmt::format("{}: layer {} has no ffn_down_t; the hot/cold split needs a sparse file", model_->path(), il));
+    const auto& ids = placement.hot[static_cast<size_t>(il)];
+    layer_rows h;
+    h.slot.assign(static_cast<size_t>(hp.n_ff), -1);
+    // Copies rows `ids` of w into one device buffer, in placement order: row k is neuron ids[k].
+    auto copy_rows = [&](const tensor_view& w, const char* what) {
+      tensor_view v = w;
+      if (!w || ids.empty()) return tensor_view{};
+      auto buf = hot_->allocate(w.row_bytes * ids.size(), fmt::format("layer {} hot {} rows", il, what));
+      for (size_t k = 0; k < ids.size(); ++k) hot_->copy_in(*buf, k * w.row_bytes, w.row(ids[k]), w.row_bytes);
+      v.ne1 = static_cast<int64_t>(ids.size());
+      v.data = static_cast<const uint8_t*>(buf->data());
+      bytes_ += buf->size();
+      buffers_.push_back(std::move(buf));
+      return v;
+    };
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (ids[k] < 0 || ids[k] >= hp.n_ff) throw std::invalid_argument(fmt::format("layer {}: hot neuron {} is outside 0..{}", il, ids[k], hp.n_ff - 1));
+      h.slot[static_cast<size_t>(ids[k])] = static_cast<int32_t>(k);
+    }
+    if (hp.gated_ffn) h.gate = copy_rows(l.ffn_gate, "gate");
+    h.up = copy_rows(l.ffn_up, "up");
+    h.down_t = copy_rows(l.ffn_down_t, "down");
+    layers_.push_back(std::move(h));
+  }
+}
+
+void hot_rows::split(int64_t layer, std::span<const int32_t> chosen, ffn_split& out) const {
+  const layer_rows& h = layers_[static_cast<size_t>(layer)];
+  out.hot_ids.clear(), out.hot_slots.clear(), out.cold_ids.clear();
+  for (int32_t i : chosen) {
+    const int32_t s = h.slot[static_cast<size_t>(i)];
+    if (s >= 0) out.hot_ids.push_back(i), out.hot_slots.push_back(s);
+    else out.cold_ids.push_back(i);
+  }
+}
+
+namespace {
+
+devices::ffn_activation device_activation(activation a) {
+  switch (a) {
+    case activation::relu: return devices::ffn_activation::relu;
+    case activation::silu: return devices::ffn_activation::silu;
+    case activation::gelu: return devices::ffn_activation::gelu;
+    case activation::drelu: return devices::ffn_activation::drelu;
+  }
+  return devices::ffn_activation::relu;
+}
+
+}  // namespace
+
+devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out,
+                                trace_recorder* trace, const timing& timed) const {
+  const layer_rows& h = layers_[static_cast<size_t>(layer)];
+  const hparams& hp = model_->hp();
+  devices::ffn_rows_job job;
+  job.type = h.up.type;
+  job.gate = h.gate.data, job.up = h.up.data, job.down_t = h.down_t.data;
+  job.gated = hp.gated_ffn;
+  job.act = device_activation(hp.act);
+  job.n = x.n, job.d = x.d, job.n_ff = x.n_ff;
+  job.x = x.in;
+  job.chosen = x.n == 1 ? nullptr : x.chosen;
+  job.ids = s.hot_ids.data(), job.slots = s.hot_slots.data(), job.count = static_cast<int64_t>(s.hot_ids.size());
+  job.hidden = hidden, job.out = out;
+  // The CPU's routine, for a device that computes with host code.
+  job.host = [&hp, &h, &s, x, hidden, out] {
+    std::fill(out, out + x.n * x.d, 0.0f);
+    batch_neurons(hp, h.gate, h.up, h.down_t, s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size()), x, hidden, out);
+  };
+  return hot_->submit([this, job = std::move(job), trace, timed, step, layer, n = x.n] {
+    trace_scope span(trace, "hot_ffn", step, layer, n);
+    const auto t0 = std::chrono::steady_clock::now();
+    hot_->compute(job);
+    if (timed) timed(layer, std::chrono::steady_clock::now() - t0);
+  });
+}
+
+void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, std::span<const int32_t> cold_ids, const batch_ffn_input& x,
+                float* hidden, std::vector<float>& acc, float* out, trace_recorder* trace) {
+  const hparams& hp = m.hp();
+  const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
+  neuron_shards pieces(cold_ids.data(), static_cast<int64_t>(cold_ids.size()), hp.n_ff, pool.size());
+  run_pieces(
+      pool, pieces, x.n * x.d, acc, out,
+      [&](int64_t k0, int64_t k1, float* a) {
+        batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
+      },
+      trace, "cold_ffn", step, layer, x.n);
+}
+
+hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold)
+    : hot_cold_ffn(m, std::make_shared<const hot_rows>(m, placement, std::move(hot)), cold) {}
+
+hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold)
+    : model_(std::move(m)), rows_(std::move(rows)), cold_(&cold) {}
+
+hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads)
+    : model_(m), rows_(std::make_shared<const hot_rows>(m, placement, std::move(hot))), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()) {}
+
+void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
+                             float* out) {
+  const int64_t nd = x.n * x.d;
+  rows_->split(layer, union_of_chosen, split_);
+  computed_.hot += static_cast<int64_t>(split_.hot_ids.size());
+  computed_.cold += static_cast<int64_t>(split_.cold_ids.size());
+  // Hot side on the device's queue, cold side meanwhile on the pool.
+  hot_out_.assign(static_cast<size_t>(nd), 0.0f);
+  devices::event hot_done;
+  if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
+  cold_share(*cold_, *model_, step, layer, split_.cold_ids, x, hidden, cold_acc_, out, trace_);
+  if (hot_done) hot_done->wait();
+  for (int64_t k = 0; k < nd; ++k) out[k] += hot_out_[static_cast<size_t>(k)];
+}
+
+}  // namespace hotcold
