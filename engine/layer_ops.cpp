@@ -6,8 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "kernels/cpu/fp16.hpp"
-#include "kernels/cpu/quants.hpp"
+#include "engine/sparse_ffn.hpp"
 
 namespace hotcold {
 
@@ -21,18 +20,7 @@ float gelu(float x) {
   return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
 }
 
-void dequantize_row(const tensor_view& t, int64_t row, float* out) {
-  const uint8_t* p = t.row(row);
-  switch (t.type) {
-    case tensor_type::f32: std::memcpy(out, p, static_cast<size_t>(t.ne0) * 4); break;
-    case tensor_type::f16: fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(p), out, static_cast<size_t>(t.ne0)); break;
-    case tensor_type::bf16: bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(p), out, static_cast<size_t>(t.ne0)); break;
-    case tensor_type::q8_0: dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(p), out, t.ne0); break;
-    case tensor_type::q4_0: dequantize_row_q4_0(reinterpret_cast<const block_q4_0*>(p), out, t.ne0); break;
-    case tensor_type::q6_k: dequantize_row_q6_k(reinterpret_cast<const block_q6_k*>(p), out, t.ne0); break;
-    default: throw std::logic_error(fmt::format("dequantize_row: {} not supported", tensor_type_name(t.type)));
-  }
-}
+void dequantize_row(const tensor_view& t, int64_t row, float* out) { row_kernels_of(t.type).to_float(t.row(row), out, t.ne0); }
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
   // The sum of squares in eight independent double lanes (one chain of 2048 dependent additions:

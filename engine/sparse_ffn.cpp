@@ -1,5 +1,9 @@
 #include "engine/sparse_ffn.hpp"
 
+#include <stdexcept>
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -9,6 +13,12 @@
 #include "engine/trace.hpp"
 
 namespace hotcold {
+
+const kernels::row_kernels& row_kernels_of(tensor_type t) {
+  const kernels::row_kernels* k = kernels::row_kernels_for(t);
+  if (!k) throw std::logic_error(fmt::format("the CPU engine has no kernels for {} rows", tensor_type_name(t)));
+  return *k;
+}
 
 std::shared_ptr<q8_rows> quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d) {
   if (!wants_q8_input(w.type)) return nullptr;
@@ -20,69 +30,14 @@ std::shared_ptr<q8_rows> quantize_for_rows(const tensor_view& w, const float* in
 
 using namespace kernels;
 
-float row_dot(const tensor_view& w, int64_t r, const float* x, const block_q8_0* xq) {
-  const uint8_t* row = w.row(r);
-  const int64_t n = w.ne0;
-  switch (w.type) {
-    case tensor_type::f32: return dot_f32(reinterpret_cast<const float*>(row), x, n);
-    case tensor_type::f16: return dot_f16(reinterpret_cast<const uint16_t*>(row), x, n);
-    case tensor_type::bf16: return dot_bf16(reinterpret_cast<const uint16_t*>(row), x, n);
-    case tensor_type::q8_0: return dot_q8_0(reinterpret_cast<const block_q8_0*>(row), xq, n);
-    case tensor_type::q4_0: return dot_q4_0(reinterpret_cast<const block_q4_0*>(row), xq, n);
-    case tensor_type::q6_k: return dot_q6_k(reinterpret_cast<const block_q6_k*>(row), x, n);
-    default: return 0.0f;
-  }
-}
+float row_dot(const tensor_view& w, int64_t r, const float* x, const block_q8_0* xq) { return row_kernels_of(w.type).dot(w.row(r), x, xq, w.ne0); }
 
+void row_axpy(const tensor_view& w, int64_t r, float a, float* y) { row_kernels_of(w.type).axpy(a, w.row(r), y, w.ne0); }
 
-void row_axpy(const tensor_view& w, int64_t r, float a, float* y) {
-  const uint8_t* row = w.row(r);
-  const int64_t n = w.ne0;
-  switch (w.type) {
-    case tensor_type::f32: axpy_f32(a, reinterpret_cast<const float*>(row), y, n); break;
-    case tensor_type::f16: axpy_f16(a, reinterpret_cast<const uint16_t*>(row), y, n); break;
-    case tensor_type::bf16: axpy_bf16(a, reinterpret_cast<const uint16_t*>(row), y, n); break;
-    case tensor_type::q8_0: axpy_q8_0(a, reinterpret_cast<const block_q8_0*>(row), y, n); break;
-    case tensor_type::q4_0: axpy_q4_0(a, reinterpret_cast<const block_q4_0*>(row), y, n); break;
-    case tensor_type::q6_k: axpy_q6_k(a, reinterpret_cast<const block_q6_k*>(row), y, n); break;
-    default: break;
-  }
-}
-
-// y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.
 void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y) {
-  const int64_t n = w.ne0;
-  switch (w.type) {
-    case tensor_type::f32: {
-      const float* x[4] = {reinterpret_cast<const float*>(w.row(r[0])), reinterpret_cast<const float*>(w.row(r[1])),
-                           reinterpret_cast<const float*>(w.row(r[2])), reinterpret_cast<const float*>(w.row(r[3]))};
-      return axpy4_f32(a, x, y, n);
-    }
-    case tensor_type::f16: {
-      const uint16_t* x[4] = {reinterpret_cast<const uint16_t*>(w.row(r[0])), reinterpret_cast<const uint16_t*>(w.row(r[1])),
-                              reinterpret_cast<const uint16_t*>(w.row(r[2])), reinterpret_cast<const uint16_t*>(w.row(r[3]))};
-      return axpy4_f16(a, x, y, n);
-    }
-    case tensor_type::bf16: {
-      const uint16_t* x[4] = {reinterpret_cast<const uint16_t*>(w.row(r[0])), reinterpret_cast<const uint16_t*>(w.row(r[1])),
-                              reinterpret_cast<const uint16_t*>(w.row(r[2])), reinterpret_cast<const uint16_t*>(w.row(r[3]))};
-      return axpy4_bf16(a, x, y, n);
-    }
-    case tensor_type::q8_0: {
-      const block_q8_0* x[4] = {reinterpret_cast<const block_q8_0*>(w.row(r[0])), reinterpret_cast<const block_q8_0*>(w.row(r[1])),
-                                reinterpret_cast<const block_q8_0*>(w.row(r[2])), reinterpret_cast<const block_q8_0*>(w.row(r[3]))};
-      return axpy4_q8_0(a, x, y, n);
-    }
-    case tensor_type::q4_0: {
-      const block_q4_0* x[4] = {reinterpret_cast<const block_q4_0*>(w.row(r[0])), reinterpret_cast<const block_q4_0*>(w.row(r[1])),
-                                reinterpret_cast<const block_q4_0*>(w.row(r[2])), reinterpret_cast<const block_q4_0*>(w.row(r[3]))};
-      return axpy4_q4_0(a, x, y, n);
-    }
-    default:
-      for (int k = 0; k < 4; ++k) row_axpy(w, r[k], a[k], y);
-  }
+  const void* rows[4] = {w.row(r[0]), w.row(r[1]), w.row(r[2]), w.row(r[3])};
+  row_kernels_of(w.type).axpy4(a, rows, y, w.ne0);
 }
-
 
 namespace {
 float activate(activation act, float x) {

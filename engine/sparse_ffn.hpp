@@ -9,15 +9,22 @@
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "kernels/cpu/row_kernels.hpp"
 #include "model/arch.hpp"
 #include "model/model.hpp"
 
 namespace hotcold {
 
+// The CPU kernels for rows of type t (kernels/cpu/row_kernels.hpp); throws std::logic_error for a type
+// the engine does not compute with (model loading refuses those first).
+const kernels::row_kernels& row_kernels_of(tensor_type t);
 // Row r of w times x; Q8_0/Q4_0 rows use xq, x already quantized to Q8_0 (kernels::quantize_row_q8_0).
 float row_dot(const tensor_view& w, int64_t r, const float* x, const kernels::block_q8_0* xq);
 // Whether row_dot wants the quantized input for rows of this type.
-inline bool wants_q8_input(tensor_type t) { return t == tensor_type::q8_0 || t == tensor_type::q4_0; }
+inline bool wants_q8_input(tensor_type t) {
+  const kernels::row_kernels* k = kernels::row_kernels_for(t);
+  return k && k->q8_input;
+}
 // n inputs of d floats quantized to Q8_0 for rows of w's type, once for every row that reads them;
 // null when w's rows read floats.
 using q8_rows = std::vector<kernels::block_q8_0>;
