@@ -20,9 +20,10 @@
 #include <zmq_addon.hpp>
 
 #include "actors/metrics.hpp"
-#include "launcher/dashboard.hpp"
 #include "launcher/http_server.hpp"
 #include "launcher/record_file.hpp"
+#include "launcher/serve_monitor.hpp"
+#include "launcher/stop_text.hpp"
 #include "launcher/text_worker.hpp"
 #include "engine/bandwidth.hpp"
 #include "engine/read_costs.hpp"
@@ -73,18 +74,7 @@ struct live {
   address to;
   std::string id;
   bool stream = true;
-  std::vector<std::string> stop;
-  size_t longest_stop = 0;
-  std::string text;  // generated so far (cut at a stop string)
-  size_t sent = 0;   // bytes of text already sent in token replies
-  struct token {
-    int64_t index;
-    int32_t id;
-    size_t start, end;  // its bytes of text
-    double ms;
-  };
-  std::vector<token> unsent;  // held back: their text could still turn out to begin a stop string
-  bool stop_string = false;
+  stop_text out;  // generated so far, cut at a stop string
   bool gone = false;  // the client cannot be reached: nothing more is sent
   bool cut_off = false;  // ... because it stopped reading (outcome `cut_off`)
   int64_t prompt_tokens = 0;
@@ -122,7 +112,7 @@ class server {
     sock_.bind(ep.zmq_address());
     pipe_ = l_.make_pipeline(32, o_.recall_every);
     if (!o_.record.empty()) record_ = record_file(o_.record);
-    started_ = clock_type::now();
+    status_.started = clock_type::now();
     std::unique_ptr<http_server> http;
     if (!o_.http.empty()) {
       // Over as many bytes as a dense step of this model reads (read_probe).
@@ -132,7 +122,7 @@ class server {
       auto tokens = o_.http_token_file.empty() ? std::vector<std::string>{} : read_bearer_tokens(o_.http_token_file);
       const size_t n_tokens = tokens.size();
       http = std::make_unique<http_server>(o_.http, o_.allow_remote_http, std::move(tokens),
-                                           [this](const std::string& method, const std::string& target) { return on_http(method, target); });
+                                           serve_monitor(metrics_, status_));
       fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health){}\n", o_.http,
                  n_tokens ? fmt::format("; every request needs one of {} bearer tokens", n_tokens) : std::string());
     }
@@ -151,7 +141,7 @@ class server {
       auto notice_stop = [&] {
         if (!stop.load() || stopping) return;
         stopping = true;
-        stopping_ = true;
+        status_.stopping = true;
         stop_seen = clock_type::now();
         fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", running_.size());
         for (auto& [pid, r] : running_) pipe_->cancel(pid);
@@ -170,13 +160,13 @@ class server {
       while (auto ev = pipe_->next(std::chrono::milliseconds(0))) on_event(*ev);
       tend_accounts();
       const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
-      active_ = std::min(n, slots), queued_ = std::max<int64_t>(0, n - slots);
-      metrics_.set_load(active_, queued_);
+      status_.active = std::min(n, slots), status_.queued = std::max<int64_t>(0, n - slots);
+      metrics_.set_load(status_.active, status_.queued);
       // Tokens per second over the last few seconds (for /api/stats and the dashboard).
       const auto now = clock_type::now();
       while (!recent_tokens_.empty() && now - recent_tokens_.front() > std::chrono::seconds(5)) recent_tokens_.pop_front();
       const double window = recent_tokens_.empty() ? 0.0 : std::chrono::duration<double>(now - recent_tokens_.front()).count();
-      tokens_per_second_ = recent_tokens_.size() < 2 || window <= 0 ? 0.0 : static_cast<double>(recent_tokens_.size() - 1) / window;
+      status_.tokens_per_second = recent_tokens_.size() < 2 || window <= 0 ? 0.0 : static_cast<double>(recent_tokens_.size() - 1) / window;
       // Stopping: the text work already queued gets a second to finish; what is left then is answered
       // `shutting_down`, so that a signal ends the process within a second or two.
       if (stopping && text_.pending() > 0 && clock_type::now() - stop_seen > std::chrono::seconds(1)) text_.drop_queued();
@@ -188,101 +178,6 @@ class server {
   }
 
  private:
-  // ---- HTTP (its own thread): everything read here is atomic, or locked inside metrics ----------
-  http_reply on_http(const std::string& method, const std::string& target) {
-    if (method != "GET") return {405, "text/plain", "GET only\n"};
-    const auto q = target.find('?');
-    const std::string path = target.substr(0, q);
-    std::map<std::string, std::string> query;
-    if (q != std::string::npos) {
-      std::string rest = target.substr(q + 1);
-      for (size_t at = 0; at <= rest.size();) {
-        const size_t amp = std::min(rest.find('&', at), rest.size());
-        const std::string kv = rest.substr(at, amp - at);
-        const size_t eq = kv.find('=');
-        if (!kv.empty()) query[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
-        at = amp + 1;
-      }
-    }
-    // A whole number in [lo, hi] from the query, or `fallback` when absent.
-    auto number = [&](const std::string& key, int64_t fallback, int64_t lo, int64_t hi) -> std::optional<int64_t> {
-      auto it = query.find(key);
-      if (it == query.end()) return fallback;
-      int64_t v = 0;
-      const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-      if (ec != std::errc() || end != it->second.data() + it->second.size() || v < lo || v > hi) return std::nullopt;
-      return v;
-    };
-    if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()};
-    if (path == "/api/stats") return {200, "application/json", stats_json().dump() + "\n"};
-    if (path == "/health")
-      return {200, "application/json",
-              fmt::format("{{\"status\":\"{}\",\"active\":{},\"queued\":{}}}\n", stopping_.load() ? "stopping" : "ok", active_.load(), queued_.load())};
-    if (path == "/" || path == "/index.html") {
-      if (!number("frames", 0, 0, 1000000)) return {400, "text/plain", "frames must be a whole number 0..1000000\n"};
-      return {200, "text/html; charset=utf-8", std::string(dashboard_html())};
-    }
-    if (path == "/api/events") {
-      const auto frames = number("frames", 0, 0, 1000000), period = number("period_ms", 1000, 50, 60000);
-      if (!frames) return {400, "text/plain", "frames must be a whole number 0..1000000 (0: no end)\n"};
-      if (!period) return {400, "text/plain", "period_ms must be a whole number 50..60000\n"};
-      return event_stream(*frames, *period);
-    }
-    return {404, "text/plain", "not found: / (the dashboard), /metrics, /api/stats, /api/events and /health are here\n"};
-  }
-
-  // What /api/stats answers and each event of /api/events carries (docs/telemetry.md).
-  nlohmann::json stats_json() const {
-    auto j = metrics_.snapshot();
-    j["status"] = stopping_.load() ? "stopping" : "ok";
-    j["uptime_s"] = std::chrono::duration<double>(clock_type::now() - started_).count();
-    j["tokens_per_second"] = tokens_per_second_.load();
-    j["active_sequences"] = active_.load();
-    j["queue_depth"] = queued_.load();
-    auto pct = [](const actors::metrics::percentiles& p) { return nlohmann::json{{"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"count", p.count}}; };
-    j["ttft_recent_s"] = pct(metrics_.recent_ttft());
-    j["itl_recent_s"] = pct(metrics_.recent_itl());
-    return j;
-  }
-
-  // Server-Sent Events: a `stats` event now and every period_ms, each with the device utilization
-  // since the one before; after `frames` of them (0: no end) an `end` event, and the stream closes.
-  http_reply event_stream(int64_t frames, int64_t period_ms) {
-    struct stream_state {
-      int64_t sent = 0;
-      std::map<std::string, double> busy;
-      clock_type::time_point at;
-    };
-    auto state = std::make_shared<stream_state>();
-    state->at = started_;
-    auto frame = [this, state, frames]() -> std::optional<std::string> {
-      if (frames > 0 && state->sent == frames) {
-        ++state->sent;
-        return std::string("event: end\ndata: {}\n\n");
-      }
-      if (frames > 0 && state->sent > frames) return std::nullopt;
-      auto j = stats_json();
-      const auto now = clock_type::now();
-      const double dt = std::chrono::duration<double>(now - state->at).count();
-      nlohmann::json util = nlohmann::json::object();
-      if (j.contains("pipeline"))
-        for (const auto& [device, sec] : j["pipeline"]["device_busy_s"].items()) {
-          const double before = state->busy.count(device) ? state->busy[device] : 0.0;
-          util[device] = dt > 0 ? std::clamp((sec.get<double>() - before) / dt, 0.0, 1.0) : 0.0;
-          state->busy[device] = sec.get<double>();
-        }
-      state->at = now;
-      j["device_utilization"] = util;
-      j["frame"] = ++state->sent;
-      j["frames"] = frames;
-      return "event: stats\ndata: " + j.dump() + "\n\n";
-    };
-    http_reply r{200, "text/event-stream", "retry: 2000\n\n" + *frame()};
-    r.next = std::move(frame);
-    r.period = std::chrono::milliseconds(period_ms);
-    return r;
-  }
-
   bool receive_one(bool stopping) {
     std::vector<zmq::message_t> frames;
     if (!zmq::recv_multipart(sock_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return false;
@@ -397,7 +292,7 @@ class server {
 
   void start_generate(const address& to, proto::generate_request& g, std::vector<token_id> tokens, bool cancelled = false) {
     auto refuse = [&](proto::error_code c, std::string why) { this->refuse(to, g.id, c, std::move(why)); };
-    if (stopping_) {
+    if (status_.stopping) {
       send(to, proto::encode_error({proto::error_code::shutting_down, "the server is stopping", g.id}));
       return;
     }
@@ -436,20 +331,19 @@ class server {
     lv.to = to;
     lv.id = g.id;
     lv.stream = g.stream;
-    lv.stop = std::move(g.stop);
-    for (const auto& s : lv.stop) lv.longest_stop = std::max(lv.longest_stop, s.size());
+    lv.out = stop_text(std::move(g.stop));
     lv.prompt_tokens = static_cast<int64_t>(tokens.size());
     lv.seed = seed;
     lv.accepted = accepted;
     if (record_.is_open()) {
-      nlohmann::json req{{"n_predict", g.n_predict}, {"stream", g.stream}, {"parse_special", g.parse_special}, {"stop", lv.stop}};
+      nlohmann::json req{{"n_predict", g.n_predict}, {"stream", g.stream}, {"parse_special", g.parse_special}, {"stop", lv.out.stops()}};
       if (g.prompt) req["prompt"] = *g.prompt;
       else req["tokens"] = g.tokens;
       req["sampling"] = {{"temperature", g.params.temperature}, {"top_k", g.params.top_k}, {"top_p", g.params.top_p}, {"min_p", g.params.min_p},
                          {"repeat_penalty", g.params.repeat_penalty}, {"repeat_last_n", g.params.repeat_last_n},
                          {"frequency_penalty", g.params.frequency_penalty}, {"presence_penalty", g.params.presence_penalty}, {"seed", seed}};
       lv.recorded_request = req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      lv.arrival_s = std::chrono::duration<double>(lv.accepted - started_).count();
+      lv.arrival_s = std::chrono::duration<double>(lv.accepted - status_.started).count();
     }
     by_client_[{to.identity, g.id}] = pid;
     ++account(to.identity)->in_flight;
@@ -469,7 +363,7 @@ class server {
 
   void handle(const address& to, proto::health_request& h) {
     const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
-    send(to, proto::encode_health(h.id, stopping_.load() ? "stopping" : "ok", std::min(n, slots), std::max<int64_t>(0, n - slots)));
+    send(to, proto::encode_health(h.id, status_.stopping.load() ? "stopping" : "ok", std::min(n, slots), std::max<int64_t>(0, n - slots)));
   }
 
   void handle(const address& to, proto::model_info_request& m) {
@@ -522,7 +416,7 @@ class server {
     auto it = running_.find(t.request);
     if (it == running_.end()) return;
     live& lv = it->second;
-    if (lv.stop_string) return;  // cut: the cancel is on its way
+    if (lv.out.stopped()) return;  // cut: the cancel is on its way
     const auto now = t.at;  // when the token was sampled, not when this loop got to it
     if (t.index == 0) {
       lv.ttft_s = std::chrono::duration<double>(now - lv.accepted).count();
@@ -534,54 +428,24 @@ class server {
     }
     lv.last_token = now;
     recent_tokens_.push_back(now);
-    const std::string piece = v_.piece(t.token);
-    const size_t search_from = lv.text.size() >= lv.longest_stop ? lv.text.size() - lv.longest_stop + 1 : 0;
-    const size_t start = lv.text.size();
-    lv.text += piece;
-    lv.unsent.push_back({t.index, t.token, start, lv.text.size(), std::chrono::duration<double, std::milli>(now - lv.accepted).count()});
-    // A stop string ends the text where it begins.
-    size_t cut = std::string::npos;
-    for (const auto& s : lv.stop)
-      if (auto at = lv.text.find(s, std::min(search_from, lv.text.size())); at != std::string::npos) cut = std::min(cut, at);
-    if (cut != std::string::npos) {
-      lv.text.resize(cut);
-      lv.stop_string = true;
-      pipe_->cancel(t.request);
-      flush(lv, lv.text.size());
-      return;
-    }
-    // Sent up to where the text could still be the beginning of a stop string.
-    size_t safe = lv.text.size();
-    for (const auto& s : lv.stop)
-      for (size_t k = std::min(s.size() - 1, lv.text.size()); k > 0; --k)
-        if (lv.text.compare(lv.text.size() - k, k, s, 0, k) == 0) {
-          safe = std::min(safe, lv.text.size() - k);
-          break;
-        }
-    flush(lv, safe);
+    if (lv.out.add(t.index, t.token, v_.piece(t.token), std::chrono::duration<double, std::milli>(now - lv.accepted).count(), sender(lv)))
+      pipe_->cancel(t.request);  // a stop string: the text ends where it begins
   }
 
-  // Sends the held-back tokens whose text ends by `upto`; after a stop string, those that begin
-  // before it (the last one cut there), and the rest are dropped.
-  void flush(live& lv, size_t upto) {
-    size_t n = 0;
-    for (; n < lv.unsent.size(); ++n) {
-      const auto& tk = lv.unsent[n];
-      if (lv.stop_string ? tk.start >= upto : tk.end > upto) break;
-      const size_t end = std::min(tk.end, upto);
-      if (lv.stream) send(lv.to, proto::encode_token(lv.id, tk.index, tk.id, std::string_view(lv.text).substr(tk.start, end - tk.start), tk.ms), &lv);
-      lv.sent = end;
+  // Sends each token the text releases (streaming), and counts it.
+  stop_text::sink sender(live& lv) {
+    return [this, &lv](const stop_text::token& tk) {
+      if (lv.stream) send(lv.to, proto::encode_token(lv.id, tk.index, tk.id, tk.text, tk.ms), &lv);
       ++lv.emitted;
-    }
-    lv.unsent.erase(lv.unsent.begin(), lv.stop_string ? lv.unsent.end() : lv.unsent.begin() + static_cast<std::ptrdiff_t>(n));
+    };
   }
 
   void on_done(const actors::done_event& d) {
     auto it = running_.find(d.request);
     if (it == running_.end()) return;
     live& lv = it->second;
-    flush(lv, lv.text.size());
-    std::string finish = lv.stop_string ? "stop_string" : lv.cut_off ? "cut_off" : d.finish;
+    lv.out.finish(sender(lv));
+    std::string finish = lv.out.stopped() ? "stop_string" : lv.cut_off ? "cut_off" : d.finish;
     if (finish == "cancelled") ++counters_.cancelled;
     else if (finish == "error") ++counters_.errors;
     else ++counters_.completed;
@@ -593,7 +457,7 @@ class server {
                           {"itl_s", lv.itl_s}, {"e2e_s", std::chrono::duration<double>(clock_type::now() - lv.accepted).count()}};
       record_.append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
-    send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.text)), &lv);
+    send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.out.text())), &lv);
     by_client_.erase({lv.to.identity, lv.id});
     --account(lv.to.identity)->in_flight;
     running_.erase(it);
@@ -693,11 +557,8 @@ class server {
   std::set<std::string> allowed_;  // client public keys (CURVE)
   actors::metrics metrics_;
   record_file record_;
-  clock_type::time_point started_;
-  std::atomic<int64_t> active_{0}, queued_{0};  // for /health, read by the HTTP thread
-  std::atomic<bool> stopping_{false};
+  serve_status status_;  // for the HTTP thread
   std::deque<clock_type::time_point> recent_tokens_;  // tokens of the last 5 s
-  std::atomic<double> tokens_per_second_{0};
   std::mt19937_64 seeds_{std::random_device{}()};
   server_counters counters_;
   text_worker text_;  // last: its thread ends before what its jobs use

@@ -1,0 +1,41 @@
+#pragma once
+// serve's HTTP side for people and scrapers: the dashboard (/), /metrics, /api/stats, /api/events and
+// /health. It runs on the HTTP server's thread and reads only what the serving loop publishes in a
+// serve_status (atomics) and the metrics (locked inside).
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/metrics.hpp"
+#include "launcher/http_server.hpp"
+
+namespace hotcold::launcher {
+
+// What the serving loop publishes for the HTTP thread.
+struct serve_status {
+  std::chrono::steady_clock::time_point started;
+  std::atomic<int64_t> active{0}, queued{0};  // sequences running, and waiting for a slot
+  std::atomic<bool> stopping{false};
+  std::atomic<double> tokens_per_second{0};   // over the last few seconds
+};
+
+class serve_monitor {
+ public:
+  serve_monitor(const actors::metrics& metrics, const serve_status& status) : metrics_(metrics), status_(status) {}
+  // Answers one request (GET only).
+  http_reply operator()(const std::string& method, const std::string& target) const;
+  // What /api/stats answers and each event of /api/events carries (docs/telemetry.md).
+  nlohmann::json stats_json() const;
+
+ private:
+  // Server-Sent Events: a `stats` event now and every period_ms, each with the device utilization
+  // since the one before; after `frames` of them (0: no end) an `end` event, and the stream closes.
+  http_reply event_stream(int64_t frames, int64_t period_ms) const;
+  const actors::metrics& metrics_;
+  const serve_status& status_;
+};
+
+}  // namespace hotcold::launcher
