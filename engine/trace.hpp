@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,6 +28,15 @@ class trace_recorder {
   trace_recorder();
   ~trace_recorder();
   void record(const char* name, int64_t step, int64_t layer, int64_t seqs, clock::time_point begin, clock::time_point end);
+
+  // Called as each interval of a trace_scope begins, on the thread that begins it, before its clock
+  // starts: what a test holds a side's work on to check which intervals run at the same time. Set it
+  // before anything records.
+  using begin_listener = std::function<void(const char* name, int64_t step, int64_t layer)>;
+  void on_begin(begin_listener f) { on_begin_ = std::move(f); }
+  void began(const char* name, int64_t step, int64_t layer) const {
+    if (on_begin_) on_begin_(name, step, layer);
+  }
 
   // Everything recorded so far, each with the recording thread's index (0 = first to record).
   struct entry {
@@ -67,6 +77,7 @@ class trace_recorder {
     std::vector<interval> spans;
   };
   thread_buffer& mine();
+  begin_listener on_begin_;
   const uint64_t id_;
   mutable std::mutex registry_mutex_;  // taken when a thread records for the first time, and to read
   std::vector<std::unique_ptr<thread_buffer>> threads_;
@@ -86,7 +97,11 @@ trace_busy busy_time(const std::vector<trace_recorder::entry>& entries, const st
 class trace_scope {
  public:
   trace_scope(trace_recorder* r, const char* name, int64_t step, int64_t layer, int64_t seqs = 1)
-      : r_(r), name_(name), step_(step), layer_(layer), seqs_(seqs), begin_(r ? trace_recorder::clock::now() : trace_recorder::clock::time_point{}) {}
+      : r_(r), name_(name), step_(step), layer_(layer), seqs_(seqs) {
+    if (!r_) return;
+    r_->began(name, step, layer);
+    begin_ = trace_recorder::clock::now();
+  }
   ~trace_scope() {
     if (r_) r_->record(name_, step_, layer_, seqs_, begin_, trace_recorder::clock::now());
   }
