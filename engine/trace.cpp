@@ -145,6 +145,13 @@ void trace_recorder::set_hot_neurons(std::vector<std::vector<int32_t>> hot) {
   hot_ = std::move(hot);
 }
 
+std::vector<trace_recorder::active_set> trace_recorder::active_sets() const {
+  std::lock_guard lock(active_mutex_);
+  std::vector<active_set> out;
+  for (const auto& r : active_) out.push_back({r.step, r.layer, r.tokens, active_n_ff_, r.bits});
+  return out;
+}
+
 bool trace_recorder::has_activations() const {
   std::lock_guard lock(active_mutex_);
   return !active_.empty();

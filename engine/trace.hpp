@@ -57,6 +57,15 @@ class trace_recorder {
   // The hot device's neurons per layer while recording (none: every neuron on the CPU).
   void set_hot_neurons(std::vector<std::vector<int32_t>> hot);
   bool has_activations() const;
+  // The active sets recorded so far, in the order they came.
+  struct active_set {
+    int64_t step, layer, tokens, n_ff;
+    std::vector<uint8_t> bits;  // tokens x ceil(n_ff/8)
+    bool chosen(int64_t token, int64_t neuron) const {
+      return bits[static_cast<size_t>(token * ((n_ff + 7) / 8) + neuron / 8)] >> (neuron % 8) & 1;
+    }
+  };
+  std::vector<active_set> active_sets() const;
   // The binary activation file: "HCACT001", u32 n_layer, u32 n_ff, u32 hot layers (0 or n_layer),
   // per hot layer ceil(n_ff/8) bytes of bits (bit i: neuron i is hot), then per record u64 step,
   // u32 layer, u32 tokens, tokens x ceil(n_ff/8) bytes of bits; little-endian. Throws std::system_error.

@@ -11,6 +11,7 @@
 
 #include "engine/hot_cold_ffn.hpp"
 #include "engine/trace.hpp"
+#include "model/reference.hpp"
 #include "tests/engine/overlap_latch.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
@@ -56,6 +57,15 @@ TEST_P(HotCold, SplitGivesTheReferenceLogits) {
     auto want = test::logits_of(m, mode);
     auto got = test::logits_of(m, mode, 2, split);
     EXPECT_LT(test::rel_diff(got, want), 1e-5) << (mode == ffn_mode::sparse ? "sparse" : "oracle");
+  }
+  // And against model/reference given the neurons the split computed (Q8_0/Q4_0 rows meet activations
+  // quantized to Q8_0, which the reference does not do).
+  {
+    std::vector<std::vector<std::vector<bool>>> mask;
+    auto got = test::logits_and_mask_of(m, ffn_mode::sparse, split, mask);
+    const auto file = gguf::file::open(m->path());
+    const bool float_rows = GetParam().type == tensor_type::f32 || GetParam().type == tensor_type::f16;
+    EXPECT_LT(test::rel_diff(got, reference_model(file).logits(test::logits_of_tokens(), &mask)), float_rows ? 1e-5 : 1.5e-2) << "against model/reference";
   }
   // Prompt batches split the same way: each token's own choice, hot rows from the device.
   const token_id prompt[] = {1, 250, 17, 299, 3, 120, 8, 9};

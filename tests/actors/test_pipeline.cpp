@@ -4,7 +4,10 @@
 // supervisor recovers from.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <tuple>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -158,6 +161,67 @@ void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std
   EXPECT_LT(t.steps, t.prompt_tokens + t.generated_tokens);
 }
 
+
+// One request through the actors, sparse, against model/reference given the neurons the actors chose:
+// the trace's active sets, step by step (one sequence: a step's rows are its next positions), are
+// the reference's neuron mask. The prompt's logits agree within 1e-5, and each greedy token is the
+// reference's best at its position (or ties it).
+void expect_oracle_with_chosen(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> hot) {
+  const auto& hp = m->hp();
+  trace_recorder trace;
+  auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
+  ctx->set_mode(ffn_mode::sparse);
+  pipeline_options o;
+  o.prefill_chunk = 3;  // the prompt in three steps
+  o.hot = hot;
+  o.trace = &trace;
+  generation_request r;
+  for (int i = 0; i < 7; ++i) r.prompt.push_back(static_cast<token_id>((5 + 41 * i) % hp.n_vocab));
+  r.prompt[0] = 1;
+  r.n_predict = 6;
+  r.ignore_eos = true;
+  r.all_logits = true;
+  r.sampling.temperature = 0;
+  outcome got;
+  {
+    pipeline p(ctx, o);
+    const int64_t id = p.submit(r);
+    got = drain(p, 1)[id];
+  }
+  ASSERT_EQ(got.tokens.size(), 6u);
+  ASSERT_EQ(got.logits.size(), r.prompt.size());
+  // The positions the model ran: the prompt, then each generated token but the last.
+  std::vector<token_id> run = r.prompt;
+  run.insert(run.end(), got.tokens.begin(), got.tokens.end() - 1);
+  auto sets = trace.active_sets();
+  std::stable_sort(sets.begin(), sets.end(), [](const auto& a, const auto& b) { return std::tie(a.step, a.layer) < std::tie(b.step, b.layer); });
+  reference_model::neuron_mask mask(run.size(), std::vector<std::vector<bool>>(static_cast<size_t>(hp.n_layer)));
+  int64_t base = 0, chosen = 0;
+  for (size_t k = 0; k < sets.size();) {
+    const int64_t step = sets[k].step, tokens = sets[k].tokens;
+    for (; k < sets.size() && sets[k].step == step; ++k) {
+      ASSERT_EQ(sets[k].tokens, tokens);
+      for (int64_t t = 0; t < tokens; ++t) {
+        ASSERT_LT(static_cast<size_t>(base + t), run.size());
+        auto& row = mask[static_cast<size_t>(base + t)][static_cast<size_t>(sets[k].layer)];
+        for (int64_t i = 0; i < hp.n_ff; ++i) row.push_back(sets[k].chosen(t, i)), chosen += sets[k].chosen(t, i);
+      }
+    }
+    base += tokens;
+  }
+  ASSERT_EQ(base, static_cast<int64_t>(run.size())) << "every position the actors ran has its active sets";
+  ASSERT_GT(chosen, 0);
+  ASSERT_LT(chosen, static_cast<int64_t>(run.size()) * hp.n_layer * hp.n_ff) << "the predictor left no neuron out";
+  const auto file = gguf::file::open(m->path());
+  const auto want = reference_model(file).logits(run, &mask);
+  EXPECT_LT(test::rel_diff(got.logits, std::vector<std::vector<double>>(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(r.prompt.size()))), 1e-5);
+  for (size_t j = 0; j < got.tokens.size(); ++j) {
+    const auto& l = want[r.prompt.size() - 1 + j];
+    const double best = *std::max_element(l.begin(), l.end());
+    EXPECT_GE(l[static_cast<size_t>(got.tokens[j])], best - 1e-6 * (1 + std::fabs(best))) << "generated token " << j;
+  }
+}
+
 TEST(Pipeline, DenseFileGivesTheReferenceLogitsAndTokens) {
   auto m = model::load(test::make_model("pl_dense", test::small_options(2, 2)));
   expect_matches_reference(m, ffn_mode::dense, nullptr);
@@ -167,6 +231,7 @@ TEST(Pipeline, SparseFileSplitWithSimGivesTheReferenceLogitsAndTokens) {
   auto m = model::load(split_file());
   auto hot = sim_rows(m);
   expect_matches_reference(m, ffn_mode::sparse, hot);
+  expect_oracle_with_chosen(m, hot);
 }
 
 // The same with the hot rows on a CUDA GPU (hotcold's kernels on the device's stream, the cold share
@@ -179,11 +244,13 @@ TEST(Pipeline, SparseFileSplitWithCudaGivesTheReferenceLogitsAndTokens) {
   o.budget = 64 << 20;
   auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
   expect_matches_reference(m, ffn_mode::sparse, hot);
+  expect_oracle_with_chosen(m, hot);
 }
 
 TEST(Pipeline, SparseFileOnTheCpuAloneGivesTheReferenceLogitsAndTokens) {
   auto m = model::load(split_file());
   expect_matches_reference(m, ffn_mode::sparse, nullptr);
+  expect_oracle_with_chosen(m, nullptr);
 }
 
 // What the actors measure for /metrics: one request in one-token steps through the sim split, with a

@@ -140,6 +140,35 @@ inline std::vector<std::vector<float>> logits_of(std::shared_ptr<const model> m,
   return out;
 }
 
+// The tokens logits_of runs.
+inline const std::vector<token_id>& logits_of_tokens() {
+  static const std::vector<token_id> t = {1, 250, 17, 299, 3, 120};
+  return t;
+}
+
+// logits_of, and the neurons each token's FFN computed with a nonzero value, [token][layer][neuron]:
+// model/reference's neuron mask for what the sparse path chose.
+inline std::vector<std::vector<float>> logits_and_mask_of(std::shared_ptr<const model> m, ffn_mode mode, std::shared_ptr<ffn_executor> executor,
+                                                          std::vector<std::vector<std::vector<bool>>>& mask) {
+  inference_context ctx(m, 16, 2);
+  ctx.set_mode(mode);
+  ctx.set_ffn_executor(std::move(executor));
+  const auto& tokens = logits_of_tokens();
+  mask.assign(tokens.size(), std::vector<std::vector<bool>>(static_cast<size_t>(m->hp().n_layer)));
+  std::vector<size_t> seen(static_cast<size_t>(m->hp().n_layer), 0);
+  ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
+    if (name != "ffn_act") return;
+    auto& row = mask[seen[static_cast<size_t>(layer)]++][static_cast<size_t>(layer)];
+    for (float x : v) row.push_back(x != 0.0f);
+  });
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto l = ctx.forward(tokens[i], static_cast<int64_t>(i));
+    out.emplace_back(l.begin(), l.end());
+  }
+  return out;
+}
+
 // A placement that splits every layer: every third neuron hot (offset by the layer).
 inline placement_data every_third_hot(int64_t n_layer, int64_t n_ff) {
   placement_data p;
