@@ -33,7 +33,7 @@ namespace {
 // core they leave free (theirs are 1..n-1): the compute actors hand each layer on to one another and
 // run one at a time, so one core serves them all, and the thread the next hand-off wakes starts
 // where the last one just went to sleep instead of beside a pinned worker.
-void take_thread(const engine_parts& p, const char* name) {
+void take_thread(const compute_resources& p, const char* name) {
   pthread_setname_np(pthread_self(), name);
   if (p.actor_core >= 0) {
     cpu_set_t one;
@@ -54,7 +54,7 @@ struct predictor_state {
 
 // The recall check: the first token's FFN over every neuron (gate and up rows, as the dense path
 // computes them), counting the neurons that fire and how many of those the predictor chose.
-void check_recall(const engine_parts& p, const predict_job& job, const uint8_t* chosen) {
+void check_recall(const compute_resources& p, const predict_job& job, const uint8_t* chosen) {
   const hparams& hp = p.m->hp();
   const layer_weights& l = p.m->weights().layers[static_cast<size_t>(job.layer)];
   const float* x = job.ffn_input.data();
@@ -75,9 +75,9 @@ void check_recall(const engine_parts& p, const predict_job& job, const uint8_t* 
   p.stats->add_recall(job.layer, truly.load(), found.load());
 }
 
-active_set predict(predictor_runner& runner, const engine_parts& p, const predict_job& job) {
-  if (p.fault) p.fault("predict", job.layer, job.requests);
-  trace_scope span(p.trace, "predict", job.input.step, job.layer, job.input.rows);
+active_set predict(predictor_runner& runner, const compute_resources& p, const predict_job& job) {
+  if (p.fault) p.fault(stage::predict, job.layer, job.requests);
+  trace_scope span(p.trace, stage::predict, job.input.step, job.layer, job.input.rows);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_ff = p.m->hp().n_ff;
   auto chosen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(job.input.rows * n_ff));
@@ -89,7 +89,7 @@ active_set predict(predictor_runner& runner, const engine_parts& p, const predic
   return active_set{std::move(chosen), std::move(ids)};
 }
 
-predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<predictor_state> self, std::shared_ptr<engine_parts> p) {
+predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<predictor_state> self, std::shared_ptr<compute_resources> p) {
   self->state.runner = std::make_unique<predictor_runner>(*p->m, p->ctx->pool());
   take_thread(*p, "predictor");
   return {
@@ -113,8 +113,8 @@ struct cold_scratch {
   std::vector<float> hidden, acc;
 };
 
-ffn_part cold_ffn(cold_scratch& st, const engine_parts& p, const cold_job& job) {
-  if (p.fault) p.fault("cold_ffn", job.layer, job.requests);
+ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& job) {
+  if (p.fault) p.fault(stage::cold_ffn, job.layer, job.requests);
   const hparams& hp = p.m->hp();
   const int64_t n = job.input.rows, d = hp.n_embd;
   thread_pool& pool = p.ctx->pool();
@@ -125,7 +125,7 @@ ffn_part cold_ffn(cold_scratch& st, const engine_parts& p, const cold_job& job) 
   cold_share(pool, *p.m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc, sum.data(), p.trace);
   p.stats->add_time(stage::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
   const int64_t fired = fired_rows(st.hidden.data(), job.chosen.chosen->data(), n, hp.n_ff, job.cold_ids->data(), static_cast<int64_t>(job.cold_ids->size()));
-  return ffn_part{activation::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size, fired};
+  return ffn_part{shared_tensor::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size, fired};
 }
 
 struct cold_pool_state {
@@ -133,7 +133,7 @@ struct cold_pool_state {
   static inline const char* name = "cold_pool";
 };
 
-cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<cold_pool_state> self, std::shared_ptr<engine_parts> p) {
+cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<cold_pool_state> self, std::shared_ptr<compute_resources> p) {
   take_thread(*p, "cold_pool");
   return {
       [self, p](cold_atom, const cold_job& job) -> caf::result<ffn_part> {
@@ -152,7 +152,7 @@ cold_pool_actor::behavior_type cold_pool_fn(cold_pool_actor::stateful_pointer<co
 // ---- hot executor -------------------------------------------------------------------------------
 
 struct hot_executor_state {
-  std::shared_ptr<engine_parts> p;
+  std::shared_ptr<compute_resources> p;
   predictor_actor predictor;
   cold_pool_actor cold;
   // Without a hot device the predictor's and the cold pool's work run on this actor's thread (see
@@ -202,7 +202,7 @@ void run_layer(hot_executor_ptr self, int64_t layer);
 
 // A layer's FFN is done: the hot share (when there is one) and the cold share are summed into the
 // residual stream, and the next layer starts.
-void finish_layer(hot_executor_ptr self, int64_t layer, const activation* cold_out, int64_t computed, int64_t union_size, int64_t cold_fired) {
+void finish_layer(hot_executor_ptr self, int64_t layer, const shared_tensor* cold_out, int64_t computed, int64_t union_size, int64_t cold_fired) {
   auto& st = self->state;
   inference_context& ctx = *st.p->ctx;
   const auto in = ctx.step_ffn_inputs(*st.s);
@@ -262,7 +262,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   std::optional<cold_job> job;
   if (!st.split.cold_ids.empty())
     job = cold_job{layer,
-                   activation::view(st.s, in.in, in.n, hp.n_embd, in.step, layer),
+                   shared_tensor::view(st.s, in.in, in.n, hp.n_embd, in.step, layer),
                    st.xq,
                    chosen,
                    std::make_shared<const std::vector<int32_t>>(st.split.cold_ids),
@@ -300,13 +300,13 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       if (!st.logits_out || st.logits_out.use_count() > 1) st.logits_out = std::make_shared<std::vector<float>>();
       st.logits_out->assign(logits.begin(), logits.end());
       step_result r{st.plan.step,
-                    activation::view(st.logits_out, st.logits_out->data(), static_cast<int64_t>(st.plan.logit_rows.size()), m.hp().n_vocab,
+                    shared_tensor::view(st.logits_out, st.logits_out->data(), static_cast<int64_t>(st.plan.logit_rows.size()), m.hp().n_vocab,
                                      st.plan.step, layer),
                     st.hot_neurons, st.cold_neurons};
       st.promise.deliver(std::move(r));
       return;
     }
-    if (st.p->fault) st.p->fault("attention", layer, st.plan.requests);
+    if (st.p->fault) st.p->fault(stage::attention, layer, st.plan.requests);
     auto t0 = std::chrono::steady_clock::now();
     ctx.step_attention(*st.s, layer);
     stats.add_time(stage::attention, layer, std::chrono::steady_clock::now() - t0);
@@ -325,8 +325,8 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     }
     const auto in = ctx.step_ffn_inputs(*st.s);
     st.xq = quantize_for_rows(l.ffn_up, in.in, in.n, m.hp().n_embd);  // quantized once for both sides
-    predict_job job{layer, activation::view(st.s, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests, {}, {}};
-    job.ffn_input = activation::view(st.s, in.in, in.n, m.hp().n_embd, in.step, layer);  // (the recall check reads it too)
+    predict_job job{layer, shared_tensor::view(st.s, in.pred_in, in.n, m.hp().n_embd, in.step, layer), st.plan.requests, {}, {}};
+    job.ffn_input = shared_tensor::view(st.s, in.in, in.n, m.hp().n_embd, in.step, layer);  // (the recall check reads it too)
     job.ffn_input_q8 = st.xq;
     if (!st.p->hot) {
       // Every neuron cold: nothing runs beside the CPU workers, so the layer's chain stays on this
@@ -349,7 +349,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
   }
 }
 
-hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::shared_ptr<engine_parts> p, predictor_actor predictor, cold_pool_actor cold) {
+hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::shared_ptr<compute_resources> p, predictor_actor predictor, cold_pool_actor cold) {
   take_thread(*p, "hot_executor");
   self->state.p = std::move(p);
   self->state.predictor = std::move(predictor);
@@ -382,13 +382,13 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
 
 }  // namespace
 
-predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts) {
+predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<compute_resources> parts) {
   return sys.spawn<caf::detached>(predictor_fn, std::move(parts));
 }
-cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<engine_parts> parts) {
+cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<compute_resources> parts) {
   return sys.spawn<caf::detached>(cold_pool_fn, std::move(parts));
 }
-hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, predictor_actor predictor, cold_pool_actor cold) {
+hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, predictor_actor predictor, cold_pool_actor cold) {
   return sys.spawn<caf::detached>(hot_executor_fn, std::move(parts), std::move(predictor), std::move(cold));
 }
 

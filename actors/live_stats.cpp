@@ -4,11 +4,6 @@
 
 namespace hotcold::actors {
 
-std::string_view stage_name(stage s) {
-  static constexpr std::string_view names[n_stages] = {"attention", "predict", "hot_ffn", "cold_ffn", "ffn", "output"};
-  return names[static_cast<int>(s)];
-}
-
 std::string_view actor_name(actor_id a) {
   static constexpr std::string_view names[n_actors] = {"scheduler", "hot_executor", "predictor", "cold_pool", "sampler", "telemetry"};
   return names[static_cast<int>(a)];
@@ -64,7 +59,7 @@ live_stats::view live_stats::read() const {
   for (size_t l = 0; l < layers_.size(); ++l) {
     const auto& c = layers_[l];
     auto& o = v.layers[l];
-    for (int s = 0; s < n_stages; ++s) o.seconds[static_cast<size_t>(s)] = static_cast<double>(c.ns[static_cast<size_t>(s)].load(std::memory_order_relaxed)) * 1e-9;
+    for (int s = 0; s < n_timed_stages; ++s) o.seconds[static_cast<size_t>(s)] = static_cast<double>(c.ns[static_cast<size_t>(s)].load(std::memory_order_relaxed)) * 1e-9;
     o.candidates = c.candidates.load(std::memory_order_relaxed);
     o.computed = c.computed.load(std::memory_order_relaxed);
     o.hot = c.hot.load(std::memory_order_relaxed);

@@ -17,13 +17,13 @@
 
 #include "model/model.hpp"
 #include "engine/read_costs.hpp"
+#include "engine/stage.hpp"
 
 namespace hotcold::actors {
 
 // Where a layer's time goes. hot_ffn runs on the hot device, everything else on the CPU.
-enum class stage : int { attention, predict, hot_ffn, cold_ffn, ffn, output };
-inline constexpr int n_stages = 6;
-std::string_view stage_name(stage s);
+// The stages the actors time (engine/stage.hpp's first six; the sampler's work is in traces only).
+inline constexpr int n_timed_stages = 6;
 
 enum class actor_id : int { scheduler, hot_executor, predictor, cold_pool, sampler, telemetry };
 inline constexpr int n_actors = 6;
@@ -54,7 +54,7 @@ class live_stats {
   int64_t n_ff() const { return n_ff_; }
 
   struct layer_view {
-    std::array<double, n_stages> seconds{};
+    std::array<double, n_timed_stages> seconds{};
     int64_t candidates = 0, computed = 0, hot = 0, truly_active = 0, found = 0;
   };
   struct view {
@@ -72,7 +72,7 @@ class live_stats {
 
  private:
   struct layer_counters {
-    std::array<std::atomic<int64_t>, n_stages> ns{};
+    std::array<std::atomic<int64_t>, n_timed_stages> ns{};
     std::atomic<int64_t> candidates{0}, computed{0}, hot{0}, truly_active{0}, found{0};
   };
   read_costs costs_;

@@ -20,7 +20,9 @@
 
 namespace hotcold::actors {
 
-struct activation {
+// An activation tensor as messages carry it: immutable rows of floats whose storage is shared by
+// reference count, never copied between actors.
+struct shared_tensor {
   std::shared_ptr<const float> values;  // (rows, cols) row-major; shares ownership of its storage
   int64_t rows = 0;   // tokens in the micro-batch
   int64_t cols = 0;   // values per token (n_embd, n_vocab, ...)
@@ -30,18 +32,18 @@ struct activation {
   const float* data() const { return values.get(); }
   const float* row(int64_t r) const { return values.get() + r * cols; }
   // Wraps `v` (moved, not copied) as an immutable tensor.
-  static activation wrap(std::vector<float> v, int64_t rows, int64_t cols, int64_t step, int64_t layer) {
+  static shared_tensor wrap(std::vector<float> v, int64_t rows, int64_t cols, int64_t step, int64_t layer) {
     auto owner = std::make_shared<const std::vector<float>>(std::move(v));
     return {std::shared_ptr<const float>(owner, owner->data()), rows, cols, step, layer};
   }
   // Values that live in `owner`'s memory (no copy); the sender must not change them until the receiver
   // has answered.
   template <class Owner>
-  static activation view(std::shared_ptr<Owner> owner, const float* p, int64_t rows, int64_t cols, int64_t step, int64_t layer) {
+  static shared_tensor view(std::shared_ptr<Owner> owner, const float* p, int64_t rows, int64_t cols, int64_t step, int64_t layer) {
     return {std::shared_ptr<const float>(std::move(owner), p), rows, cols, step, layer};
   }
   // Rows first..first+n of this tensor, sharing its storage.
-  activation slice(int64_t first, int64_t n) const { return {std::shared_ptr<const float>(values, row(first)), n, cols, step, layer}; }
+  shared_tensor slice(int64_t first, int64_t n) const { return {std::shared_ptr<const float>(values, row(first)), n, cols, step, layer}; }
 };
 
 // ---- A request and what its client receives --------------------------------------------------------
@@ -63,7 +65,7 @@ struct token_event {
 struct logits_event {
   int64_t request;
   int64_t first_position;  // of the prompt; rows are consecutive positions
-  activation logits;       // (rows, n_vocab)
+  shared_tensor logits;       // (rows, n_vocab)
 };
 struct done_event {
   int64_t request;
@@ -84,17 +86,17 @@ struct step_plan {
 };
 struct step_result {
   int64_t step = 0;
-  activation logits;  // (logit_rows.size(), n_vocab)
+  shared_tensor logits;  // (logit_rows.size(), n_vocab)
   int64_t hot_neurons = 0, cold_neurons = 0;  // computed on each side, all layers
 };
 
 struct predict_job {
   int64_t layer = 0;
-  activation input;  // (n, n_embd) what the layer's predictor reads
+  shared_tensor input;  // (n, n_embd) what the layer's predictor reads
   std::vector<int64_t> requests;
   // The FFN's input, quantized too when the rows want it (the recall check reads it; without a hot
   // device the same job goes on to the cold share).
-  activation ffn_input;
+  shared_tensor ffn_input;
   std::shared_ptr<const q8_rows> ffn_input_q8;
 };
 struct active_set {
@@ -104,7 +106,7 @@ struct active_set {
 
 struct cold_job {
   int64_t layer = 0;
-  activation input;  // (n, n_embd) the FFN's normalized input
+  shared_tensor input;  // (n, n_embd) the FFN's normalized input
   std::shared_ptr<const q8_rows> input_q8;  // the same quantized, when the rows want it
   active_set chosen;
   std::shared_ptr<const std::vector<int32_t>> cold_ids;  // ascending
@@ -113,7 +115,7 @@ struct cold_job {
 };
 // A share of a layer's FFN output, and the layer's counts: (token, neuron) pairs computed, rows read.
 struct ffn_part {
-  activation out;  // (n, n_embd)
+  shared_tensor out;  // (n, n_embd)
   int64_t computed = 0, union_size = 0;
   int64_t fired = 0;  // neurons of the share that fired for any token: the down rows it read
 };
@@ -121,7 +123,7 @@ struct ffn_part {
 struct sample_job {
   std::vector<int64_t> requests;
   std::vector<int64_t> rows;  // request k's logits are row rows[k] of logits
-  activation logits;
+  shared_tensor logits;
 };
 
 struct telemetry_totals {
@@ -158,7 +160,7 @@ using telemetry_actor = caf::typed_actor<caf::reacts_to<step_atom, step_record>,
 
 }  // namespace hotcold::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::activation)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::shared_tensor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::generation_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::token_event)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::logits_event)

@@ -119,7 +119,7 @@ totals sum_layers(const live_stats& s, const live_stats::view& v) {
   for (const auto& l : v.layers) {
     t.candidates += static_cast<double>(l.candidates), t.computed += static_cast<double>(l.computed), t.hot += static_cast<double>(l.hot);
     t.truly += static_cast<double>(l.truly_active), t.found += static_cast<double>(l.found);
-    for (int k = 0; k < n_stages; ++k) {
+    for (int k = 0; k < n_timed_stages; ++k) {
       const auto st = static_cast<stage>(k);
       t.device_s[st == stage::hot_ffn ? s.hot_device() : "cpu"] += l.seconds[static_cast<size_t>(k)];
     }
@@ -154,7 +154,7 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
 
   auto& compute = family("hotcold_compute_seconds_total", "Compute time by layer (\"output\": the head), stage and device", MetricType::Counter);
   for (size_t l = 0; l < v.layers.size(); ++l)
-    for (int k = 0; k < n_stages; ++k) {
+    for (int k = 0; k < n_timed_stages; ++k) {
       const double sec = v.layers[l].seconds[static_cast<size_t>(k)];
       const auto st = static_cast<stage>(k);
       if (sec <= 0 && st != stage::attention) continue;
@@ -212,7 +212,7 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
   for (int64_t l = 0; l < s.n_layer(); ++l) {
     const auto& L = v.layers[static_cast<size_t>(l)];
     nlohmann::json j{{"layer", l}};
-    for (int k = 0; k < n_stages; ++k) j[std::string(stage_name(static_cast<stage>(k))) + "_s"] = L.seconds[static_cast<size_t>(k)];
+    for (int k = 0; k < n_timed_stages; ++k) j[std::string(stage_name(static_cast<stage>(k))) + "_s"] = L.seconds[static_cast<size_t>(k)];
     j["active_ratio"] = ratio(static_cast<double>(L.computed), static_cast<double>(L.candidates));
     j["hot_hit_ratio"] = ratio(static_cast<double>(L.hot), static_cast<double>(L.computed));
     j["recall"] = ratio(static_cast<double>(L.found), static_cast<double>(L.truly_active));

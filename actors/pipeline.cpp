@@ -7,7 +7,7 @@
 namespace hotcold::actors {
 
 pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options options) {
-  parts_ = std::make_shared<engine_parts>();
+  parts_ = std::make_shared<compute_resources>();
   parts_->m = ctx->shared_model();
   parts_->ctx = std::move(ctx);
   parts_->hot = std::move(options.hot);

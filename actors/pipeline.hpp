@@ -34,9 +34,9 @@
 
 namespace hotcold::actors {
 
-// Called by the compute actors before each layer's work (stage "attention", "predict", "cold_ffn")
-// with the requests in the step; a test throws from it to inject a fault.
-using fault_hook = std::function<void(std::string_view stage, int64_t layer, const std::vector<int64_t>& requests)>;
+// Called by the compute actors before each layer's work (stage attention, predict, cold_ffn) with the
+// requests in the step; a test throws from it to inject a fault.
+using fault_hook = std::function<void(stage s, int64_t layer, const std::vector<int64_t>& requests)>;
 
 struct pipeline_options {
   int64_t prefill_chunk = 32;  // prompt tokens per step while other sequences are decoding
@@ -52,7 +52,7 @@ struct pipeline_options {
 
 // What the compute actors share. The context holds the KV caches (one slot per sequence in flight)
 // and the CPU workers; it outlives any actor, so a restarted executor finds the caches intact.
-struct engine_parts {
+struct compute_resources {
   std::shared_ptr<const model> m;
   std::shared_ptr<inference_context> ctx;
   std::shared_ptr<const hot_rows> hot;
@@ -86,7 +86,7 @@ class pipeline {
   inference_context& context() { return *parts_->ctx; }
 
  private:
-  std::shared_ptr<engine_parts> parts_;
+  std::shared_ptr<compute_resources> parts_;
   caf::actor_system_config cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::unique_ptr<caf::scoped_actor> self_;
@@ -96,12 +96,12 @@ class pipeline {
 };
 
 // The actors, for the pipeline and for tests that drive one alone.
-predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts);
-cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<engine_parts> parts);
-hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, predictor_actor predictor, cold_pool_actor cold);
-sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts);
+predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<compute_resources> parts);
+cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<compute_resources> parts);
+hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, predictor_actor predictor, cold_pool_actor cold);
+sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts);
 telemetry_actor spawn_telemetry(caf::actor_system& sys, std::shared_ptr<live_stats> stats = nullptr);
-caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, int64_t prefill_chunk, telemetry_actor telemetry);
+caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, int64_t prefill_chunk, telemetry_actor telemetry);
 
 // A CAF error's text for people (the context string when there is one).
 std::string describe(const caf::error& e);

@@ -14,7 +14,7 @@ struct sampler_state {
   static inline const char* name = "sampler";
 };
 
-sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_state> self, std::shared_ptr<engine_parts> p) {
+sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_state> self, std::shared_ptr<compute_resources> p) {
   return {
       [self](open_atom, int64_t request, const sampling_params& params, const std::vector<token_id>& history) {
         auto [it, fresh] = self->state.samplers.insert_or_assign(request, sampler(params));
@@ -22,7 +22,7 @@ sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_
       },
       [self, p](sample_atom, const sample_job& job) -> caf::result<std::vector<token_id>> {
         p->stats->set_mailbox(actor_id::sampler, static_cast<int64_t>(self->mailbox().size()));
-        trace_scope span(p->trace, "sample", job.logits.step, p->m->hp().n_layer, static_cast<int64_t>(job.requests.size()));
+        trace_scope span(p->trace, stage::sample, job.logits.step, p->m->hp().n_layer, static_cast<int64_t>(job.requests.size()));
         std::vector<token_id> out;
         out.reserve(job.requests.size());
         for (size_t k = 0; k < job.requests.size(); ++k) {
@@ -65,7 +65,7 @@ telemetry_actor::behavior_type telemetry_fn(telemetry_actor::stateful_pointer<te
 
 }  // namespace
 
-sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts) { return sys.spawn(sampler_fn, std::move(parts)); }
+sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts) { return sys.spawn(sampler_fn, std::move(parts)); }
 telemetry_actor spawn_telemetry(caf::actor_system& sys, std::shared_ptr<live_stats> stats) { return sys.spawn(telemetry_fn, std::move(stats)); }
 
 }  // namespace hotcold::actors

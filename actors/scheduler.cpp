@@ -51,7 +51,7 @@ struct member {
 };
 
 struct scheduler_state {
-  std::shared_ptr<engine_parts> p;
+  std::shared_ptr<compute_resources> p;
   int64_t prefill_chunk = 32;
   telemetry_actor telemetry;
   std::shared_ptr<compute_set> compute;
@@ -281,7 +281,7 @@ void schedule(scheduler_ptr self) {
             [self, step](caf::error& e) { on_step_failed(self, step, describe(e)); });
 }
 
-caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<engine_parts> p, int64_t prefill_chunk, telemetry_actor telemetry) {
+caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources> p, int64_t prefill_chunk, telemetry_actor telemetry) {
   auto& st = self->state;
   st.p = std::move(p);
   st.prefill_chunk = std::max<int64_t>(1, prefill_chunk);
@@ -340,7 +340,7 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<engine_parts> p, 
 
 }  // namespace
 
-caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<engine_parts> parts, int64_t prefill_chunk, telemetry_actor telemetry) {
+caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, int64_t prefill_chunk, telemetry_actor telemetry) {
   return sys.spawn(scheduler_fn, std::move(parts), prefill_chunk, std::move(telemetry));
 }
 

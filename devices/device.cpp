@@ -14,16 +14,6 @@
 
 namespace hotcold::devices {
 
-std::string_view device_kind_name(device_kind k) {
-  switch (k) {
-    case device_kind::cpu: return "cpu";
-    case device_kind::sim: return "sim";
-    case device_kind::cuda: return "cuda";
-    case device_kind::hip: return "hip";
-  }
-  return "?";
-}
-
 buffer::~buffer() {
   owner_->raw_free(data_);
   owner_->used_.fetch_sub(size_, std::memory_order_relaxed);

@@ -25,7 +25,6 @@
 namespace hotcold::devices {
 
 enum class device_kind { cpu, sim, cuda, hip };
-std::string_view device_kind_name(device_kind k);
 
 // Thrown when an allocation would pass the budget: names the device, the request and what is left.
 struct out_of_device_memory : std::runtime_error {

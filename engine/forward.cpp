@@ -151,7 +151,7 @@ void inference_context::attention_block(step_state& B, int64_t il) {
   // the FFN: a copy of it (parallel layers leave x as it is until the end of the layer).
   if (!r.parallel && r.predictor_reads_layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
   {
-    trace_scope span(trace_, "attention", B.step, il, n);
+    trace_scope span(trace_, stage::attention, B.step, il, n);
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_norm, B.x.data() + t * d, B.xn.data() + t * d, d, hp.norm_eps);
     if (r.fused_qkv) {
       matmul(l.wqkv, B.xn.data(), n, B.qkv.data());
@@ -238,7 +238,7 @@ void inference_context::head(step_state& B, std::span<const int64_t> rows, float
   const hparams& hp = model_->hp();
   const model_weights& w = model_->weights();
   const int64_t d = hp.n_embd, m = static_cast<int64_t>(rows.size());
-  trace_scope span(trace_, "output", B.step, hp.n_layer, m);
+  trace_scope span(trace_, stage::output, B.step, hp.n_layer, m);
   // Row k of xn is token rows[k] normalized (rows ascending, so k <= rows[k]: nothing read is overwritten).
   for (int64_t k = 0; k < m; ++k)
     apply_norm(output_norm_kind(hp), output_norm_of(hp, w), B.x.data() + rows[static_cast<size_t>(k)] * d, B.xn.data() + k * d, d, hp.norm_eps);

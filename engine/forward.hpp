@@ -121,11 +121,12 @@ class inference_context {
   };
   const std::vector<batch_layer_choice>& batch_choices() const { return choices_; }
 
-  // Sees named intermediates as they are computed: (name, layer, values). Names so far:
-  // "ffn_pred_in" — what the layer's activation predictor reads (n_embd), in every mode;
-  // "ffn_act" — the FFN's hidden vector after the activation (n_ff), whose nonzeros are the
+  // Sees named intermediates as they are computed: (name, layer, values), per token in token order,
+  // with the names of engine/stage.hpp's `observed`:
+  // ffn_pred_in — what the layer's activation predictor reads (n_embd), in every mode;
+  // ffn_act — the FFN's hidden vector after the activation (n_ff), whose nonzeros are the
   // neurons that fired (or were computed, in sparse mode);
-  // "ffn_margin" — for ReLU-family FFNs, whenever every neuron is computed (dense and oracle modes,
+  // ffn_margin — for ReLU-family FFNs, whenever every neuron is computed (dense and oracle modes,
   // or with stats): per neuron the pre-activation that decides whether it fires, positive exactly
   // when it does (the gate; up for Falcon; min(gate, up) for dReLU). Empty function: no calls.
   using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;

@@ -60,12 +60,12 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const float* in,
   const bool margins = observer_ && relu_family && (all_first || !choose);
   if (all_first) {
     if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
-    trace_scope span(trace_, "ffn", B.step, layer, n);
+    trace_scope span(trace_, stage::ffn, B.step, layer, n);
     every_neuron(B, l, in, B.gate.data(), B.truth.data(), margins);
   }
 
   std::optional<trace_scope> predict_span;
-  if (sparse) predict_span.emplace(trace_, "predict", B.step, layer, n);
+  if (sparse) predict_span.emplace(trace_, stage::predict, B.step, layer, n);
   std::vector<int32_t>& chosen_union = union_;
   chosen_union.clear();
   if (static_cast<int64_t>(B.chosen.size()) < n * n_ff) B.chosen.resize(static_cast<size_t>(n * n_ff));
@@ -104,7 +104,7 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const float* in,
   const bool as_matrices = !choose && (margins || (!(executor_ && down_t) && (n >= 8 || interleaved)));
   // An executor records its own intervals (hot_ffn, cold_ffn).
   std::optional<trace_scope> ffn_span;
-  if (as_matrices || !(executor_ && down_t)) ffn_span.emplace(trace_, "ffn", B.step, layer, n);
+  if (as_matrices || !(executor_ && down_t)) ffn_span.emplace(trace_, stage::ffn, B.step, layer, n);
   if (as_matrices) {
     // Every neuron of several tokens: gate and up as matrix products (each weight row read once for
     // a tile of tokens held in cache), then the down projection — a matrix product over ffn_down, or
@@ -179,9 +179,9 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const float* in,
       }
     }
     if (observer_) {
-      observer_("ffn_pred_in", layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
-      if (margins) observer_("ffn_margin", layer, std::span<const float>(B.margin.data() + t * n_ff, static_cast<size_t>(n_ff)));
-      observer_("ffn_act", layer, std::span<const float>(B.hidden.data() + t * n_ff, static_cast<size_t>(n_ff)));
+      observer_(observed::ffn_pred_in, layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
+      if (margins) observer_(observed::ffn_margin, layer, std::span<const float>(B.margin.data() + t * n_ff, static_cast<size_t>(n_ff)));
+      observer_(observed::ffn_act, layer, std::span<const float>(B.hidden.data() + t * n_ff, static_cast<size_t>(n_ff)));
     }
   }
   computed_[static_cast<size_t>(layer)] += computed;

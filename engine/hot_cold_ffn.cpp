@@ -107,7 +107,7 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
     batch_neurons(hp, h.gate, h.up, h.down_t, s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size()), x, hidden, out);
   };
   return hot_->submit([this, job = std::move(job), trace, timed, step, layer, n = x.n] {
-    trace_scope span(trace, "hot_ffn", step, layer, n);
+    trace_scope span(trace, stage::hot_ffn, step, layer, n);
     const auto t0 = std::chrono::steady_clock::now();
     hot_->compute(job);
     if (timed) timed(layer, std::chrono::steady_clock::now() - t0);
@@ -124,11 +124,8 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
       [&](int64_t k0, int64_t k1, float* a) {
         batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
       },
-      trace, "cold_ffn", step, layer, x.n);
+      trace, stage::cold_ffn, step, layer, x.n);
 }
-
-hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold)
-    : hot_cold_ffn(m, std::make_shared<const hot_rows>(m, placement, std::move(hot)), cold) {}
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold)
     : model_(std::move(m)), rows_(std::move(rows)), cold_(&cold) {}

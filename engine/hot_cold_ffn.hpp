@@ -65,10 +65,8 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
 
 class hot_cold_ffn final : public ffn_executor {
  public:
-  // The cold share runs on `cold` (e.g. the forward pass's own workers, so that two pools do not
-  // compete for the same cores); `cold` must outlive this object.
-  hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, thread_pool& cold);
-  // Rows already on the device.
+  // Rows already on the device; the cold share runs on `cold` (e.g. the forward pass's own workers,
+  // so that two pools do not compete for the same cores), which must outlive this object.
   hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold);
   // The same with a pool of its own.
   hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads);

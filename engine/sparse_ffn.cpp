@@ -410,11 +410,11 @@ void neuron_shards::sum(const float* acc, int64_t width, float* out) const {
 }
 
 void run_pieces(thread_pool& pool, neuron_shards& pieces, int64_t width, std::vector<float>& scratch, float* out,
-                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, trace_recorder* trace, const char* span, int64_t step,
+                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, trace_recorder* trace, stage span, int64_t step,
                 int64_t layer, int64_t seqs) {
   if (static_cast<int64_t>(scratch.size()) < pieces.pieces() * width) scratch.resize(static_cast<size_t>(pieces.pieces() * width));
   pool.for_each_thread([&](int t) {
-    trace_scope interval(span ? trace : nullptr, span, step, layer, seqs);
+    trace_scope interval(trace, span, step, layer, seqs);
     for (int64_t k0, k1, p; pieces.take(t, k0, k1, p);) {
       float* acc = scratch.data() + p * width;
       if (out) std::fill(acc, acc + width, 0.0f);

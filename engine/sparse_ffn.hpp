@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "engine/stage.hpp"
 #include "kernels/cpu/row_kernels.hpp"
 #include "model/arch.hpp"
 #include "model/model.hpp"
@@ -137,7 +138,7 @@ class trace_recorder;
 // is given; then out (when given) = their sum in piece order. Each thread's share is one `span`
 // interval in `trace` (when given).
 void run_pieces(thread_pool& pool, neuron_shards& pieces, int64_t width, std::vector<float>& scratch, float* out,
-                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, trace_recorder* trace = nullptr, const char* span = nullptr,
+                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, trace_recorder* trace = nullptr, stage span = stage::ffn,
                 int64_t step = 0, int64_t layer = 0, int64_t seqs = 1);
 
 // Collects (row, coefficient) pairs and adds them four at a time.

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/stage.hpp"
+
 namespace hotcold {
 
 class trace_recorder {
@@ -105,10 +107,10 @@ trace_busy busy_time(const std::vector<trace_recorder::entry>& entries, const st
 // Records one interval from construction to destruction (nothing when the recorder is null).
 class trace_scope {
  public:
-  trace_scope(trace_recorder* r, const char* name, int64_t step, int64_t layer, int64_t seqs = 1)
-      : r_(r), name_(name), step_(step), layer_(layer), seqs_(seqs) {
+  trace_scope(trace_recorder* r, stage s, int64_t step, int64_t layer, int64_t seqs = 1)
+      : r_(r), name_(stage_name(s).data()), step_(step), layer_(layer), seqs_(seqs) {
     if (!r_) return;
-    r_->began(name, step, layer);
+    r_->began(name_, step, layer);
     begin_ = trace_recorder::clock::now();
   }
   ~trace_scope() {

@@ -107,7 +107,7 @@ int generate(inference_context& ctx, sampler& smp, std::span<const float> logits
   while (produced < n && pos < ctx.n_ctx()) {
     token_id next;
     {
-      trace_scope span(ctx.trace(), "sample", ctx.steps() - 1, ctx.get_model().hp().n_layer);
+      trace_scope span(ctx.trace(), stage::sample, ctx.steps() - 1, ctx.get_model().hp().n_layer);
       next = smp.sample(logits);
     }
     if (v.is_end_of_generation(next)) break;

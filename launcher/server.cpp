@@ -79,7 +79,6 @@ struct live {
   bool cut_off = false;  // ... because it stopped reading (outcome `cut_off`)
   int64_t prompt_tokens = 0;
   int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
-  uint64_t seed = 0;
   clock_type::time_point accepted, last_token;
   // For --record: the request as it came (with the seed used), and the gaps between its tokens.
   std::string recorded_request;
@@ -333,7 +332,6 @@ class server {
     lv.stream = g.stream;
     lv.out = stop_text(std::move(g.stop));
     lv.prompt_tokens = static_cast<int64_t>(tokens.size());
-    lv.seed = seed;
     lv.accepted = accepted;
     if (record_.is_open()) {
       nlohmann::json req{{"n_predict", g.n_predict}, {"stream", g.stream}, {"parse_special", g.parse_special}, {"stop", lv.out.stops()}};

@@ -70,15 +70,15 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
   int64_t chunk = std::max<int64_t>(1, std::min(o.chunk, hp.n_ctx_train));
   inference_context ctx(m, chunk, threads);
   ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> x) {
-    if (name == "ffn_pred_in") {
+    if (name == observed::ffn_pred_in) {
       std::copy(x.begin(), x.end(), pred_in.begin());
       return;
     }
-    if (name == "ffn_margin") {
+    if (name == observed::ffn_margin) {
       kernels::fp32_to_fp16_row(x.data(), margin.data(), x.size());
       return;
     }
-    if (name != "ffn_act") return;
+    if (name != observed::ffn_act) return;
     std::fill(mask.begin(), mask.end(), 0);
     uint64_t* c = counts.data() + layer * hp.n_ff;
     for (size_t i = 0; i < x.size(); ++i)

@@ -13,7 +13,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dispatch.hpp"
-#include "kernels/cpu/lanes.hpp"
+#include "kernels/cpu/simd_helpers.hpp"
 
 namespace hotcold::kernels {
 

@@ -6,7 +6,7 @@
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
-#include "kernels/cpu/lanes.hpp"
+#include "kernels/cpu/simd_helpers.hpp"
 
 namespace hotcold::kernels {
 

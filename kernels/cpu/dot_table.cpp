@@ -5,7 +5,7 @@
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/dot_isa.hpp"
-#include "kernels/cpu/lanes.hpp"
+#include "kernels/cpu/simd_helpers.hpp"
 
 namespace hotcold::kernels {
 

@@ -412,8 +412,8 @@ TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
     o.hot = hot;
     auto faults = std::make_shared<std::atomic<int>>(0);
     const int64_t victim = 1;  // the second request submitted
-    o.fault = [faults, persistent, victim](std::string_view stage, int64_t layer, const std::vector<int64_t>& requests) {
-      if (stage != "cold_ffn" || layer != 1 || std::find(requests.begin(), requests.end(), victim) == requests.end()) return;
+    o.fault = [faults, persistent, victim](stage s, int64_t layer, const std::vector<int64_t>& requests) {
+      if (s != stage::cold_ffn || layer != 1 || std::find(requests.begin(), requests.end(), victim) == requests.end()) return;
       if (!persistent && faults->load() > 0) return;
       ++*faults;
       throw std::runtime_error("injected fault");

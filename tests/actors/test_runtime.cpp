@@ -39,16 +39,16 @@ TEST(Runtime, ActivationsTravelAsPointers) {
   caf::actor_system_config cfg;
   configure(cfg, {2});
   caf::actor_system sys{cfg};
-  auto keeper = std::make_shared<activation>();
+  auto keeper = std::make_shared<shared_tensor>();
   auto receiver = sys.spawn([keeper]() -> caf::behavior {
-    return {[keeper](const activation& a) {
+    return {[keeper](const shared_tensor& a) {
       *keeper = a;  // hold it, as a pipeline stage holds its input
       return reinterpret_cast<uintptr_t>(a.data());
     }};
   });
   std::vector<float> v(1 << 20);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
-  auto a = activation::wrap(std::move(v), 256, 4096, 7, 3);
+  auto a = shared_tensor::wrap(std::move(v), 256, 4096, 7, 3);
   caf::scoped_actor self{sys};
   uintptr_t seen = 0;
   self->request(receiver, std::chrono::seconds(10), a)

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
@@ -213,8 +215,34 @@ TEST(Record, RecordsAreWholeLinesAfterATornOne) {
     std::string long_prompt;
     while (long_prompt.size() < 6000) long_prompt += "Once upon a time there was a model. ";
     c.generate({{"prompt", long_prompt}, {"n_predict", 3}, {"sampling", {{"temperature", 0}}}});
-    kill(pid, SIGTERM);
-    for (int i = 0; i < 100 && kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);
+    // The server is strace's child: signalled itself (a signal to strace only detaches it, and both
+    // went on running after the suite), it ends, and strace with it.
+    const auto children = [](pid_t parent) {
+      std::vector<pid_t> out;
+      for (const auto& e : fs::directory_iterator("/proc")) {
+        const std::string name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream stat(e.path() / "stat");
+        std::string line;
+        std::getline(stat, line);
+        const auto close = line.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(line.substr(close + 2));
+        char state;
+        pid_t ppid = 0;
+        rest >> state >> ppid;
+        if (ppid == parent) out.push_back(static_cast<pid_t>(std::stoi(name)));
+      }
+      return out;
+    };
+    for (pid_t child : children(pid)) kill(child, SIGTERM);
+    for (int i = 0; i < 200 && kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);
+    if (kill(pid, 0) == 0) {  // nothing may outlive the test
+      for (pid_t child : children(pid)) kill(child, SIGKILL);
+      kill(pid, SIGKILL);
+      ADD_FAILURE() << "the traced server did not stop on SIGTERM";
+    }
+    waitpid(pid, nullptr, WNOHANG);
   }
   std::ifstream s(log);
   int record_writes = 0;

@@ -1,0 +1,25 @@
+#pragma once
+// One naming of what a step computes, by (name, layer): the intervals traces record, the stages the
+// actors time for /metrics, the faults tests inject, and the values the forward pass's observer sees.
+#include <string_view>
+
+namespace hotcold {
+
+// The parts of a step, in the order a layer runs them; `output` is the head (layer n_layer), `sample`
+// the sampler's work on the logits.
+enum class stage : int { attention, predict, hot_ffn, cold_ffn, ffn, output, sample };
+inline constexpr int n_stages = 7;
+// "attention", "predict", "hot_ffn", "cold_ffn", "ffn", "output", "sample" (a string literal's storage).
+constexpr std::string_view stage_name(stage s) {
+  constexpr std::string_view names[n_stages] = {"attention", "predict", "hot_ffn", "cold_ffn", "ffn", "output", "sample"};
+  return names[static_cast<int>(s)];
+}
+
+// The intermediate values inference_context's observer is shown, per token and layer.
+namespace observed {
+inline constexpr std::string_view ffn_pred_in = "ffn_pred_in";  // what the layer's activation predictor reads (n_embd)
+inline constexpr std::string_view ffn_act = "ffn_act";          // the FFN's hidden vector after the activation (n_ff)
+inline constexpr std::string_view ffn_margin = "ffn_margin";    // per neuron, the pre-activation that decides whether it fires (n_ff)
+}  // namespace observed
+
+}  // namespace hotcold
