@@ -22,7 +22,8 @@ typedef u64 v4u64 __attribute__((vector_size(32)));
 // the products ask for the rows two ahead): over 0.9-1.7 GB here that read ~7% more than two plain
 // streams and ~20% more than one (six rounds, 150 ms each).
 // Lines: every line asked for into L1 2 KiB ahead, as the products do where the CPU wants that
-// (kernels::cpu().stream_ahead; on the Intel Xeon of 2026-11-30, 35 GB/s over 512 MB against 28 plain).
+// (kernels::cpu().stream_ahead), which reads faster than plain streams on cores that keep few lines
+// in flight (docs/performance.md).
 template <bool Ahead, bool Lines = false>
 __attribute__((target("avx2"))) u64 sum_avx2(const u64* p, size_t n) {
   constexpr size_t block = 4096 / sizeof(u64), ahead = 2 * block, line = 64 / sizeof(u64), lines_ahead = 2048 / sizeof(u64);

@@ -241,10 +241,8 @@ void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view
     // down rows of the neurons that fired, four at a time, the next four asked for likewise. Each row's
     // lines are on their way one step (8 or 16 KiB) ahead, spread through the reading, where asking for
     // the first lines of rows two neurons ahead left the hardware's streams to start on each 4 KiB row
-    // afresh. One neuron a step (dot2_f16_ahead) until 2026-11-30: on the Intel Xeon of that day the
-    // gate/up pass over scattered rows alone read 16 GB/s so and 26 with two neurons a step (a plain
-    // sum of the same rows: 26; two threads, 16 x 642 random rows of 5632); decode +1 to +4% (three
-    // alternations in one process). On Zen 5 two neurons a step had not been measurably faster.
+    // afresh. Two neurons a step rather than one: four streams keep the miss buffers busy where two
+    // leave them idle on some cores (docs/kernels.md has the measurements).
     auto f16 = [](const tensor_view& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.row(r)); };
     const int64_t d = gate.ne0;
     auto take = [&](int64_t j, float g, float u) {

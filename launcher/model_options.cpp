@@ -58,7 +58,6 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   if (const auto* pl = m->placement()) {
     int64_t hot = 0;
     for (const auto& layer : pl->hot) hot += static_cast<int64_t>(layer.size());
-    // Until the hot device arrives (issue 5) every neuron runs on the CPU; the placement is read and checked.
     fmt::print(stderr, "hotcold: placement {}: {} hot neurons ({:.1f}% of the FFN), {:.3f} GiB of FFN rows for the fast device\n", placement_path(path), hot,
                100.0 * static_cast<double>(hot) / static_cast<double>(hp.n_layer * hp.n_ff), pl->vram_capacity / double(1ull << 30));
   }

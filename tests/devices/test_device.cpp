@@ -95,6 +95,36 @@ TEST(Device, SimTransfersTakeTheModeledTime) {
   EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.2e-3);
 }
 
+// The operation table: host devices compute FFN rows of the types the CPU kernels read, through the
+// job's CPU routine, on the device's own queue; a type outside the table is refused by name.
+TEST(Device, OperationTableSaysWhatItComputesAndComputesIt) {
+  device_options c;
+  c.kind = "cpu";
+  for (auto d : {sim(1 << 20), make_device(c)}) {
+    SCOPED_TRACE(d->name());
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q4_0})
+      EXPECT_TRUE(d->supports(operation::ffn_rows, t)) << tensor_type_name(t);
+    for (tensor_type t : {tensor_type::q4_k, tensor_type::q5_0, tensor_type::i32}) EXPECT_FALSE(d->supports(operation::ffn_rows, t)) << tensor_type_name(t);
+    d->reserve(operation::ffn_rows, 4, 64, 256);
+    EXPECT_EQ(d->used(), 0u);  // host devices need no scratch
+    std::atomic<std::thread::id> ran_on{};
+    ffn_rows_job job;
+    job.type = tensor_type::f16;
+    job.host = [&] { ran_on = std::this_thread::get_id(); };
+    d->submit([&] { d->compute(job); })->wait();
+    if (d->name() == "sim") EXPECT_NE(ran_on.load(), std::this_thread::get_id());  // on the sim's thread
+    else EXPECT_EQ(ran_on.load(), std::this_thread::get_id());                    // the CPU runs it inline
+    job.type = tensor_type::q4_k;
+    auto e = d->submit([&] { d->compute(job); });
+    try {
+      e->wait();
+      ADD_FAILURE() << "an unsupported type was computed";
+    } catch (const std::invalid_argument& err) {
+      EXPECT_NE(std::string(err.what()).find("Q4_K"), std::string::npos) << err.what();
+    }
+  }
+}
+
 TEST(Device, KindsAUserCanAskFor) {
   device_options o;
   o.kind = "tpu";

@@ -207,7 +207,7 @@ TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
   EXPECT_LT(steady::now() - t0, 3s) << "a stop took longer than a second or two";
 }
 
-// The loopback names the README documents bind and answer: localhost and [::1].
+// The loopback names docs/commands.md documents bind and answer: localhost and [::1].
 TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
   const int port = 20000 + (getpid() + 131) % 20000;
   for (const std::string ep : {"tcp://localhost:" + std::to_string(port), "tcp://[::1]:" + std::to_string(port + 1)}) {
