@@ -27,22 +27,22 @@ void axpy4_one_by_one(const float* a, const void* const* rows, float* y, int64_t
 
 const std::array<row_kernels, 6>& table() {
   static const std::array<row_kernels, 6> t = {{
-      {tensor_type::f32, false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_f32(as<float>(r), x, n); },
+      {tensor_type::f32, 1, 4, false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_f32(as<float>(r), x, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_f32(a, as<float>(r), y, n); }, axpy4_rows<float, axpy4_f32>,
        [](const void* r, float* out, int64_t n) { std::memcpy(out, r, static_cast<size_t>(n) * sizeof(float)); }},
-      {tensor_type::f16, false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_f16(as<uint16_t>(r), x, n); },
+      {tensor_type::f16, 1, 2, false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_f16(as<uint16_t>(r), x, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_f16(a, as<uint16_t>(r), y, n); }, axpy4_rows<uint16_t, axpy4_f16>,
        [](const void* r, float* out, int64_t n) { fp16_to_fp32_row(as<uint16_t>(r), out, static_cast<size_t>(n)); }},
-      {tensor_type::bf16, false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_bf16(as<uint16_t>(r), x, n); },
+      {tensor_type::bf16, 1, 2, false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_bf16(as<uint16_t>(r), x, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_bf16(a, as<uint16_t>(r), y, n); }, axpy4_rows<uint16_t, axpy4_bf16>,
        [](const void* r, float* out, int64_t n) { bf16_to_fp32_row(as<uint16_t>(r), out, static_cast<size_t>(n)); }},
-      {tensor_type::q8_0, true, [](const void* r, const float*, const block_q8_0* xq, int64_t n) { return dot_q8_0(as<block_q8_0>(r), xq, n); },
+      {tensor_type::q8_0, qk8_0, sizeof(block_q8_0), true, [](const void* r, const float*, const block_q8_0* xq, int64_t n) { return dot_q8_0(as<block_q8_0>(r), xq, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_q8_0(a, as<block_q8_0>(r), y, n); }, axpy4_rows<block_q8_0, axpy4_q8_0>,
        [](const void* r, float* out, int64_t n) { dequantize_row_q8_0(as<block_q8_0>(r), out, n); }},
-      {tensor_type::q4_0, true, [](const void* r, const float*, const block_q8_0* xq, int64_t n) { return dot_q4_0(as<block_q4_0>(r), xq, n); },
+      {tensor_type::q4_0, qk4_0, sizeof(block_q4_0), true, [](const void* r, const float*, const block_q8_0* xq, int64_t n) { return dot_q4_0(as<block_q4_0>(r), xq, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_q4_0(a, as<block_q4_0>(r), y, n); }, axpy4_rows<block_q4_0, axpy4_q4_0>,
        [](const void* r, float* out, int64_t n) { dequantize_row_q4_0(as<block_q4_0>(r), out, n); }},
-      {tensor_type::q6_k, false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_q6_k(as<block_q6_k>(r), x, n); },
+      {tensor_type::q6_k, qk_k, sizeof(block_q6_k), false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_q6_k(as<block_q6_k>(r), x, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_q6_k(a, as<block_q6_k>(r), y, n); }, axpy4_one_by_one<axpy_q6_k>,
        [](const void* r, float* out, int64_t n) { dequantize_row_q6_k(as<block_q6_k>(r), out, n); }},
   }};

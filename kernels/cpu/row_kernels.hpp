@@ -10,6 +10,8 @@ namespace hotcold::kernels {
 
 struct row_kernels {
   tensor_type type;
+  uint32_t block_size;   // elements per block (1 for plain types): a row's length is a multiple of it
+  uint32_t block_bytes;  // bytes per block
   // The activation's side of a product: rows of this type are dotted with the input quantized to
   // Q8_0 (Q8_0 and Q4_0 rows, as llama.cpp does), else with the floats.
   bool q8_input;

@@ -108,6 +108,8 @@ TEST(RowKernels, EachTypeComputesWithItsOwnLayout) {
     const row_kernels* k = row_kernels_for(t);
     ASSERT_NE(k, nullptr);
     EXPECT_EQ(k->type, t);
+    EXPECT_EQ(k->block_size, traits(t).block_size);
+    EXPECT_EQ(k->block_bytes, traits(t).block_bytes);
     EXPECT_EQ(k->q8_input, t == tensor_type::q8_0 || t == tensor_type::q4_0);
     typed_row rows[4] = {make_row(t, random()), make_row(t, random()), make_row(t, random()), make_row(t, random())};
 
