@@ -118,6 +118,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
         for (size_t l = 0; l < plan.solution.hot.size(); ++l)
           fmt::print("layer {:3}: {} hot neurons\n", l, plan.solution.hot[l].size());
         fmt::print("hot neurons take {:.1f}% of the profiled firings{}\n", 100 * plan.hot_mass, plan.solution.exact ? "" : " (greedy solution)");
+        fmt::print("{}", plan.table());
         fmt::print(stderr, "hotcold place: wrote {}\n", path);
       });
     });
@@ -177,6 +178,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
           auto plan = tools::plan_placement(a->out, po.out_dir, a->budget, a->ctx);
           auto m = model::load(a->out, {true});
           tools::write_placement(plan, placement_path(a->out), m->hp().n_ff);
+          fmt::print(stderr, "{}", plan.table());
           fmt::print(stderr, "hotcold prepare: {:.1f}% of firings on hot neurons within {} GiB -> {}\n", 100 * plan.hot_mass, a->budget,
                      placement_path(a->out));
         }

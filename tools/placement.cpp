@@ -114,28 +114,59 @@ placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& 
   if (ctx <= 0) ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
   placement_plan plan;
   plan.budget = static_cast<uint64_t>(budget_gib * double(1ull << 30));
+  plan.ctx = ctx;
   const auto& w = m->weights();
   fixed_costs& f = plan.fixed;
-  f.output = w.output.bytes();
-  f.norms = w.output_norm.bytes() + w.output_norm_b.bytes();
-  for (const auto& l : w.layers) {
-    f.attention += l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wqkv.bytes() + l.wo.bytes();
-    f.predictors += l.pred_fc1.bytes() + l.pred_fc2.bytes();
-    f.norms += l.attn_norm.bytes() + l.attn_norm_b.bytes() + l.attn_norm_2.bytes() + l.attn_norm_2_b.bytes() + l.ffn_norm.bytes();
-  }
-  // KV cache in F16 (as GPU back ends keep it), K and V, every layer, the whole context.
-  f.kv_cache = static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(ctx) * static_cast<uint64_t>(hp.n_embd_kv()) * 2 * 2;
+  // Strictly in order: once something does not fit, nothing after it goes to the device (a small FFN
+  // norm does not jump ahead of a predictor that did not fit).
+  uint64_t left = plan.budget;
+  bool full = false;
+  auto take = [&](uint64_t bytes) {
+    if (full || bytes > left) return full = true, false;
+    left -= bytes;
+    return true;
+  };
   // Compute buffers for one token: the residual stream and its norms, q/k/v, attention scores over the
   // context for every head, FFN hidden vectors and scores, logits; float32, doubled for double-buffering.
   f.compute = 2 * 4 * static_cast<uint64_t>(6 * hp.n_embd + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * hp.n_ff + hp.n_vocab);
-  if (f.total() > plan.budget)
-    throw std::invalid_argument(fmt::format("--vram-budget {:.4g} GiB ({:.2f} MiB) is below what the device must hold before any FFN neuron: "
-                                            "{:.2f} MiB (attention {:.2f}, predictors {:.2f}, output head {:.2f}, KV cache at {} tokens {:.2f}, compute {:.2f})",
-                                            budget_gib, plan.budget / double(1 << 20), f.total() / double(1 << 20), f.attention / double(1 << 20),
-                                            f.predictors / double(1 << 20), f.output / double(1 << 20), ctx, f.kv_cache / double(1 << 20),
-                                            f.compute / double(1 << 20)));
+  if (!take(f.compute))
+    throw std::invalid_argument(fmt::format("--vram-budget {:.4g} GiB ({:.2f} MiB) is below the compute buffers the device needs for anything: {:.2f} MiB",
+                                            budget_gib, plan.budget / double(1 << 20), f.compute / double(1 << 20)));
+  plan.layers.resize(static_cast<size_t>(hp.n_layer));
+  // KV cache in F16 (as GPU back ends keep it), K and V, the whole context, for each layer whose
+  // attention the device runs (attention without its cache would send the cache across every token).
+  const uint64_t kv_layer = static_cast<uint64_t>(ctx) * static_cast<uint64_t>(hp.n_embd_kv()) * 2 * 2;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {  // attention, front to back
+    const auto& l = w.layers[static_cast<size_t>(il)];
+    auto& pl = plan.layers[static_cast<size_t>(il)];
+    const uint64_t weights = l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wqkv.bytes() + l.wo.bytes();
+    const uint64_t norms = l.attn_norm.bytes() + l.attn_norm_b.bytes() + l.attn_norm_2.bytes() + l.attn_norm_2_b.bytes();
+    if (!take(weights + norms + kv_layer)) break;
+    pl.attention = true;
+    pl.attention_bytes = weights + norms, pl.kv_bytes = kv_layer;
+    f.attention += weights, f.norms += norms, f.kv_cache += kv_layer;
+  }
+  for (int64_t il = 0; il < hp.n_layer; ++il) {  // predictors
+    const auto& l = w.layers[static_cast<size_t>(il)];
+    auto& pl = plan.layers[static_cast<size_t>(il)];
+    const uint64_t bytes = l.pred_fc1.bytes() + l.pred_fc2.bytes();
+    if (bytes == 0) continue;
+    if (!take(bytes)) break;
+    pl.predictor = true, pl.predictor_bytes = bytes, f.predictors += bytes;
+  }
+  for (int64_t il = 0; il < hp.n_layer; ++il) {  // FFN norms (Falcon's FFN reads attn_norm, counted with attention)
+    const auto& l = w.layers[static_cast<size_t>(il)];
+    auto& pl = plan.layers[static_cast<size_t>(il)];
+    const uint64_t bytes = l.ffn_norm.bytes();
+    if (bytes == 0) continue;
+    if (!take(bytes)) break;
+    pl.ffn_norm = true, pl.ffn_norm_bytes = bytes, f.norms += bytes;
+  }
+  const uint64_t head = w.output.bytes() + w.output_norm.bytes() + w.output_norm_b.bytes();
+  if (take(head)) plan.output = true, f.output = w.output.bytes(), f.norms += w.output_norm.bytes() + w.output_norm_b.bytes();
+  // Hot FFN neurons with what is left.
   placement_problem p;
-  p.budget = plan.budget - f.total();
+  p.budget = full ? 0 : left;
   uint64_t all = 0;
   const read_costs costs(*m);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -145,8 +176,35 @@ placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& 
     all = std::accumulate(begin, begin + hp.n_ff, all);
   }
   plan.solution = solve_placement(p);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    auto& pl = plan.layers[static_cast<size_t>(l)];
+    pl.hot_neurons = static_cast<int64_t>(plan.solution.hot[static_cast<size_t>(l)].size());
+    pl.hot_bytes = static_cast<uint64_t>(pl.hot_neurons) * p.bytes[static_cast<size_t>(l)];
+  }
   plan.hot_mass = all ? static_cast<double>(plan.solution.value) / static_cast<double>(all) : 0.0;
   return plan;
+}
+
+std::string placement_plan::table() const {
+  auto mib = [](uint64_t b) { return b / double(1 << 20); };
+  auto yes = [&](bool on, uint64_t b) { return on ? fmt::format("{:.2f}", mib(b)) : std::string("cpu"); };
+  std::string t = "| layer | attention MiB | KV cache MiB | predictor MiB | FFN norm MiB | hot neurons | hot rows MiB | device MiB |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const auto& p = layers[l];
+    t += fmt::format("| {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} |\n", l, yes(p.attention, p.attention_bytes), yes(p.attention, p.kv_bytes),
+                     yes(p.predictor, p.predictor_bytes), yes(p.ffn_norm, p.ffn_norm_bytes), p.hot_neurons, mib(p.hot_bytes), mib(p.bytes()));
+  }
+  const auto count = [&](bool layer_placement::*on) {
+    return std::count_if(layers.begin(), layers.end(), [&](const layer_placement& p) { return p.*on; });
+  };
+  t += fmt::format("| total | {} of {} layers | {:.2f} | {} predictors | {} norms | {} | {:.2f} | {:.2f} |\n", count(&layer_placement::attention),
+                   layers.size(), mib(fixed.kv_cache), count(&layer_placement::predictor), count(&layer_placement::ffn_norm),
+                   std::accumulate(layers.begin(), layers.end(), int64_t{0}, [](int64_t a, const layer_placement& p) { return a + p.hot_neurons; }),
+                   mib(solution.bytes), mib(bytes()));
+  t += fmt::format("output head: {}; compute buffers {:.2f} MiB; {:.2f} of {:.2f} MiB used (context {})\n", output ? "device" : "cpu", mib(fixed.compute),
+                   mib(bytes()), mib(budget), ctx);
+  return t;
 }
 
 void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff) {

@@ -7,6 +7,7 @@
 #include "tests/model/tiny_models.hpp"
 #include "model/placement_file.hpp"
 #include "tools/placement.hpp"
+#include "tools/sparse_file.hpp"
 
 namespace hotcold {
 namespace {
@@ -93,6 +94,63 @@ TEST(Placement, ModelsReadTheirPlacementFile) {
   write_placement_file(p, placement_path(path), 64);  // wrong neuron count
   EXPECT_THROW(model::load(path), model_error);
   std::filesystem::remove(placement_path(path));
+}
+
+// The plan fills the device in PowerInfer's order, each kind front to back, with exact bytes: for
+// every budget from the compute buffers alone to all of it, attention (with its KV cache) is a prefix
+// of the layers; predictors come only once every layer's attention is there, FFN norms only after
+// every predictor, the head after every norm, hot FFN rows only after the head; the bytes per layer
+// are the tensors' own (KV: F16 K and V at the context); nothing passes the budget.
+TEST(Placement, PlanFillsTheDeviceInOrder) {
+  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
+  auto dense = test::make_model("plan_dense", o);
+  const auto path = (test::scratch_dir() / "plan_sparse.gguf").string();
+  tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
+  auto m = model::load(path);
+  const auto& hp = m->hp();
+  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff));
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = (i * 7919) % 101;
+  const int64_t ctx = 64;
+  EXPECT_THROW(tools::plan_placement(*m, counts, 1.0 / (1 << 30), ctx), std::invalid_argument);  // one byte: not even the buffers
+  int64_t last_attention = -1;
+  bool saw_partial_attention = false, saw_hot = false;
+  for (double kib = 4; kib < 4096; kib *= 1.25) {
+    SCOPED_TRACE(kib);
+    tools::placement_plan p;
+    try {
+      p = tools::plan_placement(*m, counts, kib / (1 << 20), ctx);
+    } catch (const std::invalid_argument&) {
+      continue;  // below the compute buffers
+    }
+    ASSERT_EQ(p.layers.size(), static_cast<size_t>(hp.n_layer));
+    EXPECT_LE(p.bytes(), p.budget);
+    uint64_t sum = p.fixed.compute + (p.output ? m->weights().output.bytes() + m->weights().output_norm.bytes() : 0);
+    int64_t attention = 0;
+    for (size_t l = 0; l < p.layers.size(); ++l) {
+      const auto& pl = p.layers[l];
+      const auto& w = m->weights().layers[l];
+      sum += pl.bytes();
+      if (pl.attention) {
+        EXPECT_EQ(attention, static_cast<int64_t>(l)) << "attention is a prefix of the layers";
+        ++attention;
+        EXPECT_EQ(pl.attention_bytes, w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.attn_norm.bytes());
+        EXPECT_EQ(pl.kv_bytes, static_cast<uint64_t>(ctx * hp.n_embd_kv() * 2 * 2));
+      }
+      if (pl.predictor) EXPECT_TRUE(p.layers.back().attention) << "a predictor before every layer's attention";
+      if (pl.ffn_norm) EXPECT_TRUE(p.layers.back().predictor) << "an FFN norm before every predictor";
+      EXPECT_EQ(pl.hot_neurons, static_cast<int64_t>(p.solution.hot[l].size()));
+      if (pl.hot_neurons > 0) EXPECT_TRUE(p.output) << "hot FFN rows before the head";
+    }
+    if (p.output) EXPECT_TRUE(p.layers.back().ffn_norm) << "the head before every FFN norm";
+    EXPECT_EQ(sum, p.bytes());
+    EXPECT_GE(attention, last_attention) << "more budget, fewer layers' attention";
+    last_attention = attention;
+    saw_partial_attention |= attention > 0 && attention < hp.n_layer;
+    saw_hot |= p.solution.bytes > 0;
+    EXPECT_NE(p.table().find("| total |"), std::string::npos);
+  }
+  EXPECT_TRUE(saw_partial_attention) << "no budget held only some layers' attention: the sweep tests nothing";
+  EXPECT_TRUE(saw_hot);
 }
 
 }  // namespace
