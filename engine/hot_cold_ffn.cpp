@@ -128,10 +128,10 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
 }
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold)
-    : model_(std::move(m)), rows_(std::move(rows)), cold_(&cold) {}
+    : model_(std::move(m)), rows_(std::move(rows)), cold_(&cold), costs_(*model_) {}
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads)
-    : model_(m), rows_(std::make_shared<const hot_rows>(m, placement, std::move(hot))), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()) {}
+    : model_(m), rows_(std::make_shared<const hot_rows>(m, placement, std::move(hot))), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()), costs_(*model_) {}
 
 void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                              float* out) {
@@ -144,7 +144,12 @@ void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input&
   devices::event hot_done;
   if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
   cold_share(*cold_, *model_, step, layer, split_.cold_ids, x, hidden, cold_acc_, out, trace_);
-  if (hot_done) hot_done->wait();
+  if (hot_done) {
+    hot_done->wait();
+    const auto hot = static_cast<int64_t>(split_.hot_ids.size());
+    const int64_t fired = fired_rows(hidden, x.n == 1 ? nullptr : x.chosen, x.n, x.n_ff, split_.hot_ids.data(), hot);
+    computed_.hot_read += costs_.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(hot), static_cast<uint64_t>(fired));
+  }
   for (int64_t k = 0; k < nd; ++k) out[k] += hot_out_[static_cast<size_t>(k)];
 }
 

@@ -16,6 +16,7 @@
 
 #include "devices/device.hpp"
 #include "engine/forward.hpp"
+#include "engine/read_costs.hpp"
 #include "engine/thread_pool.hpp"
 #include "model/placement_file.hpp"
 
@@ -78,6 +79,7 @@ class hot_cold_ffn final : public ffn_executor {
 
   struct counts {
     int64_t hot = 0, cold = 0;  // chosen neurons computed on each side, all layers, all steps
+    uint64_t hot_read = 0;      // bytes of FFN rows read on the device: gate and up rows of the hot chosen, down rows of those that fired
   };
   const counts& computed() const { return computed_; }
   uint64_t hot_bytes() const { return rows_->bytes(); }
@@ -88,6 +90,7 @@ class hot_cold_ffn final : public ffn_executor {
   std::shared_ptr<const hot_rows> rows_;
   std::unique_ptr<thread_pool> own_cold_;
   thread_pool* cold_;
+  read_costs costs_;
   counts computed_;
   trace_recorder* trace_ = nullptr;
   ffn_split split_;

@@ -174,11 +174,20 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       struct result {
         rate pp, tg;
         double bpt = 0;
+        double device_bpt = 0;  // of bpt, what the hot device read (its FFN rows)
       };
       std::vector<result> results(configs.size());
       std::vector<std::vector<double>> pp_runs(configs.size()), tg_runs(configs.size());
       std::vector<int64_t> tokens_run(configs.size(), 0);
       std::vector<rows_read> computed(configs.size(), rows_read(static_cast<size_t>(hp.n_layer)));  // per configuration, over its repetitions
+      // Bytes of weights the hot device has read so far, on either pipeline (the actors' stats, the
+      // reference's split), and per configuration over its repetitions.
+      auto device_read = [&] {
+        uint64_t b = l.split ? l.split->computed().hot_read : 0;
+        if (pipe) b += pipe->stats()->read().device_bytes;
+        return b;
+      };
+      std::vector<uint64_t> device_bytes(configs.size(), 0);
       // The bytes a step of each configuration reads (the warm-up's two steps; without a warm-up,
       // every row, as a dense step reads): what its roofline's probe reads.
       const double dense_step_bytes = static_cast<double>(read_costs(m).dense_step());
@@ -221,8 +230,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(configs[k].actors, a->n_prompt));
           if (a->n_gen > 0) {
             const rows_read before(ctx);
+            const uint64_t device_before = device_read();
             tg_runs[k].push_back(timed(configs[k].actors, configs[k].sequences, a->n_gen));
             computed[k] += rows_read(ctx) -= before;
+            device_bytes[k] += device_read() - device_before;
             tokens_run[k] += a->n_gen;
           }
         }
@@ -258,6 +269,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           results[k].tg = summarize(tg_runs[k]);
           // Weights read per step (each row of a step's union once), shared by its K tokens.
           results[k].bpt = bytes_per_step(m, computed[k], tokens_run[k]) / configs[k].sequences;
+          results[k].device_bpt = static_cast<double>(device_bytes[k]) / static_cast<double>(tokens_run[k] * configs[k].sequences);
         }
       }
       auto mode_name = [](ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; };
@@ -272,13 +284,20 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       const double reference_tg = other_k < 0 ? 0 : actors_first ? results[static_cast<size_t>(other_k)].tg.mean : results[0].tg.mean;
       // --vs-parallel K2: aggregate decode of K2 sequences over that of --parallel's (other / base).
       const double parallel_speedup = parallel_k < 0 ? 0 : ratio(results[static_cast<size_t>(parallel_k)].tg.mean, results[0].tg.mean);
+      const double kv_bytes_per_token =
+          static_cast<double>(hp.n_layer) * 2.0 * static_cast<double>(hp.n_embd_kv()) * sizeof(float) * (static_cast<double>(a->n_gen) + 1) / 2;
       if (a->json) {
         auto describe = [&](size_t k) {
           nlohmann::json d{{"model", m.path()}, {"mode", mode_name(configs[k].mode)}, {"pipeline", pipeline_name(configs[k].actors)},
                                 {"threads", ctx.pool().size()}, {"model_bytes", m.weight_bytes()},
                                 {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
                                 {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
-                                {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences}};
+                                {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences},
+                                // Weights and KV cache read per decoded token on each side: the KV cache (F32, every layer,
+                                // positions 0..n_gen-1 of each sequence: (n_gen + 1) / 2 cached rows of K and V on average)
+                                // is read on the host, where attention runs.
+                                {"host_bytes_per_token", results[k].bpt - results[k].device_bpt + kv_bytes_per_token},
+                                {"device_bytes_per_token", results[k].device_bpt}};
           if (probe && results[k].bpt > 0) {
             d["read_bandwidth_bytes_per_s"] = bandwidth[k];
             d["probe_bytes"] = probe_bytes(k);

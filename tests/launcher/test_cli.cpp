@@ -295,6 +295,22 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   EXPECT_LT(v.at("bytes_per_token").get<double>(), v.at("dense").at("bytes_per_token").get<double>());
   EXPECT_EQ(v.at("probe_bytes").get<double>(), std::floor(v.at("bytes_per_token").get<double>()));
   EXPECT_EQ(v.at("dense").at("probe_bytes").get<double>(), std::floor(v.at("dense").at("bytes_per_token").get<double>()));
+  // Each side's bytes a token: on the CPU alone the device reads nothing and the host reads the
+  // weights and the KV cache; with the sim device holding hot rows, it reads some of the FFN's, on
+  // either pipeline, and the two sides add up to the weights plus the same KV cache.
+  const double kv = v.at("host_bytes_per_token").get<double>() - v.at("bytes_per_token").get<double>();
+  EXPECT_EQ(v.at("device_bytes_per_token").get<double>(), 0.0);
+  EXPECT_GT(kv, 0.0);
+  auto on_sim = run({"bench", "-m", sparse, "-p", "4", "-n", "4", "-r", "1", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "1",
+                     "--vs-reference", "--json"});
+  ASSERT_EQ(on_sim.code, 0) << on_sim.err;
+  auto s = nlohmann::json::parse(on_sim.out);
+  for (const auto& d : {s, s.at("reference")}) {
+    SCOPED_TRACE(d.at("pipeline").get<std::string>());
+    EXPECT_GT(d.at("device_bytes_per_token").get<double>(), 0.0);
+    EXPECT_LT(d.at("device_bytes_per_token").get<double>(), d.at("bytes_per_token").get<double>());
+    EXPECT_NEAR(d.at("host_bytes_per_token").get<double>() + d.at("device_bytes_per_token").get<double>(), d.at("bytes_per_token").get<double>() + kv, 1e-6 * kv);
+  }
 
   auto bare = (dir / "bare.gguf").string();
   fs::copy_file(sparse, bare);
