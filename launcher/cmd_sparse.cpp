@@ -110,7 +110,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
         auto plan = tools::plan_placement(a->model, a->stats, a->budget, a->ctx);
         auto path = placement_path(a->model);
         auto m = model::load(a->model, {true});
-        tools::write_placement(plan, path, m->hp().n_ff);
+        tools::write_placement(plan, path, m->hp().n_ff, a->model);
         auto gib = [](uint64_t b) { return b / double(1ull << 30); };
         fmt::print("budget {:.3f} GiB: attention {:.3f}, predictors {:.3f}, norms {:.4f}, output head {:.3f}, KV cache {:.3f}, compute {:.4f}; "
                    "hot FFN rows {:.3f} GiB\n", gib(plan.budget), gib(plan.fixed.attention), gib(plan.fixed.predictors), gib(plan.fixed.norms),
@@ -177,7 +177,7 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
         if (a->budget > 0) {
           auto plan = tools::plan_placement(a->out, po.out_dir, a->budget, a->ctx);
           auto m = model::load(a->out, {true});
-          tools::write_placement(plan, placement_path(a->out), m->hp().n_ff);
+          tools::write_placement(plan, placement_path(a->out), m->hp().n_ff, a->out);
           fmt::print(stderr, "{}", plan.table());
           fmt::print(stderr, "hotcold prepare: {:.1f}% of firings on hot neurons within {} GiB -> {}\n", 100 * plan.hot_mass, a->budget,
                      placement_path(a->out));

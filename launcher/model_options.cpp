@@ -12,6 +12,8 @@
 #include "devices/device.hpp"
 #include "devices/device_info.hpp"
 #include "launcher/default_model.hpp"
+#include "launcher/progress.hpp"
+#include "tools/auto_placement.hpp"
 
 namespace hotcold::launcher {
 
@@ -92,12 +94,23 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   auto dev = devices::make_device(dopt);
   if (dev->kind() != devices::device_kind::cpu) {
     if (mode != ffn_mode::sparse) throw std::invalid_argument(fmt::format("--device {} splits the sparse FFN: it needs --mode sparse and a file with predictors", a.device));
-    const placement_data* pl = m->placement();
-    if (!pl)
-      throw std::invalid_argument(fmt::format("--device {}: {} has no placement ({}); make one with `hotcold place -m {} --stats DIR --vram-budget GiB`",
-                                              a.device, path, placement_path(path), path));
-    l.hot = std::make_shared<const hot_rows>(m, *pl, dev);
-    if (l.trace) l.trace->set_hot_neurons(pl->hot);
+    // The placement for this device's budget and the context asked for (not a command's own, such as
+    // bench's prompt + generation): the one beside the model when it was made for them, else one
+    // planned now (docs/commands.md, "Devices").
+    tools::auto_placement_options po;
+    po.cache_dir = cache_dir();
+    po.threads = threads;
+    progress_bar bar("hotcold: profiling for a placement");
+    po.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+    const int64_t plan_ctx = a.ctx > 0 ? a.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+    auto placed = tools::ensure_placement(path, *m, dev->budget(), plan_ctx, po);
+    if (placed.made) {
+      fmt::print(stderr, "hotcold: {}: planned a placement for {:.4g} GiB at context {} ({:.1f}% of the profiled firings on hot neurons); wrote {}\n",
+                 placed.reason, dev->budget() / double(1ull << 30), plan_ctx, 100 * placed.plan.hot_mass, placed.path);
+      fmt::print(stderr, "{}", placed.plan.table());
+    }
+    l.hot = std::make_shared<const hot_rows>(m, placed.data, dev);
+    if (l.trace) l.trace->set_hot_neurons(placed.data.hot);
     l.split = std::make_shared<hot_cold_ffn>(m, l.hot, l.ctx->pool());  // one set of CPU workers
     l.split->set_trace(l.trace.get());
     l.ctx->set_ffn_executor(l.split);

@@ -1,6 +1,8 @@
 #include "model/placement_file.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -12,9 +14,28 @@ namespace hotcold {
 
 std::string placement_path(const std::string& model_path) { return model_path + ".generated.gpuidx"; }
 
+placement_origin placement_origin_of(const std::string& model_path, uint64_t budget, uint64_t ctx) {
+  placement_origin o;
+  o.known = true;
+  o.budget = budget, o.ctx = ctx;
+  std::error_code ec;
+  o.model_bytes = std::filesystem::file_size(model_path, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: {}", model_path, ec.message()));
+  const auto t = std::filesystem::last_write_time(model_path, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: {}", model_path, ec.message()));
+  o.model_mtime_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+  return o;
+}
+
 void write_placement_file(const placement_data& p, const std::string& path, int64_t n_ff) {
   gguf::writer w(gguf::file_kind::powerinfer);
   w.set_u64("split.vram_capacity", p.vram_capacity);
+  if (p.origin.known) {
+    w.set_u64("hotcold.placement.budget", p.origin.budget);
+    w.set_u64("hotcold.placement.ctx", p.origin.ctx);
+    w.set_u64("hotcold.placement.model_bytes", p.origin.model_bytes);
+    w.set_u64("hotcold.placement.model_mtime_ns", p.origin.model_mtime_ns);
+  }
   std::vector<std::vector<int32_t>> masks;
   masks.reserve(p.hot.size());
   for (const auto& hot : p.hot) {
@@ -39,6 +60,11 @@ placement_data read_placement_file(const std::string& path, int64_t n_layer, int
   auto f = gguf::file::open(path);
   placement_data p;
   if (const auto* cap = f.find("split.vram_capacity")) p.vram_capacity = cap->as_u64();
+  const auto* budget = f.find("hotcold.placement.budget");
+  const auto* ctx = f.find("hotcold.placement.ctx");
+  const auto* bytes = f.find("hotcold.placement.model_bytes");
+  const auto* mtime = f.find("hotcold.placement.model_mtime_ns");
+  if (budget && ctx && bytes && mtime) p.origin = {true, budget->as_u64(), ctx->as_u64(), bytes->as_u64(), mtime->as_u64()};
   auto& hot = p.hot;
   hot.resize(static_cast<size_t>(n_layer));
   for (int64_t l = 0; l < n_layer; ++l) {

@@ -9,9 +9,24 @@
 
 namespace hotcold {
 
+// What a placement was made for (hotcold's keys `hotcold.placement.budget`, `.ctx`, `.model_bytes`,
+// `.model_mtime_ns`, all u64): a placement made for another budget, context or file is made again.
+// PowerInfer's files have none of them (known = false) and are taken as they are.
+struct placement_origin {
+  bool known = false;
+  uint64_t budget = 0;         // bytes of the device's budget
+  uint64_t ctx = 0;            // context the KV cache was planned for
+  uint64_t model_bytes = 0;    // the model file's size
+  uint64_t model_mtime_ns = 0; // and its modification time
+  bool operator==(const placement_origin&) const = default;
+};
+// The origin of a plan for `model_path` (its size and modification time now).
+placement_origin placement_origin_of(const std::string& model_path, uint64_t budget, uint64_t ctx);
+
 struct placement_data {
   uint64_t vram_capacity = 0;
   std::vector<std::vector<int32_t>> hot;  // per layer: hot neuron ids, sorted
+  placement_origin origin;
 };
 
 std::string placement_path(const std::string& model_path);  // <model>.generated.gpuidx

@@ -207,8 +207,8 @@ std::string placement_plan::table() const {
   return t;
 }
 
-void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff) {
-  write_placement_file({plan.solution.bytes, plan.solution.hot}, path, n_ff);
+void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff, const std::string& model_path) {
+  write_placement_file({plan.solution.bytes, plan.solution.hot, placement_origin_of(model_path, plan.budget, static_cast<uint64_t>(plan.ctx))}, path, n_ff);
 }
 
 }  // namespace hotcold::tools

@@ -70,7 +70,8 @@ placement_plan plan_placement(const std::string& model_path, const std::string& 
 // The same from firing counts in hand (n_layer x n_ff).
 placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx);
 
-// Writes the plan's hot neurons as a placement file (model/placement_file.hpp).
-void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff);
+// Writes the plan's hot neurons as a placement file (model/placement_file.hpp), with what it was made
+// for (the budget, the context, and model_path's size and modification time).
+void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff, const std::string& model_path);
 
 }  // namespace hotcold::tools

@@ -218,15 +218,17 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   auto cpu = run({"run", "-m", sparse, "-p", "Hello world", "-n", "16", "--temp", "0", "-t", "2", "-c", "64", "--device", "cpu"});
   ASSERT_EQ(cpu.code, 0) << cpu.err;
   auto trace = (dir / "trace.json").string();
-  auto sim = run({"run", "-m", sparse, "-p", "Hello world", "-n", "16", "--temp", "0", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "1",
+  // The budget and context prepare planned for: its placement is used as it is.
+  auto sim = run({"run", "-m", sparse, "-p", "Hello world", "-n", "16", "--temp", "0", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0042",
                   "--trace-out", trace});
   ASSERT_EQ(sim.code, 0) << sim.err;
   EXPECT_EQ(sim.out, cpu.out);
   auto sim_reference = run({"run", "-m", sparse, "-p", "Hello world", "-n", "16", "--temp", "0", "-t", "2", "-c", "64", "--device", "sim",
-                            "--vram-budget", "1", "--pipeline", "reference"});
+                            "--vram-budget", "0.0042", "--pipeline", "reference"});
   ASSERT_EQ(sim_reference.code, 0) << sim_reference.err;
   EXPECT_EQ(sim_reference.out, cpu.out);
   EXPECT_NE(sim.err.find("hot device sim"), std::string::npos) << sim.err;
+  EXPECT_EQ(sim.err.find("planned a placement"), std::string::npos) << sim.err;
   // Some neurons hot, not all: "placement …: N hot neurons (P% of the FFN)".
   const auto at = sim.err.find("% of the FFN");
   ASSERT_NE(at, std::string::npos) << sim.err;
@@ -301,7 +303,7 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   const double kv = v.at("host_bytes_per_token").get<double>() - v.at("bytes_per_token").get<double>();
   EXPECT_EQ(v.at("device_bytes_per_token").get<double>(), 0.0);
   EXPECT_GT(kv, 0.0);
-  auto on_sim = run({"bench", "-m", sparse, "-p", "4", "-n", "4", "-r", "1", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "1",
+  auto on_sim = run({"bench", "-m", sparse, "-p", "4", "-n", "4", "-r", "1", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0042",
                      "--vs-reference", "--json"});
   ASSERT_EQ(on_sim.code, 0) << on_sim.err;
   auto s = nlohmann::json::parse(on_sim.out);
@@ -314,14 +316,25 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
 
   auto bare = (dir / "bare.gguf").string();
   fs::copy_file(sparse, bare);
-  auto none = run({"run", "-m", bare, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "1"});
-  EXPECT_EQ(none.code, 2);
-  EXPECT_NE(none.err.find("has no placement"), std::string::npos) << none.err;
+  // A sparse file with no placement beside it: one is planned (from a short profile: no work folder
+  // beside this copy), written beside it and used; the next run with the same budget and context
+  // reuses it; another budget plans again.
+  auto none = run({"run", "-m", bare, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0042"});
+  EXPECT_EQ(none.code, 0) << none.err;
+  EXPECT_NE(none.err.find("there is no placement beside it: planned a placement for 0.0042 GiB at context 64"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("| total |"), std::string::npos) << none.err;  // the plan's table
+  ASSERT_TRUE(fs::exists(bare + ".generated.gpuidx"));
+  auto again = run({"run", "-m", bare, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0042"});
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.err.find("planned a placement"), std::string::npos) << again.err;
+  auto other = run({"run", "-m", bare, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0045"});
+  EXPECT_EQ(other.code, 0) << other.err;
+  EXPECT_NE(other.err.find("was made for a budget of 0.004 GiB: planned a placement for 0.0045 GiB"), std::string::npos) << other.err;
   auto dense = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "1", "--mode", "dense"});
   EXPECT_EQ(dense.code, 2);
   EXPECT_NE(dense.err.find("--mode sparse"), std::string::npos) << dense.err;
   auto small = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "0.000001"});
-  EXPECT_EQ(small.code, 1);
+  EXPECT_EQ(small.code, 2);  // below even the compute buffers: an impossible flag
   EXPECT_NE(small.err.find("budget"), std::string::npos) << small.err;
   auto nobudget = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "--device", "sim"});
   EXPECT_EQ(nobudget.code, 2);

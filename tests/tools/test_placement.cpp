@@ -1,6 +1,7 @@
 // The placement solver against brute force on small instances, and placement files.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
 
 #include "model/model.hpp"
@@ -72,14 +73,28 @@ TEST(Placement, FilesRoundTrip) {
   tools::placement_plan plan;
   plan.solution.hot = {{1, 5, 7}, {}, {0}};
   plan.solution.bytes = 12345;
+  plan.budget = 1 << 20;
+  plan.ctx = 256;
+  const auto model_path = (test::scratch_dir() / "m.gguf").string();
+  std::ofstream(model_path) << "not a model, but a file with a size and a time";
   auto path = (test::scratch_dir() / "m.gguf.generated.gpuidx").string();
-  tools::write_placement(plan, path, 8);
+  tools::write_placement(plan, path, 8, model_path);
   auto f = gguf::file::open(path);
   EXPECT_EQ(f.kind(), gguf::file_kind::powerinfer);
   EXPECT_EQ(f.find("split.vram_capacity")->as_u64(), 12345u);
   auto back = read_placement_file(path, 3, 8);
   EXPECT_EQ(back.hot, plan.solution.hot);
   EXPECT_EQ(back.vram_capacity, 12345u);
+  // What it was made for comes back, and tells another budget, context or file apart.
+  EXPECT_TRUE(back.origin.known);
+  EXPECT_EQ(back.origin, placement_origin_of(model_path, 1 << 20, 256));
+  EXPECT_NE(back.origin, placement_origin_of(model_path, 2 << 20, 256));
+  EXPECT_NE(back.origin, placement_origin_of(model_path, 1 << 20, 512));
+  std::ofstream(model_path, std::ios::app) << " changed";
+  EXPECT_NE(back.origin, placement_origin_of(model_path, 1 << 20, 256));
+  // Without hotcold's keys (PowerInfer's files), the origin is unknown.
+  write_placement_file({1, plan.solution.hot, {}}, path, 8);
+  EXPECT_FALSE(read_placement_file(path, 3, 8).origin.known);
   EXPECT_THROW(read_placement_file(path, 3, 9), std::runtime_error);
 }
 
