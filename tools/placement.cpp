@@ -117,12 +117,11 @@ placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& 
   plan.ctx = ctx;
   const auto& w = m->weights();
   fixed_costs& f = plan.fixed;
-  // Strictly in order: once something does not fit, nothing after it goes to the device (a small FFN
-  // norm does not jump ahead of a predictor that did not fit).
+  // Each kind in turn takes layers front to back until one does not fit; the next kind gets what is
+  // left (so a head that does not fit leaves its room to the hot rows instead of wasting it).
   uint64_t left = plan.budget;
-  bool full = false;
   auto take = [&](uint64_t bytes) {
-    if (full || bytes > left) return full = true, false;
+    if (bytes > left) return false;
     left -= bytes;
     return true;
   };
@@ -166,7 +165,7 @@ placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& 
   if (take(head)) plan.output = true, f.output = w.output.bytes(), f.norms += w.output_norm.bytes() + w.output_norm_b.bytes();
   // Hot FFN neurons with what is left.
   placement_problem p;
-  p.budget = full ? 0 : left;
+  p.budget = left;
   uint64_t all = 0;
   const read_costs costs(*m);
   for (int64_t l = 0; l < hp.n_layer; ++l) {

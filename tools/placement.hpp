@@ -2,8 +2,9 @@
 // hotcold place: what lives on the fast device under a memory budget, in PowerInfer's order: the
 // compute buffers, then each layer's attention (its norms, Q/K/V/O and its KV cache at the context)
 // front to back, then the predictors, the FFN norms, the output head, and only then hot FFN neurons.
-// Each kind fills layers front to back and stops at the first that does not fit. Among the neurons
-// that fit, the choice maximizes the activation mass (profiled firing counts) on the fast device.
+// Each kind fills layers front to back and stops at the first that does not fit; the next kind gets
+// what is left. Among the neurons that fit, the choice maximizes the activation mass (profiled firing
+// counts) on the fast device.
 //
 // Placement files (PowerInfer's `<model>.generated.gpuidx`): GGUF layout with the PWRI magic,
 // `split.vram_capacity` (u64, bytes of hot FFN rows), per layer `blk.N.gpu_idx` (I32[n_ff], 1 = hot)

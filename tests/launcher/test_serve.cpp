@@ -453,7 +453,7 @@ TEST(Serve, DashboardInHeadlessChromium) {
 
   const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 71) % 20000);
   const int port = 20000 + (getpid() + 73) % 20000;
-  server_process server({"-m", sparse, "--device", "sim", "--vram-budget", "0.019", "-t", "1", "--recall-every", "4", "--zmq", ep, "--http",
+  server_process server({"-m", sparse, "--device", "sim", "--vram-budget", "0.019", "-c", "64", "-t", "1", "--recall-every", "4", "--zmq", ep, "--http",
                          "127.0.0.1:" + std::to_string(port)});
   wait_ready(ep);
   // Requests run all along: two clients, one after another each.

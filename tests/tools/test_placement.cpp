@@ -111,11 +111,11 @@ TEST(Placement, ModelsReadTheirPlacementFile) {
   std::filesystem::remove(placement_path(path));
 }
 
-// The plan fills the device in PowerInfer's order, each kind front to back, with exact bytes: for
-// every budget from the compute buffers alone to all of it, attention (with its KV cache) is a prefix
-// of the layers; predictors come only once every layer's attention is there, FFN norms only after
-// every predictor, the head after every norm, hot FFN rows only after the head; the bytes per layer
-// are the tensors' own (KV: F16 K and V at the context); nothing passes the budget.
+// The plan fills the device in PowerInfer's order with exact bytes: for every budget from the compute
+// buffers alone to all of it, each kind (attention with its KV cache, predictors, FFN norms, the head)
+// is a prefix of the layers, and where a kind stops, its next layer did not fit in what the kinds
+// before it had left; the hot rows take at most what the head left; the bytes per layer are the
+// tensors' own (KV: F16 K and V at the context); nothing passes the budget.
 TEST(Placement, PlanFillsTheDeviceInOrder) {
   const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
   auto dense = test::make_model("plan_dense", o);
@@ -123,12 +123,19 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
   tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
   auto m = model::load(path);
   const auto& hp = m->hp();
+  const auto& W = m->weights();
   std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff));
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = (i * 7919) % 101;
   const int64_t ctx = 64;
+  const uint64_t kv = static_cast<uint64_t>(ctx * hp.n_embd_kv() * 2 * 2);
   EXPECT_THROW(tools::plan_placement(*m, counts, 1.0 / (1 << 30), ctx), std::invalid_argument);  // one byte: not even the buffers
+  // Each kind's bytes in layer l, as the tensors say.
+  auto attention = [&](size_t l) { const auto& w = W.layers[l]; return w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.attn_norm.bytes() + kv; };
+  auto predictor = [&](size_t l) { return W.layers[l].pred_fc1.bytes() + W.layers[l].pred_fc2.bytes(); };
+  auto ffn_norm = [&](size_t l) { return W.layers[l].ffn_norm.bytes(); };
+  const uint64_t head = W.output.bytes() + W.output_norm.bytes();
   int64_t last_attention = -1;
-  bool saw_partial_attention = false, saw_hot = false;
+  bool saw_partial_attention = false, saw_hot = false, saw_stop = false;
   for (double kib = 4; kib < 4096; kib *= 1.25) {
     SCOPED_TRACE(kib);
     tools::placement_plan p;
@@ -139,33 +146,45 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
     }
     ASSERT_EQ(p.layers.size(), static_cast<size_t>(hp.n_layer));
     EXPECT_LE(p.bytes(), p.budget);
-    uint64_t sum = p.fixed.compute + (p.output ? m->weights().output.bytes() + m->weights().output_norm.bytes() : 0);
-    int64_t attention = 0;
-    for (size_t l = 0; l < p.layers.size(); ++l) {
-      const auto& pl = p.layers[l];
-      const auto& w = m->weights().layers[l];
-      sum += pl.bytes();
-      if (pl.attention) {
-        EXPECT_EQ(attention, static_cast<int64_t>(l)) << "attention is a prefix of the layers";
-        ++attention;
-        EXPECT_EQ(pl.attention_bytes, w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.attn_norm.bytes());
-        EXPECT_EQ(pl.kv_bytes, static_cast<uint64_t>(ctx * hp.n_embd_kv() * 2 * 2));
+    uint64_t left = p.budget - p.fixed.compute;
+    // One kind: a prefix of the layers, each with its own bytes, stopped only by a layer that did not fit.
+    auto kind = [&](const char* name, bool tools::layer_placement::*on, uint64_t tools::layer_placement::*bytes, auto field, auto unit) {
+      SCOPED_TRACE(name);
+      size_t l = 0;
+      for (; l < p.layers.size() && p.layers[l].*on; ++l) {
+        EXPECT_EQ(p.layers[l].*bytes, field(l));
+        left -= unit(l);
       }
-      if (pl.predictor) EXPECT_TRUE(p.layers.back().attention) << "a predictor before every layer's attention";
-      if (pl.ffn_norm) EXPECT_TRUE(p.layers.back().predictor) << "an FFN norm before every predictor";
-      EXPECT_EQ(pl.hot_neurons, static_cast<int64_t>(p.solution.hot[l].size()));
-      if (pl.hot_neurons > 0) EXPECT_TRUE(p.output) << "hot FFN rows before the head";
+      if (l < p.layers.size()) {
+        EXPECT_GT(unit(l), left) << "layer " << l << " fitted but was left out";
+        saw_stop = true;
+      }
+      for (; l < p.layers.size(); ++l) EXPECT_FALSE(p.layers[l].*on) << "not a prefix: layer " << l;
+    };
+    // A layer's attention goes with its KV cache.
+    kind("attention", &tools::layer_placement::attention, &tools::layer_placement::attention_bytes, [&](size_t l) { return attention(l) - kv; }, attention);
+    for (const auto& pl : p.layers) EXPECT_EQ(pl.kv_bytes, pl.attention ? kv : 0);
+    const int64_t n_attention = std::count_if(p.layers.begin(), p.layers.end(), [](const auto& pl) { return pl.attention; });
+    kind("predictors", &tools::layer_placement::predictor, &tools::layer_placement::predictor_bytes, predictor, predictor);
+    kind("FFN norms", &tools::layer_placement::ffn_norm, &tools::layer_placement::ffn_norm_bytes, ffn_norm, ffn_norm);
+    if (p.output) left -= head;
+    else EXPECT_GT(head, left) << "the head fitted but was left out";
+    EXPECT_LE(p.solution.bytes, left) << "hot rows beyond what the head left";
+    uint64_t sum = p.fixed.compute + (p.output ? head : 0);
+    for (size_t l = 0; l < p.layers.size(); ++l) {
+      sum += p.layers[l].bytes();
+      EXPECT_EQ(p.layers[l].hot_neurons, static_cast<int64_t>(p.solution.hot[l].size()));
     }
-    if (p.output) EXPECT_TRUE(p.layers.back().ffn_norm) << "the head before every FFN norm";
     EXPECT_EQ(sum, p.bytes());
-    EXPECT_GE(attention, last_attention) << "more budget, fewer layers' attention";
-    last_attention = attention;
-    saw_partial_attention |= attention > 0 && attention < hp.n_layer;
+    EXPECT_GE(n_attention, last_attention) << "more budget, fewer layers' attention";
+    last_attention = n_attention;
+    saw_partial_attention |= n_attention > 0 && n_attention < hp.n_layer;
     saw_hot |= p.solution.bytes > 0;
     EXPECT_NE(p.table().find("| total |"), std::string::npos);
   }
   EXPECT_TRUE(saw_partial_attention) << "no budget held only some layers' attention: the sweep tests nothing";
   EXPECT_TRUE(saw_hot);
+  EXPECT_TRUE(saw_stop);
 }
 
 }  // namespace
