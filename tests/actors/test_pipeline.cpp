@@ -1,5 +1,6 @@
-// The actor pipeline against the reference forward pass: same logits (within 1e-5 relative) and the
-// same tokens for several requests at once — continuous batching, chunked prompts, a split between
+// The actor pipeline against the engine's forward pass called directly (same logits within 1e-5
+// relative, same tokens) and against model/reference (the dense file's logits; a sparse file's
+// given the neurons the actors chose), for several requests at once — continuous batching, chunked prompts, a split between
 // a sim device and the cold pool — plus cancellation, bad requests, and an injected fault that the
 // supervisor recovers from.
 #include <gtest/gtest.h>
@@ -254,7 +255,7 @@ TEST(Pipeline, SparseFileOnTheCpuAloneGivesTheReferenceLogitsAndTokens) {
 }
 
 // What the actors measure for /metrics: one request in one-token steps through the sim split, with a
-// recall check at every step, against the reference forward pass with its stats on (the same tokens,
+// recall check at every step, against the engine's forward pass called directly with its stats on (the same tokens,
 // the same predictors): neurons computed per layer, candidates, recall, and the bytes of weights read
 // from host and device memory, which one-token steps make exact.
 TEST(Pipeline, LiveStatsCountWhatTheStepsDid) {
