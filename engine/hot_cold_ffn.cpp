@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -41,11 +42,16 @@ void hot_rows::upload(const placement_data& placement) {
     layer_rows h;
     h.slot.assign(static_cast<size_t>(hp.n_ff), -1);
     // Copies rows `ids` of w into one device buffer, in placement order: row k is neuron ids[k].
+    std::vector<uint8_t> staging;
     auto copy_rows = [&](const tensor_view& w, const char* what) {
       tensor_view v = w;
       if (!w || ids.empty()) return tensor_view{};
       auto buf = hot_->allocate(w.row_bytes * ids.size(), fmt::format("layer {} hot {} rows", il, what));
-      for (size_t k = 0; k < ids.size(); ++k) hot_->copy_in(*buf, k * w.row_bytes, w.row(ids[k]), w.row_bytes);
+      // Gathered into one staging buffer and copied in as one transfer (a copy a row cost a
+      // synchronous transfer each on a GPU); the staging memory lives until the copy is done.
+      staging.resize(w.row_bytes * ids.size());
+      for (size_t k = 0; k < ids.size(); ++k) std::memcpy(staging.data() + k * w.row_bytes, w.row(ids[k]), w.row_bytes);
+      hot_->copy_in(*buf, 0, staging.data(), staging.size())->wait();
       v.ne1 = static_cast<int64_t>(ids.size());
       v.data = static_cast<const uint8_t*>(buf->data());
       bytes_ += buf->size();
