@@ -102,6 +102,7 @@ class inference_context {
     std::vector<float> x, xn, xn2, layer_in, qkv, attn, proj, ffn_out;  // n x n_embd (qkv: n x (n_embd + 2 kv))
     std::vector<float> hidden, truth, gate;                             // n x n_ff (truth, gate: when every neuron is computed first)
     std::vector<float> margin;                                          // n x n_ff, for the "ffn_margin" observer
+    q8_rows ffn_in_q8;                                                  // the FFN's input quantized to Q8_0, where its rows read that
     std::vector<uint8_t> chosen;                                        // n x n_ff
     std::vector<float> acc;                                             // threads x n x n_embd
     int64_t n = 0;                                                      // tokens in the step

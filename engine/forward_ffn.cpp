@@ -7,11 +7,8 @@
 
 #include "engine/forward.hpp"
 #include "engine/matmul.hpp"
-#include "kernels/cpu/quants.hpp"
 
 namespace hotcold {
-
-using namespace kernels;
 
 void inference_context::every_neuron(step_state& B, const layer_weights& l, const float* in, float* g, float* h, bool margins) {
   const hparams& hp = model_->hp();
@@ -89,12 +86,6 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const float* in,
   // The neurons of the union: each row read once, each token computing the neurons it chose.
   // Threads take contiguous shares of the union and own their rows of hidden and their accumulators;
   // or the executor (the hot/cold split) computes them.
-  std::vector<block_q8_0> xq;
-  if (wants_q8_input(l.ffn_up.type)) {
-    xq.resize(static_cast<size_t>(n * (d / qk8_0)));
-    for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(in + t * d, xq.data() + t * (d / qk8_0), d);
-  }
-  const batch_ffn_input x{in, xq.empty() ? nullptr : xq.data(), B.chosen.data(), n, d, n_ff};
   std::fill(B.hidden.begin(), B.hidden.begin() + n * n_ff, 0.0f);
   const int threads = pool_.size();
   const int64_t n_union = static_cast<int64_t>(chosen_union.size());
@@ -140,15 +131,20 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const float* in,
         for (int64_t k = 0; k < n * d; ++k) out[k] += acc[k];
       }
     }
-  } else if (executor_ && down_t) {
-    executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
   } else {
-    // Each thread its own shard of the chosen neurons first, then what is left of the others'
-    // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
-    neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
-    run_pieces(pool_, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
-      batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
-    });
+    // The chosen neurons row by row: the input quantized once for them where the rows read Q8_0
+    // (the matrix products above quantize their own).
+    const batch_ffn_input x{in, quantize_for_rows(l.ffn_up, in, n, d, B.ffn_in_q8), B.chosen.data(), n, d, n_ff};
+    if (executor_ && down_t) {
+      executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
+    } else {
+      // Each thread its own shard of the chosen neurons first, then what is left of the others'
+      // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
+      neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+      run_pieces(pool_, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
+        batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
+      });
+    }
   }
   // With down rows, out is written above (by the executor, or summed from the threads' or the
   // pieces' accumulators); without, the down projection is a matrix product.

@@ -20,11 +20,18 @@ const kernels::row_kernels& row_kernels_of(tensor_type t) {
   return *k;
 }
 
-std::shared_ptr<q8_rows> quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d) {
+const kernels::block_q8_0* quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d, q8_rows& out) {
   if (!wants_q8_input(w.type)) return nullptr;
   const int64_t q = d / kernels::qk8_0;
-  auto out = std::make_shared<q8_rows>(static_cast<size_t>(n * q));
-  for (int64_t t = 0; t < n; ++t) kernels::quantize_row_q8_0(in + t * d, out->data() + t * q, d);
+  if (static_cast<int64_t>(out.size()) < n * q) out.resize(static_cast<size_t>(n * q));
+  for (int64_t t = 0; t < n; ++t) kernels::quantize_row_q8_0(in + t * d, out.data() + t * q, d);
+  return out.data();
+}
+
+std::shared_ptr<q8_rows> quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d) {
+  if (!wants_q8_input(w.type)) return nullptr;
+  auto out = std::make_shared<q8_rows>();
+  quantize_for_rows(w, in, n, d, *out);
   return out;
 }
 

@@ -30,6 +30,8 @@ inline bool wants_q8_input(tensor_type t) {
 // null when w's rows read floats.
 using q8_rows = std::vector<kernels::block_q8_0>;
 std::shared_ptr<q8_rows> quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d);
+// The same into `out` (grown as needed, kept between calls): its data, or null.
+const kernels::block_q8_0* quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d, q8_rows& out);
 // y += a * row r of w.
 void row_axpy(const tensor_view& w, int64_t r, float a, float* y);
 // y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.
