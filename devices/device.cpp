@@ -8,6 +8,7 @@
 
 #include "devices/cuda/cuda_memory.hpp"
 #include "devices/device_info.hpp"
+#include "kernels/cpu/row_kernels.hpp"
 #if defined(HOTCOLD_HAVE_CUDA)
 #include "kernels/gpu/decode.hpp"
 #endif
@@ -37,10 +38,7 @@ std::shared_ptr<buffer> device::allocate(uint64_t bytes, std::string label) {
 
 bool device::supports(operation op, tensor_type rows) const {
   // Host code (the engine's sparse FFN) computes the row types the CPU kernels read.
-  switch (rows) {
-    case tensor_type::f32: case tensor_type::f16: case tensor_type::bf16: case tensor_type::q8_0: case tensor_type::q4_0: return op == operation::ffn_rows;
-    default: return false;
-  }
+  return op == operation::ffn_rows && kernels::row_kernels_for(rows) != nullptr;
 }
 
 void device::compute(const ffn_rows_job& job) {

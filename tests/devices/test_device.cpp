@@ -95,14 +95,15 @@ TEST(Device, SimTransfersTakeTheModeledTime) {
   EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.2e-3);
 }
 
-// The operation table: host devices compute FFN rows of the types the CPU kernels read, through the
+// The operation table: host devices compute FFN rows of the types the CPU kernels read (the kernel
+// table's, Q6_K included), through the
 // job's CPU routine, on the device's own queue; a type outside the table is refused by name.
 TEST(Device, OperationTableSaysWhatItComputesAndComputesIt) {
   device_options c;
   c.kind = "cpu";
   for (auto d : {sim(1 << 20), make_device(c)}) {
     SCOPED_TRACE(d->name());
-    for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q4_0})
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::q6_k})
       EXPECT_TRUE(d->supports(operation::ffn_rows, t)) << tensor_type_name(t);
     for (tensor_type t : {tensor_type::q4_k, tensor_type::q5_0, tensor_type::i32}) EXPECT_FALSE(d->supports(operation::ffn_rows, t)) << tensor_type_name(t);
     d->reserve(operation::ffn_rows, 4, 64, 256);
