@@ -1,6 +1,7 @@
 #include "tools/auto_placement.hpp"
 
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -49,19 +50,27 @@ auto_placement ensure_placement(const std::string& model_path, const model& m, u
   const placement_origin wanted = placement_origin_of(model_path, budget, static_cast<uint64_t>(ctx));
   auto_placement r;
   r.reason = "there is no placement beside it";
+  bool stale = false;
   for (const std::string& path : {placement_path(model_path), cached_path(model_path, o.cache_dir)}) {
-    if (!fs::exists(path)) continue;
-    auto data = read_placement_file(path, hp.n_layer, hp.n_ff);
-    if (!data.origin.known || data.origin == wanted) {
-      r.data = std::move(data);
+    // The one beside the model was read when the model loaded.
+    std::optional<placement_data> data;
+    if (path == placement_path(model_path)) {
+      if (m.placement()) data = *m.placement();
+    } else if (fs::exists(path)) {
+      data = read_placement_file(path, hp.n_layer, hp.n_ff);
+    }
+    if (!data) continue;
+    if (!data->origin.known || data->origin == wanted) {
+      r.data = std::move(*data);
       r.path = path;
       return r;
     }
-    const auto& had = data.origin;
+    if (stale) continue;  // the first stale one says why
+    stale = true;
+    const auto& had = data->origin;
     r.reason = had.model_bytes != wanted.model_bytes || had.model_mtime_ns != wanted.model_mtime_ns ? fmt::format("{} was made for another version of the file", path)
                : had.budget != wanted.budget ? fmt::format("{} was made for a budget of {:.3f} GiB", path, had.budget / double(1ull << 30))
                                              : fmt::format("{} was made for a context of {}", path, had.ctx);
-    break;
   }
   if (!m.has_predictors()) throw std::invalid_argument(fmt::format("{}: a placement needs a sparse file (predictors in every layer); make one with `hotcold prepare`", model_path));
   const auto counts = firing_counts(model_path, m, o);
@@ -69,13 +78,12 @@ auto_placement ensure_placement(const std::string& model_path, const model& m, u
   r.made = true;
   r.path = placement_path(model_path);
   try {
-    write_placement(r.plan, r.path, hp.n_ff, model_path);
+    r.data = write_placement(r.plan, r.path, hp.n_ff, model_path);
   } catch (const std::exception&) {  // the model's folder is read-only: the cache folder
     r.path = cached_path(model_path, o.cache_dir);
     fs::create_directories(fs::path(r.path).parent_path());
-    write_placement(r.plan, r.path, hp.n_ff, model_path);
+    r.data = write_placement(r.plan, r.path, hp.n_ff, model_path);
   }
-  r.data = read_placement_file(r.path, hp.n_layer, hp.n_ff);
   return r;
 }
 

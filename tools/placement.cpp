@@ -206,8 +206,10 @@ std::string placement_plan::table() const {
   return t;
 }
 
-void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff, const std::string& model_path) {
-  write_placement_file({plan.solution.bytes, plan.solution.hot, placement_origin_of(model_path, plan.budget, static_cast<uint64_t>(plan.ctx))}, path, n_ff);
+placement_data write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff, const std::string& model_path) {
+  placement_data data{plan.solution.bytes, plan.solution.hot, placement_origin_of(model_path, plan.budget, static_cast<uint64_t>(plan.ctx))};
+  write_placement_file(data, path, n_ff);
+  return data;
 }
 
 }  // namespace hotcold::tools

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "model/placement_file.hpp"
+
 namespace hotcold {
 class model;
 }
@@ -73,6 +75,7 @@ placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firin
 
 // Writes the plan's hot neurons as a placement file (model/placement_file.hpp), with what it was made
 // for (the budget, the context, and model_path's size and modification time).
-void write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff, const std::string& model_path);
+// Returns what it wrote.
+placement_data write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff, const std::string& model_path);
 
 }  // namespace hotcold::tools

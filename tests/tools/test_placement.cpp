@@ -101,7 +101,7 @@ TEST(Placement, FilesRoundTrip) {
 TEST(Placement, ModelsReadTheirPlacementFile) {
   auto path = test::make_model("placed", test::small_options(2));
   EXPECT_EQ(model::load(path)->placement(), nullptr);
-  placement_data p{640, {{3, 9}, {}}};
+  placement_data p{640, {{3, 9}, {}}, {}};
   write_placement_file(p, placement_path(path), 128);
   auto m = model::load(path);
   ASSERT_NE(m->placement(), nullptr);
