@@ -179,14 +179,9 @@ TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {
   for (bool batch : {false, true}) {
     inference_context ctx(sparse, 16, 2);
     ctx.set_mode(ffn_mode::sparse);
-    std::vector<std::vector<std::vector<bool>>> mask(tokens.size(), std::vector<std::vector<bool>>(static_cast<size_t>(o.n_layer)));
-    std::vector<int64_t> seen(static_cast<size_t>(o.n_layer), 0);  // ffn_act calls per layer: token order
+    std::vector<std::vector<std::vector<bool>>> mask;
     int64_t chosen = 0;
-    ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
-      if (name != "ffn_act") return;
-      auto& m = mask[static_cast<size_t>(seen[static_cast<size_t>(layer)]++)][static_cast<size_t>(layer)];
-      for (float x : v) m.push_back(x != 0.0f), chosen += x != 0.0f;
-    });
+    test::record_neuron_mask(ctx, tokens.size(), mask, &chosen);
     std::vector<std::vector<float>> got;
     if (batch) {
       auto all = ctx.forward_batch(tokens, 0, true);

@@ -52,13 +52,8 @@ TEST_P(SparsePath, MatchesTheReferenceGivenTheNeuronsItChose) {
     SCOPED_TRACE(batch ? "a batch" : "one token at a time");
     inference_context ctx(m, 16, 2);
     ctx.set_mode(ffn_mode::sparse);
-    reference_model::neuron_mask mask(tokens.size(), std::vector<std::vector<bool>>(static_cast<size_t>(hp.n_layer)));
-    std::vector<size_t> seen(static_cast<size_t>(hp.n_layer), 0);  // ffn_act calls per layer come in token order
-    ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
-      if (name != "ffn_act") return;
-      auto& row = mask[seen[static_cast<size_t>(layer)]++][static_cast<size_t>(layer)];
-      for (float x : v) row.push_back(x != 0.0f);
-    });
+    reference_model::neuron_mask mask;
+    test::record_neuron_mask(ctx, tokens.size(), mask);
     std::vector<std::vector<float>> got;
     if (batch) {
       auto all = ctx.forward_batch(tokens, 0, true);

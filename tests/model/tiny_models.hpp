@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -146,21 +147,32 @@ inline const std::vector<token_id>& logits_of_tokens() {
   return t;
 }
 
-// logits_of, and the neurons each token's FFN computed with a nonzero value, [token][layer][neuron]:
-// model/reference's neuron mask for what the sparse path chose.
+// From now on, the neurons each token's FFN computes with a nonzero value as `ctx` runs `tokens`
+// tokens, into `mask` ([token][layer][neuron], tokens in the order they run): model/reference's
+// neuron mask for what a sparse path chose (a chosen neuron that did not fire adds nothing either
+// way). `chosen` (when given) counts them. `mask` (and `chosen`) must outlive the runs.
+inline void record_neuron_mask(inference_context& ctx, size_t tokens, std::vector<std::vector<std::vector<bool>>>& mask, int64_t* chosen = nullptr) {
+  const auto n_layer = static_cast<size_t>(ctx.get_model().hp().n_layer);
+  mask.assign(tokens, std::vector<std::vector<bool>>(n_layer));
+  auto seen = std::make_shared<std::vector<size_t>>(n_layer, 0);  // ffn_act calls per layer come in token order
+  ctx.set_observer([&mask, seen, chosen](std::string_view name, int64_t layer, std::span<const float> v) {
+    if (name != "ffn_act") return;
+    auto& row = mask[(*seen)[static_cast<size_t>(layer)]++][static_cast<size_t>(layer)];
+    for (float x : v) {
+      row.push_back(x != 0.0f);
+      if (chosen) *chosen += x != 0.0f;
+    }
+  });
+}
+
+// logits_of, and record_neuron_mask's mask of those tokens.
 inline std::vector<std::vector<float>> logits_and_mask_of(std::shared_ptr<const model> m, ffn_mode mode, std::shared_ptr<ffn_executor> executor,
                                                           std::vector<std::vector<std::vector<bool>>>& mask) {
   inference_context ctx(m, 16, 2);
   ctx.set_mode(mode);
   ctx.set_ffn_executor(std::move(executor));
   const auto& tokens = logits_of_tokens();
-  mask.assign(tokens.size(), std::vector<std::vector<bool>>(static_cast<size_t>(m->hp().n_layer)));
-  std::vector<size_t> seen(static_cast<size_t>(m->hp().n_layer), 0);
-  ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
-    if (name != "ffn_act") return;
-    auto& row = mask[seen[static_cast<size_t>(layer)]++][static_cast<size_t>(layer)];
-    for (float x : v) row.push_back(x != 0.0f);
-  });
+  record_neuron_mask(ctx, tokens.size(), mask);
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < tokens.size(); ++i) {
     auto l = ctx.forward(tokens[i], static_cast<int64_t>(i));
