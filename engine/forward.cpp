@@ -10,14 +10,17 @@
 #include "engine/matmul.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
 
 namespace hotcold {
 
 using namespace kernels;
 
-inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq)
-    : model_(std::move(m)), n_ctx_(n_ctx > 0 ? n_ctx : model_->hp().n_ctx_train), n_seq_(std::max<int64_t>(1, n_seq)), pool_(n_threads),
-      predictor_(*model_, pool_) {
+inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq, tensor_type kv_type)
+    : model_(std::move(m)), n_ctx_(n_ctx > 0 ? n_ctx : model_->hp().n_ctx_train), n_seq_(std::max<int64_t>(1, n_seq)), kv_type_(kv_type),
+      kv_bytes_(kv_type == tensor_type::f16 ? 2 : 4), pool_(n_threads), predictor_(*model_, pool_) {
+  if (kv_type != tensor_type::f16 && kv_type != tensor_type::f32)
+    throw std::invalid_argument(fmt::format("a KV cache of {} values: the cache holds f16 or f32", tensor_type_name(kv_type)));
   const hparams& hp = model_->hp();
   union_.reserve(static_cast<size_t>(hp.n_ff));
   int64_t max_rank = 0;
@@ -32,34 +35,67 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   logits_.resize(static_cast<size_t>(hp.n_vocab));
   // Quantized activations for every product's input: n_embd, n_ff, or a predictor's rank (fc2).
   xq_.resize(static_cast<size_t>(std::max({hp.n_embd, hp.n_ff, max_rank}) / qk8_0 + 1));
-  size_t cache = static_cast<size_t>(n_seq_ * hp.n_layer * n_ctx_ * hp.n_embd_kv());
-  k_cache_ = page_buffer(cache * sizeof(float), "the KV cache");
-  v_cache_ = page_buffer(cache * sizeof(float), "the KV cache");
+  // Layer by layer: (n_seq, n_ctx, n_embd_kv) values each.
+  const size_t layer_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * hp.n_embd_kv() * kv_bytes_);
+  k_cache_ = page_buffer(layer_bytes * static_cast<size_t>(hp.n_layer), "the KV cache");
+  v_cache_ = page_buffer(layer_bytes * static_cast<size_t>(hp.n_layer), "the KV cache");
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    k_layers_.push_back(static_cast<uint8_t*>(k_cache_.data()) + layer_bytes * static_cast<size_t>(il));
+    v_layers_.push_back(static_cast<uint8_t*>(v_cache_.data()) + layer_bytes * static_cast<size_t>(il));
+  }
 }
 
 void inference_context::matmul(const tensor_view& w, const float* x, int64_t n, float* y) { hotcold::matmul(pool_, w, x, n, y, xq_); }
 
-float* inference_context::k_at(int64_t seq, int64_t layer, int64_t pos) {
-  return static_cast<float*>(k_cache_.data()) + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
+uint8_t* inference_context::k_at(int64_t seq, int64_t layer, int64_t pos) {
+  return k_layers_[static_cast<size_t>(layer)] + (seq * n_ctx_ + pos) * model_->hp().n_embd_kv() * kv_bytes_;
 }
-float* inference_context::v_at(int64_t seq, int64_t layer, int64_t pos) {
-  return static_cast<float*>(v_cache_.data()) + ((seq * model_->hp().n_layer + layer) * n_ctx_ + pos) * model_->hp().n_embd_kv();
+uint8_t* inference_context::v_at(int64_t seq, int64_t layer, int64_t pos) {
+  return v_layers_[static_cast<size_t>(layer)] + (seq * n_ctx_ + pos) * model_->hp().n_embd_kv() * kv_bytes_;
 }
 
-void inference_context::attend_head4(const float* const* q, int nq, int64_t seq, int64_t layer, int64_t pos0, int64_t h, float* s, float* const* out) {
-  const hparams& hp = model_->hp();
-  const int64_t hd = hp.head_dim(), kv = hp.n_embd_kv();
-  const int64_t kvh = h / (hp.n_head / hp.n_head_kv);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* kc = k_at(seq, layer, 0) + kvh * hd;
-  const float* vc = v_at(seq, layer, 0) + kvh * hd;
+namespace {
+
+// The cache's rows are float32 or F16: the same sums through the kernels for each.
+inline float dot_row(const float* k, const float* q, int64_t n) { return dot_f32(k, q, n); }
+inline float dot_row(const uint16_t* k, const float* q, int64_t n) { return dot_f16(k, q, n); }
+inline void axpy_row(float a, const float* v, float* y, int64_t n) { axpy_f32(a, v, y, n); }
+inline void axpy_row(float a, const uint16_t* v, float* y, int64_t n) { axpy_f16(a, v, y, n); }
+inline void dot4n_rows(const float* const* k, const float* const* q, int nq, int64_t n, float* o) { dot4n_f32(k, q, nq, n, o); }
+inline void dot4n_rows(const uint16_t* const* k, const float* const* q, int nq, int64_t n, float* o) { dot4n_f16(k, q, nq, n, o); }
+inline void axpy4_rows(const float* a, const float* const* v, float* y, int64_t n) { axpy4_f32(a, v, y, n); }
+inline void axpy4_rows(const float* a, const uint16_t* const* v, float* y, int64_t n) { axpy4_f16(a, v, y, n); }
+
+// One query at position pos against its head's cached keys and values (kc, vc: position 0 of the
+// head's slice, rows `kv` elements apart): out (hd) = softmax(scale q.K) V; s: pos + 1 floats of scratch.
+template <typename T>
+void attend_head(const float* q, const T* kc, const T* vc, int64_t kv, int64_t hd, int64_t pos, float scale, float* s, float* out) {
+  if (attend_block_vectorized(hd)) return attend_one(q, kc, vc, kv, hd, pos + 1, scale, out, s);
+  float max_s = -INFINITY;
+  for (int64_t t = 0; t <= pos; ++t) {
+    s[t] = dot_row(kc + t * kv, q, hd) * scale;
+    max_s = std::max(max_s, s[t]);
+  }
+  double sum = 0;
+  for (int64_t t = 0; t <= pos; ++t) sum += (s[t] = std::exp(s[t] - max_s));
+  const float inv = static_cast<float>(1.0 / sum);
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t t = 0; t <= pos; ++t) axpy_row(s[t] * inv, vc + t * kv, out, hd);
+}
+
+// Up to four queries of one head at consecutive positions pos0.. of one sequence (a prompt chunk):
+// each cached key and value row is read once for all of them. q[j], out[j]: query j's head slices;
+// s: scratch of 4 x (pos0 + 4) floats.
+template <typename T>
+void attend_head4(const float* const* q, int nq, const T* kc, const T* vc, int64_t kv, int64_t hd, int64_t pos0, float scale, float* s,
+                  float* const* out) {
   const int64_t last = pos0 + nq - 1, stride = pos0 + 4;  // query j sees positions 0..pos0 + j
   const float* qs[4] = {q[0], q[std::min(1, nq - 1)], q[std::min(2, nq - 1)], q[std::min(3, nq - 1)]};
   // Scores: four cached keys against the (up to) four queries per call.
   for (int64_t t = 0; t <= last; t += 4) {
-    const float* ks[4] = {kc + t * kv, kc + std::min(t + 1, last) * kv, kc + std::min(t + 2, last) * kv, kc + std::min(t + 3, last) * kv};
+    const T* ks[4] = {kc + t * kv, kc + std::min(t + 1, last) * kv, kc + std::min(t + 2, last) * kv, kc + std::min(t + 3, last) * kv};
     float o[16];
-    dot4n_f32(ks, qs, nq, hd, o);
+    dot4n_rows(ks, qs, nq, hd, o);
     for (int r = 0; r < 4 && t + r <= last; ++r)
       for (int j = 0; j < nq; ++j) s[j * stride + t + r] = o[4 * r + j] * scale;
   }
@@ -76,31 +112,28 @@ void inference_context::attend_head4(const float* const* q, int nq, int64_t seq,
     int64_t t = 0;
     for (; t + 4 <= pos + 1; t += 4) {
       const float a[4] = {sj[t] * inv, sj[t + 1] * inv, sj[t + 2] * inv, sj[t + 3] * inv};
-      const float* vs[4] = {vc + t * kv, vc + (t + 1) * kv, vc + (t + 2) * kv, vc + (t + 3) * kv};
-      axpy4_f32(a, vs, out[j], hd);
+      const T* vs[4] = {vc + t * kv, vc + (t + 1) * kv, vc + (t + 2) * kv, vc + (t + 3) * kv};
+      axpy4_rows(a, vs, out[j], hd);
     }
-    for (; t <= pos; ++t) axpy_f32(sj[t] * inv, vc + t * kv, out[j], hd);
+    for (; t <= pos; ++t) axpy_row(sj[t] * inv, vc + t * kv, out[j], hd);
   }
 }
 
-void inference_context::attend_head(const float* q, int64_t seq, int64_t layer, int64_t pos, int64_t h, float* s, float* out) {
-  const hparams& hp = model_->hp();
-  const int64_t hd = hp.head_dim(), kv = hp.n_embd_kv();
-  const int64_t kvh = h / (hp.n_head / hp.n_head_kv);  // grouped-query: the head's KV head
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* kc = k_at(seq, layer, 0) + kvh * hd;
-  const float* vc = v_at(seq, layer, 0) + kvh * hd;
-  if (attend_block_vectorized(hd)) return attend_one(q, kc, vc, kv, hd, pos + 1, scale, out, s);
-  float max_s = -INFINITY;
-  for (int64_t t = 0; t <= pos; ++t) {
-    s[t] = dot_f32(q, kc + t * kv, hd) * scale;
-    max_s = std::max(max_s, s[t]);
-  }
-  double sum = 0;
-  for (int64_t t = 0; t <= pos; ++t) sum += (s[t] = std::exp(s[t] - max_s));
-  const float inv = static_cast<float>(1.0 / sum);
-  std::fill(out, out + hd, 0.0f);
-  for (int64_t t = 0; t <= pos; ++t) axpy_f32(s[t] * inv, vc + t * kv, out, hd);
+// A group of nq queries of head h (consecutive positions from pos0 of one sequence) against the
+// head's cache slices kc, vc: one query, a block of up to 32 (the vector kernel) or up to four.
+template <typename T>
+void attend_group(const float* const* qs, int nq, const T* kc, const T* vc, int64_t kv, int64_t hd, int64_t pos0, float scale, float* s,
+                  float* const* outs) {
+  if (nq == 1) return attend_head(qs[0], kc, vc, kv, hd, pos0, scale, s, outs[0]);
+  if (attend_block_vectorized(hd)) return attend_block(qs, nq, kc, vc, kv, hd, pos0, scale, outs, s);
+  attend_head4(qs, nq, kc, vc, kv, hd, pos0, scale, s, outs);
+}
+
+}  // namespace
+
+void inference_context::store_kv(uint8_t* to, const float* row, int64_t n) {
+  if (kv_type_ == tensor_type::f16) fp32_to_fp16_row(row, reinterpret_cast<uint16_t*>(to), static_cast<size_t>(n));
+  else std::memcpy(to, row, static_cast<size_t>(n) * sizeof(float));
 }
 
 void inference_context::set_mode(ffn_mode m) {
@@ -164,8 +197,8 @@ void inference_context::attention_block(step_state& B, int64_t il) {
       const rope_angles angles(hp, B.positions[static_cast<size_t>(t)]);
       rope(q_of(t), hp.n_head, hp, angles);
       rope(k_of(t), hp.n_head_kv, hp, angles);
-      std::memcpy(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), static_cast<size_t>(kv) * 4);
-      std::memcpy(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), static_cast<size_t>(kv) * 4);
+      store_kv(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), kv);
+      store_kv(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), kv);
     }
     // Every (group, head) pair at once; causal: token t sees its sequence's cache up to its own
     // position. A group is tokens of one sequence at consecutive positions (a prompt chunk), which
@@ -190,24 +223,22 @@ void inference_context::attention_block(step_state& B, int64_t il) {
       thread_local std::vector<float> scores;
       const int64_t need = std::max(4 * (n_ctx_ + 4), blocks ? attend_block_scratch(n_ctx_ + attend_block_max, hd) : 0);
       if (static_cast<int64_t>(scores.size()) < need) scores.resize(static_cast<size_t>(need));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t g = i / hp.n_head, h = i % hp.n_head;
         const int64_t t0 = groups[static_cast<size_t>(g)], nq = groups[static_cast<size_t>(g) + 1] - t0;
         const int64_t seq = B.seqs[static_cast<size_t>(t0)], pos0 = B.positions[static_cast<size_t>(t0)];
-        if (nq == 1) {
-          attend_head(q_of(t0) + h * hd, seq, il, pos0, h, scores.data(), B.attn.data() + t0 * d + h * hd);
-          continue;
-        }
         const float* qs[attend_block_max];
         float* outs[attend_block_max];
         for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * d + h * hd;
-        if (blocks) {
-          const int64_t kvh = h / (hp.n_head / hp.n_head_kv);
-          attend_block(qs, static_cast<int>(nq), k_at(seq, il, 0) + kvh * hd, v_at(seq, il, 0) + kvh * hd, kv, hd, pos0,
-                       1.0f / std::sqrt(static_cast<float>(hd)), outs, scores.data());
-        } else {
-          attend_head4(qs, static_cast<int>(nq), seq, il, pos0, h, scores.data(), outs);
-        }
+        const int64_t head_at = h / (hp.n_head / hp.n_head_kv) * hd * kv_bytes_;  // grouped-query: the head's KV head
+        const uint8_t *kc = k_at(seq, il, 0) + head_at, *vc = v_at(seq, il, 0) + head_at;
+        if (kv_type_ == tensor_type::f16)
+          attend_group(qs, static_cast<int>(nq), reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, hd, pos0, scale,
+                       scores.data(), outs);
+        else
+          attend_group(qs, static_cast<int>(nq), reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, hd, pos0, scale,
+                       scores.data(), outs);
       }
     });
     matmul(l.wo, B.attn.data(), n, B.proj.data());

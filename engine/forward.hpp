@@ -51,7 +51,9 @@ class inference_context {
  public:
   // n_ctx: positions the KV cache holds (0: the model's training context).
   // n_seq: sequences whose KV caches it holds (slots 0..n_seq-1; forward and forward_batch use slot 0).
-  inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq = 1);
+  // kv_type: the cache's values, f16 (llama.cpp's default: keys after RoPE and values rounded to
+  // half precision as they are stored, read back as floats) or f32; std::invalid_argument otherwise.
+  inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq = 1, tensor_type kv_type = tensor_type::f16);
 
   // Runs `token` at position `pos` (positions 0..pos-1 of this sequence must have run) and
   // returns the logits over the vocabulary; valid until the next call. Starting again at position 0
@@ -158,6 +160,7 @@ class inference_context {
   const std::vector<int64_t>& read_down_rows() const { return down_read_; }
 
   int64_t n_ctx() const { return n_ctx_; }
+  tensor_type kv_type() const { return kv_type_; }
   const model& get_model() const { return *model_; }
   const std::shared_ptr<const model>& shared_model() const { return model_; }
   thread_pool& pool() { return pool_; }
@@ -183,19 +186,15 @@ class inference_context {
   void attention_block(step_state& B, int64_t layer);
   void add_ffn_output(step_state& B, int64_t layer, const float* out);
   void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows
-  float* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
-  float* v_at(int64_t seq, int64_t layer, int64_t pos);
-  // One head h of one query q at position pos of sequence slot seq: out (head_dim) = softmax(q·K)·V
-  // over the cache's positions 0..pos; s: scratch for pos + 1 scores.
-  void attend_head(const float* q, int64_t seq, int64_t layer, int64_t pos, int64_t h, float* s, float* out);
-  // Up to four queries of one head at consecutive positions pos0.. of one sequence (a prompt chunk):
-  // each cached key and value row is read once for all of them. q[j], out[j]: query j's head slices;
-  // s: scratch of 4 x (pos0 + 4) floats.
-  void attend_head4(const float* const* q, int nq, int64_t seq, int64_t layer, int64_t pos0, int64_t h, float* s, float* const* out);
+  uint8_t* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
+  uint8_t* v_at(int64_t seq, int64_t layer, int64_t pos);
+  void store_kv(uint8_t* to, const float* row, int64_t n);  // n values into a cache row, in the cache's type
 
   std::shared_ptr<const model> model_;
   int64_t n_ctx_;
   int64_t n_seq_;
+  tensor_type kv_type_;
+  int64_t kv_bytes_;  // of one cached value
   observer observer_;
   std::shared_ptr<ffn_executor> executor_;
   trace_recorder* trace_ = nullptr;
@@ -225,8 +224,9 @@ class inference_context {
   std::vector<float> batch_logits_;
   // The KV cache (page_buffer: decode attention reads a layer's rows of every position 8 KB apart at
   // embd 2048, and only the positions written are backed).
-  page_buffer k_cache_;  // floats (n_seq, n_layer, n_ctx, n_embd_kv)
-  page_buffer v_cache_;  // floats (n_seq, n_layer, n_ctx, n_embd_kv)
+  page_buffer k_cache_;  // kv_type values (n_layer, n_seq, n_ctx, n_embd_kv)
+  page_buffer v_cache_;
+  std::vector<uint8_t*> k_layers_, v_layers_;  // each layer's (n_seq, n_ctx, n_embd_kv) block
 };
 
 }  // namespace hotcold

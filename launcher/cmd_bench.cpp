@@ -285,7 +285,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       // --vs-parallel K2: aggregate decode of K2 sequences over that of --parallel's (other / base).
       const double parallel_speedup = parallel_k < 0 ? 0 : ratio(results[static_cast<size_t>(parallel_k)].tg.mean, results[0].tg.mean);
       const double kv_bytes_per_token =
-          static_cast<double>(hp.n_layer) * 2.0 * static_cast<double>(hp.n_embd_kv()) * sizeof(float) * (static_cast<double>(a->n_gen) + 1) / 2;
+          static_cast<double>(hp.n_layer) * 2.0 * static_cast<double>(hp.n_embd_kv()) * (ctx.kv_type() == tensor_type::f32 ? 4.0 : 2.0) *
+          (static_cast<double>(a->n_gen) + 1) / 2;
       if (a->json) {
         auto describe = [&](size_t k) {
           nlohmann::json d{{"model", m.path()}, {"mode", mode_name(configs[k].mode)}, {"pipeline", pipeline_name(configs[k].actors)},
@@ -293,7 +294,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                 {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
                                 {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
                                 {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences},
-                                // Weights and KV cache read per decoded token on each side: the KV cache (F32, every layer,
+                                // Weights and KV cache read per decoded token on each side: the KV cache (F16 or F32, every layer,
                                 // positions 0..n_gen-1 of each sequence: (n_gen + 1) / 2 cached rows of K and V on average)
                                 // is read on the host, where attention runs.
                                 {"host_bytes_per_token", results[k].bpt - results[k].device_bpt + kv_bytes_per_token},

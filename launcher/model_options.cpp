@@ -29,6 +29,9 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
       ->capture_default_str();
   cmd->add_option("--vram-budget", m.vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")
       ->check(finite_in(0, 1 << 20));
+  cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
   cmd->add_option("--trace-out", m.trace_out, "Write a Chrome trace-event JSON of where each step's time went (docs/traces.md)");
   cmd->add_option("--mode", m.mode, "dense: every FFN neuron; sparse: the neurons the predictors choose (default: sparse when the file has predictors)")
       ->check(CLI::IsMember({"dense", "sparse"}));
@@ -56,7 +59,8 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   fmt::print(stderr, "hotcold: {} — {} {}, {} layers, embd {}, ffn {}, heads {}/{}, vocab {}, {:.1f} MiB of weights{}; loaded in {:.2f} s\n",
              path, architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv,
              hp.n_vocab, m->weight_bytes() / double(1 << 20), a.mmap ? " (mmap)" : "", secs);
-  fmt::print(stderr, "hotcold: context {}, {} threads, {} FFN\n", ctx, threads, mode == ffn_mode::sparse ? "sparse" : "dense");
+  fmt::print(stderr, "hotcold: context {} ({} KV cache), {} threads, {} FFN\n", ctx, a.kv_type == "f32" ? "F32" : "F16", threads,
+             mode == ffn_mode::sparse ? "sparse" : "dense");
   if (const auto* pl = m->placement()) {
     int64_t hot = 0;
     for (const auto& layer : pl->hot) hot += static_cast<int64_t>(layer.size());
@@ -64,15 +68,16 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
                100.0 * static_cast<double>(hot) / static_cast<double>(hp.n_layer * hp.n_ff), pl->vram_capacity / double(1ull << 30));
   }
   for (const auto& w : m->vocabulary().warnings()) fmt::print(stderr, "hotcold: warning: {}\n", w);
-  // The KV cache (F32 keys and values, every layer and sequence) must fit in this machine's memory.
-  const double kv_bytes = 2.0 * 4.0 * static_cast<double>(hp.n_layer) * static_cast<double>(hp.n_embd_kv()) * static_cast<double>(ctx) * static_cast<double>(n_seq);
+  // The KV cache (keys and values, every layer and sequence) must fit in this machine's memory.
+  const tensor_type kv_type = a.kv_type == "f32" ? tensor_type::f32 : tensor_type::f16;
+  const double kv_bytes = 2.0 * (kv_type == tensor_type::f32 ? 4.0 : 2.0) * static_cast<double>(hp.n_layer) * static_cast<double>(hp.n_embd_kv()) * static_cast<double>(ctx) * static_cast<double>(n_seq);
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (ram > 0 && kv_bytes > ram)
     throw std::invalid_argument(fmt::format("-c {}: the KV cache for {} sequence{} would take {:.1f} GiB, more than this machine's {:.1f} GiB of memory",
                                             ctx, n_seq, n_seq == 1 ? "" : "s", kv_bytes / double(1ull << 30), ram / double(1ull << 30)));
   loaded l;
   l.m = m;
-  l.ctx = std::make_shared<inference_context>(m, ctx, threads, n_seq);
+  l.ctx = std::make_shared<inference_context>(m, ctx, threads, n_seq, kv_type);
   l.ctx->set_mode(mode);
   if (!a.trace_out.empty()) {
     l.trace = std::make_unique<trace_recorder>();

@@ -1,6 +1,6 @@
 #pragma once
 // Options every command that runs a model shares (-m, -t, -c, --mmap, --mode, --device,
-// --vram-budget, --trace-out) and the loading that follows them.
+// --vram-budget, --kv-type, --trace-out) and the loading that follows them.
 #include <memory>
 #include <string>
 
@@ -22,6 +22,7 @@ struct model_args {
   std::string device = "auto";  // the hot device: auto | cpu | sim | cuda | hip
   double vram_budget_gib = 0;   // the hot device's budget (0: its free memory; sim needs one)
   std::string trace_out;        // Chrome trace-event JSON written when the command ends
+  std::string kv_type = "f16";  // the KV cache's values: f16 | f32
 };
 
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required);

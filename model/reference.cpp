@@ -9,7 +9,7 @@
 
 namespace hotcold {
 
-reference_model::reference_model(const gguf::file& f) : f_(f), hp_(read_hparams(f)) {}
+reference_model::reference_model(const gguf::file& f, tensor_type kv_type) : f_(f), hp_(read_hparams(f)), kv_type_(kv_type) {}
 
 // Rows of ne[0] values; each row dequantized from its own bytes by the type's block definition.
 reference_model::mat reference_model::matrix(const std::string& name) const {
@@ -124,6 +124,9 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
       }
       rope(q[t], hp_.n_head, static_cast<int64_t>(t));
       rope(k[t], hp_.n_head_kv, static_cast<int64_t>(t));
+      if (kv_type_ == tensor_type::f16)  // what an F16 cache holds: the nearest half
+        for (vec* r : {&k[t], &v[t]})
+          for (double& e : *r) e = kernels::fp16_to_fp32(kernels::fp32_to_fp16(static_cast<float>(e)));
     }
     // Causal softmax attention; query head h reads KV head h / (n_head / n_head_kv).
     std::vector<vec> attn(static_cast<size_t>(T), vec(static_cast<size_t>(d), 0.0));

@@ -21,8 +21,10 @@ namespace hotcold {
 
 class reference_model {
  public:
-  // The file must outlive this object.
-  explicit reference_model(const gguf::file& f);
+  // The file must outlive this object. kv_type f16: each position's keys (after RoPE) and values are
+  // rounded to half precision, as a KV cache of F16 stores them (so a path with such a cache is
+  // compared with like); f32: kept as computed.
+  explicit reference_model(const gguf::file& f, tensor_type kv_type = tensor_type::f32);
 
   // Which FFN neurons contribute, [token][layer][neuron]: what a sparse path chose (the others count
   // as zero). Absent: every neuron, as the model means.
@@ -45,6 +47,7 @@ class reference_model {
 
   const gguf::file& f_;
   hparams hp_;
+  tensor_type kv_type_;
 };
 
 }  // namespace hotcold

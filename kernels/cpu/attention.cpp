@@ -4,7 +4,8 @@
 // rows of 32 (one per key), and each query's softmax runs down a column, sixteen queries per vector
 // op. The values are then added six queries by 64 elements at a time, each value row loaded once for
 // the six. One query (decode): sixteen keys' dot products at a time, folded into one vector of
-// scores, and the values summed in registers.
+// scores, and the values summed in registers. The cache is float32 or F16 (uint16_t): every kernel is
+// written once over the cache's element, F16 rows widened to float as they are loaded.
 #include "kernels/cpu/attention.hpp"
 
 #include <immintrin.h>
@@ -13,25 +14,31 @@
 #include <cmath>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/simd_helpers.hpp"
 
 namespace hotcold::kernels {
 
 namespace {
 constexpr int64_t qn = attend_block_max;  // query lanes in the scratch rows
-}
+constexpr int kb = 12;                     // keys a block's score pass reads at a time
 
-int64_t attend_block_scratch(int64_t keys, int64_t hd) { return qn * (hd + keys); }
+inline float elem(const float* p, int64_t i) { return p[i]; }
+inline float elem(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
+}  // namespace
+
+int64_t attend_block_scratch(int64_t keys, int64_t hd) { return qn * (hd + keys) + kb * hd; }
 
 bool attend_block_vectorized(int64_t hd) { return cpu().avx512 && hd % 16 == 0; }
 
 namespace scalar {
 
-void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
+template <typename T>
+static void attend_one_t(const float* q, const T* k, const T* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
   float max_s = -INFINITY;
   for (int64_t t = 0; t < keys; ++t) {
     float dot = 0.0f;
-    for (int64_t e = 0; e < hd; ++e) dot += q[e] * k[t * stride + e];
+    for (int64_t e = 0; e < hd; ++e) dot += q[e] * elem(k, t * stride + e);
     scores[t] = dot * scale;
     max_s = std::max(max_s, scores[t]);
   }
@@ -40,18 +47,38 @@ void attend_one(const float* q, const float* k, const float* v, int64_t stride, 
   const float inv = static_cast<float>(1.0 / sum);
   std::fill(out, out + hd, 0.0f);
   for (int64_t t = 0; t < keys; ++t)
-    for (int64_t e = 0; e < hd; ++e) out[e] += scores[t] * inv * v[t * stride + e];
+    for (int64_t e = 0; e < hd; ++e) out[e] += scores[t] * inv * elem(v, t * stride + e);
 }
 
+void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
+  attend_one_t(q, k, v, stride, hd, keys, scale, out, scores);
+}
+void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
+  attend_one_t(q, k, v, stride, hd, keys, scale, out, scores);
+}
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch) {
-  for (int j = 0; j < nq; ++j) attend_one(q[j], k, v, stride, hd, pos0 + j + 1, scale, out[j], scratch);
+  for (int j = 0; j < nq; ++j) attend_one_t(q[j], k, v, stride, hd, pos0 + j + 1, scale, out[j], scratch);
+}
+void attend_block(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
+                  float* const* out, float* scratch) {
+  for (int j = 0; j < nq; ++j) attend_one_t(q[j], k, v, stride, hd, pos0 + j + 1, scale, out[j], scratch);
 }
 
 }  // namespace scalar
 
 HOTCOLD_AVX512_BEGIN
 namespace avx512 {
+
+// Sixteen cache elements as floats.
+HOTCOLD_AVX512 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+HOTCOLD_AVX512 static inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+// hd elements of a row as floats (hd a multiple of 16).
+HOTCOLD_AVX512 static inline const float* widen(const float* p, int64_t, float*) { return p; }
+HOTCOLD_AVX512 static inline const float* widen(const uint16_t* p, int64_t hd, float* to) {
+  for (int64_t e = 0; e < hd; e += 16) _mm512_storeu_ps(to + e, load16(p + e));
+  return to;
+}
 
 // e^x for x <= 0 (scores minus their maximum): 2^n e^r with n = round(x log2 e) and |r| <= ln 2 / 2,
 // e^r by its Taylor polynomial to degree 6 (relative error ~1e-7), 2^n applied by vscalefps.
@@ -70,11 +97,12 @@ HOTCOLD_AVX512 static inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// Scores of keys t0 .. t0 + 11 (those below `keys`) against the 32 transposed queries.
-HOTCOLD_AVX512 static void scores(const float* qt, const float* k, int64_t stride, int64_t hd, int64_t t0, int64_t keys, float* st) {
-  constexpr int kb = 12;
+// Scores of keys t0 .. t0 + 11 (those below `keys`) against the 32 transposed queries; F16 keys are
+// widened into kf (kb x hd floats) first.
+template <typename T>
+HOTCOLD_AVX512 static void scores(const float* qt, const T* k, int64_t stride, int64_t hd, int64_t t0, int64_t keys, float* st, float* kf) {
   const float* kr[kb];
-  for (int i = 0; i < kb; ++i) kr[i] = k + std::min(t0 + i, keys - 1) * stride;
+  for (int i = 0; i < kb; ++i) kr[i] = widen(k + std::min(t0 + i, keys - 1) * stride, hd, kf + i * hd);
   __m512 acc[kb][2];
   for (int i = 0; i < kb; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int64_t e = 0; e < hd; ++e) {
@@ -93,8 +121,8 @@ HOTCOLD_AVX512 static void scores(const float* qt, const float* k, int64_t strid
 }
 
 // out[j0 + i][e0 .. e0 + 16 NV) for six queries (the last repeated past nq): the weighted values.
-template <int NV>
-HOTCOLD_AVX512 static void values(const float* st, const float* v, int64_t stride, int64_t e0, int j0, int nq, int64_t pos0, const float* inv,
+template <int NV, typename T>
+HOTCOLD_AVX512 static void values(const float* st, const T* v, int64_t stride, int64_t e0, int j0, int nq, int64_t pos0, const float* inv,
                                   float* const* out) {
   int js[6];
   for (int i = 0; i < 6; ++i) js[i] = std::min(j0 + i, nq - 1);
@@ -104,7 +132,7 @@ HOTCOLD_AVX512 static void values(const float* st, const float* v, int64_t strid
   const int64_t last = pos0 + js[5];  // later keys have weight 0 for these queries
   for (int64_t t = 0; t <= last; ++t) {
     __m512 vr[NV];
-    for (int u = 0; u < NV; ++u) vr[u] = _mm512_loadu_ps(v + t * stride + e0 + 16 * u);
+    for (int u = 0; u < NV; ++u) vr[u] = load16(v + t * stride + e0 + 16 * u);
 #pragma GCC unroll 6
     for (int i = 0; i < 6; ++i) {
       const __m512 p = _mm512_set1_ps(st[t * qn + js[i]]);
@@ -118,8 +146,8 @@ HOTCOLD_AVX512 static void values(const float* st, const float* v, int64_t strid
 }
 
 // The weighted values for dims [e0, e0 + 16 NV): two sets of sums (even and odd keys) for the chains.
-template <int NV>
-HOTCOLD_AVX512 static void weighted_values(const float* s, const float* v, int64_t stride, int64_t keys, int64_t e0, float inv, float* out) {
+template <int NV, typename T>
+HOTCOLD_AVX512 static void weighted_values(const float* s, const T* v, int64_t stride, int64_t keys, int64_t e0, float inv, float* out) {
   __m512 a[2][NV];
   for (int h = 0; h < 2; ++h)
     for (int u = 0; u < NV; ++u) a[h][u] = _mm512_setzero_ps();
@@ -127,28 +155,29 @@ HOTCOLD_AVX512 static void weighted_values(const float* s, const float* v, int64
   for (; t + 2 <= keys; t += 2)
     for (int h = 0; h < 2; ++h) {
       const __m512 p = _mm512_set1_ps(s[t + h]);
-      for (int u = 0; u < NV; ++u) a[h][u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + (t + h) * stride + e0 + 16 * u), a[h][u]);
+      for (int u = 0; u < NV; ++u) a[h][u] = _mm512_fmadd_ps(p, load16(v + (t + h) * stride + e0 + 16 * u), a[h][u]);
     }
   if (t < keys) {
     const __m512 p = _mm512_set1_ps(s[t]);
-    for (int u = 0; u < NV; ++u) a[0][u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + t * stride + e0 + 16 * u), a[0][u]);
+    for (int u = 0; u < NV; ++u) a[0][u] = _mm512_fmadd_ps(p, load16(v + t * stride + e0 + 16 * u), a[0][u]);
   }
   const __m512 sc = _mm512_set1_ps(inv);
   for (int u = 0; u < NV; ++u) _mm512_storeu_ps(out + e0 + 16 * u, _mm512_mul_ps(_mm512_add_ps(a[0][u], a[1][u]), sc));
 }
 
-HOTCOLD_AVX512 static void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale,
+template <typename T>
+HOTCOLD_AVX512 static void attend_one(const float* q, const T* k, const T* v, int64_t stride, int64_t hd, int64_t keys, float scale,
                                       float* out, float* s) {
   __m512 m = _mm512_set1_ps(-INFINITY);
   for (int64_t t0 = 0; t0 < keys; t0 += 16) {
-    const float* kr[16];
+    const T* kr[16];
     for (int i = 0; i < 16; ++i) kr[i] = k + std::min(t0 + i, keys - 1) * stride;
     __m512 acc[16];
     for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t e = 0; e < hd; e += 16) {
       const __m512 qv = _mm512_loadu_ps(q + e);
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kr[i] + e), qv, acc[i]);
+      for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(load16(kr[i] + e), qv, acc[i]);
     }
     const __mmask16 valid = keys - t0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (keys - t0)) - 1);
     const __m512 sc = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
@@ -174,14 +203,16 @@ HOTCOLD_AVX512 static void attend_one(const float* q, const float* k, const floa
   }
 }
 
-HOTCOLD_AVX512 static void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0,
+template <typename T>
+HOTCOLD_AVX512 static void attend_block(const float* const* q, int nq, const T* k, const T* v, int64_t stride, int64_t hd, int64_t pos0,
                                         float scale, float* const* out, float* scratch) {
   const int64_t keys = pos0 + nq;
   float* qt = scratch;  // [hd][32]
   float* st = scratch + qn * hd;  // [keys][32]: scores, then weights
+  float* kf = st + qn * keys;     // [12][hd]: widened keys
   for (int64_t e = 0; e < hd; ++e)
     for (int j = 0; j < qn; ++j) qt[e * qn + j] = j < nq ? q[j][e] * scale : 0.0f;
-  for (int64_t t0 = 0; t0 < keys; t0 += 12) scores(qt, k, stride, hd, t0, keys, st);
+  for (int64_t t0 = 0; t0 < keys; t0 += kb) scores(qt, k, stride, hd, t0, keys, st, kf);
 
   // Column softmax: key t is seen by query j when t <= pos0 + j, i.e. by the lanes j >= t - pos0.
   auto visible = [&](int64_t t, int half) -> __mmask16 {
@@ -219,8 +250,17 @@ void attend_one(const float* q, const float* k, const float* v, int64_t stride, 
   if (attend_block_vectorized(hd)) return avx512::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
   scalar::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
 }
+void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
+  if (attend_block_vectorized(hd)) return avx512::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
+  scalar::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
+}
 
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
+                  float* const* out, float* scratch) {
+  if (attend_block_vectorized(hd)) return avx512::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
+  scalar::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
+}
+void attend_block(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch) {
   if (attend_block_vectorized(hd)) return avx512::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
   scalar::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);

@@ -1,7 +1,8 @@
 #pragma once
 // Causal attention of one head for a block of consecutive queries of one sequence (a prompt's
 // tokens): the block's scores against every cached key in one pass, as small matrix products with
-// no horizontal sums, then each query's softmax and its weighted sum of the values.
+// no horizontal sums, then each query's softmax and its weighted sum of the values. Keys and values
+// are float32 or F16 (uint16_t, the KV cache's default type), read as floats.
 #include <cstdint>
 
 namespace hotcold::kernels {
@@ -21,16 +22,22 @@ bool attend_block_vectorized(int64_t hd);
 // softmax_t(scale q[j] . k_t) v_t.
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch);
+void attend_block(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
+                  float* const* out, float* scratch);
 
 // One query (decode) against keys 0 .. keys - 1: out = sum over t of softmax_t(scale q . k_t) v_t.
 // Sixteen keys' scores at a time (sixteen vector sums folded into one vector), softmax with a vector
 // exp, the values summed in registers. scores: `keys` floats of scratch. Where attend_block is
 // vectorized (attend_block_vectorized(hd)); elsewhere the scalar reference.
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
+void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
 
 namespace scalar {
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
+void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
+                  float* const* out, float* scratch);
+void attend_block(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch);
 }
 

@@ -139,7 +139,7 @@ void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std
   for (const auto& r : rs) ids.push_back(p.submit(r));
   auto got = drain(p, rs.size());
   const auto file = gguf::file::open(m->path());
-  const reference_model oracle(file);
+  const reference_model oracle(file, tensor_type::f16);  // the context's F16 KV cache
   for (size_t k = 0; k < rs.size(); ++k) {
     SCOPED_TRACE(k);
     auto want = reference(m, mode, rs[k]);
@@ -214,7 +214,7 @@ void expect_oracle_with_chosen(std::shared_ptr<const model> m, std::shared_ptr<c
   ASSERT_GT(chosen, 0);
   ASSERT_LT(chosen, static_cast<int64_t>(run.size()) * hp.n_layer * hp.n_ff) << "the predictor left no neuron out";
   const auto file = gguf::file::open(m->path());
-  const auto want = reference_model(file).logits(run, &mask);
+  const auto want = reference_model(file, tensor_type::f16).logits(run, &mask);
   EXPECT_LT(test::rel_diff(got.logits, std::vector<std::vector<double>>(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(r.prompt.size()))), 1e-5);
   for (size_t j = 0; j < got.tokens.size(); ++j) {
     const auto& l = want[r.prompt.size() - 1 + j];

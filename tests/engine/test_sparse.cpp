@@ -46,7 +46,7 @@ TEST_P(SparsePath, MatchesTheReferenceGivenTheNeuronsItChose) {
   const auto& hp = m->hp();
   const std::vector<token_id> tokens = {1, 250, 17, 299, 3, 120, 8};
   const auto file = gguf::file::open(path);
-  const reference_model oracle(file);
+  const reference_model oracle(file, tensor_type::f16);  // the context's F16 KV cache
   const auto dense = oracle.logits(tokens);
   for (bool batch : {false, true}) {
     SCOPED_TRACE(batch ? "a batch" : "one token at a time");
@@ -227,7 +227,7 @@ TEST_P(SparsePath, DownRowsReadAreTheFiredNeurons) {
 }
 
 std::vector<std::vector<float>> batch_logits_of(std::shared_ptr<const model> m, ffn_mode mode, int threads = 2) {
-  inference_context ctx(m, 16, threads);
+  inference_context ctx(m, 16, threads, 1, tensor_type::f32);  // as logits_of's
   ctx.set_mode(mode);
   const token_id tokens[] = {1, 250, 17, 299, 3, 120};
   // Two batches (4 + 2 tokens), the second continuing the first's positions.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
 namespace {
@@ -100,6 +101,40 @@ TEST(AttendOne, MatchesDoubleAttention) {
           ASSERT_NEAR(out[static_cast<size_t>(e)], want[static_cast<size_t>(e)], 2e-5 * (1 + std::abs(want[static_cast<size_t>(e)])))
               << "hd " << hd << " keys " << keys << " vector " << vec << " at " << e;
         EXPECT_EQ(scores[static_cast<size_t>(keys)], 7.0f) << "wrote past its keys";
+      }
+    }
+}
+
+TEST(AttendF16Cache, MatchesDoubleAttentionOverTheHalves) {
+  // An F16 cache (the engine's default): every kernel reads the halves as the floats they are, so
+  // the result is the double attention over the rounded keys and values, blocks and decode alike.
+  uint32_t seed = 900;
+  for (int64_t hd : {16, 64, 80, 128})
+    for (auto [pos0, nq] : {std::pair<int64_t, int>{0, 1}, {40, 1}, {0, 7}, {100, 32}, {13, 13}}) {
+      case_data c = make_case(hd, hd * 2, pos0, nq, seed++);
+      std::vector<uint16_t> k16(c.k.size()), v16(c.v.size());
+      fp32_to_fp16_row(c.k.data(), k16.data(), c.k.size());
+      fp32_to_fp16_row(c.v.data(), v16.data(), c.v.size());
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const std::vector<double> unrounded = reference(c, scale);
+      fp16_to_fp32_row(k16.data(), c.k.data(), c.k.size());
+      fp16_to_fp32_row(v16.data(), c.v.data(), c.v.size());
+      const std::vector<double> want = reference(c, scale);
+      double moved = 0;
+      for (size_t i = 0; i < want.size(); ++i) moved = std::max(moved, std::abs(want[i] - unrounded[i]));
+      EXPECT_GT(moved, 1e-4) << "the halves' rounding would not show";
+      for (bool vec : {false, true}) {
+        std::vector<float> out(static_cast<size_t>(nq * hd), -1.0f);
+        std::vector<const float*> qs;
+        std::vector<float*> outs;
+        for (int j = 0; j < nq; ++j) qs.push_back(c.q.data() + j * hd), outs.push_back(out.data() + j * hd);
+        std::vector<float> scratch(static_cast<size_t>(attend_block_scratch(pos0 + nq, hd) + pos0 + nq));
+        if (nq == 1 && vec) attend_one(qs[0], k16.data(), v16.data(), c.stride, hd, pos0 + 1, scale, outs[0], scratch.data());
+        else if (nq == 1) scalar::attend_one(qs[0], k16.data(), v16.data(), c.stride, hd, pos0 + 1, scale, outs[0], scratch.data());
+        else if (vec) attend_block(qs.data(), nq, k16.data(), v16.data(), c.stride, hd, pos0, scale, outs.data(), scratch.data());
+        else scalar::attend_block(qs.data(), nq, k16.data(), v16.data(), c.stride, hd, pos0, scale, outs.data(), scratch.data());
+        for (size_t i = 0; i < out.size(); ++i)
+          ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << "hd " << hd << " nq " << nq << " pos0 " << pos0 << " vector " << vec << " at " << i;
       }
     }
 }

@@ -126,10 +126,12 @@ inline std::vector<tools::layer_predictor> random_predictors(int64_t n_layer, in
   return ps;
 }
 
-// Logits of six fixed tokens, one forward() each (optionally through an FFN executor).
+// Logits of six fixed tokens, one forward() each (optionally through an FFN executor). The KV cache
+// is F32: paths that sum in different orders are compared within 1e-5, and a half's rounding that
+// flips between them would be larger than that.
 inline std::vector<std::vector<float>> logits_of(std::shared_ptr<const model> m, ffn_mode mode, int threads = 2,
                                                  std::shared_ptr<ffn_executor> executor = nullptr) {
-  inference_context ctx(m, 16, threads);
+  inference_context ctx(m, 16, threads, 1, tensor_type::f32);
   ctx.set_mode(mode);
   ctx.set_ffn_executor(std::move(executor));
   std::vector<std::vector<float>> out;
