@@ -91,6 +91,7 @@ active_set predict(predictor_runner& runner, const compute_resources& p, const p
 
 predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<predictor_state> self, std::shared_ptr<compute_resources> p) {
   self->state.runner = std::make_unique<predictor_runner>(*p->m, p->ctx->pool());
+  self->state.runner->set_device_layers(p->ctx->device());  // predictors the hot device holds run there
   take_thread(*p, "predictor");
   return {
       [self, p](predict_atom, const predict_job& job) -> caf::result<active_set> {
@@ -292,7 +293,10 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       ctx.pool().rest();
       stats.add_time(stage::output, layer, std::chrono::steady_clock::now() - t0);
       const auto n = static_cast<int64_t>(st.plan.tokens.size());
-      st.host_bytes += costs.output + costs.embedding_row * static_cast<uint64_t>(n);
+      const auto& dev = ctx.device();
+      const uint64_t head_there = dev && dev->output() ? costs.output : 0;  // the head on the device
+      st.host_bytes += costs.output - head_there + costs.embedding_row * static_cast<uint64_t>(n);
+      st.device_bytes += head_there;
       stats.add_step(n, std::chrono::duration<double>(std::chrono::steady_clock::now() - st.started).count(), st.host_bytes, st.device_bytes);
       // The logits leave in a buffer of this actor's that nobody else holds any more (the last
       // step's, once its receivers let go), so the copy goes to memory already paged in: a fresh
@@ -310,7 +314,11 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     auto t0 = std::chrono::steady_clock::now();
     ctx.step_attention(*st.s, layer);
     stats.add_time(stage::attention, layer, std::chrono::steady_clock::now() - t0);
-    st.host_bytes += costs.layer_fixed[static_cast<size_t>(layer)];
+    // Attention's, the FFN norm's and the predictor's weights: on the device where it holds them.
+    const auto& dev = ctx.device();
+    const uint64_t fixed_there = dev ? dev->attention_bytes(layer) + dev->predictor_bytes(layer) : 0;
+    st.host_bytes += costs.layer_fixed[static_cast<size_t>(layer)] - fixed_there;
+    st.device_bytes += fixed_there;
     const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
     const bool sparse = ctx.mode() == ffn_mode::sparse && l.pred_fc1 && l.ffn_down_t;
     if (!sparse) {  // every neuron, here (dense files, dense mode)
@@ -320,7 +328,8 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       ctx.step_ffn(*st.s, layer);
       stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
       // Every gate and up row; the down rows it read (transposed rows: the neurons that fired).
-      st.host_bytes += costs.ffn_rows(li, static_cast<uint64_t>(ctx.read_neurons()[li] - rows_before), static_cast<uint64_t>(ctx.read_down_rows()[li] - down_before));
+      const uint64_t rows = costs.ffn_rows(li, static_cast<uint64_t>(ctx.read_neurons()[li] - rows_before), static_cast<uint64_t>(ctx.read_down_rows()[li] - down_before));
+      (dev && dev->ffn(layer) ? st.device_bytes : st.host_bytes) += rows;  // a dense layer the device holds whole
       return run_layer(self, layer + 1);
     }
     const auto in = ctx.step_ffn_inputs(*st.s);
@@ -354,7 +363,10 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
   self->state.p = std::move(p);
   self->state.predictor = std::move(predictor);
   self->state.cold = std::move(cold);
-  if (!self->state.p->hot) self->state.runner = std::make_unique<predictor_runner>(*self->state.p->m, self->state.p->ctx->pool());
+  if (!self->state.p->hot) {
+    self->state.runner = std::make_unique<predictor_runner>(*self->state.p->m, self->state.p->ctx->pool());
+    self->state.runner->set_device_layers(self->state.p->ctx->device());
+  }
   return {
       [self](step_atom, step_plan& plan) -> caf::typed_response_promise<step_result> {
         auto& st = self->state;

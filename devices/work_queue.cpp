@@ -37,6 +37,7 @@ work_queue::~work_queue() {
 }
 
 event work_queue::submit(std::function<void()> work) {
+  std::lock_guard lock(producers_);
   const uint64_t t = tail_.load(std::memory_order_relaxed);
   while (t - head_.load(std::memory_order_acquire) > mask_) std::this_thread::yield();
   auto done = std::make_shared<completion>();
@@ -50,7 +51,13 @@ event work_queue::submit(std::function<void()> work) {
 
 void work_queue::drain() {
   // FIFO: when the last submission has run, so has everything before it.
-  while (!last_->ready()) last_->done_.wait(false, std::memory_order_acquire);
+  event last;
+  {
+    std::lock_guard lock(producers_);
+    last = last_;
+  }
+  if (!last) return;
+  while (!last->ready()) last->done_.wait(false, std::memory_order_acquire);
 }
 
 void work_queue::run() {

@@ -1,13 +1,15 @@
 #pragma once
-// A device's queue of work: one producer (the device's owner) hands closures to one worker thread
-// through a bounded single-producer/single-consumer ring, lock-free on both sides; an idle worker
-// sleeps on an atomic (a futex), not a mutex. Each submission returns an event that completes
+// A device's queue of work: producers hand closures to one worker thread through a bounded ring
+// (producers take turns by a mutex, uncontended in practice: a step's stages submit one after
+// another, from the hot executor, the predictor or the forward pass); the worker's side is
+// lock-free, and an idle worker sleeps on an atomic (a futex), not a mutex. Each submission returns an event that completes
 // when the work has run, carrying the exception if it threw.
 #include <atomic>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,7 +42,7 @@ class work_queue {
   work_queue(const work_queue&) = delete;
   work_queue& operator=(const work_queue&) = delete;
 
-  // From the one producer thread only. Waits (yielding) while the ring is full.
+  // From any thread. Waits (yielding) while the ring is full.
   event submit(std::function<void()> work);
   // Blocks until everything submitted so far has run.
   void drain();
@@ -59,6 +61,7 @@ class work_queue {
   alignas(64) std::atomic<uint64_t> tail_{0};  // next free slot (producer)
   alignas(64) std::atomic<uint32_t> signal_{0};
   std::atomic<bool> stop_{false};
+  std::mutex producers_;  // guards tail_'s writes and last_
   event last_;
   std::thread worker_;
 };

@@ -170,8 +170,17 @@ void inference_context::begin(step_state& B, std::span<const token_id> tokens, c
 }
 
 void inference_context::attention_block(step_state& B, int64_t il) {
+  // On the hot device when it holds the layer's attention (its weights and KV cache): the same
+  // routine on the device's queue, over its copies.
+  if (device_ && device_->attention(il)) {
+    device_read_ += device_->attention_bytes(il);
+    return device_->run([&] { attention_block(B, il, device_->layer(il)); });
+  }
+  attention_block(B, il, model_->weights().layers[static_cast<size_t>(il)]);
+}
+
+void inference_context::attention_block(step_state& B, int64_t il, const layer_weights& l) {
   const hparams& hp = model_->hp();
-  const layer_weights& l = model_->weights().layers[static_cast<size_t>(il)];
   const layer_recipe r = recipe_of(hp, l);
   const int64_t n = B.n, d = hp.n_embd, kv = hp.n_embd_kv();
   // q, k, v of token t: a fused product interleaves them per token; separate ones are three blocks.
@@ -267,13 +276,41 @@ void inference_context::add_ffn_output(step_state& B, int64_t layer, const float
 
 void inference_context::head(step_state& B, std::span<const int64_t> rows, float* logits) {
   const hparams& hp = model_->hp();
-  const model_weights& w = model_->weights();
   const int64_t d = hp.n_embd, m = static_cast<int64_t>(rows.size());
   trace_scope span(trace_, stage::output, B.step, hp.n_layer, m);
-  // Row k of xn is token rows[k] normalized (rows ascending, so k <= rows[k]: nothing read is overwritten).
-  for (int64_t k = 0; k < m; ++k)
-    apply_norm(output_norm_kind(hp), output_norm_of(hp, w), B.x.data() + rows[static_cast<size_t>(k)] * d, B.xn.data() + k * d, d, hp.norm_eps);
-  matmul(w.output, B.xn.data(), m, logits);
+  auto run = [&](const tensor_view& out, const tensor_view& norm, const tensor_view& norm_b) {
+    // Row k of xn is token rows[k] normalized (rows ascending, so k <= rows[k]: nothing read is overwritten).
+    model_weights w;
+    w.output_norm = norm, w.output_norm_b = norm_b;
+    for (int64_t k = 0; k < m; ++k)
+      apply_norm(output_norm_kind(hp), output_norm_of(hp, w), B.x.data() + rows[static_cast<size_t>(k)] * d, B.xn.data() + k * d, d, hp.norm_eps);
+    matmul(out, B.xn.data(), m, logits);
+  };
+  if (device_ && device_->output()) {
+    device_read_ += device_->output_bytes();
+    return device_->run([&] { run(device_->output_weights(), device_->output_norm(), device_->output_norm_b()); });
+  }
+  const model_weights& w = model_->weights();
+  run(w.output, w.output_norm, w.output_norm_b);
+}
+
+void inference_context::set_device_layers(std::shared_ptr<const device_layers> d) {
+  const hparams& hp = model_->hp();
+  if (steps_ > 0) throw std::logic_error("the device's layers are given before the first step (the KV cache moves there)");
+  if (d) {
+    const device_residency& r = d->residency();
+    if (r.ctx != n_ctx_ || r.n_seq != n_seq_ || d->kv_type() != kv_type_)
+      throw std::invalid_argument(fmt::format("the device's KV cache holds {} x {} positions of {}, this context {} x {} of {}", r.n_seq, r.ctx,
+                                              tensor_type_name(d->kv_type()), n_seq_, n_ctx_, tensor_type_name(kv_type_)));
+  }
+  const size_t layer_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * hp.n_embd_kv() * kv_bytes_);
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const bool there = d && d->attention(il);
+    k_layers_[static_cast<size_t>(il)] = there ? d->k_cache(il) : static_cast<uint8_t*>(k_cache_.data()) + layer_bytes * static_cast<size_t>(il);
+    v_layers_[static_cast<size_t>(il)] = there ? d->v_cache(il) : static_cast<uint8_t*>(v_cache_.data()) + layer_bytes * static_cast<size_t>(il);
+  }
+  predictor_.set_device_layers(d);
+  device_ = std::move(d);
 }
 
 void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/quants.hpp"
 #include "model/model.hpp"
+#include "engine/device_layers.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "engine/predictor.hpp"
 #include "engine/thread_pool.hpp"
@@ -144,6 +145,15 @@ class inference_context {
   // Runs the chosen neurons of one-token steps through `e` (empty: the context's own threads).
   void set_ffn_executor(std::shared_ptr<ffn_executor> e) { executor_ = std::move(e); }
 
+  // What the hot device holds besides hot FFN rows (null: nothing): the attention (and KV cache),
+  // predictors, dense FFNs and head it holds run on its queue over its copies. Given before the first
+  // step, for this context's positions, sequences and KV type (std::invalid_argument otherwise).
+  void set_device_layers(std::shared_ptr<const device_layers> d);
+  const std::shared_ptr<const device_layers>& device() const { return device_; }
+  // Bytes of weights the context's stages read from the device's copies so far (attention, predictors,
+  // dense FFNs, the head; hot FFN rows are the executor's to count).
+  uint64_t device_read() const { return device_read_ + predictor_.device_read(); }
+
   // Throws model_error for sparse mode on a model without predictors.
   void set_mode(ffn_mode m);
   ffn_mode mode() const { return mode_; }
@@ -173,6 +183,7 @@ class inference_context {
   // neuron when that reads fewer bytes (prompt batches); steps of several sequences and single tokens
   // keep each token's own choice.
   void ffn_block(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out);
+  void ffn_block(step_state& B, int64_t layer, const layer_weights& l, const float* in, const float* pred_in, bool may_go_dense, float* out);
   // Every neuron of n tokens: gate and up as matrix products, then the activation into h (n x n_ff);
   // g: scratch (n x n_ff) for the gate. With margins, each token's firing margins go to B.margin.
   void every_neuron(step_state& B, const layer_weights& l, const float* in, float* g, float* h, bool margins);
@@ -184,6 +195,7 @@ class inference_context {
   // FFN's output added to the residual stream; the head.
   void begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
   void attention_block(step_state& B, int64_t layer);
+  void attention_block(step_state& B, int64_t layer, const layer_weights& l);  // over these weights, here
   void add_ffn_output(step_state& B, int64_t layer, const float* out);
   void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows
   uint8_t* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
@@ -197,6 +209,8 @@ class inference_context {
   int64_t kv_bytes_;  // of one cached value
   observer observer_;
   std::shared_ptr<ffn_executor> executor_;
+  std::shared_ptr<const device_layers> device_;
+  uint64_t device_read_ = 0;
   trace_recorder* trace_ = nullptr;
   int64_t steps_ = 0, step_ = 0;
   ffn_mode mode_ = ffn_mode::dense;

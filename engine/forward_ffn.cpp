@@ -30,8 +30,17 @@ void inference_context::every_neuron(step_state& B, const layer_weights& l, cons
 }
 
 void inference_context::ffn_block(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out) {
+  // A dense layer the hot device holds whole: its FFN on the device's queue, over its copies.
+  if (device_ && device_->ffn(layer)) {
+    device_read_ += device_->ffn_bytes(layer);
+    return device_->run([&] { ffn_block(B, layer, device_->layer(layer), in, pred_in, may_go_dense, out); });
+  }
+  ffn_block(B, layer, model_->weights().layers[static_cast<size_t>(layer)], in, pred_in, may_go_dense, out);
+}
+
+void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weights& l, const float* in, const float* pred_in, bool may_go_dense,
+                                  float* out) {
   const hparams& hp = model_->hp();
-  const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
   const int64_t n = B.n, n_ff = hp.n_ff, d = hp.n_embd;
   auto& cost = cost_[static_cast<size_t>(layer)];
   auto& choice = choices_[static_cast<size_t>(layer)];

@@ -43,6 +43,7 @@ class hot_rows {
                         trace_recorder* trace, const timing& timed = {}) const;
   uint64_t bytes() const { return bytes_; }  // rows held on the device
   devices::device& device() const { return *hot_; }
+  const std::shared_ptr<devices::device>& shared_device() const { return hot_; }
 
  private:
   struct layer_rows {

@@ -13,8 +13,15 @@ namespace hotcold {
 predictor_runner::predictor_runner(const model& m, thread_pool& pool) : model_(m), pool_(pool) {}
 
 void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids) {
+  if (device_ && device_->predictor(layer)) {
+    device_read_ += device_->predictor_bytes(layer);
+    return device_->run([&] { predict(device_->layer(layer), layer, pred_in, n, chosen, union_ids); });
+  }
+  predict(model_.weights().layers[static_cast<size_t>(layer)], layer, pred_in, n, chosen, union_ids);
+}
+
+void predictor_runner::predict(const layer_weights& l, int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids) {
   const hparams& hp = model_.hp();
-  const layer_weights& l = model_.weights().layers[static_cast<size_t>(layer)];
   if (!l.pred_fc1) throw std::logic_error(fmt::format("layer {} has no predictor", layer));
   const int64_t rank = l.pred_fc1.ne1, n_ff = hp.n_ff;
   if (static_cast<int64_t>(hidden_.size()) < n * rank) hidden_.resize(static_cast<size_t>(n * rank));

@@ -29,6 +29,8 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
       ->capture_default_str();
   cmd->add_option("--vram-budget", m.vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")
       ->check(finite_in(0, 1 << 20));
+  cmd->add_option("--n-gpu-layers", m.n_gpu_layers, "Dense files: layers the hot device holds whole, front to back (default: as many as fit its budget)")
+      ->check(whole_in(0, 1 << 20));
   cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
@@ -97,30 +99,65 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     dopt.kind = "cpu";
   }
   auto dev = devices::make_device(dopt);
+  if (a.n_gpu_layers >= 0 && dev->kind() == devices::device_kind::cpu)
+    throw std::invalid_argument("--n-gpu-layers needs a hot device (--device sim, cuda or hip)");
   if (dev->kind() != devices::device_kind::cpu) {
-    if (mode != ffn_mode::sparse) throw std::invalid_argument(fmt::format("--device {} splits the sparse FFN: it needs --mode sparse and a file with predictors", a.device));
-    // The placement for this device's budget and the context asked for (not a command's own, such as
-    // bench's prompt + generation): the one beside the model when it was made for them, else one
-    // planned now (docs/commands.md, "Devices").
-    tools::auto_placement_options po;
-    po.cache_dir = cache_dir();
-    po.threads = threads;
-    progress_bar bar("hotcold: profiling for a placement");
-    po.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
-    const int64_t plan_ctx = a.ctx > 0 ? a.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
-    auto placed = tools::ensure_placement(path, *m, dev->budget(), plan_ctx, po);
-    if (placed.made) {
-      fmt::print(stderr, "hotcold: {}: planned a placement for {:.4g} GiB at context {} ({:.1f}% of the profiled firings on hot neurons); wrote {}\n",
-                 placed.reason, dev->budget() / double(1ull << 30), plan_ctx, 100 * placed.plan.hot_mass, placed.path);
-      fmt::print(stderr, "{}", placed.plan.table());
+    // The plan for this device's budget, the context asked for (not a command's own, such as bench's
+    // prompt + generation), the sequences and the KV cache's type: compute buffers, attention with
+    // its cache, predictors and the head first (on a device that runs them), hot FFN rows in what is
+    // left (docs/commands.md, "Devices"). A dense file offloads whole layers instead.
+    tools::plan_options po;
+    po.ctx = ctx;
+    po.n_seq = n_seq;
+    po.kv_value_bytes = kv_type == tensor_type::f32 ? 4 : 2;
+    po.layers = dev->runs_host_work();  // a GPU has no kernels for attention, predictors or the head yet
+    po.n_gpu_layers = a.n_gpu_layers;
+    const bool split_ffn = m->has_predictors();
+    if (a.n_gpu_layers >= 0 && split_ffn)
+      throw std::invalid_argument("--n-gpu-layers counts the layers of a dense file the device holds whole; a sparse file's plan puts attention "
+                                  "first and the hot neurons in what is left");
+    if (!split_ffn && !po.layers)
+      throw std::invalid_argument(fmt::format("--device {} on a dense file: whole layers need attention on the device, which has no kernels for it yet; "
+                                              "use --device sim, or a sparse file (`hotcold prepare`)", a.device));
+    tools::placement_plan plan = tools::plan_device(*m, dev->budget(), po);
+    placement_data hot_placement;
+    if (split_ffn) {
+      tools::auto_placement_options ao;
+      ao.cache_dir = cache_dir();
+      ao.threads = threads;
+      progress_bar bar("hotcold: profiling for a placement");
+      ao.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+      auto placed = tools::ensure_placement(path, *m, dev->budget(), po, ao);
+      if (placed.made) {
+        fmt::print(stderr, "hotcold: {}: planned a placement for {:.4g} GiB at context {} ({:.1f}% of the profiled firings on hot neurons); wrote {}\n",
+                   placed.reason, dev->budget() / double(1ull << 30), plan.ctx, 100 * placed.plan.hot_mass, placed.path);
+        plan = placed.plan;
+      }
+      hot_placement = std::move(placed.data);
     }
-    l.hot = std::make_shared<const hot_rows>(m, placed.data, dev);
-    if (l.trace) l.trace->set_hot_neurons(placed.data.hot);
-    l.split = std::make_shared<hot_cold_ffn>(m, l.hot, l.ctx->pool());  // one set of CPU workers
-    l.split->set_trace(l.trace.get());
-    l.ctx->set_ffn_executor(l.split);
-    fmt::print(stderr, "hotcold: hot device {}: {:.1f} MiB of hot FFN rows in a budget of {:.1f} MiB; the cold share runs on the {} CPU threads\n", dev->name(),
-               l.split->hot_bytes() / double(1 << 20), dev->budget() / double(1 << 20), threads);
+    if (!split_ffn || !plan.solution.hot.empty() || plan.fixed.total() > plan.fixed.compute) fmt::print(stderr, "{}", plan.table());
+    // What the plan puts on the device, in its order: compute buffers, attention with its KV cache,
+    // predictors, the head; then the hot rows.
+    l.device = std::make_shared<const device_layers>(m, plan.residency(), dev, kv_type);
+    l.ctx->set_device_layers(l.device);
+    if (split_ffn) {
+      try {
+        l.hot = std::make_shared<const hot_rows>(m, hot_placement, dev);
+      } catch (const devices::out_of_device_memory& e) {
+        throw std::invalid_argument(fmt::format("{}: the placement's hot rows ({:.1f} MiB) do not fit in what the plan leaves of the budget: {}",
+                                                placement_path(path), hot_placement.vram_capacity / double(1 << 20), e.what()));
+      }
+      if (l.trace) l.trace->set_hot_neurons(hot_placement.hot);
+      l.split = std::make_shared<hot_cold_ffn>(m, l.hot, l.ctx->pool());  // one set of CPU workers
+      l.split->set_trace(l.trace.get());
+      l.ctx->set_ffn_executor(l.split);
+    }
+    const auto& r = plan.residency();
+    const auto on = [](const std::vector<uint8_t>& v) { return std::count(v.begin(), v.end(), uint8_t{1}); };
+    fmt::print(stderr, "hotcold: hot device {}: attention and KV cache of {} of {} layers, {} predictors, {} dense FFNs, the head {}; {:.1f} MiB of hot FFN "
+                       "rows; {:.1f} of {:.1f} MiB allocated; the rest runs on the {} CPU threads\n",
+               dev->name(), on(r.attention), hp.n_layer, on(r.predictor), on(r.ffn), r.output ? "there" : "on the CPU",
+               l.hot ? l.hot->bytes() / double(1 << 20) : 0.0, dev->used() / double(1 << 20), dev->budget() / double(1 << 20), threads);
   }
   return l;
 }

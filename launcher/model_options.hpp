@@ -1,6 +1,6 @@
 #pragma once
 // Options every command that runs a model shares (-m, -t, -c, --mmap, --mode, --device,
-// --vram-budget, --kv-type, --trace-out) and the loading that follows them.
+// --vram-budget, --n-gpu-layers, --kv-type, --trace-out) and the loading that follows them.
 #include <memory>
 #include <string>
 
@@ -23,6 +23,7 @@ struct model_args {
   double vram_budget_gib = 0;   // the hot device's budget (0: its free memory; sim needs one)
   std::string trace_out;        // Chrome trace-event JSON written when the command ends
   std::string kv_type = "f16";  // the KV cache's values: f16 | f32
+  int64_t n_gpu_layers = -1;    // dense files: layers the hot device holds whole (-1: as many as fit)
 };
 
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required);
@@ -32,7 +33,8 @@ void add_pipeline_option(CLI::App* cmd, std::string& pipeline);
 struct loaded {
   std::shared_ptr<const model> m;
   std::unique_ptr<trace_recorder> trace;          // with --trace-out
-  std::shared_ptr<const hot_rows> hot;     // with a hot device other than the CPU
+  std::shared_ptr<const device_layers> device;  // what a hot device holds besides hot rows
+  std::shared_ptr<const hot_rows> hot;     // with a hot device other than the CPU, on a sparse file
   std::shared_ptr<hot_cold_ffn> split;    // the same rows, for the reference pipeline
   std::shared_ptr<inference_context> ctx;
   std::string trace_path;

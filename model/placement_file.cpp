@@ -35,6 +35,7 @@ void write_placement_file(const placement_data& p, const std::string& path, int6
     w.set_u64("hotcold.placement.ctx", p.origin.ctx);
     w.set_u64("hotcold.placement.model_bytes", p.origin.model_bytes);
     w.set_u64("hotcold.placement.model_mtime_ns", p.origin.model_mtime_ns);
+    w.set_u64("hotcold.placement.kv_layer_bytes", p.origin.kv_layer_bytes);
   }
   std::vector<std::vector<int32_t>> masks;
   masks.reserve(p.hot.size());
@@ -64,7 +65,8 @@ placement_data read_placement_file(const std::string& path, int64_t n_layer, int
   const auto* ctx = f.find("hotcold.placement.ctx");
   const auto* bytes = f.find("hotcold.placement.model_bytes");
   const auto* mtime = f.find("hotcold.placement.model_mtime_ns");
-  if (budget && ctx && bytes && mtime) p.origin = {true, budget->as_u64(), ctx->as_u64(), bytes->as_u64(), mtime->as_u64()};
+  const auto* kv = f.find("hotcold.placement.kv_layer_bytes");
+  if (budget && ctx && bytes && mtime) p.origin = {true, budget->as_u64(), ctx->as_u64(), bytes->as_u64(), mtime->as_u64(), kv ? kv->as_u64() : 0};
   auto& hot = p.hot;
   hot.resize(static_cast<size_t>(n_layer));
   for (int64_t l = 0; l < n_layer; ++l) {

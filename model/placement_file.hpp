@@ -10,7 +10,7 @@
 namespace hotcold {
 
 // What a placement was made for (hotcold's keys `hotcold.placement.budget`, `.ctx`, `.model_bytes`,
-// `.model_mtime_ns`, all u64): a placement made for another budget, context or file is made again.
+// `.model_mtime_ns`, `.kv_layer_bytes`, all u64): a placement made for another budget, context or file is made again.
 // PowerInfer's files have none of them (known = false) and are taken as they are.
 struct placement_origin {
   bool known = false;
@@ -18,6 +18,7 @@ struct placement_origin {
   uint64_t ctx = 0;            // context the KV cache was planned for
   uint64_t model_bytes = 0;    // the model file's size
   uint64_t model_mtime_ns = 0; // and its modification time
+  uint64_t kv_layer_bytes = 0; // `hotcold.placement.kv_layer_bytes`: one layer's KV cache on the device (context x sequences x the cache's type)
   bool operator==(const placement_origin&) const = default;
 };
 // The origin of a plan for `model_path` (its size and modification time now).

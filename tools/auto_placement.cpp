@@ -45,9 +45,11 @@ std::vector<uint64_t> firing_counts(const std::string& model_path, const model& 
 
 }  // namespace
 
-auto_placement ensure_placement(const std::string& model_path, const model& m, uint64_t budget, int64_t ctx, const auto_placement_options& o) {
+auto_placement ensure_placement(const std::string& model_path, const model& m, uint64_t budget, const plan_options& p, const auto_placement_options& o) {
   const auto& hp = m.hp();
-  const placement_origin wanted = placement_origin_of(model_path, budget, static_cast<uint64_t>(ctx));
+  const int64_t ctx = p.ctx > 0 ? p.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  placement_origin wanted = placement_origin_of(model_path, budget, static_cast<uint64_t>(ctx));
+  wanted.kv_layer_bytes = plan_device(m, budget, p).kv_layer_bytes;
   auto_placement r;
   r.reason = "there is no placement beside it";
   bool stale = false;
@@ -70,11 +72,13 @@ auto_placement ensure_placement(const std::string& model_path, const model& m, u
     const auto& had = data->origin;
     r.reason = had.model_bytes != wanted.model_bytes || had.model_mtime_ns != wanted.model_mtime_ns ? fmt::format("{} was made for another version of the file", path)
                : had.budget != wanted.budget ? fmt::format("{} was made for a budget of {:.3f} GiB", path, had.budget / double(1ull << 30))
-                                             : fmt::format("{} was made for a context of {}", path, had.ctx);
+               : had.ctx != wanted.ctx       ? fmt::format("{} was made for a context of {}", path, had.ctx)
+                                             : fmt::format("{} was made for another KV cache ({:.1f} MiB a layer, not {:.1f})", path,
+                                                           had.kv_layer_bytes / double(1 << 20), wanted.kv_layer_bytes / double(1 << 20));
   }
   if (!m.has_predictors()) throw std::invalid_argument(fmt::format("{}: a placement needs a sparse file (predictors in every layer); make one with `hotcold prepare`", model_path));
   const auto counts = firing_counts(model_path, m, o);
-  r.plan = plan_placement(m, counts, budget / double(1ull << 30), ctx);
+  r.plan = plan_placement(m, counts, budget, p);
   r.made = true;
   r.path = placement_path(model_path);
   try {

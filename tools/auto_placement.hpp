@@ -33,8 +33,8 @@ struct auto_placement_options {
   std::function<void(int64_t done, int64_t total)> progress;  // of a short profile
 };
 
-// The placement beside model_path (or in the cache folder) made for `budget` bytes at context `ctx`,
-// made now when there is none or it was made for something else.
-auto_placement ensure_placement(const std::string& model_path, const model& m, uint64_t budget, int64_t ctx, const auto_placement_options& o);
+// The placement beside model_path (or in the cache folder) made for `budget` bytes and plan `p` (its
+// context, sequences and KV cache type), made now when there is none or it was made for something else.
+auto_placement ensure_placement(const std::string& model_path, const model& m, uint64_t budget, const plan_options& p, const auto_placement_options& o);
 
 }  // namespace hotcold::tools

@@ -105,17 +105,37 @@ placement_plan plan_placement(const std::string& model_path, const std::string& 
   return plan_placement(*m, data.firing_counts, budget_gib, ctx);
 }
 
-placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx) {
-  const model* m = &model_;
-  const auto& hp = m->hp();
-  if (static_cast<int64_t>(firing_counts.size()) != hp.n_layer * hp.n_ff)
-    throw std::invalid_argument(fmt::format("{} firing counts for a model of {} layers x {} neurons", firing_counts.size(), hp.n_layer, hp.n_ff));
-  if (budget_gib <= 0) throw std::invalid_argument("--vram-budget must be positive");
-  if (ctx <= 0) ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
+device_residency placement_plan::residency() const {
+  device_residency r;
+  for (const auto& l : layers) {
+    r.attention.push_back(l.attention);
+    r.predictor.push_back(l.predictor);
+    r.ffn.push_back(l.ffn);
+  }
+  r.output = output;
+  r.ctx = ctx;
+  r.n_seq = n_seq;
+  r.compute_bytes = fixed.compute;
+  return r;
+}
+
+uint64_t compute_buffer_bytes(const hparams& hp, int64_t ctx) {
+  // The residual stream and its norms, q/k/v, attention scores over the context for every head, FFN
+  // hidden vectors and scores, logits; float32, doubled for double-buffering.
+  return 2 * 4 * static_cast<uint64_t>(6 * hp.n_embd + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * hp.n_ff + hp.n_vocab);
+}
+
+placement_plan plan_device(const model& m, uint64_t budget, const plan_options& o) {
+  const auto& hp = m.hp();
+  if (budget == 0) throw std::invalid_argument("--vram-budget must be positive");
+  if (o.n_seq < 1) throw std::invalid_argument("a plan needs at least one sequence");
+  if (o.kv_value_bytes != 2 && o.kv_value_bytes != 4) throw std::invalid_argument("the KV cache holds F16 (2 bytes) or F32 (4 bytes) values");
   placement_plan plan;
-  plan.budget = static_cast<uint64_t>(budget_gib * double(1ull << 30));
-  plan.ctx = ctx;
-  const auto& w = m->weights();
+  plan.budget = budget;
+  plan.ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  plan.n_seq = o.n_seq;
+  plan.whole_layers = !m.has_predictors();
+  const auto& w = m.weights();
   fixed_costs& f = plan.fixed;
   // Each kind in turn takes layers front to back until one does not fit; the next kind gets what is
   // left (so a head that does not fit leaves its room to the hot rows instead of wasting it).
@@ -125,49 +145,63 @@ placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& 
     left -= bytes;
     return true;
   };
-  // Compute buffers for one token: the residual stream and its norms, q/k/v, attention scores over the
-  // context for every head, FFN hidden vectors and scores, logits; float32, doubled for double-buffering.
-  f.compute = 2 * 4 * static_cast<uint64_t>(6 * hp.n_embd + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * hp.n_ff + hp.n_vocab);
+  f.compute = compute_buffer_bytes(hp, plan.ctx);
   if (!take(f.compute))
     throw std::invalid_argument(fmt::format("--vram-budget {:.4g} GiB ({:.2f} MiB) is below the compute buffers the device needs for anything: {:.2f} MiB",
-                                            budget_gib, plan.budget / double(1 << 20), f.compute / double(1 << 20)));
+                                            budget / double(1ull << 30), budget / double(1 << 20), f.compute / double(1 << 20)));
   plan.layers.resize(static_cast<size_t>(hp.n_layer));
-  // KV cache in F16 (as GPU back ends keep it), K and V, the whole context, for each layer whose
-  // attention the device runs (attention without its cache would send the cache across every token).
-  const uint64_t kv_layer = static_cast<uint64_t>(ctx) * static_cast<uint64_t>(hp.n_embd_kv()) * 2 * 2;
-  for (int64_t il = 0; il < hp.n_layer; ++il) {  // attention, front to back
-    const auto& l = w.layers[static_cast<size_t>(il)];
-    auto& pl = plan.layers[static_cast<size_t>(il)];
-    const uint64_t weights = l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wqkv.bytes() + l.wo.bytes();
-    const uint64_t norms = l.attn_norm.bytes() + l.attn_norm_b.bytes() + l.attn_norm_2.bytes() + l.attn_norm_2_b.bytes();
-    if (!take(weights + norms + kv_layer)) break;
-    pl.attention = true;
-    pl.attention_bytes = weights + norms, pl.kv_bytes = kv_layer;
-    f.attention += weights, f.norms += norms, f.kv_cache += kv_layer;
+  // The KV cache of each layer whose attention the device runs (attention without its cache would send
+  // the cache across every token): K and V, every position of every sequence, in the cache's type.
+  plan.kv_layer_bytes = static_cast<uint64_t>(plan.ctx * o.n_seq * hp.n_embd_kv() * o.kv_value_bytes) * 2;
+  if (o.layers) {
+    if (plan.whole_layers && o.n_gpu_layers > hp.n_layer)
+      throw std::invalid_argument(fmt::format("--n-gpu-layers {}: the model has {} layers", o.n_gpu_layers, hp.n_layer));
+    const int64_t max_layers = plan.whole_layers && o.n_gpu_layers >= 0 ? o.n_gpu_layers : hp.n_layer;
+    for (int64_t il = 0; il < max_layers; ++il) {  // attention (and a dense file's whole layer), front to back
+      const auto& l = w.layers[static_cast<size_t>(il)];
+      auto& pl = plan.layers[static_cast<size_t>(il)];
+      // The FFN norm goes with the layer's attention: it is applied where the residual stream is when
+      // attention ends (Falcon's FFN reads attn_norm, counted with attention).
+      const uint64_t weights = l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wqkv.bytes() + l.wo.bytes();
+      const uint64_t norms = l.attn_norm.bytes() + l.attn_norm_b.bytes() + l.attn_norm_2.bytes() + l.attn_norm_2_b.bytes();
+      const uint64_t ffn = plan.whole_layers ? l.ffn_gate.bytes() + l.ffn_up.bytes() + l.ffn_down.bytes() + l.ffn_down_t.bytes() : 0;
+      if (!take(weights + norms + l.ffn_norm.bytes() + plan.kv_layer_bytes + ffn)) {
+        if (plan.whole_layers && o.n_gpu_layers >= 0)
+          throw std::invalid_argument(fmt::format("--n-gpu-layers {}: layer {} does not fit in --vram-budget {:.4g} GiB", o.n_gpu_layers, il,
+                                                  budget / double(1ull << 30)));
+        break;
+      }
+      pl.attention = true;
+      pl.attention_bytes = weights + norms, pl.kv_bytes = plan.kv_layer_bytes;
+      f.attention += weights, f.norms += norms, f.kv_cache += plan.kv_layer_bytes;
+      pl.ffn_norm = l.ffn_norm.bytes() > 0, pl.ffn_norm_bytes = l.ffn_norm.bytes(), f.norms += l.ffn_norm.bytes();
+      if (plan.whole_layers) pl.ffn = true, pl.ffn_bytes = ffn, f.ffn += ffn;
+    }
+    for (int64_t il = 0; il < hp.n_layer; ++il) {  // predictors
+      const auto& l = w.layers[static_cast<size_t>(il)];
+      auto& pl = plan.layers[static_cast<size_t>(il)];
+      const uint64_t bytes = l.pred_fc1.bytes() + l.pred_fc2.bytes();
+      if (bytes == 0) continue;
+      if (!take(bytes)) break;
+      pl.predictor = true, pl.predictor_bytes = bytes, f.predictors += bytes;
+    }
+    const uint64_t head = w.output.bytes() + w.output_norm.bytes() + w.output_norm_b.bytes();
+    if (take(head)) plan.output = true, f.output = w.output.bytes(), f.norms += w.output_norm.bytes() + w.output_norm_b.bytes();
   }
-  for (int64_t il = 0; il < hp.n_layer; ++il) {  // predictors
-    const auto& l = w.layers[static_cast<size_t>(il)];
-    auto& pl = plan.layers[static_cast<size_t>(il)];
-    const uint64_t bytes = l.pred_fc1.bytes() + l.pred_fc2.bytes();
-    if (bytes == 0) continue;
-    if (!take(bytes)) break;
-    pl.predictor = true, pl.predictor_bytes = bytes, f.predictors += bytes;
-  }
-  for (int64_t il = 0; il < hp.n_layer; ++il) {  // FFN norms (Falcon's FFN reads attn_norm, counted with attention)
-    const auto& l = w.layers[static_cast<size_t>(il)];
-    auto& pl = plan.layers[static_cast<size_t>(il)];
-    const uint64_t bytes = l.ffn_norm.bytes();
-    if (bytes == 0) continue;
-    if (!take(bytes)) break;
-    pl.ffn_norm = true, pl.ffn_norm_bytes = bytes, f.norms += bytes;
-  }
-  const uint64_t head = w.output.bytes() + w.output_norm.bytes() + w.output_norm_b.bytes();
-  if (take(head)) plan.output = true, f.output = w.output.bytes(), f.norms += w.output_norm.bytes() + w.output_norm_b.bytes();
+  plan.left = left;
+  return plan;
+}
+
+placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, uint64_t budget, const plan_options& o) {
+  const auto& hp = m.hp();
+  if (static_cast<int64_t>(firing_counts.size()) != hp.n_layer * hp.n_ff)
+    throw std::invalid_argument(fmt::format("{} firing counts for a model of {} layers x {} neurons", firing_counts.size(), hp.n_layer, hp.n_ff));
+  placement_plan plan = plan_device(m, budget, o);
   // Hot FFN neurons with what is left.
   placement_problem p;
-  p.budget = left;
+  p.budget = plan.left;
   uint64_t all = 0;
-  const read_costs costs(*m);
+  const read_costs costs(m);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     p.bytes.push_back(costs.neuron[static_cast<size_t>(l)]);
     auto begin = firing_counts.begin() + l * hp.n_ff;
@@ -180,34 +214,52 @@ placement_plan plan_placement(const model& model_, const std::vector<uint64_t>& 
     pl.hot_neurons = static_cast<int64_t>(plan.solution.hot[static_cast<size_t>(l)].size());
     pl.hot_bytes = static_cast<uint64_t>(pl.hot_neurons) * p.bytes[static_cast<size_t>(l)];
   }
+  plan.left -= plan.solution.bytes;
   plan.hot_mass = all ? static_cast<double>(plan.solution.value) / static_cast<double>(all) : 0.0;
   return plan;
+}
+
+placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx) {
+  if (!(budget_gib > 0)) throw std::invalid_argument("--vram-budget must be positive");
+  plan_options o;
+  o.ctx = ctx;
+  return plan_placement(m, firing_counts, static_cast<uint64_t>(budget_gib * double(1ull << 30)), o);
 }
 
 std::string placement_plan::table() const {
   auto mib = [](uint64_t b) { return b / double(1 << 20); };
   auto yes = [&](bool on, uint64_t b) { return on ? fmt::format("{:.2f}", mib(b)) : std::string("cpu"); };
-  std::string t = "| layer | attention MiB | KV cache MiB | predictor MiB | FFN norm MiB | hot neurons | hot rows MiB | device MiB |\n"
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  std::string t = whole_layers ? "| layer | attention MiB | KV cache MiB | FFN norm MiB | FFN MiB | device MiB |\n| --- | --- | --- | --- | --- | --- |\n"
+                                : "| layer | attention MiB | KV cache MiB | predictor MiB | FFN norm MiB | hot neurons | hot rows MiB | device MiB |\n"
+                                  "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (size_t l = 0; l < layers.size(); ++l) {
     const auto& p = layers[l];
-    t += fmt::format("| {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} |\n", l, yes(p.attention, p.attention_bytes), yes(p.attention, p.kv_bytes),
-                     yes(p.predictor, p.predictor_bytes), yes(p.ffn_norm, p.ffn_norm_bytes), p.hot_neurons, mib(p.hot_bytes), mib(p.bytes()));
+    if (whole_layers)
+      t += fmt::format("| {} | {} | {} | {} | {} | {:.2f} |\n", l, yes(p.attention, p.attention_bytes), yes(p.attention, p.kv_bytes),
+                       yes(p.ffn_norm, p.ffn_norm_bytes), yes(p.ffn, p.ffn_bytes), mib(p.bytes()));
+    else
+      t += fmt::format("| {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} |\n", l, yes(p.attention, p.attention_bytes), yes(p.attention, p.kv_bytes),
+                       yes(p.predictor, p.predictor_bytes), yes(p.ffn_norm, p.ffn_norm_bytes), p.hot_neurons, mib(p.hot_bytes), mib(p.bytes()));
   }
   const auto count = [&](bool layer_placement::*on) {
     return std::count_if(layers.begin(), layers.end(), [&](const layer_placement& p) { return p.*on; });
   };
+  if (whole_layers)
+    t += fmt::format("| total | {} of {} layers | {:.2f} | {} norms | {:.2f} | {:.2f} |\n", count(&layer_placement::attention), layers.size(),
+                     mib(fixed.kv_cache), count(&layer_placement::ffn_norm), mib(fixed.ffn), mib(bytes()));
+  else
   t += fmt::format("| total | {} of {} layers | {:.2f} | {} predictors | {} norms | {} | {:.2f} | {:.2f} |\n", count(&layer_placement::attention),
                    layers.size(), mib(fixed.kv_cache), count(&layer_placement::predictor), count(&layer_placement::ffn_norm),
                    std::accumulate(layers.begin(), layers.end(), int64_t{0}, [](int64_t a, const layer_placement& p) { return a + p.hot_neurons; }),
                    mib(solution.bytes), mib(bytes()));
-  t += fmt::format("output head: {}; compute buffers {:.2f} MiB; {:.2f} of {:.2f} MiB used (context {})\n", output ? "device" : "cpu", mib(fixed.compute),
-                   mib(bytes()), mib(budget), ctx);
+  t += fmt::format("output head: {}; compute buffers {:.2f} MiB; {:.2f} of {:.2f} MiB used (context {}{})\n", output ? "device" : "cpu", mib(fixed.compute),
+                   mib(bytes()), mib(budget), ctx, n_seq > 1 ? fmt::format(" x {} sequences", n_seq) : "");
   return t;
 }
 
 placement_data write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff, const std::string& model_path) {
   placement_data data{plan.solution.bytes, plan.solution.hot, placement_origin_of(model_path, plan.budget, static_cast<uint64_t>(plan.ctx))};
+  data.origin.kv_layer_bytes = plan.kv_layer_bytes;
   write_placement_file(data, path, n_ff);
   return data;
 }

@@ -1,10 +1,12 @@
 #pragma once
 // hotcold place: what lives on the fast device under a memory budget, in PowerInfer's order: the
-// compute buffers, then each layer's attention (its norms, Q/K/V/O and its KV cache at the context)
-// front to back, then the predictors, the FFN norms, the output head, and only then hot FFN neurons.
-// Each kind fills layers front to back and stops at the first that does not fit; the next kind gets
-// what is left. Among the neurons that fit, the choice maximizes the activation mass (profiled firing
-// counts) on the fast device.
+// compute buffers, then each layer's attention (its norms, Q/K/V/O, its KV cache at the context, and
+// the FFN norm applied where attention leaves the residual stream) front to back, then the
+// predictors, the output head, and only then hot FFN neurons. Each kind fills layers front to back
+// and stops at the first that does not fit; the next kind gets what is left. Among the neurons that
+// fit, the choice maximizes the activation mass (profiled firing counts) on the fast device. A dense
+// file (no predictors) offloads whole layers instead — attention, then its FFN — as llama.cpp's -ngl
+// does. The runtime (engine/device_layers.hpp) allocates exactly what the plan holds.
 //
 // Placement files (PowerInfer's `<model>.generated.gpuidx`): GGUF layout with the PWRI magic,
 // `split.vram_capacity` (u64, bytes of hot FFN rows), per layer `blk.N.gpu_idx` (I32[n_ff], 1 = hot)
@@ -14,10 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/device_layers.hpp"
 #include "model/placement_file.hpp"
 
 namespace hotcold {
 class model;
+struct hparams;
 }
 
 namespace hotcold::tools {
@@ -42,7 +46,8 @@ placement_solution solve_placement(const placement_problem& p);
 // Bytes of each kind the plan puts on the device (what is left on the CPU is not counted).
 struct fixed_costs {
   uint64_t attention = 0, predictors = 0, norms = 0, output = 0, kv_cache = 0, compute = 0;
-  uint64_t total() const { return attention + predictors + norms + output + kv_cache + compute; }
+  uint64_t ffn = 0;  // dense files: the FFN weights of the layers offloaded whole
+  uint64_t total() const { return attention + predictors + norms + output + kv_cache + compute + ffn; }
 };
 
 // One layer's share of the device.
@@ -50,15 +55,20 @@ struct layer_placement {
   bool attention = false;  // attention's norms and Q/K/V/O products, with the layer's KV cache
   bool predictor = false;
   bool ffn_norm = false;
+  bool ffn = false;  // dense files: the whole FFN
   int64_t hot_neurons = 0;
-  uint64_t attention_bytes = 0, kv_bytes = 0, predictor_bytes = 0, ffn_norm_bytes = 0, hot_bytes = 0;
-  uint64_t bytes() const { return attention_bytes + kv_bytes + predictor_bytes + ffn_norm_bytes + hot_bytes; }
+  uint64_t attention_bytes = 0, kv_bytes = 0, predictor_bytes = 0, ffn_norm_bytes = 0, hot_bytes = 0, ffn_bytes = 0;
+  uint64_t bytes() const { return attention_bytes + kv_bytes + predictor_bytes + ffn_norm_bytes + hot_bytes + ffn_bytes; }
 };
 
 struct placement_plan {
   fixed_costs fixed;
   uint64_t budget = 0;
-  int64_t ctx = 0;
+  int64_t ctx = 0;     // positions of each sequence's KV cache
+  int64_t n_seq = 1;   // sequences whose caches the device holds
+  uint64_t kv_layer_bytes = 0;  // one layer's K and V on the device
+  bool whole_layers = false;    // a dense file: layers offloaded whole
+  uint64_t left = 0;            // of the budget, after everything the plan holds
   std::vector<layer_placement> layers;
   bool output = false;  // the output norm and head
   placement_solution solution;
@@ -66,7 +76,24 @@ struct placement_plan {
   uint64_t bytes() const { return fixed.total() + solution.bytes; }
   // Per layer what is on the device and its bytes, then the totals (one line each).
   std::string table() const;
+  // What the runtime puts on the device besides the hot rows.
+  device_residency residency() const;
 };
+
+struct plan_options {
+  int64_t ctx = 0;             // positions of each sequence's KV cache (0: the model's, at most 4096)
+  int64_t n_seq = 1;           // sequences
+  int64_t kv_value_bytes = 2;  // the cache's values: F16 (4: --kv-type f32)
+  bool layers = true;          // the device runs attention, predictors and the head (false: only hot FFN rows)
+  int64_t n_gpu_layers = -1;   // dense files: layers offloaded whole (-1: as many as fit; more than fit is an error)
+};
+
+// The compute buffers a plan sets aside first (float32 activations of one step, doubled).
+uint64_t compute_buffer_bytes(const hparams& hp, int64_t ctx);
+// Everything but the hot rows, within `budget` bytes (plan.left: what is left for them).
+placement_plan plan_device(const model& m, uint64_t budget, const plan_options& o);
+// plan_device, then the hot neurons with what is left.
+placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, uint64_t budget, const plan_options& o);
 
 // Plans placement for `model_path` from the firing counts in `stats_dir` (hotcold profile).
 placement_plan plan_placement(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);

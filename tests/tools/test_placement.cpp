@@ -4,6 +4,9 @@
 #include <fstream>
 #include <random>
 
+#include "devices/device.hpp"
+#include "engine/device_layers.hpp"
+#include "engine/hot_cold_ffn.hpp"
 #include "model/model.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "model/placement_file.hpp"
@@ -111,11 +114,67 @@ TEST(Placement, ModelsReadTheirPlacementFile) {
   std::filesystem::remove(placement_path(path));
 }
 
+std::shared_ptr<devices::device> sim_device(uint64_t budget) {
+  devices::device_options o;
+  o.kind = "sim";
+  o.budget = budget;
+  return devices::make_device(o);
+}
+
+// A dense file (no predictors) is offloaded whole layers at a time, front to back — attention with its
+// KV cache and FFN norm, then the layer's FFN — and then the head; --n-gpu-layers forces the count
+// (an error when it does not fit or passes the model's layers). The runtime allocates the plan.
+TEST(Placement, DenseFilesOffloadWholeLayers) {
+  auto o = test::small_options(4, 2);
+  auto m = model::load(test::make_model("plan_dense_layers", o));
+  const auto& hp = m->hp();
+  ASSERT_FALSE(m->has_predictors());
+  const auto& W = m->weights();
+  tools::plan_options po;
+  po.ctx = 32;
+  const uint64_t kv = static_cast<uint64_t>(po.ctx * hp.n_embd_kv() * 2 * 2);
+  auto layer = [&](size_t l) {
+    const auto& w = W.layers[l];
+    return w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.attn_norm.bytes() + w.ffn_norm.bytes() + kv + w.ffn_gate.bytes() +
+           w.ffn_up.bytes() + w.ffn_down.bytes();
+  };
+  const uint64_t compute = tools::compute_buffer_bytes(hp, po.ctx);
+  int seen_partial = 0;
+  for (int64_t want = 0; want <= hp.n_layer; ++want) {
+    SCOPED_TRACE(want);
+    uint64_t bytes = compute;
+    for (int64_t l = 0; l < want; ++l) bytes += layer(static_cast<size_t>(l));
+    // Room for `want` layers and not one more.
+    const tools::placement_plan p = tools::plan_device(*m, bytes + (want < hp.n_layer ? layer(static_cast<size_t>(want)) - 1 : 0), po);
+    EXPECT_TRUE(p.whole_layers);
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      EXPECT_EQ(p.layers[static_cast<size_t>(l)].attention, l < want);
+      EXPECT_EQ(p.layers[static_cast<size_t>(l)].ffn, l < want);
+      EXPECT_FALSE(p.layers[static_cast<size_t>(l)].predictor);
+    }
+    seen_partial += want > 0 && want < hp.n_layer;
+    auto sim = sim_device(p.budget);
+    device_layers held(m, p.residency(), sim, tensor_type::f16);
+    EXPECT_EQ(sim->used(), p.bytes());
+  }
+  EXPECT_GT(seen_partial, 0);
+  // Forced counts.
+  po.n_gpu_layers = 1;
+  const auto one = tools::plan_device(*m, 1 << 30, po);
+  EXPECT_TRUE(one.layers[0].ffn);
+  EXPECT_FALSE(one.layers[1].attention);
+  po.n_gpu_layers = hp.n_layer + 1;
+  EXPECT_THROW(tools::plan_device(*m, 1 << 30, po), std::invalid_argument);
+  po.n_gpu_layers = 2;
+  EXPECT_THROW(tools::plan_device(*m, compute + layer(0), po), std::invalid_argument);  // the second does not fit
+}
+
 // The plan fills the device in PowerInfer's order with exact bytes: for every budget from the compute
-// buffers alone to all of it, each kind (attention with its KV cache, predictors, FFN norms, the head)
-// is a prefix of the layers, and where a kind stops, its next layer did not fit in what the kinds
+// buffers alone to all of it, each kind (attention with its KV cache and FFN norm, predictors, the
+// head) is a prefix of the layers, and where a kind stops, its next layer did not fit in what the kinds
 // before it had left; the hot rows take at most what the head left; the bytes per layer are the
-// tensors' own (KV: F16 K and V at the context); nothing passes the budget.
+// tensors' own (KV: F16 K and V at the context); nothing passes the budget; and the runtime's
+// allocation on a sim device of that budget is the plan, byte for byte.
 TEST(Placement, PlanFillsTheDeviceInOrder) {
   const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
   auto dense = test::make_model("plan_dense", o);
@@ -161,12 +220,17 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
       }
       for (; l < p.layers.size(); ++l) EXPECT_FALSE(p.layers[l].*on) << "not a prefix: layer " << l;
     };
-    // A layer's attention goes with its KV cache.
-    kind("attention", &tools::layer_placement::attention, &tools::layer_placement::attention_bytes, [&](size_t l) { return attention(l) - kv; }, attention);
-    for (const auto& pl : p.layers) EXPECT_EQ(pl.kv_bytes, pl.attention ? kv : 0);
+    // A layer's attention goes with its KV cache and its FFN norm (applied where attention leaves the
+    // residual stream).
+    kind("attention", &tools::layer_placement::attention, &tools::layer_placement::attention_bytes, [&](size_t l) { return attention(l) - kv; },
+         [&](size_t l) { return attention(l) + ffn_norm(l); });
+    for (size_t l = 0; l < p.layers.size(); ++l) {
+      EXPECT_EQ(p.layers[l].kv_bytes, p.layers[l].attention ? kv : 0);
+      EXPECT_EQ(p.layers[l].ffn_norm, p.layers[l].attention);
+      EXPECT_EQ(p.layers[l].ffn_norm_bytes, p.layers[l].attention ? ffn_norm(l) : 0);
+    }
     const int64_t n_attention = std::count_if(p.layers.begin(), p.layers.end(), [](const auto& pl) { return pl.attention; });
     kind("predictors", &tools::layer_placement::predictor, &tools::layer_placement::predictor_bytes, predictor, predictor);
-    kind("FFN norms", &tools::layer_placement::ffn_norm, &tools::layer_placement::ffn_norm_bytes, ffn_norm, ffn_norm);
     if (p.output) left -= head;
     else EXPECT_GT(head, left) << "the head fitted but was left out";
     EXPECT_LE(p.solution.bytes, left) << "hot rows beyond what the head left";
@@ -181,6 +245,13 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
     saw_partial_attention |= n_attention > 0 && n_attention < hp.n_layer;
     saw_hot |= p.solution.bytes > 0;
     EXPECT_NE(p.table().find("| total |"), std::string::npos);
+    // The runtime allocates exactly the plan on a device of the plan's budget (sim's is exact):
+    // compute buffers, attention with its KV cache, predictors, the head, then the hot rows.
+    auto sim = sim_device(p.budget);
+    device_layers held(m, p.residency(), sim, tensor_type::f16);
+    hot_rows rows(m, placement_data{p.solution.bytes, p.solution.hot, {}}, sim);
+    EXPECT_EQ(sim->used(), p.bytes()) << p.table();
+    EXPECT_EQ(held.bytes() + rows.bytes(), p.bytes());
   }
   EXPECT_TRUE(saw_partial_attention) << "no budget held only some layers' attention: the sweep tests nothing";
   EXPECT_TRUE(saw_hot);

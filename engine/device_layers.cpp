@@ -1,0 +1,89 @@
+#include "engine/device_layers.hpp"
+
+#include <fmt/format.h>
+
+namespace hotcold {
+
+bool device_residency::any() const {
+  auto on = [](const std::vector<uint8_t>& v) { return std::any_of(v.begin(), v.end(), [](uint8_t x) { return x != 0; }); };
+  return output || on(attention) || on(predictor) || on(ffn);
+}
+
+device_layers::device_layers(std::shared_ptr<const model> m, const device_residency& r, std::shared_ptr<devices::device> dev, tensor_type kv_type)
+    : model_(std::move(m)), r_(r), dev_(std::move(dev)), kv_type_(kv_type) {
+  const hparams& hp = model_->hp();
+  const auto n = static_cast<size_t>(hp.n_layer);
+  if (r_.attention.size() != n || r_.predictor.size() != n || r_.ffn.size() != n)
+    throw std::invalid_argument(fmt::format("a device plan of {} layers for a model of {}", r_.attention.size(), n));
+  if (r_.any() && !dev_->runs_host_work())
+    throw std::invalid_argument(fmt::format("{}: attention, predictors and the head have no kernels on this device yet", dev_->name()));
+  if (kv_type != tensor_type::f16 && kv_type != tensor_type::f32) throw std::invalid_argument("the KV cache holds f16 or f32 values");
+  const auto& w = model_->weights();
+  layers_ = w.layers;
+  output_ = w.output, output_norm_ = w.output_norm, output_norm_b_ = w.output_norm_b;
+  attention_bytes_.assign(n, 0), predictor_bytes_.assign(n, 0), ffn_bytes_.assign(n, 0);
+  k_.resize(n), v_.resize(n);
+  // The order of the plan: compute buffers, attention with its cache, predictors, the head.
+  if (r_.compute_bytes > 0) {
+    auto b = dev_->allocate(r_.compute_bytes, "compute buffers");
+    bytes_ += b->size();
+    buffers_.push_back(std::move(b));
+  }
+  const uint64_t kv_bytes = static_cast<uint64_t>(r_.ctx * r_.n_seq * hp.n_embd_kv()) * (kv_type == tensor_type::f16 ? 2 : 4);
+  for (size_t il = 0; il < n; ++il) {
+    layer_weights& l = layers_[il];
+    if (r_.attention[il]) {
+      const std::string what = fmt::format("layer {} attention", il);
+      for (tensor_view* t : {&l.attn_norm, &l.attn_norm_b, &l.attn_norm_2, &l.attn_norm_2_b, &l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_norm}) {
+        hold(*t, what);
+        attention_bytes_[il] += t->bytes();
+      }
+      k_[il] = dev_->allocate(kv_bytes, fmt::format("layer {} K cache", il));
+      v_[il] = dev_->allocate(kv_bytes, fmt::format("layer {} V cache", il));
+      bytes_ += 2 * kv_bytes;
+    }
+    if (r_.ffn[il]) {
+      if (!r_.attention[il]) throw std::invalid_argument(fmt::format("layer {}: a whole FFN on the device needs the layer's attention there too", il));
+      for (tensor_view* t : {&l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ffn_down_t}) {
+        hold(*t, fmt::format("layer {} FFN", il));
+        ffn_bytes_[il] += t->bytes();
+      }
+    }
+  }
+  for (size_t il = 0; il < n; ++il)
+    if (r_.predictor[il]) {
+      layer_weights& l = layers_[il];
+      if (!l.pred_fc1) throw std::invalid_argument(fmt::format("layer {} has no predictor to put on the device", il));
+      for (tensor_view* t : {&l.pred_fc1, &l.pred_fc2}) {
+        hold(*t, fmt::format("layer {} predictor", il));
+        predictor_bytes_[il] += t->bytes();
+      }
+    }
+  if (r_.output)
+    for (tensor_view* t : {&output_norm_, &output_norm_b_, &output_}) {
+      hold(*t, "output head");
+      output_bytes_ += t->bytes();
+    }
+}
+
+void device_layers::hold(tensor_view& v, const std::string& what) {
+  if (!v) return;
+  auto b = dev_->allocate(v.bytes(), fmt::format("{} {}", what, v.name));
+  dev_->copy_in(*b, 0, v.data, v.bytes())->wait();
+  v.data = static_cast<const uint8_t*>(b->data());
+  bytes_ += b->size();
+  buffers_.push_back(std::move(b));
+}
+
+uint8_t* device_layers::k_cache(int64_t l) const {
+  if (!attention(l)) throw std::out_of_range(fmt::format("layer {}'s KV cache is not on the device", l));
+  return static_cast<uint8_t*>(k_[static_cast<size_t>(l)]->data());
+}
+uint8_t* device_layers::v_cache(int64_t l) const {
+  if (!attention(l)) throw std::out_of_range(fmt::format("layer {}'s KV cache is not on the device", l));
+  return static_cast<uint8_t*>(v_[static_cast<size_t>(l)]->data());
+}
+
+void device_layers::run(const std::function<void()>& work) const { dev_->submit([&work] { work(); })->wait(); }
+
+}  // namespace hotcold

@@ -1,0 +1,82 @@
+#pragma once
+// What a hot device holds besides hot FFN rows, as a placement plan put it there (tools/placement.hpp):
+// per layer its attention (norms, Q/K/V/O, the FFN norm, and the layer's KV cache), its predictor, a
+// dense file's whole FFN, and the output head, plus the compute buffers the plan sets aside. The
+// weights are copied into the device's buffers at construction (one transfer per tensor); what the
+// device holds is then computed on the device's queue, reading only those copies — the forward pass
+// asks here where a layer's stage runs and with which weights.
+//
+// The device must compute with host code (sim, cpu): its buffers are host memory, so the engine's
+// CPU routines run on its queue over the copies. A GPU (cuda, hip) gets none of these kinds until it
+// has kernels for them: the launcher plans only hot rows for it.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "devices/device.hpp"
+#include "model/model.hpp"
+
+namespace hotcold {
+
+// Which of a model's parts live on the hot device.
+struct device_residency {
+  std::vector<uint8_t> attention, predictor, ffn;  // per layer (ffn: a dense layer's whole FFN)
+  bool output = false;                             // the output norm and head
+  int64_t ctx = 0, n_seq = 1;                      // the KV cache's positions and sequences
+  uint64_t compute_bytes = 0;                      // compute buffers set aside on the device
+  bool any() const;
+};
+
+class device_layers {
+ public:
+  // Throws devices::out_of_device_memory when the plan does not fit the device's budget,
+  // std::invalid_argument when it does not fit the model or the device cannot run host work.
+  device_layers(std::shared_ptr<const model> m, const device_residency& r, std::shared_ptr<devices::device> dev, tensor_type kv_type);
+
+  bool attention(int64_t layer) const { return r_.attention[static_cast<size_t>(layer)] != 0; }
+  bool predictor(int64_t layer) const { return r_.predictor[static_cast<size_t>(layer)] != 0; }
+  bool ffn(int64_t layer) const { return r_.ffn[static_cast<size_t>(layer)] != 0; }
+  bool output() const { return r_.output; }
+  // The layer's weights: what the device holds points at its copies, the rest at the model's.
+  const layer_weights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
+  // The output norm and head, the device's copies when it holds them.
+  const tensor_view& output_weights() const { return output_; }
+  const tensor_view& output_norm() const { return output_norm_; }
+  const tensor_view& output_norm_b() const { return output_norm_b_; }
+  // The layer's KV cache on the device (attention(layer)): (n_seq, ctx, n_embd_kv) values of kv_type.
+  uint8_t* k_cache(int64_t l) const;
+  uint8_t* v_cache(int64_t l) const;
+  const device_residency& residency() const { return r_; }
+  tensor_type kv_type() const { return kv_type_; }
+
+  // Runs `work` on the device's queue and waits for it (rethrows what it threw).
+  void run(const std::function<void()>& work) const;
+
+  // Bytes of weights the device holds for layer l's attention (with its norms and the FFN norm), its
+  // predictor and its whole FFN, and for the head: what a step reads there instead of on the host.
+  uint64_t attention_bytes(int64_t l) const { return attention_bytes_[static_cast<size_t>(l)]; }
+  uint64_t predictor_bytes(int64_t l) const { return predictor_bytes_[static_cast<size_t>(l)]; }
+  uint64_t ffn_bytes(int64_t l) const { return ffn_bytes_[static_cast<size_t>(l)]; }
+  uint64_t output_bytes() const { return output_bytes_; }
+  uint64_t bytes() const { return bytes_; }  // everything allocated here, compute buffers and KV included
+  devices::device& device() const { return *dev_; }
+  const std::shared_ptr<devices::device>& shared_device() const { return dev_; }
+
+ private:
+  // Copies a tensor into a buffer of its own and points `v` at the copy.
+  void hold(tensor_view& v, const std::string& what);
+  std::shared_ptr<const model> model_;
+  device_residency r_;
+  std::shared_ptr<devices::device> dev_;
+  tensor_type kv_type_;
+  std::vector<layer_weights> layers_;
+  tensor_view output_, output_norm_, output_norm_b_;
+  std::vector<std::shared_ptr<devices::buffer>> buffers_;
+  std::vector<std::shared_ptr<devices::buffer>> k_, v_;  // per layer (null where the host holds the cache)
+  std::vector<uint64_t> attention_bytes_, predictor_bytes_, ffn_bytes_;
+  uint64_t output_bytes_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace hotcold
