@@ -122,8 +122,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         if (actors_pipeline) {
           for (int s = 0; s < K; ++s) {
             actors::generation_request r;
+            // n steps, as the forward pass's n calls: the prompt's token, then n - 1 generated ones (the
+            // n-th is sampled, never run).
             r.prompt = {token_at(101 * s)};
-            r.n_predict = n - 1;
+            r.n_predict = n;
             r.ignore_eos = true;
             r.sampling.temperature = 0;
             pipe->submit(std::move(r));
@@ -182,10 +184,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       std::vector<rows_read> computed(configs.size(), rows_read(static_cast<size_t>(hp.n_layer)));  // per configuration, over its repetitions
       // Bytes of weights the hot device has read so far, on either pipeline (the actors' stats, the
       // reference's split), and per configuration over its repetitions.
-      auto device_read = [&] {
-        uint64_t b = l.split ? l.split->computed().hot_read : 0;
-        if (pipe) b += pipe->stats()->read().device_bytes;
-        return b;
+      // (The actors count the device's reads of attention, predictors and the head with its rows; the
+      // forward pass called directly counts them in the context.)
+      auto device_read = [&](bool actors_pipeline) {
+        if (actors_pipeline) return pipe ? pipe->stats()->read().device_bytes : uint64_t{0};
+        return (l.split ? l.split->computed().hot_read : 0) + ctx.device_read();
       };
       std::vector<uint64_t> device_bytes(configs.size(), 0);
       // The bytes a step of each configuration reads (the warm-up's two steps; without a warm-up,
@@ -230,10 +233,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(configs[k].actors, a->n_prompt));
           if (a->n_gen > 0) {
             const rows_read before(ctx);
-            const uint64_t device_before = device_read();
+            const uint64_t device_before = device_read(configs[k].actors);
             tg_runs[k].push_back(timed(configs[k].actors, configs[k].sequences, a->n_gen));
             computed[k] += rows_read(ctx) -= before;
-            device_bytes[k] += device_read() - device_before;
+            device_bytes[k] += device_read(configs[k].actors) - device_before;
             tokens_run[k] += a->n_gen;
           }
         }
@@ -284,9 +287,13 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       const double reference_tg = other_k < 0 ? 0 : actors_first ? results[static_cast<size_t>(other_k)].tg.mean : results[0].tg.mean;
       // --vs-parallel K2: aggregate decode of K2 sequences over that of --parallel's (other / base).
       const double parallel_speedup = parallel_k < 0 ? 0 : ratio(results[static_cast<size_t>(parallel_k)].tg.mean, results[0].tg.mean);
-      const double kv_bytes_per_token =
-          static_cast<double>(hp.n_layer) * 2.0 * static_cast<double>(hp.n_embd_kv()) * (ctx.kv_type() == tensor_type::f32 ? 4.0 : 2.0) *
-          (static_cast<double>(a->n_gen) + 1) / 2;
+      // The KV cache read a decoded token, per layer: on the device for the layers whose attention it runs.
+      const double kv_layer_per_token =
+          2.0 * static_cast<double>(hp.n_embd_kv()) * (ctx.kv_type() == tensor_type::f32 ? 4.0 : 2.0) * (static_cast<double>(a->n_gen) + 1) / 2;
+      int64_t kv_device_layers = 0;
+      for (int64_t il = 0; il < hp.n_layer; ++il) kv_device_layers += ctx.device() && ctx.device()->attention(il);
+      const double kv_bytes_per_token = kv_layer_per_token * static_cast<double>(hp.n_layer - kv_device_layers);
+      const double kv_device_per_token = kv_layer_per_token * static_cast<double>(kv_device_layers);
       if (a->json) {
         auto describe = [&](size_t k) {
           nlohmann::json d{{"model", m.path()}, {"mode", mode_name(configs[k].mode)}, {"pipeline", pipeline_name(configs[k].actors)},
@@ -296,9 +303,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                 {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences},
                                 // Weights and KV cache read per decoded token on each side: the KV cache (F16 or F32, every layer,
                                 // positions 0..n_gen-1 of each sequence: (n_gen + 1) / 2 cached rows of K and V on average)
-                                // is read on the host, where attention runs.
+                                // is read where the layer's attention runs.
                                 {"host_bytes_per_token", results[k].bpt - results[k].device_bpt + kv_bytes_per_token},
-                                {"device_bytes_per_token", results[k].device_bpt}};
+                                {"device_bytes_per_token", results[k].device_bpt + kv_device_per_token}};
           if (probe && results[k].bpt > 0) {
             d["read_bandwidth_bytes_per_s"] = bandwidth[k];
             d["probe_bytes"] = probe_bytes(k);

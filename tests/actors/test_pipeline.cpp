@@ -161,9 +161,9 @@ void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std
     auto want = reference(m, mode, rs[k]);
     const auto& o = got[ids[k]];
     ASSERT_EQ(o.logits.size(), want.logits.size());
-    EXPECT_LT(test::rel_diff(o.logits, want.logits), 1e-5);
+    EXPECT_LT(test::rel_diff(o.logits, want.logits), test::f16_kv_tolerance);
     if (mode == ffn_mode::dense) {  // and the prompt's logits are the model's own (model/reference)
-      EXPECT_LT(test::rel_diff(o.logits, oracle.logits(rs[k].prompt)), 1e-5);
+      EXPECT_LT(test::rel_diff(o.logits, oracle.logits(rs[k].prompt)), test::f16_kv_tolerance);
     }
     EXPECT_EQ(o.tokens, want.tokens);
     EXPECT_EQ(o.done.finish, static_cast<int32_t>(want.tokens.size()) == rs[k].n_predict ? "length" : "stop");
@@ -181,10 +181,10 @@ void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std
 
 // One request through the actors, sparse, against model/reference given the neurons the actors chose:
 // the trace's active sets, step by step (one sequence: a step's rows are its next positions), are
-// the reference's neuron mask. The prompt's logits agree within 1e-5, and each greedy token is the
+// the reference's neuron mask. The prompt's logits agree within test::f16_kv_tolerance, and each greedy token is the
 // reference's best at its position (or ties it).
 void expect_oracle_with_chosen(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> hot, const device_residency* on_device = nullptr,
-                               double tolerance = 1e-5) {
+                               double tolerance = test::f16_kv_tolerance) {
   const auto& hp = m->hp();
   trace_recorder trace;
   auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
@@ -305,7 +305,7 @@ TEST_P(DeviceLayers, AttentionPredictorAndHeadOnSimGiveTheReference) {
   auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
   if (c.type == tensor_type::f16 || c.type == tensor_type::f32) expect_matches_reference(m, ffn_mode::sparse, hot, &r);
   const bool float_rows = c.type == tensor_type::f16 || c.type == tensor_type::f32;
-  expect_oracle_with_chosen(m, hot, &r, float_rows ? 1e-5 : 1.5e-2);
+  expect_oracle_with_chosen(m, hot, &r, float_rows ? test::f16_kv_tolerance : 1.5e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,

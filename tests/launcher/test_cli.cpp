@@ -298,8 +298,9 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   EXPECT_EQ(v.at("probe_bytes").get<double>(), std::floor(v.at("bytes_per_token").get<double>()));
   EXPECT_EQ(v.at("dense").at("probe_bytes").get<double>(), std::floor(v.at("dense").at("bytes_per_token").get<double>()));
   // Each side's bytes a token: on the CPU alone the device reads nothing and the host reads the
-  // weights and the KV cache; with the sim device holding hot rows, it reads some of the FFN's, on
-  // either pipeline, and the two sides add up to the weights plus the same KV cache.
+  // weights and the KV cache; with the sim device holding what the plan puts there (attention with its
+  // KV cache, predictors, the head, hot rows), it reads those, on either pipeline, and the two sides
+  // add up to the weights plus the same KV cache.
   const double kv = v.at("host_bytes_per_token").get<double>() - v.at("bytes_per_token").get<double>();
   EXPECT_EQ(v.at("device_bytes_per_token").get<double>(), 0.0);
   EXPECT_GT(kv, 0.0);
@@ -310,7 +311,7 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   for (const auto& d : {s, s.at("reference")}) {
     SCOPED_TRACE(d.at("pipeline").get<std::string>());
     EXPECT_GT(d.at("device_bytes_per_token").get<double>(), 0.0);
-    EXPECT_LT(d.at("device_bytes_per_token").get<double>(), d.at("bytes_per_token").get<double>());
+    EXPECT_LT(d.at("device_bytes_per_token").get<double>(), d.at("bytes_per_token").get<double>() + kv);
     EXPECT_NEAR(d.at("host_bytes_per_token").get<double>() + d.at("device_bytes_per_token").get<double>(), d.at("bytes_per_token").get<double>() + kv, 1e-6 * kv);
   }
 
@@ -330,9 +331,22 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   auto other = run({"run", "-m", bare, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0045"});
   EXPECT_EQ(other.code, 0) << other.err;
   EXPECT_NE(other.err.find("was made for a budget of 0.004 GiB: planned a placement for 0.0045 GiB"), std::string::npos) << other.err;
-  auto dense = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "1", "--mode", "dense"});
-  EXPECT_EQ(dense.code, 2);
-  EXPECT_NE(dense.err.find("--mode sparse"), std::string::npos) << dense.err;
+  // Dense mode splits every neuron by the placement (and the fixed parts are on the device as planned).
+  auto dense = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0042", "--mode", "dense"});
+  EXPECT_EQ(dense.code, 0) << dense.err;
+  // A budget that holds every layer's attention, the predictors, the head and every neuron: a decoded
+  // token reads only its embedding row on the host (no attention, norm, predictor, head, KV or FFN row).
+  auto all = run({"bench", "-m", sparse, "-p", "0", "-n", "4", "-r", "1", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.05",
+                  "--vs-reference", "--json"});
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.err.find("attention and KV cache of 2 of 2 layers, 2 predictors, 0 dense FFNs, the head there"), std::string::npos) << all.err;
+  auto a = nlohmann::json::parse(all.out);
+  for (const auto& d : {a, a.at("reference")}) {
+    SCOPED_TRACE(d.at("pipeline").get<std::string>());
+    EXPECT_GT(d.at("host_bytes_per_token").get<double>(), 0.0);
+    EXPECT_LE(d.at("host_bytes_per_token").get<double>(), 64 * 4) << "more than an embedding row";
+    EXPECT_NEAR(d.at("host_bytes_per_token").get<double>() + d.at("device_bytes_per_token").get<double>(), d.at("bytes_per_token").get<double>() + kv, 1e-6 * kv);
+  }
   auto small = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "--device", "sim", "--vram-budget", "0.000001"});
   EXPECT_EQ(small.code, 2);  // below even the compute buffers: an impossible flag
   EXPECT_NE(small.err.find("budget"), std::string::npos) << small.err;
