@@ -9,7 +9,7 @@
 #include "devices/cuda/cuda_memory.hpp"
 #include "devices/device_info.hpp"
 #include "kernels/cpu/row_kernels.hpp"
-#if defined(HOTCOLD_HAVE_CUDA)
+#if defined(HOTCOLD_HAVE_GPU)
 #include "kernels/gpu/decode.hpp"
 #endif
 
@@ -122,10 +122,19 @@ class sim_backend final : public device {
   work_queue queue_;
 };
 
+// The GPU back end this build has (-DHOTCOLD_GPU): CUDA or HIP, from the same sources.
+#if defined(HOTCOLD_GPU_HIP)
+constexpr device_kind gpu_kind = device_kind::hip;
+constexpr const char* gpu_name = "hip";
+#else
+constexpr device_kind gpu_kind = device_kind::cuda;
+constexpr const char* gpu_name = "cuda";
+#endif
+
 class cuda_backend final : public device {
  public:
   cuda_backend(std::string name, uint64_t budget, int index)
-      : device(std::move(name), device_kind::cuda, budget), index_(index), stream_(cuda_stream_create(index)), queue_("hotcold-cuda") {}
+      : device(std::move(name), gpu_kind, budget), index_(index), stream_(cuda_stream_create(index)), queue_("hotcold-cuda") {}
   ~cuda_backend() override {
     queue_.drain();
     cuda_stream_destroy(index_, stream_);
@@ -185,7 +194,7 @@ void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff)
 // Each token's chosen rows listed (their slots in the device's copy), the inputs and lists copied in
 // through pinned memory, one hot_ffn_f16 per token on the stream, the sums and values copied back.
 void cuda_backend::compute(const ffn_rows_job& job) {
-#if defined(HOTCOLD_HAVE_CUDA)
+#if defined(HOTCOLD_HAVE_GPU)
   if (!supports(operation::ffn_rows, job.type))
     throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16 rows, not {}", name(), tensor_type_name(job.type)));
   const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
@@ -225,7 +234,7 @@ void cuda_backend::compute(const ffn_rows_job& job) {
       if (!job.chosen || job.chosen[t * n_ff + job.ids[k]]) job.hidden[t * n_ff + job.ids[k]] = hh[t * n_ff + c++];
   }
 #else
-  throw std::runtime_error(fmt::format("{}: hotcold was built without CUDA", name()));
+  throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
 #endif
 }
 
@@ -234,24 +243,34 @@ void cuda_backend::compute(const ffn_rows_job& job) {
 std::shared_ptr<device> make_device(const device_options& o) {
   std::string kind = o.kind;
   if (kind == "auto") {
-    auto cuda = probe_cuda();
-    kind = cuda.devices.empty() ? "cpu" : "cuda";
+    auto gpus = probe_cuda();
+    kind = gpus.devices.empty() ? "cpu" : gpu_name;
   }
   if (kind == "cpu") return std::make_shared<cpu_backend>(o.budget ? o.budget : cpu_device().free_memory);
   if (kind == "sim") {
     if (o.budget == 0) throw std::invalid_argument("--device sim needs a budget (--vram-budget GiB): it stands in for an accelerator's memory");
     return std::make_shared<sim_backend>(o.budget, o.sim_cost);
   }
-  if (kind == "cuda") {
-    auto cuda = probe_cuda();
-    if (cuda.devices.empty()) throw std::runtime_error(fmt::format("--device cuda: {}", cuda.unavailable));
-    if (o.cuda_index < 0 || o.cuda_index >= static_cast<int>(cuda.devices.size()))
-      throw std::invalid_argument(fmt::format("--device cuda: there is no CUDA device {} ({} found)", o.cuda_index, cuda.devices.size()));
-    const auto& d = cuda.devices[static_cast<size_t>(o.cuda_index)];
-    uint64_t budget = o.budget ? std::min(o.budget, d.free_memory) : d.free_memory;
+  if (kind == "cuda" || kind == "hip") {
+    if (kind != gpu_name) {
+      auto built = probe_cuda();
+      throw std::runtime_error(fmt::format("--device {}: this build's GPU back end is {} (configure with -DHOTCOLD_GPU={})", kind,
+                                           built.compiled ? gpu_name : "none", kind));
+    }
+    auto gpus = probe_cuda();
+    if (gpus.devices.empty()) throw std::runtime_error(fmt::format("--device {}: {}", kind, gpus.unavailable));
+    if (o.cuda_index < 0 || o.cuda_index >= static_cast<int>(gpus.devices.size()))
+      throw std::invalid_argument(fmt::format("--device {}: there is no GPU {} ({} found)", kind, o.cuda_index, gpus.devices.size()));
+    const auto& d = gpus.devices[static_cast<size_t>(o.cuda_index)];
+    // The free memory of the GPU used (the first call that opens a context, on it alone), less the
+    // margin the driver's context and lazily loaded kernels take.
+    const uint64_t free_memory = gpu_free_memory(o.cuda_index);
+    const uint64_t usable = free_memory > gpu_memory_margin ? free_memory - gpu_memory_margin : 0;
+    if (usable == 0) throw std::runtime_error(fmt::format("--device {}: {} has {} MiB free, not more than the {} MiB kept back for the driver", kind, d.name,
+                                                          free_memory >> 20, gpu_memory_margin >> 20));
+    const uint64_t budget = o.budget ? std::min(o.budget, usable) : usable;
     return std::make_shared<cuda_backend>(d.name, budget, o.cuda_index);
   }
-  if (kind == "hip") throw std::runtime_error("--device hip: the HIP backend is compile-checked only; it has no runtime yet");
   throw std::invalid_argument(fmt::format("--device {}: not one of auto, cpu, sim, cuda, hip", o.kind));
 }
 

@@ -11,10 +11,12 @@ void add_devices_command(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code] {
     exit_code = run_guarded("devices", [] {
       auto gib = [](uint64_t b) { return b / double(1ull << 30); };
-      for (const auto& d : devices::list_devices())
+      for (auto d : devices::list_devices()) {
+        if (d.kind != "cpu") d.free_memory = devices::gpu_free_memory(d.index);  // (listing them is asking)
         fmt::print("{}:{}  {}  {:.1f} GiB total, {:.1f} GiB free\n", d.kind, d.index, d.name, gib(d.total_memory), gib(d.free_memory));
-      auto cuda = devices::probe_cuda();
-      if (cuda.devices.empty()) fmt::print("cuda: {}\n", cuda.unavailable);
+      }
+      auto gpus = devices::probe_cuda();
+      if (gpus.devices.empty()) fmt::print("{}: {}\n", gpus.kind, gpus.unavailable);
     });
   });
 }

@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Installs everything hotcold builds and tests with, from Debian's packages only.
 # Safe to run again: apt-get skips what is already there. Needs root (or sudo).
+#   --with-hip   also Debian's hipcc (ROCm's HIP compiler and runtime): the AMD back end
+#                (-DHOTCOLD_GPU=hip) builds, and ctest compiles every GPU source as HIP.
 set -euo pipefail
+
+with_hip=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-hip) with_hip=1 ;;
+    *) echo "install-deps: unknown option $arg (known: --with-hip)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake ninja-build pkg-config git
@@ -22,6 +32,9 @@ packages=(
   chromium zlib1g-dev               # the dashboard test: headless Chromium, and zlib to read its screenshot
   strace                            # the recorder test checks that each record is one write(2)
 )
+if [ "$with_hip" -eq 1 ]; then
+  packages+=(hipcc)                 # HIP: clang with the AMD offload targets, libamdhip64
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -5,9 +5,11 @@ namespace hotcold::devices {
 
 gpu_probe probe_cuda() {
   gpu_probe p;
-  p.unavailable = "hotcold was built without CUDA (nvcc not found at build time)";
+  p.unavailable = "hotcold was built without a GPU back end (neither nvcc nor hipcc found at build time, or -DHOTCOLD_GPU=none)";
   return p;
 }
+
+uint64_t gpu_free_memory(int) { return 0; }
 
 }  // namespace hotcold::devices
 

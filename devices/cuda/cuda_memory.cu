@@ -9,44 +9,46 @@
 namespace hotcold::devices {
 
 namespace {
+// Names the runtime call that failed as this build calls it (cudaMalloc or hipMalloc, ...).
+std::string call(const char* what) { return std::string(HOTCOLD_GPU_API) + what; }
 void check(gpuError_t err, const char* what) {
-  if (err != gpuSuccess) throw std::runtime_error(std::string(what) + ": " + gpuGetErrorString(err));
+  if (err != gpuSuccess) throw std::runtime_error(call(what) + ": " + gpuGetErrorString(err));
 }
 }  // namespace
 
 void* cuda_allocate(int index, uint64_t bytes) {
-  check(gpuSetDevice(index), "cudaSetDevice");
+  check(gpuSetDevice(index), "SetDevice");
   void* p = nullptr;
   gpuError_t err = gpuMalloc(&p, bytes);
-  if (err != gpuSuccess) throw out_of_device_memory(std::string("cudaMalloc: ") + gpuGetErrorString(err));
+  if (err != gpuSuccess) throw out_of_device_memory(call("Malloc") + ": " + gpuGetErrorString(err));
   return p;
 }
 
 void cuda_free(int index, void* p) {
-  if (gpuSetDevice(index) == gpuSuccess) gpuFree(p);
+  if (gpuSetDevice(index) == gpuSuccess) (void)gpuFree(p);
 }
 
 void cuda_copy_to_device(int index, void* dst, const void* src, uint64_t bytes) {
-  check(gpuSetDevice(index), "cudaSetDevice");
-  check(gpuMemcpy(dst, src, bytes, gpuMemcpyHostToDevice), "cudaMemcpy to the device");
+  check(gpuSetDevice(index), "SetDevice");
+  check(gpuMemcpy(dst, src, bytes, gpuMemcpyHostToDevice), "Memcpy to the device");
 }
 
 void cuda_copy_to_host(int index, void* dst, const void* src, uint64_t bytes) {
-  check(gpuSetDevice(index), "cudaSetDevice");
-  check(gpuMemcpy(dst, src, bytes, gpuMemcpyDeviceToHost), "cudaMemcpy to the host");
+  check(gpuSetDevice(index), "SetDevice");
+  check(gpuMemcpy(dst, src, bytes, gpuMemcpyDeviceToHost), "Memcpy to the host");
 }
 
 void cuda_synchronize(int index) {
-  check(gpuSetDevice(index), "cudaSetDevice");
-  check(gpuDeviceSynchronize(), "cudaDeviceSynchronize");
+  check(gpuSetDevice(index), "SetDevice");
+  check(gpuDeviceSynchronize(), "DeviceSynchronize");
 }
 
-void cuda_use(int index) { check(gpuSetDevice(index), "cudaSetDevice"); }
+void cuda_use(int index) { check(gpuSetDevice(index), "SetDevice"); }
 
 void* cuda_stream_create(int index) {
-  check(gpuSetDevice(index), "cudaSetDevice");
+  check(gpuSetDevice(index), "SetDevice");
   gpuStream_t s = nullptr;
-  check(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking), "cudaStreamCreate");
+  check(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking), "StreamCreate");
   return s;
 }
 
@@ -57,14 +59,14 @@ void cuda_stream_destroy(int index, void* stream) {
 void cuda_copy_async(void* dst, const void* src, uint64_t bytes, bool to_device, void* stream) {
   if (bytes == 0) return;
   check(gpuMemcpyAsync(dst, src, bytes, to_device ? gpuMemcpyHostToDevice : gpuMemcpyDeviceToHost, static_cast<gpuStream_t>(stream)),
-        to_device ? "cudaMemcpyAsync to the device" : "cudaMemcpyAsync to the host");
+        to_device ? "MemcpyAsync to the device" : "MemcpyAsync to the host");
 }
 
-void cuda_stream_synchronize(void* stream) { check(gpuStreamSynchronize(static_cast<gpuStream_t>(stream)), "cudaStreamSynchronize"); }
+void cuda_stream_synchronize(void* stream) { check(gpuStreamSynchronize(static_cast<gpuStream_t>(stream)), "StreamSynchronize"); }
 
 void* cuda_host_allocate(uint64_t bytes) {
   void* p = nullptr;
-  check(gpuHostAlloc(&p, bytes, gpuHostAllocDefault), "cudaHostAlloc");
+  check(gpuHostAlloc(&p, bytes, gpuHostAllocDefault), "HostAlloc");
   return p;
 }
 

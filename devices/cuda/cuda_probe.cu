@@ -6,6 +6,11 @@ namespace hotcold::devices {
 gpu_probe probe_cuda() {
   gpu_probe p;
   p.compiled = true;
+#if defined(__HIPCC__)
+  p.kind = "hip";
+#else
+  p.kind = "cuda";
+#endif
   int count = 0;
   gpuError_t err = gpuGetDeviceCount(&count);
   if (err != gpuSuccess) {
@@ -13,26 +18,35 @@ gpu_probe probe_cuda() {
     return p;
   }
   if (count == 0) {
+#if defined(__HIPCC__)
+    p.unavailable = "no HIP device";
+#else
     p.unavailable = "no CUDA device";
+#endif
     return p;
   }
   for (int i = 0; i < count; ++i) {
     gpuDeviceProp_t prop{};
     if (gpuGetDeviceProperties(&prop, i) != gpuSuccess) continue;
     device_info d;
+#if defined(__HIPCC__)
+    d.kind = "hip";
+#else
     d.kind = "cuda";
+#endif
     d.name = prop.name;
     d.index = i;
-    size_t free_b = 0, total_b = 0;
-    if (gpuSetDevice(i) == gpuSuccess && gpuMemGetInfo(&free_b, &total_b) == gpuSuccess) {
-      d.total_memory = total_b;
-      d.free_memory = free_b;
-    } else {
-      d.total_memory = prop.totalGlobalMem;
-    }
+    // Properties need no context; free memory would open one (gpu_free_memory, for the GPU used).
+    d.total_memory = prop.totalGlobalMem;
     p.devices.push_back(d);
   }
   return p;
+}
+
+uint64_t gpu_free_memory(int index) {
+  size_t free_b = 0, total_b = 0;
+  if (gpuSetDevice(index) != gpuSuccess || gpuMemGetInfo(&free_b, &total_b) != gpuSuccess) return 0;
+  return free_b;
 }
 
 }  // namespace hotcold::devices

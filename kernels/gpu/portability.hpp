@@ -3,7 +3,10 @@
 #if defined(__HIPCC__) || defined(HOTCOLD_HIP)
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
-#define __shfl_down_sync(mask, v, o) __shfl_down(v, o)
+#define HOTCOLD_GPU_API "hip"  // what error messages call the runtime's functions: hipMalloc, ...
+// hotcold's kernels reduce over 32-lane groups (`warp` in decode.cu); on 64-wide wavefronts (CDNA)
+// the width keeps each shuffle inside its group of 32, so a group's lane 0 holds the group's sum.
+#define __shfl_down_sync(mask, v, o) __shfl_down(v, o, 32)
 #define gpuError_t hipError_t
 #define gpuSuccess hipSuccess
 #define gpuStream_t hipStream_t
@@ -31,6 +34,7 @@
 #else
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#define HOTCOLD_GPU_API "cuda"
 #define gpuError_t cudaError_t
 #define gpuSuccess cudaSuccess
 #define gpuStream_t cudaStream_t
