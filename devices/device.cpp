@@ -158,8 +158,10 @@ class cuda_backend final : public device {
   bool runs_host_work() const override { return false; }
   void* stream() const override { return stream_; }
   void make_current() const override { cuda_use(index_); }
-  // hotcold's GPU FFN kernel reads F16 rows.
-  bool supports(operation op, tensor_type rows) const override { return op == operation::ffn_rows && rows == tensor_type::f16; }
+  // hotcold's GPU FFN kernel reads F16, Q8_0 and Q4_0 rows (a hot row stays in the file's type).
+  bool supports(operation op, tensor_type rows) const override {
+    return op == operation::ffn_rows && (rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0);
+  }
   void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) override;
   void compute(const ffn_rows_job& job) override;
 
@@ -174,6 +176,7 @@ class cuda_backend final : public device {
   // A step's inputs and outputs on the device and, pinned, on the host (copies run on the stream).
   int64_t max_n_ = 0;
   std::shared_ptr<buffer> x_, slots_, hidden_, out_;  // n x d floats, n x n_ff int32s and floats, n x d floats
+  std::shared_ptr<buffer> partial_;                   // the down projection's chunks (one token at a time)
   std::shared_ptr<void> host_x_, host_slots_, host_hidden_, host_out_;
 };
 
@@ -183,6 +186,9 @@ void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff)
   slots_ = allocate(n * uf * sizeof(int32_t), "FFN rows list");
   hidden_ = allocate(n * uf * sizeof(float), "FFN rows values");
   out_ = allocate(n * ud * sizeof(float), "FFN rows output");
+#if defined(HOTCOLD_HAVE_GPU)
+  partial_ = allocate(static_cast<uint64_t>(kernels::gpu::hot_ffn_scratch(d)) * sizeof(float), "FFN rows partial sums");
+#endif
   auto pinned = [](uint64_t bytes) { return std::shared_ptr<void>(cuda_host_allocate(bytes), cuda_host_free); };
   host_x_ = pinned(n * ud * sizeof(float));
   host_slots_ = pinned(n * uf * sizeof(int32_t));
@@ -192,11 +198,13 @@ void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff)
 }
 
 // Each token's chosen rows listed (their slots in the device's copy), the inputs and lists copied in
-// through pinned memory, one hot_ffn_f16 per token on the stream, the sums and values copied back.
+// through pinned memory, one hot_ffn per token on the stream, the sums and values copied back.
 void cuda_backend::compute(const ffn_rows_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   if (!supports(operation::ffn_rows, job.type))
-    throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16 rows, not {}", name(), tensor_type_name(job.type)));
+    throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16, Q8_0 or Q4_0 rows, not {}", name(), tensor_type_name(job.type)));
+  const auto rows = job.type == tensor_type::f16 ? kernels::gpu::row_type::f16 : job.type == tensor_type::q8_0 ? kernels::gpu::row_type::q8_0
+                                                                                                               : kernels::gpu::row_type::q4_0;
   const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
   if (n > max_n_) throw std::invalid_argument(fmt::format("{}: a step of {} tokens is more than the {} reserved", name(), n, max_n_));
   auto* hx = static_cast<float*>(host_x_.get());
@@ -218,9 +226,8 @@ void cuda_backend::compute(const ffn_rows_job& job) {
     cuda_copy_async(ds + t * n_ff, hs + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(int32_t), true, stream_);
   const auto act = static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act));
   for (int64_t t = 0; t < n; ++t) {
-    const std::string e = kernels::gpu::hot_ffn_f16(static_cast<const uint16_t*>(job.gate), static_cast<const uint16_t*>(job.up),
-                                                    static_cast<const uint16_t*>(job.down_t), ds + t * n_ff, count[static_cast<size_t>(t)], d, dx + t * d,
-                                                    job.gated, act, dh + t * n_ff, dout + t * d, stream_);
+    const std::string e = kernels::gpu::hot_ffn(rows, job.gate, job.up, job.down_t, ds + t * n_ff, count[static_cast<size_t>(t)], d, dx + t * d, job.gated,
+                                                act, dh + t * n_ff, dout + t * d, static_cast<float*>(partial_->data()), stream_);
     if (!e.empty()) throw std::runtime_error(fmt::format("{}: FFN rows kernel: {}", name(), e));
   }
   cuda_copy_async(ho, dout, static_cast<uint64_t>(n * d) * sizeof(float), false, stream_);

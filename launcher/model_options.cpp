@@ -92,11 +92,22 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   devices::device_options dopt;
   dopt.kind = a.device;
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
-  if (dopt.kind == "auto" && !devices::probe_cuda().devices.empty()) {
-    // The GPU's hot FFN (F16 rows) is not yet checked on hardware by tools/gpu-check: only on request.
-    fmt::print(stderr, "hotcold: a CUDA device is present; --device cuda puts the hot neurons' F16 rows on it (not yet checked on a GPU by "
-                       "tools/gpu-check): the CPU runs everything\n");
-    dopt.kind = "cpu";
+  // auto: the first usable GPU of this build's back end, where it can run this file (a sparse file whose
+  // FFN rows its kernel reads; attention has no GPU kernels yet, so a dense file stays on the CPU).
+  if (dopt.kind == "auto") {
+    const auto gpus = devices::probe_cuda();
+    std::string why_not;
+    if (gpus.devices.empty()) why_not = "-";
+    else if (!m->has_predictors()) why_not = "it has no attention kernels yet, which a dense file's layers need";
+    else if (const auto t = m->weights().layers[0].ffn_up.type; t != tensor_type::f16 && t != tensor_type::q8_0 && t != tensor_type::q4_0)
+      why_not = fmt::format("its FFN kernel reads F16, Q8_0 or Q4_0 rows, not {}", tensor_type_name(t));
+    if (why_not.empty()) {
+      dopt.kind = gpus.kind;
+      fmt::print(stderr, "hotcold: --device auto: {} {} (use --device cpu to run on the CPU alone)\n", gpus.kind, gpus.devices[0].name);
+    } else {
+      if (why_not != "-") fmt::print(stderr, "hotcold: --device auto: {} {} is present, but {}: the CPU runs everything\n", gpus.kind, gpus.devices[0].name, why_not);
+      dopt.kind = "cpu";
+    }
   }
   auto dev = devices::make_device(dopt);
   if (a.n_gpu_layers >= 0 && dev->kind() == devices::device_kind::cpu)

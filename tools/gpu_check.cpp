@@ -11,6 +11,7 @@
 
 #include "devices/device_info.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quants.hpp"
 #include "kernels/gpu/decode.hpp"
 #include "kernels/gpu/portability.hpp"
 
@@ -111,10 +112,57 @@ void check_hot_ffn(int64_t n_rows, int64_t d, int64_t count, bool gated, gpu::ff
   }
   dev<uint16_t> dg(gate), du(up), dd(down);
   dev<int32_t> ds(slots);
-  dev<float> dx(x), dh(static_cast<size_t>(count)), dout(static_cast<size_t>(d));
-  const std::string e = gpu::hot_ffn_f16(dg.p, du.p, dd.p, ds.p, count, d, dx.p, gated, act, dh.p, dout.p);
+  dev<float> dx(x), dh(static_cast<size_t>(count)), dout(static_cast<size_t>(d)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
+  const std::string e = gpu::hot_ffn(gpu::row_type::f16, dg.p, du.p, dd.p, ds.p, count, d, dx.p, gated, act, dh.p, dout.p, scratch.p);
   const char* names[] = {"relu", "silu", "gelu", "drelu"};
-  const std::string name = std::string("hot_ffn_f16 ") + names[static_cast<int>(act)] + (gated ? " gated" : "") + " " + std::to_string(count) + " of " +
+  const std::string name = std::string("hot_ffn f16 ") + names[static_cast<int>(act)] + (gated ? " gated" : "") + " " + std::to_string(count) + " of " +
+                           std::to_string(n_rows) + " x" + std::to_string(d);
+  report(name + " hidden", e, nmse(dh.get(), hidden), 1e-6);
+  report(name + " out", e, nmse(dout.get(), out), 1e-6);
+}
+
+// The hot FFN on quantized rows (Q8_0, Q4_0: the file's bytes, as the CPU's quantizer writes them)
+// against a double computation over the rows' dequantized values.
+void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t count, std::mt19937& rng) {
+  const int64_t rb = gpu::row_bytes(t, d);
+  std::vector<uint8_t> bytes[3];
+  std::vector<float> values[3];  // dequantized: what the kernel must compute with
+  for (int m = 0; m < 3; ++m) {
+    const auto f = random_f32(static_cast<size_t>(n_rows * d), rng, 0.05f);
+    bytes[m].resize(static_cast<size_t>(n_rows * rb));
+    values[m].resize(f.size());
+    for (int64_t r = 0; r < n_rows; ++r) {
+      uint8_t* row = bytes[m].data() + r * rb;
+      float* v = values[m].data() + r * d;
+      if (t == gpu::row_type::q8_0) {
+        kernels::quantize_row_q8_0(f.data() + r * d, reinterpret_cast<kernels::block_q8_0*>(row), d);
+        kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(row), v, d);
+      } else {
+        kernels::quantize_row_q4_0(f.data() + r * d, reinterpret_cast<kernels::block_q4_0*>(row), d);
+        kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(row), v, d);
+      }
+    }
+  }
+  auto x = random_f32(static_cast<size_t>(d), rng);
+  std::vector<int32_t> slots(static_cast<size_t>(count));
+  for (auto& sl : slots) sl = static_cast<int32_t>(rng() % n_rows);
+  std::vector<double> hidden(static_cast<size_t>(count)), out(static_cast<size_t>(d), 0.0);
+  auto dot = [&](const float* w) {
+    double a = 0;
+    for (int64_t i = 0; i < d; ++i) a += static_cast<double>(w[i]) * x[static_cast<size_t>(i)];
+    return a;
+  };
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t r = slots[static_cast<size_t>(k)];
+    const double h = std::max(dot(values[0].data() + r * d), 0.0) * dot(values[1].data() + r * d);  // ReLU-gated
+    hidden[static_cast<size_t>(k)] = h;
+    for (int64_t c = 0; c < d; ++c) out[static_cast<size_t>(c)] += h * values[2][static_cast<size_t>(r * d + c)];
+  }
+  dev<uint8_t> dg(bytes[0]), du(bytes[1]), dd(bytes[2]);
+  dev<int32_t> ds(slots);
+  dev<float> dx(x), dh(static_cast<size_t>(count)), dout(static_cast<size_t>(d)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
+  const std::string e = gpu::hot_ffn(t, dg.p, du.p, dd.p, ds.p, count, d, dx.p, true, gpu::ffn_act::relu, dh.p, dout.p, scratch.p);
+  const std::string name = std::string("hot_ffn ") + (t == gpu::row_type::q8_0 ? "q8_0" : "q4_0") + " relu gated " + std::to_string(count) + " of " +
                            std::to_string(n_rows) + " x" + std::to_string(d);
   report(name + " hidden", e, nmse(dh.get(), hidden), 1e-6);
   report(name + " out", e, nmse(dout.get(), out), 1e-6);
@@ -187,8 +235,9 @@ void bench(std::mt19937& rng) {
   };
   const double mv = time([&] { gpu::matvec_f16(dw.p, d, d, dx.p, dy.p); }, 200);
   std::printf("BENCH matvec_f16 %lldx%lld: %.1f us, %.0f GB/s\n", static_cast<long long>(d), static_cast<long long>(d), mv * 1e6, d * d * 2 / mv / 1e9);
-  const double ffn = time([&] { gpu::hot_ffn_f16(dr.p, dr.p, dr.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, dh.p, dy.p); }, 200);
-  std::printf("BENCH hot_ffn_f16 %lld chosen rows of %lld: %.1f us, %.0f GB/s of rows\n", static_cast<long long>(chosen), static_cast<long long>(hot), ffn * 1e6,
+  dev<float> scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
+  const double ffn = time([&] { gpu::hot_ffn(gpu::row_type::f16, dr.p, dr.p, dr.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, dh.p, dy.p, scratch.p); }, 200);
+  std::printf("BENCH hot_ffn f16 %lld chosen rows of %lld: %.1f us, %.0f GB/s of rows\n", static_cast<long long>(chosen), static_cast<long long>(hot), ffn * 1e6,
               chosen * 3.0 * d * 2 / ffn / 1e9);
 }
 
@@ -209,6 +258,8 @@ int main() {
     for (auto act : {gpu::ffn_act::relu, gpu::ffn_act::silu, gpu::ffn_act::gelu, gpu::ffn_act::drelu}) check_hot_ffn(1024, 512, 300, true, act, rng);
     check_hot_ffn(1024, 512, 300, false, gpu::ffn_act::gelu, rng);
     check_hot_ffn(64, 2048, 0, true, gpu::ffn_act::relu, rng);  // nothing chosen: out is zero
+    check_hot_ffn(8192, 256, 5000, true, gpu::ffn_act::relu, rng);  // more neurons than chunks x 32: longer chunks
+    for (auto t : {gpu::row_type::q8_0, gpu::row_type::q4_0}) check_hot_ffn_quantized(t, 1024, 512, 300, rng);
     check_predictor(2048, 256, 5632, rng);
     check_attention(0, 8, 8, 64, rng);
     check_attention(300, 16, 4, 128, rng);

@@ -1,6 +1,7 @@
 #include "kernels/gpu/decode.hpp"
 #include "kernels/gpu/portability.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace hotcold::kernels::gpu {
@@ -47,33 +48,100 @@ __device__ inline float activate(ffn_act act, float v) {
   }
 }
 
-// One warp per hot neuron: its gate and up rows against x, the activation.
-__global__ void hot_hidden_kernel(const __half* gate, const __half* up, const int32_t* slots, int64_t count, int64_t d, const float* x, bool gated,
-                                  ffn_act act, float* hidden) {
+// Rows in the file's own types: F16, Q8_0 (blocks of 32: an F16 scale, 32 int8) and Q4_0 (blocks of
+// 32: an F16 scale, 16 bytes; element j < 16 is the low nibble of byte j, j >= 16 the high nibble of
+// byte j - 16; value = (nibble - 8) x scale), as ggml defines them.
+struct block_q8 {
+  __half d;
+  int8_t qs[32];
+};
+struct block_q4 {
+  __half d;
+  uint8_t qs[16];
+};
+
+template <row_type T>
+__device__ inline float element(const uint8_t* row, int64_t c) {
+  if constexpr (T == row_type::f16) {
+    return __half2float(reinterpret_cast<const __half*>(row)[c]);
+  } else if constexpr (T == row_type::q8_0) {
+    const block_q8& b = reinterpret_cast<const block_q8*>(row)[c / 32];
+    return __half2float(b.d) * static_cast<float>(b.qs[c % 32]);
+  } else {
+    const block_q4& b = reinterpret_cast<const block_q4*>(row)[c / 32];
+    const int j = static_cast<int>(c % 32);
+    const int q = j < 16 ? (b.qs[j] & 0x0F) : (b.qs[j - 16] >> 4);
+    return __half2float(b.d) * static_cast<float>(q - 8);
+  }
+}
+
+// A row of d values against x, by one 32-lane group: F16 through the paired loads above; a quantized
+// row a block per lane (neighbouring lanes read neighbouring blocks), its scale applied once.
+template <row_type T>
+__device__ inline float warp_dot_row(const uint8_t* row, int64_t d, const float* x) {
+  if constexpr (T == row_type::f16) {
+    return warp_dot_f16(reinterpret_cast<const __half*>(row), d, x);
+  } else {
+    const int lane = threadIdx.x % warp;
+    float s = 0.0f;
+    for (int64_t b = lane; b < d / 32; b += warp) {
+      const float* xb = x + b * 32;
+      float a = 0.0f;
+      if constexpr (T == row_type::q8_0) {
+        const block_q8& blk = reinterpret_cast<const block_q8*>(row)[b];
+        for (int j = 0; j < 32; ++j) a += static_cast<float>(blk.qs[j]) * xb[j];
+        s += __half2float(blk.d) * a;
+      } else {
+        const block_q4& blk = reinterpret_cast<const block_q4*>(row)[b];
+        for (int j = 0; j < 16; ++j) a += static_cast<float>((blk.qs[j] & 0x0F) - 8) * xb[j] + static_cast<float>((blk.qs[j] >> 4) - 8) * xb[j + 16];
+        s += __half2float(blk.d) * a;
+      }
+    }
+    return warp_sum(s);
+  }
+}
+
+// One group of 32 lanes per hot neuron: its gate and up rows against x, the activation.
+template <row_type T>
+__global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
+                                  const float* x, bool gated, ffn_act act, float* hidden) {
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
   if (k >= count) return;
   const int64_t row = slots[k];
-  const float u = warp_dot_f16(up + row * d, d, x);
+  const float u = warp_dot_row<T>(up + row * row_bytes, d, x);
   float h;
   if (!gated) {
     h = activate(act, u);
   } else {
-    const float g = warp_dot_f16(gate + row * d, d, x);
+    const float g = warp_dot_row<T>(gate + row * row_bytes, d, x);
     h = act == ffn_act::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : activate(act, g) * u;
   }
   if (threadIdx.x % warp == 0) hidden[k] = h;
 }
 
-// out[c] = sum_k hidden[k] down_t[slot_k][c]: thread c walks the neurons; neighbouring threads read
-// neighbouring columns of the same row (coalesced), and neurons that did not fire are skipped.
-__global__ void hot_down_kernel(const __half* down_t, const int32_t* slots, int64_t count, int64_t d, const float* hidden, float* out) {
+// The down projection, split across blocks: block (x, y) sums the neurons of chunk y for the columns
+// of tile x — neighbouring threads read neighbouring columns of one row (coalesced), neurons that did
+// not fire are skipped — into its row of partial sums; down_sum then adds the chunks in order (the
+// same sums every run, no atomics).
+template <row_type T>
+__global__ void hot_down_kernel(const uint8_t* down_t, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t chunk, int64_t d,
+                                const float* hidden, float* partial) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= d) return;
+  const int64_t k0 = blockIdx.y * chunk, k1 = k0 + chunk < count ? k0 + chunk : count;
+  float s = 0.0f;
+  for (int64_t k = k0; k < k1; ++k) {
+    const float h = hidden[k];
+    if (h != 0.0f) s += h * element<T>(down_t + static_cast<int64_t>(slots[k]) * row_bytes, c);
+  }
+  partial[blockIdx.y * d + c] = s;
+}
+
+__global__ void down_sum_kernel(const float* partial, int64_t chunks, int64_t d, float* out) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= d) return;
   float s = 0.0f;
-  for (int64_t k = 0; k < count; ++k) {
-    const float h = hidden[k];
-    if (h != 0.0f) s += h * __half2float(down_t[static_cast<int64_t>(slots[k]) * d + c]);
-  }
+  for (int64_t k = 0; k < chunks; ++k) s += partial[k * d + c];
   out[c] = s;
 }
 
@@ -156,15 +224,44 @@ std::string matvec_f16(const uint16_t* w, int64_t rows, int64_t cols, const floa
   return launched();
 }
 
-std::string hot_ffn_f16(const uint16_t* gate, const uint16_t* up, const uint16_t* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
-                        bool gated, ffn_act act, float* hidden, float* out, void* stream) {
+int64_t row_bytes(row_type t, int64_t d) {
+  switch (t) {
+    case row_type::f16: return d * 2;
+    case row_type::q8_0: return d / 32 * 34;
+    default: return d / 32 * 18;
+  }
+}
+
+int64_t hot_ffn_scratch(int64_t d) { return hot_ffn_max_chunks * d; }
+
+std::string hot_ffn(row_type t, const void* gate, const void* up, const void* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
+                    bool gated, ffn_act act, float* hidden, float* out, float* scratch, void* stream) {
+  if (t != row_type::f16 && d % 32 != 0) return "hot_ffn: quantized rows need a multiple of 32 values";
   constexpr int threads = 256, per_block = threads / warp;
-  if (count > 0)
-    hot_hidden_kernel<<<static_cast<unsigned>((count + per_block - 1) / per_block), threads, 0, as_stream(stream)>>>(
-        reinterpret_cast<const __half*>(gate), reinterpret_cast<const __half*>(up), slots, count, d, x, gated, act, hidden);
+  const int64_t rb = row_bytes(t, d);
+  const auto* g = static_cast<const uint8_t*>(gate);
+  const auto* u = static_cast<const uint8_t*>(up);
+  const auto* dn = static_cast<const uint8_t*>(down_t);
+  if (count > 0) {
+    const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
+    switch (t) {
+      case row_type::f16: hot_hidden_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, hidden); break;
+      case row_type::q8_0: hot_hidden_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, hidden); break;
+      default: hot_hidden_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, hidden); break;
+    }
+    if (auto e = launched(); !e.empty()) return e;
+  }
+  // Chunks of at least 32 neurons, at most hot_ffn_max_chunks of them.
+  const int64_t chunks = count == 0 ? 1 : std::min<int64_t>(hot_ffn_max_chunks, (count + 31) / 32);
+  const int64_t chunk = count == 0 ? 0 : (count + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>((d + threads - 1) / threads), static_cast<unsigned>(chunks));
+  switch (t) {
+    case row_type::f16: hot_down_kernel<row_type::f16><<<grid, threads, 0, as_stream(stream)>>>(dn, rb, slots, count, chunk, d, hidden, scratch); break;
+    case row_type::q8_0: hot_down_kernel<row_type::q8_0><<<grid, threads, 0, as_stream(stream)>>>(dn, rb, slots, count, chunk, d, hidden, scratch); break;
+    default: hot_down_kernel<row_type::q4_0><<<grid, threads, 0, as_stream(stream)>>>(dn, rb, slots, count, chunk, d, hidden, scratch); break;
+  }
   if (auto e = launched(); !e.empty()) return e;
-  hot_down_kernel<<<static_cast<unsigned>((d + threads - 1) / threads), threads, 0, as_stream(stream)>>>(reinterpret_cast<const __half*>(down_t), slots,
-                                                                                                         count, d, hidden, out);
+  down_sum_kernel<<<static_cast<unsigned>((d + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scratch, chunks, d, out);
   return launched();
 }
 
