@@ -157,7 +157,7 @@ struct hot_executor_state {
   predictor_actor predictor;
   cold_pool_actor cold;
   // Without a hot device the predictor's and the cold pool's work run on this actor's thread (see
-  // run_layer): their own scratch.
+  // run_layer), and so do predictors a hot device holds: their own scratch.
   std::unique_ptr<predictor_runner> runner;
   cold_scratch cold_rows;
   // The step in flight.
@@ -351,6 +351,12 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       st.cold_neurons += union_size;
       return finish_layer(self, layer, &part.out, part.computed, part.union_size, part.fired);
     }
+    if (ctx.device() && ctx.device()->predictor(layer)) {
+      // The predictor is on the hot device, where this layer's input already is: its work goes
+      // straight to the device's queue from here (one hand-off to the device and back, instead of
+      // waking the predictor actor to hand it on).
+      return on_active_set(self, layer, predict(*st.runner, *st.p, job));
+    }
     self->request(st.predictor, caf::infinite, predict_atom::value, std::move(job))
         .then([self, layer](active_set& s) { on_active_set(self, layer, std::move(s)); }, [self](caf::error& e) { fail(self, describe(e)); });
   } catch (const std::exception& e) {
@@ -363,10 +369,10 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
   self->state.p = std::move(p);
   self->state.predictor = std::move(predictor);
   self->state.cold = std::move(cold);
-  if (!self->state.p->hot) {
-    self->state.runner = std::make_unique<predictor_runner>(*self->state.p->m, self->state.p->ctx->pool());
-    self->state.runner->set_device_layers(self->state.p->ctx->device());
-  }
+  // Its own predictor runner: for every layer without a hot device, and for the predictors a hot
+  // device holds (see run_layer).
+  self->state.runner = std::make_unique<predictor_runner>(*self->state.p->m, self->state.p->ctx->pool());
+  self->state.runner->set_device_layers(self->state.p->ctx->device());
   return {
       [self](step_atom, step_plan& plan) -> caf::typed_response_promise<step_result> {
         auto& st = self->state;

@@ -571,7 +571,8 @@ TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
 }
 
 // Through the actors, the hot share (the sim device's thread) and the cold share (the cold pool)
-// run at the same time in every (step, layer) pair, and the trace names the actors' threads.
+// run at the same time in every (step, layer) pair, with layer 0's attention, layer 1's predictor
+// and the head on the same device, and the trace names the actors' threads.
 TEST(Pipeline, HotAndColdOverlapInTheTrace) {
   // Each side's share of a layer (2048 neurons of F16 rows) takes a few hundred microseconds: well
   // above the time a message takes to wake a sleeping actor's thread.
@@ -605,8 +606,13 @@ TEST(Pipeline, HotAndColdOverlapInTheTrace) {
     auto ctx = std::make_shared<inference_context>(m, 64, 1, 2);
     ctx->set_mode(ffn_mode::sparse);
     ctx->set_trace(kept.get());
+    auto sim = devices::make_device(d);
+    device_residency on_device;
+    on_device.attention = {1, 0}, on_device.predictor = {0, 1}, on_device.ffn = {0, 0};
+    on_device.output = true;
+    hold_on_device(*ctx, &on_device, sim);
     pipeline_options po;
-    po.hot = std::make_shared<const hot_rows>(m, half, devices::make_device(d));
+    po.hot = std::make_shared<const hot_rows>(m, half, sim);
     po.trace = kept.get();
     pipeline p(ctx, po);
     generation_request r;
