@@ -10,7 +10,7 @@ bool device_residency::any() const {
 }
 
 device_layers::device_layers(std::shared_ptr<const model> m, const device_residency& r, std::shared_ptr<devices::device> dev, tensor_type kv_type)
-    : model_(std::move(m)), r_(r), dev_(std::move(dev)), kv_type_(kv_type) {
+    : model_(std::move(m)), r_(r), dev_(std::move(dev)), kv_type_(kv_type), pool_(std::make_unique<thread_pool>(1, "hotcold-device")) {
   const hparams& hp = model_->hp();
   const auto n = static_cast<size_t>(hp.n_layer);
   if (r_.attention.size() != n || r_.predictor.size() != n || r_.ffn.size() != n)

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "devices/device.hpp"
+#include "engine/thread_pool.hpp"
+#include "kernels/cpu/quants.hpp"
 #include "model/model.hpp"
 
 namespace hotcold {
@@ -52,6 +54,10 @@ class device_layers {
 
   // Runs `work` on the device's queue and waits for it (rethrows what it threw).
   void run(const std::function<void()>& work) const;
+  // The device's own workers for the work run() gives it: its queue's thread alone (a pool of one, so
+  // the CPU's workers stay free for the cold share), and their scratch. Only from that work.
+  thread_pool& pool() const { return *pool_; }
+  std::vector<kernels::block_q8_0>& xq() const { return xq_; }
 
   // Bytes of weights the device holds for layer l's attention (with its norms and the FFN norm), its
   // predictor and its whole FFN, and for the head: what a step reads there instead of on the host.
@@ -75,6 +81,8 @@ class device_layers {
   std::vector<std::shared_ptr<devices::buffer>> buffers_;
   std::vector<std::shared_ptr<devices::buffer>> k_, v_;  // per layer (null where the host holds the cache)
   std::vector<uint64_t> attention_bytes_, predictor_bytes_, ffn_bytes_;
+  std::unique_ptr<thread_pool> pool_;
+  mutable std::vector<kernels::block_q8_0> xq_;
   uint64_t output_bytes_ = 0;
   uint64_t bytes_ = 0;
 };

@@ -45,7 +45,7 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   }
 }
 
-void inference_context::matmul(const tensor_view& w, const float* x, int64_t n, float* y) { hotcold::matmul(pool_, w, x, n, y, xq_); }
+void inference_context::matmul(const workers& on, const tensor_view& w, const float* x, int64_t n, float* y) { hotcold::matmul(*on.pool, w, x, n, y, *on.xq); }
 
 uint8_t* inference_context::k_at(int64_t seq, int64_t layer, int64_t pos) {
   return k_layers_[static_cast<size_t>(layer)] + (seq * n_ctx_ + pos) * model_->hp().n_embd_kv() * kv_bytes_;
@@ -174,12 +174,12 @@ void inference_context::attention_block(step_state& B, int64_t il) {
   // routine on the device's queue, over its copies.
   if (device_ && device_->attention(il)) {
     device_read_ += device_->attention_bytes(il);
-    return device_->run([&] { attention_block(B, il, device_->layer(il)); });
+    return device_->run([&] { attention_block(B, il, device_->layer(il), {&device_->pool(), &device_->xq()}); });
   }
-  attention_block(B, il, model_->weights().layers[static_cast<size_t>(il)]);
+  attention_block(B, il, model_->weights().layers[static_cast<size_t>(il)], cpu_workers());
 }
 
-void inference_context::attention_block(step_state& B, int64_t il, const layer_weights& l) {
+void inference_context::attention_block(step_state& B, int64_t il, const layer_weights& l, const workers& on) {
   const hparams& hp = model_->hp();
   const layer_recipe r = recipe_of(hp, l);
   const int64_t n = B.n, d = hp.n_embd, kv = hp.n_embd_kv();
@@ -196,11 +196,11 @@ void inference_context::attention_block(step_state& B, int64_t il, const layer_w
     trace_scope span(trace_, stage::attention, B.step, il, n);
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_norm, B.x.data() + t * d, B.xn.data() + t * d, d, hp.norm_eps);
     if (r.fused_qkv) {
-      matmul(l.wqkv, B.xn.data(), n, B.qkv.data());
+      matmul(on, l.wqkv, B.xn.data(), n, B.qkv.data());
     } else {
       const tensor_view* ws[3] = {&l.wq, &l.wk, &l.wv};
       float* ys[3] = {q_of(0), k_of(0), v_of(0)};
-      matmul_same_input(pool_, ws, B.xn.data(), n, ys, xq_);
+      matmul_same_input(*on.pool, ws, B.xn.data(), n, ys, *on.xq);
     }
     for (int64_t t = 0; t < n; ++t) {
       const rope_angles angles(hp, B.positions[static_cast<size_t>(t)]);
@@ -228,7 +228,7 @@ void inference_context::attention_block(step_state& B, int64_t il, const layer_w
     }
     groups.push_back(n);
     const int64_t n_groups = static_cast<int64_t>(groups.size()) - 1;
-    pool_.parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
+    on.pool->parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
       thread_local std::vector<float> scores;
       const int64_t need = std::max(4 * (n_ctx_ + 4), blocks ? attend_block_scratch(n_ctx_ + attend_block_max, hd) : 0);
       if (static_cast<int64_t>(scores.size()) < need) scores.resize(static_cast<size_t>(need));
@@ -250,7 +250,7 @@ void inference_context::attention_block(step_state& B, int64_t il, const layer_w
                        scores.data(), outs);
       }
     });
-    matmul(l.wo, B.attn.data(), n, B.proj.data());
+    matmul(on, l.wo, B.attn.data(), n, B.proj.data());
   }
 
   // The FFN's normalized input and what its predictor reads. In a parallel layer both read the
@@ -278,20 +278,20 @@ void inference_context::head(step_state& B, std::span<const int64_t> rows, float
   const hparams& hp = model_->hp();
   const int64_t d = hp.n_embd, m = static_cast<int64_t>(rows.size());
   trace_scope span(trace_, stage::output, B.step, hp.n_layer, m);
-  auto run = [&](const tensor_view& out, const tensor_view& norm, const tensor_view& norm_b) {
+  auto run = [&](const tensor_view& out, const tensor_view& norm, const tensor_view& norm_b, const workers& on) {
     // Row k of xn is token rows[k] normalized (rows ascending, so k <= rows[k]: nothing read is overwritten).
     model_weights w;
     w.output_norm = norm, w.output_norm_b = norm_b;
     for (int64_t k = 0; k < m; ++k)
       apply_norm(output_norm_kind(hp), output_norm_of(hp, w), B.x.data() + rows[static_cast<size_t>(k)] * d, B.xn.data() + k * d, d, hp.norm_eps);
-    matmul(out, B.xn.data(), m, logits);
+    matmul(on, out, B.xn.data(), m, logits);
   };
   if (device_ && device_->output()) {
     device_read_ += device_->output_bytes();
-    return device_->run([&] { run(device_->output_weights(), device_->output_norm(), device_->output_norm_b()); });
+    return device_->run([&] { run(device_->output_weights(), device_->output_norm(), device_->output_norm_b(), {&device_->pool(), &device_->xq()}); });
   }
   const model_weights& w = model_->weights();
-  run(w.output, w.output_norm, w.output_norm_b);
+  run(w.output, w.output_norm, w.output_norm_b, cpu_workers());
 }
 
 void inference_context::set_device_layers(std::shared_ptr<const device_layers> d) {

@@ -176,17 +176,25 @@ class inference_context {
   thread_pool& pool() { return pool_; }
 
  private:
+  // Who computes a stage: the context's CPU workers and their scratch, or the hot device's own
+  // (device_layers::workers) for a stage the device holds.
+  struct workers {
+    thread_pool* pool;
+    std::vector<kernels::block_q8_0>* xq;  // the inputs quantized for Q8_0 / Q4_0 products
+  };
+  workers cpu_workers() { return {&pool_, &xq_}; }
   // y (n x w.ne1) = x (n x w.ne0) times w's rows; each row read once.
-  void matmul(const tensor_view& w, const float* x, int64_t n, float* y);
+  void matmul(const workers& on, const tensor_view& w, const float* x, int64_t n, float* y);
   // The layer's FFN for the state's n tokens, from its normalized input `in` and what its predictor
   // reads, into out (n x n_embd). may_go_dense: a layer may skip its predictor and compute every
   // neuron when that reads fewer bytes (prompt batches); steps of several sequences and single tokens
   // keep each token's own choice.
   void ffn_block(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out);
-  void ffn_block(step_state& B, int64_t layer, const layer_weights& l, const float* in, const float* pred_in, bool may_go_dense, float* out);
+  void ffn_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in, bool may_go_dense,
+                 float* out);
   // Every neuron of n tokens: gate and up as matrix products, then the activation into h (n x n_ff);
   // g: scratch (n x n_ff) for the gate. With margins, each token's firing margins go to B.margin.
-  void every_neuron(step_state& B, const layer_weights& l, const float* in, float* g, float* h, bool margins);
+  void every_neuron(step_state& B, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins);
   std::span<const float> run_batches(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions, bool all_logits,
                                      bool may_go_dense);
   void run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense, float* logits);
@@ -195,7 +203,7 @@ class inference_context {
   // FFN's output added to the residual stream; the head.
   void begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
   void attention_block(step_state& B, int64_t layer);
-  void attention_block(step_state& B, int64_t layer, const layer_weights& l);  // over these weights, here
+  void attention_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on);  // over these weights, by these workers
   void add_ffn_output(step_state& B, int64_t layer, const float* out);
   void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows
   uint8_t* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)

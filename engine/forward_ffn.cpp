@@ -10,15 +10,15 @@
 
 namespace hotcold {
 
-void inference_context::every_neuron(step_state& B, const layer_weights& l, const float* in, float* g, float* h, bool margins) {
+void inference_context::every_neuron(step_state& B, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins) {
   const hparams& hp = model_->hp();
   const int64_t n = B.n, n_ff = hp.n_ff;
   if (hp.gated_ffn) {  // gate and up in one pass (one split across the threads, the input quantized once)
     const tensor_view* ws[2] = {&l.ffn_gate, &l.ffn_up};
     float* ys[2] = {g, h};
-    matmul_same_input(pool_, ws, in, n, ys, xq_);
+    matmul_same_input(*on.pool, ws, in, n, ys, *on.xq);
   } else {
-    matmul(l.ffn_up, in, n, h);
+    matmul(on, l.ffn_up, in, n, h);
   }
   if (margins) {
     // A neuron's firing margin (ReLU family): the pre-activation that decides whether it fires,
@@ -33,13 +33,13 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const float* in,
   // A dense layer the hot device holds whole: its FFN on the device's queue, over its copies.
   if (device_ && device_->ffn(layer)) {
     device_read_ += device_->ffn_bytes(layer);
-    return device_->run([&] { ffn_block(B, layer, device_->layer(layer), in, pred_in, may_go_dense, out); });
+    return device_->run([&] { ffn_block(B, layer, device_->layer(layer), {&device_->pool(), &device_->xq()}, in, pred_in, may_go_dense, out); });
   }
-  ffn_block(B, layer, model_->weights().layers[static_cast<size_t>(layer)], in, pred_in, may_go_dense, out);
+  ffn_block(B, layer, model_->weights().layers[static_cast<size_t>(layer)], cpu_workers(), in, pred_in, may_go_dense, out);
 }
 
-void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weights& l, const float* in, const float* pred_in, bool may_go_dense,
-                                  float* out) {
+void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
+                                  bool may_go_dense, float* out) {
   const hparams& hp = model_->hp();
   const int64_t n = B.n, n_ff = hp.n_ff, d = hp.n_embd;
   auto& cost = cost_[static_cast<size_t>(layer)];
@@ -67,7 +67,7 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
   if (all_first) {
     if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
     trace_scope span(trace_, stage::ffn, B.step, layer, n);
-    every_neuron(B, l, in, B.gate.data(), B.truth.data(), margins);
+    every_neuron(B, l, on, in, B.gate.data(), B.truth.data(), margins);
   }
 
   std::optional<trace_scope> predict_span;
@@ -96,7 +96,7 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
   // Threads take contiguous shares of the union and own their rows of hidden and their accumulators;
   // or the executor (the hot/cold split) computes them.
   std::fill(B.hidden.begin(), B.hidden.begin() + n * n_ff, 0.0f);
-  const int threads = pool_.size();
+  const int threads = on.pool->size();
   const int64_t n_union = static_cast<int64_t>(chosen_union.size());
   const bool down_t = static_cast<bool>(l.ffn_down_t);
   // Every neuron as matrix products: for eight tokens or more; for one token of a dense file (a
@@ -116,9 +116,9 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
     // neurons that fired. Neuron by neuron, each row met every token's input again: at a 256-token
     // prompt batch those no longer fit in cache and dense prefill ran at half the speed.
     float* h = B.hidden.data();
-    every_neuron(B, l, in, B.truth.data(), h, margins);
+    every_neuron(B, l, on, in, B.truth.data(), h, margins);
     if (down_t) {
-      pool_.parallel_for(threads, [&](int64_t th0, int64_t th1) {
+      on.pool->parallel_for(threads, [&](int64_t th0, int64_t th1) {
         for (int64_t th = th0; th < th1; ++th) {
           float* acc = B.acc.data() + th * n * d;
           std::fill(acc, acc + n * d, 0.0f);
@@ -150,14 +150,14 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
       // Each thread its own shard of the chosen neurons first, then what is left of the others'
       // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
       neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
-      run_pieces(pool_, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
+      run_pieces(*on.pool, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
         batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
       });
     }
   }
   // With down rows, out is written above (by the executor, or summed from the threads' or the
   // pieces' accumulators); without, the down projection is a matrix product.
-  if (!down_t) matmul(l.ffn_down, B.hidden.data(), n, out);
+  if (!down_t) matmul(on, l.ffn_down, B.hidden.data(), n, out);
 
   // What this batch measured.
   if (sparse) {

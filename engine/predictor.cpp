@@ -15,20 +15,21 @@ predictor_runner::predictor_runner(const model& m, thread_pool& pool) : model_(m
 void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids) {
   if (device_ && device_->predictor(layer)) {
     device_read_ += device_->predictor_bytes(layer);
-    return device_->run([&] { predict(device_->layer(layer), layer, pred_in, n, chosen, union_ids); });
+    return device_->run([&] { predict(device_->layer(layer), device_->pool(), device_->xq(), layer, pred_in, n, chosen, union_ids); });
   }
-  predict(model_.weights().layers[static_cast<size_t>(layer)], layer, pred_in, n, chosen, union_ids);
+  predict(model_.weights().layers[static_cast<size_t>(layer)], pool_, xq_, layer, pred_in, n, chosen, union_ids);
 }
 
-void predictor_runner::predict(const layer_weights& l, int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids) {
+void predictor_runner::predict(const layer_weights& l, thread_pool& pool, std::vector<kernels::block_q8_0>& xq, int64_t layer, const float* pred_in,
+                               int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids) {
   const hparams& hp = model_.hp();
   if (!l.pred_fc1) throw std::logic_error(fmt::format("layer {} has no predictor", layer));
   const int64_t rank = l.pred_fc1.ne1, n_ff = hp.n_ff;
   if (static_cast<int64_t>(hidden_.size()) < n * rank) hidden_.resize(static_cast<size_t>(n * rank));
   if (static_cast<int64_t>(scores_.size()) < n * n_ff) scores_.resize(static_cast<size_t>(n * n_ff));
-  matmul(pool_, l.pred_fc1, pred_in, n, hidden_.data(), xq_);
+  matmul(pool, l.pred_fc1, pred_in, n, hidden_.data(), xq);
   for (int64_t k = 0; k < n * rank; ++k) hidden_[static_cast<size_t>(k)] = std::max(hidden_[static_cast<size_t>(k)], 0.0f);
-  matmul(pool_, l.pred_fc2, hidden_.data(), n, scores_.data(), xq_);
+  matmul(pool, l.pred_fc2, hidden_.data(), n, scores_.data(), xq);
   const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
   // Branch-free: whether a neuron is chosen is close to a coin toss the branch predictor cannot
   // learn, and a branch here cost 13 us of a layer's ~100 (the 1B file: 16 layers, 0.21 ms a token).

@@ -25,7 +25,8 @@ class predictor_runner {
   uint64_t device_read() const { return device_read_; }  // bytes of predictor weights read on the device
 
  private:
-  void predict(const layer_weights& l, int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids);
+  void predict(const layer_weights& l, thread_pool& pool, std::vector<kernels::block_q8_0>& xq, int64_t layer, const float* pred_in, int64_t n,
+               uint8_t* chosen, std::vector<int32_t>& union_ids);
   const model& model_;
   std::shared_ptr<const device_layers> device_;
   uint64_t device_read_ = 0;
