@@ -54,7 +54,8 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   // an accelerator that computes beside the CPU, which it can only do with a core of its own).
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int threads = a.threads > 0 ? a.threads : a.device == "sim" ? std::max(1, hw - 1) : hw;
-  int64_t ctx = ctx_override > 0 ? ctx_override : a.ctx > 0 ? a.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  // A command's own context (bench: prompt + generation) unless -c asks for more.
+  int64_t ctx = ctx_override > 0 ? std::max(ctx_override, a.ctx) : a.ctx > 0 ? a.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   ffn_mode mode = a.mode == "dense" ? ffn_mode::dense : a.mode == "sparse" ? ffn_mode::sparse
                 : m->has_predictors() ? ffn_mode::sparse : ffn_mode::dense;
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -113,8 +114,8 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   if (a.n_gpu_layers >= 0 && dev->kind() == devices::device_kind::cpu)
     throw std::invalid_argument("--n-gpu-layers needs a hot device (--device sim, cuda or hip)");
   if (dev->kind() != devices::device_kind::cpu) {
-    // The plan for this device's budget, the context asked for (not a command's own, such as bench's
-    // prompt + generation), the sequences and the KV cache's type: compute buffers, attention with
+    // The plan for this device's budget, the context this command runs (the device holds that KV
+    // cache), the sequences and the KV cache's type: compute buffers, attention with
     // its cache, predictors and the head first (on a device that runs them), hot FFN rows in what is
     // left (docs/commands.md, "Devices"). A dense file offloads whole layers instead.
     tools::plan_options po;

@@ -47,6 +47,7 @@ struct loaded {
 
 // Loads the model (the default model when none is given), logs it on stderr, sets the mode.
 // n_seq: sequences the context holds KV caches for.
+// ctx_override: the command's own context (at least -c's when given).
 loaded load(const model_args& a, int64_t ctx_override = 0, int64_t n_seq = 1);
 
 }  // namespace hotcold::launcher
