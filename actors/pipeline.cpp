@@ -1,5 +1,6 @@
 #include "actors/pipeline.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <caf/all.hpp>
@@ -15,6 +16,7 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   parts_->fault = std::move(options.fault);
   parts_->stats = std::make_shared<live_stats>(*parts_->m, parts_->hot ? parts_->hot->device().name() : std::string());
   parts_->recall_every = options.recall_every;
+  parts_->micro_batches.store(std::max(1, options.micro_batches));
   if (options.pin_workers && std::getenv("HOTCOLD_NO_PIN") == nullptr) parts_->actor_core = parts_->ctx->pool().pin_workers();
   configure(cfg_, options.runtime);
   sys_ = std::make_unique<caf::actor_system>(cfg_);

@@ -16,6 +16,8 @@
 // CPU workers, never on CAF's scheduler threads.
 #include <chrono>
 #include <functional>
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <span>
@@ -48,6 +50,10 @@ struct pipeline_options {
   // and counts the firing neurons its predictor missed (predictor recall in live_stats; 0: never).
   int64_t recall_every = 0;
   bool pin_workers = true;  // pin the CPU workers (the cold pool's) to cores; HOTCOLD_NO_PIN=1 in the environment also says no
+  // Micro-batches a step of several sequences is split into, so that the hot device works on one
+  // (attention, predictor, hot rows) while the cold pool works on another. Used where the device holds
+  // every layer's attention and predictor (and for steps of at least two sequences); 1: never.
+  int micro_batches = 1;
 };
 
 // What the compute actors share. The context holds the KV caches (one slot per sequence in flight)
@@ -61,6 +67,7 @@ struct compute_resources {
   std::shared_ptr<live_stats> stats;  // what the actors measure (always present)
   int64_t recall_every = 0;
   int actor_core = -1;  // the core the compute actors' threads share when the workers are pinned (-1: any)
+  std::atomic<int> micro_batches{1};  // read at each step (pipeline::set_micro_batches)
 };
 
 using pipeline_event = std::variant<token_event, logits_event, done_event>;
@@ -80,6 +87,8 @@ class pipeline {
   // The next event of any request, in the order each request produced them; nullopt after `timeout`.
   std::optional<pipeline_event> next(std::chrono::milliseconds timeout = std::chrono::minutes(10));
   telemetry_totals totals();
+  // Micro-batches for the steps that start from now on (pipeline_options::micro_batches).
+  void set_micro_batches(int m) { parts_->micro_batches.store(std::max(1, m)); }
   // Live measurements (compute seconds per layer and stage, neurons, bytes read, mailboxes).
   std::shared_ptr<const live_stats> stats() const { return parts_->stats; }
 

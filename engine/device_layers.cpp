@@ -84,6 +84,28 @@ uint8_t* device_layers::v_cache(int64_t l) const {
   return static_cast<uint8_t*>(v_[static_cast<size_t>(l)]->data());
 }
 
-void device_layers::run(const std::function<void()>& work) const { dev_->submit([&work] { work(); })->wait(); }
+namespace {
+thread_local bool on_queue = false;  // this thread is running work a device's queue was given
+struct queue_scope {
+  queue_scope() { on_queue = true; }
+  ~queue_scope() { on_queue = false; }
+};
+}  // namespace
+
+void device_layers::run(const std::function<void()>& work) const {
+  if (on_queue) return work();
+  dev_->submit([&work] {
+        queue_scope here;
+        work();
+      })
+      ->wait();
+}
+
+devices::event device_layers::submit(std::function<void()> work) const {
+  return dev_->submit([work = std::move(work)] {
+    queue_scope here;
+    work();
+  });
+}
 
 }  // namespace hotcold

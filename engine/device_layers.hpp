@@ -52,8 +52,11 @@ class device_layers {
   const device_residency& residency() const { return r_; }
   tensor_type kv_type() const { return kv_type_; }
 
-  // Runs `work` on the device's queue and waits for it (rethrows what it threw).
+  // Runs `work` on the device's queue and waits for it (rethrows what it threw); inline when called
+  // from work the queue is running (a chain of stages given to submit()).
   void run(const std::function<void()>& work) const;
+  // Queues `work` (a chain of the device's stages, each calling run()) without waiting.
+  devices::event submit(std::function<void()> work) const;
   // The device's own workers for the work run() gives it: its queue's thread alone (a pool of one, so
   // the CPU's workers stay free for the cold share), and their scratch. Only from that work.
   thread_pool& pool() const { return *pool_; }

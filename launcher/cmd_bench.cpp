@@ -63,7 +63,7 @@ rate summarize(const std::vector<double>& r) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   struct args {
     model_args m;
-    int n_prompt = 128, n_gen = 64, reps = 3, parallel = 1, vs_parallel = 0;
+    int n_prompt = 128, n_gen = 64, reps = 3, parallel = 1, vs_parallel = 0, micro_batches = 1, vs_micro_batches = 0;
     bool json = false, vs_dense = false, vs_reference = false, roofline = false, no_warmup = false;
     std::string pipeline = "actors";
   };
@@ -78,6 +78,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_option("--vs-parallel", a->vs_parallel, "Also decode this many sequences at once, interleaved, and print the aggregate ratio, these over --parallel's (e.g. --vs-parallel 4: four at once against one)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--micro-batches", a->micro_batches,
+                  "Split each step of several sequences into this many micro-batches, so that a hot device holding every layer's attention "
+                  "and predictor works on one while the cold pool works on another (actors)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--vs-micro-batches", a->vs_micro_batches,
+                  "Also decode with this many micro-batches, interleaved, and print the aggregate ratio, these over --micro-batches'")
       ->check(CLI::Range(1, 256));
   cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
   cmd->add_flag("--roofline", a->roofline,
@@ -165,12 +173,18 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         ffn_mode mode;
         bool actors;
         int sequences;
+        int micro = 1;  // micro-batches (actors)
       };
       const bool actors_first = a->pipeline == "actors";
-      std::vector<config> configs{{ctx.mode(), actors_first, K}};
-      if (a->vs_dense && ctx.mode() != ffn_mode::dense) configs.push_back({ffn_mode::dense, actors_first, K});
-      if (a->vs_reference) configs.push_back({ctx.mode(), !actors_first, K});
-      if (a->vs_parallel > 0) configs.push_back({ctx.mode(), actors_first, a->vs_parallel});
+      const int micro = a->micro_batches;
+      std::vector<config> configs{{ctx.mode(), actors_first, K, micro}};
+      if (a->vs_dense && ctx.mode() != ffn_mode::dense) configs.push_back({ffn_mode::dense, actors_first, K, micro});
+      if (a->vs_reference) configs.push_back({ctx.mode(), !actors_first, K, micro});
+      if (a->vs_parallel > 0) configs.push_back({ctx.mode(), actors_first, a->vs_parallel, micro});
+      if (a->vs_micro_batches > 0) {
+        if (!actors_first) throw std::invalid_argument("--vs-micro-batches: micro-batches are the actors' (--pipeline actors)");
+        configs.push_back({ctx.mode(), true, K, a->vs_micro_batches});
+      }
       for (const auto& c : configs)
         if (c.actors && !pipe) pipe = l.make_pipeline();
       struct result {
@@ -202,6 +216,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         for (size_t k = 0; k < configs.size(); ++k) {
           const auto& c = configs[k];
           ctx.set_mode(c.mode);
+          if (pipe) pipe->set_micro_batches(c.micro);
           if (a->n_prompt > 0) timed_prompt(c.actors, a->n_prompt);
           if (a->n_gen > 0) {
             const rows_read before(ctx);
@@ -230,6 +245,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       for (int i = 0; i < a->reps; ++i) {
         for (size_t k = 0; k < configs.size(); ++k) {
           ctx.set_mode(configs[k].mode);
+          if (pipe) pipe->set_micro_batches(configs[k].micro);
           if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(configs[k].actors, a->n_prompt));
           if (a->n_gen > 0) {
             const rows_read before(ctx);
@@ -281,12 +297,15 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       // (From the configurations: the repetitions left the context in the last one's mode.)
       const int dense_k = a->vs_dense && configs[0].mode != ffn_mode::dense ? 1 : -1;
       const int other_k = a->vs_reference ? (dense_k > 0 ? 2 : 1) : -1;
-      const int parallel_k = a->vs_parallel > 0 ? static_cast<int>(configs.size()) - 1 : -1;
+      const int micro_k = a->vs_micro_batches > 0 ? static_cast<int>(configs.size()) - 1 : -1;
+      const int parallel_k = a->vs_parallel > 0 ? static_cast<int>(configs.size()) - 1 - (micro_k > 0 ? 1 : 0) : -1;
       auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
       const double actors_tg = other_k < 0 ? 0 : actors_first ? results[0].tg.mean : results[static_cast<size_t>(other_k)].tg.mean;
       const double reference_tg = other_k < 0 ? 0 : actors_first ? results[static_cast<size_t>(other_k)].tg.mean : results[0].tg.mean;
       // --vs-parallel K2: aggregate decode of K2 sequences over that of --parallel's (other / base).
       const double parallel_speedup = parallel_k < 0 ? 0 : ratio(results[static_cast<size_t>(parallel_k)].tg.mean, results[0].tg.mean);
+      // --vs-micro-batches M2: aggregate decode with M2 micro-batches over --micro-batches'.
+      const double micro_speedup = micro_k < 0 ? 0 : ratio(results[static_cast<size_t>(micro_k)].tg.mean, results[0].tg.mean);
       // The KV cache read a decoded token, per layer: on the device for the layers whose attention it runs.
       const double kv_layer_per_token =
           2.0 * static_cast<double>(hp.n_embd_kv()) * (ctx.kv_type() == tensor_type::f32 ? 4.0 : 2.0) * (static_cast<double>(a->n_gen) + 1) / 2;
@@ -301,6 +320,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                 {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
                                 {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
                                 {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences},
+                                {"micro_batches", configs[k].micro},
                                 // Weights and KV cache read per decoded token on each side: the KV cache (F16 or F32, every layer,
                                 // positions 0..n_gen-1 of each sequence: (n_gen + 1) / 2 cached rows of K and V on average)
                                 // is read where the layer's attention runs.
@@ -331,6 +351,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
           j["vs_parallel"] = describe(static_cast<size_t>(parallel_k));
           if (a->n_gen > 0) j["parallel_speedup"] = parallel_speedup;
         }
+        if (micro_k > 0) {
+          j["vs_micro_batches"] = describe(static_cast<size_t>(micro_k));
+          if (a->n_gen > 0) j["micro_batch_speedup"] = micro_speedup;
+        }
         fmt::print("{}\n", j.dump(2));
         pipe.reset();
         l.finish();
@@ -346,8 +370,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         if (a->n_prompt > 0)
           fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, md, pl, ctx.pool().size(), a->n_prompt, r.pp.mean, r.pp.sd);
         if (a->n_gen > 0)
-          fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, md, pl, ctx.pool().size(), a->n_gen,
-                     configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
+          fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, md, pl, ctx.pool().size(), a->n_gen,
+                     configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "",
+                     configs[k].micro > 1 ? fmt::format(" in {} micro-batches", configs[k].micro) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
       }
       if (probe) {
         fmt::print("\nroofline: read bandwidth measured here with {} threads, over as many bytes as a step reads, before the first repetition "
@@ -376,6 +401,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                    100.0 * (1.0 - actors_tg / reference_tg));
       if (parallel_k > 0 && a->n_gen > 0 && results[0].tg.mean > 0)
         fmt::print("\n{} sequences vs {}, interleaved: aggregate decode {:.2f}x\n", a->vs_parallel, K, parallel_speedup);
+      if (micro_k > 0 && a->n_gen > 0 && results[0].tg.mean > 0)
+        fmt::print("\n{} micro-batches vs {}, interleaved: aggregate decode {:.2f}x\n", a->vs_micro_batches, micro, micro_speedup);
       pipe.reset();
       l.finish();
     });

@@ -174,8 +174,9 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   return l;
 }
 
-std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk, int64_t recall_every) {
+std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk, int64_t recall_every, int micro_batches) {
   actors::pipeline_options o;
+  o.micro_batches = micro_batches;
   o.prefill_chunk = prefill_chunk;
   o.recall_every = recall_every;
   o.hot = hot;

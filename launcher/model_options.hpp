@@ -40,7 +40,7 @@ struct loaded {
   std::string trace_path;
   // The actor pipeline over this context, hot rows and trace.
   // recall_every: steps between the predictors' recall checks (0: none).
-  std::unique_ptr<actors::pipeline> make_pipeline(int64_t prefill_chunk = 32, int64_t recall_every = 0);
+  std::unique_ptr<actors::pipeline> make_pipeline(int64_t prefill_chunk = 32, int64_t recall_every = 0, int micro_batches = 1);
   // Writes the trace (if asked for) and says where; call when the work is done.
   void finish();
 };

@@ -142,11 +142,13 @@ void hold_on_device(inference_context& ctx, const device_residency* r, std::shar
   ctx.set_device_layers(std::make_shared<const device_layers>(ctx.shared_model(), here, std::move(dev), ctx.kv_type()));
 }
 
-void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std::shared_ptr<const hot_rows> hot, const device_residency* on_device = nullptr) {
+void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std::shared_ptr<const hot_rows> hot, const device_residency* on_device = nullptr,
+                              int micro_batches = 1) {
   auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
   ctx->set_mode(mode);
   hold_on_device(*ctx, on_device, hot ? hot->shared_device() : nullptr);
   pipeline_options o;
+  o.micro_batches = micro_batches;
   o.prefill_chunk = 3;  // prompts in chunks, sharing steps with sequences already decoding
   o.hot = hot;
   pipeline p(ctx, o);
@@ -319,6 +321,76 @@ INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,
                                          device_case{"falcon7b_relu_f32", architecture::falcon, hotcold::activation::relu, tensor_type::f32, 1},
                                          device_case{"falcon40b_relu_f16", architecture::falcon, hotcold::activation::relu, tensor_type::f16, 2}),
                          [](const testing::TestParamInfo<device_case>& i) { return i.param.name; });
+
+// Steps of several sequences split into micro-batches (the device holding every layer's attention
+// and predictor): the same logits and tokens as the forward pass, and the trace shows the device
+// working on one micro-batch while the cold pool works on another.
+TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
+  auto m = model::load(split_file());
+  device_residency r;
+  r.attention = {1, 1}, r.predictor = {1, 1}, r.ffn = {0, 0};
+  r.output = true;
+  for (int micro : {2, 3}) {
+    SCOPED_TRACE(micro);
+    expect_matches_reference(m, ffn_mode::sparse, sim_rows(m), &r, micro);
+  }
+  // The trace, on a file whose shares of a layer take hundreds of microseconds: micro-batches' device
+  // work (attention, hot rows) overlaps other micro-batches' cold shares. (A runtime that runs one
+  // micro-batch after the other never does: each step's lanes get step numbers of their own.)
+  tools::gen_model_options go;
+  go.n_embd = 512;
+  go.n_ff = 4096;
+  go.n_layer = 2;
+  go.n_head = 4;
+  go.n_head_kv = 4;
+  go.active = 0.3;
+  go.type = tensor_type::f16;
+  auto dense = test::make_model("pl_micro_dense", go);
+  auto path = (test::scratch_dir() / "pl_micro_sparse.gguf").string();
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 512, 4096, 32, -1e30f, 5));
+  auto big = model::load(path);
+  trace_recorder trace;
+  auto ctx = std::make_shared<inference_context>(big, 64, 1, 4);
+  ctx->set_mode(ffn_mode::sparse);
+  ctx->set_trace(&trace);
+  devices::device_options d;
+  d.kind = "sim";
+  d.budget = 128 << 20;
+  auto sim = devices::make_device(d);
+  placement_data half;
+  for (int l = 0; l < 2; ++l) {
+    half.hot.emplace_back();
+    for (int32_t i = 0; i < 4096; i += 2) half.hot.back().push_back(i);
+  }
+  hold_on_device(*ctx, &r, sim);
+  pipeline_options o;
+  o.hot = std::make_shared<const hot_rows>(big, half, sim);
+  o.trace = &trace;
+  o.micro_batches = 2;
+  {
+    pipeline p(ctx, o);
+    for (int k = 0; k < 4; ++k) {
+      generation_request q;
+      q.prompt = {1, static_cast<token_id>(20 + k)};
+      q.n_predict = 8;
+      q.ignore_eos = true;
+      q.sampling.temperature = 0;
+      p.submit(q);
+    }
+    drain(p, 4);
+  }
+  std::vector<trace_recorder::interval> cold, device;
+  for (const auto& e : trace.entries()) {
+    const std::string name = e.span.name;
+    if (name == "cold_ffn") cold.push_back(e.span);
+    else if (name == "attention" || name == "hot_ffn") device.push_back(e.span);
+  }
+  int overlaps = 0;
+  for (const auto& c : cold)
+    for (const auto& dv : device)
+      if (dv.step != c.step && dv.begin < c.end && c.begin < dv.end) ++overlaps;
+  EXPECT_GT(overlaps, 0) << "no micro-batch's device work overlapped another's cold share";
+}
 
 // A dense file with its first layer whole (attention, KV cache, FFN) and the head on a sim device:
 // the actors give the forward pass's logits and tokens and the model's own logits.
