@@ -530,8 +530,10 @@ TEST(Serve, DashboardInHeadlessChromium) {
       hot_px += p[0] == 0xe8 && p[1] == 0x59 && p[2] == 0x0c;
       cold_px += p[0] == 0x19 && p[1] == 0x71 && p[2] == 0xc2;
     }
-  EXPECT_GT(hot_px, 500u);
-  EXPECT_GT(cold_px, 500u);
+  // (Bars' heights follow each side's seconds: with attention on the device too, the hot rows are
+  // fewer and the hot bars shorter than the cold ones; some hundreds of pixels each.)
+  EXPECT_GT(hot_px, 200u);
+  EXPECT_GT(cold_px, 200u);
 
   // With a hot device every family of the exposition has its series; promtool accepts them.
   for (const char* line : {"hotcold_compute_seconds_total{layer=\"3\",stage=\"hot_ffn\",device=\"sim\"} ", "hotcold_device_busy_seconds_total{device=\"sim\"} ",
