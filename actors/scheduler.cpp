@@ -199,11 +199,27 @@ void on_step(scheduler_ptr self, step_result& r) {
             });
 }
 
+// Why the hot device was lost (a sticky error), or empty while it works.
+std::string device_lost(const compute_resources& p) {
+  if (p.hot) return p.hot->device().lost();
+  if (p.ctx->device()) return p.ctx->device()->device().lost();
+  return {};
+}
+
 void on_step_failed(scheduler_ptr self, int64_t step, const std::string& why) {
   auto& st = self->state;
   if (!st.busy || step != st.step) return;  // already handled (an error reply and a down message)
   self->send(st.telemetry, step_atom::value, step_record{st.step, 0, 0, 0, static_cast<int64_t>(st.members.size()),
                                                           seconds_between(st.step_start, clock_type::now()), true});
+  if (const std::string lost = device_lost(*st.p); !lost.empty()) {
+    // Nothing will run on it again: every request ends now with why, and no retry or restart follows
+    // (new requests end at once the same way).
+    std::vector<int64_t> all(st.running.begin(), st.running.end());
+    all.insert(all.end(), st.waiting.begin(), st.waiting.end());
+    for (int64_t id : all) finish(self, id, "error", lost);
+    st.busy = false;
+    return;
+  }
   restart_compute(self);
   // Alone, the sequence is the cause; together, each is retried alone to find out which.
   if (st.members.size() == 1) finish(self, st.members[0].id, "error", why);
@@ -321,6 +337,7 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources
         else if (r.n_predict < 0) bad = "n_predict is negative";
         for (token_id t : r.prompt)
           if (bad.empty() && (t < 0 || t >= hp.n_vocab)) bad = fmt::format("token id {} is outside the vocabulary of {}", t, hp.n_vocab);
+        if (bad.empty()) bad = device_lost(*st.p);  // a lost device runs nothing more
         s.req = std::move(r);
         st.seqs.emplace(id, std::move(s));
         if (!bad.empty()) return finish(self, id, "error", bad);

@@ -20,7 +20,20 @@ buffer::~buffer() {
   owner_->used_.fetch_sub(size_, std::memory_order_relaxed);
 }
 
+void device::lose(const std::string& why) {
+  std::lock_guard lock(lost_mu_);
+  if (lost_flag_.load(std::memory_order_relaxed)) return;  // the first error stays
+  lost_why_ = fmt::format("{} was lost: {}", name_, why);
+  lost_flag_.store(true, std::memory_order_release);
+}
+
+std::string device::lost() const {
+  std::lock_guard lock(lost_mu_);
+  return lost_why_;
+}
+
 std::shared_ptr<buffer> device::allocate(uint64_t bytes, std::string label) {
+  check_alive();
   uint64_t used = used_.load(std::memory_order_relaxed);
   do {
     if (bytes > budget_ - used)
@@ -93,16 +106,21 @@ class sim_backend final : public device {
   sim_backend(uint64_t budget, transfer_cost cost) : device("sim", device_kind::sim, budget), cost_(cost), queue_("hotcold-sim") {}
   ~sim_backend() override { queue_.drain(); }
   event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
+    check_alive();
     check_range(dst, offset, bytes);
     char* to = static_cast<char*>(dst.data()) + offset;
     return queue_.submit([this, to, src, bytes] { transfer(to, src, bytes); });
   }
   event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) override {
+    check_alive();
     check_range(src, offset, bytes);
     const char* from = static_cast<const char*>(src.data()) + offset;
     return queue_.submit([this, dst, from, bytes] { transfer(dst, from, bytes); });
   }
-  event submit(std::function<void()> work) override { return queue_.submit(std::move(work)); }
+  event submit(std::function<void()> work) override {
+    check_alive();
+    return queue_.submit(std::move(work));
+  }
   void synchronize() override { queue_.drain(); }
 
  protected:
@@ -140,23 +158,35 @@ class cuda_backend final : public device {
     cuda_stream_destroy(index_, stream_);
   }
   event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
+    check_alive();
     check_range(dst, offset, bytes);
     cuda_copy_to_device(index_, static_cast<char*>(dst.data()) + offset, src, bytes);
     return completed_event();
   }
   event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) override {
+    check_alive();
     check_range(src, offset, bytes);
     cuda_copy_to_host(index_, dst, static_cast<const char*>(src.data()) + offset, bytes);
     return completed_event();
   }
   // On the device's queue thread, so the caller (the CPU's cold share) works meanwhile.
-  event submit(std::function<void()> work) override { return queue_.submit(std::move(work)); }
+  event submit(std::function<void()> work) override {
+    check_alive();
+    return queue_.submit(std::move(work));
+  }
   void synchronize() override {
     queue_.drain();
     cuda_synchronize(index_);
   }
   bool runs_host_work() const override { return false; }
   void* stream() const override { return stream_; }
+  // An error in the device's work: when the context no longer answers (a sticky error), the device is
+  // lost and says why from now on; either way the work fails with the error.
+  [[noreturn]] void fail(const std::string& what) {
+    std::string dead;
+    if (!cuda_context_alive(index_, dead)) lose(fmt::format("{} ({})", what, dead));
+    throw std::runtime_error(fmt::format("{}: {}", name(), what));
+  }
   void make_current() const override { cuda_use(index_); }
   // hotcold's GPU FFN kernel reads F16, Q8_0 and Q4_0 rows (a hot row stays in the file's type).
   bool supports(operation op, tensor_type rows) const override {
@@ -228,12 +258,16 @@ void cuda_backend::compute(const ffn_rows_job& job) {
   for (int64_t t = 0; t < n; ++t) {
     const std::string e = kernels::gpu::hot_ffn(rows, job.gate, job.up, job.down_t, ds + t * n_ff, count[static_cast<size_t>(t)], d, dx + t * d, job.gated,
                                                 act, dh + t * n_ff, dout + t * d, static_cast<float*>(partial_->data()), stream_);
-    if (!e.empty()) throw std::runtime_error(fmt::format("{}: FFN rows kernel: {}", name(), e));
+    if (!e.empty()) fail(fmt::format("FFN rows kernel: {}", e));
   }
   cuda_copy_async(ho, dout, static_cast<uint64_t>(n * d) * sizeof(float), false, stream_);
   for (int64_t t = 0; t < n; ++t)
     cuda_copy_async(hh + t * n_ff, dh + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(float), false, stream_);
-  cuda_stream_synchronize(stream_);
+  try {
+    cuda_stream_synchronize(stream_);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
   std::copy(ho, ho + n * d, job.out);
   for (int64_t t = 0; t < n; ++t) {  // each value back to its neuron
     int64_t c = 0;

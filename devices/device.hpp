@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -28,6 +29,11 @@ enum class device_kind { cpu, sim, cuda, hip };
 
 // Thrown when an allocation would pass the budget: names the device, the request and what is left.
 struct out_of_device_memory : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Thrown by every operation of a device that was lost (a sticky error: a GPU context that faulted
+// answers every later call with the same error): names the device and the first error.
+struct device_lost : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -94,6 +100,13 @@ class device : public std::enable_shared_from_this<device> {
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
   uint64_t available() const { return budget_ - used(); }
 
+  // A sticky failure: from now on every operation throws device_lost with `why` (the first one given
+  // stays). The GPU back end calls it when its context no longer answers; runtimes check lost()
+  // to stop retrying work on the device.
+  void lose(const std::string& why);
+  // Empty while the device works; else why it was lost.
+  std::string lost() const;
+
   // Throws out_of_device_memory when `bytes` do not fit in what is left of the budget.
   std::shared_ptr<buffer> allocate(uint64_t bytes, std::string label);
 
@@ -126,6 +139,10 @@ class device : public std::enable_shared_from_this<device> {
   device(std::string name, device_kind kind, uint64_t budget) : name_(std::move(name)), kind_(kind), budget_(budget) {}
   virtual void* raw_allocate(uint64_t bytes) = 0;
   virtual void raw_free(void* p) = 0;
+  // Throws device_lost once the device is lost (each operation calls it first).
+  void check_alive() const {
+    if (lost_flag_.load(std::memory_order_acquire)) throw device_lost(lost());
+  }
 
  private:
   friend class buffer;
@@ -133,6 +150,9 @@ class device : public std::enable_shared_from_this<device> {
   device_kind kind_;
   uint64_t budget_;
   std::atomic<uint64_t> used_{0};
+  std::atomic<bool> lost_flag_{false};
+  mutable std::mutex lost_mu_;
+  std::string lost_why_;
 };
 
 struct device_options {

@@ -21,7 +21,7 @@ uint64_t gpu_free_memory(int) { return 0; }
 namespace hotcold::devices {
 
 namespace {
-[[noreturn]] void absent() { throw std::runtime_error("hotcold was built without CUDA (nvcc not found at build time)"); }
+[[noreturn]] void absent() { throw std::runtime_error("hotcold was built without a GPU back end (nvcc and hipcc not found at build time, or -DHOTCOLD_GPU=none)"); }
 }  // namespace
 
 void* cuda_allocate(int, uint64_t) { absent(); }
@@ -34,6 +34,10 @@ void* cuda_stream_create(int) { absent(); }
 void cuda_stream_destroy(int, void*) {}
 void cuda_copy_async(void*, const void*, uint64_t, bool, void*) { absent(); }
 void cuda_stream_synchronize(void*) { absent(); }
+bool cuda_context_alive(int, std::string& why) {
+  why = "hotcold was built without a GPU back end";
+  return false;
+}
 void* cuda_host_allocate(uint64_t) { absent(); }
 void cuda_host_free(void*) {}
 

@@ -64,6 +64,14 @@ void cuda_copy_async(void* dst, const void* src, uint64_t bytes, bool to_device,
 
 void cuda_stream_synchronize(void* stream) { check(gpuStreamSynchronize(static_cast<gpuStream_t>(stream)), "StreamSynchronize"); }
 
+bool cuda_context_alive(int index, std::string& why) {
+  gpuError_t err = gpuSetDevice(index);
+  if (err == gpuSuccess) err = gpuDeviceSynchronize();
+  if (err == gpuSuccess) return true;
+  why = call("DeviceSynchronize") + ": " + gpuGetErrorString(err);
+  return false;
+}
+
 void* cuda_host_allocate(uint64_t bytes) {
   void* p = nullptr;
   check(gpuHostAlloc(&p, bytes, gpuHostAllocDefault), "HostAlloc");

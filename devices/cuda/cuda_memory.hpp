@@ -3,6 +3,7 @@
 // host memory. Built from cuda_memory.cu where nvcc exists; without CUDA these throw (make_device
 // never gets that far).
 #include <cstdint>
+#include <string>
 
 namespace hotcold::devices {
 
@@ -21,6 +22,9 @@ void cuda_stream_destroy(int index, void* stream);
 void cuda_copy_async(void* dst, const void* src, uint64_t bytes, bool to_device, void* stream);
 // Blocks until what `stream` was given has run; throws naming the first error.
 void cuda_stream_synchronize(void* stream);
+// Whether device `index`'s context still answers (a sticky error makes every later call fail with it):
+// false, with the runtime's message in `why`, when it does not.
+bool cuda_context_alive(int index, std::string& why);
 // Page-locked host memory: the device copies from and to it at full speed, without staging.
 void* cuda_host_allocate(uint64_t bytes);
 void cuda_host_free(void* p);

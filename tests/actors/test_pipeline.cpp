@@ -392,6 +392,52 @@ TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
   EXPECT_GT(overlaps, 0) << "no micro-batch's device work overlapped another's cold share";
 }
 
+// A device lost to a sticky error (a GPU context that faulted answers every later call with the same
+// error): the requests in flight end with that error, new ones end at once with it, and the runtime
+// neither retries them one by one nor restarts its actors on a dead device.
+TEST(Pipeline, LostDeviceFailsEveryRequestWithItsErrorAndStopsRetrying) {
+  auto m = model::load(split_file());
+  auto hot = sim_rows(m);
+  auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
+  ctx->set_mode(ffn_mode::sparse);
+  device_residency r;
+  r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {0, 0};
+  hold_on_device(*ctx, &r, hot->shared_device());
+  auto steps = std::make_shared<std::atomic<int>>(0);
+  devices::device* dev = &hot->device();
+  pipeline_options o;
+  o.hot = hot;
+  o.fault = [steps, dev](stage s, int64_t layer, const std::vector<int64_t>&) {
+    if (s != stage::attention || layer != 1 || ++*steps < 4) return;
+    dev->lose("an illegal memory access (simulated)");
+    throw devices::device_lost(dev->lost());
+  };
+  pipeline p(ctx, o);
+  for (int k = 0; k < 2; ++k) {
+    generation_request q;
+    q.prompt = {1, static_cast<token_id>(30 + k)};
+    q.n_predict = 20;
+    q.ignore_eos = true;
+    q.sampling.temperature = 0;
+    p.submit(q);
+  }
+  auto got = drain(p, 2);
+  for (const auto& [id, out] : got) {
+    EXPECT_EQ(out.done.finish, "error") << id;
+    EXPECT_NE(out.done.error.find("sim was lost: an illegal memory access (simulated)"), std::string::npos) << out.done.error;
+  }
+  generation_request late;
+  late.prompt = {1, 2, 3};
+  late.n_predict = 4;
+  const int64_t id = p.submit(late);
+  auto after = drain(p, 1);
+  EXPECT_EQ(after[id].done.finish, "error");
+  EXPECT_NE(after[id].done.error.find("sim was lost"), std::string::npos) << after[id].done.error;
+  EXPECT_TRUE(after[id].tokens.empty());
+  EXPECT_EQ(p.totals().restarts, 0) << "actors restarted on a dead device";
+  EXPECT_THROW(dev->allocate(16, "after the loss"), devices::device_lost);
+}
+
 // A dense file with its first layer whole (attention, KV cache, FFN) and the head on a sim device:
 // the actors give the forward pass's logits and tokens and the model's own logits.
 TEST(Pipeline, DenseFileWithALayerOnSimGivesTheReferenceLogitsAndTokens) {
