@@ -93,7 +93,10 @@ void start_sampler(scheduler_ptr self) {
   }
 }
 
+std::string device_lost(const compute_resources& p);
+
 void restart_compute(scheduler_ptr self) {
+  if (!device_lost(*self->state.p).empty()) return;  // nothing would run on a lost device
   self->state.compute->stop(caf::exit_reason::kill, false);
   start_compute(self);
   self->send(self->state.telemetry, totals_atom::value, int64_t{1});
