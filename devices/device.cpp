@@ -1,6 +1,9 @@
 #include "devices/device.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,6 +11,8 @@
 
 #include "devices/cuda/cuda_memory.hpp"
 #include "devices/device_info.hpp"
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quants.hpp"
 #include "kernels/cpu/row_kernels.hpp"
 #if defined(HOTCOLD_HAVE_GPU)
 #include "kernels/gpu/decode.hpp"
@@ -50,13 +55,25 @@ std::shared_ptr<buffer> device::allocate(uint64_t bytes, std::string label) {
 }
 
 bool device::supports(operation op, tensor_type rows) const {
-  // Host code (the engine's sparse FFN) computes the row types the CPU kernels read.
-  return op == operation::ffn_rows && kernels::row_kernels_for(rows) != nullptr;
+  // Host code computes what the CPU's routines do: FFN rows of the types the row kernels read, and
+  // attention, predictors and products over any type the engine reads.
+  if (op == operation::ffn_rows) return kernels::row_kernels_for(rows) != nullptr;
+  return true;
 }
 
 void device::compute(const ffn_rows_job& job) {
   if (!supports(operation::ffn_rows, job.type))
     throw std::invalid_argument(fmt::format("{}: cannot compute FFN rows of type {}", name_, tensor_type_name(job.type)));
+  job.host();
+}
+void device::compute(const predict_job& job) {
+  if (!supports(operation::predict, job.type) || !job.host)
+    throw std::invalid_argument(fmt::format("{}: cannot compute a predictor of type {}", name_, tensor_type_name(job.type)));
+  job.host();
+}
+void device::compute(const matvec_job& job) {
+  if (!supports(operation::matvec, job.type) || !job.host)
+    throw std::invalid_argument(fmt::format("{}: cannot compute products with rows of type {}", name_, tensor_type_name(job.type)));
   job.host();
 }
 
@@ -101,10 +118,120 @@ class cpu_backend final : public device {
   void raw_free(void* p) override { std::free(p); }
 };
 
+// A GPU's operation table computed the plain way, row by row in float (sim's kernels): what a GPU
+// back end's jobs carry, read from the device's copies alone.
+namespace sim_kernels {
+
+// Row r of a matrix of `cols` values in type t, as floats.
+void row(tensor_type t, const void* rows, int64_t r, int64_t cols, float* out) {
+  const auto* base = static_cast<const uint8_t*>(rows);
+  switch (t) {
+    case tensor_type::f16: kernels::fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(base) + r * cols, out, static_cast<size_t>(cols)); return;
+    case tensor_type::q8_0: kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(base) + r * (cols / 32), out, cols); return;
+    case tensor_type::q4_0: kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(base) + r * (cols / 32), out, cols); return;
+    default: throw std::invalid_argument(fmt::format("sim kernels: rows of type {}", tensor_type_name(t)));
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+  return static_cast<float>(s);
+}
+
+float activate(ffn_activation a, float v) {
+  switch (a) {
+    case ffn_activation::silu: return v / (1.0f + std::exp(-v));
+    case ffn_activation::gelu: return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+    default: return v > 0.0f ? v : 0.0f;
+  }
+}
+
+void ffn_rows(const ffn_rows_job& job) {
+  std::vector<float> g(static_cast<size_t>(job.d)), u(g.size()), dn(g.size());
+  std::fill(job.out, job.out + job.n * job.d, 0.0f);
+  for (int64_t t = 0; t < job.n; ++t) {
+    const float* x = job.x + t * job.d;
+    float* out = job.out + t * job.d;
+    for (int64_t k = 0; k < job.count; ++k) {
+      const int32_t id = job.ids[k];
+      if (job.chosen && !job.chosen[t * job.n_ff + id]) continue;
+      row(job.type, job.up, job.slots[k], job.d, u.data());
+      const float up = dot(u.data(), x, job.d);
+      float h;
+      if (!job.gated) {
+        h = activate(job.act, up);
+      } else {
+        row(job.type, job.gate, job.slots[k], job.d, g.data());
+        const float gate = dot(g.data(), x, job.d);
+        h = job.act == ffn_activation::drelu ? std::max(gate, 0.0f) * std::max(up, 0.0f) : activate(job.act, gate) * up;
+      }
+      job.hidden[t * job.n_ff + id] = h;
+      if (h == 0.0f) continue;
+      row(job.type, job.down_t, job.slots[k], job.d, dn.data());
+      for (int64_t c = 0; c < job.d; ++c) out[c] += h * dn[static_cast<size_t>(c)];
+    }
+  }
+}
+
+void predict(const predict_job& job) {
+  std::vector<float> r(static_cast<size_t>(std::max(job.d, job.rank))), mid(static_cast<size_t>(job.rank));
+  for (int64_t t = 0; t < job.n; ++t) {
+    const float* x = job.x + t * job.d;
+    for (int64_t i = 0; i < job.rank; ++i) {
+      row(job.type, job.fc1, i, job.d, r.data());
+      mid[static_cast<size_t>(i)] = std::max(dot(r.data(), x, job.d), 0.0f);
+    }
+    for (int64_t i = 0; i < job.n_ff; ++i) {
+      row(job.type, job.fc2, i, job.rank, r.data());
+      job.chosen[t * job.n_ff + i] = dot(r.data(), mid.data(), job.rank) >= job.threshold ? 1 : 0;
+    }
+  }
+}
+
+void matvec(const matvec_job& job) {
+  std::vector<float> r(static_cast<size_t>(job.cols));
+  for (int64_t i = 0; i < job.rows; ++i) {
+    row(job.type, job.w, i, job.cols, r.data());
+    for (int64_t t = 0; t < job.n; ++t) job.y[t * job.rows + i] = dot(r.data(), job.x + t * job.cols, job.cols);
+  }
+}
+
+}  // namespace sim_kernels
+
 class sim_backend final : public device {
  public:
-  sim_backend(uint64_t budget, transfer_cost cost) : device("sim", device_kind::sim, budget), cost_(cost), queue_("hotcold-sim") {}
+  sim_backend(uint64_t budget, transfer_cost cost, bool kernels)
+      : device("sim", device_kind::sim, budget), cost_(cost), kernels_(kernels), queue_("hotcold-sim") {}
   ~sim_backend() override { queue_.drain(); }
+  // With kernels, the GPU's table (kernels/gpu/decode.cu): FFN rows F16, Q8_0, Q4_0; predictors and
+  // products F16; no attention.
+  bool runs_host_work() const override { return !kernels_; }
+  bool supports(operation op, tensor_type rows) const override {
+    if (!kernels_) return device::supports(op, rows);
+    switch (op) {
+      case operation::ffn_rows: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
+      case operation::predict:
+      case operation::matvec: return rows == tensor_type::f16;
+      default: return false;
+    }
+  }
+  void compute(const ffn_rows_job& job) override {
+    if (!kernels_) return device::compute(job);
+    if (!supports(operation::ffn_rows, job.type)) throw std::invalid_argument(fmt::format("sim: FFN rows of type {}", tensor_type_name(job.type)));
+    sim_kernels::ffn_rows(job);
+  }
+  void compute(const predict_job& job) override {
+    if (!kernels_) return device::compute(job);
+    if (!supports(operation::predict, job.type)) throw std::invalid_argument(fmt::format("sim: a predictor of type {}", tensor_type_name(job.type)));
+    sim_kernels::predict(job);
+  }
+  void compute(const matvec_job& job) override {
+    if (!kernels_) return device::compute(job);
+    if (!supports(operation::matvec, job.type)) throw std::invalid_argument(fmt::format("sim: products with rows of type {}", tensor_type_name(job.type)));
+    sim_kernels::matvec(job);
+  }
+
   event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
     check_alive();
     check_range(dst, offset, bytes);
@@ -137,6 +264,7 @@ class sim_backend final : public device {
     while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
   }
   transfer_cost cost_;
+  bool kernels_;
   work_queue queue_;
 };
 
@@ -189,11 +317,20 @@ class cuda_backend final : public device {
   }
   void make_current() const override { cuda_use(index_); }
   // hotcold's GPU FFN kernel reads F16, Q8_0 and Q4_0 rows (a hot row stays in the file's type).
+  // Predictors and products with F16 weights (kernels/gpu/decode.cu: predictor_f16, matvec_f16); no
+  // attention kernels yet.
   bool supports(operation op, tensor_type rows) const override {
-    return op == operation::ffn_rows && (rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0);
+    switch (op) {
+      case operation::ffn_rows: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
+      case operation::predict:
+      case operation::matvec: return rows == tensor_type::f16;
+      default: return false;
+    }
   }
   void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) override;
   void compute(const ffn_rows_job& job) override;
+  void compute(const predict_job& job) override;
+  void compute(const matvec_job& job) override;
 
  protected:
   void* raw_allocate(uint64_t bytes) override { return cuda_allocate(index_, bytes); }
@@ -279,6 +416,66 @@ void cuda_backend::compute(const ffn_rows_job& job) {
 #endif
 }
 
+// A token at a time: its input copied into the scratch (device memory), predictor_f16 on the stream,
+// the choice copied back.
+void cuda_backend::compute(const predict_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  if (!supports(operation::predict, job.type))
+    throw std::invalid_argument(fmt::format("{}: the GPU's predictor kernel takes F16 weights, not {}", name(), tensor_type_name(job.type)));
+  const uint64_t need = static_cast<uint64_t>(job.d + job.rank + job.n_ff) * sizeof(float) + static_cast<uint64_t>(job.n_ff);
+  if (!job.scratch || job.scratch_bytes < need)
+    throw std::invalid_argument(fmt::format("{}: a predictor needs {} bytes of scratch, {} given", name(), need, job.scratch_bytes));
+  make_current();
+  auto* dx = static_cast<float*>(job.scratch);
+  float* dmid = dx + job.d;
+  float* dscores = dmid + job.rank;
+  auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
+  for (int64_t t = 0; t < job.n; ++t) {
+    cuda_copy_async(dx, job.x + t * job.d, static_cast<uint64_t>(job.d) * sizeof(float), true, stream_);
+    const std::string e = kernels::gpu::predictor_f16(static_cast<const uint16_t*>(job.fc1), static_cast<const uint16_t*>(job.fc2), job.d, job.rank,
+                                                      job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_);
+    if (!e.empty()) fail(fmt::format("predictor kernel: {}", e));
+    cuda_copy_async(job.chosen + t * job.n_ff, dchosen, static_cast<uint64_t>(job.n_ff), false, stream_);
+    try {
+      cuda_stream_synchronize(stream_);  // (the input's staging is reused by the next token)
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+#else
+  (void)job;
+  throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
+#endif
+}
+
+// A vector at a time: copied in, matvec_f16 on the stream, the product copied back.
+void cuda_backend::compute(const matvec_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  if (!supports(operation::matvec, job.type))
+    throw std::invalid_argument(fmt::format("{}: the GPU's product kernel takes F16 weights, not {}", name(), tensor_type_name(job.type)));
+  const uint64_t need = static_cast<uint64_t>(job.cols + job.rows) * sizeof(float);
+  if (!job.scratch || job.scratch_bytes < need)
+    throw std::invalid_argument(fmt::format("{}: a product needs {} bytes of scratch, {} given", name(), need, job.scratch_bytes));
+  make_current();
+  auto* dx = static_cast<float*>(job.scratch);
+  float* dy = dx + job.cols;
+  for (int64_t t = 0; t < job.n; ++t) {
+    cuda_copy_async(dx, job.x + t * job.cols, static_cast<uint64_t>(job.cols) * sizeof(float), true, stream_);
+    const std::string e = kernels::gpu::matvec_f16(static_cast<const uint16_t*>(job.w), job.rows, job.cols, dx, dy, stream_);
+    if (!e.empty()) fail(fmt::format("product kernel: {}", e));
+    cuda_copy_async(job.y + t * job.rows, dy, static_cast<uint64_t>(job.rows) * sizeof(float), false, stream_);
+    try {
+      cuda_stream_synchronize(stream_);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+#else
+  (void)job;
+  throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
+#endif
+}
+
 }  // namespace
 
 std::shared_ptr<device> make_device(const device_options& o) {
@@ -290,7 +487,7 @@ std::shared_ptr<device> make_device(const device_options& o) {
   if (kind == "cpu") return std::make_shared<cpu_backend>(o.budget ? o.budget : cpu_device().free_memory);
   if (kind == "sim") {
     if (o.budget == 0) throw std::invalid_argument("--device sim needs a budget (--vram-budget GiB): it stands in for an accelerator's memory");
-    return std::make_shared<sim_backend>(o.budget, o.sim_cost);
+    return std::make_shared<sim_backend>(o.budget, o.sim_cost, o.sim_kernels);
   }
   if (kind == "cuda" || kind == "hip") {
     if (kind != gpu_name) {

@@ -64,7 +64,10 @@ class buffer {
 // What a device computes on rows it holds, in the spirit of ggml-backend's supports_op: cpu, sim and
 // cuda answer the same table (supports) and own how they run what they accept (compute).
 enum class operation {
-  ffn_rows,  // chosen FFN neurons: gate and up rows dotted with the input, the activation, down rows added
+  ffn_rows,   // chosen FFN neurons: gate and up rows dotted with the input, the activation, down rows added
+  attention,  // a layer's attention with its KV cache (norms, Q/K/V/O, RoPE, the cache, softmax)
+  predict,    // a layer's activation predictor: scores = fc2 relu(fc1 x), chosen = scores >= threshold
+  matvec,     // rows of a matrix times vectors (the output head)
 };
 enum class ffn_activation { relu, silu, gelu, drelu };
 
@@ -83,6 +86,31 @@ struct ffn_rows_job {
   float* hidden = nullptr;                         // host: n x n_ff, each chosen neuron's value
   float* out = nullptr;                            // host: n x d, the sum of value x down row (written whole)
   // The CPU's routine for the same job, for devices that compute with host code (cpu, sim).
+  std::function<void()> host;
+};
+
+// A layer's predictor on weights a device holds, for n tokens (one at a time on a GPU).
+struct predict_job {
+  tensor_type type = tensor_type::f16;           // of fc1 and fc2
+  const void *fc1 = nullptr, *fc2 = nullptr;     // the device's copies: rank x d, n_ff x rank
+  int64_t n = 0, d = 0, rank = 0, n_ff = 0;
+  const float* x = nullptr;                      // host: n x d
+  float threshold = 0;
+  uint8_t* chosen = nullptr;                     // host: n x n_ff, 1 where token t chose neuron i
+  void* scratch = nullptr;                       // device memory for a token's activations (the plan's compute buffers)
+  uint64_t scratch_bytes = 0;
+  std::function<void()> host;                    // the CPU's routine, for devices that compute with host code
+};
+
+// y = W x for n vectors, W a matrix a device holds (the output head).
+struct matvec_job {
+  tensor_type type = tensor_type::f16;
+  const void* w = nullptr;                       // the device's copy: rows x cols
+  int64_t n = 0, rows = 0, cols = 0;
+  const float* x = nullptr;                      // host: n x cols
+  float* y = nullptr;                            // host: n x rows
+  void* scratch = nullptr;                       // device memory (the plan's compute buffers)
+  uint64_t scratch_bytes = 0;
   std::function<void()> host;
 };
 
@@ -126,7 +154,8 @@ class device : public std::enable_shared_from_this<device> {
   virtual void* stream() const { return nullptr; }
   virtual void make_current() const {}
 
-  // Whether the device computes `op` on rows of type `rows`.
+  // Whether the device computes `op` on rows (weights) of type `rows`. Host devices compute every
+  // operation with the CPU's routines; a GPU what its kernels read.
   virtual bool supports(operation op, tensor_type rows) const;
   // Sets aside what compute() needs for steps of up to max_n tokens (device scratch, counted in the
   // budget; throws out_of_device_memory). Nothing for host devices.
@@ -134,6 +163,8 @@ class device : public std::enable_shared_from_this<device> {
   // Runs a job the device supports and waits for it; called from work given to submit(), on the
   // device's queue. Host devices run job.host; cuda launches hotcold's kernels on its stream.
   virtual void compute(const ffn_rows_job& job);
+  virtual void compute(const predict_job& job);
+  virtual void compute(const matvec_job& job);
 
  protected:
   device(std::string name, device_kind kind, uint64_t budget) : name_(std::move(name)), kind_(kind), budget_(budget) {}
@@ -159,6 +190,10 @@ struct device_options {
   std::string kind = "auto";   // auto | cpu | sim | cuda | hip
   uint64_t budget = 0;         // bytes; 0: the device's free memory (cpu: available RAM)
   transfer_cost sim_cost;      // sim only
+  // sim only: compute as a GPU does — the jobs of the operation table (FFN rows, predictors, products)
+  // from the device's plain rows by sim's own routines, no host work (so no attention) — so that
+  // everything above a GPU's kernels runs and is tested here.
+  bool sim_kernels = false;
   int cuda_index = 0;
 };
 

@@ -1,6 +1,10 @@
 #include "engine/device_layers.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+
+#include "kernels/cpu/dot.hpp"
 
 namespace hotcold {
 
@@ -15,8 +19,16 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
   const auto n = static_cast<size_t>(hp.n_layer);
   if (r_.attention.size() != n || r_.predictor.size() != n || r_.ffn.size() != n)
     throw std::invalid_argument(fmt::format("a device plan of {} layers for a model of {}", r_.attention.size(), n));
-  if (r_.any() && !dev_->runs_host_work())
-    throw std::invalid_argument(fmt::format("{}: attention, predictors and the head have no kernels on this device yet", dev_->name()));
+  const auto& w0 = model_->weights();
+  for (size_t il = 0; il < n; ++il) {
+    const auto& l = w0.layers[il];
+    if ((r_.attention[il] || r_.ffn[il]) && !dev_->supports(devices::operation::attention, l.wo.type))
+      throw std::invalid_argument(fmt::format("{}: no attention kernels on this device yet (layer {})", dev_->name(), il));
+    if (r_.predictor[il] && l.pred_fc1 && (!dev_->supports(devices::operation::predict, l.pred_fc1.type) || l.pred_fc2.type != l.pred_fc1.type))
+      throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s predictor ({} weights)", dev_->name(), il, tensor_type_name(l.pred_fc1.type)));
+  }
+  if (r_.output && !dev_->supports(devices::operation::matvec, w0.output.type))
+    throw std::invalid_argument(fmt::format("{}: cannot run the output head ({} weights)", dev_->name(), tensor_type_name(w0.output.type)));
   if (kv_type != tensor_type::f16 && kv_type != tensor_type::f32) throw std::invalid_argument("the KV cache holds f16 or f32 values");
   const auto& w = model_->weights();
   layers_ = w.layers;
@@ -25,9 +37,8 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
   k_.resize(n), v_.resize(n);
   // The order of the plan: compute buffers, attention with its cache, predictors, the head.
   if (r_.compute_bytes > 0) {
-    auto b = dev_->allocate(r_.compute_bytes, "compute buffers");
-    bytes_ += b->size();
-    buffers_.push_back(std::move(b));
+    compute_ = dev_->allocate(r_.compute_bytes, "compute buffers");
+    bytes_ += compute_->size();
   }
   const uint64_t kv_bytes = static_cast<uint64_t>(r_.ctx * r_.n_seq * hp.n_embd_kv()) * (kv_type == tensor_type::f16 ? 2 : 4);
   for (size_t il = 0; il < n; ++il) {
@@ -59,17 +70,39 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
         predictor_bytes_[il] += t->bytes();
       }
     }
-  if (r_.output)
-    for (tensor_view* t : {&output_norm_, &output_norm_b_, &output_}) {
-      hold(*t, "output head");
-      output_bytes_ += t->bytes();
-    }
+  if (r_.output) {
+    // A device that computes with host code applies the output norm too; a GPU gets the normalized
+    // rows (the norm's few values stay in host memory).
+    if (dev_->runs_host_work())
+      for (tensor_view* t : {&output_norm_, &output_norm_b_}) {
+        hold(*t, "output norm");
+        output_bytes_ += t->bytes();
+      }
+    hold(output_, "output head");
+    output_bytes_ += output_.bytes();
+  }
 }
 
 void device_layers::hold(tensor_view& v, const std::string& what) {
   if (!v) return;
   auto b = dev_->allocate(v.bytes(), fmt::format("{} {}", what, v.name));
-  dev_->copy_in(*b, 0, v.data, v.bytes())->wait();
+  if (v.interleaved16 && !dev_->runs_host_work()) {
+    // A GPU's kernels read plain rows: the private copy's groups of sixteen interleaved rows are
+    // put back in order on the way (same bytes).
+    std::vector<uint8_t> plain(v.data, v.data + v.bytes());
+    for (int64_t r = 0; r < v.interleaved_rows(); r += 16) {
+      uint8_t* at = plain.data() + static_cast<size_t>(r) * v.row_bytes;
+      if (v.type == tensor_type::f16)
+        kernels::deinterleave_f16x16(reinterpret_cast<const uint16_t*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0, reinterpret_cast<uint16_t*>(at));
+      else
+        kernels::deinterleave_q4_0x16(reinterpret_cast<const kernels::block_q4_0x16*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0 / 32,
+                                      reinterpret_cast<kernels::block_q4_0*>(at));
+    }
+    dev_->copy_in(*b, 0, plain.data(), plain.size())->wait();
+    v.interleaved16 = false;
+  } else {
+    dev_->copy_in(*b, 0, v.data, v.bytes())->wait();
+  }
   v.data = static_cast<const uint8_t*>(b->data());
   bytes_ += b->size();
   buffers_.push_back(std::move(b));

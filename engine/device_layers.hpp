@@ -6,9 +6,10 @@
 // device holds is then computed on the device's queue, reading only those copies — the forward pass
 // asks here where a layer's stage runs and with which weights.
 //
-// The device must compute with host code (sim, cpu): its buffers are host memory, so the engine's
-// CPU routines run on its queue over the copies. A GPU (cuda, hip) gets none of these kinds until it
-// has kernels for them: the launcher plans only hot rows for it.
+// A device that computes with host code (sim, cpu) runs the engine's CPU routines on its queue over
+// the copies (its buffers are host memory). A GPU (cuda, hip) holds what its kernels compute
+// (devices::device::supports): predictors and the head with F16 weights — their rows put back in
+// plain order when the private copy interleaved them —, no attention yet.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,6 +53,11 @@ class device_layers {
   const device_residency& residency() const { return r_; }
   tensor_type kv_type() const { return kv_type_; }
 
+  // The plan's compute buffers on the device: scratch for the activations of the device's stages (a
+  // GPU's predictor and head take their inputs there).
+  void* scratch() const { return compute_ ? compute_->data() : nullptr; }
+  uint64_t scratch_bytes() const { return compute_ ? compute_->size() : 0; }
+
   // Runs `work` on the device's queue and waits for it (rethrows what it threw); inline when called
   // from work the queue is running (a chain of stages given to submit()).
   void run(const std::function<void()>& work) const;
@@ -82,6 +88,7 @@ class device_layers {
   std::vector<layer_weights> layers_;
   tensor_view output_, output_norm_, output_norm_b_;
   std::vector<std::shared_ptr<devices::buffer>> buffers_;
+  std::shared_ptr<devices::buffer> compute_;
   std::vector<std::shared_ptr<devices::buffer>> k_, v_;  // per layer (null where the host holds the cache)
   std::vector<uint64_t> attention_bytes_, predictor_bytes_, ffn_bytes_;
   std::unique_ptr<thread_pool> pool_;

@@ -286,6 +286,20 @@ void inference_context::head(step_state& B, std::span<const int64_t> rows, float
       apply_norm(output_norm_kind(hp), output_norm_of(hp, w), B.x.data() + rows[static_cast<size_t>(k)] * d, B.xn.data() + k * d, d, hp.norm_eps);
     matmul(on, out, B.xn.data(), m, logits);
   };
+  if (device_ && device_->output() && !device_->device().runs_host_work()) {
+    // A GPU: the rows normalized here, the product by its kernel over its copy of the head.
+    device_read_ += device_->output_bytes();
+    const model_weights& w = model_->weights();
+    for (int64_t k = 0; k < m; ++k)
+      apply_norm(output_norm_kind(hp), output_norm_of(hp, w), B.x.data() + rows[static_cast<size_t>(k)] * d, B.xn.data() + k * d, d, hp.norm_eps);
+    devices::matvec_job job;
+    job.type = device_->output_weights().type;
+    job.w = device_->output_weights().data;
+    job.n = m, job.rows = hp.n_vocab, job.cols = d;
+    job.x = B.xn.data(), job.y = logits;
+    job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
+    return device_->run([&] { device_->device().compute(job); });
+  }
   if (device_ && device_->output()) {
     device_read_ += device_->output_bytes();
     return device_->run([&] { run(device_->output_weights(), device_->output_norm(), device_->output_norm_b(), {&device_->pool(), &device_->xq()}); });

@@ -13,6 +13,29 @@ namespace hotcold {
 predictor_runner::predictor_runner(const model& m, thread_pool& pool) : model_(m), pool_(pool) {}
 
 void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, std::vector<int32_t>& union_ids) {
+  if (device_ && device_->predictor(layer) && !device_->device().runs_host_work()) {
+    // A GPU: its predictor kernel gives each token's choice; the union is listed here.
+    device_read_ += device_->predictor_bytes(layer);
+    const layer_weights& l = device_->layer(layer);
+    const int64_t n_ff = model_.hp().n_ff;
+    devices::predict_job job;
+    job.type = l.pred_fc1.type;
+    job.fc1 = l.pred_fc1.data, job.fc2 = l.pred_fc2.data;
+    job.n = n, job.d = model_.hp().n_embd, job.rank = l.pred_fc1.ne1, job.n_ff = n_ff;
+    job.x = pred_in;
+    job.threshold = model_.hp().sparse_threshold[static_cast<size_t>(layer)];
+    job.chosen = chosen;
+    job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
+    device_->run([&] { device_->device().compute(job); });
+    union_ids.clear();
+    for (int64_t i = 0; i < n_ff; ++i)
+      for (int64_t t = 0; t < n; ++t)
+        if (chosen[t * n_ff + i]) {
+          union_ids.push_back(static_cast<int32_t>(i));
+          break;
+        }
+    return;
+  }
   if (device_ && device_->predictor(layer)) {
     device_read_ += device_->predictor_bytes(layer);
     return device_->run([&] { predict(device_->layer(layer), device_->pool(), device_->xq(), layer, pred_in, n, chosen, union_ids); });

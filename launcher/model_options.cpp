@@ -31,6 +31,9 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
       ->check(finite_in(0, 1 << 20));
   cmd->add_option("--n-gpu-layers", m.n_gpu_layers, "Dense files: layers the hot device holds whole, front to back (default: as many as fit its budget)")
       ->check(whole_in(0, 1 << 20));
+  cmd->add_flag("--sim-kernels", m.sim_kernels,
+                "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies, no attention), "
+                "so that what runs above a GPU's kernels runs here");
   cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
@@ -93,6 +96,8 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   devices::device_options dopt;
   dopt.kind = a.device;
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
+  dopt.sim_kernels = a.sim_kernels;
+  if (a.sim_kernels && a.device != "sim") throw std::invalid_argument("--sim-kernels needs --device sim");
   // auto: the first usable GPU of this build's back end, where it can run this file (a sparse file whose
   // FFN rows its kernel reads; attention has no GPU kernels yet, so a dense file stays on the CPU).
   if (dopt.kind == "auto") {
@@ -122,13 +127,20 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     po.ctx = ctx;
     po.n_seq = n_seq;
     po.kv_value_bytes = kv_type == tensor_type::f32 ? 4 : 2;
-    po.layers = dev->runs_host_work();  // a GPU has no kernels for attention, predictors or the head yet
+    // What the device computes besides hot rows: everything on sim; on a GPU what its kernels read
+    // (predictors and the head with F16 weights; no attention kernels yet).
+    {
+      const auto& w0 = m->weights().layers[0];
+      po.attention = dev->supports(devices::operation::attention, w0.wo.type);
+      po.predictors = w0.pred_fc1 && dev->supports(devices::operation::predict, w0.pred_fc1.type) && w0.pred_fc2.type == w0.pred_fc1.type;
+      po.head = dev->supports(devices::operation::matvec, m->weights().output.type) && !m->weights().output.interleaved16;
+    }
     po.n_gpu_layers = a.n_gpu_layers;
     const bool split_ffn = m->has_predictors();
     if (a.n_gpu_layers >= 0 && split_ffn)
       throw std::invalid_argument("--n-gpu-layers counts the layers of a dense file the device holds whole; a sparse file's plan puts attention "
                                   "first and the hot neurons in what is left");
-    if (!split_ffn && !po.layers)
+    if (!split_ffn && !po.attention)
       throw std::invalid_argument(fmt::format("--device {} on a dense file: whole layers need attention on the device, which has no kernels for it yet; "
                                               "use --device sim, or a sparse file (`hotcold prepare`)", a.device));
     tools::placement_plan plan = tools::plan_device(*m, dev->budget(), po);

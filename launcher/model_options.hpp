@@ -24,6 +24,7 @@ struct model_args {
   std::string trace_out;        // Chrome trace-event JSON written when the command ends
   std::string kv_type = "f16";  // the KV cache's values: f16 | f32
   int64_t n_gpu_layers = -1;    // dense files: layers the hot device holds whole (-1: as many as fit)
+  bool sim_kernels = false;     // --device sim computes as a GPU does (devices::device_options::sim_kernels)
 };
 
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required);

@@ -153,10 +153,10 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   // The KV cache of each layer whose attention the device runs (attention without its cache would send
   // the cache across every token): K and V, every position of every sequence, in the cache's type.
   plan.kv_layer_bytes = static_cast<uint64_t>(plan.ctx * o.n_seq * hp.n_embd_kv() * o.kv_value_bytes) * 2;
-  if (o.layers) {
+  {
     if (plan.whole_layers && o.n_gpu_layers > hp.n_layer)
       throw std::invalid_argument(fmt::format("--n-gpu-layers {}: the model has {} layers", o.n_gpu_layers, hp.n_layer));
-    const int64_t max_layers = plan.whole_layers && o.n_gpu_layers >= 0 ? o.n_gpu_layers : hp.n_layer;
+    const int64_t max_layers = !o.attention ? 0 : plan.whole_layers && o.n_gpu_layers >= 0 ? o.n_gpu_layers : hp.n_layer;
     for (int64_t il = 0; il < max_layers; ++il) {  // attention (and a dense file's whole layer), front to back
       const auto& l = w.layers[static_cast<size_t>(il)];
       auto& pl = plan.layers[static_cast<size_t>(il)];
@@ -177,7 +177,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       pl.ffn_norm = l.ffn_norm.bytes() > 0, pl.ffn_norm_bytes = l.ffn_norm.bytes(), f.norms += l.ffn_norm.bytes();
       if (plan.whole_layers) pl.ffn = true, pl.ffn_bytes = ffn, f.ffn += ffn;
     }
-    for (int64_t il = 0; il < hp.n_layer; ++il) {  // predictors
+    for (int64_t il = 0; il < (o.predictors ? hp.n_layer : 0); ++il) {  // predictors
       const auto& l = w.layers[static_cast<size_t>(il)];
       auto& pl = plan.layers[static_cast<size_t>(il)];
       const uint64_t bytes = l.pred_fc1.bytes() + l.pred_fc2.bytes();
@@ -186,7 +186,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       pl.predictor = true, pl.predictor_bytes = bytes, f.predictors += bytes;
     }
     const uint64_t head = w.output.bytes() + w.output_norm.bytes() + w.output_norm_b.bytes();
-    if (take(head)) plan.output = true, f.output = w.output.bytes(), f.norms += w.output_norm.bytes() + w.output_norm_b.bytes();
+    if (o.head && take(head)) plan.output = true, f.output = w.output.bytes(), f.norms += w.output_norm.bytes() + w.output_norm_b.bytes();
   }
   plan.left = left;
   return plan;

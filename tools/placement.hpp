@@ -84,7 +84,8 @@ struct plan_options {
   int64_t ctx = 0;             // positions of each sequence's KV cache (0: the model's, at most 4096)
   int64_t n_seq = 1;           // sequences
   int64_t kv_value_bytes = 2;  // the cache's values: F16 (4: --kv-type f32)
-  bool layers = true;          // the device runs attention, predictors and the head (false: only hot FFN rows)
+  // What the device can run besides hot FFN rows (a GPU: what its kernels read; sim: everything).
+  bool attention = true, predictors = true, head = true;
   int64_t n_gpu_layers = -1;   // dense files: layers offloaded whole (-1: as many as fit; more than fit is an error)
 };
 

@@ -438,6 +438,43 @@ TEST(Pipeline, LostDeviceFailsEveryRequestWithItsErrorAndStopsRetrying) {
   EXPECT_THROW(dev->allocate(16, "after the loss"), devices::device_lost);
 }
 
+// Everything above a GPU's kernels, on sim computing as a GPU does (device_options::sim_kernels: no
+// host work, the operation table's jobs from its plain copies): the predictors (their interleaved
+// rows put back in order) and the head on the device through predict and matvec jobs, hot rows
+// through FFN-rows jobs, against model/reference given the neurons chosen; attention, which has no
+// GPU kernels yet, is refused there.
+TEST(Pipeline, GpuJobsOnSimGiveTheReference) {
+  // F16 predictors (the GPU's predictor kernel reads F16), fc2's short rows interleaved in the private copy.
+  auto dense = test::make_model("pl_dense_relu", test::sparse_test_options(architecture::llama, hotcold::activation::relu, tensor_type::f16));
+  const auto path = (test::scratch_dir() / "pl_sparse_f16_predictors.gguf").string();
+  tools::sparse_file_options so;
+  so.kind = gguf::file_kind::powerinfer;
+  so.predictor_type = tensor_type::f16;
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3), so);
+  auto m = model::load(path);
+  ASSERT_EQ(m->weights().layers[0].pred_fc1.type, tensor_type::f16);
+  EXPECT_TRUE(m->weights().layers[0].pred_fc2.interleaved16);
+  devices::device_options d;
+  d.kind = "sim";
+  d.budget = 64 << 20;
+  d.sim_kernels = true;
+  auto gpu_like = devices::make_device(d);
+  EXPECT_FALSE(gpu_like->runs_host_work());
+  auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), gpu_like);
+  device_residency r;
+  r.attention = {0, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
+  r.output = true;
+  r.compute_bytes = 1 << 20;
+  expect_oracle_with_chosen(m, hot, &r);
+  // And the predictors chose what the CPU's do (their rows read in the right order): the CPU
+  // engine's logits and tokens.
+  expect_matches_reference(m, ffn_mode::sparse, hot, &r);
+  device_residency attention = r;
+  attention.attention = {1, 0};
+  attention.ctx = 64;
+  EXPECT_THROW(device_layers(m, attention, gpu_like, tensor_type::f16), std::invalid_argument);
+}
+
 // A dense file with its first layer whole (attention, KV cache, FFN) and the head on a sim device:
 // the actors give the forward pass's logits and tokens and the model's own logits.
 TEST(Pipeline, DenseFileWithALayerOnSimGivesTheReferenceLogitsAndTokens) {
