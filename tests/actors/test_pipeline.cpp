@@ -322,6 +322,32 @@ INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,
                                          device_case{"falcon40b_relu_f16", architecture::falcon, hotcold::activation::relu, tensor_type::f16, 2}),
                          [](const testing::TestParamInfo<device_case>& i) { return i.param.name; });
 
+// A sparse file whose shares of a layer (2048 neurons of F16 rows a side) take a few hundred
+// microseconds, well above the time a message takes to wake a sleeping actor's thread; every neuron
+// chosen. And a placement with every other neuron hot: the two sides have the same work.
+std::shared_ptr<const model> busy_sparse_model() {
+  tools::gen_model_options o;
+  o.n_embd = 512;
+  o.n_ff = 4096;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = 4;
+  o.active = 0.3;
+  o.type = tensor_type::f16;
+  auto dense = test::make_model("pl_overlap_dense", o);
+  auto path = (test::scratch_dir() / "pl_overlap_sparse.gguf").string();
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 512, 4096, 32, -1e30f, 5));
+  return model::load(path);
+}
+placement_data every_other_hot() {
+  placement_data half;
+  for (int l = 0; l < 2; ++l) {
+    half.hot.emplace_back();
+    for (int32_t i = 0; i < 4096; i += 2) half.hot.back().push_back(i);
+  }
+  return half;
+}
+
 // Steps of several sequences split into micro-batches (the device holding every layer's attention
 // and predictor): the same logits and tokens as the forward pass, and the trace shows the device
 // working on one micro-batch while the cold pool works on another.
@@ -337,18 +363,7 @@ TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
   // The trace, on a file whose shares of a layer take hundreds of microseconds: micro-batches' device
   // work (attention, hot rows) overlaps other micro-batches' cold shares. (A runtime that runs one
   // micro-batch after the other never does: each step's lanes get step numbers of their own.)
-  tools::gen_model_options go;
-  go.n_embd = 512;
-  go.n_ff = 4096;
-  go.n_layer = 2;
-  go.n_head = 4;
-  go.n_head_kv = 4;
-  go.active = 0.3;
-  go.type = tensor_type::f16;
-  auto dense = test::make_model("pl_micro_dense", go);
-  auto path = (test::scratch_dir() / "pl_micro_sparse.gguf").string();
-  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 512, 4096, 32, -1e30f, 5));
-  auto big = model::load(path);
+  auto big = busy_sparse_model();
   trace_recorder trace;
   auto ctx = std::make_shared<inference_context>(big, 64, 1, 4);
   ctx->set_mode(ffn_mode::sparse);
@@ -357,14 +372,9 @@ TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
   d.kind = "sim";
   d.budget = 128 << 20;
   auto sim = devices::make_device(d);
-  placement_data half;
-  for (int l = 0; l < 2; ++l) {
-    half.hot.emplace_back();
-    for (int32_t i = 0; i < 4096; i += 2) half.hot.back().push_back(i);
-  }
   hold_on_device(*ctx, &r, sim);
   pipeline_options o;
-  o.hot = std::make_shared<const hot_rows>(big, half, sim);
+  o.hot = std::make_shared<const hot_rows>(big, every_other_hot(), sim);
   o.trace = &trace;
   o.micro_batches = 2;
   {
@@ -733,28 +743,10 @@ TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
 // run at the same time in every (step, layer) pair, with layer 0's attention, layer 1's predictor
 // and the head on the same device, and the trace names the actors' threads.
 TEST(Pipeline, HotAndColdOverlapInTheTrace) {
-  // Each side's share of a layer (2048 neurons of F16 rows) takes a few hundred microseconds: well
-  // above the time a message takes to wake a sleeping actor's thread.
-  tools::gen_model_options o;
-  o.n_embd = 512;
-  o.n_ff = 4096;
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_head_kv = 4;
-  o.active = 0.3;
-  o.type = tensor_type::f16;
-  auto dense = test::make_model("pl_overlap_dense", o);
-  auto path = (test::scratch_dir() / "pl_overlap_sparse.gguf").string();
-  tools::write_sparse_model(dense, path, test::random_predictors(2, 512, 4096, 32, -1e30f, 5));  // every neuron chosen
-  auto m = model::load(path);
+  auto m = busy_sparse_model();
   devices::device_options d;
   d.kind = "sim";
   d.budget = 64 << 20;
-  placement_data half;  // the two sides have the same work
-  for (int l = 0; l < 2; ++l) {
-    half.hot.emplace_back();
-    for (int32_t i = 0; i < 4096; i += 2) half.hot.back().push_back(i);
-  }
   // Each side of a layer is held until the other has begun (test::overlap_latch): the generation
   // gets through only if the two run at the same time, however busy the machine is.
   const int pairs = 24 * 2;
@@ -771,7 +763,7 @@ TEST(Pipeline, HotAndColdOverlapInTheTrace) {
     on_device.output = true;
     hold_on_device(*ctx, &on_device, sim);
     pipeline_options po;
-    po.hot = std::make_shared<const hot_rows>(m, half, sim);
+    po.hot = std::make_shared<const hot_rows>(m, every_other_hot(), sim);
     po.trace = kept.get();
     pipeline p(ctx, po);
     generation_request r;
