@@ -204,15 +204,15 @@ class sim_backend final : public device {
   sim_backend(uint64_t budget, transfer_cost cost, bool kernels)
       : device("sim", device_kind::sim, budget), cost_(cost), kernels_(kernels), queue_("hotcold-sim") {}
   ~sim_backend() override { queue_.drain(); }
-  // With kernels, the GPU's table (kernels/gpu/decode.cu): FFN rows F16, Q8_0, Q4_0; predictors and
-  // products F16; no attention.
+  // With kernels, the GPU's table (kernels/gpu/decode.cu): FFN rows, predictors and products with F16,
+  // Q8_0 or Q4_0 rows; no attention.
   bool runs_host_work() const override { return !kernels_; }
   bool supports(operation op, tensor_type rows) const override {
     if (!kernels_) return device::supports(op, rows);
     switch (op) {
       case operation::ffn_rows: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
       case operation::predict:
-      case operation::matvec: return rows == tensor_type::f16;
+      case operation::matvec: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
       default: return false;
     }
   }
@@ -317,13 +317,13 @@ class cuda_backend final : public device {
   }
   void make_current() const override { cuda_use(index_); }
   // hotcold's GPU FFN kernel reads F16, Q8_0 and Q4_0 rows (a hot row stays in the file's type).
-  // Predictors and products with F16 weights (kernels/gpu/decode.cu: predictor_f16, matvec_f16); no
-  // attention kernels yet.
+  // Predictors and products with F16, Q8_0 or Q4_0 weights (kernels/gpu/decode.cu: predictor, matvec);
+  // no attention kernels yet.
   bool supports(operation op, tensor_type rows) const override {
     switch (op) {
       case operation::ffn_rows: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
       case operation::predict:
-      case operation::matvec: return rows == tensor_type::f16;
+      case operation::matvec: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
       default: return false;
     }
   }
@@ -364,14 +364,20 @@ void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff)
   max_n_ = max_n;
 }
 
+#if defined(HOTCOLD_HAVE_GPU)
+// The GPU kernels' name for a row type the table accepts (F16, Q8_0, Q4_0).
+kernels::gpu::row_type gpu_rows(tensor_type t) {
+  return t == tensor_type::f16 ? kernels::gpu::row_type::f16 : t == tensor_type::q8_0 ? kernels::gpu::row_type::q8_0 : kernels::gpu::row_type::q4_0;
+}
+#endif
+
 // Each token's chosen rows listed (their slots in the device's copy), the inputs and lists copied in
 // through pinned memory, one hot_ffn per token on the stream, the sums and values copied back.
 void cuda_backend::compute(const ffn_rows_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   if (!supports(operation::ffn_rows, job.type))
     throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16, Q8_0 or Q4_0 rows, not {}", name(), tensor_type_name(job.type)));
-  const auto rows = job.type == tensor_type::f16 ? kernels::gpu::row_type::f16 : job.type == tensor_type::q8_0 ? kernels::gpu::row_type::q8_0
-                                                                                                               : kernels::gpu::row_type::q4_0;
+  const auto rows = gpu_rows(job.type);
   const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
   if (n > max_n_) throw std::invalid_argument(fmt::format("{}: a step of {} tokens is more than the {} reserved", name(), n, max_n_));
   auto* hx = static_cast<float*>(host_x_.get());
@@ -416,12 +422,12 @@ void cuda_backend::compute(const ffn_rows_job& job) {
 #endif
 }
 
-// A token at a time: its input copied into the scratch (device memory), predictor_f16 on the stream,
+// A token at a time: its input copied into the scratch (device memory), the predictor kernel on the stream,
 // the choice copied back.
 void cuda_backend::compute(const predict_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   if (!supports(operation::predict, job.type))
-    throw std::invalid_argument(fmt::format("{}: the GPU's predictor kernel takes F16 weights, not {}", name(), tensor_type_name(job.type)));
+    throw std::invalid_argument(fmt::format("{}: the GPU's predictor kernel takes F16, Q8_0 or Q4_0 weights, not {}", name(), tensor_type_name(job.type)));
   const uint64_t need = static_cast<uint64_t>(job.d + job.rank + job.n_ff) * sizeof(float) + static_cast<uint64_t>(job.n_ff);
   if (!job.scratch || job.scratch_bytes < need)
     throw std::invalid_argument(fmt::format("{}: a predictor needs {} bytes of scratch, {} given", name(), need, job.scratch_bytes));
@@ -432,8 +438,8 @@ void cuda_backend::compute(const predict_job& job) {
   auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
   for (int64_t t = 0; t < job.n; ++t) {
     cuda_copy_async(dx, job.x + t * job.d, static_cast<uint64_t>(job.d) * sizeof(float), true, stream_);
-    const std::string e = kernels::gpu::predictor_f16(static_cast<const uint16_t*>(job.fc1), static_cast<const uint16_t*>(job.fc2), job.d, job.rank,
-                                                      job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_);
+    const std::string e =
+        kernels::gpu::predictor(gpu_rows(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_);
     if (!e.empty()) fail(fmt::format("predictor kernel: {}", e));
     cuda_copy_async(job.chosen + t * job.n_ff, dchosen, static_cast<uint64_t>(job.n_ff), false, stream_);
     try {
@@ -448,11 +454,11 @@ void cuda_backend::compute(const predict_job& job) {
 #endif
 }
 
-// A vector at a time: copied in, matvec_f16 on the stream, the product copied back.
+// A vector at a time: copied in, the product kernel on the stream, the product copied back.
 void cuda_backend::compute(const matvec_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   if (!supports(operation::matvec, job.type))
-    throw std::invalid_argument(fmt::format("{}: the GPU's product kernel takes F16 weights, not {}", name(), tensor_type_name(job.type)));
+    throw std::invalid_argument(fmt::format("{}: the GPU's product kernel takes F16, Q8_0 or Q4_0 weights, not {}", name(), tensor_type_name(job.type)));
   const uint64_t need = static_cast<uint64_t>(job.cols + job.rows) * sizeof(float);
   if (!job.scratch || job.scratch_bytes < need)
     throw std::invalid_argument(fmt::format("{}: a product needs {} bytes of scratch, {} given", name(), need, job.scratch_bytes));
@@ -461,7 +467,7 @@ void cuda_backend::compute(const matvec_job& job) {
   float* dy = dx + job.cols;
   for (int64_t t = 0; t < job.n; ++t) {
     cuda_copy_async(dx, job.x + t * job.cols, static_cast<uint64_t>(job.cols) * sizeof(float), true, stream_);
-    const std::string e = kernels::gpu::matvec_f16(static_cast<const uint16_t*>(job.w), job.rows, job.cols, dx, dy, stream_);
+    const std::string e = kernels::gpu::matvec(gpu_rows(job.type), job.w, job.rows, job.cols, dx, dy, stream_);
     if (!e.empty()) fail(fmt::format("product kernel: {}", e));
     cuda_copy_async(job.y + t * job.rows, dy, static_cast<uint64_t>(job.rows) * sizeof(float), false, stream_);
     try {

@@ -8,8 +8,8 @@
 //
 // A device that computes with host code (sim, cpu) runs the engine's CPU routines on its queue over
 // the copies (its buffers are host memory). A GPU (cuda, hip) holds what its kernels compute
-// (devices::device::supports): predictors and the head with F16 weights — their rows put back in
-// plain order when the private copy interleaved them —, no attention yet.
+// (devices::device::supports): predictors and the head with F16, Q8_0 or Q4_0 weights — their rows
+// put back in plain order when the private copy interleaved them —, no attention yet.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -133,7 +133,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
       const auto& w0 = m->weights().layers[0];
       po.attention = dev->supports(devices::operation::attention, w0.wo.type);
       po.predictors = w0.pred_fc1 && dev->supports(devices::operation::predict, w0.pred_fc1.type) && w0.pred_fc2.type == w0.pred_fc1.type;
-      po.head = dev->supports(devices::operation::matvec, m->weights().output.type) && !m->weights().output.interleaved16;
+      po.head = dev->supports(devices::operation::matvec, m->weights().output.type);
     }
     po.n_gpu_layers = a.n_gpu_layers;
     const bool split_ffn = m->has_predictors();

@@ -168,6 +168,33 @@ void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t
   report(name + " out", e, nmse(dout.get(), out), 1e-6);
 }
 
+// Products with quantized rows (the head and predictors of Q8_0 / Q4_0 files) against double sums of
+// the rows' dequantized values.
+void check_matvec_quantized(gpu::row_type t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const int64_t rb = gpu::row_bytes(t, cols);
+  const auto f = random_f32(static_cast<size_t>(rows * cols), rng, 0.05f);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * rb));
+  std::vector<float> values(f.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = bytes.data() + r * rb;
+    if (t == gpu::row_type::q8_0) {
+      kernels::quantize_row_q8_0(f.data() + r * cols, reinterpret_cast<kernels::block_q8_0*>(row), cols);
+      kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(row), values.data() + r * cols, cols);
+    } else {
+      kernels::quantize_row_q4_0(f.data() + r * cols, reinterpret_cast<kernels::block_q4_0*>(row), cols);
+      kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(row), values.data() + r * cols, cols);
+    }
+  }
+  const auto x = random_f32(static_cast<size_t>(cols), rng);
+  std::vector<double> want(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) want[static_cast<size_t>(r)] += static_cast<double>(values[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(c)];
+  dev<uint8_t> dw(bytes);
+  dev<float> dx(x), dy(static_cast<size_t>(rows));
+  const std::string e = gpu::matvec(t, dw.p, rows, cols, dx.p, dy.p);
+  report(std::string("matvec ") + (t == gpu::row_type::q8_0 ? "q8_0 " : "q4_0 ") + std::to_string(rows) + "x" + std::to_string(cols), e, nmse(dy.get(), want), 1e-7);
+}
+
 void check_predictor(int64_t d, int64_t rank, int64_t n_ff, std::mt19937& rng) {
   auto fc1 = random_f16(static_cast<size_t>(rank * d), rng, 0.05f), fc2 = random_f16(static_cast<size_t>(n_ff * rank), rng, 0.1f);
   auto x = random_f32(static_cast<size_t>(d), rng);
@@ -259,7 +286,10 @@ int main() {
     check_hot_ffn(1024, 512, 300, false, gpu::ffn_act::gelu, rng);
     check_hot_ffn(64, 2048, 0, true, gpu::ffn_act::relu, rng);  // nothing chosen: out is zero
     check_hot_ffn(8192, 256, 5000, true, gpu::ffn_act::relu, rng);  // more neurons than chunks x 32: longer chunks
-    for (auto t : {gpu::row_type::q8_0, gpu::row_type::q4_0}) check_hot_ffn_quantized(t, 1024, 512, 300, rng);
+    for (auto t : {gpu::row_type::q8_0, gpu::row_type::q4_0}) {
+      check_hot_ffn_quantized(t, 1024, 512, 300, rng);
+      check_matvec_quantized(t, 1000, 512, rng);
+    }
     check_predictor(2048, 256, 5632, rng);
     check_attention(0, 8, 8, 64, rng);
     check_attention(300, 16, 4, 128, rng);

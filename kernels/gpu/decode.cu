@@ -137,6 +137,15 @@ __global__ void hot_down_kernel(const uint8_t* down_t, int64_t row_bytes, const 
   partial[blockIdx.y * d + c] = s;
 }
 
+// One group of 32 lanes per row: y[r] = row r . x, rows in type T.
+template <row_type T>
+__global__ void matvec_kernel(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t cols, const float* x, float* y) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
+  if (r >= rows) return;
+  const float s = warp_dot_row<T>(w + r * row_bytes, cols, x);
+  if (threadIdx.x % warp == 0) y[r] = s;
+}
+
 __global__ void down_sum_kernel(const float* partial, int64_t chunks, int64_t d, float* out) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= d) return;
@@ -262,6 +271,32 @@ std::string hot_ffn(row_type t, const void* gate, const void* up, const void* do
   }
   if (auto e = launched(); !e.empty()) return e;
   down_sum_kernel<<<static_cast<unsigned>((d + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scratch, chunks, d, out);
+  return launched();
+}
+
+std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, void* stream) {
+  if (rows <= 0) return {};
+  if (t != row_type::f16 && cols % 32 != 0) return "matvec: quantized rows need a multiple of 32 values";
+  constexpr int threads = 256, per_block = threads / warp;
+  const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t rb = row_bytes(t, cols);
+  switch (t) {
+    case row_type::f16: matvec_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, y); break;
+    case row_type::q8_0: matvec_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, y); break;
+    default: matvec_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, y); break;
+  }
+  return launched();
+}
+
+std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
+                      float* scores, uint8_t* chosen, void* stream) {
+  if (auto e = matvec(t, fc1, rank, d, x, scratch, stream); !e.empty()) return e;
+  constexpr int threads = 256;
+  relu_kernel<<<static_cast<unsigned>((rank + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scratch, rank);
+  if (auto e = launched(); !e.empty()) return e;
+  if (auto e = matvec(t, fc2, n_ff, rank, scratch, scores, stream); !e.empty()) return e;
+  threshold_kernel<<<static_cast<unsigned>((n_ff + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scores, n_ff, threshold, chosen);
   return launched();
 }
 

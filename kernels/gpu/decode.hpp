@@ -35,6 +35,12 @@ int64_t hot_ffn_scratch(int64_t d);  // floats of device scratch hot_ffn needs (
 std::string hot_ffn(row_type t, const void* gate, const void* up, const void* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
                     bool gated, ffn_act act, float* hidden, float* out, float* scratch, void* stream = nullptr);
 
+// y = W x and the predictor with rows of type t (F16, Q8_0, Q4_0; quantized rows need a multiple of 32
+// values), in the file's own bytes.
+std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, void* stream = nullptr);
+std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
+                      float* scores, uint8_t* chosen, void* stream = nullptr);
+
 // fc1: rank x d, fc2: n_ff x rank; scratch: rank floats; scores: n_ff; chosen: n_ff bytes.
 std::string predictor_f16(const uint16_t* fc1, const uint16_t* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
                           float* scores, uint8_t* chosen, void* stream = nullptr);

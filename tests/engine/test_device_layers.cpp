@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "engine/device_layers.hpp"
 #include "engine/forward.hpp"
+#include "engine/predictor.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -81,6 +83,61 @@ TEST(DeviceLayers, ComputeFromTheDevicesCopiesAndGiveTheCpusLogits) {
       EXPECT_GT(test::rel_diff(run(m, fresh, batch), cpu), 1e-3) << name << " was not read from the device's copy";
     }
     EXPECT_LT(test::rel_diff(run(m, nullptr, batch), cpu), 1e-6) << "spoiling a copy reached the model";
+  }
+}
+
+// A GPU's predictor jobs (sim computing as a GPU does) choose what the CPU's predictor does, for F16
+// and Q4_0 predictors whose rows the private copy interleaved (the device's copy is put back in plain
+// order): Q4_0 rows meet float activations there and Q8_0 ones on the CPU, so a few neurons at the
+// threshold may differ; rows read in the wrong order would disagree on a large share.
+TEST(DeviceLayers, GpuPredictorJobsChooseWhatTheCpuDoes) {
+  for (tensor_type type : {tensor_type::f16, tensor_type::q4_0}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
+    auto dense = test::make_model("dl_engine_dense", o);
+    auto path = (test::scratch_dir() / (std::string("dl_engine_predictors_") + std::string(tensor_type_name(type)) + ".gguf")).string();
+    tools::sparse_file_options so;
+    so.predictor_type = type;
+    if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.2f, 11), so);
+    auto m = model::load(path);
+    ASSERT_TRUE(m->weights().layers[1].pred_fc2.interleaved16);
+    devices::device_options d;
+    d.kind = "sim";
+    d.budget = 16 << 20;
+    d.sim_kernels = true;
+    device_residency r;
+    r.attention = {0, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
+    r.compute_bytes = 1 << 20;
+    auto held = std::make_shared<const device_layers>(m, r, devices::make_device(d), tensor_type::f16);
+    thread_pool pool(2);
+    predictor_runner cpu(*m, pool), gpu(*m, pool);
+    gpu.set_device_layers(held);
+    const int64_t n = 4, n_ff = m->hp().n_ff, dim = m->hp().n_embd;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n * dim));
+    for (auto& v : x) v = dist(rng);
+    int64_t differ = 0, chosen = 0;
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      std::vector<uint8_t> a(static_cast<size_t>(n * n_ff)), b(a.size());
+      std::vector<int32_t> ua, ub;
+      cpu.predict(layer, x.data(), n, a.data(), ua);
+      gpu.predict(layer, x.data(), n, b.data(), ub);
+      for (size_t k = 0; k < a.size(); ++k) differ += a[k] != b[k], chosen += b[k];
+      // The union is the neurons any token chose.
+      std::vector<int32_t> want;
+      for (int32_t i = 0; i < n_ff; ++i)
+        for (int64_t t = 0; t < n; ++t)
+          if (b[static_cast<size_t>(t * n_ff + i)]) {
+            want.push_back(i);
+            break;
+          }
+      EXPECT_EQ(ub, want);
+    }
+    EXPECT_GT(gpu.device_read(), 0u);
+    EXPECT_GT(chosen, n * n_ff / 20) << "the predictors chose almost nothing: the comparison says little";
+    EXPECT_LT(chosen, 2 * n * n_ff * 19 / 20);
+    EXPECT_LE(differ, type == tensor_type::f16 ? 0 : 2 * n * n_ff / 50) << "of " << 2 * n * n_ff << " decisions";
   }
 }
 
