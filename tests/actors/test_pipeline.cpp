@@ -97,6 +97,16 @@ reference_run reference(std::shared_ptr<const model> m, ffn_mode mode, const gen
   return out;
 }
 
+// A greedy request that runs its n_predict tokens whatever they are.
+generation_request greedy(std::vector<token_id> prompt, int32_t n_predict) {
+  generation_request q;
+  q.prompt = std::move(prompt);
+  q.n_predict = n_predict;
+  q.ignore_eos = true;
+  q.sampling.temperature = 0;
+  return q;
+}
+
 std::vector<generation_request> three_requests(int64_t n_vocab) {
   std::vector<generation_request> rs(3);
   for (int k = 0; k < 3; ++k) {
@@ -379,14 +389,7 @@ TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
   o.micro_batches = 2;
   {
     pipeline p(ctx, o);
-    for (int k = 0; k < 4; ++k) {
-      generation_request q;
-      q.prompt = {1, static_cast<token_id>(20 + k)};
-      q.n_predict = 8;
-      q.ignore_eos = true;
-      q.sampling.temperature = 0;
-      p.submit(q);
-    }
+    for (int k = 0; k < 4; ++k) p.submit(greedy({1, static_cast<token_id>(20 + k)}, 8));
     drain(p, 4);
   }
   std::vector<trace_recorder::interval> cold, device;
@@ -423,14 +426,7 @@ TEST(Pipeline, LostDeviceFailsEveryRequestWithItsErrorAndStopsRetrying) {
     throw devices::device_lost(dev->lost());
   };
   pipeline p(ctx, o);
-  for (int k = 0; k < 2; ++k) {
-    generation_request q;
-    q.prompt = {1, static_cast<token_id>(30 + k)};
-    q.n_predict = 20;
-    q.ignore_eos = true;
-    q.sampling.temperature = 0;
-    p.submit(q);
-  }
+  for (int k = 0; k < 2; ++k) p.submit(greedy({1, static_cast<token_id>(30 + k)}, 20));
   auto got = drain(p, 2);
   for (const auto& [id, out] : got) {
     EXPECT_EQ(out.done.finish, "error") << id;
@@ -529,12 +525,7 @@ TEST(Pipeline, HostReadsNoneOfWhatTheDeviceHolds) {
   pipeline_options o;
   o.hot = std::make_shared<const hot_rows>(m, all, sim);
   pipeline p(ctx, o);
-  generation_request q;
-  q.prompt = {1};
-  q.n_predict = 6;
-  q.ignore_eos = true;
-  q.sampling.temperature = 0;
-  const int64_t id = p.submit(q);
+  const int64_t id = p.submit(greedy({1}, 6));
   auto got = drain(p, 1)[id];
   ASSERT_EQ(got.tokens.size(), 6u);
   const auto v = p.stats()->read();
