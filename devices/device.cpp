@@ -337,6 +337,9 @@ class cuda_backend final : public device {
   void raw_free(void* p) override { cuda_free(index_, p); }
 
  private:
+  template <typename Launch>
+  void per_vector(const char* what, int64_t n, const float* x, int64_t in, float* dx, const void* from, void* to, uint64_t out_bytes, Launch launch);
+  void check_job(operation op, tensor_type type, const char* what, const void* scratch, uint64_t have, uint64_t need) const;
   int index_;
   void* stream_;
   work_queue queue_;
@@ -422,60 +425,58 @@ void cuda_backend::compute(const ffn_rows_job& job) {
 #endif
 }
 
-// A token at a time: its input copied into the scratch (device memory), the predictor kernel on the stream,
-// the choice copied back.
-void cuda_backend::compute(const predict_job& job) {
-#if defined(HOTCOLD_HAVE_GPU)
-  if (!supports(operation::predict, job.type))
-    throw std::invalid_argument(fmt::format("{}: the GPU's predictor kernel takes F16, Q8_0 or Q4_0 weights, not {}", name(), tensor_type_name(job.type)));
-  const uint64_t need = static_cast<uint64_t>(job.d + job.rank + job.n_ff) * sizeof(float) + static_cast<uint64_t>(job.n_ff);
-  if (!job.scratch || job.scratch_bytes < need)
-    throw std::invalid_argument(fmt::format("{}: a predictor needs {} bytes of scratch, {} given", name(), need, job.scratch_bytes));
+// n vectors one at a time through scratch memory: vector t's `in` values (x + t in) copied to dx,
+// `launch` on the stream, `out_bytes` copied back from `from` to to + t out_bytes, the stream waited
+// on (the staging is reused by the next vector). `what` names the kernel in errors.
+template <typename Launch>
+void cuda_backend::per_vector(const char* what, int64_t n, const float* x, int64_t in, float* dx, const void* from, void* to, uint64_t out_bytes,
+                              Launch launch) {
   make_current();
-  auto* dx = static_cast<float*>(job.scratch);
-  float* dmid = dx + job.d;
-  float* dscores = dmid + job.rank;
-  auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
-  for (int64_t t = 0; t < job.n; ++t) {
-    cuda_copy_async(dx, job.x + t * job.d, static_cast<uint64_t>(job.d) * sizeof(float), true, stream_);
-    const std::string e =
-        kernels::gpu::predictor(gpu_rows(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_);
-    if (!e.empty()) fail(fmt::format("predictor kernel: {}", e));
-    cuda_copy_async(job.chosen + t * job.n_ff, dchosen, static_cast<uint64_t>(job.n_ff), false, stream_);
-    try {
-      cuda_stream_synchronize(stream_);  // (the input's staging is reused by the next token)
-    } catch (const std::exception& e) {
-      fail(e.what());
-    }
-  }
-#else
-  (void)job;
-  throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
-#endif
-}
-
-// A vector at a time: copied in, the product kernel on the stream, the product copied back.
-void cuda_backend::compute(const matvec_job& job) {
-#if defined(HOTCOLD_HAVE_GPU)
-  if (!supports(operation::matvec, job.type))
-    throw std::invalid_argument(fmt::format("{}: the GPU's product kernel takes F16, Q8_0 or Q4_0 weights, not {}", name(), tensor_type_name(job.type)));
-  const uint64_t need = static_cast<uint64_t>(job.cols + job.rows) * sizeof(float);
-  if (!job.scratch || job.scratch_bytes < need)
-    throw std::invalid_argument(fmt::format("{}: a product needs {} bytes of scratch, {} given", name(), need, job.scratch_bytes));
-  make_current();
-  auto* dx = static_cast<float*>(job.scratch);
-  float* dy = dx + job.cols;
-  for (int64_t t = 0; t < job.n; ++t) {
-    cuda_copy_async(dx, job.x + t * job.cols, static_cast<uint64_t>(job.cols) * sizeof(float), true, stream_);
-    const std::string e = kernels::gpu::matvec(gpu_rows(job.type), job.w, job.rows, job.cols, dx, dy, stream_);
-    if (!e.empty()) fail(fmt::format("product kernel: {}", e));
-    cuda_copy_async(job.y + t * job.rows, dy, static_cast<uint64_t>(job.rows) * sizeof(float), false, stream_);
+  for (int64_t t = 0; t < n; ++t) {
+    cuda_copy_async(dx, x + t * in, static_cast<uint64_t>(in) * sizeof(float), true, stream_);
+    if (const std::string e = launch(); !e.empty()) fail(fmt::format("{} kernel: {}", what, e));
+    cuda_copy_async(static_cast<uint8_t*>(to) + static_cast<uint64_t>(t) * out_bytes, from, out_bytes, false, stream_);
     try {
       cuda_stream_synchronize(stream_);
     } catch (const std::exception& e) {
       fail(e.what());
     }
   }
+}
+
+// Checks the job's weights and scratch: what a job may ask of the GPU's kernels.
+void cuda_backend::check_job(operation op, tensor_type type, const char* what, const void* scratch, uint64_t have, uint64_t need) const {
+  if (!supports(op, type))
+    throw std::invalid_argument(fmt::format("{}: the GPU's {} kernel takes F16, Q8_0 or Q4_0 weights, not {}", name(), what, tensor_type_name(type)));
+  if (!scratch || have < need) throw std::invalid_argument(fmt::format("{}: a {} needs {} bytes of scratch, {} given", name(), what, need, have));
+}
+
+// A token at a time: its input into the scratch, the predictor kernel, its choice back.
+void cuda_backend::compute(const predict_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  check_job(operation::predict, job.type, "predictor", job.scratch, job.scratch_bytes,
+            static_cast<uint64_t>(job.d + job.rank + job.n_ff) * sizeof(float) + static_cast<uint64_t>(job.n_ff));
+  auto* dx = static_cast<float*>(job.scratch);
+  float* dmid = dx + job.d;
+  float* dscores = dmid + job.rank;
+  auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
+  per_vector("predictor", job.n, job.x, job.d, dx, dchosen, job.chosen, static_cast<uint64_t>(job.n_ff), [&] {
+    return kernels::gpu::predictor(gpu_rows(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_);
+  });
+#else
+  (void)job;
+  throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
+#endif
+}
+
+// A vector at a time: copied in, the product kernel, the product copied back.
+void cuda_backend::compute(const matvec_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  check_job(operation::matvec, job.type, "product", job.scratch, job.scratch_bytes, static_cast<uint64_t>(job.cols + job.rows) * sizeof(float));
+  auto* dx = static_cast<float*>(job.scratch);
+  float* dy = dx + job.cols;
+  per_vector("product", job.n, job.x, job.cols, dx, dy, job.y, static_cast<uint64_t>(job.rows) * sizeof(float),
+             [&] { return kernels::gpu::matvec(gpu_rows(job.type), job.w, job.rows, job.cols, dx, dy, stream_); });
 #else
   (void)job;
   throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
