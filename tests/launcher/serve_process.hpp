@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,6 +80,14 @@ class server_process {
     pid_ = 0;
     return -1;
   }
+  // Whether it has ended by itself (then log() says why).
+  bool ended() {
+    int status = 0;
+    if (pid_ <= 0) return true;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    pid_ = 0;
+    return true;
+  }
   // The exit status once it ends by itself (-1 if not within `limit`).
   int wait_exit(std::chrono::milliseconds limit) {
     for (auto t = 0ms; t < limit; t += 50ms) {
@@ -118,21 +127,46 @@ class server_process {
   std::string err_;
 };
 
-// Waits until the server answers health (it loads the model first).
-inline void wait_ready(const std::string& endpoint) {
+// Waits until the server answers health (it loads the model first). With `server`, a server that
+// ended (a port taken, a bad flag) fails at once, with its log.
+inline void wait_ready(const std::string& endpoint, server_process* server = nullptr) {
   for (int i = 0; i < 120; ++i) {
+    if (server && server->ended()) FAIL() << "the server ended before answering health:\n" << server->log();
     try {
       hotcold::tools::client c(endpoint, 500ms);
       if (c.call("health").value("status", "") == "ok") return;
     } catch (const hotcold::tools::client_error&) {
     }
   }
-  FAIL() << "the server did not answer health within a minute";
+  FAIL() << "the server did not answer health within a minute" << (server ? ":\n" + server->log() : std::string());
 }
+
+// A TCP port on 127.0.0.1 that nothing holds now, below the kernel's ephemeral range (32768 and up),
+// so that no outgoing connection of another test can be holding it when the server binds it.
+inline int free_port() {
+  static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = 10000 + static_cast<int>(rng() % 22000);
+    bool ok = true;
+    for (int next : {port, port + 1}) {  // callers may take the one after too
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(next));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ok = ok && fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      if (fd >= 0) close(fd);
+    }
+    if (ok) return port;
+  }
+  ADD_FAILURE() << "no free TCP port on 127.0.0.1";
+  return 0;
+}
+inline std::string tcp_endpoint() { return "tcp://127.0.0.1:" + std::to_string(free_port()); }
 
 inline std::string endpoint_for(const char* kind) {
   if (std::string(kind) == "ipc") return "ipc://" + (fs::temp_directory_path() / ("hotcold-" + std::to_string(getpid()) + ".sock")).string();
-  return "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 20000);
+  return tcp_endpoint();
 }
 
 // GET over plain HTTP/1.0: the whole response, headers and body ("" when nothing came within 5 s).

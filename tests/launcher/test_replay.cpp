@@ -109,7 +109,7 @@ child_result run_hotcold(const std::vector<std::string>& args) {
 // bounded number of threads and connections, in bounded memory. (Before: a thread per record, never
 // joined: +8 MB of address space each, and libzmq aborted near the 32,000th.)
 TEST(Replay, HundredThousandRecordsInBoundedMemory) {
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 157) % 20000);
+  const std::string ep = tcp_endpoint();
   instant_server server(ep);
   const fs::path dir = fs::temp_directory_path() / ("hotcold-replay-" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -136,7 +136,7 @@ TEST(Replay, HundredThousandRecordsInBoundedMemory) {
 // A record cut short (the recorder killed between writing a record's bytes) is skipped with a
 // warning naming its line; the records after it are replayed.
 TEST(Replay, SkipsARecordCutShort) {
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 163) % 20000);
+  const std::string ep = tcp_endpoint();
   instant_server server(ep);
   const fs::path dir = fs::temp_directory_path() / ("hotcold-replay-torn-" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -177,13 +177,13 @@ TEST(Record, RecordsAreWholeLinesAfterATornOne) {
   fs::create_directories(dir);
   const fs::path rec = dir / "rec.jsonl";
   std::ofstream(rec) << R"({"arrival_s":0.5,"request":{"prompt":"cut sh)";  // no newline: a torn record
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 167) % 20000);
+  const std::string ep = tcp_endpoint();
   const bool strace = std::system("strace -V >/dev/null 2>&1") == 0;
   const fs::path log = dir / "strace.log";
   {
     std::vector<std::string> args{"--zmq", ep, "-t", "2", "--record", rec.string()};
     server_process server(args);
-    wait_ready(ep);
+    wait_ready(ep, &server);
     hotcold::tools::client c(ep, 30s);
     std::string long_prompt;
     while (long_prompt.size() < 6000) long_prompt += "Once upon a time there was a model. ";

@@ -40,7 +40,7 @@ class Serve : public testing::TestWithParam<const char*> {};
 TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
   const std::string ep = endpoint_for(GetParam());
   server_process server({"--zmq", ep, "-t", "2", "--parallel", "2", "--max-queue", "1"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   hotcold::tools::client c(ep, 60s);
 
   // The same text as `hotcold run`, greedy and seeded.
@@ -133,9 +133,9 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
 // `hotcold run` prints. Skipped where Debian's python3 has no pyzmq.
 TEST(Serve, PythonClientPrintsWhatRunPrints) {
   if (std::system("/usr/bin/python3 -c 'import zmq' 2>/dev/null") != 0) GTEST_SKIP() << "no python3-zmq";
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 13) % 20000);
+  const std::string ep = tcp_endpoint();
   server_process server({"--zmq", ep, "-t", "2"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   const std::string script = std::string(HOTCOLD_SOURCE_DIR) + "/tools/hotcold_client.py";
   std::string cmd = "/usr/bin/python3 '" + script + "' --endpoint " + ep + " -p 'Once upon a time' -n 20 --temp 0 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
@@ -152,9 +152,9 @@ INSTANTIATE_TEST_SUITE_P(Transports, Serve, testing::Values("tcp", "ipc"));
 // 32 clients at once, 50 requests each: every request answered, each stream its own (ids, indices
 // in order, the text its prompt gives alone), none lost. Prints requests/s and latency percentiles.
 TEST(Serve, LoadOf32ClientsTimes50Requests) {
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 7) % 20000);
+  const std::string ep = tcp_endpoint();
   server_process server({"--zmq", ep, "-t", "2", "--parallel", "8", "--max-queue", "64"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   const char* prompts[] = {"Once upon a time", "The quick brown fox", "Hello world", "In the beginning"};
   std::string expected[4];
   {
@@ -211,10 +211,10 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
 
 // --http: /metrics counts what was served and promtool accepts it; /health answers; others 404.
 TEST(Serve, HttpMetricsAndHealth) {
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 53) % 20000);
-  const int port = 20000 + (getpid() + 59) % 20000;
+  const std::string ep = tcp_endpoint();
+  const int port = free_port();
   server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   hotcold::tools::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello"}, {"n_predict", 5}, {"sampling", {{"temperature", 0}}}});
   c.send_raw("not json");
@@ -293,10 +293,10 @@ TEST(Serve, HttpMetricsAndHealth) {
 TEST(Serve, RecordAndReplay) {
   const auto dir = fs::temp_directory_path() / ("hotcold-replay-" + std::to_string(getpid()));
   fs::create_directories(dir);
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 67) % 20000);
+  const std::string ep = tcp_endpoint();
   const auto trace = (dir / "trace.jsonl").string(), report = (dir / "report.json").string();
   server_process server({"--zmq", ep, "--record", trace, "-t", "2"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   {
     hotcold::tools::client c(ep, 30s);
     for (int i = 0; i < 5; ++i) {
@@ -339,9 +339,9 @@ TEST(Serve, RecordAndReplay) {
 // The server's limits and ids: --max-prompt-tokens, --max-tokens, an id already in flight, a cancel
 // of an unknown id, a token id outside the vocabulary.
 TEST(Serve, LimitsAndIdsAreEnforced) {
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 41) % 20000);
+  const std::string ep = tcp_endpoint();
   server_process server({"--zmq", ep, "-t", "2", "--max-prompt-tokens", "4", "--max-tokens", "8"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   hotcold::tools::client c(ep, 30s);
   auto error_of = [&](const json& request) {
     try {
@@ -385,8 +385,9 @@ TEST(Serve, CurveLetsInOnlyAllowedClients) {
   for (const char* who : {"server", "alice", "mallory"}) run_stdout({"keygen", "-o", (dir / who).string()});
   fs::copy_file(dir / "alice.pub", dir / "allowed", fs::copy_options::overwrite_existing);
   EXPECT_EQ(fs::status(dir / "server.key").permissions() & fs::perms::group_read, fs::perms::none);
-  const std::string ep = "tcp://0.0.0.0:" + std::to_string(20000 + (getpid() + 29) % 20000);
-  const std::string local = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 29) % 20000);
+  const int port = free_port();
+  const std::string ep = "tcp://0.0.0.0:" + std::to_string(port);
+  const std::string local = "tcp://127.0.0.1:" + std::to_string(port);
   server_process server({"--zmq", ep, "--allow-remote", "--curve-key", (dir / "server.key").string(), "--curve-clients", (dir / "allowed").string(), "-t", "2"});
   auto keys = [&](const char* who) {
     const auto mine = hotcold::protocol::read_keypair((dir / (std::string(who) + ".key")).string());
@@ -451,11 +452,11 @@ TEST(Serve, DashboardInHeadlessChromium) {
   ASSERT_EQ(std::system((bin + " prepare -m '" + dense + "' -o '" + sparse + "' --tokens 256 -t 2 --vram-budget 0.019 -c 64 >/dev/null 2>&1").c_str()), 0);
   ASSERT_TRUE(fs::exists(sparse + ".generated.gpuidx"));
 
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 71) % 20000);
-  const int port = 20000 + (getpid() + 73) % 20000;
+  const std::string ep = tcp_endpoint();
+  const int port = free_port();
   server_process server({"-m", sparse, "--device", "sim", "--vram-budget", "0.019", "-c", "64", "-t", "1", "--recall-every", "4", "--zmq", ep, "--http",
                          "127.0.0.1:" + std::to_string(port)});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   // Requests run all along: two clients, one after another each.
   std::atomic<bool> stop{false};
   std::atomic<int> done{0};

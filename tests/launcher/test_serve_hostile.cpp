@@ -23,8 +23,6 @@ using namespace std::chrono_literals;
 using namespace hotcold::test;
 using steady = std::chrono::steady_clock;
 
-std::string tcp_endpoint(int offset) { return "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + offset) % 20000); }
-int http_port(int offset) { return 20000 + (getpid() + offset) % 20000; }
 
 // About `bytes` of English-like words (a token or two each in the Llama vocabulary).
 std::string words(size_t bytes) {
@@ -59,10 +57,10 @@ double metric(const std::string& text, const std::string& name) {
 // exact, within seconds; a SIGTERM then ends the server with 0 at once. (Before: the server blocked
 // in zmq_send once that client's queue was full, answered nobody, and a SIGTERM hung or exited 1.)
 TEST(ServeHostile, AClientThatStopsReadingIsCutOffAndOthersAreServed) {
-  const std::string ep = tcp_endpoint(101);
-  const int port = http_port(103);
+  const std::string ep = tcp_endpoint();
+  const int port = free_port();
   server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2", "--parallel", "4", "--max-queue", "64"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   const std::string want = run_stdout({"run", "-p", "Once upon a time", "-n", "24", "--temp", "0", "-t", "2"});
   ASSERT_FALSE(want.empty());
 
@@ -101,10 +99,10 @@ TEST(ServeHostile, AClientThatStopsReadingIsCutOffAndOthersAreServed) {
 // about 600 KiB each, never read, leave the server's memory within a few tens of MiB of where it
 // was. (Before: ZeroMQ queued them all, 155 MiB for 60.)
 TEST(ServeHostile, UnreadRepliesAreBoundedInBytes) {
-  const std::string ep = tcp_endpoint(107);
-  const int port = http_port(109);
+  const std::string ep = tcp_endpoint();
+  const int port = free_port();
   server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2", "--max-client-buffer", std::to_string(4 << 20)});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   const std::string text = words(500 << 10);
   hotcold::tools::client c(ep, 30s);
   const size_t reply_bytes = c.call("tokenize", {{"text", text}}).dump().size();
@@ -138,9 +136,9 @@ TEST(ServeHostile, UnreadRepliesAreBoundedInBytes) {
 // generate's done comes back before the last tokenize reply. (Before: the loop tokenized each text
 // before it read the next frame, so the generate began after the sixteenth reply.)
 TEST(ServeHostile, LongTokenizeRequestsDoNotHoldTokenStreams) {
-  const std::string ep = tcp_endpoint(113);
+  const std::string ep = tcp_endpoint();
   server_process server({"--zmq", ep, "-t", "2"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   const std::string text = words(500 << 10);
   hotcold::tools::client c(ep, 60s);
   const int n = 16;
@@ -167,9 +165,9 @@ TEST(ServeHostile, LongTokenizeRequestsDoNotHoldTokenStreams) {
 // request is answered (what the second after the signal did not reach, with shutting_down), and the
 // process exits with 0 within seconds. (Before: health said `ok`.)
 TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
-  const std::string ep = tcp_endpoint(127);
+  const std::string ep = tcp_endpoint();
   server_process server({"--zmq", ep, "-t", "2"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   const std::string text = words(500 << 10);
   // Three clients, sixteen 500 KiB tokenize requests each: about two seconds of work queued.
   std::vector<std::unique_ptr<hotcold::tools::client>> heavy;
@@ -209,10 +207,10 @@ TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
 
 // The loopback names docs/commands.md documents bind and answer: localhost and [::1].
 TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
-  const int port = 20000 + (getpid() + 131) % 20000;
+  const int port = free_port();
   for (const std::string ep : {"tcp://localhost:" + std::to_string(port), "tcp://[::1]:" + std::to_string(port + 1)}) {
     server_process server({"--zmq", ep, "-t", "2"});
-    wait_ready(ep);
+    wait_ready(ep, &server);
     hotcold::tools::client c(ep, 10s);
     EXPECT_EQ(c.call("health")["status"], "ok") << ep;
     EXPECT_EQ(c.generate({{"prompt", "Once"}, {"n_predict", 3}}).done["generated_tokens"], 3) << ep;
@@ -224,8 +222,8 @@ TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
 // backs off and keeps accepting: once the connections close, /health answers again. (Before: the
 // first EMFILE ended accepting for good.)
 TEST(ServeHostile, HttpAcceptorOutlivesRunningOutOfDescriptors) {
-  const std::string ep = tcp_endpoint(137);
-  const int port = http_port(139);
+  const std::string ep = tcp_endpoint();
+  const int port = free_port();
   rlimit old{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
   rlimit low = old;
@@ -233,7 +231,7 @@ TEST(ServeHostile, HttpAcceptorOutlivesRunningOutOfDescriptors) {
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
   server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2"});  // inherits the limit
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
-  wait_ready(ep);
+  wait_ready(ep, &server);
   ASSERT_NE(http_get(port, "/health").find("200 OK"), std::string::npos);
 
   std::vector<int> held;
@@ -270,7 +268,7 @@ TEST(ServeHostile, RemoteHttpNeedsItsOwnOptInAndATokenForEveryRequest) {
   fs::copy_file(dir / "alice.pub", dir / "allowed", fs::copy_options::overwrite_existing);
   const std::string token = "s3cret-token-for-the-dashboard";
   std::ofstream(dir / "tokens") << "# who may read the dashboard\n" << token << "\n";
-  const int port = http_port(149);
+  const int port = free_port();
   const std::string http_any = "0.0.0.0:" + std::to_string(port);
 
   // ZeroMQ's opt-in and keys do not open HTTP to other machines.
@@ -279,13 +277,13 @@ TEST(ServeHostile, RemoteHttpNeedsItsOwnOptInAndATokenForEveryRequest) {
   EXPECT_EQ(zmq_only.wait_exit(20s), 2) << zmq_only.log();  // a usage error
   EXPECT_NE(zmq_only.log().find("--allow-remote-http"), std::string::npos) << zmq_only.log();
   // Its own opt-in without tokens is refused too.
-  server_process no_tokens({"--zmq", tcp_endpoint(151), "--http", http_any, "--allow-remote-http"});
+  server_process no_tokens({"--zmq", tcp_endpoint(), "--http", http_any, "--allow-remote-http"});
   EXPECT_EQ(no_tokens.wait_exit(20s), 2) << no_tokens.log();
   EXPECT_NE(no_tokens.log().find("--http-token-file"), std::string::npos) << no_tokens.log();
 
-  const std::string ep = tcp_endpoint(153);
+  const std::string ep = tcp_endpoint();
   server_process server({"--zmq", ep, "--http", http_any, "--allow-remote-http", "--http-token-file", (dir / "tokens").string(), "-t", "2"});
-  wait_ready(ep);
+  wait_ready(ep, &server);
   for (const char* route : {"/metrics", "/api/stats", "/health", "/", "/api/events?frames=1"}) {
     EXPECT_NE(http_get(port, route).find("401"), std::string::npos) << route;
     EXPECT_NE(http_get(port, route, "Authorization: Bearer wrong-token-of-some-length\r\n").find("401"), std::string::npos) << route;
