@@ -77,7 +77,39 @@ void device::compute(const matvec_job& job) {
   job.host();
 }
 
+void device::compute(const attention_job&) {
+  throw std::invalid_argument(fmt::format("{}: attention jobs are for devices that compute as a GPU does (host devices run the CPU's routine)", name_));
+}
+
+void device::compute(const dense_ffn_job&) {
+  throw std::invalid_argument(fmt::format("{}: dense FFN jobs are for devices that compute as a GPU does (host devices run the CPU's routine)", name_));
+}
+
+uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff) {
+  return 4 * static_cast<uint64_t>(d + 2 * n_ff + d);  // the input, gate and up values (then the hidden values), the output
+}
+
+uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot) {
+  // Floats: the input, RoPE's angles, the sequence and position (two int32), q/k/v, the heads'
+  // outputs, the output product.
+  return 4 * static_cast<uint64_t>(d + n_rot + 2 + (d + 2 * kv) + d + d);
+}
+
 namespace {
+
+// What every attention job must hold, whoever computes it: shapes that agree and tokens inside the cache.
+void check_attention_job(const std::string& device, const attention_job& job) {
+  if (job.n_head <= 0 || job.n_head_kv <= 0 || job.n_head % job.n_head_kv != 0 || job.head_dim * job.n_head != job.d || job.n_rot > job.head_dim ||
+      job.n_rot % 2 != 0)
+    throw std::invalid_argument(fmt::format("{}: attention with {} heads ({} KV heads) of {} values, {} rotated, for an embedding of {}", device, job.n_head,
+                                            job.n_head_kv, job.head_dim, job.n_rot, job.d));
+  if (!job.wqkv && !(job.wq && job.wk && job.wv)) throw std::invalid_argument(fmt::format("{}: attention needs wqkv or wq, wk and wv", device));
+  if (job.kv_type != tensor_type::f16 && job.kv_type != tensor_type::f32) throw std::invalid_argument(fmt::format("{}: the KV cache holds f16 or f32", device));
+  for (int64_t t = 0; t < job.n; ++t)
+    if (job.seqs[t] < 0 || job.seqs[t] >= job.n_seq || job.positions[t] < 0 || job.positions[t] >= job.ctx)
+      throw std::out_of_range(fmt::format("{}: token {} at sequence {} position {} is outside the cache ({} x {})", device, t, job.seqs[t], job.positions[t],
+                                          job.n_seq, job.ctx));
+}
 
 void* host_allocate(uint64_t bytes, const std::string& device) {
   void* p = std::aligned_alloc(64, (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64);
@@ -117,6 +149,9 @@ class cpu_backend final : public device {
   void* raw_allocate(uint64_t bytes) override { return host_allocate(bytes, name()); }
   void raw_free(void* p) override { std::free(p); }
 };
+
+// The row types hotcold's GPU kernels read (each operation's weights, hot FFN rows included).
+bool gpu_reads(tensor_type t) { return t == tensor_type::f16 || t == tensor_type::q8_0 || t == tensor_type::q4_0; }
 
 // A GPU's operation table computed the plain way, row by row in float (sim's kernels): what a GPU
 // back end's jobs carry, read from the device's copies alone.
@@ -197,6 +232,100 @@ void matvec(const matvec_job& job) {
   }
 }
 
+// Attention the plain way: each token's q, k, v row by row, RoPE by the job's angles, k and v rounded
+// to the cache's type and stored, then each head's softmax over its sequence's cached rows (in double).
+void attention(const attention_job& job) {
+  const int64_t n = job.n, d = job.d, kv = job.n_head_kv * job.head_dim, hd = job.head_dim, row_len = d + 2 * kv;
+  std::vector<float> qkv(static_cast<size_t>(n * row_len)), r(static_cast<size_t>(d));
+  auto product = [&](tensor_type t, const void* w, int64_t rows, int64_t at) {  // rows of w into columns at.. of each token's row
+    for (int64_t i = 0; i < rows; ++i) {
+      row(t, w, i, d, r.data());
+      for (int64_t k = 0; k < n; ++k) qkv[static_cast<size_t>(k * row_len + at + i)] = dot(r.data(), job.x + k * d, d);
+    }
+  };
+  if (job.wqkv) {
+    product(job.t_qkv, job.wqkv, row_len, 0);
+  } else {
+    product(job.t_q, job.wq, d, 0);
+    product(job.t_k, job.wk, kv, d);
+    product(job.t_v, job.wv, kv, d + kv);
+  }
+  const int64_t half = job.n_rot / 2;
+  for (int64_t k = 0; k < n; ++k) {
+    float* q = qkv.data() + k * row_len;
+    const float *c = job.angles + k * job.n_rot, *s = c + half;
+    for (int64_t h = 0; h < job.n_head + job.n_head_kv; ++h) {
+      float* x = q + h * hd;  // the query heads, then the key heads right after them
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = job.adjacent_pairs ? 2 * i : i, b = job.adjacent_pairs ? 2 * i + 1 : i + half;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c[i] - x1 * s[i];
+        x[b] = x0 * s[i] + x1 * c[i];
+      }
+    }
+    const int64_t at = (static_cast<int64_t>(job.seqs[k]) * job.ctx + job.positions[k]) * kv;
+    for (int which = 0; which < 2; ++which) {
+      const float* from = q + d + which * kv;
+      void* cache = which == 0 ? job.k_cache : job.v_cache;
+      if (job.kv_type == tensor_type::f16) kernels::fp32_to_fp16_row(from, static_cast<uint16_t*>(cache) + at, static_cast<size_t>(kv));
+      else std::copy(from, from + kv, static_cast<float*>(cache) + at);
+    }
+  }
+  auto cached = [&](const void* cache, int64_t index) {
+    return job.kv_type == tensor_type::f16 ? kernels::fp16_to_fp32(static_cast<const uint16_t*>(cache)[index]) : static_cast<const float*>(cache)[index];
+  };
+  std::vector<float> attn(static_cast<size_t>(n * d));
+  std::vector<double> p(static_cast<size_t>(job.ctx));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t h = 0; h < job.n_head; ++h) {
+      const float* q = qkv.data() + k * row_len + h * hd;
+      const int64_t base = static_cast<int64_t>(job.seqs[k]) * job.ctx * kv + h / (job.n_head / job.n_head_kv) * hd, last = job.positions[k];
+      double m = -INFINITY, sum = 0;
+      for (int64_t t = 0; t <= last; ++t) {
+        double a = 0;
+        for (int64_t i = 0; i < hd; ++i) a += static_cast<double>(q[i]) * cached(job.k_cache, base + t * kv + i);
+        p[static_cast<size_t>(t)] = a * scale;
+        m = std::max(m, a * scale);
+      }
+      for (int64_t t = 0; t <= last; ++t) sum += (p[static_cast<size_t>(t)] = std::exp(p[static_cast<size_t>(t)] - m));
+      for (int64_t i = 0; i < hd; ++i) {
+        double a = 0;
+        for (int64_t t = 0; t <= last; ++t) a += p[static_cast<size_t>(t)] * cached(job.v_cache, base + t * kv + i);
+        attn[static_cast<size_t>(k * d + h * hd + i)] = static_cast<float>(a / sum);
+      }
+    }
+  for (int64_t i = 0; i < d; ++i) {
+    row(job.t_o, job.wo, i, d, r.data());
+    for (int64_t k = 0; k < n; ++k) job.out[k * d + i] = dot(r.data(), attn.data() + k * d, d);
+  }
+}
+
+// A dense FFN the plain way: every neuron's gate and up rows, the activation, then the down rows.
+void dense_ffn(const dense_ffn_job& job) {
+  const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
+  std::vector<float> r(static_cast<size_t>(std::max(d, n_ff))), h(static_cast<size_t>(n * n_ff));
+  for (int64_t i = 0; i < n_ff; ++i) {
+    std::vector<float> g(static_cast<size_t>(n));
+    if (job.gated) {
+      row(job.t_gate, job.gate, i, d, r.data());
+      for (int64_t t = 0; t < n; ++t) g[static_cast<size_t>(t)] = dot(r.data(), job.x + t * d, d);
+    }
+    row(job.t_up, job.up, i, d, r.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float u = dot(r.data(), job.x + t * d, d), gt = g[static_cast<size_t>(t)];
+      h[static_cast<size_t>(t * n_ff + i)] = !job.gated ? activate(job.act, u)
+                                           : job.act == ffn_activation::drelu ? std::max(gt, 0.0f) * std::max(u, 0.0f)
+                                                                               : activate(job.act, gt) * u;
+    }
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    row(job.t_down, job.down, c, n_ff, r.data());
+    for (int64_t t = 0; t < n; ++t) job.out[t * d + c] = dot(r.data(), h.data() + t * n_ff, n_ff);
+  }
+  if (job.hidden) std::copy(h.begin(), h.end(), job.hidden);
+}
+
 }  // namespace sim_kernels
 
 class sim_backend final : public device {
@@ -204,17 +333,24 @@ class sim_backend final : public device {
   sim_backend(uint64_t budget, transfer_cost cost, bool kernels)
       : device("sim", device_kind::sim, budget), cost_(cost), kernels_(kernels), queue_("hotcold-sim") {}
   ~sim_backend() override { queue_.drain(); }
-  // With kernels, the GPU's table (kernels/gpu/decode.cu): FFN rows, predictors and products with F16,
-  // Q8_0 or Q4_0 rows; no attention.
+  // With kernels, the GPU's table (kernels/gpu/decode.cu): every operation with F16, Q8_0 or Q4_0 rows.
   bool runs_host_work() const override { return !kernels_; }
   bool supports(operation op, tensor_type rows) const override {
     if (!kernels_) return device::supports(op, rows);
-    switch (op) {
-      case operation::ffn_rows: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
-      case operation::predict:
-      case operation::matvec: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
-      default: return false;
-    }
+    return gpu_reads(rows);
+  }
+  void compute(const attention_job& job) override {
+    if (!kernels_) return device::compute(job);
+    check_attention_job(name(), job);
+    for (auto [w, t] : {std::pair{job.wqkv, job.t_qkv}, {job.wq, job.t_q}, {job.wk, job.t_k}, {job.wv, job.t_v}, {job.wo, job.t_o}})
+      if (w && !gpu_reads(t)) throw std::invalid_argument(fmt::format("sim: attention with {} weights", tensor_type_name(t)));
+    sim_kernels::attention(job);
+  }
+  void compute(const dense_ffn_job& job) override {
+    if (!kernels_) return device::compute(job);
+    for (auto [w, t] : {std::pair{job.gate, job.t_gate}, {job.up, job.t_up}, {job.down, job.t_down}})
+      if (w && !gpu_reads(t)) throw std::invalid_argument(fmt::format("sim: a dense FFN with {} weights", tensor_type_name(t)));
+    sim_kernels::dense_ffn(job);
   }
   void compute(const ffn_rows_job& job) override {
     if (!kernels_) return device::compute(job);
@@ -316,21 +452,24 @@ class cuda_backend final : public device {
     throw std::runtime_error(fmt::format("{}: {}", name(), what));
   }
   void make_current() const override { cuda_use(index_); }
-  // hotcold's GPU FFN kernel reads F16, Q8_0 and Q4_0 rows (a hot row stays in the file's type).
-  // Predictors and products with F16, Q8_0 or Q4_0 weights (kernels/gpu/decode.cu: predictor, matvec);
-  // no attention kernels yet.
-  bool supports(operation op, tensor_type rows) const override {
-    switch (op) {
-      case operation::ffn_rows: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
-      case operation::predict:
-      case operation::matvec: return rows == tensor_type::f16 || rows == tensor_type::q8_0 || rows == tensor_type::q4_0;
-      default: return false;
+  // Waits for the stream; an error there fails the work (and loses the device when it is sticky).
+  void wait_stream() {
+    try {
+      cuda_stream_synchronize(stream_);
+    } catch (const std::exception& e) {
+      fail(e.what());
     }
   }
+  [[noreturn]] void no_gpu_built() const { throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name())); }
+  // hotcold's GPU kernels (kernels/gpu/decode.cu) read F16, Q8_0 and Q4_0 rows for every operation:
+  // hot FFN rows (a hot row stays in the file's type), attention, predictors and products.
+  bool supports(operation, tensor_type rows) const override { return gpu_reads(rows); }
   void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) override;
   void compute(const ffn_rows_job& job) override;
   void compute(const predict_job& job) override;
   void compute(const matvec_job& job) override;
+  void compute(const attention_job& job) override;
+  void compute(const dense_ffn_job& job) override;
 
  protected:
   void* raw_allocate(uint64_t bytes) override { return cuda_allocate(index_, bytes); }
@@ -348,6 +487,15 @@ class cuda_backend final : public device {
   std::shared_ptr<buffer> x_, slots_, hidden_, out_;  // n x d floats, n x n_ff int32s and floats, n x d floats
   std::shared_ptr<buffer> partial_;                   // the down projection's chunks (one token at a time)
   std::shared_ptr<void> host_x_, host_slots_, host_hidden_, host_out_;
+  // Attention's staging in pinned memory (grown to the largest chunk met): the chunk's inputs, angles,
+  // sequences and positions in the order of the scratch (one copy in), and its outputs.
+  std::shared_ptr<void> host_attn_in_, host_attn_out_;
+  uint64_t host_attn_in_bytes_ = 0, host_attn_out_bytes_ = 0;
+  // A pinned staging buffer of at least `bytes` (grown, kept).
+  void* staging(std::shared_ptr<void>& b, uint64_t& have, uint64_t bytes) {
+    if (have < bytes) b = std::shared_ptr<void>(cuda_host_allocate(bytes), cuda_host_free), have = bytes;
+    return b.get();
+  }
 };
 
 void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) {
@@ -409,11 +557,7 @@ void cuda_backend::compute(const ffn_rows_job& job) {
   cuda_copy_async(ho, dout, static_cast<uint64_t>(n * d) * sizeof(float), false, stream_);
   for (int64_t t = 0; t < n; ++t)
     cuda_copy_async(hh + t * n_ff, dh + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(float), false, stream_);
-  try {
-    cuda_stream_synchronize(stream_);
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
+  wait_stream();
   std::copy(ho, ho + n * d, job.out);
   for (int64_t t = 0; t < n; ++t) {  // each value back to its neuron
     int64_t c = 0;
@@ -421,7 +565,8 @@ void cuda_backend::compute(const ffn_rows_job& job) {
       if (!job.chosen || job.chosen[t * n_ff + job.ids[k]]) job.hidden[t * n_ff + job.ids[k]] = hh[t * n_ff + c++];
   }
 #else
-  throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
+  (void)job;
+  no_gpu_built();
 #endif
 }
 
@@ -436,11 +581,7 @@ void cuda_backend::per_vector(const char* what, int64_t n, const float* x, int64
     cuda_copy_async(dx, x + t * in, static_cast<uint64_t>(in) * sizeof(float), true, stream_);
     if (const std::string e = launch(); !e.empty()) fail(fmt::format("{} kernel: {}", what, e));
     cuda_copy_async(static_cast<uint8_t*>(to) + static_cast<uint64_t>(t) * out_bytes, from, out_bytes, false, stream_);
-    try {
-      cuda_stream_synchronize(stream_);
-    } catch (const std::exception& e) {
-      fail(e.what());
-    }
+    wait_stream();
   }
 }
 
@@ -465,7 +606,7 @@ void cuda_backend::compute(const predict_job& job) {
   });
 #else
   (void)job;
-  throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
+  no_gpu_built();
 #endif
 }
 
@@ -479,7 +620,109 @@ void cuda_backend::compute(const matvec_job& job) {
              [&] { return kernels::gpu::matvec(gpu_rows(job.type), job.w, job.rows, job.cols, dx, dy, stream_); });
 #else
   (void)job;
-  throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name()));
+  no_gpu_built();
+#endif
+}
+
+// Chunks of tokens that fit the scratch: the inputs, angles, sequences and positions copied in at
+// once, the products, RoPE with the store into the cache, the attention and the output product
+// launched on the stream, the output copied back; the stream waited on once per chunk.
+void cuda_backend::compute(const attention_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  check_attention_job(name(), job);
+  for (auto [w, t] : {std::pair{job.wqkv, job.t_qkv}, {job.wq, job.t_q}, {job.wk, job.t_k}, {job.wv, job.t_v}, {job.wo, job.t_o}})
+    if (w && !gpu_reads(t))
+      throw std::invalid_argument(fmt::format("{}: the GPU's attention takes F16, Q8_0 or Q4_0 weights, not {}", name(), tensor_type_name(t)));
+  const int64_t d = job.d, kv = job.n_head_kv * job.head_dim, row_len = d + 2 * kv, n_rot = job.n_rot;
+  const uint64_t per_token = attention_scratch_per_token(d, kv, n_rot);
+  const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;
+  if (chunk < 1) throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token, {} given", name(), per_token, job.scratch_bytes));
+  const int64_t m_max = std::min(chunk, job.n);
+  const uint64_t in_bytes = static_cast<uint64_t>(m_max) * 4 * static_cast<uint64_t>(d + n_rot + 2), out_bytes = static_cast<uint64_t>(m_max * d) * 4;
+  staging(host_attn_in_, host_attn_in_bytes_, in_bytes);
+  staging(host_attn_out_, host_attn_out_bytes_, out_bytes);
+  namespace gpu = kernels::gpu;
+  const gpu::attention_shape shape{d, job.n_head, job.n_head_kv, job.head_dim, n_rot, job.adjacent_pairs, job.ctx};
+  make_current();
+  for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
+    const int64_t m = std::min(chunk, job.n - t0);
+    // The scratch: x (m x d), angles (m x n_rot), sequences and positions (2m int32) — copied in as
+    // one —, then q/k/v (m x (d + 2 kv)), the heads' outputs (m x d), the product (m x d).
+    auto* hin = static_cast<float*>(host_attn_in_.get());
+    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
+    std::copy(job.angles + t0 * n_rot, job.angles + (t0 + m) * n_rot, hin + m * d);
+    auto* hsp = reinterpret_cast<int32_t*>(hin + m * (d + n_rot));
+    std::copy(job.seqs + t0, job.seqs + t0 + m, hsp);
+    std::copy(job.positions + t0, job.positions + t0 + m, hsp + m);
+    auto* dx = static_cast<float*>(job.scratch);
+    float* dangles = dx + m * d;
+    auto* dsp = reinterpret_cast<int32_t*>(dangles + m * n_rot);
+    float* dqkv = reinterpret_cast<float*>(dsp + 2 * m);
+    float* dattn = dqkv + m * row_len;
+    float* dout = dattn + m * d;
+    cuda_copy_async(dx, hin, static_cast<uint64_t>(m) * 4 * static_cast<uint64_t>(d + n_rot + 2), true, stream_);
+    std::string e;
+    if (job.wqkv) {
+      e = gpu::matmul(gpu_rows(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
+    } else {
+      e = gpu::matmul(gpu_rows(job.t_q), job.wq, d, d, dx, m, dqkv, row_len, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_k), job.wk, kv, d, dx, m, dqkv + d, row_len, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_v), job.wv, kv, d, dx, m, dqkv + d + kv, row_len, stream_);
+    }
+    if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_);
+    if (e.empty()) e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_);
+    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_o), job.wo, d, d, dattn, m, dout, d, stream_);
+    if (!e.empty()) fail(fmt::format("attention kernels: {}", e));
+    auto* hout = static_cast<float*>(host_attn_out_.get());
+    cuda_copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false, stream_);
+    wait_stream();
+    std::copy(hout, hout + m * d, job.out + t0 * d);
+  }
+#else
+  (void)job;
+  no_gpu_built();
+#endif
+}
+
+// Chunks of tokens that fit the scratch: the inputs copied in, gate and up products, the activation,
+// the down product, the outputs (and the hidden values when asked) copied back; one wait per chunk.
+void cuda_backend::compute(const dense_ffn_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  for (auto [w, t] : {std::pair{job.gate, job.t_gate}, {job.up, job.t_up}, {job.down, job.t_down}})
+    if (w && !gpu_reads(t))
+      throw std::invalid_argument(fmt::format("{}: the GPU's dense FFN takes F16, Q8_0 or Q4_0 weights, not {}", name(), tensor_type_name(t)));
+  const int64_t d = job.d, n_ff = job.n_ff;
+  const uint64_t per_token = dense_ffn_scratch_per_token(d, n_ff);
+  const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;
+  if (chunk < 1) throw std::invalid_argument(fmt::format("{}: a dense FFN needs {} bytes of scratch a token, {} given", name(), per_token, job.scratch_bytes));
+  const int64_t m_max = std::min(chunk, job.n);
+  auto* hin = static_cast<float*>(staging(host_attn_in_, host_attn_in_bytes_, static_cast<uint64_t>(m_max * d) * 4));
+  auto* hout = static_cast<float*>(staging(host_attn_out_, host_attn_out_bytes_, static_cast<uint64_t>(m_max * (d + n_ff)) * 4));
+  namespace gpu = kernels::gpu;
+  make_current();
+  for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
+    const int64_t m = std::min(chunk, job.n - t0);
+    auto* dx = static_cast<float*>(job.scratch);
+    float* dg = dx + m * d;
+    float* du = dg + m * n_ff;
+    float* dout = du + m * n_ff;
+    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
+    cuda_copy_async(dx, hin, static_cast<uint64_t>(m * d) * 4, true, stream_);
+    std::string e;
+    if (job.gated) e = gpu::matmul(gpu_rows(job.t_gate), job.gate, n_ff, d, dx, m, dg, n_ff, stream_);
+    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_up), job.up, n_ff, d, dx, m, du, n_ff, stream_);
+    if (e.empty()) e = gpu::activate(dg, du, m * n_ff, job.gated, static_cast<gpu::ffn_act>(static_cast<int>(job.act)), stream_);
+    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_down), job.down, d, n_ff, du, m, dout, d, stream_);
+    if (!e.empty()) fail(fmt::format("dense FFN kernels: {}", e));
+    cuda_copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false, stream_);
+    if (job.hidden) cuda_copy_async(hout + m * d, du, static_cast<uint64_t>(m * n_ff) * 4, false, stream_);
+    wait_stream();
+    std::copy(hout, hout + m * d, job.out + t0 * d);
+    if (job.hidden) std::copy(hout + m * d, hout + m * (d + n_ff), job.hidden + t0 * n_ff);
+  }
+#else
+  (void)job;
+  no_gpu_built();
 #endif
 }
 

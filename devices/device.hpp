@@ -10,7 +10,8 @@
 //   cuda  built whenever nvcc exists; buffers in GPU memory, a stream of its own, and a queue thread
 //         that runs submitted work (which launches hotcold's kernels on that stream and waits for
 //         them) beside the caller.
-//   hip   compile-checked where hipcc exists (kernels/gpu/portability.hpp); not selectable yet.
+//   hip   the same back end built by hipcc from the same sources (-DHOTCOLD_GPU=hip,
+//         kernels/gpu/portability.hpp); --device hip selects it.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -68,6 +69,7 @@ enum class operation {
   attention,  // a layer's attention with its KV cache (norms, Q/K/V/O, RoPE, the cache, softmax)
   predict,    // a layer's activation predictor: scores = fc2 relu(fc1 x), chosen = scores >= threshold
   matvec,     // rows of a matrix times vectors (the output head)
+  dense_ffn,  // a dense layer's whole FFN: down act(gate x, up x)
 };
 enum class ffn_activation { relu, silu, gelu, drelu };
 
@@ -113,6 +115,47 @@ struct matvec_job {
   uint64_t scratch_bytes = 0;
   std::function<void()> host;
 };
+
+// One step's attention for a layer whose weights and KV cache a device holds, from the normalized
+// inputs to the output product: q, k, v = products of the input (one fused matrix or three), RoPE
+// by the given angles, k and v stored in the layer's cache at each token's (sequence, position),
+// softmax(q.K / sqrt(head_dim)) V over the sequence's positions up to the token's own (causal,
+// grouped-query heads), then the output product. The norms before and after stay on the host.
+struct attention_job {
+  // The device's copies: wqkv ((d + 2 kv) x d) or wq (d x d), wk, wv (kv x d); wo (d x d).
+  const void *wqkv = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+  tensor_type t_qkv = tensor_type::f16, t_q = tensor_type::f16, t_k = tensor_type::f16, t_v = tensor_type::f16, t_o = tensor_type::f16;
+  int64_t n = 0, d = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  bool adjacent_pairs = false;   // RoPE rotates (2i, 2i + 1), else (i, i + n_rot / 2) (neox)
+  const float* x = nullptr;      // host: n x d, the normalized inputs
+  const float* angles = nullptr; // host: n x n_rot, token t's n_rot / 2 cosines then n_rot / 2 sines
+  const int32_t* seqs = nullptr; // host: each token's sequence slot ...
+  const int32_t* positions = nullptr;  // ... and position
+  void *k_cache = nullptr, *v_cache = nullptr;  // the device's: (n_seq, ctx, n_head_kv x head_dim) values of kv_type
+  tensor_type kv_type = tensor_type::f16;
+  int64_t ctx = 0, n_seq = 0;
+  float* out = nullptr;          // host: n x d, the output product
+  void* scratch = nullptr;       // device memory (the plan's compute buffers)
+  uint64_t scratch_bytes = 0;
+};
+// A dense layer's whole FFN on weights a device holds: out = down h, h = act(gate x) * (up x) (act(up x)
+// without a gate; relu(gate x) relu(up x) for dReLU).
+struct dense_ffn_job {
+  const void *gate = nullptr, *up = nullptr, *down = nullptr;  // the device's copies: n_ff x d, n_ff x d, d x n_ff
+  tensor_type t_gate = tensor_type::f16, t_up = tensor_type::f16, t_down = tensor_type::f16;
+  bool gated = true;
+  ffn_activation act = ffn_activation::relu;
+  int64_t n = 0, d = 0, n_ff = 0;
+  const float* x = nullptr;      // host: n x d
+  float* out = nullptr;          // host: n x d
+  float* hidden = nullptr;       // host: n x n_ff, each neuron's value (null: not wanted)
+  void* scratch = nullptr;       // device memory (the plan's compute buffers)
+  uint64_t scratch_bytes = 0;
+};
+uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff);
+
+// Bytes of scratch an attention job needs per token of a chunk (tokens go through in chunks that fit).
+uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot);
 
 struct transfer_cost {
   double gb_per_s = 0;  // 0: transfers cost only the copy itself
@@ -165,6 +208,8 @@ class device : public std::enable_shared_from_this<device> {
   virtual void compute(const ffn_rows_job& job);
   virtual void compute(const predict_job& job);
   virtual void compute(const matvec_job& job);
+  virtual void compute(const attention_job& job);
+  virtual void compute(const dense_ffn_job& job);
 
  protected:
   device(std::string name, device_kind kind, uint64_t budget) : name_(std::move(name)), kind_(kind), budget_(budget) {}
@@ -190,8 +235,8 @@ struct device_options {
   std::string kind = "auto";   // auto | cpu | sim | cuda | hip
   uint64_t budget = 0;         // bytes; 0: the device's free memory (cpu: available RAM)
   transfer_cost sim_cost;      // sim only
-  // sim only: compute as a GPU does — the jobs of the operation table (FFN rows, predictors, products)
-  // from the device's plain rows by sim's own routines, no host work (so no attention) — so that
+  // sim only: compute as a GPU does — the jobs of the operation table (FFN rows, attention, predictors,
+  // dense FFNs, products) from the device's plain rows by sim's own routines, no host work — so that
   // everything above a GPU's kernels runs and is tested here.
   bool sim_kernels = false;
   int cuda_index = 0;

@@ -8,6 +8,30 @@
 
 namespace hotcold {
 
+devices::ffn_activation device_activation(activation a) {
+  switch (a) {
+    case activation::relu: return devices::ffn_activation::relu;
+    case activation::silu: return devices::ffn_activation::silu;
+    case activation::gelu: return devices::ffn_activation::gelu;
+    case activation::drelu: return devices::ffn_activation::drelu;
+  }
+  return devices::ffn_activation::relu;
+}
+
+bool attention_runs_on(const devices::device& dev, const layer_weights& l) {
+  for (const tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo})
+    if (*t && !dev.supports(devices::operation::attention, t->type)) return false;
+  return true;
+}
+
+bool dense_ffn_runs_on(const devices::device& dev, const layer_weights& l) {
+  if (dev.runs_host_work()) return true;  // the CPU's routine, whatever the rows
+  if (!l.ffn_down) return false;          // a GPU's job reads the down matrix, not a sparse file's down rows
+  for (const tensor_view* t : {&l.ffn_gate, &l.ffn_up, &l.ffn_down})
+    if (*t && !dev.supports(devices::operation::dense_ffn, t->type)) return false;
+  return true;
+}
+
 bool device_residency::any() const {
   auto on = [](const std::vector<uint8_t>& v) { return std::any_of(v.begin(), v.end(), [](uint8_t x) { return x != 0; }); };
   return output || on(attention) || on(predictor) || on(ffn);
@@ -22,8 +46,11 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
   const auto& w0 = model_->weights();
   for (size_t il = 0; il < n; ++il) {
     const auto& l = w0.layers[il];
-    if ((r_.attention[il] || r_.ffn[il]) && !dev_->supports(devices::operation::attention, l.wo.type))
-      throw std::invalid_argument(fmt::format("{}: no attention kernels on this device yet (layer {})", dev_->name(), il));
+    if ((r_.attention[il] || r_.ffn[il]) && !attention_runs_on(*dev_, l))
+      throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s attention ({} weights)", dev_->name(), il, tensor_type_name(l.wo.type)));
+    if (r_.ffn[il] && !dense_ffn_runs_on(*dev_, l))
+      throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s whole FFN ({} weights{})", dev_->name(), il, tensor_type_name(l.ffn_up.type),
+                                              l.ffn_down ? "" : ", down rows of a sparse file"));
     if (r_.predictor[il] && l.pred_fc1 && (!dev_->supports(devices::operation::predict, l.pred_fc1.type) || l.pred_fc2.type != l.pred_fc1.type))
       throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s predictor ({} weights)", dev_->name(), il, tensor_type_name(l.pred_fc1.type)));
   }

@@ -8,8 +8,9 @@
 //
 // A device that computes with host code (sim, cpu) runs the engine's CPU routines on its queue over
 // the copies (its buffers are host memory). A GPU (cuda, hip) holds what its kernels compute
-// (devices::device::supports): predictors and the head with F16, Q8_0 or Q4_0 weights — their rows
-// put back in plain order when the private copy interleaved them —, no attention yet.
+// (devices::device::supports): attention, predictors, a dense layer's FFN and the head with F16, Q8_0 or
+// Q4_0 weights, their rows put back in plain order when the private copy interleaved them; the norms
+// are applied on the host (the copies of the norms it holds are not read).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,6 +31,12 @@ struct device_residency {
   uint64_t compute_bytes = 0;                      // compute buffers set aside on the device
   bool any() const;
 };
+
+// The device jobs' name for a model's FFN activation.
+devices::ffn_activation device_activation(activation a);
+// Whether the device computes this layer's attention (every product's weights), and its whole FFN.
+bool attention_runs_on(const devices::device& dev, const layer_weights& l);
+bool dense_ffn_runs_on(const devices::device& dev, const layer_weights& l);
 
 class device_layers {
  public:

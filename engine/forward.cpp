@@ -174,12 +174,63 @@ void inference_context::attention_block(step_state& B, int64_t il) {
   // routine on the device's queue, over its copies.
   if (device_ && device_->attention(il)) {
     device_read_ += device_->attention_bytes(il);
+    if (!device_->device().runs_host_work())  // a GPU: its kernels, the norms here
+      return attention_block(B, il, model_->weights().layers[static_cast<size_t>(il)], cpu_workers(), &device_->layer(il));
     return device_->run([&] { attention_block(B, il, device_->layer(il), {&device_->pool(), &device_->xq()}); });
   }
   attention_block(B, il, model_->weights().layers[static_cast<size_t>(il)], cpu_workers());
 }
 
-void inference_context::attention_block(step_state& B, int64_t il, const layer_weights& l, const workers& on) {
+void inference_context::attention_job(step_state& B, int64_t il, const layer_weights& g) {
+  const hparams& hp = model_->hp();
+  const int64_t n = B.n, n_rot = hp.n_rot, half = n_rot / 2;
+  B.angles.resize(static_cast<size_t>(n * n_rot));
+  B.seqs32.resize(static_cast<size_t>(n)), B.positions32.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    const rope_angles a(hp, B.positions[static_cast<size_t>(t)]);
+    std::copy(a.c, a.c + half, B.angles.begin() + t * n_rot);
+    std::copy(a.s, a.s + half, B.angles.begin() + t * n_rot + half);
+    B.seqs32[static_cast<size_t>(t)] = static_cast<int32_t>(B.seqs[static_cast<size_t>(t)]);
+    B.positions32[static_cast<size_t>(t)] = static_cast<int32_t>(B.positions[static_cast<size_t>(t)]);
+  }
+  devices::attention_job job;
+  if (g.wqkv) {
+    job.wqkv = g.wqkv.data, job.t_qkv = g.wqkv.type;
+  } else {
+    job.wq = g.wq.data, job.wk = g.wk.data, job.wv = g.wv.data;
+    job.t_q = g.wq.type, job.t_k = g.wk.type, job.t_v = g.wv.type;
+  }
+  job.wo = g.wo.data, job.t_o = g.wo.type;
+  job.n = n, job.d = hp.n_embd, job.n_head = hp.n_head, job.n_head_kv = hp.n_head_kv, job.head_dim = hp.head_dim(), job.n_rot = n_rot;
+  job.adjacent_pairs = hp.rope == rope_style::adjacent_pairs;
+  job.x = B.xn.data(), job.angles = B.angles.data(), job.seqs = B.seqs32.data(), job.positions = B.positions32.data();
+  job.k_cache = k_layers_[static_cast<size_t>(il)], job.v_cache = v_layers_[static_cast<size_t>(il)];
+  job.kv_type = kv_type_, job.ctx = n_ctx_, job.n_seq = n_seq_;
+  job.out = B.proj.data();
+  job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
+  device_->run([&] { device_->device().compute(job); });
+}
+
+void inference_context::attention_block(step_state& B, int64_t il, const layer_weights& l, const workers& on, const layer_weights* gpu) {
+  const hparams& hp = model_->hp();
+  const layer_recipe r = recipe_of(hp, l);
+  const int64_t n = B.n, d = hp.n_embd;
+  // What the predictor reads, when that is the layer's input and attention's output is added before
+  // the FFN: a copy of it (parallel layers leave x as it is until the end of the layer).
+  if (!r.parallel && r.predictor_reads_layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
+  {
+    trace_scope span(trace_, stage::attention, B.step, il, n);
+    for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_norm, B.x.data() + t * d, B.xn.data() + t * d, d, hp.norm_eps);
+    if (gpu) {
+      attention_job(B, il, *gpu);
+    } else {
+      attention_products(B, il, l, on);
+    }
+  }
+  attention_tail(B, r);
+}
+
+void inference_context::attention_products(step_state& B, int64_t il, const layer_weights& l, const workers& on) {
   const hparams& hp = model_->hp();
   const layer_recipe r = recipe_of(hp, l);
   const int64_t n = B.n, d = hp.n_embd, kv = hp.n_embd_kv();
@@ -188,13 +239,7 @@ void inference_context::attention_block(step_state& B, int64_t il, const layer_w
   auto q_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row : B.qkv.data() + t * d; };
   auto k_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row + d : B.qkv.data() + n * d + t * kv; };
   auto v_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row + d + kv : B.qkv.data() + n * (d + kv) + t * kv; };
-
-  // What the predictor reads, when that is the layer's input and attention's output is added before
-  // the FFN: a copy of it (parallel layers leave x as it is until the end of the layer).
-  if (!r.parallel && r.predictor_reads_layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
   {
-    trace_scope span(trace_, stage::attention, B.step, il, n);
-    for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_norm, B.x.data() + t * d, B.xn.data() + t * d, d, hp.norm_eps);
     if (r.fused_qkv) {
       matmul(on, l.wqkv, B.xn.data(), n, B.qkv.data());
     } else {
@@ -252,7 +297,11 @@ void inference_context::attention_block(step_state& B, int64_t il, const layer_w
     });
     matmul(on, l.wo, B.attn.data(), n, B.proj.data());
   }
+}
 
+void inference_context::attention_tail(step_state& B, const layer_recipe& r) {
+  const hparams& hp = model_->hp();
+  const int64_t n = B.n, d = hp.n_embd;
   // The FFN's normalized input and what its predictor reads. In a parallel layer both read the
   // layer's input (proj is added with the FFN's output); otherwise attention's output is added first.
   if (!r.parallel) for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];

@@ -113,6 +113,8 @@ class inference_context {
     std::vector<int64_t> seqs, positions;                               // n
     std::vector<int64_t> logit_rows;                                    // rows whose logits the head computes
     std::vector<int64_t> groups;                                        // attention's query groups (scratch)
+    std::vector<float> angles;                                          // n x n_rot: RoPE's angles for a GPU's attention
+    std::vector<int32_t> seqs32, positions32;                           // n: the same tokens' slots and positions, for a GPU
     const float* ffn_in = nullptr;                                      // this layer's FFN input (n x n_embd)
     const float* pred_in = nullptr;                                     // what its predictor reads (n x n_embd)
     std::vector<float> logits;                                          // step_logits' rows x n_vocab
@@ -203,7 +205,13 @@ class inference_context {
   // FFN's output added to the residual stream; the head.
   void begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
   void attention_block(step_state& B, int64_t layer);
-  void attention_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on);  // over these weights, by these workers
+  // Over the weights l, by these workers; with `gpu`, the products, RoPE, cache and softmax go to the hot
+  // device as one job over its copies (gpu), the norms stay here (l: the host's weights).
+  void attention_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const layer_weights* gpu = nullptr);
+  void attention_job(step_state& B, int64_t layer, const layer_weights& gpu);
+  void dense_ffn_job(step_state& B, int64_t layer, const float* in, const float* pred_in, float* out);  // a GPU's whole FFN
+  void attention_products(step_state& B, int64_t layer, const layer_weights& l, const workers& on);  // xn -> proj on the host's workers
+  void attention_tail(step_state& B, const layer_recipe& r);  // proj added, the FFN's input normalized
   void add_ffn_output(step_state& B, int64_t layer, const float* out);
   void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows
   uint8_t* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)

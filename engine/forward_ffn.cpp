@@ -33,9 +33,45 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const float* in,
   // A dense layer the hot device holds whole: its FFN on the device's queue, over its copies.
   if (device_ && device_->ffn(layer)) {
     device_read_ += device_->ffn_bytes(layer);
+    if (!device_->device().runs_host_work()) return dense_ffn_job(B, layer, in, pred_in, out);
     return device_->run([&] { ffn_block(B, layer, device_->layer(layer), {&device_->pool(), &device_->xq()}, in, pred_in, may_go_dense, out); });
   }
   ffn_block(B, layer, model_->weights().layers[static_cast<size_t>(layer)], cpu_workers(), in, pred_in, may_go_dense, out);
+}
+
+void inference_context::dense_ffn_job(step_state& B, int64_t layer, const float* in, const float* pred_in, float* out) {
+  const hparams& hp = model_->hp();
+  const int64_t n = B.n, n_ff = hp.n_ff, d = hp.n_embd;
+  const layer_weights& g = device_->layer(layer);
+  {
+    trace_scope span(trace_, stage::ffn, B.step, layer, n);
+    devices::dense_ffn_job job;
+    job.gate = g.ffn_gate ? g.ffn_gate.data : nullptr, job.up = g.ffn_up.data, job.down = g.ffn_down.data;
+    job.t_gate = g.ffn_gate ? g.ffn_gate.type : g.ffn_up.type, job.t_up = g.ffn_up.type, job.t_down = g.ffn_down.type;
+    job.gated = hp.gated_ffn;
+    job.act = device_activation(hp.act);
+    job.n = n, job.d = d, job.n_ff = n_ff, job.x = in, job.out = out;
+    job.hidden = stats_on_ || observer_ ? B.hidden.data() : nullptr;  // each neuron's value, where something reads it
+    job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
+    device_->run([&] { device_->device().compute(job); });
+  }
+  // Every neuron computed, as the dense path counts it.
+  ++choices_[static_cast<size_t>(layer)].dense;
+  for (int64_t t = 0; t < n; ++t) {
+    if (stats_on_) {
+      auto& st = stats_[static_cast<size_t>(layer)];
+      const float* h = B.hidden.data() + t * n_ff;
+      st.tokens += 1, st.neurons += n_ff, st.computed += n_ff;
+      for (int64_t i = 0; i < n_ff; ++i) st.truly_active += h[i] != 0.0f, st.active_computed += h[i] != 0.0f;
+    }
+    if (observer_) {
+      observer_(observed::ffn_pred_in, layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
+      observer_(observed::ffn_act, layer, std::span<const float>(B.hidden.data() + t * n_ff, static_cast<size_t>(n_ff)));
+    }
+  }
+  computed_[static_cast<size_t>(layer)] += n * n_ff;
+  read_[static_cast<size_t>(layer)] += n_ff;
+  down_read_[static_cast<size_t>(layer)] += n_ff;
 }
 
 void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,

@@ -79,19 +79,6 @@ void hot_rows::split(int64_t layer, std::span<const int32_t> chosen, ffn_split& 
   }
 }
 
-namespace {
-
-devices::ffn_activation device_activation(activation a) {
-  switch (a) {
-    case activation::relu: return devices::ffn_activation::relu;
-    case activation::silu: return devices::ffn_activation::silu;
-    case activation::gelu: return devices::ffn_activation::gelu;
-    case activation::drelu: return devices::ffn_activation::drelu;
-  }
-  return devices::ffn_activation::relu;
-}
-
-}  // namespace
 
 devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s, const batch_ffn_input& x, float* hidden, float* out,
                                 trace_recorder* trace, const timing& timed) const {

@@ -32,7 +32,8 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   cmd->add_option("--n-gpu-layers", m.n_gpu_layers, "Dense files: layers the hot device holds whole, front to back (default: as many as fit its budget)")
       ->check(whole_in(0, 1 << 20));
   cmd->add_flag("--sim-kernels", m.sim_kernels,
-                "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies, no attention), "
+                "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies: attention, predictors, "
+                "FFN rows, dense FFNs, the head), "
                 "so that what runs above a GPU's kernels runs here");
   cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
       ->check(CLI::IsMember({"f16", "f32"}))
@@ -98,15 +99,14 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
   dopt.sim_kernels = a.sim_kernels;
   if (a.sim_kernels && a.device != "sim") throw std::invalid_argument("--sim-kernels needs --device sim");
-  // auto: the first usable GPU of this build's back end, where it can run this file (a sparse file whose
-  // FFN rows its kernel reads; attention has no GPU kernels yet, so a dense file stays on the CPU).
+  // auto: the first usable GPU of this build's back end, where its kernels read this file's FFN rows
+  // (F16, Q8_0, Q4_0: a sparse file's hot rows, a dense file's whole layers).
   if (dopt.kind == "auto") {
     const auto gpus = devices::probe_cuda();
     std::string why_not;
     if (gpus.devices.empty()) why_not = "-";
-    else if (!m->has_predictors()) why_not = "it has no attention kernels yet, which a dense file's layers need";
     else if (const auto t = m->weights().layers[0].ffn_up.type; t != tensor_type::f16 && t != tensor_type::q8_0 && t != tensor_type::q4_0)
-      why_not = fmt::format("its FFN kernel reads F16, Q8_0 or Q4_0 rows, not {}", tensor_type_name(t));
+      why_not = fmt::format("its kernels read F16, Q8_0 or Q4_0 FFN rows, not {}", tensor_type_name(t));
     if (why_not.empty()) {
       dopt.kind = gpus.kind;
       fmt::print(stderr, "hotcold: --device auto: {} {} (use --device cpu to run on the CPU alone)\n", gpus.kind, gpus.devices[0].name);
@@ -128,21 +128,22 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     po.n_seq = n_seq;
     po.kv_value_bytes = kv_type == tensor_type::f32 ? 4 : 2;
     // What the device computes besides hot rows: everything on sim; on a GPU what its kernels read
-    // (predictors and the head with F16 weights; no attention kernels yet).
+    // (attention, predictors, dense FFNs and the head with F16, Q8_0 or Q4_0 weights).
+    const bool split_ffn = m->has_predictors();
     {
       const auto& w0 = m->weights().layers[0];
-      po.attention = dev->supports(devices::operation::attention, w0.wo.type);
+      po.attention = attention_runs_on(*dev, w0) && (split_ffn || dense_ffn_runs_on(*dev, w0));
       po.predictors = w0.pred_fc1 && dev->supports(devices::operation::predict, w0.pred_fc1.type) && w0.pred_fc2.type == w0.pred_fc1.type;
       po.head = dev->supports(devices::operation::matvec, m->weights().output.type);
     }
     po.n_gpu_layers = a.n_gpu_layers;
-    const bool split_ffn = m->has_predictors();
     if (a.n_gpu_layers >= 0 && split_ffn)
       throw std::invalid_argument("--n-gpu-layers counts the layers of a dense file the device holds whole; a sparse file's plan puts attention "
                                   "first and the hot neurons in what is left");
     if (!split_ffn && !po.attention)
-      throw std::invalid_argument(fmt::format("--device {} on a dense file: whole layers need attention on the device, which has no kernels for it yet; "
-                                              "use --device sim, or a sparse file (`hotcold prepare`)", a.device));
+      throw std::invalid_argument(fmt::format("--device {} on a dense file: its kernels do not read this file's layers ({} attention, {} FFN weights: "
+                                              "they read F16, Q8_0 and Q4_0); use --device cpu",
+                                              a.device, tensor_type_name(m->weights().layers[0].wo.type), tensor_type_name(m->weights().layers[0].ffn_up.type)));
     tools::placement_plan plan = tools::plan_device(*m, dev->budget(), po);
     placement_data hot_placement;
     if (split_ffn) {

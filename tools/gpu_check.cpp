@@ -72,15 +72,18 @@ double dot_ref(const uint16_t* w, const float* x, int64_t n) {
   return s;
 }
 
-void check_matvec(int64_t rows, int64_t cols, std::mt19937& rng) {
+// y_t = W x_t for n vectors at once (n = 1 is matvec), F16 rows, written with a stride.
+void check_matmul(int64_t rows, int64_t cols, int64_t n, std::mt19937& rng) {
   auto w = random_f16(static_cast<size_t>(rows * cols), rng, 0.05f);
-  auto x = random_f32(static_cast<size_t>(cols), rng);
-  std::vector<double> want(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) want[static_cast<size_t>(r)] = dot_ref(w.data() + r * cols, x.data(), cols);
+  auto x = random_f32(static_cast<size_t>(n * cols), rng);
+  const int64_t ldy = rows + 3;  // outputs land in wider rows (the attention's q/k/v layout)
+  std::vector<double> want(static_cast<size_t>(n * ldy), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) want[static_cast<size_t>(t * ldy + r)] = dot_ref(w.data() + r * cols, x.data() + t * cols, cols);
   dev<uint16_t> dw(w);
-  dev<float> dx(x), dy(static_cast<size_t>(rows));
-  const std::string e = gpu::matvec_f16(dw.p, rows, cols, dx.p, dy.p);
-  report("matvec_f16 " + std::to_string(rows) + "x" + std::to_string(cols), e, nmse(dy.get(), want), 1e-7);
+  dev<float> dx(x), dy(static_cast<size_t>(n * ldy));
+  const std::string e = gpu::matmul(gpu::row_type::f16, dw.p, rows, cols, dx.p, n, dy.p, ldy);
+  report("matmul f16 " + std::to_string(rows) + "x" + std::to_string(cols) + " n " + std::to_string(n), e, nmse(dy.get(), want), 1e-7);
 }
 
 double act_ref(gpu::ffn_act a, double v) {
@@ -206,38 +209,94 @@ void check_predictor(int64_t d, int64_t rank, int64_t n_ff, std::mt19937& rng) {
   dev<uint16_t> d1(fc1), d2(fc2);
   dev<float> dx(x), dmid(static_cast<size_t>(rank)), dscores(static_cast<size_t>(n_ff));
   dev<uint8_t> dchosen(static_cast<size_t>(n_ff));
-  const std::string e = gpu::predictor_f16(d1.p, d2.p, d, rank, n_ff, dx.p, threshold, dmid.p, dscores.p, dchosen.p);
+  const std::string e = gpu::predictor(gpu::row_type::f16, d1.p, d2.p, d, rank, n_ff, dx.p, threshold, dmid.p, dscores.p, dchosen.p);
   const auto got = dscores.get();
-  report("predictor_f16 scores " + std::to_string(n_ff) + " rank " + std::to_string(rank), e, nmse(got, scores), 1e-6);
+  report("predictor f16 scores " + std::to_string(n_ff) + " rank " + std::to_string(rank), e, nmse(got, scores), 1e-6);
   const auto chosen = dchosen.get();
   int wrong = 0;
   for (int64_t i = 0; i < n_ff; ++i)
     if (chosen[static_cast<size_t>(i)] != (got[static_cast<size_t>(i)] >= threshold)) ++wrong;
-  report("predictor_f16 chosen = scores >= threshold", e, wrong, 0);
+  report("predictor f16 chosen = scores >= threshold", e, wrong, 0);
 }
 
-void check_attention(int64_t pos, int64_t n_head, int64_t n_head_kv, int64_t hd, std::mt19937& rng) {
-  const int64_t kv = n_head_kv * hd;
-  auto q = random_f32(static_cast<size_t>(n_head * hd), rng), k = random_f32(static_cast<size_t>((pos + 1) * kv), rng),
-       v = random_f32(static_cast<size_t>((pos + 1) * kv), rng);
-  std::vector<double> want(static_cast<size_t>(n_head * hd), 0.0);
-  for (int64_t h = 0; h < n_head; ++h) {
-    const int64_t kvh = h / (n_head / n_head_kv);
-    std::vector<double> s(static_cast<size_t>(pos + 1));
-    double m = -1e300, sum = 0;
-    for (int64_t t = 0; t <= pos; ++t) {
-      double a = 0;
-      for (int64_t i = 0; i < hd; ++i) a += static_cast<double>(q[static_cast<size_t>(h * hd + i)]) * k[static_cast<size_t>(t * kv + kvh * hd + i)];
-      s[static_cast<size_t>(t)] = a / std::sqrt(static_cast<double>(hd));
-      m = std::max(m, s[static_cast<size_t>(t)]);
+// A batch's attention as a layer runs it: q/k/v rows rotated by given angles, k and v stored as F16
+// (or F32) in a cache of two sequences that already holds `past` positions of each, then every token
+// against its own sequence up to its position. Tokens: four of sequence 0 (past..past+3) and one of
+// sequence 1 (at past). Against double sums over the same rotation and the same F16 rounding.
+void check_attention(int64_t past, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_rot, bool adjacent, bool f16, std::mt19937& rng) {
+  const int64_t d = n_head * hd, kv = n_head_kv * hd, row = d + 2 * kv, ctx = past + 8, n = 5, half = n_rot / 2;
+  const gpu::attention_shape sh{d, n_head, n_head_kv, hd, n_rot, adjacent, ctx};
+  auto qkv = random_f32(static_cast<size_t>(n * row), rng);
+  std::vector<int32_t> seqpos{0, 0, 0, 0, 1, static_cast<int32_t>(past), static_cast<int32_t>(past + 1), static_cast<int32_t>(past + 2),
+                              static_cast<int32_t>(past + 3), static_cast<int32_t>(past)};
+  std::vector<float> angles(static_cast<size_t>(n * n_rot));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const double theta = seqpos[static_cast<size_t>(n + t)] * std::pow(10000.0, -2.0 * i / n_rot);
+      angles[static_cast<size_t>(t * n_rot + i)] = static_cast<float>(std::cos(theta));
+      angles[static_cast<size_t>(t * n_rot + half + i)] = static_cast<float>(std::sin(theta));
     }
-    for (auto& x : s) sum += (x = std::exp(x - m));
-    for (int64_t t = 0; t <= pos; ++t)
-      for (int64_t i = 0; i < hd; ++i) want[static_cast<size_t>(h * hd + i)] += s[static_cast<size_t>(t)] / sum * v[static_cast<size_t>(t * kv + kvh * hd + i)];
+  // The cache as the host sees it (floats rounded as it stores them); the past is random.
+  const auto cache_values = static_cast<size_t>(2 * ctx * kv);
+  std::vector<float> kc = random_f32(cache_values, rng), vc = random_f32(cache_values, rng);
+  auto round = [&](float v) { return f16 ? kernels::fp16_to_fp32(kernels::fp32_to_fp16(v)) : v; };
+  for (auto* c : {&kc, &vc})
+    for (auto& v : *c) v = round(v);
+  std::vector<float> rotated = qkv;
+  for (int64_t t = 0; t < n; ++t) {
+    const float *c = angles.data() + t * n_rot, *s = c + half;
+    for (int64_t h = 0; h < n_head + n_head_kv; ++h) {
+      float* x = rotated.data() + t * row + h * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c[i] - x1 * s[i];
+        x[b] = x0 * s[i] + x1 * c[i];
+      }
+    }
+    const int64_t at = (seqpos[static_cast<size_t>(t)] * ctx + seqpos[static_cast<size_t>(n + t)]) * kv;
+    for (int64_t i = 0; i < kv; ++i) {
+      kc[static_cast<size_t>(at + i)] = round(rotated[static_cast<size_t>(t * row + d + i)]);
+      vc[static_cast<size_t>(at + i)] = round(rotated[static_cast<size_t>(t * row + d + kv + i)]);
+    }
   }
-  dev<float> dq(q), dk(k), dv(v), dout(static_cast<size_t>(n_head * hd));
-  const std::string e = gpu::attend_f32(dq.p, dk.p, dv.p, pos, n_head, n_head_kv, hd, dout.p);
-  report("attend_f32 pos " + std::to_string(pos) + " heads " + std::to_string(n_head) + "/" + std::to_string(n_head_kv), e, nmse(dout.get(), want), 1e-7);
+  std::vector<double> want(static_cast<size_t>(n * d), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t base = seqpos[static_cast<size_t>(t)] * ctx * kv + h / (n_head / n_head_kv) * hd, pos = seqpos[static_cast<size_t>(n + t)];
+      std::vector<double> sc(static_cast<size_t>(pos + 1));
+      double m = -1e300, sum = 0;
+      for (int64_t p = 0; p <= pos; ++p) {
+        double a = 0;
+        for (int64_t i = 0; i < hd; ++i) a += static_cast<double>(rotated[static_cast<size_t>(t * row + h * hd + i)]) * kc[static_cast<size_t>(base + p * kv + i)];
+        m = std::max(m, sc[static_cast<size_t>(p)] = a / std::sqrt(static_cast<double>(hd)));
+      }
+      for (auto& x : sc) sum += (x = std::exp(x - m));
+      for (int64_t p = 0; p <= pos; ++p)
+        for (int64_t i = 0; i < hd; ++i) want[static_cast<size_t>(t * d + h * hd + i)] += sc[static_cast<size_t>(p)] / sum * vc[static_cast<size_t>(base + p * kv + i)];
+    }
+  // The device's cache starts as the same past (stored in its own type).
+  std::vector<uint16_t> k16(cache_values), v16(cache_values);
+  for (size_t i = 0; i < cache_values; ++i) k16[i] = kernels::fp32_to_fp16(kc[i]), v16[i] = kernels::fp32_to_fp16(vc[i]);
+  dev<uint16_t> dk16(k16), dv16(v16);
+  dev<float> dk32(kc), dv32(vc), dqkv(qkv), dangles(angles), dout(static_cast<size_t>(n * d));
+  dev<int32_t> dsp(seqpos);
+  void* dk = f16 ? static_cast<void*>(dk16.p) : static_cast<void*>(dk32.p);
+  void* dv = f16 ? static_cast<void*>(dv16.p) : static_cast<void*>(dv32.p);
+  std::string e = gpu::rope_store(sh, dqkv.p, n, dangles.p, dsp.p, dk, dv, f16);
+  if (e.empty()) e = gpu::attend(sh, dqkv.p, n, dsp.p, dk, dv, f16, dout.p);
+  const std::string name = "attention " + std::string(f16 ? "f16" : "f32") + " cache, past " + std::to_string(past) + ", heads " + std::to_string(n_head) + "/" +
+                           std::to_string(n_head_kv) + " x" + std::to_string(hd) + (adjacent ? " adjacent" : " neox") + " rot " + std::to_string(n_rot);
+  report(name, e, nmse(dout.get(), want), 1e-6);
+  // The stored keys, where the rounding of the rotation is checked directly.
+  std::vector<float> got_k(cache_values);
+  if (f16) {
+    const auto h = dk16.get();
+    for (size_t i = 0; i < cache_values; ++i) got_k[i] = kernels::fp16_to_fp32(h[i]);
+  } else {
+    got_k = dk32.get();
+  }
+  report(name + " stored K", e, nmse(got_k, std::vector<double>(kc.begin(), kc.end())), 1e-7);
 }
 
 // The ~1B shape's decode work per token on the device: its attention projections and head as
@@ -260,12 +319,20 @@ void bench(std::mt19937& rng) {
     (void)gpuDeviceSynchronize();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
   };
-  const double mv = time([&] { gpu::matvec_f16(dw.p, d, d, dx.p, dy.p); }, 200);
-  std::printf("BENCH matvec_f16 %lldx%lld: %.1f us, %.0f GB/s\n", static_cast<long long>(d), static_cast<long long>(d), mv * 1e6, d * d * 2 / mv / 1e9);
+  const double mv = time([&] { gpu::matvec(gpu::row_type::f16, dw.p, d, d, dx.p, dy.p); }, 200);
+  std::printf("BENCH matvec f16 %lldx%lld: %.1f us, %.0f GB/s\n", static_cast<long long>(d), static_cast<long long>(d), mv * 1e6, d * d * 2 / mv / 1e9);
   dev<float> scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
   const double ffn = time([&] { gpu::hot_ffn(gpu::row_type::f16, dr.p, dr.p, dr.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, dh.p, dy.p, scratch.p); }, 200);
   std::printf("BENCH hot_ffn f16 %lld chosen rows of %lld: %.1f us, %.0f GB/s of rows\n", static_cast<long long>(chosen), static_cast<long long>(hot), ffn * 1e6,
               chosen * 3.0 * d * 2 / ffn / 1e9);
+  // One token's attention at the last position of a 2048 context (32 heads of 64, 4 KV heads, F16 cache).
+  const int64_t ctx = 2048, n_head = 32, n_head_kv = 4, hd = 64, kv = n_head_kv * hd;
+  const gpu::attention_shape sh{d, n_head, n_head_kv, hd, hd, false, ctx};
+  dev<uint16_t> kc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f)), vc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f));
+  dev<float> qkv(random_f32(static_cast<size_t>(d + 2 * kv), rng)), out(static_cast<size_t>(d));
+  dev<int32_t> sp(std::vector<int32_t>{0, static_cast<int32_t>(ctx - 1)});
+  const double at = time([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p); }, 200);
+  std::printf("BENCH attend f16 cache %lld positions: %.1f us, %.0f GB/s of cache\n", static_cast<long long>(ctx), at * 1e6, ctx * 2.0 * kv * 2 / at / 1e9);
 }
 
 }  // namespace
@@ -279,9 +346,9 @@ int main() {
   std::printf("device: %s\n", probe.devices.front().name.c_str());
   std::mt19937 rng(2026);
   try {
-    check_matvec(4096, 2048, rng);
-    check_matvec(333, 2047, rng);  // odd columns: the unaligned path
-    check_matvec(5632, 256, rng);
+    check_matmul(4096, 2048, 1, rng);
+    check_matmul(333, 2047, 3, rng);  // odd columns: the unaligned path
+    check_matmul(5632, 256, 7, rng);
     for (auto act : {gpu::ffn_act::relu, gpu::ffn_act::silu, gpu::ffn_act::gelu, gpu::ffn_act::drelu}) check_hot_ffn(1024, 512, 300, true, act, rng);
     check_hot_ffn(1024, 512, 300, false, gpu::ffn_act::gelu, rng);
     check_hot_ffn(64, 2048, 0, true, gpu::ffn_act::relu, rng);  // nothing chosen: out is zero
@@ -291,8 +358,10 @@ int main() {
       check_matvec_quantized(t, 1000, 512, rng);
     }
     check_predictor(2048, 256, 5632, rng);
-    check_attention(0, 8, 8, 64, rng);
-    check_attention(300, 16, 4, 128, rng);
+    check_attention(0, 8, 8, 64, 64, false, true, rng);
+    check_attention(300, 16, 4, 128, 128, false, true, rng);  // grouped-query, several tiles
+    check_attention(40, 4, 1, 64, 32, true, false, rng);      // partial rotation, adjacent pairs, F32 cache
+    check_attention(33, 2, 2, 256, 64, false, true, rng);     // the widest head
     bench(rng);
   } catch (const std::exception& e) {
     std::printf("FAIL %s\n", e.what());

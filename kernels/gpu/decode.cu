@@ -33,13 +33,6 @@ __device__ inline float warp_dot_f16(const __half* row, int64_t cols, const floa
   return warp_sum(s);
 }
 
-__global__ void matvec_f16_kernel(const __half* w, int64_t rows, int64_t cols, const float* x, float* y) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
-  if (r >= rows) return;
-  const float s = warp_dot_f16(w + r * cols, cols, x);
-  if (threadIdx.x % warp == 0) y[r] = s;
-}
-
 __device__ inline float activate(ffn_act act, float v) {
   switch (act) {
     case ffn_act::silu: return v / (1.0f + expf(-v));
@@ -137,21 +130,20 @@ __global__ void hot_down_kernel(const uint8_t* down_t, int64_t row_bytes, const 
   partial[blockIdx.y * d + c] = s;
 }
 
-// One group of 32 lanes per row: y[r] = row r . x, rows in type T.
-template <row_type T>
-__global__ void matvec_kernel(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t cols, const float* x, float* y) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
-  if (r >= rows) return;
-  const float s = warp_dot_row<T>(w + r * row_bytes, cols, x);
-  if (threadIdx.x % warp == 0) y[r] = s;
-}
-
 __global__ void down_sum_kernel(const float* partial, int64_t chunks, int64_t d, float* out) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= d) return;
   float s = 0.0f;
   for (int64_t k = 0; k < chunks; ++k) s += partial[k * d + c];
   out[c] = s;
+}
+
+__global__ void activate_kernel(const float* gate, float* up, int64_t count, bool gated, ffn_act act) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= count) return;
+  const float u = up[i];
+  if (!gated) up[i] = activate(act, u);
+  else up[i] = act == ffn_act::drelu ? fmaxf(gate[i], 0.0f) * fmaxf(u, 0.0f) : activate(act, gate[i]) * u;
 }
 
 __global__ void relu_kernel(float* v, int64_t n) {
@@ -164,56 +156,144 @@ __global__ void threshold_kernel(const float* scores, int64_t n, float threshold
   if (i < n) chosen[i] = scores[i] >= threshold ? 1 : 0;
 }
 
-// One block per head: scores over the positions (a warp per position, in turn), the softmax with a
-// block reduction, then each thread one output dimension summed over the positions.
-__global__ void attend_kernel(const float* q, const float* k_cache, const float* v_cache, int64_t pos, int64_t n_head, int64_t n_head_kv,
-                              int64_t head_dim, float* scores_all, float* out) {
-  const int64_t h = blockIdx.x;
-  const int64_t kvh = h / (n_head / n_head_kv);
-  const int64_t kv = n_head_kv * head_dim;
-  const float* qh = q + h * head_dim;
-  float* s = scores_all + h * (pos + 1);
-  const float scale = rsqrtf(static_cast<float>(head_dim));
+// A row of cols values against nt <= 4 vectors (x + j cols), by one 32-lane group: each weight is
+// decoded once for all of them; s[j] gets vector j's sum (on every lane).
+template <row_type T>
+__device__ inline void warp_dot_rows4(const uint8_t* row, int64_t cols, const float* x, int nt, float s[4]) {
+  const int lane = threadIdx.x % warp;
+  float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (T == row_type::f16) {
+    const __half* r = reinterpret_cast<const __half*>(row);
+    if ((reinterpret_cast<uintptr_t>(row) & 3) == 0 && cols % 2 == 0) {
+      const __half2* r2 = reinterpret_cast<const __half2*>(row);
+      for (int64_t i = lane; i < cols / 2; i += warp) {
+        const float2 w = __half22float2(r2[i]);
+        for (int j = 0; j < 4; ++j)
+          if (j < nt) a[j] += w.x * x[j * cols + 2 * i] + w.y * x[j * cols + 2 * i + 1];
+      }
+    } else {
+      for (int64_t i = lane; i < cols; i += warp) {
+        const float w = __half2float(r[i]);
+        for (int j = 0; j < 4; ++j)
+          if (j < nt) a[j] += w * x[j * cols + i];
+      }
+    }
+  } else {
+    for (int64_t b = lane; b < cols / 32; b += warp) {
+      float w[32];
+      float scale;
+      if constexpr (T == row_type::q8_0) {
+        const block_q8& blk = reinterpret_cast<const block_q8*>(row)[b];
+        scale = __half2float(blk.d);
+        for (int k = 0; k < 32; ++k) w[k] = static_cast<float>(blk.qs[k]);
+      } else {
+        const block_q4& blk = reinterpret_cast<const block_q4*>(row)[b];
+        scale = __half2float(blk.d);
+        for (int k = 0; k < 16; ++k) w[k] = static_cast<float>((blk.qs[k] & 0x0F) - 8), w[k + 16] = static_cast<float>((blk.qs[k] >> 4) - 8);
+      }
+      for (int j = 0; j < 4; ++j)
+        if (j < nt) {
+          const float* xb = x + j * cols + b * 32;
+          float acc = 0.0f;
+          for (int k = 0; k < 32; ++k) acc += w[k] * xb[k];
+          a[j] += scale * acc;
+        }
+    }
+  }
+  for (int j = 0; j < 4; ++j) s[j] = warp_sum(a[j]);
+}
+
+// One group of 32 lanes per row, the vectors four at a time.
+template <row_type T>
+__global__ void matmul_kernel(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
+  if (r >= rows) return;
+  for (int64_t t0 = 0; t0 < n; t0 += 4) {
+    const int nt = n - t0 < 4 ? static_cast<int>(n - t0) : 4;
+    float s[4];
+    warp_dot_rows4<T>(w + r * row_bytes, cols, x + t0 * cols, nt, s);
+    if (threadIdx.x % warp == 0)
+      for (int j = 0; j < nt; ++j) y[(t0 + j) * ldy + r] = s[j];
+  }
+}
+
+// One block per token: its q and k heads rotated pair by pair, then its k and v rows stored.
+__global__ void rope_store_kernel(attention_shape sh, float* qkv, int64_t n, const float* angles, const int32_t* seqpos, void* k_cache, void* v_cache,
+                                  bool f16) {
+  const int64_t t = blockIdx.x, kv = sh.n_head_kv * sh.head_dim, half = sh.n_rot / 2;
+  float* q = qkv + t * (sh.d + 2 * kv);
+  const float *c = angles + t * sh.n_rot, *s = c + half;
+  for (int64_t p = threadIdx.x; p < (sh.n_head + sh.n_head_kv) * half; p += blockDim.x) {
+    const int64_t h = p / half, i = p % half;
+    float* x = q + h * sh.head_dim;  // the key heads follow the query heads
+    const int64_t a = sh.adjacent_pairs ? 2 * i : i, b = sh.adjacent_pairs ? 2 * i + 1 : i + half;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c[i] - x1 * s[i];
+    x[b] = x0 * s[i] + x1 * c[i];
+  }
+  __syncthreads();
+  const int64_t at = (static_cast<int64_t>(seqpos[t]) * sh.ctx + seqpos[n + t]) * kv;
+  const float *k = q + sh.d, *v = k + kv;
+  for (int64_t i = threadIdx.x; i < kv; i += blockDim.x) {
+    if (f16) {
+      static_cast<__half*>(k_cache)[at + i] = __float2half(k[i]);
+      static_cast<__half*>(v_cache)[at + i] = __float2half(v[i]);
+    } else {
+      static_cast<float*>(k_cache)[at + i] = k[i];
+      static_cast<float*>(v_cache)[at + i] = v[i];
+    }
+  }
+}
+
+__device__ inline float cached(const __half* c, int64_t i) { return __half2float(c[i]); }
+__device__ inline float cached(const float* c, int64_t i) { return c[i]; }
+
+constexpr int attend_threads = 128, attend_tile = 32;
+
+// Block (t, h): token t's head h over its sequence's positions 0..pos, a tile of 32 positions at a
+// time: the warps score the tile's keys into shared memory, then every thread (its output values
+// tid and tid + 128) rescales its running sum by the new maximum and adds the tile's values — an
+// online softmax, nothing stored per position.
+template <typename KV>
+__global__ void attend_kernel(attention_shape sh, const float* qkv, int64_t n, const int32_t* seqpos, const KV* k_cache, const KV* v_cache, float* out) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, hd = sh.head_dim, kv = sh.n_head_kv * hd;
+  const int64_t pos = seqpos[n + t];
+  const int64_t base = static_cast<int64_t>(seqpos[t]) * sh.ctx * kv + h / (sh.n_head / sh.n_head_kv) * hd;
+  __shared__ float q[attend_max_head_dim];
+  __shared__ float score[attend_tile];
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) q[i] = qkv[t * (sh.d + 2 * kv) + h * hd + i];
+  __syncthreads();
+  const float scale = rsqrtf(static_cast<float>(hd));
   const int warps = blockDim.x / warp, w = threadIdx.x / warp, lane = threadIdx.x % warp;
-  for (int64_t t = w; t <= pos; t += warps) {
-    const float* kr = k_cache + t * kv + kvh * head_dim;
-    float a = 0.0f;
-    for (int64_t i = lane; i < head_dim; i += warp) a += qh[i] * kr[i];
-    a = warp_sum(a);
-    if (lane == 0) s[t] = a * scale;
+  float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+  const int64_t i0 = threadIdx.x, i1 = threadIdx.x + attend_threads;
+  for (int64_t p0 = 0; p0 <= pos; p0 += attend_tile) {
+    const int nt = pos + 1 - p0 < attend_tile ? static_cast<int>(pos + 1 - p0) : attend_tile;
+    for (int j = w; j < nt; j += warps) {
+      const KV* kr = k_cache + base + (p0 + j) * kv;
+      float a = 0.0f;
+      for (int64_t i = lane; i < hd; i += warp) a += q[i] * cached(kr, i);
+      a = warp_sum(a);
+      if (lane == 0) score[j] = a * scale;
+    }
+    __syncthreads();
+    float tm = score[0];
+    for (int j = 1; j < nt; ++j) tm = fmaxf(tm, score[j]);
+    const float mn = fmaxf(m, tm), f = expf(m - mn);
+    l *= f, acc0 *= f, acc1 *= f;
+    for (int j = 0; j < nt; ++j) {
+      const float p = expf(score[j] - mn);
+      l += p;
+      const KV* vr = v_cache + base + (p0 + j) * kv;
+      if (i0 < hd) acc0 += p * cached(vr, i0);
+      if (i1 < hd) acc1 += p * cached(vr, i1);
+    }
+    m = mn;
+    __syncthreads();
   }
-  __syncthreads();
-  __shared__ float red[32];
-  float m = -INFINITY;
-  for (int64_t t = threadIdx.x; t <= pos; t += blockDim.x) m = fmaxf(m, s[t]);
-  for (int o = warp / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
-  if (lane == 0) red[w] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float mm = red[0];
-    for (int i = 1; i < warps; ++i) mm = fmaxf(mm, red[i]);
-    red[0] = mm;
-  }
-  __syncthreads();
-  m = red[0];
-  __syncthreads();
-  float sum = 0.0f;
-  for (int64_t t = threadIdx.x; t <= pos; t += blockDim.x) sum += (s[t] = expf(s[t] - m));
-  sum = warp_sum(sum);
-  if (lane == 0) red[w] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float ss = 0.0f;
-    for (int i = 0; i < warps; ++i) ss += red[i];
-    red[0] = ss;
-  }
-  __syncthreads();
-  const float inv = 1.0f / red[0];
-  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    float a = 0.0f;
-    for (int64_t t = 0; t <= pos; ++t) a += s[t] * v_cache[t * kv + kvh * head_dim + i];
-    out[h * head_dim + i] = a * inv;
-  }
+  float* o = out + t * sh.d + h * hd;
+  if (i0 < hd) o[i0] = acc0 / l;
+  if (i1 < hd) o[i1] = acc1 / l;
 }
 
 std::string launched() {
@@ -224,14 +304,6 @@ std::string launched() {
 gpuStream_t as_stream(void* s) { return static_cast<gpuStream_t>(s); }
 
 }  // namespace
-
-std::string matvec_f16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y, void* stream) {
-  if (rows <= 0) return {};
-  constexpr int threads = 256, per_block = threads / warp;
-  matvec_f16_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), threads, 0, as_stream(stream)>>>(reinterpret_cast<const __half*>(w), rows,
-                                                                                                                 cols, x, y);
-  return launched();
-}
 
 int64_t row_bytes(row_type t, int64_t d) {
   switch (t) {
@@ -275,18 +347,7 @@ std::string hot_ffn(row_type t, const void* gate, const void* up, const void* do
 }
 
 std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, void* stream) {
-  if (rows <= 0) return {};
-  if (t != row_type::f16 && cols % 32 != 0) return "matvec: quantized rows need a multiple of 32 values";
-  constexpr int threads = 256, per_block = threads / warp;
-  const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const int64_t rb = row_bytes(t, cols);
-  switch (t) {
-    case row_type::f16: matvec_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, y); break;
-    case row_type::q8_0: matvec_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, y); break;
-    default: matvec_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, y); break;
-  }
-  return launched();
+  return matmul(t, w, rows, cols, x, 1, y, rows, stream);
 }
 
 std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
@@ -300,27 +361,57 @@ std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, i
   return launched();
 }
 
-std::string predictor_f16(const uint16_t* fc1, const uint16_t* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
-                          float* scores, uint8_t* chosen, void* stream) {
-  if (auto e = matvec_f16(fc1, rank, d, x, scratch, stream); !e.empty()) return e;
-  constexpr int threads = 256;
-  relu_kernel<<<static_cast<unsigned>((rank + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scratch, rank);
-  if (auto e = launched(); !e.empty()) return e;
-  if (auto e = matvec_f16(fc2, n_ff, rank, scratch, scores, stream); !e.empty()) return e;
-  threshold_kernel<<<static_cast<unsigned>((n_ff + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scores, n_ff, threshold, chosen);
+std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy, void* stream) {
+  if (rows <= 0 || n <= 0) return {};
+  if (t != row_type::f16 && cols % 32 != 0) return "matmul: quantized rows need a multiple of 32 values";
+  constexpr int threads = 256, per_block = threads / warp;
+  const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t rb = row_bytes(t, cols);
+  switch (t) {
+    case row_type::f16: matmul_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
+    case row_type::q8_0: matmul_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
+    default: matmul_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
+  }
   return launched();
 }
 
-std::string attend_f32(const float* q, const float* k_cache, const float* v_cache, int64_t pos, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                       float* out, void* stream) {
-  if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0) return "attend_f32: n_head must be a positive multiple of n_head_kv";
-  float* scores = nullptr;  // n_head x (pos + 1), freed once the stream has run the kernel
-  if (gpuMalloc(reinterpret_cast<void**>(&scores), static_cast<size_t>(n_head * (pos + 1)) * sizeof(float)) != gpuSuccess) return "attend_f32: out of memory";
-  attend_kernel<<<static_cast<unsigned>(n_head), 256, 0, as_stream(stream)>>>(q, k_cache, v_cache, pos, n_head, n_head_kv, head_dim, scores, out);
-  std::string e = launched();
-  (void)gpuStreamSynchronize(as_stream(stream));
-  (void)gpuFree(scores);
-  return e;
+std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, void* stream) {
+  if (count <= 0) return {};
+  constexpr int threads = 256;
+  activate_kernel<<<static_cast<unsigned>((count + threads - 1) / threads), threads, 0, as_stream(stream)>>>(gate, up, count, gated, act);
+  return launched();
+}
+
+namespace {
+std::string check_shape(const attention_shape& s) {
+  if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv != 0) return "attention: n_head must be a positive multiple of n_head_kv";
+  if (s.head_dim <= 0 || s.head_dim > attend_max_head_dim) return "attention: heads of 1 to 256 values";
+  if (s.n_rot % 2 != 0 || s.n_rot > s.head_dim) return "attention: an even number of rotated values, at most a head's";
+  return {};
+}
+}  // namespace
+
+std::string rope_store(const attention_shape& s, float* qkv, int64_t n, const float* angles, const int32_t* seqpos, void* k_cache, void* v_cache, bool f16,
+                       void* stream) {
+  if (auto e = check_shape(s); !e.empty()) return e;
+  if (n <= 0) return {};
+  rope_store_kernel<<<static_cast<unsigned>(n), 128, 0, as_stream(stream)>>>(s, qkv, n, angles, seqpos, k_cache, v_cache, f16);
+  return launched();
+}
+
+std::string attend(const attention_shape& s, const float* qkv, int64_t n, const int32_t* seqpos, const void* k_cache, const void* v_cache, bool f16,
+                   float* out, void* stream) {
+  if (auto e = check_shape(s); !e.empty()) return e;
+  if (n <= 0) return {};
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(s.n_head));
+  if (f16)
+    attend_kernel<__half><<<grid, attend_threads, 0, as_stream(stream)>>>(s, qkv, n, seqpos, static_cast<const __half*>(k_cache),
+                                                                         static_cast<const __half*>(v_cache), out);
+  else
+    attend_kernel<float><<<grid, attend_threads, 0, as_stream(stream)>>>(s, qkv, n, seqpos, static_cast<const float*>(k_cache),
+                                                                        static_cast<const float*>(v_cache), out);
+  return launched();
 }
 
 }  // namespace hotcold::kernels::gpu

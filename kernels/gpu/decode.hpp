@@ -4,12 +4,15 @@
 // default stream). Each returns "" when the launch was accepted, else the error. Weights are F16
 // (hot FFN rows also Q8_0 and Q4_0), activations F32, laid out as on the CPU (model/model.hpp): a matrix is `rows` rows of `cols`.
 //
-//   matvec_f16      y = W x                                   (attention projections, head, predictor)
-//   hot_ffn         the hot share of a sparse FFN, rows F16, Q8_0 or Q4_0: for the hot neurons chosen
-//                   (their rows in the device's copy), h = act(gate . x, up . x) and out = sum_k h_k
-//                   down_t[k], the down rows split across blocks by chunks of neurons and reduced
-//   predictor_f16   the activation predictor: s = fc2 relu(fc1 x), chosen[i] = s_i >= threshold
-//   attend_f32      one token's attention over a KV cache of F32 rows (grouped-query heads)
+//   matmul       y_t = W x_t for a few vectors at once (the attention products, the head), rows F16,
+//                Q8_0 or Q4_0; matvec is one vector
+//   hot_ffn      the hot share of a sparse FFN, rows F16, Q8_0 or Q4_0: for the hot neurons chosen
+//                (their rows in the device's copy), h = act(gate . x, up . x) and out = sum_k h_k
+//                down_t[k], the down rows split across blocks by chunks of neurons and reduced
+//   predictor    the activation predictor: s = fc2 relu(fc1 x), chosen[i] = s_i >= threshold
+//   rope_store   RoPE on each token's q and k heads by given angles, k and v stored in the KV cache
+//   attend       each token's heads against its sequence's cache up to its position (causal,
+//                grouped-query), an online softmax over tiles of positions, F16 or F32 cache
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,8 +21,6 @@ namespace hotcold::kernels::gpu {
 
 // The FFN activations the hot executor meets (model/arch.hpp's, by value).
 enum class ffn_act : int { relu = 0, silu = 1, gelu = 2, drelu = 3 };
-
-std::string matvec_f16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y, void* stream = nullptr);
 
 // The types hot rows keep on the device (the file's own: a hot row is never converted).
 enum class row_type : int { f16 = 0, q8_0 = 1, q4_0 = 2 };
@@ -41,12 +42,27 @@ std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const 
 std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
                       float* scores, uint8_t* chosen, void* stream = nullptr);
 
-// fc1: rank x d, fc2: n_ff x rank; scratch: rank floats; scores: n_ff; chosen: n_ff bytes.
-std::string predictor_f16(const uint16_t* fc1, const uint16_t* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
-                          float* scores, uint8_t* chosen, void* stream = nullptr);
+// y + t ldy (rows floats) = W (x + t cols), for t < n; rows of type t (quantized: cols a multiple of 32).
+std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy, void* stream = nullptr);
 
-// q: n_head x head_dim; k_cache/v_cache: (pos + 1) rows of n_head_kv x head_dim; out: n_head x head_dim.
-std::string attend_f32(const float* q, const float* k_cache, const float* v_cache, int64_t pos, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                       float* out, void* stream = nullptr);
+// up[i] = act(gate[i]) up[i] for i < count (act(up[i]) when not gated; relu(gate) relu(up) for dReLU).
+std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, void* stream = nullptr);
+
+// A layer's attention shape: the embedding, heads, KV heads, values per head (at most
+// attend_max_head_dim), values rotated, the RoPE pairs' layout, positions per sequence in the cache.
+struct attention_shape {
+  int64_t d, n_head, n_head_kv, head_dim, n_rot;
+  bool adjacent_pairs;  // (2i, 2i + 1), else (i, i + n_rot / 2)
+  int64_t ctx;
+};
+inline constexpr int64_t attend_max_head_dim = 256;
+// qkv: n rows of d + 2 kv floats (q, then k, then v; kv = n_head_kv head_dim), rotated in place by
+// angles (n rows of n_rot: n_rot / 2 cosines, then the sines); k and v then stored in the caches
+// (n_seq x ctx x kv values, F16 when f16 else F32) at row seqpos[n + t] of sequence seqpos[t].
+std::string rope_store(const attention_shape& s, float* qkv, int64_t n, const float* angles, const int32_t* seqpos, void* k_cache, void* v_cache, bool f16,
+                       void* stream = nullptr);
+// out (n x d): token t's heads, softmax(q.K / sqrt(head_dim)) V over positions 0..seqpos[n + t] of its sequence.
+std::string attend(const attention_shape& s, const float* qkv, int64_t n, const int32_t* seqpos, const void* k_cache, const void* v_cache, bool f16,
+                   float* out, void* stream = nullptr);
 
 }  // namespace hotcold::kernels::gpu

@@ -153,10 +153,10 @@ void hold_on_device(inference_context& ctx, const device_residency* r, std::shar
 }
 
 void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std::shared_ptr<const hot_rows> hot, const device_residency* on_device = nullptr,
-                              int micro_batches = 1) {
+                              int micro_batches = 1, std::shared_ptr<devices::device> dev = nullptr) {
   auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
   ctx->set_mode(mode);
-  hold_on_device(*ctx, on_device, hot ? hot->shared_device() : nullptr);
+  hold_on_device(*ctx, on_device, dev ? dev : hot ? hot->shared_device() : nullptr);
   pipeline_options o;
   o.micro_batches = micro_batches;
   o.prefill_chunk = 3;  // prompts in chunks, sharing steps with sequences already decoding
@@ -324,6 +324,35 @@ TEST_P(DeviceLayers, AttentionPredictorAndHeadOnSimGiveTheReference) {
   expect_oracle_with_chosen(m, hot, &r, float_rows ? test::f16_kv_tolerance : 1.5e-2);
 }
 
+// The same on a device that computes as a GPU does (sim's kernels): layer 0's attention through the
+// attention job (norms on the host: Falcon-40B's two norms, layer norms with biases; fused or separate
+// Q/K/V; NeoX or adjacent RoPE pairs; grouped-query heads; the F16 cache on the device),
+// hot rows through FFN-rows jobs, the head through a product job (these files' predictors are F32,
+// on the host). F32 weights are not what a GPU's kernels read: refused.
+TEST_P(DeviceLayers, AttentionOnAGpuLikeSimGivesTheReference) {
+  const auto& c = GetParam();
+  auto m = device_case_model(c);
+  device_residency r;
+  r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {0, 0};
+  r.output = true;
+  r.compute_bytes = 1 << 20;
+  devices::device_options o;
+  o.kind = "sim";
+  o.budget = 64 << 20;
+  o.sim_kernels = true;
+  auto gpu_like = devices::make_device(o);
+  if (c.type == tensor_type::f32) {
+    device_residency here = r;
+    here.ctx = 64;
+    EXPECT_THROW(device_layers(m, here, gpu_like, tensor_type::f16), std::invalid_argument);
+    return;
+  }
+  auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), gpu_like);
+  const bool float_rows = c.type == tensor_type::f16;
+  if (float_rows) expect_matches_reference(m, ffn_mode::sparse, hot, &r);
+  expect_oracle_with_chosen(m, hot, &r, float_rows ? test::f16_kv_tolerance : 1.5e-2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,
                          testing::Values(device_case{"llama_relu_f16", architecture::llama, hotcold::activation::relu, tensor_type::f16, 2},
                                          device_case{"llama_relu_q4_0", architecture::llama, hotcold::activation::relu, tensor_type::q4_0, 2},
@@ -467,8 +496,10 @@ void expect_gpu_jobs_on_sim_give_the_reference(tensor_type predictors) {
   auto gpu_like = devices::make_device(d);
   EXPECT_FALSE(gpu_like->runs_host_work());
   auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), gpu_like);
+  // Layer 0's attention through the device's attention job (its products, RoPE, the F16 cache on the
+  // device, the softmax), layer 1's on the host.
   device_residency r;
-  r.attention = {0, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
+  r.attention = {1, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
   r.output = true;
   r.compute_bytes = 1 << 20;
   expect_oracle_with_chosen(m, hot, &r, predictors == tensor_type::f16 ? test::f16_kv_tolerance : 1.5e-2);
@@ -476,10 +507,17 @@ void expect_gpu_jobs_on_sim_give_the_reference(tensor_type predictors) {
   // engine's logits and tokens. (Q4_0 predictors meet float activations on a GPU and Q8_0 ones on
   // the CPU, so neurons at the threshold may go either way: DeviceLayers.GpuPredictorJobsChooseWhatTheCpuDoes.)
   if (predictors == tensor_type::f16) expect_matches_reference(m, ffn_mode::sparse, hot, &r);
-  device_residency attention = r;
-  attention.attention = {1, 0};
-  attention.ctx = 64;
-  EXPECT_THROW(device_layers(m, attention, gpu_like, tensor_type::f16), std::invalid_argument);
+  // A GPU's dense FFN job reads a down matrix, which a sparse file does not have (its down rows are
+  // transposed): a whole FFN of this file is refused there, by name.
+  device_residency whole = r;
+  whole.ffn = {1, 0};
+  whole.ctx = 64;
+  try {
+    device_layers refused(m, whole, gpu_like, tensor_type::f16);
+    ADD_FAILURE() << "a sparse file's whole FFN was put on a GPU-like device";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0's whole FFN"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Pipeline, GpuJobsOnSimGiveTheReference) {
@@ -499,6 +537,51 @@ TEST(Pipeline, DenseFileWithALayerOnSimGivesTheReferenceLogitsAndTokens) {
   r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
   r.output = true;
   expect_matches_reference(m, ffn_mode::dense, nullptr, &r);
+}
+
+// The same on a device that computes as a GPU does (sim's kernels): layer 0's attention and whole
+// FFN, and the head, through the device's attention, dense FFN and product jobs — for a llama
+// (separate Q/K/V, RMS norms, grouped-query heads) and a Falcon-7B layout (fused QKV, layer norms with
+// biases, parallel attention and FFN, GELU, NeoX RoPE) with F16, Q8_0 and Q4_0 weights.
+TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
+  for (const auto arch : {architecture::llama, architecture::falcon})
+    for (const auto type : {tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0}) {
+      SCOPED_TRACE(std::string(arch == architecture::llama ? "llama " : "falcon ") + std::string(tensor_type_name(type)));
+      auto o = test::small_options(2, arch == architecture::falcon ? 1 : 2);
+      o.arch = arch;
+      o.act = arch == architecture::falcon ? activation::gelu : activation::relu;
+      o.type = type;
+      o.norm_spread = 0.3;
+      auto m = model::load(test::make_model(std::string("pl_dense_gpu_") + (arch == architecture::llama ? "llama_" : "falcon_") +
+                                                std::string(tensor_type_name(type)), o));
+      devices::device_options d;
+      d.kind = "sim";
+      d.budget = 64 << 20;
+      d.sim_kernels = true;
+      auto gpu_like = devices::make_device(d);
+      device_residency r;
+      r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
+      r.output = true;
+      r.compute_bytes = 1 << 20;
+      if (type == tensor_type::f16) {
+        expect_matches_reference(m, ffn_mode::dense, nullptr, &r, 1, gpu_like);
+      } else {
+        // Quantized rows meet float activations on a GPU and Q8_0 ones on the CPU: the model's own
+        // logits (model/reference, float activations) within the quantization's reach.
+        auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
+        hold_on_device(*ctx, &r, gpu_like);
+        const std::vector<token_id> prompt{1, 7, 42, 9, 3};
+        const auto got = ctx->forward_batch(prompt, 0, true);
+        const int64_t v = m->hp().n_vocab;
+        std::vector<std::vector<float>> rows;
+        for (size_t t = 0; t < prompt.size(); ++t) rows.emplace_back(got.begin() + static_cast<int64_t>(t) * v, got.begin() + static_cast<int64_t>(t + 1) * v);
+        const auto file = gguf::file::open(m->path());
+        const reference_model oracle(file, tensor_type::f16);
+        const double err = test::rel_diff(rows, oracle.logits(prompt));
+        EXPECT_LT(err, 2e-2);
+        RecordProperty(std::string(arch == architecture::llama ? "llama_" : "falcon_") + std::string(tensor_type_name(type)) + "_rel_rms", std::to_string(err));
+      }
+    }
 }
 
 // With every fixed part on the device and every neuron hot there, a decoded token reads only its

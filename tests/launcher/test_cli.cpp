@@ -334,13 +334,20 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   // Dense mode splits every neuron by the placement (and the fixed parts are on the device as planned).
   auto dense = run({"run", "-m", sparse, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0042", "--mode", "dense"});
   EXPECT_EQ(dense.code, 0) << dense.err;
-  // Sim computing as a GPU does: no attention kernels, so the plan holds the predictors, the head and
-  // hot rows; the text is the CPU's.
+  // Sim computing as a GPU does (the attention, predictor, FFN-rows and product jobs): the plan holds
+  // every layer's attention, the predictors, the head and hot rows; the text is the CPU's. On the
+  // dense file, whole layers through the attention and dense FFN jobs; the text is the CPU's too.
   auto gpu_like = run({"run", "-m", sparse, "-p", "Hello", "-n", "4", "-c", "64", "--temp", "0", "--device", "sim", "--sim-kernels", "--vram-budget", "0.05"});
   EXPECT_EQ(gpu_like.code, 0) << gpu_like.err;
-  EXPECT_NE(gpu_like.err.find("attention and KV cache of 0 of 2 layers, 2 predictors, 0 dense FFNs, the head there"), std::string::npos) << gpu_like.err;
+  EXPECT_NE(gpu_like.err.find("attention and KV cache of 2 of 2 layers, 2 predictors, 0 dense FFNs, the head there"), std::string::npos) << gpu_like.err;
   auto cpu_text = run({"run", "-m", sparse, "-p", "Hello", "-n", "4", "-c", "64", "--temp", "0"});
   EXPECT_EQ(gpu_like.out, cpu_text.out);
+  auto gpu_like_dense = run({"run", "-m", small_model(), "-p", "Hello", "-n", "4", "-c", "64", "--temp", "0", "--device", "sim", "--sim-kernels",
+                             "--vram-budget", "0.05"});
+  EXPECT_EQ(gpu_like_dense.code, 0) << gpu_like_dense.err;
+  EXPECT_NE(gpu_like_dense.err.find("attention and KV cache of 2 of 2 layers, 0 predictors, 2 dense FFNs, the head there"), std::string::npos)
+      << gpu_like_dense.err;
+  EXPECT_EQ(gpu_like_dense.out, run({"run", "-m", small_model(), "-p", "Hello", "-n", "4", "-c", "64", "--temp", "0"}).out);
   // A budget that holds every layer's attention, the predictors, the head and every neuron: a decoded
   // token reads only its embedding row on the host (no attention, norm, predictor, head, KV or FFN row).
   auto all = run({"bench", "-m", sparse, "-p", "0", "-n", "4", "-r", "1", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.05",
