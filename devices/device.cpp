@@ -150,8 +150,13 @@ class cpu_backend final : public device {
   void raw_free(void* p) override { std::free(p); }
 };
 
-// The row types hotcold's GPU kernels read (each operation's weights, hot FFN rows included).
+// The row types hotcold's GPU kernels read for an operation: F16, Q8_0 and Q4_0 everywhere; Q6_K (a
+// llama.cpp Q4_0 file's head) in the products (head, attention, dense FFNs), not in the FFN-rows kernel
+// or predictors.
 bool gpu_reads(tensor_type t) { return t == tensor_type::f16 || t == tensor_type::q8_0 || t == tensor_type::q4_0; }
+bool gpu_reads(operation op, tensor_type t) {
+  return gpu_reads(t) || (t == tensor_type::q6_k && (op == operation::matvec || op == operation::attention || op == operation::dense_ffn));
+}
 
 // A GPU's operation table computed the plain way, row by row in float (sim's kernels): what a GPU
 // back end's jobs carry, read from the device's copies alone.
@@ -164,6 +169,7 @@ void row(tensor_type t, const void* rows, int64_t r, int64_t cols, float* out) {
     case tensor_type::f16: kernels::fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(base) + r * cols, out, static_cast<size_t>(cols)); return;
     case tensor_type::q8_0: kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(base) + r * (cols / 32), out, cols); return;
     case tensor_type::q4_0: kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(base) + r * (cols / 32), out, cols); return;
+    case tensor_type::q6_k: kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(base) + r * (cols / 256), out, cols); return;
     default: throw std::invalid_argument(fmt::format("sim kernels: rows of type {}", tensor_type_name(t)));
   }
 }
@@ -337,19 +343,19 @@ class sim_backend final : public device {
   bool runs_host_work() const override { return !kernels_; }
   bool supports(operation op, tensor_type rows) const override {
     if (!kernels_) return device::supports(op, rows);
-    return gpu_reads(rows);
+    return gpu_reads(op, rows);
   }
   void compute(const attention_job& job) override {
     if (!kernels_) return device::compute(job);
     check_attention_job(name(), job);
     for (auto [w, t] : {std::pair{job.wqkv, job.t_qkv}, {job.wq, job.t_q}, {job.wk, job.t_k}, {job.wv, job.t_v}, {job.wo, job.t_o}})
-      if (w && !gpu_reads(t)) throw std::invalid_argument(fmt::format("sim: attention with {} weights", tensor_type_name(t)));
+      if (w && !gpu_reads(operation::attention, t)) throw std::invalid_argument(fmt::format("sim: attention with {} weights", tensor_type_name(t)));
     sim_kernels::attention(job);
   }
   void compute(const dense_ffn_job& job) override {
     if (!kernels_) return device::compute(job);
     for (auto [w, t] : {std::pair{job.gate, job.t_gate}, {job.up, job.t_up}, {job.down, job.t_down}})
-      if (w && !gpu_reads(t)) throw std::invalid_argument(fmt::format("sim: a dense FFN with {} weights", tensor_type_name(t)));
+      if (w && !gpu_reads(operation::dense_ffn, t)) throw std::invalid_argument(fmt::format("sim: a dense FFN with {} weights", tensor_type_name(t)));
     sim_kernels::dense_ffn(job);
   }
   void compute(const ffn_rows_job& job) override {
@@ -463,7 +469,7 @@ class cuda_backend final : public device {
   [[noreturn]] void no_gpu_built() const { throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name())); }
   // hotcold's GPU kernels (kernels/gpu/decode.cu) read F16, Q8_0 and Q4_0 rows for every operation:
   // hot FFN rows (a hot row stays in the file's type), attention, predictors and products.
-  bool supports(operation, tensor_type rows) const override { return gpu_reads(rows); }
+  bool supports(operation op, tensor_type rows) const override { return gpu_reads(op, rows); }
   void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) override;
   void compute(const ffn_rows_job& job) override;
   void compute(const predict_job& job) override;
@@ -518,7 +524,12 @@ void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff)
 #if defined(HOTCOLD_HAVE_GPU)
 // The GPU kernels' name for a row type the table accepts (F16, Q8_0, Q4_0).
 kernels::gpu::row_type gpu_rows(tensor_type t) {
-  return t == tensor_type::f16 ? kernels::gpu::row_type::f16 : t == tensor_type::q8_0 ? kernels::gpu::row_type::q8_0 : kernels::gpu::row_type::q4_0;
+  switch (t) {
+    case tensor_type::f16: return kernels::gpu::row_type::f16;
+    case tensor_type::q8_0: return kernels::gpu::row_type::q8_0;
+    case tensor_type::q6_k: return kernels::gpu::row_type::q6_k;
+    default: return kernels::gpu::row_type::q4_0;
+  }
 }
 #endif
 
@@ -588,7 +599,7 @@ void cuda_backend::per_vector(const char* what, int64_t n, const float* x, int64
 // Checks the job's weights and scratch: what a job may ask of the GPU's kernels.
 void cuda_backend::check_job(operation op, tensor_type type, const char* what, const void* scratch, uint64_t have, uint64_t need) const {
   if (!supports(op, type))
-    throw std::invalid_argument(fmt::format("{}: the GPU's {} kernel takes F16, Q8_0 or Q4_0 weights, not {}", name(), what, tensor_type_name(type)));
+    throw std::invalid_argument(fmt::format("{}: the GPU's {} kernel does not take {} weights", name(), what, tensor_type_name(type)));
   if (!scratch || have < need) throw std::invalid_argument(fmt::format("{}: a {} needs {} bytes of scratch, {} given", name(), what, need, have));
 }
 
@@ -631,8 +642,8 @@ void cuda_backend::compute(const attention_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   check_attention_job(name(), job);
   for (auto [w, t] : {std::pair{job.wqkv, job.t_qkv}, {job.wq, job.t_q}, {job.wk, job.t_k}, {job.wv, job.t_v}, {job.wo, job.t_o}})
-    if (w && !gpu_reads(t))
-      throw std::invalid_argument(fmt::format("{}: the GPU's attention takes F16, Q8_0 or Q4_0 weights, not {}", name(), tensor_type_name(t)));
+    if (w && !gpu_reads(operation::attention, t))
+      throw std::invalid_argument(fmt::format("{}: the GPU's attention takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", name(), tensor_type_name(t)));
   const int64_t d = job.d, kv = job.n_head_kv * job.head_dim, row_len = d + 2 * kv, n_rot = job.n_rot;
   const uint64_t per_token = attention_scratch_per_token(d, kv, n_rot);
   const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;
@@ -689,8 +700,8 @@ void cuda_backend::compute(const attention_job& job) {
 void cuda_backend::compute(const dense_ffn_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   for (auto [w, t] : {std::pair{job.gate, job.t_gate}, {job.up, job.t_up}, {job.down, job.t_down}})
-    if (w && !gpu_reads(t))
-      throw std::invalid_argument(fmt::format("{}: the GPU's dense FFN takes F16, Q8_0 or Q4_0 weights, not {}", name(), tensor_type_name(t)));
+    if (w && !gpu_reads(operation::dense_ffn, t))
+      throw std::invalid_argument(fmt::format("{}: the GPU's dense FFN takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", name(), tensor_type_name(t)));
   const int64_t d = job.d, n_ff = job.n_ff;
   const uint64_t per_token = dense_ffn_scratch_per_token(d, n_ff);
   const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;

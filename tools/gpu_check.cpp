@@ -183,19 +183,30 @@ void check_matvec_quantized(gpu::row_type t, int64_t rows, int64_t cols, std::mt
     if (t == gpu::row_type::q8_0) {
       kernels::quantize_row_q8_0(f.data() + r * cols, reinterpret_cast<kernels::block_q8_0*>(row), cols);
       kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(row), values.data() + r * cols, cols);
+    } else if (t == gpu::row_type::q6_k) {
+      kernels::quantize_row_q6_k(f.data() + r * cols, reinterpret_cast<kernels::block_q6_k*>(row), cols);
+      kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(row), values.data() + r * cols, cols);
     } else {
       kernels::quantize_row_q4_0(f.data() + r * cols, reinterpret_cast<kernels::block_q4_0*>(row), cols);
       kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(row), values.data() + r * cols, cols);
     }
   }
-  const auto x = random_f32(static_cast<size_t>(cols), rng);
-  std::vector<double> want(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) want[static_cast<size_t>(r)] += static_cast<double>(values[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(c)];
-  dev<uint8_t> dw(bytes);
-  dev<float> dx(x), dy(static_cast<size_t>(rows));
-  const std::string e = gpu::matvec(t, dw.p, rows, cols, dx.p, dy.p);
-  report(std::string("matvec ") + (t == gpu::row_type::q8_0 ? "q8_0 " : "q4_0 ") + std::to_string(rows) + "x" + std::to_string(cols), e, nmse(dy.get(), want), 1e-7);
+  // One vector (matvec) and three at once (matmul).
+  for (int64_t n : {1, 3}) {
+    const auto x = random_f32(static_cast<size_t>(n * cols), rng);
+    std::vector<double> want(static_cast<size_t>(n * rows));
+    for (int64_t t0 = 0; t0 < n; ++t0)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          want[static_cast<size_t>(t0 * rows + r)] += static_cast<double>(values[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(t0 * cols + c)];
+    dev<uint8_t> dw(bytes);
+    dev<float> dx(x), dy(static_cast<size_t>(n * rows));
+    const std::string e = n == 1 ? gpu::matvec(t, dw.p, rows, cols, dx.p, dy.p) : gpu::matmul(t, dw.p, rows, cols, dx.p, n, dy.p, rows);
+    const char* names[] = {"f16", "q8_0", "q4_0", "q6_k"};
+    report(std::string(n == 1 ? "matvec " : "matmul ") + names[static_cast<int>(t)] + " " + std::to_string(rows) + "x" + std::to_string(cols) + " n " +
+               std::to_string(n),
+           e, nmse(dy.get(), want), 1e-7);
+  }
 }
 
 void check_predictor(int64_t d, int64_t rank, int64_t n_ff, std::mt19937& rng) {
@@ -357,6 +368,7 @@ int main() {
       check_hot_ffn_quantized(t, 1024, 512, 300, rng);
       check_matvec_quantized(t, 1000, 512, rng);
     }
+    check_matvec_quantized(gpu::row_type::q6_k, 1000, 768, rng);  // a llama.cpp Q4_0 file's head
     check_predictor(2048, 256, 5632, rng);
     check_attention(0, 8, 8, 64, 64, false, true, rng);
     check_attention(300, 16, 4, 128, 128, false, true, rng);  // grouped-query, several tiles

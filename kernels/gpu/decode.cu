@@ -52,6 +52,15 @@ struct block_q4 {
   __half d;
   uint8_t qs[16];
 };
+// Q6_K (ggml): 256 values; value i of each half of 128 (l < 32, four quarters) has its low 4 bits in
+// ql (quarters 0 and 2: low and high nibble of ql[l]; 1 and 3: of ql[l + 32]), its high 2 bits in
+// qh[l] (bits 0-1, 2-3, 4-5, 6-7 for the quarters), minus 32, times scales[l / 16 + 2 quarter] and d.
+struct block_q6k {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  __half d;
+};
 
 template <row_type T>
 __device__ inline float element(const uint8_t* row, int64_t c) {
@@ -176,6 +185,26 @@ __device__ inline void warp_dot_rows4(const uint8_t* row, int64_t cols, const fl
         const float w = __half2float(r[i]);
         for (int j = 0; j < 4; ++j)
           if (j < nt) a[j] += w * x[j * cols + i];
+      }
+    }
+  } else if constexpr (T == row_type::q6_k) {
+    // The 32 lanes share a block: lane l takes the values l, l + 32, l + 64, l + 96 of each half.
+    for (int64_t b = 0; b < cols / 256; ++b) {
+      const block_q6k& blk = reinterpret_cast<const block_q6k*>(row)[b];
+      const float d = __half2float(blk.d);
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t *ql = blk.ql + 64 * half, *qh = blk.qh + 32 * half;
+        const int8_t* sc = blk.scales + 8 * half + lane / 16;
+        const int h = qh[lane];
+        const float w0 = d * sc[0] * static_cast<float>(((ql[lane] & 0x0F) | ((h & 3) << 4)) - 32);
+        const float w1 = d * sc[2] * static_cast<float>(((ql[lane + 32] & 0x0F) | (((h >> 2) & 3) << 4)) - 32);
+        const float w2 = d * sc[4] * static_cast<float>(((ql[lane] >> 4) | (((h >> 4) & 3) << 4)) - 32);
+        const float w3 = d * sc[6] * static_cast<float>(((ql[lane + 32] >> 4) | (((h >> 6) & 3) << 4)) - 32);
+        for (int j = 0; j < 4; ++j)
+          if (j < nt) {
+            const float* xb = x + j * cols + b * 256 + 128 * half + lane;
+            a[j] += w0 * xb[0] + w1 * xb[32] + w2 * xb[64] + w3 * xb[96];
+          }
       }
     }
   } else {
@@ -309,6 +338,7 @@ int64_t row_bytes(row_type t, int64_t d) {
   switch (t) {
     case row_type::f16: return d * 2;
     case row_type::q8_0: return d / 32 * 34;
+    case row_type::q6_k: return d / 256 * 210;
     default: return d / 32 * 18;
   }
 }
@@ -317,6 +347,7 @@ int64_t hot_ffn_scratch(int64_t d) { return hot_ffn_max_chunks * d; }
 
 std::string hot_ffn(row_type t, const void* gate, const void* up, const void* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
                     bool gated, ffn_act act, float* hidden, float* out, float* scratch, void* stream) {
+  if (t == row_type::q6_k) return "hot_ffn: FFN rows of F16, Q8_0 or Q4_0";
   if (t != row_type::f16 && d % 32 != 0) return "hot_ffn: quantized rows need a multiple of 32 values";
   constexpr int threads = 256, per_block = threads / warp;
   const int64_t rb = row_bytes(t, d);
@@ -364,6 +395,7 @@ std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, i
 std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy, void* stream) {
   if (rows <= 0 || n <= 0) return {};
   if (t != row_type::f16 && cols % 32 != 0) return "matmul: quantized rows need a multiple of 32 values";
+  if (t == row_type::q6_k && cols % 256 != 0) return "matmul: Q6_K rows need a multiple of 256 values";
   constexpr int threads = 256, per_block = threads / warp;
   const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -371,6 +403,7 @@ std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const 
   switch (t) {
     case row_type::f16: matmul_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
     case row_type::q8_0: matmul_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
+    case row_type::q6_k: matmul_kernel<row_type::q6_k><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
     default: matmul_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
   }
   return launched();

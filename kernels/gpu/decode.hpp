@@ -23,8 +23,10 @@ namespace hotcold::kernels::gpu {
 enum class ffn_act : int { relu = 0, silu = 1, gelu = 2, drelu = 3 };
 
 // The types hot rows keep on the device (the file's own: a hot row is never converted).
-enum class row_type : int { f16 = 0, q8_0 = 1, q4_0 = 2 };
-int64_t row_bytes(row_type t, int64_t d);  // one row of d values (Q8_0 / Q4_0: d a multiple of 32)
+// Q6_K (blocks of 256) only for products (matmul, matvec, the predictor): llama.cpp's presets give a
+// Q4_0 file a Q6_K head.
+enum class row_type : int { f16 = 0, q8_0 = 1, q4_0 = 2, q6_k = 3 };
+int64_t row_bytes(row_type t, int64_t d);  // one row of d values (Q8_0 / Q4_0: d a multiple of 32; Q6_K: of 256)
 
 // The down projection is split into at most this many chunks of neurons, summed in order.
 inline constexpr int64_t hot_ffn_max_chunks = 64;
@@ -42,7 +44,8 @@ std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const 
 std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
                       float* scores, uint8_t* chosen, void* stream = nullptr);
 
-// y + t ldy (rows floats) = W (x + t cols), for t < n; rows of type t (quantized: cols a multiple of 32).
+// y + t ldy (rows floats) = W (x + t cols), for t < n; rows of type t (quantized: cols a multiple of
+// the block, 32 or 256 for Q6_K).
 std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy, void* stream = nullptr);
 
 // up[i] = act(gate[i]) up[i] for i < count (act(up[i]) when not gated; relu(gate) relu(up) for dReLU).

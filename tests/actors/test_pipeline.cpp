@@ -542,7 +542,7 @@ TEST(Pipeline, DenseFileWithALayerOnSimGivesTheReferenceLogitsAndTokens) {
 // The same on a device that computes as a GPU does (sim's kernels): layer 0's attention and whole
 // FFN, and the head, through the device's attention, dense FFN and product jobs — for a llama
 // (separate Q/K/V, RMS norms, grouped-query heads) and a Falcon-7B layout (fused QKV, layer norms with
-// biases, parallel attention and FFN, GELU, NeoX RoPE) with F16, Q8_0 and Q4_0 weights.
+// biases, parallel attention and FFN, GELU, NeoX RoPE) with F16, Q8_0 and Q4_0 weights (and a Q6_K head).
 TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
   for (const auto arch : {architecture::llama, architecture::falcon})
     for (const auto type : {tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0}) {
@@ -552,6 +552,7 @@ TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
       o.act = arch == architecture::falcon ? activation::gelu : activation::relu;
       o.type = type;
       o.norm_spread = 0.3;
+      if (type == tensor_type::q4_0) o.n_embd = 256;  // then the head is Q6_K, as llama.cpp's Q4_0 preset makes it
       auto m = model::load(test::make_model(std::string("pl_dense_gpu_") + (arch == architecture::llama ? "llama_" : "falcon_") +
                                                 std::string(tensor_type_name(type)), o));
       devices::device_options d;
@@ -563,6 +564,7 @@ TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
       r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
       r.output = true;
       r.compute_bytes = 1 << 20;
+      if (type == tensor_type::q4_0) EXPECT_EQ(m->weights().output.type, tensor_type::q6_k);
       if (type == tensor_type::f16) {
         expect_matches_reference(m, ffn_mode::dense, nullptr, &r, 1, gpu_like);
       } else {
