@@ -427,10 +427,41 @@ class cuda_backend final : public device {
     queue_.drain();
     cuda_stream_destroy(index_, stream_);
   }
+  // Small copies go straight through; large ones (the weights at load) in chunks through two pinned
+  // buffers: chunk k + 1 is copied into one while the device fetches chunk k from the other, each
+  // fetch an async copy on the stream with an event the host waits on before refilling its buffer.
   event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
     check_alive();
     check_range(dst, offset, bytes);
-    cuda_copy_to_device(index_, static_cast<char*>(dst.data()) + offset, src, bytes);
+    char* to = static_cast<char*>(dst.data()) + offset;
+    if (bytes <= upload_chunk / 16) {
+      cuda_copy_to_device(index_, to, src, bytes);
+      return completed_event();
+    }
+    std::lock_guard lock(upload_mu_);
+    make_current();
+    if (!upload_[0]) {
+      for (int k = 0; k < 2; ++k) {
+        upload_[k] = std::shared_ptr<void>(cuda_host_allocate(upload_chunk), cuda_host_free);
+        upload_done_[k] = std::shared_ptr<void>(cuda_event_create(index_), cuda_event_destroy);
+      }
+    }
+    bool pending[2] = {false, false};
+    try {
+      int k = 0;
+      for (uint64_t at = 0; at < bytes; at += upload_chunk, k ^= 1) {
+        const uint64_t n = std::min(upload_chunk, bytes - at);
+        if (pending[k]) cuda_event_synchronize(upload_done_[k].get());
+        std::memcpy(upload_[k].get(), static_cast<const char*>(src) + at, n);
+        cuda_copy_async(to + at, upload_[k].get(), n, true, stream_);
+        cuda_event_record(upload_done_[k].get(), stream_);
+        pending[k] = true;
+      }
+      for (int j = 0; j < 2; ++j)
+        if (pending[j]) cuda_event_synchronize(upload_done_[j].get());
+    } catch (const std::exception& e) {
+      fail(fmt::format("uploading {} bytes to {}: {}", bytes, dst.label(), e.what()));
+    }
     return completed_event();
   }
   event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) override {
@@ -471,6 +502,7 @@ class cuda_backend final : public device {
   // hot FFN rows (a hot row stays in the file's type), attention, predictors and products.
   bool supports(operation op, tensor_type rows) const override { return gpu_reads(op, rows); }
   void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) override;
+  uint64_t reserve_bytes(operation op, int64_t max_n, int64_t d, int64_t n_ff) const override;
   void compute(const ffn_rows_job& job) override;
   void compute(const predict_job& job) override;
   void compute(const matvec_job& job) override;
@@ -493,6 +525,10 @@ class cuda_backend final : public device {
   std::shared_ptr<buffer> x_, slots_, hidden_, out_;  // n x d floats, n x n_ff int32s and floats, n x d floats
   std::shared_ptr<buffer> partial_;                   // the down projection's chunks (one token at a time)
   std::shared_ptr<void> host_x_, host_slots_, host_hidden_, host_out_;
+  // Uploads: two pinned chunks and the events that say when the device has fetched each.
+  static constexpr uint64_t upload_chunk = 16ull << 20;
+  std::mutex upload_mu_;
+  std::shared_ptr<void> upload_[2], upload_done_[2];
   // Attention's staging in pinned memory (grown to the largest chunk met): the chunk's inputs, angles,
   // sequences and positions in the order of the scratch (one copy in), and its outputs.
   std::shared_ptr<void> host_attn_in_, host_attn_out_;
@@ -504,7 +540,20 @@ class cuda_backend final : public device {
   }
 };
 
+uint64_t cuda_backend::reserve_bytes(operation op, int64_t max_n, int64_t d, int64_t n_ff) const {
+  if (op != operation::ffn_rows) return 0;
+  const auto n = static_cast<uint64_t>(max_n), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
+  uint64_t bytes = 2 * n * ud * sizeof(float) + n * uf * (sizeof(int32_t) + sizeof(float));
+#if defined(HOTCOLD_HAVE_GPU)
+  bytes += static_cast<uint64_t>(kernels::gpu::hot_ffn_scratch(d)) * sizeof(float);
+#endif
+  return bytes;
+}
+
+// The FFN-rows job's inputs, lists, values and outputs for max_n tokens (and the partial sums of its
+// down projection), on the device and pinned on the host: reserve_bytes() of the budget.
 void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) {
+  if (op != operation::ffn_rows) return;
   const auto n = static_cast<uint64_t>(max_n), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
   x_ = allocate(n * ud * sizeof(float), "FFN rows input");
   slots_ = allocate(n * uf * sizeof(int32_t), "FFN rows list");

@@ -203,6 +203,8 @@ class device : public std::enable_shared_from_this<device> {
   // Sets aside what compute() needs for steps of up to max_n tokens (device scratch, counted in the
   // budget; throws out_of_device_memory). Nothing for host devices.
   virtual void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) {}
+  // The bytes of the budget reserve() takes for those arguments (what a plan counts before it).
+  virtual uint64_t reserve_bytes(operation op, int64_t max_n, int64_t d, int64_t n_ff) const { return 0; }
   // Runs a job the device supports and waits for it; called from work given to submit(), on the
   // device's queue. Host devices run job.host; cuda launches hotcold's kernels on its stream.
   virtual void compute(const ffn_rows_job& job);

@@ -137,6 +137,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
       po.head = dev->supports(devices::operation::matvec, m->weights().output.type);
     }
     po.n_gpu_layers = a.n_gpu_layers;
+    po.step_bytes = split_ffn ? dev->reserve_bytes(devices::operation::ffn_rows, inference_context::max_batch, hp.n_embd, hp.n_ff) : 0;
     if (a.n_gpu_layers >= 0 && split_ffn)
       throw std::invalid_argument("--n-gpu-layers counts the layers of a dense file the device holds whole; a sparse file's plan puts attention "
                                   "first and the hot neurons in what is left");

@@ -49,7 +49,8 @@ auto_placement ensure_placement(const std::string& model_path, const model& m, u
   const auto& hp = m.hp();
   const int64_t ctx = p.ctx > 0 ? p.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   placement_origin wanted = placement_origin_of(model_path, budget, static_cast<uint64_t>(ctx));
-  wanted.kv_layer_bytes = plan_device(m, budget, p).kv_layer_bytes;
+  const placement_plan fixed = plan_device(m, budget, p);
+  wanted.kv_layer_bytes = fixed.kv_layer_bytes;
   auto_placement r;
   r.reason = "there is no placement beside it";
   bool stale = false;
@@ -62,7 +63,10 @@ auto_placement ensure_placement(const std::string& model_path, const model& m, u
       data = read_placement_file(path, hp.n_layer, hp.n_ff);
     }
     if (!data) continue;
-    if (!data->origin.known || data->origin == wanted) {
+    // Hot rows that do not fit in what this device's plan leaves (one made for a device that holds
+    // less besides them: no attention kernels, no step buffers) are planned again.
+    const bool fits = data->vram_capacity <= fixed.left;
+    if (fits && (!data->origin.known || data->origin == wanted)) {
       r.data = std::move(*data);
       r.path = path;
       return r;
@@ -70,7 +74,9 @@ auto_placement ensure_placement(const std::string& model_path, const model& m, u
     if (stale) continue;  // the first stale one says why
     stale = true;
     const auto& had = data->origin;
-    r.reason = had.model_bytes != wanted.model_bytes || had.model_mtime_ns != wanted.model_mtime_ns ? fmt::format("{} was made for another version of the file", path)
+    r.reason = !fits ? fmt::format("{} holds {:.1f} MiB of hot rows, more than the {:.1f} MiB this device's plan leaves them", path,
+                                   data->vram_capacity / double(1 << 20), fixed.left / double(1 << 20))
+               : had.model_bytes != wanted.model_bytes || had.model_mtime_ns != wanted.model_mtime_ns ? fmt::format("{} was made for another version of the file", path)
                : had.budget != wanted.budget ? fmt::format("{} was made for a budget of {:.3f} GiB", path, had.budget / double(1ull << 30))
                : had.ctx != wanted.ctx       ? fmt::format("{} was made for a context of {}", path, had.ctx)
                                              : fmt::format("{} was made for another KV cache ({:.1f} MiB a layer, not {:.1f})", path,

@@ -146,9 +146,10 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
     return true;
   };
   f.compute = compute_buffer_bytes(hp, plan.ctx);
-  if (!take(f.compute))
+  f.step = m.has_predictors() ? o.step_bytes : 0;  // a dense file has no hot rows, so no FFN-rows jobs
+  if (!take(f.compute + f.step))
     throw std::invalid_argument(fmt::format("--vram-budget {:.4g} GiB ({:.2f} MiB) is below the compute buffers the device needs for anything: {:.2f} MiB",
-                                            budget / double(1ull << 30), budget / double(1 << 20), f.compute / double(1 << 20)));
+                                            budget / double(1ull << 30), budget / double(1 << 20), (f.compute + f.step) / double(1 << 20)));
   plan.layers.resize(static_cast<size_t>(hp.n_layer));
   // The KV cache of each layer whose attention the device runs (attention without its cache would send
   // the cache across every token): K and V, every position of every sequence, in the cache's type.
@@ -252,8 +253,9 @@ std::string placement_plan::table() const {
                    layers.size(), mib(fixed.kv_cache), count(&layer_placement::predictor), count(&layer_placement::ffn_norm),
                    std::accumulate(layers.begin(), layers.end(), int64_t{0}, [](int64_t a, const layer_placement& p) { return a + p.hot_neurons; }),
                    mib(solution.bytes), mib(bytes()));
-  t += fmt::format("output head: {}; compute buffers {:.2f} MiB; {:.2f} of {:.2f} MiB used (context {}{})\n", output ? "device" : "cpu", mib(fixed.compute),
-                   mib(bytes()), mib(budget), ctx, n_seq > 1 ? fmt::format(" x {} sequences", n_seq) : "");
+  t += fmt::format("output head: {}; compute buffers {:.2f} MiB{}; {:.2f} of {:.2f} MiB used (context {}{})\n", output ? "device" : "cpu", mib(fixed.compute),
+                   fixed.step ? fmt::format(" and {:.2f} MiB of FFN-rows step buffers", mib(fixed.step)) : "", mib(bytes()), mib(budget), ctx,
+                   n_seq > 1 ? fmt::format(" x {} sequences", n_seq) : "");
   return t;
 }
 

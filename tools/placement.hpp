@@ -46,8 +46,9 @@ placement_solution solve_placement(const placement_problem& p);
 // Bytes of each kind the plan puts on the device (what is left on the CPU is not counted).
 struct fixed_costs {
   uint64_t attention = 0, predictors = 0, norms = 0, output = 0, kv_cache = 0, compute = 0;
-  uint64_t ffn = 0;  // dense files: the FFN weights of the layers offloaded whole
-  uint64_t total() const { return attention + predictors + norms + output + kv_cache + compute + ffn; }
+  uint64_t ffn = 0;   // dense files: the FFN weights of the layers offloaded whole
+  uint64_t step = 0;  // what the device reserves for its FFN-rows jobs (plan_options::step_bytes)
+  uint64_t total() const { return attention + predictors + norms + output + kv_cache + compute + ffn + step; }
 };
 
 // One layer's share of the device.
@@ -87,6 +88,9 @@ struct plan_options {
   // What the device can run besides hot FFN rows (a GPU: what its kernels read; sim: everything).
   bool attention = true, predictors = true, head = true;
   int64_t n_gpu_layers = -1;   // dense files: layers offloaded whole (-1: as many as fit; more than fit is an error)
+  // Bytes the device sets aside for its FFN-rows jobs when hot rows go there (a GPU's step buffers:
+  // devices::device::reserve_bytes; 0 for sim and cpu), taken before anything else.
+  uint64_t step_bytes = 0;
 };
 
 // The compute buffers a plan sets aside first (float32 activations of one step, doubled).

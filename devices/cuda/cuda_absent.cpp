@@ -38,6 +38,10 @@ bool cuda_context_alive(int, std::string& why) {
   why = "hotcold was built without a GPU back end";
   return false;
 }
+void* cuda_event_create(int) { absent(); }
+void cuda_event_destroy(void*) {}
+void cuda_event_record(void*, void*) { absent(); }
+void cuda_event_synchronize(void*) { absent(); }
 void* cuda_host_allocate(uint64_t) { absent(); }
 void cuda_host_free(void*) {}
 

@@ -72,6 +72,21 @@ bool cuda_context_alive(int index, std::string& why) {
   return false;
 }
 
+void* cuda_event_create(int index) {
+  check(gpuSetDevice(index), "SetDevice");
+  gpuEvent_t e = nullptr;
+  check(gpuEventCreateWithFlags(&e, gpuEventDisableTiming), "EventCreate");
+  return e;
+}
+
+void cuda_event_destroy(void* event) {
+  if (event) (void)gpuEventDestroy(static_cast<gpuEvent_t>(event));
+}
+
+void cuda_event_record(void* event, void* stream) { check(gpuEventRecord(static_cast<gpuEvent_t>(event), static_cast<gpuStream_t>(stream)), "EventRecord"); }
+
+void cuda_event_synchronize(void* event) { check(gpuEventSynchronize(static_cast<gpuEvent_t>(event)), "EventSynchronize"); }
+
 void* cuda_host_allocate(uint64_t bytes) {
   void* p = nullptr;
   check(gpuHostAlloc(&p, bytes, gpuHostAllocDefault), "HostAlloc");

@@ -25,6 +25,11 @@ void cuda_stream_synchronize(void* stream);
 // Whether device `index`'s context still answers (a sticky error makes every later call fail with it):
 // false, with the runtime's message in `why`, when it does not.
 bool cuda_context_alive(int index, std::string& why);
+// An event on device `index` (a cudaEvent_t, no timing): recorded on a stream, waited on by the host.
+void* cuda_event_create(int index);
+void cuda_event_destroy(void* event);
+void cuda_event_record(void* event, void* stream);
+void cuda_event_synchronize(void* event);  // throws naming the first error of the work before it
 // Page-locked host memory: the device copies from and to it at full speed, without staging.
 void* cuda_host_allocate(uint64_t bytes);
 void cuda_host_free(void* p);

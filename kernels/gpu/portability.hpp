@@ -31,6 +31,12 @@
 #define gpuFreeHost hipHostFree
 #define gpuDeviceProp_t hipDeviceProp_t
 #define gpuGetDeviceProperties hipGetDeviceProperties
+#define gpuEvent_t hipEvent_t
+#define gpuEventCreateWithFlags hipEventCreateWithFlags
+#define gpuEventDisableTiming hipEventDisableTiming
+#define gpuEventRecord hipEventRecord
+#define gpuEventSynchronize hipEventSynchronize
+#define gpuEventDestroy hipEventDestroy
 #else
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -59,4 +65,10 @@
 #define gpuFreeHost cudaFreeHost
 #define gpuDeviceProp_t cudaDeviceProp
 #define gpuGetDeviceProperties cudaGetDeviceProperties
+#define gpuEvent_t cudaEvent_t
+#define gpuEventCreateWithFlags cudaEventCreateWithFlags
+#define gpuEventDisableTiming cudaEventDisableTiming
+#define gpuEventRecord cudaEventRecord
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuEventDestroy cudaEventDestroy
 #endif

@@ -279,6 +279,15 @@ TEST(Pipeline, SparseFileSplitWithCudaGivesTheReferenceLogitsAndTokens) {
   auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
   expect_matches_reference(m, ffn_mode::sparse, hot);
   expect_oracle_with_chosen(m, hot);
+  // And layer 0's attention with its KV cache, the predictors and the head there too.
+  auto gpu = devices::make_device(o);
+  auto hot_too = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), gpu);
+  device_residency r;
+  r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {0, 0};
+  r.output = true;
+  r.compute_bytes = 1 << 20;
+  expect_matches_reference(m, ffn_mode::sparse, hot_too, &r);
+  expect_oracle_with_chosen(m, hot_too, &r);
 }
 
 // A hot device holding more than hot rows: the attention (with its KV cache) of layer 0, the
@@ -559,6 +568,7 @@ TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
       d.kind = "sim";
       d.budget = 64 << 20;
       d.sim_kernels = true;
+      if (!devices::probe_cuda().devices.empty()) d.kind = "auto", d.sim_kernels = false;  // the real kernels where there is a GPU
       auto gpu_like = devices::make_device(d);
       device_residency r;
       r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};

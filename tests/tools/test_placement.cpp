@@ -10,6 +10,7 @@
 #include "model/model.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "model/placement_file.hpp"
+#include "tools/auto_placement.hpp"
 #include "tools/placement.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -256,6 +257,56 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
   EXPECT_TRUE(saw_partial_attention) << "no budget held only some layers' attention: the sweep tests nothing";
   EXPECT_TRUE(saw_hot);
   EXPECT_TRUE(saw_stop);
+}
+
+// A GPU's FFN-rows jobs reserve step buffers (devices::device::reserve_bytes): the plan takes them
+// first (for a sparse file, whose hot rows use them; a dense file has none), says so in its table,
+// and a placement made without them whose hot rows no longer fit what is left is planned again.
+TEST(Placement, PlanCountsTheDevicesStepBuffers) {
+  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
+  auto dense_path = test::make_model("plan_step_dense", o);
+  const auto dir = test::scratch_dir() / ("plan_step_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "sparse.gguf").string();
+  tools::write_sparse_model(dense_path, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
+  auto m = model::load(path);
+  tools::plan_options po;
+  po.ctx = 64;
+  const uint64_t budget = 64 << 20;  // everything fits
+  const auto without = tools::plan_device(*m, budget, po);
+  po.step_bytes = 123456;
+  const auto with = tools::plan_device(*m, budget, po);
+  EXPECT_EQ(without.fixed.step, 0u);
+  EXPECT_EQ(with.fixed.step, 123456u);
+  EXPECT_EQ(with.left + 123456u, without.left);
+  EXPECT_EQ(with.bytes(), without.bytes() + 123456u);
+  EXPECT_NE(with.table().find("0.12 MiB of FFN-rows step buffers"), std::string::npos) << with.table();
+  EXPECT_EQ(without.table().find("step buffers"), std::string::npos);
+  EXPECT_EQ(tools::plan_device(*model::load(dense_path), budget, po).fixed.step, 0u);
+
+  // A placement made for a budget whose plan left room for every hot row, then a device whose step
+  // buffers take most of that room: planned again, and the reason says why.
+  std::vector<uint64_t> counts(static_cast<size_t>(o.n_layer * o.n_ff), 1);
+  po.step_bytes = 0;
+  const auto fixed = tools::plan_device(*m, budget, po);
+  const uint64_t tight = budget - fixed.left + 200 * 1024;  // 200 KiB for hot rows
+  const auto first = tools::plan_placement(*m, counts, tight, po);
+  ASSERT_GT(first.solution.bytes, 100u * 1024);
+  tools::write_placement(first, placement_path(path), o.n_ff, path);
+  auto again = model::load(path);
+  ASSERT_TRUE(again->placement());
+  tools::auto_placement_options ao;
+  ao.cache_dir = (dir / "cache").string();
+  ao.profile_tokens = 64;
+  ao.threads = 1;
+  const auto same = tools::ensure_placement(path, *again, tight, po, ao);
+  EXPECT_FALSE(same.made) << same.reason;
+  po.step_bytes = 150 * 1024;
+  const auto replanned = tools::ensure_placement(path, *again, tight, po, ao);
+  EXPECT_TRUE(replanned.made);
+  EXPECT_NE(replanned.reason.find("more than the"), std::string::npos) << replanned.reason;
+  EXPECT_LE(replanned.plan.bytes(), tight);
+  EXPECT_LT(replanned.plan.solution.bytes, first.solution.bytes);
 }
 
 }  // namespace
