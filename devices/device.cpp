@@ -89,10 +89,12 @@ uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff) {
   return 4 * static_cast<uint64_t>(d + 2 * n_ff + d);  // the input, gate and up values (then the hidden values), the output
 }
 
-uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot) {
+uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot, int64_t n_ff) {
   // Floats: the input, RoPE's angles, the sequence and position (two int32), q/k/v, the heads'
-  // outputs, the output product.
-  return 4 * static_cast<uint64_t>(d + n_rot + 2 + (d + 2 * kv) + d + d);
+  // outputs, the output product; with a predictor, the layer's input, the predictor's input and
+  // scores, and the choice (bytes, rounded up to floats).
+  const int64_t pred = n_ff > 0 ? d + d + n_ff + (n_ff + 3) / 4 : 0;
+  return 4 * static_cast<uint64_t>(d + n_rot + 2 + (d + 2 * kv) + d + d + pred);
 }
 
 namespace {
@@ -305,6 +307,15 @@ void attention(const attention_job& job) {
     row(job.t_o, job.wo, i, d, r.data());
     for (int64_t k = 0; k < n; ++k) job.out[k * d + i] = dot(r.data(), attn.data() + k * d, d);
   }
+  if (!job.fc1) return;
+  // The predictor on the layer's input (plus the output product): what predict() computes.
+  std::vector<float> pred_in(static_cast<size_t>(n * d));
+  for (int64_t k = 0; k < n * d; ++k) pred_in[static_cast<size_t>(k)] = job.layer_in[k] + (job.pred_adds_out ? job.out[k] : 0.0f);
+  predict_job choice;
+  choice.type = job.t_pred, choice.fc1 = job.fc1, choice.fc2 = job.fc2;
+  choice.n = n, choice.d = d, choice.rank = job.rank, choice.n_ff = job.n_ff;
+  choice.x = pred_in.data(), choice.threshold = job.threshold, choice.chosen = job.chosen;
+  predict(choice);
 }
 
 // A dense FFN the plain way: every neuron's gate and up rows, the activation, then the down rows.
@@ -350,6 +361,7 @@ class sim_backend final : public device {
     check_attention_job(name(), job);
     for (auto [w, t] : {std::pair{job.wqkv, job.t_qkv}, {job.wq, job.t_q}, {job.wk, job.t_k}, {job.wv, job.t_v}, {job.wo, job.t_o}})
       if (w && !gpu_reads(operation::attention, t)) throw std::invalid_argument(fmt::format("sim: attention with {} weights", tensor_type_name(t)));
+    if (job.fc1 && !gpu_reads(operation::predict, job.t_pred)) throw std::invalid_argument(fmt::format("sim: a predictor of type {}", tensor_type_name(job.t_pred)));
     sim_kernels::attention(job);
   }
   void compute(const dense_ffn_job& job) override {
@@ -693,12 +705,18 @@ void cuda_backend::compute(const attention_job& job) {
   for (auto [w, t] : {std::pair{job.wqkv, job.t_qkv}, {job.wq, job.t_q}, {job.wk, job.t_k}, {job.wv, job.t_v}, {job.wo, job.t_o}})
     if (w && !gpu_reads(operation::attention, t))
       throw std::invalid_argument(fmt::format("{}: the GPU's attention takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", name(), tensor_type_name(t)));
+  if (job.fc1 && !gpu_reads(operation::predict, job.t_pred))
+    throw std::invalid_argument(fmt::format("{}: the GPU's predictor does not take {} weights", name(), tensor_type_name(job.t_pred)));
   const int64_t d = job.d, kv = job.n_head_kv * job.head_dim, row_len = d + 2 * kv, n_rot = job.n_rot;
-  const uint64_t per_token = attention_scratch_per_token(d, kv, n_rot);
-  const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;
-  if (chunk < 1) throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token, {} given", name(), per_token, job.scratch_bytes));
+  const int64_t n_ff = job.fc1 ? job.n_ff : 0;
+  const uint64_t per_token = attention_scratch_per_token(d, kv, n_rot, n_ff), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
+  const int64_t chunk = job.scratch && job.scratch_bytes > once ? static_cast<int64_t>((job.scratch_bytes - once) / per_token) : 0;
+  if (chunk < 1)
+    throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token (and {} once), {} given", name(), per_token, once, job.scratch_bytes));
   const int64_t m_max = std::min(chunk, job.n);
-  const uint64_t in_bytes = static_cast<uint64_t>(m_max) * 4 * static_cast<uint64_t>(d + n_rot + 2), out_bytes = static_cast<uint64_t>(m_max * d) * 4;
+  // In: x, angles, sequences and positions (and the layer's input); out: the product (and the choice).
+  const int64_t in_floats = d + n_rot + 2 + (job.fc1 ? d : 0);
+  const uint64_t in_bytes = static_cast<uint64_t>(m_max * in_floats) * 4, out_bytes = static_cast<uint64_t>(m_max * d) * 4 + static_cast<uint64_t>(m_max * n_ff);
   staging(host_attn_in_, host_attn_in_bytes_, in_bytes);
   staging(host_attn_out_, host_attn_out_bytes_, out_bytes);
   namespace gpu = kernels::gpu;
@@ -714,13 +732,20 @@ void cuda_backend::compute(const attention_job& job) {
     auto* hsp = reinterpret_cast<int32_t*>(hin + m * (d + n_rot));
     std::copy(job.seqs + t0, job.seqs + t0 + m, hsp);
     std::copy(job.positions + t0, job.positions + t0 + m, hsp + m);
+    if (job.fc1) std::copy(job.layer_in + t0 * d, job.layer_in + (t0 + m) * d, reinterpret_cast<float*>(hsp + 2 * m));
     auto* dx = static_cast<float*>(job.scratch);
     float* dangles = dx + m * d;
     auto* dsp = reinterpret_cast<int32_t*>(dangles + m * n_rot);
-    float* dqkv = reinterpret_cast<float*>(dsp + 2 * m);
+    float* dlayer_in = reinterpret_cast<float*>(dsp + 2 * m);  // (with a predictor)
+    float* dqkv = dlayer_in + (job.fc1 ? m * d : 0);
     float* dattn = dqkv + m * row_len;
     float* dout = dattn + m * d;
-    cuda_copy_async(dx, hin, static_cast<uint64_t>(m) * 4 * static_cast<uint64_t>(d + n_rot + 2), true, stream_);
+    // With a predictor: its inputs (m x d), scores (m x n_ff), choices (m x n_ff bytes), hidden values (rank).
+    float* dpred_in = dout + m * d;
+    float* dscores = dpred_in + m * d;
+    auto* dchosen = reinterpret_cast<uint8_t*>(dscores + m * n_ff);
+    float* dmid = dscores + m * n_ff + (m * n_ff + 3) / 4;
+    cuda_copy_async(dx, hin, static_cast<uint64_t>(m * in_floats) * 4, true, stream_);
     std::string e;
     if (job.wqkv) {
       e = gpu::matmul(gpu_rows(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
@@ -732,11 +757,20 @@ void cuda_backend::compute(const attention_job& job) {
     if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_);
     if (e.empty()) e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_);
     if (e.empty()) e = gpu::matmul(gpu_rows(job.t_o), job.wo, d, d, dattn, m, dout, d, stream_);
+    if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), a token at a time
+      e = gpu::add(dlayer_in, job.pred_adds_out ? dout : nullptr, m * d, dpred_in, stream_);
+      for (int64_t t = 0; t < m && e.empty(); ++t)
+        e = gpu::predictor(gpu_rows(job.t_pred), job.fc1, job.fc2, d, job.rank, n_ff, dpred_in + t * d, job.threshold, dmid, dscores + t * n_ff,
+                           dchosen + t * n_ff, stream_);
+    }
     if (!e.empty()) fail(fmt::format("attention kernels: {}", e));
     auto* hout = static_cast<float*>(host_attn_out_.get());
+    auto* hchosen = reinterpret_cast<uint8_t*>(hout + m * d);
     cuda_copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false, stream_);
+    if (job.fc1) cuda_copy_async(hchosen, dchosen, static_cast<uint64_t>(m * n_ff), false, stream_);
     wait_stream();
     std::copy(hout, hout + m * d, job.out + t0 * d);
+    if (job.fc1) std::copy(hchosen, hchosen + m * n_ff, job.chosen + t0 * n_ff);
   }
 #else
   (void)job;

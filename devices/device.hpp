@@ -135,6 +135,16 @@ struct attention_job {
   tensor_type kv_type = tensor_type::f16;
   int64_t ctx = 0, n_seq = 0;
   float* out = nullptr;          // host: n x d, the output product
+  // The layer's predictor too, when the device holds it (fc1 non-null): its input is the layer's input
+  // x, plus the output product when pred_adds_out (the residual stream after attention); each token's
+  // choice comes back with the output, so attention and predictor cross to the device once.
+  const void *fc1 = nullptr, *fc2 = nullptr;  // the device's copies: rank x d, n_ff x rank
+  tensor_type t_pred = tensor_type::f16;
+  int64_t rank = 0, n_ff = 0;
+  float threshold = 0;
+  bool pred_adds_out = false;
+  const float* layer_in = nullptr;  // host: n x d
+  uint8_t* chosen = nullptr;        // host: n x n_ff
   void* scratch = nullptr;       // device memory (the plan's compute buffers)
   uint64_t scratch_bytes = 0;
 };
@@ -154,8 +164,9 @@ struct dense_ffn_job {
 };
 uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff);
 
-// Bytes of scratch an attention job needs per token of a chunk (tokens go through in chunks that fit).
-uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot);
+// Bytes of scratch an attention job needs per token of a chunk (tokens go through in chunks that fit);
+// with a predictor of n_ff neurons, the job needs 4 x rank bytes more once.
+uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot, int64_t n_ff = 0);
 
 struct transfer_cost {
   double gb_per_s = 0;  // 0: transfers cost only the copy itself

@@ -135,6 +135,25 @@ void device_layers::hold(tensor_view& v, const std::string& what) {
   buffers_.push_back(std::move(b));
 }
 
+void device_layers::keep_choice(int64_t layer, const float* pred_in, int64_t n, const uint8_t* chosen, int64_t n_ff) const {
+  std::lock_guard lock(kept_mu_);
+  if (kept_.size() < layers_.size()) kept_.resize(layers_.size());
+  kept_choice& k = kept_[static_cast<size_t>(layer)];
+  k.pred_in = chosen ? pred_in : nullptr, k.n = n;
+  if (chosen) k.chosen.assign(chosen, chosen + n * n_ff);
+}
+
+bool device_layers::take_choice(int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, int64_t n_ff) const {
+  std::lock_guard lock(kept_mu_);
+  if (static_cast<size_t>(layer) >= kept_.size()) return false;
+  kept_choice& k = kept_[static_cast<size_t>(layer)];
+  if (!k.pred_in || k.pred_in != pred_in || k.n != n || static_cast<int64_t>(k.chosen.size()) != n * n_ff) return false;
+  std::copy(k.chosen.begin(), k.chosen.end(), chosen);
+  k.pred_in = nullptr;
+  choices_taken_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 uint8_t* device_layers::k_cache(int64_t l) const {
   if (!attention(l)) throw std::out_of_range(fmt::format("layer {}'s KV cache is not on the device", l));
   return static_cast<uint8_t*>(k_[static_cast<size_t>(l)]->data());

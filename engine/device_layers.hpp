@@ -12,8 +12,10 @@
 // Q4_0 weights, their rows put back in plain order when the private copy interleaved them; the norms
 // are applied on the host (the copies of the norms it holds are not read).
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "devices/device.hpp"
@@ -82,6 +84,12 @@ class device_layers {
   uint64_t ffn_bytes(int64_t l) const { return ffn_bytes_[static_cast<size_t>(l)]; }
   uint64_t output_bytes() const { return output_bytes_; }
   uint64_t bytes() const { return bytes_; }  // everything allocated here, compute buffers and KV included
+  // A layer's predictor choice made with its attention (one crossing for both, on a GPU): kept for the
+  // predictor's call that follows on the same input (pred_in, n), which takes it instead of running
+  // the predictor again. Each layer's attention replaces its layer's (chosen null: drops it); taken once.
+  void keep_choice(int64_t layer, const float* pred_in, int64_t n, const uint8_t* chosen, int64_t n_ff) const;
+  bool take_choice(int64_t layer, const float* pred_in, int64_t n, uint8_t* chosen, int64_t n_ff) const;
+  int64_t choices_taken() const { return choices_taken_.load(std::memory_order_relaxed); }  // (tests, traces)
   devices::device& device() const { return *dev_; }
   const std::shared_ptr<devices::device>& shared_device() const { return dev_; }
 
@@ -102,6 +110,14 @@ class device_layers {
   mutable std::vector<kernels::block_q8_0> xq_;
   uint64_t output_bytes_ = 0;
   uint64_t bytes_ = 0;
+  struct kept_choice {
+    const float* pred_in = nullptr;
+    int64_t n = 0;
+    std::vector<uint8_t> chosen;
+  };
+  mutable std::mutex kept_mu_;
+  mutable std::vector<kept_choice> kept_;  // per layer
+  mutable std::atomic<int64_t> choices_taken_{0};
 };
 
 }  // namespace hotcold

@@ -207,8 +207,25 @@ void inference_context::attention_job(step_state& B, int64_t il, const layer_wei
   job.k_cache = k_layers_[static_cast<size_t>(il)], job.v_cache = v_layers_[static_cast<size_t>(il)];
   job.kv_type = kv_type_, job.ctx = n_ctx_, job.n_seq = n_seq_;
   job.out = B.proj.data();
+  // The layer's predictor with it, where the device holds it and a sparse step will ask for its choice:
+  // on the input the predictor reads (the layer's input, plus attention's output where that is added
+  // before the FFN), kept for the predictor's call on that input.
+  const layer_weights& host = model_->weights().layers[static_cast<size_t>(il)];
+  const layer_recipe r = recipe_of(hp, host);
+  const bool predict_here = mode_ == ffn_mode::sparse && device_->predictor(il) && g.pred_fc1;
+  if (predict_here) {
+    job.fc1 = g.pred_fc1.data, job.fc2 = g.pred_fc2.data, job.t_pred = g.pred_fc1.type;
+    job.rank = g.pred_fc1.ne1, job.n_ff = hp.n_ff;
+    job.threshold = hp.sparse_threshold[static_cast<size_t>(il)];
+    job.pred_adds_out = !r.parallel && !r.predictor_reads_layer_input;
+    job.layer_in = B.x.data();  // the residual stream is added to after this job
+    if (static_cast<int64_t>(B.chosen.size()) < n * hp.n_ff) B.chosen.resize(static_cast<size_t>(n * hp.n_ff));
+    job.chosen = B.chosen.data();
+  }
   job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
   device_->run([&] { device_->device().compute(job); });
+  const float* pred_in = !r.parallel && r.predictor_reads_layer_input ? B.layer_in.data() : B.x.data();  // as attention_tail sets it
+  device_->keep_choice(il, pred_in, n, predict_here ? B.chosen.data() : nullptr, hp.n_ff);  // (none: an older one is dropped)
 }
 
 void inference_context::attention_block(step_state& B, int64_t il, const layer_weights& l, const workers& on, const layer_weights* gpu) {

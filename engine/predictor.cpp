@@ -26,7 +26,8 @@ void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, u
     job.threshold = model_.hp().sparse_threshold[static_cast<size_t>(layer)];
     job.chosen = chosen;
     job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
-    device_->run([&] { device_->device().compute(job); });
+    // Chosen already, with the layer's attention (the same input): taken; else the predictor's job.
+    if (!device_->take_choice(layer, pred_in, n, chosen, n_ff)) device_->run([&] { device_->device().compute(job); });
     union_ids.clear();
     for (int64_t i = 0; i < n_ff; ++i)
       for (int64_t t = 0; t < n; ++t)

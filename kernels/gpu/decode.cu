@@ -155,6 +155,11 @@ __global__ void activate_kernel(const float* gate, float* up, int64_t count, boo
   else up[i] = act == ffn_act::drelu ? fmaxf(gate[i], 0.0f) * fmaxf(u, 0.0f) : activate(act, gate[i]) * u;
 }
 
+__global__ void add_kernel(const float* a, const float* b, int64_t count, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < count) out[i] = b ? a[i] + b[i] : a[i];
+}
+
 __global__ void relu_kernel(float* v, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) v[i] = fmaxf(v[i], 0.0f);
@@ -406,6 +411,13 @@ std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const 
     case row_type::q6_k: matmul_kernel<row_type::q6_k><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
     default: matmul_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
   }
+  return launched();
+}
+
+std::string add(const float* a, const float* b, int64_t count, float* out, void* stream) {
+  if (count <= 0) return {};
+  constexpr int threads = 256;
+  add_kernel<<<static_cast<unsigned>((count + threads - 1) / threads), threads, 0, as_stream(stream)>>>(a, b, count, out);
   return launched();
 }
 

@@ -48,6 +48,8 @@ std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, i
 // the block, 32 or 256 for Q6_K).
 std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy, void* stream = nullptr);
 
+// out[i] = a[i] + b[i] for i < count (b null: a copy).
+std::string add(const float* a, const float* b, int64_t count, float* out, void* stream = nullptr);
 // up[i] = act(gate[i]) up[i] for i < count (act(up[i]) when not gated; relu(gate) relu(up) for dReLU).
 std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, void* stream = nullptr);
 

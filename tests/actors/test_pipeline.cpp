@@ -306,14 +306,16 @@ struct device_case {
 };
 class DeviceLayers : public testing::TestWithParam<device_case> {};
 
-std::shared_ptr<const model> device_case_model(const device_case& c) {
+// predictors: their type in the file (F32 as PowerInfer's converter writes them, or F16, which a GPU reads).
+std::shared_ptr<const model> device_case_model(const device_case& c, tensor_type predictors = tensor_type::f32) {
   auto o = test::sparse_test_options(c.arch, c.act, c.type);
   o.n_head_kv = c.kv_heads;  // falcon with 2: the Falcon-40B layout (attn_norm_2)
   o.norm_spread = 0.3;
   auto dense = test::make_model(std::string("dl_dense_") + c.name, o);
-  auto path = (test::scratch_dir() / (std::string("dl_sparse_") + c.name + ".gguf")).string();
+  auto path = (test::scratch_dir() / (std::string("dl_sparse_") + c.name + (predictors == tensor_type::f32 ? "" : "_f16_predictors") + ".gguf")).string();
   tools::sparse_file_options so;
   so.kind = gguf::file_kind::powerinfer;
+  if (predictors != tensor_type::f32) so.predictor_type = predictors;
   if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3), so);
   return model::load(path);
 }
@@ -336,13 +338,15 @@ TEST_P(DeviceLayers, AttentionPredictorAndHeadOnSimGiveTheReference) {
 // The same on a device that computes as a GPU does (sim's kernels): layer 0's attention through the
 // attention job (norms on the host: Falcon-40B's two norms, layer norms with biases; fused or separate
 // Q/K/V; NeoX or adjacent RoPE pairs; grouped-query heads; the F16 cache on the device),
-// hot rows through FFN-rows jobs, the head through a product job (these files' predictors are F32,
-// on the host). F32 weights are not what a GPU's kernels read: refused.
+// layer 0's predictor (F16) in the same job on the input it reads (the residual stream after
+// attention, or the layer's input in a parallel layer), layer 1's through the predict job, hot rows
+// through FFN-rows jobs, the head through a product job. F32 weights are not what a GPU's kernels
+// read: refused.
 TEST_P(DeviceLayers, AttentionOnAGpuLikeSimGivesTheReference) {
   const auto& c = GetParam();
-  auto m = device_case_model(c);
+  auto m = device_case_model(c, tensor_type::f16);
   device_residency r;
-  r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {0, 0};
+  r.attention = {1, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
   r.output = true;
   r.compute_bytes = 1 << 20;
   devices::device_options o;
@@ -360,6 +364,11 @@ TEST_P(DeviceLayers, AttentionOnAGpuLikeSimGivesTheReference) {
   const bool float_rows = c.type == tensor_type::f16;
   if (float_rows) expect_matches_reference(m, ffn_mode::sparse, hot, &r);
   expect_oracle_with_chosen(m, hot, &r, float_rows ? test::f16_kv_tolerance : 1.5e-2);
+  auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
+  ctx->set_mode(ffn_mode::sparse);
+  hold_on_device(*ctx, &r, gpu_like);
+  ctx->forward(1, 0);
+  EXPECT_EQ(ctx->device()->choices_taken(), 1);  // layer 0's choice came with its attention
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,
@@ -516,6 +525,16 @@ void expect_gpu_jobs_on_sim_give_the_reference(tensor_type predictors) {
   // engine's logits and tokens. (Q4_0 predictors meet float activations on a GPU and Q8_0 ones on
   // the CPU, so neurons at the threshold may go either way: DeviceLayers.GpuPredictorJobsChooseWhatTheCpuDoes.)
   if (predictors == tensor_type::f16) expect_matches_reference(m, ffn_mode::sparse, hot, &r);
+  // Layer 0's predictor ran inside its attention's job (one crossing for both): each token's choice
+  // was taken from there, not computed again; layer 1's (attention on the host) by its own job.
+  {
+    auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
+    ctx->set_mode(ffn_mode::sparse);
+    hold_on_device(*ctx, &r, gpu_like);
+    ctx->forward(1, 0);
+    ctx->forward(7, 1);
+    EXPECT_EQ(ctx->device()->choices_taken(), 2);
+  }
   // A GPU's dense FFN job reads a down matrix, which a sparse file does not have (its down rows are
   // transposed): a whole FFN of this file is refused there, by name.
   device_residency whole = r;
