@@ -7,9 +7,11 @@ read_costs::read_costs(const model& m) {
   const int64_t n_ff = m.hp().n_ff;
   for (const auto& L : w.layers) {
     const uint64_t ffn = L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes();
-    const uint64_t all = L.attn_norm.bytes() + L.attn_norm_b.bytes() + L.attn_norm_2.bytes() + L.attn_norm_2_b.bytes() + L.wq.bytes() + L.wk.bytes() +
-                         L.wv.bytes() + L.wqkv.bytes() + L.wo.bytes() + L.ffn_norm.bytes() + L.pred_fc1.bytes() + L.pred_fc2.bytes();
-    layer_fixed.push_back(all);
+    attention.push_back(L.attn_norm.bytes() + L.attn_norm_b.bytes() + L.attn_norm_2.bytes() + L.attn_norm_2_b.bytes() + L.wq.bytes() + L.wk.bytes() +
+                        L.wv.bytes() + L.wqkv.bytes() + L.wo.bytes());
+    ffn_norm.push_back(L.ffn_norm.bytes());
+    predictor.push_back(L.pred_fc1.bytes() + L.pred_fc2.bytes());
+    layer_fixed.push_back(attention.back() + ffn_norm.back() + predictor.back());
     ffn_dense.push_back(ffn);
     neuron.push_back(n_ff > 0 ? ffn / static_cast<uint64_t>(n_ff) : 0);
     down_row.push_back(n_ff > 0 ? (L.ffn_down.bytes() + L.ffn_down_t.bytes()) / static_cast<uint64_t>(n_ff) : 0);

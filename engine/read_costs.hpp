@@ -9,7 +9,10 @@
 namespace hotcold {
 
 struct read_costs {
-  std::vector<uint64_t> layer_fixed;   // per layer: attention, norms and predictor
+  std::vector<uint64_t> layer_fixed;   // per layer: attention, norms and predictor (the three below)
+  std::vector<uint64_t> attention;     // per layer: attention's norms and Q/K/V/O products
+  std::vector<uint64_t> ffn_norm;      // per layer: the FFN's norm
+  std::vector<uint64_t> predictor;     // per layer: the activation predictor
   std::vector<uint64_t> neuron;        // per layer: one FFN neuron's gate, up and down rows
   std::vector<uint64_t> down_row;      // per layer: of those, the down row's
   std::vector<uint64_t> ffn_dense;     // per layer: every FFN weight
@@ -21,5 +24,11 @@ struct read_costs {
   // Layer l's FFN rows: the gate and up rows of `neurons`, the down rows of `down_rows` of them.
   uint64_t ffn_rows(size_t l, uint64_t neurons, uint64_t down_rows) const { return (neuron[l] - down_row[l]) * neurons + down_row[l] * down_rows; }
 };
+
+// One layer's KV cache read by a decoded token that attends over `cached_rows` positions: its K and
+// V rows of n_embd_kv values of `value_bytes` each.
+inline double kv_read_per_token(const hparams& hp, int64_t value_bytes, double cached_rows) {
+  return 2.0 * static_cast<double>(hp.n_embd_kv()) * static_cast<double>(value_bytes) * cached_rows;
+}
 
 }  // namespace hotcold

@@ -307,8 +307,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       // --vs-micro-batches M2: aggregate decode with M2 micro-batches over --micro-batches'.
       const double micro_speedup = micro_k < 0 ? 0 : ratio(results[static_cast<size_t>(micro_k)].tg.mean, results[0].tg.mean);
       // The KV cache read a decoded token, per layer: on the device for the layers whose attention it runs.
-      const double kv_layer_per_token =
-          2.0 * static_cast<double>(hp.n_embd_kv()) * (ctx.kv_type() == tensor_type::f32 ? 4.0 : 2.0) * (static_cast<double>(a->n_gen) + 1) / 2;
+      const double kv_layer_per_token = kv_read_per_token(hp, ctx.kv_type() == tensor_type::f32 ? 4 : 2, (static_cast<double>(a->n_gen) + 1) / 2);
       int64_t kv_device_layers = 0;
       for (int64_t il = 0; il < hp.n_layer; ++il) kv_device_layers += ctx.device() && ctx.device()->attention(il);
       const double kv_bytes_per_token = kv_layer_per_token * static_cast<double>(hp.n_layer - kv_device_layers);

@@ -24,6 +24,7 @@ void add_serve_command(CLI::App& app, int& exit_code);
 void add_client_command(CLI::App& app, int& exit_code);
 void add_keygen_command(CLI::App& app, int& exit_code);
 void add_replay_command(CLI::App& app, int& exit_code);
+void add_plan_command(CLI::App& app, int& exit_code);  // predictions on paper (tools/planner)
 
 // The bytes of a file, as given (-f options). Throws std::system_error naming the path.
 std::string read_text_file(const std::string& path);

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   add_client_command(app, exit_code);
   add_keygen_command(app, exit_code);
   add_replay_command(app, exit_code);
+  add_plan_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -595,4 +595,29 @@ TEST(Cli, FilesAndSmallerDefects) {
   fs::remove_all(dir);
 }
 
+// hotcold plan: predictions on paper, for a named GPU or given bandwidths; --json's fields; a GPU it
+// does not know and a missing GPU are usage errors naming what to give.
+TEST(Cli, PlanPredictsOnPaper) {
+  auto p = run({"plan", "-m", small_model(), "--vram-budget", "0.01", "-c", "64", "--gpu", "H200", "--cpu-bandwidth", "20", "--json"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  for (const char* k : {"cpu_only_tokens_per_s", "layer_offload_tokens_per_s", "hybrid_tokens_per_s", "host_bytes_per_token", "device_bytes_per_token",
+                        "limited_by"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j.at("gpu"), "H200");
+  EXPECT_NEAR(j.at("cpu_only_tokens_per_s").get<double>(), 20e9 / j.at("cpu_only_bytes_per_token").get<double>(), 1e-6);
+  EXPECT_NEAR(j.at("host_bytes_per_token").get<double>() + j.at("device_bytes_per_token").get<double>(), j.at("cpu_only_bytes_per_token").get<double>(),
+              1.0);
+  auto table = run({"plan", "-m", small_model(), "--vram-budget", "0.01", "--gpu-bandwidth", "900", "--pcie", "16", "--cpu-bandwidth", "20"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("| hybrid |"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("limited by the"), std::string::npos) << table.out;
+  auto unknown = run({"plan", "-m", small_model(), "--vram-budget", "0.01", "--gpu", "Voodoo 2"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("--gpu Voodoo 2: not one of the GPUs known here"), std::string::npos) << unknown.err;
+  auto none = run({"plan", "-m", small_model(), "--vram-budget", "0.01", "--cpu-bandwidth", "20"});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("plan needs a GPU"), std::string::npos) << none.err;
+}
+
 }  // namespace

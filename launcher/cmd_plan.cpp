@@ -1,0 +1,121 @@
+// hotcold plan -m FILE --vram-budget G [-c CTX] [--gpu NAME | --gpu-bandwidth GBps --pcie GBps]
+//              [--cpu-bandwidth GBps] [--stats DIR | --active F] [--json]
+// What a GPU would give this file, on paper (tools/planner.hpp): bytes per token on each side, the
+// crossings, and the tokens per second of the CPU alone, of whole layers offloaded and of the hybrid.
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/bandwidth.hpp"
+#include "engine/thread_pool.hpp"
+#include "launcher/commands.hpp"
+#include "launcher/option_checks.hpp"
+#include "model/model.hpp"
+#include "tools/planner.hpp"
+#include "tools/profile.hpp"
+
+namespace hotcold::launcher {
+
+void add_plan_command(CLI::App& app, int& exit_code) {
+  struct args {
+    std::string model, gpu, stats;
+    double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
+    int64_t ctx = 0;
+    int threads = 0;
+    bool json = false;
+  };
+  auto a = std::make_shared<args>();
+  std::string gpus;
+  for (const auto& g : tools::known_gpus()) gpus += (gpus.empty() ? "" : ", ") + g.name;
+  auto* cmd = app.add_subcommand("plan", "Predict decode speed on paper: the CPU alone, whole layers on a GPU, and the hybrid, for a GPU budget");
+  cmd->add_option("-m,--model", a->model, "GGUF model (sparse: the hybrid; dense: whole layers)")->required();
+  cmd->add_option("--vram-budget", a->budget, "GPU memory the plan may use, GiB")->required()->check(finite_in(0, 1 << 20));
+  cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache holds (default: the model's, at most 4096); a token reads half of it")
+      ->check(whole_in(0, 1ll << 40));
+  auto* gpu = cmd->add_option("--gpu", a->gpu, "A GPU by name: " + gpus);
+  auto* gbw = cmd->add_option("--gpu-bandwidth", a->gpu_gbs, "The GPU's memory bandwidth, GB/s")->check(finite_in(0, 1e6));
+  auto* pcie = cmd->add_option("--pcie", a->pcie_gbs, "The GPU's host link, GB/s one way")->check(finite_in(0, 1e6));
+  gpu->excludes(gbw)->excludes(pcie);
+  gbw->needs(pcie);
+  pcie->needs(gbw);
+  cmd->add_option("--cpu-bandwidth", a->cpu_gbs, "The CPU's memory read bandwidth, GB/s (default: measured here)")->check(finite_in(0, 1e6));
+  auto* stats = cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile): how often each neuron fires (default: MODEL.work when there)");
+  cmd->add_option("--active", a->active, "Without a profile: the fraction of neurons that fire per token")->check(finite_in(0, 1))->excludes(stats);
+  cmd->add_option("--gpu-efficiency", a->efficiency, "The fraction of the GPU's bandwidth its kernels reach")->capture_default_str()->check(finite_in(0, 1));
+  cmd->add_option("--crossing-us", a->crossing_us, "A crossing's fixed cost in microseconds")->capture_default_str()->check(finite_in(0, 1e6));
+  cmd->add_option("-t,--threads", a->threads, "Threads of the bandwidth measurement (default: the cores)")->check(whole_in(0, 1024));
+  cmd->add_flag("--json", a->json, "One JSON object on stdout");
+  cmd->callback([a, &exit_code] {
+    exit_code = run_guarded("plan", [&] {
+      tools::planner_options o;
+      o.budget = static_cast<uint64_t>(a->budget * double(1ull << 30));
+      o.ctx = a->ctx;
+      o.gpu_efficiency = a->efficiency;
+      o.crossing_us = a->crossing_us;
+      std::string gpu_name = "custom";
+      if (!a->gpu.empty()) {
+        const auto* g = tools::find_gpu(a->gpu);
+        if (!g) throw std::invalid_argument(fmt::format("--gpu {}: not one of the GPUs known here; give --gpu-bandwidth and --pcie instead", a->gpu));
+        o.gpu_gbs = g->bandwidth_gbs, o.pcie_gbs = g->pcie_gbs, gpu_name = g->name;
+      } else if (a->gpu_gbs > 0) {
+        o.gpu_gbs = a->gpu_gbs, o.pcie_gbs = a->pcie_gbs;
+      } else {
+        throw std::invalid_argument("plan needs a GPU: --gpu NAME, or --gpu-bandwidth and --pcie");
+      }
+      auto m = model::load(a->model, {true});
+      // How often neurons fire: the profile given, or the one prepare left beside the model, or --active.
+      std::string dir = a->stats;
+      if (dir.empty() && a->active < 0 && std::filesystem::exists(std::filesystem::path(a->model + ".work") / "firing_counts.u64")) dir = a->model + ".work";
+      std::string source = "every neuron at --active";
+      if (!dir.empty()) {
+        auto p = tools::read_profile(dir);
+        if (p.n_layer != m->hp().n_layer || p.n_ff != m->hp().n_ff)
+          throw std::invalid_argument(fmt::format("{}: a profile of {} layers x {} neurons, the model has {} x {}", dir, p.n_layer, p.n_ff, m->hp().n_layer,
+                                                  m->hp().n_ff));
+        o.firing_counts = std::move(p.firing_counts), o.tokens = static_cast<uint64_t>(p.tokens);
+        source = fmt::format("{} ({} tokens)", dir, p.tokens);
+      } else {
+        if (a->active < 0 && m->has_predictors()) throw std::invalid_argument("plan: no profile beside the model: give --stats DIR or --active F");
+        o.active = std::max(0.0, a->active);
+      }
+      o.cpu_gbs = a->cpu_gbs;
+      if (o.cpu_gbs <= 0) {
+        // The roofline probe over as many bytes as a CPU-only token reads (at most 1 GiB).
+        thread_pool pool(a->threads);
+        o.cpu_gbs = 1;  // (a first pass for the byte count)
+        const auto first = tools::predict_plan(*m, o);
+        o.cpu_gbs = measure_read_bandwidth(pool, std::min<uint64_t>(static_cast<uint64_t>(first.cpu_only_bytes), uint64_t{1} << 30)) / 1e9;
+      }
+      const auto p = tools::predict_plan(*m, o);
+      if (a->json) {
+        nlohmann::json j{{"model", a->model},
+                         {"gpu", gpu_name},
+                         {"vram_budget_bytes", o.budget},
+                         {"ctx", p.plan.ctx},
+                         {"gpu_bandwidth_gbs", o.gpu_gbs},
+                         {"pcie_gbs", o.pcie_gbs},
+                         {"cpu_bandwidth_gbs", o.cpu_gbs},
+                         {"gpu_efficiency", o.gpu_efficiency},
+                         {"crossing_us", o.crossing_us},
+                         {"firing_from", source},
+                         {"cpu_only_tokens_per_s", p.cpu_only_tokens_per_s},
+                         {"layer_offload_tokens_per_s", p.layer_offload_tokens_per_s},
+                         {"hybrid_tokens_per_s", p.hybrid_tokens_per_s},
+                         {"cpu_only_bytes_per_token", p.cpu_only_bytes},
+                         {"host_bytes_per_token", p.host_bytes},
+                         {"device_bytes_per_token", p.device_bytes},
+                         {"crossings_per_token", p.crossings},
+                         {"offload_layers", p.offload_layers},
+                         {"limited_by", p.limited_by}};
+        fmt::print("{}\n", j.dump());
+      } else {
+        fmt::print("{}firing: {}; GPU: {}\n", tools::prediction_table(*m, o, p), source, gpu_name);
+      }
+    });
+  });
+}
+
+}  // namespace hotcold::launcher

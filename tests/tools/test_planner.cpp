@@ -1,0 +1,98 @@
+// hotcold plan's model (tools/planner): bytes per token counted as the runtime counts them, the plan
+// the runtime would make, and predictions that move the way the hardware says they must.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/read_costs.hpp"
+#include "model/model.hpp"
+#include "tests/model/tiny_models.hpp"
+#include "tools/planner.hpp"
+#include "tools/sparse_file.hpp"
+
+namespace hotcold {
+namespace {
+
+std::shared_ptr<const model> planner_sparse_model() {
+  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
+  auto dense = test::make_model("planner_dense", o);
+  const auto path = (test::scratch_dir() / "planner_sparse.gguf").string();
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
+  return model::load(path);
+}
+
+tools::planner_options options(const model& m, uint64_t budget) {
+  tools::planner_options o;
+  o.budget = budget;
+  o.ctx = 64;
+  o.cpu_gbs = 50, o.gpu_gbs = 1000, o.pcie_gbs = 32;
+  const auto& hp = m.hp();
+  // Neuron i of every layer fires on a token with probability (i % 10) / 40: some hot, most cold.
+  o.tokens = 400;
+  for (int64_t l = 0; l < hp.n_layer; ++l)
+    for (int64_t i = 0; i < hp.n_ff; ++i) o.firing_counts.push_back(static_cast<uint64_t>(10 * (i % 10)));
+  return o;
+}
+
+TEST(Planner, CountsBytesAsTheRuntimeDoes) {
+  auto m = planner_sparse_model();
+  const auto& hp = m->hp();
+  auto o = options(*m, 16 << 20);
+  const auto p = tools::predict_plan(*m, o);
+  // The CPU alone: embedding row, each layer's fixed part, its KV cache at half the context, and the
+  // rows of the neurons that fire (gate, up and down of each: read_costs::ffn_rows), and the head.
+  const read_costs c(*m);
+  double fired = 0;
+  for (int64_t i = 0; i < hp.n_ff; ++i) fired += (10.0 * static_cast<double>(i % 10)) / 400.0;
+  double want = static_cast<double>(c.embedding_row + c.output);
+  for (size_t l = 0; l < c.layer_fixed.size(); ++l)
+    want += static_cast<double>(c.layer_fixed[l]) + kv_read_per_token(hp, 2, 32) + fired * static_cast<double>(c.ffn_rows(l, 1, 1));
+  EXPECT_NEAR(p.cpu_only_bytes, want, 1e-6 * want);
+  EXPECT_NEAR(p.cpu_only_tokens_per_s, 50e9 / want, 1e-6 * p.cpu_only_tokens_per_s);
+  // The hybrid moves bytes, it does not make or lose them: both sides add up to the CPU alone's.
+  EXPECT_NEAR(p.host_bytes + p.device_bytes, p.cpu_only_bytes, 1e-6 * p.cpu_only_bytes);
+  // Everything on the device (16 MiB holds the whole model here): the host reads an embedding row.
+  EXPECT_NEAR(p.host_bytes, static_cast<double>(c.embedding_row), 1.0);
+  EXPECT_EQ(p.plan.layers[0].attention, true);
+  // A tiny model: the crossings' fixed cost is most of a token, so the GPU makes it slower.
+  EXPECT_EQ(p.limited_by, "pcie");
+  EXPECT_LT(p.hybrid_tokens_per_s, p.cpu_only_tokens_per_s);
+  // Per layer: attention with its predictor, then the hot rows; and the head.
+  EXPECT_EQ(p.crossings, 2.0 * static_cast<double>(hp.n_layer) + 1);
+}
+
+TEST(Planner, MoreOfAnythingIsNeverSlower) {
+  auto m = planner_sparse_model();
+  const auto base = options(*m, 1 << 20);
+  const auto p0 = tools::predict_plan(*m, base);
+  EXPECT_LT(p0.device_bytes, p0.cpu_only_bytes);  // 1 MiB holds a part only
+  auto more = base;
+  more.budget = 4 << 20;
+  const auto p1 = tools::predict_plan(*m, more);
+  EXPECT_GE(p1.device_bytes, p0.device_bytes);
+  EXPECT_GE(p1.hybrid_tokens_per_s, p0.hybrid_tokens_per_s);
+  EXPECT_GE(p1.layer_offload_tokens_per_s, p0.layer_offload_tokens_per_s);
+  auto faster_cpu = base;
+  faster_cpu.cpu_gbs = 100;
+  EXPECT_NEAR(tools::predict_plan(*m, faster_cpu).cpu_only_tokens_per_s, 2 * p0.cpu_only_tokens_per_s, 1e-6 * p0.cpu_only_tokens_per_s);
+  auto no_crossing_cost = base;
+  no_crossing_cost.crossing_us = 0;
+  EXPECT_GT(tools::predict_plan(*m, no_crossing_cost).hybrid_tokens_per_s, p0.hybrid_tokens_per_s);
+}
+
+TEST(Planner, NamedGpusAndBadOptions) {
+  ASSERT_NE(tools::find_gpu("rtx4090"), nullptr);
+  EXPECT_EQ(tools::find_gpu("RTX 4090")->bandwidth_gbs, 1008);
+  EXPECT_EQ(tools::find_gpu("h200")->bandwidth_gbs, 4800);
+  EXPECT_EQ(tools::find_gpu("TPU"), nullptr);
+  auto m = planner_sparse_model();
+  auto o = options(*m, 1 << 20);
+  o.cpu_gbs = 0;
+  EXPECT_THROW(tools::predict_plan(*m, o), std::invalid_argument);
+  o = options(*m, 1 << 20);
+  o.firing_counts.pop_back();
+  EXPECT_THROW(tools::predict_plan(*m, o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hotcold

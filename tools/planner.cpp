@@ -1,0 +1,203 @@
+#include "tools/planner.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "engine/read_costs.hpp"
+
+namespace hotcold::tools {
+
+const std::vector<gpu_spec>& known_gpus() {
+  // Published memory bandwidth and the PCIe link's one-way rate (x16: PCIe 3.0 16 GB/s, 4.0 32, 5.0 64).
+  static const std::vector<gpu_spec> gpus{
+      {"RTX 2080 Ti", 616, 16}, {"RTX 3090", 936, 32}, {"RTX 4090", 1008, 32}, {"A100", 2039, 32}, {"H100", 3350, 64}, {"H200", 4800, 64},
+  };
+  return gpus;
+}
+
+const gpu_spec* find_gpu(const std::string& name) {
+  auto key = [](const std::string& s) {
+    std::string k;
+    for (char c : s)
+      if (c != ' ' && c != '-' && c != '_') k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return k;
+  };
+  for (const auto& g : known_gpus())
+    if (key(g.name) == key(name)) return &g;
+  return nullptr;
+}
+
+namespace {
+
+// The probability that neuron i of layer l fires on a token.
+struct firing {
+  const planner_options& o;
+  int64_t n_ff;
+  double p(int64_t l, int64_t i) const {
+    if (o.firing_counts.empty()) return o.active;
+    return static_cast<double>(o.firing_counts[static_cast<size_t>(l * n_ff + i)]) / static_cast<double>(o.tokens);
+  }
+};
+
+}  // namespace
+
+plan_prediction predict_plan(const model& m, const planner_options& o) {
+  const hparams& hp = m.hp();
+  if (o.cpu_gbs <= 0 || o.gpu_gbs <= 0 || o.pcie_gbs <= 0) throw std::invalid_argument("plan: the CPU's, the GPU's and the link's bandwidths must be positive");
+  if (o.gpu_efficiency <= 0 || o.gpu_efficiency > 1) throw std::invalid_argument("plan: the GPU's efficiency is a fraction in (0, 1]");
+  if (!o.firing_counts.empty() && (o.firing_counts.size() != static_cast<size_t>(hp.n_layer * hp.n_ff) || o.tokens == 0))
+    throw std::invalid_argument(fmt::format("plan: firing counts of {} neurons over {} tokens for a model of {} x {}", o.firing_counts.size(), o.tokens,
+                                            hp.n_layer, hp.n_ff));
+  if (o.firing_counts.empty() && (o.active < 0 || o.active > 1)) throw std::invalid_argument("plan: --active is a fraction in [0, 1]");
+  const read_costs c(m);
+  const firing f{o, hp.n_ff};
+  const bool sparse = m.has_predictors();
+  const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
+  const double kv = kv_read_per_token(hp, o.kv_value_bytes, rows);
+  const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
+  const double crossing = o.crossing_us * 1e-6;
+  // Each layer's expected FFN bytes: every row of a dense file; a sparse file's rows of the neurons
+  // that fire (gate, up and down rows of each: ffn_rows with chosen = fired).
+  std::vector<double> ffn(static_cast<size_t>(hp.n_layer), 0.0);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (!sparse) {
+      ffn[static_cast<size_t>(l)] = static_cast<double>(c.ffn_dense[static_cast<size_t>(l)]);
+      continue;
+    }
+    double fired = 0;
+    for (int64_t i = 0; i < hp.n_ff; ++i) fired += f.p(l, i);
+    ffn[static_cast<size_t>(l)] = fired * static_cast<double>(c.neuron[static_cast<size_t>(l)]);
+  }
+  plan_prediction r;
+  // The CPU alone.
+  r.cpu_only_bytes = static_cast<double>(c.embedding_row + c.output);
+  for (int64_t l = 0; l < hp.n_layer; ++l) r.cpu_only_bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + kv + ffn[static_cast<size_t>(l)];
+  r.cpu_only_tokens_per_s = cpu / r.cpu_only_bytes;
+
+  // The hybrid: the runtime's plan for this budget (hot neurons by firing counts).
+  plan_options po;
+  po.ctx = ctx;
+  po.kv_value_bytes = o.kv_value_bytes;
+  if (sparse) {
+    std::vector<uint64_t> counts = o.firing_counts;
+    if (counts.empty()) counts.assign(static_cast<size_t>(hp.n_layer * hp.n_ff), 1);
+    r.plan = plan_placement(m, counts, o.budget, po);
+  } else {
+    r.plan = plan_device(m, o.budget, po);
+  }
+  const double x_bytes = 4.0 * static_cast<double>(hp.n_embd);  // one activation vector
+  double host = static_cast<double>(c.embedding_row), device = 0, cpu_s = host / cpu, gpu_s = 0, link_s = 0, crossings = 0, crossing_bytes = 0;
+  auto cross = [&](double bytes) {
+    crossings += 1, crossing_bytes += bytes;
+    link_s += crossing + bytes / link;
+  };
+  double t = cpu_s;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const auto& p = r.plan.layers[static_cast<size_t>(l)];
+    const size_t li = static_cast<size_t>(l);
+    const double attention = static_cast<double>(c.attention[li] + c.ffn_norm[li]) + kv, predictor = static_cast<double>(c.predictor[li]);
+    // Attention (with its KV cache) and the predictor where the plan puts them; attention and a
+    // predictor on the GPU cross together (the layer's input down, its output and choices up).
+    double layer_t = 0;
+    (p.attention ? device : host) += attention;
+    layer_t += p.attention ? attention / gpu : attention / cpu;
+    (p.attention ? gpu_s : cpu_s) += p.attention ? attention / gpu : attention / cpu;
+    if (sparse) {
+      (p.predictor ? device : host) += predictor;
+      layer_t += p.predictor ? predictor / gpu : predictor / cpu;
+      (p.predictor ? gpu_s : cpu_s) += p.predictor ? predictor / gpu : predictor / cpu;
+    }
+    if (p.attention || p.predictor) {
+      const double before = link_s;
+      cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0));
+      layer_t += link_s - before;
+    }
+    if (p.ffn) {  // a dense file's whole layer: its FFN is one more job (the FFN input down, the output up)
+      device += ffn[li];
+      gpu_s += ffn[li] / gpu;
+      const double before = link_s;
+      cross(2 * x_bytes);
+      layer_t += ffn[li] / gpu + (link_s - before);
+    } else if (sparse) {
+      // The hot share on the GPU and the cold share on the CPU at the same time; the join waits for
+      // the longer, the hot side's crossing included.
+      double hot = 0;
+      for (int32_t i : r.plan.solution.hot[li]) hot += f.p(l, i) * static_cast<double>(c.neuron[li]);
+      const double cold = ffn[li] - hot;
+      device += hot, host += cold;
+      double hot_t = hot / gpu;
+      if (!r.plan.solution.hot[li].empty()) {
+        const double before = link_s;
+        cross(3 * x_bytes);
+        hot_t += link_s - before;
+      }
+      gpu_s += hot / gpu, cpu_s += cold / cpu;
+      layer_t += std::max(hot_t, cold / cpu);
+    } else {
+      host += ffn[li];
+      cpu_s += ffn[li] / cpu;
+      layer_t += ffn[li] / cpu;
+    }
+    t += layer_t;
+  }
+  const double out = static_cast<double>(c.output);
+  if (r.plan.output) {
+    device += out, gpu_s += out / gpu, t += out / gpu;
+    const double before = link_s;
+    cross(x_bytes + 4.0 * static_cast<double>(hp.n_vocab));
+    t += link_s - before;
+  } else {
+    host += out, cpu_s += out / cpu, t += out / cpu;
+  }
+  r.host_bytes = host, r.device_bytes = device, r.crossings = crossings, r.crossing_bytes = crossing_bytes;
+  r.cpu_seconds = cpu_s, r.gpu_seconds = gpu_s, r.link_seconds = link_s;
+  r.hybrid_tokens_per_s = 1.0 / t;
+  r.limited_by = cpu_s >= gpu_s && cpu_s >= link_s ? "cpu" : gpu_s >= link_s ? "gpu" : "pcie";
+
+  // Whole layers at the same budget, every neuron computed (llama.cpp's -ngl): front to back, each
+  // layer's attention, FFN norm, whole FFN and KV cache, then the head if it still fits.
+  uint64_t left = o.budget > r.plan.fixed.compute ? o.budget - r.plan.fixed.compute : 0;
+  const uint64_t kv_alloc = r.plan.kv_layer_bytes;
+  double offload_t = static_cast<double>(c.embedding_row) / cpu;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const size_t li = static_cast<size_t>(l);
+    const uint64_t whole = c.attention[li] + c.ffn_norm[li] + c.ffn_dense[li] + kv_alloc;
+    const double read = static_cast<double>(c.attention[li] + c.ffn_norm[li] + c.ffn_dense[li]) + kv;
+    if (l == r.offload_layers && whole <= left) {
+      left -= whole;
+      ++r.offload_layers;
+      offload_t += read / gpu;
+    } else {
+      offload_t += read / cpu;
+    }
+  }
+  r.offload_head = r.offload_layers == hp.n_layer && c.output <= left;
+  offload_t += r.offload_head ? out / gpu : out / cpu;
+  if (r.offload_layers > 0) offload_t += 2 * (crossing + x_bytes / link);  // the stream goes down and back up
+  r.layer_offload_tokens_per_s = 1.0 / offload_t;
+  return r;
+}
+
+std::string prediction_table(const model& m, const planner_options& o, const plan_prediction& p) {
+  const hparams& hp = m.hp();
+  const auto mib = [](double b) { return b / double(1 << 20); };
+  std::string t;
+  t += fmt::format("{}: {} layers, embd {}, ffn {}; GPU budget {:.2f} GiB, context {}, {} cached rows a token\n", m.path(), hp.n_layer, hp.n_embd, hp.n_ff,
+                   o.budget / double(1ull << 30), p.plan.ctx, o.position >= 0 ? o.position : p.plan.ctx / 2.0);
+  t += fmt::format("bandwidth: CPU {:.1f} GB/s; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a crossing\n", o.cpu_gbs, o.gpu_gbs,
+                   o.gpu_efficiency, o.pcie_gbs, o.crossing_us);
+  t += "| configuration | host MiB/token | GPU MiB/token | crossings/token | tokens/s |\n| --- | --- | --- | --- | --- |\n";
+  t += fmt::format("| CPU only | {:.1f} | 0 | 0 | {:.1f} |\n", mib(p.cpu_only_bytes), p.cpu_only_tokens_per_s);
+  t += fmt::format("| whole layers ({} of {}{}) | - | - | {} | {:.1f} |\n", p.offload_layers, hp.n_layer, p.offload_head ? ", head" : "", p.offload_layers > 0 ? 2 : 0,
+                   p.layer_offload_tokens_per_s);
+  t += fmt::format("| hybrid | {:.1f} | {:.1f} | {:.0f} | {:.1f} |\n", mib(p.host_bytes), mib(p.device_bytes), p.crossings, p.hybrid_tokens_per_s);
+  t += fmt::format("hybrid per token: CPU {:.2f} ms, GPU {:.2f} ms, link {:.2f} ms ({:.1f} KiB): limited by the {}\n", p.cpu_seconds * 1e3, p.gpu_seconds * 1e3,
+                   p.link_seconds * 1e3, p.crossing_bytes / 1024, p.limited_by == "pcie" ? "PCIe link" : p.limited_by == "gpu" ? "GPU" : "CPU");
+  return t;
+}
+
+}  // namespace hotcold::tools

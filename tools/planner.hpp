@@ -1,0 +1,61 @@
+#pragma once
+// hotcold plan: what a GPU would give, on paper. From the plan the runtime would make for a budget
+// (tools/placement: attention with its KV cache, predictors, the head, then hot FFN rows) and how
+// often each neuron fires (a profile, or one active fraction for every neuron), the bytes a decoded
+// token reads on each side — counted by engine/read_costs, as the runtime counts them — the
+// crossings between them, and the tokens per second each side's bandwidth allows: for the CPU alone,
+// for whole layers offloaded at the same budget (llama.cpp's -ngl, every neuron computed) and for the
+// hybrid (the hot and cold shares of a layer at the same time), with the side that limits it named.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.hpp"
+#include "tools/placement.hpp"
+
+namespace hotcold::tools {
+
+// A GPU's published memory bandwidth and its host link (PCIe, one direction, as specified).
+struct gpu_spec {
+  std::string name;
+  double bandwidth_gbs = 0;
+  double pcie_gbs = 0;
+};
+const std::vector<gpu_spec>& known_gpus();
+// By name, ignoring case, spaces and dashes ("rtx4090", "RTX 4090", "h200"); null when unknown.
+const gpu_spec* find_gpu(const std::string& name);
+
+struct planner_options {
+  uint64_t budget = 0;             // bytes of the GPU the plan may use
+  int64_t ctx = 0;                 // the KV cache's positions (0: the model's, at most 4096)
+  int64_t kv_value_bytes = 2;      // F16 cache
+  double position = -1;            // cached rows a decoded token reads (-1: half the context)
+  double cpu_gbs = 0, gpu_gbs = 0, pcie_gbs = 0;  // bandwidths, GB/s (1e9 bytes)
+  double gpu_efficiency = 0.75;    // of the published bandwidth that the kernels reach
+  double crossing_us = 10;         // a crossing's fixed cost: launch, copy and wait, each way
+  // How often neurons fire: counts (n_layer x n_ff) over `tokens` tokens, or, when counts are empty,
+  // each neuron with probability `active`.
+  std::vector<uint64_t> firing_counts;
+  uint64_t tokens = 0;
+  double active = 0.1;
+};
+
+struct plan_prediction {
+  placement_plan plan;             // the hybrid's plan (what the runtime would allocate)
+  double cpu_only_bytes = 0;       // a token on the CPU alone
+  double host_bytes = 0, device_bytes = 0;  // the hybrid's, per token
+  double crossings = 0;            // the hybrid's, per token
+  double crossing_bytes = 0;       // activations that cross, per token
+  double cpu_seconds = 0, gpu_seconds = 0, link_seconds = 0;  // the hybrid's, per token, per side
+  int64_t offload_layers = 0;      // whole layers at the same budget
+  bool offload_head = false;
+  double cpu_only_tokens_per_s = 0, layer_offload_tokens_per_s = 0, hybrid_tokens_per_s = 0;
+  std::string limited_by;          // "cpu", "gpu" or "pcie": the hybrid's largest share of a token's time
+};
+
+// Throws std::invalid_argument for impossible options (a zero bandwidth, counts of another shape).
+plan_prediction predict_plan(const model& m, const planner_options& o);
+// The prediction as a table for people (stdout of `hotcold plan`).
+std::string prediction_table(const model& m, const planner_options& o, const plan_prediction& p);
+
+}  // namespace hotcold::tools
