@@ -2,17 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <vector>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "devices/cuda/cuda_memory.hpp"
 #include "devices/device_info.hpp"
-#include "kernels/cpu/fp16.hpp"
-#include "kernels/cpu/quants.hpp"
+#include "devices/gpu_jobs.hpp"
 #include "kernels/cpu/row_kernels.hpp"
 #if defined(HOTCOLD_HAVE_GPU)
 #include "kernels/gpu/decode.hpp"
@@ -99,20 +97,6 @@ uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot, int64
 
 namespace {
 
-// What every attention job must hold, whoever computes it: shapes that agree and tokens inside the cache.
-void check_attention_job(const std::string& device, const attention_job& job) {
-  if (job.n_head <= 0 || job.n_head_kv <= 0 || job.n_head % job.n_head_kv != 0 || job.head_dim * job.n_head != job.d || job.n_rot > job.head_dim ||
-      job.n_rot % 2 != 0)
-    throw std::invalid_argument(fmt::format("{}: attention with {} heads ({} KV heads) of {} values, {} rotated, for an embedding of {}", device, job.n_head,
-                                            job.n_head_kv, job.head_dim, job.n_rot, job.d));
-  if (!job.wqkv && !(job.wq && job.wk && job.wv)) throw std::invalid_argument(fmt::format("{}: attention needs wqkv or wq, wk and wv", device));
-  if (job.kv_type != tensor_type::f16 && job.kv_type != tensor_type::f32) throw std::invalid_argument(fmt::format("{}: the KV cache holds f16 or f32", device));
-  for (int64_t t = 0; t < job.n; ++t)
-    if (job.seqs[t] < 0 || job.seqs[t] >= job.n_seq || job.positions[t] < 0 || job.positions[t] >= job.ctx)
-      throw std::out_of_range(fmt::format("{}: token {} at sequence {} position {} is outside the cache ({} x {})", device, t, job.seqs[t], job.positions[t],
-                                          job.n_seq, job.ctx));
-}
-
 void* host_allocate(uint64_t bytes, const std::string& device) {
   void* p = std::aligned_alloc(64, (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64);
   if (!p) throw out_of_device_memory(fmt::format("{}: the host has no {} bytes to give", device, bytes));
@@ -152,205 +136,13 @@ class cpu_backend final : public device {
   void raw_free(void* p) override { std::free(p); }
 };
 
-// The row types hotcold's GPU kernels read for an operation: F16, Q8_0 and Q4_0 everywhere; Q6_K (a
-// llama.cpp Q4_0 file's head) in the products (head, attention, dense FFNs), not in the FFN-rows kernel
-// or predictors.
-bool gpu_reads(tensor_type t) { return t == tensor_type::f16 || t == tensor_type::q8_0 || t == tensor_type::q4_0; }
-bool gpu_reads(operation op, tensor_type t) {
-  return gpu_reads(t) || (t == tensor_type::q6_k && (op == operation::matvec || op == operation::attention || op == operation::dense_ffn));
-}
-
-// A GPU's operation table computed the plain way, row by row in float (sim's kernels): what a GPU
-// back end's jobs carry, read from the device's copies alone.
-namespace sim_kernels {
-
-// Row r of a matrix of `cols` values in type t, as floats.
-void row(tensor_type t, const void* rows, int64_t r, int64_t cols, float* out) {
-  const auto* base = static_cast<const uint8_t*>(rows);
-  switch (t) {
-    case tensor_type::f16: kernels::fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(base) + r * cols, out, static_cast<size_t>(cols)); return;
-    case tensor_type::q8_0: kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(base) + r * (cols / 32), out, cols); return;
-    case tensor_type::q4_0: kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(base) + r * (cols / 32), out, cols); return;
-    case tensor_type::q6_k: kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(base) + r * (cols / 256), out, cols); return;
-    default: throw std::invalid_argument(fmt::format("sim kernels: rows of type {}", tensor_type_name(t)));
-  }
-}
-
-float dot(const float* a, const float* b, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
-  return static_cast<float>(s);
-}
-
-float activate(ffn_activation a, float v) {
-  switch (a) {
-    case ffn_activation::silu: return v / (1.0f + std::exp(-v));
-    case ffn_activation::gelu: return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
-    default: return v > 0.0f ? v : 0.0f;
-  }
-}
-
-void ffn_rows(const ffn_rows_job& job) {
-  std::vector<float> g(static_cast<size_t>(job.d)), u(g.size()), dn(g.size());
-  std::fill(job.out, job.out + job.n * job.d, 0.0f);
-  for (int64_t t = 0; t < job.n; ++t) {
-    const float* x = job.x + t * job.d;
-    float* out = job.out + t * job.d;
-    for (int64_t k = 0; k < job.count; ++k) {
-      const int32_t id = job.ids[k];
-      if (job.chosen && !job.chosen[t * job.n_ff + id]) continue;
-      row(job.type, job.up, job.slots[k], job.d, u.data());
-      const float up = dot(u.data(), x, job.d);
-      float h;
-      if (!job.gated) {
-        h = activate(job.act, up);
-      } else {
-        row(job.type, job.gate, job.slots[k], job.d, g.data());
-        const float gate = dot(g.data(), x, job.d);
-        h = job.act == ffn_activation::drelu ? std::max(gate, 0.0f) * std::max(up, 0.0f) : activate(job.act, gate) * up;
-      }
-      job.hidden[t * job.n_ff + id] = h;
-      if (h == 0.0f) continue;
-      row(job.type, job.down_t, job.slots[k], job.d, dn.data());
-      for (int64_t c = 0; c < job.d; ++c) out[c] += h * dn[static_cast<size_t>(c)];
-    }
-  }
-}
-
-void predict(const predict_job& job) {
-  std::vector<float> r(static_cast<size_t>(std::max(job.d, job.rank))), mid(static_cast<size_t>(job.rank));
-  for (int64_t t = 0; t < job.n; ++t) {
-    const float* x = job.x + t * job.d;
-    for (int64_t i = 0; i < job.rank; ++i) {
-      row(job.type, job.fc1, i, job.d, r.data());
-      mid[static_cast<size_t>(i)] = std::max(dot(r.data(), x, job.d), 0.0f);
-    }
-    for (int64_t i = 0; i < job.n_ff; ++i) {
-      row(job.type, job.fc2, i, job.rank, r.data());
-      job.chosen[t * job.n_ff + i] = dot(r.data(), mid.data(), job.rank) >= job.threshold ? 1 : 0;
-    }
-  }
-}
-
-void matvec(const matvec_job& job) {
-  std::vector<float> r(static_cast<size_t>(job.cols));
-  for (int64_t i = 0; i < job.rows; ++i) {
-    row(job.type, job.w, i, job.cols, r.data());
-    for (int64_t t = 0; t < job.n; ++t) job.y[t * job.rows + i] = dot(r.data(), job.x + t * job.cols, job.cols);
-  }
-}
-
-// Attention the plain way: each token's q, k, v row by row, RoPE by the job's angles, k and v rounded
-// to the cache's type and stored, then each head's softmax over its sequence's cached rows (in double).
-void attention(const attention_job& job) {
-  const int64_t n = job.n, d = job.d, kv = job.n_head_kv * job.head_dim, hd = job.head_dim, row_len = d + 2 * kv;
-  std::vector<float> qkv(static_cast<size_t>(n * row_len)), r(static_cast<size_t>(d));
-  auto product = [&](tensor_type t, const void* w, int64_t rows, int64_t at) {  // rows of w into columns at.. of each token's row
-    for (int64_t i = 0; i < rows; ++i) {
-      row(t, w, i, d, r.data());
-      for (int64_t k = 0; k < n; ++k) qkv[static_cast<size_t>(k * row_len + at + i)] = dot(r.data(), job.x + k * d, d);
-    }
-  };
-  if (job.wqkv) {
-    product(job.t_qkv, job.wqkv, row_len, 0);
-  } else {
-    product(job.t_q, job.wq, d, 0);
-    product(job.t_k, job.wk, kv, d);
-    product(job.t_v, job.wv, kv, d + kv);
-  }
-  const int64_t half = job.n_rot / 2;
-  for (int64_t k = 0; k < n; ++k) {
-    float* q = qkv.data() + k * row_len;
-    const float *c = job.angles + k * job.n_rot, *s = c + half;
-    for (int64_t h = 0; h < job.n_head + job.n_head_kv; ++h) {
-      float* x = q + h * hd;  // the query heads, then the key heads right after them
-      for (int64_t i = 0; i < half; ++i) {
-        const int64_t a = job.adjacent_pairs ? 2 * i : i, b = job.adjacent_pairs ? 2 * i + 1 : i + half;
-        const float x0 = x[a], x1 = x[b];
-        x[a] = x0 * c[i] - x1 * s[i];
-        x[b] = x0 * s[i] + x1 * c[i];
-      }
-    }
-    const int64_t at = (static_cast<int64_t>(job.seqs[k]) * job.ctx + job.positions[k]) * kv;
-    for (int which = 0; which < 2; ++which) {
-      const float* from = q + d + which * kv;
-      void* cache = which == 0 ? job.k_cache : job.v_cache;
-      if (job.kv_type == tensor_type::f16) kernels::fp32_to_fp16_row(from, static_cast<uint16_t*>(cache) + at, static_cast<size_t>(kv));
-      else std::copy(from, from + kv, static_cast<float*>(cache) + at);
-    }
-  }
-  auto cached = [&](const void* cache, int64_t index) {
-    return job.kv_type == tensor_type::f16 ? kernels::fp16_to_fp32(static_cast<const uint16_t*>(cache)[index]) : static_cast<const float*>(cache)[index];
-  };
-  std::vector<float> attn(static_cast<size_t>(n * d));
-  std::vector<double> p(static_cast<size_t>(job.ctx));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  for (int64_t k = 0; k < n; ++k)
-    for (int64_t h = 0; h < job.n_head; ++h) {
-      const float* q = qkv.data() + k * row_len + h * hd;
-      const int64_t base = static_cast<int64_t>(job.seqs[k]) * job.ctx * kv + h / (job.n_head / job.n_head_kv) * hd, last = job.positions[k];
-      double m = -INFINITY, sum = 0;
-      for (int64_t t = 0; t <= last; ++t) {
-        double a = 0;
-        for (int64_t i = 0; i < hd; ++i) a += static_cast<double>(q[i]) * cached(job.k_cache, base + t * kv + i);
-        p[static_cast<size_t>(t)] = a * scale;
-        m = std::max(m, a * scale);
-      }
-      for (int64_t t = 0; t <= last; ++t) sum += (p[static_cast<size_t>(t)] = std::exp(p[static_cast<size_t>(t)] - m));
-      for (int64_t i = 0; i < hd; ++i) {
-        double a = 0;
-        for (int64_t t = 0; t <= last; ++t) a += p[static_cast<size_t>(t)] * cached(job.v_cache, base + t * kv + i);
-        attn[static_cast<size_t>(k * d + h * hd + i)] = static_cast<float>(a / sum);
-      }
-    }
-  for (int64_t i = 0; i < d; ++i) {
-    row(job.t_o, job.wo, i, d, r.data());
-    for (int64_t k = 0; k < n; ++k) job.out[k * d + i] = dot(r.data(), attn.data() + k * d, d);
-  }
-  if (!job.fc1) return;
-  // The predictor on the layer's input (plus the output product): what predict() computes.
-  std::vector<float> pred_in(static_cast<size_t>(n * d));
-  for (int64_t k = 0; k < n * d; ++k) pred_in[static_cast<size_t>(k)] = job.layer_in[k] + (job.pred_adds_out ? job.out[k] : 0.0f);
-  predict_job choice;
-  choice.type = job.t_pred, choice.fc1 = job.fc1, choice.fc2 = job.fc2;
-  choice.n = n, choice.d = d, choice.rank = job.rank, choice.n_ff = job.n_ff;
-  choice.x = pred_in.data(), choice.threshold = job.threshold, choice.chosen = job.chosen;
-  predict(choice);
-}
-
-// A dense FFN the plain way: every neuron's gate and up rows, the activation, then the down rows.
-void dense_ffn(const dense_ffn_job& job) {
-  const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
-  std::vector<float> r(static_cast<size_t>(std::max(d, n_ff))), h(static_cast<size_t>(n * n_ff));
-  for (int64_t i = 0; i < n_ff; ++i) {
-    std::vector<float> g(static_cast<size_t>(n));
-    if (job.gated) {
-      row(job.t_gate, job.gate, i, d, r.data());
-      for (int64_t t = 0; t < n; ++t) g[static_cast<size_t>(t)] = dot(r.data(), job.x + t * d, d);
-    }
-    row(job.t_up, job.up, i, d, r.data());
-    for (int64_t t = 0; t < n; ++t) {
-      const float u = dot(r.data(), job.x + t * d, d), gt = g[static_cast<size_t>(t)];
-      h[static_cast<size_t>(t * n_ff + i)] = !job.gated ? activate(job.act, u)
-                                           : job.act == ffn_activation::drelu ? std::max(gt, 0.0f) * std::max(u, 0.0f)
-                                                                               : activate(job.act, gt) * u;
-    }
-  }
-  for (int64_t c = 0; c < d; ++c) {
-    row(job.t_down, job.down, c, n_ff, r.data());
-    for (int64_t t = 0; t < n; ++t) job.out[t * d + c] = dot(r.data(), h.data() + t * n_ff, n_ff);
-  }
-  if (job.hidden) std::copy(h.begin(), h.end(), job.hidden);
-}
-
-}  // namespace sim_kernels
 
 class sim_backend final : public device {
  public:
   sim_backend(uint64_t budget, transfer_cost cost, bool kernels)
       : device("sim", device_kind::sim, budget), cost_(cost), kernels_(kernels), queue_("hotcold-sim") {}
   ~sim_backend() override { queue_.drain(); }
-  // With kernels, the GPU's table (kernels/gpu/decode.cu): every operation with F16, Q8_0 or Q4_0 rows.
+  // With kernels, the GPU's table (kernels/gpu/decode.cu, gpu_reads) computed by sim_kernels (devices/gpu_jobs).
   bool runs_host_work() const override { return !kernels_; }
   bool supports(operation op, tensor_type rows) const override {
     if (!kernels_) return device::supports(op, rows);
@@ -359,15 +151,11 @@ class sim_backend final : public device {
   void compute(const attention_job& job) override {
     if (!kernels_) return device::compute(job);
     check_attention_job(name(), job);
-    for (auto [w, t] : {std::pair{job.wqkv, job.t_qkv}, {job.wq, job.t_q}, {job.wk, job.t_k}, {job.wv, job.t_v}, {job.wo, job.t_o}})
-      if (w && !gpu_reads(operation::attention, t)) throw std::invalid_argument(fmt::format("sim: attention with {} weights", tensor_type_name(t)));
-    if (job.fc1 && !gpu_reads(operation::predict, job.t_pred)) throw std::invalid_argument(fmt::format("sim: a predictor of type {}", tensor_type_name(job.t_pred)));
     sim_kernels::attention(job);
   }
   void compute(const dense_ffn_job& job) override {
     if (!kernels_) return device::compute(job);
-    for (auto [w, t] : {std::pair{job.gate, job.t_gate}, {job.up, job.t_up}, {job.down, job.t_down}})
-      if (w && !gpu_reads(operation::dense_ffn, t)) throw std::invalid_argument(fmt::format("sim: a dense FFN with {} weights", tensor_type_name(t)));
+    check_dense_ffn_job(name(), job);
     sim_kernels::dense_ffn(job);
   }
   void compute(const ffn_rows_job& job) override {
@@ -583,7 +371,7 @@ void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff)
 }
 
 #if defined(HOTCOLD_HAVE_GPU)
-// The GPU kernels' name for a row type the table accepts (F16, Q8_0, Q4_0).
+// The GPU kernels' name for a row type the table accepts (F16, Q8_0, Q4_0, Q6_K).
 kernels::gpu::row_type gpu_rows(tensor_type t) {
   switch (t) {
     case tensor_type::f16: return kernels::gpu::row_type::f16;
@@ -702,11 +490,6 @@ void cuda_backend::compute(const matvec_job& job) {
 void cuda_backend::compute(const attention_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   check_attention_job(name(), job);
-  for (auto [w, t] : {std::pair{job.wqkv, job.t_qkv}, {job.wq, job.t_q}, {job.wk, job.t_k}, {job.wv, job.t_v}, {job.wo, job.t_o}})
-    if (w && !gpu_reads(operation::attention, t))
-      throw std::invalid_argument(fmt::format("{}: the GPU's attention takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", name(), tensor_type_name(t)));
-  if (job.fc1 && !gpu_reads(operation::predict, job.t_pred))
-    throw std::invalid_argument(fmt::format("{}: the GPU's predictor does not take {} weights", name(), tensor_type_name(job.t_pred)));
   const int64_t d = job.d, kv = job.n_head_kv * job.head_dim, row_len = d + 2 * kv, n_rot = job.n_rot;
   const int64_t n_ff = job.fc1 ? job.n_ff : 0;
   const uint64_t per_token = attention_scratch_per_token(d, kv, n_rot, n_ff), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
@@ -782,9 +565,7 @@ void cuda_backend::compute(const attention_job& job) {
 // the down product, the outputs (and the hidden values when asked) copied back; one wait per chunk.
 void cuda_backend::compute(const dense_ffn_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
-  for (auto [w, t] : {std::pair{job.gate, job.t_gate}, {job.up, job.t_up}, {job.down, job.t_down}})
-    if (w && !gpu_reads(operation::dense_ffn, t))
-      throw std::invalid_argument(fmt::format("{}: the GPU's dense FFN takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", name(), tensor_type_name(t)));
+  check_dense_ffn_job(name(), job);
   const int64_t d = job.d, n_ff = job.n_ff;
   const uint64_t per_token = dense_ffn_scratch_per_token(d, n_ff);
   const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;

@@ -181,7 +181,11 @@ void inference_context::attention_block(step_state& B, int64_t il) {
   attention_block(B, il, model_->weights().layers[static_cast<size_t>(il)], cpu_workers());
 }
 
-void inference_context::attention_job(step_state& B, int64_t il, const layer_weights& g) {
+const float* inference_context::predictor_input(const step_state& B, const layer_recipe& r) {
+  return !r.parallel && r.predictor_reads_layer_input ? B.layer_in.data() : B.x.data();
+}
+
+void inference_context::attention_job(step_state& B, int64_t il, const layer_weights& g, const layer_recipe& r) {
   const hparams& hp = model_->hp();
   const int64_t n = B.n, n_rot = hp.n_rot, half = n_rot / 2;
   B.angles.resize(static_cast<size_t>(n * n_rot));
@@ -210,8 +214,6 @@ void inference_context::attention_job(step_state& B, int64_t il, const layer_wei
   // The layer's predictor with it, where the device holds it and a sparse step will ask for its choice:
   // on the input the predictor reads (the layer's input, plus attention's output where that is added
   // before the FFN), kept for the predictor's call on that input.
-  const layer_weights& host = model_->weights().layers[static_cast<size_t>(il)];
-  const layer_recipe r = recipe_of(hp, host);
   const bool predict_here = mode_ == ffn_mode::sparse && device_->predictor(il) && g.pred_fc1;
   if (predict_here) {
     job.fc1 = g.pred_fc1.data, job.fc2 = g.pred_fc2.data, job.t_pred = g.pred_fc1.type;
@@ -224,8 +226,8 @@ void inference_context::attention_job(step_state& B, int64_t il, const layer_wei
   }
   job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
   device_->run([&] { device_->device().compute(job); });
-  const float* pred_in = !r.parallel && r.predictor_reads_layer_input ? B.layer_in.data() : B.x.data();  // as attention_tail sets it
-  device_->keep_choice(il, pred_in, n, predict_here ? B.chosen.data() : nullptr, hp.n_ff);  // (none: an older one is dropped)
+  // Kept for the predictor's call on the input attention_tail gives it (none: an older one is dropped).
+  device_->keep_choice(il, predictor_input(B, r), n, predict_here ? B.chosen.data() : nullptr, hp.n_ff);
 }
 
 void inference_context::attention_block(step_state& B, int64_t il, const layer_weights& l, const workers& on, const layer_weights* gpu) {
@@ -239,81 +241,78 @@ void inference_context::attention_block(step_state& B, int64_t il, const layer_w
     trace_scope span(trace_, stage::attention, B.step, il, n);
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_norm, B.x.data() + t * d, B.xn.data() + t * d, d, hp.norm_eps);
     if (gpu) {
-      attention_job(B, il, *gpu);
+      attention_job(B, il, *gpu, r);
     } else {
-      attention_products(B, il, l, on);
+      attention_products(B, il, l, r, on);
     }
   }
   attention_tail(B, r);
 }
 
-void inference_context::attention_products(step_state& B, int64_t il, const layer_weights& l, const workers& on) {
+void inference_context::attention_products(step_state& B, int64_t il, const layer_weights& l, const layer_recipe& r, const workers& on) {
   const hparams& hp = model_->hp();
-  const layer_recipe r = recipe_of(hp, l);
   const int64_t n = B.n, d = hp.n_embd, kv = hp.n_embd_kv();
   // q, k, v of token t: a fused product interleaves them per token; separate ones are three blocks.
   const int64_t qkv_row = d + 2 * kv;
   auto q_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row : B.qkv.data() + t * d; };
   auto k_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row + d : B.qkv.data() + n * d + t * kv; };
   auto v_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row + d + kv : B.qkv.data() + n * (d + kv) + t * kv; };
-  {
-    if (r.fused_qkv) {
-      matmul(on, l.wqkv, B.xn.data(), n, B.qkv.data());
-    } else {
-      const tensor_view* ws[3] = {&l.wq, &l.wk, &l.wv};
-      float* ys[3] = {q_of(0), k_of(0), v_of(0)};
-      matmul_same_input(*on.pool, ws, B.xn.data(), n, ys, *on.xq);
-    }
-    for (int64_t t = 0; t < n; ++t) {
-      const rope_angles angles(hp, B.positions[static_cast<size_t>(t)]);
-      rope(q_of(t), hp.n_head, hp, angles);
-      rope(k_of(t), hp.n_head_kv, hp, angles);
-      store_kv(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), kv);
-      store_kv(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), kv);
-    }
-    // Every (group, head) pair at once; causal: token t sees its sequence's cache up to its own
-    // position. A group is tokens of one sequence at consecutive positions (a prompt chunk), which
-    // read each cached key and value row once: up to 32 through the block kernel (scores as small
-    // matrix products), else up to four; other tokens are groups of one.
-    const int64_t hd = hp.head_dim();
-    const bool blocks = attend_block_vectorized(hd);
-    const int64_t group_max = blocks ? attend_block_max : 4;
-    std::vector<int64_t>& groups = B.groups;  // first token of each group
-    groups.clear();
-    for (int64_t t = 0; t < n;) {
-      groups.push_back(t);
-      int64_t e = t + 1;
-      while (e < n && e - t < group_max && B.seqs[static_cast<size_t>(e)] == B.seqs[static_cast<size_t>(t)] &&
-             B.positions[static_cast<size_t>(e)] == B.positions[static_cast<size_t>(e - 1)] + 1)
-        ++e;
-      t = e;
-    }
-    groups.push_back(n);
-    const int64_t n_groups = static_cast<int64_t>(groups.size()) - 1;
-    on.pool->parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
-      thread_local std::vector<float> scores;
-      const int64_t need = std::max(4 * (n_ctx_ + 4), blocks ? attend_block_scratch(n_ctx_ + attend_block_max, hd) : 0);
-      if (static_cast<int64_t>(scores.size()) < need) scores.resize(static_cast<size_t>(need));
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t g = i / hp.n_head, h = i % hp.n_head;
-        const int64_t t0 = groups[static_cast<size_t>(g)], nq = groups[static_cast<size_t>(g) + 1] - t0;
-        const int64_t seq = B.seqs[static_cast<size_t>(t0)], pos0 = B.positions[static_cast<size_t>(t0)];
-        const float* qs[attend_block_max];
-        float* outs[attend_block_max];
-        for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * d + h * hd;
-        const int64_t head_at = h / (hp.n_head / hp.n_head_kv) * hd * kv_bytes_;  // grouped-query: the head's KV head
-        const uint8_t *kc = k_at(seq, il, 0) + head_at, *vc = v_at(seq, il, 0) + head_at;
-        if (kv_type_ == tensor_type::f16)
-          attend_group(qs, static_cast<int>(nq), reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, hd, pos0, scale,
-                       scores.data(), outs);
-        else
-          attend_group(qs, static_cast<int>(nq), reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, hd, pos0, scale,
-                       scores.data(), outs);
-      }
-    });
-    matmul(on, l.wo, B.attn.data(), n, B.proj.data());
+  if (r.fused_qkv) {
+    matmul(on, l.wqkv, B.xn.data(), n, B.qkv.data());
+  } else {
+    const tensor_view* ws[3] = {&l.wq, &l.wk, &l.wv};
+    float* ys[3] = {q_of(0), k_of(0), v_of(0)};
+    matmul_same_input(*on.pool, ws, B.xn.data(), n, ys, *on.xq);
   }
+  for (int64_t t = 0; t < n; ++t) {
+    const rope_angles angles(hp, B.positions[static_cast<size_t>(t)]);
+    rope(q_of(t), hp.n_head, hp, angles);
+    rope(k_of(t), hp.n_head_kv, hp, angles);
+    store_kv(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), kv);
+    store_kv(v_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), kv);
+  }
+  // Every (group, head) pair at once; causal: token t sees its sequence's cache up to its own
+  // position. A group is tokens of one sequence at consecutive positions (a prompt chunk), which
+  // read each cached key and value row once: up to 32 through the block kernel (scores as small
+  // matrix products), else up to four; other tokens are groups of one.
+  const int64_t hd = hp.head_dim();
+  const bool blocks = attend_block_vectorized(hd);
+  const int64_t group_max = blocks ? attend_block_max : 4;
+  std::vector<int64_t>& groups = B.groups;  // first token of each group
+  groups.clear();
+  for (int64_t t = 0; t < n;) {
+    groups.push_back(t);
+    int64_t e = t + 1;
+    while (e < n && e - t < group_max && B.seqs[static_cast<size_t>(e)] == B.seqs[static_cast<size_t>(t)] &&
+           B.positions[static_cast<size_t>(e)] == B.positions[static_cast<size_t>(e - 1)] + 1)
+      ++e;
+    t = e;
+  }
+  groups.push_back(n);
+  const int64_t n_groups = static_cast<int64_t>(groups.size()) - 1;
+  on.pool->parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
+    thread_local std::vector<float> scores;
+    const int64_t need = std::max(4 * (n_ctx_ + 4), blocks ? attend_block_scratch(n_ctx_ + attend_block_max, hd) : 0);
+    if (static_cast<int64_t>(scores.size()) < need) scores.resize(static_cast<size_t>(need));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t g = i / hp.n_head, h = i % hp.n_head;
+      const int64_t t0 = groups[static_cast<size_t>(g)], nq = groups[static_cast<size_t>(g) + 1] - t0;
+      const int64_t seq = B.seqs[static_cast<size_t>(t0)], pos0 = B.positions[static_cast<size_t>(t0)];
+      const float* qs[attend_block_max];
+      float* outs[attend_block_max];
+      for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * d + h * hd;
+      const int64_t head_at = h / (hp.n_head / hp.n_head_kv) * hd * kv_bytes_;  // grouped-query: the head's KV head
+      const uint8_t *kc = k_at(seq, il, 0) + head_at, *vc = v_at(seq, il, 0) + head_at;
+      if (kv_type_ == tensor_type::f16)
+        attend_group(qs, static_cast<int>(nq), reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, hd, pos0, scale,
+                     scores.data(), outs);
+      else
+        attend_group(qs, static_cast<int>(nq), reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, hd, pos0, scale,
+                     scores.data(), outs);
+    }
+  });
+  matmul(on, l.wo, B.attn.data(), n, B.proj.data());
 }
 
 void inference_context::attention_tail(step_state& B, const layer_recipe& r) {
@@ -328,7 +327,7 @@ void inference_context::attention_tail(step_state& B, const layer_recipe& r) {
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.ffn_norm, B.x.data() + t * d, B.xn2.data() + t * d, d, hp.norm_eps);
     B.ffn_in = B.xn2.data();
   }
-  B.pred_in = !r.parallel && r.predictor_reads_layer_input ? B.layer_in.data() : B.x.data();
+  B.pred_in = predictor_input(B, r);
 }
 
 void inference_context::add_ffn_output(step_state& B, int64_t layer, const float* out) {

@@ -208,9 +208,11 @@ class inference_context {
   // Over the weights l, by these workers; with `gpu`, the products, RoPE, cache and softmax go to the hot
   // device as one job over its copies (gpu), the norms stay here (l: the host's weights).
   void attention_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const layer_weights* gpu = nullptr);
-  void attention_job(step_state& B, int64_t layer, const layer_weights& gpu);
+  void attention_job(step_state& B, int64_t layer, const layer_weights& gpu, const layer_recipe& r);
+  // What the layer's predictor reads: the layer's input (kept in layer_in) or the residual stream.
+  static const float* predictor_input(const step_state& B, const layer_recipe& r);
   void dense_ffn_job(step_state& B, int64_t layer, const float* in, const float* pred_in, float* out);  // a GPU's whole FFN
-  void attention_products(step_state& B, int64_t layer, const layer_weights& l, const workers& on);  // xn -> proj on the host's workers
+  void attention_products(step_state& B, int64_t layer, const layer_weights& l, const layer_recipe& r, const workers& on);  // xn -> proj on the host's workers
   void attention_tail(step_state& B, const layer_recipe& r);  // proj added, the FFN's input normalized
   void add_ffn_output(step_state& B, int64_t layer, const float* out);
   void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows

@@ -91,9 +91,17 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   }
   const double x_bytes = 4.0 * static_cast<double>(hp.n_embd);  // one activation vector
   double host = static_cast<double>(c.embedding_row), device = 0, cpu_s = host / cpu, gpu_s = 0, link_s = 0, crossings = 0, crossing_bytes = 0;
-  auto cross = [&](double bytes) {
+  auto cross = [&](double bytes) {  // one round trip carrying `bytes`: its time
     crossings += 1, crossing_bytes += bytes;
     link_s += crossing + bytes / link;
+    return crossing + bytes / link;
+  };
+  // Bytes read on one side: counted there, and the time they take on it.
+  auto charge = [&](bool on_gpu, double bytes) {
+    const double seconds = bytes / (on_gpu ? gpu : cpu);
+    (on_gpu ? device : host) += bytes;
+    (on_gpu ? gpu_s : cpu_s) += seconds;
+    return seconds;
   };
   double t = cpu_s;
   for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -102,57 +110,26 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     const double attention = static_cast<double>(c.attention[li] + c.ffn_norm[li]) + kv, predictor = static_cast<double>(c.predictor[li]);
     // Attention (with its KV cache) and the predictor where the plan puts them; attention and a
     // predictor on the GPU cross together (the layer's input down, its output and choices up).
-    double layer_t = 0;
-    (p.attention ? device : host) += attention;
-    layer_t += p.attention ? attention / gpu : attention / cpu;
-    (p.attention ? gpu_s : cpu_s) += p.attention ? attention / gpu : attention / cpu;
-    if (sparse) {
-      (p.predictor ? device : host) += predictor;
-      layer_t += p.predictor ? predictor / gpu : predictor / cpu;
-      (p.predictor ? gpu_s : cpu_s) += p.predictor ? predictor / gpu : predictor / cpu;
-    }
-    if (p.attention || p.predictor) {
-      const double before = link_s;
-      cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0));
-      layer_t += link_s - before;
-    }
+    double layer_t = charge(p.attention, attention);
+    if (sparse) layer_t += charge(p.predictor, predictor);
+    if (p.attention || p.predictor) layer_t += cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0));
     if (p.ffn) {  // a dense file's whole layer: its FFN is one more job (the FFN input down, the output up)
-      device += ffn[li];
-      gpu_s += ffn[li] / gpu;
-      const double before = link_s;
-      cross(2 * x_bytes);
-      layer_t += ffn[li] / gpu + (link_s - before);
+      layer_t += charge(true, ffn[li]) + cross(2 * x_bytes);
     } else if (sparse) {
       // The hot share on the GPU and the cold share on the CPU at the same time; the join waits for
       // the longer, the hot side's crossing included.
       double hot = 0;
       for (int32_t i : r.plan.solution.hot[li]) hot += f.p(l, i) * static_cast<double>(c.neuron[li]);
-      const double cold = ffn[li] - hot;
-      device += hot, host += cold;
-      double hot_t = hot / gpu;
-      if (!r.plan.solution.hot[li].empty()) {
-        const double before = link_s;
-        cross(3 * x_bytes);
-        hot_t += link_s - before;
-      }
-      gpu_s += hot / gpu, cpu_s += cold / cpu;
-      layer_t += std::max(hot_t, cold / cpu);
+      const double hot_t = charge(true, hot) + (r.plan.solution.hot[li].empty() ? 0.0 : cross(3 * x_bytes));
+      layer_t += std::max(hot_t, charge(false, ffn[li] - hot));
     } else {
-      host += ffn[li];
-      cpu_s += ffn[li] / cpu;
-      layer_t += ffn[li] / cpu;
+      layer_t += charge(false, ffn[li]);
     }
     t += layer_t;
   }
   const double out = static_cast<double>(c.output);
-  if (r.plan.output) {
-    device += out, gpu_s += out / gpu, t += out / gpu;
-    const double before = link_s;
-    cross(x_bytes + 4.0 * static_cast<double>(hp.n_vocab));
-    t += link_s - before;
-  } else {
-    host += out, cpu_s += out / cpu, t += out / cpu;
-  }
+  t += charge(r.plan.output, out);
+  if (r.plan.output) t += cross(x_bytes + 4.0 * static_cast<double>(hp.n_vocab));
   r.host_bytes = host, r.device_bytes = device, r.crossings = crossings, r.crossing_bytes = crossing_bytes;
   r.cpu_seconds = cpu_s, r.gpu_seconds = gpu_s, r.link_seconds = link_s;
   r.hybrid_tokens_per_s = 1.0 / t;

@@ -139,6 +139,17 @@ std::shared_ptr<const hot_rows> sim_rows(std::shared_ptr<const model> m) {
 }
 
 // Puts what `r` names on `dev` (a sim device of its own when null) for ctx's positions and sequences.
+// A 64 MiB device that computes as a GPU does: sim's kernels (--sim-kernels), or, with `real_gpu`
+// and a GPU present, the GPU itself.
+std::shared_ptr<devices::device> gpu_like_device(bool real_gpu = false) {
+  devices::device_options o;
+  o.kind = "sim";
+  o.budget = 64 << 20;
+  o.sim_kernels = true;
+  if (real_gpu && !devices::probe_cuda().devices.empty()) o.kind = "auto", o.sim_kernels = false;
+  return devices::make_device(o);
+}
+
 void hold_on_device(inference_context& ctx, const device_residency* r, std::shared_ptr<devices::device> dev) {
   if (!r) return;
   if (!dev) {
@@ -349,11 +360,7 @@ TEST_P(DeviceLayers, AttentionOnAGpuLikeSimGivesTheReference) {
   r.attention = {1, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
   r.output = true;
   r.compute_bytes = 1 << 20;
-  devices::device_options o;
-  o.kind = "sim";
-  o.budget = 64 << 20;
-  o.sim_kernels = true;
-  auto gpu_like = devices::make_device(o);
+  auto gpu_like = gpu_like_device();
   if (c.type == tensor_type::f32) {
     device_residency here = r;
     here.ctx = 64;
@@ -507,11 +514,7 @@ void expect_gpu_jobs_on_sim_give_the_reference(tensor_type predictors) {
   auto m = model::load(path);
   ASSERT_EQ(m->weights().layers[0].pred_fc1.type, predictors);
   EXPECT_TRUE(m->weights().layers[0].pred_fc2.interleaved16);
-  devices::device_options d;
-  d.kind = "sim";
-  d.budget = 64 << 20;
-  d.sim_kernels = true;
-  auto gpu_like = devices::make_device(d);
+  auto gpu_like = gpu_like_device();
   EXPECT_FALSE(gpu_like->runs_host_work());
   auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), gpu_like);
   // Layer 0's attention through the device's attention job (its products, RoPE, the F16 cache on the
@@ -583,12 +586,7 @@ TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
       if (type == tensor_type::q4_0) o.n_embd = 256;  // then the head is Q6_K, as llama.cpp's Q4_0 preset makes it
       auto m = model::load(test::make_model(std::string("pl_dense_gpu_") + (arch == architecture::llama ? "llama_" : "falcon_") +
                                                 std::string(tensor_type_name(type)), o));
-      devices::device_options d;
-      d.kind = "sim";
-      d.budget = 64 << 20;
-      d.sim_kernels = true;
-      if (!devices::probe_cuda().devices.empty()) d.kind = "auto", d.sim_kernels = false;  // the real kernels where there is a GPU
-      auto gpu_like = devices::make_device(d);
+      auto gpu_like = gpu_like_device(/*real_gpu=*/true);  // the real kernels where there is a GPU
       device_residency r;
       r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
       r.output = true;
