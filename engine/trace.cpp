@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <stdexcept>
 #include <system_error>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -150,6 +152,30 @@ std::vector<trace_recorder::active_set> trace_recorder::active_sets() const {
   std::vector<active_set> out;
   for (const auto& r : active_) out.push_back({r.step, r.layer, r.tokens, active_n_ff_, r.bits});
   return out;
+}
+
+std::vector<std::vector<std::vector<bool>>> trace_recorder::sequence_mask(int64_t positions, int64_t n_layer, int64_t n_ff) const {
+  auto sets = active_sets();
+  std::stable_sort(sets.begin(), sets.end(), [](const auto& a, const auto& b) { return std::tie(a.step, a.layer) < std::tie(b.step, b.layer); });
+  std::vector<std::vector<std::vector<bool>>> mask(static_cast<size_t>(positions),
+                                                   std::vector<std::vector<bool>>(static_cast<size_t>(n_layer), std::vector<bool>(static_cast<size_t>(n_ff), true)));
+  int64_t base = 0;
+  for (size_t k = 0; k < sets.size();) {
+    const int64_t step = sets[k].step, tokens = sets[k].tokens;
+    for (; k < sets.size() && sets[k].step == step; ++k) {
+      const auto& s = sets[k];
+      if (s.tokens != tokens || s.n_ff != n_ff || s.layer < 0 || s.layer >= n_layer || base + tokens > positions)
+        throw std::runtime_error("the recorded choices are not one sequence's run of " + std::to_string(positions) + " positions");
+      for (int64_t t = 0; t < tokens; ++t) {
+        auto& row = mask[static_cast<size_t>(base + t)][static_cast<size_t>(s.layer)];
+        for (int64_t i = 0; i < n_ff; ++i) row[static_cast<size_t>(i)] = s.chosen(t, i);
+      }
+    }
+    base += tokens;
+  }
+  if (base != positions)
+    throw std::runtime_error("the recorded choices cover " + std::to_string(base) + " positions, not the run's " + std::to_string(positions));
+  return mask;
 }
 
 bool trace_recorder::has_activations() const {

@@ -68,6 +68,11 @@ class trace_recorder {
     }
   };
   std::vector<active_set> active_sets() const;
+  // What one sequence's run chose, as model/reference's neuron mask [position][layer][neuron]: its
+  // steps in order, a step's rows being its next positions. A layer with no recorded choice (a dense
+  // layer) computes every neuron. Throws std::runtime_error when the steps do not cover exactly
+  // `positions` positions (several sequences, or a run that was not recorded from its start).
+  std::vector<std::vector<std::vector<bool>>> sequence_mask(int64_t positions, int64_t n_layer, int64_t n_ff) const;
   // The binary activation file: "HCACT001", u32 n_layer, u32 n_ff, u32 hot layers (0 or n_layer),
   // per hot layer ceil(n_ff/8) bytes of bits (bit i: neuron i is hot), then per record u64 step,
   // u32 layer, u32 tokens, tokens x ceil(n_ff/8) bytes of bits; little-endian. Throws std::system_error.

@@ -17,6 +17,8 @@
 #include "launcher/model_options.hpp"
 #include "launcher/option_checks.hpp"
 #include "engine/forward.hpp"
+#include "model/gguf.hpp"
+#include "model/reference.hpp"
 #include "model/sampler.hpp"
 
 namespace hotcold::launcher {
@@ -52,6 +54,45 @@ void write_stats_json(const std::string& path, const inference_context& ctx) {
   if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + path);
   fmt::print(stderr, "hotcold: predictor recall {:.4f}, precision {:.4f}, active fraction {:.4f} -> {}\n", j["predictor_recall"].get<double>(),
              j["predictor_precision"].get<double>(), j["active_fraction"].get<double>(), path);
+}
+
+// eval --vs-oracle: the prompt's logits from model/reference (given the neurons this run chose, in
+// sparse mode) against `got`, one row per position: relative RMS over all of them, the largest
+// difference, and at how many positions the best token is the same (or ties the oracle's best).
+void compare_with_oracle(const loaded& l, const std::vector<token_id>& tokens, const std::vector<std::vector<float>>& got, const std::string& json_path) {
+  const auto& hp = l.m->hp();
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (static_cast<int64_t>(got.size()) != T) throw std::runtime_error(fmt::format("{} positions of logits came back for {} tokens", got.size(), T));
+  const auto t0 = clock_type::now();
+  const bool sparse = l.ctx->mode() == ffn_mode::sparse;
+  std::vector<std::vector<std::vector<bool>>> mask;
+  if (sparse) mask = l.trace->sequence_mask(T, hp.n_layer, hp.n_ff);
+  const auto file = gguf::file::open(l.m->path());
+  const auto want = reference_model(file, l.ctx->kv_type()).logits(tokens, sparse ? &mask : nullptr);
+  double num = 0, den = 0, max_abs = 0;
+  int64_t same = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const auto& g = got[static_cast<size_t>(t)];
+    const auto& w = want[static_cast<size_t>(t)];
+    for (size_t i = 0; i < w.size(); ++i) {
+      const double d = static_cast<double>(g[i]) - w[i];
+      num += d * d, den += w[i] * w[i], max_abs = std::max(max_abs, std::fabs(d));
+    }
+    const double best = *std::max_element(w.begin(), w.end());
+    const auto pick = static_cast<size_t>(std::max_element(g.begin(), g.end()) - g.begin());
+    same += w[pick] >= best - 1e-6 * (1 + std::fabs(best));
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  fmt::print(stderr, "hotcold: vs model/reference (double precision{}): relative RMS {:.3e} over {} positions x {} logits, largest difference {:.3e}; the same best "
+                     "token at {} of {} positions ({:.1f} s)\n",
+             sparse ? ", the neurons this run chose" : "", rel, T, hp.n_vocab, max_abs, same, T, seconds_since(t0));
+  if (json_path.empty()) return;
+  const nlohmann::json j{{"positions", T}, {"n_vocab", hp.n_vocab}, {"rel_rms", rel}, {"max_abs_diff", max_abs}, {"top1_same", same},
+                         {"top1_agreement", static_cast<double>(same) / static_cast<double>(T)}, {"mode", sparse ? "sparse" : "dense"},
+                         {"oracle_seconds", seconds_since(t0)}};
+  std::ofstream out(json_path);
+  out << j.dump(2) << "\n";
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + json_path);
 }
 
 void check_fits(int64_t n_prompt, int64_t n_ctx) {
@@ -197,8 +238,8 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
   {
     struct args {
       model_args m;
-      std::string prompt, file, logits_out, stats_json;
-      bool parse_special = false;
+      std::string prompt, file, logits_out, stats_json, oracle_json;
+      bool parse_special = false, vs_oracle = false;
       std::string pipeline = "reference";
     };
     auto a = std::make_shared<args>();
@@ -211,13 +252,20 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("--logits-out", a->logits_out, "Output file of float32 little-endian logits (needed unless --stats-json)");
     cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens becomes those tokens");
     cmd->add_option("--stats-json", a->stats_json, "Write predictor recall, precision and active fraction (overall and per layer)");
+    cmd->add_flag("--vs-oracle", a->vs_oracle,
+                  "Also compute the prompt's logits with model/reference (double precision, single-threaded: slow on large files), given the "
+                  "neurons this run chose, and print how far apart they are (relative RMS, largest difference, top-1 agreement)");
+    cmd->add_option("--oracle-json", a->oracle_json, "With --vs-oracle: write those figures as JSON (implies --vs-oracle)");
     cmd->callback([a, p, f, &exit_code] {
       exit_code = run_guarded("eval", [&] {
         if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
         std::string text = f->count() ? read_text_file(a->file) : a->prompt;
-        if (a->logits_out.empty() && a->stats_json.empty()) throw std::invalid_argument("give --logits-out FILE, --stats-json FILE or both");
+        const bool vs_oracle = a->vs_oracle || !a->oracle_json.empty();
+        if (a->logits_out.empty() && a->stats_json.empty() && !vs_oracle)
+          throw std::invalid_argument("give --logits-out FILE, --stats-json FILE or --vs-oracle (any of them, or several)");
         if (!a->stats_json.empty() && a->pipeline == "actors")
           throw std::invalid_argument("--stats-json counts on the reference pipeline: use --pipeline reference");
+        a->m.record_choices = vs_oracle;
         auto l = load(a->m);
         if (!a->stats_json.empty()) l.ctx->enable_stats(true);
         auto tokens = l.m->vocabulary().tokenize(text, true, a->parse_special);
@@ -228,6 +276,13 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
           if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + a->logits_out);
         }
         auto t0 = clock_type::now();
+        const int64_t n_vocab = l.m->hp().n_vocab;
+        std::vector<std::vector<float>> kept;  // with --vs-oracle: every position's logits
+        auto keep = [&](std::span<const float> rows) {
+          if (!vs_oracle) return;
+          for (size_t at = 0; at + static_cast<size_t>(n_vocab) <= rows.size(); at += static_cast<size_t>(n_vocab))
+            kept.emplace_back(rows.begin() + static_cast<std::ptrdiff_t>(at), rows.begin() + static_cast<std::ptrdiff_t>(at) + n_vocab);
+        };
         if (!tokens.empty() && a->pipeline == "actors") {
           auto p = l.make_pipeline();
           actors::generation_request r;
@@ -237,8 +292,10 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
           for (;;) {  // logits arrive in position order
             auto ev = p->next();
             if (!ev) throw std::runtime_error("the pipeline stopped answering");
-            if (auto* le = std::get_if<actors::logits_event>(&*ev))
+            if (auto* le = std::get_if<actors::logits_event>(&*ev)) {
               out.write(reinterpret_cast<const char*>(le->logits.data()), static_cast<std::streamsize>(le->logits.rows * le->logits.cols * 4));
+              keep(std::span<const float>(le->logits.data(), static_cast<size_t>(le->logits.rows * le->logits.cols)));
+            }
             if (auto* d = std::get_if<actors::done_event>(&*ev)) {
               if (d->finish == "error") throw std::runtime_error(d->error);
               break;
@@ -247,6 +304,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         } else if (!tokens.empty()) {
           auto logits = l.ctx->forward_batch(tokens, 0, true);
           out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size_bytes()));
+          keep(logits);
         }
         if (!a->logits_out.empty()) {
           out.close();
@@ -258,6 +316,7 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
         fmt::print(stderr, "hotcold: {} positions x {} logits -> {} in {:.2f} s\n", tokens.size(), l.m->hp().n_vocab,
                    a->logits_out.empty() ? "(not written)" : a->logits_out, seconds_since(t0));
         if (!a->stats_json.empty()) write_stats_json(a->stats_json, *l.ctx);
+        if (vs_oracle && !tokens.empty()) compare_with_oracle(l, tokens, kept, a->oracle_json);
         l.finish();
       });
     });

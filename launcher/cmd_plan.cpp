@@ -1,5 +1,5 @@
 // hotcold plan -m FILE --vram-budget G [-c CTX] [--gpu NAME | --gpu-bandwidth GBps --pcie GBps]
-//              [--cpu-bandwidth GBps] [--stats DIR | --active F] [--json]
+//              [--cpu-bandwidth GBps] [--cpu-rows-bandwidth GBps] [--stats DIR | --active F] [--json]
 // What a GPU would give this file, on paper (tools/planner.hpp): bytes per token on each side, the
 // crossings, and the tokens per second of the CPU alone, of whole layers offloaded and of the hybrid.
 #include <algorithm>
@@ -10,7 +10,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/forward.hpp"
 #include "engine/matmul.hpp"
+#include "engine/read_costs.hpp"
+#include "engine/trace.hpp"
 #include "engine/thread_pool.hpp"
 #include "launcher/commands.hpp"
 #include "launcher/option_checks.hpp"
@@ -23,7 +26,7 @@ namespace hotcold::launcher {
 void add_plan_command(CLI::App& app, int& exit_code) {
   struct args {
     std::string model, gpu, stats;
-    double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
+    double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, rows_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
     int64_t ctx = 0;
     int threads = 0;
     bool json = false;
@@ -43,6 +46,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   gbw->needs(pcie);
   pcie->needs(gbw);
   cmd->add_option("--cpu-bandwidth", a->cpu_gbs, "The CPU's rate over weights, GB/s (default: this file's products measured here)")->check(finite_in(0, 1e6));
+  cmd->add_option("--cpu-rows-bandwidth", a->rows_gbs,
+                  "A sparse file: the CPU's rate over its FFN's scattered rows, GB/s (default: with --cpu-bandwidth, the same; else a few of this file's "
+                  "decoded tokens measured here)")
+      ->check(finite_in(0, 1e6));
   auto* stats = cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile): how often each neuron fires (default: MODEL.work when there)");
   cmd->add_option("--active", a->active, "Without a profile: the fraction of neurons that fire per token")->check(finite_in(0, 1))->excludes(stats);
   cmd->add_option("--gpu-efficiency", a->efficiency, "The fraction of the GPU's bandwidth its kernels reach")->capture_default_str()->check(finite_in(0, 1));
@@ -83,13 +90,15 @@ void add_plan_command(CLI::App& app, int& exit_code) {
         o.active = std::max(0.0, a->active);
       }
       o.cpu_gbs = a->cpu_gbs;
-      std::string cpu_source = "given";
+      o.cpu_rows_gbs = a->rows_gbs > 0 ? a->rows_gbs : a->cpu_gbs;
+      std::string cpu_source = "given", rows_source = a->rows_gbs > 0 ? "given" : "--cpu-bandwidth";
+      std::shared_ptr<const model> loaded;
+      thread_pool pool(a->threads);
+      if (o.cpu_gbs <= 0 || (o.cpu_rows_gbs <= 0 && m->has_predictors())) loaded = model::load(a->model);
       if (o.cpu_gbs <= 0) {
         // The rate the engine's own products reach here: every attention matrix and the head of this
         // file (its types, its layout in the private copy) times a vector, the median of nine passes
         // after a warm-up — a plain read probe is a ceiling the kernels do not reach (50-75% of it here).
-        thread_pool pool(a->threads);
-        auto loaded = model::load(a->model);
         const auto& w = loaded->weights();
         std::vector<const tensor_view*> mats;
         for (const auto& l : w.layers)
@@ -112,6 +121,39 @@ void add_plan_command(CLI::App& app, int& exit_code) {
         o.cpu_gbs = static_cast<double>(bytes) / passes[passes.size() / 2] / 1e9;  // the median pass, as bench's mean is typical
         cpu_source = fmt::format("this file's products measured here ({} threads, {:.0f} MiB)", pool.size(), bytes / double(1 << 20));
       }
+      if (o.cpu_rows_gbs <= 0 && m->has_predictors()) {
+        // The rate the engine's sparse FFN reaches over this file's rows (scattered, each chosen
+        // neuron's gate, up and down rows: slower per byte than a product, and more so for short
+        // quantized rows): 32 tokens decoded after an 8-token prompt, the time of their FFN blocks
+        // (the trace's "ffn" intervals) against the rows those read (read_costs, as bench counts).
+        const auto& hp = loaded->hp();
+        inference_context ctx(loaded, 64, static_cast<int>(pool.size()), 1);
+        ctx.set_mode(ffn_mode::sparse);
+        std::vector<token_id> prompt;
+        for (int i = 0; i < 8; ++i) prompt.push_back(static_cast<token_id>((7 + 131 * i) % hp.n_vocab));
+        auto logits = ctx.forward_batch(prompt, 0);
+        const std::vector<int64_t> n0 = ctx.read_neurons(), d0 = ctx.read_down_rows();
+        trace_recorder rec;
+        ctx.set_trace(&rec);
+        for (int64_t pos = 8; pos < 40; ++pos) {
+          const token_id next = static_cast<token_id>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+          logits = ctx.forward_batch(std::span<const token_id>(&next, 1), pos);
+        }
+        ctx.set_trace(nullptr);
+        double seconds = 0, bytes = 0;
+        for (const auto& e : rec.entries())
+          if (std::string_view(e.span.name) == stage_name(stage::ffn)) seconds += std::chrono::duration<double>(e.span.end - e.span.begin).count();
+        const read_costs c(*loaded);
+        for (size_t l = 0; l < c.neuron.size(); ++l)
+          bytes += static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(ctx.read_neurons()[l] - n0[l]), static_cast<uint64_t>(ctx.read_down_rows()[l] - d0[l])));
+        if (seconds > 0 && bytes > 0) {
+          o.cpu_rows_gbs = bytes / seconds / 1e9;
+          rows_source = fmt::format("this file's sparse FFN over 32 decoded tokens here ({} threads, {:.1f} MiB of rows a token)", pool.size(),
+                                    bytes / 32 / double(1 << 20));
+        } else {
+          o.cpu_rows_gbs = o.cpu_gbs, rows_source = "the products' (no FFN rows were read)";
+        }
+      }
       const auto p = tools::predict_plan(*m, o);
       if (a->json) {
         nlohmann::json j{{"model", a->model},
@@ -122,6 +164,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                          {"pcie_gbs", o.pcie_gbs},
                          {"cpu_bandwidth_gbs", o.cpu_gbs},
                          {"cpu_bandwidth_from", cpu_source},
+                         {"cpu_rows_bandwidth_gbs", o.cpu_rows_gbs > 0 ? o.cpu_rows_gbs : o.cpu_gbs},
+                         {"cpu_rows_bandwidth_from", m->has_predictors() ? rows_source : "a dense file: no sparse rows"},
                          {"gpu_efficiency", o.gpu_efficiency},
                          {"crossing_us", o.crossing_us},
                          {"firing_from", source},

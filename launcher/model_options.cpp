@@ -86,7 +86,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   l.m = m;
   l.ctx = std::make_shared<inference_context>(m, ctx, threads, n_seq, kv_type);
   l.ctx->set_mode(mode);
-  if (!a.trace_out.empty()) {
+  if (!a.trace_out.empty() || a.record_choices) {
     l.trace = std::make_unique<trace_recorder>();
     l.trace_path = a.trace_out;
     l.ctx->set_trace(l.trace.get());
@@ -199,7 +199,7 @@ std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk, i
 }
 
 void loaded::finish() {
-  if (!trace) return;
+  if (!trace || trace_path.empty()) return;
   trace->write(trace_path);
   const auto entries = trace->entries();
   fmt::print(stderr, "hotcold: trace of {} intervals -> {}\n", entries.size(), trace_path);

@@ -25,6 +25,7 @@ struct model_args {
   std::string kv_type = "f16";  // the KV cache's values: f16 | f32
   int64_t n_gpu_layers = -1;    // dense files: layers the hot device holds whole (-1: as many as fit)
   bool sim_kernels = false;     // --device sim computes as a GPU does (devices::device_options::sim_kernels)
+  bool record_choices = false;  // keep a trace recorder (written only with --trace-out) for the steps' chosen neurons
 };
 
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required);
@@ -33,7 +34,7 @@ void add_pipeline_option(CLI::App* cmd, std::string& pipeline);
 
 struct loaded {
   std::shared_ptr<const model> m;
-  std::unique_ptr<trace_recorder> trace;          // with --trace-out
+  std::unique_ptr<trace_recorder> trace;          // with --trace-out or record_choices
   std::shared_ptr<const device_layers> device;  // what a hot device holds besides hot rows
   std::shared_ptr<const hot_rows> hot;     // with a hot device other than the CPU, on a sparse file
   std::shared_ptr<hot_cold_ffn> split;    // the same rows, for the reference pipeline

@@ -107,20 +107,24 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
     const std::string b = "blk." + std::to_string(l) + ".";
     // Attention's input, q, k, v of every position.
     std::vector<vec> q(static_cast<size_t>(T)), k(static_cast<size_t>(T)), v(static_cast<size_t>(T)), ffn_norm_falcon(static_cast<size_t>(T));
+    // Each weight matrix is read once per layer (a 7B layer's matrices are GiBs of doubles).
+    const mat wqkv = falcon ? matrix(b + "attn_qkv.weight") : mat{};
+    const mat wq = falcon ? mat{} : matrix(b + "attn_q.weight"), wk = falcon ? mat{} : matrix(b + "attn_k.weight"),
+              wv = falcon ? mat{} : matrix(b + "attn_v.weight");
     for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
       if (falcon) {
         ffn_norm_falcon[t] = layer_norm(x[t], vector(b + "attn_norm.weight"), vector(b + "attn_norm.bias"));
         const vec attn_in = f_.find_tensor(b + "attn_norm_2.weight") ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias"))
                                                                       : ffn_norm_falcon[t];
-        const vec qkv = times(matrix(b + "attn_qkv.weight"), attn_in);  // [Q; K; V]
+        const vec qkv = times(wqkv, attn_in);  // [Q; K; V]
         q[t] = vec(qkv.begin(), qkv.begin() + d);
         k[t] = vec(qkv.begin() + d, qkv.begin() + d + kv);
         v[t] = vec(qkv.begin() + d + kv, qkv.end());
       } else {
         const vec attn_in = rms_norm(x[t], vector(b + "attn_norm.weight"));
-        q[t] = times(matrix(b + "attn_q.weight"), attn_in);
-        k[t] = times(matrix(b + "attn_k.weight"), attn_in);
-        v[t] = times(matrix(b + "attn_v.weight"), attn_in);
+        q[t] = times(wq, attn_in);
+        k[t] = times(wk, attn_in);
+        v[t] = times(wv, attn_in);
       }
       rope(q[t], hp_.n_head, static_cast<int64_t>(t));
       rope(k[t], hp_.n_head_kv, static_cast<int64_t>(t));

@@ -31,6 +31,7 @@ packages=(
   prometheus                        # promtool: the suite checks /metrics with it
   chromium zlib1g-dev               # the dashboard test: headless Chromium, and zlib to read its screenshot
   strace                            # the recorder test checks that each record is one write(2)
+  patchelf                          # tools/gpu-bundle: its programs find their libraries beside them
 )
 if [ "$with_hip" -eq 1 ]; then
   packages+=(hipcc)                 # HIP: clang with the AMD offload targets, libamdhip64

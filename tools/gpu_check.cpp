@@ -1,15 +1,21 @@
-// hotcold-gpu-check: every GPU kernel of the hot executor (kernels/gpu/decode.hpp) against a CPU
-// reference on random inputs, by normalized mean squared error (as llama.cpp's test-backend-ops
-// judges its back ends), then the kernels' speed. Built wherever nvcc is; run by tools/gpu-check on
-// a machine with a GPU. Exit status: 0 all passed, 1 a kernel failed, 77 no CUDA device.
+// hotcold-gpu-check kernels: every GPU kernel of the hot executor (kernels/gpu/decode.hpp) against a
+// CPU reference on random inputs, by normalized mean squared error (as llama.cpp's test-backend-ops
+// judges its back ends), at small shapes and at the ~1B and 7B shapes (one token and a batch), then
+// the kernels' speed against the device's memory bandwidth. With --small only the small shapes (for
+// a run under compute-sanitizer). Exit status: 0 all passed, 1 a kernel failed, 77 no CUDA device.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "devices/device_info.hpp"
+#include "tools/gpu_check.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "kernels/gpu/decode.hpp"
@@ -21,6 +27,7 @@ using namespace hotcold;
 namespace gpu = hotcold::kernels::gpu;
 
 int failures = 0;
+nlohmann::json checks = nlohmann::json::array(), speeds = nlohmann::json::array();
 
 // Device copy of a host vector, freed at scope exit.
 template <typename T>
@@ -63,7 +70,9 @@ double nmse(const std::vector<float>& got, const std::vector<double>& want) {
 void report(const std::string& name, const std::string& error, double err, double limit) {
   const bool ok = error.empty() && err <= limit && std::isfinite(err);
   failures += !ok;
-  std::printf("%s %-44s error %.3e (limit %.0e)%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), err, limit, error.empty() ? "" : " error: ", error.c_str());
+  std::printf("%s %-52s error %.3e (limit %.0e)%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), err, limit, error.empty() ? "" : " error: ", error.c_str());
+  std::fflush(stdout);
+  checks.push_back({{"name", name}, {"error", std::isfinite(err) ? err : -1.0}, {"limit", limit}, {"passed", ok}, {"message", error}});
 }
 
 double dot_ref(const uint16_t* w, const float* x, int64_t n) {
@@ -310,45 +319,115 @@ void check_attention(int64_t past, int64_t n_head, int64_t n_head_kv, int64_t hd
   report(name + " stored K", e, nmse(got_k, std::vector<double>(kc.begin(), kc.end())), 1e-7);
 }
 
-// The ~1B shape's decode work per token on the device: its attention projections and head as
-// matrix-vector products, and a quarter of its FFN neurons hot, 10% of those chosen.
-void bench(std::mt19937& rng) {
-  const int64_t d = 2048, n_ff = 5632, hot = n_ff / 4, chosen = hot / 10 * 4;
-  auto w = random_f16(static_cast<size_t>(d * d), rng, 0.05f);
-  auto rows = random_f16(static_cast<size_t>(hot * d), rng, 0.05f);
-  auto x = random_f32(static_cast<size_t>(d), rng);
-  std::vector<int32_t> slots(static_cast<size_t>(chosen));
-  for (auto& s : slots) s = static_cast<int32_t>(rng() % hot);
-  dev<uint16_t> dw(w), dr(rows);
-  dev<int32_t> ds(slots);
-  dev<float> dx(x), dy(static_cast<size_t>(d)), dh(static_cast<size_t>(chosen));
-  auto time = [&](auto f, int reps) {
-    f();
-    (void)gpuDeviceSynchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    (void)gpuDeviceSynchronize();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-  };
-  const double mv = time([&] { gpu::matvec(gpu::row_type::f16, dw.p, d, d, dx.p, dy.p); }, 200);
-  std::printf("BENCH matvec f16 %lldx%lld: %.1f us, %.0f GB/s\n", static_cast<long long>(d), static_cast<long long>(d), mv * 1e6, d * d * 2 / mv / 1e9);
-  dev<float> scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
-  const double ffn = time([&] { gpu::hot_ffn(gpu::row_type::f16, dr.p, dr.p, dr.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, dh.p, dy.p, scratch.p); }, 200);
-  std::printf("BENCH hot_ffn f16 %lld chosen rows of %lld: %.1f us, %.0f GB/s of rows\n", static_cast<long long>(chosen), static_cast<long long>(hot), ffn * 1e6,
-              chosen * 3.0 * d * 2 / ffn / 1e9);
-  // One token's attention at the last position of a 2048 context (32 heads of 64, 4 KV heads, F16 cache).
-  const int64_t ctx = 2048, n_head = 32, n_head_kv = 4, hd = 64, kv = n_head_kv * hd;
-  const gpu::attention_shape sh{d, n_head, n_head_kv, hd, hd, false, ctx};
-  dev<uint16_t> kc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f)), vc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f));
-  dev<float> qkv(random_f32(static_cast<size_t>(d + 2 * kv), rng)), out(static_cast<size_t>(d));
-  dev<int32_t> sp(std::vector<int32_t>{0, static_cast<int32_t>(ctx - 1)});
-  const double at = time([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p); }, 200);
-  std::printf("BENCH attend f16 cache %lld positions: %.1f us, %.0f GB/s of cache\n", static_cast<long long>(ctx), at * 1e6, ctx * 2.0 * kv * 2 / at / 1e9);
+// Quantized copies of random rows (the file's bytes, as the CPU's quantizer writes them).
+std::vector<uint8_t> random_rows(gpu::row_type t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  if (t == gpu::row_type::f16) {
+    const auto h = random_f16(static_cast<size_t>(rows * cols), rng, 0.05f);
+    std::vector<uint8_t> b(h.size() * 2);
+    std::memcpy(b.data(), h.data(), b.size());
+    return b;
+  }
+  const int64_t rb = gpu::row_bytes(t, cols);
+  std::vector<uint8_t> b(static_cast<size_t>(rows * rb));
+  std::vector<float> f(static_cast<size_t>(cols));
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : f) v = nd(rng);
+    uint8_t* row = b.data() + r * rb;
+    if (t == gpu::row_type::q8_0) kernels::quantize_row_q8_0(f.data(), reinterpret_cast<kernels::block_q8_0*>(row), cols);
+    else kernels::quantize_row_q4_0(f.data(), reinterpret_cast<kernels::block_q4_0*>(row), cols);
+  }
+  return b;
+}
+
+// Seconds per call: one call to warm up, then `reps` timed back to back.
+template <typename F>
+double seconds_per_call(F f, int reps) {
+  f();
+  (void)gpuDeviceSynchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  (void)gpuDeviceSynchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+void speed(const std::string& name, double seconds, double bytes, double peak) {
+  const double gbps = bytes / seconds / 1e9;
+  std::printf("SPEED %-52s %9.1f us %7.0f GB/s (%4.1f%% of %.0f)\n", name.c_str(), seconds * 1e6, gbps, 100 * gbps / peak, peak);
+  std::fflush(stdout);
+  speeds.push_back({{"kernel", name}, {"us", seconds * 1e6}, {"gb_per_s", gbps}, {"fraction_of_peak", gbps / peak}});
+}
+
+// The device's memory bandwidth: published (memory clock x bus width, double data rate) and what a
+// device-to-device copy of 1 GiB reaches (bytes read plus bytes written).
+std::pair<double, double> peak_bandwidth() {
+  int clock_khz = 0, bus_bits = 0;
+  (void)cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0);
+  (void)cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
+  const double spec = 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e9;
+  const size_t n = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  double copy = 0;
+  if (gpuMalloc(&a, n) == gpuSuccess && gpuMalloc(&b, n) == gpuSuccess) {
+    const double s = seconds_per_call([&] { (void)cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice); }, 10);
+    copy = 2.0 * static_cast<double>(n) / s / 1e9;
+  }
+  (void)gpuFree(a);
+  (void)gpuFree(b);
+  return {spec, copy};
+}
+
+// Each kernel's decode work at the ~1B (2048/5632) and 7B (4096/11008) shapes, as GB/s of the bytes
+// it must read, against the copy's bandwidth: the head-like and attention products, the hot FFN
+// (a quarter of the neurons hot, a tenth of those chosen), the predictor and attention over 2048
+// cached positions.
+void bench(std::mt19937& rng, double peak) {
+  for (const int64_t d : {2048, 4096}) {
+    const int64_t n_ff = d == 2048 ? 5632 : 11008, hot = n_ff / 4, chosen = hot / 10 * 4;
+    const std::string shape = d == 2048 ? " (1B)" : " (7B)";
+    auto x = random_f32(static_cast<size_t>(4 * n_ff), rng);
+    dev<float> dx(x), dy(static_cast<size_t>(4 * n_ff));
+    for (auto t : {gpu::row_type::f16, gpu::row_type::q8_0, gpu::row_type::q4_0}) {
+      const char* tn = t == gpu::row_type::f16 ? "f16" : t == gpu::row_type::q8_0 ? "q8_0" : "q4_0";
+      dev<uint8_t> w(random_rows(t, n_ff, d, rng));
+      const double bytes = static_cast<double>(n_ff * gpu::row_bytes(t, d));
+      speed(std::string("matvec ") + tn + " " + std::to_string(n_ff) + "x" + std::to_string(d) + shape,
+            seconds_per_call([&] { gpu::matvec(t, w.p, n_ff, d, dx.p, dy.p); }, 100), bytes, peak);
+      speed(std::string("matmul ") + tn + " " + std::to_string(n_ff) + "x" + std::to_string(d) + " n 4" + shape,
+            seconds_per_call([&] { gpu::matmul(t, w.p, n_ff, d, dx.p, 4, dy.p, n_ff); }, 100), bytes, peak);
+      dev<uint8_t> rows(random_rows(t, hot, d, rng));
+      std::vector<int32_t> slots(static_cast<size_t>(chosen));
+      for (auto& sl : slots) sl = static_cast<int32_t>(rng() % hot);
+      dev<int32_t> ds(slots);
+      dev<float> dh(static_cast<size_t>(chosen)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
+      speed(std::string("hot_ffn ") + tn + " " + std::to_string(chosen) + " of " + std::to_string(hot) + " rows" + shape,
+            seconds_per_call([&] { gpu::hot_ffn(t, rows.p, rows.p, rows.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, dh.p, dy.p, scratch.p); }, 100),
+            static_cast<double>(chosen) * 3.0 * static_cast<double>(gpu::row_bytes(t, d)), peak);
+    }
+    const int64_t rank = d == 2048 ? 256 : 1024;
+    dev<uint16_t> fc1(random_f16(static_cast<size_t>(rank * d), rng, 0.05f)), fc2(random_f16(static_cast<size_t>(n_ff * rank), rng, 0.1f));
+    dev<float> mid(static_cast<size_t>(rank)), scores(static_cast<size_t>(n_ff));
+    dev<uint8_t> chosen_bytes(static_cast<size_t>(n_ff));
+    speed("predictor f16 rank " + std::to_string(rank) + shape,
+          seconds_per_call([&] { gpu::predictor(gpu::row_type::f16, fc1.p, fc2.p, d, rank, n_ff, dx.p, 0.1f, mid.p, scores.p, chosen_bytes.p); }, 100),
+          2.0 * static_cast<double>(rank * (d + n_ff)), peak);
+    // One token's attention at the last position of a 2048 context, F16 cache (1B: 32 heads of 64,
+    // 8 KV heads; 7B: 32 heads of 128, 32 KV heads).
+    const int64_t ctx = 2048, n_head = 32, n_head_kv = d == 2048 ? 8 : 32, hd = d / n_head, kv = n_head_kv * hd;
+    const gpu::attention_shape sh{d, n_head, n_head_kv, hd, hd, false, ctx};
+    dev<uint16_t> kc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f)), vc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f));
+    dev<float> qkv(random_f32(static_cast<size_t>(d + 2 * kv), rng)), out(static_cast<size_t>(d));
+    dev<int32_t> sp(std::vector<int32_t>{0, static_cast<int32_t>(ctx - 1)});
+    speed("attend f16 cache, 2048 positions" + shape, seconds_per_call([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p); }, 100),
+          static_cast<double>(ctx) * 2.0 * static_cast<double>(kv) * 2, peak);
+  }
 }
 
 }  // namespace
 
-int main() {
+namespace hotcold::tools {
+
+int check_gpu_kernels(bool small, const std::string& json_path) {
   const auto probe = hotcold::devices::probe_cuda();
   if (probe.devices.empty()) {
     std::printf("SKIP no CUDA device: %s\n", probe.unavailable.c_str());
@@ -356,29 +435,63 @@ int main() {
   }
   std::printf("device: %s\n", probe.devices.front().name.c_str());
   std::mt19937 rng(2026);
+  nlohmann::json result{{"device", probe.devices.front().name}};
+  std::string error;
   try {
-    check_matmul(4096, 2048, 1, rng);
     check_matmul(333, 2047, 3, rng);  // odd columns: the unaligned path
     check_matmul(5632, 256, 7, rng);
     for (auto act : {gpu::ffn_act::relu, gpu::ffn_act::silu, gpu::ffn_act::gelu, gpu::ffn_act::drelu}) check_hot_ffn(1024, 512, 300, true, act, rng);
     check_hot_ffn(1024, 512, 300, false, gpu::ffn_act::gelu, rng);
     check_hot_ffn(64, 2048, 0, true, gpu::ffn_act::relu, rng);  // nothing chosen: out is zero
-    check_hot_ffn(8192, 256, 5000, true, gpu::ffn_act::relu, rng);  // more neurons than chunks x 32: longer chunks
     for (auto t : {gpu::row_type::q8_0, gpu::row_type::q4_0}) {
       check_hot_ffn_quantized(t, 1024, 512, 300, rng);
       check_matvec_quantized(t, 1000, 512, rng);
     }
     check_matvec_quantized(gpu::row_type::q6_k, 1000, 768, rng);  // a llama.cpp Q4_0 file's head
-    check_predictor(2048, 256, 5632, rng);
+    check_predictor(512, 64, 1000, rng);
     check_attention(0, 8, 8, 64, 64, false, true, rng);
-    check_attention(300, 16, 4, 128, 128, false, true, rng);  // grouped-query, several tiles
-    check_attention(40, 4, 1, 64, 32, true, false, rng);      // partial rotation, adjacent pairs, F32 cache
-    check_attention(33, 2, 2, 256, 64, false, true, rng);     // the widest head
-    bench(rng);
+    check_attention(40, 4, 1, 64, 32, true, false, rng);  // partial rotation, adjacent pairs, F32 cache
+    check_attention(33, 2, 2, 256, 64, false, true, rng);  // the widest head
+    if (!small) {
+      // The real shapes: the ~1B file's (2048/5632, 8 KV heads) and 7B's (4096/11008), one token and a batch.
+      check_matmul(2048, 2048, 1, rng);
+      check_matmul(4096, 4096, 1, rng);
+      check_matmul(4096, 4096, 4, rng);
+      check_matmul(11008, 4096, 1, rng);
+      check_hot_ffn(8192, 256, 5000, true, gpu::ffn_act::relu, rng);  // more neurons than chunks x 32: longer chunks
+      check_hot_ffn(5632, 2048, 1400, true, gpu::ffn_act::relu, rng);
+      check_hot_ffn(11008, 4096, 1100, true, gpu::ffn_act::relu, rng);
+      for (auto t : {gpu::row_type::q8_0, gpu::row_type::q4_0}) {
+        check_matvec_quantized(t, 4096, 4096, rng);  // one token and three
+        check_hot_ffn_quantized(t, 5632, 2048, 1400, rng);
+        check_hot_ffn_quantized(t, 11008, 4096, 1100, rng);
+      }
+      check_matvec_quantized(gpu::row_type::q6_k, 4096, 4096, rng);
+      check_predictor(2048, 256, 5632, rng);
+      check_predictor(4096, 1024, 11008, rng);
+      check_attention(300, 32, 8, 64, 64, false, true, rng);    // 1B: grouped-query, several tiles
+      check_attention(300, 32, 32, 128, 128, false, true, rng);  // 7B
+      const auto [spec, copy] = peak_bandwidth();
+      std::printf("BANDWIDTH published %.0f GB/s, device-to-device copy %.0f GB/s\n", spec, copy);
+      result["published_gb_per_s"] = spec;
+      result["copy_gb_per_s"] = copy;
+      bench(rng, copy > 0 ? copy : spec);
+    }
   } catch (const std::exception& e) {
+    error = e.what();
+    ++failures;
     std::printf("FAIL %s\n", e.what());
-    return 1;
   }
-  std::printf("%s: %d kernel checks failed\n", failures ? "FAILED" : "OK", failures);
+  std::printf("%s: %d of %zu kernel checks failed\n", failures ? "FAILED" : "OK", failures, checks.size());
+  result["checks"] = checks;
+  result["speed"] = speeds;
+  result["failed"] = failures;
+  if (!error.empty()) result["error"] = error;
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << result.dump(2) << "\n";
+  }
   return failures ? 1 : 0;
 }
+
+}  // namespace hotcold::tools

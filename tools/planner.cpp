@@ -59,6 +59,8 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
   const double kv = kv_read_per_token(hp, o.kv_value_bytes, rows);
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
+  // A sparse FFN's rows on the CPU: gathered one by one, at their own rate (products: cpu).
+  const double rows_rate = (sparse && o.cpu_rows_gbs > 0 ? o.cpu_rows_gbs : o.cpu_gbs) * 1e9;
   const double crossing = o.crossing_us * 1e-6;
   // Each layer's expected FFN bytes: every row of a dense file; a sparse file's rows of the neurons
   // that fire (gate, up and down rows of each: ffn_rows with chosen = fired).
@@ -75,8 +77,10 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   plan_prediction r;
   // The CPU alone.
   r.cpu_only_bytes = static_cast<double>(c.embedding_row + c.output);
-  for (int64_t l = 0; l < hp.n_layer; ++l) r.cpu_only_bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + kv + ffn[static_cast<size_t>(l)];
-  r.cpu_only_tokens_per_s = cpu / r.cpu_only_bytes;
+  double ffn_all = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) r.cpu_only_bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + kv, ffn_all += ffn[static_cast<size_t>(l)];
+  r.cpu_only_tokens_per_s = 1.0 / (r.cpu_only_bytes / cpu + ffn_all / rows_rate);
+  r.cpu_only_bytes += ffn_all;
 
   // The hybrid: the runtime's plan for this budget (hot neurons by firing counts).
   plan_options po;
@@ -97,8 +101,8 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     return crossing + bytes / link;
   };
   // Bytes read on one side: counted there, and the time they take on it.
-  auto charge = [&](bool on_gpu, double bytes) {
-    const double seconds = bytes / (on_gpu ? gpu : cpu);
+  auto charge = [&](bool on_gpu, double bytes, bool rows = false) {
+    const double seconds = bytes / (on_gpu ? gpu : rows ? rows_rate : cpu);
     (on_gpu ? device : host) += bytes;
     (on_gpu ? gpu_s : cpu_s) += seconds;
     return seconds;
@@ -121,7 +125,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
       double hot = 0;
       for (int32_t i : r.plan.solution.hot[li]) hot += f.p(l, i) * static_cast<double>(c.neuron[li]);
       const double hot_t = charge(true, hot) + (r.plan.solution.hot[li].empty() ? 0.0 : cross(3 * x_bytes));
-      layer_t += std::max(hot_t, charge(false, ffn[li] - hot));
+      layer_t += std::max(hot_t, charge(false, ffn[li] - hot, true));
     } else {
       layer_t += charge(false, ffn[li]);
     }
@@ -165,8 +169,9 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
   std::string t;
   t += fmt::format("{}: {} layers, embd {}, ffn {}; GPU budget {:.2f} GiB, context {}, {} cached rows a token\n", m.path(), hp.n_layer, hp.n_embd, hp.n_ff,
                    o.budget / double(1ull << 30), p.plan.ctx, o.position >= 0 ? o.position : p.plan.ctx / 2.0);
-  t += fmt::format("bandwidth: CPU {:.1f} GB/s; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a crossing\n", o.cpu_gbs, o.gpu_gbs,
-                   o.gpu_efficiency, o.pcie_gbs, o.crossing_us);
+  t += fmt::format("bandwidth: CPU {:.1f} GB/s{}; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a crossing\n", o.cpu_gbs,
+                   m.has_predictors() && o.cpu_rows_gbs > 0 ? fmt::format(" (products), {:.1f} GB/s (sparse FFN rows)", o.cpu_rows_gbs) : std::string(),
+                   o.gpu_gbs, o.gpu_efficiency, o.pcie_gbs, o.crossing_us);
   t += "| configuration | host MiB/token | GPU MiB/token | crossings/token | tokens/s |\n| --- | --- | --- | --- | --- |\n";
   t += fmt::format("| CPU only | {:.1f} | 0 | 0 | {:.1f} |\n", mib(p.cpu_only_bytes), p.cpu_only_tokens_per_s);
   t += fmt::format("| whole layers ({} of {}{}) | - | - | {} | {:.1f} |\n", p.offload_layers, hp.n_layer, p.offload_head ? ", head" : "", p.offload_layers > 0 ? 2 : 0,

@@ -31,6 +31,7 @@ struct planner_options {
   int64_t kv_value_bytes = 2;      // F16 cache
   double position = -1;            // cached rows a decoded token reads (-1: half the context)
   double cpu_gbs = 0, gpu_gbs = 0, pcie_gbs = 0;  // bandwidths, GB/s (1e9 bytes)
+  double cpu_rows_gbs = 0;         // the CPU's rate over a sparse FFN's scattered rows (0: cpu_gbs)
   double gpu_efficiency = 0.75;    // of the published bandwidth that the kernels reach
   double crossing_us = 10;         // a crossing's fixed cost: launch, copy and wait, each way
   // How often neurons fire: counts (n_layer x n_ff) over `tokens` tokens, or, when counts are empty,

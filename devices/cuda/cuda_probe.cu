@@ -1,6 +1,8 @@
 #include "devices/device_info.hpp"
 #include "kernels/gpu/portability.hpp"
 
+#include <string>
+
 namespace hotcold::devices {
 
 gpu_probe probe_cuda() {
@@ -15,6 +17,18 @@ gpu_probe probe_cuda() {
   gpuError_t err = gpuGetDeviceCount(&count);
   if (err != gpuSuccess) {
     p.unavailable = gpuGetErrorString(err);
+#if !defined(__HIPCC__)
+    // Say which of the two it is: no driver at all, or one older than the runtime linked in.
+    if (err == cudaErrorInsufficientDriver) {
+      int runtime = 0, driver = 0;
+      cudaRuntimeGetVersion(&runtime);
+      cudaDriverGetVersion(&driver);
+      if (driver == 0) p.unavailable = "no NVIDIA driver (libcuda.so.1 not found or not loadable)";
+      else
+        p.unavailable = "the NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
+                        ", older than this build's CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+    }
+#endif
     return p;
   }
   if (count == 0) {

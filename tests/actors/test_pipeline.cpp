@@ -235,23 +235,10 @@ void expect_oracle_with_chosen(std::shared_ptr<const model> m, std::shared_ptr<c
   // The positions the model ran: the prompt, then each generated token but the last.
   std::vector<token_id> run = r.prompt;
   run.insert(run.end(), got.tokens.begin(), got.tokens.end() - 1);
-  auto sets = trace.active_sets();
-  std::stable_sort(sets.begin(), sets.end(), [](const auto& a, const auto& b) { return std::tie(a.step, a.layer) < std::tie(b.step, b.layer); });
-  reference_model::neuron_mask mask(run.size(), std::vector<std::vector<bool>>(static_cast<size_t>(hp.n_layer)));
-  int64_t base = 0, chosen = 0;
-  for (size_t k = 0; k < sets.size();) {
-    const int64_t step = sets[k].step, tokens = sets[k].tokens;
-    for (; k < sets.size() && sets[k].step == step; ++k) {
-      ASSERT_EQ(sets[k].tokens, tokens);
-      for (int64_t t = 0; t < tokens; ++t) {
-        ASSERT_LT(static_cast<size_t>(base + t), run.size());
-        auto& row = mask[static_cast<size_t>(base + t)][static_cast<size_t>(sets[k].layer)];
-        for (int64_t i = 0; i < hp.n_ff; ++i) row.push_back(sets[k].chosen(t, i)), chosen += sets[k].chosen(t, i);
-      }
-    }
-    base += tokens;
-  }
-  ASSERT_EQ(base, static_cast<int64_t>(run.size())) << "every position the actors ran has its active sets";
+  const auto mask = trace.sequence_mask(static_cast<int64_t>(run.size()), hp.n_layer, hp.n_ff);
+  int64_t chosen = 0;
+  for (const auto& position : mask)
+    for (const auto& layer : position) chosen += std::count(layer.begin(), layer.end(), true);
   ASSERT_GT(chosen, 0);
   ASSERT_LT(chosen, static_cast<int64_t>(run.size()) * hp.n_layer * hp.n_ff) << "the predictor left no neuron out";
   const auto file = gguf::file::open(m->path());
@@ -262,8 +249,9 @@ void expect_oracle_with_chosen(std::shared_ptr<const model> m, std::shared_ptr<c
   for (size_t j = 0; j < got.tokens.size(); ++j) {
     const auto& l = want[r.prompt.size() - 1 + j];
     const double best = *std::max_element(l.begin(), l.end());
-    if (tolerance <= 1e-4)  // (quantized rows meet quantized activations, which the reference does not)
+    if (tolerance <= 1e-4) {  // (quantized rows meet quantized activations, which the reference does not)
       EXPECT_GE(l[static_cast<size_t>(got.tokens[j])], best - 1e-6 * (1 + std::fabs(best))) << "generated token " << j;
+    }
   }
 }
 
@@ -591,7 +579,9 @@ TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
       r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
       r.output = true;
       r.compute_bytes = 1 << 20;
-      if (type == tensor_type::q4_0) EXPECT_EQ(m->weights().output.type, tensor_type::q6_k);
+      if (type == tensor_type::q4_0) {
+        EXPECT_EQ(m->weights().output.type, tensor_type::q6_k);
+      }
       if (type == tensor_type::f16) {
         expect_matches_reference(m, ffn_mode::dense, nullptr, &r, 1, gpu_like);
       } else {

@@ -8,6 +8,7 @@
 #include <map>
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 #include <vector>
 
@@ -227,6 +228,26 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
                             "--vram-budget", "0.0042", "--pipeline", "reference"});
   ASSERT_EQ(sim_reference.code, 0) << sim_reference.err;
   EXPECT_EQ(sim_reference.out, cpu.out);
+  // eval --vs-oracle: the actors on sim's GPU-like kernels and the CPU's forward pass against
+  // model/reference given the neurons each chose, and the file in dense mode against the model.
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {"--device", "sim", "--sim-kernels", "--vram-budget", "0.0042", "--pipeline", "actors"}, {"--device", "cpu"}, {"--device", "cpu", "--mode", "dense"}}) {
+    const auto oracle_json = (dir / "oracle.json").string();
+    std::vector<std::string> args{"eval", "-m", sparse, "-p", "Hello world, once upon a time", "-t", "2", "-c", "64", "--oracle-json", oracle_json};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto e = run(args);
+    ASSERT_EQ(e.code, 0) << e.err;
+    EXPECT_NE(e.err.find("vs model/reference"), std::string::npos) << e.err;
+    std::ifstream oin(oracle_json);
+    const auto o = nlohmann::json::parse(oin);
+    std::istringstream ids(e.out);
+    const auto positions = std::distance(std::istream_iterator<std::string>(ids), std::istream_iterator<std::string>());
+    EXPECT_EQ(o.at("positions").get<int64_t>(), positions);
+    EXPECT_GT(o.at("rel_rms").get<double>(), 0.0);
+    EXPECT_LT(o.at("rel_rms").get<double>(), 1e-4) << extra.front();
+    EXPECT_EQ(o.at("top1_same"), o.at("positions"));
+    EXPECT_EQ(o.at("mode"), extra.back() == "dense" ? "dense" : "sparse");
+  }
   EXPECT_NE(sim.err.find("hot device sim"), std::string::npos) << sim.err;
   EXPECT_EQ(sim.err.find("planned a placement"), std::string::npos) << sim.err;
   // Some neurons hot, not all: "placement …: N hot neurons (P% of the FFN)".
