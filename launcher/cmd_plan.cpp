@@ -1,5 +1,5 @@
 // hotcold plan -m FILE --vram-budget G [-c CTX] [--gpu NAME | --gpu-bandwidth GBps --pcie GBps]
-//              [--cpu-bandwidth GBps] [--cpu-rows-bandwidth GBps] [--stats DIR | --active F] [--json]
+//              [--cpu-bandwidth GBps] [--cpu-ffn-bandwidth GBps] [--stats DIR | --active F] [--json]
 // What a GPU would give this file, on paper (tools/planner.hpp): bytes per token on each side, the
 // crossings, and the tokens per second of the CPU alone, of whole layers offloaded and of the hybrid.
 #include <algorithm>
@@ -10,10 +10,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/forward.hpp"
-#include "engine/matmul.hpp"
-#include "engine/read_costs.hpp"
-#include "engine/trace.hpp"
 #include "engine/thread_pool.hpp"
 #include "launcher/commands.hpp"
 #include "launcher/option_checks.hpp"
@@ -45,10 +41,13 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   gpu->excludes(gbw)->excludes(pcie);
   gbw->needs(pcie);
   pcie->needs(gbw);
-  cmd->add_option("--cpu-bandwidth", a->cpu_gbs, "The CPU's rate over weights, GB/s (default: this file's products measured here)")->check(finite_in(0, 1e6));
-  cmd->add_option("--cpu-rows-bandwidth", a->rows_gbs,
-                  "A sparse file: the CPU's rate over its FFN's scattered rows, GB/s (default: with --cpu-bandwidth, the same; else a few of this file's "
-                  "decoded tokens measured here)")
+  cmd->add_option("--cpu-bandwidth", a->cpu_gbs,
+                  "The CPU's rate over weights, GB/s, for all its work (default: measured here on this file's own work, a few decoded tokens: "
+                  "its products, its predictors and its FFN each at its own rate)")
+      ->check(finite_in(0, 1e6));
+  cmd->add_option("--cpu-ffn-bandwidth", a->rows_gbs,
+                  "The CPU's rate over the FFN as the file runs it (a sparse file's scattered rows), GB/s (default: with --cpu-bandwidth, the same; "
+                  "else measured with the rest)")
       ->check(finite_in(0, 1e6));
   auto* stats = cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile): how often each neuron fires (default: MODEL.work when there)");
   cmd->add_option("--active", a->active, "Without a profile: the fraction of neurons that fire per token")->check(finite_in(0, 1))->excludes(stats);
@@ -90,71 +89,20 @@ void add_plan_command(CLI::App& app, int& exit_code) {
         o.active = std::max(0.0, a->active);
       }
       o.cpu_gbs = a->cpu_gbs;
-      o.cpu_rows_gbs = a->rows_gbs > 0 ? a->rows_gbs : a->cpu_gbs;
-      std::string cpu_source = "given", rows_source = a->rows_gbs > 0 ? "given" : "--cpu-bandwidth";
-      std::shared_ptr<const model> loaded;
-      thread_pool pool(a->threads);
-      if (o.cpu_gbs <= 0 || (o.cpu_rows_gbs <= 0 && m->has_predictors())) loaded = model::load(a->model);
+      o.cpu_ffn_gbs = a->rows_gbs;
+      std::string cpu_source = "given";
       if (o.cpu_gbs <= 0) {
-        // The rate the engine's own products reach here: every attention matrix and the head of this
-        // file (its types, its layout in the private copy) times a vector, the median of nine passes
-        // after a warm-up — a plain read probe is a ceiling the kernels do not reach (50-75% of it here).
-        const auto& w = loaded->weights();
-        std::vector<const tensor_view*> mats;
-        for (const auto& l : w.layers)
-          for (const tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo})
-            if (*t) mats.push_back(t);
-        mats.push_back(&w.output);
-        uint64_t bytes = 0;
-        int64_t widest = 0;
-        for (const auto* t : mats) bytes += t->bytes(), widest = std::max(widest, t->ne1);
-        std::vector<float> x(static_cast<size_t>(loaded->hp().n_embd), 0.5f), y(static_cast<size_t>(widest));
-        std::vector<kernels::block_q8_0> xq;
-        std::vector<double> passes;
-        for (int pass = 0; pass < 10; ++pass) {
-          const auto t0 = std::chrono::steady_clock::now();
-          for (const auto* t : mats) matmul(pool, *t, x.data(), 1, y.data(), xq);
-          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          if (pass > 0) passes.push_back(s);  // (the first warms up)
-        }
-        std::nth_element(passes.begin(), passes.begin() + static_cast<long>(passes.size() / 2), passes.end());
-        o.cpu_gbs = static_cast<double>(bytes) / passes[passes.size() / 2] / 1e9;  // the median pass, as bench's mean is typical
-        cpu_source = fmt::format("this file's products measured here ({} threads, {:.0f} MiB)", pool.size(), bytes / double(1 << 20));
-      }
-      if (o.cpu_rows_gbs <= 0 && m->has_predictors()) {
-        // The rate the engine's sparse FFN reaches over this file's rows (scattered, each chosen
-        // neuron's gate, up and down rows: slower per byte than a product, and more so for short
-        // quantized rows): 32 tokens decoded after an 8-token prompt, the time of their FFN blocks
-        // (the trace's "ffn" intervals) against the rows those read (read_costs, as bench counts).
-        const auto& hp = loaded->hp();
-        inference_context ctx(loaded, 64, static_cast<int>(pool.size()), 1);
-        ctx.set_mode(ffn_mode::sparse);
-        std::vector<token_id> prompt;
-        for (int i = 0; i < 8; ++i) prompt.push_back(static_cast<token_id>((7 + 131 * i) % hp.n_vocab));
-        auto logits = ctx.forward_batch(prompt, 0);
-        const std::vector<int64_t> n0 = ctx.read_neurons(), d0 = ctx.read_down_rows();
-        trace_recorder rec;
-        ctx.set_trace(&rec);
-        for (int64_t pos = 8; pos < 40; ++pos) {
-          const token_id next = static_cast<token_id>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-          logits = ctx.forward_batch(std::span<const token_id>(&next, 1), pos);
-        }
-        ctx.set_trace(nullptr);
-        double seconds = 0, bytes = 0;
-        for (const auto& e : rec.entries())
-          if (std::string_view(e.span.name) == stage_name(stage::ffn)) seconds += std::chrono::duration<double>(e.span.end - e.span.begin).count();
-        const read_costs c(*loaded);
-        for (size_t l = 0; l < c.neuron.size(); ++l)
-          bytes += static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(ctx.read_neurons()[l] - n0[l]), static_cast<uint64_t>(ctx.read_down_rows()[l] - d0[l])));
-        if (seconds > 0 && bytes > 0) {
-          o.cpu_rows_gbs = bytes / seconds / 1e9;
-          rows_source = fmt::format("this file's sparse FFN over 32 decoded tokens here ({} threads, {:.1f} MiB of rows a token)", pool.size(),
-                                    bytes / 32 / double(1 << 20));
-        } else {
-          o.cpu_rows_gbs = o.cpu_gbs, rows_source = "the products' (no FFN rows were read)";
-        }
-      }
-      const auto p = tools::predict_plan(*m, o);
+        // This file's own work on this machine: a few tokens decoded by the engine, each kind of work
+        // timed against the bytes it read (tools::measure_cpu_rates). A plain read probe is a ceiling
+        // the kernels do not reach (50-75% of it here), and a sparse FFN's scattered rows, short ones
+        // most (Q4_0), are read slower than a product reads the same bytes.
+        thread_pool probe_threads(a->threads);
+        const auto r = tools::measure_cpu_rates(model::load(a->model), static_cast<int>(probe_threads.size()));
+        o.cpu_gbs = r.products_gbs, o.cpu_predictor_gbs = r.predictor_gbs;
+        if (o.cpu_ffn_gbs <= 0) o.cpu_ffn_gbs = r.ffn_gbs;
+        cpu_source = fmt::format("this file's work measured here: {} tokens decoded with {} threads, the median of {} passes ({:.1f} MiB of FFN a token)",
+                                 r.tokens, r.threads, r.passes, r.ffn_bytes_per_token / double(1 << 20));
+      }      const auto p = tools::predict_plan(*m, o);
       if (a->json) {
         nlohmann::json j{{"model", a->model},
                          {"gpu", gpu_name},
@@ -164,8 +112,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                          {"pcie_gbs", o.pcie_gbs},
                          {"cpu_bandwidth_gbs", o.cpu_gbs},
                          {"cpu_bandwidth_from", cpu_source},
-                         {"cpu_rows_bandwidth_gbs", o.cpu_rows_gbs > 0 ? o.cpu_rows_gbs : o.cpu_gbs},
-                         {"cpu_rows_bandwidth_from", m->has_predictors() ? rows_source : "a dense file: no sparse rows"},
+                         {"cpu_predictor_bandwidth_gbs", o.cpu_predictor_gbs > 0 ? o.cpu_predictor_gbs : o.cpu_gbs},
+                         {"cpu_ffn_bandwidth_gbs", o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs},
                          {"gpu_efficiency", o.gpu_efficiency},
                          {"crossing_us", o.crossing_us},
                          {"firing_from", source},

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   o.bin_dir = ec ? "." : self.parent_path().string();
   auto* all = app.add_subcommand("all", "The whole check: kernels (and memcheck), generated models on the GPU against model/reference, tokens/s side by side; "
                                         "a table on stdout and JSON (exit 0 ok, 1 a kernel is wrong, 2 the hybrid is wrong, 3 incomplete, 77 no device)");
-  all->add_option("--minutes", o.minutes, "Time for the whole check; each stage gets a share and what earlier ones left")->check(CLI::Range(0.5, 600.0))->capture_default_str();
+  all->add_option("--minutes", o.minutes, "Time for the whole check; each stage gets a share and what earlier ones left")->check(CLI::Range(0.05, 600.0))->capture_default_str();
   all->add_option("--bin", o.bin_dir, "Folder of hotcold, hotcold-gpu-check, test_actors and test_devices (default: this program's)");
   all->add_option("--vocab", o.vocab, "Tokenizer GGUF the generated models copy (default: BIN/../share/ggml-vocab-llama-spm.gguf)");
   all->add_option("--work", o.work, "Folder for the generated models (kept: a rerun reuses them), logs and the JSON")->capture_default_str();
@@ -35,7 +35,11 @@ int main(int argc, char** argv) {
   all->add_flag("--small", o.small, "Small model shapes (a dry run's)");
   all->add_option("-t,--threads", o.threads, "CPU threads (default: all)");
   all->add_option("--json", o.json_path, "The final JSON (default: WORK/gpu-check.json)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // --help: 0; a bad option: the check did not run
+    return app.exit(e) == 0 ? 0 : hotcold::tools::gpu_check_incomplete;
+  }
   if (*all) {
     if (o.vocab.empty()) o.vocab = (fs::path(o.bin_dir) / ".." / "share" / "ggml-vocab-llama-spm.gguf").lexically_normal().string();
     if (!fs::exists(o.vocab)) {

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "engine/forward.hpp"
 #include "engine/read_costs.hpp"
+#include "engine/trace.hpp"
 
 namespace hotcold::tools {
 
@@ -59,8 +63,10 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
   const double kv = kv_read_per_token(hp, o.kv_value_bytes, rows);
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
-  // A sparse FFN's rows on the CPU: gathered one by one, at their own rate (products: cpu).
-  const double rows_rate = (sparse && o.cpu_rows_gbs > 0 ? o.cpu_rows_gbs : o.cpu_gbs) * 1e9;
+  // The CPU's FFN as the file runs it (a sparse file's gathered rows) and its predictors, each at its
+  // own rate; the rest at the products' (cpu).
+  const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  const double predictor_rate = (o.cpu_predictor_gbs > 0 ? o.cpu_predictor_gbs : o.cpu_gbs) * 1e9;
   const double crossing = o.crossing_us * 1e-6;
   // Each layer's expected FFN bytes: every row of a dense file; a sparse file's rows of the neurons
   // that fire (gate, up and down rows of each: ffn_rows with chosen = fired).
@@ -77,10 +83,14 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   plan_prediction r;
   // The CPU alone.
   r.cpu_only_bytes = static_cast<double>(c.embedding_row + c.output);
-  double ffn_all = 0;
-  for (int64_t l = 0; l < hp.n_layer; ++l) r.cpu_only_bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + kv, ffn_all += ffn[static_cast<size_t>(l)];
-  r.cpu_only_tokens_per_s = 1.0 / (r.cpu_only_bytes / cpu + ffn_all / rows_rate);
-  r.cpu_only_bytes += ffn_all;
+  double ffn_all = 0, predictors = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const size_t li = static_cast<size_t>(l);
+    r.cpu_only_bytes += static_cast<double>(c.layer_fixed[li] - (sparse ? c.predictor[li] : 0)) + kv;
+    ffn_all += ffn[li], predictors += sparse ? static_cast<double>(c.predictor[li]) : 0.0;
+  }
+  r.cpu_only_tokens_per_s = 1.0 / (r.cpu_only_bytes / cpu + predictors / predictor_rate + ffn_all / rows_rate);
+  r.cpu_only_bytes += ffn_all + predictors;
 
   // The hybrid: the runtime's plan for this budget (hot neurons by firing counts).
   plan_options po;
@@ -101,8 +111,9 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     return crossing + bytes / link;
   };
   // Bytes read on one side: counted there, and the time they take on it.
-  auto charge = [&](bool on_gpu, double bytes, bool rows = false) {
-    const double seconds = bytes / (on_gpu ? gpu : rows ? rows_rate : cpu);
+  // rate: the CPU's for this kind of work (the GPU's is one).
+  auto charge = [&](bool on_gpu, double bytes, double rate) {
+    const double seconds = bytes / (on_gpu ? gpu : rate);
     (on_gpu ? device : host) += bytes;
     (on_gpu ? gpu_s : cpu_s) += seconds;
     return seconds;
@@ -114,25 +125,25 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     const double attention = static_cast<double>(c.attention[li] + c.ffn_norm[li]) + kv, predictor = static_cast<double>(c.predictor[li]);
     // Attention (with its KV cache) and the predictor where the plan puts them; attention and a
     // predictor on the GPU cross together (the layer's input down, its output and choices up).
-    double layer_t = charge(p.attention, attention);
-    if (sparse) layer_t += charge(p.predictor, predictor);
+    double layer_t = charge(p.attention, attention, cpu);
+    if (sparse) layer_t += charge(p.predictor, predictor, predictor_rate);
     if (p.attention || p.predictor) layer_t += cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0));
     if (p.ffn) {  // a dense file's whole layer: its FFN is one more job (the FFN input down, the output up)
-      layer_t += charge(true, ffn[li]) + cross(2 * x_bytes);
+      layer_t += charge(true, ffn[li], rows_rate) + cross(2 * x_bytes);
     } else if (sparse) {
       // The hot share on the GPU and the cold share on the CPU at the same time; the join waits for
       // the longer, the hot side's crossing included.
       double hot = 0;
       for (int32_t i : r.plan.solution.hot[li]) hot += f.p(l, i) * static_cast<double>(c.neuron[li]);
-      const double hot_t = charge(true, hot) + (r.plan.solution.hot[li].empty() ? 0.0 : cross(3 * x_bytes));
-      layer_t += std::max(hot_t, charge(false, ffn[li] - hot, true));
+      const double hot_t = charge(true, hot, rows_rate) + (r.plan.solution.hot[li].empty() ? 0.0 : cross(3 * x_bytes));
+      layer_t += std::max(hot_t, charge(false, ffn[li] - hot, rows_rate));
     } else {
-      layer_t += charge(false, ffn[li]);
+      layer_t += charge(false, ffn[li], rows_rate);
     }
     t += layer_t;
   }
   const double out = static_cast<double>(c.output);
-  t += charge(r.plan.output, out);
+  t += charge(r.plan.output, out, cpu);
   if (r.plan.output) t += cross(x_bytes + 4.0 * static_cast<double>(hp.n_vocab));
   r.host_bytes = host, r.device_bytes = device, r.crossings = crossings, r.crossing_bytes = crossing_bytes;
   r.cpu_seconds = cpu_s, r.gpu_seconds = gpu_s, r.link_seconds = link_s;
@@ -152,8 +163,8 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
       left -= whole;
       ++r.offload_layers;
       offload_t += read / gpu;
-    } else {
-      offload_t += read / cpu;
+    } else {  // (a dense file's FFN at its measured FFN rate; a sparse file's computed densely, as products)
+      offload_t += (read - static_cast<double>(c.ffn_dense[li])) / cpu + static_cast<double>(c.ffn_dense[li]) / (sparse ? cpu : rows_rate);
     }
   }
   r.offload_head = r.offload_layers == hp.n_layer && c.output <= left;
@@ -169,9 +180,10 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
   std::string t;
   t += fmt::format("{}: {} layers, embd {}, ffn {}; GPU budget {:.2f} GiB, context {}, {} cached rows a token\n", m.path(), hp.n_layer, hp.n_embd, hp.n_ff,
                    o.budget / double(1ull << 30), p.plan.ctx, o.position >= 0 ? o.position : p.plan.ctx / 2.0);
-  t += fmt::format("bandwidth: CPU {:.1f} GB/s{}; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a crossing\n", o.cpu_gbs,
-                   m.has_predictors() && o.cpu_rows_gbs > 0 ? fmt::format(" (products), {:.1f} GB/s (sparse FFN rows)", o.cpu_rows_gbs) : std::string(),
-                   o.gpu_gbs, o.gpu_efficiency, o.pcie_gbs, o.crossing_us);
+  const auto rate = [&](double r) { return r > 0 ? r : o.cpu_gbs; };
+  t += fmt::format("bandwidth: CPU {:.1f} GB/s products, {}{:.1f} GB/s {}; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a crossing\n",
+                   o.cpu_gbs, m.has_predictors() ? fmt::format("{:.1f} GB/s predictors, ", rate(o.cpu_predictor_gbs)) : std::string(), rate(o.cpu_ffn_gbs),
+                   m.has_predictors() ? "sparse FFN rows" : "FFN", o.gpu_gbs, o.gpu_efficiency, o.pcie_gbs, o.crossing_us);
   t += "| configuration | host MiB/token | GPU MiB/token | crossings/token | tokens/s |\n| --- | --- | --- | --- | --- |\n";
   t += fmt::format("| CPU only | {:.1f} | 0 | 0 | {:.1f} |\n", mib(p.cpu_only_bytes), p.cpu_only_tokens_per_s);
   t += fmt::format("| whole layers ({} of {}{}) | - | - | {} | {:.1f} |\n", p.offload_layers, hp.n_layer, p.offload_head ? ", head" : "", p.offload_layers > 0 ? 2 : 0,
@@ -180,6 +192,66 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
   t += fmt::format("hybrid per token: CPU {:.2f} ms, GPU {:.2f} ms, link {:.2f} ms ({:.1f} KiB): limited by the {}\n", p.cpu_seconds * 1e3, p.gpu_seconds * 1e3,
                    p.link_seconds * 1e3, p.crossing_bytes / 1024, p.limited_by == "pcie" ? "PCIe link" : p.limited_by == "gpu" ? "GPU" : "CPU");
   return t;
+}
+
+cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
+  const auto& hp = m->hp();
+  // Passes of 16 decoded tokens, at least 3 and until 2 s have passed (at most 15): each kind's rate
+  // is its median over the passes, so a burst of another program's work on the machine moves one
+  // pass, not the answer.
+  constexpr int64_t prompt_tokens = 8, per_pass = 16, min_passes = 3, max_passes = 15;
+  inference_context ctx(m, prompt_tokens + per_pass * max_passes, threads, 1);
+  const bool sparse = m->has_predictors();
+  ctx.set_mode(sparse ? ffn_mode::sparse : ffn_mode::dense);
+  std::vector<token_id> prompt;
+  for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<token_id>((7 + 131 * i) % hp.n_vocab));
+  auto logits = ctx.forward_batch(prompt, 0);
+  const read_costs c(*m);
+  const auto gbs = [](double bytes, double s) { return s > 0 && bytes > 0 ? bytes / s / 1e9 : 0.0; };
+  std::vector<double> products_r, predictor_r, ffn_r, ffn_bytes;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t pos = prompt_tokens;
+  for (int64_t pass = 0; pass < max_passes; ++pass) {
+    if (pass >= min_passes && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 2.0) break;
+    const std::vector<int64_t> neurons0 = ctx.read_neurons(), down0 = ctx.read_down_rows();
+    trace_recorder rec;
+    ctx.set_trace(&rec);
+    const int64_t first = pos;
+    for (; pos < first + per_pass; ++pos) {
+      const auto next = static_cast<token_id>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      logits = ctx.forward_batch(std::span<const token_id>(&next, 1), pos);
+    }
+    ctx.set_trace(nullptr);
+    std::map<std::string, double> seconds;
+    for (const auto& e : rec.entries()) seconds[e.span.name] += std::chrono::duration<double>(e.span.end - e.span.begin).count();
+    double products = static_cast<double>(per_pass) * static_cast<double>(c.output), predictors = 0, ffn = 0;
+    for (size_t l = 0; l < c.attention.size(); ++l) {
+      products += static_cast<double>(per_pass) * static_cast<double>(c.attention[l] + c.ffn_norm[l]);
+      for (int64_t p = first; p < pos; ++p) products += kv_read_per_token(hp, 2, static_cast<double>(p + 1));
+      predictors += sparse ? static_cast<double>(per_pass) * static_cast<double>(c.predictor[l]) : 0.0;
+      ffn += sparse ? static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(ctx.read_neurons()[l] - neurons0[l]),
+                                                     static_cast<uint64_t>(ctx.read_down_rows()[l] - down0[l])))
+                    : static_cast<double>(per_pass) * static_cast<double>(c.ffn_dense[l]);
+    }
+    products_r.push_back(gbs(products, seconds[std::string(stage_name(stage::attention))] + seconds[std::string(stage_name(stage::output))]));
+    predictor_r.push_back(gbs(predictors, seconds[std::string(stage_name(stage::predict))]));
+    ffn_r.push_back(gbs(ffn, seconds[std::string(stage_name(stage::ffn))]));
+    ffn_bytes.push_back(ffn / static_cast<double>(per_pass));
+  }
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  cpu_rates r;
+  r.threads = threads;
+  r.passes = static_cast<int>(products_r.size());
+  r.tokens = r.passes * per_pass;
+  r.products_gbs = median(products_r);
+  r.predictor_gbs = median(predictor_r);
+  r.ffn_gbs = median(ffn_r);
+  r.ffn_bytes_per_token = median(ffn_bytes);
+  if (r.products_gbs <= 0) throw std::runtime_error("plan: the CPU's measurement recorded no attention or head time");
+  return r;
 }
 
 }  // namespace hotcold::tools

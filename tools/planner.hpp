@@ -7,6 +7,7 @@
 // for whole layers offloaded at the same budget (llama.cpp's -ngl, every neuron computed) and for the
 // hybrid (the hot and cold shares of a layer at the same time), with the side that limits it named.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,11 @@ struct planner_options {
   int64_t ctx = 0;                 // the KV cache's positions (0: the model's, at most 4096)
   int64_t kv_value_bytes = 2;      // F16 cache
   double position = -1;            // cached rows a decoded token reads (-1: half the context)
-  double cpu_gbs = 0, gpu_gbs = 0, pcie_gbs = 0;  // bandwidths, GB/s (1e9 bytes)
-  double cpu_rows_gbs = 0;         // the CPU's rate over a sparse FFN's scattered rows (0: cpu_gbs)
+  // Bandwidths, GB/s (1e9 bytes). The CPU's per kind of work: products (attention with its norms and
+  // KV cache, the head, a whole FFN computed densely), the predictors, and the FFN as the file runs
+  // it (a sparse file's scattered rows; a dense file's products); 0: cpu_gbs.
+  double cpu_gbs = 0, gpu_gbs = 0, pcie_gbs = 0;
+  double cpu_predictor_gbs = 0, cpu_ffn_gbs = 0;
   double gpu_efficiency = 0.75;    // of the published bandwidth that the kernels reach
   double crossing_us = 10;         // a crossing's fixed cost: launch, copy and wait, each way
   // How often neurons fire: counts (n_layer x n_ff) over `tokens` tokens, or, when counts are empty,
@@ -56,6 +60,18 @@ struct plan_prediction {
 
 // Throws std::invalid_argument for impossible options (a zero bandwidth, counts of another shape).
 plan_prediction predict_plan(const model& m, const planner_options& o);
+
+// The CPU's rates on this machine for this file, from its own work: tokens decoded by the engine
+// (sparse mode where the file has predictors) after an 8-token prompt, with `threads` threads, in
+// passes of 16; each kind of work's time from the trace's intervals (attention and output: products;
+// predict; ffn) against the bytes it read (engine/read_costs, the rows the FFN read as bench counts
+// them, the KV cache at each position), the median over the passes.
+struct cpu_rates {
+  double products_gbs = 0, predictor_gbs = 0, ffn_gbs = 0;
+  int threads = 0, passes = 0, tokens = 0;
+  double ffn_bytes_per_token = 0;
+};
+cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads);
 // The prediction as a table for people (stdout of `hotcold plan`).
 std::string prediction_table(const model& m, const planner_options& o, const plan_prediction& p);
 

@@ -59,6 +59,31 @@ TEST(Planner, CountsBytesAsTheRuntimeDoes) {
   EXPECT_LT(p.hybrid_tokens_per_s, p.cpu_only_tokens_per_s);
   // Per layer: attention with its predictor, then the hot rows; and the head.
   EXPECT_EQ(p.crossings, 2.0 * static_cast<double>(hp.n_layer) + 1);
+
+  // Each kind of work at its own CPU rate: the FFN's rows at 10 GB/s and the predictors at 20 take
+  // their bytes' time at those rates, the rest at the products' 50.
+  auto slower = o;
+  slower.cpu_ffn_gbs = 10, slower.cpu_predictor_gbs = 20;
+  double ffn = 0, predictors = 0;
+  for (size_t l = 0; l < c.layer_fixed.size(); ++l) ffn += fired * static_cast<double>(c.ffn_rows(l, 1, 1)), predictors += static_cast<double>(c.predictor[l]);
+  const auto q = tools::predict_plan(*m, slower);
+  EXPECT_NEAR(q.cpu_only_bytes, want, 1e-6 * want);
+  EXPECT_NEAR(1.0 / q.cpu_only_tokens_per_s, (want - ffn - predictors) / 50e9 + ffn / 10e9 + predictors / 20e9, 1e-9);
+}
+
+// The CPU's rates measured on the file's own decoded tokens: each kind of work read something and
+// took time, and a sparse FFN's rows are read no faster than a memory system allows.
+TEST(Planner, MeasuresTheCpusRatesOnTheFilesOwnWork) {
+  auto m = planner_sparse_model();
+  const auto r = tools::measure_cpu_rates(m, 2);
+  EXPECT_GE(r.passes, 3);
+  EXPECT_EQ(r.tokens, 16 * r.passes);
+  for (double g : {r.products_gbs, r.predictor_gbs, r.ffn_gbs}) {
+    EXPECT_GT(g, 0.0);
+    EXPECT_LT(g, 10000.0);
+  }
+  EXPECT_GT(r.ffn_bytes_per_token, 0.0);
+  EXPECT_LT(r.ffn_bytes_per_token, static_cast<double>(read_costs(*m).ffn_dense[0]) * static_cast<double>(m->hp().n_layer));
 }
 
 TEST(Planner, MoreOfAnythingIsNeverSlower) {
