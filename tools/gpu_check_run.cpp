@@ -253,6 +253,7 @@ class checker {
       s.status = "skipped: --device sim (the kernels need a GPU)";
       return;
     }
+    fs::remove(work_ / "kernels.json");  // (an earlier run's)
     const auto r = step("kernels", {bin("hotcold-gpu-check"), "kernels", "--json", (work_ / "kernels.json").string()}, left() * 0.7);
     if (auto j = read_json(work_ / "kernels.json")) {
       kernels_ = *j;
