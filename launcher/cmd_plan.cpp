@@ -91,17 +91,27 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       o.cpu_gbs = a->cpu_gbs;
       o.cpu_ffn_gbs = a->rows_gbs;
       std::string cpu_source = "given";
-      if (o.cpu_gbs <= 0) {
+      double chosen_fraction = -1;
+      if (o.cpu_gbs <= 0 || (m->has_predictors() && a->active < 0)) {
         // This file's own work on this machine: a few tokens decoded by the engine, each kind of work
         // timed against the bytes it read (tools::measure_cpu_rates). A plain read probe is a ceiling
         // the kernels do not reach (50-75% of it here), and a sparse FFN's scattered rows, short ones
-        // most (Q4_0), are read slower than a product reads the same bytes.
+        // most (Q4_0), are read slower than a product reads the same bytes. A sparse file's decoded
+        // tokens also say how many neurons its predictors choose (more than fire: the rows it reads).
         thread_pool probe_threads(a->threads);
         const auto r = tools::measure_cpu_rates(model::load(a->model), static_cast<int>(probe_threads.size()));
-        o.cpu_gbs = r.products_gbs, o.cpu_predictor_gbs = r.predictor_gbs;
-        if (o.cpu_ffn_gbs <= 0) o.cpu_ffn_gbs = r.ffn_gbs;
-        cpu_source = fmt::format("this file's work measured here: {} tokens decoded with {} threads, the median of {} passes ({:.1f} MiB of FFN a token)",
-                                 r.tokens, r.threads, r.passes, r.ffn_bytes_per_token / double(1 << 20));
+        if (o.cpu_gbs <= 0) {
+          o.cpu_gbs = r.products_gbs;
+          if (o.cpu_ffn_gbs <= 0) o.cpu_ffn_gbs = r.ffn_gbs;
+          cpu_source = fmt::format("this file's work measured here: {} tokens decoded with {} threads, the median of {} passes ({:.1f} MiB of FFN a token)",
+                                   r.tokens, r.threads, r.passes, r.ffn_bytes_per_token / double(1 << 20));
+        }
+        o.chosen_per_token = r.chosen_per_token;
+        if (!r.chosen_per_token.empty()) {
+          double n = 0;
+          for (double x : r.chosen_per_token) n += x;
+          chosen_fraction = n / static_cast<double>(m->hp().n_layer * m->hp().n_ff);
+        }
       }      const auto p = tools::predict_plan(*m, o);
       if (a->json) {
         nlohmann::json j{{"model", a->model},
@@ -112,7 +122,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                          {"pcie_gbs", o.pcie_gbs},
                          {"cpu_bandwidth_gbs", o.cpu_gbs},
                          {"cpu_bandwidth_from", cpu_source},
-                         {"cpu_predictor_bandwidth_gbs", o.cpu_predictor_gbs > 0 ? o.cpu_predictor_gbs : o.cpu_gbs},
+                         {"chosen_fraction", chosen_fraction >= 0 ? nlohmann::json(chosen_fraction) : nlohmann::json()},
                          {"cpu_ffn_bandwidth_gbs", o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs},
                          {"gpu_efficiency", o.gpu_efficiency},
                          {"crossing_us", o.crossing_us},

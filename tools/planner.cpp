@@ -36,14 +36,16 @@ const gpu_spec* find_gpu(const std::string& name) {
 
 namespace {
 
-// The probability that neuron i of layer l fires on a token.
+// The probability that neuron i of layer l fires on a token, and that the predictor chooses it.
 struct firing {
   const planner_options& o;
   int64_t n_ff;
+  std::vector<double> scale;  // per layer: chosen / fired (1 without a measured choice)
   double p(int64_t l, int64_t i) const {
     if (o.firing_counts.empty()) return o.active;
     return static_cast<double>(o.firing_counts[static_cast<size_t>(l * n_ff + i)]) / static_cast<double>(o.tokens);
   }
+  double chosen(int64_t l, int64_t i) const { return std::min(1.0, p(l, i) * scale[static_cast<size_t>(l)]); }
 };
 
 }  // namespace
@@ -57,16 +59,29 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
                                             hp.n_layer, hp.n_ff));
   if (o.firing_counts.empty() && (o.active < 0 || o.active > 1)) throw std::invalid_argument("plan: --active is a fraction in [0, 1]");
   const read_costs c(m);
-  const firing f{o, hp.n_ff};
+  firing f{o, hp.n_ff, std::vector<double>(static_cast<size_t>(hp.n_layer), 1.0)};
+  if (!o.chosen_per_token.empty() && m.has_predictors()) {
+    if (o.chosen_per_token.size() != static_cast<size_t>(hp.n_layer))
+      throw std::invalid_argument(fmt::format("plan: chosen neurons of {} layers for a model of {}", o.chosen_per_token.size(), hp.n_layer));
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      double fired = 0;
+      for (int64_t i = 0; i < hp.n_ff; ++i) fired += f.p(l, i);
+      if (fired > 0) f.scale[static_cast<size_t>(l)] = std::max(1.0, o.chosen_per_token[static_cast<size_t>(l)] / fired);
+    }
+  }
+  // A neuron's expected FFN bytes a token: its gate and up rows when chosen, its down row when it fires.
+  const auto neuron_bytes = [&](int64_t l, int64_t i) {
+    const size_t li = static_cast<size_t>(l);
+    return f.chosen(l, i) * static_cast<double>(c.neuron[li] - c.down_row[li]) + f.p(l, i) * static_cast<double>(c.down_row[li]);
+  };
   const bool sparse = m.has_predictors();
   const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
   const double kv = kv_read_per_token(hp, o.kv_value_bytes, rows);
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
-  // The CPU's FFN as the file runs it (a sparse file's gathered rows) and its predictors, each at its
-  // own rate; the rest at the products' (cpu).
+  // The CPU's FFN as the file runs it (a sparse file's gathered rows) at its own rate; the rest at
+  // the products' (cpu).
   const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
-  const double predictor_rate = (o.cpu_predictor_gbs > 0 ? o.cpu_predictor_gbs : o.cpu_gbs) * 1e9;
   const double crossing = o.crossing_us * 1e-6;
   // Each layer's expected FFN bytes: every row of a dense file; a sparse file's rows of the neurons
   // that fire (gate, up and down rows of each: ffn_rows with chosen = fired).
@@ -76,21 +91,15 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
       ffn[static_cast<size_t>(l)] = static_cast<double>(c.ffn_dense[static_cast<size_t>(l)]);
       continue;
     }
-    double fired = 0;
-    for (int64_t i = 0; i < hp.n_ff; ++i) fired += f.p(l, i);
-    ffn[static_cast<size_t>(l)] = fired * static_cast<double>(c.neuron[static_cast<size_t>(l)]);
+    for (int64_t i = 0; i < hp.n_ff; ++i) ffn[static_cast<size_t>(l)] += neuron_bytes(l, i);
   }
   plan_prediction r;
   // The CPU alone.
   r.cpu_only_bytes = static_cast<double>(c.embedding_row + c.output);
-  double ffn_all = 0, predictors = 0;
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    const size_t li = static_cast<size_t>(l);
-    r.cpu_only_bytes += static_cast<double>(c.layer_fixed[li] - (sparse ? c.predictor[li] : 0)) + kv;
-    ffn_all += ffn[li], predictors += sparse ? static_cast<double>(c.predictor[li]) : 0.0;
-  }
-  r.cpu_only_tokens_per_s = 1.0 / (r.cpu_only_bytes / cpu + predictors / predictor_rate + ffn_all / rows_rate);
-  r.cpu_only_bytes += ffn_all + predictors;
+  double ffn_all = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) r.cpu_only_bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + kv, ffn_all += ffn[static_cast<size_t>(l)];
+  r.cpu_only_tokens_per_s = 1.0 / (r.cpu_only_bytes / cpu + ffn_all / rows_rate);
+  r.cpu_only_bytes += ffn_all;
 
   // The hybrid: the runtime's plan for this budget (hot neurons by firing counts).
   plan_options po;
@@ -126,7 +135,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     // Attention (with its KV cache) and the predictor where the plan puts them; attention and a
     // predictor on the GPU cross together (the layer's input down, its output and choices up).
     double layer_t = charge(p.attention, attention, cpu);
-    if (sparse) layer_t += charge(p.predictor, predictor, predictor_rate);
+    if (sparse) layer_t += charge(p.predictor, predictor, cpu);
     if (p.attention || p.predictor) layer_t += cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0));
     if (p.ffn) {  // a dense file's whole layer: its FFN is one more job (the FFN input down, the output up)
       layer_t += charge(true, ffn[li], rows_rate) + cross(2 * x_bytes);
@@ -134,7 +143,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
       // The hot share on the GPU and the cold share on the CPU at the same time; the join waits for
       // the longer, the hot side's crossing included.
       double hot = 0;
-      for (int32_t i : r.plan.solution.hot[li]) hot += f.p(l, i) * static_cast<double>(c.neuron[li]);
+      for (int32_t i : r.plan.solution.hot[li]) hot += neuron_bytes(l, i);
       const double hot_t = charge(true, hot, rows_rate) + (r.plan.solution.hot[li].empty() ? 0.0 : cross(3 * x_bytes));
       layer_t += std::max(hot_t, charge(false, ffn[li] - hot, rows_rate));
     } else {
@@ -181,9 +190,9 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
   t += fmt::format("{}: {} layers, embd {}, ffn {}; GPU budget {:.2f} GiB, context {}, {} cached rows a token\n", m.path(), hp.n_layer, hp.n_embd, hp.n_ff,
                    o.budget / double(1ull << 30), p.plan.ctx, o.position >= 0 ? o.position : p.plan.ctx / 2.0);
   const auto rate = [&](double r) { return r > 0 ? r : o.cpu_gbs; };
-  t += fmt::format("bandwidth: CPU {:.1f} GB/s products, {}{:.1f} GB/s {}; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a crossing\n",
-                   o.cpu_gbs, m.has_predictors() ? fmt::format("{:.1f} GB/s predictors, ", rate(o.cpu_predictor_gbs)) : std::string(), rate(o.cpu_ffn_gbs),
-                   m.has_predictors() ? "sparse FFN rows" : "FFN", o.gpu_gbs, o.gpu_efficiency, o.pcie_gbs, o.crossing_us);
+  t += fmt::format("bandwidth: CPU {:.1f} GB/s products, {:.1f} GB/s {}; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a crossing\n",
+                   o.cpu_gbs, rate(o.cpu_ffn_gbs), m.has_predictors() ? "sparse FFN rows" : "FFN", o.gpu_gbs, o.gpu_efficiency, o.pcie_gbs,
+                   o.crossing_us);
   t += "| configuration | host MiB/token | GPU MiB/token | crossings/token | tokens/s |\n| --- | --- | --- | --- | --- |\n";
   t += fmt::format("| CPU only | {:.1f} | 0 | 0 | {:.1f} |\n", mib(p.cpu_only_bytes), p.cpu_only_tokens_per_s);
   t += fmt::format("| whole layers ({} of {}{}) | - | - | {} | {:.1f} |\n", p.offload_layers, hp.n_layer, p.offload_head ? ", head" : "", p.offload_layers > 0 ? 2 : 0,
@@ -208,7 +217,8 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
   auto logits = ctx.forward_batch(prompt, 0);
   const read_costs c(*m);
   const auto gbs = [](double bytes, double s) { return s > 0 && bytes > 0 ? bytes / s / 1e9 : 0.0; };
-  std::vector<double> products_r, predictor_r, ffn_r, ffn_bytes;
+  std::vector<double> products_r, ffn_r, ffn_bytes;
+  std::vector<double> chosen(c.attention.size(), 0.0);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t pos = prompt_tokens;
   for (int64_t pass = 0; pass < max_passes; ++pass) {
@@ -224,17 +234,19 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
     ctx.set_trace(nullptr);
     std::map<std::string, double> seconds;
     for (const auto& e : rec.entries()) seconds[e.span.name] += std::chrono::duration<double>(e.span.end - e.span.begin).count();
-    double products = static_cast<double>(per_pass) * static_cast<double>(c.output), predictors = 0, ffn = 0;
+    double products = static_cast<double>(per_pass) * static_cast<double>(c.output), ffn = 0;
     for (size_t l = 0; l < c.attention.size(); ++l) {
-      products += static_cast<double>(per_pass) * static_cast<double>(c.attention[l] + c.ffn_norm[l]);
+      products += static_cast<double>(per_pass) * static_cast<double>(c.attention[l] + c.ffn_norm[l] + (sparse ? c.predictor[l] : 0));
       for (int64_t p = first; p < pos; ++p) products += kv_read_per_token(hp, 2, static_cast<double>(p + 1));
-      predictors += sparse ? static_cast<double>(per_pass) * static_cast<double>(c.predictor[l]) : 0.0;
+      chosen[l] += static_cast<double>(ctx.read_neurons()[l] - neurons0[l]);
       ffn += sparse ? static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(ctx.read_neurons()[l] - neurons0[l]),
                                                      static_cast<uint64_t>(ctx.read_down_rows()[l] - down0[l])))
                     : static_cast<double>(per_pass) * static_cast<double>(c.ffn_dense[l]);
     }
-    products_r.push_back(gbs(products, seconds[std::string(stage_name(stage::attention))] + seconds[std::string(stage_name(stage::output))]));
-    predictor_r.push_back(gbs(predictors, seconds[std::string(stage_name(stage::predict))]));
+    // (the predictors' own intervals do not hold all their work: where attention's tail forms their
+    // input, part of it is in attention's, so they count with the products)
+    products_r.push_back(gbs(products, seconds[std::string(stage_name(stage::attention))] + seconds[std::string(stage_name(stage::predict))] +
+                                           seconds[std::string(stage_name(stage::output))]));
     ffn_r.push_back(gbs(ffn, seconds[std::string(stage_name(stage::ffn))]));
     ffn_bytes.push_back(ffn / static_cast<double>(per_pass));
   }
@@ -247,8 +259,9 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
   r.passes = static_cast<int>(products_r.size());
   r.tokens = r.passes * per_pass;
   r.products_gbs = median(products_r);
-  r.predictor_gbs = median(predictor_r);
   r.ffn_gbs = median(ffn_r);
+  if (sparse)
+    for (double n : chosen) r.chosen_per_token.push_back(n / static_cast<double>(r.tokens));
   r.ffn_bytes_per_token = median(ffn_bytes);
   if (r.products_gbs <= 0) throw std::runtime_error("plan: the CPU's measurement recorded no attention or head time");
   return r;

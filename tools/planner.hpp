@@ -32,10 +32,10 @@ struct planner_options {
   int64_t kv_value_bytes = 2;      // F16 cache
   double position = -1;            // cached rows a decoded token reads (-1: half the context)
   // Bandwidths, GB/s (1e9 bytes). The CPU's per kind of work: products (attention with its norms and
-  // KV cache, the head, a whole FFN computed densely), the predictors, and the FFN as the file runs
-  // it (a sparse file's scattered rows; a dense file's products); 0: cpu_gbs.
+  // KV cache, the predictors, the head, a whole FFN computed densely), and the FFN as the file runs
+  // it (a sparse file's scattered rows; a dense file's products; 0: cpu_gbs).
   double cpu_gbs = 0, gpu_gbs = 0, pcie_gbs = 0;
-  double cpu_predictor_gbs = 0, cpu_ffn_gbs = 0;
+  double cpu_ffn_gbs = 0;
   double gpu_efficiency = 0.75;    // of the published bandwidth that the kernels reach
   double crossing_us = 10;         // a crossing's fixed cost: launch, copy and wait, each way
   // How often neurons fire: counts (n_layer x n_ff) over `tokens` tokens, or, when counts are empty,
@@ -43,6 +43,11 @@ struct planner_options {
   std::vector<uint64_t> firing_counts;
   uint64_t tokens = 0;
   double active = 0.1;
+  // A sparse file: neurons its predictors choose per token, per layer (measure_cpu_rates). The
+  // runtime reads the gate and up rows of every chosen neuron (the down rows of those that fire):
+  // each neuron's chance of being chosen is its firing probability scaled to this layer's count.
+  // Empty: the neurons that fire are the neurons chosen.
+  std::vector<double> chosen_per_token;
 };
 
 struct plan_prediction {
@@ -63,13 +68,14 @@ plan_prediction predict_plan(const model& m, const planner_options& o);
 
 // The CPU's rates on this machine for this file, from its own work: tokens decoded by the engine
 // (sparse mode where the file has predictors) after an 8-token prompt, with `threads` threads, in
-// passes of 16; each kind of work's time from the trace's intervals (attention and output: products;
-// predict; ffn) against the bytes it read (engine/read_costs, the rows the FFN read as bench counts
+// passes of 16; each kind of work's time from the trace's intervals (attention, predict and output:
+// products; ffn) against the bytes it read (engine/read_costs, the rows the FFN read as bench counts
 // them, the KV cache at each position), the median over the passes.
 struct cpu_rates {
-  double products_gbs = 0, predictor_gbs = 0, ffn_gbs = 0;
+  double products_gbs = 0, ffn_gbs = 0;
   int threads = 0, passes = 0, tokens = 0;
   double ffn_bytes_per_token = 0;
+  std::vector<double> chosen_per_token;  // a sparse file's: neurons chosen per token, per layer
 };
 cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads);
 // The prediction as a table for people (stdout of `hotcold plan`).

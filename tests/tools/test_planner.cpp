@@ -60,15 +60,23 @@ TEST(Planner, CountsBytesAsTheRuntimeDoes) {
   // Per layer: attention with its predictor, then the hot rows; and the head.
   EXPECT_EQ(p.crossings, 2.0 * static_cast<double>(hp.n_layer) + 1);
 
-  // Each kind of work at its own CPU rate: the FFN's rows at 10 GB/s and the predictors at 20 take
-  // their bytes' time at those rates, the rest at the products' 50.
+  // The FFN's rows at their own CPU rate (10 GB/s), the rest at the products' 50.
   auto slower = o;
-  slower.cpu_ffn_gbs = 10, slower.cpu_predictor_gbs = 20;
-  double ffn = 0, predictors = 0;
-  for (size_t l = 0; l < c.layer_fixed.size(); ++l) ffn += fired * static_cast<double>(c.ffn_rows(l, 1, 1)), predictors += static_cast<double>(c.predictor[l]);
+  slower.cpu_ffn_gbs = 10;
+  double ffn = 0;
+  for (size_t l = 0; l < c.layer_fixed.size(); ++l) ffn += fired * static_cast<double>(c.ffn_rows(l, 1, 1));
   const auto q = tools::predict_plan(*m, slower);
   EXPECT_NEAR(q.cpu_only_bytes, want, 1e-6 * want);
-  EXPECT_NEAR(1.0 / q.cpu_only_tokens_per_s, (want - ffn - predictors) / 50e9 + ffn / 10e9 + predictors / 20e9, 1e-9);
+  EXPECT_NEAR(1.0 / q.cpu_only_tokens_per_s, (want - ffn) / 50e9 + ffn / 10e9, 1e-9);
+  // Predictors that choose twice the neurons that fire: gate and up rows of twice as many, down rows
+  // of the same (a neuron's chance of being chosen, capped at 1: here none reaches it).
+  auto choosy = o;
+  choosy.chosen_per_token.assign(static_cast<size_t>(hp.n_layer), 2 * fired);
+  const auto cp = tools::predict_plan(*m, choosy);
+  double more = 0;
+  for (size_t l = 0; l < c.layer_fixed.size(); ++l) more += fired * static_cast<double>(c.ffn_rows(l, 1, 0));
+  EXPECT_NEAR(cp.cpu_only_bytes, want + more, 1e-6 * want);
+  EXPECT_NEAR(cp.host_bytes + cp.device_bytes, cp.cpu_only_bytes, 1e-6 * cp.cpu_only_bytes);
 }
 
 // The CPU's rates measured on the file's own decoded tokens: each kind of work read something and
@@ -78,7 +86,12 @@ TEST(Planner, MeasuresTheCpusRatesOnTheFilesOwnWork) {
   const auto r = tools::measure_cpu_rates(m, 2);
   EXPECT_GE(r.passes, 3);
   EXPECT_EQ(r.tokens, 16 * r.passes);
-  for (double g : {r.products_gbs, r.predictor_gbs, r.ffn_gbs}) {
+  ASSERT_EQ(r.chosen_per_token.size(), static_cast<size_t>(m->hp().n_layer));
+  for (double n : r.chosen_per_token) {
+    EXPECT_GT(n, 0.0);
+    EXPECT_LE(n, static_cast<double>(m->hp().n_ff));
+  }
+  for (double g : {r.products_gbs, r.ffn_gbs}) {
     EXPECT_GT(g, 0.0);
     EXPECT_LT(g, 10000.0);
   }
