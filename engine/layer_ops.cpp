@@ -55,7 +55,11 @@ void apply_norm(norm_kind kind, const norm_weights& nw, const float* x, float* o
 rope_angles::rope_angles(const hparams& hp, int64_t pos) {
   const float theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.n_rot));
   float theta = static_cast<float>(pos) * hp.rope_freq_scale;
-  for (int64_t i = 0; i < hp.n_rot / 2; ++i, theta *= theta_scale) c[i] = std::cos(theta), s[i] = std::sin(theta);
+  const float* factor = hp.rope_freq_factors.empty() ? nullptr : hp.rope_freq_factors.data();
+  for (int64_t i = 0; i < hp.n_rot / 2; ++i, theta *= theta_scale) {
+    const float t = factor ? theta / factor[i] : theta;
+    c[i] = std::cos(t), s[i] = std::sin(t);
+  }
 }
 
 void rope(float* v, int64_t n_heads, const hparams& hp, const rope_angles& r) {

@@ -1,5 +1,5 @@
 // hotcold gen-model --arch llama|falcon|bamboo --act relu|silu|drelu --embd N --layers N --ffn N
-//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|q8_0|q4_0 --seed S [--norm-spread S] -o OUT.gguf
+//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|q8_0|q4_0 --seed S [--norm-spread S] [--rope-base B] [--llama3-rope CTX] -o OUT.gguf
 #include <chrono>
 #include <cstdio>
 
@@ -31,6 +31,11 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0 or q4_0")->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   cmd->add_option("--seed", a->o.seed, "Random seed")->capture_default_str();
   cmd->add_option("--norm-spread", a->o.norm_spread, "Norm weights drawn from [1-S, 1+S], biases from [-S/2, S/2] (0: identity norms)")->capture_default_str();
+  cmd->add_option("--rope-base", a->o.rope_freq_base, "RoPE frequency base (rope.freq_base; Llama 3: 500000)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--llama3-rope", a->o.llama3_rope_ctx,
+                  "Write Llama 3.1's RoPE frequency factors (rope_freqs.weight) by its rule for this original context (Llama 3.1: 8192; small ones bend "
+                  "more pairs)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("-o,--output", a->o.out_path, "Output GGUF file")->required();
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("gen-model", [&] {

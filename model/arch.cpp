@@ -1,6 +1,7 @@
 #include "model/arch.hpp"
 
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -83,6 +84,15 @@ hparams read_hparams(const gguf::file& f) {
     if (scaling && *scaling != "linear" && *scaling != "none")
       throw model_error(fmt::format("{}: rope scaling '{}' is not supported (linear or none)", f.source(), *scaling));
     if (factor && *factor > 0 && (!scaling || *scaling == "linear")) hp.rope_freq_scale = static_cast<float>(1.0 / *factor);
+    if (const auto* t = f.find_tensor("rope_freqs.weight")) {
+      if (t->type != tensor_type::f32 || t->n_elements != static_cast<uint64_t>(hp.n_rot / 2))
+        throw model_error(fmt::format("{}: rope_freqs.weight must hold {} F32 values (rope.dimension_count / 2), not {} {}", f.source(), hp.n_rot / 2,
+                                      t->n_elements, tensor_type_name(t->type)));
+      hp.rope_freq_factors.resize(static_cast<size_t>(hp.n_rot / 2));
+      std::memcpy(hp.rope_freq_factors.data(), t->data, hp.rope_freq_factors.size() * sizeof(float));
+      for (float v : hp.rope_freq_factors)
+        if (!std::isfinite(v) || v <= 0) throw model_error(fmt::format("{}: rope_freqs.weight holds {}, not a positive factor", f.source(), v));
+    }
 
     if (hp.arch == architecture::falcon) {
       hp.norm_eps = static_cast<float>(f.get_float(key(hp, "attention.layer_norm_epsilon")).value_or(1e-5));

@@ -52,6 +52,9 @@ struct hparams {
   int64_t n_rot = 0;          // rotated dimensions per head (at most max_rope_dims)
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
+  // Llama 3.1's per-pair frequency factors (the file's rope_freqs.weight, F32, n_rot / 2 of them):
+  // pair i turns at base^(-2i/n_rot) / factor[i] (llama.cpp's ggml_rope_ext freq_factors). Empty: 1.
+  std::vector<float> rope_freq_factors;
   float norm_eps = 1e-5f;        // RMSNorm (llama, bamboo) or LayerNorm (falcon) epsilon
   bool gated_ffn = true;         // llama/bamboo: down(act(gate) * up); falcon: down(act(up))
   // Sparse files: neuron i of layer l is computed iff predictor score_i >= sparse_threshold[l].

@@ -79,7 +79,8 @@ void reference_model::rope(vec& x, int64_t heads, int64_t pos) const {
   const bool neox = hp_.rope == rope_style::neox;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < n_rot / 2; ++i) {
-      const double theta = static_cast<double>(pos) * hp_.rope_freq_scale * std::pow(static_cast<double>(hp_.rope_freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+      double theta = static_cast<double>(pos) * hp_.rope_freq_scale * std::pow(static_cast<double>(hp_.rope_freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+      if (!hp_.rope_freq_factors.empty()) theta /= hp_.rope_freq_factors[static_cast<size_t>(i)];  // Llama 3.1's rope_freqs
       const size_t a = static_cast<size_t>(neox ? h * hd + i : h * hd + 2 * i);
       const size_t b = static_cast<size_t>(neox ? h * hd + i + n_rot / 2 : h * hd + 2 * i + 1);
       const double x0 = x[a], x1 = x[b];

@@ -192,7 +192,7 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   w.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(o.n_head));
   w.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(o.n_head_kv));
   w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(hd));
-  w.set_f32(arch + ".rope.freq_base", 10000.0f);
+  w.set_f32(arch + ".rope.freq_base", o.rope_freq_base);
   if (falcon) w.set_f32(arch + ".attention.layer_norm_epsilon", 1e-5f);
   else w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   w.set_u32(arch + ".vocab_size", static_cast<uint32_t>(n_vocab));
@@ -355,6 +355,23 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
 
   add("output_norm.weight", tensor_type::f32, norm_weight());
   if (falcon) add("output_norm.bias", tensor_type::f32, norm_bias());
+  if (o.llama3_rope_ctx > 0) {
+    // Llama 3.1's rule: pairs whose wavelength is shorter than ctx/4 keep their frequency, longer
+    // than ctx turn 8 times slower, and between the two blend smoothly.
+    const double factor = 8, low = 1, high = 4, ctx = static_cast<double>(o.llama3_rope_ctx);
+    matrix f(1, hd / 2);
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double wavelen = 2 * M_PI * std::pow(static_cast<double>(o.rope_freq_base), 2.0 * static_cast<double>(i) / static_cast<double>(hd));
+      double v = 1;
+      if (wavelen > ctx / low) v = factor;
+      else if (wavelen >= ctx / high) {
+        const double smooth = (ctx / wavelen - low) / (high - low);
+        v = 1 / ((1 - smooth) / factor + smooth);
+      }
+      f.row(0)[i] = static_cast<float>(v);
+    }
+    add("rope_freqs.weight", tensor_type::f32, f);
+  }
   // Output head: reads every channel; llama.cpp's Q4_0 files store it as Q6_K.
   matrix out = random_matrix(n_vocab, d, 3.0f * in_scale);
   tensor_type out_type = o.type;

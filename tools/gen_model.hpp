@@ -30,6 +30,10 @@ struct gen_model_options {
   // identity norms, weight 1 and bias 0). With s > 0 every norm of a layer differs from the others,
   // so a path that feeds a branch through the wrong norm computes another model.
   double norm_spread = 0.0;
+  float rope_freq_base = 10000.0f;
+  // Llama 3.1's RoPE frequency factors (rope_freqs.weight), made by its rule (factor 8, low and high
+  // frequency factors 1 and 4) for this original context; 0: none. A small one (64) bends most pairs.
+  int64_t llama3_rope_ctx = 0;
   std::string out_path;
 };
 

@@ -44,19 +44,7 @@ std::vector<std::vector<float>> run(std::shared_ptr<const model> m, std::shared_
   inference_context ctx(m, 16, 2, 1);
   ctx.set_mode(ffn_mode::sparse);
   ctx.set_device_layers(std::move(d));
-  const std::vector<token_id> tokens = {1, 250, 17, 299, 3, 120};
-  std::vector<std::vector<float>> out;
-  if (batch) {
-    auto all = ctx.forward_batch(tokens, 0, true);
-    const size_t nv = all.size() / tokens.size();
-    for (size_t t = 0; t < tokens.size(); ++t) out.emplace_back(all.begin() + t * nv, all.begin() + (t + 1) * nv);
-  } else {
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      auto l = ctx.forward(tokens[t], static_cast<int64_t>(t));
-      out.emplace_back(l.begin(), l.end());
-    }
-  }
-  return out;
+  return test::run_tokens(ctx, test::logits_of_tokens(), batch);
 }
 
 // Zeroes the device's copy of a tensor (sim's buffers are host memory).

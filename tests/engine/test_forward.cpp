@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <map>
 
 #include "kernels/cpu/fp16.hpp"
@@ -156,6 +157,36 @@ namespace {
 // attn_norm; the dense file and its PowerInfer sparse file (predictor on the layer input) must
 // compute that model, one token at a time and as a batch. Feeding the branches the other way
 // round moves the logits by tens of percent.
+// Llama 3.1's RoPE frequency factors (rope_freqs.weight) and a large frequency base: the engine's
+// logits are model/reference's, one token at a time and as a batch, and differ from those of the
+// same weights without the factors (a path that ignored them would compute another model).
+TEST(Llama31, RopeFrequencyFactorsTurnEachPairAtItsOwnRate) {
+  auto o = test::small_options(2, 2);
+  o.n_ctx = 64;
+  o.rope_freq_base = 500000.0f;
+  o.norm_spread = 0.3;
+  auto plain_path = test::make_model("llama31_plain_rope", o);
+  o.llama3_rope_ctx = 40;  // wavelengths 6.3, 32.5, 168...: the first keeps its rate, the second blends, the rest 8x slower
+  auto path = test::make_model("llama31_rope_freqs", o);
+  auto file = gguf::file::open(path);
+  const auto hp = read_hparams(file);
+  ASSERT_EQ(hp.rope_freq_factors.size(), static_cast<size_t>(hp.n_rot / 2));
+  EXPECT_EQ(hp.rope_freq_base, 500000.0f);
+  EXPECT_EQ(hp.rope_freq_factors.front(), 1.0f);  // the fastest pair keeps its frequency
+  EXPECT_EQ(hp.rope_freq_factors.back(), 8.0f);   // the slowest turns 8 times slower
+  EXPECT_TRUE(std::any_of(hp.rope_freq_factors.begin(), hp.rope_freq_factors.end(), [](float f) { return f > 1.0f && f < 8.0f; }));
+
+  const std::vector<token_id> tokens{1, 250, 17, 299, 3, 120, 44, 9, 200, 31, 77, 5};
+  const auto want = reference_model(file, tensor_type::f16).logits(tokens);
+  auto run = [&](const std::string& p, bool batch) {
+    inference_context ctx(model::load(p), 16, 2);
+    return test::run_tokens(ctx, tokens, batch);
+  };
+  EXPECT_LT(test::rel_diff(run(path, false), want), test::f16_kv_tolerance) << "one token at a time";
+  EXPECT_LT(test::rel_diff(run(path, true), want), test::f16_kv_tolerance) << "a prompt batch";
+  EXPECT_GT(test::rel_diff(run(plain_path, false), want), 100 * test::f16_kv_tolerance) << "the factors change the model";
+}
+
 TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {
   auto o = test::sparse_test_options(architecture::falcon, activation::relu, tensor_type::f32);
   o.n_head_kv = 2;  // grouped KV: gen-model writes the 40B layout
@@ -192,17 +223,7 @@ TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {
     std::vector<std::vector<std::vector<bool>>> mask;
     int64_t chosen = 0;
     test::record_neuron_mask(ctx, tokens.size(), mask, &chosen);
-    std::vector<std::vector<float>> got;
-    if (batch) {
-      auto all = ctx.forward_batch(tokens, 0, true);
-      const size_t nv = all.size() / tokens.size();
-      for (size_t t = 0; t < tokens.size(); ++t) got.emplace_back(all.begin() + t * nv, all.begin() + (t + 1) * nv);
-    } else {
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        auto l = ctx.forward(tokens[i], static_cast<int64_t>(i));
-        got.emplace_back(l.begin(), l.end());
-      }
-    }
+    const auto got = test::run_tokens(ctx, tokens, batch);
     const int64_t fired_dense = [&] {
       int64_t n = 0;
       inference_context d(dense, 16, 2);

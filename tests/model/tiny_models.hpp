@@ -143,6 +143,23 @@ inline std::vector<std::vector<float>> logits_of(std::shared_ptr<const model> m,
   return out;
 }
 
+// Every position's logits of `tokens` run through ctx from position 0: one forward() a token, or
+// (batch) one forward_batch for all of them.
+inline std::vector<std::vector<float>> run_tokens(inference_context& ctx, const std::vector<token_id>& tokens, bool batch) {
+  std::vector<std::vector<float>> out;
+  if (batch) {
+    auto all = ctx.forward_batch(tokens, 0, true);
+    const size_t nv = all.size() / tokens.size();
+    for (size_t t = 0; t < tokens.size(); ++t) out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(t * nv), all.begin() + static_cast<std::ptrdiff_t>((t + 1) * nv));
+  } else {
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      auto l = ctx.forward(tokens[t], static_cast<int64_t>(t));
+      out.emplace_back(l.begin(), l.end());
+    }
+  }
+  return out;
+}
+
 // The tokens logits_of runs.
 inline const std::vector<token_id>& logits_of_tokens() {
   static const std::vector<token_id> t = {1, 250, 17, 299, 3, 120};
