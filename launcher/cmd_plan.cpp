@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/thread_pool.hpp"
 #include "launcher/commands.hpp"
 #include "launcher/option_checks.hpp"
 #include "model/model.hpp"
@@ -22,7 +21,7 @@ namespace hotcold::launcher {
 void add_plan_command(CLI::App& app, int& exit_code) {
   struct args {
     std::string model, gpu, stats;
-    double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, rows_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
+    double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, ffn_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
     int64_t ctx = 0;
     int threads = 0;
     bool json = false;
@@ -45,7 +44,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                   "The CPU's rate over weights, GB/s, for all its work (default: measured here on this file's own work, a few decoded tokens: "
                   "its products, its predictors and its FFN each at its own rate)")
       ->check(finite_in(0, 1e6));
-  cmd->add_option("--cpu-ffn-bandwidth", a->rows_gbs,
+  cmd->add_option("--cpu-ffn-bandwidth", a->ffn_gbs,
                   "The CPU's rate over the FFN as the file runs it (a sparse file's scattered rows), GB/s (default: with --cpu-bandwidth, the same; "
                   "else measured with the rest)")
       ->check(finite_in(0, 1e6));
@@ -89,7 +88,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
         o.active = std::max(0.0, a->active);
       }
       o.cpu_gbs = a->cpu_gbs;
-      o.cpu_ffn_gbs = a->rows_gbs;
+      o.cpu_ffn_gbs = a->ffn_gbs;
       std::string cpu_source = "given";
       double chosen_fraction = -1;
       if (o.cpu_gbs <= 0 || (m->has_predictors() && a->active < 0)) {
@@ -98,8 +97,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
         // the kernels do not reach (50-75% of it here), and a sparse FFN's scattered rows, short ones
         // most (Q4_0), are read slower than a product reads the same bytes. A sparse file's decoded
         // tokens also say how many neurons its predictors choose (more than fire: the rows it reads).
-        thread_pool probe_threads(a->threads);
-        const auto r = tools::measure_cpu_rates(model::load(a->model), static_cast<int>(probe_threads.size()));
+        const auto r = tools::measure_cpu_rates(model::load(a->model), a->threads);
         if (o.cpu_gbs <= 0) {
           o.cpu_gbs = r.products_gbs;
           if (o.cpu_ffn_gbs <= 0) o.cpu_ffn_gbs = r.ffn_gbs;
@@ -112,7 +110,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
           for (double x : r.chosen_per_token) n += x;
           chosen_fraction = n / static_cast<double>(m->hp().n_layer * m->hp().n_ff);
         }
-      }      const auto p = tools::predict_plan(*m, o);
+      }
+      const auto p = tools::predict_plan(*m, o);
       if (a->json) {
         nlohmann::json j{{"model", a->model},
                          {"gpu", gpu_name},

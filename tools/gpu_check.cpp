@@ -133,28 +133,53 @@ void check_hot_ffn(int64_t n_rows, int64_t d, int64_t count, bool gated, gpu::ff
   report(name + " out", e, nmse(dout.get(), out), 1e-6);
 }
 
+const char* type_name(gpu::row_type t) {
+  const char* names[] = {"f16", "q8_0", "q4_0", "q6_k"};
+  return names[static_cast<int>(t)];
+}
+
+// Random rows (normal, sd 0.05) of type t as a file stores them (the CPU's quantizer writes the
+// quantized ones) and, with `values`, what they hold (dequantized): what a kernel must compute with.
+std::vector<uint8_t> random_rows(gpu::row_type t, int64_t rows, int64_t cols, std::mt19937& rng, std::vector<float>* values = nullptr) {
+  const int64_t rb = gpu::row_bytes(t, cols);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * rb));
+  if (values) values->resize(static_cast<size_t>(rows * cols));
+  std::vector<float> f;
+  for (int64_t r = 0; r < rows; ++r) {
+    f = random_f32(static_cast<size_t>(cols), rng, 0.05f);
+    uint8_t* row = bytes.data() + r * rb;
+    float* v = values ? values->data() + r * cols : nullptr;
+    switch (t) {
+      case gpu::row_type::f16:
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint16_t h = kernels::fp32_to_fp16(f[static_cast<size_t>(c)]);
+          std::memcpy(row + 2 * c, &h, 2);
+          if (v) v[c] = kernels::fp16_to_fp32(h);
+        }
+        break;
+      case gpu::row_type::q8_0:
+        kernels::quantize_row_q8_0(f.data(), reinterpret_cast<kernels::block_q8_0*>(row), cols);
+        if (v) kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(row), v, cols);
+        break;
+      case gpu::row_type::q4_0:
+        kernels::quantize_row_q4_0(f.data(), reinterpret_cast<kernels::block_q4_0*>(row), cols);
+        if (v) kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(row), v, cols);
+        break;
+      case gpu::row_type::q6_k:
+        kernels::quantize_row_q6_k(f.data(), reinterpret_cast<kernels::block_q6_k*>(row), cols);
+        if (v) kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(row), v, cols);
+        break;
+    }
+  }
+  return bytes;
+}
+
 // The hot FFN on quantized rows (Q8_0, Q4_0: the file's bytes, as the CPU's quantizer writes them)
 // against a double computation over the rows' dequantized values.
 void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t count, std::mt19937& rng) {
-  const int64_t rb = gpu::row_bytes(t, d);
   std::vector<uint8_t> bytes[3];
   std::vector<float> values[3];  // dequantized: what the kernel must compute with
-  for (int m = 0; m < 3; ++m) {
-    const auto f = random_f32(static_cast<size_t>(n_rows * d), rng, 0.05f);
-    bytes[m].resize(static_cast<size_t>(n_rows * rb));
-    values[m].resize(f.size());
-    for (int64_t r = 0; r < n_rows; ++r) {
-      uint8_t* row = bytes[m].data() + r * rb;
-      float* v = values[m].data() + r * d;
-      if (t == gpu::row_type::q8_0) {
-        kernels::quantize_row_q8_0(f.data() + r * d, reinterpret_cast<kernels::block_q8_0*>(row), d);
-        kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(row), v, d);
-      } else {
-        kernels::quantize_row_q4_0(f.data() + r * d, reinterpret_cast<kernels::block_q4_0*>(row), d);
-        kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(row), v, d);
-      }
-    }
-  }
+  for (int m = 0; m < 3; ++m) bytes[m] = random_rows(t, n_rows, d, rng, &values[m]);
   auto x = random_f32(static_cast<size_t>(d), rng);
   std::vector<int32_t> slots(static_cast<size_t>(count));
   for (auto& sl : slots) sl = static_cast<int32_t>(rng() % n_rows);
@@ -174,7 +199,7 @@ void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t
   dev<int32_t> ds(slots);
   dev<float> dx(x), dh(static_cast<size_t>(count)), dout(static_cast<size_t>(d)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
   const std::string e = gpu::hot_ffn(t, dg.p, du.p, dd.p, ds.p, count, d, dx.p, true, gpu::ffn_act::relu, dh.p, dout.p, scratch.p);
-  const std::string name = std::string("hot_ffn ") + (t == gpu::row_type::q8_0 ? "q8_0" : "q4_0") + " relu gated " + std::to_string(count) + " of " +
+  const std::string name = std::string("hot_ffn ") + type_name(t) + " relu gated " + std::to_string(count) + " of " +
                            std::to_string(n_rows) + " x" + std::to_string(d);
   report(name + " hidden", e, nmse(dh.get(), hidden), 1e-6);
   report(name + " out", e, nmse(dout.get(), out), 1e-6);
@@ -183,23 +208,8 @@ void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t
 // Products with quantized rows (the head and predictors of Q8_0 / Q4_0 files) against double sums of
 // the rows' dequantized values.
 void check_matvec_quantized(gpu::row_type t, int64_t rows, int64_t cols, std::mt19937& rng) {
-  const int64_t rb = gpu::row_bytes(t, cols);
-  const auto f = random_f32(static_cast<size_t>(rows * cols), rng, 0.05f);
-  std::vector<uint8_t> bytes(static_cast<size_t>(rows * rb));
-  std::vector<float> values(f.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = bytes.data() + r * rb;
-    if (t == gpu::row_type::q8_0) {
-      kernels::quantize_row_q8_0(f.data() + r * cols, reinterpret_cast<kernels::block_q8_0*>(row), cols);
-      kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(row), values.data() + r * cols, cols);
-    } else if (t == gpu::row_type::q6_k) {
-      kernels::quantize_row_q6_k(f.data() + r * cols, reinterpret_cast<kernels::block_q6_k*>(row), cols);
-      kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(row), values.data() + r * cols, cols);
-    } else {
-      kernels::quantize_row_q4_0(f.data() + r * cols, reinterpret_cast<kernels::block_q4_0*>(row), cols);
-      kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(row), values.data() + r * cols, cols);
-    }
-  }
+  std::vector<float> values;
+  const auto bytes = random_rows(t, rows, cols, rng, &values);
   // One vector (matvec) and three at once (matmul).
   for (int64_t n : {1, 3}) {
     const auto x = random_f32(static_cast<size_t>(n * cols), rng);
@@ -211,8 +221,7 @@ void check_matvec_quantized(gpu::row_type t, int64_t rows, int64_t cols, std::mt
     dev<uint8_t> dw(bytes);
     dev<float> dx(x), dy(static_cast<size_t>(n * rows));
     const std::string e = n == 1 ? gpu::matvec(t, dw.p, rows, cols, dx.p, dy.p) : gpu::matmul(t, dw.p, rows, cols, dx.p, n, dy.p, rows);
-    const char* names[] = {"f16", "q8_0", "q4_0", "q6_k"};
-    report(std::string(n == 1 ? "matvec " : "matmul ") + names[static_cast<int>(t)] + " " + std::to_string(rows) + "x" + std::to_string(cols) + " n " +
+    report(std::string(n == 1 ? "matvec " : "matmul ") + type_name(t) + " " + std::to_string(rows) + "x" + std::to_string(cols) + " n " +
                std::to_string(n),
            e, nmse(dy.get(), want), 1e-7);
   }
@@ -319,27 +328,6 @@ void check_attention(int64_t past, int64_t n_head, int64_t n_head_kv, int64_t hd
   report(name + " stored K", e, nmse(got_k, std::vector<double>(kc.begin(), kc.end())), 1e-7);
 }
 
-// Quantized copies of random rows (the file's bytes, as the CPU's quantizer writes them).
-std::vector<uint8_t> random_rows(gpu::row_type t, int64_t rows, int64_t cols, std::mt19937& rng) {
-  if (t == gpu::row_type::f16) {
-    const auto h = random_f16(static_cast<size_t>(rows * cols), rng, 0.05f);
-    std::vector<uint8_t> b(h.size() * 2);
-    std::memcpy(b.data(), h.data(), b.size());
-    return b;
-  }
-  const int64_t rb = gpu::row_bytes(t, cols);
-  std::vector<uint8_t> b(static_cast<size_t>(rows * rb));
-  std::vector<float> f(static_cast<size_t>(cols));
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (auto& v : f) v = nd(rng);
-    uint8_t* row = b.data() + r * rb;
-    if (t == gpu::row_type::q8_0) kernels::quantize_row_q8_0(f.data(), reinterpret_cast<kernels::block_q8_0*>(row), cols);
-    else kernels::quantize_row_q4_0(f.data(), reinterpret_cast<kernels::block_q4_0*>(row), cols);
-  }
-  return b;
-}
-
 // Seconds per call: one call to warm up, then `reps` timed back to back.
 template <typename F>
 double seconds_per_call(F f, int reps) {
@@ -388,7 +376,7 @@ void bench(std::mt19937& rng, double peak) {
     auto x = random_f32(static_cast<size_t>(4 * n_ff), rng);
     dev<float> dx(x), dy(static_cast<size_t>(4 * n_ff));
     for (auto t : {gpu::row_type::f16, gpu::row_type::q8_0, gpu::row_type::q4_0}) {
-      const char* tn = t == gpu::row_type::f16 ? "f16" : t == gpu::row_type::q8_0 ? "q8_0" : "q4_0";
+      const char* tn = type_name(t);
       dev<uint8_t> w(random_rows(t, n_ff, d, rng));
       const double bytes = static_cast<double>(n_ff * gpu::row_bytes(t, d));
       speed(std::string("matvec ") + tn + " " + std::to_string(n_ff) + "x" + std::to_string(d) + shape,

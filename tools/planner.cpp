@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <map>
+#include <thread>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -59,8 +60,9 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
                                             hp.n_layer, hp.n_ff));
   if (o.firing_counts.empty() && (o.active < 0 || o.active > 1)) throw std::invalid_argument("plan: --active is a fraction in [0, 1]");
   const read_costs c(m);
+  const bool sparse = m.has_predictors();
   firing f{o, hp.n_ff, std::vector<double>(static_cast<size_t>(hp.n_layer), 1.0)};
-  if (!o.chosen_per_token.empty() && m.has_predictors()) {
+  if (!o.chosen_per_token.empty() && sparse) {
     if (o.chosen_per_token.size() != static_cast<size_t>(hp.n_layer))
       throw std::invalid_argument(fmt::format("plan: chosen neurons of {} layers for a model of {}", o.chosen_per_token.size(), hp.n_layer));
     for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -74,7 +76,6 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     const size_t li = static_cast<size_t>(l);
     return f.chosen(l, i) * static_cast<double>(c.neuron[li] - c.down_row[li]) + f.p(l, i) * static_cast<double>(c.down_row[li]);
   };
-  const bool sparse = m.has_predictors();
   const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
   const double kv = kv_read_per_token(hp, o.kv_value_bytes, rows);
@@ -83,8 +84,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   // the products' (cpu).
   const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
   const double crossing = o.crossing_us * 1e-6;
-  // Each layer's expected FFN bytes: every row of a dense file; a sparse file's rows of the neurons
-  // that fire (gate, up and down rows of each: ffn_rows with chosen = fired).
+  // Each layer's expected FFN bytes: every row of a dense file; a sparse file's neuron_bytes.
   std::vector<double> ffn(static_cast<size_t>(hp.n_layer), 0.0);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     if (!sparse) {
@@ -205,6 +205,7 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
 
 cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
   const auto& hp = m->hp();
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Passes of 16 decoded tokens, at least 3 and until 2 s have passed (at most 15): each kind's rate
   // is its median over the passes, so a burst of another program's work on the machine moves one
   // pass, not the answer.

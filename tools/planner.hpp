@@ -77,6 +77,7 @@ struct cpu_rates {
   double ffn_bytes_per_token = 0;
   std::vector<double> chosen_per_token;  // a sparse file's: neurons chosen per token, per layer
 };
+// threads <= 0: every hardware thread.
 cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads);
 // The prediction as a table for people (stdout of `hotcold plan`).
 std::string prediction_table(const model& m, const planner_options& o, const plan_prediction& p);
