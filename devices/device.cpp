@@ -87,12 +87,13 @@ uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff) {
   return 4 * static_cast<uint64_t>(d + 2 * n_ff + d);  // the input, gate and up values (then the hidden values), the output
 }
 
-uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot, int64_t n_ff) {
+uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot, int64_t n_ff, int64_t dq) {
+  if (dq <= 0) dq = d;
   // Floats: the input, RoPE's angles, the sequence and position (two int32), q/k/v, the heads'
   // outputs, the output product; with a predictor, the layer's input, the predictor's input and
   // scores, and the choice (bytes, rounded up to floats).
   const int64_t pred = n_ff > 0 ? d + d + n_ff + (n_ff + 3) / 4 : 0;
-  return 4 * static_cast<uint64_t>(d + n_rot + 2 + (d + 2 * kv) + d + d + pred);
+  return 4 * static_cast<uint64_t>(d + n_rot + 2 + (dq + 2 * kv) + dq + d + pred);
 }
 
 namespace {
@@ -490,9 +491,9 @@ void cuda_backend::compute(const matvec_job& job) {
 void cuda_backend::compute(const attention_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   check_attention_job(name(), job);
-  const int64_t d = job.d, kv = job.n_head_kv * job.head_dim, row_len = d + 2 * kv, n_rot = job.n_rot;
+  const int64_t d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, row_len = dq + 2 * kv, n_rot = job.n_rot;
   const int64_t n_ff = job.fc1 ? job.n_ff : 0;
-  const uint64_t per_token = attention_scratch_per_token(d, kv, n_rot, n_ff), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
+  const uint64_t per_token = attention_scratch_per_token(d, kv, n_rot, n_ff, dq), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
   const int64_t chunk = job.scratch && job.scratch_bytes > once ? static_cast<int64_t>((job.scratch_bytes - once) / per_token) : 0;
   if (chunk < 1)
     throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token (and {} once), {} given", name(), per_token, once, job.scratch_bytes));
@@ -503,12 +504,13 @@ void cuda_backend::compute(const attention_job& job) {
   staging(host_attn_in_, host_attn_in_bytes_, in_bytes);
   staging(host_attn_out_, host_attn_out_bytes_, out_bytes);
   namespace gpu = kernels::gpu;
-  const gpu::attention_shape shape{d, job.n_head, job.n_head_kv, job.head_dim, n_rot, job.adjacent_pairs, job.ctx};
+  const gpu::attention_shape shape{dq, job.n_head, job.n_head_kv, job.head_dim, n_rot, job.adjacent_pairs, job.ctx};
+  const gpu::qkv_adjust adjust{job.bq, job.bk, job.bv, job.q_norm, job.k_norm, job.norm_eps};
   make_current();
   for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
     const int64_t m = std::min(chunk, job.n - t0);
     // The scratch: x (m x d), angles (m x n_rot), sequences and positions (2m int32) — copied in as
-    // one —, then q/k/v (m x (d + 2 kv)), the heads' outputs (m x d), the product (m x d).
+    // one —, then q/k/v (m x (dq + 2 kv)), the heads' outputs (m x dq), the product (m x d).
     auto* hin = static_cast<float*>(host_attn_in_.get());
     std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
     std::copy(job.angles + t0 * n_rot, job.angles + (t0 + m) * n_rot, hin + m * d);
@@ -522,7 +524,7 @@ void cuda_backend::compute(const attention_job& job) {
     float* dlayer_in = reinterpret_cast<float*>(dsp + 2 * m);  // (with a predictor)
     float* dqkv = dlayer_in + (job.fc1 ? m * d : 0);
     float* dattn = dqkv + m * row_len;
-    float* dout = dattn + m * d;
+    float* dout = dattn + m * dq;
     // With a predictor: its inputs (m x d), scores (m x n_ff), choices (m x n_ff bytes), hidden values (rank).
     float* dpred_in = dout + m * d;
     float* dscores = dpred_in + m * d;
@@ -533,13 +535,13 @@ void cuda_backend::compute(const attention_job& job) {
     if (job.wqkv) {
       e = gpu::matmul(gpu_rows(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
     } else {
-      e = gpu::matmul(gpu_rows(job.t_q), job.wq, d, d, dx, m, dqkv, row_len, stream_);
-      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_k), job.wk, kv, d, dx, m, dqkv + d, row_len, stream_);
-      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_v), job.wv, kv, d, dx, m, dqkv + d + kv, row_len, stream_);
+      e = gpu::matmul(gpu_rows(job.t_q), job.wq, dq, d, dx, m, dqkv, row_len, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_k), job.wk, kv, d, dx, m, dqkv + dq, row_len, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_v), job.wv, kv, d, dx, m, dqkv + dq + kv, row_len, stream_);
     }
-    if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_);
+    if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_, adjust);
     if (e.empty()) e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_);
-    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_o), job.wo, d, d, dattn, m, dout, d, stream_);
+    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_o), job.wo, d, dq, dattn, m, dout, d, stream_);
     if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), a token at a time
       e = gpu::add(dlayer_in, job.pred_adds_out ? dout : nullptr, m * d, dpred_in, stream_);
       for (int64_t t = 0; t < m && e.empty(); ++t)

@@ -19,11 +19,13 @@ bool gpu_reads(operation op, tensor_type t) {
 }
 
 void check_attention_job(const std::string& device, const attention_job& job) {
-  if (job.n_head <= 0 || job.n_head_kv <= 0 || job.n_head % job.n_head_kv != 0 || job.head_dim * job.n_head != job.d || job.n_rot > job.head_dim ||
+  if (job.n_head <= 0 || job.n_head_kv <= 0 || job.n_head % job.n_head_kv != 0 || job.head_dim * job.n_head != job.dq() || job.n_rot > job.head_dim ||
       job.n_rot % 2 != 0)
     throw std::invalid_argument(fmt::format("{}: attention with {} heads ({} KV heads) of {} values, {} rotated, for an embedding of {}", device, job.n_head,
                                             job.n_head_kv, job.head_dim, job.n_rot, job.d));
   if (!job.wqkv && !(job.wq && job.wk && job.wv)) throw std::invalid_argument(fmt::format("{}: attention needs wqkv or wq, wk and wv", device));
+  if ((job.bq || job.bk || job.bv) && !(job.bq && job.bk && job.bv)) throw std::invalid_argument(fmt::format("{}: biases on all of q, k, v or none", device));
+  if (static_cast<bool>(job.q_norm) != static_cast<bool>(job.k_norm)) throw std::invalid_argument(fmt::format("{}: norms of both q and k or neither", device));
   if (job.kv_type != tensor_type::f16 && job.kv_type != tensor_type::f32) throw std::invalid_argument(fmt::format("{}: the KV cache holds f16 or f32", device));
   for (int64_t t = 0; t < job.n; ++t)
     if (job.seqs[t] < 0 || job.seqs[t] >= job.n_seq || job.positions[t] < 0 || job.positions[t] >= job.ctx)
@@ -129,8 +131,8 @@ void matvec(const matvec_job& job) {
 // Attention the plain way: each token's q, k, v row by row, RoPE by the job's angles, k and v rounded
 // to the cache's type and stored, then each head's softmax over its sequence's cached rows (in double).
 void attention(const attention_job& job) {
-  const int64_t n = job.n, d = job.d, kv = job.n_head_kv * job.head_dim, hd = job.head_dim, row_len = d + 2 * kv;
-  std::vector<float> qkv(static_cast<size_t>(n * row_len)), r(static_cast<size_t>(d));
+  const int64_t n = job.n, d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, hd = job.head_dim, row_len = dq + 2 * kv;
+  std::vector<float> qkv(static_cast<size_t>(n * row_len)), r(static_cast<size_t>(std::max(d, dq)));
   auto product = [&](tensor_type t, const void* w, int64_t rows, int64_t at) {  // rows of w into columns at.. of each token's row
     for (int64_t i = 0; i < rows; ++i) {
       row(t, w, i, d, r.data());
@@ -140,13 +142,24 @@ void attention(const attention_job& job) {
   if (job.wqkv) {
     product(job.t_qkv, job.wqkv, row_len, 0);
   } else {
-    product(job.t_q, job.wq, d, 0);
-    product(job.t_k, job.wk, kv, d);
-    product(job.t_v, job.wv, kv, d + kv);
+    product(job.t_q, job.wq, dq, 0);
+    product(job.t_k, job.wk, kv, dq);
+    product(job.t_v, job.wv, kv, dq + kv);
   }
   const int64_t half = job.n_rot / 2;
   for (int64_t k = 0; k < n; ++k) {
     float* q = qkv.data() + k * row_len;
+    if (job.bq)
+      for (int64_t i = 0; i < row_len; ++i) q[i] += i < dq ? job.bq[i] : i < dq + kv ? job.bk[i - dq] : job.bv[i - dq - kv];
+    if (job.q_norm)
+      for (int64_t h = 0; h < job.n_head + job.n_head_kv; ++h) {
+        float* x = q + h * hd;
+        const float* w = h < job.n_head ? job.q_norm : job.k_norm;
+        double ss = 0;
+        for (int64_t i = 0; i < hd; ++i) ss += static_cast<double>(x[i]) * x[i];
+        const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(hd) + job.norm_eps));
+        for (int64_t i = 0; i < hd; ++i) x[i] = x[i] * scale * w[i];
+      }
     const float *c = job.angles + k * job.n_rot, *s = c + half;
     for (int64_t h = 0; h < job.n_head + job.n_head_kv; ++h) {
       float* x = q + h * hd;  // the query heads, then the key heads right after them
@@ -159,7 +172,7 @@ void attention(const attention_job& job) {
     }
     const int64_t at = (static_cast<int64_t>(job.seqs[k]) * job.ctx + job.positions[k]) * kv;
     for (int which = 0; which < 2; ++which) {
-      const float* from = q + d + which * kv;
+      const float* from = q + dq + which * kv;
       void* cache = which == 0 ? job.k_cache : job.v_cache;
       if (job.kv_type == tensor_type::f16) kernels::fp32_to_fp16_row(from, static_cast<uint16_t*>(cache) + at, static_cast<size_t>(kv));
       else std::copy(from, from + kv, static_cast<float*>(cache) + at);
@@ -168,7 +181,7 @@ void attention(const attention_job& job) {
   auto cached = [&](const void* cache, int64_t index) {
     return job.kv_type == tensor_type::f16 ? kernels::fp16_to_fp32(static_cast<const uint16_t*>(cache)[index]) : static_cast<const float*>(cache)[index];
   };
-  std::vector<float> attn(static_cast<size_t>(n * d));
+  std::vector<float> attn(static_cast<size_t>(n * dq));
   std::vector<double> p(static_cast<size_t>(job.ctx));
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   for (int64_t k = 0; k < n; ++k)
@@ -186,12 +199,12 @@ void attention(const attention_job& job) {
       for (int64_t i = 0; i < hd; ++i) {
         double a = 0;
         for (int64_t t = 0; t <= last; ++t) a += p[static_cast<size_t>(t)] * cached(job.v_cache, base + t * kv + i);
-        attn[static_cast<size_t>(k * d + h * hd + i)] = static_cast<float>(a / sum);
+        attn[static_cast<size_t>(k * dq + h * hd + i)] = static_cast<float>(a / sum);
       }
     }
   for (int64_t i = 0; i < d; ++i) {
-    row(job.t_o, job.wo, i, d, r.data());
-    for (int64_t k = 0; k < n; ++k) job.out[k * d + i] = dot(r.data(), attn.data() + k * d, d);
+    row(job.t_o, job.wo, i, dq, r.data());
+    for (int64_t k = 0; k < n; ++k) job.out[k * d + i] = dot(r.data(), attn.data() + k * dq, dq);
   }
   if (!job.fc1) return;
   // The predictor on the layer's input (plus the output product): what predict() computes.

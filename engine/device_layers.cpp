@@ -72,7 +72,8 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
     layer_weights& l = layers_[il];
     if (r_.attention[il]) {
       const std::string what = fmt::format("layer {} attention", il);
-      for (tensor_view* t : {&l.attn_norm, &l.attn_norm_b, &l.attn_norm_2, &l.attn_norm_2_b, &l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_norm}) {
+      for (tensor_view* t : {&l.attn_norm, &l.attn_norm_b, &l.attn_norm_2, &l.attn_norm_2_b, &l.wq, &l.wk, &l.wv, &l.wqkv, &l.bq, &l.bk, &l.bv, &l.q_norm,
+                             &l.k_norm, &l.wo, &l.ffn_norm}) {
         hold(*t, what);
         attention_bytes_[il] += t->bytes();
       }

@@ -18,7 +18,7 @@ using namespace kernels;
 
 inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq, tensor_type kv_type)
     : model_(std::move(m)), n_ctx_(n_ctx > 0 ? n_ctx : model_->hp().n_ctx_train), n_seq_(std::max<int64_t>(1, n_seq)), kv_type_(kv_type),
-      kv_bytes_(kv_type == tensor_type::f16 ? 2 : 4), pool_(n_threads), predictor_(*model_, pool_) {
+      kv_bytes_(kv_type == tensor_type::f16 ? 2 : 4), rope_factors_(model_->hp().rope_factors_for(n_ctx_)), pool_(n_threads), predictor_(*model_, pool_) {
   if (kv_type != tensor_type::f16 && kv_type != tensor_type::f32)
     throw std::invalid_argument(fmt::format("a KV cache of {} values: the cache holds f16 or f32", tensor_type_name(kv_type)));
   const hparams& hp = model_->hp();
@@ -158,8 +158,9 @@ void inference_context::begin(step_state& B, std::span<const token_id> tokens, c
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
-  for (auto* v : {&B.x, &B.xn, &B.xn2, &B.layer_in, &B.attn, &B.proj, &B.ffn_out}) grow(*v, n * d);
-  grow(B.qkv, n * (d + 2 * kv));
+  for (auto* v : {&B.x, &B.xn, &B.xn2, &B.layer_in, &B.proj, &B.ffn_out}) grow(*v, n * d);
+  grow(B.attn, n * hp.n_embd_q());
+  grow(B.qkv, n * (hp.n_embd_q() + 2 * kv));
   for (auto* v : {&B.hidden, &B.truth}) grow(*v, n * n_ff);
   grow(B.acc, pool_.size() * n * d);
   B.n = n;
@@ -191,7 +192,7 @@ void inference_context::attention_job(step_state& B, int64_t il, const layer_wei
   B.angles.resize(static_cast<size_t>(n * n_rot));
   B.seqs32.resize(static_cast<size_t>(n)), B.positions32.resize(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) {
-    const rope_angles a(hp, B.positions[static_cast<size_t>(t)]);
+    const rope_angles a(hp, B.positions[static_cast<size_t>(t)], rope_factors_);
     std::copy(a.c, a.c + half, B.angles.begin() + t * n_rot);
     std::copy(a.s, a.s + half, B.angles.begin() + t * n_rot + half);
     B.seqs32[static_cast<size_t>(t)] = static_cast<int32_t>(B.seqs[static_cast<size_t>(t)]);
@@ -206,6 +207,9 @@ void inference_context::attention_job(step_state& B, int64_t il, const layer_wei
   }
   job.wo = g.wo.data, job.t_o = g.wo.type;
   job.n = n, job.d = hp.n_embd, job.n_head = hp.n_head, job.n_head_kv = hp.n_head_kv, job.head_dim = hp.head_dim(), job.n_rot = n_rot;
+  job.q_dim = hp.n_embd_q();
+  auto f32 = [](const tensor_view& t) { return reinterpret_cast<const float*>(t.data); };  // null when absent
+  job.bq = f32(g.bq), job.bk = f32(g.bk), job.bv = f32(g.bv), job.q_norm = f32(g.q_norm), job.k_norm = f32(g.k_norm), job.norm_eps = hp.norm_eps;
   job.adjacent_pairs = hp.rope == rope_style::adjacent_pairs;
   job.x = B.xn.data(), job.angles = B.angles.data(), job.seqs = B.seqs32.data(), job.positions = B.positions32.data();
   job.k_cache = k_layers_[static_cast<size_t>(il)], job.v_cache = v_layers_[static_cast<size_t>(il)];
@@ -251,12 +255,12 @@ void inference_context::attention_block(step_state& B, int64_t il, const layer_w
 
 void inference_context::attention_products(step_state& B, int64_t il, const layer_weights& l, const layer_recipe& r, const workers& on) {
   const hparams& hp = model_->hp();
-  const int64_t n = B.n, d = hp.n_embd, kv = hp.n_embd_kv();
+  const int64_t n = B.n, dq = hp.n_embd_q(), kv = hp.n_embd_kv(), hd = hp.head_dim();
   // q, k, v of token t: a fused product interleaves them per token; separate ones are three blocks.
-  const int64_t qkv_row = d + 2 * kv;
-  auto q_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row : B.qkv.data() + t * d; };
-  auto k_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row + d : B.qkv.data() + n * d + t * kv; };
-  auto v_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row + d + kv : B.qkv.data() + n * (d + kv) + t * kv; };
+  const int64_t qkv_row = dq + 2 * kv;
+  auto q_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row : B.qkv.data() + t * dq; };
+  auto k_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row + dq : B.qkv.data() + n * dq + t * kv; };
+  auto v_of = [&](int64_t t) { return r.fused_qkv ? B.qkv.data() + t * qkv_row + dq + kv : B.qkv.data() + n * (dq + kv) + t * kv; };
   if (r.fused_qkv) {
     matmul(on, l.wqkv, B.xn.data(), n, B.qkv.data());
   } else {
@@ -264,8 +268,19 @@ void inference_context::attention_products(step_state& B, int64_t il, const laye
     float* ys[3] = {q_of(0), k_of(0), v_of(0)};
     matmul_same_input(*on.pool, ws, B.xn.data(), n, ys, *on.xq);
   }
+  auto f32 = [](const tensor_view& t) { return reinterpret_cast<const float*>(t.data); };
   for (int64_t t = 0; t < n; ++t) {
-    const rope_angles angles(hp, B.positions[static_cast<size_t>(t)]);
+    if (l.bq) {  // qwen2's biases
+      const float *bq = f32(l.bq), *bk = f32(l.bk), *bv = f32(l.bv);
+      float *q = q_of(t), *k = k_of(t), *v = v_of(t);
+      for (int64_t i = 0; i < dq; ++i) q[i] += bq[i];
+      for (int64_t i = 0; i < kv; ++i) k[i] += bk[i], v[i] += bv[i];
+    }
+    if (l.q_norm) {  // qwen3's per-head norms, before RoPE
+      head_rms_norm(q_of(t), hp.n_head, hd, f32(l.q_norm), hp.norm_eps);
+      head_rms_norm(k_of(t), hp.n_head_kv, hd, f32(l.k_norm), hp.norm_eps);
+    }
+    const rope_angles angles(hp, B.positions[static_cast<size_t>(t)], rope_factors_);
     rope(q_of(t), hp.n_head, hp, angles);
     rope(k_of(t), hp.n_head_kv, hp, angles);
     store_kv(k_at(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), kv);
@@ -275,7 +290,6 @@ void inference_context::attention_products(step_state& B, int64_t il, const laye
   // position. A group is tokens of one sequence at consecutive positions (a prompt chunk), which
   // read each cached key and value row once: up to 32 through the block kernel (scores as small
   // matrix products), else up to four; other tokens are groups of one.
-  const int64_t hd = hp.head_dim();
   const bool blocks = attend_block_vectorized(hd);
   const int64_t group_max = blocks ? attend_block_max : 4;
   std::vector<int64_t>& groups = B.groups;  // first token of each group
@@ -301,7 +315,7 @@ void inference_context::attention_products(step_state& B, int64_t il, const laye
       const int64_t seq = B.seqs[static_cast<size_t>(t0)], pos0 = B.positions[static_cast<size_t>(t0)];
       const float* qs[attend_block_max];
       float* outs[attend_block_max];
-      for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * d + h * hd;
+      for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * dq + h * hd;
       const int64_t head_at = h / (hp.n_head / hp.n_head_kv) * hd * kv_bytes_;  // grouped-query: the head's KV head
       const uint8_t *kc = k_at(seq, il, 0) + head_at, *vc = v_at(seq, il, 0) + head_at;
       if (kv_type_ == tensor_type::f16)
@@ -340,6 +354,16 @@ void inference_context::add_ffn_output(step_state& B, int64_t layer, const float
 }
 
 void inference_context::head(step_state& B, std::span<const int64_t> rows, float* logits) {
+  head_product(B, rows, logits);
+  if (const tensor_view& b = model_->weights().output_b) {  // qwen2's and phi3's optional bias
+    const float* bias = reinterpret_cast<const float*>(b.data);
+    const int64_t v = model_->hp().n_vocab;
+    for (size_t k = 0; k < rows.size(); ++k)
+      for (int64_t i = 0; i < v; ++i) logits[static_cast<int64_t>(k) * v + i] += bias[i];
+  }
+}
+
+void inference_context::head_product(step_state& B, std::span<const int64_t> rows, float* logits) {
   const hparams& hp = model_->hp();
   const int64_t d = hp.n_embd, m = static_cast<int64_t>(rows.size());
   trace_scope span(trace_, stage::output, B.step, hp.n_layer, m);

@@ -216,6 +216,7 @@ class inference_context {
   void attention_tail(step_state& B, const layer_recipe& r);  // proj added, the FFN's input normalized
   void add_ffn_output(step_state& B, int64_t layer, const float* out);
   void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows
+  void head_product(step_state& B, std::span<const int64_t> rows, float* logits);  // ... before the head's bias
   uint8_t* k_at(int64_t seq, int64_t layer, int64_t pos);  // the cache row of (sequence slot, layer, position)
   uint8_t* v_at(int64_t seq, int64_t layer, int64_t pos);
   void store_kv(uint8_t* to, const float* row, int64_t n);  // n values into a cache row, in the cache's type
@@ -225,6 +226,7 @@ class inference_context {
   int64_t n_seq_;
   tensor_type kv_type_;
   int64_t kv_bytes_;  // of one cached value
+  const std::vector<float>& rope_factors_;  // the frequency factors this context's size rotates by (hparams::rope_factors_for)
   observer observer_;
   std::shared_ptr<ffn_executor> executor_;
   std::shared_ptr<const device_layers> device_;

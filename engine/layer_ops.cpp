@@ -52,14 +52,19 @@ void apply_norm(norm_kind kind, const norm_weights& nw, const float* x, float* o
   else rms_norm(x, w, out, n, eps);
 }
 
-rope_angles::rope_angles(const hparams& hp, int64_t pos) {
+rope_angles::rope_angles(const hparams& hp, int64_t pos, const std::vector<float>& factors) {
   const float theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.n_rot));
   float theta = static_cast<float>(pos) * hp.rope_freq_scale;
-  const float* factor = hp.rope_freq_factors.empty() ? nullptr : hp.rope_freq_factors.data();
+  const float* factor = factors.empty() ? nullptr : factors.data();
+  const float m = hp.rope_attn_factor;
   for (int64_t i = 0; i < hp.n_rot / 2; ++i, theta *= theta_scale) {
     const float t = factor ? theta / factor[i] : theta;
-    c[i] = std::cos(t), s[i] = std::sin(t);
+    c[i] = std::cos(t) * m, s[i] = std::sin(t) * m;
   }
+}
+
+void head_rms_norm(float* v, int64_t n_heads, int64_t head_dim, const float* w, float eps) {
+  for (int64_t h = 0; h < n_heads; ++h) rms_norm(v + h * head_dim, w, v + h * head_dim, head_dim, eps);
 }
 
 void rope(float* v, int64_t n_heads, const hparams& hp, const rope_angles& r) {

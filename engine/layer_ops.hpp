@@ -19,11 +19,16 @@ void layer_norm(const float* x, const float* w, const float* b, float* out, int6
 void apply_norm(norm_kind kind, const norm_weights& nw, const float* x, float* out, int64_t n, float eps);
 
 // RoPE at one position: the rotation's cosines and sines (n_rot / 2 pairs), the same for every head,
-// computed once and applied to the query heads and the key heads.
+// computed once and applied to the query heads and the key heads. factors: the per-pair frequency
+// factors the context rotates by (hparams::rope_factors_for its size; empty: none). Both are scaled by
+// rope_attn_factor (Phi-3's long context; 1 elsewhere), as ggml's rope scales them.
 struct rope_angles {
   float c[max_rope_dims / 2], s[max_rope_dims / 2];
-  rope_angles(const hparams& hp, int64_t pos);
+  rope_angles(const hparams& hp, int64_t pos, const std::vector<float>& factors);
 };
+// Each head of v (n_heads x head_dim) through RMSNorm with the same weights w (head_dim): Qwen3's
+// norms of q and k.
+void head_rms_norm(float* v, int64_t n_heads, int64_t head_dim, const float* w, float eps);
 // Rotates each head of v (n_heads x head_dim) by one position's angles.
 void rope(float* v, int64_t n_heads, const hparams& hp, const rope_angles& r);
 

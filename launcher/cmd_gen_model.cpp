@@ -1,5 +1,6 @@
-// hotcold gen-model --arch llama|falcon|bamboo --act relu|silu|drelu --embd N --layers N --ffn N
-//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|q8_0|q4_0 --seed S [--norm-spread S] [--rope-base B] [--llama3-rope CTX] -o OUT.gguf
+// hotcold gen-model --arch llama|qwen2|qwen3|phi3|falcon|bamboo --act relu|silu|drelu --embd N --layers N --ffn N
+//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|q8_0|q4_0 --seed S [--norm-spread S] [--rope-base B] [--llama3-rope CTX]
+//   [--head-dim N] [--tied-output] [--output-bias] [--phi3-rope ORIG_CTX] -o OUT.gguf
 #include <chrono>
 #include <cstdio>
 
@@ -18,7 +19,8 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
   };
   auto a = std::make_shared<args>();
   auto* cmd = app.add_subcommand("gen-model", "Write a synthetic GGUF model whose ReLU FFNs are sparse with power-law neuron frequencies");
-  cmd->add_option("--arch", a->arch, "llama, falcon or bamboo")->check(CLI::IsMember({"llama", "falcon", "bamboo"}));
+  cmd->add_option("--arch", a->arch, "llama, qwen2, qwen3, phi3, falcon or bamboo")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "falcon", "bamboo"}));
   cmd->add_option("--act", a->act, "FFN activation: relu, silu, drelu (gated only) or gelu")->check(CLI::IsMember({"relu", "silu", "drelu", "gelu"}));
   cmd->add_option("--embd", a->o.n_embd, "Embedding size")->capture_default_str();
   cmd->add_option("--layers", a->o.n_layer, "Layers")->capture_default_str();
@@ -35,6 +37,14 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--llama3-rope", a->o.llama3_rope_ctx,
                   "Write Llama 3.1's RoPE frequency factors (rope_freqs.weight) by its rule for this original context (Llama 3.1: 8192; small ones bend "
                   "more pairs)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--head-dim", a->o.head_dim, "Values per attention head (attention.key_length) when not --embd/--heads (Qwen3 0.6B: 128 for 1024/16)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1024}));
+  cmd->add_flag("--tied-output", a->o.tied_output, "No output.weight: the head reads the token embeddings");
+  cmd->add_flag("--output-bias", a->o.output_bias, "Add a random output.bias (qwen2, phi3 files may carry one)");
+  cmd->add_option("--phi3-rope", a->o.phi3_rope_orig_ctx,
+                  "Phi-3's LongRoPE: short and long factor tensors and attn_factor for this original context (below --ctx); a context above it "
+                  "rotates by the long ones")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("-o,--output", a->o.out_path, "Output GGUF file")->required();
   cmd->callback([a, &exit_code] {

@@ -12,12 +12,15 @@ std::string_view architecture_name(architecture a) {
     case architecture::llama: return "llama";
     case architecture::falcon: return "falcon";
     case architecture::bamboo: return "bamboo";
+    case architecture::qwen2: return "qwen2";
+    case architecture::qwen3: return "qwen3";
+    case architecture::phi3: return "phi3";
   }
   return "?";
 }
 
 std::optional<architecture> architecture_from_name(std::string_view name) {
-  for (auto a : {architecture::llama, architecture::falcon, architecture::bamboo})
+  for (auto a : {architecture::llama, architecture::falcon, architecture::bamboo, architecture::qwen2, architecture::qwen3, architecture::phi3})
     if (architecture_name(a) == name) return a;
   return std::nullopt;
 }
@@ -57,7 +60,7 @@ hparams read_hparams(const gguf::file& f) {
     auto arch_name = f.get_string("general.architecture");
     if (!arch_name) throw model_error(fmt::format("{}: metadata key general.architecture is missing", f.source()));
     auto arch = architecture_from_name(*arch_name);
-    if (!arch) throw model_error(fmt::format("{}: unknown architecture '{}' (hotcold runs llama, falcon and bamboo)", f.source(), *arch_name));
+    if (!arch) throw model_error(fmt::format("{}: unknown architecture '{}' (hotcold runs llama, qwen2, qwen3, phi3, falcon and bamboo)", f.source(), *arch_name));
     hp.arch = *arch;
 
     hp.n_embd = required_int(f, key(hp, "embedding_length"));
@@ -68,10 +71,17 @@ hparams read_hparams(const gguf::file& f) {
     auto ff = f.get_int(key(hp, "feed_forward_length"));
     hp.n_ff = ff ? *ff : (hp.arch == architecture::falcon ? 4 * hp.n_embd : 0);
     if (hp.n_ff <= 0) throw model_error(fmt::format("{}: metadata key {} is missing", f.source(), key(hp, "feed_forward_length")));
-    if (hp.n_embd % hp.n_head != 0)
+    const auto key_length = f.get_int(key(hp, "attention.key_length"));
+    if (!key_length && hp.n_embd % hp.n_head != 0)
       throw model_error(fmt::format("{}: embedding_length {} is not a multiple of head_count {}", f.source(), hp.n_embd, hp.n_head));
     if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
       throw model_error(fmt::format("{}: head_count {} is not a multiple of head_count_kv {}", f.source(), hp.n_head, hp.n_head_kv));
+    // A head's width: key_length where the file says (Qwen3's small models: 128 with n_embd / n_head
+    // = 64), else n_embd / n_head; values are as wide as keys.
+    hp.n_head_dim = key_length.value_or(hp.n_embd / hp.n_head);
+    if (auto vl = f.get_int(key(hp, "attention.value_length")); vl && *vl != hp.n_head_dim)
+      throw model_error(fmt::format("{}: attention.value_length {} differs from key_length {} (hotcold's heads have one width)", f.source(), *vl, hp.n_head_dim));
+    if (hp.n_head_dim <= 0) throw model_error(fmt::format("{}: attention.key_length {} must be positive", f.source(), hp.n_head_dim));
     hp.n_rot = f.get_int(key(hp, "rope.dimension_count")).value_or(hp.head_dim());
     if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim() || hp.n_rot % 2)
       throw model_error(fmt::format("{}: rope.dimension_count {} must be even and at most the head size {}", f.source(), hp.n_rot, hp.head_dim()));
@@ -81,18 +91,28 @@ hparams read_hparams(const gguf::file& f) {
     auto scaling = f.get_string(key(hp, "rope.scaling.type"));
     auto factor = f.get_float(key(hp, "rope.scaling.factor"));
     if (!factor) factor = f.get_float(key(hp, "rope.scale_linear"));  // older files
-    if (scaling && *scaling != "linear" && *scaling != "none")
-      throw model_error(fmt::format("{}: rope scaling '{}' is not supported (linear or none)", f.source(), *scaling));
+    if (scaling && *scaling != "linear" && *scaling != "none" && *scaling != "longrope")
+      throw model_error(fmt::format("{}: rope scaling '{}' is not supported (linear, longrope or none)", f.source(), *scaling));
     if (factor && *factor > 0 && (!scaling || *scaling == "linear")) hp.rope_freq_scale = static_cast<float>(1.0 / *factor);
-    if (const auto* t = f.find_tensor("rope_freqs.weight")) {
+    // Per-pair frequency factors: n_rot / 2 positive F32 values.
+    auto factors = [&](const char* name, std::vector<float>& out) {
+      const auto* t = f.find_tensor(name);
+      if (!t) return;
       if (t->type != tensor_type::f32 || t->n_elements != static_cast<uint64_t>(hp.n_rot / 2))
-        throw model_error(fmt::format("{}: rope_freqs.weight must hold {} F32 values (rope.dimension_count / 2), not {} {}", f.source(), hp.n_rot / 2,
+        throw model_error(fmt::format("{}: {} must hold {} F32 values (rope.dimension_count / 2), not {} {}", f.source(), name, hp.n_rot / 2,
                                       t->n_elements, tensor_type_name(t->type)));
-      hp.rope_freq_factors.resize(static_cast<size_t>(hp.n_rot / 2));
-      std::memcpy(hp.rope_freq_factors.data(), t->data, hp.rope_freq_factors.size() * sizeof(float));
-      for (float v : hp.rope_freq_factors)
-        if (!std::isfinite(v) || v <= 0) throw model_error(fmt::format("{}: rope_freqs.weight holds {}, not a positive factor", f.source(), v));
-    }
+      out.resize(static_cast<size_t>(hp.n_rot / 2));
+      std::memcpy(out.data(), t->data, out.size() * sizeof(float));
+      for (float v : out)
+        if (!std::isfinite(v) || v <= 0) throw model_error(fmt::format("{}: {} holds {}, not a positive factor", f.source(), name, v));
+    };
+    factors("rope_freqs.weight", hp.rope_freq_factors);
+    factors("rope_factors_long.weight", hp.rope_factors_long);
+    factors("rope_factors_short.weight", hp.rope_factors_short);
+    hp.n_ctx_orig = f.get_int(key(hp, "rope.scaling.original_context_length")).value_or(hp.n_ctx_train);
+    hp.rope_attn_factor = static_cast<float>(f.get_float(key(hp, "rope.scaling.attn_factor")).value_or(1.0));
+    if (!std::isfinite(hp.rope_attn_factor) || hp.rope_attn_factor <= 0)
+      throw model_error(fmt::format("{}: rope.scaling.attn_factor {} must be positive", f.source(), hp.rope_attn_factor));
 
     if (hp.arch == architecture::falcon) {
       hp.norm_eps = static_cast<float>(f.get_float(key(hp, "attention.layer_norm_epsilon")).value_or(1e-5));
@@ -100,9 +120,13 @@ hparams read_hparams(const gguf::file& f) {
       hp.gated_ffn = false;
     } else {
       hp.norm_eps = static_cast<float>(f.get_float(key(hp, "attention.layer_norm_rms_epsilon")).value_or(1e-6));
-      hp.rope = rope_style::adjacent_pairs;
+      // llama.cpp's rope type: NORM for llama and bamboo, NEOX for qwen2, qwen3 and phi3.
+      const bool neox = hp.arch == architecture::qwen2 || hp.arch == architecture::qwen3 || hp.arch == architecture::phi3;
+      hp.rope = neox ? rope_style::neox : rope_style::adjacent_pairs;
       hp.gated_ffn = true;
     }
+    if (hp.arch == architecture::falcon && hp.n_embd_q() != hp.n_embd)
+      throw model_error(fmt::format("{}: falcon's heads must span the embedding ({} x {} != {})", f.source(), hp.n_head, hp.n_head_dim, hp.n_embd));
 
     // Which activation the file means: hotcold's explicit key; PowerInfer files mean ReLU
     // (dReLU for bamboo); llama.cpp files mean llama.cpp's choice for the architecture.
@@ -142,14 +166,26 @@ hparams read_hparams(const gguf::file& f) {
 
 const std::vector<tensor_spec>& tensor_table(architecture a) {
   using r = tensor_role;
+  // The llama family (llama, bamboo, qwen2, qwen3, phi3), as current llama.cpp loads it: Q, K, V as
+  // three products or one fused attn_qkv (either may carry biases), optional per-head norms of q and
+  // k, gate and up as two tensors or (phi3) one of 2 n_ff rows, an optional bias on the head.
+  // What an architecture requires of these is checked after loading (model::load).
   static const std::vector<tensor_spec> llama = {
       {r::token_embd, "token_embd.weight", false, true},
       {r::output_norm, "output_norm.weight", false, true},
       {r::output, "output.weight", false, false},  // absent: tied to token_embd
+      {r::output_b, "output.bias", false, false},
       {r::attn_norm, "blk.%d.attn_norm.weight", true, true},
-      {r::attn_q, "blk.%d.attn_q.weight", true, true},
-      {r::attn_k, "blk.%d.attn_k.weight", true, true},
-      {r::attn_v, "blk.%d.attn_v.weight", true, true},
+      {r::attn_q, "blk.%d.attn_q.weight", true, false},  // or attn_qkv
+      {r::attn_k, "blk.%d.attn_k.weight", true, false},
+      {r::attn_v, "blk.%d.attn_v.weight", true, false},
+      {r::attn_qkv, "blk.%d.attn_qkv.weight", true, false},
+      {r::attn_q_b, "blk.%d.attn_q.bias", true, false},
+      {r::attn_k_b, "blk.%d.attn_k.bias", true, false},
+      {r::attn_v_b, "blk.%d.attn_v.bias", true, false},
+      {r::attn_qkv_b, "blk.%d.attn_qkv.bias", true, false},
+      {r::attn_q_norm, "blk.%d.attn_q_norm.weight", true, false},
+      {r::attn_k_norm, "blk.%d.attn_k_norm.weight", true, false},
       {r::attn_output, "blk.%d.attn_output.weight", true, true},
       {r::ffn_norm, "blk.%d.ffn_norm.weight", true, true},
       {r::ffn_gate, "blk.%d.ffn_gate.weight", true, true},
@@ -159,6 +195,15 @@ const std::vector<tensor_spec>& tensor_table(architecture a) {
       {r::pred_fc1, "blk.%d.fc1.weight", true, false},
       {r::pred_fc2, "blk.%d.fc2.weight", true, false},
   };
+  // phi3: its ffn_up holds gate and up (no ffn_gate).
+  static const std::vector<tensor_spec> phi3 = [] {
+    std::vector<tensor_spec> t;
+    for (const auto& s : llama) {
+      if (s.role == r::ffn_gate) continue;
+      t.push_back(s.role == r::ffn_up ? tensor_spec{r::ffn_up_gate, s.name, true, true} : s);
+    }
+    return t;
+  }();
   static const std::vector<tensor_spec> falcon = {
       {r::token_embd, "token_embd.weight", false, true},
       {r::output_norm, "output_norm.weight", false, true},
@@ -176,7 +221,8 @@ const std::vector<tensor_spec>& tensor_table(architecture a) {
       {r::pred_fc1, "blk.%d.fc1.weight", true, false},
       {r::pred_fc2, "blk.%d.fc2.weight", true, false},
   };
-  return a == architecture::falcon ? falcon : llama;  // bamboo shares llama's tensors
+  if (a == architecture::falcon) return falcon;
+  return a == architecture::phi3 ? phi3 : llama;
 }
 
 std::string tensor_name(const tensor_spec& spec, int layer) {
@@ -190,12 +236,19 @@ std::vector<int64_t> expected_shape(tensor_role role, const hparams& hp) {
   using r = tensor_role;
   switch (role) {
     case r::token_embd: case r::output: return {hp.n_embd, hp.n_vocab};
+    case r::output_b: return {hp.n_vocab, 1};
     case r::output_norm: case r::output_norm_b: case r::attn_norm: case r::attn_norm_b:
     case r::attn_norm_2: case r::attn_norm_2_b: case r::ffn_norm: return {hp.n_embd, 1};
-    case r::attn_q: case r::attn_output: return {hp.n_embd, hp.n_embd};
+    case r::attn_q: return {hp.n_embd, hp.n_embd_q()};
+    case r::attn_output: return {hp.n_embd_q(), hp.n_embd};
     case r::attn_k: case r::attn_v: return {hp.n_embd, hp.n_embd_kv()};
-    case r::attn_qkv: return {hp.n_embd, hp.n_embd + 2 * hp.n_embd_kv()};
+    case r::attn_qkv: return {hp.n_embd, hp.n_embd_q() + 2 * hp.n_embd_kv()};
+    case r::attn_q_b: return {hp.n_embd_q(), 1};
+    case r::attn_k_b: case r::attn_v_b: return {hp.n_embd_kv(), 1};
+    case r::attn_qkv_b: return {hp.n_embd_q() + 2 * hp.n_embd_kv(), 1};
+    case r::attn_q_norm: case r::attn_k_norm: return {hp.head_dim(), 1};
     case r::ffn_gate: case r::ffn_up: return {hp.n_embd, hp.n_ff};
+    case r::ffn_up_gate: return {hp.n_embd, 2 * hp.n_ff};
     case r::ffn_down: return {hp.n_ff, hp.n_embd};
     case r::ffn_down_t: return {hp.n_embd, hp.n_ff};
     case r::pred_fc1: case r::pred_fc2: return {};

@@ -12,7 +12,9 @@
 
 namespace hotcold {
 
-enum class architecture { llama, falcon, bamboo };
+// llama also means Llama 3 / 3.1 / 3.2, Mistral and TinyLlama; qwen2, qwen3 and phi3 are llama's layer
+// with their own attention details (biases, per-head norms of q and k, fused products, NeoX RoPE).
+enum class architecture { llama, falcon, bamboo, qwen2, qwen3, phi3 };
 enum class activation { silu, relu, drelu, gelu };
 enum class rope_style { adjacent_pairs, neox };  // llama.cpp's NORM (x[2i], x[2i+1]) and NEOX (x[i], x[i + n_rot/2])
 inline constexpr int64_t max_rope_dims = 1024;  // the forward pass keeps one position's rotation angles on the stack
@@ -49,20 +51,33 @@ struct hparams {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t n_ff = 0;
+  int64_t n_head_dim = 0;     // values per attention head (attention.key_length; n_embd / n_head when absent)
   int64_t n_rot = 0;          // rotated dimensions per head (at most max_rope_dims)
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
   // Llama 3.1's per-pair frequency factors (the file's rope_freqs.weight, F32, n_rot / 2 of them):
   // pair i turns at base^(-2i/n_rot) / factor[i] (llama.cpp's ggml_rope_ext freq_factors). Empty: 1.
   std::vector<float> rope_freq_factors;
+  // Phi-3's LongRoPE: per-pair factors for contexts up to n_ctx_orig (short) and beyond (long), from
+  // the file's rope_factors_short/long.weight; llama.cpp picks by the context's size per sequence.
+  std::vector<float> rope_factors_long, rope_factors_short;
+  int64_t n_ctx_orig = 0;        // rope.scaling.original_context_length (n_ctx_train when absent)
+  float rope_attn_factor = 1.0f; // rope.scaling.attn_factor: scales the rotated values' cos and sin
   float norm_eps = 1e-5f;        // RMSNorm (llama, bamboo) or LayerNorm (falcon) epsilon
   bool gated_ffn = true;         // llama/bamboo: down(act(gate) * up); falcon: down(act(up))
   // Sparse files: neuron i of layer l is computed iff predictor score_i >= sparse_threshold[l].
   std::vector<float> sparse_threshold;  // (n_layer), 0 when the file says nothing
   predictor_input pred_input = predictor_input::ffn_input_before_norm;
 
-  int64_t head_dim() const { return n_embd / n_head; }
+  int64_t head_dim() const { return n_head_dim; }
+  int64_t n_embd_q() const { return n_head_dim * n_head; }  // the queries' width (n_embd unless key_length says otherwise)
   int64_t n_embd_kv() const { return head_dim() * n_head_kv; }
+  // The frequency factors a context of n_ctx positions per sequence rotates by (empty: none):
+  // rope_freqs when the file has it, else Phi-3's long factors beyond n_ctx_orig, else its short ones.
+  const std::vector<float>& rope_factors_for(int64_t n_ctx) const {
+    if (!rope_freq_factors.empty()) return rope_freq_factors;
+    return n_ctx > n_ctx_orig ? rope_factors_long : rope_factors_short;
+  }
 };
 
 // Reads and checks the hyper-parameters; the vocabulary size comes from the tokenizer or token_embd.
@@ -73,7 +88,11 @@ enum class tensor_role {
   token_embd, output_norm, output_norm_b, output,
   attn_norm, attn_norm_b, attn_norm_2, attn_norm_2_b,
   attn_q, attn_k, attn_v, attn_qkv, attn_output,
+  attn_q_b, attn_k_b, attn_v_b, attn_qkv_b,  // biases of the products (qwen2; optional in the llama family)
+  attn_q_norm, attn_k_norm,                  // per-head RMSNorm weights of q and k before RoPE (qwen3)
+  output_b,                                  // the output head's bias (optional: qwen2, phi3)
   ffn_norm, ffn_gate, ffn_up, ffn_down,
+  ffn_up_gate,         // phi3: gate and up in one tensor of 2 n_ff rows, gate first (llama.cpp's SWIGLU halves)
   ffn_down_t,          // sparse files: the down projection transposed, one row of n_embd per neuron
   pred_fc1, pred_fc2,  // the layer's activation predictor: score = fc2 . relu(fc1 . x)
 };

@@ -70,6 +70,25 @@ void interleave_in_place(tensor_view& t) {
   t.interleaved16 = true;
 }
 
+// Rows [first, first + count) of a matrix, as a tensor of its own (a fused tensor's parts).
+tensor_view rows_of(const tensor_view& t, int64_t first, int64_t count, const char* part) {
+  tensor_view v = t;
+  v.name = t.name + part;
+  v.ne1 = count;
+  v.data = t.data + static_cast<size_t>(first) * t.row_bytes;
+  return v;
+}
+
+// Elements [first, first + count) of an F32 vector.
+tensor_view elements_of(const tensor_view& t, int64_t first, int64_t count, const char* part) {
+  tensor_view v = t;
+  v.name = t.name + part;
+  v.ne0 = count;
+  v.row_bytes = static_cast<size_t>(count) * sizeof(float);
+  v.data = t.data + static_cast<size_t>(first) * sizeof(float);
+  return v;
+}
+
 }  // namespace
 
 std::shared_ptr<const model> model::load(const std::string& path, const load_options& options) {
@@ -142,6 +161,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   using r = tensor_role;
   model_weights& w = m->weights_;
   w.layers.resize(static_cast<size_t>(hp.n_layer));
+  std::vector<tensor_view> qkv_bias(static_cast<size_t>(hp.n_layer));
   for (const auto& spec : tensor_table(hp.arch)) {
     if (!spec.per_layer) {
       tensor_view v = bind(spec, 0);
@@ -150,6 +170,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
         case r::output_norm: w.output_norm = v; break;
         case r::output_norm_b: w.output_norm_b = v; break;
         case r::output: w.output = v; break;
+        case r::output_b: w.output_b = v; break;
         default: break;
       }
       continue;
@@ -166,6 +187,13 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
         case r::attn_k: l.wk = v; break;
         case r::attn_v: l.wv = v; break;
         case r::attn_qkv: l.wqkv = v; break;
+        case r::attn_q_b: l.bq = v; break;
+        case r::attn_k_b: l.bk = v; break;
+        case r::attn_v_b: l.bv = v; break;
+        case r::attn_qkv_b: qkv_bias[static_cast<size_t>(il)] = v; break;
+        case r::attn_q_norm: l.q_norm = v; break;
+        case r::attn_k_norm: l.k_norm = v; break;
+        case r::ffn_up_gate: l.ffn_gate = rows_of(v, 0, hp.n_ff, ".gate"), l.ffn_up = rows_of(v, hp.n_ff, hp.n_ff, ".up"); break;
         case r::attn_output: l.wo = v; break;
         case r::ffn_norm: l.ffn_norm = v; break;
         case r::ffn_gate: l.ffn_gate = v; break;
@@ -179,8 +207,34 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     }
   }
   m->has_predictors_ = hp.n_layer > 0;
+  const bool falcon = hp.arch == architecture::falcon;
   for (int il = 0; il < hp.n_layer; ++il) {
-    const auto& l = w.layers[static_cast<size_t>(il)];
+    auto& l = w.layers[static_cast<size_t>(il)];
+    if (!falcon) {
+      // The llama family computes q, k and v as three products: a fused attn_qkv (and its bias) is
+      // bound as its three row ranges, q's rows first, then k's, then v's (llama.cpp's views of it).
+      const int64_t q = hp.n_embd_q(), kv = hp.n_embd_kv();
+      const bool separate = l.wq || l.wk || l.wv;
+      if (l.wqkv && separate) throw model_error(fmt::format("{}: blk.{} has both attn_qkv and separate attn_q/k/v", path, il));
+      if (!l.wqkv && !(l.wq && l.wk && l.wv))
+        throw model_error(fmt::format("{}: tensor blk.{}.attn_q.weight, attn_k.weight and attn_v.weight (or attn_qkv.weight) are missing", path, il));
+      if (l.wqkv) {
+        l.wq = rows_of(l.wqkv, 0, q, ".q"), l.wk = rows_of(l.wqkv, q, kv, ".k"), l.wv = rows_of(l.wqkv, q + kv, kv, ".v");
+        l.wqkv = {};
+      }
+      if (const tensor_view& b = qkv_bias[static_cast<size_t>(il)]) {
+        if (l.bq || l.bk || l.bv) throw model_error(fmt::format("{}: blk.{} has both attn_qkv.bias and separate biases", path, il));
+        l.bq = elements_of(b, 0, q, ".q"), l.bk = elements_of(b, q, kv, ".k"), l.bv = elements_of(b, q + kv, kv, ".v");
+      }
+      if (static_cast<bool>(l.bq) != static_cast<bool>(l.bk) || static_cast<bool>(l.bq) != static_cast<bool>(l.bv))
+        throw model_error(fmt::format("{}: blk.{} has biases on some of q, k, v but not all", path, il));
+      if (hp.arch == architecture::qwen2 && !l.bq)
+        throw model_error(fmt::format("{}: tensor blk.{}.attn_q.bias is missing (qwen2's q, k and v have biases)", path, il));
+      if (static_cast<bool>(l.q_norm) != static_cast<bool>(l.k_norm))
+        throw model_error(fmt::format("{}: blk.{} needs both attn_q_norm and attn_k_norm, or neither", path, il));
+      if (hp.arch == architecture::qwen3 && !l.q_norm)
+        throw model_error(fmt::format("{}: tensor blk.{}.attn_q_norm.weight is missing (qwen3 normalizes q and k per head)", path, il));
+    }
     if (static_cast<bool>(l.attn_norm_2) != static_cast<bool>(l.attn_norm_2_b))
       throw model_error(fmt::format("{}: blk.{}.attn_norm_2 needs both its weight and its bias", path, il));
     if (!l.ffn_down && !l.ffn_down_t)

@@ -41,11 +41,14 @@ struct tensor_view {
 struct layer_weights {
   tensor_view attn_norm, attn_norm_b;      // (n_embd)
   tensor_view attn_norm_2, attn_norm_2_b;  // falcon-40B: the norm attention reads (n_embd), optional; attn_norm then feeds only the FFN
-  tensor_view wq, wk, wv;                  // (n_embd) -> (n_embd), (n_embd_kv), (n_embd_kv)
+  tensor_view wq, wk, wv;                  // (n_embd) -> (n_embd_q), (n_embd_kv), (n_embd_kv); a llama-family file's fused
+                                           // attn_qkv is bound as these three row ranges of it
+  tensor_view bq, bk, bv;                  // their biases (qwen2; optional), F32; also row ranges of attn_qkv.bias
+  tensor_view q_norm, k_norm;              // qwen3: each head's RMSNorm weights (head_dim) for q and k, before RoPE
   tensor_view wqkv;                        // falcon: (n_embd) -> (n_embd + 2 n_embd_kv)
-  tensor_view wo;                          // (n_embd) -> (n_embd)
+  tensor_view wo;                          // (n_embd_q) -> (n_embd)
   tensor_view ffn_norm;                    // (n_embd)
-  tensor_view ffn_gate, ffn_up;            // (n_embd) -> (n_ff)
+  tensor_view ffn_gate, ffn_up;            // (n_embd) -> (n_ff); phi3's fused ffn_up is bound as its two halves (gate first)
   tensor_view ffn_down;                    // (n_ff) -> (n_embd); absent in sparse files, which have:
   tensor_view ffn_down_t;                  // n_ff rows of n_embd: neuron i's contribution is h_i * row i
   tensor_view pred_fc1;                    // predictor: (n_embd) -> (r)
@@ -56,6 +59,7 @@ struct model_weights {
   tensor_view token_embd;                  // n_vocab rows of n_embd
   tensor_view output_norm, output_norm_b;  // (n_embd)
   tensor_view output;                      // n_vocab rows of n_embd (token_embd when tied)
+  tensor_view output_b;                    // (n_vocab) the head's bias, optional (qwen2, phi3)
   std::vector<layer_weights> layers;
 };
 

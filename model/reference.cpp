@@ -9,7 +9,8 @@
 
 namespace hotcold {
 
-reference_model::reference_model(const gguf::file& f, tensor_type kv_type) : f_(f), hp_(read_hparams(f)), kv_type_(kv_type) {}
+reference_model::reference_model(const gguf::file& f, tensor_type kv_type, int64_t n_ctx)
+    : f_(f), hp_(read_hparams(f)), kv_type_(kv_type), rope_factors_(hp_.rope_factors_for(n_ctx > 0 ? n_ctx : hp_.n_ctx_orig)) {}
 
 // Rows of ne[0] values; each row dequantized from its own bytes by the type's block definition.
 reference_model::mat reference_model::matrix(const std::string& name) const {
@@ -80,12 +81,12 @@ void reference_model::rope(vec& x, int64_t heads, int64_t pos) const {
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < n_rot / 2; ++i) {
       double theta = static_cast<double>(pos) * hp_.rope_freq_scale * std::pow(static_cast<double>(hp_.rope_freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-      if (!hp_.rope_freq_factors.empty()) theta /= hp_.rope_freq_factors[static_cast<size_t>(i)];  // Llama 3.1's rope_freqs
+      if (!rope_factors_.empty()) theta /= rope_factors_[static_cast<size_t>(i)];  // Llama 3.1's rope_freqs, Phi-3's long or short factors
       const size_t a = static_cast<size_t>(neox ? h * hd + i : h * hd + 2 * i);
       const size_t b = static_cast<size_t>(neox ? h * hd + i + n_rot / 2 : h * hd + 2 * i + 1);
-      const double x0 = x[a], x1 = x[b];
-      x[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
-      x[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+      const double x0 = x[a], x1 = x[b], m = hp_.rope_attn_factor;  // Phi-3's attn_factor scales cos and sin
+      x[a] = (x0 * std::cos(theta) - x1 * std::sin(theta)) * m;
+      x[b] = (x0 * std::sin(theta) + x1 * std::cos(theta)) * m;
     }
 }
 
@@ -98,7 +99,7 @@ double reference_model::activate(double g) const {
 }
 
 std::vector<std::vector<double>> reference_model::logits(std::span<const token_id> tokens, const neuron_mask* mask) const {
-  const int64_t T = static_cast<int64_t>(tokens.size()), d = hp_.n_embd, hd = hp_.head_dim(), kv = hp_.n_embd_kv();
+  const int64_t T = static_cast<int64_t>(tokens.size()), d = hp_.n_embd, dq = hp_.n_embd_q(), hd = hp_.head_dim(), kv = hp_.n_embd_kv();
   const bool falcon = hp_.arch == architecture::falcon;
   const mat embd = matrix("token_embd.weight");
   std::vector<vec> x(static_cast<size_t>(T));  // the residual stream of each position
@@ -108,24 +109,53 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
     const std::string b = "blk." + std::to_string(l) + ".";
     // Attention's input, q, k, v of every position.
     std::vector<vec> q(static_cast<size_t>(T)), k(static_cast<size_t>(T)), v(static_cast<size_t>(T)), ffn_norm_falcon(static_cast<size_t>(T));
-    // Each weight matrix is read once per layer (a 7B layer's matrices are GiBs of doubles).
-    const mat wqkv = falcon ? matrix(b + "attn_qkv.weight") : mat{};
-    const mat wq = falcon ? mat{} : matrix(b + "attn_q.weight"), wk = falcon ? mat{} : matrix(b + "attn_k.weight"),
-              wv = falcon ? mat{} : matrix(b + "attn_v.weight");
+    // Each weight matrix is read once per layer (a 7B layer's matrices are GiBs of doubles). The llama
+    // family's q, k, v: three tensors, or one attn_qkv whose rows are q's, then k's, then v's; with
+    // biases (the same split of attn_qkv.bias) where the file has them.
+    const bool fused = falcon || f_.find_tensor(b + "attn_qkv.weight");
+    const mat wqkv = fused ? matrix(b + "attn_qkv.weight") : mat{};
+    const mat wq = fused ? mat{} : matrix(b + "attn_q.weight"), wk = fused ? mat{} : matrix(b + "attn_k.weight"),
+              wv = fused ? mat{} : matrix(b + "attn_v.weight");
+    vec bias;  // q's, k's, v's biases in a row, or empty
+    if (f_.find_tensor(b + "attn_qkv.bias")) {
+      bias = vector(b + "attn_qkv.bias");
+    } else if (f_.find_tensor(b + "attn_q.bias")) {
+      for (const char* part : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+        const vec p = vector(b + part);
+        bias.insert(bias.end(), p.begin(), p.end());
+      }
+    }
+    const bool qk_norm = f_.find_tensor(b + "attn_q_norm.weight") != nullptr;
+    const vec q_norm = qk_norm ? vector(b + "attn_q_norm.weight") : vec{}, k_norm = qk_norm ? vector(b + "attn_k_norm.weight") : vec{};
     for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
+      vec attn_in;
       if (falcon) {
         ffn_norm_falcon[t] = layer_norm(x[t], vector(b + "attn_norm.weight"), vector(b + "attn_norm.bias"));
-        const vec attn_in = f_.find_tensor(b + "attn_norm_2.weight") ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias"))
-                                                                      : ffn_norm_falcon[t];
-        const vec qkv = times(wqkv, attn_in);  // [Q; K; V]
-        q[t] = vec(qkv.begin(), qkv.begin() + d);
-        k[t] = vec(qkv.begin() + d, qkv.begin() + d + kv);
-        v[t] = vec(qkv.begin() + d + kv, qkv.end());
+        attn_in = f_.find_tensor(b + "attn_norm_2.weight") ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias"))
+                                                           : ffn_norm_falcon[t];
       } else {
-        const vec attn_in = rms_norm(x[t], vector(b + "attn_norm.weight"));
-        q[t] = times(wq, attn_in);
-        k[t] = times(wk, attn_in);
-        v[t] = times(wv, attn_in);
+        attn_in = rms_norm(x[t], vector(b + "attn_norm.weight"));
+      }
+      vec qkv;  // [Q; K; V]
+      if (fused) {
+        qkv = times(wqkv, attn_in);
+      } else {
+        for (const mat* w : {&wq, &wk, &wv}) {
+          const vec p = times(*w, attn_in);
+          qkv.insert(qkv.end(), p.begin(), p.end());
+        }
+      }
+      for (size_t i = 0; i < bias.size(); ++i) qkv[i] += bias[i];
+      q[t] = vec(qkv.begin(), qkv.begin() + dq);
+      k[t] = vec(qkv.begin() + dq, qkv.begin() + dq + kv);
+      v[t] = vec(qkv.begin() + dq + kv, qkv.end());
+      if (qk_norm) {  // Qwen3: each head of q and of k through RMSNorm with its own weights, before RoPE
+        for (auto [r, w] : {std::pair{&q[t], &q_norm}, {&k[t], &k_norm}})
+          for (size_t h = 0; h < r->size() / static_cast<size_t>(hd); ++h) {
+            const vec head(r->begin() + static_cast<std::ptrdiff_t>(h * hd), r->begin() + static_cast<std::ptrdiff_t>((h + 1) * hd));
+            const vec normed = rms_norm(head, *w);
+            std::copy(normed.begin(), normed.end(), r->begin() + static_cast<std::ptrdiff_t>(h * hd));
+          }
       }
       rope(q[t], hp_.n_head, static_cast<int64_t>(t));
       rope(k[t], hp_.n_head_kv, static_cast<int64_t>(t));
@@ -134,7 +164,7 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
           for (double& e : *r) e = kernels::fp16_to_fp32(kernels::fp32_to_fp16(static_cast<float>(e)));
     }
     // Causal softmax attention; query head h reads KV head h / (n_head / n_head_kv).
-    std::vector<vec> attn(static_cast<size_t>(T), vec(static_cast<size_t>(d), 0.0));
+    std::vector<vec> attn(static_cast<size_t>(T), vec(static_cast<size_t>(dq), 0.0));
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < hp_.n_head; ++h) {
         const int64_t g = h / (hp_.n_head / hp_.n_head_kv);
@@ -153,8 +183,14 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
       }
     // The FFN: down(act(gate) * up), down(relu(gate) * relu(up)) for dReLU, or down(act(up)) for falcon.
     const mat wo = matrix(b + "attn_output.weight");
-    const mat up = matrix(b + "ffn_up.weight");
-    const mat gate = hp_.gated_ffn ? matrix(b + "ffn_gate.weight") : mat{};
+    mat up = matrix(b + "ffn_up.weight");
+    mat gate;
+    if (hp_.gated_ffn && !f_.find_tensor(b + "ffn_gate.weight")) {  // phi3: ffn_up holds the gate's n_ff rows, then up's
+      gate.assign(up.begin(), up.begin() + hp_.n_ff);
+      up.erase(up.begin(), up.begin() + hp_.n_ff);
+    } else if (hp_.gated_ffn) {
+      gate = matrix(b + "ffn_gate.weight");
+    }
     const bool by_neuron = !f_.find_tensor(b + "ffn_down.weight");  // sparse files: ffn_down_t, a row per neuron
     const mat down = matrix(by_neuron ? b + "ffn_down_t.weight" : b + "ffn_down.weight");
     for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
@@ -186,10 +222,12 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
     }
   }
   const mat out = f_.find_tensor("output.weight") ? matrix("output.weight") : embd;  // tied: the embeddings
+  const vec out_b = f_.find_tensor("output.bias") ? vector("output.bias") : vec{};
   std::vector<vec> result;
   for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
     const vec n = falcon ? layer_norm(x[t], vector("output_norm.weight"), vector("output_norm.bias")) : rms_norm(x[t], vector("output_norm.weight"));
     result.push_back(times(out, n));
+    for (size_t i = 0; i < out_b.size(); ++i) result.back()[i] += out_b[i];
   }
   return result;
 }

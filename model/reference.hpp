@@ -5,7 +5,9 @@
 // it is the oracle every faster path (the engine, the actors, every device) is tested against.
 //
 // Covers what hotcold runs: llama and bamboo (RMSNorm, RoPE on adjacent pairs, gated FFN with SiLU,
-// ReLU or dReLU), falcon (LayerNorm with bias, fused QKV, NeoX RoPE, parallel attention and FFN,
+// ReLU or dReLU), qwen2, qwen3 and phi3 (llama's layer with NeoX RoPE; q, k, v from three tensors or a
+// fused one, with biases where the file has them, per-head RMSNorm of q and k where it has those, gate
+// and up fused in one tensor, Llama 3.1's and Phi-3's frequency factors, an output bias), falcon (LayerNorm with bias, fused QKV, NeoX RoPE, parallel attention and FFN,
 // non-gated FFN; in the Falcon-40B layout attention reads attn_norm_2 and the FFN attn_norm), linear
 // RoPE scaling, grouped-query attention, tied output embeddings, dense files and sparse ones (the
 // down projection stored by neuron as ffn_down_t). The file's metadata is read by read_hparams, as
@@ -24,7 +26,9 @@ class reference_model {
   // The file must outlive this object. kv_type f16: each position's keys (after RoPE) and values are
   // rounded to half precision, as a KV cache of F16 stores them (so a path with such a cache is
   // compared with like); f32: kept as computed.
-  explicit reference_model(const gguf::file& f, tensor_type kv_type = tensor_type::f32);
+  // n_ctx: the context per sequence the compared path runs with, which picks Phi-3's long or short RoPE
+  // factors as llama.cpp does (0: the model's original context, the short ones).
+  explicit reference_model(const gguf::file& f, tensor_type kv_type = tensor_type::f32, int64_t n_ctx = 0);
 
   // Which FFN neurons contribute, [token][layer][neuron]: what a sparse path chose (the others count
   // as zero). Absent: every neuron, as the model means.
@@ -48,6 +52,7 @@ class reference_model {
   const gguf::file& f_;
   hparams hp_;
   tensor_type kv_type_;
+  std::vector<float> rope_factors_;
 };
 
 }  // namespace hotcold

@@ -137,8 +137,12 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   if (o.n_embd < 8) throw bad("--embd must be at least 8");
   if (o.n_layer < 1) throw bad("--layers must be at least 1");
   if (o.n_ff < 1) throw bad("--ffn must be at least 1");
-  if (o.n_head < 1 || o.n_embd % o.n_head) throw bad(fmt::format("--heads {} must divide --embd {}", o.n_head, o.n_embd));
-  if ((o.n_embd / o.n_head) % 2) throw bad(fmt::format("the head size --embd/--heads = {} must be even (RoPE rotates pairs)", o.n_embd / o.n_head));
+  if (o.n_head < 1 || (o.head_dim == 0 && o.n_embd % o.n_head)) throw bad(fmt::format("--heads {} must divide --embd {}", o.n_head, o.n_embd));
+  if (o.head_dim < 0 || (o.head_dim > 0 && o.arch == architecture::falcon)) throw bad("--head-dim must be positive (and falcon's heads span the embedding)");
+  const int64_t head = o.head_dim > 0 ? o.head_dim : o.n_embd / o.n_head;
+  if (head % 2) throw bad(fmt::format("the head size {} must be even (RoPE rotates pairs)", head));
+  if (o.phi3_rope_orig_ctx < 0 || o.phi3_rope_orig_ctx >= o.n_ctx) throw bad(fmt::format("--phi3-rope {} must be below --ctx {}", o.phi3_rope_orig_ctx, o.n_ctx));
+  if ((o.phi3_rope_orig_ctx > 0 && o.llama3_rope_ctx > 0)) throw bad("--phi3-rope and --llama3-rope are two ways of scaling RoPE: one at a time");
   if (o.n_head_kv < 1 || o.n_head % o.n_head_kv) throw bad(fmt::format("--kv-heads {} must divide --heads {}", o.n_head_kv, o.n_head));
   if (!(o.active > 0 && o.active < 1)) throw bad(fmt::format("--active {} must be between 0 and 1", o.active));
   if (o.n_ctx < 1) throw bad("--ctx must be at least 1");
@@ -148,14 +152,16 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   const auto& tt = traits(o.type);
   if (!(o.type == tensor_type::f32 || o.type == tensor_type::f16 || o.type == tensor_type::q8_0 || o.type == tensor_type::q4_0 || o.type == tensor_type::bf16))
     throw bad(fmt::format("--type {} is not one gen-model writes (f32, f16, bf16, q8_0, q4_0)", tt.name));
-  if (o.n_embd % tt.block_size || o.n_ff % tt.block_size)
-    throw bad(fmt::format("--type {} stores rows in blocks of {}: --embd {} and --ffn {} must be multiples of it", tt.name, tt.block_size, o.n_embd, o.n_ff));
+  if (o.n_embd % tt.block_size || o.n_ff % tt.block_size || (head * o.n_head) % tt.block_size)
+    throw bad(fmt::format("--type {} stores rows in blocks of {}: --embd {}, --ffn {} and the queries' width {} must be multiples of it", tt.name,
+                          tt.block_size, o.n_embd, o.n_ff, head * o.n_head));
 
   auto vf = gguf::file::open(o.vocab_path);
   auto voc = vocab::from_gguf(vf);
   const int64_t n_vocab = static_cast<int64_t>(voc.size());
-  const int64_t d = o.n_embd, n_ff = o.n_ff, hd = d / o.n_head, kv = hd * o.n_head_kv;
+  const int64_t d = o.n_embd, n_ff = o.n_ff, hd = head, kv = hd * o.n_head_kv, dq = hd * o.n_head;
   const bool falcon = o.arch == architecture::falcon;
+  const bool phi3 = o.arch == architecture::phi3, qwen2 = o.arch == architecture::qwen2, qwen3 = o.arch == architecture::qwen3;
   const bool sparse = o.act == activation::relu || o.act == activation::drelu;
   const layout lay(d);
   const int64_t s_len = lay.s_end - lay.s_begin;
@@ -192,6 +198,15 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   w.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(o.n_head));
   w.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(o.n_head_kv));
   w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(hd));
+  if (dq != d) {
+    w.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(hd));
+    w.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(hd));
+  }
+  if (o.phi3_rope_orig_ctx > 0) {
+    const double ratio = static_cast<double>(o.n_ctx) / static_cast<double>(o.phi3_rope_orig_ctx);
+    w.set_u32(arch + ".rope.scaling.original_context_length", static_cast<uint32_t>(o.phi3_rope_orig_ctx));
+    w.set_f32(arch + ".rope.scaling.attn_factor", static_cast<float>(std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(o.phi3_rope_orig_ctx)))));
+  }
   w.set_f32(arch + ".rope.freq_base", o.rope_freq_base);
   if (falcon) w.set_f32(arch + ".attention.layer_norm_epsilon", 1e-5f);
   else w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
@@ -319,14 +334,29 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
         add(blk + "attn_norm_2.bias", tensor_type::f32, norm_bias());
       }
       add(blk + "attn_qkv.weight", o.type, random_matrix(d + 2 * kv, d, in_scale));
+    } else if (phi3) {  // q, k and v in one tensor, q's rows first
+      add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
+      add(blk + "attn_qkv.weight", o.type, random_matrix(dq + 2 * kv, d, in_scale));
     } else {
       add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
-      add(blk + "attn_q.weight", o.type, random_matrix(d, d, in_scale));
+      add(blk + "attn_q.weight", o.type, random_matrix(dq, d, in_scale));
       add(blk + "attn_k.weight", o.type, random_matrix(kv, d, in_scale));
       add(blk + "attn_v.weight", o.type, random_matrix(kv, d, in_scale));
     }
+    if (qwen2) {  // biases as large as the products' values: a path that drops one computes another model
+      add(blk + "attn_q.bias", tensor_type::f32, random_matrix(1, dq, 0.5f));
+      add(blk + "attn_k.bias", tensor_type::f32, random_matrix(1, kv, 0.5f));
+      add(blk + "attn_v.bias", tensor_type::f32, random_matrix(1, kv, 0.5f));
+    }
+    if (qwen3) {  // each head's norm weights for q and k, apart from each other
+      for (const char* name : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
+        matrix m(1, hd);
+        for (auto& x : m.v) x = static_cast<float>(1.0 + std::max(o.norm_spread, 0.5) * (2.0 * g.uniform() - 1.0));
+        add(blk + name, tensor_type::f32, m);
+      }
+    }
     // Attention writes only into the context subspace.
-    add(blk + "attn_output.weight", o.type, context_writer(d, 0.5f * in_scale));
+    add(blk + "attn_output.weight", o.type, context_writer(dq, 0.5f * std::sqrt(static_cast<float>(d) / static_cast<float>(dq)) * in_scale));
 
     matrix gate(n_ff, d), up(n_ff, d);
     const double up_fires = 0.9;  // dReLU: the up side fires this often, the gate side p / up_fires
@@ -342,11 +372,19 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
         neuron_row(up.row(j), -1.0);
       }
     }
-    if (!falcon) {
+    if (phi3) {  // gate and up in one tensor: the gate's n_ff rows, then up's
       add(blk + "ffn_norm.weight", tensor_type::f32, norm_weight());
-      add(blk + "ffn_gate.weight", o.type, gate);
+      matrix fused(2 * n_ff, d);
+      std::copy(gate.v.begin(), gate.v.end(), fused.v.begin());
+      std::copy(up.v.begin(), up.v.end(), fused.v.begin() + static_cast<std::ptrdiff_t>(gate.v.size()));
+      add(blk + "ffn_up.weight", o.type, fused);
+    } else {
+      if (!falcon) {
+        add(blk + "ffn_norm.weight", tensor_type::f32, norm_weight());
+        add(blk + "ffn_gate.weight", o.type, gate);
+      }
+      add(blk + "ffn_up.weight", o.type, up);
     }
-    add(blk + "ffn_up.weight", o.type, up);
     // The FFN writes only into the context subspace too.
     float down_scale = 0.5f / std::sqrt(static_cast<float>(n_ff) * static_cast<float>(sparse ? o.active : 0.5));
     add(blk + "ffn_down.weight", o.type, context_writer(n_ff, down_scale));
@@ -372,11 +410,22 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     }
     add("rope_freqs.weight", tensor_type::f32, f);
   }
+  if (o.phi3_rope_orig_ctx > 0) {  // LongRoPE's factors: short ones near 1, long ones up to 8, rising with the pair
+    matrix shortf(1, hd / 2), longf(1, hd / 2);
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double rise = static_cast<double>(i) / static_cast<double>(std::max<int64_t>(1, hd / 2 - 1));
+      shortf.row(0)[i] = static_cast<float>(1.0 + 0.5 * rise + 0.1 * g.uniform());
+      longf.row(0)[i] = static_cast<float>(1.0 + 7.0 * rise * rise + 0.5 * g.uniform());
+    }
+    add("rope_factors_long.weight", tensor_type::f32, longf);
+    add("rope_factors_short.weight", tensor_type::f32, shortf);
+  }
   // Output head: reads every channel; llama.cpp's Q4_0 files store it as Q6_K.
   matrix out = random_matrix(n_vocab, d, 3.0f * in_scale);
   tensor_type out_type = o.type;
   if (o.type == tensor_type::q4_0) out_type = d % 256 == 0 ? tensor_type::q6_k : tensor_type::q8_0;
-  add("output.weight", out_type, out);
+  if (!o.tied_output) add("output.weight", out_type, out);
+  if (o.output_bias) add("output.bias", tensor_type::f32, random_matrix(1, n_vocab, 1.0f));
   tick();
 
   std::filesystem::path dir = std::filesystem::path(o.out_path).parent_path();

@@ -34,6 +34,14 @@ struct gen_model_options {
   // Llama 3.1's RoPE frequency factors (rope_freqs.weight), made by its rule (factor 8, low and high
   // frequency factors 1 and 4) for this original context; 0: none. A small one (64) bends most pairs.
   int64_t llama3_rope_ctx = 0;
+  // Values per attention head (attention.key_length); 0: n_embd / n_head. Qwen3's small models: 128
+  // with n_embd / n_head = 64 (q is then wider than the embedding).
+  int64_t head_dim = 0;
+  bool tied_output = false;  // no output.weight: the head is the token embeddings (Qwen2.5-0.5B, Llama 3.2 1B)
+  bool output_bias = false;  // output.bias, drawn at random (qwen2 and phi3 may have one)
+  // Phi-3's LongRoPE for this original context (rope.scaling.original_context_length): random short
+  // and long factor tensors and rope.scaling.attn_factor = sqrt(1 + ln(ctx / orig) / ln(orig)); 0: none.
+  int64_t phi3_rope_orig_ctx = 0;
   std::string out_path;
 };
 

@@ -122,7 +122,7 @@ device_residency placement_plan::residency() const {
 uint64_t compute_buffer_bytes(const hparams& hp, int64_t ctx) {
   // The residual stream and its norms, q/k/v, attention scores over the context for every head, FFN
   // hidden vectors and scores, logits; float32, doubled for double-buffering.
-  return 2 * 4 * static_cast<uint64_t>(6 * hp.n_embd + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * hp.n_ff + hp.n_vocab);
+  return 2 * 4 * static_cast<uint64_t>(4 * hp.n_embd + 2 * hp.n_embd_q() + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * hp.n_ff + hp.n_vocab);
 }
 
 placement_plan plan_device(const model& m, uint64_t budget, const plan_options& o) {

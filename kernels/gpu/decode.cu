@@ -253,10 +253,26 @@ __global__ void matmul_kernel(const uint8_t* w, int64_t row_bytes, int64_t rows,
 
 // One block per token: its q and k heads rotated pair by pair, then its k and v rows stored.
 __global__ void rope_store_kernel(attention_shape sh, float* qkv, int64_t n, const float* angles, const int32_t* seqpos, void* k_cache, void* v_cache,
-                                  bool f16) {
+                                  bool f16, qkv_adjust adj) {
   const int64_t t = blockIdx.x, kv = sh.n_head_kv * sh.head_dim, half = sh.n_rot / 2;
   float* q = qkv + t * (sh.d + 2 * kv);
   const float *c = angles + t * sh.n_rot, *s = c + half;
+  if (adj.bq) {  // biases on q, k and v
+    for (int64_t i = threadIdx.x; i < sh.d + 2 * kv; i += blockDim.x)
+      q[i] += i < sh.d ? adj.bq[i] : i < sh.d + kv ? adj.bk[i - sh.d] : adj.bv[i - sh.d - kv];
+    __syncthreads();
+  }
+  if (adj.q_norm) {  // each head of q and k through RMSNorm (a thread a head: heads are short)
+    for (int64_t h = threadIdx.x; h < sh.n_head + sh.n_head_kv; h += blockDim.x) {
+      float* x = q + h * sh.head_dim;
+      const float* w = h < sh.n_head ? adj.q_norm : adj.k_norm;
+      float ss = 0;
+      for (int64_t i = 0; i < sh.head_dim; ++i) ss += x[i] * x[i];
+      const float scale = rsqrtf(ss / static_cast<float>(sh.head_dim) + adj.eps);
+      for (int64_t i = 0; i < sh.head_dim; ++i) x[i] = x[i] * scale * w[i];
+    }
+    __syncthreads();
+  }
   for (int64_t p = threadIdx.x; p < (sh.n_head + sh.n_head_kv) * half; p += blockDim.x) {
     const int64_t h = p / half, i = p % half;
     float* x = q + h * sh.head_dim;  // the key heads follow the query heads
@@ -438,10 +454,10 @@ std::string check_shape(const attention_shape& s) {
 }  // namespace
 
 std::string rope_store(const attention_shape& s, float* qkv, int64_t n, const float* angles, const int32_t* seqpos, void* k_cache, void* v_cache, bool f16,
-                       void* stream) {
+                       void* stream, const qkv_adjust& adjust) {
   if (auto e = check_shape(s); !e.empty()) return e;
   if (n <= 0) return {};
-  rope_store_kernel<<<static_cast<unsigned>(n), 128, 0, as_stream(stream)>>>(s, qkv, n, angles, seqpos, k_cache, v_cache, f16);
+  rope_store_kernel<<<static_cast<unsigned>(n), 128, 0, as_stream(stream)>>>(s, qkv, n, angles, seqpos, k_cache, v_cache, f16, adjust);
   return launched();
 }
 

@@ -56,7 +56,7 @@ std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act 
 // A layer's attention shape: the embedding, heads, KV heads, values per head (at most
 // attend_max_head_dim), values rotated, the RoPE pairs' layout, positions per sequence in the cache.
 struct attention_shape {
-  int64_t d, n_head, n_head_kv, head_dim, n_rot;
+  int64_t d, n_head, n_head_kv, head_dim, n_rot;  // d: the queries' width, n_head x head_dim
   bool adjacent_pairs;  // (2i, 2i + 1), else (i, i + n_rot / 2)
   int64_t ctx;
 };
@@ -64,8 +64,14 @@ inline constexpr int64_t attend_max_head_dim = 256;
 // qkv: n rows of d + 2 kv floats (q, then k, then v; kv = n_head_kv head_dim), rotated in place by
 // angles (n rows of n_rot: n_rot / 2 cosines, then the sines); k and v then stored in the caches
 // (n_seq x ctx x kv values, F16 when f16 else F32) at row seqpos[n + t] of sequence seqpos[t].
+// Before the rotation, where non-null (device memory, F32): biases added to q (d), k and v (kv each), then
+// each head of q and of k through RMSNorm with q_norm / k_norm (head_dim weights) and eps.
+struct qkv_adjust {
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  float eps = 1e-6f;
+};
 std::string rope_store(const attention_shape& s, float* qkv, int64_t n, const float* angles, const int32_t* seqpos, void* k_cache, void* v_cache, bool f16,
-                       void* stream = nullptr);
+                       void* stream = nullptr, const qkv_adjust& adjust = {});
 // out (n x d): token t's heads, softmax(q.K / sqrt(head_dim)) V over positions 0..seqpos[n + t] of its sequence.
 std::string attend(const attention_shape& s, const float* qkv, int64_t n, const int32_t* seqpos, const void* k_cache, const void* v_cache, bool f16,
                    float* out, void* stream = nullptr);

@@ -178,7 +178,7 @@ void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std
   for (const auto& r : rs) ids.push_back(p.submit(r));
   auto got = drain(p, rs.size());
   const auto file = gguf::file::open(m->path());
-  const reference_model oracle(file, tensor_type::f16);  // the context's F16 KV cache
+  const reference_model oracle(file, tensor_type::f16, ctx->n_ctx());  // the context's F16 KV cache (and its size: Phi-3's RoPE factors)
   for (size_t k = 0; k < rs.size(); ++k) {
     SCOPED_TRACE(k);
     auto want = reference(m, mode, rs[k]);
@@ -601,6 +601,31 @@ TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
         RecordProperty(std::string(arch == architecture::llama ? "llama_" : "falcon_") + std::string(tensor_type_name(type)) + "_rel_rms", std::to_string(err));
       }
     }
+}
+
+// qwen2, qwen3 and phi3 through the actors: on the CPU alone, then with layer 0 whole and the head on a
+// device that computes as a GPU does — the attention job's biases, per-head norms of q and k, queries
+// wider than the embedding, NeoX RoPE with Phi-3's long factors, phi3's halves of ffn_up as the dense
+// FFN job's gate and up (the real kernels where there is a GPU).
+TEST(Pipeline, Qwen2Qwen3Phi3GiveTheReferenceOnTheActorsAndAGpuLikeDevice) {
+  for (const auto arch : {architecture::qwen2, architecture::qwen3, architecture::phi3}) {
+    const std::string name(architecture_name(arch));
+    SCOPED_TRACE(name);
+    auto o = test::small_options(2, 2);
+    o.arch = arch;
+    o.act = activation::silu;
+    o.norm_spread = 0.3;
+    if (arch == architecture::qwen2) o.output_bias = true;
+    if (arch == architecture::qwen3) o.head_dim = 24, o.tied_output = true;
+    if (arch == architecture::phi3) o.phi3_rope_orig_ctx = 32;  // the actors' contexts (64) rotate by the long factors
+    auto m = model::load(test::make_model("pl_arch_" + name, o));
+    expect_matches_reference(m, ffn_mode::dense, nullptr);
+    device_residency r;
+    r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
+    r.output = true;
+    r.compute_bytes = 1 << 20;
+    expect_matches_reference(m, ffn_mode::dense, nullptr, &r, 1, gpu_like_device(/*real_gpu=*/true));
+  }
 }
 
 // With every fixed part on the device and every neuron hot there, a decoded token reads only its
