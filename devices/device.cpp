@@ -87,8 +87,7 @@ uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff) {
   return 4 * static_cast<uint64_t>(d + 2 * n_ff + d);  // the input, gate and up values (then the hidden values), the output
 }
 
-uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot, int64_t n_ff, int64_t dq) {
-  if (dq <= 0) dq = d;
+uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t n_rot, int64_t n_ff) {
   // Floats: the input, RoPE's angles, the sequence and position (two int32), q/k/v, the heads'
   // outputs, the output product; with a predictor, the layer's input, the predictor's input and
   // scores, and the choice (bytes, rounded up to floats).
@@ -493,7 +492,7 @@ void cuda_backend::compute(const attention_job& job) {
   check_attention_job(name(), job);
   const int64_t d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, row_len = dq + 2 * kv, n_rot = job.n_rot;
   const int64_t n_ff = job.fc1 ? job.n_ff : 0;
-  const uint64_t per_token = attention_scratch_per_token(d, kv, n_rot, n_ff, dq), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
+  const uint64_t per_token = attention_scratch_per_token(d, dq, kv, n_rot, n_ff), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
   const int64_t chunk = job.scratch && job.scratch_bytes > once ? static_cast<int64_t>((job.scratch_bytes - once) / per_token) : 0;
   if (chunk < 1)
     throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token (and {} once), {} given", name(), per_token, once, job.scratch_bytes));

@@ -123,11 +123,11 @@ struct matvec_job {
 // grouped-query heads), then the output product. The norms before and after stay on the host.
 struct attention_job {
   // The device's copies: wqkv ((dq + 2 kv) x d) or wq (dq x d), wk, wv (kv x d); wo (d x dq), where dq
-  // = n_head x head_dim (q_dim; d when 0).
+  // = n_head x head_dim, the queries' width (d unless the model's heads are wider, as Qwen3's small ones).
   const void *wqkv = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
   tensor_type t_qkv = tensor_type::f16, t_q = tensor_type::f16, t_k = tensor_type::f16, t_v = tensor_type::f16, t_o = tensor_type::f16;
-  int64_t n = 0, d = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0, q_dim = 0;
-  int64_t dq() const { return q_dim > 0 ? q_dim : d; }
+  int64_t n = 0, d = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  int64_t dq() const { return n_head * head_dim; }
   // Before RoPE, where non-null (the device's F32 copies): biases added to q, k, v (qwen2), then each
   // head of q and k through RMSNorm with q_norm / k_norm (head_dim each) and norm_eps (qwen3).
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
@@ -172,7 +172,7 @@ uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff);
 
 // Bytes of scratch an attention job needs per token of a chunk (tokens go through in chunks that fit);
 // with a predictor of n_ff neurons, the job needs 4 x rank bytes more once.
-uint64_t attention_scratch_per_token(int64_t d, int64_t kv, int64_t n_rot, int64_t n_ff = 0, int64_t dq = 0);
+uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t n_rot, int64_t n_ff = 0);
 
 struct transfer_cost {
   double gb_per_s = 0;  // 0: transfers cost only the copy itself

@@ -19,7 +19,7 @@ bool gpu_reads(operation op, tensor_type t) {
 }
 
 void check_attention_job(const std::string& device, const attention_job& job) {
-  if (job.n_head <= 0 || job.n_head_kv <= 0 || job.n_head % job.n_head_kv != 0 || job.head_dim * job.n_head != job.dq() || job.n_rot > job.head_dim ||
+  if (job.n_head <= 0 || job.n_head_kv <= 0 || job.n_head % job.n_head_kv != 0 || job.head_dim <= 0 || job.n_rot > job.head_dim ||
       job.n_rot % 2 != 0)
     throw std::invalid_argument(fmt::format("{}: attention with {} heads ({} KV heads) of {} values, {} rotated, for an embedding of {}", device, job.n_head,
                                             job.n_head_kv, job.head_dim, job.n_rot, job.d));

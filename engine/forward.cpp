@@ -207,9 +207,7 @@ void inference_context::attention_job(step_state& B, int64_t il, const layer_wei
   }
   job.wo = g.wo.data, job.t_o = g.wo.type;
   job.n = n, job.d = hp.n_embd, job.n_head = hp.n_head, job.n_head_kv = hp.n_head_kv, job.head_dim = hp.head_dim(), job.n_rot = n_rot;
-  job.q_dim = hp.n_embd_q();
-  auto f32 = [](const tensor_view& t) { return reinterpret_cast<const float*>(t.data); };  // null when absent
-  job.bq = f32(g.bq), job.bk = f32(g.bk), job.bv = f32(g.bv), job.q_norm = f32(g.q_norm), job.k_norm = f32(g.k_norm), job.norm_eps = hp.norm_eps;
+  job.bq = g.bq.f32(), job.bk = g.bk.f32(), job.bv = g.bv.f32(), job.q_norm = g.q_norm.f32(), job.k_norm = g.k_norm.f32(), job.norm_eps = hp.norm_eps;
   job.adjacent_pairs = hp.rope == rope_style::adjacent_pairs;
   job.x = B.xn.data(), job.angles = B.angles.data(), job.seqs = B.seqs32.data(), job.positions = B.positions32.data();
   job.k_cache = k_layers_[static_cast<size_t>(il)], job.v_cache = v_layers_[static_cast<size_t>(il)];
@@ -268,17 +266,16 @@ void inference_context::attention_products(step_state& B, int64_t il, const laye
     float* ys[3] = {q_of(0), k_of(0), v_of(0)};
     matmul_same_input(*on.pool, ws, B.xn.data(), n, ys, *on.xq);
   }
-  auto f32 = [](const tensor_view& t) { return reinterpret_cast<const float*>(t.data); };
   for (int64_t t = 0; t < n; ++t) {
     if (l.bq) {  // qwen2's biases
-      const float *bq = f32(l.bq), *bk = f32(l.bk), *bv = f32(l.bv);
+      const float *bq = l.bq.f32(), *bk = l.bk.f32(), *bv = l.bv.f32();
       float *q = q_of(t), *k = k_of(t), *v = v_of(t);
       for (int64_t i = 0; i < dq; ++i) q[i] += bq[i];
       for (int64_t i = 0; i < kv; ++i) k[i] += bk[i], v[i] += bv[i];
     }
     if (l.q_norm) {  // qwen3's per-head norms, before RoPE
-      head_rms_norm(q_of(t), hp.n_head, hd, f32(l.q_norm), hp.norm_eps);
-      head_rms_norm(k_of(t), hp.n_head_kv, hd, f32(l.k_norm), hp.norm_eps);
+      head_rms_norm(q_of(t), hp.n_head, hd, l.q_norm.f32(), hp.norm_eps);
+      head_rms_norm(k_of(t), hp.n_head_kv, hd, l.k_norm.f32(), hp.norm_eps);
     }
     const rope_angles angles(hp, B.positions[static_cast<size_t>(t)], rope_factors_);
     rope(q_of(t), hp.n_head, hp, angles);
@@ -356,7 +353,7 @@ void inference_context::add_ffn_output(step_state& B, int64_t layer, const float
 void inference_context::head(step_state& B, std::span<const int64_t> rows, float* logits) {
   head_product(B, rows, logits);
   if (const tensor_view& b = model_->weights().output_b) {  // qwen2's and phi3's optional bias
-    const float* bias = reinterpret_cast<const float*>(b.data);
+    const float* bias = b.f32();
     const int64_t v = model_->hp().n_vocab;
     for (size_t k = 0; k < rows.size(); ++k)
       for (int64_t i = 0; i < v; ++i) logits[static_cast<int64_t>(k) * v + i] += bias[i];

@@ -47,8 +47,8 @@ void layer_norm(const float* x, const float* w, const float* b, float* out, int6
 }
 
 void apply_norm(norm_kind kind, const norm_weights& nw, const float* x, float* out, int64_t n, float eps) {
-  const float* w = reinterpret_cast<const float*>(nw.weight->data);
-  if (kind == norm_kind::layer) layer_norm(x, w, reinterpret_cast<const float*>(nw.bias->data), out, n, eps);
+  const float* w = nw.weight->f32();
+  if (kind == norm_kind::layer) layer_norm(x, w, nw.bias->f32(), out, n, eps);
   else rms_norm(x, w, out, n, eps);
 }
 

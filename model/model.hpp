@@ -34,6 +34,8 @@ struct tensor_view {
   int64_t interleaved_rows() const { return interleaved16 ? ne1 - ne1 % 16 : 0; }
 
   explicit operator bool() const { return data != nullptr; }
+  // An F32 tensor's values (norms, biases, factors); null when absent.
+  const float* f32() const { return reinterpret_cast<const float*>(data); }
   uint64_t bytes() const { return data ? row_bytes * static_cast<uint64_t>(ne1) : 0; }  // 0 when absent
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
