@@ -40,6 +40,10 @@ struct device_lost : std::runtime_error {
 
 class device;
 
+class buffer;
+// For back ends: throws std::out_of_range unless bytes [offset, offset + bytes) lie inside b.
+void check_range(const buffer& b, uint64_t offset, uint64_t bytes);
+
 // Memory owned by a device; returns its bytes to the budget when destroyed.
 class buffer {
  public:

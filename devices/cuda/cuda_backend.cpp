@@ -1,0 +1,412 @@
+// The GPU back end: a device whose jobs are kernels/gpu's kernels on its own stream (see
+// cuda_backend.hpp). The only source that knows whether the build has a GPU (HOTCOLD_HAVE_GPU).
+#include "devices/cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "devices/cuda/cuda_memory.hpp"
+#include "devices/gpu_jobs.hpp"
+#include "devices/work_queue.hpp"
+#if defined(HOTCOLD_HAVE_GPU)
+#include "kernels/gpu/decode.hpp"
+#endif
+
+namespace hotcold::devices {
+
+namespace {
+
+class cuda_backend final : public device {
+ public:
+  cuda_backend(std::string name, uint64_t budget, int index)
+      : device(std::move(name), gpu_kind, budget), index_(index), stream_(cuda_stream_create(index)), queue_("hotcold-cuda") {}
+  ~cuda_backend() override {
+    queue_.drain();
+    cuda_stream_destroy(index_, stream_);
+  }
+  // Small copies go straight through; large ones (the weights at load) in chunks through two pinned
+  // buffers: chunk k + 1 is copied into one while the device fetches chunk k from the other, each
+  // fetch an async copy on the stream with an event the host waits on before refilling its buffer.
+  event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
+    check_alive();
+    check_range(dst, offset, bytes);
+    char* to = static_cast<char*>(dst.data()) + offset;
+    if (bytes <= upload_chunk / 16) {
+      cuda_copy_to_device(index_, to, src, bytes);
+      return completed_event();
+    }
+    std::lock_guard lock(upload_mu_);
+    make_current();
+    if (!upload_[0]) {
+      for (int k = 0; k < 2; ++k) {
+        upload_[k] = std::shared_ptr<void>(cuda_host_allocate(upload_chunk), cuda_host_free);
+        upload_done_[k] = std::shared_ptr<void>(cuda_event_create(index_), cuda_event_destroy);
+      }
+    }
+    bool pending[2] = {false, false};
+    try {
+      int k = 0;
+      for (uint64_t at = 0; at < bytes; at += upload_chunk, k ^= 1) {
+        const uint64_t n = std::min(upload_chunk, bytes - at);
+        if (pending[k]) cuda_event_synchronize(upload_done_[k].get());
+        std::memcpy(upload_[k].get(), static_cast<const char*>(src) + at, n);
+        cuda_copy_async(to + at, upload_[k].get(), n, true, stream_);
+        cuda_event_record(upload_done_[k].get(), stream_);
+        pending[k] = true;
+      }
+      for (int j = 0; j < 2; ++j)
+        if (pending[j]) cuda_event_synchronize(upload_done_[j].get());
+    } catch (const std::exception& e) {
+      fail(fmt::format("uploading {} bytes to {}: {}", bytes, dst.label(), e.what()));
+    }
+    return completed_event();
+  }
+  event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) override {
+    check_alive();
+    check_range(src, offset, bytes);
+    cuda_copy_to_host(index_, dst, static_cast<const char*>(src.data()) + offset, bytes);
+    return completed_event();
+  }
+  // On the device's queue thread, so the caller (the CPU's cold share) works meanwhile.
+  event submit(std::function<void()> work) override {
+    check_alive();
+    return queue_.submit(std::move(work));
+  }
+  void synchronize() override {
+    queue_.drain();
+    cuda_synchronize(index_);
+  }
+  bool runs_host_work() const override { return false; }
+  void* stream() const override { return stream_; }
+  // An error in the device's work: when the context no longer answers (a sticky error), the device is
+  // lost and says why from now on; either way the work fails with the error.
+  [[noreturn]] void fail(const std::string& what) {
+    std::string dead;
+    if (!cuda_context_alive(index_, dead)) lose(fmt::format("{} ({})", what, dead));
+    throw std::runtime_error(fmt::format("{}: {}", name(), what));
+  }
+  void make_current() const override { cuda_use(index_); }
+  // Waits for the stream; an error there fails the work (and loses the device when it is sticky).
+  void wait_stream() {
+    try {
+      cuda_stream_synchronize(stream_);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+  [[noreturn]] void no_gpu_built() const { throw std::runtime_error(fmt::format("{}: hotcold was built without a GPU back end", name())); }
+  // hotcold's GPU kernels (kernels/gpu/decode.cu) read F16, Q8_0 and Q4_0 rows for every operation:
+  // hot FFN rows (a hot row stays in the file's type), attention, predictors and products.
+  bool supports(operation op, tensor_type rows) const override { return gpu_reads(op, rows); }
+  void reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) override;
+  uint64_t reserve_bytes(operation op, int64_t max_n, int64_t d, int64_t n_ff) const override;
+  void compute(const ffn_rows_job& job) override;
+  void compute(const predict_job& job) override;
+  void compute(const matvec_job& job) override;
+  void compute(const attention_job& job) override;
+  void compute(const dense_ffn_job& job) override;
+
+ protected:
+  void* raw_allocate(uint64_t bytes) override { return cuda_allocate(index_, bytes); }
+  void raw_free(void* p) override { cuda_free(index_, p); }
+
+ private:
+  template <typename Launch>
+  void per_vector(const char* what, int64_t n, const float* x, int64_t in, float* dx, const void* from, void* to, uint64_t out_bytes, Launch launch);
+  void check_job(operation op, tensor_type type, const char* what, const void* scratch, uint64_t have, uint64_t need) const;
+  int index_;
+  void* stream_;
+  work_queue queue_;
+  // A step's inputs and outputs on the device and, pinned, on the host (copies run on the stream).
+  int64_t max_n_ = 0;
+  std::shared_ptr<buffer> x_, slots_, hidden_, out_;  // n x d floats, n x n_ff int32s and floats, n x d floats
+  std::shared_ptr<buffer> partial_;                   // the down projection's chunks (one token at a time)
+  std::shared_ptr<void> host_x_, host_slots_, host_hidden_, host_out_;
+  // Uploads: two pinned chunks and the events that say when the device has fetched each.
+  static constexpr uint64_t upload_chunk = 16ull << 20;
+  std::mutex upload_mu_;
+  std::shared_ptr<void> upload_[2], upload_done_[2];
+  // Attention's staging in pinned memory (grown to the largest chunk met): the chunk's inputs, angles,
+  // sequences and positions in the order of the scratch (one copy in), and its outputs.
+  std::shared_ptr<void> host_attn_in_, host_attn_out_;
+  uint64_t host_attn_in_bytes_ = 0, host_attn_out_bytes_ = 0;
+  // A pinned staging buffer of at least `bytes` (grown, kept).
+  void* staging(std::shared_ptr<void>& b, uint64_t& have, uint64_t bytes) {
+    if (have < bytes) b = std::shared_ptr<void>(cuda_host_allocate(bytes), cuda_host_free), have = bytes;
+    return b.get();
+  }
+};
+
+uint64_t cuda_backend::reserve_bytes(operation op, int64_t max_n, int64_t d, int64_t n_ff) const {
+  if (op != operation::ffn_rows) return 0;
+  const auto n = static_cast<uint64_t>(max_n), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
+  uint64_t bytes = 2 * n * ud * sizeof(float) + n * uf * (sizeof(int32_t) + sizeof(float));
+#if defined(HOTCOLD_HAVE_GPU)
+  bytes += static_cast<uint64_t>(kernels::gpu::hot_ffn_scratch(d)) * sizeof(float);
+#endif
+  return bytes;
+}
+
+// The FFN-rows job's inputs, lists, values and outputs for max_n tokens (and the partial sums of its
+// down projection), on the device and pinned on the host: reserve_bytes() of the budget.
+void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) {
+  if (op != operation::ffn_rows) return;
+  const auto n = static_cast<uint64_t>(max_n), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
+  x_ = allocate(n * ud * sizeof(float), "FFN rows input");
+  slots_ = allocate(n * uf * sizeof(int32_t), "FFN rows list");
+  hidden_ = allocate(n * uf * sizeof(float), "FFN rows values");
+  out_ = allocate(n * ud * sizeof(float), "FFN rows output");
+#if defined(HOTCOLD_HAVE_GPU)
+  partial_ = allocate(static_cast<uint64_t>(kernels::gpu::hot_ffn_scratch(d)) * sizeof(float), "FFN rows partial sums");
+#endif
+  auto pinned = [](uint64_t bytes) { return std::shared_ptr<void>(cuda_host_allocate(bytes), cuda_host_free); };
+  host_x_ = pinned(n * ud * sizeof(float));
+  host_slots_ = pinned(n * uf * sizeof(int32_t));
+  host_hidden_ = pinned(n * uf * sizeof(float));
+  host_out_ = pinned(n * ud * sizeof(float));
+  max_n_ = max_n;
+}
+
+#if defined(HOTCOLD_HAVE_GPU)
+// The GPU kernels' name for a row type the table accepts (F16, Q8_0, Q4_0, Q6_K).
+kernels::gpu::row_type gpu_rows(tensor_type t) {
+  switch (t) {
+    case tensor_type::f16: return kernels::gpu::row_type::f16;
+    case tensor_type::q8_0: return kernels::gpu::row_type::q8_0;
+    case tensor_type::q6_k: return kernels::gpu::row_type::q6_k;
+    default: return kernels::gpu::row_type::q4_0;
+  }
+}
+#endif
+
+// Each token's chosen rows listed (their slots in the device's copy), the inputs and lists copied in
+// through pinned memory, one hot_ffn per token on the stream, the sums and values copied back.
+void cuda_backend::compute(const ffn_rows_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  if (!supports(operation::ffn_rows, job.type))
+    throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16, Q8_0 or Q4_0 rows, not {}", name(), tensor_type_name(job.type)));
+  const auto rows = gpu_rows(job.type);
+  const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
+  if (n > max_n_) throw std::invalid_argument(fmt::format("{}: a step of {} tokens is more than the {} reserved", name(), n, max_n_));
+  auto* hx = static_cast<float*>(host_x_.get());
+  auto* hs = static_cast<int32_t*>(host_slots_.get());
+  auto* hh = static_cast<float*>(host_hidden_.get());
+  auto* ho = static_cast<float*>(host_out_.get());
+  std::vector<int64_t> count(static_cast<size_t>(n), 0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t k = 0; k < job.count; ++k)
+      if (!job.chosen || job.chosen[t * n_ff + job.ids[k]]) hs[t * n_ff + count[static_cast<size_t>(t)]++] = job.slots[k];
+  std::copy(job.x, job.x + n * d, hx);
+  make_current();
+  auto* dx = static_cast<float*>(x_->data());
+  auto* ds = static_cast<int32_t*>(slots_->data());
+  auto* dh = static_cast<float*>(hidden_->data());
+  auto* dout = static_cast<float*>(out_->data());
+  cuda_copy_async(dx, hx, static_cast<uint64_t>(n * d) * sizeof(float), true, stream_);
+  for (int64_t t = 0; t < n; ++t)
+    cuda_copy_async(ds + t * n_ff, hs + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(int32_t), true, stream_);
+  const auto act = static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act));
+  for (int64_t t = 0; t < n; ++t) {
+    const std::string e = kernels::gpu::hot_ffn(rows, job.gate, job.up, job.down_t, ds + t * n_ff, count[static_cast<size_t>(t)], d, dx + t * d, job.gated,
+                                                act, dh + t * n_ff, dout + t * d, static_cast<float*>(partial_->data()), stream_);
+    if (!e.empty()) fail(fmt::format("FFN rows kernel: {}", e));
+  }
+  cuda_copy_async(ho, dout, static_cast<uint64_t>(n * d) * sizeof(float), false, stream_);
+  for (int64_t t = 0; t < n; ++t)
+    cuda_copy_async(hh + t * n_ff, dh + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(float), false, stream_);
+  wait_stream();
+  std::copy(ho, ho + n * d, job.out);
+  for (int64_t t = 0; t < n; ++t) {  // each value back to its neuron
+    int64_t c = 0;
+    for (int64_t k = 0; k < job.count; ++k)
+      if (!job.chosen || job.chosen[t * n_ff + job.ids[k]]) job.hidden[t * n_ff + job.ids[k]] = hh[t * n_ff + c++];
+  }
+#else
+  (void)job;
+  no_gpu_built();
+#endif
+}
+
+// n vectors one at a time through scratch memory: vector t's `in` values (x + t in) copied to dx,
+// `launch` on the stream, `out_bytes` copied back from `from` to to + t out_bytes, the stream waited
+// on (the staging is reused by the next vector). `what` names the kernel in errors.
+template <typename Launch>
+void cuda_backend::per_vector(const char* what, int64_t n, const float* x, int64_t in, float* dx, const void* from, void* to, uint64_t out_bytes,
+                              Launch launch) {
+  make_current();
+  for (int64_t t = 0; t < n; ++t) {
+    cuda_copy_async(dx, x + t * in, static_cast<uint64_t>(in) * sizeof(float), true, stream_);
+    if (const std::string e = launch(); !e.empty()) fail(fmt::format("{} kernel: {}", what, e));
+    cuda_copy_async(static_cast<uint8_t*>(to) + static_cast<uint64_t>(t) * out_bytes, from, out_bytes, false, stream_);
+    wait_stream();
+  }
+}
+
+// Checks the job's weights and scratch: what a job may ask of the GPU's kernels.
+void cuda_backend::check_job(operation op, tensor_type type, const char* what, const void* scratch, uint64_t have, uint64_t need) const {
+  if (!supports(op, type))
+    throw std::invalid_argument(fmt::format("{}: the GPU's {} kernel does not take {} weights", name(), what, tensor_type_name(type)));
+  if (!scratch || have < need) throw std::invalid_argument(fmt::format("{}: a {} needs {} bytes of scratch, {} given", name(), what, need, have));
+}
+
+// A token at a time: its input into the scratch, the predictor kernel, its choice back.
+void cuda_backend::compute(const predict_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  check_job(operation::predict, job.type, "predictor", job.scratch, job.scratch_bytes,
+            static_cast<uint64_t>(job.d + job.rank + job.n_ff) * sizeof(float) + static_cast<uint64_t>(job.n_ff));
+  auto* dx = static_cast<float*>(job.scratch);
+  float* dmid = dx + job.d;
+  float* dscores = dmid + job.rank;
+  auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
+  per_vector("predictor", job.n, job.x, job.d, dx, dchosen, job.chosen, static_cast<uint64_t>(job.n_ff), [&] {
+    return kernels::gpu::predictor(gpu_rows(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_);
+  });
+#else
+  (void)job;
+  no_gpu_built();
+#endif
+}
+
+// A vector at a time: copied in, the product kernel, the product copied back.
+void cuda_backend::compute(const matvec_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  check_job(operation::matvec, job.type, "product", job.scratch, job.scratch_bytes, static_cast<uint64_t>(job.cols + job.rows) * sizeof(float));
+  auto* dx = static_cast<float*>(job.scratch);
+  float* dy = dx + job.cols;
+  per_vector("product", job.n, job.x, job.cols, dx, dy, job.y, static_cast<uint64_t>(job.rows) * sizeof(float),
+             [&] { return kernels::gpu::matvec(gpu_rows(job.type), job.w, job.rows, job.cols, dx, dy, stream_); });
+#else
+  (void)job;
+  no_gpu_built();
+#endif
+}
+
+// Chunks of tokens that fit the scratch: the inputs, angles, sequences and positions copied in at
+// once, the products, RoPE with the store into the cache, the attention and the output product
+// launched on the stream, the output copied back; the stream waited on once per chunk.
+void cuda_backend::compute(const attention_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  check_attention_job(name(), job);
+  const int64_t d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, row_len = dq + 2 * kv, n_rot = job.n_rot;
+  const int64_t n_ff = job.fc1 ? job.n_ff : 0;
+  const uint64_t per_token = attention_scratch_per_token(d, dq, kv, n_rot, n_ff), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
+  const int64_t chunk = job.scratch && job.scratch_bytes > once ? static_cast<int64_t>((job.scratch_bytes - once) / per_token) : 0;
+  if (chunk < 1)
+    throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token (and {} once), {} given", name(), per_token, once, job.scratch_bytes));
+  const int64_t m_max = std::min(chunk, job.n);
+  // In: x, angles, sequences and positions (and the layer's input); out: the product (and the choice).
+  const int64_t in_floats = d + n_rot + 2 + (job.fc1 ? d : 0);
+  const uint64_t in_bytes = static_cast<uint64_t>(m_max * in_floats) * 4, out_bytes = static_cast<uint64_t>(m_max * d) * 4 + static_cast<uint64_t>(m_max * n_ff);
+  staging(host_attn_in_, host_attn_in_bytes_, in_bytes);
+  staging(host_attn_out_, host_attn_out_bytes_, out_bytes);
+  namespace gpu = kernels::gpu;
+  const gpu::attention_shape shape{dq, job.n_head, job.n_head_kv, job.head_dim, n_rot, job.adjacent_pairs, job.ctx};
+  const gpu::qkv_adjust adjust{job.bq, job.bk, job.bv, job.q_norm, job.k_norm, job.norm_eps};
+  make_current();
+  for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
+    const int64_t m = std::min(chunk, job.n - t0);
+    // The scratch: x (m x d), angles (m x n_rot), sequences and positions (2m int32) — copied in as
+    // one —, then q/k/v (m x (dq + 2 kv)), the heads' outputs (m x dq), the product (m x d).
+    auto* hin = static_cast<float*>(host_attn_in_.get());
+    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
+    std::copy(job.angles + t0 * n_rot, job.angles + (t0 + m) * n_rot, hin + m * d);
+    auto* hsp = reinterpret_cast<int32_t*>(hin + m * (d + n_rot));
+    std::copy(job.seqs + t0, job.seqs + t0 + m, hsp);
+    std::copy(job.positions + t0, job.positions + t0 + m, hsp + m);
+    if (job.fc1) std::copy(job.layer_in + t0 * d, job.layer_in + (t0 + m) * d, reinterpret_cast<float*>(hsp + 2 * m));
+    auto* dx = static_cast<float*>(job.scratch);
+    float* dangles = dx + m * d;
+    auto* dsp = reinterpret_cast<int32_t*>(dangles + m * n_rot);
+    float* dlayer_in = reinterpret_cast<float*>(dsp + 2 * m);  // (with a predictor)
+    float* dqkv = dlayer_in + (job.fc1 ? m * d : 0);
+    float* dattn = dqkv + m * row_len;
+    float* dout = dattn + m * dq;
+    // With a predictor: its inputs (m x d), scores (m x n_ff), choices (m x n_ff bytes), hidden values (rank).
+    float* dpred_in = dout + m * d;
+    float* dscores = dpred_in + m * d;
+    auto* dchosen = reinterpret_cast<uint8_t*>(dscores + m * n_ff);
+    float* dmid = dscores + m * n_ff + (m * n_ff + 3) / 4;
+    cuda_copy_async(dx, hin, static_cast<uint64_t>(m * in_floats) * 4, true, stream_);
+    std::string e;
+    if (job.wqkv) {
+      e = gpu::matmul(gpu_rows(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
+    } else {
+      e = gpu::matmul(gpu_rows(job.t_q), job.wq, dq, d, dx, m, dqkv, row_len, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_k), job.wk, kv, d, dx, m, dqkv + dq, row_len, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_v), job.wv, kv, d, dx, m, dqkv + dq + kv, row_len, stream_);
+    }
+    if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_, adjust);
+    if (e.empty()) e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_);
+    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_o), job.wo, d, dq, dattn, m, dout, d, stream_);
+    if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), a token at a time
+      e = gpu::add(dlayer_in, job.pred_adds_out ? dout : nullptr, m * d, dpred_in, stream_);
+      for (int64_t t = 0; t < m && e.empty(); ++t)
+        e = gpu::predictor(gpu_rows(job.t_pred), job.fc1, job.fc2, d, job.rank, n_ff, dpred_in + t * d, job.threshold, dmid, dscores + t * n_ff,
+                           dchosen + t * n_ff, stream_);
+    }
+    if (!e.empty()) fail(fmt::format("attention kernels: {}", e));
+    auto* hout = static_cast<float*>(host_attn_out_.get());
+    auto* hchosen = reinterpret_cast<uint8_t*>(hout + m * d);
+    cuda_copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false, stream_);
+    if (job.fc1) cuda_copy_async(hchosen, dchosen, static_cast<uint64_t>(m * n_ff), false, stream_);
+    wait_stream();
+    std::copy(hout, hout + m * d, job.out + t0 * d);
+    if (job.fc1) std::copy(hchosen, hchosen + m * n_ff, job.chosen + t0 * n_ff);
+  }
+#else
+  (void)job;
+  no_gpu_built();
+#endif
+}
+
+// Chunks of tokens that fit the scratch: the inputs copied in, gate and up products, the activation,
+// the down product, the outputs (and the hidden values when asked) copied back; one wait per chunk.
+void cuda_backend::compute(const dense_ffn_job& job) {
+#if defined(HOTCOLD_HAVE_GPU)
+  check_dense_ffn_job(name(), job);
+  const int64_t d = job.d, n_ff = job.n_ff;
+  const uint64_t per_token = dense_ffn_scratch_per_token(d, n_ff);
+  const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;
+  if (chunk < 1) throw std::invalid_argument(fmt::format("{}: a dense FFN needs {} bytes of scratch a token, {} given", name(), per_token, job.scratch_bytes));
+  const int64_t m_max = std::min(chunk, job.n);
+  auto* hin = static_cast<float*>(staging(host_attn_in_, host_attn_in_bytes_, static_cast<uint64_t>(m_max * d) * 4));
+  auto* hout = static_cast<float*>(staging(host_attn_out_, host_attn_out_bytes_, static_cast<uint64_t>(m_max * (d + n_ff)) * 4));
+  namespace gpu = kernels::gpu;
+  make_current();
+  for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
+    const int64_t m = std::min(chunk, job.n - t0);
+    auto* dx = static_cast<float*>(job.scratch);
+    float* dg = dx + m * d;
+    float* du = dg + m * n_ff;
+    float* dout = du + m * n_ff;
+    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
+    cuda_copy_async(dx, hin, static_cast<uint64_t>(m * d) * 4, true, stream_);
+    std::string e;
+    if (job.gated) e = gpu::matmul(gpu_rows(job.t_gate), job.gate, n_ff, d, dx, m, dg, n_ff, stream_);
+    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_up), job.up, n_ff, d, dx, m, du, n_ff, stream_);
+    if (e.empty()) e = gpu::activate(dg, du, m * n_ff, job.gated, static_cast<gpu::ffn_act>(static_cast<int>(job.act)), stream_);
+    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_down), job.down, d, n_ff, du, m, dout, d, stream_);
+    if (!e.empty()) fail(fmt::format("dense FFN kernels: {}", e));
+    cuda_copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false, stream_);
+    if (job.hidden) cuda_copy_async(hout + m * d, du, static_cast<uint64_t>(m * n_ff) * 4, false, stream_);
+    wait_stream();
+    std::copy(hout, hout + m * d, job.out + t0 * d);
+    if (job.hidden) std::copy(hout + m * d, hout + m * (d + n_ff), job.hidden + t0 * n_ff);
+  }
+#else
+  (void)job;
+  no_gpu_built();
+#endif
+}
+
+}  // namespace
+
+std::shared_ptr<device> make_gpu_device(std::string name, uint64_t budget, int index) {
+  return std::make_shared<cuda_backend>(std::move(name), budget, index);
+}
+
+}  // namespace hotcold::devices
