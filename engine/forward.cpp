@@ -332,12 +332,11 @@ void inference_context::attention_tail(step_state& B, const layer_recipe& r) {
   // The FFN's normalized input and what its predictor reads. In a parallel layer both read the
   // layer's input (proj is added with the FFN's output); otherwise attention's output is added first.
   if (!r.parallel) for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];
-  if (r.ffn_shares_attn_input()) {
-    B.ffn_in = B.xn.data();
-  } else {
+  std::vector<float>& in = r.ffn_shares_attn_input() ? B.xn : B.xn2;
+  if (!r.ffn_shares_attn_input())
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.ffn_norm, B.x.data() + t * d, B.xn2.data() + t * d, d, hp.norm_eps);
-    B.ffn_in = B.xn2.data();
-  }
+  if (r.ffn_input_q8_k) kernels::round_to_q8_k(in.data(), n * d);  // (attention has read xn already)
+  B.ffn_in = in.data();
   B.pred_in = predictor_input(B, r);
 }
 

@@ -99,6 +99,16 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
 // for each thread, with the first lines of the rows two ahead asked for (one stream and no prefetch
 // reached 45 GB/s on Zen 5 with two threads, this 63; bench --roofline). Short rows (the
 // predictors' 512 bytes) lose more to the pairs' reductions than they gain.
+// Q4_K, Q5_K, Q6_K: rows dotted with Q8_K activations where few tokens share a product.
+bool is_k_quant(tensor_type t) { return computes_as_k_quant(t); }
+float dot_k_quant_q8_k(tensor_type t, const void* row, const block_q8_k* x, int64_t d) {
+  switch (t) {
+    case tensor_type::q4_k: return dot_q4_k_q8_k(static_cast<const block_q4_k*>(row), x, d);
+    case tensor_type::q5_k: return dot_q5_k_q8_k(static_cast<const block_q5_k*>(row), x, d);
+    default: return dot_q6_k_q8_k(static_cast<const block_q6_k*>(row), x, d);
+  }
+}
+
 bool half_rows(const tensor_view& w) { return w.type == tensor_type::f16 || w.type == tensor_type::bf16; }
 bool float_type(const tensor_view& w) { return half_rows(w) || w.type == tensor_type::f32; }
 
@@ -148,13 +158,41 @@ constexpr int64_t gemm_min_tokens = 16;
 // Q8_0 rows there too: dequantized a block at a time in cache like the half rows, against the tokens
 // rounded to Q8_0 once (quantized and back), so a prompt's products equal what the integer kernels
 // give one token (up to float summation order) at the tile's speed.
+// K-quant rows (Q4_K, Q5_K, Q6_K) likewise, a 256-value block at a time, against the tokens rounded to Q8_K.
 bool use_gemm(const tensor_view& w, int64_t n) {
-  return n >= gemm_min_tokens && (float_type(w) || (w.type == tensor_type::q8_0 && w.ne0 % qk8_0 == 0)) && !w.interleaved16 && gemm_tile_vectorized();
+  return n >= gemm_min_tokens && (float_type(w) || (w.type == tensor_type::q8_0 && w.ne0 % qk8_0 == 0) || (is_k_quant(w.type) && w.ne0 % qk_k == 0)) &&
+         !w.interleaved16 && gemm_tile_vectorized();
 }
 
-// Bytes of a row's elements [k0, k0 + k) (k0 and, but at the row's end, k: multiples of 32 for Q8_0).
+// What a row type's integer kernels see of the activations: Q8_0 rows the tokens quantized to Q8_0,
+// K-quant rows to Q8_K, float rows the tokens themselves.
+enum class input_rounding { none, q8_0, q8_k };
+input_rounding rounding_of(tensor_type t) {
+  return t == tensor_type::q8_0 ? input_rounding::q8_0 : is_k_quant(t) ? input_rounding::q8_k : input_rounding::none;
+}
+// The n tokens of d values as that rounding leaves them (quantized and back), in a buffer of the
+// calling thread's; x itself when there is none.
+const float* rounded_tokens(input_rounding r, const float* x, int64_t n, int64_t d) {
+  if (r == input_rounding::none) return x;
+  thread_local std::vector<float> rounded;
+  rounded.resize(static_cast<size_t>(n * d));
+  if (r == input_rounding::q8_0) {
+    std::vector<block_q8_0> q(static_cast<size_t>(d / qk8_0));
+    for (int64_t t = 0; t < n; ++t) {
+      quantize_row_q8_0(x + t * d, q.data(), d);
+      dequantize_row_q8_0(q.data(), rounded.data() + t * d, d);
+    }
+  } else {
+    std::copy(x, x + n * d, rounded.begin());
+    round_to_q8_k(rounded.data(), n * d);
+  }
+  return rounded.data();
+}
+
+// Bytes of a row's elements [k0, k0 + k) (k0 and, but at the row's end, k: multiples of the block).
 int64_t row_span_bytes(const tensor_view& w, int64_t k) {
   if (w.type == tensor_type::q8_0) return (k + qk8_0 - 1) / qk8_0 * static_cast<int64_t>(sizeof(block_q8_0));
+  if (is_k_quant(w.type)) return (k + qk_k - 1) / qk_k * static_cast<int64_t>(traits(w.type).block_bytes);
   return k * (half_rows(w) ? 2 : 4);
 }
 
@@ -168,16 +206,7 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
   constexpr int64_t kc_max = 256, nr = gemm_tokens, mr_ = gemm_rows;
   const int64_t d = ws[0]->ne0;
   const int64_t panels = (n + nr - 1) / nr, kblocks = (d + kc_max - 1) / kc_max;
-  thread_local std::vector<float> rounded;  // Q8_0 matrices: the tokens as the integer kernels see them
-  if (ws[0]->type == tensor_type::q8_0) {
-    rounded.resize(static_cast<size_t>(n * d));
-    std::vector<block_q8_0> q(static_cast<size_t>(d / qk8_0));
-    for (int64_t t = 0; t < n; ++t) {
-      quantize_row_q8_0(x + t * d, q.data(), d);
-      dequantize_row_q8_0(q.data(), rounded.data() + t * d, d);
-    }
-    x = rounded.data();
-  }
+  x = rounded_tokens(rounding_of(ws[0]->type), x, n, d);  // quantized matrices: the tokens as their integer kernels see them
   thread_local std::vector<float> packed;  // the calling thread's, read by the workers
   packed.resize(static_cast<size_t>(kblocks * panels * nr * kc_max));
   float* xp = packed.data();
@@ -212,6 +241,7 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
           else if (w.type == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
           else if (w.type == tensor_type::bf16) bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
           else if (w.type == tensor_type::q8_0) dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r0 + i)) + k0 / qk8_0, dst, kc);
+          else if (is_k_quant(w.type)) row_kernels_of(w.type).to_float(w.row(r0 + i) + row_span_bytes(w, k0), dst, kc);
           else std::memcpy(dst, reinterpret_cast<const float*>(w.row(r0 + i)) + k0, static_cast<size_t>(kc) * 4);
         }
         // The next block of kc (or the next rows' first), line by line, spread over this block's tiles.
@@ -239,9 +269,10 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
 
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                        std::vector<block_q8_0>& xq) {
-  // (Q8_0 matrices see the tokens rounded to Q8_0, float ones as they are: not both in one pass.)
-  const bool q8 = ws[0]->type == tensor_type::q8_0;
-  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && (w->type == tensor_type::q8_0) == q8; }))
+  // (Q8_0 matrices see the tokens rounded to Q8_0, K-quant ones to Q8_K, float ones as they are: one
+  // rounding a pass.)
+  const input_rounding r = rounding_of(ws[0]->type);
+  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && rounding_of(w->type) == r; }))
     return float_gemm(pool, ws, x, n, ys);
   const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->type == tensor_type::q4_0 && w->ne0 == ws[0]->ne0; });
   if (together) return interleaved_products(pool, ws, x, n, ys, xq);
@@ -293,18 +324,19 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
     for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
   }
-  if (w.type == tensor_type::q6_k && n <= 8) {
-    // A few tokens (the head of Q4_0 files in decode): the tokens quantized to Q8_K once, each row
-    // read in place with integer multiply-adds (one stream a thread: the hardware's prefetch).
+  if (is_k_quant(w.type) && n <= 8) {
+    // A few tokens (decode; the head of Q4_0 files): the tokens quantized to Q8_K once, each row read
+    // in place with integer multiply-adds (one stream a thread: the hardware's prefetch).
     thread_local std::vector<block_q8_k> x8;
     const int64_t kb = d / qk_k;
     x8.resize(static_cast<size_t>(n * kb));
     for (int64_t t = 0; t < n; ++t) quantize_row_q8_k(x + t * d, x8.data() + t * kb, d);
     const block_q8_k* xs = x8.data();
+    const tensor_type type = w.type;
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const auto* row = reinterpret_cast<const block_q6_k*>(w.row(r));
-        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_q6_k_q8_k(row, xs + t * kb, d);
+        const void* row = w.row(r);
+        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_k_quant_q8_k(type, row, xs + t * kb, d);
       }
     }, row_tile);
     return;
@@ -405,8 +437,9 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     }, row_tile);
     return;
   }
-  // Other rows (BF16; Q6_K for many tokens): tiles of rows converted once into a thread's buffer,
-  // against every token.
+  // Other rows (BF16; K-quants for 9 to 15 tokens): tiles of rows converted once into a thread's
+  // buffer, against every token (K-quants: the tokens rounded to Q8_K, as the integer kernels see them).
+  x = rounded_tokens(is_k_quant(w.type) ? input_rounding::q8_k : input_rounding::none, x, n, d);
   pool.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> buf;
     buf.resize(static_cast<size_t>(row_tile * d));

@@ -33,6 +33,8 @@ std::optional<tensor_type_traits> tensor_type_info(uint32_t type_id);
 // Same for a known enum value (always succeeds).
 const tensor_type_traits& traits(tensor_type t);
 std::string_view tensor_type_name(tensor_type t);
+// The K-quants hotcold computes with (Q4_K, Q5_K, Q6_K): their rows meet activations quantized to Q8_K.
+inline bool computes_as_k_quant(tensor_type t) { return t == tensor_type::q4_k || t == tensor_type::q5_k || t == tensor_type::q6_k; }
 // Parses "f16", "Q4_0", "q6_k" (case-insensitive) into a type.
 std::optional<tensor_type> tensor_type_from_name(std::string_view name);
 

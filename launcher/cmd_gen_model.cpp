@@ -1,5 +1,5 @@
 // hotcold gen-model --arch llama|qwen2|qwen3|phi3|falcon|bamboo --act relu|silu|drelu --embd N --layers N --ffn N
-//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|q8_0|q4_0 --seed S [--norm-spread S] [--rope-base B] [--llama3-rope CTX]
+//   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m --seed S [--norm-spread S] [--rope-base B] [--llama3-rope CTX]
 //   [--head-dim N] [--tied-output] [--output-bias] [--phi3-rope ORIG_CTX] -o OUT.gguf
 #include <chrono>
 #include <cstdio>
@@ -30,7 +30,9 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--ctx", a->o.n_ctx, "Training context length written to the file")->capture_default_str();
   cmd->add_option("--active", a->o.active, "Mean fraction of FFN neurons firing per token (ReLU family)")->capture_default_str();
   cmd->add_option("--vocab", a->o.vocab_path, "GGUF file whose tokenizer is copied")->required();
-  cmd->add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0 or q4_0")->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  cmd->add_option("--type", a->type,
+                  "Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or llama.cpp's mixes q4_k_m and q5_k_m (quantized presets: a Q6_K head)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"}));
   cmd->add_option("--seed", a->o.seed, "Random seed")->capture_default_str();
   cmd->add_option("--norm-spread", a->o.norm_spread, "Norm weights drawn from [1-S, 1+S], biases from [-S/2, S/2] (0: identity norms)")->capture_default_str();
   cmd->add_option("--rope-base", a->o.rope_freq_base, "RoPE frequency base (rope.freq_base; Llama 3: 500000)")->capture_default_str()->check(CLI::PositiveNumber);
@@ -52,7 +54,8 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
       auto o = a->o;
       o.arch = *architecture_from_name(a->arch);
       o.act = *activation_from_name(a->act);
-      o.type = *tensor_type_from_name(a->type);
+      o.k_mix = a->type.ends_with("_m");
+      o.type = *tensor_type_from_name(o.k_mix ? a->type.substr(0, a->type.size() - 2) : a->type);
       auto t0 = std::chrono::steady_clock::now();
       progress_bar bar("gen-model");
       auto report = tools::generate_model(o, [&](int64_t done, int64_t total) { bar.update(done, total); });

@@ -18,7 +18,8 @@ namespace hotcold {
 bool matrix_type_supported(tensor_type t) {
   switch (t) {
     case tensor_type::f32: case tensor_type::f16: case tensor_type::bf16:
-    case tensor_type::q8_0: case tensor_type::q4_0: case tensor_type::q6_k: return true;
+    case tensor_type::q8_0: case tensor_type::q4_0: case tensor_type::q4_k: case tensor_type::q5_k:
+    case tensor_type::q6_k: return true;
     default: return false;
   }
 }
@@ -146,7 +147,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     }
     if (vector ? (t->type != tensor_type::f32) : !matrix_type_supported(t->type))
       throw model_error(fmt::format("{}: tensor {} has type {}, which hotcold does not compute with ({})", path, name,
-                                    tensor_type_name(t->type), vector ? "norms must be F32" : "F32, F16, BF16, Q8_0, Q4_0, Q6_K"));
+                                    tensor_type_name(t->type), vector ? "norms must be F32" : "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"));
     tensor_view v;
     v.name = name;
     v.type = t->type;

@@ -27,6 +27,10 @@ struct layer_recipe {
   // The layer's activation predictor reads the layer's input (PowerInfer's Falcon files, and files
   // that say so) instead of the FFN's residual-stream input before its norm.
   bool predictor_reads_layer_input = false;
+  // The FFN's gate/up rows are K-quants: its input is rounded to Q8_K once (as their integer kernels
+  // see it), so the rows' float dot products on the sparse paths equal the matrix products' integer
+  // ones whatever the number of tokens or the path.
+  bool ffn_input_q8_k = false;
 
   // The FFN's normalized input is attention's (one norm, as Falcon-7B): computed once.
   bool ffn_shares_attn_input() const { return parallel && ffn_norm == attn_norm; }
@@ -35,6 +39,7 @@ struct layer_recipe {
 // Current llama.cpp's reading of each architecture (and PowerInfer's, for its sparse files).
 inline layer_recipe recipe_of(const hparams& hp, const layer_weights& l) {
   layer_recipe r;
+  r.ffn_input_q8_k = computes_as_k_quant(l.ffn_up.type) && hp.n_embd % 256 == 0;
   if (hp.arch == architecture::falcon) {
     r.norm = norm_kind::layer;
     r.parallel = true;

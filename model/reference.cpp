@@ -33,6 +33,8 @@ reference_model::mat reference_model::matrix(const std::string& name) const {
       case tensor_type::q8_0: kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(p), tmp.data(), cols); break;
       case tensor_type::q4_0: kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(p), tmp.data(), cols); break;
       case tensor_type::q6_k: kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(p), tmp.data(), cols); break;
+      case tensor_type::q4_k: kernels::dequantize_row_q4_k(reinterpret_cast<const kernels::block_q4_k*>(p), tmp.data(), cols); break;
+      case tensor_type::q5_k: kernels::dequantize_row_q5_k(reinterpret_cast<const kernels::block_q5_k*>(p), tmp.data(), cols); break;
       default: throw std::runtime_error("reference: " + name + " has a type the reference does not read");
     }
     for (int64_t c = 0; c < cols; ++c) m[static_cast<size_t>(r)][static_cast<size_t>(c)] = tmp[static_cast<size_t>(c)];

@@ -26,6 +26,8 @@ std::vector<uint8_t> convert_rows(std::span<const float> x, int64_t ne0, tensor_
     case tensor_type::q8_0: quantize_row_q8_0(x.data(), reinterpret_cast<block_q8_0*>(out.data()), static_cast<int64_t>(n)); break;
     case tensor_type::q4_0: quantize_row_q4_0(x.data(), reinterpret_cast<block_q4_0*>(out.data()), static_cast<int64_t>(n)); break;
     case tensor_type::q6_k: quantize_row_q6_k(x.data(), reinterpret_cast<block_q6_k*>(out.data()), static_cast<int64_t>(n)); break;
+    case tensor_type::q4_k: quantize_row_q4_k(x.data(), reinterpret_cast<block_q4_k*>(out.data()), static_cast<int64_t>(n)); break;
+    case tensor_type::q5_k: quantize_row_q5_k(x.data(), reinterpret_cast<block_q5_k*>(out.data()), static_cast<int64_t>(n)); break;
     default: throw std::invalid_argument(fmt::format("convert_rows: cannot write {}", tt.name));
   }
   return out;

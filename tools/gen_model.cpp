@@ -150,8 +150,11 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   if (!(o.norm_spread >= 0 && o.norm_spread < 1)) throw bad(fmt::format("--norm-spread {} must be in [0, 1)", o.norm_spread));
   if (o.out_path.empty()) throw bad("-o OUT.gguf is required");
   const auto& tt = traits(o.type);
-  if (!(o.type == tensor_type::f32 || o.type == tensor_type::f16 || o.type == tensor_type::q8_0 || o.type == tensor_type::q4_0 || o.type == tensor_type::bf16))
-    throw bad(fmt::format("--type {} is not one gen-model writes (f32, f16, bf16, q8_0, q4_0)", tt.name));
+  const bool k_quant = o.type == tensor_type::q4_k || o.type == tensor_type::q5_k || o.type == tensor_type::q6_k;
+  if (!(o.type == tensor_type::f32 || o.type == tensor_type::f16 || o.type == tensor_type::q8_0 || o.type == tensor_type::q4_0 || o.type == tensor_type::bf16 ||
+        k_quant))
+    throw bad(fmt::format("--type {} is not one gen-model writes (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)", tt.name));
+  if (o.k_mix && !(o.type == tensor_type::q4_k || o.type == tensor_type::q5_k)) throw bad(fmt::format("the _M mix is over Q4_K or Q5_K, not {}", tt.name));
   if (o.n_embd % tt.block_size || o.n_ff % tt.block_size || (head * o.n_head) % tt.block_size)
     throw bad(fmt::format("--type {} stores rows in blocks of {}: --embd {}, --ffn {} and the queries' width {} must be multiples of it", tt.name,
                           tt.block_size, o.n_embd, o.n_ff, head * o.n_head));
@@ -188,8 +191,18 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   // Metadata: llama.cpp's keys for the architecture, hotcold's activation key, the tokenizer.
   w.set_string("general.architecture", arch);
   w.set_string("general.name", fmt::format("hotcold-synthetic-{}-{}", arch, activation_name(o.act)));
-  uint32_t file_type = o.type == tensor_type::f32 ? 0 : o.type == tensor_type::f16 ? 1 : o.type == tensor_type::q4_0 ? 2
-                     : o.type == tensor_type::q8_0 ? 7 : 32;
+  // llama_ftype: the preset the file was made with (a pure K type as that type's _S preset).
+  uint32_t file_type = 32;  // BF16
+  switch (o.type) {
+    case tensor_type::f32: file_type = 0; break;
+    case tensor_type::f16: file_type = 1; break;
+    case tensor_type::q4_0: file_type = 2; break;
+    case tensor_type::q8_0: file_type = 7; break;
+    case tensor_type::q4_k: file_type = o.k_mix ? 15 : 14; break;
+    case tensor_type::q5_k: file_type = o.k_mix ? 17 : 16; break;
+    case tensor_type::q6_k: file_type = 18; break;
+    default: break;
+  }
   w.set_u32("general.file_type", file_type);
   w.set_u32(arch + ".context_length", static_cast<uint32_t>(o.n_ctx));
   w.set_u32(arch + ".embedding_length", static_cast<uint32_t>(d));
@@ -240,7 +253,22 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     float scale = static_cast<float>(std::sqrt(s_len / std::max(ss, 1e-12)));
     for (int64_t i = lay.s_begin; i < lay.s_end; ++i) e[i] *= scale;
   }
-  const tensor_type embd_type = o.type;
+  // Types as llama.cpp's quantize presets give them (llama_tensor_get_type): the head of a quantized
+  // file Q6_K (Q8_0 for falcon or rows not a multiple of 256), the token embeddings as the head when
+  // they are tied to it; with the _M mix, attn_v and ffn_down up to Q6_K on use_more_bits' layers
+  // (falcon's Q4_K_M ffn_down: Q6_K on the first 1/16, Q5_K on those layers), a fused attn_qkv up one.
+  const bool quantized_preset = o.type == tensor_type::q4_0 || o.k_mix;
+  const tensor_type out_type = !quantized_preset ? o.type : (falcon || d % 256 != 0) ? tensor_type::q8_0 : tensor_type::q6_k;
+  auto more_bits = [&](int64_t il) { return il < o.n_layer / 8 || il >= 7 * o.n_layer / 8 || (il - o.n_layer / 8) % 3 == 2; };
+  const tensor_type step_up = o.type == tensor_type::q4_k ? tensor_type::q5_k : tensor_type::q6_k;
+  auto attn_v_type = [&](int64_t il) { return o.k_mix && more_bits(il) ? tensor_type::q6_k : o.type; };
+  auto qkv_type = [&] { return o.k_mix ? step_up : o.type; };
+  auto ffn_down_type = [&](int64_t il) {
+    if (!o.k_mix) return o.type;
+    if (falcon && o.type == tensor_type::q4_k) return il < o.n_layer / 16 ? tensor_type::q6_k : more_bits(il) ? tensor_type::q5_k : tensor_type::q4_k;
+    return more_bits(il) ? tensor_type::q6_k : o.type;
+  };
+  const tensor_type embd_type = o.tied_output ? out_type : o.type;
   add("token_embd.weight", embd_type, embd);
   tick();
 
@@ -333,15 +361,15 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
         add(blk + "attn_norm_2.weight", tensor_type::f32, norm_weight());
         add(blk + "attn_norm_2.bias", tensor_type::f32, norm_bias());
       }
-      add(blk + "attn_qkv.weight", o.type, random_matrix(d + 2 * kv, d, in_scale));
+      add(blk + "attn_qkv.weight", qkv_type(), random_matrix(d + 2 * kv, d, in_scale));
     } else if (phi3) {  // q, k and v in one tensor, q's rows first
       add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
-      add(blk + "attn_qkv.weight", o.type, random_matrix(dq + 2 * kv, d, in_scale));
+      add(blk + "attn_qkv.weight", qkv_type(), random_matrix(dq + 2 * kv, d, in_scale));
     } else {
       add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
       add(blk + "attn_q.weight", o.type, random_matrix(dq, d, in_scale));
       add(blk + "attn_k.weight", o.type, random_matrix(kv, d, in_scale));
-      add(blk + "attn_v.weight", o.type, random_matrix(kv, d, in_scale));
+      add(blk + "attn_v.weight", attn_v_type(il), random_matrix(kv, d, in_scale));
     }
     if (qwen2) {  // biases as large as the products' values: a path that drops one computes another model
       add(blk + "attn_q.bias", tensor_type::f32, random_matrix(1, dq, 0.5f));
@@ -387,7 +415,7 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     }
     // The FFN writes only into the context subspace too.
     float down_scale = 0.5f / std::sqrt(static_cast<float>(n_ff) * static_cast<float>(sparse ? o.active : 0.5));
-    add(blk + "ffn_down.weight", o.type, context_writer(n_ff, down_scale));
+    add(blk + "ffn_down.weight", ffn_down_type(il), context_writer(n_ff, down_scale));
     tick();
   }
 
@@ -420,10 +448,8 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     add("rope_factors_long.weight", tensor_type::f32, longf);
     add("rope_factors_short.weight", tensor_type::f32, shortf);
   }
-  // Output head: reads every channel; llama.cpp's Q4_0 files store it as Q6_K.
+  // Output head: reads every channel (its type: out_type above).
   matrix out = random_matrix(n_vocab, d, 3.0f * in_scale);
-  tensor_type out_type = o.type;
-  if (o.type == tensor_type::q4_0) out_type = d % 256 == 0 ? tensor_type::q6_k : tensor_type::q8_0;
   if (!o.tied_output) add("output.weight", out_type, out);
   if (o.output_bias) add("output.bias", tensor_type::f32, random_matrix(1, n_vocab, 1.0f));
   tick();

@@ -25,6 +25,10 @@ struct gen_model_options {
   double active = 0.1;           // mean fraction of FFN neurons firing per token (ReLU family)
   std::string vocab_path;        // GGUF whose tokenizer.* metadata is copied
   tensor_type type = tensor_type::f16;
+  // llama.cpp's _M preset over a K-quant type (Q4_K_M, Q5_K_M): attn_v and ffn_down one step up to
+  // Q6_K on the layers its use_more_bits picks, a fused attn_qkv one step up, the head Q6_K (Q8_0 for
+  // falcon). Quantized types other than these get the presets' head rule alone.
+  bool k_mix = false;
   uint64_t seed = 1;
   // Norm weights drawn uniformly from [1 - s, 1 + s] per channel and biases from [-s/2, s/2] (0:
   // identity norms, weight 1 and bias 0). With s > 0 every norm of a layer differs from the others,

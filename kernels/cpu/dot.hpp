@@ -62,6 +62,15 @@ inline float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) { ret
 // multiply-adds: the head's matrix-vector product).
 inline float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) { return dots().dot_q6_k(w, x, n); }
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n);
+// Q4_K and Q5_K rows (k_quants.cpp): against float activations (the sparse FFN's rows), y += a * row,
+// and against activations quantized to Q8_K (integer multiply-adds: products of a few tokens, as
+// llama.cpp computes them).
+float dot_q4_k(const block_q4_k* w, const float* x, int64_t n);
+float dot_q5_k(const block_q5_k* w, const float* x, int64_t n);
+void axpy_q4_k(float a, const block_q4_k* x, float* y, int64_t n);
+void axpy_q5_k(float a, const block_q5_k* x, float* y, int64_t n);
+float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t n);
+float dot_q5_k_q8_k(const block_q5_k* w, const block_q8_k* x, int64_t n);
 
 // y += a * row, for one weight row of each type (the sparse down projection over ffn_down_t rows).
 inline void axpy_f32(float a, const float* x, float* y, int64_t n) { return dots().axpy_f32(a, x, y, n); }
@@ -160,6 +169,12 @@ void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n);
+float dot_q4_k(const block_q4_k* w, const float* x, int64_t n);
+float dot_q5_k(const block_q5_k* w, const float* x, int64_t n);
+void axpy_q4_k(float a, const block_q4_k* x, float* y, int64_t n);
+void axpy_q5_k(float a, const block_q5_k* x, float* y, int64_t n);
+float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t n);
+float dot_q5_k_q8_k(const block_q5_k* w, const block_q8_k* x, int64_t n);
 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
 }  // namespace scalar
 

@@ -177,6 +177,14 @@ void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n) {
   }
 }
 
+void round_to_q8_k(float* x, int64_t n) {
+  block_q8_k b;
+  for (int64_t k = 0; k < n / qk_k; ++k, x += qk_k) {
+    quantize_row_q8_k(x, &b, qk_k);
+    for (int i = 0; i < qk_k; ++i) x[i] = b.d * static_cast<float>(b.qs[i]);
+  }
+}
+
 void interleave_q4_0x16(const block_q4_0* rows, int64_t row_blocks, block_q4_0x16* out) {
   for (int64_t b = 0; b < row_blocks; ++b)
     for (int i = 0; i < 16; ++i) {

@@ -27,6 +27,35 @@ struct block_q6_k {
   int8_t scales[qk_k / 16];
   uint16_t d;
 };
+// Q4_K and Q5_K: 256 values in 8 groups of 32; value = d * sc[g] * q - dmin * m[g], q of 4 bits
+// (Q5_K: a fifth, high bit in qh), the groups' 6-bit scales sc and mins m packed into 12 bytes
+// (k_quant_scale_min). qs[32 c + l] holds group 2c's value l in its low nibble and group 2c + 1's in
+// its high one; Q5_K's qh[l] bit g is group g's value l's high bit.
+struct block_q4_k {
+  uint16_t d;     // f16 scale of the group scales
+  uint16_t dmin;  // f16 scale of the group mins
+  uint8_t scales[12];
+  uint8_t qs[qk_k / 2];
+};
+struct block_q5_k {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[qk_k / 8];
+  uint8_t qs[qk_k / 2];
+};
+// Group g's (0..7) scale and min from the 12 packed bytes: groups 0..3 in the low 6 bits of bytes
+// g and g + 4; groups 4..7 in byte g + 4's nibbles, their top two bits in the top bits of bytes g - 4
+// and g.
+inline void k_quant_scale_min(const uint8_t* s, int g, uint8_t& sc, uint8_t& m) {
+  if (g < 4) {
+    sc = s[g] & 63;
+    m = s[g + 4] & 63;
+  } else {
+    sc = static_cast<uint8_t>((s[g + 4] & 0xF) | ((s[g - 4] >> 6) << 4));
+    m = static_cast<uint8_t>((s[g + 4] >> 4) | ((s[g] >> 6) << 4));
+  }
+}
 // Q8_K: activations for Q6_K rows (as llama.cpp quantizes them): 256 values x[i] = d * qs[i] and
 // the sums of each 16 quants (what Q6_K's offset of 32 costs a dot product).
 struct block_q8_k {
@@ -56,11 +85,18 @@ static_assert(sizeof(block_q8_0) == 34);
 static_assert(sizeof(block_q4_0x16) == 16 * 18);
 static_assert(sizeof(block_q4_0) == 18);
 static_assert(sizeof(block_q6_k) == 210);
+static_assert(sizeof(block_q4_k) == 144);
+static_assert(sizeof(block_q5_k) == 176);
 
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
 void quantize_row_q6_k(const float* x, block_q6_k* y, int64_t n);
+void quantize_row_q4_k(const float* x, block_q4_k* y, int64_t n);
+void quantize_row_q5_k(const float* x, block_q5_k* y, int64_t n);
 void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n);
+// x (n values, a multiple of 256) as Q8_K leaves it: quantized and back, in place. A K-quant row's
+// float dot product with the result is its integer one with the Q8_K blocks, up to summation order.
+void round_to_q8_k(float* x, int64_t n);
 
 // rows: sixteen rows of row_blocks blocks each, row i at rows + i * row_blocks; out: row_blocks
 // interleaved blocks. And back.
@@ -84,5 +120,7 @@ void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);  // the refere
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n);
 void dequantize_row_q4_0(const block_q4_0* x, float* y, int64_t n);
 void dequantize_row_q6_k(const block_q6_k* x, float* y, int64_t n);
+void dequantize_row_q4_k(const block_q4_k* x, float* y, int64_t n);
+void dequantize_row_q5_k(const block_q5_k* x, float* y, int64_t n);
 
 }  // namespace hotcold::kernels

@@ -20,13 +20,13 @@ void axpy4_rows(const float* a, const void* const* rows, float* y, int64_t n) {
   const B* r[4] = {as<B>(rows[0]), as<B>(rows[1]), as<B>(rows[2]), as<B>(rows[3])};
   axpy4_kernel(a, r, y, n);
 }
-template <void (*axpy_kernel)(float, const block_q6_k*, float*, int64_t)>
+template <typename B, void (*axpy_kernel)(float, const B*, float*, int64_t)>
 void axpy4_one_by_one(const float* a, const void* const* rows, float* y, int64_t n) {
-  for (int k = 0; k < 4; ++k) axpy_kernel(a[k], as<block_q6_k>(rows[k]), y, n);
+  for (int k = 0; k < 4; ++k) axpy_kernel(a[k], as<B>(rows[k]), y, n);
 }
 
-const std::array<row_kernels, 6>& table() {
-  static const std::array<row_kernels, 6> t = {{
+const std::array<row_kernels, 8>& table() {
+  static const std::array<row_kernels, 8> t = {{
       {tensor_type::f32, 1, 4, false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_f32(as<float>(r), x, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_f32(a, as<float>(r), y, n); }, axpy4_rows<float, axpy4_f32>,
        [](const void* r, float* out, int64_t n) { std::memcpy(out, r, static_cast<size_t>(n) * sizeof(float)); }},
@@ -43,8 +43,14 @@ const std::array<row_kernels, 6>& table() {
        [](float a, const void* r, float* y, int64_t n) { axpy_q4_0(a, as<block_q4_0>(r), y, n); }, axpy4_rows<block_q4_0, axpy4_q4_0>,
        [](const void* r, float* out, int64_t n) { dequantize_row_q4_0(as<block_q4_0>(r), out, n); }},
       {tensor_type::q6_k, qk_k, sizeof(block_q6_k), false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_q6_k(as<block_q6_k>(r), x, n); },
-       [](float a, const void* r, float* y, int64_t n) { axpy_q6_k(a, as<block_q6_k>(r), y, n); }, axpy4_one_by_one<axpy_q6_k>,
+       [](float a, const void* r, float* y, int64_t n) { axpy_q6_k(a, as<block_q6_k>(r), y, n); }, axpy4_one_by_one<block_q6_k, axpy_q6_k>,
        [](const void* r, float* out, int64_t n) { dequantize_row_q6_k(as<block_q6_k>(r), out, n); }},
+      {tensor_type::q4_k, qk_k, sizeof(block_q4_k), false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_q4_k(as<block_q4_k>(r), x, n); },
+       [](float a, const void* r, float* y, int64_t n) { axpy_q4_k(a, as<block_q4_k>(r), y, n); }, axpy4_one_by_one<block_q4_k, axpy_q4_k>,
+       [](const void* r, float* out, int64_t n) { dequantize_row_q4_k(as<block_q4_k>(r), out, n); }},
+      {tensor_type::q5_k, qk_k, sizeof(block_q5_k), false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_q5_k(as<block_q5_k>(r), x, n); },
+       [](float a, const void* r, float* y, int64_t n) { axpy_q5_k(a, as<block_q5_k>(r), y, n); }, axpy4_one_by_one<block_q5_k, axpy_q5_k>,
+       [](const void* r, float* out, int64_t n) { dequantize_row_q5_k(as<block_q5_k>(r), out, n); }},
   }};
   return t;
 }

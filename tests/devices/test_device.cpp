@@ -103,9 +103,10 @@ TEST(Device, OperationTableSaysWhatItComputesAndComputesIt) {
   c.kind = "cpu";
   for (auto d : {sim(1 << 20), make_device(c)}) {
     SCOPED_TRACE(d->name());
-    for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::q6_k})
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::q4_k, tensor_type::q5_k,
+                          tensor_type::q6_k})
       EXPECT_TRUE(d->supports(operation::ffn_rows, t)) << tensor_type_name(t);
-    for (tensor_type t : {tensor_type::q4_k, tensor_type::q5_0, tensor_type::i32}) EXPECT_FALSE(d->supports(operation::ffn_rows, t)) << tensor_type_name(t);
+    for (tensor_type t : {tensor_type::q3_k, tensor_type::q5_0, tensor_type::i32}) EXPECT_FALSE(d->supports(operation::ffn_rows, t)) << tensor_type_name(t);
     d->reserve(operation::ffn_rows, 4, 64, 256);
     EXPECT_EQ(d->used(), 0u);  // host devices need no scratch
     std::atomic<std::thread::id> ran_on{};
@@ -115,13 +116,13 @@ TEST(Device, OperationTableSaysWhatItComputesAndComputesIt) {
     d->submit([&] { d->compute(job); })->wait();
     if (d->name() == "sim") EXPECT_NE(ran_on.load(), std::this_thread::get_id());  // on the sim's thread
     else EXPECT_EQ(ran_on.load(), std::this_thread::get_id());                    // the CPU runs it inline
-    job.type = tensor_type::q4_k;
+    job.type = tensor_type::q3_k;
     auto e = d->submit([&] { d->compute(job); });
     try {
       e->wait();
       ADD_FAILURE() << "an unsupported type was computed";
     } catch (const std::invalid_argument& err) {
-      EXPECT_NE(std::string(err.what()).find("Q4_K"), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find("Q3_K"), std::string::npos) << err.what();
     }
   }
 }

@@ -27,6 +27,7 @@ struct forward_case {
   tensor_type type;
   int64_t n_head_kv;
   double tolerance;  // relative RMS of the logits
+  bool k_mix = false;  // llama.cpp's _M mix over the K type
 };
 
 std::ostream& operator<<(std::ostream& os, const forward_case& c) { return os << c.name; }
@@ -39,9 +40,10 @@ TEST_P(ForwardPass, MatchesTheIndependentComputation) {
   o.arch = c.arch;
   o.act = c.act;
   o.type = c.type;
-  bool q4 = c.type == tensor_type::q4_0;
-  o.n_embd = q4 ? 256 : 64;  // Q4_0 files store the output head as Q6_K, which needs rows of 256
-  o.n_ff = q4 ? 256 : 128;
+  o.k_mix = c.k_mix;
+  const bool q4 = c.type == tensor_type::q4_0, k = c.type == tensor_type::q4_k || c.type == tensor_type::q5_k;
+  o.n_embd = q4 || k ? 256 : 64;  // Q4_0 files store the output head as Q6_K, which needs rows of 256 (as do K-quant rows)
+  o.n_ff = q4 || k ? 256 : 128;
   o.n_layer = 2;
   o.n_head = 4;
   o.n_head_kv = c.n_head_kv;
@@ -54,14 +56,20 @@ TEST_P(ForwardPass, MatchesTheIndependentComputation) {
   // the head, qwen3's per-head norms with heads wider than n_embd / n_head and a tied head, phi3's
   // fused products and LongRoPE with this test's contexts (16) above its original context (long factors).
   if (c.arch == architecture::qwen2) o.output_bias = true;
-  if (c.arch == architecture::qwen3) o.head_dim = 3 * o.n_embd / o.n_head / 2, o.tied_output = true;
+  if (c.arch == architecture::qwen3) o.head_dim = (k ? 2 : 3) * o.n_embd / o.n_head / (k ? 1 : 2), o.tied_output = true;  // K: q's width a multiple of 256
   if (c.arch == architecture::phi3) o.phi3_rope_orig_ctx = 8;
   const int64_t n_ctx = 16;
   auto path = test::make_model(c.name, o);
 
   auto m = model::load(path);
-  if (q4 && !m->tied_output()) {
-    EXPECT_EQ(m->weights().output.type, tensor_type::q6_k);
+  if ((q4 || k) && c.arch != architecture::falcon) {  // the presets' head (or the tied embeddings) in Q6_K
+    EXPECT_EQ(m->tied_output() ? m->weights().token_embd.type : m->weights().output.type, tensor_type::q6_k);
+  }
+  if (k) {  // the _M mix: layer 1 of 2 is one use_more_bits picks, layer 0 is not
+    const auto& l = m->weights().layers;
+    EXPECT_EQ(l[1].ffn_down.type, c.arch == architecture::falcon && c.type == tensor_type::q4_k ? tensor_type::q5_k : tensor_type::q6_k);
+    EXPECT_EQ(l[0].ffn_down.type, c.type);
+    EXPECT_EQ(l[0].ffn_up.type, c.type);
   }
   inference_context ctx(m, n_ctx, 2);
   std::vector<token_id> tokens{1, 299, 42, 7, 290, 123, 5};
@@ -98,11 +106,13 @@ TEST_P(ForwardPass, MatchesTheIndependentComputation) {
 
 std::vector<forward_case> cases() {
   std::vector<forward_case> out;
-  struct type_tol { tensor_type t; const char* name; double tol; };
+  struct type_tol { tensor_type t; const char* name; double tol; bool k_mix = false; };
   // Float weights: only float-vs-double rounding separates the two. Q8_0 / Q4_0 rows are multiplied
   // with activations quantized to Q8_0 (as llama.cpp does), which the double computation does not do.
   std::vector<type_tol> types{{tensor_type::f32, "f32", 1e-5}, {tensor_type::f16, "f16", 1e-5}, {tensor_type::bf16, "bf16", 1e-5},
-                              {tensor_type::q8_0, "q8_0", 1.5e-2}, {tensor_type::q4_0, "q4_0", 1.5e-2}};
+                              {tensor_type::q8_0, "q8_0", 1.5e-2}, {tensor_type::q4_0, "q4_0", 1.5e-2},
+                              // K-quant rows meet activations quantized to Q8_K (256 values a scale, as llama.cpp does): coarser
+                              {tensor_type::q4_k, "q4_k_m", 2.5e-2, true}, {tensor_type::q5_k, "q5_k_m", 2.5e-2, true}};
   struct arch_act { architecture a; activation act; int64_t kv; const char* name; };
   std::vector<arch_act> combos{
       {architecture::llama, activation::silu, 2, "llama_silu"},   {architecture::llama, activation::relu, 2, "llama_relu"},
@@ -113,7 +123,7 @@ std::vector<forward_case> cases() {
       {architecture::phi3, activation::silu, 4, "phi3_silu"},
   };
   for (const auto& c : combos)
-    for (const auto& t : types) out.push_back({std::string(c.name) + "_" + t.name, c.a, c.act, t.t, c.kv, t.tol});
+    for (const auto& t : types) out.push_back({std::string(c.name) + "_" + t.name, c.a, c.act, t.t, c.kv, t.tol, t.k_mix});
   return out;
 }
 

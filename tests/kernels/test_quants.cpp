@@ -78,6 +78,50 @@ TEST(Quants, Q6_KHandWorkedBlock) {
   EXPECT_EQ(y[133], (7 | (1 << 4)) - 32);
 }
 
+// Q4_K / Q5_K as ggml's block_q4_K / block_q5_K define them: d and dmin, eight 6-bit scales and mins
+// packed in 12 bytes (groups 4..7 split across nibbles and top bits), group 2c's quants in the low
+// nibbles of qs[32 c ..], group 2c + 1's in the high ones, Q5_K's fifth bit g of qh[l] for group g.
+TEST(Quants, Q4_KAndQ5_KHandWorkedBlocks) {
+  block_q4_k b{};
+  b.d = fp32_to_fp16(1.0f);
+  b.dmin = fp32_to_fp16(0.5f);
+  b.scales[0] = 2;     // group 0: scale 2
+  b.scales[4] = 4;     // group 0: min 4
+  b.scales[1] = 1;     // group 1: scale 1, min 0
+  // group 5: scale 37 (0b10'0101), min 19 (0b01'0011): low nibbles in byte 9, top bits in bytes 1 and 5
+  b.scales[9] = 0x35;
+  b.scales[1] |= 2 << 6;
+  b.scales[5] |= 1 << 6;
+  b.qs[0] = 0x73;       // value 0 (group 0): 3; value 32 (group 1): 7
+  b.qs[64 + 3] = 0xA0;  // value 163 (group 5, high nibble of the third 32 bytes): 10; value 131 (group 4): 0
+  std::vector<float> y(256);
+  dequantize_row_q4_k(&b, y.data(), 256);
+  EXPECT_EQ(y[0], 1 * 2 * 3 - 0.5f * 4);
+  EXPECT_EQ(y[1], -0.5f * 4);
+  EXPECT_EQ(y[32], 7.0f);
+  EXPECT_EQ(y[163], 37.0f * 10 - 0.5f * 19);
+  EXPECT_EQ(y[160], -0.5f * 19);
+  EXPECT_EQ(y[131], 0.0f);  // group 4: scale and min 0
+  uint8_t sc, m;
+  k_quant_scale_min(b.scales, 5, sc, m);
+  EXPECT_EQ(sc, 37);
+  EXPECT_EQ(m, 19);
+
+  block_q5_k c{};
+  c.d = b.d, c.dmin = b.dmin;
+  std::memcpy(c.scales, b.scales, 12);
+  std::memcpy(c.qs, b.qs, 128);
+  c.qh[0] = 0b10;       // value 32 (group 1): + 16
+  c.qh[3] = 1 << 5;     // value 163 (group 5): + 16
+  std::vector<float> z(256);
+  dequantize_row_q5_k(&c, z.data(), 256);
+  EXPECT_EQ(z[0], 1 * 2 * 3 - 0.5f * 4);
+  EXPECT_EQ(z[32], 23.0f);
+  EXPECT_EQ(z[163], 37.0f * 26 - 0.5f * 19);
+  EXPECT_EQ(z[3], -0.5f * 4);  // qh[3]'s other bits are 0
+  EXPECT_EQ(z[35], 0.0f);
+}
+
 TEST(Quants, RoundTripErrorIsSmall) {
   auto x = random_vector(4096, 1);
   std::vector<float> y(x.size());
@@ -94,6 +138,15 @@ TEST(Quants, RoundTripErrorIsSmall) {
   quantize_row_q6_k(x.data(), q6.data(), 4096);
   dequantize_row_q6_k(q6.data(), y.data(), 4096);
   EXPECT_LT(rel_rms(y, x), 0.04);
+  std::vector<block_q4_k> q4k(x.size() / 256);
+  quantize_row_q4_k(x.data(), q4k.data(), 4096);
+  dequantize_row_q4_k(q4k.data(), y.data(), 4096);
+  const double e4 = rel_rms(y, x);
+  EXPECT_LT(e4, 0.1);
+  std::vector<block_q5_k> q5k(x.size() / 256);
+  quantize_row_q5_k(x.data(), q5k.data(), 4096);
+  dequantize_row_q5_k(q5k.data(), y.data(), 4096);
+  EXPECT_LT(rel_rms(y, x), 0.6 * e4);  // the fifth bit halves the step
 }
 
 TEST(Dot, MatchesNaiveDoubleSums) {
@@ -223,6 +276,18 @@ TEST(Axpy, EveryRowTypeAddsItsDequantizedRow) {
   quantize_row_q6_k(w.data(), q6.data(), n);
   dequantize_row_q6_k(q6.data(), d.data(), n);
   check("q6_k", d, [&](float* y) { axpy_q6_k(a, q6.data(), y, n); });
+  if (n % 256 == 0) {
+    std::vector<block_q4_k> q4k(n / 256);
+    quantize_row_q4_k(w.data(), q4k.data(), n);
+    dequantize_row_q4_k(q4k.data(), d.data(), n);
+    check("q4_k", d, [&](float* y) { axpy_q4_k(a, q4k.data(), y, n); });
+    check("q4_k scalar", d, [&](float* y) { scalar::axpy_q4_k(a, q4k.data(), y, n); });
+    std::vector<block_q5_k> q5k(n / 256);
+    quantize_row_q5_k(w.data(), q5k.data(), n);
+    dequantize_row_q5_k(q5k.data(), d.data(), n);
+    check("q5_k", d, [&](float* y) { axpy_q5_k(a, q5k.data(), y, n); });
+    check("q5_k scalar", d, [&](float* y) { scalar::axpy_q5_k(a, q5k.data(), y, n); });
+  }
 }
 
 // One row against up to four vectors gives each one's dot product (tails past a multiple of 8 too).
@@ -432,6 +497,42 @@ TEST(Dot, Q6_KAgainstQ8_KActivations) {
   }
 }
 
+// Q4_K / Q5_K rows against float and Q8_K activations: every implementation gives the dot product of
+// the dequantized row (with the floats, or with the dequantized Q8_K values), mins included.
+TEST(Dot, Q4_KAndQ5_KRows) {
+  for (int64_t n : {256, 512, 2048}) {
+    auto w = random_vector(n, 510, 0.7f);
+    for (int64_t i = 0; i < n; i += 7) w[static_cast<size_t>(i)] += 1.5f;  // groups not centred on zero: the mins matter
+    auto v = random_vector(n, 511);
+    std::vector<block_q8_k> xq(static_cast<size_t>(n / qk_k));
+    quantize_row_q8_k(v.data(), xq.data(), n);
+    std::vector<block_q4_k> w4(static_cast<size_t>(n / qk_k));
+    std::vector<block_q5_k> w5(static_cast<size_t>(n / qk_k));
+    quantize_row_q4_k(w.data(), w4.data(), n);
+    quantize_row_q5_k(w.data(), w5.data(), n);
+    std::vector<float> d4(static_cast<size_t>(n)), d5(static_cast<size_t>(n));
+    dequantize_row_q4_k(w4.data(), d4.data(), n);
+    dequantize_row_q5_k(w5.data(), d5.data(), n);
+    double f4 = 0, f5 = 0, q4 = 0, q5 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto& blk = xq[static_cast<size_t>(i / qk_k)];
+      const double xi = double(blk.d) * blk.qs[i % qk_k];
+      f4 += double(d4[i]) * v[i], f5 += double(d5[i]) * v[i];
+      q4 += double(d4[i]) * xi, q5 += double(d5[i]) * xi;
+    }
+    SCOPED_TRACE(testing::Message() << n);
+    const double tol = 1e-4 * std::sqrt(double(n));
+    EXPECT_NEAR(dot_q4_k(w4.data(), v.data(), n), f4, tol * (1 + std::abs(f4)));
+    EXPECT_NEAR(scalar::dot_q4_k(w4.data(), v.data(), n), f4, tol * (1 + std::abs(f4)));
+    EXPECT_NEAR(dot_q5_k(w5.data(), v.data(), n), f5, tol * (1 + std::abs(f5)));
+    EXPECT_NEAR(scalar::dot_q5_k(w5.data(), v.data(), n), f5, tol * (1 + std::abs(f5)));
+    EXPECT_NEAR(dot_q4_k_q8_k(w4.data(), xq.data(), n), q4, tol * (1 + std::abs(q4)));
+    EXPECT_NEAR(scalar::dot_q4_k_q8_k(w4.data(), xq.data(), n), q4, tol * (1 + std::abs(q4)));
+    EXPECT_NEAR(dot_q5_k_q8_k(w5.data(), xq.data(), n), q5, tol * (1 + std::abs(q5)));
+    EXPECT_NEAR(scalar::dot_q5_k_q8_k(w5.data(), xq.data(), n), q5, tol * (1 + std::abs(q5)));
+  }
+}
+
 // The vector quantization gives the reference's bytes (ties to even both), including all-zero blocks.
 TEST(Quants, Q8_0VectorCodeMatchesTheReference) {
   for (uint32_t seed = 0; seed < 20; ++seed) {
@@ -530,7 +631,9 @@ TEST(Dot, SixteenInterleavedF16RowsAgainstSeveralVectors) {
     for (int r = 0; r < 16; ++r) {
       EXPECT_EQ(a[r], alone_a[r]) << n << " row " << r;
       EXPECT_EQ(b[r], alone_b[r]) << n << " row " << r;
-      if (n > 1) EXPECT_NE(a[r], b[r]) << n << " row " << r;
+      if (n > 1) {
+        EXPECT_NE(a[r], b[r]) << n << " row " << r;
+      }
     }
   }
 }

@@ -81,6 +81,22 @@ typed_row make_row(tensor_type t, const std::vector<float>& src) {
       dequantize_row_q6_k(b.data(), r.values.data(), n);  // Q6_K's layout is checked in test_quants
       break;
     }
+    case tensor_type::q4_k: {
+      std::vector<block_q4_k> b(n / qk_k);
+      quantize_row_q4_k(src.data(), b.data(), n);
+      r.bytes.resize(b.size() * sizeof(block_q4_k));
+      std::memcpy(r.bytes.data(), b.data(), r.bytes.size());
+      dequantize_row_q4_k(b.data(), r.values.data(), n);  // the K-quants' layouts are checked in test_quants
+      break;
+    }
+    case tensor_type::q5_k: {
+      std::vector<block_q5_k> b(n / qk_k);
+      quantize_row_q5_k(src.data(), b.data(), n);
+      r.bytes.resize(b.size() * sizeof(block_q5_k));
+      std::memcpy(r.bytes.data(), b.data(), r.bytes.size());
+      dequantize_row_q5_k(b.data(), r.values.data(), n);
+      break;
+    }
     default: ADD_FAILURE() << "no row maker for " << tensor_type_name(t);
   }
   return r;
@@ -103,7 +119,8 @@ TEST(RowKernels, EachTypeComputesWithItsOwnLayout) {
   for (int64_t k = 0; k < n / qk8_0; ++k)
     for (int i = 0; i < qk8_0; ++i) xq_values[k * qk8_0 + i] = fp16_to_fp32(xq[k].d) * xq[k].qs[i];
 
-  for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::q6_k}) {
+  for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::q6_k, tensor_type::q4_k,
+                        tensor_type::q5_k}) {
     SCOPED_TRACE(std::string(tensor_type_name(t)));
     const row_kernels* k = row_kernels_for(t);
     ASSERT_NE(k, nullptr);
@@ -138,6 +155,6 @@ TEST(RowKernels, EachTypeComputesWithItsOwnLayout) {
     }
   }
   // Types the engine does not compute with have no entry.
-  EXPECT_EQ(row_kernels_for(tensor_type::q4_k), nullptr);
+  EXPECT_EQ(row_kernels_for(tensor_type::q3_k), nullptr);
   EXPECT_EQ(row_kernels_for(tensor_type::i32), nullptr);
 }

@@ -1,0 +1,301 @@
+// Q4_K and Q5_K, the K-quants of llama.cpp's Q4_K_M / Q5_K_M presets: the blocks' reference
+// dequantization and a quantizer (gen-model's files), and the products the engine reads rows with —
+// against float activations (sparse FFN rows, y += a * row) and against Q8_K activations (integer
+// multiply-adds for products of a few tokens). Each has a scalar form; AVX2 where the CPU has it.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quants.hpp"
+
+namespace hotcold::kernels {
+
+namespace {
+
+// A block's eight group scales and mins as floats: d * sc[g] and dmin * m[g].
+struct k_groups {
+  float scale[8];
+  float min[8];
+  uint8_t sc[8];
+  uint8_t m[8];
+};
+template <typename B>
+k_groups groups_of(const B& b) {
+  k_groups g{};
+  const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+  for (int j = 0; j < 8; ++j) {
+    k_quant_scale_min(b.scales, j, g.sc[j], g.m[j]);
+    g.scale[j] = d * g.sc[j];
+    g.min[j] = dmin * g.m[j];
+  }
+  return g;
+}
+
+// Value v (0..255) of a block, the quant alone (0..15, Q5_K 0..31): group g = v / 32, l = v % 32.
+inline int q4_k_value(const block_q4_k& b, int v) {
+  const int g = v / 32, l = v % 32;
+  return (b.qs[32 * (g / 2) + l] >> (4 * (g & 1))) & 0xF;
+}
+inline int q5_k_value(const block_q5_k& b, int v) {
+  const int g = v / 32, l = v % 32;
+  return ((b.qs[32 * (g / 2) + l] >> (4 * (g & 1))) & 0xF) | (((b.qh[l] >> g) & 1) << 4);
+}
+
+// Groups of 32 values quantized to levels 0..nmax with a scale and a (non-negative) min each, the
+// scales and mins then to 6 bits against the block's d and dmin: x ~ d sc q - dmin m. Per group the
+// range [min(0, lo), hi] is split evenly, then a few scales around it are tried for the least squared
+// error (the mins' zero point kept), as the stored 6-bit values give them.
+template <typename B>
+void quantize_k_block(const float* x, B& out, int nmax, uint8_t* levels) {
+  float scale[8], min[8];
+  for (int g = 0; g < 8; ++g) {
+    const float* xg = x + 32 * g;
+    float lo = 0, hi = xg[0];
+    for (int i = 0; i < 32; ++i) lo = std::min(lo, xg[i]), hi = std::max(hi, xg[i]);
+    hi = std::max(hi, lo);
+    min[g] = -lo;
+    float best = (hi - lo) / static_cast<float>(nmax), best_err = INFINITY;
+    for (int k = -4; k <= 4; ++k) {
+      const float s = (hi - lo) / (static_cast<float>(nmax) + 0.25f * static_cast<float>(k));
+      if (!(s > 0)) break;
+      float err = 0;
+      for (int i = 0; i < 32; ++i) {
+        const float q = std::clamp(std::nearbyint((xg[i] - lo) / s), 0.0f, static_cast<float>(nmax));
+        const float e = q * s + lo - xg[i];
+        err += e * e;
+      }
+      if (err < best_err) best_err = err, best = s;
+    }
+    scale[g] = best;
+  }
+  const float max_scale = *std::max_element(scale, scale + 8), max_min = *std::max_element(min, min + 8);
+  out.d = fp32_to_fp16(max_scale / 63.0f);
+  out.dmin = fp32_to_fp16(max_min / 63.0f);
+  const float d = fp16_to_fp32(out.d), dmin = fp16_to_fp32(out.dmin);
+  std::memset(out.scales, 0, sizeof(out.scales));
+  for (int g = 0; g < 8; ++g) {
+    const auto sc = static_cast<uint8_t>(d > 0 ? std::clamp(static_cast<int>(std::lround(scale[g] / d)), 0, 63) : 0);
+    const auto m = static_cast<uint8_t>(dmin > 0 ? std::clamp(static_cast<int>(std::lround(min[g] / dmin)), 0, 63) : 0);
+    if (g < 4) {
+      out.scales[g] |= sc;
+      out.scales[g + 4] |= m;
+    } else {
+      out.scales[g + 4] = static_cast<uint8_t>((sc & 0xF) | ((m & 0xF) << 4));
+      out.scales[g - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
+      out.scales[g] |= static_cast<uint8_t>((m >> 4) << 6);
+    }
+  }
+  // The quants against the stored (rounded) scales and mins.
+  for (int g = 0; g < 8; ++g) {
+    uint8_t sc, m;
+    k_quant_scale_min(out.scales, g, sc, m);
+    const float step = d * sc, zero = dmin * m;
+    for (int i = 0; i < 32; ++i) {
+      const float q = step > 0 ? std::nearbyint((x[32 * g + i] + zero) / step) : 0.0f;
+      levels[32 * g + i] = static_cast<uint8_t>(std::clamp(q, 0.0f, static_cast<float>(nmax)));
+    }
+  }
+}
+
+}  // namespace
+
+// As ggml's dequantize_row_q4_K: per 64 values, two groups sharing 32 bytes (low nibbles, then high).
+void dequantize_row_q4_k(const block_q4_k* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk_k; ++b) {
+    const k_groups g = groups_of(x[b]);
+    const uint8_t* q = x[b].qs;
+    for (int c = 0; c < 4; ++c, q += 32) {
+      for (int l = 0; l < 32; ++l) *y++ = g.scale[2 * c] * (q[l] & 0xF) - g.min[2 * c];
+      for (int l = 0; l < 32; ++l) *y++ = g.scale[2 * c + 1] * (q[l] >> 4) - g.min[2 * c + 1];
+    }
+  }
+}
+
+// As ggml's dequantize_row_q5_K: Q4_K's layout plus the fifth bit, qh's bit pair (2c, 2c + 1).
+void dequantize_row_q5_k(const block_q5_k* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk_k; ++b) {
+    const k_groups g = groups_of(x[b]);
+    const uint8_t* q = x[b].qs;
+    for (int c = 0; c < 4; ++c, q += 32) {
+      const int lo_bit = 1 << (2 * c), hi_bit = 2 << (2 * c);
+      for (int l = 0; l < 32; ++l) *y++ = g.scale[2 * c] * ((q[l] & 0xF) + (x[b].qh[l] & lo_bit ? 16 : 0)) - g.min[2 * c];
+      for (int l = 0; l < 32; ++l) *y++ = g.scale[2 * c + 1] * ((q[l] >> 4) + (x[b].qh[l] & hi_bit ? 16 : 0)) - g.min[2 * c + 1];
+    }
+  }
+}
+
+void quantize_row_q4_k(const float* x, block_q4_k* y, int64_t n) {
+  uint8_t levels[qk_k];
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    quantize_k_block(x, y[b], 15, levels);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) y[b].qs[32 * c + l] = static_cast<uint8_t>(levels[64 * c + l] | (levels[64 * c + 32 + l] << 4));
+  }
+}
+
+void quantize_row_q5_k(const float* x, block_q5_k* y, int64_t n) {
+  uint8_t levels[qk_k];
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    quantize_k_block(x, y[b], 31, levels);
+    std::memset(y[b].qh, 0, sizeof(y[b].qh));
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) y[b].qs[32 * c + l] = static_cast<uint8_t>((levels[64 * c + l] & 0xF) | ((levels[64 * c + 32 + l] & 0xF) << 4));
+    for (int v = 0; v < qk_k; ++v) y[b].qh[v % 32] |= static_cast<uint8_t>((levels[v] >> 4) << (v / 32));
+  }
+}
+
+namespace scalar {
+
+template <typename B, int (*value)(const B&, int)>
+float dot_k(const B* w, const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    const k_groups g = groups_of(w[b]);
+    for (int v = 0; v < qk_k; ++v) s += (g.scale[v / 32] * static_cast<float>(value(w[b], v)) - g.min[v / 32]) * x[v];
+  }
+  return s;
+}
+template <typename B, int (*value)(const B&, int)>
+void axpy_k(float a, const B* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk_k; ++b, y += qk_k) {
+    const k_groups g = groups_of(x[b]);
+    for (int v = 0; v < qk_k; ++v) y[v] += a * (g.scale[v / 32] * static_cast<float>(value(x[b], v)) - g.min[v / 32]);
+  }
+}
+// Per block: d * xd * sum_g sc[g] (q . x8 over g) - dmin * xd * sum_g m[g] (x8's sum over g).
+template <typename B, int (*value)(const B&, int)>
+float dot_k_q8_k(const B* w, const block_q8_k* x, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / qk_k; ++b) {
+    const k_groups g = groups_of(w[b]);
+    int32_t isum = 0, msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t group = 0;
+      for (int l = 0; l < 32; ++l) group += value(w[b], 32 * j + l) * x[b].qs[32 * j + l];
+      isum += g.sc[j] * group;
+      msum += g.m[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    }
+    s += x[b].d * (fp16_to_fp32(w[b].d) * static_cast<float>(isum) - fp16_to_fp32(w[b].dmin) * static_cast<float>(msum));
+  }
+  return s;
+}
+
+float dot_q4_k(const block_q4_k* w, const float* x, int64_t n) { return dot_k<block_q4_k, q4_k_value>(w, x, n); }
+float dot_q5_k(const block_q5_k* w, const float* x, int64_t n) { return dot_k<block_q5_k, q5_k_value>(w, x, n); }
+void axpy_q4_k(float a, const block_q4_k* x, float* y, int64_t n) { axpy_k<block_q4_k, q4_k_value>(a, x, y, n); }
+void axpy_q5_k(float a, const block_q5_k* x, float* y, int64_t n) { axpy_k<block_q5_k, q5_k_value>(a, x, y, n); }
+float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t n) { return dot_k_q8_k<block_q4_k, q4_k_value>(w, x, n); }
+float dot_q5_k_q8_k(const block_q5_k* w, const block_q8_k* x, int64_t n) { return dot_k_q8_k<block_q5_k, q5_k_value>(w, x, n); }
+
+}  // namespace scalar
+
+namespace avx2 {
+
+// A block's eight groups of 32 quants, one register each (bytes in value order).
+HOTCOLD_AVX2 inline void unpack(const block_q4_k& b, __m256i (&q)[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    q[2 * c] = _mm256_and_si256(v, m4);
+    q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+}
+HOTCOLD_AVX2 inline void unpack(const block_q5_k& b, __m256i (&q)[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    // The high bit of group g is bit g of each qh byte: shifted down per 16-bit lane, then masked to
+    // the byte's own bit 0 (what came in from the byte above is masked off), then up to bit 4.
+    const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c), one), 4);
+    const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c + 1), one), 4);
+    q[2 * c] = _mm256_or_si256(_mm256_and_si256(v, m4), h0);
+    q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h1);
+  }
+}
+
+HOTCOLD_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+HOTCOLD_AVX2 inline __m256 bytes_to_ps(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
+
+template <typename B>
+HOTCOLD_AVX2 float dot_k(const B* w, const float* x, int64_t n) {
+  alignas(32) uint8_t q[qk_k];
+  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    __m256i r[8];
+    unpack(w[b], r);
+    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * g), r[g]);
+    const k_groups gs = groups_of(w[b]);
+    for (int g = 0; g < 8; ++g) {
+      const __m256 s = _mm256_set1_ps(gs.scale[g]), m = _mm256_set1_ps(gs.min[g]);
+      for (int k = 0; k < 32; k += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + 32 * g + k);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(s, bytes_to_ps(q + 32 * g + k)), xv, acc);
+        acc_min = _mm256_fmadd_ps(m, xv, acc_min);
+      }
+    }
+  }
+  return hsum(_mm256_sub_ps(acc, acc_min));
+}
+
+template <typename B>
+HOTCOLD_AVX2 void axpy_k(float a, const B* x, float* y, int64_t n) {
+  alignas(32) uint8_t q[qk_k];
+  for (int64_t b = 0; b < n / qk_k; ++b, y += qk_k) {
+    __m256i r[8];
+    unpack(x[b], r);
+    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * g), r[g]);
+    const k_groups gs = groups_of(x[b]);
+    for (int g = 0; g < 8; ++g) {
+      const __m256 s = _mm256_set1_ps(a * gs.scale[g]), m = _mm256_set1_ps(a * gs.min[g]);
+      for (int k = 0; k < 32; k += 8) {
+        float* yk = y + 32 * g + k;
+        _mm256_storeu_ps(yk, _mm256_fmadd_ps(s, bytes_to_ps(q + 32 * g + k), _mm256_sub_ps(_mm256_loadu_ps(yk), m)));
+      }
+    }
+  }
+}
+
+// Per group: unsigned quants x signed Q8_K bytes in pairs (maddubs: at most 2 x 31 x 127, fits 16
+// bits), times the group's 6-bit scale into 32-bit sums (madd); the mins from Q8_K's group sums.
+template <typename B>
+HOTCOLD_AVX2 float dot_k_q8_k(const B* w, const block_q8_k* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t b = 0; b < n / qk_k; ++b) {
+    __m256i r[8];
+    unpack(w[b], r);
+    const k_groups gs = groups_of(w[b]);
+    __m256i isum = _mm256_setzero_si256();
+    int32_t msum = 0;
+    for (int g = 0; g < 8; ++g) {
+      const __m256i p = _mm256_maddubs_epi16(r[g], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * g)));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16(gs.sc[g])));
+      msum += gs.m[g] * (x[b].bsums[2 * g] + x[b].bsums[2 * g + 1]);
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(w[b].d) * x[b].d), _mm256_cvtepi32_ps(isum), acc);
+    mins += fp16_to_fp32(w[b].dmin) * x[b].d * static_cast<float>(msum);
+  }
+  return hsum(acc) - mins;
+}
+
+}  // namespace avx2
+
+float dot_q4_k(const block_q4_k* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_k(w, x, n) : scalar::dot_q4_k(w, x, n); }
+float dot_q5_k(const block_q5_k* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_k(w, x, n) : scalar::dot_q5_k(w, x, n); }
+void axpy_q4_k(float a, const block_q4_k* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_k(a, x, y, n) : scalar::axpy_q4_k(a, x, y, n); }
+void axpy_q5_k(float a, const block_q5_k* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_k(a, x, y, n) : scalar::axpy_q5_k(a, x, y, n); }
+float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t n) { return cpu().avx2 ? avx2::dot_k_q8_k(w, x, n) : scalar::dot_q4_k_q8_k(w, x, n); }
+float dot_q5_k_q8_k(const block_q5_k* w, const block_q8_k* x, int64_t n) { return cpu().avx2 ? avx2::dot_k_q8_k(w, x, n) : scalar::dot_q5_k_q8_k(w, x, n); }
+
+}  // namespace hotcold::kernels
