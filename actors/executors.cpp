@@ -64,8 +64,8 @@ void check_recall(const compute_resources& p, const predict_job& job, const uint
     int64_t t = 0, f = 0;
     for (int64_t i = i0; i < i1; ++i) {
       const float g = hp.gated_ffn ? row_dot(l.ffn_gate, i, x, xq) : 0.0f;
-      if (hp.gated_ffn && hp.act != hotcold::activation::drelu && g <= 0.0f) continue;  // ReLU family: no need for up
-      if (hidden_value(hp, g, row_dot(l.ffn_up, i, x, xq)) == 0.0f) continue;
+      if (hp.gated_ffn && hp.act == hotcold::activation::relu && g <= 0.0f) continue;  // ReLU: no need for up
+      if (hidden_value(hp, hp.act_threshold_of(job.layer), g, row_dot(l.ffn_up, i, x, xq)) == 0.0f) continue;
       ++t;
       f += chosen[i] != 0;
     }

@@ -83,6 +83,7 @@ struct ffn_rows_job {
   const void *gate = nullptr, *up = nullptr, *down_t = nullptr;  // the device's copies (gate: null without a gate)
   bool gated = true;
   ffn_activation act = ffn_activation::relu;
+  float act_threshold = 0;                         // a neuron's value is 0 where |act(..)| < this (hparams::act_threshold_of)
   int64_t n = 0, d = 0, n_ff = 0;                  // tokens, embedding, neurons per layer
   const float* x = nullptr;                        // host: n x d inputs
   const uint8_t* chosen = nullptr;                 // host: n x n_ff, which neurons each token chose (null: one token, every id)
@@ -165,6 +166,7 @@ struct dense_ffn_job {
   tensor_type t_gate = tensor_type::f16, t_up = tensor_type::f16, t_down = tensor_type::f16;
   bool gated = true;
   ffn_activation act = ffn_activation::relu;
+  float act_threshold = 0;       // as ffn_rows_job's
   int64_t n = 0, d = 0, n_ff = 0;
   const float* x = nullptr;      // host: n x d
   float* out = nullptr;          // host: n x d

@@ -74,10 +74,12 @@ float activate(ffn_activation a, float v) {
 }
 
 // A neuron's value from its gate and up dots: act(gate) up, act(up) without a gate, relu(gate) relu(up)
-// for dReLU.
-float hidden(ffn_activation a, bool gated, float gate, float up) {
-  if (!gated) return activate(a, up);
-  return a == ffn_activation::drelu ? std::max(gate, 0.0f) * std::max(up, 0.0f) : activate(a, gate) * up;
+// for dReLU; 0 where |act(..)| < t.
+float hidden(ffn_activation a, float t, bool gated, float gate, float up) {
+  if (a == ffn_activation::drelu) return std::max(gate, 0.0f) * std::max(up, 0.0f);
+  const float v = activate(a, gated ? gate : up);
+  if (std::fabs(v) < t) return 0.0f;
+  return gated ? v * up : v;
 }
 
 void ffn_rows(const ffn_rows_job& job) {
@@ -96,7 +98,7 @@ void ffn_rows(const ffn_rows_job& job) {
         row(job.type, job.gate, job.slots[k], job.d, g.data());
         gate = dot(g.data(), x, job.d);
       }
-      const float h = hidden(job.act, job.gated, gate, up);
+      const float h = hidden(job.act, job.act_threshold, job.gated, gate, up);
       job.hidden[t * job.n_ff + id] = h;
       if (h == 0.0f) continue;
       row(job.type, job.down_t, job.slots[k], job.d, dn.data());
@@ -228,7 +230,7 @@ void dense_ffn(const dense_ffn_job& job) {
     }
     row(job.t_up, job.up, i, d, r.data());
     for (int64_t t = 0; t < n; ++t) {
-      h[static_cast<size_t>(t * n_ff + i)] = hidden(job.act, job.gated, g[static_cast<size_t>(t)], dot(r.data(), job.x + t * d, d));
+      h[static_cast<size_t>(t * n_ff + i)] = hidden(job.act, job.act_threshold, job.gated, g[static_cast<size_t>(t)], dot(r.data(), job.x + t * d, d));
     }
   }
   for (int64_t c = 0; c < d; ++c) {

@@ -132,9 +132,10 @@ class inference_context {
   // ffn_pred_in — what the layer's activation predictor reads (n_embd), in every mode;
   // ffn_act — the FFN's hidden vector after the activation (n_ff), whose nonzeros are the
   // neurons that fired (or were computed, in sparse mode);
-  // ffn_margin — for ReLU-family FFNs, whenever every neuron is computed (dense and oracle modes,
-  // or with stats): per neuron the pre-activation that decides whether it fires, positive exactly
-  // when it does (the gate; up for Falcon; min(gate, up) for dReLU). Empty function: no calls.
+  // ffn_margin — whenever every neuron is computed (dense and oracle modes, or with stats): per
+  // neuron how far it is from firing, positive exactly when it does (firing_margin: the gate; up for
+  // Falcon; min(gate, up) for dReLU; |act| - t_l for a thresholded activation, |act| without a
+  // threshold). Empty function: no calls.
   using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
   void set_observer(observer o) { observer_ = std::move(o); }
 
@@ -196,7 +197,7 @@ class inference_context {
                  float* out);
   // Every neuron of n tokens: gate and up as matrix products, then the activation into h (n x n_ff);
   // g: scratch (n x n_ff) for the gate. With margins, each token's firing margins go to B.margin.
-  void every_neuron(step_state& B, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins);
+  void every_neuron(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins);
   std::span<const float> run_batches(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions, bool all_logits,
                                      bool may_go_dense);
   void run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense, float* logits);

@@ -10,8 +10,10 @@
 
 namespace hotcold {
 
-void inference_context::every_neuron(step_state& B, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins) {
+void inference_context::every_neuron(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* g, float* h,
+                                     bool margins) {
   const hparams& hp = model_->hp();
+  const float t = hp.act_threshold_of(layer);
   const int64_t n = B.n, n_ff = hp.n_ff;
   if (hp.gated_ffn) {  // gate and up in one pass (one split across the threads, the input quantized once)
     const tensor_view* ws[2] = {&l.ffn_gate, &l.ffn_up};
@@ -21,12 +23,11 @@ void inference_context::every_neuron(step_state& B, const layer_weights& l, cons
     matmul(on, l.ffn_up, in, n, h);
   }
   if (margins) {
-    // A neuron's firing margin (ReLU family): the pre-activation that decides whether it fires,
-    // positive exactly when it does — the gate; up without a gate; min(gate, up) for dReLU.
+    // A neuron's firing margin: positive exactly when it fires (firing_margin).
     if (static_cast<int64_t>(B.margin.size()) < n * n_ff) B.margin.resize(static_cast<size_t>(n * n_ff));
-    for (int64_t k = 0; k < n * n_ff; ++k) B.margin[static_cast<size_t>(k)] = !hp.gated_ffn ? h[k] : hp.act == activation::drelu ? std::min(g[k], h[k]) : g[k];
+    for (int64_t k = 0; k < n * n_ff; ++k) B.margin[static_cast<size_t>(k)] = firing_margin(hp, t, hp.gated_ffn ? g[k] : 0.0f, h[k]);
   }
-  hidden_values(hp, g, h, h, n * n_ff);
+  hidden_values(hp, t, g, h, h, n * n_ff);
 }
 
 void inference_context::ffn_block(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out) {
@@ -50,6 +51,7 @@ void inference_context::dense_ffn_job(step_state& B, int64_t layer, const float*
     job.t_gate = g.ffn_gate ? g.ffn_gate.type : g.ffn_up.type, job.t_up = g.ffn_up.type, job.t_down = g.ffn_down.type;
     job.gated = hp.gated_ffn;
     job.act = device_activation(hp.act);
+    job.act_threshold = hp.act_threshold_of(layer);
     job.n = n, job.d = d, job.n_ff = n_ff, job.x = in, job.out = out;
     job.hidden = stats_on_ || observer_ ? B.hidden.data() : nullptr;  // each neuron's value, where something reads it
     job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
@@ -94,16 +96,16 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
   }
   const bool oracle = mode_ == ffn_mode::oracle;
   const bool choose = sparse || oracle;  // each token computes a chosen set, not every neuron
-  const bool relu_family = hp.act == activation::relu || hp.act == activation::drelu;
   // Every neuron's values first where the choice needs them (the oracle's) or the stats do (the
   // truth a sparse choice is measured against); the margins go to an observer whenever every neuron
   // is computed.
   const bool all_first = oracle || (sparse && stats_on_);
-  const bool margins = observer_ && relu_family && (all_first || !choose);
+  // (Without a sparse activation — a SiLU file being calibrated — the margin is |act| itself.)
+  const bool margins = observer_ && (all_first || !choose);
   if (all_first) {
     if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
     trace_scope span(trace_, stage::ffn, B.step, layer, n);
-    every_neuron(B, l, on, in, B.gate.data(), B.truth.data(), margins);
+    every_neuron(B, layer, l, on, in, B.gate.data(), B.truth.data(), margins);
   }
 
   std::optional<trace_scope> predict_span;
@@ -152,7 +154,7 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
     // neurons that fired. Neuron by neuron, each row met every token's input again: at a 256-token
     // prompt batch those no longer fit in cache and dense prefill ran at half the speed.
     float* h = B.hidden.data();
-    every_neuron(B, l, on, in, B.truth.data(), h, margins);
+    every_neuron(B, layer, l, on, in, B.truth.data(), h, margins);
     if (down_t) {
       on.pool->parallel_for(threads, [&](int64_t th0, int64_t th1) {
         for (int64_t th = th0; th < th1; ++th) {
@@ -187,7 +189,7 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
       // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
       neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
       run_pieces(*on.pool, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
-        batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
+        batch_neurons(hp, hp.act_threshold_of(layer), l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
       });
     }
   }

@@ -89,15 +89,16 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
   job.gate = h.gate.data, job.up = h.up.data, job.down_t = h.down_t.data;
   job.gated = hp.gated_ffn;
   job.act = device_activation(hp.act);
+  job.act_threshold = hp.act_threshold_of(layer);
   job.n = x.n, job.d = x.d, job.n_ff = x.n_ff;
   job.x = x.in;
   job.chosen = x.n == 1 ? nullptr : x.chosen;
   job.ids = s.hot_ids.data(), job.slots = s.hot_slots.data(), job.count = static_cast<int64_t>(s.hot_ids.size());
   job.hidden = hidden, job.out = out;
   // The CPU's routine, for a device that computes with host code.
-  job.host = [&hp, &h, &s, x, hidden, out] {
+  job.host = [&hp, &h, &s, x, hidden, out, t = job.act_threshold] {
     std::fill(out, out + x.n * x.d, 0.0f);
-    batch_neurons(hp, h.gate, h.up, h.down_t, s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size()), x, hidden, out);
+    batch_neurons(hp, t, h.gate, h.up, h.down_t, s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size()), x, hidden, out);
   };
   return hot_->submit([this, job = std::move(job), trace, timed, step, layer, n = x.n] {
     trace_scope span(trace, stage::hot_ffn, step, layer, n);
@@ -115,7 +116,7 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
   run_pieces(
       pool, pieces, x.n * x.d, acc, out,
       [&](int64_t k0, int64_t k1, float* a) {
-        batch_neurons(hp, l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
+        batch_neurons(hp, hp.act_threshold_of(layer), l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
       },
       trace, stage::cold_ffn, step, layer, x.n);
 }

@@ -75,16 +75,21 @@ inline void prefetch_row_ahead(const tensor_view& w, int64_t r) {
 // chosen: n x n_ff; chosen null: every token chose every id): the down rows a sparse FFN reads
 // (those of the neurons that fired, once for the tokens together).
 int64_t fired_rows(const float* hidden, const uint8_t* chosen, int64_t n, int64_t n_ff, const int32_t* ids, int64_t count);
-// A neuron's hidden value from its gate and up pre-activations (gate unused without a gate).
-float hidden_value(const hparams& hp, float g, float u);
-// out[k] = hidden_value(hp, g[k], u[k]) for k < n (g unused without a gate; out may be u).
-void hidden_values(const hparams& hp, const float* g, const float* u, float* out, int64_t n);
+// A neuron's hidden value from its gate and up pre-activations (gate unused without a gate), in a
+// layer whose activation threshold is t (hparams::act_threshold_of; 0: none): act(g) u, or 0 where
+// |act(g)| < t (no gate: act(u), or 0 where |act(u)| < t).
+float hidden_value(const hparams& hp, float t, float g, float u);
+// out[k] = hidden_value(hp, t, g[k], u[k]) for k < n (g unused without a gate; out may be u).
+void hidden_values(const hparams& hp, float t, const float* g, const float* u, float* out, int64_t n);
+// A neuron's firing margin: positive exactly when it fires — the gate (ReLU; no gate: up),
+// min(gate, up) for dReLU, |act(g)| - t for a thresholded activation.
+float firing_margin(const hparams& hp, float t, float g, float u);
 
 // One token's FFN over neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their ids
 // in the model's tensors, or their slots in a device's copy): hidden[ids[k]] = the neuron's value, and
 // acc += value x its down row (when down_t is present). xq: in quantized to Q8_0 where the rows want it.
 // The rows are scattered, so the next neurons' rows are prefetched while one computes.
-void token_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
+void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc);
 
 // A batch's inputs to the FFN: n tokens' normalized inputs (n x d), quantized to Q8_0 where the rows
@@ -101,7 +106,7 @@ struct batch_ffn_input {
 // tensors, or their slots in a device's copy): each token that chose the neuron computes its hidden
 // value into hidden (n x n_ff) and adds value x its down row into acc (n x d). Each row is read once.
 // With one token, every id given is computed (they are its choice; x.chosen may be null).
-void batch_neurons(const hparams& hp, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
+void batch_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
                    const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc);
 
 // The chosen neurons ids[0..count) (ascending) handed out to T threads in fixed pieces. Thread t owns

@@ -12,6 +12,7 @@
 #include "model/placement_file.hpp"
 #include "tools/placement.hpp"
 #include "tools/predictor_train.hpp"
+#include "tools/sparsity.hpp"
 #include "tools/profile.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -133,6 +134,8 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
       int64_t ctx = 0;
       bool powerinfer = false;
       bool reuse_profile = false;
+      double sparsity = 0;
+      int64_t sparsity_tokens = 512;
       tools::train_options train;
     };
     auto a = std::make_shared<args>();
@@ -149,10 +152,30 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)")
         ->check(finite_in(0, 1 << 20));
     cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold")->check(whole_in(0, 1ll << 40));
+    cmd->add_option("--sparsity", a->sparsity,
+                    "SiLU/GELU files: skip this mean fraction S of each layer's FFN neurons, those with the smallest |act(gate)| (a threshold "
+                    "per layer calibrated on the calibration text, stored in the file); 0: none (ReLU-family files)")
+        ->check(finite_in(0, 0.99));
+    cmd->add_option("--sparsity-tokens", a->sparsity_tokens, "Tokens the thresholds are calibrated on")->capture_default_str()->check(whole_in(1, 1 << 20));
     cmd->callback([a, &exit_code] {
       exit_code = run_guarded("prepare", [&] {
         auto t0 = std::chrono::steady_clock::now();
+        tools::sparse_file_options so;
+        std::vector<float> thresholds;
+        if (a->sparsity > 0) {
+          if (a->powerinfer) throw std::invalid_argument("--sparsity writes hotcold's GGUF (PowerInfer's files have no activation thresholds): drop --powerinfer");
+          tools::sparsity_options c;
+          c.model_path = a->model, c.calibration_path = a->calib, c.target = a->sparsity, c.tokens = a->sparsity_tokens, c.threads = a->threads;
+          progress_bar bar("calibrate");
+          const auto cal = tools::calibrate_act_thresholds(c, [&](int64_t d, int64_t t) { bar.update(d, t); });
+          bar.finish();
+          for (size_t l = 0; l < cal.thresholds.size(); ++l)
+            fmt::print(stderr, "  layer {:2}: |act| threshold {:.5f} skips {:.1f}% of the calibration's neurons\n", l, cal.thresholds[l], 100 * cal.skipped[l]);
+          so.act_thresholds = thresholds = cal.thresholds;
+          so.sparsity_target = static_cast<float>(a->sparsity);
+        }
         tools::profile_options po;
+        po.act_thresholds = thresholds;
         po.model_path = a->model;
         po.calibration_path = a->calib;
         po.tokens = a->tokens;
@@ -161,7 +184,6 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
         if (!a->reuse_profile || !fs::exists(fs::path(po.out_dir) / "profile.json")) profile_with_progress(po);
         auto data = tools::read_profile(po.out_dir);
         a->train.threads = a->threads;
-        tools::sparse_file_options so;
         {
           // Predictors are stored like the model's FFN matrices (F16 next to F16, Q4_0 next to Q4_0),
           // and their thresholds are chosen for the stored form.

@@ -156,6 +156,19 @@ hparams read_hparams(const gguf::file& f) {
       else if (*in == "layer_input") hp.pred_input = predictor_input::layer_input;
       else throw model_error(fmt::format("{}: {} = '{}' is not ffn_input_before_norm or layer_input", f.source(), predictor_input_key, *in));
     }
+    if (const gguf::value* t = f.get_array(activation_thresholds_key)) {
+      if (hp.act != activation::silu && hp.act != activation::gelu)
+        throw model_error(fmt::format("{}: {} thresholds SiLU or GELU activations, not {}", f.source(), activation_thresholds_key, activation_name(hp.act)));
+      if (t->size() != static_cast<uint64_t>(hp.n_layer))
+        throw model_error(fmt::format("{}: {} has {} entries for {} layers", f.source(), activation_thresholds_key, t->size(), hp.n_layer));
+      for (int64_t l = 0; l < hp.n_layer; ++l) {
+        const double v = t->number_at(l);
+        if (!(v >= 0 && std::isfinite(v)))
+          throw model_error(fmt::format("{}: {}[{}] = {} is not a threshold (finite, >= 0)", f.source(), activation_thresholds_key, l, v));
+        hp.act_threshold.push_back(static_cast<float>(v));
+      }
+      if (auto s = f.get_float(sparsity_target_key)) hp.sparsity_target = static_cast<float>(*s);
+    }
     if (hp.act == activation::drelu && !hp.gated_ffn)
       throw model_error(fmt::format("{}: dReLU needs a gated FFN, which {} does not have", f.source(), architecture_name(hp.arch)));
   } catch (const gguf::metadata_error& e) {

@@ -31,6 +31,11 @@ std::optional<activation> activation_from_name(std::string_view name);
 constexpr std::string_view activation_key = "hotcold.activation";              // string: silu relu drelu gelu
 constexpr std::string_view sparse_thresholds_key = "hotcold.sparse.thresholds";  // f32[n_layer]
 constexpr std::string_view predictor_input_key = "hotcold.sparse.predictor_input";  // "ffn_input_before_norm" | "layer_input"
+// Sparsity without retraining (SiLU/GELU files, `prepare --sparsity`): in layer l neuron k's value is
+// act(gate_k . x) (up_k . x) when |act(gate_k . x)| >= t_l (no gate: act(up_k . x) when |act(..)| >= t_l),
+// else 0 — the file's model, on every path.
+constexpr std::string_view activation_thresholds_key = "hotcold.sparsity.act_thresholds";  // f32[n_layer]: t_l
+constexpr std::string_view sparsity_target_key = "hotcold.sparsity.target";  // f32: the mean fraction skipped the t_l were calibrated for
 // PowerInfer's key: one threshold for every layer.
 constexpr std::string_view powerinfer_threshold_key = "powerinfer.sparse_threshold";
 
@@ -68,6 +73,14 @@ struct hparams {
   // Sparse files: neuron i of layer l is computed iff predictor score_i >= sparse_threshold[l].
   std::vector<float> sparse_threshold;  // (n_layer), 0 when the file says nothing
   predictor_input pred_input = predictor_input::ffn_input_before_norm;
+  // SiLU/GELU files made sparse by thresholding (activation_thresholds_key): t_l per layer; empty: none.
+  std::vector<float> act_threshold;
+  float sparsity_target = 0.0f;
+
+  // The layer's activation threshold (0: every neuron keeps its value).
+  float act_threshold_of(int64_t layer) const { return act_threshold.empty() ? 0.0f : act_threshold[static_cast<size_t>(layer)]; }
+  // Neurons stop firing: ReLU-family activations, or thresholded ones.
+  bool sparse_activation() const { return act == activation::relu || act == activation::drelu || !act_threshold.empty(); }
 
   int64_t head_dim() const { return n_head_dim; }
   int64_t n_embd_q() const { return n_head_dim * n_head; }  // the queries' width (n_embd unless key_length says otherwise)

@@ -92,12 +92,20 @@ tensor_view elements_of(const tensor_view& t, int64_t first, int64_t count, cons
 
 }  // namespace
 
-std::shared_ptr<const model> model::load(const std::string& path, const load_options& options) {
+std::shared_ptr<const model> model::load(const std::string& path, const load_options& options, std::span<const float> act_thresholds) {
   std::shared_ptr<model> m(new model());
   m->path_ = path;
   m->file_ = std::make_unique<gguf::file>(gguf::file::open(path));
   const gguf::file& f = *m->file_;
   m->hp_ = read_hparams(f);
+  if (!act_thresholds.empty()) {
+    hparams& h = m->hp_;
+    if (h.act != activation::silu && h.act != activation::gelu)
+      throw model_error(fmt::format("{}: activation thresholds apply to SiLU or GELU FFNs, not {}", path, activation_name(h.act)));
+    if (act_thresholds.size() != static_cast<size_t>(h.n_layer))
+      throw model_error(fmt::format("{}: {} activation thresholds for {} layers", path, act_thresholds.size(), h.n_layer));
+    h.act_threshold.assign(act_thresholds.begin(), act_thresholds.end());
+  }
   try {
     m->vocab_ = std::make_unique<vocab>(vocab::from_gguf(f));
   } catch (const vocab_error& e) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,7 +78,10 @@ class model {
  public:
   // Throws model_error (unknown architecture, missing tensor, wrong shape or type),
   // gguf::format_error (corrupt file) or std::system_error (cannot read).
-  static std::shared_ptr<const model> load(const std::string& path, const load_options& options = {});
+  // act_thresholds (one per layer, for a SiLU/GELU file): in place of the file's activation thresholds
+  // (hotcold.sparsity.act_thresholds) — prepare --sparsity profiles the thresholded model before
+  // writing it.
+  static std::shared_ptr<const model> load(const std::string& path, const load_options& options = {}, std::span<const float> act_thresholds = {});
 
   const std::string& path() const { return path_; }
   const hparams& hp() const { return hp_; }

@@ -211,6 +211,8 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
         if (!hp_.gated_ffn) hidden[j] = activate(u[j]);
         else if (hp_.act == activation::drelu) hidden[j] = std::max(gv[j], 0.0) * std::max(u[j], 0.0);
         else hidden[j] = activate(gv[j]) * u[j];
+        // A thresholded activation (prepare --sparsity): the neuron counts only where |act| >= t_l.
+        if (!hp_.act_threshold.empty() && std::fabs(activate(hp_.gated_ffn ? gv[j] : u[j])) < hp_.act_threshold[static_cast<size_t>(l)]) hidden[j] = 0;
       }
       vec fo(static_cast<size_t>(d), 0.0);
       if (by_neuron) {

@@ -125,7 +125,7 @@ void check_hot_ffn(int64_t n_rows, int64_t d, int64_t count, bool gated, gpu::ff
   dev<uint16_t> dg(gate), du(up), dd(down);
   dev<int32_t> ds(slots);
   dev<float> dx(x), dh(static_cast<size_t>(count)), dout(static_cast<size_t>(d)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
-  const std::string e = gpu::hot_ffn(gpu::row_type::f16, dg.p, du.p, dd.p, ds.p, count, d, dx.p, gated, act, dh.p, dout.p, scratch.p);
+  const std::string e = gpu::hot_ffn(gpu::row_type::f16, dg.p, du.p, dd.p, ds.p, count, d, dx.p, gated, act, 0.0f, dh.p, dout.p, scratch.p);
   const char* names[] = {"relu", "silu", "gelu", "drelu"};
   const std::string name = std::string("hot_ffn f16 ") + names[static_cast<int>(act)] + (gated ? " gated" : "") + " " + std::to_string(count) + " of " +
                            std::to_string(n_rows) + " x" + std::to_string(d);
@@ -198,7 +198,7 @@ void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t
   dev<uint8_t> dg(bytes[0]), du(bytes[1]), dd(bytes[2]);
   dev<int32_t> ds(slots);
   dev<float> dx(x), dh(static_cast<size_t>(count)), dout(static_cast<size_t>(d)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
-  const std::string e = gpu::hot_ffn(t, dg.p, du.p, dd.p, ds.p, count, d, dx.p, true, gpu::ffn_act::relu, dh.p, dout.p, scratch.p);
+  const std::string e = gpu::hot_ffn(t, dg.p, du.p, dd.p, ds.p, count, d, dx.p, true, gpu::ffn_act::relu, 0.0f, dh.p, dout.p, scratch.p);
   const std::string name = std::string("hot_ffn ") + type_name(t) + " relu gated " + std::to_string(count) + " of " +
                            std::to_string(n_rows) + " x" + std::to_string(d);
   report(name + " hidden", e, nmse(dh.get(), hidden), 1e-6);
@@ -389,7 +389,7 @@ void bench(std::mt19937& rng, double peak) {
       dev<int32_t> ds(slots);
       dev<float> dh(static_cast<size_t>(chosen)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
       speed(std::string("hot_ffn ") + tn + " " + std::to_string(chosen) + " of " + std::to_string(hot) + " rows" + shape,
-            seconds_per_call([&] { gpu::hot_ffn(t, rows.p, rows.p, rows.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, dh.p, dy.p, scratch.p); }, 100),
+            seconds_per_call([&] { gpu::hot_ffn(t, rows.p, rows.p, rows.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, 0.0f, dh.p, dy.p, scratch.p); }, 100),
             static_cast<double>(chosen) * 3.0 * static_cast<double>(gpu::row_bytes(t, d)), peak);
     }
     const int64_t rank = d == 2048 ? 256 : 1024;

@@ -22,34 +22,54 @@ namespace fs = std::filesystem;
 
 std::string profile_data::samples_path(int64_t layer) const { return (fs::path(dir) / fmt::format("layer-{:03}.samples", layer)).string(); }
 
-profile_result run_profile(const profile_options& o, const std::function<void(int64_t, int64_t)>& progress) {
-  if (o.tokens < 1) throw std::invalid_argument("--tokens must be at least 1");
-  auto m = model::load(o.model_path);
-  const auto& hp = m->hp();
-  if (hp.act != activation::relu && hp.act != activation::drelu)
-    throw std::invalid_argument(fmt::format("{}: the FFN activation is {}, which fires every neuron; profile needs a ReLU-family model (relu, drelu)",
-                                            o.model_path, activation_name(hp.act)));
-  const vocab& v = m->vocabulary();
-  // Calibration tokens: the given text, or (default) text the model samples itself at temperature 1,
-  // which covers the vocabulary far more evenly than any small built-in corpus.
-  std::vector<token_id> tokens;
-  if (!o.calibration_path.empty()) {
-    std::ifstream in(o.calibration_path, std::ios::binary);
-    if (!in) throw std::system_error(errno, std::generic_category(), o.calibration_path);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    tokens = v.tokenize(text, false, false);
-    if (tokens.empty()) throw std::invalid_argument("the calibration text has no tokens");
-  }
+namespace {
+
+sampling_params self_text_sampling() {
   sampling_params sp;
   sp.temperature = 1.0f;
   sp.top_k = 0;
   sp.top_p = 1.0f;
   sp.min_p = 0.0f;
   sp.seed = 2024;
-  sampler self_text(sp);
-  const std::vector<token_id> seed_prompt = v.tokenize(mixed_text(64, 2024), false, false);
-  // Repeat the text if it is shorter than asked (each chunk restarts positions anyway).
-  int64_t n = o.tokens;
+  return sp;
+}
+
+}  // namespace
+
+calibration_tokens::calibration_tokens(const model& m, const std::string& text_path, int64_t chunk)
+    : v_(m.vocabulary()), self_text_(self_text_sampling()), chunk_(std::max<int64_t>(1, std::min(chunk, m.hp().n_ctx_train))) {
+  // The given text, or (default) text the model samples itself at temperature 1, which covers the
+  // vocabulary far more evenly than any small built-in corpus.
+  if (!text_path.empty()) {
+    std::ifstream in(text_path, std::ios::binary);
+    if (!in) throw std::system_error(errno, std::generic_category(), text_path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text_ = v_.tokenize(text, false, false);
+    if (text_.empty()) throw std::invalid_argument("the calibration text has no tokens");
+  }
+  seed_prompt_ = v_.tokenize(mixed_text(64, 2024), false, false);
+  bos_ = v_.add_bos() && v_.bos() != no_token;
+}
+
+token_id calibration_tokens::at(int64_t t, std::span<const float> logits) {
+  // (The text repeats if it is shorter than asked; each chunk restarts positions.)
+  const int64_t pos = t % chunk_;
+  if (pos == 0 && bos_) return v_.bos();
+  if (!text_.empty()) return text_[static_cast<size_t>(t) % text_.size()];
+  if (pos < 8 || logits.empty()) return seed_prompt_[static_cast<size_t>(t) % seed_prompt_.size()];  // a few real tokens to start each chunk
+  return self_text_.sample(logits);
+}
+
+profile_result run_profile(const profile_options& o, const std::function<void(int64_t, int64_t)>& progress) {
+  if (o.tokens < 1) throw std::invalid_argument("--tokens must be at least 1");
+  auto m = model::load(o.model_path, {}, o.act_thresholds);
+  const auto& hp = m->hp();
+  if (!hp.sparse_activation())
+    throw std::invalid_argument(fmt::format("{}: the FFN activation is {}, which fires every neuron; profile needs a ReLU-family model (relu, drelu) "
+                                            "or thresholds (prepare --sparsity)",
+                                            o.model_path, activation_name(hp.act)));
+  calibration_tokens feed(*m, o.calibration_path, o.chunk);
+  const int64_t n = o.tokens;
   fs::create_directories(o.out_dir);
 
   profile_data meta;
@@ -67,7 +87,7 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
   std::vector<int64_t> active(static_cast<size_t>(hp.n_layer), 0);
 
   int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int64_t chunk = std::max<int64_t>(1, std::min(o.chunk, hp.n_ctx_train));
+  const int64_t chunk = feed.chunk();
   inference_context ctx(m, chunk, threads);
   ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> x) {
     if (name == observed::ffn_pred_in) {
@@ -92,15 +112,10 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
     out.write(reinterpret_cast<const char*>(mask.data()), static_cast<std::streamsize>(mask.size()));
     out.write(reinterpret_cast<const char*>(margin.data()), static_cast<std::streamsize>(margin.size() * 2));
   });
-  const bool bos = v.add_bos() && v.bos() != no_token;
   std::span<const float> logits;
   for (int64_t t = 0; t < n; ++t) {
-    int64_t pos = t % chunk;
-    token_id tok;
-    if (pos == 0 && bos) tok = v.bos();
-    else if (!tokens.empty()) tok = tokens[static_cast<size_t>(t) % tokens.size()];
-    else if (pos < 8 || logits.empty()) tok = seed_prompt[static_cast<size_t>(t) % seed_prompt.size()];  // a few real tokens to start each chunk
-    else tok = self_text.sample(logits);
+    const int64_t pos = t % chunk;
+    const token_id tok = feed.at(t, logits);
     logits = ctx.forward(tok, pos);
     if (progress && (t % 16 == 15 || t + 1 == n)) progress(t + 1, n);
   }

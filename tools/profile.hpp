@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "model/model.hpp"
+#include "model/sampler.hpp"
+
 namespace hotcold::tools {
 
 inline constexpr int profile_format = 2;  // profile.json "format": 2 added the margins
@@ -25,6 +28,7 @@ struct profile_options {
   int64_t chunk = 256;           // tokens per sequence; positions restart each chunk
   int threads = 0;
   std::string out_dir;
+  std::vector<float> act_thresholds;  // non-empty: the model's activation thresholds (prepare --sparsity)
 };
 
 struct profile_result {
@@ -34,6 +38,24 @@ struct profile_result {
 };
 
 profile_result run_profile(const profile_options& o, const std::function<void(int64_t, int64_t)>& progress = {});
+
+// The tokens profile (and prepare --sparsity's calibration) feed a model: the calibration text
+// repeated, or text the model samples itself at temperature 1 (seed 2024), each chunk of `chunk`
+// positions starting at BOS and, self-sampled, with a few tokens of tools::mixed_text.
+class calibration_tokens {
+ public:
+  calibration_tokens(const model& m, const std::string& text_path, int64_t chunk);
+  // Token t, given the logits after token t - 1 (empty at the start).
+  token_id at(int64_t t, std::span<const float> logits);
+  int64_t chunk() const { return chunk_; }
+
+ private:
+  const vocab& v_;
+  std::vector<token_id> text_, seed_prompt_;
+  sampler self_text_;
+  int64_t chunk_;
+  bool bos_;
+};
 
 // Reading what run_profile wrote.
 struct profile_data {

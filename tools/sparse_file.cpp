@@ -26,7 +26,16 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
   gguf::writer w(options.kind);
   for (const auto& kv : f.metadata()) {
     if (kv.key == sparse_thresholds_key || kv.key == powerinfer_threshold_key || kv.key == predictor_input_key) continue;
+    if (!options.act_thresholds.empty() && (kv.key == activation_thresholds_key || kv.key == sparsity_target_key)) continue;
     w.set_value(kv.key, kv.val);
+  }
+  if (!options.act_thresholds.empty()) {
+    if (options.act_thresholds.size() != static_cast<size_t>(hp.n_layer))
+      throw std::invalid_argument(fmt::format("{} activation thresholds for {} layers", options.act_thresholds.size(), hp.n_layer));
+    if (options.kind == gguf::file_kind::powerinfer)
+      throw std::invalid_argument("PowerInfer's files have no activation thresholds: a thresholded model is written as hotcold's GGUF");
+    w.set_array(activation_thresholds_key, std::span<const float>(options.act_thresholds));
+    w.set_f32(sparsity_target_key, options.sparsity_target);
   }
   // PowerInfer files hold one threshold for all layers. Per-layer thresholds of one sign are folded
   // into fc2: score >= t_l is c score >= c t_l for c > 0, so with c_l = T / t_l every layer keeps its

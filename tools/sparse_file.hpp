@@ -22,6 +22,10 @@ struct sparse_file_options {
   gguf::file_kind kind = gguf::file_kind::gguf;  // powerinfer: magic PWRI, one threshold key for all layers
                                                  // (per-layer thresholds folded into fc2 where they share a sign)
   tensor_type predictor_type = tensor_type::f32; // PowerInfer's quantize writes Q4_0 predictors
+  // prepare --sparsity: the activation thresholds (hotcold.sparsity.act_thresholds) and the target they
+  // were calibrated for (hotcold.sparsity.target); empty: the dense file's own, if any.
+  std::vector<float> act_thresholds;
+  float sparsity_target = 0;
 };
 
 // The type a predictor matrix with rows of `row` values is stored in: `wanted` where whole blocks fit,

@@ -212,7 +212,7 @@ void cuda_backend::compute(const ffn_rows_job& job) {
   const auto act = static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act));
   for (int64_t t = 0; t < n; ++t) {
     const std::string e = kernels::gpu::hot_ffn(rows, job.gate, job.up, job.down_t, ds + t * n_ff, count[static_cast<size_t>(t)], d, dx + t * d, job.gated,
-                                                act, dh + t * n_ff, dout + t * d, static_cast<float*>(partial_->data()), stream_);
+                                                act, job.act_threshold, dh + t * n_ff, dout + t * d, static_cast<float*>(partial_->data()), stream_);
     if (!e.empty()) fail(fmt::format("FFN rows kernel: {}", e));
   }
   cuda_copy_async(ho, dout, static_cast<uint64_t>(n * d) * sizeof(float), false, stream_);
@@ -388,7 +388,7 @@ void cuda_backend::compute(const dense_ffn_job& job) {
     std::string e;
     if (job.gated) e = gpu::matmul(gpu_rows(job.t_gate), job.gate, n_ff, d, dx, m, dg, n_ff, stream_);
     if (e.empty()) e = gpu::matmul(gpu_rows(job.t_up), job.up, n_ff, d, dx, m, du, n_ff, stream_);
-    if (e.empty()) e = gpu::activate(dg, du, m * n_ff, job.gated, static_cast<gpu::ffn_act>(static_cast<int>(job.act)), stream_);
+    if (e.empty()) e = gpu::activate(dg, du, m * n_ff, job.gated, static_cast<gpu::ffn_act>(static_cast<int>(job.act)), job.act_threshold, stream_);
     if (e.empty()) e = gpu::matmul(gpu_rows(job.t_down), job.down, d, n_ff, du, m, dout, d, stream_);
     if (!e.empty()) fail(fmt::format("dense FFN kernels: {}", e));
     cuda_copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false, stream_);

@@ -106,7 +106,7 @@ __device__ inline float warp_dot_row(const uint8_t* row, int64_t d, const float*
 // One group of 32 lanes per hot neuron: its gate and up rows against x, the activation.
 template <row_type T>
 __global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
-                                  const float* x, bool gated, ffn_act act, float* hidden) {
+                                  const float* x, bool gated, ffn_act act, float threshold, float* hidden) {
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
   if (k >= count) return;
   const int64_t row = slots[k];
@@ -114,9 +114,11 @@ __global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_
   float h;
   if (!gated) {
     h = activate(act, u);
+    if (fabsf(h) < threshold) h = 0.0f;
   } else {
     const float g = warp_dot_row<T>(gate + row * row_bytes, d, x);
-    h = act == ffn_act::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : activate(act, g) * u;
+    const float a = activate(act, g);
+    h = act == ffn_act::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : fabsf(a) < threshold ? 0.0f : a * u;
   }
   if (threadIdx.x % warp == 0) hidden[k] = h;
 }
@@ -147,12 +149,16 @@ __global__ void down_sum_kernel(const float* partial, int64_t chunks, int64_t d,
   out[c] = s;
 }
 
-__global__ void activate_kernel(const float* gate, float* up, int64_t count, bool gated, ffn_act act) {
+__global__ void activate_kernel(const float* gate, float* up, int64_t count, bool gated, ffn_act act, float threshold) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= count) return;
   const float u = up[i];
-  if (!gated) up[i] = activate(act, u);
-  else up[i] = act == ffn_act::drelu ? fmaxf(gate[i], 0.0f) * fmaxf(u, 0.0f) : activate(act, gate[i]) * u;
+  if (act == ffn_act::drelu) {
+    up[i] = fmaxf(gate[i], 0.0f) * fmaxf(u, 0.0f);
+    return;
+  }
+  const float a = activate(act, gated ? gate[i] : u);
+  up[i] = fabsf(a) < threshold ? 0.0f : gated ? a * u : a;
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t count, float* out) {
@@ -367,7 +373,7 @@ int64_t row_bytes(row_type t, int64_t d) {
 int64_t hot_ffn_scratch(int64_t d) { return hot_ffn_max_chunks * d; }
 
 std::string hot_ffn(row_type t, const void* gate, const void* up, const void* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
-                    bool gated, ffn_act act, float* hidden, float* out, float* scratch, void* stream) {
+                    bool gated, ffn_act act, float threshold, float* hidden, float* out, float* scratch, void* stream) {
   if (t == row_type::q6_k) return "hot_ffn: FFN rows of F16, Q8_0 or Q4_0";
   if (t != row_type::f16 && d % 32 != 0) return "hot_ffn: quantized rows need a multiple of 32 values";
   constexpr int threads = 256, per_block = threads / warp;
@@ -378,9 +384,9 @@ std::string hot_ffn(row_type t, const void* gate, const void* up, const void* do
   if (count > 0) {
     const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
     switch (t) {
-      case row_type::f16: hot_hidden_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, hidden); break;
-      case row_type::q8_0: hot_hidden_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, hidden); break;
-      default: hot_hidden_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, hidden); break;
+      case row_type::f16: hot_hidden_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden); break;
+      case row_type::q8_0: hot_hidden_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden); break;
+      default: hot_hidden_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden); break;
     }
     if (auto e = launched(); !e.empty()) return e;
   }
@@ -437,10 +443,10 @@ std::string add(const float* a, const float* b, int64_t count, float* out, void*
   return launched();
 }
 
-std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, void* stream) {
+std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, float threshold, void* stream) {
   if (count <= 0) return {};
   constexpr int threads = 256;
-  activate_kernel<<<static_cast<unsigned>((count + threads - 1) / threads), threads, 0, as_stream(stream)>>>(gate, up, count, gated, act);
+  activate_kernel<<<static_cast<unsigned>((count + threads - 1) / threads), threads, 0, as_stream(stream)>>>(gate, up, count, gated, act, threshold);
   return launched();
 }
 

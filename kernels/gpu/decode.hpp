@@ -35,8 +35,9 @@ int64_t hot_ffn_scratch(int64_t d);  // floats of device scratch hot_ffn needs (
 // slots[k]: row of hot neuron k in gate/up/down_t (rows of `d` values in type t); hidden[k] receives
 // its value; out (d) is overwritten. gated: false for Falcon-style FFNs (up only). scratch:
 // hot_ffn_scratch(d) floats of device memory; calls on one stream may share it.
+// threshold: a neuron's value is 0 where |act(..)| < it (0: none).
 std::string hot_ffn(row_type t, const void* gate, const void* up, const void* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
-                    bool gated, ffn_act act, float* hidden, float* out, float* scratch, void* stream = nullptr);
+                    bool gated, ffn_act act, float threshold, float* hidden, float* out, float* scratch, void* stream = nullptr);
 
 // y = W x and the predictor with rows of type t (F16, Q8_0, Q4_0; quantized rows need a multiple of 32
 // values), in the file's own bytes.
@@ -50,8 +51,9 @@ std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const 
 
 // out[i] = a[i] + b[i] for i < count (b null: a copy).
 std::string add(const float* a, const float* b, int64_t count, float* out, void* stream = nullptr);
-// up[i] = act(gate[i]) up[i] for i < count (act(up[i]) when not gated; relu(gate) relu(up) for dReLU).
-std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, void* stream = nullptr);
+// up[i] = act(gate[i]) up[i] for i < count (act(up[i]) when not gated; relu(gate) relu(up) for dReLU),
+// 0 where |act(..)| < threshold.
+std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, float threshold, void* stream = nullptr);
 
 // A layer's attention shape: the embedding, heads, KV heads, values per head (at most
 // attend_max_head_dim), values rotated, the RoPE pairs' layout, positions per sequence in the cache.

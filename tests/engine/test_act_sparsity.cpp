@@ -1,0 +1,161 @@
+// Sparsity without retraining (prepare --sparsity): a SiLU / GELU file with a threshold t_l per layer
+// means neuron k of layer l counts only where |act(gate_k . x)| >= t_l (no gate: |act(up_k . x)|).
+// Every path computes that model: the engine dense, oracle and sparse (with the predictor's choice)
+// against model/reference, which applies the rule from the file; the thresholds change the logits, per
+// layer; calibration skips the fraction asked for; files that cannot mean the rule are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/forward.hpp"
+#include "engine/sparse_ffn.hpp"
+#include "model/gguf.hpp"
+#include "model/reference.hpp"
+#include "tests/model/tiny_models.hpp"
+#include "tools/sparse_file.hpp"
+#include "tools/sparsity.hpp"
+
+namespace hotcold {
+namespace {
+
+tools::gen_model_options silu_options(architecture a) {
+  auto o = test::sparse_test_options(a, a == architecture::falcon ? activation::gelu : activation::silu, tensor_type::f16);
+  o.norm_spread = 0.3;
+  o.seed = 5;
+  return o;
+}
+
+// A sparse file of the dense one with the given thresholds (and random predictors).
+std::string thresholded(const std::string& dense, const std::string& name, std::vector<float> t) {
+  const auto path = (test::scratch_dir() / (name + ".gguf")).string();
+  tools::sparse_file_options so;
+  so.act_thresholds = std::move(t);
+  so.sparsity_target = 0.5f;
+  tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 16, -0.2f, 9), so);
+  return path;
+}
+
+std::vector<std::vector<double>> reference_logits(const std::string& path, int64_t n_ctx, const std::vector<std::vector<std::vector<bool>>>* mask = nullptr,
+                                                   tensor_type kv = tensor_type::f32) {
+  const auto f = gguf::file::open(path);
+  return reference_model(f, kv, n_ctx).logits(test::logits_of_tokens(), mask);
+}
+
+TEST(ActSparsity, TheRuleHoldsOnEveryPathAndMatters) {
+  for (const auto arch : {architecture::llama, architecture::falcon}) {
+    SCOPED_TRACE(std::string(architecture_name(arch)));
+    const std::string name(architecture_name(arch));
+    const auto dense = test::make_model("act_sparsity_" + name, silu_options(arch));
+    // Thresholds near the median |act| of each layer, different per layer: a rule applied with the
+    // wrong layer's threshold, or not at all, computes another model.
+    const auto path = thresholded(dense, "act_sparsity_t_" + name, {0.08f, 0.2f});
+    const auto swapped = thresholded(dense, "act_sparsity_swapped_" + name, {0.2f, 0.08f});
+    auto m = model::load(path);
+    ASSERT_EQ(m->hp().act_threshold.size(), 2u);
+    EXPECT_FLOAT_EQ(m->hp().act_threshold_of(1), 0.2f);
+    EXPECT_FLOAT_EQ(m->hp().sparsity_target, 0.5f);
+    EXPECT_TRUE(m->hp().sparse_activation());
+    const auto want = reference_logits(path, 16);
+    EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::dense), want), 1e-5);
+    EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::oracle), want), 1e-5);  // the neurons that fire, computed alone
+    // Not the unthresholded model, nor the one with the layers' thresholds swapped.
+    EXPECT_GT(test::rel_diff(test::logits_of(m, ffn_mode::dense), reference_logits(dense, 16)), 1e-3);
+    EXPECT_GT(test::rel_diff(test::logits_of(m, ffn_mode::dense), reference_logits(swapped, 16)), 1e-3);
+    // As a batch, F32 cache.
+    inference_context ctx(m, 16, 2, 1, tensor_type::f32);
+    ctx.set_mode(ffn_mode::dense);
+    const std::vector<token_id> toks(test::logits_of_tokens().begin(), test::logits_of_tokens().end());
+    EXPECT_LT(test::rel_diff(test::run_tokens(ctx, toks, true), want), 1e-5);
+    // Sparse: the predictor's choice, each chosen neuron still under the rule — the reference given
+    // the neurons that came out nonzero (an F16 cache both sides).
+    std::vector<std::vector<std::vector<bool>>> mask;
+    const auto got = test::logits_and_mask_of(m, ffn_mode::sparse, nullptr, mask);
+    EXPECT_LT(test::rel_diff(got, reference_logits(path, 16, &mask, tensor_type::f16)), test::f16_kv_tolerance);
+    // About half of each layer's neurons count (the thresholds were picked near the median).
+    int64_t on = 0, all = 0;
+    for (const auto& tok : mask)
+      for (const auto& layer : tok)
+        for (bool b : layer) on += b, ++all;
+    EXPECT_GT(on, 0);
+    EXPECT_LT(on, all);
+  }
+}
+
+TEST(ActSparsity, TheNeuronRuleAndItsMargin) {
+  hparams hp;
+  hp.act = activation::silu;
+  hp.gated_ffn = true;
+  const float g = -1.0f, silu = g / (1 + std::exp(-g));  // |silu(-1)| = 0.269
+  EXPECT_FLOAT_EQ(hidden_value(hp, 0.25f, g, 3.0f), silu * 3.0f);  // kept: the value as SiLU's
+  EXPECT_EQ(hidden_value(hp, 0.3f, g, 3.0f), 0.0f);
+  EXPECT_NEAR(firing_margin(hp, 0.25f, g, 3.0f), std::fabs(silu) - 0.25f, 1e-7);
+  EXPECT_FLOAT_EQ(hidden_value(hp, 0.0f, g, 3.0f), silu * 3.0f);  // no threshold: every neuron
+  hp.gated_ffn = false;
+  hp.act = activation::gelu;
+  EXPECT_EQ(hidden_value(hp, 10.0f, 0.0f, 2.0f), 0.0f);  // no gate: the rule on act(up)
+  EXPECT_GT(hidden_value(hp, 1.0f, 0.0f, 2.0f), 1.9f);
+}
+
+TEST(ActSparsity, CalibrationSkipsTheFractionAskedFor) {
+  const auto dense = test::make_model("act_sparsity_calibrate", silu_options(architecture::llama));
+  tools::sparsity_options o;
+  o.model_path = dense;
+  o.tokens = 48;
+  o.chunk = 16;
+  o.threads = 2;
+  for (double s : {0.3, 0.6}) {
+    o.target = s;
+    const auto r = tools::calibrate_act_thresholds(o);
+    ASSERT_EQ(r.thresholds.size(), 2u);
+    for (size_t l = 0; l < 2; ++l) {
+      EXPECT_GT(r.thresholds[l], 0.0f);
+      EXPECT_NEAR(r.skipped[l], s, 0.01) << l;
+    }
+    // The thresholded model skips about that fraction on the same tokens (the thresholds shift the
+    // later layers' inputs a little).
+    const auto path = thresholded(dense, "act_sparsity_calibrated_" + std::to_string(static_cast<int>(100 * s)), r.thresholds);
+    inference_context ctx(model::load(path), 16, 2);
+    ctx.set_mode(ffn_mode::dense);
+    ctx.enable_stats(true);
+    for (int64_t t = 0; t < 16; ++t) ctx.forward(static_cast<token_id>(1 + 37 * t % 300), t);
+    for (const auto& st : ctx.stats()) EXPECT_NEAR(1.0 - static_cast<double>(st.truly_active) / static_cast<double>(st.neurons), s, 0.1);
+  }
+  o.target = 1.5;
+  EXPECT_THROW(tools::calibrate_act_thresholds(o), std::invalid_argument);
+  o.target = 0.5;
+  o.model_path = test::make_model("act_sparsity_relu", test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16));
+  EXPECT_THROW(tools::calibrate_act_thresholds(o), std::invalid_argument);  // ReLU files are sparse already
+}
+
+TEST(ActSparsity, FilesThatCannotMeanTheRuleAreRefused) {
+  const auto relu = test::make_model("act_sparsity_relu", test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16));
+  const std::vector<float> two{0.1f, 0.2f};
+  EXPECT_THROW(model::load(relu, {}, two), model_error);
+  const auto silu = test::make_model("act_sparsity_llama", silu_options(architecture::llama));
+  EXPECT_THROW(model::load(silu, {}, std::vector<float>{0.1f}), model_error);  // one per layer
+  // In a file: a ReLU file with thresholds, a wrong count, a negative one.
+  tools::sparse_file_options so;
+  so.act_thresholds = two;
+  const auto bad_relu = (test::scratch_dir() / "act_sparsity_bad_relu.gguf").string();
+  tools::write_sparse_model(relu, bad_relu, test::random_predictors(2, 64, 256, 16, -0.2f, 9), so);
+  try {
+    model::load(bad_relu);
+    ADD_FAILURE() << "a ReLU file with activation thresholds loaded";
+  } catch (const model_error& e) {
+    EXPECT_NE(std::string(e.what()).find("hotcold.sparsity.act_thresholds"), std::string::npos) << e.what();
+  }
+  so.act_thresholds = {0.1f, -0.2f};
+  const auto negative = (test::scratch_dir() / "act_sparsity_negative.gguf").string();
+  tools::write_sparse_model(silu, negative, test::random_predictors(2, 64, 256, 16, -0.2f, 9), so);
+  try {
+    model::load(negative);
+    ADD_FAILURE() << "a negative threshold loaded";
+  } catch (const model_error& e) {
+    EXPECT_NE(std::string(e.what()).find("[1]"), std::string::npos) << e.what();
+  }
+  so.act_thresholds = {0.1f, 0.2f, 0.3f};
+  EXPECT_THROW(tools::write_sparse_model(silu, negative, test::random_predictors(2, 64, 256, 16, -0.2f, 9), so), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hotcold
