@@ -182,8 +182,19 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
     // The chosen neurons row by row: the input quantized once for them where the rows read Q8_0
     // (the matrix products above quantize their own).
     const batch_ffn_input x{in, quantize_for_rows(l.ffn_up, in, n, d, B.ffn_in_q8), B.chosen.data(), n, d, n_ff};
+    const float threshold = hp.act_threshold_of(layer);
     if (executor_ && down_t) {
       executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
+    } else if (!choose && n == 1 && down_t && threshold > 0.0f && hp.gated_ffn) {
+      // The exact variant of a thresholded layer, one token: every gate row as one matrix-vector
+      // product (streams from memory), then the up and down rows of the neurons that pass only.
+      if (static_cast<int64_t>(B.gate.size()) < n_ff) B.gate.resize(static_cast<size_t>(n_ff));
+      matmul(on, l.ffn_gate, in, 1, B.gate.data());
+      neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+      run_pieces(*on.pool, pieces, d, B.acc, out, [&](int64_t k0, int64_t k1, float* acc) {
+        token_neurons(hp, threshold, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, in, x.xq,
+                      B.hidden.data(), acc, B.gate.data());
+      });
     } else {
       // Each thread its own shard of the chosen neurons first, then what is left of the others'
       // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).

@@ -139,7 +139,7 @@ struct neuron_prefetch {
 }  // namespace
 
 void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
-                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc) {
+                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc, const float* gates) {
   const neuron_prefetch pf{hp, gate, up, down_t};
   const int64_t dist = pf.distance();
   axpy_batcher down(down_t, acc);
@@ -148,6 +148,27 @@ void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, 
   thread_local std::vector<int32_t> fired;
   thread_local std::vector<float> values;
   fired.clear(), values.clear();
+  if (gates && hp.gated_ffn && threshold > 0.0f) {
+    // The gates given (a matrix-vector product read them as two streams): the up rows of the neurons
+    // that pass, asked for a few ahead, and their down rows four at a time.
+    thread_local std::vector<int32_t> open;
+    open.clear();
+    for (int64_t j = 0; j < count; ++j) {
+      if (std::fabs(activate(hp.act, gates[ids[j]])) >= threshold) open.push_back(static_cast<int32_t>(j));
+      else hidden[ids[j]] = 0.0f;
+    }
+    const auto m = static_cast<int64_t>(open.size());
+    constexpr int64_t ahead = 4;
+    for (int64_t j = 0; j < std::min(ahead, m); ++j) prefetch_row_start(up, rows[open[static_cast<size_t>(j)]]);
+    for (int64_t j = 0; j < m; ++j) {
+      if (j + ahead < m) prefetch_row_start(up, rows[open[static_cast<size_t>(j + ahead)]]);
+      const int32_t c = open[static_cast<size_t>(j)];
+      const float v = hidden_value(hp, threshold, gates[ids[c]], row_dot(up, rows[c], in, xq));
+      hidden[ids[c]] = v;
+      if (down_t && v != 0.0f) down.add(rows[c], v);
+    }
+    return;
+  }
   if (hp.gated_ffn && up.type == tensor_type::q4_0 && gate.type == tensor_type::q4_0 && xq) {
     // Q4_0, in passes over one kind of row at a time, four rows a call (the input's side done once;
     // the input rearranged once per call for the four-blocks-a-register kernel where the CPU has it),

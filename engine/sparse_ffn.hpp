@@ -88,9 +88,12 @@ float firing_margin(const hparams& hp, float t, float g, float u);
 // One token's FFN over neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their ids
 // in the model's tensors, or their slots in a device's copy): hidden[ids[k]] = the neuron's value, and
 // acc += value x its down row (when down_t is present). xq: in quantized to Q8_0 where the rows want it.
+// gates (a thresholded layer, indexed by neuron id): the gate values, computed already — the gate rows
+// are not read, and only the neurons passing the threshold read their up rows.
 // The rows are scattered, so the next neurons' rows are prefetched while one computes.
 void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
-                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc);
+                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc,
+                   const float* gates = nullptr);
 
 // A batch's inputs to the FFN: n tokens' normalized inputs (n x d), quantized to Q8_0 where the rows
 // want it (n x d/32 blocks, else null), and which neurons each token chose (n x n_ff bytes; may be
