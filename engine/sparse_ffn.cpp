@@ -139,7 +139,7 @@ struct neuron_prefetch {
 }  // namespace
 
 void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
-                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc, const float* gates) {
+                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc, const float* given_gates) {
   const neuron_prefetch pf{hp, gate, up, down_t};
   const int64_t dist = pf.distance();
   axpy_batcher down(down_t, acc);
@@ -148,9 +148,11 @@ void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, 
   thread_local std::vector<int32_t> fired;
   thread_local std::vector<float> values;
   fired.clear(), values.clear();
-  if (gates && hp.gated_ffn && threshold > 0.0f) {
+  const bool f16_rows = hp.gated_ffn && gate.type == tensor_type::f16 && up.type == tensor_type::f16 && (!down_t || down_t.type == tensor_type::f16);
+  if (given_gates && hp.gated_ffn && threshold > 0.0f && !f16_rows) {
     // The gates given (a matrix-vector product read them as two streams): the up rows of the neurons
-    // that pass, asked for a few ahead, and their down rows four at a time.
+    // that pass, asked for a few ahead, and their down rows four at a time (F16 rows: below).
+    const float* gates = given_gates;
     thread_local std::vector<int32_t> open;
     open.clear();
     for (int64_t j = 0; j < count; ++j) {
@@ -276,7 +278,7 @@ void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, 
     }
     return;
   }
-  if (hp.gated_ffn && gate.type == tensor_type::f16 && up.type == tensor_type::f16 && (!down_t || down_t.type == tensor_type::f16)) {
+  if (f16_rows) {
     // F16, in two passes: two neurons' gate and up rows together (four streams) while the next two
     // neurons' are asked for at the same offsets (dot4_f16_ahead; an odd last neuron alone); then the
     // down rows of the neurons that fired, four at a time, the next four asked for likewise. Each row's
@@ -312,10 +314,15 @@ void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, 
         }
         for (; q < m; ++q) use(q, kernels::dot_f16(f16(w, row_of(q)), in, d));
       };
-      four(gate, [&](int64_t j) { return rows[j]; }, count, [&](int64_t j, float g) {
+      auto gate_of = [&](int64_t j, float g) {
         if (std::fabs(activate(hp.act, g)) >= threshold) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
         else hidden[ids[j]] = 0.0f;
-      });
+      };
+      if (given_gates) {  // read already (the exact variant's product)
+        for (int64_t j = 0; j < count; ++j) gate_of(j, given_gates[ids[j]]);
+      } else {
+        four(gate, [&](int64_t j) { return rows[j]; }, count, gate_of);
+      }
       four(up, [&](int64_t j) { return rows[open[static_cast<size_t>(j)]]; }, static_cast<int64_t>(open.size()),
            [&](int64_t j, float u) { take(open[static_cast<size_t>(j)], gates[static_cast<size_t>(j)], u); });
       k = count;
