@@ -99,8 +99,7 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
 // for each thread, with the first lines of the rows two ahead asked for (one stream and no prefetch
 // reached 45 GB/s on Zen 5 with two threads, this 63; bench --roofline). Short rows (the
 // predictors' 512 bytes) lose more to the pairs' reductions than they gain.
-// Q4_K, Q5_K, Q6_K: rows dotted with Q8_K activations where few tokens share a product.
-bool is_k_quant(tensor_type t) { return computes_as_k_quant(t); }
+// Q4_K, Q5_K, Q6_K rows against Q8_K activations (where few tokens share a product).
 float dot_k_quant_q8_k(tensor_type t, const void* row, const block_q8_k* x, int64_t d) {
   switch (t) {
     case tensor_type::q4_k: return dot_q4_k_q8_k(static_cast<const block_q4_k*>(row), x, d);
@@ -160,7 +159,7 @@ constexpr int64_t gemm_min_tokens = 16;
 // give one token (up to float summation order) at the tile's speed.
 // K-quant rows (Q4_K, Q5_K, Q6_K) likewise, a 256-value block at a time, against the tokens rounded to Q8_K.
 bool use_gemm(const tensor_view& w, int64_t n) {
-  return n >= gemm_min_tokens && (float_type(w) || (w.type == tensor_type::q8_0 && w.ne0 % qk8_0 == 0) || (is_k_quant(w.type) && w.ne0 % qk_k == 0)) &&
+  return n >= gemm_min_tokens && (float_type(w) || (w.type == tensor_type::q8_0 && w.ne0 % qk8_0 == 0) || (computes_as_k_quant(w.type) && w.ne0 % qk_k == 0)) &&
          !w.interleaved16 && gemm_tile_vectorized();
 }
 
@@ -168,7 +167,7 @@ bool use_gemm(const tensor_view& w, int64_t n) {
 // K-quant rows to Q8_K, float rows the tokens themselves.
 enum class input_rounding { none, q8_0, q8_k };
 input_rounding rounding_of(tensor_type t) {
-  return t == tensor_type::q8_0 ? input_rounding::q8_0 : is_k_quant(t) ? input_rounding::q8_k : input_rounding::none;
+  return t == tensor_type::q8_0 ? input_rounding::q8_0 : computes_as_k_quant(t) ? input_rounding::q8_k : input_rounding::none;
 }
 // The n tokens of d values as that rounding leaves them (quantized and back), in a buffer of the
 // calling thread's; x itself when there is none.
@@ -192,7 +191,7 @@ const float* rounded_tokens(input_rounding r, const float* x, int64_t n, int64_t
 // Bytes of a row's elements [k0, k0 + k) (k0 and, but at the row's end, k: multiples of the block).
 int64_t row_span_bytes(const tensor_view& w, int64_t k) {
   if (w.type == tensor_type::q8_0) return (k + qk8_0 - 1) / qk8_0 * static_cast<int64_t>(sizeof(block_q8_0));
-  if (is_k_quant(w.type)) return (k + qk_k - 1) / qk_k * static_cast<int64_t>(traits(w.type).block_bytes);
+  if (computes_as_k_quant(w.type)) return (k + qk_k - 1) / qk_k * static_cast<int64_t>(traits(w.type).block_bytes);
   return k * (half_rows(w) ? 2 : 4);
 }
 
@@ -241,7 +240,7 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
           else if (w.type == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
           else if (w.type == tensor_type::bf16) bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
           else if (w.type == tensor_type::q8_0) dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r0 + i)) + k0 / qk8_0, dst, kc);
-          else if (is_k_quant(w.type)) row_kernels_of(w.type).to_float(w.row(r0 + i) + row_span_bytes(w, k0), dst, kc);
+          else if (computes_as_k_quant(w.type)) row_kernels_of(w.type).to_float(w.row(r0 + i) + row_span_bytes(w, k0), dst, kc);
           else std::memcpy(dst, reinterpret_cast<const float*>(w.row(r0 + i)) + k0, static_cast<size_t>(kc) * 4);
         }
         // The next block of kc (or the next rows' first), line by line, spread over this block's tiles.
@@ -324,7 +323,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
     for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
   }
-  if (is_k_quant(w.type) && n <= 8) {
+  if (computes_as_k_quant(w.type) && n <= 8) {
     // A few tokens (decode; the head of Q4_0 files): the tokens quantized to Q8_K once, each row read
     // in place with integer multiply-adds (one stream a thread: the hardware's prefetch).
     thread_local std::vector<block_q8_k> x8;
@@ -439,7 +438,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
   }
   // Other rows (BF16; K-quants for 9 to 15 tokens): tiles of rows converted once into a thread's
   // buffer, against every token (K-quants: the tokens rounded to Q8_K, as the integer kernels see them).
-  x = rounded_tokens(is_k_quant(w.type) ? input_rounding::q8_k : input_rounding::none, x, n, d);
+  x = rounded_tokens(rounding_of(w.type), x, n, d);
   pool.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> buf;
     buf.resize(static_cast<size_t>(row_tile * d));

@@ -70,6 +70,11 @@ int64_t fired_rows(const float* hidden, const uint8_t* chosen, int64_t n, int64_
   return fired;
 }
 
+namespace {
+// A thresholded activation's rule: the neuron counts where |act(v)| >= t (v: the gate, or up without one).
+inline bool passes(const hparams& hp, float t, float v) { return std::fabs(activate(hp.act, v)) >= t; }
+}  // namespace
+
 float hidden_value(const hparams& hp, float t, float g, float u) {
   if (!hp.gated_ffn) {
     const float a = activate(hp.act, u);
@@ -156,7 +161,7 @@ void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, 
     thread_local std::vector<int32_t> open;
     open.clear();
     for (int64_t j = 0; j < count; ++j) {
-      if (std::fabs(activate(hp.act, gates[ids[j]])) >= threshold) open.push_back(static_cast<int32_t>(j));
+      if (passes(hp, threshold, gates[ids[j]])) open.push_back(static_cast<int32_t>(j));
       else hidden[ids[j]] = 0.0f;
     }
     const auto m = static_cast<int64_t>(open.size());
@@ -223,7 +228,7 @@ void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, 
       };
       open.clear(), gates.clear();
       pass(gate, [&](int64_t j) { return rows[j]; }, count, [&](int64_t j, float g) {
-        if (relu_family ? g > 0.0f : std::fabs(activate(hp.act, g)) >= threshold) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
+        if (relu_family ? g > 0.0f : passes(hp, threshold, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
         else hidden[ids[j]] = 0.0f;
       });
       pass(up, [&](int64_t j) { return rows[open[static_cast<size_t>(j)]]; }, static_cast<int64_t>(open.size()), [&](int64_t j, float u) {
@@ -315,7 +320,7 @@ void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, 
         for (; q < m; ++q) use(q, kernels::dot_f16(f16(w, row_of(q)), in, d));
       };
       auto gate_of = [&](int64_t j, float g) {
-        if (std::fabs(activate(hp.act, g)) >= threshold) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
+        if (passes(hp, threshold, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
         else hidden[ids[j]] = 0.0f;
       };
       if (given_gates) {  // read already (the exact variant's product)
@@ -366,7 +371,7 @@ void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, 
       rows2_dot(gate, up, r, &in, 1, &g, &u);
     } else {
       if (hp.gated_ffn) g = row_dot(gate, r, in, xq);
-      if (hp.gated_ffn && threshold > 0.0f && std::fabs(activate(hp.act, g)) < threshold) {
+      if (hp.gated_ffn && threshold > 0.0f && !passes(hp, threshold, g)) {
         hidden[ids[k]] = 0.0f;
         continue;
       }

@@ -161,7 +161,6 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
       exit_code = run_guarded("prepare", [&] {
         auto t0 = std::chrono::steady_clock::now();
         tools::sparse_file_options so;
-        std::vector<float> thresholds;
         if (a->sparsity > 0) {
           if (a->powerinfer) throw std::invalid_argument("--sparsity writes hotcold's GGUF (PowerInfer's files have no activation thresholds): drop --powerinfer");
           tools::sparsity_options c;
@@ -171,11 +170,11 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
           bar.finish();
           for (size_t l = 0; l < cal.thresholds.size(); ++l)
             fmt::print(stderr, "  layer {:2}: |act| threshold {:.5f} skips {:.1f}% of the calibration's neurons\n", l, cal.thresholds[l], 100 * cal.skipped[l]);
-          so.act_thresholds = thresholds = cal.thresholds;
+          so.act_thresholds = cal.thresholds;
           so.sparsity_target = static_cast<float>(a->sparsity);
         }
         tools::profile_options po;
-        po.act_thresholds = thresholds;
+        po.act_thresholds = so.act_thresholds;
         po.model_path = a->model;
         po.calibration_path = a->calib;
         po.tokens = a->tokens;

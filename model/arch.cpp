@@ -54,6 +54,17 @@ int64_t required_int(const gguf::file& f, const std::string& k) {
 
 }  // namespace
 
+void set_act_thresholds(hparams& hp, std::span<const double> t, std::string_view source) {
+  if (hp.act != activation::silu && hp.act != activation::gelu)
+    throw model_error(fmt::format("{}: {} thresholds SiLU or GELU activations, not {}", source, activation_thresholds_key, activation_name(hp.act)));
+  if (t.size() != static_cast<size_t>(hp.n_layer))
+    throw model_error(fmt::format("{}: {} has {} entries for {} layers", source, activation_thresholds_key, t.size(), hp.n_layer));
+  for (size_t l = 0; l < t.size(); ++l)
+    if (!(t[l] >= 0 && std::isfinite(t[l])))
+      throw model_error(fmt::format("{}: {}[{}] = {} is not a threshold (finite, >= 0)", source, activation_thresholds_key, l, t[l]));
+  hp.act_threshold.assign(t.begin(), t.end());
+}
+
 hparams read_hparams(const gguf::file& f) {
   hparams hp;
   try {
@@ -157,16 +168,9 @@ hparams read_hparams(const gguf::file& f) {
       else throw model_error(fmt::format("{}: {} = '{}' is not ffn_input_before_norm or layer_input", f.source(), predictor_input_key, *in));
     }
     if (const gguf::value* t = f.get_array(activation_thresholds_key)) {
-      if (hp.act != activation::silu && hp.act != activation::gelu)
-        throw model_error(fmt::format("{}: {} thresholds SiLU or GELU activations, not {}", f.source(), activation_thresholds_key, activation_name(hp.act)));
-      if (t->size() != static_cast<uint64_t>(hp.n_layer))
-        throw model_error(fmt::format("{}: {} has {} entries for {} layers", f.source(), activation_thresholds_key, t->size(), hp.n_layer));
-      for (int64_t l = 0; l < hp.n_layer; ++l) {
-        const double v = t->number_at(l);
-        if (!(v >= 0 && std::isfinite(v)))
-          throw model_error(fmt::format("{}: {}[{}] = {} is not a threshold (finite, >= 0)", f.source(), activation_thresholds_key, l, v));
-        hp.act_threshold.push_back(static_cast<float>(v));
-      }
+      std::vector<double> v(t->size());
+      for (uint64_t l = 0; l < t->size(); ++l) v[l] = t->number_at(l);
+      set_act_thresholds(hp, v, f.source());
       if (auto s = f.get_float(sparsity_target_key)) hp.sparsity_target = static_cast<float>(*s);
     }
     if (hp.act == activation::drelu && !hp.gated_ffn)

@@ -3,6 +3,7 @@
 // architecture, as llama.cpp's llama-arch keeps them), and which FFN activation a file means.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -95,6 +96,9 @@ struct hparams {
 
 // Reads and checks the hyper-parameters; the vocabulary size comes from the tokenizer or token_embd.
 hparams read_hparams(const gguf::file& f);
+// Sets hp.act_threshold after checking them (a SiLU/GELU FFN, one per layer, finite and >= 0); a
+// model_error naming `source` and activation_thresholds_key otherwise.
+void set_act_thresholds(hparams& hp, std::span<const double> t, std::string_view source);
 
 // Tensor roles and their GGUF names ("blk.%d.attn_q.weight").
 enum class tensor_role {

@@ -98,14 +98,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   m->file_ = std::make_unique<gguf::file>(gguf::file::open(path));
   const gguf::file& f = *m->file_;
   m->hp_ = read_hparams(f);
-  if (!act_thresholds.empty()) {
-    hparams& h = m->hp_;
-    if (h.act != activation::silu && h.act != activation::gelu)
-      throw model_error(fmt::format("{}: activation thresholds apply to SiLU or GELU FFNs, not {}", path, activation_name(h.act)));
-    if (act_thresholds.size() != static_cast<size_t>(h.n_layer))
-      throw model_error(fmt::format("{}: {} activation thresholds for {} layers", path, act_thresholds.size(), h.n_layer));
-    h.act_threshold.assign(act_thresholds.begin(), act_thresholds.end());
-  }
+  if (!act_thresholds.empty()) set_act_thresholds(m->hp_, std::vector<double>(act_thresholds.begin(), act_thresholds.end()), path);
   try {
     m->vocab_ = std::make_unique<vocab>(vocab::from_gguf(f));
   } catch (const vocab_error& e) {

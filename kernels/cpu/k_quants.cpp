@@ -227,15 +227,21 @@ HOTCOLD_AVX2 inline float hsum(__m256 v) {
 }
 HOTCOLD_AVX2 inline __m256 bytes_to_ps(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
 
+// A block's quants as bytes in value order (q: 256, 32-byte aligned), and its groups' scales and mins.
+template <typename B>
+HOTCOLD_AVX2 inline k_groups unpack_bytes(const B& b, uint8_t* q) {
+  __m256i r[8];
+  unpack(b, r);
+  for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * g), r[g]);
+  return groups_of(b);
+}
+
 template <typename B>
 HOTCOLD_AVX2 float dot_k(const B* w, const float* x, int64_t n) {
   alignas(32) uint8_t q[qk_k];
   __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
-    __m256i r[8];
-    unpack(w[b], r);
-    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * g), r[g]);
-    const k_groups gs = groups_of(w[b]);
+    const k_groups gs = unpack_bytes(w[b], q);
     for (int g = 0; g < 8; ++g) {
       const __m256 s = _mm256_set1_ps(gs.scale[g]), m = _mm256_set1_ps(gs.min[g]);
       for (int k = 0; k < 32; k += 8) {
@@ -252,10 +258,7 @@ template <typename B>
 HOTCOLD_AVX2 void axpy_k(float a, const B* x, float* y, int64_t n) {
   alignas(32) uint8_t q[qk_k];
   for (int64_t b = 0; b < n / qk_k; ++b, y += qk_k) {
-    __m256i r[8];
-    unpack(x[b], r);
-    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * g), r[g]);
-    const k_groups gs = groups_of(x[b]);
+    const k_groups gs = unpack_bytes(x[b], q);
     for (int g = 0; g < 8; ++g) {
       const __m256 s = _mm256_set1_ps(a * gs.scale[g]), m = _mm256_set1_ps(a * gs.min[g]);
       for (int k = 0; k < 32; k += 8) {

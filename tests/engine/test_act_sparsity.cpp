@@ -127,6 +127,16 @@ TEST(ActSparsity, CalibrationSkipsTheFractionAskedFor) {
   EXPECT_THROW(tools::calibrate_act_thresholds(o), std::invalid_argument);  // ReLU files are sparse already
 }
 
+// model::load refuses the file with a model_error whose message names `what`.
+void expect_refused(const std::string& path, const std::string& what) {
+  try {
+    model::load(path);
+    ADD_FAILURE() << path << " loaded";
+  } catch (const model_error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 TEST(ActSparsity, FilesThatCannotMeanTheRuleAreRefused) {
   const auto relu = test::make_model("act_sparsity_relu", test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16));
   const std::vector<float> two{0.1f, 0.2f};
@@ -138,21 +148,11 @@ TEST(ActSparsity, FilesThatCannotMeanTheRuleAreRefused) {
   so.act_thresholds = two;
   const auto bad_relu = (test::scratch_dir() / "act_sparsity_bad_relu.gguf").string();
   tools::write_sparse_model(relu, bad_relu, test::random_predictors(2, 64, 256, 16, -0.2f, 9), so);
-  try {
-    model::load(bad_relu);
-    ADD_FAILURE() << "a ReLU file with activation thresholds loaded";
-  } catch (const model_error& e) {
-    EXPECT_NE(std::string(e.what()).find("hotcold.sparsity.act_thresholds"), std::string::npos) << e.what();
-  }
+  expect_refused(bad_relu, "hotcold.sparsity.act_thresholds");
   so.act_thresholds = {0.1f, -0.2f};
   const auto negative = (test::scratch_dir() / "act_sparsity_negative.gguf").string();
   tools::write_sparse_model(silu, negative, test::random_predictors(2, 64, 256, 16, -0.2f, 9), so);
-  try {
-    model::load(negative);
-    ADD_FAILURE() << "a negative threshold loaded";
-  } catch (const model_error& e) {
-    EXPECT_NE(std::string(e.what()).find("[1]"), std::string::npos) << e.what();
-  }
+  expect_refused(negative, "[1]");
   so.act_thresholds = {0.1f, 0.2f, 0.3f};
   EXPECT_THROW(tools::write_sparse_model(silu, negative, test::random_predictors(2, 64, 256, 16, -0.2f, 9), so), std::invalid_argument);
 }
