@@ -71,7 +71,7 @@ class buffer {
 enum class operation {
   ffn_rows,   // chosen FFN neurons: gate and up rows dotted with the input, the activation, down rows added
   attention,  // a layer's attention with its KV cache (norms, Q/K/V/O, RoPE, the cache, softmax)
-  predict,    // a layer's activation predictor: scores = fc2 relu(fc1 x), chosen = scores >= threshold
+  predict,    // a layer's activation predictor: scores = fc2 relu(fc1 x), chosen = scores >= threshold (or |act(scores)|)
   matvec,     // rows of a matrix times vectors (the output head)
   dense_ffn,  // a dense layer's whole FFN: down act(gate x, up x)
 };
@@ -103,6 +103,9 @@ struct predict_job {
   int64_t n = 0, d = 0, rank = 0, n_ff = 0;
   const float* x = nullptr;                      // host: n x d
   float threshold = 0;
+  // Thresholded files: the scores estimate pre-activations, and chosen = |act(score)| >= threshold.
+  bool on_act = false;
+  ffn_activation act = ffn_activation::silu;
   uint8_t* chosen = nullptr;                     // host: n x n_ff, 1 where token t chose neuron i
   void* scratch = nullptr;                       // device memory for a token's activations (the plan's compute buffers)
   uint64_t scratch_bytes = 0;

@@ -117,7 +117,8 @@ void predict(const predict_job& job) {
     }
     for (int64_t i = 0; i < job.n_ff; ++i) {
       row(job.type, job.fc2, i, job.rank, r.data());
-      job.chosen[t * job.n_ff + i] = dot(r.data(), mid.data(), job.rank) >= job.threshold ? 1 : 0;
+      const float s = dot(r.data(), mid.data(), job.rank);
+      job.chosen[t * job.n_ff + i] = (job.on_act ? std::fabs(activate(job.act, s)) : s) >= job.threshold ? 1 : 0;
     }
   }
 }

@@ -183,6 +183,7 @@ void inference_context::attention_block(step_state& B, int64_t il) {
 }
 
 const float* inference_context::predictor_input(const step_state& B, const layer_recipe& r) {
+  if (r.predictor_reads_ffn_input) return B.ffn_in;
   return !r.parallel && r.predictor_reads_layer_input ? B.layer_in.data() : B.x.data();
 }
 
@@ -216,7 +217,8 @@ void inference_context::attention_job(step_state& B, int64_t il, const layer_wei
   // The layer's predictor with it, where the device holds it and a sparse step will ask for its choice:
   // on the input the predictor reads (the layer's input, plus attention's output where that is added
   // before the FFN), kept for the predictor's call on that input.
-  const bool predict_here = mode_ == ffn_mode::sparse && device_->predictor(il) && g.pred_fc1;
+  // (Not a predictor of the FFN's normalized input: that input is made after this job.)
+  const bool predict_here = mode_ == ffn_mode::sparse && device_->predictor(il) && g.pred_fc1 && !r.predictor_reads_ffn_input;
   if (predict_here) {
     job.fc1 = g.pred_fc1.data, job.fc2 = g.pred_fc2.data, job.t_pred = g.pred_fc1.type;
     job.rank = g.pred_fc1.ne1, job.n_ff = hp.n_ff;
@@ -229,7 +231,7 @@ void inference_context::attention_job(step_state& B, int64_t il, const layer_wei
   job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
   device_->run([&] { device_->device().compute(job); });
   // Kept for the predictor's call on the input attention_tail gives it (none: an older one is dropped).
-  device_->keep_choice(il, predictor_input(B, r), n, predict_here ? B.chosen.data() : nullptr, hp.n_ff);
+  device_->keep_choice(il, predict_here ? predictor_input(B, r) : nullptr, n, predict_here ? B.chosen.data() : nullptr, hp.n_ff);
 }
 
 void inference_context::attention_block(step_state& B, int64_t il, const layer_weights& l, const workers& on, const layer_weights* gpu) {

@@ -104,7 +104,7 @@ class inference_context {
   struct step_state {
     std::vector<float> x, xn, xn2, layer_in, qkv, attn, proj, ffn_out;  // n x n_embd (qkv: n x (n_embd + 2 kv))
     std::vector<float> hidden, truth, gate;                             // n x n_ff (truth, gate: when every neuron is computed first)
-    std::vector<float> margin;                                          // n x n_ff, for the "ffn_margin" observer
+    std::vector<float> margin, preact;                                  // n x n_ff, for the "ffn_margin" and "ffn_preact" observers
     q8_rows ffn_in_q8;                                                  // the FFN's input quantized to Q8_0, where its rows read that
     std::vector<uint8_t> chosen;                                        // n x n_ff
     std::vector<float> acc;                                             // threads x n x n_embd
@@ -135,7 +135,8 @@ class inference_context {
   // ffn_margin — whenever every neuron is computed (dense and oracle modes, or with stats): per
   // neuron how far it is from firing, positive exactly when it does (firing_margin: the gate; up for
   // Falcon; min(gate, up) for dReLU; |act| - t_l for a thresholded activation, |act| without a
-  // threshold). Empty function: no calls.
+  // threshold); ffn_preact — with ffn_margin, each neuron's pre-activation (the gate; up without one).
+  // Empty function: no calls.
   using observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
   void set_observer(observer o) { observer_ = std::move(o); }
 

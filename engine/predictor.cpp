@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/select.hpp"
 #include "engine/matmul.hpp"
+#include "engine/sparse_ffn.hpp"
 
 namespace hotcold {
 
@@ -24,6 +25,7 @@ void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, u
     job.n = n, job.d = model_.hp().n_embd, job.rank = l.pred_fc1.ne1, job.n_ff = n_ff;
     job.x = pred_in;
     job.threshold = model_.hp().sparse_threshold[static_cast<size_t>(layer)];
+    job.on_act = !model_.hp().act_threshold.empty(), job.act = device_activation(model_.hp().act);
     job.chosen = chosen;
     job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
     // Chosen already, with the layer's attention (the same input): taken; else the predictor's job.
@@ -54,6 +56,7 @@ void predictor_runner::predict(const layer_weights& l, thread_pool& pool, std::v
   matmul(pool, l.pred_fc1, pred_in, n, hidden_.data(), xq);
   for (int64_t k = 0; k < n * rank; ++k) hidden_[static_cast<size_t>(k)] = std::max(hidden_[static_cast<size_t>(k)], 0.0f);
   matmul(pool, l.pred_fc2, hidden_.data(), n, scores_.data(), xq);
+  if (!hp.act_threshold.empty()) act_magnitudes(hp.act, scores_.data(), n * n_ff);  // estimated pre-activations
   const float threshold = hp.sparse_threshold[static_cast<size_t>(layer)];
   // Branch-free: whether a neuron is chosen is close to a coin toss the branch predictor cannot
   // learn, and a branch here cost 13 us of a layer's ~100 (the 1B file: 16 layers, 0.21 ms a token).

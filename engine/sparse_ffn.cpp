@@ -91,6 +91,10 @@ float firing_margin(const hparams& hp, float t, float g, float u) {
   return std::fabs(activate(hp.act, hp.gated_ffn ? g : u)) - t;
 }
 
+void act_magnitudes(activation act, float* v, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) v[k] = std::fabs(activate(act, v[k]));
+}
+
 void hidden_values(const hparams& hp, float t, const float* g, const float* u, float* out, int64_t n) {
   // The ReLU forms as plain loops the compiler vectorizes; the others one value at a time.
   const bool relu = hp.act != activation::silu && hp.act != activation::gelu;

@@ -84,6 +84,9 @@ void hidden_values(const hparams& hp, float t, const float* g, const float* u, f
 // A neuron's firing margin: positive exactly when it fires — the gate (ReLU; no gate: up),
 // min(gate, up) for dReLU, |act(g)| - t for a thresholded activation.
 float firing_margin(const hparams& hp, float t, float g, float u);
+// v[k] = |act(v[k])| for k < n: a thresholded file's predictor scores (estimated pre-activations) as
+// the magnitudes its threshold is compared with.
+void act_magnitudes(activation act, float* v, int64_t n);
 
 // One token's FFN over neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their ids
 // in the model's tensors, or their slots in a device's copy): hidden[ids[k]] = the neuron's value, and

@@ -19,7 +19,8 @@ constexpr std::string_view stage_name(stage s) {
 namespace observed {
 inline constexpr std::string_view ffn_pred_in = "ffn_pred_in";  // what the layer's activation predictor reads (n_embd)
 inline constexpr std::string_view ffn_act = "ffn_act";          // the FFN's hidden vector after the activation (n_ff)
-inline constexpr std::string_view ffn_margin = "ffn_margin";    // per neuron, the pre-activation that decides whether it fires (n_ff)
+inline constexpr std::string_view ffn_margin = "ffn_margin";    // per neuron, how far it is from firing: positive exactly when it does (n_ff)
+inline constexpr std::string_view ffn_preact = "ffn_preact";    // per neuron, the value the activation is applied to: gate (no gate: up) (n_ff)
 }  // namespace observed
 
 }  // namespace hotcold

@@ -63,6 +63,15 @@ void set_act_thresholds(hparams& hp, std::span<const double> t, std::string_view
     if (!(t[l] >= 0 && std::isfinite(t[l])))
       throw model_error(fmt::format("{}: {}[{}] = {} is not a threshold (finite, >= 0)", source, activation_thresholds_key, l, t[l]));
   hp.act_threshold.assign(t.begin(), t.end());
+  hp.pred_input = predictor_input::ffn_input;
+}
+
+std::string_view predictor_input_name(predictor_input p) {
+  switch (p) {
+    case predictor_input::layer_input: return "layer_input";
+    case predictor_input::ffn_input: return "ffn_input";
+    default: return "ffn_input_before_norm";
+  }
 }
 
 hparams read_hparams(const gguf::file& f) {
@@ -162,16 +171,22 @@ hparams read_hparams(const gguf::file& f) {
       hp.sparse_threshold.assign(static_cast<size_t>(hp.n_layer), static_cast<float>(*t1));
     }
     hp.pred_input = hp.arch == architecture::falcon ? predictor_input::layer_input : predictor_input::ffn_input_before_norm;
-    if (auto in = f.get_string(predictor_input_key)) {
-      if (*in == "ffn_input_before_norm") hp.pred_input = predictor_input::ffn_input_before_norm;
-      else if (*in == "layer_input") hp.pred_input = predictor_input::layer_input;
-      else throw model_error(fmt::format("{}: {} = '{}' is not ffn_input_before_norm or layer_input", f.source(), predictor_input_key, *in));
-    }
     if (const gguf::value* t = f.get_array(activation_thresholds_key)) {
       std::vector<double> v(t->size());
       for (uint64_t l = 0; l < t->size(); ++l) v[l] = t->number_at(l);
       set_act_thresholds(hp, v, f.source());
       if (auto s = f.get_float(sparsity_target_key)) hp.sparsity_target = static_cast<float>(*s);
+    }
+    if (auto in = f.get_string(predictor_input_key)) {
+      std::optional<predictor_input> p;
+      for (auto c : {predictor_input::ffn_input_before_norm, predictor_input::layer_input, predictor_input::ffn_input})
+        if (*in == predictor_input_name(c)) p = c;
+      if (!p) throw model_error(fmt::format("{}: {} = '{}' is not ffn_input_before_norm, layer_input or ffn_input", f.source(), predictor_input_key, *in));
+      // A thresholded file's predictors estimate pre-activations: linear in the FFN's normalized input only.
+      if (!hp.act_threshold.empty() && *p != predictor_input::ffn_input)
+        throw model_error(fmt::format("{}: {} = '{}': the predictors of a thresholded file ({}) read ffn_input", f.source(), predictor_input_key, *in,
+                                      activation_thresholds_key));
+      hp.pred_input = *p;
     }
     if (hp.act == activation::drelu && !hp.gated_ffn)
       throw model_error(fmt::format("{}: dReLU needs a gated FFN, which {} does not have", f.source(), architecture_name(hp.arch)));

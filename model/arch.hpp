@@ -20,8 +20,11 @@ enum class activation { silu, relu, drelu, gelu };
 enum class rope_style { adjacent_pairs, neox };  // llama.cpp's NORM (x[2i], x[2i+1]) and NEOX (x[i], x[i + n_rot/2])
 inline constexpr int64_t max_rope_dims = 1024;  // the forward pass keeps one position's rotation angles on the stack
 // What a layer's activation predictor reads: the FFN's residual-stream input before ffn_norm
-// (llama, bamboo) or the layer's input (falcon, whose FFN runs in parallel with attention).
-enum class predictor_input { ffn_input_before_norm, layer_input };
+// (llama, bamboo), the layer's input (falcon, whose FFN runs in parallel with attention), or the FFN's
+// normalized input — what its gate and up rows read (thresholded files, whose predictors estimate the
+// gate's pre-activation: a linear function of that input).
+enum class predictor_input { ffn_input_before_norm, layer_input, ffn_input };
+std::string_view predictor_input_name(predictor_input p);
 
 std::string_view architecture_name(architecture a);
 std::optional<architecture> architecture_from_name(std::string_view name);
@@ -31,7 +34,7 @@ std::optional<activation> activation_from_name(std::string_view name);
 // Keys of hotcold's own files (docs/model-files.md).
 constexpr std::string_view activation_key = "hotcold.activation";              // string: silu relu drelu gelu
 constexpr std::string_view sparse_thresholds_key = "hotcold.sparse.thresholds";  // f32[n_layer]
-constexpr std::string_view predictor_input_key = "hotcold.sparse.predictor_input";  // "ffn_input_before_norm" | "layer_input"
+constexpr std::string_view predictor_input_key = "hotcold.sparse.predictor_input";  // "ffn_input_before_norm" | "layer_input" | "ffn_input"
 // Sparsity without retraining (SiLU/GELU files, `prepare --sparsity`): in layer l neuron k's value is
 // act(gate_k . x) (up_k . x) when |act(gate_k . x)| >= t_l (no gate: act(up_k . x) when |act(..)| >= t_l),
 // else 0 — the file's model, on every path.
@@ -71,7 +74,9 @@ struct hparams {
   float rope_attn_factor = 1.0f; // rope.scaling.attn_factor: scales the rotated values' cos and sin
   float norm_eps = 1e-5f;        // RMSNorm (llama, bamboo) or LayerNorm (falcon) epsilon
   bool gated_ffn = true;         // llama/bamboo: down(act(gate) * up); falcon: down(act(up))
-  // Sparse files: neuron i of layer l is computed iff predictor score_i >= sparse_threshold[l].
+  // Sparse files: neuron i of layer l is computed iff predictor score_i >= sparse_threshold[l] — for
+  // thresholded files (act_threshold), whose score estimates the neuron's pre-activation (gate; no
+  // gate: up), iff |act(score_i)| >= sparse_threshold[l] (predicted_choice).
   std::vector<float> sparse_threshold;  // (n_layer), 0 when the file says nothing
   predictor_input pred_input = predictor_input::ffn_input_before_norm;
   // SiLU/GELU files made sparse by thresholding (activation_thresholds_key): t_l per layer; empty: none.
@@ -97,7 +102,8 @@ struct hparams {
 // Reads and checks the hyper-parameters; the vocabulary size comes from the tokenizer or token_embd.
 hparams read_hparams(const gguf::file& f);
 // Sets hp.act_threshold after checking them (a SiLU/GELU FFN, one per layer, finite and >= 0); a
-// model_error naming `source` and activation_thresholds_key otherwise.
+// model_error naming `source` and activation_thresholds_key otherwise. The model's predictors then read
+// the FFN's normalized input (pred_input = ffn_input).
 void set_act_thresholds(hparams& hp, std::span<const double> t, std::string_view source);
 
 // Tensor roles and their GGUF names ("blk.%d.attn_q.weight").

@@ -27,6 +27,8 @@ struct layer_recipe {
   // The layer's activation predictor reads the layer's input (PowerInfer's Falcon files, and files
   // that say so) instead of the FFN's residual-stream input before its norm.
   bool predictor_reads_layer_input = false;
+  // The predictor reads the FFN's normalized input (thresholded files: hotcold.sparse.predictor_input = ffn_input).
+  bool predictor_reads_ffn_input = false;
   // The FFN's gate/up rows are K-quants: its input is rounded to Q8_K once (as their integer kernels
   // see it), so the rows' float dot products on the sparse paths equal the matrix products' integer
   // ones whatever the number of tokens or the path.
@@ -44,7 +46,7 @@ inline layer_recipe recipe_of(const hparams& hp, const layer_weights& l) {
     r.norm = norm_kind::layer;
     r.parallel = true;
     r.fused_qkv = true;
-    r.predictor_reads_layer_input = true;
+    r.predictor_reads_layer_input = hp.pred_input != predictor_input::ffn_input;
     // Falcon-40B: attention reads attn_norm_2(x) and the FFN attn_norm(x); Falcon-7B: attn_norm(x) feeds both.
     r.ffn_norm = {&l.attn_norm, &l.attn_norm_b};
     r.attn_norm = l.attn_norm_2 ? norm_weights{&l.attn_norm_2, &l.attn_norm_2_b} : r.ffn_norm;
@@ -53,6 +55,7 @@ inline layer_recipe recipe_of(const hparams& hp, const layer_weights& l) {
     r.ffn_norm = {&l.ffn_norm, nullptr};
     r.predictor_reads_layer_input = hp.pred_input == predictor_input::layer_input;
   }
+  r.predictor_reads_ffn_input = hp.pred_input == predictor_input::ffn_input;
   return r;
 }
 

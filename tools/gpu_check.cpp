@@ -246,6 +246,17 @@ void check_predictor(int64_t d, int64_t rank, int64_t n_ff, std::mt19937& rng) {
   for (int64_t i = 0; i < n_ff; ++i)
     if (chosen[static_cast<size_t>(i)] != (got[static_cast<size_t>(i)] >= threshold)) ++wrong;
   report("predictor f16 chosen = scores >= threshold", e, wrong, 0);
+  // A thresholded file's rule: the scores are pre-activations, chosen = |silu(score)| >= threshold.
+  // Scores within 1e-4 of the boundary may fall either way (the sums' order differs).
+  const std::string e2 = gpu::predictor(gpu::row_type::f16, d1.p, d2.p, d, rank, n_ff, dx.p, threshold, dmid.p, dscores.p, dchosen.p, nullptr, true,
+                                        gpu::ffn_act::silu);
+  const auto chosen2 = dchosen.get();
+  wrong = 0;
+  for (int64_t i = 0; i < n_ff; ++i) {
+    const double s = scores[static_cast<size_t>(i)], m = std::fabs(s / (1 + std::exp(-s)));
+    if (std::fabs(m - threshold) > 1e-4 && chosen2[static_cast<size_t>(i)] != (m >= threshold)) ++wrong;
+  }
+  report("predictor f16 chosen = |silu(scores)| >= threshold", e2, wrong, 0);
 }
 
 // A batch's attention as a layer runs it: q/k/v rows rotated by given angles, k and v stored as F16

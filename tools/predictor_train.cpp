@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "engine/forward.hpp"
+#include "engine/sparse_ffn.hpp"
 #include "model/tensor_convert.hpp"
 #include "engine/thread_pool.hpp"
 #include "tools/sparse_file.hpp"
@@ -117,7 +119,8 @@ struct adam {
 // A linear start for the MLP: the top k = r/2 principal directions P of the inputs (randomized
 // subspace iteration) and a ridge regression A, on the projections, of each neuron's firing margin
 // divided by its RMS (the margin says how far from firing a neuron was, which a 0/1 label does not:
-// a rarely firing neuron still gives a useful target in every sample). With fc1 = [P; -P] and
+// a rarely firing neuron still gives a useful target in every sample) — or of its pre-activation, for a
+// thresholded model, whose rule the score then estimates directly. With fc1 = [P; -P] and
 // fc2 = [A, -A], relu(z) - relu(-z) = z makes the score exactly A . (P x).
 void linear_start(mlp& net, const samples& s, const std::vector<int64_t>& train, std::mt19937_64& rng) {
   const int64_t d = s.d, k = net.r / 2, n = static_cast<int64_t>(train.size());
@@ -271,13 +274,15 @@ struct evaluation {
   layer_fit fit;
 };
 
-// The threshold keeping `target_recall` of held-out firings, and what it gives.
-evaluation evaluate(const mlp& net, const samples& s, const std::vector<int64_t>& held, double target_recall) {
+// The threshold keeping `target_recall` of held-out firings, and what it gives. on_act: the scores
+// are estimated pre-activations, compared as |act(score)| (a thresholded model's rule).
+evaluation evaluate(const mlp& net, const samples& s, const std::vector<int64_t>& held, double target_recall, std::optional<activation> on_act) {
   std::vector<float> h(static_cast<size_t>(net.r)), z(static_cast<size_t>(s.n_ff));
   std::vector<float> positive, all;
   all.reserve(held.size() * static_cast<size_t>(s.n_ff));
   for (int64_t si : held) {
     net.forward(s.x.data() + si * s.d, h.data(), z.data());
+    if (on_act) act_magnitudes(*on_act, z.data(), s.n_ff);
     for (int64_t i = 0; i < s.n_ff; ++i) {
       if (s.fired(si, i)) positive.push_back(z[i]);
       all.push_back(z[i]);
@@ -320,13 +325,19 @@ trained_predictors train_predictors(const profile_data& data, const train_option
     float scale = static_cast<float>(std::sqrt(ss / std::max<size_t>(1, s.x.size())));
     if (scale <= 0) scale = 1;
     for (auto& v : s.x) v /= scale;
+    // Pre-activation samples (a thresholded model) are estimated as they are: |act(g)| >= t_l compares
+    // them with one threshold in their own units.
+    std::optional<activation> on_act;
+    if (data.preactivations) on_act = data.act;
     // Each neuron's margins at unit RMS, so that one threshold suits every neuron of the layer.
     std::vector<double> ms(static_cast<size_t>(s.n_ff), 0.0);
-    for (int64_t t = 0; t < s.n; ++t)
-      for (int64_t i = 0; i < s.n_ff; ++i) ms[static_cast<size_t>(i)] += double(s.margin[static_cast<size_t>(t * s.n_ff + i)]) * s.margin[static_cast<size_t>(t * s.n_ff + i)];
-    for (int64_t i = 0; i < s.n_ff; ++i) ms[static_cast<size_t>(i)] = ms[static_cast<size_t>(i)] > 0 ? 1.0 / std::sqrt(ms[static_cast<size_t>(i)] / static_cast<double>(s.n)) : 0.0;
-    for (int64_t t = 0; t < s.n; ++t)
-      for (int64_t i = 0; i < s.n_ff; ++i) s.margin[static_cast<size_t>(t * s.n_ff + i)] *= static_cast<float>(ms[static_cast<size_t>(i)]);
+    if (!on_act) {
+      for (int64_t t = 0; t < s.n; ++t)
+        for (int64_t i = 0; i < s.n_ff; ++i) ms[static_cast<size_t>(i)] += double(s.margin[static_cast<size_t>(t * s.n_ff + i)]) * s.margin[static_cast<size_t>(t * s.n_ff + i)];
+      for (int64_t i = 0; i < s.n_ff; ++i) ms[static_cast<size_t>(i)] = ms[static_cast<size_t>(i)] > 0 ? 1.0 / std::sqrt(ms[static_cast<size_t>(i)] / static_cast<double>(s.n)) : 0.0;
+      for (int64_t t = 0; t < s.n; ++t)
+        for (int64_t i = 0; i < s.n_ff; ++i) s.margin[static_cast<size_t>(t * s.n_ff + i)] *= static_cast<float>(ms[static_cast<size_t>(i)]);
+    }
     std::vector<int64_t> idx(static_cast<size_t>(s.n));
     std::iota(idx.begin(), idx.end(), 0);
     std::mt19937_64 rng(o.seed + static_cast<uint64_t>(l));
@@ -335,16 +346,17 @@ trained_predictors train_predictors(const profile_data& data, const train_option
     std::vector<int64_t> held(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(n_held)), train(idx.begin() + static_cast<ptrdiff_t>(n_held), idx.end());
 
     auto round32 = [](int64_t v) { return std::max<int64_t>(32, (v + 31) / 32 * 32); };
-    int64_t rank = o.rank > 0 ? o.rank : round32(s.d / 8);
+    int64_t rank = o.rank > 0 ? o.rank : round32(s.d / (on_act ? 16 : 8));
     const int64_t max_rank = o.rank > 0 ? o.rank : round32(s.d / 2);
-    // The linear start alone, or refined by Adam: whichever keeps fewer neurons at the recall.
+    // The linear start alone, or refined by Adam: whichever keeps fewer neurons at the recall. (A
+    // pre-activation estimate is the linear start itself: least squares is what it should minimize.)
     auto fit = [&](int64_t r, evaluation& best) {
       uint64_t seed = o.seed * 7919 + static_cast<uint64_t>(l);
       mlp net = train_layer(s, train, r, 0, o, pool, seed);
-      best = evaluate(net, s, held, o.target_recall);
-      if (o.epochs > 0) {
+      best = evaluate(net, s, held, o.target_recall, on_act);
+      if (o.epochs > 0 && !on_act) {
         mlp refined = train_layer(s, train, r, o.epochs, o, pool, seed);
-        evaluation er = evaluate(refined, s, held, o.target_recall);
+        evaluation er = evaluate(refined, s, held, o.target_recall, on_act);
         if (er.fit.active_fraction < best.fit.active_fraction) {
           best = er;
           return refined;
@@ -354,8 +366,22 @@ trained_predictors train_predictors(const profile_data& data, const train_option
     };
     evaluation e;
     mlp net = fit(rank, e);
+    if (on_act && o.rank == 0) {
+      // A thresholded layer reads the gate rows of the chosen neurons (then up and down of those that
+      // pass): of the rows' values, rank x (n_embd + n_ff) for the predictor plus active x n_ff x n_embd.
+      // The rank reading the fewest, from n_embd / 16 up.
+      auto cost = [&](const evaluation& ev, int64_t r) { return static_cast<double>(r * (s.d + s.n_ff)) + ev.fit.active_fraction * static_cast<double>(s.n_ff * s.d); };
+      while (rank * 2 <= max_rank) {
+        evaluation ew;
+        mlp wider = fit(rank * 2, ew);
+        if (cost(ew, rank * 2) >= cost(e, rank)) break;
+        rank *= 2;
+        net = std::move(wider);
+        e = ew;
+      }
+    }
     // A predictor that must predict far more neurons than fire to keep the recall gets more rank.
-    while (o.rank == 0 && rank * 2 <= max_rank &&
+    while (!on_act && o.rank == 0 && rank * 2 <= max_rank &&
            e.fit.active_fraction > 1.5 * e.fit.true_active_fraction + 0.01) {
       rank *= 2;
       evaluation ew;
@@ -365,7 +391,7 @@ trained_predictors train_predictors(const profile_data& data, const train_option
       e = ew;
     }
     // The threshold (and the reported fit) for the predictor as the file will hold it.
-    if (o.stored_as != tensor_type::f32) e = evaluate(as_stored(net, o.stored_as), s, held, o.target_recall);
+    if (o.stored_as != tensor_type::f32) e = evaluate(as_stored(net, o.stored_as), s, held, o.target_recall, on_act);
     layer_predictor p;
     p.rank = net.r;
     p.fc1 = net.w1;

@@ -72,6 +72,8 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
   const int64_t n = o.tokens;
   fs::create_directories(o.out_dir);
 
+  // A thresholded model's samples hold pre-activations: its predictors estimate them (predictor_train).
+  const bool preactivations = !hp.act_threshold.empty();
   profile_data meta;
   meta.dir = o.out_dir;
   meta.n_layer = hp.n_layer, meta.n_embd = hp.n_embd, meta.n_ff = hp.n_ff;
@@ -94,7 +96,7 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
       std::copy(x.begin(), x.end(), pred_in.begin());
       return;
     }
-    if (name == observed::ffn_margin) {
+    if (name == (preactivations ? observed::ffn_preact : observed::ffn_margin)) {
       kernels::fp32_to_fp16_row(x.data(), margin.data(), x.size());
       return;
     }
@@ -139,7 +141,8 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
   }
   nlohmann::json j{{"model", fs::absolute(o.model_path).string()}, {"n_layer", hp.n_layer}, {"n_embd", hp.n_embd}, {"n_ff", hp.n_ff},
                    {"format", profile_format}, {"tokens", n}, {"calibration", o.calibration_path.empty() ? "sampled from the model (temperature 1, seed 2024)" : o.calibration_path},
-                   {"firing_counts", "firing_counts.u64"}, {"layers", layers}};
+                   {"firing_counts", "firing_counts.u64"}, {"values", preactivations ? "preactivations" : "margins"}, {"layers", layers}};
+  if (preactivations) j["activation"] = std::string(activation_name(hp.act));
   std::ofstream((fs::path(o.out_dir) / "profile.json").string()) << j.dump(2) << "\n";
   return r;
 }
@@ -163,6 +166,14 @@ profile_data read_profile(const std::string& dir) {
   d.n_embd = j.at("n_embd").get<int64_t>();
   d.n_ff = j.at("n_ff").get<int64_t>();
   d.tokens = j.at("tokens").get<int64_t>();
+  const std::string values = j.value("values", "margins");
+  if (values == "preactivations") {
+    auto a = activation_from_name(j.value("activation", ""));
+    if (!a) throw std::runtime_error(fmt::format("{}/profile.json: pre-activation samples without a known \"activation\"", dir));
+    d.preactivations = true, d.act = *a;
+  } else if (values != "margins") {
+    throw std::runtime_error(fmt::format("{}/profile.json: \"values\" is '{}', not margins or preactivations", dir, values));
+  }
   d.firing_counts.resize(static_cast<size_t>(d.n_layer * d.n_ff));
   std::ifstream c((fs::path(dir) / "firing_counts.u64").string(), std::ios::binary);
   c.read(reinterpret_cast<char*>(d.firing_counts.data()), static_cast<std::streamsize>(d.firing_counts.size() * 8));

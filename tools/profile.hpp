@@ -7,7 +7,9 @@
 // DIR/firing_counts.u64       n_layer x n_ff little-endian counts
 // DIR/layer-NNN.samples       per token: n_embd float32 (predictor input), ceil(n_ff/8) mask bytes
 //                             (bit i = neuron i fired), n_ff float16 firing margins (positive exactly
-//                             when the neuron fires: see inference_context's "ffn_margin")
+//                             when the neuron fires: see inference_context's "ffn_margin") — for a
+//                             thresholded model (profile.json "values": "preactivations") each
+//                             neuron's pre-activation instead ("ffn_preact"), which its predictor estimates
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -63,6 +65,8 @@ struct profile_data {
   std::vector<uint64_t> firing_counts;  // n_layer x n_ff
   std::string dir;
   std::string model_path;
+  bool preactivations = false;          // the samples' n_ff values are pre-activations of activation `act`
+  activation act = activation::relu;
   std::string samples_path(int64_t layer) const;
   size_t record_bytes() const { return static_cast<size_t>(n_embd) * 4 + static_cast<size_t>((n_ff + 7) / 8) + static_cast<size_t>(n_ff) * 2; }
 };

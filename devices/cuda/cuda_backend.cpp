@@ -263,7 +263,9 @@ void cuda_backend::compute(const predict_job& job) {
   float* dscores = dmid + job.rank;
   auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
   per_vector("predictor", job.n, job.x, job.d, dx, dchosen, job.chosen, static_cast<uint64_t>(job.n_ff), [&] {
-    return kernels::gpu::predictor(gpu_rows(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_);
+    const auto on_act = job.on_act ? static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act)) : kernels::gpu::ffn_act::relu;
+    return kernels::gpu::predictor(gpu_rows(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_,
+                                   job.on_act, on_act);
   });
 #else
   (void)job;

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "engine/forward.hpp"
+#include "engine/layer_ops.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
@@ -78,6 +79,63 @@ TEST(ActSparsity, TheRuleHoldsOnEveryPathAndMatters) {
         for (bool b : layer) on += b, ++all;
     EXPECT_GT(on, 0);
     EXPECT_LT(on, all);
+  }
+}
+
+// A thresholded file's predictor estimates each neuron's pre-activation from the FFN's normalized input
+// (hotcold.sparse.predictor_input = ffn_input), and a neuron is chosen where |act(score)| >= the
+// layer's predictor threshold. Predictors that compute the pre-activation exactly — fc1 = [I; -I],
+// fc2 = [W, -W], W the gate rows (falcon: up) — with the file's t_l as threshold choose exactly the
+// neurons the rule keeps, on both sides of SiLU's (GELU's) dip: sparse mode then computes the kept
+// neurons only and gives the exact variant's logits. A predictor read on the input before the norm,
+// or a choice of score >= threshold, would choose other neurons.
+TEST(ActSparsity, PredictorsOfThePreActivationChooseByTheRule) {
+  for (const auto arch : {architecture::llama, architecture::falcon}) {
+    SCOPED_TRACE(std::string(architecture_name(arch)));
+    const std::string name(architecture_name(arch));
+    const auto dense = test::make_model("act_sparsity_" + name, silu_options(arch));
+    const auto dm = model::load(dense);
+    const int64_t d = dm->hp().n_embd, n_ff = dm->hp().n_ff;
+    const std::vector<float> t{0.08f, 0.2f};
+    std::vector<tools::layer_predictor> exact(2);
+    for (int64_t l = 0; l < 2; ++l) {
+      const auto& lw = dm->weights().layers[static_cast<size_t>(l)];
+      const tensor_view& w = arch == architecture::falcon ? lw.ffn_up : lw.ffn_gate;
+      auto& p = exact[static_cast<size_t>(l)];
+      p.rank = 2 * d;
+      p.threshold = t[static_cast<size_t>(l)];
+      p.fc1.assign(static_cast<size_t>(2 * d * d), 0.0f);
+      for (int64_t k = 0; k < d; ++k) p.fc1[static_cast<size_t>(k * d + k)] = 1.0f, p.fc1[static_cast<size_t>((d + k) * d + k)] = -1.0f;
+      p.fc2.resize(static_cast<size_t>(n_ff * 2 * d));
+      std::vector<float> row(static_cast<size_t>(d));
+      for (int64_t i = 0; i < n_ff; ++i) {
+        dequantize_row(w, i, row.data());
+        for (int64_t k = 0; k < d; ++k) p.fc2[static_cast<size_t>(i * 2 * d + k)] = row[static_cast<size_t>(k)], p.fc2[static_cast<size_t>(i * 2 * d + d + k)] = -row[static_cast<size_t>(k)];
+      }
+    }
+    tools::sparse_file_options so;
+    so.act_thresholds = t;
+    so.sparsity_target = 0.5f;
+    const auto path = (test::scratch_dir() / ("act_sparsity_exact_predictors_" + name + ".gguf")).string();
+    tools::write_sparse_model(dense, path, exact, so);
+    const auto m = model::load(path);
+    EXPECT_EQ(m->hp().pred_input, predictor_input::ffn_input);
+    inference_context ctx(m, 16, 2, 1, tensor_type::f32);
+    ctx.set_mode(ffn_mode::sparse);
+    ctx.enable_stats(true);
+    std::vector<std::vector<float>> got;
+    for (size_t i = 0; i < test::logits_of_tokens().size(); ++i) {
+      auto lg = ctx.forward(test::logits_of_tokens()[i], static_cast<int64_t>(i));
+      got.emplace_back(lg.begin(), lg.end());
+    }
+    int64_t kept = 0, computed = 0, kept_computed = 0, neurons = 0;
+    for (const auto& st : ctx.stats()) kept += st.truly_active, computed += st.computed, kept_computed += st.active_computed, neurons += st.neurons;
+    // (Sums in another order may flip a neuron at the boundary: at most a few.)
+    EXPECT_LE(kept - kept_computed, 2);
+    EXPECT_LE(computed - kept, 2);
+    EXPECT_GT(kept, neurons / 5);
+    EXPECT_LT(kept, neurons * 4 / 5);
+    EXPECT_LT(test::rel_diff(got, test::logits_of(m, ffn_mode::dense)), 1e-4);
   }
 }
 

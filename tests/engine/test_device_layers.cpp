@@ -77,16 +77,20 @@ TEST(DeviceLayers, ComputeFromTheDevicesCopiesAndGiveTheCpusLogits) {
 // A GPU's predictor jobs (sim computing as a GPU does) choose what the CPU's predictor does, for F16
 // and Q4_0 predictors whose rows the private copy interleaved (the device's copy is put back in plain
 // order): Q4_0 rows meet float activations there and Q8_0 ones on the CPU, so a few neurons at the
-// threshold may differ; rows read in the wrong order would disagree on a large share.
+// threshold may differ; rows read in the wrong order would disagree on a large share. A thresholded
+// SiLU file's predictors too, whose scores are pre-activations chosen by |silu(score)| >= threshold
+// (a job comparing the score itself would choose another set).
 TEST(DeviceLayers, GpuPredictorJobsChooseWhatTheCpuDoes) {
-  for (tensor_type type : {tensor_type::f16, tensor_type::q4_0}) {
-    SCOPED_TRACE(tensor_type_name(type));
-    auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
-    auto dense = test::make_model("dl_engine_dense", o);
-    auto path = (test::scratch_dir() / (std::string("dl_engine_predictors_") + std::string(tensor_type_name(type)) + ".gguf")).string();
+  for (const auto& [type, thresholded] : {std::pair{tensor_type::f16, false}, {tensor_type::q4_0, false}, {tensor_type::f16, true}}) {
+    SCOPED_TRACE(std::string(tensor_type_name(type)) + (thresholded ? " thresholded SiLU" : ""));
+    auto o = test::sparse_test_options(architecture::llama, thresholded ? activation::silu : activation::relu, tensor_type::f16);
+    auto dense = test::make_model(thresholded ? "dl_engine_dense_silu" : "dl_engine_dense", o);
+    auto path = (test::scratch_dir() / (std::string("dl_engine_predictors_") + std::string(tensor_type_name(type)) + (thresholded ? "_t" : "") + ".gguf")).string();
     tools::sparse_file_options so;
     so.predictor_type = type;
-    if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.2f, 11), so);
+    if (thresholded) so.act_thresholds = {0.1f, 0.15f};
+    if (!std::filesystem::exists(path))
+      tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, thresholded ? 0.12f : -0.2f, 11), so);
     auto m = model::load(path);
     ASSERT_TRUE(m->weights().layers[1].pred_fc2.interleaved16);
     devices::device_options d;
