@@ -266,6 +266,55 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
 
 }  // namespace
 
+bool transposed_product(thread_pool& pool, const tensor_view& rows, const float* h, int64_t n, float* out) {
+  constexpr int64_t kc_max = 256, nc = gemm_tokens, mt = gemm_rows;  // neurons a block, columns a panel, tokens a tile
+  const int64_t k_all = rows.ne1, d = rows.ne0;
+  const tensor_type t = rows.type;
+  const bool readable = t == tensor_type::f32 || t == tensor_type::f16 || t == tensor_type::bf16 || t == tensor_type::q8_0 || t == tensor_type::q4_0;
+  if (!readable || rows.interleaved16 || d % nc != 0 || n < 1 || !gemm_tile_vectorized()) return false;
+  const int64_t panels = d / nc, kblocks = (k_all + kc_max - 1) / kc_max, full = n / mt * mt;
+  // Each thread its own panels of columns, for every block of neurons: the block's h (n x 256) stays in
+  // cache across the panels, and each panel's columns of the block's rows are converted once.
+  const int64_t n_pad = (n + mt - 1) / mt * mt;
+  pool.parallel_for(panels, [&](int64_t p0, int64_t p1) {
+    // The block's h copied together (rows kc_max apart, the last tile's rows past n zero): twelve rows
+    // of h n_ff apart would share a few of L1's sets.
+    thread_local std::vector<float> xp, hb, cs;
+    xp.resize(static_cast<size_t>(kc_max * nc)), hb.resize(static_cast<size_t>(n_pad * kc_max)), cs.resize(static_cast<size_t>(mt * nc));
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+      const int64_t k0 = kb * kc_max, kc = std::min(kc_max, k_all - k0);
+      for (int64_t i = 0; i < n_pad; ++i) {
+        float* dst = hb.data() + i * kc_max;
+        if (i < n) std::copy(h + i * k_all + k0, h + i * k_all + k0 + kc, dst);
+        else std::fill(dst, dst + kc, 0.0f);
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t j0 = p * nc;
+        if (t == tensor_type::f16) {
+          gemm_pack_f16_columns(reinterpret_cast<const uint16_t*>(rows.row(k0)) + j0, static_cast<int64_t>(rows.row_bytes / 2), kc, xp.data());
+        } else for (int64_t k = 0; k < kc; ++k) {
+          const uint8_t* r = rows.row(k0 + k);
+          float* dst = xp.data() + k * nc;
+          if (t == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(r) + j0, dst, nc);
+          else if (t == tensor_type::bf16) bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(r) + j0, dst, nc);
+          else if (t == tensor_type::q8_0) dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(r) + j0 / qk8_0, dst, nc);
+          else if (t == tensor_type::q4_0) dequantize_row_q4_0(reinterpret_cast<const block_q4_0*>(r) + j0 / qk4_0, dst, nc);
+          else std::memcpy(dst, reinterpret_cast<const float*>(r) + j0, nc * 4);
+        }
+        for (int64_t t0 = 0; t0 < full; t0 += mt) gemm_tile(hb.data() + t0 * kc_max, kc_max, xp.data(), kc, out + t0 * d + j0, d, kb == 0);
+        if (full < n) {  // the last tokens through a tile of their own
+          gemm_tile(hb.data() + full * kc_max, kc_max, xp.data(), kc, cs.data(), nc, true);
+          for (int64_t i = 0; i < n - full; ++i) {
+            float* o = out + (full + i) * d + j0;
+            for (int64_t j = 0; j < nc; ++j) o[j] = (kb == 0 ? 0.0f : o[j]) + cs[static_cast<size_t>(i * nc + j)];
+          }
+        }
+      }
+    }
+  });
+  return true;
+}
+
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                        std::vector<block_q8_0>& xq) {
   // (Q8_0 matrices see the tokens rounded to Q8_0, K-quant ones to Q8_K, float ones as they are: one

@@ -20,4 +20,12 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
 void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                        std::vector<kernels::block_q8_0>& xq);
 
+// out (n x rows.ne0) = h (n x rows.ne1) times the matrix whose rows are rows' rows (down_t: each row a
+// neuron's contribution), as register tiles of twelve tokens by 32 columns of rows, for batches whose
+// neurons mostly fired (a thresholded SwiGLU layer keeps about half; ReLU layers fire few, and add
+// their rows neuron by neuron). The rows' columns are converted 32 at a time into cache (F32, F16,
+// BF16, Q8_0, Q4_0 rows; h as it is, as the row kernels' float sums take it). False, nothing
+// written, where the rows or the CPU cannot (other types, a width not a multiple of 32, no AVX-512).
+bool transposed_product(thread_pool& pool, const tensor_view& rows, const float* h, int64_t n, float* out);
+
 }  // namespace hotcold

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
 
@@ -31,6 +32,10 @@ void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c
       for (int64_t k = 0; k < kc; ++k) s += w[i * ws + k] * xp[gemm_tokens * k + t];
       c[i * cs + t] = s;
     }
+}
+
+void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp) {
+  for (int64_t k = 0; k < kc; ++k) fp16_to_fp32_row(w + k * ws, xp + k * gemm_tokens, gemm_tokens);
 }
 
 }  // namespace scalar
@@ -90,8 +95,20 @@ HOTCOLD_AVX512 static void gemm_pack_tokens(const float* x, int64_t n, int64_t d
   }
 }
 
+HOTCOLD_AVX512 static void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp) {
+  for (int64_t k = 0; k < kc; ++k, w += ws, xp += gemm_tokens) {
+    _mm512_storeu_ps(xp, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
+    _mm512_storeu_ps(xp + 16, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))));
+  }
+}
+
 }  // namespace avx512
 HOTCOLD_AVX512_END
+
+void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp) {
+  if (gemm_tile_vectorized()) return avx512::gemm_pack_f16_columns(w, ws, kc, xp);
+  scalar::gemm_pack_f16_columns(w, ws, kc, xp);
+}
 
 void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp) {
   if (gemm_tile_vectorized()) return avx512::gemm_pack_tokens(x, n, d, t0, k0, kc, xp);

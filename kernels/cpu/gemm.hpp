@@ -18,7 +18,12 @@ void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c
 // xp[32 k + j] = x[(t0 + j) d + k0 + k] for k < kc, j < 32 (zero for t0 + j >= n): a panel of tokens.
 void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp);
 
+// xp[32 k + j] = the F16 value w[k ws + j] as a float, for k < kc, j < 32: a panel of 32 columns of kc
+// rows (the down rows of a transposed product, whose columns are the outputs).
+void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp);
+
 namespace scalar {
+void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp);
 void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first);
 void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp);
 }

@@ -27,12 +27,12 @@ tools::gen_model_options silu_options(architecture a) {
 }
 
 // A sparse file of the dense one with the given thresholds (and random predictors).
-std::string thresholded(const std::string& dense, const std::string& name, std::vector<float> t) {
+std::string thresholded(const std::string& dense, const std::string& name, std::vector<float> t, int64_t n_ff = 256) {
   const auto path = (test::scratch_dir() / (name + ".gguf")).string();
   tools::sparse_file_options so;
   so.act_thresholds = std::move(t);
   so.sparsity_target = 0.5f;
-  tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 16, -0.2f, 9), so);
+  tools::write_sparse_model(dense, path, test::random_predictors(2, 64, n_ff, 16, -0.2f, 9), so);
   return path;
 }
 
@@ -136,6 +136,36 @@ TEST(ActSparsity, PredictorsOfThePreActivationChooseByTheRule) {
     EXPECT_GT(kept, neurons / 5);
     EXPECT_LT(kept, neurons * 4 / 5);
     EXPECT_LT(test::rel_diff(got, test::logits_of(m, ffn_mode::dense)), 1e-4);
+  }
+}
+
+// A prompt batch of a thresholded layer keeps about half its neurons: its down rows go as one matrix
+// product (twelve-token tiles and a tile of the last tokens; 640 neurons: blocks of 256 summed), which gives what one token at a time
+// computes, in F16, Q8_0, Q4_0 and BF16 (the product converts each type's rows itself) and with the
+// reference for F16.
+TEST(ActSparsity, PromptBatchesGiveWhatTokensOneByOneGive) {
+  const std::vector<token_id> toks{1, 250, 17, 299, 3, 120, 45, 7, 88, 160, 201, 33, 9, 140, 260, 61, 5, 77, 19, 222, 11, 130, 58, 290, 4, 100, 36};  // 27: two tiles and three
+  for (const auto type : {tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::bf16}) {
+    SCOPED_TRACE(std::string(tensor_type_name(type)));
+    auto o = silu_options(architecture::llama);
+    o.type = type;
+    o.n_ff = 640;
+    const std::string name(tensor_type_name(type));
+    const auto dense = test::make_model("act_sparsity_batch_" + name, o);
+    const auto path = thresholded(dense, "act_sparsity_batch_t_" + name, {0.08f, 0.2f}, 640);
+    const auto m = model::load(path);
+    inference_context one(m, 32, 2, 1, tensor_type::f32), batch(m, 32, 2, 1, tensor_type::f32);
+    one.set_mode(ffn_mode::dense), batch.set_mode(ffn_mode::dense);
+    batch.enable_stats(true);
+    const auto by_token = test::run_tokens(one, toks, false), together = test::run_tokens(batch, toks, true);
+    EXPECT_LT(test::rel_diff(together, by_token), 1e-5);
+    int64_t kept = 0, all = 0;
+    for (const auto& st : batch.stats()) kept += st.truly_active, all += st.neurons;
+    EXPECT_GT(kept * 5, all * 2);  // enough fired for the product (40%)
+    if (type == tensor_type::f16) {
+      const auto f = gguf::file::open(path);
+      EXPECT_LT(test::rel_diff(together, reference_model(f, tensor_type::f32, 32).logits(toks)), 1e-5);
+    }
   }
 }
 

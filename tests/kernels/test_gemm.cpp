@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/gemm.hpp"
 
 namespace hotcold::kernels {
@@ -30,6 +31,18 @@ TEST(Gemm, PackTokensEqualsScalarTranspose) {
       }
     }
   }
+}
+
+TEST(Gemm, PackF16ColumnsConvertsThirtyTwoOfEachRow) {
+  const int64_t ws = 100, kc = 9;  // rows 100 halves apart, columns 40..71 of each
+  std::vector<uint16_t> w(static_cast<size_t>(ws * kc));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = fp32_to_fp16(static_cast<float>(i % 997) * 0.25f - 60.0f);
+  std::vector<float> got(static_cast<size_t>(gemm_tokens * kc), -1.0f), want(got.size(), -2.0f);
+  gemm_pack_f16_columns(w.data() + 40, ws, kc, got.data());
+  scalar::gemm_pack_f16_columns(w.data() + 40, ws, kc, want.data());
+  EXPECT_EQ(got, want);
+  for (int64_t k = 0; k < kc; ++k)
+    for (int j = 0; j < gemm_tokens; ++j) ASSERT_EQ(want[static_cast<size_t>(gemm_tokens * k + j)], fp16_to_fp32(w[static_cast<size_t>(k * ws + 40 + j)]));
 }
 
 TEST(Gemm, TileEqualsScalarSums) {
