@@ -266,12 +266,17 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
 
 }  // namespace
 
+bool transposed_product_reads(const tensor_view& rows) {
+  const tensor_type t = rows.type;
+  const bool readable = t == tensor_type::f32 || t == tensor_type::f16 || t == tensor_type::bf16 || t == tensor_type::q8_0 || t == tensor_type::q4_0;
+  return rows && readable && !rows.interleaved16 && rows.ne0 % gemm_tokens == 0 && gemm_tile_vectorized();
+}
+
 bool transposed_product(thread_pool& pool, const tensor_view& rows, const float* h, int64_t n, float* out) {
   constexpr int64_t kc_max = 256, nc = gemm_tokens, mt = gemm_rows;  // neurons a block, columns a panel, tokens a tile
   const int64_t k_all = rows.ne1, d = rows.ne0;
   const tensor_type t = rows.type;
-  const bool readable = t == tensor_type::f32 || t == tensor_type::f16 || t == tensor_type::bf16 || t == tensor_type::q8_0 || t == tensor_type::q4_0;
-  if (!readable || rows.interleaved16 || d % nc != 0 || n < 1 || !gemm_tile_vectorized()) return false;
+  if (!transposed_product_reads(rows) || n < 1) return false;
   const int64_t panels = d / nc, kblocks = (k_all + kc_max - 1) / kc_max, full = n / mt * mt;
   // Each thread its own panels of columns, for every block of neurons: the block's h (n x 256) stays in
   // cache across the panels, and each panel's columns of the block's rows are converted once.

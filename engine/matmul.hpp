@@ -27,5 +27,6 @@ void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws
 // BF16, Q8_0, Q4_0 rows; h as it is, as the row kernels' float sums take it). False, nothing
 // written, where the rows or the CPU cannot (other types, a width not a multiple of 32, no AVX-512).
 bool transposed_product(thread_pool& pool, const tensor_view& rows, const float* h, int64_t n, float* out);
+bool transposed_product_reads(const tensor_view& rows);  // whether transposed_product can
 
 }  // namespace hotcold

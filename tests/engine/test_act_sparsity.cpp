@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "engine/forward.hpp"
+#include "engine/hot_cold_ffn.hpp"
 #include "engine/layer_ops.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "model/gguf.hpp"
@@ -139,6 +141,15 @@ TEST(ActSparsity, PredictorsOfThePreActivationChooseByTheRule) {
   }
 }
 
+// A thresholded llama file of 640 neurons a layer (0.08, 0.2): `use` names the test's own files.
+std::string wide_thresholded(const std::string& use, tensor_type type) {
+  auto o = silu_options(architecture::llama);
+  o.type = type;
+  o.n_ff = 640;
+  const std::string name = use + "_" + std::string(tensor_type_name(type));
+  return thresholded(test::make_model("act_sparsity_wide_" + name, o), "act_sparsity_wide_t_" + name, {0.08f, 0.2f}, 640);
+}
+
 // A prompt batch of a thresholded layer keeps about half its neurons: its down rows go as one matrix
 // product (twelve-token tiles and a tile of the last tokens; 640 neurons: blocks of 256 summed), which gives what one token at a time
 // computes, in F16, Q8_0, Q4_0 and BF16 (the product converts each type's rows itself) and with the
@@ -147,12 +158,7 @@ TEST(ActSparsity, PromptBatchesGiveWhatTokensOneByOneGive) {
   const std::vector<token_id> toks{1, 250, 17, 299, 3, 120, 45, 7, 88, 160, 201, 33, 9, 140, 260, 61, 5, 77, 19, 222, 11, 130, 58, 290, 4, 100, 36};  // 27: two tiles and three
   for (const auto type : {tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::bf16}) {
     SCOPED_TRACE(std::string(tensor_type_name(type)));
-    auto o = silu_options(architecture::llama);
-    o.type = type;
-    o.n_ff = 640;
-    const std::string name(tensor_type_name(type));
-    const auto dense = test::make_model("act_sparsity_batch_" + name, o);
-    const auto path = thresholded(dense, "act_sparsity_batch_t_" + name, {0.08f, 0.2f}, 640);
+    const auto path = wide_thresholded("batch", type);
     const auto m = model::load(path);
     inference_context one(m, 32, 2, 1, tensor_type::f32), batch(m, 32, 2, 1, tensor_type::f32);
     one.set_mode(ffn_mode::dense), batch.set_mode(ffn_mode::dense);
@@ -165,6 +171,43 @@ TEST(ActSparsity, PromptBatchesGiveWhatTokensOneByOneGive) {
     if (type == tensor_type::f16) {
       const auto f = gguf::file::open(path);
       EXPECT_LT(test::rel_diff(together, reference_model(f, tensor_type::f32, 32).logits(toks)), 1e-5);
+    }
+  }
+}
+
+// The cold pool's share of a thresholded layer's prompt batch, every neuron chosen by some token: gate
+// and up as matrix products, each token's chosen neurons kept under the rule, the down rows as one
+// product — the same values and sums as the neuron-by-neuron pass (batch_neurons), in F16 and Q4_0
+// (whose rows meet the tokens rounded to Q8_0 either way). A choice ignored, or the rule, would differ.
+TEST(ActSparsity, TheColdShareOfAPromptBatchIsTheNeuronByNeuronPass) {
+  for (const auto type : {tensor_type::f16, tensor_type::q4_0}) {
+    SCOPED_TRACE(std::string(tensor_type_name(type)));
+    const auto m = model::load(wide_thresholded("cold", type));
+    const hparams& hp = m->hp();
+    const int64_t n = 20, d = hp.n_embd, n_ff = hp.n_ff;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> unit(0.0f, 1.0f);
+    std::vector<float> in(static_cast<size_t>(n * d));
+    for (auto& v : in) v = unit(rng);
+    std::vector<uint8_t> chosen(static_cast<size_t>(n * n_ff));
+    for (auto& c : chosen) c = rng() % 3 != 0;  // two thirds of each token's neurons
+    std::vector<int32_t> ids(static_cast<size_t>(n_ff));
+    for (int32_t i = 0; i < n_ff; ++i) ids[static_cast<size_t>(i)] = i;
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      const layer_weights& l = m->weights().layers[static_cast<size_t>(layer)];
+      const auto xq = quantize_for_rows(l.ffn_up, in.data(), n, d);
+      const batch_ffn_input x{in.data(), xq ? xq->data() : nullptr, chosen.data(), n, d, n_ff};
+      std::vector<float> h_want(static_cast<size_t>(n * n_ff), 0.0f), want(static_cast<size_t>(n * d), 0.0f), h_got(h_want.size(), 0.0f), got(want.size(), 9.0f);
+      batch_neurons(hp, hp.act_threshold_of(layer), l.ffn_gate, l.ffn_up, l.ffn_down_t, ids.data(), ids.data(), n_ff, x, h_want.data(), want.data());
+      thread_pool pool(2);
+      std::vector<float> acc;
+      cold_share(pool, *m, 0, layer, ids, x, h_got.data(), acc, got.data(), nullptr);
+      int64_t kept = 0, differ = 0;
+      for (size_t k = 0; k < h_want.size(); ++k) kept += h_want[k] != 0.0f, differ += std::fabs(h_got[k] - h_want[k]) > 1e-5f * (1 + std::fabs(h_want[k]));
+      EXPECT_EQ(differ, 0);
+      EXPECT_GT(kept, n * n_ff / 5);
+      EXPECT_LT(kept, n * n_ff * 2 / 3);
+      EXPECT_LT(test::rel_diff(std::vector<std::vector<float>>{got}, std::vector<std::vector<float>>{want}), 1e-5);
     }
   }
 }
