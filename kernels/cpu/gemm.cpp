@@ -102,8 +102,24 @@ HOTCOLD_AVX512 static void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, 
   }
 }
 
+// d (q - 8) for each nibble: the low nibbles of the 16 bytes are values 0..15, the high ones 16..31.
+HOTCOLD_AVX512 static void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64_t n) {
+  const __m512i low = _mm512_set1_epi32(0x0F), eight = _mm512_set1_epi32(8);
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(x[b].d));
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs)));
+    _mm512_storeu_ps(y, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(q, low), eight))));
+    _mm512_storeu_ps(y + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight))));
+  }
+}
+
 }  // namespace avx512
 HOTCOLD_AVX512_END
+
+void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64_t n) {
+  if (gemm_tile_vectorized()) return avx512::gemm_unpack_q4_0(x, y, n);
+  dequantize_row_q4_0(x, y, n);
+}
 
 void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp) {
   if (gemm_tile_vectorized()) return avx512::gemm_pack_f16_columns(w, ws, kc, xp);

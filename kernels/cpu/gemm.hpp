@@ -5,6 +5,8 @@
 // broadcasts one weight per row: 24 multiply-adds per 14 loads, no horizontal sums.
 #include <cstdint>
 
+#include "kernels/cpu/quants.hpp"
+
 namespace hotcold::kernels {
 
 inline constexpr int gemm_rows = 12, gemm_tokens = 32;
@@ -21,6 +23,9 @@ void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t 
 // xp[32 k + j] = the F16 value w[k ws + j] as a float, for k < kc, j < 32: a panel of 32 columns of kc
 // rows (the down rows of a transposed product, whose columns are the outputs).
 void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp);
+
+// y[0..n) = the Q4_0 blocks x as floats (dequantize_row_q4_0's values), for the products' conversions.
+void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64_t n);
 
 namespace scalar {
 void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp);

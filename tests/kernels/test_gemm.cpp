@@ -45,6 +45,20 @@ TEST(Gemm, PackF16ColumnsConvertsThirtyTwoOfEachRow) {
     for (int j = 0; j < gemm_tokens; ++j) ASSERT_EQ(want[static_cast<size_t>(gemm_tokens * k + j)], fp16_to_fp32(w[static_cast<size_t>(k * ws + 40 + j)]));
 }
 
+TEST(Gemm, UnpackQ4_0GivesTheBlocksValues) {
+  std::vector<block_q4_0> x(3);
+  for (size_t b = 0; b < x.size(); ++b) {
+    x[b].d = fp32_to_fp16(0.5f + static_cast<float>(b));
+    for (int j = 0; j < 16; ++j) x[b].qs[j] = static_cast<uint8_t>((j * 7 + b) & 0xFF);
+  }
+  std::vector<float> got(96, -1.0f), want(96, -2.0f);
+  gemm_unpack_q4_0(x.data(), got.data(), 96);
+  dequantize_row_q4_0(x.data(), want.data(), 96);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(want[16], (0.5f) * static_cast<float>((0 >> 4) - 8));  // block 0, value 16: byte 0's high nibble
+  EXPECT_EQ(want[32 + 17], 1.5f * static_cast<float>(((7 + 1) >> 4) - 8));
+}
+
 TEST(Gemm, TileEqualsScalarSums) {
   const int64_t kc = 70, ws = 75, cs = 40;
   std::vector<float> w(static_cast<size_t>(gemm_rows * ws)), xp(static_cast<size_t>(gemm_tokens * kc));
