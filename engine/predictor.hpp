@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "engine/device_layers.hpp"
+#include "engine/sparse_ffn.hpp"
 #include "model/model.hpp"
 #include "engine/thread_pool.hpp"
 
@@ -35,6 +36,7 @@ class predictor_runner {
   std::vector<float> scores_;  // n x n_ff
   std::vector<uint8_t> any_;   // n_ff
   std::vector<kernels::block_q8_0> xq_;
+  std::vector<act_band> bands_;  // per layer, for thresholded files
 };
 
 }  // namespace hotcold

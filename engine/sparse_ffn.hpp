@@ -87,6 +87,17 @@ float firing_margin(const hparams& hp, float t, float g, float u);
 // v[k] = |act(v[k])| for k < n: a thresholded file's predictor scores (estimated pre-activations) as
 // the magnitudes its threshold is compared with.
 void act_magnitudes(activation act, float* v, int64_t n);
+// Where |act(s)| >= theta for SiLU and GELU, which rise from their one minimum (SiLU -0.278 at -1.28,
+// GELU -0.170 at -0.75) through 0 at 0: s >= hi, or lo1 <= s <= lo2 (an empty band where theta is
+// deeper than the minimum). in_band(s) is that test — |act(s)| >= theta without an exp a value (up to
+// the boundaries' last bit).
+struct act_band {
+  float hi = 0, lo1 = 1, lo2 = 0;
+  bool in_band(float s) const { return s >= hi || (s >= lo1 && s <= lo2); }
+};
+act_band act_band_of(activation act, float theta);
+// v[k] = 1 where in_band(v[k]), else 0 (branch-free).
+void mark_band(const act_band& b, float* v, int64_t n);
 
 // One token's FFN over neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their ids
 // in the model's tensors, or their slots in a device's copy): hidden[ids[k]] = the neuron's value, and

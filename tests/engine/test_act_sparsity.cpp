@@ -212,6 +212,33 @@ TEST(ActSparsity, TheColdShareOfAPromptBatchIsTheNeuronByNeuronPass) {
   }
 }
 
+// The predictor's choice |act(s)| >= theta as bands of s (no exp a score): equal to the rule on a grid
+// of scores, for thresholds with and without a negative band (SiLU's dip is 0.278 deep, GELU's 0.170).
+TEST(ActSparsity, BandsOfScoresAreTheRule) {
+  hparams hp;
+  hp.gated_ffn = false;
+  for (const auto act : {activation::silu, activation::gelu}) {
+    hp.act = act;
+    for (const float theta : {0.0f, 0.05f, 0.15f, 0.2f, 0.27f, 0.3f, 2.0f}) {
+      const act_band b = act_band_of(act, theta);
+      int64_t negative_kept = 0;
+      for (int i = -40000; i <= 40000; ++i) {
+        const float s = static_cast<float>(i) * 5e-4f;
+        const float a = std::fabs(hidden_value(hp, 0.0f, 0.0f, s));  // |act(s)|
+        if (std::fabs(a - theta) < 1e-6f) continue;                    // the boundary's last bit
+        ASSERT_EQ(b.in_band(s), a >= theta) << activation_name(act) << " theta " << theta << " s " << s;
+        negative_kept += s < 0 && b.in_band(s);
+      }
+      const float dip = act == activation::silu ? 0.278f : 0.170f;
+      if (theta > 0 && theta < dip - 0.01f) EXPECT_GT(negative_kept, 0) << theta;
+      if (theta > dip) EXPECT_EQ(negative_kept, 0) << theta;
+    }
+    std::vector<float> v{-1.3f, 0.01f, 3.0f};
+    mark_band(act_band_of(act, 0.1f), v.data(), 3);
+    EXPECT_EQ(v, (std::vector<float>{1.0f, 0.0f, 1.0f}));
+  }
+}
+
 TEST(ActSparsity, TheNeuronRuleAndItsMargin) {
   hparams hp;
   hp.act = activation::silu;
