@@ -164,9 +164,10 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
     every_neuron(B, layer, l, on, in, B.truth.data(), h, margins);
     // Most neurons fired (a thresholded layer keeps about half): the down rows as one matrix product
     // (the rows added neuron by neuron for each token took 2.3 times a product's time per value there).
-    const auto fired = n >= 8 && down_t ? std::count_if(h, h + n * n_ff, [](float v) { return v != 0.0f; }) : 0;
-    if (fired * 5 >= n * n_ff * 2 && transposed_product(*on.pool, l.ffn_down_t, h, n, out)) {
-      // (written)
+    const bool product = down_t && n >= 8 && transposed_product_reads(l.ffn_down_t) &&
+                         std::count_if(h, h + n * n_ff, [](float v) { return v != 0.0f; }) * 5 >= n * n_ff * 2;
+    if (product) {
+      transposed_product(*on.pool, l.ffn_down_t, h, n, out);
     } else if (down_t) {
       on.pool->parallel_for(threads, [&](int64_t th0, int64_t th1) {
         for (int64_t th = th0; th < th1; ++th) {

@@ -200,6 +200,18 @@ int64_t row_span_bytes(const tensor_view& w, int64_t k) {
   return k * (half_rows(w) ? 2 : 4);
 }
 
+// Elements [k0, k0 + k) of row r as floats (k0 a multiple of the type's block; F32, F16, BF16, Q8_0, Q4_0
+// and K-quant rows).
+void span_to_float(const tensor_view& w, int64_t r, int64_t k0, int64_t k, float* dst) {
+  const uint8_t* row = w.row(r);
+  if (w.type == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(row) + k0, dst, static_cast<size_t>(k));
+  else if (w.type == tensor_type::bf16) bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(row) + k0, dst, static_cast<size_t>(k));
+  else if (w.type == tensor_type::q8_0) dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(row) + k0 / qk8_0, dst, k);
+  else if (w.type == tensor_type::q4_0) gemm_unpack_q4_0(reinterpret_cast<const block_q4_0*>(row) + k0 / qk4_0, dst, k);
+  else if (computes_as_k_quant(w.type)) row_kernels_of(w.type).to_float(row + row_span_bytes(w, k0), dst, k);
+  else std::memcpy(dst, reinterpret_cast<const float*>(row) + k0, static_cast<size_t>(k) * 4);
+}
+
 // The tokens are packed once into panels of 32 (per block of kc of the inner dimension, element k of
 // the 32 side by side), for every matrix given (all reading x). The threads then take blocks of up
 // to 96 rows of any of the matrices; per block of kc (256) a thread converts the rows' elements to
@@ -242,12 +254,7 @@ void float_gemm(thread_pool& pool, std::span<const tensor_view* const> ws, const
         for (int64_t i = 0; i < tiles * mr_; ++i) {
           float* dst = wbuf.data() + i * kc_max;
           if (i >= mr) std::fill(dst, dst + kc, 0.0f);
-          else if (w.type == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
-          else if (w.type == tensor_type::bf16) bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(w.row(r0 + i)) + k0, dst, static_cast<size_t>(kc));
-          else if (w.type == tensor_type::q8_0) dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r0 + i)) + k0 / qk8_0, dst, kc);
-          else if (w.type == tensor_type::q4_0) gemm_unpack_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r0 + i)) + k0 / qk4_0, dst, kc);
-          else if (computes_as_k_quant(w.type)) row_kernels_of(w.type).to_float(w.row(r0 + i) + row_span_bytes(w, k0), dst, kc);
-          else std::memcpy(dst, reinterpret_cast<const float*>(w.row(r0 + i)) + k0, static_cast<size_t>(kc) * 4);
+          else span_to_float(w, r0 + i, k0, kc, dst);
         }
         // The next block of kc (or the next rows' first), line by line, spread over this block's tiles.
         const bool more_k = kb + 1 < kblocks;
@@ -301,17 +308,8 @@ bool transposed_product(thread_pool& pool, const tensor_view& rows, const float*
       }
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t j0 = p * nc;
-        if (t == tensor_type::f16) {
-          gemm_pack_f16_columns(reinterpret_cast<const uint16_t*>(rows.row(k0)) + j0, static_cast<int64_t>(rows.row_bytes / 2), kc, xp.data());
-        } else for (int64_t k = 0; k < kc; ++k) {
-          const uint8_t* r = rows.row(k0 + k);
-          float* dst = xp.data() + k * nc;
-          if (t == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(r) + j0, dst, nc);
-          else if (t == tensor_type::bf16) bf16_to_fp32_row(reinterpret_cast<const uint16_t*>(r) + j0, dst, nc);
-          else if (t == tensor_type::q8_0) dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(r) + j0 / qk8_0, dst, nc);
-          else if (t == tensor_type::q4_0) gemm_unpack_q4_0(reinterpret_cast<const block_q4_0*>(r) + j0 / qk4_0, dst, nc);
-          else std::memcpy(dst, reinterpret_cast<const float*>(r) + j0, nc * 4);
-        }
+        if (t == tensor_type::f16) gemm_pack_f16_columns(reinterpret_cast<const uint16_t*>(rows.row(k0)) + j0, static_cast<int64_t>(rows.row_bytes / 2), kc, xp.data());
+        else for (int64_t k = 0; k < kc; ++k) span_to_float(rows, k0 + k, j0, nc, xp.data() + k * nc);
         for (int64_t t0 = 0; t0 < full; t0 += mt) gemm_tile(hb.data() + t0 * kc_max, kc_max, xp.data(), kc, out + t0 * d + j0, d, kb == 0);
         if (full < n) {  // the last tokens through a tile of their own
           gemm_tile(hb.data() + full * kc_max, kc_max, xp.data(), kc, cs.data(), nc, true);

@@ -99,21 +99,21 @@ void act_magnitudes(activation act, float* v, int64_t n) {
 
 act_band act_band_of(activation act, float theta) {
   auto f = [&](double s) { return static_cast<double>(activate(act, static_cast<float>(s))); };
-  // Bisection to the float where f crosses `level` on a monotone piece [a, b] (f(a) on one side).
-  auto cross = [&](double a, double b, double level, bool rising) {
-    for (int i = 0; i < 200 && static_cast<float>(a) != static_cast<float>(b); ++i) {
-      const double m = 0.5 * (a + b);
-      if ((f(m) >= level) == rising) b = m;
-      else a = m;
+  // Bisection on a monotone piece between `out` (where `holds` is false) and `in` (where it is true),
+  // to the float at which it starts to hold.
+  auto edge = [](double out, double in, const auto& holds) {
+    for (int i = 0; i < 200 && static_cast<float>(out) != static_cast<float>(in); ++i) {
+      const double m = 0.5 * (out + in);
+      (holds(m) ? in : out) = m;
     }
-    return static_cast<float>(b);
+    return static_cast<float>(in);
   };
   act_band band;
   if (theta <= 0.0f) {  // every score passes
     band.hi = -std::numeric_limits<float>::infinity();
     return band;
   }
-  band.hi = cross(0.0, 64.0 + theta, theta, true);  // act rises from 0 through theta
+  band.hi = edge(0.0, 64.0 + theta, [&](double s) { return f(s) >= theta; });  // act rises from 0 through theta
   // The minimum on the negative side (golden-section search), and the band where -act >= theta.
   double a = -8.0, b = 0.0;
   for (int i = 0; i < 200; ++i) {
@@ -122,18 +122,10 @@ act_band act_band_of(activation act, float theta) {
     else a = m1;
   }
   const double s_min = 0.5 * (a + b);
-  if (-f(s_min) >= theta) {
-    // -act falls to theta going left of the minimum, and rises above it going right from 0 to the minimum.
-    auto neg = [&](double lo, double hi_, bool rising) {
-      for (int i = 0; i < 200 && static_cast<float>(lo) != static_cast<float>(hi_); ++i) {
-        const double m = 0.5 * (lo + hi_);
-        if ((-f(m) >= theta) == rising) hi_ = m;
-        else lo = m;
-      }
-      return rising ? static_cast<float>(hi_) : static_cast<float>(lo);
-    };
-    band.lo1 = neg(-64.0, s_min, true);   // left piece: -act rises towards the minimum
-    band.lo2 = neg(s_min, 0.0, false);    // right piece: -act falls towards 0
+  const auto deep = [&](double s) { return -f(s) >= theta; };
+  if (deep(s_min)) {
+    band.lo1 = edge(-64.0, s_min, deep);  // left of the minimum, -act rises towards it
+    band.lo2 = edge(0.0, s_min, deep);    // right of it, -act falls towards 0
   }
   return band;
 }

@@ -54,9 +54,9 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
     std::vector<float> thresholds;
     for (const auto& p : predictors) thresholds.push_back(p.threshold);
     w.set_array(sparse_thresholds_key, std::span<const float>(thresholds));
-    // A thresholded model's predictors estimate pre-activations from the FFN's normalized input.
-    const bool thresholded = !options.act_thresholds.empty() || !hp.act_threshold.empty();
-    w.set_string(predictor_input_key, predictor_input_name(thresholded ? predictor_input::ffn_input : hp.pred_input));
+    // A thresholded model's predictors estimate pre-activations from the FFN's normalized input (a file
+    // thresholded already says so in hp.pred_input).
+    w.set_string(predictor_input_key, predictor_input_name(options.act_thresholds.empty() ? hp.pred_input : predictor_input::ffn_input));
   }
   if (!f.find(activation_key)) w.set_string(activation_key, activation_name(hp.act));
 
