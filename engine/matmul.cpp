@@ -30,9 +30,18 @@ void grouped_products(thread_pool& pool, int64_t groups, int64_t n, const Group&
   }, n == 1 ? 2 : 1);
 }
 
-// Products of Q4_0 matrices stored as interleaved groups of sixteen rows (model::load), all reading
-// the same input: one pass over every matrix's groups (each group's bytes unpacked once per four
-// tokens), the input quantized once; the plain tail rows one at a time.
+// Rows of a Q4_0 matrix that go in groups of sixteen: its interleaved ones (model::load), or for rows
+// kept in plain order (a sparse file's gate and up rows, which its neurons read one by one) all but the
+// last ne1 % 16, interleaved into a thread's buffer a group at a time (plain_groups below).
+int64_t grouped_rows(const tensor_view& w) { return w.interleaved16 ? w.interleaved_rows() : w.ne1 - w.ne1 % 16; }
+
+// Products of Q4_0 matrices as groups of sixteen rows, all reading the same input: one pass over
+// every matrix's groups (each group's bytes unpacked once per four tokens), the input quantized once;
+// the tail rows one at a time. Interleaved matrices (model::load) are read in place; a plain one
+// (several tokens only) has each group of sixteen rows interleaved once into the thread's buffer and
+// then read for every token: the sixteen-row integer kernels instead of the float tile over rows
+// converted in cache or each row against four tokens (the exact variant of a thresholded ~1B Q4_0 file,
+// pp128 on a Zen 3 without AVX-512: 35 -> 65 tokens/s; its dense file, interleaved at load, ~100).
 void interleaved_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                           std::vector<block_q8_0>& xq) {
   const int64_t d = ws[0]->ne0, qrow = d / qk8_0;
@@ -43,12 +52,44 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   for (int64_t t = 0; t < n; ++t) q8_0_block_terms(xq.data() + t * qrow, qrow, terms.data() + t * qrow);
   const q8_0_terms* xs_terms = terms.data();  // the calling thread's, read by the workers
   std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's groups are [first[m], first[m + 1])
-  for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->interleaved_rows() / 16;
+  for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + grouped_rows(*ws[m]) / 16;
+  const bool plain = std::any_of(ws.begin(), ws.end(), [](const tensor_view* w) { return !w->interleaved16; });
   auto where = [&](int64_t gg, size_t& m, int64_t& g) {  // group gg of all: matrix m's group g
     m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
     g = gg - first[m];
   };
-  if (n == 1 && first.back() >= 2) {
+  // Group g of matrix m (its bytes at group) against tokens t .. t + k - 1 (k <= 4).
+  auto four_tokens = [&](const block_q4_0x16* group, size_t m, int64_t g, int64_t t, int k) {
+    const block_q8_0* xs[4];
+    const q8_0_terms* ss[4];
+    for (int j = 0; j < 4; ++j) {
+      const int64_t tj = std::min(t + j, n - 1);
+      xs[j] = xq.data() + tj * qrow;
+      ss[j] = xs_terms + tj * qrow;
+    }
+    float o[64];
+    dot16r_q4_0(group, xs, ss, k, d, o);
+    for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * ws[m]->ne1 + 16 * g);
+  };
+  if (plain) {
+    // Each group interleaved once, then every token (in fours) against it while it sits in cache.
+    pool.parallel_for(first.back(), [&](int64_t g0, int64_t g1) {
+      thread_local std::vector<block_q4_0x16> buffer;
+      buffer.resize(static_cast<size_t>(qrow));
+      for (int64_t gg = g0; gg < g1; ++gg) {
+        size_t m;
+        int64_t g;
+        where(gg, m, g);
+        const tensor_view& w = *ws[m];
+        const block_q4_0x16* group = reinterpret_cast<const block_q4_0x16*>(w.data) + g * qrow;
+        if (!w.interleaved16) {
+          interleave_q4_0x16(reinterpret_cast<const block_q4_0*>(w.row(16 * g)), qrow, buffer.data());
+          group = buffer.data();
+        }
+        for (int64_t t = 0; t < n; t += 4) four_tokens(group, m, g, t, static_cast<int>(std::min<int64_t>(4, n - t)));
+      }
+    });
+  } else if (n == 1 && first.back() >= 2) {
     // One token: groups g and g + half together, block by block, two streams from memory for each
     // thread (+4-8% over one group at a time, measured alternately in one process).
     const int64_t total = first.back(), half = total / 2;
@@ -75,22 +116,12 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
       size_t m;
       int64_t g;
       where(gg, m, g);
-      const int64_t rows = ws[m]->ne1;
-      const block_q8_0* xs[4];
-      const q8_0_terms* ss[4];
-      for (int j = 0; j < 4; ++j) {
-        const int64_t tj = std::min(t + j, n - 1);
-        xs[j] = xq.data() + tj * qrow;
-        ss[j] = xs_terms + tj * qrow;
-      }
-      float o[64];
-      dot16r_q4_0(reinterpret_cast<const block_q4_0x16*>(ws[m]->data) + g * qrow, xs, ss, k, d, o);
-      for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * rows + 16 * g);
+      four_tokens(reinterpret_cast<const block_q4_0x16*>(ws[m]->data) + g * qrow, m, g, t, k);
     });
   }
   for (size_t m = 0; m < ws.size(); ++m) {
     const tensor_view& w = *ws[m];
-    for (int64_t r = w.interleaved_rows(); r < w.ne1; ++r)
+    for (int64_t r = grouped_rows(w); r < w.ne1; ++r)
       for (int64_t t = 0; t < n; ++t) ys[m][t * w.ne1 + r] = row_dot(w, r, x + t * d, xq.data() + t * qrow);
   }
 }
@@ -158,14 +189,17 @@ constexpr int64_t gemm_min_tokens = 16;
 // rounded to Q8_0 once (quantized and back), so a prompt's products equal what the integer kernels
 // give one token (up to float summation order) at the tile's speed.
 // K-quant rows (Q4_K, Q5_K, Q6_K) likewise, a 256-value block at a time, against the tokens rounded to Q8_K.
-// Q4_0 rows in plain order (a sparse file's gate and up rows, which its neurons read one by one) like
-// Q8_0's: the integer kernels' products at the tile's speed (a thresholded ~1B Q4_0 file's pp128 went
-// from ~95 to ~250 tokens/s). Interleaved Q4_0 rows (dense files) keep their sixteen-row kernels.
+// (Q4_0 rows, plain or interleaved, go through the sixteen-row kernels first: groups_q4_0.)
 bool use_gemm(const tensor_view& w, int64_t n) {
   const bool blocks32 = (w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0) && w.ne0 % qk8_0 == 0;
   return n >= gemm_min_tokens && (float_type(w) || blocks32 || (computes_as_k_quant(w.type) && w.ne0 % qk_k == 0)) && !w.interleaved16 &&
          gemm_tile_vectorized();
 }
+
+// Q4_0 matrices the sixteen-row kernels take (interleaved_products), and from how many tokens plain
+// rows are interleaved for them (below it, each row against the tokens in place).
+bool groups_q4_0(const tensor_view& w) { return w.type == tensor_type::q4_0 && w.ne0 % qk4_0 == 0 && (w.interleaved16 || w.ne1 >= 16); }
+constexpr int64_t plain_q4_0_min_tokens = 4;
 
 // What a row type's integer kernels see of the activations: Q8_0 rows the tokens quantized to Q8_0,
 // K-quant rows to Q8_K, float rows the tokens themselves.
@@ -329,6 +363,8 @@ void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws
   // (Q8_0 matrices see the tokens rounded to Q8_0, K-quant ones to Q8_K, float ones as they are: one
   // rounding a pass.)
   const input_rounding r = rounding_of(ws[0]->type);
+  if (n >= plain_q4_0_min_tokens && std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return groups_q4_0(*w) && w->ne0 == ws[0]->ne0; }))
+    return interleaved_products(pool, ws, x, n, ys, xq);
   if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && rounding_of(w->type) == r; }))
     return float_gemm(pool, ws, x, n, ys);
   const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->type == tensor_type::q4_0 && w->ne0 == ws[0]->ne0; });
@@ -367,7 +403,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
       for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, nullptr);
     return;
   }
-  if (w.interleaved16) {
+  if (w.interleaved16 || (n >= plain_q4_0_min_tokens && groups_q4_0(w))) {
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};
     return interleaved_products(pool, ws, x, n, ys, xq);

@@ -10,7 +10,7 @@
 
 namespace hotcold::kernels {
 
-bool gemm_tile_vectorized() { return cpu().avx512; }
+bool gemm_tile_vectorized() { return cpu().avx512 || cpu().avx2; }
 
 namespace scalar {
 
@@ -39,6 +39,44 @@ void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp)
 }
 
 }  // namespace scalar
+
+namespace avx2 {
+
+// Sixteen 256-bit registers hold a quarter of the tile at a time: six rows by sixteen tokens (twelve
+// sums, two vectors of tokens, one broadcast weight), in four passes over the panel (rows 0-5 and 6-11,
+// tokens 0-15 and 16-31), which stays in L1 between them.
+HOTCOLD_AVX2 static void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first) {
+  constexpr int rows = gemm_rows / 2;
+  for (int ih = 0; ih < 2; ++ih)
+    for (int th = 0; th < 2; ++th) {
+      const float* wi = w + ih * rows * ws;
+      const float* xt = xp + 16 * th;
+      float* ci = c + ih * rows * cs + 16 * th;
+      __m256 a[rows][2];
+#pragma GCC unroll 6
+      for (int i = 0; i < rows; ++i)
+        for (int v = 0; v < 2; ++v) a[i][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(ci + i * cs + 8 * v);
+      for (int64_t k = 0; k < kc; ++k) {
+        const __m256 x0 = _mm256_loadu_ps(xt + gemm_tokens * k), x1 = _mm256_loadu_ps(xt + gemm_tokens * k + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < rows; ++i) {
+          const __m256 b = _mm256_broadcast_ss(wi + i * ws + k);
+          a[i][0] = _mm256_fmadd_ps(b, x0, a[i][0]);
+          a[i][1] = _mm256_fmadd_ps(b, x1, a[i][1]);
+        }
+      }
+#pragma GCC unroll 6
+      for (int i = 0; i < rows; ++i)
+        for (int v = 0; v < 2; ++v) _mm256_storeu_ps(ci + i * cs + 8 * v, a[i][v]);
+    }
+}
+
+HOTCOLD_AVX2 static void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp) {
+  for (int64_t k = 0; k < kc; ++k, w += ws, xp += gemm_tokens)
+    for (int v = 0; v < 4; ++v) _mm256_storeu_ps(xp + 8 * v, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8 * v))));
+}
+
+}  // namespace avx2
 
 HOTCOLD_AVX512_BEGIN
 namespace avx512 {
@@ -117,22 +155,24 @@ HOTCOLD_AVX512 static void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64
 HOTCOLD_AVX512_END
 
 void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64_t n) {
-  if (gemm_tile_vectorized()) return avx512::gemm_unpack_q4_0(x, y, n);
+  if (cpu().avx512) return avx512::gemm_unpack_q4_0(x, y, n);
   dequantize_row_q4_0(x, y, n);
 }
 
 void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp) {
-  if (gemm_tile_vectorized()) return avx512::gemm_pack_f16_columns(w, ws, kc, xp);
+  if (cpu().avx512) return avx512::gemm_pack_f16_columns(w, ws, kc, xp);
+  if (cpu().avx2) return avx2::gemm_pack_f16_columns(w, ws, kc, xp);
   scalar::gemm_pack_f16_columns(w, ws, kc, xp);
 }
 
 void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp) {
-  if (gemm_tile_vectorized()) return avx512::gemm_pack_tokens(x, n, d, t0, k0, kc, xp);
+  if (cpu().avx512) return avx512::gemm_pack_tokens(x, n, d, t0, k0, kc, xp);
   scalar::gemm_pack_tokens(x, n, d, t0, k0, kc, xp);
 }
 
 void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first) {
-  if (gemm_tile_vectorized()) return avx512::gemm_tile(w, ws, xp, kc, c, cs, first);
+  if (cpu().avx512) return avx512::gemm_tile(w, ws, xp, kc, c, cs, first);
+  if (cpu().avx2) return avx2::gemm_tile(w, ws, xp, kc, c, cs, first);
   scalar::gemm_tile(w, ws, xp, kc, c, cs, first);
 }
 

@@ -11,7 +11,7 @@ namespace hotcold::kernels {
 
 inline constexpr int gemm_rows = 12, gemm_tokens = 32;
 
-// Whether gemm_tile has a vector implementation on this CPU (AVX-512).
+// Whether gemm_tile has a vector implementation on this CPU (AVX-512, or AVX2 with FMA).
 bool gemm_tile_vectorized();
 
 // c[i cs + t] (= if first, else +=) sum over k < kc of w[i ws + k] xp[32 k + t], for i < 12, t < 32.
