@@ -11,6 +11,8 @@ float dot_f16(const uint16_t* w, const float* x, int64_t n);
 float dot_bf16(const uint16_t* w, const float* x, int64_t n);
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n);
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n);
+void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out);
+void dot4r_q4_0_ahead(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out, const block_q4_0* const* next);
 void axpy_f32(float a, const float* x, float* y, int64_t n);
 void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
 void axpy_bf16(float a, const uint16_t* x, float* y, int64_t n);
@@ -30,6 +32,7 @@ void axpy4_f16_ahead(const float* a, const uint16_t* const* x, float* y, int64_t
 void axpy4_bf16(const float* a, const uint16_t* const* x, float* y, int64_t n);
 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n);
 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n);
+void axpy4_q4_0_ahead(const float* a, const block_q4_0* const* x, float* y, int64_t n, const block_q4_0* const* next);
 }  // namespace avx2
 
 namespace avx512vnni {

@@ -89,6 +89,10 @@ void axpy4_q4_0_ahead(const float* a, const block_q4_0* const* x, float* y, int6
   ask_for_whole_q4_0_rows(next, n);
   dots().axpy4_q4_0(a, x, y, n);
 }
+// AVX2: the four-row kernel asking for the next rows itself (the rearranged vector unused).
+void dot4r_q4_0_x4_ahead_avx2(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4*, int64_t n, float* out, const block_q4_0* const* next) {
+  avx2::dot4r_q4_0_ahead(w, xq, n, out, next);
+}
 // The VBMI kernel takes rows of a multiple of 128 values; others go the VNNI way.
 void dot4r_q4_0_x4_vbmi(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out) {
   if (n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out, nullptr);
@@ -126,10 +130,10 @@ dot_kernels fill(const cpu_features& f) {
     k.axpy_f32 = avx2::axpy_f32, k.axpy_f16 = avx2::axpy_f16, k.axpy_bf16 = avx2::axpy_bf16;
     k.axpy_q8_0 = avx2::axpy_q8_0, k.axpy_q4_0 = avx2::axpy_q4_0;
     k.axpy4_f32 = avx2::axpy4_f32, k.axpy4_f16 = avx2::axpy4_f16, k.axpy4_f16_ahead = avx2::axpy4_f16_ahead;
-    k.axpy4_bf16 = avx2::axpy4_bf16, k.axpy4_q8_0 = avx2::axpy4_q8_0, k.axpy4_q4_0 = avx2::axpy4_q4_0;
+    k.axpy4_bf16 = avx2::axpy4_bf16, k.axpy4_q8_0 = avx2::axpy4_q8_0, k.axpy4_q4_0 = avx2::axpy4_q4_0, k.axpy4_q4_0_ahead = avx2::axpy4_q4_0_ahead;
     k.dotn_f32 = avx2::dotn_f32, k.dotn_f16 = avx2::dotn_f16, k.dotn_bf16 = avx2::dotn_bf16;
     k.dot2n_f32 = avx2::dot2n_f32, k.dot2n_f16 = avx2::dot2n_f16, k.dot2n_bf16 = avx2::dot2n_bf16;
-    k.dot2_f16_ahead = avx2::dot2_f16_ahead;
+    k.dot2_f16_ahead = avx2::dot2_f16_ahead, k.dot4r_q4_0 = avx2::dot4r_q4_0, k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead_avx2;
   }
   if (f.avx512) {
     k.axpy_q4_0 = avx512::axpy_q4_0;
@@ -143,6 +147,7 @@ dot_kernels fill(const cpu_features& f) {
   if (f.vnni) {
     k.dot_q8_0 = avx512vnni::dot_q8_0, k.dot_q4_0 = avx512vnni::dot_q4_0;
     k.dotn_q4_0 = avx512vnni::dotn_q4_0, k.dotn_q8_0 = avx512vnni::dotn_q8_0, k.dot4r_q4_0 = avx512vnni::dot4r_q4_0;
+    k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead;  // (the VNNI four-row kernel, whole rows asked for first)
   }
   if (f.vbmi) k.dot4r_q4_0_x4 = composed::dot4r_q4_0_x4_vbmi, k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead_vbmi;
   return k;

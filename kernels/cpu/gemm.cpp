@@ -76,6 +76,20 @@ HOTCOLD_AVX2 static void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, in
     for (int v = 0; v < 4; ++v) _mm256_storeu_ps(xp + 8 * v, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8 * v))));
 }
 
+// d (q - 8) for each nibble, sixteen bytes a block: low nibbles values 0..15, high ones 16..31.
+HOTCOLD_AVX2 static void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64_t n) {
+  const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(x[b].d));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, low), eight), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight);
+    _mm256_storeu_ps(y, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)))));
+    _mm256_storeu_ps(y + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+    _mm256_storeu_ps(y + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)))));
+  }
+}
+
 }  // namespace avx2
 
 HOTCOLD_AVX512_BEGIN
@@ -156,6 +170,7 @@ HOTCOLD_AVX512_END
 
 void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64_t n) {
   if (cpu().avx512) return avx512::gemm_unpack_q4_0(x, y, n);
+  if (cpu().avx2) return avx2::gemm_unpack_q4_0(x, y, n);
   dequantize_row_q4_0(x, y, n);
 }
 
