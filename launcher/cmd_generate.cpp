@@ -17,6 +17,7 @@
 #include "launcher/model_options.hpp"
 #include "launcher/option_checks.hpp"
 #include "engine/forward.hpp"
+#include "model/chat_template.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "model/sampler.hpp"
@@ -141,8 +142,9 @@ std::span<const float> feed(inference_context& ctx, const std::vector<token_id>&
   return logits;
 }
 
-// Generates up to n tokens after `logits`, streaming their text; returns how many were generated.
-int generate(inference_context& ctx, sampler& smp, std::span<const float> logits, int64_t& pos, int n) {
+// Generates up to n tokens after `logits`, streaming their text; returns how many were generated
+// (their ids appended to `out` when given).
+int generate(inference_context& ctx, sampler& smp, std::span<const float> logits, int64_t& pos, int n, std::vector<token_id>* out = nullptr) {
   const vocab& v = ctx.get_model().vocabulary();
   int produced = 0;
   while (produced < n && pos < ctx.n_ctx()) {
@@ -154,6 +156,7 @@ int generate(inference_context& ctx, sampler& smp, std::span<const float> logits
     if (v.is_end_of_generation(next)) break;
     smp.accept(next);
     write_piece(v.piece(next));
+    if (out) out->push_back(next);
     ++produced;
     if (pos >= ctx.n_ctx()) break;
     logits = ctx.forward(next, pos++);
@@ -380,33 +383,53 @@ void add_generate_commands(CLI::App& app, int& exit_code) {
     struct args {
       model_args m;
       sampling_args s;
+      std::string chat_template, system;
     };
     auto a = std::make_shared<args>();
-    auto* cmd = app.add_subcommand("chat", "Interactive: each line you type is added to the conversation, then the model continues it");
+    auto* cmd = app.add_subcommand("chat", "Interactive: each line you type is a user turn of the conversation, written with the model's chat template, and the model answers it");
     add_model_options(cmd, a->m, false);
     add_sampling_options(cmd, a->s);
+    cmd->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's own (" + chat_template::names() + ")");
+    cmd->add_option("--system", a->system, "A system message to start the conversation with");
     cmd->callback([a, cmd, &exit_code] {
       exit_code = run_guarded("chat", [&] {
         finalize_seed(a->s, cmd);
         auto l = load(a->m);
         const vocab& v = l.m->vocabulary();
+        std::string note;
+        const chat_template tmpl = chat_template::choose(l.m->chat_template_text(), a->chat_template, &note);
+        if (!note.empty()) fmt::print(stderr, "hotcold chat: {}\n", note);
         sampler smp(a->s.p);
-        int64_t pos = 0;
-        fmt::print(stderr, "hotcold chat: type a line and press Enter; Ctrl-D ends.\n");
-        for (bool first = true;; first = false) {
+        std::vector<chat_message> conversation;
+        if (!a->system.empty()) conversation.push_back({"system", a->system});
+        // The tokens the context holds: each turn the whole conversation is written again with the
+        // template and only what differs from them is computed (the new user turn, and whatever the
+        // template writes around the last reply).
+        std::vector<token_id> held;
+        fmt::print(stderr, "hotcold chat: {} template; type a line and press Enter; Ctrl-D ends.\n", tmpl.name());
+        for (;;) {
           char* line = readline("> ");
           if (!line) break;
           std::string text = line;
           std::free(line);
           if (!text.empty()) add_history(text.c_str());
-          auto tokens = v.tokenize(text + "\n", first, a->s.parse_special);
-          if (pos + static_cast<int64_t>(tokens.size()) >= l.ctx->n_ctx()) {
+          conversation.push_back({"user", text});
+          const std::vector<token_id> tokens = tmpl.tokenize(v, conversation, true);
+          if (static_cast<int64_t>(tokens.size()) >= l.ctx->n_ctx()) {
             fmt::print(stderr, "hotcold chat: the context is full ({} tokens); start a new chat\n", l.ctx->n_ctx());
             break;
           }
-          for (token_id t : tokens) smp.accept(t);
-          auto logits = feed(*l.ctx, tokens, pos);
-          generate(*l.ctx, smp, logits, pos, a->s.n_predict);
+          // (At least the last token is computed again: its logits start the reply.)
+          const size_t same = std::min<size_t>(std::mismatch(held.begin(), held.end(), tokens.begin(), tokens.end()).first - held.begin(), tokens.size() - 1);
+          const std::vector<token_id> fresh(tokens.begin() + static_cast<std::ptrdiff_t>(same), tokens.end());
+          for (token_id t : fresh) smp.accept(t);
+          int64_t pos = static_cast<int64_t>(same);
+          auto logits = feed(*l.ctx, fresh, pos);
+          std::vector<token_id> reply;
+          generate(*l.ctx, smp, logits, pos, a->s.n_predict, &reply);
+          held = tokens;
+          held.insert(held.end(), reply.begin(), reply.end());
+          conversation.push_back({"assistant", v.detokenize(reply)});
           fmt::print("\n");
         }
         l.finish();

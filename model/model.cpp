@@ -104,6 +104,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   } catch (const vocab_error& e) {
     throw model_error(e.what());
   }
+  if (auto t = f.get_string("tokenizer.chat_template")) m->chat_template_ = std::string(*t);
   hparams& hp = m->hp_;
 
   const gguf::tensor_info* embd = f.find_tensor("token_embd.weight");

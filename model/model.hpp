@@ -86,6 +86,8 @@ class model {
   const std::string& path() const { return path_; }
   const hparams& hp() const { return hp_; }
   const vocab& vocabulary() const { return *vocab_; }
+  // The file's chat template (tokenizer.chat_template, Jinja), empty when it has none (chat_template.hpp).
+  const std::string& chat_template_text() const { return chat_template_; }
   const model_weights& weights() const { return weights_; }
   bool tied_output() const { return tied_output_; }
   // Every layer has an activation predictor (the file can run --mode sparse).
@@ -100,6 +102,7 @@ class model {
   std::string path_;
   hparams hp_;
   std::unique_ptr<vocab> vocab_;
+  std::string chat_template_;
   model_weights weights_;
   bool tied_output_ = false;
   bool has_predictors_ = false;

@@ -144,6 +144,7 @@ struct vocab::impl {
   void merge_spm_segment(std::string_view text, spm_scratch& s, std::vector<token_id>& out) const;
   void tokenize_bpe(std::string_view raw, std::vector<token_id>& out) const;
   std::vector<fragment> partition(std::string_view text, bool parse_special) const;
+  std::vector<token_id> tokens_of(const std::vector<fragment>& frags, bool add_special) const;
 };
 
 vocab::vocab(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -320,7 +321,7 @@ std::vector<fragment> vocab::impl::partition(std::string_view text, bool parse_s
       size_t from = 0;
       for (size_t at; (at = f.text.find(special, from)) != std::string_view::npos; from = at + special.size()) {
         if (at > from) next.push_back({f.text.substr(from, at - from)});
-        next.push_back({special, id});
+        next.push_back({f.text.substr(at, special.size()), id});  // (a view of `text`, as every fragment is)
       }
       if (from < f.text.size()) next.push_back({f.text.substr(from)});
     }
@@ -330,9 +331,29 @@ std::vector<fragment> vocab::impl::partition(std::string_view text, bool parse_s
 }
 
 std::vector<token_id> vocab::tokenize(std::string_view text, bool add_special, bool parse_special) const {
-  const impl& v = *impl_;
+  return impl_->tokens_of(impl_->partition(text, parse_special), add_special);
+}
+
+std::vector<token_id> vocab::tokenize_outside(std::string_view text, std::span<const std::pair<size_t, size_t>> plain) const {
+  // The special tokens found where they may be; the others' text joins the raw text around it (the
+  // fragments are consecutive views of `text`, so neighbours join into one view).
+  std::vector<fragment> frags;
+  size_t r = 0;
+  for (const fragment& f : impl_->partition(text, true)) {
+    const size_t begin = static_cast<size_t>(f.text.data() - text.data()), end = begin + f.text.size();
+    while (r < plain.size() && plain[r].second <= begin) ++r;
+    const bool in_plain = r < plain.size() && plain[r].first < end;
+    const bool raw = f.id == no_token || (in_plain && (impl_->types[f.id] == token_type::control || impl_->types[f.id] == token_type::unknown));
+    if (raw && !frags.empty() && frags.back().id == no_token)
+      frags.back().text = std::string_view(frags.back().text.data(), frags.back().text.size() + f.text.size());
+    else frags.push_back(raw ? fragment{f.text} : f);
+  }
+  return impl_->tokens_of(frags, false);
+}
+
+std::vector<token_id> vocab::impl::tokens_of(const std::vector<fragment>& frags, bool add_special) const {
+  const impl& v = *this;
   std::vector<token_id> out;
-  auto frags = v.partition(text, parse_special);
   bool bos = add_special && v.add_bos && v.bos != no_token;
   bool eos = add_special && v.add_eos && v.eos != no_token;
   if (bos) out.push_back(v.bos);

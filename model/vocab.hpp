@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/gguf.hpp"
@@ -66,6 +67,9 @@ class vocab {
   // add_special: BOS/EOS as the vocabulary asks. parse_special: text of control tokens ("<s>")
   // becomes those tokens; otherwise it is tokenized as plain text. User-defined tokens always match.
   std::vector<token_id> tokenize(std::string_view text, bool add_special = false, bool parse_special = false) const;
+  // tokenize(text, false, true), except that control tokens are not taken from inside the byte ranges
+  // `plain` ([begin, end), ascending; a chat's message contents): there their text stays text.
+  std::vector<token_id> tokenize_outside(std::string_view text, std::span<const std::pair<size_t, size_t>> plain) const;
 
   // The text a token stands for. Control and unknown tokens render only when render_special.
   std::string piece(token_id id, bool render_special = false) const;

@@ -506,6 +506,15 @@ TEST(Cli, ChatAnswersEachLine) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;  // one reply per line (replies may hold newlines too)
   EXPECT_NE(r.err.find("Ctrl-D ends"), std::string::npos);
+  // The synthetic model carries no chat template: ChatML, said so.
+  EXPECT_NE(r.err.find("no chat template: using chatml"), std::string::npos) << r.err;
+  // A family named, and a system message; an unknown family is refused by name.
+  auto named = run({"chat", "-m", small_model(), "-n", "4", "--temp", "0", "--chat-template", "llama2", "--system", "Be brief."}, "printf 'Hi\n' |");
+  EXPECT_EQ(named.code, 0) << named.err;
+  EXPECT_NE(named.err.find("llama2 template"), std::string::npos) << named.err;
+  auto unknown = run({"chat", "-m", small_model(), "--chat-template", "vicuna"}, "printf 'Hi\n' |");
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_NE(unknown.err.find("unknown chat template \"vicuna\""), std::string::npos) << unknown.err;
 }
 
 TEST(Cli, ModelsThatCannotRunExitWithOne) {

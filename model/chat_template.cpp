@@ -1,0 +1,287 @@
+#include "model/chat_template.hpp"
+
+#include <algorithm>
+#include <array>
+#include <initializer_list>
+
+#include <fmt/format.h>
+
+namespace hotcold {
+
+namespace {
+
+struct family_name {
+  std::string_view name;
+  chat_family family;
+};
+// (qwen: chatml with Qwen2's default system message.)
+constexpr std::array<family_name, 9> family_names{{{"llama2", chat_family::llama2},
+                                                   {"llama3", chat_family::llama3},
+                                                   {"chatml", chat_family::chatml},
+                                                   {"qwen", chat_family::chatml},
+                                                   {"phi3", chat_family::phi3},
+                                                   {"mistral", chat_family::mistral},
+                                                   {"gemma", chat_family::gemma},
+                                                   {"zephyr", chat_family::zephyr},
+                                                   {"falcon", chat_family::falcon}}};
+
+constexpr std::string_view qwen_default_system = "You are a helpful assistant.";
+
+bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
+
+// Python's str.strip() / Jinja's trim: whitespace off both ends.
+std::string_view strip(std::string_view s) {
+  constexpr std::string_view ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// ChatML's default system message where the template writes one for conversations without their own
+// (Qwen: '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' inside a string literal).
+std::string chatml_default_system(std::string_view t) {
+  for (std::string_view open : {std::string_view("<|im_start|>system\\n"), std::string_view("<|im_start|>system\n")}) {
+    const size_t at = t.find(open);
+    if (at == std::string_view::npos) continue;
+    const size_t from = at + open.size(), to = t.find("<|im_end|>", from);
+    if (to == std::string_view::npos) continue;
+    const std::string_view text = t.substr(from, to - from);
+    // A literal only: a template that writes the system message from a variable has no default.
+    if (text.empty() || text.find_first_of("{}'\"+") != std::string_view::npos) continue;
+    std::string out;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '\\' && i + 1 < text.size() && text[i + 1] == 'n') out += '\n', ++i;
+      else out += text[i];
+    }
+    return out;
+  }
+  return {};
+}
+
+// The prompt being written: template text as it is, contents with their byte ranges.
+struct writer {
+  chat_prompt p;
+  void lit(std::string_view s) { p.text += s; }
+  void content(std::string_view s) {
+    if (s.empty()) return;
+    p.contents.emplace_back(p.text.size(), p.text.size() + s.size());
+    p.text += s;
+  }
+};
+
+// Parts of one text (template text, or a message's content when `content`) written with whitespace
+// taken off both ends of their concatenation, as Python's strip() / Jinja's trim do to the whole.
+struct part {
+  std::string_view text;
+  bool content;
+};
+void write_stripped(writer& w, std::initializer_list<part> parts) {
+  constexpr std::string_view ws = " \t\n\r\f\v";
+  std::vector<part> ps(parts);
+  for (auto& p : ps) {  // from the front
+    const size_t b = p.text.find_first_not_of(ws);
+    if (b != std::string_view::npos) {
+      p.text = p.text.substr(b);
+      break;
+    }
+    p.text = {};
+  }
+  for (auto it = ps.rbegin(); it != ps.rend(); ++it) {  // from the back
+    const size_t e = it->text.find_last_not_of(ws);
+    if (e != std::string_view::npos) {
+      it->text = it->text.substr(0, e + 1);
+      break;
+    }
+    it->text = {};
+  }
+  for (const auto& p : ps) p.content ? w.content(p.text) : w.lit(p.text);
+}
+
+void check_roles(std::span<const chat_message> messages, std::string_view family) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& r = messages[i].role;
+    if (r != "system" && r != "user" && r != "assistant")
+      throw chat_template_error(fmt::format("message {}: role \"{}\" is not one the {} template writes (system, user, assistant)", i, r, family));
+    if (r == "system" && i > 0) throw chat_template_error(fmt::format("message {}: the {} template takes a system message only first", i, family));
+  }
+}
+
+// Templates that raise unless user and assistant turns alternate from a user turn (after an optional
+// system message, which `merge_system` folds into the first user turn where the template has no
+// system role: its text, a blank line, then the user's).
+struct turns {
+  bool has_system = false;
+  std::string_view system;
+  std::span<const chat_message> rest;
+};
+turns alternating(std::span<const chat_message> messages, std::string_view family) {
+  check_roles(messages, family);
+  turns t;
+  t.rest = messages;
+  if (!messages.empty() && messages[0].role == "system") t.has_system = true, t.system = messages[0].content, t.rest = messages.subspan(1);
+  for (size_t i = 0; i < t.rest.size(); ++i)
+    if ((t.rest[i].role == "user") != (i % 2 == 0))
+      throw chat_template_error(fmt::format("the {} template needs user and assistant turns to alternate, starting with the user (message {} is the {}'s)",
+                                            family, i + (t.has_system ? 1 : 0), t.rest[i].role));
+  return t;
+}
+
+}  // namespace
+
+chat_template chat_template::detect(std::string_view t) {
+  if (strip(t).empty()) throw chat_template_error(fmt::format("the model has no chat template; pass --chat-template with one of: {}", names()));
+  // (Whether BOS is written: the families that write it where their template's text says bos_token;
+  // Phi-3.5's template, unlike Phi-3's, does not.)
+  const bool bos = contains(t, "bos_token");
+  if (contains(t, "<|im_start|>")) return {chat_family::chatml, chatml_default_system(t)};
+  if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return {chat_family::llama3, {}, bos};
+  if (contains(t, "<start_of_turn>")) return {chat_family::gemma, {}, bos};
+  if (contains(t, "[INST]")) return {contains(t, "<<SYS>>") ? chat_family::llama2 : chat_family::mistral, {}, bos};
+  if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) return {chat_family::phi3, {}, bos};
+  if (contains(t, "<|user|>") && contains(t, "<|assistant|>")) {
+    // Zephyr ends every turn with EOS; Falcon 3 with a newline.
+    const bool zephyr = contains(t, "<|endoftext|>") || contains(t, "'<|user|>\\n' + message['content'] + eos_token") ||
+                        contains(t, "'<|user|>\n' + message['content'] + eos_token");
+    return {zephyr ? chat_family::zephyr : chat_family::falcon, {}};
+  }
+  throw chat_template_error(fmt::format("the model's chat template is not one hotcold recognises; pass --chat-template with one of: {}", names()));
+}
+
+chat_template chat_template::named(std::string_view name) {
+  for (const auto& f : family_names)
+    if (f.name == name) return {f.family, name == "qwen" ? std::string(qwen_default_system) : std::string()};
+  throw chat_template_error(fmt::format("unknown chat template \"{}\" (one of: {})", name, names()));
+}
+
+chat_template chat_template::choose(std::string_view model_template, std::string_view name, std::string* note) {
+  if (!name.empty()) return named(name);
+  if (strip(model_template).empty()) {
+    if (note) *note = "the model has no chat template: using chatml (--chat-template NAME chooses another)";
+    return named("chatml");
+  }
+  return detect(model_template);
+}
+
+std::string chat_template::names() {
+  std::string s;
+  for (const auto& f : family_names) s += (s.empty() ? "" : ", ") + std::string(f.name);
+  return s;
+}
+
+std::string_view chat_template::name() const {
+  if (family_ == chat_family::chatml && !default_system_.empty()) return "qwen";
+  for (const auto& f : family_names)
+    if (f.family == family_) return f.name;
+  return "?";
+}
+
+chat_prompt chat_template::render(std::span<const chat_message> messages, bool add_generation_prompt, std::string_view bos, std::string_view eos) const {
+  writer w;
+  switch (family_) {
+    case chat_family::llama2: {
+      // meta-llama/Llama-2-7b-chat-hf: BOS and [INST] before every user turn, the system message
+      // inside the first one between <<SYS>> markers, each turn stripped; ends with the user's turn.
+      const turns t = alternating(messages, "llama2");
+      for (size_t i = 0; i < t.rest.size(); ++i) {
+        const std::string_view c = t.rest[i].content;
+        if (t.rest[i].role == "user") {
+          if (bos_) w.lit(bos);
+          w.lit("[INST] ");
+          if (i == 0 && t.has_system) write_stripped(w, {{"<<SYS>>\n", false}, {t.system, true}, {"\n<</SYS>>\n\n", false}, {c, true}});
+          else w.content(strip(c));
+          w.lit(" [/INST]");
+        } else {
+          w.lit(" "), w.content(strip(c)), w.lit(" "), w.lit(eos);
+        }
+      }
+      break;
+    }
+    case chat_family::llama3: {
+      // Meta-Llama-3(.1)-Instruct: BOS, then each message under its role's header, trimmed, ended by
+      // <|eot_id|>; the assistant's header opens its turn.
+      check_roles(messages, "llama3");
+      if (bos_) w.lit(bos);
+      for (const auto& m : messages) {
+        w.lit("<|start_header_id|>"), w.lit(m.role), w.lit("<|end_header_id|>\n\n");
+        w.content(strip(m.content)), w.lit("<|eot_id|>");
+      }
+      if (add_generation_prompt) w.lit("<|start_header_id|>assistant<|end_header_id|>\n\n");
+      break;
+    }
+    case chat_family::chatml: {
+      // ChatML (Qwen, OpenHermes, Yi...): each message between <|im_start|>role and <|im_end|>, no BOS;
+      // Qwen's templates write their default system message when the conversation has none.
+      check_roles(messages, "chatml");
+      if (!default_system_.empty() && (messages.empty() || messages[0].role != "system"))
+        w.lit("<|im_start|>system\n"), w.lit(default_system_), w.lit("<|im_end|>\n");
+      for (const auto& m : messages) w.lit("<|im_start|>"), w.lit(m.role), w.lit("\n"), w.content(m.content), w.lit("<|im_end|>\n");
+      if (add_generation_prompt) w.lit("<|im_start|>assistant\n");
+      break;
+    }
+    case chat_family::phi3: {
+      // Phi-3 (mini-4k-instruct): BOS, <|role|>, the message, <|end|>; the assistant's tag, or EOS
+      // without a generation prompt.
+      check_roles(messages, "phi3");
+      if (bos_) w.lit(bos);
+      for (const auto& m : messages) w.lit("<|"), w.lit(m.role), w.lit("|>\n"), w.content(m.content), w.lit("<|end|>\n");
+      if (add_generation_prompt) w.lit("<|assistant|>\n");
+      else w.lit(eos);
+      break;
+    }
+    case chat_family::mistral: {
+      // Mistral-7B-Instruct-v0.2 / Mixtral-8x7B-Instruct: BOS once, [INST] ... [/INST] around user
+      // turns, EOS after the assistant's; no system role (folded into the first user turn).
+      const turns t = alternating(messages, "mistral");
+      if (bos_) w.lit(bos);
+      for (size_t i = 0; i < t.rest.size(); ++i) {
+        if (t.rest[i].role == "user") {
+          w.lit("[INST] ");
+          if (i == 0 && t.has_system) w.content(t.system), w.lit("\n\n");
+          w.content(t.rest[i].content), w.lit(" [/INST]");
+        } else {
+          w.content(t.rest[i].content), w.lit(eos);
+        }
+      }
+      break;
+    }
+    case chat_family::gemma: {
+      // gemma-7b-it: BOS, <start_of_turn>user|model, the trimmed message, <end_of_turn>; no system role
+      // (folded into the first user turn).
+      const turns t = alternating(messages, "gemma");
+      if (bos_) w.lit(bos);
+      for (size_t i = 0; i < t.rest.size(); ++i) {
+        const bool user = t.rest[i].role == "user";
+        w.lit("<start_of_turn>"), w.lit(user ? "user" : "model"), w.lit("\n");
+        if (i == 0 && t.has_system) write_stripped(w, {{t.system, true}, {"\n\n", false}, {t.rest[i].content, true}});
+        else w.content(strip(t.rest[i].content));
+        w.lit("<end_of_turn>\n");
+      }
+      if (add_generation_prompt) w.lit("<start_of_turn>model\n");
+      break;
+    }
+    case chat_family::zephyr: {
+      // HuggingFaceH4/zephyr-7b-beta: <|role|>, the message, EOS and a newline; no BOS.
+      check_roles(messages, "zephyr");
+      for (const auto& m : messages) w.lit("<|"), w.lit(m.role), w.lit("|>\n"), w.content(m.content), w.lit(eos), w.lit("\n");
+      if (add_generation_prompt) w.lit("<|assistant|>\n");
+      break;
+    }
+    case chat_family::falcon: {
+      // Falcon 3 (as llama.cpp writes it): <|role|>, the message and a newline; no BOS.
+      check_roles(messages, "falcon");
+      for (const auto& m : messages) w.lit("<|"), w.lit(m.role), w.lit("|>\n"), w.content(m.content), w.lit("\n");
+      if (add_generation_prompt) w.lit("<|assistant|>\n");
+      break;
+    }
+  }
+  return std::move(w.p);
+}
+
+std::vector<token_id> chat_template::tokenize(const vocab& v, std::span<const chat_message> messages, bool add_generation_prompt) const {
+  const std::string bos = v.bos() == no_token ? std::string() : std::string(v.text(v.bos()));
+  const std::string eos = v.eos() == no_token ? std::string() : std::string(v.text(v.eos()));
+  const chat_prompt p = render(messages, add_generation_prompt, bos, eos);
+  return v.tokenize_outside(p.text, p.contents);
+}
+
+}  // namespace hotcold

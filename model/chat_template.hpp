@@ -1,0 +1,74 @@
+#pragma once
+// Chat templates: a conversation (system / user / assistant messages) as the prompt text a chat model
+// was trained on. A GGUF file carries its template as Jinja (`tokenizer.chat_template`); no Jinja
+// engine is packaged for C++ here, so — as llama.cpp did for years — the common families are
+// recognised from the template's text and each is applied as its published template writes it
+// (special tokens, BOS rules, the assistant prefix), byte for byte (docs/chat-templates.md).
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "model/vocab.hpp"
+
+namespace hotcold {
+
+enum class chat_family { llama2, llama3, chatml, phi3, mistral, gemma, zephyr, falcon };
+
+// A bad template name, an unrecognised template, or a conversation the template cannot write (a role
+// it does not know, turns that do not alternate where it requires them to). what() says which.
+class chat_template_error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+struct chat_message {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+// A rendered conversation: the text, and the byte ranges of it that are message contents (tokenized
+// as plain text: a user who types "<|im_end|>" gets those characters, not the control token).
+struct chat_prompt {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> contents;  // [begin, end) byte offsets, ascending
+};
+
+class chat_template {
+ public:
+  // The family a template's Jinja text belongs to; throws chat_template_error for one hotcold does
+  // not recognise (or an empty one), naming the families --chat-template accepts.
+  static chat_template detect(std::string_view jinja);
+  // A family by name (--chat-template): llama2, llama3, chatml, qwen (chatml with Qwen's default
+  // system message), phi3, mistral, gemma, zephyr, falcon.
+  static chat_template named(std::string_view name);
+  // The names named() accepts, comma-separated, for messages and --help.
+  static std::string names();
+  // The template to apply: named(name) when a name is given (--chat-template); else the family of the
+  // model's template text; else — a model without a template — ChatML, as llama.cpp does, with `note`
+  // (when given) set to a line saying so. Throws chat_template_error for an unrecognised template.
+  static chat_template choose(std::string_view model_template, std::string_view name, std::string* note = nullptr);
+
+  chat_family family() const { return family_; }
+  std::string_view name() const;
+  // The system message written when the conversation has none (Qwen's ChatML templates); empty: none.
+  const std::string& default_system() const { return default_system_; }
+
+  // The conversation as the template writes it. bos / eos: the texts of the vocabulary's BOS and EOS
+  // tokens, where the template writes them. add_generation_prompt: end with the assistant's prefix
+  // (families whose template always ends with the user's turn ignore it).
+  chat_prompt render(std::span<const chat_message> messages, bool add_generation_prompt, std::string_view bos, std::string_view eos) const;
+  // render() with the vocabulary's BOS/EOS texts, tokenized: the template's control tokens as tokens,
+  // the contents as plain text, no BOS/EOS added besides what the template writes.
+  std::vector<token_id> tokenize(const vocab& v, std::span<const chat_message> messages, bool add_generation_prompt) const;
+
+ private:
+  chat_template(chat_family f, std::string default_system, bool bos = true) : family_(f), default_system_(std::move(default_system)), bos_(bos) {}
+  chat_family family_;
+  std::string default_system_;
+  bool bos_;  // whether the template writes BOS (llama2, llama3, phi3, mistral, gemma: where its text says bos_token)
+};
+
+}  // namespace hotcold

@@ -1,0 +1,204 @@
+// Chat templates: each family's rendering of one fixed conversation, byte for byte, against the text
+// its published Jinja template produces (worked out by hand from the template, written out below);
+// recognition from template texts; the errors; and contents that are never read as control tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "model/chat_template.hpp"
+#include "model/gguf.hpp"
+#include "model/vocab.hpp"
+
+namespace hotcold {
+namespace {
+
+// A system message, alternating turns, an assistant turn with spaces around it (the families that
+// trim or strip show it) and a last user turn.
+const std::vector<chat_message> conversation = {
+    {"system", "You are a helpful assistant"}, {"user", "Hello"},    {"assistant", "Hi there"},
+    {"user", "Who are you"},                   {"assistant", "   I am an assistant   "}, {"user", "Another question"},
+};
+
+std::string rendered(std::string_view name, const std::vector<chat_message>& messages, std::string_view bos, std::string_view eos, bool gen = true) {
+  return chat_template::named(name).render(messages, gen, bos, eos).text;
+}
+
+TEST(ChatTemplate, Llama2WritesBosAndInstEveryUserTurnTheSystemInsideTheFirst) {
+  // {% if messages[0]['role'] == 'system' %}...'<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + content
+  // user: bos_token + '[INST] ' + content.strip() + ' [/INST]'; assistant: ' ' + content.strip() + ' ' + eos_token
+  EXPECT_EQ(rendered("llama2", conversation, "<s>", "</s>"),
+            "<s>[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST] Hi there </s>"
+            "<s>[INST] Who are you [/INST] I am an assistant </s><s>[INST] Another question [/INST]");
+}
+
+TEST(ChatTemplate, Llama3TrimsEachMessageUnderItsHeader) {
+  EXPECT_EQ(rendered("llama3", conversation, "<|begin_of_text|>", "<|eot_id|>"),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi there<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nWho are you<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI am an assistant<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nAnother question<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  // Without the generation prompt the last turn is the user's.
+  const std::string no_gen = rendered("llama3", {{"user", "Hi"}}, "<|begin_of_text|>", "<|eot_id|>", false);
+  EXPECT_EQ(no_gen, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+}
+
+TEST(ChatTemplate, ChatMLKeepsContentsAsTheyAreAndQwenAddsItsDefaultSystem) {
+  EXPECT_EQ(rendered("chatml", conversation, "<s>", "</s>"),
+            "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+            "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n"
+            "<|im_start|>assistant\n   I am an assistant   <|im_end|>\n<|im_start|>user\nAnother question<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<chat_message> no_system(conversation.begin() + 1, conversation.begin() + 2);
+  EXPECT_EQ(rendered("qwen", no_system, "", "<|im_end|>"),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+  // With a system message of its own, no default.
+  EXPECT_EQ(rendered("qwen", {conversation[0], conversation[1]}, "", "<|im_end|>"),
+            "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Phi3TagsEveryRoleAndEndsWithTheAssistantOrEos) {
+  EXPECT_EQ(rendered("phi3", conversation, "<s>", "<|endoftext|>"),
+            "<s><|system|>\nYou are a helpful assistant<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n"
+            "<|user|>\nWho are you<|end|>\n<|assistant|>\n   I am an assistant   <|end|>\n<|user|>\nAnother question<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(rendered("phi3", {{"user", "Hi"}}, "<s>", "<|endoftext|>", false), "<s><|user|>\nHi<|end|>\n<|endoftext|>");
+}
+
+TEST(ChatTemplate, MistralWritesBosOnceAndFoldsTheSystemIntoTheFirstTurn) {
+  EXPECT_EQ(rendered("mistral", conversation, "<s>", "</s>"),
+            "<s>[INST] You are a helpful assistant\n\nHello [/INST]Hi there</s>[INST] Who are you [/INST]   I am an assistant   </s>"
+            "[INST] Another question [/INST]");
+}
+
+TEST(ChatTemplate, GemmaCallsTheAssistantModelAndTrims) {
+  EXPECT_EQ(rendered("gemma", conversation, "<bos>", "<eos>"),
+            "<bos><start_of_turn>user\nYou are a helpful assistant\n\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n"
+            "<start_of_turn>user\nWho are you<end_of_turn>\n<start_of_turn>model\nI am an assistant<end_of_turn>\n"
+            "<start_of_turn>user\nAnother question<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST(ChatTemplate, ZephyrEndsEveryTurnWithEos) {
+  EXPECT_EQ(rendered("zephyr", conversation, "<s>", "</s>"),
+            "<|system|>\nYou are a helpful assistant</s>\n<|user|>\nHello</s>\n<|assistant|>\nHi there</s>\n<|user|>\nWho are you</s>\n"
+            "<|assistant|>\n   I am an assistant   </s>\n<|user|>\nAnother question</s>\n<|assistant|>\n");
+}
+
+TEST(ChatTemplate, FalconEndsEveryTurnWithANewline) {
+  EXPECT_EQ(rendered("falcon", conversation, "", "<|endoftext|>"),
+            "<|system|>\nYou are a helpful assistant\n<|user|>\nHello\n<|assistant|>\nHi there\n<|user|>\nWho are you\n"
+            "<|assistant|>\n   I am an assistant   \n<|user|>\nAnother question\n<|assistant|>\n");
+}
+
+// The texts of published templates (as GGUF files carry them: Jinja with \n escapes inside string
+// literals) are recognised, and what they say about BOS and a default system message is kept.
+TEST(ChatTemplate, RecognisesTheFamiliesFromTheirTemplates) {
+  struct known {
+    const char* text;
+    const char* name;
+  };
+  const known templates[] = {
+      {"{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}"
+       "{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+       "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+       "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+       "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}",
+       "llama2"},
+      {"{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + "
+       "'<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+       "{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}",
+       "llama3"},
+      {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+       "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+       "chatml"},
+      {"{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+       "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+       "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+       "qwen"},
+      {"{{ bos_token }}{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + '<|end|>\\n' }}{% endfor %}"
+       "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}",
+       "phi3"},
+      {"{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation "
+       "roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+       "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% endif %}{% endfor %}",
+       "mistral"},
+      {"{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+       "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+       "{{'<start_of_turn>model\\n'}}{% endif %}",
+       "gemma"},
+      {"{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + eos_token }}\n"
+       "{% elif message['role'] == 'system' %}\n{{ '<|system|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n"
+       "{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n"
+       "{% endif %}\n{% endfor %}",
+       "zephyr"},
+      {"{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}"
+       "{{ '<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\\n' + message['content'] + '\\n' }}"
+       "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}",
+       "falcon"},
+  };
+  for (const auto& k : templates) {
+    const chat_template t = chat_template::detect(k.text);
+    EXPECT_EQ(t.name(), k.name) << k.text;
+  }
+  EXPECT_EQ(chat_template::detect(templates[3].text).default_system(), "You are a helpful assistant.");
+  EXPECT_EQ(chat_template::detect(templates[2].text).default_system(), "");
+  // Phi-3.5's template writes no BOS; Phi-3's does.
+  const std::vector<chat_message> hi = {{"user", "Hi"}};
+  const std::string phi35 =
+      "{% for message in messages %}{% if message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
+  EXPECT_EQ(chat_template::detect(phi35).render(hi, true, "<s>", "<|endoftext|>").text, "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(chat_template::detect(templates[4].text).render(hi, true, "<s>", "<|endoftext|>").text, "<s><|user|>\nHi<|end|>\n<|assistant|>\n");
+}
+
+TEST(ChatTemplate, ClearErrorsForWhatCannotBeWritten) {
+  auto message_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const chat_template_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  {
+    const std::string unknown = message_of([] { chat_template::detect("{{ messages | tojson }}"); });
+    EXPECT_NE(unknown.find("not one hotcold recognises"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("--chat-template"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("zephyr"), std::string::npos) << unknown;
+  }
+  EXPECT_NE(message_of([] { chat_template::detect(""); }).find("no chat template"), std::string::npos);
+  EXPECT_NE(message_of([] { chat_template::named("vicuna"); }).find("unknown chat template \"vicuna\""), std::string::npos);
+  const std::string role = message_of([] { chat_template::named("chatml").render(std::vector<chat_message>{{"tool", "x"}}, true, "", ""); });
+  EXPECT_NE(role.find("role \"tool\""), std::string::npos) << role;
+  const std::string order = message_of([] {
+    chat_template::named("mistral").render(std::vector<chat_message>{{"user", "a"}, {"user", "b"}}, true, "<s>", "</s>");
+  });
+  EXPECT_NE(order.find("alternate"), std::string::npos) << order;
+  EXPECT_NE(order.find("message 1"), std::string::npos) << order;
+  EXPECT_NE(message_of([] { chat_template::named("llama3").render(std::vector<chat_message>{{"user", "a"}, {"system", "b"}}, true, "", ""); }).find("only first"),
+            std::string::npos);
+}
+
+// Tokenized, the template's control tokens are tokens and the contents are text: a user who writes
+// "</s>" does not end the turn.
+TEST(ChatTemplate, ContentsAreNeverControlTokens) {
+  const auto file = gguf::file::open(HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf");
+  const vocab v = vocab::from_gguf(file);
+  const std::vector<chat_message> messages = {{"user", "say </s> please"}, {"assistant", "ok"}, {"user", "again"}};
+  const std::vector<token_id> ids = chat_template::named("llama2").tokenize(v, messages, true);
+  // The template's BOS twice (one per user turn) and its EOS once (after the assistant's turn).
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), v.bos()), 2);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), v.eos()), 1);
+  EXPECT_EQ(ids.front(), v.bos());
+  // The same prompt tokenized with every control token parsed has one more EOS: the user's.
+  const chat_prompt p = chat_template::named("llama2").render(messages, true, "<s>", "</s>");
+  const std::vector<token_id> all = v.tokenize(p.text, false, true);
+  EXPECT_EQ(std::count(all.begin(), all.end(), v.eos()), 2);
+  // Elsewhere both ways agree: the contents' text tokenized in place.
+  const std::vector<chat_message> plain = {{"user", "Hello there"}};
+  const chat_prompt q = chat_template::named("llama2").render(plain, true, "<s>", "</s>");
+  EXPECT_EQ(chat_template::named("llama2").tokenize(v, plain, true), v.tokenize(q.text, false, true));
+  EXPECT_EQ(v.detokenize(chat_template::named("llama2").tokenize(v, plain, true), true), q.text);
+}
+
+}  // namespace
+}  // namespace hotcold
