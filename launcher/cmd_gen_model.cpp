@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "launcher/commands.hpp"
+#include "model/chat_template.hpp"
 #include "launcher/progress.hpp"
 #include "tools/gen_model.hpp"
 
@@ -48,6 +49,15 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
                   "Phi-3's LongRoPE: short and long factor tensors and attn_factor for this original context (below --ctx); a context above it "
                   "rotates by the long ones")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--chat-template", a->o.chat_template, "Write this family's published chat template as tokenizer.chat_template (" + chat_template::names() + ")")
+      ->check([](const std::string& name) {
+        try {
+          chat_template::published(name);
+          return std::string();
+        } catch (const chat_template_error& e) {
+          return std::string(e.what());
+        }
+      });
   cmd->add_option("-o,--output", a->o.out_path, "Output GGUF file")->required();
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("gen-model", [&] {

@@ -27,6 +27,55 @@ constexpr std::array<family_name, 9> family_names{{{"llama2", chat_family::llama
 
 constexpr std::string_view qwen_default_system = "You are a helpful assistant.";
 
+// The published templates (Jinja, with \n escapes inside string literals as tokenizer_config.json files
+// and so GGUF files hold them): meta-llama/Llama-2-7b-chat-hf, Meta-Llama-3-8B-Instruct, a plain ChatML
+// one, Qwen2-7B-Instruct, Phi-3-mini-4k-instruct, Mistral-7B-Instruct-v0.2, gemma-7b-it,
+// HuggingFaceH4/zephyr-7b-beta, and Falcon 3's turns as llama.cpp writes them.
+struct published_template {
+  std::string_view name, text;
+};
+constexpr published_template published_templates[] = {
+    {"llama2",
+     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}"
+     "{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+     "{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+     "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"},
+    {"llama3",
+     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+     "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"},
+    {"chatml",
+     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+    {"qwen",
+     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+     "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+    {"phi3",
+     "{{ bos_token }}{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + '<|end|>\\n' }}{% endfor %}"
+     "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"},
+    {"mistral",
+     "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles "
+     "must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+     "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}"
+     "{% endif %}{% endfor %}"},
+    {"gemma",
+     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}"
+     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+     "{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+     "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"},
+    {"zephyr",
+     "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n"
+     "{{ '<|system|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n"
+     "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"},
+    {"falcon",
+     "{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}"
+     "{{ '<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\\n' + message['content'] + '\\n' }}"
+     "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"},
+};
+
 bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
 
 // Python's str.strip() / Jinja's trim: whitespace off both ends.
@@ -150,6 +199,12 @@ chat_template chat_template::detect(std::string_view t) {
 chat_template chat_template::named(std::string_view name) {
   for (const auto& f : family_names)
     if (f.name == name) return {f.family, name == "qwen" ? std::string(qwen_default_system) : std::string()};
+  throw chat_template_error(fmt::format("unknown chat template \"{}\" (one of: {})", name, names()));
+}
+
+std::string_view chat_template::published(std::string_view name) {
+  for (const auto& t : published_templates)
+    if (t.name == name) return t.text;
   throw chat_template_error(fmt::format("unknown chat template \"{}\" (one of: {})", name, names()));
 }
 

@@ -51,6 +51,10 @@ class chat_template {
   // (when given) set to a line saying so. Throws chat_template_error for an unrecognised template.
   static chat_template choose(std::string_view model_template, std::string_view name, std::string* note = nullptr);
 
+  // The Jinja text of the published template of a family (named()'s names; the one each family's
+  // rendering follows, as GGUF files carry it), for files made here (gen-model --chat-template).
+  static std::string_view published(std::string_view name);
+
   chat_family family() const { return family_; }
   std::string_view name() const;
   // The system message written when the conversation has none (Qwen's ChatML templates); empty: none.

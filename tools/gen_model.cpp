@@ -1,5 +1,7 @@
 #include "tools/gen_model.hpp"
 
+#include "model/chat_template.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/dot.hpp"
+#include "model/chat_template.hpp"
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/tensor_convert.hpp"
@@ -228,7 +231,8 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   w.set_f32("hotcold.synthetic.active_fraction", static_cast<float>(sparse ? o.active : 1.0));
   w.set_u64("hotcold.synthetic.seed", o.seed);
   for (const auto& kv_pair : vf.metadata())
-    if (kv_pair.key.starts_with("tokenizer.")) w.set_value(kv_pair.key, kv_pair.val);
+    if (kv_pair.key.starts_with("tokenizer.") && !(kv_pair.key == "tokenizer.chat_template" && !o.chat_template.empty())) w.set_value(kv_pair.key, kv_pair.val);
+  if (!o.chat_template.empty()) w.set_string("tokenizer.chat_template", std::string(chat_template::published(o.chat_template)));
 
   // Token embeddings: +A, -A on the constant channels, a unit-RMS zero-mean vector in S, zero in T.
   // As in trained models, hidden states have a low intrinsic dimension: token vectors lie mostly in

@@ -24,6 +24,7 @@ struct gen_model_options {
   int64_t n_ctx = 2048;
   double active = 0.1;           // mean fraction of FFN neurons firing per token (ReLU family)
   std::string vocab_path;        // GGUF whose tokenizer.* metadata is copied
+  std::string chat_template;     // a family's published template for tokenizer.chat_template (chat_template::published); empty: the vocabulary file's, if any
   tensor_type type = tensor_type::f16;
   // llama.cpp's _M preset over a K-quant type (Q4_K_M, Q5_K_M): attn_v and ffn_down one step up to
   // Q6_K on the layers its use_more_bits picks, a fused attn_qkv one step up, the head Q6_K (Q8_0 for

@@ -515,6 +515,17 @@ TEST(Cli, ChatAnswersEachLine) {
   auto unknown = run({"chat", "-m", small_model(), "--chat-template", "vicuna"}, "printf 'Hi\n' |");
   EXPECT_NE(unknown.code, 0);
   EXPECT_NE(unknown.err.find("unknown chat template \"vicuna\""), std::string::npos) << unknown.err;
+  // A file that carries a template (gen-model writes a family's published one) is chatted with it.
+  const std::string with_template = (fs::temp_directory_path() / ("hotcold-cli-gemma-" + std::to_string(getpid()) + ".gguf")).string();
+  auto made = run({"gen-model", "--arch", "llama", "--act", "relu", "--embd", "64", "--layers", "1", "--ffn", "64", "--heads", "4", "--kv-heads", "4", "--vocab", llama,
+                   "--chat-template", "gemma", "-o", with_template});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_NE(run({"inspect", "-m", with_template}).out.find("tokenizer.chat_template"), std::string::npos);
+  auto gemma = run({"chat", "-m", with_template, "-n", "3", "--temp", "0"}, "printf 'Hi\\nAgain\\n' |");
+  fs::remove(with_template);
+  EXPECT_EQ(gemma.code, 0) << gemma.err;
+  EXPECT_NE(gemma.err.find("gemma template"), std::string::npos) << gemma.err;
+  EXPECT_EQ(run({"gen-model", "--vocab", llama, "--chat-template", "vicuna", "-o", "/tmp/never.gguf"}).code, 2);
 }
 
 TEST(Cli, ModelsThatCannotRunExitWithOne) {

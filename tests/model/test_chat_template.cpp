@@ -139,6 +139,9 @@ TEST(ChatTemplate, RecognisesTheFamiliesFromTheirTemplates) {
     const chat_template t = chat_template::detect(k.text);
     EXPECT_EQ(t.name(), k.name) << k.text;
   }
+  // The texts gen-model writes into files are recognised as what they are.
+  for (const char* name : {"llama2", "llama3", "chatml", "qwen", "phi3", "mistral", "gemma", "zephyr", "falcon"})
+    EXPECT_EQ(chat_template::detect(chat_template::published(name)).name(), name);
   EXPECT_EQ(chat_template::detect(templates[3].text).default_system(), "You are a helpful assistant.");
   EXPECT_EQ(chat_template::detect(templates[2].text).default_system(), "");
   // Phi-3.5's template writes no BOS; Phi-3's does.
