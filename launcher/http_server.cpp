@@ -3,7 +3,9 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <memory>
 #include <sstream>
@@ -103,6 +105,7 @@ struct http_server::impl {
   int64_t accept_errors = 0;
   std::vector<std::string> tokens;  // empty: no authentication
   handler h;
+  size_t max_body = 64 * 1024;
 
   // The token a request carries, by header, cookie or URL parameter (removed from `target`); a
   // valid URL token is handed back in url_token (for the cookie).
@@ -171,7 +174,7 @@ struct http_server::impl {
     connection(impl& o, tcp::socket s) : owner(o), stream(std::move(s)) {}
 
     void start() {
-      parser.body_limit(64 * 1024);
+      parser.body_limit(owner.max_body);
       stream.expires_after(io_timeout);
       http::async_read(stream, buf, parser, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
     }
@@ -179,7 +182,9 @@ struct http_server::impl {
       if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();
       http_reply r;
       std::string url_token;  // a valid ?token=, kept by the browser as a cookie for the page's own requests
-      if (ec) {
+      if (ec == http::error::body_limit) {
+        r = {413, "text/plain", fmt::format("the request's body is over {} bytes\n", owner.max_body)};
+      } else if (ec) {
         r = {400, "text/plain", "bad request\n"};
       } else {
         const auto& req = parser.get();
@@ -189,7 +194,13 @@ struct http_server::impl {
           res.set(http::field::www_authenticate, "Bearer realm=\"hotcold\"");
         } else {
           try {
-            r = owner.h(std::string(req.method_string()), target);
+            http_request hr{std::string(req.method_string()), target, req.body(), {}};
+            for (const auto& f : req) {
+              std::string name(f.name_string());
+              std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+              hr.headers.emplace_back(std::move(name), std::string(f.value()));
+            }
+            r = owner.h(hr);
           } catch (const std::exception& e) {
             r = {500, "text/plain", fmt::format("internal error: {}\n", e.what())};
           }
@@ -299,12 +310,14 @@ struct http_server::impl {
   }
 };
 
-http_server::http_server(const std::string& address, bool allow_remote, std::vector<std::string> tokens, handler h) : impl_(std::make_unique<impl>()) {
+http_server::http_server(const std::string& address, bool allow_remote, std::vector<std::string> tokens, handler h, size_t max_body)
+    : impl_(std::make_unique<impl>()) {
   check_http_bind(address, allow_remote, !tokens.empty());
   const auto [ip, port] = parse_http_address(address);
   beast::error_code ec;
   impl_->tokens = std::move(tokens);
   impl_->h = std::move(h);
+  impl_->max_body = max_body;
   const tcp::endpoint ep(ip, port);
   impl_->acceptor.open(ep.protocol());
   impl_->acceptor.set_option(asio::socket_base::reuse_address(true));

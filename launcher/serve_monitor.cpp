@@ -12,8 +12,9 @@
 
 namespace hotcold::launcher {
 
-http_reply serve_monitor::operator()(const std::string& method, const std::string& target) const {
-  if (method != "GET") return {405, "text/plain", "GET only\n"};
+http_reply serve_monitor::operator()(const http_request& req) const {
+  if (req.method != "GET") return {405, "text/plain", "GET only\n"};
+  const std::string& target = req.target;
   const auto q = target.find('?');
   const std::string path = target.substr(0, q);
   std::map<std::string, std::string> query;

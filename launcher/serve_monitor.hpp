@@ -26,7 +26,7 @@ class serve_monitor {
  public:
   serve_monitor(const actors::metrics& metrics, const serve_status& status) : metrics_(metrics), status_(status) {}
   // Answers one request (GET only).
-  http_reply operator()(const std::string& method, const std::string& target) const;
+  http_reply operator()(const http_request& req) const;
   // What /api/stats answers and each event of /api/events carries (docs/telemetry.md).
   nlohmann::json stats_json() const;
 

@@ -169,9 +169,10 @@ inline std::string endpoint_for(const char* kind) {
   return tcp_endpoint();
 }
 
-// GET over plain HTTP/1.0: the whole response, headers and body ("" when nothing came within 5 s).
-// `headers`: more request header lines, each ending in \r\n.
-inline std::string http_get(int port, const std::string& target, const std::string& headers = "") {
+// A request over plain HTTP/1.0: the whole response, headers and body ("" when nothing came within
+// 5 s). `headers`: more request header lines, each ending in \r\n; a body goes with its length.
+inline std::string http_request(int port, const std::string& method, const std::string& target, const std::string& headers = "",
+                                const std::string& body = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   const timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -182,7 +183,9 @@ inline std::string http_get(int port, const std::string& target, const std::stri
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + target + " HTTP/1.0\r\nHost: localhost\r\n" + headers + "\r\n";
+    std::string req = method + " " + target + " HTTP/1.0\r\nHost: localhost\r\n" + headers;
+    if (!body.empty()) req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    req += "\r\n" + body;
     if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[4096];
       for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
@@ -191,5 +194,7 @@ inline std::string http_get(int port, const std::string& target, const std::stri
   close(fd);
   return out;
 }
+// GET, the same way.
+inline std::string http_get(int port, const std::string& target, const std::string& headers = "") { return http_request(port, "GET", target, headers); }
 
 }  // namespace hotcold::test

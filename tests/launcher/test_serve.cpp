@@ -253,6 +253,14 @@ TEST(Serve, HttpMetricsAndHealth) {
   EXPECT_GT(pl["layers"][0]["ffn_s"].get<double>(), 0);
   EXPECT_EQ(pl["hot_device"], "");
   EXPECT_GT(pl["bandwidth_ceiling_bytes_per_second"].get<double>(), 1e8);
+  // Other methods are refused; a body announced over the limit (64 KiB for these pages) is answered 413
+  // as soon as its length is read, and the server goes on.
+  const std::string post = http_request(port, "POST", "/metrics", "Content-Type: text/plain\r\n", "x");
+  EXPECT_NE(post.find("405"), std::string::npos) << post;
+  const std::string big = http_request(port, "POST", "/metrics", "Content-Type: text/plain\r\nContent-Length: 102400\r\n");
+  EXPECT_NE(big.find("413"), std::string::npos) << big.substr(0, 200);
+  EXPECT_NE(big.find("over 65536 bytes"), std::string::npos) << big.substr(0, 200);
+  EXPECT_NE(http_get(port, "/health").find("200 OK"), std::string::npos);
   // The event stream: two updates, then its end.
   const std::string ev = http_get(port, "/api/events?frames=2&period_ms=50");
   EXPECT_NE(ev.find("text/event-stream"), std::string::npos) << ev.substr(0, 300);
