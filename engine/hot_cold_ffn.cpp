@@ -1,7 +1,6 @@
 #include "engine/hot_cold_ffn.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -130,7 +129,7 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
     matmul_same_input(pool, ws, x.in, n, ys, xq);
     // (The rule and the choice as masks: both are coin tosses a branch would miss half the time.)
     hidden_values(hp, t, g.data(), hidden, hidden, n * n_ff);
-    for (int64_t k = 0; k < n * n_ff; ++k) hidden[k] = std::bit_cast<float>(std::bit_cast<uint32_t>(hidden[k]) & (0u - static_cast<uint32_t>(x.chosen[k])));
+    for (int64_t k = 0; k < n * n_ff; ++k) hidden[k] = kept(hidden[k], x.chosen[k] != 0);
     transposed_product(pool, l.ffn_down_t, hidden, n, out);
     return;
   }

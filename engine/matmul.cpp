@@ -32,7 +32,7 @@ void grouped_products(thread_pool& pool, int64_t groups, int64_t n, const Group&
 
 // Rows of a Q4_0 matrix that go in groups of sixteen: its interleaved ones (model::load), or for rows
 // kept in plain order (a sparse file's gate and up rows, which its neurons read one by one) all but the
-// last ne1 % 16, interleaved into a thread's buffer a group at a time (plain_groups below).
+// last ne1 % 16, interleaved into a thread's buffer a group at a time (interleaved_products below).
 int64_t grouped_rows(const tensor_view& w) { return w.interleaved16 ? w.interleaved_rows() : w.ne1 - w.ne1 % 16; }
 
 // Products of Q4_0 matrices as groups of sixteen rows, all reading the same input: one pass over
@@ -189,17 +189,19 @@ constexpr int64_t gemm_min_tokens = 16;
 // rounded to Q8_0 once (quantized and back), so a prompt's products equal what the integer kernels
 // give one token (up to float summation order) at the tile's speed.
 // K-quant rows (Q4_K, Q5_K, Q6_K) likewise, a 256-value block at a time, against the tokens rounded to Q8_K.
-// (Q4_0 rows, plain or interleaved, go through the sixteen-row kernels first: groups_q4_0.)
+// (Q4_0 rows, plain or interleaved, go through the sixteen-row kernels first: sixteen_row_groups.)
 bool use_gemm(const tensor_view& w, int64_t n) {
   const bool blocks32 = (w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0) && w.ne0 % qk8_0 == 0;
   return n >= gemm_min_tokens && (float_type(w) || blocks32 || (computes_as_k_quant(w.type) && w.ne0 % qk_k == 0)) && !w.interleaved16 &&
          gemm_tile_vectorized();
 }
 
-// Q4_0 matrices the sixteen-row kernels take (interleaved_products), and from how many tokens plain
-// rows are interleaved for them (below it, each row against the tokens in place).
-bool groups_q4_0(const tensor_view& w) { return w.type == tensor_type::q4_0 && w.ne0 % qk4_0 == 0 && (w.interleaved16 || w.ne1 >= 16); }
-constexpr int64_t plain_q4_0_min_tokens = 4;
+// Whether the sixteen-row kernels (interleaved_products) take a product of w with n tokens: interleaved
+// Q4_0 matrices always; Q4_0 rows in plain order from four tokens on (below that, each row against the
+// tokens in place beats interleaving them first).
+bool sixteen_row_groups(const tensor_view& w, int64_t n) {
+  return w.type == tensor_type::q4_0 && (w.interleaved16 || (n >= 4 && w.ne0 % qk4_0 == 0 && w.ne1 >= 16));
+}
 
 // What a row type's integer kernels see of the activations: Q8_0 rows the tokens quantized to Q8_0,
 // K-quant rows to Q8_K, float rows the tokens themselves.
@@ -363,12 +365,10 @@ void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws
   // (Q8_0 matrices see the tokens rounded to Q8_0, K-quant ones to Q8_K, float ones as they are: one
   // rounding a pass.)
   const input_rounding r = rounding_of(ws[0]->type);
-  if (n >= plain_q4_0_min_tokens && std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return groups_q4_0(*w) && w->ne0 == ws[0]->ne0; }))
+  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return sixteen_row_groups(*w, n) && w->ne0 == ws[0]->ne0; }))
     return interleaved_products(pool, ws, x, n, ys, xq);
   if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && rounding_of(w->type) == r; }))
     return float_gemm(pool, ws, x, n, ys);
-  const bool together = std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return w->interleaved16 && w->type == tensor_type::q4_0 && w->ne0 == ws[0]->ne0; });
-  if (together) return interleaved_products(pool, ws, x, n, ys, xq);
   const bool streams = n == 1 && std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return two_streams(*w) && w->ne0 == ws[0]->ne0; });
   if (streams) return two_stream_products(pool, ws, x, ys);
   for (size_t m = 0; m < ws.size(); ++m) matmul(pool, *ws[m], x, n, ys[m], xq);
@@ -403,7 +403,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
       for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, nullptr);
     return;
   }
-  if (w.interleaved16 || (n >= plain_q4_0_min_tokens && groups_q4_0(w))) {
+  if (sixteen_row_groups(w, n)) {
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};
     return interleaved_products(pool, ws, x, n, ys, xq);

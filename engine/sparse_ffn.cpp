@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 #include <vector>
 
@@ -149,8 +148,7 @@ void hidden_values(const hparams& hp, float t, const float* g, const float* u, f
     // value on a thresholded layer than on a dense one).
     for (int64_t k = 0; k < n; ++k) {
       const float a = g[k] / (1.0f + std::exp(-g[k]));
-      const uint32_t keep = 0u - static_cast<uint32_t>(std::fabs(a) >= t);
-      out[k] = std::bit_cast<float>(std::bit_cast<uint32_t>(a * u[k]) & keep);
+      out[k] = kept(a * u[k], std::fabs(a) >= t);
     }
   } else {
     for (int64_t k = 0; k < n; ++k) out[k] = hidden_value(hp, t, hp.gated_ffn ? g[k] : 0.0f, u[k]);

@@ -2,6 +2,7 @@
 // One FFN neuron's worth of work over a weight row, for any row type: the pieces the reference
 // forward pass, the batch path and the hot/cold executors share.
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -87,6 +88,9 @@ float firing_margin(const hparams& hp, float t, float g, float u);
 // v[k] = |act(v[k])| for k < n: a thresholded file's predictor scores (estimated pre-activations) as
 // the magnitudes its threshold is compared with.
 void act_magnitudes(activation act, float* v, int64_t n);
+// v where keep, else 0, as a bit mask: a branch on "kept" — a coin toss at S = 0.5, and a token's
+// choice likewise — would be mispredicted half the time.
+inline float kept(float v, bool keep) { return std::bit_cast<float>(std::bit_cast<uint32_t>(v) & (0u - static_cast<uint32_t>(keep))); }
 // Where |act(s)| >= theta for SiLU and GELU, which rise from their one minimum (SiLU -0.278 at -1.28,
 // GELU -0.170 at -0.75) through 0 at 0: s >= hi, or lo1 <= s <= lo2 (an empty band where theta is
 // deeper than the minimum). in_band(s) is that test — |act(s)| >= theta without an exp a value (up to

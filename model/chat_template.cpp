@@ -78,12 +78,14 @@ constexpr published_template published_templates[] = {
 
 bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
 
+// What Python's str.strip() and Jinja's trim take off (ASCII whitespace).
+constexpr std::string_view blanks = " \t\n\r\f\v";
+
 // Python's str.strip() / Jinja's trim: whitespace off both ends.
 std::string_view strip(std::string_view s) {
-  constexpr std::string_view ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
+  const size_t b = s.find_first_not_of(blanks);
   if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+  return s.substr(b, s.find_last_not_of(blanks) - b + 1);
 }
 
 // ChatML's default system message where the template writes one for conversations without their own
@@ -125,10 +127,9 @@ struct part {
   bool content;
 };
 void write_stripped(writer& w, std::initializer_list<part> parts) {
-  constexpr std::string_view ws = " \t\n\r\f\v";
   std::vector<part> ps(parts);
   for (auto& p : ps) {  // from the front
-    const size_t b = p.text.find_first_not_of(ws);
+    const size_t b = p.text.find_first_not_of(blanks);
     if (b != std::string_view::npos) {
       p.text = p.text.substr(b);
       break;
@@ -136,7 +137,7 @@ void write_stripped(writer& w, std::initializer_list<part> parts) {
     p.text = {};
   }
   for (auto it = ps.rbegin(); it != ps.rend(); ++it) {  // from the back
-    const size_t e = it->text.find_last_not_of(ws);
+    const size_t e = it->text.find_last_not_of(blanks);
     if (e != std::string_view::npos) {
       it->text = it->text.substr(0, e + 1);
       break;
@@ -155,9 +156,9 @@ void check_roles(std::span<const chat_message> messages, std::string_view family
   }
 }
 
-// Templates that raise unless user and assistant turns alternate from a user turn (after an optional
-// system message, which `merge_system` folds into the first user turn where the template has no
-// system role: its text, a blank line, then the user's).
+// Templates that raise unless user and assistant turns alternate from a user turn, after an optional
+// system message (written by llama2 inside its first turn; folded by mistral and gemma, which have no
+// system role, into the first user turn: its text, a blank line, then the user's).
 struct turns {
   bool has_system = false;
   std::string_view system;

@@ -230,8 +230,12 @@ TEST(ActSparsity, BandsOfScoresAreTheRule) {
         negative_kept += s < 0 && b.in_band(s);
       }
       const float dip = act == activation::silu ? 0.278f : 0.170f;
-      if (theta > 0 && theta < dip - 0.01f) EXPECT_GT(negative_kept, 0) << theta;
-      if (theta > dip) EXPECT_EQ(negative_kept, 0) << theta;
+      if (theta > 0 && theta < dip - 0.01f) {
+        EXPECT_GT(negative_kept, 0) << theta;
+      }
+      if (theta > dip) {
+        EXPECT_EQ(negative_kept, 0) << theta;
+      }
     }
     std::vector<float> v{-1.3f, 0.01f, 3.0f};
     mark_band(act_band_of(act, 0.1f), v.data(), 3);
