@@ -10,6 +10,7 @@
 #include "launcher/option_checks.hpp"
 #include "launcher/model_options.hpp"
 #include "launcher/server.hpp"
+#include "model/chat_template.hpp"
 #include "protocol/curve.hpp"
 
 namespace hotcold::launcher {
@@ -44,13 +45,19 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
   cmd->add_option("--http", a->s.http,
-                  "HOST:PORT for the dashboard (GET /), /metrics (Prometheus), /api/stats, /api/events (Server-Sent Events) and /health "
-                  "(loopback unless --allow-remote-http; docs/telemetry.md)");
+                  "HOST:PORT for the OpenAI-style API (/v1/*, docs/openai-api.md), the dashboard (GET /), /metrics (Prometheus), "
+                  "/api/stats, /api/events (Server-Sent Events) and /health (loopback unless --allow-remote-http; docs/telemetry.md)");
   cmd->add_flag("--allow-remote-http", a->s.allow_remote_http,
-                "Allow --http on an address other machines can reach (needs --http-token-file; the traffic is plain HTTP, not encrypted)");
+                "Allow --http on an address other machines can reach (needs --http-token-file or --api-key; the traffic is plain HTTP, not "
+                "encrypted; the dashboard and /metrics answer other machines only with --allow-remote or --http-token-file)");
   cmd->add_option("--http-token-file", a->s.http_token_file,
                   "File of bearer tokens (one per line, 16+ characters): every HTTP request must carry one (Authorization: Bearer, or "
                   "/?token= once in a browser)");
+  cmd->add_option("--api-key", a->s.api_keys,
+                  "A key the OpenAI-style API (/v1/*) requires as `Authorization: Bearer KEY` (16+ characters; may be repeated)");
+  cmd->add_option("--api-key-file", a->s.api_key_file, "File of more such keys, one per line");
+  cmd->add_option("--chat-template", a->s.chat_template, "Chat template family for /v1/chat/completions instead of the model's own (" + chat_template::names() + ")");
+  cmd->add_option("--alias", a->s.alias, "The model's id in /v1/models and requests (default: its file's name)");
   cmd->add_option("--recall-every", a->s.recall_every,
                   "Check the predictors' recall every N steps (each sparse layer computes its first token densely; 0: never)")
       ->check(whole_in(0, 1ll << 40))

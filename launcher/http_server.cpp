@@ -1,9 +1,11 @@
 #include "launcher/http_server.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -76,17 +78,18 @@ void check_http_bind(const std::string& address, bool allow_remote, bool has_tok
   if (parse_http_address(address).first.is_loopback()) return;
   if (!allow_remote)
     throw std::invalid_argument(fmt::format("--http {}: not a loopback address; serving HTTP to other machines needs --allow-remote-http "
-                                            "(--allow-remote is ZeroMQ's) and --http-token-file",
+                                            "(--allow-remote is ZeroMQ's) and --http-token-file or --api-key",
                                             address));
   if (!has_tokens)
-    throw std::invalid_argument(
-        fmt::format("--http {} --allow-remote-http: other machines must authenticate: give --http-token-file (bearer tokens, one per line)", address));
+    throw std::invalid_argument(fmt::format("--http {} --allow-remote-http: other machines must authenticate: give --http-token-file (bearer "
+                                            "tokens, one per line) or --api-key / --api-key-file (for /v1/*)",
+                                            address));
 }
 
-std::vector<std::string> read_bearer_tokens(const std::string& path) {
+std::vector<std::string> read_bearer_tokens(const std::string& path, const std::string& what) {
   std::vector<std::string> tokens;
   int n = 0;
-  for (std::string line : protocol::read_text_lines(path, "--http-token-file", 64 << 10)) {
+  for (std::string line : protocol::read_text_lines(path, what.c_str(), 64 << 10)) {
     ++n;
     line = protocol::trim_blanks(line);
     if (line.empty() || line[0] == '#') continue;
@@ -98,24 +101,94 @@ std::vector<std::string> read_bearer_tokens(const std::string& path) {
   return tokens;
 }
 
+bool known_secret(std::string_view token, const std::vector<std::string>& known) {
+  bool ok = false;
+  for (const auto& k : known) ok |= same_secret(token, k);
+  return ok;
+}
+
+// What a `work` thread answers through.
+struct http_exchange::state {
+  int fd = -1;
+  bool chunked = false;  // an HTTP/1.1 client: a stream's pieces go as chunks
+  bool answered = false, streaming = false, failed = false;
+  std::function<bool()> stopping;
+  std::function<bool(std::chrono::milliseconds)> pause;
+};
+
+namespace {
+
+std::string serialized_head(const http_reply& r, bool stream, bool chunked) {
+  http::response<http::empty_body> res;
+  res.result(static_cast<http::status>(r.status));
+  res.set(http::field::content_type, r.content_type);
+  res.set(http::field::server, "hotcold");
+  for (const auto& [k, v] : r.headers) res.set(k, v);
+  res.keep_alive(false);
+  if (stream) {
+    res.set(http::field::cache_control, "no-cache");
+    if (chunked) res.chunked(true);
+  } else {
+    res.content_length(r.body.size());
+  }
+  std::ostringstream head;
+  head << res.base();
+  return head.str();
+}
+
+}  // namespace
+
+bool http_exchange::reply(const http_reply& r) {
+  if (s_.answered || s_.failed) return false;
+  s_.answered = true;
+  s_.failed = !(send_all(s_.fd, serialized_head(r, false, false)) && send_all(s_.fd, r.body));
+  return !s_.failed;
+}
+
+bool http_exchange::begin_stream(const http_reply& r) {
+  if (s_.answered || s_.failed) return false;
+  s_.answered = s_.streaming = true;
+  s_.failed = !send_all(s_.fd, serialized_head(r, true, s_.chunked));
+  return !s_.failed && (r.body.empty() || send(r.body));
+}
+
+bool http_exchange::send(std::string_view piece) {
+  if (!s_.streaming || s_.failed) return false;
+  if (piece.empty()) return true;  // an empty chunk would end a chunked body
+  s_.failed = s_.chunked ? !send_all(s_.fd, fmt::format("{:x}\r\n{}\r\n", piece.size(), piece)) : !send_all(s_.fd, piece);
+  return !s_.failed;
+}
+
+bool http_exchange::client_gone() {
+  if (s_.failed) return true;
+  pollfd p{s_.fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return s_.failed = true;
+  char c;
+  if (p.revents & POLLIN) {
+    const ssize_t n = ::recv(s_.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return s_.failed = true;
+  }
+  return false;
+}
+
+bool http_exchange::stopping() { return s_.stopping(); }
+
+bool http_exchange::pause(std::chrono::milliseconds d) { return s_.pause(d); }
+
 struct http_server::impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_retry{io};
   int64_t accept_errors = 0;
-  std::vector<std::string> tokens;  // empty: no authentication
+  http_options opt;
   handler h;
-  size_t max_body = 64 * 1024;
 
   // The token a request carries, by header, cookie or URL parameter (removed from `target`); a
   // valid URL token is handed back in url_token (for the cookie).
   bool authorized(const http::request<http::string_body>& req, std::string& target, std::string& url_token) const {
     url_token.clear();
-    auto known = [&](std::string_view t) {
-      bool ok = false;
-      for (const auto& k : tokens) ok |= same_secret(t, k);
-      return ok;
-    };
+    auto known = [&](std::string_view t) { return known_secret(t, opt.tokens); };
     bool ok = false;
     if (auto it = req.find(http::field::authorization); it != req.end()) {
       const std::string_view v(it->value().data(), it->value().size());
@@ -150,21 +223,28 @@ struct http_server::impl {
     }
     return ok;
   }
+  bool under(const std::string& target, const std::string& prefix) const { return !prefix.empty() && target.rfind(prefix, 0) == 0; }
+  size_t body_limit(const std::string& target) const { return under(target, opt.large_body_prefix) ? opt.large_body : opt.max_body; }
+  http_reply error(int status, const std::string& message, const std::string& target) const {
+    if (opt.error_reply) return opt.error_reply(status, message, target);
+    return {status, "text/plain", message + "\n"};
+  }
+
   static constexpr auto io_timeout = std::chrono::seconds(10);  // to send a request, or read an answer
-  // Streams in progress: each a thread writing to its own socket.
+  // Replies that take time, each on a thread writing to its own socket.
   std::mutex mu;
   std::condition_variable wake;
   bool stopping = false;
-  int streams = 0;
-  struct stream_thread {
+  int workers = 0;
+  struct worker_thread {
     std::thread t;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::vector<stream_thread> stream_threads;
+  std::vector<worker_thread> worker_threads;
 
   // One request per connection (Connection: close), read and written asynchronously with a deadline,
   // so a client that connects and says nothing holds up no one; the handler runs on the server's
-  // thread (the pages are small).
+  // thread and hands what takes time to a `work` thread.
   struct connection : std::enable_shared_from_this<connection> {
     impl& owner;
     beast::tcp_stream stream;
@@ -174,24 +254,36 @@ struct http_server::impl {
     connection(impl& o, tcp::socket s) : owner(o), stream(std::move(s)) {}
 
     void start() {
-      parser.body_limit(owner.max_body);
+      parser.body_limit(std::max(owner.opt.max_body, owner.opt.large_body));
       stream.expires_after(io_timeout);
-      http::async_read(stream, buf, parser, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+      http::async_read_header(stream, buf, parser, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+    }
+    // The header is in: the body's limit depends on the target.
+    void on_header(beast::error_code ec) {
+      if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();
+      if (ec) return on_read(ec);
+      const std::string target(parser.get().target());
+      const size_t limit = owner.body_limit(target);
+      if (parser.content_length() && *parser.content_length() > limit) return on_read(http::error::body_limit);
+      parser.body_limit(limit);
+      if (parser.is_done()) return on_read({});
+      http::async_read(stream, buf, parser, [self = shared_from_this()](beast::error_code ec2, size_t) { self->on_read(ec2); });
     }
     void on_read(beast::error_code ec) {
       if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();
       http_reply r;
       std::string url_token;  // a valid ?token=, kept by the browser as a cookie for the page's own requests
+      const std::string raw_target(parser.get().target());
       if (ec == http::error::body_limit) {
-        r = {413, "text/plain", fmt::format("the request's body is over {} bytes\n", owner.max_body)};
+        r = owner.error(413, fmt::format("the request's body is over {} bytes", owner.body_limit(raw_target)), raw_target);
       } else if (ec) {
-        r = {400, "text/plain", "bad request\n"};
+        r = owner.error(400, "bad request: " + ec.message(), raw_target);
       } else {
         const auto& req = parser.get();
         std::string target(req.target());
-        if (!owner.tokens.empty() && !owner.authorized(req, target, url_token)) {
-          r = {401, "text/plain", "a token is needed: Authorization: Bearer TOKEN (or open /?token=TOKEN once)\n"};
-          res.set(http::field::www_authenticate, "Bearer realm=\"hotcold\"");
+        if (!owner.opt.tokens.empty() && !owner.under(target, owner.opt.own_auth_prefix) && !owner.authorized(req, target, url_token)) {
+          r = owner.error(401, "a token is needed: Authorization: Bearer TOKEN (or open /?token=TOKEN once)", raw_target);
+          r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hotcold\"");
         } else {
           try {
             http_request hr{std::string(req.method_string()), target, req.body(), {}};
@@ -200,26 +292,35 @@ struct http_server::impl {
               std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
               hr.headers.emplace_back(std::move(name), std::string(f.value()));
             }
+            beast::error_code pec;
+            const auto peer = stream.socket().remote_endpoint(pec);
+            hr.loopback_peer = !pec && (peer.address().is_loopback() ||
+                                        (peer.address().is_v6() && peer.address().to_v6().is_v4_mapped() &&
+                                         asio::ip::make_address_v4(asio::ip::v4_mapped, peer.address().to_v6()).is_loopback()));
             r = owner.h(hr);
           } catch (const std::exception& e) {
-            r = {500, "text/plain", fmt::format("internal error: {}\n", e.what())};
+            r = owner.error(500, fmt::format("internal error: {}", e.what()), raw_target);
           }
         }
       }
       if (!url_token.empty()) res.set(http::field::set_cookie, "hotcold_token=" + url_token + "; Path=/; HttpOnly; SameSite=Strict");
-      if (r.next) {
+      if (r.work) {
         std::lock_guard lock(owner.mu);
-        if (owner.streams >= max_streams) {
-          r = {503, "text/plain", fmt::format("too many streams (at most {} at once)\n", max_streams)};
-        } else if (!owner.stopping) {
+        if (owner.workers >= owner.opt.max_workers) {
+          r = owner.error(503, fmt::format("too many requests in progress (at most {} at once)", owner.opt.max_workers), raw_target);
+          r.headers.emplace_back("Retry-After", "1");
+        } else if (owner.stopping) {
+          r = owner.error(503, "the server is stopping", raw_target);
+        } else {
           stream.expires_never();
-          owner.start_stream(stream.release_socket(), std::move(r));
+          owner.start_worker(stream.release_socket(), std::move(r.work), parser.get().version() >= 11);
           return;
         }
       }
       res.result(static_cast<http::status>(r.status));
       res.set(http::field::content_type, r.content_type);
       res.set(http::field::server, "hotcold");
+      for (const auto& [k, v] : r.headers) res.set(k, v);
       res.body() = std::move(r.body);
       res.keep_alive(false);
       res.prepare_payload();
@@ -252,72 +353,68 @@ struct http_server::impl {
     });
   }
 
-  // Called with mu held: a thread for the stream, and the threads of streams that ended joined.
-  void start_stream(tcp::socket s, http_reply r) {
-    ++streams;
-    std::erase_if(stream_threads, [](stream_thread& st) {
-      if (!st.done->load()) return false;
-      st.t.join();
+  // Called with mu held: a thread for the work, and the threads of work that ended joined.
+  void start_worker(tcp::socket s, std::function<void(http_exchange&)> work, bool http11) {
+    ++workers;
+    std::erase_if(worker_threads, [](worker_thread& w) {
+      if (!w.done->load()) return false;
+      w.t.join();
       return true;
     });
     auto done = std::make_shared<std::atomic<bool>>(false);
     try {
-      stream_threads.push_back({std::thread([this, done, s = std::move(s), r = std::move(r)]() mutable {
-                                  stream(std::move(s), std::move(r));
+      worker_threads.push_back({std::thread([this, done, s = std::move(s), work = std::move(work), http11]() mutable {
+                                  run_worker(std::move(s), work, http11);
                                   done->store(true);
                                 }),
                                 done});
-    } catch (const std::system_error& e) {  // no thread to be had: this stream's connection closes
-      --streams;
-      fmt::print(stderr, "hotcold serve: no thread for an HTTP stream: {}\n", e.what());
+    } catch (const std::system_error& e) {  // no thread to be had: this request's connection closes
+      --workers;
+      fmt::print(stderr, "hotcold serve: no thread for an HTTP request: {}\n", e.what());
     }
   }
-  // A stream's thread: the headers (no length: the body ends when the connection does), then the
-  // chunks as next() gives them. A client that stops reading for io_timeout is dropped.
-  void stream(tcp::socket s, http_reply r) {
+  // A work thread: blocking writes with a deadline (a client that stops reading for io_timeout is
+  // dropped); a reply the work never made is a 500; a chunked stream gets its end.
+  void run_worker(tcp::socket s, std::function<void(http_exchange&)>& work, bool http11) {
     beast::error_code ec;
     s.non_blocking(false, ec);
     const int fd = s.native_handle();
     const timeval tv{static_cast<time_t>(io_timeout.count()), 0};
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    http::response<http::empty_body> res;
-    res.result(static_cast<http::status>(r.status));
-    res.set(http::field::content_type, r.content_type);
-    res.set(http::field::cache_control, "no-cache");
-    res.set(http::field::server, "hotcold");
-    res.keep_alive(false);
-    std::ostringstream head;
-    head << res.base();
-    bool ok = send_all(fd, head.str()) && send_all(fd, r.body);
-    while (ok) {
-      {
-        std::unique_lock lock(mu);
-        if (wake.wait_for(lock, r.period, [this] { return stopping; })) break;
-      }
-      std::optional<std::string> chunk;
-      try {
-        chunk = r.next();
-      } catch (...) {
-        break;
-      }
-      if (!chunk) break;
-      ok = send_all(fd, *chunk);
+    http_exchange::state st;
+    st.fd = fd;
+    st.chunked = http11;
+    st.stopping = [this] {
+      std::lock_guard lock(mu);
+      return stopping;
+    };
+    st.pause = [this](std::chrono::milliseconds d) {
+      std::unique_lock lock(mu);
+      return !wake.wait_for(lock, d, [this] { return stopping; });
+    };
+    http_exchange ex(st);
+    try {
+      work(ex);
+      if (!st.answered) ex.reply(error(500, "internal error: the request got no answer", ""));
+    } catch (const std::exception& e) {
+      if (!st.answered) ex.reply(error(500, fmt::format("internal error: {}", e.what()), ""));
+      else fmt::print(stderr, "hotcold serve: an HTTP stream failed: {}\n", e.what());
     }
+    if (st.streaming && st.chunked && !st.failed) send_all(fd, "0\r\n\r\n");
     s.shutdown(tcp::socket::shutdown_both, ec);
     s.close(ec);
     std::lock_guard lock(mu);
-    --streams;
+    --workers;
   }
 };
 
-http_server::http_server(const std::string& address, bool allow_remote, std::vector<std::string> tokens, handler h, size_t max_body)
-    : impl_(std::make_unique<impl>()) {
-  check_http_bind(address, allow_remote, !tokens.empty());
-  const auto [ip, port] = parse_http_address(address);
+http_server::http_server(http_options o, handler h) : impl_(std::make_unique<impl>()) {
+  check_http_bind(o.address, o.allow_remote, !o.tokens.empty() || !o.own_auth_prefix.empty());
+  const auto [ip, port] = parse_http_address(o.address);
   beast::error_code ec;
-  impl_->tokens = std::move(tokens);
+  impl_->opt = std::move(o);
   impl_->h = std::move(h);
-  impl_->max_body = max_body;
+  const std::string& address = impl_->opt.address;
   const tcp::endpoint ep(ip, port);
   impl_->acceptor.open(ep.protocol());
   impl_->acceptor.set_option(asio::socket_base::reuse_address(true));
@@ -345,7 +442,7 @@ http_server::~http_server() {
     impl_->stopping = true;
   }
   impl_->wake.notify_all();
-  for (auto& st : impl_->stream_threads) st.t.join();
+  for (auto& w : impl_->worker_threads) w.t.join();
 }
 
 }  // namespace hotcold::launcher

@@ -1,7 +1,9 @@
 #pragma once
-// The HTTP side of `hotcold serve --http HOST:PORT` (Boost.Beast): one request per connection,
-// answered on the server's thread, except streams (Server-Sent Events), which each get a thread of
-// their own until they end, the client goes or the server stops. Handlers must be thread-safe.
+// The HTTP side of `hotcold serve --http HOST:PORT` (Boost.Beast): one request per connection.
+// Quick answers are made on the server's thread; a reply that takes time (a generation, an event
+// stream) runs on a thread of its own (`http_reply::work`) and answers through an http_exchange,
+// whole or as a stream, until it ends, the client goes or the server stops. Handlers must be
+// thread-safe.
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -14,54 +16,99 @@
 
 namespace hotcold::launcher {
 
+class http_exchange;
+
 struct http_reply {
   http_reply() = default;
   http_reply(int status_, std::string content_type_, std::string body_) : status(status_), content_type(std::move(content_type_)), body(std::move(body_)) {}
   int status = 200;
   std::string content_type, body;
-  // A stream: after the headers and `body`, next() is called every `period` for the next chunk,
-  // written as it comes, until it returns nullopt (or the client goes). The connection then closes.
-  std::function<std::optional<std::string>()> next;
-  std::chrono::milliseconds period{1000};
+  std::vector<std::pair<std::string, std::string>> headers;  // more header fields (Retry-After, ...)
+  // A reply that takes time: run on a thread of its own, which answers through the exchange (the
+  // fields above are then unused). Past http_options::max_workers at once, 503 instead.
+  std::function<void(http_exchange&)> work;
 };
 
 // A request as the handler sees it: the method, the target (without a ?token= parameter), the
-// header fields (names in lower case) and the body (at most the server's body limit).
+// header fields (names in lower case), the body (at most the server's body limit for the target)
+// and whether it came from this machine.
 struct http_request {
   std::string method, target, body;
   std::vector<std::pair<std::string, std::string>> headers;
+  bool loopback_peer = true;
   // The value of a header field ("" when absent); name in lower case.
   std::string header(std::string_view name) const {
     for (const auto& [k, v] : headers)
       if (k == name) return v;
     return {};
   }
+  // The target without its query.
+  std::string path() const { return target.substr(0, target.find('?')); }
+};
+
+// How a `work` thread answers. A stream's head goes without a length: to an HTTP/1.1 client the
+// body is chunked (its end is marked), to an HTTP/1.0 one it ends when the connection closes.
+class http_exchange {
+ public:
+  struct state;
+  explicit http_exchange(state& s) : s_(s) {}
+  // The whole reply at once, with its length. False when the client has gone.
+  bool reply(const http_reply& r);
+  // A stream: its head (status, content type, r.headers; r.body is sent as its first piece), then
+  // its pieces. False when the client has gone or stopped reading for 10 s.
+  bool begin_stream(const http_reply& r);
+  bool send(std::string_view piece);
+  // The client has closed its side of the connection (or a send to it failed).
+  bool client_gone();
+  // The server is stopping: end soon.
+  bool stopping();
+  // Waits for d; false at once when the server stops.
+  bool pause(std::chrono::milliseconds d);
+
+ private:
+  state& s_;
 };
 
 // Whether HTTP may bind HOST:PORT: a loopback host (127.0.0.0/8, ::1, localhost), or another with
-// allow_remote and bearer tokens. Throws std::invalid_argument naming what is wrong or missing (a
-// malformed address, --allow-remote-http, --http-token-file).
+// allow_remote and bearer tokens (or API keys). Throws std::invalid_argument naming what is wrong or
+// missing (a malformed address, --allow-remote-http, --http-token-file / --api-key).
 void check_http_bind(const std::string& address, bool allow_remote, bool has_tokens);
 
 // Bearer tokens, one per line (blank lines and # comments skipped), each at least 16 characters
-// without blanks. Throws std::invalid_argument naming what is wrong.
-std::vector<std::string> read_bearer_tokens(const std::string& path);
+// without blanks. `what` names the option in errors. Throws std::invalid_argument naming what is wrong.
+std::vector<std::string> read_bearer_tokens(const std::string& path, const std::string& what = "--http-token-file");
+
+// Whether `token` is one of `known` (each compared without an early exit).
+bool known_secret(std::string_view token, const std::vector<std::string>& known);
+
+struct http_options {
+  std::string address;          // HOST:PORT (a loopback host unless allow_remote)
+  bool allow_remote = false;
+  // With tokens, every request must carry one: `Authorization: Bearer TOKEN`, the cookie
+  // `hotcold_token=TOKEN`, or `?token=TOKEN` in the URL (which sets that cookie, so that a dashboard
+  // opened from such a link streams too); others get 401. Targets under own_auth_prefix are left to
+  // their handler, which authenticates them itself.
+  std::vector<std::string> tokens;
+  std::string own_auth_prefix;
+  // A body over its limit is answered 413 without the handler: large_body for targets under
+  // large_body_prefix, max_body for the rest.
+  size_t max_body = 64 * 1024;
+  std::string large_body_prefix;
+  size_t large_body = 0;
+  int max_workers = 256;  // `work` threads at once
+  // The server's own error answers (400, 401, 413, 503) for a target; plain text when unset.
+  std::function<http_reply(int status, const std::string& message, const std::string& target)> error_reply;
+};
 
 class http_server {
  public:
   using handler = std::function<http_reply(const http_request&)>;
-  // address: HOST:PORT (a loopback host unless allow_remote). With tokens, every request must carry
-  // one: `Authorization: Bearer TOKEN`, the cookie `hotcold_token=TOKEN`, or `?token=TOKEN` in the
-  // URL (which sets that cookie, so that a dashboard opened from such a link streams too); others
-  // get 401. The handler never sees the token parameter. A body over max_body bytes is answered 413
-  // without the handler. Throws std::invalid_argument for a bad address, std::runtime_error when it
-  // cannot bind.
-  http_server(const std::string& address, bool allow_remote, std::vector<std::string> tokens, handler h, size_t max_body = 64 * 1024);
+  // Throws std::invalid_argument for a bad address, std::runtime_error when it cannot bind.
+  http_server(http_options o, handler h);
   ~http_server();
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
   unsigned short port() const { return port_; }
-  static constexpr int max_streams = 32;  // at once; more are answered 503
 
  private:
   struct impl;

@@ -15,6 +15,8 @@ namespace hotcold::launcher {
 http_reply serve_monitor::operator()(const http_request& req) const {
   if (req.method != "GET") return {405, "text/plain", "GET only\n"};
   const std::string& target = req.target;
+  if (!req.loopback_peer && !remote_pages_ && req.path() != "/health")
+    return {403, "text/plain", "the dashboard, /metrics and /api/* answer this machine only (serve --allow-remote, or --http-token-file, opens them)\n"};
   const auto q = target.find('?');
   const std::string path = target.substr(0, q);
   std::map<std::string, std::string> query;
@@ -98,10 +100,15 @@ http_reply serve_monitor::event_stream(int64_t frames, int64_t period_ms) const 
     j["frames"] = frames;
     return "event: stats\ndata: " + j.dump() + "\n\n";
   };
-  http_reply r{200, "text/event-stream", "retry: 2000\n\n" + *frame()};
-  r.next = std::move(frame);
-  r.period = std::chrono::milliseconds(period_ms);
-  return r;
+  http_reply head{200, "text/event-stream", "retry: 2000\n\n" + *frame()};
+  head.work = [head, frame = std::move(frame), period_ms](http_exchange& ex) mutable {
+    if (!ex.begin_stream(head)) return;
+    while (ex.pause(std::chrono::milliseconds(period_ms)) && !ex.client_gone()) {
+      auto piece = frame();
+      if (!piece || !ex.send(*piece)) return;
+    }
+  };
+  return head;
 }
 
 }  // namespace hotcold::launcher

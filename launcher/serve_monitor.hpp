@@ -1,6 +1,6 @@
 #pragma once
 // serve's HTTP side for people and scrapers: the dashboard (/), /metrics, /api/stats, /api/events and
-// /health. It runs on the HTTP server's thread and reads only what the serving loop publishes in a
+// /health. All but /health answer only this machine's clients unless told otherwise. It runs on the HTTP server's thread and reads only what the serving loop publishes in a
 // serve_status (atomics) and the metrics (locked inside).
 #include <atomic>
 #include <chrono>
@@ -24,7 +24,9 @@ struct serve_status {
 
 class serve_monitor {
  public:
-  serve_monitor(const actors::metrics& metrics, const serve_status& status) : metrics_(metrics), status_(status) {}
+  // remote_pages: the pages answer other machines too (else only /health does).
+  serve_monitor(const actors::metrics& metrics, const serve_status& status, bool remote_pages)
+      : metrics_(metrics), status_(status), remote_pages_(remote_pages) {}
   // Answers one request (GET only).
   http_reply operator()(const http_request& req) const;
   // What /api/stats answers and each event of /api/events carries (docs/telemetry.md).
@@ -36,6 +38,7 @@ class serve_monitor {
   http_reply event_stream(int64_t frames, int64_t period_ms) const;
   const actors::metrics& metrics_;
   const serve_status& status_;
+  bool remote_pages_ = false;
 };
 
 }  // namespace hotcold::launcher

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -21,12 +22,14 @@
 
 #include "actors/metrics.hpp"
 #include "launcher/http_server.hpp"
+#include "launcher/openai_api.hpp"
 #include "launcher/record_file.hpp"
 #include "launcher/serve_monitor.hpp"
 #include "launcher/stop_text.hpp"
 #include "launcher/text_worker.hpp"
 #include "engine/bandwidth.hpp"
 #include "engine/read_costs.hpp"
+#include "model/chat_template.hpp"
 #include "model/vocab.hpp"
 #include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
@@ -35,16 +38,33 @@
 namespace hotcold::launcher {
 namespace {
 
+// A body of the OpenAI-style API may hold a long conversation.
+constexpr size_t api_body_limit = 8 << 20;
+
+// --api-key and the keys of --api-key-file; throws std::invalid_argument for a bad key or file.
+std::vector<std::string> api_keys(const server_options& o) {
+  std::vector<std::string> keys = o.api_key_file.empty() ? std::vector<std::string>{} : read_bearer_tokens(o.api_key_file, "--api-key-file");
+  for (const auto& k : o.api_keys) {
+    if (k.size() < 16 || k.find_first_of(" \t\r\n") != std::string::npos)
+      throw std::invalid_argument("--api-key: a key must be at least 16 characters without blanks");
+    keys.push_back(k);
+  }
+  return keys;
+}
+
 using clock_type = std::chrono::steady_clock;
 namespace proto = protocol;
 
 
-// Where a reply goes: the ROUTER's identity frame, and whether the client put an empty delimiter
-// frame before its payload (REQ sockets do; DEALERs need not).
+// Where a reply goes: which ROUTER (the one clients connect to, or the in-process one of the HTTP
+// API's requests) and its identity frame there, as one key (a tag byte, then the frame), and whether
+// the client put an empty delimiter frame before its payload (REQ sockets do; DEALERs need not).
 struct address {
   std::string identity;
   bool delimiter = false;
-  bool operator<(const address& o) const { return identity < o.identity; }
+  bool local() const { return !identity.empty() && identity[0] == local_tag; }
+  std::string_view wire_identity() const { return std::string_view(identity).substr(1); }
+  static constexpr char local_tag = 'L', remote_tag = 'R';
 };
 
 // One client (a ROUTER identity) as the server sees it.
@@ -103,35 +123,32 @@ class server {
       sock_.set(zmq::sockopt::zap_domain, "hotcold");
       fmt::print(stderr, "hotcold serve: CURVE on, server key {}, {} client keys allowed\n", keys.public_key, allowed_.size());
     }
-    sock_.set(zmq::sockopt::router_mandatory, 1);                 // a send to a client that left fails (and we cancel its requests)
-    sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);       // a bigger frame drops its sender, not the server's memory
-    sock_.set(zmq::sockopt::linger, 0);
+    for (auto* s : {&sock_, &local_}) {
+      s->set(zmq::sockopt::router_mandatory, 1);                 // a send to a client that left fails (and we cancel its requests)
+      s->set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);       // a bigger frame drops its sender, not the server's memory
+      s->set(zmq::sockopt::linger, 0);
+    }
     const auto ep = proto::parse_endpoint(o_.endpoint);
     if (ep.needs_ipv6()) sock_.set(zmq::sockopt::ipv6, 1);
     sock_.bind(ep.zmq_address());
+    // The HTTP API's requests come in over this process's own endpoint: the same protocol, queue,
+    // limits and metrics as ZeroMQ clients, without CURVE (nothing outside the process reaches it).
+    const std::string local_endpoint = fmt::format("inproc://hotcold-api-{}", static_cast<const void*>(this));
+    local_.bind(local_endpoint);
     pipe_ = l_.make_pipeline(32, o_.recall_every);
     if (!o_.record.empty()) record_ = record_file(o_.record);
     status_.started = clock_type::now();
     std::unique_ptr<http_server> http;
     if (!o_.http.empty()) {
-      // Over as many bytes as a dense step of this model reads (read_probe).
-      const double ceiling = measure_read_bandwidth(l_.ctx->pool(), read_costs(*l_.m).dense_step());
-      fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
-      metrics_.attach(pipe_->stats(), ceiling);
-      auto tokens = o_.http_token_file.empty() ? std::vector<std::string>{} : read_bearer_tokens(o_.http_token_file);
-      const size_t n_tokens = tokens.size();
-      http = std::make_unique<http_server>(o_.http, o_.allow_remote_http, std::move(tokens),
-                                           serve_monitor(metrics_, status_));
-      fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health){}\n", o_.http,
-                 n_tokens ? fmt::format("; every request needs one of {} bearer tokens", n_tokens) : std::string());
+      http = start_http(local_endpoint);
     }
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
     bool stopping = false;
     clock_type::time_point stop_seen;
     for (;;) {
-      zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+      zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {local_.handle(), 0, ZMQ_POLLIN, 0}, {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, zap ? 2 : 1, std::chrono::milliseconds(running_.empty() && text_.pending() == 0 ? 20 : 1));
+        zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(running_.empty() && text_.pending() == 0 ? 20 : 1));
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM): the stop flag is read next
       }
@@ -147,10 +164,11 @@ class server {
       };
       notice_stop();
       try {
-        if (zap && (items[1].revents & ZMQ_POLLIN)) answer_zap(*zap);
+        if (zap && (items[2].revents & ZMQ_POLLIN)) answer_zap(*zap);
         for (int k = 0; k < 256; ++k) {
           notice_stop();
-          if (!receive_one(stopping)) break;
+          const bool remote = receive_one(sock_, address::remote_tag, stopping), local = receive_one(local_, address::local_tag, stopping);
+          if (!remote && !local) break;
         }
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
@@ -177,12 +195,58 @@ class server {
   }
 
  private:
-  bool receive_one(bool stopping) {
+  // The HTTP side: the dashboard, /metrics and the rest for people (serve_monitor), the OpenAI-style
+  // API under /v1/ for programs (openai_api, whose requests come back in over local_endpoint).
+  std::unique_ptr<http_server> start_http(const std::string& local_endpoint) {
+    // Over as many bytes as a dense step of this model reads (read_probe).
+    const double ceiling = measure_read_bandwidth(l_.ctx->pool(), read_costs(*l_.m).dense_step());
+    fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
+    metrics_.attach(pipe_->stats(), ceiling);
+    http_options ho;
+    ho.address = o_.http;
+    ho.allow_remote = o_.allow_remote_http;
+    if (!o_.http_token_file.empty()) ho.tokens = read_bearer_tokens(o_.http_token_file);
+    ho.own_auth_prefix = ho.large_body_prefix = "/v1/";
+    ho.large_body = api_body_limit;
+    ho.error_reply = [](int status, const std::string& message, const std::string& target) -> http_reply {
+      if (target.rfind("/v1/", 0) == 0) return openai_api::server_error(status, message);
+      return {status, "text/plain", message + "\n"};
+    };
+    openai_setup api;
+    api.zmq = &zctx_;
+    api.endpoint = local_endpoint;
+    api.keys = api_keys(o_);
+    if (api.keys.empty()) api.keys = ho.tokens;  // the server's tokens open the API too
+    api.model_path = l_.m->path();
+    api.model_id = o_.alias.empty() ? std::filesystem::path(api.model_path).filename().string() : o_.alias;
+    api.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    api.v = &v_;
+    api.n_ctx = l_.ctx->n_ctx();
+    api.max_tokens = o_.max_tokens;
+    try {
+      std::string note;
+      api.chat = chat_template::choose(l_.m->chat_template_text(), o_.chat_template, &note);
+      if (!note.empty()) fmt::print(stderr, "hotcold serve: {}\n", note);
+    } catch (const chat_template_error& e) {
+      api.chat_problem = fmt::format("{}; start serve with --chat-template NAME to chat with this model", e.what());
+      fmt::print(stderr, "hotcold serve: /v1/chat/completions is off: {}\n", api.chat_problem);
+    }
+    const size_t n_tokens = ho.tokens.size(), n_keys = api.keys.size();
+    const std::string id = api.model_id, tmpl = api.chat ? std::string(api.chat->name()) : "none";
+    auto h = std::make_unique<http_server>(std::move(ho), [api = openai_api(std::move(api)), pages = serve_monitor(metrics_, status_, o_.allow_remote || n_tokens > 0)](
+                                                              const http_request& r) { return r.path().rfind("/v1/", 0) == 0 ? api(r) : pages(r); });
+    fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health{}; /v1/ the OpenAI-style API for model '{}', chat template {}{})\n",
+               o_.http, n_tokens ? fmt::format(": every request needs one of {} bearer tokens", n_tokens) : std::string(), id, tmpl,
+               n_keys ? fmt::format(", {} keys", n_keys) : std::string());
+    return h;
+  }
+
+  bool receive_one(zmq::socket_t& s, char tag, bool stopping) {
     std::vector<zmq::message_t> frames;
-    if (!zmq::recv_multipart(sock_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return false;
+    if (!zmq::recv_multipart(s, std::back_inserter(frames), zmq::recv_flags::dontwait)) return false;
     ++counters_.frames;
     if (frames.size() < 2) return true;  // no payload: nothing to answer
-    address to{frames[0].to_string(), frames.size() >= 3 && frames[1].size() == 0};
+    address to{tag + frames[0].to_string(), frames.size() >= 3 && frames[1].size() == 0};
     if (auto it = clients_.find(to.identity); it != clients_.end() && it->second->cut_off) {
       ++counters_.dropped;  // cut off: nothing it asks for is done until it has read its replies
       return true;
@@ -483,12 +547,13 @@ class server {
     auto* box = new outgoing_reply{std::move(payload), acct};
     acct->queued.fetch_add(size);
     zmq::message_t body(box->bytes.data(), box->bytes.size(), free_reply, box);  // freed (and uncounted) by ZeroMQ
+    auto& sock = to.local() ? local_ : sock_;
     for (int attempt = 0;; ++attempt) {
       try {
-        if (!sock_.send(zmq::buffer(to.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+        if (!sock.send(zmq::buffer(to.wire_identity()), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
           return cut_off(to.identity, "its ZeroMQ queue is full");
-        if (to.delimiter) sock_.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-        sock_.send(body, zmq::send_flags::dontwait);  // the rest of a message the first frame got in goes through
+        if (to.delimiter) sock.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        sock.send(body, zmq::send_flags::dontwait);  // the rest of a message the first frame got in goes through
         return;
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR && attempt < 3) continue;
@@ -546,6 +611,7 @@ class server {
   const vocab& v_;
   zmq::context_t zctx_;
   zmq::socket_t sock_{zctx_, zmq::socket_type::router};
+  zmq::socket_t local_{zctx_, zmq::socket_type::router};  // the HTTP API's requests (inproc)
   std::unique_ptr<actors::pipeline> pipe_;
   std::map<int64_t, live> running_;                             // by pipeline request id
   std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> pipeline id, or:
@@ -573,8 +639,10 @@ void check_bind(const server_options& o) {
   if (!ep.is_loopback() && o.curve_key.empty())
     throw std::invalid_argument(fmt::format("--zmq {} --allow-remote: other machines must authenticate: give --curve-key and --curve-clients (see hotcold keygen)",
                                             o.endpoint));
-  if (!o.http.empty()) check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty());
-  if (!o.http_token_file.empty()) read_bearer_tokens(o.http_token_file);  // its errors before the model loads
+  // Their errors before the model loads.
+  if (!o.http.empty()) check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty() || !api_keys(o).empty());
+  if (!o.http_token_file.empty()) read_bearer_tokens(o.http_token_file);
+  if (!o.chat_template.empty()) chat_template::named(o.chat_template);
   if (!o.curve_key.empty()) {
     proto::read_keypair(o.curve_key);
     proto::read_allowed_keys(o.curve_clients);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "launcher/model_options.hpp"
 
@@ -22,6 +23,10 @@ struct server_options {
   std::string http;                // HOST:PORT for the dashboard, /metrics, /api/stats, /api/events, /health (empty: none)
   bool allow_remote_http = false;  // bind a non-loopback HTTP address (needs http_token_file)
   std::string http_token_file;     // bearer tokens, one per line: every HTTP request must carry one
+  std::vector<std::string> api_keys;  // keys the OpenAI-style API (/v1/*) takes as `Authorization: Bearer`
+  std::string api_key_file;        // ... more of them, one per line
+  std::string chat_template;       // the API's chat template family instead of the model's own
+  std::string alias;               // the model's id in /v1/models (default: its file's name)
   int64_t recall_every = 64;       // steps between predictor recall checks (0: none)
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
   int64_t max_client_buffer = 8 << 20;  // bytes of unread replies per client before it is cut off

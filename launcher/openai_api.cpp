@@ -1,0 +1,421 @@
+#include "launcher/openai_api.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "protocol/messages.hpp"
+
+namespace hotcold::launcher {
+namespace {
+
+using json = nlohmann::ordered_json;  // fields in the order the API documents them
+
+// A request the API refuses: the status and the error object's fields.
+struct api_failure {
+  int status;
+  std::string message, type, code, param;
+};
+
+api_failure bad_field(std::string param, std::string message) { return {400, std::move(message), "invalid_request_error", "invalid_value", std::move(param)}; }
+
+std::string dumped(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// The field, or nullptr when it is absent or null (the API treats both as "not given").
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<double> number(const json& body, const char* name, double lo, double hi) {
+  const json* f = field(body, name);
+  if (!f) return std::nullopt;
+  if (!f->is_number()) throw bad_field(name, fmt::format("'{}' must be a number", name));
+  const double v = f->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) throw bad_field(name, fmt::format("'{}' must be between {} and {}; it is {}", name, lo, hi, v));
+  return v;
+}
+
+std::optional<int64_t> whole(const json& body, const char* name, int64_t lo, int64_t hi) {
+  const json* f = field(body, name);
+  if (!f) return std::nullopt;
+  if (!f->is_number_integer()) throw bad_field(name, fmt::format("'{}' must be an integer", name));
+  if (f->is_number_unsigned() && f->get<uint64_t>() > static_cast<uint64_t>(hi))
+    throw bad_field(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+  const int64_t v = f->get<int64_t>();
+  if (v < lo || v > hi) throw bad_field(name, fmt::format("'{}' must be between {} and {}; it is {}", name, lo, hi, v));
+  return v;
+}
+
+bool flag(const json& body, const char* name) {
+  const json* f = field(body, name);
+  if (!f) return false;
+  if (!f->is_boolean()) throw bad_field(name, fmt::format("'{}' must be true or false", name));
+  return f->get<bool>();
+}
+
+api_failure unsupported(std::string param, std::string what) {
+  return {400, fmt::format("{} is not supported by this server", what), "invalid_request_error", "unsupported_parameter", std::move(param)};
+}
+
+// A completion request as the scheduler takes it.
+struct completion_request {
+  bool chat = true, stream = false, include_usage = false;
+  std::vector<token_id> tokens;
+  int64_t n_predict = 0;
+  json sampling = json::object();
+  std::vector<std::string> stop;
+};
+
+// A message's content: a string, or (the newer form) a list of parts of which only text is known here.
+std::string content_text(const json& m, size_t i, const std::string& role) {
+  const std::string param = fmt::format("messages[{}].content", i);
+  auto it = m.find("content");
+  if (it == m.end() || it->is_null()) {
+    if (role == "assistant") return {};
+    throw bad_field(param, fmt::format("messages[{}] ({}) has no content", i, role));
+  }
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) throw bad_field(param, "a message's content must be a string or a list of text parts");
+  std::string text;
+  for (size_t k = 0; k < it->size(); ++k) {
+    const json& part = (*it)[k];
+    const std::string p = fmt::format("{}[{}]", param, k);
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) throw bad_field(p, "each content part must be an object with a 'type'");
+    if (part["type"] != "text") throw unsupported(p, fmt::format("a content part of type '{}' (only text)", part["type"].get<std::string>()));
+    if (!part.contains("text") || !part["text"].is_string()) throw bad_field(p, "a text part needs 'text', a string");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// What the two completion routes share: the sampling fields, stop, stream, n and the fields the API
+// has that this server does not do.
+void common_fields(const json& body, completion_request& r, const openai_setup& s) {
+  if (auto n = whole(body, "n", 1, 128); n && *n != 1) throw unsupported("n", "'n' above 1 (one choice per request; send several requests)");
+  if (auto t = number(body, "temperature", 0, 2)) r.sampling["temperature"] = *t;
+  if (auto p = number(body, "top_p", 0, 1)) r.sampling["top_p"] = *p;
+  if (auto f = number(body, "frequency_penalty", -2, 2)) r.sampling["frequency_penalty"] = *f;
+  if (auto p = number(body, "presence_penalty", -2, 2)) r.sampling["presence_penalty"] = *p;
+  // llama.cpp's server takes these too; hotcold's sampler has them.
+  if (auto k = whole(body, "top_k", -1, 1 << 30)) r.sampling["top_k"] = *k;
+  if (auto m = number(body, "min_p", 0, 1)) r.sampling["min_p"] = *m;
+  if (auto p = number(body, "repeat_penalty", 0, 100)) r.sampling["repeat_penalty"] = *p;
+  if (const json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer() || (!seed->is_number_unsigned() && seed->get<int64_t>() < 0))
+      throw bad_field("seed", "'seed' must be a whole number 0..2^64-1");
+    r.sampling["seed"] = seed->get<uint64_t>();
+  }
+  if (const json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const auto& x : *stop) {
+        if (!x.is_string()) throw bad_field("stop", "'stop' must be a string or a list of strings");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw bad_field("stop", "'stop' must be a string or a list of strings");
+    }
+    if (r.stop.size() > 4) throw bad_field("stop", fmt::format("'stop' has {} strings; at most 4", r.stop.size()));
+    for (const auto& x : r.stop)
+      if (x.empty() || x.size() > 256) throw bad_field("stop", "each stop string must be 1..256 bytes");
+  }
+  r.stream = flag(body, "stream");
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw bad_field("stream_options", "'stream_options' must be an object");
+    r.include_usage = r.stream && flag(*so, "include_usage");
+  }
+  if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty())) throw unsupported("logit_bias", "'logit_bias'");
+  const int64_t max_allowed = s.max_tokens;
+  for (const char* name : {"max_tokens", "max_completion_tokens"})
+    if (auto m = whole(body, name, 1, 1ll << 40)) {
+      if (*m > max_allowed) throw bad_field(name, fmt::format("'{}' is {}; this server generates at most {} tokens a request (serve --max-tokens)", name, *m, max_allowed));
+      r.n_predict = *m;
+    }
+}
+
+completion_request parse_chat(const json& body, const openai_setup& s) {
+  completion_request r;
+  r.chat = true;
+  if (const json* lp = field(body, "logprobs"); lp && (!lp->is_boolean() || lp->get<bool>())) throw unsupported("logprobs", "'logprobs'");
+  if (field(body, "top_logprobs")) throw unsupported("top_logprobs", "'top_logprobs'");
+  for (const char* name : {"tools", "functions"})
+    if (const json* t = field(body, name); t && !(t->is_array() && t->empty())) throw unsupported(name, "tool and function calling");
+  for (const char* name : {"tool_choice", "function_call"})
+    if (const json* t = field(body, name); t && !(t->is_string() && t->get<std::string>() == "none")) throw unsupported(name, "tool and function calling");
+  if (const json* rf = field(body, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text"))
+    throw unsupported("response_format", "a 'response_format' other than text");
+  common_fields(body, r, s);
+  const json* ms = field(body, "messages");
+  if (!ms) throw api_failure{400, "'messages' is required", "invalid_request_error", "missing_required_parameter", "messages"};
+  if (!ms->is_array() || ms->empty()) throw bad_field("messages", "'messages' must be a non-empty list of messages");
+  std::vector<chat_message> conversation;
+  for (size_t i = 0; i < ms->size(); ++i) {
+    const json& m = (*ms)[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) throw bad_field(fmt::format("messages[{}]", i), "each message must be an object with a 'role'");
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";  // the API's newer name for it
+    if (role != "system" && role != "user" && role != "assistant")
+      throw bad_field(fmt::format("messages[{}].role", i), fmt::format("role '{}' is not supported here (system, developer, user, assistant)", role));
+    conversation.push_back({role, content_text(m, i, role)});
+  }
+  if (!s.chat) throw api_failure{400, s.chat_problem, "invalid_request_error", "chat_template", ""};
+  try {
+    r.tokens = s.chat->tokenize(*s.v, conversation, true);
+  } catch (const chat_template_error& e) {
+    throw bad_field("messages", e.what());
+  }
+  return r;
+}
+
+completion_request parse_completion(const json& body, const openai_setup& s) {
+  completion_request r;
+  r.chat = false;
+  r.n_predict = 16;  // the API's default for this route
+  if (field(body, "logprobs")) throw unsupported("logprobs", "'logprobs'");
+  if (flag(body, "echo")) throw unsupported("echo", "'echo'");
+  if (const json* sf = field(body, "suffix"); sf && !(sf->is_string() && sf->get<std::string>().empty())) throw unsupported("suffix", "'suffix'");
+  if (auto b = whole(body, "best_of", 1, 128); b && *b != 1) throw unsupported("best_of", "'best_of' above 1");
+  common_fields(body, r, s);
+  const json* p = field(body, "prompt");
+  if (!p) throw api_failure{400, "'prompt' is required", "invalid_request_error", "missing_required_parameter", "prompt"};
+  // A string, a list of token ids, or a list of one of either (several prompts at once: one request each).
+  const json* one = p;
+  if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
+    if (p->size() != 1) throw unsupported("prompt", "more than one prompt a request");
+    one = &p->front();
+  }
+  if (one->is_string()) {
+    r.tokens = s.v->tokenize(one->get<std::string>(), true, false);
+  } else if (one->is_array() && !one->empty()) {
+    for (const auto& t : *one) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || static_cast<uint64_t>(t.get<int64_t>()) >= s.v->size())
+        throw bad_field("prompt", fmt::format("a prompt of token ids needs whole numbers 0..{}", s.v->size() - 1));
+      r.tokens.push_back(static_cast<token_id>(t.get<int64_t>()));
+    }
+  } else {
+    throw bad_field("prompt", "'prompt' must be a string or a list of token ids");
+  }
+  return r;
+}
+
+// How long a complete UTF-8 text `s` starts with: a character cut at the end waits for its next bytes.
+size_t complete_utf8(std::string_view s) {
+  const size_t n = s.size();
+  for (size_t back = 1; back <= std::min<size_t>(4, n); ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return len > back ? n - back : n;
+  }
+  return n;
+}
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+int64_t unix_now() { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+// The scheduler's finish, as the API names it (nullopt: the request failed).
+std::optional<std::string> finish_reason(const std::string& finish) {
+  if (finish == "length" || finish == "context") return "length";
+  if (finish == "stop" || finish == "stop_string") return "stop";
+  return std::nullopt;
+}
+
+// An error reply of the ZeroMQ protocol, as the API answers it.
+api_failure from_protocol(const json& e) {
+  const std::string code = e.value("code", "internal"), message = e.value("message", "the request failed");
+  if (code == "busy") {
+    api_failure f{429, message, "rate_limit_error", "queue_full", ""};
+    f.param = std::to_string(std::max<int64_t>(1, (e.value("retry_after_ms", int64_t{1000}) + 999) / 1000));  // Retry-After, seconds
+    return f;
+  }
+  if (code == "shutting_down") return {503, message, "server_error", "shutting_down", ""};
+  if (code == "too_large") return {400, message, "invalid_request_error", "context_length_exceeded", "messages"};
+  if (code == "invalid_field") return {400, message, "invalid_request_error", "invalid_value", ""};
+  return {500, message, "server_error", code, ""};
+}
+
+http_reply failure_reply(const api_failure& f) {
+  if (f.status == 429 || f.status == 503) {
+    auto r = openai_api::error(f.status, f.message, f.type, f.code);
+    r.headers.emplace_back("Retry-After", f.status == 429 && !f.param.empty() ? f.param : "5");
+    return r;
+  }
+  return openai_api::error(f.status, f.message, f.type, f.code, f.param);
+}
+
+// One completion: the request to the scheduler over the in-process endpoint, its tokens to the client
+// (as Server-Sent Events, or in one reply at the end). The client going away cancels it.
+void run_completion(const openai_setup& s, const json& body, bool chat, http_exchange& ex) {
+  completion_request r;
+  try {
+    r = chat ? parse_chat(body, s) : parse_completion(body, s);
+    if (r.chat && r.n_predict == 0) {
+      const int64_t room = s.n_ctx - static_cast<int64_t>(r.tokens.size());
+      if (room <= 0)
+        throw api_failure{400, fmt::format("the conversation is {} tokens; the context holds {}", r.tokens.size(), s.n_ctx), "invalid_request_error",
+                          "context_length_exceeded", "messages"};
+      r.n_predict = std::min<int64_t>(room, s.max_tokens);
+    }
+  } catch (const api_failure& f) {
+    ex.reply(failure_reply(f));
+    return;
+  }
+  const std::string model = body.value("model", s.model_id);
+  zmq::socket_t sock(*s.zmq, zmq::socket_type::dealer);
+  sock.set(zmq::sockopt::linger, 0);
+  sock.connect(s.endpoint);
+  json g{{"v", 1}, {"type", "generate"}, {"id", "http"}, {"tokens", r.tokens}, {"n_predict", r.n_predict}, {"sampling", r.sampling}, {"stop", r.stop}, {"stream", true}};
+  const std::string frame = dumped(g);
+  sock.send(zmq::buffer(frame), zmq::send_flags::none);
+
+  const std::string id = random_id(r.chat ? "chatcmpl-" : "cmpl-");
+  const int64_t created = unix_now();
+  auto chunk = [&](json choice, bool with_usage_null) {
+    json c{{"id", id}, {"object", r.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", model}, {"choices", json::array({std::move(choice)})}};
+    if (with_usage_null) c["usage"] = nullptr;
+    return "data: " + dumped(c) + "\n\n";
+  };
+  auto piece_choice = [&](const std::string& text, const json& finish) {
+    if (r.chat) return json{{"index", 0}, {"delta", text.empty() && !finish.is_null() ? json::object() : json{{"content", text}}}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    return json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  };
+
+  std::string text, pending;  // sent (or kept, not streaming); bytes of a character not yet whole
+  bool cancelled = false, started = false;
+  for (;;) {
+    if (!cancelled && ex.client_gone()) {  // it will not read the rest: free its sequence
+      const std::string cancel = dumped(json{{"v", 1}, {"type", "cancel"}, {"id", "http"}});
+      sock.send(zmq::buffer(cancel), zmq::send_flags::dontwait);
+      cancelled = true;
+    }
+    if (ex.stopping()) return;  // the scheduler has ended: nothing more comes
+    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) == 0) continue;
+    zmq::message_t msg;
+    if (!sock.recv(msg, zmq::recv_flags::dontwait)) continue;
+    json m = json::parse(msg.to_string_view(), nullptr, false);
+    const std::string type = m.is_object() ? m.value("type", "") : "";
+    if (type == "error") {
+      const auto f = from_protocol(m);
+      if (!started) ex.reply(failure_reply(f));
+      else ex.send("data: " + dumped(json{{"error", {{"message", f.message}, {"type", f.type}, {"param", nullptr}, {"code", f.code}}}}) + "\n\n");
+      return;
+    }
+    if (type == "accepted") {
+      started = true;
+      if (r.stream && !cancelled) {
+        http_reply head{200, "text/event-stream", r.chat ? chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}, r.include_usage) : ""};
+        head.headers.emplace_back("X-Accel-Buffering", "no");
+        ex.begin_stream(head);
+      }
+      continue;
+    }
+    if (type == "token") {
+      pending += protocol::unbase64(m.value("bytes", ""));
+      const size_t whole_part = complete_utf8(pending);
+      if (whole_part == 0) continue;
+      const std::string piece = pending.substr(0, whole_part);
+      pending.erase(0, whole_part);
+      text += piece;
+      if (r.stream && !cancelled) ex.send(chunk(piece_choice(piece, nullptr), r.include_usage));
+      continue;
+    }
+    if (type != "done") continue;
+    text += pending;
+    const auto reason = finish_reason(m.value("finish", "error"));
+    if (cancelled) return;
+    if (!reason) {
+      const api_failure f{m.value("finish", "") == "cancelled" ? 503 : 500,
+                          fmt::format("the generation ended early ({})", m.value("finish", "error")), "server_error", m.value("finish", "error"), ""};
+      if (!r.stream) ex.reply(failure_reply(f));
+      else ex.send("data: " + dumped(json{{"error", {{"message", f.message}, {"type", f.type}, {"param", nullptr}, {"code", f.code}}}}) + "\n\n");
+      return;
+    }
+    const int64_t prompt_tokens = m.value("prompt_tokens", int64_t{0}), completion_tokens = m.value("generated_tokens", int64_t{0});
+    const json usage{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens}, {"total_tokens", prompt_tokens + completion_tokens}};
+    if (r.stream) {
+      std::string tail;
+      if (!pending.empty()) tail += chunk(piece_choice(pending, nullptr), r.include_usage);  // bytes that never made a character
+      tail += chunk(piece_choice("", *reason), r.include_usage);
+      if (r.include_usage) {
+        json c{{"id", id}, {"object", r.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", model}, {"choices", json::array()}, {"usage", usage}};
+        tail += "data: " + dumped(c) + "\n\n";
+      }
+      ex.send(tail + "data: [DONE]\n\n");
+      return;
+    }
+    json choice = r.chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}}, {"logprobs", nullptr}, {"finish_reason", *reason}}
+                         : json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", *reason}};
+    json reply{{"id", id}, {"object", r.chat ? "chat.completion" : "text_completion"}, {"created", created}, {"model", model}, {"choices", json::array({choice})}, {"usage", usage}};
+    ex.reply({200, "application/json", dumped(reply) + "\n"});
+    return;
+  }
+}
+
+}  // namespace
+
+http_reply openai_api::error(int status, std::string_view message, std::string_view type, std::string_view code, std::string_view param) {
+  json e{{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)}, {"code", code.empty() ? json(nullptr) : json(code)}};
+  return {status, "application/json", dumped(json{{"error", e}}) + "\n"};
+}
+
+http_reply openai_api::server_error(int status, const std::string& message) {
+  const char* type = status == 401 ? "invalid_request_error" : status >= 500 ? "server_error" : "invalid_request_error";
+  const char* code = status == 413 ? "request_too_large" : status == 401 ? "invalid_api_key" : status == 503 ? "overloaded" : status == 400 ? "bad_request" : "";
+  auto r = error(status, message, type, code);
+  if (status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+http_reply openai_api::operator()(const http_request& req) const {
+  const openai_setup& s = *s_;
+  if (!s.keys.empty()) {
+    const std::string auth = req.header("authorization");
+    const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
+    if (!bearer || !known_secret(std::string_view(auth).substr(7), s.keys)) {
+      auto r = error(401, bearer ? "Incorrect API key provided." : "You didn't provide an API key: send 'Authorization: Bearer KEY'.", "invalid_request_error",
+                     "invalid_api_key");
+      r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hotcold\"");
+      return r;
+    }
+  }
+  const std::string path = req.path();
+  const bool chat = path == "/v1/chat/completions", completion = path == "/v1/completions";
+  if (chat || completion) {
+    if (req.method != "POST") return error(405, fmt::format("{} takes POST, not {}", path, req.method), "invalid_request_error", "method_not_allowed");
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) return error(400, "the body is not valid JSON", "invalid_request_error", "invalid_json");
+    if (!body.is_object()) return error(400, "the body must be a JSON object", "invalid_request_error", "invalid_json");
+    const json* model = field(body, "model");
+    if (!model) return error(400, "'model' is required (GET /v1/models lists it)", "invalid_request_error", "missing_required_parameter", "model");
+    if (!model->is_string()) return error(400, "'model' must be a string", "invalid_request_error", "invalid_value", "model");
+    const std::string name = model->get<std::string>();
+    if (name != s.model_id && name != s.model_path)
+      return error(404, fmt::format("The model '{}' does not exist; this server has '{}'", name, s.model_id), "invalid_request_error", "model_not_found", "model");
+    http_reply r;
+    r.work = [setup = s_, body = std::move(body), chat](http_exchange& ex) { run_completion(*setup, body, chat, ex); };
+    return r;
+  }
+  const json model_object{{"id", s.model_id}, {"object", "model"}, {"created", s.created}, {"owned_by", "hotcold"}};
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+    if (req.method != "GET") return error(405, fmt::format("{} takes GET, not {}", path, req.method), "invalid_request_error", "method_not_allowed");
+    if (path == "/v1/models") return {200, "application/json", dumped(json{{"object", "list"}, {"data", json::array({model_object})}}) + "\n"};
+    const std::string name = path.substr(11);
+    if (name != s.model_id) return error(404, fmt::format("The model '{}' does not exist", name), "invalid_request_error", "model_not_found", "model");
+    return {200, "application/json", dumped(model_object) + "\n"};
+  }
+  return error(404, fmt::format("Unknown request URL: {} {} (this server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models)", req.method, path),
+               "invalid_request_error", "unknown_url");
+}
+
+}  // namespace hotcold::launcher
