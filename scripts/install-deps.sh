@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs everything hotcold builds and tests with, from Debian's packages only.
-# Safe to run again: apt-get skips what is already there. Needs root (or sudo).
+# Installs everything hotcold builds and tests with: Debian's packages, and one npm package for the
+# suite (the official openai client for Node.js, into tests/node/node_modules, as its lock file says).
+# Safe to run again: what is already there is skipped. Needs root (or sudo) for apt-get.
 #   --with-hip   also Debian's hipcc (ROCm's HIP compiler and runtime): the AMD back end
 #                (-DHOTCOLD_GPU=hip) builds, and ctest compiles every GPU source as HIP.
 set -euo pipefail
@@ -32,6 +33,7 @@ packages=(
   chromium zlib1g-dev               # the dashboard test: headless Chromium, and zlib to read its screenshot
   strace                            # the recorder test checks that each record is one write(2)
   patchelf                          # tools/gpu-bundle: its programs find their libraries beside them
+  curl nodejs                       # the /v1 API tests: curl -N, and the openai client for Node.js
 )
 if [ "$with_hip" -eq 1 ]; then
   packages+=(hipcc)                 # HIP: clang with the AMD offload targets, libamdhip64
@@ -42,14 +44,25 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
+# npm comes with some builds of nodejs (NodeSource's) and as its own package with Debian's.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "install-deps: packages done"
 fi
 
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-deps: done"
+# The openai package for tests/launcher/test_openai.cpp, at the version tests/node/package-lock.json records.
+node_dir="$(cd "$(dirname "$0")/../tests/node" && pwd)"
+if [ -f "$node_dir/node_modules/openai/package.json" ]; then
+  echo "install-deps: openai (npm) present"
+else
+  npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error
+  echo "install-deps: openai (npm) installed in tests/node"
+fi

@@ -1,0 +1,464 @@
+// serve's OpenAI-style API (/v1/*) end to end: the official openai client for Node.js and curl get
+// what `hotcold run` prints for the same prompt, parameters and seed; errors come as the API's error
+// objects with their statuses; a client that goes cancels its sequence; a slow reader holds up no
+// one; a full queue answers 429 with Retry-After; the pages stay on loopback; and a load of 32
+// streaming HTTP clients beside ZeroMQ clients loses and mixes nothing.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/launcher/serve_process.hpp"
+#include "tools/client.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using namespace hotcold::test;
+
+const std::string key = "sk-hotcold-test-0123456789";
+const std::string model_id = "default-llama-relu-f16.gguf";  // the default model's file name
+
+// A value of a labelled counter in /metrics text (0 when absent).
+double counter(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size() + 2));
+}
+double cancelled_count(int port) { return counter(http_get(port, "/metrics"), "hotcold_requests_total{outcome=\"cancelled\"}"); }
+
+// An HTTP/1.0 exchange split up: the status, the header block and the body.
+struct http_answer {
+  int status = 0;
+  std::string head, body;
+  json body_json() const { return json::parse(body, nullptr, false); }
+};
+http_answer split(const std::string& raw) {
+  http_answer a;
+  const auto end = raw.find("\r\n\r\n");
+  a.head = raw.substr(0, end);
+  if (end != std::string::npos) a.body = raw.substr(end + 4);
+  if (raw.size() > 12) a.status = std::atoi(raw.c_str() + 9);
+  return a;
+}
+http_answer post(int port, const std::string& target, const std::string& body, const std::string& bearer = key) {
+  std::string headers = "Content-Type: application/json\r\n";
+  if (!bearer.empty()) headers += "Authorization: Bearer " + bearer + "\r\n";
+  return split(http_request(port, "POST", target, headers, body));
+}
+
+// The data: events of a Server-Sent Events body, in order.
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
+    const auto end = body.find("\n\n", at);
+    out.push_back(body.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6));
+    at = end == std::string::npos ? body.size() : end;
+  }
+  return out;
+}
+
+// A streamed completion's text, finish reason and usage, read from its events.
+struct streamed {
+  std::string text, finish;
+  json usage;
+  bool done = false;  // ended with [DONE]
+  int pieces = 0;
+};
+streamed read_stream(const std::vector<std::string>& events, bool chat) {
+  streamed s;
+  for (const auto& e : events) {
+    if (e == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    const json c = json::parse(e, nullptr, false);
+    if (c.is_discarded()) continue;
+    if (c.contains("usage") && c["usage"].is_object()) s.usage = c["usage"];
+    for (const auto& ch : c.value("choices", json::array())) {
+      const std::string piece = chat ? ch["delta"].value("content", "") : ch.value("text", "");
+      s.text += piece;
+      s.pieces += !piece.empty();
+      if (ch["finish_reason"].is_string()) s.finish = ch["finish_reason"];
+    }
+  }
+  return s;
+}
+
+// curl -N with a JSON body from a file: what it prints (the response's body, or with -i also the head).
+std::string curl(int port, const std::string& target, const json& body, const std::string& extra = "") {
+  const std::string file = (fs::temp_directory_path() / ("hotcold-openai-" + std::to_string(getpid()) + ".json")).string();
+  std::ofstream(file) << body.dump();
+  const std::string out = run_capture("curl -sN --max-time 60 " + extra + " -H 'Content-Type: application/json' -H 'Authorization: Bearer " + key + "' --data-binary @" +
+                                      file + " http://127.0.0.1:" + std::to_string(port) + target);
+  fs::remove(file);
+  return out;
+}
+
+// A serve process with --http, ready for requests.
+struct api_server {
+  std::string ep = tcp_endpoint();
+  int port = free_port() + 1;  // free_port() checks the one after it too
+  server_process process;
+  explicit api_server(std::vector<std::string> extra)
+      : process([&] {
+          std::vector<std::string> args{"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2", "--api-key", key};
+          args.insert(args.end(), extra.begin(), extra.end());
+          return args;
+        }()) {
+    wait_ready(ep, &process);
+  }
+};
+
+const char* const llama2_prompt = "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi there [/INST]";  // what the llama2 template writes, less its <s>
+
+// The official openai package (tests/node, installed by scripts/install-deps.sh) against a running
+// server: chat with and without streaming gets exactly `hotcold run`'s text for the prompt the
+// template writes; a seeded sampled completion gets run's text for that seed; the models list; its
+// typed errors for a wrong key, an unknown model, a bad value; a stream it abandons is cancelled.
+TEST(OpenAI, OfficialNodeClientGetsWhatRunPrints) {
+  const fs::path script = fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/openai_client.mjs";
+  ASSERT_TRUE(fs::exists(fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/node_modules/openai/package.json"))
+      << "the openai package is not installed in tests/node: run scripts/install-deps.sh";
+  api_server s({"--chat-template", "llama2"});
+  const std::string out = run_capture("HOTCOLD_BASE_URL=http://127.0.0.1:" + std::to_string(s.port) + "/v1 HOTCOLD_API_KEY=" + key + " HOTCOLD_MODEL=" + model_id +
+                                      " node " + script.string() + " 2>&1");
+  const json r = json::parse(out, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out;
+  const std::string chat_ref = run_stdout({"run", "-p", llama2_prompt, "-n", "10", "--temp", "0", "-t", "2"});
+  EXPECT_EQ(r["chat"]["text"].get<std::string>() + "\n", chat_ref);
+  EXPECT_EQ(r["chat"]["role"], "assistant");
+  EXPECT_EQ(r["chat"]["finish"], "length");
+  EXPECT_EQ(r["chat"]["usage"]["completion_tokens"], 10);
+  EXPECT_EQ(r["chat"]["usage"]["total_tokens"], r["chat"]["usage"]["prompt_tokens"].get<int>() + 10);
+  EXPECT_EQ(r["chat_stream"]["text"].get<std::string>() + "\n", chat_ref);
+  EXPECT_EQ(r["chat_stream"]["role"], "assistant");
+  EXPECT_EQ(r["chat_stream"]["finish"], "length");
+  EXPECT_EQ(r["chat_stream"]["usage"], r["chat"]["usage"]);
+  EXPECT_GE(r["chat_stream"]["chunks"].get<int>(), 10);  // a piece at a time, not all at the end
+  EXPECT_EQ(r["completion"]["text"].get<std::string>() + "\n", run_stdout({"run", "-p", "Once upon a time", "-n", "12", "--temp", "0.8", "--seed", "7", "-t", "2"}));
+  EXPECT_EQ(r["completion"]["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(r["models"], json::array({model_id}));
+  EXPECT_EQ(r["wrong_key"], 401);
+  EXPECT_EQ(r["unknown_model"], 404);
+  EXPECT_EQ(r["bad_value"], 400);
+  EXPECT_EQ(r["aborted_after"], 1);
+  // The abandoned stream (4000 tokens asked) was cancelled, not generated to its end.
+  double cancelled = 0;
+  for (int i = 0; i < 40 && (cancelled = cancelled_count(s.port)) < 1; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(cancelled, 1) << http_get(s.port, "/metrics");
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
+// curl -N sees the raw events; bad requests get the documented error objects and statuses, and the
+// server goes on.
+TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
+  api_server s({"--chat-template", "llama2"});
+  const std::string ref = run_stdout({"run", "-p", "Once upon a time", "-n", "12", "--temp", "0", "-t", "2"});
+  const json ask{{"model", model_id}, {"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
+
+  // Whole, then streamed (with usage), then streamed chat.
+  const auto whole = post(s.port, "/v1/completions", ask.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json w = whole.body_json();
+  EXPECT_EQ(w["object"], "text_completion");
+  EXPECT_EQ(w["choices"][0]["text"].get<std::string>() + "\n", ref);
+  EXPECT_EQ(w["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(w["usage"], json({{"prompt_tokens", 5}, {"completion_tokens", 12}, {"total_tokens", 17}}));
+  json ask_stream = ask;
+  ask_stream["stream"] = true;
+  ask_stream["stream_options"] = {{"include_usage", true}};
+  const std::string raw = curl(s.port, "/v1/completions", ask_stream, "-i");
+  EXPECT_NE(raw.find("Content-Type: text/event-stream"), std::string::npos) << raw.substr(0, 300);
+  const auto events = sse_data(raw);
+  ASSERT_GE(events.size(), 3u) << raw;
+  const auto st = read_stream(events, false);
+  EXPECT_EQ(st.text + "\n", ref);
+  EXPECT_EQ(st.finish, "length");
+  EXPECT_TRUE(st.done);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(st.usage["completion_tokens"], 12);
+  const json chat{{"model", model_id}, {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}}},
+                  {"max_tokens", 10}, {"temperature", 0}, {"stream", true}};
+  const auto cs = read_stream(sse_data(curl(s.port, "/v1/chat/completions", chat)), true);
+  EXPECT_EQ(cs.text + "\n", run_stdout({"run", "-p", llama2_prompt, "-n", "10", "--temp", "0", "-t", "2"}));
+  EXPECT_TRUE(cs.done);
+
+  // A stop string: the text ends where it begins, finish_reason "stop".
+  const std::string stop_at = ref.substr(6, 4);
+  json ask_stop = ask;
+  ask_stop["stop"] = stop_at;
+  const json cut = post(s.port, "/v1/completions", ask_stop.dump()).body_json();
+  EXPECT_EQ(cut["choices"][0]["text"], ref.substr(0, ref.find(stop_at))) << cut;
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
+
+  // Errors: status, and the error object's type and code (param where a field is at fault).
+  auto expect_error = [&](const http_answer& a, int status, const std::string& code, const std::string& param = "") {
+    EXPECT_EQ(a.status, status) << a.head << "\n" << a.body;
+    const json e = a.body_json();
+    ASSERT_TRUE(e.contains("error")) << a.body;
+    EXPECT_TRUE(e["error"]["message"].is_string() && !e["error"]["message"].get<std::string>().empty()) << a.body;
+    EXPECT_TRUE(e["error"]["type"].is_string()) << a.body;
+    EXPECT_EQ(e["error"]["code"], code) << a.body;
+    if (!param.empty()) {
+      EXPECT_EQ(e["error"]["param"], param) << a.body;
+    }
+    EXPECT_NE(a.head.find("application/json"), std::string::npos) << a.head;
+  };
+  expect_error(post(s.port, "/v1/completions", "{\"model\": "), 400, "invalid_json");
+  expect_error(post(s.port, "/v1/chat/completions", "[1,2]"), 400, "invalid_json");
+  expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", 7}}.dump()), 400, "invalid_value", "prompt");
+  expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"temperature", "hot"}}.dump()), 400, "invalid_value", "temperature");
+  expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"max_tokens", -3}}.dump()), 400, "invalid_value", "max_tokens");
+  expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"n", 2}}.dump()), 400, "unsupported_parameter", "n");
+  expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "tool"}, {"content", "x"}}}}}.dump()), 400, "invalid_value",
+               "messages[0].role");
+  expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}}.dump()),
+               400, "invalid_value", "messages");  // llama2 turns must alternate
+  expect_error(post(s.port, "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "a"}}}}}.dump()), 400, "missing_required_parameter", "model");
+  expect_error(post(s.port, "/v1/chat/completions", json{{"model", "gpt-4o"}, {"messages", {{{"role", "user"}, {"content", "a"}}}}}.dump()), 404, "model_not_found");
+  expect_error(post(s.port, "/v1/embeddings", "{}"), 404, "unknown_url");
+  expect_error(split(http_get(s.port, "/v1/completions", "Authorization: Bearer " + key + "\r\n")), 405, "method_not_allowed");
+  expect_error(post(s.port, "/v1/completions", ask.dump(), ""), 401, "invalid_api_key");
+  expect_error(post(s.port, "/v1/completions", ask.dump(), "sk-wrong-key-0123456789"), 401, "invalid_api_key");
+  expect_error(split(http_get(s.port, "/v1/models")), 401, "invalid_api_key");
+  // A body over 8 MiB: refused as it arrives (413), whether announced or sent.
+  expect_error(split(http_request(s.port, "POST", "/v1/completions", "Authorization: Bearer " + key + "\r\nContent-Length: 9437184\r\n")), 413, "request_too_large");
+  const std::string big = (fs::temp_directory_path() / ("hotcold-openai-big-" + std::to_string(getpid()) + ".json")).string();
+  std::ofstream(big) << "{\"model\":\"" << model_id << "\",\"prompt\":\"" << std::string(9 << 20, 'a') << "\"}";
+  const std::string huge = run_capture("curl -s -o /dev/null -w '%{http_code}' --max-time 60 -H 'Authorization: Bearer " + key + "' --data-binary @" + big +
+                                       " http://127.0.0.1:" + std::to_string(s.port) + "/v1/completions");
+  fs::remove(big);
+  EXPECT_TRUE(huge == "413" || huge == "000") << huge;  // curl may see the connection close before it has sent it all
+  // A prompt longer than the context: 400 context_length_exceeded.
+  json too_long = ask;
+  too_long["prompt"] = std::vector<int>(3000, 100);
+  expect_error(post(s.port, "/v1/completions", too_long.dump()), 400, "context_length_exceeded");
+  // The server is unharmed: the same text again.
+  EXPECT_EQ(post(s.port, "/v1/completions", ask.dump()).body_json()["choices"][0]["text"].get<std::string>() + "\n", ref);
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
+// A raw HTTP/1.0 connection with a request sent and nothing read yet.
+int open_request(int port, const std::string& target, const json& body, int rcvbuf = 0) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  const timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string b = body.dump();
+  const std::string req = "POST " + target + " HTTP/1.0\r\nAuthorization: Bearer " + key + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(b.size()) + "\r\n\r\n" + b;
+  EXPECT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  return fd;
+}
+// Reads until `what` has come (or the connection ends); returns what was read.
+std::string read_until(int fd, const std::string& what) {
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; got.find(what) == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  return got;
+}
+
+// A client that drops mid-stream has its sequence cancelled at once; one that reads nothing holds up
+// no one; a full queue answers 429 with Retry-After, and the server stops cleanly with such clients on.
+TEST(OpenAI, DroppedSlowAndQueuedClients) {
+  api_server s({"--parallel", "1", "--max-queue", "0"});
+  const json endless{{"model", model_id}, {"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"temperature", 0}, {"stream", true}};
+  // Dropped after its first piece: cancelled (counted) well before 4000 tokens could be made.
+  const int drop = open_request(s.port, "/v1/completions", endless);
+  EXPECT_NE(read_until(drop, "\"text\":\"").find("200 OK"), std::string::npos);
+  close(drop);
+  double cancelled = 0;
+  for (int i = 0; i < 40 && (cancelled = cancelled_count(s.port)) < 1; ++i) std::this_thread::sleep_for(25ms);
+  EXPECT_EQ(cancelled, 1);
+  // The one sequence is free again: a request gets it.
+  const json ask{{"model", model_id}, {"prompt", "Hello world"}, {"max_tokens", 6}, {"temperature", 0}};
+  const std::string ref = run_stdout({"run", "-p", "Hello world", "-n", "6", "--temp", "0", "-t", "2"});
+  EXPECT_EQ(post(s.port, "/v1/completions", ask.dump()).body_json()["choices"][0]["text"].get<std::string>() + "\n", ref);
+  // While a slow reader (a tiny receive buffer, nothing read) holds the only sequence, another request
+  // finds the queue full: 429, Retry-After, queue_full. Once the slow one goes, the next is served.
+  const int slow = open_request(s.port, "/v1/completions", endless, 1024);
+  std::this_thread::sleep_for(300ms);
+  const auto full = post(s.port, "/v1/completions", ask.dump());
+  EXPECT_EQ(full.status, 429) << full.head << full.body;
+  EXPECT_NE(full.head.find("Retry-After: "), std::string::npos) << full.head;
+  EXPECT_EQ(full.body_json()["error"]["code"], "queue_full") << full.body;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(split(http_get(s.port, "/health")).status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  close(slow);
+  std::optional<http_answer> served;
+  for (int i = 0; i < 40; ++i) {
+    served = post(s.port, "/v1/completions", ask.dump());
+    if (served->status != 429) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(served->status, 200) << served->body;
+  EXPECT_EQ(served->body_json()["choices"][0]["text"].get<std::string>() + "\n", ref);
+  // A stop with a stream open ends the stream and the server within seconds.
+  const int open = open_request(s.port, "/v1/completions", endless);
+  read_until(open, "\"text\":\"");
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, 5s);
+  close(open);
+}
+
+// This machine's first IPv4 address that is not loopback ("" when it has none).
+std::string outward_address() {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return "";
+  std::string found;
+  for (ifaddrs* i = all; i && found.empty(); i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+      char text[INET_ADDRSTRLEN];
+      const auto* in = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+      if ((ntohl(in->sin_addr.s_addr) >> 24) != 127 && inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) found = text;
+    }
+  freeifaddrs(all);
+  return found;
+}
+// GET over a connection to `host` (an IPv4 address of this machine): the status.
+int status_from(const std::string& host, int port, const std::string& target, const std::string& headers = "") {
+  const std::string out = run_capture("curl -s -o /dev/null -w '%{http_code}' --max-time 10 " + (headers.empty() ? "" : "-H '" + headers + "' ") + "http://" + host +
+                                      ":" + std::to_string(port) + target);
+  return std::atoi(out.c_str());
+}
+
+// Served on an outward address with --api-key: other machines get the API (with the key) and /health,
+// not the dashboard or /metrics, unless --allow-remote.
+TEST(OpenAI, PagesStayOnLoopbackUnlessAllowRemote) {
+  const std::string host = outward_address();
+  if (host.empty()) GTEST_SKIP() << "this machine has no IPv4 address but loopback";
+  for (bool allow : {false, true}) {
+    const std::string ep = tcp_endpoint();
+    const int port = free_port() + 1;
+    std::vector<std::string> args{"--zmq", ep, "--http", "0.0.0.0:" + std::to_string(port), "--allow-remote-http", "--api-key", key, "-t", "2"};
+    if (allow) args.push_back("--allow-remote");
+    server_process server(args);
+    wait_ready(ep, &server);
+    EXPECT_EQ(status_from(host, port, "/metrics"), allow ? 200 : 403);
+    EXPECT_EQ(status_from(host, port, "/"), allow ? 200 : 403);
+    EXPECT_EQ(status_from(host, port, "/health"), 200);
+    EXPECT_EQ(status_from(host, port, "/v1/models"), 401);
+    EXPECT_EQ(status_from(host, port, "/v1/models", "Authorization: Bearer " + key), 200);
+    EXPECT_EQ(status_from("127.0.0.1", port, "/metrics"), 200);
+    EXPECT_EQ(server.stop(), 0) << server.log();
+  }
+  // An outward address needs a key (or tokens) at all.
+  const auto refused = run_capture(std::string(HOTCOLD_BIN) + " serve --http 0.0.0.0:" + std::to_string(free_port()) + " --allow-remote-http 2>&1; echo rc=$?");
+  EXPECT_NE(refused.find("--api-key"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("rc=2"), std::string::npos) << refused;
+}
+
+// 32 HTTP clients each streaming 20 completions, beside 4 ZeroMQ clients doing the same: every text is
+// its prompt's greedy text, in order, nothing lost; the figures (requests/s, time to first piece) are
+// printed and recorded.
+TEST(OpenAI, LoadOf32StreamingClientsTimes20BesideZeroMQ) {
+  api_server s({"--parallel", "8", "--max-queue", "64"});
+  const char* prompts[] = {"Once upon a time", "The quick brown fox", "Hello world", "In the beginning"};
+  std::string expected[4];
+  for (int k = 0; k < 4; ++k) {
+    const json ask{{"model", model_id}, {"prompt", prompts[k]}, {"max_tokens", 6}, {"temperature", 0}};
+    expected[k] = post(s.port, "/v1/completions", ask.dump()).body_json()["choices"][0]["text"].get<std::string>();
+    ASSERT_FALSE(expected[k].empty());
+  }
+  constexpr int http_clients = 32, zmq_clients = 4, per_client = 20;
+  std::vector<std::vector<double>> ttft(http_clients);
+  std::atomic<int> lost{0}, mixed{0}, busy{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int k = 0; k < http_clients; ++k)
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < per_client; ++i) {
+        const int which = (k + i) % 4;
+        const json ask{{"model", model_id}, {"prompt", prompts[which]}, {"max_tokens", 6}, {"temperature", 0}, {"stream", true}};
+        for (int attempt = 0;; ++attempt) {
+          const auto start = std::chrono::steady_clock::now();
+          const int fd = open_request(s.port, "/v1/completions", ask);
+          std::string got = read_until(fd, "\"text\":\"");
+          const auto first = std::chrono::steady_clock::now();
+          char buf[4096];
+          for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+          close(fd);
+          const auto a = split(got);
+          if (a.status == 429 && attempt < 100) {
+            ++busy;
+            std::this_thread::sleep_for(20ms);
+            continue;
+          }
+          if (a.status != 200) {
+            ++lost;
+            break;
+          }
+          const auto st = read_stream(sse_data(a.body), false);
+          if (st.text != expected[which] || st.finish != "length" || !st.done || st.pieces != 6) ++mixed;
+          ttft[static_cast<size_t>(k)].push_back(std::chrono::duration<double, std::milli>(first - start).count());
+          break;
+        }
+      }
+    });
+  for (int k = 0; k < zmq_clients; ++k)
+    threads.emplace_back([&, k] {
+      hotcold::tools::client c(s.ep, 120s);
+      for (int i = 0; i < per_client; ++i) {
+        const int which = (k + i) % 4;
+        for (int attempt = 0;; ++attempt) {
+          try {
+            auto g = c.generate({{"prompt", prompts[which]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}});
+            if (g.text != expected[which]) ++mixed;
+            break;
+          } catch (const hotcold::tools::client_error& e) {
+            if (std::string(e.what()).find("busy") == std::string::npos || attempt > 100) {
+              ++lost;
+              break;
+            }
+            ++busy;
+            std::this_thread::sleep_for(20ms);
+          }
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> all;
+  for (const auto& l : ttft) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  ASSERT_FALSE(all.empty());
+  const int total = (http_clients + zmq_clients) * per_client;
+  const double p50 = all[all.size() / 2], p99 = all[all.size() * 99 / 100];
+  std::printf("load: %d requests (%d HTTP streams, %d ZeroMQ) in %.2f s = %.1f requests/s; HTTP time to first piece p50 %.1f ms, p99 %.1f ms; %d busy answers retried\n",
+              total, http_clients * per_client, zmq_clients * per_client, seconds, total / seconds, p50, p99, busy.load());
+  RecordProperty("requests_per_s", std::to_string(total / seconds));
+  RecordProperty("ttft_p50_ms", std::to_string(p50));
+  RecordProperty("ttft_p99_ms", std::to_string(p99));
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(mixed, 0);
+  EXPECT_EQ(all.size(), static_cast<size_t>(http_clients * per_client));
+  // Every request was counted by the one scheduler's metrics.
+  EXPECT_GE(counter(http_get(s.port, "/metrics"), "hotcold_requests_total{outcome=\"length\"}"), total + 4);
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
+}  // namespace

@@ -1,0 +1,59 @@
+// Drives `hotcold serve`'s /v1 API with the official openai client for Node.js and prints what came
+// back as one JSON object (tests/launcher/test_openai.cpp compares it with `hotcold run`).
+// Environment: HOTCOLD_BASE_URL (http://127.0.0.1:PORT/v1), HOTCOLD_API_KEY, HOTCOLD_MODEL.
+import OpenAI from 'openai';
+
+const baseURL = process.env.HOTCOLD_BASE_URL, apiKey = process.env.HOTCOLD_API_KEY, model = process.env.HOTCOLD_MODEL;
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
+const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi there' }];
+const out = {};
+
+const whole = await client.chat.completions.create({ model, messages, max_tokens: 10, temperature: 0 });
+out.chat = { text: whole.choices[0].message.content, role: whole.choices[0].message.role, finish: whole.choices[0].finish_reason, usage: whole.usage, object: whole.object };
+
+const stream = await client.chat.completions.create({ model, messages, max_tokens: 10, temperature: 0, stream: true, stream_options: { include_usage: true } });
+out.chat_stream = { text: '', chunks: 0, finish: null, usage: null, role: null };
+for await (const chunk of stream) {
+  out.chat_stream.chunks++;
+  if (chunk.usage) out.chat_stream.usage = chunk.usage;
+  for (const c of chunk.choices) {
+    if (c.delta.role) out.chat_stream.role = c.delta.role;
+    if (c.delta.content) out.chat_stream.text += c.delta.content;
+    if (c.finish_reason) out.chat_stream.finish = c.finish_reason;
+  }
+}
+
+const completion = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 12, temperature: 0.8, seed: 7 });
+out.completion = { text: completion.choices[0].text, finish: completion.choices[0].finish_reason, usage: completion.usage };
+
+const models = await client.models.list();
+out.models = models.data.map((m) => m.id);
+
+// Errors come back as the client's typed errors.
+async function status(promise) {
+  try {
+    await promise;
+    return 200;
+  } catch (e) {
+    return e.status ?? String(e);
+  }
+}
+out.wrong_key = await status(new OpenAI({ baseURL, apiKey: 'not-the-key-0123456789', maxRetries: 0 }).chat.completions.create({ model, messages, max_tokens: 2 }));
+out.unknown_model = await status(client.chat.completions.create({ model: 'no-such-model', messages, max_tokens: 2 }));
+out.bad_value = await status(client.chat.completions.create({ model, messages, max_tokens: 2, temperature: 7 }));
+
+// A stream the client abandons after its first piece: the server cancels the sequence.
+const controller = new AbortController();
+const long = await client.chat.completions.create({ model, messages, max_tokens: 4000, temperature: 0, stream: true }, { signal: controller.signal });
+out.aborted_after = 0;
+try {
+  for await (const chunk of long) {
+    if (chunk.choices[0]?.delta?.content) {
+      out.aborted_after++;
+      controller.abort();
+    }
+  }
+} catch (e) {
+  out.abort_error = e.name;
+}
+console.log(JSON.stringify(out));
