@@ -172,6 +172,8 @@ bool http_exchange::client_gone() {
   return false;
 }
 
+int http_exchange::client_fd() const { return s_.fd; }
+
 bool http_exchange::stopping() { return s_.stopping(); }
 
 bool http_exchange::pause(std::chrono::milliseconds d) { return s_.pause(d); }

@@ -60,6 +60,9 @@ class http_exchange {
   bool send(std::string_view piece);
   // The client has closed its side of the connection (or a send to it failed).
   bool client_gone();
+  // The connection's descriptor, to wait on beside other things (readable: the client sent more, or
+  // went; then ask client_gone()).
+  int client_fd() const;
   // The server is stopping: end soon.
   bool stopping();
   // Waits for d; false at once when the server stops.

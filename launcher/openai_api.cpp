@@ -273,6 +273,9 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
   const std::string model = body.value("model", s.model_id);
   zmq::socket_t sock(*s.zmq, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
+  // No bound on the replies waiting here: the server's own per-client byte limit is the bound, and a
+  // client that stops reading is dropped by the send deadline, its sequence cancelled.
+  sock.set(zmq::sockopt::rcvhwm, 0);
   sock.connect(s.endpoint);
   json g{{"v", 1}, {"type", "generate"}, {"id", "http"}, {"tokens", r.tokens}, {"n_predict", r.n_predict}, {"sampling", r.sampling}, {"stop", r.stop}, {"stream", true}};
   const std::string frame = dumped(g);
@@ -292,15 +295,23 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
 
   std::string text, pending;  // sent (or kept, not streaming); bytes of a character not yet whole
   bool cancelled = false, started = false;
+  bool watch_client = true;  // wait on the connection too: its end is seen at once
+  std::chrono::steady_clock::time_point cancelled_at;
   for (;;) {
     if (!cancelled && ex.client_gone()) {  // it will not read the rest: free its sequence
       const std::string cancel = dumped(json{{"v", 1}, {"type", "cancel"}, {"id", "http"}});
       sock.send(zmq::buffer(cancel), zmq::send_flags::dontwait);
       cancelled = true;
+      cancelled_at = std::chrono::steady_clock::now();
     }
-    if (ex.stopping()) return;  // the scheduler has ended: nothing more comes
-    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) == 0) continue;
+    // The scheduler has ended (nothing more comes), or its answer to the cancel is overdue (the
+    // replies to a client it cut off are dropped): this thread is done.
+    if (ex.stopping() || (cancelled && std::chrono::steady_clock::now() - cancelled_at > std::chrono::seconds(5))) return;
+    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, ex.client_fd(), ZMQ_POLLIN, 0}};
+    const bool with_client = watch_client && !cancelled;
+    if (zmq::poll(items, with_client ? 2 : 1, std::chrono::milliseconds(50)) == 0) continue;
+    if (with_client && (items[1].revents & ZMQ_POLLIN) && !ex.client_gone()) watch_client = false;  // it sent more: check it every 50 ms instead
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
     zmq::message_t msg;
     if (!sock.recv(msg, zmq::recv_flags::dontwait)) continue;
     json m = json::parse(msg.to_string_view(), nullptr, false);
