@@ -4,7 +4,6 @@
 #include <charconv>
 #include <chrono>
 #include <deque>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -22,7 +21,7 @@
 
 #include "actors/metrics.hpp"
 #include "launcher/http_server.hpp"
-#include "launcher/openai_api.hpp"
+#include "launcher/serve_http.hpp"
 #include "launcher/record_file.hpp"
 #include "launcher/serve_monitor.hpp"
 #include "launcher/stop_text.hpp"
@@ -37,20 +36,6 @@
 
 namespace hotcold::launcher {
 namespace {
-
-// A body of the OpenAI-style API may hold a long conversation.
-constexpr size_t api_body_limit = 8 << 20;
-
-// --api-key and the keys of --api-key-file; throws std::invalid_argument for a bad key or file.
-std::vector<std::string> api_keys(const server_options& o) {
-  std::vector<std::string> keys = o.api_key_file.empty() ? std::vector<std::string>{} : read_bearer_tokens(o.api_key_file, "--api-key-file");
-  for (const auto& k : o.api_keys) {
-    if (k.size() < 16 || k.find_first_of(" \t\r\n") != std::string::npos)
-      throw std::invalid_argument("--api-key: a key must be at least 16 characters without blanks");
-    keys.push_back(k);
-  }
-  return keys;
-}
 
 using clock_type = std::chrono::steady_clock;
 namespace proto = protocol;
@@ -140,7 +125,11 @@ class server {
     status_.started = clock_type::now();
     std::unique_ptr<http_server> http;
     if (!o_.http.empty()) {
-      http = start_http(local_endpoint);
+      // Over as many bytes as a dense step of this model reads (read_probe).
+      const double ceiling = measure_read_bandwidth(l_.ctx->pool(), read_costs(*l_.m).dense_step());
+      fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
+      metrics_.attach(pipe_->stats(), ceiling);
+      http = start_serve_http({o_, l_, metrics_, status_, zctx_, local_endpoint});
     }
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
     bool stopping = false;
@@ -195,52 +184,6 @@ class server {
   }
 
  private:
-  // The HTTP side: the dashboard, /metrics and the rest for people (serve_monitor), the OpenAI-style
-  // API under /v1/ for programs (openai_api, whose requests come back in over local_endpoint).
-  std::unique_ptr<http_server> start_http(const std::string& local_endpoint) {
-    // Over as many bytes as a dense step of this model reads (read_probe).
-    const double ceiling = measure_read_bandwidth(l_.ctx->pool(), read_costs(*l_.m).dense_step());
-    fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
-    metrics_.attach(pipe_->stats(), ceiling);
-    http_options ho;
-    ho.address = o_.http;
-    ho.allow_remote = o_.allow_remote_http;
-    if (!o_.http_token_file.empty()) ho.tokens = read_bearer_tokens(o_.http_token_file);
-    ho.own_auth_prefix = ho.large_body_prefix = "/v1/";
-    ho.large_body = api_body_limit;
-    ho.error_reply = [](int status, const std::string& message, const std::string& target) -> http_reply {
-      if (target.rfind("/v1/", 0) == 0) return openai_api::server_error(status, message);
-      return {status, "text/plain", message + "\n"};
-    };
-    openai_setup api;
-    api.zmq = &zctx_;
-    api.endpoint = local_endpoint;
-    api.keys = api_keys(o_);
-    if (api.keys.empty()) api.keys = ho.tokens;  // the server's tokens open the API too
-    api.model_path = l_.m->path();
-    api.model_id = o_.alias.empty() ? std::filesystem::path(api.model_path).filename().string() : o_.alias;
-    api.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    api.v = &v_;
-    api.n_ctx = l_.ctx->n_ctx();
-    api.max_tokens = o_.max_tokens;
-    try {
-      std::string note;
-      api.chat = chat_template::choose(l_.m->chat_template_text(), o_.chat_template, &note);
-      if (!note.empty()) fmt::print(stderr, "hotcold serve: {}\n", note);
-    } catch (const chat_template_error& e) {
-      api.chat_problem = fmt::format("{}; start serve with --chat-template NAME to chat with this model", e.what());
-      fmt::print(stderr, "hotcold serve: /v1/chat/completions is off: {}\n", api.chat_problem);
-    }
-    const size_t n_tokens = ho.tokens.size(), n_keys = api.keys.size();
-    const std::string id = api.model_id, tmpl = api.chat ? std::string(api.chat->name()) : "none";
-    auto h = std::make_unique<http_server>(std::move(ho), [api = openai_api(std::move(api)), pages = serve_monitor(metrics_, status_, o_.allow_remote || n_tokens > 0)](
-                                                              const http_request& r) { return r.path().rfind("/v1/", 0) == 0 ? api(r) : pages(r); });
-    fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health{}; /v1/ the OpenAI-style API for model '{}', chat template {}{})\n",
-               o_.http, n_tokens ? fmt::format(": every request needs one of {} bearer tokens", n_tokens) : std::string(), id, tmpl,
-               n_keys ? fmt::format(", {} keys", n_keys) : std::string());
-    return h;
-  }
-
   bool receive_one(zmq::socket_t& s, char tag, bool stopping) {
     std::vector<zmq::message_t> frames;
     if (!zmq::recv_multipart(s, std::back_inserter(frames), zmq::recv_flags::dontwait)) return false;

@@ -1,0 +1,68 @@
+#include "launcher/serve_http.hpp"
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "launcher/openai_api.hpp"
+#include "model/chat_template.hpp"
+
+namespace hotcold::launcher {
+
+// A body of the OpenAI-style API may hold a long conversation.
+constexpr size_t api_body_limit = 8 << 20;
+
+std::vector<std::string> api_keys(const server_options& o) {
+  std::vector<std::string> keys = o.api_key_file.empty() ? std::vector<std::string>{} : read_bearer_tokens(o.api_key_file, "--api-key-file");
+  for (const auto& k : o.api_keys) {
+    if (k.size() < 16 || k.find_first_of(" \t\r\n") != std::string::npos)
+      throw std::invalid_argument("--api-key: a key must be at least 16 characters without blanks");
+    keys.push_back(k);
+  }
+  return keys;
+}
+
+std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
+  const server_options& o = p.o;
+  http_options ho;
+  ho.address = o.http;
+  ho.allow_remote = o.allow_remote_http;
+  if (!o.http_token_file.empty()) ho.tokens = read_bearer_tokens(o.http_token_file);
+  ho.own_auth_prefix = ho.large_body_prefix = "/v1/";  // the API checks its keys itself
+  ho.large_body = api_body_limit;
+  ho.error_reply = [](int status, const std::string& message, const std::string& target) -> http_reply {
+    if (target.rfind("/v1/", 0) == 0) return openai_api::server_error(status, message);
+    return {status, "text/plain", message + "\n"};
+  };
+  openai_setup api;
+  api.zmq = &p.zmq;
+  api.endpoint = p.local_endpoint;
+  api.keys = api_keys(o);
+  if (api.keys.empty()) api.keys = ho.tokens;  // the server's tokens open the API too
+  api.model_path = p.l.m->path();
+  api.model_id = o.alias.empty() ? std::filesystem::path(api.model_path).filename().string() : o.alias;
+  api.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  api.v = &p.l.m->vocabulary();
+  api.n_ctx = p.l.ctx->n_ctx();
+  api.max_tokens = o.max_tokens;
+  try {
+    std::string note;
+    api.chat = chat_template::choose(p.l.m->chat_template_text(), o.chat_template, &note);
+    if (!note.empty()) fmt::print(stderr, "hotcold serve: {}\n", note);
+  } catch (const chat_template_error& e) {
+    api.chat_problem = fmt::format("{}; start serve with --chat-template NAME to chat with this model", e.what());
+    fmt::print(stderr, "hotcold serve: /v1/chat/completions is off: {}\n", api.chat_problem);
+  }
+  const size_t n_tokens = ho.tokens.size(), n_keys = api.keys.size();
+  const std::string id = api.model_id, tmpl = api.chat ? std::string(api.chat->name()) : "none";
+  // The pages answer other machines when told to, or when tokens guard them.
+  auto h = std::make_unique<http_server>(std::move(ho), [api = openai_api(std::move(api)), pages = serve_monitor(p.metrics, p.status, o.allow_remote || n_tokens > 0)](
+                                                            const http_request& r) { return r.path().rfind("/v1/", 0) == 0 ? api(r) : pages(r); });
+  fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health{}; /v1/ the OpenAI-style API for model '{}', chat template {}{})\n",
+             o.http, n_tokens ? fmt::format(": every request needs one of {} bearer tokens", n_tokens) : std::string(), id, tmpl,
+             n_keys ? fmt::format(", {} keys", n_keys) : std::string());
+  return h;
+}
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,34 @@
+#pragma once
+// serve's HTTP side put together: the pages for people (serve_monitor: the dashboard, /metrics,
+// /api/*, /health) and the OpenAI-style API for programs (openai_api, under /v1/) behind one
+// http_server, with the options' tokens, keys, chat template and model name.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "actors/metrics.hpp"
+#include "launcher/http_server.hpp"
+#include "launcher/model_options.hpp"
+#include "launcher/serve_monitor.hpp"
+#include "launcher/server.hpp"
+
+namespace hotcold::launcher {
+
+struct serve_http_parts {
+  const server_options& o;
+  const loaded& l;
+  const actors::metrics& metrics;
+  const serve_status& status;
+  zmq::context_t& zmq;
+  std::string local_endpoint;  // the server's in-process ROUTER, where the API's requests go
+};
+
+// Starts it on o.http. Throws std::invalid_argument / std::runtime_error as http_server does.
+std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p);
+
+// --api-key and the keys of --api-key-file; throws std::invalid_argument for a bad key or file.
+std::vector<std::string> api_keys(const server_options& o);
+
+}  // namespace hotcold::launcher
