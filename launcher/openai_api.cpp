@@ -253,6 +253,11 @@ http_reply failure_reply(const api_failure& f) {
   return openai_api::error(f.status, f.message, f.type, f.code, f.param);
 }
 
+// A failure after a stream has begun: one event with the error object; the stream then ends.
+std::string error_event(const api_failure& f) {
+  return "data: " + dumped(json{{"error", {{"message", f.message}, {"type", f.type}, {"param", nullptr}, {"code", f.code}}}}) + "\n\n";
+}
+
 // One completion: the request to the scheduler over the in-process endpoint, its tokens to the client
 // (as Server-Sent Events, or in one reply at the end). The client going away cancels it.
 void run_completion(const openai_setup& s, const json& body, bool chat, http_exchange& ex) {
@@ -319,7 +324,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
     if (type == "error") {
       const auto f = from_protocol(m);
       if (!started) ex.reply(failure_reply(f));
-      else ex.send("data: " + dumped(json{{"error", {{"message", f.message}, {"type", f.type}, {"param", nullptr}, {"code", f.code}}}}) + "\n\n");
+      else ex.send(error_event(f));
       return;
     }
     if (type == "accepted") {
@@ -349,7 +354,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
       const api_failure f{m.value("finish", "") == "cancelled" ? 503 : 500,
                           fmt::format("the generation ended early ({})", m.value("finish", "error")), "server_error", m.value("finish", "error"), ""};
       if (!r.stream) ex.reply(failure_reply(f));
-      else ex.send("data: " + dumped(json{{"error", {{"message", f.message}, {"type", f.type}, {"param", nullptr}, {"code", f.code}}}}) + "\n\n");
+      else ex.send(error_event(f));
       return;
     }
     const int64_t prompt_tokens = m.value("prompt_tokens", int64_t{0}), completion_tokens = m.value("generated_tokens", int64_t{0});
