@@ -9,10 +9,8 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <variant>
-
-
 #include <system_error>
+#include <variant>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -583,7 +581,10 @@ void check_bind(const server_options& o) {
     throw std::invalid_argument(fmt::format("--zmq {} --allow-remote: other machines must authenticate: give --curve-key and --curve-clients (see hotcold keygen)",
                                             o.endpoint));
   // Their errors before the model loads.
-  if (!o.http.empty()) check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty() || !api_keys(o).empty());
+  const auto keys = api_keys(o);
+  if (o.http.empty() && (!keys.empty() || !o.chat_template.empty() || !o.alias.empty()))
+    throw std::invalid_argument("--api-key, --api-key-file, --chat-template and --alias are for the HTTP API: give --http HOST:PORT too");
+  if (!o.http.empty()) check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty() || !keys.empty());
   if (!o.http_token_file.empty()) read_bearer_tokens(o.http_token_file);
   if (!o.chat_template.empty()) chat_template::named(o.chat_template);
   if (!o.curve_key.empty()) {

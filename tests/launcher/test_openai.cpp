@@ -375,10 +375,22 @@ TEST(OpenAI, PagesStayOnLoopbackUnlessAllowRemote) {
     EXPECT_EQ(status_from("127.0.0.1", port, "/metrics"), 200);
     EXPECT_EQ(server.stop(), 0) << server.log();
   }
+}
+
+// An outward address without keys or tokens, keys too short, and API options without --http are
+// refused before the model loads (exit 2, naming what is wrong).
+TEST(OpenAI, BadKeysAndOptionsAreRefusedAtStart) {
   // An outward address needs a key (or tokens) at all.
   const auto refused = run_capture(std::string(HOTCOLD_BIN) + " serve --http 0.0.0.0:" + std::to_string(free_port()) + " --allow-remote-http 2>&1; echo rc=$?");
   EXPECT_NE(refused.find("--api-key"), std::string::npos) << refused;
   EXPECT_NE(refused.find("rc=2"), std::string::npos) << refused;
+  // Keys too short, and API options without --http, are refused before the model loads.
+  const auto short_key = run_capture(std::string(HOTCOLD_BIN) + " serve --http 127.0.0.1:" + std::to_string(free_port()) + " --api-key short 2>&1; echo rc=$?");
+  EXPECT_NE(short_key.find("at least 16 characters"), std::string::npos) << short_key;
+  EXPECT_NE(short_key.find("rc=2"), std::string::npos) << short_key;
+  const auto no_http = run_capture(std::string(HOTCOLD_BIN) + " serve --zmq " + tcp_endpoint() + " --api-key " + key + " 2>&1; echo rc=$?");
+  EXPECT_NE(no_http.find("give --http"), std::string::npos) << no_http;
+  EXPECT_NE(no_http.find("rc=2"), std::string::npos) << no_http;
 }
 
 // 32 HTTP clients each streaming 20 completions, beside 4 ZeroMQ clients doing the same: every text is
