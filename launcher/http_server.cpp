@@ -269,7 +269,19 @@ struct http_server::impl {
       if (parser.content_length() && *parser.content_length() > limit) return on_read(http::error::body_limit);
       parser.body_limit(limit);
       if (parser.is_done()) return on_read({});
-      http::async_read(stream, buf, parser, [self = shared_from_this()](beast::error_code ec2, size_t) { self->on_read(ec2); });
+      // A client that waits for leave to send its body (curl does, for large ones) gets it at once.
+      if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        static const std::string go_on = "HTTP/1.1 100 Continue\r\n\r\n";
+        asio::async_write(stream, asio::buffer(go_on), [self = shared_from_this()](beast::error_code ec2, size_t) {
+          if (ec2) return self->close();
+          self->read_body();
+        });
+        return;
+      }
+      read_body();
+    }
+    void read_body() {
+      http::async_read(stream, buf, parser, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
     }
     void on_read(beast::error_code ec) {
       if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();

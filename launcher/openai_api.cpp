@@ -231,7 +231,7 @@ std::optional<std::string> finish_reason(const std::string& finish) {
 }
 
 // An error reply of the ZeroMQ protocol, as the API answers it.
-api_failure from_protocol(const json& e) {
+api_failure from_protocol(const json& e, bool chat) {
   const std::string code = e.value("code", "internal"), message = e.value("message", "the request failed");
   if (code == "busy") {
     api_failure f{429, message, "rate_limit_error", "queue_full", ""};
@@ -239,7 +239,7 @@ api_failure from_protocol(const json& e) {
     return f;
   }
   if (code == "shutting_down") return {503, message, "server_error", "shutting_down", ""};
-  if (code == "too_large") return {400, message, "invalid_request_error", "context_length_exceeded", "messages"};
+  if (code == "too_large") return {400, message, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt"};
   if (code == "invalid_field") return {400, message, "invalid_request_error", "invalid_value", ""};
   return {500, message, "server_error", code, ""};
 }
@@ -264,13 +264,11 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
   completion_request r;
   try {
     r = chat ? parse_chat(body, s) : parse_completion(body, s);
-    if (r.chat && r.n_predict == 0) {
-      const int64_t room = s.n_ctx - static_cast<int64_t>(r.tokens.size());
-      if (room <= 0)
-        throw api_failure{400, fmt::format("the conversation is {} tokens; the context holds {}", r.tokens.size(), s.n_ctx), "invalid_request_error",
-                          "context_length_exceeded", "messages"};
-      r.n_predict = std::min<int64_t>(room, s.max_tokens);
-    }
+    const int64_t room = s.n_ctx - static_cast<int64_t>(r.tokens.size());
+    if (room <= 0)
+      throw api_failure{400, fmt::format("the {} is {} tokens; the context holds {}", r.chat ? "conversation" : "prompt", r.tokens.size(), s.n_ctx),
+                        "invalid_request_error", "context_length_exceeded", r.chat ? "messages" : "prompt"};
+    if (r.chat && r.n_predict == 0) r.n_predict = std::min<int64_t>(room, s.max_tokens);
   } catch (const api_failure& f) {
     ex.reply(failure_reply(f));
     return;
@@ -322,7 +320,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
     json m = json::parse(msg.to_string_view(), nullptr, false);
     const std::string type = m.is_object() ? m.value("type", "") : "";
     if (type == "error") {
-      const auto f = from_protocol(m);
+      const auto f = from_protocol(m, r.chat);
       if (!started) ex.reply(failure_reply(f));
       else ex.send(error_event(f));
       return;
