@@ -93,12 +93,19 @@ std::vector<std::string> read_bearer_tokens(const std::string& path, const std::
     ++n;
     line = protocol::trim_blanks(line);
     if (line.empty() || line[0] == '#') continue;
-    if (line.size() < 16 || line.find_first_of(" \t") != std::string::npos)
+    if (!usable_secret(line))
       throw std::invalid_argument(fmt::format("{}:{}: a token must be at least 16 characters without blanks", path, n));
     tokens.push_back(line);
   }
   if (tokens.empty()) throw std::invalid_argument(path + ": no token in it (one per line, at least 16 characters)");
   return tokens;
+}
+
+bool usable_secret(std::string_view token) { return token.size() >= 16 && token.find_first_of(" \t\r\n") == std::string_view::npos; }
+
+std::optional<std::string_view> bearer_token(std::string_view authorization) {
+  if (authorization.size() <= 7 || !beast::iequals(beast::string_view(authorization.data(), 7), "Bearer ")) return std::nullopt;
+  return authorization.substr(7);
 }
 
 bool known_secret(std::string_view token, const std::vector<std::string>& known) {
@@ -192,10 +199,8 @@ struct http_server::impl {
     url_token.clear();
     auto known = [&](std::string_view t) { return known_secret(t, opt.tokens); };
     bool ok = false;
-    if (auto it = req.find(http::field::authorization); it != req.end()) {
-      const std::string_view v(it->value().data(), it->value().size());
-      if (v.size() > 7 && beast::iequals(beast::string_view(v.data(), 7), "Bearer ")) ok |= known(v.substr(7));
-    }
+    if (auto it = req.find(http::field::authorization); it != req.end())
+      if (const auto t = bearer_token(std::string_view(it->value().data(), it->value().size()))) ok |= known(*t);
     if (auto it = req.find(http::field::cookie); it != req.end()) {
       const std::string_view v(it->value().data(), it->value().size());
       for (size_t at = 0; at < v.size();) {
@@ -327,7 +332,7 @@ struct http_server::impl {
           r = owner.error(503, "the server is stopping", raw_target);
         } else {
           stream.expires_never();
-          owner.start_worker(stream.release_socket(), std::move(r.work), parser.get().version() >= 11);
+          owner.start_worker(stream.release_socket(), std::move(r.work), raw_target, parser.get().version() >= 11);
           return;
         }
       }
@@ -368,7 +373,7 @@ struct http_server::impl {
   }
 
   // Called with mu held: a thread for the work, and the threads of work that ended joined.
-  void start_worker(tcp::socket s, std::function<void(http_exchange&)> work, bool http11) {
+  void start_worker(tcp::socket s, std::function<void(http_exchange&)> work, std::string target, bool http11) {
     ++workers;
     std::erase_if(worker_threads, [](worker_thread& w) {
       if (!w.done->load()) return false;
@@ -377,8 +382,8 @@ struct http_server::impl {
     });
     auto done = std::make_shared<std::atomic<bool>>(false);
     try {
-      worker_threads.push_back({std::thread([this, done, s = std::move(s), work = std::move(work), http11]() mutable {
-                                  run_worker(std::move(s), work, http11);
+      worker_threads.push_back({std::thread([this, done, s = std::move(s), work = std::move(work), target = std::move(target), http11]() mutable {
+                                  run_worker(std::move(s), work, target, http11);
                                   done->store(true);
                                 }),
                                 done});
@@ -388,8 +393,9 @@ struct http_server::impl {
     }
   }
   // A work thread: blocking writes with a deadline (a client that stops reading for io_timeout is
-  // dropped); a reply the work never made is a 500; a chunked stream gets its end.
-  void run_worker(tcp::socket s, std::function<void(http_exchange&)>& work, bool http11) {
+  // dropped); a reply the work never made is a 500 (shaped for the target, as the server's other
+  // errors are); a chunked stream gets its end.
+  void run_worker(tcp::socket s, std::function<void(http_exchange&)>& work, const std::string& target, bool http11) {
     beast::error_code ec;
     s.non_blocking(false, ec);
     const int fd = s.native_handle();
@@ -409,9 +415,9 @@ struct http_server::impl {
     http_exchange ex(st);
     try {
       work(ex);
-      if (!st.answered) ex.reply(error(500, "internal error: the request got no answer", ""));
+      if (!st.answered) ex.reply(error(500, "internal error: the request got no answer", target));
     } catch (const std::exception& e) {
-      if (!st.answered) ex.reply(error(500, fmt::format("internal error: {}", e.what()), ""));
+      if (!st.answered) ex.reply(error(500, fmt::format("internal error: {}", e.what()), target));
       else fmt::print(stderr, "hotcold serve: an HTTP stream failed: {}\n", e.what());
     }
     if (st.streaming && st.chunked && !st.failed) send_all(fd, "0\r\n\r\n");

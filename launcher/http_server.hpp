@@ -81,6 +81,13 @@ void check_http_bind(const std::string& address, bool allow_remote, bool has_tok
 // without blanks. `what` names the option in errors. Throws std::invalid_argument naming what is wrong.
 std::vector<std::string> read_bearer_tokens(const std::string& path, const std::string& what = "--http-token-file");
 
+// Whether a token or key is one hotcold accepts: at least 16 characters, no blanks.
+bool usable_secret(std::string_view token);
+
+// The token of an Authorization header value `Bearer TOKEN` (the scheme in any case); nullopt for
+// another scheme.
+std::optional<std::string_view> bearer_token(std::string_view authorization);
+
 // Whether `token` is one of `known` (each compared without an early exit).
 bool known_secret(std::string_view token, const std::vector<std::string>& known);
 

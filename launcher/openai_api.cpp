@@ -286,11 +286,13 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
 
   const std::string id = random_id(r.chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();
-  auto chunk = [&](json choice, bool with_usage_null) {
-    json c{{"id", id}, {"object", r.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", model}, {"choices", json::array({std::move(choice)})}};
-    if (with_usage_null) c["usage"] = nullptr;
+  // One event of the stream: its choices, and with include_usage its `usage` (null but on the last).
+  auto event = [&](json choices, json usage) {
+    json c{{"id", id}, {"object", r.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", model}, {"choices", std::move(choices)}};
+    if (r.include_usage) c["usage"] = std::move(usage);
     return "data: " + dumped(c) + "\n\n";
   };
+  auto chunk = [&](json choice) { return event(json::array({std::move(choice)}), nullptr); };
   auto piece_choice = [&](const std::string& text, const json& finish) {
     if (r.chat) return json{{"index", 0}, {"delta", text.empty() && !finish.is_null() ? json::object() : json{{"content", text}}}, {"logprobs", nullptr}, {"finish_reason", finish}};
     return json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
@@ -328,7 +330,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
     if (type == "accepted") {
       started = true;
       if (r.stream && !cancelled) {
-        http_reply head{200, "text/event-stream", r.chat ? chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}, r.include_usage) : ""};
+        http_reply head{200, "text/event-stream", r.chat ? chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}) : ""};
         head.headers.emplace_back("X-Accel-Buffering", "no");
         ex.begin_stream(head);
       }
@@ -341,7 +343,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
       const std::string piece = pending.substr(0, whole_part);
       pending.erase(0, whole_part);
       text += piece;
-      if (r.stream && !cancelled) ex.send(chunk(piece_choice(piece, nullptr), r.include_usage));
+      if (r.stream && !cancelled) ex.send(chunk(piece_choice(piece, nullptr)));
       continue;
     }
     if (type != "done") continue;
@@ -359,12 +361,9 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
     const json usage{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens}, {"total_tokens", prompt_tokens + completion_tokens}};
     if (r.stream) {
       std::string tail;
-      if (!pending.empty()) tail += chunk(piece_choice(pending, nullptr), r.include_usage);  // bytes that never made a character
-      tail += chunk(piece_choice("", *reason), r.include_usage);
-      if (r.include_usage) {
-        json c{{"id", id}, {"object", r.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", model}, {"choices", json::array()}, {"usage", usage}};
-        tail += "data: " + dumped(c) + "\n\n";
-      }
+      if (!pending.empty()) tail += chunk(piece_choice(pending, nullptr));  // bytes that never made a character
+      tail += chunk(piece_choice("", *reason));
+      if (r.include_usage) tail += event(json::array(), usage);
       ex.send(tail + "data: [DONE]\n\n");
       return;
     }
@@ -384,7 +383,7 @@ http_reply openai_api::error(int status, std::string_view message, std::string_v
 }
 
 http_reply openai_api::server_error(int status, const std::string& message) {
-  const char* type = status == 401 ? "invalid_request_error" : status >= 500 ? "server_error" : "invalid_request_error";
+  const char* type = status >= 500 ? "server_error" : "invalid_request_error";
   const char* code = status == 413 ? "request_too_large" : status == 401 ? "invalid_api_key" : status == 503 ? "overloaded" : status == 400 ? "bad_request" : "";
   auto r = error(status, message, type, code);
   if (status == 503) r.headers.emplace_back("Retry-After", "1");
@@ -395,9 +394,9 @@ http_reply openai_api::operator()(const http_request& req) const {
   const openai_setup& s = *s_;
   if (!s.keys.empty()) {
     const std::string auth = req.header("authorization");
-    const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
-    if (!bearer || !known_secret(std::string_view(auth).substr(7), s.keys)) {
-      auto r = error(401, bearer ? "Incorrect API key provided." : "You didn't provide an API key: send 'Authorization: Bearer KEY'.", "invalid_request_error",
+    const auto key = bearer_token(auth);
+    if (!key || !known_secret(*key, s.keys)) {
+      auto r = error(401, key ? "Incorrect API key provided." : "You didn't provide an API key: send 'Authorization: Bearer KEY'.", "invalid_request_error",
                      "invalid_api_key");
       r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hotcold\"");
       return r;

@@ -16,7 +16,7 @@ constexpr size_t api_body_limit = 8 << 20;
 std::vector<std::string> api_keys(const server_options& o) {
   std::vector<std::string> keys = o.api_key_file.empty() ? std::vector<std::string>{} : read_bearer_tokens(o.api_key_file, "--api-key-file");
   for (const auto& k : o.api_keys) {
-    if (k.size() < 16 || k.find_first_of(" \t\r\n") != std::string::npos)
+    if (!usable_secret(k))
       throw std::invalid_argument("--api-key: a key must be at least 16 characters without blanks");
     keys.push_back(k);
   }
