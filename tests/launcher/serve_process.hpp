@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <optional>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -196,5 +199,29 @@ inline std::string http_request(int port, const std::string& method, const std::
 }
 // GET, the same way.
 inline std::string http_get(int port, const std::string& target, const std::string& headers = "") { return http_request(port, "GET", target, headers); }
+
+// The value of a Prometheus sample line `name` (labels included, as written) in /metrics text, or -1
+// when absent.
+inline double metric(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+// One generate, asked again every 20 ms while the server answers `busy` (counted in `busy`), at most
+// 100 times; nullopt when it failed otherwise or stayed busy.
+inline std::optional<hotcold::tools::client::generation> generate_through_busy(
+    hotcold::tools::client& c, const nlohmann::json& request, std::atomic<int>& busy,
+    const std::function<void(const nlohmann::json&, std::string_view)>& on_token = {}) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return c.generate(request, on_token);
+    } catch (const hotcold::tools::client_error& e) {
+      if (std::string(e.what()).find("busy") == std::string::npos || attempt > 100) return std::nullopt;
+      ++busy;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
 
 }  // namespace hotcold::test

@@ -36,12 +36,7 @@ using namespace hotcold::test;
 const std::string key = "sk-hotcold-test-0123456789";
 const std::string model_id = "default-llama-relu-f16.gguf";  // the default model's file name
 
-// A value of a labelled counter in /metrics text (0 when absent).
-double counter(const std::string& text, const std::string& series) {
-  const auto at = text.find("\n" + series + " ");
-  return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size() + 2));
-}
-double cancelled_count(int port) { return counter(http_get(port, "/metrics"), "hotcold_requests_total{outcome=\"cancelled\"}"); }
+double cancelled_count(int port) { return metric(http_get(port, "/metrics"), "hotcold_requests_total{outcome=\"cancelled\"}"); }
 
 // An HTTP/1.0 exchange split up: the status, the header block and the body.
 struct http_answer {
@@ -445,20 +440,9 @@ TEST(OpenAI, LoadOf32StreamingClientsTimes20BesideZeroMQ) {
       hotcold::tools::client c(s.ep, 120s);
       for (int i = 0; i < per_client; ++i) {
         const int which = (k + i) % 4;
-        for (int attempt = 0;; ++attempt) {
-          try {
-            auto g = c.generate({{"prompt", prompts[which]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}});
-            if (g.text != expected[which]) ++mixed;
-            break;
-          } catch (const hotcold::tools::client_error& e) {
-            if (std::string(e.what()).find("busy") == std::string::npos || attempt > 100) {
-              ++lost;
-              break;
-            }
-            ++busy;
-            std::this_thread::sleep_for(20ms);
-          }
-        }
+        const auto g = generate_through_busy(c, {{"prompt", prompts[which]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}}, busy);
+        if (!g) ++lost;
+        else if (g->text != expected[which]) ++mixed;
       }
     });
   for (auto& t : threads) t.join();
@@ -478,7 +462,7 @@ TEST(OpenAI, LoadOf32StreamingClientsTimes20BesideZeroMQ) {
   EXPECT_EQ(mixed, 0);
   EXPECT_EQ(all.size(), static_cast<size_t>(http_clients * per_client));
   // Every request was counted by the one scheduler's metrics.
-  EXPECT_GE(counter(http_get(s.port, "/metrics"), "hotcold_requests_total{outcome=\"length\"}"), total + 4);
+  EXPECT_GE(metric(http_get(s.port, "/metrics"), "hotcold_requests_total{outcome=\"length\"}"), total + 4);
   EXPECT_EQ(s.process.stop(), 0) << s.process.log();
 }
 

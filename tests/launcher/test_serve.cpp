@@ -172,23 +172,12 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
       for (int i = 0; i < per_client; ++i) {
         const int which = (k + i) % 4;
         const auto start = std::chrono::steady_clock::now();
-        for (int attempt = 0;; ++attempt) {
-          try {
-            int64_t next_index = 0;
-            bool in_order = true;
-            auto g = c.generate({{"prompt", prompts[which]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}},
-                                [&](const json& t, std::string_view) { in_order &= t["index"] == next_index++; });
-            if (g.text != expected[which] || !in_order || g.done["generated_tokens"] != 6) ++mixed;
-            break;
-          } catch (const hotcold::tools::client_error& e) {
-            if (std::string(e.what()).find("busy") == std::string::npos || attempt > 100) {
-              ++lost;
-              break;
-            }
-            ++busy;
-            std::this_thread::sleep_for(20ms);
-          }
-        }
+        int64_t next_index = 0;
+        bool in_order = true;
+        const auto g = generate_through_busy(c, {{"prompt", prompts[which]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}}, busy,
+                                             [&](const json& t, std::string_view) { in_order &= t["index"] == next_index++; });
+        if (!g) ++lost;
+        else if (g->text != expected[which] || !in_order || g->done["generated_tokens"] != 6) ++mixed;
         latency[static_cast<size_t>(k)].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       }
     });

@@ -45,13 +45,6 @@ struct reader_less_client {
   void send(const json& j) { sock.send(zmq::buffer(j.dump()), zmq::send_flags::none); }
 };
 
-// The value of a Prometheus sample line `name` (or -1 when absent).
-double metric(const std::string& text, const std::string& name) {
-  const auto at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + name.size() + 2));
-}
-
 // A client that sends generates and large tokenize requests and never reads its replies is cut off
 // (its requests cancelled, counted in /metrics); meanwhile another client's greedy text arrives,
 // exact, within seconds; a SIGTERM then ends the server with 0 at once. (Before: the server blocked
