@@ -51,6 +51,7 @@ try {
     if (chunk.choices[0]?.delta?.content) {
       out.aborted_after++;
       controller.abort();
+      break;  // pieces already read from the socket would still come out of the iterator
     }
   }
 } catch (e) {
