@@ -1,5 +1,5 @@
 #pragma once
-// What a hot device holds besides hot FFN rows, as a placement plan put it there (tools/placement.hpp):
+// What a hot device holds besides hot FFN rows, as a placement plan put it there (loader/placement.hpp):
 // per layer its attention (norms, Q/K/V/O, the FFN norm, and the layer's KV cache), its predictor, a
 // dense file's whole FFN, and the output head, plus the compute buffers the plan sets aside. The
 // weights are copied into the device's buffers at construction (one transfer per tensor); what the

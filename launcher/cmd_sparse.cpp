@@ -10,7 +10,7 @@
 #include "model/gguf.hpp"
 #include "model/model.hpp"
 #include "model/placement_file.hpp"
-#include "tools/placement.hpp"
+#include "loader/placement.hpp"
 #include "tools/predictor_train.hpp"
 #include "tools/sparsity.hpp"
 #include "tools/profile.hpp"
@@ -108,10 +108,10 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
     cmd->callback([a, &exit_code] {
       exit_code = run_guarded("place", [&] {
-        auto plan = tools::plan_placement(a->model, a->stats, a->budget, a->ctx);
+        auto plan = tools::plan_from_profile(a->model, a->stats, a->budget, a->ctx);
         auto path = placement_path(a->model);
         auto m = model::load(a->model, {true});
-        tools::write_placement(plan, path, m->hp().n_ff, a->model);
+        loader::write_placement(plan, path, m->hp().n_ff, a->model);
         auto gib = [](uint64_t b) { return b / double(1ull << 30); };
         fmt::print("budget {:.3f} GiB: attention {:.3f}, predictors {:.3f}, norms {:.4f}, output head {:.3f}, KV cache {:.3f}, compute {:.4f}; "
                    "hot FFN rows {:.3f} GiB\n", gib(plan.budget), gib(plan.fixed.attention), gib(plan.fixed.predictors), gib(plan.fixed.norms),
@@ -200,9 +200,9 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
         if (a->powerinfer) so.kind = gguf::file_kind::powerinfer;  // one threshold: see write_sparse_model
         tools::write_sparse_model(a->model, a->out, p.layers, so);
         if (a->budget > 0) {
-          auto plan = tools::plan_placement(a->out, po.out_dir, a->budget, a->ctx);
+          auto plan = tools::plan_from_profile(a->out, po.out_dir, a->budget, a->ctx);
           auto m = model::load(a->out, {true});
-          tools::write_placement(plan, placement_path(a->out), m->hp().n_ff, a->out);
+          loader::write_placement(plan, placement_path(a->out), m->hp().n_ff, a->out);
           fmt::print(stderr, "{}", plan.table());
           fmt::print(stderr, "hotcold prepare: {:.1f}% of firings on hot neurons within {} GiB -> {}\n", 100 * plan.hot_mass, a->budget,
                      placement_path(a->out));

@@ -6,10 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "engine/hot_cold_ffn.hpp"
 #include "actors/pipeline.hpp"
-#include "engine/forward.hpp"
-#include "engine/trace.hpp"
+#include "loader/open.hpp"
 
 namespace hotcold::launcher {
 
@@ -32,13 +30,8 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required);
 // --pipeline actors|reference: the actor runtime, or the forward pass called directly.
 void add_pipeline_option(CLI::App* cmd, std::string& pipeline);
 
-struct loaded {
-  std::shared_ptr<const model> m;
-  std::unique_ptr<trace_recorder> trace;          // with --trace-out or record_choices
-  std::shared_ptr<const device_layers> device;  // what a hot device holds besides hot rows
-  std::shared_ptr<const hot_rows> hot;     // with a hot device other than the CPU, on a sparse file
-  std::shared_ptr<hot_cold_ffn> split;    // the same rows, for the reference pipeline
-  std::shared_ptr<inference_context> ctx;
+// A model opened for running (loader/open.hpp) and where its trace goes.
+struct loaded : loader::opened_model {
   std::string trace_path;
   // The actor pipeline over this context, hot rows and trace.
   // recall_every: steps between the predictors' recall checks (0: none).
@@ -47,7 +40,9 @@ struct loaded {
   void finish();
 };
 
-// Loads the model (the default model when none is given), logs it on stderr, sets the mode.
+// Loads the model (the default model when none is given), logs it on stderr and opens it for running
+// on the device the options name (loader::open_for_running), planning a placement from a profile
+// (tools/profile.hpp) when a sparse file on a device has none.
 // n_seq: sequences the context holds KV caches for.
 // ctx_override: the command's own context (at least -c's when given).
 loaded load(const model_args& a, int64_t ctx_override = 0, int64_t n_seq = 1);

@@ -102,15 +102,15 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   r.cpu_only_bytes += ffn_all;
 
   // The hybrid: the runtime's plan for this budget (hot neurons by firing counts).
-  plan_options po;
+  loader::plan_options po;
   po.ctx = ctx;
   po.kv_value_bytes = o.kv_value_bytes;
   if (sparse) {
     std::vector<uint64_t> counts = o.firing_counts;
     if (counts.empty()) counts.assign(static_cast<size_t>(hp.n_layer * hp.n_ff), 1);
-    r.plan = plan_placement(m, counts, o.budget, po);
+    r.plan = loader::plan_placement(m, counts, o.budget, po);
   } else {
-    r.plan = plan_device(m, o.budget, po);
+    r.plan = loader::plan_device(m, o.budget, po);
   }
   const double x_bytes = 4.0 * static_cast<double>(hp.n_embd);  // one activation vector
   double host = static_cast<double>(c.embedding_row), device = 0, cpu_s = host / cpu, gpu_s = 0, link_s = 0, crossings = 0, crossing_bytes = 0;

@@ -1,6 +1,6 @@
 #pragma once
 // hotcold plan: what a GPU would give, on paper. From the plan the runtime would make for a budget
-// (tools/placement: attention with its KV cache, predictors, the head, then hot FFN rows) and how
+// (loader/placement: attention with its KV cache, predictors, the head, then hot FFN rows) and how
 // often each neuron fires (a profile, or one active fraction for every neuron), the bytes a decoded
 // token reads on each side — counted by engine/read_costs, as the runtime counts them — the
 // crossings between them, and the tokens per second each side's bandwidth allows: for the CPU alone,
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "tools/placement.hpp"
+#include "loader/placement.hpp"
 
 namespace hotcold::tools {
 
@@ -51,7 +51,7 @@ struct planner_options {
 };
 
 struct plan_prediction {
-  placement_plan plan;             // the hybrid's plan (what the runtime would allocate)
+  loader::placement_plan plan;             // the hybrid's plan (what the runtime would allocate)
   double cpu_only_bytes = 0;       // a token on the CPU alone
   double host_bytes = 0, device_bytes = 0;  // the hybrid's, per token
   double crossings = 0;            // the hybrid's, per token

@@ -186,4 +186,36 @@ profile_data read_profile(const std::string& dir) {
   return d;
 }
 
+loader::placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx) {
+  auto m = model::load(model_path, {true});
+  const auto& hp = m->hp();
+  auto data = read_profile(stats_dir);
+  if (data.n_layer != hp.n_layer || data.n_ff != hp.n_ff)
+    throw std::invalid_argument(fmt::format("{}: the profile is of a model with {} layers x {} neurons, this one has {} x {}", stats_dir,
+                                            data.n_layer, data.n_ff, hp.n_layer, hp.n_ff));
+  return loader::plan_placement(*m, data.firing_counts, budget_gib, ctx);
+}
+
+std::vector<uint64_t> firing_counts_for(const std::string& model_path, const model& m, const short_profile_options& o) {
+  const auto& hp = m.hp();
+  const std::string beside = model_path + ".work";
+  if (fs::exists(fs::path(beside) / "firing_counts.u64")) {
+    try {
+      auto d = read_profile(beside);
+      if (d.n_layer == hp.n_layer && d.n_ff == hp.n_ff) return d.firing_counts;
+    } catch (const std::exception&) {
+      // unreadable: profile afresh
+    }
+  }
+  profile_options po;
+  po.model_path = model_path;
+  po.tokens = o.tokens;
+  po.chunk = std::min<int64_t>(256, hp.n_ctx_train);
+  po.threads = o.threads;
+  po.out_dir = (fs::path(o.cache_dir) / "profiles" / fs::path(model_path).filename()).string();
+  fs::create_directories(po.out_dir);
+  run_profile(po, o.progress);
+  return read_profile(po.out_dir).firing_counts;
+}
+
 }  // namespace hotcold::tools

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loader/placement.hpp"
 #include "model/model.hpp"
 #include "model/sampler.hpp"
 
@@ -71,5 +72,19 @@ struct profile_data {
   size_t record_bytes() const { return static_cast<size_t>(n_embd) * 4 + static_cast<size_t>((n_ff + 7) / 8) + static_cast<size_t>(n_ff) * 2; }
 };
 profile_data read_profile(const std::string& dir);
+
+// hotcold place: the plan for `model_path` from the firing counts of the profile in `stats_dir`.
+loader::placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);
+
+// The firing counts a run plans a placement from when it has none (loader::firing_counts_source): a
+// profile beside the model (prepare's MODEL.work) of this model's shape, else a short profile of text
+// the model samples itself, kept under cache_dir/profiles.
+struct short_profile_options {
+  std::string cache_dir;
+  int64_t tokens = 512;
+  int threads = 0;
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+std::vector<uint64_t> firing_counts_for(const std::string& model_path, const model& m, const short_profile_options& o);
 
 }  // namespace hotcold::tools

@@ -17,7 +17,7 @@
 #include "model/placement_file.hpp"
 #include "engine/read_costs.hpp"
 #include "engine/thread_pool.hpp"
-#include "tools/placement.hpp"
+#include "loader/placement.hpp"
 #include "tools/profile.hpp"
 
 namespace hotcold::tools {
@@ -201,7 +201,7 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   };
   std::vector<candidate> cands;
   if (!rec.hot.empty()) cands.push_back({"recorded", rec.hot});
-  for (double b : o.budgets_gib) cands.push_back({fmt::format("budget {:g} GiB", b), plan_placement(*m, counts, b, o.ctx).solution.hot});
+  for (double b : o.budgets_gib) cands.push_back({fmt::format("budget {:g} GiB", b), loader::plan_placement(*m, counts, b, o.ctx).solution.hot});
   for (const auto& p : o.placements) cands.push_back({p, read_placement_file(p, hp.n_layer, hp.n_ff).hot});
 
   whatif_result r;

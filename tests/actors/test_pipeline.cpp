@@ -16,6 +16,7 @@
 #include "actors/pipeline.hpp"
 #include "devices/device_info.hpp"
 #include "engine/device_layers.hpp"
+#include "loader/open.hpp"
 #include "model/reference.hpp"
 #include "model/sampler.hpp"
 #include "tests/engine/overlap_latch.hpp"
@@ -131,14 +132,13 @@ std::string split_file() {
   return path;
 }
 
-std::shared_ptr<const hot_rows> sim_rows(std::shared_ptr<const model> m) {
+std::shared_ptr<devices::device> sim_device(uint64_t budget) {
   devices::device_options o;
   o.kind = "sim";
-  o.budget = 64 << 20;
-  return std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
+  o.budget = budget;
+  return devices::make_device(o);
 }
 
-// Puts what `r` names on `dev` (a sim device of its own when null) for ctx's positions and sequences.
 // A 64 MiB device that computes as a GPU does: sim's kernels (--sim-kernels), or, with `real_gpu`
 // and a GPU present, the GPU itself.
 std::shared_ptr<devices::device> gpu_like_device(bool real_gpu = false) {
@@ -150,28 +150,52 @@ std::shared_ptr<devices::device> gpu_like_device(bool real_gpu = false) {
   return devices::make_device(o);
 }
 
-void hold_on_device(inference_context& ctx, const device_residency* r, std::shared_ptr<devices::device> dev) {
-  if (!r) return;
-  if (!dev) {
-    devices::device_options o;
-    o.kind = "sim";
-    o.budget = 256 << 20;
-    dev = devices::make_device(o);
-  }
-  device_residency here = *r;
-  here.ctx = ctx.n_ctx(), here.n_seq = ctx.n_seq();
-  ctx.set_device_layers(std::make_shared<const device_layers>(ctx.shared_model(), here, std::move(dev), ctx.kv_type()));
+// What a test puts on a hot device.
+struct on_device {
+  std::shared_ptr<devices::device> dev;  // null: a 256 MiB sim device of its own
+  std::optional<placement_data> hot;     // a sparse file's hot neurons
+  device_residency residency;            // what else the device holds (nothing by default)
+};
+
+// Every third neuron of each layer hot on a 64 MiB sim device (or on `dev`), and what `r` names.
+on_device third_hot(const model& m, std::shared_ptr<devices::device> dev = nullptr, const device_residency& r = {}) {
+  return {dev ? std::move(dev) : sim_device(64 << 20), test::every_third_hot(m.hp().n_layer, m.hp().n_ff), r};
 }
 
-void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std::shared_ptr<const hot_rows> hot, const device_residency* on_device = nullptr,
-                              int micro_batches = 1, std::shared_ptr<devices::device> dev = nullptr, double oracle_tolerance = test::f16_kv_tolerance) {
-  auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
-  ctx->set_mode(mode);
-  hold_on_device(*ctx, on_device, dev ? dev : hot ? hot->shared_device() : nullptr);
+// The model opened as every command opens one (loader::open_for_running): a context of 64 positions
+// for n_seq sequences on `threads` CPU workers, and what `d` puts on its device (the CPU alone when null).
+loader::opened_model open_model(std::shared_ptr<const model> m, ffn_mode mode, int64_t n_seq, const on_device* d = nullptr, int threads = 2,
+                                bool trace = false) {
+  loader::open_options o;
+  o.ctx = 64;
+  o.n_seq = n_seq;
+  o.threads = threads;
+  o.mode = mode;
+  o.trace = trace;
+  std::shared_ptr<devices::device> dev;
+  if (d) {
+    dev = d->dev ? d->dev : sim_device(256 << 20);
+    o.hot = d->hot;
+    o.residency = d->residency;
+  }
+  return loader::open_for_running(std::move(m), std::move(dev), o);
+}
+
+// The pipeline over what open_model opened, as the commands make it.
+pipeline_options options_for(const loader::opened_model& opened) {
   pipeline_options o;
+  o.hot = opened.hot;
+  o.trace = opened.trace.get();
+  return o;
+}
+
+void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, const on_device* d = nullptr, int micro_batches = 1,
+                              double oracle_tolerance = test::f16_kv_tolerance) {
+  const auto opened = open_model(m, mode, 3, d);
+  const auto& ctx = opened.ctx;
+  pipeline_options o = options_for(opened);
   o.micro_batches = micro_batches;
   o.prefill_chunk = 3;  // prompts in chunks, sharing steps with sequences already decoding
-  o.hot = hot;
   pipeline p(ctx, o);
   auto rs = three_requests(m->hp().n_vocab);
   std::vector<int64_t> ids;
@@ -206,17 +230,13 @@ void expect_matches_reference(std::shared_ptr<const model> m, ffn_mode mode, std
 // the trace's active sets, step by step (one sequence: a step's rows are its next positions), are
 // the reference's neuron mask. The prompt's logits agree within test::f16_kv_tolerance, and each greedy token is the
 // reference's best at its position (or ties it).
-void expect_oracle_with_chosen(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> hot, const device_residency* on_device = nullptr,
-                               double tolerance = test::f16_kv_tolerance) {
+void expect_oracle_with_chosen(std::shared_ptr<const model> m, const on_device* d = nullptr, double tolerance = test::f16_kv_tolerance) {
   const auto& hp = m->hp();
-  trace_recorder trace;
-  auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
-  ctx->set_mode(ffn_mode::sparse);
-  hold_on_device(*ctx, on_device, hot ? hot->shared_device() : nullptr);
-  pipeline_options o;
+  const auto opened = open_model(m, ffn_mode::sparse, 1, d, 2, /*trace=*/true);
+  const auto& ctx = opened.ctx;
+  const trace_recorder& trace = *opened.trace;
+  pipeline_options o = options_for(opened);
   o.prefill_chunk = 3;  // the prompt in three steps
-  o.hot = hot;
-  o.trace = &trace;
   generation_request r;
   for (int i = 0; i < 7; ++i) r.prompt.push_back(static_cast<token_id>((5 + 41 * i) % hp.n_vocab));
   r.prompt[0] = 1;
@@ -262,9 +282,9 @@ TEST(Pipeline, DenseFileGivesTheReferenceLogitsAndTokens) {
 
 TEST(Pipeline, SparseFileSplitWithSimGivesTheReferenceLogitsAndTokens) {
   auto m = model::load(split_file());
-  auto hot = sim_rows(m);
-  expect_matches_reference(m, ffn_mode::sparse, hot);
-  expect_oracle_with_chosen(m, hot);
+  const auto hot = third_hot(*m);
+  expect_matches_reference(m, ffn_mode::sparse, &hot);
+  expect_oracle_with_chosen(m, &hot);
 }
 
 // The same with the hot rows on a CUDA GPU (hotcold's kernels on the device's stream, the cold share
@@ -275,18 +295,17 @@ TEST(Pipeline, SparseFileSplitWithCudaGivesTheReferenceLogitsAndTokens) {
   devices::device_options o;
   o.kind = "cuda";
   o.budget = 64 << 20;
-  auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
-  expect_matches_reference(m, ffn_mode::sparse, hot);
-  expect_oracle_with_chosen(m, hot);
+  const auto hot = third_hot(*m, devices::make_device(o));
+  expect_matches_reference(m, ffn_mode::sparse, &hot);
+  expect_oracle_with_chosen(m, &hot);
   // And layer 0's attention with its KV cache, the predictors and the head there too.
-  auto gpu = devices::make_device(o);
-  auto hot_too = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), gpu);
   device_residency r;
   r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {0, 0};
   r.output = true;
   r.compute_bytes = 1 << 20;
-  expect_matches_reference(m, ffn_mode::sparse, hot_too, &r);
-  expect_oracle_with_chosen(m, hot_too, &r);
+  const auto hot_too = third_hot(*m, devices::make_device(o), r);
+  expect_matches_reference(m, ffn_mode::sparse, &hot_too);
+  expect_oracle_with_chosen(m, &hot_too);
 }
 
 // A hot device holding more than hot rows: the attention (with its KV cache) of layer 0, the
@@ -325,13 +344,10 @@ TEST_P(DeviceLayers, AttentionPredictorAndHeadOnSimGiveTheReference) {
   device_residency r;
   r.attention = {1, 0}, r.predictor = {0, 1}, r.ffn = {0, 0};
   r.output = true;
-  devices::device_options o;
-  o.kind = "sim";
-  o.budget = 64 << 20;
-  auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), devices::make_device(o));
-  expect_matches_reference(m, ffn_mode::sparse, hot, &r);  // the CPU engine's logits and tokens, every row type
+  const auto hot = third_hot(*m, nullptr, r);
+  expect_matches_reference(m, ffn_mode::sparse, &hot);  // the CPU engine's logits and tokens, every row type
   const bool float_rows = c.type == tensor_type::f16 || c.type == tensor_type::f32;
-  expect_oracle_with_chosen(m, hot, &r, float_rows ? test::f16_kv_tolerance : 1.5e-2);
+  expect_oracle_with_chosen(m, &hot, float_rows ? test::f16_kv_tolerance : 1.5e-2);
 }
 
 // The same on a device that computes as a GPU does (sim's kernels): layer 0's attention through the
@@ -355,15 +371,13 @@ TEST_P(DeviceLayers, AttentionOnAGpuLikeSimGivesTheReference) {
     EXPECT_THROW(device_layers(m, here, gpu_like, tensor_type::f16), std::invalid_argument);
     return;
   }
-  auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), gpu_like);
+  const auto hot = third_hot(*m, gpu_like, r);
   const bool float_rows = c.type == tensor_type::f16;
-  if (float_rows) expect_matches_reference(m, ffn_mode::sparse, hot, &r);
-  expect_oracle_with_chosen(m, hot, &r, float_rows ? test::f16_kv_tolerance : 1.5e-2);
-  auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
-  ctx->set_mode(ffn_mode::sparse);
-  hold_on_device(*ctx, &r, gpu_like);
-  ctx->forward(1, 0);
-  EXPECT_EQ(ctx->device()->choices_taken(), 1);  // layer 0's choice came with its attention
+  if (float_rows) expect_matches_reference(m, ffn_mode::sparse, &hot);
+  expect_oracle_with_chosen(m, &hot, float_rows ? test::f16_kv_tolerance : 1.5e-2);
+  const auto opened = open_model(m, ffn_mode::sparse, 1, &hot);
+  opened.ctx->forward(1, 0);
+  EXPECT_EQ(opened.ctx->device()->choices_taken(), 1);  // layer 0's choice came with its attention
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,
@@ -408,26 +422,20 @@ TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
   device_residency r;
   r.attention = {1, 1}, r.predictor = {1, 1}, r.ffn = {0, 0};
   r.output = true;
+  const auto hot = third_hot(*m, sim_device(256 << 20), r);
   for (int micro : {2, 3}) {
     SCOPED_TRACE(micro);
-    expect_matches_reference(m, ffn_mode::sparse, sim_rows(m), &r, micro);
+    expect_matches_reference(m, ffn_mode::sparse, &hot, micro);
   }
   // The trace, on a file whose shares of a layer take hundreds of microseconds: micro-batches' device
   // work (attention, hot rows) overlaps other micro-batches' cold shares. (A runtime that runs one
   // micro-batch after the other never does: each step's lanes get step numbers of their own.)
   auto big = busy_sparse_model();
-  trace_recorder trace;
-  auto ctx = std::make_shared<inference_context>(big, 64, 1, 4);
-  ctx->set_mode(ffn_mode::sparse);
-  ctx->set_trace(&trace);
-  devices::device_options d;
-  d.kind = "sim";
-  d.budget = 128 << 20;
-  auto sim = devices::make_device(d);
-  hold_on_device(*ctx, &r, sim);
-  pipeline_options o;
-  o.hot = std::make_shared<const hot_rows>(big, every_other_hot(), sim);
-  o.trace = &trace;
+  const on_device half{sim_device(128 << 20), every_other_hot(), r};
+  const auto opened = open_model(big, ffn_mode::sparse, 4, &half, 1, /*trace=*/true);
+  const auto& ctx = opened.ctx;
+  const trace_recorder& trace = *opened.trace;
+  pipeline_options o = options_for(opened);
   o.micro_batches = 2;
   {
     pipeline p(ctx, o);
@@ -452,16 +460,14 @@ TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
 // neither retries them one by one nor restarts its actors on a dead device.
 TEST(Pipeline, LostDeviceFailsEveryRequestWithItsErrorAndStopsRetrying) {
   auto m = model::load(split_file());
-  auto hot = sim_rows(m);
-  auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
-  ctx->set_mode(ffn_mode::sparse);
   device_residency r;
   r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {0, 0};
-  hold_on_device(*ctx, &r, hot->shared_device());
+  const auto hot = third_hot(*m, nullptr, r);
+  const auto opened = open_model(m, ffn_mode::sparse, 3, &hot);
+  const auto& ctx = opened.ctx;
   auto steps = std::make_shared<std::atomic<int>>(0);
-  devices::device* dev = &hot->device();
-  pipeline_options o;
-  o.hot = hot;
+  devices::device* dev = opened.dev.get();
+  pipeline_options o = options_for(opened);
   o.fault = [steps, dev](stage s, int64_t layer, const std::vector<int64_t>&) {
     if (s != stage::attention || layer != 1 || ++*steps < 4) return;
     dev->lose("an illegal memory access (simulated)");
@@ -504,27 +510,25 @@ void expect_gpu_jobs_on_sim_give_the_reference(tensor_type predictors) {
   EXPECT_TRUE(m->weights().layers[0].pred_fc2.interleaved16);
   auto gpu_like = gpu_like_device();
   EXPECT_FALSE(gpu_like->runs_host_work());
-  auto hot = std::make_shared<const hot_rows>(m, test::every_third_hot(m->hp().n_layer, m->hp().n_ff), gpu_like);
   // Layer 0's attention through the device's attention job (its products, RoPE, the F16 cache on the
   // device, the softmax), layer 1's on the host.
   device_residency r;
   r.attention = {1, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
   r.output = true;
   r.compute_bytes = 1 << 20;
-  expect_oracle_with_chosen(m, hot, &r, predictors == tensor_type::f16 ? test::f16_kv_tolerance : 1.5e-2);
+  const auto hot = third_hot(*m, gpu_like, r);
+  expect_oracle_with_chosen(m, &hot, predictors == tensor_type::f16 ? test::f16_kv_tolerance : 1.5e-2);
   // And F16 predictors choose what the CPU's do (their rows read in the right order): the CPU
   // engine's logits and tokens. (Q4_0 predictors meet float activations on a GPU and Q8_0 ones on
   // the CPU, so neurons at the threshold may go either way: DeviceLayers.GpuPredictorJobsChooseWhatTheCpuDoes.)
-  if (predictors == tensor_type::f16) expect_matches_reference(m, ffn_mode::sparse, hot, &r);
+  if (predictors == tensor_type::f16) expect_matches_reference(m, ffn_mode::sparse, &hot);
   // Layer 0's predictor ran inside its attention's job (one crossing for both): each token's choice
   // was taken from there, not computed again; layer 1's (attention on the host) by its own job.
   {
-    auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
-    ctx->set_mode(ffn_mode::sparse);
-    hold_on_device(*ctx, &r, gpu_like);
-    ctx->forward(1, 0);
-    ctx->forward(7, 1);
-    EXPECT_EQ(ctx->device()->choices_taken(), 2);
+    const auto opened = open_model(m, ffn_mode::sparse, 1, &hot);
+    opened.ctx->forward(1, 0);
+    opened.ctx->forward(7, 1);
+    EXPECT_EQ(opened.ctx->device()->choices_taken(), 2);
   }
   // A GPU's dense FFN job reads a down matrix, which a sparse file does not have (its down rows are
   // transposed): a whole FFN of this file is refused there, by name.
@@ -555,7 +559,8 @@ TEST(Pipeline, DenseFileWithALayerOnSimGivesTheReferenceLogitsAndTokens) {
   device_residency r;
   r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
   r.output = true;
-  expect_matches_reference(m, ffn_mode::dense, nullptr, &r);
+  const on_device layer0{nullptr, std::nullopt, r};
+  expect_matches_reference(m, ffn_mode::dense, &layer0);
 }
 
 // The same on a device that computes as a GPU does (sim's kernels): layer 0's attention and whole
@@ -582,15 +587,15 @@ TEST(Pipeline, DenseFileWithALayerOnGpuLikeSimGivesTheReference) {
       if (type == tensor_type::q4_0) {  // llama.cpp's Q4_0 preset: a Q6_K head, Q8_0 for falcon
         EXPECT_EQ(m->weights().output.type, arch == architecture::falcon ? tensor_type::q8_0 : tensor_type::q6_k);
       }
+      const on_device layer0{gpu_like, std::nullopt, r};
       if (type == tensor_type::f16) {
-        expect_matches_reference(m, ffn_mode::dense, nullptr, &r, 1, gpu_like);
+        expect_matches_reference(m, ffn_mode::dense, &layer0);
       } else {
         // Quantized rows meet float activations on a GPU and Q8_0 ones on the CPU: the model's own
         // logits (model/reference, float activations) within the quantization's reach.
-        auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
-        hold_on_device(*ctx, &r, gpu_like);
+        const auto opened = open_model(m, ffn_mode::dense, 1, &layer0);
         const std::vector<token_id> prompt{1, 7, 42, 9, 3};
-        const auto got = ctx->forward_batch(prompt, 0, true);
+        const auto got = opened.ctx->forward_batch(prompt, 0, true);
         const int64_t v = m->hp().n_vocab;
         std::vector<std::vector<float>> rows;
         for (size_t t = 0; t < prompt.size(); ++t) rows.emplace_back(got.begin() + static_cast<int64_t>(t) * v, got.begin() + static_cast<int64_t>(t + 1) * v);
@@ -624,7 +629,8 @@ TEST(Pipeline, Qwen2Qwen3Phi3GiveTheReferenceOnTheActorsAndAGpuLikeDevice) {
     r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
     r.output = true;
     r.compute_bytes = 1 << 20;
-    expect_matches_reference(m, ffn_mode::dense, nullptr, &r, 1, gpu_like_device(/*real_gpu=*/true));
+    const on_device layer0{gpu_like_device(/*real_gpu=*/true), std::nullopt, r};
+    expect_matches_reference(m, ffn_mode::dense, &layer0);
   }
 }
 
@@ -640,13 +646,13 @@ TEST(Pipeline, KQuantMixGivesTheReferenceOnTheActors) {
   EXPECT_EQ(m->weights().layers[1].ffn_down.type, tensor_type::q6_k);
   EXPECT_EQ(m->weights().output.type, tensor_type::q6_k);
   // (K-quant rows meet the activations quantized to Q8_K, which model/reference does not do.)
-  expect_matches_reference(m, ffn_mode::dense, nullptr, nullptr, 1, nullptr, 2.5e-2);
+  expect_matches_reference(m, ffn_mode::dense, nullptr, 1, 2.5e-2);
   const auto path = (test::scratch_dir() / "pl_q4_k_m_sparse.gguf").string();
   if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 256, 256, 32, -0.5f, 3), {});
   auto sparse = model::load(path);
   EXPECT_EQ(sparse->weights().layers[0].ffn_down_t.type, tensor_type::q4_k);
-  auto hot = sim_rows(sparse);
-  expect_matches_reference(sparse, ffn_mode::sparse, hot);
+  const auto hot = third_hot(*sparse);
+  expect_matches_reference(sparse, ffn_mode::sparse, &hot);
 }
 
 // With every fixed part on the device and every neuron hot there, a decoded token reads only its
@@ -655,24 +661,17 @@ TEST(Pipeline, KQuantMixGivesTheReferenceOnTheActors) {
 TEST(Pipeline, HostReadsNoneOfWhatTheDeviceHolds) {
   auto m = model::load(split_file());
   const auto& hp = m->hp();
-  auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
-  ctx->set_mode(ffn_mode::sparse);
-  devices::device_options d;
-  d.kind = "sim";
-  d.budget = 64 << 20;
-  auto sim = devices::make_device(d);
   device_residency r;
   r.attention = {1, 1}, r.predictor = {1, 1}, r.ffn = {0, 0};
   r.output = true;
-  hold_on_device(*ctx, &r, sim);
   placement_data all;
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     all.hot.emplace_back();
     for (int32_t i = 0; i < hp.n_ff; ++i) all.hot.back().push_back(i);
   }
-  pipeline_options o;
-  o.hot = std::make_shared<const hot_rows>(m, all, sim);
-  pipeline p(ctx, o);
+  const on_device everything{sim_device(64 << 20), all, r};
+  const auto opened = open_model(m, ffn_mode::sparse, 1, &everything);
+  pipeline p(opened.ctx, options_for(opened));
   const int64_t id = p.submit(greedy({1}, 6));
   auto got = drain(p, 1)[id];
   ASSERT_EQ(got.tokens.size(), 6u);
@@ -686,8 +685,8 @@ TEST(Pipeline, HostReadsNoneOfWhatTheDeviceHolds) {
 
 TEST(Pipeline, SparseFileOnTheCpuAloneGivesTheReferenceLogitsAndTokens) {
   auto m = model::load(split_file());
-  expect_matches_reference(m, ffn_mode::sparse, nullptr);
-  expect_oracle_with_chosen(m, nullptr);
+  expect_matches_reference(m, ffn_mode::sparse);
+  expect_oracle_with_chosen(m);
 }
 
 // What the actors measure for /metrics: one request in one-token steps through the sim split, with a
@@ -697,10 +696,10 @@ TEST(Pipeline, SparseFileOnTheCpuAloneGivesTheReferenceLogitsAndTokens) {
 TEST(Pipeline, LiveStatsCountWhatTheStepsDid) {
   auto m = model::load(split_file());
   const auto& hp = m->hp();
-  auto ctx = std::make_shared<inference_context>(m, 64, 2, 1);
-  ctx->set_mode(ffn_mode::sparse);
-  pipeline_options o;
-  o.hot = sim_rows(m);
+  const auto hot = third_hot(*m);
+  const auto opened = open_model(m, ffn_mode::sparse, 1, &hot);
+  const auto& ctx = opened.ctx;
+  pipeline_options o = options_for(opened);
   o.recall_every = 1;
   pipeline p(ctx, o);
   generation_request r = three_requests(hp.n_vocab)[0];
@@ -839,14 +838,13 @@ TEST(Pipeline, CancelledRequestLeavesAtAStepBoundary) {
 // the fault is in the cold pool actor; without one, in the hot executor that runs the chain itself.
 TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
   auto m = model::load(split_file());
-  for (auto [persistent, hot] : {std::pair{true, sim_rows(m)}, std::pair{false, sim_rows(m)}, std::pair{true, std::shared_ptr<const hot_rows>()},
-                                 std::pair{false, std::shared_ptr<const hot_rows>()}}) {
+  const auto hot = third_hot(*m);
+  for (auto [persistent, with_device] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}, std::pair{false, false}}) {
     SCOPED_TRACE(persistent ? "persistent fault" : "one fault");
-    SCOPED_TRACE(hot ? "hot device" : "no hot device");
-    auto ctx = std::make_shared<inference_context>(m, 64, 2, 3);
-    ctx->set_mode(ffn_mode::sparse);
-    pipeline_options o;
-    o.hot = hot;
+    SCOPED_TRACE(with_device ? "hot device" : "no hot device");
+    const auto opened = open_model(m, ffn_mode::sparse, 3, with_device ? &hot : nullptr);
+    const auto& ctx = opened.ctx;
+    pipeline_options o = options_for(opened);
     auto faults = std::make_shared<std::atomic<int>>(0);
     const int64_t victim = 1;  // the second request submitted
     o.fault = [faults, persistent, victim](stage s, int64_t layer, const std::vector<int64_t>& requests) {
@@ -891,28 +889,19 @@ TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
 // and the head on the same device, and the trace names the actors' threads.
 TEST(Pipeline, HotAndColdOverlapInTheTrace) {
   auto m = busy_sparse_model();
-  devices::device_options d;
-  d.kind = "sim";
-  d.budget = 64 << 20;
   // Each side of a layer is held until the other has begun (test::overlap_latch): the generation
   // gets through only if the two run at the same time, however busy the machine is.
   const int pairs = 24 * 2;
-  auto kept = std::make_unique<trace_recorder>();
+  std::unique_ptr<trace_recorder> kept;
   test::overlap_latch latch;
-  latch.attach(*kept);
   {
-    auto ctx = std::make_shared<inference_context>(m, 64, 1, 2);
-    ctx->set_mode(ffn_mode::sparse);
-    ctx->set_trace(kept.get());
-    auto sim = devices::make_device(d);
-    device_residency on_device;
-    on_device.attention = {1, 0}, on_device.predictor = {0, 1}, on_device.ffn = {0, 0};
-    on_device.output = true;
-    hold_on_device(*ctx, &on_device, sim);
-    pipeline_options po;
-    po.hot = std::make_shared<const hot_rows>(m, every_other_hot(), sim);
-    po.trace = kept.get();
-    pipeline p(ctx, po);
+    device_residency held;
+    held.attention = {1, 0}, held.predictor = {0, 1}, held.ffn = {0, 0};
+    held.output = true;
+    const on_device half{sim_device(64 << 20), every_other_hot(), held};
+    auto opened = open_model(m, ffn_mode::sparse, 2, &half, 1, /*trace=*/true);
+    latch.attach(*opened.trace);
+    pipeline p(opened.ctx, options_for(opened));
     generation_request r;
     r.prompt = {1};
     r.n_predict = 24;
@@ -921,6 +910,7 @@ TEST(Pipeline, HotAndColdOverlapInTheTrace) {
     p.submit(r);
     auto got = drain(p, 1);
     ASSERT_EQ(got.begin()->second.tokens.size(), 24u);
+    kept = std::move(opened.trace);
   }
   std::set<std::string> names;
   std::map<std::pair<int64_t, int64_t>, int> hot, cold;

@@ -1,4 +1,4 @@
-#include "tools/placement.hpp"
+#include "loader/placement.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -11,9 +11,8 @@
 #include "model/model.hpp"
 #include "model/placement_file.hpp"
 #include "engine/read_costs.hpp"
-#include "tools/profile.hpp"
 
-namespace hotcold::tools {
+namespace hotcold::loader {
 
 placement_solution solve_placement(const placement_problem& p) {
   const size_t L = p.bytes.size();
@@ -93,16 +92,6 @@ placement_solution solve_placement(const placement_problem& p) {
     s.value += prefix[l][take[l]];
   }
   return s;
-}
-
-placement_plan plan_placement(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx) {
-  auto m = model::load(model_path, {true});
-  const auto& hp = m->hp();
-  auto data = read_profile(stats_dir);
-  if (data.n_layer != hp.n_layer || data.n_ff != hp.n_ff)
-    throw std::invalid_argument(fmt::format("{}: the profile is of a model with {} layers x {} neurons, this one has {} x {}", stats_dir,
-                                            data.n_layer, data.n_ff, hp.n_layer, hp.n_ff));
-  return plan_placement(*m, data.firing_counts, budget_gib, ctx);
 }
 
 device_residency placement_plan::residency() const {
@@ -266,4 +255,4 @@ placement_data write_placement(const placement_plan& plan, const std::string& pa
   return data;
 }
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::loader

@@ -10,14 +10,15 @@
 #include "model/model.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "model/placement_file.hpp"
-#include "tools/auto_placement.hpp"
-#include "tools/placement.hpp"
+#include "loader/auto_placement.hpp"
+#include "loader/placement.hpp"
+#include "tools/profile.hpp"
 #include "tools/sparse_file.hpp"
 
 namespace hotcold {
 namespace {
 
-uint64_t brute_force(const tools::placement_problem& p) {
+uint64_t brute_force(const loader::placement_problem& p) {
   std::vector<std::pair<uint64_t, uint64_t>> items;  // bytes, value
   for (size_t l = 0; l < p.bytes.size(); ++l)
     for (uint64_t c : p.counts[l]) items.push_back({p.bytes[l], c});
@@ -34,7 +35,7 @@ uint64_t brute_force(const tools::placement_problem& p) {
 TEST(Placement, MatchesBruteForce) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 400; ++trial) {
-    tools::placement_problem p;
+    loader::placement_problem p;
     int layers = 1 + static_cast<int>(rng() % 3);
     bool equal = trial % 2 == 0;
     int size = 1 + static_cast<int>(rng() % 4);
@@ -45,7 +46,7 @@ TEST(Placement, MatchesBruteForce) {
       p.counts.push_back(c);
     }
     p.budget = 1000 * (rng() % 16) + rng() % 1000;
-    auto s = tools::solve_placement(p);
+    auto s = loader::solve_placement(p);
     ASSERT_TRUE(s.exact);
     ASSERT_LE(s.bytes, p.budget);
     uint64_t value = 0;
@@ -58,13 +59,13 @@ TEST(Placement, MatchesBruteForce) {
 
 TEST(Placement, LayersAreNumbersNotStrings) {
   // Layer 10 must stay layer 10 (PowerInfer sorted "blk.10" before "blk.2").
-  tools::placement_problem p;
+  loader::placement_problem p;
   for (int l = 0; l < 12; ++l) {
     p.bytes.push_back(100);
     p.counts.push_back({static_cast<uint64_t>(l == 10 ? 1000 : 1), 0});
   }
   p.budget = 100;
-  auto s = tools::solve_placement(p);
+  auto s = loader::solve_placement(p);
   ASSERT_EQ(s.hot[10], std::vector<int32_t>{0});
   for (int l = 0; l < 12; ++l) {
     if (l != 10) {
@@ -74,7 +75,7 @@ TEST(Placement, LayersAreNumbersNotStrings) {
 }
 
 TEST(Placement, FilesRoundTrip) {
-  tools::placement_plan plan;
+  loader::placement_plan plan;
   plan.solution.hot = {{1, 5, 7}, {}, {0}};
   plan.solution.bytes = 12345;
   plan.budget = 1 << 20;
@@ -82,7 +83,7 @@ TEST(Placement, FilesRoundTrip) {
   const auto model_path = (test::scratch_dir() / "m.gguf").string();
   std::ofstream(model_path) << "not a model, but a file with a size and a time";
   auto path = (test::scratch_dir() / "m.gguf.generated.gpuidx").string();
-  tools::write_placement(plan, path, 8, model_path);
+  loader::write_placement(plan, path, 8, model_path);
   auto f = gguf::file::open(path);
   EXPECT_EQ(f.kind(), gguf::file_kind::powerinfer);
   EXPECT_EQ(f.find("split.vram_capacity")->as_u64(), 12345u);
@@ -131,7 +132,7 @@ TEST(Placement, DenseFilesOffloadWholeLayers) {
   const auto& hp = m->hp();
   ASSERT_FALSE(m->has_predictors());
   const auto& W = m->weights();
-  tools::plan_options po;
+  loader::plan_options po;
   po.ctx = 32;
   const uint64_t kv = static_cast<uint64_t>(po.ctx * hp.n_embd_kv() * 2 * 2);
   auto layer = [&](size_t l) {
@@ -139,14 +140,14 @@ TEST(Placement, DenseFilesOffloadWholeLayers) {
     return w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.attn_norm.bytes() + w.ffn_norm.bytes() + kv + w.ffn_gate.bytes() +
            w.ffn_up.bytes() + w.ffn_down.bytes();
   };
-  const uint64_t compute = tools::compute_buffer_bytes(hp, po.ctx);
+  const uint64_t compute = loader::compute_buffer_bytes(hp, po.ctx);
   int seen_partial = 0;
   for (int64_t want = 0; want <= hp.n_layer; ++want) {
     SCOPED_TRACE(want);
     uint64_t bytes = compute;
     for (int64_t l = 0; l < want; ++l) bytes += layer(static_cast<size_t>(l));
     // Room for `want` layers and not one more.
-    const tools::placement_plan p = tools::plan_device(*m, bytes + (want < hp.n_layer ? layer(static_cast<size_t>(want)) - 1 : 0), po);
+    const loader::placement_plan p = loader::plan_device(*m, bytes + (want < hp.n_layer ? layer(static_cast<size_t>(want)) - 1 : 0), po);
     EXPECT_TRUE(p.whole_layers);
     for (int64_t l = 0; l < hp.n_layer; ++l) {
       EXPECT_EQ(p.layers[static_cast<size_t>(l)].attention, l < want);
@@ -161,13 +162,13 @@ TEST(Placement, DenseFilesOffloadWholeLayers) {
   EXPECT_GT(seen_partial, 0);
   // Forced counts.
   po.n_gpu_layers = 1;
-  const auto one = tools::plan_device(*m, 1 << 30, po);
+  const auto one = loader::plan_device(*m, 1 << 30, po);
   EXPECT_TRUE(one.layers[0].ffn);
   EXPECT_FALSE(one.layers[1].attention);
   po.n_gpu_layers = hp.n_layer + 1;
-  EXPECT_THROW(tools::plan_device(*m, 1 << 30, po), std::invalid_argument);
+  EXPECT_THROW(loader::plan_device(*m, 1 << 30, po), std::invalid_argument);
   po.n_gpu_layers = 2;
-  EXPECT_THROW(tools::plan_device(*m, compute + layer(0), po), std::invalid_argument);  // the second does not fit
+  EXPECT_THROW(loader::plan_device(*m, compute + layer(0), po), std::invalid_argument);  // the second does not fit
 }
 
 // The plan fills the device in PowerInfer's order with exact bytes: for every budget from the compute
@@ -188,7 +189,7 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = (i * 7919) % 101;
   const int64_t ctx = 64;
   const uint64_t kv = static_cast<uint64_t>(ctx * hp.n_embd_kv() * 2 * 2);
-  EXPECT_THROW(tools::plan_placement(*m, counts, 1.0 / (1 << 30), ctx), std::invalid_argument);  // one byte: not even the buffers
+  EXPECT_THROW(loader::plan_placement(*m, counts, 1.0 / (1 << 30), ctx), std::invalid_argument);  // one byte: not even the buffers
   // Each kind's bytes in layer l, as the tensors say.
   auto attention = [&](size_t l) { const auto& w = W.layers[l]; return w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.attn_norm.bytes() + kv; };
   auto predictor = [&](size_t l) { return W.layers[l].pred_fc1.bytes() + W.layers[l].pred_fc2.bytes(); };
@@ -198,9 +199,9 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
   bool saw_partial_attention = false, saw_hot = false, saw_stop = false;
   for (double kib = 4; kib < 4096; kib *= 1.25) {
     SCOPED_TRACE(kib);
-    tools::placement_plan p;
+    loader::placement_plan p;
     try {
-      p = tools::plan_placement(*m, counts, kib / (1 << 20), ctx);
+      p = loader::plan_placement(*m, counts, kib / (1 << 20), ctx);
     } catch (const std::invalid_argument&) {
       continue;  // below the compute buffers
     }
@@ -208,7 +209,7 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
     EXPECT_LE(p.bytes(), p.budget);
     uint64_t left = p.budget - p.fixed.compute;
     // One kind: a prefix of the layers, each with its own bytes, stopped only by a layer that did not fit.
-    auto kind = [&](const char* name, bool tools::layer_placement::*on, uint64_t tools::layer_placement::*bytes, auto field, auto unit) {
+    auto kind = [&](const char* name, bool loader::layer_placement::*on, uint64_t loader::layer_placement::*bytes, auto field, auto unit) {
       SCOPED_TRACE(name);
       size_t l = 0;
       for (; l < p.layers.size() && p.layers[l].*on; ++l) {
@@ -223,7 +224,7 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
     };
     // A layer's attention goes with its KV cache and its FFN norm (applied where attention leaves the
     // residual stream).
-    kind("attention", &tools::layer_placement::attention, &tools::layer_placement::attention_bytes, [&](size_t l) { return attention(l) - kv; },
+    kind("attention", &loader::layer_placement::attention, &loader::layer_placement::attention_bytes, [&](size_t l) { return attention(l) - kv; },
          [&](size_t l) { return attention(l) + ffn_norm(l); });
     for (size_t l = 0; l < p.layers.size(); ++l) {
       EXPECT_EQ(p.layers[l].kv_bytes, p.layers[l].attention ? kv : 0);
@@ -231,7 +232,7 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
       EXPECT_EQ(p.layers[l].ffn_norm_bytes, p.layers[l].attention ? ffn_norm(l) : 0);
     }
     const int64_t n_attention = std::count_if(p.layers.begin(), p.layers.end(), [](const auto& pl) { return pl.attention; });
-    kind("predictors", &tools::layer_placement::predictor, &tools::layer_placement::predictor_bytes, predictor, predictor);
+    kind("predictors", &loader::layer_placement::predictor, &loader::layer_placement::predictor_bytes, predictor, predictor);
     if (p.output) left -= head;
     else EXPECT_GT(head, left) << "the head fitted but was left out";
     EXPECT_LE(p.solution.bytes, left) << "hot rows beyond what the head left";
@@ -270,39 +271,44 @@ TEST(Placement, PlanCountsTheDevicesStepBuffers) {
   const auto path = (dir / "sparse.gguf").string();
   tools::write_sparse_model(dense_path, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
   auto m = model::load(path);
-  tools::plan_options po;
+  loader::plan_options po;
   po.ctx = 64;
   const uint64_t budget = 64 << 20;  // everything fits
-  const auto without = tools::plan_device(*m, budget, po);
+  const auto without = loader::plan_device(*m, budget, po);
   po.step_bytes = 123456;
-  const auto with = tools::plan_device(*m, budget, po);
+  const auto with = loader::plan_device(*m, budget, po);
   EXPECT_EQ(without.fixed.step, 0u);
   EXPECT_EQ(with.fixed.step, 123456u);
   EXPECT_EQ(with.left + 123456u, without.left);
   EXPECT_EQ(with.bytes(), without.bytes() + 123456u);
   EXPECT_NE(with.table().find("0.12 MiB of FFN-rows step buffers"), std::string::npos) << with.table();
   EXPECT_EQ(without.table().find("step buffers"), std::string::npos);
-  EXPECT_EQ(tools::plan_device(*model::load(dense_path), budget, po).fixed.step, 0u);
+  EXPECT_EQ(loader::plan_device(*model::load(dense_path), budget, po).fixed.step, 0u);
 
   // A placement made for a budget whose plan left room for every hot row, then a device whose step
   // buffers take most of that room: planned again, and the reason says why.
   std::vector<uint64_t> counts(static_cast<size_t>(o.n_layer * o.n_ff), 1);
   po.step_bytes = 0;
-  const auto fixed = tools::plan_device(*m, budget, po);
+  const auto fixed = loader::plan_device(*m, budget, po);
   const uint64_t tight = budget - fixed.left + 200 * 1024;  // 200 KiB for hot rows
-  const auto first = tools::plan_placement(*m, counts, tight, po);
+  const auto first = loader::plan_placement(*m, counts, tight, po);
   ASSERT_GT(first.solution.bytes, 100u * 1024);
-  tools::write_placement(first, placement_path(path), o.n_ff, path);
+  loader::write_placement(first, placement_path(path), o.n_ff, path);
   auto again = model::load(path);
   ASSERT_TRUE(again->placement());
-  tools::auto_placement_options ao;
+  loader::auto_placement_options ao;
   ao.cache_dir = (dir / "cache").string();
-  ao.profile_tokens = 64;
-  ao.threads = 1;
-  const auto same = tools::ensure_placement(path, *again, tight, po, ao);
+  ao.firing_counts = [&](const std::string& model_path, const model& mm) {
+    tools::short_profile_options so;
+    so.cache_dir = ao.cache_dir;
+    so.tokens = 64;
+    so.threads = 1;
+    return tools::firing_counts_for(model_path, mm, so);
+  };
+  const auto same = loader::ensure_placement(path, *again, tight, po, ao);
   EXPECT_FALSE(same.made) << same.reason;
   po.step_bytes = 150 * 1024;
-  const auto replanned = tools::ensure_placement(path, *again, tight, po, ao);
+  const auto replanned = loader::ensure_placement(path, *again, tight, po, ao);
   EXPECT_TRUE(replanned.made);
   EXPECT_NE(replanned.reason.find("more than the"), std::string::npos) << replanned.reason;
   EXPECT_LE(replanned.plan.bytes(), tight);

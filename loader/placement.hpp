@@ -1,5 +1,5 @@
 #pragma once
-// hotcold place: what lives on the fast device under a memory budget, in PowerInfer's order: the
+// The plan (the one `hotcold place` prints and the runtime allocates): what lives on the fast device under a memory budget, in PowerInfer's order: the
 // compute buffers, then each layer's attention (its norms, Q/K/V/O, its KV cache at the context, and
 // the FFN norm applied where attention leaves the residual stream) front to back, then the
 // predictors, the output head, and only then hot FFN neurons. Each kind fills layers front to back
@@ -24,7 +24,7 @@ class model;
 struct hparams;
 }
 
-namespace hotcold::tools {
+namespace hotcold::loader {
 
 // The knapsack at the heart of placement: layer l offers n neurons of `bytes[l]` each, whose values
 // are `counts[l][i]`; choose neurons within `budget` bytes maximizing the total value.
@@ -100,9 +100,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
 // plan_device, then the hot neurons with what is left.
 placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, uint64_t budget, const plan_options& o);
 
-// Plans placement for `model_path` from the firing counts in `stats_dir` (hotcold profile).
-placement_plan plan_placement(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);
-// The same from firing counts in hand (n_layer x n_ff).
+// The same with a budget in GiB and a context, as `hotcold place` takes them.
 placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx);
 
 // Writes the plan's hot neurons as a placement file (model/placement_file.hpp), with what it was made
@@ -110,4 +108,4 @@ placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firin
 // Returns what it wrote.
 placement_data write_placement(const placement_plan& plan, const std::string& path, int64_t n_ff, const std::string& model_path);
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::loader

@@ -1,4 +1,4 @@
-#include "tools/auto_placement.hpp"
+#include "loader/auto_placement.hpp"
 
 #include <filesystem>
 #include <optional>
@@ -7,40 +7,15 @@
 #include <fmt/format.h>
 
 #include "model/model.hpp"
-#include "tools/profile.hpp"
 
 namespace fs = std::filesystem;
 
-namespace hotcold::tools {
+namespace hotcold::loader {
 
 namespace {
 
 std::string cached_path(const std::string& model_path, const std::string& cache_dir) {
   return (fs::path(cache_dir) / "placements" / fs::path(placement_path(model_path)).filename()).string();
-}
-
-// Firing counts: a profile beside the model (prepare's work folder) of this model's shape, else a
-// short one now, in the cache folder.
-std::vector<uint64_t> firing_counts(const std::string& model_path, const model& m, const auto_placement_options& o) {
-  const auto& hp = m.hp();
-  const std::string beside = model_path + ".work";
-  if (fs::exists(fs::path(beside) / "firing_counts.u64")) {
-    try {
-      auto d = read_profile(beside);
-      if (d.n_layer == hp.n_layer && d.n_ff == hp.n_ff) return d.firing_counts;
-    } catch (const std::exception&) {
-      // unreadable: profile afresh
-    }
-  }
-  profile_options po;
-  po.model_path = model_path;
-  po.tokens = o.profile_tokens;
-  po.chunk = std::min<int64_t>(256, hp.n_ctx_train);
-  po.threads = o.threads;
-  po.out_dir = (fs::path(o.cache_dir) / "profiles" / fs::path(model_path).filename()).string();
-  fs::create_directories(po.out_dir);
-  run_profile(po, o.progress);
-  return read_profile(po.out_dir).firing_counts;
 }
 
 }  // namespace
@@ -83,7 +58,10 @@ auto_placement ensure_placement(const std::string& model_path, const model& m, u
                                                            had.kv_layer_bytes / double(1 << 20), wanted.kv_layer_bytes / double(1 << 20));
   }
   if (!m.has_predictors()) throw std::invalid_argument(fmt::format("{}: a placement needs a sparse file (predictors in every layer); make one with `hotcold prepare`", model_path));
-  const auto counts = firing_counts(model_path, m, o);
+  if (!o.firing_counts)
+    throw std::invalid_argument(fmt::format("{}: {}, and no profile to plan one from here; make one with `hotcold place` (or `hotcold prepare --vram-budget`)",
+                                            model_path, r.reason));
+  const auto counts = o.firing_counts(model_path, m);
   r.plan = plan_placement(m, counts, budget, p);
   r.made = true;
   r.path = placement_path(model_path);
@@ -97,4 +75,4 @@ auto_placement ensure_placement(const std::string& model_path, const model& m, u
   return r;
 }
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::loader

@@ -1,0 +1,174 @@
+#include "loader/open.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "devices/device_info.hpp"
+
+namespace hotcold::loader {
+
+namespace {
+
+void say(const log_line& log, const std::string& line) {
+  if (log) log(line);
+}
+
+// The KV cache (keys and values, every layer and sequence) must fit in this machine's memory.
+void check_kv_fits(const hparams& hp, int64_t ctx, int64_t n_seq, tensor_type kv_type) {
+  const double kv_bytes = 2.0 * (kv_type == tensor_type::f32 ? 4.0 : 2.0) * static_cast<double>(hp.n_layer) * static_cast<double>(hp.n_embd_kv()) *
+                          static_cast<double>(ctx) * static_cast<double>(n_seq);
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (ram > 0 && kv_bytes > ram)
+    throw std::invalid_argument(fmt::format("-c {}: the KV cache for {} sequence{} would take {:.1f} GiB, more than this machine's {:.1f} GiB of memory",
+                                            ctx, n_seq, n_seq == 1 ? "" : "s", kv_bytes / double(1ull << 30), ram / double(1ull << 30)));
+}
+
+// What the device can run besides hot rows, for the plan: everything on sim; on a GPU what its kernels
+// read (attention, predictors, dense FFNs and the head with F16, Q8_0 or Q4_0 weights).
+plan_options plan_options_for(const model& m, const devices::device& dev, const inference_context& ctx, const open_options& o) {
+  const auto& hp = m.hp();
+  const auto& w0 = m.weights().layers[0];
+  const bool split_ffn = m.has_predictors();
+  plan_options po;
+  po.ctx = ctx.n_ctx();
+  po.n_seq = ctx.n_seq();
+  po.kv_value_bytes = ctx.kv_type() == tensor_type::f32 ? 4 : 2;
+  po.attention = attention_runs_on(dev, w0) && (split_ffn || dense_ffn_runs_on(dev, w0));
+  po.predictors = w0.pred_fc1 && dev.supports(devices::operation::predict, w0.pred_fc1.type) && w0.pred_fc2.type == w0.pred_fc1.type;
+  po.head = dev.supports(devices::operation::matvec, m.weights().output.type);
+  po.n_gpu_layers = o.n_gpu_layers;
+  po.step_bytes = split_ffn ? dev.reserve_bytes(devices::operation::ffn_rows, inference_context::max_batch, hp.n_embd, hp.n_ff) : 0;
+  if (o.n_gpu_layers >= 0 && split_ffn)
+    throw std::invalid_argument("--n-gpu-layers counts the layers of a dense file the device holds whole; a sparse file's plan puts attention "
+                                "first and the hot neurons in what is left");
+  if (!split_ffn && !po.attention)
+    throw std::invalid_argument(fmt::format("--device {} on a dense file: its kernels do not read this file's layers ({} attention, {} FFN weights: "
+                                            "they read F16, Q8_0 and Q4_0); use --device cpu",
+                                            dev.name(), tensor_type_name(w0.wo.type), tensor_type_name(w0.ffn_up.type)));
+  return po;
+}
+
+// The plan for this device's budget, the context (the device holds that KV cache), its sequences and
+// the KV cache's type: compute buffers, attention with its cache, predictors and the head first (on a
+// device that runs them), hot FFN rows in what is left (docs/commands.md, "Devices"). A dense file
+// offloads whole layers instead. `hot` gets the placement of a sparse file (the one beside it, or
+// planned now).
+placement_plan plan_for(const opened_model& r, const open_options& o, placement_data& hot) {
+  const model& m = *r.m;
+  const plan_options po = plan_options_for(m, *r.dev, *r.ctx, o);
+  placement_plan plan = plan_device(m, r.dev->budget(), po);
+  if (m.has_predictors() && !o.hot) {
+    auto placed = ensure_placement(m.path(), m, r.dev->budget(), po, o.placement);
+    if (placed.made) {
+      say(o.log, fmt::format("hotcold: {}: planned a placement for {:.4g} GiB at context {} ({:.1f}% of the profiled firings on hot neurons); wrote {}",
+                             placed.reason, r.dev->budget() / double(1ull << 30), plan.ctx, 100 * placed.plan.hot_mass, placed.path));
+      plan = placed.plan;
+    }
+    hot = std::move(placed.data);
+  }
+  if (!m.has_predictors() || !plan.solution.hot.empty() || plan.fixed.total() > plan.fixed.compute) {
+    std::string table = plan.table();
+    if (!table.empty() && table.back() == '\n') table.pop_back();
+    say(o.log, table);
+  }
+  return plan;
+}
+
+// What the plan (or the caller) puts on the device, in its order: compute buffers, attention with its
+// KV cache, predictors, the head; then a sparse file's hot rows, computed beside the cold pool.
+void put_on_device(opened_model& r, const open_options& o) {
+  const model& m = *r.m;
+  const auto& hp = m.hp();
+  placement_data hot;
+  if (o.hot) hot = *o.hot;
+  device_residency residency;
+  if (o.residency) {
+    residency = *o.residency;
+    residency.ctx = r.ctx->n_ctx(), residency.n_seq = r.ctx->n_seq();
+  } else {
+    r.plan = plan_for(r, o, hot);
+    residency = r.plan->residency();
+  }
+  if (!o.residency || residency.any() || residency.compute_bytes > 0) {
+    r.device = std::make_shared<const device_layers>(r.m, residency, r.dev, r.ctx->kv_type());
+    r.ctx->set_device_layers(r.device);
+  }
+  if (m.has_predictors()) {
+    try {
+      r.hot = std::make_shared<const hot_rows>(r.m, hot, r.dev);
+    } catch (const devices::out_of_device_memory& e) {
+      throw std::invalid_argument(fmt::format("{}: the placement's hot rows ({:.1f} MiB) do not fit in what the plan leaves of the budget: {}",
+                                              placement_path(m.path()), hot.vram_capacity / double(1 << 20), e.what()));
+    }
+    if (r.trace) r.trace->set_hot_neurons(hot.hot);
+    r.split = std::make_shared<hot_cold_ffn>(r.m, r.hot, r.ctx->pool());  // one set of CPU workers
+    r.split->set_trace(r.trace.get());
+    r.ctx->set_ffn_executor(r.split);
+  }
+  const auto on = [](const std::vector<uint8_t>& v) { return std::count(v.begin(), v.end(), uint8_t{1}); };
+  say(o.log, fmt::format("hotcold: hot device {}: attention and KV cache of {} of {} layers, {} predictors, {} dense FFNs, the head {}; {:.1f} MiB of hot "
+                         "FFN rows; {:.1f} of {:.1f} MiB allocated; the rest runs on the {} CPU threads",
+                         r.dev->name(), on(residency.attention), hp.n_layer, on(residency.predictor), on(residency.ffn),
+                         residency.output ? "there" : "on the CPU", r.hot ? r.hot->bytes() / double(1 << 20) : 0.0, r.dev->used() / double(1 << 20),
+                         r.dev->budget() / double(1 << 20), r.ctx->pool().size()));
+}
+
+}  // namespace
+
+std::shared_ptr<devices::device> choose_device(const model& m, devices::device_options o, const log_line& log) {
+  if (o.sim_kernels && o.kind != "sim") throw std::invalid_argument("--sim-kernels needs --device sim");
+  if (o.kind == "auto") {
+    const auto gpus = devices::probe_cuda();
+    std::string why_not;
+    if (gpus.devices.empty()) why_not = "-";
+    else if (const auto t = m.weights().layers[0].ffn_up.type; t != tensor_type::f16 && t != tensor_type::q8_0 && t != tensor_type::q4_0)
+      why_not = fmt::format("its kernels read F16, Q8_0 or Q4_0 FFN rows, not {}", tensor_type_name(t));
+    if (why_not.empty()) {
+      o.kind = gpus.kind;
+      say(log, fmt::format("hotcold: --device auto: {} {} (use --device cpu to run on the CPU alone)", gpus.kind, gpus.devices[0].name));
+    } else {
+      if (why_not != "-") say(log, fmt::format("hotcold: --device auto: {} {} is present, but {}: the CPU runs everything", gpus.kind, gpus.devices[0].name, why_not));
+      o.kind = "cpu";
+    }
+  }
+  return devices::make_device(o);
+}
+
+opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<devices::device> dev, const open_options& o) {
+  const auto& hp = m->hp();
+  const bool on_device = dev && dev->kind() != devices::device_kind::cpu;
+  // Without a thread count: every hardware thread, but one left for a sim device's own thread (a
+  // stand-in for an accelerator that computes beside the CPU, which it can only do with a core of its own).
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : dev && dev->kind() == devices::device_kind::sim ? std::max(1, hw - 1) : hw;
+  const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  const ffn_mode mode = o.mode ? *o.mode : m->has_predictors() ? ffn_mode::sparse : ffn_mode::dense;
+  say(o.log, fmt::format("hotcold: context {} ({} KV cache), {} threads, {} FFN", ctx, o.kv_type == tensor_type::f32 ? "F32" : "F16", threads,
+                         mode == ffn_mode::sparse ? "sparse" : "dense"));
+  if (const auto* pl = m->placement()) {
+    int64_t hot = 0;
+    for (const auto& layer : pl->hot) hot += static_cast<int64_t>(layer.size());
+    say(o.log, fmt::format("hotcold: placement {}: {} hot neurons ({:.1f}% of the FFN), {:.3f} GiB of FFN rows for the fast device", placement_path(m->path()),
+                           hot, 100.0 * static_cast<double>(hot) / static_cast<double>(hp.n_layer * hp.n_ff), pl->vram_capacity / double(1ull << 30)));
+  }
+  check_kv_fits(hp, ctx, o.n_seq, o.kv_type);
+  if (o.n_gpu_layers >= 0 && !on_device) throw std::invalid_argument("--n-gpu-layers needs a hot device (--device sim, cuda or hip)");
+  opened_model r;
+  r.m = m;
+  r.dev = dev;
+  r.ctx = std::make_shared<inference_context>(m, ctx, threads, o.n_seq, o.kv_type);
+  r.ctx->set_mode(mode);
+  if (o.trace) {
+    r.trace = std::make_unique<trace_recorder>();
+    r.ctx->set_trace(r.trace.get());
+  }
+  if (on_device) put_on_device(r, o);
+  return r;
+}
+
+}  // namespace hotcold::loader
