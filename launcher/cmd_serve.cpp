@@ -9,7 +9,7 @@
 #include "launcher/commands.hpp"
 #include "launcher/option_checks.hpp"
 #include "launcher/model_options.hpp"
-#include "launcher/server.hpp"
+#include "server/server.hpp"
 #include "model/chat_template.hpp"
 #include "protocol/curve.hpp"
 
@@ -30,7 +30,7 @@ extern "C" void on_stop_signal(int) {
 void add_serve_command(CLI::App& app, int& exit_code) {
   struct args {
     model_args m;
-    server_options s;
+    server::server_options s;
     int64_t parallel = 4;
   };
   auto a = std::make_shared<args>();
@@ -72,12 +72,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");
   cmd->callback([a, &exit_code] {
     exit_code = run_guarded("serve", [&] {
-      check_bind(a->s);
+      server::check_bind(a->s);
       std::signal(SIGINT, on_stop_signal);
       std::signal(SIGTERM, on_stop_signal);
       auto l = load(a->m, 0, a->parallel);
       serving.store(true);
-      const auto c = serve(l, a->s, stop_requested);
+      const auto c = server::serve(l, a->s, stop_requested);
       fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable, {} keys refused, {} clients cut off\n",
                  c.frames, c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable, c.refused_keys, c.cut_off);
       l.finish();

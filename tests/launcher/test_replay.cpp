@@ -18,7 +18,7 @@
 #include <zmq_addon.hpp>
 
 #include "protocol/messages.hpp"
-#include "tests/launcher/serve_process.hpp"
+#include "tests/server/serve_process.hpp"
 #include "tools/client.hpp"
 
 namespace {

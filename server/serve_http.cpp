@@ -1,14 +1,14 @@
-#include "launcher/serve_http.hpp"
+#include "server/serve_http.hpp"
 
 #include <chrono>
 #include <filesystem>
 
 #include <fmt/format.h>
 
-#include "launcher/openai_api.hpp"
+#include "server/openai_api.hpp"
 #include "model/chat_template.hpp"
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 // A body of the OpenAI-style API may hold a long conversation.
 constexpr size_t api_body_limit = 8 << 20;
@@ -65,4 +65,4 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
   return h;
 }
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

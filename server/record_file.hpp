@@ -4,7 +4,7 @@
 // file that does not end in a newline (cut short before) gets one first.
 #include <string>
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 class record_file {
  public:
@@ -24,4 +24,4 @@ class record_file {
   int fd_ = -1;
 };
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

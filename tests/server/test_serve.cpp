@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/curve.hpp"
-#include "tests/launcher/png.hpp"
-#include "tests/launcher/serve_process.hpp"
+#include "tests/server/png.hpp"
+#include "tests/server/serve_process.hpp"
 #include "tools/client.hpp"
 
 extern char** environ;

@@ -13,10 +13,10 @@
 
 #include <zmq.hpp>
 
-#include "launcher/http_server.hpp"
+#include "server/http_server.hpp"
 #include "model/chat_template.hpp"
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 struct openai_setup {
   zmq::context_t* zmq = nullptr;
@@ -46,4 +46,4 @@ class openai_api {
   std::shared_ptr<const openai_setup> s_;
 };
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

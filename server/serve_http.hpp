@@ -9,16 +9,16 @@
 #include <zmq.hpp>
 
 #include "actors/metrics.hpp"
-#include "launcher/http_server.hpp"
-#include "launcher/model_options.hpp"
-#include "launcher/serve_monitor.hpp"
-#include "launcher/server.hpp"
+#include "server/http_server.hpp"
+#include "loader/open.hpp"
+#include "server/serve_monitor.hpp"
+#include "server/server_options.hpp"
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 struct serve_http_parts {
   const server_options& o;
-  const loaded& l;
+  const loader::opened_model& l;
   const actors::metrics& metrics;
   const serve_status& status;
   zmq::context_t& zmq;
@@ -31,4 +31,4 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p);
 // --api-key and the keys of --api-key-file; throws std::invalid_argument for a bad key or file.
 std::vector<std::string> api_keys(const server_options& o);
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

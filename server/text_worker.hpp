@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 class text_worker {
  public:
@@ -97,4 +97,4 @@ class text_worker {
   std::thread thread_;
 };
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

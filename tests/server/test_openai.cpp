@@ -23,7 +23,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/launcher/serve_process.hpp"
+#include "tests/server/serve_process.hpp"
 #include "tools/client.hpp"
 
 namespace {

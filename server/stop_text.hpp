@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 class stop_text {
  public:
@@ -48,4 +48,4 @@ class stop_text {
   bool stopped_ = false;
 };
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

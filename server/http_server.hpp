@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 class http_exchange;
 
@@ -127,4 +127,4 @@ class http_server {
   std::thread thread_;
 };
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

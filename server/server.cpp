@@ -1,4 +1,4 @@
-#include "launcher/server.hpp"
+#include "server/server.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -18,12 +18,13 @@
 #include <zmq_addon.hpp>
 
 #include "actors/metrics.hpp"
-#include "launcher/http_server.hpp"
-#include "launcher/serve_http.hpp"
-#include "launcher/record_file.hpp"
-#include "launcher/serve_monitor.hpp"
-#include "launcher/stop_text.hpp"
-#include "launcher/text_worker.hpp"
+#include "actors/pipeline.hpp"
+#include "server/http_server.hpp"
+#include "server/serve_http.hpp"
+#include "server/record_file.hpp"
+#include "server/serve_monitor.hpp"
+#include "server/stop_text.hpp"
+#include "server/text_worker.hpp"
 #include "engine/bandwidth.hpp"
 #include "engine/read_costs.hpp"
 #include "model/chat_template.hpp"
@@ -32,7 +33,7 @@
 #include "protocol/endpoint.hpp"
 #include "protocol/messages.hpp"
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -89,9 +90,9 @@ struct live {
   std::vector<double> itl_s;
 };
 
-class server {
+class serving_loop {
  public:
-  server(loaded& l, const server_options& o) : l_(l), o_(o), v_(l.m->vocabulary()) {}
+  serving_loop(loader::opened_model& l, const server_options& o) : l_(l), o_(o), v_(l.m->vocabulary()) {}
 
   server_counters run(const std::atomic<bool>& stop) {
     check_bind(o_);
@@ -118,7 +119,11 @@ class server {
     // limits and metrics as ZeroMQ clients, without CURVE (nothing outside the process reaches it).
     const std::string local_endpoint = fmt::format("inproc://hotcold-api-{}", static_cast<const void*>(this));
     local_.bind(local_endpoint);
-    pipe_ = l_.make_pipeline(32, o_.recall_every);
+    actors::pipeline_options po;
+    po.hot = l_.hot;
+    po.trace = l_.trace.get();
+    po.recall_every = o_.recall_every;
+    pipe_ = std::make_unique<actors::pipeline>(l_.ctx, po);
     if (!o_.record.empty()) record_ = record_file(o_.record);
     status_.started = clock_type::now();
     std::unique_ptr<http_server> http;
@@ -547,7 +552,7 @@ class server {
     metrics_.set_reply_bytes_queued(total);
   }
 
-  loaded& l_;
+  loader::opened_model& l_;
   const server_options& o_;
   const vocab& v_;
   zmq::context_t zctx_;
@@ -593,6 +598,6 @@ void check_bind(const server_options& o) {
   }
 }
 
-server_counters serve(loaded& l, const server_options& o, const std::atomic<bool>& stop) { return server(l, o).run(stop); }
+server_counters serve(loader::opened_model& l, const server_options& o, const std::atomic<bool>& stop) { return serving_loop(l, o).run(stop); }
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

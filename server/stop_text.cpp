@@ -1,8 +1,8 @@
-#include "launcher/stop_text.hpp"
+#include "server/stop_text.hpp"
 
 #include <algorithm>
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 stop_text::stop_text(std::vector<std::string> stops) : stops_(std::move(stops)) {
   for (const auto& s : stops_) longest_ = std::max(longest_, s.size());
@@ -49,4 +49,4 @@ void stop_text::release(size_t upto, const sink& out) {
   held_.erase(held_.begin(), stopped_ ? held_.end() : held_.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

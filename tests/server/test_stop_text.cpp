@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/stop_text.hpp"
+#include "server/stop_text.hpp"
 
-using hotcold::launcher::stop_text;
+using hotcold::server::stop_text;
 
 namespace {
 

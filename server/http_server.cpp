@@ -1,4 +1,4 @@
-#include "launcher/http_server.hpp"
+#include "server/http_server.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -25,7 +25,7 @@
 
 #include "protocol/text_file.hpp"
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -465,4 +465,4 @@ http_server::~http_server() {
   for (auto& w : impl_->worker_threads) w.t.join();
 }
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

@@ -1,4 +1,4 @@
-#include "launcher/serve_monitor.hpp"
+#include "server/serve_monitor.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "launcher/dashboard.hpp"
+#include "server/dashboard.hpp"
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 http_reply serve_monitor::operator()(const http_request& req) const {
   if (req.method != "GET") return {405, "text/plain", "GET only\n"};
@@ -111,4 +111,4 @@ http_reply serve_monitor::event_stream(int64_t frames, int64_t period_ms) const 
   return head;
 }
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

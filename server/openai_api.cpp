@@ -1,4 +1,4 @@
-#include "launcher/openai_api.hpp"
+#include "server/openai_api.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 
 #include "protocol/messages.hpp"
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 namespace {
 
 using json = nlohmann::ordered_json;  // fields in the order the API documents them
@@ -431,4 +431,4 @@ http_reply openai_api::operator()(const http_request& req) const {
                "invalid_request_error", "unknown_url");
 }
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/metrics.hpp"
-#include "launcher/http_server.hpp"
+#include "server/http_server.hpp"
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 // What the serving loop publishes for the HTTP thread.
 struct serve_status {
@@ -41,4 +41,4 @@ class serve_monitor {
   bool remote_pages_ = false;
 };
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "tests/launcher/serve_process.hpp"
+#include "tests/server/serve_process.hpp"
 #include "tools/client.hpp"
 
 namespace {

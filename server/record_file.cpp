@@ -1,4 +1,4 @@
-#include "launcher/record_file.hpp"
+#include "server/record_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-namespace hotcold::launcher {
+namespace hotcold::server {
 
 record_file::record_file(const std::string& path) : path_(path) {
   if (std::filesystem::is_directory(path)) throw std::invalid_argument(fmt::format("--record {}: a directory, not a file", path));
@@ -51,4 +51,4 @@ bool record_file::write_all(const std::string& bytes) {
   return true;
 }
 
-}  // namespace hotcold::launcher
+}  // namespace hotcold::server
