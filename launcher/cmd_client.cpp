@@ -8,6 +8,7 @@
 #include "launcher/option_checks.hpp"
 #include "model/sampler.hpp"
 #include "protocol/curve.hpp"
+#include "server/sampling_map.hpp"
 #include "tools/client.hpp"
 
 namespace hotcold::launcher {
@@ -60,25 +61,24 @@ void add_client_command(CLI::App& app, int& exit_code) {
         return;
       }
       if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
-      nlohmann::json sampling = {{"temperature", a->p.temperature}, {"top_k", a->p.top_k}, {"top_p", a->p.top_p}, {"min_p", a->p.min_p},
-                                 {"repeat_penalty", a->p.repeat_penalty}, {"repeat_last_n", a->p.penalty_last_n},
-                                 {"frequency_penalty", a->p.frequency_penalty}, {"presence_penalty", a->p.presence_penalty}};
-      if (seed->count()) sampling["seed"] = a->p.seed;
-      nlohmann::json req = {{"prompt", f->count() ? read_text_file(a->file) : a->prompt}, {"n_predict", a->n_predict}, {"sampling", sampling},
-                            {"parse_special", a->parse_special}};
+      protocol::generate_request req;
+      req.prompt = f->count() ? read_text_file(a->file) : a->prompt;
+      req.n_predict = a->n_predict;
+      req.params = server::wire_sampling_of(a->p, seed->count() ? std::optional<uint64_t>(a->p.seed) : std::nullopt);
+      req.parse_special = a->parse_special;
       auto g = c.generate(
           req,
-          [](const nlohmann::json&, std::string_view bytes) {
-            std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+          [](const protocol::token_reply& t) {
+            std::fwrite(t.bytes.data(), 1, t.bytes.size(), stdout);
             std::fflush(stdout);
           },
           a->cancel_after > 0 ? std::optional<int64_t>(a->cancel_after) : std::nullopt);
       fmt::print("\n");
       if (!seed->count()) fmt::print(stderr, "hotcold: seed {}\n", g.seed);
       const auto& d = g.done;
-      fmt::print(stderr, "hotcold: {} after {} tokens; first token after {:.0f} ms, {:.0f} ms in all\n", d.value("finish", "?"),
-                 d.value("generated_tokens", 0), d["timings"].value("time_to_first_token_ms", 0.0), d["timings"].value("total_ms", 0.0));
-      if (d.value("finish", "") == "error") throw std::runtime_error("the server ended the request with an error");
+      fmt::print(stderr, "hotcold: {} after {} tokens; first token after {:.0f} ms, {:.0f} ms in all\n", d.finish, d.generated_tokens,
+                 d.t.time_to_first_token_ms, d.t.total_ms);
+      if (d.finish == "error") throw std::runtime_error("the server ended the request with an error");
     });
   });
 }

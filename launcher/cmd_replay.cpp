@@ -186,7 +186,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
           bool ok = true;
           try {
             if (!c) c = std::make_unique<tools::client>(a->endpoint, reply_timeout);
-            c->generate(*request, [&](const json&, std::string_view) {
+            c->generate(*request, [&](const protocol::token_reply&) {
               const auto now = clock_type::now();
               if (ttft < 0) ttft = std::chrono::duration<double>(now - start).count();
               else gaps.push_back(std::chrono::duration<double>(now - last).count());

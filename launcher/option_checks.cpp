@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "protocol/messages.hpp"
+#include "server/sampling_map.hpp"
 
 namespace hotcold::launcher {
 
@@ -57,11 +58,8 @@ CLI::Validator whole_in(long long lo, long long hi) {
 }
 
 void check_sampling_flags(const sampling_params& p) {
-  protocol::sampling s;
-  s.temperature = p.temperature, s.top_k = p.top_k, s.top_p = p.top_p, s.min_p = p.min_p, s.repeat_penalty = p.repeat_penalty;
-  s.repeat_last_n = p.penalty_last_n, s.frequency_penalty = p.frequency_penalty, s.presence_penalty = p.presence_penalty;
   try {
-    protocol::check_sampling(s);
+    protocol::check_sampling(server::wire_sampling_of(p, std::nullopt));
   } catch (const std::invalid_argument& e) {
     // The protocol's field names, as the flags are spelt.
     std::string m = e.what();

@@ -7,8 +7,6 @@
 
 namespace hotcold::protocol {
 
-constexpr int protocol_version = 1;  // bumped on any incompatible change to the wire schema
-
 enum class transport { tcp, ipc, inproc };
 
 struct endpoint {

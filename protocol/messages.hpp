@@ -1,8 +1,11 @@
 #pragma once
-// The wire schema between clients and `hotcold serve` (protocol/README.md): one JSON object per
-// ZeroMQ frame, version 1. decode_request turns any bytes into a request or a protocol_error that
-// names what is wrong; nothing a client sends can make it throw, allocate past the limits, or crash.
-// The encoders write the replies. This room knows nothing of models: tokens are plain integers.
+// The whole codec of the wire between clients and `hotcold serve` (protocol/README.md; the same
+// schema as data in protocol/schema.json, which the Python client reads): one JSON object per ZeroMQ
+// frame, version 1, encoded and decoded in both directions — the server decodes requests and encodes
+// replies, every client (hotcold client, tools/client.hpp, the HTTP API) encodes requests and decodes
+// replies. decode_request turns any bytes into a request or a protocol_error that names what is
+// wrong; nothing a client sends can make it throw, allocate past the limits, or crash. This room
+// knows nothing of models: tokens are plain integers.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -10,7 +13,11 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace hotcold::protocol {
+
+constexpr int protocol_version = 1;  // bumped on any incompatible change to the wire schema
 
 enum class error_code {
   bad_frame,            // not a JSON object (or not UTF-8 text)
@@ -25,6 +32,7 @@ enum class error_code {
   internal,             // the server failed; the request ended
 };
 std::string_view error_code_name(error_code c);
+std::optional<error_code> error_code_from_name(std::string_view name);
 
 // Limits the decoder enforces (the server may lower them from its flags).
 struct limits {
@@ -96,33 +104,87 @@ struct protocol_error {
 };
 
 std::variant<request, protocol_error> decode_request(std::string_view frame, const limits& l = {});
+// Any request as its frame (every field written; a generate's sampling whole, its seed when set).
+std::string encode_request(const request& r);
+// A generate's fields without v, type and id: its frame's body, and what a record of it keeps.
+nlohmann::json generate_body(const generate_request& g);
 const std::string& request_id(const request& r);
+std::string_view request_type(const request& r);  // "generate", "cancel", ...
 
 // ---- Replies -------------------------------------------------------------------------------------
 
 struct timings {
   double queued_ms = 0, time_to_first_token_ms = 0, total_ms = 0;
 };
-std::string encode_accepted(std::string_view id, int64_t prompt_tokens, uint64_t seed);
-// text: the piece's bytes (invalid UTF-8 becomes U+FFFD there); the exact bytes also go as base64 in
-// "bytes", so a client can print exactly what `hotcold run` prints.
-std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted);
-std::string base64(std::string_view bytes);
-// Throws std::invalid_argument on anything that is not base64.
-std::string unbase64(std::string_view text);
-// finish: length, stop, stop_string, context, cancelled, error. text: the whole generated text when the
-// request did not stream (else empty and left out).
-std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
-                        std::optional<std::string_view> text = std::nullopt);
-std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms = std::nullopt);
-std::string encode_health(std::string_view id, std::string_view status, int64_t active, int64_t queued);
-std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens);
 struct model_facts {
   std::string path, architecture, activation, mode;  // mode: dense or sparse
   int64_t n_vocab = 0, n_ctx = 0, n_layer = 0, n_embd = 0, n_ff = 0;
   int32_t bos = -1, eos = -1;
 };
+
+struct accepted_reply {
+  std::string id;
+  int64_t prompt_tokens = 0;
+  uint64_t seed = 0;  // the seed the sampler uses
+};
+struct token_reply {
+  std::string id;
+  int64_t index = 0;   // 0 for the first generated token
+  int32_t token = 0;
+  std::string bytes;   // the piece's exact bytes (on the wire: "text", invalid UTF-8 as U+FFFD, and "bytes", base64)
+  double ms = 0;       // since accepted
+};
+struct done_reply {
+  std::string id;
+  std::string finish;  // length, stop, stop_string, context, cancelled, error
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  timings t;
+  std::optional<std::string> text;  // the whole generated text when the request did not stream
+};
+struct error_reply {
+  protocol_error error;  // its id empty: the frame named none (null on the wire)
+  std::optional<int64_t> retry_after_ms;
+};
+struct health_reply {
+  std::string id, status;  // ok, stopping
+  int64_t active = 0, queued = 0;
+};
+struct tokens_reply {
+  std::string id;
+  std::vector<int32_t> tokens;
+};
+struct text_reply {
+  std::string id, text;
+};
+struct model_info_reply {
+  std::string id;
+  model_facts model;
+};
+using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply, health_reply, tokens_reply, text_reply, model_info_reply>;
+
+std::string encode_reply(const reply& r);
+// A reply frame of this version as the struct of its type, or a protocol_error (bad_frame,
+// unsupported_version, unknown_type, invalid_field) naming what is wrong with it.
+std::variant<reply, protocol_error> decode_reply(std::string_view frame);
+std::string_view reply_type(const reply& r);  // "accepted", "token", ...
+const std::string& reply_id(const reply& r);
+
+// The server's encoders, one per reply type (encode_reply writes the same).
+std::string encode_accepted(std::string_view id, int64_t prompt_tokens, uint64_t seed);
+// text: the piece's bytes (invalid UTF-8 becomes U+FFFD there); the exact bytes also go as base64 in
+// "bytes", so a client can print exactly what `hotcold run` prints.
+std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted);
+// text: the whole generated text when the request did not stream (else left out).
+std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
+                        std::optional<std::string_view> text = std::nullopt);
+std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms = std::nullopt);
+std::string encode_health(std::string_view id, std::string_view status, int64_t active, int64_t queued);
+std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens);
 std::string encode_model_info(std::string_view id, const model_facts& m);
 std::string encode_text(std::string_view id, std::string_view text);
+
+std::string base64(std::string_view bytes);
+// Throws std::invalid_argument on anything that is not base64.
+std::string unbase64(std::string_view text);
 
 }  // namespace hotcold::protocol

@@ -67,7 +67,7 @@ struct completion_request {
   bool chat = true, stream = false, include_usage = false;
   std::vector<token_id> tokens;
   int64_t n_predict = 0;
-  json sampling = json::object();
+  protocol::sampling sampling;  // what the API does not give: hotcold run's defaults
   std::vector<std::string> stop;
 };
 
@@ -97,18 +97,19 @@ std::string content_text(const json& m, size_t i, const std::string& role) {
 // has that this server does not do.
 void common_fields(const json& body, completion_request& r, const openai_setup& s) {
   if (auto n = whole(body, "n", 1, 128); n && *n != 1) throw unsupported("n", "'n' above 1 (one choice per request; send several requests)");
-  if (auto t = number(body, "temperature", 0, 2)) r.sampling["temperature"] = *t;
-  if (auto p = number(body, "top_p", 0, 1)) r.sampling["top_p"] = *p;
-  if (auto f = number(body, "frequency_penalty", -2, 2)) r.sampling["frequency_penalty"] = *f;
-  if (auto p = number(body, "presence_penalty", -2, 2)) r.sampling["presence_penalty"] = *p;
+  protocol::sampling& p = r.sampling;
+  if (auto t = number(body, "temperature", 0, 2)) p.temperature = *t;
+  if (auto t = number(body, "top_p", 0, 1)) p.top_p = *t;
+  if (auto f = number(body, "frequency_penalty", -2, 2)) p.frequency_penalty = *f;
+  if (auto f = number(body, "presence_penalty", -2, 2)) p.presence_penalty = *f;
   // llama.cpp's server takes these too; hotcold's sampler has them.
-  if (auto k = whole(body, "top_k", -1, 1 << 30)) r.sampling["top_k"] = *k;
-  if (auto m = number(body, "min_p", 0, 1)) r.sampling["min_p"] = *m;
-  if (auto p = number(body, "repeat_penalty", 0, 100)) r.sampling["repeat_penalty"] = *p;
+  if (auto k = whole(body, "top_k", -1, 1 << 30)) p.top_k = static_cast<int32_t>(*k);
+  if (auto m = number(body, "min_p", 0, 1)) p.min_p = *m;
+  if (auto t = number(body, "repeat_penalty", 0, 100)) p.repeat_penalty = *t;
   if (const json* seed = field(body, "seed")) {
     if (!seed->is_number_integer() || (!seed->is_number_unsigned() && seed->get<int64_t>() < 0))
       throw bad_field("seed", "'seed' must be a whole number 0..2^64-1");
-    r.sampling["seed"] = seed->get<uint64_t>();
+    p.seed = seed->get<uint64_t>();
   }
   if (const json* stop = field(body, "stop")) {
     if (stop->is_string()) {
@@ -231,17 +232,19 @@ std::optional<std::string> finish_reason(const std::string& finish) {
 }
 
 // An error reply of the ZeroMQ protocol, as the API answers it.
-api_failure from_protocol(const json& e, bool chat) {
-  const std::string code = e.value("code", "internal"), message = e.value("message", "the request failed");
-  if (code == "busy") {
-    api_failure f{429, message, "rate_limit_error", "queue_full", ""};
-    f.param = std::to_string(std::max<int64_t>(1, (e.value("retry_after_ms", int64_t{1000}) + 999) / 1000));  // Retry-After, seconds
-    return f;
+api_failure from_protocol(const protocol::error_reply& e, bool chat) {
+  const std::string& message = e.error.message;
+  switch (e.error.code) {
+    case protocol::error_code::busy: {
+      api_failure f{429, message, "rate_limit_error", "queue_full", ""};
+      f.param = std::to_string(std::max<int64_t>(1, (e.retry_after_ms.value_or(1000) + 999) / 1000));  // Retry-After, seconds
+      return f;
+    }
+    case protocol::error_code::shutting_down: return {503, message, "server_error", "shutting_down", ""};
+    case protocol::error_code::too_large: return {400, message, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt"};
+    case protocol::error_code::invalid_field: return {400, message, "invalid_request_error", "invalid_value", ""};
+    default: return {500, message, "server_error", std::string(protocol::error_code_name(e.error.code)), ""};
   }
-  if (code == "shutting_down") return {503, message, "server_error", "shutting_down", ""};
-  if (code == "too_large") return {400, message, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt"};
-  if (code == "invalid_field") return {400, message, "invalid_request_error", "invalid_value", ""};
-  return {500, message, "server_error", code, ""};
 }
 
 http_reply failure_reply(const api_failure& f) {
@@ -280,9 +283,13 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
   // client that stops reading is dropped by the send deadline, its sequence cancelled.
   sock.set(zmq::sockopt::rcvhwm, 0);
   sock.connect(s.endpoint);
-  json g{{"v", 1}, {"type", "generate"}, {"id", "http"}, {"tokens", r.tokens}, {"n_predict", r.n_predict}, {"sampling", r.sampling}, {"stop", r.stop}, {"stream", true}};
-  const std::string frame = dumped(g);
-  sock.send(zmq::buffer(frame), zmq::send_flags::none);
+  protocol::generate_request g;
+  g.id = "http";
+  g.tokens.assign(r.tokens.begin(), r.tokens.end());
+  g.n_predict = static_cast<int32_t>(r.n_predict);
+  g.params = r.sampling;
+  g.stop = r.stop;
+  sock.send(zmq::buffer(protocol::encode_request(g)), zmq::send_flags::none);
 
   const std::string id = random_id(r.chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();
@@ -304,8 +311,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
   std::chrono::steady_clock::time_point cancelled_at;
   for (;;) {
     if (!cancelled && ex.client_gone()) {  // it will not read the rest: free its sequence
-      const std::string cancel = dumped(json{{"v", 1}, {"type", "cancel"}, {"id", "http"}});
-      sock.send(zmq::buffer(cancel), zmq::send_flags::dontwait);
+      sock.send(zmq::buffer(protocol::encode_request(protocol::cancel_request{g.id})), zmq::send_flags::dontwait);
       cancelled = true;
       cancelled_at = std::chrono::steady_clock::now();
     }
@@ -319,15 +325,16 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
     zmq::message_t msg;
     if (!sock.recv(msg, zmq::recv_flags::dontwait)) continue;
-    json m = json::parse(msg.to_string_view(), nullptr, false);
-    const std::string type = m.is_object() ? m.value("type", "") : "";
-    if (type == "error") {
-      const auto f = from_protocol(m, r.chat);
+    auto decoded = protocol::decode_reply(msg.to_string_view());
+    if (!std::holds_alternative<protocol::reply>(decoded)) continue;  // (the server writes every reply with the same codec)
+    const protocol::reply& m = std::get<protocol::reply>(decoded);
+    if (const auto* e = std::get_if<protocol::error_reply>(&m)) {
+      const auto f = from_protocol(*e, r.chat);
       if (!started) ex.reply(failure_reply(f));
       else ex.send(error_event(f));
       return;
     }
-    if (type == "accepted") {
+    if (std::holds_alternative<protocol::accepted_reply>(m)) {
       started = true;
       if (r.stream && !cancelled) {
         http_reply head{200, "text/event-stream", r.chat ? chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}) : ""};
@@ -336,8 +343,8 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
       }
       continue;
     }
-    if (type == "token") {
-      pending += protocol::unbase64(m.value("bytes", ""));
+    if (const auto* t = std::get_if<protocol::token_reply>(&m)) {
+      pending += t->bytes;
       const size_t whole_part = complete_utf8(pending);
       if (whole_part == 0) continue;
       const std::string piece = pending.substr(0, whole_part);
@@ -346,18 +353,18 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
       if (r.stream && !cancelled) ex.send(chunk(piece_choice(piece, nullptr)));
       continue;
     }
-    if (type != "done") continue;
+    const auto* done = std::get_if<protocol::done_reply>(&m);
+    if (!done) continue;
     text += pending;
-    const auto reason = finish_reason(m.value("finish", "error"));
+    const auto reason = finish_reason(done->finish);
     if (cancelled) return;
     if (!reason) {
-      const api_failure f{m.value("finish", "") == "cancelled" ? 503 : 500,
-                          fmt::format("the generation ended early ({})", m.value("finish", "error")), "server_error", m.value("finish", "error"), ""};
+      const api_failure f{done->finish == "cancelled" ? 503 : 500, fmt::format("the generation ended early ({})", done->finish), "server_error", done->finish, ""};
       if (!r.stream) ex.reply(failure_reply(f));
       else ex.send(error_event(f));
       return;
     }
-    const int64_t prompt_tokens = m.value("prompt_tokens", int64_t{0}), completion_tokens = m.value("generated_tokens", int64_t{0});
+    const int64_t prompt_tokens = done->prompt_tokens, completion_tokens = done->generated_tokens;
     const json usage{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens}, {"total_tokens", prompt_tokens + completion_tokens}};
     if (r.stream) {
       std::string tail;

@@ -22,6 +22,7 @@
 #include "server/http_server.hpp"
 #include "server/serve_http.hpp"
 #include "server/record_file.hpp"
+#include "server/sampling_map.hpp"
 #include "server/serve_monitor.hpp"
 #include "server/stop_text.hpp"
 #include "server/text_worker.hpp"
@@ -322,16 +323,8 @@ class serving_loop {
     actors::generation_request r;
     r.prompt = tokens;
     r.n_predict = g.n_predict;
-    r.sampling.temperature = static_cast<float>(g.params.temperature);
-    r.sampling.top_k = g.params.top_k;
-    r.sampling.top_p = static_cast<float>(g.params.top_p);
-    r.sampling.min_p = static_cast<float>(g.params.min_p);
-    r.sampling.repeat_penalty = static_cast<float>(g.params.repeat_penalty);
-    r.sampling.penalty_last_n = g.params.repeat_last_n;
-    r.sampling.frequency_penalty = static_cast<float>(g.params.frequency_penalty);
-    r.sampling.presence_penalty = static_cast<float>(g.params.presence_penalty);
-    r.sampling.seed = g.params.seed ? *g.params.seed : seeds_();
-    const uint64_t seed = r.sampling.seed;
+    const uint64_t seed = g.params.seed ? *g.params.seed : seeds_();
+    r.sampling = sampler_params_of(g.params, seed);
     // Accepted before it is submitted: the pipeline can sample the first token (and stamp it) before
     // this thread runs again, which made a time to first token negative now and then.
     const auto accepted = clock_type::now();
@@ -340,19 +333,14 @@ class serving_loop {
     lv.to = to;
     lv.id = g.id;
     lv.stream = g.stream;
-    lv.out = stop_text(std::move(g.stop));
     lv.prompt_tokens = static_cast<int64_t>(tokens.size());
     lv.accepted = accepted;
-    if (record_.is_open()) {
-      nlohmann::json req{{"n_predict", g.n_predict}, {"stream", g.stream}, {"parse_special", g.parse_special}, {"stop", lv.out.stops()}};
-      if (g.prompt) req["prompt"] = *g.prompt;
-      else req["tokens"] = g.tokens;
-      req["sampling"] = {{"temperature", g.params.temperature}, {"top_k", g.params.top_k}, {"top_p", g.params.top_p}, {"min_p", g.params.min_p},
-                         {"repeat_penalty", g.params.repeat_penalty}, {"repeat_last_n", g.params.repeat_last_n},
-                         {"frequency_penalty", g.params.frequency_penalty}, {"presence_penalty", g.params.presence_penalty}, {"seed", seed}};
-      lv.recorded_request = req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (record_.is_open()) {  // the request as it ran: its fields, the seed the sampler used
+      g.params.seed = seed;
+      lv.recorded_request = proto::generate_body(g).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       lv.arrival_s = std::chrono::duration<double>(lv.accepted - status_.started).count();
     }
+    lv.out = stop_text(std::move(g.stop));
     by_client_[{to.identity, g.id}] = pid;
     ++account(to.identity)->in_flight;
     send(to, proto::encode_accepted(g.id, lv.prompt_tokens, seed), &lv);

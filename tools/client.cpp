@@ -36,55 +36,66 @@ std::optional<json> client::next_reply(std::chrono::milliseconds timeout) {
   return j;
 }
 
-json client::wait_for(const std::string& id) {
+protocol::reply client::wait_for(const std::string& id) {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) throw client_error(fmt::format("no reply from the server within {} ms", timeout_.count()));
-    auto r = next_reply(left);
-    if (!r) continue;
-    if (r->value("id", json()).is_string() && (*r)["id"] == id) return *r;
-    if ((*r)["id"].is_null() && r->value("type", "") == "error") throw client_error(r->value("message", "error"));
+    auto j = next_reply(left);
+    if (!j) continue;
+    auto decoded = protocol::decode_reply(j->dump());
+    if (auto* bad = std::get_if<protocol::protocol_error>(&decoded)) throw client_error(fmt::format("the server sent a reply this client cannot read: {}", bad->message));
+    auto& r = std::get<protocol::reply>(decoded);
+    if (const auto* e = std::get_if<protocol::error_reply>(&r); e && (e->error.id == id || e->error.id.empty()))
+      throw client_error(fmt::format("{}: {}", protocol::error_code_name(e->error.code), e->error.message));
+    if (protocol::reply_id(r) == id) return r;
   }
 }
 
-json client::call(const std::string& type, json fields) {
-  const std::string id = new_id();
+protocol::request client::request_of(const std::string& type, json fields) {
   fields["v"] = protocol::protocol_version;
   fields["type"] = type;
-  fields["id"] = id;
-  send_raw(fields.dump());
-  json r = wait_for(id);
-  if (r.value("type", "") == "error") throw client_error(fmt::format("{}: {}", r.value("code", "error"), r.value("message", "")));
-  return r;
+  fields["id"] = "-";  // replaced by a new id when it is sent
+  auto decoded = protocol::decode_request(fields.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (auto* bad = std::get_if<protocol::protocol_error>(&decoded))
+    throw client_error(fmt::format("not a {} request: {}: {}", type, protocol::error_code_name(bad->code), bad->message));
+  return std::get<protocol::request>(decoded);
 }
 
-client::generation client::generate(json request, const std::function<void(const json&, std::string_view)>& on_token, std::optional<int64_t> cancel_after) {
+protocol::reply client::call(protocol::request r) {
   const std::string id = new_id();
-  request["v"] = protocol::protocol_version;
-  request["type"] = "generate";
-  request["id"] = id;
-  send_raw(request.dump());
+  std::visit([&](auto& x) { x.id = id; }, r);
+  send_raw(protocol::encode_request(r));
+  return wait_for(id);
+}
+
+json client::call(const std::string& type, json fields) { return json::parse(protocol::encode_reply(call(request_of(type, std::move(fields))))); }
+
+client::generation client::generate(const json& fields, const token_callback& on_token, std::optional<int64_t> cancel_after) {
+  return generate(std::get<protocol::generate_request>(request_of("generate", fields)), on_token, cancel_after);
+}
+
+client::generation client::generate(protocol::generate_request request, const token_callback& on_token, std::optional<int64_t> cancel_after) {
+  const std::string id = new_id();
+  request.id = id;
+  send_raw(protocol::encode_request(request));
   generation g;
   int64_t tokens = 0;
   bool cancelled = false;
   for (;;) {
-    json r = wait_for(id);
-    const std::string type = r.value("type", "");
-    if (type == "error") throw client_error(fmt::format("{}: {}", r.value("code", "error"), r.value("message", "")));
-    if (type == "accepted") g.seed = r.value("seed", uint64_t{0});
-    if (type == "token") {
-      const std::string bytes = protocol::unbase64(r.value("bytes", ""));
-      g.text += bytes;
-      if (on_token) on_token(r, bytes);
+    protocol::reply r = wait_for(id);
+    if (const auto* a = std::get_if<protocol::accepted_reply>(&r)) g.seed = a->seed;
+    if (const auto* t = std::get_if<protocol::token_reply>(&r)) {
+      g.text += t->bytes;
+      if (on_token) on_token(*t);
       if (cancel_after && ++tokens >= *cancel_after && !cancelled) {
-        send_raw(json{{"v", protocol::protocol_version}, {"type", "cancel"}, {"id", id}}.dump());
+        send_raw(protocol::encode_request(protocol::cancel_request{id}));
         cancelled = true;
       }
     }
-    if (type == "done") {
-      if (r.contains("text")) g.text = r["text"].get<std::string>();
-      g.done = std::move(r);
+    if (auto* d = std::get_if<protocol::done_reply>(&r)) {
+      if (d->text) g.text = *d->text;
+      g.done = std::move(*d);
       return g;
     }
   }

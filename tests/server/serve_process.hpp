@@ -212,7 +212,7 @@ inline double metric(const std::string& text, const std::string& name) {
 // 100 times; nullopt when it failed otherwise or stayed busy.
 inline std::optional<hotcold::tools::client::generation> generate_through_busy(
     hotcold::tools::client& c, const nlohmann::json& request, std::atomic<int>& busy,
-    const std::function<void(const nlohmann::json&, std::string_view)>& on_token = {}) {
+    const hotcold::tools::client::token_callback& on_token = {}) {
   for (int attempt = 0;; ++attempt) {
     try {
       return c.generate(request, on_token);

@@ -50,8 +50,8 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
     if (seed.empty()) args.insert(args.end(), {"--temp", "0"});
     else args.insert(args.end(), {"--seed", seed});
     EXPECT_EQ(g.text + "\n", run_stdout(args));
-    EXPECT_EQ(g.done["finish"], "length");
-    EXPECT_EQ(g.done["generated_tokens"], 24);
+    EXPECT_EQ(g.done.finish, "length");
+    EXPECT_EQ(g.done.generated_tokens, 24);
   }
 
   // Tokenize and detokenize round trip; model facts.
@@ -66,15 +66,15 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
   const std::string stop = free_text.text.substr(6, 4);
   std::string streamed;
   auto cut = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 40}, {"sampling", {{"temperature", 0}}}, {"stop", {stop}}},
-                        [&](const json&, std::string_view b) { streamed += b; });
-  EXPECT_EQ(cut.done["finish"], "stop_string");
+                        [&](const hotcold::protocol::token_reply& t) { streamed += t.bytes; });
+  EXPECT_EQ(cut.done.finish, "stop_string");
   EXPECT_EQ(cut.text, free_text.text.substr(0, free_text.text.find(stop)));
   EXPECT_EQ(streamed, cut.text);
 
   // Cancel within a step.
   auto cancelled = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 1000}, {"sampling", {{"temperature", 0}}}}, {}, 3);
-  EXPECT_EQ(cancelled.done["finish"], "cancelled");
-  EXPECT_LT(cancelled.done["generated_tokens"].get<int>(), 1000);
+  EXPECT_EQ(cancelled.done.finish, "cancelled");
+  EXPECT_LT(cancelled.done.generated_tokens, 1000);
 
   // A few hundred malformed frames: each answered, then well-formed requests are served.
   std::mt19937 rng(3);
@@ -175,9 +175,9 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
         int64_t next_index = 0;
         bool in_order = true;
         const auto g = generate_through_busy(c, {{"prompt", prompts[which]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}}, busy,
-                                             [&](const json& t, std::string_view) { in_order &= t["index"] == next_index++; });
+                                             [&](const hotcold::protocol::token_reply& t) { in_order &= t.index == next_index++; });
         if (!g) ++lost;
-        else if (g->text != expected[which] || !in_order || g->done["generated_tokens"] != 6) ++mixed;
+        else if (g->text != expected[which] || !in_order || g->done.generated_tokens != 6) ++mixed;
         latency[static_cast<size_t>(k)].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       }
     });

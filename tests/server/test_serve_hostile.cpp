@@ -206,7 +206,7 @@ TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
     wait_ready(ep, &server);
     hotcold::tools::client c(ep, 10s);
     EXPECT_EQ(c.call("health")["status"], "ok") << ep;
-    EXPECT_EQ(c.generate({{"prompt", "Once"}, {"n_predict", 3}}).done["generated_tokens"], 3) << ep;
+    EXPECT_EQ(c.generate({{"prompt", "Once"}, {"n_predict", 3}}).done.generated_tokens, 3) << ep;
     EXPECT_EQ(server.stop(), 0) << server.log();
   }
 }

@@ -9,11 +9,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "protocol/endpoint.hpp"
 
 namespace hotcold::protocol {
 
 using json = nlohmann::json;
+
+std::optional<error_code> error_code_from_name(std::string_view name) {
+  for (auto c : {error_code::bad_frame, error_code::unsupported_version, error_code::unknown_type, error_code::invalid_field, error_code::too_large,
+                 error_code::busy, error_code::not_found, error_code::duplicate_id, error_code::shutting_down, error_code::internal})
+    if (error_code_name(c) == name) return c;
+  return std::nullopt;
+}
 
 std::string_view error_code_name(error_code c) {
   switch (c) {
@@ -297,122 +303,38 @@ const std::string& request_id(const request& r) {
   return std::visit([](const auto& x) -> const std::string& { return x.id; }, r);
 }
 
-// ---- Replies -------------------------------------------------------------------------------------
-
-namespace {
-json head(const char* type, std::string_view id) { return json{{"v", protocol_version}, {"type", type}, {"id", std::string(id)}}; }
-// Token pieces may end inside a UTF-8 character: such bytes go out as U+FFFD rather than failing.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-}  // namespace
-
-std::string encode_accepted(std::string_view id, int64_t prompt_tokens, uint64_t seed) {
-  json j = head("accepted", id);
-  j["prompt_tokens"] = prompt_tokens;
-  j["seed"] = seed;
-  return dump(j);
-}
-
-std::string base64(std::string_view bytes) {
-  static constexpr char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
-    out += digits[(v >> 18) & 63];
-    out += digits[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? digits[(v >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? digits[v & 63] : '=';
-  }
-  return out;
-}
-
-std::string unbase64(std::string_view text) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
+std::string_view request_type(const request& r) {
+  struct names {
+    std::string_view operator()(const generate_request&) const { return "generate"; }
+    std::string_view operator()(const cancel_request&) const { return "cancel"; }
+    std::string_view operator()(const health_request&) const { return "health"; }
+    std::string_view operator()(const model_info_request&) const { return "model_info"; }
+    std::string_view operator()(const tokenize_request&) const { return "tokenize"; }
+    std::string_view operator()(const detokenize_request&) const { return "detokenize"; }
   };
-  if (text.size() % 4 != 0) throw std::invalid_argument("base64 text length is not a multiple of 4");
-  std::string out;
-  for (size_t i = 0; i < text.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = text[i + static_cast<size_t>(k)];
-      if (c == '=' && i + 4 == text.size() && k >= 2) {
-        v[k] = 0;
-        ++pad;
-      } else if ((v[k] = value(c)) < 0 || pad > 0) {
-        throw std::invalid_argument("not base64");
-      }
-    }
-    const uint32_t x = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) | (static_cast<uint32_t>(v[2]) << 6) | static_cast<uint32_t>(v[3]);
-    out += static_cast<char>((x >> 16) & 255);
-    if (pad < 2) out += static_cast<char>((x >> 8) & 255);
-    if (pad < 1) out += static_cast<char>(x & 255);
-  }
-  return out;
+  return std::visit(names{}, r);
 }
 
-std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted) {
-  json j = head("token", id);
-  j["index"] = index;
-  j["token"] = token;
-  j["text"] = std::string(text);
-  j["bytes"] = base64(text);
-  j["ms"] = ms_since_accepted;
-  return dump(j);
+json generate_body(const generate_request& g) {
+  json j{{"n_predict", g.n_predict}, {"stop", g.stop}, {"stream", g.stream}, {"parse_special", g.parse_special}};
+  if (g.prompt) j["prompt"] = *g.prompt;
+  else j["tokens"] = g.tokens;
+  const sampling& s = g.params;
+  j["sampling"] = {{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p}, {"repeat_penalty", s.repeat_penalty},
+                   {"repeat_last_n", s.repeat_last_n}, {"frequency_penalty", s.frequency_penalty}, {"presence_penalty", s.presence_penalty}};
+  if (s.seed) j["sampling"]["seed"] = *s.seed;
+  return j;
 }
 
-std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
-                        std::optional<std::string_view> text) {
-  json j = head("done", id);
-  j["finish"] = std::string(finish);
-  j["prompt_tokens"] = prompt_tokens;
-  j["generated_tokens"] = generated_tokens;
-  j["timings"] = {{"queued_ms", t.queued_ms}, {"time_to_first_token_ms", t.time_to_first_token_ms}, {"total_ms", t.total_ms}};
-  if (text) j["text"] = std::string(*text);
-  return dump(j);
-}
-
-std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms) {
-  json j = {{"v", protocol_version}, {"type", "error"}, {"id", e.id.empty() ? json(nullptr) : json(e.id)},
-            {"code", std::string(error_code_name(e.code))}, {"message", e.message}};
-  if (retry_after_ms) j["retry_after_ms"] = *retry_after_ms;
-  return dump(j);
-}
-
-std::string encode_health(std::string_view id, std::string_view status, int64_t active, int64_t queued) {
-  json j = head("health", id);
-  j["status"] = std::string(status);
-  j["active"] = active;
-  j["queued"] = queued;
-  return dump(j);
-}
-
-std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens) {
-  json j = head("tokens", id);
-  j["tokens"] = tokens;
-  return dump(j);
-}
-
-std::string encode_text(std::string_view id, std::string_view text) {
-  json j = head("text", id);
-  j["text"] = std::string(text);
-  return dump(j);
-}
-
-std::string encode_model_info(std::string_view id, const model_facts& m) {
-  json j = head("model_info", id);
-  j["model"] = {{"path", m.path}, {"architecture", m.architecture}, {"activation", m.activation}, {"mode", m.mode},
-                {"n_vocab", m.n_vocab}, {"n_ctx", m.n_ctx}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd}, {"n_ff", m.n_ff},
-                {"bos", m.bos}, {"eos", m.eos}};
-  return dump(j);
+std::string encode_request(const request& r) {
+  json j = std::holds_alternative<generate_request>(r) ? generate_body(std::get<generate_request>(r)) : json::object();
+  j["v"] = protocol_version;
+  j["type"] = std::string(request_type(r));
+  j["id"] = request_id(r);
+  if (const auto* k = std::get_if<tokenize_request>(&r)) j.update({{"text", k->text}, {"add_special", k->add_special}, {"parse_special", k->parse_special}});
+  if (const auto* d = std::get_if<detokenize_request>(&r)) j["tokens"] = d->tokens;
+  // Prompts and texts are the client's bytes: what is not UTF-8 goes as U+FFFD (the server refuses such frames).
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace hotcold::protocol
