@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "launcher/cmd_bench.hpp"
 #include "launcher/commands.hpp"
-#include "launcher/model_options.hpp"
 #include "engine/bandwidth.hpp"
 #include "engine/read_costs.hpp"
 
@@ -58,16 +58,386 @@ rate summarize(const std::vector<double>& r) {
   return s;
 }
 
+
+// One configuration measured: the chosen one, and with --vs-dense dense mode, with --vs-reference the
+// other pipeline, with --vs-parallel and --vs-micro-batches those counts, on the same loaded model.
+struct config {
+  ffn_mode mode;
+  bool actors;
+  int sequences;
+  int micro = 1;  // micro-batches (actors)
+};
+
+// Where each comparison is among the configurations (-1: not asked for).
+struct comparisons {
+  int dense = -1, other_pipeline = -1, parallel = -1, micro = -1;
+};
+
+std::vector<config> configs_of(const bench_args& a, ffn_mode mode, comparisons& c) {
+  const bool actors_first = a.pipeline == "actors";
+  std::vector<config> configs{{mode, actors_first, a.parallel, a.micro_batches}};
+  if (a.vs_dense && mode != ffn_mode::dense) c.dense = static_cast<int>(configs.size()), configs.push_back({ffn_mode::dense, actors_first, a.parallel, a.micro_batches});
+  if (a.vs_reference) c.other_pipeline = static_cast<int>(configs.size()), configs.push_back({mode, !actors_first, a.parallel, a.micro_batches});
+  if (a.vs_parallel > 0) c.parallel = static_cast<int>(configs.size()), configs.push_back({mode, actors_first, a.vs_parallel, a.micro_batches});
+  if (a.vs_micro_batches > 0) {
+    if (!actors_first) throw std::invalid_argument("--vs-micro-batches: micro-batches are the actors' (--pipeline actors)");
+    c.micro = static_cast<int>(configs.size()), configs.push_back({mode, true, a.parallel, a.vs_micro_batches});
+  }
+  return configs;
+}
+
+// The timed runs on one opened model. Decode: K sequences (slots 0..K-1) one token a step; prefill:
+// the prompt as batches. The reference calls the forward pass directly (forward for one sequence,
+// forward_step for several); the actors get K requests of one prompt token and n - 1 to generate
+// (greedy, past end-of-generation tokens), so both run n steps of K tokens.
+class bench_runner {
+ public:
+  bench_runner(loaded& l, bool with_actors) : l_(l), ctx_(*l.ctx) {
+    if (with_actors) pipe_ = l.make_pipeline();
+  }
+  void set(const config& c) {
+    ctx_.set_mode(c.mode);
+    if (pipe_) pipe_->set_micro_batches(c.micro);
+  }
+  // Tokens/s of n steps of `sequences` tokens.
+  double decode(bool actors_pipeline, int sequences, int n) {
+    const int K = sequences;
+    slots_.resize(static_cast<size_t>(K)), positions_.resize(static_cast<size_t>(K)), step_tokens_.resize(static_cast<size_t>(K));
+    for (int s = 0; s < K; ++s) slots_[static_cast<size_t>(s)] = s;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (actors_pipeline) {
+      for (int s = 0; s < K; ++s) {
+        actors::generation_request r;
+        // n steps, as the forward pass's n calls: the prompt's token, then n - 1 generated ones (the
+        // n-th is sampled, never run).
+        r.prompt = {token_at(101 * s)};
+        r.n_predict = n;
+        r.ignore_eos = true;
+        r.sampling.temperature = 0;
+        pipe_->submit(std::move(r));
+      }
+      drain(K);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        if (K == 1) {
+          ctx_.forward(token_at(i), i);
+          continue;
+        }
+        for (int s = 0; s < K; ++s) step_tokens_[static_cast<size_t>(s)] = token_at(i + 101 * s), positions_[static_cast<size_t>(s)] = i;
+        ctx_.forward_step(step_tokens_, slots_, positions_);
+      }
+    }
+    return static_cast<double>(n) * K / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Tokens/s of a prompt of n tokens.
+  double prompt(bool actors_pipeline, int n) {
+    std::vector<token_id> prompt(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = token_at(i);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (actors_pipeline) {
+      actors::generation_request r;
+      r.prompt = prompt;
+      pipe_->submit(std::move(r));
+      drain(1);
+    } else {
+      ctx_.forward_batch(prompt, 0);
+    }
+    return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Bytes of weights the hot device has read so far, on either pipeline: the actors count the device's
+  // reads of attention, predictors and the head with its rows; the forward pass called directly
+  // counts them in the context, the hot rows in the split.
+  uint64_t device_read(bool actors_pipeline) const {
+    if (actors_pipeline) return pipe_ ? pipe_->stats()->read().device_bytes : uint64_t{0};
+    return (l_.split ? l_.split->computed().hot_read : 0) + ctx_.device_read();
+  }
+  void stop() { pipe_.reset(); }
+
+ private:
+  token_id token_at(int i) const { return static_cast<token_id>((i * 7919 + 13) % l_.m->hp().n_vocab); }
+  void drain(int requests) {
+    for (int done = 0; done < requests;) {
+      auto ev = pipe_->next();
+      if (!ev) throw std::runtime_error("the pipeline stopped answering");
+      if (auto* d = std::get_if<actors::done_event>(&*ev)) {
+        if (d->finish == "error") throw std::runtime_error(d->error);
+        ++done;
+      }
+    }
+  }
+  loaded& l_;
+  inference_context& ctx_;
+  std::unique_ptr<actors::pipeline> pipe_;  // when a configuration runs on the actors
+  std::vector<int64_t> slots_, positions_;
+  std::vector<token_id> step_tokens_;
+};
+
+// What a configuration's repetitions measured.
+struct runs {
+  std::vector<double> pp, tg;  // tokens/s, per repetition
+  int64_t tokens = 0;          // decode steps over the repetitions
+  rows_read computed;          // FFN rows read over them
+  uint64_t device_bytes = 0;   // weights the hot device read over them
+  double step_bytes = 0;       // what a step reads (what its roofline's probe reads)
+  std::vector<double> probes;  // read bandwidth before the first repetition and after each
+  explicit runs(size_t layers, double dense_step) : computed(layers), step_bytes(dense_step) {}
+};
+
+struct measurement {
+  std::vector<runs> per_config;
+  std::unique_ptr<read_probe> probe;  // with --roofline
+};
+
+// Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a short
+// generation per configuration, so that the first repetition does not pay for first touches (the
+// prompt's KV cache pages, the batch products' buffers, the actors' start). Counts what a step reads.
+void warm_up(bench_runner& run, const bench_args& a, const std::vector<config>& configs, const loaded& l, measurement& out) {
+  for (size_t k = 0; k < configs.size(); ++k) {
+    const auto& c = configs[k];
+    run.set(c);
+    if (a.n_prompt > 0) run.prompt(c.actors, a.n_prompt);
+    if (a.n_gen > 0) {
+      const rows_read before(*l.ctx);
+      run.decode(c.actors, c.sequences, 2);
+      out.per_config[k].step_bytes = bytes_per_step(*l.m, rows_read(*l.ctx) -= before, 2);
+    }
+  }
+}
+
+// The repetitions, configurations interleaved so that all see the same machine. The roofline: each
+// configuration's read bandwidth, over as many bytes as its step reads (read_probe: this machine
+// serves a few hundred MB read again and again partly from its caches; the warm-up's count first,
+// then the repetitions' so far), measured before the first repetition and after each, so each
+// repetition is held against the bandwidth of its own minute (the better of the measurements on
+// either side of it): this machine's bandwidth drifts with its neighbours.
+measurement measure(bench_runner& run, const bench_args& a, const std::vector<config>& configs, const loaded& l) {
+  const model& m = *l.m;
+  measurement out;
+  out.per_config.assign(configs.size(), runs(static_cast<size_t>(m.hp().n_layer), static_cast<double>(read_costs(m).dense_step())));
+  if (!a.no_warmup) warm_up(run, a, configs, l, out);
+  auto probe_all = [&] {
+    for (auto& r : out.per_config) r.probes.push_back(out.probe->measure(static_cast<uint64_t>(r.step_bytes)));
+  };
+  if (a.roofline && a.n_gen > 0) {
+    // (It grows when the repetitions count more bytes a step than the warm-up's two steps did.)
+    double most = 0;
+    for (const auto& r : out.per_config) most = std::max(most, r.step_bytes);
+    out.probe = std::make_unique<read_probe>(l.ctx->pool(), static_cast<uint64_t>(most));
+    probe_all();
+  }
+  for (int i = 0; i < a.reps; ++i) {
+    for (size_t k = 0; k < configs.size(); ++k) {
+      auto& r = out.per_config[k];
+      run.set(configs[k]);
+      if (a.n_prompt > 0) r.pp.push_back(run.prompt(configs[k].actors, a.n_prompt));
+      if (a.n_gen > 0) {
+        const rows_read before(*l.ctx);
+        const uint64_t device_before = run.device_read(configs[k].actors);
+        r.tg.push_back(run.decode(configs[k].actors, configs[k].sequences, a.n_gen));
+        r.computed += rows_read(*l.ctx) -= before;
+        r.device_bytes += run.device_read(configs[k].actors) - device_before;
+        r.tokens += a.n_gen;
+      }
+    }
+    if (out.probe) {
+      for (auto& r : out.per_config)
+        if (r.tokens > 0) r.step_bytes = bytes_per_step(m, r.computed, r.tokens);
+      probe_all();
+    }
+  }
+  return out;
+}
+
+// A configuration's figures.
+struct result {
+  rate pp, tg;
+  double bpt = 0;         // weights read per decoded token (each row of a step's union once, shared by its tokens)
+  double device_bpt = 0;  // of bpt, what the hot device read (its FFN rows)
+  std::vector<double> rep_bandwidth;  // the bandwidth beside each repetition
+  double bandwidth = 0;               // their mean
+  std::vector<double> fractions;      // of the roofline, per repetition (speed x bytes per token / bandwidth)
+  double fraction = 0;                // their mean
+  uint64_t probe_bytes = 0;           // what its probe read (at most the probe's memory)
+};
+
+std::vector<result> results_of(const bench_args& a, const std::vector<config>& configs, const measurement& ms, const model& m) {
+  auto mean_of = [](const std::vector<double>& v) {
+    double x = 0;
+    for (double y : v) x += y / static_cast<double>(v.size());
+    return x;
+  };
+  std::vector<result> out(configs.size());
+  for (size_t k = 0; k < configs.size(); ++k) {
+    const runs& r = ms.per_config[k];
+    result& res = out[k];
+    if (a.n_prompt > 0) res.pp = summarize(r.pp);
+    if (a.n_gen > 0) {
+      res.tg = summarize(r.tg);
+      res.bpt = bytes_per_step(m, r.computed, r.tokens) / configs[k].sequences;
+      res.device_bpt = static_cast<double>(r.device_bytes) / static_cast<double>(r.tokens * configs[k].sequences);
+    }
+    for (size_t i = 0; i + 1 < r.probes.size(); ++i) res.rep_bandwidth.push_back(std::max(r.probes[i], r.probes[i + 1]));
+    res.bandwidth = mean_of(res.rep_bandwidth);
+    for (size_t i = 0; i < res.rep_bandwidth.size() && i < r.tg.size(); ++i) res.fractions.push_back(r.tg[i] * res.bpt / res.rep_bandwidth[i]);
+    res.fraction = mean_of(res.fractions);
+    if (ms.probe) res.probe_bytes = std::min<uint64_t>(static_cast<uint64_t>(r.step_bytes), ms.probe->bytes());
+  }
+  return out;
+}
+
+const char* mode_name(ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; }
+const char* pipeline_name(bool actors_pipeline) { return actors_pipeline ? "actors" : "reference"; }
+double ratio(double x, double y) { return y > 0 ? x / y : 0.0; }
+
+// What a report says, besides the configurations' figures.
+struct report {
+  const bench_args& a;
+  const std::vector<config>& configs;
+  const std::vector<result>& results;
+  comparisons c;
+  bool probed = false;
+  int threads = 0;
+  // The KV cache read per decoded token on each side (F16 or F32, every layer, positions 0..n_gen-1 of
+  // each sequence: (n_gen + 1) / 2 cached rows of K and V on average), where the layer's attention runs.
+  double kv_host = 0, kv_device = 0;
+  double actors_tg() const { return c.other_pipeline < 0 ? 0 : configs[0].actors ? results[0].tg.mean : results[static_cast<size_t>(c.other_pipeline)].tg.mean; }
+  double reference_tg() const { return c.other_pipeline < 0 ? 0 : configs[0].actors ? results[static_cast<size_t>(c.other_pipeline)].tg.mean : results[0].tg.mean; }
+  // Aggregate decode of the comparison's configuration over the first's.
+  double speedup(int k) const { return k < 0 ? 0 : ratio(results[static_cast<size_t>(k)].tg.mean, results[0].tg.mean); }
+};
+
+report report_of(const bench_args& a, const std::vector<config>& configs, const std::vector<result>& results, const comparisons& c, const loaded& l,
+                 bool probed) {
+  const auto& hp = l.m->hp();
+  const inference_context& ctx = *l.ctx;
+  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size())};
+  const double kv_layer = kv_read_per_token(hp, ctx.kv_type() == tensor_type::f32 ? 4 : 2, (static_cast<double>(a.n_gen) + 1) / 2);
+  int64_t on_device = 0;
+  for (int64_t il = 0; il < hp.n_layer; ++il) on_device += ctx.device() && ctx.device()->attention(il);
+  r.kv_host = kv_layer * static_cast<double>(hp.n_layer - on_device);
+  r.kv_device = kv_layer * static_cast<double>(on_device);
+  return r;
+}
+
+void print_json(const report& r, const model& m) {
+  const bench_args& a = r.a;
+  auto describe = [&](size_t k) {
+    const result& res = r.results[k];
+    nlohmann::json d{{"model", m.path()}, {"mode", mode_name(r.configs[k].mode)}, {"pipeline", pipeline_name(r.configs[k].actors)},
+                     {"threads", r.threads}, {"model_bytes", m.weight_bytes()},
+                     {"prefill_tokens_per_s", res.pp.mean}, {"prefill_tokens_per_s_sd", res.pp.sd}, {"n_prompt", a.n_prompt},
+                     {"decode_tokens_per_s", res.tg.mean}, {"decode_tokens_per_s_sd", res.tg.sd}, {"n_gen", a.n_gen},
+                     {"bytes_per_token", res.bpt}, {"repetitions", a.reps}, {"parallel", r.configs[k].sequences},
+                     {"micro_batches", r.configs[k].micro},
+                     // Weights and KV cache read per decoded token on each side.
+                     {"host_bytes_per_token", res.bpt - res.device_bpt + r.kv_host},
+                     {"device_bytes_per_token", res.device_bpt + r.kv_device}};
+    if (r.probed && res.bpt > 0) {
+      d["read_bandwidth_bytes_per_s"] = res.bandwidth;
+      d["probe_bytes"] = res.probe_bytes;
+      d["roofline_tokens_per_s"] = res.bandwidth / res.bpt;
+      d["roofline_fraction"] = res.fraction;
+      d["roofline_fraction_per_repetition"] = res.fractions;
+    }
+    return d;
+  };
+  nlohmann::json j = describe(0);
+  j["warmup"] = !a.no_warmup;
+  if (r.probed) j["read_bandwidth_bytes_per_s"] = r.results[0].bandwidth;
+  const comparisons& c = r.c;
+  if (c.dense > 0) {
+    const result& d = r.results[static_cast<size_t>(c.dense)];
+    j["dense"] = describe(static_cast<size_t>(c.dense));
+    if (d.tg.mean > 0) j["decode_speedup_vs_dense"] = ratio(r.results[0].tg.mean, d.tg.mean);
+    if (d.pp.mean > 0) j["prefill_speedup_vs_dense"] = ratio(r.results[0].pp.mean, d.pp.mean);
+  }
+  if (c.other_pipeline > 0) {
+    j[r.configs[0].actors ? "reference" : "actors"] = describe(static_cast<size_t>(c.other_pipeline));
+    if (a.n_gen > 0) j["actor_overhead"] = 1.0 - ratio(r.actors_tg(), r.reference_tg());
+  }
+  if (c.parallel > 0) {
+    j["vs_parallel"] = describe(static_cast<size_t>(c.parallel));
+    if (a.n_gen > 0) j["parallel_speedup"] = r.speedup(c.parallel);
+  }
+  if (c.micro > 0) {
+    j["vs_micro_batches"] = describe(static_cast<size_t>(c.micro));
+    if (a.n_gen > 0) j["micro_batch_speedup"] = r.speedup(c.micro);
+  }
+  fmt::print("{}\n", j.dump(2));
+}
+
+void print_roofline(const report& r) {
+  fmt::print("\nroofline: read bandwidth measured here with {} threads, over as many bytes as a step reads, before the first repetition "
+             "and after each; each repetition held against the better of the two beside it\n",
+             r.threads);
+  for (size_t k = 0; k < r.configs.size(); ++k) {
+    const result& res = r.results[k];
+    if (res.bpt <= 0) continue;
+    std::vector<std::string> fs, bws;
+    for (double f : res.fractions) fs.push_back(fmt::format("{:.0f}", 100.0 * f));
+    for (double b : res.rep_bandwidth) bws.push_back(fmt::format("{:.1f}", b / 1e9));
+    fmt::print("  {} {}{}: {:.1f} GB/s over {:.0f} MB ({} GB/s); {:.1f} MB read per token -> at most {:.1f} tok/s; reached {:.2f} tok/s = {:.0f}% of "
+               "the roofline ({}%)\n",
+               mode_name(r.configs[k].mode), pipeline_name(r.configs[k].actors),
+               r.configs[k].sequences > 1 ? fmt::format(" x{}", r.configs[k].sequences) : "", res.bandwidth / 1e9,
+               static_cast<double>(res.probe_bytes) / 1e6, fmt::join(bws, " / "), res.bpt / 1e6, res.bandwidth / res.bpt, res.tg.mean,
+               100.0 * res.fraction, fmt::join(fs, " / "));
+  }
+}
+
+void print_table(const report& r, const model& m) {
+  const bench_args& a = r.a;
+  const auto& hp = m.hp();
+  fmt::print("| model | size | mode | pipeline | threads | test | t/s | bytes/token |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  const std::string name = fmt::format("{} {} {}L {}", architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd);
+  const double gib = m.weight_bytes() / double(1ull << 30);
+  for (size_t k = 0; k < r.configs.size(); ++k) {
+    const auto& res = r.results[k];
+    const auto& c = r.configs[k];
+    if (a.n_prompt > 0)
+      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, mode_name(c.mode), pipeline_name(c.actors), r.threads,
+                 a.n_prompt, res.pp.mean, res.pp.sd);
+    if (a.n_gen > 0)
+      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, mode_name(c.mode), pipeline_name(c.actors),
+                 r.threads, a.n_gen, c.sequences > 1 ? fmt::format(" x{}", c.sequences) : "",
+                 c.micro > 1 ? fmt::format(" in {} micro-batches", c.micro) : "", res.tg.mean, res.tg.sd, res.bpt / double(1 << 20));
+  }
+  if (r.probed) print_roofline(r);
+  const comparisons& cmp = r.c;
+  if (cmp.dense > 0 && a.n_gen > 0 && r.results[static_cast<size_t>(cmp.dense)].tg.mean > 0) {
+    const auto& d = r.results[static_cast<size_t>(cmp.dense)];
+    fmt::print("\nsparse vs dense, same file, interleaved: decode {:.2f}x{}\n", r.results[0].tg.mean / d.tg.mean,
+               a.n_prompt > 0 && d.pp.mean > 0 ? fmt::format(", prefill {:.2f}x", r.results[0].pp.mean / d.pp.mean) : "");
+  }
+  if (cmp.other_pipeline > 0 && a.n_gen > 0 && r.reference_tg() > 0)
+    fmt::print("\nactors vs reference, same file and placement, interleaved: decode {:.3f}x (actor overhead {:.1f}%)\n", r.actors_tg() / r.reference_tg(),
+               100.0 * (1.0 - r.actors_tg() / r.reference_tg()));
+  if (cmp.parallel > 0 && a.n_gen > 0 && r.results[0].tg.mean > 0)
+    fmt::print("\n{} sequences vs {}, interleaved: aggregate decode {:.2f}x\n", a.vs_parallel, a.parallel, r.speedup(cmp.parallel));
+  if (cmp.micro > 0 && a.n_gen > 0 && r.results[0].tg.mean > 0)
+    fmt::print("\n{} micro-batches vs {}, interleaved: aggregate decode {:.2f}x\n", a.vs_micro_batches, a.micro_batches, r.speedup(cmp.micro));
+}
+
 }  // namespace
 
+void run_bench(const bench_args& a) {
+  if (a.reps < 1) throw std::invalid_argument("-r must be at least 1");
+  auto l = load(a.m, std::max(1, a.n_prompt + a.n_gen), std::max(a.parallel, a.vs_parallel));
+  l.ctx->forward(1, 0);  // warm-up: first touch of every weight page
+  comparisons c;
+  const auto configs = configs_of(a, l.ctx->mode(), c);
+  bench_runner run(l, std::any_of(configs.begin(), configs.end(), [](const config& k) { return k.actors; }));
+  const measurement ms = measure(run, a, configs, l);
+  const auto results = results_of(a, configs, ms, *l.m);
+  const report r = report_of(a, configs, results, c, l, ms.probe != nullptr);
+  if (a.json) print_json(r, *l.m);
+  else print_table(r, *l.m);
+  run.stop();
+  l.finish();
+}
+
 void add_bench_command(CLI::App& app, int& exit_code) {
-  struct args {
-    model_args m;
-    int n_prompt = 128, n_gen = 64, reps = 3, parallel = 1, vs_parallel = 0, micro_batches = 1, vs_micro_batches = 0;
-    bool json = false, vs_dense = false, vs_reference = false, roofline = false, no_warmup = false;
-    std::string pipeline = "actors";
-  };
-  auto a = std::make_shared<args>();
+  auto a = std::make_shared<bench_args>();
   auto* cmd = app.add_subcommand("bench", "Measure prompt processing and decode speed (tokens/s, mean ± sd over repetitions)");
   add_model_options(cmd, a->m, false);
   add_pipeline_option(cmd, a->pipeline);
@@ -95,317 +465,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--vs-reference", a->vs_reference,
                 "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
   cmd->add_flag("--no-warmup", a->no_warmup, "Skip the untimed warm-up (per configuration, one prompt and two generated tokens, as llama-bench does)");
-  cmd->callback([a, &exit_code] {
-    exit_code = run_guarded("bench", [&] {
-      if (a->reps < 1) throw std::invalid_argument("-r must be at least 1");
-      auto l = load(a->m, std::max(1, a->n_prompt + a->n_gen), std::max(a->parallel, a->vs_parallel));
-      const int K = a->parallel;
-      inference_context& ctx = *l.ctx;
-      const model& m = *l.m;
-      const auto& hp = m.hp();
-      auto token_at = [&](int i) { return static_cast<token_id>((i * 7919 + 13) % hp.n_vocab); };
-      std::unique_ptr<actors::pipeline> pipe;  // made when a configuration runs on the actors
-
-      // Decode: K sequences (slots 0..K-1) one token a step; prefill: the prompt as batches.
-      // The reference calls the forward pass directly (forward for one sequence, forward_step for
-      // several); the actors get K requests of one prompt token and n - 1 to generate (greedy, past
-      // end-of-generation tokens), so both run n steps of K tokens.
-      std::vector<int64_t> slots, positions;
-      std::vector<token_id> step_tokens;
-      auto drain = [&](actors::pipeline& p, int requests) {
-        for (int done = 0; done < requests;) {
-          auto ev = p.next();
-          if (!ev) throw std::runtime_error("the pipeline stopped answering");
-          if (auto* d = std::get_if<actors::done_event>(&*ev)) {
-            if (d->finish == "error") throw std::runtime_error(d->error);
-            ++done;
-          }
-        }
-      };
-      auto timed = [&](bool actors_pipeline, int sequences, int n) {
-        const int K = sequences;
-        slots.resize(static_cast<size_t>(K)), positions.resize(static_cast<size_t>(K)), step_tokens.resize(static_cast<size_t>(K));
-        for (int s = 0; s < K; ++s) slots[static_cast<size_t>(s)] = s;
-        auto t0 = std::chrono::steady_clock::now();
-        if (actors_pipeline) {
-          for (int s = 0; s < K; ++s) {
-            actors::generation_request r;
-            // n steps, as the forward pass's n calls: the prompt's token, then n - 1 generated ones (the
-            // n-th is sampled, never run).
-            r.prompt = {token_at(101 * s)};
-            r.n_predict = n;
-            r.ignore_eos = true;
-            r.sampling.temperature = 0;
-            pipe->submit(std::move(r));
-          }
-          drain(*pipe, K);
-        } else {
-          for (int i = 0; i < n; ++i) {
-            if (K == 1) {
-              ctx.forward(token_at(i), i);
-              continue;
-            }
-            for (int s = 0; s < K; ++s) step_tokens[static_cast<size_t>(s)] = token_at(i + 101 * s), positions[static_cast<size_t>(s)] = i;
-            ctx.forward_step(step_tokens, slots, positions);
-          }
-        }
-        return static_cast<double>(n) * K / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      };
-      auto timed_prompt = [&](bool actors_pipeline, int n) {
-        std::vector<token_id> prompt(static_cast<size_t>(n));
-        for (int i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = token_at(i);
-        auto t0 = std::chrono::steady_clock::now();
-        if (actors_pipeline) {
-          actors::generation_request r;
-          r.prompt = prompt;
-          pipe->submit(std::move(r));
-          drain(*pipe, 1);
-        } else {
-          ctx.forward_batch(prompt, 0);
-        }
-        return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      };
-      ctx.forward(1, 0);  // warm-up: first touch of every weight page
-      // The configurations measured: the chosen one, and with --vs-dense dense mode, with
-      // --vs-reference the other pipeline, on the same loaded model, repetitions interleaved so all
-      // see the same machine.
-      struct config {
-        ffn_mode mode;
-        bool actors;
-        int sequences;
-        int micro = 1;  // micro-batches (actors)
-      };
-      const bool actors_first = a->pipeline == "actors";
-      const int micro = a->micro_batches;
-      std::vector<config> configs{{ctx.mode(), actors_first, K, micro}};
-      if (a->vs_dense && ctx.mode() != ffn_mode::dense) configs.push_back({ffn_mode::dense, actors_first, K, micro});
-      if (a->vs_reference) configs.push_back({ctx.mode(), !actors_first, K, micro});
-      if (a->vs_parallel > 0) configs.push_back({ctx.mode(), actors_first, a->vs_parallel, micro});
-      if (a->vs_micro_batches > 0) {
-        if (!actors_first) throw std::invalid_argument("--vs-micro-batches: micro-batches are the actors' (--pipeline actors)");
-        configs.push_back({ctx.mode(), true, K, a->vs_micro_batches});
-      }
-      for (const auto& c : configs)
-        if (c.actors && !pipe) pipe = l.make_pipeline();
-      struct result {
-        rate pp, tg;
-        double bpt = 0;
-        double device_bpt = 0;  // of bpt, what the hot device read (its FFN rows)
-      };
-      std::vector<result> results(configs.size());
-      std::vector<std::vector<double>> pp_runs(configs.size()), tg_runs(configs.size());
-      std::vector<int64_t> tokens_run(configs.size(), 0);
-      std::vector<rows_read> computed(configs.size(), rows_read(static_cast<size_t>(hp.n_layer)));  // per configuration, over its repetitions
-      // Bytes of weights the hot device has read so far, on either pipeline (the actors' stats, the
-      // reference's split), and per configuration over its repetitions.
-      // (The actors count the device's reads of attention, predictors and the head with its rows; the
-      // forward pass called directly counts them in the context.)
-      auto device_read = [&](bool actors_pipeline) {
-        if (actors_pipeline) return pipe ? pipe->stats()->read().device_bytes : uint64_t{0};
-        return (l.split ? l.split->computed().hot_read : 0) + ctx.device_read();
-      };
-      std::vector<uint64_t> device_bytes(configs.size(), 0);
-      // The bytes a step of each configuration reads (the warm-up's two steps; without a warm-up,
-      // every row, as a dense step reads): what its roofline's probe reads.
-      const double dense_step_bytes = static_cast<double>(read_costs(m).dense_step());
-      std::vector<double> step_bytes(configs.size(), dense_step_bytes);
-      // Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a
-      // short generation per configuration, so that the first repetition does not pay for first
-      // touches (the prompt's KV cache pages, the batch products' buffers, the actors' start).
-      if (!a->no_warmup)
-        for (size_t k = 0; k < configs.size(); ++k) {
-          const auto& c = configs[k];
-          ctx.set_mode(c.mode);
-          if (pipe) pipe->set_micro_batches(c.micro);
-          if (a->n_prompt > 0) timed_prompt(c.actors, a->n_prompt);
-          if (a->n_gen > 0) {
-            const rows_read before(ctx);
-            timed(c.actors, c.sequences, 2);
-            step_bytes[k] = bytes_per_step(m, rows_read(ctx) -= before, 2);
-          }
-        }
-      // The roofline: each configuration's read bandwidth, over as many bytes as its step reads
-      // (read_probe: this machine serves a few hundred MB read again and again partly from its
-      // caches; the warm-up's count first, then the repetitions' so far), measured before the first
-      // repetition and after each, so each repetition is held against the bandwidth of its own
-      // minute (the better of the measurements on either side of it): this machine's bandwidth
-      // drifts with its neighbours.
-      std::unique_ptr<read_probe> probe;
-      std::vector<std::vector<double>> probes(configs.size());
-      // (At most the probe's memory limit.)
-      auto probe_bytes = [&](size_t k) { return std::min<uint64_t>(static_cast<uint64_t>(step_bytes[k]), probe->bytes()); };
-      auto probe_all = [&] {
-        for (size_t k = 0; k < configs.size(); ++k) probes[k].push_back(probe->measure(static_cast<uint64_t>(step_bytes[k])));
-      };
-      if (a->roofline && a->n_gen > 0) {
-        // (It grows when the repetitions count more bytes a step than the warm-up's two steps did.)
-        probe = std::make_unique<read_probe>(ctx.pool(), static_cast<uint64_t>(*std::max_element(step_bytes.begin(), step_bytes.end())));
-        probe_all();
-      }
-      for (int i = 0; i < a->reps; ++i) {
-        for (size_t k = 0; k < configs.size(); ++k) {
-          ctx.set_mode(configs[k].mode);
-          if (pipe) pipe->set_micro_batches(configs[k].micro);
-          if (a->n_prompt > 0) pp_runs[k].push_back(timed_prompt(configs[k].actors, a->n_prompt));
-          if (a->n_gen > 0) {
-            const rows_read before(ctx);
-            const uint64_t device_before = device_read(configs[k].actors);
-            tg_runs[k].push_back(timed(configs[k].actors, configs[k].sequences, a->n_gen));
-            computed[k] += rows_read(ctx) -= before;
-            device_bytes[k] += device_read(configs[k].actors) - device_before;
-            tokens_run[k] += a->n_gen;
-          }
-        }
-        if (probe) {
-          for (size_t k = 0; k < configs.size(); ++k)
-            if (tokens_run[k] > 0) step_bytes[k] = bytes_per_step(m, computed[k], tokens_run[k]);
-          probe_all();
-        }
-      }
-      // Per configuration and repetition, the bandwidth beside it; the roofline's figures are their
-      // means.
-      std::vector<std::vector<double>> rep_bandwidth(configs.size());
-      std::vector<double> bandwidth(configs.size(), 0.0);
-      for (size_t k = 0; k < configs.size(); ++k) {
-        for (size_t i = 0; i + 1 < probes[k].size(); ++i) rep_bandwidth[k].push_back(std::max(probes[k][i], probes[k][i + 1]));
-        for (double b : rep_bandwidth[k]) bandwidth[k] += b / static_cast<double>(rep_bandwidth[k].size());
-      }
-      // Config k's fraction of the roofline in each repetition (its speed x bytes per token / the
-      // bandwidth beside it) and their mean.
-      auto fractions = [&](size_t k) {
-        std::vector<double> f;
-        for (size_t i = 0; i < rep_bandwidth[k].size() && i < tg_runs[k].size(); ++i) f.push_back(tg_runs[k][i] * results[k].bpt / rep_bandwidth[k][i]);
-        return f;
-      };
-      auto mean_of = [](const std::vector<double>& v) {
-        double m = 0;
-        for (double x : v) m += x / static_cast<double>(v.size());
-        return m;
-      };
-      for (size_t k = 0; k < configs.size(); ++k) {
-        if (a->n_prompt > 0) results[k].pp = summarize(pp_runs[k]);
-        if (a->n_gen > 0) {
-          results[k].tg = summarize(tg_runs[k]);
-          // Weights read per step (each row of a step's union once), shared by its K tokens.
-          results[k].bpt = bytes_per_step(m, computed[k], tokens_run[k]) / configs[k].sequences;
-          results[k].device_bpt = static_cast<double>(device_bytes[k]) / static_cast<double>(tokens_run[k] * configs[k].sequences);
-        }
-      }
-      auto mode_name = [](ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; };
-      auto pipeline_name = [](bool actors_pipeline) { return actors_pipeline ? "actors" : "reference"; };
-      // Which configuration is the dense / other-pipeline comparison.
-      // (From the configurations: the repetitions left the context in the last one's mode.)
-      const int dense_k = a->vs_dense && configs[0].mode != ffn_mode::dense ? 1 : -1;
-      const int other_k = a->vs_reference ? (dense_k > 0 ? 2 : 1) : -1;
-      const int micro_k = a->vs_micro_batches > 0 ? static_cast<int>(configs.size()) - 1 : -1;
-      const int parallel_k = a->vs_parallel > 0 ? static_cast<int>(configs.size()) - 1 - (micro_k > 0 ? 1 : 0) : -1;
-      auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-      const double actors_tg = other_k < 0 ? 0 : actors_first ? results[0].tg.mean : results[static_cast<size_t>(other_k)].tg.mean;
-      const double reference_tg = other_k < 0 ? 0 : actors_first ? results[static_cast<size_t>(other_k)].tg.mean : results[0].tg.mean;
-      // --vs-parallel K2: aggregate decode of K2 sequences over that of --parallel's (other / base).
-      const double parallel_speedup = parallel_k < 0 ? 0 : ratio(results[static_cast<size_t>(parallel_k)].tg.mean, results[0].tg.mean);
-      // --vs-micro-batches M2: aggregate decode with M2 micro-batches over --micro-batches'.
-      const double micro_speedup = micro_k < 0 ? 0 : ratio(results[static_cast<size_t>(micro_k)].tg.mean, results[0].tg.mean);
-      // The KV cache read a decoded token, per layer: on the device for the layers whose attention it runs.
-      const double kv_layer_per_token = kv_read_per_token(hp, ctx.kv_type() == tensor_type::f32 ? 4 : 2, (static_cast<double>(a->n_gen) + 1) / 2);
-      int64_t kv_device_layers = 0;
-      for (int64_t il = 0; il < hp.n_layer; ++il) kv_device_layers += ctx.device() && ctx.device()->attention(il);
-      const double kv_bytes_per_token = kv_layer_per_token * static_cast<double>(hp.n_layer - kv_device_layers);
-      const double kv_device_per_token = kv_layer_per_token * static_cast<double>(kv_device_layers);
-      if (a->json) {
-        auto describe = [&](size_t k) {
-          nlohmann::json d{{"model", m.path()}, {"mode", mode_name(configs[k].mode)}, {"pipeline", pipeline_name(configs[k].actors)},
-                                {"threads", ctx.pool().size()}, {"model_bytes", m.weight_bytes()},
-                                {"prefill_tokens_per_s", results[k].pp.mean}, {"prefill_tokens_per_s_sd", results[k].pp.sd}, {"n_prompt", a->n_prompt},
-                                {"decode_tokens_per_s", results[k].tg.mean}, {"decode_tokens_per_s_sd", results[k].tg.sd}, {"n_gen", a->n_gen},
-                                {"bytes_per_token", results[k].bpt}, {"repetitions", a->reps}, {"parallel", configs[k].sequences},
-                                {"micro_batches", configs[k].micro},
-                                // Weights and KV cache read per decoded token on each side: the KV cache (F16 or F32, every layer,
-                                // positions 0..n_gen-1 of each sequence: (n_gen + 1) / 2 cached rows of K and V on average)
-                                // is read where the layer's attention runs.
-                                {"host_bytes_per_token", results[k].bpt - results[k].device_bpt + kv_bytes_per_token},
-                                {"device_bytes_per_token", results[k].device_bpt + kv_device_per_token}};
-          if (probe && results[k].bpt > 0) {
-            d["read_bandwidth_bytes_per_s"] = bandwidth[k];
-            d["probe_bytes"] = probe_bytes(k);
-            d["roofline_tokens_per_s"] = bandwidth[k] / results[k].bpt;
-            d["roofline_fraction"] = mean_of(fractions(k));
-            d["roofline_fraction_per_repetition"] = fractions(k);
-          }
-          return d;
-        };
-        nlohmann::json j = describe(0);
-        j["warmup"] = !a->no_warmup;
-        if (probe) j["read_bandwidth_bytes_per_s"] = bandwidth[0];
-        if (dense_k > 0) {
-          j["dense"] = describe(static_cast<size_t>(dense_k));
-          if (results[static_cast<size_t>(dense_k)].tg.mean > 0) j["decode_speedup_vs_dense"] = ratio(results[0].tg.mean, results[static_cast<size_t>(dense_k)].tg.mean);
-          if (results[static_cast<size_t>(dense_k)].pp.mean > 0) j["prefill_speedup_vs_dense"] = ratio(results[0].pp.mean, results[static_cast<size_t>(dense_k)].pp.mean);
-        }
-        if (other_k > 0) {
-          j[actors_first ? "reference" : "actors"] = describe(static_cast<size_t>(other_k));
-          if (a->n_gen > 0) j["actor_overhead"] = 1.0 - ratio(actors_tg, reference_tg);
-        }
-        if (parallel_k > 0) {
-          j["vs_parallel"] = describe(static_cast<size_t>(parallel_k));
-          if (a->n_gen > 0) j["parallel_speedup"] = parallel_speedup;
-        }
-        if (micro_k > 0) {
-          j["vs_micro_batches"] = describe(static_cast<size_t>(micro_k));
-          if (a->n_gen > 0) j["micro_batch_speedup"] = micro_speedup;
-        }
-        fmt::print("{}\n", j.dump(2));
-        pipe.reset();
-        l.finish();
-        return;
-      }
-      fmt::print("| model | size | mode | pipeline | threads | test | t/s | bytes/token |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
-      std::string name = fmt::format("{} {} {}L {}", architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd);
-      double gib = m.weight_bytes() / double(1ull << 30);
-      for (size_t k = 0; k < configs.size(); ++k) {
-        const auto& r = results[k];
-        const char* md = mode_name(configs[k].mode);
-        const char* pl = pipeline_name(configs[k].actors);
-        if (a->n_prompt > 0)
-          fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, md, pl, ctx.pool().size(), a->n_prompt, r.pp.mean, r.pp.sd);
-        if (a->n_gen > 0)
-          fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, md, pl, ctx.pool().size(), a->n_gen,
-                     configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "",
-                     configs[k].micro > 1 ? fmt::format(" in {} micro-batches", configs[k].micro) : "", r.tg.mean, r.tg.sd, r.bpt / double(1 << 20));
-      }
-      if (probe) {
-        fmt::print("\nroofline: read bandwidth measured here with {} threads, over as many bytes as a step reads, before the first repetition "
-                   "and after each; each repetition held against the better of the two beside it\n",
-                   ctx.pool().size());
-        for (size_t k = 0; k < configs.size(); ++k)
-          if (results[k].bpt > 0) {
-            std::vector<std::string> fs, bws;
-            for (double f : fractions(k)) fs.push_back(fmt::format("{:.0f}", 100.0 * f));
-            for (double b : rep_bandwidth[k]) bws.push_back(fmt::format("{:.1f}", b / 1e9));
-            fmt::print("  {} {}{}: {:.1f} GB/s over {:.0f} MB ({} GB/s); {:.1f} MB read per token -> at most {:.1f} tok/s; reached {:.2f} tok/s = {:.0f}% of "
-                       "the roofline ({}%)\n",
-                       mode_name(configs[k].mode), pipeline_name(configs[k].actors),
-                       configs[k].sequences > 1 ? fmt::format(" x{}", configs[k].sequences) : "", bandwidth[k] / 1e9,
-                       static_cast<double>(probe_bytes(k)) / 1e6, fmt::join(bws, " / "), results[k].bpt / 1e6,
-                       bandwidth[k] / results[k].bpt, results[k].tg.mean, 100.0 * mean_of(fractions(k)), fmt::join(fs, " / "));
-          }
-      }
-      if (dense_k > 0 && a->n_gen > 0 && results[static_cast<size_t>(dense_k)].tg.mean > 0) {
-        const auto& d = results[static_cast<size_t>(dense_k)];
-        fmt::print("\nsparse vs dense, same file, interleaved: decode {:.2f}x{}\n", results[0].tg.mean / d.tg.mean,
-                   a->n_prompt > 0 && d.pp.mean > 0 ? fmt::format(", prefill {:.2f}x", results[0].pp.mean / d.pp.mean) : "");
-      }
-      if (other_k > 0 && a->n_gen > 0 && reference_tg > 0)
-        fmt::print("\nactors vs reference, same file and placement, interleaved: decode {:.3f}x (actor overhead {:.1f}%)\n", actors_tg / reference_tg,
-                   100.0 * (1.0 - actors_tg / reference_tg));
-      if (parallel_k > 0 && a->n_gen > 0 && results[0].tg.mean > 0)
-        fmt::print("\n{} sequences vs {}, interleaved: aggregate decode {:.2f}x\n", a->vs_parallel, K, parallel_speedup);
-      if (micro_k > 0 && a->n_gen > 0 && results[0].tg.mean > 0)
-        fmt::print("\n{} micro-batches vs {}, interleaved: aggregate decode {:.2f}x\n", a->vs_micro_batches, micro, micro_speedup);
-      pipe.reset();
-      l.finish();
-    });
-  });
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("bench", [&] { run_bench(*a); }); });
 }
 
 }  // namespace hotcold::launcher

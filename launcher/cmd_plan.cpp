@@ -18,15 +18,122 @@
 
 namespace hotcold::launcher {
 
+namespace {
+
+struct plan_args {
+  std::string model, gpu, stats;
+  double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, ffn_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
+  int64_t ctx = 0;
+  int threads = 0;
+  bool json = false;
+};
+
+// What the planner is told, and where its figures came from.
+struct plan_inputs {
+  tools::planner_options o;
+  std::string gpu_name = "custom", firing_from = "every neuron at --active", cpu_from = "given";
+  double chosen_fraction = -1;  // a sparse file's: neurons its predictors choose, measured here
+};
+
+// The GPU: by name, or its bandwidth and link.
+void choose_gpu(const plan_args& a, plan_inputs& in) {
+  if (!a.gpu.empty()) {
+    const auto* g = tools::find_gpu(a.gpu);
+    if (!g) throw std::invalid_argument(fmt::format("--gpu {}: not one of the GPUs known here; give --gpu-bandwidth and --pcie instead", a.gpu));
+    in.o.gpu_gbs = g->bandwidth_gbs, in.o.pcie_gbs = g->pcie_gbs, in.gpu_name = g->name;
+  } else if (a.gpu_gbs > 0) {
+    in.o.gpu_gbs = a.gpu_gbs, in.o.pcie_gbs = a.pcie_gbs;
+  } else {
+    throw std::invalid_argument("plan needs a GPU: --gpu NAME, or --gpu-bandwidth and --pcie");
+  }
+}
+
+// How often neurons fire: the profile given, or the one prepare left beside the model, or --active.
+void firing_of(const plan_args& a, const model& m, plan_inputs& in) {
+  std::string dir = a.stats;
+  if (dir.empty() && a.active < 0 && std::filesystem::exists(std::filesystem::path(a.model + ".work") / "firing_counts.u64")) dir = a.model + ".work";
+  if (dir.empty()) {
+    if (a.active < 0 && m.has_predictors()) throw std::invalid_argument("plan: no profile beside the model: give --stats DIR or --active F");
+    in.o.active = std::max(0.0, a.active);
+    return;
+  }
+  auto p = tools::read_profile(dir);
+  if (p.n_layer != m.hp().n_layer || p.n_ff != m.hp().n_ff)
+    throw std::invalid_argument(fmt::format("{}: a profile of {} layers x {} neurons, the model has {} x {}", dir, p.n_layer, p.n_ff, m.hp().n_layer, m.hp().n_ff));
+  in.o.firing_counts = std::move(p.firing_counts), in.o.tokens = static_cast<uint64_t>(p.tokens);
+  in.firing_from = fmt::format("{} ({} tokens)", dir, p.tokens);
+}
+
+// The CPU's rates: given, or this file's own work on this machine: a few tokens decoded by the engine,
+// each kind of work timed against the bytes it read (tools::measure_cpu_rates). A plain read probe is
+// a ceiling the kernels do not reach (50-75% of it here), and a sparse FFN's scattered rows, short
+// ones most (Q4_0), are read slower than a product reads the same bytes. A sparse file's decoded
+// tokens also say how many neurons its predictors choose (more than fire: the rows it reads).
+void cpu_rates_of(const plan_args& a, const model& m, plan_inputs& in) {
+  in.o.cpu_gbs = a.cpu_gbs;
+  in.o.cpu_ffn_gbs = a.ffn_gbs;
+  if (in.o.cpu_gbs > 0 && !(m.has_predictors() && a.active < 0)) return;
+  const auto r = tools::measure_cpu_rates(model::load(a.model), a.threads);
+  if (in.o.cpu_gbs <= 0) {
+    in.o.cpu_gbs = r.products_gbs;
+    if (in.o.cpu_ffn_gbs <= 0) in.o.cpu_ffn_gbs = r.ffn_gbs;
+    in.cpu_from = fmt::format("this file's work measured here: {} tokens decoded with {} threads, the median of {} passes ({:.1f} MiB of FFN a token)",
+                              r.tokens, r.threads, r.passes, r.ffn_bytes_per_token / double(1 << 20));
+  }
+  in.o.chosen_per_token = r.chosen_per_token;
+  if (!r.chosen_per_token.empty()) {
+    double n = 0;
+    for (double x : r.chosen_per_token) n += x;
+    in.chosen_fraction = n / static_cast<double>(m.hp().n_layer * m.hp().n_ff);
+  }
+}
+
+void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::plan_prediction& p) {
+  const auto& o = in.o;
+  nlohmann::json j{{"model", a.model},
+                   {"gpu", in.gpu_name},
+                   {"vram_budget_bytes", o.budget},
+                   {"ctx", p.plan.ctx},
+                   {"gpu_bandwidth_gbs", o.gpu_gbs},
+                   {"pcie_gbs", o.pcie_gbs},
+                   {"cpu_bandwidth_gbs", o.cpu_gbs},
+                   {"cpu_bandwidth_from", in.cpu_from},
+                   {"chosen_fraction", in.chosen_fraction >= 0 ? nlohmann::json(in.chosen_fraction) : nlohmann::json()},
+                   {"cpu_ffn_bandwidth_gbs", o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs},
+                   {"gpu_efficiency", o.gpu_efficiency},
+                   {"crossing_us", o.crossing_us},
+                   {"firing_from", in.firing_from},
+                   {"cpu_only_tokens_per_s", p.cpu_only_tokens_per_s},
+                   {"layer_offload_tokens_per_s", p.layer_offload_tokens_per_s},
+                   {"hybrid_tokens_per_s", p.hybrid_tokens_per_s},
+                   {"cpu_only_bytes_per_token", p.cpu_only_bytes},
+                   {"host_bytes_per_token", p.host_bytes},
+                   {"device_bytes_per_token", p.device_bytes},
+                   {"crossings_per_token", p.crossings},
+                   {"offload_layers", p.offload_layers},
+                   {"limited_by", p.limited_by}};
+  fmt::print("{}\n", j.dump());
+}
+
+void run_plan(const plan_args& a) {
+  plan_inputs in;
+  in.o.budget = static_cast<uint64_t>(a.budget * double(1ull << 30));
+  in.o.ctx = a.ctx;
+  in.o.gpu_efficiency = a.efficiency;
+  in.o.crossing_us = a.crossing_us;
+  choose_gpu(a, in);
+  auto m = model::load(a.model, {true});
+  firing_of(a, *m, in);
+  cpu_rates_of(a, *m, in);
+  const auto p = tools::predict_plan(*m, in.o);
+  if (a.json) print_plan_json(a, in, p);
+  else fmt::print("{}firing: {}; GPU: {}; CPU bandwidth: {}\n", tools::prediction_table(*m, in.o, p), in.firing_from, in.gpu_name, in.cpu_from);
+}
+
+}  // namespace
+
 void add_plan_command(CLI::App& app, int& exit_code) {
-  struct args {
-    std::string model, gpu, stats;
-    double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, ffn_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
-    int64_t ctx = 0;
-    int threads = 0;
-    bool json = false;
-  };
-  auto a = std::make_shared<args>();
+  auto a = std::make_shared<plan_args>();
   std::string gpus;
   for (const auto& g : tools::known_gpus()) gpus += (gpus.empty() ? "" : ", ") + g.name;
   auto* cmd = app.add_subcommand("plan", "Predict decode speed on paper: the CPU alone, whole layers on a GPU, and the hybrid, for a GPU budget");
@@ -54,93 +161,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--crossing-us", a->crossing_us, "A crossing's fixed cost in microseconds")->capture_default_str()->check(finite_in(0, 1e6));
   cmd->add_option("-t,--threads", a->threads, "Threads of the CPU's measurement (default: the cores)")->check(whole_in(0, 1024));
   cmd->add_flag("--json", a->json, "One JSON object on stdout");
-  cmd->callback([a, &exit_code] {
-    exit_code = run_guarded("plan", [&] {
-      tools::planner_options o;
-      o.budget = static_cast<uint64_t>(a->budget * double(1ull << 30));
-      o.ctx = a->ctx;
-      o.gpu_efficiency = a->efficiency;
-      o.crossing_us = a->crossing_us;
-      std::string gpu_name = "custom";
-      if (!a->gpu.empty()) {
-        const auto* g = tools::find_gpu(a->gpu);
-        if (!g) throw std::invalid_argument(fmt::format("--gpu {}: not one of the GPUs known here; give --gpu-bandwidth and --pcie instead", a->gpu));
-        o.gpu_gbs = g->bandwidth_gbs, o.pcie_gbs = g->pcie_gbs, gpu_name = g->name;
-      } else if (a->gpu_gbs > 0) {
-        o.gpu_gbs = a->gpu_gbs, o.pcie_gbs = a->pcie_gbs;
-      } else {
-        throw std::invalid_argument("plan needs a GPU: --gpu NAME, or --gpu-bandwidth and --pcie");
-      }
-      auto m = model::load(a->model, {true});
-      // How often neurons fire: the profile given, or the one prepare left beside the model, or --active.
-      std::string dir = a->stats;
-      if (dir.empty() && a->active < 0 && std::filesystem::exists(std::filesystem::path(a->model + ".work") / "firing_counts.u64")) dir = a->model + ".work";
-      std::string source = "every neuron at --active";
-      if (!dir.empty()) {
-        auto p = tools::read_profile(dir);
-        if (p.n_layer != m->hp().n_layer || p.n_ff != m->hp().n_ff)
-          throw std::invalid_argument(fmt::format("{}: a profile of {} layers x {} neurons, the model has {} x {}", dir, p.n_layer, p.n_ff, m->hp().n_layer,
-                                                  m->hp().n_ff));
-        o.firing_counts = std::move(p.firing_counts), o.tokens = static_cast<uint64_t>(p.tokens);
-        source = fmt::format("{} ({} tokens)", dir, p.tokens);
-      } else {
-        if (a->active < 0 && m->has_predictors()) throw std::invalid_argument("plan: no profile beside the model: give --stats DIR or --active F");
-        o.active = std::max(0.0, a->active);
-      }
-      o.cpu_gbs = a->cpu_gbs;
-      o.cpu_ffn_gbs = a->ffn_gbs;
-      std::string cpu_source = "given";
-      double chosen_fraction = -1;
-      if (o.cpu_gbs <= 0 || (m->has_predictors() && a->active < 0)) {
-        // This file's own work on this machine: a few tokens decoded by the engine, each kind of work
-        // timed against the bytes it read (tools::measure_cpu_rates). A plain read probe is a ceiling
-        // the kernels do not reach (50-75% of it here), and a sparse FFN's scattered rows, short ones
-        // most (Q4_0), are read slower than a product reads the same bytes. A sparse file's decoded
-        // tokens also say how many neurons its predictors choose (more than fire: the rows it reads).
-        const auto r = tools::measure_cpu_rates(model::load(a->model), a->threads);
-        if (o.cpu_gbs <= 0) {
-          o.cpu_gbs = r.products_gbs;
-          if (o.cpu_ffn_gbs <= 0) o.cpu_ffn_gbs = r.ffn_gbs;
-          cpu_source = fmt::format("this file's work measured here: {} tokens decoded with {} threads, the median of {} passes ({:.1f} MiB of FFN a token)",
-                                   r.tokens, r.threads, r.passes, r.ffn_bytes_per_token / double(1 << 20));
-        }
-        o.chosen_per_token = r.chosen_per_token;
-        if (!r.chosen_per_token.empty()) {
-          double n = 0;
-          for (double x : r.chosen_per_token) n += x;
-          chosen_fraction = n / static_cast<double>(m->hp().n_layer * m->hp().n_ff);
-        }
-      }
-      const auto p = tools::predict_plan(*m, o);
-      if (a->json) {
-        nlohmann::json j{{"model", a->model},
-                         {"gpu", gpu_name},
-                         {"vram_budget_bytes", o.budget},
-                         {"ctx", p.plan.ctx},
-                         {"gpu_bandwidth_gbs", o.gpu_gbs},
-                         {"pcie_gbs", o.pcie_gbs},
-                         {"cpu_bandwidth_gbs", o.cpu_gbs},
-                         {"cpu_bandwidth_from", cpu_source},
-                         {"chosen_fraction", chosen_fraction >= 0 ? nlohmann::json(chosen_fraction) : nlohmann::json()},
-                         {"cpu_ffn_bandwidth_gbs", o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs},
-                         {"gpu_efficiency", o.gpu_efficiency},
-                         {"crossing_us", o.crossing_us},
-                         {"firing_from", source},
-                         {"cpu_only_tokens_per_s", p.cpu_only_tokens_per_s},
-                         {"layer_offload_tokens_per_s", p.layer_offload_tokens_per_s},
-                         {"hybrid_tokens_per_s", p.hybrid_tokens_per_s},
-                         {"cpu_only_bytes_per_token", p.cpu_only_bytes},
-                         {"host_bytes_per_token", p.host_bytes},
-                         {"device_bytes_per_token", p.device_bytes},
-                         {"crossings_per_token", p.crossings},
-                         {"offload_layers", p.offload_layers},
-                         {"limited_by", p.limited_by}};
-        fmt::print("{}\n", j.dump());
-      } else {
-        fmt::print("{}firing: {}; GPU: {}; CPU bandwidth: {}\n", tools::prediction_table(*m, o, p), source, gpu_name, cpu_source);
-      }
-    });
-  });
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("plan", [&] { run_plan(*a); }); });
 }
 
 }  // namespace hotcold::launcher

@@ -39,6 +39,16 @@ struct measured {
   std::vector<double> ttft, itl, e2e;
 };
 
+struct replay_args {
+  std::string trace, endpoint = "tcp://127.0.0.1:5555", report;
+  double speed = 1.0;
+  int max_concurrency = 256;
+  double timeout = 120, connect_timeout = 5;
+  bool compare = false;
+  std::string activations;
+  tools::whatif_options w;
+};
+
 // hotcold replay --activations TRACE -m MODEL --vram-budget GiB...: the estimates, as a table and JSON.
 void what_if(const std::string& activations, tools::whatif_options o, const std::string& report_path) {
   if (o.model_path.empty()) throw std::invalid_argument("--activations needs -m MODEL (the model the run used)");
@@ -80,19 +90,174 @@ void what_if(const std::string& activations, tools::whatif_options o, const std:
   if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + report_path);
 }
 
+// The records of a serve --record file, by arrival; what they recorded goes to `recorded`, and `torn`
+// counts lines cut short (the recorder killed mid-write: the rest is still good).
+std::vector<json> read_records(const std::string& path, measured& recorded, int& torn) {
+  if (std::filesystem::is_directory(path)) throw std::invalid_argument(fmt::format("--trace {}: a directory, not a record file", path));
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(fmt::format("--trace {}: cannot read ({})", path, std::strerror(errno)));
+  std::vector<json> lines;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (line.empty()) continue;
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded()) {
+      ++torn;
+      fmt::print(stderr, "hotcold replay: {}:{}: not a whole JSON record (cut short?): skipped\n", path, n);
+      continue;
+    }
+    if (!j.is_object() || !j.contains("request") || !j["request"].is_object() || !j.value("arrival_s", json()).is_number())
+      throw std::invalid_argument(fmt::format("{}:{}: not a record of serve --record (needs arrival_s and request)", path, n));
+    if (j["generated_tokens"].is_number() && j["generated_tokens"].get<int64_t>() > 0) recorded.ttft.push_back(j.value("ttft_s", 0.0));
+    for (const auto& g : j.value("itl_s", json::array())) recorded.itl.push_back(g.get<double>());
+    recorded.e2e.push_back(j.value("e2e_s", 0.0));
+    lines.push_back(std::move(j));
+  }
+  std::sort(lines.begin(), lines.end(), [](const json& x, const json& y) { return x["arrival_s"].get<double>() < y["arrival_s"].get<double>(); });
+  return lines;
+}
+
+// Open loop: each record is handed out at its recorded time (scaled) to one of max_concurrency
+// workers, each with its own connection; when all are busy, it waits for one.
+class open_loop {
+ public:
+  open_loop(const replay_args& a) : a_(a), reply_timeout_(std::chrono::milliseconds(static_cast<int64_t>(1000 * a.timeout))) {}
+
+  // Sends every record's request at its time; returns the seconds it took.
+  double run(const std::vector<json>& lines) {
+    start_workers(static_cast<int>(std::min<size_t>(static_cast<size_t>(a_.max_concurrency), std::max<size_t>(lines.size(), 1))));
+    const int capacity = static_cast<int>(workers_.size());
+    const double t_first = lines.empty() ? 0.0 : lines.front()["arrival_s"].get<double>();
+    const auto t0 = clock_type::now();
+    for (const auto& line : lines) {
+      const double due = (line["arrival_s"].get<double>() - t_first) / a_.speed;
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(due)));
+      std::unique_lock lock(m_);
+      cv_.wait(lock, [&] { return busy_ < capacity; });
+      ++busy_;
+      due_now_.push_back(&line["request"]);
+      cv_.notify_all();
+    }
+    {
+      std::lock_guard lock(m_);
+      all_sent_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+  }
+  const measured& replayed() const { return replayed_; }
+  int failed() const { return failed_; }
+
+ private:
+  void start_workers(int n) {
+    for (int k = 0; k < n; ++k) {
+      try {
+        workers_.emplace_back([this] { work(); });
+      } catch (const std::system_error& e) {
+        if (workers_.empty()) throw std::runtime_error(fmt::format("cannot start a thread for the requests: {}", e.what()));
+        fmt::print(stderr, "hotcold replay: {} requests at once, not {}: no more threads ({})\n", workers_.size(), n, e.what());
+        break;
+      }
+    }
+  }
+  void work() {
+    std::unique_ptr<tools::client> c;
+    for (;;) {
+      const json* request = nullptr;
+      {
+        std::unique_lock lock(m_);
+        cv_.wait(lock, [&] { return all_sent_ || !due_now_.empty(); });
+        if (due_now_.empty()) return;
+        request = due_now_.front();
+        due_now_.pop_front();
+      }
+      std::vector<double> gaps;
+      double ttft = -1;
+      const auto start = clock_type::now();
+      auto last = start;
+      bool ok = true;
+      try {
+        if (!c) c = std::make_unique<tools::client>(a_.endpoint, reply_timeout_);
+        c->generate(*request, [&](const protocol::token_reply&) {
+          const auto now = clock_type::now();
+          if (ttft < 0) ttft = std::chrono::duration<double>(now - start).count();
+          else gaps.push_back(std::chrono::duration<double>(now - last).count());
+          last = now;
+        });
+      } catch (const std::exception& e) {
+        ok = false;
+        c.reset();  // a fresh connection: late replies of this request must not meet the next one
+        fmt::print(stderr, "hotcold replay: a request failed: {}\n", e.what());
+      }
+      const double e2e = std::chrono::duration<double>(clock_type::now() - start).count();
+      std::lock_guard lock(m_);
+      if (ok) {
+        if (ttft >= 0) replayed_.ttft.push_back(ttft);
+        replayed_.itl.insert(replayed_.itl.end(), gaps.begin(), gaps.end());
+        replayed_.e2e.push_back(e2e);
+      } else {
+        ++failed_;
+      }
+      --busy_;
+      cv_.notify_all();
+    }
+  }
+  const replay_args& a_;
+  const std::chrono::milliseconds reply_timeout_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<const json*> due_now_;
+  bool all_sent_ = false;
+  int busy_ = 0, failed_ = 0;
+  measured replayed_;
+  std::vector<std::thread> workers_;
+};
+
+void print_latencies(const json& report, size_t requests, double seconds, int failed, bool compare) {
+  auto ms = [](const json& v) { return v.is_null() ? std::string("-") : fmt::format("{:.1f}", 1000 * v.get<double>()); };
+  fmt::print("{} requests in {:.2f} s ({} failed); milliseconds:\n", requests, seconds, failed);
+  fmt::print("| metric | {} p50 | p95 | p99 | mean | max |\n| --- | --- | --- | --- | --- | --- |\n", compare ? "replayed / recorded" : "");
+  for (const char* k : {"ttft_s", "itl_s", "e2e_s"}) {
+    std::vector<std::string> cells;
+    for (const char* q : {"p50", "p95", "p99", "mean", "max"})
+      cells.push_back(compare ? fmt::format("{} / {}", ms(report[k][q]), ms(report["recorded"][k][q])) : ms(report[k][q]));
+    fmt::print("| {} | {} |\n", k, fmt::join(cells, " | "));
+  }
+}
+
+void run_replay(const replay_args& a) {
+  if (!a.activations.empty()) return what_if(a.activations, a.w, a.report);
+  if (a.trace.empty() || a.report.empty()) throw std::invalid_argument("replay needs --trace FILE.jsonl and --report OUT.json (or --activations TRACE for a what-if)");
+  measured recorded;
+  int torn = 0;
+  const auto lines = read_records(a.trace, recorded, torn);
+  // Is anyone there? (ZeroMQ connects lazily and would wait for a server for ever.)
+  try {
+    tools::client probe(a.endpoint, std::chrono::milliseconds(static_cast<int64_t>(1000 * a.connect_timeout)));
+    probe.call("health");
+  } catch (const tools::client_error& e) {
+    throw std::runtime_error(fmt::format("--endpoint {}: no server answered within {} s ({})", a.endpoint, a.connect_timeout, e.what()));
+  }
+  open_loop loop(a);
+  const double seconds = loop.run(lines);
+  const measured& replayed = loop.replayed();
+  json report{{"requests", lines.size()}, {"failed", loop.failed()}, {"skipped_lines", torn}, {"seconds", seconds}, {"speed", a.speed}, {"max_concurrency", a.max_concurrency},
+              {"ttft_s", summary(replayed.ttft)}, {"itl_s", summary(replayed.itl)}, {"e2e_s", summary(replayed.e2e)}};
+  if (a.compare) report["recorded"] = {{"ttft_s", summary(recorded.ttft)}, {"itl_s", summary(recorded.itl)}, {"e2e_s", summary(recorded.e2e)}};
+  std::ofstream out(a.report);
+  out << report.dump(2) << "\n";
+  out.flush();
+  if (!out) throw std::runtime_error(fmt::format("--report {}: cannot write ({})", a.report, std::strerror(errno)));
+  print_latencies(report, lines.size(), seconds, loop.failed(), a.compare);
+  if (loop.failed() > 0) throw std::runtime_error(fmt::format("{} of {} requests failed", loop.failed(), lines.size()));
+}
+
 }  // namespace
 
 void add_replay_command(CLI::App& app, int& exit_code) {
-  struct args {
-    std::string trace, endpoint = "tcp://127.0.0.1:5555", report;
-    double speed = 1.0;
-    int max_concurrency = 256;
-    double timeout = 120, connect_timeout = 5;
-    bool compare = false;
-    std::string activations;
-    tools::whatif_options w;
-  };
-  auto a = std::make_shared<args>();
+  auto a = std::make_shared<replay_args>();
   auto* cmd = app.add_subcommand("replay",
                                  "Replay a recorded workload (serve --record) against a server and report its latencies; or, with --activations, "
                                  "estimate what other hot-device budgets would give from a run's recorded active neurons (docs/replay.md)");
@@ -121,148 +286,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--hot-gbps", a->w.hot_gbps, "What-if: the hot device's read bandwidth in GB/s (default: as the trace shows it, or the CPU's)")
       ->check(finite_in(1e-6, 1e6));
   cmd->add_option("--cpu-gbps", a->w.cpu_gbps, "What-if without a trace: the CPU's read bandwidth in GB/s (default: measured here)")->check(finite_in(1e-6, 1e6));
-  cmd->callback([a, &exit_code] {
-    exit_code = run_guarded("replay", [&] {
-      if (!a->activations.empty()) return what_if(a->activations, a->w, a->report);
-      if (a->trace.empty() || a->report.empty())
-        throw std::invalid_argument("replay needs --trace FILE.jsonl and --report OUT.json (or --activations TRACE for a what-if)");
-      if (std::filesystem::is_directory(a->trace)) throw std::invalid_argument(fmt::format("--trace {}: a directory, not a record file", a->trace));
-      std::ifstream in(a->trace);
-      if (!in) throw std::invalid_argument(fmt::format("--trace {}: cannot read ({})", a->trace, std::strerror(errno)));
-      std::vector<json> lines;
-      measured recorded;
-      int n = 0, torn = 0;
-      for (std::string line; std::getline(in, line);) {
-        ++n;
-        if (line.empty()) continue;
-        json j = json::parse(line, nullptr, false);
-        if (j.is_discarded()) {  // a record cut short (the recorder killed mid-write): the rest is still good
-          ++torn;
-          fmt::print(stderr, "hotcold replay: {}:{}: not a whole JSON record (cut short?): skipped\n", a->trace, n);
-          continue;
-        }
-        if (!j.is_object() || !j.contains("request") || !j["request"].is_object() || !j.value("arrival_s", json()).is_number())
-          throw std::invalid_argument(fmt::format("{}:{}: not a record of serve --record (needs arrival_s and request)", a->trace, n));
-        if (j["generated_tokens"].is_number() && j["generated_tokens"].get<int64_t>() > 0) recorded.ttft.push_back(j.value("ttft_s", 0.0));
-        for (const auto& g : j.value("itl_s", json::array())) recorded.itl.push_back(g.get<double>());
-        recorded.e2e.push_back(j.value("e2e_s", 0.0));
-        lines.push_back(std::move(j));
-      }
-      std::sort(lines.begin(), lines.end(), [](const json& x, const json& y) { return x["arrival_s"].get<double>() < y["arrival_s"].get<double>(); });
-      const double t_first = lines.empty() ? 0.0 : lines.front()["arrival_s"].get<double>();
-
-      // Is anyone there? (ZeroMQ connects lazily and would wait for a server for ever.)
-      try {
-        tools::client probe(a->endpoint, std::chrono::milliseconds(static_cast<int64_t>(1000 * a->connect_timeout)));
-        probe.call("health");
-      } catch (const tools::client_error& e) {
-        throw std::runtime_error(fmt::format("--endpoint {}: no server answered within {} s ({})", a->endpoint, a->connect_timeout, e.what()));
-      }
-
-      // Open loop: each record is handed out at its recorded time (scaled) to one of max_concurrency
-      // workers, each with its own connection; when all are busy, it waits for one.
-      measured replayed;
-      std::mutex m;
-      std::condition_variable cv;
-      std::deque<const json*> due_now;
-      bool all_sent = false;
-      int busy = 0, failed = 0;
-      const auto reply_timeout = std::chrono::milliseconds(static_cast<int64_t>(1000 * a->timeout));
-      auto worker = [&] {
-        std::unique_ptr<tools::client> c;
-        for (;;) {
-          const json* request = nullptr;
-          {
-            std::unique_lock lock(m);
-            cv.wait(lock, [&] { return all_sent || !due_now.empty(); });
-            if (due_now.empty()) return;
-            request = due_now.front();
-            due_now.pop_front();
-          }
-          std::vector<double> gaps;
-          double ttft = -1;
-          const auto start = clock_type::now();
-          auto last = start;
-          bool ok = true;
-          try {
-            if (!c) c = std::make_unique<tools::client>(a->endpoint, reply_timeout);
-            c->generate(*request, [&](const protocol::token_reply&) {
-              const auto now = clock_type::now();
-              if (ttft < 0) ttft = std::chrono::duration<double>(now - start).count();
-              else gaps.push_back(std::chrono::duration<double>(now - last).count());
-              last = now;
-            });
-          } catch (const std::exception& e) {
-            ok = false;
-            c.reset();  // a fresh connection: late replies of this request must not meet the next one
-            fmt::print(stderr, "hotcold replay: a request failed: {}\n", e.what());
-          }
-          const double e2e = std::chrono::duration<double>(clock_type::now() - start).count();
-          std::lock_guard lock(m);
-          if (ok) {
-            if (ttft >= 0) replayed.ttft.push_back(ttft);
-            replayed.itl.insert(replayed.itl.end(), gaps.begin(), gaps.end());
-            replayed.e2e.push_back(e2e);
-          } else {
-            ++failed;
-          }
-          --busy;
-          cv.notify_all();
-        }
-      };
-      std::vector<std::thread> workers;
-      const int n_workers = static_cast<int>(std::min<size_t>(static_cast<size_t>(a->max_concurrency), std::max<size_t>(lines.size(), 1)));
-      for (int k = 0; k < n_workers; ++k) {
-        try {
-          workers.emplace_back(worker);
-        } catch (const std::system_error& e) {
-          if (workers.empty()) throw std::runtime_error(fmt::format("cannot start a thread for the requests: {}", e.what()));
-          fmt::print(stderr, "hotcold replay: {} requests at once, not {}: no more threads ({})\n", workers.size(), n_workers, e.what());
-          break;
-        }
-      }
-      const int capacity = static_cast<int>(workers.size());
-      const auto t0 = clock_type::now();
-      for (const auto& line : lines) {
-        const double due = (line["arrival_s"].get<double>() - t_first) / a->speed;
-        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(due)));
-        std::unique_lock lock(m);
-        cv.wait(lock, [&] { return busy < capacity; });
-        ++busy;
-        due_now.push_back(&line["request"]);
-        cv.notify_all();
-      }
-      {
-        std::lock_guard lock(m);
-        all_sent = true;
-      }
-      cv.notify_all();
-      for (auto& t : workers) t.join();
-      const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-
-      json report{{"requests", lines.size()}, {"failed", failed}, {"skipped_lines", torn}, {"seconds", seconds}, {"speed", a->speed}, {"max_concurrency", a->max_concurrency},
-                  {"ttft_s", summary(replayed.ttft)}, {"itl_s", summary(replayed.itl)}, {"e2e_s", summary(replayed.e2e)}};
-      if (a->compare) report["recorded"] = {{"ttft_s", summary(recorded.ttft)}, {"itl_s", summary(recorded.itl)}, {"e2e_s", summary(recorded.e2e)}};
-      std::ofstream out(a->report);
-      out << report.dump(2) << "\n";
-      out.flush();
-      if (!out) throw std::runtime_error(fmt::format("--report {}: cannot write ({})", a->report, std::strerror(errno)));
-
-      auto ms = [](const json& v) { return v.is_null() ? std::string("-") : fmt::format("{:.1f}", 1000 * v.get<double>()); };
-      fmt::print("{} requests in {:.2f} s ({} failed); milliseconds:\n", lines.size(), seconds, failed);
-      fmt::print("| metric | {} p50 | p95 | p99 | mean | max |\n| --- | --- | --- | --- | --- | --- |\n", a->compare ? "replayed / recorded" : "");
-      for (const char* k : {"ttft_s", "itl_s", "e2e_s"}) {
-        std::string row = fmt::format("| {} |", k);
-        for (const char* q : {"p50", "p95", "p99", "mean", "max"}) {
-          row += " " + ms(report[k][q]);
-          if (a->compare) row += " / " + ms(report["recorded"][k][q]);
-          row += " |";
-        }
-        fmt::print("{}\n", row);
-      }
-      if (failed > 0) throw std::runtime_error(fmt::format("{} of {} requests failed", failed, lines.size()));
-    });
-  });
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("replay", [&] { run_replay(*a); }); });
 }
 
 }  // namespace hotcold::launcher

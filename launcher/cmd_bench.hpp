@@ -1,0 +1,22 @@
+#pragma once
+// hotcold bench: prompt and decode speed, llama-bench style, with the bytes of weights read per decoded
+// token; its options, and the command's body that a test can call.
+#include <string>
+
+#include "launcher/model_options.hpp"
+
+namespace hotcold::launcher {
+
+struct bench_args {
+  model_args m;
+  int n_prompt = 128, n_gen = 64, reps = 3;
+  int parallel = 1, vs_parallel = 0;            // sequences decoded at once (and the comparison's)
+  int micro_batches = 1, vs_micro_batches = 0;  // micro-batches of a step (and the comparison's)
+  bool json = false, vs_dense = false, vs_reference = false, roofline = false, no_warmup = false;
+  std::string pipeline = "actors";
+};
+
+// Measures and prints (a table, or one JSON object with json); throws as load() does.
+void run_bench(const bench_args& a);
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,56 @@
+#pragma once
+// The commands that run the model on text: run, eval, perplexity, chat — their options, and each
+// command's body that a test can call.
+#include <string>
+
+#include "launcher/model_options.hpp"
+#include "model/sampler.hpp"
+
+namespace hotcold::launcher {
+
+struct sampling_args {
+  int n_predict = 128;
+  sampling_params p;
+  bool seed_given = false;  // --seed was given (else a random seed, printed on stderr)
+  bool parse_special = false;
+};
+
+struct run_args {
+  model_args m;
+  sampling_args s;
+  std::string prompt;
+  std::string pipeline = "actors";
+};
+
+struct eval_args {
+  model_args m;
+  std::string prompt, file;  // exactly one of the two
+  bool from_file = false;    // -f was given
+  std::string logits_out, stats_json, oracle_json;
+  bool parse_special = false, vs_oracle = false;
+  std::string pipeline = "reference";
+};
+
+struct perplexity_args {
+  model_args m;
+  std::string file;
+};
+
+struct chat_args {
+  model_args m;
+  sampling_args s;
+  std::string chat_template, system;
+};
+
+// Each throws as load() does, and std::invalid_argument for options that cannot go together.
+void run_text(run_args a);  // hotcold run
+void run_eval(eval_args a);
+void run_perplexity(const perplexity_args& a);
+void run_chat(chat_args a);
+
+// What the commands share: the prompt must fit the context; the seed is drawn when not given.
+void check_fits(int64_t n_prompt, int64_t n_ctx);
+void finalize_seed(sampling_args& s);
+double seconds_since(std::chrono::steady_clock::time_point t0);
+
+}  // namespace hotcold::launcher
