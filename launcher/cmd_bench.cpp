@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/pipeline.hpp"
 #include "launcher/cmd_bench.hpp"
 #include "launcher/commands.hpp"
 #include "engine/bandwidth.hpp"
@@ -57,7 +58,6 @@ rate summarize(const std::vector<double>& r) {
   s.sd = r.size() > 1 ? std::sqrt(var / static_cast<double>(r.size() - 1)) : 0.0;
   return s;
 }
-
 
 // One configuration measured: the chosen one, and with --vs-dense dense mode, with --vs-reference the
 // other pipeline, with --vs-parallel and --vs-micro-batches those counts, on the same loaded model.
@@ -434,38 +434,6 @@ void run_bench(const bench_args& a) {
   else print_table(r, *l.m);
   run.stop();
   l.finish();
-}
-
-void add_bench_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<bench_args>();
-  auto* cmd = app.add_subcommand("bench", "Measure prompt processing and decode speed (tokens/s, mean ± sd over repetitions)");
-  add_model_options(cmd, a->m, false);
-  add_pipeline_option(cmd, a->pipeline);
-  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->capture_default_str();
-  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->capture_default_str();
-  cmd->add_option("-r,--repetitions", a->reps, "Repetitions")->capture_default_str();
-  cmd->add_option("--parallel", a->parallel, "Sequences decoded at once, one step for all (decode_tokens_per_s is their sum)")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
-  cmd->add_option("--vs-parallel", a->vs_parallel, "Also decode this many sequences at once, interleaved, and print the aggregate ratio, these over --parallel's (e.g. --vs-parallel 4: four at once against one)")
-      ->check(CLI::Range(1, 256));
-  cmd->add_option("--micro-batches", a->micro_batches,
-                  "Split each step of several sequences into this many micro-batches, so that a hot device holding every layer's attention "
-                  "and predictor works on one while the cold pool works on another (actors)")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
-  cmd->add_option("--vs-micro-batches", a->vs_micro_batches,
-                  "Also decode with this many micro-batches, interleaved, and print the aggregate ratio, these over --micro-batches'")
-      ->check(CLI::Range(1, 256));
-  cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
-  cmd->add_flag("--roofline", a->roofline,
-                "Measure this machine's memory read bandwidth with the same threads, over as many bytes as a step reads, and report, per "
-                "mode, the decode speed it allows (bandwidth / bytes per token) and the fraction reached");
-  cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
-  cmd->add_flag("--vs-reference", a->vs_reference,
-                "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
-  cmd->add_flag("--no-warmup", a->no_warmup, "Skip the untimed warm-up (per configuration, one prompt and two generated tokens, as llama-bench does)");
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("bench", [&] { run_bench(*a); }); });
 }
 
 }  // namespace hotcold::launcher

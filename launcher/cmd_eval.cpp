@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/pipeline.hpp"
 #include "launcher/cmd_generate.hpp"
 #include "launcher/commands.hpp"
 #include "model/gguf.hpp"
@@ -136,9 +137,7 @@ void run_eval(eval_args a) {
     out.close();
     if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + a.logits_out);
   }
-  std::string ids;
-  for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? " " : "") + std::to_string(tokens[i]);
-  fmt::print("{}\n", ids);
+  fmt::print("{}\n", fmt::join(tokens, " "));
   fmt::print(stderr, "hotcold: {} positions x {} logits -> {} in {:.2f} s\n", tokens.size(), n_vocab, a.logits_out.empty() ? "(not written)" : a.logits_out,
              seconds_since(t0));
   if (!a.stats_json.empty()) write_stats_json(a.stats_json, *l.ctx);

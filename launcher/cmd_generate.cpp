@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/pipeline.hpp"
 #include "launcher/cmd_generate.hpp"
 #include "launcher/commands.hpp"
 #include "launcher/option_checks.hpp"
@@ -32,20 +33,6 @@ void finalize_seed(sampling_args& s) {
 }
 
 namespace {
-
-void add_sampling_options(CLI::App* cmd, sampling_args& s) {
-  cmd->add_option("-n,--n-predict", s.n_predict, "Tokens to generate")->capture_default_str();
-  cmd->add_option("--temp", s.p.temperature, "Temperature (<= 0: greedy; at most 100)")->capture_default_str();
-  cmd->add_option("--top-k", s.p.top_k, "Top-k (<= 0: off)")->capture_default_str();
-  cmd->add_option("--top-p", s.p.top_p, "Top-p (>= 1: off)")->capture_default_str();
-  cmd->add_option("--min-p", s.p.min_p, "Min-p, 0..1 (0: off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", s.p.repeat_penalty, "Repetition penalty, 0..100 (1: off)")->capture_default_str();
-  cmd->add_option("--repeat-last-n", s.p.penalty_last_n, "Tokens the penalties look back on (-1: the whole context)")->capture_default_str();
-  cmd->add_option("--frequency-penalty", s.p.frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
-  cmd->add_option("--presence-penalty", s.p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
-  cmd->add_option("--seed", s.p.seed, "Random seed (default: random, printed on stderr)");
-  cmd->add_flag("--parse-special", s.parse_special, "Text of control tokens in the prompt (\"<s>\") becomes those tokens");
-}
 
 void write_piece(const std::string& piece) {
   std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -126,65 +113,6 @@ void run_on_reference(loaded& l, const run_args& a, const std::vector<token_id>&
              1000 * t_prompt, tokens.size() / std::max(t_prompt, 1e-9), n, 1000 * t_gen, n / std::max(t_gen, 1e-9));
 }
 
-void add_run_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<run_args>();
-  auto* cmd = app.add_subcommand("run", "Generate text after a prompt, streaming only the generated text to stdout");
-  add_model_options(cmd, a->m, false);
-  add_pipeline_option(cmd, a->pipeline);
-  cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
-  add_sampling_options(cmd, a->s);
-  cmd->callback([a, cmd, &exit_code] {
-    a->s.seed_given = cmd->count("--seed") > 0;
-    exit_code = run_guarded("run", [&] { run_text(*a); });
-  });
-}
-
-void add_eval_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<eval_args>();
-  auto* cmd = app.add_subcommand("eval", "Write the logits of every prompt position as float32 [n_tokens x n_vocab]; print the prompt's ids");
-  add_model_options(cmd, a->m, true);
-  add_pipeline_option(cmd, a->pipeline);
-  auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
-  auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
-  p->excludes(f);
-  cmd->add_option("--logits-out", a->logits_out, "Output file of float32 little-endian logits (needed unless --stats-json)");
-  cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens becomes those tokens");
-  cmd->add_option("--stats-json", a->stats_json, "Write predictor recall, precision and active fraction (overall and per layer)");
-  cmd->add_flag("--vs-oracle", a->vs_oracle,
-                "Also compute the prompt's logits with model/reference (double precision, single-threaded: slow on large files), given the "
-                "neurons this run chose, and print how far apart they are (relative RMS, largest difference, top-1 agreement)");
-  cmd->add_option("--oracle-json", a->oracle_json, "With --vs-oracle: write those figures as JSON (implies --vs-oracle)");
-  cmd->callback([a, p, f, &exit_code] {
-    exit_code = run_guarded("eval", [&] {
-      if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
-      a->from_file = f->count() > 0;
-      run_eval(*a);
-    });
-  });
-}
-
-void add_perplexity_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<perplexity_args>();
-  a->m.ctx = 256;
-  auto* cmd = app.add_subcommand("perplexity", "Perplexity of a text, in chunks of the context length (second half of each chunk scored)");
-  add_model_options(cmd, a->m, true);
-  cmd->add_option("-f,--file", a->file, "Text file")->required();
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("perplexity", [&] { run_perplexity(*a); }); });
-}
-
-void add_chat_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<chat_args>();
-  auto* cmd = app.add_subcommand("chat", "Interactive: each line you type is a user turn of the conversation, written with the model's chat template, and the model answers it");
-  add_model_options(cmd, a->m, false);
-  add_sampling_options(cmd, a->s);
-  cmd->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's own (" + chat_template::names() + ")");
-  cmd->add_option("--system", a->system, "A system message to start the conversation with");
-  cmd->callback([a, cmd, &exit_code] {
-    a->s.seed_given = cmd->count("--seed") > 0;
-    exit_code = run_guarded("chat", [&] { run_chat(*a); });
-  });
-}
-
 }  // namespace
 
 void run_text(run_args a) {
@@ -239,13 +167,6 @@ void run_chat(chat_args a) {
     fmt::print("\n");
   }
   l.finish();
-}
-
-void add_generate_commands(CLI::App& app, int& exit_code) {
-  add_run_command(app, exit_code);
-  add_eval_command(app, exit_code);
-  add_perplexity_command(app, exit_code);
-  add_chat_command(app, exit_code);
 }
 
 }  // namespace hotcold::launcher

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "launcher/cmd_inspect.hpp"
 #include "launcher/commands.hpp"
 #include "model/gguf.hpp"
 
@@ -57,7 +58,9 @@ nlohmann::json value_json(const gguf::value& v) {
           {"head", head}, {"truncated", v.size() > n}};
 }
 
-void inspect(const std::string& path, bool json) {
+}  // namespace
+
+void run_inspect(const std::string& path, bool json) {
   auto f = gguf::file::open(path);
   uint64_t total_bytes = 0, total_elements = 0;
   for (const auto& t : f.tensors()) {
@@ -113,17 +116,6 @@ void inspect(const std::string& path, bool json) {
   }
   fmt::print("\ntotal: {} tensors, {} elements, {} bytes of tensor data ({})\n", f.tensors().size(), total_elements,
              total_bytes, human_bytes(total_bytes));
-}
-
-}  // namespace
-
-void add_inspect_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("inspect", "Show a GGUF file's metadata, tensors and totals");
-  auto path = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
-  cmd->add_option("-m,--model", *path, "GGUF file (model or vocab-only)")->required();
-  cmd->add_flag("--json", *json, "Print JSON instead of tables");
-  cmd->callback([=, &exit_code] { exit_code = run_guarded("inspect", [&] { inspect(*path, *json); }); });
 }
 
 }  // namespace hotcold::launcher

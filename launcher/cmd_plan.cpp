@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "launcher/cmd_plan.hpp"
 #include "launcher/commands.hpp"
-#include "launcher/option_checks.hpp"
 #include "model/model.hpp"
 #include "tools/planner.hpp"
 #include "tools/profile.hpp"
@@ -19,14 +19,6 @@
 namespace hotcold::launcher {
 
 namespace {
-
-struct plan_args {
-  std::string model, gpu, stats;
-  double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, ffn_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
-  int64_t ctx = 0;
-  int threads = 0;
-  bool json = false;
-};
 
 // What the planner is told, and where its figures came from.
 struct plan_inputs {
@@ -115,6 +107,8 @@ void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::pla
   fmt::print("{}\n", j.dump());
 }
 
+}  // namespace
+
 void run_plan(const plan_args& a) {
   plan_inputs in;
   in.o.budget = static_cast<uint64_t>(a.budget * double(1ull << 30));
@@ -128,40 +122,6 @@ void run_plan(const plan_args& a) {
   const auto p = tools::predict_plan(*m, in.o);
   if (a.json) print_plan_json(a, in, p);
   else fmt::print("{}firing: {}; GPU: {}; CPU bandwidth: {}\n", tools::prediction_table(*m, in.o, p), in.firing_from, in.gpu_name, in.cpu_from);
-}
-
-}  // namespace
-
-void add_plan_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<plan_args>();
-  std::string gpus;
-  for (const auto& g : tools::known_gpus()) gpus += (gpus.empty() ? "" : ", ") + g.name;
-  auto* cmd = app.add_subcommand("plan", "Predict decode speed on paper: the CPU alone, whole layers on a GPU, and the hybrid, for a GPU budget");
-  cmd->add_option("-m,--model", a->model, "GGUF model (sparse: the hybrid; dense: whole layers)")->required();
-  cmd->add_option("--vram-budget", a->budget, "GPU memory the plan may use, GiB")->required()->check(finite_in(0, 1 << 20));
-  cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache holds (default: the model's, at most 4096); a token reads half of it")
-      ->check(whole_in(0, 1ll << 40));
-  auto* gpu = cmd->add_option("--gpu", a->gpu, "A GPU by name: " + gpus);
-  auto* gbw = cmd->add_option("--gpu-bandwidth", a->gpu_gbs, "The GPU's memory bandwidth, GB/s")->check(finite_in(0, 1e6));
-  auto* pcie = cmd->add_option("--pcie", a->pcie_gbs, "The GPU's host link, GB/s one way")->check(finite_in(0, 1e6));
-  gpu->excludes(gbw)->excludes(pcie);
-  gbw->needs(pcie);
-  pcie->needs(gbw);
-  cmd->add_option("--cpu-bandwidth", a->cpu_gbs,
-                  "The CPU's rate over weights, GB/s, for all its work (default: measured here on this file's own work, a few decoded tokens: "
-                  "its products, its predictors and its FFN each at its own rate)")
-      ->check(finite_in(0, 1e6));
-  cmd->add_option("--cpu-ffn-bandwidth", a->ffn_gbs,
-                  "The CPU's rate over the FFN as the file runs it (a sparse file's scattered rows), GB/s (default: with --cpu-bandwidth, the same; "
-                  "else measured with the rest)")
-      ->check(finite_in(0, 1e6));
-  auto* stats = cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile): how often each neuron fires (default: MODEL.work when there)");
-  cmd->add_option("--active", a->active, "Without a profile: the fraction of neurons that fire per token")->check(finite_in(0, 1))->excludes(stats);
-  cmd->add_option("--gpu-efficiency", a->efficiency, "The fraction of the GPU's bandwidth its kernels reach")->capture_default_str()->check(finite_in(0, 1));
-  cmd->add_option("--crossing-us", a->crossing_us, "A crossing's fixed cost in microseconds")->capture_default_str()->check(finite_in(0, 1e6));
-  cmd->add_option("-t,--threads", a->threads, "Threads of the CPU's measurement (default: the cores)")->check(whole_in(0, 1024));
-  cmd->add_flag("--json", a->json, "One JSON object on stdout");
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("plan", [&] { run_plan(*a); }); });
 }
 
 }  // namespace hotcold::launcher

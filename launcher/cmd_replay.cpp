@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "launcher/cmd_replay.hpp"
 #include "launcher/commands.hpp"
-#include "launcher/option_checks.hpp"
 #include "tools/client.hpp"
 #include "tools/whatif.hpp"
 
@@ -37,16 +37,6 @@ json summary(std::vector<double> v) {
 
 struct measured {
   std::vector<double> ttft, itl, e2e;
-};
-
-struct replay_args {
-  std::string trace, endpoint = "tcp://127.0.0.1:5555", report;
-  double speed = 1.0;
-  int max_concurrency = 256;
-  double timeout = 120, connect_timeout = 5;
-  bool compare = false;
-  std::string activations;
-  tools::whatif_options w;
 };
 
 // hotcold replay --activations TRACE -m MODEL --vram-budget GiB...: the estimates, as a table and JSON.
@@ -227,6 +217,8 @@ void print_latencies(const json& report, size_t requests, double seconds, int fa
   }
 }
 
+}  // namespace
+
 void run_replay(const replay_args& a) {
   if (!a.activations.empty()) return what_if(a.activations, a.w, a.report);
   if (a.trace.empty() || a.report.empty()) throw std::invalid_argument("replay needs --trace FILE.jsonl and --report OUT.json (or --activations TRACE for a what-if)");
@@ -252,41 +244,6 @@ void run_replay(const replay_args& a) {
   if (!out) throw std::runtime_error(fmt::format("--report {}: cannot write ({})", a.report, std::strerror(errno)));
   print_latencies(report, lines.size(), seconds, loop.failed(), a.compare);
   if (loop.failed() > 0) throw std::runtime_error(fmt::format("{} of {} requests failed", loop.failed(), lines.size()));
-}
-
-}  // namespace
-
-void add_replay_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<replay_args>();
-  auto* cmd = app.add_subcommand("replay",
-                                 "Replay a recorded workload (serve --record) against a server and report its latencies; or, with --activations, "
-                                 "estimate what other hot-device budgets would give from a run's recorded active neurons (docs/replay.md)");
-  cmd->add_option("--trace", a->trace, "JSONL file written by serve --record");
-  cmd->add_option("--endpoint", a->endpoint, "The server to replay against")->capture_default_str();
-  cmd->add_option("--speed", a->speed, "Time scale: 2 sends twice as fast as recorded")->check(finite_in(1e-6, 1e6))->capture_default_str();
-  cmd->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (a request waits for a free one)")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  cmd->add_option("--timeout", a->timeout, "Seconds to wait for any one reply before a request counts as failed")
-      ->check(finite_in(0.001, 86400))
-      ->capture_default_str();
-  cmd->add_option("--connect-timeout", a->connect_timeout, "Seconds for the server to answer a health request before the replay starts")
-      ->check(finite_in(0.001, 3600))
-      ->capture_default_str();
-  cmd->add_option("--report", a->report, "JSON report: requests, ttft_s, itl_s, e2e_s (p50, p95, p99, mean, max); with --activations, the estimates");
-  cmd->add_flag("--compare", a->compare, "Put the recorded latencies beside the replayed ones");
-  // What-if.
-  cmd->add_option("--activations", a->activations,
-                  "What-if: a run's active neurons (TRACE.json from --trace-out, its TRACE.json.activations, or a profile folder)");
-  cmd->add_option("-m,--model", a->w.model_path, "What-if: the model the activations were recorded on");
-  cmd->add_option("--vram-budget", a->w.budgets_gib, "What-if: hot-device budgets in GiB to estimate (placed as `hotcold place` would)")->check(finite_in(1e-9, 1 << 20));
-  cmd->add_option("--placement", a->w.placements, "What-if: placement files to estimate");
-  cmd->add_option("--stats", a->w.stats_dir, "What-if: profile folder whose firing counts place the neurons (default: the recorded run's own choices)");
-  cmd->add_option("-c,--ctx", a->w.ctx, "What-if: the context the budget's KV cache must hold (as place -c)");
-  cmd->add_option("--hot-gbps", a->w.hot_gbps, "What-if: the hot device's read bandwidth in GB/s (default: as the trace shows it, or the CPU's)")
-      ->check(finite_in(1e-6, 1e6));
-  cmd->add_option("--cpu-gbps", a->w.cpu_gbps, "What-if without a trace: the CPU's read bandwidth in GB/s (default: measured here)")->check(finite_in(1e-6, 1e6));
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("replay", [&] { run_replay(*a); }); });
 }
 
 }  // namespace hotcold::launcher

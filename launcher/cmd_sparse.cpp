@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "launcher/cmd_sparse.hpp"
 #include "launcher/commands.hpp"
-#include "launcher/option_checks.hpp"
 #include "launcher/progress.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
@@ -48,29 +48,7 @@ tools::profile_result profile_with_progress(const tools::profile_options& o) {
   return r;
 }
 
-struct train_args {
-  std::string dir;
-  tools::train_options o;
-};
-
-struct place_args {
-  std::string model, stats;
-  double budget = 0;
-  int64_t ctx = 0;
-};
-
-struct prepare_args {
-  std::string model, out, calib, work;
-  int64_t tokens = 2048;
-  int threads = 0;
-  double budget = 0;
-  int64_t ctx = 0;
-  bool powerinfer = false;
-  bool reuse_profile = false;
-  double sparsity = 0;
-  int64_t sparsity_tokens = 512;
-  tools::train_options train;
-};
+}  // namespace
 
 void run_profile_command(const tools::profile_options& o) {
   auto r = profile_with_progress(o);
@@ -102,6 +80,8 @@ void run_place(const place_args& a) {
   fmt::print(stderr, "hotcold place: wrote {}\n", path);
 }
 
+namespace {
+
 // prepare --sparsity: each layer's activation threshold, calibrated to skip that fraction of its neurons.
 void calibrate_thresholds(const prepare_args& a, tools::sparse_file_options& so) {
   if (a.powerinfer) throw std::invalid_argument("--sparsity writes hotcold's GGUF (PowerInfer's files have no activation thresholds): drop --powerinfer");
@@ -127,6 +107,8 @@ tensor_type predictor_type_for(const std::string& dense_path, const tools::spars
   if (const auto* up = dense.find_tensor("blk.0.ffn_up.weight")) return up->type;
   return so.predictor_type;
 }
+
+}  // namespace
 
 void run_prepare(prepare_args a) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -157,70 +139,6 @@ void run_prepare(prepare_args a) {
     fmt::print(stderr, "hotcold prepare: {:.1f}% of firings on hot neurons within {} GiB -> {}\n", 100 * plan.hot_mass, a.budget, placement_path(a.out));
   }
   fmt::print(stderr, "hotcold prepare: wrote {} in {:.1f} s\n", a.out, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
-
-void add_profile_command(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<tools::profile_options>();
-  auto* cmd = app.add_subcommand("profile", "Record per-neuron firing counts and predictor training samples over calibration text");
-  cmd->add_option("-m,--model", o->model_path, "Dense GGUF model")->required();
-  cmd->add_option("-f,--file", o->calibration_path, "Calibration text (default: text the model samples itself)");
-  cmd->add_option("--tokens", o->tokens, "Tokens to profile")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
-  cmd->add_option("-o,--output", o->out_dir, "Output folder")->required();
-  cmd->callback([o, &exit_code] { exit_code = run_guarded("profile", [&] { run_profile_command(*o); }); });
-}
-
-void add_train_predictor_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<train_args>();
-  auto* cmd = app.add_subcommand("train-predictor", "Train each layer's activation predictor from a profile folder; writes DIR/predictors.gguf");
-  cmd->add_option("dir", a->dir, "Folder written by `hotcold profile`")->required();
-  cmd->add_option("--rank", a->o.rank, "Predictor rank (default: chosen per layer)");
-  cmd->add_option("--epochs", a->o.epochs, "Training epochs")->capture_default_str();
-  cmd->add_option("--recall", a->o.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
-  cmd->add_option("-t,--threads", a->o.threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("train-predictor", [&] { run_train_predictor(*a); }); });
-}
-
-void add_place_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<place_args>();
-  auto* cmd = app.add_subcommand("place", "Choose the hot FFN neurons for the fast device under a memory budget; writes MODEL.generated.gpuidx");
-  cmd->add_option("-m,--model", a->model, "Sparse (or dense) GGUF model")->required();
-  cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile)")->required();
-  cmd->add_option("--vram-budget", a->budget, "Fast-device memory, GiB")->required()->check(finite_in(0, 1 << 20));
-  cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("place", [&] { run_place(*a); }); });
-}
-
-void add_prepare_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<prepare_args>();
-  auto* cmd = app.add_subcommand("prepare", "Profile a dense model, train its predictors and write the sparse model");
-  cmd->add_option("-m,--model", a->model, "Dense GGUF model")->required();
-  cmd->add_option("-o,--output", a->out, "Sparse GGUF model to write")->required();
-  cmd->add_option("-f,--file", a->calib, "Calibration text (default: text the model samples itself)");
-  cmd->add_option("--tokens", a->tokens, "Tokens to profile")->capture_default_str();
-  cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
-  cmd->add_option("-t,--threads", a->threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
-  cmd->add_option("--recall", a->train.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
-  cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
-  cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
-  cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)")
-      ->check(finite_in(0, 1 << 20));
-  cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold")->check(whole_in(0, 1ll << 40));
-  cmd->add_option("--sparsity", a->sparsity,
-                  "SiLU/GELU files: skip this mean fraction S of each layer's FFN neurons, those with the smallest |act(gate)| (a threshold "
-                  "per layer calibrated on the calibration text, stored in the file); 0: none (ReLU-family files)")
-      ->check(finite_in(0, 0.99));
-  cmd->add_option("--sparsity-tokens", a->sparsity_tokens, "Tokens the thresholds are calibrated on")->capture_default_str()->check(whole_in(1, 1 << 20));
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("prepare", [&] { run_prepare(*a); }); });
-}
-
-}  // namespace
-
-void add_sparse_commands(CLI::App& app, int& exit_code) {
-  add_profile_command(app, exit_code);
-  add_train_predictor_command(app, exit_code);
-  add_place_command(app, exit_code);
-  add_prepare_command(app, exit_code);
 }
 
 }  // namespace hotcold::launcher

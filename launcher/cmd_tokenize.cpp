@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "launcher/cmd_tokenize.hpp"
 #include "launcher/commands.hpp"
 #include "model/gguf.hpp"
 #include "model/vocab.hpp"
@@ -60,54 +61,24 @@ std::vector<token_id> parse_ids(const std::string& text, size_t vocab_size) {
 
 }  // namespace
 
-void add_tokenize_commands(CLI::App& app, int& exit_code) {
-  struct tokenize_args {
-    std::string model, prompt, file;
-    bool add_special = false, parse_special = false, pieces = false;
-  };
-  auto a = std::make_shared<tokenize_args>();
-  auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text, on one line separated by spaces");
-  tok->add_option("-m,--model", a->model, "GGUF file with tokenizer metadata")->required();
-  auto* p = tok->add_option("-p,--prompt", a->prompt, "Text to tokenize");
-  auto* f = tok->add_option("-f,--file", a->file, "File whose bytes are tokenized");
-  p->excludes(f);
-  tok->add_flag("--add-special", a->add_special, "Add BOS/EOS as the vocabulary asks");
-  tok->add_flag("--parse-special", a->parse_special, "Text of control tokens (\"<s>\") becomes those tokens");
-  tok->add_flag("--pieces", a->pieces, "Print one token per line as: id -> 'piece'");
-  tok->callback([=, &exit_code] {
-    exit_code = run_guarded("tokenize", [&] {
-      if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
-      std::string text = f->count() ? read_text_file(a->file) : a->prompt;
-      vocab v = load_vocab(a->model);
-      auto ids = v.tokenize(text, a->add_special, a->parse_special);
-      std::string out;
-      if (a->pieces) {
-        for (token_id id : ids) out += fmt::format("{} -> '{}'\n", id, escape_piece(v.piece(id, true)));
-      } else {
-        for (size_t i = 0; i < ids.size(); ++i) out += (i ? " " : "") + std::to_string(ids[i]);
-        out += '\n';
-      }
-      std::fwrite(out.data(), 1, out.size(), stdout);
-    });
-  });
+void run_tokenize(const tokenize_args& a) {
+  const std::string text = a.from_file ? read_text_file(a.file) : a.prompt;
+  vocab v = load_vocab(a.model);
+  auto ids = v.tokenize(text, a.add_special, a.parse_special);
+  std::string out;
+  if (a.pieces) {
+    for (token_id id : ids) out += fmt::format("{} -> '{}'\n", id, escape_piece(v.piece(id, true)));
+  } else {
+    out = fmt::format("{}\n", fmt::join(ids, " "));
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
 
-  struct detokenize_args {
-    std::string model, ids;
-    bool render_special = false;
-  };
-  auto d = std::make_shared<detokenize_args>();
-  auto* det = app.add_subcommand("detokenize", "Print the text of token ids");
-  det->add_option("-m,--model", d->model, "GGUF file with tokenizer metadata")->required();
-  det->add_option("--ids", d->ids, "Token ids separated by spaces or commas, e.g. \"1 15043 3186\"")->required();
-  det->add_flag("--render-special", d->render_special, "Print the text of control tokens such as <s>");
-  det->callback([=, &exit_code] {
-    exit_code = run_guarded("detokenize", [&] {
-      vocab v = load_vocab(d->model);
-      auto ids = parse_ids(d->ids, v.size());
-      std::string text = v.detokenize(ids, d->render_special) + "\n";
-      std::fwrite(text.data(), 1, text.size(), stdout);
-    });
-  });
+void run_detokenize(const detokenize_args& a) {
+  vocab v = load_vocab(a.model);
+  auto ids = parse_ids(a.ids, v.size());
+  std::string text = v.detokenize(ids, a.render_special) + "\n";
+  std::fwrite(text.data(), 1, text.size(), stdout);
 }
 
 }  // namespace hotcold::launcher

@@ -63,35 +63,4 @@ int run_guarded(const char* command, const std::function<void()>& body) {
 
 }  // namespace hotcold::launcher
 
-int main(int argc, char** argv) {
-  using namespace hotcold::launcher;
-  CLI::App app{"hotcold: ReLU-sparse LLM inference with hot/cold neuron placement"};
-  app.set_version_flag("--version", "hotcold 0.1.0");
-  app.require_subcommand(1);
-  int exit_code = exit_ok;
-  add_inspect_command(app, exit_code);
-  add_tokenize_commands(app, exit_code);
-  add_devices_command(app, exit_code);
-  add_gen_model_command(app, exit_code);
-  add_generate_commands(app, exit_code);
-  add_bench_command(app, exit_code);
-  add_sparse_commands(app, exit_code);
-  add_serve_command(app, exit_code);
-  add_client_command(app, exit_code);
-  add_keygen_command(app, exit_code);
-  add_replay_command(app, exit_code);
-  add_plan_command(app, exit_code);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "hotcold: {}\nRun with --help for usage.\n", e.what());
-    return exit_bad_input;
-  }
-  return exit_code;
-}
+int main(int argc, char** argv) { return hotcold::launcher::run_command_line(argc, argv); }

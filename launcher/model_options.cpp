@@ -1,49 +1,16 @@
 #include "launcher/model_options.hpp"
 
-#include "launcher/option_checks.hpp"
-
 #include <chrono>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "actors/pipeline.hpp"
 #include "launcher/default_model.hpp"
 #include "launcher/progress.hpp"
 #include "tools/profile.hpp"
 
 namespace hotcold::launcher {
-
-void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
-  auto* opt = cmd->add_option("-m,--model", m.model, model_required ? "GGUF model" : "GGUF model (default: the embedded default model)");
-  if (model_required) opt->required();
-  cmd->add_option("-t,--threads", m.threads, "CPU worker threads (default, or 0 or less: all hardware threads; with --device sim, one fewer)")
-      ->check(thread_count());
-  cmd->add_option("-c,--ctx", m.ctx, "Context length (default, or 0: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
-  cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
-  cmd->add_option("--device", m.device, "Hot device: auto, cpu, sim (a CPU-backed stand-in for a GPU), cuda, hip")
-      ->check(CLI::IsMember({"auto", "cpu", "sim", "cuda", "hip"}))
-      ->capture_default_str();
-  cmd->add_option("--vram-budget", m.vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")
-      ->check(finite_in(0, 1 << 20));
-  cmd->add_option("--n-gpu-layers", m.n_gpu_layers, "Dense files: layers the hot device holds whole, front to back (default: as many as fit its budget)")
-      ->check(whole_in(0, 1 << 20));
-  cmd->add_flag("--sim-kernels", m.sim_kernels,
-                "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies: attention, predictors, "
-                "FFN rows, dense FFNs, the head), "
-                "so that what runs above a GPU's kernels runs here");
-  cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
-      ->check(CLI::IsMember({"f16", "f32"}))
-      ->capture_default_str();
-  cmd->add_option("--trace-out", m.trace_out, "Write a Chrome trace-event JSON of where each step's time went (docs/traces.md)");
-  cmd->add_option("--mode", m.mode, "dense: every FFN neuron; sparse: the neurons the predictors choose (default: sparse when the file has predictors)")
-      ->check(CLI::IsMember({"dense", "sparse"}));
-}
-
-void add_pipeline_option(CLI::App* cmd, std::string& pipeline) {
-  cmd->add_option("--pipeline", pipeline, "actors: the actor runtime (scheduler, hot executor, cold pool, predictor, sampler); reference: the forward pass called directly")
-      ->check(CLI::IsMember({"actors", "reference"}))
-      ->capture_default_str();
-}
 
 loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   std::string path = a.model.empty() ? ensure_default_model() : a.model;

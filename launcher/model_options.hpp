@@ -4,10 +4,11 @@
 #include <memory>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
-#include "actors/pipeline.hpp"
 #include "loader/open.hpp"
+
+namespace hotcold::actors {
+class pipeline;
+}
 
 namespace hotcold::launcher {
 
@@ -26,9 +27,6 @@ struct model_args {
   bool record_choices = false;  // keep a trace recorder (written only with --trace-out) for the steps' chosen neurons
 };
 
-void add_model_options(CLI::App* cmd, model_args& m, bool model_required);
-// --pipeline actors|reference: the actor runtime, or the forward pass called directly.
-void add_pipeline_option(CLI::App* cmd, std::string& pipeline);
 
 // A model opened for running (loader/open.hpp) and where its trace goes.
 struct loaded : loader::opened_model {

@@ -1,0 +1,25 @@
+#pragma once
+// hotcold client: one generate through `hotcold serve`, printing what `hotcold run` prints.
+#include <cstdint>
+#include <string>
+
+#include "model/sampler.hpp"
+
+namespace hotcold::launcher {
+
+struct client_args {
+  std::string endpoint = "tcp://127.0.0.1:5555", prompt, file;
+  int texts_given = 0;     // of -p and -f (exactly one, unless --health)
+  bool from_file = false;  // the text is -f's
+  int n_predict = 128;
+  int64_t cancel_after = 0;
+  double timeout_s = 120;
+  std::string curve_server_key, curve_key;
+  sampling_params p;
+  bool seed_given = false;
+  bool parse_special = false, health = false;
+};
+
+void run_client(const client_args& a);
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,18 @@
+#pragma once
+// hotcold plan: what a GPU would give a file, on paper (tools/planner.hpp).
+#include <cstdint>
+#include <string>
+
+namespace hotcold::launcher {
+
+struct plan_args {
+  std::string model, gpu, stats;
+  double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, ffn_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10;
+  int64_t ctx = 0;
+  int threads = 0;
+  bool json = false;
+};
+
+void run_plan(const plan_args& a);
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,22 @@
+#pragma once
+// hotcold serve (the server room, server/server.hpp, in front of an opened model) and hotcold keygen.
+#include <cstdint>
+#include <string>
+
+#include "launcher/model_options.hpp"
+#include "server/server_options.hpp"
+
+namespace hotcold::launcher {
+
+struct serve_args {
+  model_args m;
+  server::server_options s;
+  int64_t parallel = 4;  // sequences generated at once (KV slots)
+};
+
+// Serves until SIGINT or SIGTERM.
+void run_serve(const serve_args& a);
+// NAME.key (secret, mode 0600) and NAME.pub, the public key printed.
+void run_keygen(const std::string& stem);
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,39 @@
+#pragma once
+// The offline sparse pipeline's commands: profile, train-predictor, place, prepare.
+#include <string>
+
+#include "tools/predictor_train.hpp"
+#include "tools/profile.hpp"
+
+namespace hotcold::launcher {
+
+struct train_args {
+  std::string dir;
+  tools::train_options o;
+};
+
+struct place_args {
+  std::string model, stats;
+  double budget = 0;
+  int64_t ctx = 0;
+};
+
+struct prepare_args {
+  std::string model, out, calib, work;
+  int64_t tokens = 2048;
+  int threads = 0;
+  double budget = 0;
+  int64_t ctx = 0;
+  bool powerinfer = false;
+  bool reuse_profile = false;
+  double sparsity = 0;
+  int64_t sparsity_tokens = 512;
+  tools::train_options train;
+};
+
+void run_profile_command(const tools::profile_options& o);
+void run_train_predictor(const train_args& a);
+void run_place(const place_args& a);
+void run_prepare(prepare_args a);
+
+}  // namespace hotcold::launcher

@@ -1,0 +1,547 @@
+// Every command's options, in one place: what `hotcold --help` lists. Each command's callback hands
+// its options to the command's body (run_bench, run_text, ...: the cmd_*.hpp headers), which a test
+// can call as well. CLI11 is used here and nowhere else in the launcher (it is header-only, and each
+// file that builds a CLI::App compiles much of it again).
+#include <charconv>
+#include <cmath>
+#include <memory>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "devices/device_info.hpp"
+#include "launcher/cmd_bench.hpp"
+#include "launcher/cmd_client.hpp"
+#include "launcher/cmd_devices.hpp"
+#include "launcher/cmd_gen_model.hpp"
+#include "launcher/cmd_generate.hpp"
+#include "launcher/cmd_inspect.hpp"
+#include "launcher/cmd_plan.hpp"
+#include "launcher/cmd_replay.hpp"
+#include "launcher/cmd_serve.hpp"
+#include "launcher/cmd_sparse.hpp"
+#include "launcher/cmd_tokenize.hpp"
+#include "launcher/commands.hpp"
+#include "model/chat_template.hpp"
+#include "tools/planner.hpp"
+
+namespace hotcold::launcher {
+namespace {
+
+int max_threads() { return std::max(8, 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))); }
+
+CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size()) return fmt::format("'{}' is not a whole number", s);
+        if (v > max_threads())
+          return fmt::format("{} threads is more than this machine can use: at most {} (4 per hardware thread; 0 or less: every hardware thread)", s,
+                             max_threads());
+        return {};
+      },
+      "THREADS", "thread_count");
+}
+
+CLI::Validator finite_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(s, &used);
+          if (used != s.size()) return fmt::format("'{}' is not a number", s);
+        } catch (const std::out_of_range&) {
+          return fmt::format("'{:.40}' is out of range: from {:g} to {:g}", s, lo, hi);
+        } catch (...) {
+          return fmt::format("'{:.40}' is not a number", s);
+        }
+        if (!std::isfinite(v) || v < lo || v > hi) return fmt::format("{:.40} is not a finite number from {:g} to {:g}", s, lo, hi);
+        return {};
+      },
+      fmt::format("FLOAT in [{:g}, {:g}]", lo, hi), "finite_in");
+}
+
+CLI::Validator whole_in(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) return fmt::format("'{:.40}' is not a whole number from {} to {}", s, lo, hi);
+        return {};
+      },
+      fmt::format("INT in [{}, {}]", lo, hi), "whole_in");
+}
+
+void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
+  auto* opt = cmd->add_option("-m,--model", m.model, model_required ? "GGUF model" : "GGUF model (default: the embedded default model)");
+  if (model_required) opt->required();
+  cmd->add_option("-t,--threads", m.threads, "CPU worker threads (default, or 0 or less: all hardware threads; with --device sim, one fewer)")
+      ->check(thread_count());
+  cmd->add_option("-c,--ctx", m.ctx, "Context length (default, or 0: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
+  cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
+  cmd->add_option("--device", m.device, "Hot device: auto, cpu, sim (a CPU-backed stand-in for a GPU), cuda, hip")
+      ->check(CLI::IsMember({"auto", "cpu", "sim", "cuda", "hip"}))
+      ->capture_default_str();
+  cmd->add_option("--vram-budget", m.vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")
+      ->check(finite_in(0, 1 << 20));
+  cmd->add_option("--n-gpu-layers", m.n_gpu_layers, "Dense files: layers the hot device holds whole, front to back (default: as many as fit its budget)")
+      ->check(whole_in(0, 1 << 20));
+  cmd->add_flag("--sim-kernels", m.sim_kernels,
+                "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies: attention, predictors, "
+                "FFN rows, dense FFNs, the head), "
+                "so that what runs above a GPU's kernels runs here");
+  cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--trace-out", m.trace_out, "Write a Chrome trace-event JSON of where each step's time went (docs/traces.md)");
+  cmd->add_option("--mode", m.mode, "dense: every FFN neuron; sparse: the neurons the predictors choose (default: sparse when the file has predictors)")
+      ->check(CLI::IsMember({"dense", "sparse"}));
+}
+
+void add_pipeline_option(CLI::App* cmd, std::string& pipeline) {
+  cmd->add_option("--pipeline", pipeline, "actors: the actor runtime (scheduler, hot executor, cold pool, predictor, sampler); reference: the forward pass called directly")
+      ->check(CLI::IsMember({"actors", "reference"}))
+      ->capture_default_str();
+}
+
+void add_sampling_options(CLI::App* cmd, sampling_args& s) {
+  cmd->add_option("-n,--n-predict", s.n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temp", s.p.temperature, "Temperature (<= 0: greedy; at most 100)")->capture_default_str();
+  cmd->add_option("--top-k", s.p.top_k, "Top-k (<= 0: off)")->capture_default_str();
+  cmd->add_option("--top-p", s.p.top_p, "Top-p (>= 1: off)")->capture_default_str();
+  cmd->add_option("--min-p", s.p.min_p, "Min-p, 0..1 (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", s.p.repeat_penalty, "Repetition penalty, 0..100 (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", s.p.penalty_last_n, "Tokens the penalties look back on (-1: the whole context)")->capture_default_str();
+  cmd->add_option("--frequency-penalty", s.p.frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
+  cmd->add_option("--presence-penalty", s.p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
+  cmd->add_option("--seed", s.p.seed, "Random seed (default: random, printed on stderr)");
+  cmd->add_flag("--parse-special", s.parse_special, "Text of control tokens in the prompt (\"<s>\") becomes those tokens");
+}
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<run_args>();
+  auto* cmd = app.add_subcommand("run", "Generate text after a prompt, streaming only the generated text to stdout");
+  add_model_options(cmd, a->m, false);
+  add_pipeline_option(cmd, a->pipeline);
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  add_sampling_options(cmd, a->s);
+  cmd->callback([a, cmd, &exit_code] {
+    a->s.seed_given = cmd->count("--seed") > 0;
+    exit_code = run_guarded("run", [&] { run_text(*a); });
+  });
+}
+
+void add_eval_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<eval_args>();
+  auto* cmd = app.add_subcommand("eval", "Write the logits of every prompt position as float32 [n_tokens x n_vocab]; print the prompt's ids");
+  add_model_options(cmd, a->m, true);
+  add_pipeline_option(cmd, a->pipeline);
+  auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
+  auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
+  p->excludes(f);
+  cmd->add_option("--logits-out", a->logits_out, "Output file of float32 little-endian logits (needed unless --stats-json)");
+  cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens becomes those tokens");
+  cmd->add_option("--stats-json", a->stats_json, "Write predictor recall, precision and active fraction (overall and per layer)");
+  cmd->add_flag("--vs-oracle", a->vs_oracle,
+                "Also compute the prompt's logits with model/reference (double precision, single-threaded: slow on large files), given the "
+                "neurons this run chose, and print how far apart they are (relative RMS, largest difference, top-1 agreement)");
+  cmd->add_option("--oracle-json", a->oracle_json, "With --vs-oracle: write those figures as JSON (implies --vs-oracle)");
+  cmd->callback([a, p, f, &exit_code] {
+    exit_code = run_guarded("eval", [&] {
+      if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
+      a->from_file = f->count() > 0;
+      run_eval(*a);
+    });
+  });
+}
+
+void add_perplexity_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<perplexity_args>();
+  a->m.ctx = 256;
+  auto* cmd = app.add_subcommand("perplexity", "Perplexity of a text, in chunks of the context length (second half of each chunk scored)");
+  add_model_options(cmd, a->m, true);
+  cmd->add_option("-f,--file", a->file, "Text file")->required();
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("perplexity", [&] { run_perplexity(*a); }); });
+}
+
+void add_chat_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<chat_args>();
+  auto* cmd = app.add_subcommand("chat", "Interactive: each line you type is a user turn of the conversation, written with the model's chat template, and the model answers it");
+  add_model_options(cmd, a->m, false);
+  add_sampling_options(cmd, a->s);
+  cmd->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's own (" + chat_template::names() + ")");
+  cmd->add_option("--system", a->system, "A system message to start the conversation with");
+  cmd->callback([a, cmd, &exit_code] {
+    a->s.seed_given = cmd->count("--seed") > 0;
+    exit_code = run_guarded("chat", [&] { run_chat(*a); });
+  });
+}
+
+void add_generate_commands(CLI::App& app, int& exit_code) {
+  add_run_command(app, exit_code);
+  add_eval_command(app, exit_code);
+  add_perplexity_command(app, exit_code);
+  add_chat_command(app, exit_code);
+}
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<bench_args>();
+  auto* cmd = app.add_subcommand("bench", "Measure prompt processing and decode speed (tokens/s, mean ± sd over repetitions)");
+  add_model_options(cmd, a->m, false);
+  add_pipeline_option(cmd, a->pipeline);
+  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->capture_default_str();
+  cmd->add_option("-r,--repetitions", a->reps, "Repetitions")->capture_default_str();
+  cmd->add_option("--parallel", a->parallel, "Sequences decoded at once, one step for all (decode_tokens_per_s is their sum)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--vs-parallel", a->vs_parallel, "Also decode this many sequences at once, interleaved, and print the aggregate ratio, these over --parallel's (e.g. --vs-parallel 4: four at once against one)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--micro-batches", a->micro_batches,
+                  "Split each step of several sequences into this many micro-batches, so that a hot device holding every layer's attention "
+                  "and predictor works on one while the cold pool works on another (actors)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--vs-micro-batches", a->vs_micro_batches,
+                  "Also decode with this many micro-batches, interleaved, and print the aggregate ratio, these over --micro-batches'")
+      ->check(CLI::Range(1, 256));
+  cmd->add_flag("--json", a->json, "Print one JSON object instead of the table");
+  cmd->add_flag("--roofline", a->roofline,
+                "Measure this machine's memory read bandwidth with the same threads, over as many bytes as a step reads, and report, per "
+                "mode, the decode speed it allows (bandwidth / bytes per token) and the fraction reached");
+  cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
+  cmd->add_flag("--vs-reference", a->vs_reference,
+                "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
+  cmd->add_flag("--no-warmup", a->no_warmup, "Skip the untimed warm-up (per configuration, one prompt and two generated tokens, as llama-bench does)");
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("bench", [&] { run_bench(*a); }); });
+}
+
+void add_serve_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<serve_args>();
+  auto* cmd = app.add_subcommand("serve", "Serve generate/tokenize/... requests over ZeroMQ (protocol/README.md) until SIGINT or SIGTERM");
+  add_model_options(cmd, a->m, false);
+  cmd->add_option("--zmq", a->s.endpoint, "Endpoint to bind: tcp://HOST:PORT or ipc://PATH (loopback only unless --allow-remote)")->capture_default_str();
+  cmd->add_option("--max-queue", a->s.max_queue, "Requests that may wait for a free sequence slot before new ones get `busy`")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", a->s.max_prompt_tokens, "Longest prompt accepted, in tokens (default: the context)")->check(whole_in(0, 1ll << 40));
+  cmd->add_option("--max-tokens", a->s.max_tokens, "Largest n_predict accepted")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
+  cmd->add_option("--http", a->s.http,
+                  "HOST:PORT for the OpenAI-style API (/v1/*, docs/openai-api.md), the dashboard (GET /), /metrics (Prometheus), "
+                  "/api/stats, /api/events (Server-Sent Events) and /health (loopback unless --allow-remote-http; docs/telemetry.md)");
+  cmd->add_flag("--allow-remote-http", a->s.allow_remote_http,
+                "Allow --http on an address other machines can reach (needs --http-token-file or --api-key; the traffic is plain HTTP, not "
+                "encrypted; the dashboard and /metrics answer other machines only with --allow-remote or --http-token-file)");
+  cmd->add_option("--http-token-file", a->s.http_token_file,
+                  "File of bearer tokens (one per line, 16+ characters): every HTTP request must carry one (Authorization: Bearer, or "
+                  "/?token= once in a browser)");
+  cmd->add_option("--api-key", a->s.api_keys,
+                  "A key the OpenAI-style API (/v1/*) requires as `Authorization: Bearer KEY` (16+ characters; may be repeated)");
+  cmd->add_option("--api-key-file", a->s.api_key_file, "File of more such keys, one per line");
+  cmd->add_option("--chat-template", a->s.chat_template, "Chat template family for /v1/chat/completions instead of the model's own (" + chat_template::names() + ")");
+  cmd->add_option("--alias", a->s.alias, "The model's id in /v1/models and requests (default: its file's name)");
+  cmd->add_option("--recall-every", a->s.recall_every,
+                  "Check the predictors' recall every N steps (each sparse layer computes its first token densely; 0: never)")
+      ->check(whole_in(0, 1ll << 40))
+      ->capture_default_str();
+  cmd->add_option("--max-client-buffer", a->s.max_client_buffer,
+                  "Bytes of replies a client may leave unread before it is cut off (its requests cancelled; one larger reply still goes when "
+                  "nothing else of its waits)")
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 32))
+      ->capture_default_str();
+  cmd->add_option("--record", a->s.record, "Append one JSON line per finished generate: arrival, request, TTFT, inter-token gaps, end-to-end (for hotcold replay)");
+  cmd->add_option("--curve-key", a->s.curve_key, "The server's CURVE key pair (hotcold keygen -o NAME writes NAME.key): encrypt and authenticate");
+  cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("serve", [&] { run_serve(*a); }); });
+}
+
+void add_keygen_command(CLI::App& app, int& exit_code) {
+  auto stem = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("keygen", "Make a CURVE key pair for serve/client: NAME.key (secret, mode 0600) and NAME.pub (public)");
+  cmd->add_option("-o,--output", *stem, "NAME: writes NAME.key and NAME.pub")->required();
+  cmd->callback([stem, &exit_code] { exit_code = run_guarded("keygen", [&] { run_keygen(*stem); }); });
+}
+
+void add_client_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<client_args>();
+  auto* cmd = app.add_subcommand("client", "Send a prompt to `hotcold serve` and print the generated text as `hotcold run` does");
+  cmd->add_option("--endpoint", a->endpoint, "The server's endpoint")->capture_default_str();
+  auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
+  auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
+  p->excludes(f);
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temp", a->p.temperature, "Temperature (<= 0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", a->p.top_k, "Top-k (<= 0: off)")->capture_default_str();
+  cmd->add_option("--top-p", a->p.top_p, "Top-p (>= 1: off)")->capture_default_str();
+  cmd->add_option("--min-p", a->p.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", a->p.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", a->p.penalty_last_n, "Tokens the penalties look back on")->capture_default_str();
+  cmd->add_option("--frequency-penalty", a->p.frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
+  cmd->add_option("--presence-penalty", a->p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
+  auto* seed = cmd->add_option("--seed", a->p.seed, "Random seed (default: the server picks one, printed on stderr)");
+  cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens in the prompt becomes those tokens");
+  cmd->add_flag("--health", a->health, "Only ask the server how it is (prints the health reply)");
+  cmd->add_option("--cancel-after", a->cancel_after, "Cancel the request after this many tokens")->check(whole_in(1, 1ll << 40));
+  cmd->add_option("--curve-server-key", a->curve_server_key, "The server's public key (40 Z85 characters, or its .pub file): CURVE on");
+  cmd->add_option("--curve-key", a->curve_key, "This client's key pair (hotcold keygen), on the server's allow list");
+  cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for each reply")->check(finite_in(0.001, 86400))->capture_default_str();
+  cmd->callback([a, p, f, seed, &exit_code] {
+    a->texts_given = static_cast<int>(p->count() + f->count());
+    a->from_file = f->count() > 0;
+    a->seed_given = seed->count() > 0;
+    exit_code = run_guarded("client", [&] { run_client(*a); });
+  });
+}
+
+void add_replay_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<replay_args>();
+  auto* cmd = app.add_subcommand("replay",
+                                 "Replay a recorded workload (serve --record) against a server and report its latencies; or, with --activations, "
+                                 "estimate what other hot-device budgets would give from a run's recorded active neurons (docs/replay.md)");
+  cmd->add_option("--trace", a->trace, "JSONL file written by serve --record");
+  cmd->add_option("--endpoint", a->endpoint, "The server to replay against")->capture_default_str();
+  cmd->add_option("--speed", a->speed, "Time scale: 2 sends twice as fast as recorded")->check(finite_in(1e-6, 1e6))->capture_default_str();
+  cmd->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (a request waits for a free one)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--timeout", a->timeout, "Seconds to wait for any one reply before a request counts as failed")
+      ->check(finite_in(0.001, 86400))
+      ->capture_default_str();
+  cmd->add_option("--connect-timeout", a->connect_timeout, "Seconds for the server to answer a health request before the replay starts")
+      ->check(finite_in(0.001, 3600))
+      ->capture_default_str();
+  cmd->add_option("--report", a->report, "JSON report: requests, ttft_s, itl_s, e2e_s (p50, p95, p99, mean, max); with --activations, the estimates");
+  cmd->add_flag("--compare", a->compare, "Put the recorded latencies beside the replayed ones");
+  // What-if.
+  cmd->add_option("--activations", a->activations,
+                  "What-if: a run's active neurons (TRACE.json from --trace-out, its TRACE.json.activations, or a profile folder)");
+  cmd->add_option("-m,--model", a->w.model_path, "What-if: the model the activations were recorded on");
+  cmd->add_option("--vram-budget", a->w.budgets_gib, "What-if: hot-device budgets in GiB to estimate (placed as `hotcold place` would)")->check(finite_in(1e-9, 1 << 20));
+  cmd->add_option("--placement", a->w.placements, "What-if: placement files to estimate");
+  cmd->add_option("--stats", a->w.stats_dir, "What-if: profile folder whose firing counts place the neurons (default: the recorded run's own choices)");
+  cmd->add_option("-c,--ctx", a->w.ctx, "What-if: the context the budget's KV cache must hold (as place -c)");
+  cmd->add_option("--hot-gbps", a->w.hot_gbps, "What-if: the hot device's read bandwidth in GB/s (default: as the trace shows it, or the CPU's)")
+      ->check(finite_in(1e-6, 1e6));
+  cmd->add_option("--cpu-gbps", a->w.cpu_gbps, "What-if without a trace: the CPU's read bandwidth in GB/s (default: measured here)")->check(finite_in(1e-6, 1e6));
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("replay", [&] { run_replay(*a); }); });
+}
+
+void add_plan_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<plan_args>();
+  std::string gpus;
+  for (const auto& g : tools::known_gpus()) gpus += (gpus.empty() ? "" : ", ") + g.name;
+  auto* cmd = app.add_subcommand("plan", "Predict decode speed on paper: the CPU alone, whole layers on a GPU, and the hybrid, for a GPU budget");
+  cmd->add_option("-m,--model", a->model, "GGUF model (sparse: the hybrid; dense: whole layers)")->required();
+  cmd->add_option("--vram-budget", a->budget, "GPU memory the plan may use, GiB")->required()->check(finite_in(0, 1 << 20));
+  cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache holds (default: the model's, at most 4096); a token reads half of it")
+      ->check(whole_in(0, 1ll << 40));
+  auto* gpu = cmd->add_option("--gpu", a->gpu, "A GPU by name: " + gpus);
+  auto* gbw = cmd->add_option("--gpu-bandwidth", a->gpu_gbs, "The GPU's memory bandwidth, GB/s")->check(finite_in(0, 1e6));
+  auto* pcie = cmd->add_option("--pcie", a->pcie_gbs, "The GPU's host link, GB/s one way")->check(finite_in(0, 1e6));
+  gpu->excludes(gbw)->excludes(pcie);
+  gbw->needs(pcie);
+  pcie->needs(gbw);
+  cmd->add_option("--cpu-bandwidth", a->cpu_gbs,
+                  "The CPU's rate over weights, GB/s, for all its work (default: measured here on this file's own work, a few decoded tokens: "
+                  "its products, its predictors and its FFN each at its own rate)")
+      ->check(finite_in(0, 1e6));
+  cmd->add_option("--cpu-ffn-bandwidth", a->ffn_gbs,
+                  "The CPU's rate over the FFN as the file runs it (a sparse file's scattered rows), GB/s (default: with --cpu-bandwidth, the same; "
+                  "else measured with the rest)")
+      ->check(finite_in(0, 1e6));
+  auto* stats = cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile): how often each neuron fires (default: MODEL.work when there)");
+  cmd->add_option("--active", a->active, "Without a profile: the fraction of neurons that fire per token")->check(finite_in(0, 1))->excludes(stats);
+  cmd->add_option("--gpu-efficiency", a->efficiency, "The fraction of the GPU's bandwidth its kernels reach")->capture_default_str()->check(finite_in(0, 1));
+  cmd->add_option("--crossing-us", a->crossing_us, "A crossing's fixed cost in microseconds")->capture_default_str()->check(finite_in(0, 1e6));
+  cmd->add_option("-t,--threads", a->threads, "Threads of the CPU's measurement (default: the cores)")->check(whole_in(0, 1024));
+  cmd->add_flag("--json", a->json, "One JSON object on stdout");
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("plan", [&] { run_plan(*a); }); });
+}
+
+void add_profile_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<tools::profile_options>();
+  auto* cmd = app.add_subcommand("profile", "Record per-neuron firing counts and predictor training samples over calibration text");
+  cmd->add_option("-m,--model", o->model_path, "Dense GGUF model")->required();
+  cmd->add_option("-f,--file", o->calibration_path, "Calibration text (default: text the model samples itself)");
+  cmd->add_option("--tokens", o->tokens, "Tokens to profile")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
+  cmd->add_option("-o,--output", o->out_dir, "Output folder")->required();
+  cmd->callback([o, &exit_code] { exit_code = run_guarded("profile", [&] { run_profile_command(*o); }); });
+}
+
+void add_train_predictor_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<train_args>();
+  auto* cmd = app.add_subcommand("train-predictor", "Train each layer's activation predictor from a profile folder; writes DIR/predictors.gguf");
+  cmd->add_option("dir", a->dir, "Folder written by `hotcold profile`")->required();
+  cmd->add_option("--rank", a->o.rank, "Predictor rank (default: chosen per layer)");
+  cmd->add_option("--epochs", a->o.epochs, "Training epochs")->capture_default_str();
+  cmd->add_option("--recall", a->o.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
+  cmd->add_option("-t,--threads", a->o.threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("train-predictor", [&] { run_train_predictor(*a); }); });
+}
+
+void add_place_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<place_args>();
+  auto* cmd = app.add_subcommand("place", "Choose the hot FFN neurons for the fast device under a memory budget; writes MODEL.generated.gpuidx");
+  cmd->add_option("-m,--model", a->model, "Sparse (or dense) GGUF model")->required();
+  cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile)")->required();
+  cmd->add_option("--vram-budget", a->budget, "Fast-device memory, GiB")->required()->check(finite_in(0, 1 << 20));
+  cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("place", [&] { run_place(*a); }); });
+}
+
+void add_prepare_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<prepare_args>();
+  auto* cmd = app.add_subcommand("prepare", "Profile a dense model, train its predictors and write the sparse model");
+  cmd->add_option("-m,--model", a->model, "Dense GGUF model")->required();
+  cmd->add_option("-o,--output", a->out, "Sparse GGUF model to write")->required();
+  cmd->add_option("-f,--file", a->calib, "Calibration text (default: text the model samples itself)");
+  cmd->add_option("--tokens", a->tokens, "Tokens to profile")->capture_default_str();
+  cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
+  cmd->add_option("-t,--threads", a->threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
+  cmd->add_option("--recall", a->train.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
+  cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
+  cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
+  cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)")
+      ->check(finite_in(0, 1 << 20));
+  cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold")->check(whole_in(0, 1ll << 40));
+  cmd->add_option("--sparsity", a->sparsity,
+                  "SiLU/GELU files: skip this mean fraction S of each layer's FFN neurons, those with the smallest |act(gate)| (a threshold "
+                  "per layer calibrated on the calibration text, stored in the file); 0: none (ReLU-family files)")
+      ->check(finite_in(0, 0.99));
+  cmd->add_option("--sparsity-tokens", a->sparsity_tokens, "Tokens the thresholds are calibrated on")->capture_default_str()->check(whole_in(1, 1 << 20));
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("prepare", [&] { run_prepare(*a); }); });
+}
+
+void add_sparse_commands(CLI::App& app, int& exit_code) {
+  add_profile_command(app, exit_code);
+  add_train_predictor_command(app, exit_code);
+  add_place_command(app, exit_code);
+  add_prepare_command(app, exit_code);
+}
+
+void add_gen_model_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<gen_model_args>();
+  auto* cmd = app.add_subcommand("gen-model", "Write a synthetic GGUF model whose ReLU FFNs are sparse with power-law neuron frequencies");
+  cmd->add_option("--arch", a->arch, "llama, qwen2, qwen3, phi3, falcon or bamboo")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "falcon", "bamboo"}));
+  cmd->add_option("--act", a->act, "FFN activation: relu, silu, drelu (gated only) or gelu")->check(CLI::IsMember({"relu", "silu", "drelu", "gelu"}));
+  cmd->add_option("--embd", a->o.n_embd, "Embedding size")->capture_default_str();
+  cmd->add_option("--layers", a->o.n_layer, "Layers")->capture_default_str();
+  cmd->add_option("--ffn", a->o.n_ff, "FFN neurons per layer")->capture_default_str();
+  cmd->add_option("--heads", a->o.n_head, "Attention heads")->capture_default_str();
+  cmd->add_option("--kv-heads", a->o.n_head_kv, "KV heads (grouped-query attention when fewer than --heads)")->capture_default_str();
+  cmd->add_option("--ctx", a->o.n_ctx, "Training context length written to the file")->capture_default_str();
+  cmd->add_option("--active", a->o.active, "Mean fraction of FFN neurons firing per token (ReLU family)")->capture_default_str();
+  cmd->add_option("--vocab", a->o.vocab_path, "GGUF file whose tokenizer is copied")->required();
+  cmd->add_option("--type", a->type,
+                  "Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or llama.cpp's mixes q4_k_m and q5_k_m (quantized presets: a Q6_K head)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"}));
+  cmd->add_option("--seed", a->o.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--norm-spread", a->o.norm_spread, "Norm weights drawn from [1-S, 1+S], biases from [-S/2, S/2] (0: identity norms)")->capture_default_str();
+  cmd->add_option("--rope-base", a->o.rope_freq_base, "RoPE frequency base (rope.freq_base; Llama 3: 500000)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--llama3-rope", a->o.llama3_rope_ctx,
+                  "Write Llama 3.1's RoPE frequency factors (rope_freqs.weight) by its rule for this original context (Llama 3.1: 8192; small ones bend "
+                  "more pairs)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--head-dim", a->o.head_dim, "Values per attention head (attention.key_length) when not --embd/--heads (Qwen3 0.6B: 128 for 1024/16)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1024}));
+  cmd->add_flag("--tied-output", a->o.tied_output, "No output.weight: the head reads the token embeddings");
+  cmd->add_flag("--output-bias", a->o.output_bias, "Add a random output.bias (qwen2, phi3 files may carry one)");
+  cmd->add_option("--phi3-rope", a->o.phi3_rope_orig_ctx,
+                  "Phi-3's LongRoPE: short and long factor tensors and attn_factor for this original context (below --ctx); a context above it "
+                  "rotates by the long ones")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--chat-template", a->o.chat_template, "Write this family's published chat template as tokenizer.chat_template (" + chat_template::names() + ")")
+      ->check([](const std::string& name) {
+        try {
+          chat_template::published(name);
+          return std::string();
+        } catch (const chat_template_error& e) {
+          return std::string(e.what());
+        }
+      });
+  cmd->add_option("-o,--output", a->o.out_path, "Output GGUF file")->required();
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("gen-model", [&] { run_gen_model(*a); }); });
+}
+
+void add_tokenize_commands(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<tokenize_args>();
+  auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text, on one line separated by spaces");
+  tok->add_option("-m,--model", a->model, "GGUF file with tokenizer metadata")->required();
+  auto* p = tok->add_option("-p,--prompt", a->prompt, "Text to tokenize");
+  auto* f = tok->add_option("-f,--file", a->file, "File whose bytes are tokenized");
+  p->excludes(f);
+  tok->add_flag("--add-special", a->add_special, "Add BOS/EOS as the vocabulary asks");
+  tok->add_flag("--parse-special", a->parse_special, "Text of control tokens (\"<s>\") becomes those tokens");
+  tok->add_flag("--pieces", a->pieces, "Print one token per line as: id -> 'piece'");
+  tok->callback([=, &exit_code] {
+    exit_code = run_guarded("tokenize", [&] {
+      if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
+      a->from_file = f->count() > 0;
+      run_tokenize(*a);
+    });
+  });
+
+  auto d = std::make_shared<detokenize_args>();
+  auto* det = app.add_subcommand("detokenize", "Print the text of token ids");
+  det->add_option("-m,--model", d->model, "GGUF file with tokenizer metadata")->required();
+  det->add_option("--ids", d->ids, "Token ids separated by spaces or commas, e.g. \"1 15043 3186\"")->required();
+  det->add_flag("--render-special", d->render_special, "Print the text of control tokens such as <s>");
+  det->callback([=, &exit_code] { exit_code = run_guarded("detokenize", [&] { run_detokenize(*d); }); });
+}
+
+void add_inspect_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("inspect", "Show a GGUF file's metadata, tensors and totals");
+  auto path = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("-m,--model", *path, "GGUF file (model or vocab-only)")->required();
+  cmd->add_flag("--json", *json, "Print JSON instead of tables");
+  cmd->callback([=, &exit_code] { exit_code = run_guarded("inspect", [&] { run_inspect(*path, *json); }); });
+}
+
+void add_devices_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("devices", "List the CPU and any GPUs hotcold can use");
+  cmd->callback([&exit_code] { exit_code = run_guarded("devices", [] { run_devices(); }); });
+}
+
+}  // namespace
+
+int run_command_line(int argc, char** argv) {
+  CLI::App app{"hotcold: ReLU-sparse LLM inference with hot/cold neuron placement"};
+  app.set_version_flag("--version", "hotcold 0.1.0");
+  app.require_subcommand(1);
+  int exit_code = exit_ok;
+  add_inspect_command(app, exit_code);
+  add_tokenize_commands(app, exit_code);
+  add_devices_command(app, exit_code);
+  add_gen_model_command(app, exit_code);
+  add_generate_commands(app, exit_code);
+  add_bench_command(app, exit_code);
+  add_sparse_commands(app, exit_code);
+  add_serve_command(app, exit_code);
+  add_client_command(app, exit_code);
+  add_keygen_command(app, exit_code);
+  add_replay_command(app, exit_code);
+  add_plan_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "hotcold: {}\nRun with --help for usage.\n", e.what());
+    return exit_bad_input;
+  }
+  return exit_code;
+}
+
+}  // namespace hotcold::launcher
