@@ -2,21 +2,27 @@
 # Installs everything hotcold builds and tests with: Debian's packages, and one npm package for the
 # suite (the official openai client for Node.js, into tests/node/node_modules, as its lock file says).
 # Safe to run again: what is already there is skipped. Needs root (or sudo) for apt-get.
+#   --minimal    only what configuring, building and running hotcold needs (the README's first
+#                command): not the programs the test suite drives (clang for the fuzzers, Chromium,
+#                Prometheus, Node.js and the openai client, curl, strace, patchelf, pyzmq)
 #   --with-hip   also Debian's hipcc (ROCm's HIP compiler and runtime): the AMD back end
 #                (-DHOTCOLD_GPU=hip) builds, and ctest compiles every GPU source as HIP.
 set -euo pipefail
 
 with_hip=0
+minimal=0
 for arg in "$@"; do
   case "$arg" in
     --with-hip) with_hip=1 ;;
-    *) echo "install-deps: unknown option $arg (known: --with-hip)" >&2; exit 2 ;;
+    --minimal) minimal=1 ;;
+    *) echo "install-deps: unknown option $arg (known: --minimal, --with-hip)" >&2; exit 2 ;;
   esac
 done
 
+# What configuring, building and running hotcold needs (the test libraries too: CMake configures the
+# suite by default, and they are small).
 packages=(
   build-essential cmake ninja-build pkg-config git
-  clang libclang-rt-14-dev          # libFuzzer + sanitizers for tests/fuzz
   libcaf-dev                        # CAF 0.17: the actor runtime
   libzmq3-dev cppzmq-dev            # ZeroMQ client wire
   libboost-dev                      # Boost.Asio / Beast: HTTP metrics and dashboard
@@ -25,16 +31,23 @@ packages=(
   libfmt-dev libspdlog-dev          # formatting, logging
   libgtest-dev libgmock-dev         # GoogleTest
   libbenchmark-dev                  # Google Benchmark
+  zlib1g-dev                        # the dashboard test reads its screenshot with zlib
   libpcre2-dev                      # Unicode-aware pre-tokenizer regexes
   libedit-dev                       # line editing for hotcold chat (readline API, BSD licence)
-  python3 python3-zmq               # the example Python client (tools/hotcold_client.py) and its test
   prometheus-cpp-dev                # metrics: registry, histograms, text exposition (/metrics)
-  prometheus                        # promtool: the suite checks /metrics with it
-  chromium zlib1g-dev               # the dashboard test: headless Chromium, and zlib to read its screenshot
-  strace                            # the recorder test checks that each record is one write(2)
-  patchelf                          # tools/gpu-bundle: its programs find their libraries beside them
-  curl nodejs                       # the /v1 API tests: curl -N, and the openai client for Node.js
 )
+# What the test suite drives besides.
+if [ "$minimal" -eq 0 ]; then
+  packages+=(
+    clang libclang-rt-14-dev        # libFuzzer + sanitizers for tests/fuzz
+    python3 python3-zmq             # the example Python client (tools/hotcold_client.py) and its test
+    prometheus                      # promtool: the suite checks /metrics with it
+    chromium                        # the dashboard test: headless Chromium
+    strace                          # the recorder test checks that each record is one write(2)
+    patchelf                        # tools/gpu-bundle: its programs find their libraries beside them
+    curl nodejs                     # the /v1 API tests: curl -N, and the openai client for Node.js
+  )
+fi
 if [ "$with_hip" -eq 1 ]; then
   packages+=(hipcc)                 # HIP: clang with the AMD offload targets, libamdhip64
 fi
@@ -45,7 +58,7 @@ for p in "${packages[@]}"; do
 done
 
 # npm comes with some builds of nodejs (NodeSource's) and as its own package with Debian's.
-command -v npm >/dev/null 2>&1 || missing+=(npm)
+[ "$minimal" -eq 1 ] || command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
@@ -58,7 +71,8 @@ else
   echo "install-deps: packages done"
 fi
 
-# The openai package for tests/launcher/test_openai.cpp, at the version tests/node/package-lock.json records.
+[ "$minimal" -eq 0 ] || exit 0
+# The openai package for tests/server/test_openai.cpp, at the version tests/node/package-lock.json records.
 node_dir="$(cd "$(dirname "$0")/../tests/node" && pwd)"
 if [ -f "$node_dir/node_modules/openai/package.json" ]; then
   echo "install-deps: openai (npm) present"
