@@ -118,7 +118,7 @@ ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& 
   const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
   std::vector<float> sum(static_cast<size_t>(n * d));
   const auto t0 = std::chrono::steady_clock::now();
-  cold_share(pool, *p.m, job.input.step, job.layer, *job.cold_ids, x, st.hidden.data(), st.acc, sum.data(), p.trace);
+  cold_share(pool, *p.m, {p.trace, stage::cold_ffn, job.input.step, job.layer}, *job.cold_ids, x, st.hidden.data(), st.acc, sum.data());
   p.stats->add_time(stage::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
   const int64_t fired = fired_rows(st.hidden.data(), job.chosen.chosen->data(), n, hp.n_ff, job.cold_ids->data(), static_cast<int64_t>(job.cold_ids->size()));
   return ffn_part{shared_tensor::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size, fired};
@@ -175,12 +175,11 @@ void count_fixed_bytes(hot_executor_state& st, int64_t layer) {
 }
 // And its FFN rows split by placement: the hot rows' (gate and up of each, down of those that fired)
 // on the device, the cold ones' on the host; with the layer's counts for the live stats.
-void count_ffn(hot_executor_state& st, int64_t layer, int64_t tokens, int64_t computed, int64_t hot_chosen, int64_t hot_rows, int64_t hot_fired,
-               int64_t union_size, int64_t cold_fired) {
+void count_ffn(hot_executor_state& st, int64_t layer, const ffn_counts& c) {
   const auto& costs = st.p->stats->costs();
-  st.p->stats->add_ffn(layer, tokens, computed, hot_chosen);
-  st.device_bytes += costs.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(hot_rows), static_cast<uint64_t>(hot_fired));
-  st.host_bytes += costs.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(union_size - hot_rows), static_cast<uint64_t>(cold_fired));
+  st.p->stats->add_ffn(layer, c.tokens, c.computed, c.hot_chosen);
+  st.device_bytes += costs.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(c.hot_rows), static_cast<uint64_t>(c.hot_fired));
+  st.host_bytes += costs.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(c.union_size - c.hot_rows), static_cast<uint64_t>(c.cold_fired));
 }
 
 // The step's logits are in st.logits_out (its `heads` head computations done): the bytes of the heads
@@ -237,7 +236,7 @@ void finish_layer(hot_executor_ptr self, int64_t layer, const shared_tensor* col
   if (cold_out)
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
   ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size, cold_fired + hot_fired);
-  count_ffn(st, layer, in.n, computed, st.hot_chosen, static_cast<int64_t>(st.split.hot_ids.size()), hot_fired, union_size, cold_fired);
+  count_ffn(st, layer, {in.n, computed, st.hot_chosen, static_cast<int64_t>(st.split.hot_ids.size()), hot_fired, union_size, cold_fired});
   run_layer(self, layer + 1);
 }
 

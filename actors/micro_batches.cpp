@@ -118,8 +118,7 @@ void drain_queued(hot_executor_ptr self) {
                   for (int64_t k = 0; k < nd; ++k) ln.out[static_cast<size_t>(k)] += part.out.data()[k];
                   st.p->ctx->step_ffn_done(*ln.s, layer, ln.out.data(), ln.computed, ln.union_size, part.fired + hot_fired);
                   count_fixed_bytes(st, layer);
-                  count_ffn(st, layer, in.n, ln.computed, ln.hot_chosen, static_cast<int64_t>(ln.split.hot_ids.size()), hot_fired, ln.union_size,
-                            part.fired);
+                  count_ffn(st, layer, {in.n, ln.computed, ln.hot_chosen, static_cast<int64_t>(ln.split.hot_ids.size()), hot_fired, ln.union_size, part.fired});
                   ln.active = {};
                   if (++ln.layer == st.p->m->hp().n_layer) {
                     if (++st.lanes_done == st.lanes.size()) return lane_step_done(self);

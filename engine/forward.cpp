@@ -66,10 +66,23 @@ inline void dot4n_rows(const uint16_t* const* k, const float* const* q, int nq, 
 inline void axpy4_rows(const float* a, const float* const* v, float* y, int64_t n) { axpy4_f32(a, v, y, n); }
 inline void axpy4_rows(const float* a, const uint16_t* const* v, float* y, int64_t n) { axpy4_f16(a, v, y, n); }
 
-// One query at position pos against its head's cached keys and values (kc, vc: position 0 of the
-// head's slice, rows `kv` elements apart): out (hd) = softmax(scale q.K) V; s: pos + 1 floats of scratch.
+// One head's cached keys and values: kc, vc at position 0 of the head's slice, rows `kv` elements
+// apart, hd values a row; scale: the scores' (1 / sqrt(hd)).
 template <typename T>
-void attend_head(const float* q, const T* kc, const T* vc, int64_t kv, int64_t hd, int64_t pos, float scale, float* s, float* out) {
+struct head_cache {
+  const T* kc;
+  const T* vc;
+  int64_t kv, hd;
+  float scale;
+};
+
+// One query at position pos against its head's cache: out (hd) = softmax(scale q.K) V; s: pos + 1
+// floats of scratch.
+template <typename T>
+void attend_head(const float* q, const head_cache<T>& c, int64_t pos, float* s, float* out) {
+  const T *kc = c.kc, *vc = c.vc;
+  const int64_t kv = c.kv, hd = c.hd;
+  const float scale = c.scale;
   if (attend_block_vectorized(hd)) return attend_one(q, kc, vc, kv, hd, pos + 1, scale, out, s);
   float max_s = -INFINITY;
   for (int64_t t = 0; t <= pos; ++t) {
@@ -87,8 +100,10 @@ void attend_head(const float* q, const T* kc, const T* vc, int64_t kv, int64_t h
 // each cached key and value row is read once for all of them. q[j], out[j]: query j's head slices;
 // s: scratch of 4 x (pos0 + 4) floats.
 template <typename T>
-void attend_head4(const float* const* q, int nq, const T* kc, const T* vc, int64_t kv, int64_t hd, int64_t pos0, float scale, float* s,
-                  float* const* out) {
+void attend_head4(const float* const* q, int nq, const head_cache<T>& c, int64_t pos0, float* s, float* const* out) {
+  const T *kc = c.kc, *vc = c.vc;
+  const int64_t kv = c.kv, hd = c.hd;
+  const float scale = c.scale;
   const int64_t last = pos0 + nq - 1, stride = pos0 + 4;  // query j sees positions 0..pos0 + j
   const float* qs[4] = {q[0], q[std::min(1, nq - 1)], q[std::min(2, nq - 1)], q[std::min(3, nq - 1)]};
   // Scores: four cached keys against the (up to) four queries per call.
@@ -122,11 +137,10 @@ void attend_head4(const float* const* q, int nq, const T* kc, const T* vc, int64
 // A group of nq queries of head h (consecutive positions from pos0 of one sequence) against the
 // head's cache slices kc, vc: one query, a block of up to 32 (the vector kernel) or up to four.
 template <typename T>
-void attend_group(const float* const* qs, int nq, const T* kc, const T* vc, int64_t kv, int64_t hd, int64_t pos0, float scale, float* s,
-                  float* const* outs) {
-  if (nq == 1) return attend_head(qs[0], kc, vc, kv, hd, pos0, scale, s, outs[0]);
-  if (attend_block_vectorized(hd)) return attend_block(qs, nq, kc, vc, kv, hd, pos0, scale, outs, s);
-  attend_head4(qs, nq, kc, vc, kv, hd, pos0, scale, s, outs);
+void attend_group(const float* const* qs, int nq, const head_cache<T>& c, int64_t pos0, float* s, float* const* outs) {
+  if (nq == 1) return attend_head(qs[0], c, pos0, s, outs[0]);
+  if (attend_block_vectorized(c.hd)) return attend_block(qs, nq, c.kc, c.vc, c.kv, c.hd, pos0, c.scale, outs, s);
+  attend_head4(qs, nq, c, pos0, s, outs);
 }
 
 }  // namespace
@@ -318,11 +332,11 @@ void inference_context::attention_products(step_state& B, int64_t il, const laye
       const int64_t head_at = h / (hp.n_head / hp.n_head_kv) * hd * kv_bytes_;  // grouped-query: the head's KV head
       const uint8_t *kc = k_at(seq, il, 0) + head_at, *vc = v_at(seq, il, 0) + head_at;
       if (kv_type_ == tensor_type::f16)
-        attend_group(qs, static_cast<int>(nq), reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, hd, pos0, scale,
-                     scores.data(), outs);
+        attend_group(qs, static_cast<int>(nq), head_cache<uint16_t>{reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, hd, scale},
+                     pos0, scores.data(), outs);
       else
-        attend_group(qs, static_cast<int>(nq), reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, hd, pos0, scale,
-                     scores.data(), outs);
+        attend_group(qs, static_cast<int>(nq), head_cache<float>{reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, hd, scale},
+                     pos0, scores.data(), outs);
     }
   });
   matmul(on, l.wo, B.attn.data(), n, B.proj.data());

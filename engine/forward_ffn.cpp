@@ -204,16 +204,17 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
       if (static_cast<int64_t>(B.gate.size()) < n_ff) B.gate.resize(static_cast<size_t>(n_ff));
       matmul(on, l.ffn_gate, in, 1, B.gate.data());
       neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+      const neuron_set all{chosen_union.data(), chosen_union.data(), n_union};
       run_pieces(*on.pool, pieces, d, B.acc, out, [&](int64_t k0, int64_t k1, float* acc) {
-        token_neurons(hp, threshold, l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, in, x.xq,
-                      B.hidden.data(), acc, B.gate.data());
+        token_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), {in, x.xq, B.hidden.data(), acc, B.gate.data()});
       });
     } else {
       // Each thread its own shard of the chosen neurons first, then what is left of the others'
       // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
       neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+      const neuron_set all{chosen_union.data(), chosen_union.data(), n_union};
       run_pieces(*on.pool, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
-        batch_neurons(hp, hp.act_threshold_of(layer), l.ffn_gate, l.ffn_up, l.ffn_down_t, chosen_union.data() + k0, chosen_union.data() + k0, k1 - k0, x, B.hidden.data(), acc);
+        batch_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), x, B.hidden.data(), acc);
       });
     }
   }

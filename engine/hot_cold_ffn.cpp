@@ -99,7 +99,7 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
   // The CPU's routine, for a device that computes with host code.
   job.host = [&hp, &h, &s, x, hidden, out, t = job.act_threshold] {
     std::fill(out, out + x.n * x.d, 0.0f);
-    batch_neurons(hp, t, h.gate, h.up, h.down_t, s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size()), x, hidden, out);
+    batch_neurons(hp, t, {h.gate, h.up, h.down_t}, {s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size())}, x, hidden, out);
   };
   return hot_->submit([this, job = std::move(job), trace, timed, step, layer, n = x.n] {
     trace_scope span(trace, stage::hot_ffn, step, layer, n);
@@ -109,14 +109,16 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
   });
 }
 
-void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, std::span<const int32_t> cold_ids, const batch_ffn_input& x,
-                float* hidden, std::vector<float>& acc, float* out, trace_recorder* trace) {
+void cold_share(thread_pool& pool, const model& m, const trace_span& at, std::span<const int32_t> cold_ids, const batch_ffn_input& x, float* hidden,
+                std::vector<float>& acc, float* out) {
+  const int64_t layer = at.layer;
+  const trace_span span{at.trace, stage::cold_ffn, at.step, layer, x.n};
   const hparams& hp = m.hp();
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
   const float t = hp.act_threshold_of(layer);
   const int64_t n = x.n, n_ff = hp.n_ff;
   if (t > 0.0f && n >= 16 && static_cast<int64_t>(cold_ids.size()) == n_ff && hp.gated_ffn && transposed_product_reads(l.ffn_down_t)) {
-    trace_scope span(trace, stage::cold_ffn, step, layer, n);
+    trace_scope interval(span);
     // A prompt batch of a thresholded layer chooses every neuron for some token (each keeps about
     // half): gate and up of every neuron as matrix products, each token's values kept for the neurons
     // it chose (under the rule), the down rows as one product — what the neuron-by-neuron pass
@@ -134,12 +136,10 @@ void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, 
     return;
   }
   neuron_shards pieces(cold_ids.data(), static_cast<int64_t>(cold_ids.size()), hp.n_ff, pool.size());
+  const neuron_set all{cold_ids.data(), cold_ids.data(), static_cast<int64_t>(cold_ids.size())};
   run_pieces(
       pool, pieces, x.n * x.d, acc, out,
-      [&](int64_t k0, int64_t k1, float* a) {
-        batch_neurons(hp, hp.act_threshold_of(layer), l.ffn_gate, l.ffn_up, l.ffn_down_t, cold_ids.data() + k0, cold_ids.data() + k0, k1 - k0, x, hidden, a);
-      },
-      trace, stage::cold_ffn, step, layer, x.n);
+      [&](int64_t k0, int64_t k1, float* a) { batch_neurons(hp, t, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), x, hidden, a); }, span);
 }
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold)
@@ -158,7 +158,7 @@ void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input&
   hot_out_.assign(static_cast<size_t>(nd), 0.0f);
   devices::event hot_done;
   if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
-  cold_share(*cold_, *model_, step, layer, split_.cold_ids, x, hidden, cold_acc_, out, trace_);
+  cold_share(*cold_, *model_, {trace_, stage::cold_ffn, step, layer}, split_.cold_ids, x, hidden, cold_acc_, out);
   if (hot_done) {
     hot_done->wait();
     const auto hot = static_cast<int64_t>(split_.hot_ids.size());

@@ -61,9 +61,10 @@ class hot_rows {
 // The cold share of a step on `pool`: worker t computes the cold neurons of its shard — ids in
 // [n_ff t / T, n_ff (t+1) / T), so each worker reads the same rows step after step — then helps with
 // what is left of the others' (neuron_shards), into hidden (n x n_ff) and each piece's accumulator
-// (acc: scratch, grown as needed); out (n x n_embd) = their sum, in piece order.
-void cold_share(thread_pool& pool, const model& m, int64_t step, int64_t layer, std::span<const int32_t> cold_ids, const batch_ffn_input& x,
-                float* hidden, std::vector<float>& acc, float* out, trace_recorder* trace);
+// (acc: scratch, grown as needed); out (n x n_embd) = their sum, in piece order. at: the step and
+// layer, and the recorder its cold_ffn intervals go to.
+void cold_share(thread_pool& pool, const model& m, const trace_span& at, std::span<const int32_t> cold_ids, const batch_ffn_input& x, float* hidden,
+                std::vector<float>& acc, float* out);
 
 class hot_cold_ffn final : public ffn_executor {
  public:

@@ -193,250 +193,315 @@ struct neuron_prefetch {
 
 }  // namespace
 
-void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
-                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc, const float* given_gates) {
-  const neuron_prefetch pf{hp, gate, up, down_t};
-  const int64_t dist = pf.distance();
-  axpy_batcher down(down_t, acc);
-  int64_t k = 0;
-  // The Q4_0 and F16 paths' neurons that fired and their values, for a pass over their down rows.
-  thread_local std::vector<int32_t> fired;
-  thread_local std::vector<float> values;
-  fired.clear(), values.clear();
-  const bool f16_rows = hp.gated_ffn && gate.type == tensor_type::f16 && up.type == tensor_type::f16 && (!down_t || down_t.type == tensor_type::f16);
-  if (given_gates && hp.gated_ffn && threshold > 0.0f && !f16_rows) {
-    // The gates given (a matrix-vector product read them as two streams): the up rows of the neurons
-    // that pass, asked for a few ahead, and their down rows four at a time (F16 rows: below).
-    const float* gates = given_gates;
+namespace {
+
+// One token's pass over its chosen neurons (token_neurons), by the rows' type: each way of reading
+// shares the neurons, the input and the outputs, and the neurons that fired with their values (for a
+// pass over their down rows).
+class token_pass {
+ public:
+  token_pass(const hparams& hp, float threshold, const neuron_rows& w, const neuron_set& set, const token_ffn_io& io)
+      : hp_(hp), t_(threshold), gate_(w.gate), up_(w.up), down_t_(w.down_t), ids_(set.ids), rows_(set.rows), count_(set.count), in_(io.in), xq_(io.xq),
+        hidden_(io.hidden), acc_(io.acc), given_gates_(io.gates), fired_(fired_rows()), values_(fired_values()) {
+    fired_.clear(), values_.clear();
+  }
+  void run() {
+    const bool f16_rows = hp_.gated_ffn && gate_.type == tensor_type::f16 && up_.type == tensor_type::f16 && (!down_t_ || down_t_.type == tensor_type::f16);
+    if (given_gates_ && hp_.gated_ffn && t_ > 0.0f && !f16_rows) return with_given_gates();
+    if (hp_.gated_ffn && up_.type == tensor_type::q4_0 && gate_.type == tensor_type::q4_0 && xq_) return q4_0_rows();
+    if (f16_rows) return f16_pairs(f16_threshold_first());
+    float_rows_one_by_one();
+  }
+
+ private:
+  // Keeps a neuron's value; its down row is read in the last pass when it fired.
+  void keep(int32_t r, float v) {
+    if (down_t_ && v != 0.0f) fired_.push_back(r), values_.push_back(v);
+  }
+  static const uint16_t* f16(const tensor_view& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.row(r)); }
+
+  // The gates given (a matrix-vector product read them as two streams): the up rows of the neurons
+  // that pass, asked for a few ahead, and their down rows four at a time (F16 rows: f16_threshold_first).
+  void with_given_gates() {
+    axpy_batcher down(down_t_, acc_);
     thread_local std::vector<int32_t> open;
     open.clear();
-    for (int64_t j = 0; j < count; ++j) {
-      if (passes(hp, threshold, gates[ids[j]])) open.push_back(static_cast<int32_t>(j));
-      else hidden[ids[j]] = 0.0f;
+    for (int64_t j = 0; j < count_; ++j) {
+      if (passes(hp_, t_, given_gates_[ids_[j]])) open.push_back(static_cast<int32_t>(j));
+      else hidden_[ids_[j]] = 0.0f;
     }
     const auto m = static_cast<int64_t>(open.size());
     constexpr int64_t ahead = 4;
-    for (int64_t j = 0; j < std::min(ahead, m); ++j) prefetch_row_start(up, rows[open[static_cast<size_t>(j)]]);
+    for (int64_t j = 0; j < std::min(ahead, m); ++j) prefetch_row_start(up_, rows_[open[static_cast<size_t>(j)]]);
     for (int64_t j = 0; j < m; ++j) {
-      if (j + ahead < m) prefetch_row_start(up, rows[open[static_cast<size_t>(j + ahead)]]);
+      if (j + ahead < m) prefetch_row_start(up_, rows_[open[static_cast<size_t>(j + ahead)]]);
       const int32_t c = open[static_cast<size_t>(j)];
-      const float v = hidden_value(hp, threshold, gates[ids[c]], row_dot(up, rows[c], in, xq));
-      hidden[ids[c]] = v;
-      if (down_t && v != 0.0f) down.add(rows[c], v);
+      const float v = hidden_value(hp_, t_, given_gates_[ids_[c]], row_dot(up_, rows_[c], in_, xq_));
+      hidden_[ids_[c]] = v;
+      if (down_t_ && v != 0.0f) down.add(rows_[c], v);
     }
-    return;
   }
-  if (hp.gated_ffn && up.type == tensor_type::q4_0 && gate.type == tensor_type::q4_0 && xq) {
-    // Q4_0, in passes over one kind of row at a time, four rows a call (the input's side done once;
-    // the input rearranged once per call for the four-blocks-a-register kernel where the CPU has it),
-    // the next four rows asked for as a call reads (below); then the down rows of the neurons that
-    // fired only, four at a time, also asked for ahead. A Q4_0 predictor chooses half as many
-    // neurons again as fire: asking for every chosen neuron's down row with its gate and up rows
-    // spent a third of those reads on rows never used.
+
+  // Q4_0, in passes over one kind of row at a time, four rows a call (the input's side done once; the
+  // input rearranged once per call for the four-blocks-a-register kernel where the CPU has it), the
+  // next four rows asked for as a call reads; then the down rows of the neurons that fired only, four
+  // at a time, also asked for ahead. A Q4_0 predictor chooses half as many neurons again as fire:
+  // asking for every chosen neuron's down row with its gate and up rows spent a third of those reads
+  // on rows never used.
+  void q4_0_rows() {
     thread_local std::vector<kernels::q8_0_x4> x4;
-    thread_local std::vector<int32_t> open;
-    thread_local std::vector<float> gates;
-    const int64_t nb = gate.ne0 / kernels::qk4_0;
+    const int64_t nb = gate_.ne0 / kernels::qk4_0;
     if (nb % 4 == 0) {
       x4.resize(static_cast<size_t>(nb / 4));
-      kernels::q8_0_to_x4(xq, nb, x4.data());
+      kernels::q8_0_to_x4(xq_, nb, x4.data());
     }
-    auto keep = [&](int32_t r, float v) {
-      if (down_t && v != 0.0f) fired.push_back(r), values.push_back(v);
-    };
-    const bool relu_family = hp.act == activation::relu || hp.act == activation::drelu;
-    if (relu_family || threshold > 0.0f) {
-      // (A thresholded activation likewise: only the neurons with |act(gate)| >= t read their up rows —
-      // the exact variant of SwiGLU sparsity.)
-      // relu(gate) x up and relu(gate) x relu(up) are zero wherever the gate is not positive, so the
-      // gate rows go first and only the neurons whose gate is positive have their up rows read:
-      // about a third of a Q4_0 predictor's choice is skipped (the FFN 12-16% faster on the 1B file's
-      // rows, a decoded token +0.6 to +5.6% in five alternations in one process).
-      constexpr int64_t rows_ahead = 8;
-      // One pass over rows at(0..n) of w, four a call (past n the last row again, so that every row
-      // goes through the same kernel and a neuron's value does not depend on its neighbours), rows
-      // ahead asked for: take(j, row at(j) . input).
-      auto pass = [&](const tensor_view& w, const auto& at, int64_t n, const auto& take) {
-        // Rows of a multiple of 128 values: the next four rows asked for at the offsets the kernel
-        // reads, one call ahead (+4 to +6% a sparse Q4_0 token against whole rows eight ahead, three
-        // alternations in one process, Intel Xeon: bursts of whole rows stall on the miss buffers).
-        const bool spread = nb % 4 == 0;
-        for (int64_t j = 0; j < std::min(spread ? 4 : rows_ahead, n); ++j) prefetch_row(w, at(j));
-        for (int64_t q = 0; q < n; q += 4) {
-          if (!spread)
-            for (int64_t j = q + rows_ahead; j < std::min(q + rows_ahead + 4, n); ++j) prefetch_row(w, at(j));
-          const kernels::block_q4_0 *w4[4], *next[4];
-          for (int64_t i = 0; i < 4; ++i) {
-            w4[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + i, n - 1))));
-            next[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + 4 + i, n - 1))));
-          }
-          float o[4];
-          if (spread) kernels::dot4r_q4_0_x4_ahead(w4, xq, x4.data(), w.ne0, o, next);
-          else kernels::dot4r_q4_0(w4, xq, w.ne0, o);
-          for (int64_t i = 0; i < 4 && q + i < n; ++i) take(q + i, o[i]);
+    const bool relu_family = hp_.act == activation::relu || hp_.act == activation::drelu;
+    if (relu_family || t_ > 0.0f) q4_0_gate_first(x4.data(), nb, relu_family);
+    else q4_0_pairs(x4.data(), nb);
+    down_rows_of_fired();
+  }
+
+  // relu(gate) x up and relu(gate) x relu(up) are zero wherever the gate is not positive, so the gate
+  // rows go first and only the neurons whose gate is positive have their up rows read: about a third
+  // of a Q4_0 predictor's choice is skipped (the FFN 12-16% faster on the 1B file's rows, a decoded
+  // token +0.6 to +5.6% in five alternations in one process). A thresholded activation likewise: only
+  // the neurons with |act(gate)| >= t read their up rows — the exact variant of SwiGLU sparsity.
+  void q4_0_gate_first(const kernels::q8_0_x4* x4, int64_t nb, bool relu_family) {
+    thread_local std::vector<int32_t> open;
+    thread_local std::vector<float> gates;
+    constexpr int64_t rows_ahead = 8;
+    // One pass over rows at(0..n) of w, four a call (past n the last row again, so that every row
+    // goes through the same kernel and a neuron's value does not depend on its neighbours), rows
+    // ahead asked for: take(j, row at(j) . input).
+    auto pass = [&](const tensor_view& w, const auto& at, int64_t n, const auto& take) {
+      // Rows of a multiple of 128 values: the next four rows asked for at the offsets the kernel
+      // reads, one call ahead (+4 to +6% a sparse Q4_0 token against whole rows eight ahead, three
+      // alternations in one process, Intel Xeon: bursts of whole rows stall on the miss buffers).
+      const bool spread = nb % 4 == 0;
+      for (int64_t j = 0; j < std::min(spread ? 4 : rows_ahead, n); ++j) prefetch_row(w, at(j));
+      for (int64_t q = 0; q < n; q += 4) {
+        if (!spread)
+          for (int64_t j = q + rows_ahead; j < std::min(q + rows_ahead + 4, n); ++j) prefetch_row(w, at(j));
+        const kernels::block_q4_0 *w4[4], *next[4];
+        for (int64_t i = 0; i < 4; ++i) {
+          w4[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + i, n - 1))));
+          next[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + 4 + i, n - 1))));
         }
-      };
-      open.clear(), gates.clear();
-      pass(gate, [&](int64_t j) { return rows[j]; }, count, [&](int64_t j, float g) {
-        if (relu_family ? g > 0.0f : passes(hp, threshold, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
-        else hidden[ids[j]] = 0.0f;
-      });
-      pass(up, [&](int64_t j) { return rows[open[static_cast<size_t>(j)]]; }, static_cast<int64_t>(open.size()), [&](int64_t j, float u) {
-        const int32_t c = open[static_cast<size_t>(j)];
-        const float v = hidden_value(hp, threshold, gates[static_cast<size_t>(j)], u);
-        hidden[ids[c]] = v;
-        keep(rows[c], v);
-      });
-    } else {
-      // Other activations need both: gate and up rows of two neurons at once (four streams).
-      auto ask = [&](int64_t j) {
-        if (j < count) prefetch_row(gate, rows[j]), prefetch_row(up, rows[j]);
-      };
-      for (int64_t j = 0; j < dist; ++j) ask(j);
-      for (; k + 2 <= count; k += 2) {
-        ask(k + dist), ask(k + dist + 1);
-        const int32_t r0 = rows[k], r1 = rows[k + 1];
-        const kernels::block_q4_0* w4[4] = {reinterpret_cast<const kernels::block_q4_0*>(gate.row(r0)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r0)),
-                                            reinterpret_cast<const kernels::block_q4_0*>(gate.row(r1)), reinterpret_cast<const kernels::block_q4_0*>(up.row(r1))};
         float o[4];
-        if (nb % 4 == 0) kernels::dot4r_q4_0_x4(w4, xq, x4.data(), gate.ne0, o);
-        else kernels::dot4r_q4_0(w4, xq, gate.ne0, o);
-        const float v0 = hidden_value(hp, threshold, o[0], o[1]), v1 = hidden_value(hp, threshold, o[2], o[3]);
-        hidden[ids[k]] = v0, hidden[ids[k + 1]] = v1;
-        keep(r0, v0), keep(r1, v1);
+        if (spread) kernels::dot4r_q4_0_x4_ahead(w4, xq_, x4, w.ne0, o, next);
+        else kernels::dot4r_q4_0(w4, xq_, w.ne0, o);
+        for (int64_t i = 0; i < 4 && q + i < n; ++i) take(q + i, o[i]);
       }
-      for (; k < count; ++k) {
-        const float v = hidden_value(hp, threshold, row_dot(gate, rows[k], in, xq), row_dot(up, rows[k], in, xq));
-        hidden[ids[k]] = v;
-        keep(rows[k], v);
-      }
+    };
+    open.clear(), gates.clear();
+    pass(gate_, [&](int64_t j) { return rows_[j]; }, count_, [&](int64_t j, float g) {
+      if (relu_family ? g > 0.0f : passes(hp_, t_, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
+      else hidden_[ids_[j]] = 0.0f;
+    });
+    pass(up_, [&](int64_t j) { return rows_[open[static_cast<size_t>(j)]]; }, static_cast<int64_t>(open.size()), [&](int64_t j, float u) {
+      const int32_t c = open[static_cast<size_t>(j)];
+      const float v = hidden_value(hp_, t_, gates[static_cast<size_t>(j)], u);
+      hidden_[ids_[c]] = v;
+      keep(rows_[c], v);
+    });
+  }
+
+  // Other activations need both: gate and up rows of two neurons at once (four streams).
+  void q4_0_pairs(const kernels::q8_0_x4* x4, int64_t nb) {
+    const int64_t dist = up_.row_bytes <= short_row_bytes ? 4 : 2;
+    auto ask = [&](int64_t j) {
+      if (j < count_) prefetch_row(gate_, rows_[j]), prefetch_row(up_, rows_[j]);
+    };
+    for (int64_t j = 0; j < dist; ++j) ask(j);
+    int64_t k = 0;
+    for (; k + 2 <= count_; k += 2) {
+      ask(k + dist), ask(k + dist + 1);
+      const int32_t r0 = rows_[k], r1 = rows_[k + 1];
+      const kernels::block_q4_0* w4[4] = {reinterpret_cast<const kernels::block_q4_0*>(gate_.row(r0)), reinterpret_cast<const kernels::block_q4_0*>(up_.row(r0)),
+                                          reinterpret_cast<const kernels::block_q4_0*>(gate_.row(r1)), reinterpret_cast<const kernels::block_q4_0*>(up_.row(r1))};
+      float o[4];
+      if (nb % 4 == 0) kernels::dot4r_q4_0_x4(w4, xq_, x4, gate_.ne0, o);
+      else kernels::dot4r_q4_0(w4, xq_, gate_.ne0, o);
+      const float v0 = hidden_value(hp_, t_, o[0], o[1]), v1 = hidden_value(hp_, t_, o[2], o[3]);
+      hidden_[ids_[k]] = v0, hidden_[ids_[k + 1]] = v1;
+      keep(r0, v0), keep(r1, v1);
     }
-    const int64_t n_fired = static_cast<int64_t>(fired.size()), ahead = 8;  // two batches of four
-    if (down_t.type == tensor_type::q4_0) {
+    for (; k < count_; ++k) {
+      const float v = hidden_value(hp_, t_, row_dot(gate_, rows_[k], in_, xq_), row_dot(up_, rows_[k], in_, xq_));
+      hidden_[ids_[k]] = v;
+      keep(rows_[k], v);
+    }
+  }
+
+  // The down rows of the neurons that fired (after the Q4_0 passes).
+  void down_rows_of_fired() {
+    const int64_t n_fired = static_cast<int64_t>(fired_.size()), ahead = 8;  // two batches of four
+    if (down_t_.type == tensor_type::q4_0) {
       // Q4_0 down rows four a call, the next four asked for at the offsets read (+3 to +6% a sparse
       // Q4_0 token against whole rows eight ahead in five of six alternations, Intel Xeon).
-      auto row4 = [&](int64_t j) { return reinterpret_cast<const kernels::block_q4_0*>(down_t.row(fired[static_cast<size_t>(std::min(j, n_fired - 1))])); };
-      for (int64_t j = 0; j < std::min<int64_t>(4, n_fired); ++j) prefetch_row(down_t, fired[static_cast<size_t>(j)]);
+      auto row4 = [&](int64_t j) { return reinterpret_cast<const kernels::block_q4_0*>(down_t_.row(fired_[static_cast<size_t>(std::min(j, n_fired - 1))])); };
+      for (int64_t j = 0; j < std::min<int64_t>(4, n_fired); ++j) prefetch_row(down_t_, fired_[static_cast<size_t>(j)]);
       int64_t j = 0;
       for (; j + 4 <= n_fired; j += 4) {
         const kernels::block_q4_0* x[4] = {row4(j), row4(j + 1), row4(j + 2), row4(j + 3)};
         const kernels::block_q4_0* next[4] = {row4(j + 4), row4(j + 5), row4(j + 6), row4(j + 7)};
-        kernels::axpy4_q4_0_ahead(values.data() + j, x, acc, down_t.ne0, next);
+        kernels::axpy4_q4_0_ahead(values_.data() + j, x, acc_, down_t_.ne0, next);
       }
-      for (; j < n_fired; ++j) row_axpy(down_t, fired[static_cast<size_t>(j)], values[static_cast<size_t>(j)], acc);
+      for (; j < n_fired; ++j) row_axpy(down_t_, fired_[static_cast<size_t>(j)], values_[static_cast<size_t>(j)], acc_);
       return;
     }
-    for (int64_t j = 0; j < std::min(ahead, n_fired); ++j) prefetch_row(down_t, fired[static_cast<size_t>(j)]);
+    axpy_batcher down(down_t_, acc_);
+    for (int64_t j = 0; j < std::min(ahead, n_fired); ++j) prefetch_row(down_t_, fired_[static_cast<size_t>(j)]);
     for (int64_t j = 0; j < n_fired; ++j) {
-      if (j + ahead < n_fired) prefetch_row(down_t, fired[static_cast<size_t>(j + ahead)]);
-      down.add(fired[static_cast<size_t>(j)], values[static_cast<size_t>(j)]);
+      if (j + ahead < n_fired) prefetch_row(down_t_, fired_[static_cast<size_t>(j + ahead)]);
+      down.add(fired_[static_cast<size_t>(j)], values_[static_cast<size_t>(j)]);
     }
-    return;
   }
-  if (f16_rows) {
-    // F16, in two passes: two neurons' gate and up rows together (four streams) while the next two
-    // neurons' are asked for at the same offsets (dot4_f16_ahead; an odd last neuron alone); then the
-    // down rows of the neurons that fired, four at a time, the next four asked for likewise. Each row's
-    // lines are on their way one step (8 or 16 KiB) ahead, spread through the reading, where asking for
-    // the first lines of rows two neurons ahead left the hardware's streams to start on each 4 KiB row
-    // afresh. Two neurons a step rather than one: four streams keep the miss buffers busy where two
-    // leave them idle on some cores (docs/kernels.md has the measurements).
-    auto f16 = [](const tensor_view& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.row(r)); };
-    const int64_t d = gate.ne0;
-    auto take = [&](int64_t j, float g, float u) {
-      const float v = hidden_value(hp, threshold, g, u);
-      hidden[ids[j]] = v;
-      if (down_t && v != 0.0f) fired.push_back(rows[j]), values.push_back(v);
-    };
-    if (threshold > 0.0f) {
-      // A thresholded activation: the gate rows first, four at a time (the next four asked for at the
-      // same offsets), then the up rows of the neurons whose |act(gate)| passes the threshold only —
-      // the exact variant reads the gate rows of every neuron given and the up and down rows of those
-      // it keeps.
-      thread_local std::vector<int32_t> open;
-      thread_local std::vector<float> gates;
-      open.clear(), gates.clear();
-      auto four = [&](const tensor_view& w, auto row_of, int64_t m, auto&& use) {
-        for (int64_t q = 0; q < std::min<int64_t>(4, m); ++q) prefetch_row_start(w, row_of(q));
-        int64_t q = 0;
-        for (; q + 4 <= m; q += 4) {
-          const uint16_t* x4[4] = {f16(w, row_of(q)), f16(w, row_of(q + 1)), f16(w, row_of(q + 2)), f16(w, row_of(q + 3))};
-          const uint16_t* next[4];
-          for (int64_t i = 0; i < 4; ++i) next[i] = f16(w, row_of(std::min(q + 4 + i, m - 1)));
-          float o[4];
-          kernels::dot4_f16_ahead(x4, in, d, o, next);
-          for (int64_t i = 0; i < 4; ++i) use(q + i, o[i]);
-        }
-        for (; q < m; ++q) use(q, kernels::dot_f16(f16(w, row_of(q)), in, d));
-      };
-      auto gate_of = [&](int64_t j, float g) {
-        if (passes(hp, threshold, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
-        else hidden[ids[j]] = 0.0f;
-      };
-      if (given_gates) {  // read already (the exact variant's product)
-        for (int64_t j = 0; j < count; ++j) gate_of(j, given_gates[ids[j]]);
-      } else {
-        four(gate, [&](int64_t j) { return rows[j]; }, count, gate_of);
+
+  void f16_take(int64_t j, float g, float u) {
+    const float v = hidden_value(hp_, t_, g, u);
+    hidden_[ids_[j]] = v;
+    if (down_t_ && v != 0.0f) fired_.push_back(rows_[j]), values_.push_back(v);
+  }
+
+  // F16 rows of a thresholded activation: the gate rows first, four at a time (the next four asked
+  // for at the same offsets), then the up rows of the neurons whose |act(gate)| passes the threshold
+  // only — the exact variant reads the gate rows of every neuron given and the up and down rows of
+  // those it keeps. Returns the neurons done (all of them, or none without a threshold).
+  int64_t f16_threshold_first() {
+    if (t_ <= 0.0f) return 0;
+    thread_local std::vector<int32_t> open;
+    thread_local std::vector<float> gates;
+    open.clear(), gates.clear();
+    const int64_t d = gate_.ne0;
+    auto four = [&](const tensor_view& w, auto row_of, int64_t m, auto&& use) {
+      for (int64_t q = 0; q < std::min<int64_t>(4, m); ++q) prefetch_row_start(w, row_of(q));
+      int64_t q = 0;
+      for (; q + 4 <= m; q += 4) {
+        const uint16_t* x4[4] = {f16(w, row_of(q)), f16(w, row_of(q + 1)), f16(w, row_of(q + 2)), f16(w, row_of(q + 3))};
+        const uint16_t* next[4];
+        for (int64_t i = 0; i < 4; ++i) next[i] = f16(w, row_of(std::min(q + 4 + i, m - 1)));
+        float o[4];
+        kernels::dot4_f16_ahead(x4, in_, d, o, next);
+        for (int64_t i = 0; i < 4; ++i) use(q + i, o[i]);
       }
-      four(up, [&](int64_t j) { return rows[open[static_cast<size_t>(j)]]; }, static_cast<int64_t>(open.size()),
-           [&](int64_t j, float u) { take(open[static_cast<size_t>(j)], gates[static_cast<size_t>(j)], u); });
-      k = count;
+      for (; q < m; ++q) use(q, kernels::dot_f16(f16(w, row_of(q)), in_, d));
+    };
+    auto gate_of = [&](int64_t j, float g) {
+      if (passes(hp_, t_, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
+      else hidden_[ids_[j]] = 0.0f;
+    };
+    if (given_gates_) {  // read already (the exact variant's product)
+      for (int64_t j = 0; j < count_; ++j) gate_of(j, given_gates_[ids_[j]]);
+    } else {
+      four(gate_, [&](int64_t j) { return rows_[j]; }, count_, gate_of);
     }
-    for (int64_t j = 0; j < std::min<int64_t>(2, count - k); ++j) prefetch_row_start(gate, rows[k + j]), prefetch_row_start(up, rows[k + j]);
-    for (; k + 2 <= count; k += 2) {
+    four(up_, [&](int64_t j) { return rows_[open[static_cast<size_t>(j)]]; }, static_cast<int64_t>(open.size()),
+         [&](int64_t j, float u) { f16_take(open[static_cast<size_t>(j)], gates[static_cast<size_t>(j)], u); });
+    return count_;
+  }
+
+  // F16, in two passes from neuron k: two neurons' gate and up rows together (four streams) while the
+  // next two neurons' are asked for at the same offsets (dot4_f16_ahead; an odd last neuron alone);
+  // then the down rows of the neurons that fired, four at a time, the next four asked for likewise.
+  // Each row's lines are on their way one step (8 or 16 KiB) ahead, spread through the reading, where
+  // asking for the first lines of rows two neurons ahead left the hardware's streams to start on each
+  // 4 KiB row afresh. Two neurons a step rather than one: four streams keep the miss buffers busy
+  // where two leave them idle on some cores (docs/kernels.md has the measurements).
+  void f16_pairs(int64_t k) {
+    const int64_t d = gate_.ne0;
+    for (int64_t j = 0; j < std::min<int64_t>(2, count_ - k); ++j) prefetch_row_start(gate_, rows_[k + j]), prefetch_row_start(up_, rows_[k + j]);
+    for (; k + 2 <= count_; k += 2) {
       // (past the end: the last row, read already)
-      const int32_t r0 = rows[k], r1 = rows[k + 1], n0 = rows[std::min(k + 2, count - 1)], n1 = rows[std::min(k + 3, count - 1)];
-      const uint16_t* w[4] = {f16(gate, r0), f16(up, r0), f16(gate, r1), f16(up, r1)};
-      const uint16_t* next[4] = {f16(gate, n0), f16(up, n0), f16(gate, n1), f16(up, n1)};
+      const int32_t r0 = rows_[k], r1 = rows_[k + 1], n0 = rows_[std::min(k + 2, count_ - 1)], n1 = rows_[std::min(k + 3, count_ - 1)];
+      const uint16_t* w[4] = {f16(gate_, r0), f16(up_, r0), f16(gate_, r1), f16(up_, r1)};
+      const uint16_t* next[4] = {f16(gate_, n0), f16(up_, n0), f16(gate_, n1), f16(up_, n1)};
       float o[4];
-      kernels::dot4_f16_ahead(w, in, d, o, next);
-      take(k, o[0], o[1]), take(k + 1, o[2], o[3]);
+      kernels::dot4_f16_ahead(w, in_, d, o, next);
+      f16_take(k, o[0], o[1]), f16_take(k + 1, o[2], o[3]);
     }
-    if (k < count) {
+    if (k < count_) {
       float g, u;
-      kernels::dot2_f16_ahead(f16(gate, rows[k]), f16(up, rows[k]), in, d, &g, &u, f16(gate, rows[k]), f16(up, rows[k]));
-      take(k, g, u);
+      kernels::dot2_f16_ahead(f16(gate_, rows_[k]), f16(up_, rows_[k]), in_, d, &g, &u, f16(gate_, rows_[k]), f16(up_, rows_[k]));
+      f16_take(k, g, u);
     }
-    const int64_t n_fired = static_cast<int64_t>(fired.size());
-    for (int64_t j = 0; j < std::min<int64_t>(4, n_fired); ++j) prefetch_row_start(down_t, fired[static_cast<size_t>(j)]);
+    const int64_t n_fired = static_cast<int64_t>(fired_.size());
+    for (int64_t j = 0; j < std::min<int64_t>(4, n_fired); ++j) prefetch_row_start(down_t_, fired_[static_cast<size_t>(j)]);
     int64_t j = 0;
     for (; j + 4 <= n_fired; j += 4) {
       const uint16_t *x[4], *next[4];
       for (int64_t q = 0; q < 4; ++q)
-        x[q] = f16(down_t, fired[static_cast<size_t>(j + q)]), next[q] = f16(down_t, fired[static_cast<size_t>(std::min(j + 4 + q, n_fired - 1))]);
-      kernels::axpy4_f16_ahead(values.data() + j, x, acc, down_t.ne0, next);
+        x[q] = f16(down_t_, fired_[static_cast<size_t>(j + q)]), next[q] = f16(down_t_, fired_[static_cast<size_t>(std::min(j + 4 + q, n_fired - 1))]);
+      kernels::axpy4_f16_ahead(values_.data() + j, x, acc_, down_t_.ne0, next);
     }
-    for (; j < n_fired; ++j) row_axpy(down_t, fired[static_cast<size_t>(j)], values[static_cast<size_t>(j)], acc);
-    return;
+    for (; j < n_fired; ++j) row_axpy(down_t_, fired_[static_cast<size_t>(j)], values_[static_cast<size_t>(j)], acc_);
   }
-  // Gate and up rows of a float type are dotted together: two independent streams from memory
-  // (a thresholded activation reads the gate first, and up only where the gate passes).
-  const bool pair = hp.gated_ffn && float_rows(up) && gate.type == up.type && threshold <= 0.0f;
-  for (int64_t j = 0; j < std::min(dist, count); ++j) pf.ahead(rows[j]);
-  for (; k < count; ++k) {
-    if (k + dist < count) pf.ahead(rows[k + dist]);
-    const int32_t r = rows[k];
-    float g = 0.0f, u = 0.0f;
-    if (pair) {
-      rows2_dot(gate, up, r, &in, 1, &g, &u);
-    } else {
-      if (hp.gated_ffn) g = row_dot(gate, r, in, xq);
-      if (hp.gated_ffn && threshold > 0.0f && !passes(hp, threshold, g)) {
-        hidden[ids[k]] = 0.0f;
-        continue;
+
+  // Other rows, neuron by neuron: gate and up rows of a float type are dotted together, two
+  // independent streams from memory (a thresholded activation reads the gate first, and up only where
+  // the gate passes).
+  void float_rows_one_by_one() {
+    const neuron_prefetch pf{hp_, gate_, up_, down_t_};
+    const int64_t dist = pf.distance();
+    axpy_batcher down(down_t_, acc_);
+    const bool pair = hp_.gated_ffn && float_rows(up_) && gate_.type == up_.type && t_ <= 0.0f;
+    for (int64_t j = 0; j < std::min(dist, count_); ++j) pf.ahead(rows_[j]);
+    for (int64_t k = 0; k < count_; ++k) {
+      if (k + dist < count_) pf.ahead(rows_[k + dist]);
+      const int32_t r = rows_[k];
+      float g = 0.0f, u = 0.0f;
+      if (pair) {
+        rows2_dot(gate_, up_, r, &in_, 1, &g, &u);
+      } else {
+        if (hp_.gated_ffn) g = row_dot(gate_, r, in_, xq_);
+        if (hp_.gated_ffn && t_ > 0.0f && !passes(hp_, t_, g)) {
+          hidden_[ids_[k]] = 0.0f;
+          continue;
+        }
+        u = row_dot(up_, r, in_, xq_);
       }
-      u = row_dot(up, r, in, xq);
+      const float v = hidden_value(hp_, t_, g, u);
+      hidden_[ids_[k]] = v;
+      if (down_t_ && v != 0.0f) down.add(r, v);
     }
-    const float v = hidden_value(hp, threshold, g, u);
-    hidden[ids[k]] = v;
-    if (down_t && v != 0.0f) down.add(r, v);
   }
+
+  const hparams& hp_;
+  const float t_;
+  const tensor_view &gate_, &up_, &down_t_;
+  const int32_t* ids_;
+  const int32_t* rows_;
+  const int64_t count_;
+  const float* in_;
+  const kernels::block_q8_0* xq_;
+  float* hidden_;
+  float* acc_;
+  const float* given_gates_;
+  // The neurons that fired and their values, for a pass over their down rows (the thread's own buffers).
+  std::vector<int32_t>& fired_;
+  std::vector<float>& values_;
+  static std::vector<int32_t>& fired_rows() {
+    thread_local std::vector<int32_t> v;
+    return v;
+  }
+  static std::vector<float>& fired_values() {
+    thread_local std::vector<float> v;
+    return v;
+  }
+};
+
+}  // namespace
+
+void token_neurons(const hparams& hp, float threshold, const neuron_rows& w, const neuron_set& set, const token_ffn_io& io) {
+  token_pass(hp, threshold, w, set, io).run();
 }
 
-void batch_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
-                   const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc) {
+void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, const neuron_set& set, const batch_ffn_input& x, float* hidden, float* acc) {
   // One token: its choice is the ids given; the single-token routine reads each row as it dots it.
-  if (x.n == 1) return token_neurons(hp, threshold, gate, up, down_t, ids, rows, count, x.in, x.xq, hidden, acc);
+  if (x.n == 1) return token_neurons(hp, threshold, w, set, {x.in, x.xq, hidden, acc});
+  const tensor_view &gate = w.gate, &up = w.up, &down_t = w.down_t;
+  const int32_t *ids = set.ids, *rows = set.rows;
+  const int64_t count = set.count;
   const int64_t d = x.d, n_ff = x.n_ff, qrow = d / qk8_0;
   const bool quantized = wants_q8_input(up.type);
   // F16/F32 rows are dotted in place; Q8_0/Q4_0 rows unpacked once for up to four tokens' Q8_0
@@ -545,11 +610,10 @@ void neuron_shards::sum(const float* acc, int64_t width, float* out) const {
 }
 
 void run_pieces(thread_pool& pool, neuron_shards& pieces, int64_t width, std::vector<float>& scratch, float* out,
-                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, trace_recorder* trace, stage span, int64_t step,
-                int64_t layer, int64_t seqs) {
+                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, const trace_span& span) {
   if (static_cast<int64_t>(scratch.size()) < pieces.pieces() * width) scratch.resize(static_cast<size_t>(pieces.pieces() * width));
   pool.for_each_thread([&](int t) {
-    trace_scope interval(trace, span, step, layer, seqs);
+    trace_scope interval(span);
     for (int64_t k0, k1, p; pieces.take(t, k0, k1, p);) {
       float* acc = scratch.data() + p * width;
       if (out) std::fill(acc, acc + width, 0.0f);

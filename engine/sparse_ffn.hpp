@@ -103,15 +103,37 @@ act_band act_band_of(activation act, float theta);
 // v[k] = 1 where in_band(v[k]), else 0 (branch-free).
 void mark_band(const act_band& b, float* v, int64_t n);
 
-// One token's FFN over neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their ids
-// in the model's tensors, or their slots in a device's copy): hidden[ids[k]] = the neuron's value, and
-// acc += value x its down row (when down_t is present). xq: in quantized to Q8_0 where the rows want it.
-// gates (a thresholded layer, indexed by neuron id): the gate values, computed already — the gate rows
-// are not read, and only the neurons passing the threshold read their up rows.
-// The rows are scattered, so the next neurons' rows are prefetched while one computes.
-void token_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
-                   const int32_t* rows, int64_t count, const float* in, const kernels::block_q8_0* xq, float* hidden, float* acc,
-                   const float* gates = nullptr);
+// A layer's FFN rows as the sparse routines read them: the gate (absent in a non-gated FFN), up and
+// transposed down rows (down_t absent: the down product is done elsewhere), in the model's tensors or
+// a device's copy.
+struct neuron_rows {
+  const tensor_view& gate;
+  const tensor_view& up;
+  const tensor_view& down_t;
+};
+
+// Neurons ids[0..count) and where their rows sit: rows[k] (their ids in the model's tensors, or their
+// slots in a device's copy).
+struct neuron_set {
+  const int32_t* ids;
+  const int32_t* rows;
+  int64_t count;
+  neuron_set from(int64_t k0, int64_t k1) const { return {ids + k0, rows + k0, k1 - k0}; }
+};
+
+// One token's input to the FFN and where its results go.
+struct token_ffn_io {
+  const float* in;                 // (d) the normalized input
+  const kernels::block_q8_0* xq;   // in quantized to Q8_0 where the rows want it, else null
+  float* hidden;                   // (n_ff) each computed neuron's value, at its id
+  float* acc;                      // (d) += value x the neuron's down row (with down_t)
+  const float* gates = nullptr;    // (n_ff) a thresholded layer's gate values, computed already
+};
+
+// One token's FFN over the neurons of `set`. gates given: the gate rows are not read, and only the
+// neurons passing the threshold read their up rows. The rows are scattered, so the next neurons' rows
+// are prefetched while one computes.
+void token_neurons(const hparams& hp, float threshold, const neuron_rows& w, const neuron_set& set, const token_ffn_io& io);
 
 // A batch's inputs to the FFN: n tokens' normalized inputs (n x d), quantized to Q8_0 where the rows
 // want it (n x d/32 blocks, else null), and which neurons each token chose (n x n_ff bytes; may be
@@ -123,12 +145,10 @@ struct batch_ffn_input {
   int64_t n, d, n_ff;
 };
 
-// For neurons ids[0..count) whose rows sit at rows[k] of gate/up/down_t (their own ids in the model's
-// tensors, or their slots in a device's copy): each token that chose the neuron computes its hidden
-// value into hidden (n x n_ff) and adds value x its down row into acc (n x d). Each row is read once.
-// With one token, every id given is computed (they are its choice; x.chosen may be null).
-void batch_neurons(const hparams& hp, float threshold, const tensor_view& gate, const tensor_view& up, const tensor_view& down_t, const int32_t* ids,
-                   const int32_t* rows, int64_t count, const batch_ffn_input& x, float* hidden, float* acc);
+// For the neurons of `set`: each token that chose the neuron computes its hidden value into hidden
+// (n x n_ff) and adds value x its down row into acc (n x d). Each row is read once. With one token,
+// every neuron given is computed (they are its choice; x.chosen may be null).
+void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, const neuron_set& set, const batch_ffn_input& x, float* hidden, float* acc);
 
 // The chosen neurons ids[0..count) (ascending) handed out to T threads in fixed pieces. Thread t owns
 // a shard — the ids in [n_ff t / T, n_ff (t + 1) / T), so it reads the same rows step after step —
@@ -159,15 +179,13 @@ class neuron_shards {
 };
 
 class thread_pool;
-class trace_recorder;
 
 // Every piece of `pieces` on the pool's threads (each its own shard's first): work(k0, k1, acc) for
 // ids[k0..k1), acc the piece's own `width` floats of scratch (grown as needed), zeroed first when out
-// is given; then out (when given) = their sum in piece order. Each thread's share is one `span`
-// interval in `trace` (when given).
+// is given; then out (when given) = their sum in piece order. Each thread's share is one interval
+// of `span` (when it names a recorder).
 void run_pieces(thread_pool& pool, neuron_shards& pieces, int64_t width, std::vector<float>& scratch, float* out,
-                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, trace_recorder* trace = nullptr, stage span = stage::ffn,
-                int64_t step = 0, int64_t layer = 0, int64_t seqs = 1);
+                const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, const trace_span& span = {});
 
 // Collects (row, coefficient) pairs and adds them four at a time.
 class axpy_batcher {

@@ -1,9 +1,12 @@
 #pragma once
 // One naming of what a step computes, by (name, layer): the intervals traces record, the stages the
 // actors time for /metrics, the faults tests inject, and the values the forward pass's observer sees.
+#include <cstdint>
 #include <string_view>
 
 namespace hotcold {
+
+class trace_recorder;
 
 // The parts of a step, in the order a layer runs them; `output` is the head (layer n_layer), `sample`
 // the sampler's work on the logits.
@@ -14,6 +17,14 @@ constexpr std::string_view stage_name(stage s) {
   constexpr std::string_view names[n_stages] = {"attention", "predict", "hot_ffn", "cold_ffn", "ffn", "output", "sample"};
   return names[static_cast<int>(s)];
 }
+
+// Where an interval of a step goes (engine/trace.hpp): a recorder (none: nothing is recorded), the
+// stage, step and layer, and the sequences in the step.
+struct trace_span {
+  trace_recorder* trace = nullptr;
+  stage s = stage::ffn;
+  int64_t step = 0, layer = 0, seqs = 1;
+};
 
 // The intermediate values inference_context's observer is shown, per token and layer.
 namespace observed {

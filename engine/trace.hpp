@@ -118,6 +118,7 @@ class trace_scope {
     r_->began(name_, step, layer);
     begin_ = trace_recorder::clock::now();
   }
+  explicit trace_scope(const trace_span& at) : trace_scope(at.trace, at.s, at.step, at.layer, at.seqs) {}
   ~trace_scope() {
     if (r_) r_->record(name_, step_, layer_, seqs_, begin_, trace_recorder::clock::now());
   }

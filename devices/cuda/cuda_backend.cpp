@@ -115,8 +115,19 @@ class cuda_backend final : public device {
   void raw_free(void* p) override { cuda_free(index_, p); }
 
  private:
+  // n vectors of `in` floats at x, one at a time into dx on the device; each result, out_bytes at
+  // `from` on the device, back to to + t out_bytes.
+  struct vectors {
+    int64_t n;
+    const float* x;
+    int64_t in;
+    float* dx;
+    const void* from;
+    void* to;
+    uint64_t out_bytes;
+  };
   template <typename Launch>
-  void per_vector(const char* what, int64_t n, const float* x, int64_t in, float* dx, const void* from, void* to, uint64_t out_bytes, Launch launch);
+  void per_vector(const char* what, const vectors& v, Launch launch);
   void check_job(operation op, tensor_type type, const char* what, const void* scratch, uint64_t have, uint64_t need) const;
   int index_;
   void* stream_;
@@ -235,13 +246,12 @@ void cuda_backend::compute(const ffn_rows_job& job) {
 // `launch` on the stream, `out_bytes` copied back from `from` to to + t out_bytes, the stream waited
 // on (the staging is reused by the next vector). `what` names the kernel in errors.
 template <typename Launch>
-void cuda_backend::per_vector(const char* what, int64_t n, const float* x, int64_t in, float* dx, const void* from, void* to, uint64_t out_bytes,
-                              Launch launch) {
+void cuda_backend::per_vector(const char* what, const vectors& v, Launch launch) {
   make_current();
-  for (int64_t t = 0; t < n; ++t) {
-    cuda_copy_async(dx, x + t * in, static_cast<uint64_t>(in) * sizeof(float), true, stream_);
+  for (int64_t t = 0; t < v.n; ++t) {
+    cuda_copy_async(v.dx, v.x + t * v.in, static_cast<uint64_t>(v.in) * sizeof(float), true, stream_);
     if (const std::string e = launch(); !e.empty()) fail(fmt::format("{} kernel: {}", what, e));
-    cuda_copy_async(static_cast<uint8_t*>(to) + static_cast<uint64_t>(t) * out_bytes, from, out_bytes, false, stream_);
+    cuda_copy_async(static_cast<uint8_t*>(v.to) + static_cast<uint64_t>(t) * v.out_bytes, v.from, v.out_bytes, false, stream_);
     wait_stream();
   }
 }
@@ -262,7 +272,7 @@ void cuda_backend::compute(const predict_job& job) {
   float* dmid = dx + job.d;
   float* dscores = dmid + job.rank;
   auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
-  per_vector("predictor", job.n, job.x, job.d, dx, dchosen, job.chosen, static_cast<uint64_t>(job.n_ff), [&] {
+  per_vector("predictor", {job.n, job.x, job.d, dx, dchosen, job.chosen, static_cast<uint64_t>(job.n_ff)}, [&] {
     const auto on_act = job.on_act ? static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act)) : kernels::gpu::ffn_act::relu;
     return kernels::gpu::predictor(gpu_rows(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_,
                                    job.on_act, on_act);
@@ -279,7 +289,7 @@ void cuda_backend::compute(const matvec_job& job) {
   check_job(operation::matvec, job.type, "product", job.scratch, job.scratch_bytes, static_cast<uint64_t>(job.cols + job.rows) * sizeof(float));
   auto* dx = static_cast<float*>(job.scratch);
   float* dy = dx + job.cols;
-  per_vector("product", job.n, job.x, job.cols, dx, dy, job.y, static_cast<uint64_t>(job.rows) * sizeof(float),
+  per_vector("product", {job.n, job.x, job.cols, dx, dy, job.y, static_cast<uint64_t>(job.rows) * sizeof(float)},
              [&] { return kernels::gpu::matvec(gpu_rows(job.type), job.w, job.rows, job.cols, dx, dy, stream_); });
 #else
   (void)job;
