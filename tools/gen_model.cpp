@@ -135,7 +135,9 @@ std::vector<double> power_law_probabilities(int64_t n, double mean, double top20
   return with_alpha(n, mean, hi);
 }
 
-gen_model_report generate_model(const gen_model_options& o, const std::function<void(int64_t, int64_t)>& progress) {
+namespace {
+
+void check_options(const gen_model_options& o) {
   auto bad = [](const std::string& what) { return std::invalid_argument(what); };
   if (o.n_embd < 8) throw bad("--embd must be at least 8");
   if (o.n_layer < 1) throw bad("--layers must be at least 1");
@@ -161,277 +163,319 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
   if (o.n_embd % tt.block_size || o.n_ff % tt.block_size || (head * o.n_head) % tt.block_size)
     throw bad(fmt::format("--type {} stores rows in blocks of {}: --embd {}, --ffn {} and the queries' width {} must be multiples of it", tt.name,
                           tt.block_size, o.n_embd, o.n_ff, head * o.n_head));
+}
 
-  auto vf = gguf::file::open(o.vocab_path);
-  auto voc = vocab::from_gguf(vf);
-  const int64_t n_vocab = static_cast<int64_t>(voc.size());
-  const int64_t d = o.n_embd, n_ff = o.n_ff, hd = head, kv = hd * o.n_head_kv, dq = hd * o.n_head;
-  const bool falcon = o.arch == architecture::falcon;
-  const bool phi3 = o.arch == architecture::phi3, qwen2 = o.arch == architecture::qwen2, qwen3 = o.arch == architecture::qwen3;
-  const bool sparse = o.act == activation::relu || o.act == activation::drelu;
-  const layout lay(d);
-  const int64_t s_len = lay.s_end - lay.s_begin;
-  rng g(o.seed);
-
-  gen_model_report report;
-  report.n_vocab = n_vocab;
-  const int64_t total_steps = o.n_layer + 3;
-  int64_t step = 0;
-  auto tick = [&] {
-    if (progress) progress(++step, total_steps);
-  };
-
-  // Owned tensor bytes, kept until the file is written.
-  std::vector<std::vector<uint8_t>> storage;
-  gguf::writer w;
-  std::string arch(architecture_name(o.arch));
-  auto add = [&](const std::string& name, tensor_type t, const matrix& m) {
-    storage.push_back(convert_rows(m.v, m.cols, t));
-    std::vector<int64_t> ne = m.rows == 1 ? std::vector<int64_t>{m.cols} : std::vector<int64_t>{m.cols, m.rows};
-    w.add_tensor(name, t, ne, storage.back());
-  };
-
-  // Metadata: llama.cpp's keys for the architecture, hotcold's activation key, the tokenizer.
-  w.set_string("general.architecture", arch);
-  w.set_string("general.name", fmt::format("hotcold-synthetic-{}-{}", arch, activation_name(o.act)));
-  // llama_ftype: the preset the file was made with (a pure K type as that type's _S preset).
-  uint32_t file_type = 32;  // BF16
+// llama_ftype: the preset the file was made with (a pure K type as that type's _S preset).
+uint32_t file_type_of(const gen_model_options& o) {
   switch (o.type) {
-    case tensor_type::f32: file_type = 0; break;
-    case tensor_type::f16: file_type = 1; break;
-    case tensor_type::q4_0: file_type = 2; break;
-    case tensor_type::q8_0: file_type = 7; break;
-    case tensor_type::q4_k: file_type = o.k_mix ? 15 : 14; break;
-    case tensor_type::q5_k: file_type = o.k_mix ? 17 : 16; break;
-    case tensor_type::q6_k: file_type = 18; break;
-    default: break;
+    case tensor_type::f32: return 0;
+    case tensor_type::f16: return 1;
+    case tensor_type::q4_0: return 2;
+    case tensor_type::q8_0: return 7;
+    case tensor_type::q4_k: return o.k_mix ? 15 : 14;
+    case tensor_type::q5_k: return o.k_mix ? 17 : 16;
+    case tensor_type::q6_k: return 18;
+    default: return 32;  // BF16
   }
-  w.set_u32("general.file_type", file_type);
-  w.set_u32(arch + ".context_length", static_cast<uint32_t>(o.n_ctx));
-  w.set_u32(arch + ".embedding_length", static_cast<uint32_t>(d));
-  w.set_u32(arch + ".block_count", static_cast<uint32_t>(o.n_layer));
-  w.set_u32(arch + ".feed_forward_length", static_cast<uint32_t>(n_ff));
-  w.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(o.n_head));
-  w.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(o.n_head_kv));
-  w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(hd));
-  if (dq != d) {
-    w.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(hd));
-    w.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(hd));
+}
+
+// Types as llama.cpp's quantize presets give them (llama_tensor_get_type): the head of a quantized
+// file Q6_K (Q8_0 for falcon or rows not a multiple of 256), the token embeddings as the head when
+// they are tied to it; with the _M mix, attn_v and ffn_down up to Q6_K on use_more_bits' layers
+// (falcon's Q4_K_M ffn_down: Q6_K on the first 1/16, Q5_K on those layers), a fused attn_qkv up one.
+struct preset_types {
+  const gen_model_options& o;
+  bool falcon() const { return o.arch == architecture::falcon; }
+  tensor_type output() const {
+    const bool quantized_preset = o.type == tensor_type::q4_0 || o.k_mix;
+    return !quantized_preset ? o.type : (falcon() || o.n_embd % 256 != 0) ? tensor_type::q8_0 : tensor_type::q6_k;
   }
-  if (o.phi3_rope_orig_ctx > 0) {
-    const double ratio = static_cast<double>(o.n_ctx) / static_cast<double>(o.phi3_rope_orig_ctx);
-    w.set_u32(arch + ".rope.scaling.original_context_length", static_cast<uint32_t>(o.phi3_rope_orig_ctx));
-    w.set_f32(arch + ".rope.scaling.attn_factor", static_cast<float>(std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(o.phi3_rope_orig_ctx)))));
+  tensor_type token_embd() const { return o.tied_output ? output() : o.type; }
+  bool more_bits(int64_t il) const { return il < o.n_layer / 8 || il >= 7 * o.n_layer / 8 || (il - o.n_layer / 8) % 3 == 2; }
+  tensor_type attn_v(int64_t il) const { return o.k_mix && more_bits(il) ? tensor_type::q6_k : o.type; }
+  tensor_type qkv() const { return !o.k_mix ? o.type : o.type == tensor_type::q4_k ? tensor_type::q5_k : tensor_type::q6_k; }
+  tensor_type ffn_down(int64_t il) const {
+    if (!o.k_mix) return o.type;
+    if (falcon() && o.type == tensor_type::q4_k) return il < o.n_layer / 16 ? tensor_type::q6_k : more_bits(il) ? tensor_type::q5_k : tensor_type::q4_k;
+    return more_bits(il) ? tensor_type::q6_k : o.type;
   }
-  w.set_f32(arch + ".rope.freq_base", o.rope_freq_base);
-  if (falcon) w.set_f32(arch + ".attention.layer_norm_epsilon", 1e-5f);
-  else w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  w.set_u32(arch + ".vocab_size", static_cast<uint32_t>(n_vocab));
-  w.set_string(activation_key, activation_name(o.act));
-  w.set_f32("hotcold.synthetic.active_fraction", static_cast<float>(sparse ? o.active : 1.0));
-  w.set_u64("hotcold.synthetic.seed", o.seed);
-  for (const auto& kv_pair : vf.metadata())
-    if (kv_pair.key.starts_with("tokenizer.") && !(kv_pair.key == "tokenizer.chat_template" && !o.chat_template.empty())) w.set_value(kv_pair.key, kv_pair.val);
-  if (!o.chat_template.empty()) w.set_string("tokenizer.chat_template", std::string(chat_template::published(o.chat_template)));
+};
+
+// A synthetic model put together tensor by tensor, every draw from one random stream in a fixed order
+// (the same options and seed write the same file).
+class model_builder {
+ public:
+  model_builder(const gen_model_options& o, const gguf::file& vf, int64_t n_vocab)
+      : o_(o), vf_(vf), types_{o}, n_vocab_(n_vocab), d_(o.n_embd), hd_(o.head_dim > 0 ? o.head_dim : o.n_embd / o.n_head), kv_(hd_ * o.n_head_kv),
+        dq_(hd_ * o.n_head), lay_(o.n_embd), s_len_(lay_.s_end - lay_.s_begin), t_len_(lay_.t_end - lay_.t_begin), g_(o.seed), arch_(architecture_name(o.arch)) {
+    report_.n_vocab = n_vocab;
+  }
+  gen_model_report build(const std::function<void(int64_t, int64_t)>& progress) {
+    const int64_t total_steps = o_.n_layer + 3;
+    int64_t step = 0;
+    auto tick = [&] {
+      if (progress) progress(++step, total_steps);
+    };
+    metadata();
+    token_embeddings();
+    tick();
+    choose_sample();
+    context_basis();
+    for (int64_t il = 0; il < o_.n_layer; ++il) {
+      layer(il);
+      tick();
+    }
+    tail();
+    tick();
+    std::filesystem::path dir = std::filesystem::path(o_.out_path).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+    w_.write(o_.out_path);
+    report_.file_bytes = std::filesystem::file_size(o_.out_path);
+    tick();
+    return report_;
+  }
+
+ private:
+  bool falcon() const { return o_.arch == architecture::falcon; }
+  bool sparse() const { return o_.act == activation::relu || o_.act == activation::drelu; }
+  float in_scale() const { return 1.0f / std::sqrt(static_cast<float>(d_)); }
+
+  void add(const std::string& name, tensor_type t, const matrix& m) {
+    storage_.push_back(convert_rows(m.v, m.cols, t));
+    std::vector<int64_t> ne = m.rows == 1 ? std::vector<int64_t>{m.cols} : std::vector<int64_t>{m.cols, m.rows};
+    w_.add_tensor(name, t, ne, storage_.back());
+  }
+
+  // llama.cpp's keys for the architecture, hotcold's activation key, the tokenizer.
+  void metadata() {
+    const std::string& arch = arch_;
+    w_.set_string("general.architecture", arch);
+    w_.set_string("general.name", fmt::format("hotcold-synthetic-{}-{}", arch, activation_name(o_.act)));
+    w_.set_u32("general.file_type", file_type_of(o_));
+    w_.set_u32(arch + ".context_length", static_cast<uint32_t>(o_.n_ctx));
+    w_.set_u32(arch + ".embedding_length", static_cast<uint32_t>(d_));
+    w_.set_u32(arch + ".block_count", static_cast<uint32_t>(o_.n_layer));
+    w_.set_u32(arch + ".feed_forward_length", static_cast<uint32_t>(o_.n_ff));
+    w_.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(o_.n_head));
+    w_.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(o_.n_head_kv));
+    w_.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(hd_));
+    if (dq_ != d_) {
+      w_.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(hd_));
+      w_.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(hd_));
+    }
+    if (o_.phi3_rope_orig_ctx > 0) {
+      const double ratio = static_cast<double>(o_.n_ctx) / static_cast<double>(o_.phi3_rope_orig_ctx);
+      w_.set_u32(arch + ".rope.scaling.original_context_length", static_cast<uint32_t>(o_.phi3_rope_orig_ctx));
+      w_.set_f32(arch + ".rope.scaling.attn_factor", static_cast<float>(std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(o_.phi3_rope_orig_ctx)))));
+    }
+    w_.set_f32(arch + ".rope.freq_base", o_.rope_freq_base);
+    if (falcon()) w_.set_f32(arch + ".attention.layer_norm_epsilon", 1e-5f);
+    else w_.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+    w_.set_u32(arch + ".vocab_size", static_cast<uint32_t>(n_vocab_));
+    w_.set_string(activation_key, activation_name(o_.act));
+    w_.set_f32("hotcold.synthetic.active_fraction", static_cast<float>(sparse() ? o_.active : 1.0));
+    w_.set_u64("hotcold.synthetic.seed", o_.seed);
+    for (const auto& kv_pair : vf_.metadata())
+      if (kv_pair.key.starts_with("tokenizer.") && !(kv_pair.key == "tokenizer.chat_template" && !o_.chat_template.empty())) w_.set_value(kv_pair.key, kv_pair.val);
+    if (!o_.chat_template.empty()) w_.set_string("tokenizer.chat_template", std::string(chat_template::published(o_.chat_template)));
+  }
 
   // Token embeddings: +A, -A on the constant channels, a unit-RMS zero-mean vector in S, zero in T.
   // As in trained models, hidden states have a low intrinsic dimension: token vectors lie mostly in
   // a subspace of S of rank max(8, embd/32) plus a little isotropic noise, and every layer writes
   // into a subspace of T of rank max(4, embd/64). That is what lets a low-rank predictor tell which
   // neurons fire (docs/synthetic-models.md).
-  const int64_t token_rank = std::min<int64_t>(s_len, std::max<int64_t>(8, d / 32));
-  matrix basis(token_rank, s_len);
-  for (int64_t k = 0; k < token_rank; ++k) fill_normal(g, basis.row(k), s_len, 1.0f);
-  std::vector<float> coef(static_cast<size_t>(token_rank));
-  matrix embd(n_vocab, d);
-  for (int64_t t = 0; t < n_vocab; ++t) {
-    float* e = embd.row(t);
-    e[0] = bias_level;
-    e[1] = -bias_level;
-    fill_normal(g, e + lay.s_begin, s_len, token_noise);
-    fill_normal(g, coef.data(), token_rank, 1.0f);
-    for (int64_t k = 0; k < token_rank; ++k) kernels::axpy_f32(coef[k], basis.row(k), e + lay.s_begin, s_len);
-    zero_mean(e, lay.s_begin, lay.s_end);
-    double ss = 0;
-    for (int64_t i = lay.s_begin; i < lay.s_end; ++i) ss += e[i] * double(e[i]);
-    float scale = static_cast<float>(std::sqrt(s_len / std::max(ss, 1e-12)));
-    for (int64_t i = lay.s_begin; i < lay.s_end; ++i) e[i] *= scale;
+  void token_embeddings() {
+    const int64_t token_rank = std::min<int64_t>(s_len_, std::max<int64_t>(8, d_ / 32));
+    matrix basis(token_rank, s_len_);
+    for (int64_t k = 0; k < token_rank; ++k) fill_normal(g_, basis.row(k), s_len_, 1.0f);
+    std::vector<float> coef(static_cast<size_t>(token_rank));
+    embd_ = matrix(n_vocab_, d_);
+    for (int64_t t = 0; t < n_vocab_; ++t) {
+      float* e = embd_.row(t);
+      e[0] = bias_level;
+      e[1] = -bias_level;
+      fill_normal(g_, e + lay_.s_begin, s_len_, token_noise);
+      fill_normal(g_, coef.data(), token_rank, 1.0f);
+      for (int64_t k = 0; k < token_rank; ++k) kernels::axpy_f32(coef[k], basis.row(k), e + lay_.s_begin, s_len_);
+      zero_mean(e, lay_.s_begin, lay_.s_end);
+      double ss = 0;
+      for (int64_t i = lay_.s_begin; i < lay_.s_end; ++i) ss += e[i] * double(e[i]);
+      float scale = static_cast<float>(std::sqrt(s_len_ / std::max(ss, 1e-12)));
+      for (int64_t i = lay_.s_begin; i < lay_.s_end; ++i) e[i] *= scale;
+    }
+    add("token_embd.weight", types_.token_embd(), embd_);
   }
-  // Types as llama.cpp's quantize presets give them (llama_tensor_get_type): the head of a quantized
-  // file Q6_K (Q8_0 for falcon or rows not a multiple of 256), the token embeddings as the head when
-  // they are tied to it; with the _M mix, attn_v and ffn_down up to Q6_K on use_more_bits' layers
-  // (falcon's Q4_K_M ffn_down: Q6_K on the first 1/16, Q5_K on those layers), a fused attn_qkv up one.
-  const bool quantized_preset = o.type == tensor_type::q4_0 || o.k_mix;
-  const tensor_type out_type = !quantized_preset ? o.type : (falcon || d % 256 != 0) ? tensor_type::q8_0 : tensor_type::q6_k;
-  auto more_bits = [&](int64_t il) { return il < o.n_layer / 8 || il >= 7 * o.n_layer / 8 || (il - o.n_layer / 8) % 3 == 2; };
-  const tensor_type step_up = o.type == tensor_type::q4_k ? tensor_type::q5_k : tensor_type::q6_k;
-  auto attn_v_type = [&](int64_t il) { return o.k_mix && more_bits(il) ? tensor_type::q6_k : o.type; };
-  auto qkv_type = [&] { return o.k_mix ? step_up : o.type; };
-  auto ffn_down_type = [&](int64_t il) {
-    if (!o.k_mix) return o.type;
-    if (falcon && o.type == tensor_type::q4_k) return il < o.n_layer / 16 ? tensor_type::q6_k : more_bits(il) ? tensor_type::q5_k : tensor_type::q4_k;
-    return more_bits(il) ? tensor_type::q6_k : o.type;
-  };
-  const tensor_type embd_type = o.tied_output ? out_type : o.type;
-  add("token_embd.weight", embd_type, embd);
-  tick();
 
   // Tokens used to place each neuron's threshold: a fixed sample of the vocabulary.
-  const int64_t n_sample = std::min<int64_t>(n_vocab, 512);
-  std::vector<int64_t> sample(static_cast<size_t>(n_vocab));
-  std::iota(sample.begin(), sample.end(), 0);
-  for (int64_t i = 0; i < n_sample; ++i) std::swap(sample[i], sample[i + static_cast<int64_t>(g.next() % static_cast<uint64_t>(n_vocab - i))]);
-  sample.resize(static_cast<size_t>(n_sample));
+  void choose_sample() {
+    const int64_t n_sample = std::min<int64_t>(n_vocab_, 512);
+    sample_.resize(static_cast<size_t>(n_vocab_));
+    std::iota(sample_.begin(), sample_.end(), 0);
+    for (int64_t i = 0; i < n_sample; ++i) std::swap(sample_[i], sample_[i + static_cast<int64_t>(g_.next() % static_cast<uint64_t>(n_vocab_ - i))]);
+    sample_.resize(static_cast<size_t>(n_sample));
+    scores_.resize(static_cast<size_t>(n_sample));
+  }
+
+  // The context subspace's written part: rows of T are combinations of ctx_rank random vectors.
+  void context_basis() {
+    ctx_rank_ = std::min<int64_t>(t_len_, std::max<int64_t>(4, d_ / 64));
+    ctx_basis_ = matrix(ctx_rank_, t_len_);
+    for (int64_t k = 0; k < ctx_rank_; ++k) fill_normal(g_, ctx_basis_.row(k), t_len_, 1.0f);
+  }
 
   // A neuron row reading the token subspace (and a little of the context subspace), with a bias on
   // the constant channels placing its threshold so that a fraction `p` of sample tokens fire it.
-  std::vector<float> scores(static_cast<size_t>(n_sample));
-  auto neuron_row = [&](float* row, double p) {
-    fill_normal(g, row + lay.s_begin, s_len, 1.0f);
-    zero_mean(row, lay.s_begin, lay.s_end);
-    fill_normal(g, row + lay.t_begin, lay.t_end - lay.t_begin, context_weight);
-    zero_mean(row, lay.t_begin, lay.t_end);
-    float inv = 1.0f / std::sqrt(static_cast<float>(d));
-    for (int64_t i = lay.s_begin; i < lay.t_end; ++i) row[i] *= inv;
+  void neuron_row(float* row, double p) {
+    fill_normal(g_, row + lay_.s_begin, s_len_, 1.0f);
+    zero_mean(row, lay_.s_begin, lay_.s_end);
+    fill_normal(g_, row + lay_.t_begin, t_len_, context_weight);
+    zero_mean(row, lay_.t_begin, lay_.t_end);
+    float inv = 1.0f / std::sqrt(static_cast<float>(d_));
+    for (int64_t i = lay_.s_begin; i < lay_.t_end; ++i) row[i] *= inv;
     if (p < 0) return;  // dense: no bias
-    for (int64_t s = 0; s < n_sample; ++s)
-      scores[s] = kernels::dot_f32(row + lay.s_begin, embd.row(sample[s]) + lay.s_begin, s_len);
+    const auto n_sample = static_cast<int64_t>(sample_.size());
+    for (int64_t s = 0; s < n_sample; ++s) scores_[s] = kernels::dot_f32(row + lay_.s_begin, embd_.row(sample_[s]) + lay_.s_begin, s_len_);
     auto k = std::min<int64_t>(n_sample - 1, static_cast<int64_t>((1.0 - p) * n_sample));
-    std::nth_element(scores.begin(), scores.begin() + k, scores.end());
-    float threshold = scores[k];
+    std::nth_element(scores_.begin(), scores_.begin() + k, scores_.end());
+    float threshold = scores_[k];
     // Fires iff row_S . e_S + 2 b A > 0 (the constant channels cancel in LayerNorm's mean).
     float b = -threshold / (2 * bias_level);
     row[0] = b;
     row[1] = -b;
-  };
+  }
 
-  auto random_matrix = [&](int64_t rows, int64_t cols, float scale) {
+  matrix random_matrix(int64_t rows, int64_t cols, float scale) {
     matrix m(rows, cols);
-    for (int64_t r = 0; r < rows; ++r) fill_normal(g, m.row(r), cols, scale);
+    for (int64_t r = 0; r < rows; ++r) fill_normal(g_, m.row(r), cols, scale);
     return m;
-  };
-  // A d x cols matrix whose output lies in the context subspace's written part: rows of T are
-  // combinations of ctx_rank random vectors (each entry of the result has standard deviation `scale`).
-  const int64_t t_len = lay.t_end - lay.t_begin;
-  const int64_t ctx_rank = std::min<int64_t>(t_len, std::max<int64_t>(4, d / 64));
-  matrix ctx_basis(ctx_rank, t_len);
-  for (int64_t k = 0; k < ctx_rank; ++k) fill_normal(g, ctx_basis.row(k), t_len, 1.0f);
-  auto context_writer = [&](int64_t cols, float scale) {
-    matrix coefs = random_matrix(ctx_rank, cols, scale / std::sqrt(static_cast<float>(ctx_rank)));
-    matrix m(d, cols);
-    for (int64_t t = 0; t < t_len; ++t)
-      for (int64_t k = 0; k < ctx_rank; ++k) kernels::axpy_f32(ctx_basis.row(k)[t], coefs.row(k), m.row(lay.t_begin + t), cols);
+  }
+  // A d x cols matrix whose output lies in the context subspace's written part (each entry of the
+  // result has standard deviation `scale`).
+  matrix context_writer(int64_t cols, float scale) {
+    matrix coefs = random_matrix(ctx_rank_, cols, scale / std::sqrt(static_cast<float>(ctx_rank_)));
+    matrix m(d_, cols);
+    for (int64_t t = 0; t < t_len_; ++t)
+      for (int64_t k = 0; k < ctx_rank_; ++k) kernels::axpy_f32(ctx_basis_.row(k)[t], coefs.row(k), m.row(lay_.t_begin + t), cols);
     return m;
-  };
-  matrix ones(1, d);
-  std::fill(ones.v.begin(), ones.v.end(), 1.0f);
-  matrix zeros(1, d);
+  }
   // A norm's weight and bias: identity unless norm_spread asks for varied ones (own draws each call).
-  auto norm_weight = [&] {
-    if (o.norm_spread == 0) return ones;
-    matrix m(1, d);
-    for (auto& x : m.v) x = static_cast<float>(1.0 + o.norm_spread * (2.0 * g.uniform() - 1.0));
+  matrix norm_weight() {
+    matrix m(1, d_);
+    if (o_.norm_spread == 0) std::fill(m.v.begin(), m.v.end(), 1.0f);
+    else
+      for (auto& x : m.v) x = static_cast<float>(1.0 + o_.norm_spread * (2.0 * g_.uniform() - 1.0));
     return m;
-  };
-  auto norm_bias = [&] {
-    if (o.norm_spread == 0) return zeros;
-    matrix m(1, d);
-    for (auto& x : m.v) x = static_cast<float>(0.5 * o.norm_spread * (2.0 * g.uniform() - 1.0));
+  }
+  matrix norm_bias() {
+    matrix m(1, d_);
+    if (o_.norm_spread != 0)
+      for (auto& x : m.v) x = static_cast<float>(0.5 * o_.norm_spread * (2.0 * g_.uniform() - 1.0));
     return m;
-  };
+  }
 
-  const float in_scale = 1.0f / std::sqrt(static_cast<float>(d));
-  for (int64_t il = 0; il < o.n_layer; ++il) {
-    std::string blk = fmt::format("blk.{}.", il);
-    // Firing probabilities: a power law whose steepness varies by layer, over neurons in random order.
+  // Firing probabilities: a power law whose steepness varies by layer, over neurons in random order
+  // (-1 each: a dense FFN's neurons have no threshold).
+  std::vector<double> firing_probabilities(int64_t il) {
+    const int64_t n_ff = o_.n_ff;
     std::vector<double> p(static_cast<size_t>(n_ff), -1.0);
-    if (sparse) {
-      double share = 0.66 + 0.14 * std::fmod(0.618034 * static_cast<double>(il + 1), 1.0);
-      gen_layer_design design{};
-      auto by_rank = power_law_probabilities(n_ff, o.active, share, &design.alpha);
-      design.mean = std::accumulate(by_rank.begin(), by_rank.end(), 0.0) / n_ff;
-      design.top20_share = top20(by_rank);
-      report.layers.push_back(design);
-      std::vector<int64_t> order(static_cast<size_t>(n_ff));
-      std::iota(order.begin(), order.end(), 0);
-      for (int64_t i = n_ff - 1; i > 0; --i) std::swap(order[i], order[static_cast<int64_t>(g.next() % static_cast<uint64_t>(i + 1))]);
-      for (int64_t r = 0; r < n_ff; ++r) p[order[r]] = by_rank[r];
-    }
+    if (!sparse()) return p;
+    double share = 0.66 + 0.14 * std::fmod(0.618034 * static_cast<double>(il + 1), 1.0);
+    gen_layer_design design{};
+    auto by_rank = power_law_probabilities(n_ff, o_.active, share, &design.alpha);
+    design.mean = std::accumulate(by_rank.begin(), by_rank.end(), 0.0) / n_ff;
+    design.top20_share = top20(by_rank);
+    report_.layers.push_back(design);
+    std::vector<int64_t> order(static_cast<size_t>(n_ff));
+    std::iota(order.begin(), order.end(), 0);
+    for (int64_t i = n_ff - 1; i > 0; --i) std::swap(order[i], order[static_cast<int64_t>(g_.next() % static_cast<uint64_t>(i + 1))]);
+    for (int64_t r = 0; r < n_ff; ++r) p[order[r]] = by_rank[r];
+    return p;
+  }
 
-    if (falcon) {
+  void attention(const std::string& blk, int64_t il) {
+    const float in = in_scale();
+    if (falcon()) {
       add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
       add(blk + "attn_norm.bias", tensor_type::f32, norm_bias());
-      if (o.n_head_kv > 1) {  // Falcon-40B: a second norm, which feeds the attention (attn_norm then feeds the FFN)
+      if (o_.n_head_kv > 1) {  // Falcon-40B: a second norm, which feeds the attention (attn_norm then feeds the FFN)
         add(blk + "attn_norm_2.weight", tensor_type::f32, norm_weight());
         add(blk + "attn_norm_2.bias", tensor_type::f32, norm_bias());
       }
-      add(blk + "attn_qkv.weight", qkv_type(), random_matrix(d + 2 * kv, d, in_scale));
-    } else if (phi3) {  // q, k and v in one tensor, q's rows first
+      add(blk + "attn_qkv.weight", types_.qkv(), random_matrix(d_ + 2 * kv_, d_, in));
+    } else if (o_.arch == architecture::phi3) {  // q, k and v in one tensor, q's rows first
       add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
-      add(blk + "attn_qkv.weight", qkv_type(), random_matrix(dq + 2 * kv, d, in_scale));
+      add(blk + "attn_qkv.weight", types_.qkv(), random_matrix(dq_ + 2 * kv_, d_, in));
     } else {
       add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
-      add(blk + "attn_q.weight", o.type, random_matrix(dq, d, in_scale));
-      add(blk + "attn_k.weight", o.type, random_matrix(kv, d, in_scale));
-      add(blk + "attn_v.weight", attn_v_type(il), random_matrix(kv, d, in_scale));
+      add(blk + "attn_q.weight", o_.type, random_matrix(dq_, d_, in));
+      add(blk + "attn_k.weight", o_.type, random_matrix(kv_, d_, in));
+      add(blk + "attn_v.weight", types_.attn_v(il), random_matrix(kv_, d_, in));
     }
-    if (qwen2) {  // biases as large as the products' values: a path that drops one computes another model
-      add(blk + "attn_q.bias", tensor_type::f32, random_matrix(1, dq, 0.5f));
-      add(blk + "attn_k.bias", tensor_type::f32, random_matrix(1, kv, 0.5f));
-      add(blk + "attn_v.bias", tensor_type::f32, random_matrix(1, kv, 0.5f));
+    if (o_.arch == architecture::qwen2) {  // biases as large as the products' values: a path that drops one computes another model
+      add(blk + "attn_q.bias", tensor_type::f32, random_matrix(1, dq_, 0.5f));
+      add(blk + "attn_k.bias", tensor_type::f32, random_matrix(1, kv_, 0.5f));
+      add(blk + "attn_v.bias", tensor_type::f32, random_matrix(1, kv_, 0.5f));
     }
-    if (qwen3) {  // each head's norm weights for q and k, apart from each other
+    if (o_.arch == architecture::qwen3) {  // each head's norm weights for q and k, apart from each other
       for (const char* name : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
-        matrix m(1, hd);
-        for (auto& x : m.v) x = static_cast<float>(1.0 + std::max(o.norm_spread, 0.5) * (2.0 * g.uniform() - 1.0));
+        matrix m(1, hd_);
+        for (auto& x : m.v) x = static_cast<float>(1.0 + std::max(o_.norm_spread, 0.5) * (2.0 * g_.uniform() - 1.0));
         add(blk + name, tensor_type::f32, m);
       }
     }
     // Attention writes only into the context subspace.
-    add(blk + "attn_output.weight", o.type, context_writer(dq, 0.5f * std::sqrt(static_cast<float>(d) / static_cast<float>(dq)) * in_scale));
+    add(blk + "attn_output.weight", o_.type, context_writer(dq_, 0.5f * std::sqrt(static_cast<float>(d_) / static_cast<float>(dq_)) * in));
+  }
 
-    matrix gate(n_ff, d), up(n_ff, d);
+  void ffn(const std::string& blk, int64_t il, const std::vector<double>& p) {
+    const int64_t n_ff = o_.n_ff;
+    matrix gate(n_ff, d_), up(n_ff, d_);
     const double up_fires = 0.9;  // dReLU: the up side fires this often, the gate side p / up_fires
     for (int64_t j = 0; j < n_ff; ++j) {
       double pj = p[j];
-      if (o.act == activation::drelu) {
+      if (o_.act == activation::drelu) {
         neuron_row(gate.row(j), std::min(firing_cap, pj / up_fires));
         neuron_row(up.row(j), up_fires);
-      } else if (falcon) {
+      } else if (falcon()) {
         neuron_row(up.row(j), pj);
       } else {
         neuron_row(gate.row(j), pj);
         neuron_row(up.row(j), -1.0);
       }
     }
-    if (phi3) {  // gate and up in one tensor: the gate's n_ff rows, then up's
+    if (o_.arch == architecture::phi3) {  // gate and up in one tensor: the gate's n_ff rows, then up's
       add(blk + "ffn_norm.weight", tensor_type::f32, norm_weight());
-      matrix fused(2 * n_ff, d);
+      matrix fused(2 * n_ff, d_);
       std::copy(gate.v.begin(), gate.v.end(), fused.v.begin());
       std::copy(up.v.begin(), up.v.end(), fused.v.begin() + static_cast<std::ptrdiff_t>(gate.v.size()));
-      add(blk + "ffn_up.weight", o.type, fused);
+      add(blk + "ffn_up.weight", o_.type, fused);
     } else {
-      if (!falcon) {
+      if (!falcon()) {
         add(blk + "ffn_norm.weight", tensor_type::f32, norm_weight());
-        add(blk + "ffn_gate.weight", o.type, gate);
+        add(blk + "ffn_gate.weight", o_.type, gate);
       }
-      add(blk + "ffn_up.weight", o.type, up);
+      add(blk + "ffn_up.weight", o_.type, up);
     }
     // The FFN writes only into the context subspace too.
-    float down_scale = 0.5f / std::sqrt(static_cast<float>(n_ff) * static_cast<float>(sparse ? o.active : 0.5));
-    add(blk + "ffn_down.weight", ffn_down_type(il), context_writer(n_ff, down_scale));
-    tick();
+    float down_scale = 0.5f / std::sqrt(static_cast<float>(n_ff) * static_cast<float>(sparse() ? o_.active : 0.5));
+    add(blk + "ffn_down.weight", types_.ffn_down(il), context_writer(n_ff, down_scale));
   }
 
-  add("output_norm.weight", tensor_type::f32, norm_weight());
-  if (falcon) add("output_norm.bias", tensor_type::f32, norm_bias());
-  if (o.llama3_rope_ctx > 0) {
-    // Llama 3.1's rule: pairs whose wavelength is shorter than ctx/4 keep their frequency, longer
-    // than ctx turn 8 times slower, and between the two blend smoothly.
-    const double factor = 8, low = 1, high = 4, ctx = static_cast<double>(o.llama3_rope_ctx);
-    matrix f(1, hd / 2);
-    for (int64_t i = 0; i < hd / 2; ++i) {
-      const double wavelen = 2 * M_PI * std::pow(static_cast<double>(o.rope_freq_base), 2.0 * static_cast<double>(i) / static_cast<double>(hd));
+  void layer(int64_t il) {
+    const std::string blk = fmt::format("blk.{}.", il);
+    const auto p = firing_probabilities(il);
+    attention(blk, il);
+    ffn(blk, il, p);
+  }
+
+  // Llama 3.1's rule: pairs whose wavelength is shorter than ctx/4 keep their frequency, longer than
+  // ctx turn 8 times slower, and between the two blend smoothly.
+  void llama3_rope_factors() {
+    const double factor = 8, low = 1, high = 4, ctx = static_cast<double>(o_.llama3_rope_ctx);
+    matrix f(1, hd_ / 2);
+    for (int64_t i = 0; i < hd_ / 2; ++i) {
+      const double wavelen = 2 * M_PI * std::pow(static_cast<double>(o_.rope_freq_base), 2.0 * static_cast<double>(i) / static_cast<double>(hd_));
       double v = 1;
       if (wavelen > ctx / low) v = factor;
       else if (wavelen >= ctx / high) {
@@ -442,28 +486,55 @@ gen_model_report generate_model(const gen_model_options& o, const std::function<
     }
     add("rope_freqs.weight", tensor_type::f32, f);
   }
-  if (o.phi3_rope_orig_ctx > 0) {  // LongRoPE's factors: short ones near 1, long ones up to 8, rising with the pair
-    matrix shortf(1, hd / 2), longf(1, hd / 2);
-    for (int64_t i = 0; i < hd / 2; ++i) {
-      const double rise = static_cast<double>(i) / static_cast<double>(std::max<int64_t>(1, hd / 2 - 1));
-      shortf.row(0)[i] = static_cast<float>(1.0 + 0.5 * rise + 0.1 * g.uniform());
-      longf.row(0)[i] = static_cast<float>(1.0 + 7.0 * rise * rise + 0.5 * g.uniform());
+
+  // LongRoPE's factors: short ones near 1, long ones up to 8, rising with the pair.
+  void phi3_rope_factors() {
+    matrix shortf(1, hd_ / 2), longf(1, hd_ / 2);
+    for (int64_t i = 0; i < hd_ / 2; ++i) {
+      const double rise = static_cast<double>(i) / static_cast<double>(std::max<int64_t>(1, hd_ / 2 - 1));
+      shortf.row(0)[i] = static_cast<float>(1.0 + 0.5 * rise + 0.1 * g_.uniform());
+      longf.row(0)[i] = static_cast<float>(1.0 + 7.0 * rise * rise + 0.5 * g_.uniform());
     }
     add("rope_factors_long.weight", tensor_type::f32, longf);
     add("rope_factors_short.weight", tensor_type::f32, shortf);
   }
-  // Output head: reads every channel (its type: out_type above).
-  matrix out = random_matrix(n_vocab, d, 3.0f * in_scale);
-  if (!o.tied_output) add("output.weight", out_type, out);
-  if (o.output_bias) add("output.bias", tensor_type::f32, random_matrix(1, n_vocab, 1.0f));
-  tick();
 
-  std::filesystem::path dir = std::filesystem::path(o.out_path).parent_path();
-  if (!dir.empty()) std::filesystem::create_directories(dir);
-  w.write(o.out_path);
-  report.file_bytes = std::filesystem::file_size(o.out_path);
-  tick();
-  return report;
+  // The output norm, RoPE's factor tensors, and the head (reading every channel).
+  void tail() {
+    add("output_norm.weight", tensor_type::f32, norm_weight());
+    if (falcon()) add("output_norm.bias", tensor_type::f32, norm_bias());
+    if (o_.llama3_rope_ctx > 0) llama3_rope_factors();
+    if (o_.phi3_rope_orig_ctx > 0) phi3_rope_factors();
+    matrix out = random_matrix(n_vocab_, d_, 3.0f * in_scale());
+    if (!o_.tied_output) add("output.weight", types_.output(), out);
+    if (o_.output_bias) add("output.bias", tensor_type::f32, random_matrix(1, n_vocab_, 1.0f));
+  }
+
+  const gen_model_options& o_;
+  const gguf::file& vf_;
+  const preset_types types_;
+  const int64_t n_vocab_, d_, hd_, kv_, dq_;
+  const layout lay_;
+  const int64_t s_len_, t_len_;
+  rng g_;
+  const std::string arch_;
+  gen_model_report report_;
+  gguf::writer w_;
+  std::vector<std::vector<uint8_t>> storage_;  // the tensors' bytes, kept until the file is written
+  matrix embd_{0, 0};
+  std::vector<int64_t> sample_;
+  std::vector<float> scores_;
+  int64_t ctx_rank_ = 0;
+  matrix ctx_basis_{0, 0};
+};
+
+}  // namespace
+
+gen_model_report generate_model(const gen_model_options& o, const std::function<void(int64_t, int64_t)>& progress) {
+  check_options(o);
+  auto vf = gguf::file::open(o.vocab_path);
+  auto voc = vocab::from_gguf(vf);
+  return model_builder(o, vf, static_cast<int64_t>(voc.size())).build(progress);
 }
 
 }  // namespace hotcold::tools
