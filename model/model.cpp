@@ -92,6 +92,151 @@ tensor_view elements_of(const tensor_view& t, int64_t first, int64_t count, cons
 
 }  // namespace
 
+namespace {
+
+// One tensor of the table, bound to the weights at `base` (absent and not required: an empty view),
+// its shape and type checked; its bytes added to weight_bytes.
+tensor_view bind_tensor(const gguf::file& f, const hparams& hp, const tensor_spec& spec, int layer, const uint8_t* base, uint64_t& weight_bytes) {
+  const std::string& path = f.source();
+  std::string name = tensor_name(spec, layer);
+  const gguf::tensor_info* t = f.find_tensor(name);
+  if (!t) {
+    if (spec.required) throw model_error(fmt::format("{}: tensor {} is missing", path, name));
+    return {};
+  }
+  auto want = expected_shape(spec.role, hp);
+  if (want.empty()) {  // the predictor: its rank is free, the other sides are fixed
+    const bool is_fc1 = spec.role == tensor_role::pred_fc1;
+    const auto* fc1 = is_fc1 ? nullptr : f.find_tensor(fmt::format("blk.{}.fc1.weight", layer));
+    int64_t rank = fc1 ? fc1->ne[1] : t->ne[is_fc1 ? 1 : 0];
+    want = is_fc1 ? std::vector<int64_t>{hp.n_embd, rank} : std::vector<int64_t>{rank, hp.n_ff};
+  }
+  bool vector = want[1] == 1;
+  bool shape_ok = t->ne[0] == want[0] && t->ne[1] == want[1] && t->ne[2] == 1 && t->ne[3] == 1 && (!vector || t->n_dims == 1);
+  if (!shape_ok) {
+    std::string got;
+    for (uint32_t d = 0; d < t->n_dims; ++d) got += (d ? ", " : "") + std::to_string(t->ne[d]);
+    throw model_error(fmt::format("{}: tensor {} has shape [{}], expected [{}]", path, name, got,
+                                  vector ? std::to_string(want[0]) : fmt::format("{}, {}", want[0], want[1])));
+  }
+  if (vector ? (t->type != tensor_type::f32) : !matrix_type_supported(t->type))
+    throw model_error(fmt::format("{}: tensor {} has type {}, which hotcold does not compute with ({})", path, name,
+                                  tensor_type_name(t->type), vector ? "norms must be F32" : "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"));
+  tensor_view v;
+  v.name = name;
+  v.type = t->type;
+  v.ne0 = t->ne[0];
+  v.ne1 = t->ne[1];
+  v.row_bytes = static_cast<size_t>(t->n_bytes / static_cast<uint64_t>(t->ne[1]));
+  v.data = base + t->offset;
+  weight_bytes += t->n_bytes;
+  return v;
+}
+
+// A bound tensor into the slot its role names (a fused QKV bias kept aside in qkv_bias, for
+// finish_layer; phi3's fused gate and up bound as their two row ranges).
+void place_tensor(model_weights& w, int il, tensor_role role, const tensor_view& v, const hparams& hp, tensor_view& qkv_bias) {
+  using r = tensor_role;
+  switch (role) {
+    case r::token_embd: w.token_embd = v; return;
+    case r::output_norm: w.output_norm = v; return;
+    case r::output_norm_b: w.output_norm_b = v; return;
+    case r::output: w.output = v; return;
+    case r::output_b: w.output_b = v; return;
+    default: break;
+  }
+  layer_weights& l = w.layers[static_cast<size_t>(il)];
+  switch (role) {
+    case r::attn_norm: l.attn_norm = v; break;
+    case r::attn_norm_b: l.attn_norm_b = v; break;
+    case r::attn_norm_2: l.attn_norm_2 = v; break;
+    case r::attn_norm_2_b: l.attn_norm_2_b = v; break;
+    case r::attn_q: l.wq = v; break;
+    case r::attn_k: l.wk = v; break;
+    case r::attn_v: l.wv = v; break;
+    case r::attn_qkv: l.wqkv = v; break;
+    case r::attn_q_b: l.bq = v; break;
+    case r::attn_k_b: l.bk = v; break;
+    case r::attn_v_b: l.bv = v; break;
+    case r::attn_qkv_b: qkv_bias = v; break;
+    case r::attn_q_norm: l.q_norm = v; break;
+    case r::attn_k_norm: l.k_norm = v; break;
+    case r::ffn_up_gate: l.ffn_gate = rows_of(v, 0, hp.n_ff, ".gate"), l.ffn_up = rows_of(v, hp.n_ff, hp.n_ff, ".up"); break;
+    case r::attn_output: l.wo = v; break;
+    case r::ffn_norm: l.ffn_norm = v; break;
+    case r::ffn_gate: l.ffn_gate = v; break;
+    case r::ffn_up: l.ffn_up = v; break;
+    case r::ffn_down: l.ffn_down = v; break;
+    case r::ffn_down_t: l.ffn_down_t = v; break;
+    case r::pred_fc1: l.pred_fc1 = v; break;
+    case r::pred_fc2: l.pred_fc2 = v; break;
+    default: break;
+  }
+}
+
+// The llama family computes q, k and v as three products: a fused attn_qkv (and its bias) is bound as
+// its three row ranges, q's rows first, then k's, then v's (llama.cpp's views of it).
+void split_fused_qkv(const std::string& path, const hparams& hp, int il, layer_weights& l, const tensor_view& qkv_bias) {
+  const int64_t q = hp.n_embd_q(), kv = hp.n_embd_kv();
+  const bool separate = l.wq || l.wk || l.wv;
+  if (l.wqkv && separate) throw model_error(fmt::format("{}: blk.{} has both attn_qkv and separate attn_q/k/v", path, il));
+  if (!l.wqkv && !(l.wq && l.wk && l.wv))
+    throw model_error(fmt::format("{}: tensor blk.{}.attn_q.weight, attn_k.weight and attn_v.weight (or attn_qkv.weight) are missing", path, il));
+  if (l.wqkv) {
+    l.wq = rows_of(l.wqkv, 0, q, ".q"), l.wk = rows_of(l.wqkv, q, kv, ".k"), l.wv = rows_of(l.wqkv, q + kv, kv, ".v");
+    l.wqkv = {};
+  }
+  if (qkv_bias) {
+    if (l.bq || l.bk || l.bv) throw model_error(fmt::format("{}: blk.{} has both attn_qkv.bias and separate biases", path, il));
+    l.bq = elements_of(qkv_bias, 0, q, ".q"), l.bk = elements_of(qkv_bias, q, kv, ".k"), l.bv = elements_of(qkv_bias, q + kv, kv, ".v");
+  }
+}
+
+// A layer's tensors that go together, checked (and a llama-family layer's q, k, v bound).
+void finish_layer(const std::string& path, const hparams& hp, int il, layer_weights& l, const tensor_view& qkv_bias) {
+  if (hp.arch != architecture::falcon) {
+    split_fused_qkv(path, hp, il, l, qkv_bias);
+    if (static_cast<bool>(l.bq) != static_cast<bool>(l.bk) || static_cast<bool>(l.bq) != static_cast<bool>(l.bv))
+      throw model_error(fmt::format("{}: blk.{} has biases on some of q, k, v but not all", path, il));
+    if (hp.arch == architecture::qwen2 && !l.bq)
+      throw model_error(fmt::format("{}: tensor blk.{}.attn_q.bias is missing (qwen2's q, k and v have biases)", path, il));
+    if (static_cast<bool>(l.q_norm) != static_cast<bool>(l.k_norm))
+      throw model_error(fmt::format("{}: blk.{} needs both attn_q_norm and attn_k_norm, or neither", path, il));
+    if (hp.arch == architecture::qwen3 && !l.q_norm)
+      throw model_error(fmt::format("{}: tensor blk.{}.attn_q_norm.weight is missing (qwen3 normalizes q and k per head)", path, il));
+  }
+  if (static_cast<bool>(l.attn_norm_2) != static_cast<bool>(l.attn_norm_2_b))
+    throw model_error(fmt::format("{}: blk.{}.attn_norm_2 needs both its weight and its bias", path, il));
+  if (!l.ffn_down && !l.ffn_down_t)
+    throw model_error(fmt::format("{}: tensor blk.{}.ffn_down.weight is missing (and there is no ffn_down_t either)", path, il));
+  if (static_cast<bool>(l.pred_fc1) != static_cast<bool>(l.pred_fc2))
+    throw model_error(fmt::format("{}: blk.{}'s predictor needs both fc1 and fc2", path, il));
+}
+
+// Only what the dense products read, rows interleaved in place: FFN rows of sparse files (and of any
+// layer with a predictor) are read one neuron at a time, and a tied head is also the embedding.
+void interleave_for_products(model_weights& w, bool tied_output) {
+  for (auto& l : w.layers) {
+    // F16: the predictors' short rows only (fc2's 512 bytes at rank 256: -10% a product); long F16
+    // rows already stream two a thread, and a layer's fc1 read interleaved was slower.
+    for (tensor_view* t : {&l.pred_fc1, &l.pred_fc2})
+      if (t->type == tensor_type::f16 && t->row_bytes < 2048) interleave_in_place(*t);
+    // Q4_0: attention, the predictors (fc2's 144-byte rows one at a time spent more on each call
+    // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files.
+    auto q4 = [](tensor_view& t) {
+      if (t.type == tensor_type::q4_0) interleave_in_place(t);
+    };
+    for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_down, &l.pred_fc1, &l.pred_fc2}) q4(*t);
+    if (!l.ffn_down_t && !l.pred_fc1) {
+      q4(l.ffn_gate);
+      q4(l.ffn_up);
+    }
+  }
+  if (!tied_output && w.output.type == tensor_type::q4_0) interleave_in_place(w.output);
+}
+
+}  // namespace
+
 std::shared_ptr<const model> model::load(const std::string& path, const load_options& options, std::span<const float> act_thresholds) {
   std::shared_ptr<model> m(new model());
   m->path_ = path;
@@ -125,152 +270,23 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     }
   }
 
-  auto bind = [&](const tensor_spec& spec, int layer) -> tensor_view {
-    std::string name = tensor_name(spec, layer);
-    const gguf::tensor_info* t = f.find_tensor(name);
-    if (!t) {
-      if (spec.required) throw model_error(fmt::format("{}: tensor {} is missing", path, name));
-      return {};
-    }
-    auto want = expected_shape(spec.role, hp);
-    if (want.empty()) {  // the predictor: its rank is free, the other sides are fixed
-      const bool is_fc1 = spec.role == tensor_role::pred_fc1;
-      const auto* fc1 = is_fc1 ? nullptr : f.find_tensor(fmt::format("blk.{}.fc1.weight", layer));
-      int64_t rank = fc1 ? fc1->ne[1] : t->ne[is_fc1 ? 1 : 0];
-      want = is_fc1 ? std::vector<int64_t>{hp.n_embd, rank} : std::vector<int64_t>{rank, hp.n_ff};
-    }
-    bool vector = want[1] == 1;
-    bool shape_ok = t->ne[0] == want[0] && t->ne[1] == want[1] && t->ne[2] == 1 && t->ne[3] == 1 && (!vector || t->n_dims == 1);
-    if (!shape_ok) {
-      std::string got;
-      for (uint32_t d = 0; d < t->n_dims; ++d) got += (d ? ", " : "") + std::to_string(t->ne[d]);
-      throw model_error(fmt::format("{}: tensor {} has shape [{}], expected [{}]", path, name, got,
-                                    vector ? std::to_string(want[0]) : fmt::format("{}, {}", want[0], want[1])));
-    }
-    if (vector ? (t->type != tensor_type::f32) : !matrix_type_supported(t->type))
-      throw model_error(fmt::format("{}: tensor {} has type {}, which hotcold does not compute with ({})", path, name,
-                                    tensor_type_name(t->type), vector ? "norms must be F32" : "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"));
-    tensor_view v;
-    v.name = name;
-    v.type = t->type;
-    v.ne0 = t->ne[0];
-    v.ne1 = t->ne[1];
-    v.row_bytes = static_cast<size_t>(t->n_bytes / static_cast<uint64_t>(t->ne[1]));
-    v.data = base + t->offset;
-    m->weight_bytes_ += t->n_bytes;
-    return v;
-  };
-
-  using r = tensor_role;
   model_weights& w = m->weights_;
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   std::vector<tensor_view> qkv_bias(static_cast<size_t>(hp.n_layer));
-  for (const auto& spec : tensor_table(hp.arch)) {
-    if (!spec.per_layer) {
-      tensor_view v = bind(spec, 0);
-      switch (spec.role) {
-        case r::token_embd: w.token_embd = v; break;
-        case r::output_norm: w.output_norm = v; break;
-        case r::output_norm_b: w.output_norm_b = v; break;
-        case r::output: w.output = v; break;
-        case r::output_b: w.output_b = v; break;
-        default: break;
-      }
-      continue;
-    }
-    for (int il = 0; il < hp.n_layer; ++il) {
-      tensor_view v = bind(spec, il);
-      layer_weights& l = w.layers[static_cast<size_t>(il)];
-      switch (spec.role) {
-        case r::attn_norm: l.attn_norm = v; break;
-        case r::attn_norm_b: l.attn_norm_b = v; break;
-        case r::attn_norm_2: l.attn_norm_2 = v; break;
-        case r::attn_norm_2_b: l.attn_norm_2_b = v; break;
-        case r::attn_q: l.wq = v; break;
-        case r::attn_k: l.wk = v; break;
-        case r::attn_v: l.wv = v; break;
-        case r::attn_qkv: l.wqkv = v; break;
-        case r::attn_q_b: l.bq = v; break;
-        case r::attn_k_b: l.bk = v; break;
-        case r::attn_v_b: l.bv = v; break;
-        case r::attn_qkv_b: qkv_bias[static_cast<size_t>(il)] = v; break;
-        case r::attn_q_norm: l.q_norm = v; break;
-        case r::attn_k_norm: l.k_norm = v; break;
-        case r::ffn_up_gate: l.ffn_gate = rows_of(v, 0, hp.n_ff, ".gate"), l.ffn_up = rows_of(v, hp.n_ff, hp.n_ff, ".up"); break;
-        case r::attn_output: l.wo = v; break;
-        case r::ffn_norm: l.ffn_norm = v; break;
-        case r::ffn_gate: l.ffn_gate = v; break;
-        case r::ffn_up: l.ffn_up = v; break;
-        case r::ffn_down: l.ffn_down = v; break;
-        case r::ffn_down_t: l.ffn_down_t = v; break;
-        case r::pred_fc1: l.pred_fc1 = v; break;
-        case r::pred_fc2: l.pred_fc2 = v; break;
-        default: break;
-      }
-    }
-  }
+  for (const auto& spec : tensor_table(hp.arch))
+    for (int il = 0; il < (spec.per_layer ? hp.n_layer : 1); ++il)
+      place_tensor(w, il, spec.role, bind_tensor(f, hp, spec, il, base, m->weight_bytes_), hp, qkv_bias[static_cast<size_t>(il)]);
   m->has_predictors_ = hp.n_layer > 0;
-  const bool falcon = hp.arch == architecture::falcon;
   for (int il = 0; il < hp.n_layer; ++il) {
     auto& l = w.layers[static_cast<size_t>(il)];
-    if (!falcon) {
-      // The llama family computes q, k and v as three products: a fused attn_qkv (and its bias) is
-      // bound as its three row ranges, q's rows first, then k's, then v's (llama.cpp's views of it).
-      const int64_t q = hp.n_embd_q(), kv = hp.n_embd_kv();
-      const bool separate = l.wq || l.wk || l.wv;
-      if (l.wqkv && separate) throw model_error(fmt::format("{}: blk.{} has both attn_qkv and separate attn_q/k/v", path, il));
-      if (!l.wqkv && !(l.wq && l.wk && l.wv))
-        throw model_error(fmt::format("{}: tensor blk.{}.attn_q.weight, attn_k.weight and attn_v.weight (or attn_qkv.weight) are missing", path, il));
-      if (l.wqkv) {
-        l.wq = rows_of(l.wqkv, 0, q, ".q"), l.wk = rows_of(l.wqkv, q, kv, ".k"), l.wv = rows_of(l.wqkv, q + kv, kv, ".v");
-        l.wqkv = {};
-      }
-      if (const tensor_view& b = qkv_bias[static_cast<size_t>(il)]) {
-        if (l.bq || l.bk || l.bv) throw model_error(fmt::format("{}: blk.{} has both attn_qkv.bias and separate biases", path, il));
-        l.bq = elements_of(b, 0, q, ".q"), l.bk = elements_of(b, q, kv, ".k"), l.bv = elements_of(b, q + kv, kv, ".v");
-      }
-      if (static_cast<bool>(l.bq) != static_cast<bool>(l.bk) || static_cast<bool>(l.bq) != static_cast<bool>(l.bv))
-        throw model_error(fmt::format("{}: blk.{} has biases on some of q, k, v but not all", path, il));
-      if (hp.arch == architecture::qwen2 && !l.bq)
-        throw model_error(fmt::format("{}: tensor blk.{}.attn_q.bias is missing (qwen2's q, k and v have biases)", path, il));
-      if (static_cast<bool>(l.q_norm) != static_cast<bool>(l.k_norm))
-        throw model_error(fmt::format("{}: blk.{} needs both attn_q_norm and attn_k_norm, or neither", path, il));
-      if (hp.arch == architecture::qwen3 && !l.q_norm)
-        throw model_error(fmt::format("{}: tensor blk.{}.attn_q_norm.weight is missing (qwen3 normalizes q and k per head)", path, il));
-    }
-    if (static_cast<bool>(l.attn_norm_2) != static_cast<bool>(l.attn_norm_2_b))
-      throw model_error(fmt::format("{}: blk.{}.attn_norm_2 needs both its weight and its bias", path, il));
-    if (!l.ffn_down && !l.ffn_down_t)
-      throw model_error(fmt::format("{}: tensor blk.{}.ffn_down.weight is missing (and there is no ffn_down_t either)", path, il));
-    if (static_cast<bool>(l.pred_fc1) != static_cast<bool>(l.pred_fc2))
-      throw model_error(fmt::format("{}: blk.{}'s predictor needs both fc1 and fc2", path, il));
+    finish_layer(path, hp, il, l, qkv_bias[static_cast<size_t>(il)]);
     m->has_predictors_ = m->has_predictors_ && l.pred_fc1;
   }
   if (!w.output) {
     w.output = w.token_embd;
     m->tied_output_ = true;
   }
-  if (options.interleave && !options.use_mmap) {
-    // Only what the dense products read: FFN rows of sparse files (and of any layer with a
-    // predictor) are read one neuron at a time, and a tied head is also the embedding.
-    for (auto& l : w.layers) {
-      // F16: the predictors' short rows only (fc2's 512 bytes at rank 256: -10% a product); long F16
-      // rows already stream two a thread, and a layer's fc1 read interleaved was slower.
-      for (tensor_view* t : {&l.pred_fc1, &l.pred_fc2})
-        if (t->type == tensor_type::f16 && t->row_bytes < 2048) interleave_in_place(*t);
-      // Q4_0: attention, the predictors (fc2's 144-byte rows one at a time spent more on each call
-      // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files.
-      auto q4 = [](tensor_view& t) {
-        if (t.type == tensor_type::q4_0) interleave_in_place(t);
-      };
-      for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_down, &l.pred_fc1, &l.pred_fc2}) q4(*t);
-      if (!l.ffn_down_t && !l.pred_fc1) {
-        q4(l.ffn_gate);
-        q4(l.ffn_up);
-      }
-    }
-    if (!m->tied_output_ && w.output.type == tensor_type::q4_0) interleave_in_place(w.output);
-  }
+  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_);
   if (std::string gpuidx = placement_path(path); std::filesystem::exists(gpuidx)) {
     try {
       m->placement_ = read_placement_file(gpuidx, hp.n_layer, hp.n_ff);
