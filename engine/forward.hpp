@@ -196,6 +196,20 @@ class inference_context {
   void ffn_block(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out);
   void ffn_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in, bool may_go_dense,
                  float* out);
+  // How a layer's FFN runs a batch: sparse (where it pays) or every neuron, the oracle's choice, every
+  // neuron first for the stats or margins, as matrix products or neuron by neuron.
+  struct ffn_plan {
+    bool sparse = false, oracle = false, choose = false, all_first = false, margins = false, as_matrices = false;
+    int cost_class = 0;  // the batch size's class in batch_cost
+  };
+  ffn_plan plan_ffn(int64_t layer, const layer_weights& l, int64_t n, bool may_go_dense);
+  // Each token's chosen neurons (B.chosen) and their union (union_), as the plan says.
+  void choose_neurons(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p);
+  // The FFN as matrix products (every neuron), or the chosen neurons' rows (here or by the executor).
+  void ffn_as_matrices(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool margins, float* out);
+  void ffn_chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, float* out);
+  // What the batch measured: the union's share, the stats, the observer's values, the rows read.
+  void record_ffn(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p);
   // Every neuron of n tokens: gate and up as matrix products, then the activation into h (n x n_ff);
   // g: scratch (n x n_ff) for the gate. With margins, each token's firing margins go to B.margin.
   void every_neuron(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins);

@@ -78,47 +78,54 @@ void inference_context::dense_ffn_job(step_state& B, int64_t layer, const float*
   down_read_[static_cast<size_t>(layer)] += n_ff;
 }
 
-void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
-                                  bool may_go_dense, float* out) {
+inference_context::ffn_plan inference_context::plan_ffn(int64_t layer, const layer_weights& l, int64_t n, bool may_go_dense) {
   const hparams& hp = model_->hp();
-  const int64_t n = B.n, n_ff = hp.n_ff, d = hp.n_embd;
   auto& cost = cost_[static_cast<size_t>(layer)];
-  auto& choice = choices_[static_cast<size_t>(layer)];
-  const int c = std::min(batch_cost::classes - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
-
+  ffn_plan p;
+  p.cost_class = std::min(batch_cost::classes - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
   // Sparse only where it pays: the predictor's bytes plus the union's share of the FFN rows against
   // all the rows, with the union share this layer measured at this batch size (re-probed every 16
   // dense batches). Bytes, not seconds: the choice, and so the result, is the same on every run.
-  bool sparse = mode_ == ffn_mode::sparse && l.pred_fc1;
-  if (sparse && may_go_dense && !stats_on_) {
-    const double u = cost.union_share[c];
+  p.sparse = mode_ == ffn_mode::sparse && l.pred_fc1;
+  if (p.sparse && may_go_dense && !stats_on_) {
+    const double u = cost.union_share[p.cost_class];
     const double rows = static_cast<double>(l.ffn_gate.bytes() + l.ffn_up.bytes() + l.ffn_down_t.bytes() + l.ffn_down.bytes());
     const double predictor = static_cast<double>(l.pred_fc1.bytes() + l.pred_fc2.bytes());
-    if (u >= 0 && predictor + u * rows >= rows && ++cost.dense_since_probe[c] % 16 != 0) sparse = false;
+    if (u >= 0 && predictor + u * rows >= rows && ++cost.dense_since_probe[p.cost_class] % 16 != 0) p.sparse = false;
   }
-  const bool oracle = mode_ == ffn_mode::oracle;
-  const bool choose = sparse || oracle;  // each token computes a chosen set, not every neuron
+  p.oracle = mode_ == ffn_mode::oracle;
+  p.choose = p.sparse || p.oracle;  // each token computes a chosen set, not every neuron
   // Every neuron's values first where the choice needs them (the oracle's) or the stats do (the
   // truth a sparse choice is measured against); the margins go to an observer whenever every neuron
-  // is computed.
-  const bool all_first = oracle || (sparse && stats_on_);
-  // (Without a sparse activation — a SiLU file being calibrated — the margin is |act| itself.)
-  const bool margins = observer_ && (all_first || !choose);
-  if (all_first) {
-    if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
-    trace_scope span(trace_, stage::ffn, B.step, layer, n);
-    every_neuron(B, layer, l, on, in, B.gate.data(), B.truth.data(), margins);
-  }
+  // is computed. (Without a sparse activation — a SiLU file being calibrated — the margin is |act| itself.)
+  p.all_first = p.oracle || (p.sparse && stats_on_);
+  p.margins = observer_ && (p.all_first || !p.choose);
+  // Every neuron as matrix products: for eight tokens or more; for one token of a dense file (a
+  // matrix-vector product streams the rows: ~10% faster a dense F16 token than neuron by neuron; a
+  // sparse file's dense mode keeps the sparse pieces, so that the neurons that fire meet the same
+  // float sums in both modes); interleaved gate and up rows (dense Q4_0 files) are readable only so,
+  // and so are the margins. A thresholded layer of quantized rows too (its exact variant): their
+  // integer products sum each block exactly, and the matrix kernels read them at about twice the
+  // bytes per second that scattered rows go (Q4_0 ~1B SiLU file at S = 0.5: 46 tokens/s gate rows
+  // first and up rows of the kept neurons, 81 for the dense file).
+  const bool down_t = static_cast<bool>(l.ffn_down_t);
+  const bool interleaved = l.ffn_gate.interleaved16 || l.ffn_up.interleaved16;
+  const bool quantized_thresholded = hp.act_threshold_of(layer) > 0.0f && traits(l.ffn_up.type).quantized;
+  p.as_matrices = !p.choose && (p.margins || (!(executor_ && down_t) && ((n == 1 && (!down_t || quantized_thresholded)) || n >= 8 || interleaved)));
+  return p;
+}
 
+void inference_context::choose_neurons(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p) {
+  const int64_t n = B.n, n_ff = model_->hp().n_ff;
   std::optional<trace_scope> predict_span;
-  if (sparse) predict_span.emplace(trace_, stage::predict, B.step, layer, n);
+  if (p.sparse) predict_span.emplace(trace_, stage::predict, B.step, layer, n);
   std::vector<int32_t>& chosen_union = union_;
   chosen_union.clear();
   if (static_cast<int64_t>(B.chosen.size()) < n * n_ff) B.chosen.resize(static_cast<size_t>(n * n_ff));
-  if (sparse) {
+  if (p.sparse) {
     predictor_.predict(layer, pred_in, n, B.chosen.data(), chosen_union);
     if (trace_) trace_->record_active(B.step, layer, n, n_ff, B.chosen.data());
-  } else if (oracle) {  // the neurons that fired, for any token
+  } else if (p.oracle) {  // the neurons that fired, for any token
     for (int64_t k = 0; k < n * n_ff; ++k) B.chosen[static_cast<size_t>(k)] = B.truth[static_cast<size_t>(k)] != 0.0f;
     for (int64_t i = 0; i < n_ff; ++i)
       for (int64_t t = 0; t < n; ++t)
@@ -130,120 +137,108 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
     std::fill(B.chosen.begin(), B.chosen.begin() + n * n_ff, uint8_t{1});
     for (int64_t i = 0; i < n_ff; ++i) chosen_union.push_back(static_cast<int32_t>(i));
   }
-  predict_span.reset();
+}
 
-  // The neurons of the union: each row read once, each token computing the neurons it chose.
-  // Threads take contiguous shares of the union and own their rows of hidden and their accumulators;
-  // or the executor (the hot/cold split) computes them.
-  std::fill(B.hidden.begin(), B.hidden.begin() + n * n_ff, 0.0f);
+void inference_context::ffn_as_matrices(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool margins, float* out) {
+  // Every neuron of several tokens: gate and up as matrix products (each weight row read once for a
+  // tile of tokens held in cache), then the down projection — a matrix product over ffn_down, or over
+  // ffn_down_t rows, a block of 64 at a time (in cache) added into each token's sum for the neurons
+  // that fired. Neuron by neuron, each row met every token's input again: at a 256-token prompt batch
+  // those no longer fit in cache and dense prefill ran at half the speed.
+  const int64_t n = B.n, n_ff = model_->hp().n_ff, d = model_->hp().n_embd;
   const int threads = on.pool->size();
-  const int64_t n_union = static_cast<int64_t>(chosen_union.size());
-  const bool down_t = static_cast<bool>(l.ffn_down_t);
-  // Every neuron as matrix products: for eight tokens or more; for one token of a dense file (a
-  // matrix-vector product streams the rows: ~10% faster a dense F16 token than neuron by neuron; a
-  // sparse file's dense mode keeps the sparse pieces, so that the neurons that fire meet the same
-  // float sums in both modes); interleaved gate and up rows (dense Q4_0 files) are readable only so,
-  // and so are the margins. A thresholded layer of quantized rows too (its exact variant): their
-  // integer products sum each block exactly, and the matrix kernels read them at about twice the
-  // bytes per second that scattered rows go (Q4_0 ~1B SiLU file at S = 0.5: 46 tokens/s gate rows
-  // first and up rows of the kept neurons, 81 for the dense file).
-  const bool interleaved = l.ffn_gate.interleaved16 || l.ffn_up.interleaved16;
-  const bool quantized_thresholded = hp.act_threshold_of(layer) > 0.0f && traits(l.ffn_up.type).quantized;
-  const bool as_matrices =
-      !choose && (margins || (!(executor_ && down_t) && ((n == 1 && (!down_t || quantized_thresholded)) || n >= 8 || interleaved)));
-  // An executor records its own intervals (hot_ffn, cold_ffn).
-  std::optional<trace_scope> ffn_span;
-  if (as_matrices || !(executor_ && down_t)) ffn_span.emplace(trace_, stage::ffn, B.step, layer, n);
-  if (as_matrices) {
-    // Every neuron of several tokens: gate and up as matrix products (each weight row read once for
-    // a tile of tokens held in cache), then the down projection — a matrix product over ffn_down, or
-    // over ffn_down_t rows, a block of 64 at a time (in cache) added into each token's sum for the
-    // neurons that fired. Neuron by neuron, each row met every token's input again: at a 256-token
-    // prompt batch those no longer fit in cache and dense prefill ran at half the speed.
-    float* h = B.hidden.data();
-    every_neuron(B, layer, l, on, in, B.truth.data(), h, margins);
-    // Most neurons fired (a thresholded layer keeps about half): the down rows as one matrix product
-    // (the rows added neuron by neuron for each token took 2.3 times a product's time per value there).
-    const bool product = down_t && n >= 8 && transposed_product_reads(l.ffn_down_t) &&
-                         std::count_if(h, h + n * n_ff, [](float v) { return v != 0.0f; }) * 5 >= n * n_ff * 2;
-    if (product) {
-      transposed_product(*on.pool, l.ffn_down_t, h, n, out);
-    } else if (down_t) {
-      on.pool->parallel_for(threads, [&](int64_t th0, int64_t th1) {
-        for (int64_t th = th0; th < th1; ++th) {
-          float* acc = B.acc.data() + th * n * d;
-          std::fill(acc, acc + n * d, 0.0f);
-          const int64_t i0 = n_ff * th / threads, i1 = n_ff * (th + 1) / threads;
-          for (int64_t c0 = i0; c0 < i1; c0 += 64) {
-            const int64_t c1 = std::min(i1, c0 + 64);
-            for (int64_t t = 0; t < n; ++t) {
-              axpy_batcher add(l.ffn_down_t, acc + t * d);
-              const float* ht = h + t * n_ff;
-              for (int64_t i = c0; i < c1; ++i)
-                if (ht[i] != 0.0f) add.add(static_cast<int32_t>(i), ht[i]);
-            }
-          }
+  float* h = B.hidden.data();
+  every_neuron(B, layer, l, on, in, B.truth.data(), h, margins);
+  if (!l.ffn_down_t) return;
+  // Most neurons fired (a thresholded layer keeps about half): the down rows as one matrix product
+  // (the rows added neuron by neuron for each token took 2.3 times a product's time per value there).
+  const bool product = n >= 8 && transposed_product_reads(l.ffn_down_t) &&
+                       std::count_if(h, h + n * n_ff, [](float v) { return v != 0.0f; }) * 5 >= n * n_ff * 2;
+  if (product) {
+    transposed_product(*on.pool, l.ffn_down_t, h, n, out);
+    return;
+  }
+  on.pool->parallel_for(threads, [&](int64_t th0, int64_t th1) {
+    for (int64_t th = th0; th < th1; ++th) {
+      float* acc = B.acc.data() + th * n * d;
+      std::fill(acc, acc + n * d, 0.0f);
+      const int64_t i0 = n_ff * th / threads, i1 = n_ff * (th + 1) / threads;
+      for (int64_t c0 = i0; c0 < i1; c0 += 64) {
+        const int64_t c1 = std::min(i1, c0 + 64);
+        for (int64_t t = 0; t < n; ++t) {
+          axpy_batcher add(l.ffn_down_t, acc + t * d);
+          const float* ht = h + t * n_ff;
+          for (int64_t i = c0; i < c1; ++i)
+            if (ht[i] != 0.0f) add.add(static_cast<int32_t>(i), ht[i]);
         }
-      });
-      std::fill(out, out + n * d, 0.0f);
-      for (int th = 0; th < threads; ++th) {
-        const float* acc = B.acc.data() + th * n * d;
-        for (int64_t k = 0; k < n * d; ++k) out[k] += acc[k];
       }
     }
-  } else {
-    // The chosen neurons row by row: the input quantized once for them where the rows read Q8_0
-    // (the matrix products above quantize their own).
-    const batch_ffn_input x{in, quantize_for_rows(l.ffn_up, in, n, d, B.ffn_in_q8), B.chosen.data(), n, d, n_ff};
-    const float threshold = hp.act_threshold_of(layer);
-    if (executor_ && down_t) {
-      executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
-    } else if (!choose && n == 1 && down_t && threshold > 0.0f && hp.gated_ffn) {
-      // The exact variant of a thresholded layer, one token: every gate row as one matrix-vector
-      // product (streams from memory), then the up and down rows of the neurons that pass only.
-      if (static_cast<int64_t>(B.gate.size()) < n_ff) B.gate.resize(static_cast<size_t>(n_ff));
-      matmul(on, l.ffn_gate, in, 1, B.gate.data());
-      neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
-      const neuron_set all{chosen_union.data(), chosen_union.data(), n_union};
-      run_pieces(*on.pool, pieces, d, B.acc, out, [&](int64_t k0, int64_t k1, float* acc) {
-        token_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), {in, x.xq, B.hidden.data(), acc, B.gate.data()});
-      });
-    } else {
-      // Each thread its own shard of the chosen neurons first, then what is left of the others'
-      // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
-      neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
-      const neuron_set all{chosen_union.data(), chosen_union.data(), n_union};
-      run_pieces(*on.pool, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
-        batch_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), x, B.hidden.data(), acc);
-      });
-    }
+  });
+  std::fill(out, out + n * d, 0.0f);
+  for (int th = 0; th < threads; ++th) {
+    const float* acc = B.acc.data() + th * n * d;
+    for (int64_t k = 0; k < n * d; ++k) out[k] += acc[k];
   }
-  // With down rows, out is written above (by the executor, or summed from the threads' or the
-  // pieces' accumulators); without, the down projection is a matrix product.
-  if (!down_t) matmul(on, l.ffn_down, B.hidden.data(), n, out);
+}
 
+void inference_context::ffn_chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, float* out) {
+  // The chosen neurons row by row: the input quantized once for them where the rows read Q8_0 (the
+  // matrix products quantize their own).
+  const hparams& hp = model_->hp();
+  const int64_t n = B.n, n_ff = hp.n_ff, d = hp.n_embd;
+  const int threads = on.pool->size();
+  const bool down_t = static_cast<bool>(l.ffn_down_t);
+  const std::vector<int32_t>& chosen_union = union_;
+  const int64_t n_union = static_cast<int64_t>(chosen_union.size());
+  const neuron_set all{chosen_union.data(), chosen_union.data(), n_union};
+  const batch_ffn_input x{in, quantize_for_rows(l.ffn_up, in, n, d, B.ffn_in_q8), B.chosen.data(), n, d, n_ff};
+  const float threshold = hp.act_threshold_of(layer);
+  if (executor_ && down_t) {
+    executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
+  } else if (!choose && n == 1 && down_t && threshold > 0.0f && hp.gated_ffn) {
+    // The exact variant of a thresholded layer, one token: every gate row as one matrix-vector
+    // product (streams from memory), then the up and down rows of the neurons that pass only.
+    if (static_cast<int64_t>(B.gate.size()) < n_ff) B.gate.resize(static_cast<size_t>(n_ff));
+    matmul(on, l.ffn_gate, in, 1, B.gate.data());
+    neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+    run_pieces(*on.pool, pieces, d, B.acc, out, [&](int64_t k0, int64_t k1, float* acc) {
+      token_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), {in, x.xq, B.hidden.data(), acc, B.gate.data()});
+    });
+  } else {
+    // Each thread its own shard of the chosen neurons first, then what is left of the others'
+    // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
+    neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+    run_pieces(*on.pool, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
+      batch_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), x, B.hidden.data(), acc);
+    });
+  }
+}
+
+void inference_context::record_ffn(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p) {
+  const int64_t n = B.n, n_ff = model_->hp().n_ff, d = model_->hp().n_embd;
+  const int64_t n_union = static_cast<int64_t>(union_.size());
   // What this batch measured.
-  if (sparse) {
+  auto& choice = choices_[static_cast<size_t>(layer)];
+  if (p.sparse) {
     const double u = static_cast<double>(n_union) / static_cast<double>(n_ff);
-    double& avg = cost.union_share[c];
+    double& avg = cost_[static_cast<size_t>(layer)].union_share[p.cost_class];
     avg = avg < 0 ? u : 0.8 * avg + 0.2 * u;
     choice.union_fraction = u;
     ++choice.sparse;
   } else {
     ++choice.dense;
   }
-
   int64_t computed = 0;
   for (int64_t t = 0; t < n; ++t) {
     const uint8_t* ch = B.chosen.data() + t * n_ff;
-    const int64_t computed_t = choose ? std::count(ch, ch + n_ff, uint8_t{1}) : n_ff;
+    const int64_t computed_t = p.choose ? std::count(ch, ch + n_ff, uint8_t{1}) : n_ff;
     computed += computed_t;
     if (stats_on_) {
       auto& st = stats_[static_cast<size_t>(layer)];
       st.tokens += 1;
       st.neurons += n_ff;
       st.computed += computed_t;
-      const float* truth = (all_first ? B.truth.data() : B.hidden.data()) + t * n_ff;
+      const float* truth = (p.all_first ? B.truth.data() : B.hidden.data()) + t * n_ff;
       for (int64_t i = 0; i < n_ff; ++i) {
         bool truly = truth[i] != 0.0f;
         st.truly_active += truly;
@@ -252,7 +247,7 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
     }
     if (observer_) {
       observer_(observed::ffn_pred_in, layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
-      if (margins) {
+      if (p.margins) {
         observer_(observed::ffn_margin, layer, std::span<const float>(B.margin.data() + t * n_ff, static_cast<size_t>(n_ff)));
         observer_(observed::ffn_preact, layer, std::span<const float>(B.preact.data() + t * n_ff, static_cast<size_t>(n_ff)));
       }
@@ -261,7 +256,36 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
   }
   computed_[static_cast<size_t>(layer)] += computed;
   read_[static_cast<size_t>(layer)] += n_union;
-  down_read_[static_cast<size_t>(layer)] += down_t ? fired_rows(B.hidden.data(), choose ? B.chosen.data() : nullptr, n, n_ff, chosen_union.data(), n_union) : n_union;
+  down_read_[static_cast<size_t>(layer)] +=
+      l.ffn_down_t ? fired_rows(B.hidden.data(), p.choose ? B.chosen.data() : nullptr, n, n_ff, union_.data(), n_union) : n_union;
+}
+
+void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
+                                  bool may_go_dense, float* out) {
+  const int64_t n = B.n, n_ff = model_->hp().n_ff;
+  const ffn_plan p = plan_ffn(layer, l, n, may_go_dense);
+  if (p.all_first) {
+    if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
+    trace_scope span(trace_, stage::ffn, B.step, layer, n);
+    every_neuron(B, layer, l, on, in, B.gate.data(), B.truth.data(), p.margins);
+  }
+  choose_neurons(B, layer, l, pred_in, p);
+  // The neurons of the union: each row read once, each token computing the neurons it chose. Threads
+  // take contiguous shares of the union and own their rows of hidden and their accumulators; or the
+  // executor (the hot/cold split) computes them.
+  std::fill(B.hidden.begin(), B.hidden.begin() + n * n_ff, 0.0f);
+  const bool down_t = static_cast<bool>(l.ffn_down_t);
+  {
+    // An executor records its own intervals (hot_ffn, cold_ffn).
+    std::optional<trace_scope> ffn_span;
+    if (p.as_matrices || !(executor_ && down_t)) ffn_span.emplace(trace_, stage::ffn, B.step, layer, n);
+    if (p.as_matrices) ffn_as_matrices(B, layer, l, on, in, p.margins, out);
+    else ffn_chosen_rows(B, layer, l, on, in, p.choose, out);
+    // With down rows, out is written above (by the executor, or summed from the threads' or the
+    // pieces' accumulators); without, the down projection is a matrix product.
+    if (!down_t) matmul(on, l.ffn_down, B.hidden.data(), n, out);
+  }
+  record_ffn(B, layer, l, pred_in, p);
 }
 
 }  // namespace hotcold

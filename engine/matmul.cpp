@@ -374,35 +374,177 @@ void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws
   for (size_t m = 0; m < ws.size(); ++m) matmul(pool, *ws[m], x, n, ys[m], xq);
 }
 
-void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<block_q8_0>& xq) {
+namespace {
+
+// F16 rows interleaved sixteen at a time: groups of them against four tokens at a time; the plain tail
+// rows alone.
+void interleaved_f16_products(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y) {
   const int64_t d = w.ne0, rows = w.ne1;
-  const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
-  const int64_t qrow = d / qk8_0;
-  if (w.interleaved16 && w.type == tensor_type::f16) {
-    // Groups of sixteen interleaved rows against four tokens at a time; the plain tail rows alone.
-    const int64_t groups = w.interleaved_rows() / 16;
-    const auto* packed = reinterpret_cast<const uint16_t*>(w.data);
-    if (n == 1 && groups >= 2) {
-      // One token: groups g and g + half together, two streams from memory for each thread.
-      const int64_t half = groups / 2;
-      pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
-        for (int64_t p = p0; p < p1; ++p) dot16r2_f16(packed + p * 16 * d, packed + (p + half) * 16 * d, x, d, y + 16 * p, y + 16 * (p + half));
-      }, 2);
-      if (groups % 2) dot16r_f16(packed + (groups - 1) * 16 * d, &x, 1, d, y + 16 * (groups - 1));
-      for (int64_t r = 16 * groups; r < rows; ++r) y[r] = row_dot(w, r, x, nullptr);
-      return;
-    }
-    grouped_products(pool, groups, n, [&](int64_t g, int64_t t, int k) {
-      const float* xs[4];
-      for (int j = 0; j < 4; ++j) xs[j] = x + std::min(t + j, n - 1) * d;
-      float o[64];
-      dot16r_f16(packed + g * 16 * d, xs, k, d, o);
-      for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, y + (t + j) * rows + 16 * g);
-    });
-    for (int64_t r = 16 * groups; r < rows; ++r)
-      for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, nullptr);
+  const int64_t groups = w.interleaved_rows() / 16;
+  const auto* packed = reinterpret_cast<const uint16_t*>(w.data);
+  if (n == 1 && groups >= 2) {
+    // One token: groups g and g + half together, two streams from memory for each thread.
+    const int64_t half = groups / 2;
+    pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) dot16r2_f16(packed + p * 16 * d, packed + (p + half) * 16 * d, x, d, y + 16 * p, y + 16 * (p + half));
+    }, 2);
+    if (groups % 2) dot16r_f16(packed + (groups - 1) * 16 * d, &x, 1, d, y + 16 * (groups - 1));
+    for (int64_t r = 16 * groups; r < rows; ++r) y[r] = row_dot(w, r, x, nullptr);
     return;
   }
+  grouped_products(pool, groups, n, [&](int64_t g, int64_t t, int k) {
+    const float* xs[4];
+    for (int j = 0; j < 4; ++j) xs[j] = x + std::min(t + j, n - 1) * d;
+    float o[64];
+    dot16r_f16(packed + g * 16 * d, xs, k, d, o);
+    for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, y + (t + j) * rows + 16 * g);
+  });
+  for (int64_t r = 16 * groups; r < rows; ++r)
+    for (int64_t t = 0; t < n; ++t) y[t * rows + r] = row_dot(w, r, x + t * d, nullptr);
+}
+
+// K-quant rows and a few tokens (decode; the head of Q4_0 files): the tokens quantized to Q8_K once,
+// each row read in place with integer multiply-adds (one stream a thread: the hardware's prefetch).
+void k_quant_few_tokens(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y) {
+  const int64_t d = w.ne0, rows = w.ne1;
+  thread_local std::vector<block_q8_k> x8;
+  const int64_t kb = d / qk_k;
+  x8.resize(static_cast<size_t>(n * kb));
+  for (int64_t t = 0; t < n; ++t) quantize_row_q8_k(x + t * d, x8.data() + t * kb, d);
+  const block_q8_k* xs = x8.data();
+  const tensor_type type = w.type;
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const void* row = w.row(r);
+      for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_k_quant_q8_k(type, row, xs + t * kb, d);
+    }
+  }, row_tile);
+}
+
+// One token (xq: it quantized to Q8_0 where the rows are Q8_0 or Q4_0, else null).
+void one_token_product(thread_pool& pool, const tensor_view& w, const float* x, float* y, const block_q8_0* xq) {
+  const int64_t d = w.ne0, rows = w.ne1;
+  if (two_streams(w)) {
+    const tensor_view* ws[1] = {&w};
+    float* ys[1] = {y};
+    return two_stream_products(pool, ws, x, ys);
+  }
+  if (w.type == tensor_type::q4_0 && rows >= 4) {
+    // Rows r, r + q, r + 2q, r + 3q together: the vector's side of the work once for four rows, four
+    // streams from memory, each row asked for whole two ahead (+30% over one row at a time).
+    const int64_t q = rows / 4;
+    pool.parallel_for(q, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        if (r + 2 < r1)
+          for (int j = 0; j < 4; ++j) prefetch_row(w, r + 2 + j * q);
+        const block_q4_0* w4[4] = {reinterpret_cast<const block_q4_0*>(w.row(r)), reinterpret_cast<const block_q4_0*>(w.row(r + q)),
+                                   reinterpret_cast<const block_q4_0*>(w.row(r + 2 * q)), reinterpret_cast<const block_q4_0*>(w.row(r + 3 * q))};
+        float o[4];
+        dot4r_q4_0(w4, xq, d, o);
+        for (int j = 0; j < 4; ++j) y[r + j * q] = o[j];
+      }
+    }, 8);
+    for (int64_t r = 4 * q; r < rows; ++r) y[r] = row_dot(w, r, x, xq);
+    return;
+  }
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if (r + 2 < r1) prefetch_row_ahead(w, r + 2);
+      y[r] = row_dot(w, r, x, xq);
+    }
+  }, 16);
+}
+
+// Float rows: each against four tokens at a time, converted once in registers; tokens tiled so their
+// activations stay in cache while a thread walks its rows.
+void float_rows_products(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y) {
+  const int64_t d = w.ne0, rows = w.ne1;
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
+      const int64_t t_end = std::min(n, t0 + token_tile);
+      for (int64_t r = r0; r < r1; r += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));  // rows at a time
+        // The next four rows are fetched while these compute: with several tokens a row costs
+        // compute as well as memory, and the two overlap only when the loads start early.
+        if (t0 == 0)
+          for (int64_t p = r + 4; p < std::min(r1, r + 8); ++p) prefetch_row(w, p);
+        for (int64_t t = t0; t < t_end; t += 4) {
+          const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
+          const float* xs[4] = {x + t * d, x + std::min(t + 1, n - 1) * d, x + std::min(t + 2, n - 1) * d, x + std::min(t + 3, n - 1) * d};
+          float o[16];
+          if (nr == 4) {
+            if (half_rows(w)) {
+              const uint16_t* ws[4] = {reinterpret_cast<const uint16_t*>(w.row(r)), reinterpret_cast<const uint16_t*>(w.row(r + 1)),
+                                       reinterpret_cast<const uint16_t*>(w.row(r + 2)), reinterpret_cast<const uint16_t*>(w.row(r + 3))};
+              if (w.type == tensor_type::f16) dot4n_f16(ws, xs, k, d, o);
+              else dot4n_bf16(ws, xs, k, d, o);
+            } else {
+              const float* ws[4] = {reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + 1)),
+                                    reinterpret_cast<const float*>(w.row(r + 2)), reinterpret_cast<const float*>(w.row(r + 3))};
+              dot4n_f32(ws, xs, k, d, o);
+            }
+          } else {
+            for (int q = 0; q < nr; ++q) {
+              if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r + q)), xs, k, d, o + 4 * q);
+              else if (w.type == tensor_type::bf16) dotn_bf16(reinterpret_cast<const uint16_t*>(w.row(r + q)), xs, k, d, o + 4 * q);
+              else dotn_f32(reinterpret_cast<const float*>(w.row(r + q)), xs, k, d, o + 4 * q);
+            }
+          }
+          for (int q = 0; q < nr; ++q)
+            for (int j = 0; j < k; ++j) y[(t + j) * rows + r + q] = o[4 * q + j];
+        }
+      }
+    }
+  }, row_tile);
+}
+
+// Q8_0 and Q4_0 rows against the tokens quantized to Q8_0 (xq): each row unpacked once for four
+// tokens at a time; the next rows fetched while these compute.
+void quantized_rows_products(thread_pool& pool, const tensor_view& w, int64_t n, float* y, const block_q8_0* xq) {
+  const int64_t d = w.ne0, rows = w.ne1, qrow = d / qk8_0;
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
+      const int64_t t_end = std::min(n, t0 + token_tile);
+      for (int64_t r = r0; r < r1; ++r) {
+        if (t0 == 0 && r + 2 < r1) prefetch_row(w, r + 2);
+        for (int64_t t = t0; t < t_end; t += 4) {
+          const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
+          const block_q8_0* xs[4] = {xq + t * qrow, xq + std::min(t + 1, n - 1) * qrow, xq + std::min(t + 2, n - 1) * qrow, xq + std::min(t + 3, n - 1) * qrow};
+          float o[4];
+          if (w.type == tensor_type::q8_0) dotn_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), xs, k, d, o);
+          else dotn_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), xs, k, d, o);
+          for (int j = 0; j < k; ++j) y[(t + j) * rows + r] = o[j];
+        }
+      }
+    }
+  }, row_tile);
+}
+
+// Other rows (BF16; K-quants for 9 to 15 tokens): tiles of rows converted once into a thread's
+// buffer, against every token (K-quants: the tokens rounded to Q8_K, as the integer kernels see them).
+void converted_rows_products(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y) {
+  const int64_t d = w.ne0, rows = w.ne1;
+  x = rounded_tokens(rounding_of(w.type), x, n, d);
+  pool.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> buf;
+    buf.resize(static_cast<size_t>(row_tile * d));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * row_tile, r1 = std::min(rows, r0 + row_tile);
+      for (int64_t r = r0; r < r1; ++r) dequantize_row(w, r, buf.data() + (r - r0) * d);
+      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t t = t0; t < std::min(n, t0 + token_tile); ++t) y[t * rows + r] = dot_f32(buf.data() + (r - r0) * d, x + t * d, d);
+    }
+  });
+}
+
+}  // namespace
+
+void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<block_q8_0>& xq) {
+  const int64_t d = w.ne0;
+  const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
+  const int64_t qrow = d / qk8_0;
+  if (w.interleaved16 && w.type == tensor_type::f16) return interleaved_f16_products(pool, w, x, n, y);
   if (sixteen_row_groups(w, n)) {
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};
@@ -417,133 +559,11 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
     if (static_cast<int64_t>(xq.size()) < n * qrow + 1) xq.resize(static_cast<size_t>(n * qrow + 1));
     for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
   }
-  if (computes_as_k_quant(w.type) && n <= 8) {
-    // A few tokens (decode; the head of Q4_0 files): the tokens quantized to Q8_K once, each row read
-    // in place with integer multiply-adds (one stream a thread: the hardware's prefetch).
-    thread_local std::vector<block_q8_k> x8;
-    const int64_t kb = d / qk_k;
-    x8.resize(static_cast<size_t>(n * kb));
-    for (int64_t t = 0; t < n; ++t) quantize_row_q8_k(x + t * d, x8.data() + t * kb, d);
-    const block_q8_k* xs = x8.data();
-    const tensor_type type = w.type;
-    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const void* row = w.row(r);
-        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_k_quant_q8_k(type, row, xs + t * kb, d);
-      }
-    }, row_tile);
-    return;
-  }
-  if (n == 1) {
-    if (two_streams(w)) {
-      const tensor_view* ws[1] = {&w};
-      float* ys[1] = {y};
-      return two_stream_products(pool, ws, x, ys);
-    }
-    if (w.type == tensor_type::q4_0 && rows >= 4) {
-      // Rows r, r + q, r + 2q, r + 3q together: the vector's side of the work once for four rows, four
-      // streams from memory, each row asked for whole two ahead (+30% over one row at a time).
-      const int64_t q = rows / 4;
-      pool.parallel_for(q, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          if (r + 2 < r1)
-            for (int j = 0; j < 4; ++j) prefetch_row(w, r + 2 + j * q);
-          const block_q4_0* w4[4] = {reinterpret_cast<const block_q4_0*>(w.row(r)), reinterpret_cast<const block_q4_0*>(w.row(r + q)),
-                                     reinterpret_cast<const block_q4_0*>(w.row(r + 2 * q)), reinterpret_cast<const block_q4_0*>(w.row(r + 3 * q))};
-          float o[4];
-          dot4r_q4_0(w4, xq.data(), d, o);
-          for (int j = 0; j < 4; ++j) y[r + j * q] = o[j];
-        }
-      }, 8);
-      for (int64_t r = 4 * q; r < rows; ++r) y[r] = row_dot(w, r, x, xq.data());
-      return;
-    }
-    const block_q8_0* q = quantized ? xq.data() : nullptr;
-    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        if (r + 2 < r1) prefetch_row_ahead(w, r + 2);
-        y[r] = row_dot(w, r, x, q);
-      }
-    }, 16);
-    return;
-  }
-  if (float_type(w)) {
-    // Each row against four tokens at a time, converted once in registers; tokens tiled so their
-    // activations stay in cache while a thread walks its rows.
-    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
-        const int64_t t_end = std::min(n, t0 + token_tile);
-        for (int64_t r = r0; r < r1; r += 4) {
-          const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));  // rows at a time
-          // The next four rows are fetched while these compute: with several tokens a row costs
-          // compute as well as memory, and the two overlap only when the loads start early.
-          if (t0 == 0)
-            for (int64_t p = r + 4; p < std::min(r1, r + 8); ++p) prefetch_row(w, p);
-          for (int64_t t = t0; t < t_end; t += 4) {
-            const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
-            const float* xs[4] = {x + t * d, x + std::min(t + 1, n - 1) * d, x + std::min(t + 2, n - 1) * d, x + std::min(t + 3, n - 1) * d};
-            float o[16];
-            if (nr == 4) {
-              if (half_rows(w)) {
-                const uint16_t* ws[4] = {reinterpret_cast<const uint16_t*>(w.row(r)), reinterpret_cast<const uint16_t*>(w.row(r + 1)),
-                                         reinterpret_cast<const uint16_t*>(w.row(r + 2)), reinterpret_cast<const uint16_t*>(w.row(r + 3))};
-                if (w.type == tensor_type::f16) dot4n_f16(ws, xs, k, d, o);
-                else dot4n_bf16(ws, xs, k, d, o);
-              } else {
-                const float* ws[4] = {reinterpret_cast<const float*>(w.row(r)), reinterpret_cast<const float*>(w.row(r + 1)),
-                                      reinterpret_cast<const float*>(w.row(r + 2)), reinterpret_cast<const float*>(w.row(r + 3))};
-                dot4n_f32(ws, xs, k, d, o);
-              }
-            } else {
-              for (int q = 0; q < nr; ++q) {
-                if (w.type == tensor_type::f16) dotn_f16(reinterpret_cast<const uint16_t*>(w.row(r + q)), xs, k, d, o + 4 * q);
-                else if (w.type == tensor_type::bf16) dotn_bf16(reinterpret_cast<const uint16_t*>(w.row(r + q)), xs, k, d, o + 4 * q);
-                else dotn_f32(reinterpret_cast<const float*>(w.row(r + q)), xs, k, d, o + 4 * q);
-              }
-            }
-            for (int q = 0; q < nr; ++q)
-              for (int j = 0; j < k; ++j) y[(t + j) * rows + r + q] = o[4 * q + j];
-          }
-        }
-      }
-    }, row_tile);
-    return;
-  }
-  if (quantized) {
-    // Each row unpacked once for four tokens at a time; the next rows fetched while these compute.
-    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t t0 = 0; t0 < n; t0 += token_tile) {
-        const int64_t t_end = std::min(n, t0 + token_tile);
-        for (int64_t r = r0; r < r1; ++r) {
-          if (t0 == 0 && r + 2 < r1) prefetch_row(w, r + 2);
-          for (int64_t t = t0; t < t_end; t += 4) {
-            const int k = static_cast<int>(std::min<int64_t>(4, t_end - t));
-            const block_q8_0* xs[4] = {xq.data() + t * qrow, xq.data() + std::min(t + 1, n - 1) * qrow, xq.data() + std::min(t + 2, n - 1) * qrow,
-                                       xq.data() + std::min(t + 3, n - 1) * qrow};
-            float o[4];
-            if (w.type == tensor_type::q8_0) dotn_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), xs, k, d, o);
-            else dotn_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), xs, k, d, o);
-            for (int j = 0; j < k; ++j) y[(t + j) * rows + r] = o[j];
-          }
-        }
-      }
-    }, row_tile);
-    return;
-  }
-  // Other rows (BF16; K-quants for 9 to 15 tokens): tiles of rows converted once into a thread's
-  // buffer, against every token (K-quants: the tokens rounded to Q8_K, as the integer kernels see them).
-  x = rounded_tokens(rounding_of(w.type), x, n, d);
-  pool.parallel_for((rows + row_tile - 1) / row_tile, [&](int64_t b0, int64_t b1) {
-    thread_local std::vector<float> buf;
-    buf.resize(static_cast<size_t>(row_tile * d));
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r0 = b * row_tile, r1 = std::min(rows, r0 + row_tile);
-      for (int64_t r = r0; r < r1; ++r) dequantize_row(w, r, buf.data() + (r - r0) * d);
-      for (int64_t t0 = 0; t0 < n; t0 += token_tile)
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t t = t0; t < std::min(n, t0 + token_tile); ++t) y[t * rows + r] = dot_f32(buf.data() + (r - r0) * d, x + t * d, d);
-    }
-  });
+  if (computes_as_k_quant(w.type) && n <= 8) return k_quant_few_tokens(pool, w, x, n, y);
+  if (n == 1) return one_token_product(pool, w, x, y, quantized ? xq.data() : nullptr);
+  if (float_type(w)) return float_rows_products(pool, w, x, n, y);
+  if (quantized) return quantized_rows_products(pool, w, n, y, xq.data());
+  converted_rows_products(pool, w, x, n, y);
 }
 
 }  // namespace hotcold
