@@ -100,130 +100,154 @@ double reference_model::activate(double g) const {
   }
 }
 
+reference_model::layer_qkv reference_model::queries_keys_values(int64_t l, const std::vector<vec>& x) const {
+  const int64_t T = static_cast<int64_t>(x.size()), dq = hp_.n_embd_q(), hd = hp_.head_dim(), kv = hp_.n_embd_kv();
+  const bool falcon = hp_.arch == architecture::falcon;
+  const std::string b = "blk." + std::to_string(l) + ".";
+  layer_qkv r;
+  r.q.resize(static_cast<size_t>(T)), r.k.resize(static_cast<size_t>(T)), r.v.resize(static_cast<size_t>(T)), r.ffn_in_falcon.resize(static_cast<size_t>(T));
+  // Each weight matrix is read once per layer (a 7B layer's matrices are GiBs of doubles). The llama
+  // family's q, k, v: three tensors, or one attn_qkv whose rows are q's, then k's, then v's; with
+  // biases (the same split of attn_qkv.bias) where the file has them.
+  const bool fused = falcon || f_.find_tensor(b + "attn_qkv.weight");
+  const mat wqkv = fused ? matrix(b + "attn_qkv.weight") : mat{};
+  const mat wq = fused ? mat{} : matrix(b + "attn_q.weight"), wk = fused ? mat{} : matrix(b + "attn_k.weight"),
+            wv = fused ? mat{} : matrix(b + "attn_v.weight");
+  vec bias;  // q's, k's, v's biases in a row, or empty
+  if (f_.find_tensor(b + "attn_qkv.bias")) {
+    bias = vector(b + "attn_qkv.bias");
+  } else if (f_.find_tensor(b + "attn_q.bias")) {
+    for (const char* part : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+      const vec p = vector(b + part);
+      bias.insert(bias.end(), p.begin(), p.end());
+    }
+  }
+  const bool qk_norm = f_.find_tensor(b + "attn_q_norm.weight") != nullptr;
+  const vec q_norm = qk_norm ? vector(b + "attn_q_norm.weight") : vec{}, k_norm = qk_norm ? vector(b + "attn_k_norm.weight") : vec{};
+  for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
+    vec attn_in;
+    if (falcon) {
+      r.ffn_in_falcon[t] = layer_norm(x[t], vector(b + "attn_norm.weight"), vector(b + "attn_norm.bias"));
+      attn_in = f_.find_tensor(b + "attn_norm_2.weight") ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias"))
+                                                         : r.ffn_in_falcon[t];
+    } else {
+      attn_in = rms_norm(x[t], vector(b + "attn_norm.weight"));
+    }
+    vec qkv;  // [Q; K; V]
+    if (fused) {
+      qkv = times(wqkv, attn_in);
+    } else {
+      for (const mat* w : {&wq, &wk, &wv}) {
+        const vec p = times(*w, attn_in);
+        qkv.insert(qkv.end(), p.begin(), p.end());
+      }
+    }
+    for (size_t i = 0; i < bias.size(); ++i) qkv[i] += bias[i];
+    r.q[t] = vec(qkv.begin(), qkv.begin() + dq);
+    r.k[t] = vec(qkv.begin() + dq, qkv.begin() + dq + kv);
+    r.v[t] = vec(qkv.begin() + dq + kv, qkv.end());
+    if (qk_norm) {  // Qwen3: each head of q and of k through RMSNorm with its own weights, before RoPE
+      for (auto [h_of, w] : {std::pair{&r.q[t], &q_norm}, {&r.k[t], &k_norm}})
+        for (size_t h = 0; h < h_of->size() / static_cast<size_t>(hd); ++h) {
+          const vec head(h_of->begin() + static_cast<std::ptrdiff_t>(h * hd), h_of->begin() + static_cast<std::ptrdiff_t>((h + 1) * hd));
+          const vec normed = rms_norm(head, *w);
+          std::copy(normed.begin(), normed.end(), h_of->begin() + static_cast<std::ptrdiff_t>(h * hd));
+        }
+    }
+    rope(r.q[t], hp_.n_head, static_cast<int64_t>(t));
+    rope(r.k[t], hp_.n_head_kv, static_cast<int64_t>(t));
+    if (kv_type_ == tensor_type::f16)  // what an F16 cache holds: the nearest half
+      for (vec* c : {&r.k[t], &r.v[t]})
+        for (double& e : *c) e = kernels::fp16_to_fp32(kernels::fp32_to_fp16(static_cast<float>(e)));
+  }
+  return r;
+}
+
+// Causal softmax attention; query head h reads KV head h / (n_head / n_head_kv).
+std::vector<reference_model::vec> reference_model::attention(const layer_qkv& r) const {
+  const int64_t T = static_cast<int64_t>(r.q.size()), dq = hp_.n_embd_q(), hd = hp_.head_dim();
+  std::vector<vec> attn(static_cast<size_t>(T), vec(static_cast<size_t>(dq), 0.0));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < hp_.n_head; ++h) {
+      const int64_t g = h / (hp_.n_head / hp_.n_head_kv);
+      vec s(static_cast<size_t>(t + 1));
+      double mx = -1e300, sum = 0;
+      for (int64_t u = 0; u <= t; ++u) {
+        double dot = 0;
+        for (int64_t i = 0; i < hd; ++i) dot += r.q[static_cast<size_t>(t)][static_cast<size_t>(h * hd + i)] * r.k[static_cast<size_t>(u)][static_cast<size_t>(g * hd + i)];
+        s[static_cast<size_t>(u)] = dot / std::sqrt(static_cast<double>(hd));
+        mx = std::max(mx, s[static_cast<size_t>(u)]);
+      }
+      for (auto& e : s) sum += (e = std::exp(e - mx));
+      for (int64_t u = 0; u <= t; ++u)
+        for (int64_t i = 0; i < hd; ++i)
+          attn[static_cast<size_t>(t)][static_cast<size_t>(h * hd + i)] += s[static_cast<size_t>(u)] / sum * r.v[static_cast<size_t>(u)][static_cast<size_t>(g * hd + i)];
+    }
+  return attn;
+}
+
+reference_model::vec reference_model::hidden_of(int64_t l, size_t t, const vec& u, const vec& gv, const neuron_mask* mask) const {
+  vec hidden(static_cast<size_t>(hp_.n_ff), 0.0);
+  for (size_t j = 0; j < hidden.size(); ++j) {
+    if (mask && !(*mask)[t][static_cast<size_t>(l)][j]) continue;
+    if (!hp_.gated_ffn) hidden[j] = activate(u[j]);
+    else if (hp_.act == activation::drelu) hidden[j] = std::max(gv[j], 0.0) * std::max(u[j], 0.0);
+    else hidden[j] = activate(gv[j]) * u[j];
+    // A thresholded activation (prepare --sparsity): the neuron counts only where |act| >= t_l.
+    if (!hp_.act_threshold.empty() && std::fabs(activate(hp_.gated_ffn ? gv[j] : u[j])) < hp_.act_threshold[static_cast<size_t>(l)]) hidden[j] = 0;
+  }
+  return hidden;
+}
+
+// The FFN: down(act(gate) * up), down(relu(gate) * relu(up)) for dReLU, or down(act(up)) for falcon;
+// attention's output and the FFN's added to the residual stream (Falcon: both to the layer's input).
+void reference_model::ffn(int64_t l, const std::vector<vec>& attn, const layer_qkv& qkv, const neuron_mask* mask, std::vector<vec>& x) const {
+  const int64_t d = hp_.n_embd;
+  const bool falcon = hp_.arch == architecture::falcon;
+  const std::string b = "blk." + std::to_string(l) + ".";
+  const mat wo = matrix(b + "attn_output.weight");
+  mat up = matrix(b + "ffn_up.weight");
+  mat gate;
+  if (hp_.gated_ffn && !f_.find_tensor(b + "ffn_gate.weight")) {  // phi3: ffn_up holds the gate's n_ff rows, then up's
+    gate.assign(up.begin(), up.begin() + hp_.n_ff);
+    up.erase(up.begin(), up.begin() + hp_.n_ff);
+  } else if (hp_.gated_ffn) {
+    gate = matrix(b + "ffn_gate.weight");
+  }
+  const bool by_neuron = !f_.find_tensor(b + "ffn_down.weight");  // sparse files: ffn_down_t, a row per neuron
+  const mat down = matrix(by_neuron ? b + "ffn_down_t.weight" : b + "ffn_down.weight");
+  for (size_t t = 0; t < x.size(); ++t) {
+    const vec o = times(wo, attn[t]);
+    vec ffn_in;
+    if (falcon) {
+      ffn_in = qkv.ffn_in_falcon[t];  // parallel: the FFN reads the layer's input too
+    } else {
+      for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += o[static_cast<size_t>(i)];
+      ffn_in = rms_norm(x[t], vector(b + "ffn_norm.weight"));
+    }
+    const vec u = times(up, ffn_in), gv = hp_.gated_ffn ? times(gate, ffn_in) : vec{};
+    const vec hidden = hidden_of(l, t, u, gv, mask);
+    vec fo(static_cast<size_t>(d), 0.0);
+    if (by_neuron) {
+      for (size_t j = 0; j < hidden.size(); ++j)
+        if (hidden[j] != 0)
+          for (int64_t i = 0; i < d; ++i) fo[static_cast<size_t>(i)] += hidden[j] * down[j][static_cast<size_t>(i)];
+    } else {
+      fo = times(down, hidden);
+    }
+    for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += fo[static_cast<size_t>(i)] + (falcon ? o[static_cast<size_t>(i)] : 0.0);
+  }
+}
+
 std::vector<std::vector<double>> reference_model::logits(std::span<const token_id> tokens, const neuron_mask* mask) const {
-  const int64_t T = static_cast<int64_t>(tokens.size()), d = hp_.n_embd, dq = hp_.n_embd_q(), hd = hp_.head_dim(), kv = hp_.n_embd_kv();
+  const int64_t T = static_cast<int64_t>(tokens.size());
   const bool falcon = hp_.arch == architecture::falcon;
   const mat embd = matrix("token_embd.weight");
   std::vector<vec> x(static_cast<size_t>(T));  // the residual stream of each position
   for (int64_t t = 0; t < T; ++t) x[static_cast<size_t>(t)] = embd.at(static_cast<size_t>(tokens[static_cast<size_t>(t)]));
-
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    // Attention's input, q, k, v of every position.
-    std::vector<vec> q(static_cast<size_t>(T)), k(static_cast<size_t>(T)), v(static_cast<size_t>(T)), ffn_norm_falcon(static_cast<size_t>(T));
-    // Each weight matrix is read once per layer (a 7B layer's matrices are GiBs of doubles). The llama
-    // family's q, k, v: three tensors, or one attn_qkv whose rows are q's, then k's, then v's; with
-    // biases (the same split of attn_qkv.bias) where the file has them.
-    const bool fused = falcon || f_.find_tensor(b + "attn_qkv.weight");
-    const mat wqkv = fused ? matrix(b + "attn_qkv.weight") : mat{};
-    const mat wq = fused ? mat{} : matrix(b + "attn_q.weight"), wk = fused ? mat{} : matrix(b + "attn_k.weight"),
-              wv = fused ? mat{} : matrix(b + "attn_v.weight");
-    vec bias;  // q's, k's, v's biases in a row, or empty
-    if (f_.find_tensor(b + "attn_qkv.bias")) {
-      bias = vector(b + "attn_qkv.bias");
-    } else if (f_.find_tensor(b + "attn_q.bias")) {
-      for (const char* part : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
-        const vec p = vector(b + part);
-        bias.insert(bias.end(), p.begin(), p.end());
-      }
-    }
-    const bool qk_norm = f_.find_tensor(b + "attn_q_norm.weight") != nullptr;
-    const vec q_norm = qk_norm ? vector(b + "attn_q_norm.weight") : vec{}, k_norm = qk_norm ? vector(b + "attn_k_norm.weight") : vec{};
-    for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
-      vec attn_in;
-      if (falcon) {
-        ffn_norm_falcon[t] = layer_norm(x[t], vector(b + "attn_norm.weight"), vector(b + "attn_norm.bias"));
-        attn_in = f_.find_tensor(b + "attn_norm_2.weight") ? layer_norm(x[t], vector(b + "attn_norm_2.weight"), vector(b + "attn_norm_2.bias"))
-                                                           : ffn_norm_falcon[t];
-      } else {
-        attn_in = rms_norm(x[t], vector(b + "attn_norm.weight"));
-      }
-      vec qkv;  // [Q; K; V]
-      if (fused) {
-        qkv = times(wqkv, attn_in);
-      } else {
-        for (const mat* w : {&wq, &wk, &wv}) {
-          const vec p = times(*w, attn_in);
-          qkv.insert(qkv.end(), p.begin(), p.end());
-        }
-      }
-      for (size_t i = 0; i < bias.size(); ++i) qkv[i] += bias[i];
-      q[t] = vec(qkv.begin(), qkv.begin() + dq);
-      k[t] = vec(qkv.begin() + dq, qkv.begin() + dq + kv);
-      v[t] = vec(qkv.begin() + dq + kv, qkv.end());
-      if (qk_norm) {  // Qwen3: each head of q and of k through RMSNorm with its own weights, before RoPE
-        for (auto [r, w] : {std::pair{&q[t], &q_norm}, {&k[t], &k_norm}})
-          for (size_t h = 0; h < r->size() / static_cast<size_t>(hd); ++h) {
-            const vec head(r->begin() + static_cast<std::ptrdiff_t>(h * hd), r->begin() + static_cast<std::ptrdiff_t>((h + 1) * hd));
-            const vec normed = rms_norm(head, *w);
-            std::copy(normed.begin(), normed.end(), r->begin() + static_cast<std::ptrdiff_t>(h * hd));
-          }
-      }
-      rope(q[t], hp_.n_head, static_cast<int64_t>(t));
-      rope(k[t], hp_.n_head_kv, static_cast<int64_t>(t));
-      if (kv_type_ == tensor_type::f16)  // what an F16 cache holds: the nearest half
-        for (vec* r : {&k[t], &v[t]})
-          for (double& e : *r) e = kernels::fp16_to_fp32(kernels::fp32_to_fp16(static_cast<float>(e)));
-    }
-    // Causal softmax attention; query head h reads KV head h / (n_head / n_head_kv).
-    std::vector<vec> attn(static_cast<size_t>(T), vec(static_cast<size_t>(dq), 0.0));
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < hp_.n_head; ++h) {
-        const int64_t g = h / (hp_.n_head / hp_.n_head_kv);
-        vec s(static_cast<size_t>(t + 1));
-        double mx = -1e300, sum = 0;
-        for (int64_t u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (int64_t i = 0; i < hd; ++i) dot += q[static_cast<size_t>(t)][static_cast<size_t>(h * hd + i)] * k[static_cast<size_t>(u)][static_cast<size_t>(g * hd + i)];
-          s[static_cast<size_t>(u)] = dot / std::sqrt(static_cast<double>(hd));
-          mx = std::max(mx, s[static_cast<size_t>(u)]);
-        }
-        for (auto& e : s) sum += (e = std::exp(e - mx));
-        for (int64_t u = 0; u <= t; ++u)
-          for (int64_t i = 0; i < hd; ++i)
-            attn[static_cast<size_t>(t)][static_cast<size_t>(h * hd + i)] += s[static_cast<size_t>(u)] / sum * v[static_cast<size_t>(u)][static_cast<size_t>(g * hd + i)];
-      }
-    // The FFN: down(act(gate) * up), down(relu(gate) * relu(up)) for dReLU, or down(act(up)) for falcon.
-    const mat wo = matrix(b + "attn_output.weight");
-    mat up = matrix(b + "ffn_up.weight");
-    mat gate;
-    if (hp_.gated_ffn && !f_.find_tensor(b + "ffn_gate.weight")) {  // phi3: ffn_up holds the gate's n_ff rows, then up's
-      gate.assign(up.begin(), up.begin() + hp_.n_ff);
-      up.erase(up.begin(), up.begin() + hp_.n_ff);
-    } else if (hp_.gated_ffn) {
-      gate = matrix(b + "ffn_gate.weight");
-    }
-    const bool by_neuron = !f_.find_tensor(b + "ffn_down.weight");  // sparse files: ffn_down_t, a row per neuron
-    const mat down = matrix(by_neuron ? b + "ffn_down_t.weight" : b + "ffn_down.weight");
-    for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
-      const vec o = times(wo, attn[t]);
-      vec ffn_in;
-      if (falcon) {
-        ffn_in = ffn_norm_falcon[t];  // parallel: the FFN reads the layer's input too
-      } else {
-        for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += o[static_cast<size_t>(i)];
-        ffn_in = rms_norm(x[t], vector(b + "ffn_norm.weight"));
-      }
-      const vec u = times(up, ffn_in), gv = hp_.gated_ffn ? times(gate, ffn_in) : vec{};
-      vec hidden(static_cast<size_t>(hp_.n_ff), 0.0);
-      for (size_t j = 0; j < hidden.size(); ++j) {
-        if (mask && !(*mask)[t][static_cast<size_t>(l)][j]) continue;
-        if (!hp_.gated_ffn) hidden[j] = activate(u[j]);
-        else if (hp_.act == activation::drelu) hidden[j] = std::max(gv[j], 0.0) * std::max(u[j], 0.0);
-        else hidden[j] = activate(gv[j]) * u[j];
-        // A thresholded activation (prepare --sparsity): the neuron counts only where |act| >= t_l.
-        if (!hp_.act_threshold.empty() && std::fabs(activate(hp_.gated_ffn ? gv[j] : u[j])) < hp_.act_threshold[static_cast<size_t>(l)]) hidden[j] = 0;
-      }
-      vec fo(static_cast<size_t>(d), 0.0);
-      if (by_neuron) {
-        for (size_t j = 0; j < hidden.size(); ++j)
-          if (hidden[j] != 0)
-            for (int64_t i = 0; i < d; ++i) fo[static_cast<size_t>(i)] += hidden[j] * down[j][static_cast<size_t>(i)];
-      } else {
-        fo = times(down, hidden);
-      }
-      for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += fo[static_cast<size_t>(i)] + (falcon ? o[static_cast<size_t>(i)] : 0.0);
-    }
+    const layer_qkv qkv = queries_keys_values(l, x);
+    ffn(l, attention(qkv), qkv, mask, x);
   }
   const mat out = f_.find_tensor("output.weight") ? matrix("output.weight") : embd;  // tied: the embeddings
   const vec out_b = f_.find_tensor("output.bias") ? vector("output.bias") : vec{};

@@ -48,6 +48,17 @@ class reference_model {
   vec layer_norm(const vec& x, const vec& w, const vec& b) const;
   void rope(vec& x, int64_t heads, int64_t pos) const;
   double activate(double x) const;
+  // A layer's attention for every position (the residual stream x), in three steps: the queries,
+  // keys and values (q, k, v per position; Falcon's FFN input, its attn_norm of x, kept aside), the
+  // causal softmax attention (dq per position), and the FFN with both residual additions.
+  struct layer_qkv {
+    std::vector<vec> q, k, v, ffn_in_falcon;
+  };
+  layer_qkv queries_keys_values(int64_t l, const std::vector<vec>& x) const;
+  std::vector<vec> attention(const layer_qkv& qkv) const;
+  void ffn(int64_t l, const std::vector<vec>& attn, const layer_qkv& qkv, const neuron_mask* mask, std::vector<vec>& x) const;
+  // A position's FFN hidden vector (n_ff), its neurons outside the mask zero.
+  vec hidden_of(int64_t l, size_t t, const vec& u, const vec& gv, const neuron_mask* mask) const;
 
   const gguf::file& f_;
   hparams hp_;

@@ -67,6 +67,50 @@ vocab& vocab::operator=(vocab&&) noexcept = default;
 
 // ---- loading ----------------------------------------------------------------------------------
 
+void vocab::impl::read_special_ids(const gguf::file& f, size_t n) {
+  struct special_key {
+    const char* key;
+    token_id* id;
+  };
+  for (auto [key, id] : {special_key{"tokenizer.ggml.bos_token_id", &bos}, special_key{"tokenizer.ggml.eos_token_id", &eos},
+                         special_key{"tokenizer.ggml.eot_token_id", &eot}, special_key{"tokenizer.ggml.eom_token_id", &eom},
+                         special_key{"tokenizer.ggml.unknown_token_id", &unk}, special_key{"tokenizer.ggml.seperator_token_id", &sep},
+                         special_key{"tokenizer.ggml.padding_token_id", &pad}, special_key{"tokenizer.ggml.mask_token_id", &mask}}) {
+    auto val = f.get_int(key);
+    if (!val) continue;
+    if (*val < 0 || static_cast<uint64_t>(*val) >= n)
+      warnings.push_back(fmt::format("{} = {} is not a token id (vocabulary of {}); using {}", key, *val, n, *id));
+    else
+      *id = static_cast<token_id>(*val);
+  }
+  for (token_id* id : {&bos, &eos, &unk, &eot, &eom})
+    if (*id >= static_cast<token_id>(n)) *id = no_token;
+}
+
+void vocab::impl::read_merges(const gguf::file& f) {
+  const gguf::value* list = f.get_array("tokenizer.ggml.merges", gguf::value_type::string);
+  merges.reserve(list->size());
+  size_t unusable = 0;
+  for (size_t i = 0; i < list->size(); ++i) {
+    std::string_view m = list->string_at(i);
+    size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+    if (sp == std::string_view::npos) {
+      ++unusable;
+      continue;
+    }
+    std::string_view left = m.substr(0, sp), right = m.substr(sp + 1);
+    auto l = find(left), r = find(right);
+    std::string joined = std::string(left) + std::string(right);
+    auto res = find(joined);
+    if (!l || !r || !res) {
+      ++unusable;
+      continue;
+    }
+    merges.try_emplace(pair_key(*l, *r), merge_rule{static_cast<int32_t>(i), *res});
+  }
+  if (unusable) warnings.push_back(fmt::format("{} of {} merges name text that is not a token and are ignored", unusable, list->size()));
+}
+
 vocab vocab::from_gguf(const gguf::file& f) {
   auto v = std::make_unique<impl>();
   auto fail = [&](const std::string& what) -> vocab_error { return vocab_error(fmt::format("{}: {}", f.source(), what)); };
@@ -122,20 +166,7 @@ vocab vocab::from_gguf(const gguf::file& f) {
     v->by_text.reserve(n);
     for (size_t i = 0; i < n; ++i) v->by_text.insert_or_assign(std::string_view(v->texts[i]), static_cast<token_id>(i));
 
-    struct special_key { const char* key; token_id* id; };
-    for (auto [key, id] : {special_key{"tokenizer.ggml.bos_token_id", &v->bos}, special_key{"tokenizer.ggml.eos_token_id", &v->eos},
-                           special_key{"tokenizer.ggml.eot_token_id", &v->eot}, special_key{"tokenizer.ggml.eom_token_id", &v->eom},
-                           special_key{"tokenizer.ggml.unknown_token_id", &v->unk}, special_key{"tokenizer.ggml.seperator_token_id", &v->sep},
-                           special_key{"tokenizer.ggml.padding_token_id", &v->pad}, special_key{"tokenizer.ggml.mask_token_id", &v->mask}}) {
-      auto val = f.get_int(key);
-      if (!val) continue;
-      if (*val < 0 || static_cast<uint64_t>(*val) >= n)
-        v->warnings.push_back(fmt::format("{} = {} is not a token id (vocabulary of {}); using {}", key, *val, n, *id));
-      else
-        *id = static_cast<token_id>(*val);
-    }
-    for (token_id* id : {&v->bos, &v->eos, &v->unk, &v->eot, &v->eom})
-      if (*id >= static_cast<token_id>(n)) *id = no_token;
+    v->read_special_ids(f, n);
     if (auto b = f.get_bool("tokenizer.ggml.add_bos_token")) v->add_bos = *b;
     if (auto b = f.get_bool("tokenizer.ggml.add_eos_token")) v->add_eos = *b;
 
@@ -165,28 +196,9 @@ vocab vocab::from_gguf(const gguf::file& f) {
         auto id = v->find(bl.byte_to_text[b]);
         v->byte_token[b] = id ? *id : no_token;
       }
-      const gguf::value* merges = f.get_array("tokenizer.ggml.merges", gguf::value_type::string);
-      if (!merges) throw fail("metadata key tokenizer.ggml.merges is missing (a gpt2 tokenizer needs its merges)");
-      v->merges.reserve(merges->size());
-      size_t unusable = 0;
-      for (size_t i = 0; i < merges->size(); ++i) {
-        std::string_view m = merges->string_at(i);
-        size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
-        if (sp == std::string_view::npos) {
-          ++unusable;
-          continue;
-        }
-        std::string_view left = m.substr(0, sp), right = m.substr(sp + 1);
-        auto l = v->find(left), r = v->find(right);
-        std::string joined = std::string(left) + std::string(right);
-        auto res = v->find(joined);
-        if (!l || !r || !res) {
-          ++unusable;
-          continue;
-        }
-        v->merges.try_emplace(pair_key(*l, *r), merge_rule{static_cast<int32_t>(i), *res});
-      }
-      if (unusable) v->warnings.push_back(fmt::format("{} of {} merges name text that is not a token and are ignored", unusable, merges->size()));
+      if (!f.get_array("tokenizer.ggml.merges", gguf::value_type::string))
+        throw fail("metadata key tokenizer.ggml.merges is missing (a gpt2 tokenizer needs its merges)");
+      v->read_merges(f);
       v->splitter = std::make_unique<regex_splitter>(v->pre->patterns);
     }
   } catch (const gguf::metadata_error& e) {

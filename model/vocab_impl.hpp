@@ -109,6 +109,10 @@ struct vocab::impl {
   std::unordered_set<uint64_t> joinable;             // SPM: character pairs that occur inside some token
 
   void index_joinable_pairs();
+  // Loading (vocab::from_gguf): the special tokens' ids the file names (n: the vocabulary's size), and
+  // a BPE tokenizer's merges (those that name text that is not a token are counted and left out).
+  void read_special_ids(const gguf::file& f, size_t n);
+  void read_merges(const gguf::file& f);
   void tokenize_spm(std::string_view raw, bool prefix_space, std::vector<token_id>& out) const;
   void merge_spm_segment(std::string_view text, vocab_detail::spm_scratch& s, std::vector<token_id>& out) const;
   void tokenize_bpe(std::string_view raw, std::vector<token_id>& out) const;

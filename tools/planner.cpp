@@ -51,26 +51,40 @@ struct firing {
 
 }  // namespace
 
-plan_prediction predict_plan(const model& m, const planner_options& o) {
-  const hparams& hp = m.hp();
+namespace {
+
+void check_planner_options(const planner_options& o, const hparams& hp) {
   if (o.cpu_gbs <= 0 || o.gpu_gbs <= 0 || o.pcie_gbs <= 0) throw std::invalid_argument("plan: the CPU's, the GPU's and the link's bandwidths must be positive");
   if (o.gpu_efficiency <= 0 || o.gpu_efficiency > 1) throw std::invalid_argument("plan: the GPU's efficiency is a fraction in (0, 1]");
   if (!o.firing_counts.empty() && (o.firing_counts.size() != static_cast<size_t>(hp.n_layer * hp.n_ff) || o.tokens == 0))
     throw std::invalid_argument(fmt::format("plan: firing counts of {} neurons over {} tokens for a model of {} x {}", o.firing_counts.size(), o.tokens,
                                             hp.n_layer, hp.n_ff));
   if (o.firing_counts.empty() && (o.active < 0 || o.active > 1)) throw std::invalid_argument("plan: --active is a fraction in [0, 1]");
+}
+
+// How often each neuron fires and, for a sparse file whose choices were measured, how many more its
+// predictors choose (each layer's scale).
+firing firing_of(const planner_options& o, const hparams& hp, bool sparse) {
+  firing f{o, hp.n_ff, std::vector<double>(static_cast<size_t>(hp.n_layer), 1.0)};
+  if (o.chosen_per_token.empty() || !sparse) return f;
+  if (o.chosen_per_token.size() != static_cast<size_t>(hp.n_layer))
+    throw std::invalid_argument(fmt::format("plan: chosen neurons of {} layers for a model of {}", o.chosen_per_token.size(), hp.n_layer));
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    double fired = 0;
+    for (int64_t i = 0; i < hp.n_ff; ++i) fired += f.p(l, i);
+    if (fired > 0) f.scale[static_cast<size_t>(l)] = std::max(1.0, o.chosen_per_token[static_cast<size_t>(l)] / fired);
+  }
+  return f;
+}
+
+}  // namespace
+
+plan_prediction predict_plan(const model& m, const planner_options& o) {
+  const hparams& hp = m.hp();
+  check_planner_options(o, hp);
   const read_costs c(m);
   const bool sparse = m.has_predictors();
-  firing f{o, hp.n_ff, std::vector<double>(static_cast<size_t>(hp.n_layer), 1.0)};
-  if (!o.chosen_per_token.empty() && sparse) {
-    if (o.chosen_per_token.size() != static_cast<size_t>(hp.n_layer))
-      throw std::invalid_argument(fmt::format("plan: chosen neurons of {} layers for a model of {}", o.chosen_per_token.size(), hp.n_layer));
-    for (int64_t l = 0; l < hp.n_layer; ++l) {
-      double fired = 0;
-      for (int64_t i = 0; i < hp.n_ff; ++i) fired += f.p(l, i);
-      if (fired > 0) f.scale[static_cast<size_t>(l)] = std::max(1.0, o.chosen_per_token[static_cast<size_t>(l)] / fired);
-    }
-  }
+  const firing f = firing_of(o, hp, sparse);
   // A neuron's expected FFN bytes a token: its gate and up rows when chosen, its down row when it fires.
   const auto neuron_bytes = [&](int64_t l, int64_t i) {
     const size_t li = static_cast<size_t>(l);

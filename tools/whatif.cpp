@@ -174,6 +174,21 @@ std::vector<std::pair<int64_t, step_timing>> read_step_timing(const std::string&
   return {steps.begin(), steps.end()};
 }
 
+namespace {
+
+// The record's own counts (n_layer x n_ff): how often each neuron was chosen.
+std::vector<uint64_t> chosen_counts(const activation_record& rec, const hparams& hp) {
+  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff), 0);
+  const size_t row = static_cast<size_t>((hp.n_ff + 7) / 8);
+  for (const auto& e : rec.entries)
+    for (int64_t t = 0; t < e.tokens; ++t)
+      for (int64_t i = 0; i < hp.n_ff; ++i)
+        counts[static_cast<size_t>(e.layer * hp.n_ff + i)] += (e.bits[static_cast<size_t>(t) * row + static_cast<size_t>(i / 8)] >> (i % 8)) & 1;
+  return counts;
+}
+
+}  // namespace
+
 whatif_result estimate_whatif(const activation_record& rec, const std::vector<std::pair<int64_t, step_timing>>& timing, const whatif_options& o) {
   auto m = model::load(o.model_path, {true});
   const auto& hp = m->hp();
@@ -184,17 +199,7 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   const std::vector<uint64_t>& neuron = costs.neuron;
 
   // The candidates: placements as `place` would choose them, and placement files.
-  std::vector<uint64_t> counts;
-  if (!o.stats_dir.empty()) {
-    counts = read_profile(o.stats_dir).firing_counts;
-  } else {  // the record's own: how often each neuron was chosen
-    counts.assign(static_cast<size_t>(hp.n_layer * hp.n_ff), 0);
-    const size_t row = static_cast<size_t>((hp.n_ff + 7) / 8);
-    for (const auto& e : rec.entries)
-      for (int64_t t = 0; t < e.tokens; ++t)
-        for (int64_t i = 0; i < hp.n_ff; ++i)
-          counts[static_cast<size_t>(e.layer * hp.n_ff + i)] += (e.bits[static_cast<size_t>(t) * row + static_cast<size_t>(i / 8)] >> (i % 8)) & 1;
-  }
+  const std::vector<uint64_t> counts = o.stats_dir.empty() ? chosen_counts(rec, hp) : read_profile(o.stats_dir).firing_counts;
   struct candidate {
     std::string label;
     std::vector<std::vector<int32_t>> hot;
