@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/simd_helpers.hpp"
 
@@ -29,7 +30,7 @@ inline float elem(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
 
 int64_t attend_block_scratch(int64_t keys, int64_t hd) { return qn * (hd + keys) + kb * hd; }
 
-bool attend_block_vectorized(int64_t hd) { return cpu().avx512 && hd % 16 == 0; }
+bool attend_block_vectorized(int64_t hd) { return cpu_kernels().attend_one_f32 != nullptr && hd % 16 == 0; }
 
 namespace scalar {
 
@@ -246,23 +247,29 @@ HOTCOLD_AVX512 static void attend_block(const float* const* q, int nq, const T* 
 }  // namespace avx512
 HOTCOLD_AVX512_END
 
+void choose_attention_kernels(kernel_table& k, const cpu_features& f) {
+  if (!f.avx512) return;  // (null: the scalar reference)
+  k.attend_one_f32 = avx512::attend_one, k.attend_one_f16 = avx512::attend_one;
+  k.attend_block_f32 = avx512::attend_block, k.attend_block_f16 = avx512::attend_block;
+}
+
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
-  if (attend_block_vectorized(hd)) return avx512::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
+  if (attend_block_vectorized(hd)) return cpu_kernels().attend_one_f32(q, k, v, stride, hd, keys, scale, out, scores);
   scalar::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
 }
 void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
-  if (attend_block_vectorized(hd)) return avx512::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
+  if (attend_block_vectorized(hd)) return cpu_kernels().attend_one_f16(q, k, v, stride, hd, keys, scale, out, scores);
   scalar::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
 }
 
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch) {
-  if (attend_block_vectorized(hd)) return avx512::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
+  if (attend_block_vectorized(hd)) return cpu_kernels().attend_block_f32(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
   scalar::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
 }
 void attend_block(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch) {
-  if (attend_block_vectorized(hd)) return avx512::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
+  if (attend_block_vectorized(hd)) return cpu_kernels().attend_block_f16(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
   scalar::attend_block(q, nq, k, v, stride, hd, pos0, scale, out, scratch);
 }
 

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 
@@ -143,16 +144,17 @@ HOTCOLD_AVX512 void dot16r2_f16(const uint16_t* wa, const uint16_t* wb, const fl
 
 HOTCOLD_AVX512_END
 
-void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
-  if (cpu().avx512) return avx512::dot16r_f16(w, x, nx, n, out);
-  if (cpu().avx2) return avx2::dot16r_f16(w, x, nx, n, out);
-  scalar::dot16r_f16(w, x, nx, n, out);
+namespace {
+// Two groups as one after the other (the same sums), where the CPU has no two-stream version.
+void dot16r2_f16_as_two(const uint16_t* wa, const uint16_t* wb, const float* x, int64_t n, float* oa, float* ob) {
+  cpu_kernels().dot16r_f16(wa, &x, 1, n, oa);
+  cpu_kernels().dot16r_f16(wb, &x, 1, n, ob);
 }
+}  // namespace
 
-void dot16r2_f16(const uint16_t* wa, const uint16_t* wb, const float* x, int64_t n, float* oa, float* ob) {
-  if (cpu().avx512) return avx512::dot16r2_f16(wa, wb, x, n, oa, ob);
-  dot16r_f16(wa, &x, 1, n, oa);
-  dot16r_f16(wb, &x, 1, n, ob);
+void choose_f16x16_kernels(kernel_table& k, const cpu_features& f) {
+  k.dot16r_f16 = f.avx512 ? avx512::dot16r_f16 : f.avx2 ? avx2::dot16r_f16 : scalar::dot16r_f16;
+  k.dot16r2_f16 = f.avx512 ? avx512::dot16r2_f16 : dot16r2_f16_as_two;
 }
 
 }  // namespace hotcold::kernels

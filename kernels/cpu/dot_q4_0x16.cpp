@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/simd_helpers.hpp"
@@ -167,16 +168,20 @@ HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x
 
 HOTCOLD_AVX512_END
 
-void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob) {
-  if (cpu().vnni) return avx512vnni::dot16r2_q4_0(wa, wb, x, xt, n / qk4_0, oa, ob);
-  dot16r_q4_0(wa, &x, &xt, 1, n, oa);
-  dot16r_q4_0(wb, &x, &xt, 1, n, ob);
+namespace {
+// Two groups as one after the other (the same sums), where the CPU has no two-stream version.
+void dot16r2_q4_0_as_two(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob) {
+  cpu_kernels().dot16r_q4_0(wa, &x, &xt, 1, n, oa);
+  cpu_kernels().dot16r_q4_0(wb, &x, &xt, 1, n, ob);
 }
+void dot16r2_q4_0_vnni(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob) {
+  avx512vnni::dot16r2_q4_0(wa, wb, x, xt, n / qk4_0, oa, ob);
+}
+}  // namespace
 
-void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
-  if (cpu().vnni) return avx512vnni::dot16r_q4_0(w, x, xt, nx, n, out);
-  if (cpu().avx2) return avx2::dot16r_q4_0(w, x, xt, nx, n, out);
-  scalar::dot16r_q4_0(w, x, xt, nx, n, out);
+void choose_q4_0x16_kernels(kernel_table& k, const cpu_features& f) {
+  k.dot16r_q4_0 = f.vnni ? avx512vnni::dot16r_q4_0 : f.avx2 ? avx2::dot16r_q4_0 : scalar::dot16r_q4_0;
+  k.dot16r2_q4_0 = f.vnni ? dot16r2_q4_0_vnni : dot16r2_q4_0_as_two;
 }
 
 }  // namespace hotcold::kernels

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/simd_helpers.hpp"
@@ -141,10 +142,8 @@ HOTCOLD_VNNI float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64
 
 HOTCOLD_AVX512_END
 
-float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n) {
-  if (cpu().vnni) return avx512vnni::dot_q6_k_q8_k(w, x, n);
-  if (cpu().avx2) return avx2::dot_q6_k_q8_k(w, x, n);
-  return scalar::dot_q6_k_q8_k(w, x, n);
+void choose_q6_k_kernels(kernel_table& k, const cpu_features& f) {
+  k.dot_q6_k_q8_k = f.vnni ? avx512vnni::dot_q6_k_q8_k : f.avx2 ? avx2::dot_q6_k_q8_k : scalar::dot_q6_k_q8_k;
 }
 
 }  // namespace hotcold::kernels

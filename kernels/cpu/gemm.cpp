@@ -6,11 +6,12 @@
 #include <algorithm>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
 
-bool gemm_tile_vectorized() { return cpu().avx512 || cpu().avx2; }
+bool gemm_tile_vectorized() { return cpu_kernels().gemm_vectorized; }
 
 namespace scalar {
 
@@ -168,27 +169,17 @@ HOTCOLD_AVX512 static void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64
 }  // namespace avx512
 HOTCOLD_AVX512_END
 
-void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64_t n) {
-  if (cpu().avx512) return avx512::gemm_unpack_q4_0(x, y, n);
-  if (cpu().avx2) return avx2::gemm_unpack_q4_0(x, y, n);
-  dequantize_row_q4_0(x, y, n);
+void choose_gemm_kernels(kernel_table& k, const cpu_features& f) {
+  k.gemm_unpack_q4_0 = f.avx512 ? avx512::gemm_unpack_q4_0 : f.avx2 ? avx2::gemm_unpack_q4_0 : dequantize_row_q4_0;
+  k.gemm_pack_f16_columns = f.avx512 ? avx512::gemm_pack_f16_columns : f.avx2 ? avx2::gemm_pack_f16_columns : scalar::gemm_pack_f16_columns;
+  k.gemm_pack_tokens = f.avx512 ? avx512::gemm_pack_tokens : scalar::gemm_pack_tokens;
+  k.gemm_tile = f.avx512 ? avx512::gemm_tile : f.avx2 ? avx2::gemm_tile : scalar::gemm_tile;
+  k.gemm_vectorized = f.avx512 || f.avx2;
 }
 
-void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp) {
-  if (cpu().avx512) return avx512::gemm_pack_f16_columns(w, ws, kc, xp);
-  if (cpu().avx2) return avx2::gemm_pack_f16_columns(w, ws, kc, xp);
-  scalar::gemm_pack_f16_columns(w, ws, kc, xp);
-}
-
-void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp) {
-  if (cpu().avx512) return avx512::gemm_pack_tokens(x, n, d, t0, k0, kc, xp);
-  scalar::gemm_pack_tokens(x, n, d, t0, k0, kc, xp);
-}
-
-void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first) {
-  if (cpu().avx512) return avx512::gemm_tile(w, ws, xp, kc, c, cs, first);
-  if (cpu().avx2) return avx2::gemm_tile(w, ws, xp, kc, c, cs, first);
-  scalar::gemm_tile(w, ws, xp, kc, c, cs, first);
-}
+void gemm_unpack_q4_0(const block_q4_0* x, float* y, int64_t n) { cpu_kernels().gemm_unpack_q4_0(x, y, n); }
+void gemm_pack_f16_columns(const uint16_t* w, int64_t ws, int64_t kc, float* xp) { cpu_kernels().gemm_pack_f16_columns(w, ws, kc, xp); }
+void gemm_pack_tokens(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp) { cpu_kernels().gemm_pack_tokens(x, n, d, t0, k0, kc, xp); }
+void gemm_tile(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first) { cpu_kernels().gemm_tile(w, ws, xp, kc, c, cs, first); }
 
 }  // namespace hotcold::kernels

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quants.hpp"
@@ -294,11 +295,12 @@ HOTCOLD_AVX2 float dot_k_q8_k(const B* w, const block_q8_k* x, int64_t n) {
 
 }  // namespace avx2
 
-float dot_q4_k(const block_q4_k* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_k(w, x, n) : scalar::dot_q4_k(w, x, n); }
-float dot_q5_k(const block_q5_k* w, const float* x, int64_t n) { return cpu().avx2 ? avx2::dot_k(w, x, n) : scalar::dot_q5_k(w, x, n); }
-void axpy_q4_k(float a, const block_q4_k* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_k(a, x, y, n) : scalar::axpy_q4_k(a, x, y, n); }
-void axpy_q5_k(float a, const block_q5_k* x, float* y, int64_t n) { cpu().avx2 ? avx2::axpy_k(a, x, y, n) : scalar::axpy_q5_k(a, x, y, n); }
-float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t n) { return cpu().avx2 ? avx2::dot_k_q8_k(w, x, n) : scalar::dot_q4_k_q8_k(w, x, n); }
-float dot_q5_k_q8_k(const block_q5_k* w, const block_q8_k* x, int64_t n) { return cpu().avx2 ? avx2::dot_k_q8_k(w, x, n) : scalar::dot_q5_k_q8_k(w, x, n); }
+void choose_k_quant_kernels(kernel_table& k, const cpu_features& f) {
+  k.dot_q4_k = scalar::dot_q4_k, k.dot_q5_k = scalar::dot_q5_k, k.axpy_q4_k = scalar::axpy_q4_k, k.axpy_q5_k = scalar::axpy_q5_k;
+  k.dot_q4_k_q8_k = scalar::dot_q4_k_q8_k, k.dot_q5_k_q8_k = scalar::dot_q5_k_q8_k;
+  if (!f.avx2) return;
+  k.dot_q4_k = avx2::dot_k<block_q4_k>, k.dot_q5_k = avx2::dot_k<block_q5_k>, k.axpy_q4_k = avx2::axpy_k<block_q4_k>, k.axpy_q5_k = avx2::axpy_k<block_q5_k>;
+  k.dot_q4_k_q8_k = avx2::dot_k_q8_k<block_q4_k>, k.dot_q5_k_q8_k = avx2::dot_k_q8_k<block_q5_k>;
+}
 
 }  // namespace hotcold::kernels

@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
@@ -59,10 +60,9 @@ HOTCOLD_AVX2 void quantize_row_q8_0_avx2(const float* x, block_q8_0* y, int64_t 
 
 }  // namespace
 
-void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n) {
-  if (cpu().avx2) return quantize_row_q8_0_avx2(x, y, n);
-  scalar::quantize_row_q8_0(x, y, n);
-}
+void choose_quantize_kernels(kernel_table& k, const cpu_features& f) { k.quantize_row_q8_0 = f.avx2 ? quantize_row_q8_0_avx2 : scalar::quantize_row_q8_0; }
+
+void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n) { cpu_kernels().quantize_row_q8_0(x, y, n); }
 
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / qk8_0; ++b) {

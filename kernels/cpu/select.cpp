@@ -1,6 +1,7 @@
 #include "kernels/cpu/select.hpp"
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -47,11 +48,15 @@ HOTCOLD_AVX512 static int64_t select_avx512(const float* scores, int64_t n, floa
 HOTCOLD_AVX512_END
 #endif
 
-int64_t select_at_least(const float* scores, int64_t n, float threshold, uint8_t* chosen, int32_t* ids) {
+void choose_select_kernels(kernel_table& k, const cpu_features& f) {
+  k.select_at_least = select_at_least_scalar;
 #if defined(__x86_64__)
-  if (cpu().avx512) return select_avx512(scores, n, threshold, chosen, ids);
+  if (f.avx512) k.select_at_least = select_avx512;
 #endif
-  return select_at_least_scalar(scores, n, threshold, chosen, ids);
+}
+
+int64_t select_at_least(const float* scores, int64_t n, float threshold, uint8_t* chosen, int32_t* ids) {
+  return cpu_kernels().select_at_least(scores, n, threshold, chosen, ids);
 }
 
 }  // namespace hotcold::kernels

@@ -1,9 +1,11 @@
-// What the CPU can run (cpu()), and the table of dot-product kernels filled once from it (dots()).
+// What the CPU can run (cpu()), and the one table of kernels filled once from it (cpu_kernels()), each kind
+// choosing its entries; the rows kind's choice and the kernels composed of other entries are here.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/dot_isa.hpp"
 #include "kernels/cpu/simd_helpers.hpp"
 
@@ -53,8 +55,8 @@ void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const float* x, int6
 void axpy4_f16_ahead(const float* a, const uint16_t* const* x, float* y, int64_t n, const uint16_t* const*) { axpy4<uint16_t, scalar::axpy_f16>(a, x, y, n); }
 // As two pairs, which makes the same sums.
 void dot4_f16_ahead(const uint16_t* const* w, const float* x, int64_t n, float* out, const uint16_t* const* next) {
-  dots().dot2_f16_ahead(w[0], w[1], x, n, out, out + 1, next[0], next[1]);
-  dots().dot2_f16_ahead(w[2], w[3], x, n, out + 2, out + 3, next[2], next[3]);
+  cpu_kernels().dot2_f16_ahead(w[0], w[1], x, n, out, out + 1, next[0], next[1]);
+  cpu_kernels().dot2_f16_ahead(w[2], w[3], x, n, out + 2, out + 3, next[2], next[3]);
 }
 template <typename W, void (*dot2n)(const W*, const W*, const float* const*, int, int64_t, float*, float*)>
 void dot4n(const W* const* w, const float* const* x, int nx, int64_t n, float* out) {
@@ -65,15 +67,15 @@ void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, 
 void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) { dot4n<uint16_t, kernels::dot2n_f16>(w, x, nx, n, out); }
 void dot4n_bf16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) { dot4n<uint16_t, kernels::dot2n_bf16>(w, x, nx, n, out); }
 void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
-  for (int j = 0; j < nx; ++j) out[j] = dots().dot_q4_0(w, x[j], n);
+  for (int j = 0; j < nx; ++j) out[j] = cpu_kernels().dot_q4_0(w, x[j], n);
 }
 void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
-  for (int j = 0; j < nx; ++j) out[j] = dots().dot_q8_0(w, x[j], n);
+  for (int j = 0; j < nx; ++j) out[j] = cpu_kernels().dot_q8_0(w, x[j], n);
 }
 void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out) {
-  for (int r = 0; r < 4; ++r) out[r] = dots().dot_q4_0(w[r], x, n);
+  for (int r = 0; r < 4; ++r) out[r] = cpu_kernels().dot_q4_0(w[r], x, n);
 }
-void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4*, int64_t n, float* out) { dots().dot4r_q4_0(w, xq, n, out); }
+void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4*, int64_t n, float* out) { cpu_kernels().dot4r_q4_0(w, xq, n, out); }
 // The "ahead" Q4_0 kernels elsewhere: rows next[0..3] of n values asked for whole first, each line once.
 void ask_for_whole_q4_0_rows(const block_q4_0* const* next, int64_t n) {
   for (int r = 0; r < 4; ++r) {
@@ -83,11 +85,11 @@ void ask_for_whole_q4_0_rows(const block_q4_0* const* next, int64_t n) {
 }
 void dot4r_q4_0_x4_ahead(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4*, int64_t n, float* out, const block_q4_0* const* next) {
   ask_for_whole_q4_0_rows(next, n);
-  dots().dot4r_q4_0(w, xq, n, out);
+  cpu_kernels().dot4r_q4_0(w, xq, n, out);
 }
 void axpy4_q4_0_ahead(const float* a, const block_q4_0* const* x, float* y, int64_t n, const block_q4_0* const* next) {
   ask_for_whole_q4_0_rows(next, n);
-  dots().axpy4_q4_0(a, x, y, n);
+  cpu_kernels().axpy4_q4_0(a, x, y, n);
 }
 // AVX2: the four-row kernel asking for the next rows itself (the rearranged vector unused).
 void dot4r_q4_0_x4_ahead_avx2(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4*, int64_t n, float* out, const block_q4_0* const* next) {
@@ -96,7 +98,7 @@ void dot4r_q4_0_x4_ahead_avx2(const block_q4_0* const* w, const block_q8_0* xq, 
 // The VBMI kernel takes rows of a multiple of 128 values; others go the VNNI way.
 void dot4r_q4_0_x4_vbmi(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out) {
   if (n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out, nullptr);
-  dots().dot4r_q4_0(w, xq, n, out);
+  cpu_kernels().dot4r_q4_0(w, xq, n, out);
 }
 void dot4r_q4_0_x4_ahead_vbmi(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next) {
   if (n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out, next);
@@ -105,8 +107,9 @@ void dot4r_q4_0_x4_ahead_vbmi(const block_q4_0* const* w, const block_q8_0* xq, 
 
 }  // namespace composed
 
-dot_kernels fill(const cpu_features& f) {
-  dot_kernels k{};
+}  // namespace
+
+void choose_row_kernels(kernel_table& k, const cpu_features& f) {
   // The scalar references, and what is composed of them.
   k.dot_f32 = scalar::dot_f32, k.dot_f16 = scalar::dot_f16, k.dot_bf16 = scalar::dot_bf16;
   k.dot_q8_0 = scalar::dot_q8_0, k.dot_q4_0 = scalar::dot_q4_0, k.dot_q6_k = scalar::dot_q6_k;
@@ -150,13 +153,17 @@ dot_kernels fill(const cpu_features& f) {
     k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead;  // (the VNNI four-row kernel, whole rows asked for first)
   }
   if (f.vbmi) k.dot4r_q4_0_x4 = composed::dot4r_q4_0_x4_vbmi, k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead_vbmi;
-  return k;
 }
 
-}  // namespace
-
-const dot_kernels& dots() {
-  static const dot_kernels k = fill(cpu());
+const kernel_table& cpu_kernels() {
+  static const kernel_table k = [] {
+    kernel_table t{};
+    const cpu_features& f = cpu();
+    for (auto choose : {choose_row_kernels, choose_k_quant_kernels, choose_q6_k_kernels, choose_f16x16_kernels, choose_q4_0x16_kernels,
+                        choose_gemm_kernels, choose_quantize_kernels, choose_select_kernels, choose_attention_kernels})
+      choose(t, f);
+    return t;
+  }();
   return k;
 }
 
