@@ -1,6 +1,6 @@
 #pragma once
-// The instruction sets' versions of the dot-product kernels (dot_avx2.cpp, dot_avx512.cpp), for the
-// table that picks among them (dot_table.cpp) and for the versions that call each other.
+// The instruction sets' versions of the row kernels (rows_float.cpp, rows_quant.cpp), for their
+// choice into the kernel table (rows.cpp) and for the versions that call each other.
 #include "kernels/cpu/dot.hpp"
 
 namespace hotcold::kernels {

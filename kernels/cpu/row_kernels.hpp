@@ -1,6 +1,6 @@
 #pragma once
 // One table from a tensor type to its CPU kernels on one row: what the engine reads a weight row with,
-// whatever its type. Filled once per process (from dots(), so with the instruction sets this CPU has).
+// whatever its type. Filled once per process (from cpu_kernels(), so with the instruction sets this CPU has).
 #include <cstdint>
 
 #include "kernels/cpu/quants.hpp"

@@ -1,5 +1,6 @@
 #pragma once
-// Across-lane helpers the AVX-512 kernels share.
+// Helpers the vector kernels share: one half to float and a vector's sum (AVX2), across-lane sums
+// (AVX-512), and asking for a stream's lines ahead.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -7,6 +8,21 @@
 #include "kernels/cpu/dispatch.hpp"
 
 namespace hotcold::kernels {
+
+namespace avx2 {
+
+// One half to float with the F16C instruction (the scalar conversion is a dozen branches).
+HOTCOLD_AVX2 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+HOTCOLD_AVX2 inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+}  // namespace avx2
 
 HOTCOLD_AVX512_BEGIN
 

@@ -1,5 +1,8 @@
-// The dot-product kernels for AVX-512: F and VL (avx512), and with BW, DQ, VNNI (and VBMI for the
-// byte-permuting Q4_0 kernel) for the integer products of quantized rows (avx512vnni).
+// Rows of quantized types — Q8_0, Q4_0, Q6_K — against activation vectors (Q8_0 and Q4_0 rows against
+// vectors quantized to Q8_0, as llama.cpp's CPU kernels compute them; Q6_K rows against floats):
+// dot products of one row, of one row with up to four vectors, of four rows at once, and AXPYs, the
+// scalar references first, then the AVX2 versions and the AVX-512 ones (VNNI and VBMI for the integer
+// products). Which of them runs: rows.cpp's choice into the kernel table.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,9 +15,239 @@
 
 namespace hotcold::kernels {
 
-// ---- AVX-512 VNNI (Zen 4/5, Ice Lake and later) ---------------------------------------------
+namespace scalar {
+
+float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / qk8_0; ++b) {
+    int32_t acc = 0;
+    for (int i = 0; i < qk8_0; ++i) acc += w[b].qs[i] * x[b].qs[i];
+    s += fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d) * static_cast<float>(acc);
+  }
+  return s;
+}
+
+float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) {
+  float s = 0;
+  for (int64_t b = 0; b < n / qk4_0; ++b) {
+    int32_t acc = 0;
+    for (int j = 0; j < qk4_0 / 2; ++j) {
+      acc += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
+      acc += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + 16];
+    }
+    s += fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d) * static_cast<float>(acc);
+  }
+  return s;
+}
+
+void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
+    float s = a * fp16_to_fp32(x[b].d);
+    for (int i = 0; i < qk8_0; ++i) y[i] += s * x[b].qs[i];
+  }
+}
+
+void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    float s = a * fp16_to_fp32(x[b].d);
+    for (int j = 0; j < qk4_0 / 2; ++j) {
+      y[j] += s * ((x[b].qs[j] & 0x0F) - 8);
+      y[j + 16] += s * ((x[b].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
+  float s = 0;
+  float tmp[qk_k];
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    dequantize_row_q6_k(w + b, tmp, qk_k);
+    for (int i = 0; i < qk_k; ++i) s += tmp[i] * x[i];
+  }
+  return s;
+}
+
+void axpy_q6_k(float a, const block_q6_k* x, float* y, int64_t n) {
+  float tmp[qk_k];
+  for (int64_t b = 0; b < n / qk_k; ++b, y += qk_k) {
+    dequantize_row_q6_k(x + b, tmp, qk_k);
+    for (int i = 0; i < qk_k; ++i) y[i] += a * tmp[i];
+  }
+}
+
+}  // namespace scalar
+
+namespace avx2 {
+
+// Sum of int8 products of 32 pairs as 8 int32 lanes, converted to float.
+HOTCOLD_AVX2 static inline __m256 dot_i8_32(__m256i a, __m256i b) {
+  // maddubs needs unsigned x signed: move a's sign onto b.
+  __m256i ua = _mm256_sign_epi8(a, a);
+  __m256i sb = _mm256_sign_epi8(b, a);
+  __m256i p16 = _mm256_maddubs_epi16(ua, sb);
+  __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+  return _mm256_cvtepi32_ps(p32);
+}
+
+HOTCOLD_AVX2 static inline __m256 q8_0_block(const block_q8_0& w, const block_q8_0& x) {
+  __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
+  __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+  return _mm256_mul_ps(_mm256_set1_ps(h2f(w.d) * h2f(x.d)), dot_i8_32(qa, qb));
+}
+
+// Sums block(w[b], x[b]) over the blocks with two accumulators, so consecutive blocks do not wait on
+// one another's additions.
+template <typename W, __m256 (*block)(const W&, const block_q8_0&)>
+HOTCOLD_AVX2 static inline float sum_blocks(const W* w, const block_q8_0* x, int64_t nb) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    acc0 = _mm256_add_ps(acc0, block(w[b], x[b]));
+    acc1 = _mm256_add_ps(acc1, block(w[b + 1], x[b + 1]));
+  }
+  if (b < nb) acc0 = _mm256_add_ps(acc0, block(w[b], x[b]));
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+HOTCOLD_AVX2 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n) { return sum_blocks<block_q8_0, q8_0_block>(w, x, n / qk8_0); }
+
+HOTCOLD_AVX2 static inline __m256 q4_0_block(const block_q4_0& w, const block_q8_0& x) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs));
+  // Low nibbles are values 0..15, high nibbles values 16..31.
+  __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+  __m256i qa = _mm256_sub_epi8(_mm256_and_si256(both, low4), eight);
+  __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+  return _mm256_mul_ps(_mm256_set1_ps(h2f(w.d) * h2f(x.d)), dot_i8_32(qa, qb));
+}
+
+HOTCOLD_AVX2 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) { return sum_blocks<block_q4_0, q4_0_block>(w, x, n / qk4_0); }
+
+// Four Q4_0 rows against one vector, block by block: the vector's block loaded once for the four, its
+// sum (times 8) once; each row's nibbles taken as they are (0..15, unsigned, as maddubs wants them) and
+// the 8 every nibble carries taken off as 8 x the block's sum — no sign juggling a row (the single-row
+// kernel moves the row's signs onto the vector's bytes: two more operations a row and block).
+// With `next`: four rows read next (a sparse FFN's scattered rows) asked for as these are read, each
+// line once, at the offsets being read (asked for whole first, they came in bursts).
+HOTCOLD_AVX2 void dot4r_q4_0_ahead(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out, const block_q4_0* const* next) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  uintptr_t line[4] = {};
+  if (next)
+    for (int r = 0; r < 4; ++r) line[r] = stream_line(next[r], 0);
+  for (int64_t b = 0; b < n / qk4_0; ++b) {
+    const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    const __m256i sum8 = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xb), ones16), 3);
+    const float dx = h2f(x[b].d);
+    if (next)
+      for (int r = 0; r < 4; ++r) prefetch_until(line[r], reinterpret_cast<uintptr_t>(next[r] + b + 1));
+    for (int r = 0; r < 4; ++r) {
+      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][b].qs));
+      const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
+      const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, xb), ones16), sum8);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[r][b].d) * dx), _mm256_cvtepi32_ps(s), acc[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) out[r] = hsum(acc[r]);
+}
+HOTCOLD_AVX2 void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out) { dot4r_q4_0_ahead(w, x, n, out, nullptr); }
+
+HOTCOLD_AVX2 static inline __m256 int8x8_to_ps(const int8_t* q) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+}
+
+HOTCOLD_AVX2 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
+    __m256 s = _mm256_set1_ps(a * h2f(x[b].d));
+    for (int j = 0; j < qk8_0; j += 8) _mm256_storeu_ps(y + j, _mm256_fmadd_ps(s, int8x8_to_ps(x[b].qs + j), _mm256_loadu_ps(y + j)));
+  }
+}
+
+HOTCOLD_AVX2 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n) {
+  const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  alignas(16) int8_t q[32];
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
+    _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm_sub_epi8(_mm_and_si128(v, m4), eight));                       // values 0..15
+    _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), eight));  // 16..31
+    __m256 s = _mm256_set1_ps(a * h2f(x[b].d));
+    for (int j = 0; j < 32; j += 8) _mm256_storeu_ps(y + j, _mm256_fmadd_ps(s, int8x8_to_ps(q + j), _mm256_loadu_ps(y + j)));
+  }
+}
+
+// Q6_K: unpack a block's 256 six-bit values to int8 with vector shifts (value v = 128 h + 32 q + l,
+// as dequantize_row_q6_k reads them), then multiply in groups of 16 sharing the scale scales[v / 16].
+HOTCOLD_AVX2 float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  alignas(32) int8_t q[qk_k];
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
+    const uint8_t* ql = w[b].ql;
+    const uint8_t* qh = w[b].qh;
+    for (int h = 0; h < 2; ++h, ql += 64, qh += 32) {
+      __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      __m256i* out = reinterpret_cast<__m256i*>(q + 128 * h);
+      _mm256_store_si256(out + 0, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 0), m3), 4)), k32));
+      _mm256_store_si256(out + 1, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m3), 4)), k32));
+      _mm256_store_si256(out + 2, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m3), 4)), k32));
+      _mm256_store_si256(out + 3, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m3), 4)), k32));
+    }
+    const float d = h2f(w[b].d);
+    for (int g = 0; g < qk_k / 16; ++g) {
+      __m256 sc = _mm256_set1_ps(d * static_cast<float>(w[b].scales[g]));
+      acc0 = _mm256_fmadd_ps(_mm256_mul_ps(sc, int8x8_to_ps(q + 16 * g)), _mm256_loadu_ps(x + 16 * g), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_mul_ps(sc, int8x8_to_ps(q + 16 * g + 8)), _mm256_loadu_ps(x + 16 * g + 8), acc1);
+    }
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+HOTCOLD_AVX2 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / qk8_0; ++b, y += qk8_0) {
+    __m256 s[4];
+    for (int r = 0; r < 4; ++r) s[r] = _mm256_set1_ps(a[r] * h2f(x[r][b].d));
+    for (int j = 0; j < qk8_0; j += 8) {
+      __m256 v = _mm256_loadu_ps(y + j);
+      for (int r = 0; r < 4; ++r) v = _mm256_fmadd_ps(s[r], int8x8_to_ps(x[r][b].qs + j), v);
+      _mm256_storeu_ps(y + j, v);
+    }
+  }
+}
+
+// With `next`: the four rows added next asked for as these are read, each line once (dot4r_q4_0_ahead).
+HOTCOLD_AVX2 void axpy4_q4_0_ahead(const float* a, const block_q4_0* const* x, float* y, int64_t n, const block_q4_0* const* next) {
+  const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  alignas(16) int8_t q[4][32];
+  uintptr_t line[4] = {};
+  if (next)
+    for (int r = 0; r < 4; ++r) line[r] = stream_line(next[r], 0);
+  for (int64_t b = 0; b < n / qk4_0; ++b, y += qk4_0) {
+    if (next)
+      for (int r = 0; r < 4; ++r) prefetch_until(line[r], reinterpret_cast<uintptr_t>(next[r] + b + 1));
+    __m256 s[4];
+    for (int r = 0; r < 4; ++r) {
+      __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][b].qs));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q[r]), _mm_sub_epi8(_mm_and_si128(v, m4), eight));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q[r] + 16), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), eight));
+      s[r] = _mm256_set1_ps(a[r] * h2f(x[r][b].d));
+    }
+    for (int j = 0; j < 32; j += 8) {
+      __m256 v = _mm256_loadu_ps(y + j);
+      for (int r = 0; r < 4; ++r) v = _mm256_fmadd_ps(s[r], int8x8_to_ps(q[r] + j), v);
+      _mm256_storeu_ps(y + j, v);
+    }
+  }
+}
+HOTCOLD_AVX2 void axpy4_q4_0(const float* a, const block_q4_0* const* x, float* y, int64_t n) { avx2::axpy4_q4_0_ahead(a, x, y, n, nullptr); }
+
+}  // namespace avx2
 
 HOTCOLD_AVX512_BEGIN
+
+// ---- AVX-512 VNNI (Zen 4/5, Ice Lake and later) ---------------------------------------------
 
 namespace avx512vnni {
 
@@ -202,221 +435,7 @@ HOTCOLD_VNNI void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int
 
 }  // namespace avx512vnni
 
-
 namespace avx512 {
-
-struct f32_row16 {
-  const float* w;
-  HOTCOLD_AVX512 __m512 operator()(int64_t i) const { return _mm512_loadu_ps(w + i); }
-  HOTCOLD_AVX512 float at(int64_t i) const { return w[i]; }
-};
-struct f16_row16 {
-  const uint16_t* w;
-  HOTCOLD_AVX512 __m512 operator()(int64_t i) const { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))); }
-  HOTCOLD_AVX512 float at(int64_t i) const { return _cvtsh_ss(w[i]); }
-};
-struct bf16_row16 {  // the top halves of sixteen F32s, widened and shifted into place
-  const uint16_t* w;
-  HOTCOLD_AVX512 __m512 operator()(int64_t i) const {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))), 16));
-  }
-  HOTCOLD_AVX512 float at(int64_t i) const { return bf16_to_fp32(w[i]); }
-};
-
-// With next0 (and next1), the same offsets of those rows are asked for as this reads (dot2_f16_ahead).
-template <int NX, typename Row>
-HOTCOLD_AVX512 static inline void dot2n(Row r0, Row r1, const float* const* x, int64_t n, float* out0, float* out1, const char* next0 = nullptr,
-                                        const char* next1 = nullptr) {
-  constexpr int64_t eb = sizeof(*r0.w);
-  // Two halves of 16 per step: 4 x NX independent sums, enough to cover the FMA latency.
-  __m512 a0[NX], a1[NX], b0[NX], b1[NX];
-  for (int j = 0; j < NX; ++j) a0[j] = a1[j] = b0[j] = b1[j] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    if (next0)
-      for (int64_t b = 0; b < 32 * eb; b += 64) _mm_prefetch(next0 + i * eb + b, _MM_HINT_T0), _mm_prefetch(next1 + i * eb + b, _MM_HINT_T0);
-    const __m512 w0 = r0(i), w1 = r1(i), v0 = r0(i + 16), v1 = r1(i + 16);
-    for (int j = 0; j < NX; ++j) {
-      const __m512 x0 = _mm512_loadu_ps(x[j] + i), x1 = _mm512_loadu_ps(x[j] + i + 16);
-      a0[j] = _mm512_fmadd_ps(w0, x0, a0[j]);
-      a1[j] = _mm512_fmadd_ps(w1, x0, a1[j]);
-      b0[j] = _mm512_fmadd_ps(v0, x1, b0[j]);
-      b1[j] = _mm512_fmadd_ps(v1, x1, b1[j]);
-    }
-  }
-  for (; i + 16 <= n; i += 16) {
-    const __m512 w0 = r0(i), w1 = r1(i);
-    for (int j = 0; j < NX; ++j) {
-      const __m512 v = _mm512_loadu_ps(x[j] + i);
-      a0[j] = _mm512_fmadd_ps(w0, v, a0[j]);
-      a1[j] = _mm512_fmadd_ps(w1, v, a1[j]);
-    }
-  }
-  for (int j = 0; j < NX; ++j) {
-    float s0 = _mm512_reduce_add_ps(_mm512_add_ps(a0[j], b0[j])), s1 = _mm512_reduce_add_ps(_mm512_add_ps(a1[j], b1[j]));
-    for (int64_t k = i; k < n; ++k) s0 += r0.at(k) * x[j][k], s1 += r1.at(k) * x[j][k];
-    out0[j] = s0, out1[j] = s1;
-  }
-}
-
-// One row against NX vectors, four steps of 16 in flight: one sequential stream through the row.
-template <int NX, typename Row>
-HOTCOLD_AVX512 static inline void dotn(Row row, const float* const* x, int64_t n, float* out) {
-  __m512 a[4][NX];
-  for (int u = 0; u < 4; ++u)
-    for (int j = 0; j < NX; ++j) a[u][j] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64)
-    for (int u = 0; u < 4; ++u) {
-      const __m512 w = row(i + 16 * u);
-      for (int j = 0; j < NX; ++j) a[u][j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x[j] + i + 16 * u), a[u][j]);
-    }
-  for (; i + 16 <= n; i += 16) {
-    const __m512 w = row(i);
-    for (int j = 0; j < NX; ++j) a[0][j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x[j] + i), a[0][j]);
-  }
-  for (int j = 0; j < NX; ++j) {
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0][j], a[1][j]), _mm512_add_ps(a[2][j], a[3][j])));
-    for (int64_t k = i; k < n; ++k) s += row.at(k) * x[j][k];
-    out[j] = s;
-  }
-}
-
-template <typename Row>
-HOTCOLD_AVX512 static inline void dotn_any(Row row, const float* const* x, int nx, int64_t n, float* out) {
-  switch (nx) {
-    case 1: return dotn<1>(row, x, n, out);
-    case 2: return dotn<2>(row, x, n, out);
-    case 3: return dotn<3>(row, x, n, out);
-    default: return dotn<4>(row, x, n, out);
-  }
-}
-HOTCOLD_AVX512 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(f32_row16{w}, x, nx, n, out); }
-HOTCOLD_AVX512 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(f16_row16{w}, x, nx, n, out); }
-HOTCOLD_AVX512 void dotn_bf16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(bf16_row16{w}, x, nx, n, out); }
-
-template <typename Row>
-HOTCOLD_AVX512 static inline void dot2n_any(Row r0, Row r1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
-  switch (nx) {
-    case 1: return dot2n<1>(r0, r1, x, n, out0, out1);
-    case 2: return dot2n<2>(r0, r1, x, n, out0, out1);
-    case 3: return dot2n<3>(r0, r1, x, n, out0, out1);
-    default: return dot2n<4>(r0, r1, x, n, out0, out1);
-  }
-}
-
-HOTCOLD_AVX512 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
-  dot2n_any(f32_row16{w0}, f32_row16{w1}, x, nx, n, out0, out1);
-}
-
-// Four rows against NX vectors: 4 x NX sums; each converted row value serves NX products and each
-// vector load four — enough work per load that the loads keep up with the FMA units.
-template <int NX, typename Row>
-HOTCOLD_AVX512 static inline void dot4n(const Row (&w)[4], const float* const* x, int64_t n, float* out) {
-  __m512 a[4][NX];
-  for (int r = 0; r < 4; ++r)
-    for (int j = 0; j < NX; ++j) a[r][j] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 w0 = w[0](i), w1 = w[1](i), w2 = w[2](i), w3 = w[3](i);
-    for (int j = 0; j < NX; ++j) {
-      const __m512 v = _mm512_loadu_ps(x[j] + i);
-      a[0][j] = _mm512_fmadd_ps(w0, v, a[0][j]);
-      a[1][j] = _mm512_fmadd_ps(w1, v, a[1][j]);
-      a[2][j] = _mm512_fmadd_ps(w2, v, a[2][j]);
-      a[3][j] = _mm512_fmadd_ps(w3, v, a[3][j]);
-    }
-  }
-  // The 16 sums at once: a transpose-and-add network (45 instructions instead of 16 reductions).
-  __m512 v[16];
-  for (int r = 0; r < 4; ++r)
-    for (int j = 0; j < 4; ++j) v[4 * r + j] = _mm512_setzero_ps();
-  for (int r = 0; r < 4; ++r)
-    for (int j = 0; j < NX; ++j) v[4 * r + j] = a[r][j];
-  alignas(64) float sums[16];
-  _mm512_store_ps(sums, reduce16(v));
-  for (int r = 0; r < 4; ++r)
-    for (int j = 0; j < NX; ++j) {
-      float s = sums[4 * r + j];
-      for (int64_t k = i; k < n; ++k) s += w[r].at(k) * x[j][k];
-      out[r * 4 + j] = s;
-    }
-}
-
-template <typename Row>
-HOTCOLD_AVX512 static inline void dot4n_any(const Row (&w)[4], const float* const* x, int nx, int64_t n, float* out) {
-  switch (nx) {
-    case 1: return dot4n<1>(w, x, n, out);
-    case 2: return dot4n<2>(w, x, n, out);
-    case 3: return dot4n<3>(w, x, n, out);
-    default: return dot4n<4>(w, x, n, out);
-  }
-}
-HOTCOLD_AVX512 void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out) {
-  const f32_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
-  dot4n_any(r, x, nx, n, out);
-}
-HOTCOLD_AVX512 void dot4n_f16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) {
-  const f16_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
-  dot4n_any(r, x, nx, n, out);
-}
-HOTCOLD_AVX512 void dot2n_f16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
-  dot2n_any(f16_row16{w0}, f16_row16{w1}, x, nx, n, out0, out1);
-}
-HOTCOLD_AVX512 void dot2_f16_ahead(const uint16_t* w0, const uint16_t* w1, const float* x, int64_t n, float* out0, float* out1, const uint16_t* next0,
-                                   const uint16_t* next1) {
-  dot2n<1>(f16_row16{w0}, f16_row16{w1}, &x, n, out0, out1, reinterpret_cast<const char*>(next0), reinterpret_cast<const char*>(next1));
-}
-// Four rows with dot2n<1>'s sums per row: lanes 0-15 of each 32 into a, 16-31 into b, then a + b
-// summed across lanes; the 16-value step after the last 32 into a, the rest one value at a time.
-HOTCOLD_AVX512 void dot4_f16_ahead(const uint16_t* const* w, const float* x, int64_t n, float* out, const uint16_t* const* next) {
-  const f16_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
-  __m512 a[4], b[4];
-  for (int q = 0; q < 4; ++q) a[q] = b[q] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int q = 0; q < 4; ++q) _mm_prefetch(reinterpret_cast<const char*>(next[q] + i), _MM_HINT_T0);
-    const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
-    for (int q = 0; q < 4; ++q) a[q] = _mm512_fmadd_ps(r[q](i), x0, a[q]), b[q] = _mm512_fmadd_ps(r[q](i + 16), x1, b[q]);
-  }
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    for (int q = 0; q < 4; ++q) a[q] = _mm512_fmadd_ps(r[q](i), v, a[q]);
-  }
-  for (int q = 0; q < 4; ++q) {
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(a[q], b[q]));
-    for (int64_t k = i; k < n; ++k) s += r[q].at(k) * x[k];
-    out[q] = s;
-  }
-}
-// axpy4_f16's sums (each value y + a0 r0 + a1 r1 + a2 r2 + a3 r3 in that order, as the AVX2 kernel
-// makes them) sixteen at a time, 64 bytes of each row a step with the next rows' same line asked for;
-// what is left (under 32 values) by the AVX2 kernel.
-HOTCOLD_AVX512 void axpy4_f16_ahead(const float* a, const uint16_t* const* x, float* y, int64_t n, const uint16_t* const* next) {
-  const __m512 a0 = _mm512_set1_ps(a[0]), a1 = _mm512_set1_ps(a[1]), a2 = _mm512_set1_ps(a[2]), a3 = _mm512_set1_ps(a[3]);
-  const f16_row16 r[4] = {{x[0]}, {x[1]}, {x[2]}, {x[3]}};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) _mm_prefetch(reinterpret_cast<const char*>(next[k] + i), _MM_HINT_T0);
-    for (int64_t h = i; h < i + 32; h += 16) {
-      __m512 v = _mm512_fmadd_ps(a0, r[0](h), _mm512_loadu_ps(y + h));
-      v = _mm512_fmadd_ps(a1, r[1](h), v);
-      v = _mm512_fmadd_ps(a2, r[2](h), v);
-      _mm512_storeu_ps(y + h, _mm512_fmadd_ps(a3, r[3](h), v));
-    }
-  }
-  if (i < n) {
-    const uint16_t* rest[4] = {x[0] + i, x[1] + i, x[2] + i, x[3] + i};
-    avx2::axpy4_f16(a, rest, y + i, n - i);
-  }
-}
-HOTCOLD_AVX512 void dot4n_bf16(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out) {
-  const bf16_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};
-  dot4n_any(r, x, nx, n, out);
-}
-HOTCOLD_AVX512 void dot2n_bf16(const uint16_t* w0, const uint16_t* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
-  dot2n_any(bf16_row16{w0}, bf16_row16{w1}, x, nx, n, out0, out1);
-}
 
 // Q4_0 down rows: each nibble, widened to a 32-bit lane, indexes a table of the values -8..7 as
 // floats (vpermps reads only an index's low four bits, so neither the high nibble left in a lane nor
@@ -477,5 +496,7 @@ HOTCOLD_AVX512 void axpy4_q8_0(const float* a, const block_q8_0* const* x, float
 }
 
 }  // namespace avx512
+
+HOTCOLD_AVX512_END
 
 }  // namespace hotcold::kernels
