@@ -29,16 +29,13 @@ const cpu_features& cpu() {
 
 const char* dot_implementation() { return cpu().vnni ? "avx512vnni" : cpu().avx2 ? "avx2" : "scalar"; }
 
-const kernel_table& cpu_kernels() {
-  static const kernel_table k = [] {
-    kernel_table t{};
-    const cpu_features& f = cpu();
-    for (auto choose : {choose_row_kernels, choose_k_quant_kernels, choose_q6_k_kernels, choose_f16x16_kernels, choose_q4_0x16_kernels,
-                        choose_gemm_kernels, choose_quantize_kernels, choose_select_kernels, choose_attention_kernels})
-      choose(t, f);
-    return t;
-  }();
-  return k;
+kernel_table make_kernel_table() {
+  kernel_table t{};
+  const cpu_features& f = cpu();
+  for (auto choose : {choose_row_kernels, choose_k_quant_kernels, choose_q6_k_kernels, choose_f16x16_kernels, choose_q4_0x16_kernels, choose_gemm_kernels,
+                      choose_quantize_kernels, choose_select_kernels, choose_attention_kernels})
+    choose(t, f);
+  return t;
 }
 
 }  // namespace hotcold::kernels

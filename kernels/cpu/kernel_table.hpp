@@ -80,7 +80,13 @@ struct kernel_table {
   void (*attend_block_f16)(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                            float* const* out, float* scratch);
 };
-const kernel_table& cpu_kernels();
+// The table as this CPU fills it (made once; what cpu_kernels() returns).
+kernel_table make_kernel_table();
+// (Inline: a kernel's call costs one load and one indirect call, however small the kernel.)
+inline const kernel_table& cpu_kernels() {
+  static const kernel_table k = make_kernel_table();
+  return k;
+}
 
 // Each kind's choice, in its own file.
 void choose_row_kernels(kernel_table& k, const cpu_features& f);
