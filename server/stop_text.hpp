@@ -30,7 +30,6 @@ class stop_text {
   void finish(const sink& out) { release(text_.size(), out); }
 
   const std::string& text() const { return text_; }
-  const std::vector<std::string>& stops() const { return stops_; }
   bool stopped() const { return stopped_; }
 
  private:
