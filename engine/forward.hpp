@@ -204,7 +204,7 @@ class inference_context {
   };
   ffn_plan plan_ffn(int64_t layer, const layer_weights& l, int64_t n, bool may_go_dense);
   // Each token's chosen neurons (B.chosen) and their union (union_), as the plan says.
-  void choose_neurons(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p);
+  void choose_neurons(step_state& B, int64_t layer, const float* pred_in, const ffn_plan& p);
   // The FFN as matrix products (every neuron), or the chosen neurons' rows (here or by the executor).
   void ffn_as_matrices(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool margins, float* out);
   void ffn_chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, float* out);

@@ -115,7 +115,7 @@ inference_context::ffn_plan inference_context::plan_ffn(int64_t layer, const lay
   return p;
 }
 
-void inference_context::choose_neurons(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p) {
+void inference_context::choose_neurons(step_state& B, int64_t layer, const float* pred_in, const ffn_plan& p) {
   const int64_t n = B.n, n_ff = model_->hp().n_ff;
   std::optional<trace_scope> predict_span;
   if (p.sparse) predict_span.emplace(trace_, stage::predict, B.step, layer, n);
@@ -269,7 +269,7 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
     trace_scope span(trace_, stage::ffn, B.step, layer, n);
     every_neuron(B, layer, l, on, in, B.gate.data(), B.truth.data(), p.margins);
   }
-  choose_neurons(B, layer, l, pred_in, p);
+  choose_neurons(B, layer, pred_in, p);
   // The neurons of the union: each row read once, each token computing the neurons it chose. Threads
   // take contiguous shares of the union and own their rows of hidden and their accumulators; or the
   // executor (the hot/cold split) computes them.

@@ -36,9 +36,9 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   // A sparse file on a device with no placement made for it: a profile beside it, or a short one now.
   o.placement.cache_dir = cache_dir();
-  o.placement.firing_counts = [&a](const std::string& model_path, const model& mm) {
+  o.placement.firing_counts = [&a, dir = o.placement.cache_dir](const std::string& model_path, const model& mm) {
     tools::short_profile_options so;
-    so.cache_dir = cache_dir();
+    so.cache_dir = dir;
     so.threads = a.threads;
     progress_bar bar("hotcold: profiling for a placement");
     so.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };

@@ -26,12 +26,18 @@ std::string client::new_id() { return fmt::format("c{}", next_++); }
 
 void client::send_raw(std::string_view frame) { sock_.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::none); }
 
-std::optional<json> client::next_reply(std::chrono::milliseconds timeout) {
+std::optional<std::string> client::next_frame(std::chrono::milliseconds timeout) {
   zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}};
   if (zmq::poll(items, 1, timeout) == 0) return std::nullopt;
   zmq::message_t m;
   if (!sock_.recv(m, zmq::recv_flags::dontwait)) return std::nullopt;
-  json j = json::parse(m.to_string_view(), nullptr, false);
+  return m.to_string();
+}
+
+std::optional<json> client::next_reply(std::chrono::milliseconds timeout) {
+  auto frame = next_frame(timeout);
+  if (!frame) return std::nullopt;
+  json j = json::parse(*frame, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw client_error("the server sent a frame that is not a JSON object");
   return j;
 }
@@ -41,9 +47,9 @@ protocol::reply client::wait_for(const std::string& id) {
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) throw client_error(fmt::format("no reply from the server within {} ms", timeout_.count()));
-    auto j = next_reply(left);
-    if (!j) continue;
-    auto decoded = protocol::decode_reply(j->dump());
+    auto frame = next_frame(left);
+    if (!frame) continue;
+    auto decoded = protocol::decode_reply(*frame);
     if (auto* bad = std::get_if<protocol::protocol_error>(&decoded)) throw client_error(fmt::format("the server sent a reply this client cannot read: {}", bad->message));
     auto& r = std::get<protocol::reply>(decoded);
     if (const auto* e = std::get_if<protocol::error_reply>(&r); e && (e->error.id == id || e->error.id.empty()))

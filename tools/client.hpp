@@ -53,6 +53,8 @@ class client {
 
  private:
   std::string new_id();
+  // The next frame as it came (nullopt after the timeout).
+  std::optional<std::string> next_frame(std::chrono::milliseconds timeout);
   protocol::reply wait_for(const std::string& id);
   // fields as a request of `type` with a new id, through the protocol's decoder.
   protocol::request request_of(const std::string& type, nlohmann::json fields);
