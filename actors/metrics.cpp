@@ -39,6 +39,15 @@ metrics::metrics() : registry_(std::make_shared<prometheus::Registry>()) {
               .Add({}, latency_buckets());
   active_ = &BuildGauge().Name("hotcold_active_sequences").Help("Sequences holding a KV slot").Register(*registry_).Add({});
   queued_ = &BuildGauge().Name("hotcold_queue_depth").Help("Requests waiting for a KV slot").Register(*registry_).Add({});
+  client_queued_ = &BuildGauge()
+                        .Name("hotcold_client_queue_depth")
+                        .Help("Requests waiting for a KV slot, by client (zmq:PEER, curve:KEY, key:DIGEST of an HTTP key, http:ADDRESS); clients with none are left out")
+                        .Register(*registry_);
+  record_errors_ = &BuildCounter()
+                        .Name("hotcold_record_write_errors_total")
+                        .Help("Records serve --record could not write (a full disk, a file-size limit): lost")
+                        .Register(*registry_)
+                        .Add({});
   reply_bytes_ = &BuildGauge()
                       .Name("hotcold_reply_bytes_queued")
                       .Help("Bytes of replies waiting to be written to the clients' connections")
@@ -94,6 +103,24 @@ metrics::percentiles metrics::recent_itl() const {
 void metrics::bad_frame() { bad_frames_->Increment(); }
 void metrics::client_cut_off() { cut_off_->Increment(); }
 void metrics::set_reply_bytes_queued(int64_t bytes) { reply_bytes_->Set(static_cast<double>(bytes)); }
+
+void metrics::record_write_error() { record_errors_->Increment(); }
+
+void metrics::set_client_queues(const std::map<std::string, int64_t>& depths) {
+  for (auto it = client_gauges_.begin(); it != client_gauges_.end();) {
+    if (depths.count(it->first)) {
+      ++it;
+      continue;
+    }
+    client_queued_->Remove(it->second);
+    it = client_gauges_.erase(it);
+  }
+  for (const auto& [client, n] : depths) {
+    auto& g = client_gauges_[client];
+    if (!g) g = &client_queued_->Add({{"client", client}});
+    g->Set(static_cast<double>(n));
+  }
+}
 
 void metrics::set_load(int64_t active_sequences, int64_t queued) {
   active_->Set(static_cast<double>(active_sequences));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <memory>
 #include <string>
@@ -42,6 +43,10 @@ class metrics {
   percentiles recent_itl() const;
   static constexpr std::chrono::seconds recent_window{60};
   void set_load(int64_t active_sequences, int64_t queued);
+  // Requests waiting for a slot, by client (those not named have none); called by one thread.
+  void set_client_queues(const std::map<std::string, int64_t>& depths);
+  // A record serve --record could not write.
+  void record_write_error();
   // The pipeline's live measurements, exported with the rest from now on, and the memory read
   // bandwidth measured on this machine (bytes/s; 0: not measured) that bytes read are compared with.
   void attach(std::shared_ptr<const live_stats> stats, double bandwidth_ceiling);
@@ -59,6 +64,9 @@ class metrics {
   prometheus::Counter *prompt_tokens_, *generated_tokens_, *bad_frames_, *cut_off_;
   prometheus::Histogram *ttft_, *itl_;
   prometheus::Gauge *active_, *queued_, *reply_bytes_;
+  prometheus::Family<prometheus::Gauge>* client_queued_;
+  std::map<std::string, prometheus::Gauge*> client_gauges_;
+  prometheus::Counter* record_errors_;
   struct recent_samples {
     std::deque<std::pair<std::chrono::steady_clock::time_point, double>> values;
     void add(double v);

@@ -420,9 +420,14 @@ void print_table(const report& r, const model& m) {
 
 }  // namespace
 
-void run_bench(const bench_args& a) {
+void run_bench(const bench_args& given) {
+  bench_args a = given;
   if (a.reps < 1) throw std::invalid_argument("-r must be at least 1");
-  auto l = load(a.m, std::max(1, a.n_prompt + a.n_gen), std::max(a.parallel, a.vs_parallel));
+  auto l = load(a.m, std::max(1, a.n_prompt + std::max(0, a.n_gen)), std::max(a.parallel, a.vs_parallel));
+  if (a.n_gen < 0) {  // -1: each decode runs until the context is full
+    a.n_gen = static_cast<int>(std::max<int64_t>(0, l.ctx->n_ctx() - a.n_prompt));
+    fmt::print(stderr, "hotcold bench: -n -1: {} generated tokens (a context of {} after {} prompt tokens)\n", a.n_gen, l.ctx->n_ctx(), a.n_prompt);
+  }
   l.ctx->forward(1, 0);  // warm-up: first touch of every weight page
   comparisons c;
   const auto configs = configs_of(a, l.ctx->mode(), c);

@@ -24,6 +24,8 @@ void check_fits(int64_t n_prompt, int64_t n_ctx) {
     throw std::length_error(fmt::format("the prompt has {} tokens, more than the context of {} (raise -c)", n_prompt, n_ctx));
 }
 
+int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt) { return n_predict < 0 ? std::max<int64_t>(0, n_ctx - n_prompt) : n_predict; }
+
 void finalize_seed(sampling_args& s) {
   check_sampling_flags(s.p);
   if (!s.seed_given) {
@@ -86,7 +88,7 @@ void run_on_actors(loaded& l, const run_args& a, const std::vector<token_id>& to
   auto p = l.make_pipeline();
   actors::generation_request r;
   r.prompt = tokens;
-  r.n_predict = a.s.n_predict;
+  r.n_predict = static_cast<int32_t>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), static_cast<int64_t>(tokens.size())));
   r.sampling = a.s.p;
   p->submit(std::move(r));
   const auto d = stream_until_done(*p, l.m->vocabulary());
@@ -106,7 +108,7 @@ void run_on_reference(loaded& l, const run_args& a, const std::vector<token_id>&
   auto logits = feed(*l.ctx, tokens, pos);
   const double t_prompt = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  const int n = generate(*l.ctx, smp, logits, pos, a.s.n_predict);
+  const int n = generate(*l.ctx, smp, logits, pos, static_cast<int>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), pos)));
   const double t_gen = seconds_since(t1);
   fmt::print("\n");
   fmt::print(stderr, "hotcold: prompt {} tokens in {:.0f} ms ({:.1f} tok/s); generated {} tokens in {:.0f} ms ({:.1f} tok/s)\n", tokens.size(),
@@ -160,7 +162,7 @@ void run_chat(chat_args a) {
     int64_t pos = static_cast<int64_t>(same);
     auto logits = feed(*l.ctx, fresh, pos);
     std::vector<token_id> reply;
-    generate(*l.ctx, smp, logits, pos, a.s.n_predict, &reply);
+    generate(*l.ctx, smp, logits, pos, static_cast<int>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), pos)), &reply);
     held = tokens;
     held.insert(held.end(), reply.begin(), reply.end());
     conversation.push_back({"assistant", v.detokenize(reply)});

@@ -28,6 +28,9 @@ void run_serve(const serve_args& a) {
   server::check_bind(a.s);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  // A file-size limit (ulimit -f) reached by --record: the write fails (EFBIG) and is counted, as
+  // on a full disk, instead of the signal ending the server.
+  std::signal(SIGXFSZ, SIG_IGN);
   auto l = load(a.m, 0, a.parallel);
   serving.store(true);
   const auto c = server::serve(l, a.s, stop_requested);

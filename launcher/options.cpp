@@ -4,6 +4,7 @@
 // file that builds a CLI::App compiles much of it again).
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -108,7 +109,9 @@ void add_pipeline_option(CLI::App* cmd, std::string& pipeline) {
 }
 
 void add_sampling_options(CLI::App* cmd, sampling_args& s) {
-  cmd->add_option("-n,--n-predict", s.n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("-n,--n-predict", s.n_predict, "Tokens to generate (-1: until the end of the text or a full context)")
+      ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   cmd->add_option("--temp", s.p.temperature, "Temperature (<= 0: greedy; at most 100)")->capture_default_str();
   cmd->add_option("--top-k", s.p.top_k, "Top-k (<= 0: off)")->capture_default_str();
   cmd->add_option("--top-p", s.p.top_p, "Top-p (>= 1: off)")->capture_default_str();
@@ -193,7 +196,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   add_model_options(cmd, a->m, false);
   add_pipeline_option(cmd, a->pipeline);
   cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->capture_default_str();
-  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip; -1: until the context is full)")
+      ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions")->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Sequences decoded at once, one step for all (decode_tokens_per_s is their sum)")
       ->check(CLI::Range(1, 256))
@@ -228,6 +233,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
   cmd->add_option("--max-prompt-tokens", a->s.max_prompt_tokens, "Longest prompt accepted, in tokens (default: the context)")->check(whole_in(0, 1ll << 40));
+  cmd->add_option("--max-queued-per-client", a->s.max_queued_per_client,
+                  "Requests of one client (ZeroMQ peer or CURVE key; HTTP key, or address without keys) that may wait for a slot before "
+                  "its new ones get `busy` (default: a quarter of --max-queue); free slots go to the waiting clients in turn")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--max-tokens", a->s.max_tokens, "Largest n_predict accepted")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
@@ -245,6 +254,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--api-key-file", a->s.api_key_file, "File of more such keys, one per line");
   cmd->add_option("--chat-template", a->s.chat_template, "Chat template family for /v1/chat/completions instead of the model's own (" + chat_template::names() + ")");
   cmd->add_option("--alias", a->s.alias, "The model's id in /v1/models and requests (default: its file's name)");
+  cmd->add_option("--allowed-hosts", a->s.allowed_hosts,
+                  "Host names (HOST or HOST:PORT, comma-separated) served besides localhost and loopback addresses on what no key guards: "
+                  "a web page that rebinds its own name to this machine is refused (docs/openai-api.md, \"Browsers\")");
+  cmd->add_option("--cors-origins", a->s.cors_origins,
+                  "Origins of web pages (scheme://host[:port], comma-separated) allowed to use the server (default: pages on this machine; "
+                  "'*': any, only with --api-key or --http-token-file)");
   cmd->add_option("--recall-every", a->s.recall_every,
                   "Check the predictors' recall every N steps (each sparse layer computes its first token densely; 0: never)")
       ->check(whole_in(0, 1ll << 40))
@@ -274,7 +289,9 @@ void add_client_command(CLI::App& app, int& exit_code) {
   auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
   auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
   p->excludes(f);
-  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (-1: until the end of the text, a full context or the server's --max-tokens)")
+      ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   cmd->add_option("--temp", a->p.temperature, "Temperature (<= 0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", a->p.top_k, "Top-k (<= 0: off)")->capture_default_str();
   cmd->add_option("--top-p", a->p.top_p, "Top-p (>= 1: off)")->capture_default_str();

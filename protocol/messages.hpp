@@ -41,6 +41,7 @@ struct limits {
   size_t max_prompt_bytes = 1 << 19;  // prompt text
   size_t max_tokens_in = 65536;       // prompt or detokenize token arrays
   int32_t max_n_predict = 1 << 16;
+  std::string max_n_predict_flag;     // the flag that set it, named in the error ("serve --max-tokens")
   size_t max_stop = 8;                // stop strings
   size_t max_stop_bytes = 256;        // each
 };

@@ -101,12 +101,14 @@ class reader {
     if (!std::isfinite(x) || x < lo || x > hi) throw out_of_range(name, lo, hi);
     return x;
   }
-  int64_t integer(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  // `over`, when given, says why a value above hi is refused (the limit and what sets it).
+  int64_t integer(const char* name, int64_t fallback, int64_t lo, int64_t hi, const std::string& over = {}) {
     const json* v = take(name);
     if (!v) return fallback;
     if (!v->is_number_integer()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be an integer"};
-    if (v->is_number_unsigned() ? v->get<uint64_t>() > static_cast<uint64_t>(hi) : v->get<int64_t>() < lo || v->get<int64_t>() > hi)
-      throw out_of_range(name, static_cast<double>(lo), static_cast<double>(hi));
+    const bool above = v->is_number_unsigned() ? v->get<uint64_t>() > static_cast<uint64_t>(hi) : v->get<int64_t>() > hi;
+    if (above && !over.empty()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" is " + v->dump() + "; " + over};
+    if (above || (!v->is_number_unsigned() && v->get<int64_t>() < lo)) throw out_of_range(name, static_cast<double>(lo), static_cast<double>(hi));
     return v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>()) : v->get<int64_t>();
   }
   std::optional<uint64_t> seed() {
@@ -259,7 +261,10 @@ std::variant<request, protocol_error> decode_request(std::string_view frame, con
         if (tokens->empty()) throw field_error{error_code::invalid_field, "\"tokens\" is empty"};
         g.tokens = std::move(*tokens);
       }
-      g.n_predict = static_cast<int32_t>(r.integer("n_predict", g.n_predict, 0, l.max_n_predict));
+      // -1: as many as the server allows, until the end of the text or a full context (llama.cpp's -n -1).
+      g.n_predict = static_cast<int32_t>(r.integer("n_predict", g.n_predict, -1, l.max_n_predict,
+                                                   "this server generates at most " + std::to_string(l.max_n_predict) + " tokens a request" +
+                                                       (l.max_n_predict_flag.empty() ? "" : " (" + l.max_n_predict_flag + ")")));
       g.params = read_sampling(r, l);
       g.stop = r.strings("stop", l.max_stop, l.max_stop_bytes);
       g.stream = r.boolean("stream", g.stream);

@@ -5,6 +5,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <atomic>
 #include <cctype>
@@ -119,17 +120,19 @@ struct http_exchange::state {
   int fd = -1;
   bool chunked = false;  // an HTTP/1.1 client: a stream's pieces go as chunks
   bool answered = false, streaming = false, failed = false;
+  std::vector<std::pair<std::string, std::string>> headers;  // on every answer (an allowed page's CORS fields)
   std::function<bool()> stopping;
   std::function<bool(std::chrono::milliseconds)> pause;
 };
 
 namespace {
 
-std::string serialized_head(const http_reply& r, bool stream, bool chunked) {
+std::string serialized_head(const http_reply& r, bool stream, bool chunked, const std::vector<std::pair<std::string, std::string>>& more) {
   http::response<http::empty_body> res;
   res.result(static_cast<http::status>(r.status));
   res.set(http::field::content_type, r.content_type);
   res.set(http::field::server, "hotcold");
+  for (const auto& [k, v] : more) res.set(k, v);
   for (const auto& [k, v] : r.headers) res.set(k, v);
   res.keep_alive(false);
   if (stream) {
@@ -148,14 +151,14 @@ std::string serialized_head(const http_reply& r, bool stream, bool chunked) {
 bool http_exchange::reply(const http_reply& r) {
   if (s_.answered || s_.failed) return false;
   s_.answered = true;
-  s_.failed = !(send_all(s_.fd, serialized_head(r, false, false)) && send_all(s_.fd, r.body));
+  s_.failed = !(send_all(s_.fd, serialized_head(r, false, false, s_.headers)) && send_all(s_.fd, r.body));
   return !s_.failed;
 }
 
 bool http_exchange::begin_stream(const http_reply& r) {
   if (s_.answered || s_.failed) return false;
   s_.answered = s_.streaming = true;
-  s_.failed = !send_all(s_.fd, serialized_head(r, true, s_.chunked));
+  s_.failed = !send_all(s_.fd, serialized_head(r, true, s_.chunked, s_.headers));
   return !s_.failed && (r.body.empty() || send(r.body));
 }
 
@@ -194,13 +197,15 @@ struct http_server::impl {
   handler h;
 
   // The token a request carries, by header, cookie or URL parameter (removed from `target`); a
-  // valid URL token is handed back in url_token (for the cookie).
-  bool authorized(const http::request<http::string_body>& req, std::string& target, std::string& url_token) const {
+  // valid URL token is handed back in url_token (for the cookie). "" when it carries none known.
+  std::string known_token(const http::request_header<>& req, std::string& target, std::string& url_token) const {
     url_token.clear();
-    auto known = [&](std::string_view t) { return known_secret(t, opt.tokens); };
-    bool ok = false;
+    std::string found;
+    auto known = [&](std::string_view t) {
+      if (found.empty() && known_secret(t, opt.tokens)) found = std::string(t);
+    };
     if (auto it = req.find(http::field::authorization); it != req.end())
-      if (const auto t = bearer_token(std::string_view(it->value().data(), it->value().size()))) ok |= known(*t);
+      if (const auto t = bearer_token(std::string_view(it->value().data(), it->value().size()))) known(*t);
     if (auto it = req.find(http::field::cookie); it != req.end()) {
       const std::string_view v(it->value().data(), it->value().size());
       for (size_t at = 0; at < v.size();) {
@@ -208,7 +213,7 @@ struct http_server::impl {
         if (end == std::string_view::npos) end = v.size();
         std::string_view kv = v.substr(at, end - at);
         while (!kv.empty() && kv.front() == ' ') kv.remove_prefix(1);
-        if (kv.rfind("hotcold_token=", 0) == 0) ok |= known(kv.substr(14));
+        if (kv.rfind("hotcold_token=", 0) == 0) known(kv.substr(14));
         at = end + 1;
       }
     }
@@ -220,7 +225,7 @@ struct http_server::impl {
         if (end == std::string::npos) end = target.size();
         const std::string kv = target.substr(at, end - at);
         if (kv.rfind("token=", 0) == 0) {
-          if (known(std::string_view(kv).substr(6))) ok = true, url_token = kv.substr(6);
+          if (known_secret(std::string_view(kv).substr(6), opt.tokens)) url_token = kv.substr(6), found = url_token;
         } else if (!kv.empty()) {
           kept += (kept.empty() ? "" : "&") + kv;
         }
@@ -228,13 +233,70 @@ struct http_server::impl {
       }
       target = target.substr(0, q) + (kept.empty() ? "" : "?" + kept);
     }
-    return ok;
+    return found;
   }
   bool under(const std::string& target, const std::string& prefix) const { return !prefix.empty() && target.rfind(prefix, 0) == 0; }
   size_t body_limit(const std::string& target) const { return under(target, opt.large_body_prefix) ? opt.large_body : opt.max_body; }
-  http_reply error(int status, const std::string& message, const std::string& target) const {
-    if (opt.error_reply) return opt.error_reply(status, message, target);
+  http_reply error(int status, const std::string& code, const std::string& message, const std::string& target) const {
+    if (opt.error_reply) return opt.error_reply(status, code, message, target);
     return {status, "text/plain", message + "\n"};
+  }
+
+  // What the header alone decides, before any body is read: a reply (refusal, or a page's
+  // preflight), or nullopt to go on. Sets the target the handler sees (a ?token= taken out), the
+  // key or token that let the request in, the cookie for a URL token, and the CORS fields of an
+  // allowed page's answer.
+  struct admission {
+    std::string target, key, url_token;
+    std::vector<std::pair<std::string, std::string>> cors;
+  };
+  std::optional<http_reply> admit(const http::request_header<>& req, bool has_length, admission& a) const {
+    a.target = std::string(req.target());
+    const std::string raw = a.target;
+    // RFC 9112 6.1: a body's length is known only when its last transfer coding is chunked, and never
+    // from both a coding and a length (the way requests are smuggled past proxies). Only chunked is
+    // decoded here.
+    if (auto te = req.find(http::field::transfer_encoding); te != req.end()) {
+      const std::string coding(te->value());
+      if (has_length) return error(400, "bad_request", "the request has both Transfer-Encoding and Content-Length", raw);
+      if (!beast::iequals(protocol::trim_blanks(coding), "chunked"))
+        return error(400, "bad_request", fmt::format("Transfer-Encoding '{}' is not decoded here: send the body as it is, or chunked", coding), raw);
+    }
+    const bool api = under(a.target, opt.api_prefix);
+    const std::vector<std::string>& secrets = api ? opt.api_keys : opt.tokens;
+    const std::string host(req[http::field::host]), origin(req["Origin"]);
+    if (secrets.empty())
+      if (auto why = opt.browsers.refuse_host(host)) return error(403, "host_not_allowed", *why, raw);
+    if (auto why = opt.browsers.refuse_origin(origin, host)) return error(403, "origin_not_allowed", *why, raw);
+    if (!origin.empty()) a.cors = {{"Access-Control-Allow-Origin", origin}, {"Vary", "Origin"}};
+    // A page's preflight asks before a request with a key or a JSON body: answered for the origins
+    // allowed above, before any key (a browser sends none with it).
+    if (req.method() == http::verb::options && !origin.empty() && req.find("Access-Control-Request-Method") != req.end()) {
+      http_reply r{204, "text/plain", ""};
+      r.headers = a.cors;
+      r.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      r.headers.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      r.headers.emplace_back("Access-Control-Max-Age", "600");
+      return r;
+    }
+    if (!secrets.empty()) {
+      if (api) {
+        std::optional<std::string_view> key;
+        const std::string auth(req[http::field::authorization]);
+        if ((key = bearer_token(auth)) && known_secret(*key, secrets)) {
+          a.key = std::string(*key);
+        } else {
+          auto r = error(401, "invalid_api_key", key ? "Incorrect API key provided." : "You didn't provide an API key: send 'Authorization: Bearer KEY'.", raw);
+          r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hotcold\"");
+          return r;
+        }
+      } else if ((a.key = known_token(req, a.target, a.url_token)).empty()) {
+        auto r = error(401, "invalid_token", "a token is needed: Authorization: Bearer TOKEN (or open /?token=TOKEN once)", raw);
+        r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hotcold\"");
+        return r;
+      }
+    }
+    return std::nullopt;
   }
 
   static constexpr auto io_timeout = std::chrono::seconds(10);  // to send a request, or read an answer
@@ -258,6 +320,9 @@ struct http_server::impl {
     beast::flat_buffer buf;
     http::request_parser<http::string_body> parser;
     http::response<http::string_body> res;
+    admission admitted;
+    std::array<char, 16384> discard{};
+    size_t discarded = 0;
     connection(impl& o, tcp::socket s) : owner(o), stream(std::move(s)) {}
 
     void start() {
@@ -265,16 +330,18 @@ struct http_server::impl {
       stream.expires_after(io_timeout);
       http::async_read_header(stream, buf, parser, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
     }
-    // The header is in: the body's limit depends on the target.
+    // The header is in: whether the request is let in at all, and the body's limit (by target).
     void on_header(beast::error_code ec) {
       if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();
       if (ec) return on_read(ec);
-      const std::string target(parser.get().target());
-      const size_t limit = owner.body_limit(target);
+      const auto& head = parser.get().base();
+      if (auto early = owner.admit(head, parser.content_length().has_value(), admitted)) return answer(std::move(*early), true);
+      const size_t limit = owner.body_limit(admitted.target);
       if (parser.content_length() && *parser.content_length() > limit) return on_read(http::error::body_limit);
       parser.body_limit(limit);
       if (parser.is_done()) return on_read({});
-      // A client that waits for leave to send its body (curl does, for large ones) gets it at once.
+      // A client that waits for leave to send its body (curl does, for large ones) gets it now that
+      // it is known to be let in.
       if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         static const std::string go_on = "HTTP/1.1 100 Continue\r\n\r\n";
         asio::async_write(stream, asio::buffer(go_on), [self = shared_from_this()](beast::error_code ec2, size_t) {
@@ -290,61 +357,74 @@ struct http_server::impl {
     }
     void on_read(beast::error_code ec) {
       if (ec == beast::error::timeout || ec == http::error::end_of_stream) return close();
-      http_reply r;
-      std::string url_token;  // a valid ?token=, kept by the browser as a cookie for the page's own requests
       const std::string raw_target(parser.get().target());
-      if (ec == http::error::body_limit) {
-        r = owner.error(413, fmt::format("the request's body is over {} bytes", owner.body_limit(raw_target)), raw_target);
-      } else if (ec) {
-        r = owner.error(400, "bad request: " + ec.message(), raw_target);
-      } else {
-        const auto& req = parser.get();
-        std::string target(req.target());
-        if (!owner.opt.tokens.empty() && !owner.under(target, owner.opt.own_auth_prefix) && !owner.authorized(req, target, url_token)) {
-          r = owner.error(401, "a token is needed: Authorization: Bearer TOKEN (or open /?token=TOKEN once)", raw_target);
-          r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hotcold\"");
-        } else {
-          try {
-            http_request hr{std::string(req.method_string()), target, req.body(), {}};
-            for (const auto& f : req) {
-              std::string name(f.name_string());
-              std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-              hr.headers.emplace_back(std::move(name), std::string(f.value()));
-            }
-            beast::error_code pec;
-            const auto peer = stream.socket().remote_endpoint(pec);
-            hr.loopback_peer = !pec && (peer.address().is_loopback() ||
-                                        (peer.address().is_v6() && peer.address().to_v6().is_v4_mapped() &&
-                                         asio::ip::make_address_v4(asio::ip::v4_mapped, peer.address().to_v6()).is_loopback()));
-            r = owner.h(hr);
-          } catch (const std::exception& e) {
-            r = owner.error(500, fmt::format("internal error: {}", e.what()), raw_target);
-          }
+      if (ec == http::error::body_limit)
+        return answer(owner.error(413, "request_too_large", fmt::format("the request's body is over {} bytes", owner.body_limit(raw_target)), raw_target), true);
+      if (ec) return answer(owner.error(400, "bad_request", "bad request: " + ec.message(), raw_target), true);
+      http_reply r;
+      const auto& req = parser.get();
+      try {
+        http_request hr{std::string(req.method_string()), admitted.target, req.body(), {}, true, {}, {}};
+        for (const auto& f : req) {
+          std::string name(f.name_string());
+          std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+          hr.headers.emplace_back(std::move(name), std::string(f.value()));
         }
+        beast::error_code pec;
+        const auto peer = stream.socket().remote_endpoint(pec);
+        auto address = peer.address();
+        if (!pec && address.is_v6() && address.to_v6().is_v4_mapped()) address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+        hr.loopback_peer = !pec && address.is_loopback();
+        hr.peer = pec ? std::string() : address.to_string();
+        hr.key = admitted.key;
+        r = owner.h(hr);
+      } catch (const std::exception& e) {
+        r = owner.error(500, "internal_error", fmt::format("internal error: {}", e.what()), raw_target);
       }
-      if (!url_token.empty()) res.set(http::field::set_cookie, "hotcold_token=" + url_token + "; Path=/; HttpOnly; SameSite=Strict");
       if (r.work) {
         std::lock_guard lock(owner.mu);
         if (owner.workers >= owner.opt.max_workers) {
-          r = owner.error(503, fmt::format("too many requests in progress (at most {} at once)", owner.opt.max_workers), raw_target);
+          r = owner.error(503, "overloaded", fmt::format("too many requests in progress (at most {} at once)", owner.opt.max_workers), raw_target);
           r.headers.emplace_back("Retry-After", "1");
         } else if (owner.stopping) {
-          r = owner.error(503, "the server is stopping", raw_target);
+          r = owner.error(503, "shutting_down", "the server is stopping", raw_target);
         } else {
           stream.expires_never();
-          owner.start_worker(stream.release_socket(), std::move(r.work), raw_target, parser.get().version() >= 11);
+          owner.start_worker(stream.release_socket(), std::move(r.work), raw_target, parser.get().version() >= 11, admitted.cors);
           return;
         }
       }
+      answer(std::move(r), false);
+    }
+    // The whole answer, then the connection closes. Answered before the body was read (`early`), the
+    // rest of what the client sends is read and dropped for a while first: closing with it unread
+    // would reset the connection, and the client might lose the answer.
+    void answer(http_reply r, bool early) {
+      if (!admitted.url_token.empty())
+        res.set(http::field::set_cookie, "hotcold_token=" + admitted.url_token + "; Path=/; HttpOnly; SameSite=Strict");
       res.result(static_cast<http::status>(r.status));
       res.set(http::field::content_type, r.content_type);
       res.set(http::field::server, "hotcold");
+      for (const auto& [k, v] : admitted.cors) res.set(k, v);
       for (const auto& [k, v] : r.headers) res.set(k, v);
       res.body() = std::move(r.body);
       res.keep_alive(false);
       res.prepare_payload();
       stream.expires_after(io_timeout);
-      http::async_write(stream, res, [self = shared_from_this()](beast::error_code, size_t) { self->close(); });
+      http::async_write(stream, res, [self = shared_from_this(), early](beast::error_code wec, size_t) {
+        if (wec || !early) return self->close();
+        beast::error_code sec;
+        self->stream.socket().shutdown(tcp::socket::shutdown_send, sec);
+        self->stream.expires_after(std::chrono::seconds(2));
+        self->drain();
+      });
+    }
+    void drain() {
+      stream.async_read_some(asio::buffer(discard), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->discarded += n;
+        if (ec || self->discarded > (1u << 20)) return self->close();
+        self->drain();
+      });
     }
     void close() {
       beast::error_code ec;
@@ -373,7 +453,8 @@ struct http_server::impl {
   }
 
   // Called with mu held: a thread for the work, and the threads of work that ended joined.
-  void start_worker(tcp::socket s, std::function<void(http_exchange&)> work, std::string target, bool http11) {
+  void start_worker(tcp::socket s, std::function<void(http_exchange&)> work, std::string target, bool http11,
+                    std::vector<std::pair<std::string, std::string>> cors) {
     ++workers;
     std::erase_if(worker_threads, [](worker_thread& w) {
       if (!w.done->load()) return false;
@@ -382,8 +463,9 @@ struct http_server::impl {
     });
     auto done = std::make_shared<std::atomic<bool>>(false);
     try {
-      worker_threads.push_back({std::thread([this, done, s = std::move(s), work = std::move(work), target = std::move(target), http11]() mutable {
-                                  run_worker(std::move(s), work, target, http11);
+      worker_threads.push_back({std::thread([this, done, s = std::move(s), work = std::move(work), target = std::move(target), http11,
+                                               cors = std::move(cors)]() mutable {
+                                  run_worker(std::move(s), work, target, http11, std::move(cors));
                                   done->store(true);
                                 }),
                                 done});
@@ -395,7 +477,8 @@ struct http_server::impl {
   // A work thread: blocking writes with a deadline (a client that stops reading for io_timeout is
   // dropped); a reply the work never made is a 500 (shaped for the target, as the server's other
   // errors are); a chunked stream gets its end.
-  void run_worker(tcp::socket s, std::function<void(http_exchange&)>& work, const std::string& target, bool http11) {
+  void run_worker(tcp::socket s, std::function<void(http_exchange&)>& work, const std::string& target, bool http11,
+                  std::vector<std::pair<std::string, std::string>> cors) {
     beast::error_code ec;
     s.non_blocking(false, ec);
     const int fd = s.native_handle();
@@ -404,6 +487,7 @@ struct http_server::impl {
     http_exchange::state st;
     st.fd = fd;
     st.chunked = http11;
+    st.headers = std::move(cors);
     st.stopping = [this] {
       std::lock_guard lock(mu);
       return stopping;
@@ -415,9 +499,9 @@ struct http_server::impl {
     http_exchange ex(st);
     try {
       work(ex);
-      if (!st.answered) ex.reply(error(500, "internal error: the request got no answer", target));
+      if (!st.answered) ex.reply(error(500, "internal_error", "internal error: the request got no answer", target));
     } catch (const std::exception& e) {
-      if (!st.answered) ex.reply(error(500, fmt::format("internal error: {}", e.what()), target));
+      if (!st.answered) ex.reply(error(500, "internal_error", fmt::format("internal error: {}", e.what()), target));
       else fmt::print(stderr, "hotcold serve: an HTTP stream failed: {}\n", e.what());
     }
     if (st.streaming && st.chunked && !st.failed) send_all(fd, "0\r\n\r\n");
@@ -429,10 +513,11 @@ struct http_server::impl {
 };
 
 http_server::http_server(http_options o, handler h) : impl_(std::make_unique<impl>()) {
-  check_http_bind(o.address, o.allow_remote, !o.tokens.empty() || !o.own_auth_prefix.empty());
+  check_http_bind(o.address, o.allow_remote, !o.tokens.empty() || !o.api_keys.empty());
   const auto [ip, port] = parse_http_address(o.address);
   beast::error_code ec;
   impl_->opt = std::move(o);
+  impl_->opt.browsers.any_ip_host = !ip.is_loopback();
   impl_->h = std::move(h);
   const std::string& address = impl_->opt.address;
   const tcp::endpoint ep(ip, port);

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/browser_guard.hpp"
+
 namespace hotcold::server {
 
 class http_exchange;
@@ -30,12 +32,14 @@ struct http_reply {
 };
 
 // A request as the handler sees it: the method, the target (without a ?token= parameter), the
-// header fields (names in lower case), the body (at most the server's body limit for the target)
-// and whether it came from this machine.
+// header fields (names in lower case), the body (at most the server's body limit for the target),
+// whether it came from this machine and its address, and the key or token it was let in with.
 struct http_request {
   std::string method, target, body;
   std::vector<std::pair<std::string, std::string>> headers;
   bool loopback_peer = true;
+  std::string peer;  // the client's IP address
+  std::string key;   // the API key or token that opened it ("" when none is needed)
   // The value of a header field ("" when absent); name in lower case.
   std::string header(std::string_view name) const {
     for (const auto& [k, v] : headers)
@@ -94,20 +98,27 @@ bool known_secret(std::string_view token, const std::vector<std::string>& known)
 struct http_options {
   std::string address;          // HOST:PORT (a loopback host unless allow_remote)
   bool allow_remote = false;
-  // With tokens, every request must carry one: `Authorization: Bearer TOKEN`, the cookie
-  // `hotcold_token=TOKEN`, or `?token=TOKEN` in the URL (which sets that cookie, so that a dashboard
-  // opened from such a link streams too); others get 401. Targets under own_auth_prefix are left to
-  // their handler, which authenticates them itself.
+  // With tokens, every request outside api_prefix must carry one: `Authorization: Bearer TOKEN`,
+  // the cookie `hotcold_token=TOKEN`, or `?token=TOKEN` in the URL (which sets that cookie, so that a
+  // dashboard opened from such a link streams too); others get 401.
   std::vector<std::string> tokens;
-  std::string own_auth_prefix;
+  // With api_keys, every request under api_prefix must carry one as `Authorization: Bearer KEY`.
+  // Keys and tokens are checked as soon as the header is in: before a body is read, and before a
+  // client that asks first (`Expect: 100-continue`) is told to send it.
+  std::string api_prefix;
+  std::vector<std::string> api_keys;
+  // What web pages may do (browser_guard.hpp): the Host check holds on the targets no key or token
+  // guards, the Origin check on all; a page's preflight (OPTIONS) is answered here.
+  browser_guard browsers;
   // A body over its limit is answered 413 without the handler: large_body for targets under
   // large_body_prefix, max_body for the rest.
   size_t max_body = 64 * 1024;
   std::string large_body_prefix;
   size_t large_body = 0;
   int max_workers = 256;  // `work` threads at once
-  // The server's own error answers (400, 401, 413, 503) for a target; plain text when unset.
-  std::function<http_reply(int status, const std::string& message, const std::string& target)> error_reply;
+  // The server's own error answers (400, 401, 403, 413, 503) for a target: `code` names the error in
+  // a word (bad_request, invalid_api_key, host_not_allowed, ...); plain text when unset.
+  std::function<http_reply(int status, const std::string& code, const std::string& message, const std::string& target)> error_reply;
 };
 
 class http_server {

@@ -133,11 +133,12 @@ void common_fields(const json& body, completion_request& r, const openai_setup& 
   }
   if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty())) throw unsupported("logit_bias", "'logit_bias'");
   const int64_t max_allowed = s.max_tokens;
-  for (const char* name : {"max_tokens", "max_completion_tokens"})
-    if (auto m = whole(body, name, 1, 1ll << 40)) {
-      if (*m > max_allowed) throw bad_field(name, fmt::format("'{}' is {}; this server generates at most {} tokens a request (serve --max-tokens)", name, *m, max_allowed));
-      r.n_predict = *m;
-    }
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    const json* f = field(body, name);
+    if (f && f->is_number_integer() && (f->is_number_unsigned() ? f->get<uint64_t>() > static_cast<uint64_t>(max_allowed) : f->get<int64_t>() > max_allowed))
+      throw bad_field(name, fmt::format("'{}' is {}; this server generates at most {} tokens a request (serve --max-tokens)", name, f->dump(), max_allowed));
+    if (auto m = whole(body, name, 1, max_allowed)) r.n_predict = *m;
+  }
 }
 
 completion_request parse_chat(const json& body, const openai_setup& s) {
@@ -261,9 +262,30 @@ std::string error_event(const api_failure& f) {
   return "data: " + dumped(json{{"error", {{"message", f.message}, {"type", f.type}, {"param", nullptr}, {"code", f.code}}}}) + "\n\n";
 }
 
+// Whether a Content-Type names JSON: application/json, with parameters (charset) or not, in any case.
+bool json_media_type(std::string_view type) {
+  const auto semi = type.find(';');
+  std::string t(type.substr(0, semi));
+  t.erase(0, t.find_first_not_of(" \t"));
+  t.erase(t.find_last_not_of(" \t") + 1);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return t == "application/json";
+}
+
+// Who a request comes from, for the scheduler's shares of its queue: the key it was let in with
+// (a digest: keys are not shown in /metrics), else its address.
+std::string client_of(const http_request& req) {
+  if (!req.key.empty()) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (unsigned char c : req.key) h = (h ^ c) * 1099511628211ull;
+    return fmt::format("key:{:08x}", static_cast<uint32_t>(h ^ (h >> 32)));
+  }
+  return "http:" + (req.peer.empty() ? std::string("unknown") : req.peer);
+}
+
 // One completion: the request to the scheduler over the in-process endpoint, its tokens to the client
 // (as Server-Sent Events, or in one reply at the end). The client going away cancels it.
-void run_completion(const openai_setup& s, const json& body, bool chat, http_exchange& ex) {
+void run_completion(const openai_setup& s, const json& body, bool chat, const std::string& client, http_exchange& ex) {
   completion_request r;
   try {
     r = chat ? parse_chat(body, s) : parse_completion(body, s);
@@ -282,6 +304,8 @@ void run_completion(const openai_setup& s, const json& body, bool chat, http_exc
   // No bound on the replies waiting here: the server's own per-client byte limit is the bound, and a
   // client that stops reading is dropped by the send deadline, its sequence cancelled.
   sock.set(zmq::sockopt::rcvhwm, 0);
+  // The scheduler shares its queue among clients by the part of this identity before its last '|'.
+  sock.set(zmq::sockopt::routing_id, fmt::format("{}|{}", client, random_id("")));
   sock.connect(s.endpoint);
   protocol::generate_request g;
   g.id = "http";
@@ -389,30 +413,23 @@ http_reply openai_api::error(int status, std::string_view message, std::string_v
   return {status, "application/json", dumped(json{{"error", e}}) + "\n"};
 }
 
-http_reply openai_api::server_error(int status, const std::string& message) {
-  const char* type = status >= 500 ? "server_error" : "invalid_request_error";
-  const char* code = status == 413 ? "request_too_large" : status == 401 ? "invalid_api_key" : status == 503 ? "overloaded" : status == 400 ? "bad_request" : "";
-  auto r = error(status, message, type, code);
+http_reply openai_api::server_error(int status, const std::string& code, const std::string& message) {
+  auto r = error(status, message, status >= 500 ? "server_error" : "invalid_request_error", code);
   if (status == 503) r.headers.emplace_back("Retry-After", "1");
   return r;
 }
 
 http_reply openai_api::operator()(const http_request& req) const {
   const openai_setup& s = *s_;
-  if (!s.keys.empty()) {
-    const std::string auth = req.header("authorization");
-    const auto key = bearer_token(auth);
-    if (!key || !known_secret(*key, s.keys)) {
-      auto r = error(401, key ? "Incorrect API key provided." : "You didn't provide an API key: send 'Authorization: Bearer KEY'.", "invalid_request_error",
-                     "invalid_api_key");
-      r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"hotcold\"");
-      return r;
-    }
-  }
   const std::string path = req.path();
   const bool chat = path == "/v1/chat/completions", completion = path == "/v1/completions";
   if (chat || completion) {
     if (req.method != "POST") return error(405, fmt::format("{} takes POST, not {}", path, req.method), "invalid_request_error", "method_not_allowed");
+    // JSON only: a page may send text/plain or a form to another site without asking first, never JSON.
+    if (!json_media_type(req.header("content-type")))
+      return error(415, fmt::format("the body must be JSON, sent with 'Content-Type: application/json'{}",
+                                    req.header("content-type").empty() ? " (the request has no Content-Type)" : " (not '" + req.header("content-type") + "')"),
+                   "invalid_request_error", "unsupported_media_type");
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded()) return error(400, "the body is not valid JSON", "invalid_request_error", "invalid_json");
     if (!body.is_object()) return error(400, "the body must be a JSON object", "invalid_request_error", "invalid_json");
@@ -423,7 +440,7 @@ http_reply openai_api::operator()(const http_request& req) const {
     if (name != s.model_id && name != s.model_path)
       return error(404, fmt::format("The model '{}' does not exist; this server has '{}'", name, s.model_id), "invalid_request_error", "model_not_found", "model");
     http_reply r;
-    r.work = [setup = s_, body = std::move(body), chat](http_exchange& ex) { run_completion(*setup, body, chat, ex); };
+    r.work = [setup = s_, body = std::move(body), chat, client = client_of(req)](http_exchange& ex) { run_completion(*setup, body, chat, client, ex); };
     return r;
   }
   const json model_object{{"id", s.model_id}, {"object", "model"}, {"created", s.created}, {"owned_by", "hotcold"}};

@@ -21,7 +21,6 @@ namespace hotcold::server {
 struct openai_setup {
   zmq::context_t* zmq = nullptr;
   std::string endpoint;              // the server's in-process ROUTER
-  std::vector<std::string> keys;     // bearer keys accepted on /v1/* (empty: none needed)
   std::string model_id;              // what /v1/models lists and requests name
   std::string model_path;            // accepted as the model's name too
   int64_t created = 0;               // Unix time the model was loaded
@@ -39,8 +38,8 @@ class openai_api {
   http_reply operator()(const http_request& req) const;
   // An answer in the API's error shape: {"error":{"message","type","param","code"}}.
   static http_reply error(int status, std::string_view message, std::string_view type, std::string_view code = {}, std::string_view param = {});
-  // The HTTP server's own refusals (413, 400, 503, ...) of /v1/ requests, in that shape.
-  static http_reply server_error(int status, const std::string& message);
+  // The HTTP server's own refusals (400, 401, 403, 413, 503, ...) of /v1/ requests, in that shape.
+  static http_reply server_error(int status, const std::string& code, const std::string& message);
 
  private:
   std::shared_ptr<const openai_setup> s_;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "server/openai_api.hpp"
 #include "model/chat_template.hpp"
@@ -23,23 +24,35 @@ std::vector<std::string> api_keys(const server_options& o) {
   return keys;
 }
 
+browser_guard browsers_of(const server_options& o) {
+  browser_guard g;
+  g.allowed_hosts = parse_allowed_hosts(o.allowed_hosts);
+  g.origins = parse_cors_origins(o.cors_origins);
+  if (g.any_origin() && api_keys(o).empty() && o.http_token_file.empty())
+    throw std::invalid_argument("--cors-origins '*': any web page could drive this server; give --api-key (or --http-token-file) with it");
+  return g;
+}
+
 std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
   const server_options& o = p.o;
   http_options ho;
   ho.address = o.http;
   ho.allow_remote = o.allow_remote_http;
   if (!o.http_token_file.empty()) ho.tokens = read_bearer_tokens(o.http_token_file);
-  ho.own_auth_prefix = ho.large_body_prefix = "/v1/";  // the API checks its keys itself
+  ho.api_prefix = ho.large_body_prefix = "/v1/";
+  ho.api_keys = api_keys(o);
+  if (ho.api_keys.empty()) ho.api_keys = ho.tokens;  // the server's tokens open the API too
+  ho.browsers = browsers_of(o);
   ho.large_body = api_body_limit;
-  ho.error_reply = [](int status, const std::string& message, const std::string& target) -> http_reply {
-    if (target.rfind("/v1/", 0) == 0) return openai_api::server_error(status, message);
+  ho.error_reply = [](int status, const std::string& code, const std::string& message, const std::string& target) -> http_reply {
+    if (target.rfind("/v1/", 0) == 0) return openai_api::server_error(status, code, message);
+    // A page's refusal, in JSON: {"error": {"message", "code"}}.
+    if (status == 403 || status == 401) return {status, "application/json", nlohmann::json{{"error", {{"message", message}, {"code", code}}}}.dump() + "\n"};
     return {status, "text/plain", message + "\n"};
   };
   openai_setup api;
   api.zmq = &p.zmq;
   api.endpoint = p.local_endpoint;
-  api.keys = api_keys(o);
-  if (api.keys.empty()) api.keys = ho.tokens;  // the server's tokens open the API too
   api.model_path = p.l.m->path();
   api.model_id = o.alias.empty() ? std::filesystem::path(api.model_path).filename().string() : o.alias;
   api.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -54,7 +67,7 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
     api.chat_problem = fmt::format("{}; start serve with --chat-template NAME to chat with this model", e.what());
     fmt::print(stderr, "hotcold serve: /v1/chat/completions is off: {}\n", api.chat_problem);
   }
-  const size_t n_tokens = ho.tokens.size(), n_keys = api.keys.size();
+  const size_t n_tokens = ho.tokens.size(), n_keys = ho.api_keys.size();
   const std::string id = api.model_id, tmpl = api.chat ? std::string(api.chat->name()) : "none";
   // The pages answer other machines when told to, or when tokens guard them.
   auto h = std::make_unique<http_server>(std::move(ho), [api = openai_api(std::move(api)), pages = serve_monitor(p.metrics, p.status, o.allow_remote || n_tokens > 0)](

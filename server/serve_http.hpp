@@ -28,6 +28,10 @@ struct serve_http_parts {
 // Starts it on o.http. Throws std::invalid_argument / std::runtime_error as http_server does.
 std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p);
 
+// What web pages may do: --allowed-hosts, --cors-origins. Throws std::invalid_argument for a malformed
+// entry, or `*` without a key.
+browser_guard browsers_of(const server_options& o);
+
 // --api-key and the keys of --api-key-file; throws std::invalid_argument for a bad key or file.
 std::vector<std::string> api_keys(const server_options& o);
 

@@ -19,6 +19,7 @@
 
 #include "actors/metrics.hpp"
 #include "actors/pipeline.hpp"
+#include "server/fair_queue.hpp"
 #include "server/http_server.hpp"
 #include "server/serve_http.hpp"
 #include "server/record_file.hpp"
@@ -47,6 +48,7 @@ namespace proto = protocol;
 struct address {
   std::string identity;
   bool delimiter = false;
+  std::string client;  // who it is for the queue's shares (fair_queue): a CURVE key, a peer, an HTTP key or address
   bool local() const { return !identity.empty() && identity[0] == local_tag; }
   std::string_view wire_identity() const { return std::string_view(identity).substr(1); }
   static constexpr char local_tag = 'L', remote_tag = 'R';
@@ -74,10 +76,13 @@ void free_reply(void*, void* hint) {
   delete r;
 }
 
-// A generate in flight.
+// A generate in flight: waiting for a slot (pid < 0, the request in `pending`), or in the pipeline.
 struct live {
   address to;
   std::string id;
+  int64_t pid = -1;
+  actors::generation_request pending;
+  double waited_s = 0;  // in the server's queue before the pipeline had it
   bool stream = true;
   stop_text out;  // generated so far, cut at a stop string
   bool gone = false;  // the client cannot be reached: nothing more is sent
@@ -85,6 +90,7 @@ struct live {
   int64_t prompt_tokens = 0;
   int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
   clock_type::time_point accepted, last_token;
+  bool waiting() const { return pid < 0; }
   // For --record: the request as it came (with the seed used), and the gaps between its tokens.
   std::string recorded_request;
   double arrival_s = 0, ttft_s = 0;
@@ -93,7 +99,8 @@ struct live {
 
 class serving_loop {
  public:
-  serving_loop(loader::opened_model& l, const server_options& o) : l_(l), o_(o), v_(l.m->vocabulary()) {}
+  serving_loop(loader::opened_model& l, const server_options& o)
+      : l_(l), o_(o), v_(l.m->vocabulary()), waiting_(o.max_queue, o.max_queued_per_client >= 0 ? o.max_queued_per_client : o.max_queue > 0 ? std::max<int64_t>(1, o.max_queue / 4) : 0) {}
 
   server_counters run(const std::atomic<bool>& stop) {
     check_bind(o_);
@@ -135,13 +142,14 @@ class serving_loop {
       metrics_.attach(pipe_->stats(), ceiling);
       http = start_serve_http({o_, l_, metrics_, status_, zctx_, local_endpoint});
     }
-    fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {})\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue);
+    fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {}, {} a client)\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue,
+               waiting_.max_per_client());
     bool stopping = false;
     clock_type::time_point stop_seen;
     for (;;) {
       zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {local_.handle(), 0, ZMQ_POLLIN, 0}, {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(running_.empty() && text_.pending() == 0 ? 20 : 1));
+        zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(lives_.empty() && text_.pending() == 0 ? 20 : 1));
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM): the stop flag is read next
       }
@@ -152,8 +160,8 @@ class serving_loop {
         stopping = true;
         status_.stopping = true;
         stop_seen = clock_type::now();
-        fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", running_.size());
-        for (auto& [pid, r] : running_) pipe_->cancel(pid);
+        fmt::print(stderr, "hotcold serve: stopping: {} requests in flight are cancelled\n", lives_.size());
+        for (const int64_t ticket : tickets_where([](const live&) { return true; })) cancel(ticket);
       };
       notice_stop();
       try {
@@ -168,10 +176,12 @@ class serving_loop {
       }
       text_.drain();
       while (auto ev = pipe_->next(std::chrono::milliseconds(0))) on_event(*ev);
+      end_waiting();
+      if (!stopping) start_waiting();
       tend_accounts();
-      const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
-      status_.active = std::min(n, slots), status_.queued = std::max<int64_t>(0, n - slots);
+      status_.active = in_pipeline_, status_.queued = waiting_.size();
       metrics_.set_load(status_.active, status_.queued);
+      if (queues_changed_) metrics_.set_client_queues(waiting_.depths()), queues_changed_ = false;
       // Tokens per second over the last few seconds (for /api/stats and the dashboard).
       const auto now = clock_type::now();
       while (!recent_tokens_.empty() && now - recent_tokens_.front() > std::chrono::seconds(5)) recent_tokens_.pop_front();
@@ -180,7 +190,7 @@ class serving_loop {
       // Stopping: the text work already queued gets a second to finish; what is left then is answered
       // `shutting_down`, so that a signal ends the process within a second or two.
       if (stopping && text_.pending() > 0 && clock_type::now() - stop_seen > std::chrono::seconds(1)) text_.drop_queued();
-      if (stopping && running_.empty() && text_.pending() == 0) break;
+      if (stopping && lives_.empty() && text_.pending() == 0) break;
     }
     http.reset();
     pipe_.reset();
@@ -193,7 +203,8 @@ class serving_loop {
     if (!zmq::recv_multipart(s, std::back_inserter(frames), zmq::recv_flags::dontwait)) return false;
     ++counters_.frames;
     if (frames.size() < 2) return true;  // no payload: nothing to answer
-    address to{tag + frames[0].to_string(), frames.size() >= 3 && frames[1].size() == 0};
+    address to{tag + frames[0].to_string(), frames.size() >= 3 && frames[1].size() == 0, {}};
+    to.client = client_name(tag, frames[0], frames.back());
     if (auto it = clients_.find(to.identity); it != clients_.end() && it->second->cut_off) {
       ++counters_.dropped;  // cut off: nothing it asks for is done until it has read its replies
       return true;
@@ -237,7 +248,25 @@ class serving_loop {
   proto::limits limits() const {
     proto::limits l;
     l.max_n_predict = o_.max_tokens;
+    l.max_n_predict_flag = "serve --max-tokens";
     return l;
+  }
+
+  // Who sends a request, for the queue's shares: over ZeroMQ its CURVE key (however many sockets it
+  // opens) or else its connection; over HTTP what the API put before the last '|' of its identity
+  // (the key it was let in with, or its address).
+  std::string client_name(char tag, const zmq::message_t& identity, zmq::message_t& payload) const {
+    const std::string id = identity.to_string();
+    if (tag == address::local_tag) return id.substr(0, id.rfind('|'));
+    if (!allowed_.empty()) {
+      try {
+        if (const char* key = payload.gets("User-Id"); key && *key) return fmt::format("curve:{:.12}", key);
+      } catch (const zmq::error_t&) {
+      }
+    }
+    std::string hex = "zmq:";
+    for (unsigned char c : id) hex += fmt::format("{:02x}", c);
+    return hex;
   }
 
   // Requests that wait for the text worker: at most this many per client and in all; past that,
@@ -313,23 +342,35 @@ class serving_loop {
     const int64_t max_prompt = o_.max_prompt_tokens > 0 ? std::min(o_.max_prompt_tokens, l_.ctx->n_ctx()) : l_.ctx->n_ctx();
     if (static_cast<int64_t>(tokens.size()) > max_prompt)
       return refuse(proto::error_code::too_large, fmt::format("the prompt has {} tokens, more than {}", tokens.size(), max_prompt));
-    const int64_t in_flight = static_cast<int64_t>(running_.size());
-    if (in_flight >= l_.ctx->n_seq() + o_.max_queue) {
-      ++counters_.busy;
-      metrics_.request_done("busy", 0, 0);
-      send(to, proto::encode_error({proto::error_code::busy, fmt::format("{} requests in flight: the queue is full", in_flight), g.id}, 100 + 10 * (in_flight - l_.ctx->n_seq())));
-      return;
+    // A free slot and no one waiting: it starts at once; else it waits its turn, if the queue and
+    // this client's share of it have room.
+    const int64_t ticket = next_ticket_++;
+    const bool start_now = in_pipeline_ < l_.ctx->n_seq() && waiting_.size() == 0;
+    if (!start_now) {
+      const auto refused = waiting_.push(to.client, ticket);
+      if (refused != fair_queue::refusal::none) {
+        ++counters_.busy;
+        metrics_.request_done("busy", 0, 0);
+        const std::string why = refused == fair_queue::refusal::full
+                                    ? fmt::format("{} requests wait for a sequence slot: the queue is full (serve --max-queue {})", waiting_.size(), o_.max_queue)
+                                    : fmt::format("this client has {} requests waiting for a sequence slot, its share of the queue (serve --max-queued-per-client {})",
+                                                  waiting_.waiting_of(to.client), waiting_.max_per_client());
+        send(to, proto::encode_error({proto::error_code::busy, why, g.id}, 100 + 10 * waiting_.size()));
+        return;
+      }
+      queues_changed_ = true;
     }
     actors::generation_request r;
     r.prompt = tokens;
-    r.n_predict = g.n_predict;
+    // -1: until the end of the text or a full context, at most --max-tokens.
+    r.n_predict = g.n_predict < 0 ? o_.max_tokens : g.n_predict;
     const uint64_t seed = g.params.seed ? *g.params.seed : seeds_();
     r.sampling = sampler_params_of(g.params, seed);
     // Accepted before it is submitted: the pipeline can sample the first token (and stamp it) before
     // this thread runs again, which made a time to first token negative now and then.
     const auto accepted = clock_type::now();
-    const int64_t pid = pipe_->submit(std::move(r));
-    live& lv = running_[pid];
+    live& lv = lives_[ticket];
+    lv.pending = std::move(r);
     lv.to = to;
     lv.id = g.id;
     lv.stream = g.stream;
@@ -341,10 +382,49 @@ class serving_loop {
       lv.arrival_s = std::chrono::duration<double>(lv.accepted - status_.started).count();
     }
     lv.out = stop_text(std::move(g.stop));
-    by_client_[{to.identity, g.id}] = pid;
+    by_client_[{to.identity, g.id}] = ticket;
     ++account(to.identity)->in_flight;
     send(to, proto::encode_accepted(g.id, lv.prompt_tokens, seed), &lv);
-    if (cancelled) pipe_->cancel(pid);  // cancelled while its prompt was tokenized
+    if (start_now) start(ticket);
+    if (cancelled) cancel(ticket);  // cancelled while its prompt was tokenized
+  }
+
+  // Hands a request to the pipeline.
+  void start(int64_t ticket) {
+    live& lv = lives_.at(ticket);
+    lv.waited_s = std::chrono::duration<double>(clock_type::now() - lv.accepted).count();
+    lv.pid = pipe_->submit(std::move(lv.pending));
+    ticket_of_pid_[lv.pid] = ticket;
+    ++in_pipeline_;
+  }
+
+  // Free slots to the waiting requests, the clients in turn.
+  void start_waiting() {
+    while (in_pipeline_ < l_.ctx->n_seq()) {
+      const auto ticket = waiting_.pop();
+      if (!ticket) break;
+      queues_changed_ = true;
+      start(*ticket);
+    }
+  }
+
+  // Cancels a request: in the pipeline, its done (finish "cancelled") follows within a step; waiting,
+  // it leaves the queue and ends in this round.
+  void cancel(int64_t ticket) {
+    live& lv = lives_.at(ticket);
+    if (!lv.waiting()) return pipe_->cancel(lv.pid);
+    if (waiting_.remove(ticket)) {
+      queues_changed_ = true;
+      ended_waiting_.push_back(ticket);
+    }
+  }
+
+  // The tickets of the requests `pick` chooses (to act on them while the map may change).
+  std::vector<int64_t> tickets_where(const std::function<bool(const live&)>& pick) const {
+    std::vector<int64_t> out;
+    for (const auto& [ticket, lv] : lives_)
+      if (pick(lv)) out.push_back(ticket);
+    return out;
   }
 
   void handle(const address& to, proto::cancel_request& c) {
@@ -354,12 +434,11 @@ class serving_loop {
       return;
     }
     if (it->second == pending_tokenize) pending_cancelled_.insert(it->first);  // cancelled once it starts
-    else pipe_->cancel(it->second);  // its done (finish "cancelled") follows within a step
+    else cancel(it->second);
   }
 
   void handle(const address& to, proto::health_request& h) {
-    const int64_t n = static_cast<int64_t>(running_.size()), slots = l_.ctx->n_seq();
-    send(to, proto::encode_health(h.id, status_.stopping.load() ? "stopping" : "ok", std::min(n, slots), std::max<int64_t>(0, n - slots)));
+    send(to, proto::encode_health(h.id, status_.stopping.load() ? "stopping" : "ok", in_pipeline_, waiting_.size()));
   }
 
   void handle(const address& to, proto::model_info_request& m) {
@@ -408,10 +487,15 @@ class serving_loop {
     if (auto* d = std::get_if<actors::done_event>(&ev)) return on_done(*d);
   }
 
+  live* of_pid(int64_t pid) {
+    const auto t = ticket_of_pid_.find(pid);
+    return t == ticket_of_pid_.end() ? nullptr : &lives_.at(t->second);
+  }
+
   void on_token(const actors::token_event& t) {
-    auto it = running_.find(t.request);
-    if (it == running_.end()) return;
-    live& lv = it->second;
+    live* found = of_pid(t.request);
+    if (!found) return;
+    live& lv = *found;
     if (lv.out.stopped()) return;  // cut: the cancel is on its way
     const auto now = t.at;  // when the token was sampled, not when this loop got to it
     if (t.index == 0) {
@@ -437,26 +521,42 @@ class serving_loop {
   }
 
   void on_done(const actors::done_event& d) {
-    auto it = running_.find(d.request);
-    if (it == running_.end()) return;
-    live& lv = it->second;
+    const auto t = ticket_of_pid_.find(d.request);
+    if (t == ticket_of_pid_.end()) return;
+    const int64_t ticket = t->second;
+    ticket_of_pid_.erase(t);
+    --in_pipeline_;
+    const double w = lives_.at(ticket).waited_s;
+    finish(ticket, d.finish, {1000 * (w + d.queued_s), 1000 * (w + d.time_to_first_token_s), 1000 * (w + d.total_s)});
+  }
+
+  // Requests that left the queue before they started (cancelled, their client gone), ended.
+  void end_waiting() {
+    for (const int64_t ticket : std::exchange(ended_waiting_, {})) {
+      const double w = std::chrono::duration<double>(clock_type::now() - lives_.at(ticket).accepted).count();
+      finish(ticket, "cancelled", {1000 * w, 0, 1000 * w});
+    }
+  }
+
+  // A request's end: counted, recorded, its done sent, forgotten.
+  void finish(int64_t ticket, const std::string& pipeline_finish, const proto::timings& tm) {
+    live& lv = lives_.at(ticket);
     lv.out.finish(sender(lv));
-    std::string finish = lv.out.stopped() ? "stop_string" : lv.cut_off ? "cut_off" : d.finish;
+    std::string finish = lv.out.stopped() ? "stop_string" : lv.cut_off ? "cut_off" : pipeline_finish;
     if (finish == "cancelled") ++counters_.cancelled;
     else if (finish == "error") ++counters_.errors;
     else ++counters_.completed;
-    proto::timings tm{1000 * d.queued_s, 1000 * d.time_to_first_token_s, 1000 * d.total_s};
     metrics_.request_done(finish, lv.prompt_tokens, lv.emitted);
     if (record_.is_open()) {
       nlohmann::json line{{"arrival_s", lv.arrival_s},  {"request", nlohmann::json::parse(lv.recorded_request)}, {"finish", finish},
                           {"prompt_tokens", lv.prompt_tokens}, {"generated_tokens", lv.emitted}, {"ttft_s", lv.emitted > 0 ? lv.ttft_s : 0.0},
                           {"itl_s", lv.itl_s}, {"e2e_s", std::chrono::duration<double>(clock_type::now() - lv.accepted).count()}};
-      record_.append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      if (!record_.append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))) metrics_.record_write_error();
     }
     send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.out.text())), &lv);
     by_client_.erase({lv.to.identity, lv.id});
     --account(lv.to.identity)->in_flight;
-    running_.erase(it);
+    lives_.erase(ticket);
   }
 
   std::shared_ptr<client_account>& account(const std::string& identity) {
@@ -502,15 +602,14 @@ class serving_loop {
   // Cancels the requests of a client nothing more can be sent to (it left, or was cut off); they are
   // freed within a step. Returns how many.
   int64_t cancel_requests_of(const std::string& identity, bool cut_off) {
-    int64_t n = 0;
-    for (auto& [pid, r] : running_)
-      if (r.to.identity == identity && !r.gone) {
-        r.gone = true;
-        r.cut_off = cut_off;
-        pipe_->cancel(pid);
-        ++n;
-      }
-    return n;
+    const auto tickets = tickets_where([&](const live& r) { return r.to.identity == identity && !r.gone; });
+    for (const int64_t ticket : tickets) {
+      live& r = lives_.at(ticket);
+      r.gone = true;
+      r.cut_off = cut_off;
+      cancel(ticket);
+    }
+    return static_cast<int64_t>(tickets.size());
   }
 
   // Stops serving a client that does not read: its requests are cancelled (outcome `cut_off`) and
@@ -547,8 +646,13 @@ class serving_loop {
   zmq::socket_t sock_{zctx_, zmq::socket_type::router};
   zmq::socket_t local_{zctx_, zmq::socket_type::router};  // the HTTP API's requests (inproc)
   std::unique_ptr<actors::pipeline> pipe_;
-  std::map<int64_t, live> running_;                             // by pipeline request id
-  std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> pipeline id, or:
+  std::map<int64_t, live> lives_;                               // by ticket (the server's own numbers)
+  std::map<int64_t, int64_t> ticket_of_pid_;                    // pipeline request id -> ticket
+  int64_t next_ticket_ = 0, in_pipeline_ = 0;                   // in_pipeline_: requests the pipeline has (at most its slots)
+  fair_queue waiting_;                                          // tickets waiting for a slot
+  std::vector<int64_t> ended_waiting_;                          // ... taken out of it, to end this round
+  bool queues_changed_ = false;                                 // (for /metrics)
+  std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> ticket, or:
   static constexpr int64_t pending_tokenize = -1;                     // its prompt is on the text worker
   std::set<std::pair<std::string, std::string>> pending_cancelled_;   // ... and a cancel came meanwhile
   std::map<std::string, std::shared_ptr<client_account>> clients_;    // by identity
@@ -575,9 +679,12 @@ void check_bind(const server_options& o) {
                                             o.endpoint));
   // Their errors before the model loads.
   const auto keys = api_keys(o);
-  if (o.http.empty() && (!keys.empty() || !o.chat_template.empty() || !o.alias.empty()))
-    throw std::invalid_argument("--api-key, --api-key-file, --chat-template and --alias are for the HTTP API: give --http HOST:PORT too");
-  if (!o.http.empty()) check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty() || !keys.empty());
+  if (o.http.empty() && (!keys.empty() || !o.chat_template.empty() || !o.alias.empty() || !o.allowed_hosts.empty() || !o.cors_origins.empty()))
+    throw std::invalid_argument("--api-key, --api-key-file, --chat-template, --alias, --allowed-hosts and --cors-origins are for the HTTP side: give --http HOST:PORT too");
+  if (!o.http.empty()) {
+    check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty() || !keys.empty());
+    browsers_of(o);
+  }
   if (!o.http_token_file.empty()) read_bearer_tokens(o.http_token_file);
   if (!o.chat_template.empty()) chat_template::named(o.chat_template);
   if (!o.curve_key.empty()) {

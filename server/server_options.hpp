@@ -22,6 +22,9 @@ struct server_options {
   std::string api_key_file;        // ... more of them, one per line
   std::string chat_template;       // the API's chat template family instead of the model's own
   std::string alias;               // the model's id in /v1/models (default: its file's name)
+  std::vector<std::string> allowed_hosts;  // Host names served besides loopback ones (comma-separated lists)
+  std::vector<std::string> cors_origins;   // origins of web pages allowed to use the server (default: loopback ones)
+  int64_t max_queued_per_client = -1;      // requests of one client waiting for a slot (-1: a quarter of max_queue)
   int64_t recall_every = 64;       // steps between predictor recall checks (0: none)
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
   int64_t max_client_buffer = 8 << 20;  // bytes of unread replies per client before it is cut off

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (id.empty() || id.size() > l.max_id_bytes) std::abort();
     if (auto* g = std::get_if<generate_request>(req)) {
       if (g->prompt.has_value() == !g->tokens.empty()) std::abort();  // exactly one of the two
-      if (g->tokens.size() > l.max_tokens_in || g->stop.size() > l.max_stop || g->n_predict < 0 || g->n_predict > l.max_n_predict) std::abort();
+      if (g->tokens.size() > l.max_tokens_in || g->stop.size() > l.max_stop || g->n_predict < -1 || g->n_predict > l.max_n_predict) std::abort();
       (void)encode_accepted(id, static_cast<int64_t>(g->tokens.size()), g->params.seed.value_or(0));
     }
   } else {

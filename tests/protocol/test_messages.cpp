@@ -58,6 +58,21 @@ TEST(Messages, GenerateWithEveryField) {
   EXPECT_TRUE(g.parse_special);
 }
 
+// n_predict -1 is llama.cpp's "until the end of the text or a full context"; a count over the
+// server's limit is refused naming the flag that set it, whatever its size.
+TEST(Messages, NPredictMinusOneAndTheLimitByItsFlag) {
+  EXPECT_EQ(decoded<generate_request>(R"({"v":1,"type":"generate","id":"x","prompt":"a","n_predict":-1})").n_predict, -1);
+  limits l;
+  l.max_n_predict = 300;
+  l.max_n_predict_flag = "serve --max-tokens";
+  for (const char* n : {"301", "1099511627777", "18446744073709551615"}) {
+    const auto e = refused(std::string(R"({"v":1,"type":"generate","id":"x","prompt":"a","n_predict":)") + n + "}", l);
+    EXPECT_EQ(e.code, error_code::invalid_field) << n;
+    EXPECT_NE(e.message.find("at most 300 tokens a request (serve --max-tokens)"), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(decoded<generate_request>(R"({"v":1,"type":"generate","id":"x","prompt":"a","n_predict":300})", l).n_predict, 300);
+}
+
 TEST(Messages, GenerateDefaultsAndTokenPrompts) {
   auto g = decoded<generate_request>(R"({"v":1,"type":"generate","id":"x","tokens":[1,15043,0]})");
   EXPECT_FALSE(g.prompt.has_value());
@@ -110,7 +125,7 @@ TEST(Messages, BadFramesGetTheirCode) {
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","tokens":[]})"), error_code::invalid_field);
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","tokens":[1,-2]})"), error_code::invalid_field);
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","tokens":[1,"a"]})"), error_code::invalid_field);
-  EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","n_predict":-1})"), error_code::invalid_field);
+  EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","n_predict":-2})"), error_code::invalid_field);
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","n_predict":1.5})"), error_code::invalid_field);
   // Sampling values with no meaning (protocol::check_sampling, shared with the command line).
   EXPECT_EQ(field(R"({"v":1,"type":"generate","id":"x","prompt":"a","sampling":{"min_p":1.5}})"), error_code::invalid_field);
