@@ -291,7 +291,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
     r = chat ? parse_chat(body, s) : parse_completion(body, s);
     const int64_t room = s.n_ctx - static_cast<int64_t>(r.tokens.size());
     if (room <= 0)
-      throw api_failure{400, fmt::format("the {} is {} tokens; the context holds {}", r.chat ? "conversation" : "prompt", r.tokens.size(), s.n_ctx),
+      throw api_failure{400, fmt::format("the {} is {} tokens; the context holds {} (serve -c)", r.chat ? "conversation" : "prompt", r.tokens.size(), s.n_ctx),
                         "invalid_request_error", "context_length_exceeded", r.chat ? "messages" : "prompt"};
     if (r.chat && r.n_predict == 0) r.n_predict = std::min<int64_t>(room, s.max_tokens);
   } catch (const api_failure& f) {

@@ -341,7 +341,8 @@ class serving_loop {
       if (t >= hp.n_vocab) return refuse(proto::error_code::invalid_field, fmt::format("token id {} is outside the vocabulary of {}", t, hp.n_vocab));
     const int64_t max_prompt = o_.max_prompt_tokens > 0 ? std::min(o_.max_prompt_tokens, l_.ctx->n_ctx()) : l_.ctx->n_ctx();
     if (static_cast<int64_t>(tokens.size()) > max_prompt)
-      return refuse(proto::error_code::too_large, fmt::format("the prompt has {} tokens, more than {}", tokens.size(), max_prompt));
+      return refuse(proto::error_code::too_large, fmt::format("the prompt has {} tokens, more than {} ({})", tokens.size(), max_prompt,
+                                                              max_prompt < l_.ctx->n_ctx() ? "serve --max-prompt-tokens" : "the context: serve -c"));
     // A free slot and no one waiting: it starts at once; else it waits its turn, if the queue and
     // this client's share of it have room.
     const int64_t ticket = next_ticket_++;

@@ -192,6 +192,31 @@ TEST(Cli, RunStreamsOnlyGeneratedTextAndIsReproducible) {
   EXPECT_NE(s1.out, s3.out);
 }
 
+// -n -1, as users type it from llama.cpp: until the end of the text or a full context (here the
+// context: 48 tokens after a prompt of 16), on both pipelines, where a count below -1 is refused
+// naming the flag; bench decodes until the context is full.
+TEST(Cli, NPredictMinusOneFillsTheContext) {
+  const std::string prompt = "Hello world";
+  const auto tokens = run({"tokenize", "-m", small_model(), "-p", prompt, "--add-special"});
+  ASSERT_EQ(tokens.code, 0) << tokens.err;
+  const int64_t n_prompt = std::count(tokens.out.begin(), tokens.out.end(), ' ') + 1;
+  const std::string room = std::to_string(64 - n_prompt);
+  auto full = run({"run", "-m", small_model(), "-p", prompt, "-n", "-1", "-c", "64", "--temp", "0", "-t", "2"});
+  ASSERT_EQ(full.code, 0) << full.err;
+  auto same = run({"run", "-m", small_model(), "-p", prompt, "-n", room, "-c", "64", "--temp", "0", "-t", "2"});
+  EXPECT_EQ(full.out, same.out);
+  // The small model does not end its text within 64 tokens at temperature 0: the context ends it.
+  EXPECT_NE(full.err.find("generated " + room + " tokens"), std::string::npos) << full.err;
+  auto reference = run({"run", "-m", small_model(), "-p", prompt, "-n", "-1", "-c", "64", "--temp", "0", "-t", "2", "--pipeline", "reference"});
+  EXPECT_EQ(reference.out, full.out);
+  auto bad = run({"run", "-m", small_model(), "-p", prompt, "-n", "-2"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--n-predict"), std::string::npos) << bad.err;
+  auto bench = run({"bench", "-m", small_model(), "-p", "16", "-n", "-1", "-c", "64", "-r", "1", "--json"});
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  EXPECT_EQ(nlohmann::json::parse(bench.out)["n_gen"], 48) << bench.out;
+}
+
 TEST(Cli, RunMakesTheDefaultModelOnFirstUse) {
   auto cache = fs::temp_directory_path() / ("hotcold-cli-cache-" + std::to_string(getpid()));
   fs::remove_all(cache);

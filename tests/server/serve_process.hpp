@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tools/client.hpp"
 
@@ -197,6 +199,33 @@ inline std::string http_request(int port, const std::string& method, const std::
   close(fd);
   return out;
 }
+// An HTTP exchange split up: the status, the header block and the body.
+struct http_answer {
+  int status = 0;
+  std::string head, body;
+  nlohmann::json body_json() const { return nlohmann::json::parse(body, nullptr, false); }
+  // A header field's value ("" when absent; the name as written in any case).
+  std::string header(const std::string& name) const {
+    std::string lower_head = head, lower_name = name;
+    for (auto* s : {&lower_head, &lower_name})
+      for (auto& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto at = lower_head.find("\r\n" + lower_name + ":");
+    if (at == std::string::npos) return {};
+    const auto from = at + 3 + name.size(), end = head.find("\r\n", from);
+    std::string v = head.substr(from, end == std::string::npos ? std::string::npos : end - from);
+    v.erase(0, v.find_first_not_of(' '));
+    return v;
+  }
+};
+inline http_answer split(const std::string& raw) {
+  http_answer a;
+  const auto end = raw.find("\r\n\r\n");
+  a.head = raw.substr(0, end);
+  if (end != std::string::npos) a.body = raw.substr(end + 4);
+  if (raw.size() > 12) a.status = std::atoi(raw.c_str() + 9);
+  return a;
+}
+
 // GET, the same way.
 inline std::string http_get(int port, const std::string& target, const std::string& headers = "") { return http_request(port, "GET", target, headers); }
 

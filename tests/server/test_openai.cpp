@@ -38,20 +38,6 @@ const std::string model_id = "default-llama-relu-f16.gguf";  // the default mode
 
 double cancelled_count(int port) { return metric(http_get(port, "/metrics"), "hotcold_requests_total{outcome=\"cancelled\"}"); }
 
-// An HTTP/1.0 exchange split up: the status, the header block and the body.
-struct http_answer {
-  int status = 0;
-  std::string head, body;
-  json body_json() const { return json::parse(body, nullptr, false); }
-};
-http_answer split(const std::string& raw) {
-  http_answer a;
-  const auto end = raw.find("\r\n\r\n");
-  a.head = raw.substr(0, end);
-  if (end != std::string::npos) a.body = raw.substr(end + 4);
-  if (raw.size() > 12) a.status = std::atoi(raw.c_str() + 9);
-  return a;
-}
 http_answer post(int port, const std::string& target, const std::string& body, const std::string& bearer = key) {
   std::string headers = "Content-Type: application/json\r\n";
   if (!bearer.empty()) headers += "Authorization: Bearer " + bearer + "\r\n";
