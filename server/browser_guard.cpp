@@ -91,8 +91,8 @@ std::optional<std::string> browser_guard::refuse_host(std::string_view host) con
   if (any_ip_host && (::inet_pton(AF_INET, name.c_str(), &v4) == 1 || ::inet_pton(AF_INET6, name.c_str(), &v6) == 1)) return std::nullopt;
   for (const auto& a : allowed_hosts)
     if (a == "*" || a == whole || a == name) return std::nullopt;
-  return fmt::format("Host '{}' is not this machine: without a key, this server answers only requests addressed to localhost or a loopback "
-                     "address (a web page can rebind its own name to 127.0.0.1); serve --allowed-hosts adds names",
+  return fmt::format("Host '{}' is not this machine: what no key or token guards answers only requests addressed to localhost or a "
+                     "loopback address (a web page can rebind its own name to 127.0.0.1); serve --allowed-hosts adds names",
                      host);
 }
 

@@ -259,6 +259,7 @@ struct http_server::impl {
     if (auto te = req.find(http::field::transfer_encoding); te != req.end()) {
       const std::string coding(te->value());
       if (has_length) return error(400, "bad_request", "the request has both Transfer-Encoding and Content-Length", raw);
+      if (req.count(http::field::transfer_encoding) > 1) return error(400, "bad_request", "the request has more than one Transfer-Encoding", raw);
       if (!beast::iequals(protocol::trim_blanks(coding), "chunked"))
         return error(400, "bad_request", fmt::format("Transfer-Encoding '{}' is not decoded here: send the body as it is, or chunked", coding), raw);
     }

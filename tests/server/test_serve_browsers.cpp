@@ -212,6 +212,7 @@ TEST(ServeBrowsers, TransferCodingsAndExpectContinue) {
   EXPECT_EQ(raw("Transfer-Encoding: gzip\r\n", ask).status, 400);
   EXPECT_EQ(raw("Transfer-Encoding: gzip, chunked\r\n", chunked(ask)).status, 400);
   EXPECT_EQ(raw("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", chunked(ask)).status, 400);
+  EXPECT_EQ(raw("Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n", chunked(ask)).status, 400);
   const auto plain_chunked = raw("Transfer-Encoding: chunked\r\n", chunked(ask));
   EXPECT_EQ(plain_chunked.status, 200) << plain_chunked.body;
 

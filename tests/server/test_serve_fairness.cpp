@@ -78,9 +78,9 @@ TEST(ServeFairness, APoliteClientStartsBesideAFlood) {
   ASSERT_EQ(flood.accepted, 300);
   const std::string metrics = http_get(port, "/metrics");
   const auto depth_at = metrics.find("hotcold_client_queue_depth{client=\"zmq:");
-  ASSERT_NE(depth_at, std::string::npos) << metrics;
-  const double depth = std::stod(metrics.substr(metrics.find(' ', depth_at) + 1));
-  EXPECT_GT(depth, 200) << metrics.substr(depth_at, 80);
+  double depth = -1;
+  if (depth_at != std::string::npos) depth = std::stod(metrics.substr(metrics.find(' ', depth_at) + 1));
+  EXPECT_GT(depth, 200) << "the flood's queue depth in /metrics:\n" << metrics;
 
   hotcold::tools::client polite(ep, 30s);
   const int done_before = flood.done;
