@@ -270,27 +270,46 @@ HOTCOLD_AVX2 void axpy_k(float a, const B* x, float* y, int64_t n) {
   }
 }
 
+// A block's eight 6-bit group scales (bytes 0..7 of out) and mins (bytes 8..15) from its 12 packed
+// bytes, a word at a time (k_quant_scale_min's layout): scales 0..3 are the low six bits of bytes
+// 0..3 and mins 0..3 those of bytes 4..7; scales 4..7 are the low nibbles of bytes 8..11 under the
+// top two bits of bytes 0..3, mins 4..7 the high nibbles under the top two bits of bytes 4..7.
+// (Made in registers: four 32-bit stores read back as one 128-bit load would miss store forwarding.)
+HOTCOLD_AVX2 inline __m128i k_scales_mins(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, 12);
+  return _mm_set_epi32(static_cast<int>(((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)), static_cast<int>(w[1] & 0x3f3f3f3fu),
+                       static_cast<int>((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)), static_cast<int>(w[0] & 0x3f3f3f3fu));
+}
+
 // Per group: unsigned quants x signed Q8_K bytes in pairs (maddubs: at most 2 x 31 x 127, fits 16
-// bits), times the group's 6-bit scale into 32-bit sums (madd); the mins from Q8_K's group sums.
+// bits), times the group's 6-bit scale (broadcast from a register of the eight by a byte shuffle)
+// into 32-bit sums (madd); the mins against Q8_K's sums of 16, two per group, in one madd. The
+// block's two f16 scales converted in registers.
 template <typename B>
 HOTCOLD_AVX2 float dot_k_q8_k(const B* w, const block_q8_k* x, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
+  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+  // Shuffle g (a 16-bit lane broadcast): bytes 2g, 2g + 1 of each 128-bit half, everywhere.
+  __m256i lane[8];
+  for (int g = 0; g < 8; ++g) lane[g] = _mm256_set1_epi16(static_cast<short>((2 * g) | ((2 * g + 1) << 8)));
   for (int64_t b = 0; b < n / qk_k; ++b) {
+    const __m128i packed = k_scales_mins(w[b].scales);  // 8 scales, then 8 mins
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
+    // Each min twice (it meets two sums of 16), against the sixteen sums.
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_srli_si128(packed, 8), _mm_srli_si128(packed, 8)));
+    const __m256i msum = _mm256_madd_epi16(mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].bsums)));
     __m256i r[8];
     unpack(w[b], r);
-    const k_groups gs = groups_of(w[b]);
     __m256i isum = _mm256_setzero_si256();
-    int32_t msum = 0;
     for (int g = 0; g < 8; ++g) {
       const __m256i p = _mm256_maddubs_epi16(r[g], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * g)));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16(gs.sc[g])));
-      msum += gs.m[g] * (x[b].bsums[2 * g] + x[b].bsums[2 * g + 1]);
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(scales, lane[g])));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(w[b].d) * x[b].d), _mm256_cvtepi32_ps(isum), acc);
-    mins += fp16_to_fp32(w[b].dmin) * x[b].d * static_cast<float>(msum);
+    const float xd = x[b].d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * xd), _mm256_cvtepi32_ps(isum), acc);
+    acc_min = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].dmin) * xd), _mm256_cvtepi32_ps(msum), acc_min);
   }
-  return hsum(acc) - mins;
+  return hsum(_mm256_sub_ps(acc, acc_min));
 }
 
 }  // namespace avx2
