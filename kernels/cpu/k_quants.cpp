@@ -228,23 +228,39 @@ HOTCOLD_AVX2 inline float hsum(__m256 v) {
 }
 HOTCOLD_AVX2 inline __m256 bytes_to_ps(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
 
-// A block's quants as bytes in value order (q: 256, 32-byte aligned), and its groups' scales and mins.
+// A block's eight 6-bit group scales (bytes 0..7 of out) and mins (bytes 8..15) from its 12 packed
+// bytes, a word at a time (k_quant_scale_min's layout): scales 0..3 are the low six bits of bytes
+// 0..3 and mins 0..3 those of bytes 4..7; scales 4..7 are the low nibbles of bytes 8..11 under the
+// top two bits of bytes 0..3, mins 4..7 the high nibbles under the top two bits of bytes 4..7.
+// (Made in registers: four 32-bit stores read back as one 128-bit load would miss store forwarding.)
+HOTCOLD_AVX2 inline __m128i k_scales_mins(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, 12);
+  return _mm_set_epi32(static_cast<int>(((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)), static_cast<int>(w[1] & 0x3f3f3f3fu),
+                       static_cast<int>((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)), static_cast<int>(w[0] & 0x3f3f3f3fu));
+}
+
+// A block's quants as bytes in value order (q: 256, 32-byte aligned), and its groups' scales
+// d * sc[g] and mins dmin * m[g] as floats (into 32-byte aligned scale[8], min[8]).
 template <typename B>
-HOTCOLD_AVX2 inline k_groups unpack_bytes(const B& b, uint8_t* q) {
+HOTCOLD_AVX2 inline void unpack_bytes(const B& b, uint8_t* q, float* scale, float* min) {
   __m256i r[8];
   unpack(b, r);
   for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * g), r[g]);
-  return groups_of(b);
+  const __m128i packed = k_scales_mins(b.scales);
+  _mm256_store_ps(scale, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(packed))));
+  _mm256_store_ps(min, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed, 8)))));
 }
 
 template <typename B>
 HOTCOLD_AVX2 float dot_k(const B* w, const float* x, int64_t n) {
   alignas(32) uint8_t q[qk_k];
+  alignas(32) float scale[8], min[8];
   __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / qk_k; ++b, x += qk_k) {
-    const k_groups gs = unpack_bytes(w[b], q);
+    unpack_bytes(w[b], q, scale, min);
     for (int g = 0; g < 8; ++g) {
-      const __m256 s = _mm256_set1_ps(gs.scale[g]), m = _mm256_set1_ps(gs.min[g]);
+      const __m256 s = _mm256_set1_ps(scale[g]), m = _mm256_set1_ps(min[g]);
       for (int k = 0; k < 32; k += 8) {
         const __m256 xv = _mm256_loadu_ps(x + 32 * g + k);
         acc = _mm256_fmadd_ps(_mm256_mul_ps(s, bytes_to_ps(q + 32 * g + k)), xv, acc);
@@ -258,28 +274,17 @@ HOTCOLD_AVX2 float dot_k(const B* w, const float* x, int64_t n) {
 template <typename B>
 HOTCOLD_AVX2 void axpy_k(float a, const B* x, float* y, int64_t n) {
   alignas(32) uint8_t q[qk_k];
+  alignas(32) float scale[8], min[8];
   for (int64_t b = 0; b < n / qk_k; ++b, y += qk_k) {
-    const k_groups gs = unpack_bytes(x[b], q);
+    unpack_bytes(x[b], q, scale, min);
     for (int g = 0; g < 8; ++g) {
-      const __m256 s = _mm256_set1_ps(a * gs.scale[g]), m = _mm256_set1_ps(a * gs.min[g]);
+      const __m256 s = _mm256_set1_ps(a * scale[g]), m = _mm256_set1_ps(a * min[g]);
       for (int k = 0; k < 32; k += 8) {
         float* yk = y + 32 * g + k;
         _mm256_storeu_ps(yk, _mm256_fmadd_ps(s, bytes_to_ps(q + 32 * g + k), _mm256_sub_ps(_mm256_loadu_ps(yk), m)));
       }
     }
   }
-}
-
-// A block's eight 6-bit group scales (bytes 0..7 of out) and mins (bytes 8..15) from its 12 packed
-// bytes, a word at a time (k_quant_scale_min's layout): scales 0..3 are the low six bits of bytes
-// 0..3 and mins 0..3 those of bytes 4..7; scales 4..7 are the low nibbles of bytes 8..11 under the
-// top two bits of bytes 0..3, mins 4..7 the high nibbles under the top two bits of bytes 4..7.
-// (Made in registers: four 32-bit stores read back as one 128-bit load would miss store forwarding.)
-HOTCOLD_AVX2 inline __m128i k_scales_mins(const uint8_t* packed) {
-  uint32_t w[3];
-  std::memcpy(w, packed, 12);
-  return _mm_set_epi32(static_cast<int>(((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)), static_cast<int>(w[1] & 0x3f3f3f3fu),
-                       static_cast<int>((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)), static_cast<int>(w[0] & 0x3f3f3f3fu));
 }
 
 // Per group: unsigned quants x signed Q8_K bytes in pairs (maddubs: at most 2 x 31 x 127, fits 16
