@@ -32,6 +32,9 @@ inline void axpy_q4_k(float a, const block_q4_k* x, float* y, int64_t n) { cpu_k
 inline void axpy_q5_k(float a, const block_q5_k* x, float* y, int64_t n) { cpu_kernels().axpy_q5_k(a, x, y, n); }
 inline float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t n) { return cpu_kernels().dot_q4_k_q8_k(w, x, n); }
 inline float dot_q5_k_q8_k(const block_q5_k* w, const block_q8_k* x, int64_t n) { return cpu_kernels().dot_q5_k_q8_k(w, x, n); }
+// Rows to floats, the values dequantize_row_q4_k / _q5_k give (vectorized where the CPU allows).
+inline void to_float_q4_k(const block_q4_k* x, float* y, int64_t n) { cpu_kernels().to_float_q4_k(x, y, n); }
+inline void to_float_q5_k(const block_q5_k* x, float* y, int64_t n) { cpu_kernels().to_float_q5_k(x, y, n); }
 
 // y += a * row, for one weight row of each type (the sparse down projection over ffn_down_t rows).
 inline void axpy_f32(float a, const float* x, float* y, int64_t n) { return cpu_kernels().axpy_f32(a, x, y, n); }

@@ -287,6 +287,25 @@ HOTCOLD_AVX2 void axpy_k(float a, const B* x, float* y, int64_t n) {
   }
 }
 
+// Blocks to floats (a prompt's products convert rows a block at a time in cache): the values
+// dequantize_row_q4_k / _q5_k give, bit for bit (a product, then a difference: no fused multiply-add).
+template <typename B>
+HOTCOLD_AVX2 void to_float_k(const B* x, float* y, int64_t n) {
+  alignas(32) uint8_t q[qk_k];
+  alignas(32) float scale[8], min[8];
+  for (int64_t b = 0; b < n / qk_k; ++b) {
+    unpack_bytes(x[b], q, scale, min);
+    for (int g = 0; g < 8; ++g) {
+      const __m256 s = _mm256_set1_ps(scale[g]), m = _mm256_set1_ps(min[g]);
+      for (int k = 0; k < 32; k += 8, y += 8) {
+        __m256 v = _mm256_mul_ps(s, bytes_to_ps(q + 32 * g + k));
+        __asm__("" : "+x"(v));  // (keeps the compiler from fusing the product into the difference)
+        _mm256_storeu_ps(y, _mm256_sub_ps(v, m));
+      }
+    }
+  }
+}
+
 // Per group: unsigned quants x signed Q8_K bytes in pairs (maddubs: at most 2 x 31 x 127, fits 16
 // bits), times the group's 6-bit scale (broadcast from a register of the eight by a byte shuffle)
 // into 32-bit sums (madd); the mins against Q8_K's sums of 16, two per group, in one madd. The
@@ -322,9 +341,11 @@ HOTCOLD_AVX2 float dot_k_q8_k(const B* w, const block_q8_k* x, int64_t n) {
 void choose_k_quant_kernels(kernel_table& k, const cpu_features& f) {
   k.dot_q4_k = scalar::dot_q4_k, k.dot_q5_k = scalar::dot_q5_k, k.axpy_q4_k = scalar::axpy_q4_k, k.axpy_q5_k = scalar::axpy_q5_k;
   k.dot_q4_k_q8_k = scalar::dot_q4_k_q8_k, k.dot_q5_k_q8_k = scalar::dot_q5_k_q8_k;
+  k.to_float_q4_k = dequantize_row_q4_k, k.to_float_q5_k = dequantize_row_q5_k;
   if (!f.avx2) return;
   k.dot_q4_k = avx2::dot_k<block_q4_k>, k.dot_q5_k = avx2::dot_k<block_q5_k>, k.axpy_q4_k = avx2::axpy_k<block_q4_k>, k.axpy_q5_k = avx2::axpy_k<block_q5_k>;
   k.dot_q4_k_q8_k = avx2::dot_k_q8_k<block_q4_k>, k.dot_q5_k_q8_k = avx2::dot_k_q8_k<block_q5_k>;
+  k.to_float_q4_k = avx2::to_float_k<block_q4_k>, k.to_float_q5_k = avx2::to_float_k<block_q5_k>;
 }
 
 }  // namespace hotcold::kernels

@@ -47,10 +47,10 @@ const std::array<row_kernels, 8>& table() {
        [](const void* r, float* out, int64_t n) { dequantize_row_q6_k(as<block_q6_k>(r), out, n); }},
       {tensor_type::q4_k, qk_k, sizeof(block_q4_k), false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_q4_k(as<block_q4_k>(r), x, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_q4_k(a, as<block_q4_k>(r), y, n); }, axpy4_one_by_one<block_q4_k, axpy_q4_k>,
-       [](const void* r, float* out, int64_t n) { dequantize_row_q4_k(as<block_q4_k>(r), out, n); }},
+       [](const void* r, float* out, int64_t n) { to_float_q4_k(as<block_q4_k>(r), out, n); }},
       {tensor_type::q5_k, qk_k, sizeof(block_q5_k), false, [](const void* r, const float* x, const block_q8_0*, int64_t n) { return dot_q5_k(as<block_q5_k>(r), x, n); },
        [](float a, const void* r, float* y, int64_t n) { axpy_q5_k(a, as<block_q5_k>(r), y, n); }, axpy4_one_by_one<block_q5_k, axpy_q5_k>,
-       [](const void* r, float* out, int64_t n) { dequantize_row_q5_k(as<block_q5_k>(r), out, n); }},
+       [](const void* r, float* out, int64_t n) { to_float_q5_k(as<block_q5_k>(r), out, n); }},
   }};
   return t;
 }

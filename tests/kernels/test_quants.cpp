@@ -1,4 +1,5 @@
 // Block formats and dot products against hand-worked values and a double-precision naive sum.
+#include <bit>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -531,6 +532,26 @@ TEST(Dot, Q4_KAndQ5_KRows) {
     EXPECT_NEAR(dot_q5_k_q8_k(w5.data(), xq.data(), n), q5, tol * (1 + std::abs(q5)));
     EXPECT_NEAR(scalar::dot_q5_k_q8_k(w5.data(), xq.data(), n), q5, tol * (1 + std::abs(q5)));
   }
+}
+
+// Rows of Q4_K / Q5_K to floats as a prompt's products convert them: the reference dequantization's
+// values bit for bit, block after block in order (the kernel on this CPU; the scalar one is that
+// reference).
+TEST(Dot, Q4_KAndQ5_KToFloatIsTheReference) {
+  const int64_t n = 8 * qk_k;
+  auto w = random_vector(n, 520, 0.9f);
+  for (int64_t i = 0; i < n; i += 5) w[static_cast<size_t>(i)] += 2.0f;
+  std::vector<block_q4_k> w4(static_cast<size_t>(n / qk_k));
+  std::vector<block_q5_k> w5(static_cast<size_t>(n / qk_k));
+  quantize_row_q4_k(w.data(), w4.data(), n);
+  quantize_row_q5_k(w.data(), w5.data(), n);
+  std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  dequantize_row_q4_k(w4.data(), want.data(), n);
+  to_float_q4_k(w4.data(), got.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "Q4_K value " << i;
+  dequantize_row_q5_k(w5.data(), want.data(), n);
+  to_float_q5_k(w5.data(), got.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "Q5_K value " << i;
 }
 
 // The vector quantization gives the reference's bytes (ties to even both), including all-zero blocks.
