@@ -416,7 +416,15 @@ void k_quant_few_tokens(thread_pool& pool, const tensor_view& w, const float* x,
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const void* row = w.row(r);
-      for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot_k_quant_q8_k(type, row, xs + t * kb, d);
+      int64_t t = 0;
+      // Q6_K (the head of most files) four tokens a call: the row unpacked once for them.
+      for (; type == tensor_type::q6_k && t + 4 <= n; t += 4) {
+        const block_q8_k* four[4] = {xs + t * kb, xs + (t + 1) * kb, xs + (t + 2) * kb, xs + (t + 3) * kb};
+        float o[4];
+        dot4t_q6_k_q8_k(static_cast<const block_q6_k*>(row), four, d, o);
+        for (int j = 0; j < 4; ++j) y[(t + j) * rows + r] = o[j];
+      }
+      for (; t < n; ++t) y[t * rows + r] = dot_k_quant_q8_k(type, row, xs + t * kb, d);
     }
   }, row_tile);
 }

@@ -23,6 +23,9 @@ inline float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t n) { ret
 // multiply-adds: the head's matrix-vector product).
 inline float dot_q6_k(const block_q6_k* w, const float* x, int64_t n) { return cpu_kernels().dot_q6_k(w, x, n); }
 inline float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n) { return cpu_kernels().dot_q6_k_q8_k(w, x, n); }
+// One Q6_K row against four tokens' Q8_K (out[t]: token x[t]'s product, as dot_q6_k_q8_k gives it):
+// the row unpacked once for the four (AVX-512 VNNI; elsewhere four one-token products).
+inline void dot4t_q6_k_q8_k(const block_q6_k* w, const block_q8_k* const* x, int64_t n, float* out) { cpu_kernels().dot4t_q6_k_q8_k(w, x, n, out); }
 // Q4_K and Q5_K rows (k_quants.cpp): against float activations (the sparse FFN's rows), y += a * row,
 // and against activations quantized to Q8_K (integer multiply-adds: products of a few tokens, as
 // llama.cpp computes them).

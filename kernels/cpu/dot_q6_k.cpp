@@ -138,12 +138,60 @@ HOTCOLD_VNNI float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64
   return _mm512_reduce_add_ps(total);
 }
 
+// One row against four tokens (the head's product for several sequences): the row's values and
+// scales unpacked once a half block for the four, each token's sums as the one-token kernel makes
+// them (the same results, bit for bit).
+HOTCOLD_VNNI void dot4t_q6_k_q8_k(const block_q6_k* w, const block_q8_k* const* x, int64_t n, float* out) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(0x30);
+  const __m512i left = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4), right = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+  __m512i scale_index[4];
+  for (int j = 0; j < 4; ++j) scale_index[j] = _mm512_load_si512(q6_k_scale_index.lanes[j]);
+  __m512 acc[4];
+  __m256 acc_offset[4];
+  for (int t = 0; t < 4; ++t) acc[t] = _mm512_setzero_ps(), acc_offset[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / qk_k; ++b) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    __m512i isum[4];
+    for (int t = 0; t < 4; ++t) isum[t] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      const __m512i l = _mm512_loadu_si512(w[b].ql + 64 * h);
+      const __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh + 32 * h)));
+      const __m512i a = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi64(hv, left), m3));
+      const __m512i c = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(_mm512_srlv_epi64(hv, right), m3));
+      const __m512i sa = _mm512_permutexvar_epi16(scale_index[2 * h], sc), scc = _mm512_permutexvar_epi16(scale_index[2 * h + 1], sc);
+      for (int t = 0; t < 4; ++t) {
+        const __m512i pa = _mm512_maddubs_epi16(a, _mm512_loadu_si512(x[t][b].qs + 128 * h));
+        const __m512i pc = _mm512_maddubs_epi16(c, _mm512_loadu_si512(x[t][b].qs + 128 * h + 64));
+        isum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[t], pa, sa), pc, scc);
+      }
+    }
+    const float wd = _cvtsh_ss(w[b].d);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][b].bsums)));
+      const float d = wd * x[t][b].d;
+      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+      acc_offset[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(offset), acc_offset[t]);
+    }
+  }
+  for (int t = 0; t < 4; ++t)
+    out[t] = _mm512_reduce_add_ps(_mm512_sub_ps(acc[t], _mm512_insertf32x8(_mm512_setzero_ps(), _mm256_mul_ps(_mm256_set1_ps(32.0f), acc_offset[t]), 0)));
+}
+
 }  // namespace avx512vnni
 
 HOTCOLD_AVX512_END
 
+namespace composed {
+// Four tokens one after another, where no four-token kernel is.
+void dot4t_q6_k_q8_k(const block_q6_k* w, const block_q8_k* const* x, int64_t n, float* out) {
+  for (int t = 0; t < 4; ++t) out[t] = cpu_kernels().dot_q6_k_q8_k(w, x[t], n);
+}
+}  // namespace composed
+
 void choose_q6_k_kernels(kernel_table& k, const cpu_features& f) {
   k.dot_q6_k_q8_k = f.vnni ? avx512vnni::dot_q6_k_q8_k : f.avx2 ? avx2::dot_q6_k_q8_k : scalar::dot_q6_k_q8_k;
+  k.dot4t_q6_k_q8_k = f.vnni ? avx512vnni::dot4t_q6_k_q8_k : composed::dot4t_q6_k_q8_k;
 }
 
 }  // namespace hotcold::kernels

@@ -58,6 +58,7 @@ struct kernel_table {
   float (*dot_q6_k_q8_k)(const block_q6_k* w, const block_q8_k* x, int64_t n);
   void (*to_float_q4_k)(const block_q4_k* x, float* y, int64_t n);
   void (*to_float_q5_k)(const block_q5_k* x, float* y, int64_t n);
+  void (*dot4t_q6_k_q8_k)(const block_q6_k* w, const block_q8_k* const* x, int64_t n, float* out);
   // Sixteen interleaved rows (dot_f16x16.cpp, dot_q4_0x16.cpp).
   void (*dot16r_f16)(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
   void (*dot16r2_f16)(const uint16_t* wa, const uint16_t* wb, const float* x, int64_t n, float* oa, float* ob);

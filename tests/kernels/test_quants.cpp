@@ -534,6 +534,29 @@ TEST(Dot, Q4_KAndQ5_KRows) {
   }
 }
 
+// A Q6_K row against four tokens: each token's product exactly as the one-token kernel gives it, in
+// the token's own place (tokens that differ: a kernel that mixed them up would be caught).
+TEST(Dot, Q6_KRowAgainstFourTokens) {
+  const int64_t n = 4 * qk_k;
+  auto w = random_vector(n, 530, 0.8f);
+  std::vector<block_q6_k> wq(static_cast<size_t>(n / qk_k));
+  quantize_row_q6_k(w.data(), wq.data(), n);
+  std::vector<std::vector<block_q8_k>> xq(4, std::vector<block_q8_k>(static_cast<size_t>(n / qk_k)));
+  const block_q8_k* xs[4];
+  for (int t = 0; t < 4; ++t) {
+    auto v = random_vector(n, 531 + t, 0.5f + t);
+    quantize_row_q8_k(v.data(), xq[static_cast<size_t>(t)].data(), n);
+    xs[t] = xq[static_cast<size_t>(t)].data();
+  }
+  float out[4];
+  dot4t_q6_k_q8_k(wq.data(), xs, n, out);
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(out[t], dot_q6_k_q8_k(wq.data(), xs[t], n)) << t;
+    EXPECT_NEAR(out[t], scalar::dot_q6_k_q8_k(wq.data(), xs[t], n), 1e-3 * (1 + std::abs(out[t]))) << t;
+  }
+  EXPECT_NE(out[0], out[1]);
+}
+
 // Rows of Q4_K / Q5_K to floats as a prompt's products convert them: the reference dequantization's
 // values bit for bit, block after block in order (the kernel on this CPU; the scalar one is that
 // reference).
