@@ -12,6 +12,7 @@
 
 #include "actors/pipeline.hpp"
 #include "launcher/cmd_bench.hpp"
+#include "launcher/llama_bench.hpp"
 #include "launcher/commands.hpp"
 #include "engine/bandwidth.hpp"
 #include "engine/read_costs.hpp"
@@ -186,6 +187,7 @@ struct runs {
 struct measurement {
   std::vector<runs> per_config;
   std::unique_ptr<read_probe> probe;  // with --roofline
+  std::vector<llama_bench_run> llama;  // with --vs-llama-bench: its run after each round
 };
 
 // Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a short
@@ -244,8 +246,39 @@ measurement measure(bench_runner& run, const bench_args& a, const std::vector<co
         if (r.tokens > 0) r.step_bytes = bytes_per_step(m, r.computed, r.tokens);
       probe_all();
     }
+    if (!a.vs_llama_bench.empty())
+      out.llama.push_back(run_llama_bench(a.vs_llama_bench, m.path(), static_cast<int>(l.ctx->pool().size()), a.n_prompt, a.n_gen));
   }
   return out;
+}
+
+// hotcold's first configuration against llama-bench, round by round (each round's repetition over
+// the llama-bench run after it), and the median of those ratios.
+struct versus_llama {
+  std::vector<double> pp, tg, pp_ratio, tg_ratio;
+  std::string build;
+  static double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  }
+};
+versus_llama versus_llama_of(const measurement& ms) {
+  versus_llama v;
+  const runs& mine = ms.per_config[0];
+  for (size_t i = 0; i < ms.llama.size(); ++i) {
+    const auto& l = ms.llama[i];
+    v.build = l.build;
+    if (l.prefill_tokens_per_s) {
+      v.pp.push_back(*l.prefill_tokens_per_s);
+      if (i < mine.pp.size() && *l.prefill_tokens_per_s > 0) v.pp_ratio.push_back(mine.pp[i] / *l.prefill_tokens_per_s);
+    }
+    if (l.decode_tokens_per_s) {
+      v.tg.push_back(*l.decode_tokens_per_s);
+      if (i < mine.tg.size() && *l.decode_tokens_per_s > 0) v.tg_ratio.push_back(mine.tg[i] / *l.decode_tokens_per_s);
+    }
+  }
+  return v;
 }
 
 // A configuration's figures.
@@ -297,6 +330,7 @@ struct report {
   comparisons c;
   bool probed = false;
   int threads = 0;
+  versus_llama llama;
   // The KV cache read per decoded token on each side (F16 or F32, every layer, positions 0..n_gen-1 of
   // each sequence: (n_gen + 1) / 2 cached rows of K and V on average), where the layer's attention runs.
   double kv_host = 0, kv_device = 0;
@@ -310,7 +344,7 @@ report report_of(const bench_args& a, const std::vector<config>& configs, const 
                  bool probed) {
   const auto& hp = l.m->hp();
   const inference_context& ctx = *l.ctx;
-  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size())};
+  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), {}};
   const double kv_layer = kv_read_per_token(hp, ctx.kv_type() == tensor_type::f32 ? 4 : 2, (static_cast<double>(a.n_gen) + 1) / 2);
   int64_t on_device = 0;
   for (int64_t il = 0; il < hp.n_layer; ++il) on_device += ctx.device() && ctx.device()->attention(il);
@@ -362,6 +396,12 @@ void print_json(const report& r, const model& m) {
   if (c.micro > 0) {
     j["vs_micro_batches"] = describe(static_cast<size_t>(c.micro));
     if (a.n_gen > 0) j["micro_batch_speedup"] = r.speedup(c.micro);
+  }
+  if (!a.vs_llama_bench.empty()) {
+    const versus_llama& v = r.llama;
+    j["llama_bench"] = {{"path", a.vs_llama_bench}, {"build", v.build}, {"prefill_tokens_per_s", v.pp}, {"decode_tokens_per_s", v.tg},
+                        {"prefill_ratio", versus_llama::median(v.pp_ratio)}, {"decode_ratio", versus_llama::median(v.tg_ratio)},
+                        {"prefill_ratio_per_round", v.pp_ratio}, {"decode_ratio_per_round", v.tg_ratio}};
   }
   fmt::print("{}\n", j.dump(2));
 }
@@ -416,6 +456,19 @@ void print_table(const report& r, const model& m) {
     fmt::print("\n{} sequences vs {}, interleaved: aggregate decode {:.2f}x\n", a.vs_parallel, a.parallel, r.speedup(cmp.parallel));
   if (cmp.micro > 0 && a.n_gen > 0 && r.results[0].tg.mean > 0)
     fmt::print("\n{} micro-batches vs {}, interleaved: aggregate decode {:.2f}x\n", a.vs_micro_batches, a.micro_batches, r.speedup(cmp.micro));
+  if (!a.vs_llama_bench.empty()) {
+    const versus_llama& v = r.llama;
+    auto ratios = [](const std::vector<double>& x) {
+      std::vector<std::string> s;
+      for (double y : x) s.push_back(fmt::format("{:.2f}", y));
+      return fmt::format("{}", fmt::join(s, " / "));
+    };
+    fmt::print("\nvs llama.cpp's llama-bench ({}{}), the same file, threads and lengths, a run after each round:", a.vs_llama_bench,
+               v.build.empty() ? "" : ", build " + v.build);
+    if (!v.pp_ratio.empty()) fmt::print(" prefill {:.2f}x ({}x)", versus_llama::median(v.pp_ratio), ratios(v.pp_ratio));
+    if (!v.tg_ratio.empty()) fmt::print("{} decode {:.2f}x ({}x)", v.pp_ratio.empty() ? "" : ";", versus_llama::median(v.tg_ratio), ratios(v.tg_ratio));
+    fmt::print("\n");
+  }
 }
 
 }  // namespace
@@ -423,6 +476,7 @@ void print_table(const report& r, const model& m) {
 void run_bench(const bench_args& given) {
   bench_args a = given;
   if (a.reps < 1) throw std::invalid_argument("-r must be at least 1");
+  if (!a.vs_llama_bench.empty()) check_llama_bench(a.vs_llama_bench);
   auto l = load(a.m, std::max(1, a.n_prompt + std::max(0, a.n_gen)), std::max(a.parallel, a.vs_parallel));
   if (a.n_gen < 0) {  // -1: each decode runs until the context is full
     a.n_gen = static_cast<int>(std::max<int64_t>(0, l.ctx->n_ctx() - a.n_prompt));
@@ -434,7 +488,8 @@ void run_bench(const bench_args& given) {
   bench_runner run(l, std::any_of(configs.begin(), configs.end(), [](const config& k) { return k.actors; }));
   const measurement ms = measure(run, a, configs, l);
   const auto results = results_of(a, configs, ms, *l.m);
-  const report r = report_of(a, configs, results, c, l, ms.probe != nullptr);
+  report r = report_of(a, configs, results, c, l, ms.probe != nullptr);
+  r.llama = versus_llama_of(ms);
   if (a.json) print_json(r, *l.m);
   else print_table(r, *l.m);
   run.stop();

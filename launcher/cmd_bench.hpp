@@ -14,6 +14,7 @@ struct bench_args {
   int micro_batches = 1, vs_micro_batches = 0;  // micro-batches of a step (and the comparison's)
   bool json = false, vs_dense = false, vs_reference = false, roofline = false, no_warmup = false;
   std::string pipeline = "actors";
+  std::string vs_llama_bench;  // llama.cpp's llama-bench, run on the same file between the repetitions
 };
 
 // Measures and prints (a table, or one JSON object with json); throws as load() does.

@@ -220,6 +220,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
   cmd->add_flag("--vs-reference", a->vs_reference,
                 "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
+  cmd->add_option("--vs-llama-bench", a->vs_llama_bench,
+                  "PATH of llama.cpp's llama-bench (built by you; no llama.cpp code is in hotcold): run it on the same file with the same "
+                  "threads, prompt and generation lengths (-r 1 -o json --mmap 0 -ngl 0) after each round of repetitions, and print "
+                  "hotcold's speed over its (the median of the rounds' ratios)");
   cmd->add_flag("--no-warmup", a->no_warmup, "Skip the untimed warm-up (per configuration, one prompt and two generated tokens, as llama-bench does)");
   cmd->callback([a, &exit_code] { exit_code = run_guarded("bench", [&] { run_bench(*a); }); });
 }

@@ -2,17 +2,19 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <algorithm>
-#include <cmath>
 #include <iterator>
 #include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "launcher/llama_bench.hpp"
 
 namespace {
 
@@ -215,6 +217,38 @@ TEST(Cli, NPredictMinusOneFillsTheContext) {
   auto bench = run({"bench", "-m", small_model(), "-p", "16", "-n", "-1", "-c", "64", "-r", "1", "--json"});
   ASSERT_EQ(bench.code, 0) << bench.err;
   EXPECT_EQ(nlohmann::json::parse(bench.out)["n_gen"], 48) << bench.out;
+}
+
+// llama-bench's `-o json` output as its README documents it: an array of tests, the prompt test
+// (n_prompt > 0, n_gen 0) and the generation test (the other way round) told apart by those fields.
+TEST(Cli, LlamaBenchJsonIsRead) {
+  const std::string two_tests = R"([
+    {"build_commit": "8cf427ff", "build_number": 5163, "model_filename": "m.gguf", "n_threads": 2, "n_prompt": 512, "n_gen": 0,
+     "avg_ns": 72135640, "avg_ts": 7100.002165, "stddev_ts": 140.34, "samples_ts": [6863.1, 7147.55]},
+    {"build_commit": "8cf427ff", "build_number": 5163, "model_filename": "m.gguf", "n_threads": 2, "n_prompt": 0, "n_gen": 128,
+     "avg_ns": 1000, "avg_ts": 41.5, "stddev_ts": 0.5, "samples_ts": [41.0, 42.0]}])";
+  const auto r = hotcold::launcher::parse_llama_bench_json(two_tests);
+  ASSERT_TRUE(r.prefill_tokens_per_s && r.decode_tokens_per_s);
+  EXPECT_DOUBLE_EQ(*r.prefill_tokens_per_s, 7100.002165);
+  EXPECT_DOUBLE_EQ(*r.decode_tokens_per_s, 41.5);
+  EXPECT_EQ(r.build, "8cf427ff");
+  const auto only_gen = hotcold::launcher::parse_llama_bench_json(R"([{"n_prompt": 0, "n_gen": 64, "avg_ts": 12.0}])");
+  EXPECT_FALSE(only_gen.prefill_tokens_per_s);
+  EXPECT_DOUBLE_EQ(*only_gen.decode_tokens_per_s, 12.0);
+  EXPECT_THROW(hotcold::launcher::parse_llama_bench_json("| model | size |"), std::runtime_error);  // the markdown table: -o json missing
+  EXPECT_THROW(hotcold::launcher::parse_llama_bench_json(R"([{"n_prompt": 512}])"), std::runtime_error);
+}
+
+// --vs-llama-bench with what is not llama-bench: refused before the model loads when it cannot be
+// run, and a failing binary's exit named with its command.
+TEST(Cli, VsLlamaBenchRefusesWhatItCannotRun) {
+  auto missing = run({"bench", "-m", small_model(), "-p", "8", "-n", "4", "-r", "1", "--vs-llama-bench", "/nonexistent/llama-bench"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("--vs-llama-bench /nonexistent/llama-bench: not an executable file"), std::string::npos) << missing.err;
+  auto failing = run({"bench", "-m", small_model(), "-p", "8", "-n", "4", "-r", "1", "--vs-llama-bench", "/bin/false"});
+  EXPECT_NE(failing.code, 0);
+  EXPECT_NE(failing.err.find("/bin/false -m " + small_model() + " -t "), std::string::npos) << failing.err;
+  EXPECT_NE(failing.err.find("failed (exit 1)"), std::string::npos) << failing.err;
 }
 
 TEST(Cli, RunMakesTheDefaultModelOnFirstUse) {
