@@ -512,6 +512,18 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
   thread_local std::vector<int32_t> who;
   if (!in_place && !quantized) gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d));
   who.resize(static_cast<size_t>(x.n));
+  // Q4_0 rows: the tokens' inputs rearranged once (q8_0_to_x4), so a shared neuron's row is unpacked
+  // once for the tokens that chose it and each token's product is what its own pass would give.
+  thread_local std::vector<q8_0_x4> x4s;
+  const q8_0_x4* x4[64] = {};
+  const bool rearranged = quantized && up.type == tensor_type::q4_0 && (!hp.gated_ffn || gate.type == up.type) && qrow % 4 == 0 && x.n <= 64;
+  if (rearranged) {
+    x4s.resize(static_cast<size_t>(x.n * qrow / 4));
+    for (int64_t t = 0; t < x.n; ++t) {
+      q8_0_to_x4(x.xq + t * qrow, qrow, x4s.data() + t * qrow / 4);
+      x4[t] = x4s.data() + t * qrow / 4;
+    }
+  }
   const neuron_prefetch pf{hp, gate, up, down_t};
   const int64_t dist = pf.distance();
   for (int64_t k = 0; k < std::min(dist, count); ++k) pf.ahead(rows[k]);
@@ -523,10 +535,17 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
     }
     const block_q8_0* xs[4];
     for (int j = 0; j < c; ++j) xs[j] = x.xq + ts[j] * qrow;
-    if (w.type == tensor_type::q8_0) dotn_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), xs, c, d, o);
-    else if (w.type == tensor_type::q4_0) dotn_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), xs, c, d, o);
-    else
+    if (w.type == tensor_type::q8_0) {
+      dotn_q8_0(reinterpret_cast<const block_q8_0*>(w.row(r)), xs, c, d, o);
+    } else if (w.type == tensor_type::q4_0 && rearranged) {
+      const q8_0_x4* x4s_of[4];
+      for (int j = 0; j < c; ++j) x4s_of[j] = x4[ts[j]];
+      dotn_q4_0_x4(reinterpret_cast<const block_q4_0*>(w.row(r)), xs, x4s_of, c, d, o);
+    } else if (w.type == tensor_type::q4_0) {
+      dotn_q4_0(reinterpret_cast<const block_q4_0*>(w.row(r)), xs, c, d, o);
+    } else {
       for (int j = 0; j < c; ++j) o[j] = row_dot(w, r, x.in + ts[j] * d, xs[j]);
+    }
   };
   // Each token's down rows go through its own four-row batcher (one pass over its accumulator per
   // four rows, as for one token).

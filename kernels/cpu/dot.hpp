@@ -107,6 +107,11 @@ inline void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, cons
 // offsets read, each line once: a sparse FFN's next four rows arrive spread through these.
 inline void dot4r_q4_0_x4_ahead(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next) { return cpu_kernels().dot4r_q4_0_x4_ahead(w, xq, x4, n, out, next); }
 
+// dotn_q4_0 with the vectors also given rearranged (q8_0_to_x4; n a multiple of 128): the row's four
+// blocks unpacked once per 128 values for all nx <= 4 vectors, each vector's product as
+// dot4r_q4_0_x4 gives it (AVX-512 VBMI and VNNI; elsewhere dotn_q4_0 on xq).
+inline void dotn_q4_0_x4(const block_q4_0* w, const block_q8_0* const* xq, const q8_0_x4* const* x4, int nx, int64_t n, float* out) { cpu_kernels().dotn_q4_0_x4(w, xq, x4, nx, n, out); }
+
 // Sixteen F16 rows interleaved (element k of row i at 16 k + i; the same bytes as the rows): short
 // rows (the predictors' 256-wide second layer) read as one stream, sixteen rows per multiply-add.
 void interleave_f16x16(const uint16_t* rows, int64_t n, uint16_t* out);  // rows: 16 rows of n, row i at rows + i n

@@ -41,6 +41,7 @@ float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t n);
 void dotn_q4_0(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out);
 void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out);
 void dot4r_q4_0_x4(const block_q4_0* const* w, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next);
+void dotn_q4_0_x4(const block_q4_0* w, const q8_0_x4* const* x4, int nx, int64_t n, float* out);
 void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out);
 }  // namespace avx512vnni
 

@@ -44,6 +44,7 @@ struct kernel_table {
   void (*dot4n_f16)(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out);
   void (*dot4n_bf16)(const uint16_t* const* w, const float* const* x, int nx, int64_t n, float* out);
   void (*dotn_q4_0)(const block_q4_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out);
+  void (*dotn_q4_0_x4)(const block_q4_0* w, const block_q8_0* const* xq, const q8_0_x4* const* x4, int nx, int64_t n, float* out);
   void (*dotn_q8_0)(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out);
   void (*dot4r_q4_0)(const block_q4_0* const* w, const block_q8_0* x, int64_t n, float* out);
   void (*dot4r_q4_0_x4)(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out);

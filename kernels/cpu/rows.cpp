@@ -55,6 +55,7 @@ void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t n, floa
   for (int r = 0; r < 4; ++r) out[r] = cpu_kernels().dot_q4_0(w[r], x, n);
 }
 void dot4r_q4_0_x4(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4*, int64_t n, float* out) { cpu_kernels().dot4r_q4_0(w, xq, n, out); }
+void dotn_q4_0_x4(const block_q4_0* w, const block_q8_0* const* xq, const q8_0_x4* const*, int nx, int64_t n, float* out) { cpu_kernels().dotn_q4_0(w, xq, nx, n, out); }
 // The "ahead" Q4_0 kernels elsewhere: rows next[0..3] of n values asked for whole first, each line once.
 void ask_for_whole_q4_0_rows(const block_q4_0* const* next, int64_t n) {
   for (int r = 0; r < 4; ++r) {
@@ -78,6 +79,10 @@ void dot4r_q4_0_x4_ahead_avx2(const block_q4_0* const* w, const block_q8_0* xq, 
 void dot4r_q4_0_x4_vbmi(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out) {
   if (n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out, nullptr);
   cpu_kernels().dot4r_q4_0(w, xq, n, out);
+}
+void dotn_q4_0_x4_vbmi(const block_q4_0* w, const block_q8_0* const* xq, const q8_0_x4* const* x4, int nx, int64_t n, float* out) {
+  if (n % 128 == 0) return avx512vnni::dotn_q4_0_x4(w, x4, nx, n, out);
+  cpu_kernels().dotn_q4_0(w, xq, nx, n, out);
 }
 void dot4r_q4_0_x4_ahead_vbmi(const block_q4_0* const* w, const block_q8_0* xq, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next) {
   if (n % 128 == 0) return avx512vnni::dot4r_q4_0_x4(w, x4, n, out, next);
@@ -105,7 +110,7 @@ void choose_row_kernels(kernel_table& k, const cpu_features& f) {
   k.dot2_f16_ahead = composed::dot2_f16_ahead, k.dot4_f16_ahead = composed::dot4_f16_ahead;
   k.dot4n_f32 = composed::dot4n_f32, k.dot4n_f16 = composed::dot4n_f16, k.dot4n_bf16 = composed::dot4n_bf16;
   k.dotn_q4_0 = composed::dotn_q4_0, k.dotn_q8_0 = composed::dotn_q8_0, k.dot4r_q4_0 = composed::dot4r_q4_0;
-  k.dot4r_q4_0_x4 = composed::dot4r_q4_0_x4, k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead;
+  k.dot4r_q4_0_x4 = composed::dot4r_q4_0_x4, k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead, k.dotn_q4_0_x4 = composed::dotn_q4_0_x4;
   if (f.avx2) {
     k.dot_f32 = avx2::dot_f32, k.dot_f16 = avx2::dot_f16, k.dot_bf16 = avx2::dot_bf16;
     k.dot_q8_0 = avx2::dot_q8_0, k.dot_q4_0 = avx2::dot_q4_0, k.dot_q6_k = avx2::dot_q6_k;
@@ -131,7 +136,8 @@ void choose_row_kernels(kernel_table& k, const cpu_features& f) {
     k.dotn_q4_0 = avx512vnni::dotn_q4_0, k.dotn_q8_0 = avx512vnni::dotn_q8_0, k.dot4r_q4_0 = avx512vnni::dot4r_q4_0;
     k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead;  // (the VNNI four-row kernel, whole rows asked for first)
   }
-  if (f.vbmi) k.dot4r_q4_0_x4 = composed::dot4r_q4_0_x4_vbmi, k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead_vbmi;
+  if (f.vbmi)
+    k.dot4r_q4_0_x4 = composed::dot4r_q4_0_x4_vbmi, k.dot4r_q4_0_x4_ahead = composed::dot4r_q4_0_x4_ahead_vbmi, k.dotn_q4_0_x4 = composed::dotn_q4_0_x4_vbmi;
 }
 
 }  // namespace hotcold::kernels

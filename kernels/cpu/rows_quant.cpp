@@ -405,6 +405,30 @@ HOTCOLD_VBMI void dot4r_q4_0_x4(const block_q4_0* const* w, const q8_0_x4* x4, i
   for (int r = 0; r < 4; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+// One Q4_0 row against up to four vectors rearranged (q8_0_to_x4; n a multiple of 128): the row's four
+// blocks gathered, split into nibbles and their scales converted once per 128 values for every
+// vector; each vector's sums exactly as dot4r_q4_0_x4 makes one row's (a shared neuron's products in a
+// batch equal one token's).
+HOTCOLD_VBMI void dotn_q4_0_x4(const block_q4_0* w, const q8_0_x4* const* x4, int nx, int64_t n, float* out) {
+  const __m512i nib = _mm512_load_si512(x4_index.nibbles), scx = _mm512_load_si512(x4_index.scales), m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  const int64_t groups = n / 128;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(w + 4 * g);
+    const __m512i r0 = _mm512_loadu_si512(p), r1 = _mm512_maskz_loadu_epi8(0xFF, p + 64);
+    const __m512i q = _mm512_permutex2var_epi8(r0, nib, r1);
+    const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    const __m512 wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scx, r0)));
+    for (int j = 0; j < nx; ++j) {
+      const q8_0_x4& x = x4[j][g];
+      __m512i s = _mm512_dpbusd_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), _mm512_load_si512(x.offset)), lo, _mm512_load_si512(x.lo));
+      s = _mm512_dpbusd_epi32(s, hi, _mm512_load_si512(x.hi));
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(wd, _mm512_load_ps(x.d)), _mm512_cvtepi32_ps(s), acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
+}
+
 // One Q8_0 row against up to four Q8_0 vectors: |w| and w's sign mask computed once per two blocks.
 HOTCOLD_VNNI void dotn_q8_0(const block_q8_0* w, const block_q8_0* const* x, int nx, int64_t n, float* out) {
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};

@@ -633,6 +633,44 @@ TEST(Dot, FourQuantizedRowsAgainstTheRearrangedVector) {
   }
 }
 
+// One Q4_0 row against up to four rearranged vectors (a shared neuron in a batch): each vector's product
+// in its own place, bit for bit what the four-row kernel gives that row against that vector alone,
+// and near the reference; lengths not a multiple of 128 go the plain way.
+TEST(Dot, OneQuantizedRowAgainstRearrangedVectors) {
+  for (int64_t n : {128, 2048, 96}) {
+    const int64_t nb = n / qk4_0;
+    auto w = random_vector(n, 720, 0.6f);
+    std::vector<block_q4_0> row(static_cast<size_t>(nb));
+    quantize_row_q4_0(w.data(), row.data(), n);
+    std::vector<std::vector<block_q8_0>> xq(4, std::vector<block_q8_0>(static_cast<size_t>(nb)));
+    std::vector<std::vector<q8_0_x4>> x4(4, std::vector<q8_0_x4>(static_cast<size_t>((nb + 3) / 4)));
+    const block_q8_0* xs[4];
+    const q8_0_x4* x4s[4];
+    for (int j = 0; j < 4; ++j) {
+      auto v = random_vector(n, static_cast<uint32_t>(721 + j), 0.4f + j);
+      quantize_row_q8_0(v.data(), xq[static_cast<size_t>(j)].data(), n);
+      if (nb % 4 == 0) q8_0_to_x4(xq[static_cast<size_t>(j)].data(), nb, x4[static_cast<size_t>(j)].data());
+      xs[j] = xq[static_cast<size_t>(j)].data();
+      x4s[j] = x4[static_cast<size_t>(j)].data();
+    }
+    for (int nx = 1; nx <= 4; ++nx) {
+      float o[4], plain[4];
+      dotn_q4_0_x4(row.data(), xs, x4s, nx, n, o);
+      dotn_q4_0(row.data(), xs, nx, n, plain);
+      for (int j = 0; j < nx; ++j) {
+        SCOPED_TRACE(testing::Message() << n << " vectors " << nx << " vector " << j);
+        const block_q4_0* four[4] = {row.data(), row.data(), row.data(), row.data()};
+        float alone[4];
+        if (nb % 4 == 0) dot4r_q4_0_x4(four, xs[j], x4s[j], n, alone);
+        // (Where the CPU has no byte permutes the plain kernel serves both.)
+        EXPECT_EQ(o[j], cpu().vbmi && nb % 4 == 0 ? alone[0] : plain[j]);
+        const float want = scalar::dot_q4_0(row.data(), xs[j], n);
+        EXPECT_NEAR(o[j], want, 1e-4 * (1 + std::abs(want)));
+      }
+    }
+  }
+}
+
 // Sixteen interleaved F16 rows: the layout round-trips, and each row against up to four vectors is its
 // own dot product, in every implementation (odd lengths take the tails).
 TEST(Dot, SixteenInterleavedF16RowsAgainstSeveralVectors) {
