@@ -174,27 +174,41 @@ inline std::string endpoint_for(const char* kind) {
   return tcp_endpoint();
 }
 
-// A request over plain HTTP/1.0: the whole response, headers and body ("" when nothing came within
-// 5 s). `headers`: more request header lines, each ending in \r\n; a body goes with its length.
-inline std::string http_request(int port, const std::string& method, const std::string& target, const std::string& headers = "",
-                                const std::string& body = "") {
+// A TCP socket to 127.0.0.1:port whose reads (and, with send_timeout, writes) give up after
+// `seconds`; rcvbuf > 0 shrinks its receive buffer first. connected: whether connect succeeded.
+inline int loopback_socket(int port, int seconds, bool& connected, int rcvbuf = 0, bool send_timeout = false) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  const timeval tv{5, 0};
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  const timeval tv{seconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (send_timeout) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  connected = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  return fd;
+}
+// Reads until the peer closes (or a read times out); what came.
+inline std::string read_all(int fd) {
   std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// A request over plain HTTP/1.0: the whole response, headers and body ("" when nothing came within
+// 5 s). `headers`: more request header lines, each ending in \r\n; a body goes with its length.
+inline std::string http_request(int port, const std::string& method, const std::string& target, const std::string& headers = "",
+                                const std::string& body = "") {
+  bool connected = false;
+  const int fd = loopback_socket(port, 5, connected, 0, true);
+  std::string out;
+  if (connected) {
     std::string req = method + " " + target + " HTTP/1.0\r\nHost: localhost\r\n" + headers;
     if (!body.empty()) req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
     req += "\r\n" + body;
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-    }
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) out = read_all(fd);
   }
   close(fd);
   return out;

@@ -238,15 +238,9 @@ TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
 
 // A raw HTTP/1.0 connection with a request sent and nothing read yet.
 int open_request(int port, const std::string& target, const json& body, int rcvbuf = 0) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  const timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  bool connected = false;
+  const int fd = loopback_socket(port, 10, connected, rcvbuf);
+  EXPECT_TRUE(connected);
   const std::string b = body.dump();
   const std::string req = "POST " + target + " HTTP/1.0\r\nAuthorization: Bearer " + key + "\r\nContent-Type: application/json\r\nContent-Length: " +
                           std::to_string(b.size()) + "\r\n\r\n" + b;

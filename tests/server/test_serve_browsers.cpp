@@ -29,23 +29,12 @@ const std::string model_id = "default-llama-relu-f16.gguf";
 
 // A connection to 127.0.0.1:port (reads time out after 10 s).
 int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  const timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  bool connected = false;
+  const int fd = loopback_socket(port, 10, connected);
+  EXPECT_TRUE(connected);
   return fd;
 }
 void send_text(int fd, const std::string& s) { EXPECT_EQ(write(fd, s.data(), s.size()), static_cast<ssize_t>(s.size())); }
-std::string read_all(int fd) {
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  return out;
-}
 // Exactly these bytes as a request; the whole answer.
 std::string round_trip(int port, const std::string& request) {
   const int fd = connect_to(port);
