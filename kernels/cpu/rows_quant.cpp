@@ -377,6 +377,25 @@ struct x4_indices {
 };
 constexpr x4_indices x4_index;
 
+// Four consecutive blocks of a Q4_0 row (at w) as the rearranged vector meets them: their low and high
+// nibbles in its byte order, and each 32-bit lane's block scale.
+struct q4_0_x4_row {
+  __m512i lo, hi;
+  __m512 d;
+};
+HOTCOLD_VBMI inline q4_0_x4_row gather_x4(const block_q4_0* w, __m512i nib, __m512i scx, __m512i m4) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(w);
+  const __m512i r0 = _mm512_loadu_si512(p), r1 = _mm512_maskz_loadu_epi8(0xFF, p + 64);
+  const __m512i q = _mm512_permutex2var_epi8(r0, nib, r1);
+  return {_mm512_and_si512(q, m4), _mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scx, r0)))};
+}
+// acc + those 128 values . a group of the rearranged vector (its bytes, offsets and scales given).
+HOTCOLD_VBMI inline __m512 x4_fmadd(const q4_0_x4_row& w, __m512i xlo, __m512i xhi, __m512i offset, __m512 xd, __m512 acc) {
+  __m512i s = _mm512_dpbusd_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), offset), w.lo, xlo);
+  s = _mm512_dpbusd_epi32(s, w.hi, xhi);
+  return _mm512_fmadd_ps(_mm512_mul_ps(w.d, xd), _mm512_cvtepi32_ps(s), acc);
+}
+
 // With next: rows next[0..3]'s lines asked for at the offsets read, each line once (prefetch_until).
 HOTCOLD_VBMI void dot4r_q4_0_x4(const block_q4_0* const* w, const q8_0_x4* x4, int64_t n, float* out, const block_q4_0* const* next) {
   const __m512i nib = _mm512_load_si512(x4_index.nibbles), scx = _mm512_load_si512(x4_index.scales), m4 = _mm512_set1_epi8(0x0F);
@@ -392,15 +411,7 @@ HOTCOLD_VBMI void dot4r_q4_0_x4(const block_q4_0* const* w, const q8_0_x4* x4, i
     const __m512i xlo = _mm512_load_si512(x.lo), xhi = _mm512_load_si512(x.hi);
     const __m512i offset = _mm512_load_si512(x.offset);
     const __m512 xd = _mm512_load_ps(x.d);
-    for (int r = 0; r < 4; ++r) {
-      const uint8_t* p = reinterpret_cast<const uint8_t*>(w[r] + 4 * g);
-      const __m512i r0 = _mm512_loadu_si512(p), r1 = _mm512_maskz_loadu_epi8(0xFF, p + 64);
-      const __m512i q = _mm512_permutex2var_epi8(r0, nib, r1);
-      __m512i s = _mm512_dpbusd_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), offset), _mm512_and_si512(q, m4), xlo);
-      s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4), xhi);
-      const __m512 wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scx, r0)));
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, xd), _mm512_cvtepi32_ps(s), acc[r]);
-    }
+    for (int r = 0; r < 4; ++r) acc[r] = x4_fmadd(gather_x4(w[r] + 4 * g, nib, scx, m4), xlo, xhi, offset, xd, acc[r]);
   }
   for (int r = 0; r < 4; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
@@ -414,16 +425,10 @@ HOTCOLD_VBMI void dotn_q4_0_x4(const block_q4_0* w, const q8_0_x4* const* x4, in
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   const int64_t groups = n / 128;
   for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* p = reinterpret_cast<const uint8_t*>(w + 4 * g);
-    const __m512i r0 = _mm512_loadu_si512(p), r1 = _mm512_maskz_loadu_epi8(0xFF, p + 64);
-    const __m512i q = _mm512_permutex2var_epi8(r0, nib, r1);
-    const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-    const __m512 wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scx, r0)));
+    const q4_0_x4_row row = gather_x4(w + 4 * g, nib, scx, m4);
     for (int j = 0; j < nx; ++j) {
       const q8_0_x4& x = x4[j][g];
-      __m512i s = _mm512_dpbusd_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), _mm512_load_si512(x.offset)), lo, _mm512_load_si512(x.lo));
-      s = _mm512_dpbusd_epi32(s, hi, _mm512_load_si512(x.hi));
-      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(wd, _mm512_load_ps(x.d)), _mm512_cvtepi32_ps(s), acc[j]);
+      acc[j] = x4_fmadd(row, _mm512_load_si512(x.lo), _mm512_load_si512(x.hi), _mm512_load_si512(x.offset), _mm512_load_ps(x.d), acc[j]);
     }
   }
   for (int j = 0; j < nx; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
