@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "protocol/text_file.hpp"
+
 namespace hotcold::server {
 namespace {
 
@@ -125,9 +127,7 @@ std::vector<std::string> comma_list(const std::vector<std::string>& given) {
     for (size_t at = 0; at <= g.size();) {
       size_t end = g.find(',', at);
       if (end == std::string::npos) end = g.size();
-      std::string piece = g.substr(at, end - at);
-      piece.erase(0, piece.find_first_not_of(" \t"));
-      piece.erase(piece.find_last_not_of(" \t") + 1);
+      std::string piece = protocol::trim_blanks(g.substr(at, end - at));
       if (!piece.empty()) out.push_back(piece);
       at = end + 1;
     }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/messages.hpp"
+#include "protocol/text_file.hpp"
 
 namespace hotcold::server {
 namespace {
@@ -264,10 +265,7 @@ std::string error_event(const api_failure& f) {
 
 // Whether a Content-Type names JSON: application/json, with parameters (charset) or not, in any case.
 bool json_media_type(std::string_view type) {
-  const auto semi = type.find(';');
-  std::string t(type.substr(0, semi));
-  t.erase(0, t.find_first_not_of(" \t"));
-  t.erase(t.find_last_not_of(" \t") + 1);
+  std::string t = protocol::trim_blanks(std::string(type.substr(0, type.find(';'))));
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return t == "application/json";
 }
