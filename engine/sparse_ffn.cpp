@@ -512,8 +512,9 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
   thread_local std::vector<int32_t> who;
   if (!in_place && !quantized) gbuf.resize(static_cast<size_t>(d)), ubuf.resize(static_cast<size_t>(d));
   who.resize(static_cast<size_t>(x.n));
-  // Q4_0 rows: the tokens' inputs rearranged once (q8_0_to_x4), so a shared neuron's row is unpacked
-  // once for the tokens that chose it and each token's product is what its own pass would give.
+  // Q4_0 rows: the tokens' inputs rearranged (q8_0_to_x4) at the start of each call — once a piece of
+  // the neurons, as one token's pass does — so a shared neuron's row is unpacked once for the tokens
+  // that chose it and each token's product is what its own pass would give.
   thread_local std::vector<q8_0_x4> x4s;
   const q8_0_x4* x4[64] = {};
   const bool rearranged = quantized && up.type == tensor_type::q4_0 && (!hp.gated_ffn || gate.type == up.type) && qrow % 4 == 0 && x.n <= 64;
