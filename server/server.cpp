@@ -204,11 +204,11 @@ class serving_loop {
     ++counters_.frames;
     if (frames.size() < 2) return true;  // no payload: nothing to answer
     address to{tag + frames[0].to_string(), frames.size() >= 3 && frames[1].size() == 0, {}};
-    to.client = client_name(tag, frames[0], frames.back());
     if (auto it = clients_.find(to.identity); it != clients_.end() && it->second->cut_off) {
       ++counters_.dropped;  // cut off: nothing it asks for is done until it has read its replies
       return true;
     }
+    to.client = client_name(tag, frames[0], frames.back());
     const auto& payload = frames.back();
     auto decoded = proto::decode_request(std::string_view(static_cast<const char*>(payload.data()), payload.size()), limits());
     if (auto* e = std::get_if<proto::protocol_error>(&decoded)) {
