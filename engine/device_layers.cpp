@@ -1,5 +1,7 @@
 #include "engine/device_layers.hpp"
 
+#include <cstring>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -128,10 +130,16 @@ void device_layers::hold(tensor_view& v, const std::string& what) {
     }
     dev_->copy_in(*b, 0, plain.data(), plain.size())->wait();
     v.interleaved16 = false;
+  } else if (!v.packed()) {
+    // A view into a bundle (a sparse file's gate, up or down_t rows): its rows gathered, packed.
+    std::vector<uint8_t> rows(v.bytes());
+    for (int64_t r = 0; r < v.ne1; ++r) std::memcpy(rows.data() + static_cast<size_t>(r) * v.row_bytes, v.row(r), v.row_bytes);
+    dev_->copy_in(*b, 0, rows.data(), rows.size())->wait();
   } else {
     dev_->copy_in(*b, 0, v.data, v.bytes())->wait();
   }
   v.data = static_cast<const uint8_t*>(b->data());
+  v.stride = 0;
   bytes_ += b->size();
   buffers_.push_back(std::move(b));
 }

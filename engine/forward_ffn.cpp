@@ -200,14 +200,14 @@ void inference_context::ffn_chosen_rows(step_state& B, int64_t layer, const laye
     // product (streams from memory), then the up and down rows of the neurons that pass only.
     if (static_cast<int64_t>(B.gate.size()) < n_ff) B.gate.resize(static_cast<size_t>(n_ff));
     matmul(on, l.ffn_gate, in, 1, B.gate.data());
-    neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+    neuron_shards pieces(n_union, threads);
     run_pieces(*on.pool, pieces, d, B.acc, out, [&](int64_t k0, int64_t k1, float* acc) {
       token_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), {in, x.xq, B.hidden.data(), acc, B.gate.data()});
     });
   } else {
     // Each thread its own shard of the chosen neurons first, then what is left of the others'
     // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
-    neuron_shards pieces(chosen_union.data(), n_union, n_ff, threads);
+    neuron_shards pieces(n_union, threads);
     run_pieces(*on.pool, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
       batch_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), x, B.hidden.data(), acc);
     });

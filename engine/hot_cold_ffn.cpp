@@ -55,6 +55,7 @@ void hot_rows::upload(const placement_data& placement) {
       hot_->copy_in(*buf, 0, staging.data(), staging.size())->wait();
       v.ne1 = static_cast<int64_t>(ids.size());
       v.data = static_cast<const uint8_t*>(buf->data());
+      v.stride = 0;  // packed (a bundle's rows are gathered apart)
       bytes_ += buf->size();
       buffers_.push_back(std::move(buf));
       return v;
@@ -135,7 +136,7 @@ void cold_share(thread_pool& pool, const model& m, const trace_span& at, std::sp
     transposed_product(pool, l.ffn_down_t, hidden, n, out);
     return;
   }
-  neuron_shards pieces(cold_ids.data(), static_cast<int64_t>(cold_ids.size()), hp.n_ff, pool.size());
+  neuron_shards pieces(static_cast<int64_t>(cold_ids.size()), pool.size());
   const neuron_set all{cold_ids.data(), cold_ids.data(), static_cast<int64_t>(cold_ids.size())};
   run_pieces(
       pool, pieces, x.n * x.d, acc, out,

@@ -58,8 +58,8 @@ class hot_rows {
   uint64_t bytes_ = 0;
 };
 
-// The cold share of a step on `pool`: worker t computes the cold neurons of its shard — ids in
-// [n_ff t / T, n_ff (t+1) / T), so each worker reads the same rows step after step — then helps with
+// The cold share of a step on `pool`: worker t computes the cold neurons of its shard — an equal share
+// of them, in id order — then helps with
 // what is left of the others' (neuron_shards), into hidden (n x n_ff) and each piece's accumulator
 // (acc: scratch, grown as needed); out (n x n_embd) = their sum, in piece order. at: the step and
 // layer, and the recorder its cold_ffn intervals go to.

@@ -344,7 +344,7 @@ bool transposed_product(thread_pool& pool, const tensor_view& rows, const float*
       }
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t j0 = p * nc;
-        if (t == tensor_type::f16) gemm_pack_f16_columns(reinterpret_cast<const uint16_t*>(rows.row(k0)) + j0, static_cast<int64_t>(rows.row_bytes / 2), kc, xp.data());
+        if (t == tensor_type::f16) gemm_pack_f16_columns(reinterpret_cast<const uint16_t*>(rows.row(k0)) + j0, static_cast<int64_t>(rows.row_stride() / 2), kc, xp.data());
         else for (int64_t k = 0; k < kc; ++k) span_to_float(rows, k0 + k, j0, nc, xp.data() + k * nc);
         for (int64_t t0 = 0; t0 < full; t0 += mt) gemm_tile(hb.data() + t0 * kc_max, kc_max, xp.data(), kc, out + t0 * d + j0, d, kb == 0);
         if (full < n) {  // the last tokens through a tile of their own

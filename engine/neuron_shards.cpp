@@ -7,18 +7,14 @@
 
 namespace hotcold {
 
-neuron_shards::neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int per_shard)
-    : threads_(std::max(1, threads)), per_shard_(std::max(1, per_shard)) {
+neuron_shards::neuron_shards(int64_t count, int threads, int per_shard) : threads_(std::max(1, threads)), per_shard_(std::max(1, per_shard)) {
   shards_ = std::make_unique<shard[]>(static_cast<size_t>(threads_));
-  // Shard t's ids [a, b) in pieces of halving size: [a, a + w/2), then a quarter, an eighth, ... and
+  // Shard t's chosen [a, b) in pieces of halving size: [a, a + w/2), then a quarter, an eighth, ... and
   // the rest (w = b - a): the owner's first pieces are long, and what others help with at the end short.
   bounds_.push_back(0);
   for (int t = 0; t < threads_; ++t) {
-    const int64_t a = n_ff * t / threads_, b = n_ff * (t + 1) / threads_, w = b - a;
-    for (int j = 1; j <= per_shard_; ++j) {
-      const int64_t edge = j < per_shard_ ? a + (w - (w >> j)) : b;
-      bounds_.push_back(std::lower_bound(ids, ids + count, static_cast<int32_t>(edge)) - ids);
-    }
+    const int64_t a = count * t / threads_, b = count * (t + 1) / threads_, w = b - a;
+    for (int j = 1; j <= per_shard_; ++j) bounds_.push_back(j < per_shard_ ? a + (w - (w >> j)) : b);
   }
 }
 

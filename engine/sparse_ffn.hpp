@@ -151,17 +151,20 @@ struct batch_ffn_input {
 void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, const neuron_set& set, const batch_ffn_input& x, float* hidden, float* acc);
 
 // The chosen neurons ids[0..count) (ascending) handed out to T threads in fixed pieces. Thread t owns
-// a shard — the ids in [n_ff t / T, n_ff (t + 1) / T), so it reads the same rows step after step —
-// cut into `per_shard` ranges of ids of halving width (a half, a quarter, ..., the rest); it takes
-// its own pieces first, then those of the others' that no one has started, so a thread slowed by a
-// neighbour on its core, or with the busier shard, does not keep the rest waiting (+2.7-4.6% on a
-// sparse Q4_0 token against fixed halves, alternately in one process; equal quarters gained 1-2%). Each piece adds into its own accumulator and sum()
-// adds those in piece order: the same sums whichever thread took which piece (a sum that depended on
-// the timing would flip an activation's Q8_0 rounding now and then, and the logits with it), and —
-// the pieces being ranges of ids — the same as every neuron's (zeros included) in the same pieces.
+// a shard — an equal share of the chosen, ids[count t / T, count (t + 1) / T) — cut into `per_shard`
+// ranges of halving width (a half, a quarter, ..., the rest); it takes its own pieces first, then
+// those of the others' that no one has started, so a thread slowed by a neighbour on its core does not
+// keep the rest waiting (+2.7-4.6% on a sparse Q4_0 token against fixed halves, alternately in one
+// process; equal quarters gained 1-2%). Shares of the chosen, not of the ids: a file whose neurons
+// prepare ordered most often firing first (docs/model-files.md) has most of a token's choice in its
+// first ids, and shards of the ids gave the first thread most of the work (a sparse Q4_0 token 5-6%
+// slower than the unordered file's, 2 threads). Each piece adds into its own accumulator and sum() adds those in piece order: the
+// same sums whichever thread took which piece (a sum that depended on the timing would flip an
+// activation's Q8_0 rounding now and then, and the logits with it); with every neuron chosen, the
+// same pieces as the dense pass.
 class neuron_shards {
  public:
-  neuron_shards(const int32_t* ids, int64_t count, int64_t n_ff, int threads, int per_shard = 5);
+  neuron_shards(int64_t count, int threads, int per_shard = 5);
   int64_t pieces() const { return static_cast<int64_t>(bounds_.size()) - 1; }
   // The next non-empty piece for thread t: ids[k0..k1), piece number `piece`. False when none is left.
   bool take(int t, int64_t& k0, int64_t& k1, int64_t& piece);

@@ -52,7 +52,7 @@ void firing_of(const plan_args& a, const model& m, plan_inputs& in) {
   auto p = tools::read_profile(dir);
   if (p.n_layer != m.hp().n_layer || p.n_ff != m.hp().n_ff)
     throw std::invalid_argument(fmt::format("{}: a profile of {} layers x {} neurons, the model has {} x {}", dir, p.n_layer, p.n_ff, m.hp().n_layer, m.hp().n_ff));
-  in.o.firing_counts = std::move(p.firing_counts), in.o.tokens = static_cast<uint64_t>(p.tokens);
+  in.o.firing_counts = tools::counts_in_order_of(p, m), in.o.tokens = static_cast<uint64_t>(p.tokens);
   in.firing_from = fmt::format("{} ({} tokens)", dir, p.tokens);
 }
 

@@ -130,6 +130,11 @@ void run_prepare(prepare_args a) {
   tools::save_predictors(p, (fs::path(po.out_dir) / "predictors.gguf").string());
   print_fits(p);
   if (a.powerinfer) so.kind = gguf::file_kind::powerinfer;  // one threshold: see write_sparse_model
+  if (!a.powerinfer && !a.plain_layout) {
+    // Neurons most often firing first, each one's rows side by side (docs/model-files.md, "Layout").
+    so.order = tools::firing_order(data.firing_counts, data.n_layer, data.n_ff);
+    so.bundle = true;
+  }
   tools::write_sparse_model(a.model, a.out, p.layers, so);
   if (a.budget > 0) {
     auto plan = tools::plan_from_profile(a.out, po.out_dir, a.budget, a.ctx);

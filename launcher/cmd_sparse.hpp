@@ -26,6 +26,7 @@ struct prepare_args {
   int64_t ctx = 0;
   bool powerinfer = false;
   bool reuse_profile = false;
+  bool plain_layout = false;  // --plain-layout: the dense file's neuron order, gate, up and down_t rows in tensors of their own
   double sparsity = 0;
   int64_t sparsity_tokens = 512;
   tools::train_options train;

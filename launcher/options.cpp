@@ -428,6 +428,9 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--recall", a->train.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
   cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
   cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
+  cmd->add_flag("--plain-layout", a->plain_layout,
+                "Keep the dense file's order of the neurons and their gate, up and down_t rows in tensors of their own (default: most often firing "
+                "first, each neuron's rows side by side)");
   cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)")
       ->check(finite_in(0, 1 << 20));
   cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold")->check(whole_in(0, 1ll << 40));

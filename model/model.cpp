@@ -174,6 +174,81 @@ void place_tensor(model_weights& w, int il, tensor_role role, const tensor_view&
   }
 }
 
+// Names of a bundled sparse file's per-layer tensors (tools/sparse_file.hpp writes them).
+constexpr const char* bundle_name = "blk.{}.ffn_bundle.weight";
+constexpr const char* order_name = "blk.{}.ffn_order";
+
+// The roles a layer's bundle stands for: bound from it, not from tensors of their own.
+bool bundled_role(tensor_role r) {
+  return r == tensor_role::ffn_gate || r == tensor_role::ffn_up || r == tensor_role::ffn_up_gate || r == tensor_role::ffn_down ||
+         r == tensor_role::ffn_down_t;
+}
+
+// Layer il's bundle: n_ff rows of (gate, up, down_t) rows of n_embd values each (no gate: up, down_t),
+// bound as three views stepping over the whole bundle row; and its neuron order, when recorded.
+void bind_bundle(const gguf::file& f, const hparams& hp, int il, const uint8_t* base, uint64_t& weight_bytes, layer_weights& l) {
+  const std::string& path = f.source();
+  const std::string name = fmt::format(bundle_name, il);
+  const gguf::tensor_info* t = f.find_tensor(name);
+  // Gate, up and down_t; or up and down_t, the gate (of a gated FFN) in its own ffn_gate.weight.
+  const int64_t parts = hp.gated_ffn && t->ne[0] == 3 * hp.n_embd ? 3 : 2;
+  if (t->n_dims != 2 || t->ne[0] != parts * hp.n_embd || t->ne[1] != hp.n_ff)
+    throw model_error(fmt::format("{}: tensor {} has shape [{}, {}] ({} dimensions), expected [{}, {}]{}: rows of n_embd for each of n_ff neurons", path,
+                                  name, t->ne[0], t->ne[1], t->n_dims, parts * hp.n_embd, hp.n_ff,
+                                  hp.gated_ffn ? fmt::format(" (gate, up and down_t) or [{}, {}] (up and down_t)", 2 * hp.n_embd, hp.n_ff) : " (up and down_t)"));
+  const bool gate_apart = hp.gated_ffn && parts == 2;
+  for (const char* other : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_down_t.weight"}) {
+    const bool is_gate = std::string_view(other) == "ffn_gate.weight";
+    const bool present = f.find_tensor(fmt::format("blk.{}.{}", il, other)) != nullptr;
+    if (present && !(is_gate && gate_apart)) throw model_error(fmt::format("{}: blk.{} has both ffn_bundle.weight and {}", path, il, other));
+    if (!present && is_gate && gate_apart)
+      throw model_error(fmt::format("{}: tensor blk.{}.ffn_gate.weight is missing (the layer's bundle holds up and down_t only)", path, il));
+  }
+  if (!matrix_type_supported(t->type) || hp.n_embd % traits(t->type).block_size != 0)
+    throw model_error(fmt::format("{}: tensor {} has type {}, which hotcold does not bundle (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K with n_embd a "
+                                  "multiple of the block)", path, name, tensor_type_name(t->type)));
+  tensor_view b;
+  b.name = name, b.type = t->type, b.ne0 = t->ne[0], b.ne1 = t->ne[1];
+  b.row_bytes = static_cast<size_t>(t->n_bytes / static_cast<uint64_t>(t->ne[1]));
+  b.data = base + t->offset;
+  weight_bytes += t->n_bytes;
+  l.ffn_bundle = b;
+  const size_t part = b.row_bytes / static_cast<size_t>(parts);
+  auto view = [&](int64_t k, const char* what) {
+    tensor_view v = b;
+    v.name = name + what;
+    v.ne0 = hp.n_embd;
+    v.row_bytes = part;
+    v.stride = b.row_bytes;
+    v.data = b.data + static_cast<size_t>(k) * part;
+    return v;
+  };
+  int64_t k = 0;
+  if (gate_apart) l.ffn_gate = bind_tensor(f, hp, {tensor_role::ffn_gate, "blk.%d.ffn_gate.weight", true, true}, il, base, weight_bytes);
+  else if (hp.gated_ffn) l.ffn_gate = view(k++, ".gate");
+  l.ffn_up = view(k++, ".up");
+  l.ffn_down_t = view(k, ".down_t");
+}
+
+// Layer il's neuron order (when the file records one): I32, n_ff values, a permutation.
+void bind_order(const gguf::file& f, const hparams& hp, int il, const uint8_t* base, layer_weights& l) {
+  const std::string name = fmt::format(order_name, il);
+  const gguf::tensor_info* t = f.find_tensor(name);
+  if (!t) return;
+  if (t->type != tensor_type::i32 || t->n_dims != 1 || t->ne[0] != hp.n_ff)
+    throw model_error(fmt::format("{}: tensor {} must be I32 of n_ff = {} values (got {}, {} values)", f.source(), name, hp.n_ff, tensor_type_name(t->type),
+                                  t->n_elements));
+  const auto* v = reinterpret_cast<const int32_t*>(base + t->offset);
+  std::vector<bool> seen(static_cast<size_t>(hp.n_ff));
+  for (int64_t i = 0; i < hp.n_ff; ++i) {
+    if (v[i] < 0 || v[i] >= hp.n_ff || seen[static_cast<size_t>(v[i])])
+      throw model_error(fmt::format("{}: tensor {} is not an order of the {} neurons (value {} at {})", f.source(), name, hp.n_ff, v[i], i));
+    seen[static_cast<size_t>(v[i])] = true;
+  }
+  l.ffn_order.name = name, l.ffn_order.type = tensor_type::i32, l.ffn_order.ne0 = hp.n_ff, l.ffn_order.ne1 = 1;
+  l.ffn_order.row_bytes = static_cast<size_t>(hp.n_ff) * 4, l.ffn_order.data = base + t->offset;
+}
+
 // The llama family computes q, k and v as three products: a fused attn_qkv (and its bias) is bound as
 // its three row ranges, q's rows first, then k's, then v's (llama.cpp's views of it).
 void split_fused_qkv(const std::string& path, const hparams& hp, int il, layer_weights& l, const tensor_view& qkv_bias) {
@@ -273,9 +348,18 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   model_weights& w = m->weights_;
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   std::vector<tensor_view> qkv_bias(static_cast<size_t>(hp.n_layer));
+  std::vector<bool> bundled(static_cast<size_t>(hp.n_layer));
+  for (int il = 0; il < hp.n_layer; ++il) bundled[static_cast<size_t>(il)] = f.find_tensor(fmt::format(bundle_name, il)) != nullptr;
   for (const auto& spec : tensor_table(hp.arch))
-    for (int il = 0; il < (spec.per_layer ? hp.n_layer : 1); ++il)
+    for (int il = 0; il < (spec.per_layer ? hp.n_layer : 1); ++il) {
+      if (spec.per_layer && bundled[static_cast<size_t>(il)] && bundled_role(spec.role)) continue;  // bind_bundle
       place_tensor(w, il, spec.role, bind_tensor(f, hp, spec, il, base, m->weight_bytes_), hp, qkv_bias[static_cast<size_t>(il)]);
+    }
+  for (int il = 0; il < hp.n_layer; ++il) {
+    auto& l = w.layers[static_cast<size_t>(il)];
+    if (bundled[static_cast<size_t>(il)]) bind_bundle(f, hp, il, base, m->weight_bytes_, l);
+    bind_order(f, hp, il, base, l);
+  }
   m->has_predictors_ = hp.n_layer > 0;
   for (int il = 0; il < hp.n_layer; ++il) {
     auto& l = w.layers[static_cast<size_t>(il)];

@@ -26,6 +26,10 @@ struct tensor_view {
   int64_t ne0 = 0;        // elements per row
   int64_t ne1 = 1;        // rows
   size_t row_bytes = 0;
+  // Bytes from one row's start to the next's; 0: row_bytes (the rows packed one after another). A
+  // bundled sparse file's gate, up and down_t rows are views of one tensor whose row holds all three
+  // (docs/model-files.md), each stepping over the other two.
+  size_t stride = 0;
   const uint8_t* data = nullptr;
   // Matrices that only dense products read are stored, in the private copy, as groups of sixteen
   // interleaved rows for the first ne1 - ne1 % 16 rows (Q4_0: kernels::block_q4_0x16; F16:
@@ -38,7 +42,9 @@ struct tensor_view {
   // An F32 tensor's values (norms, biases, factors); null when absent.
   const float* f32() const { return reinterpret_cast<const float*>(data); }
   uint64_t bytes() const { return data ? row_bytes * static_cast<uint64_t>(ne1) : 0; }  // 0 when absent
-  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+  size_t row_stride() const { return stride ? stride : row_bytes; }
+  bool packed() const { return row_stride() == row_bytes; }
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride(); }
 };
 
 struct layer_weights {
@@ -56,6 +62,12 @@ struct layer_weights {
   tensor_view ffn_down_t;                  // n_ff rows of n_embd: neuron i's contribution is h_i * row i
   tensor_view pred_fc1;                    // predictor: (n_embd) -> (r)
   tensor_view pred_fc2;                    //            (r) -> (n_ff): score_i >= threshold => neuron i fires
+  // A bundled sparse file (prepare): ffn_gate, ffn_up and ffn_down_t above are views of this one tensor,
+  // n_ff rows each holding neuron i's gate, up and down_t rows side by side (no gate: up and down_t).
+  tensor_view ffn_bundle;
+  // prepare's order of the neurons (I32, n_ff): position i holds the neuron that was number order[i]
+  // in the file prepare read; absent when they are in that order.
+  tensor_view ffn_order;
 };
 
 struct model_weights {

@@ -206,16 +206,28 @@ void reference_model::ffn(int64_t l, const std::vector<vec>& attn, const layer_q
   const bool falcon = hp_.arch == architecture::falcon;
   const std::string b = "blk." + std::to_string(l) + ".";
   const mat wo = matrix(b + "attn_output.weight");
-  mat up = matrix(b + "ffn_up.weight");
-  mat gate;
-  if (hp_.gated_ffn && !f_.find_tensor(b + "ffn_gate.weight")) {  // phi3: ffn_up holds the gate's n_ff rows, then up's
-    gate.assign(up.begin(), up.begin() + hp_.n_ff);
-    up.erase(up.begin(), up.begin() + hp_.n_ff);
-  } else if (hp_.gated_ffn) {
-    gate = matrix(b + "ffn_gate.weight");
+  mat up, gate, down;
+  const bool bundled = f_.find_tensor(b + "ffn_bundle.weight") != nullptr;
+  const bool by_neuron = bundled || !f_.find_tensor(b + "ffn_down.weight");  // sparse files: ffn_down_t, a row per neuron
+  if (bundled) {  // neuron i's row: its gate row (gated FFNs, unless the gate is apart), its up row, its down_t row, n_embd values each
+    for (vec& row : matrix(b + "ffn_bundle.weight")) {
+      auto part = [&](int64_t k) { return vec(row.begin() + k * d, row.begin() + (k + 1) * d); };
+      const bool gate_in = static_cast<int64_t>(row.size()) == 3 * d;
+      if (gate_in) gate.push_back(part(0));
+      up.push_back(part(gate_in ? 1 : 0));
+      down.push_back(part(gate_in ? 2 : 1));
+    }
+    if (hp_.gated_ffn && gate.empty()) gate = matrix(b + "ffn_gate.weight");
+  } else {
+    up = matrix(b + "ffn_up.weight");
+    if (hp_.gated_ffn && !f_.find_tensor(b + "ffn_gate.weight")) {  // phi3: ffn_up holds the gate's n_ff rows, then up's
+      gate.assign(up.begin(), up.begin() + hp_.n_ff);
+      up.erase(up.begin(), up.begin() + hp_.n_ff);
+    } else if (hp_.gated_ffn) {
+      gate = matrix(b + "ffn_gate.weight");
+    }
+    down = matrix(by_neuron ? b + "ffn_down_t.weight" : b + "ffn_down.weight");
   }
-  const bool by_neuron = !f_.find_tensor(b + "ffn_down.weight");  // sparse files: ffn_down_t, a row per neuron
-  const mat down = matrix(by_neuron ? b + "ffn_down_t.weight" : b + "ffn_down.weight");
   for (size_t t = 0; t < x.size(); ++t) {
     const vec o = times(wo, attn[t]);
     vec ffn_in;

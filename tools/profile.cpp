@@ -143,6 +143,8 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
                    {"format", profile_format}, {"tokens", n}, {"calibration", o.calibration_path.empty() ? "sampled from the model (temperature 1, seed 2024)" : o.calibration_path},
                    {"firing_counts", "firing_counts.u64"}, {"values", preactivations ? "preactivations" : "margins"}, {"layers", layers}};
   if (preactivations) j["activation"] = std::string(activation_name(hp.act));
+  for (const auto& l : m->weights().layers)
+    if (l.ffn_order) j["file_order"] = true;
   std::ofstream((fs::path(o.out_dir) / "profile.json").string()) << j.dump(2) << "\n";
   return r;
 }
@@ -174,6 +176,7 @@ profile_data read_profile(const std::string& dir) {
   } else if (values != "margins") {
     throw std::runtime_error(fmt::format("{}/profile.json: \"values\" is '{}', not margins or preactivations", dir, values));
   }
+  d.file_order = j.value("file_order", false);
   d.firing_counts.resize(static_cast<size_t>(d.n_layer * d.n_ff));
   std::ifstream c((fs::path(dir) / "firing_counts.u64").string(), std::ios::binary);
   c.read(reinterpret_cast<char*>(d.firing_counts.data()), static_cast<std::streamsize>(d.firing_counts.size() * 8));
@@ -193,7 +196,23 @@ loader::placement_plan plan_from_profile(const std::string& model_path, const st
   if (data.n_layer != hp.n_layer || data.n_ff != hp.n_ff)
     throw std::invalid_argument(fmt::format("{}: the profile is of a model with {} layers x {} neurons, this one has {} x {}", stats_dir,
                                             data.n_layer, data.n_ff, hp.n_layer, hp.n_ff));
-  return loader::plan_placement(*m, data.firing_counts, budget_gib, ctx);
+  return loader::plan_placement(*m, counts_in_order_of(data, *m), budget_gib, ctx);
+}
+
+std::vector<uint64_t> counts_in_order_of(const profile_data& d, const model& m) {
+  const auto& hp = m.hp();
+  if (d.n_layer != hp.n_layer || d.n_ff != hp.n_ff)
+    throw std::invalid_argument(fmt::format("{}: the profile is of a model with {} layers x {} neurons, {} has {} x {}", d.dir, d.n_layer, d.n_ff,
+                                            m.path(), hp.n_layer, hp.n_ff));
+  std::vector<uint64_t> out = d.firing_counts;
+  if (d.file_order) return out;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const tensor_view& o = m.weights().layers[static_cast<size_t>(l)].ffn_order;
+    if (!o) continue;
+    const auto* from = reinterpret_cast<const int32_t*>(o.data);
+    for (int64_t i = 0; i < hp.n_ff; ++i) out[static_cast<size_t>(l * hp.n_ff + i)] = d.firing_counts[static_cast<size_t>(l * hp.n_ff + from[i])];
+  }
+  return out;
 }
 
 std::vector<uint64_t> firing_counts_for(const std::string& model_path, const model& m, const short_profile_options& o) {
@@ -202,7 +221,7 @@ std::vector<uint64_t> firing_counts_for(const std::string& model_path, const mod
   if (fs::exists(fs::path(beside) / "firing_counts.u64")) {
     try {
       auto d = read_profile(beside);
-      if (d.n_layer == hp.n_layer && d.n_ff == hp.n_ff) return d.firing_counts;
+      if (d.n_layer == hp.n_layer && d.n_ff == hp.n_ff) return counts_in_order_of(d, m);
     } catch (const std::exception&) {
       // unreadable: profile afresh
     }

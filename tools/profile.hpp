@@ -67,11 +67,18 @@ struct profile_data {
   std::string dir;
   std::string model_path;
   bool preactivations = false;          // the samples' n_ff values are pre-activations of activation `act`
+  bool file_order = false;              // the profiled file records its neurons' order (blk.N.ffn_order): the
+                                        // counts are in that order, not the dense file's
   activation act = activation::relu;
   std::string samples_path(int64_t layer) const;
   size_t record_bytes() const { return static_cast<size_t>(n_embd) * 4 + static_cast<size_t>((n_ff + 7) / 8) + static_cast<size_t>(n_ff) * 2; }
 };
 profile_data read_profile(const std::string& dir);
+
+// The profile's firing counts in m's order of the neurons: a profile of the dense file that prepare
+// read counts neurons in that file's order, which a file prepare laid out records (blk.N.ffn_order);
+// a profile of a laid-out file is in its order already.
+std::vector<uint64_t> counts_in_order_of(const profile_data& d, const model& m);
 
 // hotcold place: the plan for `model_path` from the firing counts of the profile in `stats_dir`.
 loader::placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);

@@ -26,14 +26,25 @@ struct sparse_file_options {
   // were calibrated for (hotcold.sparsity.target); empty: the dense file's own, if any.
   std::vector<float> act_thresholds;
   float sparsity_target = 0;
+  // The layout (hotcold's GGUF only; docs/model-files.md): each layer's neurons in order[l] (position i
+  // holds the dense file's neuron order[l][i]; empty: as they are), recorded as blk.N.ffn_order; and
+  // with `bundle`, a neuron's rows side by side in one tensor blk.N.ffn_bundle.weight — gate, up and
+  // down_t, or up and down_t with the gate apart when the file has activation thresholds (every
+  // neuron's gate is read each token there) — where those rows share a type.
+  std::vector<std::vector<int32_t>> order;
+  bool bundle = false;
 };
+
+// The neurons of each layer, most often firing first (ties by number): n_layer x n_ff counts.
+std::vector<std::vector<int32_t>> firing_order(const std::vector<uint64_t>& counts, int64_t n_layer, int64_t n_ff);
 
 // The type a predictor matrix with rows of `row` values is stored in: `wanted` where whole blocks fit,
 // F32 otherwise.
 tensor_type predictor_storage_type(tensor_type wanted, int64_t row);
 
 // Reads `dense_path`, writes `out_path` with ffn_down transposed into ffn_down_t (same type; quantized
-// types are re-quantized from the transposed values) and the predictors added.
+// types are re-quantized from the transposed values) and the predictors added, laid out as `options`
+// says (the predictors' rows follow the neurons' order).
 void write_sparse_model(const std::string& dense_path, const std::string& out_path, const std::vector<layer_predictor>& predictors,
                         const sparse_file_options& options = {});
 

@@ -199,7 +199,7 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   const std::vector<uint64_t>& neuron = costs.neuron;
 
   // The candidates: placements as `place` would choose them, and placement files.
-  const std::vector<uint64_t> counts = o.stats_dir.empty() ? chosen_counts(rec, hp) : read_profile(o.stats_dir).firing_counts;
+  const std::vector<uint64_t> counts = o.stats_dir.empty() ? chosen_counts(rec, hp) : counts_in_order_of(read_profile(o.stats_dir), *m);
   struct candidate {
     std::string label;
     std::vector<std::vector<int32_t>> hot;

@@ -276,8 +276,8 @@ TEST(Matmul, SameInputLongF16RowsEqualSeparateOnes) {
   }
 }
 
-// The chosen neurons handed out by shard: every id exactly once, in fixed pieces (each shard's range
-// of ids cut in ranges of halving width: a half, a quarter, an eighth, a sixteenth, the rest; none
+// The chosen neurons handed out by shard: every id exactly once, in fixed pieces (each shard — an
+// equal share of the chosen, however their ids bunch up — cut in ranges of halving width: a half, a quarter, an eighth, a sixteenth, the rest; none
 // crossing a shard), a thread's first piece from its own shard; with threads taking at once the
 // pieces still cover every id once; and the pieces' sums add up in piece order, bit for bit the same
 // whichever thread took which piece.
@@ -286,13 +286,18 @@ TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
   std::mt19937 rng(7);
   std::vector<int32_t> ids;
   for (int32_t i = 0; i < n_ff; ++i)
-    if (rng() % 100 < (i < 300 ? 40u : 8u)) ids.push_back(i);  // the first shard busier
+    if (rng() % 100 < (i < 300 ? 40u : 8u)) ids.push_back(i);  // bunched in the first ids, as in a file ordered by firing
   const auto count = static_cast<int64_t>(ids.size());
   const double edges[] = {0, 0.5, 0.75, 0.875, 0.9375, 1};  // of a shard's width
   for (int threads : {1, 2, 3, 5}) {
     SCOPED_TRACE(threads);
-    auto shard_of = [&](int64_t k) { return static_cast<int>(ids[static_cast<size_t>(k)] * threads / n_ff); };
-    neuron_shards pieces(ids.data(), count, n_ff, threads, 5);
+    // Shard s: the chosen [count s / T, count (s + 1) / T), an equal share however the ids bunch up.
+    auto shard_of = [&](int64_t k) {
+      int s = 0;
+      while (count * (s + 1) / threads <= k) ++s;
+      return s;
+    };
+    neuron_shards pieces(count, threads, 5);
     ASSERT_EQ(pieces.pieces(), 5 * threads);
     std::vector<int> seen(static_cast<size_t>(count), 0), piece_seen(static_cast<size_t>(pieces.pieces()), 0);
     std::vector<bool> first(static_cast<size_t>(threads), true);
@@ -310,9 +315,9 @@ TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
         const int s = shard_of(k0);
         EXPECT_EQ(shard_of(k1 - 1), s) << "a piece crosses shards";
         EXPECT_EQ(p / 5, s) << "piece " << p << " is not its shard's";
-        const double a = static_cast<double>(n_ff * s / threads), w = static_cast<double>(n_ff * (s + 1) / threads) - a;
-        EXPECT_GE(ids[static_cast<size_t>(k0)], a + w * edges[p % 5] - 1) << "piece " << p;
-        EXPECT_LT(ids[static_cast<size_t>(k1 - 1)], a + w * edges[p % 5 + 1] + 1) << "piece " << p;
+        const double a = static_cast<double>(count * s / threads), w = static_cast<double>(count * (s + 1) / threads) - a;
+        EXPECT_GE(static_cast<double>(k0), a + w * edges[p % 5] - 1) << "piece " << p;
+        EXPECT_LT(static_cast<double>(k1 - 1), a + w * edges[p % 5 + 1] + 1) << "piece " << p;
         if (first[static_cast<size_t>(t)]) {
           EXPECT_EQ(s, t) << "thread " << t << " started elsewhere";
         }
@@ -326,7 +331,7 @@ TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
   // Threads at once.
   for (int rep = 0; rep < 20; ++rep) {
     const int threads = 4;
-    neuron_shards pieces(ids.data(), count, n_ff, threads);
+    neuron_shards pieces(count, threads);
     std::vector<std::atomic<int>> seen(static_cast<size_t>(count));
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)
@@ -344,12 +349,12 @@ TEST(NeuronShards, EveryChosenNeuronOnceInFixedPiecesOwnShardFirst) {
   for (size_t i = 0; i < acc.size(); ++i) acc[i] = (i % 2 ? 1e8f : 1.0f) * static_cast<float>(1 + i % 5) * (i % 3 ? 1.0f : -1.0f);
   std::vector<float> a(static_cast<size_t>(width)), b(static_cast<size_t>(width)), want(static_cast<size_t>(width), 0.0f);
   {
-    neuron_shards pieces(ids.data(), count, n_ff, 2, 5);
+    neuron_shards pieces(count, 2, 5);
     for (int64_t k0, k1, p; pieces.take(0, k0, k1, p);) {}  // thread 0 takes all
     pieces.sum(acc.data(), width, a.data());
   }
   {
-    neuron_shards pieces(ids.data(), count, n_ff, 2, 5);
+    neuron_shards pieces(count, 2, 5);
     for (int64_t k0, k1, p; pieces.take(1, k0, k1, p);) {}  // thread 1 takes all, its shard first
     pieces.sum(acc.data(), width, b.data());
   }

@@ -3,14 +3,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "engine/forward.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "engine/predictor.hpp"
 #include "engine/thread_pool.hpp"
+#include "model/gguf_writer.hpp"
 #include "model/reference.hpp"
 #include "tests/model/tiny_models.hpp"
+#include "tools/profile.hpp"
 #include "tools/sparse_file.hpp"
 
 namespace hotcold {
@@ -439,6 +442,199 @@ TEST(SparseFiles, DenseModelsCannotRunSparse) {
   EXPECT_THROW(ctx.set_mode(ffn_mode::sparse), model_error);
   ctx.set_mode(ffn_mode::oracle);  // needs no predictor
 }
+
+}  // namespace
+}  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// prepare's layout (tools::sparse_file_options: the neurons in a recorded order, each one's rows side
+// by side in one bundle) against the plain file made from the same dense file and predictors.
+struct layout_case {
+  std::string name;
+  architecture arch;
+  activation act;
+  tensor_type type;
+  bool thresholded;  // activation thresholds: the bundle holds up and down_t, the gate stays apart
+};
+void PrintTo(const layout_case& c, std::ostream* os) { *os << c.name; }
+class SparseLayout : public testing::TestWithParam<layout_case> {};
+
+// A fixed shuffle of each layer's neurons: no neuron where it was.
+std::vector<std::vector<int32_t>> shuffled_order(int64_t n_layer, int64_t n_ff) {
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(n_layer));
+  std::mt19937 rng(41);
+  for (auto& o : out) {
+    o.resize(static_cast<size_t>(n_ff));
+    for (int64_t i = 0; i < n_ff; ++i) o[static_cast<size_t>(i)] = static_cast<int32_t>((i + 1) % n_ff);  // a rotation, then shuffled
+    std::shuffle(o.begin(), o.end(), rng);
+  }
+  return out;
+}
+
+std::string layout_file(const layout_case& c, const std::string& tag, bool bundle, const std::vector<std::vector<int32_t>>& order) {
+  auto o = test::sparse_test_options(c.arch, c.act, c.type);
+  auto dense = test::make_model("layout_dense_" + c.name, o);
+  auto path = (test::scratch_dir() / ("layout_" + c.name + "_" + tag + ".gguf")).string();
+  tools::sparse_file_options so;
+  so.bundle = bundle, so.order = order;
+  if (c.thresholded) so.act_thresholds.assign(static_cast<size_t>(o.n_layer), 0.05f);
+  tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9), so);
+  return path;
+}
+
+// Layer 0's FFN values of the logits_of tokens (one forward() a token).
+std::vector<std::vector<float>> layer0_values(std::shared_ptr<const model> m) {
+  inference_context ctx(m, 16, 2, 1, tensor_type::f32);
+  ctx.set_mode(ffn_mode::sparse);
+  std::vector<std::vector<float>> got;
+  ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> v) {
+    if (name == "ffn_act" && layer == 0) got.emplace_back(v.begin(), v.end());
+  });
+  const auto& tokens = test::logits_of_tokens();
+  for (size_t t = 0; t < tokens.size(); ++t) ctx.forward(tokens[t], static_cast<int64_t>(t));
+  return got;
+}
+
+TEST_P(SparseLayout, BundledRowsComputeWhatPlainRowsDo) {
+  const auto& c = GetParam();
+  const auto plain_path = layout_file(c, "plain", false, {});
+  const auto bundled_path = layout_file(c, "bundled", true, {});
+  auto plain = model::load(plain_path), bundled = model::load(bundled_path);
+  const auto& l = bundled->weights().layers[0];
+  ASSERT_TRUE(l.ffn_bundle);
+  EXPECT_FALSE(l.ffn_order);
+  EXPECT_FALSE(l.ffn_up.packed());
+  EXPECT_EQ(l.ffn_up.row(1) - l.ffn_up.row(0), static_cast<std::ptrdiff_t>(l.ffn_bundle.row_bytes));
+  EXPECT_EQ(static_cast<bool>(l.ffn_gate) && !l.ffn_gate.packed(), c.arch != architecture::falcon && !c.thresholded) << "the gate in the bundle or apart";
+  EXPECT_EQ(bundled->weight_bytes(), plain->weight_bytes());
+  // The same rows in the same order: the same sums, bit for bit, in every mode and as a batch.
+  for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::dense, ffn_mode::oracle}) EXPECT_EQ(test::logits_of(bundled, mode), test::logits_of(plain, mode));
+  inference_context a(plain, 16, 2), b(bundled, 16, 2);
+  a.set_mode(ffn_mode::sparse), b.set_mode(ffn_mode::sparse);
+  EXPECT_EQ(test::run_tokens(b, test::logits_of_tokens(), true), test::run_tokens(a, test::logits_of_tokens(), true));
+  // model/reference reads the bundle by its own definition.
+  const auto pf = gguf::file::open(plain_path), bf = gguf::file::open(bundled_path);
+  EXPECT_EQ(reference_model(bf, tensor_type::f32).logits(test::logits_of_tokens()), reference_model(pf, tensor_type::f32).logits(test::logits_of_tokens()));
+}
+
+TEST_P(SparseLayout, ReorderedNeuronsComputeTheSameTokens) {
+  const auto& c = GetParam();
+  const auto& hp_src = test::sparse_test_options(c.arch, c.act, c.type);
+  const auto order = shuffled_order(hp_src.n_layer, hp_src.n_ff);
+  auto plain = model::load(layout_file(c, "plain", false, {}));
+  for (bool bundle : {false, true}) {
+    SCOPED_TRACE(bundle ? "bundled" : "ordered only");
+    auto ordered = model::load(layout_file(c, bundle ? "ordered_bundled" : "ordered", bundle, order));
+    const auto& o = ordered->weights().layers[1].ffn_order;
+    ASSERT_TRUE(o);
+    EXPECT_TRUE(std::equal(order[1].begin(), order[1].end(), reinterpret_cast<const int32_t*>(o.data)));
+    // Layer 0 reads the same input: neuron i of the ordered file is neuron order[i] of the plain one,
+    // computed by the same row kernels — exactly its value, chosen by the same predictor row.
+    const auto pv = layer0_values(plain), ov = layer0_values(ordered);
+    ASSERT_EQ(pv.size(), ov.size());
+    int64_t fired = 0;
+    for (size_t t = 0; t < pv.size(); ++t)
+      for (size_t i = 0; i < ov[t].size(); ++i) {
+        ASSERT_EQ(ov[t][i], pv[t][static_cast<size_t>(order[0][i])]) << "token " << t << " neuron " << i;
+        fired += ov[t][i] != 0.0f;
+      }
+    EXPECT_GT(fired, 0);
+    // Later, only the order of the down rows' sums differs.
+    const bool quantized = c.type == tensor_type::q8_0 || c.type == tensor_type::q4_0;
+    for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::dense})
+      EXPECT_LT(test::rel_diff(test::logits_of(ordered, mode), test::logits_of(plain, mode)), quantized ? 2e-3 : 1e-5);
+  }
+}
+
+// A laid-out file whose bundle or order is wrong in one way gives one error naming it.
+TEST(SparseLayoutErrors, NamedWhereTheFileIsWrong) {
+  const layout_case c{"errors", architecture::llama, activation::relu, tensor_type::f32, false};
+  const auto o = test::sparse_test_options(c.arch, c.act, c.type);
+  const auto good = gguf::file::open(layout_file(c, "ordered_bundled", true, shuffled_order(o.n_layer, o.n_ff)));
+  auto copy = [&](const std::string& name, const auto& change) {
+    gguf::writer w;
+    for (const auto& kv : good.metadata()) w.set_value(kv.key, kv.val);
+    std::vector<std::vector<uint8_t>> storage;
+    storage.reserve(good.tensors().size() + 1);  // no reallocation: the writer keeps spans
+    for (const auto& t : good.tensors()) {
+      std::string n(t.name);
+      tensor_type type = t.type;
+      std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+      storage.emplace_back(t.data, t.data + t.n_bytes);
+      const size_t at = storage.size() - 1;
+      change(n, type, ne, storage[at], w, storage);
+      w.add_tensor(n, type, ne, storage[at]);
+    }
+    auto path = (test::scratch_dir() / ("layout_error_" + name + ".gguf")).string();
+    w.write(path);
+    return path;
+  };
+  auto expect_error = [](const std::string& path, const std::string& text) {
+    try {
+      model::load(path);
+      ADD_FAILURE() << "loaded; expected: " << text;
+    } catch (const model_error& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  using store = std::vector<std::vector<uint8_t>>;
+  expect_error(copy("twice", [](std::string& n, tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>& b, gguf::writer&, store&) {
+                 if (n == "blk.1.ffn_order") std::memcpy(b.data() + 4, b.data(), 4);  // one neuron twice
+               }),
+               "tensor blk.1.ffn_order is not an order of the 256 neurons");
+  expect_error(copy("short_order", [](std::string& n, tensor_type&, std::vector<int64_t>& ne, std::vector<uint8_t>& b, gguf::writer&, store&) {
+                 if (n == "blk.0.ffn_order") ne[0] = 255, b.resize(255 * 4);
+               }),
+               "tensor blk.0.ffn_order must be I32 of n_ff = 256 values");
+  expect_error(copy("narrow", [](std::string& n, tensor_type&, std::vector<int64_t>& ne, std::vector<uint8_t>& b, gguf::writer&, store&) {
+                 if (n == "blk.0.ffn_bundle.weight") ne[0] = 64 * 4, b.resize(b.size() / 3 * 4);
+               }),
+               "tensor blk.0.ffn_bundle.weight has shape [256, 256]");
+  expect_error(copy("both", [](std::string& n, tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>& b, gguf::writer& w, store& st) {
+                 if (n != "blk.1.ffn_bundle.weight") return;
+                 st.emplace_back(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(b.size() / 3));
+                 const int64_t ne[] = {64, 256};
+                 w.add_tensor("blk.1.ffn_up.weight", tensor_type::f32, ne, st.back());
+               }),
+               "blk.1 has both ffn_bundle.weight and ffn_up.weight");
+}
+
+// A profile of the dense file counts neurons in its order; a file laid out by prepare reads them
+// through its recorded order (and a profile of that file itself is in its order already).
+TEST(SparseLayoutErrors, ProfileCountsFollowTheFilesOrder) {
+  const layout_case c{"counts", architecture::llama, activation::relu, tensor_type::f32, false};
+  const auto o = test::sparse_test_options(c.arch, c.act, c.type);
+  const auto order = shuffled_order(o.n_layer, o.n_ff);
+  auto m = model::load(layout_file(c, "ordered_bundled", true, order));
+  tools::profile_data d;
+  d.n_layer = o.n_layer, d.n_ff = o.n_ff, d.tokens = 1;
+  for (int64_t l = 0; l < o.n_layer; ++l)
+    for (int64_t i = 0; i < o.n_ff; ++i) d.firing_counts.push_back(static_cast<uint64_t>(1000 * l + i));
+  const auto got = tools::counts_in_order_of(d, *m);
+  for (int64_t l = 0; l < o.n_layer; ++l)
+    for (int64_t i = 0; i < o.n_ff; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(l * o.n_ff + i)], static_cast<uint64_t>(1000 * l + order[static_cast<size_t>(l)][static_cast<size_t>(i)]))
+          << "layer " << l << " position " << i;
+  d.file_order = true;
+  EXPECT_EQ(tools::counts_in_order_of(d, *m), d.firing_counts);
+  // prepare's order: most often firing first, ties by number.
+  const auto fo = tools::firing_order({5, 9, 9, 0, 7, 1}, 2, 3);
+  EXPECT_EQ(fo[0], (std::vector<int32_t>{1, 2, 0}));
+  EXPECT_EQ(fo[1], (std::vector<int32_t>{1, 2, 0}));
+}
+
+std::vector<layout_case> layout_cases() {
+  return {{"llama_relu_f16", architecture::llama, activation::relu, tensor_type::f16, false},
+          {"llama_relu_q4_0", architecture::llama, activation::relu, tensor_type::q4_0, false},
+          {"bamboo_drelu_q8_0", architecture::bamboo, activation::drelu, tensor_type::q8_0, false},
+          {"falcon_relu_f32", architecture::falcon, activation::relu, tensor_type::f32, false},
+          {"llama_silu_thresholded_q4_0", architecture::llama, activation::silu, tensor_type::q4_0, true},
+          {"llama_silu_thresholded_f16", architecture::llama, activation::silu, tensor_type::f16, true}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, SparseLayout, testing::ValuesIn(layout_cases()), [](const testing::TestParamInfo<layout_case>& i) { return i.param.name; });
 
 }  // namespace
 }  // namespace hotcold
