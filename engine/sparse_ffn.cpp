@@ -586,6 +586,64 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
   down.clear();
   down.reserve(static_cast<size_t>(x.n));
   for (int64_t t = 0; t < x.n; ++t) down.emplace_back(down_t, acc + t * d);
+  // Where the gate decides alone whether a neuron can fire (ReLU family; a thresholded activation), the
+  // gate rows go first, and only the neurons some token opened read their up (and down) rows, for
+  // those tokens only — as one token's pass does (q4_0_gate_first). Four sequences' union chose ~2x
+  // one token's neurons, and without this read every up row of it for every token that chose it.
+  const bool relu_family = hp.act == activation::relu || hp.act == activation::drelu;
+  if (quantized && hp.gated_ffn && (relu_family || threshold > 0.0f)) {
+    thread_local std::vector<int32_t> open_k, open_from, open_tok;
+    thread_local std::vector<float> open_gate;
+    open_k.clear(), open_from.clear(), open_tok.clear(), open_gate.clear();
+    constexpr int64_t ahead = 4;
+    for (int64_t k = 0; k < std::min(ahead, count); ++k) prefetch_row(gate, rows[k]);
+    for (int64_t k = 0; k < count; ++k) {
+      if (k + ahead < count) prefetch_row(gate, rows[k + ahead]);
+      const int64_t i = ids[k], r = rows[k];
+      int m = 0;
+      for (int64_t t = 0; t < x.n; ++t)
+        if (x.chosen[t * n_ff + i]) who[static_cast<size_t>(m++)] = static_cast<int32_t>(t);
+      const auto first = static_cast<int32_t>(open_tok.size());
+      for (int g = 0; g < m; g += 4) {
+        const int c = std::min(4, m - g);
+        float gv[4];
+        dots(gate, r, nullptr, who.data() + g, c, gv);
+        for (int j = 0; j < c; ++j) {
+          const int32_t t = who[static_cast<size_t>(g + j)];
+          if (relu_family ? gv[j] > 0.0f : std::fabs(activate(hp.act, gv[j])) >= threshold) open_tok.push_back(t), open_gate.push_back(gv[j]);
+          else hidden[t * n_ff + i] = 0.0f;
+        }
+      }
+      if (static_cast<int32_t>(open_tok.size()) > first) open_k.push_back(static_cast<int32_t>(k)), open_from.push_back(first);
+    }
+    open_from.push_back(static_cast<int32_t>(open_tok.size()));
+    const auto n_open = static_cast<int64_t>(open_k.size());
+    auto ask = [&](int64_t j) {
+      prefetch_row(up, rows[open_k[static_cast<size_t>(j)]]);
+      if (down_t) prefetch_row(down_t, rows[open_k[static_cast<size_t>(j)]]);
+    };
+    for (int64_t j = 0; j < std::min(ahead, n_open); ++j) ask(j);
+    for (int64_t j = 0; j < n_open; ++j) {
+      if (j + ahead < n_open) ask(j + ahead);
+      const int64_t k = open_k[static_cast<size_t>(j)], i = ids[k], r = rows[k];
+      const int32_t *ts = open_tok.data() + open_from[static_cast<size_t>(j)];
+      const float* gs = open_gate.data() + open_from[static_cast<size_t>(j)];
+      const int m = open_from[static_cast<size_t>(j + 1)] - open_from[static_cast<size_t>(j)];
+      for (int g = 0; g < m; g += 4) {
+        const int c = std::min(4, m - g);
+        float uv[4];
+        dots(up, r, nullptr, ts + g, c, uv);
+        for (int q = 0; q < c; ++q) {
+          const int64_t t = ts[g + q];
+          const float h = hidden_value(hp, threshold, gs[g + q], uv[q]);
+          hidden[t * n_ff + i] = h;
+          if (down_t && h != 0.0f) down[static_cast<size_t>(t)].add(static_cast<int32_t>(r), h);
+        }
+      }
+    }
+    for (auto& b : down) b.flush();
+    return;
+  }
   for (int64_t k = 0; k < count; ++k) {
     if (k + dist < count) pf.ahead(rows[k + dist]);
     const int64_t i = ids[k], r = rows[k];
