@@ -83,7 +83,14 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
         const tensor_view& w = *ws[m];
         const block_q4_0x16* group = reinterpret_cast<const block_q4_0x16*>(w.data) + g * qrow;
         if (!w.interleaved16) {
-          interleave_q4_0x16(reinterpret_cast<const block_q4_0*>(w.row(16 * g)), qrow, buffer.data());
+          const block_q4_0* rows = reinterpret_cast<const block_q4_0*>(w.row(16 * g));
+          if (!w.packed()) {  // rows of a bundle: the group's sixteen gathered first
+            thread_local std::vector<block_q4_0> gathered;
+            gathered.resize(static_cast<size_t>(16 * qrow));
+            for (int64_t i = 0; i < 16; ++i) std::memcpy(gathered.data() + i * qrow, w.row(16 * g + i), w.row_bytes);
+            rows = gathered.data();
+          }
+          interleave_q4_0x16(rows, qrow, buffer.data());
           group = buffer.data();
         }
         for (int64_t t = 0; t < n; t += 4) four_tokens(group, m, g, t, static_cast<int>(std::min<int64_t>(4, n - t)));
@@ -436,6 +443,27 @@ void one_token_product(thread_pool& pool, const tensor_view& w, const float* x, 
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};
     return two_stream_products(pool, ws, x, ys);
+  }
+  if (w.type == tensor_type::q4_0 && rows >= 4 && d % 128 == 0) {
+    // Plain Q4_0 rows (a sparse file's gate and up rows in dense mode or its exact variant; a dense file
+    // under --mmap): the same four streams, against the input rearranged once (q8_0_to_x4), each
+    // stream's next row asked for at the offsets read — the sparse FFN's four-row kernel.
+    std::vector<q8_0_x4> x4(static_cast<size_t>(d / 128));
+    q8_0_to_x4(xq, d / qk8_0, x4.data());
+    const int64_t q = rows / 4;
+    pool.parallel_for(q, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t rn = std::min(r + 1, r1 - 1);
+        const block_q4_0 *w4[4], *next[4];
+        for (int64_t j = 0; j < 4; ++j)
+          w4[j] = reinterpret_cast<const block_q4_0*>(w.row(r + j * q)), next[j] = reinterpret_cast<const block_q4_0*>(w.row(rn + j * q));
+        float o[4];
+        dot4r_q4_0_x4_ahead(w4, xq, x4.data(), d, o, next);
+        for (int j = 0; j < 4; ++j) y[r + j * q] = o[j];
+      }
+    }, 8);
+    for (int64_t r = 4 * q; r < rows; ++r) y[r] = row_dot(w, r, x, xq);
+    return;
   }
   if (w.type == tensor_type::q4_0 && rows >= 4) {
     // Rows r, r + q, r + 2q, r + 3q together: the vector's side of the work once for four rows, four

@@ -207,7 +207,10 @@ class token_pass {
   }
   void run() {
     const bool f16_rows = hp_.gated_ffn && gate_.type == tensor_type::f16 && up_.type == tensor_type::f16 && (!down_t_ || down_t_.type == tensor_type::f16);
-    if (given_gates_ && hp_.gated_ffn && t_ > 0.0f && !f16_rows) return with_given_gates();
+    if (given_gates_ && hp_.gated_ffn && t_ > 0.0f && !f16_rows) {
+      if (q4_0_bundled()) return q4_0_given_gates();
+      return with_given_gates();
+    }
     if (hp_.gated_ffn && up_.type == tensor_type::q4_0 && gate_.type == tensor_type::q4_0 && xq_) return q4_0_rows();
     if (f16_rows) return f16_pairs(f16_threshold_first());
     float_rows_one_by_one();
@@ -264,6 +267,25 @@ class token_pass {
   // A bundled file's up and down_t rows of a neuron lie side by side (model_weights::ffn_bundle).
   bool up_down_adjacent() const {
     return down_t_ && down_t_.type == up_.type && down_t_.data == up_.data + up_.row_bytes && down_t_.row_stride() == up_.row_stride();
+  }
+  bool q4_0_bundled() const { return up_.type == tensor_type::q4_0 && xq_ && up_.ne0 % 128 == 0 && up_down_adjacent(); }
+
+  // The gates given (the exact variant of a thresholded layer: every gate row read as one product) and
+  // bundled Q4_0 rows: the neurons that pass read their up and down rows side by side, four a call.
+  void q4_0_given_gates() {
+    thread_local std::vector<kernels::q8_0_x4> x4;
+    thread_local std::vector<int32_t> open;
+    thread_local std::vector<float> gates;
+    const int64_t nb = up_.ne0 / kernels::qk4_0;
+    x4.resize(static_cast<size_t>(nb / 4));
+    kernels::q8_0_to_x4(xq_, nb, x4.data());
+    open.clear(), gates.clear();
+    for (int64_t j = 0; j < count_; ++j) {
+      const float g = given_gates_[ids_[j]];
+      if (passes(hp_, t_, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
+      else hidden_[ids_[j]] = 0.0f;
+    }
+    q4_0_up_down(x4.data(), open, gates);
   }
 
   // relu(gate) x up and relu(gate) x relu(up) are zero wherever the gate is not positive, so the gate

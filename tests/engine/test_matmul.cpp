@@ -59,10 +59,16 @@ tensor_view interleaved(q4_matrix& m) {
 
 TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
   const int64_t d = 256;
-  for (int64_t rows : {16, 40, 100}) {  // no tail, a tail of 8, a tail of 4
+  for (int64_t rows : {16, 40, 100, 102}) {  // no tail, a tail of 8, a tail of 4; and of 2 past the four streams
     q4_matrix plain = random_q4_0(d, rows, static_cast<uint32_t>(rows));
     q4_matrix packed = random_q4_0(d, rows, static_cast<uint32_t>(rows));
     const tensor_view pv = interleaved(packed);
+    // The same rows as a view into bundles (a sparse file's ffn_bundle): each row followed by another's bytes.
+    std::vector<uint8_t> bundles(plain.view.row_bytes * 3 * static_cast<size_t>(rows), 0xA5);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(bundles.data() + 3 * r * plain.view.row_bytes + plain.view.row_bytes, plain.view.row(r), plain.view.row_bytes);
+    tensor_view strided = plain.view;
+    strided.data = bundles.data() + plain.view.row_bytes;
+    strided.stride = 3 * plain.view.row_bytes;
     ASSERT_EQ(pv.interleaved_rows(), rows - rows % 16);
     for (int64_t n : {1, 3, 37}) {
       std::mt19937 rng(static_cast<uint32_t>(n));
@@ -78,13 +84,15 @@ TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
       for (int threads : {1, 2, 3}) {
         thread_pool pool(threads);
         std::vector<block_q8_0> scratch;
-        std::vector<float> got(want.size()), got_plain(want.size());
+        std::vector<float> got(want.size()), got_plain(want.size()), got_strided(want.size());
         matmul(pool, pv, x.data(), n, got.data(), scratch);
         matmul(pool, plain.view, x.data(), n, got_plain.data(), scratch);
+        matmul(pool, strided, x.data(), n, got_strided.data(), scratch);
         for (size_t i = 0; i < want.size(); ++i) {
           SCOPED_TRACE(testing::Message() << rows << " rows, " << n << " tokens, " << threads << " threads, output " << i);
           ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::abs(want[i])));
           ASSERT_NEAR(got_plain[i], want[i], 1e-4f * (1 + std::abs(want[i])));
+          ASSERT_EQ(got_strided[i], got_plain[i]);
         }
       }
     }

@@ -511,9 +511,16 @@ TEST_P(SparseLayout, BundledRowsComputeWhatPlainRowsDo) {
   EXPECT_EQ(bundled->weight_bytes(), plain->weight_bytes());
   // The same rows in the same order: the same sums, bit for bit, in every mode and as a batch.
   for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::dense, ffn_mode::oracle}) EXPECT_EQ(test::logits_of(bundled, mode), test::logits_of(plain, mode));
-  inference_context a(plain, 16, 2), b(bundled, 16, 2);
-  a.set_mode(ffn_mode::sparse), b.set_mode(ffn_mode::sparse);
-  EXPECT_EQ(test::run_tokens(b, test::logits_of_tokens(), true), test::run_tokens(a, test::logits_of_tokens(), true));
+  // Batches, short and long enough for the matrix paths (the float tile, sixteen-row groups, the
+  // transposed down product): they read the bundle's rows through the same views.
+  std::vector<token_id> long_prompt;
+  for (int i = 0; i < 24; ++i) long_prompt.push_back(static_cast<token_id>(1 + (i * 37) % 290));
+  for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::dense})
+    for (const std::vector<token_id>* tokens : {&test::logits_of_tokens(), static_cast<const std::vector<token_id>*>(&long_prompt)}) {
+      inference_context a(plain, 32, 2), b(bundled, 32, 2);
+      a.set_mode(mode), b.set_mode(mode);
+      EXPECT_EQ(test::run_tokens(b, *tokens, true), test::run_tokens(a, *tokens, true)) << tokens->size() << " tokens";
+    }
   // model/reference reads the bundle by its own definition.
   const auto pf = gguf::file::open(plain_path), bf = gguf::file::open(bundled_path);
   EXPECT_EQ(reference_model(bf, tensor_type::f32).logits(test::logits_of_tokens()), reference_model(pf, tensor_type::f32).logits(test::logits_of_tokens()));
