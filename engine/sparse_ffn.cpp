@@ -309,6 +309,9 @@ class token_pass {
       for (int64_t q = 0; q < n; q += 4) {
         if (!spread)
           for (int64_t j = q + rows_ahead; j < std::min(q + rows_ahead + 4, n); ++j) prefetch_row(w, at(j));
+        else  // and the first lines of the four after those, so their pages open a call earlier (+1.7 to +13%
+              // a bundled file's token in five of six alternations, Zen 4; a plain file's -1.7 to +7%)
+          for (int64_t j = q + 8; j < std::min(q + 12, n); ++j) prefetch_row_start(w, at(j));
         const kernels::block_q4_0 *w4[4], *next[4];
         for (int64_t i = 0; i < 4; ++i) {
           w4[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + i, n - 1))));
@@ -346,6 +349,7 @@ class token_pass {
       prefetch_row(down_t_, rows_[open[static_cast<size_t>(j)]]);
     }
     for (int64_t q = 0; q < m; q += 4) {
+      for (int64_t j = q + 8; j < std::min(q + 12, m); ++j) prefetch_row_start(up_, rows_[open[static_cast<size_t>(j)]]);
       const kernels::block_q4_0 *u4[4], *nu[4], *d4[4], *nd[4];
       for (int64_t i = 0; i < 4; ++i) u4[i] = up(q + i), nu[i] = up(q + 4 + i), d4[i] = down(q + i), nd[i] = down(q + 4 + i);
       float o[4], v[4];
