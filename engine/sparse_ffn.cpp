@@ -309,9 +309,10 @@ class token_pass {
       for (int64_t q = 0; q < n; q += 4) {
         if (!spread)
           for (int64_t j = q + rows_ahead; j < std::min(q + rows_ahead + 4, n); ++j) prefetch_row(w, at(j));
-        else  // and the first lines of the four after those, so their pages open a call earlier (+1.7 to +13%
-              // a bundled file's token in five of six alternations, Zen 4; a plain file's -1.7 to +7%)
-          for (int64_t j = q + 8; j < std::min(q + 12, n); ++j) prefetch_row_start(w, at(j));
+        else  // and the four after those whole into L2, a call earlier (against their first lines only: a
+              // bundled file's token median +7% in six alternations, Zen 4; first lines against nothing
+              // +3%): more lines in flight than L1's fill buffers hold
+          for (int64_t j = q + 8; j < std::min(q + 12, n); ++j) prefetch_row_l2(w, at(j));
         const kernels::block_q4_0 *w4[4], *next[4];
         for (int64_t i = 0; i < 4; ++i) {
           w4[i] = reinterpret_cast<const kernels::block_q4_0*>(w.row(at(std::min(q + i, n - 1))));

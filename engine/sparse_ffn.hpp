@@ -50,6 +50,19 @@ inline void prefetch_line(const void* p, bool nta) {
 #endif
 }
 inline void prefetch_line(const void* p) { prefetch_line(p, kernels::cpu().prefetch_nta); }
+// A cache line for later: into L2 (prefetcht1), leaving L1's fill buffers to the lines read next.
+inline void prefetch_line_l2(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 0, 2);
+#endif
+}
+// Row r whole into L2.
+inline void prefetch_row_l2(const tensor_view& w, int64_t r) {
+  const char* p = reinterpret_cast<const char*>(w.row(r));
+  for (size_t off = 0; off < w.row_bytes; off += 64) prefetch_line_l2(p + off);
+}
 // Asks the memory system for row r ahead of its use.
 inline void prefetch_row(const tensor_view& w, int64_t r) {
   const char* p = reinterpret_cast<const char*>(w.row(r));
