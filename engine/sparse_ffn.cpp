@@ -619,14 +619,40 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
   // one token's neurons, and without this read every up row of it for every token that chose it.
   const bool relu_family = hp.act == activation::relu || hp.act == activation::drelu;
   if (quantized && hp.gated_ffn && (relu_family || threshold > 0.0f)) {
-    thread_local std::vector<int32_t> open_k, open_from, open_tok;
+    thread_local std::vector<int32_t> open_k, open_from, open_tok, shared;
     thread_local std::vector<float> open_gate;
-    open_k.clear(), open_from.clear(), open_tok.clear(), open_gate.clear();
-    constexpr int64_t ahead = 4;
-    for (int64_t k = 0; k < std::min(ahead, count); ++k) prefetch_row(gate, rows[k]);
+    thread_local std::vector<std::vector<int32_t>> own_ids, own_rows;
+    open_k.clear(), open_from.clear(), open_tok.clear(), open_gate.clear(), shared.clear();
+    // Q4_0: a neuron only one token chose (about half of four sequences' union) goes through that
+    // token's own pass (token_neurons: four rows a call against its rearranged input, the up and
+    // down rows of those it opened), where the row-against-its-tokens kernel would take it alone;
+    // the neurons several tokens chose share their rows' loads below.
+    const bool own_passes = gate.type == tensor_type::q4_0 && up.type == tensor_type::q4_0;
+    if (own_passes) {
+      own_ids.resize(static_cast<size_t>(x.n)), own_rows.resize(static_cast<size_t>(x.n));
+      for (int64_t t = 0; t < x.n; ++t) own_ids[static_cast<size_t>(t)].clear(), own_rows[static_cast<size_t>(t)].clear();
+    }
     for (int64_t k = 0; k < count; ++k) {
-      if (k + ahead < count) prefetch_row(gate, rows[k + ahead]);
-      const int64_t i = ids[k], r = rows[k];
+      int m = 0;
+      int64_t last = 0;
+      for (int64_t t = 0; t < x.n; ++t)
+        if (x.chosen[t * n_ff + ids[k]]) ++m, last = t;
+      if (own_passes && m == 1) own_ids[static_cast<size_t>(last)].push_back(ids[k]), own_rows[static_cast<size_t>(last)].push_back(rows[k]);
+      else if (m > 0) shared.push_back(static_cast<int32_t>(k));
+    }
+    if (own_passes)
+      for (int64_t t = 0; t < x.n; ++t) {
+        const auto& oi = own_ids[static_cast<size_t>(t)];
+        if (!oi.empty())
+          token_neurons(hp, threshold, w, {oi.data(), own_rows[static_cast<size_t>(t)].data(), static_cast<int64_t>(oi.size())},
+                        {x.in + t * d, x.xq + t * qrow, hidden + t * n_ff, acc + t * d});
+      }
+    const auto n_shared = static_cast<int64_t>(shared.size());
+    constexpr int64_t ahead = 4;
+    for (int64_t s = 0; s < std::min(ahead, n_shared); ++s) prefetch_row(gate, rows[shared[static_cast<size_t>(s)]]);
+    for (int64_t s = 0; s < n_shared; ++s) {
+      if (s + ahead < n_shared) prefetch_row(gate, rows[shared[static_cast<size_t>(s + ahead)]]);
+      const int64_t k = shared[static_cast<size_t>(s)], i = ids[k], r = rows[k];
       int m = 0;
       for (int64_t t = 0; t < x.n; ++t)
         if (x.chosen[t * n_ff + i]) who[static_cast<size_t>(m++)] = static_cast<int32_t>(t);
