@@ -10,8 +10,8 @@
 #include "engine/sparse_ffn.hpp"
 #include "engine/predictor.hpp"
 #include "engine/thread_pool.hpp"
-#include "model/gguf_writer.hpp"
 #include "model/reference.hpp"
+#include "tests/model/edited_files.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/profile.hpp"
 #include "tools/sparse_file.hpp"
@@ -559,53 +559,31 @@ TEST_P(SparseLayout, ReorderedNeuronsComputeTheSameTokens) {
 TEST(SparseLayoutErrors, NamedWhereTheFileIsWrong) {
   const layout_case c{"errors", architecture::llama, activation::relu, tensor_type::f32, false};
   const auto o = test::sparse_test_options(c.arch, c.act, c.type);
-  const auto good = gguf::file::open(layout_file(c, "ordered_bundled", true, shuffled_order(o.n_layer, o.n_ff)));
-  auto copy = [&](const std::string& name, const auto& change) {
-    gguf::writer w;
-    for (const auto& kv : good.metadata()) w.set_value(kv.key, kv.val);
-    std::vector<std::vector<uint8_t>> storage;
-    storage.reserve(good.tensors().size() + 1);  // no reallocation: the writer keeps spans
-    for (const auto& t : good.tensors()) {
-      std::string n(t.name);
-      tensor_type type = t.type;
-      std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
-      storage.emplace_back(t.data, t.data + t.n_bytes);
-      const size_t at = storage.size() - 1;
-      change(n, type, ne, storage[at], w, storage);
-      w.add_tensor(n, type, ne, storage[at]);
-    }
-    auto path = (test::scratch_dir() / ("layout_error_" + name + ".gguf")).string();
-    w.write(path);
-    return path;
+  const auto good = layout_file(c, "ordered_bundled", true, shuffled_order(o.n_layer, o.n_ff));
+  // good with one tensor's shape or bytes changed.
+  auto changed = [&](const std::string& name, const std::string& tensor, const auto& change) {
+    test::gguf_edit e;
+    e.tensor = [&](std::string& n, tensor_type&, std::vector<int64_t>& ne, std::vector<uint8_t>& b) {
+      if (n == tensor) change(ne, b);
+      return true;
+    };
+    return test::edited_copy(good, "layout_error_" + name, e);
   };
-  auto expect_error = [](const std::string& path, const std::string& text) {
-    try {
-      model::load(path);
-      ADD_FAILURE() << "loaded; expected: " << text;
-    } catch (const model_error& e) {
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-    }
+  test::expect_model_error(changed("twice", "blk.1.ffn_order", [](std::vector<int64_t>&, std::vector<uint8_t>& b) {
+                             std::memcpy(b.data() + 4, b.data(), 4);  // one neuron twice
+                           }),
+                           "tensor blk.1.ffn_order is not an order of the 256 neurons");
+  test::expect_model_error(changed("short_order", "blk.0.ffn_order", [](std::vector<int64_t>& ne, std::vector<uint8_t>& b) { ne[0] = 255, b.resize(255 * 4); }),
+                           "tensor blk.0.ffn_order must be I32 of n_ff = 256 values");
+  test::expect_model_error(changed("four_parts", "blk.0.ffn_bundle.weight",
+                                   [](std::vector<int64_t>& ne, std::vector<uint8_t>& b) { ne[0] = 64 * 4, b.resize(b.size() / 3 * 4); }),
+                           "tensor blk.0.ffn_bundle.weight has shape [256, 256]");
+  test::gguf_edit both;  // an ffn_up beside the bundle that holds it
+  both.add_tensors = [](const gguf::file& f) {
+    const auto* b = f.find_tensor("blk.1.ffn_bundle.weight");
+    return std::vector<test::gguf_edit::added>{{"blk.1.ffn_up.weight", tensor_type::f32, {64, 256}, std::vector<uint8_t>(b->data, b->data + b->n_bytes / 3)}};
   };
-  using store = std::vector<std::vector<uint8_t>>;
-  expect_error(copy("twice", [](std::string& n, tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>& b, gguf::writer&, store&) {
-                 if (n == "blk.1.ffn_order") std::memcpy(b.data() + 4, b.data(), 4);  // one neuron twice
-               }),
-               "tensor blk.1.ffn_order is not an order of the 256 neurons");
-  expect_error(copy("short_order", [](std::string& n, tensor_type&, std::vector<int64_t>& ne, std::vector<uint8_t>& b, gguf::writer&, store&) {
-                 if (n == "blk.0.ffn_order") ne[0] = 255, b.resize(255 * 4);
-               }),
-               "tensor blk.0.ffn_order must be I32 of n_ff = 256 values");
-  expect_error(copy("narrow", [](std::string& n, tensor_type&, std::vector<int64_t>& ne, std::vector<uint8_t>& b, gguf::writer&, store&) {
-                 if (n == "blk.0.ffn_bundle.weight") ne[0] = 64 * 4, b.resize(b.size() / 3 * 4);
-               }),
-               "tensor blk.0.ffn_bundle.weight has shape [256, 256]");
-  expect_error(copy("both", [](std::string& n, tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>& b, gguf::writer& w, store& st) {
-                 if (n != "blk.1.ffn_bundle.weight") return;
-                 st.emplace_back(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(b.size() / 3));
-                 const int64_t ne[] = {64, 256};
-                 w.add_tensor("blk.1.ffn_up.weight", tensor_type::f32, ne, st.back());
-               }),
-               "blk.1 has both ffn_bundle.weight and ffn_up.weight");
+  test::expect_model_error(test::edited_copy(good, "layout_error_both", both), "blk.1 has both ffn_bundle.weight and ffn_up.weight");
 }
 
 // A profile of the dense file counts neurons in its order; a file laid out by prepare reads them

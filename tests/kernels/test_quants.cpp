@@ -498,6 +498,16 @@ TEST(Dot, Q6_KAgainstQ8_KActivations) {
   }
 }
 
+// One row of values quantized as Q4_K and as Q5_K.
+std::pair<std::vector<block_q4_k>, std::vector<block_q5_k>> q4_k_and_q5_k_rows(const std::vector<float>& w) {
+  const auto n = static_cast<int64_t>(w.size());
+  std::vector<block_q4_k> w4(static_cast<size_t>(n / qk_k));
+  std::vector<block_q5_k> w5(static_cast<size_t>(n / qk_k));
+  quantize_row_q4_k(w.data(), w4.data(), n);
+  quantize_row_q5_k(w.data(), w5.data(), n);
+  return {std::move(w4), std::move(w5)};
+}
+
 // Q4_K / Q5_K rows against float and Q8_K activations: every implementation gives the dot product of
 // the dequantized row (with the floats, or with the dequantized Q8_K values), mins included.
 TEST(Dot, Q4_KAndQ5_KRows) {
@@ -507,10 +517,7 @@ TEST(Dot, Q4_KAndQ5_KRows) {
     auto v = random_vector(n, 511);
     std::vector<block_q8_k> xq(static_cast<size_t>(n / qk_k));
     quantize_row_q8_k(v.data(), xq.data(), n);
-    std::vector<block_q4_k> w4(static_cast<size_t>(n / qk_k));
-    std::vector<block_q5_k> w5(static_cast<size_t>(n / qk_k));
-    quantize_row_q4_k(w.data(), w4.data(), n);
-    quantize_row_q5_k(w.data(), w5.data(), n);
+    const auto [w4, w5] = q4_k_and_q5_k_rows(w);
     std::vector<float> d4(static_cast<size_t>(n)), d5(static_cast<size_t>(n));
     dequantize_row_q4_k(w4.data(), d4.data(), n);
     dequantize_row_q5_k(w5.data(), d5.data(), n);
@@ -564,10 +571,7 @@ TEST(Dot, Q4_KAndQ5_KToFloatIsTheReference) {
   const int64_t n = 8 * qk_k;
   auto w = random_vector(n, 520, 0.9f);
   for (int64_t i = 0; i < n; i += 5) w[static_cast<size_t>(i)] += 2.0f;
-  std::vector<block_q4_k> w4(static_cast<size_t>(n / qk_k));
-  std::vector<block_q5_k> w5(static_cast<size_t>(n / qk_k));
-  quantize_row_q4_k(w.data(), w4.data(), n);
-  quantize_row_q5_k(w.data(), w5.data(), n);
+  const auto [w4, w5] = q4_k_and_q5_k_rows(w);
   std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
   dequantize_row_q4_k(w4.data(), want.data(), n);
   to_float_q4_k(w4.data(), got.data(), n);

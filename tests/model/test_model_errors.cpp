@@ -8,51 +8,20 @@
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
 #include "model/page_buffer.hpp"
+#include "tests/model/edited_files.hpp"
 #include "tests/model/tiny_models.hpp"
 
 namespace hotcold {
 namespace {
 
-struct edit {
-  std::function<bool(std::string_view key)> keep_key = [](std::string_view) { return true; };
-  std::function<void(gguf::writer&)> add_keys = [](gguf::writer&) {};
-  // Return false to drop the tensor; may change its type, shape or bytes.
-  std::function<bool(std::string& name, tensor_type& type, std::vector<int64_t>& ne, std::vector<uint8_t>& bytes)> tensor =
-      [](std::string&, tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>&) { return true; };
-};
+using edit = test::gguf_edit;
+using test::expect_model_error;
 
 // A copy of a small generated llama file with one thing changed.
 std::string edited_model(const std::string& name, const edit& e) {
   auto o = test::small_options(2, 2);
   o.type = tensor_type::f32;
-  auto base = gguf::file::open(test::make_model("errors_base", o));
-  gguf::writer w;
-  for (const auto& kv : base.metadata())
-    if (e.keep_key(kv.key)) w.set_value(kv.key, kv.val);
-  e.add_keys(w);
-  std::vector<std::vector<uint8_t>> storage;
-  storage.reserve(base.tensors().size());
-  for (const auto& t : base.tensors()) {
-    std::string n(t.name);
-    tensor_type type = t.type;
-    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
-    std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
-    if (!e.tensor(n, type, ne, bytes)) continue;
-    storage.push_back(std::move(bytes));
-    w.add_tensor(n, type, ne, storage.back());
-  }
-  auto path = (test::scratch_dir() / (name + ".gguf")).string();
-  w.write(path);
-  return path;
-}
-
-void expect_model_error(const std::string& path, const std::string& text) {
-  try {
-    model::load(path);
-    ADD_FAILURE() << "loaded; expected: " << text;
-  } catch (const model_error& err) {
-    EXPECT_NE(std::string(err.what()).find(text), std::string::npos) << err.what();
-  }
+  return test::edited_copy(test::make_model("errors_base", o), name, e);
 }
 
 TEST(ModelErrors, MissingTensor) {
