@@ -444,39 +444,32 @@ void one_token_product(thread_pool& pool, const tensor_view& w, const float* x, 
     float* ys[1] = {y};
     return two_stream_products(pool, ws, x, ys);
   }
-  if (w.type == tensor_type::q4_0 && rows >= 4 && d % 128 == 0) {
-    // Plain Q4_0 rows (a sparse file's gate and up rows in dense mode or its exact variant; a dense file
-    // under --mmap): the same four streams, against the input rearranged once (q8_0_to_x4), each
-    // stream's next row asked for at the offsets read — the sparse FFN's four-row kernel.
-    std::vector<q8_0_x4> x4(static_cast<size_t>(d / 128));
-    q8_0_to_x4(xq, d / qk8_0, x4.data());
+  if (w.type == tensor_type::q4_0 && rows >= 4) {
+    // Rows r, r + q, r + 2q, r + 3q together: the vector's side of the work once for four rows, four
+    // streams from memory (+30% over one row at a time). Rows of a multiple of 128 values (a sparse
+    // file's plain gate and up rows in dense mode or its exact variant; a dense file under --mmap) go
+    // against the input rearranged once (q8_0_to_x4), each stream's next row asked for at the offsets
+    // read — the sparse FFN's four-row kernel (a thresholded ~1B Q4_0 file's dense mode 30-33 -> 42-45
+    // tok/s); others ask for each row whole two ahead.
+    thread_local std::vector<q8_0_x4> buffer;
+    const bool rearranged = d % 128 == 0;
+    if (rearranged) {
+      buffer.resize(static_cast<size_t>(d / 128));
+      q8_0_to_x4(xq, d / qk8_0, buffer.data());
+    }
+    const q8_0_x4* x4 = buffer.data();  // the calling thread's, read by the workers (a thread_local named there would be theirs)
     const int64_t q = rows / 4;
     pool.parallel_for(q, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const int64_t rn = std::min(r + 1, r1 - 1);
+        const int64_t rn = rearranged ? std::min(r + 1, r1 - 1) : r;
+        if (!rearranged && r + 2 < r1)
+          for (int j = 0; j < 4; ++j) prefetch_row(w, r + 2 + j * q);
         const block_q4_0 *w4[4], *next[4];
         for (int64_t j = 0; j < 4; ++j)
           w4[j] = reinterpret_cast<const block_q4_0*>(w.row(r + j * q)), next[j] = reinterpret_cast<const block_q4_0*>(w.row(rn + j * q));
         float o[4];
-        dot4r_q4_0_x4_ahead(w4, xq, x4.data(), d, o, next);
-        for (int j = 0; j < 4; ++j) y[r + j * q] = o[j];
-      }
-    }, 8);
-    for (int64_t r = 4 * q; r < rows; ++r) y[r] = row_dot(w, r, x, xq);
-    return;
-  }
-  if (w.type == tensor_type::q4_0 && rows >= 4) {
-    // Rows r, r + q, r + 2q, r + 3q together: the vector's side of the work once for four rows, four
-    // streams from memory, each row asked for whole two ahead (+30% over one row at a time).
-    const int64_t q = rows / 4;
-    pool.parallel_for(q, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        if (r + 2 < r1)
-          for (int j = 0; j < 4; ++j) prefetch_row(w, r + 2 + j * q);
-        const block_q4_0* w4[4] = {reinterpret_cast<const block_q4_0*>(w.row(r)), reinterpret_cast<const block_q4_0*>(w.row(r + q)),
-                                   reinterpret_cast<const block_q4_0*>(w.row(r + 2 * q)), reinterpret_cast<const block_q4_0*>(w.row(r + 3 * q))};
-        float o[4];
-        dot4r_q4_0(w4, xq, d, o);
+        if (rearranged) dot4r_q4_0_x4_ahead(w4, xq, x4, d, o, next);
+        else dot4r_q4_0(w4, xq, d, o);
         for (int j = 0; j < 4; ++j) y[r + j * q] = o[j];
       }
     }, 8);

@@ -47,17 +47,6 @@ void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y)
   row_kernels_of(w.type).axpy4(a, rows, y, w.ne0);
 }
 
-namespace {
-float activate(activation act, float x) {
-  switch (act) {
-    case activation::silu: return silu(x);
-    case activation::gelu: return gelu(x);
-    default: return std::max(x, 0.0f);
-  }
-}
-
-}  // namespace
-
 int64_t fired_rows(const float* hidden, const uint8_t* chosen, int64_t n, int64_t n_ff, const int32_t* ids, int64_t count) {
   int64_t fired = 0;
   for (int64_t k = 0; k < count; ++k) {
@@ -69,90 +58,6 @@ int64_t fired_rows(const float* hidden, const uint8_t* chosen, int64_t n, int64_
     fired += any;
   }
   return fired;
-}
-
-namespace {
-// A thresholded activation's rule: the neuron counts where |act(v)| >= t (v: the gate, or up without one).
-inline bool passes(const hparams& hp, float t, float v) { return std::fabs(activate(hp.act, v)) >= t; }
-}  // namespace
-
-float hidden_value(const hparams& hp, float t, float g, float u) {
-  if (!hp.gated_ffn) {
-    const float a = activate(hp.act, u);
-    return std::fabs(a) >= t ? a : 0.0f;
-  }
-  if (hp.act == activation::drelu) return std::max(g, 0.0f) * std::max(u, 0.0f);
-  const float a = activate(hp.act, g);
-  return std::fabs(a) >= t ? a * u : 0.0f;
-}
-
-float firing_margin(const hparams& hp, float t, float g, float u) {
-  if (hp.act == activation::relu) return hp.gated_ffn ? g : u;
-  if (hp.act == activation::drelu) return std::min(g, u);
-  return std::fabs(activate(hp.act, hp.gated_ffn ? g : u)) - t;
-}
-
-void act_magnitudes(activation act, float* v, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) v[k] = std::fabs(activate(act, v[k]));
-}
-
-act_band act_band_of(activation act, float theta) {
-  auto f = [&](double s) { return static_cast<double>(activate(act, static_cast<float>(s))); };
-  // Bisection on a monotone piece between `out` (where `holds` is false) and `in` (where it is true),
-  // to the float at which it starts to hold.
-  auto edge = [](double out, double in, const auto& holds) {
-    for (int i = 0; i < 200 && static_cast<float>(out) != static_cast<float>(in); ++i) {
-      const double m = 0.5 * (out + in);
-      (holds(m) ? in : out) = m;
-    }
-    return static_cast<float>(in);
-  };
-  act_band band;
-  if (theta <= 0.0f) {  // every score passes
-    band.hi = -std::numeric_limits<float>::infinity();
-    return band;
-  }
-  band.hi = edge(0.0, 64.0 + theta, [&](double s) { return f(s) >= theta; });  // act rises from 0 through theta
-  // The minimum on the negative side (golden-section search), and the band where -act >= theta.
-  double a = -8.0, b = 0.0;
-  for (int i = 0; i < 200; ++i) {
-    const double m1 = b - 0.618033988749895 * (b - a), m2 = a + 0.618033988749895 * (b - a);
-    if (f(m1) < f(m2)) b = m2;
-    else a = m1;
-  }
-  const double s_min = 0.5 * (a + b);
-  const auto deep = [&](double s) { return -f(s) >= theta; };
-  if (deep(s_min)) {
-    band.lo1 = edge(-64.0, s_min, deep);  // left of the minimum, -act rises towards it
-    band.lo2 = edge(0.0, s_min, deep);    // right of it, -act falls towards 0
-  }
-  return band;
-}
-
-void mark_band(const act_band& b, float* v, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) v[k] = (v[k] >= b.hi) | ((v[k] >= b.lo1) & (v[k] <= b.lo2)) ? 1.0f : 0.0f;
-}
-
-void hidden_values(const hparams& hp, float t, const float* g, const float* u, float* out, int64_t n) {
-  // The ReLU forms as plain loops the compiler vectorizes; the others one value at a time.
-  const bool relu = hp.act != activation::silu && hp.act != activation::gelu;
-  if (hp.gated_ffn && hp.act == activation::drelu) {
-    for (int64_t k = 0; k < n; ++k) out[k] = std::max(g[k], 0.0f) * std::max(u[k], 0.0f);
-  } else if (hp.gated_ffn && relu) {
-    for (int64_t k = 0; k < n; ++k) out[k] = std::max(g[k], 0.0f) * u[k];
-  } else if (relu) {
-    for (int64_t k = 0; k < n; ++k) out[k] = std::max(u[k], 0.0f);
-  } else if (hp.gated_ffn && hp.act == activation::silu) {
-    // SwiGLU written out (silu's expression, layer_ops): no switch a value, and the rule as a mask, not
-    // a branch (kept or not is a coin toss at S = 0.5: the branch's misses made this loop 4x slower a
-    // value on a thresholded layer than on a dense one).
-    for (int64_t k = 0; k < n; ++k) {
-      const float a = g[k] / (1.0f + std::exp(-g[k]));
-      out[k] = kept(a * u[k], std::fabs(a) >= t);
-    }
-  } else {
-    for (int64_t k = 0; k < n; ++k) out[k] = hidden_value(hp, t, hp.gated_ffn ? g[k] : 0.0f, u[k]);
-  }
 }
 
 namespace {
@@ -228,11 +133,8 @@ class token_pass {
   void with_given_gates() {
     axpy_batcher down(down_t_, acc_);
     thread_local std::vector<int32_t> open;
-    open.clear();
-    for (int64_t j = 0; j < count_; ++j) {
-      if (passes(hp_, t_, given_gates_[ids_[j]])) open.push_back(static_cast<int32_t>(j));
-      else hidden_[ids_[j]] = 0.0f;
-    }
+    thread_local std::vector<float> gates;
+    open_by_given_gates(open, gates);
     const auto m = static_cast<int64_t>(open.size());
     constexpr int64_t ahead = 4;
     for (int64_t j = 0; j < std::min(ahead, m); ++j) prefetch_row_start(up_, rows_[open[static_cast<size_t>(j)]]);
@@ -252,16 +154,30 @@ class token_pass {
   // asking for every chosen neuron's down row with its gate and up rows spent a third of those reads
   // on rows never used.
   void q4_0_rows() {
-    thread_local std::vector<kernels::q8_0_x4> x4;
-    const int64_t nb = gate_.ne0 / kernels::qk4_0;
-    if (nb % 4 == 0) {
-      x4.resize(static_cast<size_t>(nb / 4));
-      kernels::q8_0_to_x4(xq_, nb, x4.data());
-    }
-    const bool relu_family = hp_.act == activation::relu || hp_.act == activation::drelu;
-    if (relu_family || t_ > 0.0f) q4_0_gate_first(x4.data(), nb, relu_family);
-    else q4_0_pairs(x4.data(), nb);
+    const kernels::q8_0_x4* x4 = rearranged_input(gate_.ne0 / kernels::qk4_0);
+    if (gate_decides(hp_, t_)) q4_0_gate_first(x4);
+    else q4_0_pairs(x4);
     down_rows_of_fired();
+  }
+
+  // The Q8_0 input rearranged for the four-blocks-a-register kernels (kernels::q8_0_to_x4), in the
+  // thread's buffer; null where the rows' nb blocks do not come in fours.
+  const kernels::q8_0_x4* rearranged_input(int64_t nb) const {
+    thread_local std::vector<kernels::q8_0_x4> x4;
+    if (nb % 4 != 0) return nullptr;
+    x4.resize(static_cast<size_t>(nb / 4));
+    kernels::q8_0_to_x4(xq_, nb, x4.data());
+    return x4.data();
+  }
+
+  // The neurons whose given gate passes the threshold (positions j, and their gates); the others' values are 0.
+  void open_by_given_gates(std::vector<int32_t>& open, std::vector<float>& gates) {
+    open.clear(), gates.clear();
+    for (int64_t j = 0; j < count_; ++j) {
+      const float g = given_gates_[ids_[j]];
+      if (passes(hp_, t_, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
+      else hidden_[ids_[j]] = 0.0f;
+    }
   }
 
   // A bundled file's up and down_t rows of a neuron lie side by side (model_weights::ffn_bundle).
@@ -273,19 +189,10 @@ class token_pass {
   // The gates given (the exact variant of a thresholded layer: every gate row read as one product) and
   // bundled Q4_0 rows: the neurons that pass read their up and down rows side by side, four a call.
   void q4_0_given_gates() {
-    thread_local std::vector<kernels::q8_0_x4> x4;
     thread_local std::vector<int32_t> open;
     thread_local std::vector<float> gates;
-    const int64_t nb = up_.ne0 / kernels::qk4_0;
-    x4.resize(static_cast<size_t>(nb / 4));
-    kernels::q8_0_to_x4(xq_, nb, x4.data());
-    open.clear(), gates.clear();
-    for (int64_t j = 0; j < count_; ++j) {
-      const float g = given_gates_[ids_[j]];
-      if (passes(hp_, t_, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
-      else hidden_[ids_[j]] = 0.0f;
-    }
-    q4_0_up_down(x4.data(), open, gates);
+    open_by_given_gates(open, gates);
+    q4_0_up_down(rearranged_input(up_.ne0 / kernels::qk4_0), open, gates);
   }
 
   // relu(gate) x up and relu(gate) x relu(up) are zero wherever the gate is not positive, so the gate
@@ -293,7 +200,7 @@ class token_pass {
   // of a Q4_0 predictor's choice is skipped (the FFN 12-16% faster on the 1B file's rows, a decoded
   // token +0.6 to +5.6% in five alternations in one process). A thresholded activation likewise: only
   // the neurons with |act(gate)| >= t read their up rows — the exact variant of SwiGLU sparsity.
-  void q4_0_gate_first(const kernels::q8_0_x4* x4, int64_t nb, bool relu_family) {
+  void q4_0_gate_first(const kernels::q8_0_x4* x4) {
     thread_local std::vector<int32_t> open;
     thread_local std::vector<float> gates;
     constexpr int64_t rows_ahead = 8;
@@ -304,7 +211,7 @@ class token_pass {
       // Rows of a multiple of 128 values: the next four rows asked for at the offsets the kernel
       // reads, one call ahead (+4 to +6% a sparse Q4_0 token against whole rows eight ahead, three
       // alternations in one process, Intel Xeon: bursts of whole rows stall on the miss buffers).
-      const bool spread = nb % 4 == 0;
+      const bool spread = x4 != nullptr;
       for (int64_t j = 0; j < std::min(spread ? 4 : rows_ahead, n); ++j) prefetch_row(w, at(j));
       for (int64_t q = 0; q < n; q += 4) {
         if (!spread)
@@ -326,10 +233,10 @@ class token_pass {
     };
     open.clear(), gates.clear();
     pass(gate_, [&](int64_t j) { return rows_[j]; }, count_, [&](int64_t j, float g) {
-      if (relu_family ? g > 0.0f : passes(hp_, t_, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
+      if (gate_opens(hp_, t_, g)) open.push_back(static_cast<int32_t>(j)), gates.push_back(g);
       else hidden_[ids_[j]] = 0.0f;
     });
-    if (nb % 4 == 0 && up_down_adjacent()) return q4_0_up_down(x4, open, gates);
+    if (x4 && up_down_adjacent()) return q4_0_up_down(x4, open, gates);
     pass(up_, [&](int64_t j) { return rows_[open[static_cast<size_t>(j)]]; }, static_cast<int64_t>(open.size()), [&](int64_t j, float u) {
       const int32_t c = open[static_cast<size_t>(j)];
       const float v = hidden_value(hp_, t_, gates[static_cast<size_t>(j)], u);
@@ -367,7 +274,7 @@ class token_pass {
   }
 
   // Other activations need both: gate and up rows of two neurons at once (four streams).
-  void q4_0_pairs(const kernels::q8_0_x4* x4, int64_t nb) {
+  void q4_0_pairs(const kernels::q8_0_x4* x4) {
     const int64_t dist = up_.row_bytes <= short_row_bytes ? 4 : 2;
     auto ask = [&](int64_t j) {
       if (j < count_) prefetch_row(gate_, rows_[j]), prefetch_row(up_, rows_[j]);
@@ -380,7 +287,7 @@ class token_pass {
       const kernels::block_q4_0* w4[4] = {reinterpret_cast<const kernels::block_q4_0*>(gate_.row(r0)), reinterpret_cast<const kernels::block_q4_0*>(up_.row(r0)),
                                           reinterpret_cast<const kernels::block_q4_0*>(gate_.row(r1)), reinterpret_cast<const kernels::block_q4_0*>(up_.row(r1))};
       float o[4];
-      if (nb % 4 == 0) kernels::dot4r_q4_0_x4(w4, xq_, x4, gate_.ne0, o);
+      if (x4) kernels::dot4r_q4_0_x4(w4, xq_, x4, gate_.ne0, o);
       else kernels::dot4r_q4_0(w4, xq_, gate_.ne0, o);
       const float v0 = hidden_value(hp_, t_, o[0], o[1]), v1 = hidden_value(hp_, t_, o[2], o[3]);
       hidden_[ids_[k]] = v0, hidden_[ids_[k + 1]] = v1;
@@ -584,9 +491,6 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
       x4[t] = x4s.data() + t * qrow / 4;
     }
   }
-  const neuron_prefetch pf{hp, gate, up, down_t};
-  const int64_t dist = pf.distance();
-  for (int64_t k = 0; k < std::min(dist, count); ++k) pf.ahead(rows[k]);
   // Row r of w against the inputs of tokens ts[0..c) (converted rows: buf).
   auto dots = [&](const tensor_view& w, int64_t r, const float* buf, const int32_t* ts, int c, float* o) {
     if (!quantized) {
@@ -617,8 +521,7 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
   // gate rows go first, and only the neurons some token opened read their up (and down) rows, for
   // those tokens only — as one token's pass does (q4_0_gate_first). Four sequences' union chose ~2x
   // one token's neurons, and without this read every up row of it for every token that chose it.
-  const bool relu_family = hp.act == activation::relu || hp.act == activation::drelu;
-  if (quantized && hp.gated_ffn && (relu_family || threshold > 0.0f)) {
+  if (quantized && gate_decides(hp, threshold)) {
     thread_local std::vector<int32_t> open_k, open_from, open_tok, shared;
     thread_local std::vector<float> open_gate;
     thread_local std::vector<std::vector<int32_t>> own_ids, own_rows;
@@ -663,7 +566,7 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
         dots(gate, r, nullptr, who.data() + g, c, gv);
         for (int j = 0; j < c; ++j) {
           const int32_t t = who[static_cast<size_t>(g + j)];
-          if (relu_family ? gv[j] > 0.0f : std::fabs(activate(hp.act, gv[j])) >= threshold) open_tok.push_back(t), open_gate.push_back(gv[j]);
+          if (gate_opens(hp, threshold, gv[j])) open_tok.push_back(t), open_gate.push_back(gv[j]);
           else hidden[t * n_ff + i] = 0.0f;
         }
       }
@@ -697,6 +600,9 @@ void batch_neurons(const hparams& hp, float threshold, const neuron_rows& w, con
     for (auto& b : down) b.flush();
     return;
   }
+  const neuron_prefetch pf{hp, gate, up, down_t};
+  const int64_t dist = pf.distance();
+  for (int64_t k = 0; k < std::min(dist, count); ++k) pf.ahead(rows[k]);
   for (int64_t k = 0; k < count; ++k) {
     if (k + dist < count) pf.ahead(rows[k + dist]);
     const int64_t i = ids[k], r = rows[k];

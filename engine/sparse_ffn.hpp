@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "engine/neuron_rules.hpp"
 #include "engine/stage.hpp"
 #include "kernels/cpu/row_kernels.hpp"
 #include "model/arch.hpp"
@@ -89,33 +90,6 @@ inline void prefetch_row_ahead(const tensor_view& w, int64_t r) {
 // chosen: n x n_ff; chosen null: every token chose every id): the down rows a sparse FFN reads
 // (those of the neurons that fired, once for the tokens together).
 int64_t fired_rows(const float* hidden, const uint8_t* chosen, int64_t n, int64_t n_ff, const int32_t* ids, int64_t count);
-// A neuron's hidden value from its gate and up pre-activations (gate unused without a gate), in a
-// layer whose activation threshold is t (hparams::act_threshold_of; 0: none): act(g) u, or 0 where
-// |act(g)| < t (no gate: act(u), or 0 where |act(u)| < t).
-float hidden_value(const hparams& hp, float t, float g, float u);
-// out[k] = hidden_value(hp, t, g[k], u[k]) for k < n (g unused without a gate; out may be u).
-void hidden_values(const hparams& hp, float t, const float* g, const float* u, float* out, int64_t n);
-// A neuron's firing margin: positive exactly when it fires — the gate (ReLU; no gate: up),
-// min(gate, up) for dReLU, |act(g)| - t for a thresholded activation.
-float firing_margin(const hparams& hp, float t, float g, float u);
-// v[k] = |act(v[k])| for k < n: a thresholded file's predictor scores (estimated pre-activations) as
-// the magnitudes its threshold is compared with.
-void act_magnitudes(activation act, float* v, int64_t n);
-// v where keep, else 0, as a bit mask: a branch on "kept" — a coin toss at S = 0.5, and a token's
-// choice likewise — would be mispredicted half the time.
-inline float kept(float v, bool keep) { return std::bit_cast<float>(std::bit_cast<uint32_t>(v) & (0u - static_cast<uint32_t>(keep))); }
-// Where |act(s)| >= theta for SiLU and GELU, which rise from their one minimum (SiLU -0.278 at -1.28,
-// GELU -0.170 at -0.75) through 0 at 0: s >= hi, or lo1 <= s <= lo2 (an empty band where theta is
-// deeper than the minimum). in_band(s) is that test — |act(s)| >= theta without an exp a value (up to
-// the boundaries' last bit).
-struct act_band {
-  float hi = 0, lo1 = 1, lo2 = 0;
-  bool in_band(float s) const { return s >= hi || (s >= lo1 && s <= lo2); }
-};
-act_band act_band_of(activation act, float theta);
-// v[k] = 1 where in_band(v[k]), else 0 (branch-free).
-void mark_band(const act_band& b, float* v, int64_t n);
-
 // A layer's FFN rows as the sparse routines read them: the gate (absent in a non-gated FFN), up and
 // transposed down rows (down_t absent: the down product is done elsewhere), in the model's tensors or
 // a device's copy.
