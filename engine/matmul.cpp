@@ -30,6 +30,20 @@ void grouped_products(thread_pool& pool, int64_t groups, int64_t n, const Group&
   }, n == 1 ? 2 : 1);
 }
 
+// The groups of sixteen rows of several matrices numbered as one: matrix m's are [first[m], first[m + 1]).
+struct matrix_groups {
+  std::vector<int64_t> first;
+  template <typename Rows>
+  matrix_groups(std::span<const tensor_view* const> ws, Rows grouped) : first(ws.size() + 1, 0) {
+    for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + grouped(*ws[m]) / 16;
+  }
+  int64_t total() const { return first.back(); }
+  void where(int64_t gg, size_t& m, int64_t& g) const {  // group gg of all: matrix m's group g
+    m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
+    g = gg - first[m];
+  }
+};
+
 // Rows of a Q4_0 matrix that go in groups of sixteen: its interleaved ones (model::load), or for rows
 // kept in plain order (a sparse file's gate and up rows, which its neurons read one by one) all but the
 // last ne1 % 16, interleaved into a thread's buffer a group at a time (interleaved_products below).
@@ -51,13 +65,9 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   if (static_cast<int64_t>(terms.size()) < n * qrow) terms.resize(static_cast<size_t>(n * qrow));
   for (int64_t t = 0; t < n; ++t) q8_0_block_terms(xq.data() + t * qrow, qrow, terms.data() + t * qrow);
   const q8_0_terms* xs_terms = terms.data();  // the calling thread's, read by the workers
-  std::vector<int64_t> first(ws.size() + 1, 0);  // matrix m's groups are [first[m], first[m + 1])
-  for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + grouped_rows(*ws[m]) / 16;
+  const matrix_groups groups(ws, grouped_rows);
   const bool plain = std::any_of(ws.begin(), ws.end(), [](const tensor_view* w) { return !w->interleaved16; });
-  auto where = [&](int64_t gg, size_t& m, int64_t& g) {  // group gg of all: matrix m's group g
-    m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
-    g = gg - first[m];
-  };
+  auto where = [&](int64_t gg, size_t& m, int64_t& g) { groups.where(gg, m, g); };
   // Group g of matrix m (its bytes at group) against tokens t .. t + k - 1 (k <= 4).
   auto four_tokens = [&](const block_q4_0x16* group, size_t m, int64_t g, int64_t t, int k) {
     const block_q8_0* xs[4];
@@ -73,7 +83,7 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   };
   if (plain) {
     // Each group interleaved once, then every token (in fours) against it while it sits in cache.
-    pool.parallel_for(first.back(), [&](int64_t g0, int64_t g1) {
+    pool.parallel_for(groups.total(), [&](int64_t g0, int64_t g1) {
       thread_local std::vector<block_q4_0x16> buffer;
       buffer.resize(static_cast<size_t>(qrow));
       for (int64_t gg = g0; gg < g1; ++gg) {
@@ -96,10 +106,10 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
         for (int64_t t = 0; t < n; t += 4) four_tokens(group, m, g, t, static_cast<int>(std::min<int64_t>(4, n - t)));
       }
     });
-  } else if (n == 1 && first.back() >= 2) {
+  } else if (n == 1 && groups.total() >= 2) {
     // One token: groups g and g + half together, block by block, two streams from memory for each
     // thread (+4-8% over one group at a time, measured alternately in one process).
-    const int64_t total = first.back(), half = total / 2;
+    const int64_t total = groups.total(), half = total / 2;
     pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         size_t ma, mb;
@@ -119,7 +129,7 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
       dot16r_q4_0(reinterpret_cast<const block_q4_0x16*>(ws[m]->data) + g * qrow, xs, ss, 1, d, ys[m] + 16 * g);
     }
   } else {
-    grouped_products(pool, first.back(), n, [&](int64_t gg, int64_t t, int k) {
+    grouped_products(pool, groups.total(), n, [&](int64_t gg, int64_t t, int k) {
       size_t m;
       int64_t g;
       where(gg, m, g);
@@ -132,6 +142,73 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
       for (int64_t t = 0; t < n; ++t) ys[m][t * w.ne1 + r] = row_dot(w, r, x + t * d, xq.data() + t * qrow);
   }
 }
+
+// Products of interleaved Q4_K matrices (model::load: a Q4_K_M file's attention and FFN), all reading
+// the same input: the tokens quantized to Q8_K once, with their group sums; one pass over every
+// matrix's groups of sixteen rows — one token: groups g and g + half together (two streams a thread);
+// several: each group against four tokens at a time, its bytes unpacked once for them —; the tail
+// rows one at a time.
+void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys) {
+  const int64_t d = ws[0]->ne0, kb = d / qk_k;
+  thread_local std::vector<block_q8_k> x8;
+  thread_local std::vector<q8_k_group_sums> sums;
+  x8.resize(static_cast<size_t>(n * kb)), sums.resize(static_cast<size_t>(n * kb));
+  block_q8_k* const xs = x8.data();  // the calling thread's, read by the workers
+  q8_k_group_sums* const gs = sums.data();
+  auto quantize = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      quantize_row_q8_k(x + t * d, xs + t * kb, d);
+      q8_k_block_group_sums(xs + t * kb, kb, gs + t * kb);
+    }
+  };
+  if (n >= 16) pool.parallel_for(n, quantize);  // (a prompt's tokens: shared out)
+  else quantize(0, n);
+  const matrix_groups groups(ws, [](const tensor_view& w) { return w.interleaved_rows(); });
+  auto group_of = [&](size_t m, int64_t g) { return reinterpret_cast<const block_q4_kx16*>(ws[m]->data) + g * kb; };
+  const int64_t total = groups.total();
+  if (n == 1 && total >= 2) {
+    const int64_t half = total / 2;
+    pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        size_t ma, mb;
+        int64_t ga, gb;
+        groups.where(p, ma, ga);
+        groups.where(p + half, mb, gb);
+        dot16r2_q4_k(group_of(ma, ga), group_of(mb, gb), xs, gs, d, ys[ma] + 16 * ga, ys[mb] + 16 * gb);
+      }
+    }, 2);
+    if (total % 2) {
+      size_t m;
+      int64_t g;
+      groups.where(total - 1, m, g);
+      const block_q8_k* px[1] = {xs};
+      const q8_k_group_sums* pg[1] = {gs};
+      dot16r_q4_k(group_of(m, g), px, pg, 1, d, ys[m] + 16 * g);
+    }
+  } else {
+    grouped_products(pool, total, n, [&](int64_t gg, int64_t t, int k) {
+      size_t m;
+      int64_t g;
+      groups.where(gg, m, g);
+      const block_q8_k* px[4];
+      const q8_k_group_sums* pg[4];
+      for (int j = 0; j < 4; ++j) {
+        const int64_t tj = std::min(t + j, n - 1);
+        px[j] = xs + tj * kb, pg[j] = gs + tj * kb;
+      }
+      float o[64];
+      dot16r_q4_k(group_of(m, g), px, pg, k, d, o);
+      for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * ws[m]->ne1 + 16 * g);
+    });
+  }
+  for (size_t m = 0; m < ws.size(); ++m) {
+    const tensor_view& w = *ws[m];
+    for (int64_t r = w.interleaved_rows(); r < w.ne1; ++r)
+      for (int64_t t = 0; t < n; ++t) ys[m][t * w.ne1 + r] = dot_q4_k_q8_k(reinterpret_cast<const block_q4_k*>(w.row(r)), xs + t * kb, d);
+  }
+}
+
+bool interleaved_q4_k(const tensor_view& w) { return w.type == tensor_type::q4_k && w.interleaved16; }
 
 // Long float rows, one token: rows r and r + rows/2 together, two independent streams from memory
 // for each thread, with the first lines of the rows two ahead asked for (one stream and no prefetch
@@ -372,6 +449,8 @@ void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws
   // (Q8_0 matrices see the tokens rounded to Q8_0, K-quant ones to Q8_K, float ones as they are: one
   // rounding a pass.)
   const input_rounding r = rounding_of(ws[0]->type);
+  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return interleaved_q4_k(*w) && w->ne0 == ws[0]->ne0; }))
+    return interleaved_q4_k_products(pool, ws, x, n, ys);
   if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return sixteen_row_groups(*w, n) && w->ne0 == ws[0]->ne0; }))
     return interleaved_products(pool, ws, x, n, ys, xq);
   if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && rounding_of(w->type) == r; }))
@@ -574,6 +653,11 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
   const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
   const int64_t qrow = d / qk8_0;
   if (w.interleaved16 && w.type == tensor_type::f16) return interleaved_f16_products(pool, w, x, n, y);
+  if (interleaved_q4_k(w)) {
+    const tensor_view* ws[1] = {&w};
+    float* ys[1] = {y};
+    return interleaved_q4_k_products(pool, ws, x, n, ys);
+  }
   if (sixteen_row_groups(w, n)) {
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};

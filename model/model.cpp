@@ -46,10 +46,22 @@ page_buffer read_data_section(const std::string& path, uint64_t offset, size_t b
   return buf;
 }
 
-// Rewrites a Q4_0 matrix in place as groups of sixteen interleaved rows (the tail of fewer than
-// sixteen rows stays as it is).
+// Rewrites a Q4_0, Q4_K or F16 matrix in place as groups of sixteen interleaved rows (the tail of
+// fewer than sixteen rows stays as it is).
 void interleave_in_place(tensor_view& t) {
-  if ((t.type != tensor_type::q4_0 && t.type != tensor_type::f16) || t.ne1 < 16 || t.interleaved16) return;
+  const bool q4_k = t.type == tensor_type::q4_k && t.ne0 % kernels::qk_k == 0;
+  if ((t.type != tensor_type::q4_0 && t.type != tensor_type::f16 && !q4_k) || t.ne1 < 16 || t.interleaved16 || !t.packed()) return;
+  if (q4_k) {
+    const int64_t nb = t.ne0 / kernels::qk_k;
+    std::vector<kernels::block_q4_k> group(static_cast<size_t>(16 * nb));
+    for (int64_t g = 0; g < t.ne1 / 16; ++g) {
+      uint8_t* p = const_cast<uint8_t*>(t.data) + static_cast<size_t>(g) * 16 * t.row_bytes;
+      std::memcpy(group.data(), p, 16 * t.row_bytes);
+      kernels::interleave_q4_kx16(group.data(), nb, reinterpret_cast<kernels::block_q4_kx16*>(p));
+    }
+    t.interleaved16 = true;
+    return;
+  }
   uint8_t* data = const_cast<uint8_t*>(t.data);  // the private copy, writable
   if (t.type == tensor_type::f16) {
     std::vector<uint16_t> group(static_cast<size_t>(16 * t.ne0));
@@ -297,9 +309,10 @@ void interleave_for_products(model_weights& w, bool tied_output) {
     for (tensor_view* t : {&l.pred_fc1, &l.pred_fc2})
       if (t->type == tensor_type::f16 && t->row_bytes < 2048) interleave_in_place(*t);
     // Q4_0: attention, the predictors (fc2's 144-byte rows one at a time spent more on each call
-    // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files.
+    // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files. Q4_K (a Q4_K_M
+    // file's attention and FFN) the same (docs/performance.md, "K-quants").
     auto q4 = [](tensor_view& t) {
-      if (t.type == tensor_type::q4_0) interleave_in_place(t);
+      if (t.type == tensor_type::q4_0 || t.type == tensor_type::q4_k) interleave_in_place(t);
     };
     for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_down, &l.pred_fc1, &l.pred_fc2}) q4(*t);
     if (!l.ffn_down_t && !l.pred_fc1) {
@@ -307,7 +320,7 @@ void interleave_for_products(model_weights& w, bool tied_output) {
       q4(l.ffn_up);
     }
   }
-  if (!tied_output && w.output.type == tensor_type::q4_0) interleave_in_place(w.output);
+  if (!tied_output && (w.output.type == tensor_type::q4_0 || w.output.type == tensor_type::q4_k)) interleave_in_place(w.output);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // What the CPU can run, decided once per process: the kernels pick their implementation from it.
 // HOTCOLD_NO_AVX512=1 in the environment keeps the AVX2 paths on an AVX-512 machine (ctest runs the
 // kernel tests both ways).
+#include <type_traits>
+
 namespace hotcold::kernels {
 
 struct cpu_features {
@@ -19,6 +21,18 @@ struct cpu_features {
   bool prefetch_nta = true;
 };
 const cpu_features& cpu();
+
+// f(std::integral_constant<int, K>{}) for K = nx clamped to 1..4: the kernels that take up to four
+// vectors are unrolled for each count.
+template <typename F>
+inline void for_vector_count(int nx, F&& f) {
+  switch (nx) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, 4>{});
+  }
+}
 
 }  // namespace hotcold::kernels
 

@@ -59,12 +59,7 @@ HOTCOLD_AVX2 static void dot16r(const uint16_t* w, const float* const* x, int64_
 }
 
 HOTCOLD_AVX2 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
-  switch (nx) {
-    case 1: return dot16r<1>(w, x, n, out);
-    case 2: return dot16r<2>(w, x, n, out);
-    case 3: return dot16r<3>(w, x, n, out);
-    default: return dot16r<4>(w, x, n, out);
-  }
+  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, n, out); });
 }
 
 }  // namespace avx2
@@ -100,12 +95,7 @@ HOTCOLD_AVX512 static void dot16r(const uint16_t* w, const float* const* x, int6
 }
 
 HOTCOLD_AVX512 void dot16r_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) {
-  switch (nx) {
-    case 1: return dot16r<1>(w, x, n, out);
-    case 2: return dot16r<2>(w, x, n, out);
-    case 3: return dot16r<3>(w, x, n, out);
-    default: return dot16r<4>(w, x, n, out);
-  }
+  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, n, out); });
 }
 
 // Two groups against one vector: the same four chains per group as dot16r<1> (so the same sums),

@@ -80,12 +80,7 @@ HOTCOLD_AVX2 static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
 }
 
 HOTCOLD_AVX2 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
-  switch (nx) {
-    case 1: return dot16r<1>(w, x, xt, n / qk4_0, out);
-    case 2: return dot16r<2>(w, x, xt, n / qk4_0, out);
-    case 3: return dot16r<3>(w, x, xt, n / qk4_0, out);
-    default: return dot16r<4>(w, x, xt, n / qk4_0, out);
-  }
+  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xt, n / qk4_0, out); });
 }
 
 }  // namespace avx2
@@ -156,12 +151,7 @@ HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb,
 }
 
 HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
-  switch (nx) {
-    case 1: return dot16r<1>(w, x, xt, n / qk4_0, out);
-    case 2: return dot16r<2>(w, x, xt, n / qk4_0, out);
-    case 3: return dot16r<3>(w, x, xt, n / qk4_0, out);
-    default: return dot16r<4>(w, x, xt, n / qk4_0, out);
-  }
+  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xt, n / qk4_0, out); });
 }
 
 }  // namespace avx512vnni

@@ -60,19 +60,22 @@ struct kernel_table {
   void (*to_float_q4_k)(const block_q4_k* x, float* y, int64_t n);
   void (*to_float_q5_k)(const block_q5_k* x, float* y, int64_t n);
   void (*dot4t_q6_k_q8_k)(const block_q6_k* w, const block_q8_k* const* x, int64_t n, float* out);
-  // Sixteen interleaved rows (dot_f16x16.cpp, dot_q4_0x16.cpp).
+  // Sixteen interleaved rows (dot_f16x16.cpp, dot_q4_0x16.cpp, dot_q4_kx16.cpp).
   void (*dot16r_f16)(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
   void (*dot16r2_f16)(const uint16_t* wa, const uint16_t* wb, const float* x, int64_t n, float* oa, float* ob);
   void (*dot16r_q4_0)(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
   void (*dot16r2_q4_0)(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob);
+  void (*dot16r_q4_k)(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out);
+  void (*dot16r2_q4_k)(const block_q4_kx16* wa, const block_q4_kx16* wb, const block_q8_k* x, const q8_k_group_sums* xg, int64_t n, float* oa, float* ob);
   // The prompt tile (gemm.cpp).
   void (*gemm_unpack_q4_0)(const block_q4_0* x, float* y, int64_t n);
   void (*gemm_pack_f16_columns)(const uint16_t* w, int64_t ws, int64_t kc, float* xp);
   void (*gemm_pack_tokens)(const float* x, int64_t n, int64_t d, int64_t t0, int64_t k0, int64_t kc, float* xp);
   void (*gemm_tile)(const float* w, int64_t ws, const float* xp, int64_t kc, float* c, int64_t cs, bool first);
   bool gemm_vectorized;  // whether the tile has a vector version here
-  // Activations to Q8_0 (quants.cpp); the predictor's choice (select.cpp).
+  // Activations to Q8_0 and Q8_K (quants.cpp); the predictor's choice (select.cpp).
   void (*quantize_row_q8_0)(const float* x, block_q8_0* y, int64_t n);
+  void (*quantize_row_q8_k)(const float* x, block_q8_k* y, int64_t n);
   int64_t (*select_at_least)(const float* scores, int64_t n, float threshold, uint8_t* chosen, int32_t* ids);
   // One head's attention (attention.cpp): the vector versions for head sizes that are multiples of 16,
   // null where the CPU has none (the scalar reference then).
@@ -98,6 +101,7 @@ void choose_k_quant_kernels(kernel_table& k, const cpu_features& f);
 void choose_q6_k_kernels(kernel_table& k, const cpu_features& f);
 void choose_f16x16_kernels(kernel_table& k, const cpu_features& f);
 void choose_q4_0x16_kernels(kernel_table& k, const cpu_features& f);
+void choose_q4_kx16_kernels(kernel_table& k, const cpu_features& f);
 void choose_gemm_kernels(kernel_table& k, const cpu_features& f);
 void choose_quantize_kernels(kernel_table& k, const cpu_features& f);
 void choose_select_kernels(kernel_table& k, const cpu_features& f);

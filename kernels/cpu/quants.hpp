@@ -71,6 +71,18 @@ struct block_q4_0x16 {
   uint16_t d[16];
   uint8_t qs[16 * qk4_0 / 2];
 };
+// Sixteen Q4_K rows interleaved, the layout the dense products of Q4_K matrices read (a Q4_K_M
+// file's attention and FFN): the same 2304 bytes as the rows' sixteen blocks. d and dmin: the rows'
+// f16 scales; scales[w][i]: the 32-bit word w of row i's 12 packed scale bytes (so one 512-bit load
+// holds word w of every row, and the 6-bit scales and mins are unpacked for all sixteen at once);
+// qs[512 c + 64 s + 4 i + k] = row i's qs[32 c + 4 s + k] (c < 4, s < 8, k < 4): the low nibbles
+// of a 64-byte step are four values of group 2c of every row, the high nibbles those of group 2c + 1.
+struct block_q4_kx16 {
+  uint16_t d[16];
+  uint16_t dmin[16];
+  uint32_t scales[3][16];
+  uint8_t qs[16 * qk_k / 2];
+};
 // A Q8_0 vector rearranged for single Q4_0 rows (dot4r_q4_0_x4): per four blocks, the 64 bytes that
 // meet the rows' low nibbles (block j's values 0..15 at 16 j), the 64 that meet the high ones (values
 // 16..31), and per 32-bit lane k of those (block k / 4) 8 x the sum of the eight values it meets and
@@ -87,6 +99,7 @@ static_assert(sizeof(block_q4_0) == 18);
 static_assert(sizeof(block_q6_k) == 210);
 static_assert(sizeof(block_q4_k) == 144);
 static_assert(sizeof(block_q5_k) == 176);
+static_assert(sizeof(block_q4_kx16) == 16 * sizeof(block_q4_k));
 
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
@@ -102,6 +115,16 @@ void round_to_q8_k(float* x, int64_t n);
 // interleaved blocks. And back.
 void interleave_q4_0x16(const block_q4_0* rows, int64_t row_blocks, block_q4_0x16* out);
 void deinterleave_q4_0x16(const block_q4_0x16* in, int64_t row_blocks, block_q4_0* rows);
+// The same for sixteen Q4_K rows (row i at rows + i * row_blocks).
+void interleave_q4_kx16(const block_q4_k* rows, int64_t row_blocks, block_q4_kx16* out);
+void deinterleave_q4_kx16(const block_q4_kx16* in, int64_t row_blocks, block_q4_k* rows);
+// Per block of a Q8_K vector, what the interleaved Q4_K kernels take besides its quants: the sums of
+// its eight groups of 32 quants in pairs, pair[p] = group 2p's sum in the low 16 bits and group
+// 2p + 1's in the high 16 (each at most 32 x 128 in magnitude), to meet the rows' mins.
+struct q8_k_group_sums {
+  uint32_t pair[4];
+};
+void q8_k_block_group_sums(const block_q8_k* x, int64_t nb, q8_k_group_sums* out);
 // nb: a multiple of 4.
 void q8_0_to_x4(const block_q8_0* x, int64_t nb, q8_0_x4* out);
 // Per block of a Q8_0 vector, what the interleaved Q4_0 kernels take besides its quants, worked out
@@ -115,6 +138,7 @@ void q8_0_block_terms(const block_q8_0* x, int64_t nb, q8_0_terms* out);
 
 namespace scalar {
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);  // the reference the vector code matches byte for byte
+void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n);  // likewise
 }
 
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n);

@@ -174,12 +174,7 @@ HOTCOLD_AVX2 static inline void dot2n(Row r0, Row r1, const float* const* x, int
 
 template <typename Row>
 HOTCOLD_AVX2 static inline void dot2n_any(Row r0, Row r1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
-  switch (nx) {
-    case 1: return dot2n<1>(r0, r1, x, n, out0, out1);
-    case 2: return dot2n<2>(r0, r1, x, n, out0, out1);
-    case 3: return dot2n<3>(r0, r1, x, n, out0, out1);
-    default: return dot2n<4>(r0, r1, x, n, out0, out1);
-  }
+  for_vector_count(nx, [&](auto k) { dot2n<decltype(k)::value>(r0, r1, x, n, out0, out1); });
 }
 
 HOTCOLD_AVX2 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
@@ -321,12 +316,7 @@ HOTCOLD_AVX512 static inline void dotn(Row row, const float* const* x, int64_t n
 
 template <typename Row>
 HOTCOLD_AVX512 static inline void dotn_any(Row row, const float* const* x, int nx, int64_t n, float* out) {
-  switch (nx) {
-    case 1: return dotn<1>(row, x, n, out);
-    case 2: return dotn<2>(row, x, n, out);
-    case 3: return dotn<3>(row, x, n, out);
-    default: return dotn<4>(row, x, n, out);
-  }
+  for_vector_count(nx, [&](auto k) { dotn<decltype(k)::value>(row, x, n, out); });
 }
 HOTCOLD_AVX512 void dotn_f32(const float* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(f32_row16{w}, x, nx, n, out); }
 HOTCOLD_AVX512 void dotn_f16(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out) { dotn_any(f16_row16{w}, x, nx, n, out); }
@@ -334,12 +324,7 @@ HOTCOLD_AVX512 void dotn_bf16(const uint16_t* w, const float* const* x, int nx, 
 
 template <typename Row>
 HOTCOLD_AVX512 static inline void dot2n_any(Row r0, Row r1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
-  switch (nx) {
-    case 1: return dot2n<1>(r0, r1, x, n, out0, out1);
-    case 2: return dot2n<2>(r0, r1, x, n, out0, out1);
-    case 3: return dot2n<3>(r0, r1, x, n, out0, out1);
-    default: return dot2n<4>(r0, r1, x, n, out0, out1);
-  }
+  for_vector_count(nx, [&](auto k) { dot2n<decltype(k)::value>(r0, r1, x, n, out0, out1); });
 }
 
 HOTCOLD_AVX512 void dot2n_f32(const float* w0, const float* w1, const float* const* x, int nx, int64_t n, float* out0, float* out1) {
@@ -382,12 +367,7 @@ HOTCOLD_AVX512 static inline void dot4n(const Row (&w)[4], const float* const* x
 
 template <typename Row>
 HOTCOLD_AVX512 static inline void dot4n_any(const Row (&w)[4], const float* const* x, int nx, int64_t n, float* out) {
-  switch (nx) {
-    case 1: return dot4n<1>(w, x, n, out);
-    case 2: return dot4n<2>(w, x, n, out);
-    case 3: return dot4n<3>(w, x, n, out);
-    default: return dot4n<4>(w, x, n, out);
-  }
+  for_vector_count(nx, [&](auto k) { dot4n<decltype(k)::value>(w, x, n, out); });
 }
 HOTCOLD_AVX512 void dot4n_f32(const float* const* w, const float* const* x, int nx, int64_t n, float* out) {
   const f32_row16 r[4] = {{w[0]}, {w[1]}, {w[2]}, {w[3]}};

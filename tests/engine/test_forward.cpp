@@ -136,17 +136,24 @@ INSTANTIATE_TEST_SUITE_P(Models, ForwardPass, testing::ValuesIn(cases()),
 namespace hotcold {
 namespace {
 
-// Dense Q4_0 files: model::load interleaves attention, gate, up and down sixteen rows at a time in its
-// private copy. Every path over them — prompt batches of every size (the matrix products from 8
-// tokens, the per-neuron path below), single tokens — must give the logits of the file's own row
-// layout (load_options::interleave off), up to float summation order.
-TEST(Forward, InterleavedDenseQ4_0GivesTheFileLayoutsLogits) {
-  auto path = test::make_model("interleave_parity_q4_0", test::sparse_test_options(architecture::llama, activation::relu, tensor_type::q4_0));
+// Dense Q4_0 and Q4_K_M files: model::load interleaves attention, gate, up and down (the Q4_0 or
+// Q4_K ones) sixteen rows at a time in its private copy. Every path over them — prompt batches of every
+// size (the matrix products from 8 tokens, the per-neuron path below), single tokens — must give the
+// logits of the file's own row layout (load_options::interleave off), up to float summation order.
+class InterleavedDense : public testing::TestWithParam<tensor_type> {};
+
+TEST_P(InterleavedDense, GivesTheFileLayoutsLogits) {
+  const bool k = GetParam() == tensor_type::q4_k;
+  auto o = test::sparse_test_options(architecture::llama, activation::relu, GetParam());
+  if (k) o.k_mix = true, o.n_embd = 256, o.n_ff = 512;  // Q4_K_M: Q4_K rows of 256 values, some Q6_K
+  auto path = test::make_model(k ? "interleave_parity_q4_k_m" : "interleave_parity_q4_0", o);
   load_options plain_opts;
   plain_opts.interleave = false;
   auto interleaved = model::load(path);
   auto plain = model::load(path, plain_opts);
   ASSERT_TRUE(interleaved->weights().layers[0].ffn_gate.interleaved16);
+  ASSERT_TRUE(interleaved->weights().layers[0].wq.interleaved16);
+  ASSERT_EQ(interleaved->weights().layers[0].ffn_gate.type, GetParam());
   ASSERT_FALSE(plain->weights().layers[0].ffn_gate.interleaved16);
   const int64_t n_vocab = plain->hp().n_vocab;
   for (int64_t n : {1, 3, 9}) {
@@ -165,6 +172,9 @@ TEST(Forward, InterleavedDenseQ4_0GivesTheFileLayoutsLogits) {
     for (size_t i = 0; i < next.size(); ++i) ASSERT_NEAR(next[i], db[i], 1e-3 * (1 + std::abs(db[i]))) << "after " << n << " tokens, logit " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Forward, InterleavedDense, testing::Values(tensor_type::q4_0, tensor_type::q4_k),
+                         [](const testing::TestParamInfo<tensor_type>& i) { return i.param == tensor_type::q4_k ? "Q4_K_M" : "Q4_0"; });
 
 }  // namespace
 }  // namespace hotcold

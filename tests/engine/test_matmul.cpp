@@ -99,6 +99,59 @@ TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
   }
 }
 
+// Q4_K matrices interleaved as model::load does (a Q4_K_M file's attention and FFN): each row's own
+// dot product with the token quantized to Q8_K, whatever the tokens and threads, tails included; and
+// the same as the plain matrix's products, alone and beside another matrix reading the same input.
+TEST(Matmul, InterleavedQ4_KEqualsEachRowsDotProduct) {
+  const int64_t d = 512, nb = d / qk_k;
+  for (int64_t rows : {16, 37, 53}) {  // one group; two and a tail; three (one token: a pair and one alone) and a tail
+    std::vector<block_q4_k> plain(static_cast<size_t>(rows * nb));
+    std::vector<float> row(static_cast<size_t>(d));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < d; ++k) row[static_cast<size_t>(k)] = (0.2f + 0.1f * static_cast<float>(r % 7)) * std::sin(0.37f * static_cast<float>(k + 13 * r)) + 0.02f * static_cast<float>(k % 64 / 32);
+      quantize_row_q4_k(row.data(), plain.data() + r * nb, d);
+    }
+    std::vector<block_q4_k> packed = plain;
+    for (int64_t g = 0; g < rows / 16; ++g) interleave_q4_kx16(plain.data() + g * 16 * nb, nb, reinterpret_cast<block_q4_kx16*>(packed.data() + g * 16 * nb));
+    tensor_view pv, v;
+    v.type = tensor_type::q4_k;
+    v.ne0 = d;
+    v.ne1 = rows;
+    v.row_bytes = static_cast<size_t>(nb) * sizeof(block_q4_k);
+    v.data = reinterpret_cast<const uint8_t*>(plain.data());
+    pv = v;
+    pv.data = reinterpret_cast<const uint8_t*>(packed.data());
+    pv.interleaved16 = true;
+    for (int64_t n : {1, 3, 6, 21}) {
+      std::vector<float> x(static_cast<size_t>(n * d));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.5f * static_cast<float>(i)) + 0.1f * std::cos(0.013f * static_cast<float>(i));
+      std::vector<float> want(static_cast<size_t>(n * rows));
+      std::vector<block_q8_k> x8(static_cast<size_t>(nb));
+      for (int64_t t = 0; t < n; ++t) {
+        quantize_row_q8_k(x.data() + t * d, x8.data(), d);
+        for (int64_t r = 0; r < rows; ++r) want[static_cast<size_t>(t * rows + r)] = scalar::dot_q4_k_q8_k(plain.data() + r * nb, x8.data(), d);
+      }
+      for (int threads : {1, 2, 3}) {
+        thread_pool pool(threads);
+        std::vector<block_q8_0> scratch;
+        std::vector<float> got(want.size()), got_plain(want.size()), together_a(want.size()), together_b(want.size());
+        matmul(pool, pv, x.data(), n, got.data(), scratch);
+        matmul(pool, v, x.data(), n, got_plain.data(), scratch);
+        const tensor_view* ws[2] = {&pv, &pv};
+        float* ys[2] = {together_a.data(), together_b.data()};
+        matmul_same_input(pool, ws, x.data(), n, ys, scratch);
+        for (size_t i = 0; i < want.size(); ++i) {
+          SCOPED_TRACE(testing::Message() << rows << " rows, " << n << " tokens, " << threads << " threads, output " << i);
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::abs(want[i])));
+          ASSERT_NEAR(got_plain[i], want[i], 1e-4f * (1 + std::abs(want[i])));
+          ASSERT_EQ(together_a[i], got[i]);
+          ASSERT_EQ(together_b[i], got[i]);
+        }
+      }
+    }
+  }
+}
+
 // F16 matrices interleaved as model::load does (the predictors): each row's own dot product, whatever
 // the tokens and threads, tails included.
 TEST(Matmul, InterleavedF16EqualsEachRowsDotProduct) {

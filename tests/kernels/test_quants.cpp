@@ -2,6 +2,7 @@
 #include <bit>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -465,6 +466,105 @@ TEST(Dot, SixteenInterleavedRowsAgainstSeveralVectors) {
   }
 }
 
+// Sixteen Q4_K rows interleaved and back give the same bytes; the interleaved product of each row with
+// up to four Q8_K vectors equals that row's own Q4_K x Q8_K dot product, in every implementation
+// (this binary runs again under HOTCOLD_NO_AVX512 for the AVX2 one). The blocks' order matters (the
+// reversed group gives other sums, those of the reversed rows), and so do the rows' lanes (each row
+// its own scales).
+TEST(Dot, SixteenInterleavedQ4_KRowsAgainstSeveralVectors) {
+  for (int64_t n : {256, 512, 2048}) {
+    const int64_t nb = n / qk_k;
+    std::vector<block_q4_k> rows(static_cast<size_t>(16 * nb));
+    for (int r = 0; r < 16; ++r) {
+      auto w = random_vector(n, static_cast<uint32_t>(900 + r), 0.3f + 0.2f * r);
+      for (int64_t k = 0; k < n; ++k) w[static_cast<size_t>(k)] += 0.05f * static_cast<float>((k / 32) % 8) - 0.1f;  // groups' mins differ
+      quantize_row_q4_k(w.data(), rows.data() + r * nb, n);
+    }
+    std::vector<block_q4_kx16> packed(static_cast<size_t>(nb));
+    interleave_q4_kx16(rows.data(), nb, packed.data());
+    std::vector<block_q4_k> back(rows.size());
+    deinterleave_q4_kx16(packed.data(), nb, back.data());
+    ASSERT_EQ(0, std::memcmp(back.data(), rows.data(), rows.size() * sizeof(block_q4_k)));
+
+    std::vector<std::vector<block_q8_k>> xs(4, std::vector<block_q8_k>(static_cast<size_t>(nb)));
+    std::vector<std::vector<q8_k_group_sums>> sums(4, std::vector<q8_k_group_sums>(static_cast<size_t>(nb)));
+    const block_q8_k* px[4];
+    const q8_k_group_sums* pg[4];
+    for (int j = 0; j < 4; ++j) {
+      auto v = random_vector(n, static_cast<uint32_t>(950 + j));
+      quantize_row_q8_k(v.data(), xs[j].data(), n);
+      q8_k_block_group_sums(xs[j].data(), nb, sums[j].data());
+      px[j] = xs[j].data();
+      pg[j] = sums[j].data();
+    }
+    for (int nx = 1; nx <= 4; ++nx) {
+      float got[64], ref[64];
+      dot16r_q4_k(packed.data(), px, pg, nx, n, got);
+      scalar::dot16r_q4_k(packed.data(), px, pg, nx, n, ref);
+      for (int j = 0; j < nx; ++j)
+        for (int r = 0; r < 16; ++r) {
+          SCOPED_TRACE(testing::Message() << n << " nx " << nx << " vector " << j << " row " << r);
+          const float want = scalar::dot_q4_k_q8_k(rows.data() + r * nb, px[j], n);
+          EXPECT_NEAR(got[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
+          EXPECT_NEAR(ref[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
+        }
+    }
+    // Two groups at once (decode's two streams): each group's result as when it is alone; the
+    // reversed group is the reversed rows' product, which differs from the group's (nb > 1).
+    std::vector<block_q4_kx16> reversed(packed.rbegin(), packed.rend());
+    float a[16], b[16], alone_a[16], alone_b[16];
+    dot16r2_q4_k(packed.data(), reversed.data(), px[0], pg[0], n, a, b);
+    dot16r_q4_k(packed.data(), px, pg, 1, n, alone_a);
+    dot16r_q4_k(reversed.data(), px, pg, 1, n, alone_b);
+    int differ = 0;
+    for (int r = 0; r < 16; ++r) {
+      EXPECT_EQ(a[r], alone_a[r]) << n << " row " << r;
+      EXPECT_EQ(b[r], alone_b[r]) << n << " row " << r;
+      std::vector<block_q4_k> row_reversed(rows.begin() + r * nb, rows.begin() + (r + 1) * nb);
+      std::reverse(row_reversed.begin(), row_reversed.end());
+      const float want = scalar::dot_q4_k_q8_k(row_reversed.data(), px[0], n);
+      EXPECT_NEAR(b[r], want, 1e-4 * (1 + std::abs(want))) << n << " row " << r;
+      differ += std::abs(b[r] - a[r]) > 1e-3f * (1 + std::abs(a[r]));
+    }
+    if (nb > 1) {
+      EXPECT_GE(differ, 12) << n;
+    }
+  }
+}
+
+// The extremes: every quant 15, every scale and min 63, against a vector of -128s: a group's eight
+// steps sum to 8 x 2 x 15 x -128 = -30720 in the AVX2 kernel's 16-bit lanes (one more would not
+// fit); every implementation gives the exact integer result.
+TEST(Dot, InterleavedQ4_KAtTheExtremes) {
+  std::vector<block_q4_k> rows(16);
+  for (auto& r : rows) {
+    r.d = fp32_to_fp16(1.0f), r.dmin = fp32_to_fp16(1.0f);
+    std::memset(r.scales, 0xFF, sizeof r.scales);
+    std::memset(r.qs, 0xFF, sizeof r.qs);
+  }
+  rows[5].d = fp32_to_fp16(2.0f);  // one row's own scale, to see the lanes kept apart
+  block_q4_kx16 packed;
+  interleave_q4_kx16(rows.data(), 1, &packed);
+  block_q8_k x;
+  x.d = 1.0f;
+  std::memset(x.qs, 0x80, sizeof x.qs);
+  for (auto& s : x.bsums) s = -16 * 128;
+  q8_k_group_sums g;
+  q8_k_block_group_sums(&x, 1, &g);
+  const block_q8_k* px[1] = {&x};
+  const q8_k_group_sums* pg[1] = {&g};
+  float got[16], ref[16];
+  dot16r_q4_k(&packed, px, pg, 1, qk_k, got);
+  scalar::dot16r_q4_k(&packed, px, pg, 1, qk_k, ref);
+  const double isum = 8.0 * 63 * 32 * 15 * -128, msum = 8.0 * 63 * 32 * -128;
+  for (int r = 0; r < 16; ++r) {
+    const double want = (r == 5 ? 2.0 : 1.0) * isum - msum;
+    EXPECT_NEAR(got[r], want, 1e-6 * std::abs(want)) << r;
+    EXPECT_NEAR(ref[r], want, 1e-6 * std::abs(want)) << r;
+    EXPECT_NEAR(scalar::dot_q4_k_q8_k(&rows[static_cast<size_t>(r)], &x, qk_k), want, 1e-6 * std::abs(want)) << r;
+  }
+}
+
 // Q6_K rows against Q8_K activations: every implementation gives the dot product of the dequantized
 // row with the dequantized activations (exact integer sums, so up to float rounding), and the
 // product is close to the float-activation one.
@@ -591,6 +691,22 @@ TEST(Quants, Q8_0VectorCodeMatchesTheReference) {
     quantize_row_q8_0(v.data(), got.data(), 1024);
     scalar::quantize_row_q8_0(v.data(), want.data(), 1024);
     ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(block_q8_0) * 32)) << "seed " << seed;
+  }
+}
+
+// Likewise Q8_K: the same quants, scale and sums of 16 (an all-zero block, exact ties, and a block
+// whose largest value is negative, so that -127 appears).
+TEST(Quants, Q8_KVectorCodeMatchesTheReference) {
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    auto v = random_vector(1024, 650 + seed, 0.1f + seed);
+    std::fill(v.begin() + 256, v.begin() + 512, 0.0f);
+    for (int i = 0; i < 256; ++i) v[static_cast<size_t>(512 + i)] = static_cast<float>(i % 64 - 32) * 0.5f * 127.0f / 32.0f;  // ties at x id = k + 1/2
+    v[900] = -1000.0f;
+    std::vector<block_q8_k> got(4), want(4);
+    quantize_row_q8_k(v.data(), got.data(), 1024);
+    scalar::quantize_row_q8_k(v.data(), want.data(), 1024);
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(block_q8_k) * 4)) << "seed " << seed;
+    ASSERT_EQ(got[3].qs[900 - 768], -127);
   }
 }
 
