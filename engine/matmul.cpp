@@ -38,6 +38,7 @@ struct matrix_groups {
     for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + grouped(*ws[m]) / 16;
   }
   int64_t total() const { return first.back(); }
+  int64_t rows(size_t m) const { return 16 * (first[m + 1] - first[m]); }  // matrix m's rows in groups
   void where(int64_t gg, size_t& m, int64_t& g) const {  // group gg of all: matrix m's group g
     m = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), gg) - first.begin() - 1);
     g = gg - first[m];
@@ -143,11 +144,13 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   }
 }
 
-// Products of interleaved Q4_K matrices (model::load: a Q4_K_M file's attention and FFN), all reading
+// Products of Q4_K matrices as groups of sixteen rows (a Q4_K_M file's attention and FFN), all reading
 // the same input: the tokens quantized to Q8_K once, with their group sums; one pass over every
-// matrix's groups of sixteen rows — one token: groups g and g + half together (two streams a thread);
-// several: each group against four tokens at a time, its bytes unpacked once for them —; the tail
-// rows one at a time.
+// matrix's groups — one token: groups g and g + half together (two streams a thread); several: each
+// group against four tokens at a time, its bytes unpacked once for them —; the tail rows one at a
+// time. Interleaved matrices (model::load) are read in place; a plain one (several tokens only: a
+// sparse file's gate and up rows, a file under --mmap) has each group interleaved once into the
+// thread's buffer and then read for every token, as Q4_0's plain rows are.
 void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys) {
   const int64_t d = ws[0]->ne0, kb = d / qk_k;
   thread_local std::vector<block_q8_k> x8;
@@ -163,10 +166,41 @@ void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* c
   };
   if (n >= 16) pool.parallel_for(n, quantize);  // (a prompt's tokens: shared out)
   else quantize(0, n);
-  const matrix_groups groups(ws, [](const tensor_view& w) { return w.interleaved_rows(); });
+  const matrix_groups groups(ws, [](const tensor_view& w) { return w.interleaved16 ? w.interleaved_rows() : w.ne1 - w.ne1 % 16; });
   auto group_of = [&](size_t m, int64_t g) { return reinterpret_cast<const block_q4_kx16*>(ws[m]->data) + g * kb; };
   const int64_t total = groups.total();
-  if (n == 1 && total >= 2) {
+  // Group g of matrix m (its bytes at group) against tokens t .. t + k - 1 (k <= 4).
+  auto four_tokens = [&](const block_q4_kx16* group, size_t m, int64_t g, int64_t t, int k) {
+    const block_q8_k* px[4];
+    const q8_k_group_sums* pg[4];
+    for (int j = 0; j < 4; ++j) {
+      const int64_t tj = std::min(t + j, n - 1);
+      px[j] = xs + tj * kb, pg[j] = gs + tj * kb;
+    }
+    float o[64];
+    dot16r_q4_k(group, px, pg, k, d, o);
+    for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * ws[m]->ne1 + 16 * g);
+  };
+  if (std::any_of(ws.begin(), ws.end(), [](const tensor_view* w) { return !w->interleaved16; })) {
+    pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
+      thread_local std::vector<block_q4_k> rows;
+      thread_local std::vector<block_q4_kx16> buffer;
+      rows.resize(static_cast<size_t>(16 * kb)), buffer.resize(static_cast<size_t>(kb));
+      for (int64_t gg = g0; gg < g1; ++gg) {
+        size_t m;
+        int64_t g;
+        groups.where(gg, m, g);
+        const tensor_view& w = *ws[m];
+        const block_q4_kx16* group = group_of(m, g);
+        if (!w.interleaved16) {
+          for (int64_t i = 0; i < 16; ++i) std::memcpy(rows.data() + i * kb, w.row(16 * g + i), w.row_bytes);
+          interleave_q4_kx16(rows.data(), kb, buffer.data());
+          group = buffer.data();
+        }
+        for (int64_t t = 0; t < n; t += 4) four_tokens(group, m, g, t, static_cast<int>(std::min<int64_t>(4, n - t)));
+      }
+    });
+  } else if (n == 1 && total >= 2) {
     const int64_t half = total / 2;
     pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
@@ -190,25 +224,21 @@ void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* c
       size_t m;
       int64_t g;
       groups.where(gg, m, g);
-      const block_q8_k* px[4];
-      const q8_k_group_sums* pg[4];
-      for (int j = 0; j < 4; ++j) {
-        const int64_t tj = std::min(t + j, n - 1);
-        px[j] = xs + tj * kb, pg[j] = gs + tj * kb;
-      }
-      float o[64];
-      dot16r_q4_k(group_of(m, g), px, pg, k, d, o);
-      for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * ws[m]->ne1 + 16 * g);
+      four_tokens(group_of(m, g), m, g, t, k);
     });
   }
   for (size_t m = 0; m < ws.size(); ++m) {
     const tensor_view& w = *ws[m];
-    for (int64_t r = w.interleaved_rows(); r < w.ne1; ++r)
+    for (int64_t r = groups.rows(m); r < w.ne1; ++r)
       for (int64_t t = 0; t < n; ++t) ys[m][t * w.ne1 + r] = dot_q4_k_q8_k(reinterpret_cast<const block_q4_k*>(w.row(r)), xs + t * kb, d);
   }
 }
 
-bool interleaved_q4_k(const tensor_view& w) { return w.type == tensor_type::q4_k && w.interleaved16; }
+// Whether the sixteen-row Q4_K kernels take a product of w with n tokens: interleaved matrices always;
+// plain rows from four tokens on (below that, each row against the tokens in place).
+bool q4_k_row_groups(const tensor_view& w, int64_t n) {
+  return w.type == tensor_type::q4_k && (w.interleaved16 || (n >= 4 && w.ne0 % qk_k == 0 && w.ne1 >= 16));
+}
 
 // Long float rows, one token: rows r and r + rows/2 together, two independent streams from memory
 // for each thread, with the first lines of the rows two ahead asked for (one stream and no prefetch
@@ -449,7 +479,7 @@ void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws
   // (Q8_0 matrices see the tokens rounded to Q8_0, K-quant ones to Q8_K, float ones as they are: one
   // rounding a pass.)
   const input_rounding r = rounding_of(ws[0]->type);
-  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return interleaved_q4_k(*w) && w->ne0 == ws[0]->ne0; }))
+  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return q4_k_row_groups(*w, n) && w->ne0 == ws[0]->ne0; }))
     return interleaved_q4_k_products(pool, ws, x, n, ys);
   if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return sixteen_row_groups(*w, n) && w->ne0 == ws[0]->ne0; }))
     return interleaved_products(pool, ws, x, n, ys, xq);
@@ -653,7 +683,7 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
   const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
   const int64_t qrow = d / qk8_0;
   if (w.interleaved16 && w.type == tensor_type::f16) return interleaved_f16_products(pool, w, x, n, y);
-  if (interleaved_q4_k(w)) {
+  if (q4_k_row_groups(w, n)) {
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};
     return interleaved_q4_k_products(pool, ws, x, n, ys);

@@ -99,9 +99,10 @@ TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
   }
 }
 
-// Q4_K matrices interleaved as model::load does (a Q4_K_M file's attention and FFN): each row's own
-// dot product with the token quantized to Q8_K, whatever the tokens and threads, tails included; and
-// the same as the plain matrix's products, alone and beside another matrix reading the same input.
+// Q4_K matrices interleaved as model::load does (a Q4_K_M file's attention and FFN), and plain ones
+// (interleaved a group at a time from four tokens on; also as views into bundles): each row's own dot
+// product with the token quantized to Q8_K, whatever the tokens and threads, tails included; alone and
+// beside another matrix reading the same input.
 TEST(Matmul, InterleavedQ4_KEqualsEachRowsDotProduct) {
   const int64_t d = 512, nb = d / qk_k;
   for (int64_t rows : {16, 37, 53}) {  // one group; two and a tail; three (one token: a pair and one alone) and a tail
@@ -122,6 +123,12 @@ TEST(Matmul, InterleavedQ4_KEqualsEachRowsDotProduct) {
     pv = v;
     pv.data = reinterpret_cast<const uint8_t*>(packed.data());
     pv.interleaved16 = true;
+    // The same rows as a view into bundles (a sparse file's ffn_bundle): each row followed by another's bytes.
+    std::vector<uint8_t> bundles(v.row_bytes * 2 * static_cast<size_t>(rows), 0xA5);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(bundles.data() + 2 * r * v.row_bytes, v.row(r), v.row_bytes);
+    tensor_view strided = v;
+    strided.data = bundles.data();
+    strided.stride = 2 * v.row_bytes;
     for (int64_t n : {1, 3, 6, 21}) {
       std::vector<float> x(static_cast<size_t>(n * d));
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.5f * static_cast<float>(i)) + 0.1f * std::cos(0.013f * static_cast<float>(i));
@@ -134,9 +141,10 @@ TEST(Matmul, InterleavedQ4_KEqualsEachRowsDotProduct) {
       for (int threads : {1, 2, 3}) {
         thread_pool pool(threads);
         std::vector<block_q8_0> scratch;
-        std::vector<float> got(want.size()), got_plain(want.size()), together_a(want.size()), together_b(want.size());
+        std::vector<float> got(want.size()), got_plain(want.size()), got_strided(want.size()), together_a(want.size()), together_b(want.size());
         matmul(pool, pv, x.data(), n, got.data(), scratch);
         matmul(pool, v, x.data(), n, got_plain.data(), scratch);
+        matmul(pool, strided, x.data(), n, got_strided.data(), scratch);
         const tensor_view* ws[2] = {&pv, &pv};
         float* ys[2] = {together_a.data(), together_b.data()};
         matmul_same_input(pool, ws, x.data(), n, ys, scratch);
@@ -144,6 +152,7 @@ TEST(Matmul, InterleavedQ4_KEqualsEachRowsDotProduct) {
           SCOPED_TRACE(testing::Message() << rows << " rows, " << n << " tokens, " << threads << " threads, output " << i);
           ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::abs(want[i])));
           ASSERT_NEAR(got_plain[i], want[i], 1e-4f * (1 + std::abs(want[i])));
+          ASSERT_EQ(got_strided[i], got_plain[i]);
           ASSERT_EQ(together_a[i], got[i]);
           ASSERT_EQ(together_b[i], got[i]);
         }
