@@ -128,23 +128,33 @@ HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
   for (int j = 0; j < NX; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
 }
 
-// Two groups against one vector, block by block: two streams from memory at once, each asked for
-// eight blocks (2.3 KB) ahead into L1 besides the hardware's own prefetch. The 1B file's attention
-// products (q, k, v, o of 16 layers, 2 threads), medians of 20 alternations in one process, five
-// runs: +1 to +18% (52.8 -> 62.1 GB/s in one); a decoded token (sparse Q4_0) +1.6 / -0.6 / +6.3%.
+// Two groups against one vector, block by block: two streams from memory at once. Where the CPU
+// wants streams asked for ahead (cpu().stream_ahead: Intel), each is asked for that far (eight blocks,
+// 2.3 KB) into L1 besides the hardware's own prefetch: the 1B file's attention products (q, k, v, o
+// of 16 layers, 2 threads), medians of 20 alternations in one process, five runs: +1 to +18% (52.8 ->
+// 62.1 GB/s in one); a decoded token (sparse Q4_0) +1.6 / -0.6 / +6.3%. On AMD's Zen 4 the same
+// prefetches made a dense ~1B Q4_0 file's decode 11-16% slower (three alternations: 59-67 against
+// 67-80 tok/s without), as they did Q4_K's (dot_q4_kx16.cpp): there the hardware's streams alone.
 // (Past a group's end the next group's first blocks are asked for: usually the caller's next.)
 HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t nb, float* oa, float* ob) {
-  constexpr int64_t ahead = 8;
+  static const int64_t ahead = (cpu().stream_ahead + static_cast<int64_t>(sizeof(block_q4_0x16)) - 1) / static_cast<int64_t>(sizeof(block_q4_0x16));
   __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
-  // Each line asked for once (a block is 4.5 lines): the lines not yet asked for up to the end of
-  // the block `ahead` on (+1.4% a sparse Q4_0 token against five prefetches a block, three
-  // alternations in one process, Intel Xeon).
-  uintptr_t na = stream_line(wa + ahead, 0), nbp = stream_line(wb + ahead, 0);
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_until(na, reinterpret_cast<uintptr_t>(wa + b + ahead + 1));
-    prefetch_until(nbp, reinterpret_cast<uintptr_t>(wb + b + ahead + 1));
-    acc_a = add_block(unpack(wa[b]), wa[b].d, x[b], xt[b], acc_a);
-    acc_b = add_block(unpack(wb[b]), wb[b].d, x[b], xt[b], acc_b);
+  if (ahead == 0) {
+    for (int64_t b = 0; b < nb; ++b) {
+      acc_a = add_block(unpack(wa[b]), wa[b].d, x[b], xt[b], acc_a);
+      acc_b = add_block(unpack(wb[b]), wb[b].d, x[b], xt[b], acc_b);
+    }
+  } else {
+    // Each line asked for once (a block is 4.5 lines): the lines not yet asked for up to the end of
+    // the block `ahead` on (+1.4% a sparse Q4_0 token against five prefetches a block, three
+    // alternations in one process, Intel Xeon).
+    uintptr_t na = stream_line(wa + ahead, 0), nbp = stream_line(wb + ahead, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_until(na, reinterpret_cast<uintptr_t>(wa + b + ahead + 1));
+      prefetch_until(nbp, reinterpret_cast<uintptr_t>(wb + b + ahead + 1));
+      acc_a = add_block(unpack(wa[b]), wa[b].d, x[b], xt[b], acc_a);
+      acc_b = add_block(unpack(wb[b]), wb[b].d, x[b], xt[b], acc_b);
+    }
   }
   _mm512_storeu_ps(oa, acc_a);
   _mm512_storeu_ps(ob, acc_b);
