@@ -16,6 +16,10 @@ using namespace kernels;
 namespace {
 constexpr int64_t row_tile = 8, token_tile = 32;
 
+// Prompt batches against float rows (F16, F32) from this many tokens: register tiles of 12 rows x 32
+// tokens (gemm_tile) instead of four rows by four tokens with horizontal sums.
+constexpr int64_t gemm_min_tokens = 16;
+
 // Groups [0, groups) of sixteen interleaved rows against n tokens, four at a time, split across the
 // threads, tokens tiled so their inputs stay in cache while a thread walks its groups:
 // group(g, t, k, o) computes o[16 j + i] = row i of group g . token t + j (j < k <= 4) and writes them.
@@ -144,14 +148,26 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
   }
 }
 
-// Products of Q4_K matrices as groups of sixteen rows (a Q4_K_M file's attention and FFN), all reading
-// the same input: the tokens quantized to Q8_K once, with their group sums; one pass over every
-// matrix's groups — one token: groups g and g + half together (two streams a thread); several: each
-// group against four tokens at a time, its bytes unpacked once for them —; the tail rows one at a
-// time. Interleaved matrices (model::load) are read in place; a plain one (several tokens only: a
-// sparse file's gate and up rows, a file under --mmap) has each group interleaved once into the
-// thread's buffer and then read for every token, as Q4_0's plain rows are.
-void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys) {
+// Q4_K, Q5_K, Q6_K rows against Q8_K activations (where few tokens share a product).
+float dot_k_quant_q8_k(tensor_type t, const void* row, const block_q8_k* x, int64_t d) {
+  switch (t) {
+    case tensor_type::q4_k: return dot_q4_k_q8_k(static_cast<const block_q4_k*>(row), x, d);
+    case tensor_type::q5_k: return dot_q5_k_q8_k(static_cast<const block_q5_k*>(row), x, d);
+    default: return dot_q6_k_q8_k(static_cast<const block_q6_k*>(row), x, d);
+  }
+}
+
+// Products of Q4_K or Q6_K matrices (all of one type) as groups of sixteen rows (a Q4_K_M file's
+// attention and FFN, the head of most quantized files), all reading the same input: the tokens
+// quantized to Q8_K once (Q4_K: with their group sums); one pass over every matrix's groups — one
+// token: groups g and g + half together (two streams a thread); several: each group against four
+// tokens at a time, its bytes unpacked once for them —; the tail rows one at a time. Interleaved
+// matrices (model::load) are read in place; a plain one (several tokens only: a sparse file's gate
+// and up rows, a file under --mmap) has each group interleaved once into the thread's buffer and then
+// read for every token, as Q4_0's plain rows are.
+void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys) {
+  const tensor_type type = ws[0]->type;
+  const bool q6 = type == tensor_type::q6_k;
   const int64_t d = ws[0]->ne0, kb = d / qk_k;
   thread_local std::vector<block_q8_k> x8;
   thread_local std::vector<q8_k_group_sums> sums;
@@ -161,16 +177,17 @@ void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* c
   auto quantize = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       quantize_row_q8_k(x + t * d, xs + t * kb, d);
-      q8_k_block_group_sums(xs + t * kb, kb, gs + t * kb);
+      if (!q6) q8_k_block_group_sums(xs + t * kb, kb, gs + t * kb);
     }
   };
   if (n >= 16) pool.parallel_for(n, quantize);  // (a prompt's tokens: shared out)
   else quantize(0, n);
   const matrix_groups groups(ws, [](const tensor_view& w) { return w.interleaved16 ? w.interleaved_rows() : w.ne1 - w.ne1 % 16; });
-  auto group_of = [&](size_t m, int64_t g) { return reinterpret_cast<const block_q4_kx16*>(ws[m]->data) + g * kb; };
+  // Matrix m's group g, interleaved in place (16 rows' bytes a group).
+  auto group_of = [&](size_t m, int64_t g) { return ws[m]->data + static_cast<size_t>(g) * 16 * ws[m]->row_bytes; };
   const int64_t total = groups.total();
   // Group g of matrix m (its bytes at group) against tokens t .. t + k - 1 (k <= 4).
-  auto four_tokens = [&](const block_q4_kx16* group, size_t m, int64_t g, int64_t t, int k) {
+  auto four_tokens = [&](const uint8_t* group, size_t m, int64_t g, int64_t t, int k) {
     const block_q8_k* px[4];
     const q8_k_group_sums* pg[4];
     for (int j = 0; j < 4; ++j) {
@@ -178,23 +195,24 @@ void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* c
       px[j] = xs + tj * kb, pg[j] = gs + tj * kb;
     }
     float o[64];
-    dot16r_q4_k(group, px, pg, k, d, o);
+    if (q6) dot16r_q6_k(reinterpret_cast<const block_q6_kx16*>(group), px, k, d, o);
+    else dot16r_q4_k(reinterpret_cast<const block_q4_kx16*>(group), px, pg, k, d, o);
     for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * ws[m]->ne1 + 16 * g);
   };
   if (std::any_of(ws.begin(), ws.end(), [](const tensor_view* w) { return !w->interleaved16; })) {
     pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
-      thread_local std::vector<block_q4_k> rows;
-      thread_local std::vector<block_q4_kx16> buffer;
-      rows.resize(static_cast<size_t>(16 * kb)), buffer.resize(static_cast<size_t>(kb));
+      thread_local std::vector<uint8_t> rows, buffer;
+      rows.resize(16 * ws[0]->row_bytes), buffer.resize(16 * ws[0]->row_bytes);
       for (int64_t gg = g0; gg < g1; ++gg) {
         size_t m;
         int64_t g;
         groups.where(gg, m, g);
         const tensor_view& w = *ws[m];
-        const block_q4_kx16* group = group_of(m, g);
+        const uint8_t* group = group_of(m, g);
         if (!w.interleaved16) {
-          for (int64_t i = 0; i < 16; ++i) std::memcpy(rows.data() + i * kb, w.row(16 * g + i), w.row_bytes);
-          interleave_q4_kx16(rows.data(), kb, buffer.data());
+          for (int64_t i = 0; i < 16; ++i) std::memcpy(rows.data() + i * w.row_bytes, w.row(16 * g + i), w.row_bytes);
+          if (q6) interleave_q6_kx16(reinterpret_cast<const block_q6_k*>(rows.data()), kb, reinterpret_cast<block_q6_kx16*>(buffer.data()));
+          else interleave_q4_kx16(reinterpret_cast<const block_q4_k*>(rows.data()), kb, reinterpret_cast<block_q4_kx16*>(buffer.data()));
           group = buffer.data();
         }
         for (int64_t t = 0; t < n; t += 4) four_tokens(group, m, g, t, static_cast<int>(std::min<int64_t>(4, n - t)));
@@ -208,16 +226,17 @@ void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* c
         int64_t ga, gb;
         groups.where(p, ma, ga);
         groups.where(p + half, mb, gb);
-        dot16r2_q4_k(group_of(ma, ga), group_of(mb, gb), xs, gs, d, ys[ma] + 16 * ga, ys[mb] + 16 * gb);
+        float* oa = ys[ma] + 16 * ga;
+        float* ob = ys[mb] + 16 * gb;
+        if (q6) dot16r2_q6_k(reinterpret_cast<const block_q6_kx16*>(group_of(ma, ga)), reinterpret_cast<const block_q6_kx16*>(group_of(mb, gb)), xs, d, oa, ob);
+        else dot16r2_q4_k(reinterpret_cast<const block_q4_kx16*>(group_of(ma, ga)), reinterpret_cast<const block_q4_kx16*>(group_of(mb, gb)), xs, gs, d, oa, ob);
       }
     }, 2);
     if (total % 2) {
       size_t m;
       int64_t g;
       groups.where(total - 1, m, g);
-      const block_q8_k* px[1] = {xs};
-      const q8_k_group_sums* pg[1] = {gs};
-      dot16r_q4_k(group_of(m, g), px, pg, 1, d, ys[m] + 16 * g);
+      four_tokens(group_of(m, g), m, g, 0, 1);
     }
   } else {
     grouped_products(pool, total, n, [&](int64_t gg, int64_t t, int k) {
@@ -230,13 +249,19 @@ void interleaved_q4_k_products(thread_pool& pool, std::span<const tensor_view* c
   for (size_t m = 0; m < ws.size(); ++m) {
     const tensor_view& w = *ws[m];
     for (int64_t r = groups.rows(m); r < w.ne1; ++r)
-      for (int64_t t = 0; t < n; ++t) ys[m][t * w.ne1 + r] = dot_q4_k_q8_k(reinterpret_cast<const block_q4_k*>(w.row(r)), xs + t * kb, d);
+      for (int64_t t = 0; t < n; ++t) ys[m][t * w.ne1 + r] = dot_k_quant_q8_k(type, w.row(r), xs + t * kb, d);
   }
 }
 
-// Whether the sixteen-row Q4_K kernels take a product of w with n tokens: interleaved matrices always;
-// plain rows from four tokens on (below that, each row against the tokens in place).
-bool q4_k_row_groups(const tensor_view& w, int64_t n) {
+// Whether the sixteen-row K-quant kernels take a product of w with n tokens: interleaved matrices
+// always; plain Q4_K rows from four tokens on, plain Q6_K rows (model::load keeps them plain: the head
+// of most quantized files, a Q4_K_M file's attn_v and part of its ffn_down) from sixteen, where the
+// float tile took them before (a Q4_K_M ~1B file's pp512 +14-16%); below that, each row against the
+// tokens in place (Q6_K four tokens a row). Interleaved at load, Q6_K decoded 4-19% slower there (four
+// alternations on a 2 vCPU Zen 4): its sixteen-row kernel reads memory no faster than one row at a
+// time, and the head's 54 MB went through it.
+bool k_quant_row_groups(const tensor_view& w, int64_t n) {
+  if (w.type == tensor_type::q6_k) return w.interleaved16 || (n >= gemm_min_tokens && w.ne0 % qk_k == 0 && w.ne1 >= 16);
   return w.type == tensor_type::q4_k && (w.interleaved16 || (n >= 4 && w.ne0 % qk_k == 0 && w.ne1 >= 16));
 }
 
@@ -244,14 +269,6 @@ bool q4_k_row_groups(const tensor_view& w, int64_t n) {
 // for each thread, with the first lines of the rows two ahead asked for (one stream and no prefetch
 // reached 45 GB/s on Zen 5 with two threads, this 63; bench --roofline). Short rows (the
 // predictors' 512 bytes) lose more to the pairs' reductions than they gain.
-// Q4_K, Q5_K, Q6_K rows against Q8_K activations (where few tokens share a product).
-float dot_k_quant_q8_k(tensor_type t, const void* row, const block_q8_k* x, int64_t d) {
-  switch (t) {
-    case tensor_type::q4_k: return dot_q4_k_q8_k(static_cast<const block_q4_k*>(row), x, d);
-    case tensor_type::q5_k: return dot_q5_k_q8_k(static_cast<const block_q5_k*>(row), x, d);
-    default: return dot_q6_k_q8_k(static_cast<const block_q6_k*>(row), x, d);
-  }
-}
 
 bool half_rows(const tensor_view& w) { return w.type == tensor_type::f16 || w.type == tensor_type::bf16; }
 bool float_type(const tensor_view& w) { return half_rows(w) || w.type == tensor_type::f32; }
@@ -295,9 +312,6 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
     if (ws[m]->ne1 % 2) ys[m][ws[m]->ne1 - 1] = row_dot(*ws[m], ws[m]->ne1 - 1, x, nullptr);
 }
 
-// Prompt batches against float rows (F16, F32) from this many tokens: register tiles of 12 rows x 32
-// tokens (gemm_tile) instead of four rows by four tokens with horizontal sums.
-constexpr int64_t gemm_min_tokens = 16;
 
 // Q8_0 rows there too: dequantized a block at a time in cache like the half rows, against the tokens
 // rounded to Q8_0 once (quantized and back), so a prompt's products equal what the integer kernels
@@ -479,8 +493,8 @@ void matmul_same_input(thread_pool& pool, std::span<const tensor_view* const> ws
   // (Q8_0 matrices see the tokens rounded to Q8_0, K-quant ones to Q8_K, float ones as they are: one
   // rounding a pass.)
   const input_rounding r = rounding_of(ws[0]->type);
-  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return q4_k_row_groups(*w, n) && w->ne0 == ws[0]->ne0; }))
-    return interleaved_q4_k_products(pool, ws, x, n, ys);
+  if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return k_quant_row_groups(*w, n) && w->ne0 == ws[0]->ne0 && w->type == ws[0]->type; }))
+    return k_quant_group_products(pool, ws, x, n, ys);
   if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return sixteen_row_groups(*w, n) && w->ne0 == ws[0]->ne0; }))
     return interleaved_products(pool, ws, x, n, ys, xq);
   if (std::all_of(ws.begin(), ws.end(), [&](const tensor_view* w) { return use_gemm(*w, n) && w->ne0 == ws[0]->ne0 && rounding_of(w->type) == r; }))
@@ -683,10 +697,10 @@ void matmul(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, 
   const bool quantized = w.type == tensor_type::q8_0 || w.type == tensor_type::q4_0;
   const int64_t qrow = d / qk8_0;
   if (w.interleaved16 && w.type == tensor_type::f16) return interleaved_f16_products(pool, w, x, n, y);
-  if (q4_k_row_groups(w, n)) {
+  if (k_quant_row_groups(w, n)) {
     const tensor_view* ws[1] = {&w};
     float* ys[1] = {y};
-    return interleaved_q4_k_products(pool, ws, x, n, ys);
+    return k_quant_group_products(pool, ws, x, n, ys);
   }
   if (sixteen_row_groups(w, n)) {
     const tensor_view* ws[1] = {&w};

@@ -46,18 +46,21 @@ page_buffer read_data_section(const std::string& path, uint64_t offset, size_t b
   return buf;
 }
 
-// Rewrites a Q4_0, Q4_K or F16 matrix in place as groups of sixteen interleaved rows (the tail of
+// Rewrites a Q4_0, Q4_K, Q6_K or F16 matrix in place as groups of sixteen interleaved rows (the tail of
 // fewer than sixteen rows stays as it is).
 void interleave_in_place(tensor_view& t) {
-  const bool q4_k = t.type == tensor_type::q4_k && t.ne0 % kernels::qk_k == 0;
-  if ((t.type != tensor_type::q4_0 && t.type != tensor_type::f16 && !q4_k) || t.ne1 < 16 || t.interleaved16 || !t.packed()) return;
-  if (q4_k) {
+  const bool k_quant = (t.type == tensor_type::q4_k || t.type == tensor_type::q6_k) && t.ne0 % kernels::qk_k == 0;
+  if ((t.type != tensor_type::q4_0 && t.type != tensor_type::f16 && !k_quant) || t.ne1 < 16 || t.interleaved16 || !t.packed()) return;
+  if (k_quant) {
     const int64_t nb = t.ne0 / kernels::qk_k;
-    std::vector<kernels::block_q4_k> group(static_cast<size_t>(16 * nb));
+    std::vector<uint8_t> group(16 * t.row_bytes);
     for (int64_t g = 0; g < t.ne1 / 16; ++g) {
       uint8_t* p = const_cast<uint8_t*>(t.data) + static_cast<size_t>(g) * 16 * t.row_bytes;
       std::memcpy(group.data(), p, 16 * t.row_bytes);
-      kernels::interleave_q4_kx16(group.data(), nb, reinterpret_cast<kernels::block_q4_kx16*>(p));
+      if (t.type == tensor_type::q4_k)
+        kernels::interleave_q4_kx16(reinterpret_cast<const kernels::block_q4_k*>(group.data()), nb, reinterpret_cast<kernels::block_q4_kx16*>(p));
+      else
+        kernels::interleave_q6_kx16(reinterpret_cast<const kernels::block_q6_k*>(group.data()), nb, reinterpret_cast<kernels::block_q6_kx16*>(p));
     }
     t.interleaved16 = true;
     return;
@@ -310,7 +313,8 @@ void interleave_for_products(model_weights& w, bool tied_output) {
       if (t->type == tensor_type::f16 && t->row_bytes < 2048) interleave_in_place(*t);
     // Q4_0: attention, the predictors (fc2's 144-byte rows one at a time spent more on each call
     // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files. Q4_K (a Q4_K_M
-    // file's attention and FFN) the same (docs/performance.md, "K-quants").
+    // file's attention and FFN) the same (docs/kernels.md); Q6_K stays plain (engine/matmul.cpp,
+    // k_quant_row_groups: its prompts interleave a group at a time).
     auto q4 = [](tensor_view& t) {
       if (t.type == tensor_type::q4_0 || t.type == tensor_type::q4_k) interleave_in_place(t);
     };

@@ -16,14 +16,6 @@
 
 namespace hotcold::kernels {
 
-namespace {
-inline int32_t four_bytes(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-}  // namespace
-
 namespace scalar {
 
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {

@@ -13,16 +13,9 @@
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/simd_helpers.hpp"
 
 namespace hotcold::kernels {
-
-namespace {
-inline int32_t four_bytes(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-}  // namespace
 
 namespace scalar {
 

@@ -60,13 +60,15 @@ struct kernel_table {
   void (*to_float_q4_k)(const block_q4_k* x, float* y, int64_t n);
   void (*to_float_q5_k)(const block_q5_k* x, float* y, int64_t n);
   void (*dot4t_q6_k_q8_k)(const block_q6_k* w, const block_q8_k* const* x, int64_t n, float* out);
-  // Sixteen interleaved rows (dot_f16x16.cpp, dot_q4_0x16.cpp, dot_q4_kx16.cpp).
+  // Sixteen interleaved rows (dot_f16x16.cpp, dot_q4_0x16.cpp, dot_q4_kx16.cpp, dot_q6_kx16.cpp).
   void (*dot16r_f16)(const uint16_t* w, const float* const* x, int nx, int64_t n, float* out);
   void (*dot16r2_f16)(const uint16_t* wa, const uint16_t* wb, const float* x, int64_t n, float* oa, float* ob);
   void (*dot16r_q4_0)(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
   void (*dot16r2_q4_0)(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob);
   void (*dot16r_q4_k)(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out);
   void (*dot16r2_q4_k)(const block_q4_kx16* wa, const block_q4_kx16* wb, const block_q8_k* x, const q8_k_group_sums* xg, int64_t n, float* oa, float* ob);
+  void (*dot16r_q6_k)(const block_q6_kx16* w, const block_q8_k* const* x, int nx, int64_t n, float* out);
+  void (*dot16r2_q6_k)(const block_q6_kx16* wa, const block_q6_kx16* wb, const block_q8_k* x, int64_t n, float* oa, float* ob);
   // The prompt tile (gemm.cpp).
   void (*gemm_unpack_q4_0)(const block_q4_0* x, float* y, int64_t n);
   void (*gemm_pack_f16_columns)(const uint16_t* w, int64_t ws, int64_t kc, float* xp);
@@ -102,6 +104,7 @@ void choose_q6_k_kernels(kernel_table& k, const cpu_features& f);
 void choose_f16x16_kernels(kernel_table& k, const cpu_features& f);
 void choose_q4_0x16_kernels(kernel_table& k, const cpu_features& f);
 void choose_q4_kx16_kernels(kernel_table& k, const cpu_features& f);
+void choose_q6_kx16_kernels(kernel_table& k, const cpu_features& f);
 void choose_gemm_kernels(kernel_table& k, const cpu_features& f);
 void choose_quantize_kernels(kernel_table& k, const cpu_features& f);
 void choose_select_kernels(kernel_table& k, const cpu_features& f);

@@ -297,6 +297,36 @@ void deinterleave_q4_kx16(const block_q4_kx16* in, int64_t row_blocks, block_q4_
     }
 }
 
+void interleave_q6_kx16(const block_q6_k* rows, int64_t row_blocks, block_q6_kx16* out) {
+  for (int64_t b = 0; b < row_blocks; ++b)
+    for (int i = 0; i < 16; ++i) {
+      const block_q6_k& src = rows[i * row_blocks + b];
+      out[b].d[i] = src.d;
+      for (int s = 0; s < 16; ++s) out[b].scales[s][i] = src.scales[s];
+      for (int h = 0; h < 2; ++h)
+        for (int t = 0; t < 8; ++t) {
+          uint8_t* step = out[b].qs + 192 * (8 * h + t) + 4 * i;
+          for (int c = 0; c < 2; ++c) std::memcpy(step + 64 * c, src.ql + 64 * h + 32 * c + 4 * t, 4);
+          std::memcpy(step + 128, src.qh + 32 * h + 4 * t, 4);
+        }
+    }
+}
+
+void deinterleave_q6_kx16(const block_q6_kx16* in, int64_t row_blocks, block_q6_k* rows) {
+  for (int64_t b = 0; b < row_blocks; ++b)
+    for (int i = 0; i < 16; ++i) {
+      block_q6_k& dst = rows[i * row_blocks + b];
+      dst.d = in[b].d[i];
+      for (int s = 0; s < 16; ++s) dst.scales[s] = in[b].scales[s][i];
+      for (int h = 0; h < 2; ++h)
+        for (int t = 0; t < 8; ++t) {
+          const uint8_t* step = in[b].qs + 192 * (8 * h + t) + 4 * i;
+          for (int c = 0; c < 2; ++c) std::memcpy(dst.ql + 64 * h + 32 * c + 4 * t, step + 64 * c, 4);
+          std::memcpy(dst.qh + 32 * h + 4 * t, step + 128, 4);
+        }
+    }
+}
+
 void q8_k_block_group_sums(const block_q8_k* x, int64_t nb, q8_k_group_sums* out) {
   for (int64_t b = 0; b < nb; ++b)
     for (int p = 0; p < 4; ++p) {

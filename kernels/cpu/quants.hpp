@@ -83,6 +83,18 @@ struct block_q4_kx16 {
   uint32_t scales[3][16];
   uint8_t qs[16 * qk_k / 2];
 };
+// Sixteen Q6_K rows interleaved (the head of most quantized files, a Q4_K_M file's attn_v and some
+// ffn_down): the same 3360 bytes as the rows' sixteen blocks. scales[s][i]: row i's scale of its 16
+// values s (16 s .. 16 s + 15); then per step (8 h + t: half h < 2, t < 8) 192 bytes, in the order the
+// kernels read them (a block is one sequential stream): qs[192 (8 h + t) + 64 c + 4 i + k] = row i's
+// ql[64 h + 32 c + 4 t + k] (c < 2, k < 4) and qs[192 (8 h + t) + 128 + 4 i + k] = row i's
+// qh[32 h + 4 t + k]. The low nibbles of part c hold quarter c of half h (values 128 h + 32 c + 4 t +
+// k), its high nibbles quarter c + 2, and qh's bit pairs 2q, 2q + 1 the high bits of quarter q.
+struct block_q6_kx16 {
+  uint16_t d[16];
+  int8_t scales[16][16];
+  uint8_t qs[16 * (qk_k / 2 + qk_k / 4)];
+};
 // A Q8_0 vector rearranged for single Q4_0 rows (dot4r_q4_0_x4): per four blocks, the 64 bytes that
 // meet the rows' low nibbles (block j's values 0..15 at 16 j), the 64 that meet the high ones (values
 // 16..31), and per 32-bit lane k of those (block k / 4) 8 x the sum of the eight values it meets and
@@ -100,6 +112,7 @@ static_assert(sizeof(block_q6_k) == 210);
 static_assert(sizeof(block_q4_k) == 144);
 static_assert(sizeof(block_q5_k) == 176);
 static_assert(sizeof(block_q4_kx16) == 16 * sizeof(block_q4_k));
+static_assert(sizeof(block_q6_kx16) == 16 * sizeof(block_q6_k));
 
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
@@ -118,6 +131,8 @@ void deinterleave_q4_0x16(const block_q4_0x16* in, int64_t row_blocks, block_q4_
 // The same for sixteen Q4_K rows (row i at rows + i * row_blocks).
 void interleave_q4_kx16(const block_q4_k* rows, int64_t row_blocks, block_q4_kx16* out);
 void deinterleave_q4_kx16(const block_q4_kx16* in, int64_t row_blocks, block_q4_k* rows);
+void interleave_q6_kx16(const block_q6_k* rows, int64_t row_blocks, block_q6_kx16* out);
+void deinterleave_q6_kx16(const block_q6_kx16* in, int64_t row_blocks, block_q6_k* rows);
 // Per block of a Q8_K vector, what the interleaved Q4_K kernels take besides its quants: the sums of
 // its eight groups of 32 quants in pairs, pair[p] = group 2p's sum in the low 16 bits and group
 // 2p + 1's in the high 16 (each at most 32 x 128 in magnitude), to meet the rows' mins.

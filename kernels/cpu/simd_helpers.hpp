@@ -1,13 +1,21 @@
 #pragma once
 // Helpers the vector kernels share: one half to float and a vector's sum (AVX2), across-lane sums
-// (AVX-512), and asking for a stream's lines ahead.
+// (AVX-512), asking for a stream's lines ahead, and four bytes as one 32-bit word (to broadcast).
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/dispatch.hpp"
 
 namespace hotcold::kernels {
+
+// Four bytes at p as one 32-bit word (what a broadcast of four vector bytes loads).
+inline int32_t four_bytes(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 namespace avx2 {
 

@@ -532,6 +532,94 @@ TEST(Dot, SixteenInterleavedQ4_KRowsAgainstSeveralVectors) {
   }
 }
 
+// Sixteen Q6_K rows likewise: interleaved and back the same bytes; each row's product with up to four
+// Q8_K vectors its own Q6_K x Q8_K dot product in every implementation; blocks and lanes in order.
+TEST(Dot, SixteenInterleavedQ6_KRowsAgainstSeveralVectors) {
+  for (int64_t n : {256, 512, 2048}) {
+    const int64_t nb = n / qk_k;
+    std::vector<block_q6_k> rows(static_cast<size_t>(16 * nb));
+    for (int r = 0; r < 16; ++r) {
+      auto w = random_vector(n, static_cast<uint32_t>(1100 + r), 0.3f + 0.2f * r);
+      for (int64_t k = 0; k < n; ++k) w[static_cast<size_t>(k)] *= 0.5f + 0.1f * static_cast<float>((k / 16) % 11);  // groups' scales differ
+      quantize_row_q6_k(w.data(), rows.data() + r * nb, n);
+    }
+    std::vector<block_q6_kx16> packed(static_cast<size_t>(nb));
+    interleave_q6_kx16(rows.data(), nb, packed.data());
+    std::vector<block_q6_k> back(rows.size());
+    deinterleave_q6_kx16(packed.data(), nb, back.data());
+    ASSERT_EQ(0, std::memcmp(back.data(), rows.data(), rows.size() * sizeof(block_q6_k)));
+
+    std::vector<std::vector<block_q8_k>> xs(4, std::vector<block_q8_k>(static_cast<size_t>(nb)));
+    const block_q8_k* px[4];
+    for (int j = 0; j < 4; ++j) {
+      auto v = random_vector(n, static_cast<uint32_t>(1150 + j));
+      quantize_row_q8_k(v.data(), xs[j].data(), n);
+      px[j] = xs[j].data();
+    }
+    for (int nx = 1; nx <= 4; ++nx) {
+      float got[64], ref[64];
+      dot16r_q6_k(packed.data(), px, nx, n, got);
+      scalar::dot16r_q6_k(packed.data(), px, nx, n, ref);
+      for (int j = 0; j < nx; ++j)
+        for (int r = 0; r < 16; ++r) {
+          SCOPED_TRACE(testing::Message() << n << " nx " << nx << " vector " << j << " row " << r);
+          const float want = scalar::dot_q6_k_q8_k(rows.data() + r * nb, px[j], n);
+          EXPECT_NEAR(got[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
+          EXPECT_NEAR(ref[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
+        }
+    }
+    std::vector<block_q6_kx16> reversed(packed.rbegin(), packed.rend());
+    float a[16], b[16], alone_a[16], alone_b[16];
+    dot16r2_q6_k(packed.data(), reversed.data(), px[0], n, a, b);
+    dot16r_q6_k(packed.data(), px, 1, n, alone_a);
+    dot16r_q6_k(reversed.data(), px, 1, n, alone_b);
+    int differ = 0;
+    for (int r = 0; r < 16; ++r) {
+      EXPECT_EQ(a[r], alone_a[r]) << n << " row " << r;
+      EXPECT_EQ(b[r], alone_b[r]) << n << " row " << r;
+      std::vector<block_q6_k> row_reversed(rows.begin() + r * nb, rows.begin() + (r + 1) * nb);
+      std::reverse(row_reversed.begin(), row_reversed.end());
+      const float want = scalar::dot_q6_k_q8_k(row_reversed.data(), px[0], n);
+      EXPECT_NEAR(b[r], want, 1e-4 * (1 + std::abs(want))) << n << " row " << r;
+      differ += std::abs(b[r] - a[r]) > 1e-3f * (1 + std::abs(a[r]));
+    }
+    if (nb > 1) {
+      EXPECT_GE(differ, 12) << n;
+    }
+  }
+}
+
+// Q6_K's extremes: every quant 63 (+31 after the offset) or 0 (-32), scales of 127 and -128, against
+// vectors of -128s and of 127s: two steps' sums in the AVX2 kernel's 16-bit lanes reach 2 x 2 x 63 x
+// 128 = 32256 (fits); every implementation gives the exact integer result.
+TEST(Dot, InterleavedQ6_KAtTheExtremes) {
+  std::vector<block_q6_k> rows(16);
+  for (int r = 0; r < 16; ++r) {
+    auto& b = rows[static_cast<size_t>(r)];
+    b.d = fp32_to_fp16(r == 7 ? 0.5f : 1.0f);
+    std::memset(b.ql, r % 2 ? 0xFF : 0x00, sizeof b.ql);
+    std::memset(b.qh, r % 2 ? 0xFF : 0x00, sizeof b.qh);
+    for (int s = 0; s < 16; ++s) b.scales[s] = static_cast<int8_t>(s % 2 ? -128 : 127);
+  }
+  block_q6_kx16 packed;
+  interleave_q6_kx16(rows.data(), 1, &packed);
+  for (int8_t xv : {static_cast<int8_t>(-128), static_cast<int8_t>(127)}) {
+    block_q8_k x;
+    x.d = 1.0f;
+    std::memset(x.qs, static_cast<uint8_t>(xv), sizeof x.qs);
+    for (auto& s : x.bsums) s = static_cast<int16_t>(16 * xv);
+    const block_q8_k* px[1] = {&x};
+    float got[16], ref[16];
+    dot16r_q6_k(&packed, px, 1, qk_k, got);
+    scalar::dot16r_q6_k(&packed, px, 1, qk_k, ref);
+    for (int r = 0; r < 16; ++r) {
+      const double q = r % 2 ? 31 : -32, group = 16.0 * q * xv, want = (r == 7 ? 0.5 : 1.0) * 8 * (127 - 128) * group;
+      EXPECT_NEAR(got[r], want, 1e-6 * std::abs(want) + 1e-3) << r << " x " << int(xv);
+      EXPECT_NEAR(ref[r], want, 1e-6 * std::abs(want) + 1e-3) << r << " x " << int(xv);
+    }
+  }
+}
+
 // The extremes: every quant 15, every scale and min 63, against a vector of -128s: a group's eight
 // steps sum to 8 x 2 x 15 x -128 = -30720 in the AVX2 kernel's 16-bit lanes (one more would not
 // fit); every implementation gives the exact integer result.
