@@ -127,6 +127,9 @@ void device_layers::hold(tensor_view& v, const std::string& what) {
       else if (v.type == tensor_type::q4_k)
         kernels::deinterleave_q4_kx16(reinterpret_cast<const kernels::block_q4_kx16*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0 / kernels::qk_k,
                                       reinterpret_cast<kernels::block_q4_k*>(at));
+      else if (v.type == tensor_type::q5_k)
+        kernels::deinterleave_q5_kx16(reinterpret_cast<const kernels::block_q5_kx16*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0 / kernels::qk_k,
+                                      reinterpret_cast<kernels::block_q5_k*>(at));
       else if (v.type == tensor_type::q6_k)
         kernels::deinterleave_q6_kx16(reinterpret_cast<const kernels::block_q6_kx16*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0 / kernels::qk_k,
                                       reinterpret_cast<kernels::block_q6_k*>(at));

@@ -157,9 +157,9 @@ float dot_k_quant_q8_k(tensor_type t, const void* row, const block_q8_k* x, int6
   }
 }
 
-// Products of Q4_K or Q6_K matrices (all of one type) as groups of sixteen rows (a Q4_K_M file's
-// attention and FFN, the head of most quantized files), all reading the same input: the tokens
-// quantized to Q8_K once (Q4_K: with their group sums); one pass over every matrix's groups — one
+// Products of Q4_K, Q5_K or Q6_K matrices (all of one type) as groups of sixteen rows (a Q4_K_M or
+// Q5_K_M file's attention and FFN, the head of most quantized files), all reading the same input: the
+// tokens quantized to Q8_K once (Q4_K, Q5_K: with their group sums); one pass over every matrix's groups — one
 // token: groups g and g + half together (two streams a thread); several: each group against four
 // tokens at a time, its bytes unpacked once for them —; the tail rows one at a time. Interleaved
 // matrices (model::load) are read in place; a plain one (several tokens only: a sparse file's gate
@@ -167,7 +167,7 @@ float dot_k_quant_q8_k(tensor_type t, const void* row, const block_q8_k* x, int6
 // read for every token, as Q4_0's plain rows are.
 void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys) {
   const tensor_type type = ws[0]->type;
-  const bool q6 = type == tensor_type::q6_k;
+  const bool q6 = type == tensor_type::q6_k, q5 = type == tensor_type::q5_k;
   const int64_t d = ws[0]->ne0, kb = d / qk_k;
   thread_local std::vector<block_q8_k> x8;
   thread_local std::vector<q8_k_group_sums> sums;
@@ -196,6 +196,7 @@ void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* cons
     }
     float o[64];
     if (q6) dot16r_q6_k(reinterpret_cast<const block_q6_kx16*>(group), px, k, d, o);
+    else if (q5) dot16r_q5_k(reinterpret_cast<const block_q5_kx16*>(group), px, pg, k, d, o);
     else dot16r_q4_k(reinterpret_cast<const block_q4_kx16*>(group), px, pg, k, d, o);
     for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * ws[m]->ne1 + 16 * g);
   };
@@ -212,6 +213,7 @@ void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* cons
         if (!w.interleaved16) {
           for (int64_t i = 0; i < 16; ++i) std::memcpy(rows.data() + i * w.row_bytes, w.row(16 * g + i), w.row_bytes);
           if (q6) interleave_q6_kx16(reinterpret_cast<const block_q6_k*>(rows.data()), kb, reinterpret_cast<block_q6_kx16*>(buffer.data()));
+          else if (q5) interleave_q5_kx16(reinterpret_cast<const block_q5_k*>(rows.data()), kb, reinterpret_cast<block_q5_kx16*>(buffer.data()));
           else interleave_q4_kx16(reinterpret_cast<const block_q4_k*>(rows.data()), kb, reinterpret_cast<block_q4_kx16*>(buffer.data()));
           group = buffer.data();
         }
@@ -229,6 +231,7 @@ void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* cons
         float* oa = ys[ma] + 16 * ga;
         float* ob = ys[mb] + 16 * gb;
         if (q6) dot16r2_q6_k(reinterpret_cast<const block_q6_kx16*>(group_of(ma, ga)), reinterpret_cast<const block_q6_kx16*>(group_of(mb, gb)), xs, d, oa, ob);
+        else if (q5) dot16r2_q5_k(reinterpret_cast<const block_q5_kx16*>(group_of(ma, ga)), reinterpret_cast<const block_q5_kx16*>(group_of(mb, gb)), xs, gs, d, oa, ob);
         else dot16r2_q4_k(reinterpret_cast<const block_q4_kx16*>(group_of(ma, ga)), reinterpret_cast<const block_q4_kx16*>(group_of(mb, gb)), xs, gs, d, oa, ob);
       }
     }, 2);
@@ -254,7 +257,7 @@ void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* cons
 }
 
 // Whether the sixteen-row K-quant kernels take a product of w with n tokens: interleaved matrices
-// always; plain Q4_K rows from four tokens on, plain Q6_K rows (model::load keeps them plain: the head
+// always; plain Q4_K and Q5_K rows from four tokens on, plain Q6_K rows (model::load keeps them plain: the head
 // of most quantized files, a Q4_K_M file's attn_v and part of its ffn_down) from sixteen, where the
 // float tile took them before (a Q4_K_M ~1B file's pp512 +14-16%); below that, each row against the
 // tokens in place (Q6_K four tokens a row). Interleaved at load, Q6_K decoded 4-19% slower there (four
@@ -262,7 +265,7 @@ void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* cons
 // time, and the head's 54 MB went through it.
 bool k_quant_row_groups(const tensor_view& w, int64_t n) {
   if (w.type == tensor_type::q6_k) return w.interleaved16 || (n >= gemm_min_tokens && w.ne0 % qk_k == 0 && w.ne1 >= 16);
-  return w.type == tensor_type::q4_k && (w.interleaved16 || (n >= 4 && w.ne0 % qk_k == 0 && w.ne1 >= 16));
+  return (w.type == tensor_type::q4_k || w.type == tensor_type::q5_k) && (w.interleaved16 || (n >= 4 && w.ne0 % qk_k == 0 && w.ne1 >= 16));
 }
 
 // Long float rows, one token: rows r and r + rows/2 together, two independent streams from memory

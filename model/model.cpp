@@ -46,10 +46,10 @@ page_buffer read_data_section(const std::string& path, uint64_t offset, size_t b
   return buf;
 }
 
-// Rewrites a Q4_0, Q4_K, Q6_K or F16 matrix in place as groups of sixteen interleaved rows (the tail of
+// Rewrites a Q4_0, Q4_K, Q5_K, Q6_K or F16 matrix in place as groups of sixteen interleaved rows (the tail of
 // fewer than sixteen rows stays as it is).
 void interleave_in_place(tensor_view& t) {
-  const bool k_quant = (t.type == tensor_type::q4_k || t.type == tensor_type::q6_k) && t.ne0 % kernels::qk_k == 0;
+  const bool k_quant = (t.type == tensor_type::q4_k || t.type == tensor_type::q5_k || t.type == tensor_type::q6_k) && t.ne0 % kernels::qk_k == 0;
   if ((t.type != tensor_type::q4_0 && t.type != tensor_type::f16 && !k_quant) || t.ne1 < 16 || t.interleaved16 || !t.packed()) return;
   if (k_quant) {
     const int64_t nb = t.ne0 / kernels::qk_k;
@@ -59,6 +59,8 @@ void interleave_in_place(tensor_view& t) {
       std::memcpy(group.data(), p, 16 * t.row_bytes);
       if (t.type == tensor_type::q4_k)
         kernels::interleave_q4_kx16(reinterpret_cast<const kernels::block_q4_k*>(group.data()), nb, reinterpret_cast<kernels::block_q4_kx16*>(p));
+      else if (t.type == tensor_type::q5_k)
+        kernels::interleave_q5_kx16(reinterpret_cast<const kernels::block_q5_k*>(group.data()), nb, reinterpret_cast<kernels::block_q5_kx16*>(p));
       else
         kernels::interleave_q6_kx16(reinterpret_cast<const kernels::block_q6_k*>(group.data()), nb, reinterpret_cast<kernels::block_q6_kx16*>(p));
     }
@@ -312,11 +314,11 @@ void interleave_for_products(model_weights& w, bool tied_output) {
     for (tensor_view* t : {&l.pred_fc1, &l.pred_fc2})
       if (t->type == tensor_type::f16 && t->row_bytes < 2048) interleave_in_place(*t);
     // Q4_0: attention, the predictors (fc2's 144-byte rows one at a time spent more on each call
-    // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files. Q4_K (a Q4_K_M
-    // file's attention and FFN) the same (docs/kernels.md); Q6_K stays plain (engine/matmul.cpp,
-    // k_quant_row_groups: its prompts interleave a group at a time).
+    // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files. Q4_K and Q5_K (a
+    // Q4_K_M / Q5_K_M file's attention and FFN) the same (docs/kernels.md); Q6_K stays plain
+    // (engine/matmul.cpp, k_quant_row_groups: its prompts interleave a group at a time).
     auto q4 = [](tensor_view& t) {
-      if (t.type == tensor_type::q4_0 || t.type == tensor_type::q4_k) interleave_in_place(t);
+      if (t.type == tensor_type::q4_0 || t.type == tensor_type::q4_k || t.type == tensor_type::q5_k) interleave_in_place(t);
     };
     for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_down, &l.pred_fc1, &l.pred_fc2}) q4(*t);
     if (!l.ffn_down_t && !l.pred_fc1) {
@@ -324,7 +326,7 @@ void interleave_for_products(model_weights& w, bool tied_output) {
       q4(l.ffn_up);
     }
   }
-  if (!tied_output && (w.output.type == tensor_type::q4_0 || w.output.type == tensor_type::q4_k)) interleave_in_place(w.output);
+  if (!tied_output && (w.output.type == tensor_type::q4_0 || w.output.type == tensor_type::q4_k || w.output.type == tensor_type::q5_k)) interleave_in_place(w.output);
 }
 
 }  // namespace

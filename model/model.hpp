@@ -32,8 +32,8 @@ struct tensor_view {
   size_t stride = 0;
   const uint8_t* data = nullptr;
   // Matrices that only dense products read are stored, in the private copy, as groups of sixteen
-  // interleaved rows for the first ne1 - ne1 % 16 rows (Q4_0: kernels::block_q4_0x16; Q4_K, Q6_K:
-  // kernels::block_q4_kx16, block_q6_kx16; F16: kernels::interleave_f16x16), the rest as plain rows: row(r) is
+  // interleaved rows for the first ne1 - ne1 % 16 rows (Q4_0: kernels::block_q4_0x16; Q4_K, Q5_K:
+  // kernels::block_q4_kx16, block_q5_kx16; F16: kernels::interleave_f16x16), the rest as plain rows: row(r) is
   // valid only for those. Set at load (load_options::interleave).
   bool interleaved16 = false;
   int64_t interleaved_rows() const { return interleaved16 ? ne1 - ne1 % 16 : 0; }

@@ -104,6 +104,9 @@ inline void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const
 inline void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out) { cpu_kernels().dot16r_q4_k(w, x, xg, nx, n, out); }
 // Two groups against one vector at once (two streams from memory): oa, ob as dot16r_q4_k's out.
 inline void dot16r2_q4_k(const block_q4_kx16* wa, const block_q4_kx16* wb, const block_q8_k* x, const q8_k_group_sums* xg, int64_t n, float* oa, float* ob) { cpu_kernels().dot16r2_q4_k(wa, wb, x, xg, n, oa, ob); }
+// The same for sixteen interleaved Q5_K rows (block_q5_kx16).
+inline void dot16r_q5_k(const block_q5_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out) { cpu_kernels().dot16r_q5_k(w, x, xg, nx, n, out); }
+inline void dot16r2_q5_k(const block_q5_kx16* wa, const block_q5_kx16* wb, const block_q8_k* x, const q8_k_group_sums* xg, int64_t n, float* oa, float* ob) { cpu_kernels().dot16r2_q5_k(wa, wb, x, xg, n, oa, ob); }
 // Sixteen interleaved Q6_K rows (block_q6_kx16) against up to four vectors already quantized to Q8_K:
 // out[16 j + i] = row i . x[j], as dot_q6_k_q8_k gives it; and two groups against one vector at once.
 inline void dot16r_q6_k(const block_q6_kx16* w, const block_q8_k* const* x, int nx, int64_t n, float* out) { cpu_kernels().dot16r_q6_k(w, x, nx, n, out); }
@@ -151,6 +154,7 @@ void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
 void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out);
+void dot16r_q5_k(const block_q5_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out);
 void dot16r_q6_k(const block_q6_kx16* w, const block_q8_k* const* x, int nx, int64_t n, float* out);
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t n);
 float dot_q4_k(const block_q4_k* w, const float* x, int64_t n);

@@ -1,5 +1,6 @@
-// Products of interleaved Q4_K rows (block_q4_kx16) with Q8_K vectors: the dense matrix-vector and
-// matrix-matrix products of Q4_K weights (a Q4_K_M file's attention and most of its FFN). As for
+// Products of interleaved Q4_K and Q5_K rows (block_q4_kx16, block_q5_kx16) with Q8_K vectors: the
+// dense matrix-vector and matrix-matrix products of Q4_K and Q5_K weights (a Q4_K_M or Q5_K_M file's
+// attention and most of its FFN; Q5_K's fifth bits ORed into the nibbles on the way). As for
 // Q4_0 (dot_q4_0x16.cpp), sixteen rows side by side means one broadcast of four vector bytes meets
 // four bytes of each row in one multiply-add, and no horizontal sums are left at the end; here each
 // group of 32 values also carries a 6-bit scale and min per row, unpacked for all sixteen rows at
@@ -17,11 +18,16 @@
 
 namespace hotcold::kernels {
 
+namespace {
+template <typename B>
+constexpr bool five_bits = sizeof(B) == sizeof(block_q5_kx16);
+}  // namespace
+
 namespace scalar {
 
 // By the layout's definition, value by value (the reference the vector versions are tested against).
-void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out) {
-  (void)xg;  // (the group sums are the Q8_K block's own bsums here)
+template <typename B>
+void dot16r_k(const B* w, const block_q8_k* const* x, int nx, int64_t n, float* out) {
   for (int j = 0; j < nx; ++j)
     for (int i = 0; i < 16; ++i) {
       float acc = 0;
@@ -35,7 +41,9 @@ void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_
           int32_t s = 0;
           for (int v = 0; v < 32; ++v) {
             const uint8_t byte = w[b].qs[512 * (g / 2) + 64 * (v / 4) + 4 * i + v % 4];
-            s += (g % 2 ? byte >> 4 : byte & 15) * x[j][b].qs[32 * g + v];
+            int q = g % 2 ? byte >> 4 : byte & 15;
+            if constexpr (five_bits<B>) q |= ((w[b].qh[64 * (v / 4) + 4 * i + v % 4] >> g) & 1) << 4;
+            s += q * x[j][b].qs[32 * g + v];
           }
           isum += sc * s;
           msum += m * (x[j][b].bsums[2 * g] + x[j][b].bsums[2 * g + 1]);
@@ -46,15 +54,20 @@ void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_
     }
 }
 
+void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const*, int nx, int64_t n, float* out) { dot16r_k(w, x, nx, n, out); }
+void dot16r_q5_k(const block_q5_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const*, int nx, int64_t n, float* out) { dot16r_k(w, x, nx, n, out); }
+
 }  // namespace scalar
 
 namespace avx2 {
 
 // Eight rows (half h of the group) a register: each group's maddubs of eight steps add in int16 (at
-// most 8 x 2 x 15 x 128 = 30720), madd with the rows' scale in both halves of each 32-bit lane makes
-// scale x the group's sum; the mins meet the vector's group sums in pairs by madd too.
-template <int NX>
-HOTCOLD_AVX2 static void dot16r(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int64_t nb, float* out) {
+// most 8 x 2 x 15 x 128 = 30720; Q5_K's values reach 31, so four steps at a time: 31744), madd with the
+// rows' scale in both halves of each 32-bit lane makes scale x the group's sum; the mins meet the
+// vector's group sums in pairs by madd too.
+template <typename B, int NX>
+HOTCOLD_AVX2 static void dot16r(const B* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int64_t nb, float* out) {
+  const __m256i one = _mm256_set1_epi8(1);
   const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi32(0x3f3f3f3f), m4w = _mm256_set1_epi32(0x0f0f0f0f), m2 = _mm256_set1_epi32(0x03030303);
   // Per 32-bit lane: byte g twice as int16 (the scale of group g), and bytes (0, 1) / (2, 3) as int16 pairs (mins).
   __m256i scale_of[4];
@@ -70,7 +83,7 @@ HOTCOLD_AVX2 static void dot16r(const block_q4_kx16* w, const block_q8_k* const*
     __m256 acc[NX];
     for (int j = 0; j < NX; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const block_q4_kx16& wb = w[b];
+      const B& wb = w[b];
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.scales[0] + 8 * h));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.scales[1] + 8 * h));
       const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.scales[2] + 8 * h));
@@ -87,18 +100,26 @@ HOTCOLD_AVX2 static void dot16r(const block_q4_kx16* w, const block_q8_k* const*
           const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 512 * c + 64 * s + 32 * h));
           lo[s] = _mm256_and_si256(q, m4);
           hi[s] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+          if constexpr (five_bits<B>) {  // bit 2c (2c + 1) of each qh byte, to bit 4
+            const __m256i h5 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 64 * s + 32 * h));
+            lo[s] = _mm256_or_si256(lo[s], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h5, 2 * c), one), 4));
+            hi[s] = _mm256_or_si256(hi[s], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h5, 2 * c + 1), one), 4));
+          }
         }
         const __m256i& sv = c < 2 ? s03 : s47;
         const __m256i sc_lo = _mm256_shuffle_epi8(sv, scale_of[(2 * c) % 4]), sc_hi = _mm256_shuffle_epi8(sv, scale_of[(2 * c + 1) % 4]);
         for (int j = 0; j < NX; ++j) {
           const int8_t* xq = x[j][b].qs + 64 * c;
-          __m256i pl = _mm256_maddubs_epi16(lo[0], _mm256_set1_epi32(four_bytes(xq)));
-          __m256i ph = _mm256_maddubs_epi16(hi[0], _mm256_set1_epi32(four_bytes(xq + 32)));
-          for (int s = 1; s < 8; ++s) {
-            pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(lo[s], _mm256_set1_epi32(four_bytes(xq + 4 * s))));
-            ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(hi[s], _mm256_set1_epi32(four_bytes(xq + 32 + 4 * s))));
+          constexpr int run = five_bits<B> ? 4 : 8;  // steps summed in int16
+          for (int s0 = 0; s0 < 8; s0 += run) {
+            __m256i pl = _mm256_maddubs_epi16(lo[s0], _mm256_set1_epi32(four_bytes(xq + 4 * s0)));
+            __m256i ph = _mm256_maddubs_epi16(hi[s0], _mm256_set1_epi32(four_bytes(xq + 32 + 4 * s0)));
+            for (int s = s0 + 1; s < s0 + run; ++s) {
+              pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(lo[s], _mm256_set1_epi32(four_bytes(xq + 4 * s))));
+              ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(hi[s], _mm256_set1_epi32(four_bytes(xq + 32 + 4 * s))));
+            }
+            isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(pl, sc_lo), _mm256_madd_epi16(ph, sc_hi)));
           }
-          isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(pl, sc_lo), _mm256_madd_epi16(ph, sc_hi)));
         }
       }
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.d + 8 * h)));
@@ -116,7 +137,10 @@ HOTCOLD_AVX2 static void dot16r(const block_q4_kx16* w, const block_q8_k* const*
 }
 
 HOTCOLD_AVX2 void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out) {
-  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xg, n / qk_k, out); });
+  for_vector_count(nx, [&](auto k) { dot16r<block_q4_kx16, decltype(k)::value>(w, x, xg, n / qk_k, out); });
+}
+HOTCOLD_AVX2 void dot16r_q5_k(const block_q5_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out) {
+  for_vector_count(nx, [&](auto k) { dot16r<block_q5_kx16, decltype(k)::value>(w, x, xg, n / qk_k, out); });
 }
 
 }  // namespace avx2
@@ -134,7 +158,8 @@ struct k_scales {
   __m512i mins[4];
   __m512 d, dmin;
 };
-HOTCOLD_VNNI static inline void unpack_scales(const block_q4_kx16& w, k_scales& k) {
+template <typename B>
+HOTCOLD_VNNI static inline void unpack_scales(const B& w, k_scales& k) {
   const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f), m2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xff);
   const __m512i w0 = _mm512_loadu_si512(w.scales[0]), w1 = _mm512_loadu_si512(w.scales[1]), w2 = _mm512_loadu_si512(w.scales[2]);
   const __m512i s03 = _mm512_and_si512(w0, m6), n03 = _mm512_and_si512(w1, m6);
@@ -153,9 +178,9 @@ HOTCOLD_VNNI static inline void unpack_scales(const block_q4_kx16& w, k_scales& 
 }
 
 // acc[j] += block w against the NX vectors' blocks x[j] (their group sums g[j]).
-template <int NX>
-HOTCOLD_VNNI static inline void add_block(const block_q4_kx16& w, const block_q8_k* const* x, const q8_k_group_sums* const* g, int64_t b, __m512 (&acc)[NX]) {
-  const __m512i m4b = _mm512_set1_epi8(0x0F);
+template <typename B, int NX>
+HOTCOLD_VNNI static inline void add_block(const B& w, const block_q8_k* const* x, const q8_k_group_sums* const* g, int64_t b, __m512 (&acc)[NX]) {
+  const __m512i m4b = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
   k_scales k;
   unpack_scales(w, k);
   __m512i isum[NX];
@@ -166,6 +191,11 @@ HOTCOLD_VNNI static inline void add_block(const block_q4_kx16& w, const block_q8
       const __m512i q = _mm512_loadu_si512(w.qs + 512 * c + 64 * s);
       lo[s] = _mm512_and_si512(q, m4b);
       hi[s] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4b);
+      if constexpr (five_bits<B>) {  // bit 2c (2c + 1) of each qh byte, to bit 4
+        const __m512i h5 = _mm512_loadu_si512(w.qh + 64 * s);
+        lo[s] = _mm512_or_si512(lo[s], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h5, 2 * c), one), 4));
+        hi[s] = _mm512_or_si512(hi[s], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h5, 2 * c + 1), one), 4));
+      }
     }
     for (int j = 0; j < NX; ++j) {
       const int8_t* xq = x[j][b].qs + 64 * c;
@@ -186,11 +216,11 @@ HOTCOLD_VNNI static inline void add_block(const block_q4_kx16& w, const block_q8
   }
 }
 
-template <int NX>
-HOTCOLD_VNNI static void dot16r(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* g, int64_t nb, float* out) {
+template <typename B, int NX>
+HOTCOLD_VNNI static void dot16r(const B* w, const block_q8_k* const* x, const q8_k_group_sums* const* g, int64_t nb, float* out) {
   __m512 acc[NX];
   for (int j = 0; j < NX; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) add_block<NX>(w[b], x, g, b, acc);
+  for (int64_t b = 0; b < nb; ++b) add_block<B, NX>(w[b], x, g, b, acc);
   for (int j = 0; j < NX; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
 }
 
@@ -198,21 +228,24 @@ HOTCOLD_VNNI static void dot16r(const block_q4_kx16* w, const block_q8_k* const*
 // prefetch. (Asking for a block's 36 lines a block or more ahead, whole or a chunk at a time, was
 // slower: the ~1B Q4_K_M file's decode 52-71 tok/s against 56-85 without, three alternations on a
 // 2 vCPU Zen 4; one thread over 368 MB, 19-20 GB/s against 24.)
-HOTCOLD_VNNI void dot16r2_q4_k(const block_q4_kx16* wa, const block_q4_kx16* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t nb, float* oa,
-                               float* ob) {
+template <typename B>
+HOTCOLD_VNNI void dot16r2(const B* wa, const B* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t nb, float* oa, float* ob) {
   __m512 acc_a[1] = {_mm512_setzero_ps()}, acc_b[1] = {_mm512_setzero_ps()};
   const block_q8_k* xs[1] = {x};
   const q8_k_group_sums* gs[1] = {g};
   for (int64_t b = 0; b < nb; ++b) {
-    add_block<1>(wa[b], xs, gs, b, acc_a);
-    add_block<1>(wb[b], xs, gs, b, acc_b);
+    add_block<B, 1>(wa[b], xs, gs, b, acc_a);
+    add_block<B, 1>(wb[b], xs, gs, b, acc_b);
   }
   _mm512_storeu_ps(oa, acc_a[0]);
   _mm512_storeu_ps(ob, acc_b[0]);
 }
 
 HOTCOLD_VNNI void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* g, int nx, int64_t n, float* out) {
-  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, g, n / qk_k, out); });
+  for_vector_count(nx, [&](auto k) { dot16r<block_q4_kx16, decltype(k)::value>(w, x, g, n / qk_k, out); });
+}
+HOTCOLD_VNNI void dot16r_q5_k(const block_q5_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* g, int nx, int64_t n, float* out) {
+  for_vector_count(nx, [&](auto k) { dot16r<block_q5_kx16, decltype(k)::value>(w, x, g, n / qk_k, out); });
 }
 
 }  // namespace avx512vnni
@@ -225,14 +258,21 @@ void dot16r2_q4_k_as_two(const block_q4_kx16* wa, const block_q4_kx16* wb, const
   cpu_kernels().dot16r_q4_k(wa, &x, &g, 1, n, oa);
   cpu_kernels().dot16r_q4_k(wb, &x, &g, 1, n, ob);
 }
-void dot16r2_q4_k_vnni(const block_q4_kx16* wa, const block_q4_kx16* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t n, float* oa, float* ob) {
-  avx512vnni::dot16r2_q4_k(wa, wb, x, g, n / qk_k, oa, ob);
+void dot16r2_q5_k_as_two(const block_q5_kx16* wa, const block_q5_kx16* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t n, float* oa, float* ob) {
+  cpu_kernels().dot16r_q5_k(wa, &x, &g, 1, n, oa);
+  cpu_kernels().dot16r_q5_k(wb, &x, &g, 1, n, ob);
+}
+template <typename B>
+void dot16r2_vnni(const B* wa, const B* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t n, float* oa, float* ob) {
+  avx512vnni::dot16r2<B>(wa, wb, x, g, n / qk_k, oa, ob);
 }
 }  // namespace
 
 void choose_q4_kx16_kernels(kernel_table& k, const cpu_features& f) {
   k.dot16r_q4_k = f.vnni ? avx512vnni::dot16r_q4_k : f.avx2 ? avx2::dot16r_q4_k : scalar::dot16r_q4_k;
-  k.dot16r2_q4_k = f.vnni ? dot16r2_q4_k_vnni : dot16r2_q4_k_as_two;
+  k.dot16r2_q4_k = f.vnni ? dot16r2_vnni<block_q4_kx16> : dot16r2_q4_k_as_two;
+  k.dot16r_q5_k = f.vnni ? avx512vnni::dot16r_q5_k : f.avx2 ? avx2::dot16r_q5_k : scalar::dot16r_q5_k;
+  k.dot16r2_q5_k = f.vnni ? dot16r2_vnni<block_q5_kx16> : dot16r2_q5_k_as_two;
 }
 
 }  // namespace hotcold::kernels

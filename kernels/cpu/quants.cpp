@@ -273,28 +273,41 @@ void q8_0_block_terms(const block_q8_0* x, int64_t nb, q8_0_terms* out) {
   }
 }
 
-void interleave_q4_kx16(const block_q4_k* rows, int64_t row_blocks, block_q4_kx16* out) {
+namespace {
+// The scales, quants (and Q5_K's high bits) of sixteen Q4_K / Q5_K rows to and from their interleaved
+// block: to(true) interleaves, to(false) puts back.
+template <typename Row, typename Group>
+void move_k_rows(Row* rows, int64_t row_blocks, Group* groups, bool interleave) {
+  auto copy = [&](void* in, void* out, size_t n) {
+    if (interleave) std::memcpy(out, in, n);
+    else std::memcpy(in, out, n);
+  };
   for (int64_t b = 0; b < row_blocks; ++b)
     for (int i = 0; i < 16; ++i) {
-      const block_q4_k& src = rows[i * row_blocks + b];
-      out[b].d[i] = src.d;
-      out[b].dmin[i] = src.dmin;
-      for (int w = 0; w < 3; ++w) std::memcpy(&out[b].scales[w][i], src.scales + 4 * w, 4);
+      Row& r = rows[i * row_blocks + b];
+      Group& g = groups[b];
+      copy(&r.d, &g.d[i], 2);
+      copy(&r.dmin, &g.dmin[i], 2);
+      for (int w = 0; w < 3; ++w) copy(r.scales + 4 * w, &g.scales[w][i], 4);
       for (int c = 0; c < 4; ++c)
-        for (int st = 0; st < 8; ++st) std::memcpy(out[b].qs + 512 * c + 64 * st + 4 * i, src.qs + 32 * c + 4 * st, 4);
+        for (int st = 0; st < 8; ++st) copy(r.qs + 32 * c + 4 * st, g.qs + 512 * c + 64 * st + 4 * i, 4);
+      if constexpr (sizeof(Row) == sizeof(block_q5_k))
+        for (int st = 0; st < 8; ++st) copy(r.qh + 4 * st, g.qh + 64 * st + 4 * i, 4);
     }
 }
+}  // namespace
 
+void interleave_q4_kx16(const block_q4_k* rows, int64_t row_blocks, block_q4_kx16* out) {
+  move_k_rows(const_cast<block_q4_k*>(rows), row_blocks, out, true);
+}
 void deinterleave_q4_kx16(const block_q4_kx16* in, int64_t row_blocks, block_q4_k* rows) {
-  for (int64_t b = 0; b < row_blocks; ++b)
-    for (int i = 0; i < 16; ++i) {
-      block_q4_k& dst = rows[i * row_blocks + b];
-      dst.d = in[b].d[i];
-      dst.dmin = in[b].dmin[i];
-      for (int w = 0; w < 3; ++w) std::memcpy(dst.scales + 4 * w, &in[b].scales[w][i], 4);
-      for (int c = 0; c < 4; ++c)
-        for (int st = 0; st < 8; ++st) std::memcpy(dst.qs + 32 * c + 4 * st, in[b].qs + 512 * c + 64 * st + 4 * i, 4);
-    }
+  move_k_rows(rows, row_blocks, const_cast<block_q4_kx16*>(in), false);
+}
+void interleave_q5_kx16(const block_q5_k* rows, int64_t row_blocks, block_q5_kx16* out) {
+  move_k_rows(const_cast<block_q5_k*>(rows), row_blocks, out, true);
+}
+void deinterleave_q5_kx16(const block_q5_kx16* in, int64_t row_blocks, block_q5_k* rows) {
+  move_k_rows(rows, row_blocks, const_cast<block_q5_kx16*>(in), false);
 }
 
 void interleave_q6_kx16(const block_q6_k* rows, int64_t row_blocks, block_q6_kx16* out) {

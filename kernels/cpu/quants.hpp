@@ -83,6 +83,16 @@ struct block_q4_kx16 {
   uint32_t scales[3][16];
   uint8_t qs[16 * qk_k / 2];
 };
+// Sixteen Q5_K rows the same way, their high bits between the scales and the quants (the same 2816
+// bytes as the rows' blocks): qh[64 t + 4 i + k] = row i's qh[4 t + k] (t < 8, k < 4), whose bit g is
+// the high bit of group g's value 4 t + k.
+struct block_q5_kx16 {
+  uint16_t d[16];
+  uint16_t dmin[16];
+  uint32_t scales[3][16];
+  uint8_t qh[16 * qk_k / 8];
+  uint8_t qs[16 * qk_k / 2];
+};
 // Sixteen Q6_K rows interleaved (the head of most quantized files, a Q4_K_M file's attn_v and some
 // ffn_down): the same 3360 bytes as the rows' sixteen blocks. scales[s][i]: row i's scale of its 16
 // values s (16 s .. 16 s + 15); then per step (8 h + t: half h < 2, t < 8) 192 bytes, in the order the
@@ -113,6 +123,7 @@ static_assert(sizeof(block_q4_k) == 144);
 static_assert(sizeof(block_q5_k) == 176);
 static_assert(sizeof(block_q4_kx16) == 16 * sizeof(block_q4_k));
 static_assert(sizeof(block_q6_kx16) == 16 * sizeof(block_q6_k));
+static_assert(sizeof(block_q5_kx16) == 16 * sizeof(block_q5_k));
 
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
@@ -131,6 +142,8 @@ void deinterleave_q4_0x16(const block_q4_0x16* in, int64_t row_blocks, block_q4_
 // The same for sixteen Q4_K rows (row i at rows + i * row_blocks).
 void interleave_q4_kx16(const block_q4_k* rows, int64_t row_blocks, block_q4_kx16* out);
 void deinterleave_q4_kx16(const block_q4_kx16* in, int64_t row_blocks, block_q4_k* rows);
+void interleave_q5_kx16(const block_q5_k* rows, int64_t row_blocks, block_q5_kx16* out);
+void deinterleave_q5_kx16(const block_q5_kx16* in, int64_t row_blocks, block_q5_k* rows);
 void interleave_q6_kx16(const block_q6_k* rows, int64_t row_blocks, block_q6_kx16* out);
 void deinterleave_q6_kx16(const block_q6_kx16* in, int64_t row_blocks, block_q6_k* rows);
 // Per block of a Q8_K vector, what the interleaved Q4_K kernels take besides its quants: the sums of

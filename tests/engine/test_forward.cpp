@@ -136,17 +136,17 @@ INSTANTIATE_TEST_SUITE_P(Models, ForwardPass, testing::ValuesIn(cases()),
 namespace hotcold {
 namespace {
 
-// Dense Q4_0 and Q4_K_M files: model::load interleaves attention, gate, up and down (the Q4_0 or
-// Q4_K ones) sixteen rows at a time in its private copy. Every path over them — prompt batches of every
+// Dense Q4_0, Q4_K_M and Q5_K_M files: model::load interleaves attention, gate, up and down (the Q4_0,
+// Q4_K or Q5_K ones) sixteen rows at a time in its private copy. Every path over them — prompt batches of every
 // size (the matrix products from 8 tokens, the per-neuron path below), single tokens — must give the
 // logits of the file's own row layout (load_options::interleave off), up to float summation order.
 class InterleavedDense : public testing::TestWithParam<tensor_type> {};
 
 TEST_P(InterleavedDense, GivesTheFileLayoutsLogits) {
-  const bool k = GetParam() == tensor_type::q4_k;
+  const bool k = GetParam() == tensor_type::q4_k || GetParam() == tensor_type::q5_k;
   auto o = test::sparse_test_options(architecture::llama, activation::relu, GetParam());
-  if (k) o.k_mix = true, o.n_embd = 256, o.n_ff = 512;  // Q4_K_M: Q4_K rows of 256 values, some Q6_K
-  auto path = test::make_model(k ? "interleave_parity_q4_k_m" : "interleave_parity_q4_0", o);
+  if (k) o.k_mix = true, o.n_embd = 256, o.n_ff = 512;  // Q4_K_M / Q5_K_M: Q4_K / Q5_K rows of 256 values, some Q6_K
+  auto path = test::make_model(std::string("interleave_parity_") + std::string(tensor_type_name(GetParam())), o);
   load_options plain_opts;
   plain_opts.interleave = false;
   auto interleaved = model::load(path);
@@ -177,8 +177,10 @@ TEST_P(InterleavedDense, GivesTheFileLayoutsLogits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Forward, InterleavedDense, testing::Values(tensor_type::q4_0, tensor_type::q4_k),
-                         [](const testing::TestParamInfo<tensor_type>& i) { return i.param == tensor_type::q4_k ? "Q4_K_M" : "Q4_0"; });
+INSTANTIATE_TEST_SUITE_P(Forward, InterleavedDense, testing::Values(tensor_type::q4_0, tensor_type::q4_k, tensor_type::q5_k),
+                         [](const testing::TestParamInfo<tensor_type>& i) {
+                           return i.param == tensor_type::q4_k ? "Q4_K_M" : i.param == tensor_type::q5_k ? "Q5_K_M" : "Q4_0";
+                         });
 
 }  // namespace
 }  // namespace hotcold

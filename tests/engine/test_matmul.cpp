@@ -99,27 +99,29 @@ TEST(Matmul, InterleavedQ4_0EqualsEachRowsDotProduct) {
   }
 }
 
-// Q4_K and Q6_K matrices interleaved as model::load does (a Q4_K_M file's attention and FFN, the head
-// of most quantized files), and plain ones (interleaved a group at a time from four tokens on; also as
+// Q4_K, Q5_K and Q6_K matrices interleaved (as model::load does Q4_K and Q5_K: a Q4_K_M / Q5_K_M
+// file's attention and FFN), and plain ones (interleaved a group at a time from four tokens on; also as
 // views into bundles): each row's own dot product with the token quantized to Q8_K, whatever the tokens
 // and threads, tails included; alone and beside another matrix reading the same input.
 TEST(Matmul, InterleavedKQuantsEqualEachRowsDotProduct) {
   const int64_t d = 512, nb = d / qk_k;
-  for (tensor_type type : {tensor_type::q4_k, tensor_type::q6_k})
+  for (tensor_type type : {tensor_type::q4_k, tensor_type::q5_k, tensor_type::q6_k})
   for (int64_t rows : {16, 37, 53}) {
-    const bool q6 = type == tensor_type::q6_k;
-    const size_t block = q6 ? sizeof(block_q6_k) : sizeof(block_q4_k);  // one group; two and a tail; three (one token: a pair and one alone) and a tail
+    const bool q6 = type == tensor_type::q6_k, q5 = type == tensor_type::q5_k;
+    const size_t block = q6 ? sizeof(block_q6_k) : q5 ? sizeof(block_q5_k) : sizeof(block_q4_k);  // one group; two and a tail; three (one token: a pair and one alone) and a tail
     std::vector<uint8_t> plain(static_cast<size_t>(rows * nb) * block);
     std::vector<float> row(static_cast<size_t>(d));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t k = 0; k < d; ++k) row[static_cast<size_t>(k)] = (0.2f + 0.1f * static_cast<float>(r % 7)) * std::sin(0.37f * static_cast<float>(k + 13 * r)) + 0.02f * static_cast<float>(k % 64 / 32);
       if (q6) quantize_row_q6_k(row.data(), reinterpret_cast<block_q6_k*>(plain.data()) + r * nb, d);
+      else if (q5) quantize_row_q5_k(row.data(), reinterpret_cast<block_q5_k*>(plain.data()) + r * nb, d);
       else quantize_row_q4_k(row.data(), reinterpret_cast<block_q4_k*>(plain.data()) + r * nb, d);
     }
     std::vector<uint8_t> packed = plain;
     for (int64_t g = 0; g < rows / 16; ++g) {
       const size_t at = static_cast<size_t>(g * 16 * nb) * block;
       if (q6) interleave_q6_kx16(reinterpret_cast<const block_q6_k*>(plain.data() + at), nb, reinterpret_cast<block_q6_kx16*>(packed.data() + at));
+      else if (q5) interleave_q5_kx16(reinterpret_cast<const block_q5_k*>(plain.data() + at), nb, reinterpret_cast<block_q5_kx16*>(packed.data() + at));
       else interleave_q4_kx16(reinterpret_cast<const block_q4_k*>(plain.data() + at), nb, reinterpret_cast<block_q4_kx16*>(packed.data() + at));
     }
     tensor_view pv, v;
@@ -145,8 +147,9 @@ TEST(Matmul, InterleavedKQuantsEqualEachRowsDotProduct) {
       for (int64_t t = 0; t < n; ++t) {
         quantize_row_q8_k(x.data() + t * d, x8.data(), d);
         for (int64_t r = 0; r < rows; ++r)
-          want[static_cast<size_t>(t * rows + r)] = q6 ? scalar::dot_q6_k_q8_k(reinterpret_cast<const block_q6_k*>(plain.data()) + r * nb, x8.data(), d)
-                                                       : scalar::dot_q4_k_q8_k(reinterpret_cast<const block_q4_k*>(plain.data()) + r * nb, x8.data(), d);
+          want[static_cast<size_t>(t * rows + r)] = q6   ? scalar::dot_q6_k_q8_k(reinterpret_cast<const block_q6_k*>(plain.data()) + r * nb, x8.data(), d)
+                                                    : q5 ? scalar::dot_q5_k_q8_k(reinterpret_cast<const block_q5_k*>(plain.data()) + r * nb, x8.data(), d)
+                                                         : scalar::dot_q4_k_q8_k(reinterpret_cast<const block_q4_k*>(plain.data()) + r * nb, x8.data(), d);
       }
       for (int threads : {1, 2, 3}) {
         thread_pool pool(threads);

@@ -466,25 +466,37 @@ TEST(Dot, SixteenInterleavedRowsAgainstSeveralVectors) {
   }
 }
 
-// Sixteen Q4_K rows interleaved and back give the same bytes; the interleaved product of each row with
-// up to four Q8_K vectors equals that row's own Q4_K x Q8_K dot product, in every implementation
-// (this binary runs again under HOTCOLD_NO_AVX512 for the AVX2 one). The blocks' order matters (the
-// reversed group gives other sums, those of the reversed rows), and so do the rows' lanes (each row
-// its own scales).
-TEST(Dot, SixteenInterleavedQ4_KRowsAgainstSeveralVectors) {
+// Sixteen Q4_K (Q5_K) rows interleaved and back give the same bytes; the interleaved product of each
+// row with up to four Q8_K vectors equals that row's own Q4_K (Q5_K) x Q8_K dot product, in every
+// implementation (this binary runs again under HOTCOLD_NO_AVX512 for the AVX2 one). The blocks' order
+// matters (the reversed group gives other sums, those of the reversed rows), and so do the rows' lanes
+// (each row its own scales).
+template <typename Row, typename Group>
+struct k_x16 {
+  void (*quantize)(const float*, Row*, int64_t);
+  void (*interleave)(const Row*, int64_t, Group*);
+  void (*deinterleave)(const Group*, int64_t, Row*);
+  void (*dot16r)(const Group*, const block_q8_k* const*, const q8_k_group_sums* const*, int, int64_t, float*);
+  void (*dot16r_scalar)(const Group*, const block_q8_k* const*, const q8_k_group_sums* const*, int, int64_t, float*);
+  void (*dot16r2)(const Group*, const Group*, const block_q8_k*, const q8_k_group_sums*, int64_t, float*, float*);
+  float (*row_dot)(const Row*, const block_q8_k*, int64_t);
+};
+
+template <typename Row, typename Group>
+void check_interleaved_k_rows(const k_x16<Row, Group>& k) {
   for (int64_t n : {256, 512, 2048}) {
     const int64_t nb = n / qk_k;
-    std::vector<block_q4_k> rows(static_cast<size_t>(16 * nb));
+    std::vector<Row> rows(static_cast<size_t>(16 * nb));
     for (int r = 0; r < 16; ++r) {
       auto w = random_vector(n, static_cast<uint32_t>(900 + r), 0.3f + 0.2f * r);
       for (int64_t k = 0; k < n; ++k) w[static_cast<size_t>(k)] += 0.05f * static_cast<float>((k / 32) % 8) - 0.1f;  // groups' mins differ
-      quantize_row_q4_k(w.data(), rows.data() + r * nb, n);
+      k.quantize(w.data(), rows.data() + r * nb, n);
     }
-    std::vector<block_q4_kx16> packed(static_cast<size_t>(nb));
-    interleave_q4_kx16(rows.data(), nb, packed.data());
-    std::vector<block_q4_k> back(rows.size());
-    deinterleave_q4_kx16(packed.data(), nb, back.data());
-    ASSERT_EQ(0, std::memcmp(back.data(), rows.data(), rows.size() * sizeof(block_q4_k)));
+    std::vector<Group> packed(static_cast<size_t>(nb));
+    k.interleave(rows.data(), nb, packed.data());
+    std::vector<Row> back(rows.size());
+    k.deinterleave(packed.data(), nb, back.data());
+    ASSERT_EQ(0, std::memcmp(back.data(), rows.data(), rows.size() * sizeof(Row)));
 
     std::vector<std::vector<block_q8_k>> xs(4, std::vector<block_q8_k>(static_cast<size_t>(nb)));
     std::vector<std::vector<q8_k_group_sums>> sums(4, std::vector<q8_k_group_sums>(static_cast<size_t>(nb)));
@@ -499,36 +511,65 @@ TEST(Dot, SixteenInterleavedQ4_KRowsAgainstSeveralVectors) {
     }
     for (int nx = 1; nx <= 4; ++nx) {
       float got[64], ref[64];
-      dot16r_q4_k(packed.data(), px, pg, nx, n, got);
-      scalar::dot16r_q4_k(packed.data(), px, pg, nx, n, ref);
+      k.dot16r(packed.data(), px, pg, nx, n, got);
+      k.dot16r_scalar(packed.data(), px, pg, nx, n, ref);
       for (int j = 0; j < nx; ++j)
         for (int r = 0; r < 16; ++r) {
           SCOPED_TRACE(testing::Message() << n << " nx " << nx << " vector " << j << " row " << r);
-          const float want = scalar::dot_q4_k_q8_k(rows.data() + r * nb, px[j], n);
+          const float want = k.row_dot(rows.data() + r * nb, px[j], n);
           EXPECT_NEAR(got[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
           EXPECT_NEAR(ref[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
         }
     }
     // Two groups at once (decode's two streams): each group's result as when it is alone; the
     // reversed group is the reversed rows' product, which differs from the group's (nb > 1).
-    std::vector<block_q4_kx16> reversed(packed.rbegin(), packed.rend());
+    std::vector<Group> reversed(packed.rbegin(), packed.rend());
     float a[16], b[16], alone_a[16], alone_b[16];
-    dot16r2_q4_k(packed.data(), reversed.data(), px[0], pg[0], n, a, b);
-    dot16r_q4_k(packed.data(), px, pg, 1, n, alone_a);
-    dot16r_q4_k(reversed.data(), px, pg, 1, n, alone_b);
+    k.dot16r2(packed.data(), reversed.data(), px[0], pg[0], n, a, b);
+    k.dot16r(packed.data(), px, pg, 1, n, alone_a);
+    k.dot16r(reversed.data(), px, pg, 1, n, alone_b);
     int differ = 0;
     for (int r = 0; r < 16; ++r) {
       EXPECT_EQ(a[r], alone_a[r]) << n << " row " << r;
       EXPECT_EQ(b[r], alone_b[r]) << n << " row " << r;
-      std::vector<block_q4_k> row_reversed(rows.begin() + r * nb, rows.begin() + (r + 1) * nb);
+      std::vector<Row> row_reversed(rows.begin() + r * nb, rows.begin() + (r + 1) * nb);
       std::reverse(row_reversed.begin(), row_reversed.end());
-      const float want = scalar::dot_q4_k_q8_k(row_reversed.data(), px[0], n);
+      const float want = k.row_dot(row_reversed.data(), px[0], n);
       EXPECT_NEAR(b[r], want, 1e-4 * (1 + std::abs(want))) << n << " row " << r;
       differ += std::abs(b[r] - a[r]) > 1e-3f * (1 + std::abs(a[r]));
     }
     if (nb > 1) {
       EXPECT_GE(differ, 12) << n;
     }
+  }
+}
+
+// Q5_K's extremes: every value 31 (qh all ones), every scale and min 63, against -128s: four steps of
+// a group in the AVX2 kernel's 16-bit lanes reach 4 x 2 x 31 x -128 = -31744 (eight would not fit).
+TEST(Dot, InterleavedQ5_KAtTheExtremes) {
+  std::vector<block_q5_k> rows(16);
+  for (auto& r : rows) {
+    r.d = fp32_to_fp16(1.0f), r.dmin = fp32_to_fp16(1.0f);
+    std::memset(r.scales, 0xFF, sizeof r.scales);
+    std::memset(r.qs, 0xFF, sizeof r.qs);
+    std::memset(r.qh, 0xFF, sizeof r.qh);
+  }
+  rows[9].qh[3] = 0;  // one row's values 3 of every group without their fifth bit
+  block_q5_kx16 packed;
+  interleave_q5_kx16(rows.data(), 1, &packed);
+  q8_k_group_sums g;
+  const block_q8_k x = all_minus_128(g);
+  const block_q8_k* px[1] = {&x};
+  const q8_k_group_sums* pg[1] = {&g};
+  float got[16], ref[16];
+  dot16r_q5_k(&packed, px, pg, 1, qk_k, got);
+  scalar::dot16r_q5_k(&packed, px, pg, 1, qk_k, ref);
+  const double msum = 8.0 * 63 * 32 * -128;
+  for (int r = 0; r < 16; ++r) {
+    const double isum = 8.0 * 63 * (32 * 31 - (r == 9 ? 16 : 0)) * -128, want = isum - msum;
+    EXPECT_NEAR(got[r], want, 1e-6 * std::abs(want)) << r;
+    EXPECT_NEAR(ref[r], want, 1e-6 * std::abs(want)) << r;
+    EXPECT_NEAR(scalar::dot_q5_k_q8_k(&rows[static_cast<size_t>(r)], &x, qk_k), want, 1e-6 * std::abs(want)) << r;
   }
 }
 
@@ -620,6 +661,25 @@ TEST(Dot, InterleavedQ6_KAtTheExtremes) {
   }
 }
 
+TEST(Dot, SixteenInterleavedQ4_KRowsAgainstSeveralVectors) {
+  check_interleaved_k_rows<block_q4_k, block_q4_kx16>({quantize_row_q4_k, interleave_q4_kx16, deinterleave_q4_kx16, dot16r_q4_k, scalar::dot16r_q4_k,
+                                                       dot16r2_q4_k, scalar::dot_q4_k_q8_k});
+}
+TEST(Dot, SixteenInterleavedQ5_KRowsAgainstSeveralVectors) {
+  check_interleaved_k_rows<block_q5_k, block_q5_kx16>({quantize_row_q5_k, interleave_q5_kx16, deinterleave_q5_kx16, dot16r_q5_k, scalar::dot16r_q5_k,
+                                                       dot16r2_q5_k, scalar::dot_q5_k_q8_k});
+}
+
+// A Q8_K block of -128s (scale 1), and its group sums.
+block_q8_k all_minus_128(q8_k_group_sums& g) {
+  block_q8_k x;
+  x.d = 1.0f;
+  std::memset(x.qs, 0x80, sizeof x.qs);
+  for (auto& s : x.bsums) s = -16 * 128;
+  q8_k_block_group_sums(&x, 1, &g);
+  return x;
+}
+
 // The extremes: every quant 15, every scale and min 63, against a vector of -128s: a group's eight
 // steps sum to 8 x 2 x 15 x -128 = -30720 in the AVX2 kernel's 16-bit lanes (one more would not
 // fit); every implementation gives the exact integer result.
@@ -633,12 +693,8 @@ TEST(Dot, InterleavedQ4_KAtTheExtremes) {
   rows[5].d = fp32_to_fp16(2.0f);  // one row's own scale, to see the lanes kept apart
   block_q4_kx16 packed;
   interleave_q4_kx16(rows.data(), 1, &packed);
-  block_q8_k x;
-  x.d = 1.0f;
-  std::memset(x.qs, 0x80, sizeof x.qs);
-  for (auto& s : x.bsums) s = -16 * 128;
   q8_k_group_sums g;
-  q8_k_block_group_sums(&x, 1, &g);
+  const block_q8_k x = all_minus_128(g);
   const block_q8_k* px[1] = {&x};
   const q8_k_group_sums* pg[1] = {&g};
   float got[16], ref[16];
