@@ -544,6 +544,16 @@ void check_interleaved_k_rows(const k_x16<Row, Group>& k) {
   }
 }
 
+// A Q8_K block of -128s (scale 1), and its group sums.
+block_q8_k all_minus_128(q8_k_group_sums& g) {
+  block_q8_k x;
+  x.d = 1.0f;
+  std::memset(x.qs, 0x80, sizeof x.qs);
+  for (auto& s : x.bsums) s = -16 * 128;
+  q8_k_block_group_sums(&x, 1, &g);
+  return x;
+}
+
 // Q5_K's extremes: every value 31 (qh all ones), every scale and min 63, against -128s: four steps of
 // a group in the AVX2 kernel's 16-bit lanes reach 4 x 2 x 31 x -128 = -31744 (eight would not fit).
 TEST(Dot, InterleavedQ5_KAtTheExtremes) {
@@ -668,16 +678,6 @@ TEST(Dot, SixteenInterleavedQ4_KRowsAgainstSeveralVectors) {
 TEST(Dot, SixteenInterleavedQ5_KRowsAgainstSeveralVectors) {
   check_interleaved_k_rows<block_q5_k, block_q5_kx16>({quantize_row_q5_k, interleave_q5_kx16, deinterleave_q5_kx16, dot16r_q5_k, scalar::dot16r_q5_k,
                                                        dot16r2_q5_k, scalar::dot_q5_k_q8_k});
-}
-
-// A Q8_K block of -128s (scale 1), and its group sums.
-block_q8_k all_minus_128(q8_k_group_sums& g) {
-  block_q8_k x;
-  x.d = 1.0f;
-  std::memset(x.qs, 0x80, sizeof x.qs);
-  for (auto& s : x.bsums) s = -16 * 128;
-  q8_k_block_group_sums(&x, 1, &g);
-  return x;
 }
 
 // The extremes: every quant 15, every scale and min 63, against a vector of -128s: a group's eight
