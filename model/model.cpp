@@ -316,7 +316,7 @@ void interleave_for_products(model_weights& w, bool tied_output) {
     // Q4_0: attention, the predictors (fc2's 144-byte rows one at a time spent more on each call
     // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files. Q4_K and Q5_K (a
     // Q4_K_M / Q5_K_M file's attention and FFN) the same (docs/kernels.md); Q6_K stays plain
-    // (engine/matmul.cpp, k_quant_row_groups: its prompts interleave a group at a time).
+    // (engine/row_groups.cpp, k_quant_row_groups: its prompts interleave a group at a time).
     auto q4 = [](tensor_view& t) {
       if (t.type == tensor_type::q4_0 || t.type == tensor_type::q4_k || t.type == tensor_type::q5_k) interleave_in_place(t);
     };

@@ -254,13 +254,14 @@ HOTCOLD_AVX512_END
 
 namespace {
 // Two groups as one after the other (the same sums), where the CPU has no two-stream version.
-void dot16r2_q4_k_as_two(const block_q4_kx16* wa, const block_q4_kx16* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t n, float* oa, float* ob) {
-  cpu_kernels().dot16r_q4_k(wa, &x, &g, 1, n, oa);
-  cpu_kernels().dot16r_q4_k(wb, &x, &g, 1, n, ob);
-}
-void dot16r2_q5_k_as_two(const block_q5_kx16* wa, const block_q5_kx16* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t n, float* oa, float* ob) {
-  cpu_kernels().dot16r_q5_k(wa, &x, &g, 1, n, oa);
-  cpu_kernels().dot16r_q5_k(wb, &x, &g, 1, n, ob);
+template <typename B>
+void dot16r2_as_two(const B* wa, const B* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t n, float* oa, float* ob) {
+  const auto one = [&] {
+    if constexpr (five_bits<B>) return cpu_kernels().dot16r_q5_k;
+    else return cpu_kernels().dot16r_q4_k;
+  }();
+  one(wa, &x, &g, 1, n, oa);
+  one(wb, &x, &g, 1, n, ob);
 }
 template <typename B>
 void dot16r2_vnni(const B* wa, const B* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t n, float* oa, float* ob) {
@@ -270,9 +271,9 @@ void dot16r2_vnni(const B* wa, const B* wb, const block_q8_k* x, const q8_k_grou
 
 void choose_q4_kx16_kernels(kernel_table& k, const cpu_features& f) {
   k.dot16r_q4_k = f.vnni ? avx512vnni::dot16r_q4_k : f.avx2 ? avx2::dot16r_q4_k : scalar::dot16r_q4_k;
-  k.dot16r2_q4_k = f.vnni ? dot16r2_vnni<block_q4_kx16> : dot16r2_q4_k_as_two;
+  k.dot16r2_q4_k = f.vnni ? dot16r2_vnni<block_q4_kx16> : dot16r2_as_two<block_q4_kx16>;
   k.dot16r_q5_k = f.vnni ? avx512vnni::dot16r_q5_k : f.avx2 ? avx2::dot16r_q5_k : scalar::dot16r_q5_k;
-  k.dot16r2_q5_k = f.vnni ? dot16r2_vnni<block_q5_kx16> : dot16r2_q5_k_as_two;
+  k.dot16r2_q5_k = f.vnni ? dot16r2_vnni<block_q5_kx16> : dot16r2_as_two<block_q5_kx16>;
 }
 
 }  // namespace hotcold::kernels

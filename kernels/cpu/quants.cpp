@@ -60,15 +60,6 @@ HOTCOLD_AVX2 void quantize_row_q8_0_avx2(const float* x, block_q8_0* y, int64_t 
 
 }  // namespace
 
-namespace {
-void quantize_row_q8_k_avx2(const float* x, block_q8_k* y, int64_t n);  // (below, beside the reference)
-}
-
-void choose_quantize_kernels(kernel_table& k, const cpu_features& f) {
-  k.quantize_row_q8_0 = f.avx2 ? quantize_row_q8_0_avx2 : scalar::quantize_row_q8_0;
-  k.quantize_row_q8_k = f.avx2 ? quantize_row_q8_k_avx2 : scalar::quantize_row_q8_k;
-}
-
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n) { cpu_kernels().quantize_row_q8_0(x, y, n); }
 
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n) {
@@ -220,6 +211,11 @@ HOTCOLD_AVX2 void quantize_row_q8_k_avx2(const float* x, block_q8_k* y, int64_t 
 }
 }  // namespace
 
+void choose_quantize_kernels(kernel_table& k, const cpu_features& f) {
+  k.quantize_row_q8_0 = f.avx2 ? quantize_row_q8_0_avx2 : scalar::quantize_row_q8_0;
+  k.quantize_row_q8_k = f.avx2 ? quantize_row_q8_k_avx2 : scalar::quantize_row_q8_k;
+}
+
 void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n) { cpu_kernels().quantize_row_q8_k(x, y, n); }
 
 void round_to_q8_k(float* x, int64_t n) {
@@ -275,7 +271,7 @@ void q8_0_block_terms(const block_q8_0* x, int64_t nb, q8_0_terms* out) {
 
 namespace {
 // The scales, quants (and Q5_K's high bits) of sixteen Q4_K / Q5_K rows to and from their interleaved
-// block: to(true) interleaves, to(false) puts back.
+// blocks: interleave copies rows -> groups, else groups -> rows (neither side is written when read).
 template <typename Row, typename Group>
 void move_k_rows(Row* rows, int64_t row_blocks, Group* groups, bool interleave) {
   auto copy = [&](void* in, void* out, size_t n) {

@@ -480,6 +480,8 @@ struct k_x16 {
   void (*dot16r_scalar)(const Group*, const block_q8_k* const*, const q8_k_group_sums* const*, int, int64_t, float*);
   void (*dot16r2)(const Group*, const Group*, const block_q8_k*, const q8_k_group_sums*, int64_t, float*, float*);
   float (*row_dot)(const Row*, const block_q8_k*, int64_t);
+  uint32_t seed;                 // rows' seeds seed + r, the vectors' seed + 50 + j
+  float (*vary)(float, int64_t);  // value k of a row as the test shapes it (groups' scales or mins differ)
 };
 
 template <typename Row, typename Group>
@@ -488,8 +490,8 @@ void check_interleaved_k_rows(const k_x16<Row, Group>& k) {
     const int64_t nb = n / qk_k;
     std::vector<Row> rows(static_cast<size_t>(16 * nb));
     for (int r = 0; r < 16; ++r) {
-      auto w = random_vector(n, static_cast<uint32_t>(900 + r), 0.3f + 0.2f * r);
-      for (int64_t k = 0; k < n; ++k) w[static_cast<size_t>(k)] += 0.05f * static_cast<float>((k / 32) % 8) - 0.1f;  // groups' mins differ
+      auto w = random_vector(n, k.seed + static_cast<uint32_t>(r), 0.3f + 0.2f * r);
+      for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = k.vary(w[static_cast<size_t>(i)], i);
       k.quantize(w.data(), rows.data() + r * nb, n);
     }
     std::vector<Group> packed(static_cast<size_t>(nb));
@@ -503,7 +505,7 @@ void check_interleaved_k_rows(const k_x16<Row, Group>& k) {
     const block_q8_k* px[4];
     const q8_k_group_sums* pg[4];
     for (int j = 0; j < 4; ++j) {
-      auto v = random_vector(n, static_cast<uint32_t>(950 + j));
+      auto v = random_vector(n, k.seed + 50 + static_cast<uint32_t>(j));
       quantize_row_q8_k(v.data(), xs[j].data(), n);
       q8_k_block_group_sums(xs[j].data(), nb, sums[j].data());
       px[j] = xs[j].data();
@@ -583,63 +585,6 @@ TEST(Dot, InterleavedQ5_KAtTheExtremes) {
   }
 }
 
-// Sixteen Q6_K rows likewise: interleaved and back the same bytes; each row's product with up to four
-// Q8_K vectors its own Q6_K x Q8_K dot product in every implementation; blocks and lanes in order.
-TEST(Dot, SixteenInterleavedQ6_KRowsAgainstSeveralVectors) {
-  for (int64_t n : {256, 512, 2048}) {
-    const int64_t nb = n / qk_k;
-    std::vector<block_q6_k> rows(static_cast<size_t>(16 * nb));
-    for (int r = 0; r < 16; ++r) {
-      auto w = random_vector(n, static_cast<uint32_t>(1100 + r), 0.3f + 0.2f * r);
-      for (int64_t k = 0; k < n; ++k) w[static_cast<size_t>(k)] *= 0.5f + 0.1f * static_cast<float>((k / 16) % 11);  // groups' scales differ
-      quantize_row_q6_k(w.data(), rows.data() + r * nb, n);
-    }
-    std::vector<block_q6_kx16> packed(static_cast<size_t>(nb));
-    interleave_q6_kx16(rows.data(), nb, packed.data());
-    std::vector<block_q6_k> back(rows.size());
-    deinterleave_q6_kx16(packed.data(), nb, back.data());
-    ASSERT_EQ(0, std::memcmp(back.data(), rows.data(), rows.size() * sizeof(block_q6_k)));
-
-    std::vector<std::vector<block_q8_k>> xs(4, std::vector<block_q8_k>(static_cast<size_t>(nb)));
-    const block_q8_k* px[4];
-    for (int j = 0; j < 4; ++j) {
-      auto v = random_vector(n, static_cast<uint32_t>(1150 + j));
-      quantize_row_q8_k(v.data(), xs[j].data(), n);
-      px[j] = xs[j].data();
-    }
-    for (int nx = 1; nx <= 4; ++nx) {
-      float got[64], ref[64];
-      dot16r_q6_k(packed.data(), px, nx, n, got);
-      scalar::dot16r_q6_k(packed.data(), px, nx, n, ref);
-      for (int j = 0; j < nx; ++j)
-        for (int r = 0; r < 16; ++r) {
-          SCOPED_TRACE(testing::Message() << n << " nx " << nx << " vector " << j << " row " << r);
-          const float want = scalar::dot_q6_k_q8_k(rows.data() + r * nb, px[j], n);
-          EXPECT_NEAR(got[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
-          EXPECT_NEAR(ref[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
-        }
-    }
-    std::vector<block_q6_kx16> reversed(packed.rbegin(), packed.rend());
-    float a[16], b[16], alone_a[16], alone_b[16];
-    dot16r2_q6_k(packed.data(), reversed.data(), px[0], n, a, b);
-    dot16r_q6_k(packed.data(), px, 1, n, alone_a);
-    dot16r_q6_k(reversed.data(), px, 1, n, alone_b);
-    int differ = 0;
-    for (int r = 0; r < 16; ++r) {
-      EXPECT_EQ(a[r], alone_a[r]) << n << " row " << r;
-      EXPECT_EQ(b[r], alone_b[r]) << n << " row " << r;
-      std::vector<block_q6_k> row_reversed(rows.begin() + r * nb, rows.begin() + (r + 1) * nb);
-      std::reverse(row_reversed.begin(), row_reversed.end());
-      const float want = scalar::dot_q6_k_q8_k(row_reversed.data(), px[0], n);
-      EXPECT_NEAR(b[r], want, 1e-4 * (1 + std::abs(want))) << n << " row " << r;
-      differ += std::abs(b[r] - a[r]) > 1e-3f * (1 + std::abs(a[r]));
-    }
-    if (nb > 1) {
-      EXPECT_GE(differ, 12) << n;
-    }
-  }
-}
-
 // Q6_K's extremes: every quant 63 (+31 after the offset) or 0 (-32), scales of 127 and -128, against
 // vectors of -128s and of 127s: two steps' sums in the AVX2 kernel's 16-bit lanes reach 2 x 2 x 63 x
 // 128 = 32256 (fits); every implementation gives the exact integer result.
@@ -671,13 +616,28 @@ TEST(Dot, InterleavedQ6_KAtTheExtremes) {
   }
 }
 
+float mins_differ(float w, int64_t k) { return w + 0.05f * static_cast<float>((k / 32) % 8) - 0.1f; }
+
 TEST(Dot, SixteenInterleavedQ4_KRowsAgainstSeveralVectors) {
   check_interleaved_k_rows<block_q4_k, block_q4_kx16>({quantize_row_q4_k, interleave_q4_kx16, deinterleave_q4_kx16, dot16r_q4_k, scalar::dot16r_q4_k,
-                                                       dot16r2_q4_k, scalar::dot_q4_k_q8_k});
+                                                       dot16r2_q4_k, scalar::dot_q4_k_q8_k, 900, mins_differ});
 }
 TEST(Dot, SixteenInterleavedQ5_KRowsAgainstSeveralVectors) {
   check_interleaved_k_rows<block_q5_k, block_q5_kx16>({quantize_row_q5_k, interleave_q5_kx16, deinterleave_q5_kx16, dot16r_q5_k, scalar::dot16r_q5_k,
-                                                       dot16r2_q5_k, scalar::dot_q5_k_q8_k});
+                                                       dot16r2_q5_k, scalar::dot_q5_k_q8_k, 900, mins_differ});
+}
+// Q6_K likewise (no mins: its kernels take no group sums).
+TEST(Dot, SixteenInterleavedQ6_KRowsAgainstSeveralVectors) {
+  check_interleaved_k_rows<block_q6_k, block_q6_kx16>(
+      {quantize_row_q6_k, interleave_q6_kx16, deinterleave_q6_kx16,
+       [](const block_q6_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const*, int nx, int64_t n, float* out) { dot16r_q6_k(w, x, nx, n, out); },
+       [](const block_q6_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const*, int nx, int64_t n, float* out) {
+         scalar::dot16r_q6_k(w, x, nx, n, out);
+       },
+       [](const block_q6_kx16* wa, const block_q6_kx16* wb, const block_q8_k* x, const q8_k_group_sums*, int64_t n, float* oa, float* ob) {
+         dot16r2_q6_k(wa, wb, x, n, oa, ob);
+       },
+       scalar::dot_q6_k_q8_k, 1100, [](float w, int64_t k) { return w * (0.5f + 0.1f * static_cast<float>((k / 16) % 11)); }});  // groups' scales differ
 }
 
 // The extremes: every quant 15, every scale and min 63, against a vector of -128s: a group's eight
