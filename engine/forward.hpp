@@ -170,7 +170,8 @@ class inference_context {
   // batch's union per batch (so a step of several sequences reads each chosen row once).
   const std::vector<int64_t>& read_neurons() const { return read_; }
   // Of those, the neurons whose down rows were read: with transposed down rows (sparse files) only
-  // the ones that fired (for any token of a batch), in dense mode too; with a down matrix, all.
+  // the ones that fired (for any token of a batch), in dense mode too; with a down matrix, all, or
+  // 32 for each block of 32 neurons read where the product skipped the others.
   const std::vector<int64_t>& read_down_rows() const { return down_read_; }
 
   int64_t n_ctx() const { return n_ctx_; }
@@ -206,10 +207,13 @@ class inference_context {
   // Each token's chosen neurons (B.chosen) and their union (union_), as the plan says.
   void choose_neurons(step_state& B, int64_t layer, const float* pred_in, const ffn_plan& p);
   // The FFN as matrix products (every neuron), or the chosen neurons' rows (here or by the executor).
-  void ffn_as_matrices(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool margins, float* out);
+  // mask (n x n_ff, or null): the neurons each token chose, the others' values set to zero before the
+  // down product (a sparse batch whose union is nearly every neuron).
+  void ffn_as_matrices(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool margins, float* out,
+                       const uint8_t* mask = nullptr);
   void ffn_chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, float* out);
   // What the batch measured: the union's share, the stats, the observer's values, the rows read.
-  void record_ffn(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p);
+  void record_ffn(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p, int64_t down_blocks = -1);
   // Every neuron of n tokens: gate and up as matrix products, then the activation into h (n x n_ff);
   // g: scratch (n x n_ff) for the gate. With margins, each token's firing margins go to B.margin.
   void every_neuron(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins);

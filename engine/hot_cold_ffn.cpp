@@ -38,7 +38,7 @@ void hot_rows::upload(const placement_data& placement) {
   const hparams& hp = model_->hp();
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const layer_weights& l = model_->weights().layers[static_cast<size_t>(il)];
-    if (!l.ffn_down_t) throw std::invalid_argument(fmt::format("{}: layer {} has no ffn_down_t; the hot/cold split needs a sparse file", model_->path(), il));
+    if (!l.ffn_down_t) throw std::invalid_argument(fmt::format("{}: layer {} has no ffn_down_t; the hot/cold split needs a sparse file with the down rows of each neuron (prepare --down-layout rows)", model_->path(), il));
     const auto& ids = placement.hot[static_cast<size_t>(il)];
     layer_rows h;
     h.slot.assign(static_cast<size_t>(hp.n_ff), -1);

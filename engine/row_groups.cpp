@@ -81,28 +81,42 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
     for (int j = 0; j < k; ++j) std::copy(o + 16 * j, o + 16 * j + 16, ys[m] + (t + j) * ws[m]->ne1 + 16 * g);
   };
   if (plain) {
-    // Each group interleaved once, then every token (in fours) against it while it sits in cache.
+    // Each group interleaved once into the thread's buffer, a few groups at a time, then every token
+    // against them a tile at a time while they sit in cache (the tokens' inputs too: walking all of a
+    // 256-token prompt's for each group missed the cache).
+    constexpr int64_t chunk = 8;
     pool.parallel_for(groups.total(), [&](int64_t g0, int64_t g1) {
       thread_local std::vector<block_q4_0x16> buffer;
-      buffer.resize(static_cast<size_t>(qrow));
-      for (int64_t gg = g0; gg < g1; ++gg) {
-        size_t m;
-        int64_t g;
-        where(gg, m, g);
-        const tensor_view& w = *ws[m];
-        const block_q4_0x16* group = reinterpret_cast<const block_q4_0x16*>(w.data) + g * qrow;
-        if (!w.interleaved16) {
-          const block_q4_0* rows = reinterpret_cast<const block_q4_0*>(w.row(16 * g));
-          if (!w.packed()) {  // rows of a bundle: the group's sixteen gathered first
-            thread_local std::vector<block_q4_0> gathered;
-            gathered.resize(static_cast<size_t>(16 * qrow));
-            for (int64_t i = 0; i < 16; ++i) std::memcpy(gathered.data() + i * qrow, w.row(16 * g + i), w.row_bytes);
-            rows = gathered.data();
+      buffer.resize(static_cast<size_t>(chunk * qrow));
+      for (int64_t c0 = g0; c0 < g1; c0 += chunk) {
+        const int64_t c1 = std::min(g1, c0 + chunk);
+        const block_q4_0x16* at[chunk];
+        for (int64_t gg = c0; gg < c1; ++gg) {
+          size_t m;
+          int64_t g;
+          where(gg, m, g);
+          const tensor_view& w = *ws[m];
+          at[gg - c0] = reinterpret_cast<const block_q4_0x16*>(w.data) + g * qrow;
+          if (!w.interleaved16) {
+            const block_q4_0* rows = reinterpret_cast<const block_q4_0*>(w.row(16 * g));
+            if (!w.packed()) {  // rows of a bundle: the group's sixteen gathered first
+              thread_local std::vector<block_q4_0> gathered;
+              gathered.resize(static_cast<size_t>(16 * qrow));
+              for (int64_t i = 0; i < 16; ++i) std::memcpy(gathered.data() + i * qrow, w.row(16 * g + i), w.row_bytes);
+              rows = gathered.data();
+            }
+            block_q4_0x16* into = buffer.data() + (gg - c0) * qrow;
+            interleave_q4_0x16(rows, qrow, into);
+            at[gg - c0] = into;
           }
-          interleave_q4_0x16(rows, qrow, buffer.data());
-          group = buffer.data();
         }
-        for (int64_t t = 0; t < n; t += 4) four_tokens(group, m, g, t, static_cast<int>(std::min<int64_t>(4, n - t)));
+        for (int64_t t0 = 0; t0 < n; t0 += token_tile)
+          for (int64_t gg = c0; gg < c1; ++gg) {
+            size_t m;
+            int64_t g;
+            where(gg, m, g);
+            for (int64_t t = t0; t < std::min(n, t0 + token_tile); t += 4) four_tokens(at[gg - c0], m, g, t, static_cast<int>(std::min<int64_t>(4, n - t)));
+          }
       }
     });
   } else if (n == 1 && groups.total() >= 2) {
@@ -140,6 +154,56 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
     for (int64_t r = grouped_rows(w); r < w.ne1; ++r)
       for (int64_t t = 0; t < n; ++t) ys[m][t * w.ne1 + r] = row_dot(w, r, x + t * d, xq.data() + t * qrow);
   }
+}
+
+int64_t zero_block_skipping_products(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<block_q8_0>& xq) {
+  if (w.type != tensor_type::q4_0 || !w.interleaved16 || w.interleaved_rows() != w.ne1 || n < 1 || n > 4) return -1;
+  const int64_t d = w.ne0, qrow = d / qk8_0;
+  if (static_cast<int64_t>(xq.size()) < n * qrow) xq.resize(static_cast<size_t>(n * qrow));
+  for (int64_t t = 0; t < n; ++t) quantize_row_q8_0(x + t * d, xq.data() + t * qrow, d);
+  // The blocks some token has a value in (a block of zeros quantizes to scale 0 and zero quants).
+  thread_local std::vector<int32_t> blocks;
+  blocks.clear();
+  for (int64_t b = 0; b < qrow; ++b)
+    for (int64_t t = 0; t < n; ++t) {
+      const block_q8_0& q = xq[static_cast<size_t>(t * qrow + b)];
+      if (q.d != 0 || std::any_of(q.qs, q.qs + qk8_0, [](int8_t v) { return v != 0; })) {
+        blocks.push_back(static_cast<int32_t>(b));
+        break;
+      }
+    }
+  const int64_t count = static_cast<int64_t>(blocks.size());
+  if (count == qrow) return -1;
+  thread_local std::vector<q8_0_terms> terms;
+  if (static_cast<int64_t>(terms.size()) < n * qrow) terms.resize(static_cast<size_t>(n * qrow));
+  for (int64_t t = 0; t < n; ++t) q8_0_block_terms(xq.data() + t * qrow, qrow, terms.data() + t * qrow);
+  const int32_t* list = blocks.data();  // the calling thread's, read by the workers
+  const q8_0_terms* ts = terms.data();
+  const block_q4_0x16* groups = reinterpret_cast<const block_q4_0x16*>(w.data);
+  const int64_t total = w.ne1 / 16;
+  if (n == 1 && total >= 2) {
+    // Groups g and g + half together: two streams from memory for each thread, as the full product.
+    const int64_t half = total / 2;
+    pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) dot16r2_q4_0_at(groups + p * qrow, groups + (p + half) * qrow, xq.data(), ts, list, count, y + 16 * p, y + 16 * (p + half));
+    }, 2);
+    if (total % 2) {
+      const block_q8_0* xs[1] = {xq.data()};
+      dot16r_q4_0_at(groups + (total - 1) * qrow, xs, &ts, 1, list, count, y + 16 * (total - 1));
+    }
+    return count;
+  }
+  const block_q8_0* xs[4];
+  const q8_0_terms* ss[4];
+  for (int64_t t = 0; t < 4; ++t) xs[t] = xq.data() + std::min(t, n - 1) * qrow, ss[t] = ts + std::min(t, n - 1) * qrow;
+  pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
+    float o[64];
+    for (int64_t g = g0; g < g1; ++g) {
+      dot16r_q4_0_at(groups + g * qrow, xs, ss, static_cast<int>(n), list, count, o);
+      for (int64_t t = 0; t < n; ++t) std::copy(o + 16 * t, o + 16 * t + 16, y + t * w.ne1 + 16 * g);
+    }
+  }, 2);
+  return count;
 }
 
 // Q4_K, Q5_K, Q6_K rows against Q8_K activations (where few tokens share a product).

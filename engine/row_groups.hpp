@@ -24,6 +24,13 @@ inline constexpr int64_t gemm_min_tokens = 16;
 bool sixteen_row_groups(const tensor_view& w, int64_t n);
 void interleaved_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys,
                           std::vector<kernels::block_q8_0>& xq);
+// A sparse layer's down product over ffn_down (prepare --down-layout blocks) for up to four tokens:
+// y = x times w's rows, each token's hidden values x rounded to Q8_0 a block of 32 neurons (as every
+// Q4_0 product rounds its input), and the blocks where no token has a non-zero value left out — the
+// same sums, bit for bit: such a block adds exactly zero. Returns the blocks read, or -1 with nothing
+// written where w is not an interleaved Q4_0 matrix of whole groups, n is over four, or no block is
+// zero for every token (the usual product then).
+int64_t zero_block_skipping_products(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<kernels::block_q8_0>& xq);
 // Q4_K, Q5_K, Q6_K matrices (all of one type): likewise.
 bool k_quant_row_groups(const tensor_view& w, int64_t n);
 void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys);

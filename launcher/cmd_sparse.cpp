@@ -113,6 +113,8 @@ tensor_type predictor_type_for(const std::string& dense_path, const tools::spars
 void run_prepare(prepare_args a) {
   const auto t0 = std::chrono::steady_clock::now();
   tools::sparse_file_options so;
+  if (a.powerinfer && a.down_layout == "blocks")
+    throw std::invalid_argument("--down-layout blocks writes hotcold's GGUF (PowerInfer's files hold ffn_down_t rows): drop --powerinfer");
   if (a.sparsity > 0) calibrate_thresholds(a, so);
   tools::profile_options po;
   po.act_thresholds = so.act_thresholds;
@@ -130,10 +132,11 @@ void run_prepare(prepare_args a) {
   tools::save_predictors(p, (fs::path(po.out_dir) / "predictors.gguf").string());
   print_fits(p);
   if (a.powerinfer) so.kind = gguf::file_kind::powerinfer;  // one threshold: see write_sparse_model
+  so.down_blocks = a.down_layout == "blocks";
   if (!a.powerinfer && !a.plain_layout) {
     // Neurons most often firing first, each one's rows side by side (docs/model-files.md, "Layout").
     so.order = tools::firing_order(data.firing_counts, data.n_layer, data.n_ff);
-    so.bundle = true;
+    so.bundle = !so.down_blocks;
   }
   tools::write_sparse_model(a.model, a.out, p.layers, so);
   if (a.budget > 0) {

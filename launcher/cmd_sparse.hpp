@@ -27,6 +27,7 @@ struct prepare_args {
   bool powerinfer = false;
   bool reuse_profile = false;
   bool plain_layout = false;  // --plain-layout: the dense file's neuron order, gate, up and down_t rows in tensors of their own
+  std::string down_layout = "rows";  // --down-layout: rows (ffn_down_t) or blocks (ffn_down, 8-bit hidden values a block of 32 neurons)
   double sparsity = 0;
   int64_t sparsity_tokens = 512;
   tools::train_options train;

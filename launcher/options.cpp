@@ -431,6 +431,12 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--plain-layout", a->plain_layout,
                 "Keep the dense file's order of the neurons and their gate, up and down_t rows in tensors of their own (default: most often firing "
                 "first, each neuron's rows side by side)");
+  cmd->add_option("--down-layout", a->down_layout,
+                  "The down matrix as rows of each neuron (rows: ffn_down_t, only the neurons that fire are read) or as ffn_down (blocks: "
+                  "each token's hidden values rounded to Q8_0 a block of 32 neurons, integer products over the blocks where some neuron "
+                  "fired; faster prompts, more bytes a decoded token; not for the hot/cold device split)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"rows", "blocks"}));
   cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)")
       ->check(finite_in(0, 1 << 20));
   cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold")->check(whole_in(0, 1ll << 40));

@@ -76,8 +76,8 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
   }
   if (!f.find(activation_key)) w.set_string(activation_key, activation_name(hp.act));
 
-  if (options.kind == gguf::file_kind::powerinfer && (options.bundle || !options.order.empty()))
-    throw std::invalid_argument("PowerInfer's files keep their own layout: no bundles or neuron order");
+  if (options.kind == gguf::file_kind::powerinfer && (options.bundle || !options.order.empty() || options.down_blocks))
+    throw std::invalid_argument("PowerInfer's files keep their own layout: no bundles, neuron order or down blocks");
   if (!options.order.empty() && options.order.size() != static_cast<size_t>(hp.n_layer))
     throw std::invalid_argument(fmt::format("a neuron order for {} layers of {}", options.order.size(), hp.n_layer));
   std::vector<std::vector<uint8_t>> storage;
@@ -119,24 +119,41 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
     const int64_t n_ff = down.ne[0], n_embd = down.ne[1];
     if (n_ff != hp.n_ff || n_embd != hp.n_embd)
       throw std::invalid_argument(fmt::format("{}: {}ffn_down.weight is [{}, {}], expected [{}, {}]", dense_path, b, n_ff, n_embd, hp.n_ff, hp.n_embd));
+    const std::vector<int32_t>* order = options.order.empty() ? nullptr : &options.order[static_cast<size_t>(l)];
+    if (order && order->size() != static_cast<size_t>(n_ff))
+      throw std::invalid_argument(fmt::format("layer {}: a neuron order of {} for {} neurons", l, order->size(), n_ff));
+    auto source = [&](int64_t i) { return order ? (*order)[static_cast<size_t>(i)] : i; };
     tensor_view v;
     v.type = down.type;
     v.ne0 = n_ff;
     v.ne1 = n_embd;
     v.row_bytes = static_cast<size_t>(down.n_bytes / static_cast<uint64_t>(n_embd));
     v.data = down.data;
-    std::vector<float> row(static_cast<size_t>(n_ff)), transposed(static_cast<size_t>(n_ff * n_embd));
-    for (int64_t r = 0; r < n_embd; ++r) {
-      dequantize_row(v, r, row.data());
-      for (int64_t c = 0; c < n_ff; ++c) transposed[static_cast<size_t>(c * n_embd + r)] = row[static_cast<size_t>(c)];
+    std::vector<float> row(static_cast<size_t>(n_ff));
+    std::optional<rows> down_t;
+    if (options.down_blocks) {
+      // ffn_down's own orientation: its columns (the neurons) in the order; as it is without one.
+      const int64_t ne[] = {n_ff, n_embd};
+      if (!order) {
+        w.add_tensor(b + "ffn_down.weight", down.type, ne, {down.data, static_cast<size_t>(down.n_bytes)});
+      } else {
+        std::vector<float> reordered(static_cast<size_t>(n_ff * n_embd));
+        for (int64_t r = 0; r < n_embd; ++r) {
+          dequantize_row(v, r, row.data());
+          for (int64_t c = 0; c < n_ff; ++c) reordered[static_cast<size_t>(r * n_ff + c)] = row[static_cast<size_t>(source(c))];
+        }
+        storage.push_back(convert_rows(reordered, n_ff, down.type));
+        w.add_tensor(b + "ffn_down.weight", down.type, ne, storage.back());
+      }
+    } else {
+      std::vector<float> transposed(static_cast<size_t>(n_ff * n_embd));
+      for (int64_t r = 0; r < n_embd; ++r) {
+        dequantize_row(v, r, row.data());
+        for (int64_t c = 0; c < n_ff; ++c) transposed[static_cast<size_t>(c * n_embd + r)] = row[static_cast<size_t>(c)];
+      }
+      storage.push_back(convert_rows(transposed, n_embd, down.type));
+      down_t = rows{down.type, storage.back().size() / static_cast<size_t>(n_ff), storage.back().data()};
     }
-    storage.push_back(convert_rows(transposed, n_embd, down.type));
-    const rows down_t{down.type, storage.back().size() / static_cast<size_t>(n_ff), storage.back().data()};
-
-    const std::vector<int32_t>* order = options.order.empty() ? nullptr : &options.order[static_cast<size_t>(l)];
-    if (order && order->size() != static_cast<size_t>(n_ff))
-      throw std::invalid_argument(fmt::format("layer {}: a neuron order of {} for {} neurons", l, order->size(), n_ff));
-    auto source = [&](int64_t i) { return order ? (*order)[static_cast<size_t>(i)] : i; };
     // The rows of `parts`, neuron after neuron in the order, each neuron's parts side by side.
     auto write = [&](const std::string& name, const std::vector<const rows*>& parts, int64_t ne0) {
       size_t rb = 0;
@@ -151,10 +168,10 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
       w.add_tensor(b + name, parts.front()->type, ne, storage.back());
     };
     const bool gate_in = gate && !thresholded;
-    const bool one_type = up.type == down_t.type && (!gate_in || gate->type == up.type);
+    const bool one_type = down_t && up.type == down_t->type && (!gate_in || gate->type == up.type);
     if (options.bundle && one_type) {
-      if (gate_in) write("ffn_bundle.weight", {&*gate, &up, &down_t}, 3 * n_embd);
-      else write("ffn_bundle.weight", {&up, &down_t}, 2 * n_embd);
+      if (gate_in) write("ffn_bundle.weight", {&*gate, &up, &*down_t}, 3 * n_embd);
+      else write("ffn_bundle.weight", {&up, &*down_t}, 2 * n_embd);
       if (gate && !gate_in) write("ffn_gate.weight", {&*gate}, n_embd);
     } else {
       if (fused) {  // kept fused, each half in the order
@@ -168,7 +185,7 @@ void write_sparse_model(const std::string& dense_path, const std::string& out_pa
         if (gate) write("ffn_gate.weight", {&*gate}, n_embd);
         write("ffn_up.weight", {&up}, n_embd);
       }
-      write("ffn_down_t.weight", {&down_t}, n_embd);
+      if (down_t) write("ffn_down_t.weight", {&*down_t}, n_embd);
     }
     if (order) {
       storage.emplace_back(reinterpret_cast<const uint8_t*>(order->data()), reinterpret_cast<const uint8_t*>(order->data() + n_ff));

@@ -33,6 +33,11 @@ struct sparse_file_options {
   // neuron's gate is read each token there) — where those rows share a type.
   std::vector<std::vector<int32_t>> order;
   bool bundle = false;
+  // The down matrix kept as ffn_down (n_embd rows of n_ff, its columns in the order) instead of
+  // ffn_down_t: the down product then takes each token's hidden values as Q8_0 blocks of 32 neurons
+  // and skips the blocks where none fired (prepare --down-layout blocks). No bundle then: the gate and
+  // up rows in tensors of their own.
+  bool down_blocks = false;
 };
 
 // The neurons of each layer, most often firing first (ties by number): n_layer x n_ff counts.
@@ -43,8 +48,10 @@ std::vector<std::vector<int32_t>> firing_order(const std::vector<uint64_t>& coun
 tensor_type predictor_storage_type(tensor_type wanted, int64_t row);
 
 // Reads `dense_path`, writes `out_path` with ffn_down transposed into ffn_down_t (same type; quantized
-// types are re-quantized from the transposed values) and the predictors added, laid out as `options`
-// says (the predictors' rows follow the neurons' order).
+// types are re-quantized from the transposed values) — or with down_blocks, ffn_down as it is (its
+// columns in the order: quantized types re-quantized from the reordered values where an order is
+// given) — and the predictors added, laid out as `options` says (the predictors' rows follow the
+// neurons' order).
 void write_sparse_model(const std::string& dense_path, const std::string& out_path, const std::vector<layer_predictor>& predictors,
                         const sparse_file_options& options = {});
 

@@ -98,6 +98,16 @@ inline void dot4r_q4_0(const block_q4_0* const* w, const block_q8_0* x, int64_t 
 inline void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) { cpu_kernels().dot16r_q4_0(w, x, xt, nx, n, out); }
 // Two groups against one vector at once (two streams from memory): oa, ob as dot16r_q4_0's out.
 inline void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob) { cpu_kernels().dot16r2_q4_0(wa, wb, x, xt, n, oa, ob); }
+// The same two over the blocks listed only (blocks[0..count), block numbers of the rows and of the
+// vectors alike, in the order given): out[16 j + i] = the sum over those blocks of row i's block .
+// x[j]'s block. A sparse layer's down product skips so the blocks of 32 neurons none of which fired.
+inline void dot16r_q4_0_at(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, const int32_t* blocks, int64_t count, float* out) {
+  cpu_kernels().dot16r_q4_0_at(w, x, xt, nx, blocks, count, out);
+}
+inline void dot16r2_q4_0_at(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, const int32_t* blocks, int64_t count, float* oa,
+                            float* ob) {
+  cpu_kernels().dot16r2_q4_0_at(wa, wb, x, xt, blocks, count, oa, ob);
+}
 // Sixteen interleaved Q4_K rows (one group of block_q4_kx16, n elements a row, a multiple of 256)
 // against up to four vectors already quantized to Q8_K, with each vector's group sums
 // (q8_k_block_group_sums): out[16 j + i] = row i . x[j], as dot_q4_k_q8_k gives it.
@@ -153,6 +163,7 @@ float dot_q6_k(const block_q6_k* w, const float* x, int64_t n);
 void axpy_q8_0(float a, const block_q8_0* x, float* y, int64_t n);
 void axpy_q4_0(float a, const block_q4_0* x, float* y, int64_t n);
 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
+void dot16r_q4_0_at(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, const int32_t* blocks, int64_t count, float* out);
 void dot16r_q4_k(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out);
 void dot16r_q5_k(const block_q5_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out);
 void dot16r_q6_k(const block_q6_kx16* w, const block_q8_k* const* x, int nx, int64_t n, float* out);

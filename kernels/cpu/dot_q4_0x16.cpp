@@ -16,12 +16,23 @@
 
 namespace hotcold::kernels {
 
+// Which blocks of the rows a product reads: every one in order (at(k) = k), or those listed.
+struct every_block {
+  int64_t operator()(int64_t k) const { return k; }
+};
+struct listed_blocks {
+  const int32_t* list;
+  int64_t operator()(int64_t k) const { return list[k]; }
+};
+
 namespace scalar {
 
-void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
+template <typename At>
+static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t count, At at, float* out) {
   for (int j = 0; j < nx; ++j) {
     float acc[16] = {};
-    for (int64_t b = 0; b < n / qk4_0; ++b) {
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t b = at(k);
       const int8_t* xv = x[j][b].qs;
       const float xd = xt[j][b].d;
       for (int i = 0; i < 16; ++i) {
@@ -38,19 +49,27 @@ void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_
   }
 }
 
+void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
+  dot16r(w, x, xt, nx, n / qk4_0, every_block{}, out);
+}
+void dot16r_q4_0_at(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, const int32_t* blocks, int64_t count, float* out) {
+  dot16r(w, x, xt, nx, count, listed_blocks{blocks}, out);
+}
+
 }  // namespace scalar
 
 namespace avx2 {
 
 // Eight rows (one half of the group) at a time: maddubs makes byte pairs' sums in int16 (at most
 // 2 x 15 x 128 each, so eight of them add without overflow), madd with ones makes each row's int32.
-template <int NX>
-HOTCOLD_AVX2 static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int64_t nb, float* out) {
+template <int NX, typename At>
+HOTCOLD_AVX2 static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int64_t count, At at, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int h = 0; h < 2; ++h) {
     __m256 acc[NX];
     for (int j = 0; j < NX; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t b = at(k);
       __m256i lo[4], hi[4];
       for (int g = 0; g < 4; ++g) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 64 * g + 32 * h));
@@ -72,7 +91,11 @@ HOTCOLD_AVX2 static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
 }
 
 HOTCOLD_AVX2 void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
-  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xt, n / qk4_0, out); });
+  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xt, n / qk4_0, every_block{}, out); });
+}
+HOTCOLD_AVX2 void dot16r_q4_0_at(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, const int32_t* blocks, int64_t count,
+                                 float* out) {
+  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xt, count, listed_blocks{blocks}, out); });
 }
 
 }  // namespace avx2
@@ -109,11 +132,12 @@ HOTCOLD_VNNI static inline __m512 add_block(const nibbles& n, const uint16_t* d,
   return _mm512_fmadd_ps(_mm512_set1_ps(t.d), _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))), acc);
 }
 
-template <int NX>
-HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int64_t nb, float* out) {
+template <int NX, typename At>
+HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int64_t count, At at, float* out) {
   __m512 acc[NX];
   for (int j = 0; j < NX; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t b = at(k);
     const nibbles n = unpack(w[b]);
     for (int j = 0; j < NX; ++j) acc[j] = add_block(n, w[b].d, x[j][b], xt[j][b], acc[j]);
   }
@@ -153,7 +177,24 @@ HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb,
 }
 
 HOTCOLD_VNNI void dot16r_q4_0(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out) {
-  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xt, n / qk4_0, out); });
+  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xt, n / qk4_0, every_block{}, out); });
+}
+HOTCOLD_VNNI void dot16r_q4_0_at(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, const int32_t* blocks, int64_t count,
+                                 float* out) {
+  for_vector_count(nx, [&](auto k) { dot16r<decltype(k)::value>(w, x, xt, count, listed_blocks{blocks}, out); });
+}
+// Two groups against one vector over the listed blocks (a sparse layer's down product: the blocks of
+// neurons where some value is not zero), both streams at once.
+HOTCOLD_VNNI void dot16r2_q4_0_at(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, const int32_t* blocks, int64_t count,
+                                  float* oa, float* ob) {
+  __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t b = blocks[k];
+    acc_a = add_block(unpack(wa[b]), wa[b].d, x[b], xt[b], acc_a);
+    acc_b = add_block(unpack(wb[b]), wb[b].d, x[b], xt[b], acc_b);
+  }
+  _mm512_storeu_ps(oa, acc_a);
+  _mm512_storeu_ps(ob, acc_b);
 }
 
 }  // namespace avx512vnni
@@ -166,6 +207,11 @@ void dot16r2_q4_0_as_two(const block_q4_0x16* wa, const block_q4_0x16* wb, const
   cpu_kernels().dot16r_q4_0(wa, &x, &xt, 1, n, oa);
   cpu_kernels().dot16r_q4_0(wb, &x, &xt, 1, n, ob);
 }
+void dot16r2_q4_0_at_as_two(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, const int32_t* blocks, int64_t count,
+                            float* oa, float* ob) {
+  cpu_kernels().dot16r_q4_0_at(wa, &x, &xt, 1, blocks, count, oa);
+  cpu_kernels().dot16r_q4_0_at(wb, &x, &xt, 1, blocks, count, ob);
+}
 void dot16r2_q4_0_vnni(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob) {
   avx512vnni::dot16r2_q4_0(wa, wb, x, xt, n / qk4_0, oa, ob);
 }
@@ -174,6 +220,8 @@ void dot16r2_q4_0_vnni(const block_q4_0x16* wa, const block_q4_0x16* wb, const b
 void choose_q4_0x16_kernels(kernel_table& k, const cpu_features& f) {
   k.dot16r_q4_0 = f.vnni ? avx512vnni::dot16r_q4_0 : f.avx2 ? avx2::dot16r_q4_0 : scalar::dot16r_q4_0;
   k.dot16r2_q4_0 = f.vnni ? dot16r2_q4_0_vnni : dot16r2_q4_0_as_two;
+  k.dot16r_q4_0_at = f.vnni ? avx512vnni::dot16r_q4_0_at : f.avx2 ? avx2::dot16r_q4_0_at : scalar::dot16r_q4_0_at;
+  k.dot16r2_q4_0_at = f.vnni ? avx512vnni::dot16r2_q4_0_at : dot16r2_q4_0_at_as_two;
 }
 
 }  // namespace hotcold::kernels

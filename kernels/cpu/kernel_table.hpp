@@ -65,6 +65,9 @@ struct kernel_table {
   void (*dot16r2_f16)(const uint16_t* wa, const uint16_t* wb, const float* x, int64_t n, float* oa, float* ob);
   void (*dot16r_q4_0)(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, int64_t n, float* out);
   void (*dot16r2_q4_0)(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t n, float* oa, float* ob);
+  void (*dot16r_q4_0_at)(const block_q4_0x16* w, const block_q8_0* const* x, const q8_0_terms* const* xt, int nx, const int32_t* blocks, int64_t count, float* out);
+  void (*dot16r2_q4_0_at)(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, const int32_t* blocks, int64_t count, float* oa,
+                          float* ob);
   void (*dot16r_q4_k)(const block_q4_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out);
   void (*dot16r2_q4_k)(const block_q4_kx16* wa, const block_q4_kx16* wb, const block_q8_k* x, const q8_k_group_sums* xg, int64_t n, float* oa, float* ob);
   void (*dot16r_q5_k)(const block_q5_kx16* w, const block_q8_k* const* x, const q8_k_group_sums* const* xg, int nx, int64_t n, float* out);

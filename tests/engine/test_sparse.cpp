@@ -6,7 +6,10 @@
 #include <cstring>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "engine/forward.hpp"
+#include "engine/layer_ops.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "engine/predictor.hpp"
 #include "engine/thread_pool.hpp"
@@ -44,35 +47,46 @@ std::string sparse_model(const sparse_case& c, float threshold, gguf::file_kind 
 // neurons it chose (the tokens' nonzero FFN values: a chosen neuron that did not fire adds nothing
 // either way), for every architecture and row type.
 TEST_P(SparsePath, MatchesTheReferenceGivenTheNeuronsItChose) {
-  const std::string path = sparse_model(GetParam(), 0.0f);
-  auto m = model::load(path);
-  const auto& hp = m->hp();
-  const std::vector<token_id> tokens = {1, 250, 17, 299, 3, 120, 8};
-  const auto file = gguf::file::open(path);
-  const reference_model oracle(file, tensor_type::f16);  // the context's F16 KV cache
-  const auto dense = oracle.logits(tokens);
-  for (bool batch : {false, true}) {
-    SCOPED_TRACE(batch ? "a batch" : "one token at a time");
-    inference_context ctx(m, 16, 2);
-    ctx.set_mode(ffn_mode::sparse);
-    reference_model::neuron_mask mask;
-    test::record_neuron_mask(ctx, tokens.size(), mask);
-    std::vector<std::vector<float>> got;
-    if (batch) {
-      auto all = ctx.forward_batch(tokens, 0, true);
-      for (size_t t = 0; t < tokens.size(); ++t) got.emplace_back(all.begin() + t * hp.n_vocab, all.begin() + (t + 1) * hp.n_vocab);
-    } else {
-      for (size_t t = 0; t < tokens.size(); ++t) {
-        auto l = ctx.forward(tokens[t], static_cast<int64_t>(t));
-        got.emplace_back(l.begin(), l.end());
+  // Seven tokens; and 24 with a lower predictor threshold, a batch whose union is nine in ten neurons
+  // or more while each token chooses fewer, which goes through the matrix products with each token's
+  // unchosen neurons zeroed.
+  std::vector<token_id> long_prompt;
+  for (int i = 0; i < 24; ++i) long_prompt.push_back(static_cast<token_id>(1 + (i * 37) % 290));
+  for (const auto& [tokens, threshold] : {std::pair{std::vector<token_id>{1, 250, 17, 299, 3, 120, 8}, 0.0f}, std::pair{long_prompt, -1.0f}}) {
+    const std::string path = sparse_model(GetParam(), threshold);
+    auto m = model::load(path);
+    const auto& hp = m->hp();
+    const auto file = gguf::file::open(path);
+    const reference_model oracle(file, tensor_type::f16);  // the context's F16 KV cache
+    const auto dense = oracle.logits(tokens);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    for (bool batch : {false, true}) {
+      SCOPED_TRACE(testing::Message() << (batch ? "a batch of " : "one token at a time, ") << n);
+      inference_context ctx(m, 32, 2);
+      ctx.set_mode(ffn_mode::sparse);
+      reference_model::neuron_mask mask;
+      test::record_neuron_mask(ctx, tokens.size(), mask);
+      std::vector<std::vector<float>> got;
+      if (batch) {
+        auto all = ctx.forward_batch(tokens, 0, true);
+        for (size_t t = 0; t < tokens.size(); ++t) got.emplace_back(all.begin() + t * hp.n_vocab, all.begin() + (t + 1) * hp.n_vocab);
+        if (n >= 8) {
+          EXPECT_GE(ctx.read_neurons()[0] * 10, hp.n_ff * 9) << "the union is nine in ten neurons or more";
+          EXPECT_LT(ctx.computed_neurons()[0], n * hp.n_ff * 9 / 10) << "each token chooses fewer";
+        }
+      } else {
+        for (size_t t = 0; t < tokens.size(); ++t) {
+          auto l = ctx.forward(tokens[t], static_cast<int64_t>(t));
+          got.emplace_back(l.begin(), l.end());
+        }
       }
-    }
-    // Q8_0 / Q4_0 rows meet activations quantized to Q8_0 (as llama.cpp does), which the reference
-    // does not do: the tolerance of the dense forward tests for those types.
-    const bool float_rows = GetParam().type == tensor_type::f32 || GetParam().type == tensor_type::f16;
-    EXPECT_LT(test::rel_diff(got, oracle.logits(tokens, &mask)), float_rows ? test::f16_kv_tolerance : 1.5e-2);
-    if (float_rows) {
-      EXPECT_GT(test::rel_diff(got, dense), 1e-4) << "the predictor left out no neuron that fires: this would not test the mask";
+      // Q8_0 / Q4_0 rows meet activations quantized to Q8_0 (as llama.cpp does), which the reference
+      // does not do: the tolerance of the dense forward tests for those types.
+      const bool float_rows = GetParam().type == tensor_type::f32 || GetParam().type == tensor_type::f16;
+      EXPECT_LT(test::rel_diff(got, oracle.logits(tokens, &mask)), float_rows ? test::f16_kv_tolerance : 1.5e-2);
+      if (float_rows) {
+        EXPECT_GT(test::rel_diff(got, dense), 1e-4) << "the predictor left out no neuron that fires: this would not test the mask";
+      }
     }
   }
 }
@@ -473,14 +487,15 @@ std::vector<std::vector<int32_t>> shuffled_order(int64_t n_layer, int64_t n_ff) 
   return out;
 }
 
-std::string layout_file(const layout_case& c, const std::string& tag, bool bundle, const std::vector<std::vector<int32_t>>& order) {
+std::string layout_file(const layout_case& c, const std::string& tag, bool bundle, const std::vector<std::vector<int32_t>>& order, bool down_blocks = false,
+                        float predictor_threshold = 0.0f) {
   auto o = test::sparse_test_options(c.arch, c.act, c.type);
   auto dense = test::make_model("layout_dense_" + c.name, o);
   auto path = (test::scratch_dir() / ("layout_" + c.name + "_" + tag + ".gguf")).string();
   tools::sparse_file_options so;
-  so.bundle = bundle, so.order = order;
+  so.bundle = bundle, so.order = order, so.down_blocks = down_blocks;
   if (c.thresholded) so.act_thresholds.assign(static_cast<size_t>(o.n_layer), 0.05f);
-  tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9), so);
+  tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, predictor_threshold, 9), so);
   return path;
 }
 
@@ -552,6 +567,105 @@ TEST_P(SparseLayout, ReorderedNeuronsComputeTheSameTokens) {
     const bool quantized = c.type == tensor_type::q8_0 || c.type == tensor_type::q4_0;
     for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::dense})
       EXPECT_LT(test::rel_diff(test::logits_of(ordered, mode), test::logits_of(plain, mode)), quantized ? 2e-3 : 1e-5);
+  }
+}
+
+// A matrix of a file as floats, row by row (ne1 rows of ne0).
+std::vector<float> file_matrix(const std::string& path, const std::string& name) {
+  const auto f = gguf::file::open(path);
+  const auto* t = f.find_tensor(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  tensor_view v;
+  v.type = t->type, v.ne0 = t->ne[0], v.ne1 = t->ne[1], v.data = t->data;
+  v.row_bytes = static_cast<size_t>(t->n_bytes / static_cast<uint64_t>(t->ne[1]));
+  std::vector<float> out(static_cast<size_t>(v.ne0 * v.ne1));
+  for (int64_t r = 0; r < v.ne1; ++r) dequantize_row(v, r, out.data() + r * v.ne0);
+  return out;
+}
+
+// prepare --down-layout blocks: the down matrix kept as ffn_down, its columns (the neurons) in the
+// file's order; the down product then rounds each token's hidden values to Q8_0 where the matrix is
+// quantized and skips the blocks of 32 neurons none of which fired.
+TEST_P(SparseLayout, DownBlocksComputeWhatDownRowsDo) {
+  const auto& c = GetParam();
+  const auto& o = test::sparse_test_options(c.arch, c.act, c.type);
+  const auto order = shuffled_order(o.n_layer, o.n_ff);
+  const auto blocks_path = layout_file(c, "down_blocks", false, order, true);
+  auto blocks = model::load(blocks_path), rows = model::load(layout_file(c, "ordered", false, order));
+  const auto& l = blocks->weights().layers[0];
+  ASSERT_TRUE(l.ffn_down);
+  EXPECT_FALSE(l.ffn_down_t);
+  EXPECT_FALSE(l.ffn_bundle);
+  ASSERT_TRUE(l.ffn_order);
+  // Column i of the file's ffn_down is column order[i] of the dense file's: exactly for float types,
+  // within half a quant step of the re-quantized blocks for the others.
+  const std::string dense_path = (test::scratch_dir() / ("layout_dense_" + c.name + ".gguf")).string();
+  for (int64_t layer = 0; layer < o.n_layer; ++layer) {
+    const std::string name = fmt::format("blk.{}.ffn_down.weight", layer);
+    const auto got = file_matrix(blocks_path, name), want = file_matrix(dense_path, name);
+    ASSERT_EQ(got.size(), want.size());
+    const auto& ord = order[static_cast<size_t>(layer)];
+    for (int64_t r = 0; r < o.n_embd; ++r) {
+      float most = 0;
+      for (int64_t i = 0; i < o.n_ff; ++i) most = std::max(most, std::fabs(want[static_cast<size_t>(r * o.n_ff + i)]));
+      // Q4_0 reaches -8 steps one way and 7 the other: a value near the far end is off by up to a step.
+      const float step = c.type == tensor_type::q4_0 ? most / 7 : c.type == tensor_type::q8_0 ? most / 120 : 0.0f;
+      for (int64_t i = 0; i < o.n_ff; ++i)
+        ASSERT_LE(std::fabs(got[static_cast<size_t>(r * o.n_ff + i)] - want[static_cast<size_t>(r * o.n_ff + ord[static_cast<size_t>(i)])]), step)
+            << "layer " << layer << " row " << r << " neuron " << i;
+    }
+  }
+  // Layer 0's neurons: the same gate and up rows in the same order, the same values.
+  EXPECT_EQ(layer0_values(blocks), layer0_values(rows));
+  // The logits: the down rows against the down blocks differ only in the down matrix's rounding
+  // (re-quantized along the other axis) and in the hidden values' (Q8_0 for a quantized matrix).
+  const double tolerance = c.type == tensor_type::q4_0 ? 8e-2 : c.type == tensor_type::q8_0 ? 1e-2 : 1e-5;
+  for (ffn_mode mode : {ffn_mode::sparse, ffn_mode::dense, ffn_mode::oracle})
+    EXPECT_LT(test::rel_diff(test::logits_of(blocks, mode), test::logits_of(rows, mode)), tolerance) << static_cast<int>(mode);
+  // Without an order the dense file's down matrix is copied as it is, bytes and all.
+  {
+    const auto plain_path = layout_file(c, "down_blocks_plain", false, {}, true);
+    const auto pf = gguf::file::open(plain_path), df = gguf::file::open(dense_path);
+    const auto *a = pf.find_tensor("blk.1.ffn_down.weight"), *b = df.find_tensor("blk.1.ffn_down.weight");
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->n_bytes, b->n_bytes);
+    EXPECT_EQ(0, std::memcmp(a->data, b->data, static_cast<size_t>(a->n_bytes)));
+  }
+  // Every neuron chosen: the sparse path is the dense path of the same file, one token at a time and
+  // as a batch of 24 (matrix products, the mask all ones).
+  auto all = model::load(layout_file(c, "down_blocks_all", false, order, true, -1e30f));
+  EXPECT_LT(test::rel_diff(test::logits_of(all, ffn_mode::sparse), test::logits_of(all, ffn_mode::dense)), 1e-5);
+  std::vector<token_id> long_prompt;
+  for (int i = 0; i < 24; ++i) long_prompt.push_back(static_cast<token_id>(1 + (i * 37) % 290));
+  {
+    inference_context a(all, 32, 2), b(all, 32, 2);
+    a.set_mode(ffn_mode::sparse), b.set_mode(ffn_mode::dense);
+    EXPECT_LT(test::rel_diff(test::run_tokens(a, long_prompt, true), test::run_tokens(b, long_prompt, true)), 1e-5);
+  }
+  // Few neurons chosen: whole blocks of 32 skipped (fewer down columns read than a token's n_ff), and
+  // the result is still the reference's given the neurons the engine chose.
+  if (!c.thresholded) {
+    const auto few_path = layout_file(c, "down_blocks_few", false, order, true, 1.5f);
+    auto few = model::load(few_path);
+    const auto file = gguf::file::open(few_path);
+    const reference_model oracle(file, tensor_type::f16);
+    const auto& tokens = test::logits_of_tokens();
+    inference_context ctx(few, 16, 2);
+    ctx.set_mode(ffn_mode::sparse);
+    reference_model::neuron_mask mask;
+    int64_t fired = 0;
+    test::record_neuron_mask(ctx, tokens.size(), mask, &fired);
+    std::vector<std::vector<float>> got;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      auto lg = ctx.forward(tokens[t], static_cast<int64_t>(t));
+      got.emplace_back(lg.begin(), lg.end());
+    }
+    EXPECT_GT(fired, 0);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (c.type == tensor_type::q4_0) EXPECT_LT(ctx.read_down_rows()[0] + ctx.read_down_rows()[1], 2 * n * o.n_ff) << "no block was skipped";
+    const bool float_rows = c.type == tensor_type::f32 || c.type == tensor_type::f16;
+    EXPECT_LT(test::rel_diff(got, oracle.logits(tokens, &mask)), float_rows ? test::f16_kv_tolerance : 1.5e-2);
   }
 }
 

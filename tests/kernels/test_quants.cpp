@@ -466,6 +466,82 @@ TEST(Dot, SixteenInterleavedRowsAgainstSeveralVectors) {
   }
 }
 
+// The sixteen-row products over listed blocks only (a sparse layer's down product, blocks of 32
+// neurons none of which fired left out): each row's sum over exactly those blocks, block b of the rows
+// against block b of the vector (a kernel reading the vector's blocks packed, or every block, gets
+// other sums: every block of the vector here is non-zero); and over the non-zero blocks of a vector
+// whose other blocks are zero, bit for bit what the product over every block gives.
+TEST(Dot, SixteenRowsOverListedBlocks) {
+  const int64_t n = 2048, nb = n / qk4_0;
+  std::vector<block_q4_0> rows(static_cast<size_t>(16 * nb));
+  for (int r = 0; r < 16; ++r) {
+    auto w = random_vector(n, static_cast<uint32_t>(500 + r), 0.5f + r);
+    quantize_row_q4_0(w.data(), rows.data() + r * nb, n);
+  }
+  std::vector<block_q4_0x16> a(static_cast<size_t>(nb)), b(static_cast<size_t>(nb));
+  interleave_q4_0x16(rows.data(), nb, a.data());
+  std::vector<block_q4_0> reversed(rows.rbegin(), rows.rend());
+  interleave_q4_0x16(reversed.data(), nb, b.data());
+  std::vector<std::vector<block_q8_0>> xs(4, std::vector<block_q8_0>(static_cast<size_t>(nb)));
+  std::vector<std::vector<q8_0_terms>> ts(4, std::vector<q8_0_terms>(static_cast<size_t>(nb)));
+  const block_q8_0* px[4];
+  const q8_0_terms* pt[4];
+  for (int j = 0; j < 4; ++j) {
+    auto v = random_vector(n, static_cast<uint32_t>(600 + j));
+    quantize_row_q8_0(v.data(), xs[j].data(), n);
+    q8_0_block_terms(xs[j].data(), nb, ts[j].data());
+    px[j] = xs[j].data(), pt[j] = ts[j].data();
+  }
+  const std::vector<int32_t> list = {5, 0, 63, 17, 18, 40, 41, 2};
+  const int64_t count = static_cast<int64_t>(list.size());
+  for (int nx = 1; nx <= 4; ++nx) {
+    float got[64], ref[64];
+    dot16r_q4_0_at(a.data(), px, pt, nx, list.data(), count, got);
+    scalar::dot16r_q4_0_at(a.data(), px, pt, nx, list.data(), count, ref);
+    for (int j = 0; j < nx; ++j)
+      for (int r = 0; r < 16; ++r) {
+        float want = 0;
+        for (int32_t blk : list) want += scalar::dot_q4_0(rows.data() + r * nb + blk, px[j] + blk, qk4_0);
+        SCOPED_TRACE(testing::Message() << "nx " << nx << " vector " << j << " row " << r);
+        EXPECT_NEAR(got[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
+        EXPECT_NEAR(ref[16 * j + r], want, 1e-4 * (1 + std::abs(want)));
+      }
+  }
+  {
+    float two_a[16], two_b[16], alone_a[16], alone_b[16];
+    dot16r2_q4_0_at(a.data(), b.data(), px[0], pt[0], list.data(), count, two_a, two_b);
+    dot16r_q4_0_at(a.data(), px, pt, 1, list.data(), count, alone_a);
+    dot16r_q4_0_at(b.data(), px, pt, 1, list.data(), count, alone_b);
+    for (int r = 0; r < 16; ++r) {
+      EXPECT_EQ(two_a[r], alone_a[r]);
+      EXPECT_EQ(two_b[r], alone_b[r]);
+    }
+    EXPECT_NE(std::vector<float>(two_a, two_a + 16), std::vector<float>(two_b, two_b + 16));
+  }
+  // Only the listed blocks of the vector non-zero (in ascending order, as the engine lists them).
+  std::vector<int32_t> ascending = list;
+  std::sort(ascending.begin(), ascending.end());
+  auto v = random_vector(n, 700);
+  for (int64_t k = 0; k < n; ++k)
+    if (!std::binary_search(ascending.begin(), ascending.end(), static_cast<int32_t>(k / qk4_0))) v[static_cast<size_t>(k)] = 0.0f;
+  std::vector<block_q8_0> x(static_cast<size_t>(nb));
+  std::vector<q8_0_terms> t(static_cast<size_t>(nb));
+  quantize_row_q8_0(v.data(), x.data(), n);
+  q8_0_block_terms(x.data(), nb, t.data());
+  const block_q8_0* x1[1] = {x.data()};
+  const q8_0_terms* t1[1] = {t.data()};
+  float every[16], listed[16], every2[16], listed2[16], other[16];
+  dot16r_q4_0(a.data(), x1, t1, 1, n, every);
+  dot16r_q4_0_at(a.data(), x1, t1, 1, ascending.data(), count, listed);
+  dot16r2_q4_0(b.data(), a.data(), x.data(), t.data(), n, other, every2);
+  dot16r2_q4_0_at(b.data(), a.data(), x.data(), t.data(), ascending.data(), count, other, listed2);
+  for (int r = 0; r < 16; ++r) {
+    EXPECT_EQ(listed[r], every[r]) << "row " << r;
+    EXPECT_EQ(listed2[r], every2[r]) << "row " << r;
+    EXPECT_NE(every[r], 0.0f);
+  }
+}
+
 // Sixteen Q4_K (Q5_K) rows interleaved and back give the same bytes; the interleaved product of each
 // row with up to four Q8_K vectors equals that row's own Q4_K (Q5_K) x Q8_K dot product, in every
 // implementation (this binary runs again under HOTCOLD_NO_AVX512 for the AVX2 one). The blocks' order

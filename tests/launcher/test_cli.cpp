@@ -264,6 +264,37 @@ TEST(Cli, RunMakesTheDefaultModelOnFirstUse) {
   fs::remove_all(cache);
 }
 
+// prepare --down-layout blocks keeps ffn_down (its columns in the firing order): the file runs on the
+// CPU and answers as the rows layout does (greedy, F16: the same down values, summed in another
+// order); the hot/cold split, which reads a neuron's down row, says what to prepare instead; and
+// PowerInfer's magic, whose files hold down rows, is refused with it.
+TEST(Cli, PrepareDownBlocks) {
+  auto dir = fs::temp_directory_path() / ("hotcold-cli-blocks-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const auto blocks = (dir / "blocks.gguf").string(), rows = (dir / "rows.gguf").string();
+  for (const auto& [out, layout] : {std::pair{blocks, "blocks"}, std::pair{rows, "rows"}}) {
+    auto prep = run({"prepare", "-m", small_model(), "-o", out, "--tokens", "256", "-t", "2", "--down-layout", layout});
+    ASSERT_EQ(prep.code, 0) << prep.err;
+  }
+  auto inspect = run({"inspect", "-m", blocks});
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  auto a = run({"run", "-m", blocks, "-p", "Hello world", "-n", "12", "--temp", "0", "-t", "2", "-c", "64"});
+  auto b = run({"run", "-m", rows, "-p", "Hello world", "-n", "12", "--temp", "0", "-t", "2", "-c", "64"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  auto sim = run({"run", "-m", blocks, "-p", "Hello world", "-n", "4", "--temp", "0", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0042"});
+  EXPECT_NE(sim.code, 0);
+  EXPECT_NE(sim.err.find("--down-layout rows"), std::string::npos) << sim.err;
+  auto pi = run({"prepare", "-m", small_model(), "-o", (dir / "pi.gguf").string(), "--tokens", "64", "--down-layout", "blocks", "--powerinfer"});
+  EXPECT_NE(pi.code, 0);
+  EXPECT_NE(pi.err.find("--powerinfer"), std::string::npos) << pi.err;
+  auto bad = run({"prepare", "-m", small_model(), "-o", (dir / "bad.gguf").string(), "--down-layout", "columns"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--down-layout"), std::string::npos) << bad.err;
+  fs::remove_all(dir);
+}
+
 // A hot device splits each layer's FFN by the placement; greedy text is the CPU's, and the trace shows
 // both sides. Without a placement, or in dense mode, the command says what is missing.
 TEST(Cli, SimDeviceSplitsByPlacement) {
