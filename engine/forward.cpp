@@ -412,6 +412,7 @@ void inference_context::head_product(step_state& B, std::span<const int64_t> row
 void inference_context::set_device_layers(std::shared_ptr<const device_layers> d) {
   const hparams& hp = model_->hp();
   if (steps_ > 0) throw std::logic_error("the device's layers are given before the first step (the KV cache moves there)");
+  if (d && hp.moe()) throw std::invalid_argument(fmt::format("{}: a mixture of experts runs on the CPU only for now", model_->path()));
   if (d) {
     const device_residency& r = d->residency();
     if (r.ctx != n_ctx_ || r.n_seq != n_seq_ || d->kv_type() != kv_type_)

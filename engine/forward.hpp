@@ -48,6 +48,11 @@ struct ffn_layer_stats {
   int64_t active_computed = 0;  // truly active and computed
 };
 
+// A mixture of experts' router (docs/moe.md): for n tokens' logits (n x n_expert), each token's
+// n_expert_used experts (the most probable after a softmax, ties to the lower number, most probable
+// first) and their weights (probabilities, renormalized to sum 1 where hp.expert_weights_norm): n x k each.
+void route_experts(const hparams& hp, const float* logits, int64_t n, int32_t* experts, float* weights);
+
 class inference_context {
  public:
   // n_ctx: positions the KV cache holds (0: the model's training context).
@@ -131,7 +136,8 @@ class inference_context {
   // with the names of engine/stage.hpp's `observed`:
   // ffn_pred_in — what the layer's activation predictor reads (n_embd), in every mode;
   // ffn_act — the FFN's hidden vector after the activation (n_ff), whose nonzeros are the
-  // neurons that fired (or were computed, in sparse mode);
+  // neurons that fired (or were computed, in sparse mode); a mixture of experts' layer: each
+  // expert's weight for the token (n_expert), zero where the router did not choose it;
   // ffn_margin — whenever every neuron is computed (dense and oracle modes, or with stats): per
   // neuron how far it is from firing, positive exactly when it does (firing_margin: the gate; up for
   // Falcon; min(gate, up) for dReLU; |act| - t_l for a thresholded activation, |act| without a
@@ -217,6 +223,12 @@ class inference_context {
   // Every neuron of n tokens: gate and up as matrix products, then the activation into h (n x n_ff);
   // g: scratch (n x n_ff) for the gate. With margins, each token's firing margins go to B.margin.
   void every_neuron(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins);
+  // A mixture of experts' FFN (engine/moe_ffn.cpp): the router's choice, each chosen expert once for
+  // the tokens that chose it, their weighted sum into out (n x n_embd); qwen2moe's shared expert.
+  void moe_ffn(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* out);
+  // y (m x n_embd) = down(silu(gate x) * up x) for m inputs x.
+  void expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
+                      std::vector<float>& y);
   std::span<const float> run_batches(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions, bool all_logits,
                                      bool may_go_dense);
   void run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense, float* logits);
@@ -263,6 +275,12 @@ class inference_context {
   predictor_runner predictor_;
 
   std::vector<int32_t> union_;   // the neurons a layer's tokens chose, ascending (scratch)
+  struct moe_scratch {
+    std::vector<float> logits, weights, x, g, h, y;  // router logits (n x n_expert); chosen weights (n x k); an expert's inputs and values
+    std::vector<int32_t> experts;                    // n x k: each token's chosen experts, most probable first
+    std::vector<int64_t> first, slots;               // (token, rank) slots grouped by expert
+  };
+  moe_scratch moe_;
   std::vector<float> logits_;    // (n_vocab): forward's and forward_batch's last logits
   std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows
   // The batch path's own state (forward_batch, forward_step).

@@ -267,6 +267,10 @@ void inference_context::record_ffn(step_state& B, int64_t layer, const layer_wei
 
 void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
                                   bool may_go_dense, float* out) {
+  if (l.ffn_gate_inp) {  // a mixture of experts
+    trace_scope span(trace_, stage::ffn, B.step, layer, B.n);
+    return moe_ffn(B, layer, l, on, in, out);
+  }
   const int64_t n = B.n, n_ff = model_->hp().n_ff;
   const ffn_plan p = plan_ffn(layer, l, n, may_go_dense);
   if (p.all_first) {

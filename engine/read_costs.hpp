@@ -9,11 +9,12 @@
 namespace hotcold {
 
 struct read_costs {
-  std::vector<uint64_t> layer_fixed;   // per layer: attention, norms and predictor (the three below)
+  std::vector<uint64_t> layer_fixed;   // per layer: attention, norms, predictor and router (the four below)
   std::vector<uint64_t> attention;     // per layer: attention's norms and Q/K/V/O products
   std::vector<uint64_t> ffn_norm;      // per layer: the FFN's norm
   std::vector<uint64_t> predictor;     // per layer: the activation predictor
-  std::vector<uint64_t> neuron;        // per layer: one FFN neuron's gate, up and down rows
+  std::vector<uint64_t> router;        // per layer: a mixture of experts' router and shared expert (read by every token)
+  std::vector<uint64_t> neuron;        // per layer: one FFN neuron's gate, up and down rows (a mixture of experts: one expert neuron's)
   std::vector<uint64_t> down_row;      // per layer: of those, the down row's
   std::vector<uint64_t> ffn_dense;     // per layer: every FFN weight
   uint64_t output = 0;                 // final norm and head

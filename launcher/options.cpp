@@ -458,8 +458,8 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
 void add_gen_model_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<gen_model_args>();
   auto* cmd = app.add_subcommand("gen-model", "Write a synthetic GGUF model whose ReLU FFNs are sparse with power-law neuron frequencies");
-  cmd->add_option("--arch", a->arch, "llama, qwen2, qwen3, phi3, falcon or bamboo")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "falcon", "bamboo"}));
+  cmd->add_option("--arch", a->arch, "llama, qwen2, qwen3, phi3, falcon, bamboo, or the mixtures of experts qwen2moe and qwen3moe (llama with --experts: Mixtral)")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "falcon", "bamboo", "qwen2moe", "qwen3moe"}));
   cmd->add_option("--act", a->act, "FFN activation: relu, silu, drelu (gated only) or gelu")->check(CLI::IsMember({"relu", "silu", "drelu", "gelu"}));
   cmd->add_option("--embd", a->o.n_embd, "Embedding size")->capture_default_str();
   cmd->add_option("--layers", a->o.n_layer, "Layers")->capture_default_str();
@@ -496,6 +496,15 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
           return std::string(e.what());
         }
       });
+  cmd->add_option("--experts", a->o.n_experts, "A mixture of experts: this many experts per layer, each of --ffn neurons (llama, qwen2moe, qwen3moe; --act silu)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}));
+  cmd->add_option("--experts-used", a->o.n_experts_used, "Experts the router picks per token")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  cmd->add_option("--shared-ffn", a->o.n_ff_shared, "qwen2moe's shared expert's neurons (default: --ffn)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("--expert-locality", a->o.expert_locality,
+                  "Share of the router reading the slowly moving context subspace rather than the token's own (consecutive tokens reuse experts)")
+      ->capture_default_str();
+  cmd->add_option("--expert-skew", a->o.expert_skew, "Power-law exponent of each expert's constant router bias by rank (0: no popular experts)")
+      ->capture_default_str();
   cmd->add_option("-o,--output", a->o.out_path, "Output GGUF file")->required();
   cmd->callback([a, &exit_code] { exit_code = run_guarded("gen-model", [&] { run_gen_model(*a); }); });
 }

@@ -158,6 +158,10 @@ opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<de
   }
   check_kv_fits(hp, ctx, o.n_seq, o.kv_type);
   if (o.n_gpu_layers >= 0 && !on_device) throw std::invalid_argument("--n-gpu-layers needs a hot device (--device sim, cuda or hip)");
+  if (hp.moe() && on_device)
+    throw std::invalid_argument(fmt::format("{}: a mixture of experts ({} experts, {} a token) runs on the CPU for now: use --device cpu (the experts' split "
+                                            "between a device and the CPU is not built yet)",
+                                            m->path(), hp.n_expert, hp.n_expert_used));
   opened_model r;
   r.m = m;
   r.dev = dev;

@@ -15,12 +15,15 @@ std::string_view architecture_name(architecture a) {
     case architecture::qwen2: return "qwen2";
     case architecture::qwen3: return "qwen3";
     case architecture::phi3: return "phi3";
+    case architecture::qwen2moe: return "qwen2moe";
+    case architecture::qwen3moe: return "qwen3moe";
   }
   return "?";
 }
 
 std::optional<architecture> architecture_from_name(std::string_view name) {
-  for (auto a : {architecture::llama, architecture::falcon, architecture::bamboo, architecture::qwen2, architecture::qwen3, architecture::phi3})
+  for (auto a : {architecture::llama, architecture::falcon, architecture::bamboo, architecture::qwen2, architecture::qwen3, architecture::phi3,
+                 architecture::qwen2moe, architecture::qwen3moe})
     if (architecture_name(a) == name) return a;
   return std::nullopt;
 }
@@ -52,7 +55,45 @@ int64_t required_int(const gguf::file& f, const std::string& k) {
   return *v;
 }
 
+// A mixture of experts' keys (llama.cpp's): expert_count and expert_used_count; the experts' width
+// (expert_feed_forward_length; llama's Mixtral: feed_forward_length; else llama.cpp's fallback
+// feed_forward_length / expert_used_count); qwen2moe's shared expert's (expert_shared_feed_forward_length,
+// else feed_forward_length).
+void read_experts(const gguf::file& f, hparams& hp, std::optional<int64_t> ff) {
+  const bool moe_arch = hp.arch == architecture::qwen2moe || hp.arch == architecture::qwen3moe;
+  const auto count = f.get_int(key(hp, "expert_count"));
+  if (moe_arch && (!count || *count <= 0))
+    throw model_error(fmt::format("{}: metadata key {} is {} ({} is a mixture of experts: it needs one or more)", f.source(), key(hp, "expert_count"),
+                                  count ? std::to_string(*count) : "missing", architecture_name(hp.arch)));
+  if (!count || *count == 0) return;  // llama.cpp reads a llama file with 0 experts as dense
+  if (*count < 0) throw model_error(fmt::format("{}: metadata key {} = {} must not be negative", f.source(), key(hp, "expert_count"), *count));
+  if (hp.arch != architecture::llama && !moe_arch)
+    throw model_error(fmt::format("{}: {} says {} experts, but hotcold runs experts in llama, qwen2moe and qwen3moe files only", f.source(),
+                                  key(hp, "expert_count"), *count));
+  const auto used = f.get_int(key(hp, "expert_used_count"));
+  if (!used || *used <= 0 || *used > *count)
+    throw model_error(fmt::format("{}: metadata key {} is {}; it must be between 1 and expert_count = {}", f.source(), key(hp, "expert_used_count"),
+                                  used ? std::to_string(*used) : "missing", *count));
+  hp.n_expert = *count, hp.n_expert_used = *used;
+  const auto exp_ff = f.get_int(key(hp, "expert_feed_forward_length"));
+  hp.n_ff_exp = exp_ff && *exp_ff > 0 ? *exp_ff : hp.arch == architecture::llama ? ff.value_or(0) : ff.value_or(0) / hp.n_expert_used;
+  if (hp.n_ff_exp <= 0)
+    throw model_error(fmt::format("{}: metadata key {} is missing (and {} does not give it)", f.source(), key(hp, "expert_feed_forward_length"),
+                                  key(hp, "feed_forward_length")));
+  if (hp.arch == architecture::qwen2moe) {
+    const auto sh = f.get_int(key(hp, "expert_shared_feed_forward_length"));
+    hp.n_ff_shexp = sh && *sh > 0 ? *sh : ff.value_or(hp.n_ff_exp);
+  }
+  hp.expert_weights_norm = hp.arch != architecture::qwen2moe;
+}
+
 }  // namespace
+
+bool expert_role(tensor_role r) {
+  using t = tensor_role;
+  return r == t::ffn_gate_inp || r == t::ffn_gate_exps || r == t::ffn_up_exps || r == t::ffn_down_exps || r == t::ffn_gate_inp_shexp ||
+         r == t::ffn_gate_shexp || r == t::ffn_up_shexp || r == t::ffn_down_shexp;
+}
 
 void set_act_thresholds(hparams& hp, std::span<const double> t, std::string_view source) {
   if (hp.act != activation::silu && hp.act != activation::gelu)
@@ -80,7 +121,7 @@ hparams read_hparams(const gguf::file& f) {
     auto arch_name = f.get_string("general.architecture");
     if (!arch_name) throw model_error(fmt::format("{}: metadata key general.architecture is missing", f.source()));
     auto arch = architecture_from_name(*arch_name);
-    if (!arch) throw model_error(fmt::format("{}: unknown architecture '{}' (hotcold runs llama, qwen2, qwen3, phi3, falcon and bamboo)", f.source(), *arch_name));
+    if (!arch) throw model_error(fmt::format("{}: unknown architecture '{}' (hotcold runs llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, falcon and bamboo)", f.source(), *arch_name));
     hp.arch = *arch;
 
     hp.n_embd = required_int(f, key(hp, "embedding_length"));
@@ -89,7 +130,8 @@ hparams read_hparams(const gguf::file& f) {
     hp.n_head_kv = f.get_int(key(hp, "attention.head_count_kv")).value_or(hp.n_head);
     hp.n_ctx_train = f.get_int(key(hp, "context_length")).value_or(2048);
     auto ff = f.get_int(key(hp, "feed_forward_length"));
-    hp.n_ff = ff ? *ff : (hp.arch == architecture::falcon ? 4 * hp.n_embd : 0);
+    read_experts(f, hp, ff);
+    hp.n_ff = ff ? *ff : (hp.arch == architecture::falcon ? 4 * hp.n_embd : hp.n_ff_exp);
     if (hp.n_ff <= 0) throw model_error(fmt::format("{}: metadata key {} is missing", f.source(), key(hp, "feed_forward_length")));
     const auto key_length = f.get_int(key(hp, "attention.key_length"));
     if (!key_length && hp.n_embd % hp.n_head != 0)
@@ -141,7 +183,7 @@ hparams read_hparams(const gguf::file& f) {
     } else {
       hp.norm_eps = static_cast<float>(f.get_float(key(hp, "attention.layer_norm_rms_epsilon")).value_or(1e-6));
       // llama.cpp's rope type: NORM for llama and bamboo, NEOX for qwen2, qwen3 and phi3.
-      const bool neox = hp.arch == architecture::qwen2 || hp.arch == architecture::qwen3 || hp.arch == architecture::phi3;
+      const bool neox = qwen2_attention(hp.arch) || qwen3_attention(hp.arch) || hp.arch == architecture::phi3;
       hp.rope = neox ? rope_style::neox : rope_style::adjacent_pairs;
       hp.gated_ffn = true;
     }
@@ -188,6 +230,11 @@ hparams read_hparams(const gguf::file& f) {
                                       activation_thresholds_key));
       hp.pred_input = *p;
     }
+    if (hp.moe() && hp.act != activation::silu)
+      throw model_error(fmt::format("{}: {} = '{}': the experts of a mixture compute SiLU (hotcold does not sparsify experts' neurons)", f.source(),
+                                    activation_key, activation_name(hp.act)));
+    if (hp.moe() && !hp.act_threshold.empty())
+      throw model_error(fmt::format("{}: {} on a mixture of experts (its experts are what a token skips)", f.source(), activation_thresholds_key));
     if (hp.act == activation::drelu && !hp.gated_ffn)
       throw model_error(fmt::format("{}: dReLU needs a gated FFN, which {} does not have", f.source(), architecture_name(hp.arch)));
   } catch (const gguf::metadata_error& e) {
@@ -220,18 +267,26 @@ const std::vector<tensor_spec>& tensor_table(architecture a) {
       {r::attn_k_norm, "blk.%d.attn_k_norm.weight", true, false},
       {r::attn_output, "blk.%d.attn_output.weight", true, true},
       {r::ffn_norm, "blk.%d.ffn_norm.weight", true, true},
-      {r::ffn_gate, "blk.%d.ffn_gate.weight", true, true},
-      {r::ffn_up, "blk.%d.ffn_up.weight", true, true},
+      {r::ffn_gate, "blk.%d.ffn_gate.weight", true, false},  // a dense layer's (checked after loading), or the experts
+      {r::ffn_up, "blk.%d.ffn_up.weight", true, false},
       {r::ffn_down, "blk.%d.ffn_down.weight", true, false},  // or ffn_down_t
       {r::ffn_down_t, "blk.%d.ffn_down_t.weight", true, false},
       {r::pred_fc1, "blk.%d.fc1.weight", true, false},
       {r::pred_fc2, "blk.%d.fc2.weight", true, false},
+      {r::ffn_gate_inp, "blk.%d.ffn_gate_inp.weight", true, false},
+      {r::ffn_gate_exps, "blk.%d.ffn_gate_exps.weight", true, false},
+      {r::ffn_up_exps, "blk.%d.ffn_up_exps.weight", true, false},
+      {r::ffn_down_exps, "blk.%d.ffn_down_exps.weight", true, false},
+      {r::ffn_gate_inp_shexp, "blk.%d.ffn_gate_inp_shexp.weight", true, false},
+      {r::ffn_gate_shexp, "blk.%d.ffn_gate_shexp.weight", true, false},
+      {r::ffn_up_shexp, "blk.%d.ffn_up_shexp.weight", true, false},
+      {r::ffn_down_shexp, "blk.%d.ffn_down_shexp.weight", true, false},
   };
-  // phi3: its ffn_up holds gate and up (no ffn_gate).
+  // phi3: its ffn_up holds gate and up (no ffn_gate); no experts.
   static const std::vector<tensor_spec> phi3 = [] {
     std::vector<tensor_spec> t;
     for (const auto& s : llama) {
-      if (s.role == r::ffn_gate) continue;
+      if (s.role == r::ffn_gate || expert_role(s.role)) continue;
       t.push_back(s.role == r::ffn_up ? tensor_spec{r::ffn_up_gate, s.name, true, true} : s);
     }
     return t;
@@ -284,6 +339,12 @@ std::vector<int64_t> expected_shape(tensor_role role, const hparams& hp) {
     case r::ffn_down: return {hp.n_ff, hp.n_embd};
     case r::ffn_down_t: return {hp.n_embd, hp.n_ff};
     case r::pred_fc1: case r::pred_fc2: return {};
+    case r::ffn_gate_inp: return {hp.n_embd, hp.n_expert};
+    case r::ffn_gate_exps: case r::ffn_up_exps: return {hp.n_embd, hp.n_ff_exp, hp.n_expert};
+    case r::ffn_down_exps: return {hp.n_ff_exp, hp.n_embd, hp.n_expert};
+    case r::ffn_gate_inp_shexp: return {hp.n_embd, 1};
+    case r::ffn_gate_shexp: case r::ffn_up_shexp: return {hp.n_embd, hp.n_ff_shexp};
+    case r::ffn_down_shexp: return {hp.n_ff_shexp, hp.n_embd};
   }
   return {};
 }

@@ -13,9 +13,14 @@
 
 namespace hotcold {
 
-// llama also means Llama 3 / 3.1 / 3.2, Mistral and TinyLlama; qwen2, qwen3 and phi3 are llama's layer
-// with their own attention details (biases, per-head norms of q and k, fused products, NeoX RoPE).
-enum class architecture { llama, falcon, bamboo, qwen2, qwen3, phi3 };
+// llama also means Llama 3 / 3.1 / 3.2, Mistral and TinyLlama, and with experts Mixtral; qwen2, qwen3
+// and phi3 are llama's layer with their own attention details (biases, per-head norms of q and k,
+// fused products, NeoX RoPE); qwen2moe and qwen3moe are qwen2's and qwen3's layers with a mixture of
+// experts for the FFN (docs/moe.md).
+enum class architecture { llama, falcon, bamboo, qwen2, qwen3, phi3, qwen2moe, qwen3moe };
+// qwen2's attention (q, k, v biases required; NeoX RoPE) and qwen3's (per-head q and k norms required).
+inline bool qwen2_attention(architecture a) { return a == architecture::qwen2 || a == architecture::qwen2moe; }
+inline bool qwen3_attention(architecture a) { return a == architecture::qwen3 || a == architecture::qwen3moe; }
 enum class activation { silu, relu, drelu, gelu };
 enum class rope_style { adjacent_pairs, neox };  // llama.cpp's NORM (x[2i], x[2i+1]) and NEOX (x[i], x[i + n_rot/2])
 inline constexpr int64_t max_rope_dims = 1024;  // the forward pass keeps one position's rotation angles on the stack
@@ -82,6 +87,14 @@ struct hparams {
   // SiLU/GELU files made sparse by thresholding (activation_thresholds_key): t_l per layer; empty: none.
   std::vector<float> act_threshold;
   float sparsity_target = 0.0f;
+  // A mixture of experts (docs/moe.md): each layer's FFN is n_expert experts of n_ff_exp neurons
+  // (SiLU-gated), of which the router picks n_expert_used per token — softmax over ffn_gate_inp . x,
+  // the top n_expert_used, their weights renormalized to sum 1 where expert_weights_norm (llama's
+  // Mixtral, qwen3moe; not qwen2moe) —; qwen2moe adds a shared expert of n_ff_shexp neurons scaled by
+  // sigmoid(ffn_gate_inp_shexp . x). n_expert 0: a dense FFN.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  bool expert_weights_norm = false;
+  bool moe() const { return n_expert > 0; }
 
   // The layer's activation threshold (0: every neuron keeps its value).
   float act_threshold_of(int64_t layer) const { return act_threshold.empty() ? 0.0f : act_threshold[static_cast<size_t>(layer)]; }
@@ -118,7 +131,13 @@ enum class tensor_role {
   ffn_up_gate,         // phi3: gate and up in one tensor of 2 n_ff rows, gate first (llama.cpp's SWIGLU halves)
   ffn_down_t,          // sparse files: the down projection transposed, one row of n_embd per neuron
   pred_fc1, pred_fc2,  // the layer's activation predictor: score = fc2 . relu(fc1 . x)
+  // A mixture of experts: the router, each expert's gate, up and down (3-D: one slice per expert), and
+  // qwen2moe's shared expert with its gate vector.
+  ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps,
+  ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp,
 };
+// Whether a role is one of a mixture of experts' tensors.
+bool expert_role(tensor_role r);
 
 struct tensor_spec {
   tensor_role role;
@@ -130,8 +149,9 @@ struct tensor_spec {
 // The tensors an architecture reads, in one table.
 const std::vector<tensor_spec>& tensor_table(architecture a);
 std::string tensor_name(const tensor_spec& spec, int layer);
-// The shape a tensor must have: {ne0, ne1} (ne1 == 1 for vectors); empty for the predictor, whose
-// rank r is free (fc1 is {n_embd, r}, fc2 is {r, n_ff}).
+// The shape a tensor must have: {ne0, ne1} (ne1 == 1 for vectors), {ne0, ne1, ne2} for the experts'
+// 3-D tensors (ne2 = n_expert); empty for the predictor, whose rank r is free (fc1 is {n_embd, r}, fc2
+// is {r, n_ff}).
 std::vector<int64_t> expected_shape(tensor_role role, const hparams& hp);
 
 }  // namespace hotcold

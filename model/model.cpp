@@ -121,6 +121,8 @@ tensor_view bind_tensor(const gguf::file& f, const hparams& hp, const tensor_spe
     if (spec.required) throw model_error(fmt::format("{}: tensor {} is missing", path, name));
     return {};
   }
+  if (expert_role(spec.role) && !hp.moe())
+    throw model_error(fmt::format("{}: tensor {} belongs to a mixture of experts, but {}.expert_count is missing or 0", path, name, architecture_name(hp.arch)));
   auto want = expected_shape(spec.role, hp);
   if (want.empty()) {  // the predictor: its rank is free, the other sides are fixed
     const bool is_fc1 = spec.role == tensor_role::pred_fc1;
@@ -129,22 +131,24 @@ tensor_view bind_tensor(const gguf::file& f, const hparams& hp, const tensor_spe
     want = is_fc1 ? std::vector<int64_t>{hp.n_embd, rank} : std::vector<int64_t>{rank, hp.n_ff};
   }
   bool vector = want[1] == 1;
-  bool shape_ok = t->ne[0] == want[0] && t->ne[1] == want[1] && t->ne[2] == 1 && t->ne[3] == 1 && (!vector || t->n_dims == 1);
+  const int64_t want2 = want.size() > 2 ? want[2] : 1;  // the experts' 3-D tensors: one slice per expert
+  bool shape_ok = t->ne[0] == want[0] && t->ne[1] == want[1] && t->ne[2] == want2 && t->ne[3] == 1 && (!vector || t->n_dims == 1);
   if (!shape_ok) {
     std::string got;
     for (uint32_t d = 0; d < t->n_dims; ++d) got += (d ? ", " : "") + std::to_string(t->ne[d]);
-    throw model_error(fmt::format("{}: tensor {} has shape [{}], expected [{}]", path, name, got,
-                                  vector ? std::to_string(want[0]) : fmt::format("{}, {}", want[0], want[1])));
+    std::string expected = vector ? std::to_string(want[0]) : fmt::format("{}, {}", want[0], want[1]);
+    if (want.size() > 2) expected += fmt::format(", {}", want2);
+    throw model_error(fmt::format("{}: tensor {} has shape [{}], expected [{}]", path, name, got, expected));
   }
   if (vector ? (t->type != tensor_type::f32) : !matrix_type_supported(t->type))
     throw model_error(fmt::format("{}: tensor {} has type {}, which hotcold does not compute with ({})", path, name,
-                                  tensor_type_name(t->type), vector ? "norms must be F32" : "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"));
+                                  tensor_type_name(t->type), vector ? "norms and vectors must be F32" : "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"));
   tensor_view v;
   v.name = name;
   v.type = t->type;
   v.ne0 = t->ne[0];
-  v.ne1 = t->ne[1];
-  v.row_bytes = static_cast<size_t>(t->n_bytes / static_cast<uint64_t>(t->ne[1]));
+  v.ne1 = t->ne[1] * t->ne[2];  // an experts' tensor: every expert's rows, expert after expert
+  v.row_bytes = static_cast<size_t>(t->n_bytes / static_cast<uint64_t>(v.ne1));
   v.data = base + t->offset;
   weight_bytes += t->n_bytes;
   return v;
@@ -187,6 +191,14 @@ void place_tensor(model_weights& w, int il, tensor_role role, const tensor_view&
     case r::ffn_down_t: l.ffn_down_t = v; break;
     case r::pred_fc1: l.pred_fc1 = v; break;
     case r::pred_fc2: l.pred_fc2 = v; break;
+    case r::ffn_gate_inp: l.ffn_gate_inp = v; break;
+    case r::ffn_gate_exps: l.ffn_gate_exps = v; break;
+    case r::ffn_up_exps: l.ffn_up_exps = v; break;
+    case r::ffn_down_exps: l.ffn_down_exps = v; break;
+    case r::ffn_gate_inp_shexp: l.ffn_gate_inp_shexp = v; break;
+    case r::ffn_gate_shexp: l.ffn_gate_shexp = v; break;
+    case r::ffn_up_shexp: l.ffn_up_shexp = v; break;
+    case r::ffn_down_shexp: l.ffn_down_shexp = v; break;
     default: break;
   }
 }
@@ -284,30 +296,61 @@ void split_fused_qkv(const std::string& path, const hparams& hp, int il, layer_w
   }
 }
 
+// A mixture of experts' layer: the router and every expert's gate, up and down, and no dense FFN or
+// predictor beside them; qwen2moe's shared expert whole (llama's and qwen3moe's files have none).
+void finish_experts(const std::string& path, const hparams& hp, int il, layer_weights& l) {
+  const std::pair<const tensor_view*, const char*> needed[] = {
+      {&l.ffn_gate_inp, "ffn_gate_inp"}, {&l.ffn_gate_exps, "ffn_gate_exps"}, {&l.ffn_up_exps, "ffn_up_exps"}, {&l.ffn_down_exps, "ffn_down_exps"}};
+  for (const auto& [t, name] : needed)
+    if (!*t)
+      throw model_error(fmt::format("{}: tensor blk.{}.{}.weight is missing (a mixture-of-experts layer needs the router and every expert's gate, up and down)",
+                                    path, il, name));
+  if (l.ffn_gate || l.ffn_up || l.ffn_down || l.ffn_down_t || l.ffn_bundle)
+    throw model_error(fmt::format("{}: blk.{} has both experts and a dense FFN (ffn_gate, ffn_up, ffn_down), which hotcold does not run together", path, il));
+  if (l.pred_fc1 || l.pred_fc2) throw model_error(fmt::format("{}: blk.{} has a neuron predictor (fc1, fc2) beside its experts", path, il));
+  const bool shared = l.ffn_gate_inp_shexp || l.ffn_gate_shexp || l.ffn_up_shexp || l.ffn_down_shexp;
+  if (hp.arch != architecture::qwen2moe && shared)
+    throw model_error(fmt::format("{}: blk.{} has a shared expert (ffn_*_shexp), which {} files do not", path, il, architecture_name(hp.arch)));
+  if (hp.arch == architecture::qwen2moe) {
+    const std::pair<const tensor_view*, const char*> shexp[] = {{&l.ffn_gate_inp_shexp, "ffn_gate_inp_shexp"},
+                                                                {&l.ffn_gate_shexp, "ffn_gate_shexp"},
+                                                                {&l.ffn_up_shexp, "ffn_up_shexp"},
+                                                                {&l.ffn_down_shexp, "ffn_down_shexp"}};
+    for (const auto& [t, name] : shexp)
+      if (!*t) throw model_error(fmt::format("{}: tensor blk.{}.{}.weight is missing (qwen2moe's shared expert)", path, il, name));
+  }
+}
+
 // A layer's tensors that go together, checked (and a llama-family layer's q, k, v bound).
 void finish_layer(const std::string& path, const hparams& hp, int il, layer_weights& l, const tensor_view& qkv_bias) {
   if (hp.arch != architecture::falcon) {
     split_fused_qkv(path, hp, il, l, qkv_bias);
     if (static_cast<bool>(l.bq) != static_cast<bool>(l.bk) || static_cast<bool>(l.bq) != static_cast<bool>(l.bv))
       throw model_error(fmt::format("{}: blk.{} has biases on some of q, k, v but not all", path, il));
-    if (hp.arch == architecture::qwen2 && !l.bq)
-      throw model_error(fmt::format("{}: tensor blk.{}.attn_q.bias is missing (qwen2's q, k and v have biases)", path, il));
+    if (qwen2_attention(hp.arch) && !l.bq)
+      throw model_error(fmt::format("{}: tensor blk.{}.attn_q.bias is missing ({}'s q, k and v have biases)", path, il, architecture_name(hp.arch)));
     if (static_cast<bool>(l.q_norm) != static_cast<bool>(l.k_norm))
       throw model_error(fmt::format("{}: blk.{} needs both attn_q_norm and attn_k_norm, or neither", path, il));
-    if (hp.arch == architecture::qwen3 && !l.q_norm)
-      throw model_error(fmt::format("{}: tensor blk.{}.attn_q_norm.weight is missing (qwen3 normalizes q and k per head)", path, il));
+    if (qwen3_attention(hp.arch) && !l.q_norm)
+      throw model_error(fmt::format("{}: tensor blk.{}.attn_q_norm.weight is missing ({} normalizes q and k per head)", path, il, architecture_name(hp.arch)));
   }
   if (static_cast<bool>(l.attn_norm_2) != static_cast<bool>(l.attn_norm_2_b))
     throw model_error(fmt::format("{}: blk.{}.attn_norm_2 needs both its weight and its bias", path, il));
-  if (!l.ffn_down && !l.ffn_down_t)
-    throw model_error(fmt::format("{}: tensor blk.{}.ffn_down.weight is missing (and there is no ffn_down_t either)", path, il));
+  if (hp.moe()) {
+    finish_experts(path, hp, il, l);
+  } else {
+    if (hp.gated_ffn && !l.ffn_gate) throw model_error(fmt::format("{}: tensor blk.{}.ffn_gate.weight is missing", path, il));
+    if (!l.ffn_up) throw model_error(fmt::format("{}: tensor blk.{}.ffn_up.weight is missing", path, il));
+    if (!l.ffn_down && !l.ffn_down_t)
+      throw model_error(fmt::format("{}: tensor blk.{}.ffn_down.weight is missing (and there is no ffn_down_t either)", path, il));
+  }
   if (static_cast<bool>(l.pred_fc1) != static_cast<bool>(l.pred_fc2))
     throw model_error(fmt::format("{}: blk.{}'s predictor needs both fc1 and fc2", path, il));
 }
 
 // Only what the dense products read, rows interleaved in place: FFN rows of sparse files (and of any
 // layer with a predictor) are read one neuron at a time, and a tied head is also the embedding.
-void interleave_for_products(model_weights& w, bool tied_output) {
+void interleave_for_products(model_weights& w, bool tied_output, int64_t n_expert) {
   for (auto& l : w.layers) {
     // F16: the predictors' short rows only (fc2's 512 bytes at rank 256: -10% a product); long F16
     // rows already stream two a thread, and a layer's fc1 read interleaved was slower.
@@ -320,7 +363,12 @@ void interleave_for_products(model_weights& w, bool tied_output) {
     auto q4 = [](tensor_view& t) {
       if (t.type == tensor_type::q4_0 || t.type == tensor_type::q4_k || t.type == tensor_type::q5_k) interleave_in_place(t);
     };
-    for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_down, &l.pred_fc1, &l.pred_fc2}) q4(*t);
+    for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_down, &l.pred_fc1, &l.pred_fc2, &l.ffn_gate_inp, &l.ffn_gate_shexp, &l.ffn_up_shexp,
+                           &l.ffn_down_shexp})
+      q4(*t);
+    // The experts, where each one's rows make whole groups of sixteen (a group never spans two experts).
+    for (tensor_view* t : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps})
+      if (*t && n_expert > 0 && (t->ne1 / n_expert) % 16 == 0) q4(*t);
     if (!l.ffn_down_t && !l.pred_fc1) {
       q4(l.ffn_gate);
       q4(l.ffn_up);
@@ -389,7 +437,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     w.output = w.token_embd;
     m->tied_output_ = true;
   }
-  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_);
+  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_, hp.n_expert);
   if (std::string gpuidx = placement_path(path); std::filesystem::exists(gpuidx)) {
     try {
       m->placement_ = read_placement_file(gpuidx, hp.n_layer, hp.n_ff);

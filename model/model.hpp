@@ -68,7 +68,22 @@ struct layer_weights {
   // prepare's order of the neurons (I32, n_ff): position i holds the neuron that was number order[i]
   // in the file prepare read; absent when they are in that order.
   tensor_view ffn_order;
+  // A mixture of experts (hp.moe(); ffn_gate, ffn_up, ffn_down absent): the router (n_embd) ->
+  // (n_expert); every expert's gate and up rows, n_ff_exp rows of n_embd an expert (expert e's are rows
+  // [e n_ff_exp, (e + 1) n_ff_exp): expert_rows), and its down rows, n_embd rows of n_ff_exp an expert;
+  // qwen2moe's shared expert (n_ff_shexp neurons) and its gate vector (F32, n_embd).
+  tensor_view ffn_gate_inp;
+  tensor_view ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+  tensor_view ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
 };
+
+// Expert e's slice of an experts' tensor whose experts hold `rows` rows each.
+inline tensor_view expert_rows(const tensor_view& t, int64_t e, int64_t rows) {
+  tensor_view v = t;
+  v.ne1 = rows;
+  v.data = t.data + static_cast<size_t>(e * rows) * t.row_stride();
+  return v;
+}
 
 struct model_weights {
   tensor_view token_embd;                  // n_vocab rows of n_embd

@@ -1,5 +1,6 @@
 #include "model/reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -206,6 +207,7 @@ void reference_model::ffn(int64_t l, const std::vector<vec>& attn, const layer_q
   const bool falcon = hp_.arch == architecture::falcon;
   const std::string b = "blk." + std::to_string(l) + ".";
   const mat wo = matrix(b + "attn_output.weight");
+  if (hp_.moe()) return experts(l, attn, mask, x);
   mat up, gate, down;
   const bool bundled = f_.find_tensor(b + "ffn_bundle.weight") != nullptr;
   const bool by_neuron = bundled || !f_.find_tensor(b + "ffn_down.weight");  // sparse files: ffn_down_t, a row per neuron
@@ -248,6 +250,76 @@ void reference_model::ffn(int64_t l, const std::vector<vec>& attn, const layer_q
       fo = times(down, hidden);
     }
     for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += fo[static_cast<size_t>(i)] + (falcon ? o[static_cast<size_t>(i)] : 0.0);
+  }
+}
+
+// A mixture of experts' FFN (docs/moe.md), as llama.cpp's build_moe_ffn computes it: the router's
+// softmax over every expert, the n_expert_used most probable (ties: the lower number), their
+// probabilities renormalized to sum 1 where the architecture does (llama, qwen3moe), each chosen
+// expert's down(silu(gate x) * up x) weighted by them; qwen2moe adds its shared expert's output times
+// sigmoid(ffn_gate_inp_shexp . x). Attention's output and the FFN's added to the residual stream.
+void reference_model::experts(int64_t l, const std::vector<vec>& attn, const neuron_mask* mask, std::vector<vec>& x) const {
+  const int64_t d = hp_.n_embd, ne = hp_.n_expert, nf = hp_.n_ff_exp;
+  const std::string b = "blk." + std::to_string(l) + ".";
+  const mat wo = matrix(b + "attn_output.weight");
+  const mat router = matrix(b + "ffn_gate_inp.weight");
+  const mat gate = matrix(b + "ffn_gate_exps.weight"), up = matrix(b + "ffn_up_exps.weight"), down = matrix(b + "ffn_down_exps.weight");
+  const bool shared = f_.find_tensor(b + "ffn_gate_shexp.weight") != nullptr;
+  mat gate_s, up_s, down_s;
+  vec gate_inp_s;
+  if (shared) {
+    gate_s = matrix(b + "ffn_gate_shexp.weight"), up_s = matrix(b + "ffn_up_shexp.weight"), down_s = matrix(b + "ffn_down_shexp.weight");
+    gate_inp_s = vector(b + "ffn_gate_inp_shexp.weight");
+  }
+  // down(silu(gate x) * up x) over rows [g0, g0 + n) of gate and up and [d0, d0 + d) of down.
+  auto expert = [&](const mat& g, const mat& u, const mat& dn, int64_t g0, int64_t n, int64_t d0, const vec& in) {
+    vec h(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      double gv = 0, uv = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        gv += g[static_cast<size_t>(g0 + i)][static_cast<size_t>(c)] * in[static_cast<size_t>(c)];
+        uv += u[static_cast<size_t>(g0 + i)][static_cast<size_t>(c)] * in[static_cast<size_t>(c)];
+      }
+      h[static_cast<size_t>(i)] = gv / (1 + std::exp(-gv)) * uv;
+    }
+    vec y(static_cast<size_t>(d), 0.0);
+    for (int64_t r = 0; r < d; ++r)
+      for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(r)] += dn[static_cast<size_t>(d0 + r)][static_cast<size_t>(i)] * h[static_cast<size_t>(i)];
+    return y;
+  };
+  for (size_t t = 0; t < x.size(); ++t) {
+    const vec o = times(wo, attn[t]);
+    for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += o[static_cast<size_t>(i)];
+    const vec in = rms_norm(x[t], vector(b + "ffn_norm.weight"));
+    const vec logit = times(router, in);
+    const double top = *std::max_element(logit.begin(), logit.end());
+    vec p(static_cast<size_t>(ne));
+    double sum = 0;
+    for (int64_t e = 0; e < ne; ++e) sum += p[static_cast<size_t>(e)] = std::exp(logit[static_cast<size_t>(e)] - top);
+    for (double& v : p) v /= sum;
+    std::vector<int64_t> order(static_cast<size_t>(ne));
+    for (int64_t e = 0; e < ne; ++e) order[static_cast<size_t>(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(c)]; });
+    if (mask) {  // the experts a path chose, in this order
+      const auto& chosen_by_path = (*mask)[t][static_cast<size_t>(l)];
+      std::stable_partition(order.begin(), order.end(), [&](int64_t e) { return static_cast<bool>(chosen_by_path[static_cast<size_t>(e)]); });
+    }
+    double chosen = 0;
+    for (int64_t k = 0; k < hp_.n_expert_used; ++k) chosen += p[static_cast<size_t>(order[static_cast<size_t>(k)])];
+    vec fo(static_cast<size_t>(d), 0.0);
+    for (int64_t k = 0; k < hp_.n_expert_used; ++k) {
+      const int64_t e = order[static_cast<size_t>(k)];
+      const double w = p[static_cast<size_t>(e)] / (hp_.expert_weights_norm ? chosen : 1.0);
+      const vec y = expert(gate, up, down, e * nf, nf, e * d, in);
+      for (int64_t i = 0; i < d; ++i) fo[static_cast<size_t>(i)] += w * y[static_cast<size_t>(i)];
+    }
+    if (shared) {
+      double s = 0;
+      for (int64_t c = 0; c < d; ++c) s += gate_inp_s[static_cast<size_t>(c)] * in[static_cast<size_t>(c)];
+      const vec y = expert(gate_s, up_s, down_s, 0, hp_.n_ff_shexp, 0, in);
+      for (int64_t i = 0; i < d; ++i) fo[static_cast<size_t>(i)] += y[static_cast<size_t>(i)] / (1 + std::exp(-s));
+    }
+    for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += fo[static_cast<size_t>(i)];
   }
 }
 

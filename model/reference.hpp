@@ -8,7 +8,8 @@
 // ReLU or dReLU), qwen2, qwen3 and phi3 (llama's layer with NeoX RoPE; q, k, v from three tensors or a
 // fused one, with biases where the file has them, per-head RMSNorm of q and k where it has those, gate
 // and up fused in one tensor, Llama 3.1's and Phi-3's frequency factors, an output bias), falcon (LayerNorm with bias, fused QKV, NeoX RoPE, parallel attention and FFN,
-// non-gated FFN; in the Falcon-40B layout attention reads attn_norm_2 and the FFN attn_norm), linear
+// non-gated FFN; in the Falcon-40B layout attention reads attn_norm_2 and the FFN attn_norm), mixtures
+// of experts (llama's Mixtral, qwen2moe with its shared expert, qwen3moe), linear
 // RoPE scaling, grouped-query attention, tied output embeddings, dense files and sparse ones (the
 // down projection stored by neuron as ffn_down_t). The file's metadata is read by read_hparams, as
 // the engine reads it; the arithmetic here shares nothing with the engine's.
@@ -31,7 +32,9 @@ class reference_model {
   explicit reference_model(const gguf::file& f, tensor_type kv_type = tensor_type::f32, int64_t n_ctx = 0);
 
   // Which FFN neurons contribute, [token][layer][neuron]: what a sparse path chose (the others count
-  // as zero). Absent: every neuron, as the model means.
+  // as zero). Absent: every neuron, as the model means. A mixture of experts' layer: [token][layer][expert],
+  // the experts a path's router chose (weighted by this reference's probabilities of them), so that a
+  // path whose rounding tipped a near tie the other way is held to the same experts.
   using neuron_mask = std::vector<std::vector<std::vector<bool>>>;
 
   // The logits (n_vocab each) of every position of `tokens`, positions 0, 1, ...
@@ -57,6 +60,8 @@ class reference_model {
   layer_qkv queries_keys_values(int64_t l, const std::vector<vec>& x) const;
   std::vector<vec> attention(const layer_qkv& qkv) const;
   void ffn(int64_t l, const std::vector<vec>& attn, const layer_qkv& qkv, const neuron_mask* mask, std::vector<vec>& x) const;
+  // A mixture of experts' layer (hp.moe()): the router's choice of experts, their weighted outputs.
+  void experts(int64_t l, const std::vector<vec>& attn, const neuron_mask* mask, std::vector<vec>& x) const;
   // A position's FFN hidden vector (n_ff), its neurons outside the mask zero.
   vec hidden_of(int64_t l, size_t t, const vec& u, const vec& gv, const neuron_mask* mask) const;
 

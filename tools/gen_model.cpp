@@ -154,13 +154,25 @@ void check_options(const gen_model_options& o) {
   if (o.act == activation::drelu && o.arch == architecture::falcon) throw bad("--act drelu needs a gated FFN (llama or bamboo), falcon has none");
   if (!(o.norm_spread >= 0 && o.norm_spread < 1)) throw bad(fmt::format("--norm-spread {} must be in [0, 1)", o.norm_spread));
   if (o.out_path.empty()) throw bad("-o OUT.gguf is required");
+  const bool moe_arch = o.arch == architecture::qwen2moe || o.arch == architecture::qwen3moe;
+  if (o.n_experts < 0) throw bad("--experts must not be negative");
+  if (moe_arch && o.n_experts < 1) throw bad(fmt::format("--arch {} is a mixture of experts: give --experts N", architecture_name(o.arch)));
+  if (o.n_experts > 0) {
+    if (o.arch != architecture::llama && !moe_arch) throw bad(fmt::format("--experts: experts in llama, qwen2moe or qwen3moe files, not {}", architecture_name(o.arch)));
+    if (o.n_experts_used < 1 || o.n_experts_used > o.n_experts)
+      throw bad(fmt::format("--experts-used {} must be between 1 and --experts {}", o.n_experts_used, o.n_experts));
+    if (o.act != activation::silu) throw bad("a mixture of experts computes SiLU: --act silu");
+    if (!(o.expert_locality >= 0 && o.expert_locality <= 1)) throw bad(fmt::format("--expert-locality {} must be in [0, 1]", o.expert_locality));
+    if (!(o.expert_skew >= 0 && o.expert_skew <= 4)) throw bad(fmt::format("--expert-skew {} must be in [0, 4]", o.expert_skew));
+    if (o.n_ff_shared < 0) throw bad("--shared-ffn must not be negative");
+  }
   const auto& tt = traits(o.type);
   const bool k_quant = o.type == tensor_type::q4_k || o.type == tensor_type::q5_k || o.type == tensor_type::q6_k;
   if (!(o.type == tensor_type::f32 || o.type == tensor_type::f16 || o.type == tensor_type::q8_0 || o.type == tensor_type::q4_0 || o.type == tensor_type::bf16 ||
         k_quant))
     throw bad(fmt::format("--type {} is not one gen-model writes (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)", tt.name));
   if (o.k_mix && !(o.type == tensor_type::q4_k || o.type == tensor_type::q5_k)) throw bad(fmt::format("the _M mix is over Q4_K or Q5_K, not {}", tt.name));
-  if (o.n_embd % tt.block_size || o.n_ff % tt.block_size || (head * o.n_head) % tt.block_size)
+  if (o.n_embd % tt.block_size || o.n_ff % tt.block_size || (head * o.n_head) % tt.block_size || o.n_ff_shared % tt.block_size)
     throw bad(fmt::format("--type {} stores rows in blocks of {}: --embd {}, --ffn {} and the queries' width {} must be multiples of it", tt.name,
                           tt.block_size, o.n_embd, o.n_ff, head * o.n_head));
 }
@@ -237,6 +249,8 @@ class model_builder {
 
  private:
   bool falcon() const { return o_.arch == architecture::falcon; }
+  bool moe() const { return o_.n_experts > 0; }
+  int64_t shared_ff() const { return o_.n_ff_shared > 0 ? o_.n_ff_shared : o_.n_ff; }
   bool sparse() const { return o_.act == activation::relu || o_.act == activation::drelu; }
   float in_scale() const { return 1.0f / std::sqrt(static_cast<float>(d_)); }
 
@@ -272,6 +286,12 @@ class model_builder {
     if (falcon()) w_.set_f32(arch + ".attention.layer_norm_epsilon", 1e-5f);
     else w_.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
     w_.set_u32(arch + ".vocab_size", static_cast<uint32_t>(n_vocab_));
+    if (moe()) {
+      w_.set_u32(arch + ".expert_count", static_cast<uint32_t>(o_.n_experts));
+      w_.set_u32(arch + ".expert_used_count", static_cast<uint32_t>(o_.n_experts_used));
+      if (o_.arch != architecture::llama) w_.set_u32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(o_.n_ff));
+      if (o_.arch == architecture::qwen2moe) w_.set_u32(arch + ".expert_shared_feed_forward_length", static_cast<uint32_t>(shared_ff()));
+    }
     w_.set_string(activation_key, activation_name(o_.act));
     w_.set_f32("hotcold.synthetic.active_fraction", static_cast<float>(sparse() ? o_.active : 1.0));
     w_.set_u64("hotcold.synthetic.seed", o_.seed);
@@ -412,12 +432,12 @@ class model_builder {
       add(blk + "attn_k.weight", o_.type, random_matrix(kv_, d_, in));
       add(blk + "attn_v.weight", types_.attn_v(il), random_matrix(kv_, d_, in));
     }
-    if (o_.arch == architecture::qwen2) {  // biases as large as the products' values: a path that drops one computes another model
+    if (qwen2_attention(o_.arch)) {  // biases as large as the products' values: a path that drops one computes another model
       add(blk + "attn_q.bias", tensor_type::f32, random_matrix(1, dq_, 0.5f));
       add(blk + "attn_k.bias", tensor_type::f32, random_matrix(1, kv_, 0.5f));
       add(blk + "attn_v.bias", tensor_type::f32, random_matrix(1, kv_, 0.5f));
     }
-    if (o_.arch == architecture::qwen3) {  // each head's norm weights for q and k, apart from each other
+    if (qwen3_attention(o_.arch)) {  // each head's norm weights for q and k, apart from each other
       for (const char* name : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
         matrix m(1, hd_);
         for (auto& x : m.v) x = static_cast<float>(1.0 + std::max(o_.norm_spread, 0.5) * (2.0 * g_.uniform() - 1.0));
@@ -464,9 +484,79 @@ class model_builder {
 
   void layer(int64_t il) {
     const std::string blk = fmt::format("blk.{}.", il);
+    if (moe()) {
+      attention(blk, il);
+      experts(blk, il);
+      return;
+    }
     const auto p = firing_probabilities(il);
     attention(blk, il);
     ffn(blk, il, p);
+  }
+
+  // n rows x cols matrices one after another, as one tensor of ne {cols, rows, n} (the experts' 3-D
+  // tensors: slice e is expert e's matrix).
+  void add_experts(const std::string& name, tensor_type t, const std::vector<matrix>& ms) {
+    const int64_t rows = ms[0].rows, cols = ms[0].cols;
+    matrix all(rows * static_cast<int64_t>(ms.size()), cols);
+    for (size_t e = 0; e < ms.size(); ++e) std::copy(ms[e].v.begin(), ms[e].v.end(), all.v.begin() + static_cast<std::ptrdiff_t>(e * ms[e].v.size()));
+    storage_.push_back(convert_rows(all.v, cols, t));
+    const std::vector<int64_t> ne{cols, rows, static_cast<int64_t>(ms.size())};
+    w_.add_tensor(name, t, ne, storage_.back());
+  }
+
+  // A dense SiLU FFN of n neurons: gate and up rows reading the token and context subspaces, down
+  // writing into the context subspace.
+  void dense_expert(int64_t n, matrix& gate, matrix& up, matrix& down) {
+    gate = matrix(n, d_), up = matrix(n, d_);
+    for (int64_t j = 0; j < n; ++j) {
+      neuron_row(gate.row(j), -1.0);
+      neuron_row(up.row(j), -1.0);
+    }
+    down = context_writer(n, 0.5f / std::sqrt(static_cast<float>(n) * 0.5f * static_cast<float>(std::max<int64_t>(1, o_.n_experts_used))));
+  }
+
+  // A mixture of experts' layer: the router (F32, as llama.cpp's quantize keeps it), the experts, and
+  // qwen2moe's shared expert with its gate vector.
+  void experts(const std::string& blk, int64_t il) {
+    add(blk + "ffn_norm.weight", tensor_type::f32, norm_weight());
+    const int64_t ne = o_.n_experts;
+    // Row e: the token subspace with weight 1 - L, the context subspace with weight L (both unit-RMS
+    // directions, scaled to give logits of a few units), and a constant 2 b_e A through the constant
+    // channels, b_e ~ (rank + 1)^-skew over the experts in a random order.
+    matrix router(ne, d_);
+    const double loc = o_.expert_locality;
+    const float spread = 4.0f;
+    std::vector<int64_t> rank(static_cast<size_t>(ne));
+    std::iota(rank.begin(), rank.end(), 0);
+    for (int64_t i = ne - 1; i > 0; --i) std::swap(rank[static_cast<size_t>(i)], rank[static_cast<size_t>(g_.next() % static_cast<uint64_t>(i + 1))]);
+    for (int64_t e = 0; e < ne; ++e) {
+      float* r = router.row(e);
+      fill_normal(g_, r + lay_.s_begin, s_len_, static_cast<float>((1 - loc) * spread / std::sqrt(static_cast<double>(s_len_))));
+      zero_mean(r, lay_.s_begin, lay_.s_end);
+      std::vector<float> c(static_cast<size_t>(ctx_rank_));
+      fill_normal(g_, c.data(), ctx_rank_, 1.0f);
+      for (int64_t k = 0; k < ctx_rank_; ++k)
+        kernels::axpy_f32(static_cast<float>(loc * spread * 4.0 / std::sqrt(static_cast<double>(ctx_rank_ * t_len_))) * c[static_cast<size_t>(k)],
+                          ctx_basis_.row(k), r + lay_.t_begin, t_len_);
+      const double popular = o_.expert_skew > 0 ? 2.0 * std::pow(static_cast<double>(rank[static_cast<size_t>(e)] + 1), -o_.expert_skew) : 0.0;
+      r[0] = static_cast<float>(popular / (2 * bias_level));
+      r[1] = -r[0];
+    }
+    add(blk + "ffn_gate_inp.weight", tensor_type::f32, router);
+    std::vector<matrix> gates(static_cast<size_t>(ne), matrix(0, 0)), ups(gates), downs(gates);
+    for (int64_t e = 0; e < ne; ++e) dense_expert(o_.n_ff, gates[static_cast<size_t>(e)], ups[static_cast<size_t>(e)], downs[static_cast<size_t>(e)]);
+    add_experts(blk + "ffn_gate_exps.weight", o_.type, gates);
+    add_experts(blk + "ffn_up_exps.weight", o_.type, ups);
+    add_experts(blk + "ffn_down_exps.weight", types_.ffn_down(il), downs);
+    if (o_.arch == architecture::qwen2moe) {
+      add(blk + "ffn_gate_inp_shexp.weight", tensor_type::f32, random_matrix(1, d_, 2.0f * in_scale()));
+      matrix g(0, 0), u(0, 0), dn(0, 0);
+      dense_expert(shared_ff(), g, u, dn);
+      add(blk + "ffn_gate_shexp.weight", o_.type, g);
+      add(blk + "ffn_up_shexp.weight", o_.type, u);
+      add(blk + "ffn_down_shexp.weight", types_.ffn_down(il), dn);
+    }
   }
 
   // Llama 3.1's rule: pairs whose wavelength is shorter than ctx/4 keep their frequency, longer than

@@ -47,6 +47,19 @@ struct gen_model_options {
   // Phi-3's LongRoPE for this original context (rope.scaling.original_context_length): random short
   // and long factor tensors and rope.scaling.attn_factor = sqrt(1 + ln(ctx / orig) / ln(orig)); 0: none.
   int64_t phi3_rope_orig_ctx = 0;
+  // A mixture of experts (llama as Mixtral, qwen2moe, qwen3moe; SiLU): n_experts experts of n_ff
+  // neurons per layer, n_experts_used per token (docs/moe.md). The router's rows read the hidden state
+  // two ways: the token subspace (changes every token) and the context subspace (written by every
+  // layer's attention, which averages the tokens before: it moves slowly along a sequence), in the
+  // share expert_locality of the latter — consecutive tokens then tend to pick the same experts —, and
+  // a per-expert constant (through the constant channels) falling off as a power law of the expert's
+  // rank with exponent expert_skew — a few experts popular everywhere. qwen2moe's shared expert has
+  // n_ff_shared neurons (0: n_ff).
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t n_ff_shared = 0;
+  double expert_locality = 0.5;
+  double expert_skew = 1.0;
   std::string out_path;
 };
 

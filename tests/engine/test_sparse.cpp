@@ -663,7 +663,9 @@ TEST_P(SparseLayout, DownBlocksComputeWhatDownRowsDo) {
     }
     EXPECT_GT(fired, 0);
     const int64_t n = static_cast<int64_t>(tokens.size());
-    if (c.type == tensor_type::q4_0) EXPECT_LT(ctx.read_down_rows()[0] + ctx.read_down_rows()[1], 2 * n * o.n_ff) << "no block was skipped";
+    if (c.type == tensor_type::q4_0) {
+      EXPECT_LT(ctx.read_down_rows()[0] + ctx.read_down_rows()[1], 2 * n * o.n_ff) << "no block was skipped";
+    }
     const bool float_rows = c.type == tensor_type::f32 || c.type == tensor_type::f16;
     EXPECT_LT(test::rel_diff(got, oracle.logits(tokens, &mask)), float_rows ? test::f16_kv_tolerance : 1.5e-2);
   }
