@@ -279,6 +279,7 @@ class inference_context {
     std::vector<float> logits, weights, x, g, h, y;  // router logits (n x n_expert); chosen weights (n x k); an expert's inputs and values
     std::vector<int32_t> experts;                    // n x k: each token's chosen experts, most probable first
     std::vector<int64_t> first, slots;               // (token, rank) slots grouped by expert
+    std::vector<tensor_view> views, downs;           // one token's experts' gate and up rows, and down rows
   };
   moe_scratch moe_;
   std::vector<float> logits_;    // (n_vocab): forward's and forward_batch's last logits

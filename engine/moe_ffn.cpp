@@ -9,6 +9,8 @@
 #include "engine/forward.hpp"
 #include "engine/matmul.hpp"
 #include "engine/neuron_rules.hpp"
+#include "engine/row_groups.hpp"
+#include "kernels/cpu/dot.hpp"
 
 namespace hotcold {
 
@@ -44,7 +46,15 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   S.logits.resize(static_cast<size_t>(n * ne));
   S.experts.resize(static_cast<size_t>(n * k));
   S.weights.resize(static_cast<size_t>(n * k));
-  matmul(on, l.ffn_gate_inp, in, n, S.logits.data());
+  if (l.ffn_gate_inp.type == tensor_type::f32 && n * ne * d <= (int64_t{1} << 18)) {
+    // A small F32 router (Mixtral's 8 x 4096) on this thread: a split across the pool costs more
+    // than its products.
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t e = 0; e < ne; ++e)
+        S.logits[static_cast<size_t>(t * ne + e)] = kernels::dot_f32(reinterpret_cast<const float*>(l.ffn_gate_inp.row(e)), in + t * d, d);
+  } else {
+    matmul(on, l.ffn_gate_inp, in, n, S.logits.data());
+  }
   route_experts(hp, S.logits.data(), n, S.experts.data(), S.weights.data());
   // The (token, rank) pairs of each expert, in token order: expert e's are slots [first[e], first[e + 1]).
   S.first.assign(static_cast<size_t>(ne + 1), 0);
@@ -57,7 +67,39 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   }
   std::fill(out, out + n * d, 0.0f);
   int64_t used = 0;
-  for (int64_t e = 0; e < ne; ++e) {
+  if (n == 1) {
+    // One token: its experts' gate and up rows all read the same input, so in one pass over the
+    // threads (one split instead of one per expert), then each expert's down rows against its values.
+    used = k;
+    S.views.clear();
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = S.experts[static_cast<size_t>(j)];
+      S.views.push_back(expert_rows(l.ffn_gate_exps, e, nf));
+      S.views.push_back(expert_rows(l.ffn_up_exps, e, nf));
+    }
+    S.g.resize(static_cast<size_t>(2 * k * nf));
+    S.h.resize(static_cast<size_t>(k * nf));
+    std::vector<const tensor_view*> ws;
+    std::vector<float*> ys;
+    for (int64_t j = 0; j < 2 * k; ++j) ws.push_back(&S.views[static_cast<size_t>(j)]), ys.push_back(S.g.data() + j * nf);
+    matmul_same_input(*on.pool, ws, in, 1, ys, *on.xq);
+    for (int64_t j = 0; j < k; ++j) hidden_values(hp, 0.0f, S.g.data() + 2 * j * nf, S.g.data() + (2 * j + 1) * nf, S.h.data() + j * nf, nf);
+    S.y.resize(static_cast<size_t>(k * d));
+    S.downs.clear();
+    std::vector<const float*> hs;
+    std::vector<float*> ys_down;
+    for (int64_t j = 0; j < k; ++j) {
+      S.downs.push_back(expert_rows(l.ffn_down_exps, S.experts[static_cast<size_t>(j)], d));
+      hs.push_back(S.h.data() + j * nf), ys_down.push_back(S.y.data() + j * d);
+    }
+    if (!one_token_own_inputs(*on.pool, S.downs, hs, ys_down))
+      for (int64_t j = 0; j < k; ++j) matmul(on, S.downs[static_cast<size_t>(j)], hs[static_cast<size_t>(j)], 1, ys_down[static_cast<size_t>(j)]);
+    for (int64_t j = 0; j < k; ++j) {
+      const float w = S.weights[static_cast<size_t>(j)];
+      for (int64_t c = 0; c < d; ++c) out[c] += w * S.y[static_cast<size_t>(j * d + c)];
+    }
+  }
+  for (int64_t e = 0; e < ne && n > 1; ++e) {
     const int64_t s0 = S.first[static_cast<size_t>(e)], m = S.first[static_cast<size_t>(e) + 1] - s0;
     if (m == 0) continue;
     ++used;

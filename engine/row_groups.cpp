@@ -206,6 +206,50 @@ int64_t zero_block_skipping_products(thread_pool& pool, const tensor_view& w, co
   return count;
 }
 
+bool one_token_own_inputs(thread_pool& pool, std::span<const tensor_view> ws, std::span<const float* const> xs, std::span<float* const> ys) {
+  const tensor_view& w0 = ws[0];
+  const int64_t m = static_cast<int64_t>(ws.size()), d = w0.ne0, rows = w0.ne1;
+  for (const tensor_view& w : ws)
+    if (w.type != w0.type || w.ne0 != d || w.ne1 != rows || w.interleaved16 != w0.interleaved16) return false;
+  if (w0.type == tensor_type::q4_0 && w0.interleaved16 && rows % 32 == 0) {
+    const int64_t qrow = d / qk8_0, half = rows / 32;  // pairs of groups per matrix: g and g + half
+    thread_local std::vector<block_q8_0> xq;
+    thread_local std::vector<q8_0_terms> terms;
+    xq.resize(static_cast<size_t>(m * qrow)), terms.resize(static_cast<size_t>(m * qrow));
+    for (int64_t j = 0; j < m; ++j) {
+      quantize_row_q8_0(xs[static_cast<size_t>(j)], xq.data() + j * qrow, d);
+      q8_0_block_terms(xq.data() + j * qrow, qrow, terms.data() + j * qrow);
+    }
+    const block_q8_0* x = xq.data();  // the calling thread's, read by the workers
+    const q8_0_terms* t = terms.data();
+    pool.parallel_for(m * half, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t j = p / half, g = p % half;
+        const auto* groups = reinterpret_cast<const block_q4_0x16*>(ws[static_cast<size_t>(j)].data);
+        float* y = ys[static_cast<size_t>(j)];
+        dot16r2_q4_0(groups + g * qrow, groups + (g + half) * qrow, x + j * qrow, t + j * qrow, d, y + 16 * g, y + 16 * (g + half));
+      }
+    }, 2);
+    return true;
+  }
+  if ((w0.type == tensor_type::q4_k || w0.type == tensor_type::q5_k || w0.type == tensor_type::q6_k) && !w0.interleaved16 && d % qk_k == 0) {
+    const int64_t kb = d / qk_k;
+    thread_local std::vector<block_q8_k> x8;
+    x8.resize(static_cast<size_t>(m * kb));
+    for (int64_t j = 0; j < m; ++j) quantize_row_q8_k(xs[static_cast<size_t>(j)], x8.data() + j * kb, d);
+    const block_q8_k* x = x8.data();
+    const tensor_type type = w0.type;
+    pool.parallel_for(m * rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t j = r / rows, i = r % rows;
+        ys[static_cast<size_t>(j)][i] = dot_k_quant_q8_k(type, ws[static_cast<size_t>(j)].row(i), x + j * kb, d);
+      }
+    }, 16);
+    return true;
+  }
+  return false;
+}
+
 // Q4_K, Q5_K, Q6_K rows against Q8_K activations (where few tokens share a product).
 float dot_k_quant_q8_k(tensor_type t, const void* row, const block_q8_k* x, int64_t d) {
   switch (t) {

@@ -31,6 +31,11 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
 // written where w is not an interleaved Q4_0 matrix of whole groups, n is over four, or no block is
 // zero for every token (the usual product then).
 int64_t zero_block_skipping_products(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<kernels::block_q8_0>& xq);
+// One token through several matrices of one type and shape, each with its own input (a token's
+// experts' down products): ys[m] = ws[m]'s rows . xs[m], in one split across the threads. False,
+// nothing written, where the matrices are neither interleaved Q4_0 of an even number of whole groups
+// nor K-quant rows in plain order (the caller then runs one product each).
+bool one_token_own_inputs(thread_pool& pool, std::span<const tensor_view> ws, std::span<const float* const> xs, std::span<float* const> ys);
 // Q4_K, Q5_K, Q6_K matrices (all of one type): likewise.
 bool k_quant_row_groups(const tensor_view& w, int64_t n);
 void k_quant_group_products(thread_pool& pool, std::span<const tensor_view* const> ws, const float* x, int64_t n, std::span<float* const> ys);

@@ -48,12 +48,13 @@ struct moe_case {
   std::string name;
   architecture arch;
   tensor_type type;
+  bool k_mix = false;  // llama.cpp's _M mix: some layers' down experts Q6_K
 };
 void PrintTo(const moe_case& c, std::ostream* os) { *os << c.name; }
 
 tools::gen_model_options moe_options(const moe_case& c) {
   tools::gen_model_options o;
-  o.arch = c.arch, o.type = c.type, o.act = activation::silu;
+  o.arch = c.arch, o.type = c.type, o.act = activation::silu, o.k_mix = c.k_mix;
   const bool k_quant = c.type == tensor_type::q4_k;
   o.n_embd = k_quant ? 256 : 64, o.n_ff = k_quant ? 256 : 64, o.n_ff_shared = k_quant ? 256 : 96;
   o.n_layer = 2, o.n_head = 4, o.n_head_kv = 2;
@@ -124,6 +125,7 @@ std::vector<moe_case> moe_cases() {
     for (auto [type, tn] : {std::pair{tensor_type::f32, "f32"}, std::pair{tensor_type::f16, "f16"}, std::pair{tensor_type::q8_0, "q8_0"},
                             std::pair{tensor_type::q4_0, "q4_0"}, std::pair{tensor_type::q4_k, "q4_k"}})
       out.push_back({std::string(an) + "_" + tn, arch, type});
+  out.push_back({"mixtral_q4_k_m", architecture::llama, tensor_type::q4_k, true});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Files, MoePath, testing::ValuesIn(moe_cases()), [](const testing::TestParamInfo<moe_case>& i) { return i.param.name; });
