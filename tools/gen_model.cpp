@@ -539,7 +539,8 @@ class model_builder {
       for (int64_t k = 0; k < ctx_rank_; ++k)
         kernels::axpy_f32(static_cast<float>(loc * spread * 4.0 / std::sqrt(static_cast<double>(ctx_rank_ * t_len_))) * c[static_cast<size_t>(k)],
                           ctx_basis_.row(k), r + lay_.t_begin, t_len_);
-      const double popular = o_.expert_skew > 0 ? 2.0 * std::pow(static_cast<double>(rank[static_cast<size_t>(e)] + 1), -o_.expert_skew) : 0.0;
+      // Up to 1.5 x the spread of the other parts' logits for the most popular expert.
+      const double popular = o_.expert_skew > 0 ? 1.5 * spread * std::pow(static_cast<double>(rank[static_cast<size_t>(e)] + 1), -o_.expert_skew) : 0.0;
       r[0] = static_cast<float>(popular / (2 * bias_level));
       r[1] = -r[0];
     }

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <random>
 #include <cstring>
 #include <algorithm>
 
@@ -207,6 +209,64 @@ TEST(MoeErrors, GenModelNamesTheFlag) {
   throws(b, "--act silu");
   b = o, b.arch = architecture::falcon;
   throws(b, "not falcon");
+}
+
+}  // namespace
+}  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// How a file routes a stream of tokens: per layer, the share of a token's experts that the token
+// before also chose (temporal locality), and the most chosen expert's share of all choices (popularity).
+struct routing_figures {
+  double reuse = 0, top_share = 0;
+};
+routing_figures routing_of(const std::string& path, int64_t n_tokens) {
+  auto m = model::load(path);
+  const auto& hp = m->hp();
+  inference_context ctx(m, n_tokens, 2);
+  std::vector<std::vector<std::vector<bool>>> chosen;  // [layer][token][expert]
+  chosen.resize(static_cast<size_t>(hp.n_layer));
+  ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> w) {
+    if (name != "ffn_act") return;
+    std::vector<bool> c(w.size());
+    for (size_t e = 0; e < w.size(); ++e) c[e] = w[e] != 0.0f;
+    chosen[static_cast<size_t>(layer)].push_back(c);
+  });
+  std::mt19937 rng(7);
+  for (int64_t t = 0; t < n_tokens; ++t) ctx.forward(static_cast<token_id>(3 + rng() % 280), t);
+  routing_figures f;
+  for (const auto& layer : chosen) {
+    int64_t again = 0, total = 0;
+    std::vector<int64_t> count(static_cast<size_t>(hp.n_expert), 0);
+    for (size_t t = 0; t < layer.size(); ++t)
+      for (size_t e = 0; e < layer[t].size(); ++e) {
+        if (!layer[t][e]) continue;
+        ++count[e], ++total;
+        again += t > 0 && layer[t - 1][e];
+      }
+    f.reuse += static_cast<double>(again) / static_cast<double>(total - hp.n_expert_used);
+    f.top_share += static_cast<double>(*std::max_element(count.begin(), count.end())) / static_cast<double>(total);
+  }
+  f.reuse /= static_cast<double>(hp.n_layer), f.top_share /= static_cast<double>(hp.n_layer);
+  return f;
+}
+
+// gen-model's routing knobs do what they say (docs/moe.md): more locality, more experts kept from
+// one token to the next; more skew, a more popular top expert.
+TEST(MoeSynthetic, LocalityAndSkewKnobsShapeTheRouting) {
+  auto file = [](const std::string& name, double locality, double skew) {
+    auto o = moe_options({name, architecture::qwen3moe, tensor_type::f32});
+    o.n_layer = 4, o.expert_locality = locality, o.expert_skew = skew;
+    return test::make_model("moe_knobs_" + name, o);
+  };
+  const auto plain = routing_of(file("plain", 0.0, 0.0), 96), local = routing_of(file("local", 0.9, 0.0), 96),
+             skewed = routing_of(file("skewed", 0.0, 2.0), 96);
+  std::printf("reuse %.3f / %.3f / %.3f, top share %.3f / %.3f / %.3f (plain / locality 0.9 / skew 2)\n", plain.reuse, local.reuse, skewed.reuse,
+              plain.top_share, local.top_share, skewed.top_share);
+  EXPECT_GT(local.reuse, plain.reuse + 0.15);
+  EXPECT_GT(skewed.top_share, plain.top_share + 0.1);
 }
 
 }  // namespace
