@@ -226,6 +226,10 @@ class inference_context {
   // A mixture of experts' FFN (engine/moe_ffn.cpp): the router's choice, each chosen expert once for
   // the tokens that chose it, their weighted sum into out (n x n_embd); qwen2moe's shared expert.
   void moe_ffn(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* out);
+  // Its experts for one token (out += each one's weighted output), or for a batch, each chosen expert
+  // once for the tokens that chose it; both return the experts computed. Read moe_'s routing.
+  int64_t one_token_experts(const layer_weights& l, const workers& on, const float* in, float* out);
+  int64_t batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out);
   // y (m x n_embd) = down(silu(gate x) * up x) for m inputs x.
   void expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
                       std::vector<float>& y);

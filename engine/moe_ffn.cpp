@@ -56,76 +56,13 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
     matmul(on, l.ffn_gate_inp, in, n, S.logits.data());
   }
   route_experts(hp, S.logits.data(), n, S.experts.data(), S.weights.data());
-  // The (token, rank) pairs of each expert, in token order: expert e's are slots [first[e], first[e + 1]).
-  S.first.assign(static_cast<size_t>(ne + 1), 0);
-  for (int64_t j = 0; j < n * k; ++j) ++S.first[static_cast<size_t>(S.experts[static_cast<size_t>(j)]) + 1];
-  std::partial_sum(S.first.begin(), S.first.end(), S.first.begin());
-  S.slots.resize(static_cast<size_t>(n * k));
-  {
-    std::vector<int64_t> at(S.first.begin(), S.first.end() - 1);
-    for (int64_t j = 0; j < n * k; ++j) S.slots[static_cast<size_t>(at[static_cast<size_t>(S.experts[static_cast<size_t>(j)])]++)] = j;
-  }
   std::fill(out, out + n * d, 0.0f);
-  int64_t used = 0;
-  if (n == 1) {
-    // One token: its experts' gate and up rows all read the same input, so in one pass over the
-    // threads (one split instead of one per expert), then each expert's down rows against its values.
-    used = k;
-    S.views.clear();
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = S.experts[static_cast<size_t>(j)];
-      S.views.push_back(expert_rows(l.ffn_gate_exps, e, nf));
-      S.views.push_back(expert_rows(l.ffn_up_exps, e, nf));
-    }
-    S.g.resize(static_cast<size_t>(2 * k * nf));
-    S.h.resize(static_cast<size_t>(k * nf));
-    std::vector<const tensor_view*> ws;
-    std::vector<float*> ys;
-    for (int64_t j = 0; j < 2 * k; ++j) ws.push_back(&S.views[static_cast<size_t>(j)]), ys.push_back(S.g.data() + j * nf);
-    matmul_same_input(*on.pool, ws, in, 1, ys, *on.xq);
-    for (int64_t j = 0; j < k; ++j) hidden_values(hp, 0.0f, S.g.data() + 2 * j * nf, S.g.data() + (2 * j + 1) * nf, S.h.data() + j * nf, nf);
-    S.y.resize(static_cast<size_t>(k * d));
-    S.downs.clear();
-    std::vector<const float*> hs;
-    std::vector<float*> ys_down;
-    for (int64_t j = 0; j < k; ++j) {
-      S.downs.push_back(expert_rows(l.ffn_down_exps, S.experts[static_cast<size_t>(j)], d));
-      hs.push_back(S.h.data() + j * nf), ys_down.push_back(S.y.data() + j * d);
-    }
-    if (!one_token_own_inputs(*on.pool, S.downs, hs, ys_down))
-      for (int64_t j = 0; j < k; ++j) matmul(on, S.downs[static_cast<size_t>(j)], hs[static_cast<size_t>(j)], 1, ys_down[static_cast<size_t>(j)]);
-    for (int64_t j = 0; j < k; ++j) {
-      const float w = S.weights[static_cast<size_t>(j)];
-      for (int64_t c = 0; c < d; ++c) out[c] += w * S.y[static_cast<size_t>(j * d + c)];
-    }
-  }
-  for (int64_t e = 0; e < ne && n > 1; ++e) {
-    const int64_t s0 = S.first[static_cast<size_t>(e)], m = S.first[static_cast<size_t>(e) + 1] - s0;
-    if (m == 0) continue;
-    ++used;
-    // The tokens that chose expert e, their inputs side by side.
-    S.x.resize(static_cast<size_t>(m * d));
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t t = S.slots[static_cast<size_t>(s0 + i)] / k;
-      std::copy(in + t * d, in + (t + 1) * d, S.x.begin() + i * d);
-    }
-    const tensor_view gate = expert_rows(l.ffn_gate_exps, e, nf), up = expert_rows(l.ffn_up_exps, e, nf), down = expert_rows(l.ffn_down_exps, e, d);
-    expert_product(on, gate, up, down, S.x.data(), m, S.y);
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t j = S.slots[static_cast<size_t>(s0 + i)], t = j / k;
-      const float w = S.weights[static_cast<size_t>(j)];
-      float* o = out + t * d;
-      const float* y = S.y.data() + i * d;
-      for (int64_t c = 0; c < d; ++c) o[c] += w * y[c];
-    }
-  }
+  const int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
   if (l.ffn_gate_shexp) {  // qwen2moe's shared expert, for every token, scaled by sigmoid(ffn_gate_inp_shexp . x)
     expert_product(on, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, in, n, S.y);
     const float* g = l.ffn_gate_inp_shexp.f32();
     for (int64_t t = 0; t < n; ++t) {
-      float s = 0;
-      for (int64_t c = 0; c < d; ++c) s += g[c] * in[t * d + c];
-      const float scale = 1.0f / (1.0f + std::exp(-s));
+      const float scale = 1.0f / (1.0f + std::exp(-kernels::dot_f32(g, in + t * d, d)));
       for (int64_t c = 0; c < d; ++c) out[t * d + c] += scale * S.y[static_cast<size_t>(t * d + c)];
     }
   }
@@ -143,6 +80,72 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   read_[static_cast<size_t>(layer)] += used * nf;
   down_read_[static_cast<size_t>(layer)] += used * nf;
   ++choices_[static_cast<size_t>(layer)].dense;
+}
+
+int64_t inference_context::one_token_experts(const layer_weights& l, const workers& on, const float* in, float* out) {
+  // Its experts' gate and up rows all read the same input: one split across the threads for all of
+  // them; then their down rows, each against its own values, in another.
+  const hparams& hp = model_->hp();
+  const int64_t d = hp.n_embd, k = hp.n_expert_used, nf = hp.n_ff_exp;
+  moe_scratch& S = moe_;
+  S.views.clear(), S.downs.clear();
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t e = S.experts[static_cast<size_t>(j)];
+    S.views.push_back(expert_rows(l.ffn_gate_exps, e, nf));
+    S.views.push_back(expert_rows(l.ffn_up_exps, e, nf));
+    S.downs.push_back(expert_rows(l.ffn_down_exps, e, d));
+  }
+  S.g.resize(static_cast<size_t>(2 * k * nf));
+  S.h.resize(static_cast<size_t>(k * nf));
+  S.y.resize(static_cast<size_t>(k * d));
+  std::vector<const tensor_view*> ws;
+  std::vector<float*> ys, ys_down;
+  std::vector<const float*> hs;
+  for (int64_t j = 0; j < 2 * k; ++j) ws.push_back(&S.views[static_cast<size_t>(j)]), ys.push_back(S.g.data() + j * nf);
+  for (int64_t j = 0; j < k; ++j) hs.push_back(S.h.data() + j * nf), ys_down.push_back(S.y.data() + j * d);
+  matmul_same_input(*on.pool, ws, in, 1, ys, *on.xq);
+  for (int64_t j = 0; j < k; ++j) hidden_values(hp, 0.0f, S.g.data() + 2 * j * nf, S.g.data() + (2 * j + 1) * nf, S.h.data() + j * nf, nf);
+  if (!one_token_own_inputs(*on.pool, S.downs, hs, ys_down))
+    for (int64_t j = 0; j < k; ++j) matmul(on, S.downs[static_cast<size_t>(j)], hs[static_cast<size_t>(j)], 1, ys_down[static_cast<size_t>(j)]);
+  for (int64_t j = 0; j < k; ++j) {
+    const float w = S.weights[static_cast<size_t>(j)];
+    for (int64_t c = 0; c < d; ++c) out[c] += w * S.y[static_cast<size_t>(j * d + c)];
+  }
+  return k;
+}
+
+int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out) {
+  const hparams& hp = model_->hp();
+  const int64_t d = hp.n_embd, ne = hp.n_expert, k = hp.n_expert_used, nf = hp.n_ff_exp;
+  moe_scratch& S = moe_;
+  // The (token, rank) slots of each expert, in token order: expert e's are slots [first[e], first[e + 1]).
+  S.first.assign(static_cast<size_t>(ne + 1), 0);
+  for (int64_t j = 0; j < n * k; ++j) ++S.first[static_cast<size_t>(S.experts[static_cast<size_t>(j)]) + 1];
+  std::partial_sum(S.first.begin(), S.first.end(), S.first.begin());
+  S.slots.resize(static_cast<size_t>(n * k));
+  std::vector<int64_t> at(S.first.begin(), S.first.end() - 1);
+  for (int64_t j = 0; j < n * k; ++j) S.slots[static_cast<size_t>(at[static_cast<size_t>(S.experts[static_cast<size_t>(j)])]++)] = j;
+  int64_t used = 0;
+  for (int64_t e = 0; e < ne; ++e) {
+    const int64_t s0 = S.first[static_cast<size_t>(e)], m = S.first[static_cast<size_t>(e) + 1] - s0;
+    if (m == 0) continue;
+    ++used;
+    // The tokens that chose expert e, their inputs side by side; its rows read once for all of them.
+    S.x.resize(static_cast<size_t>(m * d));
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t t = S.slots[static_cast<size_t>(s0 + i)] / k;
+      std::copy(in + t * d, in + (t + 1) * d, S.x.begin() + i * d);
+    }
+    expert_product(on, expert_rows(l.ffn_gate_exps, e, nf), expert_rows(l.ffn_up_exps, e, nf), expert_rows(l.ffn_down_exps, e, d), S.x.data(), m, S.y);
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t j = S.slots[static_cast<size_t>(s0 + i)], t = j / k;
+      const float w = S.weights[static_cast<size_t>(j)];
+      float* o = out + t * d;
+      const float* y = S.y.data() + i * d;
+      for (int64_t c = 0; c < d; ++c) o[c] += w * y[c];
+    }
+  }
+  return used;
 }
 
 void inference_context::expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
