@@ -32,6 +32,8 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   computed_.assign(static_cast<size_t>(hp.n_layer), 0);
   read_.assign(static_cast<size_t>(hp.n_layer), 0);
   down_read_.assign(static_cast<size_t>(hp.n_layer), 0);
+  experts_chosen_.assign(static_cast<size_t>(hp.n_layer), 0);
+  experts_guessed_.assign(static_cast<size_t>(hp.n_layer), 0);
   logits_.resize(static_cast<size_t>(hp.n_vocab));
   // Quantized activations for every product's input: n_embd, n_ff, or a predictor's rank (fc2).
   xq_.resize(static_cast<size_t>(std::max({hp.n_embd, hp.n_ff, max_rank}) / qk8_0 + 1));
@@ -363,6 +365,7 @@ void inference_context::add_ffn_output(step_state& B, int64_t layer, const float
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)] + out[k];
   else
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += out[k];
+  if (hp.moe() && layer + 1 < hp.n_layer) guess_next_experts(B, layer);
 }
 
 void inference_context::head(step_state& B, std::span<const int64_t> rows, float* logits) {

@@ -123,6 +123,10 @@ class inference_context {
     const float* ffn_in = nullptr;                                      // this layer's FFN input (n x n_embd)
     const float* pred_in = nullptr;                                     // what its predictor reads (n x n_embd)
     std::vector<float> logits;                                          // step_logits' rows x n_vocab
+    // A mixture of experts: the next layer's experts guessed from this layer's output (n x k), for
+    // layer guessed_layer (-1: none).
+    std::vector<int32_t> expert_guess;
+    int64_t guessed_layer = -1;
   };
 
   // How sparse-mode batches chose, per layer: predictor + union of active sets, or dense.
@@ -172,6 +176,12 @@ class inference_context {
   const std::vector<ffn_layer_stats>& stats() const { return stats_; }
   // Neurons computed per layer since construction (always counted; cheap).
   const std::vector<int64_t>& computed_neurons() const { return computed_; }
+  // A mixture of experts' zero-training expert predictor (docs/moe.md): layer l + 1's router applied
+  // to layer l's output (normalized by layer l + 1's ffn_norm) guesses layer l + 1's experts before
+  // its attention runs. Per layer since construction: the experts it chose, and how many of them the
+  // guess had (layer 0: none guessed).
+  const std::vector<int64_t>& experts_chosen() const { return experts_chosen_; }
+  const std::vector<int64_t>& experts_guessed() const { return experts_guessed_; }
   // Neurons whose rows were read per layer since construction: one token's choice per forward(), a
   // batch's union per batch (so a step of several sequences reads each chosen row once).
   const std::vector<int64_t>& read_neurons() const { return read_; }
@@ -229,6 +239,10 @@ class inference_context {
   // Its experts for one token (out += each one's weighted output), or for a batch, each chosen expert
   // once for the tokens that chose it; both return the experts computed. Read moe_'s routing.
   int64_t one_token_experts(const layer_weights& l, const workers& on, const float* in, float* out);
+  // The router's logits (n x n_expert) of n normalized inputs.
+  void router_logits(const layer_weights& l, const workers& on, const float* in, int64_t n, float* logits);
+  // After layer `layer`'s output joined the residual stream: the next layer's experts guessed into B.
+  void guess_next_experts(step_state& B, int64_t layer);
   int64_t batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out);
   // y (m x n_embd) = down(silu(gate x) * up x) for m inputs x.
   void expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
@@ -275,6 +289,7 @@ class inference_context {
   std::vector<int64_t> computed_;
   std::vector<int64_t> read_;
   std::vector<int64_t> down_read_;
+  std::vector<int64_t> experts_chosen_, experts_guessed_;
   thread_pool pool_;
   predictor_runner predictor_;
 
@@ -284,6 +299,7 @@ class inference_context {
     std::vector<int32_t> experts;                    // n x k: each token's chosen experts, most probable first
     std::vector<int64_t> first, slots;               // (token, rank) slots grouped by expert
     std::vector<tensor_view> views, downs;           // one token's experts' gate and up rows, and down rows
+    std::vector<float> guess_in, guess_logits, guess_weights;  // guess_next_experts' scratch
   };
   moe_scratch moe_;
   std::vector<float> logits_;    // (n_vocab): forward's and forward_batch's last logits

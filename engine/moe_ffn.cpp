@@ -46,16 +46,19 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   S.logits.resize(static_cast<size_t>(n * ne));
   S.experts.resize(static_cast<size_t>(n * k));
   S.weights.resize(static_cast<size_t>(n * k));
-  if (l.ffn_gate_inp.type == tensor_type::f32 && n * ne * d <= (int64_t{1} << 18)) {
-    // A small F32 router (Mixtral's 8 x 4096) on this thread: a split across the pool costs more
-    // than its products.
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t e = 0; e < ne; ++e)
-        S.logits[static_cast<size_t>(t * ne + e)] = kernels::dot_f32(reinterpret_cast<const float*>(l.ffn_gate_inp.row(e)), in + t * d, d);
-  } else {
-    matmul(on, l.ffn_gate_inp, in, n, S.logits.data());
-  }
+  router_logits(l, on, in, n, S.logits.data());
   route_experts(hp, S.logits.data(), n, S.experts.data(), S.weights.data());
+  // How many of the chosen experts the guess from the layer before had (guess_next_experts).
+  if (B.guessed_layer == layer) {
+    int64_t had = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t* guess = B.expert_guess.data() + t * k;
+      for (int64_t j = 0; j < k; ++j) had += std::find(guess, guess + k, S.experts[static_cast<size_t>(t * k + j)]) != guess + k;
+    }
+    experts_chosen_[static_cast<size_t>(layer)] += n * k;
+    experts_guessed_[static_cast<size_t>(layer)] += had;
+    B.guessed_layer = -1;
+  }
   std::fill(out, out + n * d, 0.0f);
   const int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
   if (l.ffn_gate_shexp) {  // qwen2moe's shared expert, for every token, scaled by sigmoid(ffn_gate_inp_shexp . x)
@@ -80,6 +83,33 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   read_[static_cast<size_t>(layer)] += used * nf;
   down_read_[static_cast<size_t>(layer)] += used * nf;
   ++choices_[static_cast<size_t>(layer)].dense;
+}
+
+void inference_context::router_logits(const layer_weights& l, const workers& on, const float* in, int64_t n, float* logits) {
+  const int64_t d = model_->hp().n_embd, ne = model_->hp().n_expert;
+  if (l.ffn_gate_inp.type == tensor_type::f32 && n * ne * d <= (int64_t{1} << 18)) {
+    // A small F32 router (Mixtral's 8 x 4096) on this thread: a split across the pool costs more
+    // than its products.
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t e = 0; e < ne; ++e) logits[t * ne + e] = kernels::dot_f32(reinterpret_cast<const float*>(l.ffn_gate_inp.row(e)), in + t * d, d);
+  } else {
+    matmul(on, l.ffn_gate_inp, in, n, logits);
+  }
+}
+
+void inference_context::guess_next_experts(step_state& B, int64_t layer) {
+  const hparams& hp = model_->hp();
+  const layer_weights& next = model_->weights().layers[static_cast<size_t>(layer + 1)];
+  const int64_t n = B.n, d = hp.n_embd, ne = hp.n_expert, k = hp.n_expert_used;
+  moe_scratch& S = moe_;
+  S.guess_in.resize(static_cast<size_t>(n * d));
+  S.guess_logits.resize(static_cast<size_t>(n * ne));
+  S.guess_weights.resize(static_cast<size_t>(n * k));
+  for (int64_t t = 0; t < n; ++t) rms_norm(B.x.data() + t * d, next.ffn_norm.f32(), S.guess_in.data() + t * d, d, hp.norm_eps);
+  router_logits(next, cpu_workers(), S.guess_in.data(), n, S.guess_logits.data());
+  B.expert_guess.resize(static_cast<size_t>(n * k));
+  route_experts(hp, S.guess_logits.data(), n, B.expert_guess.data(), S.guess_weights.data());
+  B.guessed_layer = layer + 1;
 }
 
 int64_t inference_context::one_token_experts(const layer_weights& l, const workers& on, const float* in, float* out) {

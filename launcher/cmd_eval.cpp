@@ -36,12 +36,26 @@ void write_stats_json(const std::string& path, const inference_context& ctx) {
   }
   auto j = fields(all);
   j["mode"] = ctx.mode() == ffn_mode::sparse ? "sparse" : "dense";
+  // A mixture of experts: how many of each layer's chosen experts the guess from the layer before had
+  // (the zero-training expert predictor, docs/moe.md).
+  const bool moe = ctx.get_model().hp().moe();
+  int64_t chosen = 0, guessed = 0;
+  for (size_t l = 0; moe && l < layers.size(); ++l) {
+    const int64_t c = ctx.experts_chosen()[l], g = ctx.experts_guessed()[l];
+    if (c > 0) layers[l]["expert_guess_recall"] = ratio(g, c);
+    chosen += c, guessed += g;
+  }
+  if (moe) j["expert_guess_recall"] = ratio(guessed, chosen);
   j["layers"] = layers;
   std::ofstream out(path);
   out << j.dump(2) << "\n";
   if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + path);
-  fmt::print(stderr, "hotcold: predictor recall {:.4f}, precision {:.4f}, active fraction {:.4f} -> {}\n", j["predictor_recall"].get<double>(),
-             j["predictor_precision"].get<double>(), j["active_fraction"].get<double>(), path);
+  if (moe)
+    fmt::print(stderr, "hotcold: the next layer's router on this layer's output had {:.4f} of the experts each layer chose -> {}\n",
+               j["expert_guess_recall"].get<double>(), path);
+  else
+    fmt::print(stderr, "hotcold: predictor recall {:.4f}, precision {:.4f}, active fraction {:.4f} -> {}\n", j["predictor_recall"].get<double>(),
+               j["predictor_precision"].get<double>(), j["active_fraction"].get<double>(), path);
 }
 
 // eval --vs-oracle: the prompt's logits from model/reference (given the neurons this run chose, in
