@@ -300,6 +300,7 @@ class inference_context {
     std::vector<int64_t> first, slots;               // (token, rank) slots grouped by expert
     std::vector<tensor_view> views, downs;           // one token's experts' gate and up rows, and down rows
     std::vector<float> guess_in, guess_logits, guess_weights;  // guess_next_experts' scratch
+    std::vector<uint8_t> chosen;                     // n x n_expert: the routing a trace records
   };
   moe_scratch moe_;
   std::vector<float> logits_;    // (n_vocab): forward's and forward_batch's last logits

@@ -59,6 +59,11 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
     experts_guessed_[static_cast<size_t>(layer)] += had;
     B.guessed_layer = -1;
   }
+  if (trace_) {  // each token's chosen experts, as a sparse layer's chosen neurons (docs/traces.md)
+    S.chosen.assign(static_cast<size_t>(n * ne), 0);
+    for (int64_t j = 0; j < n * k; ++j) S.chosen[static_cast<size_t>(j / k * ne + S.experts[static_cast<size_t>(j)])] = 1;
+    trace_->record_active(B.step, layer, n, ne, S.chosen.data());
+  }
   std::fill(out, out + n * d, 0.0f);
   const int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
   if (l.ffn_gate_shexp) {  // qwen2moe's shared expert, for every token, scaled by sigmoid(ffn_gate_inp_shexp . x)

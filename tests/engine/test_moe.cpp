@@ -285,3 +285,40 @@ TEST(MoeSynthetic, LocalityAndSkewKnobsShapeTheRouting) {
 
 }  // namespace
 }  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// A trace records each token's routing as a sparse layer's chosen neurons: n_expert bits a token, the
+// router's experts set (the ones the observer saw), one record per layer per step.
+TEST(MoeTrace, RecordsTheRouting) {
+  const moe_case c{"qwen3moe_f32", architecture::qwen3moe, tensor_type::f32};
+  auto m = model::load(test::make_model("moe_" + c.name, moe_options(c)));
+  const auto& hp = m->hp();
+  inference_context ctx(m, 32, 2);
+  trace_recorder rec;
+  ctx.set_trace(&rec);
+  std::vector<std::vector<float>> seen;  // per (token, layer) in order
+  ctx.set_observer([&](std::string_view name, int64_t, std::span<const float> w) {
+    if (name == "ffn_act") seen.emplace_back(w.begin(), w.end());
+  });
+  const std::vector<token_id> tokens = {1, 250, 17, 299, 3};
+  test::run_tokens(ctx, tokens, false);
+  const auto sets = rec.active_sets();
+  ASSERT_EQ(sets.size(), tokens.size() * static_cast<size_t>(hp.n_layer));
+  ASSERT_EQ(seen.size(), sets.size());
+  for (size_t r = 0; r < sets.size(); ++r) {
+    EXPECT_EQ(sets[r].n_ff, hp.n_expert);
+    EXPECT_EQ(sets[r].tokens, 1);
+    int64_t on = 0;
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      const bool bit = (sets[r].bits[static_cast<size_t>(e / 8)] >> (e % 8)) & 1;
+      on += bit;
+      EXPECT_EQ(bit, seen[r][static_cast<size_t>(e)] != 0.0f) << "record " << r << " expert " << e;
+    }
+    EXPECT_EQ(on, hp.n_expert_used);
+  }
+}
+
+}  // namespace
+}  // namespace hotcold

@@ -264,6 +264,40 @@ TEST(Cli, RunMakesTheDefaultModelOnFirstUse) {
   fs::remove_all(cache);
 }
 
+// A mixture of experts through the commands (docs/moe.md): gen-model writes one, run and eval answer,
+// eval --vs-oracle holds model/reference to the experts the run chose and agrees with it, a device
+// says it runs on the CPU for now, replay names what it cannot do yet, and prepare refuses it.
+TEST(Cli, MixtureOfExperts) {
+  auto dir = fs::temp_directory_path() / ("hotcold-cli-moe-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const auto file = (dir / "moe.gguf").string();
+  auto gen = run({"gen-model", "--arch", "qwen2moe", "--act", "silu", "--embd", "64", "--layers", "2", "--ffn", "64", "--heads", "4", "--kv-heads", "2",
+                  "--experts", "8", "--experts-used", "2", "--vocab", llama, "--type", "q8_0", "-o", file});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  auto r = run({"run", "-m", file, "-p", "Hello world", "-n", "8", "--temp", "0", "-t", "2", "-c", "64"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto oracle_json = (dir / "oracle.json").string();
+  auto e = run({"eval", "-m", file, "-p", "Hello world, once upon a time", "-t", "2", "-c", "64", "--oracle-json", oracle_json});
+  ASSERT_EQ(e.code, 0) << e.err;
+  std::ifstream oin(oracle_json);
+  const auto o = nlohmann::json::parse(oin);
+  EXPECT_GT(o.at("rel_rms").get<double>(), 0.0);
+  EXPECT_LT(o.at("rel_rms").get<double>(), 1.5e-2);
+  EXPECT_EQ(o.at("top1_same"), o.at("positions"));
+  auto sim = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.01"});
+  EXPECT_NE(sim.code, 0);
+  EXPECT_NE(sim.err.find("--device cpu"), std::string::npos) << sim.err;
+  const auto trace = (dir / "t.json").string();
+  auto traced = run({"run", "-m", file, "-p", "Hello", "-n", "4", "-t", "2", "-c", "64", "--trace-out", trace});
+  ASSERT_EQ(traced.code, 0) << traced.err;
+  auto replay = run({"replay", "--activations", trace, "-m", file, "--vram-budget", "0.01"});
+  EXPECT_NE(replay.code, 0);
+  EXPECT_NE(replay.err.find("mixture of experts"), std::string::npos) << replay.err;
+  auto prep = run({"prepare", "-m", file, "-o", (dir / "p.gguf").string(), "--tokens", "64"});
+  EXPECT_NE(prep.code, 0);
+  fs::remove_all(dir);
+}
+
 // prepare --down-layout blocks keeps ffn_down (its columns in the firing order): the file runs on the
 // CPU and answers as the rows layout does (greedy, F16: the same down values, summed in another
 // order); the hot/cold split, which reads a neuron's down row, says what to prepare instead; and
