@@ -19,6 +19,7 @@
 #include "launcher/commands.hpp"
 #include "tools/client.hpp"
 #include "tools/whatif.hpp"
+#include "tools/expert_cache.hpp"
 
 namespace hotcold::launcher {
 namespace {
@@ -40,9 +41,44 @@ struct measured {
 };
 
 // hotcold replay --activations TRACE -m MODEL --vram-budget GiB...: the estimates, as a table and JSON.
+// hotcold replay --activations TRACE -m MOE --experts-cached C...: a mixture's recorded routings through
+// a device cache of C experts a layer, under each policy.
+void expert_what_if(const tools::activation_record& rec, const model& m, const tools::whatif_options& o, const std::string& report_path) {
+  const auto& hp = m.hp();
+  if (o.experts_cached.empty())
+    throw std::invalid_argument(fmt::format("--activations on a mixture of experts ({}): give --experts-cached N (one or more cache sizes, experts a layer)",
+                                            o.model_path));
+  if (rec.n_layer != hp.n_layer || rec.n_ff != hp.n_expert)
+    throw std::invalid_argument(fmt::format("{} holds {} layers x {} choices; {} has {} layers x {} experts", rec.source, rec.n_layer, rec.n_ff, o.model_path,
+                                            hp.n_layer, hp.n_expert));
+  fmt::print("expert cache what-if over {} layers x {} experts ({} used a token) from {}\n", hp.n_layer, hp.n_expert, hp.n_expert_used, rec.source);
+  fmt::print("| experts cached a layer | policy | hit rate | uploads / token |\n| --- | --- | --- | --- |\n");
+  nlohmann::json rows = nlohmann::json::array();
+  int64_t tokens = 0;
+  for (int64_t c : o.experts_cached)
+    for (auto p : {tools::expert_policy::lru, tools::expert_policy::lfu_decay, tools::expert_policy::popular}) {
+      const auto r = tools::replay_expert_cache(rec, p, c);
+      tokens = r.tokens;
+      fmt::print("| {} | {} | {:.4f} | {:.2f} |\n", c, tools::expert_policy_name(p), r.hit_rate, r.uploads_per_token);
+      rows.push_back({{"experts_cached", c}, {"policy", tools::expert_policy_name(p)}, {"expert_hit_rate", r.hit_rate},
+                      {"expert_uploads_per_token", r.uploads_per_token}, {"layer_hit_rate", r.layer_hit_rate}});
+    }
+  fmt::print("({} tokens; popular: the most chosen experts of the whole record, fixed, never uploaded)\n", tokens);
+  if (report_path.empty()) return;
+  nlohmann::json j{{"source", rec.source}, {"tokens", tokens}, {"expert_caches", rows}};
+  std::ofstream out(report_path);
+  out << j.dump(2) << "\n";
+  if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + report_path);
+}
+
 void what_if(const std::string& activations, tools::whatif_options o, const std::string& report_path) {
   if (o.model_path.empty()) throw std::invalid_argument("--activations needs -m MODEL (the model the run used)");
   const auto rec = tools::read_activation_record(activations);
+  {
+    const auto m = model::load(o.model_path, {true});
+    if (m->hp().moe()) return expert_what_if(rec, *m, o, report_path);
+    if (!o.experts_cached.empty()) throw std::invalid_argument(fmt::format("--experts-cached: {} is not a mixture of experts", o.model_path));
+  }
   if (o.budgets_gib.empty() && o.placements.empty() && rec.hot.empty())
     throw std::invalid_argument("--activations: give --vram-budget GiB (one or more) or --placement FILE to estimate");
   std::vector<std::pair<int64_t, tools::step_timing>> timing;

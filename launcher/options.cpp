@@ -344,6 +344,10 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-m,--model", a->w.model_path, "What-if: the model the activations were recorded on");
   cmd->add_option("--vram-budget", a->w.budgets_gib, "What-if: hot-device budgets in GiB to estimate (placed as `hotcold place` would)")->check(finite_in(1e-9, 1 << 20));
   cmd->add_option("--placement", a->w.placements, "What-if: placement files to estimate");
+  cmd->add_option("--experts-cached", a->w.experts_cached,
+                  "What-if on a mixture of experts: a device cache of this many experts a layer (one or more sizes), the recorded routings "
+                  "replayed through it under each policy (docs/moe.md)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--stats", a->w.stats_dir, "What-if: profile folder whose firing counts place the neurons (default: the recorded run's own choices)");
   cmd->add_option("-c,--ctx", a->w.ctx, "What-if: the context the budget's KV cache must hold (as place -c)");
   cmd->add_option("--hot-gbps", a->w.hot_gbps, "What-if: the hot device's read bandwidth in GB/s (default: as the trace shows it, or the CPU's)")

@@ -49,6 +49,7 @@ struct whatif_options {
   int64_t ctx = 0;                     // the KV cache the budget must hold (0: as place)
   double cpu_gbps = 0;                 // roofline rates, when there is no trace (0: measured here)
   double hot_gbps = 0;                 // (0: the fitted or measured CPU rate, a stand-in device's)
+  std::vector<int64_t> experts_cached; // a mixture of experts: cache sizes (experts a layer) to replay its routings through
 };
 
 struct whatif_row {

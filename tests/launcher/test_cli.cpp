@@ -292,7 +292,22 @@ TEST(Cli, MixtureOfExperts) {
   ASSERT_EQ(traced.code, 0) << traced.err;
   auto replay = run({"replay", "--activations", trace, "-m", file, "--vram-budget", "0.01"});
   EXPECT_NE(replay.code, 0);
-  EXPECT_NE(replay.err.find("mixture of experts"), std::string::npos) << replay.err;
+  EXPECT_NE(replay.err.find("--experts-cached"), std::string::npos) << replay.err;
+  const auto report = (dir / "cache.json").string();
+  auto cache = run({"replay", "--activations", trace, "-m", file, "--experts-cached", "2", "--experts-cached", "8", "--report", report});
+  ASSERT_EQ(cache.code, 0) << cache.err;
+  EXPECT_NE(cache.out.find("| 2 | lru |"), std::string::npos) << cache.out;
+  std::ifstream rin(report);
+  const auto rj = nlohmann::json::parse(rin);
+  ASSERT_EQ(rj.at("expert_caches").size(), 6u);
+  for (const auto& row : rj.at("expert_caches")) {
+    const double hit = row.at("expert_hit_rate").get<double>();
+    EXPECT_GE(hit, 0.0);
+    EXPECT_LE(hit, 1.0);
+    if (row.at("experts_cached") == 8 && row.at("policy") == "popular") {
+      EXPECT_EQ(hit, 1.0);  // every expert held
+    }
+  }
   auto prep = run({"prepare", "-m", file, "-o", (dir / "p.gguf").string(), "--tokens", "64"});
   EXPECT_NE(prep.code, 0);
   fs::remove_all(dir);
