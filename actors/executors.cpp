@@ -313,8 +313,16 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       t0 = std::chrono::steady_clock::now();
       const size_t li = static_cast<size_t>(layer);
       const int64_t rows_before = ctx.read_neurons()[li], down_before = ctx.read_down_rows()[li];
+      const int64_t ne = m.hp().n_expert;
+      std::vector<int64_t> experts_before;
+      if (ne > 0) experts_before.assign(ctx.expert_choices().begin() + layer * ne, ctx.expert_choices().begin() + (layer + 1) * ne);
+      const int64_t chosen_before = ctx.experts_chosen()[li], guessed_before = ctx.experts_guessed()[li];
       ctx.step_ffn(*st.s, layer);
       stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
+      if (ne > 0) {  // a mixture of experts: which experts the step chose, and how many the guess had
+        for (int64_t e = 0; e < ne; ++e) experts_before[static_cast<size_t>(e)] = ctx.expert_choices()[static_cast<size_t>(layer * ne + e)] - experts_before[static_cast<size_t>(e)];
+        stats.add_experts(layer, experts_before.data(), ctx.experts_chosen()[li] - chosen_before, ctx.experts_guessed()[li] - guessed_before);
+      }
       // Every gate and up row; the down rows it read (transposed rows: the neurons that fired).
       const uint64_t rows = costs.ffn_rows(li, static_cast<uint64_t>(ctx.read_neurons()[li] - rows_before), static_cast<uint64_t>(ctx.read_down_rows()[li] - down_before));
       (dev && dev->ffn(layer) ? st.device_bytes : st.host_bytes) += rows;  // a dense layer the device holds whole

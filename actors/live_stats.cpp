@@ -10,7 +10,23 @@ std::string_view actor_name(actor_id a) {
 }
 
 live_stats::live_stats(const model& m, std::string hot_device)
-    : costs_(m), hot_device_(std::move(hot_device)), n_layer_(m.hp().n_layer), n_ff_(m.hp().n_ff), layers_(static_cast<size_t>(m.hp().n_layer + 1)) {}
+    : costs_(m), hot_device_(std::move(hot_device)), n_layer_(m.hp().n_layer), n_ff_(m.hp().n_ff), n_expert_(m.hp().n_expert),
+      layers_(static_cast<size_t>(m.hp().n_layer + 1)) {
+  if (n_expert_ > 0)
+    for (auto& l : layers_) {
+      l.experts = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n_expert_));
+      for (int64_t e = 0; e < n_expert_; ++e) l.experts[static_cast<size_t>(e)].store(0, std::memory_order_relaxed);
+    }
+}
+
+void live_stats::add_experts(int64_t layer, const int64_t* chosen_counts, int64_t chosen, int64_t guessed) {
+  if (layer < 0 || layer >= n_layer_ || n_expert_ == 0) return;
+  auto& c = layers_[static_cast<size_t>(layer)];
+  for (int64_t e = 0; e < n_expert_; ++e)
+    if (chosen_counts[e]) c.experts[static_cast<size_t>(e)].fetch_add(chosen_counts[e], std::memory_order_relaxed);
+  c.experts_chosen.fetch_add(chosen, std::memory_order_relaxed);
+  c.experts_guessed.fetch_add(guessed, std::memory_order_relaxed);
+}
 
 void live_stats::add_time(stage s, int64_t layer, std::chrono::steady_clock::duration d) {
   if (layer < 0 || layer > n_layer_) return;
@@ -65,6 +81,10 @@ live_stats::view live_stats::read() const {
     o.hot = c.hot.load(std::memory_order_relaxed);
     o.truly_active = c.truly_active.load(std::memory_order_relaxed);
     o.found = c.found.load(std::memory_order_relaxed);
+    if (c.experts)
+      for (int64_t e = 0; e < n_expert_; ++e) o.experts.push_back(c.experts[static_cast<size_t>(e)].load(std::memory_order_relaxed));
+    o.experts_chosen = c.experts_chosen.load(std::memory_order_relaxed);
+    o.experts_guessed = c.experts_guessed.load(std::memory_order_relaxed);
   }
   for (int a = 0; a < n_actors; ++a) {
     v.mailbox[static_cast<size_t>(a)] = mailbox_[static_cast<size_t>(a)].load(std::memory_order_relaxed);

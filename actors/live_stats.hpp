@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -41,6 +42,9 @@ class live_stats {
   // A sampled check of a predictor: of `truly_active` neurons that fire (computed densely), `found`
   // were among those it chose.
   void add_recall(int64_t layer, int64_t truly_active, int64_t found);
+  // A mixture of experts' layer of a step: how often each of its experts was chosen (n_expert counts),
+  // and of the experts chosen, how many the guess from the layer before had (docs/moe.md).
+  void add_experts(int64_t layer, const int64_t* chosen_counts, int64_t chosen, int64_t guessed);
   // A finished step: tokens, wall seconds, bytes of weights read from host and device memory.
   void add_step(int64_t tokens, double seconds, uint64_t host_bytes, uint64_t device_bytes);
   // Messages waiting in an actor's mailbox, as the actor itself saw when it took its last message.
@@ -52,10 +56,13 @@ class live_stats {
   const std::string& hot_device() const { return hot_device_; }
   int64_t n_layer() const { return n_layer_; }
   int64_t n_ff() const { return n_ff_; }
+  int64_t n_expert() const { return n_expert_; }  // 0: not a mixture of experts
 
   struct layer_view {
     std::array<double, n_timed_stages> seconds{};
     int64_t candidates = 0, computed = 0, hot = 0, truly_active = 0, found = 0;
+    std::vector<int64_t> experts;                 // a mixture's layer: each expert's choices
+    int64_t experts_chosen = 0, experts_guessed = 0;
   };
   struct view {
     std::vector<layer_view> layers;  // n_layer + 1: the last is the head
@@ -74,10 +81,12 @@ class live_stats {
   struct layer_counters {
     std::array<std::atomic<int64_t>, n_timed_stages> ns{};
     std::atomic<int64_t> candidates{0}, computed{0}, hot{0}, truly_active{0}, found{0};
+    std::unique_ptr<std::atomic<int64_t>[]> experts;  // n_expert (a mixture of experts)
+    std::atomic<int64_t> experts_chosen{0}, experts_guessed{0};
   };
   read_costs costs_;
   std::string hot_device_;
-  int64_t n_layer_, n_ff_;
+  int64_t n_layer_, n_ff_, n_expert_;
   std::vector<layer_counters> layers_;
   std::array<std::atomic<int64_t>, n_actors> mailbox_{}, mailbox_max_{};
   struct step_entry {

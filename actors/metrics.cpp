@@ -204,6 +204,16 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
 
   add(family("hotcold_predictor_recall_ratio", "Firing neurons the predictors chose / all firing neurons (sampled dense checks)", MetricType::Gauge),
       ratio(t.found, t.truly));
+  if (s.n_expert() > 0) {  // a mixture of experts: each layer's expert histogram, and the expert guess
+    auto& choices = family("hotcold_expert_choices_total", "Times each expert of each layer was chosen by its router", MetricType::Counter);
+    for (int64_t l = 0; l < s.n_layer(); ++l)
+      for (size_t e = 0; e < v.layers[static_cast<size_t>(l)].experts.size(); ++e)
+        add(choices, static_cast<double>(v.layers[static_cast<size_t>(l)].experts[e]), {{"layer", std::to_string(l)}, {"expert", std::to_string(e)}});
+    per_layer("hotcold_expert_guess_chosen_total", "Experts chosen in layers after the first (what the guess from the layer before is held to)",
+              [](const auto& l) { return l.experts_chosen; });
+    per_layer("hotcold_expert_guess_found_total", "Of those, the experts the next layer's router on the layer before's output had guessed",
+              [](const auto& l) { return l.experts_guessed; });
+  }
   add(family("hotcold_ffn_active_ratio", "Chosen neurons / all neurons of the sparse FFN layers", MetricType::Gauge), ratio(t.computed, t.candidates));
   add(family("hotcold_hot_hit_ratio", "Chosen neurons found on the hot device / all chosen neurons", MetricType::Gauge), ratio(t.hot, t.computed));
 
@@ -244,6 +254,10 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
     j["hot_hit_ratio"] = ratio(static_cast<double>(L.hot), static_cast<double>(L.computed));
     j["recall"] = ratio(static_cast<double>(L.found), static_cast<double>(L.truly_active));
     j["recall_checked"] = L.truly_active;
+    if (!L.experts.empty()) {  // a mixture of experts
+      j["experts"] = L.experts;
+      j["expert_guess_recall"] = ratio(static_cast<double>(L.experts_guessed), static_cast<double>(L.experts_chosen));
+    }
     layers.push_back(std::move(j));
   }
   nlohmann::json mailbox = nlohmann::json::object(), mailbox_max = nlohmann::json::object();

@@ -34,6 +34,7 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   down_read_.assign(static_cast<size_t>(hp.n_layer), 0);
   experts_chosen_.assign(static_cast<size_t>(hp.n_layer), 0);
   experts_guessed_.assign(static_cast<size_t>(hp.n_layer), 0);
+  expert_choices_.assign(static_cast<size_t>(hp.n_layer * hp.n_expert), 0);
   logits_.resize(static_cast<size_t>(hp.n_vocab));
   // Quantized activations for every product's input: n_embd, n_ff, or a predictor's rank (fc2).
   xq_.resize(static_cast<size_t>(std::max({hp.n_embd, hp.n_ff, max_rank}) / qk8_0 + 1));

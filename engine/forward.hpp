@@ -182,6 +182,8 @@ class inference_context {
   // guess had (layer 0: none guessed).
   const std::vector<int64_t>& experts_chosen() const { return experts_chosen_; }
   const std::vector<int64_t>& experts_guessed() const { return experts_guessed_; }
+  // How often each expert was chosen since construction: n_layer x n_expert (layer l's at l n_expert).
+  const std::vector<int64_t>& expert_choices() const { return expert_choices_; }
   // Neurons whose rows were read per layer since construction: one token's choice per forward(), a
   // batch's union per batch (so a step of several sequences reads each chosen row once).
   const std::vector<int64_t>& read_neurons() const { return read_; }
@@ -289,7 +291,7 @@ class inference_context {
   std::vector<int64_t> computed_;
   std::vector<int64_t> read_;
   std::vector<int64_t> down_read_;
-  std::vector<int64_t> experts_chosen_, experts_guessed_;
+  std::vector<int64_t> experts_chosen_, experts_guessed_, expert_choices_;
   thread_pool pool_;
   predictor_runner predictor_;
 

@@ -48,6 +48,7 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   S.weights.resize(static_cast<size_t>(n * k));
   router_logits(l, on, in, n, S.logits.data());
   route_experts(hp, S.logits.data(), n, S.experts.data(), S.weights.data());
+  for (int64_t j = 0; j < n * k; ++j) ++expert_choices_[static_cast<size_t>(layer * ne + S.experts[static_cast<size_t>(j)])];
   // How many of the chosen experts the guess from the layer before had (guess_next_experts).
   if (B.guessed_layer == layer) {
     int64_t had = 0;

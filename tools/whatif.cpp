@@ -193,8 +193,8 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   auto m = model::load(o.model_path, {true});
   const auto& hp = m->hp();
   if (hp.moe())
-    throw std::invalid_argument(fmt::format("{} is a mixture of experts: {} holds its routings ({} experts a layer), and the what-if over an expert "
-                                            "cache is not built yet (docs/moe.md)",
+    throw std::invalid_argument(fmt::format("{} is a mixture of experts: {} holds its routings ({} experts a layer), which replay estimates "
+                                            "with --experts-cached N (docs/moe.md), not by hot neurons",
                                             o.model_path, rec.source, rec.n_ff));
   if (hp.n_layer != rec.n_layer || hp.n_ff != rec.n_ff)
     throw std::invalid_argument(fmt::format("{} was recorded on a model of {} layers x {} neurons; {} has {} x {}", rec.source, rec.n_layer, rec.n_ff,

@@ -198,6 +198,48 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
+// A mixture of experts served (docs/moe.md): /metrics holds each layer's expert histogram and the
+// expert guess's counters, which agree with each other (every expert chosen in a layer after the
+// first is one the guess is held to), and /api/stats the same per layer.
+TEST(Serve, MixtureOfExpertsMetrics) {
+  const auto dir = fs::temp_directory_path() / ("hotcold-serve-moe-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string moe = (dir / "moe.gguf").string(), bin = HOTCOLD_BIN;
+  ASSERT_EQ(std::system((bin + " gen-model --vocab " HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf --arch qwen3moe --act silu --embd 64 --layers 2 "
+                               "--ffn 64 --heads 4 --kv-heads 2 --experts 8 --experts-used 2 -o '" + moe + "' >/dev/null 2>&1").c_str()), 0);
+  const std::string ep = tcp_endpoint();
+  const int port = free_port();
+  server_process server({"-m", moe, "-c", "64", "-t", "2", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port)});
+  wait_ready(ep, &server);
+  hotcold::tools::client c(ep, 30s);
+  for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello there"}, {"n_predict", 5}, {"sampling", {{"temperature", 0}}}});
+  const std::string m = http_get(port, "/metrics");
+  auto value = [&](const std::string& series) {
+    const auto at = m.find(series + " ");
+    EXPECT_NE(at, std::string::npos) << series;
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + series.size() + 1));
+  };
+  for (int layer = 0; layer < 2; ++layer) {
+    double sum = 0;
+    for (int e = 0; e < 8; ++e) sum += value("hotcold_expert_choices_total{layer=\"" + std::to_string(layer) + "\",expert=\"" + std::to_string(e) + "\"}");
+    EXPECT_GT(sum, 0);
+    EXPECT_EQ(static_cast<int64_t>(sum) % 2, 0) << "two experts a token";
+    if (layer == 1) {
+      EXPECT_EQ(sum, value("hotcold_expert_guess_chosen_total{layer=\"1\"}"));
+      EXPECT_LE(value("hotcold_expert_guess_found_total{layer=\"1\"}"), sum);
+    }
+  }
+  EXPECT_EQ(value("hotcold_expert_guess_chosen_total{layer=\"0\"}"), 0);
+  const std::string st = http_get(port, "/api/stats");
+  const auto stats = json::parse(st.substr(st.find("\r\n\r\n") + 4));
+  const auto& l1 = stats["pipeline"]["layers"][1];
+  ASSERT_EQ(l1["experts"].size(), 8u);
+  EXPECT_GE(l1["expert_guess_recall"].get<double>(), 0.0);
+  EXPECT_LE(l1["expert_guess_recall"].get<double>(), 1.0);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  fs::remove_all(dir);
+}
+
 // --http: /metrics counts what was served and promtool accepts it; /health answers; others 404.
 TEST(Serve, HttpMetricsAndHealth) {
   const std::string ep = tcp_endpoint();
