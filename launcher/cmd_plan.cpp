@@ -117,6 +117,9 @@ void run_plan(const plan_args& a) {
   in.o.crossing_us = a.crossing_us;
   choose_gpu(a, in);
   auto m = model::load(a.model, {true});
+  if (m->hp().moe())
+    throw std::invalid_argument(fmt::format("{}: a mixture of experts ({} experts, {} a token); plan models hot neurons, not experts, yet (docs/moe.md)",
+                                            a.model, m->hp().n_expert, m->hp().n_expert_used));
   firing_of(a, *m, in);
   cpu_rates_of(a, *m, in);
   const auto p = tools::predict_plan(*m, in.o);

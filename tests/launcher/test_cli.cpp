@@ -310,6 +310,9 @@ TEST(Cli, MixtureOfExperts) {
   }
   auto prep = run({"prepare", "-m", file, "-o", (dir / "p.gguf").string(), "--tokens", "64"});
   EXPECT_NE(prep.code, 0);
+  auto plan = run({"plan", "-m", file, "--vram-budget", "1", "--gpu-bandwidth", "1000", "--pcie", "25"});
+  EXPECT_NE(plan.code, 0);
+  EXPECT_NE(plan.err.find("mixture of experts"), std::string::npos) << plan.err;
   fs::remove_all(dir);
 }
 
