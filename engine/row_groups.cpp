@@ -173,7 +173,7 @@ int64_t zero_block_skipping_products(thread_pool& pool, const tensor_view& w, co
       }
     }
   const int64_t count = static_cast<int64_t>(blocks.size());
-  if (count == qrow) return -1;
+  const bool skip = count < qrow;  // else the usual kernels (with their prefetch), on the input quantized here
   thread_local std::vector<q8_0_terms> terms;
   if (static_cast<int64_t>(terms.size()) < n * qrow) terms.resize(static_cast<size_t>(n * qrow));
   for (int64_t t = 0; t < n; ++t) q8_0_block_terms(xq.data() + t * qrow, qrow, terms.data() + t * qrow);
@@ -181,25 +181,30 @@ int64_t zero_block_skipping_products(thread_pool& pool, const tensor_view& w, co
   const q8_0_terms* ts = terms.data();
   const block_q4_0x16* groups = reinterpret_cast<const block_q4_0x16*>(w.data);
   const int64_t total = w.ne1 / 16;
-  if (n == 1 && total >= 2) {
-    // Groups g and g + half together: two streams from memory for each thread, as the full product.
-    const int64_t half = total / 2;
-    pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) dot16r2_q4_0_at(groups + p * qrow, groups + (p + half) * qrow, xq.data(), ts, list, count, y + 16 * p, y + 16 * (p + half));
-    }, 2);
-    if (total % 2) {
-      const block_q8_0* xs[1] = {xq.data()};
-      dot16r_q4_0_at(groups + (total - 1) * qrow, xs, &ts, 1, list, count, y + 16 * (total - 1));
-    }
-    return count;
-  }
   const block_q8_0* xs[4];
   const q8_0_terms* ss[4];
   for (int64_t t = 0; t < 4; ++t) xs[t] = xq.data() + std::min(t, n - 1) * qrow, ss[t] = ts + std::min(t, n - 1) * qrow;
+  // Group g against the tokens (o: 16 n values), over the listed blocks or every one.
+  auto group = [&](int64_t g, float* o) {
+    if (skip) dot16r_q4_0_at(groups + g * qrow, xs, ss, static_cast<int>(n), list, count, o);
+    else dot16r_q4_0(groups + g * qrow, xs, ss, static_cast<int>(n), d, o);
+  };
+  if (n == 1 && total >= 2) {
+    // Groups g and g + half together: two streams from memory for each thread, as interleaved_products.
+    const int64_t half = total / 2;
+    pool.parallel_for(half, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        if (skip) dot16r2_q4_0_at(groups + p * qrow, groups + (p + half) * qrow, xq.data(), ts, list, count, y + 16 * p, y + 16 * (p + half));
+        else dot16r2_q4_0(groups + p * qrow, groups + (p + half) * qrow, xq.data(), ts, d, y + 16 * p, y + 16 * (p + half));
+      }
+    }, 2);
+    if (total % 2) group(total - 1, y + 16 * (total - 1));
+    return count;
+  }
   pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
     float o[64];
     for (int64_t g = g0; g < g1; ++g) {
-      dot16r_q4_0_at(groups + g * qrow, xs, ss, static_cast<int>(n), list, count, o);
+      group(g, o);
       for (int64_t t = 0; t < n; ++t) std::copy(o + 16 * t, o + 16 * t + 16, y + t * w.ne1 + 16 * g);
     }
   }, 2);

@@ -27,9 +27,9 @@ void interleaved_products(thread_pool& pool, std::span<const tensor_view* const>
 // A sparse layer's down product over ffn_down (prepare --down-layout blocks) for up to four tokens:
 // y = x times w's rows, each token's hidden values x rounded to Q8_0 a block of 32 neurons (as every
 // Q4_0 product rounds its input), and the blocks where no token has a non-zero value left out — the
-// same sums, bit for bit: such a block adds exactly zero. Returns the blocks read, or -1 with nothing
-// written where w is not an interleaved Q4_0 matrix of whole groups, n is over four, or no block is
-// zero for every token (the usual product then).
+// same sums, bit for bit: such a block adds exactly zero. With no block to skip, the usual kernels over
+// the input quantized once here (what matmul gives). Returns the blocks read, or -1 with nothing
+// written where w is not an interleaved Q4_0 matrix of whole groups or n is over four (matmul then).
 int64_t zero_block_skipping_products(thread_pool& pool, const tensor_view& w, const float* x, int64_t n, float* y, std::vector<kernels::block_q8_0>& xq);
 // One token through several matrices of one type and shape, each with its own input (a token's
 // experts' down products): ys[m] = ws[m]'s rows . xs[m], in one split across the threads. False,

@@ -43,8 +43,7 @@ struct measured {
 // hotcold replay --activations TRACE -m MODEL --vram-budget GiB...: the estimates, as a table and JSON.
 // hotcold replay --activations TRACE -m MOE --experts-cached C...: a mixture's recorded routings through
 // a device cache of C experts a layer, under each policy.
-void expert_what_if(const tools::activation_record& rec, const model& m, const tools::whatif_options& o, const std::string& report_path) {
-  const auto& hp = m.hp();
+void expert_what_if(const tools::activation_record& rec, const hparams& hp, const tools::whatif_options& o, const std::string& report_path) {
   if (o.experts_cached.empty())
     throw std::invalid_argument(fmt::format("--activations on a mixture of experts ({}): give --experts-cached N (one or more cache sizes, experts a layer)",
                                             o.model_path));
@@ -75,8 +74,9 @@ void what_if(const std::string& activations, tools::whatif_options o, const std:
   if (o.model_path.empty()) throw std::invalid_argument("--activations needs -m MODEL (the model the run used)");
   const auto rec = tools::read_activation_record(activations);
   {
-    const auto m = model::load(o.model_path, {true});
-    if (m->hp().moe()) return expert_what_if(rec, *m, o, report_path);
+    // The file's hyper-parameters only: the neurons' what-if loads the model itself.
+    const hparams hp = read_hparams(gguf::file::open(o.model_path));
+    if (hp.moe()) return expert_what_if(rec, hp, o, report_path);
     if (!o.experts_cached.empty()) throw std::invalid_argument(fmt::format("--experts-cached: {} is not a mixture of experts", o.model_path));
   }
   if (o.budgets_gib.empty() && o.placements.empty() && rec.hot.empty())

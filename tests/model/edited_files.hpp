@@ -1,6 +1,6 @@
 #pragma once
-// Copies of GGUF files with one thing changed, and the error a model file must give: the
-// model-error suites' shared tools.
+// Copies of GGUF files with one thing changed, and the error a model file (or gen-model, given
+// impossible options) must give: the model-error suites' shared tools.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -63,6 +63,16 @@ inline void expect_model_error(const std::string& path, const std::string& text)
     ADD_FAILURE() << "loaded; expected: " << text;
   } catch (const model_error& err) {
     EXPECT_NE(std::string(err.what()).find(text), std::string::npos) << err.what();
+  }
+}
+
+// gen-model refuses `bad` with a std::invalid_argument whose message holds text (and writes nothing).
+inline void expect_gen_model_error(const tools::gen_model_options& bad, const std::string& text) {
+  try {
+    tools::generate_model(bad);
+    ADD_FAILURE() << "wrote a file; expected: " << text;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
   }
 }
 

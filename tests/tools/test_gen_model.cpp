@@ -7,6 +7,7 @@
 
 #include "engine/forward.hpp"
 #include "model/sampler.hpp"
+#include "tests/model/edited_files.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/gen_model.hpp"
 #include "tools/text_corpus.hpp"
@@ -113,14 +114,7 @@ TEST(GenModel, RefusesImpossibleOptions) {
   tools::gen_model_options o;
   o.vocab_path = test::tiny_vocab();
   o.out_path = (test::scratch_dir() / "never.gguf").string();
-  auto expect = [&](tools::gen_model_options bad, const char* text) {
-    try {
-      tools::generate_model(bad);
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-    }
-  };
+  auto expect = test::expect_gen_model_error;
   auto b = o;
   b.n_head = 7;
   expect(b, "--heads 7 must divide --embd 256");
