@@ -36,14 +36,14 @@ bool dense_ffn_runs_on(const devices::device& dev, const layer_weights& l) {
 
 bool device_residency::any() const {
   auto on = [](const std::vector<uint8_t>& v) { return std::any_of(v.begin(), v.end(), [](uint8_t x) { return x != 0; }); };
-  return output || on(attention) || on(predictor) || on(ffn);
+  return output || on(attention) || on(predictor) || on(ffn) || on(shared);
 }
 
 device_layers::device_layers(std::shared_ptr<const model> m, const device_residency& r, std::shared_ptr<devices::device> dev, tensor_type kv_type)
     : model_(std::move(m)), r_(r), dev_(std::move(dev)), kv_type_(kv_type), pool_(std::make_unique<thread_pool>(1, "hotcold-device")) {
   const hparams& hp = model_->hp();
   const auto n = static_cast<size_t>(hp.n_layer);
-  if (r_.attention.size() != n || r_.predictor.size() != n || r_.ffn.size() != n)
+  if (r_.attention.size() != n || r_.predictor.size() != n || r_.ffn.size() != n || (!r_.shared.empty() && r_.shared.size() != n))
     throw std::invalid_argument(fmt::format("a device plan of {} layers for a model of {}", r_.attention.size(), n));
   const auto& w0 = model_->weights();
   for (size_t il = 0; il < n; ++il) {
@@ -53,6 +53,12 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
     if (r_.ffn[il] && !dense_ffn_runs_on(*dev_, l))
       throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s whole FFN ({} weights{})", dev_->name(), il, tensor_type_name(l.ffn_up.type),
                                               l.ffn_down ? "" : ", down rows of a sparse file"));
+    if (shared_expert(static_cast<int64_t>(il))) {
+      if (!l.ffn_gate_shexp) throw std::invalid_argument(fmt::format("layer {} has no shared expert to put on the device", il));
+      for (const tensor_view* t : {&l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp})
+        if (!dev_->runs_host_work() && !dev_->supports(devices::operation::dense_ffn, t->type))
+          throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s shared expert ({} weights)", dev_->name(), il, tensor_type_name(t->type)));
+    }
     if (r_.predictor[il] && l.pred_fc1 && (!dev_->supports(devices::operation::predict, l.pred_fc1.type) || l.pred_fc2.type != l.pred_fc1.type))
       throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s predictor ({} weights)", dev_->name(), il, tensor_type_name(l.pred_fc1.type)));
   }
@@ -83,6 +89,11 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
       v_[il] = dev_->allocate(kv_bytes, fmt::format("layer {} V cache", il));
       bytes_ += 2 * kv_bytes;
     }
+    if (shared_expert(static_cast<int64_t>(il)))
+      for (tensor_view* t : {&l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
+        hold(*t, fmt::format("layer {} shared expert", il));
+        ffn_bytes_[il] += t->bytes();
+      }
     if (r_.ffn[il]) {
       if (!r_.attention[il]) throw std::invalid_argument(fmt::format("layer {}: a whole FFN on the device needs the layer's attention there too", il));
       for (tensor_view* t : {&l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ffn_down_t}) {
@@ -113,37 +124,44 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
   }
 }
 
+void plain_rows(const tensor_view& v, uint8_t* out) {
+  if (v.interleaved16) {
+    // Groups of sixteen interleaved rows put back in order (same bytes); the tail is plain already.
+    for (int64_t r = 0; r < v.ne1; r += 16) {
+      const uint8_t* from = v.data + static_cast<size_t>(r) * v.row_bytes;
+      uint8_t* at = out + static_cast<size_t>(r) * v.row_bytes;
+      if (r >= v.interleaved_rows())
+        std::memcpy(at, from, static_cast<size_t>(v.ne1 - r) * v.row_bytes);
+      else if (v.type == tensor_type::f16)
+        kernels::deinterleave_f16x16(reinterpret_cast<const uint16_t*>(from), v.ne0, reinterpret_cast<uint16_t*>(at));
+      else if (v.type == tensor_type::q4_k)
+        kernels::deinterleave_q4_kx16(reinterpret_cast<const kernels::block_q4_kx16*>(from), v.ne0 / kernels::qk_k, reinterpret_cast<kernels::block_q4_k*>(at));
+      else if (v.type == tensor_type::q5_k)
+        kernels::deinterleave_q5_kx16(reinterpret_cast<const kernels::block_q5_kx16*>(from), v.ne0 / kernels::qk_k, reinterpret_cast<kernels::block_q5_k*>(at));
+      else if (v.type == tensor_type::q6_k)
+        kernels::deinterleave_q6_kx16(reinterpret_cast<const kernels::block_q6_kx16*>(from), v.ne0 / kernels::qk_k, reinterpret_cast<kernels::block_q6_k*>(at));
+      else
+        kernels::deinterleave_q4_0x16(reinterpret_cast<const kernels::block_q4_0x16*>(from), v.ne0 / 32, reinterpret_cast<kernels::block_q4_0*>(at));
+      if (r >= v.interleaved_rows()) break;
+    }
+  } else if (!v.packed()) {
+    for (int64_t r = 0; r < v.ne1; ++r) std::memcpy(out + static_cast<size_t>(r) * v.row_bytes, v.row(r), v.row_bytes);
+  } else {
+    std::memcpy(out, v.data, v.bytes());
+  }
+}
+
 void device_layers::hold(tensor_view& v, const std::string& what) {
   if (!v) return;
   auto b = dev_->allocate(v.bytes(), fmt::format("{} {}", what, v.name));
-  if (v.interleaved16 && !dev_->runs_host_work()) {
-    // A GPU's kernels read plain rows: the private copy's groups of sixteen interleaved rows are
-    // put back in order on the way (same bytes).
-    std::vector<uint8_t> plain(v.data, v.data + v.bytes());
-    for (int64_t r = 0; r < v.interleaved_rows(); r += 16) {
-      uint8_t* at = plain.data() + static_cast<size_t>(r) * v.row_bytes;
-      if (v.type == tensor_type::f16)
-        kernels::deinterleave_f16x16(reinterpret_cast<const uint16_t*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0, reinterpret_cast<uint16_t*>(at));
-      else if (v.type == tensor_type::q4_k)
-        kernels::deinterleave_q4_kx16(reinterpret_cast<const kernels::block_q4_kx16*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0 / kernels::qk_k,
-                                      reinterpret_cast<kernels::block_q4_k*>(at));
-      else if (v.type == tensor_type::q5_k)
-        kernels::deinterleave_q5_kx16(reinterpret_cast<const kernels::block_q5_kx16*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0 / kernels::qk_k,
-                                      reinterpret_cast<kernels::block_q5_k*>(at));
-      else if (v.type == tensor_type::q6_k)
-        kernels::deinterleave_q6_kx16(reinterpret_cast<const kernels::block_q6_kx16*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0 / kernels::qk_k,
-                                      reinterpret_cast<kernels::block_q6_k*>(at));
-      else
-        kernels::deinterleave_q4_0x16(reinterpret_cast<const kernels::block_q4_0x16*>(v.data + static_cast<size_t>(r) * v.row_bytes), v.ne0 / 32,
-                                      reinterpret_cast<kernels::block_q4_0*>(at));
-    }
-    dev_->copy_in(*b, 0, plain.data(), plain.size())->wait();
-    v.interleaved16 = false;
-  } else if (!v.packed()) {
-    // A view into a bundle (a sparse file's gate, up or down_t rows): its rows gathered, packed.
+  if ((v.interleaved16 && !dev_->runs_host_work()) || !v.packed()) {
+    // A GPU's kernels read plain rows: the private copy's groups of sixteen interleaved rows are put
+    // back in order on the way; a view into a bundle (a sparse file's gate, up or down_t rows) is
+    // gathered, packed.
     std::vector<uint8_t> rows(v.bytes());
-    for (int64_t r = 0; r < v.ne1; ++r) std::memcpy(rows.data() + static_cast<size_t>(r) * v.row_bytes, v.row(r), v.row_bytes);
+    plain_rows(v, rows.data());
     dev_->copy_in(*b, 0, rows.data(), rows.size())->wait();
+    v.interleaved16 = false;
   } else {
     dev_->copy_in(*b, 0, v.data, v.bytes())->wait();
   }

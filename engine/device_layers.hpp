@@ -28,12 +28,16 @@ namespace hotcold {
 // Which of a model's parts live on the hot device.
 struct device_residency {
   std::vector<uint8_t> attention, predictor, ffn;  // per layer (ffn: a dense layer's whole FFN)
+  std::vector<uint8_t> shared;                     // per layer: a mixture's shared expert (empty: none anywhere)
   bool output = false;                             // the output norm and head
   int64_t ctx = 0, n_seq = 1;                      // the KV cache's positions and sequences
   uint64_t compute_bytes = 0;                      // compute buffers set aside on the device
   bool any() const;
 };
 
+// v's rows, packed, in plain order (a private copy's groups of sixteen interleaved rows put back in
+// order): v.bytes() bytes into out.
+void plain_rows(const tensor_view& v, uint8_t* out);
 // The device jobs' name for a model's FFN activation.
 devices::ffn_activation device_activation(activation a);
 // Whether the device computes this layer's attention (every product's weights), and its whole FFN.
@@ -49,6 +53,7 @@ class device_layers {
   bool attention(int64_t layer) const { return r_.attention[static_cast<size_t>(layer)] != 0; }
   bool predictor(int64_t layer) const { return r_.predictor[static_cast<size_t>(layer)] != 0; }
   bool ffn(int64_t layer) const { return r_.ffn[static_cast<size_t>(layer)] != 0; }
+  bool shared_expert(int64_t layer) const { return !r_.shared.empty() && r_.shared[static_cast<size_t>(layer)] != 0; }
   bool output() const { return r_.output; }
   // The layer's weights: what the device holds points at its copies, the rest at the model's.
   const layer_weights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }

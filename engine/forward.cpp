@@ -185,6 +185,7 @@ void inference_context::begin(step_state& B, std::span<const token_id> tokens, c
   B.positions.assign(positions, positions + n);
   for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[static_cast<size_t>(t)], B.x.data() + t * d);
   B.step = step_ = steps_++;
+  if (experts_) experts_->begin_step(n);
 }
 
 void inference_context::attention_block(step_state& B, int64_t il) {
@@ -416,7 +417,6 @@ void inference_context::head_product(step_state& B, std::span<const int64_t> row
 void inference_context::set_device_layers(std::shared_ptr<const device_layers> d) {
   const hparams& hp = model_->hp();
   if (steps_ > 0) throw std::logic_error("the device's layers are given before the first step (the KV cache moves there)");
-  if (d && hp.moe()) throw std::invalid_argument(fmt::format("{}: a mixture of experts runs on the CPU only for now", model_->path()));
   if (d) {
     const device_residency& r = d->residency();
     if (r.ctx != n_ctx_ || r.n_seq != n_seq_ || d->kv_type() != kv_type_)
@@ -431,6 +431,13 @@ void inference_context::set_device_layers(std::shared_ptr<const device_layers> d
   }
   predictor_.set_device_layers(d);
   device_ = std::move(d);
+}
+
+void inference_context::set_device_experts(std::shared_ptr<device_experts> e) {
+  if (e && (!device_ || &e->layers() != device_.get()))
+    throw std::invalid_argument("a mixture's experts go on the device that holds the context's device layers (set_device_layers first)");
+  if (e && !model_->hp().moe()) throw std::invalid_argument(fmt::format("{}: experts on a device for a model without experts", model_->path()));
+  experts_ = std::move(e);
 }
 
 void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/quants.hpp"
 #include "model/model.hpp"
+#include "engine/device_experts.hpp"
 #include "engine/device_layers.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "engine/predictor.hpp"
@@ -164,6 +165,11 @@ class inference_context {
   // step, for this context's positions, sequences and KV type (std::invalid_argument otherwise).
   void set_device_layers(std::shared_ptr<const device_layers> d);
   const std::shared_ptr<const device_layers>& device() const { return device_; }
+  // A mixture's experts on the hot device (null: every expert on the CPU): each step's routed experts
+  // that a slot holds are computed there while the CPU's workers compute the rest (engine/moe_ffn.cpp),
+  // and the slots refilled as device_experts says. Given after set_device_layers, on its device.
+  void set_device_experts(std::shared_ptr<device_experts> e);
+  const std::shared_ptr<device_experts>& experts() const { return experts_; }
   // Bytes of weights the context's stages read from the device's copies so far (attention, predictors,
   // dense FFNs, the head; hot FFN rows are the executor's to count).
   uint64_t device_read() const { return device_read_ + predictor_.device_read(); }
@@ -246,6 +252,11 @@ class inference_context {
   // After layer `layer`'s output joined the residual stream: the next layer's experts guessed into B.
   void guess_next_experts(step_state& B, int64_t layer);
   int64_t batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out);
+  // out (n x n_embd) += each token's sigmoid(ffn_gate_inp_shexp . x) times the shared expert's y (n x n_embd).
+  void add_shared_expert(const layer_weights& l, const float* in, int64_t n, const float* y, float* out);
+  // Queues the step's experts that a device slot holds (and the shared expert, with `shared`) on the
+  // device, into hot_; reads moe_'s routing.
+  devices::event submit_hot_experts(step_state& B, int64_t layer, const float* in, bool shared);
   // y (m x n_embd) = down(silu(gate x) * up x) for m inputs x.
   void expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
                       std::vector<float>& y);
@@ -303,8 +314,20 @@ class inference_context {
     std::vector<tensor_view> views, downs;           // one token's experts' gate and up rows, and down rows
     std::vector<float> guess_in, guess_logits, guess_weights;  // guess_next_experts' scratch
     std::vector<uint8_t> chosen;                     // n x n_expert: the routing a trace records
+    std::vector<uint8_t> on_host;                    // n_expert: 1 where the CPU computes the expert (no device slot holds it)
+    std::vector<int64_t> ranks;                      // one token's ranks the CPU computes
   };
   moe_scratch moe_;
+  // The step's experts on the hot device: each one's slot and (token, rank) slots (grouped: expert i's
+  // are slots [first[i], first[i + 1])), their inputs x and outputs y side by side; the shared expert's
+  // outputs; the device worker's scratch.
+  struct hot_experts {
+    std::vector<int32_t> experts, slot;
+    std::vector<int64_t> first, slots;
+    std::vector<float> x, y, shared_y, g, h;
+  };
+  hot_experts hot_;
+  std::shared_ptr<device_experts> experts_;
   std::vector<float> logits_;    // (n_vocab): forward's and forward_batch's last logits
   std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows
   // The batch path's own state (forward_batch, forward_step).

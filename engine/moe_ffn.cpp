@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine/device_experts.hpp"
 #include "engine/forward.hpp"
 #include "engine/matmul.hpp"
 #include "engine/neuron_rules.hpp"
@@ -66,15 +67,47 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
     trace_->record_active(B.step, layer, n, ne, S.chosen.data());
   }
   std::fill(out, out + n * d, 0.0f);
-  const int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
-  if (l.ffn_gate_shexp) {  // qwen2moe's shared expert, for every token, scaled by sigmoid(ffn_gate_inp_shexp . x)
+  // The experts a slot of the hot device holds go there, computed while the CPU's workers compute the
+  // rest (and qwen2moe's shared expert where the device holds it); the two weighted sums join here.
+  const bool split = experts_ && experts_->slots(layer) > 0;
+  const bool shared_there = l.ffn_gate_shexp && device_ && device_->shared_expert(layer);
+  S.on_host.assign(static_cast<size_t>(ne), 1);
+  devices::event hot;
+  if (split) {
+    for (int64_t t = 0; t < n; ++t) experts_->chosen(layer, std::span<const int32_t>(S.experts.data() + t * k, static_cast<size_t>(k)));
+    for (int32_t e : S.experts)
+      if (experts_->slot_of(layer, e) >= 0) S.on_host[static_cast<size_t>(e)] = 0;
+  }
+  if (split || shared_there) hot = submit_hot_experts(B, layer, in, shared_there);
+  int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
+  if (l.ffn_gate_shexp && !shared_there) {
     expert_product(on, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, in, n, S.y);
-    const float* g = l.ffn_gate_inp_shexp.f32();
-    for (int64_t t = 0; t < n; ++t) {
-      const float scale = 1.0f / (1.0f + std::exp(-kernels::dot_f32(g, in + t * d, d)));
-      for (int64_t c = 0; c < d; ++c) out[t * d + c] += scale * S.y[static_cast<size_t>(t * d + c)];
+    add_shared_expert(l, in, n, S.y.data(), out);
+  }
+  if (hot) {
+    hot->wait();
+    const hot_experts& H = hot_;
+    for (size_t i = 0; i < H.experts.size(); ++i) {
+      for (int64_t r = H.first[i]; r < H.first[i + 1]; ++r) {
+        const int64_t j = H.slots[static_cast<size_t>(r)], t = j / k;
+        const float w = S.weights[static_cast<size_t>(j)];
+        const float* y = H.y.data() + r * d;
+        float* o = out + t * d;
+        for (int64_t c = 0; c < d; ++c) o[c] += w * y[c];
+      }
+      device_read_ += experts_->expert_bytes(layer);
+    }
+    used += static_cast<int64_t>(H.experts.size());
+    if (shared_there) {
+      add_shared_expert(l, in, n, H.shared_y.data(), out);
+      device_read_ += device_->ffn_bytes(layer);
     }
   }
+  // The experts no slot held are uploaded after the layer (queued behind its work), as the policy
+  // and the step's allowance let them.
+  if (split)
+    for (int32_t e : S.experts)
+      if (experts_->slot_of(layer, e) < 0) experts_->upload(layer, e, S.experts);
   // Each token's weight for every expert (zero: not chosen), as its FFN values (observed::ffn_act).
   if (observer_) {
     std::vector<float> w(static_cast<size_t>(ne));
@@ -116,6 +149,10 @@ void inference_context::guess_next_experts(step_state& B, int64_t layer) {
   B.expert_guess.resize(static_cast<size_t>(n * k));
   route_experts(hp, S.guess_logits.data(), n, B.expert_guess.data(), S.guess_weights.data());
   B.guessed_layer = layer + 1;
+  // Guessed experts no slot of the next layer holds: uploaded now, a layer before they are routed.
+  if (experts_ && experts_->residency().prefetch && experts_->slots(layer + 1) > 0)
+    for (int32_t e : B.expert_guess)
+      if (experts_->slot_of(layer + 1, e) < 0) experts_->upload(layer + 1, e, B.expert_guess, true);
 }
 
 int64_t inference_context::one_token_experts(const layer_weights& l, const workers& on, const float* in, float* out) {
@@ -124,30 +161,34 @@ int64_t inference_context::one_token_experts(const layer_weights& l, const worke
   const hparams& hp = model_->hp();
   const int64_t d = hp.n_embd, k = hp.n_expert_used, nf = hp.n_ff_exp;
   moe_scratch& S = moe_;
-  S.views.clear(), S.downs.clear();
+  S.views.clear(), S.downs.clear(), S.ranks.clear();
   for (int64_t j = 0; j < k; ++j) {
     const int64_t e = S.experts[static_cast<size_t>(j)];
+    if (!S.on_host[static_cast<size_t>(e)]) continue;  // computed on the hot device
+    S.ranks.push_back(j);
     S.views.push_back(expert_rows(l.ffn_gate_exps, e, nf));
     S.views.push_back(expert_rows(l.ffn_up_exps, e, nf));
     S.downs.push_back(expert_rows(l.ffn_down_exps, e, d));
   }
-  S.g.resize(static_cast<size_t>(2 * k * nf));
-  S.h.resize(static_cast<size_t>(k * nf));
-  S.y.resize(static_cast<size_t>(k * d));
+  const auto c = static_cast<int64_t>(S.ranks.size());  // experts the CPU computes
+  if (c == 0) return 0;
+  S.g.resize(static_cast<size_t>(2 * c * nf));
+  S.h.resize(static_cast<size_t>(c * nf));
+  S.y.resize(static_cast<size_t>(c * d));
   std::vector<const tensor_view*> ws;
   std::vector<float*> ys, ys_down;
   std::vector<const float*> hs;
-  for (int64_t j = 0; j < 2 * k; ++j) ws.push_back(&S.views[static_cast<size_t>(j)]), ys.push_back(S.g.data() + j * nf);
-  for (int64_t j = 0; j < k; ++j) hs.push_back(S.h.data() + j * nf), ys_down.push_back(S.y.data() + j * d);
+  for (int64_t j = 0; j < 2 * c; ++j) ws.push_back(&S.views[static_cast<size_t>(j)]), ys.push_back(S.g.data() + j * nf);
+  for (int64_t j = 0; j < c; ++j) hs.push_back(S.h.data() + j * nf), ys_down.push_back(S.y.data() + j * d);
   matmul_same_input(*on.pool, ws, in, 1, ys, *on.xq);
-  for (int64_t j = 0; j < k; ++j) hidden_values(hp, 0.0f, S.g.data() + 2 * j * nf, S.g.data() + (2 * j + 1) * nf, S.h.data() + j * nf, nf);
+  for (int64_t j = 0; j < c; ++j) hidden_values(hp, 0.0f, S.g.data() + 2 * j * nf, S.g.data() + (2 * j + 1) * nf, S.h.data() + j * nf, nf);
   if (!one_token_own_inputs(*on.pool, S.downs, hs, ys_down))
-    for (int64_t j = 0; j < k; ++j) matmul(on, S.downs[static_cast<size_t>(j)], hs[static_cast<size_t>(j)], 1, ys_down[static_cast<size_t>(j)]);
-  for (int64_t j = 0; j < k; ++j) {
-    const float w = S.weights[static_cast<size_t>(j)];
-    for (int64_t c = 0; c < d; ++c) out[c] += w * S.y[static_cast<size_t>(j * d + c)];
+    for (int64_t j = 0; j < c; ++j) matmul(on, S.downs[static_cast<size_t>(j)], hs[static_cast<size_t>(j)], 1, ys_down[static_cast<size_t>(j)]);
+  for (int64_t j = 0; j < c; ++j) {
+    const float w = S.weights[static_cast<size_t>(S.ranks[static_cast<size_t>(j)])];
+    for (int64_t i = 0; i < d; ++i) out[i] += w * S.y[static_cast<size_t>(j * d + i)];
   }
-  return k;
+  return c;
 }
 
 int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out) {
@@ -164,7 +205,7 @@ int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, cons
   int64_t used = 0;
   for (int64_t e = 0; e < ne; ++e) {
     const int64_t s0 = S.first[static_cast<size_t>(e)], m = S.first[static_cast<size_t>(e) + 1] - s0;
-    if (m == 0) continue;
+    if (m == 0 || !S.on_host[static_cast<size_t>(e)]) continue;  // (or computed on the hot device)
     ++used;
     // The tokens that chose expert e, their inputs side by side; its rows read once for all of them.
     S.x.resize(static_cast<size_t>(m * d));
@@ -184,19 +225,90 @@ int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, cons
   return used;
 }
 
+namespace {
+
+// y (m x n_embd) = down(act(gate x) * up x) for m inputs x, by these workers; g, h: scratch.
+void expert_forward(const hparams& hp, thread_pool& pool, std::vector<kernels::block_q8_0>& xq, const tensor_view& gate, const tensor_view& up,
+                    const tensor_view& down, const float* x, int64_t m, std::vector<float>& g, std::vector<float>& h, float* y) {
+  const int64_t nf = gate.ne1;
+  g.resize(static_cast<size_t>(m * nf));
+  h.resize(static_cast<size_t>(m * nf));
+  const tensor_view* ws[2] = {&gate, &up};
+  float* ys[2] = {g.data(), h.data()};
+  matmul_same_input(pool, ws, x, m, ys, xq);
+  hidden_values(hp, 0.0f, g.data(), h.data(), h.data(), m * nf);
+  hotcold::matmul(pool, down, h.data(), m, y, xq);
+}
+
+}  // namespace
+
 void inference_context::expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
                                        std::vector<float>& y) {
+  y.resize(static_cast<size_t>(m * down.ne1));
+  expert_forward(model_->hp(), *on.pool, *on.xq, gate, up, down, x, m, moe_.g, moe_.h, y.data());
+}
+
+void inference_context::add_shared_expert(const layer_weights& l, const float* in, int64_t n, const float* y, float* out) {
+  // qwen2moe's shared expert, for every token, scaled by sigmoid(ffn_gate_inp_shexp . x).
+  const int64_t d = model_->hp().n_embd;
+  const float* g = l.ffn_gate_inp_shexp.f32();
+  for (int64_t t = 0; t < n; ++t) {
+    const float scale = 1.0f / (1.0f + std::exp(-kernels::dot_f32(g, in + t * d, d)));
+    for (int64_t c = 0; c < d; ++c) out[t * d + c] += scale * y[t * d + c];
+  }
+}
+
+devices::event inference_context::submit_hot_experts(step_state& B, int64_t layer, const float* in, bool shared) {
   const hparams& hp = model_->hp();
-  const int64_t nf = gate.ne1, d = down.ne1;
-  moe_scratch& S = moe_;
-  S.g.resize(static_cast<size_t>(m * nf));
-  S.h.resize(static_cast<size_t>(m * nf));
-  const tensor_view* ws[2] = {&gate, &up};
-  float* ys[2] = {S.g.data(), S.h.data()};
-  matmul_same_input(*on.pool, ws, x, m, ys, *on.xq);
-  hidden_values(hp, 0.0f, S.g.data(), S.h.data(), S.h.data(), m * nf);
-  y.resize(static_cast<size_t>(m * d));
-  matmul(on, down, S.h.data(), m, y.data());
+  const int64_t n = B.n, d = hp.n_embd, k = hp.n_expert_used;
+  const moe_scratch& S = moe_;
+  hot_experts& H = hot_;
+  // The hot experts the step chose, each with its (token, rank) slots in token order and those tokens'
+  // inputs side by side; the slot each one is in now (an upload may refill it after this step).
+  H.experts.clear(), H.slot.clear(), H.first.assign(1, 0), H.slots.clear();
+  if (experts_ && experts_->slots(layer) > 0)
+    for (int32_t e = 0; e < static_cast<int32_t>(hp.n_expert); ++e) {
+      const int32_t slot = experts_->slot_of(layer, e);
+      if (slot < 0) continue;
+      for (int64_t j = 0; j < n * k; ++j)
+        if (S.experts[static_cast<size_t>(j)] == e) H.slots.push_back(j);
+      if (static_cast<int64_t>(H.slots.size()) == H.first.back()) continue;
+      H.experts.push_back(e), H.slot.push_back(slot), H.first.push_back(static_cast<int64_t>(H.slots.size()));
+    }
+  H.x.resize(H.slots.size() * static_cast<size_t>(d));
+  H.y.resize(H.slots.size() * static_cast<size_t>(d));
+  for (size_t r = 0; r < H.slots.size(); ++r) {
+    const int64_t t = H.slots[r] / k;
+    std::copy(in + t * d, in + (t + 1) * d, H.x.begin() + static_cast<int64_t>(r) * d);
+  }
+  if (shared) H.shared_y.resize(static_cast<size_t>(n * d));
+  const std::shared_ptr<const device_layers> dl = device_;
+  return dl->submit([this, layer, in, n, d, shared, dl] {
+    const hparams& hp = model_->hp();
+    hot_experts& H = hot_;
+    devices::device& dev = dl->device();
+    // One expert's product: the CPU's routine on the device's own worker (a device that runs host
+    // work), else the device's dense FFN job over its rows.
+    auto product = [&](const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m, float* y) {
+      if (dev.runs_host_work()) return expert_forward(hp, dl->pool(), dl->xq(), gate, up, down, x, m, H.g, H.h, y);
+      devices::dense_ffn_job job;
+      job.gate = gate.data, job.up = up.data, job.down = down.data;
+      job.t_gate = gate.type, job.t_up = up.type, job.t_down = down.type;
+      job.gated = true, job.act = device_activation(hp.act);
+      job.n = m, job.d = d, job.n_ff = gate.ne1, job.x = x, job.out = y;
+      job.scratch = dl->scratch(), job.scratch_bytes = dl->scratch_bytes();
+      dev.compute(job);
+    };
+    for (size_t i = 0; i < H.experts.size(); ++i) {
+      const device_experts::rows r = experts_->slot_rows(layer, H.slot[i]);
+      const int64_t r0 = H.first[i], m = H.first[i + 1] - r0;
+      product(r.gate, r.up, r.down, H.x.data() + r0 * d, m, H.y.data() + r0 * d);
+    }
+    if (shared) {
+      const layer_weights& g = dl->layer(layer);
+      product(g.ffn_gate_shexp, g.ffn_up_shexp, g.ffn_down_shexp, in, n, H.shared_y.data());
+    }
+  });
 }
 
 }  // namespace hotcold

@@ -32,6 +32,11 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   if (a.mode == "dense") o.mode = ffn_mode::dense;
   if (a.mode == "sparse") o.mode = ffn_mode::sparse;
   o.n_gpu_layers = a.n_gpu_layers;
+  if (a.cpu_moe && a.n_cpu_moe >= 0) throw std::invalid_argument("--cpu-moe and --n-cpu-moe: give one");
+  o.n_cpu_moe = a.cpu_moe ? hp.n_layer : a.n_cpu_moe;
+  if (!a.expert_policy.empty()) o.expert_cache_policy = parse_expert_policy(a.expert_policy);
+  if (a.expert_upload_mib >= 0) o.expert_upload_bytes = static_cast<uint64_t>(a.expert_upload_mib * double(1 << 20));
+  o.expert_prefetch = !a.no_expert_prefetch;
   o.trace = !a.trace_out.empty() || a.record_choices;
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   // A sparse file on a device with no placement made for it: a profile beside it, or a short one now.

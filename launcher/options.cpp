@@ -90,6 +90,17 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
       ->check(finite_in(0, 1 << 20));
   cmd->add_option("--n-gpu-layers", m.n_gpu_layers, "Dense files: layers the hot device holds whole, front to back (default: as many as fit its budget)")
       ->check(whole_in(0, 1 << 20));
+  cmd->add_option("--n-cpu-moe", m.n_cpu_moe,
+                  "A mixture of experts on a device: keep the experts of the first N layers on the CPU and every other layer's on the device, as "
+                  "llama.cpp's flag does (default: a cache of experts in every layer)")
+      ->check(whole_in(0, 1 << 20));
+  cmd->add_flag("--cpu-moe", m.cpu_moe, "A mixture of experts on a device: every expert on the CPU (--n-cpu-moe of every layer)");
+  cmd->add_option("--expert-policy", m.expert_policy, "A mixture's expert cache on a device: lfu-decay (default), lru, or fixed (no uploads)")
+      ->check(CLI::IsMember({"lru", "lfu-decay", "fixed"}));
+  cmd->add_option("--expert-upload-mib", m.expert_upload_mib,
+                  "A mixture's expert cache: MiB of experts it may upload a token (default: one expert for every fourth layer)")
+      ->check(finite_in(0, 1 << 30));
+  cmd->add_flag("--no-expert-prefetch", m.no_expert_prefetch, "A mixture's expert cache: do not upload the next layer's guessed experts a layer early");
   cmd->add_flag("--sim-kernels", m.sim_kernels,
                 "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies: attention, predictors, "
                 "FFN rows, dense FFNs, the head), "

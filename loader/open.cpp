@@ -38,11 +38,23 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   po.ctx = ctx.n_ctx();
   po.n_seq = ctx.n_seq();
   po.kv_value_bytes = ctx.kv_type() == tensor_type::f32 ? 4 : 2;
-  po.attention = attention_runs_on(dev, w0) && (split_ffn || dense_ffn_runs_on(dev, w0));
+  po.attention = attention_runs_on(dev, w0) && (split_ffn || hp.moe() || dense_ffn_runs_on(dev, w0));
+  auto computes = [&](std::initializer_list<const tensor_view*> ts) {
+    for (const tensor_view* t : ts)
+      if (*t && !dev.runs_host_work() && !dev.supports(devices::operation::dense_ffn, t->type)) return false;
+    return true;
+  };
+  po.experts = computes({&w0.ffn_gate_exps, &w0.ffn_up_exps, &w0.ffn_down_exps});
+  po.shared_experts = computes({&w0.ffn_gate_shexp, &w0.ffn_up_shexp, &w0.ffn_down_shexp});
+  po.n_cpu_moe = o.n_cpu_moe;
+  if (o.n_cpu_moe >= 0 && !hp.moe()) throw std::invalid_argument("--n-cpu-moe and --cpu-moe are for a mixture of experts");
   po.predictors = w0.pred_fc1 && dev.supports(devices::operation::predict, w0.pred_fc1.type) && w0.pred_fc2.type == w0.pred_fc1.type;
   po.head = dev.supports(devices::operation::matvec, m.weights().output.type);
   po.n_gpu_layers = o.n_gpu_layers;
   po.step_bytes = split_ffn ? dev.reserve_bytes(devices::operation::ffn_rows, inference_context::max_batch, hp.n_embd, hp.n_ff) : 0;
+  if (hp.moe() && !po.experts)
+    say(o.log, fmt::format("hotcold: {}'s kernels do not read this mixture's {} experts (they read F16, Q8_0, Q4_0, Q6_K): every expert runs on the CPU",
+                           dev.name(), tensor_type_name(w0.ffn_up_exps.type)));
   if (o.n_gpu_layers >= 0 && split_ffn)
     throw std::invalid_argument("--n-gpu-layers counts the layers of a dense file the device holds whole; a sparse file's plan puts attention "
                                 "first and the hot neurons in what is left");
@@ -94,9 +106,26 @@ void put_on_device(opened_model& r, const open_options& o) {
     r.plan = plan_for(r, o, hot);
     residency = r.plan->residency();
   }
-  if (!o.residency || residency.any() || residency.compute_bytes > 0) {
+  expert_residency experts;
+  if (o.experts) experts = *o.experts;
+  else if (r.plan) experts = r.plan->expert_slots();
+  if (o.expert_cache_policy) experts.policy = *o.expert_cache_policy;
+  if (o.expert_upload_bytes) experts.upload_bytes_per_token = *o.expert_upload_bytes;
+  experts.prefetch = o.expert_prefetch;
+  if (!o.residency || residency.any() || residency.compute_bytes > 0 || experts.any()) {
     r.device = std::make_shared<const device_layers>(r.m, residency, r.dev, r.ctx->kv_type());
     r.ctx->set_device_layers(r.device);
+  }
+  if (hp.moe() && experts.any()) {
+    r.experts = std::make_shared<device_experts>(r.m, experts, r.device);
+    r.ctx->set_device_experts(r.experts);
+    int64_t held = 0;
+    for (int64_t s : experts.slots) held += s;
+    say(o.log, fmt::format("hotcold: {} of {} experts on {} ({:.1f} MiB){}", held, hp.n_layer * hp.n_expert, r.dev->name(), r.experts->bytes() / double(1 << 20),
+                           held == hp.n_layer * hp.n_expert || experts.policy == expert_policy::fixed
+                               ? std::string(", fixed")
+                               : fmt::format(", a cache ({}) refilled by up to {:.1f} MiB a token{}", expert_policy_name(experts.policy),
+                                             experts.upload_bytes_per_token / double(1 << 20), experts.prefetch ? ", the next layer's guess a layer early" : "")));
   }
   if (m.has_predictors()) {
     try {
@@ -126,7 +155,7 @@ std::shared_ptr<devices::device> choose_device(const model& m, devices::device_o
     const auto gpus = devices::probe_cuda();
     std::string why_not;
     if (gpus.devices.empty()) why_not = "-";
-    else if (const auto t = m.weights().layers[0].ffn_up.type; t != tensor_type::f16 && t != tensor_type::q8_0 && t != tensor_type::q4_0)
+    else if (const auto t = m.hp().moe() ? m.weights().layers[0].ffn_up_exps.type : m.weights().layers[0].ffn_up.type; t != tensor_type::f16 && t != tensor_type::q8_0 && t != tensor_type::q4_0)
       why_not = fmt::format("its kernels read F16, Q8_0 or Q4_0 FFN rows, not {}", tensor_type_name(t));
     if (why_not.empty()) {
       o.kind = gpus.kind;
@@ -158,10 +187,8 @@ opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<de
   }
   check_kv_fits(hp, ctx, o.n_seq, o.kv_type);
   if (o.n_gpu_layers >= 0 && !on_device) throw std::invalid_argument("--n-gpu-layers needs a hot device (--device sim, cuda or hip)");
-  if (hp.moe() && on_device)
-    throw std::invalid_argument(fmt::format("{}: a mixture of experts ({} experts, {} a token) runs on the CPU for now: use --device cpu (the experts' split "
-                                            "between a device and the CPU is not built yet)",
-                                            m->path(), hp.n_expert, hp.n_expert_used));
+  if (o.n_cpu_moe >= 0 && !hp.moe()) throw std::invalid_argument("--n-cpu-moe and --cpu-moe are for a mixture of experts");
+  if (o.n_cpu_moe >= 0 && !on_device) throw std::invalid_argument("--n-cpu-moe and --cpu-moe need a hot device (--device sim, cuda or hip)");
   opened_model r;
   r.m = m;
   r.dev = dev;

@@ -32,9 +32,17 @@ struct open_options {
   std::optional<ffn_mode> mode;            // default: sparse when the file has predictors
   int64_t n_gpu_layers = -1;               // dense files: layers the device holds whole (-1: as many as fit)
   bool trace = false;                      // keep a trace recorder (the steps' intervals and chosen neurons)
+  // A mixture of experts on a device (docs/moe.md): --n-cpu-moe N (-1: a cache of experts in every
+  // layer), the cache's policy, its uploads' allowance in bytes a token (nullopt: the plan's), and
+  // whether the next layer's guessed experts are uploaded a layer early.
+  int64_t n_cpu_moe = -1;
+  std::optional<hotcold::expert_policy> expert_cache_policy;
+  std::optional<uint64_t> expert_upload_bytes;
+  bool expert_prefetch = true;
   // What the device holds when the caller says so instead of the plan (tests; nullopt: the plan's).
   std::optional<placement_data> hot;          // a sparse file's hot neurons (else the placement beside the file)
   std::optional<device_residency> residency;  // attention with its KV cache, predictors, whole FFNs, the head
+  std::optional<hotcold::expert_residency> experts;  // a mixture's expert slots (with residency)
   auto_placement_options placement;           // where a missing or stale placement is planned from
   log_line log;
 };
@@ -45,6 +53,7 @@ struct opened_model {
   std::shared_ptr<inference_context> ctx;        // KV caches, CPU workers, the forward pass
   std::shared_ptr<const device_layers> device;   // what the device holds besides hot rows (null: nothing)
   std::shared_ptr<const hot_rows> hot;           // a sparse file's hot rows on a device other than the CPU
+  std::shared_ptr<device_experts> experts;       // a mixture's experts on the device (null: all on the CPU)
   std::shared_ptr<hot_cold_ffn> split;           // the same rows as the context's FFN executor
   std::unique_ptr<trace_recorder> trace;         // with open_options::trace
   std::optional<placement_plan> plan;            // the device's plan, where one was made

@@ -105,13 +105,30 @@ device_residency placement_plan::residency() const {
   r.ctx = ctx;
   r.n_seq = n_seq;
   r.compute_bytes = fixed.compute;
+  if (experts)
+    for (const auto& l : layers) r.shared.push_back(l.shared);
+  return r;
+}
+
+expert_residency placement_plan::expert_slots() const {
+  expert_residency r;
+  uint64_t largest = 0;
+  for (const auto& l : layers) {
+    r.slots.push_back(l.expert_slots);
+    if (l.expert_slots > 0) largest = std::max(largest, l.expert_bytes / static_cast<uint64_t>(l.expert_slots));
+  }
+  // --n-cpu-moe's layers hold all their experts (nothing to refill); a cache may upload, a token, the
+  // bytes of one expert for every fourth layer (at least one expert).
+  r.policy = n_cpu_moe >= 0 ? expert_policy::fixed : expert_policy::lfu_decay;
+  r.upload_bytes_per_token = n_cpu_moe >= 0 ? 0 : largest * static_cast<uint64_t>(std::max<size_t>(1, layers.size() / 4));
   return r;
 }
 
 uint64_t compute_buffer_bytes(const hparams& hp, int64_t ctx) {
   // The residual stream and its norms, q/k/v, attention scores over the context for every head, FFN
   // hidden vectors and scores, logits; float32, doubled for double-buffering.
-  return 2 * 4 * static_cast<uint64_t>(4 * hp.n_embd + 2 * hp.n_embd_q() + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * hp.n_ff + hp.n_vocab);
+  const int64_t n_ff = std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});  // (a mixture's experts and shared expert)
+  return 2 * 4 * static_cast<uint64_t>(4 * hp.n_embd + 2 * hp.n_embd_q() + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * n_ff + hp.n_vocab);
 }
 
 placement_plan plan_device(const model& m, uint64_t budget, const plan_options& o) {
@@ -123,7 +140,12 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   plan.budget = budget;
   plan.ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   plan.n_seq = o.n_seq;
-  plan.whole_layers = !m.has_predictors();
+  plan.experts = hp.moe();
+  plan.whole_layers = !m.has_predictors() && !plan.experts;
+  plan.n_expert = hp.n_expert;
+  plan.n_cpu_moe = plan.experts ? o.n_cpu_moe : -1;
+  if (o.n_cpu_moe >= 0 && !plan.experts) throw std::invalid_argument("--n-cpu-moe and --cpu-moe are for a mixture of experts");
+  if (o.n_cpu_moe > hp.n_layer) throw std::invalid_argument(fmt::format("--n-cpu-moe {}: the model has {} layers", o.n_cpu_moe, hp.n_layer));
   const auto& w = m.weights();
   fixed_costs& f = plan.fixed;
   // Each kind in turn takes layers front to back until one does not fit; the next kind gets what is
@@ -146,14 +168,16 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   {
     if (plan.whole_layers && o.n_gpu_layers > hp.n_layer)
       throw std::invalid_argument(fmt::format("--n-gpu-layers {}: the model has {} layers", o.n_gpu_layers, hp.n_layer));
-    const int64_t max_layers = !o.attention ? 0 : plan.whole_layers && o.n_gpu_layers >= 0 ? o.n_gpu_layers : hp.n_layer;
+    const int64_t max_layers = !o.attention ? 0 : (plan.whole_layers || plan.experts) && o.n_gpu_layers >= 0 ? std::min(o.n_gpu_layers, hp.n_layer) : hp.n_layer;
     for (int64_t il = 0; il < max_layers; ++il) {  // attention (and a dense file's whole layer), front to back
       const auto& l = w.layers[static_cast<size_t>(il)];
       auto& pl = plan.layers[static_cast<size_t>(il)];
       // The FFN norm goes with the layer's attention: it is applied where the residual stream is when
       // attention ends (Falcon's FFN reads attn_norm, counted with attention).
       const uint64_t weights = l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wqkv.bytes() + l.wo.bytes();
-      const uint64_t norms = l.attn_norm.bytes() + l.attn_norm_b.bytes() + l.attn_norm_2.bytes() + l.attn_norm_2_b.bytes();
+      // (qwen2's q/k/v biases and qwen3's per-head norms go with them.)
+      const uint64_t norms = l.attn_norm.bytes() + l.attn_norm_b.bytes() + l.attn_norm_2.bytes() + l.attn_norm_2_b.bytes() + l.bq.bytes() + l.bk.bytes() +
+                             l.bv.bytes() + l.q_norm.bytes() + l.k_norm.bytes();
       const uint64_t ffn = plan.whole_layers ? l.ffn_gate.bytes() + l.ffn_up.bytes() + l.ffn_down.bytes() + l.ffn_down_t.bytes() : 0;
       if (!take(weights + norms + l.ffn_norm.bytes() + plan.kv_layer_bytes + ffn)) {
         if (plan.whole_layers && o.n_gpu_layers >= 0)
@@ -175,8 +199,48 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       if (!take(bytes)) break;
       pl.predictor = true, pl.predictor_bytes = bytes, f.predictors += bytes;
     }
+    for (int64_t il = 0; il < (plan.experts && o.shared_experts ? hp.n_layer : 0); ++il) {  // a mixture's shared experts
+      const auto& l = w.layers[static_cast<size_t>(il)];
+      auto& pl = plan.layers[static_cast<size_t>(il)];
+      const uint64_t bytes = l.ffn_gate_shexp.bytes() + l.ffn_up_shexp.bytes() + l.ffn_down_shexp.bytes();
+      if (bytes == 0 || !pl.attention) continue;
+      if (!take(bytes)) break;
+      pl.shared = true, pl.shared_bytes = bytes, f.shared += bytes;
+    }
     const uint64_t head = w.output.bytes() + w.output_norm.bytes() + w.output_norm_b.bytes();
     if (o.head && take(head)) plan.output = true, f.output = w.output.bytes(), f.norms += w.output_norm.bytes() + w.output_norm_b.bytes();
+  }
+  if (plan.experts && o.experts) {
+    // Expert slots with what is left: --n-cpu-moe N puts every expert of layers N.. on the device (all
+    // of them must fit); otherwise each layer gets the same number of slots, a cache of its experts,
+    // and what is left after that one more slot each, front to back.
+    auto expert_bytes = [&](int64_t il) {
+      const auto& l = w.layers[static_cast<size_t>(il)];
+      return (l.ffn_gate_exps.bytes() + l.ffn_up_exps.bytes() + l.ffn_down_exps.bytes()) / static_cast<uint64_t>(hp.n_expert);
+    };
+    auto give = [&](int64_t il, int64_t slots) {
+      auto& pl = plan.layers[static_cast<size_t>(il)];
+      pl.expert_slots += slots, pl.expert_bytes += expert_bytes(il) * static_cast<uint64_t>(slots), f.experts += expert_bytes(il) * static_cast<uint64_t>(slots);
+    };
+    if (o.n_cpu_moe >= 0) {
+      for (int64_t il = o.n_cpu_moe; il < hp.n_layer; ++il) {
+        if (!take(expert_bytes(il) * static_cast<uint64_t>(hp.n_expert)))
+          throw std::invalid_argument(fmt::format("--n-cpu-moe {}: layer {}'s {} experts ({:.2f} MiB) do not fit in what is left of --vram-budget {:.4g} GiB "
+                                                  "({:.2f} MiB); raise N or the budget, or leave it out for a cache of experts in every layer",
+                                                  o.n_cpu_moe, il, hp.n_expert, expert_bytes(il) * static_cast<uint64_t>(hp.n_expert) / double(1 << 20),
+                                                  budget / double(1ull << 30), left / double(1 << 20)));
+        give(il, hp.n_expert);
+      }
+    } else {
+      uint64_t all = 0;
+      for (int64_t il = 0; il < hp.n_layer; ++il) all += expert_bytes(il);
+      const int64_t each = std::min<int64_t>(hp.n_expert, static_cast<int64_t>(left / all));
+      if (each > 0)
+        for (int64_t il = 0; il < hp.n_layer; ++il) take(expert_bytes(il) * static_cast<uint64_t>(each)), give(il, each);
+      if (each < hp.n_expert)
+        for (int64_t il = 0; il < hp.n_layer; ++il)
+          if (take(expert_bytes(il))) give(il, 1);
+    }
   }
   plan.left = left;
   return plan;
@@ -219,6 +283,28 @@ placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firin
 std::string placement_plan::table() const {
   auto mib = [](uint64_t b) { return b / double(1 << 20); };
   auto yes = [&](bool on, uint64_t b) { return on ? fmt::format("{:.2f}", mib(b)) : std::string("cpu"); };
+  if (experts) {
+    std::string t = "| layer | attention MiB | KV cache MiB | FFN norm MiB | shared expert MiB | experts held | experts MiB | device MiB |\n"
+                    "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    int64_t held = 0;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const auto& p = layers[l];
+      held += p.expert_slots;
+      t += fmt::format("| {} | {} | {} | {} | {} | {} of {} | {:.2f} | {:.2f} |\n", l, yes(p.attention, p.attention_bytes), yes(p.attention, p.kv_bytes),
+                       yes(p.ffn_norm, p.ffn_norm_bytes), p.shared ? fmt::format("{:.2f}", mib(p.shared_bytes)) : std::string("-"),
+                       p.expert_slots, n_expert, mib(p.expert_bytes), mib(p.bytes()));
+    }
+    const int64_t on = std::count_if(layers.begin(), layers.end(), [](const layer_placement& p) { return p.attention; });
+    t += fmt::format("| total | {} of {} layers | {:.2f} | | {:.2f} | {} of {} | {:.2f} | {:.2f} |\n", on, layers.size(), mib(fixed.kv_cache), mib(fixed.shared),
+                     held, n_expert * static_cast<int64_t>(layers.size()), mib(fixed.experts), mib(bytes()));
+    t += fmt::format("experts: {}; the router on the CPU (it decides which experts go where); output head: {}; compute buffers {:.2f} MiB; {:.2f} of {:.2f} MiB used "
+                     "(context {}{})\n",
+                     n_cpu_moe >= 0 ? fmt::format("--n-cpu-moe {}: layers 0..{} on the CPU, the others' all on the device", n_cpu_moe, n_cpu_moe - 1)
+                     : held == n_expert * static_cast<int64_t>(layers.size()) ? std::string("all on the device")
+                                                                               : std::string("a cache in each layer's slots, refilled from the CPU's copy as tokens route"),
+                     output ? "device" : "cpu", mib(fixed.compute), mib(bytes()), mib(budget), ctx, n_seq > 1 ? fmt::format(" x {} sequences", n_seq) : "");
+    return t;
+  }
   std::string t = whole_layers ? "| layer | attention MiB | KV cache MiB | FFN norm MiB | FFN MiB | device MiB |\n| --- | --- | --- | --- | --- | --- |\n"
                                 : "| layer | attention MiB | KV cache MiB | predictor MiB | FFN norm MiB | hot neurons | hot rows MiB | device MiB |\n"
                                   "| --- | --- | --- | --- | --- | --- | --- | --- |\n";

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device_experts.hpp"
 #include "engine/device_layers.hpp"
 #include "model/placement_file.hpp"
 
@@ -48,7 +49,8 @@ struct fixed_costs {
   uint64_t attention = 0, predictors = 0, norms = 0, output = 0, kv_cache = 0, compute = 0;
   uint64_t ffn = 0;   // dense files: the FFN weights of the layers offloaded whole
   uint64_t step = 0;  // what the device reserves for its FFN-rows jobs (plan_options::step_bytes)
-  uint64_t total() const { return attention + predictors + norms + output + kv_cache + compute + ffn + step; }
+  uint64_t shared = 0, experts = 0;  // a mixture's shared experts, and its experts' slots
+  uint64_t total() const { return attention + predictors + norms + output + kv_cache + compute + ffn + step + shared + experts; }
 };
 
 // One layer's share of the device.
@@ -58,8 +60,10 @@ struct layer_placement {
   bool ffn_norm = false;
   bool ffn = false;  // dense files: the whole FFN
   int64_t hot_neurons = 0;
-  uint64_t attention_bytes = 0, kv_bytes = 0, predictor_bytes = 0, ffn_norm_bytes = 0, hot_bytes = 0, ffn_bytes = 0;
-  uint64_t bytes() const { return attention_bytes + kv_bytes + predictor_bytes + ffn_norm_bytes + hot_bytes + ffn_bytes; }
+  bool shared = false;       // a mixture: its shared expert
+  int64_t expert_slots = 0;  // a mixture: experts the device holds (a cache of them, or all)
+  uint64_t attention_bytes = 0, kv_bytes = 0, predictor_bytes = 0, ffn_norm_bytes = 0, hot_bytes = 0, ffn_bytes = 0, shared_bytes = 0, expert_bytes = 0;
+  uint64_t bytes() const { return attention_bytes + kv_bytes + predictor_bytes + ffn_norm_bytes + hot_bytes + ffn_bytes + shared_bytes + expert_bytes; }
 };
 
 struct placement_plan {
@@ -69,6 +73,9 @@ struct placement_plan {
   int64_t n_seq = 1;   // sequences whose caches the device holds
   uint64_t kv_layer_bytes = 0;  // one layer's K and V on the device
   bool whole_layers = false;    // a dense file: layers offloaded whole
+  bool experts = false;         // a mixture of experts: attention, shared experts, the head, then expert slots
+  int64_t n_expert = 0;         // (a mixture) experts a layer
+  int64_t n_cpu_moe = -1;       // (a mixture) --n-cpu-moe: the first layers whose experts stay on the CPU (-1: a cache in every layer)
   uint64_t left = 0;            // of the budget, after everything the plan holds
   std::vector<layer_placement> layers;
   bool output = false;  // the output norm and head
@@ -79,6 +86,8 @@ struct placement_plan {
   std::string table() const;
   // What the runtime puts on the device besides the hot rows.
   device_residency residency() const;
+  // A mixture's expert slots per layer (a fixed set where --n-cpu-moe placed them).
+  expert_residency expert_slots() const;
 };
 
 struct plan_options {
@@ -91,6 +100,11 @@ struct plan_options {
   // Bytes the device sets aside for its FFN-rows jobs when hot rows go there (a GPU's step buffers:
   // devices::device::reserve_bytes; 0 for sim and cpu), taken before anything else.
   uint64_t step_bytes = 0;
+  // A mixture of experts: whether the device computes its experts and shared experts (a GPU: their
+  // weights' types), and --n-cpu-moe N: the experts of layers 0..N-1 stay on the CPU and every other
+  // layer's are all on the device (-1: what is left after the rest is a cache of experts in every layer).
+  bool experts = true, shared_experts = true;
+  int64_t n_cpu_moe = -1;
 };
 
 // The compute buffers a plan sets aside first (float32 activations of one step, doubled).

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/device_experts.hpp"
+
 namespace hotcold::tools {
 
 std::string_view expert_policy_name(expert_policy p) {
@@ -18,17 +20,6 @@ std::string_view expert_policy_name(expert_policy p) {
   return "?";
 }
 
-namespace {
-
-// One layer's cache: which experts it holds and the policy's score of each (higher: kept longer).
-struct layer_cache {
-  std::vector<uint8_t> held;
-  std::vector<double> score;
-  int64_t size = 0;
-};
-
-}  // namespace
-
 expert_cache_result replay_expert_cache(const activation_record& rec, expert_policy p, int64_t capacity, double decay) {
   const int64_t n_layer = rec.n_layer, ne = rec.n_ff;
   if (rec.entries.empty()) throw std::invalid_argument(fmt::format("{}: no routings recorded", rec.source));
@@ -37,7 +28,13 @@ expert_cache_result replay_expert_cache(const activation_record& rec, expert_pol
   std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return std::tie(a.step, a.layer) < std::tie(b.step, b.layer); });
   const int64_t row = (ne + 7) / 8;
   auto chosen = [&](const activation_record::entry& e, int64_t t, int64_t x) { return (e.bits[static_cast<size_t>(t * row + x / 8)] >> (x % 8)) & 1; };
-  std::vector<layer_cache> caches(static_cast<size_t>(n_layer), layer_cache{std::vector<uint8_t>(static_cast<size_t>(ne), 0), std::vector<double>(static_cast<size_t>(ne), 0), 0});
+  // The policy's layer caches (engine/device_experts.hpp, as the device's slots keep them); the popular
+  // set is a fixed one.
+  const hotcold::expert_policy engine_policy = p == expert_policy::lru ? hotcold::expert_policy::lru
+                                      : p == expert_policy::lfu_decay ? hotcold::expert_policy::lfu_decay
+                                                                      : hotcold::expert_policy::fixed;
+  std::vector<expert_slots> caches;
+  for (int64_t l = 0; l < n_layer; ++l) caches.emplace_back(ne, capacity, engine_policy, decay);
   if (p == expert_policy::popular) {  // the most chosen over the whole record, fixed
     std::vector<std::vector<int64_t>> count(static_cast<size_t>(n_layer), std::vector<int64_t>(static_cast<size_t>(ne), 0));
     for (const auto& e : entries)
@@ -48,42 +45,31 @@ expert_cache_result replay_expert_cache(const activation_record& rec, expert_pol
       std::iota(order.begin(), order.end(), 0);
       const auto& c = count[static_cast<size_t>(l)];
       std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return c[static_cast<size_t>(a)] > c[static_cast<size_t>(b)]; });
-      for (int64_t k = 0; k < capacity; ++k) caches[static_cast<size_t>(l)].held[static_cast<size_t>(order[static_cast<size_t>(k)])] = 1;
+      for (int64_t k = 0; k < capacity; ++k) caches[static_cast<size_t>(l)].put(static_cast<int32_t>(order[static_cast<size_t>(k)]));
     }
   }
   expert_cache_result r;
   r.policy = p, r.capacity = capacity;
   std::vector<int64_t> hits(static_cast<size_t>(n_layer), 0), lookups(static_cast<size_t>(n_layer), 0);
-  int64_t uploads = 0, clock = 0;
+  int64_t uploads = 0;
   std::vector<int64_t> tokens_of_layer(static_cast<size_t>(n_layer), 0);
+  std::vector<int32_t> used;
   for (const auto& e : entries) {
-    layer_cache& c = caches[static_cast<size_t>(e.layer)];
+    expert_slots& c = caches[static_cast<size_t>(e.layer)];
     for (int64_t t = 0; t < e.tokens; ++t) {
-      ++clock, ++tokens_of_layer[static_cast<size_t>(e.layer)];
-      if (p == expert_policy::lfu_decay)
-        for (double& s : c.score) s *= decay;
-      std::vector<int64_t> missed;
-      for (int64_t x = 0; x < ne; ++x) {
-        if (!chosen(e, t, x)) continue;
+      ++tokens_of_layer[static_cast<size_t>(e.layer)];
+      c.next_token();
+      used.clear();
+      for (int32_t x = 0; x < static_cast<int32_t>(ne); ++x)
+        if (chosen(e, t, x)) used.push_back(x);
+      for (int32_t x : used) {
         ++lookups[static_cast<size_t>(e.layer)];
-        if (c.held[static_cast<size_t>(x)]) ++hits[static_cast<size_t>(e.layer)];
-        else missed.push_back(x);
-        // The policy's score: the last use (LRU), a decayed count (LFU with decay).
-        c.score[static_cast<size_t>(x)] = p == expert_policy::lru ? static_cast<double>(clock) : c.score[static_cast<size_t>(x)] + 1.0;
+        if (c.holds(x)) ++hits[static_cast<size_t>(e.layer)];
+        c.use(x);
       }
-      if (p == expert_policy::popular) continue;
-      for (int64_t x : missed) {  // uploaded after the token, each evicting the lowest score unless there is room
-        if (c.size == capacity) {
-          int64_t victim = -1;
-          for (int64_t y = 0; y < ne; ++y)
-            if (c.held[static_cast<size_t>(y)] && (victim < 0 || c.score[static_cast<size_t>(y)] < c.score[static_cast<size_t>(victim)]) &&
-                !(chosen(e, t, y)))
-              victim = y;
-          if (victim < 0) continue;  // every held expert is in use by this token: no room
-          c.held[static_cast<size_t>(victim)] = 0, --c.size;
-        }
-        c.held[static_cast<size_t>(x)] = 1, ++c.size, ++uploads;
-      }
+      // The misses uploaded after the token, each evicting the lowest score (never one the token used).
+      for (int32_t x : used)
+        if (!c.holds(x) && c.admit(x, used) != -2) ++uploads;
     }
   }
   int64_t all_hits = 0, all_lookups = 0;

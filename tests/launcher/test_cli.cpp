@@ -265,8 +265,9 @@ TEST(Cli, RunMakesTheDefaultModelOnFirstUse) {
 }
 
 // A mixture of experts through the commands (docs/moe.md): gen-model writes one, run and eval answer,
-// eval --vs-oracle holds model/reference to the experts the run chose and agrees with it, a device
-// says it runs on the CPU for now, replay names what it cannot do yet, and prepare refuses it.
+// eval --vs-oracle holds model/reference to the experts the run chose and agrees with it, sim splits the
+// experts with the CPU (a cache of them, --sim-kernels, --n-cpu-moe, --cpu-moe) and answers the same
+// greedy tokens, replay names what it cannot do yet, and prepare refuses it.
 TEST(Cli, MixtureOfExperts) {
   auto dir = fs::temp_directory_path() / ("hotcold-cli-moe-" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -284,9 +285,27 @@ TEST(Cli, MixtureOfExperts) {
   EXPECT_GT(o.at("rel_rms").get<double>(), 0.0);
   EXPECT_LT(o.at("rel_rms").get<double>(), 1.5e-2);
   EXPECT_EQ(o.at("top1_same"), o.at("positions"));
-  auto sim = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.01"});
-  EXPECT_NE(sim.code, 0);
-  EXPECT_NE(sim.err.find("--device cpu"), std::string::npos) << sim.err;
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--vram-budget", "0.0024"}, {"--vram-budget", "0.0024", "--sim-kernels"},
+                                                 {"--vram-budget", "0.01", "--n-cpu-moe", "1"}, {"--vram-budget", "0.01", "--cpu-moe"}}) {
+    std::vector<std::string> args = {"run", "-m", file, "-p", "Hello world", "-n", "8", "--temp", "0", "-t", "2", "-c", "64", "--device", "sim"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto sim = run(args);
+    ASSERT_EQ(sim.code, 0) << sim.err;
+    EXPECT_EQ(sim.out, r.out) << extra.back();
+    EXPECT_NE(sim.err.find("experts held"), std::string::npos) << sim.err;  // the plan's table
+    if (extra[1] == "0.0024") {  // below the experts' size: a cache of some of them
+      EXPECT_NE(sim.err.find("5 of 16 experts on sim"), std::string::npos) << sim.err;
+    }
+  }
+  auto both = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.01", "--cpu-moe", "--n-cpu-moe", "1"});
+  EXPECT_NE(both.code, 0);
+  EXPECT_NE(both.err.find("give one"), std::string::npos) << both.err;
+  auto big = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0024", "--n-cpu-moe", "0"});
+  EXPECT_NE(big.code, 0);
+  EXPECT_NE(big.err.find("--n-cpu-moe 0: layer"), std::string::npos) << big.err;
+  auto cpu_only = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-c", "64", "--n-cpu-moe", "1"});
+  EXPECT_NE(cpu_only.code, 0);
+  EXPECT_NE(cpu_only.err.find("need a hot device"), std::string::npos) << cpu_only.err;
   const auto trace = (dir / "t.json").string();
   auto traced = run({"run", "-m", file, "-p", "Hello", "-n", "4", "-t", "2", "-c", "64", "--trace-out", trace});
   ASSERT_EQ(traced.code, 0) << traced.err;

@@ -1,0 +1,202 @@
+#include "engine/device_experts.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "engine/device_layers.hpp"
+
+namespace hotcold {
+
+std::string_view expert_policy_name(expert_policy p) {
+  switch (p) {
+    case expert_policy::lru: return "lru";
+    case expert_policy::lfu_decay: return "lfu-decay";
+    case expert_policy::fixed: return "fixed";
+  }
+  return "?";
+}
+
+expert_policy parse_expert_policy(std::string_view s) {
+  for (expert_policy p : {expert_policy::lru, expert_policy::lfu_decay, expert_policy::fixed})
+    if (s == expert_policy_name(p)) return p;
+  throw std::invalid_argument(fmt::format("expert policy '{}': one of lru, lfu-decay, fixed", s));
+}
+
+expert_slots::expert_slots(int64_t n_expert, int64_t capacity, expert_policy p, double decay)
+    : held_(static_cast<size_t>(n_expert), 0), score_(static_cast<size_t>(n_expert), 0.0), capacity_(capacity), policy_(p), decay_(decay) {
+  if (capacity < 0 || capacity > n_expert)
+    throw std::invalid_argument(fmt::format("a cache of {} experts for a layer of {}: give 0 to {}", capacity, n_expert, n_expert));
+}
+
+void expert_slots::next_token() {
+  ++clock_;
+  if (policy_ == expert_policy::lfu_decay)
+    for (double& s : score_) s *= decay_;
+}
+
+void expert_slots::use(int32_t e) {
+  // LRU: the last token that chose it; LFU with decay: its decayed count.
+  score_[static_cast<size_t>(e)] = policy_ == expert_policy::lru ? static_cast<double>(clock_) : score_[static_cast<size_t>(e)] + 1.0;
+}
+
+int32_t expert_slots::admit(int32_t e, std::span<const int32_t> keep) {
+  if (holds(e)) throw std::logic_error(fmt::format("expert {} is held already", e));
+  if (policy_ == expert_policy::fixed || capacity_ == 0) return -2;
+  int32_t victim = -1;
+  if (size_ == capacity_) {
+    for (int32_t y = 0; y < static_cast<int32_t>(held_.size()); ++y)
+      if (holds(y) && std::find(keep.begin(), keep.end(), y) == keep.end() &&
+          (victim < 0 || score_[static_cast<size_t>(y)] < score_[static_cast<size_t>(victim)]))
+        victim = y;
+    if (victim < 0) return -2;
+    held_[static_cast<size_t>(victim)] = 0, --size_;
+  }
+  held_[static_cast<size_t>(e)] = 1, ++size_;
+  return victim;
+}
+
+void expert_slots::put(int32_t e) {
+  if (holds(e) || size_ == capacity_) throw std::logic_error(fmt::format("expert {}: held already, or no free slot", e));
+  held_[static_cast<size_t>(e)] = 1, ++size_;
+}
+
+bool expert_residency::any() const {
+  return std::any_of(slots.begin(), slots.end(), [](int64_t s) { return s > 0; });
+}
+
+device_experts::device_experts(std::shared_ptr<const model> m, const expert_residency& r, std::shared_ptr<const device_layers> on)
+    : model_(std::move(m)), r_(r), on_(std::move(on)) {
+  const hparams& hp = model_->hp();
+  const auto n = static_cast<size_t>(hp.n_layer);
+  if (!hp.moe()) throw std::invalid_argument(fmt::format("{}: not a mixture of experts", model_->path()));
+  if (r_.slots.size() != n) throw std::invalid_argument(fmt::format("expert slots for {} layers in a model of {}", r_.slots.size(), n));
+  devices::device& dev = on_->device();
+  gate_.resize(n), up_.resize(n), down_.resize(n), slot_.resize(n), expert_in_.resize(n), expert_bytes_.assign(n, 0);
+  for (size_t il = 0; il < n; ++il) {
+    const layer_weights& l = model_->weights().layers[il];
+    const int64_t s = r_.slots[il];
+    if (s < 0 || s > hp.n_expert)
+      throw std::invalid_argument(fmt::format("layer {}: {} expert slots for {} experts", il, s, hp.n_expert));
+    policy_.emplace_back(hp.n_expert, s, r_.policy);
+    slot_[il].assign(static_cast<size_t>(hp.n_expert), -1);
+    expert_bytes_[il] = (l.ffn_gate_exps.bytes() + l.ffn_up_exps.bytes() + l.ffn_down_exps.bytes()) / static_cast<uint64_t>(hp.n_expert);
+    if (s == 0) continue;
+    for (const tensor_view* t : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps})
+      if (!dev.runs_host_work() && !dev.supports(devices::operation::dense_ffn, t->type))
+        throw std::invalid_argument(fmt::format("{}: cannot compute layer {}'s experts ({} weights)", dev.name(), il, tensor_type_name(t->type)));
+    const uint64_t gate_bytes = l.ffn_gate_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
+    const uint64_t up_bytes = l.ffn_up_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
+    const uint64_t down_bytes = l.ffn_down_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
+    gate_[il] = dev.allocate(gate_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (gate)", il));
+    up_[il] = dev.allocate(up_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (up)", il));
+    down_[il] = dev.allocate(down_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (down)", il));
+    bytes_ += expert_bytes_[il] * static_cast<uint64_t>(s);
+    for (int32_t e = 0; e < static_cast<int32_t>(s); ++e) {
+      policy_[il].put(e);
+      expert_in_[il].push_back(e);
+      slot_[il][static_cast<size_t>(e)] = e;
+      copy_expert(static_cast<int64_t>(il), e, e);
+    }
+  }
+  for (pending& p : pending_) p.done->wait();
+  pending_.clear();
+  counts_.layer_lookups.assign(n, 0), counts_.layer_hits.assign(n, 0);
+}
+
+device_experts::~device_experts() {
+  // The staged bytes of uploads still queued must outlive them.
+  for (pending& p : pending_) try {
+      p.done->wait();
+    } catch (...) {
+    }
+}
+
+device_experts::rows device_experts::slot_rows(int64_t layer, int32_t slot) const {
+  const hparams& hp = model_->hp();
+  const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
+  auto at = [&](const tensor_view& t, const std::shared_ptr<devices::buffer>& b, int64_t rows) {
+    tensor_view v = t;
+    v.ne1 = rows, v.stride = 0, v.interleaved16 = false;
+    v.data = static_cast<const uint8_t*>(b->data()) + static_cast<size_t>(slot) * static_cast<size_t>(rows) * t.row_bytes;
+    return v;
+  };
+  return {at(l.ffn_gate_exps, gate_[static_cast<size_t>(layer)], hp.n_ff_exp), at(l.ffn_up_exps, up_[static_cast<size_t>(layer)], hp.n_ff_exp),
+          at(l.ffn_down_exps, down_[static_cast<size_t>(layer)], hp.n_embd)};
+}
+
+void device_experts::copy_expert(int64_t layer, int32_t e, int32_t slot) {
+  const hparams& hp = model_->hp();
+  const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
+  const tensor_view views[3] = {expert_rows(l.ffn_gate_exps, e, hp.n_ff_exp), expert_rows(l.ffn_up_exps, e, hp.n_ff_exp),
+                                expert_rows(l.ffn_down_exps, e, hp.n_embd)};
+  devices::buffer* to[3] = {gate_[static_cast<size_t>(layer)].get(), up_[static_cast<size_t>(layer)].get(), down_[static_cast<size_t>(layer)].get()};
+  // The expert's rows in plain order, staged until the copies ran.
+  auto staging = std::make_shared<std::vector<uint8_t>>(views[0].bytes() + views[1].bytes() + views[2].bytes());
+  uint64_t at = 0;
+  for (const tensor_view& v : views) plain_rows(v, staging->data() + at), at += v.bytes();
+  devices::device& dev = on_->device();
+  const std::shared_ptr<devices::device> shared = on_->shared_device();
+  const uint64_t sizes[3] = {views[0].bytes(), views[1].bytes(), views[2].bytes()};
+  if (dev.kind() == devices::device_kind::sim || dev.kind() == devices::device_kind::cpu) {
+    // Their copies are queued on the device's queue (cpu: inline): after the work already there.
+    at = 0;
+    for (int k = 0; k < 3; ++k) {
+      pending_.push_back({dev.copy_in(*to[k], static_cast<uint64_t>(slot) * sizes[k], staging->data() + at, sizes[k]), staging});
+      at += sizes[k];
+    }
+  } else {
+    // A GPU's copies run on the caller's thread: made a job of the queue, so that they wait for the
+    // work before them (which may still read the slot).
+    pending_.push_back({on_->submit([shared, staging, to0 = to[0], to1 = to[1], to2 = to[2], slot, s0 = sizes[0], s1 = sizes[1], s2 = sizes[2]] {
+                          const uint8_t* p = staging->data();
+                          shared->copy_in(*to0, static_cast<uint64_t>(slot) * s0, p, s0)->wait();
+                          shared->copy_in(*to1, static_cast<uint64_t>(slot) * s1, p + s0, s1)->wait();
+                          shared->copy_in(*to2, static_cast<uint64_t>(slot) * s2, p + s0 + s1, s2)->wait();
+                        }),
+                        staging});
+  }
+}
+
+void device_experts::begin_step(int64_t n) {
+  while (!pending_.empty() && pending_.front().done->ready()) {
+    pending_.front().done->wait();  // rethrows a failed copy
+    pending_.pop_front();
+  }
+  allowance_ = r_.upload_bytes_per_token * static_cast<uint64_t>(n);
+}
+
+void device_experts::chosen(int64_t layer, std::span<const int32_t> experts) {
+  expert_slots& c = policy_[static_cast<size_t>(layer)];
+  c.next_token();
+  for (int32_t e : experts) {
+    c.use(e);
+    ++counts_.lookups, ++counts_.layer_lookups[static_cast<size_t>(layer)];
+    if (slot_of(layer, e) >= 0) ++counts_.hits, ++counts_.layer_hits[static_cast<size_t>(layer)];
+  }
+}
+
+bool device_experts::upload(int64_t layer, int32_t e, std::span<const int32_t> keep, bool guessed) {
+  const auto il = static_cast<size_t>(layer);
+  if (slot_of(layer, e) >= 0 || r_.slots[il] == 0 || expert_bytes_[il] > allowance_) return false;
+  const int32_t victim = policy_[il].admit(e, keep);
+  if (victim == -2) return false;
+  int32_t slot;
+  if (victim >= 0) {
+    slot = slot_[il][static_cast<size_t>(victim)];
+    slot_[il][static_cast<size_t>(victim)] = -1;
+    expert_in_[il][static_cast<size_t>(slot)] = e;
+  } else {
+    slot = static_cast<int32_t>(expert_in_[il].size());
+    expert_in_[il].push_back(e);
+  }
+  slot_[il][static_cast<size_t>(e)] = slot;
+  copy_expert(layer, e, slot);
+  allowance_ -= expert_bytes_[il];
+  ++counts_.uploads, counts_.upload_bytes += expert_bytes_[il];
+  if (guessed) ++counts_.prefetched;
+  return true;
+}
+
+}  // namespace hotcold

@@ -1,0 +1,130 @@
+#pragma once
+// A mixture of experts' experts on the hot device (docs/moe.md, "Hot and cold experts"). Each layer
+// has a number of slots on the device, each holding one expert's gate, up and down rows (plain rows,
+// as a GPU's kernels read them). A step's routed experts split into the ones a slot holds (hot: the
+// device computes them) and the rest (cold: the CPU's workers compute them from host memory at the
+// same time); the forward pass joins the two weighted sums (engine/moe_ffn.cpp).
+//
+// Where a layer holds fewer slots than experts, the slots are a cache: an expert a token chose that no
+// slot held is uploaded after the layer (evicting the one the policy scores lowest, never one the step
+// is using), and the experts the next layer's router guesses (inference_context::experts_guessed) are
+// uploaded one layer early; both within an allowance of bytes per token, so that uploads queued ahead
+// of the device's work never hold up a token by more than that. Uploads are queued on the device's
+// queue, after the work already there (which may still read the slot being refilled).
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "devices/device.hpp"
+#include "model/model.hpp"
+
+namespace hotcold {
+
+class device_layers;
+
+enum class expert_policy {
+  lru,        // evict the expert chosen longest ago
+  lfu_decay,  // evict the lowest count of choices, every count multiplied by a decay each token (recency and popularity)
+  fixed,      // no uploads: the slots keep the experts they were given
+};
+std::string_view expert_policy_name(expert_policy p);
+// "lru", "lfu-decay", "fixed"; std::invalid_argument naming the choices otherwise.
+expert_policy parse_expert_policy(std::string_view s);
+
+// One layer's cache of experts: which experts it holds, and each expert's score under the policy
+// (higher: kept longer). Shared by the device's slots and `hotcold replay`'s what-if (tools/expert_cache).
+class expert_slots {
+ public:
+  expert_slots(int64_t n_expert, int64_t capacity, expert_policy p, double decay = 0.9);
+  bool holds(int32_t e) const { return held_[static_cast<size_t>(e)] != 0; }
+  int64_t size() const { return size_; }
+  int64_t capacity() const { return capacity_; }
+  expert_policy policy() const { return policy_; }
+  void next_token();     // a token begins: LFU's counts decay
+  void use(int32_t e);   // the token chose e (held or not)
+  // Takes e in, evicting the held expert of lowest score not in `keep` when every slot is taken; returns
+  // the expert evicted, -1 when a slot was free, -2 when nothing was taken in (every held expert is
+  // kept, or the policy is fixed). Throws std::logic_error when e is held already.
+  int32_t admit(int32_t e, std::span<const int32_t> keep);
+  // Fills a free slot with e, whatever the policy (the initial set); std::logic_error when full or held.
+  void put(int32_t e);
+
+ private:
+  std::vector<uint8_t> held_;
+  std::vector<double> score_;
+  int64_t size_ = 0, capacity_ = 0;
+  expert_policy policy_;
+  double decay_;
+  int64_t clock_ = 0;
+};
+
+// What the plan gives the device of a mixture's experts.
+struct expert_residency {
+  std::vector<int64_t> slots;  // per layer: experts the device holds (0: all on the CPU, n_expert: all of them)
+  expert_policy policy = expert_policy::lfu_decay;
+  uint64_t upload_bytes_per_token = 0;  // the uploads' allowance (0: none)
+  bool prefetch = true;                 // upload the next layer's guessed experts one layer early
+  bool any() const;
+};
+
+class device_experts {
+ public:
+  // The slots' rows are allocated on the device that `on` holds and filled with experts 0, 1, ... of
+  // each layer. Throws devices::out_of_device_memory when they do not fit its budget,
+  // std::invalid_argument for slots that do not fit the model or experts the device cannot compute.
+  device_experts(std::shared_ptr<const model> m, const expert_residency& r, std::shared_ptr<const device_layers> on);
+  ~device_experts();
+
+  int64_t slots(int64_t layer) const { return r_.slots[static_cast<size_t>(layer)]; }
+  const expert_residency& residency() const { return r_; }
+  // Expert e's slot in layer `layer` (-1: on the host only).
+  int32_t slot_of(int64_t layer, int32_t e) const { return slot_[static_cast<size_t>(layer)][static_cast<size_t>(e)]; }
+  // A slot's rows on the device: gate and up (n_ff_exp rows of n_embd), down (n_embd rows of n_ff_exp).
+  struct rows {
+    tensor_view gate, up, down;
+  };
+  rows slot_rows(int64_t layer, int32_t slot) const;
+  uint64_t expert_bytes(int64_t layer) const { return expert_bytes_[static_cast<size_t>(layer)]; }
+  uint64_t bytes() const { return bytes_; }  // every slot's rows
+  const device_layers& layers() const { return *on_; }
+
+  // A step of n tokens begins: its upload allowance, n x upload_bytes_per_token.
+  void begin_step(int64_t n);
+  // One token at `layer` chose `experts`: the policy's uses, and the hits counted (held at routing).
+  void chosen(int64_t layer, std::span<const int32_t> experts);
+  // Queues expert e's upload into a slot of `layer` (evicting by the policy, sparing `keep`) when the
+  // step's allowance has room; returns whether it was queued. guessed: a prefetch (counted apart).
+  bool upload(int64_t layer, int32_t e, std::span<const int32_t> keep, bool guessed = false);
+
+  struct counts {
+    int64_t lookups = 0, hits = 0;       // experts routed, and of those held by a slot when routed
+    int64_t uploads = 0, prefetched = 0; // experts uploaded (prefetched: of those, guessed a layer early)
+    uint64_t upload_bytes = 0;
+    std::vector<int64_t> layer_lookups, layer_hits;
+  };
+  const counts& counted() const { return counts_; }
+
+ private:
+  struct pending {
+    devices::event done;
+    std::shared_ptr<std::vector<uint8_t>> staging;
+  };
+  void copy_expert(int64_t layer, int32_t e, int32_t slot);
+  std::shared_ptr<const model> model_;
+  expert_residency r_;
+  std::shared_ptr<const device_layers> on_;
+  std::vector<std::shared_ptr<devices::buffer>> gate_, up_, down_;  // per layer: slots x rows
+  std::vector<std::vector<int32_t>> slot_;       // per layer, per expert: its slot or -1
+  std::vector<std::vector<int32_t>> expert_in_;  // per layer, per slot: its expert
+  std::vector<expert_slots> policy_;             // per layer
+  std::vector<uint64_t> expert_bytes_;
+  uint64_t bytes_ = 0;
+  uint64_t allowance_ = 0;  // of this step's upload allowance, what is left
+  std::deque<pending> pending_;
+  counts counts_;
+};
+
+}  // namespace hotcold

@@ -1,0 +1,210 @@
+// A mixture's experts split between a hot device and the CPU (engine/device_experts.hpp, docs/moe.md):
+// sim holding a quarter of the experts — a cache refilled as tokens route — or --n-cpu-moe's fixed
+// layers, computing as a host device and as a GPU does (--sim-kernels), gives model/reference's logits;
+// the plan fills the device in its order; the slots' policies.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "engine/device_experts.hpp"
+#include "engine/forward.hpp"
+#include "loader/open.hpp"
+#include "model/reference.hpp"
+#include "tests/model/tiny_models.hpp"
+#include "tools/gen_model.hpp"
+
+namespace hotcold {
+namespace {
+
+std::string moe_file(architecture arch, tensor_type type) {
+  tools::gen_model_options o;
+  o.arch = arch, o.type = type, o.act = activation::silu;
+  o.n_embd = 64, o.n_ff = 64, o.n_ff_shared = 96;
+  o.n_layer = 3, o.n_head = 4, o.n_head_kv = 2;
+  o.n_experts = 8, o.n_experts_used = 2;
+  o.norm_spread = 0.2;
+  return test::make_model(fmt::format("moe_dev_{}_{}", architecture_name(arch), tensor_type_name(type)), o);
+}
+
+std::shared_ptr<devices::device> sim(uint64_t budget, bool kernels) {
+  devices::device_options d;
+  d.kind = "sim", d.budget = budget, d.sim_kernels = kernels;
+  return devices::make_device(d);
+}
+
+// The plan's bytes for everything but the experts, and the experts' bytes, on a budget that holds all.
+std::pair<uint64_t, uint64_t> plan_sizes(const model& m, int64_t ctx) {
+  loader::plan_options po;
+  po.ctx = ctx;
+  const auto all = loader::plan_device(m, uint64_t{1} << 34, po);
+  return {all.bytes() - all.fixed.experts, all.fixed.experts};
+}
+
+// The experts' cache at a quarter of their bytes: each layer holds 2 of its 8, refilled as the tokens
+// route (uploads after a miss and the next layer's guess a layer early); the logits are the
+// reference's, one token at a time and as a batch, computing as a host device does and as a GPU does.
+TEST(MoeDevice, ACacheOfAQuarterOfTheExpertsGivesTheReference) {
+  for (auto arch : {architecture::llama, architecture::qwen2moe, architecture::qwen3moe}) {
+    const auto path = moe_file(arch, tensor_type::f16);
+    auto m = model::load(path);
+    const auto& hp = m->hp();
+    const auto file = gguf::file::open(path);
+  const reference_model oracle(file, tensor_type::f16);
+    std::vector<token_id> tokens;
+    for (int i = 0; i < 16; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 53) % 290));
+    const auto want = oracle.logits(tokens);
+    const auto [rest, experts] = plan_sizes(*m, 32);
+    for (bool kernels : {false, true})
+      for (bool batch : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} {}", architecture_name(arch), kernels ? "sim kernels" : "sim", batch ? "batch" : "one at a time"));
+        loader::open_options o;
+        o.ctx = 32, o.threads = 2;
+        auto r = loader::open_for_running(m, sim(rest + experts / 4, kernels), o);
+        ASSERT_TRUE(r.experts);
+        for (int64_t l = 0; l < hp.n_layer; ++l) EXPECT_EQ(r.experts->slots(l), 2);
+        if (arch == architecture::qwen2moe) {
+          EXPECT_TRUE(r.device->shared_expert(0));
+        }
+        const auto got = test::run_tokens(*r.ctx, tokens, batch);
+        EXPECT_LT(test::rel_diff(got, want), 1e-4);
+        const auto& c = r.experts->counted();
+        EXPECT_EQ(c.lookups, static_cast<int64_t>(tokens.size()) * hp.n_expert_used * hp.n_layer);
+        EXPECT_GT(c.hits, 0);
+        EXPECT_LT(c.hits, c.lookups);
+        EXPECT_GT(c.uploads, 0);
+        // Experts other than the first fill (0 and 1) came in, and were read from their slots.
+        int64_t uploaded_held = 0;
+        for (int64_t l = 0; l < hp.n_layer; ++l)
+          for (int32_t e = 2; e < hp.n_expert; ++e) uploaded_held += r.experts->slot_of(l, e) >= 0;
+        EXPECT_GT(uploaded_held, 0);
+        EXPECT_GT(r.ctx->device_read(), 0u);
+      }
+  }
+}
+
+// The hot experts are read from their slots: two slots whose rows are swapped behind the cache's back
+// change the logits (what the test above checks can fail).
+TEST(MoeDevice, ExpertsAreReadFromTheirSlots) {
+  const auto path = moe_file(architecture::qwen3moe, tensor_type::f16);
+  auto m = model::load(path);
+  const auto file = gguf::file::open(path);
+  const reference_model oracle(file, tensor_type::f16);
+  std::vector<token_id> tokens;
+  for (int i = 0; i < 16; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 53) % 290));
+  const auto [rest, experts] = plan_sizes(*m, 32);
+  loader::open_options o;
+  o.ctx = 32, o.threads = 2;
+  auto r = loader::open_for_running(m, sim(rest + experts / 4, false), o);
+  ASSERT_TRUE(r.experts);
+  // Swap two held slots' rows behind the cache's back (sim's buffers are host memory): expert 0's
+  // slot now holds expert 1's rows and the other way round.
+  for (int64_t l = 0; l < m->hp().n_layer; ++l) {
+    const auto a = r.experts->slot_rows(l, r.experts->slot_of(l, 0)), b = r.experts->slot_rows(l, r.experts->slot_of(l, 1));
+    for (auto [x, y] : {std::pair{a.gate, b.gate}, {a.up, b.up}, {a.down, b.down}})
+      std::swap_ranges(const_cast<uint8_t*>(x.data), const_cast<uint8_t*>(x.data) + x.bytes(), const_cast<uint8_t*>(y.data));
+  }
+  EXPECT_GT(test::rel_diff(test::run_tokens(*r.ctx, tokens, false), oracle.logits(tokens)), 1e-3);
+}
+
+// --n-cpu-moe N: layers 0..N-1 keep every expert on the CPU, the others hold all of theirs (a fixed
+// set: every lookup there a hit, no uploads); --cpu-moe (N = every layer) leaves attention and the
+// shared expert on the device; both give the reference's logits. A budget the layers' experts do not
+// fit is refused naming the layer.
+TEST(MoeDevice, NCpuMoeKeepsTheFirstLayersExpertsOnTheCpu) {
+  const auto path = moe_file(architecture::qwen2moe, tensor_type::f16);
+  auto m = model::load(path);
+  const auto& hp = m->hp();
+  const auto file = gguf::file::open(path);
+  const reference_model oracle(file, tensor_type::f16);
+  std::vector<token_id> tokens;
+  for (int i = 0; i < 10; ++i) tokens.push_back(static_cast<token_id>(3 + (i * 31) % 290));
+  const auto want = oracle.logits(tokens);
+  const auto [rest, experts] = plan_sizes(*m, 32);
+  for (int64_t n : {int64_t{1}, hp.n_layer}) {
+    SCOPED_TRACE(n);
+    loader::open_options o;
+    o.ctx = 32, o.threads = 2, o.n_cpu_moe = n;
+    auto r = loader::open_for_running(m, sim(rest + experts, true), o);
+    ASSERT_TRUE(r.plan);
+    for (int64_t l = 0; l < hp.n_layer; ++l) EXPECT_EQ(r.plan->layers[static_cast<size_t>(l)].expert_slots, l < n ? 0 : hp.n_expert);
+    EXPECT_TRUE(r.plan->layers[0].shared);
+    EXPECT_EQ(static_cast<bool>(r.experts), n < hp.n_layer);
+    EXPECT_LT(test::rel_diff(test::run_tokens(*r.ctx, tokens, true), want), 1e-4);
+    if (r.experts) {
+      const auto& c = r.experts->counted();
+      EXPECT_EQ(c.uploads, 0);
+      EXPECT_EQ(c.hits, static_cast<int64_t>(tokens.size()) * hp.n_expert_used * (hp.n_layer - n));
+      EXPECT_EQ(r.experts->residency().policy, expert_policy::fixed);
+    }
+  }
+  loader::open_options o;
+  o.ctx = 32, o.n_cpu_moe = 0;
+  try {
+    loader::open_for_running(m, sim(rest + experts / 2, false), o);
+    ADD_FAILURE() << "experts that do not fit were taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--n-cpu-moe 0: layer"), std::string::npos) << e.what();
+  }
+}
+
+// The plan's order for a mixture: attention with its KV cache, shared experts, the head, then expert
+// slots — as many in every layer as fit, then one more a layer front to back.
+TEST(MoeDevice, ThePlanFillsTheDeviceInItsOrder) {
+  auto m = model::load(moe_file(architecture::qwen2moe, tensor_type::f16));
+  const auto& hp = m->hp();
+  loader::plan_options po;
+  po.ctx = 32;
+  const auto all = loader::plan_device(*m, uint64_t{1} << 34, po);
+  ASSERT_TRUE(all.experts);
+  const uint64_t expert = all.fixed.experts / static_cast<uint64_t>(hp.n_layer * hp.n_expert);
+  for (const auto& l : all.layers) EXPECT_TRUE(l.attention && l.shared && l.expert_slots == hp.n_expert);
+  EXPECT_TRUE(all.output);
+  const uint64_t rest = all.bytes() - all.fixed.experts;
+  // Three slots a layer and one more for the first layer.
+  const auto some = loader::plan_device(*m, rest + expert * static_cast<uint64_t>(3 * hp.n_layer + 1) + expert / 2, po);
+  EXPECT_TRUE(some.output);
+  EXPECT_EQ(some.layers[0].expert_slots, 4);
+  for (int64_t l = 1; l < hp.n_layer; ++l) EXPECT_EQ(some.layers[static_cast<size_t>(l)].expert_slots, 3);
+  const auto slots = some.expert_slots();
+  EXPECT_EQ(slots.policy, expert_policy::lfu_decay);
+  EXPECT_EQ(slots.upload_bytes_per_token, expert);  // one expert for every fourth layer, at least one
+  // Below the head: no experts, no head, attention and shared experts still there.
+  const auto tight = loader::plan_device(*m, rest - all.fixed.output, po);
+  EXPECT_FALSE(tight.output);
+  EXPECT_EQ(tight.fixed.experts, 0u);
+  EXPECT_TRUE(tight.layers.back().attention && tight.layers.back().shared);
+  EXPECT_NE(some.table().find("| 0 | "), std::string::npos);
+  EXPECT_NE(some.table().find("4 of 8"), std::string::npos) << some.table();
+}
+
+// The slots' policies: LRU evicts the expert chosen longest ago, LFU with decay the lowest decayed
+// count (a popular expert outlives a newer one-off), neither evicts an expert the token keeps, and a
+// fixed set takes nothing in.
+TEST(MoeDevice, SlotPolicies) {
+  expert_slots lru(6, 2, expert_policy::lru), lfu(6, 2, expert_policy::lfu_decay, 0.9);
+  for (expert_slots* c : {&lru, &lfu}) {
+    for (int32_t e : {0, 0, 0, 1}) {  // expert 0 chosen three tokens running, then expert 1
+      c->next_token();
+      c->use(e);
+      if (!c->holds(e)) EXPECT_EQ(c->admit(e, std::vector<int32_t>{e}), -1);
+    }
+    c->next_token();
+    c->use(2);
+  }
+  EXPECT_EQ(lru.admit(2, std::vector<int32_t>{2}), 0);  // 0 was chosen longest ago
+  EXPECT_EQ(lfu.admit(2, std::vector<int32_t>{2}), 1);  // 0's decayed count (2.2) beats 1's (0.9)
+  EXPECT_EQ(lru.admit(3, std::vector<int32_t>{1, 2, 3}), -2);  // every held expert kept
+  EXPECT_THROW(lru.admit(2, {}), std::logic_error);
+  expert_slots fixed(6, 2, expert_policy::fixed);
+  fixed.put(4);
+  EXPECT_EQ(fixed.admit(5, {}), -2);
+  EXPECT_TRUE(fixed.holds(4));
+  EXPECT_FALSE(fixed.holds(5));
+  EXPECT_EQ(parse_expert_policy("lfu-decay"), expert_policy::lfu_decay);
+  EXPECT_THROW(parse_expert_policy("mru"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hotcold
