@@ -72,6 +72,7 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
   const auto n = static_cast<size_t>(hp.n_layer);
   if (!hp.moe()) throw std::invalid_argument(fmt::format("{}: not a mixture of experts", model_->path()));
   if (r_.slots.size() != n) throw std::invalid_argument(fmt::format("expert slots for {} layers in a model of {}", r_.slots.size(), n));
+  if (!r_.first.empty() && r_.first.size() != n) throw std::invalid_argument(fmt::format("first experts for {} layers in a model of {}", r_.first.size(), n));
   devices::device& dev = on_->device();
   gate_.resize(n), up_.resize(n), down_.resize(n), slot_.resize(n), expert_in_.resize(n), expert_bytes_.assign(n, 0);
   for (size_t il = 0; il < n; ++il) {
@@ -93,11 +94,17 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
     up_[il] = dev.allocate(up_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (up)", il));
     down_[il] = dev.allocate(down_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (down)", il));
     bytes_ += expert_bytes_[il] * static_cast<uint64_t>(s);
-    for (int32_t e = 0; e < static_cast<int32_t>(s); ++e) {
+    std::vector<int32_t> order = r_.first.empty() ? std::vector<int32_t>{} : r_.first[il];
+    for (int32_t e = 0; e < static_cast<int32_t>(hp.n_expert); ++e)  // (then the others, by number)
+      if (std::find(order.begin(), order.end(), e) == order.end()) order.push_back(e);
+    for (int32_t slot = 0; slot < static_cast<int32_t>(s); ++slot) {
+      const int32_t e = order[static_cast<size_t>(slot)];
+      if (e < 0 || e >= hp.n_expert || slot_[il][static_cast<size_t>(e)] >= 0)
+        throw std::invalid_argument(fmt::format("layer {}: expert {} given twice or outside the {} experts", il, e, hp.n_expert));
       policy_[il].put(e);
       expert_in_[il].push_back(e);
-      slot_[il][static_cast<size_t>(e)] = e;
-      copy_expert(static_cast<int64_t>(il), e, e);
+      slot_[il][static_cast<size_t>(e)] = slot;
+      copy_expert(static_cast<int64_t>(il), e, slot);
     }
   }
   for (pending& p : pending_) p.done->wait();

@@ -67,13 +67,16 @@ struct expert_residency {
   expert_policy policy = expert_policy::lfu_decay;
   uint64_t upload_bytes_per_token = 0;  // the uploads' allowance (0: none)
   bool prefetch = true;                 // upload the next layer's guessed experts one layer early
+  // Per layer the experts the slots start with, in this order (empty: 0, 1, 2, ...): e.g. the most
+  // chosen in a recorded run, a static placement by popularity with the fixed policy.
+  std::vector<std::vector<int32_t>> first;
   bool any() const;
 };
 
 class device_experts {
  public:
-  // The slots' rows are allocated on the device that `on` holds and filled with experts 0, 1, ... of
-  // each layer. Throws devices::out_of_device_memory when they do not fit its budget,
+  // The slots' rows are allocated on the device that `on` holds and filled with each layer's first
+  // experts (residency.first, else 0, 1, ...). Throws devices::out_of_device_memory when they do not fit its budget,
   // std::invalid_argument for slots that do not fit the model or experts the device cannot compute.
   device_experts(std::shared_ptr<const model> m, const expert_residency& r, std::shared_ptr<const device_layers> on);
   ~device_experts();

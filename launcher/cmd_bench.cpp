@@ -177,6 +177,7 @@ class bench_runner {
 struct runs {
   std::vector<double> pp, tg;  // tokens/s, per repetition
   int64_t tokens = 0;          // decode steps over the repetitions
+  int64_t expert_lookups = 0, expert_hits = 0, expert_uploads = 0;  // a mixture's experts on a device, over the decode steps
   rows_read computed;          // FFN rows read over them
   uint64_t device_bytes = 0;   // weights the hot device read over them
   double step_bytes = 0;       // what a step reads (what its roofline's probe reads)
@@ -235,9 +236,15 @@ measurement measure(bench_runner& run, const bench_args& a, const std::vector<co
       if (a.n_gen > 0) {
         const rows_read before(*l.ctx);
         const uint64_t device_before = run.device_read(configs[k].actors);
+        const device_experts::counts experts_before = l.experts ? l.experts->counted() : device_experts::counts{};
         r.tg.push_back(run.decode(configs[k].actors, configs[k].sequences, a.n_gen));
         r.computed += rows_read(*l.ctx) -= before;
         r.device_bytes += run.device_read(configs[k].actors) - device_before;
+        if (l.experts) {
+          const auto& now = l.experts->counted();
+          r.expert_lookups += now.lookups - experts_before.lookups, r.expert_hits += now.hits - experts_before.hits;
+          r.expert_uploads += now.uploads - experts_before.uploads;
+        }
         r.tokens += a.n_gen;
       }
     }
@@ -286,6 +293,7 @@ struct result {
   rate pp, tg;
   double bpt = 0;         // weights read per decoded token (each row of a step's union once, shared by its tokens)
   double device_bpt = 0;  // of bpt, what the hot device read (its FFN rows)
+  double expert_hit_rate = 0, expert_uploads_per_token = 0;  // a mixture's: routed experts a device slot held; experts uploaded a token
   std::vector<double> rep_bandwidth;  // the bandwidth beside each repetition
   double bandwidth = 0;               // their mean
   std::vector<double> fractions;      // of the roofline, per repetition (speed x bytes per token / bandwidth)
@@ -308,6 +316,8 @@ std::vector<result> results_of(const bench_args& a, const std::vector<config>& c
       res.tg = summarize(r.tg);
       res.bpt = bytes_per_step(m, r.computed, r.tokens) / configs[k].sequences;
       res.device_bpt = static_cast<double>(r.device_bytes) / static_cast<double>(r.tokens * configs[k].sequences);
+      res.expert_hit_rate = r.expert_lookups > 0 ? static_cast<double>(r.expert_hits) / static_cast<double>(r.expert_lookups) : 0.0;
+      res.expert_uploads_per_token = static_cast<double>(r.expert_uploads) / static_cast<double>(r.tokens * configs[k].sequences);
     }
     for (size_t i = 0; i + 1 < r.probes.size(); ++i) res.rep_bandwidth.push_back(std::max(r.probes[i], r.probes[i + 1]));
     res.bandwidth = mean_of(res.rep_bandwidth);
@@ -366,6 +376,10 @@ void print_json(const report& r, const model& m) {
                      // Weights and KV cache read per decoded token on each side.
                      {"host_bytes_per_token", res.bpt - res.device_bpt + r.kv_host},
                      {"device_bytes_per_token", res.device_bpt + r.kv_device}};
+    if (m.hp().moe()) {  // (every expert on the CPU: a hit rate of 0)
+      d["expert_hit_rate"] = res.expert_hit_rate;
+      d["expert_uploads_per_token"] = res.expert_uploads_per_token;
+    }
     if (r.probed && res.bpt > 0) {
       d["read_bandwidth_bytes_per_s"] = res.bandwidth;
       d["probe_bytes"] = res.probe_bytes;
@@ -443,6 +457,12 @@ void print_table(const report& r, const model& m) {
                  c.micro > 1 ? fmt::format(" in {} micro-batches", c.micro) : "", res.tg.mean, res.tg.sd, res.bpt / double(1 << 20));
   }
   if (r.probed) print_roofline(r);
+  if (hp.moe() && a.n_gen > 0)
+    for (size_t k = 0; k < r.configs.size(); ++k)
+      fmt::print("\nexperts ({}): {:.1f}% of the routed experts on the hot device, {:.2f} uploaded a token; {:.1f} MiB read a token on the host, {:.1f} MiB on the "
+                 "device\n",
+                 pipeline_name(r.configs[k].actors), 100 * r.results[k].expert_hit_rate, r.results[k].expert_uploads_per_token,
+                 (r.results[k].bpt - r.results[k].device_bpt + r.kv_host) / double(1 << 20), (r.results[k].device_bpt + r.kv_device) / double(1 << 20));
   const comparisons& cmp = r.c;
   if (cmp.dense > 0 && a.n_gen > 0 && r.results[static_cast<size_t>(cmp.dense)].tg.mean > 0) {
     const auto& d = r.results[static_cast<size_t>(cmp.dense)];

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -19,6 +20,9 @@
 #include "launcher/commands.hpp"
 #include "tools/client.hpp"
 #include "tools/whatif.hpp"
+#include "engine/bandwidth.hpp"
+#include "engine/read_costs.hpp"
+#include "engine/thread_pool.hpp"
 #include "tools/expert_cache.hpp"
 
 namespace hotcold::launcher {
@@ -42,29 +46,68 @@ struct measured {
 
 // hotcold replay --activations TRACE -m MODEL --vram-budget GiB...: the estimates, as a table and JSON.
 // hotcold replay --activations TRACE -m MOE --experts-cached C...: a mixture's recorded routings through
-// a device cache of C experts a layer, under each policy.
-void expert_what_if(const tools::activation_record& rec, const hparams& hp, const tools::whatif_options& o, const std::string& report_path) {
+// a device cache of C experts a layer, under each policy, and what a token would take: a bandwidth
+// model in which attention, the router, shared experts and the head are on the device (read at the hot
+// rate), and each layer's routed experts split — the cold ones read by the CPU while the device reads
+// the hot ones and its uploads come over the link — the layer taking the longer side.
+void expert_what_if(const tools::activation_record& rec, const std::string& model_path, const tools::whatif_options& o, const std::string& report_path) {
+  auto m = model::load(model_path, {true});
+  const hparams& hp = m->hp();
   if (o.experts_cached.empty())
     throw std::invalid_argument(fmt::format("--activations on a mixture of experts ({}): give --experts-cached N (one or more cache sizes, experts a layer)",
                                             o.model_path));
   if (rec.n_layer != hp.n_layer || rec.n_ff != hp.n_expert)
     throw std::invalid_argument(fmt::format("{} holds {} layers x {} choices; {} has {} layers x {} experts", rec.source, rec.n_layer, rec.n_ff, o.model_path,
                                             hp.n_layer, hp.n_expert));
+  std::optional<tools::activation_record> elsewhere;
+  if (!o.experts_popular_from.empty()) elsewhere = tools::read_activation_record(o.experts_popular_from);
+  // The rates: the CPU's measured here (or given), the device's given (else the CPU's), the link's.
+  double cpu = o.cpu_gbps * 1e9;
+  if (cpu <= 0) {
+    thread_pool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    cpu = measure_read_bandwidth(pool);
+  }
+  const double hot = o.hot_gbps > 0 ? o.hot_gbps * 1e9 : cpu, link = o.link_gbps * 1e9;
+  const read_costs costs(*m);
+  double fixed = static_cast<double>(costs.output);
+  std::vector<double> expert(static_cast<size_t>(hp.n_layer));
+  for (size_t l = 0; l < expert.size(); ++l)
+    fixed += static_cast<double>(costs.layer_fixed[l]), expert[l] = static_cast<double>(costs.neuron[l] * static_cast<uint64_t>(hp.n_ff_exp));
+  const double k = static_cast<double>(hp.n_expert_used);
+  auto seconds = [&](const tools::expert_cache_result& r) {
+    double t = fixed / hot;
+    for (size_t l = 0; l < expert.size(); ++l) {
+      const double h = r.layer_hit_rate[l], up = r.uploads_per_token / static_cast<double>(expert.size());
+      t += std::max((1 - h) * k * expert[l] / cpu, h * k * expert[l] / hot + up * expert[l] / link);
+    }
+    return t;
+  };
+  double all_experts = 0;
+  for (double e : expert) all_experts += k * e;
+  const double cpu_only = (fixed + all_experts) / cpu;
   fmt::print("expert cache what-if over {} layers x {} experts ({} used a token) from {}\n", hp.n_layer, hp.n_expert, hp.n_expert_used, rec.source);
-  fmt::print("| experts cached a layer | policy | hit rate | uploads / token |\n| --- | --- | --- | --- |\n");
+  fmt::print("time: a bandwidth model: CPU {:.1f} GB/s, device {:.1f} GB/s, uploads {:.1f} GB/s; {:.2f} MiB a token besides the experts (on the device), "
+             "{:.2f} MiB an expert; the CPU alone: {:.2f} ms a token ({:.1f} tokens/s)\n",
+             cpu / 1e9, hot / 1e9, link / 1e9, fixed / double(1 << 20), expert[0] / double(1 << 20), 1e3 * cpu_only, 1 / cpu_only);
+  fmt::print("| experts cached a layer | policy | hit rate | uploads / token | ms/token | tokens/s |\n| --- | --- | --- | --- | --- | --- |\n");
   nlohmann::json rows = nlohmann::json::array();
   int64_t tokens = 0;
   for (int64_t c : o.experts_cached)
-    for (auto p : {tools::expert_policy::lru, tools::expert_policy::lfu_decay, tools::expert_policy::popular}) {
-      const auto r = tools::replay_expert_cache(rec, p, c);
+    for (int v = 0; v < (elsewhere ? 4 : 3); ++v) {
+      const auto p = v == 0 ? tools::expert_policy::lru : v == 1 ? tools::expert_policy::lfu_decay : tools::expert_policy::popular;
+      const auto r = tools::replay_expert_cache(rec, p, c, 0.9, v == 3 ? &*elsewhere : nullptr);
+      const std::string name = v == 3 ? "popular-elsewhere" : std::string(tools::expert_policy_name(p));
       tokens = r.tokens;
-      fmt::print("| {} | {} | {:.4f} | {:.2f} |\n", c, tools::expert_policy_name(p), r.hit_rate, r.uploads_per_token);
-      rows.push_back({{"experts_cached", c}, {"policy", tools::expert_policy_name(p)}, {"expert_hit_rate", r.hit_rate},
-                      {"expert_uploads_per_token", r.uploads_per_token}, {"layer_hit_rate", r.layer_hit_rate}});
+      const double t = seconds(r);
+      fmt::print("| {} | {} | {:.4f} | {:.2f} | {:.3f} | {:.1f} |\n", c, name, r.hit_rate, r.uploads_per_token, 1e3 * t, 1 / t);
+      rows.push_back({{"experts_cached", c}, {"policy", name}, {"expert_hit_rate", r.hit_rate}, {"expert_uploads_per_token", r.uploads_per_token},
+                      {"layer_hit_rate", r.layer_hit_rate}, {"seconds_per_token", t}, {"tokens_per_s", 1 / t}});
     }
-  fmt::print("({} tokens; popular: the most chosen experts of the whole record, fixed, never uploaded)\n", tokens);
+  fmt::print("({} tokens; popular: the most chosen experts of the whole record, fixed, never uploaded{})\n", tokens,
+             elsewhere ? fmt::format("; popular-elsewhere: those of {}", elsewhere->source) : "");
   if (report_path.empty()) return;
-  nlohmann::json j{{"source", rec.source}, {"tokens", tokens}, {"expert_caches", rows}};
+  nlohmann::json j{{"source", rec.source}, {"tokens", tokens}, {"expert_caches", rows},
+                   {"rates", {{"cpu_gbps", cpu / 1e9}, {"hot_gbps", hot / 1e9}, {"link_gbps", link / 1e9}}}, {"cpu_only_seconds_per_token", cpu_only}};
   std::ofstream out(report_path);
   out << j.dump(2) << "\n";
   if (!out) throw std::system_error(errno, std::generic_category(), "cannot write " + report_path);
@@ -76,7 +119,8 @@ void what_if(const std::string& activations, tools::whatif_options o, const std:
   {
     // The file's hyper-parameters only: the neurons' what-if loads the model itself.
     const hparams hp = read_hparams(gguf::file::open(o.model_path));
-    if (hp.moe()) return expert_what_if(rec, hp, o, report_path);
+    if (hp.moe()) return expert_what_if(rec, o.model_path, o, report_path);
+    if (!o.experts_popular_from.empty()) throw std::invalid_argument(fmt::format("--experts-popular-from: {} is not a mixture of experts", o.model_path));
     if (!o.experts_cached.empty()) throw std::invalid_argument(fmt::format("--experts-cached: {} is not a mixture of experts", o.model_path));
   }
   if (o.budgets_gib.empty() && o.placements.empty() && rec.hot.empty())

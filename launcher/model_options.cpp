@@ -8,6 +8,7 @@
 #include "actors/pipeline.hpp"
 #include "launcher/default_model.hpp"
 #include "launcher/progress.hpp"
+#include "tools/expert_cache.hpp"
 #include "tools/profile.hpp"
 
 namespace hotcold::launcher {
@@ -37,6 +38,14 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   if (!a.expert_policy.empty()) o.expert_cache_policy = parse_expert_policy(a.expert_policy);
   if (a.expert_upload_mib >= 0) o.expert_upload_bytes = static_cast<uint64_t>(a.expert_upload_mib * double(1 << 20));
   o.expert_prefetch = !a.no_expert_prefetch;
+  if (!a.experts_from.empty()) {
+    if (!hp.moe()) throw std::invalid_argument(fmt::format("--experts-from: {} is not a mixture of experts", path));
+    const auto rec = tools::read_activation_record(a.experts_from);
+    if (rec.n_layer != hp.n_layer || rec.n_ff != hp.n_expert)
+      throw std::invalid_argument(fmt::format("--experts-from {}: it holds {} layers x {} choices; {} has {} layers x {} experts", a.experts_from, rec.n_layer,
+                                              rec.n_ff, path, hp.n_layer, hp.n_expert));
+    o.first_experts = tools::experts_by_popularity(rec);
+  }
   o.trace = !a.trace_out.empty() || a.record_choices;
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   // A sparse file on a device with no placement made for it: a profile beside it, or a short one now.

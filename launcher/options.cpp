@@ -100,6 +100,9 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   cmd->add_option("--expert-upload-mib", m.expert_upload_mib,
                   "A mixture's expert cache: MiB of experts it may upload a token (default: one expert for every fourth layer)")
       ->check(finite_in(0, 1 << 30));
+  cmd->add_option("--experts-from", m.experts_from,
+                  "A mixture's expert slots on a device start with each layer's most chosen experts in this recorded run (a --trace-out FILE.activations); "
+                  "with --expert-policy fixed, a static placement by popularity");
   cmd->add_flag("--no-expert-prefetch", m.no_expert_prefetch, "A mixture's expert cache: do not upload the next layer's guessed experts a layer early");
   cmd->add_flag("--sim-kernels", m.sim_kernels,
                 "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies: attention, predictors, "
@@ -359,6 +362,12 @@ void add_replay_command(CLI::App& app, int& exit_code) {
                   "What-if on a mixture of experts: a device cache of this many experts a layer (one or more sizes), the recorded routings "
                   "replayed through it under each policy (docs/moe.md)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--experts-popular-from", a->w.experts_popular_from,
+                  "What-if on a mixture of experts: also a fixed set of each layer's most chosen experts learned on this other record (another text's "
+                  "--trace-out FILE.activations), as a static placement by popularity would be");
+  cmd->add_option("--link-gbps", a->w.link_gbps, "What-if on a mixture of experts: the host-to-device rate uploads move at, GB/s")
+      ->check(finite_in(1e-6, 1e6))
+      ->capture_default_str();
   cmd->add_option("--stats", a->w.stats_dir, "What-if: profile folder whose firing counts place the neurons (default: the recorded run's own choices)");
   cmd->add_option("-c,--ctx", a->w.ctx, "What-if: the context the budget's KV cache must hold (as place -c)");
   cmd->add_option("--hot-gbps", a->w.hot_gbps, "What-if: the hot device's read bandwidth in GB/s (default: as the trace shows it, or the CPU's)")

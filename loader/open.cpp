@@ -112,6 +112,7 @@ void put_on_device(opened_model& r, const open_options& o) {
   if (o.expert_cache_policy) experts.policy = *o.expert_cache_policy;
   if (o.expert_upload_bytes) experts.upload_bytes_per_token = *o.expert_upload_bytes;
   experts.prefetch = o.expert_prefetch;
+  if (!o.first_experts.empty()) experts.first = o.first_experts;
   if (!o.residency || residency.any() || residency.compute_bytes > 0 || experts.any()) {
     r.device = std::make_shared<const device_layers>(r.m, residency, r.dev, r.ctx->kv_type());
     r.ctx->set_device_layers(r.device);

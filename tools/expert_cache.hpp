@@ -29,6 +29,12 @@ struct expert_cache_result {
 };
 
 // Throws std::invalid_argument for a capacity outside [1, n_expert] or a record without routings.
-expert_cache_result replay_expert_cache(const activation_record& rec, expert_policy p, int64_t capacity, double decay = 0.9);
+// learned_from: where `popular` learns its set (null: the record replayed, an oracle's placement;
+// another record: a static placement learned on other text), of the same layers and experts.
+expert_cache_result replay_expert_cache(const activation_record& rec, expert_policy p, int64_t capacity, double decay = 0.9,
+                                        const activation_record* learned_from = nullptr);
+
+// Each layer's experts, most chosen first (ties to the lower number), over a record of routings.
+std::vector<std::vector<int32_t>> experts_by_popularity(const activation_record& rec);
 
 }  // namespace hotcold::tools

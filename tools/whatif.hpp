@@ -50,6 +50,8 @@ struct whatif_options {
   double cpu_gbps = 0;                 // roofline rates, when there is no trace (0: measured here)
   double hot_gbps = 0;                 // (0: the fitted or measured CPU rate, a stand-in device's)
   std::vector<int64_t> experts_cached; // a mixture of experts: cache sizes (experts a layer) to replay its routings through
+  std::string experts_popular_from;    // ... and a static popular set learned on this other record (another text)
+  double link_gbps = 25;               // ... uploads' host-to-device rate (PCIe 4.0 x16 moves about 25 GB/s)
 };
 
 struct whatif_row {

@@ -313,20 +313,25 @@ TEST(Cli, MixtureOfExperts) {
   EXPECT_NE(replay.code, 0);
   EXPECT_NE(replay.err.find("--experts-cached"), std::string::npos) << replay.err;
   const auto report = (dir / "cache.json").string();
-  auto cache = run({"replay", "--activations", trace, "-m", file, "--experts-cached", "2", "--experts-cached", "8", "--report", report});
+  auto cache = run({"replay", "--activations", trace, "-m", file, "--experts-cached", "2", "--experts-cached", "8", "--report", report, "--cpu-gbps", "20",
+                    "--hot-gbps", "200", "--experts-popular-from", trace + ".activations"});
   ASSERT_EQ(cache.code, 0) << cache.err;
   EXPECT_NE(cache.out.find("| 2 | lru |"), std::string::npos) << cache.out;
   std::ifstream rin(report);
   const auto rj = nlohmann::json::parse(rin);
-  ASSERT_EQ(rj.at("expert_caches").size(), 6u);
+  ASSERT_EQ(rj.at("expert_caches").size(), 8u);
+  std::map<std::string, double> hit_at_2;
   for (const auto& row : rj.at("expert_caches")) {
     const double hit = row.at("expert_hit_rate").get<double>();
     EXPECT_GE(hit, 0.0);
     EXPECT_LE(hit, 1.0);
+    if (row.at("experts_cached") == 2) hit_at_2[row.at("policy").get<std::string>()] = hit;
     if (row.at("experts_cached") == 8 && row.at("policy") == "popular") {
-      EXPECT_EQ(hit, 1.0);  // every expert held
+      EXPECT_EQ(hit, 1.0);  // every expert held: every expert read at the device's rate (10x the CPU's here), none uploaded
+      EXPECT_GT(row.at("tokens_per_s").get<double>(), 5 / rj.at("cpu_only_seconds_per_token").get<double>());
     }
   }
+  EXPECT_EQ(hit_at_2.at("popular-elsewhere"), hit_at_2.at("popular"));  // learned on the same record here
   auto prep = run({"prepare", "-m", file, "-o", (dir / "p.gguf").string(), "--tokens", "64"});
   EXPECT_NE(prep.code, 0);
   auto plan = run({"plan", "-m", file, "--vram-budget", "1", "--gpu-bandwidth", "1000", "--pcie", "25"});
