@@ -169,7 +169,8 @@ void run_layer(hot_executor_ptr self, int64_t layer);
 // predictor's weights where the device holds them, else on the host.
 void count_fixed_bytes(hot_executor_state& st, int64_t layer) {
   const auto& dev = st.p->ctx->device();
-  const uint64_t there = dev ? dev->attention_bytes(layer) + dev->predictor_bytes(layer) : 0;
+  // (A mixture's shared expert, counted with the router, where the device holds it.)
+  const uint64_t there = dev ? dev->attention_bytes(layer) + dev->predictor_bytes(layer) + (dev->shared_expert(layer) ? dev->ffn_bytes(layer) : 0) : 0;
   st.host_bytes += st.p->stats->costs().layer_fixed[static_cast<size_t>(layer)] - there;
   st.device_bytes += there;
 }
@@ -317,6 +318,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       std::vector<int64_t> experts_before;
       if (ne > 0) experts_before.assign(ctx.expert_choices().begin() + layer * ne, ctx.expert_choices().begin() + (layer + 1) * ne);
       const int64_t chosen_before = ctx.experts_chosen()[li], guessed_before = ctx.experts_guessed()[li];
+      const uint64_t experts_there_before = ctx.expert_device_read();
       ctx.step_ffn(*st.s, layer);
       stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
       if (ne > 0) {  // a mixture of experts: which experts the step chose, and how many the guess had
@@ -325,7 +327,10 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       }
       // Every gate and up row; the down rows it read (transposed rows: the neurons that fired).
       const uint64_t rows = costs.ffn_rows(li, static_cast<uint64_t>(ctx.read_neurons()[li] - rows_before), static_cast<uint64_t>(ctx.read_down_rows()[li] - down_before));
-      (dev && dev->ffn(layer) ? st.device_bytes : st.host_bytes) += rows;  // a dense layer the device holds whole
+      // A dense layer the device holds whole: there; a mixture's: the experts its slots held there.
+      const uint64_t experts_there = std::min<uint64_t>(rows, ctx.expert_device_read() - experts_there_before);
+      (dev && dev->ffn(layer) ? st.device_bytes : st.host_bytes) += rows - experts_there;
+      st.device_bytes += experts_there;
       return run_layer(self, layer + 1);
     }
     const auto in = ctx.step_ffn_inputs(*st.s);

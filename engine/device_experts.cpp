@@ -110,6 +110,7 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
   for (pending& p : pending_) p.done->wait();
   pending_.clear();
   counts_.layer_lookups.assign(n, 0), counts_.layer_hits.assign(n, 0);
+  credit_.assign(n, 0.0);
 }
 
 device_experts::~device_experts() {
@@ -171,7 +172,14 @@ void device_experts::begin_step(int64_t n) {
     pending_.front().done->wait();  // rethrows a failed copy
     pending_.pop_front();
   }
-  allowance_ = r_.upload_bytes_per_token * static_cast<uint64_t>(n);
+  allowance_ = static_cast<double>(r_.upload_bytes_per_token) * static_cast<double>(n);
+  int64_t caching = 0;  // layers with slots to refill
+  for (size_t il = 0; il < r_.slots.size(); ++il) caching += r_.slots[il] > 0 && r_.slots[il] < model_->hp().n_expert;
+  if (caching == 0) return;
+  const double share = static_cast<double>(r_.upload_bytes_per_token) * static_cast<double>(n) / static_cast<double>(caching);
+  for (size_t il = 0; il < r_.slots.size(); ++il)
+    if (r_.slots[il] > 0 && r_.slots[il] < model_->hp().n_expert)
+      credit_[il] = std::min(credit_[il] + share, std::max(share, 2.0 * static_cast<double>(expert_bytes_[il])));
 }
 
 void device_experts::chosen(int64_t layer, std::span<const int32_t> experts) {
@@ -186,7 +194,9 @@ void device_experts::chosen(int64_t layer, std::span<const int32_t> experts) {
 
 bool device_experts::upload(int64_t layer, int32_t e, std::span<const int32_t> keep, bool guessed) {
   const auto il = static_cast<size_t>(layer);
-  if (slot_of(layer, e) >= 0 || r_.slots[il] == 0 || expert_bytes_[il] > allowance_) return false;
+  if (slot_of(layer, e) >= 0 || r_.slots[il] == 0 || static_cast<double>(expert_bytes_[il]) > credit_[il] ||
+      static_cast<double>(expert_bytes_[il]) > allowance_)
+    return false;
   const int32_t victim = policy_[il].admit(e, keep);
   if (victim == -2) return false;
   int32_t slot;
@@ -200,7 +210,7 @@ bool device_experts::upload(int64_t layer, int32_t e, std::span<const int32_t> k
   }
   slot_[il][static_cast<size_t>(e)] = slot;
   copy_expert(layer, e, slot);
-  allowance_ -= expert_bytes_[il];
+  credit_[il] -= static_cast<double>(expert_bytes_[il]), allowance_ -= static_cast<double>(expert_bytes_[il]);
   ++counts_.uploads, counts_.upload_bytes += expert_bytes_[il];
   if (guessed) ++counts_.prefetched;
   return true;

@@ -94,7 +94,10 @@ class device_experts {
   uint64_t bytes() const { return bytes_; }  // every slot's rows
   const device_layers& layers() const { return *on_; }
 
-  // A step of n tokens begins: its upload allowance, n x upload_bytes_per_token.
+  // A step of n tokens begins: its upload allowance, n x upload_bytes_per_token, shared among the
+  // layers that hold slots (each layer's share accrues as credit, up to two experts' bytes, so that
+  // the first layers do not spend every token's allowance and a layer refills every few tokens); the
+  // step's uploads never pass the allowance.
   void begin_step(int64_t n);
   // One token at `layer` chose `experts`: the policy's uses, and the hits counted (held at routing).
   void chosen(int64_t layer, std::span<const int32_t> experts);
@@ -125,7 +128,8 @@ class device_experts {
   std::vector<expert_slots> policy_;             // per layer
   std::vector<uint64_t> expert_bytes_;
   uint64_t bytes_ = 0;
-  uint64_t allowance_ = 0;  // of this step's upload allowance, what is left
+  std::vector<double> credit_;  // per layer: bytes it may upload now
+  double allowance_ = 0;        // of the step's allowance, what is left (a hard bound, whatever the credits)
   std::deque<pending> pending_;
   counts counts_;
 };

@@ -173,6 +173,8 @@ class inference_context {
   // Bytes of weights the context's stages read from the device's copies so far (attention, predictors,
   // dense FFNs, the head; hot FFN rows are the executor's to count).
   uint64_t device_read() const { return device_read_ + predictor_.device_read(); }
+  // Of those, a mixture's routed experts computed from device slots (shared experts not counted).
+  uint64_t expert_device_read() const { return expert_device_read_; }
 
   // Throws model_error for sparse mode on a model without predictors.
   void set_mode(ffn_mode m);
@@ -293,7 +295,7 @@ class inference_context {
   observer observer_;
   std::shared_ptr<ffn_executor> executor_;
   std::shared_ptr<const device_layers> device_;
-  uint64_t device_read_ = 0;
+  uint64_t device_read_ = 0, expert_device_read_ = 0;
   trace_recorder* trace_ = nullptr;
   int64_t steps_ = 0, step_ = 0;
   ffn_mode mode_ = ffn_mode::dense;

@@ -95,7 +95,7 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
         float* o = out + t * d;
         for (int64_t c = 0; c < d; ++c) o[c] += w * y[c];
       }
-      device_read_ += experts_->expert_bytes(layer);
+      device_read_ += experts_->expert_bytes(layer), expert_device_read_ += experts_->expert_bytes(layer);
     }
     used += static_cast<int64_t>(H.experts.size());
     if (shared_there) {
