@@ -319,7 +319,15 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       if (ne > 0) experts_before.assign(ctx.expert_choices().begin() + layer * ne, ctx.expert_choices().begin() + (layer + 1) * ne);
       const int64_t chosen_before = ctx.experts_chosen()[li], guessed_before = ctx.experts_guessed()[li];
       const uint64_t experts_there_before = ctx.expert_device_read();
+      const device_experts* slots = ctx.experts().get();
+      const device_experts::counts cache_before = slots ? slots->counted() : device_experts::counts{};
       ctx.step_ffn(*st.s, layer);
+      if (slots) {  // the routed experts its device slots held, and the uploads queued (this layer's, and the next's guess)
+        const auto& now = slots->counted();
+        for (size_t l = 0; l < now.layer_uploads.size(); ++l)
+          stats.add_expert_cache(static_cast<int64_t>(l), now.layer_lookups[l] - cache_before.layer_lookups[l], now.layer_hits[l] - cache_before.layer_hits[l],
+                                 now.layer_uploads[l] - cache_before.layer_uploads[l]);
+      }
       stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
       if (ne > 0) {  // a mixture of experts: which experts the step chose, and how many the guess had
         for (int64_t e = 0; e < ne; ++e) experts_before[static_cast<size_t>(e)] = ctx.expert_choices()[static_cast<size_t>(layer * ne + e)] - experts_before[static_cast<size_t>(e)];

@@ -19,6 +19,14 @@ live_stats::live_stats(const model& m, std::string hot_device)
     }
 }
 
+void live_stats::add_expert_cache(int64_t layer, int64_t routed, int64_t hits, int64_t uploads) {
+  if (layer < 0 || layer >= n_layer_) return;
+  layer_counters& c = layers_[static_cast<size_t>(layer)];
+  c.experts_routed.fetch_add(routed, std::memory_order_relaxed);
+  c.expert_hits.fetch_add(hits, std::memory_order_relaxed);
+  c.expert_uploads.fetch_add(uploads, std::memory_order_relaxed);
+}
+
 void live_stats::add_experts(int64_t layer, const int64_t* chosen_counts, int64_t chosen, int64_t guessed) {
   if (layer < 0 || layer >= n_layer_ || n_expert_ == 0) return;
   auto& c = layers_[static_cast<size_t>(layer)];
@@ -85,6 +93,9 @@ live_stats::view live_stats::read() const {
       for (int64_t e = 0; e < n_expert_; ++e) o.experts.push_back(c.experts[static_cast<size_t>(e)].load(std::memory_order_relaxed));
     o.experts_chosen = c.experts_chosen.load(std::memory_order_relaxed);
     o.experts_guessed = c.experts_guessed.load(std::memory_order_relaxed);
+    o.experts_routed = c.experts_routed.load(std::memory_order_relaxed);
+    o.expert_hits = c.expert_hits.load(std::memory_order_relaxed);
+    o.expert_uploads = c.expert_uploads.load(std::memory_order_relaxed);
   }
   for (int a = 0; a < n_actors; ++a) {
     v.mailbox[static_cast<size_t>(a)] = mailbox_[static_cast<size_t>(a)].load(std::memory_order_relaxed);

@@ -45,6 +45,9 @@ class live_stats {
   // A mixture of experts' layer of a step: how often each of its experts was chosen (n_expert counts),
   // and of the experts chosen, how many the guess from the layer before had (docs/moe.md).
   void add_experts(int64_t layer, const int64_t* chosen_counts, int64_t chosen, int64_t guessed);
+  // A mixture's experts on a hot device (engine/device_experts.hpp): of `routed` experts a layer's
+  // tokens chose, `hits` were in its device slots; `uploads` experts were uploaded into them.
+  void add_expert_cache(int64_t layer, int64_t routed, int64_t hits, int64_t uploads);
   // A finished step: tokens, wall seconds, bytes of weights read from host and device memory.
   void add_step(int64_t tokens, double seconds, uint64_t host_bytes, uint64_t device_bytes);
   // Messages waiting in an actor's mailbox, as the actor itself saw when it took its last message.
@@ -63,6 +66,7 @@ class live_stats {
     int64_t candidates = 0, computed = 0, hot = 0, truly_active = 0, found = 0;
     std::vector<int64_t> experts;                 // a mixture's layer: each expert's choices
     int64_t experts_chosen = 0, experts_guessed = 0;
+    int64_t experts_routed = 0, expert_hits = 0, expert_uploads = 0;
   };
   struct view {
     std::vector<layer_view> layers;  // n_layer + 1: the last is the head
@@ -83,6 +87,7 @@ class live_stats {
     std::atomic<int64_t> candidates{0}, computed{0}, hot{0}, truly_active{0}, found{0};
     std::unique_ptr<std::atomic<int64_t>[]> experts;  // n_expert (a mixture of experts)
     std::atomic<int64_t> experts_chosen{0}, experts_guessed{0};
+    std::atomic<int64_t> experts_routed{0}, expert_hits{0}, expert_uploads{0};
   };
   read_costs costs_;
   std::string hot_device_;

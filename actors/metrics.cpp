@@ -213,6 +213,14 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
               [](const auto& l) { return l.experts_chosen; });
     per_layer("hotcold_expert_guess_found_total", "Of those, the experts the next layer's router on the layer before's output had guessed",
               [](const auto& l) { return l.experts_guessed; });
+    per_layer("hotcold_expert_routed_total", "Experts the router chose (each token's, each layer's)", [](const auto& l) { return l.experts_routed; });
+    per_layer("hotcold_expert_device_hits_total", "Of those, the experts a slot of the hot device held (computed there)", [](const auto& l) { return l.expert_hits; });
+    per_layer("hotcold_expert_uploads_total", "Experts uploaded into the hot device's slots (after a miss, or a layer early from the guess)",
+              [](const auto& l) { return l.expert_uploads; });
+    int64_t routed = 0, hits = 0;
+    for (int64_t l = 0; l < s.n_layer(); ++l) routed += v.layers[static_cast<size_t>(l)].experts_routed, hits += v.layers[static_cast<size_t>(l)].expert_hits;
+    add(family("hotcold_expert_hit_ratio", "Routed experts a slot of the hot device held / all routed experts", MetricType::Gauge),
+        ratio(static_cast<double>(hits), static_cast<double>(routed)));
   }
   add(family("hotcold_ffn_active_ratio", "Chosen neurons / all neurons of the sparse FFN layers", MetricType::Gauge), ratio(t.computed, t.candidates));
   add(family("hotcold_hot_hit_ratio", "Chosen neurons found on the hot device / all chosen neurons", MetricType::Gauge), ratio(t.hot, t.computed));
@@ -257,6 +265,8 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
     if (!L.experts.empty()) {  // a mixture of experts
       j["experts"] = L.experts;
       j["expert_guess_recall"] = ratio(static_cast<double>(L.experts_guessed), static_cast<double>(L.experts_chosen));
+      j["expert_hit_rate"] = ratio(static_cast<double>(L.expert_hits), static_cast<double>(L.experts_routed));
+      j["expert_uploads"] = L.expert_uploads;
     }
     layers.push_back(std::move(j));
   }
@@ -266,7 +276,18 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
     mailbox[name] = v.mailbox[static_cast<size_t>(a)];
     mailbox_max[name] = v.mailbox_max[static_cast<size_t>(a)];
   }
-  return {{"hot_device", s.hot_device()},
+  nlohmann::json experts;
+  if (s.n_expert() > 0) {  // a mixture of experts: its experts on the hot device, and the guess, over every layer
+    int64_t routed = 0, hits = 0, uploads = 0, chosen = 0, guessed = 0;
+    for (int64_t l = 0; l < s.n_layer(); ++l) {
+      const auto& L = v.layers[static_cast<size_t>(l)];
+      routed += L.experts_routed, hits += L.expert_hits, uploads += L.expert_uploads, chosen += L.experts_chosen, guessed += L.experts_guessed;
+    }
+    experts = {{"expert_hit_rate", ratio(static_cast<double>(hits), static_cast<double>(routed))},
+               {"expert_uploads_per_token", ratio(static_cast<double>(uploads), static_cast<double>(v.tokens))},
+               {"expert_guess_recall", ratio(static_cast<double>(guessed), static_cast<double>(chosen))}};
+  }
+  nlohmann::json out = {{"hot_device", s.hot_device()},
           {"layers", std::move(layers)},
           {"output_s", v.layers.back().seconds[static_cast<size_t>(stage::output)]},
           {"device_busy_s", t.device_s},
@@ -286,6 +307,8 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
           {"busy_ratio", v.recent_busy_fraction},
           {"mailbox", std::move(mailbox)},
           {"mailbox_max", std::move(mailbox_max)}};
+  if (!experts.is_null()) out.update(experts);
+  return out;
 }
 
 nlohmann::json metrics::snapshot() const {

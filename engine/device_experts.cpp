@@ -109,7 +109,7 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
   }
   for (pending& p : pending_) p.done->wait();
   pending_.clear();
-  counts_.layer_lookups.assign(n, 0), counts_.layer_hits.assign(n, 0);
+  counts_.layer_lookups.assign(n, 0), counts_.layer_hits.assign(n, 0), counts_.layer_uploads.assign(n, 0);
   credit_.assign(n, 0.0);
 }
 
@@ -211,7 +211,7 @@ bool device_experts::upload(int64_t layer, int32_t e, std::span<const int32_t> k
   slot_[il][static_cast<size_t>(e)] = slot;
   copy_expert(layer, e, slot);
   credit_[il] -= static_cast<double>(expert_bytes_[il]), allowance_ -= static_cast<double>(expert_bytes_[il]);
-  ++counts_.uploads, counts_.upload_bytes += expert_bytes_[il];
+  ++counts_.uploads, ++counts_.layer_uploads[il], counts_.upload_bytes += expert_bytes_[il];
   if (guessed) ++counts_.prefetched;
   return true;
 }

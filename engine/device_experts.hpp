@@ -109,7 +109,7 @@ class device_experts {
     int64_t lookups = 0, hits = 0;       // experts routed, and of those held by a slot when routed
     int64_t uploads = 0, prefetched = 0; // experts uploaded (prefetched: of those, guessed a layer early)
     uint64_t upload_bytes = 0;
-    std::vector<int64_t> layer_lookups, layer_hits;
+    std::vector<int64_t> layer_lookups, layer_hits, layer_uploads;
   };
   const counts& counted() const { return counts_; }
 

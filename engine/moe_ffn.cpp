@@ -73,8 +73,9 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   const bool shared_there = l.ffn_gate_shexp && device_ && device_->shared_expert(layer);
   S.on_host.assign(static_cast<size_t>(ne), 1);
   devices::event hot;
-  if (split) {
+  if (experts_)  // (counted in every layer: a layer without slots misses every time)
     for (int64_t t = 0; t < n; ++t) experts_->chosen(layer, std::span<const int32_t>(S.experts.data() + t * k, static_cast<size_t>(k)));
+  if (split) {
     for (int32_t e : S.experts)
       if (experts_->slot_of(layer, e) >= 0) S.on_host[static_cast<size_t>(e)] = 0;
   }

@@ -209,21 +209,28 @@ TEST(Serve, MixtureOfExpertsMetrics) {
                                "--ffn 64 --heads 4 --kv-heads 2 --experts 8 --experts-used 2 -o '" + moe + "' >/dev/null 2>&1").c_str()), 0);
   const std::string ep = tcp_endpoint();
   const int port = free_port();
-  server_process server({"-m", moe, "-c", "64", "-t", "2", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port)});
+  // On sim below the experts' size (four sequences' KV cache first): a few of the 16 experts in device slots, a cache.
+  server_process server({"-m", moe, "-c", "64", "-t", "1", "--device", "sim", "--vram-budget", "0.0043", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port)});
   wait_ready(ep, &server);
   hotcold::tools::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello there"}, {"n_predict", 5}, {"sampling", {{"temperature", 0}}}});
   const std::string m = http_get(port, "/metrics");
   auto value = [&](const std::string& series) {
-    const auto at = m.find(series + " ");
+    const auto at = m.find("\n" + series + " ");  // (a sample's line, not its # HELP)
     EXPECT_NE(at, std::string::npos) << series;
-    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + series.size() + 1));
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + series.size() + 2));
   };
   for (int layer = 0; layer < 2; ++layer) {
     double sum = 0;
     for (int e = 0; e < 8; ++e) sum += value("hotcold_expert_choices_total{layer=\"" + std::to_string(layer) + "\",expert=\"" + std::to_string(e) + "\"}");
     EXPECT_GT(sum, 0);
     EXPECT_EQ(static_cast<int64_t>(sum) % 2, 0) << "two experts a token";
+    // Every routed expert counted once, some of them held by a device slot, not all.
+    const std::string l = "{layer=\"" + std::to_string(layer) + "\"}";
+    EXPECT_EQ(value("hotcold_expert_routed_total" + l), sum);
+    EXPECT_GT(value("hotcold_expert_device_hits_total" + l), 0);
+    EXPECT_LT(value("hotcold_expert_device_hits_total" + l), sum);
+    EXPECT_GE(value("hotcold_expert_uploads_total" + l), 0);
     if (layer == 1) {
       EXPECT_EQ(sum, value("hotcold_expert_guess_chosen_total{layer=\"1\"}"));
       EXPECT_LE(value("hotcold_expert_guess_found_total{layer=\"1\"}"), sum);
@@ -236,6 +243,11 @@ TEST(Serve, MixtureOfExpertsMetrics) {
   ASSERT_EQ(l1["experts"].size(), 8u);
   EXPECT_GE(l1["expert_guess_recall"].get<double>(), 0.0);
   EXPECT_LE(l1["expert_guess_recall"].get<double>(), 1.0);
+  const double hit = stats["pipeline"]["expert_hit_rate"].get<double>();
+  EXPECT_GT(hit, 0.0);
+  EXPECT_LT(hit, 1.0);
+  EXPECT_NEAR(hit, value("hotcold_expert_hit_ratio"), 1e-9);
+  EXPECT_GE(stats["pipeline"]["expert_uploads_per_token"].get<double>(), 0.0);
   EXPECT_EQ(server.stop(), 0) << server.log();
   fs::remove_all(dir);
 }
@@ -584,6 +596,39 @@ TEST(Serve, DashboardInHeadlessChromium) {
     std::ofstream(path) << metrics_text.substr(metrics_text.find("\r\n\r\n") + 4);
     EXPECT_EQ(std::system(("promtool check metrics < '" + path.string() + "'").c_str()), 0);
   }
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  fs::remove_all(dir);
+}
+
+// A mixture's card on the dashboard (headless Chromium): shown, its hit rate and uploads those of
+// /api/stats, its histogram one row a layer and one column an expert.
+TEST(Serve, DashboardShowsExperts) {
+  const std::string chromium = run_capture("command -v chromium || command -v chromium-browser");
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  const auto dir = fs::temp_directory_path() / ("hotcold-dashboard-moe-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string moe = (dir / "moe.gguf").string(), bin = HOTCOLD_BIN;
+  ASSERT_EQ(std::system((bin + " gen-model --vocab " HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf --arch qwen3moe --act silu --embd 64 --layers 2 "
+                               "--ffn 64 --heads 4 --kv-heads 2 --experts 8 --experts-used 2 -o '" + moe + "' >/dev/null 2>&1").c_str()), 0);
+  const std::string ep = tcp_endpoint();
+  const int port = free_port();
+  server_process server({"-m", moe, "-c", "64", "-t", "1", "--device", "sim", "--vram-budget", "0.0043", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port)});
+  wait_ready(ep, &server);
+  hotcold::tools::client c(ep, 30s);
+  for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello there"}, {"n_predict", 8}, {"sampling", {{"temperature", 0}}}});
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?frames=2&period_ms=200";
+  const std::string flags = " --headless --no-sandbox --disable-gpu --disable-background-networking --user-data-dir='" + (dir / "profile").string() +
+                            "' --virtual-time-budget=6000 --window-size=1200,900 --hide-scrollbars ";
+  const std::string dom = run_capture("timeout 120 " + chromium.substr(0, chromium.find('\n')) + flags + "--dump-dom '" + url + "' 2>/dev/null");
+  const std::string st = http_get(port, "/api/stats");
+  const auto stats = json::parse(st.substr(st.find("\r\n\r\n") + 4));
+  ASSERT_NE(dom.find("experts-card"), std::string::npos) << dom.substr(0, 2000);
+  EXPECT_EQ(dom.find("id=\"experts-card\" hidden"), std::string::npos) << "the card stays hidden";
+  EXPECT_NEAR(element_number(dom, "expert-hit-rate"), stats["pipeline"]["expert_hit_rate"].get<double>(), 1e-3);
+  EXPECT_NEAR(element_number(dom, "expert-uploads"), stats["pipeline"]["expert_uploads_per_token"].get<double>(), 0.01);
+  EXPECT_NE(dom.find("data-layers=\"2\""), std::string::npos);
+  EXPECT_NE(dom.find("data-experts=\"8\""), std::string::npos);
   EXPECT_EQ(server.stop(), 0) << server.log();
   fs::remove_all(dir);
 }
