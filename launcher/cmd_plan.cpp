@@ -104,6 +104,14 @@ void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::pla
                    {"crossings_per_token", p.crossings},
                    {"offload_layers", p.offload_layers},
                    {"limited_by", p.limited_by}};
+  if (p.plan.experts) {
+    j["n_cpu_moe"] = p.n_cpu_moe >= 0 ? nlohmann::json(p.n_cpu_moe) : nlohmann::json();
+    j["n_cpu_moe_tokens_per_s"] = p.layer_offload_tokens_per_s;
+    j["expert_hit_rate"] = p.expert_hit_rate;
+    int64_t held = 0;
+    for (const auto& l : p.plan.layers) held += l.expert_slots;
+    j["experts_on_gpu"] = held;
+  }
   fmt::print("{}\n", j.dump());
 }
 
@@ -117,10 +125,13 @@ void run_plan(const plan_args& a) {
   in.o.crossing_us = a.crossing_us;
   choose_gpu(a, in);
   auto m = model::load(a.model, {true});
+  in.o.expert_hit_rate = a.expert_hit_rate;
+  if (a.expert_hit_rate >= 0 && !m->hp().moe()) throw std::invalid_argument(fmt::format("--expert-hit-rate: {} is not a mixture of experts", a.model));
   if (m->hp().moe())
-    throw std::invalid_argument(fmt::format("{}: a mixture of experts ({} experts, {} a token); plan models hot neurons, not experts, yet (docs/moe.md)",
-                                            a.model, m->hp().n_expert, m->hp().n_expert_used));
-  firing_of(a, *m, in);
+    in.firing_from = a.expert_hit_rate >= 0 ? fmt::format("a mixture: {:.1f}% of the routed experts in the GPU's slots (--expert-hit-rate)", 100 * a.expert_hit_rate)
+                                            : std::string("a mixture: each layer's slots over its experts (experts routed evenly)");
+  else
+    firing_of(a, *m, in);
   cpu_rates_of(a, *m, in);
   const auto p = tools::predict_plan(*m, in.o);
   if (a.json) print_plan_json(a, in, p);

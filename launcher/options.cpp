@@ -401,6 +401,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->check(finite_in(0, 1e6));
   auto* stats = cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile): how often each neuron fires (default: MODEL.work when there)");
   cmd->add_option("--active", a->active, "Without a profile: the fraction of neurons that fire per token")->check(finite_in(0, 1))->excludes(stats);
+  cmd->add_option("--expert-hit-rate", a->expert_hit_rate,
+                  "A mixture of experts: the share of routed experts the GPU's slots hold (e.g. replay --experts-cached's; default: slots / experts)")
+      ->check(finite_in(0, 1));
   cmd->add_option("--gpu-efficiency", a->efficiency, "The fraction of the GPU's bandwidth its kernels reach")->capture_default_str()->check(finite_in(0, 1));
   cmd->add_option("--crossing-us", a->crossing_us, "A crossing's fixed cost in microseconds")->capture_default_str()->check(finite_in(0, 1e6));
   cmd->add_option("-t,--threads", a->threads, "Threads of the CPU's measurement (default: the cores)")->check(whole_in(0, 1024));

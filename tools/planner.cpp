@@ -79,9 +79,107 @@ firing firing_of(const planner_options& o, const hparams& hp, bool sparse) {
 
 }  // namespace
 
+namespace {
+
+// A mixture of experts (docs/moe.md): attention, its KV cache, shared experts and the head on the GPU
+// as the runtime's plan puts them, the router on the CPU; each layer's routed experts split by the
+// plan's slots, the GPU's share beside the CPU's (the longer one and the GPU's crossing a layer).
+plan_prediction predict_moe_plan(const model& m, const planner_options& o) {
+  const hparams& hp = m.hp();
+  const read_costs c(m);
+  const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
+  const double kv = kv_read_per_token(hp, o.kv_value_bytes, rows);
+  const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
+  const double experts_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  const double crossing = o.crossing_us * 1e-6, x_bytes = 4.0 * static_cast<double>(hp.n_embd), k = static_cast<double>(hp.n_expert_used);
+  if (o.expert_hit_rate > 1) throw std::invalid_argument("plan: --expert-hit-rate is a fraction in [0, 1]");
+  const auto& w = m.weights();
+  std::vector<double> expert(static_cast<size_t>(hp.n_layer)), shared(static_cast<size_t>(hp.n_layer)), router(static_cast<size_t>(hp.n_layer));
+  for (size_t l = 0; l < expert.size(); ++l) {
+    const auto& L = w.layers[l];
+    expert[l] = static_cast<double>(c.neuron[l] * static_cast<uint64_t>(hp.n_ff_exp));
+    shared[l] = static_cast<double>(L.ffn_gate_shexp.bytes() + L.ffn_up_shexp.bytes() + L.ffn_down_shexp.bytes());
+    router[l] = static_cast<double>(c.router[l]) - shared[l];
+  }
+  plan_prediction r;
+  r.cpu_only_bytes = static_cast<double>(c.embedding_row + c.output);
+  double experts_all = 0;
+  for (size_t l = 0; l < expert.size(); ++l) r.cpu_only_bytes += static_cast<double>(c.layer_fixed[l]) + kv, experts_all += k * expert[l];
+  r.cpu_only_tokens_per_s = 1.0 / (r.cpu_only_bytes / cpu + experts_all / experts_rate);
+  r.cpu_only_bytes += experts_all;
+
+  loader::plan_options po;
+  po.ctx = ctx;
+  po.kv_value_bytes = o.kv_value_bytes;
+  r.plan = loader::plan_device(m, o.budget, po);
+  double host = static_cast<double>(c.embedding_row), device = 0, cpu_s = host / cpu, gpu_s = 0, link_s = 0, routed = 0, hit = 0;
+  auto cross = [&](double bytes) {
+    r.crossings += 1, r.crossing_bytes += bytes;
+    link_s += crossing + bytes / link;
+    return crossing + bytes / link;
+  };
+  auto charge = [&](bool on_gpu, double bytes, double rate) {
+    (on_gpu ? device : host) += bytes;
+    const double s = bytes / (on_gpu ? gpu : rate);
+    (on_gpu ? gpu_s : cpu_s) += s;
+    return s;
+  };
+  double t = cpu_s;
+  for (size_t l = 0; l < expert.size(); ++l) {
+    const auto& p = r.plan.layers[l];
+    double layer_t = charge(p.attention, static_cast<double>(c.attention[l] + c.ffn_norm[l]) + kv, cpu);
+    if (p.attention) layer_t += cross(3 * x_bytes);
+    layer_t += charge(false, router[l], cpu);
+    const double h = o.expert_hit_rate >= 0 && p.expert_slots > 0 ? o.expert_hit_rate : static_cast<double>(p.expert_slots) / static_cast<double>(hp.n_expert);
+    routed += k, hit += h * k;
+    // The GPU's share (its shared expert, its experts) and the CPU's (the rest) at the same time.
+    double gpu_t = p.shared ? charge(true, shared[l], cpu) : 0;
+    double cpu_t = p.shared ? 0 : charge(false, shared[l], experts_rate);
+    gpu_t += charge(true, h * k * expert[l], experts_rate);
+    cpu_t += charge(false, (1 - h) * k * expert[l], experts_rate);
+    if (gpu_t > 0) gpu_t += cross(2 * x_bytes);
+    t += layer_t + std::max(gpu_t, cpu_t);
+  }
+  t += charge(r.plan.output, static_cast<double>(c.output), cpu);
+  if (r.plan.output) t += cross(x_bytes + 4.0 * static_cast<double>(hp.n_vocab));
+  r.host_bytes = host, r.device_bytes = device, r.cpu_seconds = cpu_s, r.gpu_seconds = gpu_s, r.link_seconds = link_s;
+  r.hybrid_tokens_per_s = 1.0 / t;
+  r.expert_hit_rate = routed > 0 ? hit / routed : 0;
+  r.limited_by = cpu_s >= gpu_s && cpu_s >= link_s ? "cpu" : gpu_s >= link_s ? "gpu" : "pcie";
+
+  // llama.cpp: -ngl 99 --n-cpu-moe N, the smallest N that fits; a layer's CPU experts after its GPU work.
+  for (int64_t n = 0; n <= hp.n_layer && r.n_cpu_moe < 0; ++n) {
+    loader::plan_options pn = po;
+    pn.n_cpu_moe = n;
+    try {
+      const auto plan = loader::plan_device(m, o.budget, pn);
+      if (std::all_of(plan.layers.begin(), plan.layers.end(), [](const loader::layer_placement& x) { return x.attention && (x.shared || x.shared_bytes == 0); }) &&
+          plan.output)
+        r.n_cpu_moe = n;
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  r.offload_layers = r.n_cpu_moe >= 0 ? hp.n_layer - r.n_cpu_moe : 0;
+  r.offload_head = r.n_cpu_moe >= 0;
+  if (r.n_cpu_moe >= 0) {
+    double lt = static_cast<double>(c.embedding_row) / cpu + static_cast<double>(c.output) / gpu + 2 * (crossing + x_bytes / link);
+    for (size_t l = 0; l < expert.size(); ++l) {
+      lt += (static_cast<double>(c.attention[l] + c.ffn_norm[l]) + kv + shared[l] + router[l]) / gpu;
+      const bool on_cpu = static_cast<int64_t>(l) < r.n_cpu_moe;
+      lt += on_cpu ? k * expert[l] / experts_rate + 2 * (crossing + x_bytes / link) : k * expert[l] / gpu;
+    }
+    r.layer_offload_tokens_per_s = 1.0 / lt;
+  }
+  return r;
+}
+
+}  // namespace
+
 plan_prediction predict_plan(const model& m, const planner_options& o) {
   const hparams& hp = m.hp();
   check_planner_options(o, hp);
+  if (hp.moe()) return predict_moe_plan(m, o);
   const read_costs c(m);
   const bool sparse = m.has_predictors();
   const firing f = firing_of(o, hp, sparse);
@@ -209,9 +307,21 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
                    o.crossing_us);
   t += "| configuration | host MiB/token | GPU MiB/token | crossings/token | tokens/s |\n| --- | --- | --- | --- | --- |\n";
   t += fmt::format("| CPU only | {:.1f} | 0 | 0 | {:.1f} |\n", mib(p.cpu_only_bytes), p.cpu_only_tokens_per_s);
-  t += fmt::format("| whole layers ({} of {}{}) | - | - | {} | {:.1f} |\n", p.offload_layers, hp.n_layer, p.offload_head ? ", head" : "", p.offload_layers > 0 ? 2 : 0,
-                   p.layer_offload_tokens_per_s);
-  t += fmt::format("| hybrid | {:.1f} | {:.1f} | {:.0f} | {:.1f} |\n", mib(p.host_bytes), mib(p.device_bytes), p.crossings, p.hybrid_tokens_per_s);
+  if (hp.moe()) {
+    if (p.n_cpu_moe >= 0)
+      t += fmt::format("| llama.cpp -ngl 99 --n-cpu-moe {} (experts of layers 0..{} on the CPU, after the GPU's work) | - | - | {} | {:.1f} |\n", p.n_cpu_moe,
+                       p.n_cpu_moe - 1, 2 * (hp.n_layer + 1) + 2 * p.n_cpu_moe, p.layer_offload_tokens_per_s);
+    else
+      t += "| llama.cpp -ngl 99 --n-cpu-moe N | the layers' attention, KV cache and head do not fit | | | |\n";
+    int64_t held = 0;
+    for (const auto& l : p.plan.layers) held += l.expert_slots;
+    t += fmt::format("| hybrid: {} of {} experts in GPU slots, {:.1f}% of the routed ones computed there, beside the CPU's | {:.1f} | {:.1f} | {:.0f} | {:.1f} |\n", held,
+                     hp.n_layer * hp.n_expert, 100 * p.expert_hit_rate, mib(p.host_bytes), mib(p.device_bytes), p.crossings, p.hybrid_tokens_per_s);
+  } else {
+    t += fmt::format("| whole layers ({} of {}{}) | - | - | {} | {:.1f} |\n", p.offload_layers, hp.n_layer, p.offload_head ? ", head" : "", p.offload_layers > 0 ? 2 : 0,
+                     p.layer_offload_tokens_per_s);
+    t += fmt::format("| hybrid | {:.1f} | {:.1f} | {:.0f} | {:.1f} |\n", mib(p.host_bytes), mib(p.device_bytes), p.crossings, p.hybrid_tokens_per_s);
+  }
   t += fmt::format("hybrid per token: CPU {:.2f} ms, GPU {:.2f} ms, link {:.2f} ms ({:.1f} KiB): limited by the {}\n", p.cpu_seconds * 1e3, p.gpu_seconds * 1e3,
                    p.link_seconds * 1e3, p.crossing_bytes / 1024, p.limited_by == "pcie" ? "PCIe link" : p.limited_by == "gpu" ? "GPU" : "CPU");
   return t;
@@ -225,7 +335,7 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
   // pass, not the answer.
   constexpr int64_t prompt_tokens = 8, per_pass = 16, min_passes = 3, max_passes = 15;
   inference_context ctx(m, prompt_tokens + per_pass * max_passes, threads, 1);
-  const bool sparse = m->has_predictors();
+  const bool sparse = m->has_predictors(), moe = hp.moe();
   ctx.set_mode(sparse ? ffn_mode::sparse : ffn_mode::dense);
   std::vector<token_id> prompt;
   for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<token_id>((7 + 131 * i) % hp.n_vocab));
@@ -254,7 +364,9 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
       products += static_cast<double>(per_pass) * static_cast<double>(c.attention[l] + c.ffn_norm[l] + (sparse ? c.predictor[l] : 0));
       for (int64_t p = first; p < pos; ++p) products += kv_read_per_token(hp, 2, static_cast<double>(p + 1));
       chosen[l] += static_cast<double>(ctx.read_neurons()[l] - neurons0[l]);
-      ffn += sparse ? static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(ctx.read_neurons()[l] - neurons0[l]),
+      // (a mixture: the experts it read, each once a step, and its router and shared expert, which its FFN stage runs)
+      if (moe) ffn += static_cast<double>(per_pass) * static_cast<double>(c.router[l]);
+      ffn += sparse || moe ? static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(ctx.read_neurons()[l] - neurons0[l]),
                                                      static_cast<uint64_t>(ctx.read_down_rows()[l] - down0[l])))
                     : static_cast<double>(per_pass) * static_cast<double>(c.ffn_dense[l]);
     }

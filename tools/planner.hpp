@@ -48,6 +48,9 @@ struct planner_options {
   // each neuron's chance of being chosen is its firing probability scaled to this layer's count.
   // Empty: the neurons that fire are the neurons chosen.
   std::vector<double> chosen_per_token;
+  // A mixture of experts: the share of routed experts the device's slots hold (a replay what-if's hit
+  // rate; -1: each layer's slots over its experts, as for a router that picks them evenly).
+  double expert_hit_rate = -1;
 };
 
 struct plan_prediction {
@@ -61,6 +64,12 @@ struct plan_prediction {
   bool offload_head = false;
   double cpu_only_tokens_per_s = 0, layer_offload_tokens_per_s = 0, hybrid_tokens_per_s = 0;
   std::string limited_by;          // "cpu", "gpu" or "pcie": the hybrid's largest share of a token's time
+  // A mixture of experts, against llama.cpp's -ngl 99 --n-cpu-moe N with the smallest N whose other
+  // layers' experts fit the budget (every layer's attention, KV cache and shared expert, the head,
+  // then whole layers of experts; -1: not even N = every layer fits), each layer's CPU experts after
+  // its GPU work rather than beside it; offload_layers / layer_offload_tokens_per_s are those.
+  int64_t n_cpu_moe = -1;
+  double expert_hit_rate = 0;      // the hybrid's routed experts computed on the GPU
 };
 
 // Throws std::invalid_argument for impossible options (a zero bandwidth, counts of another shape).

@@ -267,7 +267,7 @@ TEST(Cli, RunMakesTheDefaultModelOnFirstUse) {
 // A mixture of experts through the commands (docs/moe.md): gen-model writes one, run and eval answer,
 // eval --vs-oracle holds model/reference to the experts the run chose and agrees with it, sim splits the
 // experts with the CPU (a cache of them, --sim-kernels, --n-cpu-moe, --cpu-moe) and answers the same
-// greedy tokens, replay names what it cannot do yet, and prepare refuses it.
+// greedy tokens, replay names what it cannot do yet, plan answers on paper, and prepare refuses it.
 TEST(Cli, MixtureOfExperts) {
   auto dir = fs::temp_directory_path() / ("hotcold-cli-moe-" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -334,9 +334,16 @@ TEST(Cli, MixtureOfExperts) {
   EXPECT_EQ(hit_at_2.at("popular-elsewhere"), hit_at_2.at("popular"));  // learned on the same record here
   auto prep = run({"prepare", "-m", file, "-o", (dir / "p.gguf").string(), "--tokens", "64"});
   EXPECT_NE(prep.code, 0);
-  auto plan = run({"plan", "-m", file, "--vram-budget", "1", "--gpu-bandwidth", "1000", "--pcie", "25"});
-  EXPECT_NE(plan.code, 0);
-  EXPECT_NE(plan.err.find("mixture of experts"), std::string::npos) << plan.err;
+  // plan on paper: every expert fits a GiB, so llama.cpp's --n-cpu-moe 0, and the hybrid holds them all.
+  auto plan = run({"plan", "-m", file, "--vram-budget", "1", "--gpu-bandwidth", "1000", "--pcie", "25", "--cpu-bandwidth", "50", "--json"});
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const auto pj = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(pj.at("n_cpu_moe"), 0);
+  EXPECT_EQ(pj.at("experts_on_gpu"), 16);
+  EXPECT_DOUBLE_EQ(pj.at("expert_hit_rate").get<double>(), 1.0);
+  auto not_moe = run({"plan", "-m", small_model(), "--vram-budget", "1", "--gpu", "h200", "--cpu-bandwidth", "50", "--expert-hit-rate", "0.5"});
+  EXPECT_NE(not_moe.code, 0);
+  EXPECT_NE(not_moe.err.find("not a mixture"), std::string::npos) << not_moe.err;
   fs::remove_all(dir);
 }
 

@@ -7,6 +7,7 @@
 #include "engine/read_costs.hpp"
 #include "model/model.hpp"
 #include "tests/model/tiny_models.hpp"
+#include "tools/gen_model.hpp"
 #include "tools/planner.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -130,6 +131,52 @@ TEST(Planner, NamedGpusAndBadOptions) {
   o = options(*m, 1 << 20);
   o.firing_counts.pop_back();
   EXPECT_THROW(tools::predict_plan(*m, o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// A mixture of experts on paper: the CPU alone reads each layer's fixed part and k experts; the hybrid
+// moves bytes between the sides without making or losing any; more of the experts in GPU slots (or
+// a higher hit rate) is never slower; llama.cpp's --n-cpu-moe N is the smallest N that fits, and
+// with every expert fitting it is 0 and both configurations hold every expert on the GPU.
+TEST(Planner, MixtureOfExpertsAgainstNCpuMoe) {
+  tools::gen_model_options g;
+  g.arch = architecture::qwen2moe, g.type = tensor_type::q8_0, g.act = activation::silu;
+  g.n_embd = 64, g.n_ff = 64, g.n_ff_shared = 96, g.n_layer = 4, g.n_head = 4, g.n_head_kv = 2, g.n_experts = 8, g.n_experts_used = 2;
+  auto m = model::load(test::make_model("planner_moe", g));
+  const auto& hp = m->hp();
+  const read_costs c(*m);
+  tools::planner_options o;
+  o.ctx = 64, o.cpu_gbs = 50, o.gpu_gbs = 1000, o.pcie_gbs = 32;
+  o.crossing_us = 0;  // (a file this small is all latency otherwise)
+  o.budget = uint64_t{1} << 34;
+  const auto all = tools::predict_plan(*m, o);
+  double want = static_cast<double>(c.embedding_row + c.output);
+  for (size_t l = 0; l < c.layer_fixed.size(); ++l)
+    want += static_cast<double>(c.layer_fixed[l]) + kv_read_per_token(hp, 2, 32) + 2.0 * static_cast<double>(c.neuron[l] * static_cast<uint64_t>(hp.n_ff_exp));
+  EXPECT_NEAR(all.cpu_only_bytes, want, 1e-6 * want);
+  EXPECT_NEAR(all.host_bytes + all.device_bytes, all.cpu_only_bytes, 1e-6 * all.cpu_only_bytes);
+  EXPECT_EQ(all.n_cpu_moe, 0);
+  EXPECT_DOUBLE_EQ(all.expert_hit_rate, 1.0);
+  // A budget of the rest and a quarter of the experts.
+  const uint64_t rest = all.plan.bytes() - all.plan.fixed.experts;
+  o.budget = rest + all.plan.fixed.experts / 4;
+  const auto quarter = tools::predict_plan(*m, o);
+  EXPECT_NEAR(quarter.expert_hit_rate, 0.25, 1e-9);
+  EXPECT_NEAR(quarter.host_bytes + quarter.device_bytes, quarter.cpu_only_bytes, 1e-6 * quarter.cpu_only_bytes);
+  EXPECT_EQ(quarter.n_cpu_moe, 3);  // one layer's experts fit, with a quarter of all four layers'
+  EXPECT_LT(quarter.hybrid_tokens_per_s, all.hybrid_tokens_per_s);
+  o.expert_hit_rate = 0.6;
+  const auto cached = tools::predict_plan(*m, o);
+  EXPECT_GT(cached.hybrid_tokens_per_s, quarter.hybrid_tokens_per_s);
+  EXPECT_NEAR(cached.expert_hit_rate, 0.6, 1e-9);
+  // Below the attention, KV caches, shared experts and head: no --n-cpu-moe fits.
+  o.budget = rest / 2, o.expert_hit_rate = -1;
+  EXPECT_EQ(tools::predict_plan(*m, o).n_cpu_moe, -1);
 }
 
 }  // namespace
