@@ -197,6 +197,25 @@ bool device_experts::upload(int64_t layer, int32_t e, std::span<const int32_t> k
   if (slot_of(layer, e) >= 0 || r_.slots[il] == 0 || static_cast<double>(expert_bytes_[il]) > credit_[il] ||
       static_cast<double>(expert_bytes_[il]) > allowance_)
     return false;
+  if (!take_in(layer, e, keep, true)) return false;
+  if (guessed) ++counts_.prefetched;
+  return true;
+}
+
+bool device_experts::stream(int64_t layer, int32_t e, std::span<const int32_t> keep) {
+  if (slot_of(layer, e) >= 0 || r_.slots[static_cast<size_t>(layer)] == 0 || r_.policy == expert_policy::fixed) return false;
+  if (!take_in(layer, e, keep, false)) return false;
+  ++counts_.streamed;
+  return true;
+}
+
+double device_experts::upload_seconds_per_byte() const {
+  std::lock_guard lock(link_->mu);
+  return link_->seconds_per_byte;
+}
+
+bool device_experts::take_in(int64_t layer, int32_t e, std::span<const int32_t> keep, bool charged) {
+  const auto il = static_cast<size_t>(layer);
   const int32_t victim = policy_[il].admit(e, keep);
   if (victim == -2) return false;
   int32_t slot;
@@ -209,10 +228,19 @@ bool device_experts::upload(int64_t layer, int32_t e, std::span<const int32_t> k
     expert_in_[il].push_back(e);
   }
   slot_[il][static_cast<size_t>(e)] = slot;
+  // Timed on the device's queue: a mark before the copies and one after (a running average a byte).
+  on_->submit([link = link_] {
+    std::lock_guard lock(link->mu);
+    link->began = std::chrono::steady_clock::now();
+  });
   copy_expert(layer, e, slot);
-  credit_[il] -= static_cast<double>(expert_bytes_[il]), allowance_ -= static_cast<double>(expert_bytes_[il]);
+  on_->submit([link = link_, bytes = expert_bytes_[il]] {
+    std::lock_guard lock(link->mu);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - link->began).count() / static_cast<double>(bytes);
+    link->seconds_per_byte = link->seconds_per_byte > 0 ? 0.8 * link->seconds_per_byte + 0.2 * s : s;
+  });
+  if (charged) credit_[il] -= static_cast<double>(expert_bytes_[il]), allowance_ -= static_cast<double>(expert_bytes_[il]);
   ++counts_.uploads, ++counts_.layer_uploads[il], counts_.upload_bytes += expert_bytes_[il];
-  if (guessed) ++counts_.prefetched;
   return true;
 }
 

@@ -12,7 +12,9 @@
 // of the device's work never hold up a token by more than that. Uploads are queued on the device's
 // queue, after the work already there (which may still read the slot being refilled).
 #include <cstdint>
+#include <chrono>
 #include <deque>
+#include <mutex>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -104,10 +106,16 @@ class device_experts {
   // Queues expert e's upload into a slot of `layer` (evicting by the policy, sparing `keep`) when the
   // step's allowance has room; returns whether it was queued. guessed: a prefetch (counted apart).
   bool upload(int64_t layer, int32_t e, std::span<const int32_t> keep, bool guessed = false);
+  // A prompt batch's cold expert that enough of its tokens chose: uploaded now, whatever the
+  // allowance (the caller weighed its cost), so that the device computes it for them.
+  bool stream(int64_t layer, int32_t e, std::span<const int32_t> keep);
+  // Seconds an upload takes a byte, as measured on the device's queue (0: not measured yet).
+  double upload_seconds_per_byte() const;
 
   struct counts {
     int64_t lookups = 0, hits = 0;       // experts routed, and of those held by a slot when routed
     int64_t uploads = 0, prefetched = 0; // experts uploaded (prefetched: of those, guessed a layer early)
+    int64_t streamed = 0;                // of those, a prompt batch's cold experts uploaded to be computed there
     uint64_t upload_bytes = 0;
     std::vector<int64_t> layer_lookups, layer_hits, layer_uploads;
   };
@@ -119,6 +127,14 @@ class device_experts {
     std::shared_ptr<std::vector<uint8_t>> staging;
   };
   void copy_expert(int64_t layer, int32_t e, int32_t slot);
+  bool take_in(int64_t layer, int32_t e, std::span<const int32_t> keep, bool charged);
+  // Uploads timed on the device's queue: a mark before an expert's copies and one after.
+  struct link_timing {
+    std::mutex mu;
+    std::chrono::steady_clock::time_point began;
+    double seconds_per_byte = 0;  // a running average
+  };
+  std::shared_ptr<link_timing> link_ = std::make_shared<link_timing>();
   std::shared_ptr<const model> model_;
   expert_residency r_;
   std::shared_ptr<const device_layers> on_;

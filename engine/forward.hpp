@@ -318,6 +318,7 @@ class inference_context {
     std::vector<uint8_t> chosen;                     // n x n_expert: the routing a trace records
     std::vector<uint8_t> on_host;                    // n_expert: 1 where the CPU computes the expert (no device slot holds it)
     std::vector<int64_t> ranks;                      // one token's ranks the CPU computes
+    std::vector<int64_t> count;                      // n_expert: a batch's tokens that chose each
   };
   moe_scratch moe_;
   // The step's experts on the hot device: each one's slot and (token, rank) slots (grouped: expert i's
@@ -327,8 +328,17 @@ class inference_context {
     std::vector<int32_t> experts, slot;
     std::vector<int64_t> first, slots;
     std::vector<float> x, y, shared_y, g, h;
+    double seconds = 0;  // the device's time on the experts (measured on its queue)
   };
   hot_experts hot_;
+  // Prompt batches' measured seconds per (token, expert) on the CPU's workers and on the device (a
+  // running average; 0: not yet), which decide when a cold expert is streamed to the device.
+  struct expert_rates {
+    double cpu = 0, device = 0;
+  };
+  expert_rates expert_rates_;
+  // The fewest tokens of a batch that make streaming layer `layer`'s cold expert pay.
+  double stream_min_tokens(int64_t layer) const;
   std::shared_ptr<device_experts> experts_;
   std::vector<float> logits_;    // (n_vocab): forward's and forward_batch's last logits
   std::vector<kernels::block_q8_0> xq_;  // activations quantized for Q8_0 / Q4_0 rows

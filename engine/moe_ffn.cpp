@@ -3,7 +3,9 @@
 // rows against those tokens' inputs gathered together, then its down rows — as llama.cpp's mul_mat_id
 // reads an expert's rows once per batch; qwen2moe's shared expert for every token.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "engine/device_experts.hpp"
@@ -79,8 +81,25 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
     for (int32_t e : S.experts)
       if (experts_->slot_of(layer, e) >= 0) S.on_host[static_cast<size_t>(e)] = 0;
   }
+  if (split && n > 1 && experts_->slots(layer) < ne) {
+    // A prompt batch: a cold expert that enough of its tokens chose is uploaded now and computed on
+    // the device, where that costs less than the CPU's share of it (stream_min_tokens).
+    S.count.assign(static_cast<size_t>(ne), 0);
+    for (int32_t e : S.experts) ++S.count[static_cast<size_t>(e)];
+    const double fewest = stream_min_tokens(layer);
+    for (int32_t e = 0; e < static_cast<int32_t>(ne); ++e)
+      if (S.on_host[static_cast<size_t>(e)] && static_cast<double>(S.count[static_cast<size_t>(e)]) >= fewest && experts_->stream(layer, e, S.experts))
+        S.on_host[static_cast<size_t>(e)] = 0;
+  }
   if (split || shared_there) hot = submit_hot_experts(B, layer, in, shared_there);
+  const auto cold_began = std::chrono::steady_clock::now();
   int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
+  if (split && n > 1) {  // the CPU's seconds per (token, expert) of a batch
+    int64_t pairs = 0;
+    for (int32_t e : S.experts) pairs += S.on_host[static_cast<size_t>(e)];
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cold_began).count();
+    if (pairs > 0) expert_rates_.cpu = expert_rates_.cpu > 0 ? 0.8 * expert_rates_.cpu + 0.2 * s / static_cast<double>(pairs) : s / static_cast<double>(pairs);
+  }
   if (l.ffn_gate_shexp && !shared_there) {
     expert_product(on, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, in, n, S.y);
     add_shared_expert(l, in, n, S.y.data(), out);
@@ -99,6 +118,10 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
       device_read_ += experts_->expert_bytes(layer), expert_device_read_ += experts_->expert_bytes(layer);
     }
     used += static_cast<int64_t>(H.experts.size());
+    if (n > 1 && !H.slots.empty()) {  // the device's seconds per (token, expert) of a batch
+      const double s = H.seconds / static_cast<double>(H.slots.size());
+      expert_rates_.device = expert_rates_.device > 0 ? 0.8 * expert_rates_.device + 0.2 * s : s;
+    }
     if (shared_there) {
       add_shared_expert(l, in, n, H.shared_y.data(), out);
       device_read_ += device_->ffn_bytes(layer);
@@ -226,6 +249,17 @@ int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, cons
   return used;
 }
 
+double inference_context::stream_min_tokens(int64_t layer) const {
+  // Streaming an expert pays when its upload costs less than what the device saves on its tokens:
+  // bytes x the upload's seconds a byte < tokens x (CPU - device seconds per token). Before the rates
+  // are measured, llama.cpp's rule: a batch's expert with 32 tokens or more.
+  const double link = experts_->upload_seconds_per_byte();
+  if (expert_rates_.cpu <= 0 || expert_rates_.device <= 0 || link <= 0) return 32;
+  const double gain = expert_rates_.cpu - expert_rates_.device;
+  if (gain <= 0) return std::numeric_limits<double>::infinity();
+  return link * static_cast<double>(experts_->expert_bytes(layer)) / gain;
+}
+
 namespace {
 
 // y (m x n_embd) = down(act(gate x) * up x) for m inputs x, by these workers; g, h: scratch.
@@ -300,11 +334,13 @@ devices::event inference_context::submit_hot_experts(step_state& B, int64_t laye
       job.scratch = dl->scratch(), job.scratch_bytes = dl->scratch_bytes();
       dev.compute(job);
     };
+    const auto began = std::chrono::steady_clock::now();
     for (size_t i = 0; i < H.experts.size(); ++i) {
       const device_experts::rows r = experts_->slot_rows(layer, H.slot[i]);
       const int64_t r0 = H.first[i], m = H.first[i + 1] - r0;
       product(r.gate, r.up, r.down, H.x.data() + r0 * d, m, H.y.data() + r0 * d);
     }
+    H.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (shared) {
       const layer_weights& g = dl->layer(layer);
       product(g.ffn_gate_shexp, g.ffn_up_shexp, g.ffn_down_shexp, in, n, H.shared_y.data());

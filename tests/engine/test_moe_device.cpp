@@ -108,6 +108,34 @@ TEST(MoeDevice, ExpertsAreReadFromTheirSlots) {
   EXPECT_GT(test::rel_diff(test::run_tokens(*r.ctx, tokens, false), oracle.logits(tokens)), 1e-3);
 }
 
+// A prompt batch's cold experts that many of its tokens chose are streamed to the device and computed
+// there (before any rate is measured, llama.cpp's rule: 32 tokens or more), the logits still the
+// reference's; a fixed set streams nothing.
+TEST(MoeDevice, PromptBatchesStreamTheirBusyColdExperts) {
+  const auto path = moe_file(architecture::qwen3moe, tensor_type::f16);
+  auto m = model::load(path);
+  const auto file = gguf::file::open(path);
+  const reference_model oracle(file, tensor_type::f16);
+  std::vector<token_id> tokens;
+  for (int i = 0; i < 128; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 53) % 290));
+  const auto [rest, experts] = plan_sizes(*m, 160);
+  for (auto policy : {expert_policy::lfu_decay, expert_policy::fixed}) {
+    SCOPED_TRACE(expert_policy_name(policy));
+    loader::open_options o;
+    o.ctx = 160, o.threads = 2, o.expert_cache_policy = policy;
+    auto r = loader::open_for_running(m, sim(rest + experts / 4, false), o);
+    ASSERT_TRUE(r.experts);
+    const auto got = test::run_tokens(*r.ctx, tokens, true);
+    EXPECT_LT(test::rel_diff(got, oracle.logits(tokens)), 1e-4);
+    if (policy == expert_policy::fixed) {
+      EXPECT_EQ(r.experts->counted().streamed, 0);
+    } else {
+      EXPECT_GT(r.experts->counted().streamed, 0);
+      EXPECT_GT(r.experts->upload_seconds_per_byte(), 0.0);  // timed on the device's queue
+    }
+  }
+}
+
 // --n-cpu-moe N: layers 0..N-1 keep every expert on the CPU, the others hold all of theirs (a fixed
 // set: every lookup there a hit, no uploads); --cpu-moe (N = every layer) leaves attention and the
 // shared expert on the device; both give the reference's logits. A budget the layers' experts do not
