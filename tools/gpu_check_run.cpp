@@ -256,12 +256,19 @@ class checker {
     one_ = {"1b-shape", "", o_.small ? "256/4/704, 8 heads, 4 KV heads" : "2048/16/5632, 32 heads, 8 KV heads"};
     one_dense_ = one_;
     one_q4_ = {"1b-shape-q4_0", "", one_.shape + ", Q4_0"};
+    moe_ = {"moe-shape", "", o_.small ? "qwen3moe 256/4, 8 experts of 256, 2 used" : "qwen3moe 1024/8, 8 experts of 1024, 2 used"};
     const std::vector<std::string> big_args = o_.small ? std::vector<std::string>{"--embd", "512", "--layers", "2", "--ffn", "1376", "--heads", "8", "--kv-heads", "8"}
                                                        : std::vector<std::string>{"--embd", "4096", "--layers", "4", "--ffn", "11008", "--heads", "32", "--kv-heads", "32"};
     const std::vector<std::string> one_args = o_.small ? std::vector<std::string>{"--embd", "256", "--layers", "4", "--ffn", "704", "--heads", "8", "--kv-heads", "4"}
                                                        : std::vector<std::string>{"--embd", "2048", "--layers", "16", "--ffn", "5632", "--heads", "32", "--kv-heads", "8"};
     const std::string few = o_.small ? "64" : "128", more = o_.small ? "64" : "256";
-    if (!make_models(s, {{&one_, one_args, "f16", true, more}, {&one_q4_, one_args, "q4_0", false, ""}, {&big_, big_args, "f16", true, few}})) return;
+    // A mixture of experts (docs/moe.md): attention, the head and some experts in device slots, the
+    // rest on the CPU, the cache refilled as the prompt routes.
+    const std::vector<std::string> moe_args{"--arch", "qwen3moe", "--act", "silu", "--embd", o_.small ? "256" : "1024", "--layers", o_.small ? "4" : "8",
+                                            "--ffn", o_.small ? "256" : "1024", "--heads", "8", "--kv-heads", "4", "--experts", "8", "--experts-used", "2"};
+    if (!make_models(s, {{&one_, one_args, "f16", true, more}, {&one_q4_, one_args, "q4_0", false, ""}, {&big_, big_args, "f16", true, few},
+                         {&moe_, moe_args, "f16", false, ""}}))
+      return;
     one_dense_.path = (work_ / (one_.name + ".gguf")).string(), one_dense_.bytes = fs::file_size(one_dense_.path), one_dense_.made = true;
 
     struct check {
@@ -274,6 +281,7 @@ class checker {
         {"1B-shape sparse F16, hybrid at 25%", &one_, 0.25, 1e-4},
         {"1B-shape dense F16, whole layers at 50%", &one_dense_, 0.5, 1e-4},
         {"1B-shape dense Q4_0, whole layers at 50%", &one_q4_, 0.5, 1e-2},
+        {"MoE-shape F16, experts split at 40%", &moe_, 0.4, 1e-4},
     };
     // Each file on the device and on the CPU alone, all at once (model/reference is one thread each):
     // the CPU's own distance from the oracle says how far float sums of these weights stray at this
@@ -496,7 +504,7 @@ class checker {
   json hybrid_checks_ = json::array(), suite_tests_ = json::array(), speed_ = json::array();
   bool kernel_wrong_ = false, hybrid_wrong_ = false;
   double cpu_gbs_ = 0;  // the planner's CPU bandwidth, measured by its first call
-  model_file big_, one_, one_dense_, one_q4_;
+  model_file big_, one_, one_dense_, one_q4_, moe_;
 };
 
 }  // namespace
