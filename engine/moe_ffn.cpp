@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <numeric>
 
@@ -92,6 +93,16 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
         S.on_host[static_cast<size_t>(e)] = 0;
   }
   if (split || shared_there) hot = submit_hot_experts(B, layer, in, shared_there);
+  // Should the CPU's share throw, the device's job (which reads this step's buffers) ends first.
+  struct join_on_throw {
+    devices::event& e;
+    ~join_on_throw() {
+      if (e && std::uncaught_exceptions() > 0) try {
+          e->wait();
+        } catch (...) {
+        }
+    }
+  } joined{hot};
   const auto cold_began = std::chrono::steady_clock::now();
   int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
   if (split && n > 1) {  // the CPU's seconds per (token, expert) of a batch

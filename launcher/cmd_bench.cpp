@@ -344,6 +344,7 @@ struct report {
   // The KV cache read per decoded token on each side (F16 or F32, every layer, positions 0..n_gen-1 of
   // each sequence: (n_gen + 1) / 2 cached rows of K and V on average), where the layer's attention runs.
   double kv_host = 0, kv_device = 0;
+  bool experts_on_device = false;  // a mixture's experts in device slots
   double actors_tg() const { return c.other_pipeline < 0 ? 0 : configs[0].actors ? results[0].tg.mean : results[static_cast<size_t>(c.other_pipeline)].tg.mean; }
   double reference_tg() const { return c.other_pipeline < 0 ? 0 : configs[0].actors ? results[static_cast<size_t>(c.other_pipeline)].tg.mean : results[0].tg.mean; }
   // Aggregate decode of the comparison's configuration over the first's.
@@ -360,6 +361,7 @@ report report_of(const bench_args& a, const std::vector<config>& configs, const 
   for (int64_t il = 0; il < hp.n_layer; ++il) on_device += ctx.device() && ctx.device()->attention(il);
   r.kv_host = kv_layer * static_cast<double>(hp.n_layer - on_device);
   r.kv_device = kv_layer * static_cast<double>(on_device);
+  r.experts_on_device = l.experts != nullptr;
   return r;
 }
 
@@ -457,7 +459,7 @@ void print_table(const report& r, const model& m) {
                  c.micro > 1 ? fmt::format(" in {} micro-batches", c.micro) : "", res.tg.mean, res.tg.sd, res.bpt / double(1 << 20));
   }
   if (r.probed) print_roofline(r);
-  if (hp.moe() && a.n_gen > 0)
+  if (hp.moe() && a.n_gen > 0 && r.experts_on_device)
     for (size_t k = 0; k < r.configs.size(); ++k)
       fmt::print("\nexperts ({}): {:.1f}% of the routed experts on the hot device, {:.2f} uploaded a token; {:.1f} MiB read a token on the host, {:.1f} MiB on the "
                  "device\n",
