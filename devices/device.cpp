@@ -92,6 +92,15 @@ uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t 
   return 4 * static_cast<uint64_t>(d + n_rot + 2 + (dq + 2 * kv) + dq + d + pred);
 }
 
+stall_watch stall_watch_for(device& d, double deadline_s) {
+  stall_watch w;
+  w.name = d.name();
+  if (deadline_s > 0) w.deadline = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(deadline_s));
+  // (The device outlives its queue's work: its destructor drains the queue.)
+  w.on_stall = [&d](const std::string& why) { d.lose(why); };
+  return w;
+}
+
 void check_range(const buffer& b, uint64_t offset, uint64_t bytes) {
   if (offset > b.size() || bytes > b.size() - offset)
     throw std::out_of_range(fmt::format("{}: bytes {}..{} are outside its {}", b.label(), offset, offset + bytes, b.size()));
@@ -127,6 +136,7 @@ class cpu_backend final : public device {
     return completed_event();
   }
   void synchronize() override {}
+  void zero(buffer& b) override { std::memset(b.data(), 0, b.size()); }
 
  protected:
   void* raw_allocate(uint64_t bytes) override { return host_allocate(bytes, name()); }
@@ -136,8 +146,10 @@ class cpu_backend final : public device {
 
 class sim_backend final : public device {
  public:
-  sim_backend(uint64_t budget, transfer_cost cost, bool kernels)
-      : device("sim", device_kind::sim, budget), cost_(cost), kernels_(kernels), queue_("hotcold-sim") {}
+  sim_backend(uint64_t budget, transfer_cost cost, bool kernels, double deadline_s)
+      : device("sim", device_kind::sim, budget), cost_(cost), kernels_(kernels), queue_("hotcold-sim") {
+    queue_.set_stall_watch(stall_watch_for(*this, deadline_s));
+  }
   ~sim_backend() override { queue_.drain(); }
   // With kernels, the GPU's table (kernels/gpu/decode.cu, gpu_reads) computed by sim_kernels (devices/gpu_jobs).
   bool runs_host_work() const override { return !kernels_; }
@@ -188,9 +200,19 @@ class sim_backend final : public device {
     return queue_.submit(std::move(work));
   }
   void synchronize() override { queue_.drain(); }
+  void zero(buffer& b) override {
+    check_alive();
+    queue_.submit([&b] { std::memset(b.data(), 0, b.size()); })->wait();
+  }
 
  protected:
-  void* raw_allocate(uint64_t bytes) override { return host_allocate(bytes, name()); }
+  // New memory holds 0xff bytes (NaN as F16 and F32), not zeros: a GPU's cudaMalloc gives whatever was
+  // there, so what reads memory nobody wrote goes wrong here too.
+  void* raw_allocate(uint64_t bytes) override {
+    void* p = host_allocate(bytes, name());
+    std::memset(p, 0xff, bytes);
+    return p;
+  }
   void raw_free(void* p) override { std::free(p); }
 
  private:
@@ -218,7 +240,7 @@ std::shared_ptr<device> make_device(const device_options& o) {
   if (kind == "cpu") return std::make_shared<cpu_backend>(o.budget ? o.budget : cpu_device().free_memory);
   if (kind == "sim") {
     if (o.budget == 0) throw std::invalid_argument("--device sim needs a budget (--vram-budget GiB): it stands in for an accelerator's memory");
-    return std::make_shared<sim_backend>(o.budget, o.sim_cost, o.sim_kernels);
+    return std::make_shared<sim_backend>(o.budget, o.sim_cost, o.sim_kernels, o.job_deadline_s);
   }
   if (kind == "cuda" || kind == "hip") {
     if (kind != gpu_name) {
@@ -238,7 +260,7 @@ std::shared_ptr<device> make_device(const device_options& o) {
     if (usable == 0) throw std::runtime_error(fmt::format("--device {}: {} has {} MiB free, not more than the {} MiB kept back for the driver", kind, d.name,
                                                           free_memory >> 20, gpu_memory_margin >> 20));
     const uint64_t budget = o.budget ? std::min(o.budget, usable) : usable;
-    return make_gpu_device(d.name, budget, o.cuda_index);
+    return make_gpu_device(d.name, budget, o.cuda_index, o.job_deadline_s);
   }
   throw std::invalid_argument(fmt::format("--device {}: not one of auto, cpu, sim, cuda, hip", o.kind));
 }

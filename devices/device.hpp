@@ -211,6 +211,10 @@ class device : public std::enable_shared_from_this<device> {
   // must stay valid until the event completes.
   virtual event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) = 0;
   virtual event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) = 0;
+  // Sets a buffer's bytes to zero, after what was submitted before, and waits for it. A device's new
+  // memory holds whatever was there (sim fills it with 0xff bytes, as a GPU's might hold: NaNs as
+  // floats), so what must start at zero (a KV cache) is zeroed.
+  virtual void zero(buffer& b) = 0;
   // Runs `work` on the device's queue, after what was submitted before.
   virtual event submit(std::function<void()> work) = 0;
   // Blocks until everything submitted so far has run.
@@ -268,7 +272,14 @@ struct device_options {
   // everything above a GPU's kernels runs and is tested here.
   bool sim_kernels = false;
   int cuda_index = 0;
+  // How long one job on the device's queue may run before the device is lost (its waiter gets
+  // job_overdue, every later call device_lost): a GPU job that never returns must not hang its
+  // waiter for ever. 0: no limit.
+  double job_deadline_s = 120;
 };
+
+// The stall watch a device's queue keeps (devices/work_queue.hpp): past `deadline_s`, the device is lost.
+stall_watch stall_watch_for(device& d, double deadline_s);
 
 // "auto" picks the first CUDA device when one is usable, else the CPU. Throws std::invalid_argument
 // for an unknown kind, std::runtime_error naming why a GPU kind cannot be had here.

@@ -1,6 +1,13 @@
 #include "devices/work_queue.hpp"
 
+#include <linux/futex.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+#include <fmt/format.h>
 
 #include <bit>
 #include <chrono>
@@ -20,20 +27,55 @@ bool spin_until(F ready, std::chrono::microseconds limit) {
 }
 }  // namespace
 
+namespace {
+// The futex calls on a completion's word: sleep while it is 0 (at most `ns`, < 0: no limit), wake all.
+void futex_wait(const std::atomic<uint32_t>& word, int64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT_PRIVATE, 0u, ns < 0 ? nullptr : &ts, nullptr, 0);
+}
+void futex_wake(std::atomic<uint32_t>& word) { syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0); }
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
 void completion::wait() const {
   // A spin of up to 1 ms first: a device's stage (a layer's attention, its hot rows) usually ends
   // within that, and waking a sleeping thread costs 50-80 us on a VM whose idle vCPU halted (the
   // 1B file on sim: attention's end to the predictor's start, 84 -> 20 us median). The waiters are
   // the actors' threads, on the core the CPU workers leave them.
-  spin_until([this] { return done_.load(std::memory_order_acquire); }, std::chrono::microseconds(1000));
-  while (!done_.load(std::memory_order_acquire)) done_.wait(false, std::memory_order_acquire);
+  spin_until([this] { return ready(); }, std::chrono::microseconds(1000));
+  const int64_t deadline = watch_ ? std::chrono::duration_cast<std::chrono::nanoseconds>(watch_->deadline).count() : 0;
+  while (!ready()) {
+    if (deadline <= 0) {
+      sleep(-1);
+      continue;
+    }
+    // The deadline counts from when the work began: time queued behind other work is theirs.
+    const int64_t began = started_ns_.load(std::memory_order_acquire);
+    const int64_t left = began == 0 ? deadline : began + deadline - now_ns();
+    if (left <= 0) {
+      const std::string why = fmt::format("a job on its queue has run {:.1f} s, past the {:.1f} s deadline", static_cast<double>(now_ns() - began) / 1e9,
+                                          static_cast<double>(deadline) / 1e9);
+      if (watch_->on_stall) watch_->on_stall(why);
+      throw job_overdue(fmt::format("{}: {}", watch_->name, why));
+    }
+    sleep(std::min<int64_t>(left, 100000000));  // (rechecked every 0.1 s: the start may come later)
+  }
   if (error_) std::rethrow_exception(error_);
 }
 
+void completion::sleep(int64_t ns) const {
+  // (seq_cst both sides: either this thread sees the work done, or finish sees it waiting and wakes it)
+  waiters_.fetch_add(1);
+  if (done_.load() == 0) futex_wait(done_, ns);
+  waiters_.fetch_sub(1);
+}
+
+void completion::started() { started_ns_.store(now_ns(), std::memory_order_release); }
+
 void completion::finish(std::exception_ptr e) {
   error_ = std::move(e);
-  done_.store(true, std::memory_order_release);
-  done_.notify_all();
+  done_.store(1);
+  if (waiters_.load() > 0) futex_wake(done_);
 }
 
 event completed_event(std::exception_ptr error) {
@@ -60,6 +102,7 @@ event work_queue::submit(std::function<void()> work) {
   const uint64_t t = tail_.load(std::memory_order_relaxed);
   while (t - head_.load(std::memory_order_acquire) > mask_) std::this_thread::yield();
   auto done = std::make_shared<completion>();
+  done->watch_ = watch_;
   ring_[t & mask_] = item{std::move(work), done};
   tail_.store(t + 1, std::memory_order_release);
   signal_.fetch_add(1, std::memory_order_release);
@@ -76,7 +119,7 @@ void work_queue::drain() {
     last = last_;
   }
   if (!last) return;
-  while (!last->ready()) last->done_.wait(false, std::memory_order_acquire);
+  while (!last->ready()) last->sleep(-1);
 }
 
 void work_queue::run() {
@@ -95,6 +138,7 @@ void work_queue::run() {
     item it = std::move(ring_[h & mask_]);
     ring_[h & mask_] = item{};
     std::exception_ptr error;
+    it.done->started();
     try {
       it.work();
     } catch (...) {

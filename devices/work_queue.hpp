@@ -5,29 +5,49 @@
 // lock-free, and an idle worker sleeps on an atomic (a futex), not a mutex. Each submission returns an event that completes
 // when the work has run, carrying the exception if it threw.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace hotcold::devices {
 
+// A queue's deadline for one piece of work: a wait that passes it calls on_stall (the device marks
+// itself lost) and throws job_overdue naming the queue and the deadline, so that a job that never
+// returns (a GPU kernel that hangs) does not hang its waiter for ever.
+struct stall_watch {
+  std::chrono::steady_clock::duration deadline{};  // 0: none
+  std::string name;                                // the device's
+  std::function<void(const std::string& why)> on_stall;
+};
+struct job_overdue : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class completion {
  public:
-  bool ready() const { return done_.load(std::memory_order_acquire); }
-  // Blocks until the work ran; rethrows what it threw.
+  bool ready() const { return done_.load(std::memory_order_acquire) != 0; }
+  // Blocks until the work ran; rethrows what it threw. With a deadline (the queue's stall_watch),
+  // a wait that passes it, counted from when the work started to run, throws job_overdue.
   void wait() const;
 
  private:
   friend class work_queue;
   friend std::shared_ptr<completion> completed_event(std::exception_ptr);
   void finish(std::exception_ptr e);
-  std::atomic<bool> done_{false};
+  void started();
+  void sleep(int64_t ns) const;  // on done_, at most ns (< 0: no limit), counted as a waiter
+  std::atomic<uint32_t> done_{0};     // (32 bits: a futex word)
+  mutable std::atomic<uint32_t> waiters_{0};  // threads asleep (or about to be) on done_: finish wakes them
+  std::atomic<int64_t> started_ns_{0};  // steady clock, when the queue began the work (0: not yet)
   std::exception_ptr error_;
+  std::shared_ptr<const stall_watch> watch_;
 };
 using event = std::shared_ptr<completion>;
 
@@ -44,6 +64,8 @@ class work_queue {
 
   // From any thread. Waits (yielding) while the ring is full.
   event submit(std::function<void()> work);
+  // From now on, each submission's waits keep this deadline (before the first submission).
+  void set_stall_watch(stall_watch w) { watch_ = std::make_shared<const stall_watch>(std::move(w)); }
   // Blocks until everything submitted so far has run.
   void drain();
   std::thread::id worker_id() const { return worker_.get_id(); }
@@ -63,6 +85,7 @@ class work_queue {
   std::atomic<bool> stop_{false};
   std::mutex producers_;  // guards tail_'s writes and last_
   event last_;
+  std::shared_ptr<const stall_watch> watch_;
   std::thread worker_;
 };
 

@@ -87,6 +87,8 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
       }
       k_[il] = dev_->allocate(kv_bytes, fmt::format("layer {} K cache", il));
       v_[il] = dev_->allocate(kv_bytes, fmt::format("layer {} V cache", il));
+      // The CPU's cache starts at zero (page_buffer); a device's new memory holds whatever was there.
+      dev_->zero(*k_[il]), dev_->zero(*v_[il]);
       bytes_ += 2 * kv_bytes;
     }
     if (shared_expert(static_cast<int64_t>(il)))

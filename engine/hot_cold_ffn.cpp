@@ -22,6 +22,18 @@ hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placeme
     if (*w && !hot_->supports(devices::operation::ffn_rows, w->type))
       throw std::invalid_argument(fmt::format("{}: the device does not compute FFN rows of type {} ({}'s); use --device cpu or sim", hot_->name(),
                                               tensor_type_name(w->type), model_->path()));
+  // A device that computes as a GPU does reads one type for a neuron's gate, up and down rows (its
+  // FFN-rows job); a file whose rows differ (a sparse file made from one whose down matrix was
+  // quantized apart) would be read as garbage there. The CPU's routine on a host device reads each.
+  if (!hot_->runs_host_work())
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      const layer_weights& l = model_->weights().layers[static_cast<size_t>(il)];
+      if ((l.ffn_gate && l.ffn_gate.type != l.ffn_up.type) || (l.ffn_down_t && l.ffn_down_t.type != l.ffn_up.type))
+        throw std::invalid_argument(fmt::format("{}: layer {}'s FFN rows are of mixed types (gate {}, up {}, down {}); the device's FFN-rows job reads one type "
+                                                "for all three: use --device sim (without --sim-kernels) or cpu, or a file whose FFN rows share a type",
+                                                hot_->name(), il, l.ffn_gate ? tensor_type_name(l.ffn_gate.type) : "-", tensor_type_name(l.ffn_up.type),
+                                                l.ffn_down_t ? tensor_type_name(l.ffn_down_t.type) : "-"));
+    }
   // Copies run on the device's queue: if a later layer does not fit, the earlier copies must finish
   // before their buffers go away with this half-built object.
   try {

@@ -22,8 +22,10 @@ namespace {
 
 class cuda_backend final : public device {
  public:
-  cuda_backend(std::string name, uint64_t budget, int index)
-      : device(std::move(name), gpu_kind, budget), index_(index), stream_(cuda_stream_create(index)), queue_("hotcold-cuda") {}
+  cuda_backend(std::string name, uint64_t budget, int index, double deadline_s)
+      : device(std::move(name), gpu_kind, budget), index_(index), stream_(cuda_stream_create(index)), queue_("hotcold-cuda") {
+    queue_.set_stall_watch(stall_watch_for(*this, deadline_s));
+  }
   ~cuda_backend() override {
     queue_.drain();
     cuda_stream_destroy(index_, stream_);
@@ -79,6 +81,11 @@ class cuda_backend final : public device {
   void synchronize() override {
     queue_.drain();
     cuda_synchronize(index_);
+  }
+  void zero(buffer& b) override {
+    check_alive();
+    queue_.drain();  // (after the work before it, which may still use the buffer)
+    cuda_zero(index_, b.data(), b.size());
   }
   bool runs_host_work() const override { return false; }
   void* stream() const override { return stream_; }
@@ -417,8 +424,8 @@ void cuda_backend::compute(const dense_ffn_job& job) {
 
 }  // namespace
 
-std::shared_ptr<device> make_gpu_device(std::string name, uint64_t budget, int index) {
-  return std::make_shared<cuda_backend>(std::move(name), budget, index);
+std::shared_ptr<device> make_gpu_device(std::string name, uint64_t budget, int index, double deadline_s) {
+  return std::make_shared<cuda_backend>(std::move(name), budget, index, deadline_s);
 }
 
 }  // namespace hotcold::devices

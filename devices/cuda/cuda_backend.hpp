@@ -20,6 +20,7 @@ inline constexpr const char* gpu_name = "cuda";
 
 // A device on GPU `index` named `name`, its buffers counted against `budget` bytes. In a build
 // without a GPU back end, its jobs throw (make_device never gets that far: no GPU is found).
-std::shared_ptr<device> make_gpu_device(std::string name, uint64_t budget, int index);
+// deadline_s: how long one job may run before the device is lost (0: no limit).
+std::shared_ptr<device> make_gpu_device(std::string name, uint64_t budget, int index, double deadline_s = 0);
 
 }  // namespace hotcold::devices

@@ -38,6 +38,12 @@ void cuda_copy_to_host(int index, void* dst, const void* src, uint64_t bytes) {
   check(gpuMemcpy(dst, src, bytes, gpuMemcpyDeviceToHost), "Memcpy to the host");
 }
 
+void cuda_zero(int index, void* p, uint64_t bytes) {
+  check(gpuSetDevice(index), "SetDevice");
+  check(gpuMemset(p, 0, bytes), "Memset");
+  check(gpuDeviceSynchronize(), "DeviceSynchronize after Memset");
+}
+
 void cuda_synchronize(int index) {
   check(gpuSetDevice(index), "SetDevice");
   check(gpuDeviceSynchronize(), "DeviceSynchronize");

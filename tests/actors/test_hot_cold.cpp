@@ -13,6 +13,9 @@
 #include "engine/trace.hpp"
 #include "model/reference.hpp"
 #include "tests/engine/overlap_latch.hpp"
+#include "kernels/cpu/quants.hpp"
+#include "model/tensor_convert.hpp"
+#include "tests/model/edited_files.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -93,6 +96,42 @@ std::vector<split_case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HotCold, testing::ValuesIn(cases()), [](const testing::TestParamInfo<split_case>& i) { return i.param.name; });
+
+// A sparse file whose down rows are Q8_0 beside Q4_0 gate and up rows: a host device (the CPU's
+// routine) splits it and gives the CPU's logits; a device that computes as a GPU does (its FFN-rows
+// job reads one type for all three) refuses it, naming the layer and the types.
+TEST(HotColdSplit, MixedRowTypesRunOnAHostDeviceAndAreRefusedByAGpuLikeOne) {
+  const auto dense = test::make_model("hc_mixed_q8", test::sparse_test_options(architecture::llama, activation::relu, tensor_type::q8_0));
+  test::gguf_edit e;
+  e.tensor = [](std::string& name, tensor_type& type, std::vector<int64_t>& ne, std::vector<uint8_t>& bytes) {
+    if (name.find("ffn_gate") == std::string::npos && name.find("ffn_up") == std::string::npos) return true;
+    std::vector<float> values(static_cast<size_t>(ne[0] * ne[1]));
+    kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(bytes.data()), values.data(), ne[0] * ne[1]);
+    bytes = convert_rows(values, ne[0], tensor_type::q4_0);
+    type = tensor_type::q4_0;
+    return true;
+  };
+  const auto mixed_dense = test::edited_copy(dense, "hc_mixed_dense", e);
+  const auto path = (test::scratch_dir() / "hc_mixed_sparse.gguf").string();
+  tools::write_sparse_model(mixed_dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3));
+  auto m = model::load(path);
+  const auto& l0 = m->weights().layers[0];
+  ASSERT_EQ(l0.ffn_up.type, tensor_type::q4_0);
+  ASSERT_EQ(l0.ffn_down_t.type, tensor_type::q8_0);
+  const auto& hp = m->hp();
+  devices::device_options o;
+  o.kind = "sim";
+  o.budget = 64 << 20;
+  auto split = std::make_shared<hot_cold_ffn>(m, test::every_third_hot(hp.n_layer, hp.n_ff), devices::make_device(o), 2);
+  EXPECT_LT(test::rel_diff(test::logits_of(m, ffn_mode::sparse, 2, split), test::logits_of(m, ffn_mode::sparse)), 1e-5);
+  o.sim_kernels = true;
+  try {
+    hot_rows(m, test::every_third_hot(hp.n_layer, hp.n_ff), devices::make_device(o));
+    ADD_FAILURE() << "mixed row types were taken by a GPU-like device";
+  } catch (const std::invalid_argument& err) {
+    EXPECT_NE(std::string(err.what()).find("layer 0's FFN rows are of mixed types (gate Q4_0, up Q4_0, down Q8_0)"), std::string::npos) << err.what();
+  }
+}
 
 TEST(HotColdSplit, RefusesWhatDoesNotFit) {
   split_case c{"llama_relu_f16", architecture::llama, activation::relu, tensor_type::f16};

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -66,6 +67,36 @@ TEST(Device, EventsCarryErrorsAndTheQueueGoesOn) {
   EXPECT_THROW(bad->wait(), std::runtime_error);
   good->wait();
   EXPECT_EQ(after, 7);
+}
+
+// A job that runs past the queue's deadline (a GPU kernel that hangs) loses the device: its waiter gets
+// job_overdue naming the deadline, every later call device_lost; the deadline counts from when the job
+// began (the one queued behind a slow one is not overdue for the wait), and a job within it is not.
+TEST(Device, AJobPastItsDeadlineLosesTheDevice) {
+  device_options o;
+  o.kind = "sim", o.budget = 1 << 20, o.job_deadline_s = 0.4;
+  auto d = make_device(o);
+  d->submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(250)); })->wait();  // within it
+  auto fine = d->submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+  auto behind = d->submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+  behind->wait();  // 0.6 s after it was queued, 0.3 s after it began
+  EXPECT_TRUE(fine->ready());
+  EXPECT_TRUE(d->lost().empty()) << d->lost();
+  std::atomic<bool> release{false};
+  auto stuck = d->submit([&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    stuck->wait();
+    ADD_FAILURE() << "the wait outlived the deadline";
+  } catch (const job_overdue& e) {
+    EXPECT_NE(std::string(e.what()).find("past the 0.4 s deadline"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_NE(d->lost().find("past the 0.4 s deadline"), std::string::npos) << d->lost();
+  EXPECT_THROW(d->submit([] {}), device_lost);
+  release = true;  // (the queue's thread ends with the device)
 }
 
 TEST(Device, CopiesRoundTripAndCheckTheirRange) {

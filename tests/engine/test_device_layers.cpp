@@ -157,5 +157,22 @@ TEST(DeviceLayers, RefuseWhatDoesNotFitOrMatch) {
   EXPECT_THROW(device_layers(m, r, sim(), tensor_type::f16), std::invalid_argument);
 }
 
+// A device's new memory holds whatever was there (sim: 0xff bytes, NaN as F16), the CPU's cache starts
+// at zero: the device's KV cache is zeroed when it is made.
+TEST(DeviceLayers, TheDevicesKvCacheStartsAtZero) {
+  auto m = sparse_model();
+  auto dev = sim();
+  {
+    auto fresh = dev->allocate(64, "fresh");
+    const auto* b = static_cast<const uint8_t*>(fresh->data());
+    EXPECT_TRUE(std::all_of(b, b + 64, [](uint8_t x) { return x == 0xff; })) << "sim's new memory is not the GPU-like garbage the test needs";
+  }
+  const auto held = std::make_shared<const device_layers>(m, layer0_attention_layer1_predictor_head(), dev, tensor_type::f16);
+  const auto& hp = m->hp();
+  const size_t bytes = static_cast<size_t>(16 * hp.n_embd_kv()) * 2;  // (n_seq 1) x ctx 16 x n_embd_kv F16 values
+  for (const uint8_t* c : {held->k_cache(0), held->v_cache(0)})
+    EXPECT_TRUE(std::all_of(c, c + bytes, [](uint8_t x) { return x == 0; }));
+}
+
 }  // namespace
 }  // namespace hotcold
