@@ -124,6 +124,7 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
     hold(output_, "output head");
     output_bytes_ += output_.bytes();
   }
+  dev_->synchronize();  // every copy delivered before the first job reads it
 }
 
 void plain_rows(const tensor_view& v, uint8_t* out) {

@@ -38,7 +38,15 @@ class cuda_backend final : public device {
     check_range(dst, offset, bytes);
     char* to = static_cast<char*>(dst.data()) + offset;
     if (bytes <= upload_chunk / 16) {
-      cuda_copy_to_device(index_, to, src, bytes);
+      // On the jobs' stream, after the kernels already there (a copy on the legacy stream is not
+      // ordered with a non-blocking stream's kernels), and done before this returns.
+      make_current();
+      try {
+        cuda_copy_async(to, src, bytes, true, stream_);
+        cuda_stream_synchronize(stream_);
+      } catch (const std::exception& e) {
+        fail(fmt::format("uploading {} bytes to {}: {}", bytes, dst.label(), e.what()));
+      }
       return completed_event();
     }
     std::lock_guard lock(upload_mu_);
@@ -70,7 +78,14 @@ class cuda_backend final : public device {
   event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) override {
     check_alive();
     check_range(src, offset, bytes);
-    cuda_copy_to_host(index_, dst, static_cast<const char*>(src.data()) + offset, bytes);
+    // On the jobs' stream: after the kernels that write what it reads.
+    make_current();
+    try {
+      cuda_copy_async(dst, static_cast<const char*>(src.data()) + offset, bytes, false, stream_);
+      cuda_stream_synchronize(stream_);
+    } catch (const std::exception& e) {
+      fail(fmt::format("reading {} bytes of {}: {}", bytes, src.label(), e.what()));
+    }
     return completed_event();
   }
   // On the device's queue thread, so the caller (the CPU's cold share) works meanwhile.
