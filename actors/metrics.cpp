@@ -138,6 +138,7 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 struct totals {
   double candidates = 0, computed = 0, hot = 0, truly = 0, found = 0;
+  double experts_routed = 0, expert_hits = 0, expert_uploads = 0, experts_chosen = 0, experts_guessed = 0;  // a mixture of experts
   std::map<std::string, double> device_s;
 };
 
@@ -146,6 +147,9 @@ totals sum_layers(const live_stats& s, const live_stats::view& v) {
   for (const auto& l : v.layers) {
     t.candidates += static_cast<double>(l.candidates), t.computed += static_cast<double>(l.computed), t.hot += static_cast<double>(l.hot);
     t.truly += static_cast<double>(l.truly_active), t.found += static_cast<double>(l.found);
+    t.experts_routed += static_cast<double>(l.experts_routed), t.expert_hits += static_cast<double>(l.expert_hits);
+    t.expert_uploads += static_cast<double>(l.expert_uploads);
+    t.experts_chosen += static_cast<double>(l.experts_chosen), t.experts_guessed += static_cast<double>(l.experts_guessed);
     for (int k = 0; k < n_timed_stages; ++k) {
       const auto st = static_cast<stage>(k);
       t.device_s[st == stage::hot_ffn ? s.hot_device() : "cpu"] += l.seconds[static_cast<size_t>(k)];
@@ -217,10 +221,8 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
     per_layer("hotcold_expert_device_hits_total", "Of those, the experts a slot of the hot device held (computed there)", [](const auto& l) { return l.expert_hits; });
     per_layer("hotcold_expert_uploads_total", "Experts uploaded into the hot device's slots (after a miss, or a layer early from the guess)",
               [](const auto& l) { return l.expert_uploads; });
-    int64_t routed = 0, hits = 0;
-    for (int64_t l = 0; l < s.n_layer(); ++l) routed += v.layers[static_cast<size_t>(l)].experts_routed, hits += v.layers[static_cast<size_t>(l)].expert_hits;
     add(family("hotcold_expert_hit_ratio", "Routed experts a slot of the hot device held / all routed experts", MetricType::Gauge),
-        ratio(static_cast<double>(hits), static_cast<double>(routed)));
+        ratio(t.expert_hits, t.experts_routed));
   }
   add(family("hotcold_ffn_active_ratio", "Chosen neurons / all neurons of the sparse FFN layers", MetricType::Gauge), ratio(t.computed, t.candidates));
   add(family("hotcold_hot_hit_ratio", "Chosen neurons found on the hot device / all chosen neurons", MetricType::Gauge), ratio(t.hot, t.computed));
@@ -276,17 +278,6 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
     mailbox[name] = v.mailbox[static_cast<size_t>(a)];
     mailbox_max[name] = v.mailbox_max[static_cast<size_t>(a)];
   }
-  nlohmann::json experts;
-  if (s.n_expert() > 0) {  // a mixture of experts: its experts on the hot device, and the guess, over every layer
-    int64_t routed = 0, hits = 0, uploads = 0, chosen = 0, guessed = 0;
-    for (int64_t l = 0; l < s.n_layer(); ++l) {
-      const auto& L = v.layers[static_cast<size_t>(l)];
-      routed += L.experts_routed, hits += L.expert_hits, uploads += L.expert_uploads, chosen += L.experts_chosen, guessed += L.experts_guessed;
-    }
-    experts = {{"expert_hit_rate", ratio(static_cast<double>(hits), static_cast<double>(routed))},
-               {"expert_uploads_per_token", ratio(static_cast<double>(uploads), static_cast<double>(v.tokens))},
-               {"expert_guess_recall", ratio(static_cast<double>(guessed), static_cast<double>(chosen))}};
-  }
   nlohmann::json out = {{"hot_device", s.hot_device()},
           {"layers", std::move(layers)},
           {"output_s", v.layers.back().seconds[static_cast<size_t>(stage::output)]},
@@ -307,7 +298,11 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
           {"busy_ratio", v.recent_busy_fraction},
           {"mailbox", std::move(mailbox)},
           {"mailbox_max", std::move(mailbox_max)}};
-  if (!experts.is_null()) out.update(experts);
+  if (s.n_expert() > 0) {  // a mixture of experts: its experts on the hot device, and the guess, over every layer
+    out["expert_hit_rate"] = ratio(t.expert_hits, t.experts_routed);
+    out["expert_uploads_per_token"] = ratio(t.expert_uploads, static_cast<double>(v.tokens));
+    out["expert_guess_recall"] = ratio(t.experts_guessed, t.experts_chosen);
+  }
   return out;
 }
 

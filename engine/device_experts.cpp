@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -74,7 +75,7 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
   if (r_.slots.size() != n) throw std::invalid_argument(fmt::format("expert slots for {} layers in a model of {}", r_.slots.size(), n));
   if (!r_.first.empty() && r_.first.size() != n) throw std::invalid_argument(fmt::format("first experts for {} layers in a model of {}", r_.first.size(), n));
   devices::device& dev = on_->device();
-  gate_.resize(n), up_.resize(n), down_.resize(n), slot_.resize(n), expert_in_.resize(n), expert_bytes_.assign(n, 0);
+  gate_.resize(n), up_.resize(n), down_.resize(n), slot_.resize(n), expert_bytes_.assign(n, 0);
   for (size_t il = 0; il < n; ++il) {
     const layer_weights& l = model_->weights().layers[il];
     const int64_t s = r_.slots[il];
@@ -82,11 +83,12 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
       throw std::invalid_argument(fmt::format("layer {}: {} expert slots for {} experts", il, s, hp.n_expert));
     policy_.emplace_back(hp.n_expert, s, r_.policy);
     slot_[il].assign(static_cast<size_t>(hp.n_expert), -1);
-    expert_bytes_[il] = (l.ffn_gate_exps.bytes() + l.ffn_up_exps.bytes() + l.ffn_down_exps.bytes()) / static_cast<uint64_t>(hp.n_expert);
+    expert_bytes_[il] = hotcold::expert_bytes(l, hp.n_expert);
     if (s == 0) continue;
-    for (const tensor_view* t : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps})
-      if (!dev.runs_host_work() && !dev.supports(devices::operation::dense_ffn, t->type))
-        throw std::invalid_argument(fmt::format("{}: cannot compute layer {}'s experts ({} weights)", dev.name(), il, tensor_type_name(t->type)));
+    if (!dense_ffn_reads(dev, {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}))
+      throw std::invalid_argument(fmt::format("{}: cannot compute layer {}'s experts ({} / {} / {} weights)", dev.name(), il,
+                                              tensor_type_name(l.ffn_gate_exps.type), tensor_type_name(l.ffn_up_exps.type),
+                                              tensor_type_name(l.ffn_down_exps.type)));
     const uint64_t gate_bytes = l.ffn_gate_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
     const uint64_t up_bytes = l.ffn_up_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
     const uint64_t down_bytes = l.ffn_down_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
@@ -102,7 +104,6 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
       if (e < 0 || e >= hp.n_expert || slot_[il][static_cast<size_t>(e)] >= 0)
         throw std::invalid_argument(fmt::format("layer {}: expert {} given twice or outside the {} experts", il, e, hp.n_expert));
       policy_[il].put(e);
-      expert_in_[il].push_back(e);
       slot_[il][static_cast<size_t>(e)] = slot;
       copy_expert(static_cast<int64_t>(il), e, slot);
     }
@@ -144,26 +145,12 @@ void device_experts::copy_expert(int64_t layer, int32_t e, int32_t slot) {
   auto staging = std::make_shared<std::vector<uint8_t>>(views[0].bytes() + views[1].bytes() + views[2].bytes());
   uint64_t at = 0;
   for (const tensor_view& v : views) plain_rows(v, staging->data() + at), at += v.bytes();
-  devices::device& dev = on_->device();
-  const std::shared_ptr<devices::device> shared = on_->shared_device();
-  const uint64_t sizes[3] = {views[0].bytes(), views[1].bytes(), views[2].bytes()};
-  if (dev.kind() == devices::device_kind::sim || dev.kind() == devices::device_kind::cpu) {
-    // Their copies are queued on the device's queue (cpu: inline): after the work already there.
-    at = 0;
-    for (int k = 0; k < 3; ++k) {
-      pending_.push_back({dev.copy_in(*to[k], static_cast<uint64_t>(slot) * sizes[k], staging->data() + at, sizes[k]), staging});
-      at += sizes[k];
-    }
-  } else {
-    // A GPU's copies run on the caller's thread: made a job of the queue, so that they wait for the
-    // work before them (which may still read the slot).
-    pending_.push_back({on_->submit([shared, staging, to0 = to[0], to1 = to[1], to2 = to[2], slot, s0 = sizes[0], s1 = sizes[1], s2 = sizes[2]] {
-                          const uint8_t* p = staging->data();
-                          shared->copy_in(*to0, static_cast<uint64_t>(slot) * s0, p, s0)->wait();
-                          shared->copy_in(*to1, static_cast<uint64_t>(slot) * s1, p + s0, s1)->wait();
-                          shared->copy_in(*to2, static_cast<uint64_t>(slot) * s2, p + s0 + s1, s2)->wait();
-                        }),
-                        staging});
+  // Copies are jobs of the device's queue: after the work already there (which may still read the slot).
+  at = 0;
+  for (int k = 0; k < 3; ++k) {
+    const uint64_t size = views[k].bytes();
+    pending_.push_back({on_->device().copy_in(*to[k], static_cast<uint64_t>(slot) * size, staging->data() + at, size), staging});
+    at += size;
   }
 }
 
@@ -173,13 +160,13 @@ void device_experts::begin_step(int64_t n) {
     pending_.pop_front();
   }
   allowance_ = static_cast<double>(r_.upload_bytes_per_token) * static_cast<double>(n);
-  int64_t caching = 0;  // layers with slots to refill
-  for (size_t il = 0; il < r_.slots.size(); ++il) caching += r_.slots[il] > 0 && r_.slots[il] < model_->hp().n_expert;
+  const auto caches = [&](size_t il) { return r_.slots[il] > 0 && r_.slots[il] < model_->hp().n_expert; };  // a layer with slots to refill
+  int64_t caching = 0;
+  for (size_t il = 0; il < r_.slots.size(); ++il) caching += caches(il);
   if (caching == 0) return;
-  const double share = static_cast<double>(r_.upload_bytes_per_token) * static_cast<double>(n) / static_cast<double>(caching);
+  const double share = allowance_ / static_cast<double>(caching);
   for (size_t il = 0; il < r_.slots.size(); ++il)
-    if (r_.slots[il] > 0 && r_.slots[il] < model_->hp().n_expert)
-      credit_[il] = std::min(credit_[il] + share, std::max(share, 2.0 * static_cast<double>(expert_bytes_[il])));
+    if (caches(il)) credit_[il] = std::min(credit_[il] + share, std::max(share, 2.0 * static_cast<double>(expert_bytes_[il])));
 }
 
 void device_experts::chosen(int64_t layer, std::span<const int32_t> experts) {
@@ -218,15 +205,10 @@ bool device_experts::take_in(int64_t layer, int32_t e, std::span<const int32_t> 
   const auto il = static_cast<size_t>(layer);
   const int32_t victim = policy_[il].admit(e, keep);
   if (victim == -2) return false;
-  int32_t slot;
-  if (victim >= 0) {
-    slot = slot_[il][static_cast<size_t>(victim)];
-    slot_[il][static_cast<size_t>(victim)] = -1;
-    expert_in_[il][static_cast<size_t>(slot)] = e;
-  } else {
-    slot = static_cast<int32_t>(expert_in_[il].size());
-    expert_in_[il].push_back(e);
-  }
+  // The evicted expert's slot; or, with room, the next free one (slots fill in order and are only
+  // ever refilled, so the experts held before this one were in slots 0..size - 2).
+  int32_t slot = static_cast<int32_t>(policy_[il].size() - 1);
+  if (victim >= 0) slot = std::exchange(slot_[il][static_cast<size_t>(victim)], -1);
   slot_[il][static_cast<size_t>(e)] = slot;
   // Timed on the device's queue: a mark before the copies and one after (a running average a byte).
   on_->submit([link = link_] {
@@ -237,7 +219,7 @@ bool device_experts::take_in(int64_t layer, int32_t e, std::span<const int32_t> 
   on_->submit([link = link_, bytes = expert_bytes_[il]] {
     std::lock_guard lock(link->mu);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - link->began).count() / static_cast<double>(bytes);
-    link->seconds_per_byte = link->seconds_per_byte > 0 ? 0.8 * link->seconds_per_byte + 0.2 * s : s;
+    fold_into(link->seconds_per_byte, s);
   });
   if (charged) credit_[il] -= static_cast<double>(expert_bytes_[il]), allowance_ -= static_cast<double>(expert_bytes_[il]);
   ++counts_.uploads, ++counts_.layer_uploads[il], counts_.upload_bytes += expert_bytes_[il];

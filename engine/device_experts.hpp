@@ -27,6 +27,10 @@ namespace hotcold {
 
 class device_layers;
 
+// A running average's next value: `average` moved a fifth of the way to `sample` (the first sample
+// taken as it is, while the average is 0).
+inline void fold_into(double& average, double sample) { average = average > 0 ? 0.8 * average + 0.2 * sample : sample; }
+
 enum class expert_policy {
   lru,        // evict the expert chosen longest ago
   lfu_decay,  // evict the lowest count of choices, every count multiplied by a decay each token (recency and popularity)
@@ -140,7 +144,6 @@ class device_experts {
   std::shared_ptr<const device_layers> on_;
   std::vector<std::shared_ptr<devices::buffer>> gate_, up_, down_;  // per layer: slots x rows
   std::vector<std::vector<int32_t>> slot_;       // per layer, per expert: its slot or -1
-  std::vector<std::vector<int32_t>> expert_in_;  // per layer, per slot: its expert
   std::vector<expert_slots> policy_;             // per layer
   std::vector<uint64_t> expert_bytes_;
   uint64_t bytes_ = 0;

@@ -26,12 +26,14 @@ bool attention_runs_on(const devices::device& dev, const layer_weights& l) {
   return true;
 }
 
-bool dense_ffn_runs_on(const devices::device& dev, const layer_weights& l) {
+bool dense_ffn_reads(const devices::device& dev, std::initializer_list<const tensor_view*> ws) {
   if (dev.runs_host_work()) return true;  // the CPU's routine, whatever the rows
-  if (!l.ffn_down) return false;          // a GPU's job reads the down matrix, not a sparse file's down rows
-  for (const tensor_view* t : {&l.ffn_gate, &l.ffn_up, &l.ffn_down})
-    if (*t && !dev.supports(devices::operation::dense_ffn, t->type)) return false;
-  return true;
+  return std::all_of(ws.begin(), ws.end(), [&](const tensor_view* t) { return !*t || dev.supports(devices::operation::dense_ffn, t->type); });
+}
+
+bool dense_ffn_runs_on(const devices::device& dev, const layer_weights& l) {
+  if (!dev.runs_host_work() && !l.ffn_down) return false;  // a GPU's job reads the down matrix, not a sparse file's down rows
+  return dense_ffn_reads(dev, {&l.ffn_gate, &l.ffn_up, &l.ffn_down});
 }
 
 bool device_residency::any() const {
@@ -55,9 +57,10 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
                                               l.ffn_down ? "" : ", down rows of a sparse file"));
     if (shared_expert(static_cast<int64_t>(il))) {
       if (!l.ffn_gate_shexp) throw std::invalid_argument(fmt::format("layer {} has no shared expert to put on the device", il));
-      for (const tensor_view* t : {&l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp})
-        if (!dev_->runs_host_work() && !dev_->supports(devices::operation::dense_ffn, t->type))
-          throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s shared expert ({} weights)", dev_->name(), il, tensor_type_name(t->type)));
+      if (!dense_ffn_reads(*dev_, {&l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}))
+        throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s shared expert ({} / {} / {} weights)", dev_->name(), il,
+                                                tensor_type_name(l.ffn_gate_shexp.type), tensor_type_name(l.ffn_up_shexp.type),
+                                                tensor_type_name(l.ffn_down_shexp.type)));
     }
     if (r_.predictor[il] && l.pred_fc1 && (!dev_->supports(devices::operation::predict, l.pred_fc1.type) || l.pred_fc2.type != l.pred_fc1.type))
       throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s predictor ({} weights)", dev_->name(), il, tensor_type_name(l.pred_fc1.type)));

@@ -13,6 +13,7 @@
 // are applied on the host (the copies of the norms it holds are not read).
 #include <cstdint>
 #include <atomic>
+#include <initializer_list>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,9 @@ devices::ffn_activation device_activation(activation a);
 // Whether the device computes this layer's attention (every product's weights), and its whole FFN.
 bool attention_runs_on(const devices::device& dev, const layer_weights& l);
 bool dense_ffn_runs_on(const devices::device& dev, const layer_weights& l);
+// Whether the device's dense-FFN job reads weights of these types (a host device: any; absent tensors
+// pass): a dense layer's FFN, a mixture's experts and shared expert.
+bool dense_ffn_reads(const devices::device& dev, std::initializer_list<const tensor_view*> ws);
 
 class device_layers {
  public:

@@ -254,6 +254,8 @@ class inference_context {
   // After layer `layer`'s output joined the residual stream: the next layer's experts guessed into B.
   void guess_next_experts(step_state& B, int64_t layer);
   int64_t batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out);
+  // out += each of m (token, rank) slots' weight times its row of y (m x n_embd), into its token's row.
+  void add_weighted(const int64_t* slots, int64_t m, const float* y, float* out);
   // out (n x n_embd) += each token's sigmoid(ffn_gate_inp_shexp . x) times the shared expert's y (n x n_embd).
   void add_shared_expert(const layer_weights& l, const float* in, int64_t n, const float* y, float* out);
   // Queues the step's experts that a device slot holds (and the shared expert, with `shared`) on the
@@ -312,21 +314,20 @@ class inference_context {
   struct moe_scratch {
     std::vector<float> logits, weights, x, g, h, y;  // router logits (n x n_expert); chosen weights (n x k); an expert's inputs and values
     std::vector<int32_t> experts;                    // n x k: each token's chosen experts, most probable first
-    std::vector<int64_t> first, slots;               // (token, rank) slots grouped by expert
+    std::vector<int64_t> first, slots;               // (token, rank) slots grouped by expert (moe_ffn, after routing)
     std::vector<tensor_view> views, downs;           // one token's experts' gate and up rows, and down rows
     std::vector<float> guess_in, guess_logits, guess_weights;  // guess_next_experts' scratch
     std::vector<uint8_t> chosen;                     // n x n_expert: the routing a trace records
     std::vector<uint8_t> on_host;                    // n_expert: 1 where the CPU computes the expert (no device slot holds it)
     std::vector<int64_t> ranks;                      // one token's ranks the CPU computes
-    std::vector<int64_t> count;                      // n_expert: a batch's tokens that chose each
   };
   moe_scratch moe_;
-  // The step's experts on the hot device: each one's slot and (token, rank) slots (grouped: expert i's
-  // are slots [first[i], first[i + 1])), their inputs x and outputs y side by side; the shared expert's
+  // The step's experts on the hot device: each one's slot, their tokens' inputs x and outputs y side by
+  // side (expert i's at rows [first[i], first[i + 1]), in moe_.slots' order); the shared expert's
   // outputs; the device worker's scratch.
   struct hot_experts {
     std::vector<int32_t> experts, slot;
-    std::vector<int64_t> first, slots;
+    std::vector<int64_t> first;
     std::vector<float> x, y, shared_y, g, h;
     double seconds = 0;  // the device's time on the experts (measured on its queue)
   };

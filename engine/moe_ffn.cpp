@@ -52,6 +52,15 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   S.weights.resize(static_cast<size_t>(n * k));
   router_logits(l, on, in, n, S.logits.data());
   route_experts(hp, S.logits.data(), n, S.experts.data(), S.weights.data());
+  // The (token, rank) slots of each expert, in token order: expert e's are slots [first[e], first[e + 1]).
+  S.first.assign(static_cast<size_t>(ne + 1), 0);
+  for (int32_t e : S.experts) ++S.first[static_cast<size_t>(e) + 1];
+  std::partial_sum(S.first.begin(), S.first.end(), S.first.begin());
+  S.slots.resize(static_cast<size_t>(n * k));
+  {
+    std::vector<int64_t> at(S.first.begin(), S.first.end() - 1);
+    for (int64_t j = 0; j < n * k; ++j) S.slots[static_cast<size_t>(at[static_cast<size_t>(S.experts[static_cast<size_t>(j)])]++)] = j;
+  }
   for (int64_t j = 0; j < n * k; ++j) ++expert_choices_[static_cast<size_t>(layer * ne + S.experts[static_cast<size_t>(j)])];
   // How many of the chosen experts the guess from the layer before had (guess_next_experts).
   if (B.guessed_layer == layer) {
@@ -85,11 +94,10 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   if (split && n > 1 && experts_->slots(layer) < ne) {
     // A prompt batch: a cold expert that enough of its tokens chose is uploaded now and computed on
     // the device, where that costs less than the CPU's share of it (stream_min_tokens).
-    S.count.assign(static_cast<size_t>(ne), 0);
-    for (int32_t e : S.experts) ++S.count[static_cast<size_t>(e)];
     const double fewest = stream_min_tokens(layer);
     for (int32_t e = 0; e < static_cast<int32_t>(ne); ++e)
-      if (S.on_host[static_cast<size_t>(e)] && static_cast<double>(S.count[static_cast<size_t>(e)]) >= fewest && experts_->stream(layer, e, S.experts))
+      if (S.on_host[static_cast<size_t>(e)] && static_cast<double>(S.first[static_cast<size_t>(e) + 1] - S.first[static_cast<size_t>(e)]) >= fewest &&
+          experts_->stream(layer, e, S.experts))
         S.on_host[static_cast<size_t>(e)] = 0;
   }
   if (split || shared_there) hot = submit_hot_experts(B, layer, in, shared_there);
@@ -109,7 +117,7 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
     int64_t pairs = 0;
     for (int32_t e : S.experts) pairs += S.on_host[static_cast<size_t>(e)];
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cold_began).count();
-    if (pairs > 0) expert_rates_.cpu = expert_rates_.cpu > 0 ? 0.8 * expert_rates_.cpu + 0.2 * s / static_cast<double>(pairs) : s / static_cast<double>(pairs);
+    if (pairs > 0) fold_into(expert_rates_.cpu, s / static_cast<double>(pairs));
   }
   if (l.ffn_gate_shexp && !shared_there) {
     expert_product(on, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, in, n, S.y);
@@ -119,20 +127,12 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
     hot->wait();
     const hot_experts& H = hot_;
     for (size_t i = 0; i < H.experts.size(); ++i) {
-      for (int64_t r = H.first[i]; r < H.first[i + 1]; ++r) {
-        const int64_t j = H.slots[static_cast<size_t>(r)], t = j / k;
-        const float w = S.weights[static_cast<size_t>(j)];
-        const float* y = H.y.data() + r * d;
-        float* o = out + t * d;
-        for (int64_t c = 0; c < d; ++c) o[c] += w * y[c];
-      }
+      const int64_t e = H.experts[i], r0 = H.first[i];
+      add_weighted(S.slots.data() + S.first[static_cast<size_t>(e)], H.first[i + 1] - r0, H.y.data() + r0 * d, out);
       device_read_ += experts_->expert_bytes(layer), expert_device_read_ += experts_->expert_bytes(layer);
     }
     used += static_cast<int64_t>(H.experts.size());
-    if (n > 1 && !H.slots.empty()) {  // the device's seconds per (token, expert) of a batch
-      const double s = H.seconds / static_cast<double>(H.slots.size());
-      expert_rates_.device = expert_rates_.device > 0 ? 0.8 * expert_rates_.device + 0.2 * s : s;
-    }
+    if (n > 1 && H.first.back() > 0) fold_into(expert_rates_.device, H.seconds / static_cast<double>(H.first.back()));  // seconds per (token, expert)
     if (shared_there) {
       add_shared_expert(l, in, n, H.shared_y.data(), out);
       device_read_ += device_->ffn_bytes(layer);
@@ -230,13 +230,6 @@ int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, cons
   const hparams& hp = model_->hp();
   const int64_t d = hp.n_embd, ne = hp.n_expert, k = hp.n_expert_used, nf = hp.n_ff_exp;
   moe_scratch& S = moe_;
-  // The (token, rank) slots of each expert, in token order: expert e's are slots [first[e], first[e + 1]).
-  S.first.assign(static_cast<size_t>(ne + 1), 0);
-  for (int64_t j = 0; j < n * k; ++j) ++S.first[static_cast<size_t>(S.experts[static_cast<size_t>(j)]) + 1];
-  std::partial_sum(S.first.begin(), S.first.end(), S.first.begin());
-  S.slots.resize(static_cast<size_t>(n * k));
-  std::vector<int64_t> at(S.first.begin(), S.first.end() - 1);
-  for (int64_t j = 0; j < n * k; ++j) S.slots[static_cast<size_t>(at[static_cast<size_t>(S.experts[static_cast<size_t>(j)])]++)] = j;
   int64_t used = 0;
   for (int64_t e = 0; e < ne; ++e) {
     const int64_t s0 = S.first[static_cast<size_t>(e)], m = S.first[static_cast<size_t>(e) + 1] - s0;
@@ -249,15 +242,20 @@ int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, cons
       std::copy(in + t * d, in + (t + 1) * d, S.x.begin() + i * d);
     }
     expert_product(on, expert_rows(l.ffn_gate_exps, e, nf), expert_rows(l.ffn_up_exps, e, nf), expert_rows(l.ffn_down_exps, e, d), S.x.data(), m, S.y);
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t j = S.slots[static_cast<size_t>(s0 + i)], t = j / k;
-      const float w = S.weights[static_cast<size_t>(j)];
-      float* o = out + t * d;
-      const float* y = S.y.data() + i * d;
-      for (int64_t c = 0; c < d; ++c) o[c] += w * y[c];
-    }
+    add_weighted(S.slots.data() + s0, m, S.y.data(), out);
   }
   return used;
+}
+
+void inference_context::add_weighted(const int64_t* slots, int64_t m, const float* y, float* out) {
+  const int64_t d = model_->hp().n_embd, k = model_->hp().n_expert_used;
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t j = slots[i];
+    const float w = moe_.weights[static_cast<size_t>(j)];
+    float* o = out + j / k * d;
+    const float* yi = y + i * d;
+    for (int64_t c = 0; c < d; ++c) o[c] += w * yi[c];
+  }
 }
 
 double inference_context::stream_min_tokens(int64_t layer) const {
@@ -309,24 +307,22 @@ devices::event inference_context::submit_hot_experts(step_state& B, int64_t laye
   const int64_t n = B.n, d = hp.n_embd, k = hp.n_expert_used;
   const moe_scratch& S = moe_;
   hot_experts& H = hot_;
-  // The hot experts the step chose, each with its (token, rank) slots in token order and those tokens'
-  // inputs side by side; the slot each one is in now (an upload may refill it after this step).
-  H.experts.clear(), H.slot.clear(), H.first.assign(1, 0), H.slots.clear();
+  // The hot experts the step chose (moe_'s grouping), their tokens' inputs side by side (expert i's
+  // at rows [first[i], first[i + 1])); the slot each one is in now (an upload may refill it after).
+  H.experts.clear(), H.slot.clear(), H.first.assign(1, 0);
+  H.x.clear();
   if (experts_ && experts_->slots(layer) > 0)
     for (int32_t e = 0; e < static_cast<int32_t>(hp.n_expert); ++e) {
       const int32_t slot = experts_->slot_of(layer, e);
-      if (slot < 0) continue;
-      for (int64_t j = 0; j < n * k; ++j)
-        if (S.experts[static_cast<size_t>(j)] == e) H.slots.push_back(j);
-      if (static_cast<int64_t>(H.slots.size()) == H.first.back()) continue;
-      H.experts.push_back(e), H.slot.push_back(slot), H.first.push_back(static_cast<int64_t>(H.slots.size()));
+      const int64_t s0 = S.first[static_cast<size_t>(e)], m = S.first[static_cast<size_t>(e) + 1] - s0;
+      if (slot < 0 || m == 0) continue;
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t t = S.slots[static_cast<size_t>(s0 + i)] / k;
+        H.x.insert(H.x.end(), in + t * d, in + (t + 1) * d);
+      }
+      H.experts.push_back(e), H.slot.push_back(slot), H.first.push_back(H.first.back() + m);
     }
-  H.x.resize(H.slots.size() * static_cast<size_t>(d));
-  H.y.resize(H.slots.size() * static_cast<size_t>(d));
-  for (size_t r = 0; r < H.slots.size(); ++r) {
-    const int64_t t = H.slots[r] / k;
-    std::copy(in + t * d, in + (t + 1) * d, H.x.begin() + static_cast<int64_t>(r) * d);
-  }
+  H.y.resize(H.x.size());
   if (shared) H.shared_y.resize(static_cast<size_t>(n * d));
   const std::shared_ptr<const device_layers> dl = device_;
   return dl->submit([this, layer, in, n, d, shared, dl] {

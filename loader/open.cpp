@@ -39,15 +39,9 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   po.n_seq = ctx.n_seq();
   po.kv_value_bytes = ctx.kv_type() == tensor_type::f32 ? 4 : 2;
   po.attention = attention_runs_on(dev, w0) && (split_ffn || hp.moe() || dense_ffn_runs_on(dev, w0));
-  auto computes = [&](std::initializer_list<const tensor_view*> ts) {
-    for (const tensor_view* t : ts)
-      if (*t && !dev.runs_host_work() && !dev.supports(devices::operation::dense_ffn, t->type)) return false;
-    return true;
-  };
-  po.experts = computes({&w0.ffn_gate_exps, &w0.ffn_up_exps, &w0.ffn_down_exps});
-  po.shared_experts = computes({&w0.ffn_gate_shexp, &w0.ffn_up_shexp, &w0.ffn_down_shexp});
+  po.experts = dense_ffn_reads(dev, {&w0.ffn_gate_exps, &w0.ffn_up_exps, &w0.ffn_down_exps});
+  po.shared_experts = dense_ffn_reads(dev, {&w0.ffn_gate_shexp, &w0.ffn_up_shexp, &w0.ffn_down_shexp});
   po.n_cpu_moe = o.n_cpu_moe;
-  if (o.n_cpu_moe >= 0 && !hp.moe()) throw std::invalid_argument("--n-cpu-moe and --cpu-moe are for a mixture of experts");
   po.predictors = w0.pred_fc1 && dev.supports(devices::operation::predict, w0.pred_fc1.type) && w0.pred_fc2.type == w0.pred_fc1.type;
   po.head = dev.supports(devices::operation::matvec, m.weights().output.type);
   po.n_gpu_layers = o.n_gpu_layers;

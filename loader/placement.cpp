@@ -214,10 +214,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
     // Expert slots with what is left: --n-cpu-moe N puts every expert of layers N.. on the device (all
     // of them must fit); otherwise each layer gets the same number of slots, a cache of its experts,
     // and what is left after that one more slot each, front to back.
-    auto expert_bytes = [&](int64_t il) {
-      const auto& l = w.layers[static_cast<size_t>(il)];
-      return (l.ffn_gate_exps.bytes() + l.ffn_up_exps.bytes() + l.ffn_down_exps.bytes()) / static_cast<uint64_t>(hp.n_expert);
-    };
+    auto expert_bytes = [&](int64_t il) { return hotcold::expert_bytes(w.layers[static_cast<size_t>(il)], hp.n_expert); };
     auto give = [&](int64_t il, int64_t slots) {
       auto& pl = plan.layers[static_cast<size_t>(il)];
       pl.expert_slots += slots, pl.expert_bytes += expert_bytes(il) * static_cast<uint64_t>(slots), f.experts += expert_bytes(il) * static_cast<uint64_t>(slots);

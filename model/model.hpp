@@ -85,6 +85,11 @@ inline tensor_view expert_rows(const tensor_view& t, int64_t e, int64_t rows) {
   return v;
 }
 
+// Bytes of one expert of a mixture's layer: its gate, up and down rows.
+inline uint64_t expert_bytes(const layer_weights& l, int64_t n_expert) {
+  return (l.ffn_gate_exps.bytes() + l.ffn_up_exps.bytes() + l.ffn_down_exps.bytes()) / static_cast<uint64_t>(n_expert);
+}
+
 struct model_weights {
   tensor_view token_embd;                  // n_vocab rows of n_embd
   tensor_view output_norm, output_norm_b;  // (n_embd)

@@ -30,63 +30,28 @@ class cuda_backend final : public device {
     queue_.drain();
     cuda_stream_destroy(index_, stream_);
   }
-  // Small copies go straight through; large ones (the weights at load) in chunks through two pinned
-  // buffers: chunk k + 1 is copied into one while the device fetches chunk k from the other, each
-  // fetch an async copy on the stream with an event the host waits on before refilling its buffer.
+  // Copies are jobs of the device's queue, as sim's are: after the work submitted before them (which
+  // may still read what an upload overwrites), on the jobs' stream (a copy on the legacy stream is not
+  // ordered with a non-blocking stream's kernels), done when their event completes.
   event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
     check_alive();
     check_range(dst, offset, bytes);
     char* to = static_cast<char*>(dst.data()) + offset;
-    if (bytes <= upload_chunk / 16) {
-      // On the jobs' stream, after the kernels already there (a copy on the legacy stream is not
-      // ordered with a non-blocking stream's kernels), and done before this returns.
-      make_current();
-      try {
-        cuda_copy_async(to, src, bytes, true, stream_);
-        cuda_stream_synchronize(stream_);
-      } catch (const std::exception& e) {
-        fail(fmt::format("uploading {} bytes to {}: {}", bytes, dst.label(), e.what()));
-      }
-      return completed_event();
-    }
-    std::lock_guard lock(upload_mu_);
-    make_current();
-    if (!upload_[0]) {
-      for (int k = 0; k < 2; ++k) {
-        upload_[k] = std::shared_ptr<void>(cuda_host_allocate(upload_chunk), cuda_host_free);
-        upload_done_[k] = std::shared_ptr<void>(cuda_event_create(index_), cuda_event_destroy);
-      }
-    }
-    bool pending[2] = {false, false};
-    try {
-      int k = 0;
-      for (uint64_t at = 0; at < bytes; at += upload_chunk, k ^= 1) {
-        const uint64_t n = std::min(upload_chunk, bytes - at);
-        if (pending[k]) cuda_event_synchronize(upload_done_[k].get());
-        std::memcpy(upload_[k].get(), static_cast<const char*>(src) + at, n);
-        cuda_copy_async(to + at, upload_[k].get(), n, true, stream_);
-        cuda_event_record(upload_done_[k].get(), stream_);
-        pending[k] = true;
-      }
-      for (int j = 0; j < 2; ++j)
-        if (pending[j]) cuda_event_synchronize(upload_done_[j].get());
-    } catch (const std::exception& e) {
-      fail(fmt::format("uploading {} bytes to {}: {}", bytes, dst.label(), e.what()));
-    }
-    return completed_event();
+    return queue_.submit([this, to, src, bytes, label = dst.label()] { upload(to, src, bytes, label); });
   }
   event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) override {
     check_alive();
     check_range(src, offset, bytes);
-    // On the jobs' stream: after the kernels that write what it reads.
-    make_current();
-    try {
-      cuda_copy_async(dst, static_cast<const char*>(src.data()) + offset, bytes, false, stream_);
-      cuda_stream_synchronize(stream_);
-    } catch (const std::exception& e) {
-      fail(fmt::format("reading {} bytes of {}: {}", bytes, src.label(), e.what()));
-    }
-    return completed_event();
+    const char* from = static_cast<const char*>(src.data()) + offset;
+    return queue_.submit([this, dst, from, bytes, label = src.label()] {
+      make_current();
+      try {
+        cuda_copy_async(dst, from, bytes, false, stream_);
+        cuda_stream_synchronize(stream_);
+      } catch (const std::exception& e) {
+        fail(fmt::format("reading {} bytes of {}: {}", bytes, label, e.what()));
+      }
+    });
   }
   // On the device's queue thread, so the caller (the CPU's cold share) works meanwhile.
   event submit(std::function<void()> work) override {
@@ -106,6 +71,40 @@ class cuda_backend final : public device {
   void* stream() const override { return stream_; }
   // An error in the device's work: when the context no longer answers (a sticky error), the device is
   // lost and says why from now on; either way the work fails with the error.
+  // On the queue's thread: small copies straight from the caller's memory; large ones (the weights at
+  // load) in chunks through two pinned buffers, chunk k + 1 copied into one while the device fetches
+  // chunk k from the other, each fetch an async copy on the stream with an event waited on before
+  // its buffer is refilled.
+  void upload(char* to, const void* src, uint64_t bytes, const std::string& label) {
+    make_current();
+    try {
+      if (bytes <= upload_chunk / 16) {
+        cuda_copy_async(to, src, bytes, true, stream_);
+        cuda_stream_synchronize(stream_);
+        return;
+      }
+      if (!upload_[0]) {
+        for (int k = 0; k < 2; ++k) {
+          upload_[k] = std::shared_ptr<void>(cuda_host_allocate(upload_chunk), cuda_host_free);
+          upload_done_[k] = std::shared_ptr<void>(cuda_event_create(index_), cuda_event_destroy);
+        }
+      }
+      bool pending[2] = {false, false};
+      int k = 0;
+      for (uint64_t at = 0; at < bytes; at += upload_chunk, k ^= 1) {
+        const uint64_t n = std::min(upload_chunk, bytes - at);
+        if (pending[k]) cuda_event_synchronize(upload_done_[k].get());
+        std::memcpy(upload_[k].get(), static_cast<const char*>(src) + at, n);
+        cuda_copy_async(to + at, upload_[k].get(), n, true, stream_);
+        cuda_event_record(upload_done_[k].get(), stream_);
+        pending[k] = true;
+      }
+      for (int j = 0; j < 2; ++j)
+        if (pending[j]) cuda_event_synchronize(upload_done_[j].get());
+    } catch (const std::exception& e) {
+      fail(fmt::format("uploading {} bytes to {}: {}", bytes, label, e.what()));
+    }
+  }
   [[noreturn]] void fail(const std::string& what) {
     std::string dead;
     if (!cuda_context_alive(index_, dead)) lose(fmt::format("{} ({})", what, dead));
@@ -159,9 +158,9 @@ class cuda_backend final : public device {
   std::shared_ptr<buffer> x_, slots_, hidden_, out_;  // n x d floats, n x n_ff int32s and floats, n x d floats
   std::shared_ptr<buffer> partial_;                   // the down projection's chunks (one token at a time)
   std::shared_ptr<void> host_x_, host_slots_, host_hidden_, host_out_;
-  // Uploads: two pinned chunks and the events that say when the device has fetched each.
+  // Uploads (on the queue's thread): two pinned chunks and the events that say when the device has
+  // fetched each.
   static constexpr uint64_t upload_chunk = 16ull << 20;
-  std::mutex upload_mu_;
   std::shared_ptr<void> upload_[2], upload_done_[2];
   // Attention's staging in pinned memory (grown to the largest chunk met): the chunk's inputs, angles,
   // sequences and positions in the order of the scratch (one copy in), and its outputs.

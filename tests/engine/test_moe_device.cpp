@@ -28,6 +28,22 @@ std::string moe_file(architecture arch, tensor_type type) {
   return test::make_model(fmt::format("moe_dev_{}_{}", architecture_name(arch), tensor_type_name(type)), o);
 }
 
+// A file of moe_file's, its model, and model/reference over the same file (which it reads as it goes).
+struct moe_with_reference {
+  std::shared_ptr<const model> m;
+  gguf::file file;
+  reference_model oracle;
+  explicit moe_with_reference(architecture arch)
+      : m(model::load(moe_file(arch, tensor_type::f16))), file(gguf::file::open(moe_file(arch, tensor_type::f16))), oracle(file, tensor_type::f16) {}
+};
+
+// count token ids first, first + step, ... (mod 290: inside the vocabulary's ordinary tokens).
+std::vector<token_id> token_ramp(int count, int first, int step) {
+  std::vector<token_id> tokens;
+  for (int i = 0; i < count; ++i) tokens.push_back(static_cast<token_id>(first + (i * step) % 290));
+  return tokens;
+}
+
 std::shared_ptr<devices::device> sim(uint64_t budget, bool kernels) {
   devices::device_options d;
   d.kind = "sim", d.budget = budget, d.sim_kernels = kernels;
@@ -47,14 +63,11 @@ std::pair<uint64_t, uint64_t> plan_sizes(const model& m, int64_t ctx) {
 // reference's, one token at a time and as a batch, computing as a host device does and as a GPU does.
 TEST(MoeDevice, ACacheOfAQuarterOfTheExpertsGivesTheReference) {
   for (auto arch : {architecture::llama, architecture::qwen2moe, architecture::qwen3moe}) {
-    const auto path = moe_file(arch, tensor_type::f16);
-    auto m = model::load(path);
+    const moe_with_reference f(arch);
+    const auto& m = f.m;
     const auto& hp = m->hp();
-    const auto file = gguf::file::open(path);
-  const reference_model oracle(file, tensor_type::f16);
-    std::vector<token_id> tokens;
-    for (int i = 0; i < 16; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 53) % 290));
-    const auto want = oracle.logits(tokens);
+    const auto tokens = token_ramp(16, 1, 53);
+    const auto want = f.oracle.logits(tokens);
     const auto [rest, experts] = plan_sizes(*m, 32);
     for (bool kernels : {false, true})
       for (bool batch : {false, true}) {
@@ -87,12 +100,9 @@ TEST(MoeDevice, ACacheOfAQuarterOfTheExpertsGivesTheReference) {
 // The hot experts are read from their slots: two slots whose rows are swapped behind the cache's back
 // change the logits (what the test above checks can fail).
 TEST(MoeDevice, ExpertsAreReadFromTheirSlots) {
-  const auto path = moe_file(architecture::qwen3moe, tensor_type::f16);
-  auto m = model::load(path);
-  const auto file = gguf::file::open(path);
-  const reference_model oracle(file, tensor_type::f16);
-  std::vector<token_id> tokens;
-  for (int i = 0; i < 16; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 53) % 290));
+  const moe_with_reference f(architecture::qwen3moe);
+  const auto& m = f.m;
+  const auto tokens = token_ramp(16, 1, 53);
   const auto [rest, experts] = plan_sizes(*m, 32);
   loader::open_options o;
   o.ctx = 32, o.threads = 2;
@@ -105,19 +115,16 @@ TEST(MoeDevice, ExpertsAreReadFromTheirSlots) {
     for (auto [x, y] : {std::pair{a.gate, b.gate}, {a.up, b.up}, {a.down, b.down}})
       std::swap_ranges(const_cast<uint8_t*>(x.data), const_cast<uint8_t*>(x.data) + x.bytes(), const_cast<uint8_t*>(y.data));
   }
-  EXPECT_GT(test::rel_diff(test::run_tokens(*r.ctx, tokens, false), oracle.logits(tokens)), 1e-3);
+  EXPECT_GT(test::rel_diff(test::run_tokens(*r.ctx, tokens, false), f.oracle.logits(tokens)), 1e-3);
 }
 
 // A prompt batch's cold experts that many of its tokens chose are streamed to the device and computed
 // there (before any rate is measured, llama.cpp's rule: 32 tokens or more), the logits still the
 // reference's; a fixed set streams nothing.
 TEST(MoeDevice, PromptBatchesStreamTheirBusyColdExperts) {
-  const auto path = moe_file(architecture::qwen3moe, tensor_type::f16);
-  auto m = model::load(path);
-  const auto file = gguf::file::open(path);
-  const reference_model oracle(file, tensor_type::f16);
-  std::vector<token_id> tokens;
-  for (int i = 0; i < 128; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 53) % 290));
+  const moe_with_reference f(architecture::qwen3moe);
+  const auto& m = f.m;
+  const auto tokens = token_ramp(128, 1, 53);
   const auto [rest, experts] = plan_sizes(*m, 160);
   for (auto policy : {expert_policy::lfu_decay, expert_policy::fixed}) {
     SCOPED_TRACE(expert_policy_name(policy));
@@ -126,7 +133,7 @@ TEST(MoeDevice, PromptBatchesStreamTheirBusyColdExperts) {
     auto r = loader::open_for_running(m, sim(rest + experts / 4, false), o);
     ASSERT_TRUE(r.experts);
     const auto got = test::run_tokens(*r.ctx, tokens, true);
-    EXPECT_LT(test::rel_diff(got, oracle.logits(tokens)), 1e-4);
+    EXPECT_LT(test::rel_diff(got, f.oracle.logits(tokens)), 1e-4);
     if (policy == expert_policy::fixed) {
       EXPECT_EQ(r.experts->counted().streamed, 0);
     } else {
@@ -141,14 +148,11 @@ TEST(MoeDevice, PromptBatchesStreamTheirBusyColdExperts) {
 // shared expert on the device; both give the reference's logits. A budget the layers' experts do not
 // fit is refused naming the layer.
 TEST(MoeDevice, NCpuMoeKeepsTheFirstLayersExpertsOnTheCpu) {
-  const auto path = moe_file(architecture::qwen2moe, tensor_type::f16);
-  auto m = model::load(path);
+  const moe_with_reference f(architecture::qwen2moe);
+  const auto& m = f.m;
   const auto& hp = m->hp();
-  const auto file = gguf::file::open(path);
-  const reference_model oracle(file, tensor_type::f16);
-  std::vector<token_id> tokens;
-  for (int i = 0; i < 10; ++i) tokens.push_back(static_cast<token_id>(3 + (i * 31) % 290));
-  const auto want = oracle.logits(tokens);
+  const auto tokens = token_ramp(10, 3, 31);
+  const auto want = f.oracle.logits(tokens);
   const auto [rest, experts] = plan_sizes(*m, 32);
   for (int64_t n : {int64_t{1}, hp.n_layer}) {
     SCOPED_TRACE(n);
@@ -216,7 +220,9 @@ TEST(MoeDevice, SlotPolicies) {
     for (int32_t e : {0, 0, 0, 1}) {  // expert 0 chosen three tokens running, then expert 1
       c->next_token();
       c->use(e);
-      if (!c->holds(e)) EXPECT_EQ(c->admit(e, std::vector<int32_t>{e}), -1);
+      if (!c->holds(e)) {
+        EXPECT_EQ(c->admit(e, std::vector<int32_t>{e}), -1);
+      }
     }
     c->next_token();
     c->use(2);

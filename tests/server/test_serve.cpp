@@ -198,19 +198,28 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
+// Writes a small qwen3moe file (2 layers, 8 experts of 64 neurons, 2 a token) into dir; returns the
+// server's arguments that serve it on sim below its experts' size (four sequences' KV cache first: a
+// few of the 16 experts in device slots, a cache), or nothing when gen-model failed.
+std::vector<std::string> small_moe_on_sim(const fs::path& dir, const std::string& ep, int port) {
+  const std::string moe = (dir / "moe.gguf").string(), bin = HOTCOLD_BIN;
+  if (std::system((bin + " gen-model --vocab " HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf --arch qwen3moe --act silu --embd 64 --layers 2 "
+                         "--ffn 64 --heads 4 --kv-heads 2 --experts 8 --experts-used 2 -o '" + moe + "' >/dev/null 2>&1").c_str()) != 0)
+    return {};
+  return {"-m", moe, "-c", "64", "-t", "1", "--device", "sim", "--vram-budget", "0.0043", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port)};
+}
+
 // A mixture of experts served (docs/moe.md): /metrics holds each layer's expert histogram and the
 // expert guess's counters, which agree with each other (every expert chosen in a layer after the
 // first is one the guess is held to), and /api/stats the same per layer.
 TEST(Serve, MixtureOfExpertsMetrics) {
   const auto dir = fs::temp_directory_path() / ("hotcold-serve-moe-" + std::to_string(getpid()));
   fs::create_directories(dir);
-  const std::string moe = (dir / "moe.gguf").string(), bin = HOTCOLD_BIN;
-  ASSERT_EQ(std::system((bin + " gen-model --vocab " HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf --arch qwen3moe --act silu --embd 64 --layers 2 "
-                               "--ffn 64 --heads 4 --kv-heads 2 --experts 8 --experts-used 2 -o '" + moe + "' >/dev/null 2>&1").c_str()), 0);
   const std::string ep = tcp_endpoint();
   const int port = free_port();
-  // On sim below the experts' size (four sequences' KV cache first): a few of the 16 experts in device slots, a cache.
-  server_process server({"-m", moe, "-c", "64", "-t", "1", "--device", "sim", "--vram-budget", "0.0043", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port)});
+  const auto args = small_moe_on_sim(dir, ep, port);
+  ASSERT_FALSE(args.empty()) << "gen-model failed";
+  server_process server(args);
   wait_ready(ep, &server);
   hotcold::tools::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello there"}, {"n_predict", 5}, {"sampling", {{"temperature", 0}}}});
@@ -608,12 +617,11 @@ TEST(Serve, DashboardShowsExperts) {
   const auto dir = fs::temp_directory_path() / ("hotcold-dashboard-moe-" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string moe = (dir / "moe.gguf").string(), bin = HOTCOLD_BIN;
-  ASSERT_EQ(std::system((bin + " gen-model --vocab " HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf --arch qwen3moe --act silu --embd 64 --layers 2 "
-                               "--ffn 64 --heads 4 --kv-heads 2 --experts 8 --experts-used 2 -o '" + moe + "' >/dev/null 2>&1").c_str()), 0);
   const std::string ep = tcp_endpoint();
   const int port = free_port();
-  server_process server({"-m", moe, "-c", "64", "-t", "1", "--device", "sim", "--vram-budget", "0.0043", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port)});
+  const auto args = small_moe_on_sim(dir, ep, port);
+  ASSERT_FALSE(args.empty()) << "gen-model failed";
+  server_process server(args);
   wait_ready(ep, &server);
   hotcold::tools::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello there"}, {"n_predict", 8}, {"sampling", {{"temperature", 0}}}});
