@@ -160,26 +160,33 @@ class sim_backend final : public device {
   void compute(const attention_job& job) override {
     if (!kernels_) return device::compute(job);
     check_attention_job(name(), job);
+    count(gpu_traffic(job));
     sim_kernels::attention(job);
   }
   void compute(const dense_ffn_job& job) override {
     if (!kernels_) return device::compute(job);
     check_dense_ffn_job(name(), job);
+    count(gpu_traffic(job));
     sim_kernels::dense_ffn(job);
   }
   void compute(const ffn_rows_job& job) override {
     if (!kernels_) return device::compute(job);
     if (!supports(operation::ffn_rows, job.type)) throw std::invalid_argument(fmt::format("sim: FFN rows of type {}", tensor_type_name(job.type)));
+    count(gpu_traffic(job));
     sim_kernels::ffn_rows(job);
   }
   void compute(const predict_job& job) override {
     if (!kernels_) return device::compute(job);
     if (!supports(operation::predict, job.type)) throw std::invalid_argument(fmt::format("sim: a predictor of type {}", tensor_type_name(job.type)));
+    check_scratch(name(), job);
+    count(gpu_traffic(job));
     sim_kernels::predict(job);
   }
   void compute(const matvec_job& job) override {
     if (!kernels_) return device::compute(job);
     if (!supports(operation::matvec, job.type)) throw std::invalid_argument(fmt::format("sim: products with rows of type {}", tensor_type_name(job.type)));
+    check_scratch(name(), job);
+    count(gpu_traffic(job));
     sim_kernels::matvec(job);
   }
 
@@ -187,21 +194,29 @@ class sim_backend final : public device {
     check_alive();
     check_range(dst, offset, bytes);
     char* to = static_cast<char*>(dst.data()) + offset;
+    count(gpu_copy_traffic(bytes, true));
     return queue_.submit([this, to, src, bytes] { transfer(to, src, bytes); });
   }
   event copy_out(void* dst, const buffer& src, uint64_t offset, uint64_t bytes) override {
     check_alive();
     check_range(src, offset, bytes);
     const char* from = static_cast<const char*>(src.data()) + offset;
+    count(gpu_copy_traffic(bytes, false));
     return queue_.submit([this, dst, from, bytes] { transfer(dst, from, bytes); });
   }
   event submit(std::function<void()> work) override {
     check_alive();
     return queue_.submit(std::move(work));
   }
-  void synchronize() override { queue_.drain(); }
+  // A GPU's copies and waits are counted as its back end makes them (gpu_copy_traffic); so are its
+  // jobs' launches, copies and waits with kernels (gpu_traffic).
+  void synchronize() override {
+    queue_.drain();
+    count({0, 0, 1});
+  }
   void zero(buffer& b) override {
     check_alive();
+    count({0, 0, 1});
     queue_.submit([&b] { std::memset(b.data(), 0, b.size()); })->wait();
   }
 

@@ -183,6 +183,24 @@ uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff);
 // with a predictor of n_ff neurons, the job needs 4 x rank bytes more once.
 uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t n_rot, int64_t n_ff = 0);
 
+// What a device's work costs the host in round trips, counted from the device's start: kernels
+// launched, host<->device copies queued, and the times a thread blocked until the device had run what
+// it was given (a stream or event synchronization; the host waiting on a queue's event is not one).
+// A GPU counts its calls; sim with kernels counts the calls a GPU makes for the same jobs
+// (gpu_traffic, devices/gpu_jobs.hpp); host work launches nothing.
+struct device_traffic {
+  uint64_t launches = 0, copies = 0, syncs = 0;
+  device_traffic& operator+=(const device_traffic& o) {
+    launches += o.launches, copies += o.copies, syncs += o.syncs;
+    return *this;
+  }
+  friend device_traffic operator-(device_traffic a, const device_traffic& b) {
+    a.launches -= b.launches, a.copies -= b.copies, a.syncs -= b.syncs;
+    return a;
+  }
+  bool operator==(const device_traffic& o) const { return launches == o.launches && copies == o.copies && syncs == o.syncs; }
+};
+
 struct transfer_cost {
   double gb_per_s = 0;  // 0: transfers cost only the copy itself
   double latency_us = 0;
@@ -227,6 +245,11 @@ class device : public std::enable_shared_from_this<device> {
   virtual void* stream() const { return nullptr; }
   virtual void make_current() const {}
 
+  // The round trips counted so far (device_traffic).
+  device_traffic traffic() const {
+    return {launches_.load(std::memory_order_relaxed), copies_.load(std::memory_order_relaxed), syncs_.load(std::memory_order_relaxed)};
+  }
+
   // Whether the device computes `op` on rows (weights) of type `rows`. Host devices compute every
   // operation with the CPU's routines; a GPU what its kernels read.
   virtual bool supports(operation op, tensor_type rows) const;
@@ -251,6 +274,11 @@ class device : public std::enable_shared_from_this<device> {
   void check_alive() const {
     if (lost_flag_.load(std::memory_order_acquire)) throw device_lost(lost());
   }
+  void count(const device_traffic& t) {
+    launches_.fetch_add(t.launches, std::memory_order_relaxed);
+    copies_.fetch_add(t.copies, std::memory_order_relaxed);
+    syncs_.fetch_add(t.syncs, std::memory_order_relaxed);
+  }
 
  private:
   friend class buffer;
@@ -259,6 +287,7 @@ class device : public std::enable_shared_from_this<device> {
   uint64_t budget_;
   std::atomic<uint64_t> used_{0};
   std::atomic<bool> lost_flag_{false};
+  std::atomic<uint64_t> launches_{0}, copies_{0}, syncs_{0};
   mutable std::mutex lost_mu_;
   std::string lost_why_;
 };

@@ -44,6 +44,97 @@ void check_dense_ffn_job(const std::string& device, const dense_ffn_job& job) {
       throw std::invalid_argument(fmt::format("{}: the GPU's dense FFN takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", device, tensor_type_name(t)));
 }
 
+int64_t attention_chunk(const std::string& device, const attention_job& job) {
+  const int64_t kv = job.n_head_kv * job.head_dim, n_ff = job.fc1 ? job.n_ff : 0;
+  const uint64_t per_token = attention_scratch_per_token(job.d, job.dq(), kv, job.n_rot, n_ff), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
+  const int64_t chunk = job.scratch && job.scratch_bytes > once ? static_cast<int64_t>((job.scratch_bytes - once) / per_token) : 0;
+  if (chunk < 1)
+    throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token (and {} once), {} given", device, per_token, once, job.scratch_bytes));
+  return chunk;
+}
+
+int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job) {
+  const uint64_t per_token = dense_ffn_scratch_per_token(job.d, job.n_ff);
+  const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;
+  if (chunk < 1) throw std::invalid_argument(fmt::format("{}: a dense FFN needs {} bytes of scratch a token, {} given", device, per_token, job.scratch_bytes));
+  return chunk;
+}
+
+namespace {
+void check_scratch(const std::string& device, const char* what, const void* scratch, uint64_t have, uint64_t need) {
+  if (!scratch || have < need) throw std::invalid_argument(fmt::format("{}: a {} needs {} bytes of scratch, {} given", device, what, need, have));
+}
+}  // namespace
+
+void check_scratch(const std::string& device, const predict_job& job) {
+  check_scratch(device, "predictor", job.scratch, job.scratch_bytes, static_cast<uint64_t>(job.d + job.rank + job.n_ff) * sizeof(float) + static_cast<uint64_t>(job.n_ff));
+}
+void check_scratch(const std::string& device, const matvec_job& job) {
+  check_scratch(device, "product", job.scratch, job.scratch_bytes, static_cast<uint64_t>(job.cols + job.rows) * sizeof(float));
+}
+
+// Each count follows the back end's code (devices/cuda/cuda_backend.cpp) call by call; a kernel
+// wrapper of kernels/gpu/decode.cu launches nothing for an empty product.
+namespace {
+uint64_t matmul_launches(int64_t rows, int64_t n) { return rows > 0 && n > 0 ? 1 : 0; }
+uint64_t predictor_launches(int64_t rank, int64_t n_ff) { return matmul_launches(rank, 1) + 1 + matmul_launches(n_ff, 1) + 1; }
+}  // namespace
+
+// The inputs in, each token's list in, a hot_ffn per token (its gate/up kernel where it chose any
+// row, the down chunks and their sum), the sums out, each token's values out; one wait.
+device_traffic gpu_traffic(const ffn_rows_job& job) {
+  device_traffic t{0, 2 + 2 * static_cast<uint64_t>(job.n), 1};
+  for (int64_t i = 0; i < job.n; ++i) {
+    bool any = false;
+    for (int64_t k = 0; k < job.count && !any; ++k) any = !job.chosen || job.chosen[i * job.n_ff + job.ids[k]];
+    t.launches += (any ? 1 : 0) + 2;
+  }
+  return t;
+}
+
+// A token at a time: its input in, the predictor's four kernels, its choice out, a wait.
+device_traffic gpu_traffic(const predict_job& job) {
+  const auto n = static_cast<uint64_t>(job.n);
+  return {n * predictor_launches(job.rank, job.n_ff), 2 * n, n};
+}
+
+device_traffic gpu_traffic(const matvec_job& job) {
+  const auto n = static_cast<uint64_t>(job.n);
+  return {n * matmul_launches(job.rows, 1), 2 * n, n};
+}
+
+// Per chunk: its inputs in as one copy, the Q/K/V products (one fused or three), RoPE and the store,
+// the attention, the output product (with a predictor: the sum, then its kernels a token at a time),
+// the product out (and the choices); a wait.
+device_traffic gpu_traffic(const attention_job& job) {
+  const int64_t chunk = attention_chunk("", job);
+  device_traffic t;
+  for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
+    const int64_t m = std::min(chunk, job.n - t0);
+    t.copies += 2 + (job.fc1 ? 1 : 0);
+    t.launches += job.wqkv ? 1 : 3;
+    t.launches += 3;  // rope_store, attend, the output product
+    if (job.fc1) t.launches += 1 + static_cast<uint64_t>(m) * predictor_launches(job.rank, job.n_ff);
+    t.syncs += 1;
+  }
+  return t;
+}
+
+// Per chunk: the inputs in, gate and up products, the activation, the down product, the output out
+// (and the hidden values); a wait.
+device_traffic gpu_traffic(const dense_ffn_job& job) {
+  const int64_t chunk = dense_ffn_chunk("", job);
+  const auto chunks = static_cast<uint64_t>((job.n + chunk - 1) / chunk);
+  return {chunks * ((job.gated ? 1 : 0) + 3), chunks * (2 + (job.hidden ? 1 : 0)), chunks};
+}
+
+// A small upload or any read: one copy and a wait; a large upload: a copy per pinned chunk, each
+// waited on by its event (before the chunk's buffer is refilled, or at the end).
+device_traffic gpu_copy_traffic(uint64_t bytes, bool to_device) {
+  if (!to_device || bytes <= gpu_upload_chunk / 16) return {0, 1, 1};
+  const uint64_t chunks = (bytes + gpu_upload_chunk - 1) / gpu_upload_chunk;
+  return {0, chunks, chunks};
+}
 
 namespace sim_kernels {
 

@@ -20,6 +20,28 @@ bool gpu_reads(operation op, tensor_type t);
 void check_attention_job(const std::string& device, const attention_job& job);
 void check_dense_ffn_job(const std::string& device, const dense_ffn_job& job);
 
+// The tokens a GPU's attention or dense-FFN job takes at a time (what its scratch holds); throws
+// std::invalid_argument naming `device` and the bytes needed when not one token fits.
+int64_t attention_chunk(const std::string& device, const attention_job& job);
+int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job);
+// Throws std::invalid_argument naming `device` when a predictor's or product's scratch is short.
+void check_scratch(const std::string& device, const predict_job& job);
+void check_scratch(const std::string& device, const matvec_job& job);
+
+// Uploads of more than gpu_upload_chunk / 16 bytes go through pinned chunks of this size.
+inline constexpr uint64_t gpu_upload_chunk = 16ull << 20;
+
+// The launches, copies and syncs the GPU back end (devices/cuda) makes for a job of the operation
+// table, and for a copy in or out: what sim with kernels counts for the same work, so that the round
+// trips a decoded token costs a GPU are seen and tested where there is none (a GPU test holds the
+// GPU's own counts to these). Jobs as the back end takes them (after their checks).
+device_traffic gpu_traffic(const ffn_rows_job& job);
+device_traffic gpu_traffic(const predict_job& job);
+device_traffic gpu_traffic(const matvec_job& job);
+device_traffic gpu_traffic(const attention_job& job);
+device_traffic gpu_traffic(const dense_ffn_job& job);
+device_traffic gpu_copy_traffic(uint64_t bytes, bool to_device);
+
 namespace sim_kernels {
 void ffn_rows(const ffn_rows_job& job);
 void predict(const predict_job& job);

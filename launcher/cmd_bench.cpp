@@ -180,6 +180,7 @@ struct runs {
   int64_t expert_lookups = 0, expert_hits = 0, expert_uploads = 0;  // a mixture's experts on a device, over the decode steps
   rows_read computed;          // FFN rows read over them
   uint64_t device_bytes = 0;   // weights the hot device read over them
+  devices::device_traffic traffic;  // the hot device's launches, copies and syncs over them
   double step_bytes = 0;       // what a step reads (what its roofline's probe reads)
   std::vector<double> probes;  // read bandwidth before the first repetition and after each
   explicit runs(size_t layers, double dense_step) : computed(layers), step_bytes(dense_step) {}
@@ -237,9 +238,11 @@ measurement measure(bench_runner& run, const bench_args& a, const std::vector<co
         const rows_read before(*l.ctx);
         const uint64_t device_before = run.device_read(configs[k].actors);
         const device_experts::counts experts_before = l.experts ? l.experts->counted() : device_experts::counts{};
+        const devices::device_traffic traffic_before = l.dev ? l.dev->traffic() : devices::device_traffic{};
         r.tg.push_back(run.decode(configs[k].actors, configs[k].sequences, a.n_gen));
         r.computed += rows_read(*l.ctx) -= before;
         r.device_bytes += run.device_read(configs[k].actors) - device_before;
+        if (l.dev) r.traffic += l.dev->traffic() - traffic_before;
         if (l.experts) {
           const auto& now = l.experts->counted();
           r.expert_lookups += now.lookups - experts_before.lookups, r.expert_hits += now.hits - experts_before.hits;
@@ -294,6 +297,7 @@ struct result {
   double bpt = 0;         // weights read per decoded token (each row of a step's union once, shared by its tokens)
   double device_bpt = 0;  // of bpt, what the hot device read (its FFN rows)
   double expert_hit_rate = 0, expert_uploads_per_token = 0;  // a mixture's: routed experts a device slot held; experts uploaded a token
+  double launches_pt = 0, copies_pt = 0, syncs_pt = 0;  // the hot device's round trips a decoded token (devices::device_traffic)
   std::vector<double> rep_bandwidth;  // the bandwidth beside each repetition
   double bandwidth = 0;               // their mean
   std::vector<double> fractions;      // of the roofline, per repetition (speed x bytes per token / bandwidth)
@@ -318,6 +322,8 @@ std::vector<result> results_of(const bench_args& a, const std::vector<config>& c
       res.device_bpt = static_cast<double>(r.device_bytes) / static_cast<double>(r.tokens * configs[k].sequences);
       res.expert_hit_rate = r.expert_lookups > 0 ? static_cast<double>(r.expert_hits) / static_cast<double>(r.expert_lookups) : 0.0;
       res.expert_uploads_per_token = static_cast<double>(r.expert_uploads) / static_cast<double>(r.tokens * configs[k].sequences);
+      const auto per_token = [&](uint64_t x) { return static_cast<double>(x) / static_cast<double>(r.tokens * configs[k].sequences); };
+      res.launches_pt = per_token(r.traffic.launches), res.copies_pt = per_token(r.traffic.copies), res.syncs_pt = per_token(r.traffic.syncs);
     }
     for (size_t i = 0; i + 1 < r.probes.size(); ++i) res.rep_bandwidth.push_back(std::max(r.probes[i], r.probes[i + 1]));
     res.bandwidth = mean_of(res.rep_bandwidth);
@@ -345,6 +351,8 @@ struct report {
   // each sequence: (n_gen + 1) / 2 cached rows of K and V on average), where the layer's attention runs.
   double kv_host = 0, kv_device = 0;
   bool experts_on_device = false;  // a mixture's experts in device slots
+  devices::device_kind device_kind = devices::device_kind::cpu;  // the hot device's
+  std::string device_name;
   double actors_tg() const { return c.other_pipeline < 0 ? 0 : configs[0].actors ? results[0].tg.mean : results[static_cast<size_t>(c.other_pipeline)].tg.mean; }
   double reference_tg() const { return c.other_pipeline < 0 ? 0 : configs[0].actors ? results[static_cast<size_t>(c.other_pipeline)].tg.mean : results[0].tg.mean; }
   // Aggregate decode of the comparison's configuration over the first's.
@@ -362,6 +370,7 @@ report report_of(const bench_args& a, const std::vector<config>& configs, const 
   r.kv_host = kv_layer * static_cast<double>(hp.n_layer - on_device);
   r.kv_device = kv_layer * static_cast<double>(on_device);
   r.experts_on_device = l.experts != nullptr;
+  if (l.dev) r.device_kind = l.dev->kind(), r.device_name = l.dev->name();
   return r;
 }
 
@@ -377,7 +386,10 @@ void print_json(const report& r, const model& m) {
                      {"micro_batches", r.configs[k].micro},
                      // Weights and KV cache read per decoded token on each side.
                      {"host_bytes_per_token", res.bpt - res.device_bpt + r.kv_host},
-                     {"device_bytes_per_token", res.device_bpt + r.kv_device}};
+                     {"device_bytes_per_token", res.device_bpt + r.kv_device},
+                     // The hot device's kernel launches, host<->device copies and blocking waits a decoded
+                     // token (0 on the CPU; sim counts a GPU's for its jobs, with --sim-kernels the kernels').
+                     {"launches_per_token", res.launches_pt}, {"copies_per_token", res.copies_pt}, {"syncs_per_token", res.syncs_pt}};
     if (m.hp().moe()) {  // (every expert on the CPU: a hit rate of 0)
       d["expert_hit_rate"] = res.expert_hit_rate;
       d["expert_uploads_per_token"] = res.expert_uploads_per_token;
@@ -465,6 +477,10 @@ void print_table(const report& r, const model& m) {
                  "device\n",
                  pipeline_name(r.configs[k].actors), 100 * r.results[k].expert_hit_rate, r.results[k].expert_uploads_per_token,
                  (r.results[k].bpt - r.results[k].device_bpt + r.kv_host) / double(1 << 20), (r.results[k].device_bpt + r.kv_device) / double(1 << 20));
+  if (r.device_kind != devices::device_kind::cpu && a.n_gen > 0)
+    for (size_t k = 0; k < r.configs.size(); ++k)
+      fmt::print("\n{} round trips a decoded token ({}): {:.1f} kernel launches, {:.1f} copies, {:.1f} blocking waits\n", r.device_name,
+                 pipeline_name(r.configs[k].actors), r.results[k].launches_pt, r.results[k].copies_pt, r.results[k].syncs_pt);
   const comparisons& cmp = r.c;
   if (cmp.dense > 0 && a.n_gen > 0 && r.results[static_cast<size_t>(cmp.dense)].tg.mean > 0) {
     const auto& d = r.results[static_cast<size_t>(cmp.dense)];

@@ -46,8 +46,8 @@ class cuda_backend final : public device {
     return queue_.submit([this, dst, from, bytes, label = src.label()] {
       make_current();
       try {
-        cuda_copy_async(dst, from, bytes, false, stream_);
-        cuda_stream_synchronize(stream_);
+        copy_async(dst, from, bytes, false);
+        sync_stream();
       } catch (const std::exception& e) {
         fail(fmt::format("reading {} bytes of {}: {}", bytes, label, e.what()));
       }
@@ -60,11 +60,13 @@ class cuda_backend final : public device {
   }
   void synchronize() override {
     queue_.drain();
+    count({0, 0, 1});
     cuda_synchronize(index_);
   }
   void zero(buffer& b) override {
     check_alive();
     queue_.drain();  // (after the work before it, which may still use the buffer)
+    count({0, 0, 1});
     cuda_zero(index_, b.data(), b.size());
   }
   bool runs_host_work() const override { return false; }
@@ -79,8 +81,8 @@ class cuda_backend final : public device {
     make_current();
     try {
       if (bytes <= upload_chunk / 16) {
-        cuda_copy_async(to, src, bytes, true, stream_);
-        cuda_stream_synchronize(stream_);
+        copy_async(to, src, bytes, true);
+        sync_stream();
         return;
       }
       if (!upload_[0]) {
@@ -93,14 +95,14 @@ class cuda_backend final : public device {
       int k = 0;
       for (uint64_t at = 0; at < bytes; at += upload_chunk, k ^= 1) {
         const uint64_t n = std::min(upload_chunk, bytes - at);
-        if (pending[k]) cuda_event_synchronize(upload_done_[k].get());
+        if (pending[k]) sync_event(upload_done_[k].get());
         std::memcpy(upload_[k].get(), static_cast<const char*>(src) + at, n);
-        cuda_copy_async(to + at, upload_[k].get(), n, true, stream_);
+        copy_async(to + at, upload_[k].get(), n, true);
         cuda_event_record(upload_done_[k].get(), stream_);
         pending[k] = true;
       }
       for (int j = 0; j < 2; ++j)
-        if (pending[j]) cuda_event_synchronize(upload_done_[j].get());
+        if (pending[j]) sync_event(upload_done_[j].get());
     } catch (const std::exception& e) {
       fail(fmt::format("uploading {} bytes to {}: {}", bytes, label, e.what()));
     }
@@ -111,10 +113,30 @@ class cuda_backend final : public device {
     throw std::runtime_error(fmt::format("{}: {}", name(), what));
   }
   void make_current() const override { cuda_use(index_); }
+  // The back end's copies and waits, counted (device_traffic; gpu_traffic models the same calls).
+  void copy_async(void* dst, const void* src, uint64_t bytes, bool to_device) {
+    count({0, 1, 0});
+    cuda_copy_async(dst, src, bytes, to_device, stream_);
+  }
+  void sync_stream() {
+    count({0, 0, 1});
+    cuda_stream_synchronize(stream_);
+  }
+  void sync_event(void* e) {
+    count({0, 0, 1});
+    cuda_event_synchronize(e);
+  }
+  // Counts the kernels the calling thread launched while it lives (a job's compute).
+  struct launches_counted {
+    cuda_backend& dev;
+    uint64_t before;
+    explicit launches_counted(cuda_backend& d);
+    ~launches_counted();
+  };
   // Waits for the stream; an error there fails the work (and loses the device when it is sticky).
   void wait_stream() {
     try {
-      cuda_stream_synchronize(stream_);
+      sync_stream();
     } catch (const std::exception& e) {
       fail(e.what());
     }
@@ -149,7 +171,7 @@ class cuda_backend final : public device {
   };
   template <typename Launch>
   void per_vector(const char* what, const vectors& v, Launch launch);
-  void check_job(operation op, tensor_type type, const char* what, const void* scratch, uint64_t have, uint64_t need) const;
+  void check_job(operation op, tensor_type type, const char* what) const;
   int index_;
   void* stream_;
   work_queue queue_;
@@ -160,7 +182,7 @@ class cuda_backend final : public device {
   std::shared_ptr<void> host_x_, host_slots_, host_hidden_, host_out_;
   // Uploads (on the queue's thread): two pinned chunks and the events that say when the device has
   // fetched each.
-  static constexpr uint64_t upload_chunk = 16ull << 20;
+  static constexpr uint64_t upload_chunk = gpu_upload_chunk;
   std::shared_ptr<void> upload_[2], upload_done_[2];
   // Attention's staging in pinned memory (grown to the largest chunk met): the chunk's inputs, angles,
   // sequences and positions in the order of the scratch (one copy in), and its outputs.
@@ -204,6 +226,9 @@ void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff)
 }
 
 #if defined(HOTCOLD_HAVE_GPU)
+cuda_backend::launches_counted::launches_counted(cuda_backend& d) : dev(d), before(kernels::gpu::launches_by_this_thread()) {}
+cuda_backend::launches_counted::~launches_counted() { dev.count({kernels::gpu::launches_by_this_thread() - before, 0, 0}); }
+
 // The GPU kernels' name for a row type the table accepts (F16, Q8_0, Q4_0, Q6_K).
 kernels::gpu::row_type gpu_rows(tensor_type t) {
   switch (t) {
@@ -219,6 +244,7 @@ kernels::gpu::row_type gpu_rows(tensor_type t) {
 // through pinned memory, one hot_ffn per token on the stream, the sums and values copied back.
 void cuda_backend::compute(const ffn_rows_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
+  const launches_counted counted(*this);
   if (!supports(operation::ffn_rows, job.type))
     throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16, Q8_0 or Q4_0 rows, not {}", name(), tensor_type_name(job.type)));
   const auto rows = gpu_rows(job.type);
@@ -238,18 +264,18 @@ void cuda_backend::compute(const ffn_rows_job& job) {
   auto* ds = static_cast<int32_t*>(slots_->data());
   auto* dh = static_cast<float*>(hidden_->data());
   auto* dout = static_cast<float*>(out_->data());
-  cuda_copy_async(dx, hx, static_cast<uint64_t>(n * d) * sizeof(float), true, stream_);
+  copy_async(dx, hx, static_cast<uint64_t>(n * d) * sizeof(float), true);
   for (int64_t t = 0; t < n; ++t)
-    cuda_copy_async(ds + t * n_ff, hs + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(int32_t), true, stream_);
+    copy_async(ds + t * n_ff, hs + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(int32_t), true);
   const auto act = static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act));
   for (int64_t t = 0; t < n; ++t) {
     const std::string e = kernels::gpu::hot_ffn(rows, job.gate, job.up, job.down_t, ds + t * n_ff, count[static_cast<size_t>(t)], d, dx + t * d, job.gated,
                                                 act, job.act_threshold, dh + t * n_ff, dout + t * d, static_cast<float*>(partial_->data()), stream_);
     if (!e.empty()) fail(fmt::format("FFN rows kernel: {}", e));
   }
-  cuda_copy_async(ho, dout, static_cast<uint64_t>(n * d) * sizeof(float), false, stream_);
+  copy_async(ho, dout, static_cast<uint64_t>(n * d) * sizeof(float), false);
   for (int64_t t = 0; t < n; ++t)
-    cuda_copy_async(hh + t * n_ff, dh + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(float), false, stream_);
+    copy_async(hh + t * n_ff, dh + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(float), false);
   wait_stream();
   std::copy(ho, ho + n * d, job.out);
   for (int64_t t = 0; t < n; ++t) {  // each value back to its neuron
@@ -270,25 +296,25 @@ template <typename Launch>
 void cuda_backend::per_vector(const char* what, const vectors& v, Launch launch) {
   make_current();
   for (int64_t t = 0; t < v.n; ++t) {
-    cuda_copy_async(v.dx, v.x + t * v.in, static_cast<uint64_t>(v.in) * sizeof(float), true, stream_);
+    copy_async(v.dx, v.x + t * v.in, static_cast<uint64_t>(v.in) * sizeof(float), true);
     if (const std::string e = launch(); !e.empty()) fail(fmt::format("{} kernel: {}", what, e));
-    cuda_copy_async(static_cast<uint8_t*>(v.to) + static_cast<uint64_t>(t) * v.out_bytes, v.from, v.out_bytes, false, stream_);
+    copy_async(static_cast<uint8_t*>(v.to) + static_cast<uint64_t>(t) * v.out_bytes, v.from, v.out_bytes, false);
     wait_stream();
   }
 }
 
-// Checks the job's weights and scratch: what a job may ask of the GPU's kernels.
-void cuda_backend::check_job(operation op, tensor_type type, const char* what, const void* scratch, uint64_t have, uint64_t need) const {
+// Checks a job's weights and scratch: what a job may ask of the GPU's kernels.
+void cuda_backend::check_job(operation op, tensor_type type, const char* what) const {
   if (!supports(op, type))
     throw std::invalid_argument(fmt::format("{}: the GPU's {} kernel does not take {} weights", name(), what, tensor_type_name(type)));
-  if (!scratch || have < need) throw std::invalid_argument(fmt::format("{}: a {} needs {} bytes of scratch, {} given", name(), what, need, have));
 }
 
 // A token at a time: its input into the scratch, the predictor kernel, its choice back.
 void cuda_backend::compute(const predict_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
-  check_job(operation::predict, job.type, "predictor", job.scratch, job.scratch_bytes,
-            static_cast<uint64_t>(job.d + job.rank + job.n_ff) * sizeof(float) + static_cast<uint64_t>(job.n_ff));
+  const launches_counted counted(*this);
+  check_job(operation::predict, job.type, "predictor");
+  check_scratch(name(), job);
   auto* dx = static_cast<float*>(job.scratch);
   float* dmid = dx + job.d;
   float* dscores = dmid + job.rank;
@@ -307,7 +333,9 @@ void cuda_backend::compute(const predict_job& job) {
 // A vector at a time: copied in, the product kernel, the product copied back.
 void cuda_backend::compute(const matvec_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
-  check_job(operation::matvec, job.type, "product", job.scratch, job.scratch_bytes, static_cast<uint64_t>(job.cols + job.rows) * sizeof(float));
+  const launches_counted counted(*this);
+  check_job(operation::matvec, job.type, "product");
+  check_scratch(name(), job);
   auto* dx = static_cast<float*>(job.scratch);
   float* dy = dx + job.cols;
   per_vector("product", {job.n, job.x, job.cols, dx, dy, job.y, static_cast<uint64_t>(job.rows) * sizeof(float)},
@@ -323,13 +351,11 @@ void cuda_backend::compute(const matvec_job& job) {
 // launched on the stream, the output copied back; the stream waited on once per chunk.
 void cuda_backend::compute(const attention_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
+  const launches_counted counted(*this);
   check_attention_job(name(), job);
   const int64_t d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, row_len = dq + 2 * kv, n_rot = job.n_rot;
   const int64_t n_ff = job.fc1 ? job.n_ff : 0;
-  const uint64_t per_token = attention_scratch_per_token(d, dq, kv, n_rot, n_ff), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
-  const int64_t chunk = job.scratch && job.scratch_bytes > once ? static_cast<int64_t>((job.scratch_bytes - once) / per_token) : 0;
-  if (chunk < 1)
-    throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token (and {} once), {} given", name(), per_token, once, job.scratch_bytes));
+  const int64_t chunk = attention_chunk(name(), job);
   const int64_t m_max = std::min(chunk, job.n);
   // In: x, angles, sequences and positions (and the layer's input); out: the product (and the choice).
   const int64_t in_floats = d + n_rot + 2 + (job.fc1 ? d : 0);
@@ -363,7 +389,7 @@ void cuda_backend::compute(const attention_job& job) {
     float* dscores = dpred_in + m * d;
     auto* dchosen = reinterpret_cast<uint8_t*>(dscores + m * n_ff);
     float* dmid = dscores + m * n_ff + (m * n_ff + 3) / 4;
-    cuda_copy_async(dx, hin, static_cast<uint64_t>(m * in_floats) * 4, true, stream_);
+    copy_async(dx, hin, static_cast<uint64_t>(m * in_floats) * 4, true);
     std::string e;
     if (job.wqkv) {
       e = gpu::matmul(gpu_rows(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
@@ -384,8 +410,8 @@ void cuda_backend::compute(const attention_job& job) {
     if (!e.empty()) fail(fmt::format("attention kernels: {}", e));
     auto* hout = static_cast<float*>(host_attn_out_.get());
     auto* hchosen = reinterpret_cast<uint8_t*>(hout + m * d);
-    cuda_copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false, stream_);
-    if (job.fc1) cuda_copy_async(hchosen, dchosen, static_cast<uint64_t>(m * n_ff), false, stream_);
+    copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false);
+    if (job.fc1) copy_async(hchosen, dchosen, static_cast<uint64_t>(m * n_ff), false);
     wait_stream();
     std::copy(hout, hout + m * d, job.out + t0 * d);
     if (job.fc1) std::copy(hchosen, hchosen + m * n_ff, job.chosen + t0 * n_ff);
@@ -400,11 +426,10 @@ void cuda_backend::compute(const attention_job& job) {
 // the down product, the outputs (and the hidden values when asked) copied back; one wait per chunk.
 void cuda_backend::compute(const dense_ffn_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
+  const launches_counted counted(*this);
   check_dense_ffn_job(name(), job);
   const int64_t d = job.d, n_ff = job.n_ff;
-  const uint64_t per_token = dense_ffn_scratch_per_token(d, n_ff);
-  const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;
-  if (chunk < 1) throw std::invalid_argument(fmt::format("{}: a dense FFN needs {} bytes of scratch a token, {} given", name(), per_token, job.scratch_bytes));
+  const int64_t chunk = dense_ffn_chunk(name(), job);
   const int64_t m_max = std::min(chunk, job.n);
   auto* hin = static_cast<float*>(staging(host_attn_in_, host_attn_in_bytes_, static_cast<uint64_t>(m_max * d) * 4));
   auto* hout = static_cast<float*>(staging(host_attn_out_, host_attn_out_bytes_, static_cast<uint64_t>(m_max * (d + n_ff)) * 4));
@@ -417,15 +442,15 @@ void cuda_backend::compute(const dense_ffn_job& job) {
     float* du = dg + m * n_ff;
     float* dout = du + m * n_ff;
     std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
-    cuda_copy_async(dx, hin, static_cast<uint64_t>(m * d) * 4, true, stream_);
+    copy_async(dx, hin, static_cast<uint64_t>(m * d) * 4, true);
     std::string e;
     if (job.gated) e = gpu::matmul(gpu_rows(job.t_gate), job.gate, n_ff, d, dx, m, dg, n_ff, stream_);
     if (e.empty()) e = gpu::matmul(gpu_rows(job.t_up), job.up, n_ff, d, dx, m, du, n_ff, stream_);
     if (e.empty()) e = gpu::activate(dg, du, m * n_ff, job.gated, static_cast<gpu::ffn_act>(static_cast<int>(job.act)), job.act_threshold, stream_);
     if (e.empty()) e = gpu::matmul(gpu_rows(job.t_down), job.down, d, n_ff, du, m, dout, d, stream_);
     if (!e.empty()) fail(fmt::format("dense FFN kernels: {}", e));
-    cuda_copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false, stream_);
-    if (job.hidden) cuda_copy_async(hout + m * d, du, static_cast<uint64_t>(m * n_ff) * 4, false, stream_);
+    copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false);
+    if (job.hidden) copy_async(hout + m * d, du, static_cast<uint64_t>(m * n_ff) * 4, false);
     wait_stream();
     std::copy(hout, hout + m * d, job.out + t0 * d);
     if (job.hidden) std::copy(hout + m * d, hout + m * (d + n_ff), job.hidden + t0 * n_ff);

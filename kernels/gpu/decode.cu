@@ -352,7 +352,11 @@ __global__ void attend_kernel(attention_shape sh, const float* qkv, int64_t n, c
   if (i1 < hd) o[i1] = acc1 / l;
 }
 
+thread_local uint64_t launches_here = 0;
+
+// After each launch: counts it, and says its error.
 std::string launched() {
+  ++launches_here;
   const gpuError_t err = gpuGetLastError();
   return err == gpuSuccess ? std::string() : gpuGetErrorString(err);
 }
@@ -360,6 +364,8 @@ std::string launched() {
 gpuStream_t as_stream(void* s) { return static_cast<gpuStream_t>(s); }
 
 }  // namespace
+
+uint64_t launches_by_this_thread() { return launches_here; }
 
 int64_t row_bytes(row_type t, int64_t d) {
   switch (t) {

@@ -19,6 +19,9 @@
 
 namespace hotcold::kernels::gpu {
 
+// Kernels the calling thread has launched with these functions (each counted once launched).
+uint64_t launches_by_this_thread();
+
 // The FFN activations the hot executor meets (model/arch.hpp's, by value).
 enum class ffn_act : int { relu = 0, silu = 1, gelu = 2, drelu = 3 };
 

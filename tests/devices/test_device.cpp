@@ -115,6 +115,31 @@ TEST(Device, CopiesRoundTripAndCheckTheirRange) {
   }
 }
 
+// sim counts a GPU's copies and waits (device_traffic): a small upload or any read is one copy and
+// one wait, a large upload one of each per pinned 16 MiB chunk; zero and synchronize wait once.
+TEST(Device, SimCountsTheCopiesAndWaitsAGpuMakes) {
+  auto d = sim(64ull << 20);
+  auto b = d->allocate((40ull << 20) + 7, "rows");
+  std::vector<uint8_t> bytes(b->size(), 1);
+  const auto t0 = d->traffic();
+  d->copy_in(*b, 0, bytes.data(), 4096)->wait();
+  EXPECT_EQ(d->traffic() - t0, (device_traffic{0, 1, 1}));
+  const auto t1 = d->traffic();
+  d->copy_in(*b, 0, bytes.data(), b->size())->wait();
+  EXPECT_EQ(d->traffic() - t1, (device_traffic{0, 3, 3}));  // 16 + 16 + 8 MiB and 7 bytes
+  const auto t2 = d->traffic();
+  d->copy_out(bytes.data(), *b, 0, b->size())->wait();
+  d->zero(*b);
+  d->synchronize();
+  EXPECT_EQ(d->traffic() - t2, (device_traffic{0, 1, 3}));
+  device_options o;
+  o.kind = "cpu";
+  auto cpu = make_device(o);
+  auto c = cpu->allocate(64, "rows");
+  cpu->copy_in(*c, 0, bytes.data(), 64)->wait();
+  EXPECT_EQ(cpu->traffic(), device_traffic{}) << "the CPU crosses nothing";
+}
+
 TEST(Device, SimTransfersTakeTheModeledTime) {
   // 1 MB at 1 GB/s plus 200 us: at least 1.2 ms, whatever memcpy costs (a lower bound, not a timing
   // assertion on this machine's speed).

@@ -6,6 +6,7 @@
 
 #include "devices/device.hpp"
 #include "devices/device_info.hpp"
+#include "devices/gpu_jobs.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/gpu/convert.hpp"
 
@@ -39,9 +40,14 @@ TEST(GpuDevice, ChunkedUploadsArriveWhole) {
     std::vector<uint8_t> in(bytes), back(bytes);
     for (auto& b : in) b = static_cast<uint8_t>(rng());
     auto buf = dev->allocate(bytes + 3, "upload test");
+    const auto before = dev->traffic();
     dev->copy_in(*buf, 3, in.data(), bytes)->wait();
     dev->copy_out(back.data(), *buf, 3, bytes)->wait();
     EXPECT_EQ(back, in) << bytes;
+    // The copies and waits the GPU made are those sim counts for it.
+    auto want = gpu_copy_traffic(bytes, true);
+    want += gpu_copy_traffic(bytes, false);
+    EXPECT_EQ(dev->traffic() - before, want) << bytes;
   }
 }
 

@@ -542,6 +542,22 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   EXPECT_NE(gpu_like_dense.err.find("attention and KV cache of 2 of 2 layers, 0 predictors, 2 dense FFNs, the head there"), std::string::npos)
       << gpu_like_dense.err;
   EXPECT_EQ(gpu_like_dense.out, run({"run", "-m", small_model(), "-p", "Hello", "-n", "4", "-c", "64", "--temp", "0"}).out);
+  // The round trips a GPU would make a decoded token, counted on sim computing as one: per layer the
+  // attention job (Q, K and V products, RoPE with the store, the attention, the output product: 6
+  // launches, a copy in and out, a wait) and the dense FFN job (gate, up, the activation, down: 4, 2, 1),
+  // then the head (1, 2, 1). The CPU alone crosses nothing.
+  auto trips = run({"bench", "-m", small_model(), "-p", "0", "-n", "4", "-r", "1", "-t", "2", "-c", "64", "--device", "sim", "--sim-kernels",
+                    "--vram-budget", "0.05", "--vs-reference", "--json"});
+  ASSERT_EQ(trips.code, 0) << trips.err;
+  auto tj = nlohmann::json::parse(trips.out);
+  for (const auto& d : {tj, tj.at("reference")}) {
+    SCOPED_TRACE(d.at("pipeline").get<std::string>());
+    EXPECT_EQ(d.at("launches_per_token").get<double>(), 2 * (6 + 4) + 1);
+    EXPECT_EQ(d.at("copies_per_token").get<double>(), 2 * (2 + 2) + 2);
+    EXPECT_EQ(d.at("syncs_per_token").get<double>(), 2 * (1 + 1) + 1);
+  }
+  EXPECT_NE(trips.out.find("\"launches_per_token\""), std::string::npos);
+  for (const char* k : {"launches_per_token", "copies_per_token", "syncs_per_token"}) EXPECT_EQ(v.at(k).get<double>(), 0.0) << k;
   // A budget that holds every layer's attention, the predictors, the head and every neuron: a decoded
   // token reads only its embedding row on the host (no attention, norm, predictor, head, KV or FFN row).
   auto all = run({"bench", "-m", sparse, "-p", "0", "-n", "4", "-r", "1", "-t", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.05",
