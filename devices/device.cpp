@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -108,6 +109,12 @@ void check_range(const buffer& b, uint64_t offset, uint64_t bytes) {
 
 namespace {
 
+const char* job_name(const ffn_rows_job&) { return "an FFN-rows job"; }
+const char* job_name(const predict_job&) { return "a predictor job"; }
+const char* job_name(const matvec_job&) { return "a product job"; }
+const char* job_name(const attention_job&) { return "an attention job"; }
+const char* job_name(const dense_ffn_job&) { return "a dense-FFN job"; }
+
 void* host_allocate(uint64_t bytes, const std::string& device) {
   void* p = std::aligned_alloc(64, (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64);
   if (!p) throw out_of_device_memory(fmt::format("{}: the host has no {} bytes to give", device, bytes));
@@ -158,24 +165,28 @@ class sim_backend final : public device {
     return gpu_reads(op, rows);
   }
   void compute(const attention_job& job) override {
+    on_queue(job_name(job));
     if (!kernels_) return device::compute(job);
     check_attention_job(name(), job);
     count(gpu_traffic(job));
     sim_kernels::attention(job);
   }
   void compute(const dense_ffn_job& job) override {
+    on_queue(job_name(job));
     if (!kernels_) return device::compute(job);
     check_dense_ffn_job(name(), job);
     count(gpu_traffic(job));
     sim_kernels::dense_ffn(job);
   }
   void compute(const ffn_rows_job& job) override {
+    on_queue(job_name(job));
     if (!kernels_) return device::compute(job);
     if (!supports(operation::ffn_rows, job.type)) throw std::invalid_argument(fmt::format("sim: FFN rows of type {}", tensor_type_name(job.type)));
     count(gpu_traffic(job));
     sim_kernels::ffn_rows(job);
   }
   void compute(const predict_job& job) override {
+    on_queue(job_name(job));
     if (!kernels_) return device::compute(job);
     if (!supports(operation::predict, job.type)) throw std::invalid_argument(fmt::format("sim: a predictor of type {}", tensor_type_name(job.type)));
     check_scratch(name(), job);
@@ -183,6 +194,7 @@ class sim_backend final : public device {
     sim_kernels::predict(job);
   }
   void compute(const matvec_job& job) override {
+    on_queue(job_name(job));
     if (!kernels_) return device::compute(job);
     if (!supports(operation::matvec, job.type)) throw std::invalid_argument(fmt::format("sim: products with rows of type {}", tensor_type_name(job.type)));
     check_scratch(name(), job);
@@ -190,6 +202,13 @@ class sim_backend final : public device {
     sim_kernels::matvec(job);
   }
 
+  // Jobs run on the queue, as on a GPU (where a job's kernels are ordered after the copies queued
+  // before it only because both go to the queue's stream in turn): a job computed from another thread
+  // could read rows whose upload has not run yet, so it is refused.
+  void on_queue(const char* what) const {
+    if (std::this_thread::get_id() != queue_.worker_id())
+      throw std::logic_error(fmt::format("sim: {} computed outside the device's queue (give it to submit(), after the copies it reads)", what));
+  }
   event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
     check_alive();
     check_range(dst, offset, bytes);

@@ -9,6 +9,7 @@
 
 #include "devices/device.hpp"
 #include "devices/device_info.hpp"
+#include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::devices {
 namespace {
@@ -138,6 +139,36 @@ TEST(Device, SimCountsTheCopiesAndWaitsAGpuMakes) {
   auto c = cpu->allocate(64, "rows");
   cpu->copy_in(*c, 0, bytes.data(), 64)->wait();
   EXPECT_EQ(cpu->traffic(), device_traffic{}) << "the CPU crosses nothing";
+}
+
+// A job's reads are ordered after the copies queued before it only on the device's queue (a GPU's
+// stream takes them in the queue's order): sim, with or without kernels, refuses a job computed from
+// another thread, and runs it given to submit() after the upload of its rows.
+TEST(Device, JobsRunOnTheQueueAfterTheCopiesTheyRead) {
+  for (bool kernels : {false, true}) {
+    device_options o;
+    o.kind = "sim", o.budget = 1 << 20, o.sim_kernels = kernels;
+    auto d = make_device(o);
+    std::vector<uint16_t> w(4 * 8, 0x3c00);  // F16 ones: 4 rows of 8
+    std::vector<float> x(8, 0.5f), y(4, -1.0f);
+    auto rows = d->allocate(w.size() * 2, "rows");
+    auto scratch = d->allocate(4 * (8 + 4), "scratch");
+    matvec_job job;
+    job.w = rows->data(), job.n = 1, job.rows = 4, job.cols = 8, job.x = x.data(), job.y = y.data();
+    job.scratch = scratch->data(), job.scratch_bytes = scratch->size();
+    job.host = [&] {  // (the CPU's routine reads the device's copy, as sim's host work does)
+      const auto* held = static_cast<const uint16_t*>(rows->data());
+      for (int r = 0; r < 4; ++r) {
+        float s = 0;
+        for (int c = 0; c < 8; ++c) s += kernels::fp16_to_fp32(held[r * 8 + c]) * x[static_cast<size_t>(c)];
+        y[static_cast<size_t>(r)] = s;
+      }
+    };
+    d->copy_in(*rows, 0, w.data(), w.size() * 2);
+    EXPECT_THROW(d->compute(job), std::logic_error) << kernels;
+    d->submit([&] { d->compute(job); })->wait();
+    for (float v : y) EXPECT_EQ(v, 4.0f) << kernels;  // (sim's new memory is NaN: rows read before their upload show)
+  }
 }
 
 TEST(Device, SimTransfersTakeTheModeledTime) {
