@@ -18,7 +18,7 @@ namespace hotcold::devices {
 
 buffer::~buffer() {
   owner_->raw_free(data_);
-  owner_->used_.fetch_sub(size_, std::memory_order_relaxed);
+  owner_->used_.fetch_sub(charged_, std::memory_order_relaxed);
 }
 
 void device::lose(const std::string& why) {
@@ -35,19 +35,21 @@ std::string device::lost() const {
 
 std::shared_ptr<buffer> device::allocate(uint64_t bytes, std::string label) {
   check_alive();
+  const uint64_t charged = allocation().charge(bytes);
   uint64_t used = used_.load(std::memory_order_relaxed);
   do {
-    if (bytes > budget_ - used)
-      throw out_of_device_memory(fmt::format("{}: {} needs {} bytes, {} of the budget of {} are left", name_, label, bytes, budget_ - used, budget_));
-  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    if (charged > budget_ - used)
+      throw out_of_device_memory(fmt::format("{}: {} needs {} bytes{}, {} of the budget of {} are left", name_, label, bytes,
+                                             charged != bytes ? fmt::format(" ({} in the allocator's granules)", charged) : "", budget_ - used, budget_));
+  } while (!used_.compare_exchange_weak(used, used + charged, std::memory_order_relaxed));
   void* p = nullptr;
   try {
     p = raw_allocate(bytes);
   } catch (...) {
-    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    used_.fetch_sub(charged, std::memory_order_relaxed);
     throw;
   }
-  return std::shared_ptr<buffer>(new buffer(shared_from_this(), p, bytes, std::move(label)));
+  return std::shared_ptr<buffer>(new buffer(shared_from_this(), p, bytes, charged, std::move(label)));
 }
 
 bool device::supports(operation op, tensor_type rows) const {
@@ -92,6 +94,8 @@ uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t 
   const int64_t pred = n_ff > 0 ? d + d + n_ff + (n_ff + 3) / 4 : 0;
   return 4 * static_cast<uint64_t>(d + n_rot + 2 + (dq + 2 * kv) + dq + d + pred);
 }
+
+uint64_t gpu_pinned_bytes(uint64_t compute_bytes, uint64_t step_bytes) { return 2 * gpu_upload_chunk + step_bytes + 2 * compute_bytes; }
 
 stall_watch stall_watch_for(device& d, double deadline_s) {
   stall_watch w;
@@ -160,6 +164,8 @@ class sim_backend final : public device {
   ~sim_backend() override { queue_.drain(); }
   // With kernels, the GPU's table (kernels/gpu/decode.cu, gpu_reads) computed by sim_kernels (devices/gpu_jobs).
   bool runs_host_work() const override { return !kernels_; }
+  allocation_rule allocation() const override { return kernels_ ? gpu_allocation : allocation_rule{}; }
+  uint64_t pinned_bytes(uint64_t compute_bytes, uint64_t step_bytes) const override { return kernels_ ? gpu_pinned_bytes(compute_bytes, step_bytes) : 0; }
   bool supports(operation op, tensor_type rows) const override {
     if (!kernels_) return device::supports(op, rows);
     return gpu_reads(op, rows);

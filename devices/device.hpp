@@ -12,6 +12,7 @@
 //         them) beside the caller.
 //   hip   the same back end built by hipcc from the same sources (-DHOTCOLD_GPU=hip,
 //         kernels/gpu/portability.hpp); --device hip selects it.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -40,6 +41,27 @@ struct device_lost : std::runtime_error {
 
 class device;
 
+// What a buffer of n bytes takes of a device's memory: a GPU's allocator hands out whole granules
+// (cudaMalloc: small allocations in 512-byte steps, large ones in 2 MiB pages), so a plan that summed
+// the tensors' own bytes would overrun the budget by up to a granule a buffer. The budget counts
+// charge(n); plans count it per buffer the runtime makes (loader/placement).
+struct allocation_rule {
+  uint64_t small_align = 1;  // allocations below large_from round up to a multiple of this
+  uint64_t large_from = 0;   // 0: no large rule
+  uint64_t large_align = 1;  // ... from it on, to a multiple of this
+  uint64_t charge(uint64_t n) const {
+    if (n == 0) return 0;
+    const uint64_t a = large_from > 0 && n >= large_from ? large_align : small_align;
+    return (n + a - 1) / a * a;
+  }
+  // The most one buffer can take beyond its bytes.
+  uint64_t most_waste() const { return std::max(small_align, large_from > 0 ? large_align : 1) - 1; }
+};
+// CUDA's (and HIP's) allocator, as the GPU back end and sim with kernels charge it.
+inline constexpr allocation_rule gpu_allocation{512, 1ull << 20, 2ull << 20};
+// The pinned host memory of devices::device::pinned_bytes for a GPU.
+uint64_t gpu_pinned_bytes(uint64_t compute_bytes, uint64_t step_bytes);
+
 class buffer;
 // For back ends: throws std::out_of_range unless bytes [offset, offset + bytes) lie inside b.
 void check_range(const buffer& b, uint64_t offset, uint64_t bytes);
@@ -54,15 +76,17 @@ class buffer {
   void* data() { return data_; }
   const void* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // What it takes of the device's budget (its device's allocation_rule: size() rounded up).
+  uint64_t charged() const { return charged_; }
   const std::string& label() const { return label_; }
 
  private:
   friend class device;
-  buffer(std::shared_ptr<device> owner, void* data, uint64_t size, std::string label)
-      : owner_(std::move(owner)), data_(data), size_(size), label_(std::move(label)) {}
+  buffer(std::shared_ptr<device> owner, void* data, uint64_t size, uint64_t charged, std::string label)
+      : owner_(std::move(owner)), data_(data), size_(size), charged_(charged), label_(std::move(label)) {}
   std::shared_ptr<device> owner_;
   void* data_;
-  uint64_t size_;
+  uint64_t size_, charged_;
   std::string label_;
 };
 
@@ -222,8 +246,17 @@ class device : public std::enable_shared_from_this<device> {
   // Empty while the device works; else why it was lost.
   std::string lost() const;
 
-  // Throws out_of_device_memory when `bytes` do not fit in what is left of the budget.
+  // Throws out_of_device_memory when `bytes` (as allocation() charges them) do not fit in what is left
+  // of the budget.
   std::shared_ptr<buffer> allocate(uint64_t bytes, std::string label);
+  // How the budget counts a buffer: exact for cpu and sim, a GPU's granules for cuda and for sim with
+  // kernels (a GPU's stand-in).
+  virtual allocation_rule allocation() const { return {}; }
+  // Pinned host memory the device keeps for its copies, given the plan's compute buffers and step
+  // buffers (host RAM, outside the budget): a GPU's two 16 MiB upload chunks, the FFN-rows jobs'
+  // host staging and the attention and dense-FFN jobs' (a chunk's inputs and outputs, at most the
+  // compute buffers' size each). sim with kernels reports a GPU's; 0 elsewhere.
+  virtual uint64_t pinned_bytes(uint64_t compute_bytes, uint64_t step_bytes) const { return 0; }
 
   // Host -> device and device -> host, queued after earlier work (inline for cpu). The host memory
   // must stay valid until the event completes.

@@ -95,7 +95,7 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
     gate_[il] = dev.allocate(gate_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (gate)", il));
     up_[il] = dev.allocate(up_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (up)", il));
     down_[il] = dev.allocate(down_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (down)", il));
-    bytes_ += expert_bytes_[il] * static_cast<uint64_t>(s);
+    bytes_ += gate_[il]->charged() + up_[il]->charged() + down_[il]->charged();
     std::vector<int32_t> order = r_.first.empty() ? std::vector<int32_t>{} : r_.first[il];
     for (int32_t e = 0; e < static_cast<int32_t>(hp.n_expert); ++e)  // (then the others, by number)
       if (std::find(order.begin(), order.end(), e) == order.end()) order.push_back(e);

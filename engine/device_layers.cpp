@@ -76,7 +76,7 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
   // The order of the plan: compute buffers, attention with its cache, predictors, the head.
   if (r_.compute_bytes > 0) {
     compute_ = dev_->allocate(r_.compute_bytes, "compute buffers");
-    bytes_ += compute_->size();
+    bytes_ += compute_->charged();
   }
   const uint64_t kv_bytes = static_cast<uint64_t>(r_.ctx * r_.n_seq * hp.n_embd_kv()) * (kv_type == tensor_type::f16 ? 2 : 4);
   for (size_t il = 0; il < n; ++il) {
@@ -92,7 +92,7 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
       v_[il] = dev_->allocate(kv_bytes, fmt::format("layer {} V cache", il));
       // The CPU's cache starts at zero (page_buffer); a device's new memory holds whatever was there.
       dev_->zero(*k_[il]), dev_->zero(*v_[il]);
-      bytes_ += 2 * kv_bytes;
+      bytes_ += k_[il]->charged() + v_[il]->charged();
     }
     if (shared_expert(static_cast<int64_t>(il)))
       for (tensor_view* t : {&l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
@@ -173,7 +173,7 @@ void device_layers::hold(tensor_view& v, const std::string& what) {
   }
   v.data = static_cast<const uint8_t*>(b->data());
   v.stride = 0;
-  bytes_ += b->size();
+  bytes_ += b->charged();
   buffers_.push_back(std::move(b));
 }
 

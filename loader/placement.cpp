@@ -148,6 +148,9 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   if (o.n_cpu_moe > hp.n_layer) throw std::invalid_argument(fmt::format("--n-cpu-moe {}: the model has {} layers", o.n_cpu_moe, hp.n_layer));
   const auto& w = m.weights();
   fixed_costs& f = plan.fixed;
+  plan.pinned_host = o.pinned_bytes;
+  // Each buffer as the device's allocator charges it (a tensor is one buffer; absent ones are 0).
+  auto a = [&](const tensor_view& t) { return o.alloc.charge(t.bytes()); };
   // Each kind in turn takes layers front to back until one does not fit; the next kind gets what is
   // left (so a head that does not fit leaves its room to the hot rows instead of wasting it).
   uint64_t left = plan.budget;
@@ -156,7 +159,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
     left -= bytes;
     return true;
   };
-  f.compute = compute_buffer_bytes(hp, plan.ctx);
+  f.compute = o.alloc.charge(compute_buffer_bytes(hp, plan.ctx));
   f.step = m.has_predictors() ? o.step_bytes : 0;  // a dense file has no hot rows, so no FFN-rows jobs
   if (!take(f.compute + f.step))
     throw std::invalid_argument(fmt::format("--vram-budget {:.4g} GiB ({:.2f} MiB) is below the compute buffers the device needs for anything: {:.2f} MiB",
@@ -164,7 +167,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   plan.layers.resize(static_cast<size_t>(hp.n_layer));
   // The KV cache of each layer whose attention the device runs (attention without its cache would send
   // the cache across every token): K and V, every position of every sequence, in the cache's type.
-  plan.kv_layer_bytes = static_cast<uint64_t>(plan.ctx * o.n_seq * hp.n_embd_kv() * o.kv_value_bytes) * 2;
+  plan.kv_layer_bytes = o.alloc.charge(static_cast<uint64_t>(plan.ctx * o.n_seq * hp.n_embd_kv() * o.kv_value_bytes)) * 2;
   {
     if (plan.whole_layers && o.n_gpu_layers > hp.n_layer)
       throw std::invalid_argument(fmt::format("--n-gpu-layers {}: the model has {} layers", o.n_gpu_layers, hp.n_layer));
@@ -174,12 +177,11 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       auto& pl = plan.layers[static_cast<size_t>(il)];
       // The FFN norm goes with the layer's attention: it is applied where the residual stream is when
       // attention ends (Falcon's FFN reads attn_norm, counted with attention).
-      const uint64_t weights = l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wqkv.bytes() + l.wo.bytes();
+      const uint64_t weights = a(l.wq) + a(l.wk) + a(l.wv) + a(l.wqkv) + a(l.wo);
       // (qwen2's q/k/v biases and qwen3's per-head norms go with them.)
-      const uint64_t norms = l.attn_norm.bytes() + l.attn_norm_b.bytes() + l.attn_norm_2.bytes() + l.attn_norm_2_b.bytes() + l.bq.bytes() + l.bk.bytes() +
-                             l.bv.bytes() + l.q_norm.bytes() + l.k_norm.bytes();
-      const uint64_t ffn = plan.whole_layers ? l.ffn_gate.bytes() + l.ffn_up.bytes() + l.ffn_down.bytes() + l.ffn_down_t.bytes() : 0;
-      if (!take(weights + norms + l.ffn_norm.bytes() + plan.kv_layer_bytes + ffn)) {
+      const uint64_t norms = a(l.attn_norm) + a(l.attn_norm_b) + a(l.attn_norm_2) + a(l.attn_norm_2_b) + a(l.bq) + a(l.bk) + a(l.bv) + a(l.q_norm) + a(l.k_norm);
+      const uint64_t ffn = plan.whole_layers ? a(l.ffn_gate) + a(l.ffn_up) + a(l.ffn_down) + a(l.ffn_down_t) : 0;
+      if (!take(weights + norms + a(l.ffn_norm) + plan.kv_layer_bytes + ffn)) {
         if (plan.whole_layers && o.n_gpu_layers >= 0)
           throw std::invalid_argument(fmt::format("--n-gpu-layers {}: layer {} does not fit in --vram-budget {:.4g} GiB", o.n_gpu_layers, il,
                                                   budget / double(1ull << 30)));
@@ -188,13 +190,13 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       pl.attention = true;
       pl.attention_bytes = weights + norms, pl.kv_bytes = plan.kv_layer_bytes;
       f.attention += weights, f.norms += norms, f.kv_cache += plan.kv_layer_bytes;
-      pl.ffn_norm = l.ffn_norm.bytes() > 0, pl.ffn_norm_bytes = l.ffn_norm.bytes(), f.norms += l.ffn_norm.bytes();
+      pl.ffn_norm = l.ffn_norm.bytes() > 0, pl.ffn_norm_bytes = a(l.ffn_norm), f.norms += a(l.ffn_norm);
       if (plan.whole_layers) pl.ffn = true, pl.ffn_bytes = ffn, f.ffn += ffn;
     }
     for (int64_t il = 0; il < (o.predictors ? hp.n_layer : 0); ++il) {  // predictors
       const auto& l = w.layers[static_cast<size_t>(il)];
       auto& pl = plan.layers[static_cast<size_t>(il)];
-      const uint64_t bytes = l.pred_fc1.bytes() + l.pred_fc2.bytes();
+      const uint64_t bytes = a(l.pred_fc1) + a(l.pred_fc2);
       if (bytes == 0) continue;
       if (!take(bytes)) break;
       pl.predictor = true, pl.predictor_bytes = bytes, f.predictors += bytes;
@@ -202,41 +204,50 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
     for (int64_t il = 0; il < (plan.experts && o.shared_experts ? hp.n_layer : 0); ++il) {  // a mixture's shared experts
       const auto& l = w.layers[static_cast<size_t>(il)];
       auto& pl = plan.layers[static_cast<size_t>(il)];
-      const uint64_t bytes = l.ffn_gate_shexp.bytes() + l.ffn_up_shexp.bytes() + l.ffn_down_shexp.bytes();
+      const uint64_t bytes = a(l.ffn_gate_shexp) + a(l.ffn_up_shexp) + a(l.ffn_down_shexp);
       if (bytes == 0 || !pl.attention) continue;
       if (!take(bytes)) break;
       pl.shared = true, pl.shared_bytes = bytes, f.shared += bytes;
     }
-    const uint64_t head = w.output.bytes() + w.output_norm.bytes() + w.output_norm_b.bytes();
-    if (o.head && take(head)) plan.output = true, f.output = w.output.bytes(), f.norms += w.output_norm.bytes() + w.output_norm_b.bytes();
+    const uint64_t norm = o.output_norm ? a(w.output_norm) + a(w.output_norm_b) : 0;
+    if (o.head && take(a(w.output) + norm)) plan.output = true, f.output = a(w.output), f.norms += norm;
   }
   if (plan.experts && o.experts) {
     // Expert slots with what is left: --n-cpu-moe N puts every expert of layers N.. on the device (all
     // of them must fit); otherwise each layer gets the same number of slots, a cache of its experts,
     // and what is left after that one more slot each, front to back.
-    auto expert_bytes = [&](int64_t il) { return hotcold::expert_bytes(w.layers[static_cast<size_t>(il)], hp.n_expert); };
-    auto give = [&](int64_t il, int64_t slots) {
+    // A layer's slots are three buffers (gate, up and down rows of `slots` experts each, device_experts).
+    auto slots_bytes = [&](int64_t il, int64_t slots) {
+      const auto& l = w.layers[static_cast<size_t>(il)];
+      const auto e = static_cast<uint64_t>(hp.n_expert), s = static_cast<uint64_t>(slots);
+      return o.alloc.charge(l.ffn_gate_exps.bytes() / e * s) + o.alloc.charge(l.ffn_up_exps.bytes() / e * s) + o.alloc.charge(l.ffn_down_exps.bytes() / e * s);
+    };
+    auto give = [&](int64_t il, int64_t slots) {  // (the layer's slots become `slots` more)
       auto& pl = plan.layers[static_cast<size_t>(il)];
-      pl.expert_slots += slots, pl.expert_bytes += expert_bytes(il) * static_cast<uint64_t>(slots), f.experts += expert_bytes(il) * static_cast<uint64_t>(slots);
+      const uint64_t more = slots_bytes(il, pl.expert_slots + slots) - slots_bytes(il, pl.expert_slots);
+      if (!take(more)) return false;
+      pl.expert_slots += slots, pl.expert_bytes += more, f.experts += more;
+      return true;
     };
     if (o.n_cpu_moe >= 0) {
-      for (int64_t il = o.n_cpu_moe; il < hp.n_layer; ++il) {
-        if (!take(expert_bytes(il) * static_cast<uint64_t>(hp.n_expert)))
+      for (int64_t il = o.n_cpu_moe; il < hp.n_layer; ++il)
+        if (!give(il, hp.n_expert))
           throw std::invalid_argument(fmt::format("--n-cpu-moe {}: layer {}'s {} experts ({:.2f} MiB) do not fit in what is left of --vram-budget {:.4g} GiB "
                                                   "({:.2f} MiB); raise N or the budget, or leave it out for a cache of experts in every layer",
-                                                  o.n_cpu_moe, il, hp.n_expert, expert_bytes(il) * static_cast<uint64_t>(hp.n_expert) / double(1 << 20),
+                                                  o.n_cpu_moe, il, hp.n_expert, slots_bytes(il, hp.n_expert) / double(1 << 20),
                                                   budget / double(1ull << 30), left / double(1 << 20)));
-        give(il, hp.n_expert);
-      }
     } else {
-      uint64_t all = 0;
-      for (int64_t il = 0; il < hp.n_layer; ++il) all += expert_bytes(il);
-      const int64_t each = std::min<int64_t>(hp.n_expert, static_cast<int64_t>(left / all));
+      // The most slots every layer can have alike, then one more a layer front to back.
+      int64_t each = hp.n_expert;
+      for (;; --each) {
+        uint64_t all = 0;
+        for (int64_t il = 0; il < hp.n_layer; ++il) all += slots_bytes(il, each);
+        if (each == 0 || all <= left) break;
+      }
       if (each > 0)
-        for (int64_t il = 0; il < hp.n_layer; ++il) take(expert_bytes(il) * static_cast<uint64_t>(each)), give(il, each);
+        for (int64_t il = 0; il < hp.n_layer; ++il) give(il, each);
       if (each < hp.n_expert)
-        for (int64_t il = 0; il < hp.n_layer; ++il)
-          if (take(expert_bytes(il))) give(il, 1);
+        for (int64_t il = 0; il < hp.n_layer; ++il) give(il, 1);
     }
   }
   plan.left = left;
@@ -259,11 +270,30 @@ placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firin
     p.counts.emplace_back(begin, begin + hp.n_ff);
     all = std::accumulate(begin, begin + hp.n_ff, all);
   }
-  plan.solution = solve_placement(p);
+  // A layer's hot rows are a buffer each of gate, up and down rows (hot_cold_ffn), charged in the
+  // allocator's granules: the knapsack counts the rows' own bytes, so where the granules pass what is
+  // left its budget shrinks by the excess and it is solved again.
+  auto hot_bytes = [&](int64_t l, uint64_t count) {
+    const auto& lw = m.weights().layers[static_cast<size_t>(l)];
+    uint64_t b = 0;
+    for (const tensor_view* t : {&lw.ffn_gate, &lw.ffn_up, &lw.ffn_down_t})
+      if (*t) b += o.alloc.charge(t->row_bytes * count);
+    return b;
+  };
+  for (;;) {
+    plan.solution = solve_placement(p);
+    uint64_t charged = 0;
+    for (int64_t l = 0; l < hp.n_layer; ++l) charged += hot_bytes(l, plan.solution.hot[static_cast<size_t>(l)].size());
+    if (charged <= plan.left || p.budget == 0) {
+      plan.solution.bytes = charged;
+      break;
+    }
+    p.budget -= std::min(p.budget, charged - plan.left);
+  }
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     auto& pl = plan.layers[static_cast<size_t>(l)];
     pl.hot_neurons = static_cast<int64_t>(plan.solution.hot[static_cast<size_t>(l)].size());
-    pl.hot_bytes = static_cast<uint64_t>(pl.hot_neurons) * p.bytes[static_cast<size_t>(l)];
+    pl.hot_bytes = hot_bytes(l, static_cast<uint64_t>(pl.hot_neurons));
   }
   plan.left -= plan.solution.bytes;
   plan.hot_mass = all ? static_cast<double>(plan.solution.value) / static_cast<double>(all) : 0.0;
@@ -279,6 +309,7 @@ placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firin
 
 std::string placement_plan::table() const {
   auto mib = [](uint64_t b) { return b / double(1 << 20); };
+  auto pinned = [&] { return pinned_host ? fmt::format("host memory pinned for the device's copies (outside the budget): {:.2f} MiB\n", mib(pinned_host)) : std::string(); };
   auto yes = [&](bool on, uint64_t b) { return on ? fmt::format("{:.2f}", mib(b)) : std::string("cpu"); };
   if (experts) {
     std::string t = "| layer | attention MiB | KV cache MiB | FFN norm MiB | shared expert MiB | experts held | experts MiB | device MiB |\n"
@@ -300,7 +331,7 @@ std::string placement_plan::table() const {
                      : held == n_expert * static_cast<int64_t>(layers.size()) ? std::string("all on the device")
                                                                                : std::string("a cache in each layer's slots, refilled from the CPU's copy as tokens route"),
                      output ? "device" : "cpu", mib(fixed.compute), mib(bytes()), mib(budget), ctx, n_seq > 1 ? fmt::format(" x {} sequences", n_seq) : "");
-    return t;
+    return t + pinned();
   }
   std::string t = whole_layers ? "| layer | attention MiB | KV cache MiB | FFN norm MiB | FFN MiB | device MiB |\n| --- | --- | --- | --- | --- | --- |\n"
                                 : "| layer | attention MiB | KV cache MiB | predictor MiB | FFN norm MiB | hot neurons | hot rows MiB | device MiB |\n"
@@ -325,9 +356,9 @@ std::string placement_plan::table() const {
                    layers.size(), mib(fixed.kv_cache), count(&layer_placement::predictor), count(&layer_placement::ffn_norm),
                    std::accumulate(layers.begin(), layers.end(), int64_t{0}, [](int64_t a, const layer_placement& p) { return a + p.hot_neurons; }),
                    mib(solution.bytes), mib(bytes()));
-  t += fmt::format("output head: {}; compute buffers {:.2f} MiB{}; {:.2f} of {:.2f} MiB used (context {}{})\n", output ? "device" : "cpu", mib(fixed.compute),
+  t += fmt::format("output head: {}; compute buffers {:.2f} MiB{}; {:.2f} of {:.2f} MiB used (context {}{})\n{}", output ? "device" : "cpu", mib(fixed.compute),
                    fixed.step ? fmt::format(" and {:.2f} MiB of FFN-rows step buffers", mib(fixed.step)) : "", mib(bytes()), mib(budget), ctx,
-                   n_seq > 1 ? fmt::format(" x {} sequences", n_seq) : "");
+                   n_seq > 1 ? fmt::format(" x {} sequences", n_seq) : "", pinned());
   return t;
 }
 

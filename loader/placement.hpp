@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "devices/device.hpp"
 #include "engine/device_experts.hpp"
 #include "engine/device_layers.hpp"
 #include "model/placement_file.hpp"
@@ -80,6 +81,7 @@ struct placement_plan {
   std::vector<layer_placement> layers;
   bool output = false;  // the output norm and head
   placement_solution solution;
+  uint64_t pinned_host = 0;  // plan_options::pinned_bytes
   double hot_mass = 0;  // share of all profiled firings that fall on hot neurons
   uint64_t bytes() const { return fixed.total() + solution.bytes; }
   // Per layer what is on the device and its bytes, then the totals (one line each).
@@ -96,6 +98,9 @@ struct plan_options {
   int64_t kv_value_bytes = 2;  // the cache's values: F16 (4: --kv-type f32)
   // What the device can run besides hot FFN rows (a GPU: what its kernels read; sim: everything).
   bool attention = true, predictors = true, head = true;
+  // Whether the device holds the output norm with the head (a device running host code applies it; a
+  // GPU is given the normalized rows, the norm staying on the host).
+  bool output_norm = true;
   int64_t n_gpu_layers = -1;   // dense files: layers offloaded whole (-1: as many as fit; more than fit is an error)
   // Bytes the device sets aside for its FFN-rows jobs when hot rows go there (a GPU's step buffers:
   // devices::device::reserve_bytes; 0 for sim and cpu), taken before anything else.
@@ -105,6 +110,12 @@ struct plan_options {
   // layer's are all on the device (-1: what is left after the rest is a cache of experts in every layer).
   bool experts = true, shared_experts = true;
   int64_t n_cpu_moe = -1;
+  // How the device's allocator charges each buffer the runtime makes (devices::device::allocation():
+  // a GPU's granules): the plan counts every tensor, cache, compute buffer and slot buffer so.
+  devices::allocation_rule alloc;
+  // Pinned host memory the device keeps for its copies (devices::device::pinned_bytes): host RAM, not
+  // the budget's; the plan reports it.
+  uint64_t pinned_bytes = 0;
 };
 
 // The compute buffers a plan sets aside first (float32 activations of one step, doubled).

@@ -112,6 +112,8 @@ plan_prediction predict_moe_plan(const model& m, const planner_options& o) {
   loader::plan_options po;
   po.ctx = ctx;
   po.kv_value_bytes = o.kv_value_bytes;
+  po.alloc = devices::gpu_allocation;  // (a GPU's allocator: each buffer in its granules)
+  po.output_norm = false;              // (a GPU is given the head's normalized rows)
   r.plan = loader::plan_device(m, o.budget, po);
   double host = static_cast<double>(c.embedding_row), device = 0, cpu_s = host / cpu, gpu_s = 0, link_s = 0, routed = 0, hit = 0;
   auto cross = [&](double bytes) {
@@ -217,6 +219,8 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   loader::plan_options po;
   po.ctx = ctx;
   po.kv_value_bytes = o.kv_value_bytes;
+  po.alloc = devices::gpu_allocation;  // (a GPU's allocator: each buffer in its granules)
+  po.output_norm = false;              // (a GPU is given the head's normalized rows)
   if (sparse) {
     std::vector<uint64_t> counts = o.firing_counts;
     if (counts.empty()) counts.assign(static_cast<size_t>(hp.n_layer * hp.n_ff), 1);

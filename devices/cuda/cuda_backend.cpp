@@ -71,6 +71,8 @@ class cuda_backend final : public device {
     cuda_zero(index_, b.data(), b.size());
   }
   bool runs_host_work() const override { return false; }
+  allocation_rule allocation() const override { return gpu_allocation; }
+  uint64_t pinned_bytes(uint64_t compute_bytes, uint64_t step_bytes) const override { return gpu_pinned_bytes(compute_bytes, step_bytes); }
   void* stream() const override { return stream_; }
   // An error in the device's work: when the context no longer answers (a sticky error), the device is
   // lost and says why from now on; either way the work fails with the error.
@@ -205,9 +207,11 @@ class cuda_backend final : public device {
 uint64_t cuda_backend::reserve_bytes(operation op, int64_t max_n, int64_t d, int64_t n_ff) const {
   if (op != operation::ffn_rows) return 0;
   const auto n = static_cast<uint64_t>(max_n), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
-  uint64_t bytes = 2 * n * ud * sizeof(float) + n * uf * (sizeof(int32_t) + sizeof(float));
+  // The buffers reserve() makes, each as the allocator charges it.
+  const allocation_rule a = allocation();
+  uint64_t bytes = 2 * a.charge(n * ud * sizeof(float)) + a.charge(n * uf * sizeof(int32_t)) + a.charge(n * uf * sizeof(float));
 #if defined(HOTCOLD_HAVE_GPU)
-  bytes += static_cast<uint64_t>(kernels::gpu::hot_ffn_scratch(d)) * sizeof(float);
+  bytes += a.charge(static_cast<uint64_t>(kernels::gpu::hot_ffn_scratch(d)) * sizeof(float));
 #endif
   return bytes;
 }

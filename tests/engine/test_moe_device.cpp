@@ -50,13 +50,20 @@ std::shared_ptr<devices::device> sim(uint64_t budget, bool kernels) {
   return devices::make_device(d);
 }
 
-// The plan's bytes for everything but the experts, and the experts' bytes, on a budget that holds all.
-std::pair<uint64_t, uint64_t> plan_sizes(const model& m, int64_t ctx) {
+// The plan's bytes for everything but the experts, and what `slots` experts in every layer take (three
+// buffers a layer), each buffer as `alloc` charges it (sim with kernels: a GPU's granules).
+std::pair<uint64_t, uint64_t> plan_sizes(const model& m, int64_t ctx, int64_t slots, devices::allocation_rule alloc = {}) {
   loader::plan_options po;
   po.ctx = ctx;
+  po.alloc = alloc;
   const auto all = loader::plan_device(m, uint64_t{1} << 34, po);
-  return {all.bytes() - all.fixed.experts, all.fixed.experts};
+  uint64_t held = 0;
+  const auto e = static_cast<uint64_t>(m.hp().n_expert), s = static_cast<uint64_t>(slots);
+  for (const auto& l : m.weights().layers)
+    held += alloc.charge(l.ffn_gate_exps.bytes() / e * s) + alloc.charge(l.ffn_up_exps.bytes() / e * s) + alloc.charge(l.ffn_down_exps.bytes() / e * s);
+  return {all.bytes() - all.fixed.experts, held};
 }
+devices::allocation_rule charged_by(bool kernels) { return kernels ? devices::gpu_allocation : devices::allocation_rule{}; }
 
 // The experts' cache at a quarter of their bytes: each layer holds 2 of its 8, refilled as the tokens
 // route (uploads after a miss and the next layer's guess a layer early); the logits are the
@@ -68,13 +75,13 @@ TEST(MoeDevice, ACacheOfAQuarterOfTheExpertsGivesTheReference) {
     const auto& hp = m->hp();
     const auto tokens = token_ramp(16, 1, 53);
     const auto want = f.oracle.logits(tokens);
-    const auto [rest, experts] = plan_sizes(*m, 32);
     for (bool kernels : {false, true})
       for (bool batch : {false, true}) {
+        const auto [rest, quarter] = plan_sizes(*m, 32, 2, charged_by(kernels));
         SCOPED_TRACE(fmt::format("{} {} {}", architecture_name(arch), kernels ? "sim kernels" : "sim", batch ? "batch" : "one at a time"));
         loader::open_options o;
         o.ctx = 32, o.threads = 2;
-        auto r = loader::open_for_running(m, sim(rest + experts / 4, kernels), o);
+        auto r = loader::open_for_running(m, sim(rest + quarter, kernels), o);
         ASSERT_TRUE(r.experts);
         for (int64_t l = 0; l < hp.n_layer; ++l) EXPECT_EQ(r.experts->slots(l), 2);
         if (arch == architecture::qwen2moe) {
@@ -103,10 +110,10 @@ TEST(MoeDevice, ExpertsAreReadFromTheirSlots) {
   const moe_with_reference f(architecture::qwen3moe);
   const auto& m = f.m;
   const auto tokens = token_ramp(16, 1, 53);
-  const auto [rest, experts] = plan_sizes(*m, 32);
+  const auto [rest, quarter] = plan_sizes(*m, 32, 2);
   loader::open_options o;
   o.ctx = 32, o.threads = 2;
-  auto r = loader::open_for_running(m, sim(rest + experts / 4, false), o);
+  auto r = loader::open_for_running(m, sim(rest + quarter, false), o);
   ASSERT_TRUE(r.experts);
   // Swap two held slots' rows behind the cache's back (sim's buffers are host memory): expert 0's
   // slot now holds expert 1's rows and the other way round.
@@ -125,12 +132,12 @@ TEST(MoeDevice, PromptBatchesStreamTheirBusyColdExperts) {
   const moe_with_reference f(architecture::qwen3moe);
   const auto& m = f.m;
   const auto tokens = token_ramp(128, 1, 53);
-  const auto [rest, experts] = plan_sizes(*m, 160);
+  const auto [rest, quarter] = plan_sizes(*m, 160, 2);
   for (auto policy : {expert_policy::lfu_decay, expert_policy::fixed}) {
     SCOPED_TRACE(expert_policy_name(policy));
     loader::open_options o;
     o.ctx = 160, o.threads = 2, o.expert_cache_policy = policy;
-    auto r = loader::open_for_running(m, sim(rest + experts / 4, false), o);
+    auto r = loader::open_for_running(m, sim(rest + quarter, false), o);
     ASSERT_TRUE(r.experts);
     const auto got = test::run_tokens(*r.ctx, tokens, true);
     EXPECT_LT(test::rel_diff(got, f.oracle.logits(tokens)), 1e-4);
@@ -153,7 +160,7 @@ TEST(MoeDevice, NCpuMoeKeepsTheFirstLayersExpertsOnTheCpu) {
   const auto& hp = m->hp();
   const auto tokens = token_ramp(10, 3, 31);
   const auto want = f.oracle.logits(tokens);
-  const auto [rest, experts] = plan_sizes(*m, 32);
+  const auto [rest, experts] = plan_sizes(*m, 32, hp.n_expert, devices::gpu_allocation);
   for (int64_t n : {int64_t{1}, hp.n_layer}) {
     SCOPED_TRACE(n);
     loader::open_options o;

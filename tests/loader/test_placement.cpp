@@ -260,6 +260,64 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
   EXPECT_TRUE(saw_stop);
 }
 
+// A GPU's allocator hands out granules (devices::gpu_allocation: 512 bytes, 2 MiB from 1 MiB on): the
+// plan counts each buffer the runtime makes so, and the runtime on a device that charges granules (sim
+// with kernels) allocates exactly the plan, within the budget, at every budget of a sweep; a plan that
+// summed the tensors' own bytes overruns such a device at a budget it claimed to fit. Pinned host
+// memory is reported beside the table.
+TEST(Placement, PlanCountsAGpusAllocationGranules) {
+  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
+  auto dense = test::make_model("plan_dense", o);
+  const auto path = (test::scratch_dir() / "plan_sparse_f16_predictors.gguf").string();
+  tools::sparse_file_options so;
+  so.predictor_type = tensor_type::f16;  // (what a GPU's predictor reads)
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9), so);
+  auto m = model::load(path);
+  const auto& hp = m->hp();
+  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff));
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = (i * 7919) % 101;
+  auto gpu_like = [](uint64_t budget) {
+    devices::device_options d;
+    d.kind = "sim", d.budget = budget, d.sim_kernels = true;
+    return devices::make_device(d);
+  };
+  loader::plan_options granules;
+  granules.ctx = 64, granules.alloc = devices::gpu_allocation, granules.output_norm = false;
+  loader::plan_options exact = granules;
+  exact.alloc = {};
+  bool overran = false, hot_seen = false;
+  for (double kib = 64; kib < 8192; kib *= 1.3) {
+    SCOPED_TRACE(kib);
+    const auto budget = static_cast<uint64_t>(kib * 1024);
+    loader::placement_plan p, q;
+    try {
+      p = loader::plan_placement(*m, counts, budget, granules);
+      q = loader::plan_placement(*m, counts, budget, exact);
+    } catch (const std::invalid_argument&) {
+      continue;  // below the compute buffers
+    }
+    EXPECT_LE(p.bytes(), budget);
+    auto dev = gpu_like(budget);
+    device_layers held(m, p.residency(), dev, tensor_type::f16);
+    hot_rows rows(m, placement_data{p.solution.bytes, p.solution.hot, {}}, dev);
+    EXPECT_EQ(dev->used(), p.bytes()) << p.table();
+    hot_seen |= p.solution.bytes > 0;
+    // The tensors' own bytes: on the granule device, that plan does not fit where it said it did.
+    try {
+      auto other = gpu_like(budget);
+      device_layers q_held(m, q.residency(), other, tensor_type::f16);
+      hot_rows q_rows(m, placement_data{q.solution.bytes, q.solution.hot, {}}, other);
+    } catch (const devices::out_of_device_memory&) {
+      overran = true;
+    }
+  }
+  EXPECT_TRUE(hot_seen);
+  EXPECT_TRUE(overran) << "a plan counting bytes, not granules, always fitted: the test shows nothing";
+  granules.pinned_bytes = 3u << 20;
+  EXPECT_NE(loader::plan_device(*m, 64 << 20, granules).table().find("host memory pinned for the device's copies (outside the budget): 3.00 MiB"),
+            std::string::npos);
+}
+
 // A GPU's FFN-rows jobs reserve step buffers (devices::device::reserve_bytes): the plan takes them
 // first (for a sparse file, whose hot rows use them; a dense file has none), says so in its table,
 // and a placement made without them whose hot rows no longer fit what is left is planned again.
