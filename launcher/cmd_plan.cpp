@@ -25,6 +25,8 @@ struct plan_inputs {
   tools::planner_options o;
   std::string gpu_name = "custom", firing_from = "every neuron at --active", cpu_from = "given";
   double chosen_fraction = -1;  // a sparse file's: neurons its predictors choose, measured here
+  double cpu_spread = -1;       // the CPU's measurement: how far its passes were apart (-1: not measured)
+  bool cpu_noisy = false;       // ... more than a quiet machine's
 };
 
 // The GPU: by name, or its bandwidth and link.
@@ -69,8 +71,15 @@ void cpu_rates_of(const plan_args& a, const model& m, plan_inputs& in) {
   if (in.o.cpu_gbs <= 0) {
     in.o.cpu_gbs = r.products_gbs;
     if (in.o.cpu_ffn_gbs <= 0) in.o.cpu_ffn_gbs = r.ffn_gbs;
-    in.cpu_from = fmt::format("this file's work measured here: {} tokens decoded with {} threads, the median of {} passes ({:.1f} MiB of FFN a token)",
-                              r.tokens, r.threads, r.passes, r.ffn_bytes_per_token / double(1 << 20));
+    in.cpu_from = fmt::format("this file's work measured here: {} tokens decoded with {} threads after a warm-up, the median of {} passes "
+                              "({:.1f} MiB of FFN a token; the passes {:.0f}% apart)",
+                              r.tokens, r.threads, r.passes, r.ffn_bytes_per_token / double(1 << 20), 100 * r.spread);
+    in.cpu_spread = r.spread, in.cpu_noisy = r.noisy;
+    if (r.noisy)
+      fmt::print(stderr,
+                 "hotcold plan: the machine was too busy to trust the CPU's measurement: its passes were {:.0f}% apart (a quiet machine: under {:.0f}%); "
+                 "rerun when it is quiet, or give --cpu-bandwidth\n",
+                 100 * r.spread, 100 * tools::cpu_rates::noisy_spread);
   }
   in.o.chosen_per_token = r.chosen_per_token;
   if (!r.chosen_per_token.empty()) {
@@ -90,6 +99,8 @@ void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::pla
                    {"pcie_gbs", o.pcie_gbs},
                    {"cpu_bandwidth_gbs", o.cpu_gbs},
                    {"cpu_bandwidth_from", in.cpu_from},
+                   {"cpu_measurement_spread", in.cpu_spread >= 0 ? nlohmann::json(in.cpu_spread) : nlohmann::json()},
+                   {"cpu_measurement_noisy", in.cpu_noisy},
                    {"chosen_fraction", in.chosen_fraction >= 0 ? nlohmann::json(in.chosen_fraction) : nlohmann::json()},
                    {"cpu_ffn_bandwidth_gbs", o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs},
                    {"gpu_efficiency", o.gpu_efficiency},
@@ -102,6 +113,12 @@ void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::pla
                    {"host_bytes_per_token", p.host_bytes},
                    {"device_bytes_per_token", p.device_bytes},
                    {"crossings_per_token", p.crossings},
+                   {"launch_us", o.launch_us},
+                   {"copy_us", o.copy_us},
+                   {"launches_per_token", p.launches},
+                   {"copies_per_token", p.copies},
+                   {"syncs_per_token", p.syncs},
+                   {"round_trip_seconds_per_token", p.round_trip_seconds},
                    {"offload_layers", p.offload_layers},
                    {"limited_by", p.limited_by}};
   if (p.plan.experts) {
@@ -123,6 +140,7 @@ void run_plan(const plan_args& a) {
   in.o.ctx = a.ctx;
   in.o.gpu_efficiency = a.efficiency;
   in.o.crossing_us = a.crossing_us;
+  in.o.launch_us = a.launch_us, in.o.copy_us = a.copy_us;
   choose_gpu(a, in);
   auto m = model::load(a.model, {true});
   in.o.expert_hit_rate = a.expert_hit_rate;

@@ -405,7 +405,11 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                   "A mixture of experts: the share of routed experts the GPU's slots hold (e.g. replay --experts-cached's; default: slots / experts)")
       ->check(finite_in(0, 1));
   cmd->add_option("--gpu-efficiency", a->efficiency, "The fraction of the GPU's bandwidth its kernels reach")->capture_default_str()->check(finite_in(0, 1));
-  cmd->add_option("--crossing-us", a->crossing_us, "A crossing's fixed cost in microseconds")->capture_default_str()->check(finite_in(0, 1e6));
+  cmd->add_option("--crossing-us", a->crossing_us, "A blocking wait's cost in microseconds: the host's round trip to the GPU")->capture_default_str()->check(finite_in(0, 1e6));
+  cmd->add_option("--launch-us", a->launch_us, "What a kernel launch costs the host, microseconds (the runtime's launches a token counted as a GPU makes them)")
+      ->capture_default_str()
+      ->check(finite_in(0, 1e6));
+  cmd->add_option("--copy-us", a->copy_us, "What a host<->device copy call costs beside its bytes, microseconds")->capture_default_str()->check(finite_in(0, 1e6));
   cmd->add_option("-t,--threads", a->threads, "Threads of the CPU's measurement (default: the cores)")->check(whole_in(0, 1024));
   cmd->add_flag("--json", a->json, "One JSON object on stdout");
   cmd->callback([a, &exit_code] { exit_code = run_guarded("plan", [&] { run_plan(*a); }); });
@@ -453,6 +457,8 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--work", a->work, "Folder for the profile and predictors (default: OUTPUT.work)");
   cmd->add_option("-t,--threads", a->threads, "Threads (0 or less: all hardware threads)")->check(thread_count());
   cmd->add_option("--recall", a->train.target_recall, "Recall each layer's threshold keeps on held-out samples")->capture_default_str();
+  cmd->add_option("--rank", a->train.rank, "Predictor rank (default: chosen per layer, as train-predictor does)")->check(whole_in(1, 1 << 20));
+  cmd->add_option("--epochs", a->train.epochs, "Training epochs (as train-predictor's)")->capture_default_str()->check(whole_in(0, 1000));
   cmd->add_flag("--powerinfer", a->powerinfer, "Write PowerInfer's magic (PWRI) and threshold key instead of hotcold's");
   cmd->add_flag("--reuse-profile", a->reuse_profile, "Use the profile already in the work folder instead of profiling again");
   cmd->add_flag("--plain-layout", a->plain_layout,

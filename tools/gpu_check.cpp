@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,21 +30,26 @@ namespace gpu = hotcold::kernels::gpu;
 int failures = 0;
 nlohmann::json checks = nlohmann::json::array(), speeds = nlohmann::json::array();
 
-// Device copy of a host vector, freed at scope exit.
+// Throws naming what failed when a runtime call did.
+void checked(gpuError_t e, const char* what) {
+  if (e != gpuSuccess) throw std::runtime_error(std::string(what) + ": " + gpuGetErrorString(e));
+}
+
+// Device copy of a host vector, freed at scope exit; every copy's error checked.
 template <typename T>
 struct dev {
   T* p = nullptr;
   size_t n = 0;
   explicit dev(const std::vector<T>& h) : n(h.size()) {
-    if (gpuMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)) != gpuSuccess) throw std::runtime_error("gpuMalloc failed");
-    if (n) gpuMemcpy(p, h.data(), n * sizeof(T), gpuMemcpyHostToDevice);
+    checked(gpuMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)), "gpuMalloc");
+    if (n) checked(gpuMemcpy(p, h.data(), n * sizeof(T), gpuMemcpyHostToDevice), "gpuMemcpy to the device");
   }
   explicit dev(size_t count) : dev(std::vector<T>(count)) {}
   ~dev() { (void)gpuFree(p); }
   std::vector<T> get() const {
     std::vector<T> h(n);
-    (void)gpuDeviceSynchronize();
-    if (n) gpuMemcpy(h.data(), p, n * sizeof(T), gpuMemcpyDeviceToHost);
+    checked(gpuDeviceSynchronize(), "the kernels before a read-back");
+    if (n) checked(gpuMemcpy(h.data(), p, n * sizeof(T), gpuMemcpyDeviceToHost), "gpuMemcpy to the host");
     return h;
   }
 };
@@ -343,18 +349,23 @@ void check_attention(int64_t past, int64_t n_head, int64_t n_head_kv, int64_t hd
 template <typename F>
 double seconds_per_call(F f, int reps) {
   f();
-  (void)gpuDeviceSynchronize();
+  checked(gpuDeviceSynchronize(), "a timed kernel's warm-up");
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) f();
-  (void)gpuDeviceSynchronize();
+  checked(gpuDeviceSynchronize(), "a timed kernel");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
-void speed(const std::string& name, double seconds, double bytes, double peak) {
-  const double gbps = bytes / seconds / 1e9;
-  std::printf("SPEED %-52s %9.1f us %7.0f GB/s (%4.1f%% of %.0f)\n", name.c_str(), seconds * 1e6, gbps, 100 * gbps / peak, peak);
+// A kernel's decode work judged: its GB/s of the bytes it must read as a fraction of the copy's, held
+// to a floor (what a bandwidth-shaped kernel of its kind reaches; below it, the first run says where a
+// token's time goes).
+void speed(const std::string& name, double seconds, double bytes, double peak, double floor) {
+  const double gbps = bytes / seconds / 1e9, fraction = gbps / peak;
+  const bool below = fraction < floor;
+  std::printf("SPEED %-52s %9.1f us %7.0f GB/s (%4.1f%% of %.0f; floor %.0f%%)%s\n", name.c_str(), seconds * 1e6, gbps, 100 * fraction, peak, 100 * floor,
+              below ? " BELOW ITS FLOOR" : "");
   std::fflush(stdout);
-  speeds.push_back({{"kernel", name}, {"us", seconds * 1e6}, {"gb_per_s", gbps}, {"fraction_of_peak", gbps / peak}});
+  speeds.push_back({{"kernel", name}, {"us", seconds * 1e6}, {"gb_per_s", gbps}, {"fraction_of_peak", fraction}, {"floor", floor}, {"below_floor", below}});
 }
 
 // The device's memory bandwidth: published (memory clock x bus width, double data rate) and what a
@@ -388,12 +399,13 @@ void bench(std::mt19937& rng, double peak) {
     dev<float> dx(x), dy(static_cast<size_t>(4 * n_ff));
     for (auto t : {gpu::row_type::f16, gpu::row_type::q8_0, gpu::row_type::q4_0}) {
       const char* tn = type_name(t);
+      const double product_floor = t == gpu::row_type::f16 ? 0.5 : 0.35;  // (quantized rows: more work a byte)
       dev<uint8_t> w(random_rows(t, n_ff, d, rng));
       const double bytes = static_cast<double>(n_ff * gpu::row_bytes(t, d));
       speed(std::string("matvec ") + tn + " " + std::to_string(n_ff) + "x" + std::to_string(d) + shape,
-            seconds_per_call([&] { gpu::matvec(t, w.p, n_ff, d, dx.p, dy.p); }, 100), bytes, peak);
+            seconds_per_call([&] { gpu::matvec(t, w.p, n_ff, d, dx.p, dy.p); }, 100), bytes, peak, product_floor);
       speed(std::string("matmul ") + tn + " " + std::to_string(n_ff) + "x" + std::to_string(d) + " n 4" + shape,
-            seconds_per_call([&] { gpu::matmul(t, w.p, n_ff, d, dx.p, 4, dy.p, n_ff); }, 100), bytes, peak);
+            seconds_per_call([&] { gpu::matmul(t, w.p, n_ff, d, dx.p, 4, dy.p, n_ff); }, 100), bytes, peak, product_floor);
       dev<uint8_t> rows(random_rows(t, hot, d, rng));
       std::vector<int32_t> slots(static_cast<size_t>(chosen));
       for (auto& sl : slots) sl = static_cast<int32_t>(rng() % hot);
@@ -401,7 +413,7 @@ void bench(std::mt19937& rng, double peak) {
       dev<float> dh(static_cast<size_t>(chosen)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
       speed(std::string("hot_ffn ") + tn + " " + std::to_string(chosen) + " of " + std::to_string(hot) + " rows" + shape,
             seconds_per_call([&] { gpu::hot_ffn(t, rows.p, rows.p, rows.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, 0.0f, dh.p, dy.p, scratch.p); }, 100),
-            static_cast<double>(chosen) * 3.0 * static_cast<double>(gpu::row_bytes(t, d)), peak);
+            static_cast<double>(chosen) * 3.0 * static_cast<double>(gpu::row_bytes(t, d)), peak, 0.25);
     }
     const int64_t rank = d == 2048 ? 256 : 1024;
     dev<uint16_t> fc1(random_f16(static_cast<size_t>(rank * d), rng, 0.05f)), fc2(random_f16(static_cast<size_t>(n_ff * rank), rng, 0.1f));
@@ -409,7 +421,7 @@ void bench(std::mt19937& rng, double peak) {
     dev<uint8_t> chosen_bytes(static_cast<size_t>(n_ff));
     speed("predictor f16 rank " + std::to_string(rank) + shape,
           seconds_per_call([&] { gpu::predictor(gpu::row_type::f16, fc1.p, fc2.p, d, rank, n_ff, dx.p, 0.1f, mid.p, scores.p, chosen_bytes.p); }, 100),
-          2.0 * static_cast<double>(rank * (d + n_ff)), peak);
+          2.0 * static_cast<double>(rank * (d + n_ff)), peak, 0.2);
     // One token's attention at the last position of a 2048 context, F16 cache (1B: 32 heads of 64,
     // 8 KV heads; 7B: 32 heads of 128, 32 KV heads).
     const int64_t ctx = 2048, n_head = 32, n_head_kv = d == 2048 ? 8 : 32, hd = d / n_head, kv = n_head_kv * hd;
@@ -418,7 +430,7 @@ void bench(std::mt19937& rng, double peak) {
     dev<float> qkv(random_f32(static_cast<size_t>(d + 2 * kv), rng)), out(static_cast<size_t>(d));
     dev<int32_t> sp(std::vector<int32_t>{0, static_cast<int32_t>(ctx - 1)});
     speed("attend f16 cache, 2048 positions" + shape, seconds_per_call([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p); }, 100),
-          static_cast<double>(ctx) * 2.0 * static_cast<double>(kv) * 2, peak);
+          static_cast<double>(ctx) * 2.0 * static_cast<double>(kv) * 2, peak, 0.3);
   }
 }
 
@@ -426,66 +438,92 @@ void bench(std::mt19937& rng, double peak) {
 
 namespace hotcold::tools {
 
-int check_gpu_kernels(bool small, const std::string& json_path) {
+int check_gpu_kernels(bool small, const std::string& json_path, int from) {
   const auto probe = hotcold::devices::probe_cuda();
   if (probe.devices.empty()) {
     std::printf("SKIP no CUDA device: %s\n", probe.unavailable.c_str());
     return 77;
   }
   std::printf("device: %s\n", probe.devices.front().name.c_str());
-  std::mt19937 rng(2026);
-  nlohmann::json result{{"device", probe.devices.front().name}};
-  std::string error;
-  try {
-    check_matmul(333, 2047, 3, rng);  // odd columns: the unaligned path
-    check_matmul(5632, 256, 7, rng);
-    for (auto act : {gpu::ffn_act::relu, gpu::ffn_act::silu, gpu::ffn_act::gelu, gpu::ffn_act::drelu}) check_hot_ffn(1024, 512, 300, true, act, rng);
-    check_hot_ffn(1024, 512, 300, false, gpu::ffn_act::gelu, rng);
-    check_hot_ffn(64, 2048, 0, true, gpu::ffn_act::relu, rng);  // nothing chosen: out is zero
-    for (auto t : {gpu::row_type::q8_0, gpu::row_type::q4_0}) {
-      check_hot_ffn_quantized(t, 1024, 512, 300, rng);
-      check_matvec_quantized(t, 1000, 512, rng);
-    }
-    check_matvec_quantized(gpu::row_type::q6_k, 1000, 768, rng);  // a llama.cpp Q4_0 file's head
-    check_predictor(512, 64, 1000, rng);
-    check_attention(0, 8, 8, 64, 64, false, true, rng);
-    check_attention(40, 4, 1, 64, 32, true, false, rng);  // partial rotation, adjacent pairs, F32 cache
-    check_attention(33, 2, 2, 256, 64, false, true, rng);  // the widest head
-    if (!small) {
-      // The real shapes: the ~1B file's (2048/5632, 8 KV heads) and 7B's (4096/11008), one token and a batch.
-      check_matmul(2048, 2048, 1, rng);
-      check_matmul(4096, 4096, 1, rng);
-      check_matmul(4096, 4096, 4, rng);
-      check_matmul(11008, 4096, 1, rng);
-      check_hot_ffn(8192, 256, 5000, true, gpu::ffn_act::relu, rng);  // more neurons than chunks x 32: longer chunks
-      check_hot_ffn(5632, 2048, 1400, true, gpu::ffn_act::relu, rng);
-      check_hot_ffn(11008, 4096, 1100, true, gpu::ffn_act::relu, rng);
-      for (auto t : {gpu::row_type::q8_0, gpu::row_type::q4_0}) {
-        check_matvec_quantized(t, 4096, 4096, rng);  // one token and three
-        check_hot_ffn_quantized(t, 5632, 2048, 1400, rng);
-        check_hot_ffn_quantized(t, 11008, 4096, 1100, rng);
-      }
-      check_matvec_quantized(gpu::row_type::q6_k, 4096, 4096, rng);
-      check_predictor(2048, 256, 5632, rng);
-      check_predictor(4096, 1024, 11008, rng);
-      check_attention(300, 32, 8, 64, 64, false, true, rng);    // 1B: grouped-query, several tiles
-      check_attention(300, 32, 32, 128, 128, false, true, rng);  // 7B
-      const auto [spec, copy] = peak_bandwidth();
-      std::printf("BANDWIDTH published %.0f GB/s, device-to-device copy %.0f GB/s\n", spec, copy);
-      result["published_gb_per_s"] = spec;
-      result["copy_gb_per_s"] = copy;
-      bench(rng, copy > 0 ? copy : spec);
-    }
-  } catch (const std::exception& e) {
-    error = e.what();
-    ++failures;
-    std::printf("FAIL %s\n", e.what());
+  nlohmann::json result{{"device", probe.devices.front().name}, {"from", from}};
+  // Each check by name, its inputs from a seed of its own (a rerun from check K makes the same ones).
+  using rng_t = std::mt19937;
+  std::vector<std::pair<std::string, std::function<void(rng_t&)>>> list{
+      {"matmul f16 odd columns", [](rng_t& r) { check_matmul(333, 2047, 3, r); }},  // the unaligned path
+      {"matmul f16 5632x256 n 7", [](rng_t& r) { check_matmul(5632, 256, 7, r); }},
+      {"hot_ffn f16 every activation", [](rng_t& r) {
+         for (auto act : {gpu::ffn_act::relu, gpu::ffn_act::silu, gpu::ffn_act::gelu, gpu::ffn_act::drelu}) check_hot_ffn(1024, 512, 300, true, act, r);
+       }},
+      {"hot_ffn f16 ungated", [](rng_t& r) { check_hot_ffn(1024, 512, 300, false, gpu::ffn_act::gelu, r); }},
+      {"hot_ffn f16 nothing chosen", [](rng_t& r) { check_hot_ffn(64, 2048, 0, true, gpu::ffn_act::relu, r); }},  // out is zero
+      {"hot_ffn and products q8_0", [](rng_t& r) { check_hot_ffn_quantized(gpu::row_type::q8_0, 1024, 512, 300, r), check_matvec_quantized(gpu::row_type::q8_0, 1000, 512, r); }},
+      {"hot_ffn and products q4_0", [](rng_t& r) { check_hot_ffn_quantized(gpu::row_type::q4_0, 1024, 512, 300, r), check_matvec_quantized(gpu::row_type::q4_0, 1000, 512, r); }},
+      {"products q6_k", [](rng_t& r) { check_matvec_quantized(gpu::row_type::q6_k, 1000, 768, r); }},  // a llama.cpp Q4_0 file's head
+      {"predictor 512", [](rng_t& r) { check_predictor(512, 64, 1000, r); }},
+      {"attention f16 cache", [](rng_t& r) { check_attention(0, 8, 8, 64, 64, false, true, r); }},
+      {"attention partial rotation, adjacent, f32 cache", [](rng_t& r) { check_attention(40, 4, 1, 64, 32, true, false, r); }},
+      {"attention head of 256", [](rng_t& r) { check_attention(33, 2, 2, 256, 64, false, true, r); }},
+  };
+  if (!small) {
+    // The real shapes: the ~1B file's (2048/5632, 8 KV heads) and 7B's (4096/11008), one token and a batch.
+    const std::vector<std::pair<std::string, std::function<void(rng_t&)>>> real{
+        {"matmul f16 real shapes", [](rng_t& r) {
+           check_matmul(2048, 2048, 1, r), check_matmul(4096, 4096, 1, r), check_matmul(4096, 4096, 4, r), check_matmul(11008, 4096, 1, r);
+         }},
+        {"hot_ffn f16 long chunks", [](rng_t& r) { check_hot_ffn(8192, 256, 5000, true, gpu::ffn_act::relu, r); }},  // more neurons than chunks x 32
+        {"hot_ffn f16 1B and 7B", [](rng_t& r) {
+           check_hot_ffn(5632, 2048, 1400, true, gpu::ffn_act::relu, r), check_hot_ffn(11008, 4096, 1100, true, gpu::ffn_act::relu, r);
+         }},
+        {"q8_0 real shapes", [](rng_t& r) {
+           check_matvec_quantized(gpu::row_type::q8_0, 4096, 4096, r), check_hot_ffn_quantized(gpu::row_type::q8_0, 5632, 2048, 1400, r),
+               check_hot_ffn_quantized(gpu::row_type::q8_0, 11008, 4096, 1100, r);
+         }},
+        {"q4_0 real shapes", [](rng_t& r) {
+           check_matvec_quantized(gpu::row_type::q4_0, 4096, 4096, r), check_hot_ffn_quantized(gpu::row_type::q4_0, 5632, 2048, 1400, r),
+               check_hot_ffn_quantized(gpu::row_type::q4_0, 11008, 4096, 1100, r);
+         }},
+        {"products q6_k 4096", [](rng_t& r) { check_matvec_quantized(gpu::row_type::q6_k, 4096, 4096, r); }},
+        {"predictors 1B and 7B", [](rng_t& r) { check_predictor(2048, 256, 5632, r), check_predictor(4096, 1024, 11008, r); }},
+        {"attention 1B and 7B", [](rng_t& r) {
+           check_attention(300, 32, 8, 64, 64, false, true, r);    // 1B: grouped-query, several tiles
+           check_attention(300, 32, 32, 128, 128, false, true, r);  // 7B
+         }},
+        {"attention past 2048 positions", [](rng_t& r) { check_attention(2100, 32, 8, 64, 64, false, true, r); }},
+        {"speed", [&result](rng_t& r) {
+           const auto [spec, copy] = peak_bandwidth();
+           std::printf("BANDWIDTH published %.0f GB/s, device-to-device copy %.0f GB/s\n", spec, copy);
+           result["published_gb_per_s"] = spec;
+           result["copy_gb_per_s"] = copy;
+           bench(r, copy > 0 ? copy : spec);
+         }},
+    };
+    list.insert(list.end(), real.begin(), real.end());
   }
+  // Each check waits for its kernels and reads the device's error itself, so a fault names its check;
+  // the context may keep the error (every later call fails with it), so the process stops there and
+  // the checks after it rerun in a fresh one (`kernels --from K`, which the full check does).
+  for (int i = std::max(0, from); i < static_cast<int>(list.size()); ++i) {
+    rng_t rng(2026u + static_cast<unsigned>(i));
+    const auto& [name, run] = list[static_cast<size_t>(i)];
+    try {
+      run(rng);
+    } catch (const std::exception& e) {
+      report(name, e.what(), std::nan(""), 0);
+    }
+    const gpuError_t sync = gpuDeviceSynchronize();
+    const gpuError_t last = gpuGetLastError();
+    if (sync != gpuSuccess || last != gpuSuccess) {
+      report(name + " (the device's error after it)", gpuGetErrorString(sync != gpuSuccess ? sync : last), std::nan(""), 0);
+      if (i + 1 < static_cast<int>(list.size())) result["resume_from"] = i + 1;
+      std::printf("STOP the device reported an error after check %d (%s); the checks from %d on need a fresh process\n", i, name.c_str(), i + 1);
+      break;
+    }
+  }
+  result["of"] = list.size();
   std::printf("%s: %d of %zu kernel checks failed\n", failures ? "FAILED" : "OK", failures, checks.size());
   result["checks"] = checks;
   result["speed"] = speeds;
   result["failed"] = failures;
-  if (!error.empty()) result["error"] = error;
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << result.dump(2) << "\n";

@@ -23,7 +23,9 @@ enum gpu_check_exit : int {
 // Checks every kernel (with `small`, only small shapes: for compute-sanitizer) and, unless small,
 // times them at the ~1B and 7B shapes against the device's bandwidth. Writes the checks and speeds
 // to json_path (if given). Returns 0, 1 (a kernel is wrong) or 77 (no CUDA device).
-int check_gpu_kernels(bool small, const std::string& json_path);
+// Each check waits for its kernels and reads the device's error; after an error the run stops and the
+// JSON's `resume_from` names the check a fresh process starts at (from).
+int check_gpu_kernels(bool small, const std::string& json_path, int from = 0);
 
 struct gpu_check_options {
   double minutes = 8;         // the whole run's time; each stage gets a share (and what earlier ones left)

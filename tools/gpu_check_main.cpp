@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   auto* k = app.add_subcommand("kernels", "Every GPU kernel against the CPU on random inputs, then their speed (exit 0 passed, 1 a kernel is wrong, 77 no device)");
   k->add_flag("--small", small, "Small shapes only, no timing (for a run under compute-sanitizer)");
   k->add_option("--json", json_path, "Write the checks and speeds as JSON");
+  int from = 0;
+  k->add_option("--from", from, "Start at this check (a fresh process after a device error: the JSON's resume_from)")->check(CLI::NonNegativeNumber);
   hotcold::tools::gpu_check_options o;
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -53,5 +55,5 @@ int main(int argc, char** argv) {
       }
     return hotcold::tools::run_gpu_check(o);
   }
-  return hotcold::tools::check_gpu_kernels(small, json_path);
+  return hotcold::tools::check_gpu_kernels(small, json_path, from);
 }

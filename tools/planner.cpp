@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "devices/gpu_jobs.hpp"
 #include "engine/forward.hpp"
 #include "engine/read_costs.hpp"
 #include "engine/trace.hpp"
@@ -178,6 +179,43 @@ plan_prediction predict_moe_plan(const model& m, const planner_options& o) {
 
 }  // namespace
 
+// The round trips of the runtime's one-token jobs on a GPU, as its back end makes them
+// (devices::gpu_traffic, what sim counts): the jobs need only their shapes and which weights they hold.
+namespace trips {
+char held = 0;  // (a job's weights and scratch: non-null where the layer has them)
+const void* has(const tensor_view& t) { return t ? &held : nullptr; }
+constexpr uint64_t room = uint64_t{1} << 40;  // (scratch for a token)
+}  // namespace trips
+devices::device_traffic attention_trips(const hparams& hp, const layer_weights& l, bool with_predictor) {
+  devices::attention_job j;
+  j.n = 1, j.d = hp.n_embd, j.n_head = hp.n_head, j.n_head_kv = hp.n_head_kv, j.head_dim = hp.head_dim(), j.n_rot = hp.n_rot;
+  j.wqkv = trips::has(l.wqkv), j.wq = trips::has(l.wq), j.wk = trips::has(l.wk), j.wv = trips::has(l.wv), j.wo = trips::has(l.wo);
+  if (with_predictor) j.fc1 = j.fc2 = &trips::held, j.rank = l.pred_fc1.ne1, j.n_ff = hp.n_ff;
+  j.scratch = &trips::held, j.scratch_bytes = trips::room;
+  return devices::gpu_traffic(j);
+}
+devices::device_traffic predict_trips(const hparams& hp, const layer_weights& l) {
+  devices::predict_job j;
+  j.n = 1, j.d = hp.n_embd, j.rank = l.pred_fc1.ne1, j.n_ff = hp.n_ff;
+  return devices::gpu_traffic(j);
+}
+devices::device_traffic dense_ffn_trips(const hparams& hp, const layer_weights& l) {
+  devices::dense_ffn_job j;
+  j.n = 1, j.d = hp.n_embd, j.n_ff = hp.n_ff, j.gated = static_cast<bool>(l.ffn_gate);
+  j.scratch = &trips::held, j.scratch_bytes = trips::room;
+  return devices::gpu_traffic(j);
+}
+devices::device_traffic hot_rows_trips(const hparams& hp) {
+  devices::ffn_rows_job j;  // (one token, some rows chosen)
+  j.n = 1, j.d = hp.n_embd, j.n_ff = hp.n_ff, j.count = 1;
+  return devices::gpu_traffic(j);
+}
+devices::device_traffic head_trips(const hparams& hp) {
+  devices::matvec_job j;
+  j.n = 1, j.rows = hp.n_vocab, j.cols = hp.n_embd;
+  return devices::gpu_traffic(j);
+}
+
 plan_prediction predict_plan(const model& m, const planner_options& o) {
   const hparams& hp = m.hp();
   check_planner_options(o, hp);
@@ -230,10 +268,16 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   }
   const double x_bytes = 4.0 * static_cast<double>(hp.n_embd);  // one activation vector
   double host = static_cast<double>(c.embedding_row), device = 0, cpu_s = host / cpu, gpu_s = 0, link_s = 0, crossings = 0, crossing_bytes = 0;
-  auto cross = [&](double bytes) {  // one round trip carrying `bytes`: its time
+  // One job's round trip carrying `bytes`: its launches, copies and waits as the GPU back end makes
+  // them, and the bytes over the link; its time.
+  auto cross = [&](double bytes, const devices::device_traffic& trips) {
     crossings += 1, crossing_bytes += bytes;
-    link_s += crossing + bytes / link;
-    return crossing + bytes / link;
+    r.launches += static_cast<double>(trips.launches), r.copies += static_cast<double>(trips.copies), r.syncs += static_cast<double>(trips.syncs);
+    const double fixed = static_cast<double>(trips.syncs) * crossing + static_cast<double>(trips.launches) * o.launch_us * 1e-6 +
+                         static_cast<double>(trips.copies) * o.copy_us * 1e-6;
+    r.round_trip_seconds += fixed;
+    link_s += fixed + bytes / link;
+    return fixed + bytes / link;
   };
   // Bytes read on one side: counted there, and the time they take on it.
   // rate: the CPU's for this kind of work (the GPU's is one).
@@ -252,15 +296,18 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     // predictor on the GPU cross together (the layer's input down, its output and choices up).
     double layer_t = charge(p.attention, attention, cpu);
     if (sparse) layer_t += charge(p.predictor, predictor, cpu);
-    if (p.attention || p.predictor) layer_t += cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0));
+    const auto& lw = m.weights().layers[li];
+    if (p.attention || p.predictor)
+      layer_t += cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0),
+                       p.attention ? attention_trips(hp, lw, sparse && p.predictor) : predict_trips(hp, lw));
     if (p.ffn) {  // a dense file's whole layer: its FFN is one more job (the FFN input down, the output up)
-      layer_t += charge(true, ffn[li], rows_rate) + cross(2 * x_bytes);
+      layer_t += charge(true, ffn[li], rows_rate) + cross(2 * x_bytes, dense_ffn_trips(hp, lw));
     } else if (sparse) {
       // The hot share on the GPU and the cold share on the CPU at the same time; the join waits for
       // the longer, the hot side's crossing included.
       double hot = 0;
       for (int32_t i : r.plan.solution.hot[li]) hot += neuron_bytes(l, i);
-      const double hot_t = charge(true, hot, rows_rate) + (r.plan.solution.hot[li].empty() ? 0.0 : cross(3 * x_bytes));
+      const double hot_t = charge(true, hot, rows_rate) + (r.plan.solution.hot[li].empty() ? 0.0 : cross(3 * x_bytes, hot_rows_trips(hp)));
       layer_t += std::max(hot_t, charge(false, ffn[li] - hot, rows_rate));
     } else {
       layer_t += charge(false, ffn[li], rows_rate);
@@ -269,7 +316,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   }
   const double out = static_cast<double>(c.output);
   t += charge(r.plan.output, out, cpu);
-  if (r.plan.output) t += cross(x_bytes + 4.0 * static_cast<double>(hp.n_vocab));
+  if (r.plan.output) t += cross(x_bytes + 4.0 * static_cast<double>(hp.n_vocab), head_trips(hp));
   r.host_bytes = host, r.device_bytes = device, r.crossings = crossings, r.crossing_bytes = crossing_bytes;
   r.cpu_seconds = cpu_s, r.gpu_seconds = gpu_s, r.link_seconds = link_s;
   r.hybrid_tokens_per_s = 1.0 / t;
@@ -306,7 +353,7 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
   t += fmt::format("{}: {} layers, embd {}, ffn {}; GPU budget {:.2f} GiB, context {}, {} cached rows a token\n", m.path(), hp.n_layer, hp.n_embd, hp.n_ff,
                    o.budget / double(1ull << 30), p.plan.ctx, o.position >= 0 ? o.position : p.plan.ctx / 2.0);
   const auto rate = [&](double r) { return r > 0 ? r : o.cpu_gbs; };
-  t += fmt::format("bandwidth: CPU {:.1f} GB/s products, {:.1f} GB/s {}; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a crossing\n",
+  t += fmt::format("bandwidth: CPU {:.1f} GB/s products, {:.1f} GB/s {}; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a blocking wait\n",
                    o.cpu_gbs, rate(o.cpu_ffn_gbs), m.has_predictors() ? "sparse FFN rows" : "FFN", o.gpu_gbs, o.gpu_efficiency, o.pcie_gbs,
                    o.crossing_us);
   t += "| configuration | host MiB/token | GPU MiB/token | crossings/token | tokens/s |\n| --- | --- | --- | --- | --- |\n";
@@ -328,28 +375,37 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
   }
   t += fmt::format("hybrid per token: CPU {:.2f} ms, GPU {:.2f} ms, link {:.2f} ms ({:.1f} KiB): limited by the {}\n", p.cpu_seconds * 1e3, p.gpu_seconds * 1e3,
                    p.link_seconds * 1e3, p.crossing_bytes / 1024, p.limited_by == "pcie" ? "PCIe link" : p.limited_by == "gpu" ? "GPU" : "CPU");
+  if (p.launches + p.copies + p.syncs > 0)
+    t += fmt::format("hybrid round trips per token: {:.0f} kernel launches, {:.0f} copies, {:.0f} blocking waits = {:.2f} ms of the link's time (at {:g} us a "
+                     "launch, {:g} a copy, {:g} a wait)\n",
+                     p.launches, p.copies, p.syncs, p.round_trip_seconds * 1e3, o.launch_us, o.copy_us, o.crossing_us);
   return t;
 }
 
 cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
   const auto& hp = m->hp();
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Passes of 16 decoded tokens, at least 3 and until 2 s have passed (at most 15): each kind's rate
-  // is its median over the passes, so a burst of another program's work on the machine moves one
-  // pass, not the answer.
-  constexpr int64_t prompt_tokens = 8, per_pass = 16, min_passes = 3, max_passes = 15;
-  inference_context ctx(m, prompt_tokens + per_pass * max_passes, threads, 1);
+  // A warm-up pass (first touches of the weights' pages and the caches, not counted), then passes of
+  // 16 decoded tokens, at least 5 and until 2 s have passed (at most 15): each kind's rate is its
+  // median over the passes, so a burst of another program's work on the machine moves one pass, not
+  // the answer; the passes' spread says when the machine was too busy for any answer.
+  constexpr int64_t prompt_tokens = 8, per_pass = 16, min_passes = 5, max_passes = 15;
+  inference_context ctx(m, prompt_tokens + per_pass * (max_passes + 1), threads, 1);
   const bool sparse = m->has_predictors(), moe = hp.moe();
   ctx.set_mode(sparse ? ffn_mode::sparse : ffn_mode::dense);
   std::vector<token_id> prompt;
   for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<token_id>((7 + 131 * i) % hp.n_vocab));
   auto logits = ctx.forward_batch(prompt, 0);
+  int64_t pos = prompt_tokens;
+  for (; pos < prompt_tokens + per_pass; ++pos) {  // the warm-up
+    const auto next = static_cast<token_id>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    logits = ctx.forward_batch(std::span<const token_id>(&next, 1), pos);
+  }
   const read_costs c(*m);
   const auto gbs = [](double bytes, double s) { return s > 0 && bytes > 0 ? bytes / s / 1e9 : 0.0; };
   std::vector<double> products_r, ffn_r, ffn_bytes;
   std::vector<double> chosen(c.attention.size(), 0.0);
   const auto t0 = std::chrono::steady_clock::now();
-  int64_t pos = prompt_tokens;
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     if (pass >= min_passes && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 2.0) break;
     const std::vector<int64_t> neurons0 = ctx.read_neurons(), down0 = ctx.read_down_rows();
@@ -394,6 +450,14 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
   if (sparse)
     for (double n : chosen) r.chosen_per_token.push_back(n / static_cast<double>(r.tokens));
   r.ffn_bytes_per_token = median(ffn_bytes);
+  // The spread: (largest - smallest) / median of each kind's passes, the larger of the two.
+  const auto spread = [&](const std::vector<double>& v) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    const double mid = median(v);
+    return mid > 0 ? (*hi - *lo) / mid : 0.0;
+  };
+  r.spread = std::max(spread(products_r), ffn_r.empty() ? 0.0 : spread(ffn_r));
+  r.noisy = r.spread > cpu_rates::noisy_spread;
   if (r.products_gbs <= 0) throw std::runtime_error("plan: the CPU's measurement recorded no attention or head time");
   return r;
 }

@@ -37,7 +37,10 @@ struct planner_options {
   double cpu_gbs = 0, gpu_gbs = 0, pcie_gbs = 0;
   double cpu_ffn_gbs = 0;
   double gpu_efficiency = 0.75;    // of the published bandwidth that the kernels reach
-  double crossing_us = 10;         // a crossing's fixed cost: launch, copy and wait, each way
+  double crossing_us = 10;         // a blocking wait's cost: the host's round trip to the GPU and back
+  // What each kernel launch and each host<->device copy call costs the host beside it (the runtime's
+  // jobs as a GPU runs them: devices::gpu_traffic counts them; 0 and 0: the flat crossing of before).
+  double launch_us = 3, copy_us = 3;
   // How often neurons fire: counts (n_layer x n_ff) over `tokens` tokens, or, when counts are empty,
   // each neuron with probability `active`.
   std::vector<uint64_t> firing_counts;
@@ -58,6 +61,9 @@ struct plan_prediction {
   double cpu_only_bytes = 0;       // a token on the CPU alone
   double host_bytes = 0, device_bytes = 0;  // the hybrid's, per token
   double crossings = 0;            // the hybrid's, per token
+  // The hybrid's round trips a token: kernels launched, copies and blocking waits (devices::gpu_traffic
+  // over the jobs the plan sends), and what they cost at launch_us, copy_us and crossing_us.
+  double launches = 0, copies = 0, syncs = 0, round_trip_seconds = 0;
   double crossing_bytes = 0;       // activations that cross, per token
   double cpu_seconds = 0, gpu_seconds = 0, link_seconds = 0;  // the hybrid's, per token, per side
   int64_t offload_layers = 0;      // whole layers at the same budget
@@ -76,8 +82,8 @@ struct plan_prediction {
 plan_prediction predict_plan(const model& m, const planner_options& o);
 
 // The CPU's rates on this machine for this file, from its own work: tokens decoded by the engine
-// (sparse mode where the file has predictors) after an 8-token prompt, with `threads` threads, in
-// passes of 16; each kind of work's time from the trace's intervals (attention, predict and output:
+// (sparse mode where the file has predictors) after an 8-token prompt and a warm-up pass, with
+// `threads` threads, in passes of 16; each kind of work's time from the trace's intervals (attention, predict and output:
 // products; ffn) against the bytes it read (engine/read_costs, the rows the FFN read as bench counts
 // them, the KV cache at each position), the median over the passes.
 struct cpu_rates {
@@ -85,6 +91,12 @@ struct cpu_rates {
   int threads = 0, passes = 0, tokens = 0;
   double ffn_bytes_per_token = 0;
   std::vector<double> chosen_per_token;  // a sparse file's: neurons chosen per token, per layer
+  // How far the passes' rates were apart ((largest - smallest) / median, the larger kind's), and
+  // whether that is more than a quiet machine shows: another program's work moved them, and the
+  // figures built on them are not to be trusted.
+  double spread = 0;
+  bool noisy = false;
+  static constexpr double noisy_spread = 0.3;
 };
 // threads <= 0: every hardware thread.
 cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads);

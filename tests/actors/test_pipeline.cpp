@@ -364,7 +364,7 @@ TEST_P(DeviceLayers, AttentionOnAGpuLikeSimGivesTheReference) {
   r.attention = {1, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
   r.output = true;
   r.compute_bytes = 1 << 20;
-  auto gpu_like = gpu_like_device();
+  auto gpu_like = gpu_like_device(/*real_gpu=*/true);  // the real kernels where there is a GPU
   if (c.type == tensor_type::f32) {
     device_residency here = r;
     here.ctx = 64;

@@ -298,7 +298,9 @@ TEST(Cli, MixtureOfExperts) {
     if (extra[1] == "0.0024") {  // below the experts' size: a cache of some of them
       EXPECT_NE(sim.err.find("5 of 16 experts on sim"), std::string::npos) << sim.err;
     }
-    if (extra[1] == "0.0004") EXPECT_NE(sim.err.find("6 of 16 experts on sim"), std::string::npos) << sim.err;
+    if (extra[1] == "0.0004") {
+      EXPECT_NE(sim.err.find("6 of 16 experts on sim"), std::string::npos) << sim.err;
+    }
   }
   auto both = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.01", "--cpu-moe", "--n-cpu-moe", "1"});
   EXPECT_NE(both.code, 0);
@@ -841,6 +843,12 @@ TEST(Cli, PlanPredictsOnPaper) {
   EXPECT_NEAR(j.at("cpu_only_tokens_per_s").get<double>(), 20e9 / j.at("cpu_only_bytes_per_token").get<double>(), 1e-6);
   EXPECT_NEAR(j.at("host_bytes_per_token").get<double>() + j.at("device_bytes_per_token").get<double>(), j.at("cpu_only_bytes_per_token").get<double>(),
               1.0);
+  // Every layer and the head on the GPU: the round trips bench counts on sim for the same placement
+  // (Cli.SimDeviceSplitsByPlacement: 21 launches, 10 copies, 5 waits), at 3, 3 and 10 us.
+  EXPECT_EQ(j.at("launches_per_token").get<double>(), 21);
+  EXPECT_EQ(j.at("copies_per_token").get<double>(), 10);
+  EXPECT_EQ(j.at("syncs_per_token").get<double>(), 5);
+  EXPECT_NEAR(j.at("round_trip_seconds_per_token").get<double>(), 21 * 3e-6 + 10 * 3e-6 + 5 * 10e-6, 1e-12);
   auto table = run({"plan", "-m", small_model(), "--vram-budget", "0.01", "--gpu-bandwidth", "900", "--pcie", "16", "--cpu-bandwidth", "20"});
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("| hybrid |"), std::string::npos) << table.out;
