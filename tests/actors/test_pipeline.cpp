@@ -321,6 +321,7 @@ struct device_case {
   hotcold::activation act;
   tensor_type type;
   int64_t kv_heads;
+  float act_threshold = 0;  // a thresholded SiLU file's per-layer threshold (0: none)
 };
 class DeviceLayers : public testing::TestWithParam<device_case> {};
 
@@ -334,7 +335,13 @@ std::shared_ptr<const model> device_case_model(const device_case& c, tensor_type
   tools::sparse_file_options so;
   so.kind = gguf::file_kind::powerinfer;
   if (predictors != tensor_type::f32) so.predictor_type = predictors;
-  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3), so);
+  float predictor_threshold = -0.5f;
+  if (c.act_threshold > 0) {  // hotcold's own thresholded file: |act(gate)| below it is 0, the predictors' scores are pre-activations
+    so.kind = gguf::file_kind::gguf;
+    so.act_thresholds = {c.act_threshold, c.act_threshold};
+    predictor_threshold = 0.12f;
+  }
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, predictor_threshold, 3), so);
   return model::load(path);
 }
 
@@ -377,7 +384,9 @@ TEST_P(DeviceLayers, AttentionOnAGpuLikeSimGivesTheReference) {
   expect_oracle_with_chosen(m, &hot, float_rows ? test::f16_kv_tolerance : 1.5e-2);
   const auto opened = open_model(m, ffn_mode::sparse, 1, &hot);
   opened.ctx->forward(1, 0);
-  EXPECT_EQ(opened.ctx->device()->choices_taken(), 1);  // layer 0's choice came with its attention
+  // Layer 0's choice came with its attention; a thresholded file's predictor reads the FFN's normalized
+  // input, made after that job, so it runs as a predict job of its own (|silu(score)| >= threshold).
+  EXPECT_EQ(opened.ctx->device()->choices_taken(), c.act_threshold > 0 ? 0 : 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,
@@ -385,8 +394,39 @@ INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,
                                          device_case{"llama_relu_q4_0", architecture::llama, hotcold::activation::relu, tensor_type::q4_0, 2},
                                          device_case{"bamboo_drelu_f16", architecture::bamboo, hotcold::activation::drelu, tensor_type::f16, 2},
                                          device_case{"falcon7b_relu_f32", architecture::falcon, hotcold::activation::relu, tensor_type::f32, 1},
-                                         device_case{"falcon40b_relu_f16", architecture::falcon, hotcold::activation::relu, tensor_type::f16, 2}),
+                                         device_case{"falcon40b_relu_f16", architecture::falcon, hotcold::activation::relu, tensor_type::f16, 2},
+                                         device_case{"llama_silu_thresholded_f16", architecture::llama, hotcold::activation::silu, tensor_type::f16, 2, 0.1f}),
                          [](const testing::TestParamInfo<device_case>& i) { return i.param.name; });
+
+// The GPU's own launches, copies and waits for a decoded token and a prompt batch are those sim counts
+// for the same jobs (devices::gpu_traffic, what bench reports on sim): attention with the predictor
+// fused, a predictor job, the head. Only where there is a GPU (the suite's DeviceLayers.RoundTrips*
+// holds sim's counts to the hand-counted ones).
+TEST(Pipeline, RoundTripsOnCudaAreWhatSimCounts) {
+  if (devices::probe_cuda().devices.empty()) GTEST_SKIP() << "no CUDA device: " << devices::probe_cuda().unavailable;
+  auto m = device_case_model({"llama_relu_f16", architecture::llama, hotcold::activation::relu, tensor_type::f16, 2}, tensor_type::f16);
+  device_residency r;
+  r.attention = {1, 0}, r.predictor = {1, 1}, r.ffn = {0, 0};
+  r.output = true;
+  r.ctx = 16, r.n_seq = 1;
+  r.compute_bytes = 1 << 20;
+  std::vector<devices::device_traffic> seen;
+  for (bool real : {false, true}) {
+    auto dev = gpu_like_device(real);
+    auto held = std::make_shared<const device_layers>(m, r, dev, tensor_type::f16);
+    inference_context ctx(m, 16, 2, 1);
+    ctx.set_mode(ffn_mode::sparse);
+    ctx.set_device_layers(held);
+    const auto before = dev->traffic();
+    ctx.forward(1, 0);
+    std::vector<token_id> batch{5, 9, 13, 17, 21};
+    ctx.forward_batch(batch, 1);
+    seen.push_back(dev->traffic() - before);
+  }
+  EXPECT_EQ(seen[1], seen[0]) << "GPU " << seen[1].launches << "/" << seen[1].copies << "/" << seen[1].syncs << " vs sim " << seen[0].launches << "/"
+                              << seen[0].copies << "/" << seen[0].syncs;
+  EXPECT_GT(seen[0].launches, 0u);
+}
 
 // A sparse file whose shares of a layer (2048 neurons of F16 rows a side) take a few hundred
 // microseconds, well above the time a message takes to wake a sleeping actor's thread; every neuron
@@ -508,7 +548,7 @@ void expect_gpu_jobs_on_sim_give_the_reference(tensor_type predictors) {
   auto m = model::load(path);
   ASSERT_EQ(m->weights().layers[0].pred_fc1.type, predictors);
   EXPECT_TRUE(m->weights().layers[0].pred_fc2.interleaved16);
-  auto gpu_like = gpu_like_device();
+  auto gpu_like = gpu_like_device(/*real_gpu=*/true);  // the real kernels where there is a GPU
   EXPECT_FALSE(gpu_like->runs_host_work());
   // Layer 0's attention through the device's attention job (its products, RoPE, the F16 cache on the
   // device, the softmax), layer 1's on the host.
