@@ -83,6 +83,16 @@ void device::compute(const dense_ffn_job&) {
   throw std::invalid_argument(fmt::format("{}: dense FFN jobs are for devices that compute as a GPU does (host devices run the CPU's routine)", name_));
 }
 
+const char* operation_name(operation op) {
+  switch (op) {
+    case operation::ffn_rows: return "ffn_rows";
+    case operation::attention: return "attention";
+    case operation::predict: return "predict";
+    case operation::matvec: return "matvec";
+    default: return "dense_ffn";
+  }
+}
+
 uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff) {
   return 4 * static_cast<uint64_t>(d + 2 * n_ff + d);  // the input, gate and up values (then the hidden values), the output
 }
@@ -172,6 +182,7 @@ class sim_backend final : public device {
   }
   void compute(const attention_job& job) override {
     on_queue(job_name(job));
+    const job_timer timed{*this, operation::attention};
     if (!kernels_) return device::compute(job);
     check_attention_job(name(), job);
     count(gpu_traffic(job));
@@ -179,6 +190,7 @@ class sim_backend final : public device {
   }
   void compute(const dense_ffn_job& job) override {
     on_queue(job_name(job));
+    const job_timer timed{*this, operation::dense_ffn};
     if (!kernels_) return device::compute(job);
     check_dense_ffn_job(name(), job);
     count(gpu_traffic(job));
@@ -186,6 +198,7 @@ class sim_backend final : public device {
   }
   void compute(const ffn_rows_job& job) override {
     on_queue(job_name(job));
+    const job_timer timed{*this, operation::ffn_rows};
     if (!kernels_) return device::compute(job);
     if (!supports(operation::ffn_rows, job.type)) throw std::invalid_argument(fmt::format("sim: FFN rows of type {}", tensor_type_name(job.type)));
     count(gpu_traffic(job));
@@ -193,6 +206,7 @@ class sim_backend final : public device {
   }
   void compute(const predict_job& job) override {
     on_queue(job_name(job));
+    const job_timer timed{*this, operation::predict};
     if (!kernels_) return device::compute(job);
     if (!supports(operation::predict, job.type)) throw std::invalid_argument(fmt::format("sim: a predictor of type {}", tensor_type_name(job.type)));
     check_scratch(name(), job);
@@ -201,6 +215,7 @@ class sim_backend final : public device {
   }
   void compute(const matvec_job& job) override {
     on_queue(job_name(job));
+    const job_timer timed{*this, operation::matvec};
     if (!kernels_) return device::compute(job);
     if (!supports(operation::matvec, job.type)) throw std::invalid_argument(fmt::format("sim: products with rows of type {}", tensor_type_name(job.type)));
     check_scratch(name(), job);

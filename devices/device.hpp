@@ -13,7 +13,9 @@
 //   hip   the same back end built by hipcc from the same sources (-DHOTCOLD_GPU=hip,
 //         kernels/gpu/portability.hpp); --device hip selects it.
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -100,6 +102,8 @@ enum class operation {
   dense_ffn,  // a dense layer's whole FFN: down act(gate x, up x)
 };
 enum class ffn_activation { relu, silu, gelu, drelu };
+inline constexpr int n_operations = 5;
+const char* operation_name(operation op);  // "ffn_rows", "attention", "predict", "matvec", "dense_ffn"
 
 // The chosen neurons of one step's FFN on rows a device holds.
 struct ffn_rows_job {
@@ -282,6 +286,14 @@ class device : public std::enable_shared_from_this<device> {
   device_traffic traffic() const {
     return {launches_.load(std::memory_order_relaxed), copies_.load(std::memory_order_relaxed), syncs_.load(std::memory_order_relaxed)};
   }
+  // Seconds the jobs of each operation (by its number) have taken so far on the device's queue, each
+  // whole: from the start of its compute to its end, its copies in and out and its waits included —
+  // where a token's device time goes (sim and the GPU back end time them; 0 elsewhere).
+  std::array<double, n_operations> job_seconds() const {
+    std::array<double, n_operations> s{};
+    for (int k = 0; k < n_operations; ++k) s[static_cast<size_t>(k)] = static_cast<double>(job_ns_[static_cast<size_t>(k)].load(std::memory_order_relaxed)) * 1e-9;
+    return s;
+  }
 
   // Whether the device computes `op` on rows (weights) of type `rows`. Host devices compute every
   // operation with the CPU's routines; a GPU what its kernels read.
@@ -307,6 +319,16 @@ class device : public std::enable_shared_from_this<device> {
   void check_alive() const {
     if (lost_flag_.load(std::memory_order_acquire)) throw device_lost(lost());
   }
+  // Times a job's compute while it lives (job_seconds).
+  struct job_timer {
+    device& dev;
+    operation op;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~job_timer() {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      dev.job_ns_[static_cast<size_t>(op)].fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+    }
+  };
   void count(const device_traffic& t) {
     launches_.fetch_add(t.launches, std::memory_order_relaxed);
     copies_.fetch_add(t.copies, std::memory_order_relaxed);
@@ -321,6 +343,7 @@ class device : public std::enable_shared_from_this<device> {
   std::atomic<uint64_t> used_{0};
   std::atomic<bool> lost_flag_{false};
   std::atomic<uint64_t> launches_{0}, copies_{0}, syncs_{0};
+  std::array<std::atomic<uint64_t>, n_operations> job_ns_{};
   mutable std::mutex lost_mu_;
   std::string lost_why_;
 };

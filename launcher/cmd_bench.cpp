@@ -2,6 +2,7 @@
 //               [--pipeline actors|reference] [--vs-reference] [--parallel K]:
 // prompt and decode speed, llama-bench style, with the bytes of weights read per decoded token.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -181,6 +182,7 @@ struct runs {
   rows_read computed;          // FFN rows read over them
   uint64_t device_bytes = 0;   // weights the hot device read over them
   devices::device_traffic traffic;  // the hot device's launches, copies and syncs over them
+  std::array<double, devices::n_operations> job_seconds{};  // its jobs' time by operation over them
   double step_bytes = 0;       // what a step reads (what its roofline's probe reads)
   std::vector<double> probes;  // read bandwidth before the first repetition and after each
   explicit runs(size_t layers, double dense_step) : computed(layers), step_bytes(dense_step) {}
@@ -239,10 +241,15 @@ measurement measure(bench_runner& run, const bench_args& a, const std::vector<co
         const uint64_t device_before = run.device_read(configs[k].actors);
         const device_experts::counts experts_before = l.experts ? l.experts->counted() : device_experts::counts{};
         const devices::device_traffic traffic_before = l.dev ? l.dev->traffic() : devices::device_traffic{};
+        const auto jobs_before = l.dev ? l.dev->job_seconds() : std::array<double, devices::n_operations>{};
         r.tg.push_back(run.decode(configs[k].actors, configs[k].sequences, a.n_gen));
         r.computed += rows_read(*l.ctx) -= before;
         r.device_bytes += run.device_read(configs[k].actors) - device_before;
-        if (l.dev) r.traffic += l.dev->traffic() - traffic_before;
+        if (l.dev) {
+          r.traffic += l.dev->traffic() - traffic_before;
+          const auto jobs = l.dev->job_seconds();
+          for (size_t op = 0; op < jobs.size(); ++op) r.job_seconds[op] += jobs[op] - jobs_before[op];
+        }
         if (l.experts) {
           const auto& now = l.experts->counted();
           r.expert_lookups += now.lookups - experts_before.lookups, r.expert_hits += now.hits - experts_before.hits;
@@ -298,6 +305,7 @@ struct result {
   double device_bpt = 0;  // of bpt, what the hot device read (its FFN rows)
   double expert_hit_rate = 0, expert_uploads_per_token = 0;  // a mixture's: routed experts a device slot held; experts uploaded a token
   double launches_pt = 0, copies_pt = 0, syncs_pt = 0;  // the hot device's round trips a decoded token (devices::device_traffic)
+  std::array<double, devices::n_operations> job_ms_pt{};  // its jobs' milliseconds a decoded token, by operation
   std::vector<double> rep_bandwidth;  // the bandwidth beside each repetition
   double bandwidth = 0;               // their mean
   std::vector<double> fractions;      // of the roofline, per repetition (speed x bytes per token / bandwidth)
@@ -324,6 +332,8 @@ std::vector<result> results_of(const bench_args& a, const std::vector<config>& c
       res.expert_uploads_per_token = static_cast<double>(r.expert_uploads) / static_cast<double>(r.tokens * configs[k].sequences);
       const auto per_token = [&](uint64_t x) { return static_cast<double>(x) / static_cast<double>(r.tokens * configs[k].sequences); };
       res.launches_pt = per_token(r.traffic.launches), res.copies_pt = per_token(r.traffic.copies), res.syncs_pt = per_token(r.traffic.syncs);
+      for (size_t op = 0; op < r.job_seconds.size(); ++op)
+        res.job_ms_pt[op] = 1e3 * r.job_seconds[op] / static_cast<double>(r.tokens * configs[k].sequences);
     }
     for (size_t i = 0; i + 1 < r.probes.size(); ++i) res.rep_bandwidth.push_back(std::max(r.probes[i], r.probes[i + 1]));
     res.bandwidth = mean_of(res.rep_bandwidth);
@@ -363,7 +373,7 @@ report report_of(const bench_args& a, const std::vector<config>& configs, const 
                  bool probed) {
   const auto& hp = l.m->hp();
   const inference_context& ctx = *l.ctx;
-  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), {}};
+  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), {}, 0, 0, false, devices::device_kind::cpu, {}};
   const double kv_layer = kv_read_per_token(hp, ctx.kv_type() == tensor_type::f32 ? 4 : 2, (static_cast<double>(a.n_gen) + 1) / 2);
   int64_t on_device = 0;
   for (int64_t il = 0; il < hp.n_layer; ++il) on_device += ctx.device() && ctx.device()->attention(il);
@@ -390,6 +400,10 @@ void print_json(const report& r, const model& m) {
                      // The hot device's kernel launches, host<->device copies and blocking waits a decoded
                      // token (0 on the CPU; sim counts a GPU's for its jobs, with --sim-kernels the kernels').
                      {"launches_per_token", res.launches_pt}, {"copies_per_token", res.copies_pt}, {"syncs_per_token", res.syncs_pt}};
+    // Where a decoded token's device time goes: each operation's jobs, whole (copies and waits included).
+    nlohmann::json jobs = nlohmann::json::object();
+    for (size_t op = 0; op < res.job_ms_pt.size(); ++op) jobs[devices::operation_name(static_cast<devices::operation>(op))] = res.job_ms_pt[op];
+    d["device_job_ms_per_token"] = jobs;
     if (m.hp().moe()) {  // (every expert on the CPU: a hit rate of 0)
       d["expert_hit_rate"] = res.expert_hit_rate;
       d["expert_uploads_per_token"] = res.expert_uploads_per_token;
@@ -478,9 +492,14 @@ void print_table(const report& r, const model& m) {
                  pipeline_name(r.configs[k].actors), 100 * r.results[k].expert_hit_rate, r.results[k].expert_uploads_per_token,
                  (r.results[k].bpt - r.results[k].device_bpt + r.kv_host) / double(1 << 20), (r.results[k].device_bpt + r.kv_device) / double(1 << 20));
   if (r.device_kind != devices::device_kind::cpu && a.n_gen > 0)
-    for (size_t k = 0; k < r.configs.size(); ++k)
-      fmt::print("\n{} round trips a decoded token ({}): {:.1f} kernel launches, {:.1f} copies, {:.1f} blocking waits\n", r.device_name,
-                 pipeline_name(r.configs[k].actors), r.results[k].launches_pt, r.results[k].copies_pt, r.results[k].syncs_pt);
+    for (size_t k = 0; k < r.configs.size(); ++k) {
+      const auto& res = r.results[k];
+      std::vector<std::string> jobs;
+      for (size_t op = 0; op < res.job_ms_pt.size(); ++op)
+        if (res.job_ms_pt[op] > 0) jobs.push_back(fmt::format("{} {:.3f} ms", devices::operation_name(static_cast<devices::operation>(op)), res.job_ms_pt[op]));
+      fmt::print("\n{} round trips a decoded token ({}): {:.1f} kernel launches, {:.1f} copies, {:.1f} blocking waits; its jobs, whole: {}\n", r.device_name,
+                 pipeline_name(r.configs[k].actors), res.launches_pt, res.copies_pt, res.syncs_pt, jobs.empty() ? "none" : fmt::format("{}", fmt::join(jobs, ", ")));
+    }
   const comparisons& cmp = r.c;
   if (cmp.dense > 0 && a.n_gen > 0 && r.results[static_cast<size_t>(cmp.dense)].tg.mean > 0) {
     const auto& d = r.results[static_cast<size_t>(cmp.dense)];

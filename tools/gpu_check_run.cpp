@@ -550,7 +550,7 @@ class checker {
       const auto j = r.ok() ? json::parse(r.out, nullptr, false) : json();
       if (j.is_object() && j.contains("decode_tokens_per_s")) {
         for (const char* f : {"decode_tokens_per_s", "prefill_tokens_per_s", "host_bytes_per_token", "device_bytes_per_token", "launches_per_token",
-                              "copies_per_token", "syncs_per_token"})
+                              "copies_per_token", "syncs_per_token", "device_job_ms_per_token"})
           if (j.contains(f)) row[f] = j[f];
         row["status"] = "measured";
       } else {

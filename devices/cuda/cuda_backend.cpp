@@ -256,6 +256,7 @@ kernels::gpu::row_type gpu_rows(tensor_type t) {
 void cuda_backend::compute(const ffn_rows_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   on_queue();
+  const job_timer timed{*this, operation::ffn_rows};
   const launches_counted counted(*this);
   if (!supports(operation::ffn_rows, job.type))
     throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16, Q8_0 or Q4_0 rows, not {}", name(), tensor_type_name(job.type)));
@@ -325,6 +326,7 @@ void cuda_backend::check_job(operation op, tensor_type type, const char* what) c
 void cuda_backend::compute(const predict_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   on_queue();
+  const job_timer timed{*this, operation::predict};
   const launches_counted counted(*this);
   check_job(operation::predict, job.type, "predictor");
   check_scratch(name(), job);
@@ -347,6 +349,7 @@ void cuda_backend::compute(const predict_job& job) {
 void cuda_backend::compute(const matvec_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   on_queue();
+  const job_timer timed{*this, operation::matvec};
   const launches_counted counted(*this);
   check_job(operation::matvec, job.type, "product");
   check_scratch(name(), job);
@@ -366,6 +369,7 @@ void cuda_backend::compute(const matvec_job& job) {
 void cuda_backend::compute(const attention_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   on_queue();
+  const job_timer timed{*this, operation::attention};
   const launches_counted counted(*this);
   check_attention_job(name(), job);
   const int64_t d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, row_len = dq + 2 * kv, n_rot = job.n_rot;
@@ -442,6 +446,7 @@ void cuda_backend::compute(const attention_job& job) {
 void cuda_backend::compute(const dense_ffn_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   on_queue();
+  const job_timer timed{*this, operation::dense_ffn};
   const launches_counted counted(*this);
   check_dense_ffn_job(name(), job);
   const int64_t d = job.d, n_ff = job.n_ff;

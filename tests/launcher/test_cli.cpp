@@ -560,6 +560,10 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
     EXPECT_EQ(d.at("launches_per_token").get<double>(), 2 * (6 + 4) + 1);
     EXPECT_EQ(d.at("copies_per_token").get<double>(), 2 * (2 + 2) + 2);
     EXPECT_EQ(d.at("syncs_per_token").get<double>(), 2 * (1 + 1) + 1);
+    // Where the device's time went, job by job (whole: copies and waits included): the three kinds it ran.
+    const auto& jobs = d.at("device_job_ms_per_token");
+    for (const char* k : {"attention", "dense_ffn", "matvec"}) EXPECT_GT(jobs.at(k).get<double>(), 0.0) << k;
+    for (const char* k : {"ffn_rows", "predict"}) EXPECT_EQ(jobs.at(k).get<double>(), 0.0) << k;
   }
   EXPECT_NE(trips.out.find("\"launches_per_token\""), std::string::npos);
   for (const char* k : {"launches_per_token", "copies_per_token", "syncs_per_token"}) EXPECT_EQ(v.at(k).get<double>(), 0.0) << k;
