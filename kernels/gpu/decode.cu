@@ -14,14 +14,28 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-// Row r of an F16 matrix (cols, even or odd) times x, by one warp: two halves per load where the
-// row is aligned to them, then the odd tail.
+__device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Eight F16 weights (one 16-byte load) against eight floats of x (two 16-byte loads).
+__device__ inline float dot8(const uint4& w, const float4& xa, const float4& xb) {
+  const __half2* h = reinterpret_cast<const __half2*>(&w);
+  const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]), w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+  return w0.x * xa.x + w0.y * xa.y + w1.x * xa.z + w1.y * xa.w + w2.x * xb.x + w2.y * xb.y + w3.x * xb.z + w3.y * xb.w;
+}
+
+// Row r of an F16 matrix (cols, even or odd) times x, by one warp: eight halves per 16-byte load where
+// the row and x are aligned to them and cols is a multiple of 8 (every real shape), else two halves
+// per load where the row is aligned to them, then the odd tail.
 __device__ inline float warp_dot_f16(const __half* row, int64_t cols, const float* x) {
   float s = 0.0f;
   const int lane = threadIdx.x % warp;
   const int64_t pairs = cols / 2;
   const __half2* r2 = reinterpret_cast<const __half2*>(row);
-  if ((reinterpret_cast<uintptr_t>(row) & 3) == 0) {
+  if (aligned16(row) && aligned16(x) && cols % 8 == 0) {
+    const uint4* r8 = reinterpret_cast<const uint4*>(row);
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int64_t i = lane; i < cols / 8; i += warp) s += dot8(r8[i], x4[2 * i], x4[2 * i + 1]);
+  } else if ((reinterpret_cast<uintptr_t>(row) & 3) == 0) {
     for (int64_t i = lane; i < pairs; i += warp) {
       const float2 w = __half22float2(r2[i]);
       s += w.x * x[2 * i] + w.y * x[2 * i + 1];
@@ -103,20 +117,61 @@ __device__ inline float warp_dot_row(const uint8_t* row, int64_t d, const float*
   }
 }
 
-// One group of 32 lanes per hot neuron: its gate and up rows against x, the activation.
+// Two rows (a neuron's gate and up) against the same x, interleaved: both rows' loads in flight in one
+// loop, x read once; g and u on every lane.
+template <row_type T>
+__device__ inline void warp_dot_pair(const uint8_t* ra, const uint8_t* rb, int64_t d, const float* x, float& g, float& u) {
+  const int lane = threadIdx.x % warp;
+  float sa = 0.0f, sb = 0.0f;
+  if constexpr (T == row_type::f16) {
+    if (!(aligned16(ra) && aligned16(rb) && aligned16(x) && d % 8 == 0)) {
+      g = warp_dot_f16(reinterpret_cast<const __half*>(ra), d, x);
+      u = warp_dot_f16(reinterpret_cast<const __half*>(rb), d, x);
+      return;
+    }
+    const uint4 *a8 = reinterpret_cast<const uint4*>(ra), *b8 = reinterpret_cast<const uint4*>(rb);
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int64_t i = lane; i < d / 8; i += warp) {
+      const uint4 wa = a8[i], wb = b8[i];
+      const float4 xa = x4[2 * i], xb = x4[2 * i + 1];
+      sa += dot8(wa, xa, xb), sb += dot8(wb, xa, xb);
+    }
+  } else {
+    for (int64_t b = lane; b < d / 32; b += warp) {
+      const float* xb = x + b * 32;
+      float a0 = 0.0f, a1 = 0.0f;
+      if constexpr (T == row_type::q8_0) {
+        const block_q8 &ka = reinterpret_cast<const block_q8*>(ra)[b], &kb = reinterpret_cast<const block_q8*>(rb)[b];
+        for (int j = 0; j < 32; ++j) a0 += static_cast<float>(ka.qs[j]) * xb[j], a1 += static_cast<float>(kb.qs[j]) * xb[j];
+        sa += __half2float(ka.d) * a0, sb += __half2float(kb.d) * a1;
+      } else {
+        const block_q4 &ka = reinterpret_cast<const block_q4*>(ra)[b], &kb = reinterpret_cast<const block_q4*>(rb)[b];
+        for (int j = 0; j < 16; ++j) {
+          a0 += static_cast<float>((ka.qs[j] & 0x0F) - 8) * xb[j] + static_cast<float>((ka.qs[j] >> 4) - 8) * xb[j + 16];
+          a1 += static_cast<float>((kb.qs[j] & 0x0F) - 8) * xb[j] + static_cast<float>((kb.qs[j] >> 4) - 8) * xb[j + 16];
+        }
+        sa += __half2float(ka.d) * a0, sb += __half2float(kb.d) * a1;
+      }
+    }
+  }
+  g = warp_sum(sa), u = warp_sum(sb);
+}
+
+// One group of 32 lanes per hot neuron: its gate and up rows against x (interleaved), the activation.
 template <row_type T>
 __global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
                                   const float* x, bool gated, ffn_act act, float threshold, float* hidden) {
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
   if (k >= count) return;
   const int64_t row = slots[k];
-  const float u = warp_dot_row<T>(up + row * row_bytes, d, x);
   float h;
   if (!gated) {
+    const float u = warp_dot_row<T>(up + row * row_bytes, d, x);
     h = activate(act, u);
     if (fabsf(h) < threshold) h = 0.0f;
   } else {
-    const float g = warp_dot_row<T>(gate + row * row_bytes, d, x);
+    float g, u;
+    warp_dot_pair<T>(gate + row * row_bytes, up + row * row_bytes, d, x, g, u);
     const float a = activate(act, g);
     h = act == ffn_act::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : fabsf(a) < threshold ? 0.0f : a * u;
   }
@@ -184,7 +239,17 @@ __device__ inline void warp_dot_rows4(const uint8_t* row, int64_t cols, const fl
   float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if constexpr (T == row_type::f16) {
     const __half* r = reinterpret_cast<const __half*>(row);
-    if ((reinterpret_cast<uintptr_t>(row) & 3) == 0 && cols % 2 == 0) {
+    if (aligned16(row) && aligned16(x) && cols % 8 == 0) {  // eight halves a load (x + j cols stays aligned)
+      const uint4* r8 = reinterpret_cast<const uint4*>(row);
+      for (int64_t i = lane; i < cols / 8; i += warp) {
+        const uint4 w = r8[i];
+        for (int j = 0; j < 4; ++j)
+          if (j < nt) {
+            const float4* x4 = reinterpret_cast<const float4*>(x + j * cols);
+            a[j] += dot8(w, x4[2 * i], x4[2 * i + 1]);
+          }
+      }
+    } else if ((reinterpret_cast<uintptr_t>(row) & 3) == 0 && cols % 2 == 0) {
       const __half2* r2 = reinterpret_cast<const __half2*>(row);
       for (int64_t i = lane; i < cols / 2; i += warp) {
         const float2 w = __half22float2(r2[i]);
