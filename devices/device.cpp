@@ -105,6 +105,16 @@ uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t 
   return 4 * static_cast<uint64_t>(d + n_rot + 2 + (dq + 2 * kv) + dq + d + pred);
 }
 
+device::job_scope::job_scope(device& d, operation o, std::thread::id queue) : dev(d), op(o), t0(std::chrono::steady_clock::now()) {
+  if (std::this_thread::get_id() != queue)
+    throw std::logic_error(fmt::format("{}: a {} job computed outside the device's queue (give it to submit(), after the copies it reads)", d.name(),
+                                       operation_name(o)));
+}
+device::job_scope::~job_scope() {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  dev.job_ns_[static_cast<size_t>(op)].fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
+
 uint64_t gpu_pinned_bytes(uint64_t compute_bytes, uint64_t step_bytes) { return 2 * gpu_upload_chunk + step_bytes + 2 * compute_bytes; }
 
 stall_watch stall_watch_for(device& d, double deadline_s) {
@@ -122,12 +132,6 @@ void check_range(const buffer& b, uint64_t offset, uint64_t bytes) {
 }
 
 namespace {
-
-const char* job_name(const ffn_rows_job&) { return "an FFN-rows job"; }
-const char* job_name(const predict_job&) { return "a predictor job"; }
-const char* job_name(const matvec_job&) { return "a product job"; }
-const char* job_name(const attention_job&) { return "an attention job"; }
-const char* job_name(const dense_ffn_job&) { return "a dense-FFN job"; }
 
 void* host_allocate(uint64_t bytes, const std::string& device) {
   void* p = std::aligned_alloc(64, (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64);
@@ -181,32 +185,28 @@ class sim_backend final : public device {
     return gpu_reads(op, rows);
   }
   void compute(const attention_job& job) override {
-    on_queue(job_name(job));
-    const job_timer timed{*this, operation::attention};
+    const job_scope scope(*this, operation::attention, queue_.worker_id());  // (as a GPU's: on the queue)
     if (!kernels_) return device::compute(job);
     check_attention_job(name(), job);
     count(gpu_traffic(job));
     sim_kernels::attention(job);
   }
   void compute(const dense_ffn_job& job) override {
-    on_queue(job_name(job));
-    const job_timer timed{*this, operation::dense_ffn};
+    const job_scope scope(*this, operation::dense_ffn, queue_.worker_id());  // (as a GPU's: on the queue)
     if (!kernels_) return device::compute(job);
     check_dense_ffn_job(name(), job);
     count(gpu_traffic(job));
     sim_kernels::dense_ffn(job);
   }
   void compute(const ffn_rows_job& job) override {
-    on_queue(job_name(job));
-    const job_timer timed{*this, operation::ffn_rows};
+    const job_scope scope(*this, operation::ffn_rows, queue_.worker_id());  // (as a GPU's: on the queue)
     if (!kernels_) return device::compute(job);
     if (!supports(operation::ffn_rows, job.type)) throw std::invalid_argument(fmt::format("sim: FFN rows of type {}", tensor_type_name(job.type)));
     count(gpu_traffic(job));
     sim_kernels::ffn_rows(job);
   }
   void compute(const predict_job& job) override {
-    on_queue(job_name(job));
-    const job_timer timed{*this, operation::predict};
+    const job_scope scope(*this, operation::predict, queue_.worker_id());  // (as a GPU's: on the queue)
     if (!kernels_) return device::compute(job);
     if (!supports(operation::predict, job.type)) throw std::invalid_argument(fmt::format("sim: a predictor of type {}", tensor_type_name(job.type)));
     check_scratch(name(), job);
@@ -214,8 +214,7 @@ class sim_backend final : public device {
     sim_kernels::predict(job);
   }
   void compute(const matvec_job& job) override {
-    on_queue(job_name(job));
-    const job_timer timed{*this, operation::matvec};
+    const job_scope scope(*this, operation::matvec, queue_.worker_id());  // (as a GPU's: on the queue)
     if (!kernels_) return device::compute(job);
     if (!supports(operation::matvec, job.type)) throw std::invalid_argument(fmt::format("sim: products with rows of type {}", tensor_type_name(job.type)));
     check_scratch(name(), job);
@@ -223,13 +222,6 @@ class sim_backend final : public device {
     sim_kernels::matvec(job);
   }
 
-  // Jobs run on the queue, as on a GPU (where a job's kernels are ordered after the copies queued
-  // before it only because both go to the queue's stream in turn): a job computed from another thread
-  // could read rows whose upload has not run yet, so it is refused.
-  void on_queue(const char* what) const {
-    if (std::this_thread::get_id() != queue_.worker_id())
-      throw std::logic_error(fmt::format("sim: {} computed outside the device's queue (give it to submit(), after the copies it reads)", what));
-  }
   event copy_in(buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
     check_alive();
     check_range(dst, offset, bytes);

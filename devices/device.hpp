@@ -12,7 +12,6 @@
 //         them) beside the caller.
 //   hip   the same back end built by hipcc from the same sources (-DHOTCOLD_GPU=hip,
 //         kernels/gpu/portability.hpp); --device hip selects it.
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -23,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "devices/work_queue.hpp"
 #include "kernels/tensor_types.hpp"
@@ -56,8 +56,6 @@ struct allocation_rule {
     const uint64_t a = large_from > 0 && n >= large_from ? large_align : small_align;
     return (n + a - 1) / a * a;
   }
-  // The most one buffer can take beyond its bytes.
-  uint64_t most_waste() const { return std::max(small_align, large_from > 0 ? large_align : 1) - 1; }
 };
 // CUDA's (and HIP's) allocator, as the GPU back end and sim with kernels charge it.
 inline constexpr allocation_rule gpu_allocation{512, 1ull << 20, 2ull << 20};
@@ -319,15 +317,15 @@ class device : public std::enable_shared_from_this<device> {
   void check_alive() const {
     if (lost_flag_.load(std::memory_order_acquire)) throw device_lost(lost());
   }
-  // Times a job's compute while it lives (job_seconds).
-  struct job_timer {
+  // A job's compute while it lives: refused (std::logic_error) unless on the device's queue thread
+  // `queue` — a job's kernels follow the copies queued before it only in the queue's order, so a job
+  // computed from another thread could read rows whose upload has not run —, then timed (job_seconds).
+  struct job_scope {
+    job_scope(device& d, operation o, std::thread::id queue);
+    ~job_scope();
     device& dev;
     operation op;
-    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    ~job_timer() {
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-      dev.job_ns_[static_cast<size_t>(op)].fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
-    }
+    std::chrono::steady_clock::time_point t0;
   };
   void count(const device_traffic& t) {
     launches_.fetch_add(t.launches, std::memory_order_relaxed);

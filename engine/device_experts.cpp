@@ -89,9 +89,7 @@ device_experts::device_experts(std::shared_ptr<const model> m, const expert_resi
       throw std::invalid_argument(fmt::format("{}: cannot compute layer {}'s experts ({} / {} / {} weights)", dev.name(), il,
                                               tensor_type_name(l.ffn_gate_exps.type), tensor_type_name(l.ffn_up_exps.type),
                                               tensor_type_name(l.ffn_down_exps.type)));
-    const uint64_t gate_bytes = l.ffn_gate_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
-    const uint64_t up_bytes = l.ffn_up_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
-    const uint64_t down_bytes = l.ffn_down_exps.bytes() / static_cast<uint64_t>(hp.n_expert);
+    const auto [gate_bytes, up_bytes, down_bytes] = expert_part_bytes(l, hp.n_expert);
     gate_[il] = dev.allocate(gate_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (gate)", il));
     up_[il] = dev.allocate(up_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (up)", il));
     down_[il] = dev.allocate(down_bytes * static_cast<uint64_t>(s), fmt::format("layer {} expert slots (down)", il));

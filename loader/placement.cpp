@@ -218,9 +218,9 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
     // and what is left after that one more slot each, front to back.
     // A layer's slots are three buffers (gate, up and down rows of `slots` experts each, device_experts).
     auto slots_bytes = [&](int64_t il, int64_t slots) {
-      const auto& l = w.layers[static_cast<size_t>(il)];
-      const auto e = static_cast<uint64_t>(hp.n_expert), s = static_cast<uint64_t>(slots);
-      return o.alloc.charge(l.ffn_gate_exps.bytes() / e * s) + o.alloc.charge(l.ffn_up_exps.bytes() / e * s) + o.alloc.charge(l.ffn_down_exps.bytes() / e * s);
+      uint64_t b = 0;
+      for (const uint64_t part : expert_part_bytes(w.layers[static_cast<size_t>(il)], hp.n_expert)) b += o.alloc.charge(part * static_cast<uint64_t>(slots));
+      return b;
     };
     auto give = [&](int64_t il, int64_t slots) {  // (the layer's slots become `slots` more)
       auto& pl = plan.layers[static_cast<size_t>(il)];

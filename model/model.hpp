@@ -85,9 +85,15 @@ inline tensor_view expert_rows(const tensor_view& t, int64_t e, int64_t rows) {
   return v;
 }
 
-// Bytes of one expert of a mixture's layer: its gate, up and down rows.
+// Bytes of one expert of a mixture's layer: its gate, up and down rows, each (a device holds a layer's
+// slots as three buffers of these), and all three.
+inline std::array<uint64_t, 3> expert_part_bytes(const layer_weights& l, int64_t n_expert) {
+  const auto e = static_cast<uint64_t>(n_expert);
+  return {l.ffn_gate_exps.bytes() / e, l.ffn_up_exps.bytes() / e, l.ffn_down_exps.bytes() / e};
+}
 inline uint64_t expert_bytes(const layer_weights& l, int64_t n_expert) {
-  return (l.ffn_gate_exps.bytes() + l.ffn_up_exps.bytes() + l.ffn_down_exps.bytes()) / static_cast<uint64_t>(n_expert);
+  const auto p = expert_part_bytes(l, n_expert);
+  return p[0] + p[1] + p[2];
 }
 
 struct model_weights {

@@ -409,7 +409,7 @@ class checker {
         // Each with three sequences at once and prompts in chunks of 3 (expect_matches_reference); a
         // thresholded SiLU file's predictor jobs among the architectures.
         {"test_actors", "Pipeline.SparseFileSplitWithCuda*:Pipeline.DenseFileWithALayerOnGpuLike*:Pipeline.Qwen2Qwen3Phi3*:Pipeline.GpuJobsOnSim*:"
-                        "Pipeline.RoundTripsOnCuda*:Models/DeviceLayers.AttentionOnAGpuLike*"}};
+                        "Pipeline.RoundTripsAreCounted*:Models/DeviceLayers.AttentionOnAGpuLike*"}};
     for (const auto& [b, filter] : suites) {
       if (left() < 5) {
         skip_for_time(s, b + " " + filter);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -129,12 +128,6 @@ class cuda_backend final : public device {
     count({0, 0, 1});
     cuda_event_synchronize(e);
   }
-  // A job's kernels follow the copies queued before it only when both reach the stream in the queue's
-  // order: a job computed from another thread is refused (as sim refuses it).
-  void on_queue() const {
-    if (std::this_thread::get_id() != queue_.worker_id())
-      throw std::logic_error(fmt::format("{}: a job computed outside the device's queue (give it to submit(), after the copies it reads)", name()));
-  }
   // Counts the kernels the calling thread launched while it lives (a job's compute).
   struct launches_counted {
     cuda_backend& dev;
@@ -255,8 +248,7 @@ kernels::gpu::row_type gpu_rows(tensor_type t) {
 // through pinned memory, one hot_ffn per token on the stream, the sums and values copied back.
 void cuda_backend::compute(const ffn_rows_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
-  on_queue();
-  const job_timer timed{*this, operation::ffn_rows};
+  const job_scope scope(*this, operation::ffn_rows, queue_.worker_id());
   const launches_counted counted(*this);
   if (!supports(operation::ffn_rows, job.type))
     throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16, Q8_0 or Q4_0 rows, not {}", name(), tensor_type_name(job.type)));
@@ -325,8 +317,7 @@ void cuda_backend::check_job(operation op, tensor_type type, const char* what) c
 // A token at a time: its input into the scratch, the predictor kernel, its choice back.
 void cuda_backend::compute(const predict_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
-  on_queue();
-  const job_timer timed{*this, operation::predict};
+  const job_scope scope(*this, operation::predict, queue_.worker_id());
   const launches_counted counted(*this);
   check_job(operation::predict, job.type, "predictor");
   check_scratch(name(), job);
@@ -348,8 +339,7 @@ void cuda_backend::compute(const predict_job& job) {
 // A vector at a time: copied in, the product kernel, the product copied back.
 void cuda_backend::compute(const matvec_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
-  on_queue();
-  const job_timer timed{*this, operation::matvec};
+  const job_scope scope(*this, operation::matvec, queue_.worker_id());
   const launches_counted counted(*this);
   check_job(operation::matvec, job.type, "product");
   check_scratch(name(), job);
@@ -368,8 +358,7 @@ void cuda_backend::compute(const matvec_job& job) {
 // launched on the stream, the output copied back; the stream waited on once per chunk.
 void cuda_backend::compute(const attention_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
-  on_queue();
-  const job_timer timed{*this, operation::attention};
+  const job_scope scope(*this, operation::attention, queue_.worker_id());
   const launches_counted counted(*this);
   check_attention_job(name(), job);
   const int64_t d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, row_len = dq + 2 * kv, n_rot = job.n_rot;
@@ -445,8 +434,7 @@ void cuda_backend::compute(const attention_job& job) {
 // the down product, the outputs (and the hidden values when asked) copied back; one wait per chunk.
 void cuda_backend::compute(const dense_ffn_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
-  on_queue();
-  const job_timer timed{*this, operation::dense_ffn};
+  const job_scope scope(*this, operation::dense_ffn, queue_.worker_id());
   const launches_counted counted(*this);
   check_dense_ffn_job(name(), job);
   const int64_t d = job.d, n_ff = job.n_ff;

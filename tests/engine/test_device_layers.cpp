@@ -7,7 +7,6 @@
 #include <cstring>
 #include <random>
 
-#include "devices/device_info.hpp"
 #include "engine/device_layers.hpp"
 #include "engine/forward.hpp"
 #include "engine/predictor.hpp"
@@ -178,56 +177,6 @@ TEST(DeviceLayers, TheDevicesKvCacheStartsAtZero) {
   const size_t bytes = static_cast<size_t>(16 * hp.n_embd_kv()) * 2;  // (n_seq 1) x ctx 16 x n_embd_kv F16 values
   for (const uint8_t* c : {held->k_cache(0), held->v_cache(0)})
     EXPECT_TRUE(std::all_of(c, c + bytes, [](uint8_t x) { return x == 0; }));
-}
-
-// The round trips a GPU makes for the pass (devices::gpu_traffic), counted by sim computing as a GPU
-// does: with both layers' attention and predictors and the head on the device, a decoded token costs
-// each layer one attention job — the Q, K and V products, RoPE with the store, the attention, the output
-// product, then the predictor fused in (the sum and its four kernels): 11 launches, the inputs in and
-// the output and choices out (3 copies), 1 wait — and the head 1 launch, 2 copies, 1 wait. A batch of
-// 12 whose scratch holds 5 tokens goes through in 3 chunks a layer (each 7 launches, 3 copies, 1 wait,
-// and 4 launches a token for the predictor), the head the last token's. A GPU, where there is one,
-// counts its own calls: the same.
-TEST(DeviceLayers, RoundTripsAreCountedAsAGpuMakesThem) {
-  auto dense = dense_model();
-  const auto path = (test::scratch_dir() / "dl_engine_traffic.gguf").string();
-  tools::sparse_file_options so;
-  so.predictor_type = tensor_type::f16;  // (what a GPU's predictor reads)
-  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 256, 32, -0.5f, 3), so);
-  auto m = model::load(path);
-  const auto& hp = m->hp();
-  device_residency r;
-  r.attention = {1, 1}, r.predictor = {1, 1}, r.ffn = {0, 0};
-  r.output = true;
-  r.ctx = 16, r.n_seq = 1;
-  const int64_t rank = m->weights().layers[0].pred_fc1.ne1;
-  const uint64_t per_token = devices::attention_scratch_per_token(hp.n_embd, hp.n_embd, hp.n_embd_kv(), hp.n_rot, hp.n_ff);
-  r.compute_bytes = std::max<uint64_t>(5 * per_token + 4 * static_cast<uint64_t>(rank), 4 * static_cast<uint64_t>(hp.n_embd + hp.n_vocab));
-  ASSERT_LT(r.compute_bytes, 6 * per_token) << "the head's scratch would let more than 5 tokens through";
-  std::vector<std::pair<std::string, std::shared_ptr<devices::device>>> devs;
-  devices::device_options o;
-  o.kind = "sim", o.budget = 64 << 20, o.sim_kernels = true;
-  devs.emplace_back("sim", devices::make_device(o));
-  if (!devices::probe_cuda().devices.empty()) {
-    o.kind = "auto", o.sim_kernels = false;
-    devs.emplace_back("the GPU", devices::make_device(o));
-  }
-  for (auto& [name, dev] : devs) {
-    SCOPED_TRACE(name);
-    auto held = std::make_shared<const device_layers>(m, r, dev, tensor_type::f16);
-    inference_context ctx(m, 16, 2, 1);
-    ctx.set_mode(ffn_mode::sparse);
-    ctx.set_device_layers(held);
-    const auto before = dev->traffic();
-    ctx.forward(1, 0);
-    EXPECT_EQ(dev->traffic() - before, (devices::device_traffic{2 * 11 + 1, 2 * 3 + 2, 2 * 1 + 1}));
-    const auto second = dev->traffic();
-    std::vector<token_id> batch(12);
-    for (size_t i = 0; i < batch.size(); ++i) batch[i] = static_cast<token_id>(100 + i);
-    ctx.forward_batch(batch, 1);
-    const devices::device_traffic per_layer{3 * 7 + 12 * 4, 3 * 3, 3};
-    EXPECT_EQ(dev->traffic() - second, (devices::device_traffic{2 * per_layer.launches + 1, 2 * per_layer.copies + 2, 2 * per_layer.syncs + 1}));
-  }
 }
 
 }  // namespace
