@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "kernels/gpu/decode.hpp"
 
 namespace hotcold::devices {
 
@@ -51,6 +52,19 @@ int64_t attention_chunk(const std::string& device, const attention_job& job) {
   if (chunk < 1)
     throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token (and {} once), {} given", device, per_token, once, job.scratch_bytes));
   return chunk;
+}
+
+scratch_tail attention_scratch_tail(const attention_job& job, int64_t m) {
+  const int64_t kv = job.n_head_kv * job.head_dim, n_ff = job.fc1 ? job.n_ff : 0;
+  const auto per_token = static_cast<int64_t>(attention_scratch_per_token(job.d, job.dq(), kv, job.n_rot, n_ff));
+  const int64_t used = (m * per_token + 3) / 4 + (job.fc1 ? job.rank : 0), offset = (used + 3) / 4 * 4;
+  return {offset, std::max<int64_t>(0, static_cast<int64_t>(job.scratch_bytes / 4) - offset)};
+}
+
+int64_t attention_splits(const attention_job& job, int64_t t0, int64_t m) {
+  int64_t max_pos = -1;
+  for (int64_t t = t0; t < t0 + m; ++t) max_pos = std::max<int64_t>(max_pos, job.positions[t]);
+  return kernels::gpu::attend_splits(m, job.n_head, job.head_dim, max_pos, attention_scratch_tail(job, m).floats);
 }
 
 int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job) {
@@ -104,7 +118,7 @@ device_traffic gpu_traffic(const matvec_job& job) {
 }
 
 // Per chunk: its inputs in as one copy, the Q/K/V products (one fused or three), RoPE and the store,
-// the attention, the output product (with a predictor: the sum, then its kernels a token at a time),
+// the attention (two kernels where a long past splits), the output product (with a predictor: the sum, then its kernels a token at a time),
 // the product out (and the choices); a wait.
 device_traffic gpu_traffic(const attention_job& job) {
   const int64_t chunk = attention_chunk("", job);
@@ -113,7 +127,7 @@ device_traffic gpu_traffic(const attention_job& job) {
     const int64_t m = std::min(chunk, job.n - t0);
     t.copies += 2 + (job.fc1 ? 1 : 0);
     t.launches += job.wqkv ? 1 : 3;
-    t.launches += 3;  // rope_store, attend, the output product
+    t.launches += 2 + (attention_splits(job, t0, m) > 1 ? 2 : 1);  // rope_store, attend (split: and the join), the output product
     if (job.fc1) t.launches += 1 + static_cast<uint64_t>(m) * predictor_launches(job.rank, job.n_ff);
     t.syncs += 1;
   }
@@ -150,6 +164,21 @@ void row(tensor_type t, const void* rows, int64_t r, int64_t cols, float* out) {
   }
 }
 
+// n vectors of cols values as a GPU's product with rows of type t reads them: rounded to 8 bits for
+// Q8_0 and Q4_0 rows (kernels/gpu/decode.hpp's reads_x_in_8_bits: the CPU's Q8_0 bytes of each
+// vector, their values), else as they are.
+std::vector<float> as_read(tensor_type t, const float* x, int64_t n, int64_t cols) {
+  std::vector<float> v(x, x + n * cols);
+  const auto rt = t == tensor_type::q8_0 ? kernels::gpu::row_type::q8_0 : t == tensor_type::q4_0 ? kernels::gpu::row_type::q4_0 : kernels::gpu::row_type::f16;
+  if (!kernels::gpu::reads_x_in_8_bits(rt, cols)) return v;
+  std::vector<kernels::block_q8_0> q(static_cast<size_t>(cols / 32));
+  for (int64_t k = 0; k < n; ++k) {
+    kernels::quantize_row_q8_0(v.data() + k * cols, q.data(), cols);
+    kernels::dequantize_row_q8_0(q.data(), v.data() + k * cols, cols);
+  }
+  return v;
+}
+
 float dot(const float* a, const float* b, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
@@ -177,7 +206,8 @@ void ffn_rows(const ffn_rows_job& job) {
   std::vector<float> g(static_cast<size_t>(job.d)), u(g.size()), dn(g.size());
   std::fill(job.out, job.out + job.n * job.d, 0.0f);
   for (int64_t t = 0; t < job.n; ++t) {
-    const float* x = job.x + t * job.d;
+    const std::vector<float> xr = as_read(job.type, job.x + t * job.d, 1, job.d);
+    const float* x = xr.data();
     float* out = job.out + t * job.d;
     for (int64_t k = 0; k < job.count; ++k) {
       const int32_t id = job.ids[k];
@@ -201,14 +231,15 @@ void ffn_rows(const ffn_rows_job& job) {
 void predict(const predict_job& job) {
   std::vector<float> r(static_cast<size_t>(std::max(job.d, job.rank))), mid(static_cast<size_t>(job.rank));
   for (int64_t t = 0; t < job.n; ++t) {
-    const float* x = job.x + t * job.d;
+    const std::vector<float> x = as_read(job.type, job.x + t * job.d, 1, job.d);
     for (int64_t i = 0; i < job.rank; ++i) {
       row(job.type, job.fc1, i, job.d, r.data());
-      mid[static_cast<size_t>(i)] = std::max(dot(r.data(), x, job.d), 0.0f);
+      mid[static_cast<size_t>(i)] = std::max(dot(r.data(), x.data(), job.d), 0.0f);
     }
+    const std::vector<float> mid_read = as_read(job.type, mid.data(), 1, job.rank);
     for (int64_t i = 0; i < job.n_ff; ++i) {
       row(job.type, job.fc2, i, job.rank, r.data());
-      const float s = dot(r.data(), mid.data(), job.rank);
+      const float s = dot(r.data(), mid_read.data(), job.rank);
       job.chosen[t * job.n_ff + i] = (job.on_act ? std::fabs(activate(job.act, s)) : s) >= job.threshold ? 1 : 0;
     }
   }
@@ -216,9 +247,10 @@ void predict(const predict_job& job) {
 
 void matvec(const matvec_job& job) {
   std::vector<float> r(static_cast<size_t>(job.cols));
+  const std::vector<float> x = as_read(job.type, job.x, job.n, job.cols);
   for (int64_t i = 0; i < job.rows; ++i) {
     row(job.type, job.w, i, job.cols, r.data());
-    for (int64_t t = 0; t < job.n; ++t) job.y[t * job.rows + i] = dot(r.data(), job.x + t * job.cols, job.cols);
+    for (int64_t t = 0; t < job.n; ++t) job.y[t * job.rows + i] = dot(r.data(), x.data() + t * job.cols, job.cols);
   }
 }
 
@@ -228,9 +260,10 @@ void attention(const attention_job& job) {
   const int64_t n = job.n, d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, hd = job.head_dim, row_len = dq + 2 * kv;
   std::vector<float> qkv(static_cast<size_t>(n * row_len)), r(static_cast<size_t>(std::max(d, dq)));
   auto product = [&](tensor_type t, const void* w, int64_t rows, int64_t at) {  // rows of w into columns at.. of each token's row
+    const std::vector<float> x = as_read(t, job.x, n, d);
     for (int64_t i = 0; i < rows; ++i) {
       row(t, w, i, d, r.data());
-      for (int64_t k = 0; k < n; ++k) qkv[static_cast<size_t>(k * row_len + at + i)] = dot(r.data(), job.x + k * d, d);
+      for (int64_t k = 0; k < n; ++k) qkv[static_cast<size_t>(k * row_len + at + i)] = dot(r.data(), x.data() + k * d, d);
     }
   };
   if (job.wqkv) {
@@ -296,9 +329,10 @@ void attention(const attention_job& job) {
         attn[static_cast<size_t>(k * dq + h * hd + i)] = static_cast<float>(a / sum);
       }
     }
+  const std::vector<float> attn_read = as_read(job.t_o, attn.data(), n, dq);
   for (int64_t i = 0; i < d; ++i) {
     row(job.t_o, job.wo, i, dq, r.data());
-    for (int64_t k = 0; k < n; ++k) job.out[k * d + i] = dot(r.data(), attn.data() + k * dq, dq);
+    for (int64_t k = 0; k < n; ++k) job.out[k * d + i] = dot(r.data(), attn_read.data() + k * dq, dq);
   }
   if (!job.fc1) return;
   // The predictor on the layer's input (plus the output product): what predict() computes.
@@ -315,19 +349,21 @@ void attention(const attention_job& job) {
 void dense_ffn(const dense_ffn_job& job) {
   const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
   std::vector<float> r(static_cast<size_t>(std::max(d, n_ff))), h(static_cast<size_t>(n * n_ff)), g(static_cast<size_t>(n));
+  const std::vector<float> xg = as_read(job.t_gate, job.x, n, d), xu = as_read(job.t_up, job.x, n, d);
   for (int64_t i = 0; i < n_ff; ++i) {
     if (job.gated) {
       row(job.t_gate, job.gate, i, d, r.data());
-      for (int64_t t = 0; t < n; ++t) g[static_cast<size_t>(t)] = dot(r.data(), job.x + t * d, d);
+      for (int64_t t = 0; t < n; ++t) g[static_cast<size_t>(t)] = dot(r.data(), xg.data() + t * d, d);
     }
     row(job.t_up, job.up, i, d, r.data());
     for (int64_t t = 0; t < n; ++t) {
-      h[static_cast<size_t>(t * n_ff + i)] = hidden(job.act, job.act_threshold, job.gated, g[static_cast<size_t>(t)], dot(r.data(), job.x + t * d, d));
+      h[static_cast<size_t>(t * n_ff + i)] = hidden(job.act, job.act_threshold, job.gated, g[static_cast<size_t>(t)], dot(r.data(), xu.data() + t * d, d));
     }
   }
+  const std::vector<float> h_read = as_read(job.t_down, h.data(), n, n_ff);
   for (int64_t c = 0; c < d; ++c) {
     row(job.t_down, job.down, c, n_ff, r.data());
-    for (int64_t t = 0; t < n; ++t) job.out[t * d + c] = dot(r.data(), h.data() + t * n_ff, n_ff);
+    for (int64_t t = 0; t < n; ++t) job.out[t * d + c] = dot(r.data(), h_read.data() + t * n_ff, n_ff);
   }
   if (job.hidden) std::copy(h.begin(), h.end(), job.hidden);
 }

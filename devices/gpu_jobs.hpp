@@ -24,6 +24,16 @@ void check_dense_ffn_job(const std::string& device, const dense_ffn_job& job);
 // std::invalid_argument naming `device` and the bytes needed when not one token fits.
 int64_t attention_chunk(const std::string& device, const attention_job& job);
 int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job);
+// What a chunk of m tokens of an attention job leaves of its scratch (after the chunk's inputs,
+// products and predictor), from a 16-byte boundary: offset and size in floats. Flash-decoding's
+// partial sums live there (a decode step's chunk of one token leaves most of it).
+struct scratch_tail {
+  int64_t offset = 0, floats = 0;
+};
+scratch_tail attention_scratch_tail(const attention_job& job, int64_t m);
+// The splits the GPU's attention takes for tokens t0 .. t0 + m - 1 of a job (kernels/gpu/decode.hpp's
+// attend_splits, by their latest position and the scratch's tail); 1: none.
+int64_t attention_splits(const attention_job& job, int64_t t0, int64_t m);
 // Throws std::invalid_argument naming `device` when a predictor's or product's scratch is short.
 void check_scratch(const std::string& device, const predict_job& job);
 void check_scratch(const std::string& device, const matvec_job& job);

@@ -15,17 +15,38 @@
 namespace hotcold::devices {
 
 namespace {
-// Polls `ready` (pausing between polls) for at most `limit`; whether it became true.
+std::atomic<int> wait_mode{static_cast<int>(device_wait::spin)};
+
+// Polls `ready` for at most `limit` as the process's wait mode says (pausing between polls, or
+// yielding the core; block: not at all); whether it became true.
 template <typename F>
 bool spin_until(F ready, std::chrono::microseconds limit) {
+  const auto mode = static_cast<device_wait>(wait_mode.load(std::memory_order_relaxed));
+  if (mode == device_wait::block) return ready();
   const auto until = std::chrono::steady_clock::now() + limit;
   for (int i = 0;; ++i) {
     if (ready()) return true;
-    __builtin_ia32_pause();
-    if (i % 64 == 63 && std::chrono::steady_clock::now() >= until) return ready();
+    if (mode == device_wait::yield) std::this_thread::yield();
+    else __builtin_ia32_pause();
+    if ((mode == device_wait::yield || i % 64 == 63) && std::chrono::steady_clock::now() >= until) return ready();
   }
 }
 }  // namespace
+
+void set_device_wait(device_wait w) { wait_mode.store(static_cast<int>(w), std::memory_order_relaxed); }
+device_wait current_device_wait() { return static_cast<device_wait>(wait_mode.load(std::memory_order_relaxed)); }
+const char* device_wait_name(device_wait w) {
+  switch (w) {
+    case device_wait::yield: return "yield";
+    case device_wait::block: return "block";
+    default: return "spin";
+  }
+}
+device_wait parse_device_wait(const std::string& s) {
+  for (auto w : {device_wait::spin, device_wait::yield, device_wait::block})
+    if (s == device_wait_name(w)) return w;
+  throw std::invalid_argument(fmt::format("a device wait of spin, yield or block, not '{}'", s));
+}
 
 namespace {
 // The futex calls on a completion's word: sleep while it is 0 (at most `ns`, < 0: no limit), wake all.

@@ -18,6 +18,18 @@
 
 namespace hotcold::devices {
 
+// How a thread waits for a device (chosen once for the process, `--device-wait`): spin polls with a
+// pause for a while before sleeping (waiters on a job up to 1 ms, a queue's idle worker up to 200 us;
+// a GPU's stream polled), yield polls as long but gives the core away between polls (sched_yield),
+// block sleeps at once (a futex; a GPU's blocking-sync event). Spinning answers a few microseconds
+// sooner; it takes a core from the CPU's cold pool while it lasts (docs/gpu.md has the measurements).
+enum class device_wait : int { spin = 0, yield = 1, block = 2 };
+void set_device_wait(device_wait w);
+device_wait current_device_wait();
+const char* device_wait_name(device_wait w);
+// "spin", "yield" or "block"; std::invalid_argument naming the choices otherwise.
+device_wait parse_device_wait(const std::string& s);
+
 // A queue's deadline for one piece of work: a wait that passes it calls on_stall (the device marks
 // itself lost) and throws job_overdue naming the queue and the deadline, so that a job that never
 // returns (a GPU kernel that hangs) does not hang its waiter for ever.

@@ -404,6 +404,7 @@ void print_json(const report& r, const model& m) {
     nlohmann::json jobs = nlohmann::json::object();
     for (size_t op = 0; op < res.job_ms_pt.size(); ++op) jobs[devices::operation_name(static_cast<devices::operation>(op))] = res.job_ms_pt[op];
     d["device_job_ms_per_token"] = jobs;
+    d["device_wait"] = devices::device_wait_name(devices::current_device_wait());  // how threads waited for the device
     if (m.hp().moe()) {  // (every expert on the CPU: a hit rate of 0)
       d["expert_hit_rate"] = res.expert_hit_rate;
       d["expert_uploads_per_token"] = res.expert_uploads_per_token;

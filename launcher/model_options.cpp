@@ -64,6 +64,14 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   dopt.sim_kernels = a.sim_kernels;
   loaded l;
   static_cast<loader::opened_model&>(l) = loader::open_for_running(m, loader::choose_device(*m, dopt, o.log), o);
+  // auto: a spinning wait holds a core, which the cold pool needs when its threads take every one
+  // (measured in docs/gpu.md: block 1.28x spin there, the same where a core is left); else spin.
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  devices::set_device_wait(a.device_wait != "auto"          ? devices::parse_device_wait(a.device_wait)
+                           : l.ctx->pool().size() >= hw ? devices::device_wait::block
+                                                        : devices::device_wait::spin);
+  if (l.dev && l.dev->kind() != devices::device_kind::cpu)
+    o.log(fmt::format("hotcold: threads wait for {} by {} (--device-wait)", l.dev->name(), devices::device_wait_name(devices::current_device_wait())));
   l.trace_path = a.trace_out;
   return l;
 }

@@ -24,6 +24,7 @@ struct model_args {
   std::string kv_type = "f16";  // the KV cache's values: f16 | f32
   int64_t n_gpu_layers = -1;    // dense files: layers the hot device holds whole (-1: as many as fit)
   bool sim_kernels = false;     // --device sim computes as a GPU does (devices::device_options::sim_kernels)
+  std::string device_wait = "auto";  // how threads wait for the device: auto | spin | yield | block (devices::device_wait)
   // A mixture of experts on a device (docs/moe.md): --n-cpu-moe N / --cpu-moe (-1: a cache of experts
   // in every layer), the cache's policy, its uploads a token in MiB (negative: the plan's), prefetching.
   int64_t n_cpu_moe = -1;

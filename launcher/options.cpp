@@ -108,6 +108,11 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
                 "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies: attention, predictors, "
                 "FFN rows, dense FFNs, the head), "
                 "so that what runs above a GPU's kernels runs here");
+  cmd->add_option("--device-wait", m.device_wait,
+                  "How threads wait for the hot device: spin (poll with a pause, then sleep), yield (poll, giving the core away), "
+                  "block (sleep at once; a GPU's blocking-sync event); auto: block where the CPU's threads take every core, else spin")
+      ->check(CLI::IsMember({"auto", "spin", "yield", "block"}))
+      ->capture_default_str();
   cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();

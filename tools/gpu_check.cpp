@@ -180,19 +180,33 @@ std::vector<uint8_t> random_rows(gpu::row_type t, int64_t rows, int64_t cols, st
   return bytes;
 }
 
+// What a product with rows of type t computes with for vectors of `cols` values: Q8_0 and Q4_0 rows
+// meet x rounded to 8 bits (the CPU's Q8_0 bytes of it, their values); other rows, x itself.
+std::vector<float> x_as_read(gpu::row_type t, std::vector<float> x, int64_t cols) {
+  if (t != gpu::row_type::q8_0 && t != gpu::row_type::q4_0) return x;
+  std::vector<kernels::block_q8_0> q(static_cast<size_t>(cols / 32));
+  for (size_t at = 0; at < x.size(); at += static_cast<size_t>(cols)) {
+    kernels::quantize_row_q8_0(x.data() + at, q.data(), cols);
+    kernels::dequantize_row_q8_0(q.data(), x.data() + at, cols);
+  }
+  return x;
+}
+
 // The hot FFN on quantized rows (Q8_0, Q4_0: the file's bytes, as the CPU's quantizer writes them)
-// against a double computation over the rows' dequantized values.
+// against a double computation over the rows' dequantized values and x rounded to 8 bits as the
+// CPU's kernels round it (a kernel that multiplied by x itself misses by ~1e-5).
 void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t count, std::mt19937& rng) {
   std::vector<uint8_t> bytes[3];
   std::vector<float> values[3];  // dequantized: what the kernel must compute with
   for (int m = 0; m < 3; ++m) bytes[m] = random_rows(t, n_rows, d, rng, &values[m]);
   auto x = random_f32(static_cast<size_t>(d), rng);
+  const auto xr = x_as_read(t, x, d);
   std::vector<int32_t> slots(static_cast<size_t>(count));
   for (auto& sl : slots) sl = static_cast<int32_t>(rng() % n_rows);
   std::vector<double> hidden(static_cast<size_t>(count)), out(static_cast<size_t>(d), 0.0);
   auto dot = [&](const float* w) {
     double a = 0;
-    for (int64_t i = 0; i < d; ++i) a += static_cast<double>(w[i]) * x[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < d; ++i) a += static_cast<double>(w[i]) * xr[static_cast<size_t>(i)];
     return a;
   };
   for (int64_t k = 0; k < count; ++k) {
@@ -212,18 +226,19 @@ void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t
 }
 
 // Products with quantized rows (the head and predictors of Q8_0 / Q4_0 files) against double sums of
-// the rows' dequantized values.
+// the rows' dequantized values (and x as the rows' type reads it).
 void check_matvec_quantized(gpu::row_type t, int64_t rows, int64_t cols, std::mt19937& rng) {
   std::vector<float> values;
   const auto bytes = random_rows(t, rows, cols, rng, &values);
-  // One vector (matvec) and three at once (matmul).
-  for (int64_t n : {1, 3}) {
+  // One vector (matvec), three at once and seven (two passes of the quantized kernel's four).
+  for (int64_t n : {1, 3, 7}) {
     const auto x = random_f32(static_cast<size_t>(n * cols), rng);
+    const auto xr = x_as_read(t, x, cols);
     std::vector<double> want(static_cast<size_t>(n * rows));
     for (int64_t t0 = 0; t0 < n; ++t0)
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
-          want[static_cast<size_t>(t0 * rows + r)] += static_cast<double>(values[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(t0 * cols + c)];
+          want[static_cast<size_t>(t0 * rows + r)] += static_cast<double>(values[static_cast<size_t>(r * cols + c)]) * xr[static_cast<size_t>(t0 * cols + c)];
     dev<uint8_t> dw(bytes);
     dev<float> dx(x), dy(static_cast<size_t>(n * rows));
     const std::string e = n == 1 ? gpu::matvec(t, dw.p, rows, cols, dx.p, dy.p) : gpu::matmul(t, dw.p, rows, cols, dx.p, n, dy.p, rows);
@@ -268,13 +283,17 @@ void check_predictor(int64_t d, int64_t rank, int64_t n_ff, std::mt19937& rng) {
 // A batch's attention as a layer runs it: q/k/v rows rotated by given angles, k and v stored as F16
 // (or F32) in a cache of two sequences that already holds `past` positions of each, then every token
 // against its own sequence up to its position. Tokens: four of sequence 0 (past..past+3) and one of
-// sequence 1 (at past). Against double sums over the same rotation and the same F16 rounding.
-void check_attention(int64_t past, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_rot, bool adjacent, bool f16, std::mt19937& rng) {
-  const int64_t d = n_head * hd, kv = n_head_kv * hd, row = d + 2 * kv, ctx = past + 8, n = 5, half = n_rot / 2;
+// sequence 1 (at past); a decode step (n = 1): one token of sequence 0 at past. Against double sums
+// over the same rotation and the same F16 rounding; where the past is long enough to split
+// (flash-decoding), the split kernels too.
+void check_attention(int64_t past, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_rot, bool adjacent, bool f16, std::mt19937& rng,
+                     int64_t n = 5) {
+  const int64_t d = n_head * hd, kv = n_head_kv * hd, row = d + 2 * kv, ctx = past + 8, half = n_rot / 2;
   const gpu::attention_shape sh{d, n_head, n_head_kv, hd, n_rot, adjacent, ctx};
   auto qkv = random_f32(static_cast<size_t>(n * row), rng);
   std::vector<int32_t> seqpos{0, 0, 0, 0, 1, static_cast<int32_t>(past), static_cast<int32_t>(past + 1), static_cast<int32_t>(past + 2),
                               static_cast<int32_t>(past + 3), static_cast<int32_t>(past)};
+  if (n == 1) seqpos = {0, static_cast<int32_t>(past)};
   std::vector<float> angles(static_cast<size_t>(n * n_rot));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < half; ++i) {
@@ -334,6 +353,14 @@ void check_attention(int64_t past, int64_t n_head, int64_t n_head_kv, int64_t hd
   const std::string name = "attention " + std::string(f16 ? "f16" : "f32") + " cache, past " + std::to_string(past) + ", heads " + std::to_string(n_head) + "/" +
                            std::to_string(n_head_kv) + " x" + std::to_string(hd) + (adjacent ? " adjacent" : " neox") + " rot " + std::to_string(n_rot);
   report(name, e, nmse(dout.get(), want), 1e-6);
+  // The same tokens split across blocks (the cache and q already rotated and stored), the partial
+  // sums in scratch, then joined.
+  const int64_t max_pos = past + (n == 1 ? 0 : 3), partial_floats = int64_t{1} << 20;
+  if (const int64_t splits = gpu::attend_splits(n, n_head, hd, max_pos, partial_floats); splits > 1) {
+    dev<float> partial(static_cast<size_t>(partial_floats)), split_out(static_cast<size_t>(n * d));
+    const std::string es = gpu::attend(sh, dqkv.p, n, dsp.p, dk, dv, f16, split_out.p, nullptr, partial.p, partial_floats, max_pos);
+    report(name + ", split " + std::to_string(splits) + " ways", es, nmse(split_out.get(), want), 1e-6);
+  }
   // The stored keys, where the rounding of the rotation is checked directly.
   std::vector<float> got_k(cache_values);
   if (f16) {
@@ -429,7 +456,12 @@ void bench(std::mt19937& rng, double peak) {
     dev<uint16_t> kc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f)), vc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f));
     dev<float> qkv(random_f32(static_cast<size_t>(d + 2 * kv), rng)), out(static_cast<size_t>(d));
     dev<int32_t> sp(std::vector<int32_t>{0, static_cast<int32_t>(ctx - 1)});
-    speed("attend f16 cache, 2048 positions" + shape, seconds_per_call([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p); }, 100),
+    speed("attend f16 cache, 2048 positions, one block a head" + shape,
+          seconds_per_call([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p); }, 100), static_cast<double>(ctx) * 2.0 * static_cast<double>(kv) * 2,
+          peak, 0.0);
+    dev<float> partial(static_cast<size_t>(1) << 20);
+    speed("attend f16 cache, 2048 positions" + shape,
+          seconds_per_call([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p, nullptr, partial.p, int64_t{1} << 20, ctx - 1); }, 100),
           static_cast<double>(ctx) * 2.0 * static_cast<double>(kv) * 2, peak, 0.3);
   }
 }
@@ -489,6 +521,11 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
            check_attention(300, 32, 32, 128, 128, false, true, r);  // 7B
          }},
         {"attention past 2048 positions", [](rng_t& r) { check_attention(2100, 32, 8, 64, 64, false, true, r); }},
+        {"attention decode step split across blocks", [](rng_t& r) {
+           check_attention(2100, 32, 8, 64, 64, false, true, r, 1);    // 1B: 8 splits of 263 positions
+           check_attention(1000, 32, 32, 128, 128, false, false, r, 1);  // 7B, F32 cache: 8 splits, the last short
+           check_attention(130, 4, 2, 256, 64, true, true, r, 1);        // 2 splits, heads of 256
+         }},
         {"speed", [&result](rng_t& r) {
            const auto [spec, copy] = peak_bandwidth();
            std::printf("BANDWIDTH published %.0f GB/s, device-to-device copy %.0f GB/s\n", spec, copy);

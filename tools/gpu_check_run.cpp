@@ -509,11 +509,14 @@ class checker {
       const model_file* m;
       double fraction;  // of the file in the device's budget; 0: the CPU alone; < 0: the whole device
       std::string predicted;  // which of the plan's figures predicts it
+      std::string wait = {};  // --device-wait (empty: the default, auto)
     };
     const std::vector<config> configs{
         {"CPU only, sparse", &one_, 0, "cpu_only_tokens_per_s"},
         {"CPU only, dense", &one_dense_, 0, ""},
         {"hybrid, 25% in VRAM", &one_, 0.25, "hybrid_tokens_per_s"},
+        // The waits' choice measured (auto blocks where the cold pool takes every core): the same run spinning.
+        {"hybrid, 25%, spinning waits", &one_, 0.25, "hybrid_tokens_per_s", "spin"},
         {"hybrid, 50% in VRAM", &one_, 0.5, "hybrid_tokens_per_s"},
         {"whole layers, 25% in VRAM", &one_dense_, 0.25, "layer_offload_tokens_per_s"},
         {"whole layers, 50% in VRAM", &one_dense_, 0.5, "layer_offload_tokens_per_s"},
@@ -540,6 +543,7 @@ class checker {
       }
       const auto t = threads();
       a.insert(a.end(), t.begin(), t.end());
+      if (!c.wait.empty()) a.insert(a.end(), {"--device-wait", c.wait});
       row["budget_gib"] = c.fraction < 0 && o_.device == "cuda" ? json("all free memory") : json(budget);
       if (!c.predicted.empty()) {
         const std::string key = fmt::format("{:.2f}", c.fraction);
@@ -550,7 +554,7 @@ class checker {
       const auto j = r.ok() ? json::parse(r.out, nullptr, false) : json();
       if (j.is_object() && j.contains("decode_tokens_per_s")) {
         for (const char* f : {"decode_tokens_per_s", "prefill_tokens_per_s", "host_bytes_per_token", "device_bytes_per_token", "launches_per_token",
-                              "copies_per_token", "syncs_per_token", "device_job_ms_per_token"})
+                              "copies_per_token", "syncs_per_token", "device_job_ms_per_token", "device_wait"})
           if (j.contains(f)) row[f] = j[f];
         row["status"] = "measured";
       } else {

@@ -186,8 +186,10 @@ char held = 0;  // (a job's weights and scratch: non-null where the layer has th
 const void* has(const tensor_view& t) { return t ? &held : nullptr; }
 constexpr uint64_t room = uint64_t{1} << 40;  // (scratch for a token)
 }  // namespace trips
-devices::device_traffic attention_trips(const hparams& hp, const layer_weights& l, bool with_predictor) {
+devices::device_traffic attention_trips(const hparams& hp, const layer_weights& l, bool with_predictor, int32_t position) {
   devices::attention_job j;
+  const int32_t seq = 0;  // (the token's sequence and position: a long past splits attention's kernel)
+  j.seqs = &seq, j.positions = &position, j.ctx = static_cast<int64_t>(position) + 1;
   j.n = 1, j.d = hp.n_embd, j.n_head = hp.n_head, j.n_head_kv = hp.n_head_kv, j.head_dim = hp.head_dim(), j.n_rot = hp.n_rot;
   j.wqkv = trips::has(l.wqkv), j.wq = trips::has(l.wq), j.wk = trips::has(l.wk), j.wv = trips::has(l.wv), j.wo = trips::has(l.wo);
   if (with_predictor) j.fc1 = j.fc2 = &trips::held, j.rank = l.pred_fc1.ne1, j.n_ff = hp.n_ff;
@@ -299,7 +301,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     const auto& lw = m.weights().layers[li];
     if (p.attention || p.predictor)
       layer_t += cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0),
-                       p.attention ? attention_trips(hp, lw, sparse && p.predictor) : predict_trips(hp, lw));
+                       p.attention ? attention_trips(hp, lw, sparse && p.predictor, static_cast<int32_t>(rows)) : predict_trips(hp, lw));
     if (p.ffn) {  // a dense file's whole layer: its FFN is one more job (the FFN input down, the output up)
       layer_t += charge(true, ffn[li], rows_rate) + cross(2 * x_bytes, dense_ffn_trips(hp, lw));
     } else if (sparse) {

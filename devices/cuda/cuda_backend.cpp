@@ -120,9 +120,12 @@ class cuda_backend final : public device {
     count({0, 1, 0});
     cuda_copy_async(dst, src, bytes, to_device, stream_);
   }
+  // A job's wait for its stream, as the process's device_wait says (a spinning wait holds a core the
+  // cold pool may need; a blocking one sleeps until the device's interrupt).
   void sync_stream() {
     count({0, 0, 1});
-    cuda_stream_synchronize(stream_);
+    if (!blocking_done_) blocking_done_ = std::shared_ptr<void>(cuda_blocking_event_create(index_), cuda_event_destroy);
+    cuda_stream_wait(stream_, blocking_done_.get(), static_cast<int>(current_device_wait()));
   }
   void sync_event(void* e) {
     count({0, 0, 1});
@@ -186,6 +189,7 @@ class cuda_backend final : public device {
   // fetched each.
   static constexpr uint64_t upload_chunk = gpu_upload_chunk;
   std::shared_ptr<void> upload_[2], upload_done_[2];
+  std::shared_ptr<void> blocking_done_;  // (recorded on the stream for a blocking wait)
   // Attention's staging in pinned memory (grown to the largest chunk met): the chunk's inputs, angles,
   // sequences and positions in the order of the scratch (one copy in), and its outputs.
   std::shared_ptr<void> host_attn_in_, host_attn_out_;
@@ -407,7 +411,11 @@ void cuda_backend::compute(const attention_job& job) {
       if (e.empty()) e = gpu::matmul(gpu_rows(job.t_v), job.wv, kv, d, dx, m, dqkv + dq + kv, row_len, stream_);
     }
     if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_, adjust);
-    if (e.empty()) e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_);
+    if (e.empty()) {  // (a long past split across blocks, their partial sums in the scratch's tail)
+      const scratch_tail tail = attention_scratch_tail(job, m);
+      const int64_t max_pos = *std::max_element(job.positions + t0, job.positions + t0 + m);
+      e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_, dx + tail.offset, tail.floats, max_pos);
+    }
     if (e.empty()) e = gpu::matmul(gpu_rows(job.t_o), job.wo, d, dq, dattn, m, dout, d, stream_);
     if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), a token at a time
       e = gpu::add(dlayer_in, job.pred_adds_out ? dout : nullptr, m * d, dpred_in, stream_);

@@ -1,9 +1,12 @@
 #include "devices/cuda/cuda_memory.hpp"
 
+#include <sched.h>
+
 #include <stdexcept>
 #include <string>
 
 #include "devices/device.hpp"
+#include "devices/work_queue.hpp"
 #include "kernels/gpu/portability.hpp"
 
 namespace hotcold::devices {
@@ -69,6 +72,30 @@ void cuda_copy_async(void* dst, const void* src, uint64_t bytes, bool to_device,
 }
 
 void cuda_stream_synchronize(void* stream) { check(gpuStreamSynchronize(static_cast<gpuStream_t>(stream)), "StreamSynchronize"); }
+
+void cuda_stream_wait(void* stream, void* event, int mode) {
+  const auto s = static_cast<gpuStream_t>(stream);
+  if (mode == static_cast<int>(device_wait::block)) {
+    check(gpuEventRecord(static_cast<gpuEvent_t>(event), s), "EventRecord");
+    check(gpuEventSynchronize(static_cast<gpuEvent_t>(event)), "EventSynchronize");
+    return;
+  }
+  for (;;) {
+    const gpuError_t err = gpuStreamQuery(s);
+    if (err != gpuErrorNotReady) return check(err, "StreamQuery");
+    if (mode == static_cast<int>(device_wait::yield)) sched_yield();
+#if defined(__x86_64__)
+    else __builtin_ia32_pause();
+#endif
+  }
+}
+
+void* cuda_blocking_event_create(int index) {
+  check(gpuSetDevice(index), "SetDevice");
+  gpuEvent_t e = nullptr;
+  check(gpuEventCreateWithFlags(&e, gpuEventDisableTiming | gpuEventBlockingSync), "EventCreate");
+  return e;
+}
 
 bool cuda_context_alive(int index, std::string& why) {
   gpuError_t err = gpuSetDevice(index);

@@ -91,6 +91,75 @@ __device__ inline float element(const uint8_t* row, int64_t c) {
   }
 }
 
+// x rounded to 8 bits for the quantized rows' integer products, as the CPU's kernels (and llama.cpp's)
+// do: blocks of 32, d = max |x| / 127 (kept as F16, as a Q8_0 block stores it), q = x / d rounded to
+// the nearest, ties to even — the bytes kernels/cpu's quantize_row_q8_0 makes. In shared memory:
+// the scales (floats) of nv vectors, then their values.
+struct x_q8 {
+  const float* d;   // nv x cols / 32
+  const int8_t* q;  // nv x cols
+};
+// Bytes of shared memory nv vectors of cols values take; the most a block asks for.
+__host__ __device__ inline int64_t x_q8_bytes(int64_t nv, int64_t cols) { return nv * (cols / 32 * 4 + cols); }
+
+// The block quantizes nv vectors of x (cols a multiple of 32) into shared memory, a warp a block of 32.
+__device__ inline x_q8 quantize_x(const float* x, int64_t cols, int nv, char* smem) {
+  float* ds = reinterpret_cast<float*>(smem);
+  int8_t* qs = reinterpret_cast<int8_t*>(smem + nv * (cols / 32) * 4);
+  const int warps = blockDim.x / warp, lane = threadIdx.x % warp;
+  const int64_t blocks = nv * (cols / 32);
+  for (int64_t b = threadIdx.x / warp; b < blocks; b += warps) {
+    const float v = x[b * 32 + lane];  // (vector j's block k is block j cols / 32 + k)
+    float amax = fabsf(v);
+    for (int o = warp / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    qs[b * 32 + lane] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v, id)));
+    if (lane == 0) ds[b] = __half2float(__float2half_rn(d));
+  }
+  __syncthreads();
+  return {ds, qs};
+}
+
+// c + the products of four signed bytes of a and b (dp4a where the GPU has it).
+__device__ inline int dot4(int a, int b, int c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+  return __dp4a(a, b, c);
+#else
+  const auto* x = reinterpret_cast<const int8_t*>(&a);
+  const auto* y = reinterpret_cast<const int8_t*>(&b);
+  return c + x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
+#endif
+}
+
+// Four bytes of a block's values (which sit 2 bytes into an 18- or 34-byte block: two 16-bit loads).
+__device__ inline int four_bytes(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<int>(h[0] | (static_cast<uint32_t>(h[1]) << 16));
+}
+
+// Block b of a Q8_0 or Q4_0 row against block b of a quantized x: the integer sum (Q4_0's values
+// offset by 8 through the sum of x's), times both scales.
+template <row_type T>
+__device__ inline float block_dot_q8(const uint8_t* row, int64_t b, const float* xd, const int8_t* xq) {
+  const int* xi = reinterpret_cast<const int*>(xq + b * 32);
+  int sum = 0;
+  if constexpr (T == row_type::q8_0) {
+    const block_q8& blk = reinterpret_cast<const block_q8*>(row)[b];
+    for (int k = 0; k < 8; ++k) sum = dot4(four_bytes(reinterpret_cast<const uint8_t*>(blk.qs) + 4 * k), xi[k], sum);
+    return __half2float(blk.d) * xd[b] * static_cast<float>(sum);
+  } else {
+    const block_q4& blk = reinterpret_cast<const block_q4*>(row)[b];
+    int xsum = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int v = four_bytes(blk.qs + 4 * k);
+      sum = dot4(v & 0x0F0F0F0F, xi[k], sum);
+      sum = dot4((v >> 4) & 0x0F0F0F0F, xi[k + 4], sum);
+    }
+    for (int k = 0; k < 8; ++k) xsum = dot4(0x01010101, xi[k], xsum);
+    return __half2float(blk.d) * xd[b] * static_cast<float>(sum - 8 * xsum);
+  }
+}
+
 // A row of d values against x, by one 32-lane group: F16 through the paired loads above; a quantized
 // row a block per lane (neighbouring lanes read neighbouring blocks), its scale applied once.
 template <row_type T>
@@ -176,6 +245,38 @@ __global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_
     h = act == ffn_act::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : fabsf(a) < threshold ? 0.0f : a * u;
   }
   if (threadIdx.x % warp == 0) hidden[k] = h;
+}
+
+// Quantized rows (Q8_0, Q4_0) against x rounded to 8 bits: the block quantizes the token's x into
+// shared memory once, then each of its warps takes hot_q_per_warp neurons, gate and up dots by
+// integer products a block of 32 per lane.
+constexpr int hot_q_per_warp = 4;
+template <row_type T>
+__global__ void hot_hidden_q8_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
+                                     const float* x, bool gated, ffn_act act, float threshold, float* hidden) {
+  extern __shared__ char smem[];
+  const x_q8 xq = quantize_x(x, d, 1, smem);
+  const int lane = threadIdx.x % warp;
+  const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp) * hot_q_per_warp;
+  for (int64_t k = first; k < first + hot_q_per_warp && k < count; ++k) {
+    const int64_t row = slots[k];
+    const uint8_t *g = gate + row * row_bytes, *u = up + row * row_bytes;
+    float sg = 0.0f, su = 0.0f;
+    for (int64_t b = lane; b < d / 32; b += warp) {
+      su += block_dot_q8<T>(u, b, xq.d, xq.q);
+      if (gated) sg += block_dot_q8<T>(g, b, xq.d, xq.q);
+    }
+    const float uu = warp_sum(su), gg = warp_sum(sg);
+    float h;
+    if (!gated) {
+      h = activate(act, uu);
+      if (fabsf(h) < threshold) h = 0.0f;
+    } else {
+      const float a = activate(act, gg);
+      h = act == ffn_act::drelu ? fmaxf(gg, 0.0f) * fmaxf(uu, 0.0f) : fabsf(a) < threshold ? 0.0f : a * uu;
+    }
+    if (lane == 0) hidden[k] = h;
+  }
 }
 
 // The down projection, split across blocks: block (x, y) sums the neurons of chunk y for the columns
@@ -322,6 +423,34 @@ __global__ void matmul_kernel(const uint8_t* w, int64_t row_bytes, int64_t rows,
   }
 }
 
+// Quantized rows (Q8_0, Q4_0) against vectors rounded to 8 bits: nv vectors at a time quantized into
+// the block's shared memory, then each warp takes matmul_q_per_warp rows, a block of 32 per lane by
+// integer products, each row's weights read once for the nv vectors.
+constexpr int matmul_q_per_warp = 4;
+template <row_type T>
+__global__ void matmul_q8_kernel(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t n, int nv, float* y, int64_t ldy) {
+  extern __shared__ char smem[];
+  const int lane = threadIdx.x % warp;
+  const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp) * matmul_q_per_warp;
+  for (int64_t t0 = 0; t0 < n; t0 += nv) {
+    const int nt = n - t0 < nv ? static_cast<int>(n - t0) : nv;
+    if (t0 > 0) __syncthreads();  // (every warp is done with the previous vectors)
+    const x_q8 xq = quantize_x(x + t0 * cols, cols, nt, smem);
+    for (int64_t r = first; r < first + matmul_q_per_warp && r < rows; ++r) {
+      const uint8_t* row = w + r * row_bytes;
+      float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t b = lane; b < cols / 32; b += warp)
+        for (int j = 0; j < 4; ++j)
+          if (j < nt) a[j] += block_dot_q8<T>(row, b, xq.d + j * (cols / 32), xq.q + j * cols);
+      for (int j = 0; j < 4; ++j)
+        if (j < nt) {
+          const float sum = warp_sum(a[j]);
+          if (lane == 0) y[(t0 + j) * ldy + r] = sum;
+        }
+    }
+  }
+}
+
 // One block per token: its q and k heads rotated pair by pair, then its k and v rows stored.
 __global__ void rope_store_kernel(attention_shape sh, float* qkv, int64_t n, const float* angles, const int32_t* seqpos, void* k_cache, void* v_cache,
                                   bool f16, qkv_adjust adj) {
@@ -371,25 +500,26 @@ __device__ inline float cached(const float* c, int64_t i) { return c[i]; }
 
 constexpr int attend_threads = 128, attend_tile = 32;
 
-// Block (t, h): token t's head h over its sequence's positions 0..pos, a tile of 32 positions at a
-// time: the warps score the tile's keys into shared memory, then every thread (its output values
-// tid and tid + 128) rescales its running sum by the new maximum and adds the tile's values — an
-// online softmax, nothing stored per position.
+// Token t's head h over positions [p_begin, p_end) of its sequence (p_end <= pos + 1), a tile of 32
+// positions at a time: the warps score the tile's keys into shared memory, then every thread (its
+// output values tid and tid + 128) rescales its running sum by the new maximum and adds the tile's
+// values — an online softmax, nothing stored per position. m: the largest score (-inf when the range
+// is empty), l: the sum of exp(score - m), acc0/acc1: the unnormalized outputs.
 template <typename KV>
-__global__ void attend_kernel(attention_shape sh, const float* qkv, int64_t n, const int32_t* seqpos, const KV* k_cache, const KV* v_cache, float* out) {
-  const int64_t t = blockIdx.x, h = blockIdx.y, hd = sh.head_dim, kv = sh.n_head_kv * hd;
-  const int64_t pos = seqpos[n + t];
-  const int64_t base = static_cast<int64_t>(seqpos[t]) * sh.ctx * kv + h / (sh.n_head / sh.n_head_kv) * hd;
+__device__ inline void attend_range(const attention_shape& sh, const float* qkv, int64_t t, int64_t h, int64_t seq, int64_t p_begin, int64_t p_end,
+                                    const KV* k_cache, const KV* v_cache, float& m, float& l, float& acc0, float& acc1) {
+  const int64_t hd = sh.head_dim, kv = sh.n_head_kv * hd;
+  const int64_t base = seq * sh.ctx * kv + h / (sh.n_head / sh.n_head_kv) * hd;
   __shared__ float q[attend_max_head_dim];
   __shared__ float score[attend_tile];
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) q[i] = qkv[t * (sh.d + 2 * kv) + h * hd + i];
   __syncthreads();
   const float scale = rsqrtf(static_cast<float>(hd));
   const int warps = blockDim.x / warp, w = threadIdx.x / warp, lane = threadIdx.x % warp;
-  float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+  m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
   const int64_t i0 = threadIdx.x, i1 = threadIdx.x + attend_threads;
-  for (int64_t p0 = 0; p0 <= pos; p0 += attend_tile) {
-    const int nt = pos + 1 - p0 < attend_tile ? static_cast<int>(pos + 1 - p0) : attend_tile;
+  for (int64_t p0 = p_begin; p0 < p_end; p0 += attend_tile) {
+    const int nt = p_end - p0 < attend_tile ? static_cast<int>(p_end - p0) : attend_tile;
     for (int j = w; j < nt; j += warps) {
       const KV* kr = k_cache + base + (p0 + j) * kv;
       float a = 0.0f;
@@ -412,9 +542,58 @@ __global__ void attend_kernel(attention_shape sh, const float* qkv, int64_t n, c
     m = mn;
     __syncthreads();
   }
+}
+
+// Block (t, h): token t's head h over its sequence's positions 0..pos.
+template <typename KV>
+__global__ void attend_kernel(attention_shape sh, const float* qkv, int64_t n, const int32_t* seqpos, const KV* k_cache, const KV* v_cache, float* out) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, hd = sh.head_dim;
+  float m, l, acc0, acc1;
+  attend_range(sh, qkv, t, h, seqpos[t], 0, static_cast<int64_t>(seqpos[n + t]) + 1, k_cache, v_cache, m, l, acc0, acc1);
   float* o = out + t * sh.d + h * hd;
+  const int64_t i0 = threadIdx.x, i1 = threadIdx.x + attend_threads;
   if (i0 < hd) o[i0] = acc0 / l;
   if (i1 < hd) o[i1] = acc1 / l;
+}
+
+// Flash-decoding: block (t, h, s) takes split s of token t's positions 0..pos (splits of equal length,
+// the last ones empty when pos is short) and leaves its maximum, sum and unnormalized outputs in
+// partial[((t n_head + h) splits + s) (head_dim + 2)]: m, l, then head_dim values.
+template <typename KV>
+__global__ void attend_split_kernel(attention_shape sh, const float* qkv, int64_t n, const int32_t* seqpos, const KV* k_cache, const KV* v_cache,
+                                    int64_t splits, float* partial) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, s = blockIdx.z, hd = sh.head_dim;
+  const int64_t len = static_cast<int64_t>(seqpos[n + t]) + 1, span = (len + splits - 1) / splits;
+  const int64_t p_begin = s * span < len ? s * span : len, p_end = p_begin + span < len ? p_begin + span : len;
+  float m, l, acc0, acc1;
+  attend_range(sh, qkv, t, h, seqpos[t], p_begin, p_end, k_cache, v_cache, m, l, acc0, acc1);
+  float* part = partial + ((t * sh.n_head + h) * splits + s) * (hd + 2);
+  if (threadIdx.x == 0) part[0] = m, part[1] = l;
+  const int64_t i0 = threadIdx.x, i1 = threadIdx.x + attend_threads;
+  if (i0 < hd) part[2 + i0] = acc0;
+  if (i1 < hd) part[2 + i1] = acc1;
+}
+
+// Block (t, h): the splits' partial softmaxes joined — each rescaled by exp(m_s - M) to the largest
+// maximum M — and normalized by their joint sum.
+__global__ void attend_join_kernel(attention_shape sh, int64_t splits, const float* partial, float* out) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, hd = sh.head_dim;
+  const float* part = partial + (t * sh.n_head + h) * splits * (hd + 2);
+  float big = -INFINITY;
+  for (int64_t s = 0; s < splits; ++s) big = fmaxf(big, part[s * (hd + 2)]);
+  float l = 0.0f;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float ms = part[s * (hd + 2)];
+    if (ms > -INFINITY) l += part[s * (hd + 2) + 1] * expf(ms - big);
+  }
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+    float a = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float ms = part[s * (hd + 2)];
+      if (ms > -INFINITY) a += part[s * (hd + 2) + 2 + i] * expf(ms - big);
+    }
+    out[t * sh.d + h * hd + i] = a / l;
+  }
 }
 
 thread_local uint64_t launches_here = 0;
@@ -452,7 +631,16 @@ std::string hot_ffn(row_type t, const void* gate, const void* up, const void* do
   const auto* g = static_cast<const uint8_t*>(gate);
   const auto* u = static_cast<const uint8_t*>(up);
   const auto* dn = static_cast<const uint8_t*>(down_t);
-  if (count > 0) {
+  if (count > 0 && reads_x_in_8_bits(t, d)) {  // x rounded to 8 bits, integer products
+    constexpr int neurons = per_block * hot_q_per_warp;
+    const auto blocks = static_cast<unsigned>((count + neurons - 1) / neurons);
+    const auto smem = static_cast<size_t>(x_q8_bytes(1, d));
+    if (t == row_type::q8_0)
+      hot_hidden_q8_kernel<row_type::q8_0><<<blocks, threads, smem, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden);
+    else
+      hot_hidden_q8_kernel<row_type::q4_0><<<blocks, threads, smem, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden);
+    if (auto e = launched(); !e.empty()) return e;
+  } else if (count > 0) {
     const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
     switch (t) {
       case row_type::f16: hot_hidden_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden); break;
@@ -495,9 +683,18 @@ std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const 
   if (t != row_type::f16 && cols % 32 != 0) return "matmul: quantized rows need a multiple of 32 values";
   if (t == row_type::q6_k && cols % 256 != 0) return "matmul: Q6_K rows need a multiple of 256 values";
   constexpr int threads = 256, per_block = threads / warp;
-  const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
   const auto* wb = static_cast<const uint8_t*>(w);
   const int64_t rb = row_bytes(t, cols);
+  if (reads_x_in_8_bits(t, cols)) {  // x rounded to 8 bits, integer products
+    const int nv = static_cast<int>(std::min<int64_t>({4, n, x_q8_max_bytes / x_q8_bytes(1, cols)}));
+    constexpr int rows_per_block = per_block * matmul_q_per_warp;
+    const auto qblocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+    const auto smem = static_cast<size_t>(x_q8_bytes(nv, cols));
+    if (t == row_type::q8_0) matmul_q8_kernel<row_type::q8_0><<<qblocks, threads, smem, as_stream(stream)>>>(wb, rb, rows, cols, x, n, nv, y, ldy);
+    else matmul_q8_kernel<row_type::q4_0><<<qblocks, threads, smem, as_stream(stream)>>>(wb, rb, rows, cols, x, n, nv, y, ldy);
+    return launched();
+  }
+  const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
   switch (t) {
     case row_type::f16: matmul_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
     case row_type::q8_0: matmul_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(wb, rb, rows, cols, x, n, y, ldy); break;
@@ -539,9 +736,22 @@ std::string rope_store(const attention_shape& s, float* qkv, int64_t n, const fl
 }
 
 std::string attend(const attention_shape& s, const float* qkv, int64_t n, const int32_t* seqpos, const void* k_cache, const void* v_cache, bool f16,
-                   float* out, void* stream) {
+                   float* out, void* stream, float* partial, int64_t partial_floats, int64_t max_pos) {
   if (auto e = check_shape(s); !e.empty()) return e;
   if (n <= 0) return {};
+  const int64_t splits = partial ? attend_splits(n, s.n_head, s.head_dim, max_pos, partial_floats) : 1;
+  if (splits > 1) {
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(s.n_head), static_cast<unsigned>(splits));
+    if (f16)
+      attend_split_kernel<__half><<<grid, attend_threads, 0, as_stream(stream)>>>(s, qkv, n, seqpos, static_cast<const __half*>(k_cache),
+                                                                                 static_cast<const __half*>(v_cache), splits, partial);
+    else
+      attend_split_kernel<float><<<grid, attend_threads, 0, as_stream(stream)>>>(s, qkv, n, seqpos, static_cast<const float*>(k_cache),
+                                                                                static_cast<const float*>(v_cache), splits, partial);
+    if (auto e = launched(); !e.empty()) return e;
+    attend_join_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(s.n_head)), attend_threads, 0, as_stream(stream)>>>(s, splits, partial, out);
+    return launched();
+  }
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(s.n_head));
   if (f16)
     attend_kernel<__half><<<grid, attend_threads, 0, as_stream(stream)>>>(s, qkv, n, seqpos, static_cast<const __half*>(k_cache),

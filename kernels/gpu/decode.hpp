@@ -12,7 +12,8 @@
 //   predictor    the activation predictor: s = fc2 relu(fc1 x), chosen[i] = s_i >= threshold
 //   rope_store   RoPE on each token's q and k heads by given angles, k and v stored in the KV cache
 //   attend       each token's heads against its sequence's cache up to its position (causal,
-//                grouped-query), an online softmax over tiles of positions, F16 or F32 cache
+//                grouped-query), an online softmax over tiles of positions, F16 or F32 cache; a long
+//                past split across blocks and joined (flash-decoding)
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -30,6 +31,15 @@ enum class ffn_act : int { relu = 0, silu = 1, gelu = 2, drelu = 3 };
 // Q4_0 file a Q6_K head.
 enum class row_type : int { f16 = 0, q8_0 = 1, q4_0 = 2, q6_k = 3 };
 int64_t row_bytes(row_type t, int64_t d);  // one row of d values (Q8_0 / Q4_0: d a multiple of 32; Q6_K: of 256)
+
+// Q8_0 and Q4_0 rows meet x rounded to 8 bits (blocks of 32 as the CPU's Q8_0: d = max |x| / 127 in
+// F16, values rounded to the nearest, ties to even), their products in integers (dp4a), where one
+// vector's rounded copy fits a block's shared memory; otherwise x itself. Products, predictors and
+// the hot FFN's gate and up dots alike (not the down rows: those scale by each neuron's value).
+inline constexpr int64_t x_q8_max_bytes = 40 * 1024;
+inline bool reads_x_in_8_bits(row_type t, int64_t cols) {
+  return (t == row_type::q8_0 || t == row_type::q4_0) && cols % 32 == 0 && cols / 32 * 4 + cols <= x_q8_max_bytes;
+}
 
 // The down projection is split into at most this many chunks of neurons, summed in order.
 inline constexpr int64_t hot_ffn_max_chunks = 64;
@@ -78,8 +88,25 @@ struct qkv_adjust {
 };
 std::string rope_store(const attention_shape& s, float* qkv, int64_t n, const float* angles, const int32_t* seqpos, void* k_cache, void* v_cache, bool f16,
                        void* stream = nullptr, const qkv_adjust& adjust = {});
-// out (n x d): token t's heads, softmax(q.K / sqrt(head_dim)) V over positions 0..seqpos[n + t] of its sequence.
+// Flash-decoding: where few (token, head) pairs face a long past, each pair's positions are split
+// across blocks (a split of at least attend_split_positions; at most attend_split_blocks blocks in
+// all, attend_max_splits a pair) whose partial softmaxes a second kernel joins. The number of splits
+// attend() takes for n tokens whose latest position is max_pos, with partial_floats floats of device
+// scratch (a split holds head_dim + 2); 1: no split, one kernel.
+inline constexpr int64_t attend_split_blocks = 256, attend_split_positions = 128, attend_max_splits = 64;
+inline int64_t attend_splits(int64_t n, int64_t n_head, int64_t head_dim, int64_t max_pos, int64_t partial_floats) {
+  const int64_t pairs = n * n_head;
+  if (pairs <= 0 || max_pos < 0) return 1;
+  int64_t s = attend_split_blocks / pairs;
+  s = s < (max_pos + attend_split_positions) / attend_split_positions ? s : (max_pos + attend_split_positions) / attend_split_positions;
+  s = s < attend_max_splits ? s : attend_max_splits;
+  s = s < partial_floats / (pairs * (head_dim + 2)) ? s : partial_floats / (pairs * (head_dim + 2));
+  return s < 2 ? 1 : s;
+}
+// out (n x d): token t's heads, softmax(q.K / sqrt(head_dim)) V over positions 0..seqpos[n + t] of its
+// sequence. partial (device memory, partial_floats of it; null: never split) holds the splits' partial
+// sums; max_pos: the largest seqpos[n + t] (the host knows it).
 std::string attend(const attention_shape& s, const float* qkv, int64_t n, const int32_t* seqpos, const void* k_cache, const void* v_cache, bool f16,
-                   float* out, void* stream = nullptr);
+                   float* out, void* stream = nullptr, float* partial = nullptr, int64_t partial_floats = 0, int64_t max_pos = -1);
 
 }  // namespace hotcold::kernels::gpu

@@ -38,6 +38,9 @@
 #define gpuEventRecord hipEventRecord
 #define gpuEventSynchronize hipEventSynchronize
 #define gpuEventDestroy hipEventDestroy
+#define gpuEventBlockingSync hipEventBlockingSync
+#define gpuStreamQuery hipStreamQuery
+#define gpuErrorNotReady hipErrorNotReady
 #else
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -73,4 +76,7 @@
 #define gpuEventRecord cudaEventRecord
 #define gpuEventSynchronize cudaEventSynchronize
 #define gpuEventDestroy cudaEventDestroy
+#define gpuEventBlockingSync cudaEventBlockingSync
+#define gpuStreamQuery cudaStreamQuery
+#define gpuErrorNotReady cudaErrorNotReady
 #endif

@@ -420,20 +420,35 @@ TEST(Pipeline, RoundTripsAreCountedAsAGpuMakesThem) {
   for (bool real : {false, true}) {
     if (real && devices::probe_cuda().devices.empty()) continue;
     SCOPED_TRACE(real ? "the GPU" : "sim");
-    auto dev = gpu_like_device(real);
-    auto held = std::make_shared<const device_layers>(m, r, dev, tensor_type::f16);
-    inference_context ctx(m, 16, 2, 1);
-    ctx.set_mode(ffn_mode::sparse);
-    ctx.set_device_layers(held);
+    // Both layers' attention, predictors and the head on the device, for a context of n_ctx.
+    auto on_device = [&](int64_t n_ctx) {
+      r.ctx = n_ctx;
+      auto dev = gpu_like_device(real);
+      auto ctx = std::make_unique<inference_context>(m, n_ctx, 2, 1);
+      ctx->set_mode(ffn_mode::sparse);
+      ctx->set_device_layers(std::make_shared<const device_layers>(m, r, dev, tensor_type::f16));
+      return std::pair{dev, std::move(ctx)};
+    };
+    auto [dev, ctx] = on_device(16);
     const auto before = dev->traffic();
-    ctx.forward(1, 0);
+    ctx->forward(1, 0);
     EXPECT_EQ(dev->traffic() - before, (devices::device_traffic{2 * 11 + 1, 2 * 3 + 2, 2 * 1 + 1}));
     const auto second = dev->traffic();
     std::vector<token_id> batch(12);
     for (size_t i = 0; i < batch.size(); ++i) batch[i] = static_cast<token_id>(100 + i);
-    ctx.forward_batch(batch, 1);
+    ctx->forward_batch(batch, 1);
     const devices::device_traffic per_layer{3 * 7 + 12 * 4, 3 * 3, 3};
     EXPECT_EQ(dev->traffic() - second, (devices::device_traffic{2 * per_layer.launches + 1, 2 * per_layer.copies + 2, 2 * per_layer.syncs + 1}));
+    // A long past (flash-decoding): a token at position 300 splits each head's 301 positions across
+    // blocks of at least 128 — three — and joins them, one launch more a layer; at position 200, two
+    // splits; at 100, none.
+    auto [long_dev, long_ctx] = on_device(512);
+    for (int32_t pos : {100, 200, 300}) {
+      const auto at = long_dev->traffic();
+      long_ctx->forward(1, pos);
+      const uint64_t attend = pos >= 128 ? 2 : 1;
+      EXPECT_EQ(long_dev->traffic() - at, (devices::device_traffic{2 * (10 + attend) + 1, 2 * 3 + 2, 2 * 1 + 1})) << pos;
+    }
   }
 }
 

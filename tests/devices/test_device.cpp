@@ -4,12 +4,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <thread>
 #include <vector>
 
 #include "devices/device.hpp"
 #include "devices/device_info.hpp"
+#include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quants.hpp"
 
 namespace hotcold::devices {
 namespace {
@@ -169,6 +172,77 @@ TEST(Device, JobsRunOnTheQueueAfterTheCopiesTheyRead) {
     d->submit([&] { d->compute(job); })->wait();
     for (float v : y) EXPECT_EQ(v, 4.0f) << kernels;  // (sim's new memory is NaN: rows read before their upload show)
   }
+}
+
+// A GPU's products with Q8_0 and Q4_0 rows read x rounded to 8 bits (the CPU's Q8_0 of it, integer
+// sums: kernels/gpu/decode.hpp), and sim with kernels computes as it does: its products equal the
+// CPU's Q4_0 / Q8_0 dot against the Q8_0 of x, which misses the product with x itself.
+TEST(Device, SimKernelsReadXInEightBitsForQuantizedRows) {
+  device_options o;
+  o.kind = "sim", o.budget = 1 << 20, o.sim_kernels = true;
+  auto d = make_device(o);
+  constexpr int rows = 16, cols = 128, nb = cols / 32;
+  std::vector<float> wf(rows * cols), x(cols);
+  for (int i = 0; i < rows * cols; ++i) wf[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 0.05f;
+  for (int i = 0; i < cols; ++i) x[static_cast<size_t>(i)] = std::cos(0.11f * static_cast<float>(i * i)) * (1.0f + static_cast<float>(i % 7));
+  std::vector<kernels::block_q8_0> xq(nb);
+  kernels::quantize_row_q8_0(x.data(), xq.data(), cols);
+  for (tensor_type t : {tensor_type::q4_0, tensor_type::q8_0}) {
+    SCOPED_TRACE(tensor_type_name(t));
+    std::vector<kernels::block_q4_0> w4(rows * nb);
+    std::vector<kernels::block_q8_0> w8(rows * nb);
+    std::vector<float> deq(cols);
+    double off = 0;
+    std::vector<float> want(rows);
+    for (int r = 0; r < rows; ++r) {
+      if (t == tensor_type::q4_0) {
+        kernels::quantize_row_q4_0(wf.data() + r * cols, w4.data() + r * nb, cols);
+        kernels::dequantize_row_q4_0(w4.data() + r * nb, deq.data(), cols);
+        want[static_cast<size_t>(r)] = kernels::dot_q4_0(w4.data() + r * nb, xq.data(), cols);
+      } else {
+        kernels::quantize_row_q8_0(wf.data() + r * cols, w8.data() + r * nb, cols);
+        kernels::dequantize_row_q8_0(w8.data() + r * nb, deq.data(), cols);
+        want[static_cast<size_t>(r)] = kernels::dot_q8_0(w8.data() + r * nb, xq.data(), cols);
+      }
+      double plain = 0;  // the same rows against x itself
+      for (int c = 0; c < cols; ++c) plain += static_cast<double>(deq[static_cast<size_t>(c)]) * x[static_cast<size_t>(c)];
+      off = std::max(off, std::fabs(plain - want[static_cast<size_t>(r)]));
+    }
+    const void* bytes = t == tensor_type::q4_0 ? static_cast<const void*>(w4.data()) : static_cast<const void*>(w8.data());
+    const uint64_t size = t == tensor_type::q4_0 ? w4.size() * sizeof(w4[0]) : w8.size() * sizeof(w8[0]);
+    auto held = d->allocate(size, "rows");
+    auto scratch = d->allocate(4 * (cols + rows), "scratch");
+    d->copy_in(*held, 0, bytes, size)->wait();
+    std::vector<float> y(rows);
+    matvec_job job;
+    job.type = t, job.w = held->data(), job.n = 1, job.rows = rows, job.cols = cols, job.x = x.data(), job.y = y.data();
+    job.scratch = scratch->data(), job.scratch_bytes = scratch->size();
+    d->submit([&] { d->compute(job); })->wait();
+    for (int r = 0; r < rows; ++r) EXPECT_NEAR(y[static_cast<size_t>(r)], want[static_cast<size_t>(r)], 1e-5) << r;
+    EXPECT_GT(off, 1e-4) << "x rounded or not would give the same products: the case proves nothing";
+  }
+}
+
+// Each way of waiting (--device-wait) wakes its waiter when the work ends, short or long, and the
+// queue's worker (which also waits that way between jobs) takes work that comes after it slept.
+TEST(Device, EveryWaitModeWakesItsWaiter) {
+  for (auto mode : {device_wait::spin, device_wait::yield, device_wait::block}) {
+    SCOPED_TRACE(device_wait_name(mode));
+    set_device_wait(mode);
+    auto d = sim(1 << 20);
+    for (int ms : {0, 3, 0}) {
+      std::atomic<int> ran{0};
+      d->submit([&, ms] {
+         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+         ran = 1;
+       })->wait();
+      EXPECT_EQ(ran.load(), 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // (past the worker's spin: it sleeps)
+    }
+    EXPECT_EQ(parse_device_wait(device_wait_name(mode)), mode);
+  }
+  set_device_wait(device_wait::spin);
+  EXPECT_THROW(parse_device_wait("sometimes"), std::invalid_argument);
 }
 
 TEST(Device, SimTransfersTakeTheModeledTime) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <iterator>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -536,8 +537,11 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
   // Sim computing as a GPU does (the attention, predictor, FFN-rows and product jobs): the plan holds
   // every layer's attention, the predictors, the head and hot rows; the text is the CPU's. On the
   // dense file, whole layers through the attention and dense FFN jobs; the text is the CPU's too.
-  auto gpu_like = run({"run", "-m", sparse, "-p", "Hello", "-n", "4", "-c", "64", "--temp", "0", "--device", "sim", "--sim-kernels", "--vram-budget", "0.05"});
+  // (Its waiters sleep at once: --device-wait block.)
+  auto gpu_like = run({"run", "-m", sparse, "-p", "Hello", "-n", "4", "-c", "64", "--temp", "0", "--device", "sim", "--sim-kernels", "--vram-budget", "0.05",
+                       "--device-wait", "block"});
   EXPECT_EQ(gpu_like.code, 0) << gpu_like.err;
+  EXPECT_NE(gpu_like.err.find("threads wait for sim by block (--device-wait)"), std::string::npos) << gpu_like.err;
   EXPECT_NE(gpu_like.err.find("attention and KV cache of 2 of 2 layers, 2 predictors, 0 dense FFNs, the head there"), std::string::npos) << gpu_like.err;
   auto cpu_text = run({"run", "-m", sparse, "-p", "Hello", "-n", "4", "-c", "64", "--temp", "0"});
   EXPECT_EQ(gpu_like.out, cpu_text.out);
@@ -566,6 +570,11 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
     for (const char* k : {"ffn_rows", "predict"}) EXPECT_EQ(jobs.at(k).get<double>(), 0.0) << k;
   }
   EXPECT_NE(trips.out.find("\"launches_per_token\""), std::string::npos);
+  // --device-wait auto: block where the CPU's threads (2 here) take every core, else spin.
+  EXPECT_EQ(tj.at("device_wait").get<std::string>(), std::thread::hardware_concurrency() <= 2 ? "block" : "spin");
+  auto bad_wait = run({"bench", "-m", small_model(), "-p", "0", "-n", "1", "--device", "sim", "--vram-budget", "0.05", "--device-wait", "sometimes"});
+  EXPECT_NE(bad_wait.code, 0);
+  EXPECT_NE(bad_wait.err.find("--device-wait"), std::string::npos) << bad_wait.err;
   for (const char* k : {"launches_per_token", "copies_per_token", "syncs_per_token"}) EXPECT_EQ(v.at(k).get<double>(), 0.0) << k;
   // A budget that holds every layer's attention, the predictors, the head and every neuron: a decoded
   // token reads only its embedding row on the host (no attention, norm, predictor, head, KV or FFN row).

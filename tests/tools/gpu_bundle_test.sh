@@ -62,12 +62,14 @@ checks = j["hybrid_checks"]
 assert len(checks) == 5 and all(c["passed"] for c in checks), checks
 assert all(0 < c["rel_rms"] <= c["limit"] and 0 < c["cpu_rel_rms"] and c["top1_same"] == c["positions"] > 0 for c in checks), checks
 speed = j["speed"]
-assert len(speed) == 9 and all(r["status"] == "measured" and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 for r in speed), speed
+assert len(speed) == 10 and all(r["status"] == "measured" and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 for r in speed), speed
 cpu = next(r for r in speed if r["configuration"] == "CPU only, sparse")
 assert cpu["device_bytes_per_token"] == 0 and "predicted_decode_tokens_per_s" in cpu, cpu
+spinning = next(r for r in speed if r["configuration"] == "hybrid, 25%, spinning waits")
+assert spinning["device_wait"] == "spin", spinning
 hybrid = next(r for r in speed if r["configuration"] == "hybrid, 50% in VRAM")
 assert hybrid["device_bytes_per_token"] > 0 and hybrid["host_bytes_per_token"] < cpu["host_bytes_per_token"], hybrid
-print("dry run: 5 hybrid checks passed (a mixture of experts among them), 9 speed rows measured")
+print("dry run: 5 hybrid checks passed (a mixture of experts among them), 10 speed rows measured")
 PY
 else
   # A GPU is here: the real check, at small shapes.
