@@ -289,10 +289,29 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   if (!job) finish_layer(self, layer, nullptr, computed, union_size, 0);
 }
 
+// Layers first..last-1 on a stage of another host: the step's residual stream there and back (the
+// hot executor answers other messages meanwhile), then the layers after it here.
+void run_stage(hot_executor_ptr self, const remote_stage& rs) {
+  auto& st = self->state;
+  const auto n = static_cast<size_t>(st.s->n), d = static_cast<size_t>(st.p->m->hp().n_embd);
+  std::vector<float> x(st.s->x.begin(), st.s->x.begin() + static_cast<std::ptrdiff_t>(n * d));
+  self->request(rs.actor, caf::infinite, layers_atom::value, st.s->seqs, st.s->positions, std::move(x))
+      .then(
+          [self, &rs, n, d](std::vector<float>& out) {
+            auto& st = self->state;
+            if (out.size() != n * d) return fail(self, fmt::format("stage {}: {} values back for a step of {} x {}", rs.where, out.size(), n, d));
+            std::copy(out.begin(), out.end(), st.s->x.begin());
+            run_layer(self, rs.last);
+          },
+          [self, &rs](caf::error& e) { fail(self, fmt::format("stage {}: {}", rs.where, describe(e))); });
+}
+
 void run_layer(hot_executor_ptr self, int64_t layer) {
   auto& st = self->state;
   inference_context& ctx = *st.p->ctx;
   const model& m = *st.p->m;
+  for (const auto& rs : st.p->stages)
+    if (rs.first == layer) return run_stage(self, rs);
   try {
     auto& stats = *st.p->stats;
     const auto& costs = stats.costs();

@@ -23,7 +23,7 @@ namespace hotcold::actors::detail {
 bool use_lanes(const hot_executor_state& st) {
   const auto& p = *st.p;
   const auto& dev = p.ctx->device();
-  if (p.micro_batches.load() < 2 || !p.hot || !dev || p.ctx->mode() != ffn_mode::sparse) return false;
+  if (p.micro_batches.load() < 2 || !p.hot || !dev || p.ctx->mode() != ffn_mode::sparse || !p.stages.empty()) return false;
   for (int64_t l = 0; l < p.m->hp().n_layer; ++l)
     if (!dev->attention(l) || !dev->predictor(l)) return false;
   // At least two sequences.

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -32,6 +33,7 @@
 #include "actors/live_stats.hpp"
 #include "actors/messages.hpp"
 #include "actors/runtime.hpp"
+#include "actors/stages.hpp"
 #include "engine/forward.hpp"
 
 namespace hotcold::actors {
@@ -54,6 +56,12 @@ struct pipeline_options {
   // (attention, predictor, hot rows) while the cold pool works on another. Used where the device holds
   // every layer's attention and predictor (and for steps of at least two sequences); 1: never.
   int micro_batches = 1;
+  // Stages of layers on other hosts (`hotcold worker`s; docs/distributed.md): each runs its layers
+  // on the step's residual stream; this process runs the embeddings, every layer no stage holds, the
+  // head and sampling. Connected, checked against file_id (model/file_identity) and assigned when the
+  // pipeline starts (std::runtime_error naming a stage that cannot be had).
+  std::vector<stage_address> stages;
+  std::string file_id;
 };
 
 // What the compute actors share. The context holds the KV caches (one slot per sequence in flight)
@@ -68,6 +76,21 @@ struct compute_resources {
   int64_t recall_every = 0;
   int actor_core = -1;  // the core the compute actors' threads share when the workers are pinned (-1: any)
   std::atomic<int> micro_batches{1};  // read at each step (pipeline::set_micro_batches)
+  std::vector<remote_stage> stages;   // layers on other hosts (pipeline_options::stages)
+  // Why a stage's worker is gone (it ended, or its link broke), empty while every stage answers: set
+  // by the scheduler, which monitors them; like a lost device, nothing runs from then on.
+  void set_stage_lost(std::string why) {
+    std::lock_guard lock(stage_mutex_);
+    if (stage_lost_.empty()) stage_lost_ = std::move(why);
+  }
+  std::string stage_lost() const {
+    std::lock_guard lock(stage_mutex_);
+    return stage_lost_;
+  }
+
+ private:
+  mutable std::mutex stage_mutex_;
+  std::string stage_lost_;
 };
 
 using pipeline_event = std::variant<token_event, logits_event, done_event>;

@@ -202,8 +202,9 @@ void on_step(scheduler_ptr self, step_result& r) {
             });
 }
 
-// Why the hot device was lost (a sticky error), or empty while it works.
+// Why the hot device was lost (a sticky error) or a stage's worker is gone, or empty while they work.
 std::string device_lost(const compute_resources& p) {
+  if (std::string gone = p.stage_lost(); !gone.empty()) return gone;
   if (p.hot) return p.hot->device().lost();
   if (p.ctx->device()) return p.ctx->device()->device().lost();
   return {};
@@ -313,8 +314,17 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources
   self->attach_functor([compute = st.compute] { compute->stop(caf::exit_reason::user_shutdown, true); });
   // A compute actor that ends on its own (not stopped by a restart) fails the step in flight, or is
   // restarted at once when idle.
+  // Stages on other hosts: a worker that ends or whose link breaks (CAF's down message for its
+  // proxy) ends the step in flight and every request with the stage's name; new ones are refused.
+  for (const auto& rs : st.p->stages) self->monitor(rs.actor);
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
+    for (const auto& rs : st.p->stages)
+      if (m.source == rs.actor.address()) {
+        st.p->set_stage_lost(fmt::format("stage {}: its worker is gone ({})", rs.where, describe(m.reason)));
+        if (st.busy) on_step_failed(self, st.step, st.p->stage_lost());
+        return;
+      }
     auto& c = *st.compute;
     const bool current = m.source == c.hot.address() || m.source == c.cold.address() || m.source == c.predictor.address();
     if (m.source == c.sampler.address() && m.reason) {

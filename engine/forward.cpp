@@ -168,10 +168,10 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
   return logits_;
 }
 
-void inference_context::begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions) {
+void inference_context::begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, int64_t n_hidden) {
   const hparams& hp = model_->hp();
   const model_weights& w = model_->weights();
-  const int64_t n = static_cast<int64_t>(tokens.size()), d = hp.n_embd, kv = hp.n_embd_kv(), n_ff = hp.n_ff;
+  const int64_t n = tokens.empty() ? n_hidden : static_cast<int64_t>(tokens.size()), d = hp.n_embd, kv = hp.n_embd_kv(), n_ff = hp.n_ff;
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
@@ -183,7 +183,8 @@ void inference_context::begin(step_state& B, std::span<const token_id> tokens, c
   B.n = n;
   B.seqs.assign(seqs, seqs + n);
   B.positions.assign(positions, positions + n);
-  for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[static_cast<size_t>(t)], B.x.data() + t * d);
+  if (!tokens.empty())
+    for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[static_cast<size_t>(t)], B.x.data() + t * d);
   B.step = step_ = steps_++;
   if (experts_) experts_->begin_step(n);
 }
@@ -476,6 +477,32 @@ void inference_context::step_begin(step_state& s, std::span<const token_id> toke
   if (static_cast<int64_t>(tokens.size()) > max_batch)
     throw std::invalid_argument(fmt::format("a step of {} tokens is more than {}", tokens.size(), max_batch));
   begin(s, tokens, seqs.data(), positions.data());
+}
+
+void inference_context::step_begin_hidden(step_state& s, std::span<const float> x, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
+  const int64_t n = static_cast<int64_t>(seqs.size()), d = model_->hp().n_embd;
+  if (n == 0) throw std::invalid_argument("a step needs at least one token");
+  if (n > max_batch) throw std::invalid_argument(fmt::format("a step of {} tokens is more than {}", n, max_batch));
+  if (positions.size() != seqs.size() || static_cast<int64_t>(x.size()) != n * d)
+    throw std::invalid_argument(fmt::format("a step of {} sequence slots, {} positions and {} values (the residual stream needs {} a token)", seqs.size(),
+                                            positions.size(), x.size(), d));
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t sq = seqs[static_cast<size_t>(t)], p = positions[static_cast<size_t>(t)];
+    if (sq < 0 || sq >= n_seq_) throw std::out_of_range(fmt::format("sequence slot {} is outside the {} this context holds", sq, n_seq_));
+    if (p < 0 || p >= n_ctx_) throw std::out_of_range(fmt::format("position {} is outside the context of {}", p, n_ctx_));
+  }
+  // (n tokens, none embedded: tokens is only their count's carrier)
+  begin(s, std::span<const token_id>(), seqs.data(), positions.data(), n);
+  std::copy(x.begin(), x.end(), s.x.begin());
+}
+
+void inference_context::step_layers(step_state& s, int64_t first, int64_t last) {
+  if (first < 0 || last > model_->hp().n_layer || first > last)
+    throw std::out_of_range(fmt::format("layers {}..{} of a model of {}", first, last, model_->hp().n_layer));
+  for (int64_t il = first; il < last; ++il) {
+    attention_block(s, il);
+    step_ffn(s, il);
+  }
 }
 
 void inference_context::step_attention(step_state& s, int64_t layer) { attention_block(s, layer); }

@@ -93,6 +93,13 @@ class inference_context {
   struct step_state;
   void step_begin(step_state& s, std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
   void step_attention(step_state& s, int64_t layer);
+  // A stage of a pipeline across hosts (docs/distributed.md): the step's residual stream x (n x
+  // n_embd, after the layers before this stage) arrives instead of the tokens' embeddings; then
+  // step_layers runs layers first..last-1 (attention and the context's own FFN each), and s.x holds
+  // the stream for the next stage, or step_logits the head's. Checks the slots and positions as
+  // step_begin does, and x's size.
+  void step_begin_hidden(step_state& s, std::span<const float> x, std::span<const int64_t> seqs, std::span<const int64_t> positions);
+  void step_layers(step_state& s, int64_t first, int64_t last);
   struct ffn_inputs {
     const float* in;       // (n, n_embd) the FFN's normalized input
     const float* pred_in;  // (n, n_embd) what the layer's predictor reads
@@ -270,7 +277,8 @@ class inference_context {
   void check_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) const;
   // The stages of a batch: embeddings; a layer's attention (leaves the state's ffn_in / pred_in); the
   // FFN's output added to the residual stream; the head.
-  void begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions);
+  // (tokens empty: n_hidden tokens whose residual stream the caller writes into B.x)
+  void begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, int64_t n_hidden = 0);
   void attention_block(step_state& B, int64_t layer);
   // Over the weights l, by these workers; with `gpu`, the products, RoPE, cache and softmax go to the hot
   // device as one job over its copies (gpu), the norms stay here (l: the host's weights).

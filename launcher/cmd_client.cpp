@@ -45,7 +45,7 @@ void run_client(const client_args& a) {
   const auto& d = g.done;
   fmt::print(stderr, "hotcold: {} after {} tokens; first token after {:.0f} ms, {:.0f} ms in all\n", d.finish, d.generated_tokens,
              d.t.time_to_first_token_ms, d.t.total_ms);
-  if (d.finish == "error") throw std::runtime_error("the server ended the request with an error");
+  if (d.finish == "error") throw std::runtime_error("the server ended the request with an error" + (d.error ? ": " + *d.error : std::string()));
 }
 
 }  // namespace hotcold::launcher

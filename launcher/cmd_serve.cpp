@@ -33,7 +33,9 @@ void run_serve(const serve_args& a) {
   std::signal(SIGXFSZ, SIG_IGN);
   auto l = load(a.m, 0, a.parallel);
   serving.store(true);
-  const auto c = server::serve(l, a.s, stop_requested);
+  auto s = a.s;
+  s.stages = l.stages, s.file_id = l.file_id;
+  const auto c = server::serve(l, s, stop_requested);
   fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable, {} keys refused, {} clients cut off\n",
              c.frames, c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable, c.refused_keys, c.cut_off);
   l.finish();

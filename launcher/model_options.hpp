@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/stages.hpp"
 #include "loader/open.hpp"
 
 namespace hotcold::actors {
@@ -34,12 +35,16 @@ struct model_args {
   bool no_expert_prefetch = false;
   std::string experts_from;  // a recorded run's routings (FILE.activations): the slots start with each layer's most chosen
   bool record_choices = false;  // keep a trace recorder (written only with --trace-out) for the steps' chosen neurons
+  std::string workers;          // --workers tcp://H1:P1,...: the layers on these stage hosts (docs/distributed.md)
+  std::string split = "auto";   // --split N1,N2,... or auto
 };
 
 
 // A model opened for running (loader/open.hpp) and where its trace goes.
 struct loaded : loader::opened_model {
   std::string trace_path;
+  std::vector<actors::stage_address> stages;  // --workers, split (empty: every layer here)
+  std::string file_id;                        // the file's identity, checked by each stage
   // The actor pipeline over this context, hot rows and trace.
   // recall_every: steps between the predictors' recall checks (0: none).
   std::unique_ptr<actors::pipeline> make_pipeline(int64_t prefill_chunk = 32, int64_t recall_every = 0, int micro_batches = 1);

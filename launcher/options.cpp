@@ -23,6 +23,7 @@
 #include "launcher/cmd_serve.hpp"
 #include "launcher/cmd_sparse.hpp"
 #include "launcher/cmd_tokenize.hpp"
+#include "launcher/cmd_worker.hpp"
 #include "launcher/commands.hpp"
 #include "model/chat_template.hpp"
 #include "tools/planner.hpp"
@@ -127,6 +128,32 @@ void add_pipeline_option(CLI::App* cmd, std::string& pipeline) {
       ->capture_default_str();
 }
 
+// Stages of layers on other hosts (docs/distributed.md).
+void add_worker_options(CLI::App* cmd, model_args& m) {
+  cmd->add_option("--workers", m.workers,
+                  "Run the layers on these `hotcold worker`s, in order (tcp://HOST:PORT,...; each with its own copy of the file): this process "
+                  "keeps the embeddings, the head and sampling and passes the residual stream stage to stage (the actors pipeline)");
+  cmd->add_option("--split", m.split, "With --workers: layers per worker, N1,N2,... summing to the file's layers, or auto (an even split)")
+      ->capture_default_str();
+}
+// --workers runs on the actors pipeline: the default there, refused with --pipeline reference.
+void pipeline_for_workers(const model_args& m, std::string& pipeline, bool pipeline_given) {
+  if (m.workers.empty()) return;
+  if (pipeline_given && pipeline == "reference") throw std::invalid_argument("--workers runs on the actors pipeline, not --pipeline reference");
+  pipeline = "actors";
+}
+
+void add_worker_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<worker_args>();
+  auto* cmd = app.add_subcommand("worker", "Hold layers for a coordinator's --workers (a stage of a pipeline across processes or hosts) until SIGINT or SIGTERM");
+  cmd->add_option("--listen", a->listen, "Address to listen on: tcp://HOST:PORT (loopback; port 0: one the system picks, printed on stderr)")
+      ->capture_default_str();
+  cmd->add_option("-m,--model", a->model, "GGUF model file: the same file as the coordinator's (checked at the handshake)")->required();
+  cmd->add_option("-t,--threads", a->threads, "CPU threads for the layers (default: every hardware thread)")->check(CLI::Range(1, max_threads()));
+  cmd->add_flag("--mmap", a->mmap, "Map the file instead of reading it (pages of layers this worker never runs stay on disk)");
+  cmd->callback([a, &exit_code] { exit_code = run_guarded("worker", [&] { run_worker(*a); }); });
+}
+
 void add_sampling_options(CLI::App* cmd, sampling_args& s) {
   cmd->add_option("-n,--n-predict", s.n_predict, "Tokens to generate (-1: until the end of the text or a full context)")
       ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
@@ -148,11 +175,15 @@ void add_run_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("run", "Generate text after a prompt, streaming only the generated text to stdout");
   add_model_options(cmd, a->m, false);
   add_pipeline_option(cmd, a->pipeline);
+  add_worker_options(cmd, a->m);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   add_sampling_options(cmd, a->s);
   cmd->callback([a, cmd, &exit_code] {
     a->s.seed_given = cmd->count("--seed") > 0;
-    exit_code = run_guarded("run", [&] { run_text(*a); });
+    exit_code = run_guarded("run", [&] {
+      pipeline_for_workers(a->m, a->pipeline, cmd->count("--pipeline") > 0);
+      run_text(*a);
+    });
   });
 }
 
@@ -161,6 +192,7 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("eval", "Write the logits of every prompt position as float32 [n_tokens x n_vocab]; print the prompt's ids");
   add_model_options(cmd, a->m, true);
   add_pipeline_option(cmd, a->pipeline);
+  add_worker_options(cmd, a->m);
   auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
   auto* f = cmd->add_option("-f,--file", a->file, "File whose text is the prompt");
   p->excludes(f);
@@ -171,9 +203,10 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                 "Also compute the prompt's logits with model/reference (double precision, single-threaded: slow on large files), given the "
                 "neurons this run chose, and print how far apart they are (relative RMS, largest difference, top-1 agreement)");
   cmd->add_option("--oracle-json", a->oracle_json, "With --vs-oracle: write those figures as JSON (implies --vs-oracle)");
-  cmd->callback([a, p, f, &exit_code] {
+  cmd->callback([a, p, f, cmd, &exit_code] {
     exit_code = run_guarded("eval", [&] {
       if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
+      pipeline_for_workers(a->m, a->pipeline, cmd->count("--pipeline") > 0);
       a->from_file = f->count() > 0;
       run_eval(*a);
     });
@@ -214,6 +247,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("bench", "Measure prompt processing and decode speed (tokens/s, mean ± sd over repetitions)");
   add_model_options(cmd, a->m, false);
   add_pipeline_option(cmd, a->pipeline);
+  add_worker_options(cmd, a->m);
   cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip; -1: until the context is full)")
       ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
@@ -244,13 +278,20 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "threads, prompt and generation lengths (-r 1 -o json --mmap 0 -ngl 0) after each round of repetitions, and print "
                   "hotcold's speed over its (the median of the rounds' ratios)");
   cmd->add_flag("--no-warmup", a->no_warmup, "Skip the untimed warm-up (per configuration, one prompt and two generated tokens, as llama-bench does)");
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("bench", [&] { run_bench(*a); }); });
+  cmd->callback([a, cmd, &exit_code] {
+    exit_code = run_guarded("bench", [&] {
+      pipeline_for_workers(a->m, a->pipeline, cmd->count("--pipeline") > 0);
+      if (!a->m.workers.empty() && a->vs_reference) throw std::invalid_argument("--workers runs on the actors pipeline: no --vs-reference");
+      run_bench(*a);
+    });
+  });
 }
 
 void add_serve_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<serve_args>();
   auto* cmd = app.add_subcommand("serve", "Serve generate/tokenize/... requests over ZeroMQ (protocol/README.md) until SIGINT or SIGTERM");
   add_model_options(cmd, a->m, false);
+  add_worker_options(cmd, a->m);
   cmd->add_option("--zmq", a->s.endpoint, "Endpoint to bind: tcp://HOST:PORT or ipc://PATH (loopback only unless --allow-remote)")->capture_default_str();
   cmd->add_option("--max-queue", a->s.max_queue, "Requests that may wait for a free sequence slot before new ones get `busy`")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
@@ -606,6 +647,7 @@ int run_command_line(int argc, char** argv) {
   add_keygen_command(app, exit_code);
   add_replay_command(app, exit_code);
   add_plan_command(app, exit_code);
+  add_worker_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -141,6 +141,7 @@ struct done_reply {
   int64_t prompt_tokens = 0, generated_tokens = 0;
   timings t;
   std::optional<std::string> text;  // the whole generated text when the request did not stream
+  std::optional<std::string> error;  // why, when finish is "error" (a stage's worker gone, a lost device, ...)
 };
 struct error_reply {
   protocol_error error;  // its id empty: the frame named none (null on the wire)
@@ -175,9 +176,10 @@ std::string encode_accepted(std::string_view id, int64_t prompt_tokens, uint64_t
 // text: the piece's bytes (invalid UTF-8 becomes U+FFFD there); the exact bytes also go as base64 in
 // "bytes", so a client can print exactly what `hotcold run` prints.
 std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted);
-// text: the whole generated text when the request did not stream (else left out).
+// text: the whole generated text when the request did not stream (else left out); error: why, for
+// finish "error" (else left out).
 std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
-                        std::optional<std::string_view> text = std::nullopt);
+                        std::optional<std::string_view> text = std::nullopt, std::optional<std::string_view> error = std::nullopt);
 std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms = std::nullopt);
 std::string encode_health(std::string_view id, std::string_view status, int64_t active, int64_t queued);
 std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens);

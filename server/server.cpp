@@ -131,6 +131,7 @@ class serving_loop {
     po.hot = l_.hot;
     po.trace = l_.trace.get();
     po.recall_every = o_.recall_every;
+    po.stages = o_.stages, po.file_id = o_.file_id;
     pipe_ = std::make_unique<actors::pipeline>(l_.ctx, po);
     if (!o_.record.empty()) record_ = record_file(o_.record);
     status_.started = clock_type::now();
@@ -528,7 +529,7 @@ class serving_loop {
     ticket_of_pid_.erase(t);
     --in_pipeline_;
     const double w = lives_.at(ticket).waited_s;
-    finish(ticket, d.finish, {1000 * (w + d.queued_s), 1000 * (w + d.time_to_first_token_s), 1000 * (w + d.total_s)});
+    finish(ticket, d.finish, {1000 * (w + d.queued_s), 1000 * (w + d.time_to_first_token_s), 1000 * (w + d.total_s)}, d.error);
   }
 
   // Requests that left the queue before they started (cancelled, their client gone), ended.
@@ -540,7 +541,7 @@ class serving_loop {
   }
 
   // A request's end: counted, recorded, its done sent, forgotten.
-  void finish(int64_t ticket, const std::string& pipeline_finish, const proto::timings& tm) {
+  void finish(int64_t ticket, const std::string& pipeline_finish, const proto::timings& tm, const std::string& error = {}) {
     live& lv = lives_.at(ticket);
     lv.out.finish(sender(lv));
     std::string finish = lv.out.stopped() ? "stop_string" : lv.cut_off ? "cut_off" : pipeline_finish;
@@ -554,7 +555,10 @@ class serving_loop {
                           {"itl_s", lv.itl_s}, {"e2e_s", std::chrono::duration<double>(clock_type::now() - lv.accepted).count()}};
       if (!record_.append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))) metrics_.record_write_error();
     }
-    send(lv.to, proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.out.text())), &lv);
+    send(lv.to,
+         proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.out.text()),
+                            finish == "error" && !error.empty() ? std::optional<std::string_view>(error) : std::nullopt),
+         &lv);
     by_client_.erase({lv.to.identity, lv.id});
     --account(lv.to.identity)->in_flight;
     lives_.erase(ticket);

@@ -376,6 +376,45 @@ TEST_P(SparsePath, SequencesShareSteps) {
   EXPECT_THROW(two.forward_step(t, slot0, far), std::out_of_range);
 }
 
+// Stages of layers (a pipeline across hosts): one context runs the embeddings and layers 0..k-1,
+// another picks the residual stream up and runs k..L-1 (each holding its own layers' KV caches), and
+// the head follows: the logits of every step (a prompt of several sequences, then decode steps) are
+// the whole context's, in either mode. A stage given the wrong width or a slot it does not hold is
+// refused.
+TEST_P(SparsePath, StagesOfLayersGiveTheWholeContextsLogits) {
+  auto m = model::load(sparse_model(GetParam(), 0.0f));
+  const int64_t L = m->hp().n_layer, d = m->hp().n_embd, nv = m->hp().n_vocab, k = L / 2;
+  ASSERT_GE(L, 2);
+  for (ffn_mode mode : {ffn_mode::dense, ffn_mode::sparse}) {
+    SCOPED_TRACE(mode == ffn_mode::dense ? "dense" : "sparse");
+    inference_context whole(m, 16, 2, 2), first(m, 16, 2, 2), second(m, 16, 2, 2);
+    for (auto* c : {&whole, &first, &second}) c->set_mode(mode);
+    inference_context::step_state a, b;
+    const std::vector<std::vector<token_id>> steps = {{1, 250, 17, 1, 42}, {299, 7}, {3, 99}};
+    const std::vector<std::vector<int64_t>> slots = {{0, 0, 0, 1, 1}, {0, 1}, {0, 1}}, positions = {{0, 1, 2, 0, 1}, {3, 2}, {4, 3}};
+    for (size_t s = 0; s < steps.size(); ++s) {
+      const auto want = whole.forward_step(steps[s], slots[s], positions[s]);
+      first.step_begin(a, steps[s], slots[s], positions[s]);
+      first.step_layers(a, 0, k);
+      second.step_begin_hidden(b, std::span<const float>(a.x.data(), steps[s].size() * static_cast<size_t>(d)), slots[s], positions[s]);
+      second.step_layers(b, k, L);
+      std::vector<int64_t> rows(steps[s].size());
+      for (size_t t = 0; t < rows.size(); ++t) rows[t] = static_cast<int64_t>(t);
+      const auto got = second.step_logits(b, rows);
+      ASSERT_EQ(got.size(), static_cast<size_t>(nv) * rows.size());
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+      EXPECT_LE(worst, 1e-5) << "step " << s;
+    }
+    const std::vector<float> narrow(static_cast<size_t>(d - 1));
+    const int64_t slot0[] = {0}, slot2[] = {2}, pos0[] = {0};
+    EXPECT_THROW(second.step_begin_hidden(b, narrow, slot0, pos0), std::invalid_argument);
+    const std::vector<float> row(static_cast<size_t>(d));
+    EXPECT_THROW(second.step_begin_hidden(b, row, slot2, pos0), std::out_of_range);
+    EXPECT_THROW(second.step_layers(b, k, L + 1), std::out_of_range);
+  }
+}
+
 // When the predictor chooses every neuron, the union is the whole layer: once measured, the next
 // batch of that size skips the predictor and runs dense (the predictor can only add cost).
 TEST(SparseBatch, FullUnionGoesDense) {

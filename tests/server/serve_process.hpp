@@ -52,19 +52,22 @@ inline std::string run_stdout(const std::vector<std::string>& args) {
   return run_capture(cmd + " 2>/dev/null");
 }
 
-// A server process for the test's lifetime.
+// A server process (`hotcold serve`, or another command that runs until a signal: `worker`) for the
+// test's lifetime, its stderr in a file of its own.
 class server_process {
  public:
-  explicit server_process(std::vector<std::string> args) {
-    std::vector<std::string> all{HOTCOLD_BIN, "serve"};
+  explicit server_process(std::vector<std::string> args, const std::string& command = "serve") {
+    std::vector<std::string> all{HOTCOLD_BIN, command};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
-    err_ = (fs::temp_directory_path() / ("hotcold-serve-" + std::to_string(getpid()) + ".err")).string();
+    static std::atomic<int> made{0};
+    err_ = (fs::temp_directory_path() / ("hotcold-" + command + "-" + std::to_string(getpid()) + "-" + std::to_string(made++) + ".err")).string();
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (command != "serve") posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);  // (a run's text)
     EXPECT_EQ(posix_spawn(&pid_, HOTCOLD_BIN, &fa, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&fa);
   }

@@ -1,0 +1,18 @@
+#pragma once
+// hotcold worker --listen tcp://ADDR:PORT -m FILE: a stage host for a pipeline across hosts
+// (docs/distributed.md).
+#include <string>
+
+namespace hotcold::launcher {
+
+struct worker_args {
+  std::string listen = "tcp://127.0.0.1:0";  // port 0: one the system picks (printed)
+  std::string model;
+  int threads = 0;  // 0: every hardware thread
+  bool mmap = false;
+};
+
+// Serves stage requests until SIGINT or SIGTERM.
+void run_worker(const worker_args& a);
+
+}  // namespace hotcold::launcher
