@@ -1,13 +1,13 @@
 #include "actors/stages.hpp"
 
 #include <stdexcept>
-#include <type_traits>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
 
 #include "engine/forward.hpp"
+#include "protocol/endpoint.hpp"
 
 #ifndef HOTCOLD_VERSION
 #define HOTCOLD_VERSION "unknown"
@@ -17,6 +17,16 @@ namespace hotcold::actors {
 
 namespace {
 constexpr int stage_protocol = 1;  // bumped on any change to the stage messages
+
+// Asks `to` on `self`'s behalf and answers the current request with its reply (of type R) or error:
+// the stage links' way of keeping the actors that compute off the network (see remote_stage).
+template <class R, class... Ts>
+caf::response_promise relay(caf::event_based_actor* self, const caf::actor& to, Ts&&... args) {
+  auto rp = self->make_response_promise<R>();
+  self->request(to, caf::infinite, std::forward<Ts>(args)...)
+      .then([rp](R& reply) mutable { rp.deliver(std::move(reply)); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
 
 struct stage_host_state {
   stage_host_options o;
@@ -92,23 +102,15 @@ namespace {
 // still holds them: a worker would not end on SIGTERM).
 caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner) {
   self->link_to(inner);
-  // The request to the inner actor, its reply (of type R) or error delivered to the sender.
-  auto forward = [self, inner](auto reply_type, auto&&... args) {
-    using R = typename decltype(reply_type)::type;
-    auto rp = self->make_response_promise<R>();
-    self->request(inner, caf::infinite, std::forward<decltype(args)>(args)...)
-        .then([rp](R& reply) mutable { rp.deliver(std::move(reply)); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-    return rp;
-  };
-  using text = std::type_identity<std::string>;
-  using floats = std::type_identity<std::vector<float>>;
   return {
-      [forward](hello_atom a, std::string& version, std::string& file_id) { return forward(text{}, a, std::move(version), std::move(file_id)); },
-      [forward](assign_atom a, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, std::string& kv_type, std::string& mode) {
-        return forward(text{}, a, first, last, n_ctx, n_seq, std::move(kv_type), std::move(mode));
+      [self, inner](hello_atom a, std::string& version, std::string& file_id) {
+        return relay<std::string>(self, inner, a, std::move(version), std::move(file_id));
       },
-      [forward](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) {
-        return forward(floats{}, a, std::move(seqs), std::move(positions), std::move(x));
+      [self, inner](assign_atom a, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, std::string& kv_type, std::string& mode) {
+        return relay<std::string>(self, inner, a, first, last, n_ctx, n_seq, std::move(kv_type), std::move(mode));
+      },
+      [self, inner](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) {
+        return relay<std::vector<float>>(self, inner, a, std::move(seqs), std::move(positions), std::move(x));
       },
   };
 }
@@ -118,59 +120,34 @@ caf::actor spawn_stage_host(caf::actor_system& sys, stage_host_options o) { retu
 
 std::string stage_address::where() const { return fmt::format("tcp://{}:{} (layers {}-{})", host, port, first, last - 1); }
 
-std::pair<std::string, uint16_t> parse_tcp_address(const std::string& address) {
-  const std::string scheme = "tcp://";
-  const auto colon = address.rfind(':');
-  if (address.rfind(scheme, 0) != 0 || colon == std::string::npos || colon < scheme.size() + 1)
-    throw std::invalid_argument(fmt::format("'{}' is not an address of the form tcp://HOST:PORT", address));
-  const std::string host = address.substr(scheme.size(), colon - scheme.size()), port = address.substr(colon + 1);
-  size_t used = 0;
-  int p = -1;
-  try {
-    p = std::stoi(port, &used);
-  } catch (...) {
-  }
-  if (used != port.size() || p < 0 || p > 65535) throw std::invalid_argument(fmt::format("'{}': the port must be a number from 0 to 65535", address));
-  return {host, static_cast<uint16_t>(p)};
-}
-
-std::vector<stage_address> split_layers(const std::string& workers, const std::string& split, int64_t n_layer) {
-  auto items = [](const std::string& s) {
-    std::vector<std::string> out;
-    size_t at = 0;
-    for (;;) {
-      const size_t comma = s.find(',', at);
-      out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-      if (comma == std::string::npos) return out;
-      at = comma + 1;
-    }
-  };
+std::vector<stage_address> split_layers(const std::vector<std::string>& workers, const std::vector<std::string>& split, int64_t n_layer) {
   std::vector<stage_address> out;
-  for (const auto& w : items(workers)) {
-    const auto [host, port] = parse_tcp_address(w);
-    if (port == 0) throw std::invalid_argument(fmt::format("--workers {}: a worker's port, not 0", w));
-    out.push_back({host, port, 0, 0});
+  for (const auto& w : workers) {
+    const auto ep = protocol::parse_endpoint(w);
+    if (ep.kind != protocol::transport::tcp) throw std::invalid_argument(fmt::format("--workers {}: a worker's address is tcp://HOST:PORT", w));
+    out.push_back({ep.host, ep.port, 0, 0});
   }
   const auto n = static_cast<int64_t>(out.size());
   if (n > n_layer) throw std::invalid_argument(fmt::format("--workers: {} workers for {} layers", n, n_layer));
+  const std::string given = fmt::format("{}", fmt::join(split, ","));
   std::vector<int64_t> counts;
-  if (split == "auto") {
+  if (given == "auto") {
     for (int64_t k = 0; k < n; ++k) counts.push_back(n_layer / n + (k < n_layer % n ? 1 : 0));
   } else {
-    for (const auto& c : items(split)) {
+    for (const auto& c : split) {
       size_t used = 0;
       long long v = -1;
       try {
         v = std::stoll(c, &used);
       } catch (...) {
       }
-      if (used != c.size() || v < 1) throw std::invalid_argument(fmt::format("--split {}: '{}' is not a count of layers (1 or more)", split, c));
+      if (used != c.size() || v < 1) throw std::invalid_argument(fmt::format("--split {}: '{}' is not a count of layers (1 or more)", given, c));
       counts.push_back(v);
     }
     int64_t sum = 0;
     for (int64_t c : counts) sum += c;
     if (static_cast<int64_t>(counts.size()) != n || sum != n_layer)
-      throw std::invalid_argument(fmt::format("--split {}: {} counts summing to {}, for {} workers and {} layers", split, counts.size(), sum, n, n_layer));
+      throw std::invalid_argument(fmt::format("--split {}: {} counts summing to {}, for {} workers and {} layers", given, counts.size(), sum, n, n_layer));
   }
   int64_t first = 0;
   for (int64_t k = 0; k < n; ++k) {
@@ -189,11 +166,8 @@ caf::behavior stage_link(caf::event_based_actor* self, caf::actor remote) {
     if (m.source == remote.address()) self->quit(m.reason ? m.reason : caf::make_error(caf::sec::runtime_error, std::string("the worker ended")));
   });
   return {
-      [self, remote](layers_atom, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) -> caf::result<std::vector<float>> {
-        auto rp = self->make_response_promise<std::vector<float>>();
-        self->request(remote, caf::infinite, layers_atom::value, std::move(seqs), std::move(positions), std::move(x))
-            .then([rp](std::vector<float>& out) mutable { rp.deliver(std::move(out)); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-        return rp;
+      [self, remote](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) {
+        return relay<std::vector<float>>(self, remote, a, std::move(seqs), std::move(positions), std::move(x));
       },
   };
 }

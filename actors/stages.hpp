@@ -73,12 +73,10 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const std::vect
                                          int64_t n_seq, const std::string& kv_type, const std::string& mode,
                                          std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
-// The stages of --workers W1,W2,... with --split N1,N2,... (layers per worker, in order, summing to
-// n_layer) or "auto" (an even split, the first workers taking one more where it does not divide).
-// std::invalid_argument naming what is wrong (an address, a count, more workers than layers).
-std::vector<stage_address> split_layers(const std::string& workers, const std::string& split, int64_t n_layer);
-
-// "tcp://HOST:PORT" split; std::invalid_argument naming what is wrong.
-std::pair<std::string, uint16_t> parse_tcp_address(const std::string& address);
+// The stages of --workers W1,W2,... (tcp://HOST:PORT each, protocol::parse_endpoint) with --split
+// N1,N2,... (layers per worker, in order, summing to n_layer) or "auto" (an even split, the first
+// workers taking one more where it does not divide). std::invalid_argument naming what is wrong (an
+// address, a count, more workers than layers).
+std::vector<stage_address> split_layers(const std::vector<std::string>& workers, const std::vector<std::string>& split, int64_t n_layer);
 
 }  // namespace hotcold::actors

@@ -61,10 +61,12 @@ scratch_tail attention_scratch_tail(const attention_job& job, int64_t m) {
   return {offset, std::max<int64_t>(0, static_cast<int64_t>(job.scratch_bytes / 4) - offset)};
 }
 
+int64_t attention_latest_position(const attention_job& job, int64_t t0, int64_t m) {
+  return m > 0 ? *std::max_element(job.positions + t0, job.positions + t0 + m) : -1;
+}
+
 int64_t attention_splits(const attention_job& job, int64_t t0, int64_t m) {
-  int64_t max_pos = -1;
-  for (int64_t t = t0; t < t0 + m; ++t) max_pos = std::max<int64_t>(max_pos, job.positions[t]);
-  return kernels::gpu::attend_splits(m, job.n_head, job.head_dim, max_pos, attention_scratch_tail(job, m).floats);
+  return kernels::gpu::attend_splits(m, job.n_head, job.head_dim, attention_latest_position(job, t0, m), attention_scratch_tail(job, m).floats);
 }
 
 int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job) {

@@ -31,8 +31,9 @@ struct scratch_tail {
   int64_t offset = 0, floats = 0;
 };
 scratch_tail attention_scratch_tail(const attention_job& job, int64_t m);
-// The splits the GPU's attention takes for tokens t0 .. t0 + m - 1 of a job (kernels/gpu/decode.hpp's
-// attend_splits, by their latest position and the scratch's tail); 1: none.
+// The latest position among tokens t0 .. t0 + m - 1 of a job, and the splits the GPU's attention takes
+// for them (kernels/gpu/decode.hpp's attend_splits, by that position and the scratch's tail; 1: none).
+int64_t attention_latest_position(const attention_job& job, int64_t t0, int64_t m);
 int64_t attention_splits(const attention_job& job, int64_t t0, int64_t m);
 // Throws std::invalid_argument naming `device` when a predictor's or product's scratch is short.
 void check_scratch(const std::string& device, const predict_job& job);

@@ -168,10 +168,9 @@ std::span<const float> inference_context::forward(token_id token, int64_t pos) {
   return logits_;
 }
 
-void inference_context::begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, int64_t n_hidden) {
+void inference_context::begin(step_state& B, int64_t n, const int64_t* seqs, const int64_t* positions) {
   const hparams& hp = model_->hp();
-  const model_weights& w = model_->weights();
-  const int64_t n = tokens.empty() ? n_hidden : static_cast<int64_t>(tokens.size()), d = hp.n_embd, kv = hp.n_embd_kv(), n_ff = hp.n_ff;
+  const int64_t d = hp.n_embd, kv = hp.n_embd_kv(), n_ff = hp.n_ff;
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
@@ -183,10 +182,13 @@ void inference_context::begin(step_state& B, std::span<const token_id> tokens, c
   B.n = n;
   B.seqs.assign(seqs, seqs + n);
   B.positions.assign(positions, positions + n);
-  if (!tokens.empty())
-    for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[static_cast<size_t>(t)], B.x.data() + t * d);
   B.step = step_ = steps_++;
   if (experts_) experts_->begin_step(n);
+}
+
+void inference_context::embed(step_state& B, std::span<const token_id> tokens) {
+  const int64_t d = model_->hp().n_embd;
+  for (size_t t = 0; t < tokens.size(); ++t) dequantize_row(model_->weights().token_embd, tokens[t], B.x.data() + static_cast<int64_t>(t) * d);
 }
 
 void inference_context::attention_block(step_state& B, int64_t il) {
@@ -444,7 +446,8 @@ void inference_context::set_device_experts(std::shared_ptr<device_experts> e) {
 void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,
                                   float* logits) {
   step_state& B = b_;
-  begin(B, tokens, seqs, positions);
+  begin(B, static_cast<int64_t>(tokens.size()), seqs, positions);
+  embed(B, tokens);
   for (int64_t il = 0; il < model_->hp().n_layer; ++il) {
     attention_block(B, il);
     ffn_block(B, il, B.ffn_in, B.pred_in, may_go_dense, B.ffn_out.data());
@@ -462,12 +465,15 @@ void inference_context::check_step(std::span<const token_id> tokens, std::span<c
   if (seqs.size() != tokens.size() || positions.size() != tokens.size())
     throw std::invalid_argument(fmt::format("a step of {} tokens, {} sequence slots, {} positions", tokens.size(), seqs.size(), positions.size()));
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t s = seqs[static_cast<size_t>(t)], p = positions[static_cast<size_t>(t)];
     if (tokens[static_cast<size_t>(t)] < 0 || tokens[static_cast<size_t>(t)] >= model_->hp().n_vocab)
       throw std::out_of_range(fmt::format("token id {} is outside the vocabulary", tokens[static_cast<size_t>(t)]));
-    if (s < 0 || s >= n_seq_) throw std::out_of_range(fmt::format("sequence slot {} is outside the {} this context holds", s, n_seq_));
-    if (p < 0 || p >= n_ctx_) throw std::out_of_range(fmt::format("position {} is outside the context of {}", p, n_ctx_));
+    check_slot(seqs[static_cast<size_t>(t)], positions[static_cast<size_t>(t)]);
   }
+}
+
+void inference_context::check_slot(int64_t seq, int64_t pos) const {
+  if (seq < 0 || seq >= n_seq_) throw std::out_of_range(fmt::format("sequence slot {} is outside the {} this context holds", seq, n_seq_));
+  if (pos < 0 || pos >= n_ctx_) throw std::out_of_range(fmt::format("position {} is outside the context of {}", pos, n_ctx_));
 }
 
 // ---- Stages, for the actor pipeline ------------------------------------------------------------
@@ -476,7 +482,8 @@ void inference_context::step_begin(step_state& s, std::span<const token_id> toke
   check_step(tokens, seqs, positions);
   if (static_cast<int64_t>(tokens.size()) > max_batch)
     throw std::invalid_argument(fmt::format("a step of {} tokens is more than {}", tokens.size(), max_batch));
-  begin(s, tokens, seqs.data(), positions.data());
+  begin(s, static_cast<int64_t>(tokens.size()), seqs.data(), positions.data());
+  embed(s, tokens);
 }
 
 void inference_context::step_begin_hidden(step_state& s, std::span<const float> x, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
@@ -486,13 +493,8 @@ void inference_context::step_begin_hidden(step_state& s, std::span<const float> 
   if (positions.size() != seqs.size() || static_cast<int64_t>(x.size()) != n * d)
     throw std::invalid_argument(fmt::format("a step of {} sequence slots, {} positions and {} values (the residual stream needs {} a token)", seqs.size(),
                                             positions.size(), x.size(), d));
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t sq = seqs[static_cast<size_t>(t)], p = positions[static_cast<size_t>(t)];
-    if (sq < 0 || sq >= n_seq_) throw std::out_of_range(fmt::format("sequence slot {} is outside the {} this context holds", sq, n_seq_));
-    if (p < 0 || p >= n_ctx_) throw std::out_of_range(fmt::format("position {} is outside the context of {}", p, n_ctx_));
-  }
-  // (n tokens, none embedded: tokens is only their count's carrier)
-  begin(s, std::span<const token_id>(), seqs.data(), positions.data(), n);
+  for (int64_t t = 0; t < n; ++t) check_slot(seqs[static_cast<size_t>(t)], positions[static_cast<size_t>(t)]);
+  begin(s, n, seqs.data(), positions.data());
   std::copy(x.begin(), x.end(), s.x.begin());
 }
 

@@ -275,10 +275,13 @@ class inference_context {
                                      bool may_go_dense);
   void run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense, float* logits);
   void check_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) const;
+  void check_slot(int64_t seq, int64_t pos) const;  // std::out_of_range for a slot or position outside the context
   // The stages of a batch: embeddings; a layer's attention (leaves the state's ffn_in / pred_in); the
   // FFN's output added to the residual stream; the head.
-  // (tokens empty: n_hidden tokens whose residual stream the caller writes into B.x)
-  void begin(step_state& B, std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, int64_t n_hidden = 0);
+  // A step of n tokens: B's buffers sized, its slots and positions, the step's number; then embed()
+  // writes the tokens' embeddings into B.x (a stage of a pipeline across hosts writes the stream it got).
+  void begin(step_state& B, int64_t n, const int64_t* seqs, const int64_t* positions);
+  void embed(step_state& B, std::span<const token_id> tokens);
   void attention_block(step_state& B, int64_t layer);
   // Over the weights l, by these workers; with `gpu`, the products, RoPE, cache and softmax go to the hot
   // device as one job over its copies (gpu), the norms stay here (l: the host's weights).

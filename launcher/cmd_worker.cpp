@@ -14,6 +14,7 @@
 #include "actors/stages.hpp"
 #include "model/file_identity.hpp"
 #include "model/model.hpp"
+#include "protocol/endpoint.hpp"
 
 namespace hotcold::launcher {
 namespace {
@@ -21,14 +22,15 @@ namespace {
 std::atomic<bool> stop_worker{false};
 extern "C" void on_worker_signal(int) { stop_worker.store(true); }
 
-bool loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
-
 }  // namespace
 
 void run_worker(const worker_args& a) {
-  const auto [host, port] = actors::parse_tcp_address(a.listen);
+  const auto ep = protocol::parse_endpoint(a.listen, /*any_port=*/true);
+  if (ep.kind != protocol::transport::tcp) throw std::invalid_argument(fmt::format("--listen {}: a worker listens on tcp://HOST:PORT", a.listen));
+  const std::string& host = ep.host;
+  const uint16_t port = ep.port;
   // The stage link is neither authenticated nor encrypted yet: only this machine may reach it.
-  if (!loopback(host))
+  if (!ep.is_loopback())
     throw std::invalid_argument(fmt::format("--listen {}: a worker binds a loopback address (127.x.x.x, localhost, ::1); links to other hosts need the "
                                             "authenticated, encrypted stage links that are not built yet (docs/distributed.md)",
                                             a.listen));

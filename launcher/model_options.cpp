@@ -66,7 +66,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   loaded l;
   static_cast<loader::opened_model&>(l) = loader::open_for_running(m, loader::choose_device(*m, dopt, o.log), o);
   // auto: a spinning wait holds a core, which the cold pool needs when its threads take every one
-  // (measured in docs/gpu.md: block 1.28x spin there, the same where a core is left); else spin.
+  // (measured in docs/gpu.md: block 1.30x spin there, 0.96x where a core is left); else spin.
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   devices::set_device_wait(a.device_wait != "auto"          ? devices::parse_device_wait(a.device_wait)
                            : l.ctx->pool().size() >= hw ? devices::device_wait::block

@@ -3,6 +3,7 @@
 // --vram-budget, --n-gpu-layers, --kv-type, --trace-out) and the loading that follows them.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/stages.hpp"
 #include "loader/open.hpp"
@@ -35,8 +36,8 @@ struct model_args {
   bool no_expert_prefetch = false;
   std::string experts_from;  // a recorded run's routings (FILE.activations): the slots start with each layer's most chosen
   bool record_choices = false;  // keep a trace recorder (written only with --trace-out) for the steps' chosen neurons
-  std::string workers;          // --workers tcp://H1:P1,...: the layers on these stage hosts (docs/distributed.md)
-  std::string split = "auto";   // --split N1,N2,... or auto
+  std::vector<std::string> workers;           // --workers tcp://H1:P1,...: the layers on these stage hosts (docs/distributed.md)
+  std::vector<std::string> split = {"auto"};  // --split N1,N2,... or auto
 };
 
 

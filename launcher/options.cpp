@@ -132,8 +132,10 @@ void add_pipeline_option(CLI::App* cmd, std::string& pipeline) {
 void add_worker_options(CLI::App* cmd, model_args& m) {
   cmd->add_option("--workers", m.workers,
                   "Run the layers on these `hotcold worker`s, in order (tcp://HOST:PORT,...; each with its own copy of the file): this process "
-                  "keeps the embeddings, the head and sampling and passes the residual stream stage to stage (the actors pipeline)");
+                  "keeps the embeddings, the head and sampling and passes the residual stream stage to stage (the actors pipeline)")
+      ->delimiter(',');
   cmd->add_option("--split", m.split, "With --workers: layers per worker, N1,N2,... summing to the file's layers, or auto (an even split)")
+      ->delimiter(',')
       ->capture_default_str();
 }
 // --workers runs on the actors pipeline: the default there, refused with --pipeline reference.

@@ -11,7 +11,7 @@ static std::invalid_argument bad(std::string_view text, const std::string& why) 
   return std::invalid_argument("endpoint '" + std::string(text) + "': " + why);
 }
 
-endpoint parse_endpoint(std::string_view text) {
+endpoint parse_endpoint(std::string_view text, bool any_port) {
   endpoint ep;
   ep.text = std::string(text);
   auto scheme_end = text.find("://");
@@ -32,8 +32,8 @@ endpoint parse_endpoint(std::string_view text) {
   if (host.empty()) throw bad(text, "empty host");
   unsigned value = 0;
   auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (port.empty() || ec != std::errc() || p != port.data() + port.size() || value == 0 || value > 65535)
-    throw bad(text, "port must be a number from 1 to 65535");
+  if (port.empty() || ec != std::errc() || p != port.data() + port.size() || (value == 0 && !any_port) || value > 65535)
+    throw bad(text, any_port ? "port must be a number from 0 to 65535" : "port must be a number from 1 to 65535");
   ep.host = std::string(host);
   ep.port = static_cast<uint16_t>(value);
   return ep;

@@ -25,6 +25,7 @@ struct endpoint {
 };
 
 // Throws std::invalid_argument naming what is wrong ("tcp endpoint needs a port: ...").
-endpoint parse_endpoint(std::string_view text);
+// any_port: a tcp port of 0 (one the system picks when it binds) is accepted.
+endpoint parse_endpoint(std::string_view text, bool any_port = false);
 
 }  // namespace hotcold::protocol

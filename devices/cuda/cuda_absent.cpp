@@ -34,7 +34,6 @@ void cuda_use(int) { absent(); }
 void* cuda_stream_create(int) { absent(); }
 void cuda_stream_destroy(int, void*) {}
 void cuda_copy_async(void*, const void*, uint64_t, bool, void*) { absent(); }
-void cuda_stream_synchronize(void*) { absent(); }
 void cuda_stream_wait(void*, void*, int) { absent(); }
 void* cuda_blocking_event_create(int) { absent(); }
 bool cuda_context_alive(int, std::string& why) {

@@ -413,8 +413,8 @@ void cuda_backend::compute(const attention_job& job) {
     if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_, adjust);
     if (e.empty()) {  // (a long past split across blocks, their partial sums in the scratch's tail)
       const scratch_tail tail = attention_scratch_tail(job, m);
-      const int64_t max_pos = *std::max_element(job.positions + t0, job.positions + t0 + m);
-      e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_, dx + tail.offset, tail.floats, max_pos);
+      e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_, dx + tail.offset, tail.floats,
+                      attention_latest_position(job, t0, m));
     }
     if (e.empty()) e = gpu::matmul(gpu_rows(job.t_o), job.wo, d, dq, dattn, m, dout, d, stream_);
     if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), a token at a time

@@ -71,8 +71,6 @@ void cuda_copy_async(void* dst, const void* src, uint64_t bytes, bool to_device,
         to_device ? "MemcpyAsync to the device" : "MemcpyAsync to the host");
 }
 
-void cuda_stream_synchronize(void* stream) { check(gpuStreamSynchronize(static_cast<gpuStream_t>(stream)), "StreamSynchronize"); }
-
 void cuda_stream_wait(void* stream, void* event, int mode) {
   const auto s = static_cast<gpuStream_t>(stream);
   if (mode == static_cast<int>(device_wait::block)) {

@@ -22,11 +22,10 @@ void cuda_stream_destroy(int index, void* stream);
 // A copy queued on `stream` (to the device when to_device, else to the host); host memory should be
 // pinned (cuda_host_allocate) for the copy to run asynchronously.
 void cuda_copy_async(void* dst, const void* src, uint64_t bytes, bool to_device, void* stream);
-// Blocks until what `stream` was given has run; throws naming the first error.
-void cuda_stream_synchronize(void* stream);
-// The same wait as `mode` says (devices::device_wait): spin polls the stream; yield polls it, giving
-// the core away between polls; block records `event` (cuda_blocking_event_create) on the stream and
-// sleeps until the device signals it.
+// Blocks until what `stream` was given has run, as `mode` says (devices::device_wait): spin polls the
+// stream; yield polls it, giving the core away between polls; block records `event`
+// (cuda_blocking_event_create) on the stream and sleeps until the device signals it. Throws naming
+// the first error.
 void cuda_stream_wait(void* stream, void* event, int mode);
 void* cuda_blocking_event_create(int index);
 // Whether device `index`'s context still answers (a sticky error makes every later call fail with it):

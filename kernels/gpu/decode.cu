@@ -99,10 +99,9 @@ struct x_q8 {
   const float* d;   // nv x cols / 32
   const int8_t* q;  // nv x cols
 };
-// Bytes of shared memory nv vectors of cols values take; the most a block asks for.
-__host__ __device__ inline int64_t x_q8_bytes(int64_t nv, int64_t cols) { return nv * (cols / 32 * 4 + cols); }
 
-// The block quantizes nv vectors of x (cols a multiple of 32) into shared memory, a warp a block of 32.
+// The block quantizes nv vectors of x (cols a multiple of 32) into shared memory (x_q8_bytes), a warp a
+// block of 32.
 __device__ inline x_q8 quantize_x(const float* x, int64_t cols, int nv, char* smem) {
   float* ds = reinterpret_cast<float*>(smem);
   int8_t* qs = reinterpret_cast<int8_t*>(smem + nv * (cols / 32) * 4);
@@ -226,6 +225,17 @@ __device__ inline void warp_dot_pair(const uint8_t* ra, const uint8_t* rb, int64
   g = warp_sum(sa), u = warp_sum(sb);
 }
 
+// A hot neuron's value from its dots: act(up) without a gate, relu(gate) relu(up) for dReLU, else
+// act(gate) up; 0 where |act(..)| < threshold.
+__device__ inline float neuron_value(bool gated, ffn_act act, float threshold, float g, float u) {
+  if (!gated) {
+    const float h = activate(act, u);
+    return fabsf(h) < threshold ? 0.0f : h;
+  }
+  const float a = activate(act, g);
+  return act == ffn_act::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : fabsf(a) < threshold ? 0.0f : a * u;
+}
+
 // One group of 32 lanes per hot neuron: its gate and up rows against x (interleaved), the activation.
 template <row_type T>
 __global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
@@ -233,17 +243,10 @@ __global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
   if (k >= count) return;
   const int64_t row = slots[k];
-  float h;
-  if (!gated) {
-    const float u = warp_dot_row<T>(up + row * row_bytes, d, x);
-    h = activate(act, u);
-    if (fabsf(h) < threshold) h = 0.0f;
-  } else {
-    float g, u;
-    warp_dot_pair<T>(gate + row * row_bytes, up + row * row_bytes, d, x, g, u);
-    const float a = activate(act, g);
-    h = act == ffn_act::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : fabsf(a) < threshold ? 0.0f : a * u;
-  }
+  float g = 0.0f, u;
+  if (!gated) u = warp_dot_row<T>(up + row * row_bytes, d, x);
+  else warp_dot_pair<T>(gate + row * row_bytes, up + row * row_bytes, d, x, g, u);
+  const float h = neuron_value(gated, act, threshold, g, u);
   if (threadIdx.x % warp == 0) hidden[k] = h;
 }
 
@@ -266,15 +269,7 @@ __global__ void hot_hidden_q8_kernel(const uint8_t* gate, const uint8_t* up, int
       su += block_dot_q8<T>(u, b, xq.d, xq.q);
       if (gated) sg += block_dot_q8<T>(g, b, xq.d, xq.q);
     }
-    const float uu = warp_sum(su), gg = warp_sum(sg);
-    float h;
-    if (!gated) {
-      h = activate(act, uu);
-      if (fabsf(h) < threshold) h = 0.0f;
-    } else {
-      const float a = activate(act, gg);
-      h = act == ffn_act::drelu ? fmaxf(gg, 0.0f) * fmaxf(uu, 0.0f) : fabsf(a) < threshold ? 0.0f : a * uu;
-    }
+    const float h = neuron_value(gated, act, threshold, warp_sum(sg), warp_sum(su));
     if (lane == 0) hidden[k] = h;
   }
 }
@@ -579,19 +574,19 @@ __global__ void attend_split_kernel(attention_shape sh, const float* qkv, int64_
 __global__ void attend_join_kernel(attention_shape sh, int64_t splits, const float* partial, float* out) {
   const int64_t t = blockIdx.x, h = blockIdx.y, hd = sh.head_dim;
   const float* part = partial + (t * sh.n_head + h) * splits * (hd + 2);
+  __shared__ float weight[attend_max_splits];  // each split's exp(m_s - M) (0 for an empty split)
   float big = -INFINITY;
   for (int64_t s = 0; s < splits; ++s) big = fmaxf(big, part[s * (hd + 2)]);
-  float l = 0.0f;
-  for (int64_t s = 0; s < splits; ++s) {
+  for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
     const float ms = part[s * (hd + 2)];
-    if (ms > -INFINITY) l += part[s * (hd + 2) + 1] * expf(ms - big);
+    weight[s] = ms > -INFINITY ? expf(ms - big) : 0.0f;
   }
+  __syncthreads();
+  float l = 0.0f;
+  for (int64_t s = 0; s < splits; ++s) l += part[s * (hd + 2) + 1] * weight[s];
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
     float a = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) {
-      const float ms = part[s * (hd + 2)];
-      if (ms > -INFINITY) a += part[s * (hd + 2) + 2 + i] * expf(ms - big);
-    }
+    for (int64_t s = 0; s < splits; ++s) a += part[s * (hd + 2) + 2 + i] * weight[s];
     out[t * sh.d + h * hd + i] = a / l;
   }
 }

@@ -37,8 +37,10 @@ int64_t row_bytes(row_type t, int64_t d);  // one row of d values (Q8_0 / Q4_0: 
 // vector's rounded copy fits a block's shared memory; otherwise x itself. Products, predictors and
 // the hot FFN's gate and up dots alike (not the down rows: those scale by each neuron's value).
 inline constexpr int64_t x_q8_max_bytes = 40 * 1024;
+// Bytes of shared memory nv rounded vectors of cols values take: their scales (floats), then values.
+inline int64_t x_q8_bytes(int64_t nv, int64_t cols) { return nv * (cols / 32 * 4 + cols); }
 inline bool reads_x_in_8_bits(row_type t, int64_t cols) {
-  return (t == row_type::q8_0 || t == row_type::q4_0) && cols % 32 == 0 && cols / 32 * 4 + cols <= x_q8_max_bytes;
+  return (t == row_type::q8_0 || t == row_type::q4_0) && cols % 32 == 0 && x_q8_bytes(1, cols) <= x_q8_max_bytes;
 }
 
 // The down projection is split into at most this many chunks of neurons, summed in order.
