@@ -297,8 +297,9 @@ void run_stage(hot_executor_ptr self, const remote_stage& rs) {
   std::vector<float> x(st.s->x.begin(), st.s->x.begin() + static_cast<std::ptrdiff_t>(n * d));
   self->request(rs.actor, caf::infinite, layers_atom::value, st.s->seqs, st.s->positions, std::move(x))
       .then(
-          [self, &rs, n, d](std::vector<float>& out) {
+          [self, &rs, n, d](std::vector<float>& out, int64_t compute_ns, int64_t round_trip_ns) {
             auto& st = self->state;
+            (void)compute_ns, (void)round_trip_ns;
             if (out.size() != n * d) return fail(self, fmt::format("stage {}: {} values back for a step of {} x {}", rs.where, out.size(), n, d));
             std::copy(out.begin(), out.end(), st.s->x.begin());
             run_layer(self, rs.last);

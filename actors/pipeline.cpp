@@ -19,11 +19,11 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   parts_->micro_batches.store(std::max(1, options.micro_batches));
   if (options.pin_workers && std::getenv("HOTCOLD_NO_PIN") == nullptr) parts_->actor_core = parts_->ctx->pool().pin_workers();
   configure(cfg_, options.runtime);
-  if (!options.stages.empty()) configure_network(cfg_);
+  if (!options.stages.empty()) configure_network(cfg_, options.stages.tls_dir);
   sys_ = std::make_unique<caf::actor_system>(cfg_);
   if (!options.stages.empty()) {
     const inference_context& c = *parts_->ctx;
-    parts_->stages = connect_stages(*sys_, options.stages, options.file_id, c.n_ctx(), c.n_seq(), c.kv_type() == tensor_type::f32 ? "f32" : "f16",
+    parts_->stages = connect_stages(*sys_, options.stages, c.n_ctx(), c.n_seq(), c.kv_type() == tensor_type::f32 ? "f32" : "f16",
                                     c.mode() == ffn_mode::dense ? "dense" : "sparse");
   }
   self_ = std::make_unique<caf::scoped_actor>(*sys_);

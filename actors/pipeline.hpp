@@ -58,10 +58,9 @@ struct pipeline_options {
   int micro_batches = 1;
   // Stages of layers on other hosts (`hotcold worker`s; docs/distributed.md): each runs its layers
   // on the step's residual stream; this process runs the embeddings, every layer no stage holds, the
-  // head and sampling. Connected, checked against file_id (model/file_identity) and assigned when the
-  // pipeline starts (std::runtime_error naming a stage that cannot be had).
-  std::vector<stage_address> stages;
-  std::string file_id;
+  // head and sampling. Connected, checked against the plan's file_id (model/file_identity) and
+  // assigned when the pipeline starts (std::runtime_error naming a stage that cannot be had).
+  stage_plan stages;
 };
 
 // What the compute actors share. The context holds the KV caches (one slot per sequence in flight)
@@ -77,20 +76,24 @@ struct compute_resources {
   int actor_core = -1;  // the core the compute actors' threads share when the workers are pinned (-1: any)
   std::atomic<int> micro_batches{1};  // read at each step (pipeline::set_micro_batches)
   std::vector<remote_stage> stages;   // layers on other hosts (pipeline_options::stages)
-  // Why a stage's worker is gone (it ended, or its link broke), empty while every stage answers: set
-  // by the scheduler, which monitors them; like a lost device, nothing runs from then on.
-  void set_stage_lost(std::string why) {
+  // Why a stage's worker is gone or silent, by stage (its link tells the scheduler, which sets and
+  // clears these); empty while every stage answers. Like a lost device, nothing runs meanwhile.
+  void set_stage_lost(size_t stage, std::string why) {
     std::lock_guard lock(stage_mutex_);
-    if (stage_lost_.empty()) stage_lost_ = std::move(why);
+    if (stage_lost_.size() <= stage) stage_lost_.resize(stage + 1);
+    stage_lost_[stage] = std::move(why);
   }
+  // The first lost stage's why, or empty.
   std::string stage_lost() const {
     std::lock_guard lock(stage_mutex_);
-    return stage_lost_;
+    for (const auto& why : stage_lost_)
+      if (!why.empty()) return why;
+    return {};
   }
 
  private:
   mutable std::mutex stage_mutex_;
-  std::string stage_lost_;
+  std::vector<std::string> stage_lost_;
 };
 
 using pipeline_event = std::variant<token_event, logits_event, done_event>;

@@ -314,14 +314,18 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources
   self->attach_functor([compute = st.compute] { compute->stop(caf::exit_reason::user_shutdown, true); });
   // A compute actor that ends on its own (not stopped by a restart) fails the step in flight, or is
   // restarted at once when idle.
-  // Stages on other hosts: a worker that ends or whose link breaks (CAF's down message for its
-  // proxy) ends the step in flight and every request with the stage's name; new ones are refused.
-  for (const auto& rs : st.p->stages) self->monitor(rs.actor);
+  // Stages on other hosts: each link tells when its worker is gone or silent (CAF's down message for
+  // the worker, a heartbeat unanswered) and when it is back; the step in flight and every request
+  // end with the stage's name and why, and new ones are refused with it until every stage is back.
+  for (size_t k = 0; k < st.p->stages.size(); ++k) {
+    self->monitor(st.p->stages[k].actor);
+    self->send(st.p->stages[k].actor, watch_atom::value, static_cast<int64_t>(k));
+  }
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
-    for (const auto& rs : st.p->stages)
-      if (m.source == rs.actor.address()) {
-        st.p->set_stage_lost(fmt::format("stage {}: its worker is gone ({})", rs.where, describe(m.reason)));
+    for (size_t k = 0; k < st.p->stages.size(); ++k)
+      if (m.source == st.p->stages[k].actor.address()) {  // (the link itself ended: only at shutdown)
+        st.p->set_stage_lost(k, fmt::format("stage {}: its link ended ({})", st.p->stages[k].where, describe(m.reason)));
         if (st.busy) on_step_failed(self, st.step, st.p->stage_lost());
         return;
       }
@@ -336,6 +340,20 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources
     else restart_compute(self);
   });
   return {
+      [self](stage_atom, int64_t k, bool up, std::string& why) {
+        auto& st = self->state;
+        if (k < 0 || static_cast<size_t>(k) >= st.p->stages.size()) return;
+        const auto& rs = st.p->stages[static_cast<size_t>(k)];
+        if (!up) {
+          st.p->set_stage_lost(static_cast<size_t>(k), fmt::format("stage {}: {}", rs.where, why));
+          if (st.busy) on_step_failed(self, st.step, st.p->stage_lost());
+          return;
+        }
+        st.p->set_stage_lost(static_cast<size_t>(k), {});
+        // Back: the compute actors a failed step left are started again once nothing else is lost.
+        if (!st.busy && device_lost(*st.p).empty()) restart_compute(self);
+        schedule(self);
+      },
       [self](submit_atom, int64_t id, generation_request& r) {
         auto& st = self->state;
         sequence s;

@@ -1,11 +1,16 @@
 #include "actors/stages.hpp"
 
+#include <map>
+#include <set>
 #include <stdexcept>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/pipeline.hpp"
+#include "actors/stage_keys.hpp"
 #include "engine/forward.hpp"
 #include "protocol/endpoint.hpp"
 
@@ -16,15 +21,15 @@
 namespace hotcold::actors {
 
 namespace {
-constexpr int stage_protocol = 1;  // bumped on any change to the stage messages
+constexpr int stage_protocol = 2;  // bumped on any change to the stage messages
 
-// Asks `to` on `self`'s behalf and answers the current request with its reply (of type R) or error:
-// the stage links' way of keeping the actors that compute off the network (see remote_stage).
-template <class R, class... Ts>
+// Asks `to` on `self`'s behalf and answers the current request with its reply (of types Rs) or
+// error: the worker's front keeps the actor that computes off the network (see remote_stage).
+template <class... Rs, class... Ts>
 caf::response_promise relay(caf::event_based_actor* self, const caf::actor& to, Ts&&... args) {
-  auto rp = self->make_response_promise<R>();
+  auto rp = self->make_response_promise();
   self->request(to, caf::infinite, std::forward<Ts>(args)...)
-      .then([rp](R& reply) mutable { rp.deliver(std::move(reply)); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+      .then([rp](Rs&... reply) mutable { rp.deliver(std::move(reply)...); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
   return rp;
 }
 
@@ -72,13 +77,16 @@ caf::behavior stage_host(caf::stateful_actor<stage_host_state>* self, stage_host
         return {};
       },
       [self](layers_atom, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions,
-             const std::vector<float>& x) -> caf::result<std::vector<float>> {
+             const std::vector<float>& x) -> caf::result<std::vector<float>, int64_t> {
         auto& st = self->state;
         if (!st.ctx) return caf::make_error(caf::sec::runtime_error, std::string("no layers assigned to this worker"));
         try {
+          const auto t0 = std::chrono::steady_clock::now();
           st.ctx->step_begin_hidden(st.s, x, seqs, positions);
           st.ctx->step_layers(st.s, st.first, st.last);
-          return std::vector<float>(st.s.x.begin(), st.s.x.begin() + static_cast<std::ptrdiff_t>(x.size()));
+          std::vector<float> out(st.s.x.begin(), st.s.x.begin() + static_cast<std::ptrdiff_t>(x.size()));
+          const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+          return {std::move(out), ns};
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, fmt::format("layers {}-{}: {}", st.first, st.last - 1, e.what()));
         }
@@ -89,17 +97,31 @@ caf::behavior stage_host(caf::stateful_actor<stage_host_state>* self, stage_host
 
 std::string stage_version() { return fmt::format("hotcold {} (stage protocol {}, CAF {}.{}.{})", HOTCOLD_VERSION, stage_protocol, CAF_MAJOR_VERSION, CAF_MINOR_VERSION, CAF_PATCH_VERSION); }
 
-void configure_network(caf::actor_system_config& cfg) {
+void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir) {
   cfg.load<caf::io::middleman>();
   cfg.add_message_type<std::vector<float>>("hotcold_floats");
   cfg.add_message_type<std::vector<int64_t>>("hotcold_i64s");
+  if (tls_dir.empty()) return;
+  // Checked here, where a bad folder is a clear error: CAF's module reads the files again for each
+  // connection and throws on its network thread.
+  const tls_files f = check_tls_dir(tls_dir);
+  cfg.openssl_certificate = f.cert;
+  cfg.openssl_key = f.key;
+  cfg.openssl_cafile = f.ca;
+  cfg.load<caf::openssl::manager>();
+}
+
+caf::expected<uint16_t> publish_stage(caf::actor_system& sys, const caf::actor& stage, uint16_t port, const std::string& host) {
+  if (sys.has_openssl_manager()) return caf::openssl::publish(stage, port, host.c_str(), true);
+  return sys.middleman().publish(stage, port, host.c_str(), true);
 }
 
 namespace {
 // What the network sees of a stage host: a scheduled actor that hands each request to the detached
 // one computing and delivers its reply, so that no detached actor is known across the network (CAF
 // 0.17's actor system waits at shutdown for the threads of such actors while its network layer
-// still holds them: a worker would not end on SIGTERM).
+// still holds them: a worker would not end on SIGTERM). It answers heartbeats itself, so that a long
+// step does not read as a hung worker.
 caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner) {
   self->link_to(inner);
   return {
@@ -110,8 +132,9 @@ caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner) {
         return relay<std::string>(self, inner, a, first, last, n_ctx, n_seq, std::move(kv_type), std::move(mode));
       },
       [self, inner](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) {
-        return relay<std::vector<float>>(self, inner, a, std::move(seqs), std::move(positions), std::move(x));
+        return relay<std::vector<float>, int64_t>(self, inner, a, std::move(seqs), std::move(positions), std::move(x));
       },
+      [](ping_atom a) { return a; },
   };
 }
 }  // namespace
@@ -157,38 +180,224 @@ std::vector<stage_address> split_layers(const std::vector<std::string>& workers,
   return out;
 }
 
+void check_stage_links(const stage_plan& plan) {
+  if (!plan.tls_dir.empty()) return;
+  for (const auto& s : plan.stages) {
+    protocol::endpoint ep;
+    ep.kind = protocol::transport::tcp, ep.host = s.host, ep.port = s.port;
+    if (!ep.is_loopback())
+      throw std::invalid_argument(fmt::format("--workers tcp://{}:{}: another host; links to other hosts are authenticated and encrypted: give "
+                                              "--workers-tls DIR (hotcold keygen --tls DIR; docs/distributed.md)",
+                                              s.host, s.port));
+  }
+}
+
 namespace {
-// The coordinator's side of a stage: forwards `layers` requests to the worker, answers with its reply
-// or error; ends with the worker's down reason.
-caf::behavior stage_link(caf::event_based_actor* self, caf::actor remote) {
-  self->monitor(remote);
-  self->set_down_handler([self, remote](caf::down_msg& m) {
-    if (m.source == remote.address()) self->quit(m.reason ? m.reason : caf::make_error(caf::sec::runtime_error, std::string("the worker ended")));
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+
+struct link_state {
+  stage_address addr;
+  std::string file_id, kv_type, mode;
+  int64_t n_ctx = 0, n_seq = 0;
+  stage_timing timing;
+  caf::actor remote;           // the worker's front while admitted; null while lost
+  std::string lost = "not connected yet";
+  caf::actor watcher;          // hears (stage_atom, index, up, why)
+  int64_t index = -1;
+  uint64_t epoch = 0;          // counts admissions and losses: answers of an earlier one are ignored
+  std::map<uint64_t, caf::response_promise> pending;  // layers requests in flight, by number
+  uint64_t next = 0;
+  caf::response_promise starting;  // the first connection's requester (connect_stages)
+  static inline const char* name = "hotcold-stage-link";
+};
+using link_ptr = caf::stateful_actor<link_state>*;
+
+void tell_watcher(link_ptr self, bool up) {
+  auto& st = self->state;
+  fmt::print(stderr, "hotcold: stage {}: {}\n", st.addr.where(), up ? "back (assigned again; new requests are admitted)" : st.lost);
+  if (st.watcher) self->send(st.watcher, stage_atom::value, st.index, up, st.lost);
+}
+
+// Why a worker's connection failed or ended, for people.
+std::string why_gone(const caf::error& e) {
+  if (e == caf::exit_reason::remote_link_unreachable) return "its connection closed";
+  if (e == caf::sec::disconnect_during_handshake)
+    return "the worker closed the connection during the handshake: one side speaks TLS and the other not, or their certificates are of "
+           "different authorities (hotcold worker --tls, --workers-tls)";
+  return describe(e);
+}
+
+void ping(link_ptr self);
+
+// Connects to the worker's address again (a lost stage), or for the first time.
+void connect(link_ptr self);
+
+// Admission failed: the first connection reports why and the link ends; a lost stage tries again.
+void not_admitted(link_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (st.starting.pending()) {
+    st.starting.deliver(why);
+    return self->quit();
+  }
+  self->delayed_send(self, st.timing.retry, retry_atom::value);
+}
+
+void admitted(link_ptr self, caf::actor remote) {
+  auto& st = self->state;
+  st.remote = std::move(remote);
+  self->monitor(st.remote);
+  st.lost.clear();
+  ++st.epoch;
+  if (st.starting.pending()) st.starting.deliver(std::string());
+  else tell_watcher(self, true);
+  ping(self);
+}
+
+// The worker is gone or silent: every request in flight fails with why, and so does each later one
+// until it is admitted again.
+void lose(link_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (!st.remote) return;
+  self->demonitor(st.remote);
+  st.remote = nullptr;
+  st.lost = why;
+  ++st.epoch;
+  auto pending = std::move(st.pending);
+  st.pending.clear();
+  for (auto& [id, rp] : pending) rp.deliver(caf::make_error(caf::sec::runtime_error, why));
+  tell_watcher(self, false);
+  self->delayed_send(self, st.timing.retry, retry_atom::value);
+}
+
+void ping(link_ptr self) {
+  auto& st = self->state;
+  const uint64_t epoch = st.epoch;
+  self->request(st.remote, st.timing.heartbeat_timeout, ping_atom::value)
+      .then(
+          [self, epoch](ping_atom) {
+            if (epoch == self->state.epoch) self->delayed_send(self, self->state.timing.heartbeat, tick_atom::value, epoch);
+          },
+          [self, epoch](caf::error& e) {
+            auto& st = self->state;
+            if (epoch != st.epoch) return;
+            lose(self, e == caf::sec::request_timeout
+                           ? fmt::format("no answer to a heartbeat within {} ms: the worker hangs or the link is cut", st.timing.heartbeat_timeout.count())
+                           : fmt::format("its worker is gone ({})", why_gone(e)));
+          });
+}
+
+// The handshake and the assignment, on a worker just reached.
+void admit(link_ptr self, caf::actor remote) {
+  auto& st = self->state;
+  self->request(remote, st.timing.answer, hello_atom::value, stage_version(), st.file_id)
+      .then(
+          [self, remote](std::string& why) {
+            auto& st = self->state;
+            if (!why.empty()) return not_admitted(self, "refused: " + why);
+            self->request(remote, st.timing.answer, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode)
+                .then(
+                    [self, remote](std::string& why) {
+                      if (!why.empty()) return not_admitted(self, "refused its layers: " + why);
+                      admitted(self, remote);
+                    },
+                    [self](caf::error& e) { not_admitted(self, fmt::format("no answer to its layers: {}", describe(e))); });
+          },
+          [self](caf::error& e) { not_admitted(self, fmt::format("no answer to the handshake: {}", describe(e))); });
+}
+
+void connect(link_ptr self) {
+  auto& st = self->state;
+  auto& sys = self->home_system();
+  const caf::io::middleman_actor net = sys.has_openssl_manager() ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
+  const auto wait = st.starting.pending() ? st.timing.answer : st.timing.heartbeat_timeout + st.timing.retry;
+  self->request(net, wait, caf::connect_atom::value, st.addr.host, st.addr.port)
+      .then(
+          [self](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) {
+            if (!p) return not_admitted(self, "nothing published at the address");
+            admit(self, caf::actor_cast<caf::actor>(std::move(p)));
+          },
+          [self](caf::error& e) {
+            auto& sys = self->home_system();
+            std::string why = e == caf::sec::disconnect_during_handshake ? why_gone(e) : sys.render(e);
+            if (sys.has_openssl_manager() && e == caf::sec::cannot_connect_to_node)
+              why += " (over TLS: does the worker run with --tls, and a folder of the same authority as --workers-tls?)";
+            not_admitted(self, "cannot connect: " + why);
+          });
+}
+
+caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id, int64_t n_ctx, int64_t n_seq, std::string kv_type, std::string mode,
+                         stage_timing timing) {
+  auto& st = self->state;
+  st.addr = std::move(addr), st.file_id = std::move(file_id), st.n_ctx = n_ctx, st.n_seq = n_seq;
+  st.kv_type = std::move(kv_type), st.mode = std::move(mode), st.timing = timing;
+  self->set_down_handler([self](caf::down_msg& m) {
+    if (self->state.remote && m.source == self->state.remote.address())
+      lose(self, fmt::format("its worker is gone ({})", m.reason ? why_gone(m.reason) : std::string("it ended")));
   });
   return {
-      [self, remote](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) {
-        return relay<std::vector<float>>(self, remote, a, std::move(seqs), std::move(positions), std::move(x));
+      [self](start_atom) {
+        self->state.starting = self->make_response_promise();
+        connect(self);
+        return self->state.starting;
+      },
+      [self](watch_atom, int64_t index) {
+        auto& st = self->state;
+        st.watcher = caf::actor_cast<caf::actor>(self->current_sender());
+        st.index = index;
+        if (!st.remote) tell_watcher(self, false);
+      },
+      [self](tick_atom, uint64_t epoch) {
+        if (epoch == self->state.epoch && self->state.remote) ping(self);
+      },
+      [self](retry_atom) {
+        if (!self->state.remote) connect(self);
+      },
+      [self](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) -> caf::result<std::vector<float>, int64_t, int64_t> {
+        auto& st = self->state;
+        if (!st.remote) return caf::make_error(caf::sec::runtime_error, st.lost);
+        const uint64_t id = st.next++;
+        auto rp = self->make_response_promise();
+        st.pending.emplace(id, rp);
+        const auto t0 = std::chrono::steady_clock::now();
+        self->request(st.remote, caf::infinite, a, std::move(seqs), std::move(positions), std::move(x))
+            .then(
+                [self, id, t0](std::vector<float>& out, int64_t compute_ns) {
+                  auto it = self->state.pending.find(id);
+                  if (it == self->state.pending.end()) return;  // (failed already: the stage was lost)
+                  const int64_t round_trip = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+                  it->second.deliver(std::move(out), compute_ns, round_trip);
+                  self->state.pending.erase(it);
+                },
+                [self, id](caf::error& e) {
+                  auto it = self->state.pending.find(id);
+                  if (it == self->state.pending.end()) return;
+                  it->second.deliver(std::move(e));
+                  self->state.pending.erase(it);
+                });
+        return rp;
       },
   };
 }
 }  // namespace
 
-std::vector<remote_stage> connect_stages(caf::actor_system& sys, const std::vector<stage_address>& stages, const std::string& file_id, int64_t ctx,
-                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, std::chrono::milliseconds timeout) {
+std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, int64_t ctx, int64_t n_seq, const std::string& kv_type,
+                                         const std::string& mode, const stage_timing& timing) {
+  check_stage_links(plan);
   std::vector<remote_stage> out;
   caf::scoped_actor self{sys};
-  for (const auto& s : stages) {
-    auto a = sys.middleman().remote_actor(s.host, s.port);
-    if (!a) throw std::runtime_error(fmt::format("worker {}: cannot connect: {}", s.where(), sys.render(a.error())));
-    auto ask = [&](const char* what, auto... args) {
-      std::string why;
-      self->request(*a, timeout, args...).receive([&](std::string& w) { why = w; },
-                                                  [&](caf::error& e) { why = fmt::format("no answer to {}: {}", what, sys.render(e)); });
-      if (!why.empty()) throw std::runtime_error(fmt::format("worker {}: refused: {}", s.where(), why));
-    };
-    ask("the handshake", hello_atom::value, stage_version(), file_id);
-    ask("its layers", assign_atom::value, s.first, s.last, ctx, n_seq, kv_type, mode);
-    out.push_back({sys.spawn(stage_link, *a), s.first, s.last, s.where()});
+  for (const auto& s : plan.stages) {
+    auto link = sys.spawn(stage_link, s, plan.file_id, ctx, n_seq, kv_type, mode, timing);
+    std::string why;
+    self->request(link, timing.answer * 3, start_atom::value)
+        .receive([&](std::string& w) { why = w; }, [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
+    if (!why.empty()) {
+      self->send_exit(link, caf::exit_reason::user_shutdown);
+      for (auto& o : out) self->send_exit(o.actor, caf::exit_reason::user_shutdown);
+      throw std::runtime_error(fmt::format("worker {}: {}", s.where(), why));
+    }
+    out.push_back({link, s.first, s.last, s.where()});
   }
   return out;
 }

@@ -10,7 +10,13 @@
 //   hello  version, file identity      -> "" or why the worker refuses (another version or file)
 //   assign first, last, ctx, n_seq, kv type, mode
 //                                      -> "" or why not (layers outside the file, a context too large)
-//   layers seqs, positions, x           -> x after the stage's layers (an error names what failed)
+//   layers seqs, positions, x           -> x after the stage's layers, and the nanoseconds the worker
+//                                         computed (an error names what failed)
+//   ping                                -> ping (the heartbeat; answered by the worker's front actor,
+//                                         which does not wait for the computing one)
+//
+// Links to other hosts run over TLS with certificates on both sides (stage_keys.hpp): configure_network
+// with a folder of `hotcold keygen --tls`, and both ends trust only that folder's authority.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -30,13 +36,25 @@ namespace hotcold::actors {
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using assign_atom = caf::atom_constant<caf::atom("assign")>;
 using layers_atom = caf::atom_constant<caf::atom("layers")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+// (watch_atom, index) to a stage link: the sender hears (stage_atom, index, up, why) at each change
+// (up false: the stage is lost, and why; true: it is back, assigned again, with empty caches).
+using watch_atom = caf::atom_constant<caf::atom("watch")>;
+using stage_atom = caf::atom_constant<caf::atom("stage")>;
 
 // What both ends of a stage link must run alike: hotcold's version, the stage protocol's, CAF's.
 std::string stage_version();
 
 // A configuration that can carry stage messages between hosts: CAF's middleman loaded and the
-// messages' types announced (both ends call it before building their actor system).
-void configure_network(caf::actor_system_config& cfg);
+// messages' types announced (both ends call it before building their actor system). With tls_dir
+// (a folder of hotcold keygen --tls, checked by check_tls_dir: std::invalid_argument naming what is
+// wrong) CAF's OpenSSL module is loaded with its certificates: publish_stage and the links then
+// speak TLS, each side requiring the other's certificate signed by the folder's authority.
+void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir = {});
+
+// Publishes a stage host on host:port (port 0: one the system picks) over TLS where the system's
+// configuration has it (configure_network). The bound port, or an error.
+caf::expected<uint16_t> publish_stage(caf::actor_system& sys, const caf::actor& stage, uint16_t port, const std::string& host);
 
 struct stage_host_options {
   std::shared_ptr<const model> m;
@@ -55,28 +73,51 @@ struct stage_address {
   int64_t first = 0, last = 0;  // the layers it runs: first .. last - 1
   std::string where() const;    // "tcp://HOST:PORT (layers A-B)"
 };
-// actor: a local link to the worker's stage host (a scheduled actor that forwards each request and
-// monitors the worker, ending with the down message's reason when the worker is gone), so that no
-// detached actor of the pipeline is known across the network (CAF 0.17's actor system would wait
-// at shutdown for such an actor's thread while its network layer still holds it).
+// The stages a coordinator runs its layers on (--workers, --split, --workers-tls).
+struct stage_plan {
+  std::vector<stage_address> stages;
+  std::string file_id;  // file_identity() of the coordinator's file: each worker's must be the same
+  std::string tls_dir;  // a folder of hotcold keygen --tls ("": plain links, loopback workers only)
+  bool empty() const { return stages.empty(); }
+};
+
+// How a link watches its stage.
+struct stage_timing {
+  std::chrono::milliseconds heartbeat{250};           // from a heartbeat's answer to the next ping
+  std::chrono::milliseconds heartbeat_timeout{1250};  // a ping unanswered this long: the stage is lost
+  std::chrono::milliseconds retry{500};               // between attempts to re-admit a lost stage
+  std::chrono::milliseconds answer{20000};            // for the handshake and the assignment
+};
+
+// actor: the coordinator's link to a stage (a scheduled actor, the only one of the pipeline known to
+// the network: CAF 0.17's actor system would wait at shutdown for a detached actor's thread while
+// its network layer still holds it). It forwards `layers` requests, answering (x, the worker's
+// compute nanoseconds, the round trip's nanoseconds); it watches the worker by CAF's down messages
+// and a heartbeat, and when the worker is gone or silent it fails the requests in flight and every
+// later one with why, tells its watcher (watch_atom), and tries to connect again every
+// timing.retry: a worker back at the address with the same file and version is assigned the
+// stage's layers again (empty caches) and the watcher told so.
 struct remote_stage {
   caf::actor actor;
   int64_t first = 0, last = 0;
   std::string where;
 };
-// Connects to each stage from `sys` (configured by configure_network), checks the versions and the
-// file at the handshake and assigns each its layers for a context of ctx positions and n_seq
-// sequences. Throws std::runtime_error naming the stage and why (no answer within `timeout`, another
-// version or file, layers it cannot hold).
+// Connects to each stage from `sys` (configured by configure_network with the plan's tls_dir),
+// checks the versions and the file at the handshake and assigns each its layers for a context of
+// ctx positions and n_seq sequences. Throws std::runtime_error naming the stage and why (no answer
+// within timing.answer, another version or file, layers it cannot hold).
 // kv_type: "f16" or "f32"; mode: "dense" or "sparse" (the coordinator's, which the stages follow).
-std::vector<remote_stage> connect_stages(caf::actor_system& sys, const std::vector<stage_address>& stages, const std::string& file_id, int64_t ctx,
-                                         int64_t n_seq, const std::string& kv_type, const std::string& mode,
-                                         std::chrono::milliseconds timeout = std::chrono::seconds(20));
+std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, int64_t ctx, int64_t n_seq, const std::string& kv_type,
+                                         const std::string& mode, const stage_timing& timing = {});
 
 // The stages of --workers W1,W2,... (tcp://HOST:PORT each, protocol::parse_endpoint) with --split
 // N1,N2,... (layers per worker, in order, summing to n_layer) or "auto" (an even split, the first
 // workers taking one more where it does not divide). std::invalid_argument naming what is wrong (an
 // address, a count, more workers than layers).
 std::vector<stage_address> split_layers(const std::vector<std::string>& workers, const std::vector<std::string>& split, int64_t n_layer);
+
+// That plain links (no tls_dir) go to loopback workers only: std::invalid_argument naming a worker on
+// another host and what to give (--workers-tls DIR).
+void check_stage_links(const stage_plan& plan);
 
 }  // namespace hotcold::actors

@@ -20,6 +20,8 @@ endif()
 find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
 find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
 find_library(CAF_IO_LIBRARY caf_io REQUIRED)
+find_library(CAF_OPENSSL_LIBRARY caf_openssl REQUIRED)
+find_package(OpenSSL 1.1 REQUIRED)     # libssl-dev: stage links' TLS (CAF's module) and hotcold keygen --tls
 if(NOT TARGET CAF::core)
   add_library(CAF::core SHARED IMPORTED)
   set_target_properties(CAF::core PROPERTIES
@@ -30,6 +32,10 @@ if(NOT TARGET CAF::core)
   set_target_properties(CAF::io PROPERTIES
     IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
     INTERFACE_LINK_LIBRARIES CAF::core)
+  add_library(CAF::openssl SHARED IMPORTED)
+  set_target_properties(CAF::openssl PROPERTIES
+    IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+    INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL")
 endif()
 
 # Line editing for `hotcold chat`: libedit's readline-compatible API.

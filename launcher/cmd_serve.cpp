@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 
 #include <fmt/format.h>
 
+#include "actors/stage_keys.hpp"
 #include "launcher/cmd_serve.hpp"
 #include "protocol/curve.hpp"
 #include "server/server.hpp"
@@ -34,7 +36,7 @@ void run_serve(const serve_args& a) {
   auto l = load(a.m, 0, a.parallel);
   serving.store(true);
   auto s = a.s;
-  s.stages = l.stages, s.file_id = l.file_id;
+  s.stages = l.stages;
   const auto c = server::serve(l, s, stop_requested);
   fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable, {} keys refused, {} clients cut off\n",
              c.frames, c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable, c.refused_keys, c.cut_off);
@@ -46,6 +48,21 @@ void run_keygen(const std::string& stem) {
   protocol::write_keypair(stem, k);
   fmt::print("{}\n", k.public_key);
   fmt::print(stderr, "hotcold keygen: {}.key and {}.pub written\n", stem, stem);
+}
+
+void run_keygen_tls(const std::string& dir, const std::string& ca_dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  const std::string cn = name.empty() ? fs::absolute(dir).lexically_normal().filename().string() : name;
+  const std::string fp = actors::make_tls_dir(dir, ca_dir, cn.empty() ? std::string("hotcold member") : cn);
+  fmt::print("{}\n", fp);
+  if (ca_dir.empty())
+    fmt::print(stderr,
+               "hotcold keygen: {0}/ca.pem, ca.key (a new authority: keep ca.key here), member.pem and member.key ('{1}', SHA-256 above) written; "
+               "another host's folder: hotcold keygen --tls DIR --ca {0}\n",
+               dir, cn);
+  else
+    fmt::print(stderr, "hotcold keygen: {}/ca.pem (of {}), member.pem and member.key ('{}', SHA-256 above) written; copy the folder to its host\n", dir,
+               ca_dir, cn);
 }
 
 }  // namespace hotcold::launcher

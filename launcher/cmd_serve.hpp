@@ -18,5 +18,7 @@ struct serve_args {
 void run_serve(const serve_args& a);
 // NAME.key (secret, mode 0600) and NAME.pub, the public key printed.
 void run_keygen(const std::string& stem);
+// hotcold keygen --tls DIR [--ca CA_DIR] [--name NAME] (actors/stage_keys.hpp).
+void run_keygen_tls(const std::string& dir, const std::string& ca_dir, const std::string& name);
 
 }  // namespace hotcold::launcher

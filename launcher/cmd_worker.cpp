@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "actors/runtime.hpp"
+#include "actors/stage_keys.hpp"
 #include "actors/stages.hpp"
 #include "model/file_identity.hpp"
 #include "model/model.hpp"
@@ -29,11 +30,16 @@ void run_worker(const worker_args& a) {
   if (ep.kind != protocol::transport::tcp) throw std::invalid_argument(fmt::format("--listen {}: a worker listens on tcp://HOST:PORT", a.listen));
   const std::string& host = ep.host;
   const uint16_t port = ep.port;
-  // The stage link is neither authenticated nor encrypted yet: only this machine may reach it.
-  if (!ep.is_loopback())
-    throw std::invalid_argument(fmt::format("--listen {}: a worker binds a loopback address (127.x.x.x, localhost, ::1); links to other hosts need the "
-                                            "authenticated, encrypted stage links that are not built yet (docs/distributed.md)",
+  // Plain links only where no other machine reaches them; beyond loopback, TLS with certificates.
+  if (!ep.is_loopback() && !a.allow_remote)
+    throw std::invalid_argument(fmt::format("--listen {}: not a loopback address (127.x.x.x, localhost, ::1); listening for other machines needs "
+                                            "--allow-remote and --tls DIR",
                                             a.listen));
+  if (!ep.is_loopback() && a.tls.empty())
+    throw std::invalid_argument(fmt::format("--listen {} --allow-remote: links to other hosts are authenticated and encrypted: give --tls DIR (hotcold "
+                                            "keygen --tls DIR; docs/distributed.md)",
+                                            a.listen));
+  if (!a.tls.empty()) actors::check_tls_dir(a.tls);
   if (a.model.empty()) throw std::invalid_argument("a worker needs -m FILE: its own copy of the coordinator's file");
   std::signal(SIGINT, on_worker_signal);
   std::signal(SIGTERM, on_worker_signal);
@@ -45,16 +51,16 @@ void run_worker(const worker_args& a) {
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   caf::actor_system_config cfg;
   actors::configure(cfg, {});
-  actors::configure_network(cfg);
+  actors::configure_network(cfg, a.tls);
   caf::actor_system sys(cfg);
   auto stage = actors::spawn_stage_host(sys, o);
-  auto bound = sys.middleman().publish(stage, port, host.c_str(), true);
+  auto bound = actors::publish_stage(sys, stage, port, host);
   if (!bound) {
     caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);
     throw std::runtime_error(fmt::format("worker: cannot listen on {}: {}", a.listen, sys.render(bound.error())));
   }
-  fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} ({}, {} layers, file {}, {})\n", host, *bound, a.model, m->hp().n_layer, o.file_id,
-             actors::stage_version());
+  fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} ({}, {} layers, file {}, {}, {})\n", host, *bound, a.model, m->hp().n_layer, o.file_id,
+             actors::stage_version(), a.tls.empty() ? std::string("plain links") : "TLS with the certificates of " + a.tls);
   while (!stop_worker.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   fmt::print(stderr, "hotcold worker: stopping\n");
   caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);

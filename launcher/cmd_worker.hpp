@@ -10,6 +10,8 @@ struct worker_args {
   std::string model;
   int threads = 0;  // 0: every hardware thread
   bool mmap = false;
+  bool allow_remote = false;  // bind beyond loopback (needs tls)
+  std::string tls;            // a folder of hotcold keygen --tls: TLS links, coordinators with its authority's certificates only
 };
 
 // Serves stage requests until SIGINT or SIGTERM.

@@ -8,6 +8,7 @@
 #include "actors/pipeline.hpp"
 #include "launcher/default_model.hpp"
 #include "launcher/progress.hpp"
+#include "actors/stage_keys.hpp"
 #include "model/file_identity.hpp"
 #include "tools/expert_cache.hpp"
 #include "tools/profile.hpp"
@@ -75,13 +76,18 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     o.log(fmt::format("hotcold: threads wait for {} by {} (--device-wait)", l.dev->name(), devices::device_wait_name(devices::current_device_wait())));
   l.trace_path = a.trace_out;
   if (!a.workers.empty()) {  // the layers on other processes: the plan of stages
-    l.stages = actors::split_layers(a.workers, a.split, hp.n_layer);
-    l.file_id = file_identity(path);
+    auto& p = l.stages;
+    p.stages = actors::split_layers(a.workers, a.split, hp.n_layer);
+    p.tls_dir = a.workers_tls;
+    if (!p.tls_dir.empty()) actors::check_tls_dir(p.tls_dir);
+    actors::check_stage_links(p);
+    p.file_id = file_identity(path);
     fmt::print(stderr, "| stage | worker | layers |\n| --- | --- | --- |\n");
-    for (size_t k = 0; k < l.stages.size(); ++k)
-      fmt::print(stderr, "| {} | tcp://{}:{} | {}-{} ({}) |\n", k + 1, l.stages[k].host, l.stages[k].port, l.stages[k].first, l.stages[k].last - 1,
-                 l.stages[k].last - l.stages[k].first);
-    fmt::print(stderr, "hotcold: this process keeps the embeddings, the head and sampling; file {}\n", l.file_id);
+    for (size_t k = 0; k < p.stages.size(); ++k)
+      fmt::print(stderr, "| {} | tcp://{}:{} | {}-{} ({}) |\n", k + 1, p.stages[k].host, p.stages[k].port, p.stages[k].first, p.stages[k].last - 1,
+                 p.stages[k].last - p.stages[k].first);
+    fmt::print(stderr, "hotcold: this process keeps the embeddings, the head and sampling; file {}; links {}\n", p.file_id,
+               p.tls_dir.empty() ? std::string("plain (loopback)") : "TLS with the certificates of " + p.tls_dir);
   }
   return l;
 }
@@ -89,7 +95,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
 std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk, int64_t recall_every, int micro_batches) {
   actors::pipeline_options o;
   o.micro_batches = micro_batches;
-  o.stages = stages, o.file_id = file_id;
+  o.stages = stages;
   o.prefill_chunk = prefill_chunk;
   o.recall_every = recall_every;
   o.hot = hot;

@@ -38,14 +38,14 @@ struct model_args {
   bool record_choices = false;  // keep a trace recorder (written only with --trace-out) for the steps' chosen neurons
   std::vector<std::string> workers;           // --workers tcp://H1:P1,...: the layers on these stage hosts (docs/distributed.md)
   std::vector<std::string> split = {"auto"};  // --split N1,N2,... or auto
+  std::string workers_tls;                    // --workers-tls DIR: TLS links with this folder's certificates (hotcold keygen --tls)
 };
 
 
 // A model opened for running (loader/open.hpp) and where its trace goes.
 struct loaded : loader::opened_model {
   std::string trace_path;
-  std::vector<actors::stage_address> stages;  // --workers, split (empty: every layer here)
-  std::string file_id;                        // the file's identity, checked by each stage
+  actors::stage_plan stages;  // --workers, --split, --workers-tls (empty: every layer here)
   // The actor pipeline over this context, hot rows and trace.
   // recall_every: steps between the predictors' recall checks (0: none).
   std::unique_ptr<actors::pipeline> make_pipeline(int64_t prefill_chunk = 32, int64_t recall_every = 0, int micro_batches = 1);

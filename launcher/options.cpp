@@ -137,6 +137,9 @@ void add_worker_options(CLI::App* cmd, model_args& m) {
   cmd->add_option("--split", m.split, "With --workers: layers per worker, N1,N2,... summing to the file's layers, or auto (an even split)")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--workers-tls", m.workers_tls,
+                  "With --workers: TLS links, each side showing a certificate of this folder's authority (hotcold keygen --tls DIR); needed for "
+                  "workers on other hosts");
 }
 // --workers runs on the actors pipeline: the default there, refused with --pipeline reference.
 void pipeline_for_workers(const model_args& m, std::string& pipeline, bool pipeline_given) {
@@ -148,11 +151,15 @@ void pipeline_for_workers(const model_args& m, std::string& pipeline, bool pipel
 void add_worker_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<worker_args>();
   auto* cmd = app.add_subcommand("worker", "Hold layers for a coordinator's --workers (a stage of a pipeline across processes or hosts) until SIGINT or SIGTERM");
-  cmd->add_option("--listen", a->listen, "Address to listen on: tcp://HOST:PORT (loopback; port 0: one the system picks, printed on stderr)")
+  cmd->add_option("--listen", a->listen, "Address to listen on: tcp://HOST:PORT (loopback unless --allow-remote; port 0: one the system picks, printed on stderr)")
       ->capture_default_str();
   cmd->add_option("-m,--model", a->model, "GGUF model file: the same file as the coordinator's (checked at the handshake)")->required();
   cmd->add_option("-t,--threads", a->threads, "CPU threads for the layers (default: every hardware thread)")->check(CLI::Range(1, max_threads()));
   cmd->add_flag("--mmap", a->mmap, "Map the file instead of reading it (pages of layers this worker never runs stay on disk)");
+  cmd->add_flag("--allow-remote", a->allow_remote, "Listen on an address other machines reach (needs --tls)");
+  cmd->add_option("--tls", a->tls,
+                  "TLS links: this worker shows the folder's certificate and admits only coordinators with one of the same authority (hotcold "
+                  "keygen --tls DIR)");
   cmd->callback([a, &exit_code] { exit_code = run_guarded("worker", [&] { run_worker(*a); }); });
 }
 
@@ -342,10 +349,27 @@ void add_serve_command(CLI::App& app, int& exit_code) {
 }
 
 void add_keygen_command(CLI::App& app, int& exit_code) {
-  auto stem = std::make_shared<std::string>();
-  auto* cmd = app.add_subcommand("keygen", "Make a CURVE key pair for serve/client: NAME.key (secret, mode 0600) and NAME.pub (public)");
-  cmd->add_option("-o,--output", *stem, "NAME: writes NAME.key and NAME.pub")->required();
-  cmd->callback([stem, &exit_code] { exit_code = run_guarded("keygen", [&] { run_keygen(*stem); }); });
+  struct keygen_args {
+    std::string stem, tls, ca, name;
+  };
+  auto a = std::make_shared<keygen_args>();
+  auto* cmd = app.add_subcommand("keygen",
+                                 "Make a CURVE key pair for serve/client: NAME.key (secret, mode 0600) and NAME.pub (public); or, with --tls DIR, the "
+                                 "certificates of stage links between hosts");
+  auto* o = cmd->add_option("-o,--output", a->stem, "NAME: writes NAME.key and NAME.pub");
+  auto* t = cmd->add_option("--tls", a->tls,
+                            "DIR: a folder for `hotcold worker --tls` and `--workers-tls`: ca.pem, member.pem, member.key (and ca.key: a new authority, "
+                            "unless --ca)");
+  cmd->add_option("--ca", a->ca, "With --tls: sign the member with this folder's authority (its ca.pem and ca.key) instead of making one")->needs(t);
+  cmd->add_option("--name", a->name, "With --tls: the member's name in its certificate (default: the folder's name)")->needs(t);
+  o->excludes(t);
+  cmd->callback([a, cmd, &exit_code] {
+    exit_code = run_guarded("keygen", [&] {
+      if (!a->tls.empty()) return run_keygen_tls(a->tls, a->ca, a->name);
+      if (a->stem.empty()) throw std::invalid_argument("keygen: give -o NAME (a CURVE key pair) or --tls DIR (stage link certificates)");
+      run_keygen(a->stem);
+    });
+  });
 }
 
 void add_client_command(CLI::App& app, int& exit_code) {

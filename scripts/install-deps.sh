@@ -23,7 +23,8 @@ done
 # suite by default, and they are small).
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libcaf-dev                        # CAF 0.17: the actor runtime
+  libcaf-dev                        # CAF 0.17: the actor runtime (its OpenSSL module links the stages)
+  libssl-dev                        # OpenSSL: TLS for stage links, hotcold keygen --tls
   libzmq3-dev cppzmq-dev            # ZeroMQ client wire
   libboost-dev                      # Boost.Asio / Beast: HTTP metrics and dashboard
   nlohmann-json3-dev                # JSON

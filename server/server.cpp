@@ -131,7 +131,7 @@ class serving_loop {
     po.hot = l_.hot;
     po.trace = l_.trace.get();
     po.recall_every = o_.recall_every;
-    po.stages = o_.stages, po.file_id = o_.file_id;
+    po.stages = o_.stages;
     pipe_ = std::make_unique<actors::pipeline>(l_.ctx, po);
     if (!o_.record.empty()) record_ = record_file(o_.record);
     status_.started = clock_type::now();

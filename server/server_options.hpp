@@ -28,9 +28,8 @@ struct server_options {
   std::vector<std::string> cors_origins;   // origins of web pages allowed to use the server (default: loopback ones)
   int64_t max_queued_per_client = -1;      // requests of one client waiting for a slot (-1: a quarter of max_queue)
   int64_t recall_every = 64;       // steps between predictor recall checks (0: none)
-  // Stages of layers on other hosts (actors::pipeline_options::stages; --workers) and the file's identity.
-  std::vector<actors::stage_address> stages;
-  std::string file_id;
+  // Stages of layers on other hosts (actors::pipeline_options::stages; --workers).
+  actors::stage_plan stages;
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
   int64_t max_client_buffer = 8 << 20;  // bytes of unread replies per client before it is cut off
 };

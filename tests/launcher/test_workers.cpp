@@ -2,6 +2,7 @@
 // loopback, the coordinator keeping the embeddings, the head and sampling.
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "tests/server/serve_process.hpp"
 
@@ -144,6 +145,221 @@ TEST(Workers, AWorkerKilledMidGenerationEndsItsRequestsNamingTheStage) {
   EXPECT_NE(why.find("stage " + wa + " (layers 0-1): its worker is gone"), std::string::npos) << why << "\n" << serve.log();
   EXPECT_FALSE(serve.ended()) << serve.log();
   EXPECT_NO_THROW(c.call("health"));
+}
+
+// The port of a worker's address (tcp://HOST:PORT).
+uint16_t port_of(const std::string& address) { return static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))); }
+
+// Generates on the server until the request ends with an error (its text), for at most `limit`.
+std::string first_error(hotcold::tools::client& c, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto g = c.generate({{"prompt", "The cat"}, {"n_predict", 4}, {"sampling", {{"temperature", 0}}}});
+    if (g.done.finish == "error") return g.done.error.value_or("(no error text)");
+    std::this_thread::sleep_for(50ms);
+  }
+  return {};
+}
+
+// Generates on the server until a request completes (its text), for at most `limit`.
+std::optional<std::string> first_success(hotcold::tools::client& c, const nlohmann::json& request, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto g = c.generate(request);
+    if (g.done.finish != "error") return g.text;
+    std::this_thread::sleep_for(100ms);
+  }
+  return std::nullopt;
+}
+
+// A worker that stops answering (SIGSTOP: its connection stays open) is noticed by the heartbeat:
+// a run ends within 2 s naming the stage. A server over workers refuses work while a stage is gone
+// or silent and admits it again when it answers (SIGCONT) or a new worker listens at its address
+// (after kill -9): the text is then one process's again, on fresh caches.
+TEST(Workers, AHungWorkerIsNoticedAndAStageThatComesBackIsAdmittedAgain) {
+  const auto& f = files();
+  server_process a({"--listen", "tcp://127.0.0.1:0", "-m", f.dense, "-t", "1"}, "worker"),
+      b({"--listen", "tcp://127.0.0.1:0", "-m", f.dense, "-t", "1"}, "worker");
+  const std::string wa = worker_address(a), wb = worker_address(b);
+  ASSERT_FALSE(wa.empty() || wb.empty());
+  {
+    server_process run({"-m", f.dense, "-p", "Hello", "-n", "100000", "--temp", "0", "-c", "4096", "-t", "1", "--workers", wa + "," + wb}, "run");
+    ASSERT_TRUE(assigned(b)) << b.log() << run.log();
+    std::this_thread::sleep_for(300ms);  // (generating)
+    kill(b.pid(), SIGSTOP);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int code = run.wait_exit(10s);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kill(b.pid(), SIGCONT);
+    EXPECT_EQ(code, 1) << run.log();
+    EXPECT_LT(seconds, 2.0) << run.log();
+    EXPECT_NE(run.log().find("stage " + wb + " (layers 2-3): no answer to a heartbeat"), std::string::npos) << run.log();
+  }
+  const std::string ep = tcp_endpoint();
+  server_process serve({"-m", f.dense, "-c", "256", "-t", "1", "--parallel", "2", "--zmq", ep, "--workers", wa + "," + wb});
+  wait_ready(ep, &serve);
+  hotcold::tools::client c(ep, 30s);
+  const nlohmann::json request{{"prompt", "Once upon a time"}, {"n_predict", 8}, {"sampling", {{"temperature", 0}}}};
+  const std::string alone = run_stdout({"run", "-m", f.dense, "-p", "Once upon a time", "-n", "8", "--temp", "0", "-c", "256", "-t", "1"});
+  EXPECT_EQ(c.generate(request).text + "\n", alone);
+
+  kill(b.pid(), SIGSTOP);
+  const std::string silent = first_error(c, 5s);
+  EXPECT_NE(silent.find("stage " + wb + " (layers 2-3): no answer to a heartbeat"), std::string::npos) << silent << "\n" << serve.log();
+  kill(b.pid(), SIGCONT);
+  const auto back = first_success(c, request, 10s);
+  ASSERT_TRUE(back.has_value()) << serve.log();
+  EXPECT_EQ(*back + "\n", alone);
+  EXPECT_NE(serve.log().find("stage " + wb + " (layers 2-3): back"), std::string::npos) << serve.log();
+
+  kill(a.pid(), SIGKILL);
+  const std::string gone = first_error(c, 5s);
+  EXPECT_NE(gone.find("stage " + wa + " (layers 0-1): its worker is gone"), std::string::npos) << gone << "\n" << serve.log();
+  server_process again({"--listen", wa, "-m", f.dense, "-t", "1"}, "worker");
+  ASSERT_EQ(worker_address(again), wa);
+  const auto readmitted = first_success(c, request, 10s);
+  ASSERT_TRUE(readmitted.has_value()) << serve.log() << again.log();
+  EXPECT_EQ(*readmitted + "\n", alone);
+  EXPECT_NE(again.log().find("runs layers 0-1 of 4"), std::string::npos) << again.log();
+  EXPECT_FALSE(serve.ended()) << serve.log();
+  EXPECT_NO_THROW(c.call("health"));
+  EXPECT_EQ(serve.stop(), 0) << serve.log();
+}
+
+// A TCP relay on loopback that keeps every byte passing through it, both ways.
+class recording_relay {
+ public:
+  explicit recording_relay(uint16_t to) : to_(to) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET, a.sin_addr.s_addr = htonl(INADDR_LOOPBACK), a.sin_port = 0;
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(fd_, 8), 0);
+    socklen_t n = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &n);
+    port_ = ntohs(a.sin_port);
+    accepting_ = std::thread([this] { accept_all(); });
+  }
+  ~recording_relay() {
+    shutdown(fd_, SHUT_RDWR);
+    accepting_.join();
+    close(fd_);
+    {
+      std::lock_guard lock(mutex_);
+      for (int s : sockets_) shutdown(s, SHUT_RDWR);
+    }
+    for (auto& t : pumps_) t.join();
+    for (int s : sockets_) close(s);
+  }
+  std::string address() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+  std::string bytes() const {
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+
+ private:
+  void accept_all() {
+    for (;;) {
+      const int in = accept(fd_, nullptr, nullptr);
+      if (in < 0) return;
+      const int out = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET, a.sin_addr.s_addr = htonl(INADDR_LOOPBACK), a.sin_port = htons(to_);
+      if (connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        close(in), close(out);
+        continue;
+      }
+      std::lock_guard lock(mutex_);
+      sockets_.push_back(in), sockets_.push_back(out);
+      pumps_.emplace_back([this, in, out] { pump(in, out); });
+      pumps_.emplace_back([this, in, out] { pump(out, in); });
+    }
+  }
+  void pump(int from, int to) {
+    char buf[65536];
+    for (ssize_t n; (n = read(from, buf, sizeof buf)) > 0;) {
+      {
+        std::lock_guard lock(mutex_);
+        seen_.append(buf, static_cast<size_t>(n));
+      }
+      for (ssize_t sent = 0; sent < n;) {
+        const ssize_t w = write(to, buf + sent, static_cast<size_t>(n - sent));
+        if (w <= 0) return;
+        sent += w;
+      }
+    }
+    shutdown(to, SHUT_WR);
+  }
+  uint16_t to_, port_ = 0;
+  int fd_ = -1;
+  std::thread accepting_;
+  mutable std::mutex mutex_;
+  std::vector<std::thread> pumps_;
+  std::vector<int> sockets_;
+  std::string seen_;
+};
+
+// Links beyond loopback: a worker listening for other hosts needs --allow-remote and --tls, a
+// coordinator linking to another host --workers-tls. Over TLS (certificates of hotcold keygen --tls
+// on both sides) the text is one process's and nothing of the protocol passes in clear, where a
+// plain link shows it; a coordinator with another authority's certificate, or none, is refused.
+TEST(Workers, TlsLinksAdmitOnlyTheirAuthorityAndCarryNothingInClear) {
+  const auto& f = files();
+  const auto dir = fs::temp_directory_path() / ("hotcold-tls-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string c1 = (dir / "c1").string(), c2 = (dir / "c2").string(), other = (dir / "other").string();
+  const auto keygen = [](const std::string& args) { return run_capture(std::string(HOTCOLD_BIN) + " keygen " + args + " 2>&1; echo rc=$?"); };
+  EXPECT_NE(keygen("--tls " + c1).find("rc=0"), std::string::npos);
+  EXPECT_NE(keygen("--tls " + c2 + " --ca " + c1).find("rc=0"), std::string::npos);
+  EXPECT_NE(keygen("--tls " + other).find("rc=0"), std::string::npos);
+  EXPECT_NE(keygen("--tls " + c2 + " --ca " + c1).find("already there"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "c1" / "ca.key"));
+  EXPECT_FALSE(fs::exists(dir / "c2" / "ca.key"));  // (the authority's key stays where it was made)
+  EXPECT_EQ(fs::status(dir / "c2" / "member.key").permissions() & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
+
+  server_process w({"--listen", "tcp://0.0.0.0:0", "--allow-remote", "--tls", c1, "-m", f.dense, "-t", "1"}, "worker");
+  const std::string addr = worker_address(w);
+  ASSERT_FALSE(addr.empty());
+  const std::vector<std::string> gen{"run", "-m", f.dense, "-p", "Once upon a time there was", "-n", "12", "--temp", "0", "-c", "64", "-t", "1"};
+  const std::string alone = run_stdout(gen);
+  ASSERT_FALSE(alone.empty());
+  {
+    recording_relay relay(port_of(addr));
+    auto args = gen;
+    args.insert(args.end(), {"--workers", relay.address(), "--workers-tls", c2});
+    EXPECT_EQ(run_stdout(args), alone) << w.log();
+    const std::string seen = relay.bytes();
+    EXPECT_GT(seen.size(), 12u * 128 * 4);  // (the residual streams passed)
+    EXPECT_EQ(seen.find("stage protocol"), std::string::npos);
+  }
+  {  // The same through a plain link shows the handshake's versions: the check above can fail.
+    server_process plain({"--listen", "tcp://127.0.0.1:0", "-m", f.dense, "-t", "1"}, "worker");
+    const std::string paddr = worker_address(plain);
+    ASSERT_FALSE(paddr.empty());
+    recording_relay relay(port_of(paddr));
+    auto args = gen;
+    args.insert(args.end(), {"--workers", relay.address()});
+    EXPECT_EQ(run_stdout(args), alone);
+    EXPECT_NE(relay.bytes().find("stage protocol"), std::string::npos);
+  }
+  const std::string local = "tcp://127.0.0.1:" + std::to_string(port_of(addr));
+  const std::string run = std::string(HOTCOLD_BIN) + " run -m '" + f.dense + "' -p Hello -n 2 -c 64 -t 1 --workers " + local;
+  const std::string stranger = run_capture(run + " --workers-tls '" + other + "' 2>&1 >/dev/null");
+  EXPECT_NE(stranger.find("cannot connect"), std::string::npos) << stranger;
+  const std::string clear = run_capture(run + " 2>&1 >/dev/null");
+  EXPECT_NE(clear.find("one side speaks TLS and the other not"), std::string::npos) << clear;
+  EXPECT_EQ(w.log().find("said hello"), w.log().rfind("said hello")) << w.log();  // (one coordinator got in)
+
+  const std::string remote = run_capture(std::string(HOTCOLD_BIN) + " run -m '" + f.dense + "' -p Hello -n 2 --workers tcp://192.0.2.1:7001 2>&1");
+  EXPECT_NE(remote.find("give --workers-tls DIR"), std::string::npos) << remote;
+  server_process bare({"--listen", "tcp://0.0.0.0:0", "--allow-remote", "-m", f.dense}, "worker");
+  EXPECT_EQ(bare.wait_exit(30s), 2);
+  EXPECT_NE(bare.log().find("give --tls DIR"), std::string::npos) << bare.log();
+  fs::permissions(dir / "c2" / "member.key", fs::perms::others_read, fs::perm_options::add);
+  const std::string loose = run_capture(run + " --workers-tls '" + c2 + "' 2>&1");
+  EXPECT_NE(loose.find("others may read this private key"), std::string::npos) << loose;
+  EXPECT_EQ(w.stop(), 0) << w.log();
+  fs::remove_all(dir);
 }
 
 // The handshake refuses a worker with another file (same shape, other weights), naming both
