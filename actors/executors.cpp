@@ -295,12 +295,22 @@ void run_stage(hot_executor_ptr self, const remote_stage& rs) {
   auto& st = self->state;
   const auto n = static_cast<size_t>(st.s->n), d = static_cast<size_t>(st.p->m->hp().n_embd);
   std::vector<float> x(st.s->x.begin(), st.s->x.begin() + static_cast<std::ptrdiff_t>(n * d));
+  const uint64_t sent = (n * d) * sizeof(float) + (st.s->seqs.size() + st.s->positions.size()) * sizeof(int64_t);
   self->request(rs.actor, caf::infinite, layers_atom::value, st.s->seqs, st.s->positions, std::move(x))
       .then(
-          [self, &rs, n, d](std::vector<float>& out, int64_t compute_ns, int64_t round_trip_ns) {
+          [self, &rs, n, d, sent](std::vector<float>& out, int64_t compute_ns, int64_t round_trip_ns) {
             auto& st = self->state;
-            (void)compute_ns, (void)round_trip_ns;
             if (out.size() != n * d) return fail(self, fmt::format("stage {}: {} values back for a step of {} x {}", rs.where, out.size(), n, d));
+            const size_t k = static_cast<size_t>(&rs - st.p->stages.data());
+            st.p->stats->add_stage_step(k, static_cast<int64_t>(n), compute_ns, round_trip_ns, sent, out.size() * sizeof(float));
+            if (st.p->trace) {  // the hop's halves each way (a guess: only their sum is measured) around the worker's layers
+              const auto end = std::chrono::steady_clock::now(), begin = end - std::chrono::nanoseconds(round_trip_ns);
+              const auto half = std::chrono::nanoseconds(std::max<int64_t>(0, round_trip_ns - compute_ns) / 2);
+              const auto seqs = static_cast<int64_t>(n);
+              st.p->trace->record("stage_hop", st.plan.step, rs.first, seqs, begin, begin + half);
+              st.p->trace->record("stage_layers", st.plan.step, rs.first, seqs, begin + half, end - half);
+              st.p->trace->record("stage_hop", st.plan.step, rs.first, seqs, end - half, end);
+            }
             std::copy(out.begin(), out.end(), st.s->x.begin());
             run_layer(self, rs.last);
           },

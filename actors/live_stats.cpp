@@ -77,6 +77,34 @@ void live_stats::set_mailbox(actor_id a, int64_t depth) {
   }
 }
 
+void live_stats::set_stages(std::vector<std::string> where) {
+  std::lock_guard lock(mu_);
+  stages_.clear();
+  for (auto& w : where) {
+    stages_.emplace_back();
+    stages_.back().totals.where = std::move(w);
+  }
+}
+
+void live_stats::add_stage_step(size_t k, int64_t tokens, int64_t compute_ns, int64_t round_trip_ns, uint64_t sent, uint64_t received) {
+  const auto now = std::chrono::steady_clock::now();
+  const double compute = static_cast<double>(compute_ns) * 1e-9, round_trip = static_cast<double>(round_trip_ns) * 1e-9;
+  const double hop = std::max(0.0, round_trip - compute);
+  std::lock_guard lock(mu_);
+  if (k >= stages_.size()) return;
+  auto& s = stages_[k];
+  auto& t = s.totals;
+  ++t.steps, t.tokens += tokens, t.compute_s += compute, t.round_trip_s += round_trip, t.hop_s += hop, t.sent += sent, t.received += received;
+  ++t.hops[static_cast<size_t>(std::lower_bound(hop_bounds.begin(), hop_bounds.end(), hop) - hop_bounds.begin())];
+  s.recent.emplace_back(now, compute, hop);
+  while (s.recent.size() > 4096 || now - std::get<0>(s.recent.front()) > window) s.recent.pop_front();
+}
+
+void live_stats::set_stage_up(size_t k, bool up) {
+  std::lock_guard lock(mu_);
+  if (k < stages_.size()) stages_[k].totals.up = up;
+}
+
 live_stats::view live_stats::read() const {
   view v;
   v.layers.resize(layers_.size());
@@ -113,6 +141,20 @@ live_stats::view live_stats::read() const {
   if (tokens > 0) v.recent_bytes_per_token = (host + device) / static_cast<double>(tokens);
   if (seconds > 0) v.recent_host_bytes_per_second = host / seconds;
   v.recent_busy_fraction = std::min(1.0, seconds / std::chrono::duration<double>(window).count());
+  for (const auto& s : stages_) {
+    stage_view o = s.totals;
+    double compute = 0;
+    std::vector<double> hops;
+    for (const auto& [end, c, h] : s.recent)
+      if (now - end <= window) compute += c, hops.push_back(h);
+    o.recent_busy_fraction = std::min(1.0, compute / std::chrono::duration<double>(window).count());
+    if (!hops.empty()) {
+      std::sort(hops.begin(), hops.end());
+      o.recent_hop_p50_s = hops[(hops.size() - 1) / 2];
+      o.recent_hop_p99_s = hops[std::min(hops.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(hops.size())))];
+    }
+    v.stages.push_back(std::move(o));
+  }
   return v;
 }
 

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "model/model.hpp"
@@ -53,6 +54,16 @@ class live_stats {
   // Messages waiting in an actor's mailbox, as the actor itself saw when it took its last message.
   void set_mailbox(actor_id a, int64_t depth);
 
+  // Stages of layers on other hosts (docs/distributed.md), by their where() text; set before steps.
+  void set_stages(std::vector<std::string> where);
+  // A step through stage k: its tokens, the worker's compute and the round trip seen from this
+  // process (the hop: the round trip less the compute, both ways over the link with the messages'
+  // encoding), and the payload bytes sent (residual stream, slots, positions) and received.
+  void add_stage_step(size_t k, int64_t tokens, int64_t compute_ns, int64_t round_trip_ns, uint64_t sent, uint64_t received);
+  void set_stage_up(size_t k, bool up);
+  // Upper bounds of the hop histogram's buckets, seconds (a last bucket takes the rest).
+  static constexpr std::array<double, 13> hop_bounds{50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3};
+
   static constexpr std::chrono::seconds window{5};  // what "recent" means
 
   const read_costs& costs() const { return costs_; }
@@ -68,8 +79,19 @@ class live_stats {
     int64_t experts_chosen = 0, experts_guessed = 0;
     int64_t experts_routed = 0, expert_hits = 0, expert_uploads = 0;
   };
+  struct stage_view {
+    std::string where;
+    bool up = true;
+    int64_t steps = 0, tokens = 0;
+    double compute_s = 0, round_trip_s = 0, hop_s = 0;
+    uint64_t sent = 0, received = 0;
+    std::array<int64_t, hop_bounds.size() + 1> hops{};  // steps by hop, per bucket (not cumulative)
+    // Over the last few seconds (0 when none ran): the worker's compute / the window, and the hop's median and 99th percentile.
+    double recent_busy_fraction = 0, recent_hop_p50_s = 0, recent_hop_p99_s = 0;
+  };
   struct view {
     std::vector<layer_view> layers;  // n_layer + 1: the last is the head
+    std::vector<stage_view> stages;  // the stages on other hosts (none: every layer here)
     int64_t steps = 0, tokens = 0;
     double step_seconds = 0;
     uint64_t host_bytes = 0, device_bytes = 0;
@@ -105,6 +127,11 @@ class live_stats {
   double step_seconds_ = 0;
   uint64_t host_bytes_ = 0, device_bytes_ = 0;
   std::deque<step_entry> recent_;
+  struct stage_counters {
+    stage_view totals;
+    std::deque<std::tuple<std::chrono::steady_clock::time_point, double, double>> recent;  // (end, compute s, hop s)
+  };
+  std::vector<stage_counters> stages_;  // (under mu_)
 };
 
 }  // namespace hotcold::actors

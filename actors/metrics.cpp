@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -161,6 +162,15 @@ totals sum_layers(const live_stats& s, const live_stats::view& v) {
 
 std::string layer_label(const live_stats& s, size_t l) { return static_cast<int64_t>(l) == s.n_layer() ? "output" : std::to_string(l); }
 
+// A stage's labels: its number (from 1), the worker's address and its layers, from where()'s
+// "tcp://HOST:PORT (layers A-B)".
+std::vector<prometheus::ClientMetric::Label> stage_labels(size_t k, const std::string& where) {
+  const auto cut = where.find(" (layers ");
+  std::string worker = where.substr(0, cut), layers;
+  if (cut != std::string::npos) layers = where.substr(cut + 9, where.size() - cut - 10);
+  return {{"stage", std::to_string(k + 1)}, {"worker", worker}, {"layers", layers}};
+}
+
 }  // namespace
 
 std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::view& v) const {
@@ -169,7 +179,7 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
   using prometheus::MetricType;
   const live_stats& s = *live_;
   std::vector<MetricFamily> out;
-  out.reserve(32);  // `family` hands out references into it
+  out.reserve(64);  // `family` hands out references into it (fewer than 40 families)
   auto family = [&](std::string name, std::string help, MetricType type) -> MetricFamily& {
     out.push_back(MetricFamily{std::move(name), std::move(help), type, {}});
     return out.back();
@@ -242,6 +252,39 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
       ratio(v.recent_host_bytes_per_second, ceiling_));
   add(family("hotcold_pipeline_busy_ratio", "Share of the last 5 s with a step in flight", MetricType::Gauge), v.recent_busy_fraction);
 
+  if (!v.stages.empty()) {  // stages of layers on other hosts (docs/distributed.md)
+    auto& up = family("hotcold_stage_up", "1 while a stage's worker answers (heartbeats), 0 while it is gone or silent", MetricType::Gauge);
+    auto& busy_stage = family("hotcold_stage_busy_ratio", "Share of the last 5 s a stage's worker spent computing its layers", MetricType::Gauge);
+    auto& compute_stage = family("hotcold_stage_compute_seconds_total", "Seconds a stage's worker computed its layers (as the worker measured)", MetricType::Counter);
+    auto& hops = family("hotcold_stage_hop_seconds",
+                        "A step's round trip to a stage less the worker's compute: both ways over the link, the messages' encoding included",
+                        MetricType::Histogram);
+    auto& bytes_stage = family("hotcold_stage_bytes_total", "Payload bytes to and from a stage (residual streams, slots, positions)", MetricType::Counter);
+    auto& per_token = family("hotcold_stage_bytes_per_token", "Payload bytes both ways a token of a step costs a stage's link", MetricType::Gauge);
+    for (size_t k = 0; k < v.stages.size(); ++k) {
+      const auto& st = v.stages[k];
+      const auto labels = stage_labels(k, st.where);
+      add(up, st.up ? 1.0 : 0.0, labels);
+      add(busy_stage, st.recent_busy_fraction, labels);
+      add(compute_stage, st.compute_s, labels);
+      ClientMetric h;
+      h.label = labels;
+      h.histogram.sample_count = static_cast<uint64_t>(st.steps);
+      h.histogram.sample_sum = st.hop_s;
+      uint64_t seen = 0;
+      for (size_t b = 0; b < st.hops.size(); ++b) {
+        seen += static_cast<uint64_t>(st.hops[b]);
+        h.histogram.bucket.push_back({seen, b < live_stats::hop_bounds.size() ? live_stats::hop_bounds[b] : std::numeric_limits<double>::infinity()});
+      }
+      hops.metric.push_back(std::move(h));
+      auto sent = labels, received = labels;
+      sent.push_back({"direction", "sent"}), received.push_back({"direction", "received"});
+      add(bytes_stage, static_cast<double>(st.sent), sent);
+      add(bytes_stage, static_cast<double>(st.received), received);
+      add(per_token, ratio(static_cast<double>(st.sent + st.received), static_cast<double>(st.tokens)), labels);
+    }
+  }
+
   auto& depth = family("hotcold_actor_mailbox_depth", "Messages waiting in an actor's mailbox when it last took one", MetricType::Gauge);
   auto& depth_max = family("hotcold_actor_mailbox_depth_max", "The most messages seen waiting in an actor's mailbox", MetricType::Gauge);
   for (int a = 0; a < n_actors; ++a) {
@@ -298,6 +341,23 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
           {"busy_ratio", v.recent_busy_fraction},
           {"mailbox", std::move(mailbox)},
           {"mailbox_max", std::move(mailbox_max)}};
+  if (!v.stages.empty()) {  // stages of layers on other hosts
+    nlohmann::json stages = nlohmann::json::array();
+    for (const auto& st : v.stages)
+      stages.push_back({{"where", st.where},
+                        {"up", st.up},
+                        {"steps", st.steps},
+                        {"tokens", st.tokens},
+                        {"compute_s", st.compute_s},
+                        {"hop_s", st.hop_s},
+                        {"busy_ratio", st.recent_busy_fraction},
+                        {"hop_p50_ms", st.recent_hop_p50_s * 1e3},
+                        {"hop_p99_ms", st.recent_hop_p99_s * 1e3},
+                        {"bytes_sent", st.sent},
+                        {"bytes_received", st.received},
+                        {"bytes_per_token", ratio(static_cast<double>(st.sent + st.received), static_cast<double>(st.tokens))}});
+    out["stages"] = std::move(stages);
+  }
   if (s.n_expert() > 0) {  // a mixture of experts: its experts on the hot device, and the guess, over every layer
     out["expert_hit_rate"] = ratio(t.expert_hits, t.experts_routed);
     out["expert_uploads_per_token"] = ratio(t.expert_uploads, static_cast<double>(v.tokens));

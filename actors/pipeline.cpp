@@ -25,6 +25,9 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
     const inference_context& c = *parts_->ctx;
     parts_->stages = connect_stages(*sys_, options.stages, c.n_ctx(), c.n_seq(), c.kv_type() == tensor_type::f32 ? "f32" : "f16",
                                     c.mode() == ffn_mode::dense ? "dense" : "sparse");
+    std::vector<std::string> where;
+    for (const auto& s : parts_->stages) where.push_back(s.where);
+    parts_->stats->set_stages(std::move(where));
   }
   self_ = std::make_unique<caf::scoped_actor>(*sys_);
   telemetry_ = spawn_telemetry(*sys_, parts_->stats);

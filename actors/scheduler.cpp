@@ -344,6 +344,7 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources
         auto& st = self->state;
         if (k < 0 || static_cast<size_t>(k) >= st.p->stages.size()) return;
         const auto& rs = st.p->stages[static_cast<size_t>(k)];
+        st.p->stats->set_stage_up(static_cast<size_t>(k), up);
         if (!up) {
           st.p->set_stage_lost(static_cast<size_t>(k), fmt::format("stage {}: {}", rs.where, why));
           if (st.busy) on_step_failed(self, st.step, st.p->stage_lost());
