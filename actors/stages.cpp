@@ -38,6 +38,9 @@ struct stage_host_state {
   std::shared_ptr<inference_context> ctx;
   inference_context::step_state s;
   int64_t first = 0, last = 0;
+  bool private_copy = false;  // o.m holds first..last - 1 read into memory (else it is the mapping)
+  std::string path;           // the file's
+  int64_t n_layer = 0;
   static inline const char* name = "hotcold-stage";
 };
 
@@ -47,24 +50,36 @@ void say(const stage_host_options& o, const std::string& line) {
 
 caf::behavior stage_host(caf::stateful_actor<stage_host_state>* self, stage_host_options o) {
   self->state.o = std::move(o);
+  self->state.path = self->state.o.m->path();
+  self->state.n_layer = self->state.o.m->hp().n_layer;
   return {
       [self](hello_atom, const std::string& version, const std::string& file_id) -> std::string {
         const auto& o = self->state.o;
         std::string why;
         if (version != stage_version()) why = fmt::format("this worker runs {}, the coordinator {}", stage_version(), version);
         else if (file_id != o.file_id)
-          why = fmt::format("this worker's file {} is {} (size-hash), the coordinator's {}: not the same file", o.m->path(), o.file_id, file_id);
+          why = fmt::format("this worker's file {} is {} (size-hash), the coordinator's {}: not the same file", self->state.path, o.file_id, file_id);
         say(o, why.empty() ? "hotcold worker: a coordinator said hello" : "hotcold worker: refused a coordinator: " + why);
         return why;
       },
       [self](assign_atom, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, const std::string& kv_type, const std::string& mode) -> std::string {
         auto& st = self->state;
-        const int64_t n_layer = st.o.m->hp().n_layer;
+        const int64_t n_layer = st.n_layer;
         if (first < 0 || last > n_layer || first >= last) return fmt::format("layers {}..{} of a model of {}", first, last - 1, n_layer);
         if (mode != "dense" && mode != "sparse") return fmt::format("a mode of dense or sparse, not '{}'", mode);
         if (kv_type != "f16" && kv_type != "f32") return fmt::format("a KV cache of f16 or f32, not '{}'", kv_type);
         try {
           st.ctx.reset();  // (the previous assignment's caches first)
+          if (!st.o.mmap && !(st.private_copy && st.first == first && st.last == last)) {  // the layers' weights, read now
+            const auto t0 = std::chrono::steady_clock::now();
+            st.o.m.reset(), st.first = st.last = 0, st.private_copy = false;
+            load_options lo;
+            lo.first_layer = first, lo.last_layer = last;
+            st.o.m = model::load(st.path, lo);
+            st.private_copy = true;
+            say(st.o, fmt::format("hotcold worker: read layers {}-{} in {:.2f} s", first, last - 1,
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+          }
           st.ctx = std::make_shared<inference_context>(st.o.m, n_ctx, st.o.threads, n_seq, kv_type == "f32" ? tensor_type::f32 : tensor_type::f16);
           st.ctx->set_mode(mode == "dense" ? ffn_mode::dense : ffn_mode::sparse);
         } catch (const std::exception& e) {
@@ -296,7 +311,7 @@ void admit(link_ptr self, caf::actor remote) {
           [self, remote](std::string& why) {
             auto& st = self->state;
             if (!why.empty()) return not_admitted(self, "refused: " + why);
-            self->request(remote, st.timing.answer, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode)
+            self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode)
                 .then(
                     [self, remote](std::string& why) {
                       if (!why.empty()) return not_admitted(self, "refused its layers: " + why);
@@ -390,7 +405,7 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
   for (const auto& s : plan.stages) {
     auto link = sys.spawn(stage_link, s, plan.file_id, ctx, n_seq, kv_type, mode, timing);
     std::string why;
-    self->request(link, timing.answer * 3, start_atom::value)
+    self->request(link, timing.answer * 3 + timing.assign, start_atom::value)
         .receive([&](std::string& w) { why = w; }, [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
     if (!why.empty()) {
       self->send_exit(link, caf::exit_reason::user_shutdown);

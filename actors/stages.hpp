@@ -57,7 +57,11 @@ void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir
 caf::expected<uint16_t> publish_stage(caf::actor_system& sys, const caf::actor& stage, uint16_t port, const std::string& host);
 
 struct stage_host_options {
+  // The file, mapped (use_mmap: nothing read yet). At each assignment of other layers than it holds,
+  // the host reads a private copy of those layers alone (model::load's first_layer, last_layer)
+  // unless `mmap` says to compute from the mapping (whose pages are read as they are used).
   std::shared_ptr<const model> m;
+  bool mmap = false;
   std::string file_id;  // file_identity() of m's file, as the worker computed it
   int threads = 1;      // the CPU workers of the stage's context
   std::string mode;     // "dense", "sparse", or "" (sparse when the file has predictors)
@@ -86,7 +90,8 @@ struct stage_timing {
   std::chrono::milliseconds heartbeat{250};           // from a heartbeat's answer to the next ping
   std::chrono::milliseconds heartbeat_timeout{1250};  // a ping unanswered this long: the stage is lost
   std::chrono::milliseconds retry{500};               // between attempts to re-admit a lost stage
-  std::chrono::milliseconds answer{20000};            // for the handshake and the assignment
+  std::chrono::milliseconds answer{20000};            // for a connection and the handshake
+  std::chrono::milliseconds assign{30 * 60 * 1000};   // for an assignment: the worker reads its layers first
 };
 
 // actor: the coordinator's link to a stage (a scheduled actor, the only one of the pipeline known to

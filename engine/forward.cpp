@@ -192,6 +192,8 @@ void inference_context::embed(step_state& B, std::span<const token_id> tokens) {
 }
 
 void inference_context::attention_block(step_state& B, int64_t il) {
+  if (!model_->holds_layer(il))  // (its weights were never read: another process's stage runs it)
+    throw std::logic_error(fmt::format("layer {}: this process did not load its weights (load_options::first_layer, last_layer)", il));
   // On the hot device when it holds the layer's attention (its weights and KV cache): the same
   // routine on the device's queue, over its copies.
   if (device_ && device_->attention(il)) {

@@ -43,9 +43,14 @@ void run_worker(const worker_args& a) {
   if (a.model.empty()) throw std::invalid_argument("a worker needs -m FILE: its own copy of the coordinator's file");
   std::signal(SIGINT, on_worker_signal);
   std::signal(SIGTERM, on_worker_signal);
-  auto m = model::load(a.model, {a.mmap});
+  // Mapped: nothing of the weights is read until a coordinator assigns layers (then those alone,
+  // into memory, unless --mmap).
+  load_options lo;
+  lo.use_mmap = true;
+  auto m = model::load(a.model, lo);
   actors::stage_host_options o;
   o.m = m;
+  o.mmap = a.mmap;
   o.file_id = file_identity(a.model);
   o.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
@@ -61,6 +66,7 @@ void run_worker(const worker_args& a) {
   }
   fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} ({}, {} layers, file {}, {}, {})\n", host, *bound, a.model, m->hp().n_layer, o.file_id,
              actors::stage_version(), a.tls.empty() ? std::string("plain links") : "TLS with the certificates of " + a.tls);
+  m.reset();  // (the stage host holds it: it reads its layers' copy in its place)
   while (!stop_worker.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   fmt::print(stderr, "hotcold worker: stopping\n");
   caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);

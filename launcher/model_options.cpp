@@ -18,7 +18,17 @@ namespace hotcold::launcher {
 loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   std::string path = a.model.empty() ? ensure_default_model() : a.model;
   auto t0 = std::chrono::steady_clock::now();
-  auto m = model::load(path, {a.mmap});
+  load_options lo{a.mmap};
+  // With --workers (whose --split covers every layer) this process runs the embeddings, the head and
+  // sampling only: the layers' weights are never read here, nor is a hot device of its own used.
+  if (!a.workers.empty()) {
+    if (a.device != "auto" && a.device != "cpu")
+      throw std::invalid_argument(fmt::format("--device {} with --workers: the workers run every layer; this process keeps the embeddings, the head "
+                                              "and sampling on its CPU",
+                                              a.device));
+    lo.first_layer = lo.last_layer = 0;
+  }
+  auto m = model::load(path, lo);
   const auto& hp = m->hp();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print(stderr, "hotcold: {} — {} {}, {} layers, embd {}, ffn {}, heads {}/{}, vocab {}, {:.1f} MiB of weights{}; loaded in {:.2f} s\n",
@@ -61,7 +71,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     return tools::firing_counts_for(model_path, mm, so);
   };
   devices::device_options dopt;
-  dopt.kind = a.device;
+  dopt.kind = a.workers.empty() ? a.device : "cpu";
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
   dopt.sim_kernels = a.sim_kernels;
   loaded l;

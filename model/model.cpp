@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -28,20 +30,36 @@ namespace {
 
 // Copies the file's data section into anonymous memory with pread, so the mmap'd file pages are
 // never touched (and never counted twice).
-page_buffer read_data_section(const std::string& path, uint64_t offset, size_t bytes) {
+// The layer of a tensor named blk.N.*, or -1 (the embeddings, the final norm, the head).
+int64_t tensor_layer(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  int64_t il = 0;
+  size_t i = 4;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) il = il * 10 + (name[i] - '0');
+  return i > 4 && i < name.size() && name[i] == '.' ? il : -1;
+}
+
+// The data section's bytes in a private copy of its size: all of it, or (held) only the ranges of
+// the tensors held() says to read; the pages of the rest are never touched.
+page_buffer read_data_section(const std::string& path, const gguf::file& f, size_t bytes, const std::function<bool(const gguf::tensor_info&)>& held) {
   page_buffer buf(bytes, path + ": weights");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), path);
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t n = pread(fd, static_cast<char*>(buf.data()) + done, std::min<size_t>(bytes - done, size_t{1} << 30), static_cast<off_t>(offset + done));
-    if (n <= 0) {
-      int e = n < 0 ? errno : EIO;
-      ::close(fd);
-      throw std::system_error(e, std::generic_category(), path + ": reading weights");
+  auto read_range = [&](uint64_t from, uint64_t to) {
+    for (uint64_t done = from; done < to;) {
+      ssize_t n = pread(fd, static_cast<char*>(buf.data()) + done, std::min<uint64_t>(to - done, uint64_t{1} << 30), static_cast<off_t>(f.data_offset() + done));
+      if (n <= 0) {
+        int e = n < 0 ? errno : EIO;
+        ::close(fd);
+        throw std::system_error(e, std::generic_category(), path + ": reading weights");
+      }
+      done += static_cast<uint64_t>(n);
     }
-    done += static_cast<size_t>(n);
-  }
+  };
+  if (!held) read_range(0, bytes);
+  else
+    for (const auto& t : f.tensors())
+      if (held(t)) read_range(t.offset, std::min<uint64_t>(bytes, t.offset + t.n_bytes));
   ::close(fd);
   return buf;
 }
@@ -260,7 +278,8 @@ void bind_bundle(const gguf::file& f, const hparams& hp, int il, const uint8_t* 
 }
 
 // Layer il's neuron order (when the file records one): I32, n_ff values, a permutation.
-void bind_order(const gguf::file& f, const hparams& hp, int il, const uint8_t* base, layer_weights& l) {
+// held: its values were read (load_options' layers), and are checked.
+void bind_order(const gguf::file& f, const hparams& hp, int il, const uint8_t* base, layer_weights& l, bool held) {
   const std::string name = fmt::format(order_name, il);
   const gguf::tensor_info* t = f.find_tensor(name);
   if (!t) return;
@@ -269,7 +288,7 @@ void bind_order(const gguf::file& f, const hparams& hp, int il, const uint8_t* b
                                   t->n_elements));
   const auto* v = reinterpret_cast<const int32_t*>(base + t->offset);
   std::vector<bool> seen(static_cast<size_t>(hp.n_ff));
-  for (int64_t i = 0; i < hp.n_ff; ++i) {
+  for (int64_t i = 0; held && i < hp.n_ff; ++i) {
     if (v[i] < 0 || v[i] >= hp.n_ff || seen[static_cast<size_t>(v[i])])
       throw model_error(fmt::format("{}: tensor {} is not an order of the {} neurons (value {} at {})", f.source(), name, hp.n_ff, v[i], i));
     seen[static_cast<size_t>(v[i])] = true;
@@ -350,8 +369,9 @@ void finish_layer(const std::string& path, const hparams& hp, int il, layer_weig
 
 // Only what the dense products read, rows interleaved in place: FFN rows of sparse files (and of any
 // layer with a predictor) are read one neuron at a time, and a tied head is also the embedding.
-void interleave_for_products(model_weights& w, bool tied_output, int64_t n_expert) {
-  for (auto& l : w.layers) {
+void interleave_for_products(model_weights& w, bool tied_output, int64_t n_expert, int64_t first_layer, int64_t last_layer) {
+  for (int64_t il = first_layer; il < last_layer; ++il) {
+    auto& l = w.layers[static_cast<size_t>(il)];
     // F16: the predictors' short rows only (fc2's 512 bytes at rank 256: -10% a product); long F16
     // rows already stream two a thread, and a layer's fc1 read interleaved was slower.
     for (tensor_view* t : {&l.pred_fc1, &l.pred_fc2})
@@ -406,12 +426,22 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   } else {
     size_t bytes = static_cast<size_t>(f.size() - f.data_offset());
     if (bytes > 0) {
-      m->buffer_ = read_data_section(path, f.data_offset(), bytes);
+      const int64_t first = options.first_layer, last = options.last_layer;
+      std::function<bool(const gguf::tensor_info&)> held;
+      if (first > 0 || (last >= 0 && last < hp.n_layer))
+        held = [first, last](const gguf::tensor_info& t) {
+          const int64_t il = tensor_layer(t.name);
+          return il < 0 || (il >= first && (last < 0 || il < last));
+        };
+      m->buffer_ = read_data_section(path, f, bytes, held);
       m->huge_pages_ = m->buffer_.huge_pages();
       base = static_cast<const uint8_t*>(m->buffer_.data());
     }
   }
 
+  m->held_first_ = std::clamp<int64_t>(options.first_layer, 0, hp.n_layer);
+  m->held_last_ = options.last_layer < 0 ? hp.n_layer : std::clamp<int64_t>(options.last_layer, m->held_first_, hp.n_layer);
+  if (options.use_mmap) m->held_first_ = 0, m->held_last_ = hp.n_layer;  // (the file's pages, read as used)
   model_weights& w = m->weights_;
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   std::vector<tensor_view> qkv_bias(static_cast<size_t>(hp.n_layer));
@@ -425,7 +455,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   for (int il = 0; il < hp.n_layer; ++il) {
     auto& l = w.layers[static_cast<size_t>(il)];
     if (bundled[static_cast<size_t>(il)]) bind_bundle(f, hp, il, base, m->weight_bytes_, l);
-    bind_order(f, hp, il, base, l);
+    bind_order(f, hp, il, base, l, m->holds_layer(il));
   }
   m->has_predictors_ = hp.n_layer > 0;
   for (int il = 0; il < hp.n_layer; ++il) {
@@ -437,7 +467,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     w.output = w.token_embd;
     m->tied_output_ = true;
   }
-  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_, hp.n_expert);
+  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_, hp.n_expert, m->held_first_, m->held_last_);
   if (std::string gpuidx = placement_path(path); std::filesystem::exists(gpuidx)) {
     try {
       m->placement_ = read_placement_file(gpuidx, hp.n_layer, hp.n_ff);

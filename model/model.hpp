@@ -110,6 +110,12 @@ struct load_options {
   // head, a dense file's FFN), and F16 predictors, sixteen rows at a time in the private copy:
   // decode's products read them ~1.5x faster. Not with use_mmap (the pages are the file's).
   bool interleave = true;
+  // The layers whose weights are read into the private copy: first_layer .. last_layer - 1 (-1: to
+  // the last). The embeddings, the final norm and the head are always read; the other layers' views
+  // point at memory of the copy that is never read or touched (no resident pages), for a process
+  // that runs some layers only (a stage of docs/distributed.md, or its coordinator). With use_mmap
+  // the file's pages are read as they are used anyway.
+  int64_t first_layer = 0, last_layer = -1;
 };
 
 class model {
@@ -130,6 +136,8 @@ class model {
   bool tied_output() const { return tied_output_; }
   // Every layer has an activation predictor (the file can run --mode sparse).
   bool has_predictors() const { return has_predictors_; }
+  // Whether layer il's weights were loaded (load_options::first_layer, last_layer).
+  bool holds_layer(int64_t il) const { return il >= held_first_ && il < held_last_; }
   // The hot/cold split from `<model>.generated.gpuidx`, when that file is present.
   const placement_data* placement() const { return placement_ ? &*placement_ : nullptr; }
   uint64_t weight_bytes() const { return weight_bytes_; }
@@ -144,6 +152,7 @@ class model {
   model_weights weights_;
   bool tied_output_ = false;
   bool has_predictors_ = false;
+  int64_t held_first_ = 0, held_last_ = 0;
   std::optional<placement_data> placement_;
   uint64_t weight_bytes_ = 0;
   bool huge_pages_ = false;

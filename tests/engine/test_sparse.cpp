@@ -379,15 +379,21 @@ TEST_P(SparsePath, SequencesShareSteps) {
 // Stages of layers (a pipeline across hosts): one context runs the embeddings and layers 0..k-1,
 // another picks the residual stream up and runs k..L-1 (each holding its own layers' KV caches), and
 // the head follows: the logits of every step (a prompt of several sequences, then decode steps) are
-// the whole context's, in either mode. A stage given the wrong width or a slot it does not hold is
-// refused.
+// the whole context's, in either mode. Each stage's model holds only its layers' weights (read
+// alone: load_options' first_layer, last_layer). A stage given the wrong width, a slot it does not
+// hold, or a layer whose weights it did not read is refused.
 TEST_P(SparsePath, StagesOfLayersGiveTheWholeContextsLogits) {
-  auto m = model::load(sparse_model(GetParam(), 0.0f));
+  const std::string path = sparse_model(GetParam(), 0.0f);
+  auto m = model::load(path);
   const int64_t L = m->hp().n_layer, d = m->hp().n_embd, nv = m->hp().n_vocab, k = L / 2;
   ASSERT_GE(L, 2);
+  load_options front, back;
+  front.last_layer = k, back.first_layer = k;
+  auto m_front = model::load(path, front), m_back = model::load(path, back);
+  EXPECT_TRUE(m_front->holds_layer(k - 1) && !m_front->holds_layer(k) && m_back->holds_layer(k) && !m_back->holds_layer(k - 1));
   for (ffn_mode mode : {ffn_mode::dense, ffn_mode::sparse}) {
     SCOPED_TRACE(mode == ffn_mode::dense ? "dense" : "sparse");
-    inference_context whole(m, 16, 2, 2), first(m, 16, 2, 2), second(m, 16, 2, 2);
+    inference_context whole(m, 16, 2, 2), first(m_front, 16, 2, 2), second(m_back, 16, 2, 2);
     for (auto* c : {&whole, &first, &second}) c->set_mode(mode);
     inference_context::step_state a, b;
     const std::vector<std::vector<token_id>> steps = {{1, 250, 17, 1, 42}, {299, 7}, {3, 99}};
@@ -412,6 +418,7 @@ TEST_P(SparsePath, StagesOfLayersGiveTheWholeContextsLogits) {
     const std::vector<float> row(static_cast<size_t>(d));
     EXPECT_THROW(second.step_begin_hidden(b, row, slot2, pos0), std::out_of_range);
     EXPECT_THROW(second.step_layers(b, k, L + 1), std::out_of_range);
+    EXPECT_THROW(second.step_layers(b, k - 1, L), std::logic_error);  // (layer k-1's weights were never read here)
   }
 }
 
