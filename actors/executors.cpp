@@ -289,32 +289,90 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   if (!job) finish_layer(self, layer, nullptr, computed, union_size, 0);
 }
 
-// Layers first..last-1 on a stage of another host: the step's residual stream there and back (the
-// hot executor answers other messages meanwhile), then the layers after it here.
+// A step's rows through a stage: what the stage answered, counted (live_stats) and traced.
+void record_stage(hot_executor_state& st, const remote_stage& rs, int64_t rows, uint64_t sent, uint64_t received, int64_t compute_ns, int64_t round_trip_ns) {
+  const size_t k = static_cast<size_t>(&rs - st.p->stages.data());
+  st.p->stats->add_stage_step(k, rows, compute_ns, round_trip_ns, sent, received);
+  if (!st.p->trace) return;
+  // The hop's halves each way (a guess: only their sum is measured) around the worker's layers.
+  const auto end = std::chrono::steady_clock::now(), begin = end - std::chrono::nanoseconds(round_trip_ns);
+  const auto half = std::chrono::nanoseconds(std::max<int64_t>(0, round_trip_ns - compute_ns) / 2);
+  st.p->trace->record("stage_hop", st.plan.step, rs.first, rows, begin, begin + half);
+  st.p->trace->record("stage_layers", st.plan.step, rs.first, rows, begin + half, end - half);
+  st.p->trace->record("stage_hop", st.plan.step, rs.first, rows, end - half, end);
+}
+
+// Rows [begin, end) of the step (whole sequences) going stage to stage on their own.
+struct stage_group {
+  size_t begin = 0, end = 0;
+  std::vector<int64_t> seqs, positions;
+};
+struct stage_groups {
+  std::vector<stage_group> groups;
+  size_t left = 0;        // groups not yet through the last stage of the chain
+  int64_t after = 0;      // the layer after the chain
+};
+
+void send_group(hot_executor_ptr self, std::shared_ptr<stage_groups> g, size_t i, size_t k, std::vector<float> x);
+
+// Layers first..last-1 on stages of other hosts: the step's residual stream there and back (the hot
+// executor answers other messages meanwhile), then the layers after them here. With micro-batches
+// (pipeline_options::micro_batches, at least two sequences in the step) the step's sequences go in
+// that many groups, each on through the chain of contiguous stages as soon as a stage answers it: a
+// worker takes its requests in order, so stage k works on group i while stage k+1 works on group i-1.
 void run_stage(hot_executor_ptr self, const remote_stage& rs) {
   auto& st = self->state;
   const auto n = static_cast<size_t>(st.s->n), d = static_cast<size_t>(st.p->m->hp().n_embd);
-  std::vector<float> x(st.s->x.begin(), st.s->x.begin() + static_cast<std::ptrdiff_t>(n * d));
-  const uint64_t sent = (n * d) * sizeof(float) + (st.s->seqs.size() + st.s->positions.size()) * sizeof(int64_t);
-  self->request(rs.actor, caf::infinite, layers_atom::value, st.s->seqs, st.s->positions, std::move(x))
+  const auto& stages = st.p->stages;
+  auto g = std::make_shared<stage_groups>();
+  size_t k = static_cast<size_t>(&rs - stages.data()), last = k;
+  while (last + 1 < stages.size() && stages[last + 1].first == stages[last].last) ++last;
+  g->after = stages[last].last;
+  // Runs of rows of one sequence (the plan keeps a sequence's tokens together), then groups of them.
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t r = 0; r < n; ++r)
+    if (runs.empty() || st.s->seqs[r] != st.s->seqs[runs.back().first]) runs.push_back({r, r + 1});
+    else runs.back().second = r + 1;
+  const size_t want = std::clamp<size_t>(static_cast<size_t>(std::max(1, st.p->micro_batches.load())), 1, runs.size());
+  for (size_t j = 0, r = 0; j < want; ++j) {  // about n / want rows each, whole sequences
+    const size_t until = j + 1 == want ? runs.size() : std::max(r + 1, static_cast<size_t>(std::lower_bound(runs.begin(), runs.end(), std::make_pair(n * (j + 1) / want, size_t{0})) - runs.begin()));
+    if (r >= until) continue;
+    stage_group grp;
+    grp.begin = runs[r].first, grp.end = runs[until - 1].second;
+    grp.seqs.assign(st.s->seqs.begin() + static_cast<std::ptrdiff_t>(grp.begin), st.s->seqs.begin() + static_cast<std::ptrdiff_t>(grp.end));
+    grp.positions.assign(st.s->positions.begin() + static_cast<std::ptrdiff_t>(grp.begin), st.s->positions.begin() + static_cast<std::ptrdiff_t>(grp.end));
+    g->groups.push_back(std::move(grp));
+    r = until;
+  }
+  g->left = g->groups.size();
+  for (size_t i = 0; i < g->groups.size(); ++i) {
+    const auto& grp = g->groups[i];
+    send_group(self, g, i, k,
+               std::vector<float>(st.s->x.begin() + static_cast<std::ptrdiff_t>(grp.begin * d), st.s->x.begin() + static_cast<std::ptrdiff_t>(grp.end * d)));
+  }
+}
+
+void send_group(hot_executor_ptr self, std::shared_ptr<stage_groups> g, size_t i, size_t k, std::vector<float> x) {
+  auto& st = self->state;
+  const remote_stage& rs = st.p->stages[k];
+  const auto& grp = g->groups[i];
+  const size_t rows = grp.end - grp.begin, d = static_cast<size_t>(st.p->m->hp().n_embd);
+  const uint64_t sent = rows * d * sizeof(float) + 2 * rows * sizeof(int64_t);
+  self->request(rs.actor, caf::infinite, layers_atom::value, grp.seqs, grp.positions, std::move(x))
       .then(
-          [self, &rs, n, d, sent](std::vector<float>& out, int64_t compute_ns, int64_t round_trip_ns) {
+          [self, g, i, k, rows, d, sent](std::vector<float>& out, int64_t compute_ns, int64_t round_trip_ns) {
             auto& st = self->state;
-            if (out.size() != n * d) return fail(self, fmt::format("stage {}: {} values back for a step of {} x {}", rs.where, out.size(), n, d));
-            const size_t k = static_cast<size_t>(&rs - st.p->stages.data());
-            st.p->stats->add_stage_step(k, static_cast<int64_t>(n), compute_ns, round_trip_ns, sent, out.size() * sizeof(float));
-            if (st.p->trace) {  // the hop's halves each way (a guess: only their sum is measured) around the worker's layers
-              const auto end = std::chrono::steady_clock::now(), begin = end - std::chrono::nanoseconds(round_trip_ns);
-              const auto half = std::chrono::nanoseconds(std::max<int64_t>(0, round_trip_ns - compute_ns) / 2);
-              const auto seqs = static_cast<int64_t>(n);
-              st.p->trace->record("stage_hop", st.plan.step, rs.first, seqs, begin, begin + half);
-              st.p->trace->record("stage_layers", st.plan.step, rs.first, seqs, begin + half, end - half);
-              st.p->trace->record("stage_hop", st.plan.step, rs.first, seqs, end - half, end);
-            }
-            std::copy(out.begin(), out.end(), st.s->x.begin());
-            run_layer(self, rs.last);
+            const remote_stage& rs = st.p->stages[k];
+            if (out.size() != rows * d) return fail(self, fmt::format("stage {}: {} values back for {} x {}", rs.where, out.size(), rows, d));
+            record_stage(st, rs, static_cast<int64_t>(rows), sent, out.size() * sizeof(float), compute_ns, round_trip_ns);
+            if (rs.last != g->after) return send_group(self, g, i, k + 1, std::move(out));
+            std::copy(out.begin(), out.end(), st.s->x.begin() + static_cast<std::ptrdiff_t>(g->groups[i].begin * d));
+            if (--g->left == 0) run_layer(self, g->after);
           },
-          [self, &rs](caf::error& e) { fail(self, fmt::format("stage {}: {}", rs.where, describe(e))); });
+          [self, k](caf::error& e) {
+            auto& st = self->state;
+            if (st.promise.pending()) fail(self, fmt::format("stage {}: {}", st.p->stages[k].where, describe(e)));
+          });
 }
 
 void run_layer(hot_executor_ptr self, int64_t layer) {

@@ -5,6 +5,8 @@
 
 #include <caf/all.hpp>
 
+#include "engine/read_costs.hpp"
+
 namespace hotcold::actors {
 
 pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options options) {
@@ -23,7 +25,12 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   sys_ = std::make_unique<caf::actor_system>(cfg_);
   if (!options.stages.empty()) {
     const inference_context& c = *parts_->ctx;
-    parts_->stages = connect_stages(*sys_, options.stages, c.n_ctx(), c.n_seq(), c.kv_type() == tensor_type::f32 ? "f32" : "f16",
+    const read_costs costs(*parts_->m);
+    std::vector<uint64_t> layer_bytes;
+    for (size_t l = 0; l < costs.layer_fixed.size(); ++l) layer_bytes.push_back(costs.layer_fixed[l] + costs.ffn_dense[l]);
+    auto plan = options.stages;
+    plan.kv_layer_row_bytes = static_cast<uint64_t>(2 * parts_->m->hp().n_embd_kv()) * (c.kv_type() == tensor_type::f32 ? 4 : 2);
+    parts_->stages = connect_stages(*sys_, plan, layer_bytes, c.n_ctx(), c.n_seq(), c.kv_type() == tensor_type::f32 ? "f32" : "f16",
                                     c.mode() == ffn_mode::dense ? "dense" : "sparse");
     std::vector<std::string> where;
     for (const auto& s : parts_->stages) where.push_back(s.where);

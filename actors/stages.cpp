@@ -11,6 +11,7 @@
 
 #include "actors/pipeline.hpp"
 #include "actors/stage_keys.hpp"
+#include "devices/device_info.hpp"
 #include "engine/forward.hpp"
 #include "protocol/endpoint.hpp"
 
@@ -137,7 +138,7 @@ namespace {
 // 0.17's actor system waits at shutdown for the threads of such actors while its network layer
 // still holds them: a worker would not end on SIGTERM). It answers heartbeats itself, so that a long
 // step does not read as a hung worker.
-caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner) {
+caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner, worker_probe probe) {
   self->link_to(inner);
   return {
       [self, inner](hello_atom a, std::string& version, std::string& file_id) {
@@ -150,11 +151,15 @@ caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner) {
         return relay<std::vector<float>, int64_t>(self, inner, a, std::move(seqs), std::move(positions), std::move(x));
       },
       [](ping_atom a) { return a; },
+      [probe](probe_atom) { return caf::make_message(probe.read_bytes_per_second, devices::cpu_device().free_memory, probe.threads); },
   };
 }
 }  // namespace
 
-caf::actor spawn_stage_host(caf::actor_system& sys, stage_host_options o) { return sys.spawn(stage_front, sys.spawn<caf::detached>(stage_host, std::move(o))); }
+caf::actor spawn_stage_host(caf::actor_system& sys, stage_host_options o) {
+  const worker_probe probe{o.read_bytes_per_second, 0, o.threads};
+  return sys.spawn(stage_front, sys.spawn<caf::detached>(stage_host, std::move(o)), probe);
+}
 
 std::string stage_address::where() const { return fmt::format("tcp://{}:{} (layers {}-{})", host, port, first, last - 1); }
 
@@ -224,7 +229,9 @@ struct link_state {
   uint64_t epoch = 0;          // counts admissions and losses: answers of an earlier one are ignored
   std::map<uint64_t, caf::response_promise> pending;  // layers requests in flight, by number
   uint64_t next = 0;
-  caf::response_promise starting;  // the first connection's requester (connect_stages)
+  caf::response_promise starting;   // the first connection's requester (connect_stages): answered after the probe
+  caf::response_promise assigning;  // then its assignment's
+  caf::actor candidate;             // the worker reached at the first connection, until assigned
   static inline const char* name = "hotcold-stage-link";
 };
 using link_ptr = caf::stateful_actor<link_state>*;
@@ -252,10 +259,11 @@ void connect(link_ptr self);
 // Admission failed: the first connection reports why and the link ends; a lost stage tries again.
 void not_admitted(link_ptr self, const std::string& why) {
   auto& st = self->state;
-  if (st.starting.pending()) {
-    st.starting.deliver(why);
-    return self->quit();
-  }
+  for (auto* rp : {&st.starting, &st.assigning})
+    if (rp->pending()) {
+      rp->deliver(why, 0.0, uint64_t{0}, int64_t{0});
+      return self->quit();
+    }
   self->delayed_send(self, st.timing.retry, retry_atom::value);
 }
 
@@ -265,7 +273,7 @@ void admitted(link_ptr self, caf::actor remote) {
   self->monitor(st.remote);
   st.lost.clear();
   ++st.epoch;
-  if (st.starting.pending()) st.starting.deliver(std::string());
+  if (st.assigning.pending()) st.assigning.deliver(std::string(), 0.0, uint64_t{0}, int64_t{0});
   else tell_watcher(self, true);
   ping(self);
 }
@@ -303,7 +311,20 @@ void ping(link_ptr self) {
           });
 }
 
-// The handshake and the assignment, on a worker just reached.
+// The stage's layers (addr.first .. last - 1) assigned to a worker past the handshake.
+void assign(link_ptr self, caf::actor remote) {
+  auto& st = self->state;
+  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode)
+      .then(
+          [self, remote](std::string& why) {
+            if (!why.empty()) return not_admitted(self, "refused its layers: " + why);
+            admitted(self, remote);
+          },
+          [self](caf::error& e) { not_admitted(self, fmt::format("no answer to its layers: {}", describe(e))); });
+}
+
+// The handshake on a worker just reached; then, at the first connection, its probe goes to the
+// starter (which plans the split and sends the layers), or a lost stage's layers are assigned again.
 void admit(link_ptr self, caf::actor remote) {
   auto& st = self->state;
   self->request(remote, st.timing.answer, hello_atom::value, stage_version(), st.file_id)
@@ -311,13 +332,14 @@ void admit(link_ptr self, caf::actor remote) {
           [self, remote](std::string& why) {
             auto& st = self->state;
             if (!why.empty()) return not_admitted(self, "refused: " + why);
-            self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode)
+            if (!st.starting.pending()) return assign(self, remote);
+            self->request(remote, st.timing.answer, probe_atom::value)
                 .then(
-                    [self, remote](std::string& why) {
-                      if (!why.empty()) return not_admitted(self, "refused its layers: " + why);
-                      admitted(self, remote);
+                    [self, remote](double bytes_per_second, uint64_t available, int64_t threads) {
+                      self->state.candidate = remote;
+                      self->state.starting.deliver(std::string(), bytes_per_second, available, threads);
                     },
-                    [self](caf::error& e) { not_admitted(self, fmt::format("no answer to its layers: {}", describe(e))); });
+                    [self](caf::error& e) { not_admitted(self, fmt::format("no answer to the probe: {}", describe(e))); });
           },
           [self](caf::error& e) { not_admitted(self, fmt::format("no answer to the handshake: {}", describe(e))); });
 }
@@ -356,6 +378,14 @@ caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id,
         self->state.starting = self->make_response_promise();
         connect(self);
         return self->state.starting;
+      },
+      [self](assign_atom, int64_t first, int64_t last) {
+        auto& st = self->state;
+        st.addr.first = first, st.addr.last = last;
+        st.assigning = self->make_response_promise();
+        if (!st.candidate) not_admitted(self, "not connected");
+        else assign(self, std::exchange(st.candidate, nullptr));
+        return st.assigning;
       },
       [self](watch_atom, int64_t index) {
         auto& st = self->state;
@@ -397,22 +427,92 @@ caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id,
 }
 }  // namespace
 
-std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, int64_t ctx, int64_t n_seq, const std::string& kv_type,
-                                         const std::string& mode, const stage_timing& timing) {
-  check_stage_links(plan);
-  std::vector<remote_stage> out;
-  caf::scoped_actor self{sys};
-  for (const auto& s : plan.stages) {
-    auto link = sys.spawn(stage_link, s, plan.file_id, ctx, n_seq, kv_type, mode, timing);
-    std::string why;
-    self->request(link, timing.answer * 3 + timing.assign, start_atom::value)
-        .receive([&](std::string& w) { why = w; }, [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
-    if (!why.empty()) {
-      self->send_exit(link, caf::exit_reason::user_shutdown);
-      for (auto& o : out) self->send_exit(o.actor, caf::exit_reason::user_shutdown);
-      throw std::runtime_error(fmt::format("worker {}: {}", s.where(), why));
+std::vector<int64_t> plan_split(const std::vector<worker_probe>& workers, const std::vector<uint64_t>& layer_bytes, uint64_t kv_layer_bytes,
+                                double memory_share) {
+  const auto n_layer = static_cast<int64_t>(layer_bytes.size());
+  const auto n = workers.size();
+  if (static_cast<int64_t>(n) > n_layer) throw std::invalid_argument(fmt::format("{} workers for {} layers", n, n_layer));
+  uint64_t biggest = kv_layer_bytes;
+  for (uint64_t b : layer_bytes) biggest = std::max(biggest, b + kv_layer_bytes);
+  std::vector<int64_t> counts(n, 0);
+  std::vector<uint64_t> room(n);
+  for (size_t k = 0; k < n; ++k) room[k] = static_cast<uint64_t>(memory_share * static_cast<double>(workers[k].available_bytes));
+  // Layer by layer (in the largest layer's bytes, so that any contiguous range fits): to the worker
+  // whose time a token would be least with it, counts / speed, among those with room for one more.
+  for (int64_t l = 0; l < n_layer; ++l) {
+    size_t best = n;
+    double best_time = 0;
+    for (size_t k = 0; k < n; ++k) {
+      if (static_cast<uint64_t>(counts[k] + 1) * biggest > room[k]) continue;
+      const double speed = std::max(workers[k].read_bytes_per_second, 1.0);
+      // Every worker takes one layer first (a stage of none is no stage), then by time.
+      const double time = counts[k] == 0 ? -1.0 / speed : static_cast<double>(counts[k] + 1) / speed;
+      if (best == n || time < best_time) best = k, best_time = time;
     }
-    out.push_back({link, s.first, s.last, s.where()});
+    if (best == n) {
+      uint64_t total = 0;
+      for (uint64_t r : room) total += r / biggest;
+      throw std::runtime_error(fmt::format("--split auto: the workers' available memory holds {} of {} layers ({:.0f}% of each one's, {:.2f} GiB a layer with its KV cache)",
+                                           total, n_layer, memory_share * 100, static_cast<double>(biggest) / double(1ull << 30)));
+    }
+    ++counts[best];
+  }
+  for (size_t k = 0; k < n; ++k)
+    if (counts[k] == 0)
+      throw std::runtime_error(fmt::format("--split auto: worker {} has room for no layer ({:.2f} GiB available)", k + 1,
+                                           static_cast<double>(workers[k].available_bytes) / double(1ull << 30)));
+  return counts;
+}
+
+std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, int64_t ctx,
+                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, const stage_timing& timing) {
+  check_stage_links(plan);
+  std::vector<caf::actor> links;
+  std::vector<worker_probe> probes;
+  caf::scoped_actor self{sys};
+  auto fail = [&](const stage_address& s, const std::string& why) {
+    for (auto& l : links) self->send_exit(l, caf::exit_reason::user_shutdown);
+    throw std::runtime_error(fmt::format("worker {}: {}", s.where(), why));
+  };
+  for (const auto& s : plan.stages) {  // reached, checked and probed
+    links.push_back(sys.spawn(stage_link, s, plan.file_id, ctx, n_seq, kv_type, mode, timing));
+    std::string why;
+    worker_probe p;
+    self->request(links.back(), timing.answer * 4, start_atom::value)
+        .receive(
+            [&](std::string& w, double bps, uint64_t available, int64_t threads) {
+              why = w;
+              p = {bps, available, threads};
+            },
+            [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
+    if (!why.empty()) fail(s, why);
+    probes.push_back(p);
+  }
+  std::vector<stage_address> stages = plan.stages;
+  const uint64_t kv_layer = static_cast<uint64_t>(ctx * n_seq) * plan.kv_layer_row_bytes;
+  if (plan.auto_split) {
+    const auto counts = plan_split(probes, layer_bytes, kv_layer);
+    int64_t first = 0;
+    for (size_t k = 0; k < stages.size(); ++k) stages[k].first = first, stages[k].last = first += counts[k];
+  }
+  fmt::print(stderr, "| stage | worker | layers | reads | available | weights + KV | a token's layers |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const auto& s = stages[k];
+    uint64_t bytes = 0;
+    for (int64_t l = s.first; l < s.last && l < static_cast<int64_t>(layer_bytes.size()); ++l) bytes += layer_bytes[static_cast<size_t>(l)] + kv_layer;
+    fmt::print(stderr, "| {} | tcp://{}:{} | {}-{} ({}) | {:.1f} GB/s on {} threads | {:.2f} GiB | {:.2f} GiB | {:.2f} ms at that speed |\n", k + 1, s.host, s.port, s.first,
+               s.last - 1, s.last - s.first, probes[k].read_bytes_per_second / 1e9, probes[k].threads, static_cast<double>(probes[k].available_bytes) / double(1ull << 30),
+               static_cast<double>(bytes) / double(1ull << 30),
+               1e3 * static_cast<double>(bytes - kv_layer * static_cast<uint64_t>(s.last - s.first)) / std::max(probes[k].read_bytes_per_second, 1.0));
+  }
+  if (plan.auto_split) fmt::print(stderr, "hotcold: --split auto: layers in proportion to each worker's measured read speed, within 90% of its available memory\n");
+  std::vector<remote_stage> out;
+  for (size_t k = 0; k < stages.size(); ++k) {  // assigned (each reads its layers now)
+    std::string why;
+    self->request(links[k], timing.assign + timing.answer, assign_atom::value, stages[k].first, stages[k].last)
+        .receive([&](std::string& w, double, uint64_t, int64_t) { why = w; }, [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
+    if (!why.empty()) fail(stages[k], why);
+    out.push_back({links[k], stages[k].first, stages[k].last, stages[k].where()});
   }
   return out;
 }

@@ -14,6 +14,8 @@
 //                                         computed (an error names what failed)
 //   ping                                -> ping (the heartbeat; answered by the worker's front actor,
 //                                         which does not wait for the computing one)
+//   probe                               -> the worker's read speed (bytes/s, measured at its start with
+//                                         its threads), its available memory now, its threads
 //
 // Links to other hosts run over TLS with certificates on both sides (stage_keys.hpp): configure_network
 // with a folder of `hotcold keygen --tls`, and both ends trust only that folder's authority.
@@ -37,6 +39,7 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using assign_atom = caf::atom_constant<caf::atom("assign")>;
 using layers_atom = caf::atom_constant<caf::atom("layers")>;
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
 // (watch_atom, index) to a stage link: the sender hears (stage_atom, index, up, why) at each change
 // (up false: the stage is lost, and why; true: it is back, assigned again, with empty caches).
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
@@ -64,6 +67,7 @@ struct stage_host_options {
   bool mmap = false;
   std::string file_id;  // file_identity() of m's file, as the worker computed it
   int threads = 1;      // the CPU workers of the stage's context
+  double read_bytes_per_second = 0;  // measured with those threads at the worker's start (the probe's answer)
   std::string mode;     // "dense", "sparse", or "" (sparse when the file has predictors)
   std::function<void(const std::string&)> log;  // what the worker prints (connections, refusals)
 };
@@ -82,8 +86,26 @@ struct stage_plan {
   std::vector<stage_address> stages;
   std::string file_id;  // file_identity() of the coordinator's file: each worker's must be the same
   std::string tls_dir;  // a folder of hotcold keygen --tls ("": plain links, loopback workers only)
+  bool auto_split = false;          // --split auto: connect_stages plans the layers (plan_split); stages' ranges are an even split until then
+  uint64_t kv_layer_row_bytes = 0;  // a layer's K and V bytes for one position of one sequence (the memory plan's)
   bool empty() const { return stages.empty(); }
 };
+
+// What a worker answers to the probe.
+struct worker_probe {
+  double read_bytes_per_second = 0;
+  uint64_t available_bytes = 0;
+  int64_t threads = 0;
+};
+
+// Layers per worker for --split auto: a decode step is read-bound, so each stage's share of a token's
+// time is its layers' bytes over its read speed; layers go one at a time to the worker whose time
+// would be least with it (every worker one first), none taking more layers than memory_share of its
+// available memory holds at the largest layer's bytes (weights + kv_layer_bytes) each. Contiguous
+// ranges in the workers' order follow from the counts. std::runtime_error when the workers' memory
+// cannot hold every layer (saying how many it holds), or a worker has room for none.
+std::vector<int64_t> plan_split(const std::vector<worker_probe>& workers, const std::vector<uint64_t>& layer_bytes, uint64_t kv_layer_bytes,
+                                double memory_share = 0.9);
 
 // How a link watches its stage.
 struct stage_timing {
@@ -108,12 +130,14 @@ struct remote_stage {
   std::string where;
 };
 // Connects to each stage from `sys` (configured by configure_network with the plan's tls_dir),
-// checks the versions and the file at the handshake and assigns each its layers for a context of
-// ctx positions and n_seq sequences. Throws std::runtime_error naming the stage and why (no answer
-// within timing.answer, another version or file, layers it cannot hold).
+// checks the versions and the file at the handshake, probes each worker, plans the split where the
+// plan says auto (plan_split over layer_bytes: each layer's weights), prints the stage table, and
+// assigns each its layers for a context of ctx positions and n_seq sequences. Throws
+// std::runtime_error naming the stage and why (no answer within timing.answer, another version or
+// file, layers it cannot hold, memory too small for an automatic split).
 // kv_type: "f16" or "f32"; mode: "dense" or "sparse" (the coordinator's, which the stages follow).
-std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, int64_t ctx, int64_t n_seq, const std::string& kv_type,
-                                         const std::string& mode, const stage_timing& timing = {});
+std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, int64_t ctx,
+                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, const stage_timing& timing = {});
 
 // The stages of --workers W1,W2,... (tcp://HOST:PORT each, protocol::parse_endpoint) with --split
 // N1,N2,... (layers per worker, in order, summing to n_layer) or "auto" (an even split, the first

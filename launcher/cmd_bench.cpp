@@ -540,7 +540,7 @@ void run_bench(const bench_args& given) {
     a.n_gen = static_cast<int>(std::max<int64_t>(0, l.ctx->n_ctx() - a.n_prompt));
     fmt::print(stderr, "hotcold bench: -n -1: {} generated tokens (a context of {} after {} prompt tokens)\n", a.n_gen, l.ctx->n_ctx(), a.n_prompt);
   }
-  l.ctx->forward(1, 0);  // warm-up: first touch of every weight page
+  if (l.stages.empty()) l.ctx->forward(1, 0);  // warm-up: first touch of every weight page (with --workers: theirs, in their warm-up)
   comparisons c;
   const auto configs = configs_of(a, l.ctx->mode(), c);
   bench_runner run(l, std::any_of(configs.begin(), configs.end(), [](const config& k) { return k.actors; }));

@@ -12,6 +12,7 @@
 
 #include "actors/runtime.hpp"
 #include "actors/stage_keys.hpp"
+#include "engine/bandwidth.hpp"
 #include "actors/stages.hpp"
 #include "model/file_identity.hpp"
 #include "model/model.hpp"
@@ -53,6 +54,10 @@ void run_worker(const worker_args& a) {
   o.mmap = a.mmap;
   o.file_id = file_identity(a.model);
   o.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  {  // Its read speed with its threads, for a coordinator's --split auto (over 256 MiB: ~0.2 s).
+    thread_pool pool(o.threads, "hotcold-probe");
+    o.read_bytes_per_second = measure_read_bandwidth(pool, uint64_t{256} << 20, 1);
+  }
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   caf::actor_system_config cfg;
   actors::configure(cfg, {});
@@ -64,8 +69,9 @@ void run_worker(const worker_args& a) {
     caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);
     throw std::runtime_error(fmt::format("worker: cannot listen on {}: {}", a.listen, sys.render(bound.error())));
   }
-  fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} ({}, {} layers, file {}, {}, {})\n", host, *bound, a.model, m->hp().n_layer, o.file_id,
-             actors::stage_version(), a.tls.empty() ? std::string("plain links") : "TLS with the certificates of " + a.tls);
+  fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} ({}, {} layers, file {}, {}, {}; reads {:.1f} GB/s on {} threads)\n", host, *bound, a.model,
+             m->hp().n_layer, o.file_id, actors::stage_version(), a.tls.empty() ? std::string("plain links") : "TLS with the certificates of " + a.tls,
+             o.read_bytes_per_second / 1e9, o.threads);
   m.reset();  // (the stage host holds it: it reads its layers' copy in its place)
   while (!stop_worker.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   fmt::print(stderr, "hotcold worker: stopping\n");

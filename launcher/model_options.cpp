@@ -88,14 +88,11 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   if (!a.workers.empty()) {  // the layers on other processes: the plan of stages
     auto& p = l.stages;
     p.stages = actors::split_layers(a.workers, a.split, hp.n_layer);
+    p.auto_split = a.split.size() == 1 && a.split[0] == "auto";
     p.tls_dir = a.workers_tls;
     if (!p.tls_dir.empty()) actors::check_tls_dir(p.tls_dir);
     actors::check_stage_links(p);
     p.file_id = file_identity(path);
-    fmt::print(stderr, "| stage | worker | layers |\n| --- | --- | --- |\n");
-    for (size_t k = 0; k < p.stages.size(); ++k)
-      fmt::print(stderr, "| {} | tcp://{}:{} | {}-{} ({}) |\n", k + 1, p.stages[k].host, p.stages[k].port, p.stages[k].first, p.stages[k].last - 1,
-                 p.stages[k].last - p.stages[k].first);
     fmt::print(stderr, "hotcold: this process keeps the embeddings, the head and sampling; file {}; links {}\n", p.file_id,
                p.tls_dir.empty() ? std::string("plain (loopback)") : "TLS with the certificates of " + p.tls_dir);
   }

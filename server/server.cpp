@@ -132,6 +132,9 @@ class serving_loop {
     po.trace = l_.trace.get();
     po.recall_every = o_.recall_every;
     po.stages = o_.stages;
+    // Over stages of other hosts, a step of several sequences goes in as many micro-batches as there
+    // are stages, so that each works on one while the next works on another (docs/distributed.md).
+    po.micro_batches = std::max<int>(1, static_cast<int>(o_.stages.stages.size()));
     pipe_ = std::make_unique<actors::pipeline>(l_.ctx, po);
     if (!o_.record.empty()) record_ = record_file(o_.record);
     status_.started = clock_type::now();

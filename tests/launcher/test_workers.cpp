@@ -95,6 +95,48 @@ TEST(Workers, TwoStagesGiveOneProcesssTokensAndLogits) {
   }
 }
 
+// The value of the exposition's first line starting with `series` (-1 when none).
+double metric(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+// Several sequences at once over two stages: a server's steps go in micro-batches of whole sequences
+// (one a stage: stage 1 works on one while stage 2 works on the other), and each request's greedy
+// text is one process's alone, for a dense and a sparse file; bench compares 1 and 2 micro-batches.
+TEST(Workers, SequencesInMicroBatchesGiveOneProcesssText) {
+  const auto& f = files();
+  for (const std::string& file : {f.dense, f.sparse}) {
+    SCOPED_TRACE(file);
+    server_process a({"--listen", "tcp://127.0.0.1:0", "-m", file, "-t", "1"}, "worker"),
+        b({"--listen", "tcp://127.0.0.1:0", "-m", file, "-t", "1"}, "worker");
+    const std::string wa = worker_address(a), wb = worker_address(b);
+    ASSERT_FALSE(wa.empty() || wb.empty());
+    const std::string ep = tcp_endpoint();
+    const int port = free_port();
+    server_process serve({"-m", file, "-c", "128", "-t", "1", "--parallel", "4", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "--workers",
+                          wa + "," + wb, "--split", "1,3"});
+    wait_ready(ep, &serve);
+    const std::vector<std::string> prompts{"Once upon a time", "The cat sat on the mat", "Hello", "In the beginning there was"};
+    std::vector<std::string> got(prompts.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      clients.emplace_back([&, i] {
+        hotcold::tools::client c(ep, 60s);
+        got[i] = c.generate({{"prompt", prompts[i]}, {"n_predict", 12}, {"sampling", {{"temperature", 0}}}}).text;
+      });
+    for (auto& t : clients) t.join();
+    // Steps of several sequences went in two groups: more trips through a stage than steps.
+    const std::string m = http_get(port, "/metrics");
+    EXPECT_GT(metric(m, "hotcold_stage_hop_seconds_count{stage=\"1\",worker=\"" + wa + "\",layers=\"0-0\"}"), metric(m, "hotcold_steps_total")) << m;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(got[i] + "\n", run_stdout({"run", "-m", file, "-p", prompts[i], "-n", "12", "--temp", "0", "-c", "128", "-t", "1"})) << prompts[i];
+    const std::string bench = run_capture(std::string(HOTCOLD_BIN) + " bench -m '" + file + "' -p 8 -n 8 -r 1 -t 1 --parallel 4 --micro-batches 1 --vs-micro-batches 2 --workers " + wa +
+                                          "," + wb + " 2>&1");
+    EXPECT_NE(bench.find("2 micro-batches vs 1, interleaved"), std::string::npos) << bench;
+  }
+}
+
 // Waits until a worker's log says a coordinator assigned it layers.
 bool assigned(server_process& w) {
   for (int i = 0; i < 600 && !w.ended(); ++i, std::this_thread::sleep_for(50ms))
@@ -225,12 +267,6 @@ TEST(Workers, AHungWorkerIsNoticedAndAStageThatComesBackIsAdmittedAgain) {
   EXPECT_FALSE(serve.ended()) << serve.log();
   EXPECT_NO_THROW(c.call("health"));
   EXPECT_EQ(serve.stop(), 0) << serve.log();
-}
-
-// The value of the exposition's first line starting with `series` (-1 when none).
-double metric(const std::string& text, const std::string& series) {
-  const auto at = text.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
 // Per-stage telemetry: /metrics has each stage's state, busy ratio, compute, a histogram of hops

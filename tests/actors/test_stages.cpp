@@ -1,0 +1,57 @@
+// The stages' pure parts (docs/distributed.md): --split auto's plan, the layer ranges of --split.
+#include <gtest/gtest.h>
+
+#include "actors/stages.hpp"
+
+namespace hotcold::actors {
+namespace {
+
+constexpr uint64_t GiB = uint64_t{1} << 30;
+
+// Layers go in proportion to the workers' read speeds: a worker twice as fast takes twice the layers
+// (every stage's share of a token's time then equal), equal workers split evenly whatever the order.
+TEST(PlanSplit, LayersFollowTheWorkersSpeed) {
+  const std::vector<uint64_t> layers(30, GiB / 4);
+  EXPECT_EQ(plan_split({{20e9, 64 * GiB, 8}, {10e9, 64 * GiB, 8}}, layers, 0), (std::vector<int64_t>{20, 10}));
+  EXPECT_EQ(plan_split({{10e9, 64 * GiB, 8}, {20e9, 64 * GiB, 8}, {10e9, 64 * GiB, 8}}, layers, 0), (std::vector<int64_t>{8, 15, 7}));
+  // Equal speeds within 40% of each other split 4 layers 2 and 2 (noise in the probe moves no layer).
+  EXPECT_EQ(plan_split({{13e9, 64 * GiB, 1}, {10e9, 64 * GiB, 1}}, std::vector<uint64_t>(4, GiB / 4), 0), (std::vector<int64_t>{2, 2}));
+  // A very slow worker still holds one layer.
+  EXPECT_EQ(plan_split({{100e9, 64 * GiB, 8}, {1e9, 64 * GiB, 8}}, std::vector<uint64_t>(8, GiB / 4), 0), (std::vector<int64_t>{7, 1}));
+}
+
+// Memory caps a worker's layers at 90% of what it has available (each layer with its KV cache); the
+// rest go to the others; when the workers cannot hold every layer, the plan says how many they hold.
+TEST(PlanSplit, MemoryCapsAWorkersLayers) {
+  const std::vector<uint64_t> layers(40, GiB);  // a 40 GiB model, 1 GiB a layer
+  // The fast worker has 16 GiB: 0.9 x 16 / (1 + 0.25) = 11 layers; the slow one takes the rest.
+  EXPECT_EQ(plan_split({{40e9, 16 * GiB, 8}, {10e9, 64 * GiB, 8}}, layers, GiB / 4), (std::vector<int64_t>{11, 29}));
+  try {
+    plan_split({{40e9, 16 * GiB, 8}, {10e9, 16 * GiB, 8}}, layers, GiB / 4);
+    ADD_FAILURE() << "two 16 GiB workers cannot hold 40 GiB";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 22 of 40 layers"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan_split({{40e9, 64 * GiB, 8}, {10e9, GiB / 2, 8}}, layers, 0), std::runtime_error);  // (room for no layer)
+  EXPECT_THROW(plan_split({{1e9, 64 * GiB, 1}, {1e9, 64 * GiB, 1}, {1e9, 64 * GiB, 1}}, std::vector<uint64_t>(2, GiB), 0), std::invalid_argument);
+}
+
+// --split N1,N2,...: contiguous ranges in the workers' order; auto before the probe: an even split.
+TEST(SplitLayers, CountsBecomeContiguousRanges) {
+  const auto s = split_layers({"tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"}, {"3", "5"}, 8);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].first, 0);
+  EXPECT_EQ(s[0].last, 3);
+  EXPECT_EQ(s[1].first, 3);
+  EXPECT_EQ(s[1].last, 8);
+  EXPECT_EQ(s[1].where(), "tcp://127.0.0.1:7002 (layers 3-7)");
+  const auto even = split_layers({"tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002", "tcp://127.0.0.1:7003"}, {"auto"}, 8);
+  EXPECT_EQ(even[0].last - even[0].first, 3);
+  EXPECT_EQ(even[2].last - even[2].first, 2);
+  EXPECT_THROW(split_layers({"tcp://127.0.0.1:7001"}, {"3"}, 8), std::invalid_argument);
+  EXPECT_THROW(split_layers({"tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"}, {"8", "0"}, 8), std::invalid_argument);
+  EXPECT_THROW(split_layers({"ipc:///tmp/x"}, {"auto"}, 8), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hotcold::actors
