@@ -1,6 +1,7 @@
 // hotcold worker and --workers (docs/distributed.md): the layers of a file in stage processes on
 // loopback, the coordinator keeping the embeddings, the head and sampling.
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -485,6 +486,124 @@ TEST(Workers, TlsLinksAdmitOnlyTheirAuthorityAndCarryNothingInClear) {
   const std::string loose = run_capture(run + " --workers-tls '" + c2 + "' 2>&1");
   EXPECT_NE(loose.find("others may read this private key"), std::string::npos) << loose;
   EXPECT_EQ(w.stop(), 0) << w.log();
+  fs::remove_all(dir);
+}
+
+// Network namespaces with a delay between them (ip netns, veth pairs, tc netem), torn down after.
+class netns_lab {
+ public:
+  // n namespaces, each with a veth pair to this one: 10.77.K.1 here, 10.77.K.2 there (K from 1), and
+  // `delay` of netem on both ends (each way). ok() is false where the machine does not allow the
+  // namespaces; delayed() where its kernel has no netem (the links then have no added delay).
+  netns_lab(int n, const std::string& delay) {
+    const std::string tag = std::to_string(getpid() % 100000);
+    for (int k = 1; k <= n; ++k) {
+      const std::string ns = "hc" + tag + "n" + std::to_string(k), here = "hc" + tag + "h" + std::to_string(k), there = "hc" + tag + "t" + std::to_string(k);
+      const std::string net = "10.77." + std::to_string(k) + ".";
+      names_.push_back(ns), links_.push_back(here);
+      const std::string script = "ip netns add " + ns + " && ip link add " + here + " type veth peer name " + there + " && ip link set " + there + " netns " + ns +
+                                 " && ip addr add " + net + "1/24 dev " + here + " && ip link set " + here + " up && ip netns exec " + ns + " ip addr add " + net +
+                                 "2/24 dev " + there + " && ip netns exec " + ns + " ip link set " + there + " up && ip netns exec " + ns +
+                                 " ip link set lo up";
+      if (std::system(("(" + script + ") >/dev/null 2>&1").c_str()) != 0) {
+        why_ = "cannot make network namespaces here (needs root and ip): " + script;
+        return;
+      }
+      const std::string netem = "tc qdisc add dev " + here + " root netem delay " + delay + " && ip netns exec " + ns + " tc qdisc add dev " + there +
+                                " root netem delay " + delay;
+      delayed_ = (k == 1 || delayed_) && std::system(("(" + netem + ") >/dev/null 2>&1").c_str()) == 0;
+    }
+    ok_ = true;
+  }
+  ~netns_lab() {
+    for (size_t k = 0; k < names_.size(); ++k)
+      std::system(("ip link del " + links_[k] + " >/dev/null 2>&1; ip netns del " + names_[k] + " >/dev/null 2>&1").c_str());
+  }
+  bool ok() const { return ok_; }
+  bool delayed() const { return delayed_; }
+  const std::string& why() const { return why_; }
+  const std::string& ns(int k) const { return names_[static_cast<size_t>(k - 1)]; }
+
+ private:
+  std::vector<std::string> names_, links_;
+  bool ok_ = false, delayed_ = false;
+  std::string why_;
+};
+
+// A command run in a namespace in the background, its stderr in a file; SIGTERM at the end.
+class netns_process {
+ public:
+  netns_process(const std::string& ns, const std::string& args) {
+    log_ = (fs::temp_directory_path() / ("hotcold-netns-" + std::to_string(getpid()) + "-" + ns + ".err")).string();
+    pid_ = std::stoi(run_capture("ip netns exec " + ns + " " + HOTCOLD_BIN + " " + args + " >/dev/null 2>'" + log_ + "' & echo $!"));
+  }
+  ~netns_process() {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 100 && running(); ++i) std::this_thread::sleep_for(50ms);
+    kill(pid_, SIGKILL);
+    fs::remove(log_);
+  }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  int pid() const { return pid_; }
+  // Not ended (nor ended and waiting to be reaped: it is not this process's child).
+  bool running() const {
+    std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+    std::string pid, name, state;
+    return stat >> pid >> name >> state && state != "Z";
+  }
+
+ private:
+  std::string log_;
+  int pid_ = -1;
+};
+
+// Two workers in network namespaces of their own, 1 ms of netem delay each way on their links, over
+// TLS (addresses beyond loopback): the text is one process's, every trip to a stage takes at least
+// the 2 ms the delay adds (the hop the trace records: the round trip less the worker's compute), and
+// a worker killed there ends the run naming its stage. Skips where namespaces cannot be made; where
+// the kernel has no netem the links have no delay and its check is left out (said on stdout).
+TEST(Workers, StagesInNetworkNamespacesWithADelay) {
+  netns_lab lab(2, "1ms");
+  if (!lab.ok()) GTEST_SKIP() << lab.why();
+  const auto& f = files();
+  const auto dir = fs::temp_directory_path() / ("hotcold-netns-tls-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string ca = (dir / "ca").string(), one = (dir / "one").string(), two = (dir / "two").string();
+  for (const std::string args : {"--tls " + ca, "--tls " + one + " --ca " + ca, "--tls " + two + " --ca " + ca})
+    ASSERT_EQ(std::system((std::string(HOTCOLD_BIN) + " keygen " + args + " >/dev/null 2>&1").c_str()), 0);
+  netns_process a(lab.ns(1), "worker --listen tcp://10.77.1.2:7001 --allow-remote --tls '" + one + "' -m '" + f.dense + "' -t 1");
+  netns_process b(lab.ns(2), "worker --listen tcp://10.77.2.2:7001 --allow-remote --tls '" + two + "' -m '" + f.dense + "' -t 1");
+  for (auto* w : {&a, &b})
+    for (int i = 0; i < 600 && w->log().find("listening on") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_NE(b.log().find("listening on tcp://10.77.2.2:7001"), std::string::npos) << a.log() << b.log();
+  const std::string workers = "tcp://10.77.1.2:7001,tcp://10.77.2.2:7001";
+  const std::string trace = (dir / "trace.json").string();
+  const std::vector<std::string> gen{"run", "-m", f.dense, "-p", "Once upon a time there was", "-n", "8", "--temp", "0", "-c", "64", "-t", "1"};
+  auto args = gen;
+  args.insert(args.end(), {"--workers", workers, "--workers-tls", ca, "--trace-out", trace});
+  EXPECT_EQ(run_stdout(args), run_stdout(gen)) << a.log() << b.log();
+  std::ifstream in(trace);
+  ASSERT_TRUE(in.good());
+  int trips = 0;
+  double shortest = 1e9;
+  std::map<std::pair<int64_t, int64_t>, double> hop_us;  // (step, first layer): both halves
+  const auto events = nlohmann::json::parse(in)["traceEvents"];
+  for (const auto& e : events)
+    if (e["name"] == "stage_hop") hop_us[{e["args"]["step"].get<int64_t>(), e["args"]["layer"].get<int64_t>()}] += e["dur"].get<double>();
+  for (const auto& [key, us] : hop_us) ++trips, shortest = std::min(shortest, us);
+  EXPECT_EQ(trips, 2 * 8);  // (8 steps: the prompt and seven tokens, through two stages)
+  if (lab.delayed()) EXPECT_GE(shortest, 2000.0);  // 1 ms each way
+  else std::cout << "(no netem in this kernel: the namespaces' links have no delay; shortest hop " << shortest << " us)\n";
+  // A worker gone there: the run ends naming the stage.
+  server_process run({"-m", f.dense, "-p", "Hello", "-n", "100000", "--temp", "0", "-c", "4096", "-t", "1", "--workers", workers, "--workers-tls", ca}, "run");
+  for (int i = 0; i < 600 && b.log().find("runs layers") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+  std::this_thread::sleep_for(300ms);
+  kill(b.pid(), SIGKILL);
+  EXPECT_EQ(run.wait_exit(10s), 1) << run.log();
+  EXPECT_NE(run.log().find("stage tcp://10.77.2.2:7001 (layers 2-3)"), std::string::npos) << run.log();
   fs::remove_all(dir);
 }
 
