@@ -313,7 +313,7 @@ struct stage_groups {
   int64_t after = 0;      // the layer after the chain
 };
 
-void send_group(hot_executor_ptr self, std::shared_ptr<stage_groups> g, size_t i, size_t k, std::vector<float> x);
+void send_group(hot_executor_ptr self, std::shared_ptr<stage_groups> g, size_t i, size_t k, float_bytes x);
 
 // Layers first..last-1 on stages of other hosts: the step's residual stream there and back (the hot
 // executor answers other messages meanwhile), then the layers after them here. With micro-batches
@@ -348,11 +348,11 @@ void run_stage(hot_executor_ptr self, const remote_stage& rs) {
   for (size_t i = 0; i < g->groups.size(); ++i) {
     const auto& grp = g->groups[i];
     send_group(self, g, i, k,
-               std::vector<float>(st.s->x.begin() + static_cast<std::ptrdiff_t>(grp.begin * d), st.s->x.begin() + static_cast<std::ptrdiff_t>(grp.end * d)));
+               pack_floats(st.s->x.data() + grp.begin * d, (grp.end - grp.begin) * d));
   }
 }
 
-void send_group(hot_executor_ptr self, std::shared_ptr<stage_groups> g, size_t i, size_t k, std::vector<float> x) {
+void send_group(hot_executor_ptr self, std::shared_ptr<stage_groups> g, size_t i, size_t k, float_bytes x) {
   auto& st = self->state;
   const remote_stage& rs = st.p->stages[k];
   const auto& grp = g->groups[i];
@@ -360,13 +360,14 @@ void send_group(hot_executor_ptr self, std::shared_ptr<stage_groups> g, size_t i
   const uint64_t sent = rows * d * sizeof(float) + 2 * rows * sizeof(int64_t);
   self->request(rs.actor, caf::infinite, layers_atom::value, grp.seqs, grp.positions, std::move(x))
       .then(
-          [self, g, i, k, rows, d, sent](std::vector<float>& out, int64_t compute_ns, int64_t round_trip_ns) {
+          [self, g, i, k, rows, d, sent](float_bytes& out, int64_t compute_ns, int64_t round_trip_ns) {
             auto& st = self->state;
             const remote_stage& rs = st.p->stages[k];
-            if (out.size() != rows * d) return fail(self, fmt::format("stage {}: {} values back for {} x {}", rs.where, out.size(), rows, d));
-            record_stage(st, rs, static_cast<int64_t>(rows), sent, out.size() * sizeof(float), compute_ns, round_trip_ns);
+            if (out.size() != rows * d * sizeof(float))
+              return fail(self, fmt::format("stage {}: {} bytes back for {} x {} floats", rs.where, out.size(), rows, d));
+            record_stage(st, rs, static_cast<int64_t>(rows), sent, out.size(), compute_ns, round_trip_ns);
             if (rs.last != g->after) return send_group(self, g, i, k + 1, std::move(out));
-            std::copy(out.begin(), out.end(), st.s->x.begin() + static_cast<std::ptrdiff_t>(g->groups[i].begin * d));
+            unpack_floats(out, st.s->x.data() + g->groups[i].begin * d);
             if (--g->left == 0) run_layer(self, g->after);
           },
           [self, k](caf::error& e) {

@@ -79,11 +79,8 @@ void live_stats::set_mailbox(actor_id a, int64_t depth) {
 
 void live_stats::set_stages(std::vector<std::string> where) {
   std::lock_guard lock(mu_);
-  stages_.clear();
-  for (auto& w : where) {
-    stages_.emplace_back();
-    stages_.back().totals.where = std::move(w);
-  }
+  stages_.resize(where.size());  // (what was counted stays: the links count before their plan's names are final)
+  for (size_t k = 0; k < where.size(); ++k) stages_[k].totals.where = std::move(where[k]);
 }
 
 void live_stats::add_stage_step(size_t k, int64_t tokens, int64_t compute_ns, int64_t round_trip_ns, uint64_t sent, uint64_t received) {
@@ -98,6 +95,13 @@ void live_stats::add_stage_step(size_t k, int64_t tokens, int64_t compute_ns, in
   ++t.hops[static_cast<size_t>(std::lower_bound(hop_bounds.begin(), hop_bounds.end(), hop) - hop_bounds.begin())];
   s.recent.emplace_back(now, compute, hop);
   while (s.recent.size() > 4096 || now - std::get<0>(s.recent.front()) > window) s.recent.pop_front();
+}
+
+void live_stats::add_stage_heartbeat(size_t k, double seconds) {
+  std::lock_guard lock(mu_);
+  if (k >= stages_.size()) return;
+  auto& t = stages_[k].totals;
+  ++t.heartbeats, t.heartbeat_s += seconds, t.last_heartbeat_s = seconds;
 }
 
 void live_stats::set_stage_up(size_t k, bool up) {

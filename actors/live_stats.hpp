@@ -54,13 +54,16 @@ class live_stats {
   // Messages waiting in an actor's mailbox, as the actor itself saw when it took its last message.
   void set_mailbox(actor_id a, int64_t depth);
 
-  // Stages of layers on other hosts (docs/distributed.md), by their where() text; set before steps.
+  // Stages of layers on other hosts (docs/distributed.md), by their where() text; set before steps
+  // (again once --split auto has planned their layers: the counts so far stay).
   void set_stages(std::vector<std::string> where);
   // A step through stage k: its tokens, the worker's compute and the round trip seen from this
   // process (the hop: the round trip less the compute, both ways over the link with the messages'
   // encoding), and the payload bytes sent (residual stream, slots, positions) and received.
   void add_stage_step(size_t k, int64_t tokens, int64_t compute_ns, int64_t round_trip_ns, uint64_t sent, uint64_t received);
   void set_stage_up(size_t k, bool up);
+  // A heartbeat's round trip to stage k (a few bytes each way, no compute: the link's own cost).
+  void add_stage_heartbeat(size_t k, double seconds);
   // Upper bounds of the hop histogram's buckets, seconds (a last bucket takes the rest).
   static constexpr std::array<double, 13> hop_bounds{50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3};
 
@@ -88,6 +91,8 @@ class live_stats {
     std::array<int64_t, hop_bounds.size() + 1> hops{};  // steps by hop, per bucket (not cumulative)
     // Over the last few seconds (0 when none ran): the worker's compute / the window, and the hop's median and 99th percentile.
     double recent_busy_fraction = 0, recent_hop_p50_s = 0, recent_hop_p99_s = 0;
+    int64_t heartbeats = 0;
+    double heartbeat_s = 0, last_heartbeat_s = 0;  // their sum, and the last one's
   };
   struct view {
     std::vector<layer_view> layers;  // n_layer + 1: the last is the head

@@ -261,6 +261,8 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
                         MetricType::Histogram);
     auto& bytes_stage = family("hotcold_stage_bytes_total", "Payload bytes to and from a stage (residual streams, slots, positions)", MetricType::Counter);
     auto& per_token = family("hotcold_stage_bytes_per_token", "Payload bytes both ways a token of a step costs a stage's link", MetricType::Gauge);
+    auto& heartbeat = family("hotcold_stage_heartbeat_seconds", "The last heartbeat's round trip to a stage (a few bytes each way: the link's own cost)",
+                             MetricType::Gauge);
     for (size_t k = 0; k < v.stages.size(); ++k) {
       const auto& st = v.stages[k];
       const auto labels = stage_labels(k, st.where);
@@ -282,6 +284,7 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
       add(bytes_stage, static_cast<double>(st.sent), sent);
       add(bytes_stage, static_cast<double>(st.received), received);
       add(per_token, ratio(static_cast<double>(st.sent + st.received), static_cast<double>(st.tokens)), labels);
+      add(heartbeat, st.last_heartbeat_s, labels);
     }
   }
 
@@ -355,7 +358,8 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
                         {"hop_p99_ms", st.recent_hop_p99_s * 1e3},
                         {"bytes_sent", st.sent},
                         {"bytes_received", st.received},
-                        {"bytes_per_token", ratio(static_cast<double>(st.sent + st.received), static_cast<double>(st.tokens))}});
+                        {"bytes_per_token", ratio(static_cast<double>(st.sent + st.received), static_cast<double>(st.tokens))},
+                        {"heartbeat_ms", ratio(st.heartbeat_s, static_cast<double>(st.heartbeats)) * 1e3}});
     out["stages"] = std::move(stages);
   }
   if (s.n_expert() > 0) {  // a mixture of experts: its experts on the hot device, and the guess, over every layer

@@ -29,9 +29,12 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
     std::vector<uint64_t> layer_bytes;
     for (size_t l = 0; l < costs.layer_fixed.size(); ++l) layer_bytes.push_back(costs.layer_fixed[l] + costs.ffn_dense[l]);
     auto plan = options.stages;
+    std::vector<std::string> named;
+    for (const auto& s : plan.stages) named.push_back(s.where());
+    parts_->stats->set_stages(std::move(named));
     plan.kv_layer_row_bytes = static_cast<uint64_t>(2 * parts_->m->hp().n_embd_kv()) * (c.kv_type() == tensor_type::f32 ? 4 : 2);
     parts_->stages = connect_stages(*sys_, plan, layer_bytes, c.n_ctx(), c.n_seq(), c.kv_type() == tensor_type::f32 ? "f32" : "f16",
-                                    c.mode() == ffn_mode::dense ? "dense" : "sparse");
+                                    c.mode() == ffn_mode::dense ? "dense" : "sparse", parts_->stats);
     std::vector<std::string> where;
     for (const auto& s : parts_->stages) where.push_back(s.where);
     parts_->stats->set_stages(std::move(where));

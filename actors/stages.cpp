@@ -1,5 +1,7 @@
 #include "actors/stages.hpp"
 
+#include <bit>
+#include <cstring>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -22,7 +24,7 @@
 namespace hotcold::actors {
 
 namespace {
-constexpr int stage_protocol = 2;  // bumped on any change to the stage messages
+constexpr int stage_protocol = 3;  // bumped on any change to the stage messages
 
 // Asks `to` on `self`'s behalf and answers the current request with its reply (of types Rs) or
 // error: the worker's front keeps the actor that computes off the network (see remote_stage).
@@ -39,6 +41,7 @@ struct stage_host_state {
   std::shared_ptr<inference_context> ctx;
   inference_context::step_state s;
   int64_t first = 0, last = 0;
+  std::vector<float> in;      // a step's x, unpacked
   bool private_copy = false;  // o.m holds first..last - 1 read into memory (else it is the mapping)
   std::string path;           // the file's
   int64_t n_layer = 0;
@@ -93,14 +96,16 @@ caf::behavior stage_host(caf::stateful_actor<stage_host_state>* self, stage_host
         return {};
       },
       [self](layers_atom, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions,
-             const std::vector<float>& x) -> caf::result<std::vector<float>, int64_t> {
+             const float_bytes& x) -> caf::result<float_bytes, int64_t> {
         auto& st = self->state;
         if (!st.ctx) return caf::make_error(caf::sec::runtime_error, std::string("no layers assigned to this worker"));
         try {
           const auto t0 = std::chrono::steady_clock::now();
-          st.ctx->step_begin_hidden(st.s, x, seqs, positions);
+          st.in.resize(x.size() / sizeof(float));
+          unpack_floats(x, st.in.data());
+          st.ctx->step_begin_hidden(st.s, st.in, seqs, positions);
           st.ctx->step_layers(st.s, st.first, st.last);
-          std::vector<float> out(st.s.x.begin(), st.s.x.begin() + static_cast<std::ptrdiff_t>(x.size()));
+          float_bytes out = pack_floats(st.s.x.data(), st.in.size());
           const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
           return {std::move(out), ns};
         } catch (const std::exception& e) {
@@ -111,11 +116,17 @@ caf::behavior stage_host(caf::stateful_actor<stage_host_state>* self, stage_host
 }
 }  // namespace
 
-std::string stage_version() { return fmt::format("hotcold {} (stage protocol {}, CAF {}.{}.{})", HOTCOLD_VERSION, stage_protocol, CAF_MAJOR_VERSION, CAF_MINOR_VERSION, CAF_PATCH_VERSION); }
+std::string stage_version() {
+  return fmt::format("hotcold {} (stage protocol {}, CAF {}.{}.{}, {}-endian floats)", HOTCOLD_VERSION, stage_protocol, CAF_MAJOR_VERSION, CAF_MINOR_VERSION,
+                     CAF_PATCH_VERSION, std::endian::native == std::endian::little ? "little" : "big");
+}
+
+float_bytes pack_floats(const float* x, size_t n) { return float_bytes(reinterpret_cast<const char*>(x), n * sizeof(float)); }
+
+void unpack_floats(const float_bytes& b, float* out) { std::memcpy(out, b.data(), b.size() / sizeof(float) * sizeof(float)); }
 
 void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir) {
   cfg.load<caf::io::middleman>();
-  cfg.add_message_type<std::vector<float>>("hotcold_floats");
   cfg.add_message_type<std::vector<int64_t>>("hotcold_i64s");
   if (tls_dir.empty()) return;
   // Checked here, where a bad folder is a clear error: CAF's module reads the files again for each
@@ -147,8 +158,8 @@ caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner, worker
       [self, inner](assign_atom a, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, std::string& kv_type, std::string& mode) {
         return relay<std::string>(self, inner, a, first, last, n_ctx, n_seq, std::move(kv_type), std::move(mode));
       },
-      [self, inner](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) {
-        return relay<std::vector<float>, int64_t>(self, inner, a, std::move(seqs), std::move(positions), std::move(x));
+      [self, inner](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, float_bytes& x) {
+        return relay<float_bytes, int64_t>(self, inner, a, std::move(seqs), std::move(positions), std::move(x));
       },
       [](ping_atom a) { return a; },
       [probe](probe_atom) { return caf::make_message(probe.read_bytes_per_second, devices::cpu_device().free_memory, probe.threads); },
@@ -232,6 +243,8 @@ struct link_state {
   caf::response_promise starting;   // the first connection's requester (connect_stages): answered after the probe
   caf::response_promise assigning;  // then its assignment's
   caf::actor candidate;             // the worker reached at the first connection, until assigned
+  std::shared_ptr<live_stats> stats;  // heartbeats' round trips, as stage `number`
+  size_t number = 0;
   static inline const char* name = "hotcold-stage-link";
 };
 using link_ptr = caf::stateful_actor<link_state>*;
@@ -297,10 +310,13 @@ void lose(link_ptr self, const std::string& why) {
 void ping(link_ptr self) {
   auto& st = self->state;
   const uint64_t epoch = st.epoch;
+  const auto t0 = std::chrono::steady_clock::now();
   self->request(st.remote, st.timing.heartbeat_timeout, ping_atom::value)
       .then(
-          [self, epoch](ping_atom) {
-            if (epoch == self->state.epoch) self->delayed_send(self, self->state.timing.heartbeat, tick_atom::value, epoch);
+          [self, epoch, t0](ping_atom) {
+            auto& st = self->state;
+            if (st.stats) st.stats->add_stage_heartbeat(st.number, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            if (epoch == st.epoch) self->delayed_send(self, st.timing.heartbeat, tick_atom::value, epoch);
           },
           [self, epoch](caf::error& e) {
             auto& st = self->state;
@@ -365,8 +381,9 @@ void connect(link_ptr self) {
 }
 
 caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id, int64_t n_ctx, int64_t n_seq, std::string kv_type, std::string mode,
-                         stage_timing timing) {
+                         stage_timing timing, std::shared_ptr<live_stats> stats, size_t number) {
   auto& st = self->state;
+  st.stats = std::move(stats), st.number = number;
   st.addr = std::move(addr), st.file_id = std::move(file_id), st.n_ctx = n_ctx, st.n_seq = n_seq;
   st.kv_type = std::move(kv_type), st.mode = std::move(mode), st.timing = timing;
   self->set_down_handler([self](caf::down_msg& m) {
@@ -399,7 +416,7 @@ caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id,
       [self](retry_atom) {
         if (!self->state.remote) connect(self);
       },
-      [self](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, std::vector<float>& x) -> caf::result<std::vector<float>, int64_t, int64_t> {
+      [self](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, float_bytes& x) -> caf::result<float_bytes, int64_t, int64_t> {
         auto& st = self->state;
         if (!st.remote) return caf::make_error(caf::sec::runtime_error, st.lost);
         const uint64_t id = st.next++;
@@ -408,7 +425,7 @@ caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id,
         const auto t0 = std::chrono::steady_clock::now();
         self->request(st.remote, caf::infinite, a, std::move(seqs), std::move(positions), std::move(x))
             .then(
-                [self, id, t0](std::vector<float>& out, int64_t compute_ns) {
+                [self, id, t0](float_bytes& out, int64_t compute_ns) {
                   auto it = self->state.pending.find(id);
                   if (it == self->state.pending.end()) return;  // (failed already: the stage was lost)
                   const int64_t round_trip = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
@@ -465,7 +482,8 @@ std::vector<int64_t> plan_split(const std::vector<worker_probe>& workers, const 
 }
 
 std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, int64_t ctx,
-                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, const stage_timing& timing) {
+                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, std::shared_ptr<live_stats> stats,
+                                         const stage_timing& timing) {
   check_stage_links(plan);
   std::vector<caf::actor> links;
   std::vector<worker_probe> probes;
@@ -475,7 +493,7 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
     throw std::runtime_error(fmt::format("worker {}: {}", s.where(), why));
   };
   for (const auto& s : plan.stages) {  // reached, checked and probed
-    links.push_back(sys.spawn(stage_link, s, plan.file_id, ctx, n_seq, kv_type, mode, timing));
+    links.push_back(sys.spawn(stage_link, s, plan.file_id, ctx, n_seq, kv_type, mode, timing, stats, links.size()));
     std::string why;
     worker_probe p;
     self->request(links.back(), timing.answer * 4, start_atom::value)
@@ -490,8 +508,15 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
   }
   std::vector<stage_address> stages = plan.stages;
   const uint64_t kv_layer = static_cast<uint64_t>(ctx * n_seq) * plan.kv_layer_row_bytes;
+  // Workers on one host share its memory bus: each one's speed measured alone says nothing of their
+  // shares (and concurrent probes at their starts read unevenly), so they count as equally fast.
+  bool one_host = true;
+  for (const auto& s : stages) one_host = one_host && s.host == stages.front().host;
   if (plan.auto_split) {
-    const auto counts = plan_split(probes, layer_bytes, kv_layer);
+    auto planned = probes;
+    if (one_host)
+      for (auto& p : planned) p.read_bytes_per_second = 1;
+    const auto counts = plan_split(planned, layer_bytes, kv_layer);
     int64_t first = 0;
     for (size_t k = 0; k < stages.size(); ++k) stages[k].first = first, stages[k].last = first += counts[k];
   }
@@ -505,7 +530,10 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
                static_cast<double>(bytes) / double(1ull << 30),
                1e3 * static_cast<double>(bytes - kv_layer * static_cast<uint64_t>(s.last - s.first)) / std::max(probes[k].read_bytes_per_second, 1.0));
   }
-  if (plan.auto_split) fmt::print(stderr, "hotcold: --split auto: layers in proportion to each worker's measured read speed, within 90% of its available memory\n");
+  if (plan.auto_split)
+    fmt::print(stderr, "hotcold: --split auto: layers in proportion to {}, within 90% of each one's available memory\n",
+               one_host && stages.size() > 1 ? "the workers (one host: they share its memory bus, so each counts as equally fast)"
+                                             : "each worker's measured read speed");
   std::vector<remote_stage> out;
   for (size_t k = 0; k < stages.size(); ++k) {  // assigned (each reads its layers now)
     std::string why;

@@ -11,7 +11,9 @@
 //   assign first, last, ctx, n_seq, kv type, mode
 //                                      -> "" or why not (layers outside the file, a context too large)
 //   layers seqs, positions, x           -> x after the stage's layers, and the nanoseconds the worker
-//                                         computed (an error names what failed)
+//                                         computed (an error names what failed); x travels as the
+//                                         floats' bytes (float_bytes: CAF copies a string's bytes whole,
+//                                         a vector<float> value by value, ~60 us more a hop at 2048)
 //   ping                                -> ping (the heartbeat; answered by the worker's front actor,
 //                                         which does not wait for the computing one)
 //   probe                               -> the worker's read speed (bytes/s, measured at its start with
@@ -31,6 +33,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 
+#include "actors/live_stats.hpp"
 #include "model/model.hpp"
 
 namespace hotcold::actors {
@@ -45,8 +48,15 @@ using probe_atom = caf::atom_constant<caf::atom("probe")>;
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 using stage_atom = caf::atom_constant<caf::atom("stage")>;
 
-// What both ends of a stage link must run alike: hotcold's version, the stage protocol's, CAF's.
+// What both ends of a stage link must run alike: hotcold's version, the stage protocol's, CAF's, and
+// the floats' byte order (their bytes cross as they are in memory).
 std::string stage_version();
+
+// Rows of floats as their bytes in memory (the `layers` messages' x).
+using float_bytes = std::string;
+float_bytes pack_floats(const float* x, size_t n);
+// The floats of b into out (b.size() / 4 of them).
+void unpack_floats(const float_bytes& b, float* out);
 
 // A configuration that can carry stage messages between hosts: CAF's middleman loaded and the
 // messages' types announced (both ends call it before building their actor system). With tls_dir
@@ -136,8 +146,10 @@ struct remote_stage {
 // std::runtime_error naming the stage and why (no answer within timing.answer, another version or
 // file, layers it cannot hold, memory too small for an automatic split).
 // kv_type: "f16" or "f32"; mode: "dense" or "sparse" (the coordinator's, which the stages follow).
+// stats: where each link counts its heartbeats' round trips (live_stats::add_stage_heartbeat).
 std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, int64_t ctx,
-                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, const stage_timing& timing = {});
+                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, std::shared_ptr<live_stats> stats,
+                                         const stage_timing& timing = {});
 
 // The stages of --workers W1,W2,... (tcp://HOST:PORT each, protocol::parse_endpoint) with --split
 // N1,N2,... (layers per worker, in order, summing to n_layer) or "auto" (an even split, the first

@@ -298,6 +298,9 @@ TEST(Workers, StagesShowInMetricsStatsAndTraces) {
     EXPECT_EQ(metric(m, "hotcold_stage_bytes_per_token" + s), 2 * 128 * 4 + 16) << m;
     EXPECT_GT(metric(m, "hotcold_stage_compute_seconds_total" + s), 0) << m;
     EXPECT_GE(metric(m, "hotcold_stage_busy_ratio" + s), 0) << m;
+    double heartbeat = 0;  // (every 250 ms)
+    for (int i = 0; i < 40 && heartbeat <= 0; ++i, std::this_thread::sleep_for(50ms)) heartbeat = metric(http_get(port, "/metrics"), "hotcold_stage_heartbeat_seconds" + s);
+    EXPECT_GT(heartbeat, 0) << m;
   }
   const double tokens = metric(m, "hotcold_step_tokens_total");
   auto sent = s1;
@@ -598,7 +601,8 @@ TEST(Workers, StagesInNetworkNamespacesWithADelay) {
   if (lab.delayed()) EXPECT_GE(shortest, 2000.0);  // 1 ms each way
   else std::cout << "(no netem in this kernel: the namespaces' links have no delay; shortest hop " << shortest << " us)\n";
   // A worker gone there: the run ends naming the stage.
-  server_process run({"-m", f.dense, "-p", "Hello", "-n", "100000", "--temp", "0", "-c", "4096", "-t", "1", "--workers", workers, "--workers-tls", ca}, "run");
+  server_process run({"-m", f.dense, "-p", "Hello", "-n", "100000", "--temp", "0", "-c", "4096", "-t", "1", "--workers", workers, "--workers-tls", ca, "--split", "2,2"},
+                     "run");
   for (int i = 0; i < 600 && b.log().find("runs layers") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
   std::this_thread::sleep_for(300ms);
   kill(b.pid(), SIGKILL);
