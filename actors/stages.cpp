@@ -78,7 +78,7 @@ caf::behavior stage_host(caf::stateful_actor<stage_host_state>* self, stage_host
             const auto t0 = std::chrono::steady_clock::now();
             st.o.m.reset(), st.first = st.last = 0, st.private_copy = false;
             load_options lo;
-            lo.first_layer = first, lo.last_layer = last;
+            lo.first_layer = first, lo.last_layer = last, lo.globals = false;
             st.o.m = model::load(st.path, lo);
             st.private_copy = true;
             say(st.o, fmt::format("hotcold worker: read layers {}-{} in {:.2f} s", first, last - 1,

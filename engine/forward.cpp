@@ -187,6 +187,7 @@ void inference_context::begin(step_state& B, int64_t n, const int64_t* seqs, con
 }
 
 void inference_context::embed(step_state& B, std::span<const token_id> tokens) {
+  if (!model_->holds_globals()) throw std::logic_error("the embeddings: this process did not load them (load_options::globals)");
   const int64_t d = model_->hp().n_embd;
   for (size_t t = 0; t < tokens.size(); ++t) dequantize_row(model_->weights().token_embd, tokens[t], B.x.data() + static_cast<int64_t>(t) * d);
 }
@@ -526,6 +527,7 @@ void inference_context::step_ffn_done(step_state& s, int64_t layer, const float*
 }
 
 std::span<const float> inference_context::step_logits(step_state& s, std::span<const int64_t> rows) {
+  if (!model_->holds_globals()) throw std::logic_error("the head: this process did not load it (load_options::globals)");
   const int64_t n_vocab = model_->hp().n_vocab;
   for (size_t k = 0; k < rows.size(); ++k)
     if (rows[k] < 0 || rows[k] >= s.n || (k > 0 && rows[k] <= rows[k - 1]))

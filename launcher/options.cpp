@@ -337,6 +337,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "Check the predictors' recall every N steps (each sparse layer computes its first token densely; 0: never)")
       ->check(whole_in(0, 1ll << 40))
       ->capture_default_str();
+  cmd->add_option("--micro-batches", a->s.micro_batches,
+                  "Split each step of several sequences into this many micro-batches of whole sequences (with --workers: stage k works on one "
+                  "while stage k+1 works on another; with a hot device holding every layer's attention: it works on one while the cold pool "
+                  "works on another). Default: one a stage where --workers are on other hosts, else 1")
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--max-client-buffer", a->s.max_client_buffer,
                   "Bytes of replies a client may leave unread before it is cut off (its requests cancelled; one larger reply still goes when "
                   "nothing else of its waits)")

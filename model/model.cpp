@@ -427,11 +427,12 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     size_t bytes = static_cast<size_t>(f.size() - f.data_offset());
     if (bytes > 0) {
       const int64_t first = options.first_layer, last = options.last_layer;
+      const bool globals = options.globals;
       std::function<bool(const gguf::tensor_info&)> held;
-      if (first > 0 || (last >= 0 && last < hp.n_layer))
-        held = [first, last](const gguf::tensor_info& t) {
+      if (first > 0 || (last >= 0 && last < hp.n_layer) || !globals)
+        held = [first, last, globals](const gguf::tensor_info& t) {
           const int64_t il = tensor_layer(t.name);
-          return il < 0 || (il >= first && (last < 0 || il < last));
+          return il < 0 ? globals : il >= first && (last < 0 || il < last);
         };
       m->buffer_ = read_data_section(path, f, bytes, held);
       m->huge_pages_ = m->buffer_.huge_pages();
@@ -441,7 +442,8 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
 
   m->held_first_ = std::clamp<int64_t>(options.first_layer, 0, hp.n_layer);
   m->held_last_ = options.last_layer < 0 ? hp.n_layer : std::clamp<int64_t>(options.last_layer, m->held_first_, hp.n_layer);
-  if (options.use_mmap) m->held_first_ = 0, m->held_last_ = hp.n_layer;  // (the file's pages, read as used)
+  m->holds_globals_ = options.globals;
+  if (options.use_mmap) m->held_first_ = 0, m->held_last_ = hp.n_layer, m->holds_globals_ = true;  // (the file's pages, read as used)
   model_weights& w = m->weights_;
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   std::vector<tensor_view> qkv_bias(static_cast<size_t>(hp.n_layer));
@@ -467,7 +469,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     w.output = w.token_embd;
     m->tied_output_ = true;
   }
-  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_, hp.n_expert, m->held_first_, m->held_last_);
+  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_ || !m->holds_globals_, hp.n_expert, m->held_first_, m->held_last_);
   if (std::string gpuidx = placement_path(path); std::filesystem::exists(gpuidx)) {
     try {
       m->placement_ = read_placement_file(gpuidx, hp.n_layer, hp.n_ff);

@@ -116,6 +116,9 @@ struct load_options {
   // that runs some layers only (a stage of docs/distributed.md, or its coordinator). With use_mmap
   // the file's pages are read as they are used anyway.
   int64_t first_layer = 0, last_layer = -1;
+  // With layers chosen above: whether the embeddings, the final norm and the head are read too (a
+  // stage's worker needs neither: its coordinator embeds and samples).
+  bool globals = true;
 };
 
 class model {
@@ -138,6 +141,8 @@ class model {
   bool has_predictors() const { return has_predictors_; }
   // Whether layer il's weights were loaded (load_options::first_layer, last_layer).
   bool holds_layer(int64_t il) const { return il >= held_first_ && il < held_last_; }
+  // Whether the embeddings, the final norm and the head were loaded (load_options::globals).
+  bool holds_globals() const { return holds_globals_; }
   // The hot/cold split from `<model>.generated.gpuidx`, when that file is present.
   const placement_data* placement() const { return placement_ ? &*placement_ : nullptr; }
   uint64_t weight_bytes() const { return weight_bytes_; }
@@ -153,6 +158,7 @@ class model {
   bool tied_output_ = false;
   bool has_predictors_ = false;
   int64_t held_first_ = 0, held_last_ = 0;
+  bool holds_globals_ = true;
   std::optional<placement_data> placement_;
   uint64_t weight_bytes_ = 0;
   bool huge_pages_ = false;

@@ -132,9 +132,13 @@ class serving_loop {
     po.trace = l_.trace.get();
     po.recall_every = o_.recall_every;
     po.stages = o_.stages;
-    // Over stages of other hosts, a step of several sequences goes in as many micro-batches as there
+    // Over stages on other hosts, a step of several sequences goes in as many micro-batches as there
     // are stages, so that each works on one while the next works on another (docs/distributed.md).
-    po.micro_batches = std::max<int>(1, static_cast<int>(o_.stages.stages.size()));
+    // Not where every stage is on one host: there they share one memory bus, and each micro-batch
+    // reads a stage's weights again (4 decoding sequences over 2 stages: 0.88x, measured).
+    bool one_host = true;
+    for (const auto& s : o_.stages.stages) one_host = one_host && s.host == o_.stages.stages.front().host;
+    po.micro_batches = o_.micro_batches > 0 ? o_.micro_batches : one_host ? 1 : std::max<int>(1, static_cast<int>(o_.stages.stages.size()));
     pipe_ = std::make_unique<actors::pipeline>(l_.ctx, po);
     if (!o_.record.empty()) record_ = record_file(o_.record);
     status_.started = clock_type::now();

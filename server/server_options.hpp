@@ -28,6 +28,7 @@ struct server_options {
   std::vector<std::string> cors_origins;   // origins of web pages allowed to use the server (default: loopback ones)
   int64_t max_queued_per_client = -1;      // requests of one client waiting for a slot (-1: a quarter of max_queue)
   int64_t recall_every = 64;       // steps between predictor recall checks (0: none)
+  int micro_batches = 0;           // micro-batches a step of several sequences goes in (0: one a stage where stages are on other hosts, else 1)
   // Stages of layers on other hosts (actors::pipeline_options::stages; --workers).
   actors::stage_plan stages;
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)

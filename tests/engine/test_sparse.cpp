@@ -391,6 +391,11 @@ TEST_P(SparsePath, StagesOfLayersGiveTheWholeContextsLogits) {
   front.last_layer = k, back.first_layer = k;
   auto m_front = model::load(path, front), m_back = model::load(path, back);
   EXPECT_TRUE(m_front->holds_layer(k - 1) && !m_front->holds_layer(k) && m_back->holds_layer(k) && !m_back->holds_layer(k - 1));
+  // A middle stage (a worker's): its layers alone, neither the embeddings nor the head.
+  load_options middle;
+  middle.first_layer = k, middle.globals = false;
+  auto m_middle = model::load(path, middle);
+  EXPECT_FALSE(m_middle->holds_globals());
   for (ffn_mode mode : {ffn_mode::dense, ffn_mode::sparse}) {
     SCOPED_TRACE(mode == ffn_mode::dense ? "dense" : "sparse");
     inference_context whole(m, 16, 2, 2), first(m_front, 16, 2, 2), second(m_back, 16, 2, 2);
@@ -419,6 +424,21 @@ TEST_P(SparsePath, StagesOfLayersGiveTheWholeContextsLogits) {
     EXPECT_THROW(second.step_begin_hidden(b, row, slot2, pos0), std::out_of_range);
     EXPECT_THROW(second.step_layers(b, k, L + 1), std::out_of_range);
     EXPECT_THROW(second.step_layers(b, k - 1, L), std::logic_error);  // (layer k-1's weights were never read here)
+    // The middle stage's stream equals the back stage's; it has no head to give logits with.
+    inference_context mid(m_middle, 16, 2, 2);
+    mid.set_mode(mode);
+    inference_context::step_state c;
+    const token_id t1[] = {5};
+    const int64_t s0[] = {0}, p0[] = {0};
+    first.step_begin(a, t1, s0, p0);
+    first.step_layers(a, 0, k);
+    mid.step_begin_hidden(c, std::span<const float>(a.x.data(), static_cast<size_t>(d)), s0, p0);
+    mid.step_layers(c, k, L);
+    second.step_begin_hidden(b, std::span<const float>(a.x.data(), static_cast<size_t>(d)), s0, p0);
+    second.step_layers(b, k, L);
+    for (int64_t i = 0; i < d; ++i) ASSERT_EQ(c.x[static_cast<size_t>(i)], b.x[static_cast<size_t>(i)]) << i;
+    const int64_t row0[] = {0};
+    EXPECT_THROW(mid.step_logits(c, row0), std::logic_error);
   }
 }
 

@@ -103,7 +103,7 @@ double metric(const std::string& text, const std::string& series) {
 }
 
 // Several sequences at once over two stages: a server's steps go in micro-batches of whole sequences
-// (one a stage: stage 1 works on one while stage 2 works on the other), and each request's greedy
+// (--micro-batches 2: stage 1 works on one while stage 2 works on the other), and each request's greedy
 // text is one process's alone, for a dense and a sparse file; bench compares 1 and 2 micro-batches.
 TEST(Workers, SequencesInMicroBatchesGiveOneProcesssText) {
   const auto& f = files();
@@ -116,7 +116,7 @@ TEST(Workers, SequencesInMicroBatchesGiveOneProcesssText) {
     const std::string ep = tcp_endpoint();
     const int port = free_port();
     server_process serve({"-m", file, "-c", "128", "-t", "1", "--parallel", "4", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "--workers",
-                          wa + "," + wb, "--split", "1,3"});
+                          wa + "," + wb, "--split", "1,3", "--micro-batches", "2"});
     wait_ready(ep, &serve);
     const std::vector<std::string> prompts{"Once upon a time", "The cat sat on the mat", "Hello", "In the beginning there was"};
     std::vector<std::string> got(prompts.size());
