@@ -13,9 +13,7 @@
 
 #include "actors/pipeline.hpp"
 #include "actors/stage_keys.hpp"
-#include "devices/device_info.hpp"
 #include "engine/forward.hpp"
-#include "protocol/endpoint.hpp"
 
 #ifndef HOTCOLD_VERSION
 #define HOTCOLD_VERSION "unknown"
@@ -149,7 +147,7 @@ namespace {
 // 0.17's actor system waits at shutdown for the threads of such actors while its network layer
 // still holds them: a worker would not end on SIGTERM). It answers heartbeats itself, so that a long
 // step does not read as a hung worker.
-caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner, worker_probe probe) {
+caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner, worker_probe probe, std::function<uint64_t()> available) {
   self->link_to(inner);
   return {
       [self, inner](hello_atom a, std::string& version, std::string& file_id) {
@@ -162,25 +160,21 @@ caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner, worker
         return relay<float_bytes, int64_t>(self, inner, a, std::move(seqs), std::move(positions), std::move(x));
       },
       [](ping_atom a) { return a; },
-      [probe](probe_atom) { return caf::make_message(probe.read_bytes_per_second, devices::cpu_device().free_memory, probe.threads); },
+      [probe, available](probe_atom) { return caf::make_message(probe.read_bytes_per_second, available ? available() : uint64_t{0}, probe.threads); },
   };
 }
 }  // namespace
 
 caf::actor spawn_stage_host(caf::actor_system& sys, stage_host_options o) {
   const worker_probe probe{o.read_bytes_per_second, 0, o.threads};
-  return sys.spawn(stage_front, sys.spawn<caf::detached>(stage_host, std::move(o)), probe);
+  auto available = o.available_memory;
+  return sys.spawn(stage_front, sys.spawn<caf::detached>(stage_host, std::move(o)), probe, std::move(available));
 }
 
 std::string stage_address::where() const { return fmt::format("tcp://{}:{} (layers {}-{})", host, port, first, last - 1); }
 
-std::vector<stage_address> split_layers(const std::vector<std::string>& workers, const std::vector<std::string>& split, int64_t n_layer) {
-  std::vector<stage_address> out;
-  for (const auto& w : workers) {
-    const auto ep = protocol::parse_endpoint(w);
-    if (ep.kind != protocol::transport::tcp) throw std::invalid_argument(fmt::format("--workers {}: a worker's address is tcp://HOST:PORT", w));
-    out.push_back({ep.host, ep.port, 0, 0});
-  }
+std::vector<stage_address> split_layers(std::vector<stage_address> workers, const std::vector<std::string>& split, int64_t n_layer) {
+  auto& out = workers;
   const auto n = static_cast<int64_t>(out.size());
   if (n > n_layer) throw std::invalid_argument(fmt::format("--workers: {} workers for {} layers", n, n_layer));
   const std::string given = fmt::format("{}", fmt::join(split, ","));
@@ -209,18 +203,6 @@ std::vector<stage_address> split_layers(const std::vector<std::string>& workers,
     out[static_cast<size_t>(k)].last = first += counts[static_cast<size_t>(k)];
   }
   return out;
-}
-
-void check_stage_links(const stage_plan& plan) {
-  if (!plan.tls_dir.empty()) return;
-  for (const auto& s : plan.stages) {
-    protocol::endpoint ep;
-    ep.kind = protocol::transport::tcp, ep.host = s.host, ep.port = s.port;
-    if (!ep.is_loopback())
-      throw std::invalid_argument(fmt::format("--workers tcp://{}:{}: another host; links to other hosts are authenticated and encrypted: give "
-                                              "--workers-tls DIR (hotcold keygen --tls DIR; docs/distributed.md)",
-                                              s.host, s.port));
-  }
 }
 
 namespace {
@@ -484,7 +466,6 @@ std::vector<int64_t> plan_split(const std::vector<worker_probe>& workers, const 
 std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, int64_t ctx,
                                          int64_t n_seq, const std::string& kv_type, const std::string& mode, std::shared_ptr<live_stats> stats,
                                          const stage_timing& timing) {
-  check_stage_links(plan);
   std::vector<caf::actor> links;
   std::vector<worker_probe> probes;
   caf::scoped_actor self{sys};

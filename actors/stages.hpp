@@ -78,6 +78,7 @@ struct stage_host_options {
   std::string file_id;  // file_identity() of m's file, as the worker computed it
   int threads = 1;      // the CPU workers of the stage's context
   double read_bytes_per_second = 0;  // measured with those threads at the worker's start (the probe's answer)
+  std::function<uint64_t()> available_memory;  // bytes the system has available now (the probe's answer)
   std::string mode;     // "dense", "sparse", or "" (sparse when the file has predictors)
   std::function<void(const std::string&)> log;  // what the worker prints (connections, refusals)
 };
@@ -151,14 +152,10 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
                                          int64_t n_seq, const std::string& kv_type, const std::string& mode, std::shared_ptr<live_stats> stats,
                                          const stage_timing& timing = {});
 
-// The stages of --workers W1,W2,... (tcp://HOST:PORT each, protocol::parse_endpoint) with --split
-// N1,N2,... (layers per worker, in order, summing to n_layer) or "auto" (an even split, the first
-// workers taking one more where it does not divide). std::invalid_argument naming what is wrong (an
-// address, a count, more workers than layers).
-std::vector<stage_address> split_layers(const std::vector<std::string>& workers, const std::vector<std::string>& split, int64_t n_layer);
-
-// That plain links (no tls_dir) go to loopback workers only: std::invalid_argument naming a worker on
-// another host and what to give (--workers-tls DIR).
-void check_stage_links(const stage_plan& plan);
+// The workers (host and port each, in order) given their layers by --split N1,N2,... (layers per
+// worker, in order, summing to n_layer) or "auto" (an even split, the first workers taking one more
+// where it does not divide). std::invalid_argument naming what is wrong (a count, more workers than
+// layers).
+std::vector<stage_address> split_layers(std::vector<stage_address> workers, const std::vector<std::string>& split, int64_t n_layer);
 
 }  // namespace hotcold::actors

@@ -12,6 +12,7 @@
 
 #include "actors/runtime.hpp"
 #include "actors/stage_keys.hpp"
+#include "devices/device_info.hpp"
 #include "engine/bandwidth.hpp"
 #include "actors/stages.hpp"
 #include "model/file_identity.hpp"
@@ -52,6 +53,7 @@ void run_worker(const worker_args& a) {
   actors::stage_host_options o;
   o.m = m;
   o.mmap = a.mmap;
+  o.available_memory = [] { return devices::cpu_device().free_memory; };
   o.file_id = file_identity(a.model);
   o.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   {  // Its read speed with its threads, for a coordinator's --split auto (over 256 MiB: ~0.2 s).

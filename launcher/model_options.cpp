@@ -10,10 +10,26 @@
 #include "launcher/progress.hpp"
 #include "actors/stage_keys.hpp"
 #include "model/file_identity.hpp"
+#include "protocol/endpoint.hpp"
 #include "tools/expert_cache.hpp"
 #include "tools/profile.hpp"
 
 namespace hotcold::launcher {
+
+// --workers' addresses (tcp://HOST:PORT each): another host's only with TLS links.
+std::vector<actors::stage_address> worker_addresses(const std::vector<std::string>& workers, bool tls) {
+  std::vector<actors::stage_address> out;
+  for (const auto& w : workers) {
+    const auto ep = protocol::parse_endpoint(w);
+    if (ep.kind != protocol::transport::tcp) throw std::invalid_argument(fmt::format("--workers {}: a worker's address is tcp://HOST:PORT", w));
+    if (!tls && !ep.is_loopback())
+      throw std::invalid_argument(fmt::format("--workers {}: another host; links to other hosts are authenticated and encrypted: give --workers-tls DIR "
+                                              "(hotcold keygen --tls DIR; docs/distributed.md)",
+                                              w));
+    out.push_back({ep.host, ep.port, 0, 0});
+  }
+  return out;
+}
 
 loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   std::string path = a.model.empty() ? ensure_default_model() : a.model;
@@ -87,11 +103,10 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   l.trace_path = a.trace_out;
   if (!a.workers.empty()) {  // the layers on other processes: the plan of stages
     auto& p = l.stages;
-    p.stages = actors::split_layers(a.workers, a.split, hp.n_layer);
+    p.stages = actors::split_layers(worker_addresses(a.workers, !a.workers_tls.empty()), a.split, hp.n_layer);
     p.auto_split = a.split.size() == 1 && a.split[0] == "auto";
     p.tls_dir = a.workers_tls;
     if (!p.tls_dir.empty()) actors::check_tls_dir(p.tls_dir);
-    actors::check_stage_links(p);
     p.file_id = file_identity(path);
     fmt::print(stderr, "hotcold: this process keeps the embeddings, the head and sampling; file {}; links {}\n", p.file_id,
                p.tls_dir.empty() ? std::string("plain (loopback)") : "TLS with the certificates of " + p.tls_dir);

@@ -38,19 +38,20 @@ TEST(PlanSplit, MemoryCapsAWorkersLayers) {
 
 // --split N1,N2,...: contiguous ranges in the workers' order; auto before the probe: an even split.
 TEST(SplitLayers, CountsBecomeContiguousRanges) {
-  const auto s = split_layers({"tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"}, {"3", "5"}, 8);
+  const stage_address w1{"127.0.0.1", 7001}, w2{"127.0.0.1", 7002}, w3{"127.0.0.1", 7003};
+  const auto s = split_layers({w1, w2}, {"3", "5"}, 8);
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0].first, 0);
   EXPECT_EQ(s[0].last, 3);
   EXPECT_EQ(s[1].first, 3);
   EXPECT_EQ(s[1].last, 8);
   EXPECT_EQ(s[1].where(), "tcp://127.0.0.1:7002 (layers 3-7)");
-  const auto even = split_layers({"tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002", "tcp://127.0.0.1:7003"}, {"auto"}, 8);
+  const auto even = split_layers({w1, w2, w3}, {"auto"}, 8);
   EXPECT_EQ(even[0].last - even[0].first, 3);
   EXPECT_EQ(even[2].last - even[2].first, 2);
-  EXPECT_THROW(split_layers({"tcp://127.0.0.1:7001"}, {"3"}, 8), std::invalid_argument);
-  EXPECT_THROW(split_layers({"tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"}, {"8", "0"}, 8), std::invalid_argument);
-  EXPECT_THROW(split_layers({"ipc:///tmp/x"}, {"auto"}, 8), std::invalid_argument);
+  EXPECT_THROW(split_layers({w1}, {"3"}, 8), std::invalid_argument);
+  EXPECT_THROW(split_layers({w1, w2}, {"8", "0"}, 8), std::invalid_argument);
+  EXPECT_THROW(split_layers({w1, w2, w3}, {"auto"}, 2), std::invalid_argument);  // (more workers than layers)
 }
 
 }  // namespace
