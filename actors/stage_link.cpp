@@ -1,0 +1,339 @@
+// The coordinator's side of the stages (actors/stages.hpp): a link actor per stage that forwards
+// steps, watches its worker (down messages, heartbeats) and admits it again; connect_stages and the
+// plan of --split auto.
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/pipeline.hpp"
+#include "actors/stages.hpp"
+
+namespace hotcold::actors {
+
+namespace {
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+
+struct link_state {
+  stage_address addr;
+  std::string file_id, kv_type, mode;
+  int64_t n_ctx = 0, n_seq = 0;
+  stage_timing timing;
+  caf::actor remote;           // the worker's front while admitted; null while lost
+  std::string lost = "not connected yet";
+  caf::actor watcher;          // hears (stage_atom, index, up, why)
+  int64_t index = -1;
+  uint64_t epoch = 0;          // counts admissions and losses: answers of an earlier one are ignored
+  std::map<uint64_t, caf::response_promise> pending;  // layers requests in flight, by number
+  uint64_t next = 0;
+  caf::response_promise starting;   // the first connection's requester (connect_stages): answered after the probe
+  caf::response_promise assigning;  // then its assignment's
+  caf::actor candidate;             // the worker reached at the first connection, until assigned
+  std::shared_ptr<live_stats> stats;  // heartbeats' round trips, as stage `number`
+  size_t number = 0;
+  static inline const char* name = "hotcold-stage-link";
+};
+using link_ptr = caf::stateful_actor<link_state>*;
+
+void tell_watcher(link_ptr self, bool up) {
+  auto& st = self->state;
+  fmt::print(stderr, "hotcold: stage {}: {}\n", st.addr.where(), up ? "back (assigned again; new requests are admitted)" : st.lost);
+  if (st.watcher) self->send(st.watcher, stage_atom::value, st.index, up, st.lost);
+}
+
+// Why a worker's connection failed or ended, for people.
+std::string why_gone(const caf::error& e) {
+  if (e == caf::exit_reason::remote_link_unreachable) return "its connection closed";
+  if (e == caf::sec::disconnect_during_handshake)
+    return "the worker closed the connection during the handshake: one side speaks TLS and the other not, or their certificates are of "
+           "different authorities (hotcold worker --tls, --workers-tls)";
+  return describe(e);
+}
+
+void ping(link_ptr self);
+
+// Connects to the worker's address again (a lost stage), or for the first time.
+void connect(link_ptr self);
+
+// Admission failed: the first connection reports why and the link ends; a lost stage tries again.
+void not_admitted(link_ptr self, const std::string& why) {
+  auto& st = self->state;
+  for (auto* rp : {&st.starting, &st.assigning})
+    if (rp->pending()) {
+      rp->deliver(why, 0.0, uint64_t{0}, int64_t{0});
+      return self->quit();
+    }
+  self->delayed_send(self, st.timing.retry, retry_atom::value);
+}
+
+void admitted(link_ptr self, caf::actor remote) {
+  auto& st = self->state;
+  st.remote = std::move(remote);
+  self->monitor(st.remote);
+  st.lost.clear();
+  ++st.epoch;
+  if (st.assigning.pending()) st.assigning.deliver(std::string(), 0.0, uint64_t{0}, int64_t{0});
+  else tell_watcher(self, true);
+  ping(self);
+}
+
+// The worker is gone or silent: every request in flight fails with why, and so does each later one
+// until it is admitted again.
+void lose(link_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (!st.remote) return;
+  self->demonitor(st.remote);
+  st.remote = nullptr;
+  st.lost = why;
+  ++st.epoch;
+  auto pending = std::move(st.pending);
+  st.pending.clear();
+  for (auto& [id, rp] : pending) rp.deliver(caf::make_error(caf::sec::runtime_error, why));
+  tell_watcher(self, false);
+  self->delayed_send(self, st.timing.retry, retry_atom::value);
+}
+
+void ping(link_ptr self) {
+  auto& st = self->state;
+  const uint64_t epoch = st.epoch;
+  const auto t0 = std::chrono::steady_clock::now();
+  self->request(st.remote, st.timing.heartbeat_timeout, ping_atom::value)
+      .then(
+          [self, epoch, t0](ping_atom) {
+            auto& st = self->state;
+            if (st.stats) st.stats->add_stage_heartbeat(st.number, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            if (epoch == st.epoch) self->delayed_send(self, st.timing.heartbeat, tick_atom::value, epoch);
+          },
+          [self, epoch](caf::error& e) {
+            auto& st = self->state;
+            if (epoch != st.epoch) return;
+            lose(self, e == caf::sec::request_timeout
+                           ? fmt::format("no answer to a heartbeat within {} ms: the worker hangs or the link is cut", st.timing.heartbeat_timeout.count())
+                           : fmt::format("its worker is gone ({})", why_gone(e)));
+          });
+}
+
+// The stage's layers (addr.first .. last - 1) assigned to a worker past the handshake.
+void assign(link_ptr self, caf::actor remote) {
+  auto& st = self->state;
+  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode)
+      .then(
+          [self, remote](std::string& why) {
+            if (!why.empty()) return not_admitted(self, "refused its layers: " + why);
+            admitted(self, remote);
+          },
+          [self](caf::error& e) { not_admitted(self, fmt::format("no answer to its layers: {}", describe(e))); });
+}
+
+// The handshake on a worker just reached; then, at the first connection, its probe goes to the
+// starter (which plans the split and sends the layers), or a lost stage's layers are assigned again.
+void admit(link_ptr self, caf::actor remote) {
+  auto& st = self->state;
+  self->request(remote, st.timing.answer, hello_atom::value, stage_version(), st.file_id)
+      .then(
+          [self, remote](std::string& why) {
+            auto& st = self->state;
+            if (!why.empty()) return not_admitted(self, "refused: " + why);
+            if (!st.starting.pending()) return assign(self, remote);
+            self->request(remote, st.timing.answer, probe_atom::value)
+                .then(
+                    [self, remote](double bytes_per_second, uint64_t available, int64_t threads) {
+                      self->state.candidate = remote;
+                      self->state.starting.deliver(std::string(), bytes_per_second, available, threads);
+                    },
+                    [self](caf::error& e) { not_admitted(self, fmt::format("no answer to the probe: {}", describe(e))); });
+          },
+          [self](caf::error& e) { not_admitted(self, fmt::format("no answer to the handshake: {}", describe(e))); });
+}
+
+void connect(link_ptr self) {
+  auto& st = self->state;
+  auto& sys = self->home_system();
+  const caf::io::middleman_actor net = sys.has_openssl_manager() ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
+  const auto wait = st.starting.pending() ? st.timing.answer : st.timing.heartbeat_timeout + st.timing.retry;
+  self->request(net, wait, caf::connect_atom::value, st.addr.host, st.addr.port)
+      .then(
+          [self](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) {
+            if (!p) return not_admitted(self, "nothing published at the address");
+            admit(self, caf::actor_cast<caf::actor>(std::move(p)));
+          },
+          [self](caf::error& e) {
+            auto& sys = self->home_system();
+            std::string why = e == caf::sec::disconnect_during_handshake ? why_gone(e) : sys.render(e);
+            if (sys.has_openssl_manager() && e == caf::sec::cannot_connect_to_node)
+              why += " (over TLS: does the worker run with --tls, and a folder of the same authority as --workers-tls?)";
+            not_admitted(self, "cannot connect: " + why);
+          });
+}
+
+caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id, int64_t n_ctx, int64_t n_seq, std::string kv_type, std::string mode,
+                         stage_timing timing, std::shared_ptr<live_stats> stats, size_t number) {
+  auto& st = self->state;
+  st.stats = std::move(stats), st.number = number;
+  st.addr = std::move(addr), st.file_id = std::move(file_id), st.n_ctx = n_ctx, st.n_seq = n_seq;
+  st.kv_type = std::move(kv_type), st.mode = std::move(mode), st.timing = timing;
+  self->set_down_handler([self](caf::down_msg& m) {
+    if (self->state.remote && m.source == self->state.remote.address())
+      lose(self, fmt::format("its worker is gone ({})", m.reason ? why_gone(m.reason) : std::string("it ended")));
+  });
+  return {
+      [self](start_atom) {
+        self->state.starting = self->make_response_promise();
+        connect(self);
+        return self->state.starting;
+      },
+      [self](assign_atom, int64_t first, int64_t last) {
+        auto& st = self->state;
+        st.addr.first = first, st.addr.last = last;
+        st.assigning = self->make_response_promise();
+        if (!st.candidate) not_admitted(self, "not connected");
+        else assign(self, std::exchange(st.candidate, nullptr));
+        return st.assigning;
+      },
+      [self](watch_atom, int64_t index) {
+        auto& st = self->state;
+        st.watcher = caf::actor_cast<caf::actor>(self->current_sender());
+        st.index = index;
+        if (!st.remote) tell_watcher(self, false);
+      },
+      [self](tick_atom, uint64_t epoch) {
+        if (epoch == self->state.epoch && self->state.remote) ping(self);
+      },
+      [self](retry_atom) {
+        if (!self->state.remote) connect(self);
+      },
+      [self](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, float_bytes& x) -> caf::result<float_bytes, int64_t, int64_t> {
+        auto& st = self->state;
+        if (!st.remote) return caf::make_error(caf::sec::runtime_error, st.lost);
+        const uint64_t id = st.next++;
+        auto rp = self->make_response_promise();
+        st.pending.emplace(id, rp);
+        const auto t0 = std::chrono::steady_clock::now();
+        self->request(st.remote, caf::infinite, a, std::move(seqs), std::move(positions), std::move(x))
+            .then(
+                [self, id, t0](float_bytes& out, int64_t compute_ns) {
+                  auto it = self->state.pending.find(id);
+                  if (it == self->state.pending.end()) return;  // (failed already: the stage was lost)
+                  const int64_t round_trip = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+                  it->second.deliver(std::move(out), compute_ns, round_trip);
+                  self->state.pending.erase(it);
+                },
+                [self, id](caf::error& e) {
+                  auto it = self->state.pending.find(id);
+                  if (it == self->state.pending.end()) return;
+                  it->second.deliver(std::move(e));
+                  self->state.pending.erase(it);
+                });
+        return rp;
+      },
+  };
+}
+}  // namespace
+
+std::vector<int64_t> plan_split(const std::vector<worker_probe>& workers, const std::vector<uint64_t>& layer_bytes, uint64_t kv_layer_bytes,
+                                double memory_share) {
+  const auto n_layer = static_cast<int64_t>(layer_bytes.size());
+  const auto n = workers.size();
+  if (static_cast<int64_t>(n) > n_layer) throw std::invalid_argument(fmt::format("{} workers for {} layers", n, n_layer));
+  uint64_t biggest = kv_layer_bytes;
+  for (uint64_t b : layer_bytes) biggest = std::max(biggest, b + kv_layer_bytes);
+  std::vector<int64_t> counts(n, 0);
+  std::vector<uint64_t> room(n);
+  for (size_t k = 0; k < n; ++k) room[k] = static_cast<uint64_t>(memory_share * static_cast<double>(workers[k].available_bytes));
+  // Layer by layer (in the largest layer's bytes, so that any contiguous range fits): to the worker
+  // whose time a token would be least with it, counts / speed, among those with room for one more.
+  for (int64_t l = 0; l < n_layer; ++l) {
+    size_t best = n;
+    double best_time = 0;
+    for (size_t k = 0; k < n; ++k) {
+      if (static_cast<uint64_t>(counts[k] + 1) * biggest > room[k]) continue;
+      const double speed = std::max(workers[k].read_bytes_per_second, 1.0);
+      // Every worker takes one layer first (a stage of none is no stage), then by time.
+      const double time = counts[k] == 0 ? -1.0 / speed : static_cast<double>(counts[k] + 1) / speed;
+      if (best == n || time < best_time) best = k, best_time = time;
+    }
+    if (best == n) {
+      uint64_t total = 0;
+      for (uint64_t r : room) total += r / biggest;
+      throw std::runtime_error(fmt::format("--split auto: the workers' available memory holds {} of {} layers ({:.0f}% of each one's, {:.2f} GiB a layer with its KV cache)",
+                                           total, n_layer, memory_share * 100, static_cast<double>(biggest) / double(1ull << 30)));
+    }
+    ++counts[best];
+  }
+  for (size_t k = 0; k < n; ++k)
+    if (counts[k] == 0)
+      throw std::runtime_error(fmt::format("--split auto: worker {} has room for no layer ({:.2f} GiB available)", k + 1,
+                                           static_cast<double>(workers[k].available_bytes) / double(1ull << 30)));
+  return counts;
+}
+
+std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, int64_t ctx,
+                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, std::shared_ptr<live_stats> stats,
+                                         const stage_timing& timing) {
+  std::vector<caf::actor> links;
+  std::vector<worker_probe> probes;
+  caf::scoped_actor self{sys};
+  auto fail = [&](const stage_address& s, const std::string& why) {
+    for (auto& l : links) self->send_exit(l, caf::exit_reason::user_shutdown);
+    throw std::runtime_error(fmt::format("worker {}: {}", s.where(), why));
+  };
+  for (const auto& s : plan.stages) {  // reached, checked and probed
+    links.push_back(sys.spawn(stage_link, s, plan.file_id, ctx, n_seq, kv_type, mode, timing, stats, links.size()));
+    std::string why;
+    worker_probe p;
+    self->request(links.back(), timing.answer * 4, start_atom::value)
+        .receive(
+            [&](std::string& w, double bps, uint64_t available, int64_t threads) {
+              why = w;
+              p = {bps, available, threads};
+            },
+            [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
+    if (!why.empty()) fail(s, why);
+    probes.push_back(p);
+  }
+  std::vector<stage_address> stages = plan.stages;
+  const uint64_t kv_layer = static_cast<uint64_t>(ctx * n_seq) * plan.kv_layer_row_bytes;
+  // Workers on one host share its memory bus: each one's speed measured alone says nothing of their
+  // shares (and concurrent probes at their starts read unevenly), so they count as equally fast.
+  bool one_host = true;
+  for (const auto& s : stages) one_host = one_host && s.host == stages.front().host;
+  if (plan.auto_split) {
+    auto planned = probes;
+    if (one_host)
+      for (auto& p : planned) p.read_bytes_per_second = 1;
+    const auto counts = plan_split(planned, layer_bytes, kv_layer);
+    int64_t first = 0;
+    for (size_t k = 0; k < stages.size(); ++k) stages[k].first = first, stages[k].last = first += counts[k];
+  }
+  fmt::print(stderr, "| stage | worker | layers | reads | available | weights + KV | a token's layers |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const auto& s = stages[k];
+    uint64_t bytes = 0;
+    for (int64_t l = s.first; l < s.last && l < static_cast<int64_t>(layer_bytes.size()); ++l) bytes += layer_bytes[static_cast<size_t>(l)] + kv_layer;
+    fmt::print(stderr, "| {} | tcp://{}:{} | {}-{} ({}) | {:.1f} GB/s on {} threads | {:.2f} GiB | {:.2f} GiB | {:.2f} ms at that speed |\n", k + 1, s.host, s.port, s.first,
+               s.last - 1, s.last - s.first, probes[k].read_bytes_per_second / 1e9, probes[k].threads, static_cast<double>(probes[k].available_bytes) / double(1ull << 30),
+               static_cast<double>(bytes) / double(1ull << 30),
+               1e3 * static_cast<double>(bytes - kv_layer * static_cast<uint64_t>(s.last - s.first)) / std::max(probes[k].read_bytes_per_second, 1.0));
+  }
+  if (plan.auto_split)
+    fmt::print(stderr, "hotcold: --split auto: layers in proportion to {}, within 90% of each one's available memory\n",
+               one_host && stages.size() > 1 ? "the workers (one host: they share its memory bus, so each counts as equally fast)"
+                                             : "each worker's measured read speed");
+  std::vector<remote_stage> out;
+  for (size_t k = 0; k < stages.size(); ++k) {  // assigned (each reads its layers now)
+    std::string why;
+    self->request(links[k], timing.assign + timing.answer, assign_atom::value, stages[k].first, stages[k].last)
+        .receive([&](std::string& w, double, uint64_t, int64_t) { why = w; }, [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
+    if (!why.empty()) fail(stages[k], why);
+    out.push_back({links[k], stages[k].first, stages[k].last, stages[k].where()});
+  }
+  return out;
+}
+
+}  // namespace hotcold::actors
