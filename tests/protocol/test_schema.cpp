@@ -51,8 +51,8 @@ std::vector<reply> every_reply() {
   model_facts f{"/models/x.gguf", "llama", "relu", "sparse", 32000, 4096, 2, 64, 256, 1, 2};
   return {accepted_reply{"g1", 5, 7},
           token_reply{"g1", 0, 29892, "\xe2\x82", 41.5},  // half a character: U+FFFD in text, exact in bytes
-          done_reply{"g1", "length", 5, 32, {0.25, 41.5, 812}, std::nullopt},
-          done_reply{"g2", "stop_string", 5, 3, {0, 1, 2}, std::string("whole text")},
+          done_reply{"g1", "length", 5, 32, {0.25, 41.5, 812}, std::nullopt, std::nullopt},
+          done_reply{"g2", "stop_string", 5, 3, {0, 1, 2}, std::string("whole text"), std::nullopt},
           done_reply{"g4", "error", 5, 0, {0, 0, 1}, std::nullopt, std::string("stage tcp://127.0.0.1:7001 (layers 0-1): its worker is gone")},
           error_reply{{error_code::busy, "the queue is full", "g3"}, 150},
           error_reply{{error_code::bad_frame, "not JSON", ""}, std::nullopt},

@@ -109,7 +109,7 @@ TEST(ServeBrowsers, AKeylessServerServesThisMachineOnly) {
 
   // Programs (no Origin), by any loopback name: served as before.
   const std::string json_body = "Content-Type: application/json; charset=utf-8\r\n";
-  for (const std::string host : {s.here(), "localhost:" + std::to_string(s.port), "[::1]:" + std::to_string(s.port), std::string("localhost")}) {
+  for (const std::string& host : {s.here(), "localhost:" + std::to_string(s.port), "[::1]:" + std::to_string(s.port), std::string("localhost")}) {
     const auto a = s.send(request("POST", "/v1/completions", host, json_body, ask));
     EXPECT_EQ(a.status, 200) << host << "\n" << a.body;
     EXPECT_EQ(a.header("Access-Control-Allow-Origin"), "") << host;

@@ -189,7 +189,9 @@ TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
     for (auto r = c->next_reply(10s); r; r = mine < n ? c->next_reply(10s) : std::nullopt) {
       ++replies, ++mine;
       tokenized += (*r)["type"] == "tokens";
-      if ((*r)["type"] != "tokens") EXPECT_EQ((*r)["code"], "shutting_down") << r->dump();
+      if ((*r)["type"] != "tokens") {
+        EXPECT_EQ((*r)["code"], "shutting_down") << r->dump();
+      }
     }
   }
   EXPECT_EQ(replies, 3 * n) << "queued work was lost in the stop";
@@ -201,7 +203,7 @@ TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
 // The loopback names docs/commands.md documents bind and answer: localhost and [::1].
 TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
   const int port = free_port();
-  for (const std::string ep : {"tcp://localhost:" + std::to_string(port), "tcp://[::1]:" + std::to_string(port + 1)}) {
+  for (const std::string& ep : {"tcp://localhost:" + std::to_string(port), "tcp://[::1]:" + std::to_string(port + 1)}) {
     server_process server({"--zmq", ep, "-t", "2"});
     wait_ready(ep, &server);
     hotcold::tools::client c(ep, 10s);
