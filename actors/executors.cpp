@@ -334,9 +334,10 @@ void run_stage(hot_executor_ptr self, const remote_stage& rs) {
     if (runs.empty() || st.s->seqs[r] != st.s->seqs[runs.back().first]) runs.push_back({r, r + 1});
     else runs.back().second = r + 1;
   const size_t want = std::clamp<size_t>(static_cast<size_t>(std::max(1, st.p->micro_batches.load())), 1, runs.size());
-  for (size_t j = 0, r = 0; j < want; ++j) {  // about n / want rows each, whole sequences
-    const size_t until = j + 1 == want ? runs.size() : std::max(r + 1, static_cast<size_t>(std::lower_bound(runs.begin(), runs.end(), std::make_pair(n * (j + 1) / want, size_t{0})) - runs.begin()));
-    if (r >= until) continue;
+  for (size_t r = 0; r < runs.size();) {  // about n / want rows each: group j closes where a sequence starts past its share
+    const size_t j = g->groups.size();
+    size_t until = r + 1;
+    while (until < runs.size() && (j + 1 == want || runs[until].first < n * (j + 1) / want)) ++until;
     stage_group grp;
     grp.begin = runs[r].first, grp.end = runs[until - 1].second;
     grp.seqs.assign(st.s->seqs.begin() + static_cast<std::ptrdiff_t>(grp.begin), st.s->seqs.begin() + static_cast<std::ptrdiff_t>(grp.end));

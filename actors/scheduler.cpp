@@ -319,7 +319,7 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources
   // end with the stage's name and why, and new ones are refused with it until every stage is back.
   for (size_t k = 0; k < st.p->stages.size(); ++k) {
     self->monitor(st.p->stages[k].actor);
-    self->send(st.p->stages[k].actor, watch_atom::value, static_cast<int64_t>(k));
+    self->send(st.p->stages[k].actor, watch_atom::value);
   }
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;

@@ -27,8 +27,7 @@ struct link_state {
   stage_timing timing;
   caf::actor remote;           // the worker's front while admitted; null while lost
   std::string lost = "not connected yet";
-  caf::actor watcher;          // hears (stage_atom, index, up, why)
-  int64_t index = -1;
+  caf::actor watcher;          // hears (stage_atom, number, up, why)
   uint64_t epoch = 0;          // counts admissions and losses: answers of an earlier one are ignored
   std::map<uint64_t, caf::response_promise> pending;  // layers requests in flight, by number
   uint64_t next = 0;
@@ -36,7 +35,7 @@ struct link_state {
   caf::response_promise assigning;  // then its assignment's
   caf::actor candidate;             // the worker reached at the first connection, until assigned
   std::shared_ptr<live_stats> stats;  // heartbeats' round trips, as stage `number`
-  size_t number = 0;
+  size_t number = 0;                  // the stage's place in the pipeline's list (from 0)
   static inline const char* name = "hotcold-stage-link";
 };
 using link_ptr = caf::stateful_actor<link_state>*;
@@ -44,7 +43,7 @@ using link_ptr = caf::stateful_actor<link_state>*;
 void tell_watcher(link_ptr self, bool up) {
   auto& st = self->state;
   fmt::print(stderr, "hotcold: stage {}: {}\n", st.addr.where(), up ? "back (assigned again; new requests are admitted)" : st.lost);
-  if (st.watcher) self->send(st.watcher, stage_atom::value, st.index, up, st.lost);
+  if (st.watcher) self->send(st.watcher, stage_atom::value, static_cast<int64_t>(st.number), up, st.lost);
 }
 
 // Why a worker's connection failed or ended, for people.
@@ -61,15 +60,14 @@ void ping(link_ptr self);
 // Connects to the worker's address again (a lost stage), or for the first time.
 void connect(link_ptr self);
 
-// Admission failed: the first connection reports why and the link ends; a lost stage tries again.
+// Admission failed: the first connection (its start or its assignment) reports why and the link
+// ends; a lost stage tries again.
 void not_admitted(link_ptr self, const std::string& why) {
   auto& st = self->state;
-  for (auto* rp : {&st.starting, &st.assigning})
-    if (rp->pending()) {
-      rp->deliver(why, 0.0, uint64_t{0}, int64_t{0});
-      return self->quit();
-    }
-  self->delayed_send(self, st.timing.retry, retry_atom::value);
+  if (st.starting.pending()) st.starting.deliver(why, 0.0, uint64_t{0}, int64_t{0});
+  else if (st.assigning.pending()) st.assigning.deliver(why);
+  else return self->delayed_send(self, st.timing.retry, retry_atom::value);
+  self->quit();
 }
 
 void admitted(link_ptr self, caf::actor remote) {
@@ -78,7 +76,7 @@ void admitted(link_ptr self, caf::actor remote) {
   self->monitor(st.remote);
   st.lost.clear();
   ++st.epoch;
-  if (st.assigning.pending()) st.assigning.deliver(std::string(), 0.0, uint64_t{0}, int64_t{0});
+  if (st.assigning.pending()) st.assigning.deliver(std::string());
   else tell_watcher(self, true);
   ping(self);
 }
@@ -196,10 +194,9 @@ caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id,
         else assign(self, std::exchange(st.candidate, nullptr));
         return st.assigning;
       },
-      [self](watch_atom, int64_t index) {
+      [self](watch_atom) {
         auto& st = self->state;
         st.watcher = caf::actor_cast<caf::actor>(self->current_sender());
-        st.index = index;
         if (!st.remote) tell_watcher(self, false);
       },
       [self](tick_atom, uint64_t epoch) {
@@ -301,8 +298,7 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
   const uint64_t kv_layer = static_cast<uint64_t>(ctx * n_seq) * plan.kv_layer_row_bytes;
   // Workers on one host share its memory bus: each one's speed measured alone says nothing of their
   // shares (and concurrent probes at their starts read unevenly), so they count as equally fast.
-  bool one_host = true;
-  for (const auto& s : stages) one_host = one_host && s.host == stages.front().host;
+  const bool one_host = plan.one_host();
   if (plan.auto_split) {
     auto planned = probes;
     if (one_host)
@@ -314,12 +310,12 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
   fmt::print(stderr, "| stage | worker | layers | reads | available | weights + KV | a token's layers |\n| --- | --- | --- | --- | --- | --- | --- |\n");
   for (size_t k = 0; k < stages.size(); ++k) {
     const auto& s = stages[k];
-    uint64_t bytes = 0;
-    for (int64_t l = s.first; l < s.last && l < static_cast<int64_t>(layer_bytes.size()); ++l) bytes += layer_bytes[static_cast<size_t>(l)] + kv_layer;
+    uint64_t weights = 0;
+    for (int64_t l = s.first; l < s.last && l < static_cast<int64_t>(layer_bytes.size()); ++l) weights += layer_bytes[static_cast<size_t>(l)];
+    const uint64_t kv = kv_layer * static_cast<uint64_t>(s.last - s.first);
     fmt::print(stderr, "| {} | tcp://{}:{} | {}-{} ({}) | {:.1f} GB/s on {} threads | {:.2f} GiB | {:.2f} GiB | {:.2f} ms at that speed |\n", k + 1, s.host, s.port, s.first,
                s.last - 1, s.last - s.first, probes[k].read_bytes_per_second / 1e9, probes[k].threads, static_cast<double>(probes[k].available_bytes) / double(1ull << 30),
-               static_cast<double>(bytes) / double(1ull << 30),
-               1e3 * static_cast<double>(bytes - kv_layer * static_cast<uint64_t>(s.last - s.first)) / std::max(probes[k].read_bytes_per_second, 1.0));
+               static_cast<double>(weights + kv) / double(1ull << 30), 1e3 * static_cast<double>(weights) / std::max(probes[k].read_bytes_per_second, 1.0));
   }
   if (plan.auto_split)
     fmt::print(stderr, "hotcold: --split auto: layers in proportion to {}, within 90% of each one's available memory\n",
@@ -329,7 +325,7 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
   for (size_t k = 0; k < stages.size(); ++k) {  // assigned (each reads its layers now)
     std::string why;
     self->request(links[k], timing.assign + timing.answer, assign_atom::value, stages[k].first, stages[k].last)
-        .receive([&](std::string& w, double, uint64_t, int64_t) { why = w; }, [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
+        .receive([&](std::string& w) { why = w; }, [&](caf::error& e) { why = fmt::format("no answer: {}", describe(e)); });
     if (!why.empty()) fail(stages[k], why);
     out.push_back({links[k], stages[k].first, stages[k].last, stages[k].where()});
   }

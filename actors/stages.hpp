@@ -21,6 +21,7 @@
 //
 // Links to other hosts run over TLS with certificates on both sides (stage_keys.hpp): configure_network
 // with a folder of `hotcold keygen --tls`, and both ends trust only that folder's authority.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -43,7 +44,8 @@ using assign_atom = caf::atom_constant<caf::atom("assign")>;
 using layers_atom = caf::atom_constant<caf::atom("layers")>;
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
-// (watch_atom, index) to a stage link: the sender hears (stage_atom, index, up, why) at each change
+// watch_atom to a stage link: the sender hears (stage_atom, the stage's place in the list from 0, up,
+// why) at each change
 // (up false: the stage is lost, and why; true: it is back, assigned again, with empty caches).
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 using stage_atom = caf::atom_constant<caf::atom("stage")>;
@@ -100,6 +102,10 @@ struct stage_plan {
   bool auto_split = false;          // --split auto: connect_stages plans the layers (plan_split); stages' ranges are an even split until then
   uint64_t kv_layer_row_bytes = 0;  // a layer's K and V bytes for one position of one sequence (the memory plan's)
   bool empty() const { return stages.empty(); }
+  // Every stage on one host (they share its memory bus).
+  bool one_host() const {
+    return std::all_of(stages.begin(), stages.end(), [&](const stage_address& s) { return s.host == stages.front().host; });
+  }
 };
 
 // What a worker answers to the probe.

@@ -420,19 +420,22 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   if (static_cast<size_t>(hp.n_vocab) != m->vocab_->size())
     throw model_error(fmt::format("{}: token_embd.weight has {} rows but the tokenizer has {} tokens", path, hp.n_vocab, m->vocab_->size()));
 
+  // What this process holds (load_options' layers and globals; a mapping holds all, read as used).
+  m->held_first_ = std::clamp<int64_t>(options.first_layer, 0, hp.n_layer);
+  m->held_last_ = options.last_layer < 0 ? hp.n_layer : std::clamp<int64_t>(options.last_layer, m->held_first_, hp.n_layer);
+  m->holds_globals_ = options.globals;
+  if (options.use_mmap) m->held_first_ = 0, m->held_last_ = hp.n_layer, m->holds_globals_ = true;
   const uint8_t* base = nullptr;
   if (options.use_mmap) {
     base = f.bytes().data() + f.data_offset();
   } else {
     size_t bytes = static_cast<size_t>(f.size() - f.data_offset());
     if (bytes > 0) {
-      const int64_t first = options.first_layer, last = options.last_layer;
-      const bool globals = options.globals;
-      std::function<bool(const gguf::tensor_info&)> held;
-      if (first > 0 || (last >= 0 && last < hp.n_layer) || !globals)
-        held = [first, last, globals](const gguf::tensor_info& t) {
+      std::function<bool(const gguf::tensor_info&)> held;  // (empty: all of it)
+      if (m->held_first_ > 0 || m->held_last_ < hp.n_layer || !m->holds_globals_)
+        held = [&m](const gguf::tensor_info& t) {
           const int64_t il = tensor_layer(t.name);
-          return il < 0 ? globals : il >= first && (last < 0 || il < last);
+          return il < 0 ? m->holds_globals() : m->holds_layer(il);
         };
       m->buffer_ = read_data_section(path, f, bytes, held);
       m->huge_pages_ = m->buffer_.huge_pages();
@@ -440,10 +443,6 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     }
   }
 
-  m->held_first_ = std::clamp<int64_t>(options.first_layer, 0, hp.n_layer);
-  m->held_last_ = options.last_layer < 0 ? hp.n_layer : std::clamp<int64_t>(options.last_layer, m->held_first_, hp.n_layer);
-  m->holds_globals_ = options.globals;
-  if (options.use_mmap) m->held_first_ = 0, m->held_last_ = hp.n_layer, m->holds_globals_ = true;  // (the file's pages, read as used)
   model_weights& w = m->weights_;
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   std::vector<tensor_view> qkv_bias(static_cast<size_t>(hp.n_layer));

@@ -136,9 +136,7 @@ class serving_loop {
     // are stages, so that each works on one while the next works on another (docs/distributed.md).
     // Not where every stage is on one host: there they share one memory bus, and each micro-batch
     // reads a stage's weights again (4 decoding sequences over 2 stages: 0.88x, measured).
-    bool one_host = true;
-    for (const auto& s : o_.stages.stages) one_host = one_host && s.host == o_.stages.stages.front().host;
-    po.micro_batches = o_.micro_batches > 0 ? o_.micro_batches : one_host ? 1 : std::max<int>(1, static_cast<int>(o_.stages.stages.size()));
+    po.micro_batches = o_.micro_batches > 0 ? o_.micro_batches : o_.stages.one_host() ? 1 : static_cast<int>(o_.stages.stages.size());
     pipe_ = std::make_unique<actors::pipeline>(l_.ctx, po);
     if (!o_.record.empty()) record_ = record_file(o_.record);
     status_.started = clock_type::now();

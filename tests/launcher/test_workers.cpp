@@ -88,17 +88,10 @@ TEST(Workers, AWorkerKilledMidGenerationEndsItsRequestsNamingTheStage) {
   {
     worker_pair pair(f.dense);
     ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
-    const std::string &wa = pair.wa, &wb = pair.wb;
-    server_process run({"-m", f.dense, "-p", "Hello", "-n", "100000", "--temp", "0", "-c", "4096", "-t", "1", "--workers", wa + "," + wb}, "run");
-    ASSERT_TRUE(assigned(pair.b)) << pair.b.log() << run.log();
-    std::this_thread::sleep_for(300ms);  // (generating)
-    kill(pair.b.pid(), SIGKILL);
-    const auto t0 = std::chrono::steady_clock::now();
-    const int code = run.wait_exit(10s);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_EQ(code, 1) << run.log();
-    EXPECT_LT(seconds, 2.0) << run.log();
-    EXPECT_NE(run.log().find("stage " + wb + " (layers 2-3): its worker is gone"), std::string::npos) << run.log();
+    const auto run = signal_mid_generation(f.dense, pair, SIGKILL);
+    EXPECT_EQ(run.code, 1) << run.log;
+    EXPECT_LT(run.seconds, 2.0) << run.log;
+    EXPECT_NE(run.log.find("stage " + pair.wb + " (layers 2-3): its worker is gone"), std::string::npos) << run.log;
   }
   worker_pair pair(f.dense);
   ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
@@ -112,12 +105,7 @@ TEST(Workers, AWorkerKilledMidGenerationEndsItsRequestsNamingTheStage) {
   EXPECT_EQ(first.text + "\n", run_stdout({"run", "-m", f.dense, "-p", "Once upon a time", "-n", "8", "--temp", "0", "-c", "256", "-t", "1"}));
   EXPECT_NE(pair.a.log().find("runs layers 0-1 of 4"), std::string::npos) << pair.a.log();
   kill(pair.a.pid(), SIGKILL);
-  std::string why;
-  for (int i = 0; i < 40 && why.empty(); ++i) {
-    const auto g = c.generate({{"prompt", "The cat"}, {"n_predict", 4}});
-    if (g.done.finish == "error") why = g.done.error.value_or("(no error text)");
-    else std::this_thread::sleep_for(50ms);  // (the down message may come a moment later)
-  }
+  const std::string why = first_error(c, 5s);  // (the down message may come a moment later)
   EXPECT_NE(why.find("stage " + wa + " (layers 0-1): its worker is gone"), std::string::npos) << why << "\n" << serve.log();
   EXPECT_FALSE(serve.ended()) << serve.log();
   EXPECT_NO_THROW(c.call("health"));
@@ -133,17 +121,11 @@ TEST(Workers, AHungWorkerIsNoticedAndAStageThatComesBackIsAdmittedAgain) {
   ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
   const std::string &wa = pair.wa, &wb = pair.wb;
   {
-    server_process run({"-m", f.dense, "-p", "Hello", "-n", "100000", "--temp", "0", "-c", "4096", "-t", "1", "--workers", wa + "," + wb}, "run");
-    ASSERT_TRUE(assigned(pair.b)) << pair.b.log() << run.log();
-    std::this_thread::sleep_for(300ms);  // (generating)
-    kill(pair.b.pid(), SIGSTOP);
-    const auto t0 = std::chrono::steady_clock::now();
-    const int code = run.wait_exit(10s);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto run = signal_mid_generation(f.dense, pair, SIGSTOP);
     kill(pair.b.pid(), SIGCONT);
-    EXPECT_EQ(code, 1) << run.log();
-    EXPECT_LT(seconds, 2.0) << run.log();
-    EXPECT_NE(run.log().find("stage " + wb + " (layers 2-3): no answer to a heartbeat"), std::string::npos) << run.log();
+    EXPECT_EQ(run.code, 1) << run.log;
+    EXPECT_LT(run.seconds, 2.0) << run.log;
+    EXPECT_NE(run.log.find("stage " + wb + " (layers 2-3): no answer to a heartbeat"), std::string::npos) << run.log;
   }
   const std::string ep = tcp_endpoint();
   server_process serve({"-m", f.dense, "-c", "256", "-t", "1", "--parallel", "2", "--zmq", ep, "--workers", wa + "," + wb});

@@ -56,6 +56,14 @@ inline std::vector<float> read_floats(const std::string& path) {
   return v;
 }
 
+// A run through a pair's workers (a long greedy generation) whose second worker gets `signal` while
+// it generates: the run's exit status, the seconds from the signal to its end, and its log.
+struct run_after_signal {
+  int code = 0;
+  double seconds = 0;
+  std::string log;
+};
+
 // Two workers on loopback (port 0) for a file, a thread each, and the addresses they print.
 struct worker_pair {
   server_process a, b;
@@ -98,6 +106,19 @@ inline std::optional<std::string> first_success(hotcold::tools::client& c, const
     std::this_thread::sleep_for(100ms);
   }
   return std::nullopt;
+}
+
+inline run_after_signal signal_mid_generation(const std::string& file, worker_pair& pair, int signal) {
+  server_process run({"-m", file, "-p", "Hello", "-n", "100000", "--temp", "0", "-c", "4096", "-t", "1", "--workers", pair.wa + "," + pair.wb}, "run");
+  EXPECT_TRUE(assigned(pair.b)) << pair.b.log() << run.log();
+  std::this_thread::sleep_for(300ms);  // (generating)
+  kill(pair.b.pid(), signal);
+  const auto t0 = std::chrono::steady_clock::now();
+  run_after_signal out;
+  out.code = run.wait_exit(10s);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.log = run.log();
+  return out;
 }
 
 }  // namespace hotcold::test
