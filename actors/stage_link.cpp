@@ -2,6 +2,7 @@
 // steps, watches its worker (down messages, heartbeats) and admits it again; connect_stages and the
 // plan of --split auto.
 #include <map>
+#include <random>
 #include <set>
 #include <stdexcept>
 
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "actors/pipeline.hpp"
+#include "actors/stage_data.hpp"
 #include "actors/stages.hpp"
 
 namespace hotcold::actors {
@@ -19,6 +21,21 @@ namespace {
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
+using late_atom = caf::atom_constant<caf::atom("late")>;
+
+// A step in flight on the data connection.
+struct pending_step {
+  caf::response_promise rp;
+  std::chrono::steady_clock::time_point sent;
+};
+
+// A fresh assignment's token: 16 random bytes, as hex.
+std::string new_token() {
+  std::random_device rd;
+  std::string t;
+  for (int i = 0; i < 4; ++i) t += fmt::format("{:08x}", rd());
+  return t;
+}
 
 struct link_state {
   stage_address addr;
@@ -29,8 +46,15 @@ struct link_state {
   std::string lost = "not connected yet";
   caf::actor watcher;          // hears (stage_atom, number, up, why)
   uint64_t epoch = 0;          // counts admissions and losses: answers of an earlier one are ignored
-  std::map<uint64_t, caf::response_promise> pending;  // layers requests in flight, by number
+  std::map<uint64_t, pending_step> pending;  // layers requests in flight, by number
   uint64_t next = 0;
+  data_keys keys;          // this link's CurveZMQ pair (TLS-configured networks; else empty)
+  std::string server_key;  // the worker's data key, from its hello ("" on plain links)
+  std::string token;       // the current assignment's (data requests carry it)
+  std::unique_ptr<stage_data_client> data;  // the data connection of the current admission (or the one being checked)
+  uint64_t data_epoch = 0;                  // counts data connections: a reply of an earlier one is ignored
+  uint64_t data_ping = 0;                   // the id of the admission's ping on the data connection
+  caf::actor checking;                      // the worker whose data port the ping checks (admission's last step)
   caf::response_promise starting;   // the first connection's requester (connect_stages): answered after the probe
   caf::response_promise assigning;  // then its assignment's
   caf::actor candidate;             // the worker reached at the first connection, until assigned
@@ -64,6 +88,7 @@ void connect(link_ptr self);
 // ends; a lost stage tries again.
 void not_admitted(link_ptr self, const std::string& why) {
   auto& st = self->state;
+  st.data.reset(), st.checking = nullptr;
   if (st.starting.pending()) st.starting.deliver(why, 0.0, uint64_t{0}, int64_t{0});
   else if (st.assigning.pending()) st.assigning.deliver(why);
   else return self->delayed_send(self, st.timing.retry, retry_atom::value);
@@ -88,11 +113,12 @@ void lose(link_ptr self, const std::string& why) {
   if (!st.remote) return;
   self->demonitor(st.remote);
   st.remote = nullptr;
+  st.data.reset();
   st.lost = why;
   ++st.epoch;
   auto pending = std::move(st.pending);
   st.pending.clear();
-  for (auto& [id, rp] : pending) rp.deliver(caf::make_error(caf::sec::runtime_error, why));
+  for (auto& [id, p] : pending) p.rp.deliver(caf::make_error(caf::sec::runtime_error, why));
   tell_watcher(self, false);
   self->delayed_send(self, st.timing.retry, retry_atom::value);
 }
@@ -117,27 +143,76 @@ void ping(link_ptr self) {
           });
 }
 
+// The admission's last step: a data connection to the port after the worker's CAF one, and a ping
+// on it answered within timing.answer (a port closed between the hosts is an error, not a wait).
+void open_data(link_ptr self, caf::actor remote) {
+  auto& st = self->state;
+  if (st.addr.port == 65535) return not_admitted(self, "port 65535 has no data port after it");
+  const caf::actor_addr me = self->address();
+  const uint64_t epoch = ++st.data_epoch;
+  try {
+    st.data = std::make_unique<stage_data_client>(
+        st.addr.host, static_cast<uint16_t>(st.addr.port + 1), st.server_key, st.keys, static_cast<int>(st.timing.heartbeat.count()),
+        // (its heartbeat gives up a beat after the link's own, which names a hung worker as such)
+        static_cast<int>((st.timing.heartbeat_timeout + st.timing.heartbeat).count()), [me, epoch](stage_data_reply r) {
+          if (auto link = caf::actor_cast<caf::actor>(me))
+            caf::anon_send(link, data_atom::value, epoch, r.id, r.ok, r.lost, std::move(r.bytes), r.compute_ns);
+        });
+  } catch (const std::exception& e) {
+    return not_admitted(self, fmt::format("no data connection: {}", e.what()));
+  }
+  st.checking = std::move(remote);
+  st.data_ping = st.next++;
+  st.data->send(st.data_ping, st.token, {}, {}, {});
+  self->delayed_send(self, st.timing.answer, late_atom::value, epoch);
+}
+
 // The stage's layers (addr.first .. last - 1) assigned to a worker past the handshake.
 void assign(link_ptr self, caf::actor remote) {
   auto& st = self->state;
-  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode)
+  st.token = new_token();
+  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode, st.token)
       .then(
           [self, remote](std::string& why) {
             if (!why.empty()) return not_admitted(self, "refused its layers: " + why);
-            admitted(self, remote);
+            open_data(self, remote);
           },
           [self](caf::error& e) { not_admitted(self, fmt::format("no answer to its layers: {}", describe(e))); });
+}
+
+// What the data connection brought: a step's answer, the admission's ping's, or its loss.
+void on_data(link_ptr self, uint64_t epoch, uint64_t id, bool ok, bool lost, std::string& bytes, int64_t compute_ns) {
+  auto& st = self->state;
+  if (epoch != st.data_epoch || !st.data) return;  // (an earlier connection's)
+  const std::string port = fmt::format("port {}", st.addr.port + 1);
+  if (st.checking) {  // admitting: the ping's answer decides
+    if (lost) return not_admitted(self, fmt::format("no data connection on {}: {}", port, bytes));
+    if (id != st.data_ping) return;
+    if (!ok) return not_admitted(self, fmt::format("its data port ({}) refused: {}", port, bytes));
+    return admitted(self, std::exchange(st.checking, nullptr));
+  }
+  if (lost) return lose(self, fmt::format("its worker is gone ({})", bytes));
+  auto it = st.pending.find(id);
+  if (it == st.pending.end()) return;
+  auto p = std::move(it->second);
+  st.pending.erase(it);
+  if (!ok) return p.rp.deliver(caf::make_error(caf::sec::runtime_error, bytes));
+  const int64_t round_trip = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - p.sent).count();
+  p.rp.deliver(std::move(bytes), compute_ns, round_trip);
 }
 
 // The handshake on a worker just reached; then, at the first connection, its probe goes to the
 // starter (which plans the split and sends the layers), or a lost stage's layers are assigned again.
 void admit(link_ptr self, caf::actor remote) {
   auto& st = self->state;
-  self->request(remote, st.timing.answer, hello_atom::value, stage_version(), st.file_id)
+  self->request(remote, st.timing.answer, hello_atom::value, stage_version(), st.file_id, st.keys.public_key)
       .then(
-          [self, remote](std::string& why) {
+          [self, remote](std::string& why, std::string& server_key) {
             auto& st = self->state;
             if (!why.empty()) return not_admitted(self, "refused: " + why);
+            if (server_key.empty() != st.keys.public_key.empty())
+              return not_admitted(self, "the worker's data connection is not as protected as its link (CurveZMQ on one side only)");
+            st.server_key = std::move(server_key);
             if (!st.starting.pending()) return assign(self, remote);
             self->request(remote, st.timing.answer, probe_atom::value)
                 .then(
@@ -176,6 +251,7 @@ caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id,
   st.stats = std::move(stats), st.number = number;
   st.addr = std::move(addr), st.file_id = std::move(file_id), st.n_ctx = n_ctx, st.n_seq = n_seq;
   st.kv_type = std::move(kv_type), st.mode = std::move(mode), st.timing = timing;
+  if (self->home_system().has_openssl_manager()) st.keys = make_data_keys();
   self->set_down_handler([self](caf::down_msg& m) {
     if (self->state.remote && m.source == self->state.remote.address())
       lose(self, fmt::format("its worker is gone ({})", m.reason ? why_gone(m.reason) : std::string("it ended")));
@@ -205,28 +281,22 @@ caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id,
       [self](retry_atom) {
         if (!self->state.remote) connect(self);
       },
-      [self](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, float_bytes& x) -> caf::result<float_bytes, int64_t, int64_t> {
+      [self](late_atom, uint64_t epoch) {
         auto& st = self->state;
-        if (!st.remote) return caf::make_error(caf::sec::runtime_error, st.lost);
+        if (epoch == st.data_epoch && st.checking)
+          not_admitted(self, fmt::format("no answer on its data port ({}) within {} s: is that port open between the hosts?", st.addr.port + 1,
+                                         st.timing.answer.count() / 1000.0));
+      },
+      [self](data_atom, uint64_t epoch, uint64_t id, bool ok, bool lost, std::string& bytes, int64_t compute_ns) {
+        on_data(self, epoch, id, ok, lost, bytes, compute_ns);
+      },
+      [self](layers_atom, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions, const float_bytes& x) -> caf::result<float_bytes, int64_t, int64_t> {
+        auto& st = self->state;
+        if (!st.remote || !st.data) return caf::make_error(caf::sec::runtime_error, st.lost);
         const uint64_t id = st.next++;
         auto rp = self->make_response_promise();
-        st.pending.emplace(id, rp);
-        const auto t0 = std::chrono::steady_clock::now();
-        self->request(st.remote, caf::infinite, a, std::move(seqs), std::move(positions), std::move(x))
-            .then(
-                [self, id, t0](float_bytes& out, int64_t compute_ns) {
-                  auto it = self->state.pending.find(id);
-                  if (it == self->state.pending.end()) return;  // (failed already: the stage was lost)
-                  const int64_t round_trip = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-                  it->second.deliver(std::move(out), compute_ns, round_trip);
-                  self->state.pending.erase(it);
-                },
-                [self, id](caf::error& e) {
-                  auto it = self->state.pending.find(id);
-                  if (it == self->state.pending.end()) return;
-                  it->second.deliver(std::move(e));
-                  self->state.pending.erase(it);
-                });
+        st.pending.emplace(id, pending_step{rp, std::chrono::steady_clock::now()});
+        st.data->send(id, st.token, seqs, positions, x);
         return rp;
       },
   };

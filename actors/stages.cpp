@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #include <caf/all.hpp>
@@ -11,6 +12,7 @@
 #include <caf/openssl/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/stage_data.hpp"
 #include "actors/stage_keys.hpp"
 #include "engine/forward.hpp"
 
@@ -21,7 +23,7 @@
 namespace hotcold::actors {
 
 namespace {
-constexpr int stage_protocol = 3;  // bumped on any change to the stage messages
+constexpr int stage_protocol = 4;  // bumped on any change to the stage messages
 
 // Asks `to` on `self`'s behalf and answers the current request with its reply (of types Rs) or
 // error: the worker's front keeps the actor that computes off the network (see remote_stage).
@@ -33,13 +35,35 @@ caf::response_promise relay(caf::event_based_actor* self, const caf::actor& to, 
   return rp;
 }
 
-struct stage_host_state {
-  stage_host_options o;
+// What the worker's data thread computes with, and its actor assigns (under the mutex).
+struct stage_work {
+  std::mutex mutex;
   std::shared_ptr<inference_context> ctx;
   inference_context::step_state s;
   int64_t first = 0, last = 0;
-  std::vector<float> in;      // a step's x, unpacked
-  bool private_copy = false;  // o.m holds first..last - 1 read into memory (else it is the mapping)
+  std::string token;  // the assignment's: a data request must carry it
+};
+
+// A step through the assigned layers (the data thread's; stage_data.hpp).
+std::string compute_step(stage_work& w, const stage_step& step, std::vector<float>& out) {
+  std::lock_guard lock(w.mutex);
+  if (!w.ctx) return "no layers assigned to this worker";
+  if (step.token != w.token) return "a step of another assignment (this worker's layers were assigned again since)";
+  try {
+    w.ctx->step_begin_hidden(w.s, step.x, step.seqs, step.positions);
+    w.ctx->step_layers(w.s, w.first, w.last);
+    out.assign(w.s.x.begin(), w.s.x.begin() + static_cast<std::ptrdiff_t>(step.x.size()));
+    return {};
+  } catch (const std::exception& e) {
+    return fmt::format("layers {}-{}: {}", w.first, w.last - 1, e.what());
+  }
+}
+
+struct stage_host_state {
+  stage_host_options o;
+  std::shared_ptr<stage_work> work = std::make_shared<stage_work>();
+  std::unique_ptr<stage_data_server> data;  // bound by start_stage_host (data_atom)
+  bool private_copy = false;  // o.m holds work->first..last - 1 read into memory (else it is the mapping)
   std::string path;           // the file's
   int64_t n_layer = 0;
   static inline const char* name = "hotcold-stage";
@@ -49,31 +73,53 @@ void say(const stage_host_options& o, const std::string& line) {
   if (o.log) o.log(line);
 }
 
-caf::behavior stage_host(caf::stateful_actor<stage_host_state>* self, stage_host_options o) {
+caf::behavior stage_host_actor(caf::stateful_actor<stage_host_state>* self, stage_host_options o) {
   self->state.o = std::move(o);
   self->state.path = self->state.o.m->path();
   self->state.n_layer = self->state.o.m->hp().n_layer;
   return {
-      [self](hello_atom, const std::string& version, const std::string& file_id) -> std::string {
-        const auto& o = self->state.o;
+      [self](data_atom, const std::string& host, uint16_t port, bool curve) -> std::string {
+        auto work = self->state.work;
+        try {
+          self->state.data = std::make_unique<stage_data_server>(
+              host, port, curve, [work](const stage_step& s, std::vector<float>& out) { return compute_step(*work, s, out); },
+              [work](const std::string& token) -> std::string {
+                std::lock_guard lock(work->mutex);
+                return work->ctx && token == work->token ? "" : "not this worker's current assignment";
+              });
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+        return {};
+      },
+      [self](hello_atom, const std::string& version, const std::string& file_id, const std::string& client_key) -> caf::result<std::string, std::string> {
+        const auto& st = self->state;
+        const auto& o = st.o;
         std::string why;
         if (version != stage_version()) why = fmt::format("this worker runs {}, the coordinator {}", stage_version(), version);
         else if (file_id != o.file_id)
-          why = fmt::format("this worker's file {} is {} (size-hash), the coordinator's {}: not the same file", self->state.path, o.file_id, file_id);
+          why = fmt::format("this worker's file {} is {} (size-hash), the coordinator's {}: not the same file", st.path, o.file_id, file_id);
+        else if (!st.data) why = "this worker is still starting";
         say(o, why.empty() ? "hotcold worker: a coordinator said hello" : "hotcold worker: refused a coordinator: " + why);
-        return why;
+        if (!why.empty()) return {why, std::string()};
+        if (!st.data->public_key().empty()) st.data->allow(client_key);
+        return {why, st.data->public_key()};
       },
-      [self](assign_atom, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, const std::string& kv_type, const std::string& mode) -> std::string {
+      [self](assign_atom, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, const std::string& kv_type, const std::string& mode,
+             const std::string& token) -> std::string {
         auto& st = self->state;
         const int64_t n_layer = st.n_layer;
         if (first < 0 || last > n_layer || first >= last) return fmt::format("layers {}..{} of a model of {}", first, last - 1, n_layer);
         if (mode != "dense" && mode != "sparse") return fmt::format("a mode of dense or sparse, not '{}'", mode);
         if (kv_type != "f16" && kv_type != "f32") return fmt::format("a KV cache of f16 or f32, not '{}'", kv_type);
+        auto& w = *st.work;
+        std::lock_guard lock(w.mutex);  // (a step in progress ends first)
         try {
-          st.ctx.reset();  // (the previous assignment's caches first)
-          if (!st.o.mmap && !(st.private_copy && st.first == first && st.last == last)) {  // the layers' weights, read now
+          w.ctx.reset();  // (the previous assignment's caches first)
+          w.token.clear();
+          if (!st.o.mmap && !(st.private_copy && w.first == first && w.last == last)) {  // the layers' weights, read now
             const auto t0 = std::chrono::steady_clock::now();
-            st.o.m.reset(), st.first = st.last = 0, st.private_copy = false;
+            st.o.m.reset(), w.first = w.last = 0, st.private_copy = false;
             load_options lo;
             lo.first_layer = first, lo.last_layer = last, lo.globals = false;
             st.o.m = model::load(st.path, lo);
@@ -81,33 +127,16 @@ caf::behavior stage_host(caf::stateful_actor<stage_host_state>* self, stage_host
             say(st.o, fmt::format("hotcold worker: read layers {}-{} in {:.2f} s", first, last - 1,
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
           }
-          st.ctx = std::make_shared<inference_context>(st.o.m, n_ctx, st.o.threads, n_seq, kv_type == "f32" ? tensor_type::f32 : tensor_type::f16);
-          st.ctx->set_mode(mode == "dense" ? ffn_mode::dense : ffn_mode::sparse);
+          w.ctx = std::make_shared<inference_context>(st.o.m, n_ctx, st.o.threads, n_seq, kv_type == "f32" ? tensor_type::f32 : tensor_type::f16);
+          w.ctx->set_mode(mode == "dense" ? ffn_mode::dense : ffn_mode::sparse);
         } catch (const std::exception& e) {
-          st.ctx.reset();
+          w.ctx.reset();
           return e.what();
         }
-        st.first = first, st.last = last;
+        w.first = first, w.last = last, w.token = token;
         say(st.o, fmt::format("hotcold worker: runs layers {}-{} of {} ({} mode, {} positions x {} sequences, {} KV cache)", first, last - 1, n_layer, mode,
                               n_ctx, n_seq, kv_type));
         return {};
-      },
-      [self](layers_atom, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions,
-             const float_bytes& x) -> caf::result<float_bytes, int64_t> {
-        auto& st = self->state;
-        if (!st.ctx) return caf::make_error(caf::sec::runtime_error, std::string("no layers assigned to this worker"));
-        try {
-          const auto t0 = std::chrono::steady_clock::now();
-          st.in.resize(x.size() / sizeof(float));
-          unpack_floats(x, st.in.data());
-          st.ctx->step_begin_hidden(st.s, st.in, seqs, positions);
-          st.ctx->step_layers(st.s, st.first, st.last);
-          float_bytes out = pack_floats(st.s.x.data(), st.in.size());
-          const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-          return {std::move(out), ns};
-        } catch (const std::exception& e) {
-          return caf::make_error(caf::sec::runtime_error, fmt::format("layers {}-{}: {}", st.first, st.last - 1, e.what()));
-        }
       },
   };
 }
@@ -135,28 +164,21 @@ void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir
   cfg.load<caf::openssl::manager>();
 }
 
-caf::expected<uint16_t> publish_stage(caf::actor_system& sys, const caf::actor& stage, uint16_t port, const std::string& host) {
-  if (sys.has_openssl_manager()) return caf::openssl::publish(stage, port, host.c_str(), true);
-  return sys.middleman().publish(stage, port, host.c_str(), true);
-}
-
 namespace {
 // What the network sees of a stage host: a scheduled actor that hands each request to the detached
-// one computing and delivers its reply, so that no detached actor is known across the network (CAF
-// 0.17's actor system waits at shutdown for the threads of such actors while its network layer
-// still holds them: a worker would not end on SIGTERM). It answers heartbeats itself, so that a long
-// step does not read as a hung worker.
+// one (which reads layers at an assignment) and delivers its reply, so that no detached actor is
+// known across the network (CAF 0.17's actor system waits at shutdown for the threads of such actors
+// while its network layer still holds them: a worker would not end on SIGTERM). It answers
+// heartbeats itself, so that a long assignment or step does not read as a hung worker. The data
+// port is bound by start_stage_host alone: the front does not relay data_atom.
 caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner, worker_probe probe, std::function<uint64_t()> available) {
   self->link_to(inner);
   return {
-      [self, inner](hello_atom a, std::string& version, std::string& file_id) {
-        return relay<std::string>(self, inner, a, std::move(version), std::move(file_id));
+      [self, inner](hello_atom a, std::string& version, std::string& file_id, std::string& client_key) {
+        return relay<std::string, std::string>(self, inner, a, std::move(version), std::move(file_id), std::move(client_key));
       },
-      [self, inner](assign_atom a, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, std::string& kv_type, std::string& mode) {
-        return relay<std::string>(self, inner, a, first, last, n_ctx, n_seq, std::move(kv_type), std::move(mode));
-      },
-      [self, inner](layers_atom a, std::vector<int64_t>& seqs, std::vector<int64_t>& positions, float_bytes& x) {
-        return relay<float_bytes, int64_t>(self, inner, a, std::move(seqs), std::move(positions), std::move(x));
+      [self, inner](assign_atom a, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, std::string& kv_type, std::string& mode, std::string& token) {
+        return relay<std::string>(self, inner, a, first, last, n_ctx, n_seq, std::move(kv_type), std::move(mode), std::move(token));
       },
       [](ping_atom a) { return a; },
       [probe, available](probe_atom) { return caf::make_message(probe.read_bytes_per_second, available ? available() : uint64_t{0}, probe.threads); },
@@ -164,10 +186,31 @@ caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner, worker
 }
 }  // namespace
 
-caf::actor spawn_stage_host(caf::actor_system& sys, stage_host_options o) {
+stage_host start_stage_host(caf::actor_system& sys, stage_host_options o, const std::string& host, uint16_t port) {
   const worker_probe probe{o.read_bytes_per_second, 0, o.threads};
   auto available = o.available_memory;
-  return sys.spawn(stage_front, sys.spawn<caf::detached>(stage_host, std::move(o)), probe, std::move(available));
+  auto inner = sys.spawn<caf::detached>(stage_host_actor, std::move(o));
+  auto front = sys.spawn(stage_front, inner, probe, std::move(available));
+  const bool tls = sys.has_openssl_manager();
+  auto give_up = [&](const std::string& why) {
+    caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
+    throw std::runtime_error(why);
+  };
+  // The CAF port, then the data port after it (with port 0, other pairs until one has both free).
+  for (int attempt = 0;; ++attempt) {
+    auto bound = tls ? caf::openssl::publish(front, port, host.c_str(), true) : sys.middleman().publish(front, port, host.c_str(), true);
+    if (!bound) give_up(fmt::format("cannot listen on {}: {}", stage_data_address(host, port), sys.render(bound.error())));
+    if (*bound == 65535) give_up(fmt::format("port {} has no port after it for the data", *bound));
+    std::string why;
+    caf::scoped_actor self{sys};
+    self->request(inner, std::chrono::seconds(30), data_atom::value, host, static_cast<uint16_t>(*bound + 1), tls)
+        .receive([&](std::string& w) { why = std::move(w); }, [&](caf::error& e) { why = sys.render(e); });
+    if (why.empty()) return {front, *bound};
+    if (port != 0 || attempt == 15) give_up(why);
+    // (the network's own actor: CAF 0.17's caf::openssl::unpublish does not compile)
+    const caf::io::middleman_actor net = tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
+    self->request(net, std::chrono::seconds(5), caf::unpublish_atom::value, front.address(), *bound).receive([] {}, [](caf::error&) {});
+  }
 }
 
 std::string stage_address::where() const { return fmt::format("tcp://{}:{} (layers {}-{})", host, port, first, last - 1); }

@@ -1,26 +1,26 @@
 #pragma once
 // Stages of layers on other hosts (docs/distributed.md): a worker process (`hotcold worker`) holds
 // a stage host actor, published on a port through CAF's network layer (its middleman); the
-// coordinator's pipeline reaches it as a remote actor and hands it the residual stream of a step
-// for the layers it was assigned, which it runs on its own copy of the file with its own KV caches.
-// Only activations cross: the residual stream (n x n_embd floats) and each token's sequence slot and
-// position, there and back, as CAF messages.
+// coordinator's pipeline reaches it as a remote actor, checks it, and assigns it layers, which it
+// runs on its own copy of the file with its own KV caches. Only activations cross: each step's
+// residual stream (n x n_embd floats) and each token's sequence slot and position, there and back,
+// on a ZeroMQ connection to the port after the CAF one (stage_data.hpp: it measured faster).
 //
-// The protocol, each a request with a reply:
-//   hello  version, file identity      -> "" or why the worker refuses (another version or file)
-//   assign first, last, ctx, n_seq, kv type, mode
-//                                      -> "" or why not (layers outside the file, a context too large)
-//   layers seqs, positions, x           -> x after the stage's layers, and the nanoseconds the worker
-//                                         computed (an error names what failed); x travels as the
-//                                         floats' bytes (float_bytes: CAF copies a string's bytes whole,
-//                                         a vector<float> value by value, ~60 us more a hop at 2048)
+// The protocol on CAF, each a request with a reply:
+//   hello  version, file identity, the coordinator's CurveZMQ public key ("" on plain links)
+//                                      -> "" or why the worker refuses (another version or file),
+//                                         and the worker's data key ("" on plain links)
+//   assign first, last, ctx, n_seq, kv type, mode, token
+//                                      -> "" or why not (layers outside the file, a context too large);
+//                                         the data requests must carry the token from now on
 //   ping                                -> ping (the heartbeat; answered by the worker's front actor,
-//                                         which does not wait for the computing one)
+//                                         which does not wait for the one reading layers)
 //   probe                               -> the worker's read speed (bytes/s, measured at its start with
 //                                         its threads), its available memory now, its threads
 //
 // Links to other hosts run over TLS with certificates on both sides (stage_keys.hpp): configure_network
-// with a folder of `hotcold keygen --tls`, and both ends trust only that folder's authority.
+// with a folder of `hotcold keygen --tls`, and both ends trust only that folder's authority; the
+// data connection is then CurveZMQ with keys swapped in the hello.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -41,7 +41,10 @@ namespace hotcold::actors {
 
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using assign_atom = caf::atom_constant<caf::atom("assign")>;
+// layers_atom: a step to a stage link (seqs, positions, x as float_bytes -> x, the worker's compute
+// nanoseconds, the round trip's nanoseconds).
 using layers_atom = caf::atom_constant<caf::atom("layers")>;
+using data_atom = caf::atom_constant<caf::atom("data")>;
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
 // watch_atom to a stage link: the sender hears (stage_atom, the stage's place in the list from 0, up,
@@ -67,10 +70,6 @@ void unpack_floats(const float_bytes& b, float* out);
 // speak TLS, each side requiring the other's certificate signed by the folder's authority.
 void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir = {});
 
-// Publishes a stage host on host:port (port 0: one the system picks) over TLS where the system's
-// configuration has it (configure_network). The bound port, or an error.
-caf::expected<uint16_t> publish_stage(caf::actor_system& sys, const caf::actor& stage, uint16_t port, const std::string& host);
-
 struct stage_host_options {
   // The file, mapped (use_mmap: nothing read yet). At each assignment of other layers than it holds,
   // the host reads a private copy of those layers alone (model::load's first_layer, last_layer)
@@ -84,8 +83,16 @@ struct stage_host_options {
   std::string mode;     // "dense", "sparse", or "" (sparse when the file has predictors)
   std::function<void(const std::string&)> log;  // what the worker prints (connections, refusals)
 };
-// The stage host: computes on its own thread (detached), one step at a time.
-caf::actor spawn_stage_host(caf::actor_system& sys, stage_host_options o);
+// A stage host published on host:port for CAF (port 0: one the system picks) over TLS where the
+// system's configuration has it (configure_network), its data port (stage_data.hpp) bound on the
+// port after it. It reads layers on a thread of its own at each assignment and computes steps on
+// its data thread, one at a time in the order they come. std::runtime_error naming what cannot be
+// bound.
+struct stage_host {
+  caf::actor actor;
+  uint16_t port = 0;  // the CAF port; the data port is the next
+};
+stage_host start_stage_host(caf::actor_system& sys, stage_host_options o, const std::string& host, uint16_t port);
 
 // A stage as the coordinator names it, and as it holds it once connected and assigned.
 struct stage_address {

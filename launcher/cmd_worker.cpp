@@ -65,19 +65,20 @@ void run_worker(const worker_args& a) {
   actors::configure(cfg, {});
   actors::configure_network(cfg, a.tls);
   caf::actor_system sys(cfg);
-  auto stage = actors::spawn_stage_host(sys, o);
-  auto bound = actors::publish_stage(sys, stage, port, host);
-  if (!bound) {
-    caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);
-    throw std::runtime_error(fmt::format("worker: cannot listen on {}: {}", a.listen, sys.render(bound.error())));
+  actors::stage_host stage;
+  try {
+    stage = actors::start_stage_host(sys, o, host, port);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("worker: cannot listen on {}: {}", a.listen, e.what()));
   }
-  fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} ({}, {} layers, file {}, {}, {}; reads {:.1f} GB/s on {} threads)\n", host, *bound, a.model,
-             m->hp().n_layer, o.file_id, actors::stage_version(), a.tls.empty() ? std::string("plain links") : "TLS with the certificates of " + a.tls,
+  const uint16_t bound = stage.port;
+  fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} (data on port {}; {}, {} layers, file {}, {}, {}; reads {:.1f} GB/s on {} threads)\n", host, bound, bound + 1, a.model,
+             m->hp().n_layer, o.file_id, actors::stage_version(), a.tls.empty() ? std::string("plain links") : "TLS with the certificates of " + a.tls + ", the data on CurveZMQ",
              o.read_bytes_per_second / 1e9, o.threads);
   m.reset();  // (the stage host holds it: it reads its layers' copy in its place)
   while (!stop_worker.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   fmt::print(stderr, "hotcold worker: stopping\n");
-  caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(stage.actor, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace hotcold::launcher
