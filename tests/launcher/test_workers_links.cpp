@@ -4,6 +4,9 @@
 #include <map>
 #include <mutex>
 
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
 #include "tests/launcher/workers_fixture.hpp"
 
 namespace hotcold::test {
@@ -149,6 +152,24 @@ TEST(Workers, TlsLinksAdmitOnlyTheirAuthorityAndCarryNothingInClear) {
     EXPECT_NE(relay.link->bytes().find("stage protocol"), std::string::npos);
     EXPECT_GT(relay.data->bytes().size(), 12u * 128 * 4);
     EXPECT_NE(relay.data->bytes().find("Socket-Type"), std::string::npos);
+    // A stranger on the plain data port (any local user can reach it) without the assignment's
+    // token gets why, not a step, and the worker serves its next coordinator.
+    zmq::context_t ctx;
+    zmq::socket_t d(ctx, zmq::socket_type::dealer);
+    d.set(zmq::sockopt::rcvtimeo, 5000);
+    d.connect("tcp://127.0.0.1:" + std::to_string(port_of(paddr) + 1));
+    const uint64_t head[2] = {1, 1};
+    const int64_t zero = 0;
+    const std::vector<float> x(128, 1.0f);
+    std::vector<zmq::message_t> f;
+    f.emplace_back(head, sizeof head), f.emplace_back(std::string("0123456789abcdef0123456789abcdef"));
+    f.emplace_back(&zero, sizeof zero), f.emplace_back(&zero, sizeof zero), f.emplace_back(x.data(), x.size() * sizeof(float));
+    zmq::send_multipart(d, f);
+    std::vector<zmq::message_t> back;
+    ASSERT_TRUE(zmq::recv_multipart(d, std::back_inserter(back)));
+    ASSERT_EQ(back.size(), 2u);
+    EXPECT_EQ(back[1].to_string(), "a step of another assignment (this worker's layers were assigned again since)");
+    EXPECT_EQ(run_stdout(args), alone);
   }
   const std::string local = "tcp://127.0.0.1:" + std::to_string(port_of(addr));
   const std::string run = std::string(HOTCOLD_BIN) + " run -m '" + f.dense + "' -p Hello -n 2 -c 64 -t 1 --workers " + local;
@@ -253,7 +274,7 @@ TEST(Workers, StagesInNetworkNamespacesWithADelay) {
   const auto dir = fs::temp_directory_path() / ("hotcold-netns-tls-" + std::to_string(getpid()));
   fs::remove_all(dir);
   const std::string ca = (dir / "ca").string(), one = (dir / "one").string(), two = (dir / "two").string();
-  for (const std::string args : {"--tls " + ca, "--tls " + one + " --ca " + ca, "--tls " + two + " --ca " + ca})
+  for (const std::string& args : {"--tls " + ca, "--tls " + one + " --ca " + ca, "--tls " + two + " --ca " + ca})
     ASSERT_EQ(std::system((std::string(HOTCOLD_BIN) + " keygen " + args + " >/dev/null 2>&1").c_str()), 0);
   netns_process a(lab.ns(1), "worker --listen tcp://10.77.1.2:7001 --allow-remote --tls '" + one + "' -m '" + f.dense + "' -t 1");
   netns_process b(lab.ns(2), "worker --listen tcp://10.77.2.2:7001 --allow-remote --tls '" + two + "' -m '" + f.dense + "' -t 1");
