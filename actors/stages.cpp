@@ -127,8 +127,14 @@ caf::behavior stage_host_actor(caf::stateful_actor<stage_host_state>* self, stag
             say(st.o, fmt::format("hotcold worker: read layers {}-{} in {:.2f} s", first, last - 1,
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
           }
-          w.ctx = std::make_shared<inference_context>(st.o.m, n_ctx, st.o.threads, n_seq, kv_type == "f32" ? tensor_type::f32 : tensor_type::f16);
-          w.ctx->set_mode(mode == "dense" ? ffn_mode::dense : ffn_mode::sparse);
+          const tensor_type kv = kv_type == "f32" ? tensor_type::f32 : tensor_type::f16;
+          const ffn_mode fm = mode == "dense" ? ffn_mode::dense : ffn_mode::sparse;
+          if (st.o.open) {
+            w.ctx = st.o.open(st.o.m, first, last, n_ctx, n_seq, kv, fm);
+          } else {
+            w.ctx = std::make_shared<inference_context>(st.o.m, n_ctx, st.o.threads, n_seq, kv);
+            w.ctx->set_mode(fm);
+          }
         } catch (const std::exception& e) {
           w.ctx.reset();
           return e.what();

@@ -35,6 +35,7 @@
 #include <caf/atom.hpp>
 
 #include "actors/live_stats.hpp"
+#include "engine/forward.hpp"
 #include "model/model.hpp"
 
 namespace hotcold::actors {
@@ -81,6 +82,12 @@ struct stage_host_options {
   double read_bytes_per_second = 0;  // measured with those threads at the worker's start (the probe's answer)
   std::function<uint64_t()> available_memory;  // bytes the system has available now (the probe's answer)
   std::string mode;     // "dense", "sparse", or "" (sparse when the file has predictors)
+  // Opens the context for an assignment's layers (first .. last - 1 of the model given): with the
+  // worker's hot device, what the plan puts there for those layers (loader::open_for_running). Empty:
+  // a context on the CPU alone.
+  std::function<std::shared_ptr<inference_context>(std::shared_ptr<const model>, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, tensor_type kv_type,
+                                                   ffn_mode mode)>
+      open;
   std::function<void(const std::string&)> log;  // what the worker prints (connections, refusals)
 };
 // A stage host published on host:port for CAF (port 0: one the system picks) over TLS where the

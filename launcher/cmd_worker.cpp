@@ -15,6 +15,8 @@
 #include "devices/device_info.hpp"
 #include "engine/bandwidth.hpp"
 #include "actors/stages.hpp"
+#include "launcher/model_options.hpp"
+#include "loader/open.hpp"
 #include "model/file_identity.hpp"
 #include "model/model.hpp"
 #include "protocol/endpoint.hpp"
@@ -61,6 +63,21 @@ void run_worker(const worker_args& a) {
     o.read_bytes_per_second = measure_read_bandwidth(pool, uint64_t{256} << 20, 1);
   }
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+  devices::device_options dopt;
+  dopt.kind = a.device;
+  dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
+  dopt.sim_kernels = a.sim_kernels;
+  auto dev = loader::choose_device(*m, dopt, o.log);
+  if (dev && dev->kind() != devices::device_kind::cpu)  // each assignment's layers opened with the device's plan for them
+    o.open = [dev, threads = o.threads, log = o.log](std::shared_ptr<const model> held, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq,
+                                                     tensor_type kv_type, ffn_mode mode) {
+      loader::open_options lo;
+      lo.ctx = n_ctx, lo.n_seq = n_seq, lo.threads = threads, lo.kv_type = kv_type, lo.mode = mode;
+      lo.first_layer = first, lo.last_layer = last;
+      lo.placement = placement_sources(threads);
+      lo.log = log;
+      return loader::open_for_running(std::move(held), dev, lo).ctx;
+    };
   caf::actor_system_config cfg;
   actors::configure(cfg, {});
   actors::configure_network(cfg, a.tls);
@@ -72,9 +89,9 @@ void run_worker(const worker_args& a) {
     throw std::runtime_error(fmt::format("worker: cannot listen on {}: {}", a.listen, e.what()));
   }
   const uint16_t bound = stage.port;
-  fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} (data on port {}; {}, {} layers, file {}, {}, {}; reads {:.1f} GB/s on {} threads)\n", host, bound, bound + 1, a.model,
+  fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} (data on port {}; {}, {} layers, file {}, {}, {}; reads {:.1f} GB/s on {} threads; hot device {})\n", host, bound, bound + 1, a.model,
              m->hp().n_layer, o.file_id, actors::stage_version(), a.tls.empty() ? std::string("plain links") : "TLS with the certificates of " + a.tls + ", the data on CurveZMQ",
-             o.read_bytes_per_second / 1e9, o.threads);
+             o.read_bytes_per_second / 1e9, o.threads, o.open ? dev->name() : std::string("none"));
   m.reset();  // (the stage host holds it: it reads its layers' copy in its place)
   while (!stop_worker.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   fmt::print(stderr, "hotcold worker: stopping\n");

@@ -12,6 +12,10 @@ struct worker_args {
   bool mmap = false;
   bool allow_remote = false;  // bind beyond loopback (needs tls)
   std::string tls;            // a folder of hotcold keygen --tls: TLS links, coordinators with its authority's certificates only
+  // Its own hot device (the plan of `hotcold run --device`, for the layers it is assigned).
+  std::string device = "auto";
+  double vram_budget_gib = 0;
+  bool sim_kernels = false;
 };
 
 // Serves stage requests until SIGINT or SIGTERM.

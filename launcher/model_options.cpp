@@ -31,6 +31,21 @@ std::vector<actors::stage_address> worker_addresses(const std::vector<std::strin
   return out;
 }
 
+loader::auto_placement_options placement_sources(int threads) {
+  // A sparse file on a device with no placement made for it: a profile beside it, or a short one now.
+  loader::auto_placement_options p;
+  p.cache_dir = cache_dir();
+  p.firing_counts = [threads, dir = p.cache_dir](const std::string& model_path, const model& mm) {
+    tools::short_profile_options so;
+    so.cache_dir = dir;
+    so.threads = threads;
+    progress_bar bar("hotcold: profiling for a placement");
+    so.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+    return tools::firing_counts_for(model_path, mm, so);
+  };
+  return p;
+}
+
 loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   std::string path = a.model.empty() ? ensure_default_model() : a.model;
   auto t0 = std::chrono::steady_clock::now();
@@ -76,16 +91,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   }
   o.trace = !a.trace_out.empty() || a.record_choices;
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
-  // A sparse file on a device with no placement made for it: a profile beside it, or a short one now.
-  o.placement.cache_dir = cache_dir();
-  o.placement.firing_counts = [&a, dir = o.placement.cache_dir](const std::string& model_path, const model& mm) {
-    tools::short_profile_options so;
-    so.cache_dir = dir;
-    so.threads = a.threads;
-    progress_bar bar("hotcold: profiling for a placement");
-    so.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
-    return tools::firing_counts_for(model_path, mm, so);
-  };
+  o.placement = placement_sources(a.threads);
   devices::device_options dopt;
   dopt.kind = a.workers.empty() ? a.device : "cpu";
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));

@@ -53,6 +53,10 @@ struct loaded : loader::opened_model {
   void finish();
 };
 
+// Where a sparse file's placement on a device is planned from when it has none: a profile beside
+// it, else a short profile now (tools/profile.hpp) with `threads`, kept under the cache folder.
+loader::auto_placement_options placement_sources(int threads);
+
 // Loads the model (the default model when none is given), logs it on stderr and opens it for running
 // on the device the options name (loader::open_for_running), planning a placement from a profile
 // (tools/profile.hpp) when a sparse file on a device has none.

@@ -156,6 +156,13 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-m,--model", a->model, "GGUF model file: the same file as the coordinator's (checked at the handshake)")->required();
   cmd->add_option("-t,--threads", a->threads, "CPU threads for the layers (default: every hardware thread)")->check(CLI::Range(1, max_threads()));
   cmd->add_flag("--mmap", a->mmap, "Map the file instead of reading it (pages of layers this worker never runs stay on disk)");
+  cmd->add_option("--device", a->device,
+                  "Hot device for the layers this worker is assigned: auto, cpu, sim, cuda, hip (the plan of hotcold run --device: attention with its "
+                  "KV cache, predictors, then hot FFN rows or whole dense layers, for those layers alone)")
+      ->check(CLI::IsMember({"auto", "cpu", "sim", "cuda", "hip"}))
+      ->capture_default_str();
+  cmd->add_option("--vram-budget", a->vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")->check(finite_in(0, 1 << 20));
+  cmd->add_flag("--sim-kernels", a->sim_kernels, "With --device sim: compute as a GPU back end does");
   cmd->add_flag("--allow-remote", a->allow_remote, "Listen on an address other machines reach (needs --tls)");
   cmd->add_option("--tls", a->tls,
                   "TLS links: this worker shows the folder's certificate and admits only coordinators with one of the same authority (hotcold "

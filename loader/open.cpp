@@ -45,6 +45,7 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   po.predictors = w0.pred_fc1 && dev.supports(devices::operation::predict, w0.pred_fc1.type) && w0.pred_fc2.type == w0.pred_fc1.type;
   po.head = dev.supports(devices::operation::matvec, m.weights().output.type);
   po.n_gpu_layers = o.n_gpu_layers;
+  po.first_layer = o.first_layer, po.last_layer = o.last_layer;
   po.step_bytes = split_ffn ? dev.reserve_bytes(devices::operation::ffn_rows, inference_context::max_batch, hp.n_embd, hp.n_ff) : 0;
   po.alloc = dev.allocation();
   po.output_norm = dev.runs_host_work();
@@ -71,7 +72,13 @@ placement_plan plan_for(const opened_model& r, const open_options& o, placement_
   const model& m = *r.m;
   const plan_options po = plan_options_for(m, *r.dev, *r.ctx, o);
   placement_plan plan = plan_device(m, r.dev->budget(), po);
-  if (m.has_predictors() && !o.hot) {
+  if (m.has_predictors() && !o.hot && !po.whole(m.hp().n_layer)) {  // a stage's layers: hot rows for them alone
+    if (!o.placement.firing_counts) throw std::invalid_argument("a stage's hot rows need firing counts to plan from");
+    plan = plan_placement(m, o.placement.firing_counts(m.path(), m), r.dev->budget(), po);
+    hot = placement_data{plan.solution.bytes, plan.solution.hot, {}};
+    say(o.log, fmt::format("hotcold: hot rows planned for layers {}-{} alone ({:.1f}% of their profiled firings on hot neurons; not written)", po.first_layer,
+                           (po.last_layer < 0 ? m.hp().n_layer : po.last_layer) - 1, 100 * plan.hot_mass));
+  } else if (m.has_predictors() && !o.hot) {
     auto placed = ensure_placement(m.path(), m, r.dev->budget(), po, o.placement);
     if (placed.made) {
       say(o.log, fmt::format("hotcold: {}: planned a placement for {:.4g} GiB at context {} ({:.1f}% of the profiled firings on hot neurons); wrote {}",

@@ -45,6 +45,10 @@ struct open_options {
   std::optional<device_residency> residency;  // attention with its KV cache, predictors, whole FFNs, the head
   std::optional<hotcold::expert_residency> experts;  // a mixture's expert slots (with residency)
   auto_placement_options placement;           // where a missing or stale placement is planned from
+  // A stage's layers (a worker's, docs/distributed.md): the device holds these alone and no head; a
+  // sparse file's hot rows are planned for them from placement.firing_counts (not written: the
+  // placement beside the file is the whole model's). last_layer -1: to the end.
+  int64_t first_layer = 0, last_layer = -1;
   log_line log;
 };
 

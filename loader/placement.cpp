@@ -173,6 +173,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       throw std::invalid_argument(fmt::format("--n-gpu-layers {}: the model has {} layers", o.n_gpu_layers, hp.n_layer));
     const int64_t max_layers = !o.attention ? 0 : (plan.whole_layers || plan.experts) && o.n_gpu_layers >= 0 ? std::min(o.n_gpu_layers, hp.n_layer) : hp.n_layer;
     for (int64_t il = 0; il < max_layers; ++il) {  // attention (and a dense file's whole layer), front to back
+      if (!o.holds(il, hp.n_layer)) continue;
       const auto& l = w.layers[static_cast<size_t>(il)];
       auto& pl = plan.layers[static_cast<size_t>(il)];
       // The FFN norm goes with the layer's attention: it is applied where the residual stream is when
@@ -194,6 +195,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       if (plan.whole_layers) pl.ffn = true, pl.ffn_bytes = ffn, f.ffn += ffn;
     }
     for (int64_t il = 0; il < (o.predictors ? hp.n_layer : 0); ++il) {  // predictors
+      if (!o.holds(il, hp.n_layer)) continue;
       const auto& l = w.layers[static_cast<size_t>(il)];
       auto& pl = plan.layers[static_cast<size_t>(il)];
       const uint64_t bytes = a(l.pred_fc1) + a(l.pred_fc2);
@@ -210,7 +212,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       pl.shared = true, pl.shared_bytes = bytes, f.shared += bytes;
     }
     const uint64_t norm = o.output_norm ? a(w.output_norm) + a(w.output_norm_b) : 0;
-    if (o.head && take(a(w.output) + norm)) plan.output = true, f.output = a(w.output), f.norms += norm;
+    if (o.head && o.whole(hp.n_layer) && take(a(w.output) + norm)) plan.output = true, f.output = a(w.output), f.norms += norm;
   }
   if (plan.experts && o.experts) {
     // Expert slots with what is left: --n-cpu-moe N puts every expert of layers N.. on the device (all
@@ -231,7 +233,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
     };
     if (o.n_cpu_moe >= 0) {
       for (int64_t il = o.n_cpu_moe; il < hp.n_layer; ++il)
-        if (!give(il, hp.n_expert))
+        if (o.holds(il, hp.n_layer) && !give(il, hp.n_expert))
           throw std::invalid_argument(fmt::format("--n-cpu-moe {}: layer {}'s {} experts ({:.2f} MiB) do not fit in what is left of --vram-budget {:.4g} GiB "
                                                   "({:.2f} MiB); raise N or the budget, or leave it out for a cache of experts in every layer",
                                                   o.n_cpu_moe, il, hp.n_expert, slots_bytes(il, hp.n_expert) / double(1 << 20),
@@ -241,13 +243,15 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
       int64_t each = hp.n_expert;
       for (;; --each) {
         uint64_t all = 0;
-        for (int64_t il = 0; il < hp.n_layer; ++il) all += slots_bytes(il, each);
+        for (int64_t il = 0; il < hp.n_layer; ++il) all += o.holds(il, hp.n_layer) ? slots_bytes(il, each) : 0;
         if (each == 0 || all <= left) break;
       }
       if (each > 0)
-        for (int64_t il = 0; il < hp.n_layer; ++il) give(il, each);
+        for (int64_t il = 0; il < hp.n_layer; ++il)
+          if (o.holds(il, hp.n_layer)) give(il, each);
       if (each < hp.n_expert)
-        for (int64_t il = 0; il < hp.n_layer; ++il) give(il, 1);
+        for (int64_t il = 0; il < hp.n_layer; ++il)
+          if (o.holds(il, hp.n_layer)) give(il, 1);
     }
   }
   plan.left = left;
@@ -267,6 +271,10 @@ placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firin
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     p.bytes.push_back(costs.neuron[static_cast<size_t>(l)]);
     auto begin = firing_counts.begin() + l * hp.n_ff;
+    if (!o.holds(l, hp.n_layer)) {  // (another stage's layer: no neuron of it)
+      p.counts.emplace_back();
+      continue;
+    }
     p.counts.emplace_back(begin, begin + hp.n_ff);
     all = std::accumulate(begin, begin + hp.n_ff, all);
   }

@@ -116,6 +116,11 @@ struct plan_options {
   // Pinned host memory the device keeps for its copies (devices::device::pinned_bytes): host RAM, not
   // the budget's; the plan reports it.
   uint64_t pinned_bytes = 0;
+  // A stage's layers (docs/distributed.md: a worker's): the device holds these alone, and the head
+  // only where they are the whole model (last_layer -1: to the end).
+  int64_t first_layer = 0, last_layer = -1;
+  bool holds(int64_t il, int64_t n_layer) const { return il >= first_layer && il < (last_layer < 0 ? n_layer : last_layer); }
+  bool whole(int64_t n_layer) const { return first_layer == 0 && (last_layer < 0 || last_layer >= n_layer); }
 };
 
 // The compute buffers a plan sets aside first (float32 activations of one step, doubled).

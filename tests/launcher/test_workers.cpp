@@ -44,6 +44,56 @@ TEST(Workers, TwoStagesGiveOneProcesssTokensAndLogits) {
   }
 }
 
+// A worker with a hot device of its own (--device sim, a budget that holds part of the hot rows)
+// runs the plan of `hotcold run --device` for its layers alone: their attention with its KV cache,
+// predictors, then hot rows planned from their firings (or whole dense layers); the text and every
+// prompt position's logits are one process's on the CPU.
+TEST(Workers, AWorkersOwnHotDeviceRunsItsLayersWithTheSamePlan) {
+  const auto& f = files();
+  for (const std::string& file : {f.dense, f.sparse}) {
+    SCOPED_TRACE(file);
+    worker_pair pair(file, {"--device", "sim", "--vram-budget", "0.0009"});
+    ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
+    const std::string workers = pair.wa + "," + pair.wb;
+    const std::vector<std::string> gen{"run", "-m", file, "-p", "Once upon a time there was", "-n", "16", "--temp", "0", "-c", "64", "-t", "1"};
+    const std::string alone = run_stdout(gen);
+    auto args = gen;
+    args.insert(args.end(), {"--workers", workers});
+    EXPECT_EQ(run_stdout(args), alone) << pair.b.log();
+    const std::string here = (fs::temp_directory_path() / ("hotcold-workers-device-" + std::to_string(getpid()))).string();
+    const std::vector<std::string> eval{"eval", "-m", file, "-p", "The cat sat on the mat and looked", "-c", "64", "-t", "1", "--pipeline", "actors"};
+    auto one = eval, two = eval;
+    one.insert(one.end(), {"--logits-out", here + ".one"});
+    two.insert(two.end(), {"--logits-out", here + ".two", "--workers", workers});
+    run_stdout(one), run_stdout(two);
+    const auto x = read_floats(here + ".one"), y = read_floats(here + ".two");
+    ASSERT_FALSE(x.empty());
+    ASSERT_EQ(x.size(), y.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(double(x[i]) - y[i])), scale = std::max(scale, std::fabs(double(x[i])));
+    EXPECT_LE(worst, 1e-5 * std::max(1.0, scale));
+    const std::string log = pair.b.log();
+    EXPECT_NE(log.find("hot device sim)"), std::string::npos) << log;
+    EXPECT_NE(log.find("the head on the CPU"), std::string::npos) << log;
+    EXPECT_NE(log.find("| 0 | cpu | cpu |"), std::string::npos) << log;  // (another stage's layers: nothing of them there)
+    EXPECT_NE(log.find("| 1 | cpu | cpu |"), std::string::npos) << log;
+    if (file == f.sparse) {  // layers 2-3's attention and part of their neurons hot, none of the others'
+      EXPECT_NE(log.find("hot device sim: attention and KV cache of 2 of 4 layers, 2 predictors"), std::string::npos) << log;
+      EXPECT_NE(log.find("hot rows planned for layers 2-3 alone"), std::string::npos) << log;
+      const auto total = log.find("| total | 2 of 4 layers |");
+      ASSERT_NE(total, std::string::npos) << log;
+      const auto row = log.substr(total, log.find('\n', total) - total);
+      const int hot = std::stoi(row.substr(row.find("2 norms | ") + 10));
+      EXPECT_GT(hot, 0) << row;
+      EXPECT_LT(hot, 1024) << row;
+    } else {  // whole layers front to back: the budget holds layer 2, not 3
+      EXPECT_NE(log.find("hot device sim: attention and KV cache of 1 of 4 layers, 0 predictors, 1 dense FFNs"), std::string::npos) << log;
+      EXPECT_NE(log.find("| 3 | cpu | cpu |"), std::string::npos) << log;
+    }
+    EXPECT_NE(pair.a.log().find("hot device none"), std::string::npos) << pair.a.log();
+  }
+}
+
 // Several sequences at once over two stages: a server's steps go in micro-batches of whole sequences
 // (--micro-batches 2: stage 1 works on one while stage 2 works on the other), and each request's greedy
 // text is one process's alone, for a dense and a sparse file; bench compares 1 and 2 micro-batches.

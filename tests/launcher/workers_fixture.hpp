@@ -64,13 +64,19 @@ struct run_after_signal {
   std::string log;
 };
 
-// Two workers on loopback (port 0) for a file, a thread each, and the addresses they print.
+// Two workers on loopback (port 0) for a file, a thread each (the second with b_more's flags too),
+// and the addresses they print.
+inline std::vector<std::string> worker_args(const std::string& file, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> args{"--listen", "tcp://127.0.0.1:0", "-m", file, "-t", "1"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
 struct worker_pair {
   server_process a, b;
   std::string wa, wb;
-  explicit worker_pair(const std::string& file)
-      : a({"--listen", "tcp://127.0.0.1:0", "-m", file, "-t", "1"}, "worker"),
-        b({"--listen", "tcp://127.0.0.1:0", "-m", file, "-t", "1"}, "worker"),
+  explicit worker_pair(const std::string& file, const std::vector<std::string>& b_more = {})
+      : a(worker_args(file), "worker"),
+        b(worker_args(file, b_more), "worker"),
         wa(worker_address(a)),
         wb(worker_address(b)) {}
   bool listening() const { return !wa.empty() && !wb.empty(); }

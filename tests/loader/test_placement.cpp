@@ -265,6 +265,57 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
 // with kernels) allocates exactly the plan, within the budget, at every budget of a sweep; a plan that
 // summed the tensors' own bytes overruns such a device at a budget it claimed to fit. Pinned host
 // memory is reported beside the table.
+// A stage's plan (a worker's layers, docs/distributed.md) holds its layers alone: nothing of the
+// others' (attention, predictors, hot neurons), no head, and the hot neurons of its layers are the
+// ones the whole model's plan would weigh for them (the most fired first, within the budget).
+TEST(Placement, AStagesPlanHoldsItsLayersAlone) {
+  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
+  auto dense = test::make_model("plan_stage_dense", o);
+  const auto path = (test::scratch_dir() / "plan_stage_sparse.gguf").string();
+  tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
+  auto m = model::load(path);
+  const auto& hp = m->hp();
+  ASSERT_GE(hp.n_layer, 2);
+  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff));
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = 1 + (i * 7919) % 101;
+  loader::plan_options po;
+  po.ctx = 64;
+  const auto whole = loader::plan_placement(*m, counts, uint64_t{64} << 20, po);
+  EXPECT_TRUE(whole.output);
+  po.first_layer = 1, po.last_layer = hp.n_layer;  // every layer but the first
+  const auto stage = loader::plan_placement(*m, counts, uint64_t{64} << 20, po);
+  EXPECT_FALSE(stage.output);
+  const auto& first = stage.layers[0];
+  EXPECT_FALSE(first.attention || first.predictor || first.ffn_norm);
+  EXPECT_EQ(first.hot_neurons, 0);
+  EXPECT_EQ(first.bytes(), 0u);
+  for (int64_t l = 1; l < hp.n_layer; ++l) {  // (a budget that holds everything: each held layer all of it, as in the whole plan)
+    const auto& pl = stage.layers[static_cast<size_t>(l)];
+    EXPECT_TRUE(pl.attention && pl.predictor);
+    EXPECT_EQ(pl.hot_neurons, hp.n_ff);
+    EXPECT_EQ(pl.bytes(), whole.layers[static_cast<size_t>(l)].bytes());
+  }
+  EXPECT_LT(stage.bytes(), whole.bytes());
+  // A budget with room for part of the held layers' neurons: the most fired of those layers only.
+  const uint64_t tight = stage.bytes() - stage.solution.bytes / 2;
+  const auto part = loader::plan_placement(*m, counts, tight, po);
+  EXPECT_TRUE(part.solution.hot[0].empty());
+  int64_t hot = 0;
+  for (int64_t l = 1; l < hp.n_layer; ++l) hot += part.layers[static_cast<size_t>(l)].hot_neurons;
+  EXPECT_GT(hot, 0);
+  EXPECT_LT(hot, (hp.n_layer - 1) * hp.n_ff);
+  for (int64_t l = 1; l < hp.n_layer; ++l) {  // each chosen neuron fired at least as often as each left out of its layer
+    const auto& chosen = part.solution.hot[static_cast<size_t>(l)];
+    uint64_t least_in = UINT64_MAX, most_out = 0;
+    for (int64_t i = 0; i < hp.n_ff; ++i) {
+      const uint64_t c = counts[static_cast<size_t>(l * hp.n_ff + i)];
+      if (std::binary_search(chosen.begin(), chosen.end(), static_cast<int32_t>(i))) least_in = std::min(least_in, c);
+      else most_out = std::max(most_out, c);
+    }
+    if (!chosen.empty() && static_cast<int64_t>(chosen.size()) < hp.n_ff) EXPECT_GE(least_in, most_out) << "layer " << l;
+  }
+}
+
 TEST(Placement, PlanCountsAGpusAllocationGranules) {
   const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
   auto dense = test::make_model("plan_dense", o);
