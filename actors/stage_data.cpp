@@ -18,6 +18,17 @@
 namespace hotcold::actors {
 
 namespace {
+// A data connection that goes silent is let go by the kernel: keepalive probes after 2 s idle (3, a
+// second apart), and data unacknowledged for 10 s. Not ZeroMQ's heartbeats: they time out when no
+// whole message arrives, which a long frame on a slow link takes longer than (a hung worker is the
+// CAF link's heartbeat's to name: it has a connection of its own, which no frame fills).
+void watch_tcp(zmq::socket_t& s) {
+  s.set(zmq::sockopt::tcp_keepalive, 1);
+  s.set(zmq::sockopt::tcp_keepalive_idle, 2);
+  s.set(zmq::sockopt::tcp_keepalive_intvl, 1);
+  s.set(zmq::sockopt::tcp_keepalive_cnt, 3);
+  s.set(zmq::sockopt::tcp_maxrt, 10000);
+}
 // A step's activations are at most a batch of rows (the engine refuses more): 512 MiB bounds what a
 // frame may bring before anything reads it.
 constexpr int64_t max_frame = int64_t{512} << 20;
@@ -153,6 +164,7 @@ stage_data_server::stage_data_server(const std::string& host, uint16_t port, boo
   }
   i.router.set(zmq::sockopt::linger, 0);
   i.router.set(zmq::sockopt::maxmsgsize, max_frame);
+  watch_tcp(i.router);
   if (host.find(':') != std::string::npos) i.router.set(zmq::sockopt::ipv6, 1);
   const std::string address = stage_data_address(host, port);
   try {
@@ -239,8 +251,8 @@ struct stage_data_client::impl {
   }
 };
 
-stage_data_client::stage_data_client(const std::string& host, uint16_t port, const std::string& server_key, const data_keys& mine, int heartbeat_ms,
-                                     int heartbeat_timeout_ms, std::function<void(stage_data_reply)> on_reply)
+stage_data_client::stage_data_client(const std::string& host, uint16_t port, const std::string& server_key, const data_keys& mine,
+                                     std::function<void(stage_data_reply)> on_reply)
     : impl_(std::make_unique<impl>()) {
   auto& i = *impl_;
   i.on_reply = std::move(on_reply);
@@ -248,8 +260,7 @@ stage_data_client::stage_data_client(const std::string& host, uint16_t port, con
   auto& d = i.dealer;
   d.set(zmq::sockopt::linger, 0);
   d.set(zmq::sockopt::maxmsgsize, max_frame);
-  d.set(zmq::sockopt::heartbeat_ivl, heartbeat_ms);
-  d.set(zmq::sockopt::heartbeat_timeout, heartbeat_timeout_ms);
+  watch_tcp(d);
   d.set(zmq::sockopt::reconnect_ivl, -1);  // a link makes a new connection at each admission
   if (host.find(':') != std::string::npos) d.set(zmq::sockopt::ipv6, 1);
   if (!server_key.empty()) {

@@ -75,13 +75,13 @@ struct stage_data_reply {
 };
 
 // The coordinator's side, one a link's admission: a thread with a DEALER connected to the worker's
-// data port that hands each reply, and the loss of the connection (ZeroMQ's heartbeats: no answer
-// within heartbeat_timeout_ms, or the connection closed), to on_reply.
+// data port that hands each reply, and the loss of the connection (closed, or let go by the kernel
+// when silent: TCP keepalive and a 10 s retransmission limit), to on_reply. A hung worker is named by
+// the CAF link's heartbeat, on its own connection, which no frame fills.
 class stage_data_client {
  public:
   // server_key "": plain; else CurveZMQ with `mine` as the client's pair.
-  stage_data_client(const std::string& host, uint16_t port, const std::string& server_key, const data_keys& mine, int heartbeat_ms,
-                    int heartbeat_timeout_ms, std::function<void(stage_data_reply)> on_reply);
+  stage_data_client(const std::string& host, uint16_t port, const std::string& server_key, const data_keys& mine, std::function<void(stage_data_reply)> on_reply);
   ~stage_data_client();
   stage_data_client(const stage_data_client&) = delete;
   stage_data_client& operator=(const stage_data_client&) = delete;

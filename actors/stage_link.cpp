@@ -152,9 +152,7 @@ void open_data(link_ptr self, caf::actor remote) {
   const uint64_t epoch = ++st.data_epoch;
   try {
     st.data = std::make_unique<stage_data_client>(
-        st.addr.host, static_cast<uint16_t>(st.addr.port + 1), st.server_key, st.keys, static_cast<int>(st.timing.heartbeat.count()),
-        // (its heartbeat gives up a beat after the link's own, which names a hung worker as such)
-        static_cast<int>((st.timing.heartbeat_timeout + st.timing.heartbeat).count()), [me, epoch](stage_data_reply r) {
+        st.addr.host, static_cast<uint16_t>(st.addr.port + 1), st.server_key, st.keys, [me, epoch](stage_data_reply r) {
           if (auto link = caf::actor_cast<caf::actor>(me))
             caf::anon_send(link, data_atom::value, epoch, r.id, r.ok, r.lost, std::move(r.bytes), r.compute_ns);
         });

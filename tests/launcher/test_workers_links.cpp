@@ -13,10 +13,11 @@ namespace hotcold::test {
 namespace {
 
 // A TCP relay on loopback that keeps every byte passing through it, both ways: from port `at` (0:
-// one the system picks) to port `to`.
+// one the system picks) to port `to`; with a rate, each way of each connection passes at most that
+// many bytes a second (a slow link, where flows are paced apart as fq_codel does).
 class recording_relay {
  public:
-  explicit recording_relay(uint16_t to, uint16_t at = 0) : to_(to) {
+  explicit recording_relay(uint16_t to, uint16_t at = 0, double bytes_per_second = 0) : to_(to), rate_(bytes_per_second) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET, a.sin_addr.s_addr = htonl(INADDR_LOOPBACK), a.sin_port = htons(at);
@@ -71,7 +72,9 @@ class recording_relay {
         seen_.append(buf, static_cast<size_t>(n));
       }
       for (ssize_t sent = 0; sent < n;) {
-        const ssize_t w = write(to, buf + sent, static_cast<size_t>(n - sent));
+        const ssize_t piece = rate_ > 0 ? std::min<ssize_t>(n - sent, 512) : n - sent;
+        if (rate_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(static_cast<double>(piece) / rate_));
+        const ssize_t w = send(to, buf + sent, static_cast<size_t>(piece), MSG_NOSIGNAL);  // (a closed end: an error, not SIGPIPE)
         if (w <= 0) return;
         sent += w;
       }
@@ -79,6 +82,7 @@ class recording_relay {
     shutdown(to, SHUT_WR);
   }
   uint16_t to_, port_ = 0;
+  double rate_ = 0;
   int fd_ = -1;
   std::thread accepting_;
   mutable std::mutex mutex_;
@@ -91,11 +95,11 @@ class recording_relay {
 // (a coordinator reaches the data at the port after the one it was given).
 struct relay_pair {
   std::unique_ptr<recording_relay> link, data;
-  explicit relay_pair(uint16_t to) {
+  explicit relay_pair(uint16_t to, double bytes_per_second = 0) {
     for (int i = 0; i < 64 && !data; ++i) {
-      auto l = std::make_unique<recording_relay>(to);
+      auto l = std::make_unique<recording_relay>(to, 0, bytes_per_second);
       if (!l->listening() || l->port() == 65535) continue;
-      auto d = std::make_unique<recording_relay>(static_cast<uint16_t>(to + 1), static_cast<uint16_t>(l->port() + 1));
+      auto d = std::make_unique<recording_relay>(static_cast<uint16_t>(to + 1), static_cast<uint16_t>(l->port() + 1), bytes_per_second);
       if (d->listening()) link = std::move(l), data = std::move(d);
     }
     EXPECT_TRUE(data) << "no two free ports one after the other";
@@ -189,6 +193,28 @@ TEST(Workers, TlsLinksAdmitOnlyTheirAuthorityAndCarryNothingInClear) {
   EXPECT_NE(loose.find("others may read this private key"), std::string::npos) << loose;
   EXPECT_EQ(w.stop(), 0) << w.log();
   fs::remove_all(dir);
+}
+
+// A step whose frames take longer to cross a slow link than the heartbeat's timeout is not a hung
+// worker: the activations have a connection of their own, so the link's pings and their answers do
+// not wait behind them (with the activations on the CAF connection they did, and the run ended with
+// "no answer to a heartbeat"). Here 4 KB/s each way: the prompt's step is ~11 KB, ~2.8 s a way.
+TEST(Workers, ALongStepOnASlowLinkIsNotAHang) {
+  const auto& f = files();
+  server_process w({"--listen", "tcp://127.0.0.1:0", "-m", f.dense, "-t", "1"}, "worker");
+  const std::string addr = worker_address(w);
+  ASSERT_FALSE(addr.empty());
+  const std::string prompt = "the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog";
+  const std::vector<std::string> gen{"run", "-m", f.dense, "-p", prompt, "-n", "3", "--temp", "0", "-c", "64", "-t", "1"};
+  const std::string alone = run_stdout(gen);
+  relay_pair relay(port_of(addr), 4000);
+  ASSERT_TRUE(relay.data);
+  auto args = gen;
+  args.insert(args.end(), {"--workers", relay.link->address()});
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(run_stdout(args), alone) << w.log();
+  EXPECT_GT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);  // (the link was that slow)
+  EXPECT_GT(relay.data->bytes().size(), 2u * 16 * 128 * 4);
 }
 
 // Network namespaces with a delay between them (ip netns, veth pairs, tc netem), torn down after.
