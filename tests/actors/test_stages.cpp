@@ -1,7 +1,12 @@
 // The stages' pure parts (docs/distributed.md): --split auto's plan, the layer ranges of --split.
 #include <gtest/gtest.h>
 
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
 #include "actors/stages.hpp"
+#include "model/file_identity.hpp"
+#include "tests/model/tiny_models.hpp"
 
 namespace hotcold::actors {
 namespace {
@@ -52,6 +57,44 @@ TEST(SplitLayers, CountsBecomeContiguousRanges) {
   EXPECT_THROW(split_layers({w1}, {"3"}, 8), std::invalid_argument);
   EXPECT_THROW(split_layers({w1, w2}, {"8", "0"}, 8), std::invalid_argument);
   EXPECT_THROW(split_layers({w1, w2, w3}, {"auto"}, 2), std::invalid_argument);  // (more workers than layers)
+}
+
+}  // namespace
+}  // namespace hotcold::actors
+
+namespace hotcold::actors {
+namespace {
+
+// A stage host (the worker's side, in this process) refuses at the hello a coordinator of another
+// version — the text names both — or of another file, and accepts its own: asked over CAF's network
+// layer from a second actor system, as a coordinator asks.
+TEST(StageHost, TheHelloRefusesAnotherVersionOrFile) {
+  const std::string path = test::make_model("stage_hello", test::small_options(2));
+  load_options lo;
+  lo.use_mmap = true;
+  stage_host_options o;
+  o.m = model::load(path, lo);
+  o.file_id = file_identity(path);
+  caf::actor_system_config wcfg, ccfg;
+  configure_network(wcfg);
+  configure_network(ccfg);
+  caf::actor_system worker(wcfg), coordinator(ccfg);
+  const stage_host host = start_stage_host(worker, o, "127.0.0.1", 0);
+  ASSERT_GT(host.port, 0);
+  auto remote = coordinator.middleman().remote_actor("127.0.0.1", host.port);
+  ASSERT_TRUE(remote) << coordinator.render(remote.error());
+  caf::scoped_actor self{coordinator};
+  auto hello = [&](const std::string& version, const std::string& file_id) {
+    std::string why = "(no answer)";
+    self->request(*remote, std::chrono::seconds(10), hello_atom::value, version, file_id, std::string())
+        .receive([&](std::string& w, std::string&) { why = w; }, [&](caf::error& e) { why = coordinator.render(e); });
+    return why;
+  };
+  const std::string other = "hotcold 0.0.9 (stage protocol 1, CAF 0.17.6, little-endian floats)";
+  EXPECT_EQ(hello(other, o.file_id), "this worker runs " + stage_version() + ", the coordinator " + other);
+  EXPECT_NE(hello(stage_version(), "1-0000000000000000").find("not the same file"), std::string::npos);
+  EXPECT_EQ(hello(stage_version(), o.file_id), "");
+  self->send_exit(host.actor, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace
