@@ -44,11 +44,17 @@ struct stage_work {
   std::string token;  // the assignment's: a data request must carry it
 };
 
+// Why a request carrying `token` is not this worker's to compute now ("" when it is); under w.mutex.
+std::string refusal(const stage_work& w, const std::string& token) {
+  if (!w.ctx) return "no layers assigned to this worker";
+  if (token != w.token) return "a step of another assignment (this worker's layers were assigned again since)";
+  return {};
+}
+
 // A step through the assigned layers (the data thread's; stage_data.hpp).
 std::string compute_step(stage_work& w, const stage_step& step, std::vector<float>& out) {
   std::lock_guard lock(w.mutex);
-  if (!w.ctx) return "no layers assigned to this worker";
-  if (step.token != w.token) return "a step of another assignment (this worker's layers were assigned again since)";
+  if (std::string why = refusal(w, step.token); !why.empty()) return why;
   try {
     w.ctx->step_begin_hidden(w.s, step.x, step.seqs, step.positions);
     w.ctx->step_layers(w.s, w.first, w.last);
@@ -83,9 +89,9 @@ caf::behavior stage_host_actor(caf::stateful_actor<stage_host_state>* self, stag
         try {
           self->state.data = std::make_unique<stage_data_server>(
               host, port, curve, [work](const stage_step& s, std::vector<float>& out) { return compute_step(*work, s, out); },
-              [work](const std::string& token) -> std::string {
+              [work](const std::string& token) {
                 std::lock_guard lock(work->mutex);
-                return work->ctx && token == work->token ? "" : "not this worker's current assignment";
+                return refusal(*work, token);
               });
         } catch (const std::exception& e) {
           return e.what();
