@@ -151,7 +151,8 @@ void pipeline_for_workers(const model_args& m, std::string& pipeline, bool pipel
 void add_worker_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<worker_args>();
   auto* cmd = app.add_subcommand("worker", "Hold layers for a coordinator's --workers (a stage of a pipeline across processes or hosts) until SIGINT or SIGTERM");
-  cmd->add_option("--listen", a->listen, "Address to listen on: tcp://HOST:PORT (loopback unless --allow-remote; port 0: one the system picks, printed on stderr)")
+  cmd->add_option("--listen", a->listen, "Address to listen on: tcp://HOST:PORT for the stage protocol, and PORT+1 for the activations (loopback unless --allow-remote; port 0: a free "
+                  "pair the system picks, printed on stderr)")
       ->capture_default_str();
   cmd->add_option("-m,--model", a->model, "GGUF model file: the same file as the coordinator's (checked at the handshake)")->required();
   cmd->add_option("-t,--threads", a->threads, "CPU threads for the layers (default: every hardware thread)")->check(CLI::Range(1, max_threads()));
