@@ -54,6 +54,18 @@ zmq::message_t words(std::initializer_list<uint64_t> w) {
 }
 
 std::string unique_inproc(const char* what, const void* who) { return fmt::format("inproc://hotcold-{}-{}", what, who); }
+
+// A thread's inproc pair: rx (the thread's) bound, tx (its owner's) connected. A message of one
+// empty frame on tx stops the thread (stop_thread).
+void pair_up(zmq::socket_t& rx, zmq::socket_t& tx, const char* what, const void* who) {
+  const std::string address = unique_inproc(what, who);
+  rx.bind(address);
+  tx.connect(address);
+}
+void stop_thread(zmq::socket_t& tx, std::thread& thread) {
+  tx.send(zmq::message_t(), zmq::send_flags::none);
+  thread.join();
+}
 }  // namespace
 
 std::string stage_data_address(const std::string& host, uint16_t port) {
@@ -172,16 +184,11 @@ stage_data_server::stage_data_server(const std::string& host, uint16_t port, boo
   } catch (const zmq::error_t& e) {
     throw std::runtime_error(fmt::format("cannot bind the data port {}: {}", address, e.what()));
   }
-  const std::string stop = unique_inproc("stage-data-stop", this);
-  i.stop_rx.bind(stop);
-  i.stop_tx.connect(stop);
+  pair_up(i.stop_rx, i.stop_tx, "stage-data-stop", this);
   i.thread = std::thread([&i] { i.run(); });
 }
 
-stage_data_server::~stage_data_server() {
-  impl_->stop_tx.send(zmq::message_t(), zmq::send_flags::none);
-  impl_->thread.join();
-}
+stage_data_server::~stage_data_server() { stop_thread(impl_->stop_tx, impl_->thread); }
 
 const std::string& stage_data_server::public_key() const { return impl_->public_key; }
 
@@ -274,15 +281,12 @@ stage_data_client::stage_data_client(const std::string& host, uint16_t port, con
     throw std::runtime_error(fmt::format("cannot watch the data connection: {}", zmq_strerror(zmq_errno())));
   i.monitor.connect(mon);
   d.connect(i.address);
-  const std::string in = unique_inproc("stage-data-in", this);
-  i.in_rx.bind(in);
-  i.in_tx.connect(in);
+  pair_up(i.in_rx, i.in_tx, "stage-data-in", this);
   i.thread = std::thread([&i] { i.run(); });
 }
 
 stage_data_client::~stage_data_client() {
-  impl_->in_tx.send(zmq::message_t(), zmq::send_flags::none);
-  impl_->thread.join();
+  stop_thread(impl_->in_tx, impl_->thread);
   zmq_socket_monitor(impl_->dealer.handle(), nullptr, 0);
 }
 

@@ -226,9 +226,8 @@ void admit(link_ptr self, caf::actor remote) {
 void connect(link_ptr self) {
   auto& st = self->state;
   auto& sys = self->home_system();
-  const caf::io::middleman_actor net = sys.has_openssl_manager() ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
   const auto wait = st.starting.pending() ? st.timing.answer : st.timing.heartbeat_timeout + st.timing.retry;
-  self->request(net, wait, caf::connect_atom::value, st.addr.host, st.addr.port)
+  self->request(network_actor(sys), wait, caf::connect_atom::value, st.addr.host, st.addr.port)
       .then(
           [self](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) {
             if (!p) return not_admitted(self, "nothing published at the address");

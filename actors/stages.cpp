@@ -176,6 +176,10 @@ void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir
   cfg.load<caf::openssl::manager>();
 }
 
+caf::io::middleman_actor network_actor(caf::actor_system& sys) {
+  return sys.has_openssl_manager() ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
+}
+
 namespace {
 // What the network sees of a stage host: a scheduled actor that hands each request to the detached
 // one (which reads layers at an assignment) and delivers its reply, so that no detached actor is
@@ -219,9 +223,8 @@ stage_host start_stage_host(caf::actor_system& sys, stage_host_options o, const 
         .receive([&](std::string& w) { why = std::move(w); }, [&](caf::error& e) { why = sys.render(e); });
     if (why.empty()) return {front, *bound};
     if (port != 0 || attempt == 15) give_up(why);
-    // (the network's own actor: CAF 0.17's caf::openssl::unpublish does not compile)
-    const caf::io::middleman_actor net = tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
-    self->request(net, std::chrono::seconds(5), caf::unpublish_atom::value, front.address(), *bound).receive([] {}, [](caf::error&) {});
+    // (through the network's own actor: CAF 0.17's caf::openssl::unpublish does not compile)
+    self->request(network_actor(sys), std::chrono::seconds(5), caf::unpublish_atom::value, front.address(), *bound).receive([] {}, [](caf::error&) {});
   }
 }
 

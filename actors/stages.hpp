@@ -33,6 +33,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
+#include <caf/io/middleman_actor.hpp>
 
 #include "actors/live_stats.hpp"
 #include "engine/forward.hpp"
@@ -70,6 +71,9 @@ void unpack_floats(const float_bytes& b, float* out);
 // wrong) CAF's OpenSSL module is loaded with its certificates: publish_stage and the links then
 // speak TLS, each side requiring the other's certificate signed by the folder's authority.
 void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir = {});
+// The network layer's actor of a system so configured: OpenSSL's where it speaks TLS, else the
+// plain middleman's (connect, publish and unpublish requests go to it).
+caf::io::middleman_actor network_actor(caf::actor_system& sys);
 
 struct stage_host_options {
   // The file, mapped (use_mmap: nothing read yet). At each assignment of other layers than it holds,

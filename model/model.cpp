@@ -28,8 +28,6 @@ bool matrix_type_supported(tensor_type t) {
 
 namespace {
 
-// Copies the file's data section into anonymous memory with pread, so the mmap'd file pages are
-// never touched (and never counted twice).
 // The layer of a tensor named blk.N.*, or -1 (the embeddings, the final norm, the head).
 int64_t tensor_layer(std::string_view name) {
   if (name.substr(0, 4) != "blk.") return -1;
@@ -39,8 +37,9 @@ int64_t tensor_layer(std::string_view name) {
   return i > 4 && i < name.size() && name[i] == '.' ? il : -1;
 }
 
-// The data section's bytes in a private copy of its size: all of it, or (held) only the ranges of
-// the tensors held() says to read; the pages of the rest are never touched.
+// Copies the file's data section into anonymous memory with pread, so the mmap'd file pages are
+// never touched (and never counted twice): all of it, or (held) only the ranges of the tensors
+// held() says to read, in a private copy of the whole size whose other pages are never touched.
 page_buffer read_data_section(const std::string& path, const gguf::file& f, size_t bytes, const std::function<bool(const gguf::tensor_info&)>& held) {
   page_buffer buf(bytes, path + ": weights");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

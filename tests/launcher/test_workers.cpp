@@ -26,18 +26,7 @@ TEST(Workers, TwoStagesGiveOneProcesssTokensAndLogits) {
       args.insert(args.end(), {"--workers", workers, "--split", split});
       EXPECT_EQ(run_stdout(args), alone) << "--split " << split << "\n" << pair.a.log() << pair.b.log();
     }
-    const std::string here = (fs::temp_directory_path() / ("hotcold-workers-logits-" + std::to_string(getpid()))).string();
-    const std::vector<std::string> eval{"eval", "-m", file, "-p", "The cat sat on the mat and looked", "-c", "64", "-t", "1", "--pipeline", "actors"};
-    auto one = eval, two = eval;
-    one.insert(one.end(), {"--logits-out", here + ".one"});
-    two.insert(two.end(), {"--logits-out", here + ".two", "--workers", workers});
-    run_stdout(one), run_stdout(two);
-    const auto x = read_floats(here + ".one"), y = read_floats(here + ".two");
-    ASSERT_FALSE(x.empty());
-    ASSERT_EQ(x.size(), y.size());
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(double(x[i]) - y[i])), scale = std::max(scale, std::fabs(double(x[i])));
-    EXPECT_LE(worst, 1e-5 * std::max(1.0, scale));
+    expect_one_processs_logits(file, workers);
     EXPECT_NE(pair.a.log().find("runs layers 0-1 of 4"), std::string::npos) << pair.a.log();  // (the even split, last)
     EXPECT_EQ(pair.a.stop(), 0) << pair.a.log();  // SIGTERM: a clean end
     EXPECT_EQ(pair.b.stop(), 0) << pair.b.log();
@@ -60,18 +49,7 @@ TEST(Workers, AWorkersOwnHotDeviceRunsItsLayersWithTheSamePlan) {
     auto args = gen;
     args.insert(args.end(), {"--workers", workers});
     EXPECT_EQ(run_stdout(args), alone) << pair.b.log();
-    const std::string here = (fs::temp_directory_path() / ("hotcold-workers-device-" + std::to_string(getpid()))).string();
-    const std::vector<std::string> eval{"eval", "-m", file, "-p", "The cat sat on the mat and looked", "-c", "64", "-t", "1", "--pipeline", "actors"};
-    auto one = eval, two = eval;
-    one.insert(one.end(), {"--logits-out", here + ".one"});
-    two.insert(two.end(), {"--logits-out", here + ".two", "--workers", workers});
-    run_stdout(one), run_stdout(two);
-    const auto x = read_floats(here + ".one"), y = read_floats(here + ".two");
-    ASSERT_FALSE(x.empty());
-    ASSERT_EQ(x.size(), y.size());
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(double(x[i]) - y[i])), scale = std::max(scale, std::fabs(double(x[i])));
-    EXPECT_LE(worst, 1e-5 * std::max(1.0, scale));
+    expect_one_processs_logits(file, workers);
     const std::string log = pair.b.log();
     EXPECT_NE(log.find("hot device sim)"), std::string::npos) << log;
     EXPECT_NE(log.find("the head on the CPU"), std::string::npos) << log;

@@ -56,6 +56,23 @@ inline std::vector<float> read_floats(const std::string& path) {
   return v;
 }
 
+// eval's logits at every position of a prompt batch through `workers` against one process's: within
+// 1e-5 of the largest (or of 1).
+inline void expect_one_processs_logits(const std::string& file, const std::string& workers) {
+  const std::string here = (fs::temp_directory_path() / ("hotcold-workers-logits-" + std::to_string(getpid()))).string();
+  const std::vector<std::string> eval{"eval", "-m", file, "-p", "The cat sat on the mat and looked", "-c", "64", "-t", "1", "--pipeline", "actors"};
+  auto one = eval, two = eval;
+  one.insert(one.end(), {"--logits-out", here + ".one"});
+  two.insert(two.end(), {"--logits-out", here + ".two", "--workers", workers});
+  run_stdout(one), run_stdout(two);
+  const auto x = read_floats(here + ".one"), y = read_floats(here + ".two");
+  ASSERT_FALSE(x.empty());
+  ASSERT_EQ(x.size(), y.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(double(x[i]) - y[i])), scale = std::max(scale, std::fabs(double(x[i])));
+  EXPECT_LE(worst, 1e-5 * std::max(1.0, scale));
+}
+
 // A run through a pair's workers (a long greedy generation) whose second worker gets `signal` while
 // it generates: the run's exit status, the seconds from the signal to its end, and its log.
 struct run_after_signal {

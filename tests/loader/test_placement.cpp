@@ -32,6 +32,23 @@ uint64_t brute_force(const loader::placement_problem& p) {
   return best;
 }
 
+// The plan tests' sparse file, made once a process under `name`: the small two-layer ReLU llama
+// with random low-rank predictors (of so's types).
+std::shared_ptr<const model> plan_sparse_model(const std::string& name, const tools::sparse_file_options& so = {}) {
+  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
+  const auto dense = test::make_model("plan_dense", o);
+  const auto path = (test::scratch_dir() / (name + ".gguf")).string();
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9), so);
+  return model::load(path);
+}
+
+// Firing counts for every neuron of the model, cycling over least .. least + 100.
+std::vector<uint64_t> cycling_counts(const hparams& hp, uint64_t least = 0) {
+  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff));
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = least + (i * 7919) % 101;
+  return counts;
+}
+
 TEST(Placement, MatchesBruteForce) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 400; ++trial) {
@@ -178,15 +195,10 @@ TEST(Placement, DenseFilesOffloadWholeLayers) {
 // tensors' own (KV: F16 K and V at the context); nothing passes the budget; and the runtime's
 // allocation on a sim device of that budget is the plan, byte for byte.
 TEST(Placement, PlanFillsTheDeviceInOrder) {
-  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
-  auto dense = test::make_model("plan_dense", o);
-  const auto path = (test::scratch_dir() / "plan_sparse.gguf").string();
-  tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
-  auto m = model::load(path);
+  auto m = plan_sparse_model("plan_sparse");
   const auto& hp = m->hp();
   const auto& W = m->weights();
-  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff));
-  for (size_t i = 0; i < counts.size(); ++i) counts[i] = (i * 7919) % 101;
+  const auto counts = cycling_counts(hp);
   const int64_t ctx = 64;
   const uint64_t kv = static_cast<uint64_t>(ctx * hp.n_embd_kv() * 2 * 2);
   EXPECT_THROW(loader::plan_placement(*m, counts, 1.0 / (1 << 30), ctx), std::invalid_argument);  // one byte: not even the buffers
@@ -260,24 +272,14 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
   EXPECT_TRUE(saw_stop);
 }
 
-// A GPU's allocator hands out granules (devices::gpu_allocation: 512 bytes, 2 MiB from 1 MiB on): the
-// plan counts each buffer the runtime makes so, and the runtime on a device that charges granules (sim
-// with kernels) allocates exactly the plan, within the budget, at every budget of a sweep; a plan that
-// summed the tensors' own bytes overruns such a device at a budget it claimed to fit. Pinned host
-// memory is reported beside the table.
 // A stage's plan (a worker's layers, docs/distributed.md) holds its layers alone: nothing of the
 // others' (attention, predictors, hot neurons), no head, and the hot neurons of its layers are the
 // ones the whole model's plan would weigh for them (the most fired first, within the budget).
 TEST(Placement, AStagesPlanHoldsItsLayersAlone) {
-  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
-  auto dense = test::make_model("plan_stage_dense", o);
-  const auto path = (test::scratch_dir() / "plan_stage_sparse.gguf").string();
-  tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
-  auto m = model::load(path);
+  auto m = plan_sparse_model("plan_sparse");
   const auto& hp = m->hp();
   ASSERT_GE(hp.n_layer, 2);
-  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff));
-  for (size_t i = 0; i < counts.size(); ++i) counts[i] = 1 + (i * 7919) % 101;
+  const auto counts = cycling_counts(hp, 1);  // (every neuron fired: each has a value to the plan)
   loader::plan_options po;
   po.ctx = 64;
   const auto whole = loader::plan_placement(*m, counts, uint64_t{64} << 20, po);
@@ -312,21 +314,23 @@ TEST(Placement, AStagesPlanHoldsItsLayersAlone) {
       if (std::binary_search(chosen.begin(), chosen.end(), static_cast<int32_t>(i))) least_in = std::min(least_in, c);
       else most_out = std::max(most_out, c);
     }
-    if (!chosen.empty() && static_cast<int64_t>(chosen.size()) < hp.n_ff) EXPECT_GE(least_in, most_out) << "layer " << l;
+    if (!chosen.empty() && static_cast<int64_t>(chosen.size()) < hp.n_ff) {
+      EXPECT_GE(least_in, most_out) << "layer " << l;
+    }
   }
 }
 
+// A GPU's allocator hands out granules (devices::gpu_allocation: 512 bytes, 2 MiB from 1 MiB on): the
+// plan counts each buffer the runtime makes so, and the runtime on a device that charges granules (sim
+// with kernels) allocates exactly the plan, within the budget, at every budget of a sweep; a plan that
+// summed the tensors' own bytes overruns such a device at a budget it claimed to fit. Pinned host
+// memory is reported beside the table.
 TEST(Placement, PlanCountsAGpusAllocationGranules) {
-  const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
-  auto dense = test::make_model("plan_dense", o);
-  const auto path = (test::scratch_dir() / "plan_sparse_f16_predictors.gguf").string();
   tools::sparse_file_options so;
   so.predictor_type = tensor_type::f16;  // (what a GPU's predictor reads)
-  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9), so);
-  auto m = model::load(path);
+  auto m = plan_sparse_model("plan_sparse_f16_predictors", so);
   const auto& hp = m->hp();
-  std::vector<uint64_t> counts(static_cast<size_t>(hp.n_layer * hp.n_ff));
-  for (size_t i = 0; i < counts.size(); ++i) counts[i] = (i * 7919) % 101;
+  const auto counts = cycling_counts(hp);
   auto gpu_like = [](uint64_t budget) {
     devices::device_options d;
     d.kind = "sim", d.budget = budget, d.sim_kernels = true;
