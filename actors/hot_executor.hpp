@@ -28,6 +28,7 @@ struct lane {
   std::shared_ptr<inference_context::step_state> s = std::make_shared<inference_context::step_state>();
   int64_t begin = 0, end = 0;         // its tokens: the plan's [begin, end)
   std::vector<int64_t> logit_rows;    // the plan's logit rows among them, relative to begin
+  std::vector<int64_t> requests;      // its tokens' requests (what the fault hook is told)
   int64_t layer = 0;                  // the layer in flight
   active_set active;                  // its choice there
   ffn_split split;

@@ -41,9 +41,10 @@ void queue_chain(hot_executor_ptr self, size_t i) {
   auto p = st.p;
   const int64_t layer = ln.layer;
   predictor_runner* runner = st.runner.get();
-  ln.ready = p->ctx->device()->submit([p, runner, &ln, layer, requests = st.plan.requests] {
+  ln.ready = p->ctx->device()->submit([p, runner, &ln, layer, requests = ln.requests] {
     inference_context& ctx = *p->ctx;
     const model& m = *p->m;
+    if (p->fault) p->fault(stage::attention, layer, requests);
     const auto t0 = std::chrono::steady_clock::now();
     ctx.step_attention(*ln.s, layer);
     p->stats->add_time(stage::attention, layer, std::chrono::steady_clock::now() - t0);
@@ -94,7 +95,7 @@ void drain_queued(hot_executor_ptr self) {
                    ln.xq,
                    chosen,
                    std::make_shared<const std::vector<int32_t>>(ln.split.cold_ids),
-                   st.plan.requests,
+                   ln.requests,
                    ln.computed,
                    ln.union_size};
       self->request(st.cold, caf::infinite, cold_atom::value, std::move(job))
@@ -158,6 +159,7 @@ void run_lanes(hot_executor_ptr self) {
       ln.begin = begin, ln.end = t;
       for (int64_t r : plan.logit_rows)
         if (r >= begin && r < t) ln.logit_rows.push_back(r - begin);
+      ln.requests.assign(plan.requests.begin() + begin, plan.requests.begin() + t);
       st.lanes.push_back(std::move(ln));
       begin = t;
     }

@@ -39,7 +39,8 @@
 namespace hotcold::actors {
 
 // Called by the compute actors before each layer's work (stage attention, predict, cold_ffn) with the
-// requests in the step; a test throws from it to inject a fault.
+// requests of its tokens (the step's, or a micro-batch's own); a test throws from it to inject a
+// fault, or holds a stage to see what runs meanwhile.
 using fault_hook = std::function<void(stage s, int64_t layer, const std::vector<int64_t>& requests)>;
 
 struct pipeline_options {

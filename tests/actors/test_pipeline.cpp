@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <set>
 
@@ -478,9 +480,73 @@ placement_data every_other_hot() {
   return half;
 }
 
+// Proves by construction, not by the clock, that a micro-batch's device work runs while another's cold
+// share waits for the cold pool. The compute actors' fault hook sees each stage begin with its requests
+// (a micro-batch's own). The first stage is held until the scheduler has taken every request, so that
+// later steps hold them all. Then the first cold share of layer 0 of a first micro-batch — one with the
+// first request (its token comes first in every step) and several requests (a step not split has one
+// sequence) — is held until the device has begun layer 0's attention, after this micro-batch's own, for
+// requests of another micro-batch. A runtime that ran the micro-batches one after the other (or not at
+// all) never begins it while the share is held, and the wait gives up after `patience`, far beyond any
+// scheduling delay.
+class micro_batch_overlap {
+ public:
+  explicit micro_batch_overlap(int64_t first_request, std::chrono::seconds patience = std::chrono::seconds(60))
+      : first_request_(first_request), patience_(patience) {}
+  fault_hook hook() {
+    return [this](stage s, int64_t layer, const std::vector<int64_t>& requests) { seen(s, layer, std::set<int64_t>(requests.begin(), requests.end())); };
+  }
+  void release_first_stage() {
+    std::lock_guard<std::mutex> l(m_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  bool cold_share_held() const { std::lock_guard<std::mutex> l(m_); return !held_for_.empty(); }
+  bool overlapped() const { std::lock_guard<std::mutex> l(m_); return overlap(); }
+
+ private:
+  static bool disjoint(const std::set<int64_t>& a, const std::set<int64_t>& b) {
+    return std::none_of(a.begin(), a.end(), [&](int64_t r) { return b.count(r) > 0; });
+  }
+  bool overlap() const {
+    if (held_for_.empty()) return false;
+    size_t own = attended_.size();  // the held micro-batch's latest attention of layer 0
+    for (size_t k = attended_.size(); k-- > 0;)
+      if (attended_[k] == held_for_) {
+        own = k;
+        break;
+      }
+    for (size_t k = own + 1; k < attended_.size(); ++k)
+      if (disjoint(attended_[k], held_for_)) return true;
+    return false;
+  }
+  void seen(stage s, int64_t layer, std::set<int64_t> requests) {
+    std::unique_lock<std::mutex> l(m_);
+    if (!first_seen_) {
+      first_seen_ = true;
+      cv_.wait_for(l, patience_, [&] { return released_; });
+    }
+    if (layer != 0) return;
+    if (s == stage::attention) {
+      attended_.push_back(std::move(requests));
+      cv_.notify_all();
+    } else if (s == stage::cold_ffn && held_for_.empty() && requests.size() >= 2 && requests.count(first_request_) > 0) {
+      held_for_ = std::move(requests);
+      cv_.wait_for(l, patience_, [&] { return overlap(); });
+    }
+  }
+  const int64_t first_request_;
+  const std::chrono::seconds patience_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  bool first_seen_ = false, released_ = false;
+  std::set<int64_t> held_for_;                // the held cold share's requests
+  std::vector<std::set<int64_t>> attended_;   // layer 0's attentions in the order they began, by their requests
+};
+
 // Steps of several sequences split into micro-batches (the device holding every layer's attention
-// and predictor): the same logits and tokens as the forward pass, and the trace shows the device
-// working on one micro-batch while the cold pool works on another.
+// and predictor): the same logits and tokens as the forward pass, and the device works on one
+// micro-batch while the cold pool works on another (micro_batch_overlap).
 TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
   auto m = model::load(split_file());
   device_residency r;
@@ -491,32 +557,25 @@ TEST(Pipeline, MicroBatchesGiveTheReferenceAndOverlap) {
     SCOPED_TRACE(micro);
     expect_matches_reference(m, ffn_mode::sparse, &hot, micro);
   }
-  // The trace, on a file whose shares of a layer take hundreds of microseconds: micro-batches' device
-  // work (attention, hot rows) overlaps other micro-batches' cold shares. (A runtime that runs one
-  // micro-batch after the other never does: each step's lanes get step numbers of their own.)
-  auto big = busy_sparse_model();
   const on_device half{sim_device(128 << 20), every_other_hot(), r};
-  const auto opened = open_model(big, ffn_mode::sparse, 4, &half, 1, /*trace=*/true);
-  const auto& ctx = opened.ctx;
-  const trace_recorder& trace = *opened.trace;
+  const auto opened = open_model(busy_sparse_model(), ffn_mode::sparse, 4, &half);
   pipeline_options o = options_for(opened);
   o.micro_batches = 2;
-  {
-    pipeline p(ctx, o);
-    for (int k = 0; k < 4; ++k) p.submit(greedy({1, static_cast<token_id>(20 + k)}, 8));
-    drain(p, 4);
-  }
-  std::vector<trace_recorder::interval> cold, device;
-  for (const auto& e : trace.entries()) {
-    const std::string name = e.span.name;
-    if (name == "cold_ffn") cold.push_back(e.span);
-    else if (name == "attention" || name == "hot_ffn") device.push_back(e.span);
-  }
-  int overlaps = 0;
-  for (const auto& c : cold)
-    for (const auto& dv : device)
-      if (dv.step != c.step && dv.begin < c.end && c.begin < dv.end) ++overlaps;
-  EXPECT_GT(overlaps, 0) << "no micro-batch's device work overlapped another's cold share";
+  const int64_t first = 0;  // the pipeline numbers its requests from 0
+  micro_batch_overlap probe(first);
+  o.fault = probe.hook();
+  pipeline p(opened.ctx, o);
+  for (int k = 0; k < 4; ++k) ASSERT_EQ(p.submit(greedy({1, static_cast<token_id>(20 + k)}, 8)), first + k);
+  // A request the scheduler refuses at once: its answer comes after it took the four before it (one
+  // sender's messages arrive in order), and before any token (the first stage is held).
+  const int64_t marker = p.submit(generation_request{});
+  const auto ev = p.next(std::chrono::seconds(60));
+  ASSERT_TRUE(ev && std::holds_alternative<done_event>(*ev) && std::get<done_event>(*ev).request == marker);
+  probe.release_first_stage();
+  const auto got = drain(p, 4);
+  for (const auto& [id, out] : got) EXPECT_EQ(out.tokens.size(), 8u) << id;
+  EXPECT_TRUE(probe.cold_share_held()) << "no cold share of layer 0 of a first micro-batch";
+  EXPECT_TRUE(probe.overlapped()) << "no micro-batch's attention began while another's cold share was held";
 }
 
 // A device lost to a sticky error (a GPU context that faulted answers every later call with the same
