@@ -176,11 +176,30 @@ void count_fixed_bytes(hot_executor_state& st, int64_t layer) {
 }
 // And its FFN rows split by placement: the hot rows' (gate and up of each, down of those that fired)
 // on the device, the cold ones' on the host; with the layer's counts for the live stats.
-void count_ffn(hot_executor_state& st, int64_t layer, const ffn_counts& c) {
+void count_ffn(hot_executor_state& st, int64_t layer, const hot_cold_counts& c) {
   const auto& costs = st.p->stats->costs();
   st.p->stats->add_ffn(layer, c.tokens, c.computed, c.hot_chosen);
   st.device_bytes += costs.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(c.hot_rows), static_cast<uint64_t>(c.hot_fired));
   st.host_bytes += costs.ffn_rows(static_cast<size_t>(layer), static_cast<uint64_t>(c.union_size - c.hot_rows), static_cast<uint64_t>(c.cold_fired));
+}
+
+// What a layer's FFN run by the context did (ffn_step_counts): a mixture's choices and device slots
+// for the live stats; every gate and up row it read and the down rows (transposed rows: the neurons
+// that fired) — on the device where it holds the layer whole, or a mixture's experts its slots held —
+// added to the step's bytes.
+void count_dense_ffn(hot_executor_state& st, int64_t layer, const ffn_step_counts& c) {
+  auto& stats = *st.p->stats;
+  const auto li = static_cast<size_t>(layer);
+  if (!c.expert_choices.empty()) stats.add_experts(layer, c.expert_choices.data(), c.experts_chosen, c.experts_guessed);
+  if (st.p->ctx->experts()) {
+    stats.add_expert_cache(layer, c.cache_lookups, c.cache_hits, c.cache_uploads);
+    if (c.next_layer_uploads > 0) stats.add_expert_cache(layer + 1, 0, 0, c.next_layer_uploads);
+  }
+  const uint64_t rows = stats.costs().ffn_rows(li, static_cast<uint64_t>(c.rows), static_cast<uint64_t>(c.down_rows));
+  const uint64_t experts_there = std::min<uint64_t>(rows, c.expert_device_bytes);
+  const auto& dev = st.p->ctx->device();
+  (dev && dev->ffn(layer) ? st.device_bytes : st.host_bytes) += rows - experts_there;
+  st.device_bytes += experts_there;
 }
 
 // The step's logits are in st.logits_out (its `heads` head computations done): the bytes of the heads
@@ -236,7 +255,9 @@ void finish_layer(hot_executor_ptr self, int64_t layer, const shared_tensor* col
   }
   if (cold_out)
     for (int64_t k = 0; k < nd; ++k) st.out[static_cast<size_t>(k)] += cold_out->data()[k];
-  ctx.step_ffn_done(*st.s, layer, st.out.data(), computed, union_size, cold_fired + hot_fired);
+  ffn_step_counts c;
+  c.computed = computed, c.rows = union_size, c.down_rows = cold_fired + hot_fired;
+  ctx.step_ffn_done(*st.s, layer, st.out.data(), c);
   count_ffn(st, layer, {in.n, computed, st.hot_chosen, static_cast<int64_t>(st.split.hot_ids.size()), hot_fired, union_size, cold_fired});
   run_layer(self, layer + 1);
 }
@@ -385,7 +406,6 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     if (rs.first == layer) return run_stage(self, rs);
   try {
     auto& stats = *st.p->stats;
-    const auto& costs = stats.costs();
     if (layer == m.hp().n_layer) {  // the head: logits of the rows the scheduler wants
       const auto t0 = std::chrono::steady_clock::now();
       auto logits = ctx.step_logits(*st.s, st.plan.logit_rows);
@@ -397,38 +417,13 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     ctx.step_attention(*st.s, layer);
     stats.add_time(stage::attention, layer, std::chrono::steady_clock::now() - t0);
     count_fixed_bytes(st, layer);
-    const auto& dev = ctx.device();
     const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
     const bool sparse = ctx.mode() == ffn_mode::sparse && l.pred_fc1 && l.ffn_down_t;
     if (!sparse) {  // every neuron, here (dense files, dense mode)
       t0 = std::chrono::steady_clock::now();
-      const size_t li = static_cast<size_t>(layer);
-      const int64_t rows_before = ctx.read_neurons()[li], down_before = ctx.read_down_rows()[li];
-      const int64_t ne = m.hp().n_expert;
-      std::vector<int64_t> experts_before;
-      if (ne > 0) experts_before.assign(ctx.expert_choices().begin() + layer * ne, ctx.expert_choices().begin() + (layer + 1) * ne);
-      const int64_t chosen_before = ctx.experts_chosen()[li], guessed_before = ctx.experts_guessed()[li];
-      const uint64_t experts_there_before = ctx.expert_device_read();
-      const device_experts* slots = ctx.experts().get();
-      const device_experts::counts cache_before = slots ? slots->counted() : device_experts::counts{};
-      ctx.step_ffn(*st.s, layer);
-      if (slots) {  // the routed experts its device slots held, and the uploads queued (this layer's, and the next's guess)
-        const auto& now = slots->counted();
-        for (size_t l = 0; l < now.layer_uploads.size(); ++l)
-          stats.add_expert_cache(static_cast<int64_t>(l), now.layer_lookups[l] - cache_before.layer_lookups[l], now.layer_hits[l] - cache_before.layer_hits[l],
-                                 now.layer_uploads[l] - cache_before.layer_uploads[l]);
-      }
+      const ffn_step_counts c = ctx.step_ffn(*st.s, layer);
       stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
-      if (ne > 0) {  // a mixture of experts: which experts the step chose, and how many the guess had
-        for (int64_t e = 0; e < ne; ++e) experts_before[static_cast<size_t>(e)] = ctx.expert_choices()[static_cast<size_t>(layer * ne + e)] - experts_before[static_cast<size_t>(e)];
-        stats.add_experts(layer, experts_before.data(), ctx.experts_chosen()[li] - chosen_before, ctx.experts_guessed()[li] - guessed_before);
-      }
-      // Every gate and up row; the down rows it read (transposed rows: the neurons that fired).
-      const uint64_t rows = costs.ffn_rows(li, static_cast<uint64_t>(ctx.read_neurons()[li] - rows_before), static_cast<uint64_t>(ctx.read_down_rows()[li] - down_before));
-      // A dense layer the device holds whole: there; a mixture's: the experts its slots held there.
-      const uint64_t experts_there = std::min<uint64_t>(rows, ctx.expert_device_read() - experts_there_before);
-      (dev && dev->ffn(layer) ? st.device_bytes : st.host_bytes) += rows - experts_there;
-      st.device_bytes += experts_there;
+      count_dense_ffn(st, layer, c);
       return run_layer(self, layer + 1);
     }
     const auto in = ctx.step_ffn_inputs(*st.s);

@@ -96,12 +96,12 @@ void count_fixed_bytes(hot_executor_state& st, int64_t layer);
 // And its FFN rows split by placement: the hot rows' (gate and up of each, down of those that fired)
 // on the device, the cold ones' on the host; with the layer's counts for the live stats.
 // A layer's FFN as a step (or a micro-batch) ran it: rows chosen, where they were, which fired.
-struct ffn_counts {
+struct hot_cold_counts {
   int64_t tokens = 0, computed = 0, hot_chosen = 0;
   int64_t hot_rows = 0, hot_fired = 0;       // on the device
   int64_t union_size = 0, cold_fired = 0;    // every row read; those on the host that fired
 };
-void count_ffn(hot_executor_state& st, int64_t layer, const ffn_counts& c);
+void count_ffn(hot_executor_state& st, int64_t layer, const hot_cold_counts& c);
 // The buffer the step's logits leave in (emptied).
 std::vector<float>& logits_buffer(hot_executor_state& st);
 // The step's logits are in the logits buffer (its `heads` head computations done): the bytes of the

@@ -117,7 +117,9 @@ void drain_queued(hot_executor_ptr self) {
                   }
                   ln.out.assign(ln.hot_out.begin(), ln.hot_out.begin() + nd);
                   for (int64_t k = 0; k < nd; ++k) ln.out[static_cast<size_t>(k)] += part.out.data()[k];
-                  st.p->ctx->step_ffn_done(*ln.s, layer, ln.out.data(), ln.computed, ln.union_size, part.fired + hot_fired);
+                  ffn_step_counts c;
+                  c.computed = ln.computed, c.rows = ln.union_size, c.down_rows = part.fired + hot_fired;
+                  st.p->ctx->step_ffn_done(*ln.s, layer, ln.out.data(), c);
                   count_fixed_bytes(st, layer);
                   count_ffn(st, layer, {in.n, ln.computed, ln.hot_chosen, static_cast<int64_t>(ln.split.hot_ids.size()), hot_fired, ln.union_size, part.fired});
                   ln.active = {};

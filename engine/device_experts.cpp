@@ -167,14 +167,16 @@ void device_experts::begin_step(int64_t n) {
     if (caches(il)) credit_[il] = std::min(credit_[il] + share, std::max(share, 2.0 * static_cast<double>(expert_bytes_[il])));
 }
 
-void device_experts::chosen(int64_t layer, std::span<const int32_t> experts) {
+int64_t device_experts::chosen(int64_t layer, std::span<const int32_t> experts) {
   expert_slots& c = policy_[static_cast<size_t>(layer)];
   c.next_token();
+  int64_t hits = 0;
   for (int32_t e : experts) {
     c.use(e);
     ++counts_.lookups, ++counts_.layer_lookups[static_cast<size_t>(layer)];
-    if (slot_of(layer, e) >= 0) ++counts_.hits, ++counts_.layer_hits[static_cast<size_t>(layer)];
+    if (slot_of(layer, e) >= 0) ++hits, ++counts_.hits, ++counts_.layer_hits[static_cast<size_t>(layer)];
   }
+  return hits;
 }
 
 bool device_experts::upload(int64_t layer, int32_t e, std::span<const int32_t> keep, bool guessed) {

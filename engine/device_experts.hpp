@@ -7,7 +7,7 @@
 //
 // Where a layer holds fewer slots than experts, the slots are a cache: an expert a token chose that no
 // slot held is uploaded after the layer (evicting the one the policy scores lowest, never one the step
-// is using), and the experts the next layer's router guesses (inference_context::experts_guessed) are
+// is using), and the experts the next layer's router guesses (moe_block::guess_next) are
 // uploaded one layer early; both within an allowance of bytes per token, so that uploads queued ahead
 // of the device's work never hold up a token by more than that. Uploads are queued on the device's
 // queue, after the work already there (which may still read the slot being refilled).
@@ -105,8 +105,9 @@ class device_experts {
   // the first layers do not spend every token's allowance and a layer refills every few tokens); the
   // step's uploads never pass the allowance.
   void begin_step(int64_t n);
-  // One token at `layer` chose `experts`: the policy's uses, and the hits counted (held at routing).
-  void chosen(int64_t layer, std::span<const int32_t> experts);
+  // One token at `layer` chose `experts`: the policy's uses, and the hits counted (held at routing);
+  // returns the hits.
+  int64_t chosen(int64_t layer, std::span<const int32_t> experts);
   // Queues expert e's upload into a slot of `layer` (evicting by the policy, sparing `keep`) when the
   // step's allowance has room; returns whether it was queued. guessed: a prefetch (counted apart).
   bool upload(int64_t layer, int32_t e, std::span<const int32_t> keep, bool guessed = false);

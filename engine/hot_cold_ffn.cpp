@@ -9,6 +9,7 @@
 
 #include "engine/matmul.hpp"
 #include "engine/sparse_ffn.hpp"
+#include "engine/trace.hpp"
 
 namespace hotcold {
 
@@ -38,7 +39,7 @@ hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placeme
   // before their buffers go away with this half-built object.
   try {
     upload(placement);
-    hot_->reserve(devices::operation::ffn_rows, inference_context::max_batch, hp.n_embd, hp.n_ff);
+    hot_->reserve(devices::operation::ffn_rows, max_step_tokens, hp.n_embd, hp.n_ff);
   } catch (...) {
     hot_->synchronize();
     throw;

@@ -15,7 +15,7 @@
 #include <functional>
 
 #include "devices/device.hpp"
-#include "engine/forward.hpp"
+#include "engine/ffn_block.hpp"
 #include "engine/read_costs.hpp"
 #include "engine/thread_pool.hpp"
 #include "model/placement_file.hpp"

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/sparse_ffn.hpp"
+#include "engine/rows.hpp"
 
 namespace hotcold {
 

@@ -6,9 +6,9 @@
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/gemm.hpp"
-#include "engine/forward.hpp"
 #include "engine/row_groups.hpp"
-#include "engine/sparse_ffn.hpp"
+#include "engine/layer_ops.hpp"
+#include "engine/rows.hpp"
 
 namespace hotcold {
 

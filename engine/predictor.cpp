@@ -7,7 +7,7 @@
 
 #include "kernels/cpu/select.hpp"
 #include "engine/matmul.hpp"
-#include "engine/sparse_ffn.hpp"
+#include "engine/rows.hpp"
 
 namespace hotcold {
 

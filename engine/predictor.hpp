@@ -9,7 +9,8 @@
 #include <memory>
 
 #include "engine/device_layers.hpp"
-#include "engine/sparse_ffn.hpp"
+#include "engine/neuron_rules.hpp"
+#include "engine/rows.hpp"
 #include "model/model.hpp"
 #include "engine/thread_pool.hpp"
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "kernels/cpu/dot.hpp"
-#include "engine/sparse_ffn.hpp"
+#include "engine/rows.hpp"
 
 namespace hotcold {
 

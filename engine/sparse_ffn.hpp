@@ -1,6 +1,7 @@
 #pragma once
-// One FFN neuron's worth of work over a weight row, for any row type: the pieces the reference
-// forward pass, the batch path and the hot/cold executors share.
+// The sparse FFN's passes over chosen neurons: one token's, a batch's (each row read once for the
+// tokens that chose it), and the neurons handed out to threads in pieces; what the forward pass's FFN
+// block, the hot/cold split and the cold pool share.
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -8,88 +9,14 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/dispatch.hpp"
-#include "kernels/cpu/quants.hpp"
 #include "engine/neuron_rules.hpp"
+#include "engine/rows.hpp"
 #include "engine/stage.hpp"
-#include "kernels/cpu/row_kernels.hpp"
 #include "model/arch.hpp"
 #include "model/model.hpp"
 
 namespace hotcold {
 
-// The CPU kernels for rows of type t (kernels/cpu/row_kernels.hpp); throws std::logic_error for a type
-// the engine does not compute with (model loading refuses those first).
-const kernels::row_kernels& row_kernels_of(tensor_type t);
-// Row r of w times x; Q8_0/Q4_0 rows use xq, x already quantized to Q8_0 (kernels::quantize_row_q8_0).
-float row_dot(const tensor_view& w, int64_t r, const float* x, const kernels::block_q8_0* xq);
-// Whether row_dot wants the quantized input for rows of this type.
-inline bool wants_q8_input(tensor_type t) {
-  const kernels::row_kernels* k = kernels::row_kernels_for(t);
-  return k && k->q8_input;
-}
-// n inputs of d floats quantized to Q8_0 for rows of w's type, once for every row that reads them;
-// null when w's rows read floats.
-using q8_rows = std::vector<kernels::block_q8_0>;
-std::shared_ptr<q8_rows> quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d);
-// The same into `out` (grown as needed, kept between calls): its data, or null.
-const kernels::block_q8_0* quantize_for_rows(const tensor_view& w, const float* in, int64_t n, int64_t d, q8_rows& out);
-// y += a * row r of w.
-void row_axpy(const tensor_view& w, int64_t r, float a, float* y);
-// y += a[0] row r[0] + ... + a[3] row r[3]: one pass over y for four rows where the type has it.
-void row_axpy4(const tensor_view& w, const int32_t* r, const float* a, float* y);
-// A cache line to be read soon: not kept (prefetchnta) where the CPU reads scattered rows best so,
-// into L1 (prefetcht0) where non-temporal hints slow it down (kernels::cpu().prefetch_nta). An asm
-// statement, not __builtin_prefetch: GCC counts a function that only prefetches as free of effects
-// and deletes calls to it (all the FFN's prefetches were gone at -O1 and above before this).
-inline void prefetch_line(const void* p, bool nta) {
-#if defined(__x86_64__) || defined(__i386__)
-  if (nta) asm volatile("prefetchnta %0" : : "m"(*static_cast<const char*>(p)));
-  else asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 0, nta ? 0 : 3);
-#endif
-}
-inline void prefetch_line(const void* p) { prefetch_line(p, kernels::cpu().prefetch_nta); }
-// A cache line for later: into L2 (prefetcht1), leaving L1's fill buffers to the lines read next.
-inline void prefetch_line_l2(const void* p) {
-#if defined(__x86_64__) || defined(__i386__)
-  asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 0, 2);
-#endif
-}
-// Row r whole into L2.
-inline void prefetch_row_l2(const tensor_view& w, int64_t r) {
-  const char* p = reinterpret_cast<const char*>(w.row(r));
-  for (size_t off = 0; off < w.row_bytes; off += 64) prefetch_line_l2(p + off);
-}
-// Asks the memory system for row r ahead of its use.
-inline void prefetch_row(const tensor_view& w, int64_t r) {
-  const char* p = reinterpret_cast<const char*>(w.row(r));
-  const bool nta = kernels::cpu().prefetch_nta;
-  for (size_t off = 0; off < w.row_bytes; off += 64) prefetch_line(p + off, nta);
-}
-// Asks for row r's first two cache lines only: enough to start the hardware's stream along it
-// (scattered rows, where whole-row prefetches flood the miss buffers).
-inline void prefetch_row_start(const tensor_view& w, int64_t r) {
-  const char* p = reinterpret_cast<const char*>(w.row(r));
-  const bool nta = kernels::cpu().prefetch_nta;
-  prefetch_line(p, nta);
-  if (w.row_bytes > 64) prefetch_line(p + 64, nta);
-}
-// A row to be read soon, as suits its length: short rows (Q4_0, Q8_0 at n_embd 2048: 1-2 KiB) are too
-// short for the hardware's stream to get going and are asked for whole; long rows (F16, F32) get their
-// first lines only (asking for all of a 4 KiB row floods the miss buffers: measured 2x slower).
-inline constexpr size_t short_row_bytes = 2304;
-inline void prefetch_row_ahead(const tensor_view& w, int64_t r) {
-  if (w.row_bytes <= short_row_bytes) prefetch_row(w, r);
-  else prefetch_row_start(w, r);
-}
-// Neurons among ids[0..count) whose value is non-zero for any of n tokens that chose it (hidden and
-// chosen: n x n_ff; chosen null: every token chose every id): the down rows a sparse FFN reads
-// (those of the neurons that fired, once for the tokens together).
-int64_t fired_rows(const float* hidden, const uint8_t* chosen, int64_t n, int64_t n_ff, const int32_t* ids, int64_t count);
 // A layer's FFN rows as the sparse routines read them: the gate (absent in a non-gated FFN), up and
 // transposed down rows (down_t absent: the down product is done elsewhere), in the model's tensors or
 // a device's copy.
@@ -176,27 +103,5 @@ class thread_pool;
 // of `span` (when it names a recorder).
 void run_pieces(thread_pool& pool, neuron_shards& pieces, int64_t width, std::vector<float>& scratch, float* out,
                 const std::function<void(int64_t k0, int64_t k1, float* acc)>& work, const trace_span& span = {});
-
-// Collects (row, coefficient) pairs and adds them four at a time.
-class axpy_batcher {
- public:
-  axpy_batcher(const tensor_view& w, float* y) : w_(w), y_(y) {}
-  ~axpy_batcher() { flush(); }
-  void add(int32_t r, float a) {
-    r_[n_] = r, a_[n_] = a;
-    if (++n_ == 4) row_axpy4(w_, r_, a_, y_), n_ = 0;
-  }
-  void flush() {
-    for (int k = 0; k < n_; ++k) row_axpy(w_, r_[k], a_[k], y_);
-    n_ = 0;
-  }
-
- private:
-  const tensor_view& w_;
-  float* y_;
-  int32_t r_[4];
-  float a_[4];
-  int n_ = 0;
-};
 
 }  // namespace hotcold

@@ -28,7 +28,7 @@ namespace {
 struct rows_read {
   std::vector<int64_t> neurons, down;  // per layer, over some steps
   explicit rows_read(size_t layers) : neurons(layers, 0), down(layers, 0) {}
-  explicit rows_read(const inference_context& ctx) : neurons(ctx.read_neurons()), down(ctx.read_down_rows()) {}
+  explicit rows_read(const inference_context& ctx) : neurons(ctx.totals().rows), down(ctx.totals().down_rows) {}
   rows_read& operator-=(const rows_read& before) {
     for (size_t l = 0; l < neurons.size(); ++l) neurons[l] -= before.neurons[l], down[l] -= before.down[l];
     return *this;

@@ -41,7 +41,7 @@ void write_stats_json(const std::string& path, const inference_context& ctx) {
   const bool moe = ctx.get_model().hp().moe();
   int64_t chosen = 0, guessed = 0;
   for (size_t l = 0; moe && l < layers.size(); ++l) {
-    const int64_t c = ctx.experts_chosen()[l], g = ctx.experts_guessed()[l];
+    const int64_t c = ctx.totals().experts_chosen[l], g = ctx.totals().experts_guessed[l];
     if (c > 0) layers[l]["expert_guess_recall"] = ratio(g, c);
     chosen += c, guessed += g;
   }

@@ -45,6 +45,7 @@ if [ "$minimal" -eq 0 ]; then
     prometheus                      # promtool: the suite checks /metrics with it
     chromium                        # the dashboard test: headless Chromium
     strace                          # the recorder test checks that each record is one write(2)
+    universal-ctags                 # the house's size rules (tests/house): each function's lines and parameters
     patchelf                        # tools/gpu-bundle: its programs find their libraries beside them
     curl nodejs                     # the /v1 API tests: curl -N, and the openai client for Node.js
   )

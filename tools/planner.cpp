@@ -410,7 +410,7 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     if (pass >= min_passes && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 2.0) break;
-    const std::vector<int64_t> neurons0 = ctx.read_neurons(), down0 = ctx.read_down_rows();
+    const std::vector<int64_t> neurons0 = ctx.totals().rows, down0 = ctx.totals().down_rows;
     trace_recorder rec;
     ctx.set_trace(&rec);
     const int64_t first = pos;
@@ -425,11 +425,11 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
     for (size_t l = 0; l < c.attention.size(); ++l) {
       products += static_cast<double>(per_pass) * static_cast<double>(c.attention[l] + c.ffn_norm[l] + (sparse ? c.predictor[l] : 0));
       for (int64_t p = first; p < pos; ++p) products += kv_read_per_token(hp, 2, static_cast<double>(p + 1));
-      chosen[l] += static_cast<double>(ctx.read_neurons()[l] - neurons0[l]);
+      chosen[l] += static_cast<double>(ctx.totals().rows[l] - neurons0[l]);
       // (a mixture: the experts it read, each once a step, and its router and shared expert, which its FFN stage runs)
       if (moe) ffn += static_cast<double>(per_pass) * static_cast<double>(c.router[l]);
-      ffn += sparse || moe ? static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(ctx.read_neurons()[l] - neurons0[l]),
-                                                     static_cast<uint64_t>(ctx.read_down_rows()[l] - down0[l])))
+      ffn += sparse || moe ? static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(ctx.totals().rows[l] - neurons0[l]),
+                                                     static_cast<uint64_t>(ctx.totals().down_rows[l] - down0[l])))
                     : static_cast<double>(per_pass) * static_cast<double>(c.ffn_dense[l]);
     }
     // (the predictors' own intervals do not hold all their work: where attention's tail forms their

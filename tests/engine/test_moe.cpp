@@ -116,17 +116,17 @@ TEST(MoeBatch, ReadsEachExpertOnce) {
     EXPECT_LT(test::rel_diff(all, one), 1e-5);
     // The expert guess (the next layer's router on this layer's output): counted from layer 1 on, the
     // same per token in a batch as alone; over the three files, well above chance (k / n_expert).
-    EXPECT_EQ(a.experts_chosen()[0], 0);
-    EXPECT_EQ(a.experts_guessed(), b.experts_guessed());
+    EXPECT_EQ(a.totals().experts_chosen[0], 0);
+    EXPECT_EQ(a.totals().experts_guessed, b.totals().experts_guessed);
     for (int64_t l = 1; l < hp.n_layer; ++l) {
-      EXPECT_EQ(a.experts_chosen()[static_cast<size_t>(l)], 24 * hp.n_expert_used);
-      guessed += a.experts_guessed()[static_cast<size_t>(l)], chosen += a.experts_chosen()[static_cast<size_t>(l)];
-      EXPECT_LE(a.experts_guessed()[static_cast<size_t>(l)], a.experts_chosen()[static_cast<size_t>(l)]);
+      EXPECT_EQ(a.totals().experts_chosen[static_cast<size_t>(l)], 24 * hp.n_expert_used);
+      guessed += a.totals().experts_guessed[static_cast<size_t>(l)], chosen += a.totals().experts_chosen[static_cast<size_t>(l)];
+      EXPECT_LE(a.totals().experts_guessed[static_cast<size_t>(l)], a.totals().experts_chosen[static_cast<size_t>(l)]);
     }
     for (int64_t l = 0; l < hp.n_layer; ++l) {
-      EXPECT_EQ(b.computed_neurons()[static_cast<size_t>(l)], 24 * hp.n_expert_used * hp.n_ff_exp);
-      EXPECT_LE(b.read_neurons()[static_cast<size_t>(l)], hp.n_expert * hp.n_ff_exp) << "an expert read more than once";
-      EXPECT_EQ(a.read_neurons()[static_cast<size_t>(l)], 24 * hp.n_expert_used * hp.n_ff_exp);
+      EXPECT_EQ(b.totals().computed[static_cast<size_t>(l)], 24 * hp.n_expert_used * hp.n_ff_exp);
+      EXPECT_LE(b.totals().rows[static_cast<size_t>(l)], hp.n_expert * hp.n_ff_exp) << "an expert read more than once";
+      EXPECT_EQ(a.totals().rows[static_cast<size_t>(l)], 24 * hp.n_expert_used * hp.n_ff_exp);
     }
     used = hp.n_expert_used, experts = hp.n_expert;
   }

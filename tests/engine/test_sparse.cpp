@@ -71,8 +71,8 @@ TEST_P(SparsePath, MatchesTheReferenceGivenTheNeuronsItChose) {
         auto all = ctx.forward_batch(tokens, 0, true);
         for (size_t t = 0; t < tokens.size(); ++t) got.emplace_back(all.begin() + t * hp.n_vocab, all.begin() + (t + 1) * hp.n_vocab);
         if (n >= 8) {
-          EXPECT_GE(ctx.read_neurons()[0] * 10, hp.n_ff * 9) << "the union is nine in ten neurons or more";
-          EXPECT_LT(ctx.computed_neurons()[0], n * hp.n_ff * 9 / 10) << "each token chooses fewer";
+          EXPECT_GE(ctx.totals().rows[0] * 10, hp.n_ff * 9) << "the union is nine in ten neurons or more";
+          EXPECT_LT(ctx.totals().computed[0], n * hp.n_ff * 9 / 10) << "each token chooses fewer";
         }
       } else {
         for (size_t t = 0; t < tokens.size(); ++t) {
@@ -221,8 +221,8 @@ TEST_P(SparsePath, DownRowsReadAreTheFiredNeurons) {
     ctx.forward(1, 0);
     ctx.forward(250, 1);
     for (int64_t l = 0; l < layers; ++l) {
-      EXPECT_EQ(ctx.read_down_rows()[static_cast<size_t>(l)], fired[static_cast<size_t>(l)]) << (mode == ffn_mode::sparse ? "sparse" : "dense") << " layer " << l;
-      EXPECT_LT(fired[static_cast<size_t>(l)], ctx.read_neurons()[static_cast<size_t>(l)]);  // some chosen neurons did not fire
+      EXPECT_EQ(ctx.totals().down_rows[static_cast<size_t>(l)], fired[static_cast<size_t>(l)]) << (mode == ffn_mode::sparse ? "sparse" : "dense") << " layer " << l;
+      EXPECT_LT(fired[static_cast<size_t>(l)], ctx.totals().rows[static_cast<size_t>(l)]);  // some chosen neurons did not fire
     }
   }
   // A batch of three tokens: the union of the neurons that fired for each.
@@ -238,7 +238,7 @@ TEST_P(SparsePath, DownRowsReadAreTheFiredNeurons) {
     ctx.forward_batch(tokens, 0);
     for (int64_t l = 0; l < layers; ++l) {
       const auto& a = any[static_cast<size_t>(l)];
-      EXPECT_EQ(ctx.read_down_rows()[static_cast<size_t>(l)], std::count(a.begin(), a.end(), uint8_t{1})) << "batch layer " << l;
+      EXPECT_EQ(ctx.totals().down_rows[static_cast<size_t>(l)], std::count(a.begin(), a.end(), uint8_t{1})) << "batch layer " << l;
     }
   }
 }
@@ -504,7 +504,7 @@ TEST(SparseFiles, PowerInferFilesKeepPerLayerThresholds) {
     auto lb = cb.forward(tokens[i], i);
     EXPECT_LT(test::rel_diff({va}, {std::vector<float>(lb.begin(), lb.end())}), 1e-6);
   }
-  EXPECT_EQ(ca.computed_neurons(), cb.computed_neurons());
+  EXPECT_EQ(ca.totals().computed, cb.totals().computed);
   // Layer 0's own threshold matters: with the lowest threshold for both layers, layer 0 would compute more.
   auto lowest = ps;
   lowest[0].threshold = -2.0f;
@@ -513,7 +513,7 @@ TEST(SparseFiles, PowerInferFilesKeepPerLayerThresholds) {
   inference_context cl(model::load(low), 16, 2);
   cl.set_mode(ffn_mode::sparse);
   for (int i = 0; i < 6; ++i) cl.forward(tokens[i], i);
-  EXPECT_GT(cl.computed_neurons()[0], ca.computed_neurons()[0]);
+  EXPECT_GT(cl.totals().computed[0], ca.totals().computed[0]);
 }
 
 TEST(SparseFiles, DenseModelsCannotRunSparse) {
@@ -730,7 +730,7 @@ TEST_P(SparseLayout, DownBlocksComputeWhatDownRowsDo) {
     EXPECT_GT(fired, 0);
     const int64_t n = static_cast<int64_t>(tokens.size());
     if (c.type == tensor_type::q4_0) {
-      EXPECT_LT(ctx.read_down_rows()[0] + ctx.read_down_rows()[1], 2 * n * o.n_ff) << "no block was skipped";
+      EXPECT_LT(ctx.totals().down_rows[0] + ctx.totals().down_rows[1], 2 * n * o.n_ff) << "no block was skipped";
     }
     const bool float_rows = c.type == tensor_type::f32 || c.type == tensor_type::f16;
     EXPECT_LT(test::rel_diff(got, oracle.logits(tokens, &mask)), float_rows ? test::f16_kv_tolerance : 1.5e-2);

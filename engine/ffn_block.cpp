@@ -1,19 +1,28 @@
-// The FFN stage of the forward pass: which neurons each token computes (every one, the predictor's
-// choice, or the ones that truly fire) and how (matrix products, the sparse pieces on the context's
-// threads, or an executor such as the hot/cold split), with its counters, stats and observers.
+// The FFN block (engine/ffn_block.hpp): which neurons each token computes and how, with its counts,
+// stats and observers.
+#include "engine/ffn_block.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <optional>
 
-#include "engine/forward.hpp"
+#include "engine/layer_ops.hpp"
 #include "engine/matmul.hpp"
 #include "engine/row_groups.hpp"
+#include "engine/trace.hpp"
 
 namespace hotcold {
 
-void inference_context::every_neuron(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* g, float* h,
-                                     bool margins) {
-  const hparams& hp = model_->hp();
+ffn_block::ffn_block(block_env& env, moe_block& moe) : env_(env), moe_(moe), predictor_(*env.m, *env.cpu.pool) {
+  const hparams& hp = env.hp();
+  union_.reserve(static_cast<size_t>(hp.n_ff));
+  stats_.resize(static_cast<size_t>(hp.n_layer));
+  cost_.resize(static_cast<size_t>(hp.n_layer));
+  choices_.resize(static_cast<size_t>(hp.n_layer));
+}
+
+void ffn_block::every_neuron(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* g, float* h, bool margins) {
+  const hparams& hp = env_.hp();
   const float t = hp.act_threshold_of(layer);
   const int64_t n = B.n, n_ff = hp.n_ff;
   if (hp.gated_ffn) {  // gate and up in one pass (one split across the threads, the input quantized once)
@@ -21,7 +30,7 @@ void inference_context::every_neuron(step_state& B, int64_t layer, const layer_w
     float* ys[2] = {g, h};
     matmul_same_input(*on.pool, ws, in, n, ys, *on.xq);
   } else {
-    matmul(on, l.ffn_up, in, n, h);
+    matmul(*on.pool, l.ffn_up, in, n, h, *on.xq);
   }
   if (margins) {
     // A neuron's firing margin: positive exactly when it fires (firing_margin).
@@ -33,74 +42,90 @@ void inference_context::every_neuron(step_state& B, int64_t layer, const layer_w
   hidden_values(hp, t, g, h, h, n * n_ff);
 }
 
-void inference_context::ffn_block(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out) {
+ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out) {
   // A dense layer the hot device holds whole: its FFN on the device's queue, over its copies.
-  if (device_ && device_->ffn(layer)) {
-    device_read_ += device_->ffn_bytes(layer);
-    if (!device_->device().runs_host_work()) return dense_ffn_job(B, layer, in, pred_in, out);
-    return device_->run([&] { ffn_block(B, layer, device_->layer(layer), {&device_->pool(), &device_->xq()}, in, pred_in, may_go_dense, out); });
+  const auto& dev = env_.device;
+  if (dev && dev->ffn(layer)) {
+    env_.device_read += dev->ffn_bytes(layer);
+    ffn_step_counts c;
+    if (!dev->device().runs_host_work()) c = gpu_job(B, layer, in, pred_in, out);
+    else dev->run([&] { c = run(B, layer, dev->layer(layer), env_.on_device(), in, pred_in, may_go_dense, out); });
+    c.device_bytes = dev->ffn_bytes(layer);
+    return c;
   }
-  ffn_block(B, layer, model_->weights().layers[static_cast<size_t>(layer)], cpu_workers(), in, pred_in, may_go_dense, out);
+  return run(B, layer, env_.m->weights().layers[static_cast<size_t>(layer)], env_.cpu, in, pred_in, may_go_dense, out);
 }
 
-void inference_context::dense_ffn_job(step_state& B, int64_t layer, const float* in, const float* pred_in, float* out) {
-  const hparams& hp = model_->hp();
-  const int64_t n = B.n, n_ff = hp.n_ff, d = hp.n_embd;
-  const layer_weights& g = device_->layer(layer);
+ffn_step_counts ffn_block::gpu_job(step_state& B, int64_t layer, const float* in, const float* pred_in, float* out) {
+  const hparams& hp = env_.hp();
+  const int64_t n = B.n, n_ff = hp.n_ff;
+  const device_layers& dev = *env_.device;
+  const layer_weights& g = dev.layer(layer);
   {
-    trace_scope span(trace_, stage::ffn, B.step, layer, n);
+    trace_scope span(env_.trace, stage::ffn, B.step, layer, n);
     devices::dense_ffn_job job;
     job.gate = g.ffn_gate ? g.ffn_gate.data : nullptr, job.up = g.ffn_up.data, job.down = g.ffn_down.data;
     job.t_gate = g.ffn_gate ? g.ffn_gate.type : g.ffn_up.type, job.t_up = g.ffn_up.type, job.t_down = g.ffn_down.type;
     job.gated = hp.gated_ffn;
     job.act = device_activation(hp.act);
     job.act_threshold = hp.act_threshold_of(layer);
-    job.n = n, job.d = d, job.n_ff = n_ff, job.x = in, job.out = out;
-    job.hidden = stats_on_ || observer_ ? B.hidden.data() : nullptr;  // each neuron's value, where something reads it
-    job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
-    device_->run([&] { device_->device().compute(job); });
+    job.n = n, job.d = hp.n_embd, job.n_ff = n_ff, job.x = in, job.out = out;
+    job.hidden = stats_on_ || env_.watch ? B.hidden.data() : nullptr;  // each neuron's value, where something reads it
+    job.scratch = dev.scratch(), job.scratch_bytes = dev.scratch_bytes();
+    dev.run([&] { dev.device().compute(job); });
   }
   // Every neuron computed, as the dense path counts it.
   ++choices_[static_cast<size_t>(layer)].dense;
-  for (int64_t t = 0; t < n; ++t) {
-    if (stats_on_) {
-      auto& st = stats_[static_cast<size_t>(layer)];
+  if (stats_on_) {
+    auto& st = stats_[static_cast<size_t>(layer)];
+    for (int64_t t = 0; t < n; ++t) {
       const float* h = B.hidden.data() + t * n_ff;
       st.tokens += 1, st.neurons += n_ff, st.computed += n_ff;
       for (int64_t i = 0; i < n_ff; ++i) st.truly_active += h[i] != 0.0f, st.active_computed += h[i] != 0.0f;
     }
-    if (observer_) {
-      observer_(observed::ffn_pred_in, layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
-      observer_(observed::ffn_act, layer, std::span<const float>(B.hidden.data() + t * n_ff, static_cast<size_t>(n_ff)));
-    }
   }
-  computed_[static_cast<size_t>(layer)] += n * n_ff;
-  read_[static_cast<size_t>(layer)] += n_ff;
-  down_read_[static_cast<size_t>(layer)] += n_ff;
+  observe(B, layer, pred_in, false);
+  ffn_step_counts c;
+  c.computed = n * n_ff;
+  c.rows = c.down_rows = n_ff;
+  return c;
 }
 
-inference_context::ffn_plan inference_context::plan_ffn(int64_t layer, const layer_weights& l, int64_t n, bool may_go_dense) {
-  const hparams& hp = model_->hp();
+void ffn_block::observe(const step_state& B, int64_t layer, const float* pred_in, bool margins) const {
+  if (!env_.watch) return;
+  const int64_t n_ff = env_.hp().n_ff, d = env_.hp().n_embd;
+  for (int64_t t = 0; t < B.n; ++t) {
+    env_.watch(observed::ffn_pred_in, layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
+    if (margins) {
+      env_.watch(observed::ffn_margin, layer, std::span<const float>(B.margin.data() + t * n_ff, static_cast<size_t>(n_ff)));
+      env_.watch(observed::ffn_preact, layer, std::span<const float>(B.preact.data() + t * n_ff, static_cast<size_t>(n_ff)));
+    }
+    env_.watch(observed::ffn_act, layer, std::span<const float>(B.hidden.data() + t * n_ff, static_cast<size_t>(n_ff)));
+  }
+}
+
+ffn_block::plan ffn_block::plan_for(int64_t layer, const layer_weights& l, int64_t n, bool may_go_dense) {
+  const hparams& hp = env_.hp();
   auto& cost = cost_[static_cast<size_t>(layer)];
-  ffn_plan p;
+  plan p;
   p.cost_class = std::min(batch_cost::classes - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n))) - 1);
   // Sparse only where it pays: the predictor's bytes plus the union's share of the FFN rows against
   // all the rows, with the union share this layer measured at this batch size (re-probed every 16
   // dense batches). Bytes, not seconds: the choice, and so the result, is the same on every run.
-  p.sparse = mode_ == ffn_mode::sparse && l.pred_fc1;
+  p.sparse = env_.mode == ffn_mode::sparse && l.pred_fc1;
   if (p.sparse && may_go_dense && !stats_on_) {
     const double u = cost.union_share[p.cost_class];
     const double rows = static_cast<double>(l.ffn_gate.bytes() + l.ffn_up.bytes() + l.ffn_down_t.bytes() + l.ffn_down.bytes());
     const double predictor = static_cast<double>(l.pred_fc1.bytes() + l.pred_fc2.bytes());
     if (u >= 0 && predictor + u * rows >= rows && ++cost.dense_since_probe[p.cost_class] % 16 != 0) p.sparse = false;
   }
-  p.oracle = mode_ == ffn_mode::oracle;
+  p.oracle = env_.mode == ffn_mode::oracle;
   p.choose = p.sparse || p.oracle;  // each token computes a chosen set, not every neuron
   // Every neuron's values first where the choice needs them (the oracle's) or the stats do (the
   // truth a sparse choice is measured against); the margins go to an observer whenever every neuron
   // is computed. (Without a sparse activation — a SiLU file being calibrated — the margin is |act| itself.)
   p.all_first = p.oracle || (p.sparse && stats_on_);
-  p.margins = observer_ && (p.all_first || !p.choose);
+  p.margins = env_.watch && (p.all_first || !p.choose);
   // Every neuron as matrix products: for eight tokens or more; for one token of a dense file (a
   // matrix-vector product streams the rows: ~10% faster a dense F16 token than neuron by neuron; a
   // sparse file's dense mode keeps the sparse pieces, so that the neurons that fire meet the same
@@ -116,16 +141,16 @@ inference_context::ffn_plan inference_context::plan_ffn(int64_t layer, const lay
   return p;
 }
 
-void inference_context::choose_neurons(step_state& B, int64_t layer, const float* pred_in, const ffn_plan& p) {
-  const int64_t n = B.n, n_ff = model_->hp().n_ff;
+void ffn_block::choose(step_state& B, int64_t layer, const float* pred_in, const plan& p) {
+  const int64_t n = B.n, n_ff = env_.hp().n_ff;
   std::optional<trace_scope> predict_span;
-  if (p.sparse) predict_span.emplace(trace_, stage::predict, B.step, layer, n);
+  if (p.sparse) predict_span.emplace(env_.trace, stage::predict, B.step, layer, n);
   std::vector<int32_t>& chosen_union = union_;
   chosen_union.clear();
   if (static_cast<int64_t>(B.chosen.size()) < n * n_ff) B.chosen.resize(static_cast<size_t>(n * n_ff));
   if (p.sparse) {
     predictor_.predict(layer, pred_in, n, B.chosen.data(), chosen_union);
-    if (trace_) trace_->record_active(B.step, layer, n, n_ff, B.chosen.data());
+    if (env_.trace) env_.trace->record_active(B.step, layer, n, n_ff, B.chosen.data());
   } else if (p.oracle) {  // the neurons that fired, for any token
     for (int64_t k = 0; k < n * n_ff; ++k) B.chosen[static_cast<size_t>(k)] = B.truth[static_cast<size_t>(k)] != 0.0f;
     for (int64_t i = 0; i < n_ff; ++i)
@@ -140,15 +165,14 @@ void inference_context::choose_neurons(step_state& B, int64_t layer, const float
   }
 }
 
-void inference_context::ffn_as_matrices(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool margins, float* out,
-                                        const uint8_t* mask) {
+void ffn_block::as_matrices(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool margins, float* out,
+                            const uint8_t* mask) {
   // Every neuron of several tokens: gate and up as matrix products (each weight row read once for a
   // tile of tokens held in cache), then the down projection — a matrix product over ffn_down, or over
   // ffn_down_t rows, a block of 64 at a time (in cache) added into each token's sum for the neurons
   // that fired. Neuron by neuron, each row met every token's input again: at a 256-token prompt batch
   // those no longer fit in cache and dense prefill ran at half the speed.
-  const int64_t n = B.n, n_ff = model_->hp().n_ff, d = model_->hp().n_embd;
-  const int threads = on.pool->size();
+  const int64_t n = B.n, n_ff = env_.hp().n_ff;
   float* h = B.hidden.data();
   every_neuron(B, layer, l, on, in, B.truth.data(), h, margins);
   if (mask)
@@ -162,6 +186,14 @@ void inference_context::ffn_as_matrices(step_state& B, int64_t layer, const laye
     transposed_product(*on.pool, l.ffn_down_t, h, n, out);
     return;
   }
+  down_rows_by_blocks(B, l, on, h, out);
+}
+
+// The down rows of the neurons that fired, each thread a range of the neurons, 64 at a time (in cache)
+// added into each token's sum.
+void ffn_block::down_rows_by_blocks(step_state& B, const layer_weights& l, const workers& on, const float* h, float* out) {
+  const int64_t n = B.n, n_ff = env_.hp().n_ff, d = env_.hp().n_embd;
+  const int threads = on.pool->size();
   on.pool->parallel_for(threads, [&](int64_t th0, int64_t th1) {
     for (int64_t th = th0; th < th1; ++th) {
       float* acc = B.acc.data() + th * n * d;
@@ -185,10 +217,10 @@ void inference_context::ffn_as_matrices(step_state& B, int64_t layer, const laye
   }
 }
 
-void inference_context::ffn_chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, float* out) {
+void ffn_block::chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, float* out) {
   // The chosen neurons row by row: the input quantized once for them where the rows read Q8_0 (the
   // matrix products quantize their own).
-  const hparams& hp = model_->hp();
+  const hparams& hp = env_.hp();
   const int64_t n = B.n, n_ff = hp.n_ff, d = hp.n_embd;
   const int threads = on.pool->size();
   const bool down_t = static_cast<bool>(l.ffn_down_t);
@@ -203,7 +235,7 @@ void inference_context::ffn_chosen_rows(step_state& B, int64_t layer, const laye
     // The exact variant of a thresholded layer, one token: every gate row as one matrix-vector
     // product (streams from memory), then the up and down rows of the neurons that pass only.
     if (static_cast<int64_t>(B.gate.size()) < n_ff) B.gate.resize(static_cast<size_t>(n_ff));
-    matmul(on, l.ffn_gate, in, 1, B.gate.data());
+    matmul(*on.pool, l.ffn_gate, in, 1, B.gate.data(), *on.xq);
     neuron_shards pieces(n_union, threads);
     run_pieces(*on.pool, pieces, d, B.acc, out, [&](int64_t k0, int64_t k1, float* acc) {
       token_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), {in, x.xq, B.hidden.data(), acc, B.gate.data()});
@@ -218,8 +250,8 @@ void inference_context::ffn_chosen_rows(step_state& B, int64_t layer, const laye
   }
 }
 
-void inference_context::record_ffn(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const ffn_plan& p, int64_t down_blocks) {
-  const int64_t n = B.n, n_ff = model_->hp().n_ff, d = model_->hp().n_embd;
+ffn_step_counts ffn_block::record(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const plan& p, int64_t down_blocks) {
+  const int64_t n = B.n, n_ff = env_.hp().n_ff;
   const int64_t n_union = static_cast<int64_t>(union_.size());
   // What this batch measured.
   auto& choice = choices_[static_cast<size_t>(layer)];
@@ -232,53 +264,46 @@ void inference_context::record_ffn(step_state& B, int64_t layer, const layer_wei
   } else {
     ++choice.dense;
   }
-  int64_t computed = 0;
+  ffn_step_counts c;
   for (int64_t t = 0; t < n; ++t) {
     const uint8_t* ch = B.chosen.data() + t * n_ff;
     const int64_t computed_t = p.choose ? std::count(ch, ch + n_ff, uint8_t{1}) : n_ff;
-    computed += computed_t;
-    if (stats_on_) {
-      auto& st = stats_[static_cast<size_t>(layer)];
-      st.tokens += 1;
-      st.neurons += n_ff;
-      st.computed += computed_t;
-      const float* truth = (p.all_first ? B.truth.data() : B.hidden.data()) + t * n_ff;
-      for (int64_t i = 0; i < n_ff; ++i) {
-        bool truly = truth[i] != 0.0f;
-        st.truly_active += truly;
-        st.active_computed += truly && ch[i];
-      }
-    }
-    if (observer_) {
-      observer_(observed::ffn_pred_in, layer, std::span<const float>(pred_in + t * d, static_cast<size_t>(d)));
-      if (p.margins) {
-        observer_(observed::ffn_margin, layer, std::span<const float>(B.margin.data() + t * n_ff, static_cast<size_t>(n_ff)));
-        observer_(observed::ffn_preact, layer, std::span<const float>(B.preact.data() + t * n_ff, static_cast<size_t>(n_ff)));
-      }
-      observer_(observed::ffn_act, layer, std::span<const float>(B.hidden.data() + t * n_ff, static_cast<size_t>(n_ff)));
+    c.computed += computed_t;
+    if (!stats_on_) continue;
+    auto& st = stats_[static_cast<size_t>(layer)];
+    st.tokens += 1;
+    st.neurons += n_ff;
+    st.computed += computed_t;
+    const float* truth = (p.all_first ? B.truth.data() : B.hidden.data()) + t * n_ff;
+    for (int64_t i = 0; i < n_ff; ++i) {
+      bool truly = truth[i] != 0.0f;
+      st.truly_active += truly;
+      st.active_computed += truly && ch[i];
     }
   }
-  computed_[static_cast<size_t>(layer)] += computed;
-  read_[static_cast<size_t>(layer)] += n_union;
-  down_read_[static_cast<size_t>(layer)] += l.ffn_down_t  ? fired_rows(B.hidden.data(), p.choose ? B.chosen.data() : nullptr, n, n_ff, union_.data(), n_union)
-                                             : down_blocks >= 0 ? std::min(n_ff, down_blocks * kernels::qk8_0)
-                                                                : n_union;
+  observe(B, layer, pred_in, p.margins);
+  c.rows = n_union;
+  c.down_rows = l.ffn_down_t    ? fired_rows(B.hidden.data(), p.choose ? B.chosen.data() : nullptr, n, n_ff, union_.data(), n_union)
+                : down_blocks >= 0 ? std::min(n_ff, down_blocks * kernels::qk8_0)
+                                   : n_union;
+  return c;
 }
 
-void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
-                                  bool may_go_dense, float* out) {
+ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
+                               bool may_go_dense, float* out) {
   if (l.ffn_gate_inp) {  // a mixture of experts
-    trace_scope span(trace_, stage::ffn, B.step, layer, B.n);
-    return moe_ffn(B, layer, l, on, in, out);
+    trace_scope span(env_.trace, stage::ffn, B.step, layer, B.n);
+    ++choices_[static_cast<size_t>(layer)].dense;
+    return moe_.run(B, layer, l, on, in, out);
   }
-  const int64_t n = B.n, n_ff = model_->hp().n_ff;
-  const ffn_plan p = plan_ffn(layer, l, n, may_go_dense);
+  const int64_t n = B.n, n_ff = env_.hp().n_ff;
+  const plan p = plan_for(layer, l, n, may_go_dense);
   if (p.all_first) {
     if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
-    trace_scope span(trace_, stage::ffn, B.step, layer, n);
+    trace_scope span(env_.trace, stage::ffn, B.step, layer, n);
     every_neuron(B, layer, l, on, in, B.gate.data(), B.truth.data(), p.margins);
   }
-  choose_neurons(B, layer, pred_in, p);
+  choose(B, layer, pred_in, p);
   // A batch (8 tokens or more) whose union holds nine in ten neurons or more — a prompt of a
   // thresholded SwiGLU file, where a token chooses two thirds — reads every row anyway: every neuron
   // as matrix products (the integer sixteen-row kernels), then each token's unchosen neurons set to
@@ -294,19 +319,19 @@ void inference_context::ffn_block(step_state& B, int64_t layer, const layer_weig
   {
     // An executor records its own intervals (hot_ffn, cold_ffn).
     std::optional<trace_scope> ffn_span;
-    if (p.as_matrices || masked || !(executor_ && down_t)) ffn_span.emplace(trace_, stage::ffn, B.step, layer, n);
-    if (p.as_matrices || masked) ffn_as_matrices(B, layer, l, on, in, p.margins, out, masked ? B.chosen.data() : nullptr);
-    else ffn_chosen_rows(B, layer, l, on, in, p.choose, out);
+    if (p.as_matrices || masked || !(executor_ && down_t)) ffn_span.emplace(env_.trace, stage::ffn, B.step, layer, n);
+    if (p.as_matrices || masked) as_matrices(B, layer, l, on, in, p.margins, out, masked ? B.chosen.data() : nullptr);
+    else chosen_rows(B, layer, l, on, in, p.choose, out);
     // With down rows, out is written above (by the executor, or summed from the threads' or the
     // pieces' accumulators); without, the down projection is a matrix product — for a few tokens of
     // a Q4_0 matrix over the blocks of 32 neurons where one fired only (a sparse file written with
     // --down-layout blocks, a ReLU file's dense mode).
     if (!down_t) {
       down_blocks = zero_block_skipping_products(*on.pool, l.ffn_down, B.hidden.data(), n, out, *on.xq);
-      if (down_blocks < 0) matmul(on, l.ffn_down, B.hidden.data(), n, out);
+      if (down_blocks < 0) matmul(*on.pool, l.ffn_down, B.hidden.data(), n, out, *on.xq);
     }
   }
-  record_ffn(B, layer, l, pred_in, p, down_blocks);
+  return record(B, layer, l, pred_in, p, down_blocks);
 }
 
 }  // namespace hotcold

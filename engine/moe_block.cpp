@@ -1,7 +1,6 @@
-// A mixture of experts' FFN on the CPU (docs/moe.md): the router's choice of experts for each token,
-// then each expert chosen by some token of the batch computed once for all of them — its gate and up
-// rows against those tokens' inputs gathered together, then its down rows — as llama.cpp's mul_mat_id
-// reads an expert's rows once per batch; qwen2moe's shared expert for every token.
+// A mixture of experts' FFN on the CPU and a hot device's slots (engine/moe_block.hpp, docs/moe.md).
+#include "engine/moe_block.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,11 +8,12 @@
 #include <limits>
 #include <numeric>
 
-#include "engine/device_experts.hpp"
-#include "engine/forward.hpp"
+#include "engine/layer_ops.hpp"
 #include "engine/matmul.hpp"
 #include "engine/neuron_rules.hpp"
 #include "engine/row_groups.hpp"
+#include "engine/stage.hpp"
+#include "engine/trace.hpp"
 #include "kernels/cpu/dot.hpp"
 
 namespace hotcold {
@@ -43,63 +43,18 @@ void route_experts(const hparams& hp, const float* logits, int64_t n, int32_t* e
   }
 }
 
-void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* out) {
-  const hparams& hp = model_->hp();
-  const int64_t n = B.n, d = hp.n_embd, ne = hp.n_expert, k = hp.n_expert_used, nf = hp.n_ff_exp;
-  moe_scratch& S = moe_;
-  S.logits.resize(static_cast<size_t>(n * ne));
-  S.experts.resize(static_cast<size_t>(n * k));
-  S.weights.resize(static_cast<size_t>(n * k));
-  router_logits(l, on, in, n, S.logits.data());
-  route_experts(hp, S.logits.data(), n, S.experts.data(), S.weights.data());
-  // The (token, rank) slots of each expert, in token order: expert e's are slots [first[e], first[e + 1]).
-  S.first.assign(static_cast<size_t>(ne + 1), 0);
-  for (int32_t e : S.experts) ++S.first[static_cast<size_t>(e) + 1];
-  std::partial_sum(S.first.begin(), S.first.end(), S.first.begin());
-  S.slots.resize(static_cast<size_t>(n * k));
-  {
-    std::vector<int64_t> at(S.first.begin(), S.first.end() - 1);
-    for (int64_t j = 0; j < n * k; ++j) S.slots[static_cast<size_t>(at[static_cast<size_t>(S.experts[static_cast<size_t>(j)])]++)] = j;
-  }
-  for (int64_t j = 0; j < n * k; ++j) ++expert_choices_[static_cast<size_t>(layer * ne + S.experts[static_cast<size_t>(j)])];
-  // How many of the chosen experts the guess from the layer before had (guess_next_experts).
-  if (B.guessed_layer == layer) {
-    int64_t had = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const int32_t* guess = B.expert_guess.data() + t * k;
-      for (int64_t j = 0; j < k; ++j) had += std::find(guess, guess + k, S.experts[static_cast<size_t>(t * k + j)]) != guess + k;
-    }
-    experts_chosen_[static_cast<size_t>(layer)] += n * k;
-    experts_guessed_[static_cast<size_t>(layer)] += had;
-    B.guessed_layer = -1;
-  }
-  if (trace_) {  // each token's chosen experts, as a sparse layer's chosen neurons (docs/traces.md)
-    S.chosen.assign(static_cast<size_t>(n * ne), 0);
-    for (int64_t j = 0; j < n * k; ++j) S.chosen[static_cast<size_t>(j / k * ne + S.experts[static_cast<size_t>(j)])] = 1;
-    trace_->record_active(B.step, layer, n, ne, S.chosen.data());
-  }
+ffn_step_counts moe_block::run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, float* out) {
+  const hparams& hp = env_.hp();
+  const int64_t n = B.n, d = hp.n_embd, k = hp.n_expert_used, nf = hp.n_ff_exp;
+  ffn_step_counts c;
+  route(B, layer, l, on, in, c);
   std::fill(out, out + n * d, 0.0f);
   // The experts a slot of the hot device holds go there, computed while the CPU's workers compute the
   // rest (and qwen2moe's shared expert where the device holds it); the two weighted sums join here.
   const bool split = experts_ && experts_->slots(layer) > 0;
-  const bool shared_there = l.ffn_gate_shexp && device_ && device_->shared_expert(layer);
-  S.on_host.assign(static_cast<size_t>(ne), 1);
+  const bool shared_there = l.ffn_gate_shexp && env_.device && env_.device->shared_expert(layer);
+  split_by_slots(layer, n, c);
   devices::event hot;
-  if (experts_)  // (counted in every layer: a layer without slots misses every time)
-    for (int64_t t = 0; t < n; ++t) experts_->chosen(layer, std::span<const int32_t>(S.experts.data() + t * k, static_cast<size_t>(k)));
-  if (split) {
-    for (int32_t e : S.experts)
-      if (experts_->slot_of(layer, e) >= 0) S.on_host[static_cast<size_t>(e)] = 0;
-  }
-  if (split && n > 1 && experts_->slots(layer) < ne) {
-    // A prompt batch: a cold expert that enough of its tokens chose is uploaded now and computed on
-    // the device, where that costs less than the CPU's share of it (stream_min_tokens).
-    const double fewest = stream_min_tokens(layer);
-    for (int32_t e = 0; e < static_cast<int32_t>(ne); ++e)
-      if (S.on_host[static_cast<size_t>(e)] && static_cast<double>(S.first[static_cast<size_t>(e) + 1] - S.first[static_cast<size_t>(e)]) >= fewest &&
-          experts_->stream(layer, e, S.experts))
-        S.on_host[static_cast<size_t>(e)] = 0;
-  }
   if (split || shared_there) hot = submit_hot_experts(B, layer, in, shared_there);
   // Should the CPU's share throw, the device's job (which reads this step's buffers) ends first.
   struct join_on_throw {
@@ -115,87 +70,162 @@ void inference_context::moe_ffn(step_state& B, int64_t layer, const layer_weight
   int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
   if (split && n > 1) {  // the CPU's seconds per (token, expert) of a batch
     int64_t pairs = 0;
-    for (int32_t e : S.experts) pairs += S.on_host[static_cast<size_t>(e)];
+    for (int32_t e : S_.experts) pairs += S_.on_host[static_cast<size_t>(e)];
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cold_began).count();
-    if (pairs > 0) fold_into(expert_rates_.cpu, s / static_cast<double>(pairs));
+    if (pairs > 0) fold_into(rates_.cpu, s / static_cast<double>(pairs));
   }
   if (l.ffn_gate_shexp && !shared_there) {
-    expert_product(on, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, in, n, S.y);
-    add_shared_expert(l, in, n, S.y.data(), out);
+    expert_product(on, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, in, n, S_.y);
+    add_shared_expert(l, in, n, S_.y.data(), out);
   }
   if (hot) {
     hot->wait();
-    const hot_experts& H = hot_;
-    for (size_t i = 0; i < H.experts.size(); ++i) {
-      const int64_t e = H.experts[i], r0 = H.first[i];
-      add_weighted(S.slots.data() + S.first[static_cast<size_t>(e)], H.first[i + 1] - r0, H.y.data() + r0 * d, out);
-      device_read_ += experts_->expert_bytes(layer), expert_device_read_ += experts_->expert_bytes(layer);
-    }
-    used += static_cast<int64_t>(H.experts.size());
-    if (n > 1 && H.first.back() > 0) fold_into(expert_rates_.device, H.seconds / static_cast<double>(H.first.back()));  // seconds per (token, expert)
-    if (shared_there) {
-      add_shared_expert(l, in, n, H.shared_y.data(), out);
-      device_read_ += device_->ffn_bytes(layer);
-    }
+    used += join_hot(layer, l, in, n, shared_there, out, c);
   }
   // The experts no slot held are uploaded after the layer (queued behind its work), as the policy
   // and the step's allowance let them.
   if (split)
-    for (int32_t e : S.experts)
-      if (experts_->slot_of(layer, e) < 0) experts_->upload(layer, e, S.experts);
-  // Each token's weight for every expert (zero: not chosen), as its FFN values (observed::ffn_act).
-  if (observer_) {
-    std::vector<float> w(static_cast<size_t>(ne));
-    for (int64_t t = 0; t < n; ++t) {
-      std::fill(w.begin(), w.end(), 0.0f);
-      for (int64_t j = 0; j < k; ++j) w[static_cast<size_t>(S.experts[static_cast<size_t>(t * k + j)])] = S.weights[static_cast<size_t>(t * k + j)];
-      observer_(observed::ffn_act, layer, std::span<const float>(w));
-    }
-  }
-  // Counters: the experts' neurons computed (k per token) and read (each expert used once per batch).
-  computed_[static_cast<size_t>(layer)] += n * k * nf;
-  read_[static_cast<size_t>(layer)] += used * nf;
-  down_read_[static_cast<size_t>(layer)] += used * nf;
-  ++choices_[static_cast<size_t>(layer)].dense;
+    for (int32_t e : S_.experts)
+      if (experts_->slot_of(layer, e) < 0) c.cache_uploads += experts_->upload(layer, e, S_.experts);
+  observe(layer, n);
+  // The experts' neurons computed (k per token) and read (each expert used once per batch).
+  c.computed = n * k * nf;
+  c.rows = c.down_rows = used * nf;
+  return c;
 }
 
-void inference_context::router_logits(const layer_weights& l, const workers& on, const float* in, int64_t n, float* logits) {
-  const int64_t d = model_->hp().n_embd, ne = model_->hp().n_expert;
+void moe_block::route(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, ffn_step_counts& c) {
+  const hparams& hp = env_.hp();
+  const int64_t n = B.n, ne = hp.n_expert, k = hp.n_expert_used;
+  scratch& S = S_;
+  S.logits.resize(static_cast<size_t>(n * ne));
+  S.experts.resize(static_cast<size_t>(n * k));
+  S.weights.resize(static_cast<size_t>(n * k));
+  router_logits(l, on, in, n, S.logits.data());
+  route_experts(hp, S.logits.data(), n, S.experts.data(), S.weights.data());
+  // The (token, rank) slots of each expert, in token order: expert e's are slots [first[e], first[e + 1]).
+  S.first.assign(static_cast<size_t>(ne + 1), 0);
+  for (int32_t e : S.experts) ++S.first[static_cast<size_t>(e) + 1];
+  std::partial_sum(S.first.begin(), S.first.end(), S.first.begin());
+  S.slots.resize(static_cast<size_t>(n * k));
+  {
+    std::vector<int64_t> at(S.first.begin(), S.first.end() - 1);
+    for (int64_t j = 0; j < n * k; ++j) S.slots[static_cast<size_t>(at[static_cast<size_t>(S.experts[static_cast<size_t>(j)])]++)] = j;
+  }
+  c.expert_choices.assign(static_cast<size_t>(ne), 0);
+  for (int64_t j = 0; j < n * k; ++j) ++c.expert_choices[static_cast<size_t>(S.experts[static_cast<size_t>(j)])];
+  // How many of the chosen experts the guess from the layer before had (guess_next).
+  if (B.guessed_layer == layer) {
+    int64_t had = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t* guess = B.expert_guess.data() + t * k;
+      for (int64_t j = 0; j < k; ++j) had += std::find(guess, guess + k, S.experts[static_cast<size_t>(t * k + j)]) != guess + k;
+    }
+    c.experts_chosen = n * k;
+    c.experts_guessed = had;
+    B.guessed_layer = -1;
+  }
+  if (env_.trace) {  // each token's chosen experts, as a sparse layer's chosen neurons (docs/traces.md)
+    S.chosen.assign(static_cast<size_t>(n * ne), 0);
+    for (int64_t j = 0; j < n * k; ++j) S.chosen[static_cast<size_t>(j / k * ne + S.experts[static_cast<size_t>(j)])] = 1;
+    env_.trace->record_active(B.step, layer, n, ne, S.chosen.data());
+  }
+}
+
+void moe_block::split_by_slots(int64_t layer, int64_t n, ffn_step_counts& c) {
+  const hparams& hp = env_.hp();
+  const int64_t ne = hp.n_expert, k = hp.n_expert_used;
+  scratch& S = S_;
+  S.on_host.assign(static_cast<size_t>(ne), 1);
+  if (!experts_) return;
+  for (int64_t t = 0; t < n; ++t) {  // (counted in every layer: a layer without slots misses every time)
+    c.cache_lookups += k;
+    c.cache_hits += experts_->chosen(layer, std::span<const int32_t>(S.experts.data() + t * k, static_cast<size_t>(k)));
+  }
+  if (experts_->slots(layer) == 0) return;
+  for (int32_t e : S.experts)
+    if (experts_->slot_of(layer, e) >= 0) S.on_host[static_cast<size_t>(e)] = 0;
+  if (n == 1 || experts_->slots(layer) >= ne) return;
+  // A prompt batch: a cold expert that enough of its tokens chose is uploaded now and computed on the
+  // device, where that costs less than the CPU's share of it (stream_min_tokens).
+  const double fewest = stream_min_tokens(layer);
+  for (int32_t e = 0; e < static_cast<int32_t>(ne); ++e)
+    if (S.on_host[static_cast<size_t>(e)] && static_cast<double>(S.first[static_cast<size_t>(e) + 1] - S.first[static_cast<size_t>(e)]) >= fewest &&
+        experts_->stream(layer, e, S.experts)) {
+      S.on_host[static_cast<size_t>(e)] = 0;
+      ++c.cache_uploads;
+    }
+}
+
+int64_t moe_block::join_hot(int64_t layer, const layer_weights& l, const float* in, int64_t n, bool shared, float* out, ffn_step_counts& c) {
+  const hot_experts& H = hot_;  // (the device's job is done)
+  const int64_t d = env_.hp().n_embd;
+  for (size_t i = 0; i < H.experts.size(); ++i) {
+    const int64_t e = H.experts[i], r0 = H.first[i];
+    add_weighted(S_.slots.data() + S_.first[static_cast<size_t>(e)], H.first[i + 1] - r0, H.y.data() + r0 * d, out);
+    c.expert_device_bytes += experts_->expert_bytes(layer);
+  }
+  c.device_bytes += c.expert_device_bytes;
+  if (n > 1 && H.first.back() > 0) fold_into(rates_.device, H.seconds / static_cast<double>(H.first.back()));  // seconds per (token, expert)
+  if (shared) {
+    add_shared_expert(l, in, n, H.shared_y.data(), out);
+    c.device_bytes += env_.device->ffn_bytes(layer);
+  }
+  env_.device_read += c.device_bytes;
+  return static_cast<int64_t>(H.experts.size());
+}
+
+void moe_block::observe(int64_t layer, int64_t n) const {
+  // Each token's weight for every expert (zero: not chosen), as its FFN values (observed::ffn_act).
+  if (!env_.watch) return;
+  const int64_t ne = env_.hp().n_expert, k = env_.hp().n_expert_used;
+  std::vector<float> w(static_cast<size_t>(ne));
+  for (int64_t t = 0; t < n; ++t) {
+    std::fill(w.begin(), w.end(), 0.0f);
+    for (int64_t j = 0; j < k; ++j) w[static_cast<size_t>(S_.experts[static_cast<size_t>(t * k + j)])] = S_.weights[static_cast<size_t>(t * k + j)];
+    env_.watch(observed::ffn_act, layer, std::span<const float>(w));
+  }
+}
+
+void moe_block::router_logits(const layer_weights& l, const workers& on, const float* in, int64_t n, float* logits) {
+  const int64_t d = env_.hp().n_embd, ne = env_.hp().n_expert;
   if (l.ffn_gate_inp.type == tensor_type::f32 && n * ne * d <= (int64_t{1} << 18)) {
     // A small F32 router (Mixtral's 8 x 4096) on this thread: a split across the pool costs more
     // than its products.
     for (int64_t t = 0; t < n; ++t)
       for (int64_t e = 0; e < ne; ++e) logits[t * ne + e] = kernels::dot_f32(reinterpret_cast<const float*>(l.ffn_gate_inp.row(e)), in + t * d, d);
   } else {
-    matmul(on, l.ffn_gate_inp, in, n, logits);
+    matmul(*on.pool, l.ffn_gate_inp, in, n, logits, *on.xq);
   }
 }
 
-void inference_context::guess_next_experts(step_state& B, int64_t layer) {
-  const hparams& hp = model_->hp();
-  const layer_weights& next = model_->weights().layers[static_cast<size_t>(layer + 1)];
+int64_t moe_block::guess_next(step_state& B, int64_t layer) {
+  const hparams& hp = env_.hp();
+  const layer_weights& next = env_.m->weights().layers[static_cast<size_t>(layer + 1)];
   const int64_t n = B.n, d = hp.n_embd, ne = hp.n_expert, k = hp.n_expert_used;
-  moe_scratch& S = moe_;
+  scratch& S = S_;
   S.guess_in.resize(static_cast<size_t>(n * d));
   S.guess_logits.resize(static_cast<size_t>(n * ne));
   S.guess_weights.resize(static_cast<size_t>(n * k));
   for (int64_t t = 0; t < n; ++t) rms_norm(B.x.data() + t * d, next.ffn_norm.f32(), S.guess_in.data() + t * d, d, hp.norm_eps);
-  router_logits(next, cpu_workers(), S.guess_in.data(), n, S.guess_logits.data());
+  router_logits(next, env_.cpu, S.guess_in.data(), n, S.guess_logits.data());
   B.expert_guess.resize(static_cast<size_t>(n * k));
   route_experts(hp, S.guess_logits.data(), n, B.expert_guess.data(), S.guess_weights.data());
   B.guessed_layer = layer + 1;
   // Guessed experts no slot of the next layer holds: uploaded now, a layer before they are routed.
+  int64_t uploads = 0;
   if (experts_ && experts_->residency().prefetch && experts_->slots(layer + 1) > 0)
     for (int32_t e : B.expert_guess)
-      if (experts_->slot_of(layer + 1, e) < 0) experts_->upload(layer + 1, e, B.expert_guess, true);
+      if (experts_->slot_of(layer + 1, e) < 0) uploads += experts_->upload(layer + 1, e, B.expert_guess, true);
+  return uploads;
 }
 
-int64_t inference_context::one_token_experts(const layer_weights& l, const workers& on, const float* in, float* out) {
+int64_t moe_block::one_token_experts(const layer_weights& l, const workers& on, const float* in, float* out) {
   // Its experts' gate and up rows all read the same input: one split across the threads for all of
   // them; then their down rows, each against its own values, in another.
-  const hparams& hp = model_->hp();
+  const hparams& hp = env_.hp();
   const int64_t d = hp.n_embd, k = hp.n_expert_used, nf = hp.n_ff_exp;
-  moe_scratch& S = moe_;
+  scratch& S = S_;
   S.views.clear(), S.downs.clear(), S.ranks.clear();
   for (int64_t j = 0; j < k; ++j) {
     const int64_t e = S.experts[static_cast<size_t>(j)];
@@ -218,7 +248,7 @@ int64_t inference_context::one_token_experts(const layer_weights& l, const worke
   matmul_same_input(*on.pool, ws, in, 1, ys, *on.xq);
   for (int64_t j = 0; j < c; ++j) hidden_values(hp, 0.0f, S.g.data() + 2 * j * nf, S.g.data() + (2 * j + 1) * nf, S.h.data() + j * nf, nf);
   if (!one_token_own_inputs(*on.pool, S.downs, hs, ys_down))
-    for (int64_t j = 0; j < c; ++j) matmul(on, S.downs[static_cast<size_t>(j)], hs[static_cast<size_t>(j)], 1, ys_down[static_cast<size_t>(j)]);
+    for (int64_t j = 0; j < c; ++j) matmul(*on.pool, S.downs[static_cast<size_t>(j)], hs[static_cast<size_t>(j)], 1, ys_down[static_cast<size_t>(j)], *on.xq);
   for (int64_t j = 0; j < c; ++j) {
     const float w = S.weights[static_cast<size_t>(S.ranks[static_cast<size_t>(j)])];
     for (int64_t i = 0; i < d; ++i) out[i] += w * S.y[static_cast<size_t>(j * d + i)];
@@ -226,10 +256,10 @@ int64_t inference_context::one_token_experts(const layer_weights& l, const worke
   return c;
 }
 
-int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out) {
-  const hparams& hp = model_->hp();
+int64_t moe_block::batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out) {
+  const hparams& hp = env_.hp();
   const int64_t d = hp.n_embd, ne = hp.n_expert, k = hp.n_expert_used, nf = hp.n_ff_exp;
-  moe_scratch& S = moe_;
+  scratch& S = S_;
   int64_t used = 0;
   for (int64_t e = 0; e < ne; ++e) {
     const int64_t s0 = S.first[static_cast<size_t>(e)], m = S.first[static_cast<size_t>(e) + 1] - s0;
@@ -247,54 +277,61 @@ int64_t inference_context::batch_experts(int64_t n, const layer_weights& l, cons
   return used;
 }
 
-void inference_context::add_weighted(const int64_t* slots, int64_t m, const float* y, float* out) {
-  const int64_t d = model_->hp().n_embd, k = model_->hp().n_expert_used;
+void moe_block::add_weighted(const int64_t* slots, int64_t m, const float* y, float* out) {
+  const int64_t d = env_.hp().n_embd, k = env_.hp().n_expert_used;
   for (int64_t i = 0; i < m; ++i) {
     const int64_t j = slots[i];
-    const float w = moe_.weights[static_cast<size_t>(j)];
+    const float w = S_.weights[static_cast<size_t>(j)];
     float* o = out + j / k * d;
     const float* yi = y + i * d;
     for (int64_t c = 0; c < d; ++c) o[c] += w * yi[c];
   }
 }
 
-double inference_context::stream_min_tokens(int64_t layer) const {
+double moe_block::stream_min_tokens(int64_t layer) const {
   // Streaming an expert pays when its upload costs less than what the device saves on its tokens:
   // bytes x the upload's seconds a byte < tokens x (CPU - device seconds per token). Before the rates
   // are measured, llama.cpp's rule: a batch's expert with 32 tokens or more.
   const double link = experts_->upload_seconds_per_byte();
-  if (expert_rates_.cpu <= 0 || expert_rates_.device <= 0 || link <= 0) return 32;
-  const double gain = expert_rates_.cpu - expert_rates_.device;
+  if (rates_.cpu <= 0 || rates_.device <= 0 || link <= 0) return 32;
+  const double gain = rates_.cpu - rates_.device;
   if (gain <= 0) return std::numeric_limits<double>::infinity();
   return link * static_cast<double>(experts_->expert_bytes(layer)) / gain;
 }
 
 namespace {
 
-// y (m x n_embd) = down(act(gate x) * up x) for m inputs x, by these workers; g, h: scratch.
-void expert_forward(const hparams& hp, thread_pool& pool, std::vector<kernels::block_q8_0>& xq, const tensor_view& gate, const tensor_view& up,
-                    const tensor_view& down, const float* x, int64_t m, std::vector<float>& g, std::vector<float>& h, float* y) {
-  const int64_t nf = gate.ne1;
-  g.resize(static_cast<size_t>(m * nf));
-  h.resize(static_cast<size_t>(m * nf));
-  const tensor_view* ws[2] = {&gate, &up};
-  float* ys[2] = {g.data(), h.data()};
-  matmul_same_input(pool, ws, x, m, ys, xq);
-  hidden_values(hp, 0.0f, g.data(), h.data(), h.data(), m * nf);
-  hotcold::matmul(pool, down, h.data(), m, y, xq);
+// An expert's rows, and scratch for its gate's and hidden values.
+struct expert_weights {
+  const tensor_view &gate, &up, &down;
+};
+struct expert_scratch {
+  std::vector<float>&g, &h;
+};
+
+// y (m x n_embd) = down(act(gate x) * up x) for m inputs x, by these workers.
+void expert_forward(const hparams& hp, const workers& on, const expert_weights& w, const float* x, int64_t m, expert_scratch s, float* y) {
+  const int64_t nf = w.gate.ne1;
+  s.g.resize(static_cast<size_t>(m * nf));
+  s.h.resize(static_cast<size_t>(m * nf));
+  const tensor_view* ws[2] = {&w.gate, &w.up};
+  float* ys[2] = {s.g.data(), s.h.data()};
+  matmul_same_input(*on.pool, ws, x, m, ys, *on.xq);
+  hidden_values(hp, 0.0f, s.g.data(), s.h.data(), s.h.data(), m * nf);
+  hotcold::matmul(*on.pool, w.down, s.h.data(), m, y, *on.xq);
 }
 
 }  // namespace
 
-void inference_context::expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
-                                       std::vector<float>& y) {
+void moe_block::expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
+                               std::vector<float>& y) {
   y.resize(static_cast<size_t>(m * down.ne1));
-  expert_forward(model_->hp(), *on.pool, *on.xq, gate, up, down, x, m, moe_.g, moe_.h, y.data());
+  expert_forward(env_.hp(), on, {gate, up, down}, x, m, {S_.g, S_.h}, y.data());
 }
 
-void inference_context::add_shared_expert(const layer_weights& l, const float* in, int64_t n, const float* y, float* out) {
+void moe_block::add_shared_expert(const layer_weights& l, const float* in, int64_t n, const float* y, float* out) {
   // qwen2moe's shared expert, for every token, scaled by sigmoid(ffn_gate_inp_shexp . x).
-  const int64_t d = model_->hp().n_embd;
+  const int64_t d = env_.hp().n_embd;
   const float* g = l.ffn_gate_inp_shexp.f32();
   for (int64_t t = 0; t < n; ++t) {
     const float scale = 1.0f / (1.0f + std::exp(-kernels::dot_f32(g, in + t * d, d)));
@@ -302,10 +339,10 @@ void inference_context::add_shared_expert(const layer_weights& l, const float* i
   }
 }
 
-devices::event inference_context::submit_hot_experts(step_state& B, int64_t layer, const float* in, bool shared) {
-  const hparams& hp = model_->hp();
+devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const float* in, bool shared) {
+  const hparams& hp = env_.hp();
   const int64_t n = B.n, d = hp.n_embd, k = hp.n_expert_used;
-  const moe_scratch& S = moe_;
+  const scratch& S = S_;
   hot_experts& H = hot_;
   // The hot experts the step chose (moe_'s grouping), their tokens' inputs side by side (expert i's
   // at rows [first[i], first[i + 1])); the slot each one is in now (an upload may refill it after).
@@ -324,15 +361,15 @@ devices::event inference_context::submit_hot_experts(step_state& B, int64_t laye
     }
   H.y.resize(H.x.size());
   if (shared) H.shared_y.resize(static_cast<size_t>(n * d));
-  const std::shared_ptr<const device_layers> dl = device_;
+  const std::shared_ptr<const device_layers> dl = env_.device;
   return dl->submit([this, layer, in, n, d, shared, dl] {
-    const hparams& hp = model_->hp();
+    const hparams& hp = env_.hp();
     hot_experts& H = hot_;
     devices::device& dev = dl->device();
     // One expert's product: the CPU's routine on the device's own worker (a device that runs host
     // work), else the device's dense FFN job over its rows.
     auto product = [&](const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m, float* y) {
-      if (dev.runs_host_work()) return expert_forward(hp, dl->pool(), dl->xq(), gate, up, down, x, m, H.g, H.h, y);
+      if (dev.runs_host_work()) return expert_forward(hp, {&dl->pool(), &dl->xq()}, {gate, up, down}, x, m, {H.g, H.h}, y);
       devices::dense_ffn_job job;
       job.gate = gate.data, job.up = up.data, job.down = down.data;
       job.t_gate = gate.type, job.t_up = up.type, job.t_down = down.type;

@@ -1,0 +1,43 @@
+#pragma once
+// A layer's attention for a step's tokens, as the layer's recipe says (model/recipe.hpp): the norm,
+// Q/K/V (fused or not, qwen2's biases, qwen3's per-head norms), RoPE, the cache's append and read
+// (grouped-query; a prompt chunk's queries read each cached row once), the output projection, and
+// then what the FFN reads. On the context's CPU workers; on a hot device that runs host work, the same
+// routine over its copies on its queue; on a GPU, one job (with the layer's predictor where the
+// device holds it: one crossing for both).
+#include <cstdint>
+#include <vector>
+
+#include "engine/kv_cache.hpp"
+#include "engine/step_state.hpp"
+#include "model/recipe.hpp"
+
+namespace hotcold {
+
+class attention_block {
+ public:
+  attention_block(block_env& env, kv_cache& kv, const std::vector<float>& rope_factors) : env_(env), kv_(kv), rope_factors_(rope_factors) {}
+  // Layer `layer`'s attention for B's tokens (their slots' earlier positions cached); leaves B.proj
+  // (attention's output), the residual stream with it where the recipe adds it before the FFN, and
+  // B.ffn_in / B.pred_in: the FFN's normalized input and what its predictor reads.
+  void run(step_state& B, int64_t layer);
+
+ private:
+  // Over the weights l, by these workers; with `gpu`, the products, RoPE, cache and softmax go to the
+  // hot device as one job over its copies, the norms stay here (l: the host's weights).
+  void run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const layer_weights* gpu = nullptr);
+  void gpu_job(step_state& B, int64_t layer, const layer_weights& gpu, const layer_recipe& r);
+  void products(step_state& B, int64_t layer, const layer_weights& l, const layer_recipe& r, const workers& on);  // xn -> proj
+  void attend(step_state& B, int64_t layer, const workers& on, const float* qkv, bool fused);                    // B.attn from the cache
+  void tail(step_state& B, const layer_recipe& r);  // proj added, the FFN's input normalized
+
+  block_env& env_;
+  kv_cache& kv_;
+  const std::vector<float>& rope_factors_;  // the frequency factors this context's size rotates by (hparams::rope_factors_for)
+};
+
+// What a layer's predictor reads: the layer's input (kept in layer_in), the residual stream, or the
+// FFN's normalized input.
+const float* predictor_input(const step_state& B, const layer_recipe& r);
+
+}  // namespace hotcold

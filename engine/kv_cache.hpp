@@ -1,0 +1,49 @@
+#pragma once
+// The KV cache: each layer's keys (after RoPE) and values of every (sequence slot, position), in the
+// cache's type — f16 (llama.cpp's default: rounded to half precision as they are stored, read back as
+// floats) or f32. In host memory (a page_buffer: decode's attention reads a layer's rows of every
+// position 8 KB apart at n_embd 2048, and only the positions written are backed), except the layers
+// whose attention a hot device holds: their cache is the device's (device_layers::k_cache).
+#include <cstdint>
+#include <vector>
+
+#include "engine/device_layers.hpp"
+#include "model/model.hpp"
+#include "model/page_buffer.hpp"
+
+namespace hotcold {
+
+class kv_cache {
+ public:
+  // n_ctx positions of n_seq sequence slots for every layer; std::invalid_argument for a type other
+  // than f16 or f32.
+  kv_cache(const hparams& hp, int64_t n_ctx, int64_t n_seq, tensor_type type);
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_seq() const { return n_seq_; }
+  tensor_type type() const { return type_; }
+  int64_t value_bytes() const { return value_bytes_; }  // of one cached value
+
+  // A layer's block of (n_seq, n_ctx, n_embd_kv) values, and the row of (slot, layer, position) in it.
+  uint8_t* k_layer(int64_t layer) const { return k_layers_[static_cast<size_t>(layer)]; }
+  uint8_t* v_layer(int64_t layer) const { return v_layers_[static_cast<size_t>(layer)]; }
+  uint8_t* k_row(int64_t seq, int64_t layer, int64_t pos) const { return k_layer(layer) + (seq * n_ctx_ + pos) * row_bytes_; }
+  uint8_t* v_row(int64_t seq, int64_t layer, int64_t pos) const { return v_layer(layer) + (seq * n_ctx_ + pos) * row_bytes_; }
+  // n values into a row, in the cache's type.
+  void store(uint8_t* to, const float* row, int64_t n) const;
+
+  // std::out_of_range for a slot or position outside the cache.
+  void check_slot(int64_t seq, int64_t pos) const;
+  // The layers whose attention d holds keep their cache there; the others (and every layer, with d
+  // null) here. std::invalid_argument when d's cache has other positions, slots or type.
+  void place(const device_layers* d);
+
+ private:
+  int64_t n_layer_, n_ctx_, n_seq_;
+  tensor_type type_;
+  int64_t value_bytes_, row_bytes_;
+  page_buffer k_, v_;  // (n_layer, n_seq, n_ctx, n_embd_kv) values each
+  std::vector<uint8_t*> k_layers_, v_layers_;
+};
+
+}  // namespace hotcold
