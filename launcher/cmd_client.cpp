@@ -9,20 +9,20 @@
 #include "launcher/option_checks.hpp"
 #include "protocol/curve.hpp"
 #include "server/sampling_map.hpp"
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 
 namespace hotcold::launcher {
 
 void run_client(const client_args& a) {
   check_sampling_flags(a.p);
-  std::optional<tools::client::curve> keys;
+  std::optional<clients::client::curve> keys;
   if (a.curve_server_key.empty() != a.curve_key.empty())
     throw std::invalid_argument("--curve-server-key and --curve-key go together");
   if (!a.curve_key.empty()) {
     const auto mine = protocol::read_keypair(a.curve_key);
-    keys = tools::client::curve{protocol::read_public_key(a.curve_server_key), mine.public_key, mine.secret_key};
+    keys = clients::client::curve{protocol::read_public_key(a.curve_server_key), mine.public_key, mine.secret_key};
   }
-  tools::client c(a.endpoint, std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000)), keys);
+  clients::client c(a.endpoint, std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000)), keys);
   if (a.health) {
     fmt::print("{}\n", c.call("health").dump());
     return;

@@ -14,7 +14,7 @@
 #include "launcher/commands.hpp"
 #include "model/model.hpp"
 #include "tools/planner.hpp"
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 
 namespace hotcold::launcher {
 
@@ -51,10 +51,10 @@ void firing_of(const plan_args& a, const model& m, plan_inputs& in) {
     in.o.active = std::max(0.0, a.active);
     return;
   }
-  auto p = tools::read_profile(dir);
+  auto p = loader::read_profile(dir);
   if (p.n_layer != m.hp().n_layer || p.n_ff != m.hp().n_ff)
     throw std::invalid_argument(fmt::format("{}: a profile of {} layers x {} neurons, the model has {} x {}", dir, p.n_layer, p.n_ff, m.hp().n_layer, m.hp().n_ff));
-  in.o.firing_counts = tools::counts_in_order_of(p, m), in.o.tokens = static_cast<uint64_t>(p.tokens);
+  in.o.firing_counts = loader::counts_in_order_of(p, m), in.o.tokens = static_cast<uint64_t>(p.tokens);
   in.firing_from = fmt::format("{} ({} tokens)", dir, p.tokens);
 }
 

@@ -18,7 +18,7 @@
 
 #include "launcher/cmd_replay.hpp"
 #include "launcher/commands.hpp"
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 #include "tools/whatif.hpp"
 #include "engine/bandwidth.hpp"
 #include "engine/read_costs.hpp"
@@ -60,7 +60,7 @@ void expert_what_if(const tools::activation_record& rec, const std::string& mode
     throw std::invalid_argument(fmt::format("{} holds {} layers x {} choices; {} has {} layers x {} experts", rec.source, rec.n_layer, rec.n_ff, o.model_path,
                                             hp.n_layer, hp.n_expert));
   std::optional<tools::activation_record> elsewhere;
-  if (!o.experts_popular_from.empty()) elsewhere = tools::read_activation_record(o.experts_popular_from);
+  if (!o.experts_popular_from.empty()) elsewhere = loader::read_activation_record(o.experts_popular_from);
   // The rates: the CPU's measured here (or given), the device's given (else the CPU's), the link's.
   double cpu = o.cpu_gbps * 1e9;
   if (cpu <= 0) {
@@ -115,7 +115,7 @@ void expert_what_if(const tools::activation_record& rec, const std::string& mode
 
 void what_if(const std::string& activations, tools::whatif_options o, const std::string& report_path) {
   if (o.model_path.empty()) throw std::invalid_argument("--activations needs -m MODEL (the model the run used)");
-  const auto rec = tools::read_activation_record(activations);
+  const auto rec = loader::read_activation_record(activations);
   {
     // The file's hyper-parameters only: the neurons' what-if loads the model itself.
     const hparams hp = read_hparams(gguf::file::open(o.model_path));
@@ -233,7 +233,7 @@ class open_loop {
     }
   }
   void work() {
-    std::unique_ptr<tools::client> c;
+    std::unique_ptr<clients::client> c;
     for (;;) {
       const json* request = nullptr;
       {
@@ -249,7 +249,7 @@ class open_loop {
       auto last = start;
       bool ok = true;
       try {
-        if (!c) c = std::make_unique<tools::client>(a_.endpoint, reply_timeout_);
+        if (!c) c = std::make_unique<clients::client>(a_.endpoint, reply_timeout_);
         c->generate(*request, [&](const protocol::token_reply&) {
           const auto now = clock_type::now();
           if (ttft < 0) ttft = std::chrono::duration<double>(now - start).count();
@@ -307,9 +307,9 @@ void run_replay(const replay_args& a) {
   const auto lines = read_records(a.trace, recorded, torn);
   // Is anyone there? (ZeroMQ connects lazily and would wait for a server for ever.)
   try {
-    tools::client probe(a.endpoint, std::chrono::milliseconds(static_cast<int64_t>(1000 * a.connect_timeout)));
+    clients::client probe(a.endpoint, std::chrono::milliseconds(static_cast<int64_t>(1000 * a.connect_timeout)));
     probe.call("health");
-  } catch (const tools::client_error& e) {
+  } catch (const clients::client_error& e) {
     throw std::runtime_error(fmt::format("--endpoint {}: no server answered within {} s ({})", a.endpoint, a.connect_timeout, e.what()));
   }
   open_loop loop(a);

@@ -13,7 +13,7 @@
 #include "loader/placement.hpp"
 #include "tools/predictor_train.hpp"
 #include "tools/sparsity.hpp"
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 #include "tools/sparse_file.hpp"
 
 namespace hotcold::launcher {
@@ -34,30 +34,30 @@ void print_fits(const tools::trained_predictors& p) {
   fmt::print("| all | | | {:.4f} | {:.4f} | {:.4f} | {:.4f} |\n", recall / n, precision / n, active / n, truly / n);
 }
 
-tools::trained_predictors train_with_progress(const tools::profile_data& data, const tools::train_options& o) {
+tools::trained_predictors train_with_progress(const loader::profile_data& data, const tools::train_options& o) {
   progress_bar bar("train-predictor");
   auto p = tools::train_predictors(data, o, [&](int64_t d, int64_t t) { bar.update(d, t); });
   bar.finish();
   return p;
 }
 
-tools::profile_result profile_with_progress(const tools::profile_options& o) {
+loader::profile_result profile_with_progress(const loader::profile_options& o) {
   progress_bar bar("profile");
-  auto r = tools::run_profile(o, [&](int64_t d, int64_t t) { bar.update(d, t); });
+  auto r = loader::run_profile(o, [&](int64_t d, int64_t t) { bar.update(d, t); });
   bar.finish();
   return r;
 }
 
 }  // namespace
 
-void run_profile_command(const tools::profile_options& o) {
+void run_profile_command(const loader::profile_options& o) {
   auto r = profile_with_progress(o);
   for (size_t l = 0; l < r.active_fraction.size(); ++l) fmt::print("layer {:3}: active fraction {:.4f}\n", l, r.active_fraction[l]);
   fmt::print(stderr, "hotcold profile: {} tokens -> {}\n", r.tokens, o.out_dir);
 }
 
 void run_train_predictor(const train_args& a) {
-  auto data = tools::read_profile(a.dir);
+  auto data = loader::read_profile(a.dir);
   auto p = train_with_progress(data, a.o);
   auto path = (fs::path(a.dir) / "predictors.gguf").string();
   tools::save_predictors(p, path);
@@ -66,7 +66,7 @@ void run_train_predictor(const train_args& a) {
 }
 
 void run_place(const place_args& a) {
-  auto plan = tools::plan_from_profile(a.model, a.stats, a.budget, a.ctx);
+  auto plan = loader::plan_from_profile(a.model, a.stats, a.budget, a.ctx);
   auto path = placement_path(a.model);
   auto m = model::load(a.model, {true});
   loader::write_placement(plan, path, m->hp().n_ff, a.model);
@@ -116,7 +116,7 @@ void run_prepare(prepare_args a) {
   if (a.powerinfer && a.down_layout == "blocks")
     throw std::invalid_argument("--down-layout blocks writes hotcold's GGUF (PowerInfer's files hold ffn_down_t rows): drop --powerinfer");
   if (a.sparsity > 0) calibrate_thresholds(a, so);
-  tools::profile_options po;
+  loader::profile_options po;
   po.act_thresholds = so.act_thresholds;
   po.model_path = a.model;
   po.calibration_path = a.calib;
@@ -124,7 +124,7 @@ void run_prepare(prepare_args a) {
   po.threads = a.threads;
   po.out_dir = a.work.empty() ? a.out + ".work" : a.work;
   if (!a.reuse_profile || !fs::exists(fs::path(po.out_dir) / "profile.json")) profile_with_progress(po);
-  auto data = tools::read_profile(po.out_dir);
+  auto data = loader::read_profile(po.out_dir);
   a.train.threads = a.threads;
   so.predictor_type = predictor_type_for(a.model, so);
   a.train.stored_as = so.predictor_type;
@@ -140,7 +140,7 @@ void run_prepare(prepare_args a) {
   }
   tools::write_sparse_model(a.model, a.out, p.layers, so);
   if (a.budget > 0) {
-    auto plan = tools::plan_from_profile(a.out, po.out_dir, a.budget, a.ctx);
+    auto plan = loader::plan_from_profile(a.out, po.out_dir, a.budget, a.ctx);
     auto m = model::load(a.out, {true});
     loader::write_placement(plan, placement_path(a.out), m->hp().n_ff, a.out);
     fmt::print(stderr, "{}", plan.table());

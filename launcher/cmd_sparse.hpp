@@ -3,7 +3,7 @@
 #include <string>
 
 #include "tools/predictor_train.hpp"
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 
 namespace hotcold::launcher {
 
@@ -33,7 +33,7 @@ struct prepare_args {
   tools::train_options train;
 };
 
-void run_profile_command(const tools::profile_options& o);
+void run_profile_command(const loader::profile_options& o);
 void run_train_predictor(const train_args& a);
 void run_place(const place_args& a);
 void run_prepare(prepare_args a);

@@ -11,8 +11,8 @@
 #include "actors/stage_keys.hpp"
 #include "model/file_identity.hpp"
 #include "protocol/endpoint.hpp"
-#include "tools/expert_cache.hpp"
-#include "tools/profile.hpp"
+#include "loader/activation_record.hpp"
+#include "loader/profile.hpp"
 
 namespace hotcold::launcher {
 
@@ -36,12 +36,12 @@ loader::auto_placement_options placement_sources(int threads) {
   loader::auto_placement_options p;
   p.cache_dir = cache_dir();
   p.firing_counts = [threads, dir = p.cache_dir](const std::string& model_path, const model& mm) {
-    tools::short_profile_options so;
+    loader::short_profile_options so;
     so.cache_dir = dir;
     so.threads = threads;
     progress_bar bar("hotcold: profiling for a placement");
     so.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
-    return tools::firing_counts_for(model_path, mm, so);
+    return loader::firing_counts_for(model_path, mm, so);
   };
   return p;
 }
@@ -83,11 +83,11 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   o.expert_prefetch = !a.no_expert_prefetch;
   if (!a.experts_from.empty()) {
     if (!hp.moe()) throw std::invalid_argument(fmt::format("--experts-from: {} is not a mixture of experts", path));
-    const auto rec = tools::read_activation_record(a.experts_from);
+    const auto rec = loader::read_activation_record(a.experts_from);
     if (rec.n_layer != hp.n_layer || rec.n_ff != hp.n_expert)
       throw std::invalid_argument(fmt::format("--experts-from {}: it holds {} layers x {} choices; {} has {} layers x {} experts", a.experts_from, rec.n_layer,
                                               rec.n_ff, path, hp.n_layer, hp.n_expert));
-    o.first_experts = tools::experts_by_popularity(rec);
+    o.first_experts = loader::experts_by_popularity(rec);
   }
   o.trace = !a.trace_out.empty() || a.record_choices;
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };

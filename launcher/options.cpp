@@ -501,7 +501,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
 }
 
 void add_profile_command(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<tools::profile_options>();
+  auto o = std::make_shared<loader::profile_options>();
   auto* cmd = app.add_subcommand("profile", "Record per-neuron firing counts and predictor training samples over calibration text");
   cmd->add_option("-m,--model", o->model_path, "Dense GGUF model")->required();
   cmd->add_option("-f,--file", o->calibration_path, "Calibration text (default: text the model samples itself)");

@@ -2,7 +2,7 @@
 // The whole codec of the wire between clients and `hotcold serve` (protocol/README.md; the same
 // schema as data in protocol/schema.json, which the Python client reads): one JSON object per ZeroMQ
 // frame, version 1, encoded and decoded in both directions — the server decodes requests and encodes
-// replies, every client (hotcold client, tools/client.hpp, the HTTP API) encodes requests and decodes
+// replies, every client (hotcold client, clients/client.hpp, the HTTP API) encodes requests and decodes
 // replies. decode_request turns any bytes into a request or a protocol_error that names what is
 // wrong; nothing a client sends can make it throw, allocate past the limits, or crash. This room
 // knows nothing of models: tokens are plain integers.

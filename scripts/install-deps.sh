@@ -41,12 +41,12 @@ packages=(
 if [ "$minimal" -eq 0 ]; then
   packages+=(
     clang libclang-rt-14-dev        # libFuzzer + sanitizers for tests/fuzz
-    python3 python3-zmq             # the example Python client (tools/hotcold_client.py) and its test
+    python3 python3-zmq             # the example Python client (clients/hotcold_client.py) and its test
     prometheus                      # promtool: the suite checks /metrics with it
     chromium                        # the dashboard test: headless Chromium
     strace                          # the recorder test checks that each record is one write(2)
     universal-ctags                 # the house's size rules (tests/house): each function's lines and parameters
-    patchelf                        # tools/gpu-bundle: its programs find their libraries beside them
+    patchelf                        # gpu_check/gpu-bundle: its programs find their libraries beside them
     curl nodejs                     # the /v1 API tests: curl -N, and the openai client for Node.js
   )
 fi

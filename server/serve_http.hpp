@@ -8,7 +8,7 @@
 
 #include <zmq.hpp>
 
-#include "actors/metrics.hpp"
+#include "server/metrics.hpp"
 #include "server/http_server.hpp"
 #include "loader/open.hpp"
 #include "server/serve_monitor.hpp"
@@ -19,7 +19,7 @@ namespace hotcold::server {
 struct serve_http_parts {
   const server_options& o;
   const loader::opened_model& l;
-  const actors::metrics& metrics;
+  const server::metrics& metrics;
   const serve_status& status;
   zmq::context_t& zmq;
   std::string local_endpoint;  // the server's in-process ROUTER, where the API's requests go

@@ -64,7 +64,7 @@ nlohmann::json serve_monitor::stats_json() const {
   j["tokens_per_second"] = status_.tokens_per_second.load();
   j["active_sequences"] = status_.active.load();
   j["queue_depth"] = status_.queued.load();
-  auto pct = [](const actors::metrics::percentiles& p) { return nlohmann::json{{"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"count", p.count}}; };
+  auto pct = [](const metrics::percentiles& p) { return nlohmann::json{{"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"count", p.count}}; };
   j["ttft_recent_s"] = pct(metrics_.recent_ttft());
   j["itl_recent_s"] = pct(metrics_.recent_itl());
   return j;

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/metrics.hpp"
+#include "server/metrics.hpp"
 #include "server/http_server.hpp"
 
 namespace hotcold::server {
@@ -25,7 +25,7 @@ struct serve_status {
 class serve_monitor {
  public:
   // remote_pages: the pages answer other machines too (else only /health does).
-  serve_monitor(const actors::metrics& metrics, const serve_status& status, bool remote_pages)
+  serve_monitor(const metrics& metrics, const serve_status& status, bool remote_pages)
       : metrics_(metrics), status_(status), remote_pages_(remote_pages) {}
   // Answers one request (GET only).
   http_reply operator()(const http_request& req) const;
@@ -36,7 +36,7 @@ class serve_monitor {
   // Server-Sent Events: a `stats` event now and every period_ms, each with the device utilization
   // since the one before; after `frames` of them (0: no end) an `end` event, and the stream closes.
   http_reply event_stream(int64_t frames, int64_t period_ms) const;
-  const actors::metrics& metrics_;
+  const metrics& metrics_;
   const serve_status& status_;
   bool remote_pages_ = false;
 };

@@ -17,7 +17,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "actors/metrics.hpp"
+#include "server/metrics.hpp"
 #include "actors/pipeline.hpp"
 #include "server/fair_queue.hpp"
 #include "server/http_server.hpp"
@@ -667,7 +667,7 @@ class serving_loop {
   std::set<std::pair<std::string, std::string>> pending_cancelled_;   // ... and a cancel came meanwhile
   std::map<std::string, std::shared_ptr<client_account>> clients_;    // by identity
   std::set<std::string> allowed_;  // client public keys (CURVE)
-  actors::metrics metrics_;
+  metrics metrics_;
   record_file record_;
   serve_status status_;  // for the HTTP thread
   std::deque<clock_type::time_point> recent_tokens_;  // tokens of the last 5 s

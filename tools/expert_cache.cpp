@@ -20,24 +20,6 @@ std::string_view expert_policy_name(expert_policy p) {
   return "?";
 }
 
-std::vector<std::vector<int32_t>> experts_by_popularity(const activation_record& rec) {
-  const int64_t n_layer = rec.n_layer, ne = rec.n_ff, row = (ne + 7) / 8;
-  if (rec.entries.empty()) throw std::invalid_argument(fmt::format("{}: no routings recorded", rec.source));
-  std::vector<std::vector<int64_t>> count(static_cast<size_t>(n_layer), std::vector<int64_t>(static_cast<size_t>(ne), 0));
-  for (const auto& e : rec.entries)
-    for (int64_t t = 0; t < e.tokens; ++t)
-      for (int64_t x = 0; x < ne; ++x) count[static_cast<size_t>(e.layer)][static_cast<size_t>(x)] += (e.bits[static_cast<size_t>(t * row + x / 8)] >> (x % 8)) & 1;
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(n_layer));
-  for (int64_t l = 0; l < n_layer; ++l) {
-    auto& order = out[static_cast<size_t>(l)];
-    order.resize(static_cast<size_t>(ne));
-    std::iota(order.begin(), order.end(), 0);
-    const auto& c = count[static_cast<size_t>(l)];
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return c[static_cast<size_t>(a)] > c[static_cast<size_t>(b)]; });
-  }
-  return out;
-}
-
 expert_cache_result replay_expert_cache(const activation_record& rec, expert_policy p, int64_t capacity, double decay, const activation_record* learned_from) {
   const int64_t n_layer = rec.n_layer, ne = rec.n_ff;
   if (rec.entries.empty()) throw std::invalid_argument(fmt::format("{}: no routings recorded", rec.source));

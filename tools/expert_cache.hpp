@@ -34,7 +34,4 @@ struct expert_cache_result {
 expert_cache_result replay_expert_cache(const activation_record& rec, expert_policy p, int64_t capacity, double decay = 0.9,
                                         const activation_record* learned_from = nullptr);
 
-// Each layer's experts, most chosen first (ties to the lower number), over a record of routings.
-std::vector<std::vector<int32_t>> experts_by_popularity(const activation_record& rec);
-
 }  // namespace hotcold::tools

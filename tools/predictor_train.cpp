@@ -35,7 +35,7 @@ struct samples {
   bool fired(int64_t s, int64_t i) const { return (mask[static_cast<size_t>(s) * mask_bytes() + static_cast<size_t>(i / 8)] >> (i % 8)) & 1; }
 };
 
-samples read_samples(const profile_data& p, int64_t layer) {
+samples read_samples(const loader::profile_data& p, int64_t layer) {
   samples s;
   s.n = p.tokens, s.d = p.n_embd, s.n_ff = p.n_ff;
   s.x.resize(static_cast<size_t>(s.n * s.d));
@@ -309,7 +309,7 @@ evaluation evaluate(const mlp& net, const samples& s, const std::vector<int64_t>
 
 }  // namespace
 
-trained_predictors train_predictors(const profile_data& data, const train_options& o,
+trained_predictors train_predictors(const loader::profile_data& data, const train_options& o,
                                     const std::function<void(int64_t, int64_t)>& progress) {
   if (data.tokens < 10) throw std::invalid_argument("the profile has fewer than 10 samples; profile more --tokens");
   if (!(o.target_recall > 0 && o.target_recall <= 1)) throw std::invalid_argument(fmt::format("--recall {} must be in (0, 1]", o.target_recall));

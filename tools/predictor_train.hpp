@@ -10,7 +10,7 @@
 
 #include "kernels/tensor_types.hpp"
 
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 #include "tools/sparse_file.hpp"
 
 namespace hotcold::tools {
@@ -40,7 +40,7 @@ struct trained_predictors {
   std::vector<layer_fit> fits;
 };
 
-trained_predictors train_predictors(const profile_data& data, const train_options& o,
+trained_predictors train_predictors(const loader::profile_data& data, const train_options& o,
                                     const std::function<void(int64_t layer, int64_t n_layer)>& progress = {});
 
 // DIR/predictors.gguf: blk.N.fc1 / blk.N.fc2 (F32) and hotcold.sparse.thresholds.

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "engine/forward.hpp"
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 
 namespace hotcold::tools {
 
@@ -29,7 +29,7 @@ sparsity_result calibrate_act_thresholds(const sparsity_options& o, const std::f
   for (auto& v : values) v.reserve(static_cast<size_t>(std::min(total, cap) + hp.n_ff));
   int64_t token = 0;
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  calibration_tokens feed(*m, o.calibration_path, o.chunk);
+  loader::calibration_tokens feed(*m, o.calibration_path, o.chunk);
   inference_context ctx(m, feed.chunk(), threads);
   // Every neuron's margin is |act| - t with t = 0 here: |act| itself.
   ctx.set_observer([&](std::string_view name, int64_t layer, std::span<const float> x) {

@@ -18,37 +18,13 @@
 #include "engine/read_costs.hpp"
 #include "engine/thread_pool.hpp"
 #include "loader/placement.hpp"
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 
 namespace hotcold::tools {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-activation_record read_profile_record(const std::string& dir) {
-  const profile_data d = read_profile(dir);
-  activation_record r;
-  r.n_layer = d.n_layer, r.n_ff = d.n_ff, r.source = dir, r.from_profile = true;
-  const size_t mask = static_cast<size_t>((d.n_ff + 7) / 8), record = d.record_bytes();
-  for (int64_t l = 0; l < d.n_layer; ++l) {
-    std::ifstream in(d.samples_path(l), std::ios::binary);
-    if (!in) throw std::runtime_error(fmt::format("{}: cannot read", d.samples_path(l)));
-    std::vector<char> buf(record);
-    for (int64_t t = 0; t < d.tokens; ++t) {
-      if (!in.read(buf.data(), static_cast<std::streamsize>(record)))
-        throw std::runtime_error(fmt::format("{}: {} tokens, expected {}", d.samples_path(l), t, d.tokens));
-      const auto* m = reinterpret_cast<const uint8_t*>(buf.data()) + d.n_embd * 4;
-      r.entries.push_back({t, l, 1, std::vector<uint8_t>(m, m + mask)});
-    }
-  }
-  return r;
-}
-
-uint32_t u32_at(const std::string& b, size_t at) {
-  return uint32_t{static_cast<uint8_t>(b[at])} | uint32_t{static_cast<uint8_t>(b[at + 1])} << 8 | uint32_t{static_cast<uint8_t>(b[at + 2])} << 16 |
-         uint32_t{static_cast<uint8_t>(b[at + 3])} << 24;
-}
 
 // y = a + b x by least squares, a >= 0 (a fixed cost per call cannot be negative); b from the means
 // when the x do not vary.
@@ -97,49 +73,6 @@ std::vector<std::vector<uint8_t>> hot_bits_of(const std::vector<std::vector<int3
 }
 
 }  // namespace
-
-activation_record read_activation_record(const std::string& path_in) {
-  if (fs::is_directory(path_in)) return read_profile_record(path_in);
-  std::string path = path_in;
-  if (!fs::exists(path) || path.ends_with(".json")) {
-    if (fs::exists(path_in + ".activations")) path = path_in + ".activations";
-    else throw std::runtime_error(fmt::format("{}: no such activation record (nor {}.activations beside it; record one with --trace-out on a sparse model)", path_in, path_in));
-  }
-  std::ifstream in(path, std::ios::binary);
-  const std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (b.size() < 20 || b.compare(0, 8, "HCACT001") != 0) throw std::runtime_error(fmt::format("{}: not an activation record (no HCACT001 header)", path));
-  activation_record r;
-  r.source = path;
-  r.n_layer = u32_at(b, 8), r.n_ff = u32_at(b, 12);
-  const uint32_t hot_layers = u32_at(b, 16);
-  if (r.n_layer <= 0 || r.n_ff <= 0 || r.n_layer > 4096 || r.n_ff > (1 << 24) || (hot_layers != 0 && hot_layers != r.n_layer))
-    throw std::runtime_error(fmt::format("{}: implausible header ({} layers, {} neurons, {} hot layers)", path, r.n_layer, r.n_ff, hot_layers));
-  const size_t row = static_cast<size_t>((r.n_ff + 7) / 8);
-  size_t at = 20;
-  if (hot_layers) {
-    if (b.size() < at + row * hot_layers) throw std::runtime_error(fmt::format("{}: truncated in the hot neurons", path));
-    r.hot.resize(hot_layers);
-    for (uint32_t l = 0; l < hot_layers; ++l, at += row)
-      for (int64_t i = 0; i < r.n_ff; ++i)
-        if ((static_cast<uint8_t>(b[at + static_cast<size_t>(i / 8)]) >> (i % 8)) & 1) r.hot[l].push_back(static_cast<int32_t>(i));
-  }
-  while (at < b.size()) {
-    if (at + 16 > b.size()) throw std::runtime_error(fmt::format("{}: truncated record header at byte {}", path, at));
-    activation_record::entry e;
-    e.step = static_cast<int64_t>(u32_at(b, at) | uint64_t{u32_at(b, at + 4)} << 32);
-    e.layer = u32_at(b, at + 8), e.tokens = u32_at(b, at + 12);
-    at += 16;
-    if (e.layer >= r.n_layer || e.tokens <= 0 || e.tokens > 65536)
-      throw std::runtime_error(fmt::format("{}: a record of layer {} with {} tokens (the file has {} layers)", path, e.layer, e.tokens, r.n_layer));
-    const size_t bytes = row * static_cast<size_t>(e.tokens);
-    if (at + bytes > b.size()) throw std::runtime_error(fmt::format("{}: truncated record at byte {}", path, at));
-    e.bits.assign(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(at + bytes));
-    at += bytes;
-    r.entries.push_back(std::move(e));
-  }
-  if (r.entries.empty()) throw std::runtime_error(fmt::format("{}: no steps recorded", path));
-  return r;
-}
 
 std::vector<std::pair<int64_t, step_timing>> read_step_timing(const std::string& trace_json, int64_t n_layer) {
   std::ifstream in(trace_json);
@@ -203,7 +136,7 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   const std::vector<uint64_t>& neuron = costs.neuron;
 
   // The candidates: placements as `place` would choose them, and placement files.
-  const std::vector<uint64_t> counts = o.stats_dir.empty() ? chosen_counts(rec, hp) : counts_in_order_of(read_profile(o.stats_dir), *m);
+  const std::vector<uint64_t> counts = o.stats_dir.empty() ? chosen_counts(rec, hp) : loader::counts_in_order_of(loader::read_profile(o.stats_dir), *m);
   struct candidate {
     std::string label;
     std::vector<std::vector<int32_t>> hot;

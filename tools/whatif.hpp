@@ -13,25 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "loader/activation_record.hpp"
 #include "model/model.hpp"
 
 namespace hotcold::tools {
 
-struct activation_record {
-  int64_t n_layer = 0, n_ff = 0;
-  std::vector<std::vector<int32_t>> hot;  // the placement while recording, per layer (empty: none)
-  struct entry {
-    int64_t step = 0, layer = 0, tokens = 0;
-    std::vector<uint8_t> bits;  // tokens x ceil(n_ff/8): bit i of a token's row = it computed neuron i
-  };
-  std::vector<entry> entries;
-  std::string source;  // the path read
-  bool from_profile = false;
-};
-
-// Reads FILE.activations, or (given FILE.json) the FILE.json.activations beside it, or a profile folder.
-// Throws std::runtime_error naming the file and what is wrong with it.
-activation_record read_activation_record(const std::string& path);
+using loader::activation_record;
 
 // Per (step, layer) intervals of a trace JSON (--trace-out): the extent of each stage's intervals.
 struct step_timing {

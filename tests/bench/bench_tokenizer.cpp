@@ -7,12 +7,12 @@
 
 #include "model/gguf.hpp"
 #include "model/vocab.hpp"
-#include "tools/text_corpus.hpp"
+#include "loader/text_corpus.hpp"
 
 namespace {
 
 const std::string& corpus() {
-  static const std::string text = hotcold::tools::mixed_text(1 << 20, 2026);
+  static const std::string text = hotcold::loader::mixed_text(1 << 20, 2026);
   return text;
 }
 

@@ -16,7 +16,7 @@
 #include "model/reference.hpp"
 #include "tests/model/edited_files.hpp"
 #include "tests/model/tiny_models.hpp"
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 #include "tools/sparse_file.hpp"
 
 namespace hotcold {
@@ -775,17 +775,17 @@ TEST(SparseLayoutErrors, ProfileCountsFollowTheFilesOrder) {
   const auto o = test::sparse_test_options(c.arch, c.act, c.type);
   const auto order = shuffled_order(o.n_layer, o.n_ff);
   auto m = model::load(layout_file(c, "ordered_bundled", true, order));
-  tools::profile_data d;
+  loader::profile_data d;
   d.n_layer = o.n_layer, d.n_ff = o.n_ff, d.tokens = 1;
   for (int64_t l = 0; l < o.n_layer; ++l)
     for (int64_t i = 0; i < o.n_ff; ++i) d.firing_counts.push_back(static_cast<uint64_t>(1000 * l + i));
-  const auto got = tools::counts_in_order_of(d, *m);
+  const auto got = loader::counts_in_order_of(d, *m);
   for (int64_t l = 0; l < o.n_layer; ++l)
     for (int64_t i = 0; i < o.n_ff; ++i)
       ASSERT_EQ(got[static_cast<size_t>(l * o.n_ff + i)], static_cast<uint64_t>(1000 * l + order[static_cast<size_t>(l)][static_cast<size_t>(i)]))
           << "layer " << l << " position " << i;
   d.file_order = true;
-  EXPECT_EQ(tools::counts_in_order_of(d, *m), d.firing_counts);
+  EXPECT_EQ(loader::counts_in_order_of(d, *m), d.firing_counts);
   // prepare's order: most often firing first, ties by number.
   const auto fo = tools::firing_order({5, 9, 9, 0, 7, 1}, 2, 3);
   EXPECT_EQ(fo[0], (std::vector<int32_t>{1, 2, 0}));

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 constexpr int max_file_lines = 600;
 constexpr int max_function_lines = 120;
 constexpr int max_parameters = 8;
-const std::vector<std::string> rooms = {"actors", "devices", "engine", "gpu_check", "kernels", "launcher", "loader", "model", "protocol", "server", "tools"};
+const std::vector<std::string> rooms = {"actors", "clients", "devices", "engine", "gpu_check", "kernels", "launcher", "loader", "model", "protocol", "server", "tools"};
 const std::vector<std::string> source_extensions = {".cpp", ".hpp", ".h", ".cu", ".cuh"};
 
 fs::path source_dir() { return fs::path(HOTCOLD_SOURCE_DIR); }

@@ -19,7 +19,7 @@
 
 #include "protocol/messages.hpp"
 #include "tests/server/serve_process.hpp"
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 
 namespace {
 
@@ -184,7 +184,7 @@ TEST(Record, RecordsAreWholeLinesAfterATornOne) {
     std::vector<std::string> args{"--zmq", ep, "-t", "2", "--record", rec.string()};
     server_process server(args);
     wait_ready(ep, &server);
-    hotcold::tools::client c(ep, 30s);
+    hotcold::clients::client c(ep, 30s);
     std::string long_prompt;
     while (long_prompt.size() < 6000) long_prompt += "Once upon a time there was a model. ";
     c.generate({{"prompt", long_prompt}, {"n_predict", 3}, {"sampling", {{"temperature", 0}}}});
@@ -211,7 +211,7 @@ TEST(Record, RecordsAreWholeLinesAfterATornOne) {
                             " -t 2 --record '" + rec.string() + "' >/dev/null 2>&1 & echo $!";
     const pid_t pid = std::stoi(run_capture(cmd));
     wait_ready(ep);
-    hotcold::tools::client c(ep, 30s);
+    hotcold::clients::client c(ep, 30s);
     std::string long_prompt;
     while (long_prompt.size() < 6000) long_prompt += "Once upon a time there was a model. ";
     c.generate({{"prompt", long_prompt}, {"n_predict", 3}, {"sampling", {{"temperature", 0}}}});

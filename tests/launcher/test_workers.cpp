@@ -92,7 +92,7 @@ TEST(Workers, SequencesInMicroBatchesGiveOneProcesssText) {
     std::vector<std::thread> clients;
     for (size_t i = 0; i < prompts.size(); ++i)
       clients.emplace_back([&, i] {
-        hotcold::tools::client c(ep, 60s);
+        hotcold::clients::client c(ep, 60s);
         got[i] = c.generate({{"prompt", prompts[i]}, {"n_predict", 12}, {"sampling", {{"temperature", 0}}}}).text;
       });
     for (auto& t : clients) t.join();
@@ -127,7 +127,7 @@ TEST(Workers, AWorkerKilledMidGenerationEndsItsRequestsNamingTheStage) {
   const std::string ep = tcp_endpoint();
   server_process serve({"-m", f.dense, "-c", "256", "-t", "1", "--parallel", "2", "--zmq", ep, "--workers", wa + "," + wb});
   wait_ready(ep, &serve);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   const auto first = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 8}, {"sampling", {{"temperature", 0}}}});
   EXPECT_EQ(first.done.finish, "length");
   EXPECT_EQ(first.text + "\n", run_stdout({"run", "-m", f.dense, "-p", "Once upon a time", "-n", "8", "--temp", "0", "-c", "256", "-t", "1"}));
@@ -158,7 +158,7 @@ TEST(Workers, AHungWorkerIsNoticedAndAStageThatComesBackIsAdmittedAgain) {
   const std::string ep = tcp_endpoint();
   server_process serve({"-m", f.dense, "-c", "256", "-t", "1", "--parallel", "2", "--zmq", ep, "--workers", wa + "," + wb});
   wait_ready(ep, &serve);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   const nlohmann::json request{{"prompt", "Once upon a time"}, {"n_predict", 8}, {"sampling", {{"temperature", 0}}}};
   const std::string alone = run_stdout({"run", "-m", f.dense, "-p", "Once upon a time", "-n", "8", "--temp", "0", "-c", "256", "-t", "1"});
   EXPECT_EQ(c.generate(request).text + "\n", alone);

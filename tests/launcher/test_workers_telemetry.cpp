@@ -22,7 +22,7 @@ TEST(Workers, StagesShowInMetricsStatsAndTraces) {
   server_process serve({"-m", f.dense, "-c", "256", "-t", "1", "--parallel", "2", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "--workers",
                         wa + "," + wb});
   wait_ready(ep, &serve);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(c.generate({{"prompt", "Once upon a time"}, {"n_predict", 5}}).done.finish, "length");
   const std::string m = http_get(port, "/metrics");
   const std::string s1 = "{stage=\"1\",worker=\"" + wa + "\",layers=\"0-1\"}", s2 = "{stage=\"2\",worker=\"" + wb + "\",layers=\"2-3\"}";

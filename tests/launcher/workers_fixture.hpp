@@ -110,7 +110,7 @@ inline bool assigned(server_process& w) {
 inline uint16_t port_of(const std::string& address) { return static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))); }
 
 // Generates on the server until the request ends with an error (its text), for at most `limit`.
-inline std::string first_error(hotcold::tools::client& c, std::chrono::milliseconds limit) {
+inline std::string first_error(hotcold::clients::client& c, std::chrono::milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < until) {
     const auto g = c.generate({{"prompt", "The cat"}, {"n_predict", 4}, {"sampling", {{"temperature", 0}}}});
@@ -121,7 +121,7 @@ inline std::string first_error(hotcold::tools::client& c, std::chrono::milliseco
 }
 
 // Generates on the server until a request completes (its text), for at most `limit`.
-inline std::optional<std::string> first_success(hotcold::tools::client& c, const nlohmann::json& request, std::chrono::milliseconds limit) {
+inline std::optional<std::string> first_success(hotcold::clients::client& c, const nlohmann::json& request, std::chrono::milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < until) {
     const auto g = c.generate(request);

@@ -12,7 +12,7 @@
 #include "model/placement_file.hpp"
 #include "loader/auto_placement.hpp"
 #include "loader/placement.hpp"
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 #include "tools/sparse_file.hpp"
 
 namespace hotcold {
@@ -412,11 +412,11 @@ TEST(Placement, PlanCountsTheDevicesStepBuffers) {
   loader::auto_placement_options ao;
   ao.cache_dir = (dir / "cache").string();
   ao.firing_counts = [&](const std::string& model_path, const model& mm) {
-    tools::short_profile_options so;
+    loader::short_profile_options so;
     so.cache_dir = ao.cache_dir;
     so.tokens = 64;
     so.threads = 1;
-    return tools::firing_counts_for(model_path, mm, so);
+    return loader::firing_counts_for(model_path, mm, so);
   };
   const auto same = loader::ensure_placement(path, *again, tight, po, ao);
   EXPECT_FALSE(same.made) << same.reason;

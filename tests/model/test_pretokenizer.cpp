@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "model/pretokenizer.hpp"
-#include "tools/text_corpus.hpp"
+#include "loader/text_corpus.hpp"
 
 namespace hotcold {
 namespace {
@@ -57,7 +57,7 @@ TEST(PreTokenizer, UnicodeCategories) {
 }
 
 TEST(PreTokenizer, PiecesCoverTheTextExactly) {
-  auto text = tools::mixed_text(32 * 1024, 3) + "\xff\xfe broken \xc3";
+  auto text = loader::mixed_text(32 * 1024, 3) + "\xff\xfe broken \xc3";
   for (const auto& family : all_pre_tokenizers()) {
     regex_splitter s(family.patterns);
     std::vector<std::string_view> pieces;

@@ -7,7 +7,7 @@
 #include "model/pretokenizer.hpp"
 #include "model/vocab.hpp"
 #include "tests/model/tiny_models.hpp"
-#include "tools/text_corpus.hpp"
+#include "loader/text_corpus.hpp"
 
 namespace hotcold {
 namespace {
@@ -192,7 +192,7 @@ TEST_F(FixtureRules, FalconAddsNoBosAndKnowsItsControlTokens) {
 }
 
 TEST_F(FixtureRules, LongMixedTextRoundTrips) {
-  auto text = tools::mixed_text(64 * 1024, 7);
+  auto text = loader::mixed_text(64 * 1024, 7);
   for (const char* name : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-falcon.gguf"}) {
     auto v = load(name);
     EXPECT_EQ(v.detokenize(v.tokenize(text)), text) << name;

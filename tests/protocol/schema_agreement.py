@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients"))
 from hotcold_client import ProtocolError, Schema  # noqa: E402
 
 EXAMPLE = {"string": "some text", "integer": 3, "number": 0.5, "boolean": True}

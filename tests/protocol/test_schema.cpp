@@ -1,4 +1,4 @@
-// The C++ codec (protocol/messages.hpp) and the Python client (tools/hotcold_client.py) against the one
+// The C++ codec (protocol/messages.hpp) and the Python client (clients/hotcold_client.py) against the one
 // schema (protocol/schema.json): the same message kinds; every frame the C++ codec encodes — one of
 // every request and reply kind, every field filled — passes the Python client's strict check; every
 // request the Python client builds with every field decodes here to the same frame; and the C++

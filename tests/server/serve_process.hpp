@@ -26,7 +26,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 
 extern char** environ;
 
@@ -141,9 +141,9 @@ inline void wait_ready(const std::string& endpoint, server_process* server = nul
   for (int i = 0; i < 120; ++i) {
     if (server && server->ended()) FAIL() << "the server ended before answering health:\n" << server->log();
     try {
-      hotcold::tools::client c(endpoint, 500ms);
+      hotcold::clients::client c(endpoint, 500ms);
       if (c.call("health").value("status", "") == "ok") return;
-    } catch (const hotcold::tools::client_error&) {
+    } catch (const hotcold::clients::client_error&) {
     }
   }
   FAIL() << "the server did not answer health within a minute" << (server ? ":\n" + server->log() : std::string());
@@ -256,13 +256,13 @@ inline double metric(const std::string& text, const std::string& name) {
 
 // One generate, asked again every 20 ms while the server answers `busy` (counted in `busy`), at most
 // 100 times; nullopt when it failed otherwise or stayed busy.
-inline std::optional<hotcold::tools::client::generation> generate_through_busy(
-    hotcold::tools::client& c, const nlohmann::json& request, std::atomic<int>& busy,
-    const hotcold::tools::client::token_callback& on_token = {}) {
+inline std::optional<hotcold::clients::client::generation> generate_through_busy(
+    hotcold::clients::client& c, const nlohmann::json& request, std::atomic<int>& busy,
+    const hotcold::clients::client::token_callback& on_token = {}) {
   for (int attempt = 0;; ++attempt) {
     try {
       return c.generate(request, on_token);
-    } catch (const hotcold::tools::client_error& e) {
+    } catch (const hotcold::clients::client_error& e) {
       if (std::string(e.what()).find("busy") == std::string::npos || attempt > 100) return std::nullopt;
       ++busy;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/server/serve_process.hpp"
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 
 namespace {
 
@@ -417,7 +417,7 @@ TEST(OpenAI, LoadOf32StreamingClientsTimes20BesideZeroMQ) {
     });
   for (int k = 0; k < zmq_clients; ++k)
     threads.emplace_back([&, k] {
-      hotcold::tools::client c(s.ep, 120s);
+      hotcold::clients::client c(s.ep, 120s);
       for (int i = 0; i < per_client; ++i) {
         const int which = (k + i) % 4;
         const auto g = generate_through_busy(c, {{"prompt", prompts[which]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}}, busy);

@@ -24,7 +24,7 @@
 #include "protocol/curve.hpp"
 #include "tests/server/png.hpp"
 #include "tests/server/serve_process.hpp"
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 
 extern char** environ;
 
@@ -41,7 +41,7 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
   const std::string ep = endpoint_for(GetParam());
   server_process server({"--zmq", ep, "-t", "2", "--parallel", "2", "--max-queue", "1"});
   wait_ready(ep, &server);
-  hotcold::tools::client c(ep, 60s);
+  hotcold::clients::client c(ep, 60s);
 
   // The same text as `hotcold run`, greedy and seeded.
   for (auto [extra, seed] : {std::pair<json, std::string>{json{{"temperature", 0}}, ""}, {json{{"seed", 5}}, "5"}}) {
@@ -95,14 +95,14 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
   EXPECT_EQ(answered, 300);
   std::string big(64 << 20, 'a');  // past the socket's limit: the connection is dropped, the server stays
   {
-    hotcold::tools::client rogue(ep, 2s);
+    hotcold::clients::client rogue(ep, 2s);
     rogue.send_raw(big);
   }
   EXPECT_EQ(c.call("health")["status"], "ok");
 
   // A client that disappears mid-generation frees its sequence; the queue refuses when full.
   {
-    hotcold::tools::client gone(ep, 5s);
+    hotcold::clients::client gone(ep, 5s);
     gone.send_raw(json{{"v", 1}, {"type", "generate"}, {"id", "g"}, {"prompt", "Once"}, {"n_predict", 1500}, {"sampling", {{"temperature", 0}}}}.dump());
     ASSERT_TRUE(gone.next_reply(10s));  // accepted
   }
@@ -119,7 +119,7 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
     try {
       c.generate({{"prompt", "Once"}, {"n_predict", 4}});
       return std::string("served");
-    } catch (const hotcold::tools::client_error& e) {
+    } catch (const hotcold::clients::client_error& e) {
       return std::string(e.what());
     }
   }();
@@ -129,14 +129,14 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
   EXPECT_NE(server.log().find("cancelled"), std::string::npos) << server.log();
 }
 
-// The Python example client (tools/hotcold_client.py, written from protocol/README.md) prints what
+// The Python example client (clients/hotcold_client.py, written from protocol/README.md) prints what
 // `hotcold run` prints. Skipped where Debian's python3 has no pyzmq.
 TEST(Serve, PythonClientPrintsWhatRunPrints) {
   if (std::system("/usr/bin/python3 -c 'import zmq' 2>/dev/null") != 0) GTEST_SKIP() << "no python3-zmq";
   const std::string ep = tcp_endpoint();
   server_process server({"--zmq", ep, "-t", "2"});
   wait_ready(ep, &server);
-  const std::string script = std::string(HOTCOLD_SOURCE_DIR) + "/tools/hotcold_client.py";
+  const std::string script = std::string(HOTCOLD_SOURCE_DIR) + "/clients/hotcold_client.py";
   std::string cmd = "/usr/bin/python3 '" + script + "' --endpoint " + ep + " -p 'Once upon a time' -n 20 --temp 0 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
@@ -158,7 +158,7 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
   const char* prompts[] = {"Once upon a time", "The quick brown fox", "Hello world", "In the beginning"};
   std::string expected[4];
   {
-    hotcold::tools::client c(ep, 60s);
+    hotcold::clients::client c(ep, 60s);
     for (int k = 0; k < 4; ++k) expected[k] = c.generate({{"prompt", prompts[k]}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}}).text;
   }
   constexpr int clients = 32, per_client = 50;
@@ -168,7 +168,7 @@ TEST(Serve, LoadOf32ClientsTimes50Requests) {
   std::vector<std::thread> threads;
   for (int k = 0; k < clients; ++k)
     threads.emplace_back([&, k] {
-      hotcold::tools::client c(ep, 120s);
+      hotcold::clients::client c(ep, 120s);
       for (int i = 0; i < per_client; ++i) {
         const int which = (k + i) % 4;
         const auto start = std::chrono::steady_clock::now();
@@ -221,7 +221,7 @@ TEST(Serve, MixtureOfExpertsMetrics) {
   ASSERT_FALSE(args.empty()) << "gen-model failed";
   server_process server(args);
   wait_ready(ep, &server);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello there"}, {"n_predict", 5}, {"sampling", {{"temperature", 0}}}});
   const std::string m = http_get(port, "/metrics");
   auto value = [&](const std::string& series) {
@@ -267,7 +267,7 @@ TEST(Serve, HttpMetricsAndHealth) {
   const int port = free_port();
   server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2"});
   wait_ready(ep, &server);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello"}, {"n_predict", 5}, {"sampling", {{"temperature", 0}}}});
   c.send_raw("not json");
   ASSERT_TRUE(c.next_reply(5s));
@@ -358,7 +358,7 @@ TEST(Serve, RecordAndReplay) {
   server_process server({"--zmq", ep, "--record", trace, "-t", "2"});
   wait_ready(ep, &server);
   {
-    hotcold::tools::client c(ep, 30s);
+    hotcold::clients::client c(ep, 30s);
     for (int i = 0; i < 5; ++i) {
       c.generate({{"prompt", "Once upon a time " + std::to_string(i)}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}});
       std::this_thread::sleep_for(50ms);
@@ -402,12 +402,12 @@ TEST(Serve, LimitsAndIdsAreEnforced) {
   const std::string ep = tcp_endpoint();
   server_process server({"--zmq", ep, "-t", "2", "--max-prompt-tokens", "4", "--max-tokens", "8"});
   wait_ready(ep, &server);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   auto error_of = [&](const json& request) {
     try {
       c.generate(request);
       return std::string("served");
-    } catch (const hotcold::tools::client_error& e) {
+    } catch (const hotcold::clients::client_error& e) {
       return std::string(e.what());
     }
   };
@@ -451,21 +451,21 @@ TEST(Serve, CurveLetsInOnlyAllowedClients) {
   server_process server({"--zmq", ep, "--allow-remote", "--curve-key", (dir / "server.key").string(), "--curve-clients", (dir / "allowed").string(), "-t", "2"});
   auto keys = [&](const char* who) {
     const auto mine = hotcold::protocol::read_keypair((dir / (std::string(who) + ".key")).string());
-    return hotcold::tools::client::curve{hotcold::protocol::read_public_key((dir / "server.pub").string()), mine.public_key, mine.secret_key};
+    return hotcold::clients::client::curve{hotcold::protocol::read_public_key((dir / "server.pub").string()), mine.public_key, mine.secret_key};
   };
   bool served = false;
   for (int i = 0; i < 120 && !served; ++i) {
     try {
-      hotcold::tools::client alice(local, 500ms, keys("alice"));
+      hotcold::clients::client alice(local, 500ms, keys("alice"));
       served = alice.call("health")["status"] == "ok";
-    } catch (const hotcold::tools::client_error&) {
+    } catch (const hotcold::clients::client_error&) {
     }
   }
   EXPECT_TRUE(served) << server.log();
-  hotcold::tools::client mallory(local, 1500ms, keys("mallory"));
-  EXPECT_THROW(mallory.call("health"), hotcold::tools::client_error);
-  hotcold::tools::client plain(local, 1500ms);
-  EXPECT_THROW(plain.call("health"), hotcold::tools::client_error);
+  hotcold::clients::client mallory(local, 1500ms, keys("mallory"));
+  EXPECT_THROW(mallory.call("health"), hotcold::clients::client_error);
+  hotcold::clients::client plain(local, 1500ms);
+  EXPECT_THROW(plain.call("health"), hotcold::clients::client_error);
   EXPECT_EQ(server.stop(), 0) << server.log();
   EXPECT_NE(server.log().find("keys refused"), std::string::npos) << server.log();
   EXPECT_EQ(server.log().find(" 0 keys refused"), std::string::npos) << server.log();
@@ -523,7 +523,7 @@ TEST(Serve, DashboardInHeadlessChromium) {
   std::vector<std::thread> load;
   for (int k = 0; k < 2; ++k)
     load.emplace_back([&, k] {
-      hotcold::tools::client c(ep, 30s);
+      hotcold::clients::client c(ep, 30s);
       while (!stop) {
         c.generate({{"prompt", k ? "Once upon a time" : "The cat sat on the"}, {"n_predict", 48}, {"sampling", {{"temperature", 0}}}});
         ++done;
@@ -623,7 +623,7 @@ TEST(Serve, DashboardShowsExperts) {
   ASSERT_FALSE(args.empty()) << "gen-model failed";
   server_process server(args);
   wait_ready(ep, &server);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello there"}, {"n_predict", 8}, {"sampling", {{"temperature", 0}}}});
   const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?frames=2&period_ms=200";
   const std::string flags = " --headless --no-sandbox --disable-gpu --disable-background-networking --user-data-dir='" + (dir / "profile").string() +

@@ -252,11 +252,11 @@ TEST(ServeBrowsers, LimitsAreNamedByTheirFlags) {
     EXPECT_EQ(a.status, 400) << n;
     EXPECT_NE(a.body.find("at most 300 tokens a request (serve --max-tokens)"), std::string::npos) << n << ": " << a.body;
   }
-  hotcold::tools::client c(s.ep, 10s);
+  hotcold::clients::client c(s.ep, 10s);
   try {
     c.generate({{"prompt", "Hi"}, {"n_predict", 5000}});
     ADD_FAILURE() << "n_predict 5000 was taken";
-  } catch (const hotcold::tools::client_error& e) {
+  } catch (const hotcold::clients::client_error& e) {
     EXPECT_NE(std::string(e.what()).find("at most 300 tokens a request (serve --max-tokens)"), std::string::npos) << e.what();
   }
   // -1: until the end of the text or the full context (96), at most --max-tokens: as run -n -1 -c 96.

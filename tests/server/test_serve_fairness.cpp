@@ -15,7 +15,7 @@
 #include <zmq.hpp>
 
 #include "tests/server/serve_process.hpp"
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 
 namespace {
 
@@ -82,7 +82,7 @@ TEST(ServeFairness, APoliteClientStartsBesideAFlood) {
   if (depth_at != std::string::npos) depth = std::stod(metrics.substr(metrics.find(' ', depth_at) + 1));
   EXPECT_GT(depth, 200) << "the flood's queue depth in /metrics:\n" << metrics;
 
-  hotcold::tools::client polite(ep, 30s);
+  hotcold::clients::client polite(ep, 30s);
   const int done_before = flood.done;
   const auto g = polite.generate({{"prompt", "Hello world"}, {"n_predict", 12}, {"sampling", {{"temperature", 0}}}});
   const int flood_done_meanwhile = flood.done - done_before;
@@ -105,7 +105,7 @@ TEST(ServeFairness, AClientPastItsShareIsBusyAndOthersAreNot) {
   EXPECT_EQ(flood.accepted, 3);
   EXPECT_EQ(flood.busy, 9);
   EXPECT_NE(flood.last_busy.find("--max-queued-per-client 2"), std::string::npos) << flood.last_busy;
-  hotcold::tools::client polite(ep, 30s);
+  hotcold::clients::client polite(ep, 30s);
   const auto g = polite.generate({{"prompt", "Hello world"}, {"n_predict", 4}, {"sampling", {{"temperature", 0}}}});
   EXPECT_EQ(g.done.generated_tokens, 4);
   EXPECT_EQ(server.stop(), 0) << server.log();
@@ -129,7 +129,7 @@ TEST(ServeFairness, ARecordFileOnAFullDisk) {
   fs::remove(path);
   server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2", "--record", path});
   wait_ready(ep, &server);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   const std::string prompt(1500, 'a');
   auto one = [&] { c.generate({{"prompt", prompt}, {"n_predict", 4}, {"sampling", {{"temperature", 0}}}}); };
   one();

@@ -14,7 +14,7 @@
 #include <zmq.hpp>
 
 #include "tests/server/serve_process.hpp"
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 
 namespace {
 
@@ -67,12 +67,12 @@ TEST(ServeHostile, AClientThatStopsReadingIsCutOffAndOthersAreServed) {
   std::this_thread::sleep_for(3s);
 
   for (int round = 0; round < 3; ++round) {
-    hotcold::tools::client c(ep, 5s);
+    hotcold::clients::client c(ep, 5s);
     const auto t0 = steady::now();
     std::string got;
     try {
       got = c.generate({{"prompt", "Once upon a time"}, {"n_predict", 24}, {"sampling", {{"temperature", 0}}}}).text + "\n";
-    } catch (const hotcold::tools::client_error& e) {
+    } catch (const hotcold::clients::client_error& e) {
       FAIL() << "round " << round << ": " << e.what() << "\n" << server.log();
     }
     EXPECT_EQ(got, want) << "round " << round;
@@ -97,7 +97,7 @@ TEST(ServeHostile, UnreadRepliesAreBoundedInBytes) {
   server_process server({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "2", "--max-client-buffer", std::to_string(4 << 20)});
   wait_ready(ep, &server);
   const std::string text = words(500 << 10);
-  hotcold::tools::client c(ep, 30s);
+  hotcold::clients::client c(ep, 30s);
   const size_t reply_bytes = c.call("tokenize", {{"text", text}}).dump().size();
   ASSERT_GT(reply_bytes, 400u << 10);
   const int64_t before = server.rss_bytes();
@@ -133,7 +133,7 @@ TEST(ServeHostile, LongTokenizeRequestsDoNotHoldTokenStreams) {
   server_process server({"--zmq", ep, "-t", "2"});
   wait_ready(ep, &server);
   const std::string text = words(500 << 10);
-  hotcold::tools::client c(ep, 60s);
+  hotcold::clients::client c(ep, 60s);
   const int n = 16;
   for (int i = 0; i < n; ++i) c.send_raw(json{{"v", 1}, {"type", "tokenize"}, {"id", "t" + std::to_string(i)}, {"text", text}}.dump());
   c.send_raw(json{{"v", 1}, {"type", "generate"}, {"id", "g"}, {"prompt", "Once upon a time"}, {"n_predict", 8}, {"stream", false},
@@ -163,13 +163,13 @@ TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
   wait_ready(ep, &server);
   const std::string text = words(500 << 10);
   // Three clients, sixteen 500 KiB tokenize requests each: about two seconds of work queued.
-  std::vector<std::unique_ptr<hotcold::tools::client>> heavy;
+  std::vector<std::unique_ptr<hotcold::clients::client>> heavy;
   const int n = 16;
   for (int k = 0; k < 3; ++k) {
-    heavy.push_back(std::make_unique<hotcold::tools::client>(ep, 30s));
+    heavy.push_back(std::make_unique<hotcold::clients::client>(ep, 30s));
     for (int i = 0; i < n; ++i) heavy.back()->send_raw(json{{"v", 1}, {"type", "tokenize"}, {"id", "t" + std::to_string(i)}, {"text", text}}.dump());
   }
-  hotcold::tools::client probe(ep, 10s);
+  hotcold::clients::client probe(ep, 10s);
   std::this_thread::sleep_for(100ms);
   const auto t0 = steady::now();
   kill(server.pid(), SIGTERM);
@@ -177,11 +177,11 @@ TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
   json h;
   try {
     h = probe.call("health");
-  } catch (const hotcold::tools::client_error& e) {
+  } catch (const hotcold::clients::client_error& e) {
     FAIL() << e.what() << "\n" << server.log();
   }
   EXPECT_EQ(h["status"], "stopping") << h.dump();
-  EXPECT_THROW(probe.generate({{"prompt", "Once"}, {"n_predict", 2}}), hotcold::tools::client_error);  // shutting_down
+  EXPECT_THROW(probe.generate({{"prompt", "Once"}, {"n_predict", 2}}), hotcold::clients::client_error);  // shutting_down
   // Each queued request is answered: tokenized within the second a stop grants, else shutting_down.
   int replies = 0, tokenized = 0;
   for (auto& c : heavy) {
@@ -206,7 +206,7 @@ TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
   for (const std::string& ep : {"tcp://localhost:" + std::to_string(port), "tcp://[::1]:" + std::to_string(port + 1)}) {
     server_process server({"--zmq", ep, "-t", "2"});
     wait_ready(ep, &server);
-    hotcold::tools::client c(ep, 10s);
+    hotcold::clients::client c(ep, 10s);
     EXPECT_EQ(c.call("health")["status"], "ok") << ep;
     EXPECT_EQ(c.generate({{"prompt", "Once"}, {"n_predict", 3}}).done.generated_tokens, 3) << ep;
     EXPECT_EQ(server.stop(), 0) << server.log();

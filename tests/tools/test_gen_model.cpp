@@ -10,7 +10,7 @@
 #include "tests/model/edited_files.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/gen_model.hpp"
-#include "tools/text_corpus.hpp"
+#include "loader/text_corpus.hpp"
 
 namespace hotcold {
 namespace {
@@ -45,7 +45,7 @@ firing_stats measure(const std::string& path) {
       if (v[j] != 0.0f) ++counts[layer][j], ++active;
     observed += static_cast<int64_t>(v.size());
   });
-  auto prompt = m->vocabulary().tokenize(tools::mixed_text(400, 11), true);
+  auto prompt = m->vocabulary().tokenize(loader::mixed_text(400, 11), true);
   prompt.resize(std::min<size_t>(prompt.size(), 96));
   int64_t pos = 0;
   std::span<const float> logits;

@@ -11,10 +11,10 @@
 #include "engine/forward.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/predictor_train.hpp"
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 #include "tools/sparse_file.hpp"
 #include "tools/sparsity.hpp"
-#include "tools/text_corpus.hpp"
+#include "loader/text_corpus.hpp"
 
 namespace hotcold {
 namespace {
@@ -40,16 +40,16 @@ TEST(Prepare, RecallAndActiveFractionOnUnseenText) {
   g.active = 0.1;
   auto dense = test::make_model("prepare_dense", g);
 
-  tools::profile_options po;
+  loader::profile_options po;
   po.model_path = dense;
   po.tokens = 1536;
   po.threads = 2;
   po.out_dir = (test::scratch_dir() / "prepare_profile").string();
-  auto prof = tools::run_profile(po);
+  auto prof = loader::run_profile(po);
   ASSERT_EQ(prof.active_fraction.size(), 2u);
   for (double a : prof.active_fraction) EXPECT_NEAR(a, 0.1, 0.02);
 
-  auto data = tools::read_profile(po.out_dir);
+  auto data = loader::read_profile(po.out_dir);
   EXPECT_EQ(data.tokens, 1536);
   // The counts agree with the masks: the total firings over all neurons is active fraction x tokens x n_ff.
   uint64_t firings = std::accumulate(data.firing_counts.begin(), data.firing_counts.begin() + 512, uint64_t{0});
@@ -89,7 +89,7 @@ TEST(Prepare, RecallAndActiveFractionOnUnseenText) {
   inference_context ctx(m, 512, 2);
   ctx.set_mode(ffn_mode::sparse);
   ctx.enable_stats(true);
-  auto tokens = m->vocabulary().tokenize(tools::mixed_text(3000, 99), true);
+  auto tokens = m->vocabulary().tokenize(loader::mixed_text(3000, 99), true);
   tokens.resize(std::min<size_t>(tokens.size(), 512));
   for (size_t i = 0; i < tokens.size(); ++i) ctx.forward(tokens[i], static_cast<int64_t>(i));
   int64_t truly = 0, hit = 0, computed = 0, neurons = 0;
@@ -124,14 +124,14 @@ TEST(Prepare, ThresholdedModelsGetPredictorsOfTheirPreActivations) {
   so.model_path = dense, so.target = 0.5, so.tokens = 256, so.threads = 2;
   const auto t = tools::calibrate_act_thresholds(so).thresholds;
 
-  tools::profile_options po;
+  loader::profile_options po;
   po.model_path = dense;
   po.tokens = 1024;
   po.threads = 2;
   po.out_dir = (test::scratch_dir() / "prepare_silu_profile").string();
   po.act_thresholds = t;
-  tools::run_profile(po);
-  auto data = tools::read_profile(po.out_dir);
+  loader::run_profile(po);
+  auto data = loader::read_profile(po.out_dir);
   ASSERT_TRUE(data.preactivations);
   EXPECT_EQ(data.act, activation::silu);
   {  // Each record: the mask is |silu(value)| >= t_1 (values rounded to F16: the boundary's neighbours skipped).
@@ -173,7 +173,7 @@ TEST(Prepare, ThresholdedModelsGetPredictorsOfTheirPreActivations) {
   inference_context ctx(m, 512, 2);
   ctx.set_mode(ffn_mode::sparse);
   ctx.enable_stats(true);
-  auto tokens = m->vocabulary().tokenize(tools::mixed_text(3000, 99), true);
+  auto tokens = m->vocabulary().tokenize(loader::mixed_text(3000, 99), true);
   tokens.resize(std::min<size_t>(tokens.size(), 384));
   for (size_t i = 0; i < tokens.size(); ++i) ctx.forward(tokens[i], static_cast<int64_t>(i));
   int64_t truly = 0, hit = 0, computed = 0;
@@ -189,26 +189,26 @@ TEST(Prepare, ProfileRefusesWhatItCannotUse) {
   // A dense-activation model has nothing to predict.
   auto g = test::small_options(1);
   g.act = activation::silu;
-  tools::profile_options dense;
+  loader::profile_options dense;
   dense.model_path = test::make_model("profile_silu", g);
   dense.out_dir = (test::scratch_dir() / "never_silu").string();
-  EXPECT_THROW(tools::run_profile(dense), std::invalid_argument);
+  EXPECT_THROW(loader::run_profile(dense), std::invalid_argument);
   // A profile from an older format (no margins) is refused by name.
   auto old_dir = test::scratch_dir() / "old_profile";
   fs::create_directories(old_dir);
   std::ofstream(old_dir / "profile.json") << R"({"format": 1, "n_layer": 1, "n_embd": 8, "n_ff": 8, "tokens": 1})";
   try {
-    tools::read_profile(old_dir.string());
+    loader::read_profile(old_dir.string());
     ADD_FAILURE() << "an old profile was read";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("profile again"), std::string::npos) << e.what();
   }
 
-  tools::profile_options po;
+  loader::profile_options po;
   po.model_path = test::tiny_vocab();  // a vocabulary without weights
   po.out_dir = (test::scratch_dir() / "never").string();
-  EXPECT_THROW(tools::run_profile(po), model_error);
-  EXPECT_THROW(tools::read_profile((test::scratch_dir() / "no-such-profile").string()), std::runtime_error);
+  EXPECT_THROW(loader::run_profile(po), model_error);
+  EXPECT_THROW(loader::read_profile((test::scratch_dir() / "no-such-profile").string()), std::runtime_error);
 }
 
 }  // namespace

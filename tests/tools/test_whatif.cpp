@@ -49,7 +49,7 @@ fixture make_record(const std::string& name) {
 
 TEST(WhatIf, ActivationFileRoundTrips) {
   auto f = make_record("wi_roundtrip");
-  auto r = tools::read_activation_record(f.record_path);
+  auto r = loader::read_activation_record(f.record_path);
   EXPECT_EQ(r.n_layer, f.n_layer);
   EXPECT_EQ(r.n_ff, f.n_ff);
   EXPECT_EQ(r.hot, f.recorded_hot.hot);
@@ -71,15 +71,15 @@ TEST(WhatIf, BadFilesAreRefusedByName) {
   const auto cut = (test::scratch_dir() / "wi_cut.activations").string();
   write(cut, bytes.substr(0, bytes.size() - 5));
   try {
-    tools::read_activation_record(cut);
+    loader::read_activation_record(cut);
     ADD_FAILURE() << "a truncated file was read";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("wi_cut.activations: truncated"), std::string::npos) << e.what();
   }
   const auto junk = (test::scratch_dir() / "wi_junk.activations").string();
   write(junk, "not an activation file at all");
-  EXPECT_THROW(tools::read_activation_record(junk), std::runtime_error);
-  EXPECT_THROW(tools::read_activation_record((test::scratch_dir() / "wi_missing.json").string()), std::runtime_error);
+  EXPECT_THROW(loader::read_activation_record(junk), std::runtime_error);
+  EXPECT_THROW(loader::read_activation_record((test::scratch_dir() / "wi_missing.json").string()), std::runtime_error);
 }
 
 // The trace says the cold side reads at 2 GB/s plus 5 us a layer and the hot side at 8 GB/s: the
@@ -127,7 +127,7 @@ TEST(WhatIf, EstimatesFollowTheRatesTheTraceShows) {
   tools::whatif_options o;
   o.model_path = f.model_path;
   o.placements = {placement};
-  auto r = tools::estimate_whatif(tools::read_activation_record(f.record_path), timing, o);
+  auto r = tools::estimate_whatif(loader::read_activation_record(f.record_path), timing, o);
   ASSERT_TRUE(r.timed);
   EXPECT_NEAR(r.cold_gbps, 2.0, 1e-6);
   EXPECT_NEAR(r.cold_overhead_us, 5.0, 1e-6);

@@ -1,12 +1,12 @@
 #pragma once
-// Child processes with a deadline, for the GPU check (tools/gpu_check_run.cpp): each runs in its own
+// Child processes with a deadline, for the GPU check (gpu_check/run.cpp): each runs in its own
 // process group with its stdout and stderr in files (kept, and read back), and is killed, with
 // whatever it started, when it outlives the time it was given; several run at once.
 #include <filesystem>
 #include <string>
 #include <vector>
 
-namespace hotcold::tools {
+namespace hotcold::gpu_check {
 
 struct step_spec {
   std::vector<std::string> argv;  // argv[0]: the program (looked up in PATH when it has no slash)
@@ -30,4 +30,4 @@ std::string read_file(const std::filesystem::path& p);
 // The last n lines of text, without the final newline.
 std::string last_lines(const std::string& text, int n);
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::gpu_check

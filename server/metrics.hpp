@@ -20,7 +20,7 @@
 
 #include "actors/live_stats.hpp"
 
-namespace hotcold::actors {
+namespace hotcold::server {
 
 class metrics {
  public:
@@ -49,7 +49,7 @@ class metrics {
   void record_write_error();
   // The pipeline's live measurements, exported with the rest from now on, and the memory read
   // bandwidth measured on this machine (bytes/s; 0: not measured) that bytes read are compared with.
-  void attach(std::shared_ptr<const live_stats> stats, double bandwidth_ceiling);
+  void attach(std::shared_ptr<const actors::live_stats> stats, double bandwidth_ceiling);
   // The text exposition format (version 0.0.4) of everything registered.
   std::string text() const;
   // The same as JSON (GET /api/stats): counters and gauges by name (labelled ones as objects keyed by
@@ -74,10 +74,10 @@ class metrics {
   };
   mutable std::mutex recent_mu_;
   recent_samples ttft_recent_, itl_recent_;
-  std::shared_ptr<const live_stats> live_;
+  std::shared_ptr<const actors::live_stats> live_;
   double ceiling_ = 0;
-  std::vector<prometheus::MetricFamily> live_families(const live_stats::view& v) const;
-  nlohmann::json live_json(const live_stats::view& v) const;
+  std::vector<prometheus::MetricFamily> live_families(const actors::live_stats::view& v) const;
+  nlohmann::json live_json(const actors::live_stats::view& v) const;
 };
 
-}  // namespace hotcold::actors
+}  // namespace hotcold::server

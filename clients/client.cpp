@@ -1,11 +1,11 @@
-#include "tools/client.hpp"
+#include "clients/client.hpp"
 
 #include <fmt/format.h>
 
 #include "protocol/endpoint.hpp"
 #include "protocol/messages.hpp"
 
-namespace hotcold::tools {
+namespace hotcold::clients {
 
 using json = nlohmann::json;
 
@@ -107,4 +107,4 @@ client::generation client::generate(protocol::generate_request request, const to
   }
 }
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::clients

@@ -1,5 +1,5 @@
 // hotcold-gpu-check: `kernels` checks every GPU kernel against the CPU; `all` runs the whole GPU
-// check (tools/gpu_check.hpp, docs/gpu.md "The bundle"). No subcommand: `kernels`.
+// check (gpu_check/gpu_check.hpp, docs/gpu.md "The bundle"). No subcommand: `kernels`.
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tools/gpu_check.hpp"
+#include "gpu_check/gpu_check.hpp"
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   k->add_option("--json", json_path, "Write the checks and speeds as JSON");
   int from = 0;
   k->add_option("--from", from, "Start at this check (a fresh process after a device error: the JSON's resume_from)")->check(CLI::NonNegativeNumber);
-  hotcold::tools::gpu_check_options o;
+  hotcold::gpu_check::gpu_check_options o;
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   o.bin_dir = ec ? "." : self.parent_path().string();
@@ -40,20 +40,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // --help: 0; a bad option: the check did not run
-    return app.exit(e) == 0 ? 0 : hotcold::tools::gpu_check_incomplete;
+    return app.exit(e) == 0 ? 0 : hotcold::gpu_check::gpu_check_incomplete;
   }
   if (*all) {
     if (o.vocab.empty()) o.vocab = (fs::path(o.bin_dir) / ".." / "share" / "ggml-vocab-llama-spm.gguf").lexically_normal().string();
     if (!fs::exists(o.vocab)) {
       std::fprintf(stderr, "hotcold-gpu-check: no tokenizer at %s (give --vocab FILE)\n", o.vocab.c_str());
-      return hotcold::tools::gpu_check_incomplete;
+      return hotcold::gpu_check::gpu_check_incomplete;
     }
     for (const char* b : {"hotcold", "hotcold-gpu-check"})
       if (!fs::exists(fs::path(o.bin_dir) / b)) {
         std::fprintf(stderr, "hotcold-gpu-check: no %s in %s (give --bin DIR)\n", b, o.bin_dir.c_str());
-        return hotcold::tools::gpu_check_incomplete;
+        return hotcold::gpu_check::gpu_check_incomplete;
       }
-    return hotcold::tools::run_gpu_check(o);
+    return hotcold::gpu_check::run_gpu_check(o);
   }
-  return hotcold::tools::check_gpu_kernels(small, json_path, from);
+  return hotcold::gpu_check::check_gpu_kernels(small, json_path, from);
 }

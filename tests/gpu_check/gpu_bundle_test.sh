@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest gpu.bundle (label "bundle"): tools/gpu-bundle packs this build (no second build); the bundle
+# ctest gpu.bundle (label "bundle"): gpu_check/gpu-bundle packs this build (no second build); the bundle
 # fits in 64 MiB; a copy of it alone, run from another folder with a bare environment, finds every
 # library but glibc's (and GCC's runtime, which it also carries) inside itself; its gpu-check says
 # "no device" with exit status 77 here; and its dry run (--device sim --small) passes every stage
@@ -11,7 +11,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-"$repo/tools/gpu-bundle" "$tmp/made" --build-dir "$build" --vocab "$vocab"
+"$repo/gpu_check/gpu-bundle" "$tmp/made" --build-dir "$build" --vocab "$vocab"
 size=$(du -sb "$tmp/made" | cut -f1)
 echo "bundle: $size bytes"
 [ "$size" -le $((64 << 20)) ] || fail "the bundle is $size bytes, over 64 MiB"

@@ -1,14 +1,14 @@
 #pragma once
 // hotcold-gpu-check: the proof that the GPU side works, in one run on a machine with a GPU
 // (docs/gpu.md, "The bundle"). Two parts:
-//   kernels  every GPU kernel against the CPU on random inputs (tools/gpu_check.cpp);
+//   kernels  every GPU kernel against the CPU on random inputs (gpu_check/kernels.cpp);
 //   all      the whole check, in stages with time shares: the kernels (and once more under
 //            compute-sanitizer's memcheck where it exists), generated models at the 7B and ~1B
 //            shapes through actors + the GPU against model/reference, tokens/s side by side, and a
-//            final table on stdout and as JSON (tools/gpu_check_run.cpp).
+//            final table on stdout and as JSON (gpu_check/run.cpp).
 #include <string>
 
-namespace hotcold::tools {
+namespace hotcold::gpu_check {
 
 // The outcome of `all`, as its exit status. A kernel found wrong outranks a wrong hybrid, which
 // outranks a stage that could not finish.
@@ -41,4 +41,4 @@ struct gpu_check_options {
 // Runs the stages, prints the table, writes the JSON; returns a gpu_check_exit.
 int run_gpu_check(const gpu_check_options& o);
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::gpu_check

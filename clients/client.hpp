@@ -12,7 +12,7 @@
 
 #include "protocol/messages.hpp"
 
-namespace hotcold::tools {
+namespace hotcold::clients {
 
 struct client_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -64,4 +64,4 @@ class client {
   int64_t next_ = 0;
 };
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::clients

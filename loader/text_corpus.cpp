@@ -1,10 +1,10 @@
-#include "tools/text_corpus.hpp"
+#include "loader/text_corpus.hpp"
 
 #include <array>
 #include <random>
 #include <string_view>
 
-namespace hotcold::tools {
+namespace hotcold::loader {
 namespace {
 
 constexpr std::array<std::string_view, 24> prose = {
@@ -66,4 +66,4 @@ std::string mixed_text(size_t bytes, uint64_t seed) {
   return out;
 }
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::loader

@@ -1,4 +1,4 @@
-#include "actors/metrics.hpp"
+#include "server/metrics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,13 @@
 
 #include <prometheus/text_serializer.h>
 
-namespace hotcold::actors {
+namespace hotcold::server {
+
+using actors::actor_id;
+using actors::live_stats;
+using actors::actor_name;
+using actors::n_timed_stages;
+using actors::n_actors;
 
 namespace {
 // Seconds: from a fraction of a millisecond (a token on a small model) to a minute (a long prompt).
@@ -401,4 +407,4 @@ std::string metrics::text() const {
   return out.str();
 }
 
-}  // namespace hotcold::actors
+}  // namespace hotcold::server

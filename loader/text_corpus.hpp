@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-namespace hotcold::tools {
+namespace hotcold::loader {
 
 // At least `bytes` bytes of valid UTF-8 (cut at a character boundary just past `bytes`).
 std::string mixed_text(size_t bytes, uint64_t seed = 42);
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::loader

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "devices/device_info.hpp"
-#include "tools/gpu_check.hpp"
+#include "gpu_check/gpu_check.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "kernels/gpu/decode.hpp"
@@ -468,7 +468,7 @@ void bench(std::mt19937& rng, double peak) {
 
 }  // namespace
 
-namespace hotcold::tools {
+namespace hotcold::gpu_check {
 
 int check_gpu_kernels(bool small, const std::string& json_path, int from) {
   const auto probe = hotcold::devices::probe_cuda();
@@ -568,4 +568,4 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
   return failures ? 1 : 0;
 }
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::gpu_check

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "actors/metrics.hpp"
+#include "server/metrics.hpp"
 
-namespace hotcold::actors {
+namespace hotcold::server {
 namespace {
 
 TEST(Metrics, TextHoldsWhatWasObserved) {
@@ -57,4 +57,4 @@ TEST(Metrics, PromtoolAcceptsTheText) {
 }
 
 }  // namespace
-}  // namespace hotcold::actors
+}  // namespace hotcold::server

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "tools/text_corpus.hpp"
+#include "loader/text_corpus.hpp"
 
-namespace hotcold::tools {
+namespace hotcold::loader {
 namespace {
 
 bool valid_utf8(const std::string& s) {
@@ -30,4 +30,4 @@ TEST(TextCorpus, DeterministicValidMixedUtf8) {
 }
 
 }  // namespace
-}  // namespace hotcold::tools
+}  // namespace hotcold::loader

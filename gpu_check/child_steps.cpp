@@ -1,4 +1,4 @@
-#include "tools/child_steps.hpp"
+#include "gpu_check/child_steps.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-namespace hotcold::tools {
+namespace hotcold::gpu_check {
 namespace {
 
 namespace fs = std::filesystem;
@@ -113,4 +113,4 @@ std::vector<step_result> run_steps(const std::vector<step_spec>& steps, double t
   return rs;
 }
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::gpu_check

@@ -1,4 +1,4 @@
-// hotcold-gpu-check all: the GPU check's stages, each a set of child processes (tools/child_steps: the bundle's own
+// hotcold-gpu-check all: the GPU check's stages, each a set of child processes (gpu_check/child_steps: the bundle's own
 // hotcold, hotcold-gpu-check and test binaries) run under a deadline, so a hang or a crash on the
 // GPU stops one step, not the check; then the table and the JSON (docs/gpu.md, "The bundle").
 #include <algorithm>
@@ -19,10 +19,10 @@
 #include <nlohmann/json.hpp>
 
 #include "devices/device_info.hpp"
-#include "tools/child_steps.hpp"
-#include "tools/gpu_check.hpp"
+#include "gpu_check/child_steps.hpp"
+#include "gpu_check/gpu_check.hpp"
 
-namespace hotcold::tools {
+namespace hotcold::gpu_check {
 namespace {
 
 namespace fs = std::filesystem;
@@ -656,4 +656,4 @@ class checker {
 
 int run_gpu_check(const gpu_check_options& o) { return checker(o).run(); }
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::gpu_check

@@ -19,14 +19,14 @@
 #include "model/model.hpp"
 #include "model/sampler.hpp"
 
-namespace hotcold::tools {
+namespace hotcold::loader {
 
 inline constexpr int profile_format = 2;  // profile.json "format": 2 added the margins
 
 struct profile_options {
   std::string model_path;
   std::string calibration_path;  // empty: text the model samples itself (temperature 1, seed 2024),
-                                 // each chunk started with a few tokens of tools::mixed_text
+                                 // each chunk started with a few tokens of mixed_text
   int64_t tokens = 2048;
   int64_t chunk = 256;           // tokens per sequence; positions restart each chunk
   int threads = 0;
@@ -44,7 +44,7 @@ profile_result run_profile(const profile_options& o, const std::function<void(in
 
 // The tokens profile (and prepare --sparsity's calibration) feed a model: the calibration text
 // repeated, or text the model samples itself at temperature 1 (seed 2024), each chunk of `chunk`
-// positions starting at BOS and, self-sampled, with a few tokens of tools::mixed_text.
+// positions starting at BOS and, self-sampled, with a few tokens of mixed_text.
 class calibration_tokens {
  public:
   calibration_tokens(const model& m, const std::string& text_path, int64_t chunk);
@@ -81,7 +81,7 @@ profile_data read_profile(const std::string& dir);
 std::vector<uint64_t> counts_in_order_of(const profile_data& d, const model& m);
 
 // hotcold place: the plan for `model_path` from the firing counts of the profile in `stats_dir`.
-loader::placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);
+placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);
 
 // The firing counts a run plans a placement from when it has none (loader::firing_counts_source): a
 // profile beside the model (prepare's MODEL.work) of this model's shape, else a short profile of text
@@ -94,4 +94,4 @@ struct short_profile_options {
 };
 std::vector<uint64_t> firing_counts_for(const std::string& model_path, const model& m, const short_profile_options& o);
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::loader

@@ -1,4 +1,4 @@
-#include "tools/profile.hpp"
+#include "loader/profile.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -14,9 +14,9 @@
 #include "kernels/cpu/fp16.hpp"
 #include "engine/forward.hpp"
 #include "model/sampler.hpp"
-#include "tools/text_corpus.hpp"
+#include "loader/text_corpus.hpp"
 
-namespace hotcold::tools {
+namespace hotcold::loader {
 
 namespace fs = std::filesystem;
 
@@ -189,7 +189,7 @@ profile_data read_profile(const std::string& dir) {
   return d;
 }
 
-loader::placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx) {
+placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx) {
   auto m = model::load(model_path, {true});
   const auto& hp = m->hp();
   auto data = read_profile(stats_dir);
@@ -237,4 +237,4 @@ std::vector<uint64_t> firing_counts_for(const std::string& model_path, const mod
   return read_profile(po.out_dir).firing_counts;
 }
 
-}  // namespace hotcold::tools
+}  // namespace hotcold::loader
