@@ -39,8 +39,7 @@ std::string new_token() {
 
 struct link_state {
   stage_address addr;
-  std::string file_id, kv_type, mode;
-  int64_t n_ctx = 0, n_seq = 0;
+  stage_context ctx;
   stage_timing timing;
   caf::actor remote;           // the worker's front while admitted; null while lost
   std::string lost = "not connected yet";
@@ -169,7 +168,7 @@ void open_data(link_ptr self, caf::actor remote) {
 void assign(link_ptr self, caf::actor remote) {
   auto& st = self->state;
   st.token = new_token();
-  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.n_ctx, st.n_seq, st.kv_type, st.mode, st.token)
+  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.ctx.n_ctx, st.ctx.n_seq, st.ctx.kv_type, st.ctx.mode, st.token)
       .then(
           [self, remote](std::string& why) {
             if (!why.empty()) return not_admitted(self, "refused its layers: " + why);
@@ -203,7 +202,7 @@ void on_data(link_ptr self, uint64_t epoch, uint64_t id, bool ok, bool lost, std
 // starter (which plans the split and sends the layers), or a lost stage's layers are assigned again.
 void admit(link_ptr self, caf::actor remote) {
   auto& st = self->state;
-  self->request(remote, st.timing.answer, hello_atom::value, stage_version(), st.file_id, st.keys.public_key)
+  self->request(remote, st.timing.answer, hello_atom::value, stage_version(), st.ctx.file_id, st.keys.public_key)
       .then(
           [self, remote](std::string& why, std::string& server_key) {
             auto& st = self->state;
@@ -242,12 +241,10 @@ void connect(link_ptr self) {
           });
 }
 
-caf::behavior stage_link(link_ptr self, stage_address addr, std::string file_id, int64_t n_ctx, int64_t n_seq, std::string kv_type, std::string mode,
-                         stage_timing timing, std::shared_ptr<live_stats> stats, size_t number) {
+caf::behavior stage_link(link_ptr self, stage_address addr, stage_context ctx, stage_timing timing, std::shared_ptr<live_stats> stats, size_t number) {
   auto& st = self->state;
   st.stats = std::move(stats), st.number = number;
-  st.addr = std::move(addr), st.file_id = std::move(file_id), st.n_ctx = n_ctx, st.n_seq = n_seq;
-  st.kv_type = std::move(kv_type), st.mode = std::move(mode), st.timing = timing;
+  st.addr = std::move(addr), st.ctx = std::move(ctx), st.timing = timing;
   if (self->home_system().has_openssl_manager()) st.keys = make_data_keys();
   self->set_down_handler([self](caf::down_msg& m) {
     if (self->state.remote && m.source == self->state.remote.address())
@@ -337,9 +334,8 @@ std::vector<int64_t> plan_split(const std::vector<worker_probe>& workers, const 
   return counts;
 }
 
-std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, int64_t ctx,
-                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, std::shared_ptr<live_stats> stats,
-                                         const stage_timing& timing) {
+std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, const stage_context& c,
+                                         std::shared_ptr<live_stats> stats, const stage_timing& timing) {
   std::vector<caf::actor> links;
   std::vector<worker_probe> probes;
   caf::scoped_actor self{sys};
@@ -348,7 +344,7 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
     throw std::runtime_error(fmt::format("worker {}: {}", s.where(), why));
   };
   for (const auto& s : plan.stages) {  // reached, checked and probed
-    links.push_back(sys.spawn(stage_link, s, plan.file_id, ctx, n_seq, kv_type, mode, timing, stats, links.size()));
+    links.push_back(sys.spawn(stage_link, s, c, timing, stats, links.size()));
     std::string why;
     worker_probe p;
     self->request(links.back(), timing.answer * 4, start_atom::value)
@@ -362,7 +358,7 @@ std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_pla
     probes.push_back(p);
   }
   std::vector<stage_address> stages = plan.stages;
-  const uint64_t kv_layer = static_cast<uint64_t>(ctx * n_seq) * plan.kv_layer_row_bytes;
+  const uint64_t kv_layer = static_cast<uint64_t>(c.n_ctx * c.n_seq) * plan.kv_layer_row_bytes;
   // Workers on one host share its memory bus: each one's speed measured alone says nothing of their
   // shares (and concurrent probes at their starts read unevenly), so they count as equally fast.
   const bool one_host = plan.one_host();

@@ -164,17 +164,23 @@ struct remote_stage {
   int64_t first = 0, last = 0;
   std::string where;
 };
+// What a coordinator's stages run alike with it: its file (file_identity(), each worker's must be the
+// same), the KV caches' positions and sequence slots and their values' type ("f16" or "f32"), and the
+// FFN mode ("dense" or "sparse": the coordinator's, which the stages follow).
+struct stage_context {
+  std::string file_id;
+  int64_t n_ctx = 0, n_seq = 1;
+  std::string kv_type = "f16", mode = "dense";
+};
 // Connects to each stage from `sys` (configured by configure_network with the plan's tls_dir),
 // checks the versions and the file at the handshake, probes each worker, plans the split where the
 // plan says auto (plan_split over layer_bytes: each layer's weights), prints the stage table, and
-// assigns each its layers for a context of ctx positions and n_seq sequences. Throws
-// std::runtime_error naming the stage and why (no answer within timing.answer, another version or
-// file, layers it cannot hold, memory too small for an automatic split).
-// kv_type: "f16" or "f32"; mode: "dense" or "sparse" (the coordinator's, which the stages follow).
-// stats: where each link counts its heartbeats' round trips (live_stats::add_stage_heartbeat).
-std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, int64_t ctx,
-                                         int64_t n_seq, const std::string& kv_type, const std::string& mode, std::shared_ptr<live_stats> stats,
-                                         const stage_timing& timing = {});
+// assigns each its layers in the context c (its file_id: the plan's). Throws std::runtime_error naming
+// the stage and why (no answer within timing.answer, another version or file, layers it cannot hold,
+// memory too small for an automatic split). stats: where each link counts its heartbeats' round trips
+// (live_stats::add_stage_heartbeat).
+std::vector<remote_stage> connect_stages(caf::actor_system& sys, const stage_plan& plan, const std::vector<uint64_t>& layer_bytes, const stage_context& c,
+                                         std::shared_ptr<live_stats> stats, const stage_timing& timing = {});
 
 // The workers (host and port each, in order) given their layers by --split N1,N2,... (layers per
 // worker, in order, summing to n_layer) or "auto" (an even split, the first workers taking one more

@@ -21,7 +21,7 @@ devices::ffn_activation device_activation(activation a) {
 }
 
 bool attention_runs_on(const devices::device& dev, const layer_weights& l) {
-  for (const tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo})
+  for (const tensor_view* t : attention_weights(l))
     if (*t && !dev.supports(devices::operation::attention, t->type)) return false;
   return true;
 }
@@ -83,8 +83,13 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
     layer_weights& l = layers_[il];
     if (r_.attention[il]) {
       const std::string what = fmt::format("layer {} attention", il);
-      for (tensor_view* t : {&l.attn_norm, &l.attn_norm_b, &l.attn_norm_2, &l.attn_norm_2_b, &l.wq, &l.wk, &l.wv, &l.wqkv, &l.bq, &l.bk, &l.bv, &l.q_norm,
-                             &l.k_norm, &l.wo, &l.ffn_norm}) {
+      // (The FFN norm goes with attention: it is applied where the residual stream is when attention ends.)
+      const auto weights = attention_weights(l);
+      const auto extras = attention_extras(l);
+      std::vector<tensor_view*> held(weights.begin(), weights.end());
+      held.insert(held.end(), extras.begin(), extras.end());
+      held.push_back(&l.ffn_norm);
+      for (tensor_view* t : held) {
         hold(*t, what);
         attention_bytes_[il] += t->bytes();
       }

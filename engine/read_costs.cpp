@@ -10,8 +10,10 @@ read_costs::read_costs(const model& m) {
   for (const auto& L : w.layers) {
     const uint64_t ffn = L.ffn_gate.bytes() + L.ffn_up.bytes() + L.ffn_down.bytes() + L.ffn_down_t.bytes() + L.ffn_gate_exps.bytes() + L.ffn_up_exps.bytes() +
                          L.ffn_down_exps.bytes();
-    attention.push_back(L.attn_norm.bytes() + L.attn_norm_b.bytes() + L.attn_norm_2.bytes() + L.attn_norm_2_b.bytes() + L.wq.bytes() + L.wk.bytes() +
-                        L.wv.bytes() + L.wqkv.bytes() + L.wo.bytes());
+    uint64_t attn = 0;
+    for (const tensor_view* t : attention_weights(L)) attn += t->bytes();
+    for (const tensor_view* t : attention_extras(L)) attn += t->bytes();
+    attention.push_back(attn);
     ffn_norm.push_back(L.ffn_norm.bytes());
     predictor.push_back(L.pred_fc1.bytes() + L.pred_fc2.bytes());
     router.push_back(L.ffn_gate_inp.bytes() + L.ffn_gate_inp_shexp.bytes() + L.ffn_gate_shexp.bytes() + L.ffn_up_shexp.bytes() + L.ffn_down_shexp.bytes());

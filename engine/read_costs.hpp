@@ -10,7 +10,7 @@ namespace hotcold {
 
 struct read_costs {
   std::vector<uint64_t> layer_fixed;   // per layer: attention, norms, predictor and router (the four below)
-  std::vector<uint64_t> attention;     // per layer: attention's norms and Q/K/V/O products
+  std::vector<uint64_t> attention;     // per layer: attention's tensors (attention_weights and attention_extras)
   std::vector<uint64_t> ffn_norm;      // per layer: the FFN's norm
   std::vector<uint64_t> predictor;     // per layer: the activation predictor
   std::vector<uint64_t> router;        // per layer: a mixture of experts' router and shared expert (read by every token)

@@ -286,8 +286,13 @@ void check_predictor(int64_t d, int64_t rank, int64_t n_ff, std::mt19937& rng) {
 // sequence 1 (at past); a decode step (n = 1): one token of sequence 0 at past. Against double sums
 // over the same rotation and the same F16 rounding; where the past is long enough to split
 // (flash-decoding), the split kernels too.
-void check_attention(int64_t past, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_rot, bool adjacent, bool f16, std::mt19937& rng,
-                     int64_t n = 5) {
+struct attention_case {
+  int64_t past, n_head, n_head_kv, hd, n_rot;
+  bool adjacent, f16;
+  int64_t n = 5;  // tokens: five, or one (a decode step)
+};
+void check_attention(const attention_case& c, std::mt19937& rng) {
+  const auto [past, n_head, n_head_kv, hd, n_rot, adjacent, f16, n] = c;
   const int64_t d = n_head * hd, kv = n_head_kv * hd, row = d + 2 * kv, ctx = past + 8, half = n_rot / 2;
   const gpu::attention_shape sh{d, n_head, n_head_kv, hd, n_rot, adjacent, ctx};
   auto qkv = random_f32(static_cast<size_t>(n * row), rng);
@@ -492,9 +497,9 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
       {"hot_ffn and products q4_0", [](rng_t& r) { check_hot_ffn_quantized(gpu::row_type::q4_0, 1024, 512, 300, r), check_matvec_quantized(gpu::row_type::q4_0, 1000, 512, r); }},
       {"products q6_k", [](rng_t& r) { check_matvec_quantized(gpu::row_type::q6_k, 1000, 768, r); }},  // a llama.cpp Q4_0 file's head
       {"predictor 512", [](rng_t& r) { check_predictor(512, 64, 1000, r); }},
-      {"attention f16 cache", [](rng_t& r) { check_attention(0, 8, 8, 64, 64, false, true, r); }},
-      {"attention partial rotation, adjacent, f32 cache", [](rng_t& r) { check_attention(40, 4, 1, 64, 32, true, false, r); }},
-      {"attention head of 256", [](rng_t& r) { check_attention(33, 2, 2, 256, 64, false, true, r); }},
+      {"attention f16 cache", [](rng_t& r) { check_attention({0, 8, 8, 64, 64, false, true}, r); }},
+      {"attention partial rotation, adjacent, f32 cache", [](rng_t& r) { check_attention({40, 4, 1, 64, 32, true, false}, r); }},
+      {"attention head of 256", [](rng_t& r) { check_attention({33, 2, 2, 256, 64, false, true}, r); }},
   };
   if (!small) {
     // The real shapes: the ~1B file's (2048/5632, 8 KV heads) and 7B's (4096/11008), one token and a batch.
@@ -517,14 +522,14 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
         {"products q6_k 4096", [](rng_t& r) { check_matvec_quantized(gpu::row_type::q6_k, 4096, 4096, r); }},
         {"predictors 1B and 7B", [](rng_t& r) { check_predictor(2048, 256, 5632, r), check_predictor(4096, 1024, 11008, r); }},
         {"attention 1B and 7B", [](rng_t& r) {
-           check_attention(300, 32, 8, 64, 64, false, true, r);    // 1B: grouped-query, several tiles
-           check_attention(300, 32, 32, 128, 128, false, true, r);  // 7B
+           check_attention({300, 32, 8, 64, 64, false, true}, r);    // 1B: grouped-query, several tiles
+           check_attention({300, 32, 32, 128, 128, false, true}, r);  // 7B
          }},
-        {"attention past 2048 positions", [](rng_t& r) { check_attention(2100, 32, 8, 64, 64, false, true, r); }},
+        {"attention past 2048 positions", [](rng_t& r) { check_attention({2100, 32, 8, 64, 64, false, true}, r); }},
         {"attention decode step split across blocks", [](rng_t& r) {
-           check_attention(2100, 32, 8, 64, 64, false, true, r, 1);    // 1B: 8 splits of 263 positions
-           check_attention(1000, 32, 32, 128, 128, false, false, r, 1);  // 7B, F32 cache: 8 splits, the last short
-           check_attention(130, 4, 2, 256, 64, true, true, r, 1);        // 2 splits, heads of 256
+           check_attention({2100, 32, 8, 64, 64, false, true, 1}, r);    // 1B: 8 splits of 263 positions
+           check_attention({1000, 32, 32, 128, 128, false, false, 1}, r);  // 7B, F32 cache: 8 splits, the last short
+           check_attention({130, 4, 2, 256, 64, true, true, 1}, r);        // 2 splits, heads of 256
          }},
         {"speed", [&result](rng_t& r) {
            const auto [spec, copy] = peak_bandwidth();

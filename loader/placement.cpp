@@ -131,6 +131,129 @@ uint64_t compute_buffer_bytes(const hparams& hp, int64_t ctx) {
   return 2 * 4 * static_cast<uint64_t>(4 * hp.n_embd + 2 * hp.n_embd_q() + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * n_ff + hp.n_vocab);
 }
 
+namespace {
+
+// A plan being filled: the budget left, and each buffer as the device's allocator charges it (a
+// tensor is one buffer; absent ones are 0).
+struct device_room {
+  placement_plan& plan;
+  const plan_options& o;
+  const model& m;
+  uint64_t left;
+  uint64_t charge(const tensor_view& t) const { return o.alloc.charge(t.bytes()); }
+  bool take(uint64_t bytes) {
+    if (bytes > left) return false;
+    left -= bytes;
+    return true;
+  }
+};
+
+// Attention (and a dense file's whole layers), front to back, until a layer does not fit.
+void plan_attention(device_room& r) {
+  const auto& hp = r.m.hp();
+  const auto& o = r.o;
+  placement_plan& plan = r.plan;
+  fixed_costs& f = plan.fixed;
+  if (plan.whole_layers && o.n_gpu_layers > hp.n_layer) throw std::invalid_argument(fmt::format("--n-gpu-layers {}: the model has {} layers", o.n_gpu_layers, hp.n_layer));
+  const int64_t max_layers = !o.attention ? 0 : (plan.whole_layers || plan.experts) && o.n_gpu_layers >= 0 ? std::min(o.n_gpu_layers, hp.n_layer) : hp.n_layer;
+  for (int64_t il = 0; il < max_layers; ++il) {
+    if (!o.holds(il, hp.n_layer)) continue;
+    const auto& l = r.m.weights().layers[static_cast<size_t>(il)];
+    auto& pl = plan.layers[static_cast<size_t>(il)];
+    // The FFN norm goes with the layer's attention: it is applied where the residual stream is when
+    // attention ends (Falcon's FFN reads attn_norm, counted with attention).
+    uint64_t weights = 0, norms = 0;
+    for (const tensor_view* t : attention_weights(l)) weights += r.charge(*t);
+    for (const tensor_view* t : attention_extras(l)) norms += r.charge(*t);
+    const uint64_t ffn = plan.whole_layers ? r.charge(l.ffn_gate) + r.charge(l.ffn_up) + r.charge(l.ffn_down) + r.charge(l.ffn_down_t) : 0;
+    if (!r.take(weights + norms + r.charge(l.ffn_norm) + plan.kv_layer_bytes + ffn)) {
+      if (plan.whole_layers && o.n_gpu_layers >= 0)
+        throw std::invalid_argument(fmt::format("--n-gpu-layers {}: layer {} does not fit in --vram-budget {:.4g} GiB", o.n_gpu_layers, il,
+                                                plan.budget / double(1ull << 30)));
+      break;
+    }
+    pl.attention = true;
+    pl.attention_bytes = weights + norms, pl.kv_bytes = plan.kv_layer_bytes;
+    f.attention += weights, f.norms += norms, f.kv_cache += plan.kv_layer_bytes;
+    pl.ffn_norm = l.ffn_norm.bytes() > 0, pl.ffn_norm_bytes = r.charge(l.ffn_norm), f.norms += r.charge(l.ffn_norm);
+    if (plan.whole_layers) pl.ffn = true, pl.ffn_bytes = ffn, f.ffn += ffn;
+  }
+}
+
+// Predictors, then a mixture's shared experts (beside their layer's attention), then the head.
+void plan_predictors_and_head(device_room& r) {
+  const auto& hp = r.m.hp();
+  const auto& o = r.o;
+  const auto& w = r.m.weights();
+  placement_plan& plan = r.plan;
+  fixed_costs& f = plan.fixed;
+  for (int64_t il = 0; il < (o.predictors ? hp.n_layer : 0); ++il) {
+    if (!o.holds(il, hp.n_layer)) continue;
+    const auto& l = w.layers[static_cast<size_t>(il)];
+    auto& pl = plan.layers[static_cast<size_t>(il)];
+    const uint64_t bytes = r.charge(l.pred_fc1) + r.charge(l.pred_fc2);
+    if (bytes == 0) continue;
+    if (!r.take(bytes)) break;
+    pl.predictor = true, pl.predictor_bytes = bytes, f.predictors += bytes;
+  }
+  for (int64_t il = 0; il < (plan.experts && o.shared_experts ? hp.n_layer : 0); ++il) {
+    const auto& l = w.layers[static_cast<size_t>(il)];
+    auto& pl = plan.layers[static_cast<size_t>(il)];
+    const uint64_t bytes = r.charge(l.ffn_gate_shexp) + r.charge(l.ffn_up_shexp) + r.charge(l.ffn_down_shexp);
+    if (bytes == 0 || !pl.attention) continue;
+    if (!r.take(bytes)) break;
+    pl.shared = true, pl.shared_bytes = bytes, f.shared += bytes;
+  }
+  const uint64_t norm = o.output_norm ? r.charge(w.output_norm) + r.charge(w.output_norm_b) : 0;
+  if (o.head && o.whole(hp.n_layer) && r.take(r.charge(w.output) + norm)) plan.output = true, f.output = r.charge(w.output), f.norms += norm;
+}
+
+// Expert slots with what is left: --n-cpu-moe N puts every expert of layers N.. on the device (all of
+// them must fit); otherwise each layer gets the same number of slots, a cache of its experts, and what
+// is left after that one more slot each, front to back. A layer's slots are three buffers (gate, up
+// and down rows of `slots` experts each, device_experts).
+void plan_experts(device_room& r) {
+  const auto& hp = r.m.hp();
+  const auto& o = r.o;
+  placement_plan& plan = r.plan;
+  auto slots_bytes = [&](int64_t il, int64_t slots) {
+    uint64_t b = 0;
+    for (const uint64_t part : expert_part_bytes(r.m.weights().layers[static_cast<size_t>(il)], hp.n_expert)) b += o.alloc.charge(part * static_cast<uint64_t>(slots));
+    return b;
+  };
+  auto give = [&](int64_t il, int64_t slots) {  // (the layer's slots become `slots` more)
+    auto& pl = plan.layers[static_cast<size_t>(il)];
+    const uint64_t more = slots_bytes(il, pl.expert_slots + slots) - slots_bytes(il, pl.expert_slots);
+    if (!r.take(more)) return false;
+    pl.expert_slots += slots, pl.expert_bytes += more, plan.fixed.experts += more;
+    return true;
+  };
+  if (o.n_cpu_moe >= 0) {
+    for (int64_t il = o.n_cpu_moe; il < hp.n_layer; ++il)
+      if (o.holds(il, hp.n_layer) && !give(il, hp.n_expert))
+        throw std::invalid_argument(fmt::format("--n-cpu-moe {}: layer {}'s {} experts ({:.2f} MiB) do not fit in what is left of --vram-budget {:.4g} GiB "
+                                                "({:.2f} MiB); raise N or the budget, or leave it out for a cache of experts in every layer",
+                                                o.n_cpu_moe, il, hp.n_expert, slots_bytes(il, hp.n_expert) / double(1 << 20), plan.budget / double(1ull << 30),
+                                                r.left / double(1 << 20)));
+    return;
+  }
+  // The most slots every layer can have alike, then one more a layer front to back.
+  int64_t each = hp.n_expert;
+  for (;; --each) {
+    uint64_t all = 0;
+    for (int64_t il = 0; il < hp.n_layer; ++il) all += o.holds(il, hp.n_layer) ? slots_bytes(il, each) : 0;
+    if (each == 0 || all <= r.left) break;
+  }
+  if (each > 0)
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+      if (o.holds(il, hp.n_layer)) give(il, each);
+  if (each < hp.n_expert)
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+      if (o.holds(il, hp.n_layer)) give(il, 1);
+}
+
+}  // namespace
+
 placement_plan plan_device(const model& m, uint64_t budget, const plan_options& o) {
   const auto& hp = m.hp();
   if (budget == 0) throw std::invalid_argument("--vram-budget must be positive");
@@ -146,115 +269,24 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   plan.n_cpu_moe = plan.experts ? o.n_cpu_moe : -1;
   if (o.n_cpu_moe >= 0 && !plan.experts) throw std::invalid_argument("--n-cpu-moe and --cpu-moe are for a mixture of experts");
   if (o.n_cpu_moe > hp.n_layer) throw std::invalid_argument(fmt::format("--n-cpu-moe {}: the model has {} layers", o.n_cpu_moe, hp.n_layer));
-  const auto& w = m.weights();
-  fixed_costs& f = plan.fixed;
   plan.pinned_host = o.pinned_bytes;
-  // Each buffer as the device's allocator charges it (a tensor is one buffer; absent ones are 0).
-  auto a = [&](const tensor_view& t) { return o.alloc.charge(t.bytes()); };
   // Each kind in turn takes layers front to back until one does not fit; the next kind gets what is
   // left (so a head that does not fit leaves its room to the hot rows instead of wasting it).
-  uint64_t left = plan.budget;
-  auto take = [&](uint64_t bytes) {
-    if (bytes > left) return false;
-    left -= bytes;
-    return true;
-  };
+  device_room room{plan, o, m, plan.budget};
+  fixed_costs& f = plan.fixed;
   f.compute = o.alloc.charge(compute_buffer_bytes(hp, plan.ctx));
   f.step = m.has_predictors() ? o.step_bytes : 0;  // a dense file has no hot rows, so no FFN-rows jobs
-  if (!take(f.compute + f.step))
+  if (!room.take(f.compute + f.step))
     throw std::invalid_argument(fmt::format("--vram-budget {:.4g} GiB ({:.2f} MiB) is below the compute buffers the device needs for anything: {:.2f} MiB",
                                             budget / double(1ull << 30), budget / double(1 << 20), (f.compute + f.step) / double(1 << 20)));
   plan.layers.resize(static_cast<size_t>(hp.n_layer));
   // The KV cache of each layer whose attention the device runs (attention without its cache would send
   // the cache across every token): K and V, every position of every sequence, in the cache's type.
   plan.kv_layer_bytes = o.alloc.charge(static_cast<uint64_t>(plan.ctx * o.n_seq * hp.n_embd_kv() * o.kv_value_bytes)) * 2;
-  {
-    if (plan.whole_layers && o.n_gpu_layers > hp.n_layer)
-      throw std::invalid_argument(fmt::format("--n-gpu-layers {}: the model has {} layers", o.n_gpu_layers, hp.n_layer));
-    const int64_t max_layers = !o.attention ? 0 : (plan.whole_layers || plan.experts) && o.n_gpu_layers >= 0 ? std::min(o.n_gpu_layers, hp.n_layer) : hp.n_layer;
-    for (int64_t il = 0; il < max_layers; ++il) {  // attention (and a dense file's whole layer), front to back
-      if (!o.holds(il, hp.n_layer)) continue;
-      const auto& l = w.layers[static_cast<size_t>(il)];
-      auto& pl = plan.layers[static_cast<size_t>(il)];
-      // The FFN norm goes with the layer's attention: it is applied where the residual stream is when
-      // attention ends (Falcon's FFN reads attn_norm, counted with attention).
-      const uint64_t weights = a(l.wq) + a(l.wk) + a(l.wv) + a(l.wqkv) + a(l.wo);
-      // (qwen2's q/k/v biases and qwen3's per-head norms go with them.)
-      const uint64_t norms = a(l.attn_norm) + a(l.attn_norm_b) + a(l.attn_norm_2) + a(l.attn_norm_2_b) + a(l.bq) + a(l.bk) + a(l.bv) + a(l.q_norm) + a(l.k_norm);
-      const uint64_t ffn = plan.whole_layers ? a(l.ffn_gate) + a(l.ffn_up) + a(l.ffn_down) + a(l.ffn_down_t) : 0;
-      if (!take(weights + norms + a(l.ffn_norm) + plan.kv_layer_bytes + ffn)) {
-        if (plan.whole_layers && o.n_gpu_layers >= 0)
-          throw std::invalid_argument(fmt::format("--n-gpu-layers {}: layer {} does not fit in --vram-budget {:.4g} GiB", o.n_gpu_layers, il,
-                                                  budget / double(1ull << 30)));
-        break;
-      }
-      pl.attention = true;
-      pl.attention_bytes = weights + norms, pl.kv_bytes = plan.kv_layer_bytes;
-      f.attention += weights, f.norms += norms, f.kv_cache += plan.kv_layer_bytes;
-      pl.ffn_norm = l.ffn_norm.bytes() > 0, pl.ffn_norm_bytes = a(l.ffn_norm), f.norms += a(l.ffn_norm);
-      if (plan.whole_layers) pl.ffn = true, pl.ffn_bytes = ffn, f.ffn += ffn;
-    }
-    for (int64_t il = 0; il < (o.predictors ? hp.n_layer : 0); ++il) {  // predictors
-      if (!o.holds(il, hp.n_layer)) continue;
-      const auto& l = w.layers[static_cast<size_t>(il)];
-      auto& pl = plan.layers[static_cast<size_t>(il)];
-      const uint64_t bytes = a(l.pred_fc1) + a(l.pred_fc2);
-      if (bytes == 0) continue;
-      if (!take(bytes)) break;
-      pl.predictor = true, pl.predictor_bytes = bytes, f.predictors += bytes;
-    }
-    for (int64_t il = 0; il < (plan.experts && o.shared_experts ? hp.n_layer : 0); ++il) {  // a mixture's shared experts
-      const auto& l = w.layers[static_cast<size_t>(il)];
-      auto& pl = plan.layers[static_cast<size_t>(il)];
-      const uint64_t bytes = a(l.ffn_gate_shexp) + a(l.ffn_up_shexp) + a(l.ffn_down_shexp);
-      if (bytes == 0 || !pl.attention) continue;
-      if (!take(bytes)) break;
-      pl.shared = true, pl.shared_bytes = bytes, f.shared += bytes;
-    }
-    const uint64_t norm = o.output_norm ? a(w.output_norm) + a(w.output_norm_b) : 0;
-    if (o.head && o.whole(hp.n_layer) && take(a(w.output) + norm)) plan.output = true, f.output = a(w.output), f.norms += norm;
-  }
-  if (plan.experts && o.experts) {
-    // Expert slots with what is left: --n-cpu-moe N puts every expert of layers N.. on the device (all
-    // of them must fit); otherwise each layer gets the same number of slots, a cache of its experts,
-    // and what is left after that one more slot each, front to back.
-    // A layer's slots are three buffers (gate, up and down rows of `slots` experts each, device_experts).
-    auto slots_bytes = [&](int64_t il, int64_t slots) {
-      uint64_t b = 0;
-      for (const uint64_t part : expert_part_bytes(w.layers[static_cast<size_t>(il)], hp.n_expert)) b += o.alloc.charge(part * static_cast<uint64_t>(slots));
-      return b;
-    };
-    auto give = [&](int64_t il, int64_t slots) {  // (the layer's slots become `slots` more)
-      auto& pl = plan.layers[static_cast<size_t>(il)];
-      const uint64_t more = slots_bytes(il, pl.expert_slots + slots) - slots_bytes(il, pl.expert_slots);
-      if (!take(more)) return false;
-      pl.expert_slots += slots, pl.expert_bytes += more, f.experts += more;
-      return true;
-    };
-    if (o.n_cpu_moe >= 0) {
-      for (int64_t il = o.n_cpu_moe; il < hp.n_layer; ++il)
-        if (o.holds(il, hp.n_layer) && !give(il, hp.n_expert))
-          throw std::invalid_argument(fmt::format("--n-cpu-moe {}: layer {}'s {} experts ({:.2f} MiB) do not fit in what is left of --vram-budget {:.4g} GiB "
-                                                  "({:.2f} MiB); raise N or the budget, or leave it out for a cache of experts in every layer",
-                                                  o.n_cpu_moe, il, hp.n_expert, slots_bytes(il, hp.n_expert) / double(1 << 20),
-                                                  budget / double(1ull << 30), left / double(1 << 20)));
-    } else {
-      // The most slots every layer can have alike, then one more a layer front to back.
-      int64_t each = hp.n_expert;
-      for (;; --each) {
-        uint64_t all = 0;
-        for (int64_t il = 0; il < hp.n_layer; ++il) all += o.holds(il, hp.n_layer) ? slots_bytes(il, each) : 0;
-        if (each == 0 || all <= left) break;
-      }
-      if (each > 0)
-        for (int64_t il = 0; il < hp.n_layer; ++il)
-          if (o.holds(il, hp.n_layer)) give(il, each);
-      if (each < hp.n_expert)
-        for (int64_t il = 0; il < hp.n_layer; ++il)
-          if (o.holds(il, hp.n_layer)) give(il, 1);
-    }
-  }
-  plan.left = left;
+  plan_attention(room);
+  plan_predictors_and_head(room);
+  if (plan.experts && o.experts) plan_experts(room);
+  plan.left = room.left;
   return plan;
 }
 

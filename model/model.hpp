@@ -77,6 +77,20 @@ struct layer_weights {
   tensor_view ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
 };
 
+// A layer's attention tensors, listed once: the products' weights (q, k, v or a fused qkv, and o), and
+// what goes with them wherever attention runs (its norms, qwen2's q/k/v biases, qwen3's per-head norms
+// of q and k). What holds or counts a layer's attention reads these lists: a device's copy
+// (engine/device_layers), the plan (loader/placement), the byte costs (engine/read_costs). Absent
+// tensors are listed too (0 bytes). Layer: layer_weights, const or not.
+template <class Layer>
+auto attention_weights(Layer& l) {
+  return std::array{&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo};
+}
+template <class Layer>
+auto attention_extras(Layer& l) {
+  return std::array{&l.attn_norm, &l.attn_norm_b, &l.attn_norm_2, &l.attn_norm_2_b, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm};
+}
+
 // Expert e's slice of an experts' tensor whose experts hold `rows` rows each.
 inline tensor_view expert_rows(const tensor_view& t, int64_t e, int64_t rows) {
   tensor_view v = t;

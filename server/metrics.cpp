@@ -179,24 +179,97 @@ std::vector<prometheus::ClientMetric::Label> stage_labels(size_t k, const std::s
 
 }  // namespace
 
-std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::view& v) const {
-  using prometheus::ClientMetric;
-  using prometheus::MetricFamily;
-  using prometheus::MetricType;
-  const live_stats& s = *live_;
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// The families of one exposition, as they are added.
+struct family_list {
   std::vector<MetricFamily> out;
-  out.reserve(64);  // `family` hands out references into it (fewer than 40 families)
-  auto family = [&](std::string name, std::string help, MetricType type) -> MetricFamily& {
+  family_list() { out.reserve(64); }  // family() hands out references into it (fewer than 40 families)
+  MetricFamily& family(std::string name, std::string help, MetricType type) {
     out.push_back(MetricFamily{std::move(name), std::move(help), type, {}});
     return out.back();
-  };
-  auto add = [](MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) {
+  }
+  static void add(MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) {
     ClientMetric m;
     m.label = std::move(labels);
     if (f.type == MetricType::Counter) m.counter.value = value;
     else m.gauge.value = value;
     f.metric.push_back(std::move(m));
-  };
+  }
+  // A counter of each layer's `field`.
+  template <class Field>
+  void per_layer(const live_stats& s, const live_stats::view& v, std::string name, std::string help, Field field) {
+    auto& f = family(std::move(name), std::move(help), MetricType::Counter);
+    for (int64_t l = 0; l < s.n_layer(); ++l) add(f, static_cast<double>(field(v.layers[static_cast<size_t>(l)])), {{"layer", std::to_string(l)}});
+  }
+};
+
+// A mixture of experts: each layer's expert histogram, the expert guess and the device slots.
+void expert_families(family_list& fl, const live_stats& s, const live_stats::view& v, const totals& t) {
+  auto& choices = fl.family("hotcold_expert_choices_total", "Times each expert of each layer was chosen by its router", MetricType::Counter);
+  for (int64_t l = 0; l < s.n_layer(); ++l)
+    for (size_t e = 0; e < v.layers[static_cast<size_t>(l)].experts.size(); ++e)
+      fl.add(choices, static_cast<double>(v.layers[static_cast<size_t>(l)].experts[e]), {{"layer", std::to_string(l)}, {"expert", std::to_string(e)}});
+  fl.per_layer(s, v, "hotcold_expert_guess_chosen_total", "Experts chosen in layers after the first (what the guess from the layer before is held to)",
+               [](const auto& l) { return l.experts_chosen; });
+  fl.per_layer(s, v, "hotcold_expert_guess_found_total", "Of those, the experts the next layer's router on the layer before's output had guessed",
+               [](const auto& l) { return l.experts_guessed; });
+  fl.per_layer(s, v, "hotcold_expert_routed_total", "Experts the router chose (each token's, each layer's)", [](const auto& l) { return l.experts_routed; });
+  fl.per_layer(s, v, "hotcold_expert_device_hits_total", "Of those, the experts a slot of the hot device held (computed there)", [](const auto& l) { return l.expert_hits; });
+  fl.per_layer(s, v, "hotcold_expert_uploads_total", "Experts uploaded into the hot device's slots (after a miss, or a layer early from the guess)",
+               [](const auto& l) { return l.expert_uploads; });
+  fl.add(fl.family("hotcold_expert_hit_ratio", "Routed experts a slot of the hot device held / all routed experts", MetricType::Gauge),
+         ratio(t.expert_hits, t.experts_routed));
+}
+
+// Stages of layers on other hosts (docs/distributed.md).
+void stage_families(family_list& fl, const live_stats::view& v) {
+  auto& up = fl.family("hotcold_stage_up", "1 while a stage's worker answers (heartbeats), 0 while it is gone or silent", MetricType::Gauge);
+  auto& busy_stage = fl.family("hotcold_stage_busy_ratio", "Share of the last 5 s a stage's worker spent computing its layers", MetricType::Gauge);
+  auto& compute_stage = fl.family("hotcold_stage_compute_seconds_total", "Seconds a stage's worker computed its layers (as the worker measured)", MetricType::Counter);
+  auto& hops = fl.family("hotcold_stage_hop_seconds",
+                         "A step's round trip to a stage less the worker's compute: both ways over the link, the messages' encoding included",
+                         MetricType::Histogram);
+  auto& bytes_stage = fl.family("hotcold_stage_bytes_total", "Payload bytes to and from a stage (residual streams, slots, positions)", MetricType::Counter);
+  auto& per_token = fl.family("hotcold_stage_bytes_per_token", "Payload bytes both ways a token of a step costs a stage's link", MetricType::Gauge);
+  auto& heartbeat = fl.family("hotcold_stage_heartbeat_seconds", "The last heartbeat's round trip to a stage (a few bytes each way: the link's own cost)",
+                              MetricType::Gauge);
+  for (size_t k = 0; k < v.stages.size(); ++k) {
+    const auto& st = v.stages[k];
+    const auto labels = stage_labels(k, st.where);
+    fl.add(up, st.up ? 1.0 : 0.0, labels);
+    fl.add(busy_stage, st.recent_busy_fraction, labels);
+    fl.add(compute_stage, st.compute_s, labels);
+    ClientMetric h;
+    h.label = labels;
+    h.histogram.sample_count = static_cast<uint64_t>(st.steps);
+    h.histogram.sample_sum = st.hop_s;
+    uint64_t seen = 0;
+    for (size_t b = 0; b < st.hops.size(); ++b) {
+      seen += static_cast<uint64_t>(st.hops[b]);
+      h.histogram.bucket.push_back({seen, b < live_stats::hop_bounds.size() ? live_stats::hop_bounds[b] : std::numeric_limits<double>::infinity()});
+    }
+    hops.metric.push_back(std::move(h));
+    auto sent = labels, received = labels;
+    sent.push_back({"direction", "sent"}), received.push_back({"direction", "received"});
+    fl.add(bytes_stage, static_cast<double>(st.sent), sent);
+    fl.add(bytes_stage, static_cast<double>(st.received), received);
+    fl.add(per_token, ratio(static_cast<double>(st.sent + st.received), static_cast<double>(st.tokens)), labels);
+    fl.add(heartbeat, st.last_heartbeat_s, labels);
+  }
+}
+
+}  // namespace
+
+std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::view& v) const {
+  const live_stats& s = *live_;
+  family_list fl;
+  auto family = [&](std::string name, std::string help, MetricType type) -> MetricFamily& { return fl.family(std::move(name), std::move(help), type); };
+  auto add = [](MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) { family_list::add(f, value, std::move(labels)); };
   const totals t = sum_layers(s, v);
 
   auto& compute = family("hotcold_compute_seconds_total", "Compute time by layer (\"output\": the head), stage and device", MetricType::Counter);
@@ -211,35 +284,16 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
   auto& busy = family("hotcold_device_busy_seconds_total", "Compute time by device (the hot device's share of the FFN; the CPU's everything else)", MetricType::Counter);
   for (const auto& [d, sec] : t.device_s) add(busy, sec, {{"device", d}});
 
-  auto per_layer = [&](std::string name, std::string help, auto field) {
-    auto& f = family(std::move(name), std::move(help), MetricType::Counter);
-    for (int64_t l = 0; l < s.n_layer(); ++l) add(f, static_cast<double>(field(v.layers[static_cast<size_t>(l)])), {{"layer", std::to_string(l)}});
-  };
-  per_layer("hotcold_ffn_candidate_neurons_total", "(token, neuron) pairs of the sparse FFN layers: tokens x n_ff", [](const auto& l) { return l.candidates; });
-  per_layer("hotcold_ffn_computed_neurons_total", "(token, neuron) pairs the predictors chose and the FFN computed", [](const auto& l) { return l.computed; });
-  per_layer("hotcold_ffn_hot_neurons_total", "Chosen (token, neuron) pairs whose rows were on the hot device", [](const auto& l) { return l.hot; });
-  per_layer("hotcold_predictor_checked_firing_neurons_total", "Neurons that fired in the sampled dense checks of the predictors",
-            [](const auto& l) { return l.truly_active; });
-  per_layer("hotcold_predictor_checked_found_neurons_total", "Of those, the neurons the predictor had chosen", [](const auto& l) { return l.found; });
+  fl.per_layer(s, v, "hotcold_ffn_candidate_neurons_total", "(token, neuron) pairs of the sparse FFN layers: tokens x n_ff", [](const auto& l) { return l.candidates; });
+  fl.per_layer(s, v, "hotcold_ffn_computed_neurons_total", "(token, neuron) pairs the predictors chose and the FFN computed", [](const auto& l) { return l.computed; });
+  fl.per_layer(s, v, "hotcold_ffn_hot_neurons_total", "Chosen (token, neuron) pairs whose rows were on the hot device", [](const auto& l) { return l.hot; });
+  fl.per_layer(s, v, "hotcold_predictor_checked_firing_neurons_total", "Neurons that fired in the sampled dense checks of the predictors",
+               [](const auto& l) { return l.truly_active; });
+  fl.per_layer(s, v, "hotcold_predictor_checked_found_neurons_total", "Of those, the neurons the predictor had chosen", [](const auto& l) { return l.found; });
 
   add(family("hotcold_predictor_recall_ratio", "Firing neurons the predictors chose / all firing neurons (sampled dense checks)", MetricType::Gauge),
       ratio(t.found, t.truly));
-  if (s.n_expert() > 0) {  // a mixture of experts: each layer's expert histogram, and the expert guess
-    auto& choices = family("hotcold_expert_choices_total", "Times each expert of each layer was chosen by its router", MetricType::Counter);
-    for (int64_t l = 0; l < s.n_layer(); ++l)
-      for (size_t e = 0; e < v.layers[static_cast<size_t>(l)].experts.size(); ++e)
-        add(choices, static_cast<double>(v.layers[static_cast<size_t>(l)].experts[e]), {{"layer", std::to_string(l)}, {"expert", std::to_string(e)}});
-    per_layer("hotcold_expert_guess_chosen_total", "Experts chosen in layers after the first (what the guess from the layer before is held to)",
-              [](const auto& l) { return l.experts_chosen; });
-    per_layer("hotcold_expert_guess_found_total", "Of those, the experts the next layer's router on the layer before's output had guessed",
-              [](const auto& l) { return l.experts_guessed; });
-    per_layer("hotcold_expert_routed_total", "Experts the router chose (each token's, each layer's)", [](const auto& l) { return l.experts_routed; });
-    per_layer("hotcold_expert_device_hits_total", "Of those, the experts a slot of the hot device held (computed there)", [](const auto& l) { return l.expert_hits; });
-    per_layer("hotcold_expert_uploads_total", "Experts uploaded into the hot device's slots (after a miss, or a layer early from the guess)",
-              [](const auto& l) { return l.expert_uploads; });
-    add(family("hotcold_expert_hit_ratio", "Routed experts a slot of the hot device held / all routed experts", MetricType::Gauge),
-        ratio(t.expert_hits, t.experts_routed));
-  }
+  if (s.n_expert() > 0) expert_families(fl, s, v, t);
   add(family("hotcold_ffn_active_ratio", "Chosen neurons / all neurons of the sparse FFN layers", MetricType::Gauge), ratio(t.computed, t.candidates));
   add(family("hotcold_hot_hit_ratio", "Chosen neurons found on the hot device / all chosen neurons", MetricType::Gauge), ratio(t.hot, t.computed));
 
@@ -257,42 +311,7 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
   add(family("hotcold_memory_bandwidth_utilization_ratio", "Host read bandwidth reached / the measured ceiling, over the last 5 s", MetricType::Gauge),
       ratio(v.recent_host_bytes_per_second, ceiling_));
   add(family("hotcold_pipeline_busy_ratio", "Share of the last 5 s with a step in flight", MetricType::Gauge), v.recent_busy_fraction);
-
-  if (!v.stages.empty()) {  // stages of layers on other hosts (docs/distributed.md)
-    auto& up = family("hotcold_stage_up", "1 while a stage's worker answers (heartbeats), 0 while it is gone or silent", MetricType::Gauge);
-    auto& busy_stage = family("hotcold_stage_busy_ratio", "Share of the last 5 s a stage's worker spent computing its layers", MetricType::Gauge);
-    auto& compute_stage = family("hotcold_stage_compute_seconds_total", "Seconds a stage's worker computed its layers (as the worker measured)", MetricType::Counter);
-    auto& hops = family("hotcold_stage_hop_seconds",
-                        "A step's round trip to a stage less the worker's compute: both ways over the link, the messages' encoding included",
-                        MetricType::Histogram);
-    auto& bytes_stage = family("hotcold_stage_bytes_total", "Payload bytes to and from a stage (residual streams, slots, positions)", MetricType::Counter);
-    auto& per_token = family("hotcold_stage_bytes_per_token", "Payload bytes both ways a token of a step costs a stage's link", MetricType::Gauge);
-    auto& heartbeat = family("hotcold_stage_heartbeat_seconds", "The last heartbeat's round trip to a stage (a few bytes each way: the link's own cost)",
-                             MetricType::Gauge);
-    for (size_t k = 0; k < v.stages.size(); ++k) {
-      const auto& st = v.stages[k];
-      const auto labels = stage_labels(k, st.where);
-      add(up, st.up ? 1.0 : 0.0, labels);
-      add(busy_stage, st.recent_busy_fraction, labels);
-      add(compute_stage, st.compute_s, labels);
-      ClientMetric h;
-      h.label = labels;
-      h.histogram.sample_count = static_cast<uint64_t>(st.steps);
-      h.histogram.sample_sum = st.hop_s;
-      uint64_t seen = 0;
-      for (size_t b = 0; b < st.hops.size(); ++b) {
-        seen += static_cast<uint64_t>(st.hops[b]);
-        h.histogram.bucket.push_back({seen, b < live_stats::hop_bounds.size() ? live_stats::hop_bounds[b] : std::numeric_limits<double>::infinity()});
-      }
-      hops.metric.push_back(std::move(h));
-      auto sent = labels, received = labels;
-      sent.push_back({"direction", "sent"}), received.push_back({"direction", "received"});
-      add(bytes_stage, static_cast<double>(st.sent), sent);
-      add(bytes_stage, static_cast<double>(st.received), received);
-      add(per_token, ratio(static_cast<double>(st.sent + st.received), static_cast<double>(st.tokens)), labels);
-      add(heartbeat, st.last_heartbeat_s, labels);
-    }
-  }
+  if (!v.stages.empty()) stage_families(fl, v);
 
   auto& depth = family("hotcold_actor_mailbox_depth", "Messages waiting in an actor's mailbox when it last took one", MetricType::Gauge);
   auto& depth_max = family("hotcold_actor_mailbox_depth_max", "The most messages seen waiting in an actor's mailbox", MetricType::Gauge);
@@ -301,7 +320,7 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
     add(depth, static_cast<double>(v.mailbox[static_cast<size_t>(a)]), {{"actor", name}});
     add(depth_max, static_cast<double>(v.mailbox_max[static_cast<size_t>(a)]), {{"actor", name}});
   }
-  return out;
+  return std::move(fl.out);
 }
 
 nlohmann::json metrics::live_json(const live_stats::view& v) const {

@@ -19,7 +19,8 @@
 
 #include "server/metrics.hpp"
 #include "actors/pipeline.hpp"
-#include "server/fair_queue.hpp"
+#include "server/admission.hpp"
+#include "server/client_accounts.hpp"
 #include "server/http_server.hpp"
 #include "server/serve_http.hpp"
 #include "server/record_file.hpp"
@@ -41,40 +42,6 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 namespace proto = protocol;
 
-
-// Where a reply goes: which ROUTER (the one clients connect to, or the in-process one of the HTTP
-// API's requests) and its identity frame there, as one key (a tag byte, then the frame), and whether
-// the client put an empty delimiter frame before its payload (REQ sockets do; DEALERs need not).
-struct address {
-  std::string identity;
-  bool delimiter = false;
-  std::string client;  // who it is for the queue's shares (fair_queue): a CURVE key, a peer, an HTTP key or address
-  bool local() const { return !identity.empty() && identity[0] == local_tag; }
-  std::string_view wire_identity() const { return std::string_view(identity).substr(1); }
-  static constexpr char local_tag = 'L', remote_tag = 'R';
-};
-
-// One client (a ROUTER identity) as the server sees it.
-struct client_account {
-  // Bytes of its replies that ZeroMQ holds, not yet written to its connection: counted up when a
-  // reply is handed over, down when ZeroMQ frees it (on its I/O thread).
-  std::atomic<int64_t> queued{0};
-  bool cut_off = false;      // its replies are dropped until it has read what is queued
-  int64_t text_jobs = 0;     // its requests waiting for the text worker
-  int64_t in_flight = 0;     // its generates running or queued in the pipeline
-};
-
-// A reply in ZeroMQ's hands: the bytes and the account they are counted against.
-struct outgoing_reply {
-  std::string bytes;
-  std::shared_ptr<client_account> account;
-};
-
-void free_reply(void*, void* hint) {
-  auto* r = static_cast<outgoing_reply*>(hint);
-  r->account->queued.fetch_sub(static_cast<int64_t>(r->bytes.size()));
-  delete r;
-}
 
 // A generate in flight: waiting for a slot (pid < 0, the request in `pending`), or in the pipeline.
 struct live {
@@ -100,7 +67,9 @@ struct live {
 class serving_loop {
  public:
   serving_loop(loader::opened_model& l, const server_options& o)
-      : l_(l), o_(o), v_(l.m->vocabulary()), waiting_(o.max_queue, o.max_queued_per_client >= 0 ? o.max_queued_per_client : o.max_queue > 0 ? std::max<int64_t>(1, o.max_queue / 4) : 0) {}
+      : l_(l), o_(o), v_(l.m->vocabulary()),
+        admission_(l.ctx->n_seq(), o.max_queue, o.max_queued_per_client >= 0 ? o.max_queued_per_client : o.max_queue > 0 ? std::max<int64_t>(1, o.max_queue / 4) : 0),
+        accounts_(sock_, local_, o.max_client_buffer, [this](const std::string& identity, bool cut, const std::string& why) { lost(identity, cut, why); }) {}
 
   server_counters run(const std::atomic<bool>& stop) {
     check_bind(o_);
@@ -149,7 +118,7 @@ class serving_loop {
       http = start_serve_http({o_, l_, metrics_, status_, zctx_, local_endpoint});
     }
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {}, {} a client)\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue,
-               waiting_.max_per_client());
+               admission_.max_per_client());
     bool stopping = false;
     clock_type::time_point stop_seen;
     for (;;) {
@@ -184,10 +153,10 @@ class serving_loop {
       while (auto ev = pipe_->next(std::chrono::milliseconds(0))) on_event(*ev);
       end_waiting();
       if (!stopping) start_waiting();
-      tend_accounts();
-      status_.active = in_pipeline_, status_.queued = waiting_.size();
+      metrics_.set_reply_bytes_queued(accounts_.tend());
+      status_.active = admission_.in_pipeline(), status_.queued = admission_.waiting();
       metrics_.set_load(status_.active, status_.queued);
-      if (queues_changed_) metrics_.set_client_queues(waiting_.depths()), queues_changed_ = false;
+      if (admission_.changed()) metrics_.set_client_queues(admission_.queue().depths());
       // Tokens per second over the last few seconds (for /api/stats and the dashboard).
       const auto now = clock_type::now();
       while (!recent_tokens_.empty() && now - recent_tokens_.front() > std::chrono::seconds(5)) recent_tokens_.pop_front();
@@ -210,7 +179,7 @@ class serving_loop {
     ++counters_.frames;
     if (frames.size() < 2) return true;  // no payload: nothing to answer
     address to{tag + frames[0].to_string(), frames.size() >= 3 && frames[1].size() == 0, {}};
-    if (auto it = clients_.find(to.identity); it != clients_.end() && it->second->cut_off) {
+    if (accounts_.cut_off(to.identity)) {
       ++counters_.dropped;  // cut off: nothing it asks for is done until it has read its replies
       return true;
     }
@@ -283,7 +252,7 @@ class serving_loop {
 
   // Runs `job` on the text worker if the client and the server have room for it; else answers busy.
   bool post_text_job(const address& to, const std::string& id, std::function<text_worker::completion()> job) {
-    auto& acct = account(to.identity);
+    auto& acct = accounts_.account(to.identity);
     if (acct->text_jobs >= max_text_jobs_per_client || text_.pending() >= max_text_jobs) {
       ++counters_.busy;
       send(to, proto::encode_error({proto::error_code::busy, fmt::format("{} requests of this client wait for the tokenizer", acct->text_jobs), id}, 100));
@@ -341,31 +310,17 @@ class serving_loop {
       send(to, proto::encode_error({proto::error_code::shutting_down, "the server is stopping", g.id}));
       return;
     }
-    const auto& hp = l_.m->hp();
-    if (tokens.empty()) return refuse(proto::error_code::invalid_field, "the prompt is empty and the model adds no BOS token");
-    for (token_id t : tokens)
-      if (t >= hp.n_vocab) return refuse(proto::error_code::invalid_field, fmt::format("token id {} is outside the vocabulary of {}", t, hp.n_vocab));
     const int64_t max_prompt = o_.max_prompt_tokens > 0 ? std::min(o_.max_prompt_tokens, l_.ctx->n_ctx()) : l_.ctx->n_ctx();
-    if (static_cast<int64_t>(tokens.size()) > max_prompt)
-      return refuse(proto::error_code::too_large, fmt::format("the prompt has {} tokens, more than {} ({})", tokens.size(), max_prompt,
-                                                              max_prompt < l_.ctx->n_ctx() ? "serve --max-prompt-tokens" : "the context: serve -c"));
+    if (auto bad = check_prompt(tokens, l_.m->hp().n_vocab, max_prompt, l_.ctx->n_ctx())) return refuse(bad->code, std::move(bad->why));
     // A free slot and no one waiting: it starts at once; else it waits its turn, if the queue and
     // this client's share of it have room.
     const int64_t ticket = next_ticket_++;
-    const bool start_now = in_pipeline_ < l_.ctx->n_seq() && waiting_.size() == 0;
-    if (!start_now) {
-      const auto refused = waiting_.push(to.client, ticket);
-      if (refused != fair_queue::refusal::none) {
-        ++counters_.busy;
-        metrics_.request_done("busy", 0, 0);
-        const std::string why = refused == fair_queue::refusal::full
-                                    ? fmt::format("{} requests wait for a sequence slot: the queue is full (serve --max-queue {})", waiting_.size(), o_.max_queue)
-                                    : fmt::format("this client has {} requests waiting for a sequence slot, its share of the queue (serve --max-queued-per-client {})",
-                                                  waiting_.waiting_of(to.client), waiting_.max_per_client());
-        send(to, proto::encode_error({proto::error_code::busy, why, g.id}, 100 + 10 * waiting_.size()));
-        return;
-      }
-      queues_changed_ = true;
+    const auto admitted = admission_.admit(to.client, ticket);
+    if (admitted.busy) {
+      ++counters_.busy;
+      metrics_.request_done("busy", 0, 0);
+      send(to, proto::encode_error({proto::error_code::busy, *admitted.busy, g.id}, admitted.retry_ms));
+      return;
     }
     actors::generation_request r;
     r.prompt = tokens;
@@ -390,9 +345,9 @@ class serving_loop {
     }
     lv.out = stop_text(std::move(g.stop));
     by_client_[{to.identity, g.id}] = ticket;
-    ++account(to.identity)->in_flight;
+    ++accounts_.account(to.identity)->in_flight;
     send(to, proto::encode_accepted(g.id, lv.prompt_tokens, seed), &lv);
-    if (start_now) start(ticket);
+    if (admitted.start_now) start(ticket);
     if (cancelled) cancel(ticket);  // cancelled while its prompt was tokenized
   }
 
@@ -402,17 +357,12 @@ class serving_loop {
     lv.waited_s = std::chrono::duration<double>(clock_type::now() - lv.accepted).count();
     lv.pid = pipe_->submit(std::move(lv.pending));
     ticket_of_pid_[lv.pid] = ticket;
-    ++in_pipeline_;
+    admission_.started();
   }
 
   // Free slots to the waiting requests, the clients in turn.
   void start_waiting() {
-    while (in_pipeline_ < l_.ctx->n_seq()) {
-      const auto ticket = waiting_.pop();
-      if (!ticket) break;
-      queues_changed_ = true;
-      start(*ticket);
-    }
+    while (const auto ticket = admission_.next()) start(*ticket);
   }
 
   // Cancels a request: in the pipeline, its done (finish "cancelled") follows within a step; waiting,
@@ -420,10 +370,7 @@ class serving_loop {
   void cancel(int64_t ticket) {
     live& lv = lives_.at(ticket);
     if (!lv.waiting()) return pipe_->cancel(lv.pid);
-    if (waiting_.remove(ticket)) {
-      queues_changed_ = true;
-      ended_waiting_.push_back(ticket);
-    }
+    if (admission_.remove(ticket)) ended_waiting_.push_back(ticket);
   }
 
   // The tickets of the requests `pick` chooses (to act on them while the map may change).
@@ -445,7 +392,7 @@ class serving_loop {
   }
 
   void handle(const address& to, proto::health_request& h) {
-    send(to, proto::encode_health(h.id, status_.stopping.load() ? "stopping" : "ok", in_pipeline_, waiting_.size()));
+    send(to, proto::encode_health(h.id, status_.stopping.load() ? "stopping" : "ok", admission_.in_pipeline(), admission_.waiting()));
   }
 
   void handle(const address& to, proto::model_info_request& m) {
@@ -532,7 +479,7 @@ class serving_loop {
     if (t == ticket_of_pid_.end()) return;
     const int64_t ticket = t->second;
     ticket_of_pid_.erase(t);
-    --in_pipeline_;
+    admission_.ended();
     const double w = lives_.at(ticket).waited_s;
     finish(ticket, d.finish, {1000 * (w + d.queued_s), 1000 * (w + d.time_to_first_token_s), 1000 * (w + d.total_s)}, d.error);
   }
@@ -565,48 +512,33 @@ class serving_loop {
                             finish == "error" && !error.empty() ? std::optional<std::string_view>(error) : std::nullopt),
          &lv);
     by_client_.erase({lv.to.identity, lv.id});
-    --account(lv.to.identity)->in_flight;
+    --accounts_.account(lv.to.identity)->in_flight;
     lives_.erase(ticket);
   }
 
-  std::shared_ptr<client_account>& account(const std::string& identity) {
-    auto& a = clients_[identity];
-    if (!a) a = std::make_shared<client_account>();
-    return a;
-  }
-
-  // Sends one reply, never waiting. A client that has gone (the ROUTER cannot route to it) loses its
-  // requests: they are cancelled, and freed within a step. So does a client that stops reading: when
-  // ZeroMQ's queue for it is full, or its unread replies would pass --max-client-buffer bytes (one
-  // reply larger than that still goes when nothing else of its waits), it is cut off.
+  // Sends one reply, never waiting (client_accounts::send); nothing to a client that is gone or cut off.
   void send(const address& to, std::string payload, live* lv = nullptr) {
     if (lv && lv->gone) return;
-    auto& acct = account(to.identity);
-    if (acct->cut_off) {
+    if (accounts_.cut_off(to.identity)) {
       ++counters_.dropped;
       return;
     }
-    const int64_t queued = acct->queued.load(), size = static_cast<int64_t>(payload.size());
-    if (queued > 0 && queued + size > o_.max_client_buffer) return cut_off(to.identity, fmt::format("{} bytes of replies unread", queued));
-    auto* box = new outgoing_reply{std::move(payload), acct};
-    acct->queued.fetch_add(size);
-    zmq::message_t body(box->bytes.data(), box->bytes.size(), free_reply, box);  // freed (and uncounted) by ZeroMQ
-    auto& sock = to.local() ? local_ : sock_;
-    for (int attempt = 0;; ++attempt) {
-      try {
-        if (!sock.send(zmq::buffer(to.wire_identity()), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-          return cut_off(to.identity, "its ZeroMQ queue is full");
-        if (to.delimiter) sock.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-        sock.send(body, zmq::send_flags::dontwait);  // the rest of a message the first frame got in goes through
-        return;
-      } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR && attempt < 3) continue;
-        if (e.num() != EHOSTUNREACH) throw;
-        ++counters_.unreachable;
-        cancel_requests_of(to.identity, false);
-        return;
-      }
+    accounts_.send(to, std::move(payload));
+  }
+
+  // A client nothing more can be sent to: it left (its requests are cancelled, freed within a step),
+  // or it stopped reading — cut off: its requests are cancelled (outcome `cut_off`) and what it sends
+  // is dropped until it has read what is queued for it.
+  void lost(const std::string& identity, bool cut_off, const std::string& why) {
+    if (!cut_off) {
+      ++counters_.unreachable;
+      cancel_requests_of(identity, false);
+      return;
     }
+    ++counters_.cut_off;
+    metrics_.client_cut_off();
+    const int64_t cancelled = cancel_requests_of(identity, true);
+    fmt::print(stderr, "hotcold serve: a client cut off ({}): {} of its requests cancelled\n", why, cancelled);
   }
 
   // Cancels the requests of a client nothing more can be sent to (it left, or was cut off); they are
@@ -622,33 +554,6 @@ class serving_loop {
     return static_cast<int64_t>(tickets.size());
   }
 
-  // Stops serving a client that does not read: its requests are cancelled (outcome `cut_off`) and
-  // what it sends is dropped until it has read what is queued for it.
-  void cut_off(const std::string& identity, const std::string& why) {
-    auto& acct = account(identity);
-    if (acct->cut_off) return;
-    acct->cut_off = true;
-    ++counters_.cut_off;
-    metrics_.client_cut_off();
-    const int64_t cancelled = cancel_requests_of(identity, true);
-    fmt::print(stderr, "hotcold serve: a client cut off ({}; limit {} bytes): {} of its requests cancelled\n", why, o_.max_client_buffer, cancelled);
-  }
-
-  // Once a cut-off client has read what was queued for it, it is served again; accounts with
-  // nothing in flight are forgotten. The bytes queued for all go to /metrics.
-  void tend_accounts() {
-    int64_t total = 0;
-    for (auto it = clients_.begin(); it != clients_.end();) {
-      auto& a = *it->second;
-      const int64_t q = a.queued.load();
-      total += q;
-      if (a.cut_off && q == 0 && a.in_flight == 0) a.cut_off = false;
-      if (!a.cut_off && q == 0 && a.text_jobs == 0 && a.in_flight == 0) it = clients_.erase(it);
-      else ++it;
-    }
-    metrics_.set_reply_bytes_queued(total);
-  }
-
   loader::opened_model& l_;
   const server_options& o_;
   const vocab& v_;
@@ -658,14 +563,13 @@ class serving_loop {
   std::unique_ptr<actors::pipeline> pipe_;
   std::map<int64_t, live> lives_;                               // by ticket (the server's own numbers)
   std::map<int64_t, int64_t> ticket_of_pid_;                    // pipeline request id -> ticket
-  int64_t next_ticket_ = 0, in_pipeline_ = 0;                   // in_pipeline_: requests the pipeline has (at most its slots)
-  fair_queue waiting_;                                          // tickets waiting for a slot
-  std::vector<int64_t> ended_waiting_;                          // ... taken out of it, to end this round
-  bool queues_changed_ = false;                                 // (for /metrics)
+  int64_t next_ticket_ = 0;
+  admission admission_;                                         // slots, and the tickets waiting for one
+  std::vector<int64_t> ended_waiting_;                          // ... taken out of the queue, to end this round
+  client_accounts accounts_;                                    // by identity
   std::map<std::pair<std::string, std::string>, int64_t> by_client_;  // (identity, client id) -> ticket, or:
   static constexpr int64_t pending_tokenize = -1;                     // its prompt is on the text worker
   std::set<std::pair<std::string, std::string>> pending_cancelled_;   // ... and a cancel came meanwhile
-  std::map<std::string, std::shared_ptr<client_account>> clients_;    // by identity
   std::set<std::string> allowed_;  // client public keys (CURVE)
   metrics metrics_;
   record_file record_;
@@ -677,31 +581,6 @@ class serving_loop {
 };
 
 }  // namespace
-
-void check_bind(const server_options& o) {
-  const auto ep = proto::parse_endpoint(o.endpoint);
-  if (o.curve_key.empty() != o.curve_clients.empty())
-    throw std::invalid_argument("--curve-key and --curve-clients go together: the server's keys, and the clients it lets in");
-  if (!ep.is_loopback() && !o.allow_remote)
-    throw std::invalid_argument(fmt::format("--zmq {}: not a loopback address; serving other machines needs --allow-remote", o.endpoint));
-  if (!ep.is_loopback() && o.curve_key.empty())
-    throw std::invalid_argument(fmt::format("--zmq {} --allow-remote: other machines must authenticate: give --curve-key and --curve-clients (see hotcold keygen)",
-                                            o.endpoint));
-  // Their errors before the model loads.
-  const auto keys = api_keys(o);
-  if (o.http.empty() && (!keys.empty() || !o.chat_template.empty() || !o.alias.empty() || !o.allowed_hosts.empty() || !o.cors_origins.empty()))
-    throw std::invalid_argument("--api-key, --api-key-file, --chat-template, --alias, --allowed-hosts and --cors-origins are for the HTTP side: give --http HOST:PORT too");
-  if (!o.http.empty()) {
-    check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty() || !keys.empty());
-    browsers_of(o);
-  }
-  if (!o.http_token_file.empty()) read_bearer_tokens(o.http_token_file);
-  if (!o.chat_template.empty()) chat_template::named(o.chat_template);
-  if (!o.curve_key.empty()) {
-    proto::read_keypair(o.curve_key);
-    proto::read_allowed_keys(o.curve_clients);
-  }
-}
 
 server_counters serve(loader::opened_model& l, const server_options& o, const std::atomic<bool>& stop) { return serving_loop(l, o).run(stop); }
 

@@ -120,6 +120,45 @@ std::vector<uint64_t> chosen_counts(const activation_record& rec, const hparams&
   return counts;
 }
 
+// Microseconds each side's FFN takes for `bytes` of rows: a + b bytes (0 for none).
+struct side_rates {
+  double cold_a = 0, cold_b = 0, hot_a = 0, hot_b = 0;
+  double cold(double bytes) const { return bytes > 0 ? cold_a + cold_b * bytes : 0.0; }
+  double hot(double bytes) const { return bytes > 0 ? hot_a + hot_b * bytes : 0.0; }
+};
+
+// What a candidate placement (`hot`, per layer) gives on the record: the recorded rows split by it, and
+// a token's time with each layer's FFN the longer of its two sides.
+whatif_row candidate_row(const std::string& label, const std::vector<std::vector<int32_t>>& hot, const activation_record& rec, const hparams& hp,
+                         const std::vector<uint64_t>& neuron, const side_rates& rates, double rest_us_total, int64_t tokens) {
+  whatif_row row;
+  row.label = label;
+  const auto masks = hot_bits_of(hot, hp.n_layer, hp.n_ff);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    int64_t n = 0;
+    for (uint8_t b : masks[static_cast<size_t>(l)]) n += std::popcount(static_cast<unsigned>(b));
+    row.hot_neurons += n;
+    row.hot_bytes += static_cast<uint64_t>(n) * neuron[static_cast<size_t>(l)];
+  }
+  std::vector<int64_t> lh(static_cast<size_t>(hp.n_layer), 0), lp(static_cast<size_t>(hp.n_layer), 0);
+  int64_t hot_pairs = 0, all_pairs = 0, hot_rows = 0, cold_rows = 0;
+  double ffn_us = 0;
+  for (const auto& e : rec.entries) {
+    const auto s = split_entry(e, hp.n_ff, masks[static_cast<size_t>(e.layer)]);
+    hot_pairs += s.hot_pairs, all_pairs += s.pairs, hot_rows += s.hot_rows, cold_rows += s.rows - s.hot_rows;
+    lh[static_cast<size_t>(e.layer)] += s.hot_pairs, lp[static_cast<size_t>(e.layer)] += s.pairs;
+    const double nb = static_cast<double>(neuron[static_cast<size_t>(e.layer)]);
+    ffn_us += std::max(rates.hot(static_cast<double>(s.hot_rows) * nb), rates.cold(static_cast<double>(s.rows - s.hot_rows) * nb));
+  }
+  row.hot_hit_ratio = all_pairs ? static_cast<double>(hot_pairs) / static_cast<double>(all_pairs) : 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l)
+    row.layer_hot_hit.push_back(lp[static_cast<size_t>(l)] ? static_cast<double>(lh[static_cast<size_t>(l)]) / static_cast<double>(lp[static_cast<size_t>(l)]) : 0);
+  row.hot_rows_per_token = static_cast<double>(hot_rows) / static_cast<double>(tokens);
+  row.cold_rows_per_token = static_cast<double>(cold_rows) / static_cast<double>(tokens);
+  row.seconds_per_token = (rest_us_total + ffn_us) * 1e-6 / static_cast<double>(tokens);
+  return row;
+}
+
 }  // namespace
 
 whatif_result estimate_whatif(const activation_record& rec, const std::vector<std::pair<int64_t, step_timing>>& timing, const whatif_options& o) {
@@ -172,7 +211,8 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
     if (hot_us > 0) hx.push_back(static_cast<double>(c.hot_rows) * nb), hy.push_back(hot_us);
   }
   r.timed = !rec.from_profile && timed_entries * 2 >= static_cast<int64_t>(rec.entries.size()) && !cx.empty();
-  double cold_a = 0, cold_b = 0, hot_a = 0, hot_b = 0;  // microseconds = a + b x bytes
+  side_rates rates;
+  auto& [cold_a, cold_b, hot_a, hot_b] = rates;
   if (r.timed) {
     std::tie(cold_a, cold_b) = fit_line(cx, cy);
     if (!hx.empty()) std::tie(hot_a, hot_b) = fit_line(hx, hy);
@@ -190,8 +230,6 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   }
   r.cold_gbps = cold_b > 0 ? 1e6 / cold_b / 1e9 : 0, r.hot_gbps = hot_b > 0 ? 1e6 / hot_b / 1e9 : 0;
   r.cold_overhead_us = cold_a, r.hot_overhead_us = hot_a;
-  auto cold_time = [&](double bytes) { return bytes > 0 ? cold_a + cold_b * bytes : 0.0; };
-  auto hot_time = [&](double bytes) { return bytes > 0 ? hot_a + hot_b * bytes : 0.0; };
 
   // What the rest of a token costs: recorded (timed), or the rest of the weights at the CPU's rate.
   double rest_us_total = 0;
@@ -214,34 +252,7 @@ whatif_result estimate_whatif(const activation_record& rec, const std::vector<st
   for (const auto& e : rec.entries) chosen += split_entry(e, hp.n_ff, {}).pairs;
   r.active_ratio = static_cast<double>(chosen) / static_cast<double>(r.tokens * hp.n_ff * hp.n_layer);
 
-  for (const auto& c : cands) {
-    whatif_row row;
-    row.label = c.label;
-    const auto masks = hot_bits_of(c.hot, hp.n_layer, hp.n_ff);
-    for (int64_t l = 0; l < hp.n_layer; ++l) {
-      int64_t n = 0;
-      for (uint8_t b : masks[static_cast<size_t>(l)]) n += std::popcount(static_cast<unsigned>(b));
-      row.hot_neurons += n;
-      row.hot_bytes += static_cast<uint64_t>(n) * neuron[static_cast<size_t>(l)];
-    }
-    std::vector<int64_t> lh(static_cast<size_t>(hp.n_layer), 0), lp(static_cast<size_t>(hp.n_layer), 0);
-    int64_t hot_pairs = 0, all_pairs = 0, hot_rows = 0, cold_rows = 0;
-    double ffn_us = 0;
-    for (const auto& e : rec.entries) {
-      const auto s = split_entry(e, hp.n_ff, masks[static_cast<size_t>(e.layer)]);
-      hot_pairs += s.hot_pairs, all_pairs += s.pairs, hot_rows += s.hot_rows, cold_rows += s.rows - s.hot_rows;
-      lh[static_cast<size_t>(e.layer)] += s.hot_pairs, lp[static_cast<size_t>(e.layer)] += s.pairs;
-      const double nb = static_cast<double>(neuron[static_cast<size_t>(e.layer)]);
-      ffn_us += std::max(hot_time(static_cast<double>(s.hot_rows) * nb), cold_time(static_cast<double>(s.rows - s.hot_rows) * nb));
-    }
-    row.hot_hit_ratio = all_pairs ? static_cast<double>(hot_pairs) / static_cast<double>(all_pairs) : 0;
-    for (int64_t l = 0; l < hp.n_layer; ++l)
-      row.layer_hot_hit.push_back(lp[static_cast<size_t>(l)] ? static_cast<double>(lh[static_cast<size_t>(l)]) / static_cast<double>(lp[static_cast<size_t>(l)]) : 0);
-    row.hot_rows_per_token = static_cast<double>(hot_rows) / static_cast<double>(r.tokens);
-    row.cold_rows_per_token = static_cast<double>(cold_rows) / static_cast<double>(r.tokens);
-    row.seconds_per_token = (rest_us_total + ffn_us) * 1e-6 / static_cast<double>(r.tokens);
-    r.rows.push_back(std::move(row));
-  }
+  for (const auto& c : cands) r.rows.push_back(candidate_row(c.label, c.hot, rec, hp, neuron, rates, rest_us_total, r.tokens));
   return r;
 }
 

@@ -1,0 +1,154 @@
+// The hot FFN's kernels (decode.hpp's hot_ffn, activate, add): a hot neuron's gate and up rows by a
+// 32-lane group, the down projection split across blocks and summed in order.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/gpu/rows.cuh"
+
+namespace hotcold::kernels::gpu {
+namespace {
+
+using namespace detail;
+
+// One group of 32 lanes per hot neuron: its gate and up rows against x (interleaved), the activation.
+template <row_type T>
+__global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
+                                  const float* x, bool gated, ffn_act act, float threshold, float* hidden) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
+  if (k >= count) return;
+  const int64_t row = slots[k];
+  float g = 0.0f, u;
+  if (!gated) u = warp_dot_row<T>(up + row * row_bytes, d, x);
+  else warp_dot_pair<T>(gate + row * row_bytes, up + row * row_bytes, d, x, g, u);
+  const float h = neuron_value(gated, act, threshold, g, u);
+  if (threadIdx.x % warp == 0) hidden[k] = h;
+}
+
+// Quantized rows (Q8_0, Q4_0) against x rounded to 8 bits: the block quantizes the token's x into
+// shared memory once, then each of its warps takes hot_q_per_warp neurons, gate and up dots by
+// integer products a block of 32 per lane.
+constexpr int hot_q_per_warp = 4;
+template <row_type T>
+__global__ void hot_hidden_q8_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
+                                     const float* x, bool gated, ffn_act act, float threshold, float* hidden) {
+  extern __shared__ char smem[];
+  const x_q8 xq = quantize_x(x, d, 1, smem);
+  const int lane = threadIdx.x % warp;
+  const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp) * hot_q_per_warp;
+  for (int64_t k = first; k < first + hot_q_per_warp && k < count; ++k) {
+    const int64_t row = slots[k];
+    const uint8_t *g = gate + row * row_bytes, *u = up + row * row_bytes;
+    float sg = 0.0f, su = 0.0f;
+    for (int64_t b = lane; b < d / 32; b += warp) {
+      su += block_dot_q8<T>(u, b, xq.d, xq.q);
+      if (gated) sg += block_dot_q8<T>(g, b, xq.d, xq.q);
+    }
+    const float h = neuron_value(gated, act, threshold, warp_sum(sg), warp_sum(su));
+    if (lane == 0) hidden[k] = h;
+  }
+}
+
+// The down projection, split across blocks: block (x, y) sums the neurons of chunk y for the columns
+// of tile x — neighbouring threads read neighbouring columns of one row (coalesced), neurons that did
+// not fire are skipped — into its row of partial sums; down_sum then adds the chunks in order (the
+// same sums every run, no atomics).
+template <row_type T>
+__global__ void hot_down_kernel(const uint8_t* down_t, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t chunk, int64_t d,
+                                const float* hidden, float* partial) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= d) return;
+  const int64_t k0 = blockIdx.y * chunk, k1 = k0 + chunk < count ? k0 + chunk : count;
+  float s = 0.0f;
+  for (int64_t k = k0; k < k1; ++k) {
+    const float h = hidden[k];
+    if (h != 0.0f) s += h * element<T>(down_t + static_cast<int64_t>(slots[k]) * row_bytes, c);
+  }
+  partial[blockIdx.y * d + c] = s;
+}
+
+__global__ void down_sum_kernel(const float* partial, int64_t chunks, int64_t d, float* out) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= d) return;
+  float s = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) s += partial[k * d + c];
+  out[c] = s;
+}
+
+__global__ void activate_kernel(const float* gate, float* up, int64_t count, bool gated, ffn_act act, float threshold) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= count) return;
+  const float u = up[i];
+  if (act == ffn_act::drelu) {
+    up[i] = fmaxf(gate[i], 0.0f) * fmaxf(u, 0.0f);
+    return;
+  }
+  const float a = activate(act, gated ? gate[i] : u);
+  up[i] = fabsf(a) < threshold ? 0.0f : gated ? a * u : a;
+}
+
+__global__ void add_kernel(const float* a, const float* b, int64_t count, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < count) out[i] = b ? a[i] + b[i] : a[i];
+}
+
+
+}  // namespace
+
+int64_t hot_ffn_scratch(int64_t d) { return hot_ffn_max_chunks * d; }
+
+std::string hot_ffn(row_type t, const void* gate, const void* up, const void* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
+                    bool gated, ffn_act act, float threshold, float* hidden, float* out, float* scratch, void* stream) {
+  if (t == row_type::q6_k) return "hot_ffn: FFN rows of F16, Q8_0 or Q4_0";
+  if (t != row_type::f16 && d % 32 != 0) return "hot_ffn: quantized rows need a multiple of 32 values";
+  constexpr int threads = 256, per_block = threads / warp;
+  const int64_t rb = row_bytes(t, d);
+  const auto* g = static_cast<const uint8_t*>(gate);
+  const auto* u = static_cast<const uint8_t*>(up);
+  const auto* dn = static_cast<const uint8_t*>(down_t);
+  if (count > 0 && reads_x_in_8_bits(t, d)) {  // x rounded to 8 bits, integer products
+    constexpr int neurons = per_block * hot_q_per_warp;
+    const auto blocks = static_cast<unsigned>((count + neurons - 1) / neurons);
+    const auto smem = static_cast<size_t>(x_q8_bytes(1, d));
+    if (t == row_type::q8_0)
+      hot_hidden_q8_kernel<row_type::q8_0><<<blocks, threads, smem, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden);
+    else
+      hot_hidden_q8_kernel<row_type::q4_0><<<blocks, threads, smem, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden);
+    if (auto e = launched(); !e.empty()) return e;
+  } else if (count > 0) {
+    const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
+    switch (t) {
+      case row_type::f16: hot_hidden_kernel<row_type::f16><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden); break;
+      case row_type::q8_0: hot_hidden_kernel<row_type::q8_0><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden); break;
+      default: hot_hidden_kernel<row_type::q4_0><<<blocks, threads, 0, as_stream(stream)>>>(g, u, rb, slots, count, d, x, gated, act, threshold, hidden); break;
+    }
+    if (auto e = launched(); !e.empty()) return e;
+  }
+  // Chunks of at least 32 neurons, at most hot_ffn_max_chunks of them.
+  const int64_t chunks = count == 0 ? 1 : std::min<int64_t>(hot_ffn_max_chunks, (count + 31) / 32);
+  const int64_t chunk = count == 0 ? 0 : (count + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>((d + threads - 1) / threads), static_cast<unsigned>(chunks));
+  switch (t) {
+    case row_type::f16: hot_down_kernel<row_type::f16><<<grid, threads, 0, as_stream(stream)>>>(dn, rb, slots, count, chunk, d, hidden, scratch); break;
+    case row_type::q8_0: hot_down_kernel<row_type::q8_0><<<grid, threads, 0, as_stream(stream)>>>(dn, rb, slots, count, chunk, d, hidden, scratch); break;
+    default: hot_down_kernel<row_type::q4_0><<<grid, threads, 0, as_stream(stream)>>>(dn, rb, slots, count, chunk, d, hidden, scratch); break;
+  }
+  if (auto e = launched(); !e.empty()) return e;
+  down_sum_kernel<<<static_cast<unsigned>((d + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scratch, chunks, d, out);
+  return launched();
+}
+
+std::string add(const float* a, const float* b, int64_t count, float* out, void* stream) {
+  if (count <= 0) return {};
+  constexpr int threads = 256;
+  add_kernel<<<static_cast<unsigned>((count + threads - 1) / threads), threads, 0, as_stream(stream)>>>(a, b, count, out);
+  return launched();
+}
+
+std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, float threshold, void* stream) {
+  if (count <= 0) return {};
+  constexpr int threads = 256;
+  activate_kernel<<<static_cast<unsigned>((count + threads - 1) / threads), threads, 0, as_stream(stream)>>>(gate, up, count, gated, act, threshold);
+  return launched();
+}
+
+}  // namespace hotcold::kernels::gpu
