@@ -1,4 +1,4 @@
-// hotcold gen-model --arch llama|qwen2|qwen3|phi3|falcon|bamboo|qwen2moe|qwen3moe --act relu|silu|drelu --embd N --layers N --ffn N
+// hotcold gen-model --arch NAME (model/arch.cpp's table) --act relu|silu|drelu --embd N --layers N --ffn N
 //   --heads N --kv-heads N --active F --vocab VOCAB.gguf --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m --seed S [--norm-spread S] [--rope-base B] [--llama3-rope CTX]
 //   [--head-dim N] [--tied-output] [--output-bias] [--phi3-rope ORIG_CTX]
 //   [--experts N --experts-used K [--shared-ffn N] [--expert-locality L] [--expert-skew S]] -o OUT.gguf

@@ -576,8 +576,13 @@ void add_sparse_commands(CLI::App& app, int& exit_code) {
 void add_gen_model_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<gen_model_args>();
   auto* cmd = app.add_subcommand("gen-model", "Write a synthetic GGUF model whose ReLU FFNs are sparse with power-law neuron frequencies");
-  cmd->add_option("--arch", a->arch, "llama, qwen2, qwen3, phi3, falcon, bamboo, or the mixtures of experts qwen2moe and qwen3moe (llama with --experts: Mixtral)")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "falcon", "bamboo", "qwen2moe", "qwen3moe"}));
+  std::string archs;
+  std::vector<std::string> arch_names;
+  for (const auto& t : architectures()) {
+    archs += fmt::format("{}{}: {}", archs.empty() ? "" : "; ", t.name, t.about);
+    arch_names.emplace_back(t.name);
+  }
+  cmd->add_option("--arch", a->arch, "The architecture (its row of model/arch.cpp's table): " + archs)->check(CLI::IsMember(arch_names));
   cmd->add_option("--act", a->act, "FFN activation: relu, silu, drelu (gated only) or gelu")->check(CLI::IsMember({"relu", "silu", "drelu", "gelu"}));
   cmd->add_option("--embd", a->o.n_embd, "Embedding size")->capture_default_str();
   cmd->add_option("--layers", a->o.n_layer, "Layers")->capture_default_str();
@@ -617,6 +622,8 @@ void add_gen_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--experts", a->o.n_experts, "A mixture of experts: this many experts per layer, each of --ffn neurons (llama, qwen2moe, qwen3moe; --act silu)")
       ->check(CLI::Range(int64_t{0}, int64_t{1024}));
   cmd->add_option("--experts-used", a->o.n_experts_used, "Experts the router picks per token")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  cmd->add_option("--sliding-window", a->o.sliding_window, "gemma2: attention.sliding_window, the positions its even layers attend to (default: Gemma 2's 4096)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--shared-ffn", a->o.n_ff_shared, "qwen2moe's shared expert's neurons (default: --ffn)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--expert-locality", a->o.expert_locality,
                   "Share of the router reading the slowly moving context subspace rather than the token's own (consecutive tokens reuse experts)")

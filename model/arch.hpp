@@ -1,6 +1,8 @@
 #pragma once
-// Architectures: their GGUF keys, hyper-parameters and tensor-name tables (one table per
-// architecture, as llama.cpp's llama-arch keeps them), and which FFN activation a file means.
+// Architectures: one row of facts each (arch_traits: name, RoPE, activation, norms, what its attention
+// and FFN carry, its tensor-name table, as llama.cpp's llama-arch keeps them), the hyper-parameters a
+// file gives, and which FFN activation a file means.
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -17,11 +19,11 @@ namespace hotcold {
 // and phi3 are llama's layer with their own attention details (biases, per-head norms of q and k,
 // fused products, NeoX RoPE); qwen2moe and qwen3moe are qwen2's and qwen3's layers with a mixture of
 // experts for the FFN (docs/moe.md).
-enum class architecture { llama, falcon, bamboo, qwen2, qwen3, phi3, qwen2moe, qwen3moe };
-// qwen2's attention (q, k, v biases required; NeoX RoPE) and qwen3's (per-head q and k norms required).
-inline bool qwen2_attention(architecture a) { return a == architecture::qwen2 || a == architecture::qwen2moe; }
-inline bool qwen3_attention(architecture a) { return a == architecture::qwen3 || a == architecture::qwen3moe; }
+// gemma2: llama's layer with Gemma 2's additions (scaled embeddings, norms after attention and after
+// the FFN, soft-capped attention scores and logits, a sliding window on alternate layers, GELU gates).
+enum class architecture { llama, falcon, bamboo, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2 };
 enum class activation { silu, relu, drelu, gelu };
+enum class norm_kind { rms, layer };  // RMSNorm (weight) or LayerNorm (weight and bias)
 enum class rope_style { adjacent_pairs, neox };  // llama.cpp's NORM (x[2i], x[2i+1]) and NEOX (x[i], x[i + n_rot/2])
 inline constexpr int64_t max_rope_dims = 1024;  // the forward pass keeps one position's rotation angles on the stack
 // What a layer's activation predictor reads: the FFN's residual-stream input before ffn_norm
@@ -33,6 +35,8 @@ std::string_view predictor_input_name(predictor_input p);
 
 std::string_view architecture_name(architecture a);
 std::optional<architecture> architecture_from_name(std::string_view name);
+// Every architecture's name, in the table's order ("llama, qwen2, ..."), for messages and help.
+std::string architecture_names();
 std::string_view activation_name(activation a);
 std::optional<activation> activation_from_name(std::string_view name);
 
@@ -95,6 +99,15 @@ struct hparams {
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   bool expert_weights_norm = false;
   bool moe() const { return n_expert > 0; }
+  // Gemma 2 (as llama.cpp reads it): the embeddings scaled by sqrt(n_embd); attention scores
+  // soft-capped (cap tanh(s / cap); 0: not) and the logits too; layers il with il % swa_period <
+  // swa_period - 1 attend to the last n_swa positions only (0: every layer to all); queries scaled by
+  // q_scale (0: 1 / sqrt(head_dim)).
+  bool embd_scaled = false;
+  float attn_softcap = 0, final_softcap = 0, q_scale = 0;
+  int64_t n_swa = 0, swa_period = 0;
+  bool sliding(int64_t layer) const { return n_swa > 0 && swa_period > 0 && layer % swa_period < swa_period - 1; }
+  float attention_scale() const { return q_scale > 0 ? q_scale : 1.0f / std::sqrt(static_cast<float>(n_head_dim)); }
 
   // The layer's activation threshold (0: every neuron keeps its value).
   float act_threshold_of(int64_t layer) const { return act_threshold.empty() ? 0.0f : act_threshold[static_cast<size_t>(layer)]; }
@@ -127,6 +140,7 @@ enum class tensor_role {
   attn_q_b, attn_k_b, attn_v_b, attn_qkv_b,  // biases of the products (qwen2; optional in the llama family)
   attn_q_norm, attn_k_norm,                  // per-head RMSNorm weights of q and k before RoPE (qwen3)
   output_b,                                  // the output head's bias (optional: qwen2, phi3)
+  attn_post_norm, ffn_post_norm,             // RMSNorms of attention's and the FFN's outputs (gemma2)
   ffn_norm, ffn_gate, ffn_up, ffn_down,
   ffn_up_gate,         // phi3: gate and up in one tensor of 2 n_ff rows, gate first (llama.cpp's SWIGLU halves)
   ffn_down_t,          // sparse files: the down projection transposed, one row of n_embd per neuron
@@ -146,8 +160,36 @@ struct tensor_spec {
   bool required;
 };
 
-// The tensors an architecture reads, in one table.
+// The tensors an architecture reads, in one table (its arch_traits' tensors).
 const std::vector<tensor_spec>& tensor_table(architecture a);
+
+enum class experts_rule { none, optional, required };  // a mixture of experts: never, with expert_count, always
+
+// What an architecture is, as current llama.cpp reads its files: one row each (arch_of), read by
+// read_hparams, the layer's recipe (model/recipe.hpp), the load's checks, gen-model and --arch's help.
+// docs/how-to-add-an-architecture.md says how to add a row.
+struct arch_traits {
+  architecture arch;
+  std::string_view name;        // general.architecture, and its keys' prefix
+  std::string_view about;       // what files it is (gen-model --arch's help)
+  rope_style rope;              // llama.cpp's rope type: NORM is adjacent_pairs, NEOX neox
+  activation act;               // what a llama.cpp file of it means (hotcold.activation says otherwise; PowerInfer's files: relu)
+  bool gated_ffn;               // down(act(gate) up), or down(act(up))
+  norm_kind norm;
+  std::string_view eps_key;     // the norms' epsilon (after the prefix), and its default
+  double eps_default;
+  bool parallel;                // attention and the FFN both read the layer's input (falcon); its predictors read the layer's input
+  int64_t ff_per_embd;          // feed_forward_length absent: n_ff = this x n_embd (0: the experts' width)
+  bool qkv_biases, qk_norms;    // q, k and v carry biases (qwen2); q and k are normalized per head before RoPE (qwen3): required
+  experts_rule experts;
+  bool shared_expert;           // a shared expert beside the routed ones (qwen2moe)
+  bool expert_weights_norm;     // the chosen experts' weights renormalized to sum 1
+  bool experts_as_wide_as_ff;   // expert_feed_forward_length absent: feed_forward_length (Mixtral), else that / expert_used_count
+  bool gemma2;                  // Gemma 2's additions (hparams: embd_scaled, soft caps, sliding window, q_scale; post norms)
+  const std::vector<tensor_spec>& tensors;
+};
+const arch_traits& arch_of(architecture a);
+const std::vector<arch_traits>& architectures();  // every row, in --arch's order
 std::string tensor_name(const tensor_spec& spec, int layer);
 // The shape a tensor must have: {ne0, ne1} (ne1 == 1 for vectors), {ne0, ne1, ne2} for the experts'
 // 3-D tensors (ne2 = n_expert); empty for the predictor, whose rank r is free (fc1 is {n_embd, r}, fc2

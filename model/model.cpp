@@ -202,6 +202,8 @@ void place_tensor(model_weights& w, int il, tensor_role role, const tensor_view&
     case r::ffn_up_gate: l.ffn_gate = rows_of(v, 0, hp.n_ff, ".gate"), l.ffn_up = rows_of(v, hp.n_ff, hp.n_ff, ".up"); break;
     case r::attn_output: l.wo = v; break;
     case r::ffn_norm: l.ffn_norm = v; break;
+    case r::attn_post_norm: l.attn_post_norm = v; break;
+    case r::ffn_post_norm: l.ffn_post_norm = v; break;
     case r::ffn_gate: l.ffn_gate = v; break;
     case r::ffn_up: l.ffn_up = v; break;
     case r::ffn_down: l.ffn_down = v; break;
@@ -327,9 +329,10 @@ void finish_experts(const std::string& path, const hparams& hp, int il, layer_we
     throw model_error(fmt::format("{}: blk.{} has both experts and a dense FFN (ffn_gate, ffn_up, ffn_down), which hotcold does not run together", path, il));
   if (l.pred_fc1 || l.pred_fc2) throw model_error(fmt::format("{}: blk.{} has a neuron predictor (fc1, fc2) beside its experts", path, il));
   const bool shared = l.ffn_gate_inp_shexp || l.ffn_gate_shexp || l.ffn_up_shexp || l.ffn_down_shexp;
-  if (hp.arch != architecture::qwen2moe && shared)
+  const bool shared_arch = arch_of(hp.arch).shared_expert;
+  if (!shared_arch && shared)
     throw model_error(fmt::format("{}: blk.{} has a shared expert (ffn_*_shexp), which {} files do not", path, il, architecture_name(hp.arch)));
-  if (hp.arch == architecture::qwen2moe) {
+  if (shared_arch) {
     const std::pair<const tensor_view*, const char*> shexp[] = {{&l.ffn_gate_inp_shexp, "ffn_gate_inp_shexp"},
                                                                 {&l.ffn_gate_shexp, "ffn_gate_shexp"},
                                                                 {&l.ffn_up_shexp, "ffn_up_shexp"},
@@ -341,15 +344,16 @@ void finish_experts(const std::string& path, const hparams& hp, int il, layer_we
 
 // A layer's tensors that go together, checked (and a llama-family layer's q, k, v bound).
 void finish_layer(const std::string& path, const hparams& hp, int il, layer_weights& l, const tensor_view& qkv_bias) {
-  if (hp.arch != architecture::falcon) {
+  const arch_traits& a = arch_of(hp.arch);
+  if (!a.parallel) {
     split_fused_qkv(path, hp, il, l, qkv_bias);
     if (static_cast<bool>(l.bq) != static_cast<bool>(l.bk) || static_cast<bool>(l.bq) != static_cast<bool>(l.bv))
       throw model_error(fmt::format("{}: blk.{} has biases on some of q, k, v but not all", path, il));
-    if (qwen2_attention(hp.arch) && !l.bq)
+    if (a.qkv_biases && !l.bq)
       throw model_error(fmt::format("{}: tensor blk.{}.attn_q.bias is missing ({}'s q, k and v have biases)", path, il, architecture_name(hp.arch)));
     if (static_cast<bool>(l.q_norm) != static_cast<bool>(l.k_norm))
       throw model_error(fmt::format("{}: blk.{} needs both attn_q_norm and attn_k_norm, or neither", path, il));
-    if (qwen3_attention(hp.arch) && !l.q_norm)
+    if (a.qk_norms && !l.q_norm)
       throw model_error(fmt::format("{}: tensor blk.{}.attn_q_norm.weight is missing ({} normalizes q and k per head)", path, il, architecture_name(hp.arch)));
   }
   if (static_cast<bool>(l.attn_norm_2) != static_cast<bool>(l.attn_norm_2_b))

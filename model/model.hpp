@@ -56,7 +56,9 @@ struct layer_weights {
   tensor_view q_norm, k_norm;              // qwen3: each head's RMSNorm weights (head_dim) for q and k, before RoPE
   tensor_view wqkv;                        // falcon: (n_embd) -> (n_embd + 2 n_embd_kv)
   tensor_view wo;                          // (n_embd_q) -> (n_embd)
+  tensor_view attn_post_norm;              // gemma2: RMSNorm of attention's output before it joins the residual stream (n_embd)
   tensor_view ffn_norm;                    // (n_embd)
+  tensor_view ffn_post_norm;               // gemma2: RMSNorm of the FFN's output before it joins the residual stream (n_embd)
   tensor_view ffn_gate, ffn_up;            // (n_embd) -> (n_ff); phi3's fused ffn_up is bound as its two halves (gate first)
   tensor_view ffn_down;                    // (n_ff) -> (n_embd); absent in sparse files, which have:
   tensor_view ffn_down_t;                  // n_ff rows of n_embd: neuron i's contribution is h_i * row i
@@ -79,7 +81,7 @@ struct layer_weights {
 
 // A layer's attention tensors, listed once: the products' weights (q, k, v or a fused qkv, and o), and
 // what goes with them wherever attention runs (its norms, qwen2's q/k/v biases, qwen3's per-head norms
-// of q and k). What holds or counts a layer's attention reads these lists: a device's copy
+// of q and k, gemma2's norm of its output). What holds or counts a layer's attention reads these lists: a device's copy
 // (engine/device_layers), the plan (loader/placement), the byte costs (engine/read_costs). Absent
 // tensors are listed too (0 bytes). Layer: layer_weights, const or not.
 template <class Layer>
@@ -88,7 +90,7 @@ auto attention_weights(Layer& l) {
 }
 template <class Layer>
 auto attention_extras(Layer& l) {
-  return std::array{&l.attn_norm, &l.attn_norm_b, &l.attn_norm_2, &l.attn_norm_2_b, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm};
+  return std::array{&l.attn_norm, &l.attn_norm_b, &l.attn_norm_2, &l.attn_norm_2_b, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm};
 }
 
 // Expert e's slice of an experts' tensor whose experts hold `rows` rows each.

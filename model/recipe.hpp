@@ -7,8 +7,6 @@
 
 namespace hotcold {
 
-enum class norm_kind { rms, layer };  // RMSNorm (weight) or LayerNorm (weight and bias)
-
 // A norm's tensors: weight, and bias for LayerNorm (empty for RMSNorm).
 struct norm_weights {
   const tensor_view* weight = nullptr;
@@ -20,6 +18,9 @@ struct layer_recipe {
   norm_kind norm = norm_kind::rms;
   norm_weights attn_norm;  // feeds attention
   norm_weights ffn_norm;   // feeds the FFN (parallel layers: the layer's input; else the residual after attention)
+  // Norms of attention's and the FFN's outputs before each joins the residual stream (gemma2; weight
+  // null: none).
+  norm_weights attn_out_norm, ffn_out_norm;
   // Attention and the FFN both read the layer's input and their outputs are added to it together
   // (Falcon); otherwise attention's output is added first and the FFN reads that sum (llama, bamboo).
   bool parallel = false;
@@ -38,12 +39,16 @@ struct layer_recipe {
   bool ffn_shares_attn_input() const { return parallel && ffn_norm == attn_norm; }
 };
 
-// Current llama.cpp's reading of each architecture (and PowerInfer's, for its sparse files).
+// Current llama.cpp's reading of each architecture (and PowerInfer's, for its sparse files), from its
+// row of facts (model/arch.hpp) and what the layer's weights hold.
 inline layer_recipe recipe_of(const hparams& hp, const layer_weights& l) {
+  const arch_traits& a = arch_of(hp.arch);
   layer_recipe r;
   r.ffn_input_q8_k = computes_as_k_quant(l.ffn_up.type) && hp.n_embd % 256 == 0;
-  if (hp.arch == architecture::falcon) {
-    r.norm = norm_kind::layer;
+  r.norm = a.norm;
+  if (l.attn_post_norm) r.attn_out_norm = {&l.attn_post_norm, nullptr};
+  if (l.ffn_post_norm) r.ffn_out_norm = {&l.ffn_post_norm, nullptr};
+  if (a.parallel) {
     r.parallel = true;
     r.fused_qkv = true;
     r.predictor_reads_layer_input = hp.pred_input != predictor_input::ffn_input;
@@ -60,9 +65,9 @@ inline layer_recipe recipe_of(const hparams& hp, const layer_weights& l) {
 }
 
 // The final norm before the output head.
+inline norm_kind output_norm_kind(const hparams& hp) { return arch_of(hp.arch).norm; }
 inline norm_weights output_norm_of(const hparams& hp, const model_weights& w) {
-  return hp.arch == architecture::falcon ? norm_weights{&w.output_norm, &w.output_norm_b} : norm_weights{&w.output_norm, nullptr};
+  return output_norm_kind(hp) == norm_kind::layer ? norm_weights{&w.output_norm, &w.output_norm_b} : norm_weights{&w.output_norm, nullptr};
 }
-inline norm_kind output_norm_kind(const hparams& hp) { return hp.arch == architecture::falcon ? norm_kind::layer : norm_kind::rms; }
 
 }  // namespace hotcold

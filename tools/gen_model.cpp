@@ -1,4 +1,5 @@
 #include "tools/gen_model.hpp"
+#include "tools/gen_model_presets.hpp"
 
 #include "model/chat_template.hpp"
 
@@ -19,6 +20,10 @@
 
 namespace hotcold::tools {
 namespace {
+
+using detail::check_options;
+using detail::file_type_of;
+using detail::preset_types;
 
 constexpr double firing_cap = 0.97;   // the hottest neurons fire for at most this share of tokens
 constexpr float bias_level = 4.0f;    // the residual stream's constant channels hold +A and -A
@@ -137,82 +142,6 @@ std::vector<double> power_law_probabilities(int64_t n, double mean, double top20
 
 namespace {
 
-void check_options(const gen_model_options& o) {
-  auto bad = [](const std::string& what) { return std::invalid_argument(what); };
-  if (o.n_embd < 8) throw bad("--embd must be at least 8");
-  if (o.n_layer < 1) throw bad("--layers must be at least 1");
-  if (o.n_ff < 1) throw bad("--ffn must be at least 1");
-  if (o.n_head < 1 || (o.head_dim == 0 && o.n_embd % o.n_head)) throw bad(fmt::format("--heads {} must divide --embd {}", o.n_head, o.n_embd));
-  if (o.head_dim < 0 || (o.head_dim > 0 && o.arch == architecture::falcon)) throw bad("--head-dim must be positive (and falcon's heads span the embedding)");
-  const int64_t head = o.head_dim > 0 ? o.head_dim : o.n_embd / o.n_head;
-  if (head % 2) throw bad(fmt::format("the head size {} must be even (RoPE rotates pairs)", head));
-  if (o.phi3_rope_orig_ctx < 0 || o.phi3_rope_orig_ctx >= o.n_ctx) throw bad(fmt::format("--phi3-rope {} must be below --ctx {}", o.phi3_rope_orig_ctx, o.n_ctx));
-  if ((o.phi3_rope_orig_ctx > 0 && o.llama3_rope_ctx > 0)) throw bad("--phi3-rope and --llama3-rope are two ways of scaling RoPE: one at a time");
-  if (o.n_head_kv < 1 || o.n_head % o.n_head_kv) throw bad(fmt::format("--kv-heads {} must divide --heads {}", o.n_head_kv, o.n_head));
-  if (!(o.active > 0 && o.active < 1)) throw bad(fmt::format("--active {} must be between 0 and 1", o.active));
-  if (o.n_ctx < 1) throw bad("--ctx must be at least 1");
-  if (o.act == activation::drelu && o.arch == architecture::falcon) throw bad("--act drelu needs a gated FFN (llama or bamboo), falcon has none");
-  if (!(o.norm_spread >= 0 && o.norm_spread < 1)) throw bad(fmt::format("--norm-spread {} must be in [0, 1)", o.norm_spread));
-  if (o.out_path.empty()) throw bad("-o OUT.gguf is required");
-  const bool moe_arch = o.arch == architecture::qwen2moe || o.arch == architecture::qwen3moe;
-  if (o.n_experts < 0) throw bad("--experts must not be negative");
-  if (moe_arch && o.n_experts < 1) throw bad(fmt::format("--arch {} is a mixture of experts: give --experts N", architecture_name(o.arch)));
-  if (o.n_experts > 0) {
-    if (o.arch != architecture::llama && !moe_arch) throw bad(fmt::format("--experts: experts in llama, qwen2moe or qwen3moe files, not {}", architecture_name(o.arch)));
-    if (o.n_experts_used < 1 || o.n_experts_used > o.n_experts)
-      throw bad(fmt::format("--experts-used {} must be between 1 and --experts {}", o.n_experts_used, o.n_experts));
-    if (o.act != activation::silu) throw bad("a mixture of experts computes SiLU: --act silu");
-    if (!(o.expert_locality >= 0 && o.expert_locality <= 1)) throw bad(fmt::format("--expert-locality {} must be in [0, 1]", o.expert_locality));
-    if (!(o.expert_skew >= 0 && o.expert_skew <= 4)) throw bad(fmt::format("--expert-skew {} must be in [0, 4]", o.expert_skew));
-    if (o.n_ff_shared < 0) throw bad("--shared-ffn must not be negative");
-  }
-  const auto& tt = traits(o.type);
-  const bool k_quant = o.type == tensor_type::q4_k || o.type == tensor_type::q5_k || o.type == tensor_type::q6_k;
-  if (!(o.type == tensor_type::f32 || o.type == tensor_type::f16 || o.type == tensor_type::q8_0 || o.type == tensor_type::q4_0 || o.type == tensor_type::bf16 ||
-        k_quant))
-    throw bad(fmt::format("--type {} is not one gen-model writes (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)", tt.name));
-  if (o.k_mix && !(o.type == tensor_type::q4_k || o.type == tensor_type::q5_k)) throw bad(fmt::format("the _M mix is over Q4_K or Q5_K, not {}", tt.name));
-  if (o.n_embd % tt.block_size || o.n_ff % tt.block_size || (head * o.n_head) % tt.block_size || o.n_ff_shared % tt.block_size)
-    throw bad(fmt::format("--type {} stores rows in blocks of {}: --embd {}, --ffn {} and the queries' width {} must be multiples of it", tt.name,
-                          tt.block_size, o.n_embd, o.n_ff, head * o.n_head));
-}
-
-// llama_ftype: the preset the file was made with (a pure K type as that type's _S preset).
-uint32_t file_type_of(const gen_model_options& o) {
-  switch (o.type) {
-    case tensor_type::f32: return 0;
-    case tensor_type::f16: return 1;
-    case tensor_type::q4_0: return 2;
-    case tensor_type::q8_0: return 7;
-    case tensor_type::q4_k: return o.k_mix ? 15 : 14;
-    case tensor_type::q5_k: return o.k_mix ? 17 : 16;
-    case tensor_type::q6_k: return 18;
-    default: return 32;  // BF16
-  }
-}
-
-// Types as llama.cpp's quantize presets give them (llama_tensor_get_type): the head of a quantized
-// file Q6_K (Q8_0 for falcon or rows not a multiple of 256), the token embeddings as the head when
-// they are tied to it; with the _M mix, attn_v and ffn_down up to Q6_K on use_more_bits' layers
-// (falcon's Q4_K_M ffn_down: Q6_K on the first 1/16, Q5_K on those layers), a fused attn_qkv up one.
-struct preset_types {
-  const gen_model_options& o;
-  bool falcon() const { return o.arch == architecture::falcon; }
-  tensor_type output() const {
-    const bool quantized_preset = o.type == tensor_type::q4_0 || o.k_mix;
-    return !quantized_preset ? o.type : (falcon() || o.n_embd % 256 != 0) ? tensor_type::q8_0 : tensor_type::q6_k;
-  }
-  tensor_type token_embd() const { return o.tied_output ? output() : o.type; }
-  bool more_bits(int64_t il) const { return il < o.n_layer / 8 || il >= 7 * o.n_layer / 8 || (il - o.n_layer / 8) % 3 == 2; }
-  tensor_type attn_v(int64_t il) const { return o.k_mix && more_bits(il) ? tensor_type::q6_k : o.type; }
-  tensor_type qkv() const { return !o.k_mix ? o.type : o.type == tensor_type::q4_k ? tensor_type::q5_k : tensor_type::q6_k; }
-  tensor_type ffn_down(int64_t il) const {
-    if (!o.k_mix) return o.type;
-    if (falcon() && o.type == tensor_type::q4_k) return il < o.n_layer / 16 ? tensor_type::q6_k : more_bits(il) ? tensor_type::q5_k : tensor_type::q4_k;
-    return more_bits(il) ? tensor_type::q6_k : o.type;
-  }
-};
-
 // A synthetic model put together tensor by tensor, every draw from one random stream in a fixed order
 // (the same options and seed write the same file).
 class model_builder {
@@ -248,7 +177,13 @@ class model_builder {
   }
 
  private:
-  bool falcon() const { return o_.arch == architecture::falcon; }
+  // Falcon's layout (parallel attention and FFN: a fused attn_qkv, LayerNorms with biases, no gate);
+  // Phi-3's fused ffn_up of gate and up (with a fused attn_qkv); tensors the architecture's table names.
+  bool falcon() const { return traits_.parallel; }
+  bool has_role(tensor_role r) const {
+    return std::any_of(traits_.tensors.begin(), traits_.tensors.end(), [r](const tensor_spec& t) { return t.role == r; });
+  }
+  bool fused_up() const { return has_role(tensor_role::ffn_up_gate); }
   bool moe() const { return o_.n_experts > 0; }
   int64_t shared_ff() const { return o_.n_ff_shared > 0 ? o_.n_ff_shared : o_.n_ff; }
   bool sparse() const { return o_.act == activation::relu || o_.act == activation::drelu; }
@@ -273,7 +208,7 @@ class model_builder {
     w_.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(o_.n_head));
     w_.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(o_.n_head_kv));
     w_.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(hd_));
-    if (dq_ != d_) {
+    if (dq_ != d_ && !traits_.gemma2) {
       w_.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(hd_));
       w_.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(hd_));
     }
@@ -283,14 +218,20 @@ class model_builder {
       w_.set_f32(arch + ".rope.scaling.attn_factor", static_cast<float>(std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(o_.phi3_rope_orig_ctx)))));
     }
     w_.set_f32(arch + ".rope.freq_base", o_.rope_freq_base);
-    if (falcon()) w_.set_f32(arch + ".attention.layer_norm_epsilon", 1e-5f);
-    else w_.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+    w_.set_f32(fmt::format("{}.{}", arch, traits_.eps_key), 1e-5f);
+    if (traits_.gemma2) {  // as llama.cpp's converter writes a Gemma 2 file (key and value widths always)
+      w_.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(hd_));
+      w_.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(hd_));
+      w_.set_u32(arch + ".attention.sliding_window", static_cast<uint32_t>(o_.sliding_window > 0 ? o_.sliding_window : 4096));
+      w_.set_f32(arch + ".attn_logit_softcapping", 50.0f);
+      w_.set_f32(arch + ".final_logit_softcapping", 30.0f);
+    }
     w_.set_u32(arch + ".vocab_size", static_cast<uint32_t>(n_vocab_));
     if (moe()) {
       w_.set_u32(arch + ".expert_count", static_cast<uint32_t>(o_.n_experts));
       w_.set_u32(arch + ".expert_used_count", static_cast<uint32_t>(o_.n_experts_used));
-      if (o_.arch != architecture::llama) w_.set_u32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(o_.n_ff));
-      if (o_.arch == architecture::qwen2moe) w_.set_u32(arch + ".expert_shared_feed_forward_length", static_cast<uint32_t>(shared_ff()));
+      if (!traits_.experts_as_wide_as_ff) w_.set_u32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(o_.n_ff));
+      if (traits_.shared_expert) w_.set_u32(arch + ".expert_shared_feed_forward_length", static_cast<uint32_t>(shared_ff()));
     }
     w_.set_string(activation_key, activation_name(o_.act));
     w_.set_f32("hotcold.synthetic.active_fraction", static_cast<float>(sparse() ? o_.active : 1.0));
@@ -387,6 +328,14 @@ class model_builder {
       for (auto& x : m.v) x = static_cast<float>(1.0 + o_.norm_spread * (2.0 * g_.uniform() - 1.0));
     return m;
   }
+  // A norm of a branch's output (gemma2's post-norms): it sets the branch's size in the residual
+  // stream, so its weights are the context subspace's scale (0.5 on its channels, small elsewhere:
+  // the constant channels and the token subspace stay as embedded), varied by norm_spread.
+  matrix post_norm_weight() {
+    matrix m = norm_weight();
+    for (int64_t i = 0; i < d_; ++i) m.v[static_cast<size_t>(i)] *= i >= lay_.t_begin && i < lay_.t_end ? 0.5f : 0.02f;
+    return m;
+  }
   matrix norm_bias() {
     matrix m(1, d_);
     if (o_.norm_spread != 0)
@@ -423,7 +372,7 @@ class model_builder {
         add(blk + "attn_norm_2.bias", tensor_type::f32, norm_bias());
       }
       add(blk + "attn_qkv.weight", types_.qkv(), random_matrix(d_ + 2 * kv_, d_, in));
-    } else if (o_.arch == architecture::phi3) {  // q, k and v in one tensor, q's rows first
+    } else if (fused_up()) {  // (phi3) q, k and v in one tensor, q's rows first
       add(blk + "attn_norm.weight", tensor_type::f32, norm_weight());
       add(blk + "attn_qkv.weight", types_.qkv(), random_matrix(dq_ + 2 * kv_, d_, in));
     } else {
@@ -432,12 +381,12 @@ class model_builder {
       add(blk + "attn_k.weight", o_.type, random_matrix(kv_, d_, in));
       add(blk + "attn_v.weight", types_.attn_v(il), random_matrix(kv_, d_, in));
     }
-    if (qwen2_attention(o_.arch)) {  // biases as large as the products' values: a path that drops one computes another model
+    if (traits_.qkv_biases) {  // biases as large as the products' values: a path that drops one computes another model
       add(blk + "attn_q.bias", tensor_type::f32, random_matrix(1, dq_, 0.5f));
       add(blk + "attn_k.bias", tensor_type::f32, random_matrix(1, kv_, 0.5f));
       add(blk + "attn_v.bias", tensor_type::f32, random_matrix(1, kv_, 0.5f));
     }
-    if (qwen3_attention(o_.arch)) {  // each head's norm weights for q and k, apart from each other
+    if (traits_.qk_norms) {  // each head's norm weights for q and k, apart from each other
       for (const char* name : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
         matrix m(1, hd_);
         for (auto& x : m.v) x = static_cast<float>(1.0 + std::max(o_.norm_spread, 0.5) * (2.0 * g_.uniform() - 1.0));
@@ -446,6 +395,7 @@ class model_builder {
     }
     // Attention writes only into the context subspace.
     add(blk + "attn_output.weight", o_.type, context_writer(dq_, 0.5f * std::sqrt(static_cast<float>(d_) / static_cast<float>(dq_)) * in));
+    if (has_role(tensor_role::attn_post_norm)) add(blk + "post_attention_norm.weight", tensor_type::f32, post_norm_weight());
   }
 
   void ffn(const std::string& blk, int64_t il, const std::vector<double>& p) {
@@ -464,7 +414,7 @@ class model_builder {
         neuron_row(up.row(j), -1.0);
       }
     }
-    if (o_.arch == architecture::phi3) {  // gate and up in one tensor: the gate's n_ff rows, then up's
+    if (fused_up()) {  // gate and up in one tensor: the gate's n_ff rows, then up's
       add(blk + "ffn_norm.weight", tensor_type::f32, norm_weight());
       matrix fused(2 * n_ff, d_);
       std::copy(gate.v.begin(), gate.v.end(), fused.v.begin());
@@ -480,6 +430,7 @@ class model_builder {
     // The FFN writes only into the context subspace too.
     float down_scale = 0.5f / std::sqrt(static_cast<float>(n_ff) * static_cast<float>(sparse() ? o_.active : 0.5));
     add(blk + "ffn_down.weight", types_.ffn_down(il), context_writer(n_ff, down_scale));
+    if (has_role(tensor_role::ffn_post_norm)) add(blk + "post_ffw_norm.weight", tensor_type::f32, post_norm_weight());
   }
 
   void layer(int64_t il) {
@@ -550,7 +501,7 @@ class model_builder {
     add_experts(blk + "ffn_gate_exps.weight", o_.type, gates);
     add_experts(blk + "ffn_up_exps.weight", o_.type, ups);
     add_experts(blk + "ffn_down_exps.weight", types_.ffn_down(il), downs);
-    if (o_.arch == architecture::qwen2moe) {
+    if (traits_.shared_expert) {
       add(blk + "ffn_gate_inp_shexp.weight", tensor_type::f32, random_matrix(1, d_, 2.0f * in_scale()));
       matrix g(0, 0), u(0, 0), dn(0, 0);
       dense_expert(shared_ff(), g, u, dn);
@@ -593,15 +544,16 @@ class model_builder {
   // The output norm, RoPE's factor tensors, and the head (reading every channel).
   void tail() {
     add("output_norm.weight", tensor_type::f32, norm_weight());
-    if (falcon()) add("output_norm.bias", tensor_type::f32, norm_bias());
+    if (traits_.norm == norm_kind::layer) add("output_norm.bias", tensor_type::f32, norm_bias());
     if (o_.llama3_rope_ctx > 0) llama3_rope_factors();
     if (o_.phi3_rope_orig_ctx > 0) phi3_rope_factors();
     matrix out = random_matrix(n_vocab_, d_, 3.0f * in_scale());
-    if (!o_.tied_output) add("output.weight", types_.output(), out);
+    if (!o_.tied_output && !traits_.gemma2) add("output.weight", types_.output(), out);  // (gemma2's head is its embeddings)
     if (o_.output_bias) add("output.bias", tensor_type::f32, random_matrix(1, n_vocab_, 1.0f));
   }
 
   const gen_model_options& o_;
+  const arch_traits& traits_ = arch_of(o_.arch);
   const gguf::file& vf_;
   const preset_types types_;
   const int64_t n_vocab_, d_, hd_, kv_, dq_;

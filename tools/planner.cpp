@@ -218,6 +218,34 @@ devices::device_traffic head_trips(const hparams& hp) {
   return devices::gpu_traffic(j);
 }
 
+// Whole layers at the same budget, every neuron computed (llama.cpp's -ngl): front to back, each
+// layer's attention, FFN norm, whole FFN and KV cache, then the head if it still fits. kv: the cache's
+// bytes a token reads a layer.
+void predict_layer_offload(const read_costs& c, const hparams& hp, const planner_options& o, double kv, bool sparse, plan_prediction& r) {
+  const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
+  const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  const double x_bytes = 4.0 * static_cast<double>(hp.n_embd), out = static_cast<double>(c.output);
+  uint64_t left = o.budget > r.plan.fixed.compute ? o.budget - r.plan.fixed.compute : 0;
+  const uint64_t kv_alloc = r.plan.kv_layer_bytes;
+  double offload_t = static_cast<double>(c.embedding_row) / cpu;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const size_t li = static_cast<size_t>(l);
+    const uint64_t whole = c.attention[li] + c.ffn_norm[li] + c.ffn_dense[li] + kv_alloc;
+    const double read = static_cast<double>(c.attention[li] + c.ffn_norm[li] + c.ffn_dense[li]) + kv;
+    if (l == r.offload_layers && whole <= left) {
+      left -= whole;
+      ++r.offload_layers;
+      offload_t += read / gpu;
+    } else {  // (a dense file's FFN at its measured FFN rate; a sparse file's computed densely, as products)
+      offload_t += (read - static_cast<double>(c.ffn_dense[li])) / cpu + static_cast<double>(c.ffn_dense[li]) / (sparse ? cpu : rows_rate);
+    }
+  }
+  r.offload_head = r.offload_layers == hp.n_layer && c.output <= left;
+  offload_t += r.offload_head ? out / gpu : out / cpu;
+  if (r.offload_layers > 0) offload_t += 2 * (o.crossing_us * 1e-6 + x_bytes / link);  // the stream goes down and back up
+  r.layer_offload_tokens_per_s = 1.0 / offload_t;
+}
+
 plan_prediction predict_plan(const model& m, const planner_options& o) {
   const hparams& hp = m.hp();
   check_planner_options(o, hp);
@@ -324,27 +352,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   r.hybrid_tokens_per_s = 1.0 / t;
   r.limited_by = cpu_s >= gpu_s && cpu_s >= link_s ? "cpu" : gpu_s >= link_s ? "gpu" : "pcie";
 
-  // Whole layers at the same budget, every neuron computed (llama.cpp's -ngl): front to back, each
-  // layer's attention, FFN norm, whole FFN and KV cache, then the head if it still fits.
-  uint64_t left = o.budget > r.plan.fixed.compute ? o.budget - r.plan.fixed.compute : 0;
-  const uint64_t kv_alloc = r.plan.kv_layer_bytes;
-  double offload_t = static_cast<double>(c.embedding_row) / cpu;
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    const size_t li = static_cast<size_t>(l);
-    const uint64_t whole = c.attention[li] + c.ffn_norm[li] + c.ffn_dense[li] + kv_alloc;
-    const double read = static_cast<double>(c.attention[li] + c.ffn_norm[li] + c.ffn_dense[li]) + kv;
-    if (l == r.offload_layers && whole <= left) {
-      left -= whole;
-      ++r.offload_layers;
-      offload_t += read / gpu;
-    } else {  // (a dense file's FFN at its measured FFN rate; a sparse file's computed densely, as products)
-      offload_t += (read - static_cast<double>(c.ffn_dense[li])) / cpu + static_cast<double>(c.ffn_dense[li]) / (sparse ? cpu : rows_rate);
-    }
-  }
-  r.offload_head = r.offload_layers == hp.n_layer && c.output <= left;
-  offload_t += r.offload_head ? out / gpu : out / cpu;
-  if (r.offload_layers > 0) offload_t += 2 * (crossing + x_bytes / link);  // the stream goes down and back up
-  r.layer_offload_tokens_per_s = 1.0 / offload_t;
+  predict_layer_offload(c, hp, o, kv, sparse, r);
   return r;
 }
 
