@@ -106,6 +106,25 @@ void attend_group(const float* const* qs, int nq, const head_cache<T>& c, int64_
   attend_head4(qs, nq, c, pos0, s, outs);
 }
 
+// One query at position pos against its head's cached positions first..pos, each score soft-capped
+// (cap tanh(s / cap), as llama.cpp's Gemma 2 graph does before the softmax; cap 0: none): out (hd);
+// s: pos + 1 floats of scratch.
+template <typename T>
+void capped_head(const float* q, const head_cache<T>& c, int64_t first, int64_t pos, float cap, float* s, float* out) {
+  float max_s = -INFINITY;
+  for (int64_t t = first; t <= pos; ++t) {
+    float v = dot_row(c.kc + t * c.kv, q, c.hd) * c.scale;
+    if (cap > 0) v = std::tanh(v * (1.0f / cap)) * cap;
+    s[t] = v;
+    max_s = std::max(max_s, v);
+  }
+  double sum = 0;
+  for (int64_t t = first; t <= pos; ++t) sum += (s[t] = std::exp(s[t] - max_s));
+  const float inv = static_cast<float>(1.0 / sum);
+  std::fill(out, out + c.hd, 0.0f);
+  for (int64_t t = first; t <= pos; ++t) axpy_row(s[t] * inv, c.vc + t * c.kv, out, c.hd);
+}
+
 }  // namespace
 
 void attention_block::run(step_state& B, int64_t il) {
@@ -237,8 +256,10 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
   // position. A group is tokens of one sequence at consecutive positions (a prompt chunk), which
   // read each cached key and value row once: up to 32 through the block kernel (scores as small
   // matrix products), else up to four; other tokens are groups of one.
-  const bool blocks = attend_block_vectorized(hd);
-  const int64_t group_max = blocks ? attend_block_max : 4;
+  // Gemma 2's soft-capped scores and sliding window: query by query (capped_head), not the block kernels.
+  const bool capped = hp.attn_softcap > 0 || hp.sliding(il);
+  const bool blocks = attend_block_vectorized(hd) && !capped;
+  const int64_t group_max = capped ? 1 : blocks ? attend_block_max : 4;
   std::vector<int64_t>& groups = B.groups;  // first token of each group
   groups.clear();
   for (int64_t t = 0; t < n;) {
@@ -255,7 +276,7 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
     thread_local std::vector<float> scores;
     const int64_t need = std::max(4 * (n_ctx + 4), blocks ? attend_block_scratch(n_ctx + attend_block_max, hd) : 0);
     if (static_cast<int64_t>(scores.size()) < need) scores.resize(static_cast<size_t>(need));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float scale = hp.attention_scale();
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t g = i / hp.n_head, h = i % hp.n_head;
       const int64_t t0 = groups[static_cast<size_t>(g)], nq = groups[static_cast<size_t>(g) + 1] - t0;
@@ -265,12 +286,14 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
       for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * dq + h * hd;
       const int64_t head_at = h / (hp.n_head / hp.n_head_kv) * hd * kv_.value_bytes();  // grouped-query: the head's KV head
       const uint8_t *kc = kv_.k_row(seq, il, 0) + head_at, *vc = kv_.v_row(seq, il, 0) + head_at;
-      if (kv_.type() == tensor_type::f16)
-        attend_group(qs, static_cast<int>(nq), head_cache<uint16_t>{reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, hd, scale},
-                     pos0, scores.data(), outs);
-      else
-        attend_group(qs, static_cast<int>(nq), head_cache<float>{reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, hd, scale},
-                     pos0, scores.data(), outs);
+      const head_cache<uint16_t> c16{reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, hd, scale};
+      const head_cache<float> c32{reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, hd, scale};
+      // Positions pos0 - n_swa + 1 .. pos0 where the layer slides its window (llama.cpp's standard one).
+      const int64_t first = hp.sliding(il) ? std::max<int64_t>(0, pos0 - hp.n_swa + 1) : 0;
+      if (capped && kv_.type() == tensor_type::f16) capped_head(qs[0], c16, first, pos0, hp.attn_softcap, scores.data(), outs[0]);
+      else if (capped) capped_head(qs[0], c32, first, pos0, hp.attn_softcap, scores.data(), outs[0]);
+      else if (kv_.type() == tensor_type::f16) attend_group(qs, static_cast<int>(nq), c16, pos0, scores.data(), outs);
+      else attend_group(qs, static_cast<int>(nq), c32, pos0, scores.data(), outs);
     }
   });
 }
@@ -278,6 +301,8 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
 void attention_block::tail(step_state& B, const layer_recipe& r) {
   const hparams& hp = env_.hp();
   const int64_t n = B.n, d = hp.n_embd;
+  if (r.attn_out_norm.weight)  // gemma2: attention's output through its own norm first
+    for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_out_norm, B.proj.data() + t * d, B.proj.data() + t * d, d, hp.norm_eps);
   // The FFN's normalized input and what its predictor reads. In a parallel layer both read the
   // layer's input (proj is added with the FFN's output); otherwise attention's output is added first.
   if (!r.parallel) for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];

@@ -20,7 +20,8 @@ devices::ffn_activation device_activation(activation a) {
   return devices::ffn_activation::relu;
 }
 
-bool attention_runs_on(const devices::device& dev, const layer_weights& l) {
+bool attention_runs_on(const devices::device& dev, const hparams& hp, const layer_weights& l) {
+  if (!dev.runs_host_work() && (hp.attn_softcap > 0 || hp.n_swa > 0 || hp.q_scale > 0)) return false;
   for (const tensor_view* t : attention_weights(l))
     if (*t && !dev.supports(devices::operation::attention, t->type)) return false;
   return true;
@@ -50,7 +51,7 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
   const auto& w0 = model_->weights();
   for (size_t il = 0; il < n; ++il) {
     const auto& l = w0.layers[il];
-    if ((r_.attention[il] || r_.ffn[il]) && !attention_runs_on(*dev_, l))
+    if ((r_.attention[il] || r_.ffn[il]) && !attention_runs_on(*dev_, model_->hp(), l))
       throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s attention ({} weights)", dev_->name(), il, tensor_type_name(l.wo.type)));
     if (r_.ffn[il] && !dense_ffn_runs_on(*dev_, l))
       throw std::invalid_argument(fmt::format("{}: cannot run layer {}'s whole FFN ({} weights{})", dev_->name(), il, tensor_type_name(l.ffn_up.type),

@@ -41,8 +41,10 @@ struct device_residency {
 void plain_rows(const tensor_view& v, uint8_t* out);
 // The device jobs' name for a model's FFN activation.
 devices::ffn_activation device_activation(activation a);
-// Whether the device computes this layer's attention (every product's weights), and its whole FFN.
-bool attention_runs_on(const devices::device& dev, const layer_weights& l);
+// Whether the device computes this layer's attention (every product's weights, and what the job does:
+// a GPU's has no soft-capped scores, sliding window or query scale, so Gemma 2's stays on the host),
+// and its whole FFN.
+bool attention_runs_on(const devices::device& dev, const hparams& hp, const layer_weights& l);
 bool dense_ffn_runs_on(const devices::device& dev, const layer_weights& l);
 // Whether the device's dense-FFN job reads weights of these types (a host device: any; absent tensors
 // pass): a dense layer's FFN, a mixture's experts and shared expert.

@@ -1,6 +1,7 @@
 #include "engine/forward.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -90,6 +91,10 @@ void inference_context::embed(step_state& B, std::span<const token_id> tokens) {
   if (!env_.m->holds_globals()) throw std::logic_error("the embeddings: this process did not load them (load_options::globals)");
   const int64_t d = env_.hp().n_embd;
   for (size_t t = 0; t < tokens.size(); ++t) dequantize_row(env_.m->weights().token_embd, tokens[t], B.x.data() + static_cast<int64_t>(t) * d);
+  if (env_.hp().embd_scaled) {  // Gemma 2: x sqrt(n_embd), as llama.cpp scales them (a float's square root)
+    const float scale = std::sqrt(static_cast<float>(d));
+    for (int64_t k = 0; k < static_cast<int64_t>(tokens.size()) * d; ++k) B.x[static_cast<size_t>(k)] *= scale;
+  }
 }
 
 ffn_step_counts inference_context::ffn(step_state& B, int64_t layer, bool may_go_dense) {
@@ -101,8 +106,14 @@ ffn_step_counts inference_context::ffn(step_state& B, int64_t layer, bool may_go
 
 void inference_context::add_ffn_output(step_state& B, int64_t layer, const float* out, ffn_step_counts& c) {
   const hparams& hp = env_.hp();
-  const int64_t nd = B.n * hp.n_embd;
-  if (recipe_of(hp, env_.m->weights().layers[static_cast<size_t>(layer)]).parallel)
+  const int64_t d = hp.n_embd, nd = B.n * d;
+  const layer_recipe r = recipe_of(hp, env_.m->weights().layers[static_cast<size_t>(layer)]);
+  if (r.ffn_out_norm.weight) {  // gemma2: the FFN's output through its own norm first
+    if (static_cast<int64_t>(B.ffn_normed.size()) < nd) B.ffn_normed.resize(static_cast<size_t>(nd));
+    for (int64_t t = 0; t < B.n; ++t) apply_norm(r.norm, r.ffn_out_norm, out + t * d, B.ffn_normed.data() + t * d, d, hp.norm_eps);
+    out = B.ffn_normed.data();
+  }
+  if (r.parallel)
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)] + out[k];
   else
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += out[k];
@@ -154,6 +165,8 @@ void inference_context::head(step_state& B, std::span<const int64_t> rows, float
     for (int64_t k = 0; k < m; ++k)
       for (int64_t i = 0; i < hp.n_vocab; ++i) logits[k * hp.n_vocab + i] += bias[i];
   }
+  if (hp.final_softcap > 0)  // Gemma 2: cap tanh(logit / cap), in llama.cpp's order of operations
+    for (int64_t k = 0; k < m * hp.n_vocab; ++k) logits[k] = std::tanh(logits[k] * (1.0f / hp.final_softcap)) * hp.final_softcap;
 }
 
 void inference_context::run_batch(std::span<const token_id> tokens, const int64_t* seqs, const int64_t* positions, bool all_logits, bool may_go_dense,

@@ -45,6 +45,7 @@ struct step_state {
   const float* ffn_in = nullptr;                                      // this layer's FFN input (n x n_embd)
   const float* pred_in = nullptr;                                     // what its predictor reads (n x n_embd)
   std::vector<float> logits;                                          // the head's rows x n_vocab
+  std::vector<float> ffn_normed;                                      // n x n_embd: the FFN's output normalized (gemma2's post-norm)
   // A mixture of experts: the next layer's experts guessed from this layer's output (n x k), for
   // layer guessed_layer (-1: none).
   std::vector<int32_t> expert_guess;

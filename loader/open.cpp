@@ -38,7 +38,7 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   po.ctx = ctx.n_ctx();
   po.n_seq = ctx.n_seq();
   po.kv_value_bytes = ctx.kv_type() == tensor_type::f32 ? 4 : 2;
-  po.attention = attention_runs_on(dev, w0) && (split_ffn || hp.moe() || dense_ffn_runs_on(dev, w0));
+  po.attention = attention_runs_on(dev, hp, w0) && (split_ffn || hp.moe() || dense_ffn_runs_on(dev, w0));
   po.experts = dense_ffn_reads(dev, {&w0.ffn_gate_exps, &w0.ffn_up_exps, &w0.ffn_down_exps});
   po.shared_experts = dense_ffn_reads(dev, {&w0.ffn_gate_shexp, &w0.ffn_up_shexp, &w0.ffn_down_shexp});
   po.n_cpu_moe = o.n_cpu_moe;
@@ -56,6 +56,10 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   if (o.n_gpu_layers >= 0 && split_ffn)
     throw std::invalid_argument("--n-gpu-layers counts the layers of a dense file the device holds whole; a sparse file's plan puts attention "
                                 "first and the hot neurons in what is left");
+  if (!split_ffn && !po.attention && !dev.runs_host_work() && (hp.attn_softcap > 0 || hp.n_swa > 0))
+    throw std::invalid_argument(fmt::format("--device {} on a dense {} file: its attention job has no soft-capped scores or sliding window, so the "
+                                            "file's layers stay on the CPU; use --device cpu",
+                                            dev.name(), architecture_name(hp.arch)));
   if (!split_ffn && !po.attention)
     throw std::invalid_argument(fmt::format("--device {} on a dense file: its kernels do not read this file's layers ({} attention, {} FFN weights: "
                                             "they read F16, Q8_0 and Q4_0); use --device cpu",

@@ -164,23 +164,30 @@ reference_model::layer_qkv reference_model::queries_keys_values(int64_t l, const
   return r;
 }
 
-// Causal softmax attention; query head h reads KV head h / (n_head / n_head_kv).
-std::vector<reference_model::vec> reference_model::attention(const layer_qkv& r) const {
+// Causal softmax attention; query head h reads KV head h / (n_head / n_head_kv). Gemma 2: the queries
+// scaled by its own factor, each score soft-capped (cap tanh(s / cap)) before the softmax, and in the
+// sliding layers (0, 2, 4, ...) a query at t sees positions t - n_swa + 1 .. t only.
+std::vector<reference_model::vec> reference_model::attention(int64_t l, const layer_qkv& r) const {
   const int64_t T = static_cast<int64_t>(r.q.size()), dq = hp_.n_embd_q(), hd = hp_.head_dim();
   std::vector<vec> attn(static_cast<size_t>(T), vec(static_cast<size_t>(dq), 0.0));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < hp_.n_head; ++h) {
       const int64_t g = h / (hp_.n_head / hp_.n_head_kv);
-      vec s(static_cast<size_t>(t + 1));
+      vec s(static_cast<size_t>(t + 1), 0.0);
       double mx = -1e300, sum = 0;
-      for (int64_t u = 0; u <= t; ++u) {
+      const bool gemma2 = hp_.arch == architecture::gemma2;
+      const int64_t first = gemma2 && l % 2 == 0 ? std::max<int64_t>(0, t - hp_.n_swa + 1) : 0;
+      const double scale = gemma2 && hp_.n_layer == 46 ? 1 / std::sqrt(static_cast<double>(hp_.n_embd / hp_.n_head)) : 1 / std::sqrt(static_cast<double>(hd));
+      for (int64_t u = first; u <= t; ++u) {
         double dot = 0;
         for (int64_t i = 0; i < hd; ++i) dot += r.q[static_cast<size_t>(t)][static_cast<size_t>(h * hd + i)] * r.k[static_cast<size_t>(u)][static_cast<size_t>(g * hd + i)];
-        s[static_cast<size_t>(u)] = dot / std::sqrt(static_cast<double>(hd));
-        mx = std::max(mx, s[static_cast<size_t>(u)]);
+        double e = dot * scale;
+        if (gemma2) e = hp_.attn_softcap * std::tanh(e / hp_.attn_softcap);
+        s[static_cast<size_t>(u)] = e;
+        mx = std::max(mx, e);
       }
-      for (auto& e : s) sum += (e = std::exp(e - mx));
-      for (int64_t u = 0; u <= t; ++u)
+      for (int64_t u = first; u <= t; ++u) sum += (s[static_cast<size_t>(u)] = std::exp(s[static_cast<size_t>(u)] - mx));
+      for (int64_t u = first; u <= t; ++u)
         for (int64_t i = 0; i < hd; ++i)
           attn[static_cast<size_t>(t)][static_cast<size_t>(h * hd + i)] += s[static_cast<size_t>(u)] / sum * r.v[static_cast<size_t>(u)][static_cast<size_t>(g * hd + i)];
     }
@@ -230,8 +237,10 @@ void reference_model::ffn(int64_t l, const std::vector<vec>& attn, const layer_q
     }
     down = matrix(by_neuron ? b + "ffn_down_t.weight" : b + "ffn_down.weight");
   }
+  const bool post_norms = f_.find_tensor(b + "post_attention_norm.weight") != nullptr;  // gemma2
   for (size_t t = 0; t < x.size(); ++t) {
-    const vec o = times(wo, attn[t]);
+    vec o = times(wo, attn[t]);
+    if (post_norms) o = rms_norm(o, vector(b + "post_attention_norm.weight"));
     vec ffn_in;
     if (falcon) {
       ffn_in = qkv.ffn_in_falcon[t];  // parallel: the FFN reads the layer's input too
@@ -249,6 +258,7 @@ void reference_model::ffn(int64_t l, const std::vector<vec>& attn, const layer_q
     } else {
       fo = times(down, hidden);
     }
+    if (post_norms) fo = rms_norm(fo, vector(b + "post_ffw_norm.weight"));
     for (int64_t i = 0; i < d; ++i) x[t][static_cast<size_t>(i)] += fo[static_cast<size_t>(i)] + (falcon ? o[static_cast<size_t>(i)] : 0.0);
   }
 }
@@ -328,10 +338,15 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
   const bool falcon = hp_.arch == architecture::falcon;
   const mat embd = matrix("token_embd.weight");
   std::vector<vec> x(static_cast<size_t>(T));  // the residual stream of each position
-  for (int64_t t = 0; t < T; ++t) x[static_cast<size_t>(t)] = embd.at(static_cast<size_t>(tokens[static_cast<size_t>(t)]));
+  const bool gemma2 = hp_.arch == architecture::gemma2;
+  for (int64_t t = 0; t < T; ++t) {
+    x[static_cast<size_t>(t)] = embd.at(static_cast<size_t>(tokens[static_cast<size_t>(t)]));
+    if (gemma2)  // Gemma 2 scales its embeddings by sqrt(n_embd)
+      for (double& e : x[static_cast<size_t>(t)]) e *= std::sqrt(static_cast<double>(hp_.n_embd));
+  }
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const layer_qkv qkv = queries_keys_values(l, x);
-    ffn(l, attention(qkv), qkv, mask, x);
+    ffn(l, attention(l, qkv), qkv, mask, x);
   }
   const mat out = f_.find_tensor("output.weight") ? matrix("output.weight") : embd;  // tied: the embeddings
   const vec out_b = f_.find_tensor("output.bias") ? vector("output.bias") : vec{};
@@ -340,6 +355,8 @@ std::vector<std::vector<double>> reference_model::logits(std::span<const token_i
     const vec n = falcon ? layer_norm(x[t], vector("output_norm.weight"), vector("output_norm.bias")) : rms_norm(x[t], vector("output_norm.weight"));
     result.push_back(times(out, n));
     for (size_t i = 0; i < out_b.size(); ++i) result.back()[i] += out_b[i];
+    if (gemma2)  // and caps its logits softly: cap tanh(logit / cap)
+      for (double& e : result.back()) e = hp_.final_softcap * std::tanh(e / hp_.final_softcap);
   }
   return result;
 }

@@ -9,7 +9,9 @@
 // fused one, with biases where the file has them, per-head RMSNorm of q and k where it has those, gate
 // and up fused in one tensor, Llama 3.1's and Phi-3's frequency factors, an output bias), falcon (LayerNorm with bias, fused QKV, NeoX RoPE, parallel attention and FFN,
 // non-gated FFN; in the Falcon-40B layout attention reads attn_norm_2 and the FFN attn_norm), mixtures
-// of experts (llama's Mixtral, qwen2moe with its shared expert, qwen3moe), linear
+// of experts (llama's Mixtral, qwen2moe with its shared expert, qwen3moe), gemma2 (embeddings scaled
+// by sqrt(n_embd), norms of attention's and the FFN's outputs, soft-capped scores and logits, a
+// sliding window on layers 0, 2, 4, ..., GELU-gated FFN), linear
 // RoPE scaling, grouped-query attention, tied output embeddings, dense files and sparse ones (the
 // down projection stored by neuron as ffn_down_t). The file's metadata is read by read_hparams, as
 // the engine reads it; the arithmetic here shares nothing with the engine's.
@@ -58,7 +60,7 @@ class reference_model {
     std::vector<vec> q, k, v, ffn_in_falcon;
   };
   layer_qkv queries_keys_values(int64_t l, const std::vector<vec>& x) const;
-  std::vector<vec> attention(const layer_qkv& qkv) const;
+  std::vector<vec> attention(int64_t l, const layer_qkv& qkv) const;
   void ffn(int64_t l, const std::vector<vec>& attn, const layer_qkv& qkv, const neuron_mask* mask, std::vector<vec>& x) const;
   // A mixture of experts' layer (hp.moe()): the router's choice of experts, their weighted outputs.
   void experts(int64_t l, const std::vector<vec>& attn, const neuron_mask* mask, std::vector<vec>& x) const;

@@ -223,8 +223,8 @@ class model_builder {
       w_.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(hd_));
       w_.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(hd_));
       w_.set_u32(arch + ".attention.sliding_window", static_cast<uint32_t>(o_.sliding_window > 0 ? o_.sliding_window : 4096));
-      w_.set_f32(arch + ".attn_logit_softcapping", 50.0f);
-      w_.set_f32(arch + ".final_logit_softcapping", 30.0f);
+      w_.set_f32(arch + ".attn_logit_softcapping", o_.attn_softcap);
+      w_.set_f32(arch + ".final_logit_softcapping", o_.final_softcap);
     }
     w_.set_u32(arch + ".vocab_size", static_cast<uint32_t>(n_vocab_));
     if (moe()) {
@@ -265,7 +265,13 @@ class model_builder {
       float scale = static_cast<float>(std::sqrt(s_len_ / std::max(ss, 1e-12)));
       for (int64_t i = lay_.s_begin; i < lay_.s_end; ++i) e[i] *= scale;
     }
-    add("token_embd.weight", types_.token_embd(), embd_);
+    if (!traits_.gemma2) return add("token_embd.weight", types_.token_embd(), embd_);
+    // Gemma 2 scales its embeddings by sqrt(n_embd) as it reads them, and its head is the same table:
+    // stored 1 / sqrt(n_embd) as large (as its trained ones are small), the residual stream is as
+    // designed and the tied head's logits a few units.
+    matrix stored = embd_;
+    for (float& v : stored.v) v *= in_scale();
+    add("token_embd.weight", types_.token_embd(), stored);
   }
 
   // Tokens used to place each neuron's threshold: a fixed sample of the vocabulary.

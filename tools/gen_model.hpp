@@ -60,9 +60,11 @@ struct gen_model_options {
   int64_t n_ff_shared = 0;
   double expert_locality = 0.5;
   double expert_skew = 1.0;
-  // gemma2: attention.sliding_window (the even layers attend to this many last positions); 0: Gemma
-  // 2's 4096. The soft caps are Gemma 2's (attn_logit_softcapping 50, final_logit_softcapping 30).
+  // gemma2: attention.sliding_window (the even layers attend to this many last positions; 0: Gemma 2's
+  // 4096), and the soft caps of the attention scores and the logits (Gemma 2's: 50 and 30; the suite
+  // makes them small, so that a path ignoring one computes another model).
   int64_t sliding_window = 0;
+  float attn_softcap = 50.0f, final_softcap = 30.0f;
   std::string out_path;
 };
 

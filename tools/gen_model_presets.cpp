@@ -23,6 +23,7 @@ void check_options(const gen_model_options& o) {
   if (o.n_ctx < 1) throw bad("--ctx must be at least 1");
   if (o.act == activation::drelu && !a.gated_ffn) throw bad(fmt::format("--act drelu needs a gated FFN (llama or bamboo), {} has none", a.name));
   if (o.sliding_window < 0 || (o.sliding_window > 0 && !a.gemma2)) throw bad("--sliding-window: a positive window, for gemma2 files");
+  if (!(o.attn_softcap > 0) || !(o.final_softcap > 0)) throw bad("the soft caps must be positive");
   if (!(o.norm_spread >= 0 && o.norm_spread < 1)) throw bad(fmt::format("--norm-spread {} must be in [0, 1)", o.norm_spread));
   if (o.out_path.empty()) throw bad("-o OUT.gguf is required");
   const bool moe_arch = a.experts == experts_rule::required;

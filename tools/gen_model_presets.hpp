@@ -1,6 +1,7 @@
 #pragma once
 // gen-model's options checked, and the tensor types of llama.cpp's quantize presets (gen_model.cpp
 // writes the file).
+#include <algorithm>
 #include <cstdint>
 
 #include "tools/gen_model.hpp"
@@ -35,7 +36,12 @@ struct preset_types {
     const bool quantized_preset = o.type == tensor_type::q4_0 || o.k_mix;
     return !quantized_preset ? o.type : (falcon() || o.n_embd % 256 != 0) ? tensor_type::q8_0 : tensor_type::q6_k;
   }
-  tensor_type token_embd() const { return o.tied_output ? output() : o.type; }
+  // Tied: the head is the embeddings (--tied-output, or an architecture whose table has no output.weight).
+  bool tied() const {
+    const auto& t = arch_of(o.arch).tensors;
+    return o.tied_output || std::none_of(t.begin(), t.end(), [](const tensor_spec& s) { return s.role == tensor_role::output; });
+  }
+  tensor_type token_embd() const { return tied() ? output() : o.type; }
   bool more_bits(int64_t il) const { return il < o.n_layer / 8 || il >= 7 * o.n_layer / 8 || (il - o.n_layer / 8) % 3 == 2; }
   tensor_type attn_v(int64_t il) const { return o.k_mix && more_bits(il) ? tensor_type::q6_k : o.type; }
   tensor_type qkv() const { return !o.k_mix ? o.type : o.type == tensor_type::q4_k ? tensor_type::q5_k : tensor_type::q6_k; }

@@ -757,6 +757,38 @@ TEST(Pipeline, Qwen2Qwen3Phi3GiveTheReferenceOnTheActorsAndAGpuLikeDevice) {
   }
 }
 
+// Gemma 2 (a window of 3, caps that bite) on the actors: dense on the CPU; a host-computing device
+// holding layer 0's attention and FFN; a GPU-like device holding the head (a GPU's attention job has no
+// caps or window: Gemma 2's attention stays on the host there); and thresholded (its GELU gates) with hot
+// rows on a device beside the cold pool.
+TEST(Pipeline, Gemma2GivesTheReferenceOnTheActorsAndDevices) {
+  auto o = test::small_options(2, 2);
+  o.arch = architecture::gemma2;
+  o.act = activation::gelu;
+  o.norm_spread = 0.3;
+  o.sliding_window = 3, o.attn_softcap = 2.0f, o.final_softcap = 3.0f;
+  const auto dense = test::make_model("pl_gemma2", o);
+  auto m = model::load(dense);
+  expect_matches_reference(m, ffn_mode::dense, nullptr);
+  device_residency r;
+  r.attention = {1, 0}, r.predictor = {0, 0}, r.ffn = {1, 0};
+  const on_device host_device{sim_device(64 << 20), std::nullopt, r};
+  expect_matches_reference(m, ffn_mode::dense, &host_device);
+  device_residency head_only;
+  head_only.attention = {0, 0}, head_only.predictor = {0, 0}, head_only.ffn = {0, 0};
+  head_only.output = true, head_only.compute_bytes = 1 << 20;
+  const on_device gpu_head{gpu_like_device(/*real_gpu=*/true), std::nullopt, head_only};
+  expect_matches_reference(m, ffn_mode::dense, &gpu_head);
+  const auto path = (test::scratch_dir() / "pl_gemma2_sparse.gguf").string();
+  tools::sparse_file_options so;
+  so.act_thresholds = {0.05f, 0.05f};
+  if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(2, 64, 128, 16, -0.5f, 3), so);
+  auto sparse = model::load(path);
+  ASSERT_FALSE(sparse->hp().act_threshold.empty());
+  const auto hot = third_hot(*sparse);
+  expect_matches_reference(sparse, ffn_mode::sparse, &hot);
+}
+
 // A Q4_K_M file (Q4_K, Q6_K attn_v / ffn_down on layer 1, a Q6_K head) on the actors: dense, then
 // sparse with hot rows on a host-computing device beside the cold pool.
 TEST(Pipeline, KQuantMixGivesTheReferenceOnTheActors) {

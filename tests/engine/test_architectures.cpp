@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -145,6 +146,85 @@ TEST(Phi3, FusedProductsAndLongRopeFollowLlamaCpp) {
   const auto no_factor = rewrite(path, "arch_phi3_no_attn_factor", [](std::string_view, std::vector<uint8_t>&) {}, {}, {"phi3.rope.scaling.attn_factor"});
   ASSERT_EQ(read_hparams(gguf::file::open(no_factor)).rope_attn_factor, 1.0f);
   EXPECT_GT(logits_apart(path, no_factor, 16, 16), apart);
+}
+
+}  // namespace
+}  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// A copy of `path` with f32 metadata `key` set to `value` (its tensors as they are).
+std::string with_f32_key(const std::string& path, const std::string& name, const std::string& key, float value) {
+  const auto out = (test::scratch_dir() / (name + ".gguf")).string();
+  const auto f = gguf::file::open(path);
+  gguf::writer w;
+  for (const auto& kv : f.metadata())
+    if (kv.key != key) w.set_value(kv.key, kv.val);
+  w.set_f32(key, value);
+  for (const auto& t : f.tensors()) w.add_tensor(t.name, t.type, std::span<const int64_t>(t.ne.data(), t.n_dims), {t.data, static_cast<size_t>(t.n_bytes)});
+  w.write(out);
+  return out;
+}
+
+// Gemma 2 as llama.cpp reads it: the keys' defaults and the query scale's rule by the file's size; and
+// each of its conventions changes the model — the window, the caps of scores and logits, the norms after
+// attention and after the FFN — so a path ignoring one could not agree with model/reference (the
+// engine does, on every path: tests/engine/test_forward.cpp, the actors and workers' tests).
+TEST(Gemma2, WindowCapsAndPostNormsChangeTheModel) {
+  auto o = arch_options(architecture::gemma2);
+  o.act = activation::gelu;
+  o.sliding_window = 3;
+  o.attn_softcap = 2.0f, o.final_softcap = 3.0f;
+  const auto path = test::make_model("arch_gemma2", o);
+  const auto f = gguf::file::open(path);
+  const auto hp = read_hparams(f);
+  EXPECT_EQ(hp.rope, rope_style::neox);
+  EXPECT_EQ(hp.act, activation::gelu);
+  EXPECT_TRUE(hp.embd_scaled);
+  EXPECT_EQ(hp.n_swa, 3);
+  EXPECT_TRUE(hp.sliding(0) && !hp.sliding(1)) << "llama.cpp slides layers 0, 2, 4, ...";
+  EXPECT_FLOAT_EQ(hp.q_scale, 1.0f / std::sqrt(16.0f)) << "1 / sqrt(head_dim) but in a file of 46 layers";
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+  EXPECT_TRUE(model::load(path)->tied_output());
+  // Without the keys: Gemma 2's window and caps.
+  const auto bare = rewrite(path, "arch_gemma2_bare", [](std::string_view, std::vector<uint8_t>&) {}, {},
+                            {"gemma2.attention.sliding_window", "gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping"});
+  const auto hb = read_hparams(gguf::file::open(bare));
+  EXPECT_EQ(hb.n_swa, 4096);
+  EXPECT_FLOAT_EQ(hb.attn_softcap, 50.0f);
+  EXPECT_FLOAT_EQ(hb.final_softcap, 30.0f);
+  // Each convention undone is another model (the 8 tokens pass the window of 3).
+  EXPECT_GT(logits_apart(path, with_f32_key(path, "arch_gemma2_no_attn_cap", "gemma2.attn_logit_softcapping", 1e6f)), apart);
+  EXPECT_GT(logits_apart(path, with_f32_key(path, "arch_gemma2_no_final_cap", "gemma2.final_logit_softcapping", 1e6f)), apart);
+  EXPECT_GT(logits_apart(path, bare), apart) << "the window of 3 against 4096 (and the caps)";
+  for (const char* which : {"post_attention_norm.weight", "post_ffw_norm.weight"}) {
+    const auto unit = rewrite(path, std::string("arch_gemma2_unit_") + which, [&](std::string_view n, std::vector<uint8_t>& b) {
+      if (!n.ends_with(which)) return;
+      for (size_t i = 0; i < b.size(); i += 4) {
+        const float one = 1.0f;
+        std::memcpy(b.data() + i, &one, 4);
+      }
+    });
+    EXPECT_GT(logits_apart(path, unit), apart) << which;
+  }
+  // A file missing a post-norm is refused by name.
+  const auto missing = rewrite(path, "arch_gemma2_missing_post_norm", [](std::string_view, std::vector<uint8_t>&) {}, {"blk.1.post_ffw_norm.weight"});
+  try {
+    model::load(missing);
+    ADD_FAILURE() << "a gemma2 file without its post-FFN norm loaded";
+  } catch (const model_error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.1.post_ffw_norm.weight"), std::string::npos) << e.what();
+  }
+  // 46 layers (Gemma 2 27B's count): llama.cpp scales the queries by 1 / sqrt(n_embd / n_head)
+  // instead, here 1 / sqrt(64 / 4) against heads of 24 — and the engine follows the reference there.
+  auto big = arch_options(architecture::gemma2);
+  big.act = activation::gelu, big.n_layer = 46, big.head_dim = 24, big.n_ff = 32;
+  const auto big_path = test::make_model("arch_gemma2_46", big);
+  const auto bf = gguf::file::open(big_path);
+  EXPECT_FLOAT_EQ(read_hparams(bf).q_scale, 1.0f / 4.0f);
+  inference_context ctx(model::load(big_path), 16, 2, 1, tensor_type::f32);
+  EXPECT_LT(test::rel_diff(test::run_tokens(ctx, tokens, true), reference_model(bf, tensor_type::f32, 16).logits(tokens)), 1e-5);
 }
 
 }  // namespace
