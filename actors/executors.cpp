@@ -75,14 +75,14 @@ void check_recall(const compute_resources& p, const predict_job& job, const uint
 }
 
 active_set predict(predictor_runner& runner, const compute_resources& p, const predict_job& job, bool recall) {
-  if (p.fault) p.fault(stage::predict, job.layer, job.requests);
-  trace_scope span(p.trace, stage::predict, job.input.step, job.layer, job.input.rows);
+  if (p.fault) p.fault(step_part::predict, job.layer, job.requests);
+  trace_scope span(p.trace, step_part::predict, job.input.step, job.layer, job.input.rows);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_ff = p.m->hp().n_ff;
   auto chosen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(job.input.rows * n_ff));
   auto ids = std::make_shared<std::vector<int32_t>>();
   runner.predict(job.layer, job.input.data(), job.input.rows, chosen->data(), *ids);
-  p.stats->add_time(stage::predict, job.layer, std::chrono::steady_clock::now() - t0);
+  p.stats->add_time(step_part::predict, job.layer, std::chrono::steady_clock::now() - t0);
   if (p.trace) p.trace->record_active(job.input.step, job.layer, job.input.rows, n_ff, chosen->data());
   if (recall && p.recall_every > 0 && job.input.step % p.recall_every == 0) check_recall(p, job, chosen->data());
   return active_set{std::move(chosen), std::move(ids)};
@@ -110,7 +110,7 @@ predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<pr
 
 
 ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& job) {
-  if (p.fault) p.fault(stage::cold_ffn, job.layer, job.requests);
+  if (p.fault) p.fault(step_part::cold_ffn, job.layer, job.requests);
   const hparams& hp = p.m->hp();
   const int64_t n = job.input.rows, d = hp.n_embd;
   thread_pool& pool = p.ctx->pool();
@@ -118,8 +118,8 @@ ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& 
   const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
   std::vector<float> sum(static_cast<size_t>(n * d));
   const auto t0 = std::chrono::steady_clock::now();
-  cold_share(pool, *p.m, {p.trace, stage::cold_ffn, job.input.step, job.layer}, *job.cold_ids, x, st.hidden.data(), st.acc, sum.data());
-  p.stats->add_time(stage::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
+  cold_share(pool, *p.m, {p.trace, step_part::cold_ffn, job.input.step, job.layer}, *job.cold_ids, x, st.hidden.data(), st.acc, sum.data());
+  p.stats->add_time(step_part::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
   const int64_t fired = fired_rows(st.hidden.data(), job.chosen.chosen->data(), n, hp.n_ff, job.cold_ids->data(), static_cast<int64_t>(job.cold_ids->size()));
   return ffn_part{shared_tensor::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size, fired};
 }
@@ -214,7 +214,7 @@ void deliver_step(hot_executor_ptr self, uint64_t heads, std::chrono::steady_clo
   // where the scheduler's and sampler's threads want the cores (the gap from the head to the next
   // step's first layer, median of a 32-token trace: 165 -> 137 us).
   ctx.pool().rest();
-  stats.add_time(stage::output, m.hp().n_layer, std::chrono::steady_clock::now() - head_start);
+  stats.add_time(step_part::output, m.hp().n_layer, std::chrono::steady_clock::now() - head_start);
   const auto n = static_cast<int64_t>(st.plan.tokens.size());
   const auto& dev = ctx.device();
   const uint64_t head_there = dev && dev->output() ? costs.output : 0;  // the head on the device
@@ -291,7 +291,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
     st.hot_out.resize(static_cast<size_t>(in.n * hp.n_embd));
     live_stats* stats = st.p->stats.get();
     st.hot_done = st.p->hot->submit(in.step, layer, st.split, x, st.hidden.data(), st.hot_out.data(), st.p->trace,
-                                    [stats](int64_t l, std::chrono::steady_clock::duration t) { stats->add_time(stage::hot_ffn, l, t); });
+                                    [stats](int64_t l, std::chrono::steady_clock::duration t) { stats->add_time(step_part::hot_ffn, l, t); });
   }
   std::optional<cold_job> job;
   if (!st.split.cold_ids.empty())
@@ -412,17 +412,17 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       logits_buffer(st).assign(logits.begin(), logits.end());
       return deliver_step(self, 1, t0);
     }
-    if (st.p->fault) st.p->fault(stage::attention, layer, st.plan.requests);
+    if (st.p->fault) st.p->fault(step_part::attention, layer, st.plan.requests);
     auto t0 = std::chrono::steady_clock::now();
     ctx.step_attention(*st.s, layer);
-    stats.add_time(stage::attention, layer, std::chrono::steady_clock::now() - t0);
+    stats.add_time(step_part::attention, layer, std::chrono::steady_clock::now() - t0);
     count_fixed_bytes(st, layer);
     const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
     const bool sparse = ctx.mode() == ffn_mode::sparse && l.pred_fc1 && l.ffn_down_t;
     if (!sparse) {  // every neuron, here (dense files, dense mode)
       t0 = std::chrono::steady_clock::now();
       const ffn_step_counts c = ctx.step_ffn(*st.s, layer);
-      stats.add_time(stage::ffn, layer, std::chrono::steady_clock::now() - t0);
+      stats.add_time(step_part::ffn, layer, std::chrono::steady_clock::now() - t0);
       count_dense_ffn(st, layer, c);
       return run_layer(self, layer + 1);
     }

@@ -36,7 +36,7 @@ void live_stats::add_experts(int64_t layer, const int64_t* chosen_counts, int64_
   c.experts_guessed.fetch_add(guessed, std::memory_order_relaxed);
 }
 
-void live_stats::add_time(stage s, int64_t layer, std::chrono::steady_clock::duration d) {
+void live_stats::add_time(step_part s, int64_t layer, std::chrono::steady_clock::duration d) {
   if (layer < 0 || layer > n_layer_) return;
   layers_[static_cast<size_t>(layer)].ns[static_cast<size_t>(s)].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(),
                                                                            std::memory_order_relaxed);

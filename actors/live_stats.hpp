@@ -19,12 +19,12 @@
 
 #include "model/model.hpp"
 #include "engine/read_costs.hpp"
-#include "engine/stage.hpp"
+#include "engine/step_part.hpp"
 
 namespace hotcold::actors {
 
 // Where a layer's time goes. hot_ffn runs on the hot device, everything else on the CPU.
-// The stages the actors time (engine/stage.hpp's first six; the sampler's work is in traces only).
+// The stages the actors time (engine/step_part.hpp's first six; the sampler's work is in traces only).
 inline constexpr int n_timed_stages = 6;
 
 enum class actor_id : int { scheduler, hot_executor, predictor, cold_pool, sampler, telemetry };
@@ -36,7 +36,7 @@ class live_stats {
   // hot_device: the hot device's name ("" when every FFN neuron is on the CPU).
   live_stats(const model& m, std::string hot_device);
 
-  void add_time(stage s, int64_t layer, std::chrono::steady_clock::duration d);  // layer n_layer: the head
+  void add_time(step_part s, int64_t layer, std::chrono::steady_clock::duration d);  // layer n_layer: the head
   // A sparse layer of a step: tokens x n_ff candidates, `computed` chosen (token, neuron) pairs of which
   // `hot` had their rows on the hot device; rows read from host and device memory.
   void add_ffn(int64_t layer, int64_t tokens, int64_t computed, int64_t hot);

@@ -44,10 +44,10 @@ void queue_chain(hot_executor_ptr self, size_t i) {
   ln.ready = p->ctx->device()->submit([p, runner, &ln, layer, requests = ln.requests] {
     inference_context& ctx = *p->ctx;
     const model& m = *p->m;
-    if (p->fault) p->fault(stage::attention, layer, requests);
+    if (p->fault) p->fault(step_part::attention, layer, requests);
     const auto t0 = std::chrono::steady_clock::now();
     ctx.step_attention(*ln.s, layer);
-    p->stats->add_time(stage::attention, layer, std::chrono::steady_clock::now() - t0);
+    p->stats->add_time(step_part::attention, layer, std::chrono::steady_clock::now() - t0);
     const auto in = ctx.step_ffn_inputs(*ln.s);
     const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
     ln.xq = quantize_for_rows(l.ffn_up, in.in, in.n, m.hp().n_embd);
@@ -88,7 +88,7 @@ void drain_queued(hot_executor_ptr self) {
       if (!ln.split.hot_ids.empty()) {
         live_stats* stats = st.p->stats.get();
         ln.hot_done = st.p->hot->submit(in.step, layer, ln.split, x, ln.hidden.data(), ln.hot_out.data(), st.p->trace,
-                                        [stats](int64_t l, std::chrono::steady_clock::duration t) { stats->add_time(stage::hot_ffn, l, t); });
+                                        [stats](int64_t l, std::chrono::steady_clock::duration t) { stats->add_time(step_part::hot_ffn, l, t); });
       }
       cold_job job{layer,
                    shared_tensor::view(ln.s, in.in, in.n, hp.n_embd, in.step, layer),

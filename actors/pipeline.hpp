@@ -41,7 +41,7 @@ namespace hotcold::actors {
 // Called by the compute actors before each layer's work (stage attention, predict, cold_ffn) with the
 // requests of its tokens (the step's, or a micro-batch's own); a test throws from it to inject a
 // fault, or holds a stage to see what runs meanwhile.
-using fault_hook = std::function<void(stage s, int64_t layer, const std::vector<int64_t>& requests)>;
+using fault_hook = std::function<void(step_part s, int64_t layer, const std::vector<int64_t>& requests)>;
 
 struct pipeline_options {
   int64_t prefill_chunk = 32;  // prompt tokens per step while other sequences are decoding

@@ -22,7 +22,7 @@ sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_
       },
       [self, p](sample_atom, const sample_job& job) -> caf::result<std::vector<token_id>> {
         p->stats->set_mailbox(actor_id::sampler, static_cast<int64_t>(self->mailbox().size()));
-        trace_scope span(p->trace, stage::sample, job.logits.step, p->m->hp().n_layer, static_cast<int64_t>(job.requests.size()));
+        trace_scope span(p->trace, step_part::sample, job.logits.step, p->m->hp().n_layer, static_cast<int64_t>(job.requests.size()));
         std::vector<token_id> out;
         out.reserve(job.requests.size());
         for (size_t k = 0; k < job.requests.size(); ++k) {

@@ -8,7 +8,7 @@
 
 #include "engine/layer_ops.hpp"
 #include "engine/matmul.hpp"
-#include "engine/stage.hpp"
+#include "engine/step_part.hpp"
 #include "engine/trace.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/dot.hpp"
@@ -204,7 +204,7 @@ void attention_block::run(step_state& B, int64_t il, const layer_weights& l, con
   // the FFN: a copy of it (parallel layers leave x as it is until the end of the layer).
   if (!r.parallel && r.predictor_reads_layer_input) std::copy(B.x.begin(), B.x.begin() + n * d, B.layer_in.begin());
   {
-    trace_scope span(env_.trace, stage::attention, B.step, il, n);
+    trace_scope span(env_.trace, step_part::attention, B.step, il, n);
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_norm, B.x.data() + t * d, B.xn.data() + t * d, d, hp.norm_eps);
     if (gpu) gpu_job(B, il, *gpu, r);
     else products(B, il, l, r, on);

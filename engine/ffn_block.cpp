@@ -62,7 +62,7 @@ ffn_step_counts ffn_block::gpu_job(step_state& B, int64_t layer, const float* in
   const device_layers& dev = *env_.device;
   const layer_weights& g = dev.layer(layer);
   {
-    trace_scope span(env_.trace, stage::ffn, B.step, layer, n);
+    trace_scope span(env_.trace, step_part::ffn, B.step, layer, n);
     devices::dense_ffn_job job;
     job.gate = g.ffn_gate ? g.ffn_gate.data : nullptr, job.up = g.ffn_up.data, job.down = g.ffn_down.data;
     job.t_gate = g.ffn_gate ? g.ffn_gate.type : g.ffn_up.type, job.t_up = g.ffn_up.type, job.t_down = g.ffn_down.type;
@@ -144,7 +144,7 @@ ffn_block::plan ffn_block::plan_for(int64_t layer, const layer_weights& l, int64
 void ffn_block::choose(step_state& B, int64_t layer, const float* pred_in, const plan& p) {
   const int64_t n = B.n, n_ff = env_.hp().n_ff;
   std::optional<trace_scope> predict_span;
-  if (p.sparse) predict_span.emplace(env_.trace, stage::predict, B.step, layer, n);
+  if (p.sparse) predict_span.emplace(env_.trace, step_part::predict, B.step, layer, n);
   std::vector<int32_t>& chosen_union = union_;
   chosen_union.clear();
   if (static_cast<int64_t>(B.chosen.size()) < n * n_ff) B.chosen.resize(static_cast<size_t>(n * n_ff));
@@ -292,7 +292,7 @@ ffn_step_counts ffn_block::record(step_state& B, int64_t layer, const layer_weig
 ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
                                bool may_go_dense, float* out) {
   if (l.ffn_gate_inp) {  // a mixture of experts
-    trace_scope span(env_.trace, stage::ffn, B.step, layer, B.n);
+    trace_scope span(env_.trace, step_part::ffn, B.step, layer, B.n);
     ++choices_[static_cast<size_t>(layer)].dense;
     return moe_.run(B, layer, l, on, in, out);
   }
@@ -300,7 +300,7 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   const plan p = plan_for(layer, l, n, may_go_dense);
   if (p.all_first) {
     if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
-    trace_scope span(env_.trace, stage::ffn, B.step, layer, n);
+    trace_scope span(env_.trace, step_part::ffn, B.step, layer, n);
     every_neuron(B, layer, l, on, in, B.gate.data(), B.truth.data(), p.margins);
   }
   choose(B, layer, pred_in, p);
@@ -319,7 +319,7 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   {
     // An executor records its own intervals (hot_ffn, cold_ffn).
     std::optional<trace_scope> ffn_span;
-    if (p.as_matrices || masked || !(executor_ && down_t)) ffn_span.emplace(env_.trace, stage::ffn, B.step, layer, n);
+    if (p.as_matrices || masked || !(executor_ && down_t)) ffn_span.emplace(env_.trace, step_part::ffn, B.step, layer, n);
     if (p.as_matrices || masked) as_matrices(B, layer, l, on, in, p.margins, out, masked ? B.chosen.data() : nullptr);
     else chosen_rows(B, layer, l, on, in, p.choose, out);
     // With down rows, out is written above (by the executor, or summed from the threads' or the

@@ -138,7 +138,7 @@ void inference_context::head(step_state& B, std::span<const int64_t> rows, float
   const hparams& hp = env_.hp();
   const int64_t m = static_cast<int64_t>(rows.size());
   {
-    trace_scope span(env_.trace, stage::output, B.step, hp.n_layer, m);
+    trace_scope span(env_.trace, step_part::output, B.step, hp.n_layer, m);
     const auto& dev = env_.device;
     if (dev && dev->output()) env_.device_read += dev->output_bytes();
     if (dev && dev->output() && !dev->device().runs_host_work()) {  // a GPU: its kernel over its copy of the head
@@ -236,7 +236,7 @@ std::span<const float> inference_context::run_batches(std::span<const token_id> 
   return logits_;
 }
 
-// ---- Stages, for the actor pipeline ------------------------------------------------------------
+// ---- A step in parts, for the actor pipeline ------------------------------------------------------------
 
 void inference_context::step_begin(step_state& s, std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
   check_step(tokens, seqs, positions);

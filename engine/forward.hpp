@@ -51,10 +51,10 @@ class inference_context {
   // positions must have run); each token attends to its own sequence. Every token's logits (n x n_vocab).
   std::span<const float> forward_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
 
-  // ---- One step in stages, for a pipeline whose actors run them (actors/pipeline.hpp). A step's
+  // ---- One step in parts, for a pipeline whose actors run them (actors/pipeline.hpp). A step's
   // activations live in a state of the caller's: step_begin; per layer step_attention and the FFN —
   // the context's own (step_ffn), or computed elsewhere from step_ffn_inputs and handed back to
-  // step_ffn_done —; then step_logits. Checked as forward_step is, at most max_batch tokens. Stages of
+  // step_ffn_done —; then step_logits. Checked as forward_step is, at most max_batch tokens. The parts of
   // different states may interleave but not run at the same time (they share workers and scratch).
   void step_begin(step_state& s, std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
   void step_attention(step_state& s, int64_t layer);
@@ -76,7 +76,7 @@ class inference_context {
   void step_begin_hidden(step_state& s, std::span<const float> x, std::span<const int64_t> seqs, std::span<const int64_t> positions);
   void step_layers(step_state& s, int64_t first, int64_t last);
 
-  // Sees named intermediates as they are computed (step_state.hpp; the names of engine/stage.hpp's
+  // Sees named intermediates as they are computed (step_state.hpp; the names of engine/step_part.hpp's
   // `observed`: ffn_pred_in, ffn_act — a mixture's layer: each expert's weight, zero where not chosen —,
   // and whenever every neuron is computed ffn_margin and ffn_preact). Empty: no calls.
   void set_observer(observer o) { env_.watch = std::move(o); }

@@ -116,7 +116,7 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
     batch_neurons(hp, t, {h.gate, h.up, h.down_t}, {s.hot_ids.data(), s.hot_slots.data(), static_cast<int64_t>(s.hot_ids.size())}, x, hidden, out);
   };
   return hot_->submit([this, job = std::move(job), trace, timed, step, layer, n = x.n] {
-    trace_scope span(trace, stage::hot_ffn, step, layer, n);
+    trace_scope span(trace, step_part::hot_ffn, step, layer, n);
     const auto t0 = std::chrono::steady_clock::now();
     hot_->compute(job);
     if (timed) timed(layer, std::chrono::steady_clock::now() - t0);
@@ -126,7 +126,7 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
 void cold_share(thread_pool& pool, const model& m, const trace_span& at, std::span<const int32_t> cold_ids, const batch_ffn_input& x, float* hidden,
                 std::vector<float>& acc, float* out) {
   const int64_t layer = at.layer;
-  const trace_span span{at.trace, stage::cold_ffn, at.step, layer, x.n};
+  const trace_span span{at.trace, step_part::cold_ffn, at.step, layer, x.n};
   const hparams& hp = m.hp();
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
   const float t = hp.act_threshold_of(layer);
@@ -172,7 +172,7 @@ void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input&
   hot_out_.assign(static_cast<size_t>(nd), 0.0f);
   devices::event hot_done;
   if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
-  cold_share(*cold_, *model_, {trace_, stage::cold_ffn, step, layer}, split_.cold_ids, x, hidden, cold_acc_, out);
+  cold_share(*cold_, *model_, {trace_, step_part::cold_ffn, step, layer}, split_.cold_ids, x, hidden, cold_acc_, out);
   if (hot_done) {
     hot_done->wait();
     const auto hot = static_cast<int64_t>(split_.hot_ids.size());

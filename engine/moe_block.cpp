@@ -12,7 +12,7 @@
 #include "engine/matmul.hpp"
 #include "engine/neuron_rules.hpp"
 #include "engine/row_groups.hpp"
-#include "engine/stage.hpp"
+#include "engine/step_part.hpp"
 #include "engine/trace.hpp"
 #include "kernels/cpu/dot.hpp"
 

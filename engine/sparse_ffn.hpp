@@ -11,7 +11,7 @@
 
 #include "engine/neuron_rules.hpp"
 #include "engine/rows.hpp"
-#include "engine/stage.hpp"
+#include "engine/step_part.hpp"
 #include "model/arch.hpp"
 #include "model/model.hpp"
 

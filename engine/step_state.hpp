@@ -80,7 +80,7 @@ struct workers {
 };
 
 // Sees named intermediates as they are computed: (name, layer, values), per token in token order,
-// with the names of engine/stage.hpp's `observed` (inference_context::set_observer).
+// with the names of engine/step_part.hpp's `observed` (inference_context::set_observer).
 using step_observer = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
 
 // What the context sets for every block it owns; the blocks read it at each call.

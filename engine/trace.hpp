@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/stage.hpp"
+#include "engine/step_part.hpp"
 
 namespace hotcold {
 
@@ -112,8 +112,8 @@ trace_busy busy_time(const std::vector<trace_recorder::entry>& entries, const st
 // Records one interval from construction to destruction (nothing when the recorder is null).
 class trace_scope {
  public:
-  trace_scope(trace_recorder* r, stage s, int64_t step, int64_t layer, int64_t seqs = 1)
-      : r_(r), name_(stage_name(s).data()), step_(step), layer_(layer), seqs_(seqs) {
+  trace_scope(trace_recorder* r, step_part s, int64_t step, int64_t layer, int64_t seqs = 1)
+      : r_(r), name_(step_part_name(s).data()), step_(step), layer_(layer), seqs_(seqs) {
     if (!r_) return;
     r_->began(name_, step, layer);
     begin_ = trace_recorder::clock::now();

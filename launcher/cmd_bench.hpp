@@ -12,7 +12,7 @@ struct bench_args {
   int n_prompt = 128, n_gen = 64, reps = 3;
   int parallel = 1, vs_parallel = 0;            // sequences decoded at once (and the comparison's)
   int micro_batches = 1, vs_micro_batches = 0;  // micro-batches of a step (and the comparison's)
-  bool json = false, vs_dense = false, vs_reference = false, roofline = false, no_warmup = false;
+  bool json = false, vs_dense = false, vs_direct = false, roofline = false, no_warmup = false;
   std::string pipeline = "actors";
   std::string vs_llama_bench;  // llama.cpp's llama-bench, run on the same file between the repetitions
 };

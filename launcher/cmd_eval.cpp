@@ -131,7 +131,7 @@ void run_eval(eval_args a) {
   const bool vs_oracle = a.vs_oracle || !a.oracle_json.empty();
   if (a.logits_out.empty() && a.stats_json.empty() && !vs_oracle)
     throw std::invalid_argument("give --logits-out FILE, --stats-json FILE or --vs-oracle (any of them, or several)");
-  if (!a.stats_json.empty() && a.pipeline == "actors") throw std::invalid_argument("--stats-json counts on the reference pipeline: use --pipeline reference");
+  if (!a.stats_json.empty() && a.pipeline == "actors") throw std::invalid_argument("--stats-json counts on the direct pipeline: use --pipeline direct");
   a.m.record_choices = vs_oracle;
   auto l = load(a.m);
   if (!a.stats_json.empty()) l.ctx->enable_stats(true);

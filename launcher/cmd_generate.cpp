@@ -56,7 +56,7 @@ int generate(inference_context& ctx, sampler& smp, std::span<const float> logits
   while (produced < n && pos < ctx.n_ctx()) {
     token_id next;
     {
-      trace_scope span(ctx.trace(), stage::sample, ctx.steps() - 1, ctx.get_model().hp().n_layer);
+      trace_scope span(ctx.trace(), step_part::sample, ctx.steps() - 1, ctx.get_model().hp().n_layer);
       next = smp.sample(logits);
     }
     if (v.is_end_of_generation(next)) break;
@@ -100,7 +100,7 @@ void run_on_actors(loaded& l, const run_args& a, const std::vector<token_id>& to
 }
 
 // run on the forward pass called directly.
-void run_on_reference(loaded& l, const run_args& a, const std::vector<token_id>& tokens) {
+void run_direct(loaded& l, const run_args& a, const std::vector<token_id>& tokens) {
   sampler smp(a.s.p);
   for (token_id t : tokens) smp.accept(t);
   int64_t pos = 0;
@@ -124,7 +124,7 @@ void run_text(run_args a) {
   if (tokens.empty()) throw std::invalid_argument("the prompt is empty and the model adds no BOS token");
   check_fits(static_cast<int64_t>(tokens.size()), l.ctx->n_ctx());
   if (a.pipeline == "actors") run_on_actors(l, a, tokens);
-  else run_on_reference(l, a, tokens);
+  else run_direct(l, a, tokens);
   l.finish();
 }
 

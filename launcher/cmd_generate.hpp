@@ -28,7 +28,7 @@ struct eval_args {
   bool from_file = false;    // -f was given
   std::string logits_out, stats_json, oracle_json;
   bool parse_special = false, vs_oracle = false;
-  std::string pipeline = "reference";
+  std::string pipeline = "direct";
 };
 
 struct perplexity_args {

@@ -122,9 +122,14 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
       ->check(CLI::IsMember({"dense", "sparse"}));
 }
 
+// `reference` is kept as another name for `direct` (scripts of before it was named so): "reference"
+// means model/reference, the oracle, everywhere else.
 void add_pipeline_option(CLI::App* cmd, std::string& pipeline) {
-  cmd->add_option("--pipeline", pipeline, "actors: the actor runtime (scheduler, hot executor, cold pool, predictor, sampler); reference: the forward pass called directly")
-      ->check(CLI::IsMember({"actors", "reference"}))
+  cmd->add_option("--pipeline", pipeline,
+                  "actors: the actor runtime (scheduler, hot executor, cold pool, predictor, sampler); direct: the forward pass called directly "
+                  "(reference: the same, an older name)")
+      ->check(CLI::IsMember({"actors", "direct", "reference"}))
+      ->transform([](std::string v) { return v == "reference" ? std::string("direct") : v; })
       ->capture_default_str();
 }
 
@@ -141,10 +146,10 @@ void add_worker_options(CLI::App* cmd, model_args& m) {
                   "With --workers: TLS links, each side showing a certificate of this folder's authority (hotcold keygen --tls DIR); needed for "
                   "workers on other hosts");
 }
-// --workers runs on the actors pipeline: the default there, refused with --pipeline reference.
+// --workers runs on the actors pipeline: the default there, refused with --pipeline direct.
 void pipeline_for_workers(const model_args& m, std::string& pipeline, bool pipeline_given) {
   if (m.workers.empty()) return;
-  if (pipeline_given && pipeline == "reference") throw std::invalid_argument("--workers runs on the actors pipeline, not --pipeline reference");
+  if (pipeline_given && pipeline == "direct") throw std::invalid_argument("--workers runs on the actors pipeline, not --pipeline direct");
   pipeline = "actors";
 }
 
@@ -288,8 +293,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                 "Measure this machine's memory read bandwidth with the same threads, over as many bytes as a step reads, and report, per "
                 "mode, the decode speed it allows (bandwidth / bytes per token) and the fraction reached");
   cmd->add_flag("--vs-dense", a->vs_dense, "Also measure dense mode on the same file, repetitions interleaved, and print the ratio");
-  cmd->add_flag("--vs-reference", a->vs_reference,
-                "Also measure the other pipeline (actors vs reference) on the same file and placement, interleaved, and print the actors' overhead");
+  cmd->add_flag("--vs-direct,--vs-reference", a->vs_direct,
+                "Also measure the other pipeline (actors vs direct) on the same file and placement, interleaved, and print the actors' overhead "
+                "(--vs-reference: the same, an older name)");
   cmd->add_option("--vs-llama-bench", a->vs_llama_bench,
                   "PATH of llama.cpp's llama-bench (built by you; no llama.cpp code is in hotcold): run it on the same file with the same "
                   "threads, prompt and generation lengths (-r 1 -o json --mmap 0 -ngl 0) after each round of repetitions, and print "
@@ -298,7 +304,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->callback([a, cmd, &exit_code] {
     exit_code = run_guarded("bench", [&] {
       pipeline_for_workers(a->m, a->pipeline, cmd->count("--pipeline") > 0);
-      if (!a->m.workers.empty() && a->vs_reference) throw std::invalid_argument("--workers runs on the actors pipeline: no --vs-reference");
+      if (!a->m.workers.empty() && a->vs_direct) throw std::invalid_argument("--workers runs on the actors pipeline: no --vs-direct");
       run_bench(*a);
     });
   });

@@ -158,8 +158,8 @@ totals sum_layers(const live_stats& s, const live_stats::view& v) {
     t.expert_uploads += static_cast<double>(l.expert_uploads);
     t.experts_chosen += static_cast<double>(l.experts_chosen), t.experts_guessed += static_cast<double>(l.experts_guessed);
     for (int k = 0; k < n_timed_stages; ++k) {
-      const auto st = static_cast<stage>(k);
-      t.device_s[st == stage::hot_ffn ? s.hot_device() : "cpu"] += l.seconds[static_cast<size_t>(k)];
+      const auto st = static_cast<step_part>(k);
+      t.device_s[st == step_part::hot_ffn ? s.hot_device() : "cpu"] += l.seconds[static_cast<size_t>(k)];
     }
   }
   if (s.hot_device().empty()) t.device_s.erase("");
@@ -276,10 +276,10 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
   for (size_t l = 0; l < v.layers.size(); ++l)
     for (int k = 0; k < n_timed_stages; ++k) {
       const double sec = v.layers[l].seconds[static_cast<size_t>(k)];
-      const auto st = static_cast<stage>(k);
-      if (sec <= 0 && st != stage::attention) continue;
+      const auto st = static_cast<step_part>(k);
+      if (sec <= 0 && st != step_part::attention) continue;
       if (sec <= 0 && static_cast<int64_t>(l) == s.n_layer()) continue;
-      add(compute, sec, {{"layer", layer_label(s, l)}, {"stage", std::string(stage_name(st))}, {"device", st == stage::hot_ffn ? s.hot_device() : "cpu"}});
+      add(compute, sec, {{"layer", layer_label(s, l)}, {"stage", std::string(step_part_name(st))}, {"device", st == step_part::hot_ffn ? s.hot_device() : "cpu"}});
     }
   auto& busy = family("hotcold_device_busy_seconds_total", "Compute time by device (the hot device's share of the FFN; the CPU's everything else)", MetricType::Counter);
   for (const auto& [d, sec] : t.device_s) add(busy, sec, {{"device", d}});
@@ -330,7 +330,7 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
   for (int64_t l = 0; l < s.n_layer(); ++l) {
     const auto& L = v.layers[static_cast<size_t>(l)];
     nlohmann::json j{{"layer", l}};
-    for (int k = 0; k < n_timed_stages; ++k) j[std::string(stage_name(static_cast<stage>(k))) + "_s"] = L.seconds[static_cast<size_t>(k)];
+    for (int k = 0; k < n_timed_stages; ++k) j[std::string(step_part_name(static_cast<step_part>(k))) + "_s"] = L.seconds[static_cast<size_t>(k)];
     j["active_ratio"] = ratio(static_cast<double>(L.computed), static_cast<double>(L.candidates));
     j["hot_hit_ratio"] = ratio(static_cast<double>(L.hot), static_cast<double>(L.computed));
     j["recall"] = ratio(static_cast<double>(L.found), static_cast<double>(L.truly_active));
@@ -351,7 +351,7 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
   }
   nlohmann::json out = {{"hot_device", s.hot_device()},
           {"layers", std::move(layers)},
-          {"output_s", v.layers.back().seconds[static_cast<size_t>(stage::output)]},
+          {"output_s", v.layers.back().seconds[static_cast<size_t>(step_part::output)]},
           {"device_busy_s", t.device_s},
           {"steps", v.steps},
           {"step_tokens", v.tokens},

@@ -442,9 +442,9 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
     }
     // (the predictors' own intervals do not hold all their work: where attention's tail forms their
     // input, part of it is in attention's, so they count with the products)
-    products_r.push_back(gbs(products, seconds[std::string(stage_name(stage::attention))] + seconds[std::string(stage_name(stage::predict))] +
-                                           seconds[std::string(stage_name(stage::output))]));
-    ffn_r.push_back(gbs(ffn, seconds[std::string(stage_name(stage::ffn))]));
+    products_r.push_back(gbs(products, seconds[std::string(step_part_name(step_part::attention))] + seconds[std::string(step_part_name(step_part::predict))] +
+                                           seconds[std::string(step_part_name(step_part::output))]));
+    ffn_r.push_back(gbs(ffn, seconds[std::string(step_part_name(step_part::ffn))]));
     ffn_bytes.push_back(ffn / static_cast<double>(per_pass));
   }
   const auto median = [](std::vector<double> v) {

@@ -494,7 +494,7 @@ class micro_batch_overlap {
   explicit micro_batch_overlap(int64_t first_request, std::chrono::seconds patience = std::chrono::seconds(60))
       : first_request_(first_request), patience_(patience) {}
   fault_hook hook() {
-    return [this](stage s, int64_t layer, const std::vector<int64_t>& requests) { seen(s, layer, std::set<int64_t>(requests.begin(), requests.end())); };
+    return [this](step_part s, int64_t layer, const std::vector<int64_t>& requests) { seen(s, layer, std::set<int64_t>(requests.begin(), requests.end())); };
   }
   void release_first_stage() {
     std::lock_guard<std::mutex> l(m_);
@@ -520,17 +520,17 @@ class micro_batch_overlap {
       if (disjoint(attended_[k], held_for_)) return true;
     return false;
   }
-  void seen(stage s, int64_t layer, std::set<int64_t> requests) {
+  void seen(step_part s, int64_t layer, std::set<int64_t> requests) {
     std::unique_lock<std::mutex> l(m_);
     if (!first_seen_) {
       first_seen_ = true;
       cv_.wait_for(l, patience_, [&] { return released_; });
     }
     if (layer != 0) return;
-    if (s == stage::attention) {
+    if (s == step_part::attention) {
       attended_.push_back(std::move(requests));
       cv_.notify_all();
-    } else if (s == stage::cold_ffn && held_for_.empty() && requests.size() >= 2 && requests.count(first_request_) > 0) {
+    } else if (s == step_part::cold_ffn && held_for_.empty() && requests.size() >= 2 && requests.count(first_request_) > 0) {
       held_for_ = std::move(requests);
       cv_.wait_for(l, patience_, [&] { return overlap(); });
     }
@@ -591,8 +591,8 @@ TEST(Pipeline, LostDeviceFailsEveryRequestWithItsErrorAndStopsRetrying) {
   auto steps = std::make_shared<std::atomic<int>>(0);
   devices::device* dev = opened.dev.get();
   pipeline_options o = options_for(opened);
-  o.fault = [steps, dev](stage s, int64_t layer, const std::vector<int64_t>&) {
-    if (s != stage::attention || layer != 1 || ++*steps < 4) return;
+  o.fault = [steps, dev](step_part s, int64_t layer, const std::vector<int64_t>&) {
+    if (s != step_part::attention || layer != 1 || ++*steps < 4) return;
     dev->lose("an illegal memory access (simulated)");
     throw devices::device_lost(dev->lost());
   };
@@ -888,8 +888,8 @@ TEST(Pipeline, LiveStatsCountWhatTheStepsDid) {
     EXPECT_NEAR(static_cast<double>(L.truly_active), static_cast<double>(want.truly_active), 0.01 * static_cast<double>(want.truly_active) + 2);
     EXPECT_NEAR(static_cast<double>(L.found) / static_cast<double>(L.truly_active),
                 static_cast<double>(want.active_computed) / static_cast<double>(want.truly_active), 0.01);
-    for (stage st : {stage::attention, stage::predict, stage::hot_ffn, stage::cold_ffn}) EXPECT_GT(L.seconds[static_cast<size_t>(st)], 0) << stage_name(st);
-    EXPECT_EQ(L.seconds[static_cast<size_t>(stage::ffn)], 0);
+    for (step_part st : {step_part::attention, step_part::predict, step_part::hot_ffn, step_part::cold_ffn}) EXPECT_GT(L.seconds[static_cast<size_t>(st)], 0) << step_part_name(st);
+    EXPECT_EQ(L.seconds[static_cast<size_t>(step_part::ffn)], 0);
     // One token a step: the rows read are the gate and up rows of the neurons it chose and the down
     // rows of those that fired (the reference's computed and truly active ones; a value on the
     // rounding edge of zero may fall the other way in one of the two, hence the slack below).
@@ -901,7 +901,7 @@ TEST(Pipeline, LiveStatsCountWhatTheStepsDid) {
     slack += 2 * down;
   }
   bytes += static_cast<uint64_t>(tokens) * (costs.output + costs.embedding_row);
-  EXPECT_GT(v.layers.back().seconds[static_cast<size_t>(stage::output)], 0);
+  EXPECT_GT(v.layers.back().seconds[static_cast<size_t>(step_part::output)], 0);
   EXPECT_NEAR(static_cast<double>(v.host_bytes + v.device_bytes), static_cast<double>(bytes), static_cast<double>(slack));
   EXPECT_GT(v.device_bytes, device_bytes);
   EXPECT_LT(v.device_bytes, device_bytes + device_down);  // not every hot neuron fired
@@ -1002,8 +1002,8 @@ TEST(Pipeline, FaultyExecutorIsRestartedAndOnlyItsSequenceFails) {
     pipeline_options o = options_for(opened);
     auto faults = std::make_shared<std::atomic<int>>(0);
     const int64_t victim = 1;  // the second request submitted
-    o.fault = [faults, persistent, victim](stage s, int64_t layer, const std::vector<int64_t>& requests) {
-      if (s != stage::cold_ffn || layer != 1 || std::find(requests.begin(), requests.end(), victim) == requests.end()) return;
+    o.fault = [faults, persistent, victim](step_part s, int64_t layer, const std::vector<int64_t>& requests) {
+      if (s != step_part::cold_ffn || layer != 1 || std::find(requests.begin(), requests.end(), victim) == requests.end()) return;
       if (!persistent && faults->load() > 0) return;
       ++*faults;
       throw std::runtime_error("injected fault");

@@ -1,6 +1,8 @@
 #pragma once
-// One naming of what a step computes, by (name, layer): the intervals traces record, the stages the
-// actors time for /metrics, the faults tests inject, and the values the forward pass's observer sees.
+// One naming of what a step computes, by (name, layer): the parts of a step traces record as
+// intervals, the actors time for /metrics (its label `stage`), and the faults tests inject at; and the
+// values the forward pass's observer sees. ("Stage" itself means one thing in hotcold: a range of
+// layers on another host, actors/stages.hpp.)
 #include <cstdint>
 #include <string_view>
 
@@ -10,11 +12,11 @@ class trace_recorder;
 
 // The parts of a step, in the order a layer runs them; `output` is the head (layer n_layer), `sample`
 // the sampler's work on the logits.
-enum class stage : int { attention, predict, hot_ffn, cold_ffn, ffn, output, sample };
-inline constexpr int n_stages = 7;
+enum class step_part : int { attention, predict, hot_ffn, cold_ffn, ffn, output, sample };
+inline constexpr int n_step_parts = 7;
 // "attention", "predict", "hot_ffn", "cold_ffn", "ffn", "output", "sample" (a string literal's storage).
-constexpr std::string_view stage_name(stage s) {
-  constexpr std::string_view names[n_stages] = {"attention", "predict", "hot_ffn", "cold_ffn", "ffn", "output", "sample"};
+constexpr std::string_view step_part_name(step_part s) {
+  constexpr std::string_view names[n_step_parts] = {"attention", "predict", "hot_ffn", "cold_ffn", "ffn", "output", "sample"};
   return names[static_cast<int>(s)];
 }
 
@@ -22,7 +24,7 @@ constexpr std::string_view stage_name(stage s) {
 // stage, step and layer, and the sequences in the step.
 struct trace_span {
   trace_recorder* trace = nullptr;
-  stage s = stage::ffn;
+  step_part s = step_part::ffn;
   int64_t step = 0, layer = 0, seqs = 1;
 };
 
