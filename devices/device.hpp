@@ -24,6 +24,7 @@
 #include <string_view>
 #include <thread>
 
+#include "kernels/activation.hpp"
 #include "devices/work_queue.hpp"
 #include "kernels/tensor_types.hpp"
 
@@ -99,7 +100,6 @@ enum class operation {
   matvec,     // rows of a matrix times vectors (the output head)
   dense_ffn,  // a dense layer's whole FFN: down act(gate x, up x)
 };
-enum class ffn_activation { relu, silu, gelu, drelu };
 inline constexpr int n_operations = 5;
 const char* operation_name(operation op);  // "ffn_rows", "attention", "predict", "matvec", "dense_ffn"
 
@@ -108,7 +108,7 @@ struct ffn_rows_job {
   tensor_type type = tensor_type::f16;            // of the gate, up and down rows
   const void *gate = nullptr, *up = nullptr, *down_t = nullptr;  // the device's copies (gate: null without a gate)
   bool gated = true;
-  ffn_activation act = ffn_activation::relu;
+  kernels::activation act = kernels::activation::relu;
   float act_threshold = 0;                         // a neuron's value is 0 where |act(..)| < this (hparams::act_threshold_of)
   int64_t n = 0, d = 0, n_ff = 0;                  // tokens, embedding, neurons per layer
   const float* x = nullptr;                        // host: n x d inputs
@@ -131,7 +131,7 @@ struct predict_job {
   float threshold = 0;
   // Thresholded files: the scores estimate pre-activations, and chosen = |act(score)| >= threshold.
   bool on_act = false;
-  ffn_activation act = ffn_activation::silu;
+  kernels::activation act = kernels::activation::silu;
   uint8_t* chosen = nullptr;                     // host: n x n_ff, 1 where token t chose neuron i
   void* scratch = nullptr;                       // device memory for a token's activations (the plan's compute buffers)
   uint64_t scratch_bytes = 0;
@@ -194,7 +194,7 @@ struct dense_ffn_job {
   const void *gate = nullptr, *up = nullptr, *down = nullptr;  // the device's copies: n_ff x d, n_ff x d, d x n_ff
   tensor_type t_gate = tensor_type::f16, t_up = tensor_type::f16, t_down = tensor_type::f16;
   bool gated = true;
-  ffn_activation act = ffn_activation::relu;
+  kernels::activation act = kernels::activation::relu;
   float act_threshold = 0;       // as ffn_rows_job's
   int64_t n = 0, d = 0, n_ff = 0;
   const float* x = nullptr;      // host: n x d

@@ -19,6 +19,16 @@ bool gpu_reads(operation op, tensor_type t) {
   return gpu_reads(t) || (t == tensor_type::q6_k && (op == operation::matvec || op == operation::attention || op == operation::dense_ffn));
 }
 
+kernels::gpu::row_type gpu_row_type(tensor_type t) {
+  switch (t) {
+    case tensor_type::f16: return kernels::gpu::row_type::f16;
+    case tensor_type::q8_0: return kernels::gpu::row_type::q8_0;
+    case tensor_type::q4_0: return kernels::gpu::row_type::q4_0;
+    case tensor_type::q6_k: return kernels::gpu::row_type::q6_k;
+    default: throw std::invalid_argument(fmt::format("a GPU's kernels read rows of F16, Q8_0, Q4_0 or Q6_K, not {}", tensor_type_name(t)));
+  }
+}
+
 void check_attention_job(const std::string& device, const attention_job& job) {
   if (job.n_head <= 0 || job.n_head_kv <= 0 || job.n_head % job.n_head_kv != 0 || job.head_dim <= 0 || job.n_rot > job.head_dim ||
       job.n_rot % 2 != 0)
@@ -171,8 +181,7 @@ void row(tensor_type t, const void* rows, int64_t r, int64_t cols, float* out) {
 // vector, their values), else as they are.
 std::vector<float> as_read(tensor_type t, const float* x, int64_t n, int64_t cols) {
   std::vector<float> v(x, x + n * cols);
-  const auto rt = t == tensor_type::q8_0 ? kernels::gpu::row_type::q8_0 : t == tensor_type::q4_0 ? kernels::gpu::row_type::q4_0 : kernels::gpu::row_type::f16;
-  if (!kernels::gpu::reads_x_in_8_bits(rt, cols)) return v;
+  if (!kernels::gpu::reads_x_in_8_bits(gpu_row_type(t), cols)) return v;
   std::vector<kernels::block_q8_0> q(static_cast<size_t>(cols / 32));
   for (int64_t k = 0; k < n; ++k) {
     kernels::quantize_row_q8_0(v.data() + k * cols, q.data(), cols);
@@ -187,18 +196,18 @@ float dot(const float* a, const float* b, int64_t n) {
   return static_cast<float>(s);
 }
 
-float activate(ffn_activation a, float v) {
+float activate(kernels::activation a, float v) {
   switch (a) {
-    case ffn_activation::silu: return v / (1.0f + std::exp(-v));
-    case ffn_activation::gelu: return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+    case kernels::activation::silu: return v / (1.0f + std::exp(-v));
+    case kernels::activation::gelu: return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
     default: return v > 0.0f ? v : 0.0f;
   }
 }
 
 // A neuron's value from its gate and up dots: act(gate) up, act(up) without a gate, relu(gate) relu(up)
 // for dReLU; 0 where |act(..)| < t.
-float hidden(ffn_activation a, float t, bool gated, float gate, float up) {
-  if (a == ffn_activation::drelu) return std::max(gate, 0.0f) * std::max(up, 0.0f);
+float hidden(kernels::activation a, float t, bool gated, float gate, float up) {
+  if (a == kernels::activation::drelu) return std::max(gate, 0.0f) * std::max(up, 0.0f);
   const float v = activate(a, gated ? gate : up);
   if (std::fabs(v) < t) return 0.0f;
   return gated ? v * up : v;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "devices/device.hpp"
+#include "kernels/gpu/decode.hpp"
 
 namespace hotcold::devices {
 
@@ -13,6 +14,9 @@ namespace hotcold::devices {
 // Q4_0 file's head) in the products (head, attention, dense FFNs), not in the FFN-rows kernel or
 // predictors.
 bool gpu_reads(tensor_type t);
+// The GPU kernels' name for a row type they read (F16, Q8_0, Q4_0, Q6_K): the one mapping, for the
+// CUDA/HIP back end and sim's plain computation alike; std::invalid_argument for any other.
+kernels::gpu::row_type gpu_row_type(tensor_type t);
 bool gpu_reads(operation op, tensor_type t);
 
 // Throw std::invalid_argument (std::out_of_range for a token outside the cache) naming `device` and

@@ -10,15 +10,6 @@
 
 namespace hotcold {
 
-devices::ffn_activation device_activation(activation a) {
-  switch (a) {
-    case activation::relu: return devices::ffn_activation::relu;
-    case activation::silu: return devices::ffn_activation::silu;
-    case activation::gelu: return devices::ffn_activation::gelu;
-    case activation::drelu: return devices::ffn_activation::drelu;
-  }
-  return devices::ffn_activation::relu;
-}
 
 bool attention_runs_on(const devices::device& dev, const hparams& hp, const layer_weights& l) {
   if (!dev.runs_host_work() && (hp.attn_softcap > 0 || hp.n_swa > 0 || hp.q_scale > 0)) return false;

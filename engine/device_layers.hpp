@@ -39,8 +39,6 @@ struct device_residency {
 // v's rows, packed, in plain order (a private copy's groups of sixteen interleaved rows put back in
 // order): v.bytes() bytes into out.
 void plain_rows(const tensor_view& v, uint8_t* out);
-// The device jobs' name for a model's FFN activation.
-devices::ffn_activation device_activation(activation a);
 // Whether the device computes this layer's attention (every product's weights, and what the job does:
 // a GPU's has no soft-capped scores, sliding window or query scale, so Gemma 2's stays on the host),
 // and its whole FFN.

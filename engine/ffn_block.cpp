@@ -67,7 +67,7 @@ ffn_step_counts ffn_block::gpu_job(step_state& B, int64_t layer, const float* in
     job.gate = g.ffn_gate ? g.ffn_gate.data : nullptr, job.up = g.ffn_up.data, job.down = g.ffn_down.data;
     job.t_gate = g.ffn_gate ? g.ffn_gate.type : g.ffn_up.type, job.t_up = g.ffn_up.type, job.t_down = g.ffn_down.type;
     job.gated = hp.gated_ffn;
-    job.act = device_activation(hp.act);
+    job.act = hp.act;
     job.act_threshold = hp.act_threshold_of(layer);
     job.n = n, job.d = hp.n_embd, job.n_ff = n_ff, job.x = in, job.out = out;
     job.hidden = stats_on_ || env_.watch ? B.hidden.data() : nullptr;  // each neuron's value, where something reads it

@@ -103,7 +103,7 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
   job.type = h.up.type;
   job.gate = h.gate.data, job.up = h.up.data, job.down_t = h.down_t.data;
   job.gated = hp.gated_ffn;
-  job.act = device_activation(hp.act);
+  job.act = hp.act;
   job.act_threshold = hp.act_threshold_of(layer);
   job.n = x.n, job.d = x.d, job.n_ff = x.n_ff;
   job.x = x.in;

@@ -373,7 +373,7 @@ devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const
       devices::dense_ffn_job job;
       job.gate = gate.data, job.up = up.data, job.down = down.data;
       job.t_gate = gate.type, job.t_up = up.type, job.t_down = down.type;
-      job.gated = true, job.act = device_activation(hp.act);
+      job.gated = true, job.act = hp.act;
       job.n = m, job.d = d, job.n_ff = gate.ne1, job.x = x, job.out = y;
       job.scratch = dl->scratch(), job.scratch_bytes = dl->scratch_bytes();
       dev.compute(job);

@@ -30,7 +30,7 @@ void predictor_runner::predict(int64_t layer, const float* pred_in, int64_t n, u
     job.n = n, job.d = model_.hp().n_embd, job.rank = l.pred_fc1.ne1, job.n_ff = n_ff;
     job.x = pred_in;
     job.threshold = model_.hp().sparse_threshold[static_cast<size_t>(layer)];
-    job.on_act = !model_.hp().act_threshold.empty(), job.act = device_activation(model_.hp().act);
+    job.on_act = !model_.hp().act_threshold.empty(), job.act = model_.hp().act;
     job.chosen = chosen;
     job.scratch = device_->scratch(), job.scratch_bytes = device_->scratch_bytes();
     // Chosen already, with the layer's attention (the same input): taken; else the predictor's job.

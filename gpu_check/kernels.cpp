@@ -101,15 +101,15 @@ void check_matmul(int64_t rows, int64_t cols, int64_t n, std::mt19937& rng) {
   report("matmul f16 " + std::to_string(rows) + "x" + std::to_string(cols) + " n " + std::to_string(n), e, nmse(dy.get(), want), 1e-7);
 }
 
-double act_ref(gpu::ffn_act a, double v) {
+double act_ref(hotcold::kernels::activation a, double v) {
   switch (a) {
-    case gpu::ffn_act::silu: return v / (1 + std::exp(-v));
-    case gpu::ffn_act::gelu: return 0.5 * v * (1 + std::tanh(0.7978845608 * (v + 0.044715 * v * v * v)));
+    case hotcold::kernels::activation::silu: return v / (1 + std::exp(-v));
+    case hotcold::kernels::activation::gelu: return 0.5 * v * (1 + std::tanh(0.7978845608 * (v + 0.044715 * v * v * v)));
     default: return v > 0 ? v : 0;
   }
 }
 
-void check_hot_ffn(int64_t n_rows, int64_t d, int64_t count, bool gated, gpu::ffn_act act, std::mt19937& rng) {
+void check_hot_ffn(int64_t n_rows, int64_t d, int64_t count, bool gated, hotcold::kernels::activation act, std::mt19937& rng) {
   auto gate = random_f16(static_cast<size_t>(n_rows * d), rng, 0.05f), up = random_f16(static_cast<size_t>(n_rows * d), rng, 0.05f),
        down = random_f16(static_cast<size_t>(n_rows * d), rng, 0.05f);
   auto x = random_f32(static_cast<size_t>(d), rng);
@@ -123,7 +123,7 @@ void check_hot_ffn(int64_t n_rows, int64_t d, int64_t count, bool gated, gpu::ff
     if (!gated) h = act_ref(act, u);
     else {
       const double g = dot_ref(gate.data() + r * d, x.data(), d);
-      h = act == gpu::ffn_act::drelu ? std::max(g, 0.0) * std::max(u, 0.0) : act_ref(act, g) * u;
+      h = act == hotcold::kernels::activation::drelu ? std::max(g, 0.0) * std::max(u, 0.0) : act_ref(act, g) * u;
     }
     hidden[static_cast<size_t>(k)] = h;
     for (int64_t c = 0; c < d; ++c) out[static_cast<size_t>(c)] += h * kernels::fp16_to_fp32(down[static_cast<size_t>(r * d + c)]);
@@ -132,7 +132,7 @@ void check_hot_ffn(int64_t n_rows, int64_t d, int64_t count, bool gated, gpu::ff
   dev<int32_t> ds(slots);
   dev<float> dx(x), dh(static_cast<size_t>(count)), dout(static_cast<size_t>(d)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
   const std::string e = gpu::hot_ffn(gpu::row_type::f16, dg.p, du.p, dd.p, ds.p, count, d, dx.p, gated, act, 0.0f, dh.p, dout.p, scratch.p);
-  const char* names[] = {"relu", "silu", "gelu", "drelu"};
+  const char* names[] = {"silu", "relu", "drelu", "gelu"};  // (kernels::activation's order)
   const std::string name = std::string("hot_ffn f16 ") + names[static_cast<int>(act)] + (gated ? " gated" : "") + " " + std::to_string(count) + " of " +
                            std::to_string(n_rows) + " x" + std::to_string(d);
   report(name + " hidden", e, nmse(dh.get(), hidden), 1e-6);
@@ -218,7 +218,7 @@ void check_hot_ffn_quantized(gpu::row_type t, int64_t n_rows, int64_t d, int64_t
   dev<uint8_t> dg(bytes[0]), du(bytes[1]), dd(bytes[2]);
   dev<int32_t> ds(slots);
   dev<float> dx(x), dh(static_cast<size_t>(count)), dout(static_cast<size_t>(d)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
-  const std::string e = gpu::hot_ffn(t, dg.p, du.p, dd.p, ds.p, count, d, dx.p, true, gpu::ffn_act::relu, 0.0f, dh.p, dout.p, scratch.p);
+  const std::string e = gpu::hot_ffn(t, dg.p, du.p, dd.p, ds.p, count, d, dx.p, true, hotcold::kernels::activation::relu, 0.0f, dh.p, dout.p, scratch.p);
   const std::string name = std::string("hot_ffn ") + type_name(t) + " relu gated " + std::to_string(count) + " of " +
                            std::to_string(n_rows) + " x" + std::to_string(d);
   report(name + " hidden", e, nmse(dh.get(), hidden), 1e-6);
@@ -270,7 +270,7 @@ void check_predictor(int64_t d, int64_t rank, int64_t n_ff, std::mt19937& rng) {
   // A thresholded file's rule: the scores are pre-activations, chosen = |silu(score)| >= threshold.
   // Scores within 1e-4 of the boundary may fall either way (the sums' order differs).
   const std::string e2 = gpu::predictor(gpu::row_type::f16, d1.p, d2.p, d, rank, n_ff, dx.p, threshold, dmid.p, dscores.p, dchosen.p, nullptr, true,
-                                        gpu::ffn_act::silu);
+                                        hotcold::kernels::activation::silu);
   const auto chosen2 = dchosen.get();
   wrong = 0;
   for (int64_t i = 0; i < n_ff; ++i) {
@@ -444,7 +444,7 @@ void bench(std::mt19937& rng, double peak) {
       dev<int32_t> ds(slots);
       dev<float> dh(static_cast<size_t>(chosen)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
       speed(std::string("hot_ffn ") + tn + " " + std::to_string(chosen) + " of " + std::to_string(hot) + " rows" + shape,
-            seconds_per_call([&] { gpu::hot_ffn(t, rows.p, rows.p, rows.p, ds.p, chosen, d, dx.p, true, gpu::ffn_act::relu, 0.0f, dh.p, dy.p, scratch.p); }, 100),
+            seconds_per_call([&] { gpu::hot_ffn(t, rows.p, rows.p, rows.p, ds.p, chosen, d, dx.p, true, hotcold::kernels::activation::relu, 0.0f, dh.p, dy.p, scratch.p); }, 100),
             static_cast<double>(chosen) * 3.0 * static_cast<double>(gpu::row_bytes(t, d)), peak, 0.25);
     }
     const int64_t rank = d == 2048 ? 256 : 1024;
@@ -489,10 +489,10 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
       {"matmul f16 odd columns", [](rng_t& r) { check_matmul(333, 2047, 3, r); }},  // the unaligned path
       {"matmul f16 5632x256 n 7", [](rng_t& r) { check_matmul(5632, 256, 7, r); }},
       {"hot_ffn f16 every activation", [](rng_t& r) {
-         for (auto act : {gpu::ffn_act::relu, gpu::ffn_act::silu, gpu::ffn_act::gelu, gpu::ffn_act::drelu}) check_hot_ffn(1024, 512, 300, true, act, r);
+         for (auto act : {hotcold::kernels::activation::relu, hotcold::kernels::activation::silu, hotcold::kernels::activation::gelu, hotcold::kernels::activation::drelu}) check_hot_ffn(1024, 512, 300, true, act, r);
        }},
-      {"hot_ffn f16 ungated", [](rng_t& r) { check_hot_ffn(1024, 512, 300, false, gpu::ffn_act::gelu, r); }},
-      {"hot_ffn f16 nothing chosen", [](rng_t& r) { check_hot_ffn(64, 2048, 0, true, gpu::ffn_act::relu, r); }},  // out is zero
+      {"hot_ffn f16 ungated", [](rng_t& r) { check_hot_ffn(1024, 512, 300, false, hotcold::kernels::activation::gelu, r); }},
+      {"hot_ffn f16 nothing chosen", [](rng_t& r) { check_hot_ffn(64, 2048, 0, true, hotcold::kernels::activation::relu, r); }},  // out is zero
       {"hot_ffn and products q8_0", [](rng_t& r) { check_hot_ffn_quantized(gpu::row_type::q8_0, 1024, 512, 300, r), check_matvec_quantized(gpu::row_type::q8_0, 1000, 512, r); }},
       {"hot_ffn and products q4_0", [](rng_t& r) { check_hot_ffn_quantized(gpu::row_type::q4_0, 1024, 512, 300, r), check_matvec_quantized(gpu::row_type::q4_0, 1000, 512, r); }},
       {"products q6_k", [](rng_t& r) { check_matvec_quantized(gpu::row_type::q6_k, 1000, 768, r); }},  // a llama.cpp Q4_0 file's head
@@ -507,9 +507,9 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
         {"matmul f16 real shapes", [](rng_t& r) {
            check_matmul(2048, 2048, 1, r), check_matmul(4096, 4096, 1, r), check_matmul(4096, 4096, 4, r), check_matmul(11008, 4096, 1, r);
          }},
-        {"hot_ffn f16 long chunks", [](rng_t& r) { check_hot_ffn(8192, 256, 5000, true, gpu::ffn_act::relu, r); }},  // more neurons than chunks x 32
+        {"hot_ffn f16 long chunks", [](rng_t& r) { check_hot_ffn(8192, 256, 5000, true, hotcold::kernels::activation::relu, r); }},  // more neurons than chunks x 32
         {"hot_ffn f16 1B and 7B", [](rng_t& r) {
-           check_hot_ffn(5632, 2048, 1400, true, gpu::ffn_act::relu, r), check_hot_ffn(11008, 4096, 1100, true, gpu::ffn_act::relu, r);
+           check_hot_ffn(5632, 2048, 1400, true, hotcold::kernels::activation::relu, r), check_hot_ffn(11008, 4096, 1100, true, hotcold::kernels::activation::relu, r);
          }},
         {"q8_0 real shapes", [](rng_t& r) {
            check_matvec_quantized(gpu::row_type::q8_0, 4096, 4096, r), check_hot_ffn_quantized(gpu::row_type::q8_0, 5632, 2048, 1400, r),

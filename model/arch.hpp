@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/activation.hpp"
 #include "model/gguf.hpp"
 
 namespace hotcold {
@@ -22,7 +23,7 @@ namespace hotcold {
 // gemma2: llama's layer with Gemma 2's additions (scaled embeddings, norms after attention and after
 // the FFN, soft-capped attention scores and logits, a sliding window on alternate layers, GELU gates).
 enum class architecture { llama, falcon, bamboo, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2 };
-enum class activation { silu, relu, drelu, gelu };
+using kernels::activation;  // (kernels/activation.hpp: one enum for the model, the kernels and the devices)
 enum class norm_kind { rms, layer };  // RMSNorm (weight) or LayerNorm (weight and bias)
 enum class rope_style { adjacent_pairs, neox };  // llama.cpp's NORM (x[2i], x[2i+1]) and NEOX (x[i], x[i + n_rot/2])
 inline constexpr int64_t max_rope_dims = 1024;  // the forward pass keeps one position's rotation angles on the stack

@@ -237,15 +237,6 @@ void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff)
 cuda_backend::launches_counted::launches_counted(cuda_backend& d) : dev(d), before(kernels::gpu::launches_by_this_thread()) {}
 cuda_backend::launches_counted::~launches_counted() { dev.count({kernels::gpu::launches_by_this_thread() - before, 0, 0}); }
 
-// The GPU kernels' name for a row type the table accepts (F16, Q8_0, Q4_0, Q6_K).
-kernels::gpu::row_type gpu_rows(tensor_type t) {
-  switch (t) {
-    case tensor_type::f16: return kernels::gpu::row_type::f16;
-    case tensor_type::q8_0: return kernels::gpu::row_type::q8_0;
-    case tensor_type::q6_k: return kernels::gpu::row_type::q6_k;
-    default: return kernels::gpu::row_type::q4_0;
-  }
-}
 #endif
 
 // Each token's chosen rows listed (their slots in the device's copy), the inputs and lists copied in
@@ -256,7 +247,7 @@ void cuda_backend::compute(const ffn_rows_job& job) {
   const launches_counted counted(*this);
   if (!supports(operation::ffn_rows, job.type))
     throw std::invalid_argument(fmt::format("{}: the GPU's FFN kernel takes F16, Q8_0 or Q4_0 rows, not {}", name(), tensor_type_name(job.type)));
-  const auto rows = gpu_rows(job.type);
+  const auto rows = gpu_row_type(job.type);
   const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
   if (n > max_n_) throw std::invalid_argument(fmt::format("{}: a step of {} tokens is more than the {} reserved", name(), n, max_n_));
   auto* hx = static_cast<float*>(host_x_.get());
@@ -276,7 +267,7 @@ void cuda_backend::compute(const ffn_rows_job& job) {
   copy_async(dx, hx, static_cast<uint64_t>(n * d) * sizeof(float), true);
   for (int64_t t = 0; t < n; ++t)
     copy_async(ds + t * n_ff, hs + t * n_ff, static_cast<uint64_t>(count[static_cast<size_t>(t)]) * sizeof(int32_t), true);
-  const auto act = static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act));
+  const auto act = job.act;
   for (int64_t t = 0; t < n; ++t) {
     const std::string e = kernels::gpu::hot_ffn(rows, job.gate, job.up, job.down_t, ds + t * n_ff, count[static_cast<size_t>(t)], d, dx + t * d, job.gated,
                                                 act, job.act_threshold, dh + t * n_ff, dout + t * d, static_cast<float*>(partial_->data()), stream_);
@@ -330,8 +321,8 @@ void cuda_backend::compute(const predict_job& job) {
   float* dscores = dmid + job.rank;
   auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
   per_vector("predictor", {job.n, job.x, job.d, dx, dchosen, job.chosen, static_cast<uint64_t>(job.n_ff)}, [&] {
-    const auto on_act = job.on_act ? static_cast<kernels::gpu::ffn_act>(static_cast<int>(job.act)) : kernels::gpu::ffn_act::relu;
-    return kernels::gpu::predictor(gpu_rows(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_,
+    const auto on_act = job.on_act ? job.act : kernels::activation::relu;
+    return kernels::gpu::predictor(gpu_row_type(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_,
                                    job.on_act, on_act);
   });
 #else
@@ -350,7 +341,7 @@ void cuda_backend::compute(const matvec_job& job) {
   auto* dx = static_cast<float*>(job.scratch);
   float* dy = dx + job.cols;
   per_vector("product", {job.n, job.x, job.cols, dx, dy, job.y, static_cast<uint64_t>(job.rows) * sizeof(float)},
-             [&] { return kernels::gpu::matvec(gpu_rows(job.type), job.w, job.rows, job.cols, dx, dy, stream_); });
+             [&] { return kernels::gpu::matvec(gpu_row_type(job.type), job.w, job.rows, job.cols, dx, dy, stream_); });
 #else
   (void)job;
   no_gpu_built();
@@ -404,11 +395,11 @@ void cuda_backend::compute(const attention_job& job) {
     copy_async(dx, hin, static_cast<uint64_t>(m * in_floats) * 4, true);
     std::string e;
     if (job.wqkv) {
-      e = gpu::matmul(gpu_rows(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
+      e = gpu::matmul(gpu_row_type(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
     } else {
-      e = gpu::matmul(gpu_rows(job.t_q), job.wq, dq, d, dx, m, dqkv, row_len, stream_);
-      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_k), job.wk, kv, d, dx, m, dqkv + dq, row_len, stream_);
-      if (e.empty()) e = gpu::matmul(gpu_rows(job.t_v), job.wv, kv, d, dx, m, dqkv + dq + kv, row_len, stream_);
+      e = gpu::matmul(gpu_row_type(job.t_q), job.wq, dq, d, dx, m, dqkv, row_len, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_k), job.wk, kv, d, dx, m, dqkv + dq, row_len, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_v), job.wv, kv, d, dx, m, dqkv + dq + kv, row_len, stream_);
     }
     if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_, adjust);
     if (e.empty()) {  // (a long past split across blocks, their partial sums in the scratch's tail)
@@ -416,11 +407,11 @@ void cuda_backend::compute(const attention_job& job) {
       e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_, dx + tail.offset, tail.floats,
                       attention_latest_position(job, t0, m));
     }
-    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_o), job.wo, d, dq, dattn, m, dout, d, stream_);
+    if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_o), job.wo, d, dq, dattn, m, dout, d, stream_);
     if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), a token at a time
       e = gpu::add(dlayer_in, job.pred_adds_out ? dout : nullptr, m * d, dpred_in, stream_);
       for (int64_t t = 0; t < m && e.empty(); ++t)
-        e = gpu::predictor(gpu_rows(job.t_pred), job.fc1, job.fc2, d, job.rank, n_ff, dpred_in + t * d, job.threshold, dmid, dscores + t * n_ff,
+        e = gpu::predictor(gpu_row_type(job.t_pred), job.fc1, job.fc2, d, job.rank, n_ff, dpred_in + t * d, job.threshold, dmid, dscores + t * n_ff,
                            dchosen + t * n_ff, stream_);
     }
     if (!e.empty()) fail(fmt::format("attention kernels: {}", e));
@@ -461,10 +452,10 @@ void cuda_backend::compute(const dense_ffn_job& job) {
     std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
     copy_async(dx, hin, static_cast<uint64_t>(m * d) * 4, true);
     std::string e;
-    if (job.gated) e = gpu::matmul(gpu_rows(job.t_gate), job.gate, n_ff, d, dx, m, dg, n_ff, stream_);
-    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_up), job.up, n_ff, d, dx, m, du, n_ff, stream_);
-    if (e.empty()) e = gpu::activate(dg, du, m * n_ff, job.gated, static_cast<gpu::ffn_act>(static_cast<int>(job.act)), job.act_threshold, stream_);
-    if (e.empty()) e = gpu::matmul(gpu_rows(job.t_down), job.down, d, n_ff, du, m, dout, d, stream_);
+    if (job.gated) e = gpu::matmul(gpu_row_type(job.t_gate), job.gate, n_ff, d, dx, m, dg, n_ff, stream_);
+    if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_up), job.up, n_ff, d, dx, m, du, n_ff, stream_);
+    if (e.empty()) e = gpu::activate(dg, du, m * n_ff, job.gated, job.act, job.act_threshold, stream_);
+    if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_down), job.down, d, n_ff, du, m, dout, d, stream_);
     if (!e.empty()) fail(fmt::format("dense FFN kernels: {}", e));
     copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false);
     if (job.hidden) copy_async(hout + m * d, du, static_cast<uint64_t>(m * n_ff) * 4, false);

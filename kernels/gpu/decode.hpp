@@ -1,4 +1,5 @@
 #pragma once
+#include "kernels/activation.hpp"
 // The hot executor's GPU kernels (CUDA; the same sources build as HIP through portability.hpp), for
 // one decode token. Pointers are device memory; `stream` is a cudaStream_t / hipStream_t (null: the
 // default stream). Each returns "" when the launch was accepted, else the error. Weights are F16
@@ -24,7 +25,6 @@ namespace hotcold::kernels::gpu {
 uint64_t launches_by_this_thread();
 
 // The FFN activations the hot executor meets (model/arch.hpp's, by value).
-enum class ffn_act : int { relu = 0, silu = 1, gelu = 2, drelu = 3 };
 
 // The types hot rows keep on the device (the file's own: a hot row is never converted).
 // Q6_K (blocks of 256) only for products (matmul, matvec, the predictor): llama.cpp's presets give a
@@ -52,14 +52,14 @@ int64_t hot_ffn_scratch(int64_t d);  // floats of device scratch hot_ffn needs (
 // hot_ffn_scratch(d) floats of device memory; calls on one stream may share it.
 // threshold: a neuron's value is 0 where |act(..)| < it (0: none).
 std::string hot_ffn(row_type t, const void* gate, const void* up, const void* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
-                    bool gated, ffn_act act, float threshold, float* hidden, float* out, float* scratch, void* stream = nullptr);
+                    bool gated, activation act, float threshold, float* hidden, float* out, float* scratch, void* stream = nullptr);
 
 // y = W x and the predictor with rows of type t (F16, Q8_0, Q4_0; quantized rows need a multiple of 32
 // values), in the file's own bytes.
 std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, void* stream = nullptr);
 // on_act (thresholded files): chosen[i] = |act(s_i)| >= threshold, the scores being estimated pre-activations.
 std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
-                      float* scores, uint8_t* chosen, void* stream = nullptr, bool on_act = false, ffn_act act = ffn_act::silu);
+                      float* scores, uint8_t* chosen, void* stream = nullptr, bool on_act = false, activation act = activation::silu);
 
 // y + t ldy (rows floats) = W (x + t cols), for t < n; rows of type t (quantized: cols a multiple of
 // the block, 32 or 256 for Q6_K).
@@ -69,7 +69,7 @@ std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const 
 std::string add(const float* a, const float* b, int64_t count, float* out, void* stream = nullptr);
 // up[i] = act(gate[i]) up[i] for i < count (act(up[i]) when not gated; relu(gate) relu(up) for dReLU),
 // 0 where |act(..)| < threshold.
-std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, float threshold, void* stream = nullptr);
+std::string activate(float* gate, float* up, int64_t count, bool gated, activation act, float threshold, void* stream = nullptr);
 
 // A layer's attention shape: the embedding, heads, KV heads, values per head (at most
 // attend_max_head_dim), values rotated, the RoPE pairs' layout, positions per sequence in the cache.

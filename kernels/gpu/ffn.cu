@@ -13,7 +13,7 @@ using namespace detail;
 // One group of 32 lanes per hot neuron: its gate and up rows against x (interleaved), the activation.
 template <row_type T>
 __global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
-                                  const float* x, bool gated, ffn_act act, float threshold, float* hidden) {
+                                  const float* x, bool gated, activation act, float threshold, float* hidden) {
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x / warp) + threadIdx.x / warp;
   if (k >= count) return;
   const int64_t row = slots[k];
@@ -30,7 +30,7 @@ __global__ void hot_hidden_kernel(const uint8_t* gate, const uint8_t* up, int64_
 constexpr int hot_q_per_warp = 4;
 template <row_type T>
 __global__ void hot_hidden_q8_kernel(const uint8_t* gate, const uint8_t* up, int64_t row_bytes, const int32_t* slots, int64_t count, int64_t d,
-                                     const float* x, bool gated, ffn_act act, float threshold, float* hidden) {
+                                     const float* x, bool gated, activation act, float threshold, float* hidden) {
   extern __shared__ char smem[];
   const x_q8 xq = quantize_x(x, d, 1, smem);
   const int lane = threadIdx.x % warp;
@@ -74,11 +74,11 @@ __global__ void down_sum_kernel(const float* partial, int64_t chunks, int64_t d,
   out[c] = s;
 }
 
-__global__ void activate_kernel(const float* gate, float* up, int64_t count, bool gated, ffn_act act, float threshold) {
+__global__ void activate_kernel(const float* gate, float* up, int64_t count, bool gated, activation act, float threshold) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= count) return;
   const float u = up[i];
-  if (act == ffn_act::drelu) {
+  if (act == activation::drelu) {
     up[i] = fmaxf(gate[i], 0.0f) * fmaxf(u, 0.0f);
     return;
   }
@@ -97,7 +97,7 @@ __global__ void add_kernel(const float* a, const float* b, int64_t count, float*
 int64_t hot_ffn_scratch(int64_t d) { return hot_ffn_max_chunks * d; }
 
 std::string hot_ffn(row_type t, const void* gate, const void* up, const void* down_t, const int32_t* slots, int64_t count, int64_t d, const float* x,
-                    bool gated, ffn_act act, float threshold, float* hidden, float* out, float* scratch, void* stream) {
+                    bool gated, activation act, float threshold, float* hidden, float* out, float* scratch, void* stream) {
   if (t == row_type::q6_k) return "hot_ffn: FFN rows of F16, Q8_0 or Q4_0";
   if (t != row_type::f16 && d % 32 != 0) return "hot_ffn: quantized rows need a multiple of 32 values";
   constexpr int threads = 256, per_block = threads / warp;
@@ -144,7 +144,7 @@ std::string add(const float* a, const float* b, int64_t count, float* out, void*
   return launched();
 }
 
-std::string activate(float* gate, float* up, int64_t count, bool gated, ffn_act act, float threshold, void* stream) {
+std::string activate(float* gate, float* up, int64_t count, bool gated, activation act, float threshold, void* stream) {
   if (count <= 0) return {};
   constexpr int threads = 256;
   activate_kernel<<<static_cast<unsigned>((count + threads - 1) / threads), threads, 0, as_stream(stream)>>>(gate, up, count, gated, act, threshold);

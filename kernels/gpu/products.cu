@@ -15,7 +15,7 @@ __global__ void relu_kernel(float* v, int64_t n) {
   if (i < n) v[i] = fmaxf(v[i], 0.0f);
 }
 
-__global__ void threshold_kernel(const float* scores, int64_t n, float threshold, bool on_act, ffn_act act, uint8_t* chosen) {
+__global__ void threshold_kernel(const float* scores, int64_t n, float threshold, bool on_act, activation act, uint8_t* chosen) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) chosen[i] = (on_act ? fabsf(activate(act, scores[i])) : scores[i]) >= threshold ? 1 : 0;
 }
@@ -68,7 +68,7 @@ std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const 
 }
 
 std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
-                      float* scores, uint8_t* chosen, void* stream, bool on_act, ffn_act act) {
+                      float* scores, uint8_t* chosen, void* stream, bool on_act, activation act) {
   if (auto e = matvec(t, fc1, rank, d, x, scratch, stream); !e.empty()) return e;
   constexpr int threads = 256;
   relu_kernel<<<static_cast<unsigned>((rank + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scratch, rank);

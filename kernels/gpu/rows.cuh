@@ -51,10 +51,10 @@ __device__ inline float warp_dot_f16(const __half* row, int64_t cols, const floa
   return warp_sum(s);
 }
 
-__device__ inline float activate(ffn_act act, float v) {
+__device__ inline float activate(activation act, float v) {
   switch (act) {
-    case ffn_act::silu: return v / (1.0f + expf(-v));
-    case ffn_act::gelu: return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+    case activation::silu: return v / (1.0f + expf(-v));
+    case activation::gelu: return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
     default: return v > 0.0f ? v : 0.0f;
   }
 }
@@ -231,13 +231,13 @@ __device__ inline void warp_dot_pair(const uint8_t* ra, const uint8_t* rb, int64
 
 // A hot neuron's value from its dots: act(up) without a gate, relu(gate) relu(up) for dReLU, else
 // act(gate) up; 0 where |act(..)| < threshold.
-__device__ inline float neuron_value(bool gated, ffn_act act, float threshold, float g, float u) {
+__device__ inline float neuron_value(bool gated, activation act, float threshold, float g, float u) {
   if (!gated) {
     const float h = activate(act, u);
     return fabsf(h) < threshold ? 0.0f : h;
   }
   const float a = activate(act, g);
-  return act == ffn_act::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : fabsf(a) < threshold ? 0.0f : a * u;
+  return act == activation::drelu ? fmaxf(g, 0.0f) * fmaxf(u, 0.0f) : fabsf(a) < threshold ? 0.0f : a * u;
 }
 
 
