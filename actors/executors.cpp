@@ -211,8 +211,7 @@ void deliver_step(hot_executor_ptr self, uint64_t heads, std::chrono::steady_clo
   auto& stats = *st.p->stats;
   const auto& costs = stats.costs();
   // The step's last product is done: the workers sleep rather than spin through the step boundary,
-  // where the scheduler's and sampler's threads want the cores (the gap from the head to the next
-  // step's first layer, median of a 32-token trace: 165 -> 137 us).
+  // where the scheduler's and sampler's threads want the cores (docs/performance.md).
   ctx.pool().rest();
   stats.add_time(step_part::output, m.hp().n_layer, std::chrono::steady_clock::now() - head_start);
   const auto n = static_cast<int64_t>(st.plan.tokens.size());
@@ -229,8 +228,8 @@ void deliver_step(hot_executor_ptr self, uint64_t heads, std::chrono::steady_clo
 }
 
 // The buffer the step's logits leave in: one of this actor's that nobody else holds any more (the last
-// step's, once its receivers let go), so the copy goes to memory already paged in: a fresh 128 KB
-// each step cost ~100 us here, the heap giving the pages back and taking them again.
+// step's, once its receivers let go), so the copy goes to memory already paged in, not pages the
+// heap gave back and takes again.
 std::vector<float>& logits_buffer(hot_executor_state& st) {
   if (!st.logits_out || st.logits_out.use_count() > 1) st.logits_out = std::make_shared<std::vector<float>>();
   st.logits_out->clear();
@@ -434,8 +433,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     if (!st.p->hot) {
       // Every neuron cold: nothing runs beside the CPU workers, so the layer's chain stays on this
       // thread — the predictor's and the cold pool's code called here, on the same workers, instead
-      // of three hand-offs between detached actors (each a thread wake-up, 13-17 us on a VM: ~6% of
-      // a token's time; docs/actors.md).
+      // of three hand-offs between detached actors (each a thread wake-up; docs/performance.md).
       active_set s = predict(*st.runner, *st.p, job);
       auto cold_ids = s.union_ids;
       const int64_t computed = std::count(s.chosen->begin(), s.chosen->end(), uint8_t{1});
@@ -499,14 +497,19 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
 
 using namespace detail;
 
-predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<compute_resources> parts) {
-  return sys.spawn<caf::detached>(predictor_fn, std::move(parts));
+namespace {
+// Detached (runtime.hpp, deterministic: scheduled under CAF's test coordinator).
+template <class F, class... Ts>
+auto spawn_compute(caf::actor_system& sys, F fn, Ts&&... xs) {
+  if (deterministic(sys)) return sys.spawn(fn, std::forward<Ts>(xs)...);
+  return sys.spawn<caf::detached>(fn, std::forward<Ts>(xs)...);
 }
-cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<compute_resources> parts) {
-  return sys.spawn<caf::detached>(cold_pool_fn, std::move(parts));
-}
+}  // namespace
+
+predictor_actor spawn_predictor(caf::actor_system& sys, std::shared_ptr<compute_resources> parts) { return spawn_compute(sys, predictor_fn, std::move(parts)); }
+cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<compute_resources> parts) { return spawn_compute(sys, cold_pool_fn, std::move(parts)); }
 hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, predictor_actor predictor, cold_pool_actor cold) {
-  return sys.spawn<caf::detached>(hot_executor_fn, std::move(parts), std::move(predictor), std::move(cold));
+  return spawn_compute(sys, hot_executor_fn, std::move(parts), std::move(predictor), std::move(cold));
 }
 
 }  // namespace hotcold::actors

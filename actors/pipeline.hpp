@@ -97,6 +97,11 @@ struct compute_resources {
   std::vector<std::string> stage_lost_;
 };
 
+// The scheduler: requests in (the sender of each hears its token, logits and done events, in order),
+// cancellations, and the stage links' news (stages.hpp, watch_atom).
+using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, int64_t, generation_request>, caf::reacts_to<cancel_atom, int64_t>,
+                                         caf::reacts_to<stage_atom, int64_t, bool, std::string>>;
+
 using pipeline_event = std::variant<token_event, logits_event, done_event>;
 
 class pipeline {
@@ -126,7 +131,7 @@ class pipeline {
   caf::actor_system_config cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   std::unique_ptr<caf::scoped_actor> self_;
-  caf::actor scheduler_;
+  scheduler_actor scheduler_;
   telemetry_actor telemetry_;
   int64_t next_id_ = 0;
 };
@@ -137,7 +142,7 @@ cold_pool_actor spawn_cold_pool(caf::actor_system& sys, std::shared_ptr<compute_
 hot_executor_actor spawn_hot_executor(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, predictor_actor predictor, cold_pool_actor cold);
 sampler_actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts);
 telemetry_actor spawn_telemetry(caf::actor_system& sys, std::shared_ptr<live_stats> stats = nullptr);
-caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, int64_t prefill_chunk, telemetry_actor telemetry);
+scheduler_actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, int64_t prefill_chunk, telemetry_actor telemetry);
 
 // A CAF error's text for people (the context string when there is one).
 std::string describe(const caf::error& e);

@@ -4,8 +4,13 @@
 #include <thread>
 
 #include <caf/atom.hpp>
+#include <caf/config_value.hpp>
 
 namespace hotcold::actors {
+
+bool deterministic(const caf::actor_system& sys) {
+  return caf::get_or(sys.config(), "scheduler.policy", caf::atom("stealing")) == caf::atom("testing");
+}
 
 size_t scheduler_threads(const runtime_options& options) {
   if (options.scheduler_threads > 0) return options.scheduler_threads;

@@ -4,6 +4,7 @@
 // thread count is set explicitly.
 #include <cstddef>
 
+#include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
 namespace hotcold::actors {
@@ -16,5 +17,10 @@ struct runtime_options {
 void configure(caf::actor_system_config& cfg, const runtime_options& options);
 
 size_t scheduler_threads(const runtime_options& options);
+
+// Whether `sys` runs on CAF's deterministic test coordinator (scheduler.policy "testing"). The
+// compute actors are detached (threads of their own) except there: scheduled like every other
+// actor, so that a test runs each message in the order it chooses, on its own thread.
+bool deterministic(const caf::actor_system& sys);
 
 }  // namespace hotcold::actors

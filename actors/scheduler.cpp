@@ -65,7 +65,7 @@ struct scheduler_state {
   clock_type::time_point step_start;
   static inline const char* name = "scheduler";
 };
-using scheduler_ptr = caf::stateful_actor<scheduler_state>*;
+using scheduler_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
 void schedule(scheduler_ptr self);
 
@@ -116,7 +116,7 @@ void finish(scheduler_ptr self, int64_t id, const std::string& reason, const std
                s.slot >= 0 ? seconds_between(s.submitted, s.admitted) : seconds_between(s.submitted, now),
                s.generated.empty() ? 0.0 : seconds_between(s.submitted, s.first_token),
                seconds_between(s.submitted, now)};
-  if (s.sink) self->send(s.sink, d);
+  if (s.sink) caf::anon_send(s.sink, d);  // (a typed actor sends to untyped ones anonymously)
   self->send(st.telemetry, d);
   if (s.slot >= 0) {
     st.free_slots.push_back(s.slot);
@@ -160,7 +160,7 @@ void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, const std
     }
     if (s.generated.empty()) s.first_token = clock_type::now();
     s.generated.push_back(t);
-    if (s.sink) self->send(s.sink, token_event{s.id, t, static_cast<int64_t>(s.generated.size()) - 1, clock_type::now()});
+    if (s.sink) caf::anon_send(s.sink, token_event{s.id, t, static_cast<int64_t>(s.generated.size()) - 1, clock_type::now()});
     if (static_cast<int64_t>(s.generated.size()) >= s.req.n_predict) finish(self, s.id, "length");
     else if (s.cached >= n_ctx) finish(self, s.id, "context");
   }
@@ -179,7 +179,7 @@ void on_step(scheduler_ptr self, step_result& r) {
     (prefill ? rec.prompt_tokens : rec.generated_tokens) += mb.count;
     rec.tokens += mb.count;
     if (s.req.all_logits && prefill && mb.logits > 0 && s.sink)
-      self->send(s.sink, logits_event{s.id, s.cached, r.logits.slice(mb.first_logit, mb.logits)});
+      caf::anon_send(s.sink, logits_event{s.id, s.cached, r.logits.slice(mb.first_logit, mb.logits)});
     s.cached += mb.count;
     s.isolated = false;
     if (!s.prompt_done()) continue;
@@ -301,7 +301,7 @@ void schedule(scheduler_ptr self) {
             [self, step](caf::error& e) { on_step_failed(self, step, describe(e)); });
 }
 
-caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources> p, int64_t prefill_chunk, telemetry_actor telemetry) {
+scheduler_actor::behavior_type scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources> p, int64_t prefill_chunk, telemetry_actor telemetry) {
   auto& st = self->state;
   st.p = std::move(p);
   st.prefill_chunk = std::max<int64_t>(1, prefill_chunk);
@@ -319,7 +319,7 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources
   // end with the stage's name and why, and new ones are refused with it until every stage is back.
   for (size_t k = 0; k < st.p->stages.size(); ++k) {
     self->monitor(st.p->stages[k].actor);
-    self->send(st.p->stages[k].actor, watch_atom::value);
+    caf::anon_send(st.p->stages[k].actor, watch_atom::value, caf::actor_cast<caf::actor>(self));
   }
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
@@ -389,7 +389,7 @@ caf::behavior scheduler_fn(scheduler_ptr self, std::shared_ptr<compute_resources
 
 }  // namespace
 
-caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, int64_t prefill_chunk, telemetry_actor telemetry) {
+scheduler_actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<compute_resources> parts, int64_t prefill_chunk, telemetry_actor telemetry) {
   return sys.spawn(scheduler_fn, std::move(parts), prefill_chunk, std::move(telemetry));
 }
 

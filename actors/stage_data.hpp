@@ -2,8 +2,8 @@
 // The stages' activations on ZeroMQ frames beside CAF's messages (docs/distributed.md): a step's
 // residual stream to a worker and back. CAF's network layer carries the stage protocol (hello,
 // probe, assign, ping) and tells who is gone; the bytes of each step go on a ZeroMQ connection of
-// their own, to the port after the worker's CAF port, which measured ~4x faster a round trip than a
-// CAF request between two processes (0.09 against 0.27-0.37 ms with 8 KiB on loopback).
+// their own, to the port after the worker's CAF port: a round trip a few times faster than a CAF
+// request between two processes (docs/performance.md).
 //
 // A worker binds a ROUTER; a coordinator's link to it connects a DEALER once the worker has
 // accepted its hello and its layers. Each request carries the assignment's token (random, sent in

@@ -41,7 +41,7 @@ struct link_state {
   stage_address addr;
   stage_context ctx;
   stage_timing timing;
-  caf::actor remote;           // the worker's front while admitted; null while lost
+  stage_worker_actor remote;   // the worker's front while admitted; null while lost
   std::string lost = "not connected yet";
   caf::actor watcher;          // hears (stage_atom, number, up, why)
   uint64_t epoch = 0;          // counts admissions and losses: answers of an earlier one are ignored
@@ -53,10 +53,10 @@ struct link_state {
   std::unique_ptr<stage_data_client> data;  // the data connection of the current admission (or the one being checked)
   uint64_t data_epoch = 0;                  // counts data connections: a reply of an earlier one is ignored
   uint64_t data_ping = 0;                   // the id of the admission's ping on the data connection
-  caf::actor checking;                      // the worker whose data port the ping checks (admission's last step)
+  stage_worker_actor checking;              // the worker whose data port the ping checks (admission's last step)
   caf::response_promise starting;   // the first connection's requester (connect_stages): answered after the probe
   caf::response_promise assigning;  // then its assignment's
-  caf::actor candidate;             // the worker reached at the first connection, until assigned
+  stage_worker_actor candidate;     // the worker reached at the first connection, until assigned
   std::shared_ptr<live_stats> stats;  // heartbeats' round trips, as stage `number`
   size_t number = 0;                  // the stage's place in the pipeline's list (from 0)
   static inline const char* name = "hotcold-stage-link";
@@ -94,7 +94,7 @@ void not_admitted(link_ptr self, const std::string& why) {
   self->quit();
 }
 
-void admitted(link_ptr self, caf::actor remote) {
+void admitted(link_ptr self, stage_worker_actor remote) {
   auto& st = self->state;
   st.remote = std::move(remote);
   self->monitor(st.remote);
@@ -110,7 +110,7 @@ void admitted(link_ptr self, caf::actor remote) {
 void lose(link_ptr self, const std::string& why) {
   auto& st = self->state;
   if (!st.remote) return;
-  self->demonitor(st.remote);
+  self->demonitor(st.remote.address());
   st.remote = nullptr;
   st.data.reset();
   st.lost = why;
@@ -144,7 +144,7 @@ void ping(link_ptr self) {
 
 // The admission's last step: a data connection to the port after the worker's CAF one, and a ping
 // on it answered within timing.answer (a port closed between the hosts is an error, not a wait).
-void open_data(link_ptr self, caf::actor remote) {
+void open_data(link_ptr self, stage_worker_actor remote) {
   auto& st = self->state;
   if (st.addr.port == 65535) return not_admitted(self, "port 65535 has no data port after it");
   const caf::actor_addr me = self->address();
@@ -165,7 +165,7 @@ void open_data(link_ptr self, caf::actor remote) {
 }
 
 // The stage's layers (addr.first .. last - 1) assigned to a worker past the handshake.
-void assign(link_ptr self, caf::actor remote) {
+void assign(link_ptr self, stage_worker_actor remote) {
   auto& st = self->state;
   st.token = new_token();
   self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.ctx.n_ctx, st.ctx.n_seq, st.ctx.kv_type, st.ctx.mode, st.token)
@@ -200,7 +200,7 @@ void on_data(link_ptr self, uint64_t epoch, uint64_t id, bool ok, bool lost, std
 
 // The handshake on a worker just reached; then, at the first connection, its probe goes to the
 // starter (which plans the split and sends the layers), or a lost stage's layers are assigned again.
-void admit(link_ptr self, caf::actor remote) {
+void admit(link_ptr self, stage_worker_actor remote) {
   auto& st = self->state;
   self->request(remote, st.timing.answer, hello_atom::value, stage_version(), st.ctx.file_id, st.keys.public_key)
       .then(
@@ -230,7 +230,7 @@ void connect(link_ptr self) {
       .then(
           [self](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) {
             if (!p) return not_admitted(self, "nothing published at the address");
-            admit(self, caf::actor_cast<caf::actor>(std::move(p)));
+            admit(self, caf::actor_cast<stage_worker_actor>(std::move(p)));  // (the hello checks the version)
           },
           [self](caf::error& e) {
             auto& sys = self->home_system();
@@ -264,9 +264,9 @@ caf::behavior stage_link(link_ptr self, stage_address addr, stage_context ctx, s
         else assign(self, std::exchange(st.candidate, nullptr));
         return st.assigning;
       },
-      [self](watch_atom) {
+      [self](watch_atom, caf::actor& watcher) {
         auto& st = self->state;
-        st.watcher = caf::actor_cast<caf::actor>(self->current_sender());
+        st.watcher = std::move(watcher);
         if (!st.remote) tell_watcher(self, false);
       },
       [self](tick_atom, uint64_t epoch) {

@@ -23,13 +23,13 @@
 namespace hotcold::actors {
 
 namespace {
-constexpr int stage_protocol = 4;  // bumped on any change to the stage messages
+constexpr int stage_protocol = 5;  // bumped on any change to the stage messages
 
 // Asks `to` on `self`'s behalf and answers the current request with its reply (of types Rs) or
 // error: the worker's front keeps the actor that computes off the network (see remote_stage).
-template <class... Rs, class... Ts>
-caf::response_promise relay(caf::event_based_actor* self, const caf::actor& to, Ts&&... args) {
-  auto rp = self->make_response_promise();
+template <class... Rs, class Self, class To, class... Ts>
+caf::typed_response_promise<Rs...> relay(Self* self, const To& to, Ts&&... args) {
+  auto rp = self->template make_response_promise<Rs...>();
   self->request(to, caf::infinite, std::forward<Ts>(args)...)
       .then([rp](Rs&... reply) mutable { rp.deliver(std::move(reply)...); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
   return rp;
@@ -79,7 +79,12 @@ void say(const stage_host_options& o, const std::string& line) {
   if (o.log) o.log(line);
 }
 
-caf::behavior stage_host_actor(caf::stateful_actor<stage_host_state>* self, stage_host_options o) {
+// The detached actor behind a worker's front: the hello and the assignment (which reads layers), and
+// binding the data port.
+using stage_host_inner =
+    caf::typed_actor<stage_hello, stage_assign, caf::replies_to<data_atom, std::string, uint16_t, bool>::with<std::string>>;
+
+stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_pointer<stage_host_state> self, stage_host_options o) {
   self->state.o = std::move(o);
   self->state.path = self->state.o.m->path();
   self->state.n_layer = self->state.o.m->hp().n_layer;
@@ -111,13 +116,12 @@ caf::behavior stage_host_actor(caf::stateful_actor<stage_host_state>* self, stag
         if (!st.data->public_key().empty()) st.data->allow(client_key);
         return {why, st.data->public_key()};
       },
-      [self](assign_atom, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, const std::string& kv_type, const std::string& mode,
-             const std::string& token) -> std::string {
+      [self](assign_atom, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, tensor_type kv, ffn_mode fm, const std::string& token) -> std::string {
         auto& st = self->state;
         const int64_t n_layer = st.n_layer;
         if (first < 0 || last > n_layer || first >= last) return fmt::format("layers {}..{} of a model of {}", first, last - 1, n_layer);
-        if (mode != "dense" && mode != "sparse") return fmt::format("a mode of dense or sparse, not '{}'", mode);
-        if (kv_type != "f16" && kv_type != "f32") return fmt::format("a KV cache of f16 or f32, not '{}'", kv_type);
+        if (fm != ffn_mode::dense && fm != ffn_mode::sparse) return fmt::format("a mode of dense or sparse, not {}", static_cast<int>(fm));
+        if (kv != tensor_type::f16 && kv != tensor_type::f32) return fmt::format("a KV cache of F16 or F32, not {}", static_cast<uint32_t>(kv));
         auto& w = *st.work;
         std::lock_guard lock(w.mutex);  // (a step in progress ends first)
         try {
@@ -133,8 +137,6 @@ caf::behavior stage_host_actor(caf::stateful_actor<stage_host_state>* self, stag
             say(st.o, fmt::format("hotcold worker: read layers {}-{} in {:.2f} s", first, last - 1,
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
           }
-          const tensor_type kv = kv_type == "f32" ? tensor_type::f32 : tensor_type::f16;
-          const ffn_mode fm = mode == "dense" ? ffn_mode::dense : ffn_mode::sparse;
           if (st.o.open) {
             w.ctx = st.o.open(st.o.m, first, last, n_ctx, n_seq, kv, fm);
           } else {
@@ -146,8 +148,8 @@ caf::behavior stage_host_actor(caf::stateful_actor<stage_host_state>* self, stag
           return e.what();
         }
         w.first = first, w.last = last, w.token = token;
-        say(st.o, fmt::format("hotcold worker: runs layers {}-{} of {} ({} mode, {} positions x {} sequences, {} KV cache)", first, last - 1, n_layer, mode,
-                              n_ctx, n_seq, kv_type));
+        say(st.o, fmt::format("hotcold worker: runs layers {}-{} of {} ({} mode, {} positions x {} sequences, {} KV cache)", first, last - 1, n_layer, ffn_mode_name(fm),
+                              n_ctx, n_seq, tensor_type_name(kv)));
         return {};
       },
   };
@@ -166,6 +168,8 @@ void unpack_floats(const float_bytes& b, float* out) { std::memcpy(out, b.data()
 void configure_network(caf::actor_system_config& cfg, const std::string& tls_dir) {
   cfg.load<caf::io::middleman>();
   cfg.add_message_type<std::vector<int64_t>>("hotcold_i64s");
+  cfg.add_message_type<tensor_type>("hotcold_tensor_type");  // (an enum crosses as its number)
+  cfg.add_message_type<ffn_mode>("hotcold_ffn_mode");
   if (tls_dir.empty()) return;
   // Checked here, where a bad folder is a clear error: CAF's module reads the files again for each
   // connection and throws on its network thread.
@@ -187,17 +191,20 @@ namespace {
 // while its network layer still holds them: a worker would not end on SIGTERM). It answers
 // heartbeats itself, so that a long assignment or step does not read as a hung worker. The data
 // port is bound by start_stage_host alone: the front does not relay data_atom.
-caf::behavior stage_front(caf::event_based_actor* self, caf::actor inner, worker_probe probe, std::function<uint64_t()> available) {
+stage_worker_actor::behavior_type stage_front(stage_worker_actor::pointer self, stage_host_inner inner, worker_probe probe,
+                                              std::function<uint64_t()> available) {
   self->link_to(inner);
   return {
       [self, inner](hello_atom a, std::string& version, std::string& file_id, std::string& client_key) {
         return relay<std::string, std::string>(self, inner, a, std::move(version), std::move(file_id), std::move(client_key));
       },
-      [self, inner](assign_atom a, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, std::string& kv_type, std::string& mode, std::string& token) {
-        return relay<std::string>(self, inner, a, first, last, n_ctx, n_seq, std::move(kv_type), std::move(mode), std::move(token));
+      [self, inner](assign_atom a, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, tensor_type kv, ffn_mode mode, std::string& token) {
+        return relay<std::string>(self, inner, a, first, last, n_ctx, n_seq, kv, mode, std::move(token));
       },
       [](ping_atom a) { return a; },
-      [probe, available](probe_atom) { return caf::make_message(probe.read_bytes_per_second, available ? available() : uint64_t{0}, probe.threads); },
+      [probe, available](probe_atom) -> caf::result<double, uint64_t, int64_t> {
+        return {probe.read_bytes_per_second, available ? available() : uint64_t{0}, probe.threads};
+      },
   };
 }
 }  // namespace

@@ -34,6 +34,8 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "actors/live_stats.hpp"
 #include "engine/forward.hpp"
@@ -49,11 +51,18 @@ using layers_atom = caf::atom_constant<caf::atom("layers")>;
 using data_atom = caf::atom_constant<caf::atom("data")>;
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
-// watch_atom to a stage link: the sender hears (stage_atom, the stage's place in the list from 0, up,
-// why) at each change
-// (up false: the stage is lost, and why; true: it is back, assigned again, with empty caches).
+// (watch_atom, watcher) to a stage link: the watcher hears (stage_atom, the stage's place in the list
+// from 0, up, why) at each change (up false: the stage is lost, and why; true: it is back, assigned
+// again, with empty caches).
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 using stage_atom = caf::atom_constant<caf::atom("stage")>;
+
+// The protocol above as types: what a worker's front answers, checked by the compiler on both ends.
+// The hello keeps its shape across versions (so that a worker of another one can say so).
+using stage_hello = caf::replies_to<hello_atom, std::string, std::string, std::string>::with<std::string, std::string>;
+using stage_assign = caf::replies_to<assign_atom, int64_t, int64_t, int64_t, int64_t, tensor_type, ffn_mode, std::string>::with<std::string>;
+using stage_worker_actor = caf::typed_actor<stage_hello, stage_assign, caf::replies_to<ping_atom>::with<ping_atom>,
+                                            caf::replies_to<probe_atom>::with<double, uint64_t, int64_t>>;
 
 // What both ends of a stage link must run alike: hotcold's version, the stage protocol's, CAF's, and
 // the floats' byte order (their bytes cross as they are in memory).
@@ -85,7 +94,6 @@ struct stage_host_options {
   int threads = 1;      // the CPU workers of the stage's context
   double read_bytes_per_second = 0;  // measured with those threads at the worker's start (the probe's answer)
   std::function<uint64_t()> available_memory;  // bytes the system has available now (the probe's answer)
-  std::string mode;     // "dense", "sparse", or "" (sparse when the file has predictors)
   // Opens the context for an assignment's layers (first .. last - 1 of the model given): with the
   // worker's hot device, what the plan puts there for those layers (loader::open_for_running). Empty:
   // a context on the CPU alone.
@@ -100,7 +108,7 @@ struct stage_host_options {
 // its data thread, one at a time in the order they come. std::runtime_error naming what cannot be
 // bound.
 struct stage_host {
-  caf::actor actor;
+  stage_worker_actor actor;
   uint16_t port = 0;  // the CAF port; the data port is the next
 };
 stage_host start_stage_host(caf::actor_system& sys, stage_host_options o, const std::string& host, uint16_t port);
@@ -165,12 +173,13 @@ struct remote_stage {
   std::string where;
 };
 // What a coordinator's stages run alike with it: its file (file_identity(), each worker's must be the
-// same), the KV caches' positions and sequence slots and their values' type ("f16" or "f32"), and the
-// FFN mode ("dense" or "sparse": the coordinator's, which the stages follow).
+// same), the KV caches' positions and sequence slots and their values' type (f16 or f32), and the
+// FFN mode (the coordinator's, which the stages follow).
 struct stage_context {
   std::string file_id;
   int64_t n_ctx = 0, n_seq = 1;
-  std::string kv_type = "f16", mode = "dense";
+  tensor_type kv_type = tensor_type::f16;
+  ffn_mode mode = ffn_mode::dense;
 };
 // Connects to each stage from `sys` (configured by configure_network with the plan's tls_dir),
 // checks the versions and the file at the handshake, probes each worker, plans the split where the

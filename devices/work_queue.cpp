@@ -60,8 +60,8 @@ int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(s
 
 void completion::wait() const {
   // A spin of up to 1 ms first: a device's stage (a layer's attention, its hot rows) usually ends
-  // within that, and waking a sleeping thread costs 50-80 us on a VM whose idle vCPU halted (the
-  // 1B file on sim: attention's end to the predictor's start, 84 -> 20 us median). The waiters are
+  // within that, and waking a sleeping thread costs tens of microseconds on a VM whose idle vCPU halted
+  // (docs/performance.md). The waiters are
   // the actors' threads, on the core the CPU workers leave them.
   spin_until([this] { return ready(); }, std::chrono::microseconds(1000));
   const int64_t deadline = watch_ ? std::chrono::duration_cast<std::chrono::nanoseconds>(watch_->deadline).count() : 0;

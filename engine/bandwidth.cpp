@@ -19,8 +19,7 @@ using u64 = unsigned long long;
 #if defined(__x86_64__)
 typedef u64 v4u64 __attribute__((vector_size(32)));
 // Ahead: with the first two lines of the 4 KiB block two blocks ahead asked for (non-temporal, as
-// the products ask for the rows two ahead): over 0.9-1.7 GB here that read ~7% more than two plain
-// streams and ~20% more than one (six rounds, 150 ms each).
+// the products ask for the rows two ahead): faster than two plain streams (docs/performance.md).
 // Lines: every line asked for into L1 2 KiB ahead, as the products do where the CPU wants that
 // (kernels::cpu().stream_ahead), which reads faster than plain streams on cores that keep few lines
 // in flight (docs/performance.md).

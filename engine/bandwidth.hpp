@@ -16,11 +16,9 @@ namespace hotcold {
 // its own contiguous slice, read in turn as one stream, as two streams (its two halves side by side)
 // as one stream asking for the start of the block two on, and as one stream asking for every line
 // 2 KiB ahead (what the products do on Intel); the best of 4 x `repetitions` passes (a ceiling: the
-// products read two rows at a time, and one plain stream alone read 5-15% less than that here, so
-// that decodes reached more than "the bandwidth"). A buffer under 256 MB is swept several times a
-// pass. What it reads depends on how much
-// it reads: on a 2-vCPU Zen 5 VM, sustained, 97 GB/s over 128 MB, 79 over 256 MB, 67 over 1 GB, 62
-// over 2 GB (means of ten rounds; 128 MB > 256 MB > 1 GB in each), so a token's roofline is measured
+// products read two rows at a time, and one plain stream alone read less, so that decodes reached
+// more than "the bandwidth"). A buffer under 256 MB is swept several times a
+// pass. The rate falls with how much is read (docs/performance.md), so a token's roofline is measured
 // over as many bytes as the token reads, which it reads again at the next token as the probe does.
 class read_probe {
  public:

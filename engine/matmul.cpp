@@ -21,8 +21,8 @@ bool half_rows(const tensor_view& w) { return w.type == tensor_type::f16 || w.ty
 bool float_type(const tensor_view& w) { return half_rows(w) || w.type == tensor_type::f32; }
 
 // Long float rows, one token: rows r and r + rows/2 together, two independent streams from memory
-// for each thread, with the first lines of the rows two ahead asked for (one stream and no prefetch
-// reached 45 GB/s on Zen 5 with two threads, this 63; bench --roofline). Short rows (the
+// for each thread, with the first lines of the rows two ahead asked for (a third more than one stream
+// without prefetch; docs/performance.md). Short rows (the
 // predictors' 512 bytes) lose more to the pairs' reductions than they gain.
 bool two_streams(const tensor_view& w) { return float_type(w) && !w.interleaved16 && w.row_bytes >= 2048 && w.ne1 >= 64; }
 
@@ -32,8 +32,7 @@ void two_stream_products(thread_pool& pool, std::span<const tensor_view* const> 
   for (size_t m = 0; m < ws.size(); ++m) first[m + 1] = first[m] + ws[m]->ne1 / 2;
   const float* xs[1] = {x};
   // Chunks of at least 256 KB: each chunk starts two streams afresh, which a small product (a
-  // predictor's fc1, 1 MB at F16) paid for four times a thread (fc1 21 -> 18 us; a sparse F16 token
-  // +0.4 to +2.8% in four alternations in one process); large products are cut as before.
+  // predictor's fc1, 1 MB at F16) paid for four times a thread; large products are cut as before.
   const int64_t grain = std::max<int64_t>(8, (int64_t{256} << 10) / (2 * static_cast<int64_t>(ws[0]->row_bytes)));
   // Where the CPU wants it (kernels::cpu().stream_ahead), each F16 stream's lines are asked for that
   // many bytes ahead as it is read (rows r and r + 1 are adjacent); elsewhere the first lines of the
@@ -77,16 +76,14 @@ bool use_gemm(const tensor_view& w, int64_t n) {
          gemm_tile_vectorized();
 }
 
-// What a row type's integer kernels see of the activations: Q8_0 rows the tokens quantized to Q8_0,
-// K-quant rows to Q8_K, float rows the tokens themselves.
-enum class input_rounding { none, q8_0, q8_k };
-input_rounding rounding_of(tensor_type t) {
-  return t == tensor_type::q8_0 || t == tensor_type::q4_0 ? input_rounding::q8_0 : computes_as_k_quant(t) ? input_rounding::q8_k : input_rounding::none;
-}
+// What a row type's integer kernels see of the activations, as the row-kernel table says: Q8_0 rows the
+// tokens quantized to Q8_0, K-quant rows to Q8_K, float rows the tokens themselves.
+using input_rounding = input_format;
+input_rounding rounding_of(tensor_type t) { return input_format_of(t); }
 // The n tokens of d values as that rounding leaves them (quantized and back), in a buffer of the
 // calling thread's; x itself when there is none.
 const float* rounded_tokens(input_rounding r, const float* x, int64_t n, int64_t d) {
-  if (r == input_rounding::none) return x;
+  if (r == input_rounding::floats) return x;
   thread_local std::vector<float> rounded;
   rounded.resize(static_cast<size_t>(n * d));
   if (r == input_rounding::q8_0) {

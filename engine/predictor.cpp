@@ -67,7 +67,7 @@ void predictor_runner::predict(const layer_weights& l, thread_pool& pool, std::v
     threshold = 0.5f;
   }
   // Branch-free: whether a neuron is chosen is close to a coin toss the branch predictor cannot
-  // learn, and a branch here cost 13 us of a layer's ~100 (the 1B file: 16 layers, 0.21 ms a token).
+  // learn; a branch here cost a tenth of the layer (docs/performance.md).
   union_ids.resize(static_cast<size_t>(n_ff + 16));  // (room for the vector path's last store)
   int32_t* ids = union_ids.data();
   if (n == 1) {  // decode: the choice is the union

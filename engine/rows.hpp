@@ -21,10 +21,7 @@ const kernels::row_kernels& row_kernels_of(tensor_type t);
 // Row r of w times x; Q8_0/Q4_0 rows use xq, x already quantized to Q8_0 (kernels::quantize_row_q8_0).
 float row_dot(const tensor_view& w, int64_t r, const float* x, const kernels::block_q8_0* xq);
 // Whether row_dot wants the quantized input for rows of this type.
-inline bool wants_q8_input(tensor_type t) {
-  const kernels::row_kernels* k = kernels::row_kernels_for(t);
-  return k && k->q8_input;
-}
+inline bool wants_q8_input(tensor_type t) { return kernels::input_format_of(t) == kernels::input_format::q8_0; }
 // n inputs of d floats quantized to Q8_0 for rows of w's type, once for every row that reads them;
 // null when w's rows read floats.
 using q8_rows = std::vector<kernels::block_q8_0>;
@@ -108,9 +105,8 @@ inline void row1_dot(const tensor_view& w, int64_t r, const float* const* xs, in
 }
 
 // Fetching the scattered rows of the neurons ahead (prefetch_row_ahead): long rows two neurons ahead,
-// short ones four, gate, up and down rows together (a scattered-row benchmark: F16 5.8 -> 2.8 ms a
-// token, Q4_0 5.1 -> 2.0; the down row with the others rather than once its neuron fired, as nearly
-// every chosen neuron fires: a few % more).
+// short ones four, gate, up and down rows together (the down row too, as nearly every chosen neuron
+// fires; docs/performance.md).
 struct neuron_prefetch {
   const hparams& hp;
   const tensor_view &gate, &up, &down_t;

@@ -23,6 +23,8 @@ class trace_recorder;
 //   oracle: the true activations pick them — every gate is computed, then only the neurons that
 //           fired go through the sparse path; used to test the sparse path and to profile.
 enum class ffn_mode { dense, sparse, oracle };
+// "dense", "sparse" or "oracle" (as the CLI, the JSON outputs and the logs spell them).
+constexpr const char* ffn_mode_name(ffn_mode m) { return m == ffn_mode::dense ? "dense" : m == ffn_mode::sparse ? "sparse" : "oracle"; }
 
 // The most tokens a step holds.
 inline constexpr int64_t max_step_tokens = 256;

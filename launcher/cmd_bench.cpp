@@ -344,7 +344,6 @@ std::vector<result> results_of(const bench_args& a, const std::vector<config>& c
   return out;
 }
 
-const char* mode_name(ffn_mode md) { return md == ffn_mode::sparse ? "sparse" : "dense"; }
 const char* pipeline_name(bool actors_pipeline) { return actors_pipeline ? "actors" : "direct"; }
 double ratio(double x, double y) { return y > 0 ? x / y : 0.0; }
 
@@ -388,7 +387,7 @@ void print_json(const report& r, const model& m) {
   const bench_args& a = r.a;
   auto describe = [&](size_t k) {
     const result& res = r.results[k];
-    nlohmann::json d{{"model", m.path()}, {"mode", mode_name(r.configs[k].mode)}, {"pipeline", pipeline_name(r.configs[k].actors)},
+    nlohmann::json d{{"model", m.path()}, {"mode", ffn_mode_name(r.configs[k].mode)}, {"pipeline", pipeline_name(r.configs[k].actors)},
                      {"threads", r.threads}, {"model_bytes", m.weight_bytes()},
                      {"prefill_tokens_per_s", res.pp.mean}, {"prefill_tokens_per_s_sd", res.pp.sd}, {"n_prompt", a.n_prompt},
                      {"decode_tokens_per_s", res.tg.mean}, {"decode_tokens_per_s_sd", res.tg.sd}, {"n_gen", a.n_gen},
@@ -463,7 +462,7 @@ void print_roofline(const report& r) {
     for (double b : res.rep_bandwidth) bws.push_back(fmt::format("{:.1f}", b / 1e9));
     fmt::print("  {} {}{}: {:.1f} GB/s over {:.0f} MB ({} GB/s); {:.1f} MB read per token -> at most {:.1f} tok/s; reached {:.2f} tok/s = {:.0f}% of "
                "the roofline ({}%)\n",
-               mode_name(r.configs[k].mode), pipeline_name(r.configs[k].actors),
+               ffn_mode_name(r.configs[k].mode), pipeline_name(r.configs[k].actors),
                r.configs[k].sequences > 1 ? fmt::format(" x{}", r.configs[k].sequences) : "", res.bandwidth / 1e9,
                static_cast<double>(res.probe_bytes) / 1e6, fmt::join(bws, " / "), res.bpt / 1e6, res.bandwidth / res.bpt, res.tg.mean,
                100.0 * res.fraction, fmt::join(fs, " / "));
@@ -480,10 +479,10 @@ void print_table(const report& r, const model& m) {
     const auto& res = r.results[k];
     const auto& c = r.configs[k];
     if (a.n_prompt > 0)
-      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, mode_name(c.mode), pipeline_name(c.actors), r.threads,
+      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, ffn_mode_name(c.mode), pipeline_name(c.actors), r.threads,
                  a.n_prompt, res.pp.mean, res.pp.sd);
     if (a.n_gen > 0)
-      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, mode_name(c.mode), pipeline_name(c.actors),
+      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, ffn_mode_name(c.mode), pipeline_name(c.actors),
                  r.threads, a.n_gen, c.sequences > 1 ? fmt::format(" x{}", c.sequences) : "",
                  c.micro > 1 ? fmt::format(" in {} micro-batches", c.micro) : "", res.tg.mean, res.tg.sd, res.bpt / double(1 << 20));
   }

@@ -35,7 +35,7 @@ void write_stats_json(const std::string& path, const inference_context& ctx) {
     all.tokens = s.tokens;
   }
   auto j = fields(all);
-  j["mode"] = ctx.mode() == ffn_mode::sparse ? "sparse" : "dense";
+  j["mode"] = ffn_mode_name(ctx.mode());
   // A mixture of experts: how many of each layer's chosen experts the guess from the layer before had
   // (the zero-training expert predictor, docs/moe.md).
   const bool moe = ctx.get_model().hp().moe();

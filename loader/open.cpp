@@ -187,7 +187,7 @@ opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<de
   const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   const ffn_mode mode = o.mode ? *o.mode : m->has_predictors() ? ffn_mode::sparse : ffn_mode::dense;
   say(o.log, fmt::format("hotcold: context {} ({} KV cache), {} threads, {} FFN", ctx, o.kv_type == tensor_type::f32 ? "F32" : "F16", threads,
-                         mode == ffn_mode::sparse ? "sparse" : "dense"));
+                         ffn_mode_name(mode)));
   if (const auto* pl = m->placement()) {
     int64_t hot = 0;
     for (const auto& layer : pl->hot) hot += static_cast<int64_t>(layer.size());

@@ -375,12 +375,12 @@ void finish_layer(const std::string& path, const hparams& hp, int il, layer_weig
 void interleave_for_products(model_weights& w, bool tied_output, int64_t n_expert, int64_t first_layer, int64_t last_layer) {
   for (int64_t il = first_layer; il < last_layer; ++il) {
     auto& l = w.layers[static_cast<size_t>(il)];
-    // F16: the predictors' short rows only (fc2's 512 bytes at rank 256: -10% a product); long F16
+    // F16: the predictors' short rows only (fc2's 512 bytes at rank 256); long F16
     // rows already stream two a thread, and a layer's fc1 read interleaved was slower.
     for (tensor_view* t : {&l.pred_fc1, &l.pred_fc2})
       if (t->type == tensor_type::f16 && t->row_bytes < 2048) interleave_in_place(*t);
     // Q4_0: attention, the predictors (fc2's 144-byte rows one at a time spent more on each call
-    // than on its arithmetic: 34 -> 10 us a layer), the down matrix of dense files. Q4_K and Q5_K (a
+    // than on its arithmetic), the down matrix of dense files. Q4_K and Q5_K (a
     // Q4_K_M / Q5_K_M file's attention and FFN) the same (docs/kernels.md); Q6_K stays plain
     // (engine/row_groups.cpp, k_quant_row_groups: its prompts interleave a group at a time).
     auto q4 = [](tensor_view& t) {

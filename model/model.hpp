@@ -124,7 +124,7 @@ struct load_options {
   bool use_mmap = false;  // compute from the file's pages instead of a private copy
   // Interleave the Q4_0 matrices that only dense products read (attention, predictors, the output
   // head, a dense file's FFN), and F16 predictors, sixteen rows at a time in the private copy:
-  // decode's products read them ~1.5x faster. Not with use_mmap (the pages are the file's).
+  // decode's products read them faster (docs/performance.md). Not with use_mmap (the pages are the file's).
   bool interleave = true;
   // The layers whose weights are read into the private copy: first_layer .. last_layer - 1 (-1: to
   // the last). The embeddings, the final norm and the head are always read; the other layers' views

@@ -3,6 +3,7 @@
 // which feeds the FFN, and whether the two run in parallel on the layer's input. The engine runs
 // every architecture through one path that reads this; a layout difference (Falcon-40B's second
 // norm) is a different recipe, not a branch in the engine.
+#include "kernels/cpu/row_kernels.hpp"
 #include "model/model.hpp"
 
 namespace hotcold {
@@ -44,7 +45,7 @@ struct layer_recipe {
 inline layer_recipe recipe_of(const hparams& hp, const layer_weights& l) {
   const arch_traits& a = arch_of(hp.arch);
   layer_recipe r;
-  r.ffn_input_q8_k = computes_as_k_quant(l.ffn_up.type) && hp.n_embd % 256 == 0;
+  r.ffn_input_q8_k = kernels::input_format_of(l.ffn_up.type) == kernels::input_format::q8_k && hp.n_embd % 256 == 0;
   r.norm = a.norm;
   if (l.attn_post_norm) r.attn_out_norm = {&l.attn_post_norm, nullptr};
   if (l.ffn_post_norm) r.ffn_out_norm = {&l.ffn_post_norm, nullptr};

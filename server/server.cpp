@@ -401,7 +401,7 @@ class serving_loop {
     f.path = l_.m->path();
     f.architecture = std::string(architecture_name(hp.arch));
     f.activation = std::string(activation_name(hp.act));
-    f.mode = l_.ctx->mode() == ffn_mode::sparse ? "sparse" : "dense";
+    f.mode = ffn_mode_name(l_.ctx->mode());
     f.n_vocab = hp.n_vocab, f.n_ctx = l_.ctx->n_ctx(), f.n_layer = hp.n_layer, f.n_embd = hp.n_embd, f.n_ff = hp.n_ff;
     f.bos = v_.bos(), f.eos = v_.eos();
     send(to, proto::encode_model_info(m.id, f));

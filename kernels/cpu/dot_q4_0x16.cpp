@@ -146,11 +146,9 @@ HOTCOLD_VNNI static void dot16r(const block_q4_0x16* w, const block_q8_0* const*
 
 // Two groups against one vector, block by block: two streams from memory at once. Where the CPU
 // wants streams asked for ahead (cpu().stream_ahead: Intel), each is asked for that far (eight blocks,
-// 2.3 KB) into L1 besides the hardware's own prefetch: the 1B file's attention products (q, k, v, o
-// of 16 layers, 2 threads), medians of 20 alternations in one process, five runs: +1 to +18% (52.8 ->
-// 62.1 GB/s in one); a decoded token (sparse Q4_0) +1.6 / -0.6 / +6.3%. On AMD's Zen 4 the same
-// prefetches made a dense ~1B Q4_0 file's decode 11-16% slower (three alternations: 59-67 against
-// 67-80 tok/s without), as they did Q4_K's (dot_q4_kx16.cpp): there the hardware's streams alone.
+// 2.3 KB) into L1 besides the hardware's own prefetch, which was faster there; on AMD's Zen 4 the same
+// prefetches were slower, as they were for Q4_K (dot_q4_kx16.cpp): there the hardware's streams
+// alone (docs/performance.md).
 // (Past a group's end the next group's first blocks are asked for: usually the caller's next.)
 HOTCOLD_VNNI void dot16r2_q4_0(const block_q4_0x16* wa, const block_q4_0x16* wb, const block_q8_0* x, const q8_0_terms* xt, int64_t nb, float* oa, float* ob) {
   static const int64_t ahead = (cpu().stream_ahead + static_cast<int64_t>(sizeof(block_q4_0x16)) - 1) / static_cast<int64_t>(sizeof(block_q4_0x16));

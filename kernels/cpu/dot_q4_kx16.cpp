@@ -226,8 +226,7 @@ HOTCOLD_VNNI static void dot16r(const B* w, const block_q8_k* const* x, const q8
 
 // Two groups against one vector, block by block: two streams from memory, left to the hardware's
 // prefetch. (Asking for a block's 36 lines a block or more ahead, whole or a chunk at a time, was
-// slower: the ~1B Q4_K_M file's decode 52-71 tok/s against 56-85 without, three alternations on a
-// 2 vCPU Zen 4; one thread over 368 MB, 19-20 GB/s against 24.)
+// slower; docs/performance.md.)
 template <typename B>
 HOTCOLD_VNNI void dot16r2(const B* wa, const B* wb, const block_q8_k* x, const q8_k_group_sums* g, int64_t nb, float* oa, float* ob) {
   __m512 acc_a[1] = {_mm512_setzero_ps()}, acc_b[1] = {_mm512_setzero_ps()};

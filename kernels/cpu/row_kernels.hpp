@@ -8,14 +8,18 @@
 
 namespace hotcold::kernels {
 
+// The activation's side of a product with rows of a type (ggml's vec_dot_type): the floats; Q8_0
+// blocks (Q8_0 and Q4_0 rows: the input quantized to Q8_0 once, the row dot reads it); or Q8_K (the
+// K-quants: the matrix kernels quantize the input to Q8_K; the row dot reads floats, which the sparse
+// paths round to Q8_K first, so that both give one sum).
+enum class input_format { floats, q8_0, q8_k };
+
 struct row_kernels {
   tensor_type type;
   uint32_t block_size;   // elements per block (1 for plain types): a row's length is a multiple of it
   uint32_t block_bytes;  // bytes per block
-  // The activation's side of a product: rows of this type are dotted with the input quantized to
-  // Q8_0 (Q8_0 and Q4_0 rows, as llama.cpp does), else with the floats.
-  bool q8_input;
-  // row . x (n values); xq: x quantized to Q8_0, read when q8_input.
+  input_format input;  // what products with these rows read of the input
+  // row . x (n values); xq: x quantized to Q8_0, read when input is q8_0.
   float (*dot)(const void* row, const float* x, const block_q8_0* xq, int64_t n);
   // y += a * row.
   void (*axpy)(float a, const void* row, float* y, int64_t n);
@@ -27,5 +31,10 @@ struct row_kernels {
 
 // The kernels for rows of type t; null when the CPU engine does not compute with that type.
 const row_kernels* row_kernels_for(tensor_type t);
+// The input format of t's products (floats for a type without kernels).
+inline input_format input_format_of(tensor_type t) {
+  const row_kernels* k = row_kernels_for(t);
+  return k ? k->input : input_format::floats;
+}
 
 }  // namespace hotcold::kernels

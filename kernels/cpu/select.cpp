@@ -29,8 +29,8 @@ int64_t select_at_least_scalar(const float* scores, int64_t n, float threshold, 
 #if defined(__x86_64__)
 HOTCOLD_AVX512_BEGIN
 // Sixteen scores a step: one compare into a mask, the mask widened to sixteen 0/1 bytes, and the
-// chosen indices packed to the front of a register (compress) and stored whole: ~0.8 us for a
-// 5632-neuron layer, against 4.5 for the scalar loop (13 when it branched).
+// chosen indices packed to the front of a register (compress) and stored whole (a fifth of the
+// scalar loop's time; docs/performance.md).
 HOTCOLD_AVX512 static int64_t select_avx512(const float* scores, int64_t n, float threshold, uint8_t* chosen, int32_t* ids) {
   const __m512 t = _mm512_set1_ps(threshold);
   const __m512i step = _mm512_set1_epi32(16), one = _mm512_set1_epi32(1);

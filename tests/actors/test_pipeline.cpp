@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/pipeline.hpp"
+#include "tests/actors/greedy_request.hpp"
 #include "devices/device_info.hpp"
 #include "engine/device_layers.hpp"
 #include "loader/open.hpp"
@@ -100,15 +101,7 @@ reference_run reference(std::shared_ptr<const model> m, ffn_mode mode, const gen
   return out;
 }
 
-// A greedy request that runs its n_predict tokens whatever they are.
-generation_request greedy(std::vector<token_id> prompt, int32_t n_predict) {
-  generation_request q;
-  q.prompt = std::move(prompt);
-  q.n_predict = n_predict;
-  q.ignore_eos = true;
-  q.sampling.temperature = 0;
-  return q;
-}
+using test::greedy;
 
 std::vector<generation_request> three_requests(int64_t n_vocab) {
   std::vector<generation_request> rs(3);

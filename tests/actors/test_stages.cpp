@@ -81,7 +81,8 @@ TEST(StageHost, TheHelloRefusesAnotherVersionOrFile) {
   caf::actor_system worker(wcfg), coordinator(ccfg);
   const stage_host host = start_stage_host(worker, o, "127.0.0.1", 0);
   ASSERT_GT(host.port, 0);
-  auto remote = coordinator.middleman().remote_actor("127.0.0.1", host.port);
+  // Typed: the connection fails unless the published interface is the one this build speaks.
+  auto remote = coordinator.middleman().remote_actor<stage_worker_actor>("127.0.0.1", host.port);
   ASSERT_TRUE(remote) << coordinator.render(remote.error());
   caf::scoped_actor self{coordinator};
   auto hello = [&](const std::string& version, const std::string& file_id) {

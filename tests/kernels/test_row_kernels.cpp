@@ -127,7 +127,7 @@ TEST(RowKernels, EachTypeComputesWithItsOwnLayout) {
     EXPECT_EQ(k->type, t);
     EXPECT_EQ(k->block_size, traits(t).block_size);
     EXPECT_EQ(k->block_bytes, traits(t).block_bytes);
-    EXPECT_EQ(k->q8_input, t == tensor_type::q8_0 || t == tensor_type::q4_0);
+    EXPECT_EQ(k->input == input_format::q8_0, t == tensor_type::q8_0 || t == tensor_type::q4_0);
     typed_row rows[4] = {make_row(t, random()), make_row(t, random()), make_row(t, random()), make_row(t, random())};
 
     // to_float: the stored values.
@@ -136,7 +136,7 @@ TEST(RowKernels, EachTypeComputesWithItsOwnLayout) {
     for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], rows[0].values[i], 1e-6 * (1 + std::fabs(rows[0].values[i]))) << i;
 
     // dot: against the quantized input where the type reads it, else the floats.
-    const std::vector<float>& in = k->q8_input ? xq_values : x;
+    const std::vector<float>& in = k->input == input_format::q8_0 ? xq_values : x;
     double want = 0;
     for (int64_t i = 0; i < n; ++i) want += double(rows[0].values[i]) * in[i];
     EXPECT_NEAR(k->dot(rows[0].bytes.data(), x.data(), xq.data(), n), want, 1e-3 * (1 + std::fabs(want)));

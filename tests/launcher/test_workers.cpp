@@ -9,10 +9,10 @@ namespace {
 
 // Two workers hold a file's layers (an uneven split and the even one): greedy text (a prompt batch,
 // then decoding) is one process's, and every prompt position's logits are within 1e-5 of its, for
-// dense and sparse files, F16 and Q4_0.
+// dense and sparse files, F16 and Q4_0, and a Gemma 2 file.
 TEST(Workers, TwoStagesGiveOneProcesssTokensAndLogits) {
   const auto& f = files();
-  for (const std::string& file : {f.dense, f.q4, f.sparse}) {
+  for (const std::string& file : {f.dense, f.q4, f.sparse, f.gemma2}) {
     SCOPED_TRACE(file);
     worker_pair pair(file);
     ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();

@@ -29,19 +29,23 @@ inline std::string worker_address(server_process& w) {
 }
 
 struct workers_files {
-  std::string dense, q4, sparse, other;
+  std::string dense, q4, sparse, other, gemma2;
 };
-// A 4-layer ReLU llama (F16), the same in Q4_0, its sparse file (predictors), and another seed's.
+// A 4-layer ReLU llama (F16), the same in Q4_0, its sparse file (predictors), another seed's, and a
+// Gemma 2 file of the same shape.
 inline const workers_files& files() {
   static const workers_files f = [] {
     const auto dir = fs::temp_directory_path() / ("hotcold-workers-" + std::to_string(getpid()));
     fs::create_directories(dir);
-    workers_files w{(dir / "dense.gguf").string(), (dir / "q4.gguf").string(), (dir / "sparse.gguf").string(), (dir / "other.gguf").string()};
+    workers_files w{(dir / "dense.gguf").string(), (dir / "q4.gguf").string(), (dir / "sparse.gguf").string(), (dir / "other.gguf").string(),
+                    (dir / "gemma2.gguf").string()};
     const std::string gen = std::string(HOTCOLD_BIN) + " gen-model --vocab " HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf --embd 128 --layers 4 --ffn 512 "
                                                        "--heads 4 --kv-heads 2 ";
     EXPECT_EQ(std::system((gen + "-o '" + w.dense + "' >/dev/null 2>&1").c_str()), 0);
     EXPECT_EQ(std::system((gen + "--type q4_0 -o '" + w.q4 + "' >/dev/null 2>&1").c_str()), 0);
     EXPECT_EQ(std::system((gen + "--seed 2 -o '" + w.other + "' >/dev/null 2>&1").c_str()), 0);
+    // Gemma 2 with a window the tests' prompts pass.
+    EXPECT_EQ(std::system((gen + "--arch gemma2 --act gelu --sliding-window 4 -o '" + w.gemma2 + "' >/dev/null 2>&1").c_str()), 0);
     EXPECT_EQ(std::system((std::string(HOTCOLD_BIN) + " prepare -m '" + w.dense + "' -o '" + w.sparse + "' --tokens 128 -t 2 -c 64 >/dev/null 2>&1").c_str()), 0);
     return w;
   }();

@@ -254,16 +254,18 @@ inline double metric(const std::string& text, const std::string& name) {
   return std::stod(text.substr(at + name.size() + 2));
 }
 
-// One generate, asked again every 20 ms while the server answers `busy` (counted in `busy`), at most
-// 100 times; nullopt when it failed otherwise or stayed busy.
+// One generate, asked again every 20 ms while the server answers `busy` (counted in `busy`) for up to
+// two minutes (how often a full queue answers busy depends on how busy the machine is, so no count of
+// them is a failure); nullopt when it failed otherwise or stayed busy that long.
 inline std::optional<hotcold::clients::client::generation> generate_through_busy(
     hotcold::clients::client& c, const nlohmann::json& request, std::atomic<int>& busy,
     const hotcold::clients::client::token_callback& on_token = {}) {
-  for (int attempt = 0;; ++attempt) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  for (;;) {
     try {
       return c.generate(request, on_token);
     } catch (const hotcold::clients::client_error& e) {
-      if (std::string(e.what()).find("busy") == std::string::npos || attempt > 100) return std::nullopt;
+      if (std::string(e.what()).find("busy") == std::string::npos || std::chrono::steady_clock::now() > give_up) return std::nullopt;
       ++busy;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

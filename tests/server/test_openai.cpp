@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -383,7 +384,12 @@ TEST(OpenAI, LoadOf32StreamingClientsTimes20BesideZeroMQ) {
   constexpr int http_clients = 32, zmq_clients = 4, per_client = 20;
   std::vector<std::vector<double>> ttft(http_clients);
   std::atomic<int> lost{0}, mixed{0}, busy{0};
+  std::mutex why_mutex;
+  std::vector<std::string> why_lost;  // each lost request's status and the start of its answer
   const auto t0 = std::chrono::steady_clock::now();
+  // A busy answer (429: the queue is full) is retried until then: how often one comes depends on how
+  // busy the machine is, so no count of them may fail the test.
+  const auto retry_until = t0 + 120s;
   std::vector<std::thread> threads;
   for (int k = 0; k < http_clients; ++k)
     threads.emplace_back([&, k] {
@@ -399,13 +405,15 @@ TEST(OpenAI, LoadOf32StreamingClientsTimes20BesideZeroMQ) {
           for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
           close(fd);
           const auto a = split(got);
-          if (a.status == 429 && attempt < 100) {
+          if (a.status == 429 && std::chrono::steady_clock::now() < retry_until) {
             ++busy;
             std::this_thread::sleep_for(20ms);
             continue;
           }
           if (a.status != 200) {
             ++lost;
+            std::lock_guard lock(why_mutex);
+            why_lost.push_back(std::to_string(a.status) + " after " + std::to_string(attempt) + " busy answers: " + got.substr(0, 200));
             break;
           }
           const auto st = read_stream(sse_data(a.body), false);
@@ -438,7 +446,9 @@ TEST(OpenAI, LoadOf32StreamingClientsTimes20BesideZeroMQ) {
   RecordProperty("requests_per_s", std::to_string(total / seconds));
   RecordProperty("ttft_p50_ms", std::to_string(p50));
   RecordProperty("ttft_p99_ms", std::to_string(p99));
-  EXPECT_EQ(lost, 0);
+  std::string whys;
+  for (const auto& w : why_lost) whys += w + "\n";
+  EXPECT_EQ(lost, 0) << whys;
   EXPECT_EQ(mixed, 0);
   EXPECT_EQ(all.size(), static_cast<size_t>(http_clients * per_client));
   // Every request was counted by the one scheduler's metrics.
