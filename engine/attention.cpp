@@ -39,26 +39,6 @@ struct head_cache {
   float scale;
 };
 
-// One query at position pos against its head's cache: out (hd) = softmax(scale q.K) V; s: pos + 1
-// floats of scratch.
-template <typename T>
-void attend_head(const float* q, const head_cache<T>& c, int64_t pos, float* s, float* out) {
-  const T *kc = c.kc, *vc = c.vc;
-  const int64_t kv = c.kv, hd = c.hd;
-  const float scale = c.scale;
-  if (attend_block_vectorized(hd)) return attend_one(q, kc, vc, kv, hd, pos + 1, scale, out, s);
-  float max_s = -INFINITY;
-  for (int64_t t = 0; t <= pos; ++t) {
-    s[t] = dot_row(kc + t * kv, q, hd) * scale;
-    max_s = std::max(max_s, s[t]);
-  }
-  double sum = 0;
-  for (int64_t t = 0; t <= pos; ++t) sum += (s[t] = std::exp(s[t] - max_s));
-  const float inv = static_cast<float>(1.0 / sum);
-  std::fill(out, out + hd, 0.0f);
-  for (int64_t t = 0; t <= pos; ++t) axpy_row(s[t] * inv, vc + t * kv, out, hd);
-}
-
 // Up to four queries of one head at consecutive positions pos0.. of one sequence (a prompt chunk):
 // each cached key and value row is read once for all of them. q[j], out[j]: query j's head slices;
 // s: scratch of 4 x (pos0 + 4) floats.
@@ -97,11 +77,10 @@ void attend_head4(const float* const* q, int nq, const head_cache<T>& c, int64_t
   }
 }
 
-// A group of nq queries of head h (consecutive positions from pos0 of one sequence) against the
-// head's cache slices kc, vc: one query, a block of up to 32 (the vector kernel) or up to four.
+// A group of nq (2 or more) queries of head h (consecutive positions from pos0 of one sequence)
+// against the head's cache slices kc, vc: a block of up to 32 (the vector kernel) or up to four.
 template <typename T>
 void attend_group(const float* const* qs, int nq, const head_cache<T>& c, int64_t pos0, float* s, float* const* outs) {
-  if (nq == 1) return attend_head(qs[0], c, pos0, s, outs[0]);
   if (attend_block_vectorized(c.hd)) return attend_block(qs, nq, c.kc, c.vc, c.kv, c.hd, pos0, c.scale, outs, s);
   attend_head4(qs, nq, c, pos0, s, outs);
 }
@@ -255,23 +234,27 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
   // Every (group, head) pair at once; causal: token t sees its sequence's cache up to its own
   // position. A group is tokens of one sequence at consecutive positions (a prompt chunk), which
   // read each cached key and value row once: up to 32 through the block kernel (scores as small
-  // matrix products), else up to four; other tokens are groups of one.
+  // matrix products), else up to four; other tokens are groups of one, decoded by key ranges
+  // (attend_decoded).
   // Gemma 2's soft-capped scores and sliding window: query by query (capped_head), not the block kernels.
   const bool capped = hp.attn_softcap > 0 || hp.sliding(il);
   const bool blocks = attend_block_vectorized(hd) && !capped;
   const int64_t group_max = capped ? 1 : blocks ? attend_block_max : 4;
-  std::vector<int64_t>& groups = B.groups;  // first token of each group
+  std::vector<int64_t>& groups = B.groups;  // first token of each group of several, then of each decoded token
   groups.clear();
+  std::vector<int64_t> decoded;
   for (int64_t t = 0; t < n;) {
-    groups.push_back(t);
     int64_t e = t + 1;
     while (e < n && e - t < group_max && B.seqs[static_cast<size_t>(e)] == B.seqs[static_cast<size_t>(t)] &&
            B.positions[static_cast<size_t>(e)] == B.positions[static_cast<size_t>(e - 1)] + 1)
       ++e;
+    if (e == t + 1 && !capped) decoded.push_back(t);
+    else groups.push_back(t), groups.push_back(e);
     t = e;
   }
-  groups.push_back(n);
-  const int64_t n_groups = static_cast<int64_t>(groups.size()) - 1;
+  if (!decoded.empty()) attend_decoded(B, il, on, decoded, q_of);
+  const int64_t n_groups = static_cast<int64_t>(groups.size()) / 2;
+  if (n_groups == 0) return;
   on.pool->parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scores;
     const int64_t need = std::max(4 * (n_ctx + 4), blocks ? attend_block_scratch(n_ctx + attend_block_max, hd) : 0);
@@ -279,7 +262,7 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
     const float scale = hp.attention_scale();
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t g = i / hp.n_head, h = i % hp.n_head;
-      const int64_t t0 = groups[static_cast<size_t>(g)], nq = groups[static_cast<size_t>(g) + 1] - t0;
+      const int64_t t0 = groups[static_cast<size_t>(2 * g)], nq = groups[static_cast<size_t>(2 * g) + 1] - t0;
       const int64_t seq = B.seqs[static_cast<size_t>(t0)], pos0 = B.positions[static_cast<size_t>(t0)];
       const float* qs[attend_block_max];
       float* outs[attend_block_max];
@@ -296,6 +279,55 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
       else attend_group(qs, static_cast<int>(nq), c32, pos0, scores.data(), outs);
     }
   });
+}
+
+// Tokens decoded alone (one of their sequence in the step): each token's keys cut into ranges across
+// the workers, every head of the token in one pass over a range's rows (kernels::attend_keys), the
+// ranges' sums then merged. At depth a token's cache is most of what its layer reads; read this way
+// it streams at the rate of the weights.
+template <class QOf>
+void attention_block::attend_decoded(step_state& B, int64_t il, const workers& on, const std::vector<int64_t>& tokens, QOf q_of) {
+  const hparams& hp = env_.hp();
+  const int64_t dq = hp.n_embd_q(), kv = hp.n_embd_kv(), hd = hp.head_dim(), n_head = hp.n_head;
+  const int64_t threads = on.pool->size();
+  std::vector<int64_t>& ranges = B.key_ranges;  // (token, first key, end key), each token's in order
+  ranges.clear();
+  std::vector<int64_t> first_range;  // of each token
+  for (int64_t t : tokens) {
+    first_range.push_back(static_cast<int64_t>(ranges.size()) / 3);
+    const int64_t keys = B.positions[static_cast<size_t>(t)] + 1;
+    // Ranges of at least 128 keys, at most one a worker: a short cache is one range.
+    const int64_t parts = std::clamp<int64_t>(keys / 128, 1, threads);
+    for (int64_t r = 0; r < parts; ++r) ranges.insert(ranges.end(), {t, keys * r / parts, keys * (r + 1) / parts});
+  }
+  first_range.push_back(static_cast<int64_t>(ranges.size()) / 3);
+  const int64_t n_ranges = first_range.back(), per_range = n_head * (hd + 2);
+  if (static_cast<int64_t>(B.range_sums.size()) < n_ranges * per_range) B.range_sums.resize(static_cast<size_t>(n_ranges * per_range));
+  auto sums_of = [&](int64_t r) {
+    float* p = B.range_sums.data() + r * per_range;
+    return key_range_sums{p, p + n_head, p + 2 * n_head};
+  };
+  const float scale = hp.attention_scale();
+  on.pool->parallel_for(n_ranges, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> scratch;
+    if (static_cast<int64_t>(scratch.size()) < attend_keys_scratch(n_head, hd)) scratch.resize(static_cast<size_t>(attend_keys_scratch(n_head, hd)));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = ranges[static_cast<size_t>(3 * r)], k0 = ranges[static_cast<size_t>(3 * r + 1)], k1 = ranges[static_cast<size_t>(3 * r + 2)];
+      const int64_t seq = B.seqs[static_cast<size_t>(t)];
+      const uint8_t *kc = kv_.k_row(seq, il, 0), *vc = kv_.v_row(seq, il, 0);
+      if (kv_.type() == tensor_type::f16)
+        attend_keys(q_of(t), reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, n_head, hp.n_head_kv, hd, k0, k1, scale,
+                    sums_of(r), scratch.data());
+      else
+        attend_keys(q_of(t), reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, n_head, hp.n_head_kv, hd, k0, k1, scale, sums_of(r),
+                    scratch.data());
+    }
+  });
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::vector<key_range_sums> parts;
+    for (int64_t r = first_range[i]; r < first_range[i + 1]; ++r) parts.push_back(sums_of(r));
+    merge_key_ranges(parts.data(), static_cast<int>(parts.size()), n_head, hd, B.attn.data() + tokens[i] * dq);
+  }
 }
 
 void attention_block::tail(step_state& B, const layer_recipe& r) {

@@ -29,6 +29,8 @@ class attention_block {
   void gpu_job(step_state& B, int64_t layer, const layer_weights& gpu, const layer_recipe& r);
   void products(step_state& B, int64_t layer, const layer_weights& l, const layer_recipe& r, const workers& on);  // xn -> proj
   void attend(step_state& B, int64_t layer, const workers& on, const float* qkv, bool fused);                    // B.attn from the cache
+  template <class QOf>
+  void attend_decoded(step_state& B, int64_t layer, const workers& on, const std::vector<int64_t>& tokens, QOf q_of);  // tokens alone in their sequence
   void tail(step_state& B, const layer_recipe& r);  // proj added, the FFN's input normalized
 
   block_env& env_;

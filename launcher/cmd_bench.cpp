@@ -11,42 +11,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/pipeline.hpp"
+#include "launcher/bench_runs.hpp"
 #include "launcher/cmd_bench.hpp"
-#include "launcher/llama_bench.hpp"
 #include "launcher/commands.hpp"
-#include "engine/bandwidth.hpp"
 #include "engine/read_costs.hpp"
 
 namespace hotcold::launcher {
 namespace {
-
-// Bytes of weights a decode step reads (read_costs, what /metrics counts too): every layer's
-// attention, norms and predictor, the FFN rows it read (each row of a step's union once; a down row
-// only where it was read: with transposed down rows, where its neuron fired), the head and an
-// embedding row.
-struct rows_read {
-  std::vector<int64_t> neurons, down;  // per layer, over some steps
-  explicit rows_read(size_t layers) : neurons(layers, 0), down(layers, 0) {}
-  explicit rows_read(const inference_context& ctx) : neurons(ctx.totals().rows), down(ctx.totals().down_rows) {}
-  rows_read& operator-=(const rows_read& before) {
-    for (size_t l = 0; l < neurons.size(); ++l) neurons[l] -= before.neurons[l], down[l] -= before.down[l];
-    return *this;
-  }
-  rows_read& operator+=(const rows_read& more) {
-    for (size_t l = 0; l < neurons.size(); ++l) neurons[l] += more.neurons[l], down[l] += more.down[l];
-    return *this;
-  }
-};
-
-double bytes_per_step(const model& m, const rows_read& r, int64_t steps) {
-  const read_costs c(m);
-  double bytes = static_cast<double>(c.output + c.embedding_row);
-  for (size_t l = 0; l < c.layer_fixed.size(); ++l)
-    bytes += static_cast<double>(c.layer_fixed[l]) +
-             static_cast<double>(c.ffn_rows(l, static_cast<uint64_t>(r.neurons[l]), static_cast<uint64_t>(r.down[l]))) / static_cast<double>(steps);
-  return bytes;
-}
 
 struct rate {
   double mean = 0, sd = 0;
@@ -59,214 +30,6 @@ rate summarize(const std::vector<double>& r) {
   for (double x : r) var += (x - s.mean) * (x - s.mean);
   s.sd = r.size() > 1 ? std::sqrt(var / static_cast<double>(r.size() - 1)) : 0.0;
   return s;
-}
-
-// One configuration measured: the chosen one, and with --vs-dense dense mode, with --vs-direct the
-// other pipeline, with --vs-parallel and --vs-micro-batches those counts, on the same loaded model.
-struct config {
-  ffn_mode mode;
-  bool actors;
-  int sequences;
-  int micro = 1;  // micro-batches (actors)
-};
-
-// Where each comparison is among the configurations (-1: not asked for).
-struct comparisons {
-  int dense = -1, other_pipeline = -1, parallel = -1, micro = -1;
-};
-
-std::vector<config> configs_of(const bench_args& a, ffn_mode mode, comparisons& c) {
-  const bool actors_first = a.pipeline == "actors";
-  std::vector<config> configs{{mode, actors_first, a.parallel, a.micro_batches}};
-  if (a.vs_dense && mode != ffn_mode::dense) c.dense = static_cast<int>(configs.size()), configs.push_back({ffn_mode::dense, actors_first, a.parallel, a.micro_batches});
-  if (a.vs_direct) c.other_pipeline = static_cast<int>(configs.size()), configs.push_back({mode, !actors_first, a.parallel, a.micro_batches});
-  if (a.vs_parallel > 0) c.parallel = static_cast<int>(configs.size()), configs.push_back({mode, actors_first, a.vs_parallel, a.micro_batches});
-  if (a.vs_micro_batches > 0) {
-    if (!actors_first) throw std::invalid_argument("--vs-micro-batches: micro-batches are the actors' (--pipeline actors)");
-    c.micro = static_cast<int>(configs.size()), configs.push_back({mode, true, a.parallel, a.vs_micro_batches});
-  }
-  return configs;
-}
-
-// The timed runs on one opened model. Decode: K sequences (slots 0..K-1) one token a step; prefill:
-// the prompt as batches. The direct pipeline calls the forward pass (forward for one sequence,
-// forward_step for several); the actors get K requests of one prompt token and n - 1 to generate
-// (greedy, past end-of-generation tokens), so both run n steps of K tokens.
-class bench_runner {
- public:
-  bench_runner(loaded& l, bool with_actors) : l_(l), ctx_(*l.ctx) {
-    if (with_actors) pipe_ = l.make_pipeline();
-  }
-  void set(const config& c) {
-    ctx_.set_mode(c.mode);
-    if (pipe_) pipe_->set_micro_batches(c.micro);
-  }
-  // Tokens/s of n steps of `sequences` tokens.
-  double decode(bool actors_pipeline, int sequences, int n) {
-    const int K = sequences;
-    slots_.resize(static_cast<size_t>(K)), positions_.resize(static_cast<size_t>(K)), step_tokens_.resize(static_cast<size_t>(K));
-    for (int s = 0; s < K; ++s) slots_[static_cast<size_t>(s)] = s;
-    const auto t0 = std::chrono::steady_clock::now();
-    if (actors_pipeline) {
-      for (int s = 0; s < K; ++s) {
-        actors::generation_request r;
-        // n steps, as the forward pass's n calls: the prompt's token, then n - 1 generated ones (the
-        // n-th is sampled, never run).
-        r.prompt = {token_at(101 * s)};
-        r.n_predict = n;
-        r.ignore_eos = true;
-        r.sampling.temperature = 0;
-        pipe_->submit(std::move(r));
-      }
-      drain(K);
-    } else {
-      for (int i = 0; i < n; ++i) {
-        if (K == 1) {
-          ctx_.forward(token_at(i), i);
-          continue;
-        }
-        for (int s = 0; s < K; ++s) step_tokens_[static_cast<size_t>(s)] = token_at(i + 101 * s), positions_[static_cast<size_t>(s)] = i;
-        ctx_.forward_step(step_tokens_, slots_, positions_);
-      }
-    }
-    return static_cast<double>(n) * K / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  // Tokens/s of a prompt of n tokens.
-  double prompt(bool actors_pipeline, int n) {
-    std::vector<token_id> prompt(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = token_at(i);
-    const auto t0 = std::chrono::steady_clock::now();
-    if (actors_pipeline) {
-      actors::generation_request r;
-      r.prompt = prompt;
-      pipe_->submit(std::move(r));
-      drain(1);
-    } else {
-      ctx_.forward_batch(prompt, 0);
-    }
-    return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  // Bytes of weights the hot device has read so far, on either pipeline: the actors count the device's
-  // reads of attention, predictors and the head with its rows; the forward pass called directly
-  // counts them in the context, the hot rows in the split.
-  uint64_t device_read(bool actors_pipeline) const {
-    if (actors_pipeline) return pipe_ ? pipe_->stats()->read().device_bytes : uint64_t{0};
-    return (l_.split ? l_.split->computed().hot_read : 0) + ctx_.device_read();
-  }
-  void stop() { pipe_.reset(); }
-
- private:
-  token_id token_at(int i) const { return static_cast<token_id>((i * 7919 + 13) % l_.m->hp().n_vocab); }
-  void drain(int requests) {
-    for (int done = 0; done < requests;) {
-      auto ev = pipe_->next();
-      if (!ev) throw std::runtime_error("the pipeline stopped answering");
-      if (auto* d = std::get_if<actors::done_event>(&*ev)) {
-        if (d->finish == "error") throw std::runtime_error(d->error);
-        ++done;
-      }
-    }
-  }
-  loaded& l_;
-  inference_context& ctx_;
-  std::unique_ptr<actors::pipeline> pipe_;  // when a configuration runs on the actors
-  std::vector<int64_t> slots_, positions_;
-  std::vector<token_id> step_tokens_;
-};
-
-// What a configuration's repetitions measured.
-struct runs {
-  std::vector<double> pp, tg;  // tokens/s, per repetition
-  int64_t tokens = 0;          // decode steps over the repetitions
-  int64_t expert_lookups = 0, expert_hits = 0, expert_uploads = 0;  // a mixture's experts on a device, over the decode steps
-  rows_read computed;          // FFN rows read over them
-  uint64_t device_bytes = 0;   // weights the hot device read over them
-  devices::device_traffic traffic;  // the hot device's launches, copies and syncs over them
-  std::array<double, devices::n_operations> job_seconds{};  // its jobs' time by operation over them
-  double step_bytes = 0;       // what a step reads (what its roofline's probe reads)
-  std::vector<double> probes;  // read bandwidth before the first repetition and after each
-  explicit runs(size_t layers, double dense_step) : computed(layers), step_bytes(dense_step) {}
-};
-
-struct measurement {
-  std::vector<runs> per_config;
-  std::unique_ptr<read_probe> probe;  // with --roofline
-  std::vector<llama_bench_run> llama;  // with --vs-llama-bench: its run after each round
-};
-
-// Untimed, as llama-bench does before its repetitions: a prompt of the measured length and a short
-// generation per configuration, so that the first repetition does not pay for first touches (the
-// prompt's KV cache pages, the batch products' buffers, the actors' start). Counts what a step reads.
-void warm_up(bench_runner& run, const bench_args& a, const std::vector<config>& configs, const loaded& l, measurement& out) {
-  for (size_t k = 0; k < configs.size(); ++k) {
-    const auto& c = configs[k];
-    run.set(c);
-    if (a.n_prompt > 0) run.prompt(c.actors, a.n_prompt);
-    if (a.n_gen > 0) {
-      const rows_read before(*l.ctx);
-      run.decode(c.actors, c.sequences, 2);
-      out.per_config[k].step_bytes = bytes_per_step(*l.m, rows_read(*l.ctx) -= before, 2);
-    }
-  }
-}
-
-// The repetitions, configurations interleaved so that all see the same machine. The roofline: each
-// configuration's read bandwidth, over as many bytes as its step reads (read_probe: this machine
-// serves a few hundred MB read again and again partly from its caches; the warm-up's count first,
-// then the repetitions' so far), measured before the first repetition and after each, so each
-// repetition is held against the bandwidth of its own minute (the better of the measurements on
-// either side of it): this machine's bandwidth drifts with its neighbours.
-measurement measure(bench_runner& run, const bench_args& a, const std::vector<config>& configs, const loaded& l) {
-  const model& m = *l.m;
-  measurement out;
-  out.per_config.assign(configs.size(), runs(static_cast<size_t>(m.hp().n_layer), static_cast<double>(read_costs(m).dense_step())));
-  if (!a.no_warmup) warm_up(run, a, configs, l, out);
-  auto probe_all = [&] {
-    for (auto& r : out.per_config) r.probes.push_back(out.probe->measure(static_cast<uint64_t>(r.step_bytes)));
-  };
-  if (a.roofline && a.n_gen > 0) {
-    // (It grows when the repetitions count more bytes a step than the warm-up's two steps did.)
-    double most = 0;
-    for (const auto& r : out.per_config) most = std::max(most, r.step_bytes);
-    out.probe = std::make_unique<read_probe>(l.ctx->pool(), static_cast<uint64_t>(most));
-    probe_all();
-  }
-  for (int i = 0; i < a.reps; ++i) {
-    for (size_t k = 0; k < configs.size(); ++k) {
-      auto& r = out.per_config[k];
-      run.set(configs[k]);
-      if (a.n_prompt > 0) r.pp.push_back(run.prompt(configs[k].actors, a.n_prompt));
-      if (a.n_gen > 0) {
-        const rows_read before(*l.ctx);
-        const uint64_t device_before = run.device_read(configs[k].actors);
-        const device_experts::counts experts_before = l.experts ? l.experts->counted() : device_experts::counts{};
-        const devices::device_traffic traffic_before = l.dev ? l.dev->traffic() : devices::device_traffic{};
-        const auto jobs_before = l.dev ? l.dev->job_seconds() : std::array<double, devices::n_operations>{};
-        r.tg.push_back(run.decode(configs[k].actors, configs[k].sequences, a.n_gen));
-        r.computed += rows_read(*l.ctx) -= before;
-        r.device_bytes += run.device_read(configs[k].actors) - device_before;
-        if (l.dev) {
-          r.traffic += l.dev->traffic() - traffic_before;
-          const auto jobs = l.dev->job_seconds();
-          for (size_t op = 0; op < jobs.size(); ++op) r.job_seconds[op] += jobs[op] - jobs_before[op];
-        }
-        if (l.experts) {
-          const auto& now = l.experts->counted();
-          r.expert_lookups += now.lookups - experts_before.lookups, r.expert_hits += now.hits - experts_before.hits;
-          r.expert_uploads += now.uploads - experts_before.uploads;
-        }
-        r.tokens += a.n_gen;
-      }
-    }
-    if (out.probe) {
-      for (auto& r : out.per_config)
-        if (r.tokens > 0) r.step_bytes = bytes_per_step(m, r.computed, r.tokens);
-      probe_all();
-    }
-    if (!a.vs_llama_bench.empty())
-      out.llama.push_back(run_llama_bench(a.vs_llama_bench, m.path(), static_cast<int>(l.ctx->pool().size()), a.n_prompt, a.n_gen));
-  }
-  return out;
 }
 
 // hotcold's first configuration against llama-bench, round by round (each round's repetition over
@@ -355,9 +118,11 @@ struct report {
   comparisons c;
   bool probed = false;
   int threads = 0;
+  int depth = 0;  // tokens in the cache before each test (-d)
   versus_llama llama;
-  // The KV cache read per decoded token on each side (F16 or F32, every layer, positions 0..n_gen-1 of
-  // each sequence: (n_gen + 1) / 2 cached rows of K and V on average), where the layer's attention runs.
+  // The KV cache read per decoded token on each side (F16 or F32, every layer, positions depth ..
+  // depth + n_gen - 1 of each sequence: depth + (n_gen + 1) / 2 cached rows of K and V on average),
+  // where the layer's attention runs.
   double kv_host = 0, kv_device = 0;
   bool experts_on_device = false;  // a mixture's experts in device slots
   devices::device_kind device_kind = devices::device_kind::cpu;  // the hot device's
@@ -369,11 +134,11 @@ struct report {
 };
 
 report report_of(const bench_args& a, const std::vector<config>& configs, const std::vector<result>& results, const comparisons& c, const loaded& l,
-                 bool probed) {
+                 bool probed, int depth) {
   const auto& hp = l.m->hp();
   const inference_context& ctx = *l.ctx;
-  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), {}, 0, 0, false, devices::device_kind::cpu, {}};
-  const double kv_layer = kv_read_per_token(hp, ctx.kv_type() == tensor_type::f32 ? 4 : 2, (static_cast<double>(a.n_gen) + 1) / 2);
+  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), depth, {}, 0, 0, false, devices::device_kind::cpu, {}};
+  const double kv_layer = kv_read_per_token(hp, ctx.kv_type() == tensor_type::f32 ? 4 : 2, depth + (static_cast<double>(a.n_gen) + 1) / 2);
   int64_t on_device = 0;
   for (int64_t il = 0; il < hp.n_layer; ++il) on_device += ctx.device() && ctx.device()->attention(il);
   r.kv_host = kv_layer * static_cast<double>(hp.n_layer - on_device);
@@ -383,14 +148,14 @@ report report_of(const bench_args& a, const std::vector<config>& configs, const 
   return r;
 }
 
-void print_json(const report& r, const model& m) {
+nlohmann::json json_of(const report& r, const model& m) {
   const bench_args& a = r.a;
   auto describe = [&](size_t k) {
     const result& res = r.results[k];
     nlohmann::json d{{"model", m.path()}, {"mode", ffn_mode_name(r.configs[k].mode)}, {"pipeline", pipeline_name(r.configs[k].actors)},
                      {"threads", r.threads}, {"model_bytes", m.weight_bytes()},
                      {"prefill_tokens_per_s", res.pp.mean}, {"prefill_tokens_per_s_sd", res.pp.sd}, {"n_prompt", a.n_prompt},
-                     {"decode_tokens_per_s", res.tg.mean}, {"decode_tokens_per_s_sd", res.tg.sd}, {"n_gen", a.n_gen},
+                     {"decode_tokens_per_s", res.tg.mean}, {"decode_tokens_per_s_sd", res.tg.sd}, {"n_gen", a.n_gen}, {"n_depth", r.depth},
                      {"bytes_per_token", res.bpt}, {"repetitions", a.reps}, {"parallel", r.configs[k].sequences},
                      {"micro_batches", r.configs[k].micro},
                      // Weights and KV cache read per decoded token on each side.
@@ -447,7 +212,7 @@ void print_json(const report& r, const model& m) {
                         {"prefill_ratio", versus_llama::median(v.pp_ratio)}, {"decode_ratio", versus_llama::median(v.tg_ratio)},
                         {"prefill_ratio_per_round", v.pp_ratio}, {"decode_ratio_per_round", v.tg_ratio}};
   }
-  fmt::print("{}\n", j.dump(2));
+  return j;
 }
 
 void print_roofline(const report& r) {
@@ -469,21 +234,23 @@ void print_roofline(const report& r) {
   }
 }
 
+// The table of one depth, then what its comparisons found.
 void print_table(const report& r, const model& m) {
   const bench_args& a = r.a;
   const auto& hp = m.hp();
   fmt::print("| model | size | mode | pipeline | threads | test | t/s | bytes/token |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  const std::string at = r.depth > 0 ? fmt::format(" @ d{}", r.depth) : "";  // (as llama-bench names a test at a depth)
   const std::string name = fmt::format("{} {} {}L {}", architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd);
   const double gib = m.weight_bytes() / double(1ull << 30);
   for (size_t k = 0; k < r.configs.size(); ++k) {
     const auto& res = r.results[k];
     const auto& c = r.configs[k];
     if (a.n_prompt > 0)
-      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{} | {:.2f} ± {:.2f} | |\n", name, gib, ffn_mode_name(c.mode), pipeline_name(c.actors), r.threads,
-                 a.n_prompt, res.pp.mean, res.pp.sd);
+      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{}{} | {:.2f} ± {:.2f} | |\n", name, gib, ffn_mode_name(c.mode), pipeline_name(c.actors), r.threads,
+                 a.n_prompt, at, res.pp.mean, res.pp.sd);
     if (a.n_gen > 0)
-      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, ffn_mode_name(c.mode), pipeline_name(c.actors),
-                 r.threads, a.n_gen, c.sequences > 1 ? fmt::format(" x{}", c.sequences) : "",
+      fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{}{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, ffn_mode_name(c.mode), pipeline_name(c.actors),
+                 r.threads, a.n_gen, at, c.sequences > 1 ? fmt::format(" x{}", c.sequences) : "",
                  c.micro > 1 ? fmt::format(" in {} micro-batches", c.micro) : "", res.tg.mean, res.tg.sd, res.bpt / double(1 << 20));
   }
   if (r.probed) print_roofline(r);
@@ -535,22 +302,40 @@ void print_table(const report& r, const model& m) {
 void run_bench(const bench_args& given) {
   bench_args a = given;
   if (a.reps < 1) throw std::invalid_argument("-r must be at least 1");
+  if (a.n_depth.empty()) a.n_depth = {0};
+  for (int d : a.n_depth)
+    if (d < 0) throw std::invalid_argument(fmt::format("-d {}: a depth is a count of tokens, 0 or more", d));
+  const int deepest = *std::max_element(a.n_depth.begin(), a.n_depth.end());
   if (!a.vs_llama_bench.empty()) check_llama_bench(a.vs_llama_bench);
-  auto l = load(a.m, std::max(1, a.n_prompt + std::max(0, a.n_gen)), std::max(a.parallel, a.vs_parallel));
+  // (At a depth the actors' sequences may start a few steps apart: room for that head start too.)
+  const int head_start = deepest > 0 ? std::max(0, a.n_gen) + 64 : 0;
+  auto l = load(a.m, std::max(1, deepest + a.n_prompt + std::max(0, a.n_gen) + head_start), std::max(a.parallel, a.vs_parallel));
   if (a.n_gen < 0) {  // -1: each decode runs until the context is full
-    a.n_gen = static_cast<int>(std::max<int64_t>(0, l.ctx->n_ctx() - a.n_prompt));
+    a.n_gen = static_cast<int>(std::max<int64_t>(0, l.ctx->n_ctx() - a.n_prompt - deepest));
     fmt::print(stderr, "hotcold bench: -n -1: {} generated tokens (a context of {} after {} prompt tokens)\n", a.n_gen, l.ctx->n_ctx(), a.n_prompt);
   }
   if (l.stages.empty()) l.ctx->forward(1, 0);  // warm-up: first touch of every weight page (with --workers: theirs, in their warm-up)
   comparisons c;
   const auto configs = configs_of(a, l.ctx->mode(), c);
   bench_runner run(l, std::any_of(configs.begin(), configs.end(), [](const config& k) { return k.actors; }));
-  const measurement ms = measure(run, a, configs, l);
-  const auto results = results_of(a, configs, ms, *l.m);
-  report r = report_of(a, configs, results, c, l, ms.probe != nullptr);
-  r.llama = versus_llama_of(ms);
-  if (a.json) print_json(r, *l.m);
-  else print_table(r, *l.m);
+  nlohmann::json all = nlohmann::json::array();
+  for (size_t i = 0; i < a.n_depth.size(); ++i) {
+    const measurement ms = measure(run, a, configs, l, a.n_depth[i]);
+    const auto results = results_of(a, configs, ms, *l.m);
+    report r = report_of(a, configs, results, c, l, ms.probe != nullptr, a.n_depth[i]);
+    r.llama = versus_llama_of(ms);
+    if (a.json) all.push_back(json_of(r, *l.m));
+    else {
+      if (i > 0) fmt::print("\n");
+      print_table(r, *l.m);
+    }
+  }
+  if (a.json) {
+    // One depth: its object. Several: the first depth's object, and every depth's under "depths".
+    nlohmann::json j = all[0];
+    if (all.size() > 1) j["depths"] = all;
+    fmt::print("{}\n", j.dump(2));
+  }
   run.stop();
   l.finish();
 }

@@ -2,6 +2,7 @@
 // hotcold bench: prompt and decode speed, llama-bench style, with the bytes of weights read per decoded
 // token; its options, and the command's body that a test can call.
 #include <string>
+#include <vector>
 
 #include "launcher/model_options.hpp"
 
@@ -10,6 +11,7 @@ namespace hotcold::launcher {
 struct bench_args {
   model_args m;
   int n_prompt = 128, n_gen = 64, reps = 3;
+  std::vector<int> n_depth{0};  // -d: tokens already in the cache before each test (llama-bench's; each depth its own tests)
   int parallel = 1, vs_parallel = 0;            // sequences decoded at once (and the comparison's)
   int micro_batches = 1, vs_micro_batches = 0;  // micro-batches of a step (and the comparison's)
   bool json = false, vs_dense = false, vs_direct = false, roofline = false, no_warmup = false;

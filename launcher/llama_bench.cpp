@@ -42,9 +42,10 @@ void check_llama_bench(const std::string& path) {
     throw std::invalid_argument(fmt::format("--vs-llama-bench {}: not an executable file (give the path of llama.cpp's llama-bench)", path));
 }
 
-llama_bench_run run_llama_bench(const std::string& path, const std::string& model, int threads, int n_prompt, int n_gen) {
+llama_bench_run run_llama_bench(const std::string& path, const std::string& model, int threads, int n_prompt, int n_gen, int depth) {
   std::vector<std::string> args{path, "-m", model, "-t", std::to_string(threads), "-p", std::to_string(n_prompt), "-n", std::to_string(n_gen),
                                 "-r", "1", "-o", "json", "--mmap", "0", "-ngl", "0"};
+  if (depth > 0) args.insert(args.end(), {"-d", std::to_string(depth)});  // (builds before -d existed: only when asked)
   std::string command;
   for (const auto& a : args) command += (command.empty() ? "" : " ") + a;
   const auto dir = std::filesystem::temp_directory_path();

@@ -21,8 +21,9 @@ llama_bench_run parse_llama_bench_json(const std::string& text);
 // Whether `path` can be run (an executable file); throws std::invalid_argument naming the option.
 void check_llama_bench(const std::string& path);
 
-// Runs `path -m model -t threads -p n_prompt -n n_gen -r 1 -o json --mmap 0 -ngl 0` and reads its
-// output. Throws std::runtime_error with the command and the end of its stderr when it fails.
-llama_bench_run run_llama_bench(const std::string& path, const std::string& model, int threads, int n_prompt, int n_gen);
+// Runs `path -m model -t threads -p n_prompt -n n_gen -r 1 -o json --mmap 0 -ngl 0` (and `-d depth`
+// when depth > 0) and reads its output. Throws std::runtime_error with the command and the end of its
+// stderr when it fails.
+llama_bench_run run_llama_bench(const std::string& path, const std::string& model, int threads, int n_prompt, int n_gen, int depth = 0);
 
 }  // namespace hotcold::launcher

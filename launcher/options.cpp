@@ -274,6 +274,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip; -1: until the context is full)")
       ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
       ->capture_default_str();
+  cmd->add_option("-d,--n-depth", a->n_depth,
+                  "Tokens already in the cache before each test, as llama-bench's -d: prompt and decode measured after them (a comma list: "
+                  "each depth its own tests; the actors pipeline decodes at a depth, its prompts need --pipeline direct for now)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions")->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Sequences decoded at once, one step for all (decode_tokens_per_s is their sum)")
       ->check(CLI::Range(1, 256))

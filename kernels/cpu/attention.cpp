@@ -3,8 +3,7 @@
 // twelve keys at a time meet all of them as broadcasts against two vectors: the scores come out as
 // rows of 32 (one per key), and each query's softmax runs down a column, sixteen queries per vector
 // op. The values are then added six queries by 64 elements at a time, each value row loaded once for
-// the six. One query (decode): sixteen keys' dot products at a time, folded into one vector of
-// scores, and the values summed in registers. The cache is float32 or F16 (uint16_t): every kernel is
+// the six. (One query, decode: attend_keys.cpp, every head at once.) The cache is float32 or F16 (uint16_t): every kernel is
 // written once over the cache's element, F16 rows widened to float as they are loaded.
 #include "kernels/cpu/attention.hpp"
 
@@ -30,7 +29,7 @@ inline float elem(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
 
 int64_t attend_block_scratch(int64_t keys, int64_t hd) { return qn * (hd + keys) + kb * hd; }
 
-bool attend_block_vectorized(int64_t hd) { return cpu_kernels().attend_one_f32 != nullptr && hd % 16 == 0; }
+bool attend_block_vectorized(int64_t hd) { return cpu_kernels().attend_block_f32 != nullptr && hd % 16 == 0; }
 
 namespace scalar {
 
@@ -51,12 +50,6 @@ static void attend_one_t(const float* q, const T* k, const T* v, int64_t stride,
     for (int64_t e = 0; e < hd; ++e) out[e] += scores[t] * inv * elem(v, t * stride + e);
 }
 
-void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
-  attend_one_t(q, k, v, stride, hd, keys, scale, out, scores);
-}
-void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
-  attend_one_t(q, k, v, stride, hd, keys, scale, out, scores);
-}
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch) {
   for (int j = 0; j < nq; ++j) attend_one_t(q[j], k, v, stride, hd, pos0 + j + 1, scale, out[j], scratch);
@@ -79,23 +72,6 @@ HOTCOLD_AVX512 static inline const float* widen(const float* p, int64_t, float*)
 HOTCOLD_AVX512 static inline const float* widen(const uint16_t* p, int64_t hd, float* to) {
   for (int64_t e = 0; e < hd; e += 16) _mm512_storeu_ps(to + e, load16(p + e));
   return to;
-}
-
-// e^x for x <= 0 (scores minus their maximum): 2^n e^r with n = round(x log2 e) and |r| <= ln 2 / 2,
-// e^r by its Taylor polynomial to degree 6 (relative error ~1e-7), 2^n applied by vscalefps.
-HOTCOLD_AVX512 static inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln 2 in two parts: n ln2_hi is exact
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
 }
 
 // Scores of keys t0 .. t0 + 11 (those below `keys`) against the 32 transposed queries; F16 keys are
@@ -146,64 +122,6 @@ HOTCOLD_AVX512 static void values(const float* st, const T* v, int64_t stride, i
   }
 }
 
-// The weighted values for dims [e0, e0 + 16 NV): two sets of sums (even and odd keys) for the chains.
-template <int NV, typename T>
-HOTCOLD_AVX512 static void weighted_values(const float* s, const T* v, int64_t stride, int64_t keys, int64_t e0, float inv, float* out) {
-  __m512 a[2][NV];
-  for (int h = 0; h < 2; ++h)
-    for (int u = 0; u < NV; ++u) a[h][u] = _mm512_setzero_ps();
-  int64_t t = 0;
-  for (; t + 2 <= keys; t += 2)
-    for (int h = 0; h < 2; ++h) {
-      const __m512 p = _mm512_set1_ps(s[t + h]);
-      for (int u = 0; u < NV; ++u) a[h][u] = _mm512_fmadd_ps(p, load16(v + (t + h) * stride + e0 + 16 * u), a[h][u]);
-    }
-  if (t < keys) {
-    const __m512 p = _mm512_set1_ps(s[t]);
-    for (int u = 0; u < NV; ++u) a[0][u] = _mm512_fmadd_ps(p, load16(v + t * stride + e0 + 16 * u), a[0][u]);
-  }
-  const __m512 sc = _mm512_set1_ps(inv);
-  for (int u = 0; u < NV; ++u) _mm512_storeu_ps(out + e0 + 16 * u, _mm512_mul_ps(_mm512_add_ps(a[0][u], a[1][u]), sc));
-}
-
-template <typename T>
-HOTCOLD_AVX512 static void attend_one(const float* q, const T* k, const T* v, int64_t stride, int64_t hd, int64_t keys, float scale,
-                                      float* out, float* s) {
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  for (int64_t t0 = 0; t0 < keys; t0 += 16) {
-    const T* kr[16];
-    for (int i = 0; i < 16; ++i) kr[i] = k + std::min(t0 + i, keys - 1) * stride;
-    __m512 acc[16];
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t e = 0; e < hd; e += 16) {
-      const __m512 qv = _mm512_loadu_ps(q + e);
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(load16(kr[i] + e), qv, acc[i]);
-    }
-    const __mmask16 valid = keys - t0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (keys - t0)) - 1);
-    const __m512 sc = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
-    _mm512_mask_storeu_ps(s + t0, valid, sc);
-    m = _mm512_mask_max_ps(m, valid, m, sc);
-  }
-  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t t0 = 0; t0 < keys; t0 += 16) {
-    const __mmask16 valid = keys - t0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (keys - t0)) - 1);
-    const __m512 e = _mm512_maskz_mov_ps(valid, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + t0), mx)));
-    _mm512_mask_storeu_ps(s + t0, valid, e);
-    sum = _mm512_add_ps(sum, e);
-  }
-  const float inv = 1.0f / _mm512_reduce_add_ps(sum);
-  for (int64_t e0 = 0; e0 < hd; e0 += 64) {
-    switch (std::min<int64_t>(4, (hd - e0) / 16)) {
-      case 4: weighted_values<4>(s, v, stride, keys, e0, inv, out); break;
-      case 3: weighted_values<3>(s, v, stride, keys, e0, inv, out); break;
-      case 2: weighted_values<2>(s, v, stride, keys, e0, inv, out); break;
-      default: weighted_values<1>(s, v, stride, keys, e0, inv, out); break;
-    }
-  }
-}
-
 template <typename T>
 HOTCOLD_AVX512 static void attend_block(const float* const* q, int nq, const T* k, const T* v, int64_t stride, int64_t hd, int64_t pos0,
                                         float scale, float* const* out, float* scratch) {
@@ -249,17 +167,7 @@ HOTCOLD_AVX512_END
 
 void choose_attention_kernels(kernel_table& k, const cpu_features& f) {
   if (!f.avx512) return;  // (null: the scalar reference)
-  k.attend_one_f32 = avx512::attend_one, k.attend_one_f16 = avx512::attend_one;
   k.attend_block_f32 = avx512::attend_block, k.attend_block_f16 = avx512::attend_block;
-}
-
-void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
-  if (attend_block_vectorized(hd)) return cpu_kernels().attend_one_f32(q, k, v, stride, hd, keys, scale, out, scores);
-  scalar::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
-}
-void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores) {
-  if (attend_block_vectorized(hd)) return cpu_kernels().attend_one_f16(q, k, v, stride, hd, keys, scale, out, scores);
-  scalar::attend_one(q, k, v, stride, hd, keys, scale, out, scores);
 }
 
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,

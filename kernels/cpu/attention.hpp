@@ -25,20 +25,34 @@ void attend_block(const float* const* q, int nq, const float* k, const float* v,
 void attend_block(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch);
 
-// One query (decode) against keys 0 .. keys - 1: out = sum over t of softmax_t(scale q . k_t) v_t.
-// Sixteen keys' scores at a time (sixteen vector sums folded into one vector), softmax with a vector
-// exp, the values summed in registers. scores: `keys` floats of scratch. Where attend_block is
-// vectorized (attend_block_vectorized(hd)); elsewhere the scalar reference.
-void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
-void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
+// Decode attention over keys t0 .. t1 - 1 for every head of one token (q: n_head x hd; head h reads
+// KV head h / (n_head / n_kv), at h's slice of each row: rows `stride` values apart, a position's KV
+// heads side by side), as sums that merge_key_ranges joins: per head the largest scaled score m, the
+// sum l of exp(score - m), and o (hd) the values weighted by exp(score - m). Each row of K and V is
+// read once for all heads. scratch: attend_keys_scratch floats. Ranges of one token computed apart
+// (by different threads) merge into the one softmax over their union.
+struct key_range_sums {
+  float* m;  // n_head
+  float* l;  // n_head
+  float* o;  // n_head x hd
+};
+int64_t attend_keys_scratch(int64_t n_head, int64_t hd);
+void attend_keys(const float* q, const float* k, const float* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
+                 float scale, key_range_sums out, float* scratch);
+void attend_keys(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                 int64_t t1, float scale, key_range_sums out, float* scratch);
+// out (n_head x hd) = the attention over the union of n ranges' keys (an empty range: m = -inf).
+void merge_key_ranges(const key_range_sums* parts, int n, int64_t n_head, int64_t hd, float* out);
 
 namespace scalar {
-void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
-void attend_one(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
 void attend_block(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch);
 void attend_block(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                   float* const* out, float* scratch);
+void attend_keys(const float* q, const float* k, const float* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
+                 float scale, key_range_sums out, float* scratch);
+void attend_keys(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                 int64_t t1, float scale, key_range_sums out, float* scratch);
 }
 
 }  // namespace hotcold::kernels

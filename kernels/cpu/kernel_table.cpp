@@ -33,7 +33,8 @@ kernel_table make_kernel_table() {
   kernel_table t{};
   const cpu_features& f = cpu();
   for (auto choose : {choose_row_kernels, choose_k_quant_kernels, choose_q6_k_kernels, choose_f16x16_kernels, choose_q4_0x16_kernels, choose_q4_kx16_kernels, choose_q6_kx16_kernels, choose_gemm_kernels,
-                      choose_quantize_kernels, choose_select_kernels, choose_attention_kernels})
+                      choose_quantize_kernels, choose_select_kernels, choose_attention_kernels,
+                      choose_attend_keys_kernels})
     choose(t, f);
   return t;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/quants.hpp"
 
 namespace hotcold::kernels {
@@ -86,13 +87,15 @@ struct kernel_table {
   int64_t (*select_at_least)(const float* scores, int64_t n, float threshold, uint8_t* chosen, int32_t* ids);
   // One head's attention (attention.cpp): the vector versions for head sizes that are multiples of 16,
   // null where the CPU has none (the scalar reference then).
-  void (*attend_one_f32)(const float* q, const float* k, const float* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out, float* scores);
-  void (*attend_one_f16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t keys, float scale, float* out,
-                         float* scores);
   void (*attend_block_f32)(const float* const* q, int nq, const float* k, const float* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                            float* const* out, float* scratch);
   void (*attend_block_f16)(const float* const* q, int nq, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t hd, int64_t pos0, float scale,
                            float* const* out, float* scratch);
+  // Decode attention over a range of keys, every head (attend_keys.cpp); null where attend_block is.
+  void (*attend_keys_f32)(const float* q, const float* k, const float* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
+                          float scale, key_range_sums out, float* scratch);
+  void (*attend_keys_f16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                          int64_t t1, float scale, key_range_sums out, float* scratch);
 };
 // The table as this CPU fills it (made once; what cpu_kernels() returns).
 kernel_table make_kernel_table();
@@ -114,5 +117,6 @@ void choose_gemm_kernels(kernel_table& k, const cpu_features& f);
 void choose_quantize_kernels(kernel_table& k, const cpu_features& f);
 void choose_select_kernels(kernel_table& k, const cpu_features& f);
 void choose_attention_kernels(kernel_table& k, const cpu_features& f);
+void choose_attend_keys_kernels(kernel_table& k, const cpu_features& f);
 
 }  // namespace hotcold::kernels

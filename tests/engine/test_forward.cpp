@@ -311,3 +311,42 @@ TEST(Reference, SparseFileMeansItsDenseModel) {
 
 }  // namespace
 }  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// Decode at depth: a token alone in its step reads its cache in key ranges, one a worker, merged
+// after (engine attend_decoded over kernels::attend_keys). 3 workers cut 400 keys into three ranges
+// of uneven ends; the logits must be the independent computation's, with F32 and F16 caches, and
+// the same with one worker (one range, nothing merged).
+TEST(LongContext, DecodedKeyRangesMergeToTheIndependentLogits) {
+  tools::gen_model_options o;
+  o.arch = architecture::llama;
+  o.act = activation::silu;
+  o.type = tensor_type::f32;
+  o.n_embd = 64, o.n_ff = 128, o.n_layer = 2, o.n_head = 4, o.n_head_kv = 2, o.n_ctx = 1024, o.seed = 19;
+  auto path = test::make_model("long_context", o);
+  auto m = model::load(path);
+  const int64_t n_ctx = 448, n = 400;
+  std::vector<token_id> tokens;
+  for (int64_t i = 0; i < n; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 7919) % 298));
+  auto file = gguf::file::open(path);
+  for (tensor_type kv : {tensor_type::f32, tensor_type::f16}) {
+    const auto want = reference_model(file, kv, n_ctx).logits(tokens);
+    std::vector<std::vector<float>> by_threads[2];
+    for (int threads : {3, 1}) {
+      inference_context ctx(m, n_ctx, threads, 1, kv);
+      auto& got = by_threads[threads == 3 ? 0 : 1];
+      for (int64_t i = 0; i < n; ++i) {
+        auto l = ctx.forward(tokens[static_cast<size_t>(i)], i);
+        if (i >= n - 8) got.emplace_back(l.begin(), l.end());
+      }
+      const std::vector<std::vector<double>> tail(want.end() - 8, want.end());
+      EXPECT_LT(test::rel_diff(got, tail), kv == tensor_type::f32 ? 1e-5 : test::f16_kv_tolerance) << threads << " workers, " << tensor_type_name(kv);
+    }
+    EXPECT_LT(test::rel_diff(by_threads[0], by_threads[1]), 1e-5) << "three ranges merged against one";
+  }
+}
+
+}  // namespace
+}  // namespace hotcold

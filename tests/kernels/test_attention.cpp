@@ -1,4 +1,5 @@
-// The block attention kernel against a double-precision causal attention written out in full.
+// The attention kernels (a prompt's block, decode's key ranges) against a double-precision attention
+// written out in full.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,27 +85,6 @@ TEST(AttendBlock, MatchesDoubleCausalAttention) {
       }
 }
 
-TEST(AttendOne, MatchesDoubleAttention) {
-  // Decode: one query against 1 to 300 keys (tails of the sixteen-key tiles), head sizes with and
-  // without a 64-wide tail; the vector kernel and the scalar reference both.
-  uint32_t seed = 500;
-  for (int64_t hd : {16, 64, 80, 128})
-    for (int64_t keys : {1, 15, 16, 17, 300}) {
-      const case_data c = make_case(hd, hd * 2, keys - 1, 1, seed++);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      const std::vector<double> want = reference(c, scale);
-      for (bool vec : {false, true}) {
-        std::vector<float> out(static_cast<size_t>(hd), -1.0f), scores(static_cast<size_t>(keys) + 1, 7.0f);
-        if (vec) attend_one(c.q.data(), c.k.data(), c.v.data(), c.stride, hd, keys, scale, out.data(), scores.data());
-        else scalar::attend_one(c.q.data(), c.k.data(), c.v.data(), c.stride, hd, keys, scale, out.data(), scores.data());
-        for (int64_t e = 0; e < hd; ++e)
-          ASSERT_NEAR(out[static_cast<size_t>(e)], want[static_cast<size_t>(e)], 2e-5 * (1 + std::abs(want[static_cast<size_t>(e)])))
-              << "hd " << hd << " keys " << keys << " vector " << vec << " at " << e;
-        EXPECT_EQ(scores[static_cast<size_t>(keys)], 7.0f) << "wrote past its keys";
-      }
-    }
-}
-
 TEST(AttendF16Cache, MatchesDoubleAttentionOverTheHalves) {
   // An F16 cache (the engine's default): every kernel reads the halves as the floats they are, so
   // the result is the double attention over the rounded keys and values, blocks and decode alike.
@@ -129,9 +109,13 @@ TEST(AttendF16Cache, MatchesDoubleAttentionOverTheHalves) {
         std::vector<float*> outs;
         for (int j = 0; j < nq; ++j) qs.push_back(c.q.data() + j * hd), outs.push_back(out.data() + j * hd);
         std::vector<float> scratch(static_cast<size_t>(attend_block_scratch(pos0 + nq, hd) + pos0 + nq));
-        if (nq == 1 && vec) attend_one(qs[0], k16.data(), v16.data(), c.stride, hd, pos0 + 1, scale, outs[0], scratch.data());
-        else if (nq == 1) scalar::attend_one(qs[0], k16.data(), v16.data(), c.stride, hd, pos0 + 1, scale, outs[0], scratch.data());
-        else if (vec) attend_block(qs.data(), nq, k16.data(), v16.data(), c.stride, hd, pos0, scale, outs.data(), scratch.data());
+        if (nq == 1) {  // decode: one head over one KV head (attend_keys with n_head = n_kv = 1), one range
+          std::vector<float> m(1), l(1), o(static_cast<size_t>(hd)), keys_scratch(static_cast<size_t>(attend_keys_scratch(1, hd)));
+          const key_range_sums sums{m.data(), l.data(), o.data()};
+          if (vec) attend_keys(qs[0], k16.data(), v16.data(), c.stride, 1, 1, hd, 0, pos0 + 1, scale, sums, keys_scratch.data());
+          else scalar::attend_keys(qs[0], k16.data(), v16.data(), c.stride, 1, 1, hd, 0, pos0 + 1, scale, sums, keys_scratch.data());
+          merge_key_ranges(&sums, 1, 1, hd, outs[0]);
+        } else if (vec) attend_block(qs.data(), nq, k16.data(), v16.data(), c.stride, hd, pos0, scale, outs.data(), scratch.data());
         else scalar::attend_block(qs.data(), nq, k16.data(), v16.data(), c.stride, hd, pos0, scale, outs.data(), scratch.data());
         for (size_t i = 0; i < out.size(); ++i)
           ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << "hd " << hd << " nq " << nq << " pos0 " << pos0 << " vector " << vec << " at " << i;
@@ -149,6 +133,85 @@ TEST(AttendBlock, LaterKeysDoNotReachEarlierQueries) {
     bool same = std::equal(before.begin() + j * 64, before.begin() + (j + 1) * 64, after.begin() + j * 64);
     EXPECT_EQ(same, j < 7) << "query " << j;
   }
+}
+
+}  // namespace
+}  // namespace hotcold::kernels
+
+namespace hotcold::kernels {
+namespace {
+
+// Decode over a grouped-query cache: every head of one token against keys 0 .. keys - 1, head h
+// reading KV head h / (n_head / n_kv) (a row holds every KV head's slice side by side), in double.
+std::vector<double> grouped_reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int64_t stride,
+                                      int64_t n_head, int64_t n_kv, int64_t hd, int64_t keys, float scale) {
+  std::vector<double> out(static_cast<size_t>(n_head * hd));
+  for (int64_t h = 0; h < n_head; ++h) {
+    const int64_t at = h / (n_head / n_kv) * hd;
+    std::vector<double> s(static_cast<size_t>(keys));
+    double m = -INFINITY, sum = 0;
+    for (int64_t t = 0; t < keys; ++t) {
+      double dot = 0;
+      for (int64_t e = 0; e < hd; ++e) dot += double(q[h * hd + e]) * k[t * stride + at + e];
+      m = std::max(m, s[t] = dot * scale);
+    }
+    for (auto& x : s) sum += (x = std::exp(x - m));
+    for (int64_t t = 0; t < keys; ++t)
+      for (int64_t e = 0; e < hd; ++e) out[h * hd + e] += s[t] / sum * v[t * stride + at + e];
+  }
+  return out;
+}
+
+// The keys split into ranges (one empty, the others uneven, as threads would take them), each range's
+// sums computed apart and merged: the grouped attention over all of them, for F32 and F16 caches, the
+// vector kernel and the scalar reference.
+TEST(AttendKeys, SplitRangesMergeIntoTheGroupedAttention) {
+  struct shape {
+    int64_t n_head, n_kv, hd;
+  };
+  uint32_t seed = 2000;
+  for (const shape sh : {shape{32, 8, 64}, shape{8, 2, 64}, shape{4, 4, 16}, shape{6, 2, 80}, shape{12, 4, 128}, shape{3, 1, 64}, shape{16, 2, 64}})
+    for (int64_t keys : {1, 17, 64, 65, 300}) {
+      std::mt19937 rng(seed++);
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      const int64_t stride = sh.n_kv * sh.hd + 16;  // (a row wider than its heads: the slices must be found by their offsets)
+      std::vector<float> q(static_cast<size_t>(sh.n_head * sh.hd)), k(static_cast<size_t>(keys * stride)), v(k.size());
+      for (auto& x : q) x = 2.0f * dist(rng);
+      for (auto& x : k) x = dist(rng);
+      for (auto& x : v) x = dist(rng);
+      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      fp32_to_fp16_row(k.data(), k16.data(), k.size());
+      fp32_to_fp16_row(v.data(), v16.data(), v.size());
+      const float scale = 1.0f / std::sqrt(static_cast<float>(sh.hd));
+      const std::vector<double> want32 = grouped_reference(q, k, v, stride, sh.n_head, sh.n_kv, sh.hd, keys, scale);
+      std::vector<float> kr(k.size()), vr(v.size());
+      fp16_to_fp32_row(k16.data(), kr.data(), k.size());
+      fp16_to_fp32_row(v16.data(), vr.data(), v.size());
+      const std::vector<double> want16 = grouped_reference(q, kr, vr, stride, sh.n_head, sh.n_kv, sh.hd, keys, scale);
+      const int64_t cuts[] = {0, keys / 3, keys / 3, keys - keys / 5, keys};  // (the second range empty)
+      for (bool half : {false, true})
+        for (bool vec : {false, true}) {
+          std::vector<float> m(4 * sh.n_head), l(4 * sh.n_head), o(static_cast<size_t>(4 * sh.n_head * sh.hd)), scratch(static_cast<size_t>(attend_keys_scratch(sh.n_head, sh.hd)));
+          std::vector<key_range_sums> parts;
+          for (int r = 0; r < 4; ++r) {
+            const key_range_sums p{m.data() + r * sh.n_head, l.data() + r * sh.n_head, o.data() + r * sh.n_head * sh.hd};
+            std::fill(p.m, p.m + sh.n_head, -INFINITY);
+            if (cuts[r] < cuts[r + 1]) {
+              if (half && vec) attend_keys(q.data(), k16.data(), v16.data(), stride, sh.n_head, sh.n_kv, sh.hd, cuts[r], cuts[r + 1], scale, p, scratch.data());
+              else if (half) scalar::attend_keys(q.data(), k16.data(), v16.data(), stride, sh.n_head, sh.n_kv, sh.hd, cuts[r], cuts[r + 1], scale, p, scratch.data());
+              else if (vec) attend_keys(q.data(), k.data(), v.data(), stride, sh.n_head, sh.n_kv, sh.hd, cuts[r], cuts[r + 1], scale, p, scratch.data());
+              else scalar::attend_keys(q.data(), k.data(), v.data(), stride, sh.n_head, sh.n_kv, sh.hd, cuts[r], cuts[r + 1], scale, p, scratch.data());
+            }
+            parts.push_back(p);
+          }
+          std::vector<float> out(static_cast<size_t>(sh.n_head * sh.hd), -1.0f);
+          merge_key_ranges(parts.data(), 4, sh.n_head, sh.hd, out.data());
+          const auto& want = half ? want16 : want32;
+          for (size_t i = 0; i < out.size(); ++i)
+            ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << "heads " << sh.n_head << "/" << sh.n_kv << " hd " << sh.hd << " keys " << keys
+                                                                         << " f16 " << half << " vector " << vec << " at " << i;
+        }
+    }
 }
 
 }  // namespace

@@ -220,6 +220,31 @@ TEST(Cli, NPredictMinusOneFillsTheContext) {
   EXPECT_EQ(nlohmann::json::parse(bench.out)["n_gen"], 48) << bench.out;
 }
 
+// bench -d/--n-depth as llama-bench's: each depth its own measurement after that many tokens already
+// in the cache, a comma list, rows marked "@ dN", the JSON's first depth with all of them under
+// "depths"; a negative depth and (on the actors, until prompts reuse cached prefixes) a prompt at
+// depth refused naming the flag.
+TEST(Cli, BenchMeasuresAtDepth) {
+  auto both = run({"bench", "-m", small_model(), "-p", "8", "-n", "4", "-d", "0,40", "-r", "1", "-c", "128", "--pipeline", "direct", "--json"});
+  ASSERT_EQ(both.code, 0) << both.err;
+  const auto j = nlohmann::json::parse(both.out);
+  EXPECT_EQ(j["n_depth"], 0);
+  ASSERT_EQ(j["depths"].size(), 2u) << both.out;
+  EXPECT_EQ(j["depths"][1]["n_depth"], 40);
+  EXPECT_GT(j["depths"][1]["decode_tokens_per_s"].get<double>(), 0.0);
+  // the cache read at depth 40 counts in the bytes a token reads: 2 layers x 40 keys x 2 (K, V) x 32 wide x 2 bytes more
+  EXPECT_GE(j["depths"][1]["host_bytes_per_token"].get<double>() - j["depths"][0]["host_bytes_per_token"].get<double>(), 2 * 40 * 2 * 32 * 2 * 0.9);
+  auto table = run({"bench", "-m", small_model(), "-p", "0", "-n", "4", "--n-depth", "24", "-r", "1", "-c", "128"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("| tg4 @ d24 |"), std::string::npos) << table.out;
+  auto negative = run({"bench", "-m", small_model(), "-p", "0", "-n", "4", "-d", "-1", "-r", "1"});
+  EXPECT_EQ(negative.code, 2);
+  EXPECT_NE(negative.err.find("-d -1"), std::string::npos) << negative.err;
+  auto prompt = run({"bench", "-m", small_model(), "-p", "8", "-n", "4", "-d", "16", "-r", "1"});
+  EXPECT_EQ(prompt.code, 2);
+  EXPECT_NE(prompt.err.find("--n-depth with a prompt"), std::string::npos) << prompt.err;
+}
+
 // llama-bench's `-o json` output as its README documents it: an array of tests, the prompt test
 // (n_prompt > 0, n_gen 0) and the generation test (the other way round) told apart by those fields.
 TEST(Cli, LlamaBenchJsonIsRead) {

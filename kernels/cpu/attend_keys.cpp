@@ -1,0 +1,321 @@
+// Decode attention over a range of keys for every head of one token (attention.hpp, attend_keys),
+// the range's sums kept apart so that ranges computed by different threads merge exactly as one
+// softmax would (each range's own maximum, rescaled to the common one at the merge).
+//
+// The cache holds a position's keys of every KV head side by side in one row. Head by head, decode
+// read 2 of every 16 lines of each row a pass (128 bytes of a 1 KB row at 8 KV heads of 64), and the
+// grouped query heads read the same slice again. Here the scores go tile by tile: a few keys' slice
+// of one KV head widened to floats once and met by up to four of its query heads (sixteen dot
+// products folded into one vector), the keys' rows read in order (every KV head of them before the
+// next keys); then a block of 64 keys' softmax per head, online (the running maximum and sum
+// rescaled as they grow); then the values, each KV head's slice of the block's rows added into its
+// heads' sums held in registers, the rows asked for into L2 a block ahead (the hardware's prefetch
+// does not follow a slice at a time).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/simd_helpers.hpp"
+
+namespace hotcold::kernels {
+
+namespace {
+constexpr int64_t block_keys = 64;  // keys whose scores a pass keeps (every head's, in the scratch)
+
+inline float elem(const float* p, int64_t i) { return p[i]; }
+inline float elem(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
+}  // namespace
+
+int64_t attend_keys_scratch(int64_t n_head, int64_t) { return n_head * block_keys; }
+
+namespace scalar {
+
+// The reference: key by key, each head's running maximum, its sum and its weighted values (in double),
+// rescaled whenever the maximum grows.
+template <typename T>
+static void attend_keys_t(const float* q, const T* k, const T* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
+                          float scale, key_range_sums out, float*) {
+  const int64_t group = n_head / n_kv;
+  std::vector<double> o(static_cast<size_t>(hd));
+  for (int64_t h = 0; h < n_head; ++h) {
+    const int64_t at = h / group * hd;
+    const float* qh = q + h * hd;
+    double m = -INFINITY, l = 0;
+    std::fill(o.begin(), o.end(), 0.0);
+    for (int64_t t = t0; t < t1; ++t) {
+      double dot = 0;
+      for (int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qh[e]) * elem(k, t * stride + at + e);
+      const double s = dot * scale, m_new = std::max(m, s);
+      const double c = m == -INFINITY ? 0.0 : std::exp(m - m_new), p = std::exp(s - m_new);
+      l = l * c + p;
+      for (int64_t e = 0; e < hd; ++e) o[static_cast<size_t>(e)] = o[static_cast<size_t>(e)] * c + p * elem(v, t * stride + at + e);
+      m = m_new;
+    }
+    out.m[h] = static_cast<float>(m), out.l[h] = static_cast<float>(l);
+    for (int64_t e = 0; e < hd; ++e) out.o[h * hd + e] = static_cast<float>(o[static_cast<size_t>(e)]);
+  }
+}
+
+void attend_keys(const float* q, const float* k, const float* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
+                 float scale, key_range_sums out, float* scratch) {
+  attend_keys_t(q, k, v, stride, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+}
+void attend_keys(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                 int64_t t1, float scale, key_range_sums out, float* scratch) {
+  attend_keys_t(q, k, v, stride, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+}
+
+}  // namespace scalar
+
+namespace {
+
+// Without AVX-512 (or a head size its kernel does not take): head by head over the range, a block of
+// 64 keys' scores through the dispatched row kernels (AVX2's where the CPU has it), the block's
+// softmax folded into the head's running maximum and sum, its values added with axpy.
+template <typename T>
+void attend_keys_rows(const float* q, const T* k, const T* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
+                      float scale, key_range_sums out, float* scratch) {
+  const int64_t group = n_head / n_kv;
+  for (int64_t h = 0; h < n_head; ++h) {
+    const int64_t at = h / group * hd;
+    const float* qh = q + h * hd;
+    float* o = out.o + h * hd;
+    std::fill(o, o + hd, 0.0f);
+    float m = -INFINITY;
+    double l = 0;
+    for (int64_t b0 = t0; b0 < t1; b0 += block_keys) {
+      const int64_t b1 = std::min(t1, b0 + block_keys);
+      float bm = -INFINITY;
+      for (int64_t t = b0; t < b1; ++t) {
+        const T* kr = k + t * stride + at;
+        const float sc = (std::is_same_v<T, float> ? dot_f32(reinterpret_cast<const float*>(kr), qh, hd)
+                                                   : dot_f16(reinterpret_cast<const uint16_t*>(kr), qh, hd)) * scale;
+        scratch[t - b0] = sc;
+        bm = std::max(bm, sc);
+      }
+      if (bm > m) {  // the sums so far rescaled to the new maximum
+        if (m != -INFINITY) {
+          const float c = std::exp(m - bm);
+          l *= c;
+          for (int64_t e = 0; e < hd; ++e) o[e] *= c;
+        }
+        m = bm;
+      }
+      for (int64_t t = b0; t < b1; ++t) {
+        const float p = std::exp(scratch[t - b0] - m);
+        l += p;
+        const T* vr = v + t * stride + at;
+        if constexpr (std::is_same_v<T, float>) axpy_f32(p, vr, o, hd);
+        else axpy_f16(p, vr, o, hd);
+      }
+    }
+    out.m[h] = m, out.l[h] = static_cast<float>(l);
+  }
+}
+
+}  // namespace
+
+HOTCOLD_AVX512_BEGIN
+namespace avx512 {
+
+HOTCOLD_AVX512 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+HOTCOLD_AVX512 static inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
+// Rows first .. last - 1 (each `bytes` long, `stride` elements apart) asked for into L2, every line.
+template <typename T>
+HOTCOLD_AVX512 static inline void prefetch_rows(const T* base, int64_t stride, int64_t first, int64_t last, int64_t bytes) {
+  for (int64_t t = first; t < last; ++t) {
+    const char* row = reinterpret_cast<const char*>(base + t * stride);
+    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
+  }
+}
+
+// Scores of NK = 16 / NH keys from b (those before t1; the rest repeat the last) against heads h0 ..
+// h0 + NH - 1 of one KV head (slice `at` of each row): an NH x NK tile of dot products, each key's
+// slice widened once and met by the NH queries, the sixteen partial sums folded into one vector whose
+// lane r * NH + j is key r's score for head j.
+template <int NH, typename T>
+HOTCOLD_AVX512 static inline void score_tile(const float* q, const T* k, int64_t stride, int64_t at, int64_t hd, int64_t b, int64_t t1, int64_t h0,
+                                             __m512 sc, float* s, int64_t col) {
+  constexpr int NK = 16 / NH;
+  const T* rows[NK];
+  for (int r = 0; r < NK; ++r) rows[r] = k + std::min(b + r, t1 - 1) * stride + at;
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < hd; e += 16) {
+    __m512 qv[NH];
+#pragma GCC unroll 8
+    for (int j = 0; j < NH; ++j) qv[j] = _mm512_loadu_ps(q + (h0 + j) * hd + e);
+#pragma GCC unroll 16
+    for (int r = 0; r < NK; ++r) {
+      const __m512 kr = load16(rows[r] + e);
+#pragma GCC unroll 8
+      for (int j = 0; j < NH; ++j) acc[r * NH + j] = _mm512_fmadd_ps(kr, qv[j], acc[r * NH + j]);
+    }
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_mul_ps(reduce16(acc), sc));
+  const int64_t n = std::min<int64_t>(NK, t1 - b);
+  for (int j = 0; j < NH; ++j)
+    for (int64_t r = 0; r < n; ++r) s[(h0 + j) * block_keys + col + r] = lanes[r * NH + j];
+}
+
+// Every head's scores of keys b0 .. b0 + n - 1 into s[h * block_keys + ...]: tiles of sixteen dot
+// products, a KV head's heads four (or two, or one) at a time, the keys' rows read in order (all of a
+// tile's KV heads before the next keys).
+// Meanwhile the value rows v_next .. v_end are asked for into L2, spread over the tiles: the values
+// are read a KV head's slice at a time, which the hardware's prefetch does not follow.
+template <typename T>
+HOTCOLD_AVX512 static void scores_of(const float* q, const T* k, const T* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t b0,
+                                     int64_t n, float scale, float* s, int64_t v_next, int64_t v_end) {
+  const int64_t group = n_head / n_kv;
+  const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  const int64_t nk = 16 / nh;
+  const __m512 sc = _mm512_set1_ps(scale);
+  const int64_t row_bytes = n_kv * hd * static_cast<int64_t>(sizeof(T));
+  const int64_t per_step = (v_end - v_next + n / nk) / std::max<int64_t>(1, n / nk);  // value rows asked for a step of nk keys
+  for (int64_t b = b0; b < b0 + n; b += nk) {
+    prefetch_rows(v, stride, v_next, std::min(v_next + per_step, v_end), row_bytes);
+    v_next = std::min(v_next + per_step, v_end);
+    for (int64_t g = 0; g < n_kv; ++g)
+      for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
+        if (nh == 4) score_tile<4>(q, k, stride, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
+        else if (nh == 2) score_tile<2>(q, k, stride, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
+        else score_tile<1>(q, k, stride, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
+      }
+  }
+}
+
+// Head h's running sums taken past a block's n scores (s, replaced by their weights): the block's
+// maximum joins the running one, what was summed before is rescaled to it. Returns the rescale.
+HOTCOLD_AVX512 static float softmax_block(float* s, int64_t n, float& m, float& l) {
+  __m512 mx = _mm512_set1_ps(m);
+  for (int64_t t = 0; t < n; t += 16) {
+    const __mmask16 valid = n - t >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - t)) - 1);
+    mx = _mm512_mask_max_ps(mx, valid, mx, _mm512_maskz_loadu_ps(valid, s + t));
+  }
+  const float m_new = _mm512_reduce_max_ps(mx);
+  const float rescale = m == -INFINITY ? 0.0f : std::exp(m - m_new);
+  const __m512 mb = _mm512_set1_ps(m_new);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n; t += 16) {
+    const __mmask16 valid = n - t >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - t)) - 1);
+    const __m512 p = _mm512_maskz_mov_ps(valid, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + t), mb)));
+    _mm512_mask_storeu_ps(s + t, valid, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  m = m_new;
+  l = l * rescale + _mm512_reduce_add_ps(sum);
+  return rescale;
+}
+
+// Heads h0 .. h0 + NH - 1 (one KV head's, slice `at` of each row), dims e0 .. e0 + 16 NV: their sums
+// rescaled, then a block's n weighted value rows added.
+template <int NH, int NV, typename T>
+HOTCOLD_AVX512 static void add_values(const T* v, int64_t stride, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int64_t e0,
+                                      const float* s, const float* rescale, float* o) {
+  __m512 acc[NH][NV];
+  for (int j = 0; j < NH; ++j)
+    for (int u = 0; u < NV; ++u) acc[j][u] = _mm512_mul_ps(_mm512_loadu_ps(o + (h0 + j) * hd + e0 + 16 * u), _mm512_set1_ps(rescale[j]));
+  for (int64_t t = 0; t < n; ++t) {
+    const T* row = v + (b0 + t) * stride + at + e0;
+    __m512 vr[NV];
+    for (int u = 0; u < NV; ++u) vr[u] = load16(row + 16 * u);
+    for (int j = 0; j < NH; ++j) {
+      const __m512 p = _mm512_set1_ps(s[(h0 + j) * block_keys + t]);
+      for (int u = 0; u < NV; ++u) acc[j][u] = _mm512_fmadd_ps(p, vr[u], acc[j][u]);
+    }
+  }
+  for (int j = 0; j < NH; ++j)
+    for (int u = 0; u < NV; ++u) _mm512_storeu_ps(o + (h0 + j) * hd + e0 + 16 * u, acc[j][u]);
+}
+
+// Up to four heads by up to 64 dims a call (sixteen sums in registers).
+template <typename T>
+HOTCOLD_AVX512 static void values_of(const T* v, int64_t stride, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int nh, const float* s,
+                                     const float* rescale, float* o) {
+  for (int64_t e0 = 0; e0 < hd; e0 += 64) {
+    const int nv = static_cast<int>(std::min<int64_t>(4, (hd - e0) / 16));
+#define HOTCOLD_VALUES(NH, NV) add_values<NH, NV>(v, stride, at, hd, b0, n, h0, e0, s, rescale, o)
+    if (nh == 4 && nv == 4) HOTCOLD_VALUES(4, 4);
+    else if (nh == 2 && nv == 4) HOTCOLD_VALUES(2, 4);
+    else if (nh == 1 && nv == 4) HOTCOLD_VALUES(1, 4);
+    else if (nh == 3 && nv == 4) HOTCOLD_VALUES(3, 4);
+    else
+      for (int j = 0; j < nh; ++j)
+        for (int64_t e = e0; e < e0 + 16 * nv; e += 16) add_values<1, 1>(v, stride, at, hd, b0, n, h0 + j, e, s, rescale + j, o);
+#undef HOTCOLD_VALUES
+  }
+}
+
+template <typename T>
+HOTCOLD_AVX512 static void attend_keys(const float* q, const T* k, const T* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                                       int64_t t1, float scale, key_range_sums out, float* scratch) {
+  const int64_t group = n_head / n_kv;
+  float* s = scratch;                    // [n_head][block_keys]: a block's scores, then weights
+  std::fill(out.m, out.m + n_head, -INFINITY);
+  std::fill(out.l, out.l + n_head, 0.0f);
+  std::fill(out.o, out.o + n_head * hd, 0.0f);
+  float rescale[4];
+  for (int64_t b0 = t0; b0 < t1; b0 += block_keys) {
+    const int64_t n = std::min(block_keys, t1 - b0);
+    const int64_t row_bytes = n_kv * hd * static_cast<int64_t>(sizeof(T));
+    if (b0 == t0) prefetch_rows(v, stride, b0, b0 + n, row_bytes);  // (the first block's values at once; each later one's a block ahead)
+    const int64_t next = std::min(b0 + n + block_keys, t1);
+    scores_of(q, k, v, stride, n_head, n_kv, hd, b0, n, scale, s, b0 + n, next);
+    for (int64_t g = 0; g < n_kv; ++g)
+      for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
+        const int nh = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
+        for (int j = 0; j < nh; ++j) rescale[j] = softmax_block(s + (h0 + j) * block_keys, n, out.m[h0 + j], out.l[h0 + j]);
+        values_of(v, stride, g * hd, hd, b0, n, h0, nh, s, rescale, out.o);
+      }
+  }
+}
+
+}  // namespace avx512
+HOTCOLD_AVX512_END
+
+void choose_attend_keys_kernels(kernel_table& k, const cpu_features& f) {
+  if (!f.avx512) return;  // (null: the scalar reference)
+  k.attend_keys_f32 = avx512::attend_keys, k.attend_keys_f16 = avx512::attend_keys;
+}
+
+void attend_keys(const float* q, const float* k, const float* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
+                 float scale, key_range_sums out, float* scratch) {
+  if (attend_block_vectorized(hd)) return cpu_kernels().attend_keys_f32(q, k, v, stride, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+  attend_keys_rows(q, k, v, stride, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+}
+void attend_keys(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                 int64_t t1, float scale, key_range_sums out, float* scratch) {
+  if (attend_block_vectorized(hd)) return cpu_kernels().attend_keys_f16(q, k, v, stride, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+  attend_keys_rows(q, k, v, stride, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+}
+
+void merge_key_ranges(const key_range_sums* parts, int n, int64_t n_head, int64_t hd, float* out) {
+  for (int64_t h = 0; h < n_head; ++h) {
+    float m = -INFINITY;
+    for (int r = 0; r < n; ++r) m = std::max(m, parts[r].m[h]);
+    double l = 0;
+    float* o = out + h * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int r = 0; r < n; ++r) {
+      if (parts[r].m[h] == -INFINITY) continue;  // (an empty range)
+      const float c = std::exp(parts[r].m[h] - m);
+      l += static_cast<double>(c) * parts[r].l[h];
+      const float* po = parts[r].o + h * hd;
+      for (int64_t e = 0; e < hd; ++e) o[e] += c * po[e];
+    }
+    const float inv = static_cast<float>(1.0 / l);
+    for (int64_t e = 0; e < hd; ++e) o[e] *= inv;
+  }
+}
+
+}  // namespace hotcold::kernels
