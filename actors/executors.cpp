@@ -476,6 +476,12 @@ hot_executor_actor::behavior_type hot_executor_fn(hot_executor_ptr self, std::sh
         st.started = std::chrono::steady_clock::now();
         st.p->stats->set_mailbox(actor_id::hot_executor, static_cast<int64_t>(self->mailbox().size()));
         auto rp = st.promise;
+        try {
+          st.p->ctx->apply(st.plan.cache_ops);
+        } catch (const std::exception& e) {
+          rp.deliver(caf::make_error(caf::sec::runtime_error, fmt::format("hot executor: moving cached rows: {}", e.what())));
+          return rp;
+        }
         if (use_lanes(st)) {
           run_lanes(self);
           return rp;

@@ -14,6 +14,7 @@
 #include <caf/typed_actor.hpp>
 #include <caf/replies_to.hpp>
 
+#include "engine/cache_op.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "model/sampler.hpp"
 #include "model/vocab.hpp"
@@ -52,8 +53,9 @@ struct generation_request {
   std::vector<token_id> prompt;  // must not be empty
   int32_t n_predict = 0;         // tokens to generate after the prompt (0: none)
   sampling_params sampling;
-  bool all_logits = false;       // stream the logits of every prompt position (eval)
+  bool all_logits = false;       // stream the logits of every prompt position computed (eval; from the first not reused)
   bool ignore_eos = false;       // go on past an end-of-generation token (bench)
+  bool cache_prompt = true;      // reuse rows of the prompt's beginning already cached (actors/prefix_reuse.hpp)
 };
 
 struct token_event {
@@ -73,6 +75,8 @@ struct done_event {
   std::string error;   // why, for "error"
   int64_t prompt_tokens = 0, generated_tokens = 0;
   double queued_s = 0, time_to_first_token_s = 0, total_s = 0;  // from submission
+  int64_t cached_tokens = 0;    // of the prompt's, whose rows were reused instead of computed
+  int64_t computed_tokens = 0;  // of the prompt's, computed (short of prompt - cached when it ended early)
 };
 
 // ---- Between the actors --------------------------------------------------------------------------------
@@ -83,6 +87,7 @@ struct step_plan {
   std::vector<token_id> tokens;
   std::vector<int64_t> slots, positions, requests;
   std::vector<int64_t> logit_rows;  // the tokens whose logits are wanted, ascending
+  std::vector<cache_op> cache_ops;  // rows moved between slots and the prefix store first, in order
 };
 struct step_result {
   int64_t step = 0;
@@ -128,7 +133,8 @@ struct sample_job {
 
 struct telemetry_totals {
   int64_t steps = 0, failed_steps = 0, restarts = 0;
-  int64_t prompt_tokens = 0, generated_tokens = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;  // computed
+  int64_t prompt_tokens_cached = 0;                  // reused instead (of the requests done)
   int64_t requests_done = 0, requests_failed = 0;
   double busy_s = 0;  // time with a step in flight
 };

@@ -19,6 +19,12 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   parts_->stats = std::make_shared<live_stats>(*parts_->m, parts_->hot ? parts_->hot->device().name() : std::string());
   parts_->recall_every = options.recall_every;
   parts_->micro_batches.store(std::max(1, options.micro_batches));
+  parts_->reuse_prefixes = options.reuse_prefixes;
+  parts_->prefix_hash = options.prefix_hash;
+  if (options.reuse_prefixes && options.stages.empty() && options.prefix_store_bytes > 0) {
+    const uint64_t block = static_cast<uint64_t>(std::max<int64_t>(1, options.prefix_block_tokens)) * parts_->ctx->cache_position_bytes();
+    parts_->ctx->reserve_prefix_store(static_cast<int64_t>(options.prefix_store_bytes / block), std::max<int64_t>(1, options.prefix_block_tokens));
+  }
   if (options.pin_workers && std::getenv("HOTCOLD_NO_PIN") == nullptr) parts_->actor_core = parts_->ctx->pool().pin_workers();
   configure(cfg_, options.runtime);
   if (!options.stages.empty()) configure_network(cfg_, options.stages.tls_dir);

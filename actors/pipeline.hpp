@@ -32,6 +32,7 @@
 #include "engine/hot_cold_ffn.hpp"
 #include "actors/live_stats.hpp"
 #include "actors/messages.hpp"
+#include "engine/prefix_index.hpp"
 #include "actors/runtime.hpp"
 #include "actors/stages.hpp"
 #include "engine/forward.hpp"
@@ -62,6 +63,13 @@ struct pipeline_options {
   // head and sampling. Connected, checked against the plan's file_id (model/file_identity) and
   // assigned when the pipeline starts (std::runtime_error naming a stage that cannot be had).
   stage_plan stages;
+  // Reusing cached prompt beginnings across requests (actors/prefix_reuse.hpp): each slot's rows, and
+  // a prefix store of up to prefix_store_bytes (blocks of prefix_block_tokens positions; 0: slots
+  // alone). Not with stages on other hosts, whose caches the moves do not reach yet.
+  bool reuse_prefixes = true;
+  uint64_t prefix_store_bytes = 0;
+  int64_t prefix_block_tokens = 16;
+  prefix_index::hash_fn prefix_hash;  // the index's (tests force collisions)
 };
 
 // What the compute actors share. The context holds the KV caches (one slot per sequence in flight)
@@ -77,6 +85,8 @@ struct compute_resources {
   int actor_core = -1;  // the core the compute actors' threads share when the workers are pinned (-1: any)
   std::atomic<int> micro_batches{1};  // read at each step (pipeline::set_micro_batches)
   std::vector<remote_stage> stages;   // layers on other hosts (pipeline_options::stages)
+  bool reuse_prefixes = true;         // pipeline_options'
+  prefix_index::hash_fn prefix_hash;
   // Why a stage's worker is gone or silent, by stage (its link tells the scheduler, which sets and
   // clears these); empty while every stage answers. Like a lost device, nothing runs meanwhile.
   void set_stage_lost(size_t stage, std::string why) {

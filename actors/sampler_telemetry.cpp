@@ -57,6 +57,7 @@ telemetry_actor::behavior_type telemetry_fn(telemetry_actor::stateful_pointer<te
         auto& t = self->state.totals;
         ++t.requests_done;
         t.requests_failed += d.finish == "error";
+        t.prompt_tokens_cached += d.cached_tokens;
       },
       [self](totals_atom, int64_t restarts) { self->state.totals.restarts += restarts; },
       [self](totals_atom) { return self->state.totals; },

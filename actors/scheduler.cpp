@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "actors/pipeline.hpp"
+#include "actors/prefix_reuse.hpp"
 
 namespace hotcold::actors {
 namespace {
@@ -21,11 +22,23 @@ struct sequence {
   caf::actor sink;
   int64_t slot = -1;
   int64_t cached = 0;  // positions whose keys and values are in the slot's cache
+  int64_t reused = 0;  // of them, moved or kept from before instead of computed
+  // Waiting for sequence `follow` (running, computing a prompt that begins as this one's) to have
+  // computed its first follow_len positions, which this one then copies (-1: not waiting).
+  int64_t follow = -1, follow_len = 0;
+  int64_t moved_in = -1;  // the step whose moves brought it rows
   std::vector<token_id> generated;
   bool isolated = false;   // runs alone until one step passes (it was in a step that failed)
   bool cancelled = false;
   clock_type::time_point submitted, admitted, first_token;
   bool prompt_done() const { return cached >= static_cast<int64_t>(req.prompt.size()); }
+  // The tokens whose rows its slot holds, position by position.
+  std::vector<token_id> computed() const {
+    std::vector<token_id> t(req.prompt.begin(), req.prompt.begin() + std::min<int64_t>(cached, static_cast<int64_t>(req.prompt.size())));
+    const int64_t more = cached - static_cast<int64_t>(t.size());
+    t.insert(t.end(), generated.begin(), generated.begin() + std::min<int64_t>(more, static_cast<int64_t>(generated.size())));
+    return t;
+  }
 };
 
 // The compute actors of the moment; replaced together when one fails.
@@ -59,6 +72,7 @@ struct scheduler_state {
   std::deque<int64_t> waiting;
   std::vector<int64_t> running;  // admission order
   std::vector<int64_t> free_slots;
+  std::unique_ptr<prefix_reuse> prefix;  // null: nothing reused (stages on other hosts)
   bool busy = false;
   int64_t step = 0;  // the step in flight (or the last one)
   std::vector<member> members;
@@ -115,10 +129,14 @@ void finish(scheduler_ptr self, int64_t id, const std::string& reason, const std
                static_cast<int64_t>(s.generated.size()),
                s.slot >= 0 ? seconds_between(s.submitted, s.admitted) : seconds_between(s.submitted, now),
                s.generated.empty() ? 0.0 : seconds_between(s.submitted, s.first_token),
-               seconds_between(s.submitted, now)};
+               seconds_between(s.submitted, now),
+               s.reused,
+               std::max<int64_t>(0, std::min<int64_t>(s.cached, static_cast<int64_t>(s.req.prompt.size())) - s.reused)};
   if (s.sink) caf::anon_send(s.sink, d);  // (a typed actor sends to untyped ones anonymously)
   self->send(st.telemetry, d);
   if (s.slot >= 0) {
+    if (st.prefix && reason == "error") st.prefix->forget(s.slot);
+    else if (st.prefix) st.prefix->release(s.slot, s.computed());
     st.free_slots.push_back(s.slot);
     if (st.compute->sampler) self->send(st.compute->sampler, close_atom::value, id);
   }
@@ -127,15 +145,64 @@ void finish(scheduler_ptr self, int64_t id, const std::string& reason, const std
   st.seqs.erase(it);
 }
 
+// The rows of a running sequence other than s: what each slot holds.
+std::vector<std::vector<token_id>> running_rows(const scheduler_state& st, std::vector<prefix_reuse::holder>& holders) {
+  std::vector<std::vector<token_id>> rows;
+  rows.reserve(st.running.size());
+  for (int64_t id : st.running) {
+    const sequence& r = st.seqs.at(id);
+    rows.push_back(r.computed());
+    holders.push_back({r.slot, rows.back()});
+  }
+  return rows;
+}
+
+// A sequence admitted into its slot: the rows of its prompt's beginning that it reuses (its slot's, the
+// store's, another running sequence's), or, when a running sequence is still computing a longer run
+// of the same tokens, a wait for it (follow).
+void begin_prompt(scheduler_ptr self, sequence& s) {
+  auto& st = self->state;
+  if (!st.prefix) return;
+  if (!s.req.cache_prompt) return st.prefix->forget(s.slot);
+  std::vector<prefix_reuse::holder> holders;
+  const auto rows = running_rows(st, holders);
+  s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders);
+  if (st.prefix->has_ops()) s.moved_in = st.step + 1;
+  const int64_t limit = static_cast<int64_t>(s.req.prompt.size()) - 1;
+  for (int64_t id : st.running) {  // worth waiting for: a block's worth more than it has
+    const sequence& r = st.seqs.at(id);
+    if (r.prompt_done() || r.follow >= 0 || !r.req.cache_prompt) continue;
+    const int64_t c = std::min(prefix_reuse::common(r.req.prompt, s.req.prompt), limit);
+    if (c > r.cached && c >= s.cached + st.prefix->block_tokens() && c > s.follow_len) s.follow = r.id, s.follow_len = c;
+  }
+}
+
+// Followers whose leader has computed what they wait for (or has gone) take its rows now.
+void resolve_followers(scheduler_ptr self) {
+  auto& st = self->state;
+  for (int64_t id : st.running) {
+    sequence& s = st.seqs.at(id);
+    if (s.follow < 0) continue;
+    auto leader = st.seqs.find(s.follow);
+    if (leader != st.seqs.end() && leader->second.slot >= 0 && leader->second.cached < s.follow_len && !leader->second.cancelled) continue;
+    s.follow = -1, s.follow_len = 0;
+    std::vector<prefix_reuse::holder> holders;
+    const auto rows = running_rows(st, holders);
+    s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders);
+    if (st.prefix->has_ops()) s.moved_in = st.step + 1;
+  }
+}
+
 void admit(scheduler_ptr self) {
   auto& st = self->state;
   while (!st.waiting.empty() && !st.free_slots.empty()) {
     const int64_t id = st.waiting.front();
     st.waiting.pop_front();
     sequence& s = st.seqs.at(id);
-    s.slot = st.free_slots.back();
-    st.free_slots.pop_back();
+    s.slot = st.prefix ? st.prefix->pick_slot(st.free_slots, s.req.prompt) : st.free_slots.back();
+    st.free_slots.erase(std::find(st.free_slots.begin(), st.free_slots.end(), s.slot));
     s.admitted = clock_type::now();
+    begin_prompt(self, s);
     st.running.push_back(id);
     self->send(st.compute->sampler, open_atom::value, id, s.req.sampling, s.req.prompt);
   }
@@ -183,6 +250,7 @@ void on_step(scheduler_ptr self, step_result& r) {
     s.cached += mb.count;
     s.isolated = false;
     if (!s.prompt_done()) continue;
+    if (prefill && st.prefix && s.req.cache_prompt) st.prefix->keep(s.slot, s.req.prompt);  // (others may share it from now on)
     if (s.cancelled) finish(self, s.id, "cancelled");
     else if (s.req.n_predict <= static_cast<int64_t>(s.generated.size())) finish(self, s.id, "length");
     else if (s.cached >= n_ctx) finish(self, s.id, "context");
@@ -225,6 +293,13 @@ void on_step_failed(scheduler_ptr self, int64_t step, const std::string& why) {
     return;
   }
   restart_compute(self);
+  if (st.prefix) {  // the step's moves may not have been made: nothing cached is trusted, and what moved in is computed again
+    st.prefix->forget_all();
+    for (int64_t id : st.running) {
+      sequence& s = st.seqs.at(id);
+      if (s.moved_in == st.step && s.generated.empty()) s.cached = s.reused = 0;
+    }
+  }
   // Alone, the sequence is the cause; together, each is retried alone to find out which.
   if (st.members.size() == 1) finish(self, st.members[0].id, "error", why);
   else
@@ -244,12 +319,14 @@ void schedule(scheduler_ptr self) {
   for (int64_t id : cancelled) finish(self, id, "cancelled");
   admit(self);
   if (st.running.empty()) return;
+  if (st.prefix) resolve_followers(self);
 
   // One sequence alone while any is isolated; else every running one.
   std::vector<int64_t> candidates;
   for (int64_t id : st.running)
     if (st.seqs.at(id).isolated) {
       candidates = {id};
+      st.seqs.at(id).follow = -1;  // (alone: nothing to wait for)
       break;
     }
   if (candidates.empty()) candidates = st.running;
@@ -284,13 +361,18 @@ void schedule(scheduler_ptr self) {
   if (decoding > 0) budget = std::min(budget, st.prefill_chunk);
   for (int64_t id : candidates) {
     sequence& s = st.seqs.at(id);
-    if (s.prompt_done() || budget <= 0) continue;
+    if (s.prompt_done() || budget <= 0 || s.follow >= 0) continue;
     const int64_t left = static_cast<int64_t>(s.req.prompt.size()) - s.cached;
     const int64_t chunk = std::min(left, budget);
     budget -= chunk;
     add(s, chunk, s.req.all_logits, chunk == left && s.req.n_predict > 0);
   }
 
+  if (plan.tokens.empty()) {  // (every candidate waits for another's prompt: not reached, as the leader runs)
+    --st.step;
+    return;
+  }
+  if (st.prefix) plan.cache_ops = st.prefix->take_ops();
   st.busy = true;
   st.step_start = clock_type::now();
   const int64_t step = st.step;
@@ -308,6 +390,8 @@ scheduler_actor::behavior_type scheduler_fn(scheduler_ptr self, std::shared_ptr<
   st.telemetry = std::move(telemetry);
   st.compute = std::make_shared<compute_set>();
   for (int64_t s = st.p->ctx->n_seq() - 1; s >= 0; --s) st.free_slots.push_back(s);
+  if (st.p->stages.empty() && st.p->reuse_prefixes)
+    st.prefix = std::make_unique<prefix_reuse>(st.p->ctx->n_seq(), st.p->ctx->prefix_block_tokens(), st.p->ctx->prefix_store_blocks(), st.p->prefix_hash);
   start_compute(self);
   start_sampler(self);
   // The compute actors go when the scheduler does.

@@ -202,6 +202,15 @@ uint8_t* device_layers::v_cache(int64_t l) const {
   return static_cast<uint8_t*>(v_[static_cast<size_t>(l)]->data());
 }
 
+void device_layers::cache_out(int64_t l, bool values, uint64_t offset, void* dst, uint64_t bytes) const {
+  if (!attention(l)) throw std::out_of_range(fmt::format("layer {}'s KV cache is not on the device", l));
+  if (auto e = dev_->copy_out(dst, *(values ? v_ : k_)[static_cast<size_t>(l)], offset, bytes)) e->wait();
+}
+void device_layers::cache_in(int64_t l, bool values, uint64_t offset, const void* src, uint64_t bytes) const {
+  if (!attention(l)) throw std::out_of_range(fmt::format("layer {}'s KV cache is not on the device", l));
+  if (auto e = dev_->copy_in(*(values ? v_ : k_)[static_cast<size_t>(l)], offset, src, bytes)) e->wait();
+}
+
 namespace {
 thread_local bool on_queue = false;  // this thread is running work a device's queue was given
 struct queue_scope {

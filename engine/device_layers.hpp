@@ -68,6 +68,10 @@ class device_layers {
   // The layer's KV cache on the device (attention(layer)): (n_seq, ctx, n_embd_kv) values of kv_type.
   uint8_t* k_cache(int64_t l) const;
   uint8_t* v_cache(int64_t l) const;
+  // Bytes of layer l's cache (its keys, or its values) from byte `offset` copied to host memory, or
+  // from it; each waits for its copy.
+  void cache_out(int64_t l, bool values, uint64_t offset, void* dst, uint64_t bytes) const;
+  void cache_in(int64_t l, bool values, uint64_t offset, const void* src, uint64_t bytes) const;
   const device_residency& residency() const { return r_; }
   tensor_type kv_type() const { return kv_type_; }
 

@@ -29,7 +29,53 @@ void kv_cache::check_slot(int64_t seq, int64_t pos) const {
   if (pos < 0 || pos >= n_ctx_) throw std::out_of_range(fmt::format("position {} is outside the context of {}", pos, n_ctx_));
 }
 
+void kv_cache::reserve_store(int64_t blocks, int64_t block_tokens) {
+  if (blocks < 0 || (blocks > 0 && block_tokens < 1)) throw std::invalid_argument("a prefix store of a negative size");
+  store_ = page_buffer();
+  store_blocks_ = blocks, block_tokens_ = block_tokens;
+  if (blocks > 0) store_ = page_buffer(static_cast<size_t>(blocks) * block_bytes(), "the prefix store");
+}
+
+void kv_cache::apply(const cache_op& op) {
+  const bool copy = op.what == cache_op::kind::copy;
+  const int64_t n = copy ? op.count : block_tokens_;
+  auto check = [&](int64_t slot) {
+    if (n < 0 || op.pos < 0 || op.pos + n > n_ctx_ || slot < 0 || slot >= n_seq_)
+      throw std::out_of_range(fmt::format("cached rows {}..{} of slot {}: outside the {} x {} the cache holds", op.pos, op.pos + n, slot, n_seq_, n_ctx_));
+  };
+  check(op.slot);
+  if (copy) check(op.from);
+  else if (op.from < 0 || op.from >= store_blocks_)
+    throw std::out_of_range(fmt::format("prefix block {}: outside the {} the store holds", op.from, store_blocks_));
+  const size_t bytes = static_cast<size_t>(n * row_bytes_);
+  if (bytes == 0) return;
+  for (int64_t il = 0; il < n_layer_; ++il)
+    for (int values = 0; values < 2; ++values) {
+      uint8_t* layer = values ? v_layer(il) : k_layer(il);
+      const size_t at = static_cast<size_t>((op.slot * n_ctx_ + op.pos) * row_bytes_);
+      const bool there = device_ && device_->attention(il);
+      if (copy) {
+        const size_t src = static_cast<size_t>((op.from * n_ctx_ + op.pos) * row_bytes_);
+        if (!there) {
+          std::memmove(layer + at, layer + src, bytes);
+          continue;
+        }
+        staging_.resize(bytes);
+        device_->cache_out(il, values != 0, src, staging_.data(), bytes);
+        device_->cache_in(il, values != 0, at, staging_.data(), bytes);
+        continue;
+      }
+      uint8_t* block = static_cast<uint8_t*>(store_.data()) + static_cast<size_t>(op.from) * block_bytes() + static_cast<size_t>(2 * il + values) * bytes;
+      const bool save = op.what == cache_op::kind::save;
+      if (there && save) device_->cache_out(il, values != 0, at, block, bytes);
+      else if (there) device_->cache_in(il, values != 0, at, block, bytes);
+      else if (save) std::memcpy(block, layer + at, bytes);
+      else std::memcpy(layer + at, block, bytes);
+    }
+}
+
 void kv_cache::place(const device_layers* d) {
+  device_ = d;
   if (d) {
     const device_residency& r = d->residency();
     if (r.ctx != n_ctx_ || r.n_seq != n_seq_ || d->kv_type() != type_)

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/cache_op.hpp"
 #include "engine/device_layers.hpp"
 #include "model/model.hpp"
 #include "model/page_buffer.hpp"
@@ -34,6 +35,17 @@ class kv_cache {
 
   // std::out_of_range for a slot or position outside the cache.
   void check_slot(int64_t seq, int64_t pos) const;
+
+  // The prefix store: `blocks` blocks of block_tokens positions (every layer's keys and values), in
+  // host memory backed only where written, replacing what was there. 0 blocks: none.
+  void reserve_store(int64_t blocks, int64_t block_tokens);
+  int64_t store_blocks() const { return store_blocks_; }
+  int64_t block_tokens() const { return block_tokens_; }
+  uint64_t block_bytes() const { return static_cast<uint64_t>(block_tokens_) * position_bytes(); }  // of one block
+  uint64_t position_bytes() const { return static_cast<uint64_t>(n_layer_ * 2 * row_bytes_); }  // every layer's key and value rows
+  // Carries out the moves in order (a device's layers through its copies); std::out_of_range for a
+  // slot, block or position outside what is held.
+  void apply(const cache_op& op);
   // The layers whose attention d holds keep their cache there; the others (and every layer, with d
   // null) here. std::invalid_argument when d's cache has other positions, slots or type.
   void place(const device_layers* d);
@@ -44,6 +56,10 @@ class kv_cache {
   int64_t value_bytes_, row_bytes_;
   page_buffer k_, v_;  // (n_layer, n_seq, n_ctx, n_embd_kv) values each
   std::vector<uint8_t*> k_layers_, v_layers_;
+  const device_layers* device_ = nullptr;
+  int64_t store_blocks_ = 0, block_tokens_ = 0;
+  page_buffer store_;  // (blocks, n_layer, keys then values, block_tokens, n_embd_kv)
+  std::vector<uint8_t> staging_;  // a device's rows on their way between two of its slots
 };
 
 }  // namespace hotcold

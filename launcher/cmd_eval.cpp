@@ -112,6 +112,7 @@ void prompt_logits(loaded& l, const std::vector<token_id>& tokens, bool actors_p
   actors::generation_request r;
   r.prompt = tokens;
   r.all_logits = true;
+  r.cache_prompt = false;  // every position's logits, computed
   p->submit(std::move(r));
   for (;;) {  // logits arrive in position order
     auto ev = p->next();

@@ -37,6 +37,7 @@ void run_serve(const serve_args& a) {
   serving.store(true);
   auto s = a.s;
   s.stages = l.stages;
+  s.prefix_store_bytes = l.prefix_store_bytes;
   const auto c = server::serve(l, s, stop_requested);
   fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable, {} keys refused, {} clients cut off\n",
              c.frames, c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable, c.refused_keys, c.cut_off);

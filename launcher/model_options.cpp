@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "actors/pipeline.hpp"
+#include "devices/device_info.hpp"
 #include "launcher/default_model.hpp"
 #include "launcher/progress.hpp"
 #include "actors/stage_keys.hpp"
@@ -44,6 +45,12 @@ loader::auto_placement_options placement_sources(int threads) {
     return loader::firing_counts_for(model_path, mm, so);
   };
   return p;
+}
+
+uint64_t prefix_store_bytes(int64_t cache_ram_mib) {
+  const uint64_t machine = devices::cpu_device().total_memory;
+  if (cache_ram_mib < 0) return machine / 2;
+  return std::min(static_cast<uint64_t>(cache_ram_mib) << 20, machine / 4);
 }
 
 loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
@@ -107,6 +114,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   if (l.dev && l.dev->kind() != devices::device_kind::cpu)
     o.log(fmt::format("hotcold: threads wait for {} by {} (--device-wait)", l.dev->name(), devices::device_wait_name(devices::current_device_wait())));
   l.trace_path = a.trace_out;
+  l.prefix_store_bytes = prefix_store_bytes(a.cache_ram_mib);
   if (!a.workers.empty()) {  // the layers on other processes: the plan of stages
     auto& p = l.stages;
     p.stages = actors::split_layers(worker_addresses(a.workers, !a.workers_tls.empty()), a.split, hp.n_layer);
@@ -126,6 +134,7 @@ std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk, i
   o.stages = stages;
   o.prefill_chunk = prefill_chunk;
   o.recall_every = recall_every;
+  o.prefix_store_bytes = prefix_store_bytes;
   o.hot = hot;
   o.trace = trace.get();
   return std::make_unique<actors::pipeline>(ctx, o);

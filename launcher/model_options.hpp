@@ -24,6 +24,10 @@ struct model_args {
   double vram_budget_gib = 0;   // the hot device's budget (0: its free memory; sim needs one)
   std::string trace_out;        // Chrome trace-event JSON written when the command ends
   std::string kv_type = "f16";  // the KV cache's values: f16 | f32
+  // MiB of host memory for the prefix store (actors/prefix_reuse.hpp): -1 half the machine's memory,
+  // 0 none (each slot still reuses its own rows); default 8192 (llama-server's --cache-ram), at most a
+  // quarter of the machine's memory.
+  int64_t cache_ram_mib = 8192;
   int64_t n_gpu_layers = -1;    // dense files: layers the hot device holds whole (-1: as many as fit)
   bool sim_kernels = false;     // --device sim computes as a GPU does (devices::device_options::sim_kernels)
   std::string device_wait = "auto";  // how threads wait for the device: auto | spin | yield | block (devices::device_wait)
@@ -46,6 +50,7 @@ struct model_args {
 struct loaded : loader::opened_model {
   std::string trace_path;
   actors::stage_plan stages;  // --workers, --split, --workers-tls (empty: every layer here)
+  uint64_t prefix_store_bytes = 0;  // --cache-ram's
   // The actor pipeline over this context, hot rows and trace.
   // recall_every: steps between the predictors' recall checks (0: none).
   std::unique_ptr<actors::pipeline> make_pipeline(int64_t prefill_chunk = 32, int64_t recall_every = 0, int micro_batches = 1);

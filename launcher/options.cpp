@@ -117,6 +117,12 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
+  cmd->add_option("--cache-ram", m.cache_ram_mib,
+                  "MiB of memory for the prefix store: blocks of prompts' cached keys and values that later requests beginning with the same "
+                  "tokens reuse, least recently used evicted (default 8192, at most a quarter of the machine's memory; -1: half of it; 0: none, "
+                  "each sequence slot still reusing its own)")
+      ->check(whole_in(-1, 1ll << 40))
+      ->capture_default_str();
   cmd->add_option("--trace-out", m.trace_out, "Write a Chrome trace-event JSON of where each step's time went (docs/traces.md)");
   cmd->add_option("--mode", m.mode, "dense: every FFN neuron; sparse: the neurons the predictors choose (default: sparse when the file has predictors)")
       ->check(CLI::IsMember({"dense", "sparse"}));

@@ -76,6 +76,7 @@ struct generate_request {
   std::vector<std::string> stop;       // generation ends before any of these strings
   bool stream = true;                  // token messages as they are sampled; else only done (with the text)
   bool parse_special = false;          // control-token text in the prompt becomes those tokens
+  bool cache_prompt = true;            // reuse the cached rows of a prompt beginning as one before (llama-server's)
 };
 struct cancel_request {
   std::string id;  // of the generate to cancel
@@ -142,6 +143,7 @@ struct done_reply {
   timings t;
   std::optional<std::string> text;  // the whole generated text when the request did not stream
   std::optional<std::string> error;  // why, when finish is "error" (a stage's worker gone, a lost device, ...)
+  int64_t cached_tokens = 0;  // of the prompt's, reused from the cache rather than computed
 };
 struct error_reply {
   protocol_error error;  // its id empty: the frame named none (null on the wire)
@@ -179,7 +181,7 @@ std::string encode_token(std::string_view id, int64_t index, int32_t token, std:
 // text: the whole generated text when the request did not stream (else left out); error: why, for
 // finish "error" (else left out).
 std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
-                        std::optional<std::string_view> text = std::nullopt, std::optional<std::string_view> error = std::nullopt);
+                        std::optional<std::string_view> text = std::nullopt, std::optional<std::string_view> error = std::nullopt, int64_t cached_tokens = 0);
 std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms = std::nullopt);
 std::string encode_health(std::string_view id, std::string_view status, int64_t active, int64_t queued);
 std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens);

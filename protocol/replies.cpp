@@ -83,10 +83,11 @@ std::string encode_token(std::string_view id, int64_t index, int32_t token, std:
 }
 
 std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
-                        std::optional<std::string_view> text, std::optional<std::string_view> error) {
+                        std::optional<std::string_view> text, std::optional<std::string_view> error, int64_t cached_tokens) {
   json j = head("done", id);
   j["finish"] = std::string(finish);
   j["prompt_tokens"] = prompt_tokens;
+  j["cached_tokens"] = cached_tokens;
   j["generated_tokens"] = generated_tokens;
   j["timings"] = {{"queued_ms", t.queued_ms}, {"time_to_first_token_ms", t.time_to_first_token_ms}, {"total_ms", t.total_ms}};
   if (text) j["text"] = std::string(*text);
@@ -147,7 +148,7 @@ struct reply_encoder {
   std::string operator()(const token_reply& r) const { return encode_token(r.id, r.index, r.token, r.bytes, r.ms); }
   std::string operator()(const done_reply& r) const {
     return encode_done(r.id, r.finish, r.prompt_tokens, r.generated_tokens, r.t, r.text ? std::optional<std::string_view>(*r.text) : std::nullopt,
-                       r.error ? std::optional<std::string_view>(*r.error) : std::nullopt);
+                       r.error ? std::optional<std::string_view>(*r.error) : std::nullopt, r.cached_tokens);
   }
   std::string operator()(const error_reply& r) const { return encode_error(r.error, r.retry_after_ms); }
   std::string operator()(const health_reply& r) const { return encode_health(r.id, r.status, r.active, r.queued); }
@@ -233,6 +234,7 @@ reply read_reply(const std::string& type, const reply_reader& r) {
     d.t = {t.number("queued_ms"), t.number("time_to_first_token_ms"), t.number("total_ms")};
     if (r.has("text")) d.text = r.string("text");
     if (r.has("error")) d.error = r.string("error");
+    if (r.has("cached_tokens")) d.cached_tokens = r.integer("cached_tokens");
     return d;
   }
   if (type == "health") return health_reply{id, r.string("status"), r.integer("active"), r.integer("queued")};

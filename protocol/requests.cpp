@@ -269,6 +269,7 @@ std::variant<request, protocol_error> decode_request(std::string_view frame, con
       g.stop = r.strings("stop", l.max_stop, l.max_stop_bytes);
       g.stream = r.boolean("stream", g.stream);
       g.parse_special = r.boolean("parse_special", g.parse_special);
+      g.cache_prompt = r.boolean("cache_prompt", g.cache_prompt);
       out = std::move(g);
     } else if (type == "cancel") {
       out = cancel_request{r.id()};
@@ -321,7 +322,7 @@ std::string_view request_type(const request& r) {
 }
 
 json generate_body(const generate_request& g) {
-  json j{{"n_predict", g.n_predict}, {"stop", g.stop}, {"stream", g.stream}, {"parse_special", g.parse_special}};
+  json j{{"n_predict", g.n_predict}, {"stop", g.stop}, {"stream", g.stream}, {"parse_special", g.parse_special}, {"cache_prompt", g.cache_prompt}};
   if (g.prompt) j["prompt"] = *g.prompt;
   else j["tokens"] = g.tokens;
   const sampling& s = g.params;

@@ -27,6 +27,16 @@ metrics::metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   using namespace prometheus;
   requests_ = &BuildCounter().Name("hotcold_requests_total").Help("Generate requests that ended, by outcome").Register(*registry_);
   prompt_tokens_ = &BuildCounter().Name("hotcold_prompt_tokens_total").Help("Prompt tokens of the requests that ended").Register(*registry_).Add({});
+  prompt_cached_ = &BuildCounter()
+                        .Name("hotcold_prompt_tokens_cached_total")
+                        .Help("Prompt tokens of the requests that ended whose keys and values were reused from the cache (cache_prompt)")
+                        .Register(*registry_)
+                        .Add({});
+  prompt_computed_ = &BuildCounter()
+                          .Name("hotcold_prompt_tokens_computed_total")
+                          .Help("Prompt tokens of the requests that ended that were computed (not reused)")
+                          .Register(*registry_)
+                          .Add({});
   generated_tokens_ = &BuildCounter().Name("hotcold_generated_tokens_total").Help("Tokens generated").Register(*registry_).Add({});
   bad_frames_ = &BuildCounter().Name("hotcold_bad_frames_total").Help("Client frames refused as malformed").Register(*registry_).Add({});
   cut_off_ = &BuildCounter()
@@ -62,9 +72,11 @@ metrics::metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Add({});
 }
 
-void metrics::request_done(std::string_view outcome, int64_t prompt_tokens, int64_t generated_tokens) {
+void metrics::request_done(std::string_view outcome, int64_t prompt_tokens, int64_t generated_tokens, int64_t cached_tokens, int64_t computed_tokens) {
   requests_->Add({{"outcome", std::string(outcome)}}).Increment();
   prompt_tokens_->Increment(static_cast<double>(prompt_tokens));
+  prompt_cached_->Increment(static_cast<double>(cached_tokens));
+  prompt_computed_->Increment(static_cast<double>(computed_tokens));
   generated_tokens_->Increment(static_cast<double>(generated_tokens));
 }
 

@@ -25,8 +25,10 @@ namespace hotcold::server {
 class metrics {
  public:
   metrics();
-  // A request's end: outcome (the done's finish, or a refusal: "busy", "invalid") and its tokens.
-  void request_done(std::string_view outcome, int64_t prompt_tokens, int64_t generated_tokens);
+  // A request's end: outcome (the done's finish, or a refusal: "busy", "invalid") and its tokens; of
+  // the prompt's, those reused from the cache and those computed (fewer than the rest when it ended
+  // before its prompt was through).
+  void request_done(std::string_view outcome, int64_t prompt_tokens, int64_t generated_tokens, int64_t cached_tokens = 0, int64_t computed_tokens = 0);
   void time_to_first_token(double seconds);
   void inter_token_latency(double seconds);
   void bad_frame();
@@ -62,6 +64,7 @@ class metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Counter *prompt_tokens_, *generated_tokens_, *bad_frames_, *cut_off_;
+  prometheus::Counter *prompt_cached_, *prompt_computed_;
   prometheus::Histogram *ttft_, *itl_;
   prometheus::Gauge *active_, *queued_, *reply_bytes_;
   prometheus::Family<prometheus::Gauge>* client_queued_;

@@ -63,9 +63,19 @@ api_failure unsupported(std::string param, std::string what) {
   return {400, fmt::format("{} is not supported by this server", what), "invalid_request_error", "unsupported_parameter", std::move(param)};
 }
 
+// The API's usage object for a request that ended; OpenAI's prompt_tokens_details.cached_tokens: the
+// prompt's tokens reused from the cache.
+json usage_of(const protocol::done_reply& d) {
+  return {{"prompt_tokens", d.prompt_tokens},
+          {"completion_tokens", d.generated_tokens},
+          {"total_tokens", d.prompt_tokens + d.generated_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", d.cached_tokens}}}};
+}
+
 // A completion request as the scheduler takes it.
 struct completion_request {
   bool chat = true, stream = false, include_usage = false;
+  bool cache_prompt = true;  // llama-server's field: reuse the cached rows of the prompt's beginning
   std::vector<token_id> tokens;
   int64_t n_predict = 0;
   protocol::sampling sampling;  // what the API does not give: hotcold run's defaults
@@ -128,6 +138,7 @@ void common_fields(const json& body, completion_request& r, const openai_setup& 
       if (x.empty() || x.size() > 256) throw bad_field("stop", "each stop string must be 1..256 bytes");
   }
   r.stream = flag(body, "stream");
+  r.cache_prompt = field(body, "cache_prompt") ? flag(body, "cache_prompt") : true;
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) throw bad_field("stream_options", "'stream_options' must be an object");
     r.include_usage = r.stream && flag(*so, "include_usage");
@@ -311,6 +322,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
   g.n_predict = static_cast<int32_t>(r.n_predict);
   g.params = r.sampling;
   g.stop = r.stop;
+  g.cache_prompt = r.cache_prompt;
   sock.send(zmq::buffer(protocol::encode_request(g)), zmq::send_flags::none);
 
   const std::string id = random_id(r.chat ? "chatcmpl-" : "cmpl-");
@@ -386,8 +398,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
       else ex.send(error_event(f));
       return;
     }
-    const int64_t prompt_tokens = done->prompt_tokens, completion_tokens = done->generated_tokens;
-    const json usage{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens}, {"total_tokens", prompt_tokens + completion_tokens}};
+    const json usage = usage_of(*done);
     if (r.stream) {
       std::string tail;
       if (!pending.empty()) tail += chunk(piece_choice(pending, nullptr));  // bytes that never made a character

@@ -55,6 +55,7 @@ struct live {
   bool gone = false;  // the client cannot be reached: nothing more is sent
   bool cut_off = false;  // ... because it stopped reading (outcome `cut_off`)
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0, computed_tokens = 0;  // of them, reused and computed (the pipeline's done event says)
   int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
   clock_type::time_point accepted, last_token;
   bool waiting() const { return pid < 0; }
@@ -101,6 +102,7 @@ class serving_loop {
     po.trace = l_.trace.get();
     po.recall_every = o_.recall_every;
     po.stages = o_.stages;
+    po.prefix_store_bytes = o_.prefix_store_bytes;
     // Over stages on other hosts, a step of several sequences goes in as many micro-batches as there
     // are stages, so that each works on one while the next works on another (docs/distributed.md).
     // Not where every stage is on one host: there they share one memory bus, and each micro-batch
@@ -328,6 +330,7 @@ class serving_loop {
     r.n_predict = g.n_predict < 0 ? o_.max_tokens : g.n_predict;
     const uint64_t seed = g.params.seed ? *g.params.seed : seeds_();
     r.sampling = sampler_params_of(g.params, seed);
+    r.cache_prompt = g.cache_prompt;
     // Accepted before it is submitted: the pipeline can sample the first token (and stamp it) before
     // this thread runs again, which made a time to first token negative now and then.
     const auto accepted = clock_type::now();
@@ -481,6 +484,8 @@ class serving_loop {
     ticket_of_pid_.erase(t);
     admission_.ended();
     const double w = lives_.at(ticket).waited_s;
+    lives_.at(ticket).cached_tokens = d.cached_tokens;
+    lives_.at(ticket).computed_tokens = d.computed_tokens;
     finish(ticket, d.finish, {1000 * (w + d.queued_s), 1000 * (w + d.time_to_first_token_s), 1000 * (w + d.total_s)}, d.error);
   }
 
@@ -500,16 +505,16 @@ class serving_loop {
     if (finish == "cancelled") ++counters_.cancelled;
     else if (finish == "error") ++counters_.errors;
     else ++counters_.completed;
-    metrics_.request_done(finish, lv.prompt_tokens, lv.emitted);
+    metrics_.request_done(finish, lv.prompt_tokens, lv.emitted, lv.cached_tokens, lv.computed_tokens);
     if (record_.is_open()) {
       nlohmann::json line{{"arrival_s", lv.arrival_s},  {"request", nlohmann::json::parse(lv.recorded_request)}, {"finish", finish},
-                          {"prompt_tokens", lv.prompt_tokens}, {"generated_tokens", lv.emitted}, {"ttft_s", lv.emitted > 0 ? lv.ttft_s : 0.0},
+                          {"prompt_tokens", lv.prompt_tokens}, {"cached_tokens", lv.cached_tokens}, {"generated_tokens", lv.emitted}, {"ttft_s", lv.emitted > 0 ? lv.ttft_s : 0.0},
                           {"itl_s", lv.itl_s}, {"e2e_s", std::chrono::duration<double>(clock_type::now() - lv.accepted).count()}};
       if (!record_.append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))) metrics_.record_write_error();
     }
     send(lv.to,
          proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.out.text()),
-                            finish == "error" && !error.empty() ? std::optional<std::string_view>(error) : std::nullopt),
+                            finish == "error" && !error.empty() ? std::optional<std::string_view>(error) : std::nullopt, lv.cached_tokens),
          &lv);
     by_client_.erase({lv.to.identity, lv.id});
     --accounts_.account(lv.to.identity)->in_flight;

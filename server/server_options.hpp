@@ -31,6 +31,7 @@ struct server_options {
   int micro_batches = 0;           // micro-batches a step of several sequences goes in (0: one a stage where stages are on other hosts, else 1)
   // Stages of layers on other hosts (actors::pipeline_options::stages; --workers).
   actors::stage_plan stages;
+  uint64_t prefix_store_bytes = 0;  // the prefix store's memory (--cache-ram; actors::pipeline_options)
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
   int64_t max_client_buffer = 8 << 20;  // bytes of unread replies per client before it is cut off
 };

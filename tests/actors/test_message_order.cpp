@@ -27,6 +27,7 @@ class stepped_pipeline {
     parts_->m = ctx->shared_model();
     parts_->ctx = std::move(ctx);
     parts_->stats = std::make_shared<live_stats>(*parts_->m, std::string());
+    parts_->reuse_prefixes = false;  // every prompt computed from its first position (the steps below say where each is)
     telemetry_ = spawn_telemetry(*sys_, parts_->stats);
     scheduler_ = spawn_scheduler(*sys_, parts_, 32, telemetry_);
     client_ = std::make_unique<caf::scoped_actor>(*sys_);

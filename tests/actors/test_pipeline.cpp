@@ -111,6 +111,7 @@ std::vector<generation_request> three_requests(int64_t n_vocab) {
     r.prompt[0] = 1;
     r.n_predict = 6 + 2 * k;
     r.all_logits = true;
+    r.cache_prompt = false;  // every position's logits held against the reference (tests/actors/test_prefix_reuse.cpp reuses)
     r.sampling.temperature = k == 1 ? 0.8f : 0.0f;  // one request samples, with its own seed
     r.sampling.seed = 42 + static_cast<uint64_t>(k);
   }
@@ -238,6 +239,7 @@ void expect_oracle_with_chosen(std::shared_ptr<const model> m, const on_device* 
   r.n_predict = 6;
   r.ignore_eos = true;
   r.all_logits = true;
+  r.cache_prompt = false;
   r.sampling.temperature = 0;
   outcome got;
   {

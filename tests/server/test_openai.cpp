@@ -132,7 +132,13 @@ TEST(OpenAI, OfficialNodeClientGetsWhatRunPrints) {
   EXPECT_EQ(r["chat_stream"]["text"].get<std::string>() + "\n", chat_ref);
   EXPECT_EQ(r["chat_stream"]["role"], "assistant");
   EXPECT_EQ(r["chat_stream"]["finish"], "length");
-  EXPECT_EQ(r["chat_stream"]["usage"], r["chat"]["usage"]);
+  // The same request a second time: all its prompt but the last token reused (the official client
+  // reads OpenAI's usage.prompt_tokens_details).
+  const int prompt = r["chat"]["usage"]["prompt_tokens"];
+  EXPECT_EQ(r["chat"]["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  json second = r["chat"]["usage"];
+  second["prompt_tokens_details"]["cached_tokens"] = prompt - 1;
+  EXPECT_EQ(r["chat_stream"]["usage"], second);
   EXPECT_GE(r["chat_stream"]["chunks"].get<int>(), 10);  // a piece at a time, not all at the end
   EXPECT_EQ(r["completion"]["text"].get<std::string>() + "\n", run_stdout({"run", "-p", "Once upon a time", "-n", "12", "--temp", "0.8", "--seed", "7", "-t", "2"}));
   EXPECT_EQ(r["completion"]["usage"]["prompt_tokens"], 5);
@@ -162,7 +168,7 @@ TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
   EXPECT_EQ(w["object"], "text_completion");
   EXPECT_EQ(w["choices"][0]["text"].get<std::string>() + "\n", ref);
   EXPECT_EQ(w["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(w["usage"], json({{"prompt_tokens", 5}, {"completion_tokens", 12}, {"total_tokens", 17}}));
+  EXPECT_EQ(w["usage"], json({{"prompt_tokens", 5}, {"completion_tokens", 12}, {"total_tokens", 17}, {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   json ask_stream = ask;
   ask_stream["stream"] = true;
   ask_stream["stream_options"] = {{"include_usage", true}};
@@ -258,6 +264,39 @@ std::string read_until(int fd, const std::string& what) {
 
 // A client that drops mid-stream has its sequence cancelled at once; one that reads nothing holds up
 // no one; a full queue answers 429 with Retry-After, and the server stops cleanly with such clients on.
+// A conversation as chat clients send it, the whole history every turn: each turn reuses what the
+// turn before left cached (usage.prompt_tokens_details.cached_tokens, the server's counters of
+// prompt tokens reused and computed), with the text of the same request computed whole
+// (cache_prompt: false, llama-server's field).
+TEST(OpenAI, ATurnReusesTheCachedHistory) {
+  api_server s({"--chat-template", "llama2"});
+  json messages = json::array({{{"role", "system"}, {"content", "You are a storyteller who answers at length."}},
+                               {{"role", "user"}, {"content", "Tell me about the sea and its ships."}}});
+  int64_t reused = 0, computed = 0;
+  for (int turn = 0; turn < 3; ++turn) {
+    json ask{{"model", model_id}, {"messages", messages}, {"max_tokens", 16}, {"temperature", 0}};
+    const json got = post(s.port, "/v1/chat/completions", ask.dump()).body_json();
+    ASSERT_TRUE(got.contains("usage")) << got;
+    const int64_t prompt = got["usage"]["prompt_tokens"], cached = got["usage"]["prompt_tokens_details"]["cached_tokens"];
+    if (turn == 0) EXPECT_EQ(cached, 0);
+    else EXPECT_GT(cached, prompt / 2) << "turn " << turn << ": " << got["usage"];
+    EXPECT_LT(cached, prompt);
+    reused += cached, computed += prompt - cached;
+    ask["cache_prompt"] = false;
+    const json whole = post(s.port, "/v1/chat/completions", ask.dump()).body_json();
+    EXPECT_EQ(whole["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    computed += prompt;
+    EXPECT_EQ(got["choices"][0]["message"]["content"], whole["choices"][0]["message"]["content"]) << "turn " << turn;
+    messages.push_back({{"role", "assistant"}, {"content", got["choices"][0]["message"]["content"]}});
+    messages.push_back({{"role", "user"}, {"content", "And then what happened, turn " + std::to_string(turn) + "?"}});
+  }
+  const std::string m = http_get(s.port, "/metrics");
+  EXPECT_EQ(metric(m, "hotcold_prompt_tokens_cached_total"), static_cast<double>(reused)) << m;
+  EXPECT_EQ(metric(m, "hotcold_prompt_tokens_computed_total"), static_cast<double>(computed)) << m;
+  const auto bad = post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", messages}, {"cache_prompt", "yes"}}.dump());
+  EXPECT_EQ(bad.status, 400) << bad.body;
+}
+
 TEST(OpenAI, DroppedSlowAndQueuedClients) {
   api_server s({"--parallel", "2", "--max-queue", "0"});
   const json endless{{"model", model_id}, {"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"temperature", 0}, {"stream", true}};
