@@ -35,7 +35,12 @@ std::vector<config> configs_of(const bench_args& a, ffn_mode mode, comparisons& 
 }
 
 bench_runner::bench_runner(loaded& l, bool with_actors) : l_(l), ctx_(*l.ctx) {
-  if (with_actors) pipe_ = l.make_pipeline();
+  if (with_actors) {
+    // No prefix store: a repetition must not find the prompt the one before it computed (a prompt at
+    // depth reuses its slot's rows of the depth alone; see prompt()).
+    l.prefix_store_bytes = 0;
+    pipe_ = l.make_pipeline();
+  }
 }
 
 void bench_runner::set(const config& c) {
@@ -121,18 +126,25 @@ double bench_runner::decode_actors_at_depth(int K, int n, int depth) {
   return static_cast<double>(n) * K / std::chrono::duration<double>(t1 - t0).count();
 }
 
+// On the actors, a prompt at depth is a request whose first `depth` tokens a request before it left in
+// its slot (untimed): the timed one reuses those rows (and no more: checked) and computes the n after.
 double bench_runner::prompt(bool actors_pipeline, int n, int depth) {
-  if (actors_pipeline && depth > 0)
-    throw std::invalid_argument("--n-depth with a prompt: the actors pipeline computes every request's prompt from its start until it reuses cached "
-                                "prefixes; give -p 0, or --pipeline direct");
   std::vector<token_id> prompt(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = token_at(depth + i);
+  actors::generation_request r;
+  if (actors_pipeline && depth > 0) {
+    for (int i = 0; i < depth; ++i) r.prompt.push_back(token_at(i));
+    r.cache_prompt = false;
+    pipe_->submit(r);
+    drain(1);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   if (actors_pipeline) {
-    actors::generation_request r;
-    r.prompt = prompt;
+    r.prompt.insert(r.prompt.end(), prompt.begin(), prompt.end());
+    r.cache_prompt = depth > 0;
     pipe_->submit(std::move(r));
-    drain(1);
+    if (const int64_t reused = drain(1); reused != depth)
+      throw std::runtime_error(fmt::format("a prompt at depth {} reused {} cached positions", depth, reused));
   } else {
     ctx_.forward_batch(prompt, depth);
   }
@@ -144,15 +156,18 @@ uint64_t bench_runner::device_read(bool actors_pipeline) const {
   return (l_.split ? l_.split->computed().hot_read : 0) + ctx_.device_read();
 }
 
-void bench_runner::drain(int requests) {
+int64_t bench_runner::drain(int requests) {
+  int64_t reused = 0;
   for (int done = 0; done < requests;) {
     auto ev = pipe_->next();
     if (!ev) throw std::runtime_error("the pipeline stopped answering");
     if (auto* d = std::get_if<actors::done_event>(&*ev)) {
       if (d->finish == "error") throw std::runtime_error(d->error);
+      reused += d->cached_tokens;
       ++done;
     }
   }
+  return reused;
 }
 
 namespace {

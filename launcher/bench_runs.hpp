@@ -76,7 +76,7 @@ class bench_runner {
  private:
   token_id token_at(int i) const { return static_cast<token_id>((i * 7919 + 13) % l_.m->hp().n_vocab); }
   double decode_actors_at_depth(int sequences, int n, int depth);
-  void drain(int requests);
+  int64_t drain(int requests);  // the prompt positions the requests reused
   loaded& l_;
   inference_context& ctx_;
   std::unique_ptr<actors::pipeline> pipe_;  // when a configuration runs on the actors
