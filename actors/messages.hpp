@@ -79,6 +79,25 @@ struct done_event {
   int64_t computed_tokens = 0;  // of the prompt's, computed (short of prompt - cached when it ended early)
 };
 
+// A sequence slot's cache saved to a file, restored from one, or forgotten (actors/slot_files.hpp),
+// between steps; its answer arrives as a slot_event.
+struct slot_request {
+  int64_t id = 0;
+  std::string action;  // save, restore, erase
+  int64_t slot = 0;
+  std::string path;    // save, restore
+};
+struct slot_event {
+  int64_t request = 0;
+  std::string action;
+  int64_t slot = 0;
+  bool ok = false;
+  std::string error;     // why not, for people
+  int64_t n_tokens = 0;  // saved, restored, erased
+  uint64_t bytes = 0;    // written or read
+  double ms = 0;
+};
+
 // ---- Between the actors --------------------------------------------------------------------------------
 
 // One step of the scheduler: token t of request requests[t] at positions[t] of KV slot slots[t].
@@ -145,6 +164,7 @@ struct step_record {
 };
 
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using slot_atom = caf::atom_constant<caf::atom("slot")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
 using predict_atom = caf::atom_constant<caf::atom("predict")>;
@@ -171,6 +191,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::generation_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::token_event)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::logits_event)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::done_event)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::slot_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::slot_event)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::step_plan)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::step_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::predict_job)

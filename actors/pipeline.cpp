@@ -21,6 +21,11 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   parts_->micro_batches.store(std::max(1, options.micro_batches));
   parts_->reuse_prefixes = options.reuse_prefixes;
   parts_->prefix_hash = options.prefix_hash;
+  if (options.context_shift && !options.stages.empty())
+    throw std::invalid_argument("--context-shift with --workers: the stages' caches are not shifted; leave one of the two out");
+  parts_->context_shift = options.context_shift;
+  parts_->keep = options.keep;
+  parts_->model_identity = options.model_identity;
   if (options.reuse_prefixes && options.stages.empty() && options.prefix_store_bytes > 0) {
     const uint64_t block = static_cast<uint64_t>(std::max<int64_t>(1, options.prefix_block_tokens)) * parts_->ctx->cache_position_bytes();
     parts_->ctx->reserve_prefix_store(static_cast<int64_t>(options.prefix_store_bytes / block), std::max<int64_t>(1, options.prefix_block_tokens));
@@ -68,10 +73,16 @@ int64_t pipeline::submit(generation_request r) {
 
 void pipeline::cancel(int64_t request) { (*self_)->send(scheduler_, cancel_atom::value, request); }
 
+int64_t pipeline::slot_action(std::string action, int64_t slot, std::string path) {
+  const int64_t id = next_id_++;
+  (*self_)->send(scheduler_, slot_atom::value, slot_request{id, std::move(action), slot, std::move(path)});
+  return id;
+}
+
 std::optional<pipeline_event> pipeline::next(std::chrono::milliseconds timeout) {
   std::optional<pipeline_event> ev;
   (*self_)->receive([&](token_event& e) { ev = std::move(e); }, [&](logits_event& e) { ev = std::move(e); },
-                    [&](done_event& e) { ev = std::move(e); }, caf::after(timeout) >> [] {});
+                    [&](done_event& e) { ev = std::move(e); }, [&](slot_event& e) { ev = std::move(e); }, caf::after(timeout) >> [] {});
   return ev;
 }
 

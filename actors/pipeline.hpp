@@ -70,6 +70,12 @@ struct pipeline_options {
   uint64_t prefix_store_bytes = 0;
   int64_t prefix_block_tokens = 16;
   prefix_index::hash_fn prefix_hash;  // the index's (tests force collisions)
+  // A sequence that fills its context goes on after dropping half of what follows its first `keep`
+  // tokens (and BOS; -1: its whole prompt), as llama.cpp's --context-shift; without, it ends
+  // ("context"). Not with stages on other hosts.
+  bool context_shift = false;
+  int64_t keep = 0;
+  std::string model_identity;  // the model file's (model/file_identity): what slot files are checked against
 };
 
 // What the compute actors share. The context holds the KV caches (one slot per sequence in flight)
@@ -87,6 +93,9 @@ struct compute_resources {
   std::vector<remote_stage> stages;   // layers on other hosts (pipeline_options::stages)
   bool reuse_prefixes = true;         // pipeline_options'
   prefix_index::hash_fn prefix_hash;
+  bool context_shift = false;
+  int64_t keep = 0;
+  std::string model_identity;
   // Why a stage's worker is gone or silent, by stage (its link tells the scheduler, which sets and
   // clears these); empty while every stage answers. Like a lost device, nothing runs meanwhile.
   void set_stage_lost(size_t stage, std::string why) {
@@ -110,9 +119,9 @@ struct compute_resources {
 // The scheduler: requests in (the sender of each hears its token, logits and done events, in order),
 // cancellations, and the stage links' news (stages.hpp, watch_atom).
 using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, int64_t, generation_request>, caf::reacts_to<cancel_atom, int64_t>,
-                                         caf::reacts_to<stage_atom, int64_t, bool, std::string>>;
+                                         caf::reacts_to<stage_atom, int64_t, bool, std::string>, caf::reacts_to<slot_atom, slot_request>>;
 
-using pipeline_event = std::variant<token_event, logits_event, done_event>;
+using pipeline_event = std::variant<token_event, logits_event, done_event, slot_event>;
 
 class pipeline {
  public:
@@ -126,6 +135,9 @@ class pipeline {
   // (empty prompt, unknown token, longer than the context) ends at once with finish "error".
   int64_t submit(generation_request r);
   void cancel(int64_t request);
+  // A slot's cache saved to `path`, restored from it, or erased (action: save, restore, erase), when no
+  // step is in flight; its slot_event arrives through next(). Returns its id (from the requests').
+  int64_t slot_action(std::string action, int64_t slot, std::string path);
   // The next event of any request, in the order each request produced them; nullopt after `timeout`.
   std::optional<pipeline_event> next(std::chrono::milliseconds timeout = std::chrono::minutes(10));
   telemetry_totals totals();

@@ -25,7 +25,7 @@ int64_t prefix_reuse::pick_slot(std::span<const int64_t> free_slots, std::span<c
   return best;
 }
 
-int64_t prefix_reuse::begin(int64_t slot, std::span<const token_id> prompt, std::span<const holder> running) {
+int64_t prefix_reuse::begin(int64_t slot, std::span<const token_id> prompt, std::span<const holder> running, std::vector<cache_op>& ops) {
   std::vector<token_id>& held = held_[static_cast<size_t>(slot)];
   const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;  // the last token is computed
   const int64_t own = std::min(common(held, prompt), limit);
@@ -39,26 +39,26 @@ int64_t prefix_reuse::begin(int64_t slot, std::span<const token_id> prompt, std:
   const int64_t stored = static_cast<int64_t>(chain.size()) * b;
   int64_t reused = own;
   if (other > own && other >= stored) {
-    ops_.push_back({cache_op::kind::copy, slot, other_slot, own, other - own});
+    ops.push_back({cache_op::kind::copy, slot, other_slot, own, other - own});
     reused = other;
   } else if (stored > own) {
-    for (int64_t j = own / b; j < static_cast<int64_t>(chain.size()); ++j) ops_.push_back({cache_op::kind::load, slot, chain[static_cast<size_t>(j)], j * b, b});
+    for (int64_t j = own / b; j < static_cast<int64_t>(chain.size()); ++j) ops.push_back({cache_op::kind::load, slot, chain[static_cast<size_t>(j)], j * b, b});
     reused = stored;
   }
   held.assign(prompt.begin(), prompt.begin() + reused);
   return reused;
 }
 
-void prefix_reuse::keep(int64_t slot, std::span<const token_id> tokens) {
+void prefix_reuse::keep(int64_t slot, std::span<const token_id> tokens, std::vector<cache_op>& ops) {
   if (index_.capacity() == 0) return;
   const prefix_index::stored s = index_.insert(tokens);
   const int64_t b = index_.block_tokens();
   for (size_t j = 0; j < s.ids.size(); ++j)
-    if (s.fresh[j]) ops_.push_back({cache_op::kind::save, slot, s.ids[j], static_cast<int64_t>(j) * b, b});
+    if (s.fresh[j]) ops.push_back({cache_op::kind::save, slot, s.ids[j], static_cast<int64_t>(j) * b, b});
 }
 
-void prefix_reuse::release(int64_t slot, std::span<const token_id> tokens) {
-  keep(slot, tokens);
+void prefix_reuse::release(int64_t slot, std::span<const token_id> tokens, std::vector<cache_op>& ops) {
+  keep(slot, tokens, ops);
   held_[static_cast<size_t>(slot)].assign(tokens.begin(), tokens.end());
   freed_[static_cast<size_t>(slot)] = ++clock_;
 }
@@ -68,9 +68,6 @@ void prefix_reuse::forget(int64_t slot) { held_[static_cast<size_t>(slot)].clear
 void prefix_reuse::forget_all() {
   for (auto& h : held_) h.clear();
   index_.clear();
-  ops_.clear();
 }
-
-std::vector<cache_op> prefix_reuse::take_ops() { return std::exchange(ops_, {}); }
 
 }  // namespace hotcold::actors

@@ -9,6 +9,7 @@
 
 #include "actors/pipeline.hpp"
 #include "actors/prefix_reuse.hpp"
+#include "actors/slot_files.hpp"
 
 namespace hotcold::actors {
 namespace {
@@ -27,11 +28,13 @@ struct sequence {
   // computed its first follow_len positions, which this one then copies (-1: not waiting).
   int64_t follow = -1, follow_len = 0;
   int64_t moved_in = -1;  // the step whose moves brought it rows
+  bool shifted = false;   // its context was shifted: its slot's rows are no longer its tokens' at their positions
+  int64_t dropped = 0;    // positions its context shifts dropped (cached + dropped: tokens computed)
   std::vector<token_id> generated;
   bool isolated = false;   // runs alone until one step passes (it was in a step that failed)
   bool cancelled = false;
   clock_type::time_point submitted, admitted, first_token;
-  bool prompt_done() const { return cached >= static_cast<int64_t>(req.prompt.size()); }
+  bool prompt_done() const { return cached + dropped >= static_cast<int64_t>(req.prompt.size()); }
   // The tokens whose rows its slot holds, position by position.
   std::vector<token_id> computed() const {
     std::vector<token_id> t(req.prompt.begin(), req.prompt.begin() + std::min<int64_t>(cached, static_cast<int64_t>(req.prompt.size())));
@@ -73,6 +76,8 @@ struct scheduler_state {
   std::vector<int64_t> running;  // admission order
   std::vector<int64_t> free_slots;
   std::unique_ptr<prefix_reuse> prefix;  // null: nothing reused (stages on other hosts)
+  std::vector<cache_op> ops;             // the moves of rows the next step makes first, in order
+  std::vector<std::pair<slot_request, caf::actor>> slot_requests;  // waiting for the step in flight to end
   bool busy = false;
   int64_t step = 0;  // the step in flight (or the last one)
   std::vector<member> members;
@@ -131,12 +136,12 @@ void finish(scheduler_ptr self, int64_t id, const std::string& reason, const std
                s.generated.empty() ? 0.0 : seconds_between(s.submitted, s.first_token),
                seconds_between(s.submitted, now),
                s.reused,
-               std::max<int64_t>(0, std::min<int64_t>(s.cached, static_cast<int64_t>(s.req.prompt.size())) - s.reused)};
+               std::max<int64_t>(0, std::min<int64_t>(s.cached + s.dropped, static_cast<int64_t>(s.req.prompt.size())) - s.reused)};
   if (s.sink) caf::anon_send(s.sink, d);  // (a typed actor sends to untyped ones anonymously)
   self->send(st.telemetry, d);
   if (s.slot >= 0) {
-    if (st.prefix && reason == "error") st.prefix->forget(s.slot);
-    else if (st.prefix) st.prefix->release(s.slot, s.computed());
+    if (st.prefix && (reason == "error" || s.shifted)) st.prefix->forget(s.slot);
+    else if (st.prefix) st.prefix->release(s.slot, s.computed(), st.ops);
     st.free_slots.push_back(s.slot);
     if (st.compute->sampler) self->send(st.compute->sampler, close_atom::value, id);
   }
@@ -151,6 +156,7 @@ std::vector<std::vector<token_id>> running_rows(const scheduler_state& st, std::
   rows.reserve(st.running.size());
   for (int64_t id : st.running) {
     const sequence& r = st.seqs.at(id);
+    if (r.shifted) continue;
     rows.push_back(r.computed());
     holders.push_back({r.slot, rows.back()});
   }
@@ -166,8 +172,9 @@ void begin_prompt(scheduler_ptr self, sequence& s) {
   if (!s.req.cache_prompt) return st.prefix->forget(s.slot);
   std::vector<prefix_reuse::holder> holders;
   const auto rows = running_rows(st, holders);
-  s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders);
-  if (st.prefix->has_ops()) s.moved_in = st.step + 1;
+  const size_t ops_before = st.ops.size();
+  s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders, st.ops);
+  if (st.ops.size() > ops_before) s.moved_in = st.step + 1;
   const int64_t limit = static_cast<int64_t>(s.req.prompt.size()) - 1;
   for (int64_t id : st.running) {  // worth waiting for: a block's worth more than it has
     const sequence& r = st.seqs.at(id);
@@ -188,8 +195,9 @@ void resolve_followers(scheduler_ptr self) {
     s.follow = -1, s.follow_len = 0;
     std::vector<prefix_reuse::holder> holders;
     const auto rows = running_rows(st, holders);
-    s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders);
-    if (st.prefix->has_ops()) s.moved_in = st.step + 1;
+    const size_t ops_before = st.ops.size();
+    s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders, st.ops);
+    if (st.ops.size() > ops_before) s.moved_in = st.step + 1;
   }
 }
 
@@ -206,6 +214,23 @@ void admit(scheduler_ptr self) {
     st.running.push_back(id);
     self->send(st.compute->sampler, open_atom::value, id, s.req.sampling, s.req.prompt);
   }
+}
+
+// A sequence at the end of its context: with --context-shift (llama.cpp's), its first `keep` tokens
+// (and a BOS before them) stay and half of the rest go, the rows after them moved down; false when it
+// does not shift (it then ends, "context").
+bool shift_context(scheduler_ptr self, sequence& s) {
+  auto& st = self->state;
+  if (!st.p->context_shift) return false;
+  const token_id bos = st.p->m->vocabulary().bos();
+  const cache_op op = context_shift(s.slot, s.cached, st.p->ctx->n_ctx(), st.p->keep, static_cast<int64_t>(s.req.prompt.size()),
+                                    bos >= 0 && s.req.prompt.front() == bos);
+  if (op.count < 1) return false;
+  st.ops.push_back(op);
+  s.cached -= op.count, s.dropped += op.count;
+  s.shifted = true;
+  s.moved_in = st.step + 1;
+  return true;
 }
 
 void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, const std::vector<token_id>& tokens) {
@@ -229,7 +254,7 @@ void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, const std
     s.generated.push_back(t);
     if (s.sink) caf::anon_send(s.sink, token_event{s.id, t, static_cast<int64_t>(s.generated.size()) - 1, clock_type::now()});
     if (static_cast<int64_t>(s.generated.size()) >= s.req.n_predict) finish(self, s.id, "length");
-    else if (s.cached >= n_ctx) finish(self, s.id, "context");
+    else if (s.cached >= n_ctx && !shift_context(self, s)) finish(self, s.id, "context");
   }
   st.busy = false;
   schedule(self);
@@ -250,10 +275,10 @@ void on_step(scheduler_ptr self, step_result& r) {
     s.cached += mb.count;
     s.isolated = false;
     if (!s.prompt_done()) continue;
-    if (prefill && st.prefix && s.req.cache_prompt) st.prefix->keep(s.slot, s.req.prompt);  // (others may share it from now on)
+    if (prefill && st.prefix && s.req.cache_prompt && !s.shifted) st.prefix->keep(s.slot, s.req.prompt, st.ops);  // (others may share it from now on)
     if (s.cancelled) finish(self, s.id, "cancelled");
     else if (s.req.n_predict <= static_cast<int64_t>(s.generated.size())) finish(self, s.id, "length");
-    else if (s.cached >= n_ctx) finish(self, s.id, "context");
+    else if (s.cached >= n_ctx && !shift_context(self, s)) finish(self, s.id, "context");
     else to_sample.push_back(s.id), rows.push_back(mb.first_logit + mb.logits - 1);
   }
   self->send(st.telemetry, step_atom::value, rec);
@@ -293,25 +318,67 @@ void on_step_failed(scheduler_ptr self, int64_t step, const std::string& why) {
     return;
   }
   restart_compute(self);
-  if (st.prefix) {  // the step's moves may not have been made: nothing cached is trusted, and what moved in is computed again
-    st.prefix->forget_all();
-    for (int64_t id : st.running) {
-      sequence& s = st.seqs.at(id);
-      if (s.moved_in == st.step && s.generated.empty()) s.cached = s.reused = 0;
-    }
+  // The step's moves may not have been made: nothing cached is trusted; what moved in is computed
+  // again, and a sequence whose context shift was among them ends (its rows may be either way).
+  st.ops.clear();
+  if (st.prefix) st.prefix->forget_all();
+  std::vector<int64_t> unsure;
+  for (int64_t id : st.running) {
+    sequence& s = st.seqs.at(id);
+    if (s.moved_in != st.step) continue;
+    if (s.shifted) unsure.push_back(id);
+    else if (s.generated.empty()) s.cached = s.reused = 0;
   }
+  for (int64_t id : unsure) finish(self, id, "error", "its context shift was in a step that failed: " + why);
   // Alone, the sequence is the cause; together, each is retried alone to find out which.
   if (st.members.size() == 1) finish(self, st.members[0].id, "error", why);
   else
-    for (const member& mb : st.members) st.seqs.at(mb.id).isolated = true;
+    for (const member& mb : st.members)
+      if (auto it = st.seqs.find(mb.id); it != st.seqs.end()) it->second.isolated = true;
   st.busy = false;
   schedule(self);
+}
+
+// A slot's file saved or restored, or the slot erased: between steps, on a free slot.
+slot_event slot_action(scheduler_state& st, const slot_request& r) {
+  slot_event e{r.id, r.action, r.slot, false, {}, 0, 0, 0};
+  const auto t0 = clock_type::now();
+  try {
+    const int64_t n_seq = st.p->ctx->n_seq();
+    if (!st.prefix) throw std::runtime_error("slots are not kept here (stages on other hosts: --workers)");
+    if (r.slot < 0 || r.slot >= n_seq) throw std::invalid_argument(fmt::format("slot {} does not exist: this server has slots 0 to {} (--parallel)", r.slot, n_seq - 1));
+    if (std::find(st.free_slots.begin(), st.free_slots.end(), r.slot) == st.free_slots.end())
+      throw std::runtime_error(fmt::format("slot {} is busy with a request", r.slot));
+    // No step is in flight: the moves the next step would make first are made now, in order.
+    st.p->ctx->apply(std::exchange(st.ops, {}));
+    kv_cache& kv = st.p->ctx->cache();
+    if (r.action == "save") {
+      const std::vector<token_id> tokens = st.prefix->held(r.slot);
+      e.bytes = save_slot(kv, st.p->model_identity, r.slot, tokens, r.path);
+      e.n_tokens = static_cast<int64_t>(tokens.size());
+    } else if (r.action == "restore") {
+      const std::vector<token_id> tokens = restore_slot(kv, st.p->model_identity, r.slot, r.path, e.bytes);
+      st.prefix->release(r.slot, tokens, st.ops);  // held, and kept in the store, as a sequence's that ended
+      e.n_tokens = static_cast<int64_t>(tokens.size());
+    } else if (r.action == "erase") {
+      e.n_tokens = static_cast<int64_t>(st.prefix->held(r.slot).size());
+      st.prefix->forget(r.slot);
+    } else {
+      throw std::invalid_argument(fmt::format("unknown slot action '{}': save, restore or erase", r.action));
+    }
+    e.ok = true;
+  } catch (const std::exception& x) {
+    e.error = x.what();
+  }
+  e.ms = 1000 * seconds_between(t0, clock_type::now());
+  return e;
 }
 
 void schedule(scheduler_ptr self) {
   auto& st = self->state;
   st.p->stats->set_mailbox(actor_id::scheduler, static_cast<int64_t>(self->mailbox().size()));
   if (st.busy) return;
+  for (auto& [r, sink] : std::exchange(st.slot_requests, {})) caf::anon_send(sink, slot_action(st, r));
   // Cancelled sequences leave at the step boundary; waiting ones take the free slots.
   std::vector<int64_t> cancelled;
   for (int64_t id : st.running)
@@ -372,7 +439,7 @@ void schedule(scheduler_ptr self) {
     --st.step;
     return;
   }
-  if (st.prefix) plan.cache_ops = st.prefix->take_ops();
+  plan.cache_ops = std::exchange(st.ops, {});
   st.busy = true;
   st.step_start = clock_type::now();
   const int64_t step = st.step;
@@ -459,6 +526,10 @@ scheduler_actor::behavior_type scheduler_fn(scheduler_ptr self, std::shared_ptr<
         if (!bad.empty()) return finish(self, id, "error", bad);
         st.waiting.push_back(id);
         schedule(self);
+      },
+      [self](slot_atom, slot_request& r) {
+        self->state.slot_requests.emplace_back(std::move(r), caf::actor_cast<caf::actor>(self->current_sender()));
+        schedule(self);  // now when idle, else when the step in flight ends
       },
       [self](cancel_atom, int64_t id) {
         auto& st = self->state;

@@ -148,7 +148,7 @@ class Client:
                 return reply
 
     def call(self, kind, **fields):
-        """health, model_info, tokenize (text=...), detokenize (tokens=[...]): the one reply."""
+        """health, model_info, tokenize (text=...), detokenize (tokens=[...]), slot (action=..., slot=..., filename=...): the one reply."""
         request_id = next(self._ids)
         self._send(self.schema.request(kind, request_id, **fields))
         return self._reply_to(request_id)

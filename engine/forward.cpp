@@ -198,6 +198,20 @@ void inference_context::check_step(std::span<const token_id> tokens, std::span<c
 
 // ---- Whole steps ------------------------------------------------------------------------------------
 
+void inference_context::apply(std::span<const cache_op> ops) {
+  const hparams& hp = env_.hp();
+  for (const cache_op& op : ops) {
+    if (op.what != cache_op::kind::shift) {
+      kv_.apply(op);
+      continue;
+    }
+    // Keys were stored turned by RoPE at their positions; turned back by the positions they move
+    // down (the rotation alone: the angles compose, and Phi-3's factor scaled them once already).
+    const rope_angles back(hp, -op.count, hp.rope_factors_for(kv_.n_ctx()), false);
+    kv_.shift(op, [&](float* key_row) { rope(key_row, hp.n_head_kv, hp, back); });
+  }
+}
+
 std::span<const float> inference_context::forward(token_id token, int64_t pos) {
   // One token is a batch of one (its own choice of neurons, never dense in place of the predictor).
   const int64_t seq = 0;

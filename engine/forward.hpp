@@ -110,10 +110,9 @@ class inference_context {
   void reserve_prefix_store(int64_t blocks, int64_t block_tokens) { kv_.reserve_store(blocks, block_tokens); }
   uint64_t cache_position_bytes() const { return kv_.position_bytes(); }
   int64_t prefix_store_blocks() const { return kv_.store_blocks(); }
+  kv_cache& cache() { return kv_; }  // (between steps only: slot files)
   int64_t prefix_block_tokens() const { return kv_.block_tokens() > 0 ? kv_.block_tokens() : 16; }  // every layer's key and value rows of one position
-  void apply(std::span<const cache_op> ops) {
-    for (const cache_op& op : ops) kv_.apply(op);
-  }
+  void apply(std::span<const cache_op> ops);
 
   int64_t n_ctx() const { return kv_.n_ctx(); }
   int64_t n_seq() const { return kv_.n_seq(); }

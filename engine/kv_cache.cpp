@@ -36,7 +36,57 @@ void kv_cache::reserve_store(int64_t blocks, int64_t block_tokens) {
   if (blocks > 0) store_ = page_buffer(static_cast<size_t>(blocks) * block_bytes(), "the prefix store");
 }
 
+void kv_cache::read_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, uint8_t* dst) const {
+  check_slot(slot, pos);
+  if (n < 0 || pos + n > n_ctx_) throw std::out_of_range(fmt::format("rows {}..{}: outside the context of {}", pos, pos + n, n_ctx_));
+  const size_t at = static_cast<size_t>((slot * n_ctx_ + pos) * row_bytes_), bytes = static_cast<size_t>(n * row_bytes_);
+  if (device_ && device_->attention(layer)) return device_->cache_out(layer, values, at, dst, bytes);
+  std::memcpy(dst, (values ? v_layer(layer) : k_layer(layer)) + at, bytes);
+}
+
+void kv_cache::write_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, const uint8_t* src) {
+  check_slot(slot, pos);
+  if (n < 0 || pos + n > n_ctx_) throw std::out_of_range(fmt::format("rows {}..{}: outside the context of {}", pos, pos + n, n_ctx_));
+  const size_t at = static_cast<size_t>((slot * n_ctx_ + pos) * row_bytes_), bytes = static_cast<size_t>(n * row_bytes_);
+  if (device_ && device_->attention(layer)) return device_->cache_in(layer, values, at, src, bytes);
+  std::memcpy((values ? v_layer(layer) : k_layer(layer)) + at, src, bytes);
+}
+
+void kv_cache::shift(const cache_op& op, const std::function<void(float* key_row)>& rotate) {
+  const int64_t keep = op.pos, drop = op.count, held = op.from;
+  if (op.slot < 0 || op.slot >= n_seq_ || keep < 0 || drop < 1 || keep + drop > held || held > n_ctx_)
+    throw std::out_of_range(fmt::format("a context shift of slot {} dropping {}..{} of {}: outside the {} x {} the cache holds", op.slot, keep, keep + drop,
+                                        held, n_seq_, n_ctx_));
+  const int64_t moved = held - keep - drop, width = row_bytes_ / value_bytes_;
+  const size_t first = static_cast<size_t>((op.slot * n_ctx_ + keep) * row_bytes_), bytes = static_cast<size_t>((held - keep) * row_bytes_);
+  std::vector<float> row(static_cast<size_t>(width));
+  for (int64_t il = 0; il < n_layer_; ++il)
+    for (int values = 0; values < 2; ++values) {
+      const bool there = device_ && device_->attention(il);
+      uint8_t* rows = (values ? v_layer(il) : k_layer(il)) + first;
+      if (there) {  // through the host: the slot's rows from keep on, out and back in
+        staging_.resize(bytes);
+        device_->cache_out(il, values != 0, first, staging_.data(), bytes);
+        rows = staging_.data();
+      }
+      for (int64_t p = 0; p < moved; ++p) {
+        uint8_t* to = rows + p * row_bytes_;
+        const uint8_t* from = rows + (p + drop) * row_bytes_;
+        if (values) {
+          std::memmove(to, from, static_cast<size_t>(row_bytes_));
+          continue;
+        }
+        if (type_ == tensor_type::f16) kernels::fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(from), row.data(), static_cast<size_t>(width));
+        else std::memcpy(row.data(), from, static_cast<size_t>(row_bytes_));
+        rotate(row.data());
+        store(to, row.data(), width);
+      }
+      if (there) device_->cache_in(il, values != 0, first, staging_.data(), static_cast<size_t>(moved * row_bytes_));
+    }
+}
+
 void kv_cache::apply(const cache_op& op) {
+  if (op.what == cache_op::kind::shift) throw std::invalid_argument("a context shift turns keys by RoPE: inference_context::apply does it");
   const bool copy = op.what == cache_op::kind::copy;
   const int64_t n = copy ? op.count : block_tokens_;
   auto check = [&](int64_t slot) {

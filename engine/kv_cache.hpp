@@ -5,6 +5,7 @@
 // position 8 KB apart at n_embd 2048, and only the positions written are backed), except the layers
 // whose attention a hot device holds: their cache is the device's (device_layers::k_cache).
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/cache_op.hpp"
@@ -43,9 +44,18 @@ class kv_cache {
   int64_t block_tokens() const { return block_tokens_; }
   uint64_t block_bytes() const { return static_cast<uint64_t>(block_tokens_) * position_bytes(); }  // of one block
   uint64_t position_bytes() const { return static_cast<uint64_t>(n_layer_ * 2 * row_bytes_); }  // every layer's key and value rows
-  // Carries out the moves in order (a device's layers through its copies); std::out_of_range for a
+  // Carries out a move (a device's layers through its copies) but a shift; std::out_of_range for a
   // slot, block or position outside what is held.
   void apply(const cache_op& op);
+  // n rows of a slot's layer (its keys, or its values) from position pos, out to host memory or in
+  // from it (a device's layers through its copies); row_bytes() each.
+  void read_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, uint8_t* dst) const;
+  void write_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, const uint8_t* src);
+  int64_t row_bytes() const { return row_bytes_; }
+  int64_t n_layer() const { return n_layer_; }
+  // A shift (cache_op::kind::shift): every layer's rows moved down, each moved key row (n_embd_kv
+  // floats) turned by `rotate` on its way.
+  void shift(const cache_op& op, const std::function<void(float* key_row)>& rotate);
   // The layers whose attention d holds keep their cache there; the others (and every layer, with d
   // null) here. std::invalid_argument when d's cache has other positions, slots or type.
   void place(const device_layers* d);

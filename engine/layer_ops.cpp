@@ -51,11 +51,11 @@ void apply_norm(norm_kind kind, const norm_weights& nw, const float* x, float* o
   else rms_norm(x, w, out, n, eps);
 }
 
-rope_angles::rope_angles(const hparams& hp, int64_t pos, const std::vector<float>& factors) {
+rope_angles::rope_angles(const hparams& hp, int64_t pos, const std::vector<float>& factors, bool scaled) {
   const float theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.n_rot));
   float theta = static_cast<float>(pos) * hp.rope_freq_scale;
   const float* factor = factors.empty() ? nullptr : factors.data();
-  const float m = hp.rope_attn_factor;
+  const float m = scaled ? hp.rope_attn_factor : 1.0f;
   for (int64_t i = 0; i < hp.n_rot / 2; ++i, theta *= theta_scale) {
     const float t = factor ? theta / factor[i] : theta;
     c[i] = std::cos(t) * m, s[i] = std::sin(t) * m;

@@ -21,10 +21,11 @@ void apply_norm(norm_kind kind, const norm_weights& nw, const float* x, float* o
 // RoPE at one position: the rotation's cosines and sines (n_rot / 2 pairs), the same for every head,
 // computed once and applied to the query heads and the key heads. factors: the per-pair frequency
 // factors the context rotates by (hparams::rope_factors_for its size; empty: none). Both are scaled by
-// rope_attn_factor (Phi-3's long context; 1 elsewhere), as ggml's rope scales them.
+// rope_attn_factor (Phi-3's long context; 1 elsewhere), as ggml's rope scales them — unless `scaled`
+// is false: the rotation alone (a cached key moved to another position, which was scaled once).
 struct rope_angles {
   float c[max_rope_dims / 2], s[max_rope_dims / 2];
-  rope_angles(const hparams& hp, int64_t pos, const std::vector<float>& factors);
+  rope_angles(const hparams& hp, int64_t pos, const std::vector<float>& factors, bool scaled = true);
 };
 // Each head of v (n_heads x head_dim) through RMSNorm with the same weights w (head_dim): Qwen3's
 // norms of q and k.

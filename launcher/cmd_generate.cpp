@@ -24,7 +24,10 @@ void check_fits(int64_t n_prompt, int64_t n_ctx) {
     throw std::length_error(fmt::format("the prompt has {} tokens, more than the context of {} (raise -c)", n_prompt, n_ctx));
 }
 
-int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt) { return n_predict < 0 ? std::max<int64_t>(0, n_ctx - n_prompt) : n_predict; }
+int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt, bool context_shift) {
+  if (n_predict >= 0) return n_predict;
+  return context_shift ? std::numeric_limits<int32_t>::max() : std::max<int64_t>(0, n_ctx - n_prompt);  // (shifting: until the end of the text)
+}
 
 void finalize_seed(sampling_args& s) {
   check_sampling_flags(s.p);
@@ -48,25 +51,43 @@ std::span<const float> feed(inference_context& ctx, const std::vector<token_id>&
   return logits;
 }
 
+// The context shift of the direct path (--context-shift): what it keeps of the prompt.
+struct shift_rule {
+  bool on = false;
+  int64_t keep = 0, prompt_tokens = 0;
+  bool bos_first = false;
+  int64_t shifts = 0, dropped = 0;  // made so far, and the positions they dropped
+  int64_t kept = 0;                 // the positions the last one kept at the start
+};
+
 // Generates up to n tokens after `logits`, streaming their text; returns how many were generated
-// (their ids appended to `out` when given).
-int generate(inference_context& ctx, sampler& smp, std::span<const float> logits, int64_t& pos, int n, std::vector<token_id>* out = nullptr) {
+// (their ids appended to `out` when given). A full context ends it (said on stderr), or with
+// shift.on is shifted and it goes on.
+int generate(inference_context& ctx, sampler& smp, std::span<const float> logits, int64_t& pos, int n, shift_rule& shift,
+             std::vector<token_id>* out = nullptr) {
   const vocab& v = ctx.get_model().vocabulary();
   int produced = 0;
-  while (produced < n && pos < ctx.n_ctx()) {
+  while (produced < n && (pos < ctx.n_ctx() || shift.on)) {
     token_id next;
     {
       trace_scope span(ctx.trace(), step_part::sample, ctx.steps() - 1, ctx.get_model().hp().n_layer);
       next = smp.sample(logits);
     }
-    if (v.is_end_of_generation(next)) break;
+    if (v.is_end_of_generation(next)) return produced;
     smp.accept(next);
     write_piece(v.piece(next));
     if (out) out->push_back(next);
     ++produced;
-    if (pos >= ctx.n_ctx()) break;
+    if (pos >= ctx.n_ctx()) {  // (shift.on)
+      const cache_op op = context_shift(0, pos, ctx.n_ctx(), shift.keep, shift.prompt_tokens, shift.bos_first);
+      if (op.count < 1) break;
+      ctx.apply(std::span(&op, 1));
+      pos -= op.count;
+      ++shift.shifts, shift.dropped += op.count, shift.kept = op.pos;
+    }
     logits = ctx.forward(next, pos++);
   }
+  if (produced < n) fmt::print(stderr, "\nhotcold: the context is full ({} tokens){}\n", ctx.n_ctx(), shift.on ? "" : "; --context-shift goes on past it");
   return produced;
 }
 
@@ -88,11 +109,12 @@ void run_on_actors(loaded& l, const run_args& a, const std::vector<token_id>& to
   auto p = l.make_pipeline();
   actors::generation_request r;
   r.prompt = tokens;
-  r.n_predict = static_cast<int32_t>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), static_cast<int64_t>(tokens.size())));
+  r.n_predict = static_cast<int32_t>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), static_cast<int64_t>(tokens.size()), l.context_shift));
   r.sampling = a.s.p;
   p->submit(std::move(r));
   const auto d = stream_until_done(*p, l.m->vocabulary());
   fmt::print("\n");
+  if (d.finish == "context") fmt::print(stderr, "hotcold: the context is full ({} tokens); --context-shift goes on past it\n", l.ctx->n_ctx());
   const double t_gen = d.total_s - d.time_to_first_token_s;
   fmt::print(stderr, "hotcold: prompt {} tokens, first token after {:.0f} ms; generated {} tokens in {:.0f} ms ({:.1f} tok/s after the first)\n",
              d.prompt_tokens, 1000 * d.time_to_first_token_s, d.generated_tokens, 1000 * d.total_s,
@@ -108,7 +130,9 @@ void run_direct(loaded& l, const run_args& a, const std::vector<token_id>& token
   auto logits = feed(*l.ctx, tokens, pos);
   const double t_prompt = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  const int n = generate(*l.ctx, smp, logits, pos, static_cast<int>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), pos)));
+  const token_id bos = l.m->vocabulary().bos();
+  shift_rule shift{l.context_shift, l.keep, static_cast<int64_t>(tokens.size()), bos >= 0 && tokens.front() == bos};
+  const int n = generate(*l.ctx, smp, logits, pos, static_cast<int>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), pos, shift.on)), shift);
   const double t_gen = seconds_since(t1);
   fmt::print("\n");
   fmt::print(stderr, "hotcold: prompt {} tokens in {:.0f} ms ({:.1f} tok/s); generated {} tokens in {:.0f} ms ({:.1f} tok/s)\n", tokens.size(),
@@ -128,6 +152,39 @@ void run_text(run_args a) {
   l.finish();
 }
 
+namespace {
+// What a chat holds: the conversation, its tokens as the template wrote them (`written`: each turn the
+// whole conversation is written again and only what differs from them is computed — the new user
+// turn, and whatever the template writes around the last reply), and with --context-shift the written
+// tokens a shift dropped, [kept, dropped_end): a turn computes from where it differs, that many
+// positions lower in the cache.
+struct chat_state {
+  std::vector<chat_message> conversation;
+  std::vector<token_id> written;
+  shift_rule shift;
+  int64_t kept = 0, dropped_end = 0;
+  void dropped(int64_t at, int64_t count) {
+    if (dropped_end == 0) kept = dropped_end = at;
+    dropped_end += count;
+  }
+};
+
+// A chat turn's computation: its new tokens from pos, the reply (shifting as generate needs), the
+// conversation and what was written brought up to date.
+void reply_to(loaded& l, const chat_args& a, sampler& smp, const std::vector<token_id>& fresh, int64_t pos, const std::vector<token_id>& tokens,
+              chat_state& c) {
+  auto logits = feed(*l.ctx, fresh, pos);
+  std::vector<token_id> reply;
+  const int64_t before = c.shift.dropped;
+  generate(*l.ctx, smp, logits, pos, static_cast<int>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), pos, c.shift.on)), c.shift, &reply);
+  if (c.shift.dropped > before) c.dropped(c.shift.kept, c.shift.dropped - before);
+  c.written = tokens;
+  c.written.insert(c.written.end(), reply.begin(), reply.end());
+  c.conversation.push_back({"assistant", l.m->vocabulary().detokenize(reply)});
+  fmt::print("\n");
+}
+}  // namespace
+
 void run_chat(chat_args a) {
   finalize_seed(a.s);
   auto l = load(a.m);
@@ -136,12 +193,10 @@ void run_chat(chat_args a) {
   const chat_template tmpl = chat_template::choose(l.m->chat_template_text(), a.chat_template, &note);
   if (!note.empty()) fmt::print(stderr, "hotcold chat: {}\n", note);
   sampler smp(a.s.p);
-  std::vector<chat_message> conversation;
-  if (!a.system.empty()) conversation.push_back({"system", a.system});
-  // The tokens the context holds: each turn the whole conversation is written again with the
-  // template and only what differs from them is computed (the new user turn, and whatever the
-  // template writes around the last reply).
-  std::vector<token_id> held;
+  chat_state c;
+  if (!a.system.empty()) c.conversation.push_back({"system", a.system});
+  const token_id bos = v.bos();
+  c.shift = shift_rule{l.context_shift, l.keep, 0, false};
   fmt::print(stderr, "hotcold chat: {} template; type a line and press Enter; Ctrl-D ends.\n", tmpl.name());
   for (;;) {
     char* line = readline("> ");
@@ -149,24 +204,27 @@ void run_chat(chat_args a) {
     std::string text = line;
     std::free(line);
     if (!text.empty()) add_history(text.c_str());
-    conversation.push_back({"user", text});
-    const std::vector<token_id> tokens = tmpl.tokenize(v, conversation, true);
-    if (static_cast<int64_t>(tokens.size()) >= l.ctx->n_ctx()) {
-      fmt::print(stderr, "hotcold chat: the context is full ({} tokens); start a new chat\n", l.ctx->n_ctx());
+    c.conversation.push_back({"user", text});
+    const std::vector<token_id> tokens = tmpl.tokenize(v, c.conversation, true);
+    if (c.written.empty()) c.shift.prompt_tokens = static_cast<int64_t>(tokens.size()), c.shift.bos_first = bos >= 0 && tokens.front() == bos;
+    // (At least the last token is computed again: its logits start the reply.)
+    size_t same = std::min<size_t>(std::mismatch(c.written.begin(), c.written.end(), tokens.begin(), tokens.end()).first - c.written.begin(), tokens.size() - 1);
+    if (static_cast<int64_t>(same) < c.dropped_end) same = 0, c.kept = c.dropped_end = 0;  // (it differs where the cache dropped it: all again)
+    int64_t pos = static_cast<int64_t>(same) - (c.dropped_end - c.kept);
+    const std::vector<token_id> fresh(tokens.begin() + static_cast<std::ptrdiff_t>(same), tokens.end());
+    while (c.shift.on && pos + static_cast<int64_t>(fresh.size()) >= l.ctx->n_ctx()) {  // room for the turn first
+      const cache_op op = context_shift(0, pos, l.ctx->n_ctx(), c.shift.keep, c.shift.prompt_tokens, c.shift.bos_first);
+      if (op.count < 1) break;
+      l.ctx->apply(std::span(&op, 1));
+      pos -= op.count;
+      c.dropped(op.pos, op.count);
+    }
+    if (pos + static_cast<int64_t>(fresh.size()) >= l.ctx->n_ctx()) {
+      fmt::print(stderr, "hotcold chat: the context is full ({} tokens){}\n", l.ctx->n_ctx(), c.shift.on ? "" : "; start a new chat, or --context-shift");
       break;
     }
-    // (At least the last token is computed again: its logits start the reply.)
-    const size_t same = std::min<size_t>(std::mismatch(held.begin(), held.end(), tokens.begin(), tokens.end()).first - held.begin(), tokens.size() - 1);
-    const std::vector<token_id> fresh(tokens.begin() + static_cast<std::ptrdiff_t>(same), tokens.end());
     for (token_id t : fresh) smp.accept(t);
-    int64_t pos = static_cast<int64_t>(same);
-    auto logits = feed(*l.ctx, fresh, pos);
-    std::vector<token_id> reply;
-    generate(*l.ctx, smp, logits, pos, static_cast<int>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), pos)), &reply);
-    held = tokens;
-    held.insert(held.end(), reply.begin(), reply.end());
-    conversation.push_back({"assistant", v.detokenize(reply)});
-    fmt::print("\n");
+    reply_to(l, a, smp, fresh, pos, tokens, c);
   }
   l.finish();
 }

@@ -53,7 +53,7 @@ void check_fits(int64_t n_prompt, int64_t n_ctx);
 void finalize_seed(sampling_args& s);
 // -n as llama.cpp reads it: a count, or -1 for "until the end of the text or a full context" (the
 // room the context has after n_prompt tokens).
-int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt);
+int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt, bool context_shift = false);
 double seconds_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace hotcold::launcher

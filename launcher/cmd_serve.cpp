@@ -38,6 +38,7 @@ void run_serve(const serve_args& a) {
   auto s = a.s;
   s.stages = l.stages;
   s.prefix_store_bytes = l.prefix_store_bytes;
+  s.context_shift = l.context_shift, s.keep = l.keep;
   const auto c = server::serve(l, s, stop_requested);
   fmt::print(stderr, "hotcold serve: stopped: {} frames, {} bad, {} requests ({} completed, {} cancelled, {} failed), {} busy, {} unreachable, {} keys refused, {} clients cut off\n",
              c.frames, c.bad_frames, c.requests, c.completed, c.cancelled, c.errors, c.busy, c.unreachable, c.refused_keys, c.cut_off);

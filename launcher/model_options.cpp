@@ -115,6 +115,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     o.log(fmt::format("hotcold: threads wait for {} by {} (--device-wait)", l.dev->name(), devices::device_wait_name(devices::current_device_wait())));
   l.trace_path = a.trace_out;
   l.prefix_store_bytes = prefix_store_bytes(a.cache_ram_mib);
+  l.context_shift = a.context_shift, l.keep = a.keep;
   if (!a.workers.empty()) {  // the layers on other processes: the plan of stages
     auto& p = l.stages;
     p.stages = actors::split_layers(worker_addresses(a.workers, !a.workers_tls.empty()), a.split, hp.n_layer);
@@ -135,6 +136,7 @@ std::unique_ptr<actors::pipeline> loaded::make_pipeline(int64_t prefill_chunk, i
   o.prefill_chunk = prefill_chunk;
   o.recall_every = recall_every;
   o.prefix_store_bytes = prefix_store_bytes;
+  o.context_shift = context_shift, o.keep = keep;
   o.hot = hot;
   o.trace = trace.get();
   return std::make_unique<actors::pipeline>(ctx, o);

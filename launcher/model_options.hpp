@@ -28,6 +28,10 @@ struct model_args {
   // 0 none (each slot still reuses its own rows); default 8192 (llama-server's --cache-ram), at most a
   // quarter of the machine's memory.
   int64_t cache_ram_mib = 8192;
+  // run, chat, serve: a full context drops half of what follows the first `keep` tokens (and BOS;
+  // -1: the whole prompt) and goes on, as llama.cpp's --context-shift / --keep; else it ends there.
+  bool context_shift = false;
+  int64_t keep = 0;
   int64_t n_gpu_layers = -1;    // dense files: layers the hot device holds whole (-1: as many as fit)
   bool sim_kernels = false;     // --device sim computes as a GPU does (devices::device_options::sim_kernels)
   std::string device_wait = "auto";  // how threads wait for the device: auto | spin | yield | block (devices::device_wait)
@@ -51,6 +55,8 @@ struct loaded : loader::opened_model {
   std::string trace_path;
   actors::stage_plan stages;  // --workers, --split, --workers-tls (empty: every layer here)
   uint64_t prefix_store_bytes = 0;  // --cache-ram's
+  bool context_shift = false;        // --context-shift, --keep
+  int64_t keep = 0;
   // The actor pipeline over this context, hot rows and trace.
   // recall_every: steps between the predictors' recall checks (0: none).
   std::unique_ptr<actors::pipeline> make_pipeline(int64_t prefill_chunk = 32, int64_t recall_every = 0, int micro_batches = 1);

@@ -182,6 +182,16 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   cmd->callback([a, &exit_code] { exit_code = run_guarded("worker", [&] { run_worker(*a); }); });
 }
 
+// run, chat and serve: llama.cpp's context shift.
+void add_context_shift_options(CLI::App* cmd, model_args& m) {
+  cmd->add_flag("--context-shift", m.context_shift,
+                "When a sequence fills the context, drop half of what follows its first --keep tokens and go on (llama.cpp's); without it "
+                "generation ends there (finish 'context', the API's 'length')");
+  cmd->add_option("--keep", m.keep, "With --context-shift: tokens of the prompt kept at its start, after BOS (-1: the whole prompt)")
+      ->check(whole_in(-1, 1ll << 40))
+      ->capture_default_str();
+}
+
 void add_sampling_options(CLI::App* cmd, sampling_args& s) {
   cmd->add_option("-n,--n-predict", s.n_predict, "Tokens to generate (-1: until the end of the text or a full context)")
       ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
@@ -206,6 +216,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   add_worker_options(cmd, a->m);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   add_sampling_options(cmd, a->s);
+  add_context_shift_options(cmd, a->m);
   cmd->callback([a, cmd, &exit_code] {
     a->s.seed_given = cmd->count("--seed") > 0;
     exit_code = run_guarded("run", [&] {
@@ -255,6 +266,7 @@ void add_chat_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("chat", "Interactive: each line you type is a user turn of the conversation, written with the model's chat template, and the model answers it");
   add_model_options(cmd, a->m, false);
   add_sampling_options(cmd, a->s);
+  add_context_shift_options(cmd, a->m);
   cmd->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's own (" + chat_template::names() + ")");
   cmd->add_option("--system", a->system, "A system message to start the conversation with");
   cmd->callback([a, cmd, &exit_code] {
@@ -325,6 +337,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<serve_args>();
   auto* cmd = app.add_subcommand("serve", "Serve generate/tokenize/... requests over ZeroMQ (protocol/README.md) until SIGINT or SIGTERM");
   add_model_options(cmd, a->m, false);
+  add_context_shift_options(cmd, a->m);
   add_worker_options(cmd, a->m);
   cmd->add_option("--zmq", a->s.endpoint, "Endpoint to bind: tcp://HOST:PORT or ipc://PATH (loopback only unless --allow-remote)")->capture_default_str();
   cmd->add_option("--max-queue", a->s.max_queue, "Requests that may wait for a free sequence slot before new ones get `busy`")
@@ -372,6 +385,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "nothing else of its waits)")
       ->check(CLI::Range(int64_t{4096}, int64_t{1} << 32))
       ->capture_default_str();
+  cmd->add_option("--slot-save-path", a->s.slot_save_path,
+                  "Folder for slot files (llama-server's): POST /slots/{id}?action=save|restore with {\"filename\": NAME} writes or reads a sequence "
+                  "slot's cache there, action=erase forgets it (default: off)")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--record", a->s.record, "Append one JSON line per finished generate: arrival, request, TTFT, inter-token gaps, end-to-end (for hotcold replay)");
   cmd->add_option("--curve-key", a->s.curve_key, "The server's CURVE key pair (hotcold keygen -o NAME writes NAME.key): encrypt and authenticate");
   cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");

@@ -97,7 +97,15 @@ struct detokenize_request {
   std::string id;
   std::vector<int32_t> tokens;
 };
-using request = std::variant<generate_request, cancel_request, health_request, model_info_request, tokenize_request, detokenize_request>;
+// A sequence slot's cache saved to a file of the server's --slot-save-path, restored from one, or
+// erased (llama-server's POST /slots/{id}?action=...).
+struct slot_request {
+  std::string id;
+  std::string action;    // save, restore, erase
+  int64_t slot = 0;
+  std::string filename;  // save, restore: a name in that folder
+};
+using request = std::variant<generate_request, cancel_request, health_request, model_info_request, tokenize_request, detokenize_request, slot_request>;
 
 struct protocol_error {
   error_code code;
@@ -164,7 +172,15 @@ struct model_info_reply {
   std::string id;
   model_facts model;
 };
-using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply, health_reply, tokens_reply, text_reply, model_info_reply>;
+struct slot_reply {
+  std::string id;
+  std::string action;
+  int64_t slot = 0;
+  int64_t n_tokens = 0;  // saved, restored or erased
+  int64_t n_bytes = 0;   // written or read
+  double ms = 0;
+};
+using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply, health_reply, tokens_reply, text_reply, model_info_reply, slot_reply>;
 
 std::string encode_reply(const reply& r);
 // A reply frame of this version as the struct of its type, or a protocol_error (bad_frame,
@@ -187,6 +203,7 @@ std::string encode_health(std::string_view id, std::string_view status, int64_t 
 std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens);
 std::string encode_model_info(std::string_view id, const model_facts& m);
 std::string encode_text(std::string_view id, std::string_view text);
+std::string encode_slot(const slot_reply& r);
 
 std::string base64(std::string_view bytes);
 // Throws std::invalid_argument on anything that is not base64.

@@ -122,6 +122,12 @@ std::string encode_text(std::string_view id, std::string_view text) {
   return dump(j);
 }
 
+std::string encode_slot(const slot_reply& r) {
+  json j = head("slot", r.id);
+  j.update({{"action", r.action}, {"slot", r.slot}, {"n_tokens", r.n_tokens}, {"n_bytes", r.n_bytes}, {"ms", r.ms}});
+  return dump(j);
+}
+
 std::string encode_model_info(std::string_view id, const model_facts& m) {
   json j = head("model_info", id);
   j["model"] = {{"path", m.path}, {"architecture", m.architecture}, {"activation", m.activation}, {"mode", m.mode},
@@ -141,6 +147,7 @@ struct reply_names {
   std::string_view operator()(const tokens_reply&) const { return "tokens"; }
   std::string_view operator()(const text_reply&) const { return "text"; }
   std::string_view operator()(const model_info_reply&) const { return "model_info"; }
+  std::string_view operator()(const slot_reply&) const { return "slot"; }
 };
 
 struct reply_encoder {
@@ -155,6 +162,7 @@ struct reply_encoder {
   std::string operator()(const tokens_reply& r) const { return encode_tokens(r.id, r.tokens); }
   std::string operator()(const text_reply& r) const { return encode_text(r.id, r.text); }
   std::string operator()(const model_info_reply& r) const { return encode_model_info(r.id, r.model); }
+  std::string operator()(const slot_reply& r) const { return encode_slot(r); }
 };
 
 struct bad_reply {
@@ -240,6 +248,7 @@ reply read_reply(const std::string& type, const reply_reader& r) {
   if (type == "health") return health_reply{id, r.string("status"), r.integer("active"), r.integer("queued")};
   if (type == "tokens") return tokens_reply{id, r.tokens("tokens")};
   if (type == "text") return text_reply{id, r.string("text")};
+  if (type == "slot") return slot_reply{id, r.string("action"), r.integer("slot"), r.integer("n_tokens"), r.integer("n_bytes"), r.number("ms")};
   if (type == "model_info") {
     const auto m = r.object("model");
     model_facts f{m.string("path"), m.string("architecture"), m.string("activation"), m.string("mode"), m.integer("n_vocab"), m.integer("n_ctx"),

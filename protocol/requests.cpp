@@ -244,7 +244,7 @@ std::variant<request, protocol_error> decode_request(std::string_view frame, con
     return protocol_error{error_code::unsupported_version, "\"v\" must be " + std::to_string(protocol_version) + " (this server's protocol version)", id};
   auto t = j.find("type");
   if (t == j.end() || !t->is_string())
-    return protocol_error{error_code::unknown_type, "\"type\" is required: generate, cancel, health, model_info, tokenize or detokenize", id};
+    return protocol_error{error_code::unknown_type, "\"type\" is required: generate, cancel, health, model_info, tokenize, detokenize or slot", id};
   const std::string type = t->get<std::string>();
   try {
     reader r(j, l);
@@ -293,8 +293,18 @@ std::variant<request, protocol_error> decode_request(std::string_view frame, con
       if (!tokens) throw field_error{error_code::invalid_field, "\"tokens\" is required"};
       k.tokens = std::move(*tokens);
       out = std::move(k);
+    } else if (type == "slot") {
+      slot_request k;
+      k.id = r.id();
+      auto action = r.string("action", 16);  // (which ones the server does, it says: save, restore, erase)
+      if (!action) throw field_error{error_code::invalid_field, "\"action\" is required: save, restore or erase"};
+      k.action = std::move(*action);
+      k.slot = r.integer("slot", 0, 0, 1 << 20);
+      k.filename = r.string("filename", 255).value_or("");
+      if (k.action != "erase" && k.filename.empty()) throw field_error{error_code::invalid_field, "\"filename\" is required to " + k.action};
+      out = std::move(k);
     } else {
-      return protocol_error{error_code::unknown_type, "unknown \"type\" \"" + type.substr(0, 32) + "\": generate, cancel, health, model_info, tokenize or detokenize", id};
+      return protocol_error{error_code::unknown_type, "unknown \"type\" \"" + type.substr(0, 32) + "\": generate, cancel, health, model_info, tokenize, detokenize or slot", id};
     }
     r.done();
     return out;
@@ -317,6 +327,7 @@ std::string_view request_type(const request& r) {
     std::string_view operator()(const model_info_request&) const { return "model_info"; }
     std::string_view operator()(const tokenize_request&) const { return "tokenize"; }
     std::string_view operator()(const detokenize_request&) const { return "detokenize"; }
+    std::string_view operator()(const slot_request&) const { return "slot"; }
   };
   return std::visit(names{}, r);
 }
@@ -339,6 +350,10 @@ std::string encode_request(const request& r) {
   j["id"] = request_id(r);
   if (const auto* k = std::get_if<tokenize_request>(&r)) j.update({{"text", k->text}, {"add_special", k->add_special}, {"parse_special", k->parse_special}});
   if (const auto* d = std::get_if<detokenize_request>(&r)) j["tokens"] = d->tokens;
+  if (const auto* s = std::get_if<slot_request>(&r)) {
+    j.update({{"action", s->action}, {"slot", s->slot}});
+    if (!s->filename.empty()) j["filename"] = s->filename;
+  }
   // Prompts and texts are the client's bytes: what is not UTF-8 goes as U+FFFD (the server refuses such frames).
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -263,7 +263,7 @@ struct http_server::impl {
       if (!beast::iequals(protocol::trim_blanks(coding), "chunked"))
         return error(400, "bad_request", fmt::format("Transfer-Encoding '{}' is not decoded here: send the body as it is, or chunked", coding), raw);
     }
-    const bool api = under(a.target, opt.api_prefix);
+    const bool api = under(a.target, opt.api_prefix) || under(a.target, opt.control_prefix);
     const std::vector<std::string>& secrets = api ? opt.api_keys : opt.tokens;
     const std::string host(req[http::field::host]), origin(req["Origin"]);
     if (secrets.empty())

@@ -106,6 +106,7 @@ struct http_options {
   // Keys and tokens are checked as soon as the header is in: before a body is read, and before a
   // client that asks first (`Expect: 100-continue`) is told to send it.
   std::string api_prefix;
+  std::string control_prefix;  // guarded as api_prefix is (serve: /slots/)
   std::vector<std::string> api_keys;
   // What web pages may do (browser_guard.hpp): the Host check holds on the targets no key or token
   // guards, the Origin check on all; a page's preflight (OPTIONS) is answered here.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_api.hpp"
+#include "server/slots_http.hpp"
 #include "model/chat_template.hpp"
 
 namespace hotcold::server {
@@ -40,6 +41,7 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
   ho.allow_remote = o.allow_remote_http;
   if (!o.http_token_file.empty()) ho.tokens = read_bearer_tokens(o.http_token_file);
   ho.api_prefix = ho.large_body_prefix = "/v1/";
+  ho.control_prefix = "/slots/";  // (llama-server's slot files: the API's keys guard them)
   ho.api_keys = api_keys(o);
   if (ho.api_keys.empty()) ho.api_keys = ho.tokens;  // the server's tokens open the API too
   ho.browsers = browsers_of(o);
@@ -70,8 +72,12 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
   const size_t n_tokens = ho.tokens.size(), n_keys = ho.api_keys.size();
   const std::string id = api.model_id, tmpl = api.chat ? std::string(api.chat->name()) : "none";
   // The pages answer other machines when told to, or when tokens guard them.
-  auto h = std::make_unique<http_server>(std::move(ho), [api = openai_api(std::move(api)), pages = serve_monitor(p.metrics, p.status, o.allow_remote || n_tokens > 0)](
-                                                            const http_request& r) { return r.path().rfind("/v1/", 0) == 0 ? api(r) : pages(r); });
+  auto h = std::make_unique<http_server>(std::move(ho), [slots = api, api = openai_api(api), pages = serve_monitor(p.metrics, p.status, o.allow_remote || n_tokens > 0)](
+                                                            const http_request& r) {
+    if (r.path().rfind("/v1/", 0) == 0) return api(r);
+    if (r.path().rfind("/slots/", 0) == 0) return slots_request(slots, r);
+    return pages(r);
+  });
   fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health{}; /v1/ the OpenAI-style API for model '{}', chat template {}{})\n",
              o.http, n_tokens ? fmt::format(": every request needs one of {} bearer tokens", n_tokens) : std::string(), id, tmpl,
              n_keys ? fmt::format(", {} keys", n_keys) : std::string());

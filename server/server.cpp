@@ -21,6 +21,7 @@
 #include "actors/pipeline.hpp"
 #include "server/admission.hpp"
 #include "server/client_accounts.hpp"
+#include "server/live_request.hpp"
 #include "server/http_server.hpp"
 #include "server/serve_http.hpp"
 #include "server/record_file.hpp"
@@ -35,35 +36,13 @@
 #include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
 #include "protocol/messages.hpp"
+#include "model/file_identity.hpp"
 
 namespace hotcold::server {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
 namespace proto = protocol;
 
-
-// A generate in flight: waiting for a slot (pid < 0, the request in `pending`), or in the pipeline.
-struct live {
-  address to;
-  std::string id;
-  int64_t pid = -1;
-  actors::generation_request pending;
-  double waited_s = 0;  // in the server's queue before the pipeline had it
-  bool stream = true;
-  stop_text out;  // generated so far, cut at a stop string
-  bool gone = false;  // the client cannot be reached: nothing more is sent
-  bool cut_off = false;  // ... because it stopped reading (outcome `cut_off`)
-  int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0, computed_tokens = 0;  // of them, reused and computed (the pipeline's done event says)
-  int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
-  clock_type::time_point accepted, last_token;
-  bool waiting() const { return pid < 0; }
-  // For --record: the request as it came (with the seed used), and the gaps between its tokens.
-  std::string recorded_request;
-  double arrival_s = 0, ttft_s = 0;
-  std::vector<double> itl_s;
-};
 
 class serving_loop {
  public:
@@ -103,6 +82,8 @@ class serving_loop {
     po.recall_every = o_.recall_every;
     po.stages = o_.stages;
     po.prefix_store_bytes = o_.prefix_store_bytes;
+    po.context_shift = o_.context_shift, po.keep = o_.keep;
+    po.model_identity = file_identity(l_.m->path());
     // Over stages on other hosts, a step of several sequences goes in as many micro-batches as there
     // are stages, so that each works on one while the next works on another (docs/distributed.md).
     // Not where every stage is on one host: there they share one memory bus, and each micro-batch
@@ -442,6 +423,20 @@ class serving_loop {
   void on_event(actors::pipeline_event& ev) {
     if (auto* t = std::get_if<actors::token_event>(&ev)) return on_token(*t);
     if (auto* d = std::get_if<actors::done_event>(&ev)) return on_done(*d);
+    if (auto* e = std::get_if<actors::slot_event>(&ev); e && slot_askers_.count(e->request)) {
+      const slot_asker a = slot_askers_.at(e->request);
+      slot_askers_.erase(e->request);
+      send(a.to, slot_answer(*e, a.id));
+    }
+  }
+
+  // A slot's cache to or from a file of --slot-save-path, or erased: the scheduler does it between steps.
+  void handle(const address& to, proto::slot_request& s) {
+    try {
+      slot_askers_[pipe_->slot_action(s.action, s.slot, slot_file_path(o_, s))] = {to, s.id};
+    } catch (const std::invalid_argument& e) {
+      send(to, proto::encode_error({proto::error_code::invalid_field, e.what(), s.id}));
+    }
   }
 
   live* of_pid(int64_t pid) {
@@ -568,6 +563,7 @@ class serving_loop {
   std::unique_ptr<actors::pipeline> pipe_;
   std::map<int64_t, live> lives_;                               // by ticket (the server's own numbers)
   std::map<int64_t, int64_t> ticket_of_pid_;                    // pipeline request id -> ticket
+  std::map<int64_t, slot_asker> slot_askers_;                   // pipeline slot action id -> who asked
   int64_t next_ticket_ = 0;
   admission admission_;                                         // slots, and the tickets waiting for one
   std::vector<int64_t> ended_waiting_;                          // ... taken out of the queue, to end this round

@@ -32,6 +32,9 @@ struct server_options {
   // Stages of layers on other hosts (actors::pipeline_options::stages; --workers).
   actors::stage_plan stages;
   uint64_t prefix_store_bytes = 0;  // the prefix store's memory (--cache-ram; actors::pipeline_options)
+  bool context_shift = false;       // --context-shift, --keep (actors::pipeline_options)
+  int64_t keep = 0;
+  std::string slot_save_path;       // --slot-save-path: where POST /slots/{id}?action=save|restore files go (empty: off)
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
   int64_t max_client_buffer = 8 << 20;  // bytes of unread replies per client before it is cut off
 };

@@ -13,6 +13,7 @@
 #include "devices/device.hpp"
 #include "engine/device_layers.hpp"
 #include "engine/prefix_index.hpp"
+#include "model/sampler.hpp"
 #include "tests/actors/greedy_request.hpp"
 #include "tests/model/tiny_models.hpp"
 
@@ -287,6 +288,67 @@ TEST(PrefixReuse, RowsMoveThroughADevicesCache) {
   const result a2 = one(p, again);
   EXPECT_EQ(a2.done.cached_tokens, 32);
   same_as_fresh(m, again, a2, "a's second turn");
+}
+
+}  // namespace
+}  // namespace hotcold::actors
+
+namespace hotcold::actors {
+namespace {
+
+// The actors' context shift (--context-shift, --keep): a request that fills its context goes on,
+// each shift keeping BOS and `keep` tokens, dropping half of the rest; its tokens are those of the
+// forward pass called directly with the same shifts and the same sampler (seeded, at temperature 1:
+// this small model's greedy text repeats one token, which no shift would change) — and different with
+// another keep. Without it, the request ends "context".
+TEST(ContextShift, TheActorsShiftAsTheForwardPassDoes) {
+  auto o = test::small_options(2, 2);
+  o.n_ctx = 512;
+  auto m = model::load(test::make_model("context_shift", o));
+  std::vector<token_id> prompt = run_of(12, 31);
+  prompt[0] = m->vocabulary().bos();
+  const int64_t n_ctx = 32;
+  sampling_params sp;
+  sp.temperature = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f, sp.seed = 5;
+  auto request = [&] {
+    auto r = test::greedy(prompt, 70);
+    r.sampling = sp;
+    return r;
+  };
+  auto direct = [&](int64_t keep, int n) {
+    inference_context ctx(m, n_ctx, 2, 1);
+    sampler smp(sp);
+    for (token_id t : prompt) smp.accept(t);
+    auto logits = ctx.forward_batch(prompt, 0);
+    int64_t pos = static_cast<int64_t>(prompt.size());
+    std::vector<token_id> out;
+    for (int i = 0; i < n; ++i) {
+      const token_id t = smp.sample(logits);
+      smp.accept(t);
+      out.push_back(t);
+      if (pos >= n_ctx) {
+        const cache_op op = context_shift(0, pos, n_ctx, keep, static_cast<int64_t>(prompt.size()), true);
+        ctx.apply(std::span(&op, 1));
+        pos -= op.count;
+      }
+      logits = ctx.forward(t, pos++);
+    }
+    return out;
+  };
+  for (int64_t keep : {0, 5, -1}) {
+    pipeline_options po;
+    po.context_shift = true;
+    po.keep = keep;
+    pipeline p(std::make_shared<inference_context>(m, n_ctx, 2, 1), po);
+    const result got = one(p, request());
+    EXPECT_EQ(got.done.finish, "length");
+    EXPECT_EQ(got.tokens, direct(keep, 70)) << "keep " << keep;
+  }
+  EXPECT_NE(direct(0, 70), direct(-1, 70));
+  pipeline p(std::make_shared<inference_context>(m, n_ctx, 2, 1), {});
+  const result ended = one(p, request());
+  EXPECT_EQ(ended.done.finish, "context");
+  EXPECT_EQ(ended.tokens.size(), static_cast<size_t>(n_ctx) - prompt.size());
 }
 
 }  // namespace

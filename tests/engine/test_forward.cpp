@@ -350,3 +350,51 @@ TEST(LongContext, DecodedKeyRangesMergeToTheIndependentLogits) {
 
 }  // namespace
 }  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// llama.cpp's context shift: the first `keep` positions stay, the next `discard` go, the rest move
+// down with their keys turned back by RoPE — then a layer's cache is the one the kept tokens would
+// have made at their new positions wherever its rows did not see the dropped ones: the first layer's
+// everywhere (a deeper layer's rows attended to the dropped tokens when they were made, as in
+// llama.cpp), so a one-layer model's next logits are exactly those of the kept tokens. Phi-3's LongRoPE (a context
+// above its original one: long factors and an attention factor, which the turn must not apply twice)
+// and Qwen3's normed keys wider than n_embd / n_head too; F32 and F16 caches (keys rounded again
+// after the turn). (Without the turn the logits are 6% away; with Phi-3's factor applied again, 0.7%.)
+TEST(ContextShift, TheShiftedCacheIsTheKeptTokensAtTheirNewPositions) {
+  for (architecture arch : {architecture::llama, architecture::phi3, architecture::qwen3}) {
+    tools::gen_model_options o;
+    o.arch = arch;
+    o.act = activation::silu;
+    o.type = tensor_type::f32;
+    o.n_embd = 64, o.n_ff = 128, o.n_layer = 1, o.n_head = 4, o.n_head_kv = 2, o.n_ctx = 64, o.seed = 23;
+    if (arch == architecture::phi3) o.phi3_rope_orig_ctx = 16;
+    if (arch == architecture::qwen3) o.head_dim = 24;
+    auto m = model::load(test::make_model(std::string("shift_") + std::string(architecture_name(arch)), o));
+    if (arch == architecture::phi3) ASSERT_NE(m->hp().rope_attn_factor, 1.0f);
+    std::vector<token_id> tokens;
+    for (int i = 0; i < 60; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 37) % 250));
+    const int64_t keep = 4, discard = 28, next = 77;
+    for (tensor_type kv : {tensor_type::f32, tensor_type::f16}) {
+      inference_context shifted(m, 64, 2, 1, kv);
+      for (size_t i = 0; i < tokens.size(); ++i) shifted.forward(tokens[i], static_cast<int64_t>(i));
+      const cache_op op{cache_op::kind::shift, 0, static_cast<int64_t>(tokens.size()), keep, discard};
+      shifted.apply(std::span(&op, 1));
+      auto got = shifted.forward(next, static_cast<int64_t>(tokens.size()) - discard);
+      const std::vector<std::vector<float>> a{{got.begin(), got.end()}};
+
+      std::vector<token_id> kept(tokens.begin(), tokens.begin() + keep);
+      kept.insert(kept.end(), tokens.begin() + keep + discard, tokens.end());
+      inference_context fresh(m, 64, 2, 1, kv);
+      for (size_t i = 0; i < kept.size(); ++i) fresh.forward(kept[i], static_cast<int64_t>(i));
+      auto want = fresh.forward(next, static_cast<int64_t>(kept.size()));
+      const std::vector<std::vector<float>> b{{want.begin(), want.end()}};
+      const std::string what = std::string(architecture_name(arch)) + " " + std::string(tensor_type_name(kv));
+      EXPECT_LT(test::rel_diff(a, b), kv == tensor_type::f32 ? 1e-5 : 2e-3) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hotcold

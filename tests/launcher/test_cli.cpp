@@ -246,6 +246,33 @@ TEST(Cli, BenchMeasuresAtDepth) {
   EXPECT_GT(nlohmann::json::parse(actors.out)["prefill_tokens_per_s"].get<double>(), 0.0);
 }
 
+// A full context: without --context-shift run says so and stops there; with it (llama.cpp's), it goes
+// on to -n, the same text on both pipelines.
+TEST(Cli, ContextShiftGoesOnPastAFullContext) {
+  const std::vector<std::string> base = {"run", "-m", small_model(), "-p", "Hello world", "-n", "100", "-c", "40", "--temp", "0", "-t", "2"};
+  auto with = [&](std::vector<std::string> more) {
+    auto args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return run(args);
+  };
+  auto stops = with({});
+  ASSERT_EQ(stops.code, 0) << stops.err;
+  EXPECT_NE(stops.err.find("the context is full (40 tokens); --context-shift goes on past it"), std::string::npos) << stops.err;
+  auto stops_direct = with({"--pipeline", "direct"});
+  EXPECT_NE(stops_direct.err.find("the context is full (40 tokens)"), std::string::npos) << stops_direct.err;
+  EXPECT_EQ(stops_direct.out, stops.out);
+  auto shifted = with({"--context-shift", "--pipeline", "direct"});
+  ASSERT_EQ(shifted.code, 0) << shifted.err;
+  EXPECT_EQ(shifted.err.find("the context is full"), std::string::npos) << shifted.err;
+  EXPECT_NE(shifted.err.find("generated 100 tokens"), std::string::npos) << shifted.err;
+  EXPECT_EQ(shifted.out.substr(0, stops.out.size() - 1), stops.out.substr(0, stops.out.size() - 1));  // the same until the context was full
+  auto on_actors = with({"--context-shift"});
+  ASSERT_EQ(on_actors.code, 0) << on_actors.err;
+  EXPECT_EQ(on_actors.out, shifted.out);
+  EXPECT_EQ(with({"--context-shift", "--keep", "-1", "--pipeline", "direct"}).code, 0);  // (what --keep keeps: tests/actors/test_prefix_reuse.cpp)
+  EXPECT_EQ(with({"--keep", "-2"}).code, 2);
+}
+
 // llama-bench's `-o json` output as its README documents it: an array of tests, the prompt test
 // (n_prompt > 0, n_gen 0) and the generation test (the other way round) told apart by those fields.
 TEST(Cli, LlamaBenchJsonIsRead) {

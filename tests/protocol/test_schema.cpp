@@ -44,7 +44,7 @@ std::vector<request> every_request() {
   ids.id = "g2";
   ids.tokens = {1, 2, 3};
   return {text, ids, cancel_request{"c1"}, health_request{"h1"}, model_info_request{"m1"}, tokenize_request{"t1", "Hello world", true, true},
-          detokenize_request{"d1", {15043, 3186}}};
+          detokenize_request{"d1", {15043, 3186}}, slot_request{"s1", "save", 1, "chat-1.bin"}, slot_request{"s2", "erase", 0, ""}};
 }
 
 std::vector<reply> every_reply() {
@@ -58,6 +58,7 @@ std::vector<reply> every_reply() {
           error_reply{{error_code::bad_frame, "not JSON", ""}, std::nullopt},
           health_reply{"h1", "ok", 2, 1},
           tokens_reply{"t1", {1, 15043, 3186}},
+          slot_reply{"s1", "save", 1, 1745, 14309796, 49.9},
           text_reply{"d1", "Hello world"},
           model_info_reply{"m1", f}};
 }

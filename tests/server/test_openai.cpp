@@ -297,6 +297,70 @@ TEST(OpenAI, ATurnReusesTheCachedHistory) {
   EXPECT_EQ(bad.status, 400) << bad.body;
 }
 
+// llama-server's slot files: POST /slots/0?action=save writes what the slot holds into
+// --slot-save-path, erase forgets it, restore brings it back (into a slot that held another text since),
+// after which the same request reuses all its prompt and answers the same; the API's keys guard it; a
+// missing file, a name with a folder, another model's file, an unknown action or slot are refused by
+// name.
+TEST(OpenAI, SlotFilesKeepASlotsCache) {
+  const fs::path dir = fs::temp_directory_path() / ("hotcold-slots-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  api_server s({"--parallel", "1", "--cache-ram", "0", "--slot-save-path", dir.string()});
+  const json ask{{"model", model_id}, {"prompt", "Once upon a time there was a"}, {"max_tokens", 8}, {"temperature", 0}};
+  const json first = post(s.port, "/v1/completions", ask.dump()).body_json();
+  const int prompt = first["usage"]["prompt_tokens"];
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const auto saved = post(s.port, "/slots/0?action=save", json{{"filename", "story.bin"}}.dump());
+  ASSERT_EQ(saved.status, 200) << saved.body;
+  const json sv = saved.body_json();
+  EXPECT_EQ(sv["id_slot"], 0);
+  EXPECT_EQ(sv["filename"], "story.bin");
+  EXPECT_EQ(sv["n_saved"], prompt + 7);  // the prompt and the generated tokens but the last
+  EXPECT_EQ(sv["n_written"], static_cast<int64_t>(fs::file_size(dir / "story.bin")));
+  EXPECT_TRUE(sv["timings"]["save_ms"].is_number());
+  EXPECT_EQ(post(s.port, "/slots/0?action=erase", "").body_json()["n_erased"], prompt + 7);
+  EXPECT_EQ(post(s.port, "/v1/completions", ask.dump()).body_json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // erased
+  post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "Hello"}, {"max_tokens", 4}}.dump());  // the slot holds another text
+  const auto restored = post(s.port, "/slots/0?action=restore", json{{"filename", "story.bin"}}.dump());
+  ASSERT_EQ(restored.status, 200) << restored.body;
+  EXPECT_EQ(restored.body_json()["n_restored"], prompt + 7);
+  const json again = post(s.port, "/v1/completions", ask.dump()).body_json();
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], prompt - 1);
+  EXPECT_EQ(again["choices"][0]["text"], first["choices"][0]["text"]);
+
+  auto refused = [&](const std::string& target, const std::string& body, int status, const std::string& says) {
+    const auto a = post(s.port, target, body);
+    EXPECT_EQ(a.status, status) << target << ": " << a.body;
+    EXPECT_NE(a.body.find(says), std::string::npos) << target << ": " << a.body;
+  };
+  refused("/slots/0?action=restore", json{{"filename", "missing.bin"}}.dump(), 404, "missing.bin");
+  refused("/slots/0?action=save", json{{"filename", "../escape.bin"}}.dump(), 400, "plain file name");
+  refused("/slots/0?action=fly", "{}", 400, "save, restore or erase");
+  refused("/slots/3?action=erase", "", 400, "slot 3 does not exist");
+  refused("/slots/0?action=save", "{}", 400, "filename");
+  // Another model's file (its header's identity changed): refused, naming both.
+  std::string bytes;
+  {
+    std::ifstream in(dir / "story.bin", std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = bytes.find("\"model\":\"") + 9;
+  bytes[at] = bytes[at] == '1' ? '2' : '1';
+  std::ofstream(dir / "other.bin", std::ios::binary) << bytes;
+  refused("/slots/0?action=restore", json{{"filename", "other.bin"}}.dump(), 400, "made with model");
+  const auto no_key = split(http_request(s.port, "POST", "/slots/0?action=erase", "Content-Type: application/json\r\n", ""));
+  EXPECT_EQ(no_key.status, 401);
+  fs::remove_all(dir);
+}
+
+TEST(OpenAI, SlotFilesAreOffWithoutAFolder) {
+  api_server s({});
+  const auto a = post(s.port, "/slots/0?action=save", json{{"filename", "x.bin"}}.dump());
+  EXPECT_EQ(a.status, 400) << a.body;
+  EXPECT_NE(a.body.find("--slot-save-path"), std::string::npos) << a.body;
+}
+
 TEST(OpenAI, DroppedSlowAndQueuedClients) {
   api_server s({"--parallel", "2", "--max-queue", "0"});
   const json endless{{"model", model_id}, {"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"temperature", 0}, {"stream", true}};

@@ -1,0 +1,50 @@
+#pragma once
+// What the serving loop (server.cpp) keeps of a request in flight, and of a slot action it passed on.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "server/client_accounts.hpp"
+#include "server/server_options.hpp"
+#include "server/stop_text.hpp"
+#include "protocol/messages.hpp"
+
+namespace hotcold::server {
+
+using clock_type = std::chrono::steady_clock;
+
+// A generate in flight: waiting for a slot (pid < 0, the request in `pending`), or in the pipeline.
+struct live {
+  address to;
+  std::string id;
+  int64_t pid = -1;
+  actors::generation_request pending;
+  double waited_s = 0;  // in the server's queue before the pipeline had it
+  bool stream = true;
+  stop_text out;  // generated so far, cut at a stop string
+  bool gone = false;  // the client cannot be reached: nothing more is sent
+  bool cut_off = false;  // ... because it stopped reading (outcome `cut_off`)
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0, computed_tokens = 0;  // of them, reused and computed (the pipeline's done event says)
+  int64_t emitted = 0;  // tokens sent (or, not streaming, counted)
+  clock_type::time_point accepted, last_token;
+  bool waiting() const { return pid < 0; }
+  // For --record: the request as it came (with the seed used), and the gaps between its tokens.
+  std::string recorded_request;
+  double arrival_s = 0, ttft_s = 0;
+  std::vector<double> itl_s;
+};
+
+// A slot action (POST /slots/{id}?action=..., the protocol's `slot`) on its way through the pipeline.
+struct slot_asker {
+  address to;
+  std::string id;
+};
+// The file a slot action names: the filename inside --slot-save-path. std::invalid_argument naming
+// what is wrong: no folder given, a name that is not a plain file name.
+std::string slot_file_path(const server_options& o, const protocol::slot_request& s);
+// The reply to a slot action the pipeline answered: the protocol's slot reply, or an error.
+std::string slot_answer(const actors::slot_event& e, const std::string& id);
+
+}  // namespace hotcold::server
