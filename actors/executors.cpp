@@ -379,7 +379,11 @@ void send_group(hot_executor_ptr self, std::shared_ptr<stage_groups> g, size_t i
   const auto& grp = g->groups[i];
   const size_t rows = grp.end - grp.begin, d = static_cast<size_t>(st.p->m->hp().n_embd);
   const uint64_t sent = rows * d * sizeof(float) + 2 * rows * sizeof(int64_t);
-  self->request(rs.actor, caf::infinite, layers_atom::value, grp.seqs, grp.positions, std::move(x))
+  // The first group carries the step's moves of cached rows to each stage, which makes them first.
+  std::vector<int64_t> ops;
+  if (i == 0)
+    for (const cache_op& o : st.plan.cache_ops) ops.insert(ops.end(), {static_cast<int64_t>(o.what), o.slot, o.from, o.pos, o.count});
+  self->request(rs.actor, caf::infinite, layers_atom::value, grp.seqs, grp.positions, std::move(x), std::move(ops))
       .then(
           [self, g, i, k, rows, d, sent](float_bytes& out, int64_t compute_ns, int64_t round_trip_ns) {
             auto& st = self->state;

@@ -109,8 +109,19 @@ void live_stats::set_stage_up(size_t k, bool up) {
   if (k < stages_.size()) stages_[k].totals.up = up;
 }
 
+void live_stats::set_prefix_store(int64_t blocks, int64_t capacity, uint64_t evictions, uint64_t block_bytes) {
+  prefix_blocks_.store(blocks, std::memory_order_relaxed);
+  prefix_capacity_.store(capacity, std::memory_order_relaxed);
+  prefix_evictions_.store(evictions, std::memory_order_relaxed);
+  prefix_block_bytes_.store(block_bytes, std::memory_order_relaxed);
+}
+
 live_stats::view live_stats::read() const {
   view v;
+  v.prefix_blocks = prefix_blocks_.load(std::memory_order_relaxed);
+  v.prefix_capacity = prefix_capacity_.load(std::memory_order_relaxed);
+  v.prefix_evictions = prefix_evictions_.load(std::memory_order_relaxed);
+  v.prefix_block_bytes = prefix_block_bytes_.load(std::memory_order_relaxed);
   v.layers.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const auto& c = layers_[l];

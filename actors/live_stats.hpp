@@ -53,6 +53,9 @@ class live_stats {
   void add_step(int64_t tokens, double seconds, uint64_t host_bytes, uint64_t device_bytes);
   // Messages waiting in an actor's mailbox, as the actor itself saw when it took its last message.
   void set_mailbox(actor_id a, int64_t depth);
+  // The prefix store (actors/prefix_reuse.hpp): blocks held, of how many, evicted so far, and the bytes
+  // of a block (every layer's keys and values of its positions).
+  void set_prefix_store(int64_t blocks, int64_t capacity, uint64_t evictions, uint64_t block_bytes);
 
   // Stages of layers on other hosts (docs/distributed.md), by their where() text; set before steps
   // (again once --split auto has planned their layers: the counts so far stay).
@@ -101,6 +104,8 @@ class live_stats {
     double step_seconds = 0;
     uint64_t host_bytes = 0, device_bytes = 0;
     std::array<int64_t, n_actors> mailbox{}, mailbox_max{};
+    int64_t prefix_blocks = 0, prefix_capacity = 0;
+    uint64_t prefix_evictions = 0, prefix_block_bytes = 0;
     // Over the steps of the last few seconds (0 when none ran).
     double recent_bytes_per_token = 0;       // host + device
     double recent_host_bytes_per_second = 0; // host bytes / the steps' wall time
@@ -121,6 +126,8 @@ class live_stats {
   int64_t n_layer_, n_ff_, n_expert_;
   std::vector<layer_counters> layers_;
   std::array<std::atomic<int64_t>, n_actors> mailbox_{}, mailbox_max_{};
+  std::atomic<int64_t> prefix_blocks_{0}, prefix_capacity_{0};
+  std::atomic<uint64_t> prefix_evictions_{0}, prefix_block_bytes_{0};
   struct step_entry {
     std::chrono::steady_clock::time_point end;
     int64_t tokens;

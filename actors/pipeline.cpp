@@ -21,12 +21,10 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   parts_->micro_batches.store(std::max(1, options.micro_batches));
   parts_->reuse_prefixes = options.reuse_prefixes;
   parts_->prefix_hash = options.prefix_hash;
-  if (options.context_shift && !options.stages.empty())
-    throw std::invalid_argument("--context-shift with --workers: the stages' caches are not shifted; leave one of the two out");
   parts_->context_shift = options.context_shift;
   parts_->keep = options.keep;
   parts_->model_identity = options.model_identity;
-  if (options.reuse_prefixes && options.stages.empty() && options.prefix_store_bytes > 0) {
+  if (options.reuse_prefixes && options.prefix_store_bytes > 0) {  // (the stages hold as many blocks of their layers)
     const uint64_t block = static_cast<uint64_t>(std::max<int64_t>(1, options.prefix_block_tokens)) * parts_->ctx->cache_position_bytes();
     parts_->ctx->reserve_prefix_store(static_cast<int64_t>(options.prefix_store_bytes / block), std::max<int64_t>(1, options.prefix_block_tokens));
   }
@@ -44,7 +42,7 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
     for (const auto& s : plan.stages) named.push_back(s.where());
     parts_->stats->set_stages(std::move(named));
     plan.kv_layer_row_bytes = static_cast<uint64_t>(kv_read_per_token(parts_->m->hp(), c.kv_type() == tensor_type::f32 ? 4 : 2, 1));
-    const stage_context sc{plan.file_id, c.n_ctx(), c.n_seq(), c.kv_type(), c.mode()};
+    const stage_context sc{plan.file_id, c.n_ctx(), c.n_seq(), c.kv_type(), c.mode(), c.prefix_store_blocks(), c.prefix_block_tokens()};
     parts_->stages = connect_stages(*sys_, plan, layer_bytes, sc, parts_->stats);
     std::vector<std::string> where;
     for (const auto& s : parts_->stages) where.push_back(s.where);

@@ -65,14 +65,14 @@ struct pipeline_options {
   stage_plan stages;
   // Reusing cached prompt beginnings across requests (actors/prefix_reuse.hpp): each slot's rows, and
   // a prefix store of up to prefix_store_bytes (blocks of prefix_block_tokens positions; 0: slots
-  // alone). Not with stages on other hosts, whose caches the moves do not reach yet.
+  // alone), each stage on another host keeping its layers' rows of as many blocks.
   bool reuse_prefixes = true;
   uint64_t prefix_store_bytes = 0;
   int64_t prefix_block_tokens = 16;
   prefix_index::hash_fn prefix_hash;  // the index's (tests force collisions)
   // A sequence that fills its context goes on after dropping half of what follows its first `keep`
   // tokens (and BOS; -1: its whole prompt), as llama.cpp's --context-shift; without, it ends
-  // ("context"). Not with stages on other hosts.
+  // ("context"). Stages on other hosts shift their layers' rows as they are told with each step.
   bool context_shift = false;
   int64_t keep = 0;
   std::string model_identity;  // the model file's (model/file_identity): what slot files are checked against

@@ -75,7 +75,7 @@ struct scheduler_state {
   std::deque<int64_t> waiting;
   std::vector<int64_t> running;  // admission order
   std::vector<int64_t> free_slots;
-  std::unique_ptr<prefix_reuse> prefix;  // null: nothing reused (stages on other hosts)
+  std::unique_ptr<prefix_reuse> prefix;  // null: nothing reused (pipeline_options::reuse_prefixes)
   std::vector<cache_op> ops;             // the moves of rows the next step makes first, in order
   std::vector<std::pair<slot_request, caf::actor>> slot_requests;  // waiting for the step in flight to end
   bool busy = false;
@@ -282,6 +282,9 @@ void on_step(scheduler_ptr self, step_result& r) {
     else to_sample.push_back(s.id), rows.push_back(mb.first_logit + mb.logits - 1);
   }
   self->send(st.telemetry, step_atom::value, rec);
+  if (st.prefix)
+    st.p->stats->set_prefix_store(st.prefix->stored_blocks(), st.prefix->store_blocks(), st.prefix->evictions(),
+                                  static_cast<uint64_t>(st.prefix->block_tokens()) * st.p->ctx->cache_position_bytes());
   if (to_sample.empty()) return after_tokens(self, {}, {});
   sample_job job{to_sample, rows, std::move(r.logits)};
   self->request(st.compute->sampler, caf::infinite, sample_atom::value, std::move(job))
@@ -345,7 +348,9 @@ slot_event slot_action(scheduler_state& st, const slot_request& r) {
   const auto t0 = clock_type::now();
   try {
     const int64_t n_seq = st.p->ctx->n_seq();
-    if (!st.prefix) throw std::runtime_error("slots are not kept here (stages on other hosts: --workers)");
+    if (!st.prefix) throw std::runtime_error("slots are not kept here (prefix reuse is off)");
+    if (!st.p->stages.empty() && r.action != "erase")
+      throw std::runtime_error("slot files with --workers: the layers' rows are on the workers, which do not write or read them");
     if (r.slot < 0 || r.slot >= n_seq) throw std::invalid_argument(fmt::format("slot {} does not exist: this server has slots 0 to {} (--parallel)", r.slot, n_seq - 1));
     if (std::find(st.free_slots.begin(), st.free_slots.end(), r.slot) == st.free_slots.end())
       throw std::runtime_error(fmt::format("slot {} is busy with a request", r.slot));
@@ -457,7 +462,7 @@ scheduler_actor::behavior_type scheduler_fn(scheduler_ptr self, std::shared_ptr<
   st.telemetry = std::move(telemetry);
   st.compute = std::make_shared<compute_set>();
   for (int64_t s = st.p->ctx->n_seq() - 1; s >= 0; --s) st.free_slots.push_back(s);
-  if (st.p->stages.empty() && st.p->reuse_prefixes)
+  if (st.p->reuse_prefixes)
     st.prefix = std::make_unique<prefix_reuse>(st.p->ctx->n_seq(), st.p->ctx->prefix_block_tokens(), st.p->ctx->prefix_store_blocks(), st.p->prefix_hash);
   start_compute(self);
   start_sampler(self);

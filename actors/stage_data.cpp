@@ -98,8 +98,9 @@ struct stage_data_server::impl {
   void fail(zmq::message_t& to, uint64_t id, const std::string& why) { reply(to, id, 0, false, zmq::message_t(why.data(), why.size())); }
 
   void handle(std::vector<zmq::message_t>& f) {
-    if (f.size() != 6 || f[1].size() != 2 * sizeof(uint64_t)) {
-      if (!f.empty()) fail(f[0], 0, fmt::format("a data request of {} frames (5 expected: head, token, seqs, positions, x)", f.empty() ? 0 : f.size() - 1));
+    if (f.size() != 7 || f[1].size() != 2 * sizeof(uint64_t)) {
+      if (!f.empty())
+        fail(f[0], 0, fmt::format("a data request of {} frames (6 expected: head, token, seqs, positions, x, cache ops)", f.empty() ? 0 : f.size() - 1));
       return;
     }
     const auto id = read_at<uint64_t>(f[1], 0), rows = read_at<uint64_t>(f[1], 1);
@@ -108,15 +109,17 @@ struct stage_data_server::impl {
       const std::string why = check(token);
       return why.empty() ? reply(f[0], id, 0, true, zmq::message_t()) : fail(f[0], id, why);
     }
-    if (f[3].size() != rows * sizeof(int64_t) || f[4].size() != rows * sizeof(int64_t) || f[5].size() % (rows * sizeof(float)) != 0)
+    if (f[3].size() != rows * sizeof(int64_t) || f[4].size() != rows * sizeof(int64_t) || f[5].size() % (rows * sizeof(float)) != 0 ||
+        f[6].size() % (5 * sizeof(int64_t)) != 0)
       return fail(f[0], id, fmt::format("a data request of {} rows with {} bytes of sequences, {} of positions and {} of activations", rows, f[3].size(),
                                         f[4].size(), f[5].size()));
     const auto t0 = std::chrono::steady_clock::now();
     const auto seqs = copy_out<int64_t>(f[3]), positions = copy_out<int64_t>(f[4]);
     const auto x = copy_out<float>(f[5]);
+    const auto ops = copy_out<int64_t>(f[6]);
     std::string why;
     try {
-      why = compute(stage_step{token, seqs, positions, x}, out);
+      why = compute(stage_step{token, seqs, positions, x, ops}, out);
     } catch (const std::exception& e) {
       why = e.what();
     }
@@ -290,9 +293,14 @@ stage_data_client::~stage_data_client() {
   zmq_socket_monitor(impl_->dealer.handle(), nullptr, 0);
 }
 
-void stage_data_client::send(uint64_t id, const std::string& token, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions, const std::string& x) {
-  std::array<zmq::message_t, 5> f{words({id, seqs.size()}), zmq::message_t(token), zmq::message_t(seqs.data(), seqs.size() * sizeof(int64_t)),
-                                  zmq::message_t(positions.data(), positions.size() * sizeof(int64_t)), zmq::message_t(x.data(), x.size())};
+void stage_data_client::send(uint64_t id, const std::string& token, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions, const std::string& x,
+                             const std::vector<int64_t>& cache_ops) {
+  std::array<zmq::message_t, 6> f{words({id, seqs.size()}),
+                                  zmq::message_t(token),
+                                  zmq::message_t(seqs.data(), seqs.size() * sizeof(int64_t)),
+                                  zmq::message_t(positions.data(), positions.size() * sizeof(int64_t)),
+                                  zmq::message_t(x.data(), x.size()),
+                                  zmq::message_t(cache_ops.data(), cache_ops.size() * sizeof(int64_t))};
   zmq::send_multipart(impl_->in_tx, f);
 }
 

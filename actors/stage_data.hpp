@@ -15,6 +15,7 @@
 //
 // Frames, native byte order (the stage version names it; both ends check it at the hello):
 //   request  [id u64, rows u64] [token] [seqs: rows i64] [positions: rows i64] [x: rows x n_embd f32]
+//            [cache ops: 5 i64 each (kind, slot, from, pos, count: engine/cache_op.hpp), made first]
 //            rows 0: a ping on the data path (the link's check that the port answers before it admits)
 //   reply    [id u64, compute ns i64, status u64 (0: done, 1: failed)] [x after the layers, or why]
 #include <cstdint>
@@ -40,6 +41,7 @@ struct stage_step {
   std::string token;
   std::span<const int64_t> seqs, positions;
   std::span<const float> x;  // rows x n_embd, copied out of the frame (aligned)
+  std::span<const int64_t> cache_ops;  // moves of cached rows before the step, 5 numbers each
 };
 // Computes a step: "" and out filled (rows x n_embd floats), or why not.
 using stage_compute = std::function<std::string(const stage_step& step, std::vector<float>& out)>;
@@ -86,7 +88,8 @@ class stage_data_client {
   stage_data_client(const stage_data_client&) = delete;
   stage_data_client& operator=(const stage_data_client&) = delete;
   // Queues a request (rows 0: a ping). Called from one thread at a time (the link's).
-  void send(uint64_t id, const std::string& token, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions, const std::string& x);
+  void send(uint64_t id, const std::string& token, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions, const std::string& x,
+            const std::vector<int64_t>& cache_ops = {});
   struct impl;
 
  private:

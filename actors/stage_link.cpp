@@ -168,7 +168,8 @@ void open_data(link_ptr self, stage_worker_actor remote) {
 void assign(link_ptr self, stage_worker_actor remote) {
   auto& st = self->state;
   st.token = new_token();
-  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, st.ctx.n_ctx, st.ctx.n_seq, st.ctx.kv_type, st.ctx.mode, st.token)
+  const std::vector<int64_t> shape{st.ctx.n_ctx, st.ctx.n_seq, st.ctx.store_blocks, st.ctx.block_tokens};
+  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, shape, st.ctx.kv_type, st.ctx.mode, st.token)
       .then(
           [self, remote](std::string& why) {
             if (!why.empty()) return not_admitted(self, "refused its layers: " + why);
@@ -284,13 +285,14 @@ caf::behavior stage_link(link_ptr self, stage_address addr, stage_context ctx, s
       [self](data_atom, uint64_t epoch, uint64_t id, bool ok, bool lost, std::string& bytes, int64_t compute_ns) {
         on_data(self, epoch, id, ok, lost, bytes, compute_ns);
       },
-      [self](layers_atom, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions, const float_bytes& x) -> caf::result<float_bytes, int64_t, int64_t> {
+      [self](layers_atom, const std::vector<int64_t>& seqs, const std::vector<int64_t>& positions, const float_bytes& x,
+             const std::vector<int64_t>& cache_ops) -> caf::result<float_bytes, int64_t, int64_t> {
         auto& st = self->state;
         if (!st.remote || !st.data) return caf::make_error(caf::sec::runtime_error, st.lost);
         const uint64_t id = st.next++;
         auto rp = self->make_response_promise();
         st.pending.emplace(id, pending_step{rp, std::chrono::steady_clock::now()});
-        st.data->send(id, st.token, seqs, positions, x);
+        st.data->send(id, st.token, seqs, positions, x, cache_ops);
         return rp;
       },
   };

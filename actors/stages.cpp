@@ -26,7 +26,7 @@
 namespace hotcold::actors {
 
 namespace {
-constexpr int stage_protocol = 5;  // bumped on any change to the stage messages
+constexpr int stage_protocol = 6;  // bumped on any change to the stage messages (6: cache ops with each step, the prefix store's size)
 
 // Asks `to` on `self`'s behalf and answers the current request with its reply (of types Rs) or
 // error: the worker's front keeps the actor that computes off the network (see remote_stage).
@@ -59,6 +59,13 @@ std::string compute_step(stage_work& w, const stage_step& step, std::vector<floa
   std::lock_guard lock(w.mutex);
   if (std::string why = refusal(w, step.token); !why.empty()) return why;
   try {
+    std::vector<cache_op> ops;
+    for (size_t i = 0; i + 5 <= step.cache_ops.size(); i += 5) {
+      const auto* o = step.cache_ops.data() + i;
+      if (o[0] < 0 || o[0] > static_cast<int64_t>(cache_op::kind::shift)) return fmt::format("a cache move of kind {}", o[0]);
+      ops.push_back({static_cast<cache_op::kind>(o[0]), o[1], o[2], o[3], o[4]});
+    }
+    w.ctx->apply(ops);
     w.ctx->step_begin_hidden(w.s, step.x, step.seqs, step.positions);
     w.ctx->step_layers(w.s, w.first, w.last);
     out.assign(w.s.x.begin(), w.s.x.begin() + static_cast<std::ptrdiff_t>(step.x.size()));
@@ -119,9 +126,12 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
         if (!st.data->public_key().empty()) st.data->allow(client_key);
         return {why, st.data->public_key()};
       },
-      [self](assign_atom, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, tensor_type kv, ffn_mode fm, const std::string& token) -> std::string {
+      [self](assign_atom, int64_t first, int64_t last, const std::vector<int64_t>& shape, tensor_type kv, ffn_mode fm, const std::string& token) -> std::string {
         auto& st = self->state;
         const int64_t n_layer = st.n_layer;
+        if (shape.size() != 4 || shape[0] < 1 || shape[1] < 1 || shape[2] < 0 || shape[3] < 1)
+          return fmt::format("caches of {} numbers (n_ctx, n_seq, store blocks, block tokens)", shape.size());
+        const int64_t n_ctx = shape[0], n_seq = shape[1];
         if (first < 0 || last > n_layer || first >= last) return fmt::format("layers {}..{} of a model of {}", first, last - 1, n_layer);
         if (fm != ffn_mode::dense && fm != ffn_mode::sparse) return fmt::format("a mode of dense or sparse, not {}", static_cast<int>(fm));
         if (kv != tensor_type::f16 && kv != tensor_type::f32) return fmt::format("a KV cache of F16 or F32, not {}", static_cast<uint32_t>(kv));
@@ -146,6 +156,7 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
             w.ctx = std::make_shared<inference_context>(st.o.m, n_ctx, st.o.threads, n_seq, kv);
             w.ctx->set_mode(fm);
           }
+          w.ctx->reserve_prefix_store(shape[2], shape[3]);  // (its layers' rows of each block: backed only where written)
         } catch (const std::exception& e) {
           w.ctx.reset();
           return e.what();
@@ -201,8 +212,8 @@ stage_worker_actor::behavior_type stage_front(stage_worker_actor::pointer self, 
       [self, inner](hello_atom a, std::string& version, std::string& file_id, std::string& client_key) {
         return relay<std::string, std::string>(self, inner, a, std::move(version), std::move(file_id), std::move(client_key));
       },
-      [self, inner](assign_atom a, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, tensor_type kv, ffn_mode mode, std::string& token) {
-        return relay<std::string>(self, inner, a, first, last, n_ctx, n_seq, kv, mode, std::move(token));
+      [self, inner](assign_atom a, int64_t first, int64_t last, std::vector<int64_t>& shape, tensor_type kv, ffn_mode mode, std::string& token) {
+        return relay<std::string>(self, inner, a, first, last, std::move(shape), kv, mode, std::move(token));
       },
       [](ping_atom a) { return a; },
       [probe, available](probe_atom) -> caf::result<double, uint64_t, int64_t> {

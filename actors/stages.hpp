@@ -45,7 +45,8 @@ namespace hotcold::actors {
 
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using assign_atom = caf::atom_constant<caf::atom("assign")>;
-// layers_atom: a step to a stage link (seqs, positions, x as float_bytes -> x, the worker's compute
+// layers_atom: a step to a stage link (seqs, positions, x as float_bytes, the moves of cached rows the
+// worker makes first as cache_op's five numbers each -> x, the worker's compute
 // nanoseconds, the round trip's nanoseconds).
 using layers_atom = caf::atom_constant<caf::atom("layers")>;
 using data_atom = caf::atom_constant<caf::atom("data")>;
@@ -60,7 +61,8 @@ using stage_atom = caf::atom_constant<caf::atom("stage")>;
 // The protocol above as types: what a worker's front answers, checked by the compiler on both ends.
 // The hello keeps its shape across versions (so that a worker of another one can say so).
 using stage_hello = caf::replies_to<hello_atom, std::string, std::string, std::string>::with<std::string, std::string>;
-using stage_assign = caf::replies_to<assign_atom, int64_t, int64_t, int64_t, int64_t, tensor_type, ffn_mode, std::string>::with<std::string>;
+// (first, last, the caches' shape {n_ctx, n_seq, store blocks, block tokens}, kv type, mode, token)
+using stage_assign = caf::replies_to<assign_atom, int64_t, int64_t, std::vector<int64_t>, tensor_type, ffn_mode, std::string>::with<std::string>;
 using stage_worker_actor = caf::typed_actor<stage_hello, stage_assign, caf::replies_to<ping_atom>::with<ping_atom>,
                                             caf::replies_to<probe_atom>::with<double, uint64_t, int64_t>>;
 
@@ -173,13 +175,15 @@ struct remote_stage {
   std::string where;
 };
 // What a coordinator's stages run alike with it: its file (file_identity(), each worker's must be the
-// same), the KV caches' positions and sequence slots and their values' type (f16 or f32), and the
-// FFN mode (the coordinator's, which the stages follow).
+// same), the KV caches' positions and sequence slots and their values' type (f16 or f32), the FFN
+// mode (the coordinator's, which the stages follow), and the prefix store's blocks (each host keeps its
+// layers' rows of every block; the coordinator's index decides what is reused: actors/prefix_reuse.hpp).
 struct stage_context {
   std::string file_id;
   int64_t n_ctx = 0, n_seq = 1;
   tensor_type kv_type = tensor_type::f16;
   ffn_mode mode = ffn_mode::dense;
+  int64_t store_blocks = 0, block_tokens = 16;
 };
 // Connects to each stage from `sys` (configured by configure_network with the plan's tls_dir),
 // checks the versions and the file at the handshake, probes each worker, plans the split where the

@@ -45,6 +45,9 @@ inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_c
   for (const auto& l : env_.m->weights().layers)
     if (l.pred_fc1) max_rank = std::max(max_rank, l.pred_fc1.ne1);
   xq_.resize(static_cast<size_t>(std::max({hp.n_embd, hp.n_ff, max_rank}) / kernels::qk8_0 + 1));
+  std::vector<uint8_t> held(n_layer);
+  for (size_t il = 0; il < n_layer; ++il) held[il] = env_.m->holds_layer(static_cast<int64_t>(il)) ? 1 : 0;
+  kv_.hold_layers(std::move(held));
 }
 
 void inference_context::set_mode(ffn_mode m) {

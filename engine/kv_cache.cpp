@@ -61,7 +61,7 @@ void kv_cache::shift(const cache_op& op, const std::function<void(float* key_row
   const size_t first = static_cast<size_t>((op.slot * n_ctx_ + keep) * row_bytes_), bytes = static_cast<size_t>((held - keep) * row_bytes_);
   std::vector<float> row(static_cast<size_t>(width));
   for (int64_t il = 0; il < n_layer_; ++il)
-    for (int values = 0; values < 2; ++values) {
+    for (int values = 0; values < 2 && holds(il); ++values) {
       const bool there = device_ && device_->attention(il);
       uint8_t* rows = (values ? v_layer(il) : k_layer(il)) + first;
       if (there) {  // through the host: the slot's rows from keep on, out and back in
@@ -100,7 +100,7 @@ void kv_cache::apply(const cache_op& op) {
   const size_t bytes = static_cast<size_t>(n * row_bytes_);
   if (bytes == 0) return;
   for (int64_t il = 0; il < n_layer_; ++il)
-    for (int values = 0; values < 2; ++values) {
+    for (int values = 0; values < 2 && holds(il); ++values) {
       uint8_t* layer = values ? v_layer(il) : k_layer(il);
       const size_t at = static_cast<size_t>((op.slot * n_ctx_ + op.pos) * row_bytes_);
       const bool there = device_ && device_->attention(il);

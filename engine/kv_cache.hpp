@@ -53,6 +53,10 @@ class kv_cache {
   void write_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, const uint8_t* src);
   int64_t row_bytes() const { return row_bytes_; }
   int64_t n_layer() const { return n_layer_; }
+  // The layers this context computes (a stage's, or none on a coordinator whose stages hold every
+  // one): moves and shifts leave the others' rows alone (default: every layer).
+  void hold_layers(std::vector<uint8_t> held) { held_ = std::move(held); }
+  bool holds(int64_t layer) const { return held_.empty() || held_[static_cast<size_t>(layer)] != 0; }
   // A shift (cache_op::kind::shift): every layer's rows moved down, each moved key row (n_embd_kv
   // floats) turned by `rotate` on its way.
   void shift(const cache_op& op, const std::function<void(float* key_row)>& rotate);
@@ -67,6 +71,7 @@ class kv_cache {
   page_buffer k_, v_;  // (n_layer, n_seq, n_ctx, n_embd_kv) values each
   std::vector<uint8_t*> k_layers_, v_layers_;
   const device_layers* device_ = nullptr;
+  std::vector<uint8_t> held_;  // empty: every layer
   int64_t store_blocks_ = 0, block_tokens_ = 0;
   page_buffer store_;  // (blocks, n_layer, keys then values, block_tokens, n_embd_kv)
   std::vector<uint8_t> staging_;  // a device's rows on their way between two of its slots

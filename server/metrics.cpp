@@ -325,6 +325,13 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
   add(family("hotcold_pipeline_busy_ratio", "Share of the last 5 s with a step in flight", MetricType::Gauge), v.recent_busy_fraction);
   if (!v.stages.empty()) stage_families(fl, v);
 
+  add(family("hotcold_prefix_store_blocks", "Blocks of prompts' keys and values the prefix store holds (--cache-ram)", MetricType::Gauge),
+      static_cast<double>(v.prefix_blocks));
+  add(family("hotcold_prefix_store_capacity_blocks", "Blocks the prefix store can hold", MetricType::Gauge), static_cast<double>(v.prefix_capacity));
+  add(family("hotcold_prefix_store_bytes", "Bytes of the blocks the prefix store holds", MetricType::Gauge),
+      static_cast<double>(v.prefix_blocks) * static_cast<double>(v.prefix_block_bytes));
+  add(family("hotcold_prefix_store_evictions_total", "Blocks evicted from the prefix store, least recently used first", MetricType::Counter),
+      static_cast<double>(v.prefix_evictions));
   auto& depth = family("hotcold_actor_mailbox_depth", "Messages waiting in an actor's mailbox when it last took one", MetricType::Gauge);
   auto& depth_max = family("hotcold_actor_mailbox_depth_max", "The most messages seen waiting in an actor's mailbox", MetricType::Gauge);
   for (int a = 0; a < n_actors; ++a) {
@@ -380,7 +387,12 @@ nlohmann::json metrics::live_json(const live_stats::view& v) const {
           {"bandwidth_utilization", ratio(v.recent_host_bytes_per_second, ceiling_)},
           {"busy_ratio", v.recent_busy_fraction},
           {"mailbox", std::move(mailbox)},
-          {"mailbox_max", std::move(mailbox_max)}};
+          {"mailbox_max", std::move(mailbox_max)},
+          {"prefix_store",
+           {{"blocks", v.prefix_blocks},
+            {"capacity_blocks", v.prefix_capacity},
+            {"bytes", static_cast<double>(v.prefix_blocks) * static_cast<double>(v.prefix_block_bytes)},
+            {"evictions", v.prefix_evictions}}}};
   if (!v.stages.empty()) {  // stages of layers on other hosts
     nlohmann::json stages = nlohmann::json::array();
     for (const auto& st : v.stages)

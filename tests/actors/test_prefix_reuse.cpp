@@ -16,6 +16,9 @@
 #include "model/sampler.hpp"
 #include "tests/actors/greedy_request.hpp"
 #include "tests/model/tiny_models.hpp"
+#include "tools/sparse_file.hpp"
+#include "model/gguf.hpp"
+#include <filesystem>
 
 namespace hotcold {
 namespace {
@@ -138,10 +141,12 @@ std::shared_ptr<const model> small_model() {
 // The request on a pipeline of its own that reuses nothing: the same tokens, and the same logits at
 // every prompt position the reusing request computed (its rows in the cache, reused or not, are
 // those of the same tokens: up to the summation order of the batches they were computed in).
-void same_as_fresh(std::shared_ptr<const model> m, generation_request r, const result& got, const std::string& what) {
+void same_as_fresh(std::shared_ptr<const model> m, generation_request r, const result& got, const std::string& what, ffn_mode mode = ffn_mode::dense) {
   pipeline_options o;
   o.reuse_prefixes = false;
-  pipeline p(std::make_shared<inference_context>(m, 256, 2, 1), o);
+  auto ctx = std::make_shared<inference_context>(m, 256, 2, 1);
+  ctx->set_mode(mode);
+  pipeline p(ctx, o);
   r.all_logits = true;
   const result want = one(p, r);
   EXPECT_EQ(got.tokens, want.tokens) << what;
@@ -244,6 +249,41 @@ TEST(PrefixReuse, ConcurrentClientsComputeASharedPromptOnce) {
   const result l = one(p, late);
   EXPECT_GE(l.done.cached_tokens, 96);
   same_as_fresh(m, late, l, "late");
+}
+
+// A sparse file (PowerInfer's, its predictors choosing each token's neurons) and a mixture of experts
+// (each token's experts): what a token computes is its own, so rows reused from a turn before or from
+// another client are those computed again.
+TEST(PrefixReuse, SparseAndMixtureFilesToo) {
+  auto dense = test::make_model("pr_dense_relu", test::sparse_test_options(architecture::llama, hotcold::activation::relu, tensor_type::f16));
+  const std::string sparse_path = (test::scratch_dir() / "pr_sparse.gguf").string();
+  tools::sparse_file_options so;
+  so.kind = gguf::file_kind::powerinfer;
+  if (!std::filesystem::exists(sparse_path)) tools::write_sparse_model(dense, sparse_path, test::random_predictors(2, 64, 256, 32, -0.5f, 3), so);
+  auto moe = test::small_options(2, 2);
+  moe.n_experts = 4, moe.n_experts_used = 2, moe.n_ctx = 512, moe.act = hotcold::activation::silu;
+  const std::pair<std::shared_ptr<const model>, ffn_mode> files[] = {{model::load(sparse_path), ffn_mode::sparse},
+                                                                     {model::load(test::make_model("pr_moe", moe)), ffn_mode::dense}};
+  for (const auto& [m, mode] : files) {
+    const std::string name = mode == ffn_mode::sparse ? "sparse" : "mixture";
+    pipeline_options o;
+    o.prefix_store_bytes = 16 << 20;
+    auto ctx = std::make_shared<inference_context>(m, 256, 2, 2);
+    ctx->set_mode(mode);
+    pipeline p(ctx, o);
+    std::vector<token_id> history = run_of(40, 61);
+    for (int turn = 0; turn < 2; ++turn) {
+      auto r = asking(history, 6);
+      const result got = one(p, r);
+      if (turn > 0) EXPECT_GT(got.done.cached_tokens, 40) << name;
+      same_as_fresh(m, r, got, name + " turn " + std::to_string(turn), mode);
+      history = cat(cat(history, got.tokens), run_of(8, 62 + turn));
+    }
+    auto other = asking(cat(std::vector<token_id>(history.begin(), history.begin() + 35), run_of(9, 70)), 5);  // another client, the same beginning
+    const result o2 = one(p, other);
+    EXPECT_GE(o2.done.cached_tokens, 32) << name;
+    same_as_fresh(m, other, o2, name + " another client", mode);
+  }
 }
 
 // A follower whose leader is cancelled before it computed the shared beginning computes it itself.

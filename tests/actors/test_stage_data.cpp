@@ -137,13 +137,18 @@ TEST(StageData, FramesThatAreNotARequestGetWhy) {
   };
   std::vector<zmq::message_t> three;
   three.emplace_back(std::string("x")), three.emplace_back(std::string("y")), three.emplace_back(std::string("z"));
-  EXPECT_EQ(ask(std::move(three)), "a data request of 3 frames (5 expected: head, token, seqs, positions, x)");
+  EXPECT_EQ(ask(std::move(three)), "a data request of 3 frames (6 expected: head, token, seqs, positions, x, cache ops)");
   const uint64_t head[2] = {9, 2};
   std::vector<zmq::message_t> short_x;
   short_x.emplace_back(head, sizeof head), short_x.emplace_back(std::string("t1"));
   const int64_t two[2] = {0, 1};
-  short_x.emplace_back(two, sizeof two), short_x.emplace_back(two, sizeof two), short_x.emplace_back(std::string("abc"));
+  short_x.emplace_back(two, sizeof two), short_x.emplace_back(two, sizeof two), short_x.emplace_back(std::string("abc")), short_x.emplace_back();
   EXPECT_EQ(ask(std::move(short_x)), "a data request of 2 rows with 16 bytes of sequences, 16 of positions and 3 of activations");
+  std::vector<zmq::message_t> odd_ops;  // cache ops come five numbers each
+  odd_ops.emplace_back(head, sizeof head), odd_ops.emplace_back(std::string("t1"));
+  const float x[2] = {1, 2};
+  odd_ops.emplace_back(two, sizeof two), odd_ops.emplace_back(two, sizeof two), odd_ops.emplace_back(x, sizeof x), odd_ops.emplace_back(two, sizeof two);
+  EXPECT_NE(ask(std::move(odd_ops)).find("a data request of 2 rows"), std::string::npos);
   replies r;
   stage_data_client c("127.0.0.1", s.port, "", {}, r.sink());
   c.send(1, "t1", {0}, {1}, floats({1}));

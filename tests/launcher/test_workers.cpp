@@ -107,6 +107,43 @@ TEST(Workers, SequencesInMicroBatchesGiveOneProcesssText) {
   }
 }
 
+// Over two stages a server reuses prompts as one process does: each worker keeps its layers' rows of
+// the slots and of the prefix store's blocks, and makes the moves the coordinator's index decides with
+// each step; a conversation's next turn, after another text took the one slot, reuses its history from
+// the store's blocks, with one process's text. With --context-shift a request
+// past the context goes on, each stage shifting its layers' rows, with `run --context-shift`'s text.
+TEST(Workers, StagesReusePromptsAndShiftTheirContexts) {
+  const std::string file = files().dense;
+  worker_pair pair(file);
+  ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
+  const std::string ep = tcp_endpoint();
+  server_process serve({"-m", file, "-c", "96", "-t", "1", "--parallel", "1", "--zmq", ep, "--workers", pair.wa + "," + pair.wb, "--split", "1,3",
+                        "--context-shift"});
+  wait_ready(ep, &serve);
+  hotcold::clients::client c(ep, 60s);
+  auto greedy = [&](const std::string& prompt, int n) {
+    return c.generate({{"prompt", prompt}, {"n_predict", n}, {"sampling", {{"temperature", 0}}}});
+  };
+  auto alone = [&](const std::string& prompt, int n, bool shift = false) {
+    std::vector<std::string> args{"run", "-m", file, "-p", prompt, "-n", std::to_string(n), "--temp", "0", "-c", "96", "-t", "1"};
+    if (shift) args.insert(args.end(), {"--context-shift", "--pipeline", "direct"});
+    return run_stdout(args);
+  };
+  const std::string first = "Once upon a time there was a little cat who lived in a big old house by the sea, and every morning she walked along the";
+  const auto a = greedy(first, 6);
+  EXPECT_EQ(a.done.cached_tokens, 0);
+  const auto other = greedy("Hello world, how are you today?", 4);  // the one slot now holds another text
+  EXPECT_LE(other.done.cached_tokens, 1);  // (its BOS)
+  const std::string second = first + a.text + " and then";
+  const auto b = greedy(second, 6);  // from the store's blocks, which each worker keeps of its layers
+  EXPECT_GE(b.done.cached_tokens, 16) << "the turn before's rows";
+  EXPECT_EQ(b.text + "\n", alone(second, 6));
+  const auto shifted = greedy("Hello world", 80);
+  EXPECT_EQ(shifted.done.finish, "length");
+  EXPECT_EQ(shifted.done.generated_tokens, 80);
+  EXPECT_EQ(shifted.text + "\n", alone("Hello world", 80, true));
+}
+
 // kill -9 of a worker while a run generates: the run ends within 2 s with an error naming the stage
 // (CAF's down message for the worker's proxy: the link broke), and does not wait for ever. A server
 // over the same workers stays up: its request ends with that error, new ones are refused with it,

@@ -168,6 +168,7 @@ TEST(Workers, TlsLinksAdmitOnlyTheirAuthorityAndCarryNothingInClear) {
     std::vector<zmq::message_t> f;
     f.emplace_back(head, sizeof head), f.emplace_back(std::string("0123456789abcdef0123456789abcdef"));
     f.emplace_back(&zero, sizeof zero), f.emplace_back(&zero, sizeof zero), f.emplace_back(x.data(), x.size() * sizeof(float));
+    f.emplace_back();  // (no cache ops)
     zmq::send_multipart(d, f);
     std::vector<zmq::message_t> back;
     ASSERT_TRUE(zmq::recv_multipart(d, std::back_inserter(back)));

@@ -293,6 +293,10 @@ TEST(OpenAI, ATurnReusesTheCachedHistory) {
   const std::string m = http_get(s.port, "/metrics");
   EXPECT_EQ(metric(m, "hotcold_prompt_tokens_cached_total"), static_cast<double>(reused)) << m;
   EXPECT_EQ(metric(m, "hotcold_prompt_tokens_computed_total"), static_cast<double>(computed)) << m;
+  // The store keeps the conversation's whole blocks (16 tokens): at least those of its last turn.
+  EXPECT_GE(metric(m, "hotcold_prefix_store_blocks"), std::floor(static_cast<double>(reused) / 3 / 16)) << m;
+  EXPECT_GT(metric(m, "hotcold_prefix_store_capacity_blocks"), metric(m, "hotcold_prefix_store_blocks")) << m;
+  EXPECT_GT(metric(m, "hotcold_prefix_store_bytes"), 0.0) << m;
   const auto bad = post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", messages}, {"cache_prompt", "yes"}}.dump());
   EXPECT_EQ(bad.status, 400) << bad.body;
 }
