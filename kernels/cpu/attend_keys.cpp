@@ -149,6 +149,7 @@ HOTCOLD_AVX512 static inline void score_tile(const float* q, const T* k, int64_t
   const T* rows[NK];
   for (int r = 0; r < NK; ++r) rows[r] = k + std::min(b + r, t1 - 1) * stride + at;
   __m512 acc[16];
+#pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t e = 0; e < hd; e += 16) {
     __m512 qv[NH];
@@ -271,6 +272,7 @@ HOTCOLD_AVX512 static void attend_keys(const float* q, const T* k, const T* v, i
     if (b0 == t0) prefetch_rows(v, stride, b0, b0 + n, row_bytes);  // (the first block's values at once; each later one's a block ahead)
     const int64_t next = std::min(b0 + n + block_keys, t1);
     scores_of(q, k, v, stride, n_head, n_kv, hd, b0, n, scale, s, b0 + n, next);
+    prefetch_rows(k, stride, b0 + n, next, row_bytes);  // the next block's keys, while this one's values are summed
     for (int64_t g = 0; g < n_kv; ++g)
       for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
         const int nh = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
