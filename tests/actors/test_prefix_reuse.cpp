@@ -81,7 +81,9 @@ TEST(PrefixIndex, StaysWithinItsCapacityOverTenThousandPrompts) {
   for (int k = 0; k < 10000; ++k) {
     ix.insert(cat(run_of(16, 6 + k % 3), run_of(16, 1000 + k)));  // three shared beginnings, distinct ends
     ASSERT_LE(ix.size(), 50);
-    if (k % 10 == 0) ASSERT_EQ(ix.match(kept), kept_ids) << "at prompt " << k;
+    if (k % 10 == 0) {
+      ASSERT_EQ(ix.match(kept), kept_ids) << "at prompt " << k;
+    }
   }
   EXPECT_GT(ix.evictions(), 9000u);
   EXPECT_EQ(ix.match(cat(run_of(16, 6), {})).size(), 2u);  // a shared beginning, used throughout
@@ -275,7 +277,9 @@ TEST(PrefixReuse, SparseAndMixtureFilesToo) {
     for (int turn = 0; turn < 2; ++turn) {
       auto r = asking(history, 6);
       const result got = one(p, r);
-      if (turn > 0) EXPECT_GT(got.done.cached_tokens, 40) << name;
+      if (turn > 0) {
+        EXPECT_GT(got.done.cached_tokens, 40) << name;
+      }
       same_as_fresh(m, r, got, name + " turn " + std::to_string(turn), mode);
       history = cat(cat(history, got.tokens), run_of(8, 62 + turn));
     }

@@ -372,7 +372,9 @@ TEST(ContextShift, TheShiftedCacheIsTheKeptTokensAtTheirNewPositions) {
     if (arch == architecture::phi3) o.phi3_rope_orig_ctx = 16;
     if (arch == architecture::qwen3) o.head_dim = 24;
     auto m = model::load(test::make_model(std::string("shift_") + std::string(architecture_name(arch)), o));
-    if (arch == architecture::phi3) ASSERT_NE(m->hp().rope_attn_factor, 1.0f);
+    if (arch == architecture::phi3) {
+      ASSERT_NE(m->hp().rope_attn_factor, 1.0f);
+    }
     std::vector<token_id> tokens;
     for (int i = 0; i < 60; ++i) tokens.push_back(static_cast<token_id>(1 + (i * 37) % 250));
     const int64_t keep = 4, discard = 28, next = 77;
