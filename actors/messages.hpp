@@ -93,6 +93,7 @@ struct slot_event {
   int64_t slot = 0;
   bool ok = false;
   std::string error;     // why not, for people
+  bool missing = false;  // (not ok:) the file to restore cannot be opened
   int64_t n_tokens = 0;  // saved, restored, erased
   uint64_t bytes = 0;    // written or read
   double ms = 0;

@@ -24,9 +24,10 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
   parts_->context_shift = options.context_shift;
   parts_->keep = options.keep;
   parts_->model_identity = options.model_identity;
-  if (options.reuse_prefixes && options.prefix_store_bytes > 0) {  // (the stages hold as many blocks of their layers)
-    const uint64_t block = static_cast<uint64_t>(std::max<int64_t>(1, options.prefix_block_tokens)) * parts_->ctx->cache_position_bytes();
-    parts_->ctx->reserve_prefix_store(static_cast<int64_t>(options.prefix_store_bytes / block), std::max<int64_t>(1, options.prefix_block_tokens));
+  {  // the store's blocks (none without reuse or memory for it; the stages hold as many blocks of their layers)
+    const int64_t block_tokens = std::max<int64_t>(1, options.prefix_block_tokens);
+    const uint64_t block = static_cast<uint64_t>(block_tokens) * parts_->ctx->cache_position_bytes();
+    parts_->ctx->reserve_prefix_store(options.reuse_prefixes ? static_cast<int64_t>(options.prefix_store_bytes / block) : 0, block_tokens);
   }
   if (options.pin_workers && std::getenv("HOTCOLD_NO_PIN") == nullptr) parts_->actor_core = parts_->ctx->pool().pin_workers();
   configure(cfg_, options.runtime);

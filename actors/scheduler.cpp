@@ -150,17 +150,21 @@ void finish(scheduler_ptr self, int64_t id, const std::string& reason, const std
   st.seqs.erase(it);
 }
 
-// The rows of a running sequence other than s: what each slot holds.
-std::vector<std::vector<token_id>> running_rows(const scheduler_state& st, std::vector<prefix_reuse::holder>& holders) {
+// The rows s's prompt reuses now — its slot's, the store's, another running sequence's (each
+// running one's slot holds its computed tokens, unless a shift moved them) — their moves queued.
+void reuse_rows(scheduler_state& st, sequence& s) {
   std::vector<std::vector<token_id>> rows;
   rows.reserve(st.running.size());
+  std::vector<prefix_reuse::holder> holders;
   for (int64_t id : st.running) {
     const sequence& r = st.seqs.at(id);
     if (r.shifted) continue;
     rows.push_back(r.computed());
     holders.push_back({r.slot, rows.back()});
   }
-  return rows;
+  const size_t ops_before = st.ops.size();
+  s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders, st.ops);
+  if (st.ops.size() > ops_before) s.moved_in = st.step + 1;
 }
 
 // A sequence admitted into its slot: the rows of its prompt's beginning that it reuses (its slot's, the
@@ -170,11 +174,7 @@ void begin_prompt(scheduler_ptr self, sequence& s) {
   auto& st = self->state;
   if (!st.prefix) return;
   if (!s.req.cache_prompt) return st.prefix->forget(s.slot);
-  std::vector<prefix_reuse::holder> holders;
-  const auto rows = running_rows(st, holders);
-  const size_t ops_before = st.ops.size();
-  s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders, st.ops);
-  if (st.ops.size() > ops_before) s.moved_in = st.step + 1;
+  reuse_rows(st, s);
   const int64_t limit = static_cast<int64_t>(s.req.prompt.size()) - 1;
   for (int64_t id : st.running) {  // worth waiting for: a block's worth more than it has
     const sequence& r = st.seqs.at(id);
@@ -193,11 +193,7 @@ void resolve_followers(scheduler_ptr self) {
     auto leader = st.seqs.find(s.follow);
     if (leader != st.seqs.end() && leader->second.slot >= 0 && leader->second.cached < s.follow_len && !leader->second.cancelled) continue;
     s.follow = -1, s.follow_len = 0;
-    std::vector<prefix_reuse::holder> holders;
-    const auto rows = running_rows(st, holders);
-    const size_t ops_before = st.ops.size();
-    s.cached = s.reused = st.prefix->begin(s.slot, s.req.prompt, holders, st.ops);
-    if (st.ops.size() > ops_before) s.moved_in = st.step + 1;
+    reuse_rows(st, s);
   }
 }
 
@@ -344,7 +340,8 @@ void on_step_failed(scheduler_ptr self, int64_t step, const std::string& why) {
 
 // A slot's file saved or restored, or the slot erased: between steps, on a free slot.
 slot_event slot_action(scheduler_state& st, const slot_request& r) {
-  slot_event e{r.id, r.action, r.slot, false, {}, 0, 0, 0};
+  slot_event e;
+  e.request = r.id, e.action = r.action, e.slot = r.slot;
   const auto t0 = clock_type::now();
   try {
     const int64_t n_seq = st.p->ctx->n_seq();
@@ -372,6 +369,8 @@ slot_event slot_action(scheduler_state& st, const slot_request& r) {
       throw std::invalid_argument(fmt::format("unknown slot action '{}': save, restore or erase", r.action));
     }
     e.ok = true;
+  } catch (const slot_file_missing& x) {
+    e.error = x.what(), e.missing = true;
   } catch (const std::exception& x) {
     e.error = x.what();
   }

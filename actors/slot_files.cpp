@@ -44,7 +44,7 @@ uint64_t save_slot(const kv_cache& kv, const std::string& model_identity, int64_
 
 std::vector<token_id> restore_slot(kv_cache& kv, const std::string& model_identity, int64_t slot, const std::string& path, uint64_t& bytes) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(fmt::format("slot file {}: cannot be read ({})", path, std::strerror(errno)));
+  if (!in) throw slot_file_missing(fmt::format("slot file {}: cannot be read ({})", path, std::strerror(errno)));
   char head[8];
   uint32_t header_bytes = 0;
   if (!in.read(head, sizeof head) || std::memcmp(head, magic, sizeof magic) != 0 || !in.read(reinterpret_cast<char*>(&header_bytes), sizeof header_bytes) ||

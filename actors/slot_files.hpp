@@ -10,6 +10,7 @@
 // against this server (model, cache type, shape, context) and refuses a file by name otherwise.
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,13 @@ namespace hotcold::actors {
 // std::runtime_error naming the file when it cannot be written.
 uint64_t save_slot(const kv_cache& kv, const std::string& model_identity, int64_t slot, std::span<const token_id> tokens, const std::string& path);
 
+// A slot file that cannot be opened (not there, not readable).
+struct slot_file_missing : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Reads a file into `slot` from position 0; returns its tokens and sets `bytes` to the bytes read.
-// std::runtime_error naming the file and what does not match.
+// slot_file_missing when it cannot be opened; std::runtime_error naming the file and what does not match.
 std::vector<token_id> restore_slot(kv_cache& kv, const std::string& model_identity, int64_t slot, const std::string& path, uint64_t& bytes);
 
 }  // namespace hotcold::actors

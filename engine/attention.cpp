@@ -242,7 +242,8 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
   const int64_t group_max = capped ? 1 : blocks ? attend_block_max : 4;
   std::vector<int64_t>& groups = B.groups;  // first token of each group of several, then of each decoded token
   groups.clear();
-  std::vector<int64_t> decoded;
+  std::vector<int64_t>& decoded = B.decoded;
+  decoded.clear();
   for (int64_t t = 0; t < n;) {
     int64_t e = t + 1;
     while (e < n && e - t < group_max && B.seqs[static_cast<size_t>(e)] == B.seqs[static_cast<size_t>(t)] &&
@@ -292,7 +293,8 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
   const int64_t threads = on.pool->size();
   std::vector<int64_t>& ranges = B.key_ranges;  // (token, first key, end key), each token's in order
   ranges.clear();
-  std::vector<int64_t> first_range;  // of each token
+  std::vector<int64_t>& first_range = B.first_range;
+  first_range.clear();
   for (int64_t t : tokens) {
     first_range.push_back(static_cast<int64_t>(ranges.size()) / 3);
     const int64_t keys = B.positions[static_cast<size_t>(t)] + 1;
@@ -323,8 +325,9 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
                     scratch.data());
     }
   });
+  thread_local std::vector<key_range_sums> parts;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    std::vector<key_range_sums> parts;
+    parts.clear();
     for (int64_t r = first_range[i]; r < first_range[i + 1]; ++r) parts.push_back(sums_of(r));
     merge_key_ranges(parts.data(), static_cast<int>(parts.size()), n_head, hd, B.attn.data() + tokens[i] * dq);
   }

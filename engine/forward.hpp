@@ -105,13 +105,13 @@ class inference_context {
   const std::vector<batch_layer_choice>& batch_choices() const { return ffn_.batch_choices(); }
   const ffn_totals& totals() const { return totals_; }
 
-  // The KV cache's prefix store (engine/prefix_index.hpp) and the moves of rows between it and the
-  // slots, carried out in order; between steps only.
+  // The KV cache's prefix store (engine/prefix_index.hpp: blocks of block_tokens positions, set by
+  // the pipeline) and the moves of rows between it and the slots, carried out in order; between steps only.
   void reserve_prefix_store(int64_t blocks, int64_t block_tokens) { kv_.reserve_store(blocks, block_tokens); }
-  uint64_t cache_position_bytes() const { return kv_.position_bytes(); }
   int64_t prefix_store_blocks() const { return kv_.store_blocks(); }
+  int64_t prefix_block_tokens() const { return kv_.block_tokens(); }
+  uint64_t cache_position_bytes() const { return kv_.position_bytes(); }  // every layer's key and value rows of one position
   kv_cache& cache() { return kv_; }  // (between steps only: slot files)
-  int64_t prefix_block_tokens() const { return kv_.block_tokens() > 0 ? kv_.block_tokens() : 16; }  // every layer's key and value rows of one position
   void apply(std::span<const cache_op> ops);
 
   int64_t n_ctx() const { return kv_.n_ctx(); }

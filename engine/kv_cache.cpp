@@ -36,18 +36,20 @@ void kv_cache::reserve_store(int64_t blocks, int64_t block_tokens) {
   if (blocks > 0) store_ = page_buffer(static_cast<size_t>(blocks) * block_bytes(), "the prefix store");
 }
 
+size_t kv_cache::rows_offset(int64_t slot, int64_t pos, int64_t n) const {
+  if (slot < 0 || slot >= n_seq_ || pos < 0 || n < 0 || pos + n > n_ctx_)
+    throw std::out_of_range(fmt::format("cached rows {}..{} of slot {}: outside the {} x {} the cache holds", pos, pos + n, slot, n_seq_, n_ctx_));
+  return static_cast<size_t>((slot * n_ctx_ + pos) * row_bytes_);
+}
+
 void kv_cache::read_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, uint8_t* dst) const {
-  check_slot(slot, pos);
-  if (n < 0 || pos + n > n_ctx_) throw std::out_of_range(fmt::format("rows {}..{}: outside the context of {}", pos, pos + n, n_ctx_));
-  const size_t at = static_cast<size_t>((slot * n_ctx_ + pos) * row_bytes_), bytes = static_cast<size_t>(n * row_bytes_);
+  const size_t at = rows_offset(slot, pos, n), bytes = static_cast<size_t>(n * row_bytes_);
   if (device_ && device_->attention(layer)) return device_->cache_out(layer, values, at, dst, bytes);
   std::memcpy(dst, (values ? v_layer(layer) : k_layer(layer)) + at, bytes);
 }
 
 void kv_cache::write_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, const uint8_t* src) {
-  check_slot(slot, pos);
-  if (n < 0 || pos + n > n_ctx_) throw std::out_of_range(fmt::format("rows {}..{}: outside the context of {}", pos, pos + n, n_ctx_));
-  const size_t at = static_cast<size_t>((slot * n_ctx_ + pos) * row_bytes_), bytes = static_cast<size_t>(n * row_bytes_);
+  const size_t at = rows_offset(slot, pos, n), bytes = static_cast<size_t>(n * row_bytes_);
   if (device_ && device_->attention(layer)) return device_->cache_in(layer, values, at, src, bytes);
   std::memcpy((values ? v_layer(layer) : k_layer(layer)) + at, src, bytes);
 }
@@ -58,15 +60,14 @@ void kv_cache::shift(const cache_op& op, const std::function<void(float* key_row
     throw std::out_of_range(fmt::format("a context shift of slot {} dropping {}..{} of {}: outside the {} x {} the cache holds", op.slot, keep, keep + drop,
                                         held, n_seq_, n_ctx_));
   const int64_t moved = held - keep - drop, width = row_bytes_ / value_bytes_;
-  const size_t first = static_cast<size_t>((op.slot * n_ctx_ + keep) * row_bytes_), bytes = static_cast<size_t>((held - keep) * row_bytes_);
   std::vector<float> row(static_cast<size_t>(width));
   for (int64_t il = 0; il < n_layer_; ++il)
     for (int values = 0; values < 2 && holds(il); ++values) {
       const bool there = device_ && device_->attention(il);
-      uint8_t* rows = (values ? v_layer(il) : k_layer(il)) + first;
+      uint8_t* rows = (values ? v_layer(il) : k_layer(il)) + rows_offset(op.slot, keep, held - keep);
       if (there) {  // through the host: the slot's rows from keep on, out and back in
-        staging_.resize(bytes);
-        device_->cache_out(il, values != 0, first, staging_.data(), bytes);
+        staging_.resize(static_cast<size_t>((held - keep) * row_bytes_));
+        read_rows(op.slot, il, values != 0, keep, held - keep, staging_.data());
         rows = staging_.data();
       }
       for (int64_t p = 0; p < moved; ++p) {
@@ -81,7 +82,7 @@ void kv_cache::shift(const cache_op& op, const std::function<void(float* key_row
         rotate(row.data());
         store(to, row.data(), width);
       }
-      if (there) device_->cache_in(il, values != 0, first, staging_.data(), static_cast<size_t>(moved * row_bytes_));
+      if (there) write_rows(op.slot, il, values != 0, keep, moved, staging_.data());
     }
 }
 
@@ -89,38 +90,27 @@ void kv_cache::apply(const cache_op& op) {
   if (op.what == cache_op::kind::shift) throw std::invalid_argument("a context shift turns keys by RoPE: inference_context::apply does it");
   const bool copy = op.what == cache_op::kind::copy;
   const int64_t n = copy ? op.count : block_tokens_;
-  auto check = [&](int64_t slot) {
-    if (n < 0 || op.pos < 0 || op.pos + n > n_ctx_ || slot < 0 || slot >= n_seq_)
-      throw std::out_of_range(fmt::format("cached rows {}..{} of slot {}: outside the {} x {} the cache holds", op.pos, op.pos + n, slot, n_seq_, n_ctx_));
-  };
-  check(op.slot);
-  if (copy) check(op.from);
+  rows_offset(op.slot, op.pos, n);  // (checked before anything moves)
+  if (copy) rows_offset(op.from, op.pos, n);
   else if (op.from < 0 || op.from >= store_blocks_)
     throw std::out_of_range(fmt::format("prefix block {}: outside the {} the store holds", op.from, store_blocks_));
   const size_t bytes = static_cast<size_t>(n * row_bytes_);
   if (bytes == 0) return;
   for (int64_t il = 0; il < n_layer_; ++il)
     for (int values = 0; values < 2 && holds(il); ++values) {
-      uint8_t* layer = values ? v_layer(il) : k_layer(il);
-      const size_t at = static_cast<size_t>((op.slot * n_ctx_ + op.pos) * row_bytes_);
-      const bool there = device_ && device_->attention(il);
-      if (copy) {
-        const size_t src = static_cast<size_t>((op.from * n_ctx_ + op.pos) * row_bytes_);
-        if (!there) {
-          std::memmove(layer + at, layer + src, bytes);
-          continue;
-        }
+      const bool v = values != 0;
+      if (copy && !(device_ && device_->attention(il))) {
+        uint8_t* layer = v ? v_layer(il) : k_layer(il);
+        std::memmove(layer + rows_offset(op.slot, op.pos, n), layer + rows_offset(op.from, op.pos, n), bytes);
+      } else if (copy) {  // a device's rows through the host
         staging_.resize(bytes);
-        device_->cache_out(il, values != 0, src, staging_.data(), bytes);
-        device_->cache_in(il, values != 0, at, staging_.data(), bytes);
-        continue;
+        read_rows(op.from, il, v, op.pos, n, staging_.data());
+        write_rows(op.slot, il, v, op.pos, n, staging_.data());
+      } else {
+        uint8_t* block = static_cast<uint8_t*>(store_.data()) + static_cast<size_t>(op.from) * block_bytes() + static_cast<size_t>(2 * il + values) * bytes;
+        if (op.what == cache_op::kind::save) read_rows(op.slot, il, v, op.pos, n, block);
+        else write_rows(op.slot, il, v, op.pos, n, block);
       }
-      uint8_t* block = static_cast<uint8_t*>(store_.data()) + static_cast<size_t>(op.from) * block_bytes() + static_cast<size_t>(2 * il + values) * bytes;
-      const bool save = op.what == cache_op::kind::save;
-      if (there && save) device_->cache_out(il, values != 0, at, block, bytes);
-      else if (there) device_->cache_in(il, values != 0, at, block, bytes);
-      else if (save) std::memcpy(block, layer + at, bytes);
-      else std::memcpy(layer + at, block, bytes);
     }
 }
 

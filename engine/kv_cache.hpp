@@ -65,6 +65,8 @@ class kv_cache {
   void place(const device_layers* d);
 
  private:
+  // The byte offset of rows pos .. pos + n - 1 of a slot in a layer's block; std::out_of_range outside.
+  size_t rows_offset(int64_t slot, int64_t pos, int64_t n) const;
   int64_t n_layer_, n_ctx_, n_seq_;
   tensor_type type_;
   int64_t value_bytes_, row_bytes_;

@@ -87,7 +87,6 @@ int32_t prefix_index::take(const std::vector<int32_t>& keep) {
     if (blocks_[static_cast<size_t>(id)].children > 0 || std::find(keep.begin(), keep.end(), id) != keep.end()) continue;
     drop(id);
     ++evictions_;
-    free_.pop_back();  // (drop freed it; it is taken at once)
     return id;
   }
   return -1;
@@ -104,7 +103,6 @@ void prefix_index::drop(int32_t id) {
   by_use_.erase(k.used);
   if (k.parent >= 0) --blocks_[static_cast<size_t>(k.parent)].children;
   k = block{};
-  free_.push_back(id);
 }
 
 void prefix_index::touch(const std::vector<int32_t>& chain) {

@@ -66,7 +66,7 @@ class prefix_index {
   // A free block, or the least recently used leaf outside `keep` evicted; -1 when none.
   int32_t take(const std::vector<int32_t>& keep);
   void touch(const std::vector<int32_t>& chain);  // the chain's blocks used now, its last first
-  void drop(int32_t id);
+  void drop(int32_t id);  // out of the index (its storage then the caller's to reuse)
 
   int64_t block_tokens_, capacity_;
   hash_fn hash_;

@@ -42,7 +42,9 @@ struct step_state {
   std::vector<int64_t> seqs, positions;                               // n
   std::vector<int64_t> logit_rows;                                    // rows whose logits the head computes
   std::vector<int64_t> groups;                                        // attention's query groups (scratch)
+  std::vector<int64_t> decoded;                                       // the tokens alone in their sequence (scratch)
   std::vector<int64_t> key_ranges;                                    // decode attention's (token, first key, end) ranges (scratch)
+  std::vector<int64_t> first_range;                                   // of each decoded token, and the end (scratch)
   std::vector<float> range_sums;                                      // and their sums (kernels::key_range_sums; scratch)
   std::vector<float> angles;                                          // n x n_rot: RoPE's angles for a GPU's attention
   std::vector<int32_t> seqs32, positions32;                           // n: the same tokens' slots and positions, for a GPU

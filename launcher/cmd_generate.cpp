@@ -51,13 +51,23 @@ std::span<const float> feed(inference_context& ctx, const std::vector<token_id>&
   return logits;
 }
 
-// The context shift of the direct path (--context-shift): what it keeps of the prompt.
+// The context shift of the direct path (--context-shift): what it keeps of the prompt, and what the
+// shifts so far dropped — the tokens kept .. kept + dropped - 1 of those written (every shift keeps
+// the same first positions).
 struct shift_rule {
   bool on = false;
   int64_t keep = 0, prompt_tokens = 0;
   bool bos_first = false;
-  int64_t shifts = 0, dropped = 0;  // made so far, and the positions they dropped
-  int64_t kept = 0;                 // the positions the last one kept at the start
+  int64_t kept = 0, dropped = 0;
+  // Shifts slot 0 of ctx, which holds pos positions (pos lowered); false when nothing is left to drop.
+  bool make(inference_context& ctx, int64_t& pos) {
+    const cache_op op = context_shift(0, pos, ctx.n_ctx(), keep, prompt_tokens, bos_first);
+    if (op.count < 1) return false;
+    ctx.apply(std::span(&op, 1));
+    pos -= op.count;
+    kept = op.pos, dropped += op.count;
+    return true;
+  }
 };
 
 // Generates up to n tokens after `logits`, streaming their text; returns how many were generated
@@ -78,13 +88,7 @@ int generate(inference_context& ctx, sampler& smp, std::span<const float> logits
     write_piece(v.piece(next));
     if (out) out->push_back(next);
     ++produced;
-    if (pos >= ctx.n_ctx()) {  // (shift.on)
-      const cache_op op = context_shift(0, pos, ctx.n_ctx(), shift.keep, shift.prompt_tokens, shift.bos_first);
-      if (op.count < 1) break;
-      ctx.apply(std::span(&op, 1));
-      pos -= op.count;
-      ++shift.shifts, shift.dropped += op.count, shift.kept = op.pos;
-    }
+    if (pos >= ctx.n_ctx() && !shift.make(ctx, pos)) break;  // (shift.on)
     logits = ctx.forward(next, pos++);
   }
   if (produced < n) fmt::print(stderr, "\nhotcold: the context is full ({} tokens){}\n", ctx.n_ctx(), shift.on ? "" : "; --context-shift goes on past it");
@@ -156,17 +160,12 @@ namespace {
 // What a chat holds: the conversation, its tokens as the template wrote them (`written`: each turn the
 // whole conversation is written again and only what differs from them is computed — the new user
 // turn, and whatever the template writes around the last reply), and with --context-shift the written
-// tokens a shift dropped, [kept, dropped_end): a turn computes from where it differs, that many
-// positions lower in the cache.
+// tokens the shifts dropped (shift_rule): a turn computes from where it differs, that many positions
+// lower in the cache.
 struct chat_state {
   std::vector<chat_message> conversation;
   std::vector<token_id> written;
   shift_rule shift;
-  int64_t kept = 0, dropped_end = 0;
-  void dropped(int64_t at, int64_t count) {
-    if (dropped_end == 0) kept = dropped_end = at;
-    dropped_end += count;
-  }
 };
 
 // A chat turn's computation: its new tokens from pos, the reply (shifting as generate needs), the
@@ -175,9 +174,7 @@ void reply_to(loaded& l, const chat_args& a, sampler& smp, const std::vector<tok
               chat_state& c) {
   auto logits = feed(*l.ctx, fresh, pos);
   std::vector<token_id> reply;
-  const int64_t before = c.shift.dropped;
   generate(*l.ctx, smp, logits, pos, static_cast<int>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), pos, c.shift.on)), c.shift, &reply);
-  if (c.shift.dropped > before) c.dropped(c.shift.kept, c.shift.dropped - before);
   c.written = tokens;
   c.written.insert(c.written.end(), reply.begin(), reply.end());
   c.conversation.push_back({"assistant", l.m->vocabulary().detokenize(reply)});
@@ -209,16 +206,11 @@ void run_chat(chat_args a) {
     if (c.written.empty()) c.shift.prompt_tokens = static_cast<int64_t>(tokens.size()), c.shift.bos_first = bos >= 0 && tokens.front() == bos;
     // (At least the last token is computed again: its logits start the reply.)
     size_t same = std::min<size_t>(std::mismatch(c.written.begin(), c.written.end(), tokens.begin(), tokens.end()).first - c.written.begin(), tokens.size() - 1);
-    if (static_cast<int64_t>(same) < c.dropped_end) same = 0, c.kept = c.dropped_end = 0;  // (it differs where the cache dropped it: all again)
-    int64_t pos = static_cast<int64_t>(same) - (c.dropped_end - c.kept);
+    if (c.shift.dropped > 0 && static_cast<int64_t>(same) < c.shift.kept + c.shift.dropped) same = 0, c.shift.dropped = 0;  // (it differs where the cache dropped it: all again)
+    int64_t pos = static_cast<int64_t>(same) - c.shift.dropped;
     const std::vector<token_id> fresh(tokens.begin() + static_cast<std::ptrdiff_t>(same), tokens.end());
-    while (c.shift.on && pos + static_cast<int64_t>(fresh.size()) >= l.ctx->n_ctx()) {  // room for the turn first
-      const cache_op op = context_shift(0, pos, l.ctx->n_ctx(), c.shift.keep, c.shift.prompt_tokens, c.shift.bos_first);
-      if (op.count < 1) break;
-      l.ctx->apply(std::span(&op, 1));
-      pos -= op.count;
-      c.dropped(op.pos, op.count);
-    }
+    while (c.shift.on && pos + static_cast<int64_t>(fresh.size()) >= l.ctx->n_ctx())  // room for the turn first
+      if (!c.shift.make(*l.ctx, pos)) break;
     if (pos + static_cast<int64_t>(fresh.size()) >= l.ctx->n_ctx()) {
       fmt::print(stderr, "hotcold chat: the context is full ({} tokens){}\n", l.ctx->n_ctx(), c.shift.on ? "" : "; start a new chat, or --context-shift");
       break;

@@ -19,10 +19,7 @@ std::string slot_file_path(const server_options& o, const protocol::slot_request
 }
 
 std::string slot_answer(const actors::slot_event& e, const std::string& id) {
-  if (!e.ok) {
-    const bool missing = e.error.find("cannot be read") != std::string::npos;
-    return protocol::encode_error({missing ? protocol::error_code::not_found : protocol::error_code::invalid_field, e.error, id});
-  }
+  if (!e.ok) return protocol::encode_error({e.missing ? protocol::error_code::not_found : protocol::error_code::invalid_field, e.error, id});
   return protocol::encode_slot({id, e.action, e.slot, e.n_tokens, static_cast<int64_t>(e.bytes), e.ms});
 }
 
