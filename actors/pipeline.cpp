@@ -42,8 +42,8 @@ pipeline::pipeline(std::shared_ptr<inference_context> ctx, pipeline_options opti
     std::vector<std::string> named;
     for (const auto& s : plan.stages) named.push_back(s.where());
     parts_->stats->set_stages(std::move(named));
-    plan.kv_layer_row_bytes = static_cast<uint64_t>(kv_read_per_token(parts_->m->hp(), c.kv_type() == tensor_type::f32 ? 4 : 2, 1));
-    const stage_context sc{plan.file_id, c.n_ctx(), c.n_seq(), c.kv_type(), c.mode(), c.prefix_store_blocks(), c.prefix_block_tokens()};
+    plan.kv_layer_row_bytes = static_cast<uint64_t>(kv_read_per_token(parts_->m->hp(), c.cache_types(), 1));
+    const stage_context sc{plan.file_id, c.n_ctx(), c.n_seq(), c.cache_types(), c.mode(), c.prefix_store_blocks(), c.prefix_block_tokens()};
     parts_->stages = connect_stages(*sys_, plan, layer_bytes, sc, parts_->stats);
     std::vector<std::string> where;
     for (const auto& s : parts_->stages) where.push_back(s.where);

@@ -14,13 +14,15 @@ namespace hotcold::actors {
 namespace {
 constexpr char magic[8] = {'H', 'C', 'S', 'L', 'O', 'T', '0', '1'};
 
-std::string type_name(const kv_cache& kv) { return std::string(tensor_type_name(kv.type())); }
+std::string lower(tensor_type t) { return lower_type_name(t); }
 }  // namespace
 
 uint64_t save_slot(const kv_cache& kv, const std::string& model_identity, int64_t slot, std::span<const token_id> tokens, const std::string& path) {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const std::string header = nlohmann::json{{"model", model_identity}, {"kv_type", type_name(kv)}, {"n_layer", kv.n_layer()},
-                                            {"row_bytes", kv.row_bytes()}, {"n_tokens", n}}
+  const std::string header = nlohmann::json{{"model", model_identity},          {"cache_type_k", lower(kv.types().k)},
+                                            {"cache_type_v", lower(kv.types().v)}, {"n_layer", kv.n_layer()},
+                                            {"k_row_bytes", kv.row_bytes(false)}, {"v_row_bytes", kv.row_bytes(true)},
+                                            {"n_tokens", n}}
                                  .dump();
   const std::string part = path + ".part";  // (renamed when whole: a reader never sees half a file)
   std::ofstream out(part, std::ios::binary | std::ios::trunc);
@@ -30,9 +32,10 @@ uint64_t save_slot(const kv_cache& kv, const std::string& model_identity, int64_
   out.write(reinterpret_cast<const char*>(&header_bytes), sizeof header_bytes);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size_bytes()));
-  std::vector<uint8_t> rows(static_cast<size_t>(n * kv.row_bytes()));
+  std::vector<uint8_t> rows;
   for (int64_t il = 0; il < kv.n_layer(); ++il)
     for (bool values : {false, true}) {
+      rows.resize(static_cast<size_t>(n * kv.row_bytes(values)));
       if (n > 0) kv.read_rows(slot, il, values, 0, n, rows.data());
       out.write(reinterpret_cast<const char*>(rows.data()), static_cast<std::streamsize>(rows.size()));
     }
@@ -57,21 +60,23 @@ std::vector<token_id> restore_slot(kv_cache& kv, const std::string& model_identi
     throw std::runtime_error(fmt::format("slot file {}: its header is not what a slot file holds", path));
   if (h.value("model", std::string()) != model_identity)
     throw std::runtime_error(fmt::format("slot file {}: made with model {}, this server runs {}", path, h.value("model", std::string("?")), model_identity));
-  if (h.value("kv_type", std::string()) != type_name(kv))
-    throw std::runtime_error(fmt::format("slot file {}: its cache holds {} values, this server's {} (--kv-type)", path, h.value("kv_type", std::string("?")),
-                                         type_name(kv)));
-  if (h.value("n_layer", int64_t{-1}) != kv.n_layer() || h.value("row_bytes", int64_t{-1}) != kv.row_bytes())
+  const std::string kt = h.value("cache_type_k", std::string("?")), vt = h.value("cache_type_v", std::string("?"));
+  if (kt != lower(kv.types().k) || vt != lower(kv.types().v))
+    throw std::runtime_error(fmt::format("slot file {}: its cache holds {} keys and {} values, this server's {} and {} (--cache-type-k, --cache-type-v)",
+                                         path, kt, vt, lower(kv.types().k), lower(kv.types().v)));
+  if (h.value("n_layer", int64_t{-1}) != kv.n_layer() || h.value("k_row_bytes", int64_t{-1}) != kv.row_bytes(false) ||
+      h.value("v_row_bytes", int64_t{-1}) != kv.row_bytes(true))
     throw std::runtime_error(fmt::format("slot file {}: its rows are of another shape than this model's", path));
   const int64_t n = h["n_tokens"].get<int64_t>();
   if (n < 0 || n > kv.n_ctx())
     throw std::runtime_error(fmt::format("slot file {}: holds {} positions, more than this server's context of {}", path, n, kv.n_ctx()));
   std::vector<token_id> tokens(static_cast<size_t>(n));
-  std::vector<uint8_t> rows(static_cast<size_t>(n * kv.row_bytes()));
   in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(n * sizeof(token_id)));
   std::vector<std::vector<uint8_t>> layers;  // read whole before any is written: a short file changes nothing
   for (int64_t k = 0; in && k < 2 * kv.n_layer(); ++k) {
+    std::vector<uint8_t> rows(static_cast<size_t>(n * kv.row_bytes(k % 2 != 0)));
     in.read(reinterpret_cast<char*>(rows.data()), static_cast<std::streamsize>(rows.size()));
-    layers.push_back(rows);
+    layers.push_back(std::move(rows));
   }
   if (!in) throw std::runtime_error(fmt::format("slot file {}: cut short (its header says {} positions)", path, n));
   for (int64_t il = 0; il < kv.n_layer() && n > 0; ++il)

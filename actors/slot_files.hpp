@@ -4,10 +4,11 @@
 // that a conversation's cache outlives the server or moves to another slot.
 //
 // The file: "HCSLOT01" (8 bytes), a u32 (little-endian) byte count, that many bytes of JSON header
-// {"model": the model file's identity (model/file_identity), "kv_type": "f16"|"f32", "n_layer",
-// "row_bytes" (one position's keys, or values, of one layer), "n_tokens"}, the tokens (i32 each), then
-// layer by layer the keys' rows and the values' rows of those positions. A restore checks the header
-// against this server (model, cache type, shape, context) and refuses a file by name otherwise.
+// {"model": the model file's identity (model/file_identity), "cache_type_k" and "cache_type_v": "f32"|
+// "f16"|"q8_0"|"q4_0", "n_layer", "k_row_bytes" and "v_row_bytes" (one position's keys, or values, of one
+// layer), "n_tokens"}, the tokens (i32 each), then layer by layer the keys' rows and the values' rows
+// of those positions. A restore checks the header against this server (model, cache types, shape,
+// context) and refuses a file by name otherwise.
 #include <cstdint>
 #include <span>
 #include <stdexcept>

@@ -169,7 +169,7 @@ void assign(link_ptr self, stage_worker_actor remote) {
   auto& st = self->state;
   st.token = new_token();
   const std::vector<int64_t> shape{st.ctx.n_ctx, st.ctx.n_seq, st.ctx.store_blocks, st.ctx.block_tokens};
-  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, shape, st.ctx.kv_type, st.ctx.mode, st.token)
+  self->request(remote, st.timing.assign, assign_atom::value, st.addr.first, st.addr.last, shape, st.ctx.kv.k, st.ctx.kv.v, st.ctx.mode, st.token)
       .then(
           [self, remote](std::string& why) {
             if (!why.empty()) return not_admitted(self, "refused its layers: " + why);

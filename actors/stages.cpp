@@ -26,7 +26,7 @@
 namespace hotcold::actors {
 
 namespace {
-constexpr int stage_protocol = 6;  // bumped on any change to the stage messages (6: cache ops with each step, the prefix store's size)
+constexpr int stage_protocol = 7;  // bumped on any change to the stage messages (6: cache ops with each step, the prefix store's size; 7: keys' and values' cache types)
 
 // Asks `to` on `self`'s behalf and answers the current request with its reply (of types Rs) or
 // error: the worker's front keeps the actor that computes off the network (see remote_stage).
@@ -126,7 +126,8 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
         if (!st.data->public_key().empty()) st.data->allow(client_key);
         return {why, st.data->public_key()};
       },
-      [self](assign_atom, int64_t first, int64_t last, const std::vector<int64_t>& shape, tensor_type kv, ffn_mode fm, const std::string& token) -> std::string {
+      [self](assign_atom, int64_t first, int64_t last, const std::vector<int64_t>& shape, tensor_type kt, tensor_type vt, ffn_mode fm,
+             const std::string& token) -> std::string {
         auto& st = self->state;
         const int64_t n_layer = st.n_layer;
         if (shape.size() != 4 || shape[0] < 1 || shape[1] < 1 || shape[2] < 0 || shape[3] < 1)
@@ -134,7 +135,12 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
         const int64_t n_ctx = shape[0], n_seq = shape[1];
         if (first < 0 || last > n_layer || first >= last) return fmt::format("layers {}..{} of a model of {}", first, last - 1, n_layer);
         if (fm != ffn_mode::dense && fm != ffn_mode::sparse) return fmt::format("a mode of dense or sparse, not {}", static_cast<int>(fm));
-        if (kv != tensor_type::f16 && kv != tensor_type::f32) return fmt::format("a KV cache of F16 or F32, not {}", static_cast<uint32_t>(kv));
+        if (!is_kv_cache_type(kt) || !is_kv_cache_type(vt))
+          return fmt::format("a KV cache of f32, f16, q8_0 or q4_0, not types {} and {}", static_cast<uint32_t>(kt), static_cast<uint32_t>(vt));
+        const kv_types kv{kt, vt};
+        if (st.o.kv && *st.o.kv != kv)
+          return fmt::format("this worker holds {} KV caches (its --cache-type-k and --cache-type-v), the coordinator asks for {}", kv_types_name(*st.o.kv),
+                             kv_types_name(kv));
         auto& w = *st.work;
         std::lock_guard lock(w.mutex);  // (a step in progress ends first)
         try {
@@ -163,7 +169,7 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
         }
         w.first = first, w.last = last, w.token = token;
         say(st.o, fmt::format("hotcold worker: runs layers {}-{} of {} ({} mode, {} positions x {} sequences, {} KV cache)", first, last - 1, n_layer, ffn_mode_name(fm),
-                              n_ctx, n_seq, tensor_type_name(kv)));
+                              n_ctx, n_seq, kv_types_name(kv)));
         return {};
       },
   };
@@ -212,8 +218,8 @@ stage_worker_actor::behavior_type stage_front(stage_worker_actor::pointer self, 
       [self, inner](hello_atom a, std::string& version, std::string& file_id, std::string& client_key) {
         return relay<std::string, std::string>(self, inner, a, std::move(version), std::move(file_id), std::move(client_key));
       },
-      [self, inner](assign_atom a, int64_t first, int64_t last, std::vector<int64_t>& shape, tensor_type kv, ffn_mode mode, std::string& token) {
-        return relay<std::string>(self, inner, a, first, last, std::move(shape), kv, mode, std::move(token));
+      [self, inner](assign_atom a, int64_t first, int64_t last, std::vector<int64_t>& shape, tensor_type kt, tensor_type vt, ffn_mode mode,
+                    std::string& token) { return relay<std::string>(self, inner, a, first, last, std::move(shape), kt, vt, mode, std::move(token));
       },
       [](ping_atom a) { return a; },
       [probe, available](probe_atom) -> caf::result<double, uint64_t, int64_t> {

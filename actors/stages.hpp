@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,8 +62,10 @@ using stage_atom = caf::atom_constant<caf::atom("stage")>;
 // The protocol above as types: what a worker's front answers, checked by the compiler on both ends.
 // The hello keeps its shape across versions (so that a worker of another one can say so).
 using stage_hello = caf::replies_to<hello_atom, std::string, std::string, std::string>::with<std::string, std::string>;
-// (first, last, the caches' shape {n_ctx, n_seq, store blocks, block tokens}, kv type, mode, token)
-using stage_assign = caf::replies_to<assign_atom, int64_t, int64_t, std::vector<int64_t>, tensor_type, ffn_mode, std::string>::with<std::string>;
+// (first, last, the caches' shape {n_ctx, n_seq, store blocks, block tokens}, the keys' and the values'
+// cache types, mode, token)
+using stage_assign =
+    caf::replies_to<assign_atom, int64_t, int64_t, std::vector<int64_t>, tensor_type, tensor_type, ffn_mode, std::string>::with<std::string>;
 using stage_worker_actor = caf::typed_actor<stage_hello, stage_assign, caf::replies_to<ping_atom>::with<ping_atom>,
                                             caf::replies_to<probe_atom>::with<double, uint64_t, int64_t>>;
 
@@ -96,10 +99,13 @@ struct stage_host_options {
   int threads = 1;      // the CPU workers of the stage's context
   double read_bytes_per_second = 0;  // measured with those threads at the worker's start (the probe's answer)
   std::function<uint64_t()> available_memory;  // bytes the system has available now (the probe's answer)
+  // The KV cache's types this worker holds (its --cache-type-k/-v); absent: whichever the coordinator
+  // assigns. An assignment of other types is refused, naming both.
+  std::optional<kv_types> kv;
   // Opens the context for an assignment's layers (first .. last - 1 of the model given): with the
   // worker's hot device, what the plan puts there for those layers (loader::open_for_running). Empty:
   // a context on the CPU alone.
-  std::function<std::shared_ptr<inference_context>(std::shared_ptr<const model>, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, tensor_type kv_type,
+  std::function<std::shared_ptr<inference_context>(std::shared_ptr<const model>, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, kv_types kv,
                                                    ffn_mode mode)>
       open;
   std::function<void(const std::string&)> log;  // what the worker prints (connections, refusals)
@@ -175,13 +181,13 @@ struct remote_stage {
   std::string where;
 };
 // What a coordinator's stages run alike with it: its file (file_identity(), each worker's must be the
-// same), the KV caches' positions and sequence slots and their values' type (f16 or f32), the FFN
+// same), the KV caches' positions and sequence slots and their types (keys' and values': f32, f16, q8_0, q4_0), the FFN
 // mode (the coordinator's, which the stages follow), and the prefix store's blocks (each host keeps its
 // layers' rows of every block; the coordinator's index decides what is reused: actors/prefix_reuse.hpp).
 struct stage_context {
   std::string file_id;
   int64_t n_ctx = 0, n_seq = 1;
-  tensor_type kv_type = tensor_type::f16;
+  kv_types kv;
   ffn_mode mode = ffn_mode::dense;
   int64_t store_blocks = 0, block_tokens = 16;
 };

@@ -12,6 +12,7 @@
 #include "engine/trace.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/dot.hpp"
+#include "kernels/cpu/kv_rows.hpp"
 
 namespace hotcold {
 
@@ -153,7 +154,7 @@ void attention_block::gpu_job(step_state& B, int64_t il, const layer_weights& g,
   job.adjacent_pairs = hp.rope == rope_style::adjacent_pairs;
   job.x = B.xn.data(), job.angles = B.angles.data(), job.seqs = B.seqs32.data(), job.positions = B.positions32.data();
   job.k_cache = kv_.k_layer(il), job.v_cache = kv_.v_layer(il);
-  job.kv_type = kv_.type(), job.ctx = kv_.n_ctx(), job.n_seq = kv_.n_seq();
+  job.kv_type = kv_.types().k, job.ctx = kv_.n_ctx(), job.n_seq = kv_.n_seq();
   job.out = B.proj.data();
   // The layer's predictor with it, where the device holds it and a sparse step will ask for its choice:
   // on the input the predictor reads (the layer's input, plus attention's output where that is added
@@ -206,6 +207,7 @@ void attention_block::products(step_state& B, int64_t il, const layer_weights& l
     float* ys[3] = {q_of(0), k_of(0), v_of(0)};
     matmul_same_input(*on.pool, ws, B.xn.data(), n, ys, *on.xq);
   }
+  const bool quantized_keys = traits(kv_.types().k).quantized;
   for (int64_t t = 0; t < n; ++t) {
     if (l.bq) {  // qwen2's biases
       const float *bq = l.bq.f32(), *bk = l.bk.f32(), *bv = l.bv.f32();
@@ -220,8 +222,9 @@ void attention_block::products(step_state& B, int64_t il, const layer_weights& l
     const rope_angles angles(hp, B.positions[static_cast<size_t>(t)], rope_factors_);
     rope(q_of(t), hp.n_head, hp, angles);
     rope(k_of(t), hp.n_head_kv, hp, angles);
-    kv_.store(kv_.k_row(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t), kv);
-    kv_.store(kv_.v_row(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t), kv);
+    kv_.store_k(kv_.k_row(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t));
+    kv_.store_v(kv_.v_row(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t));
+    if (quantized_keys) round_to_q8_0(q_of(t), dq);  // what quantized keys meet, as llama.cpp's attention
   }
   attend(B, il, on, B.qkv.data(), r.fused_qkv);
   matmul(*on.pool, l.wo, B.attn.data(), n, B.proj.data(), *on.xq);
@@ -256,27 +259,45 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
   if (!decoded.empty()) attend_decoded(B, il, on, decoded, q_of);
   const int64_t n_groups = static_cast<int64_t>(groups.size()) / 2;
   if (n_groups == 0) return;
+  const kv_types types = kv_.types();
+  // A quantized cache (or keys and values of two types): a group's KV head's rows widened once into the thread's floats (consecutive
+  // heads of one KV head share them), then the float kernels.
+  const bool widen = types.quantized() || types.k != types.v;
   on.pool->parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> scores, kf, vf;
     const int64_t need = std::max(4 * (n_ctx + 4), blocks ? attend_block_scratch(n_ctx + attend_block_max, hd) : 0);
     if (static_cast<int64_t>(scores.size()) < need) scores.resize(static_cast<size_t>(need));
+    if (widen && static_cast<int64_t>(kf.size()) < n_ctx * hd) kf.resize(static_cast<size_t>(n_ctx * hd)), vf.resize(static_cast<size_t>(n_ctx * hd));
+    int64_t widened = -1;  // the (group, KV head) kf and vf hold
     const float scale = hp.attention_scale();
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t g = i / hp.n_head, h = i % hp.n_head;
+      const int64_t g = i / hp.n_head, h = i % hp.n_head, kvh = h / (hp.n_head / hp.n_head_kv);  // grouped-query: the head's KV head
       const int64_t t0 = groups[static_cast<size_t>(2 * g)], nq = groups[static_cast<size_t>(2 * g) + 1] - t0;
       const int64_t seq = B.seqs[static_cast<size_t>(t0)], pos0 = B.positions[static_cast<size_t>(t0)];
       const float* qs[attend_block_max];
       float* outs[attend_block_max];
       for (int64_t j = 0; j < nq; ++j) qs[j] = q_of(t0 + j) + h * hd, outs[j] = B.attn.data() + (t0 + j) * dq + h * hd;
-      const int64_t head_at = h / (hp.n_head / hp.n_head_kv) * hd * kv_.value_bytes();  // grouped-query: the head's KV head
+      // Positions pos0 - n_swa + 1 .. pos0 where the layer slides its window (llama.cpp's standard one).
+      const int64_t first = hp.sliding(il) ? std::max<int64_t>(0, pos0 - hp.n_swa + 1) : 0;
+      if (widen) {
+        const int64_t rows = pos0 + nq - first;
+        if (widened != g * hp.n_head_kv + kvh) {
+          kv_load_rows(types.k, kv_.k_row(seq, il, first), kv_.row_bytes(false), kvh * hd, hd, rows, kf.data() + first * hd);
+          kv_load_rows(types.v, kv_.v_row(seq, il, first), kv_.row_bytes(true), kvh * hd, hd, rows, vf.data() + first * hd);
+          widened = g * hp.n_head_kv + kvh;
+        }
+        const head_cache<float> c{kf.data(), vf.data(), hd, hd, scale};
+        if (capped) capped_head(qs[0], c, first, pos0, hp.attn_softcap, scores.data(), outs[0]);
+        else attend_group(qs, static_cast<int>(nq), c, pos0, scores.data(), outs);
+        continue;
+      }
+      const int64_t head_at = kvh * hd * (types.k == tensor_type::f16 ? 2 : 4);
       const uint8_t *kc = kv_.k_row(seq, il, 0) + head_at, *vc = kv_.v_row(seq, il, 0) + head_at;
       const head_cache<uint16_t> c16{reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, hd, scale};
       const head_cache<float> c32{reinterpret_cast<const float*>(kc), reinterpret_cast<const float*>(vc), kv, hd, scale};
-      // Positions pos0 - n_swa + 1 .. pos0 where the layer slides its window (llama.cpp's standard one).
-      const int64_t first = hp.sliding(il) ? std::max<int64_t>(0, pos0 - hp.n_swa + 1) : 0;
-      if (capped && kv_.type() == tensor_type::f16) capped_head(qs[0], c16, first, pos0, hp.attn_softcap, scores.data(), outs[0]);
+      if (capped && types.k == tensor_type::f16) capped_head(qs[0], c16, first, pos0, hp.attn_softcap, scores.data(), outs[0]);
       else if (capped) capped_head(qs[0], c32, first, pos0, hp.attn_softcap, scores.data(), outs[0]);
-      else if (kv_.type() == tensor_type::f16) attend_group(qs, static_cast<int>(nq), c16, pos0, scores.data(), outs);
+      else if (types.k == tensor_type::f16) attend_group(qs, static_cast<int>(nq), c16, pos0, scores.data(), outs);
       else attend_group(qs, static_cast<int>(nq), c32, pos0, scores.data(), outs);
     }
   });
@@ -310,14 +331,20 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
     return key_range_sums{p, p + n_head, p + 2 * n_head};
   };
   const float scale = hp.attention_scale();
+  const kv_types types = kv_.types();
+  const bool tiles = types.quantized() || types.k != types.v;
+  const int64_t scratch_floats = tiles ? attend_keys_tiles_scratch(n_head, hp.n_head_kv, hd) : attend_keys_scratch(n_head, hd);
   on.pool->parallel_for(n_ranges, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> scratch;
-    if (static_cast<int64_t>(scratch.size()) < attend_keys_scratch(n_head, hd)) scratch.resize(static_cast<size_t>(attend_keys_scratch(n_head, hd)));
+    if (static_cast<int64_t>(scratch.size()) < scratch_floats) scratch.resize(static_cast<size_t>(scratch_floats));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = ranges[static_cast<size_t>(3 * r)], k0 = ranges[static_cast<size_t>(3 * r + 1)], k1 = ranges[static_cast<size_t>(3 * r + 2)];
       const int64_t seq = B.seqs[static_cast<size_t>(t)];
       const uint8_t *kc = kv_.k_row(seq, il, 0), *vc = kv_.v_row(seq, il, 0);
-      if (kv_.type() == tensor_type::f16)
+      if (tiles)  // a tile of rows widened at a time
+        attend_keys_tiles(q_of(t), types, kc, vc, kv_.row_bytes(false), kv_.row_bytes(true), n_head, hp.n_head_kv, hd, k0, k1, scale, sums_of(r),
+                          scratch.data());
+      else if (types.k == tensor_type::f16)
         attend_keys(q_of(t), reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, n_head, hp.n_head_kv, hd, k0, k1, scale,
                     sums_of(r), scratch.data());
       else

@@ -33,8 +33,8 @@ bool device_residency::any() const {
   return output || on(attention) || on(predictor) || on(ffn) || on(shared);
 }
 
-device_layers::device_layers(std::shared_ptr<const model> m, const device_residency& r, std::shared_ptr<devices::device> dev, tensor_type kv_type)
-    : model_(std::move(m)), r_(r), dev_(std::move(dev)), kv_type_(kv_type), pool_(std::make_unique<thread_pool>(1, "hotcold-device")) {
+device_layers::device_layers(std::shared_ptr<const model> m, const device_residency& r, std::shared_ptr<devices::device> dev, kv_types kv)
+    : model_(std::move(m)), r_(r), dev_(std::move(dev)), kv_types_(kv), pool_(std::make_unique<thread_pool>(1, "hotcold-device")) {
   const hparams& hp = model_->hp();
   const auto n = static_cast<size_t>(hp.n_layer);
   if (r_.attention.size() != n || r_.predictor.size() != n || r_.ffn.size() != n || (!r_.shared.empty() && r_.shared.size() != n))
@@ -59,7 +59,12 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
   }
   if (r_.output && !dev_->supports(devices::operation::matvec, w0.output.type))
     throw std::invalid_argument(fmt::format("{}: cannot run the output head ({} weights)", dev_->name(), tensor_type_name(w0.output.type)));
-  if (kv_type != tensor_type::f16 && kv_type != tensor_type::f32) throw std::invalid_argument("the KV cache holds f16 or f32 values");
+  // A GPU's attention kernels read one cache type for keys and values, f16 or f32; a device that runs
+  // host work (sim) reads every type the CPU does.
+  const bool gpu_types = kv.k == kv.v && (kv.k == tensor_type::f16 || kv.k == tensor_type::f32);
+  if (!dev_->runs_host_work() && !gpu_types && std::any_of(r_.attention.begin(), r_.attention.end(), [](uint8_t a) { return a != 0; }))
+    throw std::invalid_argument(fmt::format("{}: its attention kernels read an f16 or f32 cache, not {} (--cache-type-k, --cache-type-v)", dev_->name(),
+                                            kv_types_name(kv)));
   const auto& w = model_->weights();
   layers_ = w.layers;
   output_ = w.output, output_norm_ = w.output_norm, output_norm_b_ = w.output_norm_b;
@@ -70,7 +75,7 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
     compute_ = dev_->allocate(r_.compute_bytes, "compute buffers");
     bytes_ += compute_->charged();
   }
-  const uint64_t kv_bytes = static_cast<uint64_t>(r_.ctx * r_.n_seq * hp.n_embd_kv()) * (kv_type == tensor_type::f16 ? 2 : 4);
+  const uint64_t k_bytes = values_bytes(kv.k, r_.ctx * r_.n_seq * hp.n_embd_kv()), v_bytes = values_bytes(kv.v, r_.ctx * r_.n_seq * hp.n_embd_kv());
   for (size_t il = 0; il < n; ++il) {
     layer_weights& l = layers_[il];
     if (r_.attention[il]) {
@@ -85,8 +90,8 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
         hold(*t, what);
         attention_bytes_[il] += t->bytes();
       }
-      k_[il] = dev_->allocate(kv_bytes, fmt::format("layer {} K cache", il));
-      v_[il] = dev_->allocate(kv_bytes, fmt::format("layer {} V cache", il));
+      k_[il] = dev_->allocate(k_bytes, fmt::format("layer {} K cache", il));
+      v_[il] = dev_->allocate(v_bytes, fmt::format("layer {} V cache", il));
       // The CPU's cache starts at zero (page_buffer); a device's new memory holds whatever was there.
       dev_->zero(*k_[il]), dev_->zero(*v_[il]);
       bytes_ += k_[il]->charged() + v_[il]->charged();

@@ -52,7 +52,7 @@ class device_layers {
  public:
   // Throws devices::out_of_device_memory when the plan does not fit the device's budget,
   // std::invalid_argument when it does not fit the model or the device cannot run host work.
-  device_layers(std::shared_ptr<const model> m, const device_residency& r, std::shared_ptr<devices::device> dev, tensor_type kv_type);
+  device_layers(std::shared_ptr<const model> m, const device_residency& r, std::shared_ptr<devices::device> dev, kv_types kv);
 
   bool attention(int64_t layer) const { return r_.attention[static_cast<size_t>(layer)] != 0; }
   bool predictor(int64_t layer) const { return r_.predictor[static_cast<size_t>(layer)] != 0; }
@@ -65,7 +65,7 @@ class device_layers {
   const tensor_view& output_weights() const { return output_; }
   const tensor_view& output_norm() const { return output_norm_; }
   const tensor_view& output_norm_b() const { return output_norm_b_; }
-  // The layer's KV cache on the device (attention(layer)): (n_seq, ctx, n_embd_kv) values of kv_type.
+  // The layer's KV cache on the device (attention(layer)): (n_seq, ctx, n_embd_kv) values of kv_types().
   uint8_t* k_cache(int64_t l) const;
   uint8_t* v_cache(int64_t l) const;
   // Bytes of layer l's cache (its keys, or its values) from byte `offset` copied to host memory, or
@@ -73,7 +73,7 @@ class device_layers {
   void cache_out(int64_t l, bool values, uint64_t offset, void* dst, uint64_t bytes) const;
   void cache_in(int64_t l, bool values, uint64_t offset, const void* src, uint64_t bytes) const;
   const device_residency& residency() const { return r_; }
-  tensor_type kv_type() const { return kv_type_; }
+  kv_types cache_types() const { return kv_types_; }
 
   // The plan's compute buffers on the device: scratch for the activations of the device's stages (a
   // GPU's predictor and head take their inputs there).
@@ -112,7 +112,7 @@ class device_layers {
   std::shared_ptr<const model> model_;
   device_residency r_;
   std::shared_ptr<devices::device> dev_;
-  tensor_type kv_type_;
+  kv_types kv_types_;
   std::vector<layer_weights> layers_;
   tensor_view output_, output_norm_, output_norm_b_;
   std::vector<std::shared_ptr<devices::buffer>> buffers_;

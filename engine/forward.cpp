@@ -31,9 +31,9 @@ block_env make_env(std::shared_ptr<const model> m, thread_pool& pool, std::vecto
 
 }  // namespace
 
-inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq, tensor_type kv_type)
+inference_context::inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq, kv_types kv)
     : pool_(n_threads), env_(make_env(std::move(m), pool_, xq_)),
-      kv_(env_.hp(), n_ctx > 0 ? n_ctx : env_.hp().n_ctx_train, std::max<int64_t>(1, n_seq), kv_type),
+      kv_(env_.hp(), n_ctx > 0 ? n_ctx : env_.hp().n_ctx_train, std::max<int64_t>(1, n_seq), kv),
       attention_(env_, kv_, env_.hp().rope_factors_for(kv_.n_ctx())), moe_(env_), ffn_(env_, moe_) {
   const hparams& hp = env_.hp();
   const auto n_layer = static_cast<size_t>(hp.n_layer);

@@ -34,9 +34,9 @@ class inference_context {
   static constexpr int64_t max_batch = max_step_tokens;
 
   // n_ctx: positions the KV cache holds (0: the model's training context). n_seq: sequences whose KV
-  // caches it holds (slots 0..n_seq-1; forward and forward_batch use slot 0). kv_type: f16 or f32
-  // (kv_cache; std::invalid_argument otherwise).
-  inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq = 1, tensor_type kv_type = tensor_type::f16);
+  // caches it holds (slots 0..n_seq-1; forward and forward_batch use slot 0). kv: the cache's types
+  // (kv_cache; std::invalid_argument for one it does not hold).
+  inference_context(std::shared_ptr<const model> m, int64_t n_ctx, int n_threads, int64_t n_seq = 1, kv_types kv = {});
 
   // Runs `token` at position `pos` of slot 0 (positions 0..pos-1 must have run) and returns the logits
   // over the vocabulary; valid until the next call. Starting again at position 0 begins a new sequence.
@@ -116,7 +116,7 @@ class inference_context {
 
   int64_t n_ctx() const { return kv_.n_ctx(); }
   int64_t n_seq() const { return kv_.n_seq(); }
-  tensor_type kv_type() const { return kv_.type(); }
+  kv_types cache_types() const { return kv_.types(); }
   const model& get_model() const { return *env_.m; }
   const std::shared_ptr<const model>& shared_model() const { return env_.m; }
   thread_pool& pool() { return pool_; }

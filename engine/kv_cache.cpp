@@ -5,24 +5,35 @@
 
 #include <fmt/format.h>
 
-#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/kv_rows.hpp"
 
 namespace hotcold {
 
-kv_cache::kv_cache(const hparams& hp, int64_t n_ctx, int64_t n_seq, tensor_type type)
-    : n_layer_(hp.n_layer), n_ctx_(n_ctx), n_seq_(n_seq), type_(type), value_bytes_(type == tensor_type::f16 ? 2 : 4), row_bytes_(hp.n_embd_kv() * value_bytes_) {
-  if (type != tensor_type::f16 && type != tensor_type::f32)
-    throw std::invalid_argument(fmt::format("a KV cache of {} values: the cache holds f16 or f32", tensor_type_name(type)));
-  const size_t layer_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * row_bytes_);
-  k_ = page_buffer(layer_bytes * static_cast<size_t>(n_layer_), "the KV cache");
-  v_ = page_buffer(layer_bytes * static_cast<size_t>(n_layer_), "the KV cache");
+namespace {
+
+// The bytes of a row of n values of type t, once the type is one the cache holds (blocks of 32 within
+// a head where it is quantized).
+int64_t checked_row_bytes(tensor_type t, const hparams& hp, const char* what) {
+  if (!is_kv_cache_type(t))
+    throw std::invalid_argument(fmt::format("{} cache of {}: the KV cache holds f32, f16, q8_0 or q4_0", what, lower_type_name(t)));
+  if (traits(t).quantized && hp.head_dim() % 32 != 0)
+    throw std::invalid_argument(fmt::format("{} cache of {}: its blocks of 32 values would cross this model's heads of {} values; use f16 or f32", what,
+                                            lower_type_name(t), hp.head_dim()));
+  return static_cast<int64_t>(values_bytes(t, hp.n_embd_kv()));
+}
+
+}  // namespace
+
+kv_cache::kv_cache(const hparams& hp, int64_t n_ctx, int64_t n_seq, kv_types types)
+    : n_layer_(hp.n_layer), n_ctx_(n_ctx), n_seq_(n_seq), width_(hp.n_embd_kv()), types_(types),
+      k_row_bytes_(checked_row_bytes(types.k, hp, "a keys'")), v_row_bytes_(checked_row_bytes(types.v, hp, "a values'")) {
+  k_ = page_buffer(static_cast<size_t>(n_seq_ * n_ctx_ * k_row_bytes_) * static_cast<size_t>(n_layer_), "the KV cache");
+  v_ = page_buffer(static_cast<size_t>(n_seq_ * n_ctx_ * v_row_bytes_) * static_cast<size_t>(n_layer_), "the KV cache");
   place(nullptr);
 }
 
-void kv_cache::store(uint8_t* to, const float* row, int64_t n) const {
-  if (type_ == tensor_type::f16) kernels::fp32_to_fp16_row(row, reinterpret_cast<uint16_t*>(to), static_cast<size_t>(n));
-  else std::memcpy(to, row, static_cast<size_t>(n) * sizeof(float));
-}
+void kv_cache::store_k(uint8_t* to, const float* row) const { kernels::kv_store_row(types_.k, row, to, width_); }
+void kv_cache::store_v(uint8_t* to, const float* row) const { kernels::kv_store_row(types_.v, row, to, width_); }
 
 void kv_cache::check_slot(int64_t seq, int64_t pos) const {
   if (seq < 0 || seq >= n_seq_) throw std::out_of_range(fmt::format("sequence slot {} is outside the {} this context holds", seq, n_seq_));
@@ -36,20 +47,20 @@ void kv_cache::reserve_store(int64_t blocks, int64_t block_tokens) {
   if (blocks > 0) store_ = page_buffer(static_cast<size_t>(blocks) * block_bytes(), "the prefix store");
 }
 
-size_t kv_cache::rows_offset(int64_t slot, int64_t pos, int64_t n) const {
+size_t kv_cache::rows_offset(int64_t slot, int64_t pos, int64_t n, bool values) const {
   if (slot < 0 || slot >= n_seq_ || pos < 0 || n < 0 || pos + n > n_ctx_)
     throw std::out_of_range(fmt::format("cached rows {}..{} of slot {}: outside the {} x {} the cache holds", pos, pos + n, slot, n_seq_, n_ctx_));
-  return static_cast<size_t>((slot * n_ctx_ + pos) * row_bytes_);
+  return static_cast<size_t>((slot * n_ctx_ + pos) * row_bytes(values));
 }
 
 void kv_cache::read_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, uint8_t* dst) const {
-  const size_t at = rows_offset(slot, pos, n), bytes = static_cast<size_t>(n * row_bytes_);
+  const size_t at = rows_offset(slot, pos, n, values), bytes = static_cast<size_t>(n * row_bytes(values));
   if (device_ && device_->attention(layer)) return device_->cache_out(layer, values, at, dst, bytes);
   std::memcpy(dst, (values ? v_layer(layer) : k_layer(layer)) + at, bytes);
 }
 
 void kv_cache::write_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, const uint8_t* src) {
-  const size_t at = rows_offset(slot, pos, n), bytes = static_cast<size_t>(n * row_bytes_);
+  const size_t at = rows_offset(slot, pos, n, values), bytes = static_cast<size_t>(n * row_bytes(values));
   if (device_ && device_->attention(layer)) return device_->cache_in(layer, values, at, src, bytes);
   std::memcpy((values ? v_layer(layer) : k_layer(layer)) + at, src, bytes);
 }
@@ -59,28 +70,29 @@ void kv_cache::shift(const cache_op& op, const std::function<void(float* key_row
   if (op.slot < 0 || op.slot >= n_seq_ || keep < 0 || drop < 1 || keep + drop > held || held > n_ctx_)
     throw std::out_of_range(fmt::format("a context shift of slot {} dropping {}..{} of {}: outside the {} x {} the cache holds", op.slot, keep, keep + drop,
                                         held, n_seq_, n_ctx_));
-  const int64_t moved = held - keep - drop, width = row_bytes_ / value_bytes_;
-  std::vector<float> row(static_cast<size_t>(width));
+  const int64_t moved = held - keep - drop;
+  std::vector<float> row(static_cast<size_t>(width_));
   for (int64_t il = 0; il < n_layer_; ++il)
     for (int values = 0; values < 2 && holds(il); ++values) {
       const bool there = device_ && device_->attention(il);
-      uint8_t* rows = (values ? v_layer(il) : k_layer(il)) + rows_offset(op.slot, keep, held - keep);
+      const int64_t rb = row_bytes(values != 0);
+      uint8_t* rows = (values ? v_layer(il) : k_layer(il)) + rows_offset(op.slot, keep, held - keep, values != 0);
       if (there) {  // through the host: the slot's rows from keep on, out and back in
-        staging_.resize(static_cast<size_t>((held - keep) * row_bytes_));
+        staging_.resize(static_cast<size_t>((held - keep) * rb));
         read_rows(op.slot, il, values != 0, keep, held - keep, staging_.data());
         rows = staging_.data();
       }
       for (int64_t p = 0; p < moved; ++p) {
-        uint8_t* to = rows + p * row_bytes_;
-        const uint8_t* from = rows + (p + drop) * row_bytes_;
+        uint8_t* to = rows + p * rb;
+        const uint8_t* from = rows + (p + drop) * rb;
         if (values) {
-          std::memmove(to, from, static_cast<size_t>(row_bytes_));
+          std::memmove(to, from, static_cast<size_t>(rb));
           continue;
         }
-        if (type_ == tensor_type::f16) kernels::fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(from), row.data(), static_cast<size_t>(width));
-        else std::memcpy(row.data(), from, static_cast<size_t>(row_bytes_));
+        // (A quantized key widened, turned and quantized again, as llama.cpp's shift does.)
+        kernels::kv_load_rows(types_.k, from, rb, 0, width_, 1, row.data());
         rotate(row.data());
-        store(to, row.data(), width);
+        store_k(to, row.data());
       }
       if (there) write_rows(op.slot, il, values != 0, keep, moved, staging_.data());
     }
@@ -90,24 +102,26 @@ void kv_cache::apply(const cache_op& op) {
   if (op.what == cache_op::kind::shift) throw std::invalid_argument("a context shift turns keys by RoPE: inference_context::apply does it");
   const bool copy = op.what == cache_op::kind::copy;
   const int64_t n = copy ? op.count : block_tokens_;
-  rows_offset(op.slot, op.pos, n);  // (checked before anything moves)
-  if (copy) rows_offset(op.from, op.pos, n);
+  rows_offset(op.slot, op.pos, n, false);  // (checked before anything moves)
+  if (copy) rows_offset(op.from, op.pos, n, false);
   else if (op.from < 0 || op.from >= store_blocks_)
     throw std::out_of_range(fmt::format("prefix block {}: outside the {} the store holds", op.from, store_blocks_));
-  const size_t bytes = static_cast<size_t>(n * row_bytes_);
-  if (bytes == 0) return;
+  if (n == 0) return;
   for (int64_t il = 0; il < n_layer_; ++il)
     for (int values = 0; values < 2 && holds(il); ++values) {
       const bool v = values != 0;
+      const size_t bytes = static_cast<size_t>(n * row_bytes(v));
       if (copy && !(device_ && device_->attention(il))) {
         uint8_t* layer = v ? v_layer(il) : k_layer(il);
-        std::memmove(layer + rows_offset(op.slot, op.pos, n), layer + rows_offset(op.from, op.pos, n), bytes);
+        std::memmove(layer + rows_offset(op.slot, op.pos, n, v), layer + rows_offset(op.from, op.pos, n, v), bytes);
       } else if (copy) {  // a device's rows through the host
         staging_.resize(bytes);
         read_rows(op.from, il, v, op.pos, n, staging_.data());
         write_rows(op.slot, il, v, op.pos, n, staging_.data());
       } else {
-        uint8_t* block = static_cast<uint8_t*>(store_.data()) + static_cast<size_t>(op.from) * block_bytes() + static_cast<size_t>(2 * il + values) * bytes;
+        // The block's layer il: its keys' rows, then its values'.
+        uint8_t* block = static_cast<uint8_t*>(store_.data()) + static_cast<size_t>(op.from) * block_bytes() +
+                         static_cast<size_t>(il * n * (k_row_bytes_ + v_row_bytes_) + (v ? n * k_row_bytes_ : 0));
         if (op.what == cache_op::kind::save) read_rows(op.slot, il, v, op.pos, n, block);
         else write_rows(op.slot, il, v, op.pos, n, block);
       }
@@ -118,17 +132,17 @@ void kv_cache::place(const device_layers* d) {
   device_ = d;
   if (d) {
     const device_residency& r = d->residency();
-    if (r.ctx != n_ctx_ || r.n_seq != n_seq_ || d->kv_type() != type_)
+    if (r.ctx != n_ctx_ || r.n_seq != n_seq_ || d->cache_types() != types_)
       throw std::invalid_argument(fmt::format("the device's KV cache holds {} x {} positions of {}, this context {} x {} of {}", r.n_seq, r.ctx,
-                                              tensor_type_name(d->kv_type()), n_seq_, n_ctx_, tensor_type_name(type_)));
+                                              kv_types_name(d->cache_types()), n_seq_, n_ctx_, kv_types_name(types_)));
   }
-  const size_t layer_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * row_bytes_);
+  const size_t k_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * k_row_bytes_), v_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * v_row_bytes_);
   k_layers_.assign(static_cast<size_t>(n_layer_), nullptr);
   v_layers_.assign(static_cast<size_t>(n_layer_), nullptr);
   for (int64_t il = 0; il < n_layer_; ++il) {
     const bool there = d && d->attention(il);
-    k_layers_[static_cast<size_t>(il)] = there ? d->k_cache(il) : static_cast<uint8_t*>(k_.data()) + layer_bytes * static_cast<size_t>(il);
-    v_layers_[static_cast<size_t>(il)] = there ? d->v_cache(il) : static_cast<uint8_t*>(v_.data()) + layer_bytes * static_cast<size_t>(il);
+    k_layers_[static_cast<size_t>(il)] = there ? d->k_cache(il) : static_cast<uint8_t*>(k_.data()) + k_bytes * static_cast<size_t>(il);
+    v_layers_[static_cast<size_t>(il)] = there ? d->v_cache(il) : static_cast<uint8_t*>(v_.data()) + v_bytes * static_cast<size_t>(il);
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The KV cache: each layer's keys (after RoPE) and values of every (sequence slot, position), in the
-// cache's type — f16 (llama.cpp's default: rounded to half precision as they are stored, read back as
-// floats) or f32. In host memory (a page_buffer: decode's attention reads a layer's rows of every
+// cache's types (kv_types, keys' apart from values') — f16 (llama.cpp's default: rounded to half
+// precision as they are stored, read back as floats), f32, or q8_0 / q4_0 (each position's row
+// quantized by blocks of 32 as it is stored; attention widens a tile of rows at a time). In host memory (a page_buffer: decode's attention reads a layer's rows of every
 // position 8 KB apart at n_embd 2048, and only the positions written are backed), except the layers
 // whose attention a hot device holds: their cache is the device's (device_layers::k_cache).
 #include <cstdint>
@@ -18,21 +19,21 @@ namespace hotcold {
 class kv_cache {
  public:
   // n_ctx positions of n_seq sequence slots for every layer; std::invalid_argument for a type other
-  // than f16 or f32.
-  kv_cache(const hparams& hp, int64_t n_ctx, int64_t n_seq, tensor_type type);
+  // than f32, f16, q8_0 or q4_0, or a quantized one whose blocks of 32 would cross a head.
+  kv_cache(const hparams& hp, int64_t n_ctx, int64_t n_seq, kv_types types);
 
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_seq() const { return n_seq_; }
-  tensor_type type() const { return type_; }
-  int64_t value_bytes() const { return value_bytes_; }  // of one cached value
+  kv_types types() const { return types_; }
 
   // A layer's block of (n_seq, n_ctx, n_embd_kv) values, and the row of (slot, layer, position) in it.
   uint8_t* k_layer(int64_t layer) const { return k_layers_[static_cast<size_t>(layer)]; }
   uint8_t* v_layer(int64_t layer) const { return v_layers_[static_cast<size_t>(layer)]; }
-  uint8_t* k_row(int64_t seq, int64_t layer, int64_t pos) const { return k_layer(layer) + (seq * n_ctx_ + pos) * row_bytes_; }
-  uint8_t* v_row(int64_t seq, int64_t layer, int64_t pos) const { return v_layer(layer) + (seq * n_ctx_ + pos) * row_bytes_; }
-  // n values into a row, in the cache's type.
-  void store(uint8_t* to, const float* row, int64_t n) const;
+  uint8_t* k_row(int64_t seq, int64_t layer, int64_t pos) const { return k_layer(layer) + (seq * n_ctx_ + pos) * k_row_bytes_; }
+  uint8_t* v_row(int64_t seq, int64_t layer, int64_t pos) const { return v_layer(layer) + (seq * n_ctx_ + pos) * v_row_bytes_; }
+  // A position's n_embd_kv keys (or values) into their row, in the cache's type for them.
+  void store_k(uint8_t* to, const float* row) const;
+  void store_v(uint8_t* to, const float* row) const;
 
   // std::out_of_range for a slot or position outside the cache.
   void check_slot(int64_t seq, int64_t pos) const;
@@ -43,15 +44,15 @@ class kv_cache {
   int64_t store_blocks() const { return store_blocks_; }
   int64_t block_tokens() const { return block_tokens_; }
   uint64_t block_bytes() const { return static_cast<uint64_t>(block_tokens_) * position_bytes(); }  // of one block
-  uint64_t position_bytes() const { return static_cast<uint64_t>(n_layer_ * 2 * row_bytes_); }  // every layer's key and value rows
+  uint64_t position_bytes() const { return static_cast<uint64_t>(n_layer_ * (k_row_bytes_ + v_row_bytes_)); }  // every layer's key and value rows
   // Carries out a move (a device's layers through its copies) but a shift; std::out_of_range for a
   // slot, block or position outside what is held.
   void apply(const cache_op& op);
   // n rows of a slot's layer (its keys, or its values) from position pos, out to host memory or in
-  // from it (a device's layers through its copies); row_bytes() each.
+  // from it (a device's layers through its copies); row_bytes(values) each.
   void read_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, uint8_t* dst) const;
   void write_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, const uint8_t* src);
-  int64_t row_bytes() const { return row_bytes_; }
+  int64_t row_bytes(bool values) const { return values ? v_row_bytes_ : k_row_bytes_; }
   int64_t n_layer() const { return n_layer_; }
   // The layers this context computes (a stage's, or none on a coordinator whose stages hold every
   // one): moves and shifts leave the others' rows alone (default: every layer).
@@ -65,11 +66,12 @@ class kv_cache {
   void place(const device_layers* d);
 
  private:
-  // The byte offset of rows pos .. pos + n - 1 of a slot in a layer's block; std::out_of_range outside.
-  size_t rows_offset(int64_t slot, int64_t pos, int64_t n) const;
-  int64_t n_layer_, n_ctx_, n_seq_;
-  tensor_type type_;
-  int64_t value_bytes_, row_bytes_;
+  // The byte offset of rows pos .. pos + n - 1 of a slot in a layer's block of keys (or values);
+  // std::out_of_range outside.
+  size_t rows_offset(int64_t slot, int64_t pos, int64_t n, bool values) const;
+  int64_t n_layer_, n_ctx_, n_seq_, width_;  // width_: n_embd_kv
+  kv_types types_;
+  int64_t k_row_bytes_, v_row_bytes_;
   page_buffer k_, v_;  // (n_layer, n_seq, n_ctx, n_embd_kv) values each
   std::vector<uint8_t*> k_layers_, v_layers_;
   const device_layers* device_ = nullptr;

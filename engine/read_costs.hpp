@@ -27,9 +27,9 @@ struct read_costs {
 };
 
 // One layer's KV cache read by a decoded token that attends over `cached_rows` positions: its K and
-// V rows of n_embd_kv values of `value_bytes` each.
-inline double kv_read_per_token(const hparams& hp, int64_t value_bytes, double cached_rows) {
-  return 2.0 * static_cast<double>(hp.n_embd_kv()) * static_cast<double>(value_bytes) * cached_rows;
+// V rows of n_embd_kv values each, in the cache's types.
+inline double kv_read_per_token(const hparams& hp, kv_types kv, double cached_rows) {
+  return static_cast<double>(values_bytes(kv.k, hp.n_embd_kv()) + values_bytes(kv.v, hp.n_embd_kv())) * cached_rows;
 }
 
 }  // namespace hotcold

@@ -72,4 +72,14 @@ std::optional<tensor_type> tensor_type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::string lower_type_name(tensor_type t) {
+  std::string n(tensor_type_name(t));
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return n;
+}
+
+std::string kv_types_name(kv_types t) {
+  return t.k == t.v ? lower_type_name(t.k) : "K " + lower_type_name(t.k) + ", V " + lower_type_name(t.v);
+}
+
 }  // namespace hotcold

@@ -4,6 +4,7 @@
 // and lets the reader check that each tensor's byte size matches its shape.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace hotcold {
@@ -37,5 +38,23 @@ std::string_view tensor_type_name(tensor_type t);
 inline bool computes_as_k_quant(tensor_type t) { return t == tensor_type::q4_k || t == tensor_type::q5_k || t == tensor_type::q6_k; }
 // Parses "f16", "Q4_0", "q6_k" (case-insensitive) into a type.
 std::optional<tensor_type> tensor_type_from_name(std::string_view name);
+
+// The KV cache's types, keys' apart from values' (llama.cpp's --cache-type-k and --cache-type-v):
+// f32, f16 (the default) or q8_0 and q4_0 (blocks of 32 along a position's row).
+struct kv_types {
+  kv_types() = default;
+  kv_types(tensor_type both) : k(both), v(both) {}  // NOLINT: one type for both, as --kv-type says
+  kv_types(tensor_type keys, tensor_type values) : k(keys), v(values) {}
+  tensor_type k = tensor_type::f16, v = tensor_type::f16;
+  bool operator==(const kv_types& o) const { return k == o.k && v == o.v; }
+  bool operator!=(const kv_types& o) const { return !(*this == o); }
+  bool quantized() const { return traits(k).quantized || traits(v).quantized; }
+};
+inline bool is_kv_cache_type(tensor_type t) { return t == tensor_type::f32 || t == tensor_type::f16 || t == tensor_type::q8_0 || t == tensor_type::q4_0; }
+// Bytes of n values of type t (n a multiple of its block size).
+inline uint64_t values_bytes(tensor_type t, int64_t n) { return static_cast<uint64_t>(n) / traits(t).block_size * traits(t).block_bytes; }
+// "f16", or "K q8_0, V f16" where they differ (lower case, as the flags take them).
+std::string kv_types_name(kv_types t);
+std::string lower_type_name(tensor_type t);  // "q8_0"
 
 }  // namespace hotcold

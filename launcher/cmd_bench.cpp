@@ -120,13 +120,14 @@ struct report {
   int threads = 0;
   int depth = 0;  // tokens in the cache before each test (-d)
   versus_llama llama;
-  // The KV cache read per decoded token on each side (F16 or F32, every layer, positions depth ..
+  // The KV cache read per decoded token on each side (in its types, every layer, positions depth ..
   // depth + n_gen - 1 of each sequence: depth + (n_gen + 1) / 2 cached rows of K and V on average),
   // where the layer's attention runs.
   double kv_host = 0, kv_device = 0;
   bool experts_on_device = false;  // a mixture's experts in device slots
   devices::device_kind device_kind = devices::device_kind::cpu;  // the hot device's
   std::string device_name;
+  kv_types kv;  // the KV cache's types
   double actors_tg() const { return c.other_pipeline < 0 ? 0 : configs[0].actors ? results[0].tg.mean : results[static_cast<size_t>(c.other_pipeline)].tg.mean; }
   double direct_tg() const { return c.other_pipeline < 0 ? 0 : configs[0].actors ? results[static_cast<size_t>(c.other_pipeline)].tg.mean : results[0].tg.mean; }
   // Aggregate decode of the comparison's configuration over the first's.
@@ -137,8 +138,8 @@ report report_of(const bench_args& a, const std::vector<config>& configs, const 
                  bool probed, int depth) {
   const auto& hp = l.m->hp();
   const inference_context& ctx = *l.ctx;
-  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), depth, {}, 0, 0, false, devices::device_kind::cpu, {}};
-  const double kv_layer = kv_read_per_token(hp, ctx.kv_type() == tensor_type::f32 ? 4 : 2, depth + (static_cast<double>(a.n_gen) + 1) / 2);
+  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), depth, {}, 0, 0, false, devices::device_kind::cpu, {}, ctx.cache_types()};
+  const double kv_layer = kv_read_per_token(hp, ctx.cache_types(), depth + (static_cast<double>(a.n_gen) + 1) / 2);
   int64_t on_device = 0;
   for (int64_t il = 0; il < hp.n_layer; ++il) on_device += ctx.device() && ctx.device()->attention(il);
   r.kv_host = kv_layer * static_cast<double>(hp.n_layer - on_device);
@@ -156,6 +157,7 @@ nlohmann::json json_of(const report& r, const model& m) {
                      {"threads", r.threads}, {"model_bytes", m.weight_bytes()},
                      {"prefill_tokens_per_s", res.pp.mean}, {"prefill_tokens_per_s_sd", res.pp.sd}, {"n_prompt", a.n_prompt},
                      {"decode_tokens_per_s", res.tg.mean}, {"decode_tokens_per_s_sd", res.tg.sd}, {"n_gen", a.n_gen}, {"n_depth", r.depth},
+                     {"type_k", lower_type_name(r.kv.k)}, {"type_v", lower_type_name(r.kv.v)},
                      {"bytes_per_token", res.bpt}, {"repetitions", a.reps}, {"parallel", r.configs[k].sequences},
                      {"micro_batches", r.configs[k].micro},
                      // Weights and KV cache read per decoded token on each side.

@@ -73,7 +73,7 @@ void compare_with_oracle(const loaded& l, const std::vector<token_id>& tokens, c
   if (sparse) mask = l.trace->sequence_mask(T, hp.n_layer, hp.n_ff);
   else if (hp.moe()) mask = l.trace->sequence_mask(T, hp.n_layer, hp.n_expert);
   const auto file = gguf::file::open(l.m->path());
-  const auto want = reference_model(file, l.ctx->kv_type(), l.ctx->n_ctx()).logits(tokens, sparse || hp.moe() ? &mask : nullptr);
+  const auto want = reference_model(file, l.ctx->cache_types(), l.ctx->n_ctx()).logits(tokens, sparse || hp.moe() ? &mask : nullptr);
   double num = 0, den = 0, max_abs = 0;
   int64_t same = 0;
   for (int64_t t = 0; t < T; ++t) {

@@ -14,6 +14,7 @@
 #include "actors/stage_keys.hpp"
 #include "devices/device_info.hpp"
 #include "engine/bandwidth.hpp"
+#include "launcher/option_checks.hpp"
 #include "actors/stages.hpp"
 #include "launcher/model_options.hpp"
 #include "loader/open.hpp"
@@ -63,6 +64,7 @@ void run_worker(const worker_args& a) {
     o.read_bytes_per_second = measure_read_bandwidth(pool, uint64_t{256} << 20, 1);
   }
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+  if (!a.cache_type_k.empty() || !a.cache_type_v.empty()) o.kv = parse_cache_types(a.cache_type_k, a.cache_type_v);
   devices::device_options dopt;
   dopt.kind = a.device;
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
@@ -70,9 +72,9 @@ void run_worker(const worker_args& a) {
   auto dev = loader::choose_device(*m, dopt, o.log);
   if (dev && dev->kind() != devices::device_kind::cpu)  // each assignment's layers opened with the device's plan for them
     o.open = [dev, threads = o.threads, log = o.log](std::shared_ptr<const model> held, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq,
-                                                     tensor_type kv_type, ffn_mode mode) {
+                                                     kv_types kv, ffn_mode mode) {
       loader::open_options lo;
-      lo.ctx = n_ctx, lo.n_seq = n_seq, lo.threads = threads, lo.kv_type = kv_type, lo.mode = mode;
+      lo.ctx = n_ctx, lo.n_seq = n_seq, lo.threads = threads, lo.kv = kv, lo.mode = mode;
       lo.first_layer = first, lo.last_layer = last;
       lo.placement = placement_sources(threads);
       lo.log = log;

@@ -16,6 +16,9 @@ struct worker_args {
   std::string device = "auto";
   double vram_budget_gib = 0;
   bool sim_kernels = false;
+  // The KV cache types this worker holds (--cache-type-k, --cache-type-v): empty takes the
+  // coordinator's; given, an assignment of other types is refused by name.
+  std::string cache_type_k, cache_type_v;
 };
 
 // Serves stage requests until SIGINT or SIGTERM.

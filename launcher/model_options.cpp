@@ -1,4 +1,5 @@
 #include "launcher/model_options.hpp"
+#include "launcher/option_checks.hpp"
 
 #include <chrono>
 #include <thread>
@@ -79,7 +80,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   o.ctx = ctx_override > 0 ? std::max(ctx_override, a.ctx) : a.ctx;
   o.n_seq = n_seq;
   o.threads = a.threads;
-  o.kv_type = a.kv_type == "f32" ? tensor_type::f32 : tensor_type::f16;
+  o.kv = parse_cache_types(a.cache_type_k, a.cache_type_v);
   if (a.mode == "dense") o.mode = ffn_mode::dense;
   if (a.mode == "sparse") o.mode = ffn_mode::sparse;
   o.n_gpu_layers = a.n_gpu_layers;

@@ -23,7 +23,9 @@ struct model_args {
   std::string device = "auto";  // the hot device: auto | cpu | sim | cuda | hip
   double vram_budget_gib = 0;   // the hot device's budget (0: its free memory; sim needs one)
   std::string trace_out;        // Chrome trace-event JSON written when the command ends
-  std::string kv_type = "f16";  // the KV cache's values: f16 | f32
+  // The KV cache's keys' and values' types (--cache-type-k/-ctk, --cache-type-v/-ctv; --kv-type sets
+  // both): f16 | f32 | q8_0 | q4_0; empty: f16.
+  std::string cache_type_k, cache_type_v;
   // MiB of host memory for the prefix store (actors/prefix_reuse.hpp): -1 half the machine's memory,
   // 0 none (each slot still reuses its own rows); default 8192 (llama-server's --cache-ram), at most a
   // quarter of the machine's memory.

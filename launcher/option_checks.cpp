@@ -21,4 +21,27 @@ void check_sampling_flags(const sampling_params& p) {
   }
 }
 
+std::vector<std::string> short_spellings(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    for (auto [short_name, long_name] : {std::pair{"-ctk", "--cache-type-k"}, std::pair{"-ctv", "--cache-type-v"}}) {
+      const std::string s = short_name;
+      if (i > 0 && (a == s || a.rfind(s + "=", 0) == 0)) a = long_name + a.substr(s.size());
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+kv_types parse_cache_types(const std::string& k, const std::string& v) {
+  auto one = [](const std::string& name, const char* flag) {
+    if (name.empty()) return tensor_type::f16;
+    const auto t = tensor_type_from_name(name);
+    if (!t || !is_kv_cache_type(*t)) throw std::invalid_argument(fmt::format("{} {}: the KV cache holds f16, f32, q8_0 or q4_0", flag, name));
+    return *t;
+  };
+  return {one(k, "--cache-type-k"), one(v, "--cache-type-v")};
+}
+
 }  // namespace hotcold::launcher

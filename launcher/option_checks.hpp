@@ -1,10 +1,21 @@
 #pragma once
 // The one check of the command line's sampling flags (protocol::check_sampling, with the flags' names).
+#include <string>
+#include <vector>
+
+#include "kernels/tensor_types.hpp"
 #include "model/sampler.hpp"
 
 namespace hotcold::launcher {
 
 // Throws std::invalid_argument naming the flag (--temp, --min-p, ...) and its range.
 void check_sampling_flags(const sampling_params& p);
+
+// The command line with llama.cpp's multi-letter short flags written as the long ones hotcold's parser
+// knows (-ctk -> --cache-type-k, -ctv -> --cache-type-v; -ctk=q8_0 as well); the rest as given.
+std::vector<std::string> short_spellings(int argc, char** argv);
+
+// The KV cache's types the flags name ("f16", "q8_0", ...; empty: f16).
+kv_types parse_cache_types(const std::string& k, const std::string& v);
 
 }  // namespace hotcold::launcher

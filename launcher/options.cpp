@@ -19,6 +19,7 @@
 #include "launcher/cmd_generate.hpp"
 #include "launcher/cmd_inspect.hpp"
 #include "launcher/cmd_plan.hpp"
+#include "launcher/option_checks.hpp"
 #include "launcher/cmd_replay.hpp"
 #include "launcher/cmd_serve.hpp"
 #include "launcher/cmd_sparse.hpp"
@@ -77,6 +78,21 @@ CLI::Validator whole_in(long long lo, long long hi) {
       fmt::format("INT in [{}, {}]", lo, hi), "whole_in");
 }
 
+// The KV cache's types, as llama.cpp's flags (-ctk and -ctv are rewritten to these before parsing:
+// short_spellings).
+// unset: what no flag means.
+void add_cache_type_options(CLI::App* cmd, std::string& k, std::string& v, const std::string& unset = "f16, llama.cpp's default") {
+  const auto types = CLI::IsMember({"f16", "f32", "q8_0", "q4_0"});
+  cmd->add_option("--cache-type-k", k,
+                  "-ctk: the KV cache's keys: f16, f32, q8_0 (about half f16's memory and reads) or q4_0 (about a quarter); quantized keys meet the "
+                  "query rounded to Q8_0, as llama.cpp's (without the flag: " + unset + ")")
+      ->check(types);
+  cmd->add_option("--cache-type-v", v, "-ctv: the KV cache's values: f16, f32, q8_0 or q4_0")->check(types);
+  cmd->add_option_function<std::string>(
+         "--kv-type", [&k, &v](const std::string& t) { k = v = t; }, "Both of the KV cache's types at once (--cache-type-k and --cache-type-v)")
+      ->check(types);
+}
+
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   auto* opt = cmd->add_option("-m,--model", m.model, model_required ? "GGUF model" : "GGUF model (default: the embedded default model)");
   if (model_required) opt->required();
@@ -114,9 +130,7 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
                   "block (sleep at once; a GPU's blocking-sync event); auto: block where the CPU's threads take every core, else spin")
       ->check(CLI::IsMember({"auto", "spin", "yield", "block"}))
       ->capture_default_str();
-  cmd->add_option("--kv-type", m.kv_type, "The KV cache's values: f16 (llama.cpp's default: half the memory and reads) or f32")
-      ->check(CLI::IsMember({"f16", "f32"}))
-      ->capture_default_str();
+  add_cache_type_options(cmd, m.cache_type_k, m.cache_type_v);
   cmd->add_option("--cache-ram", m.cache_ram_mib,
                   "MiB of memory for the prefix store: blocks of prompts' cached keys and values that later requests beginning with the same "
                   "tokens reuse, least recently used evicted (default 8192, at most a quarter of the machine's memory; -1: half of it; 0: none, "
@@ -175,6 +189,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--vram-budget", a->vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")->check(finite_in(0, 1 << 20));
   cmd->add_flag("--sim-kernels", a->sim_kernels, "With --device sim: compute as a GPU back end does");
+  add_cache_type_options(cmd, a->cache_type_k, a->cache_type_v, "the coordinator's; given, a coordinator asking for other types is refused");
   cmd->add_flag("--allow-remote", a->allow_remote, "Listen on an address other machines reach (needs --tls)");
   cmd->add_option("--tls", a->tls,
                   "TLS links: this worker shows the folder's certificate and admits only coordinators with one of the same authority (hotcold "
@@ -728,8 +743,11 @@ int run_command_line(int argc, char** argv) {
   add_replay_command(app, exit_code);
   add_plan_command(app, exit_code);
   add_worker_command(app, exit_code);
+  std::vector<std::string> args = short_spellings(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (auto& s : args) arg_ptrs.push_back(s.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

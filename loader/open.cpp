@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "devices/device_info.hpp"
+#include "engine/read_costs.hpp"
 
 namespace hotcold::loader {
 
@@ -19,9 +20,8 @@ void say(const log_line& log, const std::string& line) {
 }
 
 // The KV cache (keys and values, every layer and sequence) must fit in this machine's memory.
-void check_kv_fits(const hparams& hp, int64_t ctx, int64_t n_seq, tensor_type kv_type) {
-  const double kv_bytes = 2.0 * (kv_type == tensor_type::f32 ? 4.0 : 2.0) * static_cast<double>(hp.n_layer) * static_cast<double>(hp.n_embd_kv()) *
-                          static_cast<double>(ctx) * static_cast<double>(n_seq);
+void check_kv_fits(const hparams& hp, int64_t ctx, int64_t n_seq, kv_types kv) {
+  const double kv_bytes = kv_read_per_token(hp, kv, 1) * static_cast<double>(hp.n_layer) * static_cast<double>(ctx) * static_cast<double>(n_seq);
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (ram > 0 && kv_bytes > ram)
     throw std::invalid_argument(fmt::format("-c {}: the KV cache for {} sequence{} would take {:.1f} GiB, more than this machine's {:.1f} GiB of memory",
@@ -37,8 +37,13 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   plan_options po;
   po.ctx = ctx.n_ctx();
   po.n_seq = ctx.n_seq();
-  po.kv_value_bytes = ctx.kv_type() == tensor_type::f32 ? 4 : 2;
-  po.attention = attention_runs_on(dev, hp, w0) && (split_ffn || hp.moe() || dense_ffn_runs_on(dev, w0));
+  po.kv = ctx.cache_types();
+  // A GPU's attention reads one f16 or f32 cache for keys and values: other types keep attention here.
+  const bool gpu_cache = po.kv.k == po.kv.v && (po.kv.k == tensor_type::f16 || po.kv.k == tensor_type::f32);
+  po.attention = attention_runs_on(dev, hp, w0) && (split_ffn || hp.moe() || dense_ffn_runs_on(dev, w0)) && (dev.runs_host_work() || gpu_cache);
+  if (!dev.runs_host_work() && !gpu_cache && attention_runs_on(dev, hp, w0))
+    say(o.log, fmt::format("hotcold: {}'s attention kernels read an f16 or f32 cache, not {}: attention and its cache stay on the CPU", dev.name(),
+                           kv_types_name(po.kv)));
   po.experts = dense_ffn_reads(dev, {&w0.ffn_gate_exps, &w0.ffn_up_exps, &w0.ffn_down_exps});
   po.shared_experts = dense_ffn_reads(dev, {&w0.ffn_gate_shexp, &w0.ffn_up_shexp, &w0.ffn_down_shexp});
   po.n_cpu_moe = o.n_cpu_moe;
@@ -56,6 +61,10 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   if (o.n_gpu_layers >= 0 && split_ffn)
     throw std::invalid_argument("--n-gpu-layers counts the layers of a dense file the device holds whole; a sparse file's plan puts attention "
                                 "first and the hot neurons in what is left");
+  if (!split_ffn && !hp.moe() && !gpu_cache && !dev.runs_host_work())
+    throw std::invalid_argument(fmt::format("--device {} on a dense file holds whole layers, attention with its cache, and its attention kernels read an "
+                                            "f16 or f32 cache, not {}: use --cache-type-k and --cache-type-v f16 (or --device cpu)",
+                                            dev.name(), kv_types_name(po.kv)));
   if (!split_ffn && !po.attention && !dev.runs_host_work() && (hp.attn_softcap > 0 || hp.n_swa > 0))
     throw std::invalid_argument(fmt::format("--device {} on a dense {} file: its attention job has no soft-capped scores or sliding window, so the "
                                             "file's layers stay on the CPU; use --device cpu",
@@ -122,7 +131,7 @@ void put_on_device(opened_model& r, const open_options& o) {
   experts.prefetch = o.expert_prefetch;
   if (!o.first_experts.empty()) experts.first = o.first_experts;
   if (!o.residency || residency.any() || residency.compute_bytes > 0 || experts.any()) {
-    r.device = std::make_shared<const device_layers>(r.m, residency, r.dev, r.ctx->kv_type());
+    r.device = std::make_shared<const device_layers>(r.m, residency, r.dev, r.ctx->cache_types());
     r.ctx->set_device_layers(r.device);
   }
   if (hp.moe() && experts.any()) {
@@ -186,7 +195,7 @@ opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<de
   const int threads = o.threads > 0 ? o.threads : dev && dev->kind() == devices::device_kind::sim ? std::max(1, hw - 1) : hw;
   const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   const ffn_mode mode = o.mode ? *o.mode : m->has_predictors() ? ffn_mode::sparse : ffn_mode::dense;
-  say(o.log, fmt::format("hotcold: context {} ({} KV cache), {} threads, {} FFN", ctx, o.kv_type == tensor_type::f32 ? "F32" : "F16", threads,
+  say(o.log, fmt::format("hotcold: context {} ({} KV cache), {} threads, {} FFN", ctx, kv_types_name(o.kv), threads,
                          ffn_mode_name(mode)));
   if (const auto* pl = m->placement()) {
     int64_t hot = 0;
@@ -194,14 +203,14 @@ opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<de
     say(o.log, fmt::format("hotcold: placement {}: {} hot neurons ({:.1f}% of the FFN), {:.3f} GiB of FFN rows for the fast device", placement_path(m->path()),
                            hot, 100.0 * static_cast<double>(hot) / static_cast<double>(hp.n_layer * hp.n_ff), pl->vram_capacity / double(1ull << 30)));
   }
-  check_kv_fits(hp, ctx, o.n_seq, o.kv_type);
+  check_kv_fits(hp, ctx, o.n_seq, o.kv);
   if (o.n_gpu_layers >= 0 && !on_device) throw std::invalid_argument("--n-gpu-layers needs a hot device (--device sim, cuda or hip)");
   if (o.n_cpu_moe >= 0 && !hp.moe()) throw std::invalid_argument("--n-cpu-moe and --cpu-moe are for a mixture of experts");
   if (o.n_cpu_moe >= 0 && !on_device) throw std::invalid_argument("--n-cpu-moe and --cpu-moe need a hot device (--device sim, cuda or hip)");
   opened_model r;
   r.m = m;
   r.dev = dev;
-  r.ctx = std::make_shared<inference_context>(m, ctx, threads, o.n_seq, o.kv_type);
+  r.ctx = std::make_shared<inference_context>(m, ctx, threads, o.n_seq, o.kv);
   r.ctx->set_mode(mode);
   if (o.trace) {
     r.trace = std::make_unique<trace_recorder>();

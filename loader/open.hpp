@@ -28,7 +28,7 @@ struct open_options {
   int64_t ctx = 0;    // positions of each sequence's KV cache (0: the model's, at most 4096)
   int64_t n_seq = 1;  // sequences the context holds KV caches for
   int threads = 0;    // CPU workers (0: every hardware thread; beside a sim device, one fewer)
-  tensor_type kv_type = tensor_type::f16;  // the KV cache's values: F16 or F32
+  kv_types kv;  // the KV cache's types (f16)
   std::optional<ffn_mode> mode;            // default: sparse when the file has predictors
   int64_t n_gpu_layers = -1;               // dense files: layers the device holds whole (-1: as many as fit)
   bool trace = false;                      // keep a trace recorder (the steps' intervals and chosen neurons)

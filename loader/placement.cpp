@@ -258,7 +258,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   const auto& hp = m.hp();
   if (budget == 0) throw std::invalid_argument("--vram-budget must be positive");
   if (o.n_seq < 1) throw std::invalid_argument("a plan needs at least one sequence");
-  if (o.kv_value_bytes != 2 && o.kv_value_bytes != 4) throw std::invalid_argument("the KV cache holds F16 (2 bytes) or F32 (4 bytes) values");
+  if (!is_kv_cache_type(o.kv.k) || !is_kv_cache_type(o.kv.v)) throw std::invalid_argument("the KV cache holds f32, f16, q8_0 or q4_0 values");
   placement_plan plan;
   plan.budget = budget;
   plan.ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
@@ -282,7 +282,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   plan.layers.resize(static_cast<size_t>(hp.n_layer));
   // The KV cache of each layer whose attention the device runs (attention without its cache would send
   // the cache across every token): K and V, every position of every sequence, in the cache's type.
-  plan.kv_layer_bytes = o.alloc.charge(static_cast<uint64_t>(plan.ctx * o.n_seq * hp.n_embd_kv() * o.kv_value_bytes)) * 2;
+  plan.kv_layer_bytes = o.alloc.charge(values_bytes(o.kv.k, plan.ctx * o.n_seq * hp.n_embd_kv())) + o.alloc.charge(values_bytes(o.kv.v, plan.ctx * o.n_seq * hp.n_embd_kv()));
   plan_attention(room);
   plan_predictors_and_head(room);
   if (plan.experts && o.experts) plan_experts(room);

@@ -95,7 +95,7 @@ struct placement_plan {
 struct plan_options {
   int64_t ctx = 0;             // positions of each sequence's KV cache (0: the model's, at most 4096)
   int64_t n_seq = 1;           // sequences
-  int64_t kv_value_bytes = 2;  // the cache's values: F16 (4: --kv-type f32)
+  kv_types kv;  // the cache's types (--cache-type-k, --cache-type-v)
   // What the device can run besides hot FFN rows (a GPU: what its kernels read; sim: everything).
   bool attention = true, predictors = true, head = true;
   // Whether the device holds the output norm with the head (a device running host code applies it; a

@@ -10,8 +10,37 @@
 
 namespace hotcold {
 
-reference_model::reference_model(const gguf::file& f, tensor_type kv_type, int64_t n_ctx)
-    : f_(f), hp_(read_hparams(f)), kv_type_(kv_type), rope_factors_(hp_.rope_factors_for(n_ctx > 0 ? n_ctx : hp_.n_ctx_orig)) {}
+namespace {
+
+// A row as a cache of type t holds it, by the blocks' definitions: F16 the nearest half; Q8_0 blocks of
+// 32 at scale d = max|x| / 127 (kept as a half) and x = d round(x / d); Q4_0 blocks at d = m / -8,
+// where m is the value of largest magnitude, and x = d (min(15, trunc(x / d + 8.5)) - 8).
+void round_as(tensor_type t, std::vector<double>& row) {
+  const auto half = [](double x) { return static_cast<double>(kernels::fp16_to_fp32(kernels::fp32_to_fp16(static_cast<float>(x)))); };
+  if (t == tensor_type::f32) return;
+  if (t == tensor_type::f16) {
+    for (double& e : row) e = half(e);
+    return;
+  }
+  for (size_t b = 0; b + 32 <= row.size(); b += 32) {
+    float amax = 0, m = 0;
+    for (size_t i = b; i < b + 32; ++i) {
+      const float x = static_cast<float>(row[i]);
+      if (std::fabs(x) > amax) amax = std::fabs(x), m = x;
+    }
+    const float d = t == tensor_type::q8_0 ? amax / 127.0f : m / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const double dh = half(d);
+    for (size_t i = b; i < b + 32; ++i) {
+      const float x = static_cast<float>(row[i]);
+      row[i] = t == tensor_type::q8_0 ? dh * std::round(x * id) : dh * (std::min(15, static_cast<int>(x * id + 8.5f)) - 8);
+    }
+  }
+}
+
+}  // namespace
+
+reference_model::reference_model(const gguf::file& f, kv_types kv, int64_t n_ctx)
+    : f_(f), hp_(read_hparams(f)), kv_(kv), rope_factors_(hp_.rope_factors_for(n_ctx > 0 ? n_ctx : hp_.n_ctx_orig)) {}
 
 // Rows of ne[0] values; each row dequantized from its own bytes by the type's block definition.
 reference_model::mat reference_model::matrix(const std::string& name) const {
@@ -157,9 +186,9 @@ reference_model::layer_qkv reference_model::queries_keys_values(int64_t l, const
     }
     rope(r.q[t], hp_.n_head, static_cast<int64_t>(t));
     rope(r.k[t], hp_.n_head_kv, static_cast<int64_t>(t));
-    if (kv_type_ == tensor_type::f16)  // what an F16 cache holds: the nearest half
-      for (vec* c : {&r.k[t], &r.v[t]})
-        for (double& e : *c) e = kernels::fp16_to_fp32(kernels::fp32_to_fp16(static_cast<float>(e)));
+    round_as(kv_.k, r.k[t]);  // what the cache holds
+    round_as(kv_.v, r.v[t]);
+    if (traits(kv_.k).quantized) round_as(tensor_type::q8_0, r.q[t]);
   }
   return r;
 }

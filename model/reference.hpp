@@ -26,12 +26,14 @@ namespace hotcold {
 
 class reference_model {
  public:
-  // The file must outlive this object. kv_type f16: each position's keys (after RoPE) and values are
-  // rounded to half precision, as a KV cache of F16 stores them (so a path with such a cache is
-  // compared with like); f32: kept as computed.
+  // The file must outlive this object. kv: the cache types whose rounding the keys (after RoPE) and
+  // values take, as a KV cache of them stores them (so a path with such a cache is compared with like):
+  // f16 the nearest half; q8_0 and q4_0 by blocks of 32 as GGML defines them, and then the queries
+  // rounded to Q8_0 blocks as well where the keys are quantized (llama.cpp's attention meets such keys
+  // with a Q8_0 query); f32: kept as computed.
   // n_ctx: the context per sequence the compared path runs with, which picks Phi-3's long or short RoPE
   // factors as llama.cpp does (0: the model's original context, the short ones).
-  explicit reference_model(const gguf::file& f, tensor_type kv_type = tensor_type::f32, int64_t n_ctx = 0);
+  explicit reference_model(const gguf::file& f, kv_types kv = tensor_type::f32, int64_t n_ctx = 0);
 
   // Which FFN neurons contribute, [token][layer][neuron]: what a sparse path chose (the others count
   // as zero). Absent: every neuron, as the model means. A mixture of experts' layer: [token][layer][expert],
@@ -69,7 +71,7 @@ class reference_model {
 
   const gguf::file& f_;
   hparams hp_;
-  tensor_type kv_type_;
+  kv_types kv_;
   std::vector<float> rope_factors_;
 };
 

@@ -90,7 +90,7 @@ plan_prediction predict_moe_plan(const model& m, const planner_options& o) {
   const read_costs c(m);
   const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
-  const double kv = kv_read_per_token(hp, o.kv_value_bytes, rows);
+  const double kv = kv_read_per_token(hp, o.kv, rows);
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
   const double experts_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
   const double crossing = o.crossing_us * 1e-6, x_bytes = 4.0 * static_cast<double>(hp.n_embd), k = static_cast<double>(hp.n_expert_used);
@@ -112,7 +112,7 @@ plan_prediction predict_moe_plan(const model& m, const planner_options& o) {
 
   loader::plan_options po;
   po.ctx = ctx;
-  po.kv_value_bytes = o.kv_value_bytes;
+  po.kv = o.kv;
   po.alloc = devices::gpu_allocation;  // (a GPU's allocator: each buffer in its granules)
   po.output_norm = false;              // (a GPU is given the head's normalized rows)
   r.plan = loader::plan_device(m, o.budget, po);
@@ -260,7 +260,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   };
   const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
   const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
-  const double kv = kv_read_per_token(hp, o.kv_value_bytes, rows);
+  const double kv = kv_read_per_token(hp, o.kv, rows);
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
   // The CPU's FFN as the file runs it (a sparse file's gathered rows) at its own rate; the rest at
   // the products' (cpu).
@@ -286,7 +286,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   // The hybrid: the runtime's plan for this budget (hot neurons by firing counts).
   loader::plan_options po;
   po.ctx = ctx;
-  po.kv_value_bytes = o.kv_value_bytes;
+  po.kv = o.kv;
   po.alloc = devices::gpu_allocation;  // (a GPU's allocator: each buffer in its granules)
   po.output_norm = false;              // (a GPU is given the head's normalized rows)
   if (sparse) {
@@ -432,7 +432,7 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads) {
     double products = static_cast<double>(per_pass) * static_cast<double>(c.output), ffn = 0;
     for (size_t l = 0; l < c.attention.size(); ++l) {
       products += static_cast<double>(per_pass) * static_cast<double>(c.attention[l] + c.ffn_norm[l] + (sparse ? c.predictor[l] : 0));
-      for (int64_t p = first; p < pos; ++p) products += kv_read_per_token(hp, 2, static_cast<double>(p + 1));
+      for (int64_t p = first; p < pos; ++p) products += kv_read_per_token(hp, ctx.cache_types(), static_cast<double>(p + 1));
       chosen[l] += static_cast<double>(ctx.totals().rows[l] - neurons0[l]);
       // (a mixture: the experts it read, each once a step, and its router and shared expert, which its FFN stage runs)
       if (moe) ffn += static_cast<double>(per_pass) * static_cast<double>(c.router[l]);

@@ -29,7 +29,7 @@ const gpu_spec* find_gpu(const std::string& name);
 struct planner_options {
   uint64_t budget = 0;             // bytes of the GPU the plan may use
   int64_t ctx = 0;                 // the KV cache's positions (0: the model's, at most 4096)
-  int64_t kv_value_bytes = 2;      // F16 cache
+  kv_types kv;                     // the cache's types (f16)
   double position = -1;            // cached rows a decoded token reads (-1: half the context)
   // Bandwidths, GB/s (1e9 bytes). The CPU's per kind of work: products (attention with its norms and
   // KV cache, the predictors, the head, a whole FFN computed densely), and the FFN as the file runs

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/kv_rows.hpp"
+#include "kernels/cpu/quants.hpp"
 #include "kernels/cpu/fp16.hpp"
 
 namespace hotcold::kernels {
@@ -212,6 +215,72 @@ TEST(AttendKeys, SplitRangesMergeIntoTheGroupedAttention) {
                                                                          << " f16 " << half << " vector " << vec << " at " << i;
         }
     }
+}
+
+// Quantized caches (and keys and values of two types): the rows kv_store_row writes widen back to
+// what the blocks' definitions give (one KV head's slice alone as well), and decode attention over
+// them, a tile at a time, is the grouped attention over the widened rows, across tiles and ranges.
+TEST(AttendKeys, QuantizedRowsReadATileAtATime) {
+  const int64_t n_head = 8, n_kv = 2, hd = 64, width = n_kv * hd, keys = 150;
+  std::mt19937 rng(77);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(n_head * hd)), k(static_cast<size_t>(keys * width)), v(k.size());
+  for (auto& x : q) x = 2.0f * dist(rng);
+  for (auto& x : k) x = dist(rng);
+  for (auto& x : v) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (const kv_types t : {kv_types{tensor_type::q8_0}, kv_types{tensor_type::q4_0}, kv_types{tensor_type::q8_0, tensor_type::f16},
+                           kv_types{tensor_type::f32, tensor_type::q4_0}}) {
+    const int64_t kb = static_cast<int64_t>(values_bytes(t.k, width)), vb = static_cast<int64_t>(values_bytes(t.v, width));
+    std::vector<uint8_t> kq(static_cast<size_t>(keys * kb)), vq(static_cast<size_t>(keys * vb));
+    for (int64_t r = 0; r < keys; ++r) {
+      kv_store_row(t.k, k.data() + r * width, kq.data() + r * kb, width);
+      kv_store_row(t.v, v.data() + r * width, vq.data() + r * vb, width);
+    }
+    // Widened by the definitions: ggml's dequantization of the whole row.
+    std::vector<float> kw(k.size()), vw(v.size());
+    auto widen = [](tensor_type ty, const uint8_t* row, float* y, int64_t n) {
+      if (ty == tensor_type::q8_0) dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(row), y, n);
+      else if (ty == tensor_type::q4_0) dequantize_row_q4_0(reinterpret_cast<const block_q4_0*>(row), y, n);
+      else if (ty == tensor_type::f16) fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(row), y, static_cast<size_t>(n));
+      else std::memcpy(y, row, static_cast<size_t>(n) * sizeof(float));
+    };
+    for (int64_t r = 0; r < keys; ++r) widen(t.k, kq.data() + r * kb, kw.data() + r * width, width), widen(t.v, vq.data() + r * vb, vw.data() + r * width, width);
+    if (t.k != tensor_type::f32) EXPECT_GT(std::abs(kw[5] - k[5]) + std::abs(kw[70] - k[70]), 0.0f) << "the keys were not rounded";
+    std::vector<float> slice(static_cast<size_t>(keys * hd));  // KV head 1 alone
+    kv_load_rows(t.k, kq.data(), kb, hd, hd, keys, slice.data());
+    for (int64_t r = 0; r < keys; ++r)
+      for (int64_t e = 0; e < hd; ++e) ASSERT_EQ(slice[static_cast<size_t>(r * hd + e)], kw[static_cast<size_t>(r * width + hd + e)]);
+    const std::vector<double> want = grouped_reference(q, kw, vw, width, n_head, n_kv, hd, keys, scale);
+    std::vector<float> m(2 * n_head), l(2 * n_head), o(static_cast<size_t>(2 * n_head * hd));
+    std::vector<float> scratch(static_cast<size_t>(attend_keys_tiles_scratch(n_head, n_kv, hd)));
+    const int64_t cuts[] = {0, 97, keys};  // two ranges, the first across a tile's end
+    std::vector<key_range_sums> parts;
+    for (int r = 0; r < 2; ++r) {
+      parts.push_back({m.data() + r * n_head, l.data() + r * n_head, o.data() + r * n_head * hd});
+      attend_keys_tiles(q.data(), t, kq.data(), vq.data(), kb, vb, n_head, n_kv, hd, cuts[r], cuts[r + 1], scale, parts.back(), scratch.data());
+    }
+    std::vector<float> out(static_cast<size_t>(n_head * hd));
+    merge_key_ranges(parts.data(), 2, n_head, hd, out.data());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << kv_types_name(t) << " at " << i;
+  }
+}
+
+// The query a quantized key meets: Q8_0's rounding of it, block by block.
+TEST(AttendKeys, QueryRoundedAsQ8_0) {
+  std::vector<float> x(64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * (i < 32 ? 1.0f : 0.01f);
+  std::vector<float> y = x;
+  round_to_q8_0(y.data(), 64);
+  for (size_t b = 0; b < 2; ++b) {
+    float amax = 0;
+    for (size_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::abs(x[i]));
+    const float d = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
+    for (size_t i = 32 * b; i < 32 * b + 32; ++i) {
+      EXPECT_FLOAT_EQ(y[i], d * std::round(x[i] / (amax / 127.0f))) << i;
+      EXPECT_LE(std::abs(y[i] - x[i]), 0.51f * d + 1e-7f) << i;
+    }
+  }
 }
 
 }  // namespace

@@ -246,6 +246,42 @@ TEST(Cli, BenchMeasuresAtDepth) {
   EXPECT_GT(nlohmann::json::parse(actors.out)["prefill_tokens_per_s"].get<double>(), 0.0);
 }
 
+// The KV cache's types as llama.cpp's flags spell them (-ctk, -ctv, --cache-type-k/-v, --kv-type for
+// both): the context line names them, bench's JSON carries llama-bench's type_k and type_v, a type the
+// cache does not hold or blocks of 32 across heads of 16 are refused by name.
+TEST(Cli, CacheTypesAsLlamaCppSpellsThem) {
+  const std::string heads32 = (fs::temp_directory_path() / ("hotcold-cli-heads32-" + std::to_string(getpid()) + ".gguf")).string();
+  ASSERT_EQ(run({"gen-model", "--embd", "128", "--layers", "2", "--ffn", "256", "--heads", "4", "--kv-heads", "2", "--vocab", llama, "-o", heads32}).code, 0);
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args{"run", "-m", heads32, "-p", "Hello world", "-n", "8", "--temp", "0", "-c", "64"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run(args);
+  };
+  for (const auto& [flags, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"-ctk", "q8_0", "-ctv", "q8_0"}, "(q8_0 KV cache)"},
+           {{"-ctk=q4_0"}, "(K q4_0, V f16 KV cache)"},
+           {{"--cache-type-v", "q4_0", "--cache-type-k", "f32"}, "(K f32, V q4_0 KV cache)"},
+           {{"--kv-type", "q8_0"}, "(q8_0 KV cache)"},
+           {{}, "(f16 KV cache)"}}) {
+    auto r = with(flags);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+    EXPECT_FALSE(r.out.empty());
+  }
+  auto bad = with({"-ctk", "q5_1"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--cache-type-k"), std::string::npos) << bad.err;
+  auto crossing = run({"run", "-m", small_model(), "-p", "Hello", "-n", "2", "-ctv", "q8_0"});
+  EXPECT_NE(crossing.code, 0);
+  EXPECT_NE(crossing.err.find("values' cache of q8_0: its blocks of 32 values would cross this model's heads of 16 values"), std::string::npos) << crossing.err;
+  auto bench = run({"bench", "-m", heads32, "-p", "8", "-n", "4", "-r", "1", "-ctk", "q8_0", "-ctv", "q4_0", "--pipeline", "direct", "--json"});
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  const auto j = nlohmann::json::parse(bench.out);
+  EXPECT_EQ(j["type_k"], "q8_0");
+  EXPECT_EQ(j["type_v"], "q4_0");
+  fs::remove(heads32);
+}
+
 // A full context: without --context-shift run says so and stops there; with it (llama.cpp's), it goes
 // on to -n, the same text on both pipelines.
 TEST(Cli, ContextShiftGoesOnPastAFullContext) {

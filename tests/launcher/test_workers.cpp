@@ -144,6 +144,30 @@ TEST(Workers, StagesReusePromptsAndShiftTheirContexts) {
   EXPECT_EQ(shifted.text + "\n", alone("Hello world", 80, true));
 }
 
+// The coordinator's cache types go to its workers with each assignment (stage protocol 7): with q8_0
+// keys and q4_0 values each stage holds its layers' rows in those types, and the text is one process's
+// with the same flags (llama.cpp's spellings, -ctk and -ctv). A worker given types of its own refuses a
+// coordinator asking for others, naming both.
+TEST(Workers, StagesHoldTheCoordinatorsCacheTypes) {
+  const std::string file = files().dense;
+  worker_pair pair(file, {"-ctk", "q8_0", "--cache-type-v", "q4_0"});
+  ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
+  const std::vector<std::string> gen{"run", "-m", file, "-p", "Once upon a time there was", "-n", "24", "--temp", "0", "-c", "64", "-t", "1",
+                                     "-ctk", "q8_0", "-ctv", "q4_0"};
+  const std::string alone = run_stdout(gen);
+  ASSERT_FALSE(alone.empty());
+  auto args = gen;
+  args.insert(args.end(), {"--workers", pair.wa + "," + pair.wb});
+  EXPECT_EQ(run_stdout(args), alone) << pair.a.log() << pair.b.log();
+  EXPECT_NE(pair.a.log().find("K q8_0, V q4_0 KV cache"), std::string::npos) << pair.a.log();
+  EXPECT_NE(pair.b.log().find("K q8_0, V q4_0 KV cache"), std::string::npos) << pair.b.log();
+  const std::string err = run_capture(std::string(HOTCOLD_BIN) + " run -m '" + file + "' -p Hello -n 2 -c 64 -t 1 --workers " + pair.wa + "," + pair.wb +
+                                      " 2>&1 >/dev/null");
+  EXPECT_NE(err.find("this worker holds K q8_0, V q4_0 KV caches (its --cache-type-k and --cache-type-v), the coordinator asks for f16"),
+            std::string::npos)
+      << err;
+}
+
 // kill -9 of a worker while a run generates: the run ends within 2 s with an error naming the stage
 // (CAF's down message for the worker's proxy: the link broke), and does not wait for ever. A server
 // over the same workers stays up: its request ends with that error, new ones are refused with it,

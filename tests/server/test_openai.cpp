@@ -319,8 +319,8 @@ TEST(OpenAI, ATurnReusesTheCachedHistoryOnAHotDevice) {
 // llama-server's slot files: POST /slots/0?action=save writes what the slot holds into
 // --slot-save-path, erase forgets it, restore brings it back (into a slot that held another text since),
 // after which the same request reuses all its prompt and answers the same; the API's keys guard it; a
-// missing file, a name with a folder, another model's file, an unknown action or slot are refused by
-// name.
+// missing file, a name with a folder, another model's file or cache type, an unknown action or slot
+// are refused by name.
 TEST(OpenAI, SlotFilesKeepASlotsCache) {
   const fs::path dir = fs::temp_directory_path() / ("hotcold-slots-" + std::to_string(getpid()));
   fs::remove_all(dir);
@@ -365,9 +365,17 @@ TEST(OpenAI, SlotFilesKeepASlotsCache) {
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
   const auto at = bytes.find("\"model\":\"") + 9;
+  const char identity = bytes[at];
   bytes[at] = bytes[at] == '1' ? '2' : '1';
   std::ofstream(dir / "other.bin", std::ios::binary) << bytes;
   refused("/slots/0?action=restore", json{{"filename", "other.bin"}}.dump(), 400, "made with model");
+  // A file of another cache type (its keys f32, this server's f16): refused, naming both.
+  bytes[at] = identity;
+  const auto type_at = bytes.find("\"cache_type_k\":\"f16\"");
+  ASSERT_NE(type_at, std::string::npos);
+  bytes.replace(type_at, 20, "\"cache_type_k\":\"f32\"");
+  std::ofstream(dir / "f32.bin", std::ios::binary) << bytes;
+  refused("/slots/0?action=restore", json{{"filename", "f32.bin"}}.dump(), 400, "its cache holds f32 keys and f16 values, this server's f16 and f16");
   const auto no_key = split(http_request(s.port, "POST", "/slots/0?action=erase", "Content-Type: application/json\r\n", ""));
   EXPECT_EQ(no_key.status, 401);
   fs::remove_all(dir);

@@ -47,7 +47,7 @@ TEST(Planner, CountsBytesAsTheRuntimeDoes) {
   for (int64_t i = 0; i < hp.n_ff; ++i) fired += (10.0 * static_cast<double>(i % 10)) / 400.0;
   double want = static_cast<double>(c.embedding_row + c.output);
   for (size_t l = 0; l < c.layer_fixed.size(); ++l)
-    want += static_cast<double>(c.layer_fixed[l]) + kv_read_per_token(hp, 2, 32) + fired * static_cast<double>(c.ffn_rows(l, 1, 1));
+    want += static_cast<double>(c.layer_fixed[l]) + kv_read_per_token(hp, kv_types{}, 32) + fired * static_cast<double>(c.ffn_rows(l, 1, 1));
   EXPECT_NEAR(p.cpu_only_bytes, want, 1e-6 * want);
   EXPECT_NEAR(p.cpu_only_tokens_per_s, 50e9 / want, 1e-6 * p.cpu_only_tokens_per_s);
   // The hybrid moves bytes, it does not make or lose them: both sides add up to the CPU alone's.
@@ -170,7 +170,7 @@ TEST(Planner, MixtureOfExpertsAgainstNCpuMoe) {
   const auto all = tools::predict_plan(*m, o);
   double want = static_cast<double>(c.embedding_row + c.output);
   for (size_t l = 0; l < c.layer_fixed.size(); ++l)
-    want += static_cast<double>(c.layer_fixed[l]) + kv_read_per_token(hp, 2, 32) + 2.0 * static_cast<double>(c.neuron[l] * static_cast<uint64_t>(hp.n_ff_exp));
+    want += static_cast<double>(c.layer_fixed[l]) + kv_read_per_token(hp, kv_types{}, 32) + 2.0 * static_cast<double>(c.neuron[l] * static_cast<uint64_t>(hp.n_ff_exp));
   EXPECT_NEAR(all.cpu_only_bytes, want, 1e-6 * want);
   EXPECT_NEAR(all.host_bytes + all.device_bytes, all.cpu_only_bytes, 1e-6 * all.cpu_only_bytes);
   EXPECT_EQ(all.n_cpu_moe, 0);

@@ -1,0 +1,120 @@
+#include "kernels/cpu/kv_rows.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quants.hpp"
+
+namespace hotcold::kernels {
+
+namespace {
+
+constexpr int64_t tile_keys = 64;  // keys widened at a time: two tiles of 64 x 1,024 floats stay in L2
+
+void check_type(tensor_type t) {
+  if (!is_kv_cache_type(t)) throw std::invalid_argument("the KV cache holds f32, f16, q8_0 or q4_0 values");
+}
+
+}  // namespace
+
+void kv_store_row(tensor_type t, const float* x, void* to, int64_t n) {
+  switch (t) {
+    case tensor_type::f32: std::memcpy(to, x, static_cast<size_t>(n) * sizeof(float)); return;
+    case tensor_type::f16: fp32_to_fp16_row(x, static_cast<uint16_t*>(to), static_cast<size_t>(n)); return;
+    case tensor_type::q8_0: quantize_row_q8_0(x, static_cast<block_q8_0*>(to), n); return;
+    case tensor_type::q4_0: quantize_row_q4_0(x, static_cast<block_q4_0*>(to), n); return;
+    default: check_type(t);
+  }
+}
+
+HOTCOLD_AVX512_BEGIN
+namespace {
+
+// Blocks of 32 widened sixteen values a vector.
+HOTCOLD_AVX512 void widen_q8_0(const block_q8_0* b, int64_t nb, float* y) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const __m512 d = _mm512_set1_ps(fp16_to_fp32(b[i].d));
+    const __m128i* q = reinterpret_cast<const __m128i*>(b[i].qs);
+    _mm512_storeu_ps(y, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q)))));
+    _mm512_storeu_ps(y + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1)))));
+  }
+}
+HOTCOLD_AVX512 void widen_q4_0(const block_q4_0* b, int64_t nb, float* y) {
+  const __m512i low = _mm512_set1_epi32(0xF), eight = _mm512_set1_epi32(8);
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const __m512 d = _mm512_set1_ps(fp16_to_fp32(b[i].d));
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs)));
+    _mm512_storeu_ps(y, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(q, low), eight))));
+    _mm512_storeu_ps(y + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight))));
+  }
+}
+
+}  // namespace
+HOTCOLD_AVX512_END
+
+void kv_load_rows(tensor_type t, const uint8_t* base, int64_t row_bytes, int64_t at, int64_t width, int64_t n, float* y) {
+  check_type(t);
+  const bool wide = cpu().avx512;
+  const uint64_t skip = values_bytes(t, at);
+  for (int64_t r = 0; r < n; ++r, y += width) {
+    const uint8_t* row = base + r * row_bytes + skip;
+    switch (t) {
+      case tensor_type::f32: std::memcpy(y, row, static_cast<size_t>(width) * sizeof(float)); break;
+      case tensor_type::f16: fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(row), y, static_cast<size_t>(width)); break;
+      case tensor_type::q8_0:
+        if (wide) widen_q8_0(reinterpret_cast<const block_q8_0*>(row), width / 32, y);
+        else dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(row), y, width);
+        break;
+      default:
+        if (wide) widen_q4_0(reinterpret_cast<const block_q4_0*>(row), width / 32, y);
+        else dequantize_row_q4_0(reinterpret_cast<const block_q4_0*>(row), y, width);
+    }
+  }
+}
+
+void round_to_q8_0(float* x, int64_t n) {
+  thread_local std::vector<block_q8_0> blocks;
+  blocks.resize(static_cast<size_t>(n / 32));
+  quantize_row_q8_0(x, blocks.data(), n);
+  dequantize_row_q8_0(blocks.data(), x, n);
+}
+
+int64_t attend_keys_tiles_scratch(int64_t n_head, int64_t n_kv, int64_t hd) {
+  return 2 * tile_keys * n_kv * hd + n_head * (hd + 2) + attend_keys_scratch(n_head, hd);
+}
+
+void attend_keys_tiles(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
+                       int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
+  const int64_t width = n_kv * hd;
+  float* kf = scratch;
+  float* vf = kf + tile_keys * width;
+  const key_range_sums tile{vf + tile_keys * width, vf + tile_keys * width + n_head, vf + tile_keys * width + 2 * n_head};
+  float* inner = tile.o + n_head * hd;
+  std::fill(out.m, out.m + n_head, -INFINITY);
+  std::fill(out.l, out.l + n_head, 0.0f);
+  std::fill(out.o, out.o + n_head * hd, 0.0f);
+  for (int64_t b0 = t0; b0 < t1; b0 += tile_keys) {
+    const int64_t n = std::min(tile_keys, t1 - b0);
+    kv_load_rows(t.k, k + b0 * k_row_bytes, k_row_bytes, 0, width, n, kf);
+    kv_load_rows(t.v, v + b0 * v_row_bytes, v_row_bytes, 0, width, n, vf);
+    attend_keys(q, kf, vf, width, n_head, n_kv, hd, 0, n, scale, tile, inner);
+    for (int64_t h = 0; h < n_head; ++h) {  // the tile's sums folded into the range's, both at their common maximum
+      const float m = std::max(out.m[h], tile.m[h]);
+      const float c = out.m[h] == -INFINITY ? 0.0f : std::exp(out.m[h] - m), ct = std::exp(tile.m[h] - m);
+      out.l[h] = out.l[h] * c + tile.l[h] * ct;
+      float* o = out.o + h * hd;
+      const float* ot = tile.o + h * hd;
+      for (int64_t e = 0; e < hd; ++e) o[e] = o[e] * c + ot[e] * ct;
+      out.m[h] = m;
+    }
+  }
+}
+
+}  // namespace hotcold::kernels

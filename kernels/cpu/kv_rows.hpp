@@ -1,0 +1,31 @@
+#pragma once
+// The KV cache's rows in its types (kv_types: f32, f16, q8_0, q4_0): a position's keys or values
+// stored from floats and read back as floats, and decode attention over quantized rows read a tile
+// at a time (never a widened copy of the cache).
+#include <cstdint>
+
+#include "kernels/cpu/attention.hpp"
+#include "kernels/tensor_types.hpp"
+
+namespace hotcold::kernels {
+
+// n values (a multiple of t's block) into `to`, as the cache holds them: F16 rounded to the nearest
+// half, Q8_0 and Q4_0 quantized by blocks of 32 as ggml quantizes them.
+void kv_store_row(tensor_type t, const float* x, void* to, int64_t n);
+// Rows 0 .. n - 1 of a cache (`row_bytes` apart from base), values at .. at + width - 1 of each (at and
+// width multiples of t's block), widened into y: width floats a row, row after row.
+void kv_load_rows(tensor_type t, const uint8_t* base, int64_t row_bytes, int64_t at, int64_t width, int64_t n, float* y);
+// x as Q8_0 leaves it (quantized by blocks of 32 and back), in place: the query a quantized K meets.
+// llama.cpp's CPU attention quantizes the query to Q8_0 for its dot products with Q8_0 and Q4_0 keys;
+// the float products of the two widened are those integer sums, up to float rounding.
+void round_to_q8_0(float* x, int64_t n);
+
+// Decode attention over keys t0 .. t1 - 1 of a cache whose keys and values are of types t (rows
+// k_row_bytes and v_row_bytes apart, a position's KV heads side by side), as attend_keys over float
+// rows: tiles of keys widened in turn, each tile's sums folded into the range's. q: the query rounded
+// by round_to_q8_0 where the keys are quantized. scratch: attend_keys_tiles_scratch floats.
+int64_t attend_keys_tiles_scratch(int64_t n_head, int64_t n_kv, int64_t hd);
+void attend_keys_tiles(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
+                       int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch);
+
+}  // namespace hotcold::kernels
