@@ -333,7 +333,7 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
   const float scale = hp.attention_scale();
   const kv_types types = kv_.types();
   const bool tiles = types.quantized() || types.k != types.v;
-  const int64_t scratch_floats = tiles ? attend_keys_tiles_scratch(n_head, hp.n_head_kv, hd) : attend_keys_scratch(n_head, hd);
+  const int64_t scratch_floats = tiles ? attend_keys_typed_scratch(n_head, hp.n_head_kv, hd) : attend_keys_scratch(n_head, hd);
   on.pool->parallel_for(n_ranges, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> scratch;
     if (static_cast<int64_t>(scratch.size()) < scratch_floats) scratch.resize(static_cast<size_t>(scratch_floats));
@@ -342,7 +342,7 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
       const int64_t seq = B.seqs[static_cast<size_t>(t)];
       const uint8_t *kc = kv_.k_row(seq, il, 0), *vc = kv_.v_row(seq, il, 0);
       if (tiles)  // a tile of rows widened at a time
-        attend_keys_tiles(q_of(t), types, kc, vc, kv_.row_bytes(false), kv_.row_bytes(true), n_head, hp.n_head_kv, hd, k0, k1, scale, sums_of(r),
+        attend_keys_typed(q_of(t), types, kc, vc, kv_.row_bytes(false), kv_.row_bytes(true), n_head, hp.n_head_kv, hd, k0, k1, scale, sums_of(r),
                           scratch.data());
       else if (types.k == tensor_type::f16)
         attend_keys(q_of(t), reinterpret_cast<const uint16_t*>(kc), reinterpret_cast<const uint16_t*>(vc), kv, n_head, hp.n_head_kv, hd, k0, k1, scale,

@@ -12,6 +12,7 @@
 
 #include "launcher/cmd_plan.hpp"
 #include "launcher/commands.hpp"
+#include "launcher/option_checks.hpp"
 #include "model/model.hpp"
 #include "tools/planner.hpp"
 #include "loader/profile.hpp"
@@ -138,6 +139,10 @@ void run_plan(const plan_args& a) {
   plan_inputs in;
   in.o.budget = static_cast<uint64_t>(a.budget * double(1ull << 30));
   in.o.ctx = a.ctx;
+  in.o.kv = parse_cache_types(a.cache_type_k, a.cache_type_v);
+  if (in.o.kv.quantized() || in.o.kv.k != in.o.kv.v)
+    fmt::print(stderr, "hotcold plan: a {} cache: the bytes counted in its types; hotcold's GPU attention reads f16 or f32 caches, so the GPU columns "
+                       "assume what would hold (run keeps such a cache's attention on the CPU)\n", kv_types_name(in.o.kv));
   in.o.gpu_efficiency = a.efficiency;
   in.o.crossing_us = a.crossing_us;
   in.o.launch_us = a.launch_us, in.o.copy_us = a.copy_us;

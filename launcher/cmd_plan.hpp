@@ -10,6 +10,7 @@ struct plan_args {
   double expert_hit_rate = -1;  // a mixture: the share of routed experts the GPU's slots hold (-1: slots / experts)
   double budget = 0, gpu_gbs = 0, pcie_gbs = 0, cpu_gbs = 0, ffn_gbs = 0, active = -1, efficiency = 0.75, crossing_us = 10, launch_us = 3, copy_us = 3;
   int64_t ctx = 0;
+  std::string cache_type_k, cache_type_v;  // the KV cache's types (empty: f16)
   int threads = 0;
   bool json = false;
 };

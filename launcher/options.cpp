@@ -519,6 +519,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--vram-budget", a->budget, "GPU memory the plan may use, GiB")->required()->check(finite_in(0, 1 << 20));
   cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache holds (default: the model's, at most 4096); a token reads half of it")
       ->check(whole_in(0, 1ll << 40));
+  add_cache_type_options(cmd, a->cache_type_k, a->cache_type_v);
   auto* gpu = cmd->add_option("--gpu", a->gpu, "A GPU by name: " + gpus);
   auto* gbw = cmd->add_option("--gpu-bandwidth", a->gpu_gbs, "The GPU's memory bandwidth, GB/s")->check(finite_in(0, 1e6));
   auto* pcie = cmd->add_option("--pcie", a->pcie_gbs, "The GPU's host link, GB/s one way")->check(finite_in(0, 1e6));

@@ -23,6 +23,7 @@
 #include "kernels/cpu/dot.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/quants.hpp"
 #include "kernels/cpu/simd_helpers.hpp"
 
 namespace hotcold::kernels {
@@ -129,25 +130,58 @@ namespace avx512 {
 HOTCOLD_AVX512 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 HOTCOLD_AVX512 static inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 
-// Rows first .. last - 1 (each `bytes` long, `stride` elements apart) asked for into L2, every line.
+// A cache's rows as the kernel reads them, one reader per type: row(t) where position t's row starts,
+// load(row, i) its values i .. i + 15 widened to floats (i a multiple of 16: Q8_0 and Q4_0 blocks of
+// 32 hold two such runs, each scaled by its block's half), `bytes` a row's length (what is prefetched).
 template <typename T>
-HOTCOLD_AVX512 static inline void prefetch_rows(const T* base, int64_t stride, int64_t first, int64_t last, int64_t bytes) {
+struct plain_rows {
+  const T* p;
+  int64_t stride;  // elements from one row to the next
+  int64_t bytes;
+  const T* row(int64_t t) const { return p + t * stride; }
+  HOTCOLD_AVX512 __m512 load(const T* row, int64_t i) const { return load16(row + i); }
+};
+struct q8_0_rows {
+  const uint8_t* p;
+  int64_t stride, bytes;
+  const uint8_t* row(int64_t t) const { return p + t * stride; }
+  HOTCOLD_AVX512 __m512 load(const uint8_t* row, int64_t i) const {
+    const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + i / 32;
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + i % 32))));
+    return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(b->d)));
+  }
+};
+struct q4_0_rows {
+  const uint8_t* p;
+  int64_t stride, bytes;
+  const uint8_t* row(int64_t t) const { return p + t * stride; }
+  HOTCOLD_AVX512 __m512 load(const uint8_t* row, int64_t i) const {
+    const block_q4_0* b = reinterpret_cast<const block_q4_0*>(row) + i / 32;
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));  // values j and j + 16 in byte j
+    const __m512i nibbles = i % 32 ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(15));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(nibbles, _mm512_set1_epi32(8))), _mm512_set1_ps(_cvtsh_ss(b->d)));
+  }
+};
+
+// Rows first .. last - 1 asked for into L2, every line.
+template <typename R>
+HOTCOLD_AVX512 static inline void prefetch_rows(const R& rows, int64_t first, int64_t last) {
   for (int64_t t = first; t < last; ++t) {
-    const char* row = reinterpret_cast<const char*>(base + t * stride);
-    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
+    const char* row = reinterpret_cast<const char*>(rows.row(t));
+    for (int64_t b = 0; b < rows.bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
   }
 }
 
 // Scores of NK = 16 / NH keys from b (those before t1; the rest repeat the last) against heads h0 ..
-// h0 + NH - 1 of one KV head (slice `at` of each row): an NH x NK tile of dot products, each key's
-// slice widened once and met by the NH queries, the sixteen partial sums folded into one vector whose
-// lane r * NH + j is key r's score for head j.
-template <int NH, typename T>
-HOTCOLD_AVX512 static inline void score_tile(const float* q, const T* k, int64_t stride, int64_t at, int64_t hd, int64_t b, int64_t t1, int64_t h0,
-                                             __m512 sc, float* s, int64_t col) {
+// h0 + NH - 1 of one KV head (values at .. at + hd - 1 of each row): an NH x NK tile of dot products,
+// each key's slice widened once and met by the NH queries, the sixteen partial sums folded into one
+// vector whose lane r * NH + j is key r's score for head j.
+template <int NH, typename R>
+HOTCOLD_AVX512 static inline void score_tile(const float* q, const R& k, int64_t at, int64_t hd, int64_t b, int64_t t1, int64_t h0, __m512 sc, float* s,
+                                             int64_t col) {
   constexpr int NK = 16 / NH;
-  const T* rows[NK];
-  for (int r = 0; r < NK; ++r) rows[r] = k + std::min(b + r, t1 - 1) * stride + at;
+  decltype(k.row(0)) rows[NK];
+  for (int r = 0; r < NK; ++r) rows[r] = k.row(std::min(b + r, t1 - 1));
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
@@ -157,7 +191,7 @@ HOTCOLD_AVX512 static inline void score_tile(const float* q, const T* k, int64_t
     for (int j = 0; j < NH; ++j) qv[j] = _mm512_loadu_ps(q + (h0 + j) * hd + e);
 #pragma GCC unroll 16
     for (int r = 0; r < NK; ++r) {
-      const __m512 kr = load16(rows[r] + e);
+      const __m512 kr = k.load(rows[r], at + e);
 #pragma GCC unroll 8
       for (int j = 0; j < NH; ++j) acc[r * NH + j] = _mm512_fmadd_ps(kr, qv[j], acc[r * NH + j]);
     }
@@ -174,23 +208,22 @@ HOTCOLD_AVX512 static inline void score_tile(const float* q, const T* k, int64_t
 // tile's KV heads before the next keys).
 // Meanwhile the value rows v_next .. v_end are asked for into L2, spread over the tiles: the values
 // are read a KV head's slice at a time, which the hardware's prefetch does not follow.
-template <typename T>
-HOTCOLD_AVX512 static void scores_of(const float* q, const T* k, const T* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t b0,
-                                     int64_t n, float scale, float* s, int64_t v_next, int64_t v_end) {
+template <typename RK, typename RV>
+HOTCOLD_AVX512 static void scores_of(const float* q, const RK& k, const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t b0, int64_t n, float scale,
+                                     float* s, int64_t v_next, int64_t v_end) {
   const int64_t group = n_head / n_kv;
   const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   const int64_t nk = 16 / nh;
   const __m512 sc = _mm512_set1_ps(scale);
-  const int64_t row_bytes = n_kv * hd * static_cast<int64_t>(sizeof(T));
   const int64_t per_step = (v_end - v_next + n / nk) / std::max<int64_t>(1, n / nk);  // value rows asked for a step of nk keys
   for (int64_t b = b0; b < b0 + n; b += nk) {
-    prefetch_rows(v, stride, v_next, std::min(v_next + per_step, v_end), row_bytes);
+    prefetch_rows(v, v_next, std::min(v_next + per_step, v_end));
     v_next = std::min(v_next + per_step, v_end);
     for (int64_t g = 0; g < n_kv; ++g)
       for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
-        if (nh == 4) score_tile<4>(q, k, stride, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
-        else if (nh == 2) score_tile<2>(q, k, stride, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
-        else score_tile<1>(q, k, stride, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
+        if (nh == 4) score_tile<4>(q, k, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
+        else if (nh == 2) score_tile<2>(q, k, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
+        else score_tile<1>(q, k, g * hd, hd, b, b0 + n, h0, sc, s, b - b0);
       }
   }
 }
@@ -218,18 +251,18 @@ HOTCOLD_AVX512 static float softmax_block(float* s, int64_t n, float& m, float& 
   return rescale;
 }
 
-// Heads h0 .. h0 + NH - 1 (one KV head's, slice `at` of each row), dims e0 .. e0 + 16 NV: their sums
-// rescaled, then a block's n weighted value rows added.
-template <int NH, int NV, typename T>
-HOTCOLD_AVX512 static void add_values(const T* v, int64_t stride, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int64_t e0,
-                                      const float* s, const float* rescale, float* o) {
+// Heads h0 .. h0 + NH - 1 (one KV head's, values at .. at + hd - 1 of each row), dims e0 .. e0 + 16 NV:
+// their sums rescaled, then a block's n weighted value rows added.
+template <int NH, int NV, typename R>
+HOTCOLD_AVX512 static void add_values(const R& v, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int64_t e0, const float* s,
+                                      const float* rescale, float* o) {
   __m512 acc[NH][NV];
   for (int j = 0; j < NH; ++j)
     for (int u = 0; u < NV; ++u) acc[j][u] = _mm512_mul_ps(_mm512_loadu_ps(o + (h0 + j) * hd + e0 + 16 * u), _mm512_set1_ps(rescale[j]));
   for (int64_t t = 0; t < n; ++t) {
-    const T* row = v + (b0 + t) * stride + at + e0;
+    const auto row = v.row(b0 + t);
     __m512 vr[NV];
-    for (int u = 0; u < NV; ++u) vr[u] = load16(row + 16 * u);
+    for (int u = 0; u < NV; ++u) vr[u] = v.load(row, at + e0 + 16 * u);
     for (int j = 0; j < NH; ++j) {
       const __m512 p = _mm512_set1_ps(s[(h0 + j) * block_keys + t]);
       for (int u = 0; u < NV; ++u) acc[j][u] = _mm512_fmadd_ps(p, vr[u], acc[j][u]);
@@ -240,46 +273,69 @@ HOTCOLD_AVX512 static void add_values(const T* v, int64_t stride, int64_t at, in
 }
 
 // Up to four heads by up to 64 dims a call (sixteen sums in registers).
-template <typename T>
-HOTCOLD_AVX512 static void values_of(const T* v, int64_t stride, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int nh, const float* s,
-                                     const float* rescale, float* o) {
+template <typename R>
+HOTCOLD_AVX512 static void values_of(const R& v, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int nh, const float* s, const float* rescale,
+                                     float* o) {
   for (int64_t e0 = 0; e0 < hd; e0 += 64) {
     const int nv = static_cast<int>(std::min<int64_t>(4, (hd - e0) / 16));
-#define HOTCOLD_VALUES(NH, NV) add_values<NH, NV>(v, stride, at, hd, b0, n, h0, e0, s, rescale, o)
+#define HOTCOLD_VALUES(NH, NV) add_values<NH, NV>(v, at, hd, b0, n, h0, e0, s, rescale, o)
     if (nh == 4 && nv == 4) HOTCOLD_VALUES(4, 4);
     else if (nh == 2 && nv == 4) HOTCOLD_VALUES(2, 4);
     else if (nh == 1 && nv == 4) HOTCOLD_VALUES(1, 4);
     else if (nh == 3 && nv == 4) HOTCOLD_VALUES(3, 4);
     else
       for (int j = 0; j < nh; ++j)
-        for (int64_t e = e0; e < e0 + 16 * nv; e += 16) add_values<1, 1>(v, stride, at, hd, b0, n, h0 + j, e, s, rescale + j, o);
+        for (int64_t e = e0; e < e0 + 16 * nv; e += 16) add_values<1, 1>(v, at, hd, b0, n, h0 + j, e, s, rescale + j, o);
 #undef HOTCOLD_VALUES
   }
 }
 
-template <typename T>
-HOTCOLD_AVX512 static void attend_keys(const float* q, const T* k, const T* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
-                                       int64_t t1, float scale, key_range_sums out, float* scratch) {
+template <typename RK, typename RV>
+HOTCOLD_AVX512 static void attend_rows(const float* q, const RK& k, const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
+                                       float scale, key_range_sums out, float* scratch) {
   const int64_t group = n_head / n_kv;
-  float* s = scratch;                    // [n_head][block_keys]: a block's scores, then weights
+  float* s = scratch;  // [n_head][block_keys]: a block's scores, then weights
   std::fill(out.m, out.m + n_head, -INFINITY);
   std::fill(out.l, out.l + n_head, 0.0f);
   std::fill(out.o, out.o + n_head * hd, 0.0f);
   float rescale[4];
   for (int64_t b0 = t0; b0 < t1; b0 += block_keys) {
     const int64_t n = std::min(block_keys, t1 - b0);
-    const int64_t row_bytes = n_kv * hd * static_cast<int64_t>(sizeof(T));
-    if (b0 == t0) prefetch_rows(v, stride, b0, b0 + n, row_bytes);  // (the first block's values at once; each later one's a block ahead)
+    if (b0 == t0) prefetch_rows(v, b0, b0 + n);  // (the first block's values at once; each later one's a block ahead)
     const int64_t next = std::min(b0 + n + block_keys, t1);
-    scores_of(q, k, v, stride, n_head, n_kv, hd, b0, n, scale, s, b0 + n, next);
-    prefetch_rows(k, stride, b0 + n, next, row_bytes);  // the next block's keys, while this one's values are summed
+    scores_of(q, k, v, n_head, n_kv, hd, b0, n, scale, s, b0 + n, next);
+    prefetch_rows(k, b0 + n, next);  // the next block's keys, while this one's values are summed
     for (int64_t g = 0; g < n_kv; ++g)
       for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
         const int nh = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
         for (int j = 0; j < nh; ++j) rescale[j] = softmax_block(s + (h0 + j) * block_keys, n, out.m[h0 + j], out.l[h0 + j]);
-        values_of(v, stride, g * hd, hd, b0, n, h0, nh, s, rescale, out.o);
+        values_of(v, g * hd, hd, b0, n, h0, nh, s, rescale, out.o);
       }
   }
+}
+
+template <typename T>
+HOTCOLD_AVX512 static void attend_keys(const float* q, const T* k, const T* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                                       int64_t t1, float scale, key_range_sums out, float* scratch) {
+  const int64_t bytes = n_kv * hd * static_cast<int64_t>(sizeof(T));
+  attend_rows(q, plain_rows<T>{k, stride, bytes}, plain_rows<T>{v, stride, bytes}, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+}
+
+// A cache of any of kv_types' types (rows k_row_bytes and v_row_bytes apart), each read by its reader.
+template <typename F>
+static void with_rows(tensor_type t, const uint8_t* p, int64_t row_bytes, int64_t width, F&& f) {
+  switch (t) {
+    case tensor_type::f32: return f(plain_rows<float>{reinterpret_cast<const float*>(p), row_bytes / 4, width * 4});
+    case tensor_type::f16: return f(plain_rows<uint16_t>{reinterpret_cast<const uint16_t*>(p), row_bytes / 2, width * 2});
+    case tensor_type::q8_0: return f(q8_0_rows{p, row_bytes, static_cast<int64_t>(values_bytes(t, width))});
+    default: return f(q4_0_rows{p, row_bytes, static_cast<int64_t>(values_bytes(t, width))});
+  }
+}
+static void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
+                              int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
+  with_rows(t.k, k, k_row_bytes, n_kv * hd, [&](const auto& kr) {
+    with_rows(t.v, v, v_row_bytes, n_kv * hd, [&](const auto& vr) { attend_rows(q, kr, vr, n_head, n_kv, hd, t0, t1, scale, out, scratch); });
+  });
 }
 
 }  // namespace avx512
@@ -288,6 +344,7 @@ HOTCOLD_AVX512_END
 void choose_attend_keys_kernels(kernel_table& k, const cpu_features& f) {
   if (!f.avx512) return;  // (null: the scalar reference)
   k.attend_keys_f32 = avx512::attend_keys, k.attend_keys_f16 = avx512::attend_keys;
+  k.attend_keys_typed = avx512::attend_keys_typed;
 }
 
 void attend_keys(const float* q, const float* k, const float* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,

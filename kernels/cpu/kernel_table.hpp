@@ -9,6 +9,7 @@
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "kernels/tensor_types.hpp"
 
 namespace hotcold::kernels {
 
@@ -96,6 +97,9 @@ struct kernel_table {
                           float scale, key_range_sums out, float* scratch);
   void (*attend_keys_f16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
                           int64_t t1, float scale, key_range_sums out, float* scratch);
+  // The same over a cache of any kv_types (kv_rows.hpp, attend_keys_typed): each type's rows widened as they are read.
+  void (*attend_keys_typed)(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
+                            int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch);
 };
 // The table as this CPU fills it (made once; what cpu_kernels() returns).
 kernel_table make_kernel_table();

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/quants.hpp"
 
 namespace hotcold::kernels {
@@ -86,12 +87,14 @@ void round_to_q8_0(float* x, int64_t n) {
   dequantize_row_q8_0(blocks.data(), x, n);
 }
 
-int64_t attend_keys_tiles_scratch(int64_t n_head, int64_t n_kv, int64_t hd) {
+int64_t attend_keys_typed_scratch(int64_t n_head, int64_t n_kv, int64_t hd) {
   return 2 * tile_keys * n_kv * hd + n_head * (hd + 2) + attend_keys_scratch(n_head, hd);
 }
 
-void attend_keys_tiles(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
+void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
                        int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
+  if (attend_block_vectorized(hd) && cpu_kernels().attend_keys_typed)
+    return cpu_kernels().attend_keys_typed(q, t, k, v, k_row_bytes, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch);
   const int64_t width = n_kv * hd;
   float* kf = scratch;
   float* vf = kf + tile_keys * width;

@@ -1,7 +1,7 @@
 #pragma once
 // The KV cache's rows in its types (kv_types: f32, f16, q8_0, q4_0): a position's keys or values
-// stored from floats and read back as floats, and decode attention over quantized rows read a tile
-// at a time (never a widened copy of the cache).
+// stored from floats and read back as floats, and decode attention over quantized rows (never a
+// widened copy of the cache).
 #include <cstdint>
 
 #include "kernels/cpu/attention.hpp"
@@ -22,10 +22,12 @@ void round_to_q8_0(float* x, int64_t n);
 
 // Decode attention over keys t0 .. t1 - 1 of a cache whose keys and values are of types t (rows
 // k_row_bytes and v_row_bytes apart, a position's KV heads side by side), as attend_keys over float
-// rows: tiles of keys widened in turn, each tile's sums folded into the range's. q: the query rounded
-// by round_to_q8_0 where the keys are quantized. scratch: attend_keys_tiles_scratch floats.
-int64_t attend_keys_tiles_scratch(int64_t n_head, int64_t n_kv, int64_t hd);
-void attend_keys_tiles(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
+// rows: with AVX-512, attend_keys' kernel with each type's reader widening sixteen values at a time as
+// it loads them (a Q8_0 or Q4_0 row is read once, at its own size); elsewhere tiles of 64 keys widened
+// in turn and each tile's sums folded into the range's. q: the query rounded by round_to_q8_0 where
+// the keys are quantized. scratch: attend_keys_typed_scratch floats.
+int64_t attend_keys_typed_scratch(int64_t n_head, int64_t n_kv, int64_t hd);
+void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
                        int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch);
 
 }  // namespace hotcold::kernels

@@ -246,19 +246,21 @@ TEST(AttendKeys, QuantizedRowsReadATileAtATime) {
       else std::memcpy(y, row, static_cast<size_t>(n) * sizeof(float));
     };
     for (int64_t r = 0; r < keys; ++r) widen(t.k, kq.data() + r * kb, kw.data() + r * width, width), widen(t.v, vq.data() + r * vb, vw.data() + r * width, width);
-    if (t.k != tensor_type::f32) EXPECT_GT(std::abs(kw[5] - k[5]) + std::abs(kw[70] - k[70]), 0.0f) << "the keys were not rounded";
+    if (t.k != tensor_type::f32) {
+      EXPECT_GT(std::abs(kw[5] - k[5]) + std::abs(kw[70] - k[70]), 0.0f) << "the keys were not rounded";
+    }
     std::vector<float> slice(static_cast<size_t>(keys * hd));  // KV head 1 alone
     kv_load_rows(t.k, kq.data(), kb, hd, hd, keys, slice.data());
     for (int64_t r = 0; r < keys; ++r)
       for (int64_t e = 0; e < hd; ++e) ASSERT_EQ(slice[static_cast<size_t>(r * hd + e)], kw[static_cast<size_t>(r * width + hd + e)]);
     const std::vector<double> want = grouped_reference(q, kw, vw, width, n_head, n_kv, hd, keys, scale);
     std::vector<float> m(2 * n_head), l(2 * n_head), o(static_cast<size_t>(2 * n_head * hd));
-    std::vector<float> scratch(static_cast<size_t>(attend_keys_tiles_scratch(n_head, n_kv, hd)));
+    std::vector<float> scratch(static_cast<size_t>(attend_keys_typed_scratch(n_head, n_kv, hd)));
     const int64_t cuts[] = {0, 97, keys};  // two ranges, the first across a tile's end
     std::vector<key_range_sums> parts;
     for (int r = 0; r < 2; ++r) {
       parts.push_back({m.data() + r * n_head, l.data() + r * n_head, o.data() + r * n_head * hd});
-      attend_keys_tiles(q.data(), t, kq.data(), vq.data(), kb, vb, n_head, n_kv, hd, cuts[r], cuts[r + 1], scale, parts.back(), scratch.data());
+      attend_keys_typed(q.data(), t, kq.data(), vq.data(), kb, vb, n_head, n_kv, hd, cuts[r], cuts[r + 1], scale, parts.back(), scratch.data());
     }
     std::vector<float> out(static_cast<size_t>(n_head * hd));
     merge_key_ranges(parts.data(), 2, n_head, hd, out.data());
