@@ -141,20 +141,19 @@ struct plain_rows {
   const T* row(int64_t t) const { return p + t * stride; }
   HOTCOLD_AVX512 __m512 load(const T* row, int64_t i) const { return load16(row + i); }
 };
-struct q8_0_rows {
+struct block_rows {  // rows of blocks, `stride` bytes apart
   const uint8_t* p;
   int64_t stride, bytes;
   const uint8_t* row(int64_t t) const { return p + t * stride; }
+};
+struct q8_0_rows : block_rows {
   HOTCOLD_AVX512 __m512 load(const uint8_t* row, int64_t i) const {
     const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + i / 32;
     const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + i % 32))));
     return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(b->d)));
   }
 };
-struct q4_0_rows {
-  const uint8_t* p;
-  int64_t stride, bytes;
-  const uint8_t* row(int64_t t) const { return p + t * stride; }
+struct q4_0_rows : block_rows {
   HOTCOLD_AVX512 __m512 load(const uint8_t* row, int64_t i) const {
     const block_q4_0* b = reinterpret_cast<const block_q4_0*>(row) + i / 32;
     const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));  // values j and j + 16 in byte j
@@ -327,8 +326,8 @@ static void with_rows(tensor_type t, const uint8_t* p, int64_t row_bytes, int64_
   switch (t) {
     case tensor_type::f32: return f(plain_rows<float>{reinterpret_cast<const float*>(p), row_bytes / 4, width * 4});
     case tensor_type::f16: return f(plain_rows<uint16_t>{reinterpret_cast<const uint16_t*>(p), row_bytes / 2, width * 2});
-    case tensor_type::q8_0: return f(q8_0_rows{p, row_bytes, static_cast<int64_t>(values_bytes(t, width))});
-    default: return f(q4_0_rows{p, row_bytes, static_cast<int64_t>(values_bytes(t, width))});
+    case tensor_type::q8_0: return f(q8_0_rows{{p, row_bytes, static_cast<int64_t>(values_bytes(t, width))}});
+    default: return f(q4_0_rows{{p, row_bytes, static_cast<int64_t>(values_bytes(t, width))}});
   }
 }
 static void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
