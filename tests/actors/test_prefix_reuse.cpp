@@ -143,10 +143,12 @@ std::shared_ptr<const model> small_model() {
 // The request on a pipeline of its own that reuses nothing: the same tokens, and the same logits at
 // every prompt position the reusing request computed (its rows in the cache, reused or not, are
 // those of the same tokens: up to the summation order of the batches they were computed in).
-void same_as_fresh(std::shared_ptr<const model> m, generation_request r, const result& got, const std::string& what, ffn_mode mode = ffn_mode::dense) {
+// kv: the cache's types (the same as the reusing pipeline's); tolerance: of the logits' relative RMS.
+void same_as_fresh(std::shared_ptr<const model> m, generation_request r, const result& got, const std::string& what, ffn_mode mode = ffn_mode::dense,
+                   kv_types kv = {}, double tolerance = 1e-5) {
   pipeline_options o;
   o.reuse_prefixes = false;
-  auto ctx = std::make_shared<inference_context>(m, 256, 2, 1);
+  auto ctx = std::make_shared<inference_context>(m, 256, 2, 1, kv);
   ctx->set_mode(mode);
   pipeline p(ctx, o);
   r.all_logits = true;
@@ -160,7 +162,7 @@ void same_as_fresh(std::shared_ptr<const model> m, generation_request r, const r
     for (size_t i = 0; i < row.size(); ++i) d += (row[i] - w[i]) * (row[i] - w[i]), n += w[i] * w[i];
     worst = std::max(worst, std::sqrt(d / n));
   }
-  EXPECT_LT(worst, 1e-5) << what << ": the logits' relative RMS";
+  EXPECT_LT(worst, tolerance) << what << ": the logits' relative RMS";
 }
 
 generation_request asking(std::vector<token_id> prompt, int32_t n) {
@@ -220,6 +222,35 @@ TEST(PrefixReuse, TheStoreKeepsConversationsASlotLost) {
       EXPECT_EQ(got.done.cached_tokens, whole) << "turn " << turn << (h == &a ? " a" : " b");
       *h = cat(cat(*h, got.tokens), run_of(10, 20 + turn));
     }
+}
+
+// Quantized caches (q8_0, and q4_0 keys with q8_0 values): the store's blocks and a slot's rows are
+// moved in their types, two conversations taking turns in one slot reuse their history from the store,
+// and the text and logits are those of the same prompts computed whole with the same cache (within
+// 1e-5; here the same bits: a row is quantized from the same floats whichever batch computed it).
+TEST(PrefixReuse, QuantizedCachesReuseTheirRows) {
+  auto o32 = test::small_options(2, 2);
+  o32.n_embd = 128, o32.n_ctx = 512;  // heads of 32: a block each
+  auto m = model::load(test::make_model("prefix_reuse_heads32", o32));
+  for (const kv_types t : {kv_types{tensor_type::q8_0}, kv_types{tensor_type::q4_0, tensor_type::q8_0}}) {
+    SCOPED_TRACE(kv_types_name(t));
+    pipeline_options o;
+    o.prefix_store_bytes = 16 << 20;
+    o.prefix_hash = [](int32_t, std::span<const token_id>) { return uint64_t{1}; };
+    auto ctx = std::make_shared<inference_context>(m, 256, 2, 1, t);
+    pipeline p(ctx, o);
+    std::vector<token_id> a = run_of(50, 5), b = run_of(40, 6);
+    for (int turn = 0; turn < 2; ++turn)
+      for (auto* h : {&a, &b}) {
+        auto r = asking(*h, 6);
+        const result got = one(p, r);
+        same_as_fresh(m, r, got, "turn " + std::to_string(turn), ffn_mode::dense, t);
+        if (turn > 0) {
+          EXPECT_EQ(got.done.cached_tokens, (static_cast<int64_t>(h->size()) - 10 - 1) / 16 * 16) << "turn " << turn;
+        }
+        *h = cat(cat(*h, got.tokens), run_of(10, 20 + turn));
+      }
+  }
 }
 
 // Clients sending the same long system prompt at once: the first computes it, the others wait for it
