@@ -14,18 +14,19 @@
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "tests/model/tiny_models.hpp"
+#include "tools/sparse_file.hpp"
 
 namespace hotcold {
 namespace {
 
 // Heads of 64 (blocks of 32 fit them), two KV heads for four query heads, two layers.
-std::string model_of_heads_64(int64_t n_layer = 2, uint32_t seed = 5) {
+std::string model_of_heads_64(int64_t n_layer = 2, uint32_t seed = 5, activation act = activation::silu, tensor_type type = tensor_type::f32) {
   tools::gen_model_options o;
   o.arch = architecture::llama;
-  o.act = activation::silu;
-  o.type = tensor_type::f32;
+  o.act = act;
+  o.type = type;
   o.n_embd = 256, o.n_ff = 256, o.n_layer = n_layer, o.n_head = 4, o.n_head_kv = 2, o.n_ctx = 512, o.seed = seed;
-  return test::make_model("kv_heads64_" + std::to_string(n_layer) + "_" + std::to_string(seed), o);
+  return test::make_model("kv_heads64_" + std::to_string(n_layer) + "_" + std::to_string(seed) + std::string(activation_name(act)) + std::string(tensor_type_name(type)), o);
 }
 
 std::vector<token_id> tokens_of(size_t n, uint32_t seed) {
@@ -166,6 +167,31 @@ TEST(KvTypes, ADeviceHoldsAQuantizedCacheOrLeavesItOnTheCpu) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("f16 or f32 cache, not q8_0"), std::string::npos) << e.what();
   }
+}
+
+// A sparse file on a device that computes as a GPU does: its attention kernels read f16 or f32, so
+// with a q8_0 cache attention and its cache stay on the CPU (said in the log) while the hot rows go to
+// the device; the logits are the CPU's.
+TEST(KvTypes, AGpuLikeDeviceLeavesAQuantizedCachesAttentionOnTheCpu) {
+  const auto dense_path = model_of_heads_64(2, 7, activation::relu, tensor_type::f16);  // (F16 rows: what a GPU's kernels read)
+  const std::string sparse_path = (test::scratch_dir() / "kv_heads64_sparse.gguf").string();
+  tools::write_sparse_model(dense_path, sparse_path, test::random_predictors(2, 256, 256, 16, 0.0f, 3), {});
+  const auto m = model::load(sparse_path);
+  ASSERT_TRUE(m->has_predictors());
+  const auto tokens = tokens_of(24, 8);
+  std::string said;
+  loader::open_options o;
+  o.ctx = 64, o.threads = 2, o.kv = kv_types{tensor_type::q8_0}, o.mode = ffn_mode::sparse;
+  o.hot = test::every_third_hot(2, 256);
+  o.log = [&](const std::string& line) { said += line + "\n"; };
+  auto held = loader::open_for_running(m, sim(true), o);
+  ASSERT_TRUE(held.device);
+  EXPECT_FALSE(held.device->attention(0));
+  EXPECT_FALSE(held.device->attention(1));
+  EXPECT_NE(said.find("attention kernels read an f16 or f32 cache, not q8_0: attention and its cache stay on the CPU"), std::string::npos) << said;
+  inference_context cpu(m, 64, 2, 1, o.kv);
+  cpu.set_mode(ffn_mode::sparse);
+  EXPECT_LT(test::rel_diff(test::run_tokens(*held.ctx, tokens, false), test::run_tokens(cpu, tokens, false)), 1e-4);
 }
 
 }  // namespace
