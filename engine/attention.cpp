@@ -222,7 +222,7 @@ void attention_block::products(step_state& B, int64_t il, const layer_weights& l
     const rope_angles angles(hp, B.positions[static_cast<size_t>(t)], rope_factors_);
     rope(q_of(t), hp.n_head, hp, angles);
     rope(k_of(t), hp.n_head_kv, hp, angles);
-    kv_.store_k(kv_.k_row(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), k_of(t));
+    kv_.store_k(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)], k_of(t));
     kv_.store_v(kv_.v_row(B.seqs[static_cast<size_t>(t)], il, B.positions[static_cast<size_t>(t)]), v_of(t));
     if (quantized_keys) round_to_q8_0(q_of(t), dq);  // what quantized keys meet, as llama.cpp's attention
   }
@@ -260,9 +260,9 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
   const int64_t n_groups = static_cast<int64_t>(groups.size()) / 2;
   if (n_groups == 0) return;
   const kv_types types = kv_.types();
-  // A quantized cache (or keys and values of two types): a group's KV head's rows widened once into the thread's floats (consecutive
-  // heads of one KV head share them), then the float kernels.
-  const bool widen = types.quantized() || types.k != types.v;
+  // A quantized cache, keys and values of two types, or keys in tiles: a group's KV head's rows widened
+  // once into the thread's floats (consecutive heads of one KV head share them), then the float kernels.
+  const bool widen = types.quantized() || types.k != types.v || kv_.k_tiled(il);
   on.pool->parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scores, kf, vf;
     const int64_t need = std::max(4 * (n_ctx + 4), blocks ? attend_block_scratch(n_ctx + attend_block_max, hd) : 0);
@@ -282,7 +282,7 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
       if (widen) {
         const int64_t rows = pos0 + nq - first;
         if (widened != g * hp.n_head_kv + kvh) {
-          kv_load_rows(types.k, kv_.k_row(seq, il, first), kv_.row_bytes(false), kvh * hd, hd, rows, kf.data() + first * hd);
+          kv_.load_k(seq, il, first, rows, kvh * hd, hd, kf.data() + first * hd);
           kv_load_rows(types.v, kv_.v_row(seq, il, first), kv_.row_bytes(true), kvh * hd, hd, rows, vf.data() + first * hd);
           widened = g * hp.n_head_kv + kvh;
         }
@@ -332,7 +332,7 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
   };
   const float scale = hp.attention_scale();
   const kv_types types = kv_.types();
-  const bool tiles = types.quantized() || types.k != types.v;
+  const bool tiles = types.quantized() || types.k != types.v || kv_.k_tiled(il);
   const int64_t scratch_floats = tiles ? attend_keys_typed_scratch(n_head, hp.n_head_kv, hd) : attend_keys_scratch(n_head, hd);
   on.pool->parallel_for(n_ranges, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> scratch;
@@ -340,8 +340,13 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = ranges[static_cast<size_t>(3 * r)], k0 = ranges[static_cast<size_t>(3 * r + 1)], k1 = ranges[static_cast<size_t>(3 * r + 2)];
       const int64_t seq = B.seqs[static_cast<size_t>(t)];
-      const uint8_t *kc = kv_.k_row(seq, il, 0), *vc = kv_.v_row(seq, il, 0);
-      if (tiles)  // a tile of rows widened at a time
+      const uint8_t* vc = kv_.v_row(seq, il, 0);
+      if (kv_.k_tiled(il)) {  // keys in tiles of sixteen positions
+        attend_key_tiles(q_of(t), types, kv_.k_tiles(seq, il), vc, kv_.row_bytes(true), n_head, hp.n_head_kv, hd, k0, k1, scale, sums_of(r), scratch.data());
+        continue;
+      }
+      const uint8_t* kc = kv_.k_row(seq, il, 0);
+      if (tiles)  // each type's rows read by its reader
         attend_keys_typed(q_of(t), types, kc, vc, kv_.row_bytes(false), kv_.row_bytes(true), n_head, hp.n_head_kv, hd, k0, k1, scale, sums_of(r),
                           scratch.data());
       else if (types.k == tensor_type::f16)

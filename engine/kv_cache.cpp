@@ -1,5 +1,6 @@
 #include "engine/kv_cache.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -27,12 +28,21 @@ int64_t checked_row_bytes(tensor_type t, const hparams& hp, const char* what) {
 kv_cache::kv_cache(const hparams& hp, int64_t n_ctx, int64_t n_seq, kv_types types)
     : n_layer_(hp.n_layer), n_ctx_(n_ctx), n_seq_(n_seq), width_(hp.n_embd_kv()), types_(types),
       k_row_bytes_(checked_row_bytes(types.k, hp, "a keys'")), v_row_bytes_(checked_row_bytes(types.v, hp, "a values'")) {
-  k_ = page_buffer(static_cast<size_t>(n_seq_ * n_ctx_ * k_row_bytes_) * static_cast<size_t>(n_layer_), "the KV cache");
+  n_tiles_ = (n_ctx + 15) / 16;
+  k_ = page_buffer(static_cast<size_t>(n_seq_ * n_tiles_ * 16 * k_row_bytes_) * static_cast<size_t>(n_layer_), "the KV cache");
   v_ = page_buffer(static_cast<size_t>(n_seq_ * n_ctx_ * v_row_bytes_) * static_cast<size_t>(n_layer_), "the KV cache");
   place(nullptr);
 }
 
-void kv_cache::store_k(uint8_t* to, const float* row) const { kernels::kv_store_row(types_.k, row, to, width_); }
+void kv_cache::store_k(int64_t seq, int64_t layer, int64_t pos, const float* row) {
+  if (k_tiled(layer)) return kernels::store_key_tile(types_.k, row, k_layer(layer) + seq * n_tiles_ * 16 * k_row_bytes_, width_, pos);
+  kernels::kv_store_row(types_.k, row, k_row(seq, layer, pos), width_);
+}
+
+void kv_cache::load_k(int64_t seq, int64_t layer, int64_t pos, int64_t n, int64_t at, int64_t cols, float* out) const {
+  if (k_tiled(layer)) return kernels::widen_key_tiles(types_.k, k_tiles(seq, layer), width_, pos, n, at, cols, out);
+  kernels::kv_load_rows(types_.k, k_row(seq, layer, pos), k_row_bytes_, at, cols, n, out);
+}
 void kv_cache::store_v(uint8_t* to, const float* row) const { kernels::kv_store_row(types_.v, row, to, width_); }
 
 void kv_cache::check_slot(int64_t seq, int64_t pos) const {
@@ -56,13 +66,75 @@ size_t kv_cache::rows_offset(int64_t slot, int64_t pos, int64_t n, bool values) 
 void kv_cache::read_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, uint8_t* dst) const {
   const size_t at = rows_offset(slot, pos, n, values), bytes = static_cast<size_t>(n * row_bytes(values));
   if (device_ && device_->attention(layer)) return device_->cache_out(layer, values, at, dst, bytes);
+  if (!values && k_tiled(layer)) return tiles_to_rows(slot, layer, pos, n, dst);
   std::memcpy(dst, (values ? v_layer(layer) : k_layer(layer)) + at, bytes);
 }
 
 void kv_cache::write_rows(int64_t slot, int64_t layer, bool values, int64_t pos, int64_t n, const uint8_t* src) {
   const size_t at = rows_offset(slot, pos, n, values), bytes = static_cast<size_t>(n * row_bytes(values));
   if (device_ && device_->attention(layer)) return device_->cache_in(layer, values, at, src, bytes);
+  if (!values && k_tiled(layer)) return rows_to_tiles(slot, layer, pos, n, src);
   std::memcpy((values ? v_layer(layer) : k_layer(layer)) + at, src, bytes);
+}
+
+namespace {
+
+// Positions pos .. pos + n - 1 of tiles of sixteen positions (dim-major within a tile, element type T)
+// gathered into rows (position-major), and scattered back.
+template <typename T>
+void gather_rows(const T* tiles, T* rows, int64_t width, int64_t pos, int64_t n) {
+  for (int64_t p = pos; p < pos + n; ++p) {
+    const T* tile = tiles + (p / 16) * width * 16 + p % 16;
+    T* row = rows + (p - pos) * width;
+    for (int64_t d = 0; d < width; ++d) row[d] = tile[d * 16];
+  }
+}
+template <typename T>
+void scatter_rows(T* tiles, const T* rows, int64_t width, int64_t pos, int64_t n) {
+  for (int64_t p = pos; p < pos + n; ++p) {
+    T* tile = tiles + (p / 16) * width * 16 + p % 16;
+    const T* row = rows + (p - pos) * width;
+    for (int64_t d = 0; d < width; ++d) tile[d * 16] = row[d];
+  }
+}
+
+}  // namespace
+
+void kv_cache::tiles_to_rows(int64_t slot, int64_t layer, int64_t pos, int64_t n, uint8_t* dst) const {
+  if (types_.k == tensor_type::f16) gather_rows(reinterpret_cast<const uint16_t*>(key_tile(slot, layer, 0)), reinterpret_cast<uint16_t*>(dst), width_, pos, n);
+  else gather_rows(reinterpret_cast<const float*>(key_tile(slot, layer, 0)), reinterpret_cast<float*>(dst), width_, pos, n);
+}
+
+void kv_cache::rows_to_tiles(int64_t slot, int64_t layer, int64_t pos, int64_t n, const uint8_t* src) {
+  if (types_.k == tensor_type::f16) scatter_rows(reinterpret_cast<uint16_t*>(key_tile(slot, layer, 0)), reinterpret_cast<const uint16_t*>(src), width_, pos, n);
+  else scatter_rows(reinterpret_cast<float*>(key_tile(slot, layer, 0)), reinterpret_cast<const float*>(src), width_, pos, n);
+}
+
+void kv_cache::block_tile(int64_t slot, int64_t layer, int64_t pos, uint8_t* block, bool save) {
+  const int64_t es = k_row_bytes_ / width_;
+  for (int64_t i = 0; i < 16; ++i) {
+    uint8_t* tile = key_tile(slot, layer, (pos + i) / 16) + (pos + i) % 16 * es;
+    for (int64_t d = 0; d < width_; ++d) {
+      uint8_t* in_block = block + (d * 16 + i) * es;
+      if (save) std::memcpy(in_block, tile + d * 16 * es, static_cast<size_t>(es));
+      else std::memcpy(tile + d * 16 * es, in_block, static_cast<size_t>(es));
+    }
+  }
+}
+
+void kv_cache::copy_key_tiles(int64_t layer, int64_t from, int64_t to, int64_t pos, int64_t n) {
+  const int64_t es = k_row_bytes_ / width_;
+  for (int64_t t = pos / 16; t * 16 < pos + n; ++t) {
+    const int64_t lo = std::max(pos, t * 16), hi = std::min(pos + n, t * 16 + 16);
+    const uint8_t* src = key_tile(from, layer, t);
+    uint8_t* dst = key_tile(to, layer, t);
+    if (hi - lo == 16) {  // a whole tile
+      std::memcpy(dst, src, static_cast<size_t>(16 * k_row_bytes_));
+      continue;
+    }
+    for (int64_t d = 0; d < width_; ++d)
+      std::memcpy(dst + (d * 16 + lo % 16) * es, src + (d * 16 + lo % 16) * es, static_cast<size_t>((hi - lo) * es));
+  }
 }
 
 void kv_cache::shift(const cache_op& op, const std::function<void(float* key_row)>& rotate) {
@@ -74,7 +146,7 @@ void kv_cache::shift(const cache_op& op, const std::function<void(float* key_row
   std::vector<float> row(static_cast<size_t>(width_));
   for (int64_t il = 0; il < n_layer_; ++il)
     for (int values = 0; values < 2 && holds(il); ++values) {
-      const bool there = device_ && device_->attention(il);
+      const bool there = (device_ && device_->attention(il)) || (!values && k_tiled(il));  // (rows in staging, out and back in)
       const int64_t rb = row_bytes(values != 0);
       uint8_t* rows = (values ? v_layer(il) : k_layer(il)) + rows_offset(op.slot, keep, held - keep, values != 0);
       if (there) {  // through the host: the slot's rows from keep on, out and back in
@@ -92,7 +164,7 @@ void kv_cache::shift(const cache_op& op, const std::function<void(float* key_row
         // (A quantized key widened, turned and quantized again, as llama.cpp's shift does.)
         kernels::kv_load_rows(types_.k, from, rb, 0, width_, 1, row.data());
         rotate(row.data());
-        store_k(to, row.data());
+        kernels::kv_store_row(types_.k, row.data(), to, width_);
       }
       if (there) write_rows(op.slot, il, values != 0, keep, moved, staging_.data());
     }
@@ -111,7 +183,10 @@ void kv_cache::apply(const cache_op& op) {
     for (int values = 0; values < 2 && holds(il); ++values) {
       const bool v = values != 0;
       const size_t bytes = static_cast<size_t>(n * row_bytes(v));
-      if (copy && !(device_ && device_->attention(il))) {
+      const bool tiled = !v && k_tiled(il);
+      if (copy && tiled) {
+        copy_key_tiles(il, op.from, op.slot, op.pos, n);
+      } else if (copy && !(device_ && device_->attention(il))) {
         uint8_t* layer = v ? v_layer(il) : k_layer(il);
         std::memmove(layer + rows_offset(op.slot, op.pos, n, v), layer + rows_offset(op.from, op.pos, n, v), bytes);
       } else if (copy) {  // a device's rows through the host
@@ -122,7 +197,11 @@ void kv_cache::apply(const cache_op& op) {
         // The block's layer il: its keys' rows, then its values'.
         uint8_t* block = static_cast<uint8_t*>(store_.data()) + static_cast<size_t>(op.from) * block_bytes() +
                          static_cast<size_t>(il * n * (k_row_bytes_ + v_row_bytes_) + (v ? n * k_row_bytes_ : 0));
-        if (op.what == cache_op::kind::save) read_rows(op.slot, il, v, op.pos, n, block);
+        if (tiled && n == 16) {  // sixteen positions' keys, kept in the block as one tile (as they are, from a whole tile)
+          if (op.pos % 16 == 0 && op.what == cache_op::kind::save) std::memcpy(block, key_tile(op.slot, il, op.pos / 16), bytes);
+          else if (op.pos % 16 == 0) std::memcpy(key_tile(op.slot, il, op.pos / 16), block, bytes);
+          else block_tile(op.slot, il, op.pos, block, op.what == cache_op::kind::save);
+        } else if (op.what == cache_op::kind::save) read_rows(op.slot, il, v, op.pos, n, block);
         else write_rows(op.slot, il, v, op.pos, n, block);
       }
     }
@@ -136,11 +215,14 @@ void kv_cache::place(const device_layers* d) {
       throw std::invalid_argument(fmt::format("the device's KV cache holds {} x {} positions of {}, this context {} x {} of {}", r.n_seq, r.ctx,
                                               kv_types_name(d->cache_types()), n_seq_, n_ctx_, kv_types_name(types_)));
   }
-  const size_t k_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * k_row_bytes_), v_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * v_row_bytes_);
+  const size_t k_bytes = static_cast<size_t>(n_seq_ * n_tiles_ * 16 * k_row_bytes_), v_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * v_row_bytes_);
+  const bool tiles = types_.k == tensor_type::f16 || types_.k == tensor_type::f32;
+  k_tiled_.assign(static_cast<size_t>(n_layer_), 0);
   k_layers_.assign(static_cast<size_t>(n_layer_), nullptr);
   v_layers_.assign(static_cast<size_t>(n_layer_), nullptr);
   for (int64_t il = 0; il < n_layer_; ++il) {
     const bool there = d && d->attention(il);
+    k_tiled_[static_cast<size_t>(il)] = tiles && !there;
     k_layers_[static_cast<size_t>(il)] = there ? d->k_cache(il) : static_cast<uint8_t*>(k_.data()) + k_bytes * static_cast<size_t>(il);
     v_layers_[static_cast<size_t>(il)] = there ? d->v_cache(il) : static_cast<uint8_t*>(v_.data()) + v_bytes * static_cast<size_t>(il);
   }

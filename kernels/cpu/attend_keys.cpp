@@ -344,6 +344,108 @@ static void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, cons
   });
 }
 
+// Keys in tiles (kv_rows.hpp): heads h0 .. h0 + NH - 1 of KV head g against one tile's sixteen keys,
+// each of the query's values broadcast against the sixteen keys' values of its dim (two dims a step,
+// two chains of sums): sixteen scores a head in one vector, stored at s[(h0 + j) * block_keys].
+template <int NH, typename TK>
+HOTCOLD_AVX512 static inline void tile_scores(const float* q, const TK* tile, int64_t hd, int64_t g, int64_t h0, __m512 sc, float* s) {
+  const TK* kt = tile + g * hd * 16;
+  __m512 acc[NH], acc2[NH];
+  for (int j = 0; j < NH; ++j) acc[j] = _mm512_setzero_ps(), acc2[j] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < hd; e += 2) {
+    const __m512 k0 = load16(kt + e * 16), k1 = load16(kt + (e + 1) * 16);
+#pragma GCC unroll 4
+    for (int j = 0; j < NH; ++j) {
+      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[(h0 + j) * hd + e]), k0, acc[j]);
+      acc2[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[(h0 + j) * hd + e + 1]), k1, acc2[j]);
+    }
+  }
+  for (int j = 0; j < NH; ++j) _mm512_storeu_ps(s + (h0 + j) * block_keys, _mm512_mul_ps(_mm512_add_ps(acc[j], acc2[j]), sc));
+}
+
+// attend_rows with the keys in tiles (kt: the slot's first tile, `width` dims a position): blocks of 64
+// keys from t0's tile on, every tile's scores, then the softmax and values of the block's keys within
+// t0 .. t1 - 1 alone.
+template <typename TK, typename RV>
+HOTCOLD_AVX512 static void attend_tiles(const float* q, const TK* kt, int64_t width, const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                                        int64_t t1, float scale, key_range_sums out, float* scratch) {
+  const int64_t group = n_head / n_kv;
+  const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  float* s = scratch;  // [n_head][block_keys]
+  std::fill(out.m, out.m + n_head, -INFINITY);
+  std::fill(out.l, out.l + n_head, 0.0f);
+  std::fill(out.o, out.o + n_head * hd, 0.0f);
+  const __m512 sc = _mm512_set1_ps(scale);
+  float rescale[4];
+  prefetch_rows(v, t0, std::min(t0 - t0 % 16 + block_keys, t1));  // (the first block's values at once; each later one's a block ahead)
+  for (int64_t b0 = t0 - t0 % 16; b0 < t1; b0 += block_keys) {
+    const int64_t lo = std::max(b0, t0), hi = std::min(b0 + block_keys, t1);
+    const int64_t v_end = std::min(b0 + 2 * block_keys, t1);
+    for (int64_t tt = b0; tt < hi; tt += 16) {
+      // The next block's value rows, a tile's share of them with each tile's scores.
+      const int64_t v_first = std::min(tt + block_keys, v_end);
+      prefetch_rows(v, v_first, std::min(v_first + 16, v_end));
+      const TK* tile = kt + (tt / 16) * width * 16;
+      for (int64_t g = 0; g < n_kv; ++g)
+        for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
+          if (nh == 4) tile_scores<4>(q, tile, hd, g, h0, sc, s + (tt - b0));
+          else if (nh == 2) tile_scores<2>(q, tile, hd, g, h0, sc, s + (tt - b0));
+          else tile_scores<1>(q, tile, hd, g, h0, sc, s + (tt - b0));
+        }
+    }
+    const int64_t n = hi - lo, off = lo - b0;
+    for (int64_t g = 0; g < n_kv; ++g)
+      for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
+        const int nv = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
+        for (int j = 0; j < nv; ++j) rescale[j] = softmax_block(s + (h0 + j) * block_keys + off, n, out.m[h0 + j], out.l[h0 + j]);
+        values_of(v, g * hd, hd, lo, n, h0, nv, s + off, rescale, out.o);
+      }
+  }
+}
+
+static void attend_key_tiles(const float* q, kv_types t, const uint8_t* k_tiles, const uint8_t* v, int64_t v_row_bytes, int64_t n_head, int64_t n_kv,
+                             int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
+  const int64_t width = n_kv * hd;
+  with_rows(t.v, v, v_row_bytes, width, [&](const auto& vr) {
+    if (t.k == tensor_type::f16) attend_tiles(q, reinterpret_cast<const uint16_t*>(k_tiles), width, vr, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+    else attend_tiles(q, reinterpret_cast<const float*>(k_tiles), width, vr, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+  });
+}
+
+// Sixteen vectors transposed in place: r[c] lane i becomes r[i] lane c (unpacks within 128-bit lanes,
+// then whole 128-bit lanes moved).
+HOTCOLD_AVX512 static inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], 128-bit lane L: rows 4i .. 4i + 3 of column 4L + j
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]), c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c)), r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d)), r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88), t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88), t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88), r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88), r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+  }
+}
+
+// F16 keys in tiles widened into rows: sixteen dims of a tile's sixteen positions at a time, transposed.
+HOTCOLD_AVX512 static void widen_key_tiles(const uint16_t* tiles, int64_t width, int64_t pos, int64_t n, int64_t at, int64_t cols, float* out) {
+  for (int64_t p0 = pos - pos % 16; p0 < pos + n; p0 += 16) {
+    const uint16_t* tile = tiles + (p0 / 16) * width * 16;
+    const int64_t first = std::max(p0, pos) - p0, last = std::min(p0 + 16, pos + n) - p0;
+    for (int64_t c = 0; c < cols; c += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = load16(tile + (at + c + i) * 16);
+      transpose16(r);
+      for (int64_t p = first; p < last; ++p) _mm512_storeu_ps(out + (p0 + p - pos) * cols + c, r[p]);
+    }
+  }
+}
+
 }  // namespace avx512
 HOTCOLD_AVX512_END
 
@@ -351,6 +453,8 @@ void choose_attend_keys_kernels(kernel_table& k, const cpu_features& f) {
   if (!f.avx512) return;  // (null: the scalar reference)
   k.attend_keys_f32 = avx512::attend_keys, k.attend_keys_f16 = avx512::attend_keys;
   k.attend_keys_typed = avx512::attend_keys_typed;
+  k.attend_key_tiles = avx512::attend_key_tiles;
+  k.widen_key_tiles = avx512::widen_key_tiles;
 }
 
 void attend_keys(const float* q, const float* k, const float* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,

@@ -91,10 +91,13 @@ int64_t attend_keys_typed_scratch(int64_t n_head, int64_t n_kv, int64_t hd) {
   return 2 * tile_keys * n_kv * hd + n_head * (hd + 2) + attend_keys_scratch(n_head, hd);
 }
 
-void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
-                       int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
-  if (attend_block_vectorized(hd) && cpu_kernels().attend_keys_typed)
-    return cpu_kernels().attend_keys_typed(q, t, k, v, k_row_bytes, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+namespace {
+
+// Without the vector kernel: tiles of 64 keys, their keys widened by widen_k(b0, n, into), their
+// values from rows, through the float kernel, each tile's sums folded into the range's.
+template <typename WidenK>
+void attend_widened(const float* q, tensor_type vt, const uint8_t* v, int64_t v_row_bytes, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
+                    int64_t t1, float scale, key_range_sums out, float* scratch, WidenK widen_k) {
   const int64_t width = n_kv * hd;
   float* kf = scratch;
   float* vf = kf + tile_keys * width;
@@ -105,8 +108,8 @@ void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8
   std::fill(out.o, out.o + n_head * hd, 0.0f);
   for (int64_t b0 = t0; b0 < t1; b0 += tile_keys) {
     const int64_t n = std::min(tile_keys, t1 - b0);
-    kv_load_rows(t.k, k + b0 * k_row_bytes, k_row_bytes, 0, width, n, kf);
-    kv_load_rows(t.v, v + b0 * v_row_bytes, v_row_bytes, 0, width, n, vf);
+    widen_k(b0, n, kf);
+    kv_load_rows(vt, v + b0 * v_row_bytes, v_row_bytes, 0, width, n, vf);
     attend_keys(q, kf, vf, width, n_head, n_kv, hd, 0, n, scale, tile, inner);
     for (int64_t h = 0; h < n_head; ++h) {  // the tile's sums folded into the range's, both at their common maximum
       const float m = std::max(out.m[h], tile.m[h]);
@@ -117,6 +120,52 @@ void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8
       for (int64_t e = 0; e < hd; ++e) o[e] = o[e] * c + ot[e] * ct;
       out.m[h] = m;
     }
+  }
+}
+
+}  // namespace
+
+void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
+                       int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
+  if (attend_block_vectorized(hd) && cpu_kernels().attend_keys_typed)
+    return cpu_kernels().attend_keys_typed(q, t, k, v, k_row_bytes, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+  attend_widened(q, t.v, v, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch,
+                 [&](int64_t b0, int64_t n, float* kf) { kv_load_rows(t.k, k + b0 * k_row_bytes, k_row_bytes, 0, n_kv * hd, n, kf); });
+}
+
+void attend_key_tiles(const float* q, kv_types t, const uint8_t* k_tiles, const uint8_t* v, int64_t v_row_bytes, int64_t n_head, int64_t n_kv,
+                      int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
+  if (t.k != tensor_type::f16 && t.k != tensor_type::f32) throw std::invalid_argument("keys in tiles are f16 or f32");
+  if (attend_block_vectorized(hd) && cpu_kernels().attend_key_tiles)
+    return cpu_kernels().attend_key_tiles(q, t, k_tiles, v, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+  attend_widened(q, t.v, v, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch,
+                 [&](int64_t b0, int64_t n, float* kf) { widen_key_tiles(t.k, k_tiles, n_kv * hd, b0, n, 0, n_kv * hd, kf); });
+}
+
+void widen_key_tiles(tensor_type t, const uint8_t* tiles, int64_t width, int64_t pos, int64_t n, int64_t at, int64_t cols, float* out) {
+  if (cpu_kernels().widen_key_tiles && t == tensor_type::f16 && cols % 16 == 0 && at % 16 == 0)
+    return cpu_kernels().widen_key_tiles(reinterpret_cast<const uint16_t*>(tiles), width, pos, n, at, cols, out);
+  for (int64_t p = pos; p < pos + n; ++p) {
+    const int64_t base = (p / 16) * width * 16 + p % 16;
+    float* row = out + (p - pos) * cols;
+    if (t == tensor_type::f16) {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(tiles) + base;
+      for (int64_t d = 0; d < cols; ++d) row[d] = fp16_to_fp32(h[(at + d) * 16]);
+    } else {
+      const float* f = reinterpret_cast<const float*>(tiles) + base;
+      for (int64_t d = 0; d < cols; ++d) row[d] = f[(at + d) * 16];
+    }
+  }
+}
+
+void store_key_tile(tensor_type t, const float* row, uint8_t* tiles, int64_t width, int64_t pos) {
+  const int64_t base = (pos / 16) * width * 16 + pos % 16;
+  if (t == tensor_type::f16) {
+    uint16_t* h = reinterpret_cast<uint16_t*>(tiles) + base;
+    for (int64_t d = 0; d < width; ++d) h[d * 16] = fp32_to_fp16(row[d]);
+  } else {
+    float* f = reinterpret_cast<float*>(tiles) + base;
+    for (int64_t d = 0; d < width; ++d) f[d * 16] = row[d];
   }
 }
 

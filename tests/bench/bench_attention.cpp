@@ -60,8 +60,32 @@ void attend_layers_quantized(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * layers * keys * row * 2);
 }
 
+// The same F16 keys in tiles of sixteen positions (as an F16 cache keeps them in host memory), F16
+// values in rows.
+void attend_layers_tiles(benchmark::State& state) {
+  using namespace hotcold;
+  const int64_t n_head = 32, n_kv = 8, hd = 64, layers = 16, keys = state.range(0), width = n_kv * hd;
+  std::vector<std::vector<uint16_t>> k(layers), v(layers);
+  for (int64_t l = 0; l < layers; ++l) {
+    k[static_cast<size_t>(l)].assign(static_cast<size_t>((keys + 15) / 16 * 16 * width), 0x3c00);
+    v[static_cast<size_t>(l)].assign(static_cast<size_t>(keys * width), 0x3800);
+  }
+  std::vector<float> q(static_cast<size_t>(n_head * hd), 0.01f), m(n_head), l(n_head), o(static_cast<size_t>(n_head * hd));
+  std::vector<float> scratch(static_cast<size_t>(kernels::attend_keys_typed_scratch(n_head, n_kv, hd)));
+  const kernels::key_range_sums sums{m.data(), l.data(), o.data()};
+  for (auto _ : state) {
+    for (int64_t layer = 0; layer < layers; ++layer)
+      kernels::attend_key_tiles(q.data(), kv_types{tensor_type::f16}, reinterpret_cast<const uint8_t*>(k[static_cast<size_t>(layer)].data()),
+                                reinterpret_cast<const uint8_t*>(v[static_cast<size_t>(layer)].data()), width * 2, n_head, n_kv, hd, 0, keys, 0.125f, sums,
+                                scratch.data());
+    benchmark::DoNotOptimize(o.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * layers * keys * width * 2 * 2);
+}
+
 }  // namespace
 
+BENCHMARK(attend_layers_tiles)->Arg(400)->Arg(2000)->Unit(benchmark::kMillisecond);
 BENCHMARK(attend_layers)->Arg(400)->Arg(2000)->Unit(benchmark::kMillisecond);
 BENCHMARK(attend_layers_quantized)->Args({400, 8})->Args({2000, 8})->Args({2000, 2})->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

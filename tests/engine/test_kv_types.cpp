@@ -10,6 +10,7 @@
 #include "devices/device.hpp"
 #include "engine/forward.hpp"
 #include "engine/kv_cache.hpp"
+#include "kernels/cpu/kv_rows.hpp"
 #include "loader/open.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
@@ -76,40 +77,63 @@ TEST(KvTypes, RefusedWhereTheBlocksCrossAHead) {
   EXPECT_NO_THROW(inference_context(m, 16, 1, 1, kv_types{tensor_type::f32, tensor_type::f16}));
 }
 
-// Keys of q4_0 and values of f32 (rows of 72 and 1,024 bytes): a slot's rows saved into the prefix
-// store, loaded into another slot and copied into a third arrive byte for byte, each layer's keys and
-// values where they belong.
-TEST(KvTypes, RowsOfTwoSizesMoveThroughTheStoreByteForByte) {
+// Keys of q4_0 (rows of 72 bytes) or of f16 (kept in tiles of sixteen positions) and values of f32
+// (rows of 1,024 bytes): a slot's rows saved into the prefix store, loaded into another slot and
+// copied into a third arrive byte for byte, each layer's keys and values where they belong; so do
+// sixteen positions saved from inside two tiles and loaded at a tile's start, and a copy that starts
+// and ends inside tiles.
+TEST(KvTypes, RowsMoveThroughTheStoreByteForByte) {
   const auto m = model::load(model_of_heads_64());
   const hparams& hp = m->hp();
-  kv_cache kv(hp, 64, 3, kv_types{tensor_type::q4_0, tensor_type::f32});
-  ASSERT_EQ(kv.row_bytes(false), hp.n_embd_kv() / 32 * 18);
-  ASSERT_EQ(kv.row_bytes(true), hp.n_embd_kv() * 4);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> row(static_cast<size_t>(hp.n_embd_kv()));
-  for (int64_t il = 0; il < hp.n_layer; ++il)
-    for (int64_t p = 0; p < 40; ++p) {
-      for (auto& x : row) x = d(rng);
-      kv.store_k(kv.k_row(0, il, p), row.data());
-      for (auto& x : row) x = d(rng);
-      kv.store_v(kv.v_row(0, il, p), row.data());
+  for (const kv_types t : {kv_types{tensor_type::q4_0, tensor_type::f32}, kv_types{tensor_type::f16, tensor_type::f32}}) {
+    SCOPED_TRACE(kv_types_name(t));
+    kv_cache kv(hp, 64, 4, t);
+    EXPECT_EQ(kv.k_tiled(0), t.k == tensor_type::f16);
+    ASSERT_EQ(kv.row_bytes(false), t.k == tensor_type::q4_0 ? hp.n_embd_kv() / 32 * 18 : hp.n_embd_kv() * 2);
+    ASSERT_EQ(kv.row_bytes(true), hp.n_embd_kv() * 4);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> row(static_cast<size_t>(hp.n_embd_kv()));
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+      for (int64_t p = 0; p < 40; ++p) {
+        for (auto& x : row) x = d(rng);
+        kv.store_k(0, il, p, row.data());
+        for (auto& x : row) x = d(rng);
+        kv.store_v(kv.v_row(0, il, p), row.data());
+      }
+    {  // the keys read back as rows are those stored, in their type (whatever the layout): position 39 of layer 1
+      std::vector<float> k39(static_cast<size_t>(hp.n_embd_kv()));
+      for (auto& x : k39) x = d(rng);
+      kv.store_k(0, 1, 39, k39.data());
+      std::vector<uint8_t> want(static_cast<size_t>(kv.row_bytes(false))), got(want.size());
+      kernels::kv_store_row(t.k, k39.data(), want.data(), hp.n_embd_kv());
+      kv.read_rows(0, 1, false, 39, 1, got.data());
+      EXPECT_EQ(got, want);
     }
-  kv.reserve_store(4, 16);
-  EXPECT_EQ(kv.block_bytes(), static_cast<uint64_t>(16 * hp.n_layer * (kv.row_bytes(false) + kv.row_bytes(true))));
-  kv.apply({cache_op::kind::save, 0, 2, 16, 0});  // slot 0's positions 16..31 into block 2
-  kv.apply({cache_op::kind::load, 1, 2, 0, 0});   // block 2 into slot 1's positions 0..15
-  kv.apply({cache_op::kind::copy, 2, 0, 0, 40});  // slot 0's 40 positions into slot 2
-  for (int64_t il = 0; il < hp.n_layer; ++il)
-    for (bool values : {false, true}) {
-      const int64_t rb = kv.row_bytes(values);
-      std::vector<uint8_t> a(static_cast<size_t>(40 * rb)), b(a.size()), c(static_cast<size_t>(16 * rb));
-      kv.read_rows(0, il, values, 0, 40, a.data());
-      kv.read_rows(2, il, values, 0, 40, b.data());
-      kv.read_rows(1, il, values, 0, 16, c.data());
-      EXPECT_EQ(a, b) << "layer " << il << (values ? " values" : " keys") << ": the copy";
-      EXPECT_EQ(std::memcmp(c.data(), a.data() + 16 * rb, c.size()), 0) << "layer " << il << (values ? " values" : " keys") << ": through the store";
-    }
+    kv.reserve_store(4, 16);
+    EXPECT_EQ(kv.block_bytes(), static_cast<uint64_t>(16 * hp.n_layer * (kv.row_bytes(false) + kv.row_bytes(true))));
+    kv.apply({cache_op::kind::save, 0, 2, 16, 0});  // slot 0's positions 16..31 into block 2
+    kv.apply({cache_op::kind::load, 1, 2, 0, 0});   // block 2 into slot 1's positions 0..15
+    kv.apply({cache_op::kind::copy, 2, 0, 0, 40});  // slot 0's 40 positions into slot 2
+    kv.apply({cache_op::kind::save, 0, 3, 8, 0});   // slot 0's positions 8..23 (inside two tiles) into block 3
+    kv.apply({cache_op::kind::load, 1, 3, 32, 0});  // block 3 into slot 1's positions 32..47
+    kv.apply({cache_op::kind::copy, 3, 0, 5, 30});  // slot 0's positions 5..34 into slot 3
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+      for (bool values : {false, true}) {
+        const int64_t rb = kv.row_bytes(values);
+        std::vector<uint8_t> a(static_cast<size_t>(40 * rb)), b(a.size()), c(static_cast<size_t>(16 * rb)), e(c.size()), f(static_cast<size_t>(30 * rb));
+        kv.read_rows(0, il, values, 0, 40, a.data());
+        kv.read_rows(2, il, values, 0, 40, b.data());
+        kv.read_rows(1, il, values, 0, 16, c.data());
+        kv.read_rows(1, il, values, 32, 16, e.data());
+        kv.read_rows(3, il, values, 5, 30, f.data());
+        const std::string what = "layer " + std::to_string(il) + (values ? " values" : " keys");
+        EXPECT_EQ(a, b) << what << ": the copy";
+        EXPECT_EQ(std::memcmp(c.data(), a.data() + 16 * rb, c.size()), 0) << what << ": through the store";
+        EXPECT_EQ(std::memcmp(e.data(), a.data() + 8 * rb, e.size()), 0) << what << ": through the store from inside two tiles";
+        EXPECT_EQ(std::memcmp(f.data(), a.data() + 5 * rb, f.size()), 0) << what << ": a copy inside tiles";
+      }
+  }
 }
 
 // A context shift widens each moved quantized key, turns it and quantizes it again (as llama.cpp's

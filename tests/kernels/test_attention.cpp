@@ -268,6 +268,51 @@ TEST(AttendKeys, QuantizedRowsReadATileAtATime) {
   }
 }
 
+// Keys in tiles of sixteen positions (an F16 or F32 cache's keys in host memory): stored a position
+// at a time, widened back to rows (any run of positions and dims, one KV head's alone too), and decode
+// attention over them from ranges that start and end inside tiles is the grouped attention.
+TEST(AttendKeys, KeysInTilesOfSixteenPositions) {
+  const int64_t n_head = 8, n_kv = 2, hd = 64, width = n_kv * hd, keys = 150;
+  std::mt19937 rng(91);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(n_head * hd)), k(static_cast<size_t>(keys * width)), v(k.size());
+  for (auto& x : q) x = 2.0f * dist(rng);
+  for (auto& x : k) x = dist(rng);
+  for (auto& x : v) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (const tensor_type kt : {tensor_type::f16, tensor_type::f32}) {
+    const int64_t es = kt == tensor_type::f16 ? 2 : 4;
+    std::vector<uint8_t> tiles(static_cast<size_t>((keys + 15) / 16 * 16 * width * es));
+    for (int64_t p = 0; p < keys; ++p) store_key_tile(kt, k.data() + p * width, tiles.data(), width, p);
+    std::vector<float> kw(k.size());  // the keys as the tiles hold them
+    for (size_t i = 0; i < k.size(); ++i) kw[i] = kt == tensor_type::f16 ? fp16_to_fp32(fp32_to_fp16(k[i])) : k[i];
+    std::vector<float> rows(static_cast<size_t>(keys * width));
+    widen_key_tiles(kt, tiles.data(), width, 0, keys, 0, width, rows.data());
+    EXPECT_EQ(rows, kw);
+    std::vector<float> part(static_cast<size_t>(100 * hd));  // positions 21 .. 120 of KV head 1
+    widen_key_tiles(kt, tiles.data(), width, 21, 100, hd, hd, part.data());
+    for (int64_t p = 0; p < 100; ++p)
+      for (int64_t e = 0; e < hd; ++e) ASSERT_EQ(part[static_cast<size_t>(p * hd + e)], kw[static_cast<size_t>((21 + p) * width + hd + e)]) << p << " " << e;
+    std::vector<uint8_t> vq(static_cast<size_t>(keys * width * 2));  // F16 values, as rows
+    fp32_to_fp16_row(v.data(), reinterpret_cast<uint16_t*>(vq.data()), v.size());
+    std::vector<float> vw(v.size());
+    fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(vq.data()), vw.data(), v.size());
+    const std::vector<double> want = grouped_reference(q, kw, vw, width, n_head, n_kv, hd, keys, scale);
+    std::vector<float> m(3 * n_head), l(3 * n_head), o(static_cast<size_t>(3 * n_head * hd));
+    std::vector<float> scratch(static_cast<size_t>(attend_keys_typed_scratch(n_head, n_kv, hd)));
+    const int64_t cuts[] = {0, 37, 101, keys};  // ranges starting and ending inside tiles and blocks
+    std::vector<key_range_sums> parts;
+    for (int r = 0; r < 3; ++r) {
+      parts.push_back({m.data() + r * n_head, l.data() + r * n_head, o.data() + r * n_head * hd});
+      attend_key_tiles(q.data(), kv_types{kt, tensor_type::f16}, tiles.data(), vq.data(), width * 2, n_head, n_kv, hd, cuts[r], cuts[r + 1], scale,
+                       parts.back(), scratch.data());
+    }
+    std::vector<float> out(static_cast<size_t>(n_head * hd));
+    merge_key_ranges(parts.data(), 3, n_head, hd, out.data());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << tensor_type_name(kt) << " at " << i;
+  }
+}
+
 // The query a quantized key meets: Q8_0's rounding of it, block by block.
 TEST(AttendKeys, QueryRoundedAsQ8_0) {
   std::vector<float> x(64);
