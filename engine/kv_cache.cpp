@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/kv_rows.hpp"
 
 namespace hotcold {
@@ -216,7 +217,9 @@ void kv_cache::place(const device_layers* d) {
                                               kv_types_name(d->cache_types()), n_seq_, n_ctx_, kv_types_name(types_)));
   }
   const size_t k_bytes = static_cast<size_t>(n_seq_ * n_tiles_ * 16 * k_row_bytes_), v_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * v_row_bytes_);
-  const bool tiles = types_.k == tensor_type::f16 || types_.k == tensor_type::f32;
+  // (Tiles where the CPU has their decode kernel, AVX-512: elsewhere rows, which its F16 row kernels read
+  // as they are, where tiles would be widened element by element.)
+  const bool tiles = (types_.k == tensor_type::f16 || types_.k == tensor_type::f32) && kernels::cpu_kernels().attend_key_tiles;
   k_tiled_.assign(static_cast<size_t>(n_layer_), 0);
   k_layers_.assign(static_cast<size_t>(n_layer_), nullptr);
   v_layers_.assign(static_cast<size_t>(n_layer_), nullptr);

@@ -2,8 +2,8 @@
 // The KV cache: each layer's keys (after RoPE) and values of every (sequence slot, position), in the
 // cache's types (kv_types, keys' apart from values') — f16 (llama.cpp's default: rounded to half
 // precision as they are stored, read back as floats), f32, or q8_0 / q4_0 (each position's row
-// quantized by blocks of 32 as it is stored; attention widens a tile of rows at a time). F16 and F32
-// keys in host memory are kept in tiles of sixteen positions, each dim's sixteen values side by side
+// quantized by blocks of 32 as it is stored; attention widens a tile of rows at a time). On a CPU with
+// AVX-512, F16 and F32 keys in host memory are kept in tiles of sixteen positions, each dim's sixteen values side by side
 // (kernels/cpu/kv_rows.hpp): a decoded token's scores are then the query's values broadcast against
 // sixteen keys at once, with no sums to fold (the score pass 3.5x faster at 2,000 keys). Quantized keys,
 // values, and a device's layers keep a position's values in one row. In host memory (a page_buffer: decode's attention reads a layer's rows of every
