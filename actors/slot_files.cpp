@@ -14,13 +14,13 @@ namespace hotcold::actors {
 namespace {
 constexpr char magic[8] = {'H', 'C', 'S', 'L', 'O', 'T', '0', '1'};
 
-std::string lower(tensor_type t) { return lower_type_name(t); }
+
 }  // namespace
 
 uint64_t save_slot(const kv_cache& kv, const std::string& model_identity, int64_t slot, std::span<const token_id> tokens, const std::string& path) {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const std::string header = nlohmann::json{{"model", model_identity},          {"cache_type_k", lower(kv.types().k)},
-                                            {"cache_type_v", lower(kv.types().v)}, {"n_layer", kv.n_layer()},
+  const std::string header = nlohmann::json{{"model", model_identity},          {"cache_type_k", lower_type_name(kv.types().k)},
+                                            {"cache_type_v", lower_type_name(kv.types().v)}, {"n_layer", kv.n_layer()},
                                             {"k_row_bytes", kv.row_bytes(false)}, {"v_row_bytes", kv.row_bytes(true)},
                                             {"n_tokens", n}}
                                  .dump();
@@ -61,9 +61,9 @@ std::vector<token_id> restore_slot(kv_cache& kv, const std::string& model_identi
   if (h.value("model", std::string()) != model_identity)
     throw std::runtime_error(fmt::format("slot file {}: made with model {}, this server runs {}", path, h.value("model", std::string("?")), model_identity));
   const std::string kt = h.value("cache_type_k", std::string("?")), vt = h.value("cache_type_v", std::string("?"));
-  if (kt != lower(kv.types().k) || vt != lower(kv.types().v))
+  if (kt != lower_type_name(kv.types().k) || vt != lower_type_name(kv.types().v))
     throw std::runtime_error(fmt::format("slot file {}: its cache holds {} keys and {} values, this server's {} and {} (--cache-type-k, --cache-type-v)",
-                                         path, kt, vt, lower(kv.types().k), lower(kv.types().v)));
+                                         path, kt, vt, lower_type_name(kv.types().k), lower_type_name(kv.types().v)));
   if (h.value("n_layer", int64_t{-1}) != kv.n_layer() || h.value("k_row_bytes", int64_t{-1}) != kv.row_bytes(false) ||
       h.value("v_row_bytes", int64_t{-1}) != kv.row_bytes(true))
     throw std::runtime_error(fmt::format("slot file {}: its rows are of another shape than this model's", path));

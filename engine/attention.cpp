@@ -262,7 +262,7 @@ void attention_block::attend(step_state& B, int64_t il, const workers& on, const
   const kv_types types = kv_.types();
   // A quantized cache, keys and values of two types, or keys in tiles: a group's KV head's rows widened
   // once into the thread's floats (consecutive heads of one KV head share them), then the float kernels.
-  const bool widen = types.quantized() || types.k != types.v || kv_.k_tiled(il);
+  const bool widen = !kv_.plain_rows(il);
   on.pool->parallel_for(n_groups * hp.n_head, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scores, kf, vf;
     const int64_t need = std::max(4 * (n_ctx + 4), blocks ? attend_block_scratch(n_ctx + attend_block_max, hd) : 0);
@@ -332,8 +332,8 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
   };
   const float scale = hp.attention_scale();
   const kv_types types = kv_.types();
-  const bool tiles = types.quantized() || types.k != types.v || kv_.k_tiled(il);
-  const int64_t scratch_floats = tiles ? attend_keys_typed_scratch(n_head, hp.n_head_kv, hd) : attend_keys_scratch(n_head, hd);
+  const bool plain = kv_.plain_rows(il);
+  const int64_t scratch_floats = plain ? attend_keys_scratch(n_head, hd) : attend_keys_typed_scratch(n_head, hp.n_head_kv, hd);
   on.pool->parallel_for(n_ranges, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> scratch;
     if (static_cast<int64_t>(scratch.size()) < scratch_floats) scratch.resize(static_cast<size_t>(scratch_floats));
@@ -346,7 +346,7 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
         continue;
       }
       const uint8_t* kc = kv_.k_row(seq, il, 0);
-      if (tiles)  // each type's rows read by its reader
+      if (!plain)  // each type's rows read by its reader
         attend_keys_typed(q_of(t), types, kc, vc, kv_.row_bytes(false), kv_.row_bytes(true), n_head, hp.n_head_kv, hd, k0, k1, scale, sums_of(r),
                           scratch.data());
       else if (types.k == tensor_type::f16)

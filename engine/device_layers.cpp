@@ -61,8 +61,7 @@ device_layers::device_layers(std::shared_ptr<const model> m, const device_reside
     throw std::invalid_argument(fmt::format("{}: cannot run the output head ({} weights)", dev_->name(), tensor_type_name(w0.output.type)));
   // A GPU's attention kernels read one cache type for keys and values, f16 or f32; a device that runs
   // host work (sim) reads every type the CPU does.
-  const bool gpu_types = kv.k == kv.v && (kv.k == tensor_type::f16 || kv.k == tensor_type::f32);
-  if (!dev_->runs_host_work() && !gpu_types && std::any_of(r_.attention.begin(), r_.attention.end(), [](uint8_t a) { return a != 0; }))
+  if (!dev_->runs_host_work() && !kv.plain() && std::any_of(r_.attention.begin(), r_.attention.end(), [](uint8_t a) { return a != 0; }))
     throw std::invalid_argument(fmt::format("{}: its attention kernels read an f16 or f32 cache, not {} (--cache-type-k, --cache-type-v)", dev_->name(),
                                             kv_types_name(kv)));
   const auto& w = model_->weights();

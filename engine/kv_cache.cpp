@@ -36,7 +36,7 @@ kv_cache::kv_cache(const hparams& hp, int64_t n_ctx, int64_t n_seq, kv_types typ
 }
 
 void kv_cache::store_k(int64_t seq, int64_t layer, int64_t pos, const float* row) {
-  if (k_tiled(layer)) return kernels::store_key_tile(types_.k, row, k_layer(layer) + seq * n_tiles_ * 16 * k_row_bytes_, width_, pos);
+  if (k_tiled(layer)) return kernels::store_key_tile(types_.k, row, key_tile(seq, layer, 0), width_, pos);
   kernels::kv_store_row(types_.k, row, k_row(seq, layer, pos), width_);
 }
 
@@ -78,48 +78,22 @@ void kv_cache::write_rows(int64_t slot, int64_t layer, bool values, int64_t pos,
   std::memcpy((values ? v_layer(layer) : k_layer(layer)) + at, src, bytes);
 }
 
-namespace {
-
-// Positions pos .. pos + n - 1 of tiles of sixteen positions (dim-major within a tile, element type T)
-// gathered into rows (position-major), and scattered back.
-template <typename T>
-void gather_rows(const T* tiles, T* rows, int64_t width, int64_t pos, int64_t n) {
-  for (int64_t p = pos; p < pos + n; ++p) {
-    const T* tile = tiles + (p / 16) * width * 16 + p % 16;
-    T* row = rows + (p - pos) * width;
-    for (int64_t d = 0; d < width; ++d) row[d] = tile[d * 16];
-  }
-}
-template <typename T>
-void scatter_rows(T* tiles, const T* rows, int64_t width, int64_t pos, int64_t n) {
-  for (int64_t p = pos; p < pos + n; ++p) {
-    T* tile = tiles + (p / 16) * width * 16 + p % 16;
-    const T* row = rows + (p - pos) * width;
-    for (int64_t d = 0; d < width; ++d) tile[d * 16] = row[d];
-  }
-}
-
-}  // namespace
-
 void kv_cache::tiles_to_rows(int64_t slot, int64_t layer, int64_t pos, int64_t n, uint8_t* dst) const {
-  if (types_.k == tensor_type::f16) gather_rows(reinterpret_cast<const uint16_t*>(key_tile(slot, layer, 0)), reinterpret_cast<uint16_t*>(dst), width_, pos, n);
-  else gather_rows(reinterpret_cast<const float*>(key_tile(slot, layer, 0)), reinterpret_cast<float*>(dst), width_, pos, n);
+  kernels::key_tiles_to_rows(types_.k, key_tile(slot, layer, 0), width_, pos, n, dst);
 }
 
 void kv_cache::rows_to_tiles(int64_t slot, int64_t layer, int64_t pos, int64_t n, const uint8_t* src) {
-  if (types_.k == tensor_type::f16) scatter_rows(reinterpret_cast<uint16_t*>(key_tile(slot, layer, 0)), reinterpret_cast<const uint16_t*>(src), width_, pos, n);
-  else scatter_rows(reinterpret_cast<float*>(key_tile(slot, layer, 0)), reinterpret_cast<const float*>(src), width_, pos, n);
+  kernels::rows_to_key_tiles(types_.k, src, key_tile(slot, layer, 0), width_, pos, n);
 }
 
 void kv_cache::block_tile(int64_t slot, int64_t layer, int64_t pos, uint8_t* block, bool save) {
-  const int64_t es = k_row_bytes_ / width_;
-  for (int64_t i = 0; i < 16; ++i) {
-    uint8_t* tile = key_tile(slot, layer, (pos + i) / 16) + (pos + i) % 16 * es;
-    for (int64_t d = 0; d < width_; ++d) {
-      uint8_t* in_block = block + (d * 16 + i) * es;
-      if (save) std::memcpy(in_block, tile + d * 16 * es, static_cast<size_t>(es));
-      else std::memcpy(tile + d * 16 * es, in_block, static_cast<size_t>(es));
-    }
+  staging_.resize(static_cast<size_t>(16 * k_row_bytes_));  // the sixteen positions as rows on their way
+  if (save) {
+    tiles_to_rows(slot, layer, pos, 16, staging_.data());
+    kernels::rows_to_key_tiles(types_.k, staging_.data(), block, width_, 0, 16);
+  } else {
+    kernels::key_tiles_to_rows(types_.k, block, width_, 0, 16, staging_.data());
+    rows_to_tiles(slot, layer, pos, 16, staging_.data());
   }
 }
 

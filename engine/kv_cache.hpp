@@ -3,12 +3,13 @@
 // cache's types (kv_types, keys' apart from values') — f16 (llama.cpp's default: rounded to half
 // precision as they are stored, read back as floats), f32, or q8_0 / q4_0 (each position's row
 // quantized by blocks of 32 as it is stored; attention widens a tile of rows at a time). On a CPU with
-// AVX-512, F16 and F32 keys in host memory are kept in tiles of sixteen positions, each dim's sixteen values side by side
-// (kernels/cpu/kv_rows.hpp): a decoded token's scores are then the query's values broadcast against
-// sixteen keys at once, with no sums to fold (the score pass 3.5x faster at 2,000 keys). Quantized keys,
-// values, and a device's layers keep a position's values in one row. In host memory (a page_buffer: decode's attention reads a layer's rows of every
-// position 8 KB apart at n_embd 2048, and only the positions written are backed), except the layers
-// whose attention a hot device holds: their cache is the device's (device_layers::k_cache).
+// AVX-512, F16 and F32 keys in host memory are kept in tiles of sixteen positions, each dim's sixteen
+// values side by side (kernels/cpu/kv_rows.hpp): a decoded token's scores are then the query's values
+// broadcast against sixteen keys at once, with no sums to fold (the score pass 3.5x faster at 2,000
+// keys). Quantized keys, values, and a device's layers keep a position's values in one row. In host
+// memory (a page_buffer: decode's attention reads a layer's rows of every position 8 KB apart at
+// n_embd 2048, and only the positions written are backed), except the layers whose attention a hot
+// device holds: their cache is the device's (device_layers::k_cache).
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -38,7 +39,10 @@ class kv_cache {
   uint8_t* v_row(int64_t seq, int64_t layer, int64_t pos) const { return v_layer(layer) + (seq * n_ctx_ + pos) * v_row_bytes_; }
   // Whether the layer keeps its keys in tiles, and a slot's first tile (its tiles follow it).
   bool k_tiled(int64_t layer) const { return k_tiled_[static_cast<size_t>(layer)] != 0; }
-  const uint8_t* k_tiles(int64_t seq, int64_t layer) const { return k_layer(layer) + seq * n_tiles_ * 16 * k_row_bytes_; }
+  // Whether the layer's keys and values are rows of one f16 or f32 type (kv_types::plain), which
+  // attention's row kernels read as they are; otherwise it widens them, or reads the tiles.
+  bool plain_rows(int64_t layer) const { return types_.plain() && !k_tiled(layer); }
+  const uint8_t* k_tiles(int64_t seq, int64_t layer) const { return key_tile(seq, layer, 0); }
   // A position's n_embd_kv keys (or values) stored, in the cache's type and layout for them.
   void store_k(int64_t seq, int64_t layer, int64_t pos, const float* row);
   void store_v(uint8_t* to, const float* row) const;

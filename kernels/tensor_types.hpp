@@ -49,6 +49,8 @@ struct kv_types {
   bool operator==(const kv_types& o) const { return k == o.k && v == o.v; }
   bool operator!=(const kv_types& o) const { return !(*this == o); }
   bool quantized() const { return traits(k).quantized || traits(v).quantized; }
+  // One f16 or f32 type for both: what the row kernels and a GPU's attention read as they are.
+  bool plain() const { return k == v && (k == tensor_type::f16 || k == tensor_type::f32); }
 };
 inline bool is_kv_cache_type(tensor_type t) { return t == tensor_type::f32 || t == tensor_type::f16 || t == tensor_type::q8_0 || t == tensor_type::q4_0; }
 // Bytes of n values of type t (n a multiple of its block size).

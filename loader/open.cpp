@@ -39,7 +39,7 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   po.n_seq = ctx.n_seq();
   po.kv = ctx.cache_types();
   // A GPU's attention reads one f16 or f32 cache for keys and values: other types keep attention here.
-  const bool gpu_cache = po.kv.k == po.kv.v && (po.kv.k == tensor_type::f16 || po.kv.k == tensor_type::f32);
+  const bool gpu_cache = po.kv.plain();
   po.attention = attention_runs_on(dev, hp, w0) && (split_ffn || hp.moe() || dense_ffn_runs_on(dev, w0)) && (dev.runs_host_work() || gpu_cache);
   if (!dev.runs_host_work() && !gpu_cache && attention_runs_on(dev, hp, w0))
     say(o.log, fmt::format("hotcold: {}'s attention kernels read an f16 or f32 cache, not {}: attention and its cache stay on the CPU", dev.name(),

@@ -296,27 +296,32 @@ HOTCOLD_AVX512 static void values_of(const R& v, int64_t at, int64_t hd, int64_t
   }
 }
 
+// A block's n scores (keys first .. first + n - 1; s[h * block_keys + i] head h's of key first + i)
+// taken into every head's running sums: the softmax folded in, then the weighted value rows.
+template <typename RV>
+HOTCOLD_AVX512 static void weigh_values(const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t first, int64_t n, float* s, key_range_sums out) {
+  const int64_t group = n_head / n_kv;
+  float rescale[4];
+  for (int64_t g = 0; g < n_kv; ++g)
+    for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
+      const int nh = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
+      for (int j = 0; j < nh; ++j) rescale[j] = softmax_block(s + (h0 + j) * block_keys, n, out.m[h0 + j], out.l[h0 + j]);
+      values_of(v, g * hd, hd, first, n, h0, nh, s, rescale, out.o);
+    }
+}
+
 template <typename RK, typename RV>
 HOTCOLD_AVX512 static void attend_rows(const float* q, const RK& k, const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
                                        float scale, key_range_sums out, float* scratch) {
-  const int64_t group = n_head / n_kv;
   float* s = scratch;  // [n_head][block_keys]: a block's scores, then weights
-  std::fill(out.m, out.m + n_head, -INFINITY);
-  std::fill(out.l, out.l + n_head, 0.0f);
-  std::fill(out.o, out.o + n_head * hd, 0.0f);
-  float rescale[4];
+  clear_key_range(out, n_head, hd);
   for (int64_t b0 = t0; b0 < t1; b0 += block_keys) {
     const int64_t n = std::min(block_keys, t1 - b0);
     if (b0 == t0) prefetch_rows(v, b0, b0 + n);  // (the first block's values at once; each later one's a block ahead)
     const int64_t next = std::min(b0 + n + block_keys, t1);
     if (b0 == t0) prefetch_rows(k, b0, std::min(b0 + key_ahead, t1));
     scores_of(q, k, v, n_head, n_kv, hd, b0, n, scale, s, b0 + n, next, t1);
-    for (int64_t g = 0; g < n_kv; ++g)
-      for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
-        const int nh = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
-        for (int j = 0; j < nh; ++j) rescale[j] = softmax_block(s + (h0 + j) * block_keys, n, out.m[h0 + j], out.l[h0 + j]);
-        values_of(v, g * hd, hd, b0, n, h0, nh, s, rescale, out.o);
-      }
+    weigh_values(v, n_head, n_kv, hd, b0, n, s, out);
   }
 }
 
@@ -372,11 +377,8 @@ HOTCOLD_AVX512 static void attend_tiles(const float* q, const TK* kt, int64_t wi
   const int64_t group = n_head / n_kv;
   const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   float* s = scratch;  // [n_head][block_keys]
-  std::fill(out.m, out.m + n_head, -INFINITY);
-  std::fill(out.l, out.l + n_head, 0.0f);
-  std::fill(out.o, out.o + n_head * hd, 0.0f);
+  clear_key_range(out, n_head, hd);
   const __m512 sc = _mm512_set1_ps(scale);
-  float rescale[4];
   prefetch_rows(v, t0, std::min(t0 - t0 % 16 + block_keys, t1));  // (the first block's values at once; each later one's a block ahead)
   for (int64_t b0 = t0 - t0 % 16; b0 < t1; b0 += block_keys) {
     const int64_t lo = std::max(b0, t0), hi = std::min(b0 + block_keys, t1);
@@ -394,12 +396,7 @@ HOTCOLD_AVX512 static void attend_tiles(const float* q, const TK* kt, int64_t wi
         }
     }
     const int64_t n = hi - lo, off = lo - b0;
-    for (int64_t g = 0; g < n_kv; ++g)
-      for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
-        const int nv = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
-        for (int j = 0; j < nv; ++j) rescale[j] = softmax_block(s + (h0 + j) * block_keys + off, n, out.m[h0 + j], out.l[h0 + j]);
-        values_of(v, g * hd, hd, lo, n, h0, nv, s + off, rescale, out.o);
-      }
+    weigh_values(v, n_head, n_kv, hd, lo, n, s + off, out);
   }
 }
 
@@ -466,6 +463,12 @@ void attend_keys(const float* q, const uint16_t* k, const uint16_t* v, int64_t s
                  int64_t t1, float scale, key_range_sums out, float* scratch) {
   if (attend_block_vectorized(hd)) return cpu_kernels().attend_keys_f16(q, k, v, stride, n_head, n_kv, hd, t0, t1, scale, out, scratch);
   attend_keys_rows(q, k, v, stride, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+}
+
+void clear_key_range(key_range_sums out, int64_t n_head, int64_t hd) {
+  std::fill(out.m, out.m + n_head, -INFINITY);
+  std::fill(out.l, out.l + n_head, 0.0f);
+  std::fill(out.o, out.o + n_head * hd, 0.0f);
 }
 
 void merge_key_ranges(const key_range_sums* parts, int n, int64_t n_head, int64_t hd, float* out) {

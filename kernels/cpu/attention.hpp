@@ -37,6 +37,8 @@ struct key_range_sums {
   float* o;  // n_head x hd
 };
 int64_t attend_keys_scratch(int64_t n_head, int64_t hd);
+// A range's sums before any key: no maximum yet (m = -inf), nothing summed.
+void clear_key_range(key_range_sums out, int64_t n_head, int64_t hd);
 void attend_keys(const float* q, const float* k, const float* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
                  float scale, key_range_sums out, float* scratch);
 void attend_keys(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,

@@ -103,9 +103,7 @@ void attend_widened(const float* q, tensor_type vt, const uint8_t* v, int64_t v_
   float* vf = kf + tile_keys * width;
   const key_range_sums tile{vf + tile_keys * width, vf + tile_keys * width + n_head, vf + tile_keys * width + 2 * n_head};
   float* inner = tile.o + n_head * hd;
-  std::fill(out.m, out.m + n_head, -INFINITY);
-  std::fill(out.l, out.l + n_head, 0.0f);
-  std::fill(out.o, out.o + n_head * hd, 0.0f);
+  clear_key_range(out, n_head, hd);
   for (int64_t b0 = t0; b0 < t1; b0 += tile_keys) {
     const int64_t n = std::min(tile_keys, t1 - b0);
     widen_k(b0, n, kf);
@@ -142,31 +140,52 @@ void attend_key_tiles(const float* q, kv_types t, const uint8_t* k_tiles, const 
                  [&](int64_t b0, int64_t n, float* kf) { widen_key_tiles(t.k, k_tiles, n_kv * hd, b0, n, 0, n_kv * hd, kf); });
 }
 
+namespace {
+
+// The index of (position p, dim d) among the elements of tiles of sixteen positions, `width` dims each.
+inline int64_t tile_at(int64_t p, int64_t d, int64_t width) { return ((p / 16) * width + d) * 16 + p % 16; }
+
+// Positions pos .. pos + n - 1 copied between tiles and rows of `width` elements of type T: from the
+// tiles into the rows (tiles_first), or from the rows into the tiles.
+template <typename T>
+void copy_tile_rows(const T* from, T* to, int64_t width, int64_t pos, int64_t n, bool tiles_first) {
+  for (int64_t p = pos; p < pos + n; ++p)
+    for (int64_t d = 0; d < width; ++d) {
+      const int64_t in_tile = tile_at(p, d, width), in_row = (p - pos) * width + d;
+      to[tiles_first ? in_row : in_tile] = from[tiles_first ? in_tile : in_row];
+    }
+}
+void copy_tile_rows(tensor_type t, const uint8_t* from, uint8_t* to, int64_t width, int64_t pos, int64_t n, bool tiles_first) {
+  if (t == tensor_type::f16) copy_tile_rows(reinterpret_cast<const uint16_t*>(from), reinterpret_cast<uint16_t*>(to), width, pos, n, tiles_first);
+  else copy_tile_rows(reinterpret_cast<const float*>(from), reinterpret_cast<float*>(to), width, pos, n, tiles_first);
+}
+
+}  // namespace
+
 void widen_key_tiles(tensor_type t, const uint8_t* tiles, int64_t width, int64_t pos, int64_t n, int64_t at, int64_t cols, float* out) {
   if (cpu_kernels().widen_key_tiles && t == tensor_type::f16 && cols % 16 == 0 && at % 16 == 0)
     return cpu_kernels().widen_key_tiles(reinterpret_cast<const uint16_t*>(tiles), width, pos, n, at, cols, out);
   for (int64_t p = pos; p < pos + n; ++p) {
-    const int64_t base = (p / 16) * width * 16 + p % 16;
     float* row = out + (p - pos) * cols;
-    if (t == tensor_type::f16) {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(tiles) + base;
-      for (int64_t d = 0; d < cols; ++d) row[d] = fp16_to_fp32(h[(at + d) * 16]);
-    } else {
-      const float* f = reinterpret_cast<const float*>(tiles) + base;
-      for (int64_t d = 0; d < cols; ++d) row[d] = f[(at + d) * 16];
-    }
+    for (int64_t d = 0; d < cols; ++d)
+      row[d] = t == tensor_type::f16 ? fp16_to_fp32(reinterpret_cast<const uint16_t*>(tiles)[tile_at(p, at + d, width)])
+                                     : reinterpret_cast<const float*>(tiles)[tile_at(p, at + d, width)];
   }
 }
 
 void store_key_tile(tensor_type t, const float* row, uint8_t* tiles, int64_t width, int64_t pos) {
-  const int64_t base = (pos / 16) * width * 16 + pos % 16;
-  if (t == tensor_type::f16) {
-    uint16_t* h = reinterpret_cast<uint16_t*>(tiles) + base;
-    for (int64_t d = 0; d < width; ++d) h[d * 16] = fp32_to_fp16(row[d]);
-  } else {
-    float* f = reinterpret_cast<float*>(tiles) + base;
-    for (int64_t d = 0; d < width; ++d) f[d * 16] = row[d];
-  }
+  thread_local std::vector<uint8_t> stored;
+  stored.resize(static_cast<size_t>(width) * 4);
+  kv_store_row(t, row, stored.data(), width);
+  copy_tile_rows(t, stored.data(), tiles, width, pos, 1, false);
+}
+
+void key_tiles_to_rows(tensor_type t, const uint8_t* tiles, int64_t width, int64_t pos, int64_t n, uint8_t* rows) {
+  copy_tile_rows(t, tiles, rows, width, pos, n, true);
+}
+
+void rows_to_key_tiles(tensor_type t, const uint8_t* rows, uint8_t* tiles, int64_t width, int64_t pos, int64_t n) {
+  copy_tile_rows(t, rows, tiles, width, pos, n, false);
 }
 
 }  // namespace hotcold::kernels

@@ -21,6 +21,10 @@ void kv_load_rows(tensor_type t, const uint8_t* base, int64_t row_bytes, int64_t
 // of `cols` floats; and one position's `width` values stored into its tile.
 void widen_key_tiles(tensor_type t, const uint8_t* tiles, int64_t width, int64_t pos, int64_t n, int64_t at, int64_t cols, float* out);
 void store_key_tile(tensor_type t, const float* row, uint8_t* tiles, int64_t width, int64_t pos);
+// Positions pos .. pos + n - 1 of tiles copied out to rows (position after position, `width` values of
+// type t each), or in from them, the values as they are.
+void key_tiles_to_rows(tensor_type t, const uint8_t* tiles, int64_t width, int64_t pos, int64_t n, uint8_t* rows);
+void rows_to_key_tiles(tensor_type t, const uint8_t* rows, uint8_t* tiles, int64_t width, int64_t pos, int64_t n);
 
 // x as Q8_0 leaves it (quantized by blocks of 32 and back), in place: the query a quantized K meets.
 // llama.cpp's CPU attention quantizes the query to Q8_0 for its dot products with Q8_0 and Q4_0 keys;

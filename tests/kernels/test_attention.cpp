@@ -165,6 +165,20 @@ std::vector<double> grouped_reference(const std::vector<float>& q, const std::ve
   return out;
 }
 
+// One decoded token's query (n_head x hd values, N(0, 4)) and `keys` key and value rows of `stride`
+// values each (N(0, 1)), from `seed`.
+struct decode_case {
+  std::vector<float> q, k, v;
+  decode_case(int64_t n_head, int64_t hd, int64_t keys, int64_t stride, uint32_t seed)
+      : q(static_cast<size_t>(n_head * hd)), k(static_cast<size_t>(keys * stride)), v(k.size()) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (auto& x : q) x = 2.0f * dist(rng);
+    for (auto& x : k) x = dist(rng);
+    for (auto& x : v) x = dist(rng);
+  }
+};
+
 // The keys split into ranges (one empty, the others uneven, as threads would take them), each range's
 // sums computed apart and merged: the grouped attention over all of them, for F32 and F16 caches, the
 // vector kernel and the scalar reference.
@@ -175,13 +189,8 @@ TEST(AttendKeys, SplitRangesMergeIntoTheGroupedAttention) {
   uint32_t seed = 2000;
   for (const shape sh : {shape{32, 8, 64}, shape{8, 2, 64}, shape{4, 4, 16}, shape{6, 2, 80}, shape{12, 4, 128}, shape{3, 1, 64}, shape{16, 2, 64}})
     for (int64_t keys : {1, 17, 64, 65, 300}) {
-      std::mt19937 rng(seed++);
-      std::normal_distribution<float> dist(0.0f, 1.0f);
       const int64_t stride = sh.n_kv * sh.hd + 16;  // (a row wider than its heads: the slices must be found by their offsets)
-      std::vector<float> q(static_cast<size_t>(sh.n_head * sh.hd)), k(static_cast<size_t>(keys * stride)), v(k.size());
-      for (auto& x : q) x = 2.0f * dist(rng);
-      for (auto& x : k) x = dist(rng);
-      for (auto& x : v) x = dist(rng);
+      const auto [q, k, v] = decode_case(sh.n_head, sh.hd, keys, stride, seed++);
       std::vector<uint16_t> k16(k.size()), v16(v.size());
       fp32_to_fp16_row(k.data(), k16.data(), k.size());
       fp32_to_fp16_row(v.data(), v16.data(), v.size());
@@ -222,12 +231,7 @@ TEST(AttendKeys, SplitRangesMergeIntoTheGroupedAttention) {
 // them, a tile at a time, is the grouped attention over the widened rows, across tiles and ranges.
 TEST(AttendKeys, QuantizedRowsReadATileAtATime) {
   const int64_t n_head = 8, n_kv = 2, hd = 64, width = n_kv * hd, keys = 150;
-  std::mt19937 rng(77);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> q(static_cast<size_t>(n_head * hd)), k(static_cast<size_t>(keys * width)), v(k.size());
-  for (auto& x : q) x = 2.0f * dist(rng);
-  for (auto& x : k) x = dist(rng);
-  for (auto& x : v) x = dist(rng);
+  const auto [q, k, v] = decode_case(n_head, hd, keys, width, 77);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (const kv_types t : {kv_types{tensor_type::q8_0}, kv_types{tensor_type::q4_0}, kv_types{tensor_type::q8_0, tensor_type::f16},
                            kv_types{tensor_type::f32, tensor_type::q4_0}}) {
@@ -273,12 +277,7 @@ TEST(AttendKeys, QuantizedRowsReadATileAtATime) {
 // attention over them from ranges that start and end inside tiles is the grouped attention.
 TEST(AttendKeys, KeysInTilesOfSixteenPositions) {
   const int64_t n_head = 8, n_kv = 2, hd = 64, width = n_kv * hd, keys = 150;
-  std::mt19937 rng(91);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> q(static_cast<size_t>(n_head * hd)), k(static_cast<size_t>(keys * width)), v(k.size());
-  for (auto& x : q) x = 2.0f * dist(rng);
-  for (auto& x : k) x = dist(rng);
-  for (auto& x : v) x = dist(rng);
+  const auto [q, k, v] = decode_case(n_head, hd, keys, width, 91);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (const tensor_type kt : {tensor_type::f16, tensor_type::f32}) {
     const int64_t es = kt == tensor_type::f16 ? 2 : 4;
