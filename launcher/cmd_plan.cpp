@@ -140,7 +140,7 @@ void run_plan(const plan_args& a) {
   in.o.budget = static_cast<uint64_t>(a.budget * double(1ull << 30));
   in.o.ctx = a.ctx;
   in.o.kv = parse_cache_types(a.cache_type_k, a.cache_type_v);
-  if (in.o.kv.quantized() || in.o.kv.k != in.o.kv.v)
+  if (!in.o.kv.plain())
     fmt::print(stderr, "hotcold plan: a {} cache: the bytes counted in its types; hotcold's GPU attention reads f16 or f32 caches, so the GPU columns "
                        "assume what would hold (run keeps such a cache's attention on the CPU)\n", kv_types_name(in.o.kv));
   in.o.gpu_efficiency = a.efficiency;
