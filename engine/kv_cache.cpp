@@ -107,6 +107,12 @@ void kv_cache::copy_key_tiles(int64_t layer, int64_t from, int64_t to, int64_t p
       std::memcpy(dst, src, static_cast<size_t>(16 * k_row_bytes_));
       continue;
     }
+    if (types_.k == tensor_type::q8_0) {  // (a position's quants and scales spread over its tile: through rows)
+      staging_.resize(static_cast<size_t>(16 * k_row_bytes_));
+      kernels::key_tiles_to_rows(types_.k, src, width_, lo % 16, hi - lo, staging_.data());
+      kernels::rows_to_key_tiles(types_.k, staging_.data(), dst, width_, lo % 16, hi - lo);
+      continue;
+    }
     for (int64_t d = 0; d < width_; ++d)
       std::memcpy(dst + (d * 16 + lo % 16) * es, src + (d * 16 + lo % 16) * es, static_cast<size_t>((hi - lo) * es));
   }
@@ -191,9 +197,9 @@ void kv_cache::place(const device_layers* d) {
                                               kv_types_name(d->cache_types()), n_seq_, n_ctx_, kv_types_name(types_)));
   }
   const size_t k_bytes = static_cast<size_t>(n_seq_ * n_tiles_ * 16 * k_row_bytes_), v_bytes = static_cast<size_t>(n_seq_ * n_ctx_ * v_row_bytes_);
-  // (Tiles where the CPU has their decode kernel, AVX-512: elsewhere rows, which its F16 row kernels read
-  // as they are, where tiles would be widened element by element.)
-  const bool tiles = (types_.k == tensor_type::f16 || types_.k == tensor_type::f32) && kernels::cpu_kernels().attend_key_tiles;
+  // (Tiles where the CPU has their decode kernel, AVX-512 (and VNNI for Q8_0): elsewhere rows, which its
+  // row kernels read as they are, where tiles would be widened element by element.)
+  const bool tiles = kernels::keys_in_tiles(types_.k);
   k_tiled_.assign(static_cast<size_t>(n_layer_), 0);
   k_layers_.assign(static_cast<size_t>(n_layer_), nullptr);
   v_layers_.assign(static_cast<size_t>(n_layer_), nullptr);

@@ -6,7 +6,9 @@
 // AVX-512, F16 and F32 keys in host memory are kept in tiles of sixteen positions, each dim's sixteen
 // values side by side (kernels/cpu/kv_rows.hpp): a decoded token's scores are then the query's values
 // broadcast against sixteen keys at once, with no sums to fold (the score pass 3.5x faster at 2,000
-// keys). Quantized keys, values, and a device's layers keep a position's values in one row. In host
+// keys); with VNNI too, Q8_0 keys likewise, four dims of sixteen positions a vector for its integer
+// products (kernels::keys_in_tiles). Q4_0 keys, values, and a device's layers keep a position's values
+// in one row. In host
 // memory (a page_buffer: decode's attention reads a layer's rows of every position 8 KB apart at
 // n_embd 2048, and only the positions written are backed), except the layers whose attention a hot
 // device holds: their cache is the device's (device_layers::k_cache).

@@ -11,14 +11,18 @@
 // rescaled as they grow); then the values, each KV head's slice of the block's rows added into its
 // heads' sums held in registers, the value rows asked for into L2 a block ahead and the key rows a
 // few tiles ahead (the hardware's prefetch does not follow a slice at a time). Every cache type reads
-// through the same kernel: a reader per type widens sixteen values as it loads them.
+// through the same kernel: a reader per type widens sixteen values as it loads them. Keys kept in
+// tiles of sixteen positions (kv_rows.hpp) skip the folds: F16 and F32 ones here, Q8_0 ones in
+// attend_keys_q8_0.cpp; the passes both share are attend_keys_avx512.hpp's.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/attend_keys_avx512.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/dot.hpp"
@@ -30,7 +34,6 @@
 namespace hotcold::kernels {
 
 namespace {
-constexpr int64_t block_keys = 64;  // keys whose scores a pass keeps (every head's, in the scratch)
 // Key rows asked for this many keys ahead of the tile being scored, a tile's worth each step (16
 // layers x 2,000 keys, one thread, four interleaved rounds: F16 9.33 -> 8.91 ms, Q8_0 8.24 -> 7.58,
 // Q4_0 7.97 -> 7.53 against the next block's keys asked for all at once; 16 and 64 no better).
@@ -128,53 +131,8 @@ void attend_keys_rows(const float* q, const T* k, const T* v, int64_t stride, in
 }
 
 }  // namespace
-
 HOTCOLD_AVX512_BEGIN
 namespace avx512 {
-
-HOTCOLD_AVX512 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-HOTCOLD_AVX512 static inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-
-// A cache's rows as the kernel reads them, one reader per type: row(t) where position t's row starts,
-// load(row, i) its values i .. i + 15 widened to floats (i a multiple of 16: Q8_0 and Q4_0 blocks of
-// 32 hold two such runs, each scaled by its block's half), `bytes` a row's length (what is prefetched).
-template <typename T>
-struct plain_rows {
-  const T* p;
-  int64_t stride;  // elements from one row to the next
-  int64_t bytes;
-  const T* row(int64_t t) const { return p + t * stride; }
-  HOTCOLD_AVX512 __m512 load(const T* row, int64_t i) const { return load16(row + i); }
-};
-struct block_rows {  // rows of blocks, `stride` bytes apart
-  const uint8_t* p;
-  int64_t stride, bytes;
-  const uint8_t* row(int64_t t) const { return p + t * stride; }
-};
-struct q8_0_rows : block_rows {
-  HOTCOLD_AVX512 __m512 load(const uint8_t* row, int64_t i) const {
-    const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + i / 32;
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + i % 32))));
-    return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(b->d)));
-  }
-};
-struct q4_0_rows : block_rows {
-  HOTCOLD_AVX512 __m512 load(const uint8_t* row, int64_t i) const {
-    const block_q4_0* b = reinterpret_cast<const block_q4_0*>(row) + i / 32;
-    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));  // values j and j + 16 in byte j
-    const __m512i nibbles = i % 32 ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(15));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(nibbles, _mm512_set1_epi32(8))), _mm512_set1_ps(_cvtsh_ss(b->d)));
-  }
-};
-
-// Rows first .. last - 1 asked for into L2, every line.
-template <typename R>
-HOTCOLD_AVX512 static inline void prefetch_rows(const R& rows, int64_t first, int64_t last) {
-  for (int64_t t = first; t < last; ++t) {
-    const char* row = reinterpret_cast<const char*>(rows.row(t));
-    for (int64_t b = 0; b < rows.bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
-  }
-}
 
 // Scores of NK = 16 / NH keys from b (those before t1; the rest repeat the last) against heads h0 ..
 // h0 + NH - 1 of one KV head (values at .. at + hd - 1 of each row): an NH x NK tile of dot products,
@@ -234,82 +192,6 @@ HOTCOLD_AVX512 static void scores_of(const float* q, const RK& k, const RV& v, i
   }
 }
 
-// Head h's running sums taken past a block's n scores (s, replaced by their weights): the block's
-// maximum joins the running one, what was summed before is rescaled to it. Returns the rescale.
-HOTCOLD_AVX512 static float softmax_block(float* s, int64_t n, float& m, float& l) {
-  __m512 mx = _mm512_set1_ps(m);
-  for (int64_t t = 0; t < n; t += 16) {
-    const __mmask16 valid = n - t >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - t)) - 1);
-    mx = _mm512_mask_max_ps(mx, valid, mx, _mm512_maskz_loadu_ps(valid, s + t));
-  }
-  const float m_new = _mm512_reduce_max_ps(mx);
-  const float rescale = m == -INFINITY ? 0.0f : std::exp(m - m_new);
-  const __m512 mb = _mm512_set1_ps(m_new);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t t = 0; t < n; t += 16) {
-    const __mmask16 valid = n - t >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - t)) - 1);
-    const __m512 p = _mm512_maskz_mov_ps(valid, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + t), mb)));
-    _mm512_mask_storeu_ps(s + t, valid, p);
-    sum = _mm512_add_ps(sum, p);
-  }
-  m = m_new;
-  l = l * rescale + _mm512_reduce_add_ps(sum);
-  return rescale;
-}
-
-// Heads h0 .. h0 + NH - 1 (one KV head's, values at .. at + hd - 1 of each row), dims e0 .. e0 + 16 NV:
-// their sums rescaled, then a block's n weighted value rows added.
-template <int NH, int NV, typename R>
-HOTCOLD_AVX512 static void add_values(const R& v, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int64_t e0, const float* s,
-                                      const float* rescale, float* o) {
-  __m512 acc[NH][NV];
-  for (int j = 0; j < NH; ++j)
-    for (int u = 0; u < NV; ++u) acc[j][u] = _mm512_mul_ps(_mm512_loadu_ps(o + (h0 + j) * hd + e0 + 16 * u), _mm512_set1_ps(rescale[j]));
-  for (int64_t t = 0; t < n; ++t) {
-    const auto row = v.row(b0 + t);
-    __m512 vr[NV];
-    for (int u = 0; u < NV; ++u) vr[u] = v.load(row, at + e0 + 16 * u);
-    for (int j = 0; j < NH; ++j) {
-      const __m512 p = _mm512_set1_ps(s[(h0 + j) * block_keys + t]);
-      for (int u = 0; u < NV; ++u) acc[j][u] = _mm512_fmadd_ps(p, vr[u], acc[j][u]);
-    }
-  }
-  for (int j = 0; j < NH; ++j)
-    for (int u = 0; u < NV; ++u) _mm512_storeu_ps(o + (h0 + j) * hd + e0 + 16 * u, acc[j][u]);
-}
-
-// Up to four heads by up to 64 dims a call (sixteen sums in registers).
-template <typename R>
-HOTCOLD_AVX512 static void values_of(const R& v, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int nh, const float* s, const float* rescale,
-                                     float* o) {
-  for (int64_t e0 = 0; e0 < hd; e0 += 64) {
-    const int nv = static_cast<int>(std::min<int64_t>(4, (hd - e0) / 16));
-#define HOTCOLD_VALUES(NH, NV) add_values<NH, NV>(v, at, hd, b0, n, h0, e0, s, rescale, o)
-    if (nh == 4 && nv == 4) HOTCOLD_VALUES(4, 4);
-    else if (nh == 2 && nv == 4) HOTCOLD_VALUES(2, 4);
-    else if (nh == 1 && nv == 4) HOTCOLD_VALUES(1, 4);
-    else if (nh == 3 && nv == 4) HOTCOLD_VALUES(3, 4);
-    else
-      for (int j = 0; j < nh; ++j)
-        for (int64_t e = e0; e < e0 + 16 * nv; e += 16) add_values<1, 1>(v, at, hd, b0, n, h0 + j, e, s, rescale + j, o);
-#undef HOTCOLD_VALUES
-  }
-}
-
-// A block's n scores (keys first .. first + n - 1; s[h * block_keys + i] head h's of key first + i)
-// taken into every head's running sums: the softmax folded in, then the weighted value rows.
-template <typename RV>
-HOTCOLD_AVX512 static void weigh_values(const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t first, int64_t n, float* s, key_range_sums out) {
-  const int64_t group = n_head / n_kv;
-  float rescale[4];
-  for (int64_t g = 0; g < n_kv; ++g)
-    for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
-      const int nh = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
-      for (int j = 0; j < nh; ++j) rescale[j] = softmax_block(s + (h0 + j) * block_keys, n, out.m[h0 + j], out.l[h0 + j]);
-      values_of(v, g * hd, hd, first, n, h0, nh, s, rescale, out.o);
-    }
-}
-
 template <typename RK, typename RV>
 HOTCOLD_AVX512 static void attend_rows(const float* q, const RK& k, const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0, int64_t t1,
                                        float scale, key_range_sums out, float* scratch) {
@@ -332,16 +214,6 @@ HOTCOLD_AVX512 static void attend_keys(const float* q, const T* k, const T* v, i
   attend_rows(q, plain_rows<T>{k, stride, bytes}, plain_rows<T>{v, stride, bytes}, n_head, n_kv, hd, t0, t1, scale, out, scratch);
 }
 
-// A cache of any of kv_types' types (rows k_row_bytes and v_row_bytes apart), each read by its reader.
-template <typename F>
-static void with_rows(tensor_type t, const uint8_t* p, int64_t row_bytes, int64_t width, F&& f) {
-  switch (t) {
-    case tensor_type::f32: return f(plain_rows<float>{reinterpret_cast<const float*>(p), row_bytes / 4, width * 4});
-    case tensor_type::f16: return f(plain_rows<uint16_t>{reinterpret_cast<const uint16_t*>(p), row_bytes / 2, width * 2});
-    case tensor_type::q8_0: return f(q8_0_rows{{p, row_bytes, static_cast<int64_t>(values_bytes(t, width))}});
-    default: return f(q4_0_rows{{p, row_bytes, static_cast<int64_t>(values_bytes(t, width))}});
-  }
-}
 static void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
                               int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
   with_rows(t.k, k, k_row_bytes, n_kv * hd, [&](const auto& kr) {
@@ -368,44 +240,35 @@ HOTCOLD_AVX512 static inline void tile_scores(const float* q, const TK* tile, in
   for (int j = 0; j < NH; ++j) _mm512_storeu_ps(s + (h0 + j) * block_keys, _mm512_mul_ps(_mm512_add_ps(acc[j], acc2[j]), sc));
 }
 
-// attend_rows with the keys in tiles (kt: the slot's first tile, `width` dims a position): blocks of 64
-// keys from t0's tile on, every tile's scores, then the softmax and values of the block's keys within
-// t0 .. t1 - 1 alone.
-template <typename TK, typename RV>
-HOTCOLD_AVX512 static void attend_tiles(const float* q, const TK* kt, int64_t width, const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t t0,
-                                        int64_t t1, float scale, key_range_sums out, float* scratch) {
-  const int64_t group = n_head / n_kv;
-  const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
-  float* s = scratch;  // [n_head][block_keys]
-  clear_key_range(out, n_head, hd);
-  const __m512 sc = _mm512_set1_ps(scale);
-  prefetch_rows(v, t0, std::min(t0 - t0 % 16 + block_keys, t1));  // (the first block's values at once; each later one's a block ahead)
-  for (int64_t b0 = t0 - t0 % 16; b0 < t1; b0 += block_keys) {
-    const int64_t lo = std::max(b0, t0), hi = std::min(b0 + block_keys, t1);
-    const int64_t v_end = std::min(b0 + 2 * block_keys, t1);
-    for (int64_t tt = b0; tt < hi; tt += 16) {
-      // The next block's value rows, a tile's share of them with each tile's scores.
-      const int64_t v_first = std::min(tt + block_keys, v_end);
-      prefetch_rows(v, v_first, std::min(v_first + 16, v_end));
-      const TK* tile = kt + (tt / 16) * width * 16;
-      for (int64_t g = 0; g < n_kv; ++g)
-        for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
-          if (nh == 4) tile_scores<4>(q, tile, hd, g, h0, sc, s + (tt - b0));
-          else if (nh == 2) tile_scores<2>(q, tile, hd, g, h0, sc, s + (tt - b0));
-          else tile_scores<1>(q, tile, hd, g, h0, sc, s + (tt - b0));
-        }
-    }
-    const int64_t n = hi - lo, off = lo - b0;
-    weigh_values(v, n_head, n_kv, hd, lo, n, s + off, out);
+// Every head's scores of a tile's sixteen keys (F16 or F32 tiles): each KV head's heads four (or two, or
+// one) at a time.
+template <typename TK>
+struct float_tile_scores {
+  static constexpr bool keys_ahead = false;  // (the hardware's prefetch keeps up: asking made F16 5-10% slower)
+  const float* q;
+  int64_t n_head, n_kv, hd;
+  float scale;
+  HOTCOLD_AVX512 void operator()(const uint8_t* bytes, float* s) const {
+    const TK* tile = reinterpret_cast<const TK*>(bytes);
+    const __m512 sc = _mm512_set1_ps(scale);
+    const int64_t group = n_head / n_kv;
+    const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+    for (int64_t g = 0; g < n_kv; ++g)
+      for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
+        if (nh == 4) tile_scores<4>(q, tile, hd, g, h0, sc, s);
+        else if (nh == 2) tile_scores<2>(q, tile, hd, g, h0, sc, s);
+        else tile_scores<1>(q, tile, hd, g, h0, sc, s);
+      }
   }
-}
+};
 
 static void attend_key_tiles(const float* q, kv_types t, const uint8_t* k_tiles, const uint8_t* v, int64_t v_row_bytes, int64_t n_head, int64_t n_kv,
                              int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
   const int64_t width = n_kv * hd;
   with_rows(t.v, v, v_row_bytes, width, [&](const auto& vr) {
-    if (t.k == tensor_type::f16) attend_tiles(q, reinterpret_cast<const uint16_t*>(k_tiles), width, vr, n_head, n_kv, hd, t0, t1, scale, out, scratch);
-    else attend_tiles(q, reinterpret_cast<const float*>(k_tiles), width, vr, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+    if (t.k == tensor_type::f16)
+      attend_tiles(float_tile_scores<uint16_t>{q, n_head, n_kv, hd, scale}, k_tiles, width * 32, vr, n_head, n_kv, hd, t0, t1, out, scratch);
+    else attend_tiles(float_tile_scores<float>{q, n_head, n_kv, hd, scale}, k_tiles, width * 64, vr, n_head, n_kv, hd, t0, t1, out, scratch);
   });
 }
 
@@ -451,6 +314,7 @@ void choose_attend_keys_kernels(kernel_table& k, const cpu_features& f) {
   k.attend_keys_f32 = avx512::attend_keys, k.attend_keys_f16 = avx512::attend_keys;
   k.attend_keys_typed = avx512::attend_keys_typed;
   k.attend_key_tiles = avx512::attend_key_tiles;
+  if (f.vnni) k.attend_q8_0_key_tiles = avx512::attend_q8_0_key_tiles;
   k.widen_key_tiles = avx512::widen_key_tiles;
 }
 

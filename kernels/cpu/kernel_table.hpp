@@ -100,9 +100,12 @@ struct kernel_table {
   // The same over a cache of any kv_types (kv_rows.hpp, attend_keys_typed): each type's rows widened as they are read.
   void (*attend_keys_typed)(const float* q, kv_types t, const uint8_t* k, const uint8_t* v, int64_t k_row_bytes, int64_t v_row_bytes, int64_t n_head,
                             int64_t n_kv, int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch);
-  // Over keys in tiles (kv_rows.hpp, attend_key_tiles), and tiles of F16 keys widened into rows.
+  // Over keys in tiles (kv_rows.hpp, attend_key_tiles): F16 or F32 ones, and Q8_0 ones (their integer
+  // dot products: null without VNNI); and tiles of F16 keys widened into rows.
   void (*attend_key_tiles)(const float* q, kv_types t, const uint8_t* k_tiles, const uint8_t* v, int64_t v_row_bytes, int64_t n_head, int64_t n_kv,
                            int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch);
+  void (*attend_q8_0_key_tiles)(const float* q, kv_types t, const uint8_t* k_tiles, const uint8_t* v, int64_t v_row_bytes, int64_t n_head, int64_t n_kv,
+                                int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch);
   void (*widen_key_tiles)(const uint16_t* tiles, int64_t width, int64_t pos, int64_t n, int64_t at, int64_t cols, float* out);
 };
 // The table as this CPU fills it (made once; what cpu_kernels() returns).

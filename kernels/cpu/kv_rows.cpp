@@ -131,19 +131,31 @@ void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, const uint8
                  [&](int64_t b0, int64_t n, float* kf) { kv_load_rows(t.k, k + b0 * k_row_bytes, k_row_bytes, 0, n_kv * hd, n, kf); });
 }
 
+bool keys_in_tiles(tensor_type t) {
+  if (t == tensor_type::f16 || t == tensor_type::f32) return cpu_kernels().attend_key_tiles != nullptr;
+  return t == tensor_type::q8_0 && cpu_kernels().attend_q8_0_key_tiles != nullptr;
+}
+
 void attend_key_tiles(const float* q, kv_types t, const uint8_t* k_tiles, const uint8_t* v, int64_t v_row_bytes, int64_t n_head, int64_t n_kv,
                       int64_t hd, int64_t t0, int64_t t1, float scale, key_range_sums out, float* scratch) {
-  if (t.k != tensor_type::f16 && t.k != tensor_type::f32) throw std::invalid_argument("keys in tiles are f16 or f32");
-  if (attend_block_vectorized(hd) && cpu_kernels().attend_key_tiles)
-    return cpu_kernels().attend_key_tiles(q, t, k_tiles, v, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch);
+  if (t.k != tensor_type::f16 && t.k != tensor_type::f32 && t.k != tensor_type::q8_0) throw std::invalid_argument("keys in tiles are f16, f32 or q8_0");
+  const auto kernel = t.k == tensor_type::q8_0 ? cpu_kernels().attend_q8_0_key_tiles : cpu_kernels().attend_key_tiles;
+  if (attend_block_vectorized(hd) && kernel) return kernel(q, t, k_tiles, v, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch);
   attend_widened(q, t.v, v, v_row_bytes, n_head, n_kv, hd, t0, t1, scale, out, scratch,
                  [&](int64_t b0, int64_t n, float* kf) { widen_key_tiles(t.k, k_tiles, n_kv * hd, b0, n, 0, n_kv * hd, kf); });
 }
 
 namespace {
 
-// The index of (position p, dim d) among the elements of tiles of sixteen positions, `width` dims each.
+// The index of (position p, dim d) among the elements of F16 or F32 tiles of sixteen positions, `width`
+// dims each.
 inline int64_t tile_at(int64_t p, int64_t d, int64_t width) { return ((p / 16) * width + d) * 16 + p % 16; }
+
+// Q8_0 tiles (kv_rows.hpp): a tile's bytes; the bytes of position p's quants of dims 4i .. 4i + 3 of
+// block b within its tile, and of its scale of block b.
+inline int64_t q8_0_tile_bytes(int64_t width) { return width / 32 * static_cast<int64_t>(sizeof(block_q8_0)) * 16; }
+inline int64_t q8_0_quads_at(int64_t p, int64_t b, int64_t i) { return b * 512 + i * 64 + p % 16 * 4; }
+inline int64_t q8_0_scale_at(int64_t p, int64_t b, int64_t width) { return width / 32 * 512 + b * 32 + p % 16 * 2; }
 
 // Positions pos .. pos + n - 1 copied between tiles and rows of `width` elements of type T: from the
 // tiles into the rows (tiles_first), or from the rows into the tiles.
@@ -155,8 +167,25 @@ void copy_tile_rows(const T* from, T* to, int64_t width, int64_t pos, int64_t n,
       to[tiles_first ? in_row : in_tile] = from[tiles_first ? in_tile : in_row];
     }
 }
+// The same for Q8_0: each block's scale and its eight runs of four quants.
+void copy_q8_0_tile_rows(const uint8_t* from, uint8_t* to, int64_t width, int64_t pos, int64_t n, bool tiles_first) {
+  const int64_t nb = width / 32, row_bytes = nb * static_cast<int64_t>(sizeof(block_q8_0));
+  for (int64_t p = pos; p < pos + n; ++p) {
+    const int64_t tile = p / 16 * q8_0_tile_bytes(width), row = (p - pos) * row_bytes;
+    auto move = [&](int64_t in_tile, int64_t in_row, size_t bytes) {
+      if (tiles_first) std::memcpy(to + in_row, from + tile + in_tile, bytes);
+      else std::memcpy(to + tile + in_tile, from + in_row, bytes);
+    };
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t block = row + b * static_cast<int64_t>(sizeof(block_q8_0));
+      move(q8_0_scale_at(p, b, width), block, 2);
+      for (int64_t i = 0; i < 8; ++i) move(q8_0_quads_at(p, b, i), block + 2 + 4 * i, 4);
+    }
+  }
+}
 void copy_tile_rows(tensor_type t, const uint8_t* from, uint8_t* to, int64_t width, int64_t pos, int64_t n, bool tiles_first) {
-  if (t == tensor_type::f16) copy_tile_rows(reinterpret_cast<const uint16_t*>(from), reinterpret_cast<uint16_t*>(to), width, pos, n, tiles_first);
+  if (t == tensor_type::q8_0) copy_q8_0_tile_rows(from, to, width, pos, n, tiles_first);
+  else if (t == tensor_type::f16) copy_tile_rows(reinterpret_cast<const uint16_t*>(from), reinterpret_cast<uint16_t*>(to), width, pos, n, tiles_first);
   else copy_tile_rows(reinterpret_cast<const float*>(from), reinterpret_cast<float*>(to), width, pos, n, tiles_first);
 }
 
@@ -165,6 +194,20 @@ void copy_tile_rows(tensor_type t, const uint8_t* from, uint8_t* to, int64_t wid
 void widen_key_tiles(tensor_type t, const uint8_t* tiles, int64_t width, int64_t pos, int64_t n, int64_t at, int64_t cols, float* out) {
   if (cpu_kernels().widen_key_tiles && t == tensor_type::f16 && cols % 16 == 0 && at % 16 == 0)
     return cpu_kernels().widen_key_tiles(reinterpret_cast<const uint16_t*>(tiles), width, pos, n, at, cols, out);
+  if (t == tensor_type::q8_0) {  // a block's quants gathered, four at a time, then widened
+    for (int64_t p = pos; p < pos + n; ++p)
+      for (int64_t b = at / 32; b < (at + cols) / 32; ++b) {
+        const uint8_t* tile = tiles + p / 16 * q8_0_tile_bytes(width);
+        uint16_t d;
+        int8_t qs[32];
+        std::memcpy(&d, tile + q8_0_scale_at(p, b, width), 2);
+        for (int64_t i = 0; i < 8; ++i) std::memcpy(qs + 4 * i, tile + q8_0_quads_at(p, b, i), 4);
+        const float df = fp16_to_fp32(d);
+        float* y = out + (p - pos) * cols + (b * 32 - at);
+        for (int i = 0; i < 32; ++i) y[i] = df * static_cast<float>(qs[i]);
+      }
+    return;
+  }
   for (int64_t p = pos; p < pos + n; ++p) {
     float* row = out + (p - pos) * cols;
     for (int64_t d = 0; d < cols; ++d)

@@ -268,23 +268,41 @@ TEST(AttendKeys, QuantizedRowsReadATileAtATime) {
     }
     std::vector<float> out(static_cast<size_t>(n_head * hd));
     merge_key_ranges(parts.data(), 2, n_head, hd, out.data());
-    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << kv_types_name(t) << " at " << i;
+    // Q8_0 values are summed in integers on a CPU with VNNI, each block of 64 keys' weights rounded to
+    // 15 bits against the largest (attend_keys.cpp: a weight's error under 2^-16 of it; over 64 keys, a
+    // few parts in 10^4 of the values at worst, where their own rounding is parts in 10^2).
+    // (4.7e-5 measured here.)
+    const double tolerance = t.v == tensor_type::q8_0 ? 2e-4 : 2e-5;
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], tolerance * (1 + std::abs(want[i]))) << kv_types_name(t) << " at " << i;
   }
 }
 
-// Keys in tiles of sixteen positions (an F16 or F32 cache's keys in host memory): stored a position
-// at a time, widened back to rows (any run of positions and dims, one KV head's alone too), and decode
-// attention over them from ranges that start and end inside tiles is the grouped attention.
+// Keys in tiles of sixteen positions (an F16, F32 or Q8_0 cache's keys in host memory): stored a
+// position at a time, widened back to rows (any run of positions and dims, one KV head's alone too),
+// copied out to rows as the type's own (Q8_0: ggml's blocks) and back, and decode attention over them
+// from ranges that start and end inside tiles is the grouped attention (Q8_0 keys: of the query rounded
+// as Q8_0, as the kernels' integer products take it).
 TEST(AttendKeys, KeysInTilesOfSixteenPositions) {
   const int64_t n_head = 8, n_kv = 2, hd = 64, width = n_kv * hd, keys = 150;
   const auto [q, k, v] = decode_case(n_head, hd, keys, width, 91);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (const tensor_type kt : {tensor_type::f16, tensor_type::f32}) {
-    const int64_t es = kt == tensor_type::f16 ? 2 : 4;
-    std::vector<uint8_t> tiles(static_cast<size_t>((keys + 15) / 16 * 16 * width * es));
+  for (const tensor_type kt : {tensor_type::f16, tensor_type::f32, tensor_type::q8_0}) {
+    const int64_t row = static_cast<int64_t>(values_bytes(kt, width));
+    std::vector<uint8_t> tiles(static_cast<size_t>((keys + 15) / 16 * 16 * row));
     for (int64_t p = 0; p < keys; ++p) store_key_tile(kt, k.data() + p * width, tiles.data(), width, p);
+    std::vector<uint8_t> own(static_cast<size_t>(keys * row)), back(tiles.size());  // the rows as the type stores them
+    for (int64_t p = 0; p < keys; ++p) kv_store_row(kt, k.data() + p * width, own.data() + p * row, width);
+    std::vector<uint8_t> out_rows(own.size());
+    key_tiles_to_rows(kt, tiles.data(), width, 0, keys, out_rows.data());
+    EXPECT_EQ(out_rows, own) << tensor_type_name(kt);
+    rows_to_key_tiles(kt, own.data(), back.data(), width, 0, keys);
+    EXPECT_EQ(back, tiles) << tensor_type_name(kt);
+    std::vector<uint8_t> some(static_cast<size_t>(100 * row));  // positions 19 .. 118, from inside a tile
+    key_tiles_to_rows(kt, tiles.data(), width, 19, 100, some.data());
+    EXPECT_EQ(0, std::memcmp(some.data(), own.data() + 19 * row, some.size())) << tensor_type_name(kt);
     std::vector<float> kw(k.size());  // the keys as the tiles hold them
-    for (size_t i = 0; i < k.size(); ++i) kw[i] = kt == tensor_type::f16 ? fp16_to_fp32(fp32_to_fp16(k[i])) : k[i];
+    kv_load_rows(kt, own.data(), row, 0, width, keys, kw.data());
+    if (kt != tensor_type::f32) EXPECT_GT(std::abs(kw[5] - k[5]) + std::abs(kw[70] - k[70]), 0.0f) << "the keys were not rounded";
     std::vector<float> rows(static_cast<size_t>(keys * width));
     widen_key_tiles(kt, tiles.data(), width, 0, keys, 0, width, rows.data());
     EXPECT_EQ(rows, kw);
@@ -292,23 +310,29 @@ TEST(AttendKeys, KeysInTilesOfSixteenPositions) {
     widen_key_tiles(kt, tiles.data(), width, 21, 100, hd, hd, part.data());
     for (int64_t p = 0; p < 100; ++p)
       for (int64_t e = 0; e < hd; ++e) ASSERT_EQ(part[static_cast<size_t>(p * hd + e)], kw[static_cast<size_t>((21 + p) * width + hd + e)]) << p << " " << e;
-    std::vector<uint8_t> vq(static_cast<size_t>(keys * width * 2));  // F16 values, as rows
-    fp32_to_fp16_row(v.data(), reinterpret_cast<uint16_t*>(vq.data()), v.size());
+    // Values as rows: F16, or Q8_0 beside Q8_0 keys (their integer sums; tolerance as in the test above).
+    const tensor_type vt = kt == tensor_type::q8_0 ? tensor_type::q8_0 : tensor_type::f16;
+    const int64_t vrow = static_cast<int64_t>(values_bytes(vt, width));
+    std::vector<uint8_t> vq(static_cast<size_t>(keys * vrow));
+    for (int64_t p = 0; p < keys; ++p) kv_store_row(vt, v.data() + p * width, vq.data() + p * vrow, width);
     std::vector<float> vw(v.size());
-    fp16_to_fp32_row(reinterpret_cast<const uint16_t*>(vq.data()), vw.data(), v.size());
-    const std::vector<double> want = grouped_reference(q, kw, vw, width, n_head, n_kv, hd, keys, scale);
+    kv_load_rows(vt, vq.data(), vrow, 0, width, keys, vw.data());
+    std::vector<float> qr = q;
+    if (kt == tensor_type::q8_0) round_to_q8_0(qr.data(), static_cast<int64_t>(qr.size()));
+    const std::vector<double> want = grouped_reference(qr, kw, vw, width, n_head, n_kv, hd, keys, scale);
     std::vector<float> m(3 * n_head), l(3 * n_head), o(static_cast<size_t>(3 * n_head * hd));
     std::vector<float> scratch(static_cast<size_t>(attend_keys_typed_scratch(n_head, n_kv, hd)));
     const int64_t cuts[] = {0, 37, 101, keys};  // ranges starting and ending inside tiles and blocks
     std::vector<key_range_sums> parts;
     for (int r = 0; r < 3; ++r) {
       parts.push_back({m.data() + r * n_head, l.data() + r * n_head, o.data() + r * n_head * hd});
-      attend_key_tiles(q.data(), kv_types{kt, tensor_type::f16}, tiles.data(), vq.data(), width * 2, n_head, n_kv, hd, cuts[r], cuts[r + 1], scale,
-                       parts.back(), scratch.data());
+      attend_key_tiles(qr.data(), kv_types{kt, vt}, tiles.data(), vq.data(), vrow, n_head, n_kv, hd, cuts[r], cuts[r + 1], scale, parts.back(),
+                       scratch.data());
     }
     std::vector<float> out(static_cast<size_t>(n_head * hd));
     merge_key_ranges(parts.data(), 3, n_head, hd, out.data());
-    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << tensor_type_name(kt) << " at " << i;
+    const double tolerance = vt == tensor_type::q8_0 ? 2e-4 : 2e-5;
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], tolerance * (1 + std::abs(want[i]))) << tensor_type_name(kt) << " at " << i;
   }
 }
 
