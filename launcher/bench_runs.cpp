@@ -31,10 +31,11 @@ std::vector<config> configs_of(const bench_args& a, ffn_mode mode, comparisons& 
     if (!actors_first) throw std::invalid_argument("--vs-micro-batches: micro-batches are the actors' (--pipeline actors)");
     c.micro = static_cast<int>(configs.size()), configs.push_back({mode, true, a.parallel, a.vs_micro_batches});
   }
+  if (a.vs_depth >= 0) c.depth = static_cast<int>(configs.size()), configs.push_back({mode, actors_first, a.parallel, a.micro_batches, a.vs_depth});
   return configs;
 }
 
-bench_runner::bench_runner(loaded& l, bool with_actors) : l_(l), ctx_(*l.ctx) {
+bench_runner::bench_runner(loaded& l, bool with_actors) : l_(l), ctx_(*l.ctx), untimed_(static_cast<size_t>(l.m->hp().n_layer)) {
   if (with_actors) {
     // No prefix store: a repetition must not find the prompt the one before it computed (a prompt at
     // depth reuses its slot's rows of the depth alone; see prompt()).
@@ -62,6 +63,7 @@ void bench_runner::fill(int sequences, int depth) {
 
 double bench_runner::decode(bool actors_pipeline, int sequences, int n, int depth) {
   const int K = sequences;
+  untimed_ = rows_read(static_cast<size_t>(l_.m->hp().n_layer));
   if (actors_pipeline && depth > 0) return decode_actors_at_depth(K, n, depth);
   slots_.resize(static_cast<size_t>(K)), positions_.resize(static_cast<size_t>(K)), step_tokens_.resize(static_cast<size_t>(K));
   for (int s = 0; s < K; ++s) slots_[static_cast<size_t>(s)] = s;
@@ -96,6 +98,7 @@ double bench_runner::decode(bool actors_pipeline, int sequences, int n, int dept
 // time runs until each has n more. Then they are cancelled.
 double bench_runner::decode_actors_at_depth(int K, int n, int depth) {
   std::vector<int64_t> ids;
+  const rows_read at_start(ctx_);
   for (int s = 0; s < K; ++s) {
     actors::generation_request r;
     for (int i = 0; i <= depth; ++i) r.prompt.push_back(token_at(i + 101 * s));
@@ -116,7 +119,10 @@ double bench_runner::decode_actors_at_depth(int K, int n, int depth) {
     auto* t = std::get_if<actors::token_event>(&*ev);
     if (!t) continue;
     if (static_cast<int>(started.size()) < K) {
-      if (started.insert(t->request).second && static_cast<int>(started.size()) == K) t0 = std::chrono::steady_clock::now();
+      if (started.insert(t->request).second && static_cast<int>(started.size()) == K) {
+        t0 = std::chrono::steady_clock::now();
+        untimed_ = rows_read(ctx_) -= at_start;
+      }
       continue;
     }
     if (++after[t->request] == n && ++reached == K) t1 = std::chrono::steady_clock::now();
@@ -179,10 +185,10 @@ void warm_up(bench_runner& run, const bench_args& a, const std::vector<config>& 
   for (size_t k = 0; k < configs.size(); ++k) {
     const auto& c = configs[k];
     run.set(c);
-    if (a.n_prompt > 0) run.prompt(c.actors, a.n_prompt, depth);
+    if (a.n_prompt > 0) run.prompt(c.actors, a.n_prompt, c.depth_at(depth));
     if (a.n_gen > 0) {
       const rows_read before(*l.ctx);
-      run.decode(c.actors, c.sequences, 2, depth);
+      run.decode(c.actors, c.sequences, 2, c.depth_at(depth));
       out.per_config[k].step_bytes = bytes_per_step(*l.m, rows_read(*l.ctx) -= before, 2);
     }
   }
@@ -195,8 +201,8 @@ void decode_once(bench_runner& run, const bench_args& a, const config& c, const 
   const device_experts::counts experts_before = l.experts ? l.experts->counted() : device_experts::counts{};
   const devices::device_traffic traffic_before = l.dev ? l.dev->traffic() : devices::device_traffic{};
   const auto jobs_before = l.dev ? l.dev->job_seconds() : std::array<double, devices::n_operations>{};
-  r.tg.push_back(run.decode(c.actors, c.sequences, a.n_gen, depth));
-  r.computed += rows_read(*l.ctx) -= before;
+  r.tg.push_back(run.decode(c.actors, c.sequences, a.n_gen, c.depth_at(depth)));
+  r.computed += (rows_read(*l.ctx) -= before) -= run.untimed_rows();
   r.device_bytes += run.device_read(c.actors) - device_before;
   if (l.dev) {
     r.traffic += l.dev->traffic() - traffic_before;
@@ -224,10 +230,10 @@ measurement measure(bench_runner& run, const bench_args& a, const std::vector<co
   out.per_config.assign(configs.size(), runs(static_cast<size_t>(m.hp().n_layer), static_cast<double>(read_costs(m).dense_step())));
   // The depth's tokens in every slot the direct configurations read, once: the timed tokens only ever
   // write the positions after them (what the cache holds changes no speed).
-  int direct_slots = 0;
+  int direct_slots = 0, deepest = 0;
   for (const auto& c : configs)
-    if (!c.actors) direct_slots = std::max(direct_slots, c.sequences);
-  if (depth > 0 && direct_slots > 0) run.fill(direct_slots, depth);
+    if (!c.actors) direct_slots = std::max(direct_slots, c.sequences), deepest = std::max(deepest, c.depth_at(depth));
+  if (deepest > 0 && direct_slots > 0) run.fill(direct_slots, deepest);
   if (!a.no_warmup) warm_up(run, a, configs, l, depth, out);
   auto probe_all = [&] {
     for (auto& r : out.per_config) r.probes.push_back(out.probe->measure(static_cast<uint64_t>(r.step_bytes)));
@@ -243,7 +249,7 @@ measurement measure(bench_runner& run, const bench_args& a, const std::vector<co
     for (size_t k = 0; k < configs.size(); ++k) {
       auto& r = out.per_config[k];
       run.set(configs[k]);
-      if (a.n_prompt > 0) r.pp.push_back(run.prompt(configs[k].actors, a.n_prompt, depth));
+      if (a.n_prompt > 0) r.pp.push_back(run.prompt(configs[k].actors, a.n_prompt, configs[k].depth_at(depth)));
       if (a.n_gen > 0) decode_once(run, a, configs[k], l, depth, r);
     }
     if (out.probe) {

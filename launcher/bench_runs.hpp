@@ -36,17 +36,20 @@ struct rows_read {
 double bytes_per_step(const model& m, const rows_read& r, int64_t steps);
 
 // One configuration measured: the chosen one, and with --vs-dense dense mode, with --vs-direct the
-// other pipeline, with --vs-parallel and --vs-micro-batches those counts, on the same loaded model.
+// other pipeline, with --vs-parallel and --vs-micro-batches those counts, with --vs-depth that depth, on
+// the same loaded model.
 struct config {
   ffn_mode mode;
   bool actors;
   int sequences;
-  int micro = 1;  // micro-batches (actors)
+  int micro = 1;   // micro-batches (actors)
+  int depth = -1;  // tokens cached before its tests (-1: the depth being measured; --vs-depth's own)
+  int depth_at(int measured) const { return depth >= 0 ? depth : measured; }
 };
 
 // Where each comparison is among the configurations (-1: not asked for).
 struct comparisons {
-  int dense = -1, other_pipeline = -1, parallel = -1, micro = -1;
+  int dense = -1, other_pipeline = -1, parallel = -1, micro = -1, depth = -1;
 };
 
 std::vector<config> configs_of(const bench_args& a, ffn_mode mode, comparisons& c);
@@ -71,6 +74,9 @@ class bench_runner {
   // reads of attention, predictors and the head with its rows; the forward pass called directly
   // counts them in the context, the hot rows in the split.
   uint64_t device_read(bool actors_pipeline) const;
+  // The FFN rows the last decode read before its timed steps (the actors' prompts at a depth: a slot
+  // another configuration took in between computes its prompt again), which its count leaves out.
+  const rows_read& untimed_rows() const { return untimed_; }
   void stop() { pipe_.reset(); }
 
  private:
@@ -82,6 +88,7 @@ class bench_runner {
   std::unique_ptr<actors::pipeline> pipe_;  // when a configuration runs on the actors
   std::vector<int64_t> slots_, positions_;
   std::vector<token_id> step_tokens_;
+  rows_read untimed_;
 };
 
 // What a configuration's repetitions measured.

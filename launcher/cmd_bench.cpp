@@ -120,10 +120,10 @@ struct report {
   int threads = 0;
   int depth = 0;  // tokens in the cache before each test (-d)
   versus_llama llama;
-  // The KV cache read per decoded token on each side (in its types, every layer, positions depth ..
-  // depth + n_gen - 1 of each sequence: depth + (n_gen + 1) / 2 cached rows of K and V on average),
-  // where the layer's attention runs.
-  double kv_host = 0, kv_device = 0;
+  // The KV cache read per decoded token on each side, per configuration (in its types, every layer,
+  // positions depth .. depth + n_gen - 1 of each sequence: depth + (n_gen + 1) / 2 cached rows of K
+  // and V on average), where the layer's attention runs.
+  std::vector<double> kv_host, kv_device;
   bool experts_on_device = false;  // a mixture's experts in device slots
   devices::device_kind device_kind = devices::device_kind::cpu;  // the hot device's
   std::string device_name;
@@ -138,12 +138,14 @@ report report_of(const bench_args& a, const std::vector<config>& configs, const 
                  bool probed, int depth) {
   const auto& hp = l.m->hp();
   const inference_context& ctx = *l.ctx;
-  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), depth, {}, 0, 0, false, devices::device_kind::cpu, {}, ctx.cache_types()};
-  const double kv_layer = kv_read_per_token(hp, ctx.cache_types(), depth + (static_cast<double>(a.n_gen) + 1) / 2);
+  report r{a, configs, results, c, probed, static_cast<int>(l.ctx->pool().size()), depth, {}, {}, {}, false, devices::device_kind::cpu, {}, ctx.cache_types()};
   int64_t on_device = 0;
   for (int64_t il = 0; il < hp.n_layer; ++il) on_device += ctx.device() && ctx.device()->attention(il);
-  r.kv_host = kv_layer * static_cast<double>(hp.n_layer - on_device);
-  r.kv_device = kv_layer * static_cast<double>(on_device);
+  for (const config& k : configs) {
+    const double kv_layer = kv_read_per_token(hp, ctx.cache_types(), k.depth_at(depth) + (static_cast<double>(a.n_gen) + 1) / 2);
+    r.kv_host.push_back(kv_layer * static_cast<double>(hp.n_layer - on_device));
+    r.kv_device.push_back(kv_layer * static_cast<double>(on_device));
+  }
   r.experts_on_device = l.experts != nullptr;
   if (l.dev) r.device_kind = l.dev->kind(), r.device_name = l.dev->name();
   return r;
@@ -156,13 +158,13 @@ nlohmann::json json_of(const report& r, const model& m) {
     nlohmann::json d{{"model", m.path()}, {"mode", ffn_mode_name(r.configs[k].mode)}, {"pipeline", pipeline_name(r.configs[k].actors)},
                      {"threads", r.threads}, {"model_bytes", m.weight_bytes()},
                      {"prefill_tokens_per_s", res.pp.mean}, {"prefill_tokens_per_s_sd", res.pp.sd}, {"n_prompt", a.n_prompt},
-                     {"decode_tokens_per_s", res.tg.mean}, {"decode_tokens_per_s_sd", res.tg.sd}, {"n_gen", a.n_gen}, {"n_depth", r.depth},
+                     {"decode_tokens_per_s", res.tg.mean}, {"decode_tokens_per_s_sd", res.tg.sd}, {"n_gen", a.n_gen}, {"n_depth", r.configs[k].depth_at(r.depth)},
                      {"type_k", lower_type_name(r.kv.k)}, {"type_v", lower_type_name(r.kv.v)},
                      {"bytes_per_token", res.bpt}, {"repetitions", a.reps}, {"parallel", r.configs[k].sequences},
                      {"micro_batches", r.configs[k].micro},
                      // Weights and KV cache read per decoded token on each side.
-                     {"host_bytes_per_token", res.bpt - res.device_bpt + r.kv_host},
-                     {"device_bytes_per_token", res.device_bpt + r.kv_device},
+                     {"host_bytes_per_token", res.bpt - res.device_bpt + r.kv_host[k]},
+                     {"device_bytes_per_token", res.device_bpt + r.kv_device[k]},
                      // The hot device's kernel launches, host<->device copies and blocking waits a decoded
                      // token (0 on the CPU; sim counts a GPU's for its jobs, with --sim-kernels the kernels').
                      {"launches_per_token", res.launches_pt}, {"copies_per_token", res.copies_pt}, {"syncs_per_token", res.syncs_pt}};
@@ -208,6 +210,12 @@ nlohmann::json json_of(const report& r, const model& m) {
     j["vs_micro_batches"] = describe(static_cast<size_t>(c.micro));
     if (a.n_gen > 0) j["micro_batch_speedup"] = r.speedup(c.micro);
   }
+  if (c.depth > 0) {  // --vs-depth's figures over this depth's
+    const result& d = r.results[static_cast<size_t>(c.depth)];
+    j["vs_depth"] = describe(static_cast<size_t>(c.depth));
+    if (a.n_gen > 0) j["depth_decode_ratio"] = r.speedup(c.depth);
+    if (a.n_prompt > 0) j["depth_prefill_ratio"] = ratio(d.pp.mean, r.results[0].pp.mean);
+  }
   if (!a.vs_llama_bench.empty()) {
     const versus_llama& v = r.llama;
     j["llama_bench"] = {{"path", a.vs_llama_bench}, {"build", v.build}, {"prefill_tokens_per_s", v.pp}, {"decode_tokens_per_s", v.tg},
@@ -241,7 +249,8 @@ void print_table(const report& r, const model& m) {
   const bench_args& a = r.a;
   const auto& hp = m.hp();
   fmt::print("| model | size | mode | pipeline | threads | test | t/s | bytes/token |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  const std::string at = r.depth > 0 ? fmt::format(" @ d{}", r.depth) : "";  // (as llama-bench names a test at a depth)
+  // (As llama-bench names a test at a depth.)
+  auto at = [&](size_t k) { return r.configs[k].depth_at(r.depth) > 0 ? fmt::format(" @ d{}", r.configs[k].depth_at(r.depth)) : std::string(); };
   const std::string name = fmt::format("{} {} {}L {}", architecture_name(hp.arch), activation_name(hp.act), hp.n_layer, hp.n_embd);
   const double gib = m.weight_bytes() / double(1ull << 30);
   for (size_t k = 0; k < r.configs.size(); ++k) {
@@ -249,10 +258,10 @@ void print_table(const report& r, const model& m) {
     const auto& c = r.configs[k];
     if (a.n_prompt > 0)
       fmt::print("| {} | {:.2f} GiB | {} | {} | {} | pp{}{} | {:.2f} ± {:.2f} | |\n", name, gib, ffn_mode_name(c.mode), pipeline_name(c.actors), r.threads,
-                 a.n_prompt, at, res.pp.mean, res.pp.sd);
+                 a.n_prompt, at(k), res.pp.mean, res.pp.sd);
     if (a.n_gen > 0)
       fmt::print("| {} | {:.2f} GiB | {} | {} | {} | tg{}{}{}{} | {:.2f} ± {:.2f} | {:.1f} MiB |\n", name, gib, ffn_mode_name(c.mode), pipeline_name(c.actors),
-                 r.threads, a.n_gen, at, c.sequences > 1 ? fmt::format(" x{}", c.sequences) : "",
+                 r.threads, a.n_gen, at(k), c.sequences > 1 ? fmt::format(" x{}", c.sequences) : "",
                  c.micro > 1 ? fmt::format(" in {} micro-batches", c.micro) : "", res.tg.mean, res.tg.sd, res.bpt / double(1 << 20));
   }
   if (r.probed) print_roofline(r);
@@ -261,7 +270,7 @@ void print_table(const report& r, const model& m) {
       fmt::print("\nexperts ({}): {:.1f}% of the routed experts on the hot device, {:.2f} uploaded a token; {:.1f} MiB read a token on the host, {:.1f} MiB on the "
                  "device\n",
                  pipeline_name(r.configs[k].actors), 100 * r.results[k].expert_hit_rate, r.results[k].expert_uploads_per_token,
-                 (r.results[k].bpt - r.results[k].device_bpt + r.kv_host) / double(1 << 20), (r.results[k].device_bpt + r.kv_device) / double(1 << 20));
+                 (r.results[k].bpt - r.results[k].device_bpt + r.kv_host[k]) / double(1 << 20), (r.results[k].device_bpt + r.kv_device[k]) / double(1 << 20));
   if (r.device_kind != devices::device_kind::cpu && a.n_gen > 0)
     for (size_t k = 0; k < r.configs.size(); ++k) {
       const auto& res = r.results[k];
@@ -284,6 +293,11 @@ void print_table(const report& r, const model& m) {
     fmt::print("\n{} sequences vs {}, interleaved: aggregate decode {:.2f}x\n", a.vs_parallel, a.parallel, r.speedup(cmp.parallel));
   if (cmp.micro > 0 && a.n_gen > 0 && r.results[0].tg.mean > 0)
     fmt::print("\n{} micro-batches vs {}, interleaved: aggregate decode {:.2f}x\n", a.vs_micro_batches, a.micro_batches, r.speedup(cmp.micro));
+  if (cmp.depth > 0 && r.results[0].tg.mean + r.results[0].pp.mean > 0) {
+    const auto& d = r.results[static_cast<size_t>(cmp.depth)];
+    fmt::print("\ndepth {} vs {}, interleaved:{}{}\n", a.vs_depth, r.depth, a.n_gen > 0 ? fmt::format(" decode {:.2f}x", r.speedup(cmp.depth)) : "",
+               a.n_prompt > 0 && r.results[0].pp.mean > 0 ? fmt::format("{} prefill {:.2f}x", a.n_gen > 0 ? "," : "", d.pp.mean / r.results[0].pp.mean) : "");
+  }
   if (!a.vs_llama_bench.empty()) {
     const versus_llama& v = r.llama;
     auto ratios = [](const std::vector<double>& x) {
@@ -307,7 +321,7 @@ void run_bench(const bench_args& given) {
   if (a.n_depth.empty()) a.n_depth = {0};
   for (int d : a.n_depth)
     if (d < 0) throw std::invalid_argument(fmt::format("-d {}: a depth is a count of tokens, 0 or more", d));
-  const int deepest = *std::max_element(a.n_depth.begin(), a.n_depth.end());
+  const int deepest = std::max(a.vs_depth, *std::max_element(a.n_depth.begin(), a.n_depth.end()));
   if (!a.vs_llama_bench.empty()) check_llama_bench(a.vs_llama_bench);
   // (At a depth the actors' sequences may start a few steps apart: room for that head start too.)
   const int head_start = deepest > 0 ? std::max(0, a.n_gen) + 64 : 0;

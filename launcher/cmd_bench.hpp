@@ -14,6 +14,7 @@ struct bench_args {
   std::vector<int> n_depth{0};  // -d: tokens already in the cache before each test (llama-bench's; each depth its own tests)
   int parallel = 1, vs_parallel = 0;            // sequences decoded at once (and the comparison's)
   int micro_batches = 1, vs_micro_batches = 0;  // micro-batches of a step (and the comparison's)
+  int vs_depth = -1;                            // a depth measured beside each of -d's, interleaved (-1: none)
   bool json = false, vs_dense = false, vs_direct = false, roofline = false, no_warmup = false;
   std::string pipeline = "actors";
   std::string vs_llama_bench;  // llama.cpp's llama-bench, run on the same file between the repetitions

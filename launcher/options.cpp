@@ -312,6 +312,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "each depth its own tests; the actors pipeline decodes at a depth, its prompts need --pipeline direct for now)")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--vs-depth", a->vs_depth,
+                  "Also measure after this many cached tokens, repetitions interleaved with each -d depth's, and print the ratio, these over "
+                  "-d's (e.g. -d 0 --vs-depth 2000: decode at depth 2,000 against depth 0 in the same minutes of a busy machine)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions")->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Sequences decoded at once, one step for all (decode_tokens_per_s is their sum)")
       ->check(CLI::Range(1, 256))

@@ -246,6 +246,29 @@ TEST(Cli, BenchMeasuresAtDepth) {
   EXPECT_GT(nlohmann::json::parse(actors.out)["prefill_tokens_per_s"].get<double>(), 0.0);
 }
 
+// bench --vs-depth N: each -d depth's tests and the same after N cached tokens, repetitions
+// interleaved, on both pipelines: its figures under "vs_depth" (its own n_depth and its cache reads
+// counted), the ratios of them over the depth's, a line saying it in the table.
+TEST(Cli, BenchComparesADepthInterleaved) {
+  for (const char* pipeline : {"direct", "actors"}) {
+    auto b = run({"bench", "-m", small_model(), "-p", "8", "-n", "4", "-d", "0", "--vs-depth", "40", "-r", "2", "-c", "128", "--pipeline", pipeline, "--json"});
+    ASSERT_EQ(b.code, 0) << b.err;
+    const auto j = nlohmann::json::parse(b.out);
+    EXPECT_EQ(j["n_depth"], 0);
+    ASSERT_TRUE(j.contains("vs_depth")) << b.out;
+    EXPECT_EQ(j["vs_depth"]["n_depth"], 40);
+    EXPECT_NEAR(j["depth_decode_ratio"].get<double>(), j["vs_depth"]["decode_tokens_per_s"].get<double>() / j["decode_tokens_per_s"].get<double>(), 1e-9);
+    EXPECT_NEAR(j["depth_prefill_ratio"].get<double>(), j["vs_depth"]["prefill_tokens_per_s"].get<double>() / j["prefill_tokens_per_s"].get<double>(), 1e-9);
+    // its cache read counted: 2 layers x 40 keys x 2 (K, V) x 32 wide x 2 bytes more a token
+    const double more = j["vs_depth"]["host_bytes_per_token"].get<double>() - j["host_bytes_per_token"].get<double>();
+    EXPECT_GE(more, 2 * 40 * 2 * 32 * 2 * 0.9) << pipeline;
+  }
+  auto table = run({"bench", "-m", small_model(), "-p", "0", "-n", "4", "--vs-depth", "24", "-r", "1", "-c", "128"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("| tg4 @ d24 |"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("depth 24 vs 0, interleaved: decode"), std::string::npos) << table.out;
+}
+
 // The KV cache's types as llama.cpp's flags spell them (-ctk, -ctv, --cache-type-k/-v, --kv-type for
 // both): the context line names them, bench's JSON carries llama-bench's type_k and type_v, a type the
 // cache does not hold or blocks of 32 across heads of 16 are refused by name.
