@@ -6,6 +6,7 @@
 
 #include "launcher/cmd_sparse.hpp"
 #include "launcher/commands.hpp"
+#include "launcher/option_checks.hpp"
 #include "launcher/progress.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
@@ -66,7 +67,7 @@ void run_train_predictor(const train_args& a) {
 }
 
 void run_place(const place_args& a) {
-  auto plan = loader::plan_from_profile(a.model, a.stats, a.budget, a.ctx);
+  auto plan = loader::plan_from_profile(a.model, a.stats, a.budget, a.ctx, parse_cache_types(a.cache_type_k, a.cache_type_v));
   auto path = placement_path(a.model);
   auto m = model::load(a.model, {true});
   loader::write_placement(plan, path, m->hp().n_ff, a.model);
@@ -140,7 +141,7 @@ void run_prepare(prepare_args a) {
   }
   tools::write_sparse_model(a.model, a.out, p.layers, so);
   if (a.budget > 0) {
-    auto plan = loader::plan_from_profile(a.out, po.out_dir, a.budget, a.ctx);
+    auto plan = loader::plan_from_profile(a.out, po.out_dir, a.budget, a.ctx, parse_cache_types(a.cache_type_k, a.cache_type_v));
     auto m = model::load(a.out, {true});
     loader::write_placement(plan, placement_path(a.out), m->hp().n_ff, a.out);
     fmt::print(stderr, "{}", plan.table());

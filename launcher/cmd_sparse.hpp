@@ -16,6 +16,7 @@ struct place_args {
   std::string model, stats;
   double budget = 0;
   int64_t ctx = 0;
+  std::string cache_type_k, cache_type_v;  // the KV cache the placement leaves room for (-ctk, -ctv)
 };
 
 struct prepare_args {
@@ -24,6 +25,7 @@ struct prepare_args {
   int threads = 0;
   double budget = 0;
   int64_t ctx = 0;
+  std::string cache_type_k, cache_type_v;  // the KV cache the placement leaves room for (-ctk, -ctv)
   bool powerinfer = false;
   bool reuse_profile = false;
   bool plain_layout = false;  // --plain-layout: the dense file's neuron order, gate, up and down_t rows in tensors of their own

@@ -583,6 +583,7 @@ void add_place_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--stats", a->stats, "Profile folder (hotcold profile)")->required();
   cmd->add_option("--vram-budget", a->budget, "Fast-device memory, GiB")->required()->check(finite_in(0, 1 << 20));
   cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache must hold (default: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
+  add_cache_type_options(cmd, a->cache_type_k, a->cache_type_v);
   cmd->callback([a, &exit_code] { exit_code = run_guarded("place", [&] { run_place(*a); }); });
 }
 
@@ -612,6 +613,7 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--vram-budget", a->budget, "Also place hot neurons for a fast device of this many GiB (OUTPUT.generated.gpuidx)")
       ->check(finite_in(0, 1 << 20));
   cmd->add_option("-c,--ctx", a->ctx, "Context the placement's KV cache must hold")->check(whole_in(0, 1ll << 40));
+  add_cache_type_options(cmd, a->cache_type_k, a->cache_type_v);
   cmd->add_option("--sparsity", a->sparsity,
                   "SiLU/GELU files: skip this mean fraction S of each layer's FFN neurons, those with the smallest |act(gate)| (a threshold "
                   "per layer calibrated on the calibration text, stored in the file); 0: none (ReLU-family files)")

@@ -340,10 +340,10 @@ placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firin
   return plan;
 }
 
-placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx) {
+placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx, kv_types kv) {
   if (!(budget_gib > 0)) throw std::invalid_argument("--vram-budget must be positive");
   plan_options o;
-  o.ctx = ctx;
+  o.ctx = ctx, o.kv = kv;
   return plan_placement(m, firing_counts, static_cast<uint64_t>(budget_gib * double(1ull << 30)), o);
 }
 

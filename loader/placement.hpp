@@ -130,8 +130,8 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
 // plan_device, then the hot neurons with what is left.
 placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, uint64_t budget, const plan_options& o);
 
-// The same with a budget in GiB and a context, as `hotcold place` takes them.
-placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx);
+// The same with a budget in GiB, a context and the cache's types, as `hotcold place` takes them.
+placement_plan plan_placement(const model& m, const std::vector<uint64_t>& firing_counts, double budget_gib, int64_t ctx, kv_types kv = {});
 
 // Writes the plan's hot neurons as a placement file (model/placement_file.hpp), with what it was made
 // for (the budget, the context, and model_path's size and modification time).

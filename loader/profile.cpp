@@ -189,14 +189,14 @@ profile_data read_profile(const std::string& dir) {
   return d;
 }
 
-placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx) {
+placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx, kv_types kv) {
   auto m = model::load(model_path, {true});
   const auto& hp = m->hp();
   auto data = read_profile(stats_dir);
   if (data.n_layer != hp.n_layer || data.n_ff != hp.n_ff)
     throw std::invalid_argument(fmt::format("{}: the profile is of a model with {} layers x {} neurons, this one has {} x {}", stats_dir,
                                             data.n_layer, data.n_ff, hp.n_layer, hp.n_ff));
-  return loader::plan_placement(*m, counts_in_order_of(data, *m), budget_gib, ctx);
+  return loader::plan_placement(*m, counts_in_order_of(data, *m), budget_gib, ctx, kv);
 }
 
 std::vector<uint64_t> counts_in_order_of(const profile_data& d, const model& m) {

@@ -81,7 +81,7 @@ profile_data read_profile(const std::string& dir);
 std::vector<uint64_t> counts_in_order_of(const profile_data& d, const model& m);
 
 // hotcold place: the plan for `model_path` from the firing counts of the profile in `stats_dir`.
-placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx);
+placement_plan plan_from_profile(const std::string& model_path, const std::string& stats_dir, double budget_gib, int64_t ctx, kv_types kv = {});
 
 // The firing counts a run plans a placement from when it has none (loader::firing_counts_source): a
 // profile beside the model (prepare's MODEL.work) of this model's shape, else a short profile of text

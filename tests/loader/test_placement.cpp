@@ -275,6 +275,22 @@ TEST(Placement, PlanFillsTheDeviceInOrder) {
 // A stage's plan (a worker's layers, docs/distributed.md) holds its layers alone: nothing of the
 // others' (attention, predictors, hot neurons), no head, and the hot neurons of its layers are the
 // ones the whole model's plan would weigh for them (the most fired first, within the budget).
+// place's -ctk/-ctv: the plan leaves room for the KV cache in its types (F32 twice F16's bytes, Q8_0
+// 34 bytes a block of 32), so a smaller cache leaves more of the budget to hot neurons.
+TEST(Placement, PlanCountsTheCacheInItsTypes) {
+  auto m = plan_sparse_model("plan_sparse");
+  const auto& hp = m->hp();
+  const auto counts = cycling_counts(hp);
+  const int64_t ctx = 64;
+  for (const kv_types t : {kv_types{}, kv_types{tensor_type::f32}, kv_types{tensor_type::f32, tensor_type::f16}}) {
+    const auto p = loader::plan_placement(*m, counts, 1.0, ctx, t);
+    const uint64_t want = static_cast<uint64_t>(ctx) * (values_bytes(t.k, hp.n_embd_kv()) + values_bytes(t.v, hp.n_embd_kv()));
+    for (const auto& l : p.layers) EXPECT_EQ(l.kv_bytes, l.attention ? want : 0) << kv_types_name(t);
+  }
+  const auto f16 = loader::plan_placement(*m, counts, 1.0, ctx), f32 = loader::plan_placement(*m, counts, 1.0, ctx, kv_types{tensor_type::f32});
+  EXPECT_GT(f32.fixed.kv_cache, f16.fixed.kv_cache);
+}
+
 TEST(Placement, AStagesPlanHoldsItsLayersAlone) {
   auto m = plan_sparse_model("plan_sparse");
   const auto& hp = m->hp();
