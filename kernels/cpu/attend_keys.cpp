@@ -203,7 +203,8 @@ HOTCOLD_AVX512 static void attend_rows(const float* q, const RK& k, const RV& v,
     const int64_t next = std::min(b0 + n + block_keys, t1);
     if (b0 == t0) prefetch_rows(k, b0, std::min(b0 + key_ahead, t1));
     scores_of(q, k, v, n_head, n_kv, hd, b0, n, scale, s, b0 + n, next, t1);
-    weigh_values(v, n_head, n_kv, hd, b0, n, s, out);
+    line_feed none;  // (the rows' own prefetches)
+    weigh_values(v, n_head, n_kv, hd, b0, n, s, out, none);
   }
 }
 
@@ -225,11 +226,12 @@ static void attend_keys_typed(const float* q, kv_types t, const uint8_t* k, cons
 // each of the query's values broadcast against the sixteen keys' values of its dim (two dims a step,
 // two chains of sums): sixteen scores a head in one vector, stored at s[(h0 + j) * block_keys].
 template <int NH, typename TK>
-HOTCOLD_AVX512 static inline void tile_scores(const float* q, const TK* tile, int64_t hd, int64_t g, int64_t h0, __m512 sc, float* s) {
+HOTCOLD_AVX512 static inline void tile_scores(const float* q, const TK* tile, int64_t hd, int64_t g, int64_t h0, __m512 sc, float* s, line_feed& feed) {
   const TK* kt = tile + g * hd * 16;
   __m512 acc[NH], acc2[NH];
   for (int j = 0; j < NH; ++j) acc[j] = _mm512_setzero_ps(), acc2[j] = _mm512_setzero_ps();
   for (int64_t e = 0; e < hd; e += 2) {
+    if (e % 8 == 0) feed.step();
     const __m512 k0 = load16(kt + e * 16), k1 = load16(kt + (e + 1) * 16);
 #pragma GCC unroll 4
     for (int j = 0; j < NH; ++j) {
@@ -244,20 +246,20 @@ HOTCOLD_AVX512 static inline void tile_scores(const float* q, const TK* tile, in
 // one) at a time.
 template <typename TK>
 struct float_tile_scores {
-  static constexpr bool keys_ahead = false;  // (the hardware's prefetch keeps up: asking made F16 5-10% slower)
   const float* q;
   int64_t n_head, n_kv, hd;
   float scale;
-  HOTCOLD_AVX512 void operator()(const uint8_t* bytes, float* s) const {
+  int64_t steps_a_tile() const { return n_head / (n_head / n_kv % 4 == 0 ? 4 : n_head / n_kv % 2 == 0 ? 2 : 1) * ((hd + 7) / 8); }
+  HOTCOLD_AVX512 void operator()(const uint8_t* bytes, float* s, line_feed& feed) const {
     const TK* tile = reinterpret_cast<const TK*>(bytes);
     const __m512 sc = _mm512_set1_ps(scale);
     const int64_t group = n_head / n_kv;
     const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     for (int64_t g = 0; g < n_kv; ++g)
       for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
-        if (nh == 4) tile_scores<4>(q, tile, hd, g, h0, sc, s);
-        else if (nh == 2) tile_scores<2>(q, tile, hd, g, h0, sc, s);
-        else tile_scores<1>(q, tile, hd, g, h0, sc, s);
+        if (nh == 4) tile_scores<4>(q, tile, hd, g, h0, sc, s, feed);
+        else if (nh == 2) tile_scores<2>(q, tile, hd, g, h0, sc, s, feed);
+        else tile_scores<1>(q, tile, hd, g, h0, sc, s, feed);
       }
   }
 };

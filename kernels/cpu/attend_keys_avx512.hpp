@@ -63,6 +63,25 @@ struct q4_0_rows : block_rows {
 // Q8_0 rows whose values a CPU with VNNI sums in integers (q8_0_int_values).
 struct q8_0_int_rows : q8_0_rows {};
 
+// A region of memory asked for into L2 a few lines at a time, spread over a pass's work (a block's
+// lines asked for at once fill the core's queue of misses and stall the loads beside them): aimed at
+// `bytes` from `from` over about `steps` steps, then step() at each; rest() asks for what is left.
+struct line_feed {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  int per_step = 0;
+  void aim(const void* from, int64_t bytes, int64_t steps) {
+    p = static_cast<const char*>(from), end = p + std::max<int64_t>(0, bytes);
+    per_step = static_cast<int>(std::max<int64_t>(1, (bytes / 64 + steps - 1) / std::max<int64_t>(1, steps)));
+  }
+  void step() {
+    for (int i = 0; i < per_step && p < end; ++i, p += 64) _mm_prefetch(p, _MM_HINT_T1);
+  }
+  void rest() {
+    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
+  }
+};
+
 // Rows first .. last - 1 asked for into L2, every line.
 template <typename R>
 HOTCOLD_AVX512 static inline void prefetch_rows(const R& rows, int64_t first, int64_t last) {
@@ -99,11 +118,12 @@ HOTCOLD_AVX512 static float softmax_block(float* s, int64_t n, float& m, float& 
 // their sums rescaled, then a block's n weighted value rows added.
 template <int NH, int NV, typename R>
 HOTCOLD_AVX512 static void add_values(const R& v, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int64_t e0, const float* s,
-                                      const float* rescale, float* o) {
+                                      const float* rescale, float* o, line_feed& feed) {
   __m512 acc[NH][NV];
   for (int j = 0; j < NH; ++j)
     for (int u = 0; u < NV; ++u) acc[j][u] = _mm512_mul_ps(_mm512_loadu_ps(o + (h0 + j) * hd + e0 + 16 * u), _mm512_set1_ps(rescale[j]));
   for (int64_t t = 0; t < n; ++t) {
+    feed.step();
     const auto row = v.row(b0 + t);
     __m512 vr[NV];
     for (int u = 0; u < NV; ++u) vr[u] = v.load(row, at + e0 + 16 * u);
@@ -119,23 +139,23 @@ HOTCOLD_AVX512 static void add_values(const R& v, int64_t at, int64_t hd, int64_
 // Q8_0 values summed in integers (attend_keys_q8_0.cpp; VNNI): heads h0 .. h0 + nh - 1 of a KV head
 // as add_values' callers take them.
 void q8_0_int_values(const q8_0_rows& v, int64_t at, int64_t hd, int64_t first, int64_t n, int64_t h0, int nh, const float* s, const float* rescale,
-                     float* o);
+                     float* o, line_feed& feed);
 
 // Up to four heads by up to 64 dims a call (sixteen sums in registers).
 template <typename R>
 HOTCOLD_AVX512 static void values_of(const R& v, int64_t at, int64_t hd, int64_t b0, int64_t n, int64_t h0, int nh, const float* s, const float* rescale,
-                                     float* o) {
-  if constexpr (std::is_same_v<R, q8_0_int_rows>) return q8_0_int_values(v, at, hd, b0, n, h0, nh, s, rescale, o);
+                                     float* o, line_feed& feed) {
+  if constexpr (std::is_same_v<R, q8_0_int_rows>) return q8_0_int_values(v, at, hd, b0, n, h0, nh, s, rescale, o, feed);
   for (int64_t e0 = 0; e0 < hd; e0 += 64) {
     const int nv = static_cast<int>(std::min<int64_t>(4, (hd - e0) / 16));
-#define HOTCOLD_VALUES(NH, NV) add_values<NH, NV>(v, at, hd, b0, n, h0, e0, s, rescale, o)
+#define HOTCOLD_VALUES(NH, NV) add_values<NH, NV>(v, at, hd, b0, n, h0, e0, s, rescale, o, feed)
     if (nh == 4 && nv == 4) HOTCOLD_VALUES(4, 4);
     else if (nh == 2 && nv == 4) HOTCOLD_VALUES(2, 4);
     else if (nh == 1 && nv == 4) HOTCOLD_VALUES(1, 4);
     else if (nh == 3 && nv == 4) HOTCOLD_VALUES(3, 4);
     else
       for (int j = 0; j < nh; ++j)
-        for (int64_t e = e0; e < e0 + 16 * nv; e += 16) add_values<1, 1>(v, at, hd, b0, n, h0 + j, e, s, rescale + j, o);
+        for (int64_t e = e0; e < e0 + 16 * nv; e += 16) add_values<1, 1>(v, at, hd, b0, n, h0 + j, e, s, rescale + j, o, feed);
 #undef HOTCOLD_VALUES
   }
 }
@@ -144,20 +164,23 @@ HOTCOLD_AVX512 static void values_of(const R& v, int64_t at, int64_t hd, int64_t
 // taken into every head's running sums: the softmax folded in, then the weighted value rows.
 template <typename RV>
 HOTCOLD_AVX512 static void weigh_values(const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t first, int64_t n, float* s, key_range_sums out,
-                                        const char* ahead = nullptr, int64_t ahead_bytes = 0) {
+                                        line_feed& feed) {
   const int64_t group = n_head / n_kv;
   float rescale[4];
   for (int64_t g = 0; g < n_kv; ++g)
     for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
-      if (ahead_bytes > 0) {  // the next keys asked for meanwhile, a KV head's share at a time
-        const int64_t from = ahead_bytes * g / n_kv / 64 * 64, to = ahead_bytes * (g + 1) / n_kv;
-        if (h0 == g * group)
-          for (int64_t b = from; b < to; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T1);
-      }
       const int nh = static_cast<int>(std::min<int64_t>(4, (g + 1) * group - h0));
       for (int j = 0; j < nh; ++j) rescale[j] = softmax_block(s + (h0 + j) * block_keys, n, out.m[h0 + j], out.l[h0 + j]);
-      values_of(v, g * hd, hd, first, n, h0, nh, s, rescale, out.o);
+      values_of(v, g * hd, hd, first, n, h0, nh, s, rescale, out.o, feed);
     }
+}
+
+// The line feed's steps in a values pass of n keys: a step a row (Q8_0 in integers: a pair of rows) for
+// each call of up to four heads and 64 dims.
+template <typename RV>
+static int64_t values_steps(const RV&, int64_t n_head, int64_t n_kv, int64_t hd, int64_t n) {
+  const int64_t calls = n_kv * ((n_head / n_kv + 3) / 4) * ((hd + 63) / 64);
+  return calls * (std::is_same_v<RV, q8_0_int_rows> ? (n + 1) / 2 : n);
 }
 
 // A cache of any of kv_types' types (rows k_row_bytes and v_row_bytes apart), each read by its reader.
@@ -174,27 +197,31 @@ static void with_rows(tensor_type t, const uint8_t* p, int64_t row_bytes, int64_
 }
 
 // attend_rows with the keys in tiles (kt: the slot's first tile, tile_bytes from one to the next; score
-// their keys into s[h * block_keys]): blocks of 64 keys from t0's tile on, every tile's scores, then the
-// softmax and values of the block's keys within t0 .. t1 - 1 alone.
+// their keys into s[h * block_keys], stepping a line feed as it goes): blocks of 64 keys from t0's tile
+// on, every tile's scores, then the softmax and values of the block's keys within t0 .. t1 - 1 alone.
+// Meanwhile the next block's value rows are asked for over the scores, its key tiles over the values.
 template <typename Scores, typename RV>
 HOTCOLD_AVX512 static void attend_tiles(const Scores& score, const uint8_t* kt, int64_t tile_bytes, const RV& v, int64_t n_head, int64_t n_kv, int64_t hd,
                                         int64_t t0, int64_t t1, key_range_sums out, float* scratch) {
   float* s = scratch;  // [n_head][block_keys]
   clear_key_range(out, n_head, hd);
-  prefetch_rows(v, t0, std::min(t0 - t0 % 16 + block_keys, t1));  // (the first block's values at once; each later one's a block ahead)
-  for (int64_t b0 = t0 - t0 % 16; b0 < t1; b0 += block_keys) {
+  line_feed feed;
+  const int64_t first = t0 - t0 % 16;
+  feed.aim(kt + first / 16 * tile_bytes, (std::min(first + block_keys, t1) - first + 15) / 16 * tile_bytes, 1);
+  feed.rest();
+  prefetch_rows(v, t0, std::min(first + block_keys, t1));  // (the first block's keys and values at once)
+  auto bytes_between = [&](int64_t a, int64_t b) { return reinterpret_cast<const char*>(v.row(b)) - reinterpret_cast<const char*>(v.row(a)); };
+  for (int64_t b0 = first; b0 < t1; b0 += block_keys) {
     const int64_t lo = std::max(b0, t0), hi = std::min(b0 + block_keys, t1);
-    const int64_t v_end = std::min(b0 + 2 * block_keys, t1);
-    for (int64_t tt = b0; tt < hi; tt += 16) {
-      // The next block's value rows, a tile's share of them with each tile's scores.
-      const int64_t v_first = std::min(tt + block_keys, v_end);
-      prefetch_rows(v, v_first, std::min(v_first + 16, v_end));
-      score(kt + (tt / 16) * tile_bytes, s + (tt - b0));
-    }
-    const int64_t n = hi - lo, off = lo - b0;
     const int64_t next = b0 + block_keys, next_end = std::min(next + block_keys, t1);
-    const int64_t ahead_bytes = Scores::keys_ahead && next < t1 ? (next_end - next + 15) / 16 * tile_bytes : 0;
-    weigh_values(v, n_head, n_kv, hd, lo, n, s + off, out, reinterpret_cast<const char*>(kt + next / 16 * tile_bytes), ahead_bytes);
+    const int64_t tiles = (hi - b0 + 15) / 16;
+    if (next < t1) feed.aim(v.row(next), bytes_between(next, next_end), tiles * score.steps_a_tile());
+    for (int64_t tt = b0; tt < hi; tt += 16) score(kt + (tt / 16) * tile_bytes, s + (tt - b0), feed);
+    feed.rest();
+    const int64_t n = hi - lo, off = lo - b0;
+    if (next < t1) feed.aim(kt + next / 16 * tile_bytes, (next_end - next + 15) / 16 * tile_bytes, values_steps(v, n_head, n_kv, hd, n));
+    weigh_values(v, n_head, n_kv, hd, lo, n, s + off, out, feed);
+    feed.rest();
   }
 }
 

@@ -18,7 +18,7 @@ namespace avx512 {
 // weights in one VNNI product of sixteen dims; the sums are scaled back to floats once a block.
 template <int NH, int NB>
 HOTCOLD_VNNI static void q8_0_int_values_t(const q8_0_rows& v, int64_t b0, int64_t at, int64_t first, int64_t n, int64_t h0, int64_t hd, const float* s,
-                                           const float* rescale, float* o) {
+                                           const float* rescale, float* o, line_feed& feed) {
   // Blocks b0 .. b0 + NB - 1 of the rows (dims at .. of the heads' sums). Where the interleaving leaves
   // a block's dims: 128-bit lane L of the low pairs' sums holds dims 8L .. 8L + 3, of the high pairs'
   // 8L + 4 .. 8L + 7; the permutes put dims 0-15 and 16-31 back in order.
@@ -54,6 +54,7 @@ HOTCOLD_VNNI static void q8_0_int_values_t(const q8_0_rows& v, int64_t b0, int64
   for (int j = 0; j < NH; ++j)
     for (int k = 0; k < NB; ++k) lo[j][k] = _mm512_setzero_si512(), hi[j][k] = _mm512_setzero_si512();
   for (int64_t t = 0; t < n; t += 2) {
+    feed.step();
     const block_q8_0* r0 = reinterpret_cast<const block_q8_0*>(v.row(first + t)) + b0;
     const block_q8_0* r1 = t + 1 < n ? reinterpret_cast<const block_q8_0*>(v.row(first + t + 1)) + b0 : r0;
 #pragma GCC unroll 2
@@ -82,18 +83,18 @@ HOTCOLD_VNNI static void q8_0_int_values_t(const q8_0_rows& v, int64_t b0, int64
 }
 template <int NH>
 HOTCOLD_VNNI static void q8_0_int_values_heads(const q8_0_rows& v, int64_t at, int64_t hd, int64_t first, int64_t n, int64_t h0, const float* s,
-                                               const float* rescale, float* o) {
+                                               const float* rescale, float* o, line_feed& feed) {
   for (int64_t e = 0; e < hd; e += 64) {  // two blocks a pass (sixteen sums in registers for four heads)
-    if (hd - e >= 64) q8_0_int_values_t<NH, 2>(v, (at + e) / 32, e, first, n, h0, hd, s, rescale, o);
-    else q8_0_int_values_t<NH, 1>(v, (at + e) / 32, e, first, n, h0, hd, s, rescale, o);
+    if (hd - e >= 64) q8_0_int_values_t<NH, 2>(v, (at + e) / 32, e, first, n, h0, hd, s, rescale, o, feed);
+    else q8_0_int_values_t<NH, 1>(v, (at + e) / 32, e, first, n, h0, hd, s, rescale, o, feed);
   }
 }
 HOTCOLD_VNNI void q8_0_int_values(const q8_0_rows& v, int64_t at, int64_t hd, int64_t first, int64_t n, int64_t h0, int nh, const float* s,
-                                         const float* rescale, float* o) {
-  if (nh == 4) q8_0_int_values_heads<4>(v, at, hd, first, n, h0, s, rescale, o);
-  else if (nh == 3) q8_0_int_values_heads<3>(v, at, hd, first, n, h0, s, rescale, o);
-  else if (nh == 2) q8_0_int_values_heads<2>(v, at, hd, first, n, h0, s, rescale, o);
-  else q8_0_int_values_heads<1>(v, at, hd, first, n, h0, s, rescale, o);
+                                         const float* rescale, float* o, line_feed& feed) {
+  if (nh == 4) q8_0_int_values_heads<4>(v, at, hd, first, n, h0, s, rescale, o, feed);
+  else if (nh == 3) q8_0_int_values_heads<3>(v, at, hd, first, n, h0, s, rescale, o, feed);
+  else if (nh == 2) q8_0_int_values_heads<2>(v, at, hd, first, n, h0, s, rescale, o, feed);
+  else q8_0_int_values_heads<1>(v, at, hd, first, n, h0, s, rescale, o, feed);
 }
 
 // The query as Q8_0 blocks meets Q8_0 keys in tiles (kv_rows.hpp) in integer dot products, as
@@ -103,16 +104,13 @@ HOTCOLD_VNNI void q8_0_int_values(const q8_0_rows& v, int64_t at, int64_t hd, in
 // scales and the query block's. The query's quants, scales and 128 x sums: qs[h * hd + e], d[h * nb +
 // b], bias[h * nb + b] (nb = hd / 32).
 struct q8_0_tile_scores {
-  // The next block's key tiles asked for into L2 while a block's values are summed (bench_attention,
-  // 16 layers x 2,000 keys, one thread, three interleaved rounds: 4.60-4.87 -> 3.88-4.14 ms).
-  static constexpr bool keys_ahead = true;
   const int8_t* qs;
   const float* d;
   const int32_t* bias;
   int64_t n_head, n_kv, hd, width;
   float scale;
   template <int NH>
-  HOTCOLD_VNNI void heads(const uint8_t* tile, int64_t g, int64_t h0, float* s) const {
+  HOTCOLD_VNNI void heads(const uint8_t* tile, int64_t g, int64_t h0, float* s, line_feed& feed) const {
     const int64_t nb = hd / 32;
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512 acc[NH];
@@ -124,6 +122,7 @@ struct q8_0_tile_scores {
       for (int j = 0; j < NH; ++j) sums[0][j] = sums[1][j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
+        if (i % 4 == 0) feed.step();
         const __m512i k = _mm512_xor_si512(_mm512_loadu_si512(quads + 64 * i), flip);
         for (int j = 0; j < NH; ++j) {
           int32_t four;
@@ -140,14 +139,15 @@ struct q8_0_tile_scores {
     }
     for (int j = 0; j < NH; ++j) _mm512_storeu_ps(s + (h0 + j) * block_keys, _mm512_mul_ps(acc[j], _mm512_set1_ps(scale)));
   }
-  HOTCOLD_VNNI void operator()(const uint8_t* tile, float* s) const {
+  int64_t steps_a_tile() const { return n_head / (n_head / n_kv % 4 == 0 ? 4 : n_head / n_kv % 2 == 0 ? 2 : 1) * (hd / 32) * 2; }
+  HOTCOLD_VNNI void operator()(const uint8_t* tile, float* s, line_feed& feed) const {
     const int64_t group = n_head / n_kv;
     const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     for (int64_t g = 0; g < n_kv; ++g)
       for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
-        if (nh == 4) heads<4>(tile, g, h0, s);
-        else if (nh == 2) heads<2>(tile, g, h0, s);
-        else heads<1>(tile, g, h0, s);
+        if (nh == 4) heads<4>(tile, g, h0, s, feed);
+        else if (nh == 2) heads<2>(tile, g, h0, s, feed);
+        else heads<1>(tile, g, h0, s, feed);
       }
   }
 };
