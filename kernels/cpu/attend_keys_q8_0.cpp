@@ -10,6 +10,29 @@ namespace hotcold::kernels {
 HOTCOLD_AVX512_BEGIN
 namespace avx512 {
 
+// Positions t and t + 1 (rows r0 and r1, blocks 0 .. NB - 1 from where they point) into the sums of
+// q8_0_int_values_t: the two rows' quants widened and interleaved dim by dim, met by each head's
+// two weights.
+template <int NH, int NB>
+HOTCOLD_VNNI static inline __attribute__((always_inline)) void q8_0_value_pair(const block_q8_0* r0, const block_q8_0* r1,
+                                                                               const int16_t (&wq)[NH][NB][block_keys + 16], int64_t t,
+                                                                               __m512i (&lo)[NH][NB], __m512i (&hi)[NH][NB]) {
+#pragma GCC unroll 2
+  for (int k = 0; k < NB; ++k) {
+    const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0[k].qs)));
+    const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1[k].qs)));
+    const __m512i pairs_lo = _mm512_unpacklo_epi16(a, c), pairs_hi = _mm512_unpackhi_epi16(a, c);
+#pragma GCC unroll 4
+    for (int j = 0; j < NH; ++j) {
+      int32_t two;
+      std::memcpy(&two, wq[j][k] + t, 4);
+      const __m512i wt = _mm512_set1_epi32(two);
+      lo[j][k] = _mm512_dpwssd_epi32(lo[j][k], pairs_lo, wt);
+      hi[j][k] = _mm512_dpwssd_epi32(hi[j][k], pairs_hi, wt);
+    }
+  }
+}
+
 // Q8_0 values summed in integers, as its keys' dot products are: heads h0 .. h0 + NH - 1 of a KV head
 // (values at .. at + hd - 1 of each row) take a block's n weighted value rows, block of 32 dims by
 // block. Each head's weights times the rows' scales of the block are rounded to 15-bit integers
@@ -53,25 +76,14 @@ HOTCOLD_VNNI static void q8_0_int_values_t(const q8_0_rows& v, int64_t b0, int64
   __m512i lo[NH][NB], hi[NH][NB];
   for (int j = 0; j < NH; ++j)
     for (int k = 0; k < NB; ++k) lo[j][k] = _mm512_setzero_si512(), hi[j][k] = _mm512_setzero_si512();
-  for (int64_t t = 0; t < n; t += 2) {
+  const uint8_t* row = reinterpret_cast<const uint8_t*>(v.row(first)) + b0 * static_cast<int64_t>(sizeof(block_q8_0));
+  const int64_t stride = v.stride;
+  int64_t t = 0;
+  for (; t + 1 < n; t += 2, row += 2 * stride) {
     feed.step();
-    const block_q8_0* r0 = reinterpret_cast<const block_q8_0*>(v.row(first + t)) + b0;
-    const block_q8_0* r1 = t + 1 < n ? reinterpret_cast<const block_q8_0*>(v.row(first + t + 1)) + b0 : r0;
-#pragma GCC unroll 2
-    for (int k = 0; k < NB; ++k) {
-      const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0[k].qs)));
-      const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1[k].qs)));
-      const __m512i pairs_lo = _mm512_unpacklo_epi16(a, c), pairs_hi = _mm512_unpackhi_epi16(a, c);
-#pragma GCC unroll 4
-      for (int j = 0; j < NH; ++j) {
-        int32_t two;
-        std::memcpy(&two, wq[j][k] + t, 4);
-        const __m512i wt = _mm512_set1_epi32(two);
-        lo[j][k] = _mm512_dpwssd_epi32(lo[j][k], pairs_lo, wt);
-        hi[j][k] = _mm512_dpwssd_epi32(hi[j][k], pairs_hi, wt);
-      }
-    }
+    q8_0_value_pair<NH, NB>(reinterpret_cast<const block_q8_0*>(row), reinterpret_cast<const block_q8_0*>(row + stride), wq, t, lo, hi);
   }
+  if (t < n) q8_0_value_pair<NH, NB>(reinterpret_cast<const block_q8_0*>(row), reinterpret_cast<const block_q8_0*>(row), wq, t, lo, hi);  // (the second weighed 0)
   for (int j = 0; j < NH; ++j)
     for (int k = 0; k < NB; ++k) {
       float* out = o + (h0 + j) * hd + at + 32 * k;
