@@ -1,0 +1,134 @@
+// GBNF grammars (model/grammar.hpp): parsed as llama.cpp writes them, followed a code point at a time,
+// and refused with the line and column of what is wrong.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/grammar.hpp"
+
+namespace hotcold {
+namespace {
+
+// JSON, written from its published definition (RFC 8259) in GBNF.
+const char* json_gbnf = R"(# a JSON value, with space between its parts
+root   ::= ws value ws
+value  ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ws ( member ( ws "," ws member )* )? ws "}"
+member ::= string ws ":" ws value
+array  ::= "[" ws ( value ( ws "," ws value )* )? ws "]"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws     ::= [ \t\n\r]*
+)";
+
+// Whether the whole text is a sentence of the grammar: every code point taken, and the end allowed.
+bool matches(const grammar& g, const std::string& text) {
+  grammar_matcher m(g);
+  return m.accept_utf8(text) && m.complete();
+}
+
+TEST(Grammar, JsonAsItsDefinitionSays) {
+  const grammar g = grammar::parse(json_gbnf);
+  for (const char* ok : {"{}", "[]", "0", "-12.5e+3", "\"a\\u00e9\\n\"", " {\"a\": [1, 2, {\"b\": null}], \"c\": true} ", "[\"x\",false]", "\"é\""})
+    EXPECT_TRUE(matches(g, ok)) << ok;
+  for (const char* bad : {"{", "01", "[1,]", "{\"a\" 1}", "\"\x01\"", "tru", "1.", "\"\\q\"", "{} {}", "- 1"}) EXPECT_FALSE(matches(g, bad)) << bad;
+  // Followed a code point at a time: what may come next, where the text may end.
+  grammar_matcher m(g);
+  EXPECT_TRUE(m.may_take('{') && m.may_take('[') && m.may_take('-') && m.may_take(' '));
+  EXPECT_FALSE(m.may_take('}') || m.may_take('+') || m.may_take('a'));
+  EXPECT_TRUE(m.accept_utf8("{\"k\":"));
+  EXPECT_FALSE(m.complete());
+  EXPECT_FALSE(m.accept('}'));  // (refused: the state is kept)
+  EXPECT_TRUE(m.accept_utf8(" 7"));
+  EXPECT_FALSE(m.complete());
+  EXPECT_TRUE(m.accept('}'));
+  EXPECT_TRUE(m.complete());
+  EXPECT_TRUE(m.accept('\n'));  // trailing space, then nothing else
+  EXPECT_FALSE(m.may_take('x'));
+}
+
+TEST(Grammar, RepetitionsCountAsWritten) {
+  auto runs = [](const char* text) {
+    const grammar g = grammar::parse(text);
+    std::string got;
+    for (int n = 0; n <= 6; ++n)
+      if (matches(g, std::string(static_cast<size_t>(n), 'a'))) got += std::to_string(n);
+    return got;
+  };
+  EXPECT_EQ(runs(R"(root ::= "a"{2,4})"), "234");
+  EXPECT_EQ(runs(R"(root ::= "a"{3})"), "3");
+  EXPECT_EQ(runs(R"(root ::= "a"{2,})"), "23456");
+  EXPECT_EQ(runs(R"(root ::= "a"{,2})"), "012");
+  EXPECT_EQ(runs(R"(root ::= "a"?)"), "01");
+  EXPECT_EQ(runs(R"(root ::= "a"+)"), "123456");
+  EXPECT_EQ(runs(R"(root ::= "a"*)"), "0123456");
+  EXPECT_EQ(runs(R"(root ::= ("a" "a")+)"), "246");    // a group repeated whole
+  EXPECT_EQ(runs(R"(root ::= "aa"{1,2} "a"?)"), "2345");  // a literal repeated whole
+}
+
+TEST(Grammar, CharactersClassesAndEscapes) {
+  const grammar g = grammar::parse("root ::= [^a-c\\n] \"\\x41\\u00e9\\U0001F600\" . [\\]\\-] \"é\"\n");
+  EXPECT_TRUE(matches(g, "zAé😀?]é"));
+  EXPECT_TRUE(matches(g, "dAé😀\n-é"));  // `.` takes a newline too
+  EXPECT_FALSE(matches(g, "bAé😀x]é"));  // b is in a-c
+  EXPECT_FALSE(matches(g, "\nAé😀x]é"));
+  EXPECT_FALSE(matches(g, "zAé😀xaé"));
+  // Comments, groups over several lines, a continuation line beginning with |, names with - and _.
+  const grammar h = grammar::parse(R"(
+root ::= greeting-word " " who_  # a comment
+greeting-word ::= ( "hello"
+                  | "hi" )
+who_ ::= "world"
+  | "there"
+)");
+  for (const char* ok : {"hello world", "hi there", "hello there"}) EXPECT_TRUE(matches(h, ok)) << ok;
+  EXPECT_FALSE(matches(h, "hey world"));
+}
+
+// What is wrong, and where: the line and column of the text, or the rule for faults of the whole.
+TEST(Grammar, ErrorsNameLineAndColumn) {
+  auto error_of = [](const std::string& text, int& line, int& column) {
+    try {
+      grammar::parse(text);
+    } catch (const grammar_error& e) {
+      line = e.line(), column = e.column();
+      return std::string(e.what());
+    }
+    return std::string("(parsed)");
+  };
+  int line = 0, column = 0;
+  EXPECT_NE(error_of("root ::= item\nitem ::= \"a\" thing\n", line, column).find("rule 'thing' is used but never defined"), std::string::npos);
+  EXPECT_EQ(line, 2);
+  EXPECT_EQ(column, 14);
+  EXPECT_NE(error_of("root ::= \"a\"\nx := \"b\"\n", line, column).find("expecting '::='"), std::string::npos);
+  EXPECT_EQ(line, 2);
+  EXPECT_EQ(column, 3);
+  EXPECT_NE(error_of("root ::= \"abc\n", line, column).find("unterminated string"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\\qb\"", line, column).find("unknown escape '\\q'"), std::string::npos);
+  EXPECT_EQ(line, 1);
+  EXPECT_EQ(column, 12);
+  EXPECT_NE(error_of("root ::= \"a\"{3,2}", line, column).find("its most is less than its least"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"{2001}", line, column).find("more than 2000"), std::string::npos);
+  EXPECT_NE(error_of("root ::= * \"a\"", line, column).find("nothing before it to repeat"), std::string::npos);
+  EXPECT_NE(error_of("root ::= [a-", line, column).find("unterminated character class"), std::string::npos);
+  EXPECT_NE(error_of("root ::= [z-a]", line, column).find("end is before its start"), std::string::npos);
+  EXPECT_NE(error_of("root ::= ( \"a\" ", line, column).find("expecting ')'"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\" )", line, column).find("expecting a newline or the end"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"", line, column).find("rule 'root' is defined twice"), std::string::npos);
+  EXPECT_EQ(line, 2);
+  EXPECT_EQ(column, 1);
+  EXPECT_NE(error_of("item ::= \"a\"", line, column).find("no rule 'root'"), std::string::npos);
+  EXPECT_EQ(line, 0);
+  EXPECT_NE(error_of("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"", line, column).find("rule 'expr' is left-recursive"), std::string::npos);
+  EXPECT_NE(error_of("root ::= e\ne ::= opt e \"x\" | \"y\"\nopt ::= \"z\"?", line, column).find("left-recursive"), std::string::npos);  // through a rule that may match nothing
+  EXPECT_NE(error_of("root ::= <[42]>", line, column).find("token references"), std::string::npos);
+  // Rules that may match nothing, nested and repeated, lead to more places than a text can need: refused
+  // when followed, never followed for ever.
+  const grammar ambiguous = grammar::parse("root ::= (\"a\"? | \"b\"?){0,40}");  // (2^40 ways through)
+  EXPECT_THROW(grammar_matcher{ambiguous}, grammar_error);
+  // Not left recursion: the recursion comes after a character.
+  EXPECT_TRUE(matches(grammar::parse("root ::= \"(\" root \")\" | \"x\""), "((x))"));
+}
+
+}  // namespace
+}  // namespace hotcold
