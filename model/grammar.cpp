@@ -375,6 +375,23 @@ bool grammar::takes(const element& e, uint32_t c) const {
   return in != e.negated;
 }
 
+bool grammar::takes_any(const element& e, uint32_t lo, uint32_t hi) const {
+  if (!e.negated) {
+    for (uint32_t i = e.first; i < e.first + e.count; ++i)
+      if (ranges_[i].lo <= hi && lo <= ranges_[i].hi) return true;
+    return false;
+  }
+  // Negated: some code point of lo .. hi outside every range, the ranges walked in order of their starts.
+  std::vector<range> r(ranges_.begin() + e.first, ranges_.begin() + e.first + e.count);
+  std::sort(r.begin(), r.end(), [](const range& a, const range& b) { return a.lo < b.lo; });
+  uint64_t next = lo;  // the first code point not yet known to be covered
+  for (const range& x : r) {
+    if (x.lo > next) break;
+    next = std::max<uint64_t>(next, uint64_t{x.hi} + 1);
+  }
+  return next <= hi;
+}
+
 grammar_matcher::grammar_matcher(const grammar& g) : g_(&g) {
   for (uint32_t first : g.alternatives(g.root())) expand({first}, stacks_);
   std::sort(stacks_.begin(), stacks_.end());
@@ -434,6 +451,10 @@ bool grammar_matcher::accept_utf8(std::string_view text) {
 
 bool grammar_matcher::complete() const {
   return std::any_of(stacks_.begin(), stacks_.end(), [](const std::vector<uint32_t>& s) { return s.empty(); });
+}
+
+bool grammar_matcher::may_take_any(uint32_t lo, uint32_t hi) const {
+  return std::any_of(stacks_.begin(), stacks_.end(), [&](const std::vector<uint32_t>& s) { return !s.empty() && g_->takes_any(g_->elements()[s.back()], lo, hi); });
 }
 
 bool grammar_matcher::may_take(uint32_t c) const {

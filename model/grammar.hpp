@@ -54,8 +54,9 @@ class grammar {
   const std::vector<uint32_t>& alternatives(uint32_t rule) const { return rules_[rule]; }
   uint32_t root() const { return root_; }
   size_t rule_count() const { return rules_.size(); }
-  // Whether element e (chars) takes code point c.
+  // Whether element e (chars) takes code point c; some code point in lo .. hi.
   bool takes(const element& e, uint32_t c) const;
+  bool takes_any(const element& e, uint32_t lo, uint32_t hi) const;
   // A rule's name as the text gave it (or a made one: NAME_N for its groups and repetitions).
   const std::string& name(uint32_t rule) const { return names_[rule]; }
 
@@ -83,8 +84,9 @@ class grammar_matcher {
   bool complete() const;
   // Whether some continuation is still possible (any stack at all).
   bool alive() const { return !stacks_.empty(); }
-  // Whether code point c may come next.
+  // Whether code point c may come next; some code point in lo .. hi.
   bool may_take(uint32_t c) const;
+  bool may_take_any(uint32_t lo, uint32_t hi) const;
   const std::vector<std::vector<uint32_t>>& stacks() const { return stacks_; }
 
  private:

@@ -4,7 +4,13 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include <random>
+
+#include "model/gguf.hpp"
 #include "model/grammar.hpp"
+#include "model/grammar_tokens.hpp"
 
 namespace hotcold {
 namespace {
@@ -128,6 +134,84 @@ TEST(Grammar, ErrorsNameLineAndColumn) {
   EXPECT_THROW(grammar_matcher{ambiguous}, grammar_error);
   // Not left recursion: the recursion comes after a character.
   EXPECT_TRUE(matches(grammar::parse("root ::= \"(\" root \")\" | \"x\""), "((x))"));
+}
+
+// A real vocabulary's tokens under a grammar: those allowed are exactly the ones whose text keeps the
+// output a beginning of a sentence (checked against the pieces themselves, token by token), every
+// token at once agrees with one at a time, and tokens drawn at random among the allowed ones until the
+// grammar is complete always give text that parses: what random weights sampling under a grammar get.
+TEST(Grammar, TokensOfARealVocabulary) {
+  const auto f = gguf::file::open(HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf");
+  const vocab v = vocab::from_gguf(f);
+  const grammar_vocab tokens(v);
+  {
+    const grammar g = grammar::parse(R"(root ::= "yes" | "no" | "maybe")");
+    token_grammar tg(g, tokens);
+    std::vector<uint8_t> mask;
+    tg.allowed(mask);
+    size_t n = 0;
+    for (size_t t = 0; t < v.size(); ++t) {
+      const std::string& piece = tokens.bytes(static_cast<token_id>(t));
+      bool prefix = !piece.empty();
+      if (prefix) prefix = std::string("yes").rfind(piece, 0) == 0 || std::string("no").rfind(piece, 0) == 0 || std::string("maybe").rfind(piece, 0) == 0;
+      EXPECT_EQ(mask[t] != 0, prefix) << t << " '" << piece << "'";
+      EXPECT_EQ(tg.allows(static_cast<token_id>(t)), prefix) << t;
+      n += prefix;
+    }
+    EXPECT_GE(n, 5u);  // y, n, m, no, ma... as the vocabulary has them
+    EXPECT_FALSE(tg.allows(v.eos()));  // nothing written yet: the text may not end
+    tg.accept(*v.find("no"));
+    EXPECT_TRUE(tg.complete());
+    EXPECT_TRUE(tg.allows(v.eos()));
+    tg.allowed(mask);
+    for (size_t t = 0; t < mask.size(); ++t) EXPECT_EQ(mask[t] != 0, v.is_end_of_generation(static_cast<token_id>(t))) << t;  // the end alone
+    EXPECT_THROW(tg.accept(*v.find("s")), std::invalid_argument);
+  }
+  // A byte token opens a code point that the next one finishes: é is <0xC3> <0xA9>.
+  {
+    const grammar g = grammar::parse(R"(root ::= "é" | "ü")");
+    token_grammar tg(g, tokens);
+    const token_id c3 = *v.find("<0xC3>"), a9 = *v.find("<0xA9>"), bc = *v.find("<0xBC>"), a4 = *v.find("<0xA4>");
+    EXPECT_TRUE(tg.allows(c3));
+    EXPECT_FALSE(tg.allows(*v.find("<0xC4>")));  // no allowed code point starts with it
+    tg.accept(c3);
+    EXPECT_FALSE(tg.complete());
+    EXPECT_TRUE(tg.allows(a9) && tg.allows(bc));
+    EXPECT_FALSE(tg.allows(a4));  // (ä)
+    tg.accept(bc);
+    EXPECT_TRUE(tg.complete());
+  }
+  // JSON, tokens drawn at random among the allowed ones: every text parses.
+  const grammar json = grammar::parse(json_gbnf);
+  std::mt19937 rng(7);
+  std::vector<uint8_t> mask;
+  int parsed = 0;
+  for (int round = 0; round < 8; ++round) {
+    token_grammar tg(json, tokens);
+    std::string text;
+    for (int step = 0; step < 100; ++step) {
+      tg.allowed(mask);
+      std::vector<token_id> ok, closing;
+      for (size_t t = 0; t < mask.size(); ++t) {
+        if (!mask[t]) continue;
+        ok.push_back(static_cast<token_id>(t));
+        const std::string& b = tokens.bytes(static_cast<token_id>(t));
+        if (b == "\"" || b == "]" || b == "}") closing.push_back(static_cast<token_id>(t));
+      }
+      ASSERT_FALSE(ok.empty()) << text;
+      // Any allowed token for 20 steps; then the end where it is allowed, else a closing one if any.
+      token_id pick = ok[rng() % ok.size()];
+      if (step >= 20 && tg.allows(v.eos())) pick = v.eos();
+      else if (step >= 20 && !closing.empty()) pick = closing[rng() % closing.size()];
+      if (v.is_end_of_generation(pick)) break;
+      tg.accept(pick);
+      text += tokens.bytes(pick);
+    }
+    if (!tg.complete()) continue;
+    ++parsed;
+    EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+  }
+  EXPECT_GE(parsed, 6) << "too few texts ended to check";
 }
 
 }  // namespace

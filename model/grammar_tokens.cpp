@@ -1,0 +1,93 @@
+#include "model/grammar_tokens.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace hotcold {
+
+grammar_vocab::grammar_vocab(const vocab& v) : bytes_(v.size()), ends_(v.size(), 0) {
+  trie_.emplace_back();
+  std::vector<std::map<uint8_t, uint32_t>> children(1);
+  for (size_t t = 0; t < v.size(); ++t) {
+    const auto id = static_cast<token_id>(t);
+    const token_type type = v.type(id);
+    ends_[t] = v.is_end_of_generation(id);
+    if (ends_[t] || type == token_type::control || type == token_type::unknown || type == token_type::unused) continue;
+    bytes_[t] = v.piece(id);
+    uint32_t at = 0;
+    for (const char c : bytes_[t]) {
+      const auto b = static_cast<uint8_t>(c);
+      auto found = children[at].find(b);
+      if (found == children[at].end()) {
+        found = children[at].emplace(b, static_cast<uint32_t>(trie_.size())).first;
+        trie_.emplace_back();
+        children.emplace_back();
+      }
+      at = found->second;
+    }
+    if (at != 0) trie_[at].tokens.push_back(id);  // (an empty piece never advances the text: never allowed)
+  }
+  for (size_t n = 0; n < trie_.size(); ++n) trie_[n].next.assign(children[n].begin(), children[n].end());
+}
+
+token_grammar::token_grammar(const grammar& g, const grammar_vocab& tokens) : tokens_(&tokens), matcher_(g) {}
+
+bool token_grammar::feed(reading& r, uint8_t b) {
+  if (r.need == 0) {
+    if (b < 0x80) return r.m.accept(b);
+    const int n = (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    if (n == 0) return false;  // (a continuation byte where a code point starts, or no UTF-8 at all)
+    r.partial = b & (0x7Fu >> n), r.need = n - 1, r.least = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+  } else {
+    if ((b >> 6) != 2) return false;
+    r.partial = (r.partial << 6) | (b & 0x3F);
+    if (--r.need == 0) {  // (overlong forms, surrogates and what is past Unicode are not UTF-8)
+      if (r.partial < r.least || (r.partial >= 0xD800 && r.partial <= 0xDFFF) || r.partial > 0x10FFFF) return false;
+      return r.m.accept(r.partial);
+    }
+  }
+  // An unfinished code point: the ones it can still become.
+  const uint32_t lo = std::max(r.least, r.partial << (6 * r.need)), hi = std::min<uint32_t>(((r.partial + 1) << (6 * r.need)) - 1, 0x10FFFF);
+  return lo <= hi && r.m.may_take_any(lo, hi);
+}
+
+bool token_grammar::allows(token_id t) const {
+  if (t < 0 || static_cast<size_t>(t) >= tokens_->size()) return false;
+  if (tokens_->ends_generation(t)) return complete();
+  const std::string& bytes = tokens_->bytes(t);
+  if (bytes.empty()) return false;
+  reading r{matcher_, partial_, need_, least_};
+  for (const char c : bytes)
+    if (!feed(r, static_cast<uint8_t>(c))) return false;
+  return true;
+}
+
+void token_grammar::walk(uint32_t node, const reading& r, std::vector<uint8_t>& mask) const {
+  const auto& n = tokens_->trie()[node];
+  for (token_id t : n.tokens) mask[static_cast<size_t>(t)] = 1;
+  for (const auto& [b, child] : n.next) {
+    reading next = r;
+    if (feed(next, b)) walk(child, next, mask);
+  }
+}
+
+void token_grammar::allowed(std::vector<uint8_t>& mask) const {
+  mask.assign(tokens_->size(), 0);
+  walk(0, reading{matcher_, partial_, need_, least_}, mask);
+  if (complete())
+    for (size_t t = 0; t < tokens_->size(); ++t)
+      if (tokens_->ends_generation(static_cast<token_id>(t))) mask[t] = 1;
+}
+
+void token_grammar::accept(token_id t) {
+  if (!allows(t)) throw std::invalid_argument(fmt::format("token {} is not one the grammar allows here", t));
+  if (tokens_->ends_generation(t)) return;
+  reading r{matcher_, partial_, need_, least_};
+  for (const char c : tokens_->bytes(t)) feed(r, static_cast<uint8_t>(c));
+  matcher_ = std::move(r.m), partial_ = r.partial, need_ = r.need, least_ = r.least;
+}
+
+}  // namespace hotcold

@@ -1,0 +1,70 @@
+#pragma once
+// Which tokens a grammar (model/grammar.hpp) lets come next, for constrained sampling. A token is its
+// piece's bytes; it may end inside a UTF-8 sequence (a byte token, or a byte-level BPE token), whose
+// code point the next tokens finish, so the state is the grammar's matcher and the code point still
+// being read. One token is checked by taking its bytes in turn; every token at once by walking the
+// vocabulary's pieces as a trie of bytes, so that tokens sharing a beginning share its work.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/grammar.hpp"
+#include "model/vocab.hpp"
+
+namespace hotcold {
+
+// A vocabulary's pieces as grammars see them: each token's bytes (empty for control, unknown and
+// unused tokens: text never holds them), the end-of-generation tokens apart, and the trie of the
+// pieces.
+class grammar_vocab {
+ public:
+  explicit grammar_vocab(const vocab& v);
+  size_t size() const { return bytes_.size(); }
+  const std::string& bytes(token_id t) const { return bytes_[static_cast<size_t>(t)]; }
+  bool ends_generation(token_id t) const { return ends_[static_cast<size_t>(t)] != 0; }
+
+  struct node {
+    std::vector<std::pair<uint8_t, uint32_t>> next;  // (byte, node), by byte
+    std::vector<token_id> tokens;                     // the tokens whose bytes end here
+  };
+  const std::vector<node>& trie() const { return trie_; }
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<uint8_t> ends_;
+  std::vector<node> trie_;  // node 0: the root (no bytes)
+};
+
+class token_grammar {
+ public:
+  token_grammar(const grammar& g, const grammar_vocab& tokens);
+  // Whether token t may come next: its bytes taken from here, each a step the grammar allows (the
+  // last code point may be unfinished if some code point it can become is allowed); an
+  // end-of-generation token where the text may end here.
+  bool allows(token_id t) const;
+  // Every token's answer: mask[t] = 1 where allows(t).
+  void allowed(std::vector<uint8_t>& mask) const;
+  // Takes token t: std::invalid_argument where !allows(t).
+  void accept(token_id t);
+  // Whether the text so far is a whole sentence of the grammar (no code point unfinished).
+  bool complete() const { return need_ == 0 && matcher_.complete(); }
+
+ private:
+  // The matcher with the code point being read: its bits so far and the continuation bytes it needs.
+  struct reading {
+    grammar_matcher m;
+    uint32_t partial = 0;
+    int need = 0;
+    uint32_t least = 0;  // the smallest code point its length may encode (shorter ones are overlong)
+  };
+  // Takes byte b into r: false where the grammar allows no text that goes on this way.
+  static bool feed(reading& r, uint8_t b);
+  void walk(uint32_t node, const reading& r, std::vector<uint8_t>& mask) const;
+  const grammar_vocab* tokens_;
+  grammar_matcher matcher_;
+  uint32_t partial_ = 0;
+  int need_ = 0;
+  uint32_t least_ = 0;
+};
+
+}  // namespace hotcold
