@@ -33,7 +33,37 @@ grammar_vocab::grammar_vocab(const vocab& v) : bytes_(v.size()), ends_(v.size(),
   for (size_t n = 0; n < trie_.size(); ++n) trie_[n].next.assign(children[n].begin(), children[n].end());
 }
 
-token_grammar::token_grammar(const grammar& g, const grammar_vocab& tokens) : tokens_(&tokens), matcher_(g) {}
+namespace {
+constexpr size_t max_states = 20000;  // states remembered before the memory starts again
+}
+
+token_grammar::token_grammar(const grammar& g, const grammar_vocab& tokens) : tokens_(&tokens) { at_ = intern(reading{grammar_matcher(g)}); }
+
+int32_t token_grammar::intern(reading&& r) const {
+  std::string key;
+  for (const auto& stack : r.m.stacks()) {
+    key.append(reinterpret_cast<const char*>(stack.data()), stack.size() * sizeof(uint32_t));
+    key.append(4, '\xff');  // (no position is 0xffffffff: a stack's end)
+  }
+  const uint32_t tail[3] = {r.partial, static_cast<uint32_t>(r.need), r.least};
+  key.append(reinterpret_cast<const char*>(tail), sizeof tail);
+  if (auto found = ids_.find(key); found != ids_.end()) return found->second;
+  const auto id = static_cast<int32_t>(states_.size());
+  states_.push_back(std::move(r));
+  steps_.emplace_back();
+  steps_.back().fill(-2);
+  ids_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t token_grammar::step(int32_t state, uint8_t b) const {
+  int32_t& known = steps_[static_cast<size_t>(state)][b];
+  if (known != -2) return known;
+  reading r = states_[static_cast<size_t>(state)];
+  const int32_t next = feed(r, b) ? intern(std::move(r)) : -1;
+  steps_[static_cast<size_t>(state)][b] = next;  // (interning may have moved the table: not through `known`)
+  return next;
+}
 
 bool token_grammar::feed(reading& r, uint8_t b) {
   if (r.need == 0) {
@@ -45,8 +75,10 @@ bool token_grammar::feed(reading& r, uint8_t b) {
     if ((b >> 6) != 2) return false;
     r.partial = (r.partial << 6) | (b & 0x3F);
     if (--r.need == 0) {  // (overlong forms, surrogates and what is past Unicode are not UTF-8)
-      if (r.partial < r.least || (r.partial >= 0xD800 && r.partial <= 0xDFFF) || r.partial > 0x10FFFF) return false;
-      return r.m.accept(r.partial);
+      const uint32_t c = r.partial, least = r.least;
+      r.partial = 0, r.least = 0;  // (a finished code point leaves nothing in reading: one state, however it came)
+      if (c < least || (c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) return false;
+      return r.m.accept(c);
     }
   }
   // An unfinished code point: the ones it can still become.
@@ -54,29 +86,32 @@ bool token_grammar::feed(reading& r, uint8_t b) {
   return lo <= hi && r.m.may_take_any(lo, hi);
 }
 
+bool token_grammar::complete() const {
+  const reading& r = states_[static_cast<size_t>(at_)];
+  return r.need == 0 && r.m.complete();
+}
+
 bool token_grammar::allows(token_id t) const {
   if (t < 0 || static_cast<size_t>(t) >= tokens_->size()) return false;
   if (tokens_->ends_generation(t)) return complete();
   const std::string& bytes = tokens_->bytes(t);
   if (bytes.empty()) return false;
-  reading r{matcher_, partial_, need_, least_};
+  int32_t s = at_;
   for (const char c : bytes)
-    if (!feed(r, static_cast<uint8_t>(c))) return false;
+    if ((s = step(s, static_cast<uint8_t>(c))) < 0) return false;
   return true;
 }
 
-void token_grammar::walk(uint32_t node, const reading& r, std::vector<uint8_t>& mask) const {
+void token_grammar::walk(uint32_t node, int32_t state, std::vector<uint8_t>& mask) const {
   const auto& n = tokens_->trie()[node];
   for (token_id t : n.tokens) mask[static_cast<size_t>(t)] = 1;
-  for (const auto& [b, child] : n.next) {
-    reading next = r;
-    if (feed(next, b)) walk(child, next, mask);
-  }
+  for (const auto& [b, child] : n.next)
+    if (const int32_t next = step(state, b); next >= 0) walk(child, next, mask);
 }
 
 void token_grammar::allowed(std::vector<uint8_t>& mask) const {
   mask.assign(tokens_->size(), 0);
-  walk(0, reading{matcher_, partial_, need_, least_}, mask);
+  walk(0, at_, mask);
   if (complete())
     for (size_t t = 0; t < tokens_->size(); ++t)
       if (tokens_->ends_generation(static_cast<token_id>(t))) mask[t] = 1;
@@ -85,9 +120,12 @@ void token_grammar::allowed(std::vector<uint8_t>& mask) const {
 void token_grammar::accept(token_id t) {
   if (!allows(t)) throw std::invalid_argument(fmt::format("token {} is not one the grammar allows here", t));
   if (tokens_->ends_generation(t)) return;
-  reading r{matcher_, partial_, need_, least_};
-  for (const char c : tokens_->bytes(t)) feed(r, static_cast<uint8_t>(c));
-  matcher_ = std::move(r.m), partial_ = r.partial, need_ = r.need, least_ = r.least;
+  for (const char c : tokens_->bytes(t)) at_ = step(at_, static_cast<uint8_t>(c));
+  if (states_.size() > max_states) {  // (a grammar of ever new states: start remembering again from here)
+    reading here = states_[static_cast<size_t>(at_)];
+    states_.clear(), steps_.clear(), ids_.clear();
+    at_ = intern(std::move(here));
+  }
 }
 
 }  // namespace hotcold

@@ -4,8 +4,11 @@
 // code point the next tokens finish, so the state is the grammar's matcher and the code point still
 // being read. One token is checked by taking its bytes in turn; every token at once by walking the
 // vocabulary's pieces as a trie of bytes, so that tokens sharing a beginning share its work.
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/grammar.hpp"
@@ -38,6 +41,8 @@ class grammar_vocab {
 class token_grammar {
  public:
   token_grammar(const grammar& g, const grammar_vocab& tokens);
+  // The same, keeping the grammar alive with it.
+  token_grammar(std::shared_ptr<const grammar> g, const grammar_vocab& tokens) : token_grammar(*g, tokens) { owned_ = std::move(g); }
   // Whether token t may come next: its bytes taken from here, each a step the grammar allows (the
   // last code point may be unfinished if some code point it can become is allowed); an
   // end-of-generation token where the text may end here.
@@ -47,7 +52,9 @@ class token_grammar {
   // Takes token t: std::invalid_argument where !allows(t).
   void accept(token_id t);
   // Whether the text so far is a whole sentence of the grammar (no code point unfinished).
-  bool complete() const { return need_ == 0 && matcher_.complete(); }
+  bool complete() const;
+  // States met so far (each a matcher's stacks with the code point being read), for tests and limits.
+  size_t states_known() const { return states_.size(); }
 
  private:
   // The matcher with the code point being read: its bits so far and the continuation bytes it needs.
@@ -59,12 +66,18 @@ class token_grammar {
   };
   // Takes byte b into r: false where the grammar allows no text that goes on this way.
   static bool feed(reading& r, uint8_t b);
-  void walk(uint32_t node, const reading& r, std::vector<uint8_t>& mask) const;
+  // States are interned: the same stacks and code point in reading, the same number, and each state's
+  // step on a byte remembered (-1: none, the grammar allows no such text), so that walking the trie
+  // of pieces is a table lookup a byte once the states it meets are known.
+  int32_t intern(reading&& r) const;
+  int32_t step(int32_t state, uint8_t b) const;
+  void walk(uint32_t node, int32_t state, std::vector<uint8_t>& mask) const;
   const grammar_vocab* tokens_;
-  grammar_matcher matcher_;
-  uint32_t partial_ = 0;
-  int need_ = 0;
-  uint32_t least_ = 0;
+  std::shared_ptr<const grammar> owned_;
+  mutable std::vector<reading> states_;
+  mutable std::vector<std::array<int32_t, 256>> steps_;  // -2: not yet worked out
+  mutable std::unordered_map<std::string, int32_t> ids_;
+  int32_t at_ = 0;  // the state of the text so far
 };
 
 }  // namespace hotcold

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <unordered_map>
 
 namespace hotcold::sampling {
@@ -77,6 +78,27 @@ void sampler::accept(token_id id) {
 double sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 token_id sampler::sample(std::span<const float> logits) {
+  if (!grammar_) return draw(logits);
+  const token_id first = draw(logits);
+  if (grammar_->allows(first)) {
+    grammar_->accept(first);
+    return first;
+  }
+  grammar_->allowed(mask_);
+  if (mask_.size() != logits.size()) throw std::invalid_argument("the grammar's vocabulary is not the logits'");
+  masked_.assign(logits.begin(), logits.end());
+  bool any = false;
+  for (size_t i = 0; i < masked_.size(); ++i) {
+    if (mask_[i]) any = true;
+    else masked_[i] = -INFINITY;
+  }
+  if (!any) throw std::runtime_error("the grammar allows no token here (no token of this vocabulary goes on as it asks)");
+  const token_id t = draw(masked_);
+  grammar_->accept(t);
+  return t;
+}
+
+token_id sampler::draw(std::span<const float> logits) {
   const bool penalized = !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f);
   if (params_.temperature <= 0.0f && !penalized) {
     // Greedy without penalties: the first best logit, read in place — the largest value found in

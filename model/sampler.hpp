@@ -8,6 +8,9 @@
 #include <span>
 #include <vector>
 
+#include <memory>
+
+#include "model/grammar_tokens.hpp"
 #include "model/vocab.hpp"
 
 namespace hotcold {
@@ -45,8 +48,14 @@ class sampler {
  public:
   explicit sampler(const sampling_params& params);
 
-  // Samples from logits (one per vocabulary entry), using the accepted history for penalties.
+  // Samples from logits (one per vocabulary entry), using the accepted history for penalties. With a
+  // grammar, only a token it allows: the draw is checked first and, where the grammar refuses it, drawn
+  // again from the logits of the tokens it allows alone (the same distribution as masking first: a token
+  // it allows comes out with its probability over theirs), and the grammar takes the token.
   token_id sample(std::span<const float> logits);
+  // From now on, sample only what g allows (null: no constraint).
+  void constrain(std::shared_ptr<token_grammar> g) { grammar_ = std::move(g); }
+  const token_grammar* grammar() const { return grammar_.get(); }
   // Records a token (prompt or generated) for the penalties.
   void accept(token_id id);
   // A uniform draw in [0, 1) from the sampler's generator, the same sequence on every platform.
@@ -57,8 +66,12 @@ class sampler {
  private:
   sampling_params params_;
   std::mt19937_64 rng_;
+  token_id draw(std::span<const float> logits);
   std::deque<token_id> recent_;
   std::vector<candidate> cands_;
+  std::shared_ptr<token_grammar> grammar_;
+  std::vector<uint8_t> mask_;
+  std::vector<float> masked_;
 };
 
 }  // namespace hotcold

@@ -11,6 +11,7 @@
 #include "model/gguf.hpp"
 #include "model/grammar.hpp"
 #include "model/grammar_tokens.hpp"
+#include "model/sampler.hpp"
 
 namespace hotcold {
 namespace {
@@ -212,6 +213,46 @@ TEST(Grammar, TokensOfARealVocabulary) {
     EXPECT_TRUE(nlohmann::json::accept(text)) << text;
   }
   EXPECT_GE(parsed, 6) << "too few texts ended to check";
+}
+
+// The sampler under a grammar, fed random logits at temperature 1 (random weights: nothing but the
+// grammar keeps the text valid): every text it ends is a sentence of the grammar, here an object of
+// a schema's shape that parses and holds its fields; a token the grammar refuses is never drawn.
+TEST(Grammar, TheSamplerDrawsOnlyWhatTheGrammarAllows) {
+  const auto f = gguf::file::open(HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf");
+  const vocab v = vocab::from_gguf(f);
+  const grammar_vocab tokens(v);
+  const auto g = std::make_shared<const grammar>(grammar::parse(R"(
+root   ::= "{" "\"name\":" name "," "\"age\":" age "," "\"tags\":[" ( tag ( "," tag ){0,3} )? "]," "\"kind\":" kind "}"
+name   ::= "\"" [a-zA-Z ]{1,12} "\""
+age    ::= [0-9] | [1-9] [0-9]
+tag    ::= "\"" [a-z]{1,6} "\""
+kind   ::= "\"cat\"" | "\"dog\"" | "null"
+)"));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 3.0f);
+  std::vector<float> logits(v.size());
+  int ended = 0;
+  for (int round = 0; round < 16; ++round) {
+    sampling_params p;
+    p.temperature = 1.0f, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.seed = static_cast<uint64_t>(round);
+    sampler s(p);
+    s.constrain(std::make_shared<token_grammar>(g, tokens));
+    std::string text;
+    for (int step = 0; step < 120; ++step) {
+      for (float& x : logits) x = noise(rng);
+      const token_id t = s.sample(logits);
+      if (v.is_end_of_generation(t)) {
+        ++ended;
+        const auto j = nlohmann::json::parse(text, nullptr, false);
+        ASSERT_FALSE(j.is_discarded()) << text;
+        EXPECT_TRUE(j.at("name").is_string() && j.at("age").is_number_integer() && j.at("tags").is_array() && j.contains("kind")) << text;
+        break;
+      }
+      text += tokens.bytes(t);
+    }
+  }
+  EXPECT_GE(ended, 12) << "too few texts ended to check";
 }
 
 }  // namespace
