@@ -16,8 +16,9 @@ struct sampler_state {
 
 sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_state> self, std::shared_ptr<compute_resources> p) {
   return {
-      [self](open_atom, int64_t request, const sampling_params& params, const std::vector<token_id>& history) {
-        auto [it, fresh] = self->state.samplers.insert_or_assign(request, sampler(params));
+      [self, p](open_atom, int64_t request, const sampling_params& params, const std::vector<token_id>& history) {
+        // (A request's grammar was checked where it came in.)
+        auto [it, fresh] = self->state.samplers.insert_or_assign(request, sampler(params, params.grammar.empty() ? nullptr : &p->m->grammar_tokens()));
         for (token_id t : history) it->second.accept(t);
       },
       [self, p](sample_atom, const sample_job& job) -> caf::result<std::vector<token_id>> {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 #include "launcher/commands.hpp"
 #include "launcher/option_checks.hpp"
 #include "model/chat_template.hpp"
+#include "model/grammar.hpp"
 
 namespace hotcold::launcher {
 
@@ -31,6 +34,15 @@ int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt, b
 
 void finalize_seed(sampling_args& s) {
   check_sampling_flags(s.p);
+  if (!s.grammar_file.empty()) {  // (read, then checked below as --grammar's text)
+    std::ifstream in(s.grammar_file, std::ios::binary);
+    if (!in) throw std::invalid_argument(fmt::format("--grammar-file {}: cannot be read", s.grammar_file));
+    s.p.grammar.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (!s.p.grammar.empty()) {  // a grammar that cannot be followed, refused before the model loads
+    const grammar g = grammar::parse(s.p.grammar);
+    grammar_matcher follow(g);
+  }
   if (!s.seed_given) {
     s.p.seed = std::random_device{}();
     fmt::print(stderr, "hotcold: seed {}\n", s.p.seed);
@@ -127,7 +139,7 @@ void run_on_actors(loaded& l, const run_args& a, const std::vector<token_id>& to
 
 // run on the forward pass called directly.
 void run_direct(loaded& l, const run_args& a, const std::vector<token_id>& tokens) {
-  sampler smp(a.s.p);
+  sampler smp(a.s.p, a.s.p.grammar.empty() ? nullptr : &l.m->grammar_tokens());
   for (token_id t : tokens) smp.accept(t);
   int64_t pos = 0;
   const auto t0 = std::chrono::steady_clock::now();

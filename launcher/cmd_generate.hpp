@@ -12,6 +12,7 @@ struct sampling_args {
   int n_predict = 128;
   sampling_params p;
   bool seed_given = false;  // --seed was given (else a random seed, printed on stderr)
+  std::string grammar_file;  // --grammar-file: read into p.grammar
   bool parse_special = false;
 };
 

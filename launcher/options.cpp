@@ -231,6 +231,8 @@ void add_run_command(CLI::App& app, int& exit_code) {
   add_worker_options(cmd, a->m);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   add_sampling_options(cmd, a->s);
+  auto* g = cmd->add_option("--grammar", a->s.p.grammar, "A GBNF grammar (llama.cpp's) the generated text must follow: each token drawn from those it allows");
+  cmd->add_option("--grammar-file", a->s.grammar_file, "A file holding a GBNF grammar (as --grammar)")->excludes(g);
   add_context_shift_options(cmd, a->m);
   cmd->callback([a, cmd, &exit_code] {
     a->s.seed_given = cmd->count("--seed") > 0;

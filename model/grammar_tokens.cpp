@@ -8,7 +8,7 @@
 
 namespace hotcold {
 
-grammar_vocab::grammar_vocab(const vocab& v) : bytes_(v.size()), ends_(v.size(), 0) {
+grammar_vocab::grammar_vocab(const vocab& v) : bytes_(v.size()), ends_(v.size(), 0), end_(v.eos()) {
   trie_.emplace_back();
   std::vector<std::map<uint8_t, uint32_t>> children(1);
   for (size_t t = 0; t < v.size(); ++t) {

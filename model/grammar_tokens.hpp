@@ -25,6 +25,7 @@ class grammar_vocab {
   size_t size() const { return bytes_.size(); }
   const std::string& bytes(token_id t) const { return bytes_[static_cast<size_t>(t)]; }
   bool ends_generation(token_id t) const { return ends_[static_cast<size_t>(t)] != 0; }
+  token_id end_token() const { return end_; }  // an end-of-generation token (EOS where there is one)
 
   struct node {
     std::vector<std::pair<uint8_t, uint32_t>> next;  // (byte, node), by byte
@@ -35,6 +36,7 @@ class grammar_vocab {
  private:
   std::vector<std::string> bytes_;
   std::vector<uint8_t> ends_;
+  token_id end_ = -1;
   std::vector<node> trie_;  // node 0: the root (no bytes)
 };
 
@@ -53,6 +55,8 @@ class token_grammar {
   void accept(token_id t);
   // Whether the text so far is a whole sentence of the grammar (no code point unfinished).
   bool complete() const;
+  // The token that ends the text where nothing else may come (the vocabulary's).
+  token_id end_token() const { return tokens_->end_token(); }
   // States met so far (each a matcher's stacks with the code point being read), for tests and limits.
   size_t states_known() const { return states_.size(); }
 

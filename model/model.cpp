@@ -486,4 +486,9 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   return m;
 }
 
+const grammar_vocab& model::grammar_tokens() const {
+  std::call_once(grammar_once_, [this] { grammar_tokens_ = std::make_unique<grammar_vocab>(*vocab_); });
+  return *grammar_tokens_;
+}
+
 }  // namespace hotcold

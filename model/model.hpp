@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "model/arch.hpp"
 #include "model/gguf.hpp"
+#include "model/grammar_tokens.hpp"
 #include "model/page_buffer.hpp"
 #include "model/placement_file.hpp"
 #include "kernels/tensor_types.hpp"
@@ -149,6 +151,8 @@ class model {
   const std::string& path() const { return path_; }
   const hparams& hp() const { return hp_; }
   const vocab& vocabulary() const { return *vocab_; }
+  // The vocabulary's pieces as grammars see them (model/grammar_tokens.hpp), made on first use.
+  const grammar_vocab& grammar_tokens() const;
   // The file's chat template (tokenizer.chat_template, Jinja), empty when it has none (chat_template.hpp).
   const std::string& chat_template_text() const { return chat_template_; }
   const model_weights& weights() const { return weights_; }
@@ -169,6 +173,8 @@ class model {
   std::string path_;
   hparams hp_;
   std::unique_ptr<vocab> vocab_;
+  mutable std::once_flag grammar_once_;
+  mutable std::unique_ptr<grammar_vocab> grammar_tokens_;
   std::string chat_template_;
   model_weights weights_;
   bool tied_output_ = false;

@@ -69,6 +69,12 @@ namespace hotcold {
 
 sampler::sampler(const sampling_params& params) : params_(params), rng_(params.seed) {}
 
+sampler::sampler(const sampling_params& params, const grammar_vocab* tokens) : sampler(params) {
+  if (params.grammar.empty()) return;
+  if (!tokens) throw std::invalid_argument("a grammar needs the model's vocabulary");
+  constrain(std::make_shared<token_grammar>(std::make_shared<const hotcold::grammar>(hotcold::grammar::parse(params.grammar)), *tokens));
+}
+
 void sampler::accept(token_id id) {
   recent_.push_back(id);
   // -1: the whole context (every token so far), as llama.cpp's repeat_last_n.
@@ -92,7 +98,7 @@ token_id sampler::sample(std::span<const float> logits) {
     if (mask_[i]) any = true;
     else masked_[i] = -INFINITY;
   }
-  if (!any) throw std::runtime_error("the grammar allows no token here (no token of this vocabulary goes on as it asks)");
+  if (!any) return grammar_->end_token();  // (no token of this vocabulary goes on as the grammar asks: the text ends)
   const token_id t = draw(masked_);
   grammar_->accept(t);
   return t;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <memory>
+#include <string>
 
 #include "model/grammar_tokens.hpp"
 #include "model/vocab.hpp"
@@ -25,6 +26,7 @@ struct sampling_params {
   float presence_penalty = 0.0f;   // subtracted once if the token occurred
   int32_t penalty_last_n = 64;     // how many recent tokens the penalties look at (-1: all of them)
   uint64_t seed = 0;
+  std::string grammar;             // GBNF the output must follow (model/grammar.hpp; empty: none)
 };
 
 struct candidate {
@@ -47,6 +49,9 @@ void temperature(std::vector<candidate>& c, float t);
 class sampler {
  public:
   explicit sampler(const sampling_params& params);
+  // With params.grammar, constrained by it over the vocabulary `tokens` (grammar_error where the text is
+  // not a grammar it can follow; std::invalid_argument without tokens).
+  sampler(const sampling_params& params, const grammar_vocab* tokens);
 
   // Samples from logits (one per vocabulary entry), using the accepted history for penalties. With a
   // grammar, only a token it allows: the draw is checked first and, where the grammar refuses it, drawn
