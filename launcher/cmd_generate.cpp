@@ -202,6 +202,8 @@ void run_chat(chat_args a) {
   const chat_template tmpl = chat_template::choose(l.m->chat_template_text(), a.chat_template, &note);
   if (!note.empty()) fmt::print(stderr, "hotcold chat: {}\n", note);
   sampler smp(a.s.p);
+  // With a grammar, each reply follows it from its start.
+  const auto rules = a.s.p.grammar.empty() ? nullptr : std::make_shared<const grammar>(grammar::parse(a.s.p.grammar));
   chat_state c;
   if (!a.system.empty()) c.conversation.push_back({"system", a.system});
   const token_id bos = v.bos();
@@ -228,6 +230,7 @@ void run_chat(chat_args a) {
       break;
     }
     for (token_id t : fresh) smp.accept(t);
+    if (rules) smp.constrain(std::make_shared<token_grammar>(rules, l.m->grammar_tokens()));
     reply_to(l, a, smp, fresh, pos, tokens, c);
   }
   l.finish();

@@ -223,6 +223,12 @@ void add_sampling_options(CLI::App* cmd, sampling_args& s) {
   cmd->add_flag("--parse-special", s.parse_special, "Text of control tokens in the prompt (\"<s>\") becomes those tokens");
 }
 
+void add_grammar_options(CLI::App* cmd, sampling_args& s) {
+  auto* g = cmd->add_option("--grammar", s.p.grammar,
+                            "A GBNF grammar (llama.cpp's) the generated text must follow (in chat, each reply): each token drawn from those it allows");
+  cmd->add_option("--grammar-file", s.grammar_file, "A file holding a GBNF grammar (as --grammar)")->excludes(g);
+}
+
 void add_run_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<run_args>();
   auto* cmd = app.add_subcommand("run", "Generate text after a prompt, streaming only the generated text to stdout");
@@ -231,8 +237,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   add_worker_options(cmd, a->m);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   add_sampling_options(cmd, a->s);
-  auto* g = cmd->add_option("--grammar", a->s.p.grammar, "A GBNF grammar (llama.cpp's) the generated text must follow: each token drawn from those it allows");
-  cmd->add_option("--grammar-file", a->s.grammar_file, "A file holding a GBNF grammar (as --grammar)")->excludes(g);
+  add_grammar_options(cmd, a->s);
   add_context_shift_options(cmd, a->m);
   cmd->callback([a, cmd, &exit_code] {
     a->s.seed_given = cmd->count("--seed") > 0;
@@ -283,6 +288,7 @@ void add_chat_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("chat", "Interactive: each line you type is a user turn of the conversation, written with the model's chat template, and the model answers it");
   add_model_options(cmd, a->m, false);
   add_sampling_options(cmd, a->s);
+  add_grammar_options(cmd, a->s);
   add_context_shift_options(cmd, a->m);
   cmd->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's own (" + chat_template::names() + ")");
   cmd->add_option("--system", a->system, "A system message to start the conversation with");

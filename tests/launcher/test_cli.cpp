@@ -209,6 +209,20 @@ tag  ::= "\"" [a-z]{1,5} "\""
   auto missing = run({"run", "-m", small_model(), "-p", "Hello", "--grammar-file", "/nonexistent.gbnf"});
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("--grammar-file /nonexistent.gbnf: cannot be read"), std::string::npos) << missing.err;
+  // In chat, each reply follows the grammar from its start (the readline prompts go to stdout too).
+  auto chat = run({"chat", "-m", small_model(), "-n", "20", "--temp", "1", "--seed", "4", "--grammar", R"(root ::= "yes" | "no")"},
+                  "printf 'Is it?\\nAnd now?\\nOnce more?\\n' |");
+  ASSERT_EQ(chat.code, 0) << chat.err;
+  int replies = 0;
+  std::istringstream lines(chat.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find_last_of('>');
+    const std::string reply = at == std::string::npos ? line : line.substr(at + 1);
+    if (reply.empty() || reply == " ") continue;
+    EXPECT_TRUE(reply == "yes" || reply == "no" || reply == " yes" || reply == " no") << "'" << line << "'";
+    ++replies;
+  }
+  EXPECT_EQ(replies, 3) << chat.out;
 }
 
 TEST(Cli, RunStreamsOnlyGeneratedTextAndIsReproducible) {
