@@ -98,23 +98,16 @@ void kv_cache::block_tile(int64_t slot, int64_t layer, int64_t pos, uint8_t* blo
 }
 
 void kv_cache::copy_key_tiles(int64_t layer, int64_t from, int64_t to, int64_t pos, int64_t n) {
-  const int64_t es = k_row_bytes_ / width_;
   for (int64_t t = pos / 16; t * 16 < pos + n; ++t) {
     const int64_t lo = std::max(pos, t * 16), hi = std::min(pos + n, t * 16 + 16);
-    const uint8_t* src = key_tile(from, layer, t);
-    uint8_t* dst = key_tile(to, layer, t);
     if (hi - lo == 16) {  // a whole tile
-      std::memcpy(dst, src, static_cast<size_t>(16 * k_row_bytes_));
+      std::memcpy(key_tile(to, layer, t), key_tile(from, layer, t), static_cast<size_t>(16 * k_row_bytes_));
       continue;
     }
-    if (types_.k == tensor_type::q8_0) {  // (a position's quants and scales spread over its tile: through rows)
-      staging_.resize(static_cast<size_t>(16 * k_row_bytes_));
-      kernels::key_tiles_to_rows(types_.k, src, width_, lo % 16, hi - lo, staging_.data());
-      kernels::rows_to_key_tiles(types_.k, staging_.data(), dst, width_, lo % 16, hi - lo);
-      continue;
-    }
-    for (int64_t d = 0; d < width_; ++d)
-      std::memcpy(dst + (d * 16 + lo % 16) * es, src + (d * 16 + lo % 16) * es, static_cast<size_t>((hi - lo) * es));
+    // Part of a tile: its positions through rows (the tiles' layout is kv_rows' alone).
+    staging_.resize(static_cast<size_t>(16 * k_row_bytes_));
+    tiles_to_rows(from, layer, lo, hi - lo, staging_.data());
+    rows_to_tiles(to, layer, lo, hi - lo, staging_.data());
   }
 }
 

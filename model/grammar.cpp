@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "model/utf8.hpp"
+
 namespace hotcold {
 
 grammar_error::grammar_error(const std::string& what, int line, int column)
@@ -52,8 +54,7 @@ class grammar_builder {
  private:
   [[noreturn]] void fail(const std::string& what) const { fail_at(what, at_); }
   [[noreturn]] void fail_at(const std::string& what, size_t offset) const {
-    int line = 1, column = 1;
-    for (size_t i = 0; i < offset && i < text_.size(); ++i) text_[i] == '\n' ? (++line, column = 1) : ++column;
+    const auto [line, column] = where(offset);
     throw grammar_error(what, line, column);
   }
   std::pair<int, int> where(size_t offset) const {
@@ -130,16 +131,9 @@ class grammar_builder {
         default: at_ -= 2, fail(fmt::format("unknown escape '\\{}'", e));
       }
     }
-    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || at_ + n > text_.size()) fail("malformed UTF-8");
-    uint32_t v = n == 1 ? c : c & (0x7F >> n);
-    for (int i = 1; i < n; ++i) {
-      const auto b = static_cast<unsigned char>(text_[at_ + i]);
-      if ((b >> 6) != 2) fail("malformed UTF-8");
-      v = (v << 6) | (b & 0x3F);
-    }
-    at_ += static_cast<size_t>(n);
-    return v;
+    const auto v = utf8_decode(text_, at_);
+    if (!v) fail("malformed UTF-8");
+    return *v;
   }
 
   void parse_rule() {
@@ -434,17 +428,8 @@ bool grammar_matcher::accept(uint32_t c) {
 
 bool grammar_matcher::accept_utf8(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + static_cast<size_t>(n) > text.size()) return false;
-    uint32_t v = n == 1 ? c : c & (0x7F >> n);
-    for (int k = 1; k < n; ++k) {
-      const auto b = static_cast<unsigned char>(text[i + static_cast<size_t>(k)]);
-      if ((b >> 6) != 2) return false;
-      v = (v << 6) | (b & 0x3F);
-    }
-    if (!accept(v)) return false;
-    i += static_cast<size_t>(n);
+    const auto v = utf8_decode(text, i);
+    if (!v || !accept(*v)) return false;
   }
   return true;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // What model/vocab.cpp (loading, special tokens, detokenizing) and model/vocab_merge.cpp (SentencePiece
-// and byte-level BPE merging) share: the vocabulary's inside and the UTF-8 helpers. Not for use
+// and byte-level BPE merging) share: the vocabulary's inside and the UTF-8 helpers (utf8_decode:
+// model/utf8.hpp). Not for use
 // outside those two files.
 #include <array>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "model/pretokenizer.hpp"
+#include "model/utf8.hpp"
 #include "model/vocab.hpp"
 
 namespace hotcold {
@@ -29,21 +31,6 @@ inline size_t utf8_char_len(std::string_view s, size_t i) {
   for (size_t k = 1; k < n; ++k)
     if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
   return n;
-}
-
-// Decodes one UTF-8 sequence at s[i]; returns the code point or nullopt when invalid.
-inline std::optional<uint32_t> utf8_decode(std::string_view s, size_t& i) {
-  auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return std::nullopt;
-  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-  for (size_t k = 1; k < n; ++k) {
-    auto cc = static_cast<unsigned char>(s[i + k]);
-    if ((cc & 0xC0) != 0x80) return std::nullopt;
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  i += n;
-  return cp;
 }
 
 // GPT-2's byte-level encoding: printable bytes stand for themselves, the other 68 bytes map to

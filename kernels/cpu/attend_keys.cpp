@@ -175,7 +175,7 @@ template <typename RK, typename RV>
 HOTCOLD_AVX512 static void scores_of(const float* q, const RK& k, const RV& v, int64_t n_head, int64_t n_kv, int64_t hd, int64_t b0, int64_t n, float scale,
                                      float* s, int64_t v_next, int64_t v_end, int64_t k_end) {
   const int64_t group = n_head / n_kv;
-  const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  const int nh = heads_at_once(group);
   const int64_t nk = 16 / nh;
   const __m512 sc = _mm512_set1_ps(scale);
   const int64_t per_step = (v_end - v_next + n / nk) / std::max<int64_t>(1, n / nk);  // value rows asked for a step of nk keys
@@ -249,12 +249,12 @@ struct float_tile_scores {
   const float* q;
   int64_t n_head, n_kv, hd;
   float scale;
-  int64_t steps_a_tile() const { return n_head / (n_head / n_kv % 4 == 0 ? 4 : n_head / n_kv % 2 == 0 ? 2 : 1) * ((hd + 7) / 8); }
+  int64_t steps_a_tile() const { return n_head / heads_at_once(n_head / n_kv) * ((hd + 7) / 8); }
   HOTCOLD_AVX512 void operator()(const uint8_t* bytes, float* s, line_feed& feed) const {
     const TK* tile = reinterpret_cast<const TK*>(bytes);
     const __m512 sc = _mm512_set1_ps(scale);
     const int64_t group = n_head / n_kv;
-    const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+    const int nh = heads_at_once(group);
     for (int64_t g = 0; g < n_kv; ++g)
       for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
         if (nh == 4) tile_scores<4>(q, tile, hd, g, h0, sc, s, feed);

@@ -20,10 +20,11 @@
 namespace hotcold::kernels {
 
 inline constexpr int64_t block_keys = 64;  // keys whose scores a pass keeps (every head's, in the scratch)
+// How many of a KV head's `group` query heads a score pass takes at once: four, two or one, as they divide it.
+inline int heads_at_once(int64_t group) { return group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1; }
 
 HOTCOLD_AVX512_BEGIN
 namespace avx512 {
-
 
 HOTCOLD_AVX512 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 HOTCOLD_AVX512 static inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/cpu/attend_keys_avx512.hpp"
+#include "kernels/cpu/kv_rows.hpp"
 
 namespace hotcold::kernels {
 
@@ -129,7 +130,7 @@ struct q8_0_tile_scores {
     for (int j = 0; j < NH; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t kb = g * nb + b;  // the block among the tile's
-      const uint8_t* quads = tile + kb * 512;
+      const uint8_t* quads = tile + q8_0_quads_at(0, kb, 0);
       __m512i sums[2][NH];  // (two chains a head: even and odd runs of four dims)
       for (int j = 0; j < NH; ++j) sums[0][j] = sums[1][j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -142,7 +143,7 @@ struct q8_0_tile_scores {
           sums[i % 2][j] = _mm512_dpbusd_epi32(sums[i % 2][j], k, _mm512_set1_epi32(four));
         }
       }
-      const __m512 kd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + width / 32 * 512 + kb * 32)));
+      const __m512 kd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + q8_0_scales_at(kb, width))));
       for (int j = 0; j < NH; ++j) {
         const int64_t at = (h0 + j) * nb + b;
         const __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(sums[0][j], sums[1][j]), _mm512_set1_epi32(bias[at])));
@@ -151,10 +152,10 @@ struct q8_0_tile_scores {
     }
     for (int j = 0; j < NH; ++j) _mm512_storeu_ps(s + (h0 + j) * block_keys, _mm512_mul_ps(acc[j], _mm512_set1_ps(scale)));
   }
-  int64_t steps_a_tile() const { return n_head / (n_head / n_kv % 4 == 0 ? 4 : n_head / n_kv % 2 == 0 ? 2 : 1) * (hd / 32) * 2; }
+  int64_t steps_a_tile() const { return n_head / heads_at_once(n_head / n_kv) * (hd / 32) * 2; }
   HOTCOLD_VNNI void operator()(const uint8_t* tile, float* s, line_feed& feed) const {
     const int64_t group = n_head / n_kv;
-    const int nh = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+    const int nh = heads_at_once(group);
     for (int64_t g = 0; g < n_kv; ++g)
       for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
         if (nh == 4) heads<4>(tile, g, h0, s, feed);
@@ -185,8 +186,7 @@ void attend_q8_0_key_tiles(const float* q, kv_types t, const uint8_t* k_tiles, c
     }
   }
   const q8_0_tile_scores score{qs, d, bias, n_head, n_kv, hd, width, scale};
-  const int64_t tile_bytes = width / 32 * static_cast<int64_t>(sizeof(block_q8_0)) * 16;
-  with_rows(t.v, v, v_row_bytes, width, [&](const auto& vr) { attend_tiles(score, k_tiles, tile_bytes, vr, n_head, n_kv, hd, t0, t1, out, scratch); });
+  with_rows(t.v, v, v_row_bytes, width, [&](const auto& vr) { attend_tiles(score, k_tiles, q8_0_tile_bytes(width), vr, n_head, n_kv, hd, t0, t1, out, scratch); });
 }
 
 }  // namespace avx512

@@ -151,11 +151,8 @@ namespace {
 // dims each.
 inline int64_t tile_at(int64_t p, int64_t d, int64_t width) { return ((p / 16) * width + d) * 16 + p % 16; }
 
-// Q8_0 tiles (kv_rows.hpp): a tile's bytes; the bytes of position p's quants of dims 4i .. 4i + 3 of
-// block b within its tile, and of its scale of block b.
-inline int64_t q8_0_tile_bytes(int64_t width) { return width / 32 * static_cast<int64_t>(sizeof(block_q8_0)) * 16; }
-inline int64_t q8_0_quads_at(int64_t p, int64_t b, int64_t i) { return b * 512 + i * 64 + p % 16 * 4; }
-inline int64_t q8_0_scale_at(int64_t p, int64_t b, int64_t width) { return width / 32 * 512 + b * 32 + p % 16 * 2; }
+// Where position p's scale of block b sits within a Q8_0 tile.
+inline int64_t q8_0_scale_at(int64_t p, int64_t b, int64_t width) { return q8_0_scales_at(b, width) + p % 16 * 2; }
 
 // Positions pos .. pos + n - 1 copied between tiles and rows of `width` elements of type T: from the
 // tiles into the rows (tiles_first), or from the rows into the tiles.
@@ -198,13 +195,10 @@ void widen_key_tiles(tensor_type t, const uint8_t* tiles, int64_t width, int64_t
     for (int64_t p = pos; p < pos + n; ++p)
       for (int64_t b = at / 32; b < (at + cols) / 32; ++b) {
         const uint8_t* tile = tiles + p / 16 * q8_0_tile_bytes(width);
-        uint16_t d;
-        int8_t qs[32];
-        std::memcpy(&d, tile + q8_0_scale_at(p, b, width), 2);
-        for (int64_t i = 0; i < 8; ++i) std::memcpy(qs + 4 * i, tile + q8_0_quads_at(p, b, i), 4);
-        const float df = fp16_to_fp32(d);
-        float* y = out + (p - pos) * cols + (b * 32 - at);
-        for (int i = 0; i < 32; ++i) y[i] = df * static_cast<float>(qs[i]);
+        block_q8_0 block;
+        std::memcpy(&block.d, tile + q8_0_scale_at(p, b, width), 2);
+        for (int64_t i = 0; i < 8; ++i) std::memcpy(block.qs + 4 * i, tile + q8_0_quads_at(p, b, i), 4);
+        dequantize_row_q8_0(&block, out + (p - pos) * cols + (b * 32 - at), 32);
       }
     return;
   }

@@ -23,6 +23,11 @@ void kv_load_rows(tensor_type t, const uint8_t* base, int64_t row_bytes, int64_t
 // scales (F16, position p's at 2 p of the block's 32). Positions pos .. pos + n - 1, dims at .. at +
 // cols - 1, widened into rows of `cols` floats; and one position's `width` values stored into its tile.
 bool keys_in_tiles(tensor_type t);
+// Q8_0 tiles' layout: a tile's bytes; where, within a tile, block b's quants of position p (dims 4i ..
+// 4i + 3 of the block) and its sixteen scales start.
+inline int64_t q8_0_tile_bytes(int64_t width) { return static_cast<int64_t>(values_bytes(tensor_type::q8_0, width)) * 16; }
+inline int64_t q8_0_quads_at(int64_t p, int64_t b, int64_t i) { return b * 512 + i * 64 + p % 16 * 4; }
+inline int64_t q8_0_scales_at(int64_t b, int64_t width) { return width / 32 * 512 + b * 32; }
 void widen_key_tiles(tensor_type t, const uint8_t* tiles, int64_t width, int64_t pos, int64_t n, int64_t at, int64_t cols, float* out);
 void store_key_tile(tensor_type t, const float* row, uint8_t* tiles, int64_t width, int64_t pos);
 // Positions pos .. pos + n - 1 of tiles copied out to rows (position after position, `width` values of

@@ -302,7 +302,9 @@ TEST(AttendKeys, KeysInTilesOfSixteenPositions) {
     EXPECT_EQ(0, std::memcmp(some.data(), own.data() + 19 * row, some.size())) << tensor_type_name(kt);
     std::vector<float> kw(k.size());  // the keys as the tiles hold them
     kv_load_rows(kt, own.data(), row, 0, width, keys, kw.data());
-    if (kt != tensor_type::f32) EXPECT_GT(std::abs(kw[5] - k[5]) + std::abs(kw[70] - k[70]), 0.0f) << "the keys were not rounded";
+    if (kt != tensor_type::f32) {
+      EXPECT_GT(std::abs(kw[5] - k[5]) + std::abs(kw[70] - k[70]), 0.0f) << "the keys were not rounded";
+    }
     std::vector<float> rows(static_cast<size_t>(keys * width));
     widen_key_tiles(kt, tiles.data(), width, 0, keys, 0, width, rows.data());
     EXPECT_EQ(rows, kw);
