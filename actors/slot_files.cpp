@@ -13,8 +13,6 @@ namespace hotcold::actors {
 
 namespace {
 constexpr char magic[8] = {'H', 'C', 'S', 'L', 'O', 'T', '0', '1'};
-
-
 }  // namespace
 
 uint64_t save_slot(const kv_cache& kv, const std::string& model_identity, int64_t slot, std::span<const token_id> tokens, const std::string& path) {

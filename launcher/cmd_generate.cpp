@@ -32,7 +32,7 @@ int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt, b
   return context_shift ? std::numeric_limits<int32_t>::max() : std::max<int64_t>(0, n_ctx - n_prompt);  // (shifting: until the end of the text)
 }
 
-void finalize_seed(sampling_args& s) {
+void finalize_sampling(sampling_args& s) {
   check_sampling_flags(s.p);
   if (!s.grammar_file.empty()) {  // (read, then checked below as --grammar's text)
     std::ifstream in(s.grammar_file, std::ios::binary);
@@ -158,7 +158,7 @@ void run_direct(loaded& l, const run_args& a, const std::vector<token_id>& token
 }  // namespace
 
 void run_text(run_args a) {
-  finalize_seed(a.s);
+  finalize_sampling(a.s);
   auto l = load(a.m);
   auto tokens = l.m->vocabulary().tokenize(a.prompt, true, a.s.parse_special);
   if (tokens.empty()) throw std::invalid_argument("the prompt is empty and the model adds no BOS token");
@@ -195,7 +195,7 @@ void reply_to(loaded& l, const chat_args& a, sampler& smp, const std::vector<tok
 }  // namespace
 
 void run_chat(chat_args a) {
-  finalize_seed(a.s);
+  finalize_sampling(a.s);
   auto l = load(a.m);
   const vocab& v = l.m->vocabulary();
   std::string note;

@@ -49,9 +49,10 @@ void run_eval(eval_args a);
 void run_perplexity(const perplexity_args& a);
 void run_chat(chat_args a);
 
-// What the commands share: the prompt must fit the context; the seed is drawn when not given.
+// What the commands share: the prompt must fit the context; the sampling flags checked, a grammar read
+// (--grammar-file) and checked before the model loads, the seed drawn when not given.
 void check_fits(int64_t n_prompt, int64_t n_ctx);
-void finalize_seed(sampling_args& s);
+void finalize_sampling(sampling_args& s);
 // -n as llama.cpp reads it: a count, or -1 for "until the end of the text or a full context" (the
 // room the context has after n_prompt tokens).
 int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt, bool context_shift = false);

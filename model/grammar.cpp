@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -44,7 +43,7 @@ class grammar_builder {
       skip_space(true);
     }
     for (uint32_t r = 0; r < names_.size(); ++r)
-      if (!defined_[r]) throw grammar_error(fmt::format("rule '{}' is used but never defined", names_[r]), used_at_[r].first, used_at_[r].second);
+      if (!defined_[r]) fail_at(fmt::format("rule '{}' is used but never defined", names_[r]), used_at_[r]);
     const auto root = ids_.find(std::string(root_name));
     if (root == ids_.end()) throw grammar_error(fmt::format("no rule '{}' (the rule the text must match)", root_name), 0, 0);
     check_left_recursion();
@@ -53,14 +52,10 @@ class grammar_builder {
 
  private:
   [[noreturn]] void fail(const std::string& what) const { fail_at(what, at_); }
-  [[noreturn]] void fail_at(const std::string& what, size_t offset) const {
-    const auto [line, column] = where(offset);
-    throw grammar_error(what, line, column);
-  }
-  std::pair<int, int> where(size_t offset) const {
+  [[noreturn]] void fail_at(const std::string& what, size_t offset) const {  // (the line and column of offset)
     int line = 1, column = 1;
     for (size_t i = 0; i < offset && i < text_.size(); ++i) text_[i] == '\n' ? (++line, column = 1) : ++column;
-    return {line, column};
+    throw grammar_error(what, line, column);
   }
   bool more() const { return at_ < text_.size(); }
   char peek(size_t ahead = 0) const { return at_ + ahead < text_.size() ? text_[at_ + ahead] : '\0'; }
@@ -88,7 +83,7 @@ class grammar_builder {
   uint32_t rule_id(const std::string& name, size_t used_at) {
     auto [it, fresh] = ids_.try_emplace(name, static_cast<uint32_t>(names_.size()));
     if (fresh) {
-      names_.push_back(name), defined_.push_back(false), rules_.emplace_back(), used_at_.push_back(where(used_at));
+      names_.push_back(name), defined_.push_back(false), rules_.emplace_back(), used_at_.push_back(used_at);
     }
     return it->second;
   }
@@ -317,15 +312,12 @@ class grammar_builder {
           if (!nullable[p.rule]) break;
         }
     std::vector<int> state(n, 0);  // 0 unseen, 1 on the path, 2 done
-    std::vector<uint32_t> path;
     auto visit = [&](auto&& self, uint32_t r) -> void {
       state[r] = 1;
-      path.push_back(r);
       for (uint32_t next : left[r]) {
         if (state[next] == 1) throw grammar_error(fmt::format("rule '{}' is left-recursive (it can begin with itself)", names_[next]), 0, 0);
         if (state[next] == 0) self(self, next);
       }
-      path.pop_back();
       state[r] = 2;
     };
     for (uint32_t r = 0; r < n; ++r)
@@ -357,7 +349,7 @@ class grammar_builder {
   std::map<std::string, uint32_t> ids_;
   std::vector<std::string> names_;
   std::vector<bool> defined_;
-  std::vector<std::pair<int, int>> used_at_;
+  std::vector<size_t> used_at_;  // where each rule was first named (its line and column worked out on an error alone)
   std::vector<std::vector<sequence>> rules_;
 };
 

@@ -91,16 +91,18 @@ bool token_grammar::complete() const {
   return r.need == 0 && r.m.complete();
 }
 
-bool token_grammar::allows(token_id t) const {
-  if (t < 0 || static_cast<size_t>(t) >= tokens_->size()) return false;
-  if (tokens_->ends_generation(t)) return complete();
+int32_t token_grammar::after(token_id t) const {
+  if (t < 0 || static_cast<size_t>(t) >= tokens_->size()) return -1;
+  if (tokens_->ends_generation(t)) return complete() ? at_ : -1;
   const std::string& bytes = tokens_->bytes(t);
-  if (bytes.empty()) return false;
+  if (bytes.empty()) return -1;
   int32_t s = at_;
   for (const char c : bytes)
-    if ((s = step(s, static_cast<uint8_t>(c))) < 0) return false;
-  return true;
+    if ((s = step(s, static_cast<uint8_t>(c))) < 0) return -1;
+  return s;
 }
+
+bool token_grammar::allows(token_id t) const { return after(t) >= 0; }
 
 void token_grammar::walk(uint32_t node, int32_t state, std::vector<uint8_t>& mask) const {
   const auto& n = tokens_->trie()[node];
@@ -118,9 +120,9 @@ void token_grammar::allowed(std::vector<uint8_t>& mask) const {
 }
 
 void token_grammar::accept(token_id t) {
-  if (!allows(t)) throw std::invalid_argument(fmt::format("token {} is not one the grammar allows here", t));
-  if (tokens_->ends_generation(t)) return;
-  for (const char c : tokens_->bytes(t)) at_ = step(at_, static_cast<uint8_t>(c));
+  const int32_t next = after(t);
+  if (next < 0) throw std::invalid_argument(fmt::format("token {} is not one the grammar allows here", t));
+  at_ = next;
   if (states_.size() > max_states) {  // (a grammar of ever new states: start remembering again from here)
     reading here = states_[static_cast<size_t>(at_)];
     states_.clear(), steps_.clear(), ids_.clear();

@@ -75,6 +75,9 @@ class token_grammar {
   // of pieces is a table lookup a byte once the states it meets are known.
   int32_t intern(reading&& r) const;
   int32_t step(int32_t state, uint8_t b) const;
+  // The state after token t from here: -1 where the grammar refuses it (an end-of-generation token:
+  // here, where the text may end).
+  int32_t after(token_id t) const;
   void walk(uint32_t node, int32_t state, std::vector<uint8_t>& mask) const;
   const grammar_vocab* tokens_;
   std::shared_ptr<const grammar> owned_;

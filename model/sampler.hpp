@@ -4,12 +4,11 @@
 // from the remaining distribution. Temperature 0 is greedy (the best token after penalties).
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <random>
 #include <span>
-#include <vector>
-
-#include <memory>
 #include <string>
+#include <vector>
 
 #include "model/grammar_tokens.hpp"
 #include "model/vocab.hpp"
