@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "launcher/cmd_client.hpp"
 #include "launcher/commands.hpp"
@@ -33,6 +34,17 @@ void run_client(const client_args& a) {
   req.n_predict = a.n_predict;
   req.params = server::wire_sampling_of(a.p, a.seed_given ? std::optional<uint64_t>(a.p.seed) : std::nullopt);
   req.parse_special = a.parse_special;
+  auto read = [](const std::string& path, const char* flag) {
+    try {
+      return read_text_file(path);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(fmt::format("{} {}: {}", flag, path, e.what()));
+    }
+  };
+  req.grammar = a.grammar.grammar_file.empty() ? a.grammar.grammar : read(a.grammar.grammar_file, "--grammar-file");
+  req.json_schema = a.grammar.json_schema_file.empty() ? a.grammar.json_schema : read(a.grammar.json_schema_file, "--json-schema-file");
+  if (!req.json_schema.empty() && !nlohmann::json::accept(req.json_schema))
+    throw std::invalid_argument("--json-schema: the schema is not valid JSON");
   auto g = c.generate(
       req,
       [](const protocol::token_reply& t) {

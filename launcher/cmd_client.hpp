@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "launcher/cmd_generate.hpp"
 #include "model/sampler.hpp"
 
 namespace hotcold::launcher {
@@ -18,6 +19,7 @@ struct client_args {
   sampling_params p;
   bool seed_given = false;
   bool parse_special = false, health = false;
+  grammar_args grammar;  // sent as the generate's grammar or json_schema (files read here)
 };
 
 void run_client(const client_args& a);

@@ -17,6 +17,7 @@
 #include "launcher/option_checks.hpp"
 #include "model/chat_template.hpp"
 #include "model/grammar.hpp"
+#include "model/json_schema.hpp"
 
 namespace hotcold::launcher {
 
@@ -32,17 +33,27 @@ int64_t tokens_to_generate(int64_t n_predict, int64_t n_ctx, int64_t n_prompt, b
   return context_shift ? std::numeric_limits<int32_t>::max() : std::max<int64_t>(0, n_ctx - n_prompt);  // (shifting: until the end of the text)
 }
 
+std::string grammar_of(const grammar_args& g) {
+  auto read = [](const std::string& path, const char* flag) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::invalid_argument(fmt::format("{} {}: cannot be read", flag, path));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string gbnf = g.grammar_file.empty() ? g.grammar : read(g.grammar_file, "--grammar-file");
+  const std::string schema = g.json_schema_file.empty() ? g.json_schema : read(g.json_schema_file, "--json-schema-file");
+  const std::string where = !g.grammar_file.empty() ? "--grammar-file " + g.grammar_file
+                            : !g.json_schema_file.empty() ? "--json-schema-file " + g.json_schema_file
+                            : !schema.empty() ? std::string("--json-schema") : std::string("--grammar");
+  try {
+    return checked_grammar(gbnf, schema);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{}: {}", where, e.what()));
+  }
+}
+
 void finalize_sampling(sampling_args& s) {
   check_sampling_flags(s.p);
-  if (!s.grammar_file.empty()) {  // (read, then checked below as --grammar's text)
-    std::ifstream in(s.grammar_file, std::ios::binary);
-    if (!in) throw std::invalid_argument(fmt::format("--grammar-file {}: cannot be read", s.grammar_file));
-    s.p.grammar.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  if (!s.p.grammar.empty()) {  // a grammar that cannot be followed, refused before the model loads
-    const grammar g = grammar::parse(s.p.grammar);
-    grammar_matcher follow(g);
-  }
+  s.p.grammar = grammar_of(s.grammar);  // a grammar that cannot be followed, refused before the model loads
   if (!s.seed_given) {
     s.p.seed = std::random_device{}();
     fmt::print(stderr, "hotcold: seed {}\n", s.p.seed);

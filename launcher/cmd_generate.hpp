@@ -8,11 +8,19 @@
 
 namespace hotcold::launcher {
 
+// --grammar, --grammar-file, -j/--json-schema, --json-schema-file (at most one of them).
+struct grammar_args {
+  std::string grammar, grammar_file, json_schema, json_schema_file;
+};
+// The GBNF they name (files read, a schema turned into GBNF, checked), "" for none; throws
+// std::invalid_argument naming the flag, the file, the line and column or the schema's keyword.
+std::string grammar_of(const grammar_args& g);
+
 struct sampling_args {
   int n_predict = 128;
   sampling_params p;
   bool seed_given = false;  // --seed was given (else a random seed, printed on stderr)
-  std::string grammar_file;  // --grammar-file: read into p.grammar
+  grammar_args grammar;     // p.grammar, once finalize_sampling has read and checked it
   bool parse_special = false;
 };
 
@@ -50,7 +58,7 @@ void run_perplexity(const perplexity_args& a);
 void run_chat(chat_args a);
 
 // What the commands share: the prompt must fit the context; the sampling flags checked, a grammar read
-// (--grammar-file) and checked before the model loads, the seed drawn when not given.
+// and checked before the model loads, the seed drawn when not given.
 void check_fits(int64_t n_prompt, int64_t n_ctx);
 void finalize_sampling(sampling_args& s);
 // -n as llama.cpp reads it: a count, or -1 for "until the end of the text or a full context" (the

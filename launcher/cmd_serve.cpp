@@ -28,6 +28,7 @@ extern "C" void on_stop_signal(int) {
 
 void run_serve(const serve_args& a) {
   server::check_bind(a.s);
+  const std::string default_grammar = grammar_of(a.grammar);  // refused before the model loads
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   // A file-size limit (ulimit -f) reached by --record: the write fails (EFBIG) and is counted, as
@@ -37,6 +38,7 @@ void run_serve(const serve_args& a) {
   serving.store(true);
   auto s = a.s;
   s.stages = l.stages;
+  s.grammar = default_grammar;
   s.prefix_store_bytes = l.prefix_store_bytes;
   s.context_shift = l.context_shift, s.keep = l.keep;
   const auto c = server::serve(l, s, stop_requested);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "launcher/cmd_generate.hpp"
 #include "launcher/model_options.hpp"
 #include "server/server_options.hpp"
 
@@ -11,6 +12,7 @@ namespace hotcold::launcher {
 struct serve_args {
   model_args m;
   server::server_options s;
+  grammar_args grammar;  // the grammar of requests that name none (s.grammar, read and checked)
   int64_t parallel = 4;  // sequences generated at once (KV slots)
 };
 

@@ -223,10 +223,12 @@ void add_sampling_options(CLI::App* cmd, sampling_args& s) {
   cmd->add_flag("--parse-special", s.parse_special, "Text of control tokens in the prompt (\"<s>\") becomes those tokens");
 }
 
-void add_grammar_options(CLI::App* cmd, sampling_args& s) {
-  auto* g = cmd->add_option("--grammar", s.p.grammar,
-                            "A GBNF grammar (llama.cpp's) the generated text must follow (in chat, each reply): each token drawn from those it allows");
-  cmd->add_option("--grammar-file", s.grammar_file, "A file holding a GBNF grammar (as --grammar)")->excludes(g);
+void add_grammar_options(CLI::App* cmd, grammar_args& s, const char* what) {
+  auto* g = cmd->add_option("--grammar", s.grammar,
+                            fmt::format("A GBNF grammar (llama.cpp's) the generated text must follow ({}): each token drawn from those it allows", what));
+  auto* gf = cmd->add_option("--grammar-file", s.grammar_file, "A file holding a GBNF grammar (as --grammar)")->excludes(g);
+  auto* j = cmd->add_option("-j,--json-schema", s.json_schema, "A JSON Schema the text must be valid against (turned into a grammar: docs/openai-api.md)")->excludes(g)->excludes(gf);
+  cmd->add_option("--json-schema-file", s.json_schema_file, "A file holding a JSON Schema (as --json-schema)")->excludes(g)->excludes(gf)->excludes(j);
 }
 
 void add_run_command(CLI::App& app, int& exit_code) {
@@ -237,7 +239,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   add_worker_options(cmd, a->m);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   add_sampling_options(cmd, a->s);
-  add_grammar_options(cmd, a->s);
+  add_grammar_options(cmd, a->s.grammar, "the whole text");
   add_context_shift_options(cmd, a->m);
   cmd->callback([a, cmd, &exit_code] {
     a->s.seed_given = cmd->count("--seed") > 0;
@@ -288,7 +290,7 @@ void add_chat_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("chat", "Interactive: each line you type is a user turn of the conversation, written with the model's chat template, and the model answers it");
   add_model_options(cmd, a->m, false);
   add_sampling_options(cmd, a->s);
-  add_grammar_options(cmd, a->s);
+  add_grammar_options(cmd, a->s.grammar, "each reply");
   add_context_shift_options(cmd, a->m);
   cmd->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's own (" + chat_template::names() + ")");
   cmd->add_option("--system", a->system, "A system message to start the conversation with");
@@ -376,6 +378,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "its new ones get `busy` (default: a quarter of --max-queue); free slots go to the waiting clients in turn")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--max-tokens", a->s.max_tokens, "Largest n_predict accepted")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  add_grammar_options(cmd, a->grammar, "each request that names no grammar, schema or response_format");
   cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
   cmd->add_option("--http", a->s.http,
@@ -466,6 +469,7 @@ void add_client_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--presence-penalty", a->p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
   auto* seed = cmd->add_option("--seed", a->p.seed, "Random seed (default: the server picks one, printed on stderr)");
   cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens in the prompt becomes those tokens");
+  add_grammar_options(cmd, a->grammar, "the whole text; the server checks it");
   cmd->add_flag("--health", a->health, "Only ask the server how it is (prints the health reply)");
   cmd->add_option("--cancel-after", a->cancel_after, "Cancel the request after this many tokens")->check(whole_in(1, 1ll << 40));
   cmd->add_option("--curve-server-key", a->curve_server_key, "The server's public key (40 Z85 characters, or its .pub file): CURVE on");

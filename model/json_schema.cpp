@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/grammar.hpp"
 #include "model/json_schema_parts.hpp"
 #include "model/utf8.hpp"
 
@@ -447,6 +448,16 @@ std::string json_schema_grammar(std::string_view schema_json) {
   json doc = json::parse(schema_json.begin(), schema_json.end(), nullptr, false);
   if (doc.is_discarded()) throw json_schema_error("the schema is not valid JSON");
   return converter(std::move(doc)).grammar();
+}
+
+std::string checked_grammar(std::string_view gbnf, std::string_view json_schema) {
+  if (!gbnf.empty() && !json_schema.empty()) throw std::invalid_argument("give a grammar or a JSON schema, not both");
+  std::string text = json_schema.empty() ? std::string(gbnf) : json_schema_grammar(json_schema);
+  if (!text.empty()) {
+    const hotcold::grammar g = hotcold::grammar::parse(text);
+    grammar_matcher follow(g);
+  }
+  return text;
 }
 
 std::string json_object_grammar() { return json_schema_grammar(R"({"type":"object"})"); }

@@ -22,6 +22,12 @@ class json_schema_error : public std::invalid_argument {
 // The grammar of the JSON texts `schema_json` (a schema as JSON text) accepts.
 std::string json_schema_grammar(std::string_view schema_json);
 
+// What a request's sampling follows: its GBNF, or its JSON Schema (JSON text) turned into GBNF, or
+// nothing (both empty). Checked: parsed and followed from its start, so that a grammar that cannot be
+// used (grammar_error: line and column) or a schema that cannot be turned (json_schema_error) is
+// refused where it comes in, not where it is sampled.
+std::string checked_grammar(std::string_view gbnf, std::string_view json_schema);
+
 // The grammar of any JSON object (OpenAI's response_format {"type": "json_object"}).
 std::string json_object_grammar();
 

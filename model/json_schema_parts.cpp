@@ -53,6 +53,10 @@ std::string of_length(size_t n) { return n == 1 ? "[0-9]" : then("[1-9]", any_di
 
 // ---- Fractions: the digits after the point, compared with a bound's (trailing zeros dropped) ----
 
+// Digits after a fraction's first ones: at most 16 (as many as a double holds; a model left alone
+// might write digits for ever).
+const char* const any_tail = "[0-9]{0,16}";
+
 // What may follow: nothing (the fraction ends), and/or these alternatives of one digit or more.
 struct tail {
   bool may_end = false;
@@ -67,16 +71,16 @@ char digit_at(const std::string& s, size_t i) { return i < s.size() ? s[i] : '0'
 
 // From position i, the fraction's digits (its earlier ones equal b's) make it >= b (> when strict).
 tail frac_ge(const std::string& b, size_t i, bool strict) {
-  if (i >= b.size()) return strict ? tail{false, {"\"0\"* [1-9] [0-9]*"}} : tail{true, {"[0-9]+"}};
+  if (i >= b.size()) return strict ? tail{false, {"\"0\"{0,15} [1-9] [0-9]{0,15}"}} : tail{true, {"[0-9]{1,16}"}};
   tail t;
-  if (b[i] < '9') t.more.push_back(then(digit_class(static_cast<char>(b[i] + 1), '9'), "[0-9]*"));
+  if (b[i] < '9') t.more.push_back(then(digit_class(static_cast<char>(b[i] + 1), '9'), any_tail));
   t.more.push_back(after(literal(std::string(1, b[i])), frac_ge(b, i + 1, strict)));
   return t;
 }
 tail frac_le(const std::string& b, size_t i, bool strict) {
-  if (i >= b.size()) return strict ? tail{} : tail{true, {"\"0\"+"}};
+  if (i >= b.size()) return strict ? tail{} : tail{true, {"\"0\"{1,16}"}};
   tail t{true, {}};  // ending here leaves zeros, below b's rest (not all zeros)
-  if (b[i] > '0') t.more.push_back(then(digit_class('0', static_cast<char>(b[i] - 1)), "[0-9]*"));
+  if (b[i] > '0') t.more.push_back(then(digit_class('0', static_cast<char>(b[i] - 1)), any_tail));
   const tail rest = frac_le(b, i + 1, strict);
   if (!rest.none()) t.more.push_back(after(literal(std::string(1, b[i])), rest));
   return t;
@@ -84,7 +88,7 @@ tail frac_le(const std::string& b, size_t i, bool strict) {
 // Between c and d (c <= d), the digits before i equal to both.
 tail frac_between(const std::string& c, bool c_ex, const std::string& d, bool d_ex, size_t i) {
   const bool c_end = i >= c.size(), d_end = i >= d.size();
-  if (c_end && d_end) return c_ex || d_ex ? tail{} : tail{true, {"\"0\"+"}};
+  if (c_end && d_end) return c_ex || d_ex ? tail{} : tail{true, {"\"0\"{1,16}"}};
   tail t;
   t.may_end = c_end && !c_ex;  // zeros from here: at least c; below d, whose rest is not all zeros
   const char cd = digit_at(c, i), dd = digit_at(d, i);
@@ -95,7 +99,7 @@ tail frac_between(const std::string& c, bool c_ex, const std::string& d, bool d_
   }
   const tail low = frac_ge(c, i + 1, c_ex), high = frac_le(d, i + 1, d_ex);
   if (!low.none()) t.more.push_back(after(literal(std::string(1, cd)), low));
-  if (dd - cd > 1) t.more.push_back(then(digit_class(static_cast<char>(cd + 1), static_cast<char>(dd - 1)), "[0-9]*"));
+  if (dd - cd > 1) t.more.push_back(then(digit_class(static_cast<char>(cd + 1), static_cast<char>(dd - 1)), any_tail));
   if (!high.none()) t.more.push_back(after(literal(std::string(1, dd)), high));
   return t;
 }

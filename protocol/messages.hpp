@@ -77,6 +77,8 @@ struct generate_request {
   bool stream = true;                  // token messages as they are sampled; else only done (with the text)
   bool parse_special = false;          // control-token text in the prompt becomes those tokens
   bool cache_prompt = true;            // reuse the cached rows of a prompt beginning as one before (llama-server's)
+  std::string grammar;                 // GBNF the text must follow (empty: none), or
+  std::string json_schema;             // a JSON Schema it must be valid against, as JSON text (empty: none)
 };
 struct cancel_request {
   std::string id;  // of the generate to cancel

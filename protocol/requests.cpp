@@ -39,7 +39,9 @@ std::string_view error_code_name(error_code c) {
 
 namespace {
 
-constexpr int max_depth = 8;  // the schema nests two levels; anything deeper is refused before parsing
+// The frame's own fields nest two levels, a generate's json_schema as deep as its schema; anything
+// deeper is refused before parsing.
+constexpr int max_depth = 64;
 
 // Deepest nesting of arrays and objects outside strings (a bound checked before the parser sees it).
 int nesting(std::string_view s) {
@@ -270,6 +272,9 @@ std::variant<request, protocol_error> decode_request(std::string_view frame, con
       g.stream = r.boolean("stream", g.stream);
       g.parse_special = r.boolean("parse_special", g.parse_special);
       g.cache_prompt = r.boolean("cache_prompt", g.cache_prompt);
+      g.grammar = r.string("grammar", l.max_prompt_bytes).value_or("");
+      if (const json* schema = r.object("json_schema")) g.json_schema = schema->dump();
+      if (!g.grammar.empty() && !g.json_schema.empty()) throw field_error{error_code::invalid_field, "give one of \"grammar\" and \"json_schema\", not both"};
       out = std::move(g);
     } else if (type == "cancel") {
       out = cancel_request{r.id()};
@@ -340,6 +345,8 @@ json generate_body(const generate_request& g) {
   j["sampling"] = {{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p}, {"repeat_penalty", s.repeat_penalty},
                    {"repeat_last_n", s.repeat_last_n}, {"frequency_penalty", s.frequency_penalty}, {"presence_penalty", s.presence_penalty}};
   if (s.seed) j["sampling"]["seed"] = *s.seed;
+  if (!g.grammar.empty()) j["grammar"] = g.grammar;
+  if (!g.json_schema.empty()) j["json_schema"] = json::parse(g.json_schema, nullptr, false);
   return j;
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/json_schema.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/text_file.hpp"
 
@@ -80,7 +81,51 @@ struct completion_request {
   int64_t n_predict = 0;
   protocol::sampling sampling;  // what the API does not give: hotcold run's defaults
   std::vector<std::string> stop;
+  std::string grammar;  // GBNF the output follows (from grammar, json_schema or response_format), checked
 };
+
+// The output's constraint: llama-server's `grammar` (GBNF) or `json_schema`, or OpenAI's
+// `response_format` (json_object: any object, or llama-server's {"type":"json_object","schema":...};
+// json_schema: {"json_schema": {"name", "schema", "strict"}}); at most one. Turned into GBNF and checked
+// here, so that a bad one is a 400 naming its field.
+std::string constraint(const json& body) {
+  std::vector<std::string> given;
+  for (const char* name : {"grammar", "json_schema", "response_format"})
+    if (field(body, name)) given.push_back(name);
+  if (given.size() > 1) throw bad_field(given[1], fmt::format("give one of 'grammar', 'json_schema' and 'response_format', not '{}' and '{}'", given[0], given[1]));
+  if (given.empty()) return {};
+  const std::string name = given[0];
+  const json& f = body[name];
+  std::string gbnf, schema;
+  if (name == "grammar") {
+    if (!f.is_string()) throw bad_field(name, "'grammar' must be a string of GBNF");
+    gbnf = f.get<std::string>();
+  } else if (name == "json_schema") {
+    if (!f.is_object() && !f.is_boolean()) throw bad_field(name, "'json_schema' must be a JSON Schema (an object)");
+    schema = f.dump();
+  } else {
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string()) throw bad_field(name, "'response_format' must be an object with a 'type'");
+    const std::string type = f["type"].get<std::string>();
+    if (type == "text") return {};
+    if (type == "json_object") {
+      schema = f.contains("schema") ? f["schema"].dump() : R"({"type":"object"})";
+    } else if (type == "json_schema") {
+      const json* js = field(f, "json_schema");
+      if (!js || !js->is_object()) throw bad_field("response_format.json_schema", "'response_format' of type json_schema needs 'json_schema': {\"name\", \"schema\"}");
+      const json* s = field(*js, "schema");
+      if (!s) throw bad_field("response_format.json_schema.schema", "'response_format.json_schema' needs its 'schema'");
+      if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean()) throw bad_field("response_format.json_schema.strict", "'strict' must be true or false");
+      schema = s->dump();
+    } else {
+      throw bad_field("response_format.type", fmt::format("'response_format' type '{}': text, json_object or json_schema", type));
+    }
+  }
+  try {
+    return checked_grammar(gbnf, schema);
+  } catch (const std::invalid_argument& e) {
+    throw bad_field(name, name == "grammar" ? std::string(e.what()) : fmt::format("{}: {}", name, e.what()));
+  }
+}
 
 // A message's content: a string, or (the newer form) a list of parts of which only text is known here.
 std::string content_text(const json& m, size_t i, const std::string& role) {
@@ -137,6 +182,7 @@ void common_fields(const json& body, completion_request& r, const openai_setup& 
     for (const auto& x : r.stop)
       if (x.empty() || x.size() > 256) throw bad_field("stop", "each stop string must be 1..256 bytes");
   }
+  r.grammar = constraint(body);
   r.stream = flag(body, "stream");
   r.cache_prompt = field(body, "cache_prompt") ? flag(body, "cache_prompt") : true;
   if (const json* so = field(body, "stream_options")) {
@@ -162,8 +208,6 @@ completion_request parse_chat(const json& body, const openai_setup& s) {
     if (const json* t = field(body, name); t && !(t->is_array() && t->empty())) throw unsupported(name, "tool and function calling");
   for (const char* name : {"tool_choice", "function_call"})
     if (const json* t = field(body, name); t && !(t->is_string() && t->get<std::string>() == "none")) throw unsupported(name, "tool and function calling");
-  if (const json* rf = field(body, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text"))
-    throw unsupported("response_format", "a 'response_format' other than text");
   common_fields(body, r, s);
   const json* ms = field(body, "messages");
   if (!ms) throw api_failure{400, "'messages' is required", "invalid_request_error", "missing_required_parameter", "messages"};
@@ -323,6 +367,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
   g.params = r.sampling;
   g.stop = r.stop;
   g.cache_prompt = r.cache_prompt;
+  g.grammar = r.grammar;
   sock.send(zmq::buffer(protocol::encode_request(g)), zmq::send_flags::none);
 
   const std::string id = random_id(r.chat ? "chatcmpl-" : "cmpl-");

@@ -29,6 +29,7 @@
 #include "server/serve_monitor.hpp"
 #include "server/stop_text.hpp"
 #include "server/text_worker.hpp"
+#include "model/json_schema.hpp"
 #include "engine/bandwidth.hpp"
 #include "engine/read_costs.hpp"
 #include "model/chat_template.hpp"
@@ -295,6 +296,13 @@ class serving_loop {
     }
     const int64_t max_prompt = o_.max_prompt_tokens > 0 ? std::min(o_.max_prompt_tokens, l_.ctx->n_ctx()) : l_.ctx->n_ctx();
     if (auto bad = check_prompt(tokens, l_.m->hp().n_vocab, max_prompt, l_.ctx->n_ctx())) return refuse(bad->code, std::move(bad->why));
+    std::string gbnf;  // the request's grammar or schema, checked; else the server's own (serve --grammar)
+    try {
+      gbnf = checked_grammar(g.grammar, g.json_schema);
+    } catch (const std::invalid_argument& e) {
+      return refuse(proto::error_code::invalid_field, g.json_schema.empty() ? e.what() : fmt::format("json_schema: {}", e.what()));
+    }
+    if (gbnf.empty() && g.json_schema.empty()) gbnf = o_.grammar;
     // A free slot and no one waiting: it starts at once; else it waits its turn, if the queue and
     // this client's share of it have room.
     const int64_t ticket = next_ticket_++;
@@ -311,6 +319,7 @@ class serving_loop {
     r.n_predict = g.n_predict < 0 ? o_.max_tokens : g.n_predict;
     const uint64_t seed = g.params.seed ? *g.params.seed : seeds_();
     r.sampling = sampler_params_of(g.params, seed);
+    r.sampling.grammar = std::move(gbnf);
     r.cache_prompt = g.cache_prompt;
     // Accepted before it is submitted: the pipeline can sample the first token (and stamp it) before
     // this thread runs again, which made a time to first token negative now and then.

@@ -206,6 +206,16 @@ tag  ::= "\"" [a-z]{1,5} "\""
   auto bad = run({"run", "-m", small_model(), "-p", "Hello", "--grammar", R"(root ::= "yes" | thing)"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("line 1 column 18: rule 'thing' is used but never defined"), std::string::npos) << bad.err;
+  // A JSON Schema, turned into a grammar: the text validates; what it cannot take is named.
+  auto schema = run({"run", "-m", small_model(), "-p", "Hello", "-n", "120", "--temp", "1", "--seed", "8", "-j",
+                     R"({"type":"object","properties":{"when":{"type":"string","format":"date"},"x":{"type":"number","minimum":0.5,"maximum":0.75}},"required":["when","x"]})"});
+  ASSERT_EQ(schema.code, 0) << schema.err;
+  const auto s = nlohmann::json::parse(schema.out, nullptr, false);
+  ASSERT_TRUE(s.is_object()) << schema.out;
+  EXPECT_TRUE(s["x"].get<double>() >= 0.5 && s["x"].get<double>() <= 0.75 && s["when"].get<std::string>().size() == 10) << schema.out;
+  auto unknown = run({"run", "-m", small_model(), "-p", "Hello", "--json-schema", R"({"type":"array","uniqueItems":true})"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("--json-schema: the schema: 'uniqueItems' is not supported"), std::string::npos) << unknown.err;
   auto missing = run({"run", "-m", small_model(), "-p", "Hello", "--grammar-file", "/nonexistent.gbnf"});
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("--grammar-file /nonexistent.gbnf: cannot be read"), std::string::npos) << missing.err;

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients"))
 from hotcold_client import ProtocolError, Schema  # noqa: E402
 
-EXAMPLE = {"string": "some text", "integer": 3, "number": 0.5, "boolean": True}
+EXAMPLE = {"string": "some text", "integer": 3, "number": 0.5, "boolean": True, "json": {"type": "string", "maxLength": 8}}
 
 
 def example(schema, spec):
@@ -45,7 +45,10 @@ def main():
         filled = {name: example(schema, spec) for name, spec in fields.items()}
         variants = [filled]
         if kind == "generate":
-            variants = [{k: v for k, v in filled.items() if k != "tokens"}, {k: v for k, v in filled.items() if k != "prompt"}]
+            # (prompt or tokens; grammar or json_schema: each pair excludes itself)
+            filled["grammar"] = 'root ::= "yes" | "no"'
+            variants = [{k: v for k, v in filled.items() if k not in ("tokens", "json_schema")},
+                        {k: v for k, v in filled.items() if k not in ("prompt", "grammar")}]
         for n, v in enumerate(variants):
             print("frame " + json.dumps(schema.request(kind, f"py-{kind}-{n}", **v)))
 

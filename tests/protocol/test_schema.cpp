@@ -40,9 +40,11 @@ std::vector<request> every_request() {
   text.stop = {"\n\n", "The end"};
   text.stream = false;
   text.parse_special = true;
+  text.grammar = "root ::= [a-z]+ \"!\"";
   generate_request ids;
   ids.id = "g2";
   ids.tokens = {1, 2, 3};
+  ids.json_schema = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
   return {text, ids, cancel_request{"c1"}, health_request{"h1"}, model_info_request{"m1"}, tokenize_request{"t1", "Hello world", true, true},
           detokenize_request{"d1", {15043, 3186}}, slot_request{"s1", "save", 1, "chat-1.bin"}, slot_request{"s2", "erase", 0, ""}};
 }

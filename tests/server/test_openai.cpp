@@ -154,6 +154,57 @@ TEST(OpenAI, OfficialNodeClientGetsWhatRunPrints) {
   EXPECT_EQ(s.process.stop(), 0) << s.process.log();
 }
 
+// Structured outputs: 200 chat completions at temperature 1 through the official client with a
+// response_format JSON Schema all parse and validate (ajv, formats included); llama-server's
+// `grammar` and `json_schema` on /v1/completions and response_format json_object; bad ones are 400s
+// naming the field and what is wrong.
+TEST(OpenAI, StructuredOutputsFollowTheirSchemas) {
+  const fs::path script = fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/structured_outputs.mjs";
+  ASSERT_TRUE(fs::exists(fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/node_modules/ajv-formats/package.json"))
+      << "ajv is not installed in tests/node: run scripts/install-deps.sh";
+  api_server s({"--chat-template", "llama2", "--parallel", "8"});
+  const std::string out = run_capture("HOTCOLD_BASE_URL=http://127.0.0.1:" + std::to_string(s.port) + "/v1 HOTCOLD_API_KEY=" + key + " HOTCOLD_MODEL=" + model_id +
+                                      " COUNT=200 node " + script.string() + " 2>&1");
+  const json r = json::parse(out, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out;
+  EXPECT_EQ(r["total"], 200) << out;
+  EXPECT_EQ(r["valid"], 200) << out;
+
+  const json grammar{{"model", model_id}, {"prompt", "Once"}, {"max_tokens", 40}, {"temperature", 1}, {"seed", 5}, {"grammar", R"(root ::= ("ab" | "cd"){2} "!")"}};
+  const json g = json::parse(curl(s.port, "/v1/completions", grammar), nullptr, false);
+  const std::string text = g["choices"][0]["text"];
+  EXPECT_TRUE(text.size() == 5 && text.back() == '!' && (text.substr(0, 2) == "ab" || text.substr(0, 2) == "cd")) << g.dump();
+  EXPECT_EQ(g["choices"][0]["finish_reason"], "stop");
+  const json schema{{"model", model_id}, {"prompt", "Once"}, {"max_tokens", 60}, {"temperature", 1}, {"seed", 6},
+                    {"json_schema", {{"type", "array"}, {"items", {{"type", "integer"}, {"minimum", 10}, {"maximum", 12}}}, {"minItems", 2}, {"maxItems", 2}}}};
+  const json a = json::parse(json::parse(curl(s.port, "/v1/completions", schema))["choices"][0]["text"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(a.is_array() && a.size() == 2) << a.dump();
+  for (const auto& x : a) EXPECT_TRUE(x.is_number_integer() && x.get<int>() >= 10 && x.get<int>() <= 12) << a.dump();
+  const json object{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "JSON please"}}}}, {"max_tokens", 200}, {"temperature", 1}, {"seed", 2},
+                    {"response_format", {{"type", "json_object"}}}};
+  const json o = json::parse(curl(s.port, "/v1/chat/completions", object), nullptr, false);
+  const std::string content = o["choices"][0]["message"]["content"];
+  if (o["choices"][0]["finish_reason"] == "stop") EXPECT_TRUE(json::parse(content, nullptr, false).is_object()) << content;
+  EXPECT_EQ(content.substr(0, 1), "{") << content;
+  // Refusals: the field, and where in it.
+  auto error_of = [&](json body) {
+    body["model"] = model_id;
+    body["prompt"] = "x";
+    const auto reply = post(s.port, "/v1/completions", body.dump());
+    EXPECT_EQ(reply.status, 400) << reply.body;
+    const json e = json::parse(reply.body, nullptr, false);
+    return e["error"]["param"].get<std::string>() + ": " + e["error"]["message"].get<std::string>();
+  };
+  EXPECT_NE(error_of({{"grammar", "root ::= [a-"}}).find("grammar: grammar, line 1 column"), std::string::npos);
+  EXPECT_NE(error_of({{"json_schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}, {"multipleOf", 2}}}}}}}})
+                .find("json_schema: json_schema: the schema at /properties/a: 'multipleOf' is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}).find("response_format.json_schema.schema"), std::string::npos);
+  EXPECT_NE(error_of({{"response_format", {{"type", "yaml"}}}}).find("'response_format' type 'yaml'"), std::string::npos);
+  EXPECT_NE(error_of({{"grammar", "root ::= \"a\""}, {"json_schema", {{"type", "string"}}}}).find("not 'grammar' and 'json_schema'"), std::string::npos);
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
 // curl -N sees the raw events; bad requests get the documented error objects and statuses, and the
 // server goes on.
 TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {

@@ -149,6 +149,62 @@ TEST(Serve, PythonClientPrintsWhatRunPrints) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, Serve, testing::Values("tcp", "ipc"));
 
+// A grammar and a JSON schema through ZeroMQ: `hotcold client` and the Python client print what
+// `hotcold run` prints with the same grammar or schema, seed and temperature 1 (only the constraint
+// keeps a random-weight model's text in shape); a bad grammar or schema is refused naming its line
+// and column or its keyword, and the server goes on; serve --grammar holds for requests naming none.
+TEST(Serve, GrammarsAndSchemasThroughTheClients) {
+  const std::string ep = tcp_endpoint();
+  const std::string fallback = R"(root ::= "fallback " [a-c]{3})";
+  server_process server({"--zmq", ep, "-t", "2", "--grammar", fallback});
+  wait_ready(ep, &server);
+  const std::string schema = R"({"type":"object","properties":{"n":{"type":"integer","minimum":-5,"maximum":300},"ok":{"type":"boolean"},)"
+                             R"("tag":{"enum":["red","green"]}},"required":["n","ok","tag"],"additionalProperties":false})";
+  const std::vector<std::string> common{"-p", "Once upon a time", "-n", "60", "--temp", "1", "--seed", "11"};
+  auto with = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
+    head.insert(head.end(), common.begin(), common.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  const std::string reference = run_stdout(with({"run", "-t", "2"}, {"--json-schema", schema}));
+  const auto parsed = nlohmann::json::parse(reference, nullptr, false);
+  ASSERT_TRUE(parsed.is_object()) << reference;
+  EXPECT_TRUE(parsed["n"].get<int>() >= -5 && parsed["n"].get<int>() <= 300 && parsed["ok"].is_boolean() && (parsed["tag"] == "red" || parsed["tag"] == "green"))
+      << reference;
+  EXPECT_EQ(run_stdout(with({"client", "--endpoint", ep}, {"--json-schema", schema})), reference);
+  const std::string gbnf = R"(root ::= "The " ("cat" | "dog") " ate " [0-9]{1,2} " fish.")";
+  const std::string run_text = run_stdout(with({"run", "-t", "2"}, {"--grammar", gbnf}));
+  EXPECT_EQ(run_text.rfind("The ", 0), 0u) << run_text;
+  EXPECT_EQ(run_stdout(with({"client", "--endpoint", ep}, {"--grammar", gbnf})), run_text);
+  if (std::system("/usr/bin/python3 -c 'import zmq' 2>/dev/null") == 0) {
+    const std::string script = std::string(HOTCOLD_SOURCE_DIR) + "/clients/hotcold_client.py";
+    EXPECT_EQ(run_capture("/usr/bin/python3 '" + script + "' --endpoint " + ep + " -p 'Once upon a time' -n 60 --temp 1 --seed 11 --grammar '" + gbnf +
+                          "' 2>/dev/null"),
+              run_text);
+    EXPECT_EQ(run_capture("/usr/bin/python3 '" + script + "' --endpoint " + ep + " -p 'Once upon a time' -n 60 --temp 1 --seed 11 --json-schema '" +
+                          schema + "' 2>/dev/null"),
+              reference);
+  }
+  hotcold::clients::client c(ep, 60s);
+  // Refused by name; the server goes on.
+  auto refusal = [&](const nlohmann::json& fields) {
+    try {
+      c.generate(fields);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(refusal({{"prompt", "x"}, {"grammar", "root ::= \"a\" | b"}}).find("line 1 column 16: rule 'b' is used but never defined"), std::string::npos);
+  EXPECT_NE(refusal({{"prompt", "x"}, {"json_schema", {{"type", "string"}, {"format", "email"}}}}).find("the format \"email\" is not supported"), std::string::npos);
+  EXPECT_NE(refusal({{"prompt", "x"}, {"grammar", gbnf}, {"json_schema", {{"type", "string"}}}}).find("not both"), std::string::npos);
+  // A request naming no grammar follows serve --grammar.
+  const auto g = c.generate({{"prompt", "x"}, {"n_predict", 30}, {"sampling", {{"temperature", 1}, {"seed", 3}}}});
+  EXPECT_EQ(g.text.rfind("fallback ", 0), 0u) << g.text;
+  EXPECT_EQ(g.text.size(), 12u) << g.text;
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
 // 32 clients at once, 50 requests each: every request answered, each stream its own (ids, indices
 // in order, the text its prompt gives alone), none lost. Prints requests/s and latency percentiles.
 TEST(Serve, LoadOf32ClientsTimes50Requests) {
