@@ -32,10 +32,12 @@ std::vector<config> configs_of(const bench_args& a, ffn_mode mode, comparisons& 
     c.micro = static_cast<int>(configs.size()), configs.push_back({mode, true, a.parallel, a.vs_micro_batches});
   }
   if (a.vs_depth >= 0) c.depth = static_cast<int>(configs.size()), configs.push_back({mode, actors_first, a.parallel, a.micro_batches, a.vs_depth});
+  if (a.vs_unconstrained) c.unconstrained = static_cast<int>(configs.size()), configs.push_back({mode, actors_first, a.parallel, a.micro_batches, -1, false});
   return configs;
 }
 
-bench_runner::bench_runner(loaded& l, bool with_actors) : l_(l), ctx_(*l.ctx), untimed_(static_cast<size_t>(l.m->hp().n_layer)) {
+bench_runner::bench_runner(loaded& l, bool with_actors, std::string grammar)
+    : l_(l), ctx_(*l.ctx), untimed_(static_cast<size_t>(l.m->hp().n_layer)), grammar_(std::move(grammar)) {
   if (with_actors) {
     // No prefix store: a repetition must not find the prompt the one before it computed (a prompt at
     // depth reuses its slot's rows of the depth alone; see prompt()).
@@ -47,6 +49,7 @@ bench_runner::bench_runner(loaded& l, bool with_actors) : l_(l), ctx_(*l.ctx), u
 void bench_runner::set(const config& c) {
   ctx_.set_mode(c.mode);
   if (pipe_) pipe_->set_micro_batches(c.micro);
+  now_ = c.constrained ? grammar_ : std::string();
 }
 
 void bench_runner::fill(int sequences, int depth) {
@@ -77,6 +80,7 @@ double bench_runner::decode(bool actors_pipeline, int sequences, int n, int dept
       r.n_predict = n;
       r.ignore_eos = true;
       r.sampling.temperature = 0;
+      r.sampling.grammar = now_;
       pipe_->submit(std::move(r));
     }
     drain(K);
@@ -105,6 +109,7 @@ double bench_runner::decode_actors_at_depth(int K, int n, int depth) {
     r.n_predict = n + depth + 1;  // (more than a head start can take: a sequence never ends before its n)
     r.ignore_eos = true;
     r.sampling.temperature = 0;
+    r.sampling.grammar = now_;
     ids.push_back(pipe_->submit(std::move(r)));
   }
   std::set<int64_t> started;

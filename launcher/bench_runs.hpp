@@ -44,12 +44,13 @@ struct config {
   int sequences;
   int micro = 1;   // micro-batches (actors)
   int depth = -1;  // tokens cached before its tests (-1: the depth being measured; --vs-depth's own)
+  bool constrained = true;  // decodes follow bench's grammar, where it has one (--vs-unconstrained's: not)
   int depth_at(int measured) const { return depth >= 0 ? depth : measured; }
 };
 
 // Where each comparison is among the configurations (-1: not asked for).
 struct comparisons {
-  int dense = -1, other_pipeline = -1, parallel = -1, micro = -1, depth = -1;
+  int dense = -1, other_pipeline = -1, parallel = -1, micro = -1, depth = -1, unconstrained = -1;
 };
 
 std::vector<config> configs_of(const bench_args& a, ffn_mode mode, comparisons& c);
@@ -62,7 +63,8 @@ std::vector<config> configs_of(const bench_args& a, ffn_mode mode, comparisons& 
 // its first token until each has n more).
 class bench_runner {
  public:
-  bench_runner(loaded& l, bool with_actors);
+  // grammar: GBNF every decode's sampler follows where its configuration is constrained ("" none).
+  bench_runner(loaded& l, bool with_actors, std::string grammar = {});
   void set(const config& c);
   // Positions 0..depth-1 of slots 0..sequences-1 computed (the direct pipeline's; untimed).
   void fill(int sequences, int depth);
@@ -89,6 +91,7 @@ class bench_runner {
   std::vector<int64_t> slots_, positions_;
   std::vector<token_id> step_tokens_;
   rows_read untimed_;
+  std::string grammar_, now_;  // bench's grammar; the one the configuration set last follows
 };
 
 // What a configuration's repetitions measured.

@@ -173,6 +173,8 @@ nlohmann::json json_of(const report& r, const model& m) {
     for (size_t op = 0; op < res.job_ms_pt.size(); ++op) jobs[devices::operation_name(static_cast<devices::operation>(op))] = res.job_ms_pt[op];
     d["device_job_ms_per_token"] = jobs;
     d["device_wait"] = devices::device_wait_name(devices::current_device_wait());  // how threads waited for the device
+    const grammar_args& g = a.grammar;
+    if (!g.grammar.empty() || !g.grammar_file.empty() || !g.json_schema.empty() || !g.json_schema_file.empty()) d["constrained"] = r.configs[k].constrained;
     if (m.hp().moe()) {  // (every expert on the CPU: a hit rate of 0)
       d["expert_hit_rate"] = res.expert_hit_rate;
       d["expert_uploads_per_token"] = res.expert_uploads_per_token;
@@ -215,6 +217,10 @@ nlohmann::json json_of(const report& r, const model& m) {
     j["vs_depth"] = describe(static_cast<size_t>(c.depth));
     if (a.n_gen > 0) j["depth_decode_ratio"] = r.speedup(c.depth);
     if (a.n_prompt > 0) j["depth_prefill_ratio"] = ratio(d.pp.mean, r.results[0].pp.mean);
+  }
+  if (c.unconstrained > 0) {  // the grammar's cost: constrained decode over unconstrained
+    j["vs_unconstrained"] = describe(static_cast<size_t>(c.unconstrained));
+    if (a.n_gen > 0) j["constrained_decode_ratio"] = ratio(r.results[0].tg.mean, r.results[static_cast<size_t>(c.unconstrained)].tg.mean);
   }
   if (!a.vs_llama_bench.empty()) {
     const versus_llama& v = r.llama;
@@ -298,6 +304,8 @@ void print_table(const report& r, const model& m) {
     fmt::print("\ndepth {} vs {}, interleaved:{}{}\n", a.vs_depth, r.depth, a.n_gen > 0 ? fmt::format(" decode {:.2f}x", r.speedup(cmp.depth)) : "",
                a.n_prompt > 0 && r.results[0].pp.mean > 0 ? fmt::format("{} prefill {:.2f}x", a.n_gen > 0 ? "," : "", d.pp.mean / r.results[0].pp.mean) : "");
   }
+  if (cmp.unconstrained > 0 && a.n_gen > 0 && r.results[static_cast<size_t>(cmp.unconstrained)].tg.mean > 0)
+    fmt::print("\nwith the grammar vs without, interleaved: decode {:.2f}x\n", r.results[0].tg.mean / r.results[static_cast<size_t>(cmp.unconstrained)].tg.mean);
   if (!a.vs_llama_bench.empty()) {
     const versus_llama& v = r.llama;
     auto ratios = [](const std::vector<double>& x) {
@@ -323,6 +331,8 @@ void run_bench(const bench_args& given) {
     if (d < 0) throw std::invalid_argument(fmt::format("-d {}: a depth is a count of tokens, 0 or more", d));
   const int deepest = std::max(a.vs_depth, *std::max_element(a.n_depth.begin(), a.n_depth.end()));
   if (!a.vs_llama_bench.empty()) check_llama_bench(a.vs_llama_bench);
+  const std::string gbnf = grammar_of(a.grammar);  // (checked before the model loads)
+  if (a.vs_unconstrained && gbnf.empty()) throw std::invalid_argument("--vs-unconstrained: give the grammar (--grammar, --grammar-file, -j, --json-schema-file)");
   // (At a depth the actors' sequences may start a few steps apart: room for that head start too.)
   const int head_start = deepest > 0 ? std::max(0, a.n_gen) + 64 : 0;
   auto l = load(a.m, std::max(1, deepest + a.n_prompt + std::max(0, a.n_gen) + head_start), std::max(a.parallel, a.vs_parallel));
@@ -333,7 +343,9 @@ void run_bench(const bench_args& given) {
   if (l.stages.empty()) l.ctx->forward(1, 0);  // warm-up: first touch of every weight page (with --workers: theirs, in their warm-up)
   comparisons c;
   const auto configs = configs_of(a, l.ctx->mode(), c);
-  bench_runner run(l, std::any_of(configs.begin(), configs.end(), [](const config& k) { return k.actors; }));
+  if (!gbnf.empty() && std::any_of(configs.begin(), configs.end(), [](const config& k) { return !k.actors; }))
+    throw std::invalid_argument("a grammar constrains the actors' sampler: --pipeline direct samples nothing");
+  bench_runner run(l, std::any_of(configs.begin(), configs.end(), [](const config& k) { return k.actors; }), gbnf);
   nlohmann::json all = nlohmann::json::array();
   for (size_t i = 0; i < a.n_depth.size(); ++i) {
     const measurement ms = measure(run, a, configs, l, a.n_depth[i]);

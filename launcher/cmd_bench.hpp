@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cmd_generate.hpp"
 #include "launcher/model_options.hpp"
 
 namespace hotcold::launcher {
@@ -18,6 +19,8 @@ struct bench_args {
   bool json = false, vs_dense = false, vs_direct = false, roofline = false, no_warmup = false;
   std::string pipeline = "actors";
   std::string vs_llama_bench;  // llama.cpp's llama-bench, run on the same file between the repetitions
+  grammar_args grammar;        // what every decode follows (the actors' sampler, greedy), and
+  bool vs_unconstrained = false;  // the same decodes without it, interleaved
 };
 
 // Measures and prints (a table, or one JSON object with json); throws as load() does.

@@ -352,6 +352,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "PATH of llama.cpp's llama-bench (built by you; no llama.cpp code is in hotcold): run it on the same file with the same "
                   "threads, prompt and generation lengths (-r 1 -o json --mmap 0 -ngl 0) after each round of repetitions, and print "
                   "hotcold's speed over its (the median of the rounds' ratios)");
+  add_grammar_options(cmd, a->grammar, "every decode's tokens, sampled greedily on the actors; pick one that does not end within -n tokens");
+  cmd->add_flag("--vs-unconstrained", a->vs_unconstrained,
+                "With a grammar: also decode without it, interleaved, and print the ratio, constrained over unconstrained");
   cmd->add_flag("--no-warmup", a->no_warmup, "Skip the untimed warm-up (per configuration, one prompt and two generated tokens, as llama-bench does)");
   cmd->callback([a, cmd, &exit_code] {
     exit_code = run_guarded("bench", [&] {

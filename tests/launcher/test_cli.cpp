@@ -323,6 +323,27 @@ TEST(Cli, BenchComparesADepthInterleaved) {
   EXPECT_NE(table.out.find("depth 24 vs 0, interleaved: decode"), std::string::npos) << table.out;
 }
 
+// bench with a grammar: every decode's sampler follows it; --vs-unconstrained decodes without it,
+// interleaved, and reports constrained over unconstrained. The direct pipeline samples nothing: refused.
+TEST(Cli, BenchMeasuresAGrammarsCost) {
+  const std::string g = R"(root ::= "[" item ("," item)*
+item ::= "{\"n\":" [0-9]{1,3} "}")";
+  auto b = run({"bench", "-m", small_model(), "-p", "0", "-n", "6", "-r", "2", "-c", "64", "--grammar", g, "--vs-unconstrained", "--json"});
+  ASSERT_EQ(b.code, 0) << b.err;
+  const auto j = nlohmann::json::parse(b.out);
+  EXPECT_EQ(j["constrained"], true);
+  ASSERT_TRUE(j.contains("vs_unconstrained")) << b.out;
+  EXPECT_EQ(j["vs_unconstrained"]["constrained"], false);
+  EXPECT_NEAR(j["constrained_decode_ratio"].get<double>(), j["decode_tokens_per_s"].get<double>() / j["vs_unconstrained"]["decode_tokens_per_s"].get<double>(), 1e-9);
+  auto direct = run({"bench", "-m", small_model(), "-p", "0", "-n", "4", "-r", "1", "--pipeline", "direct", "--grammar", g});
+  EXPECT_EQ(direct.code, 2) << direct.err;
+  EXPECT_NE(direct.err.find("--pipeline direct samples nothing"), std::string::npos) << direct.err;
+  auto alone = run({"bench", "-m", small_model(), "-p", "0", "-n", "4", "-r", "1", "--vs-unconstrained"});
+  EXPECT_EQ(alone.code, 2);
+  auto bad = run({"bench", "-m", small_model(), "-p", "0", "-n", "4", "-r", "1", "--grammar", "root ::= x"});
+  EXPECT_NE(bad.err.find("--grammar: grammar, line 1 column 10"), std::string::npos) << bad.err;
+}
+
 // The KV cache's types as llama.cpp's flags spell them (-ctk, -ctv, --cache-type-k/-v, --kv-type for
 // both): the context line names them, bench's JSON carries llama-bench's type_k and type_v, a type the
 // cache does not hold or blocks of 32 across heads of 16 are refused by name.
