@@ -116,6 +116,18 @@ void live_stats::set_prefix_store(int64_t blocks, int64_t capacity, uint64_t evi
   prefix_block_bytes_.store(block_bytes, std::memory_order_relaxed);
 }
 
+void live_stats::set_slot(int64_t slot, slot_view v) {
+  std::lock_guard lock(slots_mu_);
+  if (slot < 0) return;
+  if (static_cast<size_t>(slot) >= slots_.size()) slots_.resize(static_cast<size_t>(slot) + 1);
+  slots_[static_cast<size_t>(slot)] = v;
+}
+
+std::vector<live_stats::slot_view> live_stats::slots() const {
+  std::lock_guard lock(slots_mu_);
+  return slots_;
+}
+
 live_stats::view live_stats::read() const {
   view v;
   v.prefix_blocks = prefix_blocks_.load(std::memory_order_relaxed);

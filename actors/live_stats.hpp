@@ -70,6 +70,15 @@ class live_stats {
   // Upper bounds of the hop histogram's buckets, seconds (a last bucket takes the rest).
   static constexpr std::array<double, 13> hop_bounds{50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3};
 
+  // A KV slot as the scheduler last saw it: the request it holds (-1: none) and the tokens its cache
+  // holds (a free slot keeps its last sequence's, for the prompts that reuse them); GET /slots.
+  struct slot_view {
+    int64_t request = -1;
+    int64_t cached = 0;
+  };
+  void set_slot(int64_t slot, slot_view v);
+  std::vector<slot_view> slots() const;
+
   static constexpr std::chrono::seconds window{5};  // what "recent" means
 
   const read_costs& costs() const { return costs_; }
@@ -114,6 +123,8 @@ class live_stats {
   view read() const;
 
  private:
+  mutable std::mutex slots_mu_;
+  std::vector<slot_view> slots_;
   struct layer_counters {
     std::array<std::atomic<int64_t>, n_timed_stages> ns{};
     std::atomic<int64_t> candidates{0}, computed{0}, hot{0}, truly_active{0}, found{0};

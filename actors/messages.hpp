@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,7 @@ struct token_event {
   token_id token;
   int64_t index;  // 0 for the first generated token
   std::chrono::steady_clock::time_point at;  // when the scheduler had it (latencies measure from here)
+  std::optional<token_logprobs> probs;  // where the request asks (sampling_params::logprobs)
 };
 struct logits_event {
   int64_t request;
@@ -150,6 +152,12 @@ struct sample_job {
   std::vector<int64_t> rows;  // request k's logits are row rows[k] of logits
   shared_tensor logits;
 };
+// The tokens sampled for a job's requests, in its order, and their log probabilities where a request
+// asks for them (probs empty where none does).
+struct sampled_tokens {
+  std::vector<token_id> tokens;
+  std::vector<std::optional<token_logprobs>> probs;
+};
 
 struct telemetry_totals {
   int64_t steps = 0, failed_steps = 0, restarts = 0;
@@ -180,7 +188,7 @@ using cold_pool_actor = caf::typed_actor<caf::replies_to<cold_atom, cold_job>::w
 using predictor_actor = caf::typed_actor<caf::replies_to<predict_atom, predict_job>::with<active_set>>;
 using hot_executor_actor = caf::typed_actor<caf::replies_to<step_atom, step_plan>::with<step_result>>;
 using sampler_actor = caf::typed_actor<caf::reacts_to<open_atom, int64_t, sampling_params, std::vector<token_id>>,
-                                       caf::replies_to<sample_atom, sample_job>::with<std::vector<token_id>>, caf::reacts_to<close_atom, int64_t>>;
+                                       caf::replies_to<sample_atom, sample_job>::with<sampled_tokens>, caf::reacts_to<close_atom, int64_t>>;
 using telemetry_actor = caf::typed_actor<caf::reacts_to<step_atom, step_record>, caf::reacts_to<done_event>,
                                          caf::reacts_to<totals_atom, int64_t>,  // restarts to add
                                          caf::replies_to<totals_atom>::with<telemetry_totals>>;
@@ -190,6 +198,7 @@ using telemetry_actor = caf::typed_actor<caf::reacts_to<step_atom, step_record>,
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::shared_tensor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::generation_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::token_event)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::sampled_tokens)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::logits_event)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::done_event)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hotcold::actors::slot_request)

@@ -21,17 +21,22 @@ sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_
         auto [it, fresh] = self->state.samplers.insert_or_assign(request, sampler(params, params.grammar.empty() ? nullptr : &p->m->grammar_tokens()));
         for (token_id t : history) it->second.accept(t);
       },
-      [self, p](sample_atom, const sample_job& job) -> caf::result<std::vector<token_id>> {
+      [self, p](sample_atom, const sample_job& job) -> caf::result<sampled_tokens> {
         p->stats->set_mailbox(actor_id::sampler, static_cast<int64_t>(self->mailbox().size()));
         trace_scope span(p->trace, step_part::sample, job.logits.step, p->m->hp().n_layer, static_cast<int64_t>(job.requests.size()));
-        std::vector<token_id> out;
-        out.reserve(job.requests.size());
+        sampled_tokens out;
+        out.tokens.reserve(job.requests.size());
         for (size_t k = 0; k < job.requests.size(); ++k) {
           auto it = self->state.samplers.find(job.requests[k]);
           if (it == self->state.samplers.end()) return caf::make_error(caf::sec::runtime_error, "sampler: unknown request " + std::to_string(job.requests[k]));
-          const token_id t = it->second.sample(std::span<const float>(job.logits.row(job.rows[k]), static_cast<size_t>(job.logits.cols)));
+          const std::span<const float> logits(job.logits.row(job.rows[k]), static_cast<size_t>(job.logits.cols));
+          const token_id t = it->second.sample(logits);
           it->second.accept(t);
-          out.push_back(t);
+          out.tokens.push_back(t);
+          if (const int32_t n = it->second.params().logprobs; n >= 0) {
+            out.probs.resize(job.requests.size());
+            out.probs[k] = logprobs_of(logits, t, n);
+          }
         }
         return out;
       },

@@ -143,6 +143,7 @@ void finish(scheduler_ptr self, int64_t id, const std::string& reason, const std
     if (st.prefix && (reason == "error" || s.shifted)) st.prefix->forget(s.slot);
     else if (st.prefix) st.prefix->release(s.slot, s.computed(), st.ops);
     st.free_slots.push_back(s.slot);
+    st.p->stats->set_slot(s.slot, {-1, s.cached});
     if (st.compute->sampler) self->send(st.compute->sampler, close_atom::value, id);
   }
   st.running.erase(std::remove(st.running.begin(), st.running.end(), id), st.running.end());
@@ -207,6 +208,7 @@ void admit(scheduler_ptr self) {
     st.free_slots.erase(std::find(st.free_slots.begin(), st.free_slots.end(), s.slot));
     s.admitted = clock_type::now();
     begin_prompt(self, s);
+    st.p->stats->set_slot(s.slot, {id, s.cached});
     st.running.push_back(id);
     self->send(st.compute->sampler, open_atom::value, id, s.req.sampling, s.req.prompt);
   }
@@ -229,7 +231,8 @@ bool shift_context(scheduler_ptr self, sequence& s) {
   return true;
 }
 
-void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, const std::vector<token_id>& tokens) {
+void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, sampled_tokens& sampled) {
+  const std::vector<token_id>& tokens = sampled.tokens;
   auto& st = self->state;
   const vocab& v = st.p->m->vocabulary();
   const int64_t n_ctx = st.p->ctx->n_ctx();
@@ -248,7 +251,9 @@ void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, const std
     }
     if (s.generated.empty()) s.first_token = clock_type::now();
     s.generated.push_back(t);
-    if (s.sink) caf::anon_send(s.sink, token_event{s.id, t, static_cast<int64_t>(s.generated.size()) - 1, clock_type::now()});
+    if (s.sink)
+      caf::anon_send(s.sink, token_event{s.id, t, static_cast<int64_t>(s.generated.size()) - 1, clock_type::now(),
+                                         k < sampled.probs.size() ? std::move(sampled.probs[k]) : std::nullopt});
     if (static_cast<int64_t>(s.generated.size()) >= s.req.n_predict) finish(self, s.id, "length");
     else if (s.cached >= n_ctx && !shift_context(self, s)) finish(self, s.id, "context");
   }
@@ -270,6 +275,7 @@ void on_step(scheduler_ptr self, step_result& r) {
       caf::anon_send(s.sink, logits_event{s.id, s.cached, r.logits.slice(mb.first_logit, mb.logits)});
     s.cached += mb.count;
     s.isolated = false;
+    st.p->stats->set_slot(s.slot, {s.id, s.cached});
     if (!s.prompt_done()) continue;
     if (prefill && st.prefix && s.req.cache_prompt && !s.shifted) st.prefix->keep(s.slot, s.req.prompt, st.ops);  // (others may share it from now on)
     if (s.cancelled) finish(self, s.id, "cancelled");
@@ -281,10 +287,13 @@ void on_step(scheduler_ptr self, step_result& r) {
   if (st.prefix)
     st.p->stats->set_prefix_store(st.prefix->stored_blocks(), st.prefix->store_blocks(), st.prefix->evictions(),
                                   static_cast<uint64_t>(st.prefix->block_tokens()) * st.p->ctx->cache_position_bytes());
-  if (to_sample.empty()) return after_tokens(self, {}, {});
+  if (to_sample.empty()) {
+    sampled_tokens none;
+    return after_tokens(self, {}, none);
+  }
   sample_job job{to_sample, rows, std::move(r.logits)};
   self->request(st.compute->sampler, caf::infinite, sample_atom::value, std::move(job))
-      .then([self, to_sample](std::vector<token_id>& tokens) { after_tokens(self, to_sample, tokens); },
+      .then([self, to_sample](sampled_tokens& tokens) { after_tokens(self, to_sample, tokens); },
             [self, to_sample](caf::error& e) {
               for (int64_t id : to_sample) finish(self, id, "error", describe(e));
               caf::anon_send_exit(self->state.compute->sampler, caf::exit_reason::kill);
@@ -460,7 +469,7 @@ scheduler_actor::behavior_type scheduler_fn(scheduler_ptr self, std::shared_ptr<
   st.prefill_chunk = std::max<int64_t>(1, prefill_chunk);
   st.telemetry = std::move(telemetry);
   st.compute = std::make_shared<compute_set>();
-  for (int64_t s = st.p->ctx->n_seq() - 1; s >= 0; --s) st.free_slots.push_back(s);
+  for (int64_t s = st.p->ctx->n_seq() - 1; s >= 0; --s) st.free_slots.push_back(s), st.p->stats->set_slot(s, {});
   if (st.p->reuse_prefixes)
     st.prefix = std::make_unique<prefix_reuse>(st.p->ctx->n_seq(), st.p->ctx->prefix_block_tokens(), st.p->ctx->prefix_store_blocks(), st.p->prefix_hash);
   start_compute(self);

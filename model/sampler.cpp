@@ -67,6 +67,24 @@ void temperature(std::vector<candidate>& c, float t) {
 
 namespace hotcold {
 
+token_logprobs logprobs_of(std::span<const float> logits, token_id t, int top) {
+  if (t < 0 || static_cast<size_t>(t) >= logits.size()) throw std::invalid_argument("logprobs_of: a token outside the logits");
+  const float max_l = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max_l));
+  const double log_z = static_cast<double>(max_l) + std::log(sum);
+  token_logprobs out;
+  out.logprob = static_cast<float>(logits[static_cast<size_t>(t)] - log_z);
+  const size_t n = std::min(static_cast<size_t>(std::max(top, 0)), logits.size());
+  if (n == 0) return out;
+  std::vector<token_id> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<token_id>(i);
+  auto better = [&](token_id a, token_id b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] || (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), better);
+  for (size_t i = 0; i < n; ++i) out.top.emplace_back(ids[i], static_cast<float>(logits[static_cast<size_t>(ids[i])] - log_z));
+  return out;
+}
+
 sampler::sampler(const sampling_params& params) : params_(params), rng_(params.seed) {}
 
 sampler::sampler(const sampling_params& params, const grammar_vocab* tokens) : sampler(params) {

@@ -26,7 +26,17 @@ struct sampling_params {
   int32_t penalty_last_n = 64;     // how many recent tokens the penalties look at (-1: all of them)
   uint64_t seed = 0;
   std::string grammar;             // GBNF the output must follow (model/grammar.hpp; empty: none)
+  int32_t logprobs = -1;           // -1: none; 0..20: each sampled token's log probability, and that many most likely tokens'
 };
+
+// A token's log probability under the model: the log-softmax of the logits as the model gave them
+// (before penalties, temperature, filters or a grammar: what OpenAI's logprobs and llama-server's
+// n_probs report), and the `top` most likely tokens' (most likely first; ties by id).
+struct token_logprobs {
+  float logprob = 0;
+  std::vector<std::pair<token_id, float>> top;
+};
+token_logprobs logprobs_of(std::span<const float> logits, token_id t, int top);
 
 struct candidate {
   token_id id;

@@ -79,6 +79,10 @@ struct generate_request {
   bool cache_prompt = true;            // reuse the cached rows of a prompt beginning as one before (llama-server's)
   std::string grammar;                 // GBNF the text must follow (empty: none), or
   std::string json_schema;             // a JSON Schema it must be valid against, as JSON text (empty: none)
+  bool logprobs = false;               // each token reply with its log probability
+  int32_t n_probs = 0;                 // ... and the n most likely tokens' (0-20; > 0 implies logprobs)
+  bool prompt_logprobs = false;        // a prompt_token reply per prompt token first, with its log probability (every prompt token computed)
+  bool ignore_eos = false;             // go on past an end-of-generation token (llama-server's)
 };
 struct cancel_request {
   std::string id;  // of the generate to cancel
@@ -134,6 +138,18 @@ struct model_facts {
   int32_t bos = -1, eos = -1;
 };
 
+// A token's log probability under the model (the log-softmax of its logits before sampling), and the
+// most likely tokens' at its place, most likely first.
+struct token_prob {
+  int32_t token = 0;
+  std::string bytes;  // its piece (on the wire: "text" and "bytes", as a token reply's)
+  double logprob = 0;
+};
+struct token_probs {
+  double logprob = 0;
+  std::vector<token_prob> top;
+};
+
 struct accepted_reply {
   std::string id;
   int64_t prompt_tokens = 0;
@@ -145,6 +161,16 @@ struct token_reply {
   int32_t token = 0;
   std::string bytes;   // the piece's exact bytes (on the wire: "text", invalid UTF-8 as U+FFFD, and "bytes", base64)
   double ms = 0;       // since accepted
+  std::optional<token_probs> probs;  // where the generate asked (logprobs, n_probs)
+};
+// A prompt token with its log probability after the tokens before it (none for the first), sent
+// before the first token reply where a generate asks (prompt_logprobs).
+struct prompt_token_reply {
+  std::string id;
+  int64_t index = 0;  // its position in the prompt
+  int32_t token = 0;
+  std::string bytes;
+  std::optional<token_probs> probs;  // none for index 0
 };
 struct done_reply {
   std::string id;
@@ -182,7 +208,8 @@ struct slot_reply {
   int64_t n_bytes = 0;   // written or read
   double ms = 0;
 };
-using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply, health_reply, tokens_reply, text_reply, model_info_reply, slot_reply>;
+using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply, health_reply, tokens_reply, text_reply, model_info_reply, slot_reply,
+                           prompt_token_reply>;
 
 std::string encode_reply(const reply& r);
 // A reply frame of this version as the struct of its type, or a protocol_error (bad_frame,
@@ -195,7 +222,9 @@ const std::string& reply_id(const reply& r);
 std::string encode_accepted(std::string_view id, int64_t prompt_tokens, uint64_t seed);
 // text: the piece's bytes (invalid UTF-8 becomes U+FFFD there); the exact bytes also go as base64 in
 // "bytes", so a client can print exactly what `hotcold run` prints.
-std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted);
+// probs: the token's log probability and the top ones' ("logprob", "top_logprobs"), where asked.
+std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted, const token_probs* probs = nullptr);
+std::string encode_prompt_token(std::string_view id, int64_t index, int32_t token, std::string_view text, const token_probs* probs);
 // text: the whole generated text when the request did not stream (else left out); error: why, for
 // finish "error" (else left out).
 std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,

@@ -72,13 +72,35 @@ std::string unbase64(std::string_view text) {
   return out;
 }
 
-std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted) {
+namespace {
+// "logprob" and "top_logprobs" of a token or prompt_token reply (the first prompt token: null and []).
+void put_probs(json& j, const token_probs* probs) {
+  j["logprob"] = probs ? json(probs->logprob) : json(nullptr);
+  json top = json::array();
+  if (probs)
+    for (const auto& p : probs->top) top.push_back({{"token", p.token}, {"text", p.bytes}, {"bytes", base64(p.bytes)}, {"logprob", p.logprob}});
+  j["top_logprobs"] = std::move(top);
+}
+}  // namespace
+
+std::string encode_token(std::string_view id, int64_t index, int32_t token, std::string_view text, double ms_since_accepted, const token_probs* probs) {
   json j = head("token", id);
   j["index"] = index;
   j["token"] = token;
   j["text"] = std::string(text);
   j["bytes"] = base64(text);
   j["ms"] = ms_since_accepted;
+  if (probs) put_probs(j, probs);
+  return dump(j);
+}
+
+std::string encode_prompt_token(std::string_view id, int64_t index, int32_t token, std::string_view text, const token_probs* probs) {
+  json j = head("prompt_token", id);
+  j["index"] = index;
+  j["token"] = token;
+  j["text"] = std::string(text);
+  j["bytes"] = base64(text);
+  put_probs(j, probs);
   return dump(j);
 }
 
@@ -141,6 +163,7 @@ namespace {
 struct reply_names {
   std::string_view operator()(const accepted_reply&) const { return "accepted"; }
   std::string_view operator()(const token_reply&) const { return "token"; }
+  std::string_view operator()(const prompt_token_reply&) const { return "prompt_token"; }
   std::string_view operator()(const done_reply&) const { return "done"; }
   std::string_view operator()(const error_reply&) const { return "error"; }
   std::string_view operator()(const health_reply&) const { return "health"; }
@@ -152,7 +175,8 @@ struct reply_names {
 
 struct reply_encoder {
   std::string operator()(const accepted_reply& r) const { return encode_accepted(r.id, r.prompt_tokens, r.seed); }
-  std::string operator()(const token_reply& r) const { return encode_token(r.id, r.index, r.token, r.bytes, r.ms); }
+  std::string operator()(const token_reply& r) const { return encode_token(r.id, r.index, r.token, r.bytes, r.ms, r.probs ? &*r.probs : nullptr); }
+  std::string operator()(const prompt_token_reply& r) const { return encode_prompt_token(r.id, r.index, r.token, r.bytes, r.probs ? &*r.probs : nullptr); }
   std::string operator()(const done_reply& r) const {
     return encode_done(r.id, r.finish, r.prompt_tokens, r.generated_tokens, r.t, r.text ? std::optional<std::string_view>(*r.text) : std::nullopt,
                        r.error ? std::optional<std::string_view>(*r.error) : std::nullopt, r.cached_tokens);
@@ -220,6 +244,18 @@ class reply_reader {
   const json& j_;
 };
 
+token_probs read_probs(const reply_reader& r) {
+  token_probs p{r.number("logprob"), {}};
+  const json& top = r.at("top_logprobs");
+  if (!top.is_array()) throw bad_reply{"\"top_logprobs\" must be an array"};
+  for (const auto& e : top) {
+    if (!e.is_object()) throw bad_reply{"\"top_logprobs\" must hold objects"};
+    const reply_reader t(e);
+    p.top.push_back({static_cast<int32_t>(t.integer("token")), unbase64(t.string("bytes")), t.number("logprob")});
+  }
+  return p;
+}
+
 reply read_reply(const std::string& type, const reply_reader& r) {
   if (type == "error") {
     error_reply e;
@@ -235,7 +271,16 @@ reply read_reply(const std::string& type, const reply_reader& r) {
   }
   const std::string id = r.string("id");
   if (type == "accepted") return accepted_reply{id, r.integer("prompt_tokens"), r.unsigned_integer("seed")};
-  if (type == "token") return token_reply{id, r.integer("index"), static_cast<int32_t>(r.integer("token")), unbase64(r.string("bytes")), r.number("ms")};
+  if (type == "token") {
+    token_reply t{id, r.integer("index"), static_cast<int32_t>(r.integer("token")), unbase64(r.string("bytes")), r.number("ms"), std::nullopt};
+    if (r.has("logprob")) t.probs = read_probs(r);
+    return t;
+  }
+  if (type == "prompt_token") {
+    prompt_token_reply t{id, r.integer("index"), static_cast<int32_t>(r.integer("token")), unbase64(r.string("bytes")), std::nullopt};
+    if (!r.at("logprob").is_null()) t.probs = read_probs(r);
+    return t;
+  }
   if (type == "done") {
     done_reply d{id, r.string("finish"), r.integer("prompt_tokens"), r.integer("generated_tokens"), {}, std::nullopt, std::nullopt};
     const auto t = r.object("timings");

@@ -275,6 +275,10 @@ std::variant<request, protocol_error> decode_request(std::string_view frame, con
       g.grammar = r.string("grammar", l.max_prompt_bytes).value_or("");
       if (const json* schema = r.object("json_schema")) g.json_schema = schema->dump();
       if (!g.grammar.empty() && !g.json_schema.empty()) throw field_error{error_code::invalid_field, "give one of \"grammar\" and \"json_schema\", not both"};
+      g.n_probs = static_cast<int32_t>(r.integer("n_probs", 0, 0, 20));
+      g.logprobs = r.boolean("logprobs", false) || g.n_probs > 0;
+      g.prompt_logprobs = r.boolean("prompt_logprobs", false);
+      g.ignore_eos = r.boolean("ignore_eos", false);
       out = std::move(g);
     } else if (type == "cancel") {
       out = cancel_request{r.id()};
@@ -347,6 +351,10 @@ json generate_body(const generate_request& g) {
   if (s.seed) j["sampling"]["seed"] = *s.seed;
   if (!g.grammar.empty()) j["grammar"] = g.grammar;
   if (!g.json_schema.empty()) j["json_schema"] = json::parse(g.json_schema, nullptr, false);
+  if (g.logprobs) j["logprobs"] = true;
+  if (g.n_probs > 0) j["n_probs"] = g.n_probs;
+  if (g.prompt_logprobs) j["prompt_logprobs"] = true;
+  if (g.ignore_eos) j["ignore_eos"] = true;
   return j;
 }
 

@@ -236,7 +236,13 @@ struct http_server::impl {
     return found;
   }
   bool under(const std::string& target, const std::string& prefix) const { return !prefix.empty() && target.rfind(prefix, 0) == 0; }
-  size_t body_limit(const std::string& target) const { return under(target, opt.large_body_prefix) ? opt.large_body : opt.max_body; }
+  bool api_path(const std::string& target) const {
+    const std::string path = target.substr(0, target.find('?'));
+    for (const auto& p : opt.api_paths)
+      if (path == p || under(path, p + "/")) return true;
+    return false;
+  }
+  size_t body_limit(const std::string& target) const { return under(target, opt.large_body_prefix) || api_path(target) ? opt.large_body : opt.max_body; }
   http_reply error(int status, const std::string& code, const std::string& message, const std::string& target) const {
     if (opt.error_reply) return opt.error_reply(status, code, message, target);
     return {status, "text/plain", message + "\n"};
@@ -263,7 +269,7 @@ struct http_server::impl {
       if (!beast::iequals(protocol::trim_blanks(coding), "chunked"))
         return error(400, "bad_request", fmt::format("Transfer-Encoding '{}' is not decoded here: send the body as it is, or chunked", coding), raw);
     }
-    const bool api = under(a.target, opt.api_prefix) || under(a.target, opt.control_prefix);
+    const bool api = under(a.target, opt.api_prefix) || api_path(a.target);
     const std::vector<std::string>& secrets = api ? opt.api_keys : opt.tokens;
     const std::string host(req[http::field::host]), origin(req["Origin"]);
     if (secrets.empty())

@@ -106,7 +106,8 @@ struct http_options {
   // Keys and tokens are checked as soon as the header is in: before a body is read, and before a
   // client that asks first (`Expect: 100-continue`) is told to send it.
   std::string api_prefix;
-  std::string control_prefix;  // guarded as api_prefix is (serve: /slots/)
+  // Paths guarded as api_prefix is, each the path itself or under it (serve: /slots, /tokenize, ...).
+  std::vector<std::string> api_paths;
   std::vector<std::string> api_keys;
   // What web pages may do (browser_guard.hpp): the Host check holds on the targets no key or token
   // guards, the Origin check on all; a page's preflight (OPTIONS) is answered here.
@@ -114,7 +115,7 @@ struct http_options {
   // A body over its limit is answered 413 without the handler: large_body for targets under
   // large_body_prefix, max_body for the rest.
   size_t max_body = 64 * 1024;
-  std::string large_body_prefix;
+  std::string large_body_prefix;  // (and api_paths)
   size_t large_body = 0;
   int max_workers = 256;  // `work` threads at once
   // The server's own error answers (400, 401, 403, 413, 503) for a target: `code` names the error in

@@ -1,6 +1,7 @@
 #pragma once
 // What the serving loop (server.cpp) keeps of a request in flight, and of a slot action it passed on.
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,21 @@ struct live {
   std::string recorded_request;
   double arrival_s = 0, ttft_s = 0;
   std::vector<double> itl_s;
+  // Log probabilities asked for: each token's (until it is sent), and the prompt's.
+  std::map<int64_t, token_logprobs> probs;
+  int32_t n_probs = 0;
+  std::vector<token_id> prompt;  // kept where prompt_logprobs asks
 };
+
+// A token's log probabilities as the protocol sends them (each top token with its piece).
+protocol::token_probs wire_probs(const token_logprobs& p, const vocab& v);
+// The log probabilities of the token at `index`, taken from lv.probs (none where not asked).
+std::optional<protocol::token_probs> take_probs(live& lv, int64_t index, const vocab& v);
+// The line serve --record writes for a request that ended (docs/replay.md).
+std::string record_line(const live& lv, const std::string& finish);
+// The prompt_token replies a prompt's logits give (rows of consecutive positions from
+// e.first_position; a row predicts the token after its position), the first prompt token's too.
+std::vector<std::string> prompt_token_replies(const live& lv, const actors::logits_event& e, const vocab& v);
 
 // A slot action (POST /slots/{id}?action=..., the protocol's `slot`) on its way through the pipeline.
 struct slot_asker {

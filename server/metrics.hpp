@@ -52,6 +52,8 @@ class metrics {
   // The pipeline's live measurements, exported with the rest from now on, and the memory read
   // bandwidth measured on this machine (bytes/s; 0: not measured) that bytes read are compared with.
   void attach(std::shared_ptr<const actors::live_stats> stats, double bandwidth_ceiling);
+  // The KV slots as the pipeline last set them (none before attach).
+  std::vector<actors::live_stats::slot_view> slots() const { return live_ ? live_->slots() : std::vector<actors::live_stats::slot_view>{}; }
   // The text exposition format (version 0.0.4) of everything registered.
   std::string text() const;
   // The same as JSON (GET /api/stats): counters and gauges by name (labelled ones as objects keyed by

@@ -1,4 +1,5 @@
 #include "server/openai_api.hpp"
+#include "server/openai_request.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +9,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "model/json_schema.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/text_file.hpp"
 
@@ -17,52 +17,7 @@ namespace {
 
 using json = nlohmann::ordered_json;  // fields in the order the API documents them
 
-// A request the API refuses: the status and the error object's fields.
-struct api_failure {
-  int status;
-  std::string message, type, code, param;
-};
-
-api_failure bad_field(std::string param, std::string message) { return {400, std::move(message), "invalid_request_error", "invalid_value", std::move(param)}; }
-
 std::string dumped(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// The field, or nullptr when it is absent or null (the API treats both as "not given").
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::optional<double> number(const json& body, const char* name, double lo, double hi) {
-  const json* f = field(body, name);
-  if (!f) return std::nullopt;
-  if (!f->is_number()) throw bad_field(name, fmt::format("'{}' must be a number", name));
-  const double v = f->get<double>();
-  if (!std::isfinite(v) || v < lo || v > hi) throw bad_field(name, fmt::format("'{}' must be between {} and {}; it is {}", name, lo, hi, v));
-  return v;
-}
-
-std::optional<int64_t> whole(const json& body, const char* name, int64_t lo, int64_t hi) {
-  const json* f = field(body, name);
-  if (!f) return std::nullopt;
-  if (!f->is_number_integer()) throw bad_field(name, fmt::format("'{}' must be an integer", name));
-  if (f->is_number_unsigned() && f->get<uint64_t>() > static_cast<uint64_t>(hi))
-    throw bad_field(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
-  const int64_t v = f->get<int64_t>();
-  if (v < lo || v > hi) throw bad_field(name, fmt::format("'{}' must be between {} and {}; it is {}", name, lo, hi, v));
-  return v;
-}
-
-bool flag(const json& body, const char* name) {
-  const json* f = field(body, name);
-  if (!f) return false;
-  if (!f->is_boolean()) throw bad_field(name, fmt::format("'{}' must be true or false", name));
-  return f->get<bool>();
-}
-
-api_failure unsupported(std::string param, std::string what) {
-  return {400, fmt::format("{} is not supported by this server", what), "invalid_request_error", "unsupported_parameter", std::move(param)};
-}
 
 // The API's usage object for a request that ended; OpenAI's prompt_tokens_details.cached_tokens: the
 // prompt's tokens reused from the cache.
@@ -73,193 +28,17 @@ json usage_of(const protocol::done_reply& d) {
           {"prompt_tokens_details", {{"cached_tokens", d.cached_tokens}}}};
 }
 
-// A completion request as the scheduler takes it.
-struct completion_request {
-  bool chat = true, stream = false, include_usage = false;
-  bool cache_prompt = true;  // llama-server's field: reuse the cached rows of the prompt's beginning
-  std::vector<token_id> tokens;
-  int64_t n_predict = 0;
-  protocol::sampling sampling;  // what the API does not give: hotcold run's defaults
-  std::vector<std::string> stop;
-  std::string grammar;  // GBNF the output follows (from grammar, json_schema or response_format), checked
-};
-
-// The output's constraint: llama-server's `grammar` (GBNF) or `json_schema`, or OpenAI's
-// `response_format` (json_object: any object, or llama-server's {"type":"json_object","schema":...};
-// json_schema: {"json_schema": {"name", "schema", "strict"}}); at most one. Turned into GBNF and checked
-// here, so that a bad one is a 400 naming its field.
-std::string constraint(const json& body) {
-  std::vector<std::string> given;
-  for (const char* name : {"grammar", "json_schema", "response_format"})
-    if (field(body, name)) given.push_back(name);
-  if (given.size() > 1) throw bad_field(given[1], fmt::format("give one of 'grammar', 'json_schema' and 'response_format', not '{}' and '{}'", given[0], given[1]));
-  if (given.empty()) return {};
-  const std::string name = given[0];
-  const json& f = body[name];
-  std::string gbnf, schema;
-  if (name == "grammar") {
-    if (!f.is_string()) throw bad_field(name, "'grammar' must be a string of GBNF");
-    gbnf = f.get<std::string>();
-  } else if (name == "json_schema") {
-    if (!f.is_object() && !f.is_boolean()) throw bad_field(name, "'json_schema' must be a JSON Schema (an object)");
-    schema = f.dump();
-  } else {
-    if (!f.is_object() || !f.contains("type") || !f["type"].is_string()) throw bad_field(name, "'response_format' must be an object with a 'type'");
-    const std::string type = f["type"].get<std::string>();
-    if (type == "text") return {};
-    if (type == "json_object") {
-      schema = f.contains("schema") ? f["schema"].dump() : R"({"type":"object"})";
-    } else if (type == "json_schema") {
-      const json* js = field(f, "json_schema");
-      if (!js || !js->is_object()) throw bad_field("response_format.json_schema", "'response_format' of type json_schema needs 'json_schema': {\"name\", \"schema\"}");
-      const json* s = field(*js, "schema");
-      if (!s) throw bad_field("response_format.json_schema.schema", "'response_format.json_schema' needs its 'schema'");
-      if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean()) throw bad_field("response_format.json_schema.strict", "'strict' must be true or false");
-      schema = s->dump();
-    } else {
-      throw bad_field("response_format.type", fmt::format("'response_format' type '{}': text, json_object or json_schema", type));
-    }
-  }
-  try {
-    return checked_grammar(gbnf, schema);
-  } catch (const std::invalid_argument& e) {
-    throw bad_field(name, name == "grammar" ? std::string(e.what()) : fmt::format("{}: {}", name, e.what()));
-  }
-}
-
-// A message's content: a string, or (the newer form) a list of parts of which only text is known here.
-std::string content_text(const json& m, size_t i, const std::string& role) {
-  const std::string param = fmt::format("messages[{}].content", i);
-  auto it = m.find("content");
-  if (it == m.end() || it->is_null()) {
-    if (role == "assistant") return {};
-    throw bad_field(param, fmt::format("messages[{}] ({}) has no content", i, role));
-  }
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) throw bad_field(param, "a message's content must be a string or a list of text parts");
-  std::string text;
-  for (size_t k = 0; k < it->size(); ++k) {
-    const json& part = (*it)[k];
-    const std::string p = fmt::format("{}[{}]", param, k);
-    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) throw bad_field(p, "each content part must be an object with a 'type'");
-    if (part["type"] != "text") throw unsupported(p, fmt::format("a content part of type '{}' (only text)", part["type"].get<std::string>()));
-    if (!part.contains("text") || !part["text"].is_string()) throw bad_field(p, "a text part needs 'text', a string");
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
-// What the two completion routes share: the sampling fields, stop, stream, n and the fields the API
-// has that this server does not do.
-void common_fields(const json& body, completion_request& r, const openai_setup& s) {
-  if (auto n = whole(body, "n", 1, 128); n && *n != 1) throw unsupported("n", "'n' above 1 (one choice per request; send several requests)");
-  protocol::sampling& p = r.sampling;
-  if (auto t = number(body, "temperature", 0, 2)) p.temperature = *t;
-  if (auto t = number(body, "top_p", 0, 1)) p.top_p = *t;
-  if (auto f = number(body, "frequency_penalty", -2, 2)) p.frequency_penalty = *f;
-  if (auto f = number(body, "presence_penalty", -2, 2)) p.presence_penalty = *f;
-  // llama.cpp's server takes these too; hotcold's sampler has them.
-  if (auto k = whole(body, "top_k", -1, 1 << 30)) p.top_k = static_cast<int32_t>(*k);
-  if (auto m = number(body, "min_p", 0, 1)) p.min_p = *m;
-  if (auto t = number(body, "repeat_penalty", 0, 100)) p.repeat_penalty = *t;
-  if (const json* seed = field(body, "seed")) {
-    if (!seed->is_number_integer() || (!seed->is_number_unsigned() && seed->get<int64_t>() < 0))
-      throw bad_field("seed", "'seed' must be a whole number 0..2^64-1");
-    p.seed = seed->get<uint64_t>();
-  }
-  if (const json* stop = field(body, "stop")) {
-    if (stop->is_string()) {
-      r.stop.push_back(stop->get<std::string>());
-    } else if (stop->is_array()) {
-      for (const auto& x : *stop) {
-        if (!x.is_string()) throw bad_field("stop", "'stop' must be a string or a list of strings");
-        r.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      throw bad_field("stop", "'stop' must be a string or a list of strings");
-    }
-    if (r.stop.size() > 4) throw bad_field("stop", fmt::format("'stop' has {} strings; at most 4", r.stop.size()));
-    for (const auto& x : r.stop)
-      if (x.empty() || x.size() > 256) throw bad_field("stop", "each stop string must be 1..256 bytes");
-  }
-  r.grammar = constraint(body);
-  r.stream = flag(body, "stream");
-  r.cache_prompt = field(body, "cache_prompt") ? flag(body, "cache_prompt") : true;
-  if (const json* so = field(body, "stream_options")) {
-    if (!so->is_object()) throw bad_field("stream_options", "'stream_options' must be an object");
-    r.include_usage = r.stream && flag(*so, "include_usage");
-  }
-  if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty())) throw unsupported("logit_bias", "'logit_bias'");
-  const int64_t max_allowed = s.max_tokens;
-  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
-    const json* f = field(body, name);
-    if (f && f->is_number_integer() && (f->is_number_unsigned() ? f->get<uint64_t>() > static_cast<uint64_t>(max_allowed) : f->get<int64_t>() > max_allowed))
-      throw bad_field(name, fmt::format("'{}' is {}; this server generates at most {} tokens a request (serve --max-tokens)", name, f->dump(), max_allowed));
-    if (auto m = whole(body, name, 1, max_allowed)) r.n_predict = *m;
-  }
-}
-
-completion_request parse_chat(const json& body, const openai_setup& s) {
-  completion_request r;
-  r.chat = true;
-  if (const json* lp = field(body, "logprobs"); lp && (!lp->is_boolean() || lp->get<bool>())) throw unsupported("logprobs", "'logprobs'");
-  if (field(body, "top_logprobs")) throw unsupported("top_logprobs", "'top_logprobs'");
-  for (const char* name : {"tools", "functions"})
-    if (const json* t = field(body, name); t && !(t->is_array() && t->empty())) throw unsupported(name, "tool and function calling");
-  for (const char* name : {"tool_choice", "function_call"})
-    if (const json* t = field(body, name); t && !(t->is_string() && t->get<std::string>() == "none")) throw unsupported(name, "tool and function calling");
-  common_fields(body, r, s);
-  const json* ms = field(body, "messages");
-  if (!ms) throw api_failure{400, "'messages' is required", "invalid_request_error", "missing_required_parameter", "messages"};
-  if (!ms->is_array() || ms->empty()) throw bad_field("messages", "'messages' must be a non-empty list of messages");
-  std::vector<chat_message> conversation;
-  for (size_t i = 0; i < ms->size(); ++i) {
-    const json& m = (*ms)[i];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) throw bad_field(fmt::format("messages[{}]", i), "each message must be an object with a 'role'");
-    std::string role = m["role"].get<std::string>();
-    if (role == "developer") role = "system";  // the API's newer name for it
-    if (role != "system" && role != "user" && role != "assistant")
-      throw bad_field(fmt::format("messages[{}].role", i), fmt::format("role '{}' is not supported here (system, developer, user, assistant)", role));
-    conversation.push_back({role, content_text(m, i, role)});
-  }
-  if (!s.chat) throw api_failure{400, s.chat_problem, "invalid_request_error", "chat_template", ""};
-  try {
-    r.tokens = s.chat->tokenize(*s.v, conversation, true);
-  } catch (const chat_template_error& e) {
-    throw bad_field("messages", e.what());
-  }
-  return r;
-}
-
-completion_request parse_completion(const json& body, const openai_setup& s) {
-  completion_request r;
-  r.chat = false;
-  r.n_predict = 16;  // the API's default for this route
-  if (field(body, "logprobs")) throw unsupported("logprobs", "'logprobs'");
-  if (flag(body, "echo")) throw unsupported("echo", "'echo'");
-  if (const json* sf = field(body, "suffix"); sf && !(sf->is_string() && sf->get<std::string>().empty())) throw unsupported("suffix", "'suffix'");
-  if (auto b = whole(body, "best_of", 1, 128); b && *b != 1) throw unsupported("best_of", "'best_of' above 1");
-  common_fields(body, r, s);
-  const json* p = field(body, "prompt");
-  if (!p) throw api_failure{400, "'prompt' is required", "invalid_request_error", "missing_required_parameter", "prompt"};
-  // A string, a list of token ids, or a list of one of either (several prompts at once: one request each).
-  const json* one = p;
-  if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
-    if (p->size() != 1) throw unsupported("prompt", "more than one prompt a request");
-    one = &p->front();
-  }
-  if (one->is_string()) {
-    r.tokens = s.v->tokenize(one->get<std::string>(), true, false);
-  } else if (one->is_array() && !one->empty()) {
-    for (const auto& t : *one) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || static_cast<uint64_t>(t.get<int64_t>()) >= s.v->size())
-        throw bad_field("prompt", fmt::format("a prompt of token ids needs whole numbers 0..{}", s.v->size() - 1));
-      r.tokens.push_back(static_cast<token_id>(t.get<int64_t>()));
-    }
-  } else {
-    throw bad_field("prompt", "'prompt' must be a string or a list of token ids");
-  }
-  return r;
+// llama-server's timings object: the prompt's tokens computed and the time they took, the tokens
+// generated and theirs, with their rates, and the prompt's tokens taken from the cache.
+json timings_of(const protocol::done_reply& d) {
+  const double queued = d.t.queued_ms, first = d.generated_tokens > 0 ? d.t.time_to_first_token_ms : d.t.total_ms;
+  const double prompt_ms = std::max(0.0, first - queued), predicted_ms = d.generated_tokens > 0 ? std::max(0.0, d.t.total_ms - first) : 0.0;
+  const int64_t prompt_n = d.prompt_tokens - d.cached_tokens;
+  auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
+  auto per_second = [](double ms, int64_t n) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; };
+  return {{"prompt_n", prompt_n}, {"prompt_ms", prompt_ms}, {"prompt_per_token_ms", per_token(prompt_ms, prompt_n)}, {"prompt_per_second", per_second(prompt_ms, prompt_n)},
+          {"predicted_n", d.generated_tokens}, {"predicted_ms", predicted_ms}, {"predicted_per_token_ms", per_token(predicted_ms, d.generated_tokens)},
+          {"predicted_per_second", per_second(predicted_ms, d.generated_tokens)}, {"cache_n", d.cached_tokens}, {"queued_ms", queued}};
 }
 
 // How long a complete UTF-8 text `s` starts with: a character cut at the end waits for its next bytes.
@@ -336,12 +115,172 @@ std::string client_of(const http_request& req) {
   return "http:" + (req.peer.empty() ? std::string("unknown") : req.peer);
 }
 
+// One token's log probabilities, as the API writes them (a prompt's first token has none).
+struct lp_entry {
+  std::string piece;
+  std::optional<double> logprob;
+  std::vector<protocol::token_prob> top;
+};
+
+json bytes_of(std::string_view s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(c);
+  return out;
+}
+
+// Chat's logprobs object: {"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}.
+json chat_logprobs(const std::vector<lp_entry>& es) {
+  json content = json::array();
+  for (const auto& e : es) {
+    json top = json::array();
+    for (const auto& t : e.top) top.push_back({{"token", t.bytes}, {"logprob", t.logprob}, {"bytes", bytes_of(t.bytes)}});
+    content.push_back({{"token", e.piece}, {"logprob", e.logprob ? json(*e.logprob) : json(nullptr)}, {"bytes", bytes_of(e.piece)}, {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// Completions' logprobs object: tokens, token_logprobs, top_logprobs (each a {token: logprob} map),
+// text_offset (characters into the choice's text; `offset` goes on from one chunk to the next).
+json completion_logprobs(const std::vector<lp_entry>& es, int64_t& offset) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const auto& e : es) {
+    tokens.push_back(e.piece);
+    lps.push_back(e.logprob ? json(*e.logprob) : json(nullptr));
+    json top = e.logprob ? json::object() : json(nullptr);
+    for (const auto& t : e.top) top[t.bytes] = t.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    for (unsigned char c : e.piece) offset += (c & 0xC0) != 0x80;
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// A completion's replies from the scheduler turned into the API's: Server-Sent Events as they come, or
+// one reply at the end.
+class completion_answer {
+ public:
+  completion_answer(const completion_request& r, http_exchange& ex, std::string model)
+      : r_(r), ex_(ex), model_(std::move(model)), id_(random_id(r.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()) {}
+  bool cancelled = false;  // the client went: nothing more is sent
+
+  // True when the answer is complete (or cannot go on).
+  bool on(const protocol::reply& m) {
+    if (const auto* e = std::get_if<protocol::error_reply>(&m)) {
+      const auto f = from_protocol(*e, r_.chat);
+      if (!started_) ex_.reply(failure_reply(f));
+      else ex_.send(error_event(f));
+      return true;
+    }
+    if (std::holds_alternative<protocol::accepted_reply>(m)) {
+      started_ = true;
+      if (r_.stream && !cancelled) {
+        http_reply head{200, "text/event-stream", r_.chat ? chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}) : ""};
+        head.headers.emplace_back("X-Accel-Buffering", "no");
+        ex_.begin_stream(head);
+      }
+      return false;
+    }
+    if (const auto* p = std::get_if<protocol::prompt_token_reply>(&m)) {  // echo
+      echo_.push_back(entry(p->bytes, p->probs));
+      echo_text_ += p->bytes;
+      return false;
+    }
+    if (const auto* t = std::get_if<protocol::token_reply>(&m)) {
+      flush_echo();
+      if (r_.logprobs && t->probs) waiting_.push_back(entry(t->bytes, t->probs));
+      pending_ += t->bytes;
+      const size_t whole_part = complete_utf8(pending_);
+      if (whole_part == 0) return false;
+      const std::string piece = pending_.substr(0, whole_part);
+      pending_.erase(0, whole_part);
+      text_ += piece;
+      if (r_.stream && !cancelled) ex_.send(chunk(piece_choice(piece, nullptr, take_logprobs())));
+      return false;
+    }
+    if (const auto* done = std::get_if<protocol::done_reply>(&m)) return finish(*done);
+    return false;
+  }
+
+ private:
+  static lp_entry entry(const std::string& bytes, const std::optional<protocol::token_probs>& p) {
+    return p ? lp_entry{bytes, p->logprob, p->top} : lp_entry{bytes, std::nullopt, {}};
+  }
+  // One event of the stream: its choices, and with include_usage its `usage` (null but on the last).
+  std::string event(json choices, json usage) const {
+    json c{{"id", id_}, {"object", r_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_}, {"choices", std::move(choices)}};
+    if (r_.include_usage) c["usage"] = std::move(usage);
+    return "data: " + dumped(c) + "\n\n";
+  }
+  std::string chunk(json choice) const { return event(json::array({std::move(choice)}), nullptr); }
+  json piece_choice(const std::string& text, const json& finish, json logprobs) const {
+    if (r_.chat) return json{{"index", 0}, {"delta", text.empty() && !finish.is_null() ? json::object() : json{{"content", text}}}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+    return json{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+  }
+  // The log probabilities of the tokens since the last piece sent (streaming), or of all (at the end).
+  json take_logprobs() {
+    if (!r_.logprobs) return nullptr;
+    json out = r_.chat ? chat_logprobs(waiting_) : completion_logprobs(waiting_, offset_);
+    waiting_.clear();
+    return out;
+  }
+  // Echo's prompt, before the first generated token: its own event when streaming.
+  void flush_echo() {
+    if (!r_.echo || echoed_) return;
+    echoed_ = true;
+    if (!r_.stream) return;
+    json lp = nullptr;
+    if (r_.logprobs) lp = completion_logprobs(echo_, offset_);
+    if (!cancelled) ex_.send(chunk(piece_choice(echo_text_, nullptr, std::move(lp))));
+  }
+  bool finish(const protocol::done_reply& done) {
+    if (cancelled) return true;
+    const auto reason = finish_reason(done.finish);
+    if (!reason) {
+      const api_failure f{done.finish == "cancelled" ? 503 : 500, fmt::format("the generation ended early ({})", done.finish), "server_error", done.finish, ""};
+      if (!r_.stream) ex_.reply(failure_reply(f));
+      else ex_.send(error_event(f));
+      return true;
+    }
+    const json usage = usage_of(done);
+    if (r_.stream) {
+      flush_echo();
+      std::string tail;
+      if (!pending_.empty() || !waiting_.empty()) tail += chunk(piece_choice(pending_, nullptr, take_logprobs()));  // bytes that never made a character
+      json last{{"id", id_}, {"object", r_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_},
+                {"choices", json::array({piece_choice("", *reason, nullptr)})}};
+      if (r_.include_usage) last["usage"] = nullptr;
+      last["timings"] = timings_of(done);
+      tail += "data: " + dumped(last) + "\n\n";
+      if (r_.include_usage) tail += event(json::array(), usage);
+      ex_.send(tail + "data: [DONE]\n\n");
+      return true;
+    }
+    text_ += pending_;
+    if (r_.echo) text_ = echo_text_ + text_, waiting_.insert(waiting_.begin(), echo_.begin(), echo_.end());
+    json choice = r_.chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}}}, {"logprobs", take_logprobs()}, {"finish_reason", *reason}}
+                          : json{{"index", 0}, {"text", text_}, {"logprobs", take_logprobs()}, {"finish_reason", *reason}};
+    json reply{{"id", id_}, {"object", r_.chat ? "chat.completion" : "text_completion"}, {"created", created_}, {"model", model_}, {"choices", json::array({choice})}, {"usage", usage}, {"timings", timings_of(done)}};
+    ex_.reply({200, "application/json", dumped(reply) + "\n"});
+    return true;
+  }
+
+  const completion_request& r_;
+  http_exchange& ex_;
+  const std::string model_, id_;
+  const int64_t created_;
+  bool started_ = false, echoed_ = false;
+  std::string text_, pending_;  // sent (or kept, not streaming); bytes of a character not yet whole
+  std::string echo_text_;
+  std::vector<lp_entry> echo_, waiting_;  // the prompt's log probabilities; the tokens' not sent yet
+  int64_t offset_ = 0;  // characters written so far (completions' text_offset)
+};
+
 // One completion: the request to the scheduler over the in-process endpoint, its tokens to the client
 // (as Server-Sent Events, or in one reply at the end). The client going away cancels it.
 void run_completion(const openai_setup& s, const json& body, bool chat, const std::string& client, http_exchange& ex) {
   completion_request r;
   try {
-    r = chat ? parse_chat(body, s) : parse_completion(body, s);
+    r = parse_request(body, chat, s);
     const int64_t room = s.n_ctx - static_cast<int64_t>(r.tokens.size());
     if (room <= 0)
       throw api_failure{400, fmt::format("the {} is {} tokens; the context holds {} (serve -c)", r.chat ? "conversation" : "prompt", r.tokens.size(), s.n_ctx),
@@ -351,7 +290,6 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
     ex.reply(failure_reply(f));
     return;
   }
-  const std::string model = body.value("model", s.model_id);
   zmq::socket_t sock(*s.zmq, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
   // No bound on the replies waiting here: the server's own per-client byte limit is the bound, and a
@@ -368,37 +306,26 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
   g.stop = r.stop;
   g.cache_prompt = r.cache_prompt;
   g.grammar = r.grammar;
+  g.logprobs = r.logprobs, g.n_probs = r.n_probs, g.prompt_logprobs = r.echo && r.logprobs, g.ignore_eos = r.ignore_eos;
   sock.send(zmq::buffer(protocol::encode_request(g)), zmq::send_flags::none);
+  // With echo and no logprobs, the prompt's text alone: its tokens' pieces.
+  completion_answer answer(r, ex, body.value("model", s.model_id));
+  if (r.echo && !r.logprobs)
+    for (size_t i = 0; i < r.tokens.size(); ++i) answer.on(protocol::prompt_token_reply{"http", static_cast<int64_t>(i), r.tokens[i], s.v->piece(r.tokens[i]), std::nullopt});
 
-  const std::string id = random_id(r.chat ? "chatcmpl-" : "cmpl-");
-  const int64_t created = unix_now();
-  // One event of the stream: its choices, and with include_usage its `usage` (null but on the last).
-  auto event = [&](json choices, json usage) {
-    json c{{"id", id}, {"object", r.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", model}, {"choices", std::move(choices)}};
-    if (r.include_usage) c["usage"] = std::move(usage);
-    return "data: " + dumped(c) + "\n\n";
-  };
-  auto chunk = [&](json choice) { return event(json::array({std::move(choice)}), nullptr); };
-  auto piece_choice = [&](const std::string& text, const json& finish) {
-    if (r.chat) return json{{"index", 0}, {"delta", text.empty() && !finish.is_null() ? json::object() : json{{"content", text}}}, {"logprobs", nullptr}, {"finish_reason", finish}};
-    return json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
-  };
-
-  std::string text, pending;  // sent (or kept, not streaming); bytes of a character not yet whole
-  bool cancelled = false, started = false;
   bool watch_client = true;  // wait on the connection too: its end is seen at once
   std::chrono::steady_clock::time_point cancelled_at;
   for (;;) {
-    if (!cancelled && ex.client_gone()) {  // it will not read the rest: free its sequence
+    if (!answer.cancelled && ex.client_gone()) {  // it will not read the rest: free its sequence
       sock.send(zmq::buffer(protocol::encode_request(protocol::cancel_request{g.id})), zmq::send_flags::dontwait);
-      cancelled = true;
+      answer.cancelled = true;
       cancelled_at = std::chrono::steady_clock::now();
     }
     // The scheduler has ended (nothing more comes), or its answer to the cancel is overdue (the
     // replies to a client it cut off are dropped): this thread is done.
-    if (ex.stopping() || (cancelled && std::chrono::steady_clock::now() - cancelled_at > std::chrono::seconds(5))) return;
+    if (ex.stopping() || (answer.cancelled && std::chrono::steady_clock::now() - cancelled_at > std::chrono::seconds(5))) return;
     zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, ex.client_fd(), ZMQ_POLLIN, 0}};
-    const bool with_client = watch_client && !cancelled;
+    const bool with_client = watch_client && !answer.cancelled;
     if (zmq::poll(items, with_client ? 2 : 1, std::chrono::milliseconds(50)) == 0) continue;
     if (with_client && (items[1].revents & ZMQ_POLLIN) && !ex.client_gone()) watch_client = false;  // it sent more: check it every 50 ms instead
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
@@ -406,57 +333,7 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
     if (!sock.recv(msg, zmq::recv_flags::dontwait)) continue;
     auto decoded = protocol::decode_reply(msg.to_string_view());
     if (!std::holds_alternative<protocol::reply>(decoded)) continue;  // (the server writes every reply with the same codec)
-    const protocol::reply& m = std::get<protocol::reply>(decoded);
-    if (const auto* e = std::get_if<protocol::error_reply>(&m)) {
-      const auto f = from_protocol(*e, r.chat);
-      if (!started) ex.reply(failure_reply(f));
-      else ex.send(error_event(f));
-      return;
-    }
-    if (std::holds_alternative<protocol::accepted_reply>(m)) {
-      started = true;
-      if (r.stream && !cancelled) {
-        http_reply head{200, "text/event-stream", r.chat ? chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}) : ""};
-        head.headers.emplace_back("X-Accel-Buffering", "no");
-        ex.begin_stream(head);
-      }
-      continue;
-    }
-    if (const auto* t = std::get_if<protocol::token_reply>(&m)) {
-      pending += t->bytes;
-      const size_t whole_part = complete_utf8(pending);
-      if (whole_part == 0) continue;
-      const std::string piece = pending.substr(0, whole_part);
-      pending.erase(0, whole_part);
-      text += piece;
-      if (r.stream && !cancelled) ex.send(chunk(piece_choice(piece, nullptr)));
-      continue;
-    }
-    const auto* done = std::get_if<protocol::done_reply>(&m);
-    if (!done) continue;
-    text += pending;
-    const auto reason = finish_reason(done->finish);
-    if (cancelled) return;
-    if (!reason) {
-      const api_failure f{done->finish == "cancelled" ? 503 : 500, fmt::format("the generation ended early ({})", done->finish), "server_error", done->finish, ""};
-      if (!r.stream) ex.reply(failure_reply(f));
-      else ex.send(error_event(f));
-      return;
-    }
-    const json usage = usage_of(*done);
-    if (r.stream) {
-      std::string tail;
-      if (!pending.empty()) tail += chunk(piece_choice(pending, nullptr));  // bytes that never made a character
-      tail += chunk(piece_choice("", *reason));
-      if (r.include_usage) tail += event(json::array(), usage);
-      ex.send(tail + "data: [DONE]\n\n");
-      return;
-    }
-    json choice = r.chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}}, {"logprobs", nullptr}, {"finish_reason", *reason}}
-                         : json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", *reason}};
-    json reply{{"id", id}, {"object", r.chat ? "chat.completion" : "text_completion"}, {"created", created}, {"model", model}, {"choices", json::array({choice})}, {"usage", usage}};
-    ex.reply({200, "application/json", dumped(reply) + "\n"});
-    return;
+    if (answer.on(std::get<protocol::reply>(decoded))) return;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_api.hpp"
+#include "server/llama_routes.hpp"
 #include "server/slots_http.hpp"
 #include "model/chat_template.hpp"
 
@@ -41,7 +42,7 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
   ho.allow_remote = o.allow_remote_http;
   if (!o.http_token_file.empty()) ho.tokens = read_bearer_tokens(o.http_token_file);
   ho.api_prefix = ho.large_body_prefix = "/v1/";
-  ho.control_prefix = "/slots/";  // (llama-server's slot files: the API's keys guard them)
+  ho.api_paths = {"/slots", "/tokenize", "/detokenize", "/props"};  // (llama-server's: the API's keys guard them)
   ho.api_keys = api_keys(o);
   if (ho.api_keys.empty()) ho.api_keys = ho.tokens;  // the server's tokens open the API too
   ho.browsers = browsers_of(o);
@@ -69,16 +70,21 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
     api.chat_problem = fmt::format("{}; start serve with --chat-template NAME to chat with this model", e.what());
     fmt::print(stderr, "hotcold serve: /v1/chat/completions is off: {}\n", api.chat_problem);
   }
+  llama_routes_setup small;
+  small.v = api.v, small.m = &p.metrics, small.n_ctx = api.n_ctx, small.total_slots = p.l.ctx->n_seq(), small.max_tokens = o.max_tokens;
+  small.model_path = api.model_path, small.model_id = api.model_id, small.chat_template = p.l.m->chat_template_text();
   const size_t n_tokens = ho.tokens.size(), n_keys = ho.api_keys.size();
   const std::string id = api.model_id, tmpl = api.chat ? std::string(api.chat->name()) : "none";
   // The pages answer other machines when told to, or when tokens guard them.
-  auto h = std::make_unique<http_server>(std::move(ho), [slots = api, api = openai_api(api), pages = serve_monitor(p.metrics, p.status, o.allow_remote || n_tokens > 0)](
+  auto h = std::make_unique<http_server>(std::move(ho), [small, slots = api, api = openai_api(api), pages = serve_monitor(p.metrics, p.status, o.allow_remote || n_tokens > 0)](
                                                             const http_request& r) {
     if (r.path().rfind("/v1/", 0) == 0) return api(r);
     if (r.path().rfind("/slots/", 0) == 0) return slots_request(slots, r);
+    if (auto answer = llama_route(small, r)) return std::move(*answer);
     return pages(r);
   });
-  fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health{}; /v1/ the OpenAI-style API for model '{}', chat template {}{})\n",
+  fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health{}; /v1/ the OpenAI-style API for model '{}', chat template {}{}; "
+             "/tokenize, /detokenize, /props, /slots as llama-server's)\n",
              o.http, n_tokens ? fmt::format(": every request needs one of {} bearer tokens", n_tokens) : std::string(), id, tmpl,
              n_keys ? fmt::format(", {} keys", n_keys) : std::string());
   return h;

@@ -320,7 +320,9 @@ class serving_loop {
     const uint64_t seed = g.params.seed ? *g.params.seed : seeds_();
     r.sampling = sampler_params_of(g.params, seed);
     r.sampling.grammar = std::move(gbnf);
-    r.cache_prompt = g.cache_prompt;
+    r.cache_prompt = g.cache_prompt && !g.prompt_logprobs;  // (the prompt's log probabilities: every position computed)
+    r.sampling.logprobs = g.logprobs ? g.n_probs : -1;
+    r.all_logits = g.prompt_logprobs, r.ignore_eos = g.ignore_eos;
     // Accepted before it is submitted: the pipeline can sample the first token (and stamp it) before
     // this thread runs again, which made a time to first token negative now and then.
     const auto accepted = clock_type::now();
@@ -337,6 +339,8 @@ class serving_loop {
       lv.arrival_s = std::chrono::duration<double>(lv.accepted - status_.started).count();
     }
     lv.out = stop_text(std::move(g.stop));
+    lv.n_probs = g.n_probs;
+    if (g.prompt_logprobs) lv.prompt = tokens;
     by_client_[{to.identity, g.id}] = ticket;
     ++accounts_.account(to.identity)->in_flight;
     send(to, proto::encode_accepted(g.id, lv.prompt_tokens, seed), &lv);
@@ -384,9 +388,7 @@ class serving_loop {
     else cancel(it->second);
   }
 
-  void handle(const address& to, proto::health_request& h) {
-    send(to, proto::encode_health(h.id, status_.stopping.load() ? "stopping" : "ok", admission_.in_pipeline(), admission_.waiting()));
-  }
+  void handle(const address& to, proto::health_request& h) { send(to, proto::encode_health(h.id, status_.stopping.load() ? "stopping" : "ok", admission_.in_pipeline(), admission_.waiting())); }
 
   void handle(const address& to, proto::model_info_request& m) {
     const auto& hp = l_.m->hp();
@@ -432,6 +434,8 @@ class serving_loop {
   void on_event(actors::pipeline_event& ev) {
     if (auto* t = std::get_if<actors::token_event>(&ev)) return on_token(*t);
     if (auto* d = std::get_if<actors::done_event>(&ev)) return on_done(*d);
+    if (auto* l = std::get_if<actors::logits_event>(&ev); l && of_pid(l->request))  // (the prompt's log probabilities)
+      for (auto& frame : prompt_token_replies(*of_pid(l->request), *l, v_)) send(of_pid(l->request)->to, std::move(frame), of_pid(l->request));
     if (auto* e = std::get_if<actors::slot_event>(&ev); e && slot_askers_.count(e->request)) {
       const slot_asker a = slot_askers_.at(e->request);
       slot_askers_.erase(e->request);
@@ -469,6 +473,7 @@ class serving_loop {
     }
     lv.last_token = now;
     recent_tokens_.push_back(now);
+    if (t.probs) lv.probs[t.index] = *t.probs;
     if (lv.out.add(t.index, t.token, v_.piece(t.token), std::chrono::duration<double, std::milli>(now - lv.accepted).count(), sender(lv)))
       pipe_->cancel(t.request);  // a stop string: the text ends where it begins
   }
@@ -476,7 +481,8 @@ class serving_loop {
   // Sends each token the text releases (streaming), and counts it.
   stop_text::sink sender(live& lv) {
     return [this, &lv](const stop_text::token& tk) {
-      if (lv.stream) send(lv.to, proto::encode_token(lv.id, tk.index, tk.id, tk.text, tk.ms), &lv);
+      const auto wire = take_probs(lv, tk.index, v_);
+      if (lv.stream) send(lv.to, proto::encode_token(lv.id, tk.index, tk.id, tk.text, tk.ms, wire ? &*wire : nullptr), &lv);
       ++lv.emitted;
     };
   }
@@ -510,12 +516,7 @@ class serving_loop {
     else if (finish == "error") ++counters_.errors;
     else ++counters_.completed;
     metrics_.request_done(finish, lv.prompt_tokens, lv.emitted, lv.cached_tokens, lv.computed_tokens);
-    if (record_.is_open()) {
-      nlohmann::json line{{"arrival_s", lv.arrival_s},  {"request", nlohmann::json::parse(lv.recorded_request)}, {"finish", finish},
-                          {"prompt_tokens", lv.prompt_tokens}, {"cached_tokens", lv.cached_tokens}, {"generated_tokens", lv.emitted}, {"ttft_s", lv.emitted > 0 ? lv.ttft_s : 0.0},
-                          {"itl_s", lv.itl_s}, {"e2e_s", std::chrono::duration<double>(clock_type::now() - lv.accepted).count()}};
-      if (!record_.append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))) metrics_.record_write_error();
-    }
+    if (record_.is_open() && !record_.append(record_line(lv, finish))) metrics_.record_write_error();
     send(lv.to,
          proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.out.text()),
                             finish == "error" && !error.empty() ? std::optional<std::string_view>(error) : std::nullopt, lv.cached_tokens),

@@ -42,6 +42,19 @@ out.wrong_key = await status(new OpenAI({ baseURL, apiKey: 'not-the-key-01234567
 out.unknown_model = await status(client.chat.completions.create({ model: 'no-such-model', messages, max_tokens: 2 }));
 out.bad_value = await status(client.chat.completions.create({ model, messages, max_tokens: 2, temperature: 7 }));
 
+// Log probabilities: a chat's, whole and streamed; a completion's with echo (the prompt's too).
+const lp = await client.chat.completions.create({ model, messages, max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 3 });
+out.chat_logprobs = { text: lp.choices[0].message.content, content: lp.choices[0].logprobs.content };
+const lps = await client.chat.completions.create({ model, messages, max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 3, stream: true });
+out.chat_logprobs_stream = [];
+for await (const chunk of lps) for (const c of chunk.choices) if (c.logprobs?.content) out.chat_logprobs_stream.push(...c.logprobs.content);
+const echo = await client.completions.create({ model, prompt: [1, 9038, 2501, 263, 931], max_tokens: 1, temperature: 0, logprobs: 3, echo: true });
+out.echo = { text: echo.choices[0].text, logprobs: echo.choices[0].logprobs };
+// As evaluation harnesses score a continuation: max_tokens 0, the prompt's log probabilities alone.
+const scored = await client.completions.create({ model, prompt: [1, 9038, 2501, 263, 931], max_tokens: 0, temperature: 0, logprobs: 1, echo: true });
+out.scored = { text: scored.choices[0].text, logprobs: scored.choices[0].logprobs, usage: scored.usage };
+out.top_without_logprobs = await status(client.chat.completions.create({ model, messages, max_tokens: 2, top_logprobs: 2 }));
+
 // A stream the client abandons after its first piece: the server cancels the sequence.
 const controller = new AbortController();
 const long = await client.chat.completions.create({ model, messages, max_tokens: 4000, temperature: 0, stream: true }, { signal: controller.signal });

@@ -41,6 +41,7 @@ std::vector<request> every_request() {
   text.stream = false;
   text.parse_special = true;
   text.grammar = "root ::= [a-z]+ \"!\"";
+  text.logprobs = true, text.n_probs = 3, text.prompt_logprobs = true, text.ignore_eos = true;
   generate_request ids;
   ids.id = "g2";
   ids.tokens = {1, 2, 3};
@@ -52,7 +53,10 @@ std::vector<request> every_request() {
 std::vector<reply> every_reply() {
   model_facts f{"/models/x.gguf", "llama", "relu", "sparse", 32000, 4096, 2, 64, 256, 1, 2};
   return {accepted_reply{"g1", 5, 7},
-          token_reply{"g1", 0, 29892, "\xe2\x82", 41.5},  // half a character: U+FFFD in text, exact in bytes
+          token_reply{"g1", 0, 29892, "\xe2\x82", 41.5, std::nullopt},  // half a character: U+FFFD in text, exact in bytes
+          token_reply{"g1", 1, 450, " the", 52.5, token_probs{-0.25, {{450, " the", -0.25}, {263, " a", -2.5}}}},
+          prompt_token_reply{"g1", 0, 1, "<s>", std::nullopt},
+          prompt_token_reply{"g1", 1, 9038, "Once", token_probs{-7.5, {{450, " the", -1.5}}}},
           done_reply{"g1", "length", 5, 32, {0.25, 41.5, 812}, std::nullopt, std::nullopt},
           done_reply{"g2", "stop_string", 5, 3, {0, 1, 2}, std::string("whole text"), std::nullopt},
           done_reply{"g4", "error", 5, 0, {0, 0, 1}, std::nullopt, std::string("stage tcp://127.0.0.1:7001 (layers 0-1): its worker is gone")},

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -147,6 +148,69 @@ TEST(OpenAI, OfficialNodeClientGetsWhatRunPrints) {
   EXPECT_EQ(r["unknown_model"], 404);
   EXPECT_EQ(r["bad_value"], 400);
   EXPECT_EQ(r["aborted_after"], 1);
+  // Log probabilities are the model's: the log-softmax of the logits `hotcold eval` writes for the
+  // same tokens (echo: the prompt's from its second token on; then the greedy token's).
+  const json info = hotcold::clients::client(s.ep, 30s).call("model_info");
+  const auto file = fs::temp_directory_path() / ("hotcold-openai-logits-" + std::to_string(getpid()) + ".f32");
+  EXPECT_EQ(run_stdout({"eval", "-m", info["model"]["path"], "-p", "Once upon a time", "--logits-out", file.string(), "-t", "2"}), "1 9038 2501 263 931\n");
+  const size_t n_vocab = info["model"]["n_vocab"];
+  std::vector<float> logits(5 * n_vocab);
+  std::ifstream(file, std::ios::binary).read(reinterpret_cast<char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+  fs::remove(file);
+  auto log_softmax = [&](size_t row) {
+    const float* x = logits.data() + row * n_vocab;
+    const double m = *std::max_element(x, x + n_vocab);
+    double sum = 0;
+    for (size_t i = 0; i < n_vocab; ++i) sum += std::exp(x[i] - m);
+    std::vector<double> out(n_vocab);
+    for (size_t i = 0; i < n_vocab; ++i) out[i] = x[i] - m - std::log(sum);
+    return out;
+  };
+  const json& echo = r["echo"]["logprobs"];
+  ASSERT_EQ(echo["tokens"].size(), 6u) << r["echo"].dump();
+  EXPECT_TRUE(echo["token_logprobs"][0].is_null() && echo["top_logprobs"][0].is_null());
+  const std::vector<int> echoed{1, 9038, 2501, 263, 931};
+  for (size_t i = 1; i < 6; ++i) {
+    const auto ls = log_softmax(i - 1);
+    const size_t best = static_cast<size_t>(std::max_element(ls.begin(), ls.end()) - ls.begin());
+    const size_t token = i < 5 ? static_cast<size_t>(echoed[i]) : best;  // (the generated one: greedy)
+    EXPECT_NEAR(echo["token_logprobs"][i].get<double>(), ls[token], 2e-3) << i;
+    ASSERT_EQ(echo["top_logprobs"][i].size(), 3u);
+    double top = -1e9;
+    for (const auto& [piece, v] : echo["top_logprobs"][i].items()) top = std::max(top, v.get<double>());
+    EXPECT_NEAR(top, ls[best], 2e-3) << i;
+  }
+  const json& scored = r["scored"]["logprobs"];
+  ASSERT_EQ(scored["tokens"].size(), 5u) << r["scored"].dump();
+  EXPECT_EQ(r["scored"]["usage"]["completion_tokens"], 0);
+  for (size_t i = 1; i < 5; ++i) {
+    EXPECT_NEAR(scored["token_logprobs"][i].get<double>(), echo["token_logprobs"][i].get<double>(), 1e-4);
+    EXPECT_EQ(scored["top_logprobs"][i].size(), 1u);
+  }
+  EXPECT_EQ(r["scored"]["text"], " Once upon a time");  // (the prompt's pieces: what the model read)
+  EXPECT_EQ(r["top_without_logprobs"], 400);
+  // A chat's: one entry a token, the text theirs, three alternatives most likely first (greedy: the
+  // token is the first), and streamed the same.
+  const json& content = r["chat_logprobs"]["content"];
+  ASSERT_EQ(content.size(), 5u) << r["chat_logprobs"].dump();
+  std::string joined;
+  for (const auto& e : content) {
+    joined += e["token"].get<std::string>();
+    ASSERT_EQ(e["top_logprobs"].size(), 3u);
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(e["logprob"].get<double>(), e["top_logprobs"][0]["logprob"].get<double>());
+    EXPECT_EQ(e["token"], e["top_logprobs"][0]["token"]);
+    EXPECT_GE(e["top_logprobs"][0]["logprob"].get<double>(), e["top_logprobs"][1]["logprob"].get<double>());
+    EXPECT_GE(e["top_logprobs"][1]["logprob"].get<double>(), e["top_logprobs"][2]["logprob"].get<double>());
+    EXPECT_EQ(e["bytes"].size(), e["token"].get<std::string>().size());
+  }
+  EXPECT_EQ(joined, r["chat_logprobs"]["text"]);
+  // (The second request reuses the first's cached prompt: its sums may differ in the last bits.)
+  ASSERT_EQ(r["chat_logprobs_stream"].size(), content.size());
+  for (size_t i = 0; i < content.size(); ++i) {
+    EXPECT_EQ(r["chat_logprobs_stream"][i]["token"], content[i]["token"]);
+    EXPECT_NEAR(r["chat_logprobs_stream"][i]["logprob"].get<double>(), content[i]["logprob"].get<double>(), 1e-4);
+  }
   // The abandoned stream (4000 tokens asked) was cancelled, not generated to its end.
   double cancelled = 0;
   for (int i = 0; i < 40 && (cancelled = cancelled_count(s.port)) < 1; ++i) std::this_thread::sleep_for(50ms);
@@ -636,6 +700,59 @@ TEST(OpenAI, LoadOf32StreamingClientsTimes20BesideZeroMQ) {
   EXPECT_EQ(all.size(), static_cast<size_t>(http_clients * per_client));
   // Every request was counted by the one scheduler's metrics.
   EXPECT_GE(metric(http_get(s.port, "/metrics"), "hotcold_requests_total{outcome=\"length\"}"), total + 4);
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
+// llama-server's small endpoints and fields: /tokenize (with pieces; half a character as its bytes) and
+// /detokenize, /props, /slots while a request runs, the API's keys guarding them; a timings object in
+// every reply that adds up with usage; ignore_eos past a grammar's end.
+TEST(OpenAI, LlamaServersEndpointsAndFields) {
+  api_server s({"--chat-template", "llama2", "--parallel", "3"});
+  auto body = [&](const std::string& target, const json& b) {
+    const auto r = post(s.port, target, b.dump());
+    EXPECT_EQ(r.status, 200) << target << " " << r.body;
+    return json::parse(r.body, nullptr, false);
+  };
+  const json ids = body("/tokenize", {{"content", "Hello world"}, {"add_special", true}});
+  EXPECT_EQ(ids["tokens"], json::parse("[1, 15043, 3186]"));
+  EXPECT_EQ(body("/detokenize", {{"tokens", {15043, 3186}}})["content"], "Hello world");
+  const json pieces = body("/tokenize", {{"content", "a\xF0\x9F\xA6\x99"}, {"with_pieces", true}});  // a llama: byte tokens
+  ASSERT_GE(pieces["tokens"].size(), 2u) << pieces.dump();
+  EXPECT_EQ(pieces["tokens"][0]["piece"], " a");
+  bool bytes_seen = false;
+  for (const auto& t : pieces["tokens"]) bytes_seen |= t["piece"].is_array();
+  EXPECT_TRUE(bytes_seen) << pieces.dump();
+  EXPECT_EQ(post(s.port, "/tokenize", R"({"content":"x"})", "").status, 401);  // (the API's key guards it)
+  EXPECT_EQ(post(s.port, "/tokenize", R"({"text":"x"})").status, 400);
+  const auto props = json::parse(split(http_request(s.port, "GET", "/props", "Authorization: Bearer " + key + "\r\n")).body);
+  EXPECT_EQ(props["total_slots"], 3);
+  EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 2048);
+  EXPECT_EQ(props["default_generation_settings"]["params"]["temperature"], 0.8);
+  // /slots while a long request runs: one slot processing it.
+  const int fd = open_request(s.port, "/v1/completions", {{"model", model_id}, {"prompt", "Once"}, {"max_tokens", 3000}, {"stream", true}, {"ignore_eos", true}});
+  read_until(fd, "data: ");
+  const auto slots = json::parse(split(http_request(s.port, "GET", "/slots", "Authorization: Bearer " + key + "\r\n")).body);
+  ASSERT_EQ(slots.size(), 3u) << slots.dump();
+  int busy = 0;
+  for (const auto& k : slots) busy += k["is_processing"].get<bool>() && k["id_task"].get<int64_t>() >= 0 && k["n_cached"].get<int64_t>() > 0;
+  EXPECT_EQ(busy, 1) << slots.dump();
+  ::close(fd);
+  // timings beside usage, whole and streamed.
+  const json done = body("/v1/completions", {{"model", model_id}, {"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}});
+  EXPECT_EQ(done["timings"]["predicted_n"], done["usage"]["completion_tokens"]);
+  EXPECT_EQ(done["timings"]["prompt_n"].get<int>() + done["timings"]["cache_n"].get<int>(), done["usage"]["prompt_tokens"].get<int>());
+  EXPECT_GT(done["timings"]["predicted_per_second"].get<double>(), 0.0);
+  const auto streamed = sse_data(curl(s.port, "/v1/completions", {{"model", model_id}, {"prompt", "Once"}, {"max_tokens", 4}, {"stream", true}}));
+  ASSERT_GE(streamed.size(), 2u);
+  EXPECT_EQ(json::parse(streamed[streamed.size() - 2])["timings"]["predicted_n"], 4);
+  // ignore_eos: past the end a grammar allows (only the end of the text may follow "a").
+  const json grammar{{"model", model_id}, {"prompt", "Once"}, {"max_tokens", 5}, {"grammar", R"(root ::= "a")"}};
+  EXPECT_EQ(body("/v1/completions", grammar)["usage"]["completion_tokens"], 1);
+  json past = grammar;
+  past["ignore_eos"] = true;
+  const json p = body("/v1/completions", past);
+  EXPECT_EQ(p["usage"]["completion_tokens"], 5) << p.dump();
+  EXPECT_EQ(p["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(s.process.stop(), 0) << s.process.log();
 }
 
