@@ -156,12 +156,18 @@ json completion_logprobs(const std::vector<lp_entry>& es, int64_t& offset) {
 }
 
 // A completion's replies from the scheduler turned into the API's: Server-Sent Events as they come, or
-// one reply at the end.
+// one reply at the end. Choice k is the generate with id "http-k".
 class completion_answer {
  public:
   completion_answer(const completion_request& r, http_exchange& ex, std::string model)
-      : r_(r), ex_(ex), model_(std::move(model)), id_(random_id(r.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()) {}
+      : r_(r), ex_(ex), model_(std::move(model)), id_(random_id(r.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()), c_(static_cast<size_t>(r.n)) {}
   bool cancelled = false;  // the client went: nothing more is sent
+
+  // Choice k's echoed prompt, where the server sends none (echo without logprobs: the tokens' pieces).
+  void echo_pieces(const vocab& v) {
+    for (auto& c : c_)
+      for (token_id t : r_.tokens) c.echo.push_back({v.piece(t), std::nullopt, {}}), c.echo_text += v.piece(t);
+  }
 
   // True when the answer is complete (or cannot go on).
   bool on(const protocol::reply& m) {
@@ -171,69 +177,91 @@ class completion_answer {
       else ex_.send(error_event(f));
       return true;
     }
+    const std::string& rid = protocol::reply_id(m);
+    const size_t k = rid.size() > 5 ? std::strtoul(rid.c_str() + 5, nullptr, 10) : 0;
+    if (k >= c_.size()) return false;
+    choice& c = c_[k];
     if (std::holds_alternative<protocol::accepted_reply>(m)) {
-      started_ = true;
-      if (r_.stream && !cancelled) {
-        http_reply head{200, "text/event-stream", r_.chat ? chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}) : ""};
+      if (!started_ && r_.stream && !cancelled) {
+        std::string first;
+        if (r_.chat)
+          for (size_t i = 0; i < c_.size(); ++i)
+            first += chunk(json{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        http_reply head{200, "text/event-stream", first};
         head.headers.emplace_back("X-Accel-Buffering", "no");
         ex_.begin_stream(head);
       }
+      started_ = true;
       return false;
     }
     if (const auto* p = std::get_if<protocol::prompt_token_reply>(&m)) {  // echo
-      echo_.push_back(entry(p->bytes, p->probs));
-      echo_text_ += p->bytes;
+      c.echo.push_back(entry(p->bytes, p->probs));
+      c.echo_text += p->bytes;
       return false;
     }
     if (const auto* t = std::get_if<protocol::token_reply>(&m)) {
-      flush_echo();
-      if (r_.logprobs && t->probs) waiting_.push_back(entry(t->bytes, t->probs));
-      pending_ += t->bytes;
-      const size_t whole_part = complete_utf8(pending_);
+      flush_echo(k);
+      if (r_.logprobs && t->probs) c.waiting.push_back(entry(t->bytes, t->probs));
+      c.pending += t->bytes;
+      const size_t whole_part = complete_utf8(c.pending);
       if (whole_part == 0) return false;
-      const std::string piece = pending_.substr(0, whole_part);
-      pending_.erase(0, whole_part);
-      text_ += piece;
-      if (r_.stream && !cancelled) ex_.send(chunk(piece_choice(piece, nullptr, take_logprobs())));
+      const std::string piece = c.pending.substr(0, whole_part);
+      c.pending.erase(0, whole_part);
+      c.text += piece;
+      if (r_.stream && !cancelled) ex_.send(chunk(piece_choice(k, piece, nullptr, take_logprobs(c))));
       return false;
     }
-    if (const auto* done = std::get_if<protocol::done_reply>(&m)) return finish(*done);
+    if (const auto* done = std::get_if<protocol::done_reply>(&m)) return finish(k, *done);
     return false;
   }
 
  private:
+  struct choice {
+    std::string text, pending;  // sent (or kept, not streaming); bytes of a character not yet whole
+    std::string echo_text;
+    std::vector<lp_entry> echo, waiting;  // the prompt's log probabilities; the tokens' not sent yet
+    int64_t offset = 0;                   // characters written so far (completions' text_offset)
+    bool echoed = false;
+    std::optional<protocol::done_reply> done;
+    std::string reason;
+  };
   static lp_entry entry(const std::string& bytes, const std::optional<protocol::token_probs>& p) {
     return p ? lp_entry{bytes, p->logprob, p->top} : lp_entry{bytes, std::nullopt, {}};
   }
-  // One event of the stream: its choices, and with include_usage its `usage` (null but on the last).
-  std::string event(json choices, json usage) const {
-    json c{{"id", id_}, {"object", r_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_}, {"choices", std::move(choices)}};
+  json envelope(json choices) const {
+    return {{"id", id_}, {"object", r_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_}, {"choices", std::move(choices)}};
+  }
+  // One event of the stream: with include_usage its `usage` (null but on the last).
+  std::string event(json c, json usage = nullptr) const {
     if (r_.include_usage) c["usage"] = std::move(usage);
     return "data: " + dumped(c) + "\n\n";
   }
-  std::string chunk(json choice) const { return event(json::array({std::move(choice)}), nullptr); }
-  json piece_choice(const std::string& text, const json& finish, json logprobs) const {
-    if (r_.chat) return json{{"index", 0}, {"delta", text.empty() && !finish.is_null() ? json::object() : json{{"content", text}}}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
-    return json{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+  std::string chunk(json choice) const { return event(envelope(json::array({std::move(choice)}))); }
+  json piece_choice(size_t k, const std::string& text, const json& finish, json logprobs) const {
+    if (r_.chat) return json{{"index", k}, {"delta", text.empty() && !finish.is_null() ? json::object() : json{{"content", text}}}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+    return json{{"index", k}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
   }
   // The log probabilities of the tokens since the last piece sent (streaming), or of all (at the end).
-  json take_logprobs() {
+  json take_logprobs(choice& c) const {
     if (!r_.logprobs) return nullptr;
-    json out = r_.chat ? chat_logprobs(waiting_) : completion_logprobs(waiting_, offset_);
-    waiting_.clear();
+    json out = r_.chat ? chat_logprobs(c.waiting) : completion_logprobs(c.waiting, c.offset);
+    c.waiting.clear();
     return out;
   }
   // Echo's prompt, before the first generated token: its own event when streaming.
-  void flush_echo() {
-    if (!r_.echo || echoed_) return;
-    echoed_ = true;
+  void flush_echo(size_t k) {
+    choice& c = c_[k];
+    if (!r_.echo || c.echoed) return;
+    c.echoed = true;
     if (!r_.stream) return;
     json lp = nullptr;
-    if (r_.logprobs) lp = completion_logprobs(echo_, offset_);
-    if (!cancelled) ex_.send(chunk(piece_choice(echo_text_, nullptr, std::move(lp))));
+    if (r_.logprobs) lp = completion_logprobs(c.echo, c.offset);
+    if (!cancelled) ex_.send(chunk(piece_choice(k, c.echo_text, nullptr, std::move(lp))));
   }
-  bool finish(const protocol::done_reply& done) {
+  // Choice k ended: streaming, its last pieces and its finish; once every choice has, the rest.
+  bool finish(size_t k, const protocol::done_reply& done) {
     if (cancelled) return true;
+    choice& c = c_[k];
     const auto reason = finish_reason(done.finish);
     if (!reason) {
       const api_failure f{done.finish == "cancelled" ? 503 : 500, fmt::format("the generation ended early ({})", done.finish), "server_error", done.finish, ""};
@@ -241,25 +269,34 @@ class completion_answer {
       else ex_.send(error_event(f));
       return true;
     }
-    const json usage = usage_of(done);
+    c.done = done, c.reason = *reason;
     if (r_.stream) {
-      flush_echo();
+      flush_echo(k);
       std::string tail;
-      if (!pending_.empty() || !waiting_.empty()) tail += chunk(piece_choice(pending_, nullptr, take_logprobs()));  // bytes that never made a character
-      json last{{"id", id_}, {"object", r_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_},
-                {"choices", json::array({piece_choice("", *reason, nullptr)})}};
-      if (r_.include_usage) last["usage"] = nullptr;
+      if (!c.pending.empty() || !c.waiting.empty()) tail += chunk(piece_choice(k, c.pending, nullptr, take_logprobs(c)));  // bytes that never made a character
+      json last = envelope(json::array({piece_choice(k, "", *reason, nullptr)}));
       last["timings"] = timings_of(done);
-      tail += "data: " + dumped(last) + "\n\n";
-      if (r_.include_usage) tail += event(json::array(), usage);
-      ex_.send(tail + "data: [DONE]\n\n");
+      ex_.send(tail + event(std::move(last)));
+    }
+    if (std::any_of(c_.begin(), c_.end(), [](const choice& x) { return !x.done; })) return false;
+    // Every choice has ended: the prompt counted once, the generated tokens of all.
+    protocol::done_reply total = *c_[0].done;
+    for (size_t i = 1; i < c_.size(); ++i) total.generated_tokens += c_[i].done->generated_tokens;
+    const json usage = usage_of(total);
+    if (r_.stream) {
+      ex_.send((r_.include_usage ? event(envelope(json::array()), usage) : std::string()) + "data: [DONE]\n\n");
       return true;
     }
-    text_ += pending_;
-    if (r_.echo) text_ = echo_text_ + text_, waiting_.insert(waiting_.begin(), echo_.begin(), echo_.end());
-    json choice = r_.chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}}}, {"logprobs", take_logprobs()}, {"finish_reason", *reason}}
-                          : json{{"index", 0}, {"text", text_}, {"logprobs", take_logprobs()}, {"finish_reason", *reason}};
-    json reply{{"id", id_}, {"object", r_.chat ? "chat.completion" : "text_completion"}, {"created", created_}, {"model", model_}, {"choices", json::array({choice})}, {"usage", usage}, {"timings", timings_of(done)}};
+    json choices = json::array();
+    for (size_t i = 0; i < c_.size(); ++i) {
+      choice& x = c_[i];
+      x.text += x.pending;
+      if (r_.echo) x.text = x.echo_text + x.text, x.waiting.insert(x.waiting.begin(), x.echo.begin(), x.echo.end());
+      choices.push_back(r_.chat ? json{{"index", i}, {"message", {{"role", "assistant"}, {"content", x.text}, {"refusal", nullptr}}}, {"logprobs", take_logprobs(x)}, {"finish_reason", x.reason}}
+                                : json{{"index", i}, {"text", x.text}, {"logprobs", take_logprobs(x)}, {"finish_reason", x.reason}});
+    }
+    json reply{{"id", id_}, {"object", r_.chat ? "chat.completion" : "text_completion"}, {"created", created_}, {"model", model_}, {"choices", choices}, {"usage", usage},
+               {"timings", timings_of(total)}};
     ex_.reply({200, "application/json", dumped(reply) + "\n"});
     return true;
   }
@@ -268,11 +305,8 @@ class completion_answer {
   http_exchange& ex_;
   const std::string model_, id_;
   const int64_t created_;
-  bool started_ = false, echoed_ = false;
-  std::string text_, pending_;  // sent (or kept, not streaming); bytes of a character not yet whole
-  std::string echo_text_;
-  std::vector<lp_entry> echo_, waiting_;  // the prompt's log probabilities; the tokens' not sent yet
-  int64_t offset_ = 0;  // characters written so far (completions' text_offset)
+  bool started_ = false;
+  std::vector<choice> c_;
 };
 
 // One completion: the request to the scheduler over the in-process endpoint, its tokens to the client
@@ -299,7 +333,6 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
   sock.set(zmq::sockopt::routing_id, fmt::format("{}|{}", client, random_id("")));
   sock.connect(s.endpoint);
   protocol::generate_request g;
-  g.id = "http";
   g.tokens.assign(r.tokens.begin(), r.tokens.end());
   g.n_predict = static_cast<int32_t>(r.n_predict);
   g.params = r.sampling;
@@ -307,17 +340,22 @@ void run_completion(const openai_setup& s, const json& body, bool chat, const st
   g.cache_prompt = r.cache_prompt;
   g.grammar = r.grammar;
   g.logprobs = r.logprobs, g.n_probs = r.n_probs, g.prompt_logprobs = r.echo && r.logprobs, g.ignore_eos = r.ignore_eos;
-  sock.send(zmq::buffer(protocol::encode_request(g)), zmq::send_flags::none);
-  // With echo and no logprobs, the prompt's text alone: its tokens' pieces.
+  // n choices: n generates of the same prompt (the later ones reuse the first's cached rows), seeds
+  // seed, seed + 1, ... where the request gives one.
+  for (int32_t k = 0; k < r.n; ++k) {
+    g.id = fmt::format("http-{}", k);
+    if (r.sampling.seed) g.params.seed = *r.sampling.seed + static_cast<uint64_t>(k);
+    sock.send(zmq::buffer(protocol::encode_request(g)), zmq::send_flags::none);
+  }
   completion_answer answer(r, ex, body.value("model", s.model_id));
-  if (r.echo && !r.logprobs)
-    for (size_t i = 0; i < r.tokens.size(); ++i) answer.on(protocol::prompt_token_reply{"http", static_cast<int64_t>(i), r.tokens[i], s.v->piece(r.tokens[i]), std::nullopt});
+  if (r.echo && !r.logprobs) answer.echo_pieces(*s.v);  // (the prompt's text alone)
 
   bool watch_client = true;  // wait on the connection too: its end is seen at once
   std::chrono::steady_clock::time_point cancelled_at;
   for (;;) {
     if (!answer.cancelled && ex.client_gone()) {  // it will not read the rest: free its sequence
-      sock.send(zmq::buffer(protocol::encode_request(protocol::cancel_request{g.id})), zmq::send_flags::dontwait);
+      for (int32_t k = 0; k < r.n; ++k)
+        sock.send(zmq::buffer(protocol::encode_request(protocol::cancel_request{fmt::format("http-{}", k)})), zmq::send_flags::dontwait);
       answer.cancelled = true;
       cancelled_at = std::chrono::steady_clock::now();
     }

@@ -121,7 +121,7 @@ std::string content_text(const json& m, size_t i, const std::string& role) {
 // What the two completion routes share: the sampling fields, stop, stream, n and the fields the API
 // has that this server does not do.
 void common_fields(const json& body, completion_request& r, const openai_setup& s) {
-  if (auto n = whole(body, "n", 1, 128); n && *n != 1) throw unsupported("n", "'n' above 1 (one choice per request; send several requests)");
+  if (auto n = whole(body, "n", 1, 16)) r.n = static_cast<int32_t>(*n);
   protocol::sampling& p = r.sampling;
   if (auto t = number(body, "temperature", 0, 2)) p.temperature = *t;
   if (auto t = number(body, "top_p", 0, 1)) p.top_p = *t;

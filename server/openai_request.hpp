@@ -33,6 +33,7 @@ struct completion_request {
   int32_t n_probs = 0;    // ... and the most likely tokens' (top_logprobs, completions logprobs N, n_probs)
   bool echo = false;      // completions: the prompt's tokens first, with their log probabilities
   bool ignore_eos = false;  // llama-server's: on past an end-of-generation token
+  int32_t n = 1;            // choices, each its own generate of the same prompt
 };
 
 // The field, or nullptr when it is absent or null (the API treats both as "not given").

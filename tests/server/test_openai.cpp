@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -753,6 +754,36 @@ TEST(OpenAI, LlamaServersEndpointsAndFields) {
   const json p = body("/v1/completions", past);
   EXPECT_EQ(p["usage"]["completion_tokens"], 5) << p.dump();
   EXPECT_EQ(p["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
+// n > 1: several choices of one prompt, each what `hotcold run` gives with the request's seed plus its
+// index; the later choices reuse the first's prompt (computed about once); streamed, each chunk
+// names its choice and each choice ends once.
+TEST(OpenAI, SeveralChoicesShareThePrompt) {
+  api_server s({"--parallel", "4", "--chat-template", "llama2"});
+  const double computed_before = metric(http_get(s.port, "/metrics"), "hotcold_prompt_tokens_computed_total");
+  const std::string prompt = "The quick brown fox jumps over the lazy dog again and again";
+  const json r = json::parse(curl(s.port, "/v1/completions", {{"model", model_id}, {"prompt", prompt}, {"max_tokens", 5}, {"n", 3}, {"seed", 40}}));
+  ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(r["choices"][k]["index"], k);
+    EXPECT_EQ(r["choices"][k]["text"].get<std::string>() + "\n", run_stdout({"run", "-p", prompt, "-n", "5", "--seed", std::to_string(40 + k), "-t", "2"})) << k;
+  }
+  EXPECT_EQ(r["usage"]["completion_tokens"], 15);
+  const int prompt_tokens = r["usage"]["prompt_tokens"];
+  const double computed = metric(http_get(s.port, "/metrics"), "hotcold_prompt_tokens_computed_total") - computed_before;
+  EXPECT_LT(computed, prompt_tokens + 3 * 2) << "the choices computed their prompt " << computed << " tokens";
+  const auto events = sse_data(curl(s.port, "/v1/chat/completions", {{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 3}, {"n", 2}, {"stream", true}}));
+  std::map<int, int> finishes;
+  for (const auto& e : events) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    for (const auto& c : chunk["choices"])
+      if (c["finish_reason"].is_string()) ++finishes[c["index"].get<int>()];
+  }
+  EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(events.back(), "[DONE]");
   EXPECT_EQ(s.process.stop(), 0) << s.process.log();
 }
 
