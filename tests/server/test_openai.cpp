@@ -330,7 +330,7 @@ TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
   expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", 7}}.dump()), 400, "invalid_value", "prompt");
   expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"temperature", "hot"}}.dump()), 400, "invalid_value", "temperature");
   expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"max_tokens", -3}}.dump()), 400, "invalid_value", "max_tokens");
-  expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"n", 2}}.dump()), 400, "unsupported_parameter", "n");
+  expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"n", 17}}.dump()), 400, "invalid_value", "n");
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "tool"}, {"content", "x"}}}}}.dump()), 400, "invalid_value",
                "messages[0].role");
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}}.dump()),
