@@ -232,6 +232,33 @@ std::span<const float> inference_context::forward_batch(std::span<const token_id
   return run_batches(tokens, seqs, positions, all_logits, true);
 }
 
+std::vector<float> inference_context::hidden_states(std::span<const token_id> tokens) {
+  const hparams& hp = env_.hp();
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = hp.n_embd;
+  if (n == 0) throw std::invalid_argument("hidden_states: no tokens");
+  if (n > n_ctx()) throw std::out_of_range(fmt::format("{} tokens are more than the context of {}", n, n_ctx()));
+  for (token_id t : tokens)
+    if (t < 0 || t >= hp.n_vocab) throw std::out_of_range(fmt::format("token id {} is outside the vocabulary", t));
+  std::vector<float> out(static_cast<size_t>(n * d));
+  std::vector<int64_t> seqs(static_cast<size_t>(max_batch), 0), positions(static_cast<size_t>(max_batch)), rows;
+  for (int64_t s = 0; s < n; s += max_batch) {
+    const int64_t m = std::min(max_batch, n - s);
+    for (int64_t t = 0; t < m; ++t) positions[static_cast<size_t>(t)] = s + t;
+    step_state& B = b_;
+    begin(B, m, seqs.data(), positions.data());
+    embed(B, tokens.subspan(static_cast<size_t>(s), static_cast<size_t>(m)));
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      attention_.run(B, il);
+      ffn(B, il, true);
+    }
+    rows.resize(static_cast<size_t>(m));
+    for (int64_t t = 0; t < m; ++t) rows[static_cast<size_t>(t)] = t;
+    normalized_rows(B, rows);
+    std::copy(B.xn.begin(), B.xn.begin() + m * d, out.begin() + s * d);
+  }
+  return out;
+}
+
 std::span<const float> inference_context::forward_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions) {
   check_step(tokens, seqs, positions);
   return run_batches(tokens, seqs, positions, true, false);

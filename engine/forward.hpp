@@ -50,6 +50,9 @@ class inference_context {
   // One step of several sequences: token t at positions[t] of slot seqs[t] (each sequence's earlier
   // positions must have run); each token attends to its own sequence. Every token's logits (n x n_vocab).
   std::span<const float> forward_step(std::span<const token_id> tokens, std::span<const int64_t> seqs, std::span<const int64_t> positions);
+  // Runs tokens[0..n) from position 0 of slot 0 as forward_batch does and returns every token's hidden
+  // state after the final norm (n x n_embd: what the head would read; an embedding before pooling).
+  std::vector<float> hidden_states(std::span<const token_id> tokens);
 
   // ---- One step in parts, for a pipeline whose actors run them (actors/pipeline.hpp). A step's
   // activations live in a state of the caller's: step_begin; per layer step_attention and the FFN —

@@ -4,9 +4,11 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/pipeline.hpp"
+#include "engine/embeddings.hpp"
 #include "launcher/cmd_generate.hpp"
 #include "launcher/commands.hpp"
 #include "model/gguf.hpp"
@@ -160,6 +162,30 @@ void run_eval(eval_args a) {
              seconds_since(t0));
   if (!a.stats_json.empty()) write_stats_json(a.stats_json, *l.ctx);
   if (vs_oracle && !tokens.empty()) compare_with_oracle(l, tokens, kept, a.oracle_json);
+  l.finish();
+}
+
+void run_embed(const embed_args& a) {
+  const std::string text = a.from_file ? read_text_file(a.file) : a.prompt;
+  auto l = load(a.m);
+  const auto how = a.pooling.empty() ? default_pooling(*l.m) : pooling_from_name(a.pooling);
+  if (!how) throw std::invalid_argument(fmt::format("--pooling {}: mean, last or cls", a.pooling));
+  l.ctx->set_mode(ffn_mode::dense);  // every neuron: the model as its file means it
+  std::vector<std::string> lines;
+  if (!a.from_file) lines.push_back(text);
+  for (size_t at = 0; a.from_file && at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    if (end > at) lines.push_back(text.substr(at, end - at));  // (empty lines: none)
+    at = end + 1;
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto tokens = l.m->vocabulary().tokenize(lines[i], true, false);
+    if (static_cast<int64_t>(tokens.size()) > l.ctx->n_ctx())
+      throw std::invalid_argument(fmt::format("line {} is {} tokens; the context holds {} (-c)", i + 1, tokens.size(), l.ctx->n_ctx()));
+    const auto e = pooled(l.ctx->hidden_states(tokens), static_cast<int64_t>(tokens.size()), l.m->hp().n_embd, *how);
+    fmt::print("[{}]\n", fmt::join(e, ","));
+  }
+  fmt::print(stderr, "hotcold embed: {} texts, {} pooling, {} dimensions\n", lines.size(), pooling_name(*how), l.m->hp().n_embd);
   l.finish();
 }
 

@@ -45,6 +45,13 @@ struct perplexity_args {
   std::string file;
 };
 
+struct embed_args {
+  model_args m;
+  std::string prompt, file;  // exactly one: one text, or a file of texts, one a line
+  bool from_file = false;
+  std::string pooling;       // mean, last, cls ("" : the file's, else mean)
+};
+
 struct chat_args {
   model_args m;
   sampling_args s;
@@ -56,6 +63,8 @@ void run_text(run_args a);  // hotcold run
 void run_eval(eval_args a);
 void run_perplexity(const perplexity_args& a);
 void run_chat(chat_args a);
+// hotcold embed: one line a text, each its embedding as a JSON array (engine/embeddings.hpp).
+void run_embed(const embed_args& a);
 
 // What the commands share: the prompt must fit the context; the sampling flags checked, a grammar read
 // and checked before the model loads, the seed drawn when not given.

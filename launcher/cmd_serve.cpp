@@ -29,6 +29,7 @@ extern "C" void on_stop_signal(int) {
 void run_serve(const serve_args& a) {
   server::check_bind(a.s);
   const std::string default_grammar = grammar_of(a.grammar);  // refused before the model loads
+  if (a.s.embeddings && a.s.http.empty()) throw std::invalid_argument("--embeddings answers POST /v1/embeddings: give --http HOST:PORT");
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   // A file-size limit (ulimit -f) reached by --record: the write fails (EFBIG) and is counted, as

@@ -276,6 +276,23 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   });
 }
 
+void add_embed_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<embed_args>();
+  auto* cmd = app.add_subcommand("embed", "Print each text's embedding (its tokens' final hidden states pooled, L2-normalized) as a JSON array, one a line");
+  add_model_options(cmd, a->m, false);
+  auto* p = cmd->add_option("-p,--prompt", a->prompt, "One text");
+  auto* f = cmd->add_option("-f,--file", a->file, "A file of texts, one a line (empty lines left out)");
+  p->excludes(f);
+  cmd->add_option("--pooling", a->pooling, "mean, last or cls (default: the file's pooling_type, else mean)")->check(CLI::IsMember({"mean", "last", "cls"}));
+  cmd->callback([a, p, f, &exit_code] {
+    exit_code = run_guarded("embed", [&] {
+      if (p->count() + f->count() != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
+      a->from_file = f->count() > 0;
+      run_embed(*a);
+    });
+  });
+}
+
 void add_perplexity_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<perplexity_args>();
   a->m.ctx = 256;
@@ -303,6 +320,7 @@ void add_chat_command(CLI::App& app, int& exit_code) {
 void add_generate_commands(CLI::App& app, int& exit_code) {
   add_run_command(app, exit_code);
   add_eval_command(app, exit_code);
+  add_embed_command(app, exit_code);
   add_perplexity_command(app, exit_code);
   add_chat_command(app, exit_code);
 }
@@ -382,6 +400,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--max-tokens", a->s.max_tokens, "Largest n_predict accepted")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   add_grammar_options(cmd, a->grammar, "each request that names no grammar, schema or response_format");
+  cmd->add_flag("--embeddings", a->s.embeddings, "Answer POST /v1/embeddings (with --http): a context of its own beside the generation pipeline");
+  cmd->add_option("--pooling", a->s.pooling, "Embeddings' pooling: mean, last or cls (default: the file's pooling_type, else mean)")
+      ->check(CLI::IsMember({"mean", "last", "cls"}))
+      ->needs(cmd->get_option("--embeddings"));
   cmd->add_option("--parallel", a->parallel, "Sequences generated at once (KV slots)")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_flag("--allow-remote", a->s.allow_remote, "Allow binding an address other machines can reach (needs --curve-key and --curve-clients)");
   cmd->add_option("--http", a->s.http,

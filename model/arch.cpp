@@ -248,6 +248,7 @@ hparams read_hparams(const gguf::file& f) {
     hp.gated_ffn = a.gated_ffn;
     if (a.gemma2) read_gemma2(f, hp);
     read_activation(f, hp);
+    hp.pooling_type = f.get_int(key(hp, "pooling_type")).value_or(0);
     if (hp.moe() && hp.act != activation::silu)
       throw model_error(fmt::format("{}: {} = '{}': the experts of a mixture compute SiLU (hotcold does not sparsify experts' neurons)", f.source(),
                                     activation_key, activation_name(hp.act)));

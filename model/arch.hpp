@@ -106,6 +106,7 @@ struct hparams {
   // q_scale (0: 1 / sqrt(head_dim)).
   bool embd_scaled = false;
   float attn_softcap = 0, final_softcap = 0, q_scale = 0;
+  int64_t pooling_type = 0;  // {arch}.pooling_type, for embeddings: 0 none given, 1 mean, 2 cls, 3 last
   int64_t n_swa = 0, swa_period = 0;
   bool sliding(int64_t layer) const { return n_swa > 0 && swa_period > 0 && layer % swa_period < swa_period - 1; }
   float attention_scale() const { return q_scale > 0 ? q_scale : 1.0f / std::sqrt(static_cast<float>(n_head_dim)); }

@@ -1,4 +1,5 @@
 #include "server/openai_api.hpp"
+#include "server/openai_embeddings.hpp"
 #include "server/openai_request.hpp"
 
 #include <algorithm>
@@ -391,8 +392,8 @@ http_reply openai_api::server_error(int status, const std::string& code, const s
 http_reply openai_api::operator()(const http_request& req) const {
   const openai_setup& s = *s_;
   const std::string path = req.path();
-  const bool chat = path == "/v1/chat/completions", completion = path == "/v1/completions";
-  if (chat || completion) {
+  const bool chat = path == "/v1/chat/completions", completion = path == "/v1/completions", embeddings = path == "/v1/embeddings";
+  if (chat || completion || embeddings) {
     if (req.method != "POST") return error(405, fmt::format("{} takes POST, not {}", path, req.method), "invalid_request_error", "method_not_allowed");
     // JSON only: a page may send text/plain or a form to another site without asking first, never JSON.
     if (!json_media_type(req.header("content-type")))
@@ -409,7 +410,8 @@ http_reply openai_api::operator()(const http_request& req) const {
     if (name != s.model_id && name != s.model_path)
       return error(404, fmt::format("The model '{}' does not exist; this server has '{}'", name, s.model_id), "invalid_request_error", "model_not_found", "model");
     http_reply r;
-    r.work = [setup = s_, body = std::move(body), chat, client = client_of(req)](http_exchange& ex) { run_completion(*setup, body, chat, client, ex); };
+    if (embeddings) r.work = [setup = s_, body = std::move(body)](http_exchange& ex) { ex.reply(embeddings_answer(*setup, body)); };
+    else r.work = [setup = s_, body = std::move(body), chat, client = client_of(req)](http_exchange& ex) { run_completion(*setup, body, chat, client, ex); };
     return r;
   }
   const json model_object{{"id", s.model_id}, {"object", "model"}, {"created", s.created}, {"owned_by", "hotcold"}};
@@ -420,7 +422,7 @@ http_reply openai_api::operator()(const http_request& req) const {
     if (name != s.model_id) return error(404, fmt::format("The model '{}' does not exist", name), "invalid_request_error", "model_not_found", "model");
     return {200, "application/json", dumped(model_object) + "\n"};
   }
-  return error(404, fmt::format("Unknown request URL: {} {} (this server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models)", req.method, path),
+  return error(404, fmt::format("Unknown request URL: {} {} (this server has POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, GET /v1/models)", req.method, path),
                "invalid_request_error", "unknown_url");
 }
 

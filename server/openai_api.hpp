@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "server/http_server.hpp"
+#include "engine/embeddings.hpp"
 #include "model/chat_template.hpp"
 
 namespace hotcold::server {
@@ -29,6 +30,7 @@ struct openai_setup {
   int32_t max_tokens = 4096;         // serve --max-tokens
   std::optional<chat_template> chat;  // the chat template, or why there is none:
   std::string chat_problem;
+  std::shared_ptr<embedder> embeddings;  // serve --embeddings (null: /v1/embeddings is off)
 };
 
 class openai_api {

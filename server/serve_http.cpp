@@ -62,6 +62,12 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
   api.v = &p.l.m->vocabulary();
   api.n_ctx = p.l.ctx->n_ctx();
   api.max_tokens = o.max_tokens;
+  if (o.embeddings) {
+    const auto how = o.pooling.empty() ? default_pooling(*p.l.m) : pooling_from_name(o.pooling);
+    if (!how) throw std::invalid_argument(fmt::format("--pooling {}: mean, last or cls", o.pooling));
+    api.embeddings = std::make_shared<embedder>(p.l.m, api.n_ctx, static_cast<int>(p.l.ctx->pool().size()), *how);
+    fmt::print(stderr, "hotcold serve: /v1/embeddings on ({} pooling, {} dimensions, inputs up to {} tokens)\n", pooling_name(*how), p.l.m->hp().n_embd, api.n_ctx);
+  }
   try {
     std::string note;
     api.chat = chat_template::choose(p.l.m->chat_template_text(), o.chat_template, &note);

@@ -15,6 +15,8 @@ struct server_options {
   int64_t max_prompt_tokens = 0;   // 0: the context
   int32_t max_tokens = 4096;       // n_predict at most
   std::string grammar;             // GBNF for requests that name no grammar or schema (checked; empty: none)
+  bool embeddings = false;         // POST /v1/embeddings on (a context of its own beside the pipeline)
+  std::string pooling;             // its pooling: mean, last, cls ("" : the file's, else mean)
   bool allow_remote = false;       // bind a non-loopback address (needs the two below)
   std::string curve_key;           // the server's key pair (hotcold keygen): CURVE on
   std::string curve_clients;       // public keys of the clients allowed in, one per line

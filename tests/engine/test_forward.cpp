@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "engine/embeddings.hpp"
 #include "engine/forward.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
@@ -225,6 +226,52 @@ TEST(Llama31, RopeFrequencyFactorsTurnEachPairAtItsOwnRate) {
   EXPECT_LT(test::rel_diff(run(path, false), want), test::f16_kv_tolerance) << "one token at a time";
   EXPECT_LT(test::rel_diff(run(path, true), want), test::f16_kv_tolerance) << "a prompt batch";
   EXPECT_GT(test::rel_diff(run(plain_path, false), want), 100 * test::f16_kv_tolerance) << "the factors change the model";
+}
+
+// hidden_states (what embeddings pool): every token's state after the final norm, the vectors the head
+// multiplies: the head's rows times them are forward_batch's logits, over more tokens than a batch.
+TEST(HiddenStates, AreWhatTheHeadReads) {
+  auto o = test::small_options(2, 2);
+  o.type = tensor_type::f32;
+  o.n_ctx = 512;
+  o.norm_spread = 0.3;
+  auto m = model::load(test::make_model("hidden_states_f32", o));
+  const auto& hp = m->hp();
+  std::vector<token_id> tokens;
+  for (int i = 0; i < static_cast<int>(inference_context::max_batch) + 9; ++i) tokens.push_back(static_cast<token_id>((i * 37 + 5) % hp.n_vocab));
+  inference_context ctx(m, 512, 2);
+  const auto hidden = ctx.hidden_states(tokens);
+  ASSERT_EQ(hidden.size(), tokens.size() * static_cast<size_t>(hp.n_embd));
+  const auto all = ctx.forward_batch(tokens, 0, true);
+  const std::vector<float> logits(all.begin(), all.end());
+  const float* w = m->weights().output.f32();
+  double worst = 0, scale = 0;
+  for (size_t t : {size_t{0}, size_t{5}, tokens.size() - 1})
+    for (int64_t i = 0; i < hp.n_vocab; i += 7) {
+      double dot = 0;
+      for (int64_t k = 0; k < hp.n_embd; ++k) dot += static_cast<double>(w[i * hp.n_embd + k]) * hidden[t * static_cast<size_t>(hp.n_embd) + static_cast<size_t>(k)];
+      worst = std::max(worst, std::abs(dot - logits[t * static_cast<size_t>(hp.n_vocab) + static_cast<size_t>(i)]));
+      scale = std::max(scale, std::abs(dot));
+    }
+  EXPECT_LT(worst, 1e-4 * std::max(1.0, scale));
+  EXPECT_GT(scale, 0.0);
+  EXPECT_THROW(ctx.hidden_states({}), std::invalid_argument);
+}
+
+// Pooling (llama-server's --pooling): mean, the first token (cls) or the last, then length 1.
+TEST(HiddenStates, PooledAsAsked) {
+  const std::vector<float> h{1, 0, 0, 2, 3, 4};  // three tokens of two values
+  auto near = [](const std::vector<float>& got, std::vector<double> want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+  };
+  near(pooled(h, 3, 2, pooling::mean), {4 / std::sqrt(52.0), 6 / std::sqrt(52.0)});
+  near(pooled(h, 3, 2, pooling::last), {0.6, 0.8});
+  near(pooled(h, 3, 2, pooling::cls), {1, 0});
+  near(pooled(std::vector<float>{0, 0}, 1, 2, pooling::mean), {0, 0});
+  EXPECT_EQ(pooling_from_name("last"), pooling::last);
+  EXPECT_FALSE(pooling_from_name("max"));
+  EXPECT_THROW(pooled(h, 2, 2, pooling::mean), std::invalid_argument);
 }
 
 TEST(Falcon40B, TwoNormsFeedTheirOwnBranches) {

@@ -55,6 +55,12 @@ const scored = await client.completions.create({ model, prompt: [1, 9038, 2501, 
 out.scored = { text: scored.choices[0].text, logprobs: scored.choices[0].logprobs, usage: scored.usage };
 out.top_without_logprobs = await status(client.chat.completions.create({ model, messages, max_tokens: 2, top_logprobs: 2 }));
 
+// Embeddings (serve --embeddings): the client asks for base64 and decodes it; floats asked for too.
+const emb = await client.embeddings.create({ model, input: ['Hello world', 'Once upon a time'] });
+out.embeddings = { vectors: emb.data.map((d) => d.embedding), index: emb.data.map((d) => d.index), usage: emb.usage };
+const embt = await client.embeddings.create({ model, input: [[1, 15043, 3186]], encoding_format: 'float' });
+out.embedding_of_tokens = embt.data[0].embedding;
+
 // A stream the client abandons after its first piece: the server cancels the sequence.
 const controller = new AbortController();
 const long = await client.chat.completions.create({ model, messages, max_tokens: 4000, temperature: 0, stream: true }, { signal: controller.signal });

@@ -120,7 +120,7 @@ TEST(OpenAI, OfficialNodeClientGetsWhatRunPrints) {
   const fs::path script = fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/openai_client.mjs";
   ASSERT_TRUE(fs::exists(fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/node_modules/openai/package.json"))
       << "the openai package is not installed in tests/node: run scripts/install-deps.sh";
-  api_server s({"--chat-template", "llama2"});
+  api_server s({"--chat-template", "llama2", "--embeddings"});
   const std::string out = run_capture("HOTCOLD_BASE_URL=http://127.0.0.1:" + std::to_string(s.port) + "/v1 HOTCOLD_API_KEY=" + key + " HOTCOLD_MODEL=" + model_id +
                                       " node " + script.string() + " 2>&1");
   const json r = json::parse(out, nullptr, false);
@@ -190,6 +190,22 @@ TEST(OpenAI, OfficialNodeClientGetsWhatRunPrints) {
   }
   EXPECT_EQ(r["scored"]["text"], " Once upon a time");  // (the prompt's pieces: what the model read)
   EXPECT_EQ(r["top_without_logprobs"], 400);
+  // Embeddings: one a text, what `hotcold embed` prints (mean pooling), of length 1; ids as input the same.
+  ASSERT_EQ(r["embeddings"]["vectors"].size(), 2u) << r["embeddings"].dump().substr(0, 300);
+  EXPECT_EQ(r["embeddings"]["index"], json::parse("[0, 1]"));
+  EXPECT_EQ(r["embeddings"]["usage"]["prompt_tokens"], 3 + 5);
+  for (int k = 0; k < 2; ++k) {
+    const json want = json::parse(run_stdout({"embed", "-p", k == 0 ? "Hello world" : "Once upon a time", "-t", "2"}));
+    const json& got = r["embeddings"]["vectors"][k];
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_EQ(got.size(), 256u);
+    double norm = 0, worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) norm += got[i].get<double>() * got[i].get<double>(), worst = std::max(worst, std::abs(got[i].get<double>() - want[i].get<double>()));
+    EXPECT_NEAR(norm, 1.0, 1e-5);
+    EXPECT_LT(worst, 1e-5) << k;
+  }
+  ASSERT_EQ(r["embedding_of_tokens"].size(), 256u);
+  for (size_t i = 0; i < 256; ++i) EXPECT_NEAR(r["embedding_of_tokens"][i].get<double>(), r["embeddings"]["vectors"][0][i].get<double>(), 1e-6);
   // A chat's: one entry a token, the text theirs, three alternatives most likely first (greedy: the
   // token is the first), and streamed the same.
   const json& content = r["chat_logprobs"]["content"];
@@ -337,7 +353,7 @@ TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
                400, "invalid_value", "messages");  // llama2 turns must alternate
   expect_error(post(s.port, "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "a"}}}}}.dump()), 400, "missing_required_parameter", "model");
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", "gpt-4o"}, {"messages", {{{"role", "user"}, {"content", "a"}}}}}.dump()), 404, "model_not_found");
-  expect_error(post(s.port, "/v1/embeddings", "{}"), 404, "unknown_url");
+  expect_error(post(s.port, "/v1/embeddings", json{{"model", model_id}, {"input", "x"}}.dump()), 501, "not_implemented");  // (no --embeddings)
   expect_error(split(http_get(s.port, "/v1/completions", "Authorization: Bearer " + key + "\r\n")), 405, "method_not_allowed");
   expect_error(post(s.port, "/v1/completions", ask.dump(), ""), 401, "invalid_api_key");
   expect_error(post(s.port, "/v1/completions", ask.dump(), "sk-wrong-key-0123456789"), 401, "invalid_api_key");
