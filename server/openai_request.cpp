@@ -1,6 +1,8 @@
 #include "server/openai_request.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -131,6 +133,7 @@ void common_fields(const json& body, completion_request& r, const openai_setup& 
   if (auto k = whole(body, "top_k", -1, 1 << 30)) p.top_k = static_cast<int32_t>(*k);
   if (auto m = number(body, "min_p", 0, 1)) p.min_p = *m;
   if (auto t = number(body, "repeat_penalty", 0, 100)) p.repeat_penalty = *t;
+  if (auto n = whole(body, "repeat_last_n", -1, 1 << 20)) p.repeat_last_n = static_cast<int32_t>(*n);
   if (const json* seed = field(body, "seed")) {
     if (!seed->is_number_integer() || (!seed->is_number_unsigned() && seed->get<int64_t>() < 0))
       throw bad_field("seed", "'seed' must be a whole number 0..2^64-1");
@@ -236,8 +239,38 @@ completion_request parse_completion(const json& body, const openai_setup& s) {
   return r;
 }
 
+// Every field a body may have (docs/openai-api.md's table): what this server does, and the few it takes
+// and sets aside because they change nothing in what is generated. Anything else is refused by name,
+// so that no field a client relies on is silently ignored.
+const std::set<std::string> common_names = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p", "frequency_penalty",
+                                            "presence_penalty", "top_k", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop", "n", "cache_prompt",
+                                            "logit_bias", "grammar", "json_schema", "response_format", "n_probs", "ignore_eos", "logprobs"};
+const std::set<std::string> chat_names = {"messages", "top_logprobs", "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls"};
+const std::set<std::string> completion_names = {"prompt", "echo", "suffix", "best_of"};
+// Taken and set aside: who calls (user; OpenAI's abuse checks), labels (metadata), OpenAI's storage and
+// billing (store, service_tier), a speed hint that changes no token (prediction).
+const std::set<std::string> set_aside = {"user", "metadata", "store", "service_tier", "prediction"};
+// llama.cpp's samplers hotcold's chain does not have: taken at the value that switches them off.
+const std::vector<std::pair<const char*, double>> neutral = {{"typical_p", 1}, {"tfs_z", 1}, {"mirostat", 0}, {"dry_multiplier", 0}, {"xtc_probability", 0}, {"top_n_sigma", -1}};
+
+void check_names(const json& body, bool chat) {
+  for (const auto& [k, v] : body.items()) {
+    if (common_names.count(k) || set_aside.count(k) || (chat ? chat_names : completion_names).count(k)) continue;
+    const auto off = std::find_if(neutral.begin(), neutral.end(), [&](const auto& n) { return k == n.first; });
+    if (off != neutral.end()) {
+      if (v.is_null() || (v.is_number() && v.get<double>() == off->second)) continue;
+      throw unsupported(k, fmt::format("'{}' other than {} (llama.cpp's sampler; hotcold's chain has temperature, top_k, top_p, min_p and the penalties)", k, off->second));
+    }
+    if ((chat ? completion_names : chat_names).count(k)) throw unsupported(k, fmt::format("'{}' on {}", k, chat ? "/v1/chat/completions (it is a field of /v1/completions)" : "/v1/completions (it is a field of /v1/chat/completions)"));
+    throw unsupported(k, fmt::format("the field '{}'", k));
+  }
+}
+
 }  // namespace
 
-completion_request parse_request(const api_json& body, bool chat, const openai_setup& s) { return chat ? parse_chat(body, s) : parse_completion(body, s); }
+completion_request parse_request(const api_json& body, bool chat, const openai_setup& s) {
+  check_names(body, chat);
+  return chat ? parse_chat(body, s) : parse_completion(body, s);
+}
 
 }  // namespace hotcold::server

@@ -347,6 +347,16 @@ TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
   expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"temperature", "hot"}}.dump()), 400, "invalid_value", "temperature");
   expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"max_tokens", -3}}.dump()), 400, "invalid_value", "max_tokens");
   expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"n", 17}}.dump()), 400, "invalid_value", "n");
+  // No field silently ignored: a misspelt one, another route's, a sampler hotcold does not have.
+  expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"temprature", 0}}.dump()), 400, "unsupported_parameter", "temprature");
+  expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "a"}}}}, {"echo", true}}.dump()), 400,
+               "unsupported_parameter", "echo");
+  expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"typical_p", 0.9}}.dump()), 400, "unsupported_parameter", "typical_p");
+  for (const json extra : {json{{"user", "u1"}}, json{{"metadata", {{"k", "v"}}}}, json{{"typical_p", 1}}, json{{"mirostat", 0}}}) {
+    json b{{"model", model_id}, {"prompt", "a"}, {"max_tokens", 1}};
+    b.update(extra);
+    EXPECT_EQ(post(s.port, "/v1/completions", b.dump()).status, 200) << extra.dump();
+  }
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "tool"}, {"content", "x"}}}}}.dump()), 400, "invalid_value",
                "messages[0].role");
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}}.dump()),
