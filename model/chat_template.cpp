@@ -15,10 +15,11 @@ struct family_name {
   chat_family family;
 };
 // (qwen: chatml with Qwen2's default system message.)
-constexpr std::array<family_name, 9> family_names{{{"llama2", chat_family::llama2},
+constexpr std::array<family_name, 10> family_names{{{"llama2", chat_family::llama2},
                                                    {"llama3", chat_family::llama3},
                                                    {"chatml", chat_family::chatml},
                                                    {"qwen", chat_family::chatml},
+                                                   {"qwen2.5", chat_family::chatml},
                                                    {"phi3", chat_family::phi3},
                                                    {"mistral", chat_family::mistral},
                                                    {"gemma", chat_family::gemma},
@@ -26,6 +27,7 @@ constexpr std::array<family_name, 9> family_names{{{"llama2", chat_family::llama
                                                    {"falcon", chat_family::falcon}}};
 
 constexpr std::string_view qwen_default_system = "You are a helpful assistant.";
+constexpr std::string_view qwen25_default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // The published templates (Jinja, with \n escapes inside string literals as tokenizer_config.json files
 // and so GGUF files hold them): meta-llama/Llama-2-7b-chat-hf, Meta-Llama-3-8B-Instruct, a plain ChatML
@@ -53,6 +55,25 @@ constexpr published_template published_templates[] = {
      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
      "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+    {"qwen2.5",
+     "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n        {{- messages[0]['content'] }}\n    {%- else %}\n"
+     "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif %}\n    {{- \"\\n\\n# Tools\\n\\nYou may call one or "
+     "more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+     "    {%- for tool in tools %}\n        {{- \"\\n\" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n    {{- \"\\n</tools>\\n\\nFor each function "
+     "call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": "
+     "<function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n"
+     "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, "
+     "created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n{%- for message in messages %}\n"
+     "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
+     "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n    {%- elif message.role == \"assistant\" %}\n"
+     "        {{- '<|im_start|>' + message.role }}\n        {%- if message.content %}\n            {{- '\\n' + message.content }}\n        {%- endif %}\n"
+     "        {%- for tool_call in message.tool_calls %}\n            {%- if tool_call.function is defined %}\n                {%- set tool_call = "
+     "tool_call.function %}\n            {%- endif %}\n            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n            {{- tool_call.name }}\n"
+     "            {{- '\", \"arguments\": ' }}\n            {{- tool_call.arguments | tojson }}\n            {{- '}\\n</tool_call>' }}\n        {%- endfor %}\n"
+     "        {{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}\n        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "
+     "\"tool\") %}\n            {{- '<|im_start|>user' }}\n        {%- endif %}\n        {{- '\\n<tool_response>\\n' }}\n        {{- message.content }}\n"
+     "        {{- '\\n</tool_response>' }}\n        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n            {{- '<|im_end|>\\n' }}\n"
+     "        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n"},
     {"phi3",
      "{{ bos_token }}{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + '<|end|>\\n' }}{% endfor %}"
      "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"},
@@ -92,19 +113,19 @@ std::string_view strip(std::string_view s) {
 // (Qwen: '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' inside a string literal).
 std::string chatml_default_system(std::string_view t) {
   for (std::string_view open : {std::string_view("<|im_start|>system\\n"), std::string_view("<|im_start|>system\n")}) {
-    const size_t at = t.find(open);
-    if (at == std::string_view::npos) continue;
-    const size_t from = at + open.size(), to = t.find("<|im_end|>", from);
-    if (to == std::string_view::npos) continue;
-    const std::string_view text = t.substr(from, to - from);
-    // A literal only: a template that writes the system message from a variable has no default.
-    if (text.empty() || text.find_first_of("{}'\"+") != std::string_view::npos) continue;
-    std::string out;
-    for (size_t i = 0; i < text.size(); ++i) {
-      if (text[i] == '\\' && i + 1 < text.size() && text[i + 1] == 'n') out += '\n', ++i;
-      else out += text[i];
+    for (size_t at = t.find(open); at != std::string_view::npos; at = t.find(open, at + 1)) {  // (Qwen 2.5's: the tools' branch first)
+      const size_t from = at + open.size(), to = t.find("<|im_end|>", from);
+      if (to == std::string_view::npos) continue;
+      const std::string_view text = t.substr(from, to - from);
+      // A literal only: a template that writes the system message from a variable has no default.
+      if (text.empty() || text.find_first_of("{}'\"+") != std::string_view::npos) continue;
+      std::string out;
+      for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\\' && i + 1 < text.size() && text[i + 1] == 'n') out += '\n', ++i;
+        else out += text[i];
+      }
+      return out;
     }
-    return out;
   }
   return {};
 }
@@ -150,6 +171,8 @@ void write_stripped(writer& w, std::initializer_list<part> parts) {
 void check_roles(std::span<const chat_message> messages, std::string_view family) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
+    if (!messages[i].tool_calls.empty() || r == "tool")
+      throw chat_template_error(fmt::format("message {}: the {} template writes no tool calls or results (tools: a template that has them, such as qwen2.5's)", i, family));
     if (r != "system" && r != "user" && r != "assistant")
       throw chat_template_error(fmt::format("message {}: role \"{}\" is not one the {} template writes (system, user, assistant)", i, r, family));
     if (r == "system" && i > 0) throw chat_template_error(fmt::format("message {}: the {} template takes a system message only first", i, family));
@@ -183,7 +206,7 @@ chat_template chat_template::detect(std::string_view t) {
   // (Whether BOS is written: the families that write it where their template's text says bos_token;
   // Phi-3.5's template, unlike Phi-3's, does not.)
   const bool bos = contains(t, "bos_token");
-  if (contains(t, "<|im_start|>")) return {chat_family::chatml, chatml_default_system(t)};
+  if (contains(t, "<|im_start|>")) return {chat_family::chatml, chatml_default_system(t), true, contains(t, "<tool_call>")};
   if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return {chat_family::llama3, {}, bos};
   if (contains(t, "<start_of_turn>")) return {chat_family::gemma, {}, bos};
   if (contains(t, "[INST]")) return {contains(t, "<<SYS>>") ? chat_family::llama2 : chat_family::mistral, {}, bos};
@@ -199,7 +222,8 @@ chat_template chat_template::detect(std::string_view t) {
 
 chat_template chat_template::named(std::string_view name) {
   for (const auto& f : family_names)
-    if (f.name == name) return {f.family, name == "qwen" ? std::string(qwen_default_system) : std::string()};
+    if (f.name == name)
+      return {f.family, name == "qwen" ? std::string(qwen_default_system) : name == "qwen2.5" ? std::string(qwen25_default_system) : std::string(), true, name == "qwen2.5"};
   throw chat_template_error(fmt::format("unknown chat template \"{}\" (one of: {})", name, names()));
 }
 
@@ -225,13 +249,61 @@ std::string chat_template::names() {
 }
 
 std::string_view chat_template::name() const {
+  if (family_ == chat_family::chatml && tools_ && default_system_ == qwen25_default_system) return "qwen2.5";
   if (family_ == chat_family::chatml && !default_system_.empty()) return "qwen";
   for (const auto& f : family_names)
     if (f.family == family_) return f.name;
   return "?";
 }
 
-chat_prompt chat_template::render(std::span<const chat_message> messages, bool add_generation_prompt, std::string_view bos, std::string_view eos) const {
+namespace {
+
+// Qwen 2.5's template: with tools, the system message (the conversation's first, else the default)
+// and the tools' section; an assistant's calls as <tool_call> blocks after its text; consecutive tool
+// results as <tool_response> blocks of one user turn.
+void chatml_tools(writer& w, std::span<const chat_message> messages, std::span<const std::string> tools, const std::string& default_system) {
+  const bool system_first = !messages.empty() && messages[0].role == "system";
+  if (!tools.empty()) {
+    w.lit("<|im_start|>system\n");
+    if (system_first) w.content(messages[0].content), w.lit("\n\n");
+    else if (!default_system.empty()) w.lit(default_system), w.lit("\n\n");
+    w.lit("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+    for (const auto& t : tools) w.lit("\n"), w.content(t);
+    w.lit("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+          "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+  } else if (system_first) {
+    w.lit("<|im_start|>system\n"), w.content(messages[0].content), w.lit("<|im_end|>\n");
+  } else if (!default_system.empty()) {
+    w.lit("<|im_start|>system\n"), w.lit(default_system), w.lit("<|im_end|>\n");
+  }
+  for (size_t i = system_first ? 1 : 0; i < messages.size(); ++i) {
+    const chat_message& m = messages[i];
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
+      throw chat_template_error(fmt::format("message {}: role \"{}\" is not one the chatml template writes (system, user, assistant, tool)", i, m.role));
+    if (!m.tool_calls.empty() && m.role != "assistant") throw chat_template_error(fmt::format("message {}: only an assistant's message makes tool calls", i));
+    if (m.role == "tool") {
+      if (i == 0 || messages[i - 1].role != "tool") w.lit("<|im_start|>user");
+      w.lit("\n<tool_response>\n"), w.content(m.content), w.lit("\n</tool_response>");
+      if (i + 1 == messages.size() || messages[i + 1].role != "tool") w.lit("<|im_end|>\n");
+    } else if (m.role == "assistant" && !m.tool_calls.empty()) {
+      w.lit("<|im_start|>assistant");
+      if (!m.content.empty()) w.lit("\n"), w.content(m.content);
+      for (const auto& c : m.tool_calls) {
+        w.lit("\n<tool_call>\n{\"name\": \""), w.content(c.name), w.lit("\", \"arguments\": "), w.content(c.arguments), w.lit("}\n</tool_call>");
+      }
+      w.lit("<|im_end|>\n");
+    } else {
+      w.lit("<|im_start|>"), w.lit(m.role), w.lit("\n"), w.content(m.content), w.lit("<|im_end|>\n");
+    }
+  }
+}
+
+}  // namespace
+
+chat_prompt chat_template::render(std::span<const chat_message> messages, bool add_generation_prompt, std::string_view bos, std::string_view eos,
+                                  std::span<const std::string> tools) const {
+  if (!tools.empty() && !tools_)
+    throw chat_template_error(fmt::format("the {} template has no tools (tools: a model whose template has them, or --chat-template qwen2.5)", name()));
   writer w;
   switch (family_) {
     case chat_family::llama2: {
@@ -267,10 +339,15 @@ chat_prompt chat_template::render(std::span<const chat_message> messages, bool a
     case chat_family::chatml: {
       // ChatML (Qwen, OpenHermes, Yi...): each message between <|im_start|>role and <|im_end|>, no BOS;
       // Qwen's templates write their default system message when the conversation has none.
-      check_roles(messages, "chatml");
-      if (!default_system_.empty() && (messages.empty() || messages[0].role != "system"))
-        w.lit("<|im_start|>system\n"), w.lit(default_system_), w.lit("<|im_end|>\n");
-      for (const auto& m : messages) w.lit("<|im_start|>"), w.lit(m.role), w.lit("\n"), w.content(m.content), w.lit("<|im_end|>\n");
+      if (tools_) {
+        chatml_tools(w, messages, tools, default_system_);
+      } else {
+        check_roles(messages, "chatml");
+        if (!tools.empty()) throw chat_template_error("the chatml template has no tools (a model whose template has <tool_call>, or --chat-template qwen2.5)");
+        if (!default_system_.empty() && (messages.empty() || messages[0].role != "system"))
+          w.lit("<|im_start|>system\n"), w.lit(default_system_), w.lit("<|im_end|>\n");
+        for (const auto& m : messages) w.lit("<|im_start|>"), w.lit(m.role), w.lit("\n"), w.content(m.content), w.lit("<|im_end|>\n");
+      }
       if (add_generation_prompt) w.lit("<|im_start|>assistant\n");
       break;
     }
@@ -333,10 +410,11 @@ chat_prompt chat_template::render(std::span<const chat_message> messages, bool a
   return std::move(w.p);
 }
 
-std::vector<token_id> chat_template::tokenize(const vocab& v, std::span<const chat_message> messages, bool add_generation_prompt) const {
+std::vector<token_id> chat_template::tokenize(const vocab& v, std::span<const chat_message> messages, bool add_generation_prompt,
+                                             std::span<const std::string> tools) const {
   const std::string bos = v.bos() == no_token ? std::string() : std::string(v.text(v.bos()));
   const std::string eos = v.eos() == no_token ? std::string() : std::string(v.text(v.eos()));
-  const chat_prompt p = render(messages, add_generation_prompt, bos, eos);
+  const chat_prompt p = render(messages, add_generation_prompt, bos, eos, tools);
   return v.tokenize_outside(p.text, p.contents);
 }
 

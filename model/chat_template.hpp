@@ -24,9 +24,17 @@ class chat_template_error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// A call an assistant message made: the function's name and its arguments, a JSON object written as
+// the templates write it (Python's json.dumps: ", " and ": " between items, non-ASCII as it is).
+struct tool_call {
+  std::string name;
+  std::string arguments;
+};
+
 struct chat_message {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant", or "tool" (a tool's result: families with tools)
   std::string content;
+  std::vector<tool_call> tool_calls = {};  // an assistant's calls (families with tools)
 };
 
 // A rendered conversation: the text, and the byte ranges of it that are message contents (tokenized
@@ -42,7 +50,8 @@ class chat_template {
   // not recognise (or an empty one), naming the families --chat-template accepts.
   static chat_template detect(std::string_view jinja);
   // A family by name (--chat-template): llama2, llama3, chatml, qwen (chatml with Qwen's default
-  // system message), phi3, mistral, gemma, zephyr, falcon.
+  // system message), qwen2.5 (Qwen 2.5's: its default system message, and tools), phi3, mistral, gemma,
+  // zephyr, falcon.
   static chat_template named(std::string_view name);
   // The names named() accepts, comma-separated, for messages and --help.
   static std::string names();
@@ -60,19 +69,27 @@ class chat_template {
   // The system message written when the conversation has none (Qwen's ChatML templates); empty: none.
   const std::string& default_system() const { return default_system_; }
 
+  // Whether the family writes tools, calls and their results (ChatML, as Qwen 2.5's template does:
+  // tools in the system message, <tool_call> and <tool_response> tags) for this template.
+  bool has_tools() const { return tools_; }
+
   // The conversation as the template writes it. bos / eos: the texts of the vocabulary's BOS and EOS
   // tokens, where the template writes them. add_generation_prompt: end with the assistant's prefix
-  // (families whose template always ends with the user's turn ignore it).
-  chat_prompt render(std::span<const chat_message> messages, bool add_generation_prompt, std::string_view bos, std::string_view eos) const;
+  // (families whose template always ends with the user's turn ignore it). tools: the functions offered,
+  // each {"type": "function", "function": {...}} written as the template writes JSON (tool_call's).
+  chat_prompt render(std::span<const chat_message> messages, bool add_generation_prompt, std::string_view bos, std::string_view eos,
+                     std::span<const std::string> tools = {}) const;
   // render() with the vocabulary's BOS/EOS texts, tokenized: the template's control tokens as tokens,
   // the contents as plain text, no BOS/EOS added besides what the template writes.
-  std::vector<token_id> tokenize(const vocab& v, std::span<const chat_message> messages, bool add_generation_prompt) const;
+  std::vector<token_id> tokenize(const vocab& v, std::span<const chat_message> messages, bool add_generation_prompt, std::span<const std::string> tools = {}) const;
 
  private:
-  chat_template(chat_family f, std::string default_system, bool bos = true) : family_(f), default_system_(std::move(default_system)), bos_(bos) {}
+  chat_template(chat_family f, std::string default_system, bool bos = true, bool tools = false)
+      : family_(f), default_system_(std::move(default_system)), bos_(bos), tools_(tools) {}
   chat_family family_;
   std::string default_system_;
-  bool bos_;  // whether the template writes BOS (llama2, llama3, phi3, mistral, gemma: where its text says bos_token)
+  bool bos_;
+  bool tools_;  // the template writes tools (detected from its text, or qwen2.5 by name)  // whether the template writes BOS (llama2, llama3, phi3, mistral, gemma: where its text says bos_token)
 };
 
 }  // namespace hotcold

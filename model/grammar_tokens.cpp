@@ -81,9 +81,12 @@ bool token_grammar::feed(reading& r, uint8_t b) {
       return r.m.accept(c);
     }
   }
-  // An unfinished code point: the ones it can still become.
+  // An unfinished code point: the ones it can still become (never a surrogate: ED A0..BF leads only to
+  // those, and a text that took it could not go on).
   const uint32_t lo = std::max(r.least, r.partial << (6 * r.need)), hi = std::min<uint32_t>(((r.partial + 1) << (6 * r.need)) - 1, 0x10FFFF);
-  return lo <= hi && r.m.may_take_any(lo, hi);
+  if (lo > hi) return false;
+  if (lo < 0xD800 && r.m.may_take_any(lo, std::min<uint32_t>(hi, 0xD7FF))) return true;
+  return hi > 0xDFFF && r.m.may_take_any(std::max<uint32_t>(lo, 0xE000), hi);
 }
 
 bool token_grammar::complete() const {

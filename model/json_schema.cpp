@@ -460,6 +460,34 @@ std::string checked_grammar(std::string_view gbnf, std::string_view json_schema)
   return text;
 }
 
+std::string json_schema_rules(std::string_view schema_json, const std::string& name) {
+  const std::string g = json_schema_grammar(schema_json);
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; };
+  std::set<std::string> names;
+  for (size_t at = 0; at < g.size(); at = g.find('\n', at) + 1) names.insert(g.substr(at, g.find(" ::= ", at) - at));
+  auto renamed = [&](const std::string& n) { return n == "root" ? name : name + "-" + n; };
+  std::string out;
+  for (size_t i = 0; i < g.size();) {
+    const char c = g[i];
+    if (c == '"' || c == '[') {  // a literal or a class, as it is
+      const char close = c == '"' ? '"' : ']';
+      size_t j = i + 1;
+      while (j < g.size() && g[j] != close) j += g[j] == '\\' ? 2 : 1;
+      out.append(g, i, j + 1 - i);
+      i = j + 1;
+    } else if (ident(c) && (i == 0 || !ident(g[i - 1]))) {
+      size_t j = i;
+      while (j < g.size() && ident(g[j])) ++j;
+      const std::string word = g.substr(i, j - i);
+      out += names.count(word) ? renamed(word) : word;
+      i = j;
+    } else {
+      out += c, ++i;
+    }
+  }
+  return out;
+}
+
 std::string json_object_grammar() { return json_schema_grammar(R"({"type":"object"})"); }
 
 }  // namespace hotcold

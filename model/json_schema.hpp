@@ -28,6 +28,10 @@ std::string json_schema_grammar(std::string_view schema_json);
 // refused where it comes in, not where it is sampled.
 std::string checked_grammar(std::string_view gbnf, std::string_view json_schema);
 
+// The rules of json_schema_grammar(schema_json) renamed for a grammar of several schemas: its root rule
+// is `name`, every other rule `name-RULE` (names inside literals and classes left as they are).
+std::string json_schema_rules(std::string_view schema_json, const std::string& name);
+
 // The grammar of any JSON object (OpenAI's response_format {"type": "json_object"}).
 std::string json_object_grammar();
 

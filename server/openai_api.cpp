@@ -208,6 +208,7 @@ class completion_answer {
       if (whole_part == 0) return false;
       const std::string piece = c.pending.substr(0, whole_part);
       c.pending.erase(0, whole_part);
+      if (r_.tools.active()) return release(k, c.ts.add(piece)), false;
       c.text += piece;
       if (r_.stream && !cancelled) ex_.send(chunk(piece_choice(k, piece, nullptr, take_logprobs(c))));
       return false;
@@ -225,7 +226,37 @@ class completion_answer {
     bool echoed = false;
     std::optional<protocol::done_reply> done;
     std::string reason;
+    tool_stream ts;                    // with tools: content apart from calls
+    std::vector<parsed_call> calls;
   };
+  // With tools: content as it is released, each call as it closes (streamed: its id and name, then its
+  // arguments, as OpenAI streams them).
+  void release(size_t k, tool_stream::out o) {
+    choice& c = c_[k];
+    c.text += o.content;
+    if (r_.stream && !cancelled && !o.content.empty()) ex_.send(chunk(piece_choice(k, o.content, nullptr, take_logprobs(c))));
+    for (auto& call : o.calls) {
+      const size_t index = c.calls.size();
+      c.calls.push_back(std::move(call));
+      if (!r_.stream || cancelled) continue;
+      const parsed_call& p = c.calls.back();
+      auto delta = [&](json tc) { return chunk(json{{"index", k}, {"delta", {{"tool_calls", json::array({std::move(tc)})}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}); };
+      ex_.send(delta({{"index", index}, {"id", call_id(k, index)}, {"type", "function"}, {"function", {{"name", p.name}, {"arguments", ""}}}}) +
+               delta({{"index", index}, {"function", {{"arguments", p.arguments}}}}));
+    }
+  }
+  std::string call_id(size_t k, size_t index) const { return fmt::format("call_{}_{}_{}", id_.substr(id_.size() - 12), k, index); }
+  json message_of(size_t k, choice& x) {
+    json m{{"role", "assistant"}, {"content", x.calls.empty() || !x.text.empty() ? json(x.text) : json(nullptr)}};
+    if (!x.calls.empty()) {
+      json calls = json::array();
+      for (size_t i = 0; i < x.calls.size(); ++i)
+        calls.push_back({{"id", call_id(k, i)}, {"type", "function"}, {"function", {{"name", x.calls[i].name}, {"arguments", x.calls[i].arguments}}}});
+      m["tool_calls"] = std::move(calls);
+    }
+    m["refusal"] = nullptr;
+    return m;
+  }
   static lp_entry entry(const std::string& bytes, const std::optional<protocol::token_probs>& p) {
     return p ? lp_entry{bytes, p->logprob, p->top} : lp_entry{bytes, std::nullopt, {}};
   }
@@ -271,11 +302,16 @@ class completion_answer {
       return true;
     }
     c.done = done, c.reason = *reason;
+    if (r_.tools.active()) {
+      c.pending.clear();  // (bytes that never made a character)
+      release(k, c.ts.finish());
+      if (!c.calls.empty()) c.reason = "tool_calls";
+    }
     if (r_.stream) {
       flush_echo(k);
       std::string tail;
       if (!c.pending.empty() || !c.waiting.empty()) tail += chunk(piece_choice(k, c.pending, nullptr, take_logprobs(c)));  // bytes that never made a character
-      json last = envelope(json::array({piece_choice(k, "", *reason, nullptr)}));
+      json last = envelope(json::array({piece_choice(k, "", c.reason, nullptr)}));
       last["timings"] = timings_of(done);
       ex_.send(tail + event(std::move(last)));
     }
@@ -293,7 +329,7 @@ class completion_answer {
       choice& x = c_[i];
       x.text += x.pending;
       if (r_.echo) x.text = x.echo_text + x.text, x.waiting.insert(x.waiting.begin(), x.echo.begin(), x.echo.end());
-      choices.push_back(r_.chat ? json{{"index", i}, {"message", {{"role", "assistant"}, {"content", x.text}, {"refusal", nullptr}}}, {"logprobs", take_logprobs(x)}, {"finish_reason", x.reason}}
+      choices.push_back(r_.chat ? json{{"index", i}, {"message", message_of(i, x)}, {"logprobs", take_logprobs(x)}, {"finish_reason", x.reason}}
                                 : json{{"index", i}, {"text", x.text}, {"logprobs", take_logprobs(x)}, {"finish_reason", x.reason}});
     }
     json reply{{"id", id_}, {"object", r_.chat ? "chat.completion" : "text_completion"}, {"created", created_}, {"model", model_}, {"choices", choices}, {"usage", usage},

@@ -173,6 +173,24 @@ void common_fields(const json& body, completion_request& r, const openai_setup& 
   }
 }
 
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}],
+// the arguments a JSON object (as the API sends it, a string holding one).
+std::vector<tool_call> calls_of(const json& calls, size_t i) {
+  const std::string where = fmt::format("messages[{}].tool_calls", i);
+  if (!calls.is_array()) throw bad_field(where, "'tool_calls' must be a list of calls");
+  std::vector<tool_call> out;
+  for (const auto& c : calls) {
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") || !c["function"]["name"].is_string())
+      throw bad_field(where, "each call is {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    const json& f = c["function"];
+    json args = f.contains("arguments") ? f["arguments"] : json::object();
+    if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
+    if (args.is_discarded() || !args.is_object()) throw bad_field(where, "a call's arguments must be a JSON object (or a string holding one)");
+    out.push_back({f["name"].get<std::string>(), python_json(args)});
+  }
+  return out;
+}
+
 completion_request parse_chat(const json& body, const openai_setup& s) {
   completion_request r;
   r.chat = true;
@@ -181,11 +199,21 @@ completion_request parse_chat(const json& body, const openai_setup& s) {
     if (!r.logprobs) throw bad_field("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     r.n_probs = static_cast<int32_t>(*n);
   }
-  for (const char* name : {"tools", "functions"})
-    if (const json* t = field(body, name); t && !(t->is_array() && t->empty())) throw unsupported(name, "tool and function calling");
-  for (const char* name : {"tool_choice", "function_call"})
-    if (const json* t = field(body, name); t && !(t->is_string() && t->get<std::string>() == "none")) throw unsupported(name, "tool and function calling");
+  for (const char* name : {"functions", "function_call"})
+    if (field(body, name)) throw unsupported(name, fmt::format("'{}' (the API's older form of tools: send tools and tool_choice)", name));
+  try {
+    r.tools = tools_of(body);
+  } catch (const std::invalid_argument& e) {
+    const std::string why = e.what();
+    throw bad_field(why.substr(0, why.find_first_of(":[.")), why);
+  }
   common_fields(body, r, s);
+  if (r.tools.active()) {
+    if (!r.grammar.empty()) throw bad_field("tools", "tools together with 'grammar', 'json_schema' or 'response_format' are not taken");
+    if (s.chat && !s.chat->has_tools())
+      throw bad_field("tools", fmt::format("the chat template '{}' has no tools (a model whose template has them, or serve --chat-template qwen2.5)", s.chat->name()));
+    if (r.tools.choice != "auto") r.grammar = checked_grammar(call_grammar(r.tools), "");  // a well-formed call, whatever the model would say
+  }
   const json* ms = field(body, "messages");
   if (!ms) throw api_failure{400, "'messages' is required", "invalid_request_error", "missing_required_parameter", "messages"};
   if (!ms->is_array() || ms->empty()) throw bad_field("messages", "'messages' must be a non-empty list of messages");
@@ -195,13 +223,18 @@ completion_request parse_chat(const json& body, const openai_setup& s) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) throw bad_field(fmt::format("messages[{}]", i), "each message must be an object with a 'role'");
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";  // the API's newer name for it
-    if (role != "system" && role != "user" && role != "assistant")
-      throw bad_field(fmt::format("messages[{}].role", i), fmt::format("role '{}' is not supported here (system, developer, user, assistant)", role));
-    conversation.push_back({role, content_text(m, i, role)});
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      throw bad_field(fmt::format("messages[{}].role", i), fmt::format("role '{}' is not supported here (system, developer, user, assistant, tool)", role));
+    chat_message msg{role, content_text(m, i, role)};
+    if (const json* calls = field(m, "tool_calls"); calls && role == "assistant") msg.tool_calls = calls_of(*calls, i);
+    conversation.push_back(std::move(msg));
   }
   if (!s.chat) throw api_failure{400, s.chat_problem, "invalid_request_error", "chat_template", ""};
   try {
-    r.tokens = s.chat->tokenize(*s.v, conversation, true);
+    std::vector<std::string> offered;
+    if (r.tools.active())
+      for (const auto& t : r.tools.tools) offered.push_back(t.rendered);
+    r.tokens = s.chat->tokenize(*s.v, conversation, true, offered);
   } catch (const chat_template_error& e) {
     throw bad_field("messages", e.what());
   }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_api.hpp"
+#include "server/openai_tools.hpp"
 #include "protocol/messages.hpp"
 
 namespace hotcold::server {
@@ -34,6 +35,7 @@ struct completion_request {
   bool echo = false;      // completions: the prompt's tokens first, with their log probabilities
   bool ignore_eos = false;  // llama-server's: on past an end-of-generation token
   int32_t n = 1;            // choices, each its own generate of the same prompt
+  tool_request tools;       // chat: the functions offered, and how they may be called
 };
 
 // The field, or nullptr when it is absent or null (the API treats both as "not given").

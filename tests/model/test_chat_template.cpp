@@ -170,8 +170,10 @@ TEST(ChatTemplate, ClearErrorsForWhatCannotBeWritten) {
   }
   EXPECT_NE(message_of([] { chat_template::detect(""); }).find("no chat template"), std::string::npos);
   EXPECT_NE(message_of([] { chat_template::named("vicuna"); }).find("unknown chat template \"vicuna\""), std::string::npos);
-  const std::string role = message_of([] { chat_template::named("chatml").render(std::vector<chat_message>{{"tool", "x"}}, true, "", ""); });
-  EXPECT_NE(role.find("role \"tool\""), std::string::npos) << role;
+  const std::string role = message_of([] { chat_template::named("chatml").render(std::vector<chat_message>{{"function", "x"}}, true, "", ""); });
+  EXPECT_NE(role.find("role \"function\""), std::string::npos) << role;
+  const std::string tool = message_of([] { chat_template::named("chatml").render(std::vector<chat_message>{{"tool", "x"}}, true, "", ""); });
+  EXPECT_NE(tool.find("writes no tool calls or results"), std::string::npos) << tool;
   const std::string order = message_of([] {
     chat_template::named("mistral").render(std::vector<chat_message>{{"user", "a"}, {"user", "b"}}, true, "<s>", "</s>");
   });
@@ -204,4 +206,53 @@ TEST(ChatTemplate, ContentsAreNeverControlTokens) {
 }
 
 }  // namespace
+// Qwen 2.5's template with tools (worked out from its published Jinja, above in chat_template.cpp):
+// the system message then the tools' section, an assistant's calls as <tool_call> blocks, consecutive
+// tool results as <tool_response> blocks of one user turn; without a system message its default.
+TEST(ChatTemplate, Qwen25WritesToolsCallsAndResults) {
+  const std::string tool =
+      R"({"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})";
+  const std::vector<chat_message> m = {{"system", "Be brief."},
+                                       {"user", "Weather in Paris?"},
+                                       {"assistant", "", {{"get_weather", R"({"city": "Paris"})"}}},
+                                       {"tool", R"({"temp": 21})"},
+                                       {"tool", "sunny"},
+                                       {"assistant", "It is 21."},
+                                       {"user", "Thanks"}};
+  const std::vector<std::string> tools{tool};
+  const auto t = chat_template::named("qwen2.5");
+  EXPECT_TRUE(t.has_tools());
+  const std::string tools_section =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML "
+      "tags:\n<tools>\n" + tool + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+      "XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+  EXPECT_EQ(t.render(m, true, "", "", tools).text,
+            "<|im_start|>system\nBe brief.\n\n" + tools_section +
+                "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+                "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+                "<|im_start|>user\n<tool_response>\n{\"temp\": 21}\n</tool_response>\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+                "<|im_start|>assistant\nIt is 21.<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<chat_message> hi = {{"user", "Hi"}};
+  EXPECT_EQ(t.render(hi, true, "", "", tools).text, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n" + tools_section +
+                                                       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(t.render(hi, true, "", "").text, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                                            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // Recognised from its text; a template without tools refuses them, and calls in the history, by name.
+  const auto detected = chat_template::detect(chat_template::published("qwen2.5"));
+  EXPECT_TRUE(detected.has_tools());
+  EXPECT_EQ(detected.name(), "qwen2.5");
+  EXPECT_EQ(detected.default_system(), "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_FALSE(chat_template::detect(chat_template::published("qwen")).has_tools());
+  auto refusal = [](auto&& f) {
+    try {
+      f();
+    } catch (const chat_template_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(written)");
+  };
+  EXPECT_NE(refusal([&] { chat_template::named("llama3").render(hi, true, "", "", tools); }).find("the llama3 template has no tools"), std::string::npos);
+  EXPECT_NE(refusal([&] { chat_template::named("chatml").render(m, true, "", ""); }).find("writes no tool calls"), std::string::npos);
+}
+
 }  // namespace hotcold

@@ -182,6 +182,20 @@ TEST(Grammar, TokensOfARealVocabulary) {
     tg.accept(bc);
     EXPECT_TRUE(tg.complete());
   }
+  // <0xED> <0xA0..0xBF> can only become a surrogate, which is no character: refused at its second byte
+  // (taken, it was a dead end where no token could go on, and the text ended mid-string).
+  {
+    const grammar g = grammar::parse(R"(root ::= [^"]{1,3} "!")");
+    token_grammar tg(g, tokens);
+    tg.accept(*v.find("<0xED>"));
+    EXPECT_TRUE(tg.allows(*v.find("<0x9F>")));   // U+D7C0..U+D7FF
+    EXPECT_FALSE(tg.allows(*v.find("<0xA0>")));  // U+D800.. (surrogates)
+    EXPECT_FALSE(tg.allows(*v.find("<0xBF>")));
+    tg.accept(*v.find("<0x9F>"));
+    std::vector<uint8_t> mask;
+    tg.allowed(mask);
+    EXPECT_GT(std::count(mask.begin(), mask.end(), 1), 0);
+  }
   // JSON, tokens drawn at random among the allowed ones: every text parses.
   const grammar json = grammar::parse(json_gbnf);
   std::mt19937 rng(7);

@@ -243,13 +243,20 @@ TEST(OpenAI, StructuredOutputsFollowTheirSchemas) {
   const fs::path script = fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/structured_outputs.mjs";
   ASSERT_TRUE(fs::exists(fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/node_modules/ajv-formats/package.json"))
       << "ajv is not installed in tests/node: run scripts/install-deps.sh";
-  api_server s({"--chat-template", "llama2", "--parallel", "8"});
+  api_server s({"--chat-template", "qwen2.5", "--parallel", "8"});
   const std::string out = run_capture("HOTCOLD_BASE_URL=http://127.0.0.1:" + std::to_string(s.port) + "/v1 HOTCOLD_API_KEY=" + key + " HOTCOLD_MODEL=" + model_id +
                                       " COUNT=200 node " + script.string() + " 2>&1");
   const json r = json::parse(out, nullptr, false);
   ASSERT_FALSE(r.is_discarded()) << out;
   EXPECT_EQ(r["total"], 200) << out;
   EXPECT_EQ(r["valid"], 200) << out;
+  // Tool calls: tool_choice "required" at temperature 1, 200 of 200 well-formed; streamed deltas too.
+  EXPECT_EQ(r["tools"]["total"], 200) << r["tools"].dump();
+  EXPECT_EQ(r["tools"]["valid"], 200) << r["tools"].dump();
+  EXPECT_EQ(r["tools"]["finish"]["tool_calls"], 200);
+  EXPECT_EQ(r["streamed_call"]["valid"], true) << r["streamed_call"].dump();
+  EXPECT_EQ(r["streamed_call"]["finish"], "tool_calls");
+  EXPECT_GT(r["after_result"]["usage"]["prompt_tokens"].get<int>(), 100);  // (the tools, the call and its result written)
 
   const json grammar{{"model", model_id}, {"prompt", "Once"}, {"max_tokens", 40}, {"temperature", 1}, {"seed", 5}, {"grammar", R"(root ::= ("ab" | "cd"){2} "!")"}};
   const json g = json::parse(curl(s.port, "/v1/completions", grammar), nullptr, false);
@@ -357,7 +364,7 @@ TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
     b.update(extra);
     EXPECT_EQ(post(s.port, "/v1/completions", b.dump()).status, 200) << extra.dump();
   }
-  expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "tool"}, {"content", "x"}}}}}.dump()), 400, "invalid_value",
+  expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "function"}, {"content", "x"}}}}}.dump()), 400, "invalid_value",
                "messages[0].role");
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}}.dump()),
                400, "invalid_value", "messages");  // llama2 turns must alternate

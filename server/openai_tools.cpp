@@ -1,0 +1,167 @@
+#include "server/openai_tools.hpp"
+
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "model/json_schema.hpp"
+
+namespace hotcold::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr std::string_view open_tag = "<tool_call>", close_tag = "</tool_call>";
+constexpr std::string_view blanks = " \t\n\r";
+
+std::string_view trimmed(std::string_view s) {
+  const size_t b = s.find_first_not_of(blanks);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(blanks) - b + 1);
+}
+
+// A call's JSON {"name": ..., "arguments": {...}} (arguments may be a JSON string holding the object).
+std::optional<parsed_call> call_of(std::string_view text) {
+  const json j = json::parse(trimmed(text), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+  json args = j.contains("arguments") ? j["arguments"] : json::object();
+  if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
+  if (args.is_discarded() || !args.is_object()) return std::nullopt;
+  return parsed_call{j["name"].get<std::string>(), args.dump(-1, ' ', false, json::error_handler_t::replace)};
+}
+
+}  // namespace
+
+std::string python_json(const json& j) {
+  if (j.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [k, v] : j.items()) {
+      out += (first ? "" : ", ") + json(k).dump(-1, ' ', false, json::error_handler_t::replace) + ": " + python_json(v);
+      first = false;
+    }
+    return out + "}";
+  }
+  if (j.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + python_json(j[i]);
+    return out + "]";
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+tool_request tools_of(const json& body) {
+  tool_request t;
+  auto it = body.find("tools");
+  if (it != body.end() && !it->is_null()) {
+    if (!it->is_array()) throw std::invalid_argument("tools: a list of {\"type\": \"function\", \"function\": {\"name\", \"description\", \"parameters\"}}");
+    std::set<std::string> names;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& tool = (*it)[i];
+      const std::string where = fmt::format("tools[{}]", i);
+      if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") || !tool["function"].is_object())
+        throw std::invalid_argument(where + ": {\"type\": \"function\", \"function\": {...}} (only functions are tools here)");
+      const json& f = tool["function"];
+      for (const auto& [k, v] : f.items())
+        if (k != "name" && k != "description" && k != "parameters" && k != "strict") throw std::invalid_argument(fmt::format("{}.function: unknown field '{}'", where, k));
+      const std::string name = f.contains("name") && f["name"].is_string() ? f["name"].get<std::string>() : "";
+      if (name.empty() || name.size() > 64 || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+        throw std::invalid_argument(where + ".function.name: 1-64 letters, digits, '_' or '-'");
+      if (!names.insert(name).second) throw std::invalid_argument(fmt::format("{}: a second function named '{}'", where, name));
+      const json params = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"] : json{{"type", "object"}};
+      if (!params.is_object()) throw std::invalid_argument(where + ".function.parameters: a JSON Schema (an object)");
+      try {
+        json_schema_grammar(params.dump());
+      } catch (const json_schema_error& e) {
+        throw std::invalid_argument(fmt::format("{}.function.parameters: {}", where, e.what()));
+      }
+      t.tools.push_back({name, params.dump(), python_json(tool)});
+    }
+  }
+  auto choice = body.find("tool_choice");
+  if (choice != body.end() && !choice->is_null()) {
+    if (choice->is_string() && (*choice == "auto" || *choice == "none" || *choice == "required")) {
+      t.choice = choice->get<std::string>();
+    } else if (choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") && (*choice)["function"].is_object() &&
+               (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
+      t.choice = (*choice)["function"]["name"].get<std::string>();
+      if (std::none_of(t.tools.begin(), t.tools.end(), [&](const tool_def& d) { return d.name == t.choice; }))
+        throw std::invalid_argument(fmt::format("tool_choice: no tool is named '{}'", t.choice));
+    } else {
+      throw std::invalid_argument("tool_choice: \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (t.tools.empty() && t.choice != "none" && t.choice != "auto") throw std::invalid_argument("tool_choice: there are no tools to call");
+  }
+  auto parallel = body.find("parallel_tool_calls");
+  if (parallel != body.end() && !parallel->is_null()) {
+    if (!parallel->is_boolean()) throw std::invalid_argument("parallel_tool_calls: true or false");
+    t.parallel = parallel->get<bool>();
+  }
+  return t;
+}
+
+std::string call_grammar(const tool_request& t) {
+  std::string calls, rules;
+  for (size_t i = 0; i < t.tools.size(); ++i) {
+    const tool_def& d = t.tools[i];
+    if (t.choice != "required" && t.choice != d.name) continue;
+    const std::string args = fmt::format("tool{}", i);
+    calls += fmt::format("{}\"{}\" \"\\\", \\\"arguments\\\": \" {}", calls.empty() ? "" : " | ", d.name, args);  // (names are [A-Za-z0-9_-])
+    rules += json_schema_rules(d.parameters, args);
+  }
+  return fmt::format("root ::= call{}\ncall ::= \"<tool_call>\\n{{\\\"name\\\": \\\"\" ({}) \"}}\\n</tool_call>\"\n{}", t.parallel ? " (\"\\n\" call)*" : "", calls, rules);
+}
+
+void tool_stream::take(out& o, bool at_end) {
+  for (;;) {
+    if (!in_call_) {
+      const size_t at = held_.find(open_tag);
+      if (at == std::string::npos) {
+        // Held back: an end that may begin the tag, and the blanks before it (the template's newline
+        // before a call is not content).
+        size_t keep = 0;
+        for (size_t n = std::min(held_.size(), open_tag.size() - 1); n > 0 && !at_end; --n)
+          if (open_tag.substr(0, n) == std::string_view(held_).substr(held_.size() - n)) {
+            keep = n;
+            break;
+          }
+        while (!at_end && keep < held_.size() && blanks.find(held_[held_.size() - keep - 1]) != std::string_view::npos) ++keep;
+        std::string_view part = std::string_view(held_).substr(0, held_.size() - keep);
+        if (after_call_ && trimmed(part).empty() && !at_end) return;  // (blanks between calls)
+        o.content += part;
+        held_.erase(0, held_.size() - keep);
+        if (!part.empty()) after_call_ = false;
+        return;
+      }
+      std::string_view before = std::string_view(held_).substr(0, at);
+      if (!(after_call_ && trimmed(before).empty())) o.content += before.substr(0, before.find_last_not_of(blanks) + 1);  // (the template's newline before the tag)
+      held_.erase(0, at + open_tag.size());
+      in_call_ = true;
+    }
+    const size_t end = held_.find(close_tag);
+    if (end == std::string::npos && !at_end) return;
+    const std::string_view body = std::string_view(held_).substr(0, end == std::string::npos ? held_.size() : end);
+    if (auto c = call_of(body)) o.calls.push_back(std::move(*c));
+    else o.content += std::string(open_tag) + std::string(body) + (end == std::string::npos ? "" : std::string(close_tag));  // not a call after all: text
+    held_.erase(0, end == std::string::npos ? held_.size() : end + close_tag.size());
+    in_call_ = false, after_call_ = true;
+    if (held_.empty()) return;
+  }
+}
+
+tool_stream::out tool_stream::add(std::string_view text) {
+  held_ += text;
+  out o;
+  take(o, false);
+  return o;
+}
+
+tool_stream::out tool_stream::finish() {
+  out o;
+  take(o, true);
+  if (after_call_) o.content = std::string(trimmed(o.content));
+  return o;
+}
+
+}  // namespace hotcold::server

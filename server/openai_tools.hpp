@@ -1,0 +1,60 @@
+#pragma once
+// Tool calls on /v1/chat/completions (docs/openai-api.md, "Tool calls"): the request's tools and
+// tool_choice, the functions written into the prompt by the chat template (model/chat_template.hpp:
+// Qwen 2.5's <tool_call> format), a grammar that forces a well-formed call where tool_choice asks for
+// one, and the model's text read back into calls — as it streams, so that content goes out at once
+// and each call as soon as it closes.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hotcold::server {
+
+struct tool_def {
+  std::string name;
+  std::string parameters;  // its JSON Schema, as JSON text
+  std::string rendered;    // the whole {"type": "function", "function": {...}} as the template writes JSON
+};
+struct tool_request {
+  std::vector<tool_def> tools;
+  std::string choice = "auto";  // auto, none, required, or one function's name
+  bool parallel = true;         // parallel_tool_calls: several calls in one answer
+  bool active() const { return !tools.empty() && choice != "none"; }
+};
+
+// JSON as Python's json.dumps writes it (", " and ": " between items, keys in their order, non-ASCII as
+// it is): how chat templates' tojson writes tools and arguments.
+std::string python_json(const nlohmann::ordered_json& j);
+
+// tools, tool_choice and parallel_tool_calls of a chat request; throws std::invalid_argument naming the
+// field (its first word) and what is wrong.
+tool_request tools_of(const nlohmann::ordered_json& body);
+
+// The GBNF of one call (or, with parallel, one or more) in Qwen 2.5's format, its arguments valid
+// against the chosen function's parameters (required: any of the tools).
+std::string call_grammar(const tool_request& t);
+
+struct parsed_call {
+  std::string name, arguments;  // arguments: the JSON object as the model wrote it, compacted
+};
+
+// A reply's text as it streams: content (released as soon as it cannot be the start of a call) and
+// the calls, each once its </tool_call> is in.
+class tool_stream {
+ public:
+  struct out {
+    std::string content;
+    std::vector<parsed_call> calls;
+  };
+  out add(std::string_view text);
+  out finish();  // the end of the text: what is held back, a call left open read as far as it goes
+
+ private:
+  void take(out& o, bool at_end);
+  std::string held_;
+  bool in_call_ = false, after_call_ = false;
+};
+
+}  // namespace hotcold::server

@@ -1,0 +1,107 @@
+// Tool calls' pieces (server/openai_tools.hpp): JSON as the templates write it, the request's tools
+// read and refused by name, the grammar that forces a call, and a reply's text split into content and
+// calls as it streams, however its tokens cut the tags.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/grammar.hpp"
+#include "server/openai_tools.hpp"
+
+namespace hotcold::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const json weather = json::parse(R"({"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                 "required": ["city", "days"], "additionalProperties": false}}})");
+
+TEST(Tools, JsonAsPythonWritesIt) {
+  EXPECT_EQ(python_json(json::parse(R"({"b": [1, 2.5, "é"], "a": {"x": null, "y": true}})")), R"({"b": [1, 2.5, "é"], "a": {"x": null, "y": true}})");
+  EXPECT_EQ(python_json(json::parse(R"({"q": "say \"hi\"\n"})")), R"({"q": "say \"hi\"\n"})");
+}
+
+TEST(Tools, ReadFromTheRequestOrRefusedByName) {
+  const tool_request t = tools_of(json{{"tools", {weather}}, {"tool_choice", "required"}, {"parallel_tool_calls", false}});
+  ASSERT_EQ(t.tools.size(), 1u);
+  EXPECT_EQ(t.tools[0].name, "get_weather");
+  EXPECT_EQ(t.tools[0].rendered.rfind(R"({"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters": {)", 0), 0u);
+  EXPECT_EQ(t.choice, "required");
+  EXPECT_FALSE(t.parallel);
+  EXPECT_TRUE(t.active());
+  EXPECT_FALSE(tools_of(json{{"tools", {weather}}, {"tool_choice", "none"}}).active());
+  EXPECT_EQ(tools_of(json{{"tools", {weather}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}).choice, "get_weather");
+  auto refusal = [](const json& body) {
+    try {
+      tools_of(body);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(taken)");
+  };
+  EXPECT_EQ(refusal(json{{"tools", {weather}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}).substr(0, 12), "tool_choice:");
+  json bad = weather;
+  bad["function"]["parameters"]["properties"]["city"]["format"] = "email";
+  EXPECT_NE(refusal(json{{"tools", {bad}}}).find("tools[0].function.parameters: the schema at /properties/city"), std::string::npos);
+  bad = weather;
+  bad["function"]["name"] = "get weather";
+  EXPECT_NE(refusal(json{{"tools", {bad}}}).find("tools[0].function.name"), std::string::npos);
+  EXPECT_NE(refusal(json{{"tools", {weather, weather}}}).find("a second function named 'get_weather'"), std::string::npos);
+}
+
+TEST(Tools, TheGrammarForcesAWellFormedCall) {
+  tool_request t = tools_of(json{{"tools", {weather}}, {"tool_choice", "required"}});
+  const grammar g = grammar::parse(call_grammar(t));
+  auto takes = [&](const std::string& s) {
+    grammar_matcher m(g);
+    return m.accept_utf8(s) && m.complete();
+  };
+  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}\n</tool_call>";
+  EXPECT_TRUE(takes(call));
+  EXPECT_TRUE(takes(call + "\n" + call));  // parallel calls
+  EXPECT_FALSE(takes("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 9}}\n</tool_call>"));
+  EXPECT_FALSE(takes("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(takes("Sure! " + call));
+  t.parallel = false;
+  const grammar one = grammar::parse(call_grammar(t));
+  grammar_matcher m(one);
+  EXPECT_TRUE(m.accept_utf8(call) && m.complete());
+  EXPECT_FALSE(m.accept('\n'));
+}
+
+TEST(Tools, RepliesSplitIntoContentAndCallsHoweverTheyStream) {
+  const std::string text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}\n</tool_call>\n"
+                           "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Rome\\\", \\\"days\\\": 1}\"}\n</tool_call>";
+  for (size_t step : {size_t{1}, size_t{3}, size_t{7}, text.size()}) {
+    tool_stream s;
+    std::string content;
+    std::vector<parsed_call> calls;
+    for (size_t at = 0; at < text.size(); at += step) {
+      auto o = s.add(std::string_view(text).substr(at, step));
+      content += o.content;
+      calls.insert(calls.end(), o.calls.begin(), o.calls.end());
+      if (at + step < text.size() - 2) EXPECT_EQ(content.find('<'), std::string::npos) << step;  // (a tag never leaks as content)
+    }
+    auto o = s.finish();
+    content += o.content;
+    calls.insert(calls.end(), o.calls.begin(), o.calls.end());
+    EXPECT_EQ(content, "Let me check.") << step;
+    ASSERT_EQ(calls.size(), 2u) << step;
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[0].arguments, R"({"city":"Oslo","days":3})");
+    EXPECT_EQ(calls[1].arguments, R"({"city":"Rome","days":1})");
+  }
+  // Text that only looks like a tag, or a call that is not JSON, stays text.
+  tool_stream plain;
+  auto a = plain.add("a <tool");
+  auto b = plain.finish();
+  EXPECT_EQ(a.content + b.content, "a <tool");
+  tool_stream broken;
+  auto c = broken.add("<tool_call>\n{not json}\n</tool_call>");
+  EXPECT_TRUE(c.calls.empty());
+  EXPECT_EQ(c.content + broken.finish().content, "<tool_call>\n{not json}\n</tool_call>");
+}
+
+}  // namespace
+}  // namespace hotcold::server
