@@ -30,7 +30,21 @@ void run_client(const client_args& a) {
   }
   if (a.texts_given != 1) throw std::invalid_argument("give the text with exactly one of -p TEXT or -f FILE");
   protocol::generate_request req;
-  req.prompt = a.from_file ? read_text_file(a.file) : a.prompt;
+  const std::string text = a.from_file ? read_text_file(a.file) : a.prompt;
+  if (a.chat || !a.tools_file.empty() || !a.system.empty()) {  // a conversation of one turn, and the tools offered
+    nlohmann::json messages = nlohmann::json::array();
+    if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+    messages.push_back({{"role", "user"}, {"content", text}});
+    req.messages = messages.dump();
+    if (!a.tools_file.empty()) {
+      const auto tools = nlohmann::json::parse(read_text_file(a.tools_file), nullptr, false);
+      if (!tools.is_array()) throw std::invalid_argument(fmt::format("--tools {}: a JSON array of tools, as the HTTP API's", a.tools_file));
+      req.tools = tools.dump();
+    }
+    req.tool_choice = a.tool_choice;
+  } else {
+    req.prompt = text;
+  }
   req.n_predict = a.n_predict;
   req.params = server::wire_sampling_of(a.p, a.seed_given ? std::optional<uint64_t>(a.p.seed) : std::nullopt);
   req.parse_special = a.parse_special;
@@ -53,6 +67,7 @@ void run_client(const client_args& a) {
       },
       a.cancel_after > 0 ? std::optional<int64_t>(a.cancel_after) : std::nullopt);
   fmt::print("\n");
+  for (const auto& [name, arguments] : g.done.tool_calls) fmt::print("{}\n", nlohmann::ordered_json{{"name", name}, {"arguments", arguments}}.dump());  // (a line each)
   if (!a.seed_given) fmt::print(stderr, "hotcold: seed {}\n", g.seed);
   const auto& d = g.done;
   fmt::print(stderr, "hotcold: {} after {} tokens; first token after {:.0f} ms, {:.0f} ms in all\n", d.finish, d.generated_tokens,

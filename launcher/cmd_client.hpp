@@ -20,6 +20,9 @@ struct client_args {
   bool seed_given = false;
   bool parse_special = false, health = false;
   grammar_args grammar;  // sent as the generate's grammar or json_schema (files read here)
+  bool chat = false;                // the text as a user's message, written by the server's chat template
+  std::string system;               // ... after this system message
+  std::string tools_file, tool_choice;  // functions offered (a JSON array, as the HTTP API's tools; implies chat)
 };
 
 void run_client(const client_args& a);

@@ -495,6 +495,10 @@ void add_client_command(CLI::App& app, int& exit_code) {
   auto* seed = cmd->add_option("--seed", a->p.seed, "Random seed (default: the server picks one, printed on stderr)");
   cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens in the prompt becomes those tokens");
   add_grammar_options(cmd, a->grammar, "the whole text; the server checks it");
+  cmd->add_flag("--chat", a->chat, "Send the text as a user's message, written by the server's chat template (as /v1/chat/completions does)");
+  cmd->add_option("--system", a->system, "With --chat: a system message first");
+  cmd->add_option("--tools", a->tools_file, "A file holding the functions offered (a JSON array, as the HTTP API's tools; implies --chat): calls print as JSON lines after the text");
+  cmd->add_option("--tool-choice", a->tool_choice, "auto (default), none, required, or a function's name");
   cmd->add_flag("--health", a->health, "Only ask the server how it is (prints the health reply)");
   cmd->add_option("--cancel-after", a->cancel_after, "Cancel the request after this many tokens")->check(whole_in(1, 1ll << 40));
   cmd->add_option("--curve-server-key", a->curve_server_key, "The server's public key (40 Z85 characters, or its .pub file): CURVE on");

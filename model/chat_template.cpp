@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace hotcold {
 
@@ -15,8 +16,9 @@ struct family_name {
   chat_family family;
 };
 // (qwen: chatml with Qwen2's default system message.)
-constexpr std::array<family_name, 10> family_names{{{"llama2", chat_family::llama2},
+constexpr std::array<family_name, 11> family_names{{{"llama2", chat_family::llama2},
                                                    {"llama3", chat_family::llama3},
+                                                   {"llama3.1", chat_family::llama3},
                                                    {"chatml", chat_family::chatml},
                                                    {"qwen", chat_family::chatml},
                                                    {"qwen2.5", chat_family::chatml},
@@ -207,7 +209,7 @@ chat_template chat_template::detect(std::string_view t) {
   // Phi-3.5's template, unlike Phi-3's, does not.)
   const bool bos = contains(t, "bos_token");
   if (contains(t, "<|im_start|>")) return {chat_family::chatml, chatml_default_system(t), true, contains(t, "<tool_call>")};
-  if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return {chat_family::llama3, {}, bos};
+  if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return {chat_family::llama3, {}, bos, contains(t, "Environment: ipython")};
   if (contains(t, "<start_of_turn>")) return {chat_family::gemma, {}, bos};
   if (contains(t, "[INST]")) return {contains(t, "<<SYS>>") ? chat_family::llama2 : chat_family::mistral, {}, bos};
   if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) return {chat_family::phi3, {}, bos};
@@ -223,7 +225,8 @@ chat_template chat_template::detect(std::string_view t) {
 chat_template chat_template::named(std::string_view name) {
   for (const auto& f : family_names)
     if (f.name == name)
-      return {f.family, name == "qwen" ? std::string(qwen_default_system) : name == "qwen2.5" ? std::string(qwen25_default_system) : std::string(), true, name == "qwen2.5"};
+      return {f.family, name == "qwen" ? std::string(qwen_default_system) : name == "qwen2.5" ? std::string(qwen25_default_system) : std::string(), true,
+              name == "qwen2.5" || name == "llama3.1"};
   throw chat_template_error(fmt::format("unknown chat template \"{}\" (one of: {})", name, names()));
 }
 
@@ -250,6 +253,7 @@ std::string chat_template::names() {
 
 std::string_view chat_template::name() const {
   if (family_ == chat_family::chatml && tools_ && default_system_ == qwen25_default_system) return "qwen2.5";
+  if (family_ == chat_family::llama3 && tools_) return "llama3.1";
   if (family_ == chat_family::chatml && !default_system_.empty()) return "qwen";
   for (const auto& f : family_names)
     if (f.family == family_) return f.name;
@@ -268,7 +272,7 @@ void chatml_tools(writer& w, std::span<const chat_message> messages, std::span<c
     if (system_first) w.content(messages[0].content), w.lit("\n\n");
     else if (!default_system.empty()) w.lit(default_system), w.lit("\n\n");
     w.lit("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>");
-    for (const auto& t : tools) w.lit("\n"), w.content(t);
+    for (const auto& t : tools) w.lit("\n"), w.content(python_json(t));
     w.lit("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
           "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
   } else if (system_first) {
@@ -289,7 +293,7 @@ void chatml_tools(writer& w, std::span<const chat_message> messages, std::span<c
       w.lit("<|im_start|>assistant");
       if (!m.content.empty()) w.lit("\n"), w.content(m.content);
       for (const auto& c : m.tool_calls) {
-        w.lit("\n<tool_call>\n{\"name\": \""), w.content(c.name), w.lit("\", \"arguments\": "), w.content(c.arguments), w.lit("}\n</tool_call>");
+        w.lit("\n<tool_call>\n{\"name\": \""), w.content(c.name), w.lit("\", \"arguments\": "), w.content(python_json(c.arguments)), w.lit("}\n</tool_call>");
       }
       w.lit("<|im_end|>\n");
     } else {
@@ -298,7 +302,70 @@ void chatml_tools(writer& w, std::span<const chat_message> messages, std::span<c
   }
 }
 
+// Llama 3.1's template (its published Jinja, tools_in_user_message as it defaults): a system block
+// always, with "Environment: ipython" where there are tools, the knowledge and today's dates (its
+// default date_string) and the system message; the tools in the first user message with their
+// instructions, each as json.dumps(indent=4); a call as {"name", "parameters"} (one a message); a
+// tool's result under the ipython header.
+void llama31_tools(writer& w, std::span<const chat_message> messages, std::span<const std::string> tools) {
+  const bool system_first = !messages.empty() && messages[0].role == "system";
+  w.lit("<|start_header_id|>system<|end_header_id|>\n\n");
+  if (!tools.empty()) w.lit("Environment: ipython\n");
+  w.lit("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+  if (system_first) w.content(strip(messages[0].content));
+  w.lit("<|eot_id|>");
+  size_t i = system_first ? 1 : 0;
+  if (!tools.empty()) {
+    if (i == messages.size()) throw chat_template_error("the llama3.1 template puts the tools in the first user message, and there is none");
+    w.lit("<|start_header_id|>user<|end_header_id|>\n\n");
+    w.lit("Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n\n"
+          "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
+    for (const auto& t : tools) w.content(python_json(t, 4)), w.lit("\n\n");
+    w.content(strip(messages[i].content)), w.lit("<|eot_id|>");
+    ++i;
+  }
+  for (; i < messages.size(); ++i) {
+    const chat_message& m = messages[i];
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
+      throw chat_template_error(fmt::format("message {}: role \"{}\" is not one the llama3.1 template writes (system, user, assistant, tool)", i, m.role));
+    if (!m.tool_calls.empty()) {
+      if (m.role != "assistant" || m.tool_calls.size() != 1)
+        throw chat_template_error(fmt::format("message {}: the llama3.1 template writes one call a message, an assistant's", i));
+      w.lit("<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \""), w.content(m.tool_calls[0].name), w.lit("\", \"parameters\": ");
+      w.content(python_json(m.tool_calls[0].arguments)), w.lit("}<|eot_id|>");
+    } else if (m.role == "tool") {
+      w.lit("<|start_header_id|>ipython<|end_header_id|>\n\n"), w.content(m.content), w.lit("<|eot_id|>");
+    } else {
+      w.lit("<|start_header_id|>"), w.lit(m.role), w.lit("<|end_header_id|>\n\n"), w.content(strip(m.content)), w.lit("<|eot_id|>");
+    }
+  }
+}
+
 }  // namespace
+
+std::string python_json(std::string_view text, int indent) {
+  const auto j = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw chat_template_error(fmt::format("not JSON: {}", text.substr(0, 64)));
+  if (indent >= 0) return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);  // (json.dumps(indent=N)'s layout)
+  auto one = [](const auto& self, const nlohmann::ordered_json& v) -> std::string {
+    if (v.is_object()) {
+      std::string out = "{";
+      bool first = true;
+      for (const auto& [k, x] : v.items()) {
+        out += (first ? "" : ", ") + nlohmann::ordered_json(k).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + ": " + self(self, x);
+        first = false;
+      }
+      return out + "}";
+    }
+    if (v.is_array()) {
+      std::string out = "[";
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + self(self, v[i]);
+      return out + "]";
+    }
+    return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  };
+  return one(one, j);
+}
 
 chat_prompt chat_template::render(std::span<const chat_message> messages, bool add_generation_prompt, std::string_view bos, std::string_view eos,
                                   std::span<const std::string> tools) const {
@@ -327,6 +394,12 @@ chat_prompt chat_template::render(std::span<const chat_message> messages, bool a
     case chat_family::llama3: {
       // Meta-Llama-3(.1)-Instruct: BOS, then each message under its role's header, trimmed, ended by
       // <|eot_id|>; the assistant's header opens its turn.
+      if (tools_) {
+        if (bos_) w.lit(bos);
+        llama31_tools(w, messages, tools);
+        if (add_generation_prompt) w.lit("<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+      }
       check_roles(messages, "llama3");
       if (bos_) w.lit(bos);
       for (const auto& m : messages) {

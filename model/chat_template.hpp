@@ -24,8 +24,7 @@ class chat_template_error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// A call an assistant message made: the function's name and its arguments, a JSON object written as
-// the templates write it (Python's json.dumps: ", " and ": " between items, non-ASCII as it is).
+// A call an assistant message made: the function's name and its arguments, a JSON object's text.
 struct tool_call {
   std::string name;
   std::string arguments;
@@ -44,14 +43,19 @@ struct chat_prompt {
   std::vector<std::pair<size_t, size_t>> contents;  // [begin, end) byte offsets, ascending
 };
 
+// JSON text as Python's json.dumps writes it, which is what chat templates' tojson writes: indent < 0,
+// one line with ", " and ": " between items; else json.dumps(indent=N)'s lines. Keys in their order,
+// non-ASCII as it is. Throws chat_template_error for text that is not JSON.
+std::string python_json(std::string_view json_text, int indent = -1);
+
 class chat_template {
  public:
   // The family a template's Jinja text belongs to; throws chat_template_error for one hotcold does
   // not recognise (or an empty one), naming the families --chat-template accepts.
   static chat_template detect(std::string_view jinja);
-  // A family by name (--chat-template): llama2, llama3, chatml, qwen (chatml with Qwen's default
-  // system message), qwen2.5 (Qwen 2.5's: its default system message, and tools), phi3, mistral, gemma,
-  // zephyr, falcon.
+  // A family by name (--chat-template): llama2, llama3, llama3.1 (its system block with the dates, and
+  // tools), chatml, qwen (chatml with Qwen's default system message), qwen2.5 (Qwen 2.5's: its default
+  // system message, and tools), phi3, mistral, gemma, zephyr, falcon.
   static chat_template named(std::string_view name);
   // The names named() accepts, comma-separated, for messages and --help.
   static std::string names();
@@ -69,14 +73,15 @@ class chat_template {
   // The system message written when the conversation has none (Qwen's ChatML templates); empty: none.
   const std::string& default_system() const { return default_system_; }
 
-  // Whether the family writes tools, calls and their results (ChatML, as Qwen 2.5's template does:
-  // tools in the system message, <tool_call> and <tool_response> tags) for this template.
+  // Whether the template writes tools, calls and their results: Qwen 2.5's (tools in the system
+  // message, <tool_call> and <tool_response> tags) or Llama 3.1's (tools in the first user message, a
+  // call as one JSON object, results under the ipython header).
   bool has_tools() const { return tools_; }
 
   // The conversation as the template writes it. bos / eos: the texts of the vocabulary's BOS and EOS
   // tokens, where the template writes them. add_generation_prompt: end with the assistant's prefix
   // (families whose template always ends with the user's turn ignore it). tools: the functions offered,
-  // each {"type": "function", "function": {...}} written as the template writes JSON (tool_call's).
+  // each {"type": "function", "function": {...}} as JSON text (written as the template writes JSON).
   chat_prompt render(std::span<const chat_message> messages, bool add_generation_prompt, std::string_view bos, std::string_view eos,
                      std::span<const std::string> tools = {}) const;
   // render() with the vocabulary's BOS/EOS texts, tokenized: the template's control tokens as tokens,
@@ -88,8 +93,8 @@ class chat_template {
       : family_(f), default_system_(std::move(default_system)), bos_(bos), tools_(tools) {}
   chat_family family_;
   std::string default_system_;
-  bool bos_;
-  bool tools_;  // the template writes tools (detected from its text, or qwen2.5 by name)  // whether the template writes BOS (llama2, llama3, phi3, mistral, gemma: where its text says bos_token)
+  bool bos_;    // whether the template writes BOS (llama2, llama3, phi3, mistral, gemma: where its text says bos_token)
+  bool tools_;  // the template writes tools (detected from its text, or qwen2.5 / llama3.1 by name)
 };
 
 }  // namespace hotcold

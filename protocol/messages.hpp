@@ -70,7 +70,10 @@ void check_sampling(const sampling& s);
 struct generate_request {
   std::string id;                      // the client's request id, unique among its requests in flight
   std::optional<std::string> prompt;   // text, or
-  std::vector<int32_t> tokens;         // token ids (exactly one of the two)
+  std::vector<int32_t> tokens;         // token ids, or
+  std::string messages;                // a conversation (a JSON array, as the HTTP API's `messages`) the server's chat template writes (exactly one of the three)
+  std::string tools;                   // with messages: the functions offered (a JSON array, as the HTTP API's `tools`)
+  std::string tool_choice;             // auto (or empty), none, required, or a function's name
   int32_t n_predict = 128;
   sampling params;
   std::vector<std::string> stop;       // generation ends before any of these strings
@@ -180,6 +183,9 @@ struct done_reply {
   std::optional<std::string> text;  // the whole generated text when the request did not stream
   std::optional<std::string> error;  // why, when finish is "error" (a stage's worker gone, a lost device, ...)
   int64_t cached_tokens = 0;  // of the prompt's, reused from the cache rather than computed
+  // Where the generate offered tools: the text less its calls, and the calls (function, arguments JSON).
+  std::optional<std::string> content = std::nullopt;
+  std::vector<std::pair<std::string, std::string>> tool_calls = {};
 };
 struct error_reply {
   protocol_error error;  // its id empty: the frame named none (null on the wire)
@@ -229,6 +235,8 @@ std::string encode_prompt_token(std::string_view id, int64_t index, int32_t toke
 // finish "error" (else left out).
 std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
                         std::optional<std::string_view> text = std::nullopt, std::optional<std::string_view> error = std::nullopt, int64_t cached_tokens = 0);
+// A done reply in full (encode_done's fields, and where tools were offered its content and tool_calls).
+std::string encode_done(const done_reply& d);
 std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms = std::nullopt);
 std::string encode_health(std::string_view id, std::string_view status, int64_t active, int64_t queued);
 std::string encode_tokens(std::string_view id, const std::vector<int32_t>& tokens);

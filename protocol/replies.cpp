@@ -117,6 +117,18 @@ std::string encode_done(std::string_view id, std::string_view finish, int64_t pr
   return dump(j);
 }
 
+std::string encode_done(const done_reply& d) {
+  json j = json::parse(encode_done(d.id, d.finish, d.prompt_tokens, d.generated_tokens, d.t, d.text ? std::optional<std::string_view>(*d.text) : std::nullopt,
+                                   d.error ? std::optional<std::string_view>(*d.error) : std::nullopt, d.cached_tokens));
+  if (d.content) {
+    j["content"] = *d.content;
+    json calls = json::array();
+    for (const auto& [name, args] : d.tool_calls) calls.push_back({{"name", name}, {"arguments", args}});
+    j["tool_calls"] = std::move(calls);
+  }
+  return dump(j);
+}
+
 std::string encode_error(const protocol_error& e, std::optional<int64_t> retry_after_ms) {
   json j = {{"v", protocol_version}, {"type", "error"}, {"id", e.id.empty() ? json(nullptr) : json(e.id)},
             {"code", std::string(error_code_name(e.code))}, {"message", e.message}};
@@ -178,8 +190,7 @@ struct reply_encoder {
   std::string operator()(const token_reply& r) const { return encode_token(r.id, r.index, r.token, r.bytes, r.ms, r.probs ? &*r.probs : nullptr); }
   std::string operator()(const prompt_token_reply& r) const { return encode_prompt_token(r.id, r.index, r.token, r.bytes, r.probs ? &*r.probs : nullptr); }
   std::string operator()(const done_reply& r) const {
-    return encode_done(r.id, r.finish, r.prompt_tokens, r.generated_tokens, r.t, r.text ? std::optional<std::string_view>(*r.text) : std::nullopt,
-                       r.error ? std::optional<std::string_view>(*r.error) : std::nullopt, r.cached_tokens);
+    return encode_done(r);
   }
   std::string operator()(const error_reply& r) const { return encode_error(r.error, r.retry_after_ms); }
   std::string operator()(const health_reply& r) const { return encode_health(r.id, r.status, r.active, r.queued); }
@@ -288,6 +299,16 @@ reply read_reply(const std::string& type, const reply_reader& r) {
     if (r.has("text")) d.text = r.string("text");
     if (r.has("error")) d.error = r.string("error");
     if (r.has("cached_tokens")) d.cached_tokens = r.integer("cached_tokens");
+    if (r.has("content")) {
+      d.content = r.string("content");
+      const json& calls = r.at("tool_calls");
+      if (!calls.is_array()) throw bad_reply{"\"tool_calls\" must be an array"};
+      for (const auto& c : calls) {
+        if (!c.is_object()) throw bad_reply{"\"tool_calls\" must hold objects"};
+        const reply_reader call(c);
+        d.tool_calls.emplace_back(call.string("name"), call.string("arguments"));
+      }
+    }
     return d;
   }
   if (type == "health") return health_reply{id, r.string("status"), r.integer("active"), r.integer("queued")};

@@ -151,6 +151,11 @@ class reader {
     }
     return out;
   }
+  const json* array(const char* name) {
+    const json* v = take(name);
+    if (v && !v->is_array()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be an array"};
+    return v;
+  }
   const json* object(const char* name) {
     const json* v = take(name);
     if (v && !v->is_object()) throw field_error{error_code::invalid_field, std::string("\"") + name + "\" must be an object"};
@@ -258,7 +263,13 @@ std::variant<request, protocol_error> decode_request(std::string_view frame, con
       g.id = r.id();
       g.prompt = r.string("prompt", l.max_prompt_bytes);
       auto tokens = r.tokens("tokens");
-      if (g.prompt.has_value() == tokens.has_value()) throw field_error{error_code::invalid_field, "give exactly one of \"prompt\" (text) or \"tokens\" (ids)"};
+      if (const json* messages = r.array("messages")) g.messages = messages->dump();
+      if (static_cast<int>(g.prompt.has_value()) + static_cast<int>(tokens.has_value()) + static_cast<int>(!g.messages.empty()) != 1)
+        throw field_error{error_code::invalid_field, "give exactly one of \"prompt\" (text), \"tokens\" (ids) or \"messages\" (a conversation)"};
+      if (const json* tools = r.array("tools")) g.tools = tools->dump();
+      g.tool_choice = r.string("tool_choice", 128).value_or("");
+      if ((!g.tools.empty() || !g.tool_choice.empty()) && g.messages.empty())
+        throw field_error{error_code::invalid_field, "\"tools\" and \"tool_choice\" go with \"messages\""};
       if (tokens) {
         if (tokens->empty()) throw field_error{error_code::invalid_field, "\"tokens\" is empty"};
         g.tokens = std::move(*tokens);
@@ -344,7 +355,10 @@ std::string_view request_type(const request& r) {
 json generate_body(const generate_request& g) {
   json j{{"n_predict", g.n_predict}, {"stop", g.stop}, {"stream", g.stream}, {"parse_special", g.parse_special}, {"cache_prompt", g.cache_prompt}};
   if (g.prompt) j["prompt"] = *g.prompt;
+  else if (!g.messages.empty()) j["messages"] = json::parse(g.messages, nullptr, false);
   else j["tokens"] = g.tokens;
+  if (!g.tools.empty()) j["tools"] = json::parse(g.tools, nullptr, false);
+  if (!g.tool_choice.empty()) j["tool_choice"] = g.tool_choice;
   const sampling& s = g.params;
   j["sampling"] = {{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p}, {"repeat_penalty", s.repeat_penalty},
                    {"repeat_last_n", s.repeat_last_n}, {"frequency_penalty", s.frequency_penalty}, {"presence_penalty", s.presence_penalty}};

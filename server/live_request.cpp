@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "server/openai_tools.hpp"
+
 namespace hotcold::server {
 
 std::string slot_file_path(const server_options& o, const protocol::slot_request& s) {
@@ -31,6 +33,20 @@ std::optional<protocol::token_probs> take_probs(live& lv, int64_t index, const v
   auto out = wire_probs(p->second, v);
   lv.probs.erase(p);
   return out;
+}
+
+std::string done_of(const live& lv, const std::string& finish, const protocol::timings& tm, const std::string& error) {
+  protocol::done_reply d{lv.id, finish, lv.prompt_tokens, lv.emitted, tm, std::nullopt, std::nullopt, lv.cached_tokens, std::nullopt, {}};
+  if (!lv.stream) d.text = lv.out.text();
+  if (finish == "error" && !error.empty()) d.error = error;
+  if (lv.tools) {
+    tool_stream ts(*lv.tools);
+    auto a = ts.add(lv.out.text()), b = ts.finish();
+    d.content = a.content + b.content;
+    for (auto* o : {&a, &b})
+      for (auto& c : o->calls) d.tool_calls.emplace_back(c.name, c.arguments);
+  }
+  return protocol::encode_done(d);
 }
 
 std::string record_line(const live& lv, const std::string& finish) {

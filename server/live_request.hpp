@@ -8,6 +8,7 @@
 #include "actors/messages.hpp"
 #include "server/client_accounts.hpp"
 #include "server/server_options.hpp"
+#include "server/openai_tools.hpp"
 #include "server/stop_text.hpp"
 #include "protocol/messages.hpp"
 
@@ -39,7 +40,11 @@ struct live {
   std::map<int64_t, token_logprobs> probs;
   int32_t n_probs = 0;
   std::vector<token_id> prompt;  // kept where prompt_logprobs asks
+  std::optional<tool_format> tools;  // a conversation with tools: its calls read back into the done reply, in this format
 };
+
+// The done reply of a request that ended (with the text less its calls, and the calls, where it offered tools).
+std::string done_of(const live& lv, const std::string& finish, const protocol::timings& tm, const std::string& error);
 
 // A token's log probabilities as the protocol sends them (each top token with its piece).
 protocol::token_probs wire_probs(const token_logprobs& p, const vocab& v);

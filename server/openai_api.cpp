@@ -161,7 +161,9 @@ json completion_logprobs(const std::vector<lp_entry>& es, int64_t& offset) {
 class completion_answer {
  public:
   completion_answer(const completion_request& r, http_exchange& ex, std::string model)
-      : r_(r), ex_(ex), model_(std::move(model)), id_(random_id(r.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()), c_(static_cast<size_t>(r.n)) {}
+      : r_(r), ex_(ex), model_(std::move(model)), id_(random_id(r.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()), c_(static_cast<size_t>(r.n)) {
+    for (auto& c : c_) c.ts = tool_stream(r.tools.format);
+  }
   bool cancelled = false;  // the client went: nothing more is sent
 
   // Choice k's echoed prompt, where the server sends none (echo without logprobs: the tokens' pieces).

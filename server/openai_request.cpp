@@ -186,7 +186,7 @@ std::vector<tool_call> calls_of(const json& calls, size_t i) {
     json args = f.contains("arguments") ? f["arguments"] : json::object();
     if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
     if (args.is_discarded() || !args.is_object()) throw bad_field(where, "a call's arguments must be a JSON object (or a string holding one)");
-    out.push_back({f["name"].get<std::string>(), python_json(args)});
+    out.push_back({f["name"].get<std::string>(), args.dump(-1, ' ', false, json::error_handler_t::replace)});
   }
   return out;
 }
@@ -203,6 +203,7 @@ completion_request parse_chat(const json& body, const openai_setup& s) {
     if (field(body, name)) throw unsupported(name, fmt::format("'{}' (the API's older form of tools: send tools and tool_choice)", name));
   try {
     r.tools = tools_of(body);
+    if (s.chat && s.chat->family() == chat_family::llama3) r.tools.format = tool_format::llama31, r.tools.parallel = false;
   } catch (const std::invalid_argument& e) {
     const std::string why = e.what();
     throw bad_field(why.substr(0, why.find_first_of(":[.")), why);
@@ -233,7 +234,7 @@ completion_request parse_chat(const json& body, const openai_setup& s) {
   try {
     std::vector<std::string> offered;
     if (r.tools.active())
-      for (const auto& t : r.tools.tools) offered.push_back(t.rendered);
+      for (const auto& t : r.tools.tools) offered.push_back(t.tool);
     r.tokens = s.chat->tokenize(*s.v, conversation, true, offered);
   } catch (const chat_template_error& e) {
     throw bad_field("messages", e.what());
@@ -300,6 +301,19 @@ void check_names(const json& body, bool chat) {
 }
 
 }  // namespace
+
+chat_request chat_of(const std::string& messages, const std::string& tools, const std::string& tool_choice, const openai_setup& s) {
+  api_json body{{"messages", api_json::parse(messages, nullptr, false)}};
+  if (!tools.empty()) body["tools"] = api_json::parse(tools, nullptr, false);
+  if (tool_choice == "auto" || tool_choice == "none" || tool_choice == "required") body["tool_choice"] = tool_choice;
+  else if (!tool_choice.empty()) body["tool_choice"] = {{"type", "function"}, {"function", {{"name", tool_choice}}}};
+  try {
+    completion_request r = parse_chat(body, s);
+    return {std::move(r.tokens), std::move(r.tools), std::move(r.grammar)};
+  } catch (const api_failure& f) {
+    throw std::invalid_argument(f.param.empty() ? f.message : fmt::format("{}: {}", f.param, f.message));
+  }
+}
 
 completion_request parse_request(const api_json& body, bool chat, const openai_setup& s) {
   check_names(body, chat);

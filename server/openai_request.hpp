@@ -44,4 +44,14 @@ const api_json* field(const api_json& body, const char* name);
 // A chat (`messages`) or completion (`prompt`) request's body; throws api_failure.
 completion_request parse_request(const api_json& body, bool chat, const openai_setup& s);
 
+// The protocol's generate with `messages` (server.cpp): the conversation as the HTTP API reads it
+// (JSON texts; tool_choice a word or a function's name), its tokens by the chat template, its tools and
+// the grammar a tool choice asks for. Throws std::invalid_argument naming the field.
+struct chat_request {
+  std::vector<token_id> tokens;
+  tool_request tools;
+  std::string grammar;
+};
+chat_request chat_of(const std::string& messages, const std::string& tools, const std::string& tool_choice, const openai_setup& s);
+
 }  // namespace hotcold::server

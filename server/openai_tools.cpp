@@ -21,35 +21,18 @@ std::string_view trimmed(std::string_view s) {
   return s.substr(b, s.find_last_not_of(blanks) - b + 1);
 }
 
-// A call's JSON {"name": ..., "arguments": {...}} (arguments may be a JSON string holding the object).
+// A call's JSON {"name": ..., "arguments": {...}} (Llama's "parameters"; arguments may be a JSON string
+// holding the object).
 std::optional<parsed_call> call_of(std::string_view text) {
   const json j = json::parse(trimmed(text), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
-  json args = j.contains("arguments") ? j["arguments"] : json::object();
+  json args = j.contains("arguments") ? j["arguments"] : j.contains("parameters") ? j["parameters"] : json::object();
   if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
   if (args.is_discarded() || !args.is_object()) return std::nullopt;
   return parsed_call{j["name"].get<std::string>(), args.dump(-1, ' ', false, json::error_handler_t::replace)};
 }
 
 }  // namespace
-
-std::string python_json(const json& j) {
-  if (j.is_object()) {
-    std::string out = "{";
-    bool first = true;
-    for (const auto& [k, v] : j.items()) {
-      out += (first ? "" : ", ") + json(k).dump(-1, ' ', false, json::error_handler_t::replace) + ": " + python_json(v);
-      first = false;
-    }
-    return out + "}";
-  }
-  if (j.is_array()) {
-    std::string out = "[";
-    for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + python_json(j[i]);
-    return out + "]";
-  }
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
 
 tool_request tools_of(const json& body) {
   tool_request t;
@@ -76,7 +59,7 @@ tool_request tools_of(const json& body) {
       } catch (const json_schema_error& e) {
         throw std::invalid_argument(fmt::format("{}.function.parameters: {}", where, e.what()));
       }
-      t.tools.push_back({name, params.dump(), python_json(tool)});
+      t.tools.push_back({name, params.dump(), tool.dump(-1, ' ', false, json::error_handler_t::replace)});
     }
   }
   auto choice = body.find("tool_choice");
@@ -109,6 +92,11 @@ std::string call_grammar(const tool_request& t) {
     const std::string args = fmt::format("tool{}", i);
     calls += fmt::format("{}\"{}\" \"\\\", \\\"arguments\\\": \" {}", calls.empty() ? "" : " | ", d.name, args);  // (names are [A-Za-z0-9_-])
     rules += json_schema_rules(d.parameters, args);
+  }
+  if (t.format == tool_format::llama31) {  // one object: {"name": ..., "parameters": ...}
+    std::string llama = calls;
+    for (size_t at = 0; (at = llama.find("arguments", at)) != std::string::npos;) llama.replace(at, 9, "parameters");
+    return fmt::format("root ::= \"{{\\\"name\\\": \\\"\" ({}) \"}}\"\n{}", llama, rules);
   }
   return fmt::format("root ::= call{}\ncall ::= \"<tool_call>\\n{{\\\"name\\\": \\\"\" ({}) \"}}\\n</tool_call>\"\n{}", t.parallel ? " (\"\\n\" call)*" : "", calls, rules);
 }
@@ -153,12 +141,23 @@ void tool_stream::take(out& o, bool at_end) {
 tool_stream::out tool_stream::add(std::string_view text) {
   held_ += text;
   out o;
+  if (format_ == tool_format::llama31) {  // a reply that opens with '{' is held whole (a call, or else content at the end)
+    if (llama_ == 0 && !trimmed(held_).empty()) llama_ = trimmed(held_).front() == '{' ? 1 : 2;
+    if (llama_ == 2) o.content = std::move(held_), held_.clear();
+    return o;
+  }
   take(o, false);
   return o;
 }
 
 tool_stream::out tool_stream::finish() {
   out o;
+  if (format_ == tool_format::llama31) {
+    if (auto c = llama_ == 1 ? call_of(held_) : std::nullopt) o.calls.push_back(std::move(*c));
+    else o.content = std::move(held_);
+    held_.clear();
+    return o;
+  }
   take(o, true);
   if (after_call_) o.content = std::string(trimmed(o.content));
   return o;

@@ -15,25 +15,25 @@ namespace hotcold::server {
 struct tool_def {
   std::string name;
   std::string parameters;  // its JSON Schema, as JSON text
-  std::string rendered;    // the whole {"type": "function", "function": {...}} as the template writes JSON
+  std::string tool;        // the whole {"type": "function", "function": {...}}, as JSON text
 };
+// How a family's template has the model call: Qwen 2.5's <tool_call> blocks (one or more), or Llama
+// 3.1's reply that is one {"name", "parameters"} object.
+enum class tool_format { qwen, llama31 };
 struct tool_request {
   std::vector<tool_def> tools;
   std::string choice = "auto";  // auto, none, required, or one function's name
-  bool parallel = true;         // parallel_tool_calls: several calls in one answer
+  bool parallel = true;         // parallel_tool_calls: several calls in one answer (Qwen's format)
+  tool_format format = tool_format::qwen;
   bool active() const { return !tools.empty() && choice != "none"; }
 };
-
-// JSON as Python's json.dumps writes it (", " and ": " between items, keys in their order, non-ASCII as
-// it is): how chat templates' tojson writes tools and arguments.
-std::string python_json(const nlohmann::ordered_json& j);
 
 // tools, tool_choice and parallel_tool_calls of a chat request; throws std::invalid_argument naming the
 // field (its first word) and what is wrong.
 tool_request tools_of(const nlohmann::ordered_json& body);
 
-// The GBNF of one call (or, with parallel, one or more) in Qwen 2.5's format, its arguments valid
-// against the chosen function's parameters (required: any of the tools).
+// The GBNF of one call (or, with parallel in Qwen's format, one or more), its arguments valid against
+// the chosen function's parameters (required: any of the tools).
 std::string call_grammar(const tool_request& t);
 
 struct parsed_call {
@@ -44,6 +44,7 @@ struct parsed_call {
 // the calls, each once its </tool_call> is in.
 class tool_stream {
  public:
+  explicit tool_stream(tool_format f = tool_format::qwen) : format_(f) {}
   struct out {
     std::string content;
     std::vector<parsed_call> calls;
@@ -53,8 +54,10 @@ class tool_stream {
 
  private:
   void take(out& o, bool at_end);
+  tool_format format_;
   std::string held_;
   bool in_call_ = false, after_call_ = false;
+  int llama_ = 0;  // Llama 3.1's: 0 not known yet, 1 a call (held to the end), 2 content
 };
 
 }  // namespace hotcold::server

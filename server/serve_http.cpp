@@ -10,6 +10,7 @@
 #include "server/llama_routes.hpp"
 #include "server/slots_http.hpp"
 #include "model/chat_template.hpp"
+#include "model/file_identity.hpp"
 
 namespace hotcold::server {
 
@@ -35,6 +36,38 @@ browser_guard browsers_of(const server_options& o) {
   return g;
 }
 
+openai_setup chat_setup(const loader::opened_model& l, const server_options& o, std::string* note) {
+  openai_setup api;
+  api.model_path = l.m->path();
+  api.model_id = o.alias.empty() ? std::filesystem::path(api.model_path).filename().string() : o.alias;
+  api.v = &l.m->vocabulary();
+  api.n_ctx = l.ctx->n_ctx();
+  api.max_tokens = o.max_tokens;
+  try {
+    api.chat = chat_template::choose(l.m->chat_template_text(), o.chat_template, note);
+  } catch (const chat_template_error& e) {
+    api.chat_problem = fmt::format("{}; start serve with --chat-template NAME to chat with this model", e.what());
+  }
+  return api;
+}
+
+actors::pipeline_options pipeline_options_of(const loader::opened_model& l, const server_options& o) {
+  actors::pipeline_options po;
+  po.hot = l.hot;
+  po.trace = l.trace.get();
+  po.recall_every = o.recall_every;
+  po.stages = o.stages;
+  po.prefix_store_bytes = o.prefix_store_bytes;
+  po.context_shift = o.context_shift, po.keep = o.keep;
+  po.model_identity = file_identity(l.m->path());
+  // Over stages on other hosts, a step of several sequences goes in as many micro-batches as there
+  // are stages, so that each works on one while the next works on another (docs/distributed.md).
+  // Not where every stage is on one host: there they share one memory bus, and each micro-batch
+  // reads a stage's weights again (4 decoding sequences over 2 stages: 0.88x, measured).
+  po.micro_batches = o.micro_batches > 0 ? o.micro_batches : o.stages.one_host() ? 1 : static_cast<int>(o.stages.stages.size());
+  return po;
+}
+
 std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
   const server_options& o = p.o;
   http_options ho;
@@ -53,28 +86,18 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
     if (status == 403 || status == 401) return {status, "application/json", nlohmann::json{{"error", {{"message", message}, {"code", code}}}}.dump() + "\n"};
     return {status, "text/plain", message + "\n"};
   };
-  openai_setup api;
+  std::string note;
+  openai_setup api = chat_setup(p.l, o, &note);
+  if (!note.empty()) fmt::print(stderr, "hotcold serve: {}\n", note);
+  if (!api.chat) fmt::print(stderr, "hotcold serve: /v1/chat/completions is off: {}\n", api.chat_problem);
   api.zmq = &p.zmq;
   api.endpoint = p.local_endpoint;
-  api.model_path = p.l.m->path();
-  api.model_id = o.alias.empty() ? std::filesystem::path(api.model_path).filename().string() : o.alias;
   api.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  api.v = &p.l.m->vocabulary();
-  api.n_ctx = p.l.ctx->n_ctx();
-  api.max_tokens = o.max_tokens;
   if (o.embeddings) {
     const auto how = o.pooling.empty() ? default_pooling(*p.l.m) : pooling_from_name(o.pooling);
     if (!how) throw std::invalid_argument(fmt::format("--pooling {}: mean, last or cls", o.pooling));
     api.embeddings = std::make_shared<embedder>(p.l.m, api.n_ctx, static_cast<int>(p.l.ctx->pool().size()), *how);
     fmt::print(stderr, "hotcold serve: /v1/embeddings on ({} pooling, {} dimensions, inputs up to {} tokens)\n", pooling_name(*how), p.l.m->hp().n_embd, api.n_ctx);
-  }
-  try {
-    std::string note;
-    api.chat = chat_template::choose(p.l.m->chat_template_text(), o.chat_template, &note);
-    if (!note.empty()) fmt::print(stderr, "hotcold serve: {}\n", note);
-  } catch (const chat_template_error& e) {
-    api.chat_problem = fmt::format("{}; start serve with --chat-template NAME to chat with this model", e.what());
-    fmt::print(stderr, "hotcold serve: /v1/chat/completions is off: {}\n", api.chat_problem);
   }
   llama_routes_setup small;
   small.v = api.v, small.m = &p.metrics, small.n_ctx = api.n_ctx, small.total_slots = p.l.ctx->n_seq(), small.max_tokens = o.max_tokens;

@@ -8,7 +8,9 @@
 
 #include <zmq.hpp>
 
+#include "actors/pipeline.hpp"
 #include "server/metrics.hpp"
+#include "server/openai_api.hpp"
 #include "server/http_server.hpp"
 #include "loader/open.hpp"
 #include "server/serve_monitor.hpp"
@@ -24,6 +26,13 @@ struct serve_http_parts {
   zmq::context_t& zmq;
   std::string local_endpoint;  // the server's in-process ROUTER, where the API's requests go
 };
+
+// What the API reads requests with (the vocabulary, the context, the chat template or why there is
+// none, the model's names); note: where the template's choice is worth a line. Without zmq, endpoint,
+// created or embeddings (start_serve_http fills them).
+openai_setup chat_setup(const loader::opened_model& l, const server_options& o, std::string* note);
+// The actor pipeline serve runs (its options from the loaded model and serve's flags).
+actors::pipeline_options pipeline_options_of(const loader::opened_model& l, const server_options& o);
 
 // Starts it on o.http. Throws std::invalid_argument / std::runtime_error as http_server does.
 std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p);

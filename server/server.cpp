@@ -18,6 +18,7 @@
 #include <zmq_addon.hpp>
 
 #include "server/metrics.hpp"
+#include "server/openai_request.hpp"
 #include "actors/pipeline.hpp"
 #include "server/admission.hpp"
 #include "server/client_accounts.hpp"
@@ -37,7 +38,6 @@
 #include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
 #include "protocol/messages.hpp"
-#include "model/file_identity.hpp"
 
 namespace hotcold::server {
 namespace {
@@ -77,20 +77,8 @@ class serving_loop {
     // limits and metrics as ZeroMQ clients, without CURVE (nothing outside the process reaches it).
     const std::string local_endpoint = fmt::format("inproc://hotcold-api-{}", static_cast<const void*>(this));
     local_.bind(local_endpoint);
-    actors::pipeline_options po;
-    po.hot = l_.hot;
-    po.trace = l_.trace.get();
-    po.recall_every = o_.recall_every;
-    po.stages = o_.stages;
-    po.prefix_store_bytes = o_.prefix_store_bytes;
-    po.context_shift = o_.context_shift, po.keep = o_.keep;
-    po.model_identity = file_identity(l_.m->path());
-    // Over stages on other hosts, a step of several sequences goes in as many micro-batches as there
-    // are stages, so that each works on one while the next works on another (docs/distributed.md).
-    // Not where every stage is on one host: there they share one memory bus, and each micro-batch
-    // reads a stage's weights again (4 decoding sequences over 2 stages: 0.88x, measured).
-    po.micro_batches = o_.micro_batches > 0 ? o_.micro_batches : o_.stages.one_host() ? 1 : static_cast<int>(o_.stages.stages.size());
-    pipe_ = std::make_unique<actors::pipeline>(l_.ctx, po);
+    pipe_ = std::make_unique<actors::pipeline>(l_.ctx, pipeline_options_of(l_, o_));
+    chat_ = chat_setup(l_, o_, nullptr);  // (the protocol's generate with messages: the API's reading of them)
     if (!o_.record.empty()) record_ = record_file(o_.record);
     status_.started = clock_type::now();
     std::unique_ptr<http_server> http;
@@ -266,6 +254,18 @@ class serving_loop {
   void handle(const address& to, proto::generate_request& g) {
     ++counters_.requests;
     if (by_client_.count({to.identity, g.id})) return refuse(to, g.id, proto::error_code::duplicate_id, "a request with this id is in flight");
+    if (!g.messages.empty()) {  // a conversation, as the HTTP API reads one (tools and all)
+      chat_request c;
+      try {
+        c = chat_of(g.messages, g.tools, g.tool_choice, chat_);
+        if (!c.grammar.empty() && !(g.grammar.empty() && g.json_schema.empty())) throw std::invalid_argument("tool_choice together with a grammar or json_schema");
+      } catch (const std::invalid_argument& e) {
+        return refuse(to, g.id, proto::error_code::invalid_field, e.what());
+      }
+      if (!c.grammar.empty()) g.grammar = std::move(c.grammar);
+      if (!c.tools.active()) g.tools.clear();  // (no calls read back)
+      return start_generate(to, g, std::move(c.tokens));
+    }
     if (!g.prompt) return start_generate(to, g, std::vector<token_id>(g.tokens.begin(), g.tokens.end()));
     if (g.prompt->size() <= inline_text_bytes) return start_generate(to, g, v_.tokenize(*g.prompt, true, g.parse_special));
     auto req = std::make_shared<proto::generate_request>(std::move(g));
@@ -340,6 +340,7 @@ class serving_loop {
     }
     lv.out = stop_text(std::move(g.stop));
     lv.n_probs = g.n_probs;
+    if (!g.messages.empty() && !g.tools.empty()) lv.tools = chat_.chat && chat_.chat->family() == chat_family::llama3 ? tool_format::llama31 : tool_format::qwen;
     if (g.prompt_logprobs) lv.prompt = tokens;
     by_client_[{to.identity, g.id}] = ticket;
     ++accounts_.account(to.identity)->in_flight;
@@ -517,10 +518,7 @@ class serving_loop {
     else ++counters_.completed;
     metrics_.request_done(finish, lv.prompt_tokens, lv.emitted, lv.cached_tokens, lv.computed_tokens);
     if (record_.is_open() && !record_.append(record_line(lv, finish))) metrics_.record_write_error();
-    send(lv.to,
-         proto::encode_done(lv.id, finish, lv.prompt_tokens, lv.emitted, tm, lv.stream ? std::nullopt : std::optional<std::string_view>(lv.out.text()),
-                            finish == "error" && !error.empty() ? std::optional<std::string_view>(error) : std::nullopt, lv.cached_tokens),
-         &lv);
+    send(lv.to, done_of(lv, finish, tm, error), &lv);
     by_client_.erase({lv.to.identity, lv.id});
     --accounts_.account(lv.to.identity)->in_flight;
     lives_.erase(ticket);
@@ -571,6 +569,7 @@ class serving_loop {
   zmq::socket_t sock_{zctx_, zmq::socket_type::router};
   zmq::socket_t local_{zctx_, zmq::socket_type::router};  // the HTTP API's requests (inproc)
   std::unique_ptr<actors::pipeline> pipe_;
+  openai_setup chat_;
   std::map<int64_t, live> lives_;                               // by ticket (the server's own numbers)
   std::map<int64_t, int64_t> ticket_of_pid_;                    // pipeline request id -> ticket
   std::map<int64_t, slot_asker> slot_askers_;                   // pipeline slot action id -> who asked

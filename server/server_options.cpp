@@ -26,8 +26,10 @@ void check_bind(const server_options& o) {
                                             o.endpoint));
   // Their errors before the model loads.
   const auto keys = api_keys(o);
-  if (o.http.empty() && (!keys.empty() || !o.chat_template.empty() || !o.alias.empty() || !o.allowed_hosts.empty() || !o.cors_origins.empty()))
-    throw std::invalid_argument("--api-key, --api-key-file, --chat-template, --alias, --allowed-hosts and --cors-origins are for the HTTP side: give --http HOST:PORT too");
+  // (--chat-template serves the protocol's generate with messages too.)
+  if (o.http.empty() && (!keys.empty() || !o.alias.empty() || !o.allowed_hosts.empty() || !o.cors_origins.empty()))
+    throw std::invalid_argument("--api-key, --api-key-file, --alias, --allowed-hosts and --cors-origins are for the HTTP side: give --http HOST:PORT too");
+  if (!o.chat_template.empty()) chat_template::named(o.chat_template);  // (an unknown name, before the model loads)
   if (!o.http.empty()) {
     check_http_bind(o.http, o.allow_remote_http, !o.http_token_file.empty() || !keys.empty());
     browsers_of(o);

@@ -255,4 +255,40 @@ TEST(ChatTemplate, Qwen25WritesToolsCallsAndResults) {
   EXPECT_NE(refusal([&] { chat_template::named("chatml").render(m, true, "", ""); }).find("writes no tool calls"), std::string::npos);
 }
 
+// Llama 3.1's template with tools (its published Jinja, tools in the first user message): the system
+// block with "Environment: ipython" and the dates, the tools as json.dumps(indent=4), a call as one
+// {"name", "parameters"} object, a result under the ipython header.
+TEST(ChatTemplate, Llama31WritesToolsCallsAndResults) {
+  const std::string tool = R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}})";
+  const std::vector<chat_message> m = {{"system", "Be brief."},
+                                       {"user", "Weather in Paris?"},
+                                       {"assistant", "", {{"get_weather", R"({"city":"Paris"})"}}},
+                                       {"tool", "sunny"},
+                                       {"user", "Thanks"}};
+  const auto t = chat_template::named("llama3.1");
+  ASSERT_TRUE(t.has_tools());
+  EXPECT_EQ(t.render(m, true, "<|begin_of_text|>", "<|eot_id|>", std::vector<std::string>{tool}).text,
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+            "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a function call "
+            "with its proper arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary of "
+            "argument name and its value}.Do not use variables.\n\n{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n"
+            "        \"parameters\": {\n            \"type\": \"object\"\n        }\n    }\n}\n\nWeather in Paris?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+            "<|start_header_id|>ipython<|end_header_id|>\n\nsunny<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nThanks<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(t.render(std::vector<chat_message>{{"user", " Hi "}}, true, "<|begin_of_text|>", "").text,
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_TRUE(chat_template::detect("{{- bos_token }}{%- if tools is not none %}{{- \"Environment: ipython\\n\" }}{%- endif %}<|start_header_id|>"
+                                    "{{ message['role'] }}<|end_header_id|>").has_tools());
+}
+
+// JSON as Python's json.dumps writes it: templates' tojson.
+TEST(ChatTemplate, JsonAsPythonWritesIt) {
+  EXPECT_EQ(python_json(R"({"b":[1,2.5,"é"],"a":{"x":null,"y":true}})"), R"({"b": [1, 2.5, "é"], "a": {"x": null, "y": true}})");
+  EXPECT_EQ(python_json(R"({"q":"say \"hi\"\n"})"), R"({"q": "say \"hi\"\n"})");
+  EXPECT_EQ(python_json(R"({"a":[1,{}],"b":[]})", 2), "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": []\n}");
+  EXPECT_THROW(python_json("{x"), chat_template_error);
+}
+
 }  // namespace hotcold

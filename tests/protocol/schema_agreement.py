@@ -47,8 +47,11 @@ def main():
         if kind == "generate":
             # (prompt or tokens; grammar or json_schema: each pair excludes itself)
             filled["grammar"] = 'root ::= "yes" | "no"'
-            variants = [{k: v for k, v in filled.items() if k not in ("tokens", "json_schema")},
-                        {k: v for k, v in filled.items() if k not in ("prompt", "grammar")}]
+            filled["messages"] = [{"role": "user", "content": "hi"}]
+            filled["tool_choice"] = "auto"
+            variants = [{k: v for k, v in filled.items() if k not in ("tokens", "json_schema", "messages", "tools", "tool_choice")},
+                        {k: v for k, v in filled.items() if k not in ("prompt", "grammar", "messages", "tools", "tool_choice")},
+                        {k: v for k, v in filled.items() if k not in ("prompt", "tokens", "grammar")}]
         for n, v in enumerate(variants):
             print("frame " + json.dumps(schema.request(kind, f"py-{kind}-{n}", **v)))
 

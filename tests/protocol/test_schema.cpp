@@ -46,7 +46,12 @@ std::vector<request> every_request() {
   ids.id = "g2";
   ids.tokens = {1, 2, 3};
   ids.json_schema = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
-  return {text, ids, cancel_request{"c1"}, health_request{"h1"}, model_info_request{"m1"}, tokenize_request{"t1", "Hello world", true, true},
+  generate_request chat;
+  chat.id = "g3";
+  chat.messages = R"([{"role":"user","content":"Weather?"}])";
+  chat.tools = R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])";
+  chat.tool_choice = "required";
+  return {text, ids, chat, cancel_request{"c1"}, health_request{"h1"}, model_info_request{"m1"}, tokenize_request{"t1", "Hello world", true, true},
           detokenize_request{"d1", {15043, 3186}}, slot_request{"s1", "save", 1, "chat-1.bin"}, slot_request{"s2", "erase", 0, ""}};
 }
 
@@ -59,6 +64,7 @@ std::vector<reply> every_reply() {
           prompt_token_reply{"g1", 1, 9038, "Once", token_probs{-7.5, {{450, " the", -1.5}}}},
           done_reply{"g1", "length", 5, 32, {0.25, 41.5, 812}, std::nullopt, std::nullopt},
           done_reply{"g2", "stop_string", 5, 3, {0, 1, 2}, std::string("whole text"), std::nullopt},
+          done_reply{"g3", "stop", 40, 20, {0, 1, 2}, std::nullopt, std::nullopt, 0, std::string(""), {{"get_weather", R"({"city":"Oslo"})"}}},
           done_reply{"g4", "error", 5, 0, {0, 0, 1}, std::nullopt, std::string("stage tcp://127.0.0.1:7001 (layers 0-1): its worker is gone")},
           error_reply{{error_code::busy, "the queue is full", "g3"}, 150},
           error_reply{{error_code::bad_frame, "not JSON", ""}, std::nullopt},
@@ -119,7 +125,7 @@ TEST(Schema, TheCppCodecAndThePythonClientAgreeOnEveryMessage) {
     EXPECT_EQ(checked[i], "ok " + sent[i].substr(0, space) + " " + kind) << sent[i];
   }
   // Every request the Python client built, as the C++ decoder reads it: the same frame back.
-  ASSERT_EQ(frames.size(), kinds(schema()["requests"]).size() + 1);  // generate twice: prompt, tokens
+  ASSERT_EQ(frames.size(), kinds(schema()["requests"]).size() + 2);  // generate three times: prompt, tokens, messages
   std::set<std::string> decoded;
   for (const auto& f : frames) {
     const std::string frame = f.substr(6);

@@ -359,6 +359,11 @@ TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "a"}}}}, {"echo", true}}.dump()), 400,
                "unsupported_parameter", "echo");
   expect_error(post(s.port, "/v1/completions", json{{"model", model_id}, {"prompt", "a"}, {"typical_p", 0.9}}.dump()), 400, "unsupported_parameter", "typical_p");
+  // Tools where the template has none (llama2): refused, naming it.
+  const json weather_tool = json::parse(R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}})");
+  const auto no_tools = post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "a"}}}}, {"tools", {weather_tool}}}.dump());
+  expect_error(no_tools, 400, "invalid_value", "tools");
+  EXPECT_NE(no_tools.body.find("the chat template 'llama2' has no tools"), std::string::npos) << no_tools.body;
   for (const json extra : {json{{"user", "u1"}}, json{{"metadata", {{"k", "v"}}}}, json{{"typical_p", 1}}, json{{"mirostat", 0}}}) {
     json b{{"model", model_id}, {"prompt", "a"}, {"max_tokens", 1}};
     b.update(extra);
@@ -648,6 +653,9 @@ TEST(OpenAI, BadKeysAndOptionsAreRefusedAtStart) {
   const auto no_http = run_capture(std::string(HOTCOLD_BIN) + " serve --zmq " + tcp_endpoint() + " --api-key " + key + " 2>&1; echo rc=$?");
   EXPECT_NE(no_http.find("give --http"), std::string::npos) << no_http;
   EXPECT_NE(no_http.find("rc=2"), std::string::npos) << no_http;
+  const auto unknown = run_capture(std::string(HOTCOLD_BIN) + " serve --zmq " + tcp_endpoint() + " --chat-template vicuna 2>&1; echo rc=$?");
+  EXPECT_NE(unknown.find("unknown chat template \"vicuna\""), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("rc=2"), std::string::npos) << unknown;
 }
 
 // 32 HTTP clients each streaming 20 completions, beside 4 ZeroMQ clients doing the same: every text is
@@ -817,6 +825,29 @@ TEST(OpenAI, SeveralChoicesShareThePrompt) {
   }
   EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}}));
   EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
+// Llama 3.1's tool format (serve --chat-template llama3.1): a call forced by tool_choice comes back as
+// tool_calls, its arguments valid; with auto, a reply that is not a call is content.
+TEST(OpenAI, ToolCallsInLlama31sFormat) {
+  api_server s({"--chat-template", "llama3.1"});
+  const json tool = json::parse(R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":)"
+                                R"({"city":{"type":"string","maxLength":10},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]}}})");
+  for (int seed : {1, 2, 3}) {
+    const json r = json::parse(curl(s.port, "/v1/chat/completions", {{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+                                                                    {"tools", {tool}}, {"tool_choice", "required"}, {"temperature", 1}, {"seed", seed}, {"max_tokens", 100}}));
+    const json& c = r["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls") << r.dump();
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.dump();
+    EXPECT_TRUE(c["message"]["content"].is_null());
+    const json args = json::parse(c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"].is_string() && args["days"].get<int>() >= 1 && args["days"].get<int>() <= 7) << args.dump();
+  }
+  const json prose = json::parse(curl(s.port, "/v1/chat/completions", {{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                                                      {"tools", {tool}}, {"temperature", 0}, {"max_tokens", 5}}));
+  EXPECT_EQ(prose["choices"][0]["finish_reason"], "length") << prose.dump();
+  EXPECT_TRUE(prose["choices"][0]["message"]["content"].is_string());
   EXPECT_EQ(s.process.stop(), 0) << s.process.log();
 }
 

@@ -156,7 +156,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, Serve, testing::Values("tcp", "ipc"));
 TEST(Serve, GrammarsAndSchemasThroughTheClients) {
   const std::string ep = tcp_endpoint();
   const std::string fallback = R"(root ::= "fallback " [a-c]{3})";
-  server_process server({"--zmq", ep, "-t", "2", "--grammar", fallback});
+  server_process server({"--zmq", ep, "-t", "2", "--grammar", fallback, "--chat-template", "qwen2.5"});
   wait_ready(ep, &server);
   const std::string schema = R"({"type":"object","properties":{"n":{"type":"integer","minimum":-5,"maximum":300},"ok":{"type":"boolean"},)"
                              R"("tag":{"enum":["red","green"]}},"required":["n","ok","tag"],"additionalProperties":false})";
@@ -185,6 +185,30 @@ TEST(Serve, GrammarsAndSchemasThroughTheClients) {
                           schema + "' 2>/dev/null"),
               reference);
   }
+  // A tool call: the text as a user's message, the tools offered, a call forced (tool_choice required);
+  // the calls print as JSON lines after the text, the same from both clients.
+  const auto tools_file = fs::temp_directory_path() / ("hotcold-serve-tools-" + std::to_string(getpid()) + ".json");
+  std::ofstream(tools_file) << R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":)"
+                               R"({"city":{"type":"string","maxLength":10},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"],)"
+                               R"("additionalProperties":false}}}])";
+  const std::vector<std::string> ask{"-p", "Weather?", "-n", "120", "--temp", "1", "--seed", "4", "--tools", tools_file.string(), "--tool-choice", "required"};
+  std::vector<std::string> client_args{"client", "--endpoint", ep};
+  client_args.insert(client_args.end(), ask.begin(), ask.end());
+  const std::string called = run_stdout(client_args);
+  const auto last_line = called.substr(called.rfind('\n', called.size() - 2) + 1);
+  const auto call = nlohmann::json::parse(last_line, nullptr, false);
+  ASSERT_TRUE(call.is_object()) << called;
+  EXPECT_EQ(call["name"], "get_weather") << called;
+  const auto args = nlohmann::json::parse(call["arguments"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(args.is_object()) << called;
+  EXPECT_TRUE(args["city"].is_string() && args["days"].get<int>() >= 1 && args["days"].get<int>() <= 7) << called;
+  EXPECT_EQ(called.rfind("<tool_call>", 0), 0u) << called;  // (the raw text streams first)
+  if (std::system("/usr/bin/python3 -c 'import zmq' 2>/dev/null") == 0) {
+    std::string cmd = "/usr/bin/python3 '" + std::string(HOTCOLD_SOURCE_DIR) + "/clients/hotcold_client.py' --endpoint " + ep;
+    for (const auto& a : ask) cmd += " '" + a + "'";
+    EXPECT_EQ(run_capture(cmd + " 2>/dev/null"), called);
+  }
+  fs::remove(tools_file);
   hotcold::clients::client c(ep, 60s);
   // Refused by name; the server goes on.
   auto refusal = [&](const nlohmann::json& fields) {
@@ -198,6 +222,10 @@ TEST(Serve, GrammarsAndSchemasThroughTheClients) {
   EXPECT_NE(refusal({{"prompt", "x"}, {"grammar", "root ::= \"a\" | b"}}).find("line 1 column 16: rule 'b' is used but never defined"), std::string::npos);
   EXPECT_NE(refusal({{"prompt", "x"}, {"json_schema", {{"type", "string"}, {"format", "email"}}}}).find("the format \"email\" is not supported"), std::string::npos);
   EXPECT_NE(refusal({{"prompt", "x"}, {"grammar", gbnf}, {"json_schema", {{"type", "string"}}}}).find("not both"), std::string::npos);
+  EXPECT_NE(refusal({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", nlohmann::json::array({{{"type", "function"}, {"function", {{"name", "a b"}}}}})}})
+                .find("tools[0].function.name"),
+            std::string::npos);
+  EXPECT_NE(refusal({{"prompt", "x"}, {"tool_choice", "required"}}).find("go with \"messages\""), std::string::npos);
   // A request naming no grammar follows serve --grammar.
   const auto g = c.generate({{"prompt", "x"}, {"n_predict", 30}, {"sampling", {{"temperature", 1}, {"seed", 3}}}});
   EXPECT_EQ(g.text.rfind("fallback ", 0), 0u) << g.text;

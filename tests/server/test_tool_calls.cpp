@@ -17,16 +17,11 @@ const json weather = json::parse(R"({"type": "function", "function": {"name": "g
   "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
                  "required": ["city", "days"], "additionalProperties": false}}})");
 
-TEST(Tools, JsonAsPythonWritesIt) {
-  EXPECT_EQ(python_json(json::parse(R"({"b": [1, 2.5, "é"], "a": {"x": null, "y": true}})")), R"({"b": [1, 2.5, "é"], "a": {"x": null, "y": true}})");
-  EXPECT_EQ(python_json(json::parse(R"({"q": "say \"hi\"\n"})")), R"({"q": "say \"hi\"\n"})");
-}
-
 TEST(Tools, ReadFromTheRequestOrRefusedByName) {
   const tool_request t = tools_of(json{{"tools", {weather}}, {"tool_choice", "required"}, {"parallel_tool_calls", false}});
   ASSERT_EQ(t.tools.size(), 1u);
   EXPECT_EQ(t.tools[0].name, "get_weather");
-  EXPECT_EQ(t.tools[0].rendered.rfind(R"({"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters": {)", 0), 0u);
+  EXPECT_EQ(t.tools[0].tool.rfind(R"({"type":"function","function":{"name":"get_weather","description":"Weather now","parameters":{)", 0), 0u);
   EXPECT_EQ(t.choice, "required");
   EXPECT_FALSE(t.parallel);
   EXPECT_TRUE(t.active());
@@ -63,6 +58,11 @@ TEST(Tools, TheGrammarForcesAWellFormedCall) {
   EXPECT_FALSE(takes("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 9}}\n</tool_call>"));
   EXPECT_FALSE(takes("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(takes("Sure! " + call));
+  t.format = tool_format::llama31;  // Llama 3.1's: the reply is one object, "parameters"
+  const grammar llama = grammar::parse(call_grammar(t));
+  grammar_matcher l(llama);
+  EXPECT_TRUE(l.accept_utf8("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 3}}") && l.complete());
+  t.format = tool_format::qwen;
   t.parallel = false;
   const grammar one = grammar::parse(call_grammar(t));
   grammar_matcher m(one);
@@ -81,7 +81,9 @@ TEST(Tools, RepliesSplitIntoContentAndCallsHoweverTheyStream) {
       auto o = s.add(std::string_view(text).substr(at, step));
       content += o.content;
       calls.insert(calls.end(), o.calls.begin(), o.calls.end());
-      if (at + step < text.size() - 2) EXPECT_EQ(content.find('<'), std::string::npos) << step;  // (a tag never leaks as content)
+      if (at + step < text.size() - 2) {
+        EXPECT_EQ(content.find('<'), std::string::npos) << step;  // (a tag never leaks as content)
+      }
     }
     auto o = s.finish();
     content += o.content;
@@ -92,6 +94,18 @@ TEST(Tools, RepliesSplitIntoContentAndCallsHoweverTheyStream) {
     EXPECT_EQ(calls[0].arguments, R"({"city":"Oslo","days":3})");
     EXPECT_EQ(calls[1].arguments, R"({"city":"Rome","days":1})");
   }
+  // Llama 3.1's: a reply that is one JSON object is a call; any other reply streams as content.
+  tool_stream llama(tool_format::llama31);
+  auto l1 = llama.add(" {\"name\": \"get_weather\", \"param");
+  auto l2 = llama.add("eters\": {\"city\": \"Oslo\"}}");
+  auto l3 = llama.finish();
+  EXPECT_TRUE(l1.content.empty() && l2.content.empty() && l3.content.empty());
+  ASSERT_EQ(l3.calls.size(), 1u);
+  EXPECT_EQ(l3.calls[0].arguments, R"({"city":"Oslo"})");
+  tool_stream prose(tool_format::llama31);
+  EXPECT_EQ(prose.add("It is ").content, "It is ");
+  EXPECT_EQ(prose.add("{sunny}").content, "{sunny}");
+  EXPECT_TRUE(prose.finish().calls.empty());
   // Text that only looks like a tag, or a call that is not JSON, stays text.
   tool_stream plain;
   auto a = plain.add("a <tool");
