@@ -231,21 +231,21 @@ class completion_answer {
     tool_stream ts;                    // with tools: content apart from calls
     std::vector<parsed_call> calls;
   };
-  // With tools: content as it is released, each call as it closes (streamed: its id and name, then its
-  // arguments, as OpenAI streams them).
+  // With tools: content as it is released, each call as it comes (streamed as OpenAI streams them: its
+  // id, type and name, then its arguments in pieces).
   void release(size_t k, tool_stream::out o) {
     choice& c = c_[k];
     c.text += o.content;
     if (r_.stream && !cancelled && !o.content.empty()) ex_.send(chunk(piece_choice(k, o.content, nullptr, take_logprobs(c))));
-    for (auto& call : o.calls) {
-      const size_t index = c.calls.size();
-      c.calls.push_back(std::move(call));
-      if (!r_.stream || cancelled) continue;
-      const parsed_call& p = c.calls.back();
-      auto delta = [&](json tc) { return chunk(json{{"index", k}, {"delta", {{"tool_calls", json::array({std::move(tc)})}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}); };
-      ex_.send(delta({{"index", index}, {"id", call_id(k, index)}, {"type", "function"}, {"function", {{"name", p.name}, {"arguments", ""}}}}) +
-               delta({{"index", index}, {"function", {{"arguments", p.arguments}}}}));
+    for (auto& call : o.calls) c.calls.push_back(std::move(call));
+    if (!r_.stream || cancelled) return;
+    std::string events;
+    for (const auto& d : o.deltas) {  // a call's id, type and name first, then its arguments as they come
+      json tc = d.name.empty() ? json{{"index", d.index}, {"function", {{"arguments", d.arguments}}}}
+                               : json{{"index", d.index}, {"id", call_id(k, d.index)}, {"type", "function"}, {"function", {{"name", d.name}, {"arguments", d.arguments}}}};
+      events += chunk(json{{"index", k}, {"delta", {{"tool_calls", json::array({std::move(tc)})}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
     }
+    if (!events.empty()) ex_.send(events);
   }
   std::string call_id(size_t k, size_t index) const { return fmt::format("call_{}_{}_{}", id_.substr(id_.size() - 12), k, index); }
   json message_of(size_t k, choice& x) {

@@ -32,6 +32,16 @@ std::optional<parsed_call> call_of(std::string_view text) {
   return parsed_call{j["name"].get<std::string>(), args.dump(-1, ' ', false, json::error_handler_t::replace)};
 }
 
+// Where the value of "key" starts in a call's text so far (npos: not yet, or no such key).
+size_t value_at(std::string_view body, std::string_view key) {
+  const size_t k = body.find("\"" + std::string(key) + "\"");
+  if (k == std::string_view::npos) return k;
+  size_t at = body.find_first_not_of(blanks, k + key.size() + 2);
+  if (at == std::string_view::npos || body[at] != ':') return std::string_view::npos;
+  at = body.find_first_not_of(blanks, at + 1);
+  return at;
+}
+
 }  // namespace
 
 tool_request tools_of(const json& body) {
@@ -128,14 +138,69 @@ void tool_stream::take(out& o, bool at_end) {
       in_call_ = true;
     }
     const size_t end = held_.find(close_tag);
-    if (end == std::string::npos && !at_end) return;
     const std::string_view body = std::string_view(held_).substr(0, end == std::string::npos ? held_.size() : end);
-    if (auto c = call_of(body)) o.calls.push_back(std::move(*c));
-    else o.content += std::string(open_tag) + std::string(body) + (end == std::string::npos ? "" : std::string(close_tag));  // not a call after all: text
+    stream_call(o, body);
+    if (end == std::string::npos && !at_end) return;
+    if (auto c = call_of(body)) {
+      // As it streamed: the arguments' own text where it could stream (an object), else compacted.
+      if (call_.streamable && call_.end != std::string::npos) c->arguments = std::string(body.substr(call_.args_at, call_.end - call_.args_at));
+      close_call(o, std::move(*c));
+    } else {
+      o.content += std::string(open_tag) + std::string(body) + (end == std::string::npos ? "" : std::string(close_tag));  // not a call after all: text
+    }
+    call_ = open_call{};
     held_.erase(0, end == std::string::npos ? held_.size() : end + close_tag.size());
     in_call_ = false, after_call_ = true;
     if (held_.empty()) return;
   }
+}
+
+void tool_stream::stream_call(out& o, std::string_view body) {
+  open_call& c = call_;
+  if (!c.named) {  // the name, once its string is whole
+    const size_t at = value_at(body, "name");
+    if (at == std::string_view::npos || at >= body.size() || body[at] != '"') return;
+    size_t close = at + 1;
+    while (close < body.size() && body[close] != '"') close += body[close] == '\\' ? 2 : 1;
+    if (close >= body.size()) return;
+    const json name = json::parse(body.substr(at, close + 1 - at), nullptr, false);
+    if (!name.is_string()) return;
+    c.named = true;
+    o.deltas.push_back({next_index_++, name.get<std::string>(), ""});
+  }
+  if (c.args_at == std::string::npos) {
+    const size_t at = value_at(body, "arguments");
+    if (at == std::string_view::npos || at >= body.size()) return;
+    c.args_at = c.scanned = at;
+    c.streamable = body[at] == '{';  // (a string holding the object goes whole, at the end)
+  }
+  if (!c.streamable || c.end != std::string::npos) return;
+  for (; c.scanned < body.size() && c.end == std::string::npos; ++c.scanned) {  // up to where the object closes
+    const char ch = body[c.scanned];
+    if (c.in_string) {
+      if (c.escaped) c.escaped = false;
+      else if (ch == '\\') c.escaped = true;
+      else if (ch == '"') c.in_string = false;
+    } else if (ch == '"') {
+      c.in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      ++c.depth;
+    } else if ((ch == '}' || ch == ']') && --c.depth == 0) {
+      c.end = c.scanned + 1;
+    }
+  }
+  const size_t upto = c.end != std::string::npos ? c.end : body.size();
+  if (upto > c.args_at + c.sent) {
+    o.deltas.push_back({next_index_ - 1, "", std::string(body.substr(c.args_at + c.sent, upto - c.args_at - c.sent))});
+    c.sent = upto - c.args_at;
+  }
+}
+
+void tool_stream::close_call(out& o, parsed_call c) {
+  if (!call_.named) o.deltas.push_back({next_index_++, c.name, c.arguments});  // (nothing streamed: the whole call)
+  else if (call_.sent < c.arguments.size() && !(call_.streamable && call_.end != std::string::npos))
+    o.deltas.push_back({next_index_ - 1, "", c.arguments.substr(call_.sent)});  // (what could not stream)
+  o.calls.push_back(std::move(c));
 }
 
 tool_stream::out tool_stream::add(std::string_view text) {
@@ -153,7 +218,7 @@ tool_stream::out tool_stream::add(std::string_view text) {
 tool_stream::out tool_stream::finish() {
   out o;
   if (format_ == tool_format::llama31) {
-    if (auto c = llama_ == 1 ? call_of(held_) : std::nullopt) o.calls.push_back(std::move(*c));
+    if (auto c = llama_ == 1 ? call_of(held_) : std::nullopt) close_call(o, std::move(*c));
     else o.content = std::move(held_);
     held_.clear();
     return o;

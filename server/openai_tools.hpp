@@ -37,16 +37,25 @@ tool_request tools_of(const nlohmann::ordered_json& body);
 std::string call_grammar(const tool_request& t);
 
 struct parsed_call {
-  std::string name, arguments;  // arguments: the JSON object as the model wrote it, compacted
+  std::string name, arguments;  // arguments: the JSON object as the model wrote it
+};
+// A piece of a call as it streams (OpenAI's deltas): its name first (with what of its arguments is
+// in), then more of its arguments.
+struct call_delta {
+  size_t index = 0;
+  std::string name;  // on a call's first delta only
+  std::string arguments;
 };
 
-// A reply's text as it streams: content (released as soon as it cannot be the start of a call) and
-// the calls, each once its </tool_call> is in.
+// A reply's text as it streams: content (released as soon as it cannot be the start of a call), each
+// call's name and arguments as they come (deltas), and the calls, each once its </tool_call> is in.
+// Streamed arguments put together are the call's arguments.
 class tool_stream {
  public:
   explicit tool_stream(tool_format f = tool_format::qwen) : format_(f) {}
   struct out {
     std::string content;
+    std::vector<call_delta> deltas;
     std::vector<parsed_call> calls;
   };
   out add(std::string_view text);
@@ -54,6 +63,18 @@ class tool_stream {
 
  private:
   void take(out& o, bool at_end);
+  // The open call's name and arguments so far (Qwen's format), as deltas.
+  void stream_call(out& o, std::string_view body);
+  // A call that closed: its deltas finished (what had not streamed), and the call.
+  void close_call(out& o, parsed_call c);
+  struct open_call {
+    bool named = false, streamable = true;
+    size_t args_at = std::string::npos, scanned = 0, sent = 0, end = std::string::npos;  // in the call's body
+    int depth = 0;
+    bool in_string = false, escaped = false;
+  };
+  open_call call_;
+  size_t next_index_ = 0;
   tool_format format_;
   std::string held_;
   bool in_call_ = false, after_call_ = false;

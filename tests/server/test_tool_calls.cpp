@@ -3,6 +3,7 @@
 // calls as it streams, however its tokens cut the tags.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "model/grammar.hpp"
@@ -75,10 +76,20 @@ TEST(Tools, RepliesSplitIntoContentAndCallsHoweverTheyStream) {
                            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Rome\\\", \\\"days\\\": 1}\"}\n</tool_call>";
   for (size_t step : {size_t{1}, size_t{3}, size_t{7}, text.size()}) {
     tool_stream s;
-    std::string content;
+    std::string content, joined_names;
     std::vector<parsed_call> calls;
+    std::map<size_t, std::string> joined_args;
+    int pieces = 0;
+    auto deltas = [&](const tool_stream::out& o) {
+      for (const auto& d : o.deltas) {
+        if (!d.name.empty()) joined_names += d.name + ",";
+        joined_args[d.index] += d.arguments;
+        pieces += !d.arguments.empty();
+      }
+    };
     for (size_t at = 0; at < text.size(); at += step) {
       auto o = s.add(std::string_view(text).substr(at, step));
+      deltas(o);
       content += o.content;
       calls.insert(calls.end(), o.calls.begin(), o.calls.end());
       if (at + step < text.size() - 2) {
@@ -86,13 +97,19 @@ TEST(Tools, RepliesSplitIntoContentAndCallsHoweverTheyStream) {
       }
     }
     auto o = s.finish();
+    deltas(o);
     content += o.content;
     calls.insert(calls.end(), o.calls.begin(), o.calls.end());
     EXPECT_EQ(content, "Let me check.") << step;
     ASSERT_EQ(calls.size(), 2u) << step;
     EXPECT_EQ(calls[0].name, "get_weather");
-    EXPECT_EQ(calls[0].arguments, R"({"city":"Oslo","days":3})");
-    EXPECT_EQ(calls[1].arguments, R"({"city":"Rome","days":1})");
+    EXPECT_EQ(calls[0].arguments, R"({"city": "Oslo", "days": 3})");  // (as the model wrote it)
+    EXPECT_EQ(calls[1].arguments, R"({"city":"Rome","days":1})");      // (a string holding it: compacted)
+    // The deltas put together as a client does: the same calls.
+    EXPECT_EQ(joined_names, "get_weather,get_weather,") << step;
+    EXPECT_EQ(joined_args[0], calls[0].arguments) << step;
+    EXPECT_EQ(joined_args[1], calls[1].arguments) << step;
+    if (step == 1) EXPECT_GT(pieces, 10) << "the arguments streamed in pieces";
   }
   // Llama 3.1's: a reply that is one JSON object is a call; any other reply streams as content.
   tool_stream llama(tool_format::llama31);
