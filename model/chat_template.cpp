@@ -306,7 +306,7 @@ void chatml_tools(writer& w, std::span<const chat_message> messages, std::span<c
 // always, with "Environment: ipython" where there are tools, the knowledge and today's dates (its
 // default date_string) and the system message; the tools in the first user message with their
 // instructions, each as json.dumps(indent=4); a call as {"name", "parameters"} (one a message); a
-// tool's result under the ipython header.
+// tool's result under the ipython header, as tojson writes it (a JSON string: quoted).
 void llama31_tools(writer& w, std::span<const chat_message> messages, std::span<const std::string> tools) {
   const bool system_first = !messages.empty() && messages[0].role == "system";
   w.lit("<|start_header_id|>system<|end_header_id|>\n\n");
@@ -333,8 +333,9 @@ void llama31_tools(writer& w, std::span<const chat_message> messages, std::span<
         throw chat_template_error(fmt::format("message {}: the llama3.1 template writes one call a message, an assistant's", i));
       w.lit("<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \""), w.content(m.tool_calls[0].name), w.lit("\", \"parameters\": ");
       w.content(python_json(m.tool_calls[0].arguments)), w.lit("}<|eot_id|>");
-    } else if (m.role == "tool") {
-      w.lit("<|start_header_id|>ipython<|end_header_id|>\n\n"), w.content(m.content), w.lit("<|eot_id|>");
+    } else if (m.role == "tool") {  // (its text through tojson: a string is iterable in Jinja, so it comes quoted)
+      w.lit("<|start_header_id|>ipython<|end_header_id|>\n\n");
+      w.content(nlohmann::ordered_json(m.content).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)), w.lit("<|eot_id|>");
     } else {
       w.lit("<|start_header_id|>"), w.lit(m.role), w.lit("<|end_header_id|>\n\n"), w.content(strip(m.content)), w.lit("<|eot_id|>");
     }

@@ -274,7 +274,7 @@ TEST(ChatTemplate, Llama31WritesToolsCallsAndResults) {
             "argument name and its value}.Do not use variables.\n\n{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n"
             "        \"parameters\": {\n            \"type\": \"object\"\n        }\n    }\n}\n\nWeather in Paris?<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
-            "<|start_header_id|>ipython<|end_header_id|>\n\nsunny<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nThanks<|eot_id|>"
+            "<|start_header_id|>ipython<|end_header_id|>\n\n\"sunny\"<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nThanks<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(t.render(std::vector<chat_message>{{"user", " Hi "}}, true, "<|begin_of_text|>", "").text,
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
