@@ -37,27 +37,14 @@ const std::pair<const char*, const char*> primitives[] = {
 // Keywords that only describe: taken and left aside.
 const std::set<std::string> annotations = {"title", "description", "$schema", "$id", "$comment", "examples", "default", "deprecated", "readOnly", "writeOnly",
                                            "$defs", "definitions"};
+const std::set<std::string> known_types = {"string", "integer", "number", "boolean", "null", "object", "array"};
 const std::set<std::string> understood = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties", "required", "additionalProperties",
                                           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
                                           "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 std::string pointer(const std::string& path) { return path.empty() ? "the schema" : "the schema at " + path; }
 
-std::string join(const std::vector<std::string>& alts) {
-  if (alts.size() == 1) return alts[0];
-  std::string out = "(";
-  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
-  return out + ")";
-}
-
-std::string utf8_bytes(uint32_t c) {
-  std::string out;
-  if (c < 0x80) return out += static_cast<char>(c), out;
-  if (c < 0x800) return out += static_cast<char>(0xC0 | (c >> 6)), out += static_cast<char>(0x80 | (c & 0x3F)), out;
-  if (c < 0x10000) return out += static_cast<char>(0xE0 | (c >> 12)), out += static_cast<char>(0x80 | ((c >> 6) & 0x3F)), out += static_cast<char>(0x80 | (c & 0x3F)), out;
-  out += static_cast<char>(0xF0 | (c >> 18)), out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-  return out += static_cast<char>(0x80 | ((c >> 6) & 0x3F)), out += static_cast<char>(0x80 | (c & 0x3F)), out;
-}
+using schema_parts::join;
 
 bool of_type(const json& v, const std::string& type) {
   if (type == "string") return v.is_string();
@@ -145,8 +132,7 @@ class converter {
       else if (t.is_array())
         for (const auto& x : t) types.push_back(x.is_string() ? x.get<std::string>() : "");
       for (const auto& x : types)
-        if (!of_type(json(nullptr), x) && x != "string" && x != "integer" && x != "number" && x != "boolean" && x != "object" && x != "array")
-          fail(path + "/type", fmt::format("unknown type '{}'", x));
+        if (!known_types.count(x)) fail(path + "/type", fmt::format("unknown type '{}'", x));
     }
     if (s.contains("const") || s.contains("enum")) return choices(s, types, path, hint);
     if (types.empty()) types = inferred(s);
@@ -392,7 +378,7 @@ std::string converter::other_name(const std::set<std::string>& taken) {
     for (const auto& [c, _] : n.next) others += c < 0x80 && std::isalnum(static_cast<int>(c)) ? std::string(1, static_cast<char>(c)) : (c <= 0xFFFF ? fmt::format("\\u{:04X}", c) : fmt::format("\\U{:08X}", c));
     others += "\\x00-\\x1F\\x22\\x5C] " + any;
     std::vector<std::string> alts{others, "\"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) " + any};
-    for (const auto& [c, child] : n.next) alts.push_back(literal(utf8_bytes(c)) + " " + self(self, child));
+    for (const auto& [c, child] : n.next) alts.push_back(literal(utf8_encode(c)) + " " + self(self, child));
     const std::string body = join(alts);
     return n.ends ? body : "(" + body + ")?";  // where a taken name ends, this one goes on
   };

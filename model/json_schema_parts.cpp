@@ -10,7 +10,6 @@
 #include "model/utf8.hpp"
 
 namespace hotcold::schema_parts {
-namespace {
 
 std::string join(const std::vector<std::string>& alts) {
   if (alts.size() == 1) return alts[0];
@@ -18,6 +17,8 @@ std::string join(const std::vector<std::string>& alts) {
   for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
   return out + ")";
 }
+
+namespace {
 
 std::string digit_class(char lo, char hi) { return lo == hi ? literal(std::string(1, lo)) : fmt::format("[{}-{}]", lo, hi); }
 std::string any_digits(size_t n) { return n == 0 ? std::string() : n == 1 ? "[0-9]" : fmt::format("[0-9]{{{}}}", n); }

@@ -13,6 +13,8 @@ namespace hotcold::schema_parts {
 
 // A GBNF literal for these bytes ("..." with escapes for quotes, backslashes and control bytes).
 std::string literal(std::string_view bytes);
+// One of these expressions: itself alone, else "(a | b | ...)".
+std::string join(const std::vector<std::string>& alts);
 
 // Non-negative integers without leading zeros from lo to hi (no hi: any at least lo, at most 16
 // digits in all when lo has fewer).

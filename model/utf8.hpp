@@ -1,7 +1,8 @@
 #pragma once
-// Decoding UTF-8, as the tokenizers and the grammars read text.
+// UTF-8, as the tokenizers and the grammars read and write text.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace hotcold {
@@ -20,6 +21,27 @@ inline std::optional<uint32_t> utf8_decode(std::string_view s, size_t& i) {
   }
   i += n;
   return cp;
+}
+
+// The UTF-8 bytes of code point cp.
+inline std::string utf8_encode(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
 }
 
 }  // namespace hotcold

@@ -106,20 +106,21 @@ std::string encode_prompt_token(std::string_view id, int64_t index, int32_t toke
 
 std::string encode_done(std::string_view id, std::string_view finish, int64_t prompt_tokens, int64_t generated_tokens, const timings& t,
                         std::optional<std::string_view> text, std::optional<std::string_view> error, int64_t cached_tokens) {
-  json j = head("done", id);
-  j["finish"] = std::string(finish);
-  j["prompt_tokens"] = prompt_tokens;
-  j["cached_tokens"] = cached_tokens;
-  j["generated_tokens"] = generated_tokens;
-  j["timings"] = {{"queued_ms", t.queued_ms}, {"time_to_first_token_ms", t.time_to_first_token_ms}, {"total_ms", t.total_ms}};
-  if (text) j["text"] = std::string(*text);
-  if (error) j["error"] = std::string(*error);
-  return dump(j);
+  done_reply d{std::string(id), std::string(finish), prompt_tokens, generated_tokens, t, std::nullopt, std::nullopt, cached_tokens};
+  if (text) d.text = std::string(*text);
+  if (error) d.error = std::string(*error);
+  return encode_done(d);
 }
 
 std::string encode_done(const done_reply& d) {
-  json j = json::parse(encode_done(d.id, d.finish, d.prompt_tokens, d.generated_tokens, d.t, d.text ? std::optional<std::string_view>(*d.text) : std::nullopt,
-                                   d.error ? std::optional<std::string_view>(*d.error) : std::nullopt, d.cached_tokens));
+  json j = head("done", d.id);
+  j["finish"] = d.finish;
+  j["prompt_tokens"] = d.prompt_tokens;
+  j["cached_tokens"] = d.cached_tokens;
+  j["generated_tokens"] = d.generated_tokens;
+  j["timings"] = {{"queued_ms", d.t.queued_ms}, {"time_to_first_token_ms", d.t.time_to_first_token_ms}, {"total_ms", d.t.total_ms}};
+  if (d.text) j["text"] = *d.text;
+  if (d.error) j["error"] = *d.error;
   if (d.content) {
     j["content"] = *d.content;
     json calls = json::array();

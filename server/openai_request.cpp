@@ -183,10 +183,9 @@ std::vector<tool_call> calls_of(const json& calls, size_t i) {
     if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") || !c["function"]["name"].is_string())
       throw bad_field(where, "each call is {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
     const json& f = c["function"];
-    json args = f.contains("arguments") ? f["arguments"] : json::object();
-    if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
-    if (args.is_discarded() || !args.is_object()) throw bad_field(where, "a call's arguments must be a JSON object (or a string holding one)");
-    out.push_back({f["name"].get<std::string>(), args.dump(-1, ' ', false, json::error_handler_t::replace)});
+    const auto args = arguments_object(f.contains("arguments") ? f["arguments"] : json::object());
+    if (!args) throw bad_field(where, "a call's arguments must be a JSON object (or a string holding one)");
+    out.push_back({f["name"].get<std::string>(), args->dump(-1, ' ', false, json::error_handler_t::replace)});
   }
   return out;
 }

@@ -26,10 +26,9 @@ std::string_view trimmed(std::string_view s) {
 std::optional<parsed_call> call_of(std::string_view text) {
   const json j = json::parse(trimmed(text), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
-  json args = j.contains("arguments") ? j["arguments"] : j.contains("parameters") ? j["parameters"] : json::object();
-  if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
-  if (args.is_discarded() || !args.is_object()) return std::nullopt;
-  return parsed_call{j["name"].get<std::string>(), args.dump(-1, ' ', false, json::error_handler_t::replace)};
+  const auto args = arguments_object(j.contains("arguments") ? j["arguments"] : j.contains("parameters") ? j["parameters"] : json::object());
+  if (!args) return std::nullopt;
+  return parsed_call{j["name"].get<std::string>(), args->dump(-1, ' ', false, json::error_handler_t::replace)};
 }
 
 // Where the value of "key" starts in a call's text so far (npos: not yet, or no such key).
@@ -43,6 +42,12 @@ size_t value_at(std::string_view body, std::string_view key) {
 }
 
 }  // namespace
+
+std::optional<json> arguments_object(const json& args) {
+  json out = args.is_string() ? json::parse(args.get<std::string>(), nullptr, false) : args;
+  if (out.is_discarded() || !out.is_object()) return std::nullopt;
+  return out;
+}
 
 tool_request tools_of(const json& body) {
   tool_request t;

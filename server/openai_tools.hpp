@@ -4,6 +4,7 @@
 // Qwen 2.5's <tool_call> format), a grammar that forces a well-formed call where tool_choice asks for
 // one, and the model's text read back into calls — as it streams, so that content goes out at once
 // and each call as soon as it closes.
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,10 @@ tool_request tools_of(const nlohmann::ordered_json& body);
 // The GBNF of one call (or, with parallel in Qwen's format, one or more), its arguments valid against
 // the chosen function's parameters (required: any of the tools).
 std::string call_grammar(const tool_request& t);
+
+// A call's arguments as a JSON object: the object itself, or a string holding one (as the API sends
+// them); nullopt for anything else.
+std::optional<nlohmann::ordered_json> arguments_object(const nlohmann::ordered_json& args);
 
 struct parsed_call {
   std::string name, arguments;  // arguments: the JSON object as the model wrote it
