@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <initializer_list>
 
 #include <fmt/format.h>
@@ -16,7 +17,7 @@ struct family_name {
   chat_family family;
 };
 // (qwen: chatml with Qwen2's default system message.)
-constexpr std::array<family_name, 11> family_names{{{"llama2", chat_family::llama2},
+constexpr std::array<family_name, 13> family_names{{{"llama2", chat_family::llama2},
                                                    {"llama3", chat_family::llama3},
                                                    {"llama3.1", chat_family::llama3},
                                                    {"chatml", chat_family::chatml},
@@ -24,80 +25,14 @@ constexpr std::array<family_name, 11> family_names{{{"llama2", chat_family::llam
                                                    {"qwen2.5", chat_family::chatml},
                                                    {"phi3", chat_family::phi3},
                                                    {"mistral", chat_family::mistral},
+                                                   {"mistral-v3", chat_family::mistral},
+                                                   {"mistral-v3-tekken", chat_family::mistral},
                                                    {"gemma", chat_family::gemma},
                                                    {"zephyr", chat_family::zephyr},
                                                    {"falcon", chat_family::falcon}}};
 
 constexpr std::string_view qwen_default_system = "You are a helpful assistant.";
 constexpr std::string_view qwen25_default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
-
-// The published templates (Jinja, with \n escapes inside string literals as tokenizer_config.json files
-// and so GGUF files hold them): meta-llama/Llama-2-7b-chat-hf, Meta-Llama-3-8B-Instruct, a plain ChatML
-// one, Qwen2-7B-Instruct, Phi-3-mini-4k-instruct, Mistral-7B-Instruct-v0.2, gemma-7b-it,
-// HuggingFaceH4/zephyr-7b-beta, and Falcon 3's turns as llama.cpp writes them.
-struct published_template {
-  std::string_view name, text;
-};
-constexpr published_template published_templates[] = {
-    {"llama2",
-     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}"
-     "{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
-     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
-     "{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
-     "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
-     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"},
-    {"llama3",
-     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
-     "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
-     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"},
-    {"chatml",
-     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
-    {"qwen",
-     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
-     "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
-    {"qwen2.5",
-     "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n        {{- messages[0]['content'] }}\n    {%- else %}\n"
-     "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif %}\n    {{- \"\\n\\n# Tools\\n\\nYou may call one or "
-     "more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
-     "    {%- for tool in tools %}\n        {{- \"\\n\" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n    {{- \"\\n</tools>\\n\\nFor each function "
-     "call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": "
-     "<function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n"
-     "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, "
-     "created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n{%- for message in messages %}\n"
-     "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
-     "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n    {%- elif message.role == \"assistant\" %}\n"
-     "        {{- '<|im_start|>' + message.role }}\n        {%- if message.content %}\n            {{- '\\n' + message.content }}\n        {%- endif %}\n"
-     "        {%- for tool_call in message.tool_calls %}\n            {%- if tool_call.function is defined %}\n                {%- set tool_call = "
-     "tool_call.function %}\n            {%- endif %}\n            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n            {{- tool_call.name }}\n"
-     "            {{- '\", \"arguments\": ' }}\n            {{- tool_call.arguments | tojson }}\n            {{- '}\\n</tool_call>' }}\n        {%- endfor %}\n"
-     "        {{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}\n        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "
-     "\"tool\") %}\n            {{- '<|im_start|>user' }}\n        {%- endif %}\n        {{- '\\n<tool_response>\\n' }}\n        {{- message.content }}\n"
-     "        {{- '\\n</tool_response>' }}\n        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n            {{- '<|im_end|>\\n' }}\n"
-     "        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n"},
-    {"phi3",
-     "{{ bos_token }}{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + '<|end|>\\n' }}{% endfor %}"
-     "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"},
-    {"mistral",
-     "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles "
-     "must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
-     "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}"
-     "{% endif %}{% endfor %}"},
-    {"gemma",
-     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}"
-     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
-     "{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
-     "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"},
-    {"zephyr",
-     "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n"
-     "{{ '<|system|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n"
-     "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"},
-    {"falcon",
-     "{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}"
-     "{{ '<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\\n' + message['content'] + '\\n' }}"
-     "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"},
-};
 
 bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
 
@@ -211,6 +146,8 @@ chat_template chat_template::detect(std::string_view t) {
   if (contains(t, "<|im_start|>")) return {chat_family::chatml, chatml_default_system(t), true, contains(t, "<tool_call>")};
   if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return {chat_family::llama3, {}, bos, contains(t, "Environment: ipython")};
   if (contains(t, "<start_of_turn>")) return {chat_family::gemma, {}, bos};
+  // Mistral's v3 templates (v0.3, Large 2407; Nemo's tekken one without the spaces) write tools.
+  if (contains(t, "[AVAILABLE_TOOLS]")) return {chat_family::mistral, {}, bos, true, contains(t, "[AVAILABLE_TOOLS][")};
   if (contains(t, "[INST]")) return {contains(t, "<<SYS>>") ? chat_family::llama2 : chat_family::mistral, {}, bos};
   if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) return {chat_family::phi3, {}, bos};
   if (contains(t, "<|user|>") && contains(t, "<|assistant|>")) {
@@ -226,13 +163,7 @@ chat_template chat_template::named(std::string_view name) {
   for (const auto& f : family_names)
     if (f.name == name)
       return {f.family, name == "qwen" ? std::string(qwen_default_system) : name == "qwen2.5" ? std::string(qwen25_default_system) : std::string(), true,
-              name == "qwen2.5" || name == "llama3.1"};
-  throw chat_template_error(fmt::format("unknown chat template \"{}\" (one of: {})", name, names()));
-}
-
-std::string_view chat_template::published(std::string_view name) {
-  for (const auto& t : published_templates)
-    if (t.name == name) return t.text;
+              name == "qwen2.5" || name == "llama3.1" || name.starts_with("mistral-v3"), name == "mistral-v3-tekken"};
   throw chat_template_error(fmt::format("unknown chat template \"{}\" (one of: {})", name, names()));
 }
 
@@ -254,6 +185,7 @@ std::string chat_template::names() {
 std::string_view chat_template::name() const {
   if (family_ == chat_family::chatml && tools_ && default_system_ == qwen25_default_system) return "qwen2.5";
   if (family_ == chat_family::llama3 && tools_) return "llama3.1";
+  if (family_ == chat_family::mistral && tools_) return tekken_ ? "mistral-v3-tekken" : "mistral-v3";
   if (family_ == chat_family::chatml && !default_system_.empty()) return "qwen";
   for (const auto& f : family_names)
     if (f.family == family_) return f.name;
@@ -342,7 +274,77 @@ void llama31_tools(writer& w, std::span<const chat_message> messages, std::span<
   }
 }
 
+
+// Mistral's v3 template (Mistral-7B-Instruct-v0.3, Large 2407; tekken: Nemo's, without the spaces): BOS;
+// the system message, where there is one, folded into the conversation's last message when that is
+// the user's (and nowhere else); the tools before the last user message (and any earlier one of the
+// same text, as the template compares them), each function's fields as the template joins them
+// (strings unescaped); an assistant's calls as one [TOOL_CALLS] list with their ids, its text left
+// out; a tool's result as raw text with the id of its call. Ids are mistral_call_id()'s.
+void mistral_v3(writer& w, std::span<const chat_message> messages, std::span<const std::string> tools, bool tekken, std::string_view eos) {
+  const std::string_view gap = tekken ? "" : " ";
+  const bool system_first = !messages.empty() && messages[0].role == "system";
+  const auto rest = messages.subspan(system_first ? 1 : 0);
+  const chat_message* last_user = nullptr;
+  size_t turn = 0;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const chat_message& m = rest[i];
+    const size_t at = i + (system_first ? 1 : 0);
+    if (m.role != "user" && m.role != "assistant" && m.role != "tool")
+      throw chat_template_error(fmt::format("message {}: role \"{}\" is not one the mistral-v3 template writes (a first system message, then user, assistant, tool)", at, m.role));
+    if (!m.tool_calls.empty() && m.role != "assistant") throw chat_template_error(fmt::format("message {}: only an assistant's message makes tool calls", at));
+    if (m.role == "user") last_user = &m;
+    if (m.role == "tool" || !m.tool_calls.empty()) continue;  // (calls and results stand outside the alternation)
+    if ((m.role == "user") != (turn++ % 2 == 0))
+      throw chat_template_error(fmt::format("the mistral-v3 template needs user and assistant turns to alternate, starting with the user (message {} is the {}'s)", at, m.role));
+  }
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const chat_message& m = rest[i];
+    const size_t at = i + (system_first ? 1 : 0);
+    if (m.role == "user") {
+      if (!tools.empty() && m.content == last_user->content) {
+        w.lit("[AVAILABLE_TOOLS]"), w.lit(gap), w.lit("[");
+        for (size_t k = 0; k < tools.size(); ++k) {
+          const auto f = nlohmann::ordered_json::parse(tools[k], nullptr, false).value("function", nlohmann::ordered_json::object());
+          std::string fields;
+          for (const auto& [key, val] : f.items()) {
+            if (key == "return") continue;
+            fields += fields.empty() ? "" : ", ";
+            fields += "\"" + key + (val.is_string() ? "\": \"" + val.get<std::string>() + "\"" : "\": " + python_json(val.dump()));
+          }
+          w.lit("{\"type\": \"function\", \"function\": {"), w.content(fields), w.lit(k + 1 < tools.size() ? "}}, " : "}}]");
+        }
+        w.lit("[/AVAILABLE_TOOLS]");
+      }
+      w.lit("[INST]"), w.lit(gap);
+      if (i + 1 == rest.size() && system_first) w.content(messages[0].content), w.lit("\n\n");
+      w.content(m.content), w.lit("[/INST]");
+    } else if (!m.tool_calls.empty()) {
+      w.lit("[TOOL_CALLS]"), w.lit(gap), w.lit("[");
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        const tool_call& c = m.tool_calls[k];
+        const std::string function = python_json(nlohmann::ordered_json{{"name", c.name}, {"arguments", nlohmann::ordered_json::parse(c.arguments, nullptr, false)}}.dump());
+        w.content(std::string_view(function).substr(0, function.size() - 1)), w.lit(", \"id\": \""), w.content(mistral_call_id(c.id, at)), w.lit("\"}");
+        w.lit(k + 1 < m.tool_calls.size() ? ", " : "]"), w.lit(k + 1 < m.tool_calls.size() ? "" : eos);
+      }
+    } else if (m.role == "assistant") {
+      w.lit(gap), w.content(tekken ? std::string_view(m.content) : strip(m.content)), w.lit(eos);
+    } else {
+      w.lit("[TOOL_RESULTS]"), w.lit(gap), w.lit("{\"content\": "), w.content(m.content), w.lit(", \"call_id\": \""), w.content(mistral_call_id(m.tool_call_id, at));
+      w.lit("\"}[/TOOL_RESULTS]");
+    }
+  }
+}
 }  // namespace
+
+std::string mistral_call_id(std::string_view id, size_t message) {
+  if (id.empty()) throw chat_template_error(fmt::format("message {}: the mistral-v3 template writes each call's id and each tool result's tool_call_id; this one has none", message));
+  std::string alnum;
+  for (char c : id)
+    if (std::isalnum(static_cast<unsigned char>(c))) alnum += c;
+  if (alnum.size() >= 9) return alnum.substr(alnum.size() - 9);
+  return std::string(9 - alnum.size(), '0') + alnum;
+}
 
 std::string python_json(std::string_view text, int indent) {
   const auto j = nlohmann::ordered_json::parse(text, nullptr, false);
@@ -438,6 +440,11 @@ chat_prompt chat_template::render(std::span<const chat_message> messages, bool a
     case chat_family::mistral: {
       // Mistral-7B-Instruct-v0.2 / Mixtral-8x7B-Instruct: BOS once, [INST] ... [/INST] around user
       // turns, EOS after the assistant's; no system role (folded into the first user turn).
+      if (tools_) {
+        if (bos_) w.lit(bos);
+        mistral_v3(w, messages, tools, tekken_, eos);
+        break;
+      }
       const turns t = alternating(messages, "mistral");
       if (bos_) w.lit(bos);
       for (size_t i = 0; i < t.rest.size(); ++i) {

@@ -28,12 +28,14 @@ class chat_template_error : public std::invalid_argument {
 struct tool_call {
   std::string name;
   std::string arguments;
+  std::string id = {};  // the call's id (Mistral's templates write it; others leave it out)
 };
 
 struct chat_message {
   std::string role;  // "system", "user", "assistant", or "tool" (a tool's result: families with tools)
   std::string content;
   std::vector<tool_call> tool_calls = {};  // an assistant's calls (families with tools)
+  std::string tool_call_id = {};           // a tool's result: the id of the call it answers (Mistral's templates write it)
 };
 
 // A rendered conversation: the text, and the byte ranges of it that are message contents (tokenized
@@ -48,6 +50,11 @@ struct chat_prompt {
 // non-ASCII as it is. Throws chat_template_error for text that is not JSON.
 std::string python_json(std::string_view json_text, int indent = -1);
 
+// A call's id as Mistral's v3 templates take it (9 letters or digits): an id that is one, as it is; any
+// other, its last 9 letters and digits (zeros before, where it has fewer), so that a call and the
+// result that names it still match. Throws chat_template_error, naming message `message`, for none.
+std::string mistral_call_id(std::string_view id, size_t message);
+
 class chat_template {
  public:
   // The family a template's Jinja text belongs to; throws chat_template_error for one hotcold does
@@ -55,7 +62,9 @@ class chat_template {
   static chat_template detect(std::string_view jinja);
   // A family by name (--chat-template): llama2, llama3, llama3.1 (its system block with the dates, and
   // tools), chatml, qwen (chatml with Qwen's default system message), qwen2.5 (Qwen 2.5's: its default
-  // system message, and tools), phi3, mistral, gemma, zephyr, falcon.
+  // system message, and tools), phi3, mistral (v0.2's), mistral-v3 (Mistral-7B-Instruct-v0.3's and
+  // Mistral-Large-2407's, with tools), mistral-v3-tekken (Mistral-Nemo's: v3 without the spaces),
+  // gemma, zephyr, falcon.
   static chat_template named(std::string_view name);
   // The names named() accepts, comma-separated, for messages and --help.
   static std::string names();
@@ -74,8 +83,9 @@ class chat_template {
   const std::string& default_system() const { return default_system_; }
 
   // Whether the template writes tools, calls and their results: Qwen 2.5's (tools in the system
-  // message, <tool_call> and <tool_response> tags) or Llama 3.1's (tools in the first user message, a
-  // call as one JSON object, results under the ipython header).
+  // message, <tool_call> and <tool_response> tags), Llama 3.1's (tools in the first user message, a
+  // call as one JSON object, results under the ipython header) or Mistral's v3 (tools before the last
+  // user message, calls after [TOOL_CALLS], results in [TOOL_RESULTS], each with a 9-character id).
   bool has_tools() const { return tools_; }
 
   // The conversation as the template writes it. bos / eos: the texts of the vocabulary's BOS and EOS
@@ -89,12 +99,13 @@ class chat_template {
   std::vector<token_id> tokenize(const vocab& v, std::span<const chat_message> messages, bool add_generation_prompt, std::span<const std::string> tools = {}) const;
 
  private:
-  chat_template(chat_family f, std::string default_system, bool bos = true, bool tools = false)
-      : family_(f), default_system_(std::move(default_system)), bos_(bos), tools_(tools) {}
+  chat_template(chat_family f, std::string default_system, bool bos = true, bool tools = false, bool tekken = false)
+      : family_(f), default_system_(std::move(default_system)), bos_(bos), tools_(tools), tekken_(tekken) {}
   chat_family family_;
   std::string default_system_;
   bool bos_;    // whether the template writes BOS (llama2, llama3, phi3, mistral, gemma: where its text says bos_token)
-  bool tools_;  // the template writes tools (detected from its text, or qwen2.5 / llama3.1 by name)
+  bool tools_;  // the template writes tools (detected from its text, or qwen2.5 / llama3.1 / mistral-v3 by name)
+  bool tekken_;  // Mistral's v3-tekken: its markers without the spaces v3 writes after them
 };
 
 }  // namespace hotcold

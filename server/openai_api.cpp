@@ -247,7 +247,15 @@ class completion_answer {
     }
     if (!events.empty()) ex_.send(events);
   }
-  std::string call_id(size_t k, size_t index) const { return fmt::format("call_{}_{}_{}", id_.substr(id_.size() - 12), k, index); }
+  std::string call_id(size_t k, size_t index) const {
+    if (r_.tools.format != tool_format::mistral) return fmt::format("call_{}_{}_{}", id_.substr(id_.size() - 12), k, index);
+    // Mistral's templates take 9 letters or digits: the same, hashed (one reply's ids differ but by a 1 in 62^9 chance).
+    constexpr std::string_view digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    uint64_t h = std::hash<std::string>{}(fmt::format("{}/{}/{}", id_, k, index));
+    std::string id;
+    for (int i = 0; i < 9; ++i, h /= digits.size()) id += digits[h % digits.size()];
+    return id;
+  }
   json message_of(size_t k, choice& x) {
     json m{{"role", "assistant"}, {"content", x.calls.empty() || !x.text.empty() ? json(x.text) : json(nullptr)}};
     if (!x.calls.empty()) {

@@ -185,7 +185,8 @@ std::vector<tool_call> calls_of(const json& calls, size_t i) {
     const json& f = c["function"];
     const auto args = arguments_object(f.contains("arguments") ? f["arguments"] : json::object());
     if (!args) throw bad_field(where, "a call's arguments must be a JSON object (or a string holding one)");
-    out.push_back({f["name"].get<std::string>(), args->dump(-1, ' ', false, json::error_handler_t::replace)});
+    const auto id = c.find("id");  // (Mistral's templates write it)
+    out.push_back({f["name"].get<std::string>(), args->dump(-1, ' ', false, json::error_handler_t::replace), id != c.end() && id->is_string() ? id->get<std::string>() : ""});
   }
   return out;
 }
@@ -202,7 +203,8 @@ completion_request parse_chat(const json& body, const openai_setup& s) {
     if (field(body, name)) throw unsupported(name, fmt::format("'{}' (the API's older form of tools: send tools and tool_choice)", name));
   try {
     r.tools = tools_of(body);
-    if (s.chat && s.chat->family() == chat_family::llama3) r.tools.format = tool_format::llama31, r.tools.parallel = false;
+    if (s.chat) r.tools.format = tool_format_of(*s.chat);
+    if (r.tools.format == tool_format::llama31) r.tools.parallel = false;  // (one call a message)
   } catch (const std::invalid_argument& e) {
     const std::string why = e.what();
     throw bad_field(why.substr(0, why.find_first_of(":[.")), why);
@@ -227,6 +229,10 @@ completion_request parse_chat(const json& body, const openai_setup& s) {
       throw bad_field(fmt::format("messages[{}].role", i), fmt::format("role '{}' is not supported here (system, developer, user, assistant, tool)", role));
     chat_message msg{role, content_text(m, i, role)};
     if (const json* calls = field(m, "tool_calls"); calls && role == "assistant") msg.tool_calls = calls_of(*calls, i);
+    if (const json* id = field(m, "tool_call_id"); id && role == "tool") {
+      if (!id->is_string()) throw bad_field(fmt::format("messages[{}].tool_call_id", i), "'tool_call_id' must be a string");
+      msg.tool_call_id = id->get<std::string>();
+    }
     conversation.push_back(std::move(msg));
   }
   if (!s.chat) throw api_failure{400, s.chat_problem, "invalid_request_error", "chat_template", ""};

@@ -22,13 +22,32 @@ std::string_view trimmed(std::string_view s) {
 }
 
 // A call's JSON {"name": ..., "arguments": {...}} (Llama's "parameters"; arguments may be a JSON string
-// holding the object).
-std::optional<parsed_call> call_of(std::string_view text) {
-  const json j = json::parse(trimmed(text), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+// holding the object; Mistral's may carry an "id", not kept: the reply makes its own).
+std::optional<parsed_call> call_of(const json& j) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
   const auto args = arguments_object(j.contains("arguments") ? j["arguments"] : j.contains("parameters") ? j["parameters"] : json::object());
   if (!args) return std::nullopt;
   return parsed_call{j["name"].get<std::string>(), args->dump(-1, ' ', false, json::error_handler_t::replace)};
+}
+std::optional<parsed_call> call_of(std::string_view text) { return call_of(json::parse(trimmed(text), nullptr, false)); }
+
+constexpr std::string_view mistral_marker = "[TOOL_CALLS]";
+
+// Llama 3.1's and Mistral's replies: the text after the blanks (and Mistral's marker, where the
+// vocabulary writes it as text) — a call's opening ('{'; '[' then '{'), else content.
+std::string_view call_text(std::string_view held, tool_format f) {
+  std::string_view t = trimmed(held);
+  if (f == tool_format::mistral && t.starts_with(mistral_marker)) t = trimmed(t.substr(mistral_marker.size()));
+  return t;
+}
+int lead_of(std::string_view held, tool_format f) {
+  const std::string_view t = call_text(held, f);
+  if (f == tool_format::mistral && mistral_marker.starts_with(trimmed(held))) return 0;  // (the marker, coming)
+  if (t.empty()) return 0;
+  if (f == tool_format::llama31) return t.front() == '{' ? 1 : 2;
+  if (t.front() != '[') return 2;
+  const size_t next = t.find_first_not_of(blanks, 1);
+  return next == std::string_view::npos ? 0 : t[next] == '{' ? 1 : 2;
 }
 
 // Where the value of "key" starts in a call's text so far (npos: not yet, or no such key).
@@ -42,6 +61,11 @@ size_t value_at(std::string_view body, std::string_view key) {
 }
 
 }  // namespace
+
+tool_format tool_format_of(const chat_template& t) {
+  if (!t.has_tools()) return tool_format::qwen;
+  return t.family() == chat_family::llama3 ? tool_format::llama31 : t.family() == chat_family::mistral ? tool_format::mistral : tool_format::qwen;
+}
 
 std::optional<json> arguments_object(const json& args) {
   json out = args.is_string() ? json::parse(args.get<std::string>(), nullptr, false) : args;
@@ -113,6 +137,8 @@ std::string call_grammar(const tool_request& t) {
     for (size_t at = 0; (at = llama.find("arguments", at)) != std::string::npos;) llama.replace(at, 9, "parameters");
     return fmt::format("root ::= \"{{\\\"name\\\": \\\"\" ({}) \"}}\"\n{}", llama, rules);
   }
+  if (t.format == tool_format::mistral)  // a list of calls (after the [TOOL_CALLS] token, which a grammar leaves to the template's side)
+    return fmt::format("root ::= \" \"? \"[\" call{} \"]\"\ncall ::= \"{{\\\"name\\\": \\\"\" ({}) \"}}\"\n{}", t.parallel ? " (\", \" call)*" : "", calls, rules);
   return fmt::format("root ::= call{}\ncall ::= \"<tool_call>\\n{{\\\"name\\\": \\\"\" ({}) \"}}\\n</tool_call>\"\n{}", t.parallel ? " (\"\\n\" call)*" : "", calls, rules);
 }
 
@@ -211,9 +237,9 @@ void tool_stream::close_call(out& o, parsed_call c) {
 tool_stream::out tool_stream::add(std::string_view text) {
   held_ += text;
   out o;
-  if (format_ == tool_format::llama31) {  // a reply that opens with '{' is held whole (a call, or else content at the end)
-    if (llama_ == 0 && !trimmed(held_).empty()) llama_ = trimmed(held_).front() == '{' ? 1 : 2;
-    if (llama_ == 2) o.content = std::move(held_), held_.clear();
+  if (format_ != tool_format::qwen) {  // a reply that opens as a call is held whole (calls, or else content at the end)
+    if (whole_ == 0) whole_ = lead_of(held_, format_);
+    if (whole_ == 2) o.content = std::move(held_), held_.clear();
     return o;
   }
   take(o, false);
@@ -222,9 +248,21 @@ tool_stream::out tool_stream::add(std::string_view text) {
 
 tool_stream::out tool_stream::finish() {
   out o;
-  if (format_ == tool_format::llama31) {
-    if (auto c = llama_ == 1 ? call_of(held_) : std::nullopt) close_call(o, std::move(*c));
-    else o.content = std::move(held_);
+  if (format_ != tool_format::qwen) {
+    std::vector<parsed_call> calls;
+    if (whole_ == 1) {
+      const json j = json::parse(call_text(held_, format_), nullptr, false);
+      for (const json& one : format_ == tool_format::mistral && j.is_array() ? j : json::array({j})) {
+        auto c = call_of(one);
+        if (!c) {
+          calls.clear();
+          break;
+        }
+        calls.push_back(std::move(*c));
+      }
+    }
+    if (calls.empty()) o.content = std::move(held_);
+    for (auto& c : calls) close_call(o, std::move(c));
     held_.clear();
     return o;
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Tool calls on /v1/chat/completions (docs/openai-api.md, "Tool calls"): the request's tools and
 // tool_choice, the functions written into the prompt by the chat template (model/chat_template.hpp:
-// Qwen 2.5's <tool_call> format), a grammar that forces a well-formed call where tool_choice asks for
+// Qwen 2.5's, Llama 3.1's and Mistral's v3 formats), a grammar that forces a well-formed call where tool_choice asks for
 // one, and the model's text read back into calls — as it streams, so that content goes out at once
 // and each call as soon as it closes.
 #include <optional>
@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/chat_template.hpp"
+
 namespace hotcold::server {
 
 struct tool_def {
@@ -18,13 +20,16 @@ struct tool_def {
   std::string parameters;  // its JSON Schema, as JSON text
   std::string tool;        // the whole {"type": "function", "function": {...}}, as JSON text
 };
-// How a family's template has the model call: Qwen 2.5's <tool_call> blocks (one or more), or Llama
-// 3.1's reply that is one {"name", "parameters"} object.
-enum class tool_format { qwen, llama31 };
+// How a family's template has the model call: Qwen 2.5's <tool_call> blocks (one or more), Llama 3.1's
+// reply that is one {"name", "parameters"} object, or Mistral's [TOOL_CALLS] and a list of {"name",
+// "arguments"} objects (the marker a control token, which the reply's text leaves out).
+enum class tool_format { qwen, llama31, mistral };
+// The format of a template that has tools (Qwen's for those that have none: nothing is offered them).
+tool_format tool_format_of(const chat_template& t);
 struct tool_request {
   std::vector<tool_def> tools;
   std::string choice = "auto";  // auto, none, required, or one function's name
-  bool parallel = true;         // parallel_tool_calls: several calls in one answer (Qwen's format)
+  bool parallel = true;         // parallel_tool_calls: several calls in one answer (Qwen's and Mistral's formats)
   tool_format format = tool_format::qwen;
   bool active() const { return !tools.empty() && choice != "none"; }
 };
@@ -33,7 +38,7 @@ struct tool_request {
 // field (its first word) and what is wrong.
 tool_request tools_of(const nlohmann::ordered_json& body);
 
-// The GBNF of one call (or, with parallel in Qwen's format, one or more), its arguments valid against
+// The GBNF of one call (or, with parallel in Qwen's and Mistral's formats, one or more), its arguments valid against
 // the chosen function's parameters (required: any of the tools).
 std::string call_grammar(const tool_request& t);
 
@@ -83,7 +88,7 @@ class tool_stream {
   tool_format format_;
   std::string held_;
   bool in_call_ = false, after_call_ = false;
-  int llama_ = 0;  // Llama 3.1's: 0 not known yet, 1 a call (held to the end), 2 content
+  int whole_ = 0;  // Llama 3.1's and Mistral's: 0 not known yet, 1 a call (held to the end), 2 content
 };
 
 }  // namespace hotcold::server

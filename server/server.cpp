@@ -340,7 +340,7 @@ class serving_loop {
     }
     lv.out = stop_text(std::move(g.stop));
     lv.n_probs = g.n_probs;
-    if (!g.messages.empty() && !g.tools.empty()) lv.tools = chat_.chat && chat_.chat->family() == chat_family::llama3 ? tool_format::llama31 : tool_format::qwen;
+    if (!g.messages.empty() && !g.tools.empty() && chat_.chat) lv.tools = tool_format_of(*chat_.chat);
     if (g.prompt_logprobs) lv.prompt = tokens;
     by_client_[{to.identity, g.id}] = ticket;
     ++accounts_.account(to.identity)->in_flight;

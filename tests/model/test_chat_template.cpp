@@ -283,6 +283,100 @@ TEST(ChatTemplate, Llama31WritesToolsCallsAndResults) {
                                     "{{ message['role'] }}<|end_header_id|>").has_tools());
 }
 
+// Mistral's v3 templates (v0.3's and Nemo's tekken one, raw above in chat_template_published.cpp), each
+// rendered by Jinja (Python's jinja2 with transformers' tojson) for three conversations and written out:
+// the tools before the last user message, the system message folded into the last message only when it
+// is the user's, calls with their ids after [TOOL_CALLS] with the assistant's text left out, results as
+// raw text with their call's id; the v3 one trims the assistant's text, the tekken one does not.
+TEST(ChatTemplate, MistralV3WritesToolsCallsAndResultsWhereItsTemplateDoes) {
+  const std::string weather =
+      R"({"type": "function", "function": {"name": "get_weather", "description": "Weather \"now\"", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": true}})";
+  const std::vector<std::string> tools{weather, R"({"type":"function","function":{"name":"noop","parameters":{"type":"object"}}})"};
+  const std::vector<chat_message> calls = {{"system", "Be brief."},
+                                           {"user", "Weather in Paris?"},
+                                           {"assistant", "", {{"get_weather", R"({"city":"Paris"})", "abc123XYZ"}, {"noop", "{}", "n00p00000"}}},
+                                           {"tool", R"({"temp": 21})", {}, "abc123XYZ"},
+                                           {"tool", "done", {}, "n00p00000"},
+                                           {"assistant", "  It is 21.  "},
+                                           {"user", "Thanks"}};
+  const std::vector<chat_message> ending_with_results(calls.begin(), calls.begin() + 5);
+  struct rendering {
+    std::string_view name, with_calls, ending_with_results, without_tools;
+  };
+  const rendering renderings[] = {
+      {"mistral-v3",
+       "<s>[INST] Weather in Paris?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\""
+       ": \"abc123XYZ\"}, {\"name\": \"noop\", \"arguments\": {}, \"id\": \"n00p00000\"}]</s>[TOOL_RESULTS] {\"content\": {\"tem"
+       "p\": 21}, \"call_id\": \"abc123XYZ\"}[/TOOL_RESULTS][TOOL_RESULTS] {\"content\": done, \"call_id\": \"n00p00000\"}[/TOOL"
+       "_RESULTS] It is 21.</s>[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"descripti"
+       "on\": \"Weather \"now\"\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}, \""
+       "strict\": true}}, {\"type\": \"function\", \"function\": {\"name\": \"noop\", \"parameters\": {\"type\": \"object\"}}}]["
+       "/AVAILABLE_TOOLS][INST] Be brief.\n\nThanks[/INST]",
+       "<s>[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather \"no"
+       "w\"\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}, \"strict\": true}}, {"
+       "\"type\": \"function\", \"function\": {\"name\": \"noop\", \"parameters\": {\"type\": \"object\"}}}][/AVAILABLE_TOOLS][I"
+       "NST] Weather in Paris?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a"
+       "bc123XYZ\"}, {\"name\": \"noop\", \"arguments\": {}, \"id\": \"n00p00000\"}]</s>[TOOL_RESULTS] {\"content\": {\"temp\": "
+       "21}, \"call_id\": \"abc123XYZ\"}[/TOOL_RESULTS][TOOL_RESULTS] {\"content\": done, \"call_id\": \"n00p00000\"}[/TOOL_RESU"
+       "LTS]",
+       "<s>[INST] Hello[/INST] Hi there</s>[INST] Who are you[/INST] I am an assistant</s>[INST] You are a helpful assistant\n\n"
+       "Another question[/INST]"},
+      {"mistral-v3-tekken",
+       "<s>[INST]Weather in Paris?[/INST][TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
+       "\"abc123XYZ\"}, {\"name\": \"noop\", \"arguments\": {}, \"id\": \"n00p00000\"}]</s>[TOOL_RESULTS]{\"content\": {\"temp\""
+       ": 21}, \"call_id\": \"abc123XYZ\"}[/TOOL_RESULTS][TOOL_RESULTS]{\"content\": done, \"call_id\": \"n00p00000\"}[/TOOL_RES"
+       "ULTS]  It is 21.  </s>[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description"
+       "\": \"Weather \"now\"\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}, \"s"
+       "trict\": true}}, {\"type\": \"function\", \"function\": {\"name\": \"noop\", \"parameters\": {\"type\": \"object\"}}}][/"
+       "AVAILABLE_TOOLS][INST]Be brief.\n\nThanks[/INST]",
+       "<s>[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather \"now"
+       "\"\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}, \"strict\": true}}, {\""
+       "type\": \"function\", \"function\": {\"name\": \"noop\", \"parameters\": {\"type\": \"object\"}}}][/AVAILABLE_TOOLS][INS"
+       "T]Weather in Paris?[/INST][TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abc12"
+       "3XYZ\"}, {\"name\": \"noop\", \"arguments\": {}, \"id\": \"n00p00000\"}]</s>[TOOL_RESULTS]{\"content\": {\"temp\": 21}, "
+       "\"call_id\": \"abc123XYZ\"}[/TOOL_RESULTS][TOOL_RESULTS]{\"content\": done, \"call_id\": \"n00p00000\"}[/TOOL_RESULTS]",
+       "<s>[INST]Hello[/INST]Hi there</s>[INST]Who are you[/INST]   I am an assistant   </s>[INST]You are a helpful assistant\n\n"
+       "Another question[/INST]"}};
+  for (const auto& r : renderings) {
+    const auto t = chat_template::named(r.name);
+    ASSERT_TRUE(t.has_tools());
+    EXPECT_EQ(t.render(calls, true, "<s>", "</s>", tools).text, r.with_calls) << r.name;
+    EXPECT_EQ(t.render(ending_with_results, true, "<s>", "</s>", tools).text, r.ending_with_results) << r.name;
+    EXPECT_EQ(t.render(conversation, true, "<s>", "</s>").text, r.without_tools) << r.name;
+    const auto detected = chat_template::detect(chat_template::published(r.name));
+    EXPECT_TRUE(detected.has_tools());
+    EXPECT_EQ(detected.name(), r.name);
+  }
+}
+
+// Ids that are not Mistral's 9 letters or digits are written as their last 9 letters and digits, the
+// same for a call and the result that names it; none at all, and turns out of order, are refused.
+TEST(ChatTemplate, MistralV3CallIdsAndRefusals) {
+  EXPECT_EQ(mistral_call_id("abc123XYZ", 0), "abc123XYZ");
+  EXPECT_EQ(mistral_call_id("call_5f3a9c0e11b2_0_1", 0), "c0e11b201");
+  EXPECT_EQ(mistral_call_id("c-7", 0), "0000000c7");
+  const auto t = chat_template::named("mistral-v3");
+  const std::vector<std::string> tools{R"({"type":"function","function":{"name":"f"}})"};
+  auto with_ids = [](std::string call, std::string result) {
+    return std::vector<chat_message>{{"user", "Go"}, {"assistant", "", {{"f", "{}", std::move(call)}}}, {"tool", "ok", {}, std::move(result)}};
+  };
+  EXPECT_EQ(t.render(with_ids("call_5f3a9c0e11b2_0_1", "call_5f3a9c0e11b2_0_1"), true, "<s>", "</s>", tools).text,
+            t.render(with_ids("c0e11b201", "c0e11b201"), true, "<s>", "</s>", tools).text);
+  auto refusal = [&](const std::vector<chat_message>& m) {
+    try {
+      t.render(m, true, "<s>", "</s>", tools);
+    } catch (const chat_template_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(written)");
+  };
+  EXPECT_NE(refusal(with_ids("abc123XYZ", "")).find("message 2: the mistral-v3 template writes each call's id"), std::string::npos);
+  EXPECT_NE(refusal({{"user", "a"}, {"user", "b"}}).find("alternate"), std::string::npos);
+  EXPECT_NE(refusal({{"user", "a"}, {"system", "b"}}).find("message 1: role \"system\""), std::string::npos);
+  // v0.2's template (no tools) stays as it was: the system message in the first turn.
+  EXPECT_FALSE(chat_template::detect(chat_template::published("mistral")).has_tools());
+}
+
 // JSON as Python's json.dumps writes it: templates' tojson.
 TEST(ChatTemplate, JsonAsPythonWritesIt) {
   EXPECT_EQ(python_json(R"({"b":[1,2.5,"é"],"a":{"x":null,"y":true}})"), R"({"b": [1, 2.5, "é"], "a": {"x": null, "y": true}})");

@@ -851,4 +851,39 @@ TEST(OpenAI, ToolCallsInLlama31sFormat) {
   EXPECT_EQ(s.process.stop(), 0) << s.process.log();
 }
 
+// Mistral's v3 tool format (serve --chat-template mistral-v3): forced calls come back as tool_calls
+// with ids of 9 letters or digits (what its template takes back); the conversation sent back with the
+// call and its result goes on; a result without the id of its call is refused, naming the field.
+TEST(OpenAI, ToolCallsInMistralsFormat) {
+  api_server s({"--chat-template", "mistral-v3"});
+  const json tool = json::parse(R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":)"
+                                R"({"city":{"type":"string","maxLength":10},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]}}})");
+  const json user{{"role", "user"}, {"content", "Weather?"}};
+  for (int seed : {1, 2, 3}) {
+    const json r = json::parse(curl(s.port, "/v1/chat/completions", {{"model", model_id}, {"messages", {user}}, {"tools", {tool}}, {"tool_choice", "required"},
+                                                                    {"temperature", 1}, {"seed", seed}, {"max_tokens", 120}}));
+    const json& c = r["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls") << r.dump();
+    ASSERT_GE(c["message"]["tool_calls"].size(), 1u) << r.dump();
+    for (const auto& call : c["message"]["tool_calls"]) {
+      const std::string id = call["id"];
+      EXPECT_EQ(id.size(), 9u) << id;
+      EXPECT_TRUE(std::all_of(id.begin(), id.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) != 0; })) << id;
+      const json args = json::parse(call["function"]["arguments"].get<std::string>());
+      EXPECT_TRUE(args["city"].is_string() && args["days"].get<int>() >= 1 && args["days"].get<int>() <= 7) << args.dump();
+    }
+    const json& call = c["message"]["tool_calls"][0];
+    const json back{{"model", model_id}, {"tools", {tool}}, {"max_tokens", 3},
+                    {"messages", {user, {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}}, {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "{\"temp\": 21}"}}}}};
+    const json next = json::parse(curl(s.port, "/v1/chat/completions", back));
+    EXPECT_GT(next["usage"]["prompt_tokens"].get<int>(), r["usage"]["prompt_tokens"].get<int>()) << next.dump();
+    json no_id = back;
+    no_id["messages"][2].erase("tool_call_id");
+    const auto refused = post(s.port, "/v1/chat/completions", no_id.dump());
+    EXPECT_EQ(refused.status, 400);
+    EXPECT_NE(refused.body.find("tool_call_id"), std::string::npos) << refused.body;
+  }
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
 }  // namespace

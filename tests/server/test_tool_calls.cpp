@@ -63,6 +63,18 @@ TEST(Tools, TheGrammarForcesAWellFormedCall) {
   const grammar llama = grammar::parse(call_grammar(t));
   grammar_matcher l(llama);
   EXPECT_TRUE(l.accept_utf8("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 3}}") && l.complete());
+  t.format = tool_format::mistral;  // Mistral's: a list of calls after the [TOOL_CALLS] token (the token itself left to the model)
+  const grammar mistral = grammar::parse(call_grammar(t));
+  auto mistral_takes = [&](const std::string& s) {
+    grammar_matcher m(mistral);
+    return m.accept_utf8(s) && m.complete();
+  };
+  const std::string one_call = R"({"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}})";
+  EXPECT_TRUE(mistral_takes(" [" + one_call + "]"));
+  EXPECT_TRUE(mistral_takes("[" + one_call + ", " + one_call + "]"));
+  EXPECT_FALSE(mistral_takes("[]"));
+  EXPECT_FALSE(mistral_takes(one_call));
+  EXPECT_FALSE(mistral_takes(R"([{"name": "get_weather", "arguments": {"city": "Oslo"}}])"));  // (days is required)
   t.format = tool_format::qwen;
   t.parallel = false;
   const grammar one = grammar::parse(call_grammar(t));
@@ -109,7 +121,9 @@ TEST(Tools, RepliesSplitIntoContentAndCallsHoweverTheyStream) {
     EXPECT_EQ(joined_names, "get_weather,get_weather,") << step;
     EXPECT_EQ(joined_args[0], calls[0].arguments) << step;
     EXPECT_EQ(joined_args[1], calls[1].arguments) << step;
-    if (step == 1) EXPECT_GT(pieces, 10) << "the arguments streamed in pieces";
+    if (step == 1) {
+      EXPECT_GT(pieces, 10) << "the arguments streamed in pieces";
+    }
   }
   // Llama 3.1's: a reply that is one JSON object is a call; any other reply streams as content.
   tool_stream llama(tool_format::llama31);
@@ -123,6 +137,32 @@ TEST(Tools, RepliesSplitIntoContentAndCallsHoweverTheyStream) {
   EXPECT_EQ(prose.add("It is ").content, "It is ");
   EXPECT_EQ(prose.add("{sunny}").content, "{sunny}");
   EXPECT_TRUE(prose.finish().calls.empty());
+  // Mistral's: a reply that opens as a list of objects is read as calls at its end (the [TOOL_CALLS]
+  // token renders as nothing; where a vocabulary writes it as text it is taken off); any other reply,
+  // a link in brackets among them, streams as content as soon as it cannot be a call.
+  for (std::string_view lead : {" ", "[TOOL_CALLS] ", ""}) {
+    tool_stream mistral(tool_format::mistral);
+    auto m1 = mistral.add(std::string(lead) + "[");
+    auto m2 = mistral.add(R"({"name": "get_weather", "arguments": {"city": "Oslo"}, "id": "a1b2c3d4e"}, {"name": "noop", "argu)");
+    auto m3 = mistral.add(R"(ments": "{}"}])");
+    auto m4 = mistral.finish();
+    EXPECT_TRUE(m1.content.empty() && m2.content.empty() && m3.content.empty() && m4.content.empty()) << lead;
+    ASSERT_EQ(m4.calls.size(), 2u) << lead;
+    EXPECT_EQ(m4.calls[0].name, "get_weather");
+    EXPECT_EQ(m4.calls[0].arguments, R"({"city":"Oslo"})");
+    EXPECT_EQ(m4.calls[1].name, "noop");
+    EXPECT_EQ(m4.calls[1].arguments, "{}");
+    ASSERT_EQ(m4.deltas.size(), 2u);  // (each call whole, once the list is in)
+    EXPECT_EQ(m4.deltas[1].index, 1u);
+  }
+  tool_stream link(tool_format::mistral);
+  EXPECT_EQ(link.add(" [").content, "");
+  EXPECT_EQ(link.add("docs](x)").content, " [docs](x)");
+  tool_stream half(tool_format::mistral);  // a list cut short: its text, as content
+  EXPECT_EQ(half.add(R"([{"name": "noop", "arguments": {)").content, "");
+  const auto h = half.finish();
+  EXPECT_TRUE(h.calls.empty());
+  EXPECT_EQ(h.content, R"([{"name": "noop", "arguments": {)");
   // Text that only looks like a tag, or a call that is not JSON, stays text.
   tool_stream plain;
   auto a = plain.add("a <tool");
