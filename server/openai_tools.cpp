@@ -40,6 +40,37 @@ std::string_view call_text(std::string_view held, tool_format f) {
   if (f == tool_format::mistral && t.starts_with(mistral_marker)) t = trimmed(t.substr(mistral_marker.size()));
   return t;
 }
+// A JSON list of objects cut short ('[' first): the objects that closed, the one left open (from where
+// it starts); nullopt where anything but blanks and commas stands between them, or the list closed.
+struct open_list {
+  std::vector<std::string_view> whole;
+  std::string_view open;
+};
+std::optional<open_list> items_cut_short(std::string_view t) {
+  open_list out;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  size_t from = std::string_view::npos;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char ch = t[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (depth == 1 && ch != '{' && ch != ',' && blanks.find(ch) == std::string_view::npos) {
+      return std::nullopt;  // (a closed list, or something other than objects in it)
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (depth++ == 1) from = i;
+    } else if ((ch == ']' || ch == '}') && --depth == 1) {
+      out.whole.push_back(t.substr(from, i + 1 - from)), from = std::string_view::npos;
+    }
+  }
+  if (from != std::string_view::npos) out.open = t.substr(from);
+  return out;
+}
+
 int lead_of(std::string_view held, tool_format f) {
   const std::string_view t = call_text(held, f);
   if (f == tool_format::mistral && mistral_marker.starts_with(trimmed(held))) return 0;  // (the marker, coming)
@@ -250,18 +281,23 @@ tool_stream::out tool_stream::finish() {
   out o;
   if (format_ != tool_format::qwen) {
     std::vector<parsed_call> calls;
-    if (whole_ == 1) {
-      const json j = json::parse(call_text(held_, format_), nullptr, false);
-      for (const json& one : format_ == tool_format::mistral && j.is_array() ? j : json::array({j})) {
-        auto c = call_of(one);
-        if (!c) {
-          calls.clear();
-          break;
-        }
-        calls.push_back(std::move(*c));
-      }
+    std::string_view rest = held_;  // (what is not calls: content)
+    if (whole_ == 1 && format_ == tool_format::llama31) {
+      if (auto c = call_of(std::string_view(held_))) calls.push_back(std::move(*c)), rest = {};
+    } else if (whole_ == 1) {  // a list of calls; or one cut short (by the token limit): the calls that closed, the rest as text
+      const std::string_view text = call_text(held_, format_);
+      const json list = json::parse(text, nullptr, false);
+      const auto cut = list.is_discarded() ? items_cut_short(text) : std::nullopt;
+      std::vector<json> items;
+      if (list.is_array()) items.assign(list.begin(), list.end());
+      if (cut)
+        for (const auto item : cut->whole) items.push_back(json::parse(item, nullptr, false));
+      for (const json& item : items)
+        if (auto c = call_of(item)) calls.push_back(std::move(*c));
+      if (calls.size() != items.size()) calls.clear();
+      else if (!calls.empty()) rest = cut ? cut->open : std::string_view();
     }
-    if (calls.empty()) o.content = std::move(held_);
+    o.content = std::string(rest);
     for (auto& c : calls) close_call(o, std::move(c));
     held_.clear();
     return o;

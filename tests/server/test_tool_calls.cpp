@@ -163,6 +163,19 @@ TEST(Tools, RepliesSplitIntoContentAndCallsHoweverTheyStream) {
   const auto h = half.finish();
   EXPECT_TRUE(h.calls.empty());
   EXPECT_EQ(h.content, R"([{"name": "noop", "arguments": {)");
+  tool_stream cut(tool_format::mistral);  // cut short after a call (the token limit): that call, the rest as text
+  EXPECT_EQ(cut.add(R"( [{"name": "noop", "arguments": {"a": "]}"}}, {"name": "ge)").content, "");
+  const auto k = cut.finish();
+  ASSERT_EQ(k.calls.size(), 1u);
+  EXPECT_EQ(k.calls[0].arguments, R"({"a":"]}"})");
+  EXPECT_EQ(k.content, R"({"name": "ge)");
+  for (std::string_view not_calls : {R"([{"name": "noop", "arguments": {}}] and more)", R"([{"name": "noop", "arguments": {}}, 7, {"name": "x)", R"([{"nom": 1}, {"name": "noop)"}) {
+    tool_stream other(tool_format::mistral);
+    other.add(not_calls);
+    const auto x = other.finish();
+    EXPECT_TRUE(x.calls.empty()) << not_calls;
+    EXPECT_EQ(x.content, not_calls);
+  }
   // Text that only looks like a tag, or a call that is not JSON, stays text.
   tool_stream plain;
   auto a = plain.add("a <tool");
