@@ -157,6 +157,7 @@ struct sample_job {
 struct sampled_tokens {
   std::vector<token_id> tokens;
   std::vector<std::optional<token_logprobs>> probs;
+  std::vector<std::string> errors;  // where a request's logits could not be sampled: why (empty: none; the request fails alone)
 };
 
 struct telemetry_totals {

@@ -30,7 +30,15 @@ sampler_actor::behavior_type sampler_fn(sampler_actor::stateful_pointer<sampler_
           auto it = self->state.samplers.find(job.requests[k]);
           if (it == self->state.samplers.end()) return caf::make_error(caf::sec::runtime_error, "sampler: unknown request " + std::to_string(job.requests[k]));
           const std::span<const float> logits(job.logits.row(job.rows[k]), static_cast<size_t>(job.logits.cols));
-          const token_id t = it->second.sample(logits);
+          token_id t = 0;
+          try {
+            t = it->second.sample(logits);
+          } catch (const logits_error& e) {  // (this request fails; the others in the step go on)
+            out.errors.resize(job.requests.size());
+            out.errors[k] = e.what();
+            out.tokens.push_back(t);
+            continue;
+          }
           it->second.accept(t);
           out.tokens.push_back(t);
           if (const int32_t n = it->second.params().logprobs; n >= 0) {

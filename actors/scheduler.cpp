@@ -244,6 +244,10 @@ void after_tokens(scheduler_ptr self, const std::vector<int64_t>& ids, sampled_t
       finish(self, s.id, "cancelled");
       continue;
     }
+    if (k < sampled.errors.size() && !sampled.errors[k].empty()) {
+      finish(self, s.id, "error", sampled.errors[k]);
+      continue;
+    }
     const token_id t = tokens[k];
     if (v.is_end_of_generation(t) && !s.req.ignore_eos) {
       finish(self, s.id, "stop");

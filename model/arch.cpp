@@ -1,5 +1,6 @@
 #include "model/arch.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -116,6 +117,18 @@ void read_shape(const gguf::file& f, hparams& hp) {
   const arch_traits& a = arch_of(hp.arch);
   hp.n_embd = required_int(f, key(hp, "embedding_length"));
   hp.n_layer = required_int(f, key(hp, "block_count"));
+  // Refused before anything is sized by it: more blocks than the file's tensors hold (blk.0 .. blk.N-1).
+  int64_t blocks = 0;
+  for (const auto& t : f.tensors()) {
+    if (!t.name.starts_with("blk.")) continue;
+    int64_t n = 0;
+    size_t i = 4;
+    for (; i < t.name.size() && i < 14 && t.name[i] >= '0' && t.name[i] <= '9'; ++i) n = n * 10 + (t.name[i] - '0');
+    if (i > 4 && i < t.name.size() && t.name[i] == '.') blocks = std::max(blocks, n + 1);
+  }
+  if (hp.n_layer <= 0 || hp.n_layer > blocks)
+    throw model_error(fmt::format("{}: {} is {}, but the file's tensors hold {} blocks{}", f.source(), key(hp, "block_count"), hp.n_layer, blocks,
+                                  blocks > 0 ? fmt::format(" (blk.0 .. blk.{})", blocks - 1) : std::string()));
   hp.n_head = required_int(f, key(hp, "attention.head_count"));
   hp.n_head_kv = f.get_int(key(hp, "attention.head_count_kv")).value_or(hp.n_head);
   hp.n_ctx_train = f.get_int(key(hp, "context_length")).value_or(2048);
@@ -147,11 +160,15 @@ void read_rope(const gguf::file& f, hparams& hp) {
   if (hp.n_rot > max_rope_dims)
     throw model_error(fmt::format("{}: rope.dimension_count {} is more than the {} supported", f.source(), hp.n_rot, max_rope_dims));
   hp.rope_freq_base = static_cast<float>(f.get_float(key(hp, "rope.freq_base")).value_or(10000.0));
+  if (!std::isfinite(hp.rope_freq_base) || hp.rope_freq_base <= 0)
+    throw model_error(fmt::format("{}: {} = {} is not a RoPE base (finite, positive)", f.source(), key(hp, "rope.freq_base"), hp.rope_freq_base));
   auto scaling = f.get_string(key(hp, "rope.scaling.type"));
   auto factor = f.get_float(key(hp, "rope.scaling.factor"));
   if (!factor) factor = f.get_float(key(hp, "rope.scale_linear"));  // older files
   if (scaling && *scaling != "linear" && *scaling != "none" && *scaling != "longrope")
     throw model_error(fmt::format("{}: rope scaling '{}' is not supported (linear, longrope or none)", f.source(), *scaling));
+  if (factor && !(std::isfinite(*factor) && *factor >= 0))  // (0: none, as llama.cpp reads it)
+    throw model_error(fmt::format("{}: rope.scaling.factor = {} is not a scaling factor (finite, positive)", f.source(), *factor));
   if (factor && *factor > 0 && (!scaling || *scaling == "linear")) hp.rope_freq_scale = static_cast<float>(1.0 / *factor);
   // Per-pair frequency factors: n_rot / 2 positive F32 values.
   auto factors = [&](const char* name, std::vector<float>& out) {
@@ -245,6 +262,8 @@ hparams read_hparams(const gguf::file& f) {
     read_shape(f, hp);
     read_rope(f, hp);
     hp.norm_eps = static_cast<float>(f.get_float(key(hp, a.eps_key)).value_or(a.eps_default));
+    if (!std::isfinite(hp.norm_eps) || hp.norm_eps < 0)
+      throw model_error(fmt::format("{}: {} = {} is not a norm's epsilon (finite, not negative)", f.source(), key(hp, a.eps_key), hp.norm_eps));
     hp.gated_ffn = a.gated_ffn;
     if (a.gemma2) read_gemma2(f, hp);
     read_activation(f, hp);

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 namespace hotcold::sampling {
 
 void softmax(std::vector<candidate>& c) {
@@ -102,6 +104,13 @@ void sampler::accept(token_id id) {
 double sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 token_id sampler::sample(std::span<const float> logits) {
+  bool bad = false;
+  for (float v : logits) bad |= !(v < INFINITY);  // (NaN or +inf; one pass the compiler vectorizes)
+  if (bad) {
+    size_t at = 0;
+    while (logits[at] < INFINITY) ++at;
+    throw logits_error(fmt::format("the forward pass gave a logit of {} (token {}): the model's weights or metadata are not right", logits[at], at));
+  }
   if (!grammar_) return draw(logits);
   const token_id first = draw(logits);
   if (grammar_->allows(first)) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,13 @@ void min_p(std::vector<candidate>& c, float p);
 void temperature(std::vector<candidate>& c, float t);
 }  // namespace sampling
 
+// Logits that cannot be sampled: a NaN or +infinity among them (the forward pass went wrong: the
+// file's weights or metadata). what() says so; the text is never made from them.
+class logits_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class sampler {
  public:
   explicit sampler(const sampling_params& params);
@@ -65,7 +73,8 @@ class sampler {
   // Samples from logits (one per vocabulary entry), using the accepted history for penalties. With a
   // grammar, only a token it allows: the draw is checked first and, where the grammar refuses it, drawn
   // again from the logits of the tokens it allows alone (the same distribution as masking first: a token
-  // it allows comes out with its probability over theirs), and the grammar takes the token.
+  // it allows comes out with its probability over theirs), and the grammar takes the token. Throws
+  // logits_error for logits with a NaN or +infinity.
   token_id sample(std::span<const float> logits);
   // From now on, sample only what g allows (null: no constraint).
   void constrain(std::shared_ptr<token_grammar> g) { grammar_ = std::move(g); }

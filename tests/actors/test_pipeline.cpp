@@ -23,6 +23,7 @@
 #include "model/reference.hpp"
 #include "model/sampler.hpp"
 #include "tests/engine/overlap_latch.hpp"
+#include "tests/model/edited_files.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -956,6 +957,33 @@ TEST(Pipeline, BadRequestsEndAloneWithAnError) {
   EXPECT_NE(got[ids[2]].done.error.find("33 tokens"), std::string::npos);
   EXPECT_EQ(got[ids[3]].done.finish, "length");
   EXPECT_EQ(got[ids[3]].tokens, reference(m, ffn_mode::dense, good).tokens);
+}
+
+// Logits with a NaN are an error, never text: a file whose embedding row of token 5 is NaN fails the
+// request whose prompt holds it, naming the NaN, while a request beside it in the same steps gives the
+// reference's tokens.
+TEST(Pipeline, NanLogitsFailTheirRequestAlone) {
+  auto o = test::small_options(2, 2);
+  o.type = tensor_type::f32;
+  test::gguf_edit e;
+  e.tensor = [](std::string& n, tensor_type&, std::vector<int64_t>& ne, std::vector<uint8_t>& bytes) {
+    if (n == "token_embd.weight") std::fill_n(reinterpret_cast<float*>(bytes.data()) + 5 * ne[0], ne[0], NAN);
+    return true;
+  };
+  auto m = model::load(test::edited_copy(test::make_model("pl_nan_base", o), "pl_nan", e));
+  auto ctx = std::make_shared<inference_context>(m, 32, 2, 2);
+  pipeline p(ctx, {});
+  generation_request bad, good;
+  bad.prompt = {1, 5, 9};
+  good.prompt = {1, 7, 9};
+  for (auto* r : {&bad, &good}) r->n_predict = 4, r->sampling.temperature = 0, r->ignore_eos = true;
+  const int64_t ids[] = {p.submit(bad), p.submit(good)};
+  auto got = drain(p, 2);
+  EXPECT_EQ(got[ids[0]].done.finish, "error");
+  EXPECT_NE(got[ids[0]].done.error.find("logit of nan"), std::string::npos) << got[ids[0]].done.error;
+  EXPECT_TRUE(got[ids[0]].tokens.empty());
+  EXPECT_EQ(got[ids[1]].done.finish, "length") << got[ids[1]].done.error;
+  EXPECT_EQ(got[ids[1]].tokens, reference(m, ffn_mode::dense, good).tokens);
 }
 
 TEST(Pipeline, CancelledRequestLeavesAtAStepBoundary) {

@@ -1,8 +1,11 @@
 // Model files hotcold cannot run give one error naming what is wrong.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
+
+#include <fmt/format.h>
 
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
@@ -62,6 +65,39 @@ TEST(ModelErrors, MissingHyperParameter) {
   edit e;
   e.keep_key = [](std::string_view k) { return k != "llama.block_count"; };
   expect_model_error(edited_model("hparam", e), "metadata key llama.block_count is missing");
+}
+
+// A count larger than the tensors present is refused by name before anything is sized by it (a
+// block count of 2^32 - 1 grew a process past 8 GB before).
+TEST(ModelErrors, BlockCountLargerThanTheTensors) {
+  for (uint32_t n : {4294967295u, 3u, 0u}) {
+    edit e;
+    e.keep_key = [](std::string_view k) { return k != "llama.block_count"; };
+    e.add_keys = [n](gguf::writer& w) { w.set_u32("llama.block_count", n); };
+    expect_model_error(edited_model("blocks" + std::to_string(n), e),
+                       n == 0 ? "llama.block_count = 0 must be positive" : fmt::format("llama.block_count is {}, but the file's tensors hold 2 blocks (blk.0 .. blk.1)", n));
+  }
+}
+
+// Values that cannot be right are refused by name: a NaN or negative epsilon, a RoPE base that is not
+// positive, a negative scaling factor.
+TEST(ModelErrors, ValuesThatCannotBeRight) {
+  struct bad {
+    const char* key;
+    float value;
+    const char* says;
+  };
+  for (const bad& b : {bad{"llama.attention.layer_norm_rms_epsilon", NAN, "llama.attention.layer_norm_rms_epsilon = nan is not a norm's epsilon"},
+                       bad{"llama.attention.layer_norm_rms_epsilon", -1e-5f, "is not a norm's epsilon"},
+                       bad{"llama.rope.freq_base", -10000.0f, "llama.rope.freq_base = -10000 is not a RoPE base"},
+                       bad{"llama.rope.freq_base", 0.0f, "llama.rope.freq_base = 0 is not a RoPE base"},
+                       bad{"llama.rope.scaling.factor", -2.0f, "rope.scaling.factor = -2 is not a scaling factor"}}) {
+    edit e;
+    const std::string key = b.key;
+    e.keep_key = [key](std::string_view k) { return k != key; };
+    e.add_keys = [b](gguf::writer& w) { w.set_f32(b.key, b.value); };
+    expect_model_error(edited_model("value", e), b.says);
+  }
 }
 
 TEST(ModelErrors, BadActivationKey) {

@@ -158,3 +158,30 @@ TEST(Sampling, SeedMakesItReproducible) {
 
 }  // namespace
 }  // namespace hotcold
+
+namespace hotcold {
+namespace {
+
+// Logits with a NaN or +infinity cannot be sampled: an error naming the value and the token (greedy,
+// sampled and constrained alike); -infinity (a masked token) is fine.
+TEST(Sampler, NanOrInfiniteLogitsAreAnError) {
+  for (float temperature : {0.0f, 0.8f}) {
+    sampling_params params;
+    params.temperature = temperature;
+    sampler s(params);
+    std::vector<float> logits{0.5f, -INFINITY, 2.0f, 1.0f};
+    EXPECT_EQ(s.sample(logits), 2);
+    logits[3] = NAN;
+    try {
+      s.sample(logits);
+      ADD_FAILURE() << "sampled from a NaN";
+    } catch (const logits_error& e) {
+      EXPECT_NE(std::string(e.what()).find("a logit of nan (token 3)"), std::string::npos) << e.what();
+    }
+    logits[3] = INFINITY;
+    EXPECT_THROW(s.sample(logits), logits_error);
+  }
+}
+
+}  // namespace
+}  // namespace hotcold
