@@ -235,9 +235,14 @@ void connect(link_ptr self) {
           },
           [self](caf::error& e) {
             auto& sys = self->home_system();
+            const bool tls = sys.has_openssl_manager();
             std::string why = e == caf::sec::disconnect_during_handshake ? why_gone(e) : sys.render(e);
-            if (sys.has_openssl_manager() && e == caf::sec::cannot_connect_to_node)
-              why += " (over TLS: does the worker run with --tls, and a folder of the same authority as --workers-tls?)";
+            if (e == caf::sec::request_timeout)
+              why = "no answer: is a hotcold worker listening there?";
+            else if (e == caf::sec::malformed_basp_message)
+              why = "what answers there is not a hotcold worker (it does not speak the stage protocol)";
+            else if (tls && e == caf::sec::cannot_connect_to_node)
+              why += " (is a hotcold worker listening there, with --tls and a folder of the same authority as --workers-tls?)";
             not_admitted(self, "cannot connect: " + why);
           });
 }

@@ -5,7 +5,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "actors/stages.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -229,6 +234,28 @@ stage_worker_actor::behavior_type stage_front(stage_worker_actor::pointer self, 
 }
 }  // namespace
 
+namespace {
+// Why a TCP port cannot be listened on, as the system says it (CAF's error names no cause): the port
+// bound once more to ask.
+std::string port_problem(const std::string& host, uint16_t port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM, hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  if (const int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &found); e != 0)
+    return fmt::format("cannot resolve '{}': {}", host, gai_strerror(e));
+  std::string why = "it cannot be opened";
+  const int fd = socket(found->ai_family, SOCK_STREAM, 0);
+  if (fd >= 0) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0)
+      why = errno == EADDRINUSE ? "the address is in use (another process listens there)" : std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return why;
+}
+}  // namespace
+
 stage_host start_stage_host(caf::actor_system& sys, stage_host_options o, const std::string& host, uint16_t port) {
   const worker_probe probe{o.read_bytes_per_second, 0, o.threads};
   auto available = o.available_memory;
@@ -242,7 +269,7 @@ stage_host start_stage_host(caf::actor_system& sys, stage_host_options o, const 
   // The CAF port, then the data port after it (with port 0, other pairs until one has both free).
   for (int attempt = 0;; ++attempt) {
     auto bound = tls ? caf::openssl::publish(front, port, host.c_str(), true) : sys.middleman().publish(front, port, host.c_str(), true);
-    if (!bound) give_up(fmt::format("cannot listen on {}: {}", stage_data_address(host, port), sys.render(bound.error())));
+    if (!bound) give_up(fmt::format("the stage port {}: {}", port, port != 0 ? port_problem(host, port) : sys.render(bound.error())));
     if (*bound == 65535) give_up(fmt::format("port {} has no port after it for the data", *bound));
     std::string why;
     caf::scoped_actor self{sys};

@@ -26,6 +26,13 @@ std::string client::new_id() { return fmt::format("c{}", next_++); }
 
 void client::send_raw(std::string_view frame) { sock_.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::none); }
 
+void client::send_request(std::string_view frame) {
+  // (the server's limit: over it a too_large reply, and over 16 MiB the connection closes unread, with no reply)
+  if (const size_t limit = protocol::limits{}.max_frame_bytes; frame.size() > limit)
+    throw client_error(fmt::format("too_large: the request's frame has {} bytes, more than the server's {}", frame.size(), limit));
+  send_raw(frame);
+}
+
 std::optional<std::string> client::next_frame(std::chrono::milliseconds timeout) {
   zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}};
   if (zmq::poll(items, 1, timeout) == 0) return std::nullopt;
@@ -71,7 +78,7 @@ protocol::request client::request_of(const std::string& type, json fields) {
 protocol::reply client::call(protocol::request r) {
   const std::string id = new_id();
   std::visit([&](auto& x) { x.id = id; }, r);
-  send_raw(protocol::encode_request(r));
+  send_request(protocol::encode_request(r));
   return wait_for(id);
 }
 
@@ -84,7 +91,7 @@ client::generation client::generate(const json& fields, const token_callback& on
 client::generation client::generate(protocol::generate_request request, const token_callback& on_token, std::optional<int64_t> cancel_after) {
   const std::string id = new_id();
   request.id = id;
-  send_raw(protocol::encode_request(request));
+  send_request(protocol::encode_request(request));
   generation g;
   int64_t tokens = 0;
   bool cancelled = false;

@@ -53,6 +53,8 @@ class client {
 
  private:
   std::string new_id();
+  // A request's frame, sent; one over the server's frame limit is refused here (client_error too_large).
+  void send_request(std::string_view frame);
   // The next frame as it came (nullopt after the timeout).
   std::optional<std::string> next_frame(std::chrono::milliseconds timeout);
   protocol::reply wait_for(const std::string& id);

@@ -134,8 +134,13 @@ class Client:
         self._timeout_ms = int(timeout_s * 1000)
         self._ids = (f"py{n}" for n in itertools.count())
 
+    MAX_FRAME_BYTES = 1 << 20  # the server's limit: over it a too_large reply, over 16 MiB the connection closes unread
+
     def _send(self, message):
-        self._socket.send(json.dumps(message).encode("utf-8"))
+        frame = json.dumps(message).encode("utf-8")
+        if len(frame) > self.MAX_FRAME_BYTES:
+            raise HotcoldError({"code": "too_large", "message": f"the request's frame has {len(frame)} bytes, more than the server's {self.MAX_FRAME_BYTES}"})
+        self._socket.send(frame)
 
     def _reply_to(self, request_id):
         """The next reply to `request_id` (replies to other requests are skipped)."""

@@ -33,7 +33,7 @@ extern "C" void on_worker_signal(int) { stop_worker.store(true); }
 void run_worker(const worker_args& a) {
   const auto ep = protocol::parse_endpoint(a.listen, /*any_port=*/true);
   if (ep.kind != protocol::transport::tcp) throw std::invalid_argument(fmt::format("--listen {}: a worker listens on tcp://HOST:PORT", a.listen));
-  const std::string& host = ep.host;
+  const std::string host = ep.host == "localhost" ? "127.0.0.1" : ep.host;  // (what ZeroMQ binds the data port to: an address, not a name)
   const uint16_t port = ep.port;
   // Plain links only where no other machine reaches them; beyond loopback, TLS with certificates.
   if (!ep.is_loopback() && !a.allow_remote)
@@ -88,7 +88,7 @@ void run_worker(const worker_args& a) {
   try {
     stage = actors::start_stage_host(sys, o, host, port);
   } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("worker: cannot listen on {}: {}", a.listen, e.what()));
+    throw std::runtime_error(fmt::format("cannot listen on {} (--listen): {}", a.listen, e.what()));
   }
   const uint16_t bound = stage.port;
   fmt::print(stderr, "hotcold worker: listening on tcp://{}:{} (data on port {}; {}, {} layers, file {}, {}, {}; reads {:.1f} GB/s on {} threads; hot device {})\n", host, bound, bound + 1, a.model,

@@ -1,5 +1,7 @@
 #include "launcher/option_checks.hpp"
 
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include "protocol/messages.hpp"
@@ -32,6 +34,23 @@ std::vector<std::string> short_spellings(int argc, char** argv) {
     out.push_back(std::move(a));
   }
   return out;
+}
+
+CLI::Option* add_seed_option(CLI::App* cmd, uint64_t& seed, bool& given, const std::string& help) {
+  return cmd->add_option_function<std::string>(
+      "--seed",
+      [&seed, &given](const std::string& text) {
+        if (text == "-1") {
+          given = false;
+          return;
+        }
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+          throw CLI::ValidationError("--seed", fmt::format("'{}' is not a seed: a whole number from 0 to 18446744073709551615, or -1 for a random one", text));
+        seed = v, given = true;
+      },
+      help);
 }
 
 kv_types parse_cache_types(const std::string& k, const std::string& v) {

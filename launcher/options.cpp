@@ -219,7 +219,7 @@ void add_sampling_options(CLI::App* cmd, sampling_args& s) {
   cmd->add_option("--repeat-last-n", s.p.penalty_last_n, "Tokens the penalties look back on (-1: the whole context)")->capture_default_str();
   cmd->add_option("--frequency-penalty", s.p.frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
   cmd->add_option("--presence-penalty", s.p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
-  cmd->add_option("--seed", s.p.seed, "Random seed (default: random, printed on stderr)");
+  add_seed_option(cmd, s.p.seed, s.seed_given, "Random seed (default, or -1: random, printed on stderr)");
   cmd->add_flag("--parse-special", s.parse_special, "Text of control tokens in the prompt (\"<s>\") becomes those tokens");
 }
 
@@ -242,7 +242,6 @@ void add_run_command(CLI::App& app, int& exit_code) {
   add_grammar_options(cmd, a->s.grammar, "the whole text");
   add_context_shift_options(cmd, a->m);
   cmd->callback([a, cmd, &exit_code] {
-    a->s.seed_given = cmd->count("--seed") > 0;
     exit_code = run_guarded("run", [&] {
       pipeline_for_workers(a->m, a->pipeline, cmd->count("--pipeline") > 0);
       run_text(*a);
@@ -312,7 +311,6 @@ void add_chat_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's own (" + chat_template::names() + ")");
   cmd->add_option("--system", a->system, "A system message to start the conversation with");
   cmd->callback([a, cmd, &exit_code] {
-    a->s.seed_given = cmd->count("--seed") > 0;
     exit_code = run_guarded("chat", [&] { run_chat(*a); });
   });
 }
@@ -389,7 +387,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   add_model_options(cmd, a->m, false);
   add_context_shift_options(cmd, a->m);
   add_worker_options(cmd, a->m);
-  cmd->add_option("--zmq", a->s.endpoint, "Endpoint to bind: tcp://HOST:PORT or ipc://PATH (loopback only unless --allow-remote)")->capture_default_str();
+  auto* zmq = cmd->add_option("--zmq", a->s.endpoint,
+                              "Endpoint to bind: tcp://HOST:PORT or ipc://PATH (loopback only unless --allow-remote; default tcp://127.0.0.1:5555 where "
+                              "no --http is given; with --http, ZeroMQ is opened only where --zmq says)");
   cmd->add_option("--max-queue", a->s.max_queue, "Requests that may wait for a free sequence slot before new ones get `busy`")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
@@ -447,7 +447,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--record", a->s.record, "Append one JSON line per finished generate: arrival, request, TTFT, inter-token gaps, end-to-end (for hotcold replay)");
   cmd->add_option("--curve-key", a->s.curve_key, "The server's CURVE key pair (hotcold keygen -o NAME writes NAME.key): encrypt and authenticate");
   cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");
-  cmd->callback([a, &exit_code] { exit_code = run_guarded("serve", [&] { run_serve(*a); }); });
+  cmd->callback([a, zmq, &exit_code] {
+    if (zmq->count() == 0 && !a->s.http.empty()) a->s.endpoint.clear();  // (HTTP alone: no ZeroMQ port opened unasked)
+    exit_code = run_guarded("serve", [&] { run_serve(*a); });
+  });
 }
 
 void add_keygen_command(CLI::App& app, int& exit_code) {
@@ -492,7 +495,7 @@ void add_client_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--repeat-last-n", a->p.penalty_last_n, "Tokens the penalties look back on")->capture_default_str();
   cmd->add_option("--frequency-penalty", a->p.frequency_penalty, "Frequency penalty (0: off)")->capture_default_str();
   cmd->add_option("--presence-penalty", a->p.presence_penalty, "Presence penalty (0: off)")->capture_default_str();
-  auto* seed = cmd->add_option("--seed", a->p.seed, "Random seed (default: the server picks one, printed on stderr)");
+  add_seed_option(cmd, a->p.seed, a->seed_given, "Random seed (default, or -1: the server picks one, printed on stderr)");
   cmd->add_flag("--parse-special", a->parse_special, "Text of control tokens in the prompt becomes those tokens");
   add_grammar_options(cmd, a->grammar, "the whole text; the server checks it");
   cmd->add_flag("--chat", a->chat, "Send the text as a user's message, written by the server's chat template (as /v1/chat/completions does)");
@@ -504,10 +507,9 @@ void add_client_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--curve-server-key", a->curve_server_key, "The server's public key (40 Z85 characters, or its .pub file): CURVE on");
   cmd->add_option("--curve-key", a->curve_key, "This client's key pair (hotcold keygen), on the server's allow list");
   cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for each reply")->check(finite_in(0.001, 86400))->capture_default_str();
-  cmd->callback([a, p, f, seed, &exit_code] {
+  cmd->callback([a, p, f, &exit_code] {
     a->texts_given = static_cast<int>(p->count() + f->count());
     a->from_file = f->count() > 0;
-    a->seed_given = seed->count() > 0;
     exit_code = run_guarded("client", [&] { run_client(*a); });
   });
 }

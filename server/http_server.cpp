@@ -271,6 +271,9 @@ struct http_server::impl {
     }
     const bool api = under(a.target, opt.api_prefix) || api_path(a.target);
     const std::vector<std::string>& secrets = api ? opt.api_keys : opt.tokens;
+    // RFC 9112 3.2: one Host (two would let a guard and a handler read different ones); one Origin too.
+    for (const char* one : {"Host", "Origin"})
+      if (req.count(one) > 1) return error(400, "bad_request", fmt::format("the request has more than one {} header", one), raw);
     const std::string host(req[http::field::host]), origin(req["Origin"]);
     if (secrets.empty())
       if (auto why = opt.browsers.refuse_host(host)) return error(403, "host_not_allowed", *why, raw);

@@ -306,7 +306,9 @@ class completion_answer {
     choice& c = c_[k];
     const auto reason = finish_reason(done.finish);
     if (!reason) {
-      const api_failure f{done.finish == "cancelled" ? 503 : 500, fmt::format("the generation ended early ({})", done.finish), "server_error", done.finish, ""};
+      const std::string why = done.error && !done.error->empty() ? fmt::format("the generation ended early ({}): {}", done.finish, *done.error)
+                                                                 : fmt::format("the generation ended early ({})", done.finish);  // (why, as ZeroMQ clients get it)
+      const api_failure f{done.finish == "cancelled" ? 503 : 500, why, "server_error", done.finish, ""};
       if (!r_.stream) ex_.reply(failure_reply(f));
       else ex_.send(error_event(f));
       return true;

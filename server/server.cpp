@@ -37,6 +37,7 @@
 #include "model/vocab.hpp"
 #include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
+#include "server/serve_sockets.hpp"
 #include "protocol/messages.hpp"
 
 namespace hotcold::server {
@@ -54,29 +55,10 @@ class serving_loop {
 
   server_counters run(const std::atomic<bool>& stop) {
     check_bind(o_);
-    std::optional<zmq::socket_t> zap;  // ZeroMQ's authentication handler: asks us about each CURVE client
-    if (!o_.curve_key.empty()) {
-      const auto keys = proto::read_keypair(o_.curve_key);
-      allowed_ = proto::read_allowed_keys(o_.curve_clients);
-      zap.emplace(zctx_, zmq::socket_type::rep);
-      zap->bind("inproc://zeromq.zap.01");
-      sock_.set(zmq::sockopt::curve_server, 1);
-      sock_.set(zmq::sockopt::curve_secretkey, keys.secret_key);
-      sock_.set(zmq::sockopt::zap_domain, "hotcold");
-      fmt::print(stderr, "hotcold serve: CURVE on, server key {}, {} client keys allowed\n", keys.public_key, allowed_.size());
-    }
-    for (auto* s : {&sock_, &local_}) {
-      s->set(zmq::sockopt::router_mandatory, 1);                 // a send to a client that left fails (and we cancel its requests)
-      s->set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);       // a bigger frame drops its sender, not the server's memory
-      s->set(zmq::sockopt::linger, 0);
-    }
-    const auto ep = proto::parse_endpoint(o_.endpoint);
-    if (ep.needs_ipv6()) sock_.set(zmq::sockopt::ipv6, 1);
-    sock_.bind(ep.zmq_address());
     // The HTTP API's requests come in over this process's own endpoint: the same protocol, queue,
     // limits and metrics as ZeroMQ clients, without CURVE (nothing outside the process reaches it).
     const std::string local_endpoint = fmt::format("inproc://hotcold-api-{}", static_cast<const void*>(this));
-    local_.bind(local_endpoint);
+    std::optional<zmq::socket_t> zap = open_sockets(zctx_, sock_, local_, local_endpoint, o_, allowed_);
     pipe_ = std::make_unique<actors::pipeline>(l_.ctx, pipeline_options_of(l_, o_));
     chat_ = chat_setup(l_, o_, nullptr);  // (the protocol's generate with messages: the API's reading of them)
     if (!o_.record.empty()) record_ = record_file(o_.record);
@@ -89,8 +71,8 @@ class serving_loop {
       metrics_.attach(pipe_->stats(), ceiling);
       http = start_serve_http({o_, l_, metrics_, status_, zctx_, local_endpoint});
     }
-    fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {}, {} a client)\n", o_.endpoint, l_.ctx->n_seq(), o_.max_queue,
-               admission_.max_per_client());
+    fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {}, {} a client)\n", o_.endpoint.empty() ? "http://" + o_.http : o_.endpoint,
+               l_.ctx->n_seq(), o_.max_queue, admission_.max_per_client());
     bool stopping = false;
     clock_type::time_point stop_seen;
     for (;;) {

@@ -16,7 +16,9 @@ namespace hotcold::server {
 namespace proto = protocol;
 
 void check_bind(const server_options& o) {
-  const auto ep = proto::parse_endpoint(o.endpoint);
+  if (o.endpoint.empty() && o.http.empty()) throw std::invalid_argument("nothing to serve on: give --zmq ENDPOINT or --http HOST:PORT");
+  if (o.endpoint.empty() && !o.curve_key.empty()) throw std::invalid_argument("--curve-key is for the ZeroMQ side: give --zmq ENDPOINT too");
+  const auto ep = proto::parse_endpoint(o.endpoint.empty() ? "tcp://127.0.0.1:1" : o.endpoint);  // (no --zmq: nothing of it to check)
   if (o.curve_key.empty() != o.curve_clients.empty())
     throw std::invalid_argument("--curve-key and --curve-clients go together: the server's keys, and the clients it lets in");
   if (!ep.is_loopback() && !o.allow_remote)

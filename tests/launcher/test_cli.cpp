@@ -16,49 +16,17 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/llama_bench.hpp"
+#include "tests/launcher/cli_run.hpp"
 
 namespace {
 
+using hotcold::test::falcon;
+using hotcold::test::llama;
+using hotcold::test::quote;
+using hotcold::test::result;
+using hotcold::test::run;
+using hotcold::test::small_model;
 namespace fs = std::filesystem;
-
-struct result {
-  int code;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-result run(const std::vector<std::string>& args, const std::string& env = "") {
-  auto err_path = fs::temp_directory_path() / ("hotcold-cli-" + std::to_string(getpid()) + ".err");
-  std::string cmd = env;
-  cmd += ' ';
-  cmd += quote(HOTCOLD_BIN);
-  for (const auto& a : args) {
-    cmd += ' ';
-    cmd += quote(a);
-  }
-  cmd += " 2>";
-  cmd += quote(err_path.string());
-  FILE* p = popen(cmd.c_str(), "r");
-  result r{};
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_path);
-  return r;
-}
-
-const std::string llama = HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf";
-const std::string falcon = HOTCOLD_FIXTURES_DIR "/vocab/ggml-vocab-falcon.gguf";
 
 TEST(Cli, TokenizePrintsIdsOnOneLine) {
   auto r = run({"tokenize", "-m", llama, "-p", "Hello world"});
@@ -157,19 +125,6 @@ TEST(Cli, BadFilesGiveOneClearMessage) {
 }
 
 // A small generated model shared by the generation tests.
-const std::string& small_model() {
-  struct made_model {
-    std::string path = (fs::temp_directory_path() / ("hotcold-cli-model-" + std::to_string(getpid()) + ".gguf")).string();
-    made_model() {
-      auto r = run({"gen-model", "--arch", "llama", "--act", "relu", "--embd", "64", "--layers", "2", "--ffn", "128", "--heads", "4",
-                    "--kv-heads", "2", "--active", "0.2", "--vocab", llama, "--type", "f16", "--seed", "3", "-o", path});
-      EXPECT_EQ(r.code, 0) << r.err;
-    }
-    ~made_model() { fs::remove(path); }
-  };
-  static const made_model m;
-  return m.path;
-}
 
 TEST(Cli, GenModelWritesAnInspectableModel) {
   auto r = run({"inspect", "-m", small_model()});

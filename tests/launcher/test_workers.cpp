@@ -268,5 +268,28 @@ TEST(Workers, TheHandshakeRefusesAnotherFile) {
   EXPECT_NE(ref.find("actors pipeline"), std::string::npos) << ref;
 }
 
+// Where a worker cannot listen, or what answers is not a worker, the message says so: localhost is
+// listened on (it passed the loopback check, then the data port failed "No such device"); a port in
+// use says "in use" once (it said "cannot listen" twice and no cause); a port where something other
+// than a worker answers is named as such (not blamed on TLS or a timeout's code).
+TEST(Workers, ListenAndConnectFailuresSayWhy) {
+  const auto& f = files();
+  server_process w({"--listen", "tcp://localhost:0", "-m", f.dense, "-t", "1"}, "worker");
+  const std::string addr = worker_address(w);
+  ASSERT_EQ(addr.rfind("tcp://127.0.0.1:", 0), 0u) << addr << w.log();
+  server_process again({"--listen", addr, "-m", f.dense, "-t", "1"}, "worker");
+  EXPECT_EQ(again.wait_exit(30s), 1);
+  EXPECT_NE(again.log().find("cannot listen on " + addr + " (--listen): the stage port " + std::to_string(port_of(addr)) + ": the address is in use"),
+            std::string::npos) << again.log();
+  EXPECT_EQ(again.log().find("system_error"), std::string::npos) << again.log();
+  // An HTTP server where a worker should be.
+  const int http_port = free_port();
+  server_process web({"--http", "127.0.0.1:" + std::to_string(http_port), "-m", f.dense, "-t", "1"});
+  for (int i = 0; i < 200 && web.log().find("HTTP on") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+  const std::string err = run_capture(std::string(HOTCOLD_BIN) + " run -m '" + f.dense + "' -p Hello -n 2 -c 64 -t 1 --workers tcp://127.0.0.1:" +
+                                      std::to_string(http_port) + " 2>&1 >/dev/null");
+  EXPECT_NE(err.find("not a hotcold worker"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace hotcold::test

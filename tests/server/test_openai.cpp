@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/model/edited_files.hpp"
 #include "tests/server/serve_process.hpp"
 #include "clients/client.hpp"
 
@@ -883,6 +884,29 @@ TEST(OpenAI, ToolCallsInMistralsFormat) {
     EXPECT_EQ(refused.status, 400);
     EXPECT_NE(refused.body.find("tool_call_id"), std::string::npos) << refused.body;
   }
+  EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
+// A generation that fails says why over HTTP as over ZeroMQ (it was a bare "ended early"): a file
+// whose head's norm is NaN gives logits no text is made from; the 500 names the NaN, whole and
+// streamed; the server goes on answering.
+TEST(OpenAI, AFailedGenerationSaysWhy) {
+  auto o = hotcold::test::small_options(2, 2);
+  o.type = hotcold::tensor_type::f32;
+  hotcold::test::gguf_edit e;
+  e.tensor = [](std::string& n, hotcold::tensor_type&, std::vector<int64_t>&, std::vector<uint8_t>& bytes) {
+    if (n == "output_norm.weight") std::fill_n(reinterpret_cast<float*>(bytes.data()), bytes.size() / 4, NAN);
+    return true;
+  };
+  const std::string nan_model = hotcold::test::edited_copy(hotcold::test::make_model("openai_nan_base", o), "openai_nan", e);
+  api_server s({"-m", nan_model});
+  const std::string model = fs::path(nan_model).filename().string();
+  const auto whole = post(s.port, "/v1/completions", json{{"model", model}, {"prompt", "Once"}, {"max_tokens", 3}}.dump());
+  EXPECT_EQ(whole.status, 500) << whole.body;
+  EXPECT_NE(whole.body.find("the generation ended early (error): the forward pass gave a logit of nan"), std::string::npos) << whole.body;
+  const std::string streamed = curl(s.port, "/v1/completions", {{"model", model}, {"prompt", "Once"}, {"max_tokens", 3}, {"stream", true}});
+  EXPECT_NE(streamed.find("logit of nan"), std::string::npos) << streamed;
+  EXPECT_EQ(json::parse(split(http_get(s.port, "/health")).body)["status"], "ok");
   EXPECT_EQ(s.process.stop(), 0) << s.process.log();
 }
 

@@ -99,6 +99,27 @@ TEST_P(Serve, AnswersLikeRunAndSurvivesBadClients) {
     rogue.send_raw(big);
   }
   EXPECT_EQ(c.call("health")["status"], "ok");
+  // The clients refuse a request over the server's frame limit before sending it, naming too_large
+  // (the server closes a connection sending over 16 MiB unread, so no reply would come).
+  hotcold::protocol::generate_request huge;
+  huge.tokens.assign(300000, 1000);
+  try {
+    c.generate(huge);
+    ADD_FAILURE() << "sent a frame over the limit";
+  } catch (const hotcold::clients::client_error& e) {
+    EXPECT_NE(std::string(e.what()).find("too_large: the request's frame has"), std::string::npos) << e.what();
+  }
+  if (std::system("/usr/bin/python3 -c 'import zmq' 2>/dev/null") == 0) {
+    const std::string py = "/usr/bin/python3 -c \"import sys; sys.path.insert(0, '" + std::string(HOTCOLD_SOURCE_DIR) +
+                           "/clients'); import hotcold_client as h; c = h.Client('" + ep + "', 5)\ntry: c.generate(prompt='x' * (2 << 20))\n"
+                           "except h.HotcoldError as e: print(e)\"";
+    std::string out;
+    FILE* p = popen(py.c_str(), "r");
+    char buf[512];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    pclose(p);
+    EXPECT_NE(out.find("too_large: the request's frame has"), std::string::npos) << out;
+  }
 
   // A client that disappears mid-generation frees its sequence; the queue refuses when full.
   {

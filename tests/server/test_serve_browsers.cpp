@@ -204,6 +204,12 @@ TEST(ServeBrowsers, TransferCodingsAndExpectContinue) {
   EXPECT_EQ(raw("Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n", chunked(ask)).status, 400);
   const auto plain_chunked = raw("Transfer-Encoding: chunked\r\n", chunked(ask));
   EXPECT_EQ(plain_chunked.status, 200) << plain_chunked.body;
+  // Two Host or two Origin headers (RFC 9112: one Host): 400, naming the header.
+  for (const std::string twice : {"Host: evil.example\r\n", "Origin: http://a.example\r\nOrigin: http://b.example\r\n"}) {
+    const auto r = raw(twice, ask);
+    EXPECT_EQ(r.status, 400) << twice << r.body;
+    EXPECT_NE(r.body.find(twice.substr(0, twice.find(':')) + " header"), std::string::npos) << r.body;
+  }
 
   // Expect: 100-continue with a wrong key: the final 401, no 100 first, and no body was needed.
   {
