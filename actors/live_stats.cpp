@@ -109,6 +109,13 @@ void live_stats::set_stage_up(size_t k, bool up) {
   if (k < stages_.size()) stages_[k].totals.up = up;
 }
 
+int64_t live_stats::stages_down() const {
+  std::lock_guard lock(mu_);
+  int64_t n = 0;
+  for (const auto& s : stages_) n += !s.totals.up;
+  return n;
+}
+
 void live_stats::set_prefix_store(int64_t blocks, int64_t capacity, uint64_t evictions, uint64_t block_bytes) {
   prefix_blocks_.store(blocks, std::memory_order_relaxed);
   prefix_capacity_.store(capacity, std::memory_order_relaxed);

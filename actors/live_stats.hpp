@@ -65,6 +65,7 @@ class live_stats {
   // encoding), and the payload bytes sent (residual stream, slots, positions) and received.
   void add_stage_step(size_t k, int64_t tokens, int64_t compute_ns, int64_t round_trip_ns, uint64_t sent, uint64_t received);
   void set_stage_up(size_t k, bool up);
+  int64_t stages_down() const;  // stages whose worker is lost now
   // A heartbeat's round trip to stage k (a few bytes each way, no compute: the link's own cost).
   void add_stage_heartbeat(size_t k, double seconds);
   // Upper bounds of the hop histogram's buckets, seconds (a last bucket takes the rest).

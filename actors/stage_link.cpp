@@ -194,6 +194,10 @@ void on_data(link_ptr self, uint64_t epoch, uint64_t id, bool ok, bool lost, std
   if (it == st.pending.end()) return;
   auto p = std::move(it->second);
   st.pending.erase(it);
+  if (!ok && bytes.starts_with(reassigned_refusal)) {  // (the worker runs another's layers now: lost, and taken back when it can be)
+    p.rp.deliver(caf::make_error(caf::sec::runtime_error, bytes));
+    return lose(self, "its worker was taken by another coordinator: " + bytes);
+  }
   if (!ok) return p.rp.deliver(caf::make_error(caf::sec::runtime_error, bytes));
   const int64_t round_trip = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - p.sent).count();
   p.rp.deliver(std::move(bytes), compute_ns, round_trip);

@@ -20,6 +20,7 @@
 #include <caf/openssl/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/basp_guard.hpp"
 #include "actors/stage_data.hpp"
 #include "actors/stage_keys.hpp"
 #include "engine/forward.hpp"
@@ -55,7 +56,7 @@ struct stage_work {
 // Why a request carrying `token` is not this worker's to compute now ("" when it is); under w.mutex.
 std::string refusal(const stage_work& w, const std::string& token) {
   if (!w.ctx) return "no layers assigned to this worker";
-  if (token != w.token) return "a step of another assignment (this worker's layers were assigned again since)";
+  if (token != w.token) return std::string(reassigned_refusal) + " (this worker's layers were assigned again since)";
   return {};
 }
 
@@ -216,17 +217,62 @@ namespace {
 // while its network layer still holds them: a worker would not end on SIGTERM). It answers
 // heartbeats itself, so that a long assignment or step does not read as a hung worker. The data
 // port is bound by start_stage_host alone: the front does not relay data_atom.
-stage_worker_actor::behavior_type stage_front(stage_worker_actor::pointer self, stage_host_inner inner, worker_probe probe,
+//
+// One coordinator at a time: the process (CAF node) whose hello was taken owns the worker while its
+// links are there and it is heard from (a heartbeat within owner_silence); another process's hello
+// meanwhile is refused, naming why. A coordinator whose links end, or that stops answering, leaves
+// the worker to the next. (One process may hold several links to a worker: bench's interleaved
+// pipelines.)
+struct front_state {
+  caf::node_id owner;
+  int links = 0;  // the owner's link actors that said a taken hello and are there (monitored)
+  std::chrono::steady_clock::time_point heard;
+  bool owned(const caf::strong_actor_ptr& who) const { return links > 0 && who && who->node() == owner; }
+  static inline const char* name = "hotcold-stage-front";
+};
+constexpr std::chrono::seconds owner_silence{5};
+
+stage_worker_actor::behavior_type stage_front(stage_worker_actor::stateful_pointer<front_state> self, stage_host_inner inner, worker_probe probe,
                                               std::function<uint64_t()> available) {
   self->link_to(inner);
+  self->set_down_handler([self](caf::down_msg& m) {
+    if (self->state.links > 0 && m.source.node() == self->state.owner) --self->state.links;
+  });
   return {
-      [self, inner](hello_atom a, std::string& version, std::string& file_id, std::string& client_key) {
-        return relay<std::string, std::string>(self, inner, a, std::move(version), std::move(file_id), std::move(client_key));
+      [self, inner](hello_atom a, std::string& version, std::string& file_id, std::string& client_key) -> caf::result<std::string, std::string> {
+        auto& st = self->state;
+        const caf::strong_actor_ptr from = self->current_sender();
+        const auto now = std::chrono::steady_clock::now();
+        if (st.links > 0 && from && from->node() != st.owner && now - st.heard < owner_silence)
+          return {fmt::format("this worker serves another coordinator (heard from {:.1f} s ago): stop that one, or give this one other workers",
+                              std::chrono::duration<double>(now - st.heard).count()),
+                  std::string()};
+        auto rp = self->make_response_promise<std::string, std::string>();
+        self->request(inner, caf::infinite, a, std::move(version), std::move(file_id), std::move(client_key))
+            .then(
+                [self, rp, from](std::string& why, std::string& key) mutable {
+                  auto& st = self->state;
+                  if (why.empty() && from) {  // (taken: this coordinator owns the worker now)
+                    if (from->node() != st.owner) st.owner = from->node(), st.links = 0;
+                    ++st.links;
+                    self->monitor(from);
+                    st.heard = std::chrono::steady_clock::now();
+                  }
+                  rp.deliver(std::move(why), std::move(key));
+                },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
       },
       [self, inner](assign_atom a, int64_t first, int64_t last, std::vector<int64_t>& shape, tensor_type kt, tensor_type vt, ffn_mode mode,
-                    std::string& token) { return relay<std::string>(self, inner, a, first, last, std::move(shape), kt, vt, mode, std::move(token));
+                    std::string& token) -> caf::result<std::string> {
+        if (self->state.links > 0 && !self->state.owned(self->current_sender()))
+          return std::string("this worker serves another coordinator: say hello first");
+        return relay<std::string>(self, inner, a, first, last, std::move(shape), kt, vt, mode, std::move(token));
       },
-      [](ping_atom a) { return a; },
+      [self](ping_atom a) {
+        if (self->state.owned(self->current_sender())) self->state.heard = std::chrono::steady_clock::now();
+        return a;
+      },
       [probe, available](probe_atom) -> caf::result<double, uint64_t, int64_t> {
         return {probe.read_bytes_per_second, available ? available() : uint64_t{0}, probe.threads};
       },
@@ -266,19 +312,40 @@ stage_host start_stage_host(caf::actor_system& sys, stage_host_options o, const 
     caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
     throw std::runtime_error(why);
   };
-  // The CAF port, then the data port after it (with port 0, other pairs until one has both free).
+  // Plain links: CAF on a loopback port of its own, behind the guard (what a peer that has said nothing
+  // yet can make the worker hold, bounded: 8 connections of messages up to 4 MiB).
+  uint16_t caf_port = 0;
+  if (!tls) {
+    auto bound = sys.middleman().publish(front, 0, "127.0.0.1", true);
+    if (!bound) give_up(fmt::format("cannot publish the stage on loopback: {}", sys.render(bound.error())));
+    caf_port = *bound;
+  }
+  // The stage port, then the data port after it (with port 0, other pairs until one has both free).
   for (int attempt = 0;; ++attempt) {
-    auto bound = tls ? caf::openssl::publish(front, port, host.c_str(), true) : sys.middleman().publish(front, port, host.c_str(), true);
-    if (!bound) give_up(fmt::format("the stage port {}: {}", port, port != 0 ? port_problem(host, port) : sys.render(bound.error())));
-    if (*bound == 65535) give_up(fmt::format("port {} has no port after it for the data", *bound));
+    std::shared_ptr<basp_guard> guard;
+    uint16_t stage_port = 0;
+    if (tls) {
+      auto bound = caf::openssl::publish(front, port, host.c_str(), true);
+      if (!bound) give_up(fmt::format("the stage port {}: {}", port, port != 0 ? port_problem(host, port) : sys.render(bound.error())));
+      stage_port = *bound;
+    } else {
+      try {
+        guard = std::make_shared<basp_guard>(host, port, caf_port, uint32_t{4} << 20, 8);
+      } catch (const std::runtime_error& e) {
+        give_up(fmt::format("the stage port {}: {}", port, e.what()));
+      }
+      stage_port = guard->port();
+    }
+    if (stage_port == 65535) give_up(fmt::format("port {} has no port after it for the data", stage_port));
     std::string why;
     caf::scoped_actor self{sys};
-    self->request(inner, std::chrono::seconds(30), data_atom::value, host, static_cast<uint16_t>(*bound + 1), tls)
+    self->request(inner, std::chrono::seconds(30), data_atom::value, host, static_cast<uint16_t>(stage_port + 1), tls)
         .receive([&](std::string& w) { why = std::move(w); }, [&](caf::error& e) { why = sys.render(e); });
-    if (why.empty()) return {front, *bound};
+    if (why.empty()) return {front, stage_port, std::move(guard)};
     if (port != 0 || attempt == 15) give_up(why);
     // (through the network's own actor: CAF 0.17's caf::openssl::unpublish does not compile)
-    self->request(network_actor(sys), std::chrono::seconds(5), caf::unpublish_atom::value, front.address(), *bound).receive([] {}, [](caf::error&) {});
+    if (tls)
+      self->request(network_actor(sys), std::chrono::seconds(5), caf::unpublish_atom::value, front.address(), stage_port).receive([] {}, [](caf::error&) {});
   }
 }
 

@@ -69,6 +69,10 @@ using stage_assign =
 using stage_worker_actor = caf::typed_actor<stage_hello, stage_assign, caf::replies_to<ping_atom>::with<ping_atom>,
                                             caf::replies_to<probe_atom>::with<double, uint64_t, int64_t>>;
 
+// How a worker refuses a step of an assignment it no longer runs (another coordinator's hello took it
+// while this one was silent): the coordinator reads it as the stage lost, and takes it back when it can.
+constexpr std::string_view reassigned_refusal = "a step of another assignment";
+
 // What both ends of a stage link must run alike: hotcold's version, the stage protocol's, CAF's, and
 // the floats' byte order (their bytes cross as they are in memory).
 std::string stage_version();
@@ -115,9 +119,11 @@ struct stage_host_options {
 // port after it. It reads layers on a thread of its own at each assignment and computes steps on
 // its data thread, one at a time in the order they come. std::runtime_error naming what cannot be
 // bound.
+class basp_guard;
 struct stage_host {
   stage_worker_actor actor;
-  uint16_t port = 0;  // the CAF port; the data port is the next
+  uint16_t port = 0;  // the CAF port (a plain link's: its guard's, which forwards to CAF's own); the data port is the next
+  std::shared_ptr<basp_guard> guard;  // plain links: what a peer can make the worker hold, bounded (actors/basp_guard.hpp)
 };
 stage_host start_stage_host(caf::actor_system& sys, stage_host_options o, const std::string& host, uint16_t port);
 

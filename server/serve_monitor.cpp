@@ -41,9 +41,10 @@ http_reply serve_monitor::operator()(const http_request& req) const {
   };
   if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()};
   if (path == "/api/stats") return {200, "application/json", stats_json().dump() + "\n"};
-  if (path == "/health")
-    return {200, "application/json",
-            fmt::format("{{\"status\":\"{}\",\"active\":{},\"queued\":{}}}\n", status_.stopping.load() ? "stopping" : "ok", status_.active.load(), status_.queued.load())};
+  if (path == "/health")  // (503 while a stage is lost: what balancers read as "send elsewhere")
+    return {status_.stages_down.load() > 0 ? 503 : 200, "application/json",
+            fmt::format("{{\"status\":\"{}\",\"active\":{},\"queued\":{},\"stages_down\":{}}}\n", status_.health(), status_.active.load(), status_.queued.load(),
+                        status_.stages_down.load())};
   if (path == "/" || path == "/index.html") {
     if (!number("frames", 0, 0, 1000000)) return {400, "text/plain", "frames must be a whole number 0..1000000\n"};
     return {200, "text/html; charset=utf-8", std::string(dashboard_html())};
@@ -59,7 +60,7 @@ http_reply serve_monitor::operator()(const http_request& req) const {
 
 nlohmann::json serve_monitor::stats_json() const {
   auto j = metrics_.snapshot();
-  j["status"] = status_.stopping.load() ? "stopping" : "ok";
+  j["status"] = status_.health();
   j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - status_.started).count();
   j["tokens_per_second"] = status_.tokens_per_second.load();
   j["active_sequences"] = status_.active.load();

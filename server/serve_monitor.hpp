@@ -20,6 +20,9 @@ struct serve_status {
   std::atomic<int64_t> active{0}, queued{0};  // sequences running, and waiting for a slot
   std::atomic<bool> stopping{false};
   std::atomic<double> tokens_per_second{0};   // over the last few seconds
+  std::atomic<int64_t> stages_down{0};        // stages on other hosts whose worker is lost (--workers)
+  // What health says: stopping, degraded (a stage lost: requests fail until it is back), or ok.
+  const char* health() const { return stopping.load() ? "stopping" : stages_down.load() > 0 ? "degraded" : "ok"; }
 };
 
 class serve_monitor {

@@ -108,7 +108,7 @@ class serving_loop {
       end_waiting();
       if (!stopping) start_waiting();
       metrics_.set_reply_bytes_queued(accounts_.tend());
-      status_.active = admission_.in_pipeline(), status_.queued = admission_.waiting();
+      status_.active = admission_.in_pipeline(), status_.queued = admission_.waiting(), status_.stages_down = pipe_->stats()->stages_down();
       metrics_.set_load(status_.active, status_.queued);
       if (admission_.changed()) metrics_.set_client_queues(admission_.queue().depths());
       // Tokens per second over the last few seconds (for /api/stats and the dashboard).
@@ -371,7 +371,7 @@ class serving_loop {
     else cancel(it->second);
   }
 
-  void handle(const address& to, proto::health_request& h) { send(to, proto::encode_health(h.id, status_.stopping.load() ? "stopping" : "ok", admission_.in_pipeline(), admission_.waiting())); }
+  void handle(const address& to, proto::health_request& h) { send(to, proto::encode_health(h.id, status_.health(), admission_.in_pipeline(), admission_.waiting())); }
 
   void handle(const address& to, proto::model_info_request& m) {
     const auto& hp = l_.m->hp();

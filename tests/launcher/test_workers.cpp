@@ -101,6 +101,7 @@ TEST(Workers, SequencesInMicroBatchesGiveOneProcesssText) {
     EXPECT_GT(metric(m, "hotcold_stage_hop_seconds_count{stage=\"1\",worker=\"" + wa + "\",layers=\"0-0\"}"), metric(m, "hotcold_steps_total")) << m;
     for (size_t i = 0; i < prompts.size(); ++i)
       EXPECT_EQ(got[i] + "\n", run_stdout({"run", "-m", file, "-p", prompts[i], "-n", "12", "--temp", "0", "-c", "128", "-t", "1"})) << prompts[i];
+    EXPECT_EQ(serve.stop(), 0) << serve.log();  // (a worker serves one coordinator at a time: bench is another)
     const std::string bench = run_capture(std::string(HOTCOLD_BIN) + " bench -m '" + file + "' -p 8 -n 8 -r 1 -t 1 --parallel 4 --micro-batches 1 --vs-micro-batches 2 --workers " + wa +
                                           "," + wb + " 2>&1");
     EXPECT_NE(bench.find("2 micro-batches vs 1, interleaved"), std::string::npos) << bench;
@@ -289,6 +290,55 @@ TEST(Workers, ListenAndConnectFailuresSayWhy) {
   const std::string err = run_capture(std::string(HOTCOLD_BIN) + " run -m '" + f.dense + "' -p Hello -n 2 -c 64 -t 1 --workers tcp://127.0.0.1:" +
                                       std::to_string(http_port) + " 2>&1 >/dev/null");
   EXPECT_NE(err.find("not a hotcold worker"), std::string::npos) << err;
+}
+
+// One coordinator at a time: a second one's hello is refused while the first is connected and heard
+// from; once the first has been silent 5 s (SIGSTOP) a second takes the worker; the first, back, reads
+// its stage as lost (health degraded and 503, hotcold_stage_up 0, its requests failing with the
+// reason) and takes the stage back once the second has gone. (Before, the second took the worker over
+// at once, and the first failed every later request while its health said ok, for good.)
+TEST(Workers, ASecondCoordinatorIsRefusedAndALostStageIsTakenBack) {
+  const auto& f = files();
+  server_process w({"--listen", "tcp://127.0.0.1:0", "-m", f.dense, "-t", "1"}, "worker");
+  const std::string addr = worker_address(w);
+  ASSERT_FALSE(addr.empty());
+  const std::string ep = tcp_endpoint();
+  const int http = free_port() + 1;
+  server_process a({"-m", f.dense, "-c", "256", "-t", "1", "--zmq", ep, "--http", "127.0.0.1:" + std::to_string(http), "--workers", addr});
+  wait_ready(ep, &a);
+  hotcold::clients::client c(ep, 30s);
+  const nlohmann::json request{{"prompt", "Once upon a time"}, {"n_predict", 6}, {"sampling", {{"temperature", 0}}}};
+  const std::string alone = run_stdout({"run", "-m", f.dense, "-p", "Once upon a time", "-n", "6", "--temp", "0", "-c", "256", "-t", "1"});
+  EXPECT_EQ(c.generate(request).text + "\n", alone);
+  const std::string intruder = run_capture(std::string(HOTCOLD_BIN) + " run -m '" + f.dense + "' -p Hello -n 2 -c 64 -t 1 --workers " + addr + " 2>&1 >/dev/null");
+  EXPECT_NE(intruder.find("refused: this worker serves another coordinator"), std::string::npos) << intruder;
+  EXPECT_EQ(c.generate(request).text + "\n", alone) << "the first coordinator still runs";
+
+  kill(a.pid(), SIGSTOP);
+  std::this_thread::sleep_for(6s);
+  const std::string ep2 = tcp_endpoint();
+  {
+    server_process b({"-m", f.dense, "-c", "256", "-t", "1", "--zmq", ep2, "--workers", addr});
+    wait_ready(ep2, &b);
+    hotcold::clients::client c2(ep2, 30s);
+    EXPECT_EQ(c2.generate(request).text + "\n", alone) << b.log();
+    kill(a.pid(), SIGCONT);
+    const std::string lost = first_error(c, 10s);
+    EXPECT_NE(lost.find("stage " + addr + " (layers 0-3)"), std::string::npos) << lost << "\n" << a.log();
+    const auto health = split(http_get(http, "/health"));
+    EXPECT_EQ(health.status, 503) << health.body;
+    EXPECT_NE(health.body.find("\"status\":\"degraded\""), std::string::npos) << health.body;
+    EXPECT_EQ(c.call("health")["status"], "degraded");
+    EXPECT_EQ(metric(http_get(http, "/metrics"), "hotcold_stage_up{stage=\"1\",worker=\"" + addr + "\",layers=\"0-3\"}"), 0) << http_get(http, "/metrics");
+    EXPECT_EQ(c2.generate(request).text + "\n", alone) << "the second keeps the worker while it is there";
+    EXPECT_EQ(b.stop(), 0) << b.log();
+  }
+  const auto back = first_success(c, request, 15s);
+  ASSERT_TRUE(back.has_value()) << a.log() << w.log();
+  EXPECT_EQ(*back + "\n", alone);
+  EXPECT_EQ(split(http_get(http, "/health")).status, 200);
+  EXPECT_EQ(c.call("health")["status"], "ok");
+  EXPECT_EQ(a.stop(), 0) << a.log();
 }
 
 }  // namespace

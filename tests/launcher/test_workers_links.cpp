@@ -1,5 +1,6 @@
 // Stage links beyond loopback (docs/distributed.md): TLS with certificates on both sides, and
 // workers in network namespaces of their own with a delay between them.
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -110,6 +111,70 @@ struct relay_pair {
 // coordinator linking to another host --workers-tls. Over TLS (certificates of hotcold keygen --tls
 // on both sides) the text is one process's and nothing of the protocol passes in clear, where a
 // plain link shows it; a coordinator with another authority's certificate, or none, is refused.
+// A process's resident memory in bytes (VmRSS).
+uint64_t resident_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+// Connects to port, reads what the worker sends first where it does (BASP's server handshake; TLS
+// waits for the peer), sends a BASP header announcing a 1 GiB payload; returns the socket.
+int announce_a_gib(uint16_t port, bool read_first) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET, a.sin_addr.s_addr = htonl(INADDR_LOOPBACK), a.sin_port = htons(port);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval t{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+  char first[4096];
+  if (read_first) EXPECT_GT(recv(fd, first, sizeof first, 0), 0);
+  const uint8_t header[32] = {1, 0, 0, 0, 0x40, 0, 0, 0};  // operation 1 (server handshake), payload_len 2^30 big-endian, the rest 0
+  EXPECT_EQ(send(fd, header, sizeof header, MSG_NOSIGNAL), 32);
+  return fd;
+}
+
+// What a peer that has not said who it is can make a worker hold is bounded: twenty connections, each
+// announcing a 1 GiB message after CAF's handshake, raised a plain worker from ~40 MB to ~1.1 GB a
+// connection before; now each is closed at that header and the worker stays within 64 MiB of where it
+// was, then serves a coordinator as before. Over TLS the header never reaches CAF (the peer has no
+// certificate), and the memory stays where it was too.
+TEST(Workers, APeerThatSaysNothingCannotMakeAWorkerHoldMuch) {
+  const auto& f = files();
+  const auto dir = fs::temp_directory_path() / ("hotcold-guard-tls-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  ASSERT_NE(run_capture(std::string(HOTCOLD_BIN) + " keygen --tls " + (dir / "ca").string() + " 2>&1; echo rc=$?").find("rc=0"), std::string::npos);
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "TLS" : "plain");
+    std::vector<std::string> args{"--listen", "tcp://127.0.0.1:0", "-m", f.dense, "-t", "1"};
+    if (tls) args.insert(args.end(), {"--tls", (dir / "ca").string()});
+    server_process w(args, "worker");
+    const std::string addr = worker_address(w);
+    ASSERT_FALSE(addr.empty());
+    const uint64_t before = resident_bytes(w.pid());
+    std::vector<int> fds;
+    for (int i = 0; i < 20; ++i) fds.push_back(announce_a_gib(port_of(addr), !tls));
+    std::this_thread::sleep_for(1s);
+    const uint64_t after = resident_bytes(w.pid());
+    EXPECT_LT(after, before + (uint64_t{64} << 20)) << before << " -> " << after;
+    int closed = 0;
+    for (int fd : fds) {
+      char c;
+      closed += !tls && recv(fd, &c, 1, 0) == 0;  // (over TLS the bytes are a handshake that never completes)
+      close(fd);
+    }
+    if (!tls) EXPECT_EQ(closed, 20) << "connections the worker closed";
+    // A coordinator is served as before.
+    std::vector<std::string> gen{"run", "-m", f.dense, "-p", "Once upon a time", "-n", "6", "--temp", "0", "-c", "64", "-t", "1"};
+    const std::string alone = run_stdout(gen);
+    gen.insert(gen.end(), {"--workers", addr});
+    if (tls) gen.insert(gen.end(), {"--workers-tls", (dir / "ca").string()});
+    EXPECT_EQ(run_stdout(gen), alone) << w.log();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Workers, TlsLinksAdmitOnlyTheirAuthorityAndCarryNothingInClear) {
   const auto& f = files();
   const auto dir = fs::temp_directory_path() / ("hotcold-tls-" + std::to_string(getpid()));
@@ -326,10 +391,18 @@ TEST(Workers, StagesInNetworkNamespacesWithADelay) {
   EXPECT_EQ(trips, 2 * 8);  // (8 steps: the prompt and seven tokens, through two stages)
   if (lab.delayed()) EXPECT_GE(shortest, 2000.0);  // 1 ms each way
   else std::cout << "(no netem in this kernel: the namespaces' links have no delay; shortest hop " << shortest << " us)\n";
-  // A worker gone there: the run ends naming the stage.
+  // A worker gone there: the run ends naming the stage (killed once this run's layers are assigned:
+  // the first run's assignment is in the log already).
+  auto assignments = [&] {
+    const std::string log = b.log();
+    int n = 0;
+    for (size_t at = log.find("runs layers"); at != std::string::npos; at = log.find("runs layers", at + 1)) ++n;
+    return n;
+  };
+  const int before = assignments();
   server_process run({"-m", f.dense, "-p", "Hello", "-n", "100000", "--temp", "0", "-c", "4096", "-t", "1", "--workers", workers, "--workers-tls", ca, "--split", "2,2"},
                      "run");
-  for (int i = 0; i < 600 && b.log().find("runs layers") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+  for (int i = 0; i < 600 && assignments() == before; ++i) std::this_thread::sleep_for(50ms);
   std::this_thread::sleep_for(300ms);
   kill(b.pid(), SIGKILL);
   EXPECT_EQ(run.wait_exit(10s), 1) << run.log();

@@ -76,6 +76,7 @@ TEST(Workers, StagesShowInMetricsStatsAndTraces) {
     EXPECT_NE(dom.find("<td>1.0 kB</td>"), std::string::npos);  // (1040 bytes a token)
   }
   kill(pair.b.pid(), SIGCONT);
+  EXPECT_EQ(serve.stop(), 0) << serve.log();  // (a worker serves one coordinator at a time: the run below is another)
 
   const std::string trace = (fs::temp_directory_path() / ("hotcold-stage-trace-" + std::to_string(getpid()) + ".json")).string();
   const std::string one = run_capture(std::string(HOTCOLD_BIN) + " run -m '" + f.dense + "' -p 'Once upon a time' -n 4 -c 64 -t 1 --workers " + wa + "," + wb +
