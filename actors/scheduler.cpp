@@ -441,7 +441,7 @@ void schedule(scheduler_ptr self) {
     sequence& s = st.seqs.at(id);
     if (s.prompt_done()) add(s, 1, false, true), ++decoding;
   }
-  int64_t budget = inference_context::max_batch - decoding;
+  int64_t budget = std::min(inference_context::max_batch - decoding, st.p->ctx->batch());  // (-ub: prompt tokens a step)
   if (decoding > 0) budget = std::min(budget, st.prefill_chunk);
   for (int64_t id : candidates) {
     sequence& s = st.seqs.at(id);

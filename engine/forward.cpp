@@ -241,8 +241,8 @@ std::vector<float> inference_context::hidden_states(std::span<const token_id> to
     if (t < 0 || t >= hp.n_vocab) throw std::out_of_range(fmt::format("token id {} is outside the vocabulary", t));
   std::vector<float> out(static_cast<size_t>(n * d));
   std::vector<int64_t> seqs(static_cast<size_t>(max_batch), 0), positions(static_cast<size_t>(max_batch)), rows;
-  for (int64_t s = 0; s < n; s += max_batch) {
-    const int64_t m = std::min(max_batch, n - s);
+  for (int64_t s = 0; s < n; s += batch_) {
+    const int64_t m = std::min(batch_, n - s);
     for (int64_t t = 0; t < m; ++t) positions[static_cast<size_t>(t)] = s + t;
     step_state& B = b_;
     begin(B, m, seqs.data(), positions.data());
@@ -271,8 +271,8 @@ std::span<const float> inference_context::run_batches(std::span<const token_id> 
   for (token_id t : tokens)
     if (t < 0 || t >= hp.n_vocab) throw std::out_of_range(fmt::format("token id {} is outside the vocabulary", t));
   if (all_logits) batch_logits_.resize(static_cast<size_t>(n * hp.n_vocab));
-  for (int64_t s = 0; s < n; s += max_batch) {
-    const int64_t m = std::min(max_batch, n - s);
+  for (int64_t s = 0; s < n; s += batch_) {
+    const int64_t m = std::min(batch_, n - s);
     float* out = all_logits ? batch_logits_.data() + s * hp.n_vocab : logits_.data();
     run_batch(tokens.subspan(static_cast<size_t>(s), static_cast<size_t>(m)), seqs.data() + s, positions.data() + s, all_logits, may_go_dense, out);
   }

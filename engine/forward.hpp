@@ -5,6 +5,7 @@
 // every architecture, where one token is a batch of one; split across the context's threads where the
 // work is a loop over rows, neurons or heads. model/reference.hpp is the readable oracle it is tested
 // against.
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <vector>
@@ -118,6 +119,10 @@ class inference_context {
   void apply(std::span<const cache_op> ops);
 
   int64_t n_ctx() const { return kv_.n_ctx(); }
+  // Prompt tokens a step takes at most (llama.cpp's -ub; 1..max_batch, default max_batch): forward_batch's
+  // batches, and the actor pipeline's prompt chunks.
+  int64_t batch() const { return batch_; }
+  void set_batch(int64_t n) { batch_ = std::clamp<int64_t>(n, 1, max_batch); }
   int64_t n_seq() const { return kv_.n_seq(); }
   kv_types cache_types() const { return kv_.types(); }
   const model& get_model() const { return *env_.m; }
@@ -125,6 +130,7 @@ class inference_context {
   thread_pool& pool() { return pool_; }
 
  private:
+  int64_t batch_ = max_batch;
   // A step of n tokens: B's buffers sized, its slots and positions, the step's number.
   void begin(step_state& B, int64_t n, const int64_t* seqs, const int64_t* positions);
   void embed(step_state& B, std::span<const token_id> tokens);

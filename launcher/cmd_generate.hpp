@@ -27,8 +27,13 @@ struct sampling_args {
 struct run_args {
   model_args m;
   sampling_args s;
-  std::string prompt;
+  std::string prompt;  // -p (-: stdin), or the text of -f's file
+  std::string file;
   std::string pipeline = "actors";
+  // llama.cpp's conversation mode (-cnv, -i, -sys): run becomes chat, with -sys (or, as llama-cli read
+  // it, -p) as the system message.
+  bool conversation = false;
+  std::string system, chat_template;
 };
 
 struct eval_args {

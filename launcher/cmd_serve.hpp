@@ -14,6 +14,8 @@ struct serve_args {
   server::server_options s;
   grammar_args grammar;  // the grammar of requests that name none (s.grammar, read and checked)
   int64_t parallel = 4;  // sequences generated at once (KV slots)
+  std::string host;      // llama-server's --host and --port: the HTTP side (s.http)
+  int port = 0;
 };
 
 // Serves until SIGINT or SIGTERM.

@@ -1,4 +1,6 @@
 #include "launcher/model_options.hpp"
+
+#include "launcher/llama_habits.hpp"
 #include "launcher/option_checks.hpp"
 
 #include <chrono>
@@ -104,8 +106,15 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   dopt.kind = a.workers.empty() ? a.device : "cpu";
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
   dopt.sim_kernels = a.sim_kernels;
+  auto dev = loader::choose_device(*m, dopt, o.log);
+  if (!dev || dev->kind() == devices::device_kind::cpu) {  // no hot device: llama.cpp's -ngl 99 habit runs on the CPU, said once
+    if (o.n_gpu_layers >= 0) o.log(fmt::format("hotcold: warning: -ngl {}: no GPU here (--device {}); every layer runs on the CPU", o.n_gpu_layers, a.device));
+    if (o.n_cpu_moe >= 0 && hp.moe()) o.log("hotcold: --cpu-moe / --n-cpu-moe: no GPU here; every expert is on the CPU already");
+    o.n_gpu_layers = -1;
+    if (hp.moe()) o.n_cpu_moe = -1;
+  }
   loaded l;
-  static_cast<loader::opened_model&>(l) = loader::open_for_running(m, loader::choose_device(*m, dopt, o.log), o);
+  static_cast<loader::opened_model&>(l) = loader::open_for_running(m, std::move(dev), o);
   // auto: a spinning wait holds a core, which the cold pool needs when its threads take every one
   // (measured in docs/gpu.md: block 1.30x spin there, 0.96x where a core is left); else spin.
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -114,6 +123,9 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
                                                         : devices::device_wait::spin);
   if (l.dev && l.dev->kind() != devices::device_kind::cpu)
     o.log(fmt::format("hotcold: threads wait for {} by {} (--device-wait)", l.dev->name(), devices::device_wait_name(devices::current_device_wait())));
+  if (a.batch > 0 || a.ubatch > 0)  // (llama.cpp's -b and -ub: the smaller bounds a step's prompt tokens)
+    l.ctx->set_batch(std::min(a.batch > 0 ? a.batch : inference_context::max_batch, a.ubatch > 0 ? a.ubatch : inference_context::max_batch));
+  apply_llama_flags(a);
   l.trace_path = a.trace_out;
   l.prefix_store_bytes = prefix_store_bytes(a.cache_ram_mib);
   l.context_shift = a.context_shift, l.keep = a.keep;

@@ -49,6 +49,11 @@ struct model_args {
   std::vector<std::string> workers;           // --workers tcp://H1:P1,...: the layers on these stage hosts (docs/distributed.md)
   std::vector<std::string> split = {"auto"};  // --split N1,N2,... or auto
   std::string workers_tls;                    // --workers-tls DIR: TLS links with this folder's certificates (hotcold keygen --tls)
+  // llama.cpp's (launcher/llama_habits.hpp): --mlock; -b and -ub, prompt tokens a step (0: the most,
+  // 256); -fa's value (on, off, auto; "" not given).
+  bool mlock = false;
+  int64_t batch = 0, ubatch = 0;
+  std::string flash_attn;
 };
 
 

@@ -1,7 +1,9 @@
 // Every command's options, in one place: what `hotcold --help` lists. Each command's callback hands
 // its options to the command's body (run_bench, run_text, ...: the cmd_*.hpp headers), which a test
-// can call as well. CLI11 is used here and nowhere else in the launcher (it is header-only, and each
-// file that builds a CLI::App compiles much of it again).
+// can call as well. CLI11 is used here and in llama_habits.cpp (llama.cpp's flags) alone (it is
+// header-only, and each file that builds a CLI::App compiles much of it again).
+#include <iterator>
+#include <iostream>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -19,6 +21,7 @@
 #include "launcher/cmd_generate.hpp"
 #include "launcher/cmd_inspect.hpp"
 #include "launcher/cmd_plan.hpp"
+#include "launcher/llama_habits.hpp"
 #include "launcher/option_checks.hpp"
 #include "launcher/cmd_replay.hpp"
 #include "launcher/cmd_serve.hpp"
@@ -79,7 +82,7 @@ CLI::Validator whole_in(long long lo, long long hi) {
 }
 
 // The KV cache's types, as llama.cpp's flags (-ctk and -ctv are rewritten to these before parsing:
-// short_spellings).
+// llama_spellings).
 // unset: what no flag means.
 void add_cache_type_options(CLI::App* cmd, std::string& k, std::string& v, const std::string& unset = "f16, llama.cpp's default") {
   const auto types = CLI::IsMember({"f16", "f32", "q8_0", "q4_0"});
@@ -98,14 +101,22 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   if (model_required) opt->required();
   cmd->add_option("-t,--threads", m.threads, "CPU worker threads (default, or 0 or less: all hardware threads; with --device sim, one fewer)")
       ->check(thread_count());
-  cmd->add_option("-c,--ctx", m.ctx, "Context length (default, or 0: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
+  cmd->add_option("-c,--ctx,--ctx-size", m.ctx, "Context length (default, or 0: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
   cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
-  cmd->add_option("--device", m.device, "Hot device: auto, cpu, sim (a CPU-backed stand-in for a GPU), cuda, hip")
+  cmd->add_option("--device", m.device, "Hot device: auto, cpu, sim (a CPU-backed stand-in for a GPU), cuda, hip (-dev: llama.cpp's none, CUDA0, ROCm0 too)")
+      ->transform([](std::string v) {  // (llama.cpp's device names)
+        if (v == "none") return std::string("cpu");
+        if (v.rfind("CUDA", 0) == 0) return std::string("cuda");
+        if (v.rfind("ROCm", 0) == 0 || v.rfind("HIP", 0) == 0) return std::string("hip");
+        return v;
+      })
       ->check(CLI::IsMember({"auto", "cpu", "sim", "cuda", "hip"}))
       ->capture_default_str();
   cmd->add_option("--vram-budget", m.vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")
       ->check(finite_in(0, 1 << 20));
-  cmd->add_option("--n-gpu-layers", m.n_gpu_layers, "Dense files: layers the hot device holds whole, front to back (default: as many as fit its budget)")
+  cmd->add_option("--n-gpu-layers,--gpu-layers", m.n_gpu_layers,
+                  "-ngl: dense files: layers the hot device holds whole, front to back (default: as many as fit its budget; without a GPU, "
+                  "a warning and a run on the CPU, as llama.cpp does)")
       ->check(whole_in(0, 1 << 20));
   cmd->add_option("--n-cpu-moe", m.n_cpu_moe,
                   "A mixture of experts on a device: keep the experts of the first N layers on the CPU and every other layer's on the device, as "
@@ -140,6 +151,7 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   cmd->add_option("--trace-out", m.trace_out, "Write a Chrome trace-event JSON of where each step's time went (docs/traces.md)");
   cmd->add_option("--mode", m.mode, "dense: every FFN neuron; sparse: the neurons the predictors choose (default: sparse when the file has predictors)")
       ->check(CLI::IsMember({"dense", "sparse"}));
+  add_llama_model_options(cmd, m);
 }
 
 // `reference` is kept as another name for `direct` (scripts of before it was named so): "reference"
@@ -237,12 +249,25 @@ void add_run_command(CLI::App& app, int& exit_code) {
   add_model_options(cmd, a->m, false);
   add_pipeline_option(cmd, a->pipeline);
   add_worker_options(cmd, a->m);
-  cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  auto* p = cmd->add_option("-p,--prompt", a->prompt, "Prompt text (-: read it from stdin)");
+  auto* f = cmd->add_option("-f,--file", a->file, "A file whose text is the prompt")->excludes(p);
   add_sampling_options(cmd, a->s);
   add_grammar_options(cmd, a->s.grammar, "the whole text");
   add_context_shift_options(cmd, a->m);
-  cmd->callback([a, cmd, &exit_code] {
+  cmd->add_flag("-i,--interactive,--conversation", a->conversation,
+                "-cnv: llama-cli's conversation mode: a chat (hotcold chat), with --system-prompt (or -p) as its system message");
+  cmd->add_flag_function("--no-conversation", [](int64_t) {}, "-no-cnv: llama-cli's; run never converses");
+  cmd->add_option("--system-prompt", a->system, "-sys: a system message, in conversation mode (implies it, as llama-cli's)");
+  cmd->add_option("--chat-template", a->chat_template, "In conversation mode: the chat template family instead of the model's own");
+  cmd->callback([a, cmd, p, f, &exit_code] {
     exit_code = run_guarded("run", [&] {
+      if (a->conversation || !a->system.empty()) {  // llama-cli -cnv: a chat
+        chat_args c{a->m, a->s, a->chat_template, a->system.empty() ? a->prompt : a->system};
+        return run_chat(std::move(c));
+      }
+      if (p->count() + f->count() == 0) throw std::invalid_argument("give the prompt: -p TEXT, -p - (stdin) or -f FILE");
+      if (f->count() > 0) a->prompt = read_text_file(a->file);
+      else if (a->prompt == "-") a->prompt = std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
       pipeline_for_workers(a->m, a->pipeline, cmd->count("--pipeline") > 0);
       run_text(*a);
     });
@@ -309,7 +334,9 @@ void add_chat_command(CLI::App& app, int& exit_code) {
   add_grammar_options(cmd, a->s.grammar, "each reply");
   add_context_shift_options(cmd, a->m);
   cmd->add_option("--chat-template", a->chat_template, "Chat template family instead of the model's own (" + chat_template::names() + ")");
-  cmd->add_option("--system", a->system, "A system message to start the conversation with");
+  cmd->add_option("--system,--system-prompt", a->system, "-sys: a system message to start the conversation with");
+  cmd->add_flag_function("-i,--interactive,--conversation", [](int64_t) {}, "-cnv: llama-cli's conversation mode, which chat always is");
+  cmd->add_flag_function("--jinja", [](int64_t) {}, "llama.cpp's: hotcold writes each family's template as its Jinja does (docs/chat-templates.md)");
   cmd->callback([a, cmd, &exit_code] {
     exit_code = run_guarded("chat", [&] { run_chat(*a); });
   });
@@ -419,7 +446,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "A key the OpenAI-style API (/v1/*) requires as `Authorization: Bearer KEY` (16+ characters; may be repeated)");
   cmd->add_option("--api-key-file", a->s.api_key_file, "File of more such keys, one per line");
   cmd->add_option("--chat-template", a->s.chat_template, "Chat template family for /v1/chat/completions instead of the model's own (" + chat_template::names() + ")");
-  cmd->add_option("--alias", a->s.alias, "The model's id in /v1/models and requests (default: its file's name)");
+  cmd->add_option("-a,--alias", a->s.alias, "The model's id in /v1/models and requests (default: its file's name)");
+  auto* host = cmd->add_option("--host", a->host, "llama-server's: the HTTP side's address (with --port: --http HOST:PORT; default 127.0.0.1)");
+  auto* port = cmd->add_option("--port", a->port, "llama-server's: the HTTP side's port (--http 127.0.0.1:PORT, or --host's)")->check(CLI::Range(1, 65535));
+  cmd->add_flag_function("--cont-batching", [](int64_t) {}, "-cb: llama-server's; hotcold always batches continuously");
+  cmd->add_flag_function("--jinja", [](int64_t) {}, "llama-server's: hotcold writes each family's template as its Jinja does (docs/chat-templates.md)");
   cmd->add_option("--allowed-hosts", a->s.allowed_hosts,
                   "Host names (HOST or HOST:PORT, comma-separated) served besides localhost and loopback addresses on what no key guards: "
                   "a web page that rebinds its own name to this machine is refused (docs/openai-api.md, \"Browsers\")");
@@ -447,7 +478,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--record", a->s.record, "Append one JSON line per finished generate: arrival, request, TTFT, inter-token gaps, end-to-end (for hotcold replay)");
   cmd->add_option("--curve-key", a->s.curve_key, "The server's CURVE key pair (hotcold keygen -o NAME writes NAME.key): encrypt and authenticate");
   cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");
-  cmd->callback([a, zmq, &exit_code] {
+  cmd->callback([a, zmq, host, port, &exit_code] {
+    if (host->count() + port->count() > 0) {  // llama-server's --host/--port: the HTTP side
+      if (!a->s.http.empty()) return void(exit_code = run_guarded("serve", [] { throw std::invalid_argument("--http, or --host and --port: give one"); }));
+      a->s.http = fmt::format("{}:{}", a->host.empty() ? "127.0.0.1" : a->host, port->count() > 0 ? a->port : 8080);
+    }
     if (zmq->count() == 0 && !a->s.http.empty()) a->s.endpoint.clear();  // (HTTP alone: no ZeroMQ port opened unasked)
     exit_code = run_guarded("serve", [&] { run_serve(*a); });
   });
@@ -793,7 +828,7 @@ int run_command_line(int argc, char** argv) {
   add_replay_command(app, exit_code);
   add_plan_command(app, exit_code);
   add_worker_command(app, exit_code);
-  std::vector<std::string> args = short_spellings(argc, argv);
+  std::vector<std::string> args = llama_spellings(argc, argv);
   std::vector<char*> arg_ptrs;
   for (auto& s : args) arg_ptrs.push_back(s.data());
   try {
@@ -805,7 +840,8 @@ int run_command_line(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "hotcold: {}\nRun with --help for usage.\n", e.what());
+    const std::string hint = suggestion(app, args, e);
+    fmt::print(stderr, "hotcold: {}\nRun with --help for usage.\n", hint.empty() ? std::string(e.what()) : hint);
     return exit_bad_input;
   }
   return exit_code;

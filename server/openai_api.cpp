@@ -451,10 +451,9 @@ http_reply openai_api::operator()(const http_request& req) const {
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded()) return error(400, "the body is not valid JSON", "invalid_request_error", "invalid_json");
     if (!body.is_object()) return error(400, "the body must be a JSON object", "invalid_request_error", "invalid_json");
-    const json* model = field(body, "model");
-    if (!model) return error(400, "'model' is required (GET /v1/models lists it)", "invalid_request_error", "missing_required_parameter", "model");
-    if (!model->is_string()) return error(400, "'model' must be a string", "invalid_request_error", "invalid_value", "model");
-    const std::string name = model->get<std::string>();
+    const json* model = field(body, "model");  // (absent: the one model served, as llama-server takes it)
+    if (model && !model->is_string()) return error(400, "'model' must be a string", "invalid_request_error", "invalid_value", "model");
+    const std::string name = model ? model->get<std::string>() : s.model_id;
     if (name != s.model_id && name != s.model_path)
       return error(404, fmt::format("The model '{}' does not exist; this server has '{}'", name, s.model_id), "invalid_request_error", "model_not_found", "model");
     http_reply r;

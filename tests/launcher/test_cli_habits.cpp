@@ -2,6 +2,8 @@
 // command-line defects a hostile probe found: each a case that failed before.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,71 @@ TEST(CliHabits, SeedMinusOneIsRandomAndTooLargeIsRefused) {
     EXPECT_EQ(r.code, 2) << bad;
     EXPECT_NE(r.err.find(std::string("--seed: '") + bad + "' is not a seed"), std::string::npos) << r.err;
   }
+}
+
+// The command lines of docs/for-llama-cpp-users.md that run a model here, as a llama.cpp user types
+// them: the same text as hotcold's own spelling. -ngl without a GPU warns and runs on the CPU (it was
+// read as "-n gl", then refused); -f FILE and -p - (stdin) give the prompt; -b/-ub/--no-mmap/--mlock/
+// -fa/-ctk/-ctv/-dev/-ot are taken; -cnv and -sys make run a chat.
+TEST(CliHabits, LlamaCppCommandLinesRunAsTheyExpect) {
+  const std::string m = small_model(), prompt = "Once upon a time";
+  auto text = [&](std::vector<std::string> extra, const std::string& env = "") {
+    std::vector<std::string> a{"run", "-m", m, "-n", "8", "--temp", "0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a, env);
+  };
+  const auto base = text({"-p", prompt});
+  ASSERT_EQ(base.code, 0) << base.err;
+  ASSERT_FALSE(base.out.empty());
+  const auto ngl = text({"-ngl", "99", "-c", "256", "-p", prompt});
+  EXPECT_EQ(ngl.code, 0) << ngl.err;
+  EXPECT_EQ(ngl.out, base.out);
+  EXPECT_NE(ngl.err.find("warning: -ngl 99: no GPU here"), std::string::npos) << ngl.err;
+  const std::string file = (std::filesystem::temp_directory_path() / ("hotcold-habits-" + std::to_string(getpid()) + ".txt")).string();
+  std::ofstream(file) << prompt;
+  EXPECT_EQ(text({"-f", file}).out, base.out);
+  EXPECT_EQ(text({"-p", "-"}, "printf 'Once upon a time' |").out, base.out);
+  std::filesystem::remove(file);
+  for (const auto& flags : {std::vector<std::string>{"-b", "512", "-ub", "512", "--no-mmap", "--mlock", "-t", "2"},
+                            {"-fa", "on", "-ctk", "f16", "-ctv", "f16"}, {"-dev", "none", "--ctx-size", "128"}, {"--seed", "-1"}}) {
+    auto with = flags;
+    with.insert(with.end(), {"-p", prompt});
+    const auto r = text(with);
+    EXPECT_EQ(r.code, 0) << flags[0] << ": " << r.err;
+    EXPECT_EQ(r.out, base.out) << flags[0];
+  }
+  const auto small_steps = text({"-ub", "2", "-p", prompt});  // (a prompt in steps of 2 tokens: the same text)
+  EXPECT_EQ(small_steps.out, base.out) << small_steps.err;
+  const auto fa_off = text({"-fa", "off", "-p", prompt});
+  EXPECT_NE(fa_off.err.find("-fa off: hotcold's attention is always the fused kind"), std::string::npos) << fa_off.err;
+  // Conversation mode: a chat, its system message from -sys (or -p, as llama-cli read it).
+  const auto cnv = text({"-cnv", "--chat-template", "llama2", "-p", "Be brief."}, "printf 'Hi\\n' |");
+  EXPECT_EQ(cnv.code, 0) << cnv.err;
+  EXPECT_NE(cnv.err.find("llama2 template"), std::string::npos) << cnv.err;
+  const auto chat = run({"chat", "-m", m, "-n", "8", "--temp", "0", "--chat-template", "llama2", "--system", "Be brief."}, "printf 'Hi\\n' |");
+  EXPECT_EQ(cnv.out, chat.out);
+  EXPECT_EQ(text({"-sys", "Be brief.", "--chat-template", "llama2"}, "printf 'Hi\\n' |").out, chat.out);
+  EXPECT_EQ(run({"tokenize", "-m", llama, "-p", "Hello world"}).out, "15043 3186\n");
+}
+
+// What is not hotcold's is said by name, with the nearest it knows: a misspelt flag or command, a
+// tensor override it cannot place, a download.
+TEST(CliHabits, UnknownNamesGetTheNearestKnownOne) {
+  const auto flag = run({"run", "-m", small_model(), "-p", "x", "--tmep", "0"});
+  EXPECT_EQ(flag.code, 2);
+  EXPECT_NE(flag.err.find("--tmep: did you mean --temp?"), std::string::npos) << flag.err;
+  const auto command = run({"serv"});
+  EXPECT_EQ(command.code, 2);
+  EXPECT_NE(command.err.find("unknown command 'serv': did you mean 'hotcold serve'?"), std::string::npos) << command.err;
+  const auto ot = run({"run", "-m", small_model(), "-p", "x", "-ot", "blk\\.1\\.attn.*=CUDA0"});
+  EXPECT_EQ(ot.code, 2);
+  EXPECT_NE(ot.err.find("--override-tensor: 'blk\\.1\\.attn.*=CUDA0': hotcold places tensors by its own plan"), std::string::npos) << ot.err;
+  const auto hf = run({"run", "-hf", "someone/model-GGUF", "-p", "x"});
+  EXPECT_EQ(hf.code, 2);
+  EXPECT_NE(hf.err.find("hotcold does not download models"), std::string::npos) << hf.err;
+  const auto none = run({"run", "-m", small_model(), "-n", "2"});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("give the prompt: -p TEXT, -p - (stdin) or -f FILE"), std::string::npos) << none.err;
 }
 
 }  // namespace

@@ -374,7 +374,8 @@ TEST(OpenAI, CurlStreamsAndErrorsAreTheAPIs) {
                "messages[0].role");
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", model_id}, {"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}}.dump()),
                400, "invalid_value", "messages");  // llama2 turns must alternate
-  expect_error(post(s.port, "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "a"}}}}}.dump()), 400, "missing_required_parameter", "model");
+  EXPECT_EQ(post(s.port, "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "a"}}}}, {"max_tokens", 2}}.dump()).status, 200);  // (no model: the one served, as llama-server takes it)
+  expect_error(post(s.port, "/v1/chat/completions", json{{"model", 7}, {"messages", {{{"role", "user"}, {"content", "a"}}}}}.dump()), 400, "invalid_value", "model");
   expect_error(post(s.port, "/v1/chat/completions", json{{"model", "gpt-4o"}, {"messages", {{{"role", "user"}, {"content", "a"}}}}}.dump()), 404, "model_not_found");
   expect_error(post(s.port, "/v1/embeddings", json{{"model", model_id}, {"input", "x"}}.dump()), 501, "not_implemented");  // (no --embeddings)
   expect_error(split(http_get(s.port, "/v1/completions", "Authorization: Bearer " + key + "\r\n")), 405, "method_not_allowed");
@@ -908,6 +909,33 @@ TEST(OpenAI, AFailedGenerationSaysWhy) {
   EXPECT_NE(streamed.find("logit of nan"), std::string::npos) << streamed;
   EXPECT_EQ(json::parse(split(http_get(s.port, "/health")).body)["status"], "ok");
   EXPECT_EQ(s.process.stop(), 0) << s.process.log();
+}
+
+// llama-server's command lines (docs/for-llama-cpp-users.md) serve as their users expect: --port (and
+// --host) is the HTTP side, with no ZeroMQ port opened unasked; -ngl without a GPU warns and serves on
+// the CPU; -fa, -ctk, -ctv, -np, -cb, --jinja are taken; --host with --http is refused by name.
+TEST(OpenAI, LlamaServerCommandLinesServe) {
+  for (const auto& extra : {std::vector<std::string>{}, {"-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-c", "1024", "-np", "2", "-cb", "--jinja"}}) {
+    const int port = free_port();
+    std::vector<std::string> args{"--port", std::to_string(port), "-t", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    server_process s(args);
+    for (int i = 0; i < 200 && s.log().find("listening on http://127.0.0.1:" + std::to_string(port)) == std::string::npos && !s.ended(); ++i)
+      std::this_thread::sleep_for(50ms);
+    ASSERT_NE(s.log().find("listening on http://127.0.0.1:" + std::to_string(port)), std::string::npos) << s.log();
+    EXPECT_EQ(split(http_get(port, "/health")).status, 200);
+    const auto r = split(http_request(port, "POST", "/v1/completions", "Content-Type: application/json\r\n",
+                                      json{{"prompt", "Once"}, {"max_tokens", 3}, {"temperature", 0}}.dump()));
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (!extra.empty()) {
+      EXPECT_NE(s.log().find("warning: -ngl 99: no GPU here"), std::string::npos) << s.log();
+    }
+    EXPECT_EQ(s.log().find("tcp://127.0.0.1:5555"), std::string::npos) << s.log();
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  }
+  server_process both({"--port", std::to_string(free_port()), "--http", "127.0.0.1:" + std::to_string(free_port())});
+  EXPECT_EQ(both.wait_exit(10s), 2);
+  EXPECT_NE(both.log().find("--http, or --host and --port: give one"), std::string::npos) << both.log();
 }
 
 }  // namespace
