@@ -1,6 +1,5 @@
 // hotcold run and hotcold chat: text after a prompt, and a conversation; and the options of run,
 // eval, perplexity and chat.
-#include <editline/readline.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +13,7 @@
 #include "actors/pipeline.hpp"
 #include "launcher/cmd_generate.hpp"
 #include "launcher/commands.hpp"
+#include "launcher/direct_generation.hpp"
 #include "launcher/option_checks.hpp"
 #include "model/chat_template.hpp"
 #include "model/grammar.hpp"
@@ -60,47 +60,23 @@ void finalize_sampling(sampling_args& s) {
   }
 }
 
-namespace {
-
 void write_piece(const std::string& piece) {
   std::fwrite(piece.data(), 1, piece.size(), stdout);
   std::fflush(stdout);
 }
 
-// Feeds `tokens` from position `pos`, returns the logits after the last one.
 std::span<const float> feed(inference_context& ctx, const std::vector<token_id>& tokens, int64_t& pos) {
   auto logits = ctx.forward_batch(tokens, pos);
   pos += static_cast<int64_t>(tokens.size());
   return logits;
 }
 
-// The context shift of the direct path (--context-shift): what it keeps of the prompt, and what the
-// shifts so far dropped — the tokens kept .. kept + dropped - 1 of those written (every shift keeps
-// the same first positions).
-struct shift_rule {
-  bool on = false;
-  int64_t keep = 0, prompt_tokens = 0;
-  bool bos_first = false;
-  int64_t kept = 0, dropped = 0;
-  // Shifts slot 0 of ctx, which holds pos positions (pos lowered); false when nothing is left to drop.
-  bool make(inference_context& ctx, int64_t& pos) {
-    const cache_op op = context_shift(0, pos, ctx.n_ctx(), keep, prompt_tokens, bos_first);
-    if (op.count < 1) return false;
-    ctx.apply(std::span(&op, 1));
-    pos -= op.count;
-    kept = op.pos, dropped += op.count;
-    return true;
-  }
-};
-
-// Generates up to n tokens after `logits`, streaming their text; returns how many were generated
-// (their ids appended to `out` when given). A full context ends it (said on stderr), or with
-// shift.on is shifted and it goes on.
 int generate(inference_context& ctx, sampler& smp, std::span<const float> logits, int64_t& pos, int n, shift_rule& shift,
-             std::vector<token_id>* out = nullptr) {
+             std::vector<token_id>* out, const std::atomic<bool>* stop) {
   const vocab& v = ctx.get_model().vocabulary();
   int produced = 0;
   while (produced < n && (pos < ctx.n_ctx() || shift.on)) {
+    if (stop && stop->load()) return produced;  // (chat's Ctrl-C: the reply so far)
     token_id next;
     {
       trace_scope span(ctx.trace(), step_part::sample, ctx.steps() - 1, ctx.get_model().hp().n_layer);
@@ -117,6 +93,8 @@ int generate(inference_context& ctx, sampler& smp, std::span<const float> logits
   if (produced < n) fmt::print(stderr, "\nhotcold: the context is full ({} tokens){}\n", ctx.n_ctx(), shift.on ? "" : "; --context-shift goes on past it");
   return produced;
 }
+
+namespace {
 
 // Prints each token's text as the pipeline streams it; returns the request's end.
 actors::done_event stream_until_done(actors::pipeline& p, const vocab& v) {
@@ -176,74 +154,6 @@ void run_text(run_args a) {
   check_fits(static_cast<int64_t>(tokens.size()), l.ctx->n_ctx());
   if (a.pipeline == "actors") run_on_actors(l, a, tokens);
   else run_direct(l, a, tokens);
-  l.finish();
-}
-
-namespace {
-// What a chat holds: the conversation, its tokens as the template wrote them (`written`: each turn the
-// whole conversation is written again and only what differs from them is computed — the new user
-// turn, and whatever the template writes around the last reply), and with --context-shift the written
-// tokens the shifts dropped (shift_rule): a turn computes from where it differs, that many positions
-// lower in the cache.
-struct chat_state {
-  std::vector<chat_message> conversation;
-  std::vector<token_id> written;
-  shift_rule shift;
-};
-
-// A chat turn's computation: its new tokens from pos, the reply (shifting as generate needs), the
-// conversation and what was written brought up to date.
-void reply_to(loaded& l, const chat_args& a, sampler& smp, const std::vector<token_id>& fresh, int64_t pos, const std::vector<token_id>& tokens,
-              chat_state& c) {
-  auto logits = feed(*l.ctx, fresh, pos);
-  std::vector<token_id> reply;
-  generate(*l.ctx, smp, logits, pos, static_cast<int>(tokens_to_generate(a.s.n_predict, l.ctx->n_ctx(), pos, c.shift.on)), c.shift, &reply);
-  c.written = tokens;
-  c.written.insert(c.written.end(), reply.begin(), reply.end());
-  c.conversation.push_back({"assistant", l.m->vocabulary().detokenize(reply)});
-  fmt::print("\n");
-}
-}  // namespace
-
-void run_chat(chat_args a) {
-  finalize_sampling(a.s);
-  auto l = load(a.m);
-  const vocab& v = l.m->vocabulary();
-  std::string note;
-  const chat_template tmpl = chat_template::choose(l.m->chat_template_text(), a.chat_template, &note);
-  if (!note.empty()) fmt::print(stderr, "hotcold chat: {}\n", note);
-  sampler smp(a.s.p);
-  // With a grammar, each reply follows it from its start.
-  const auto rules = a.s.p.grammar.empty() ? nullptr : std::make_shared<const grammar>(grammar::parse(a.s.p.grammar));
-  chat_state c;
-  if (!a.system.empty()) c.conversation.push_back({"system", a.system});
-  const token_id bos = v.bos();
-  c.shift = shift_rule{l.context_shift, l.keep, 0, false};
-  fmt::print(stderr, "hotcold chat: {} template; type a line and press Enter; Ctrl-D ends.\n", tmpl.name());
-  for (;;) {
-    char* line = readline("> ");
-    if (!line) break;
-    std::string text = line;
-    std::free(line);
-    if (!text.empty()) add_history(text.c_str());
-    c.conversation.push_back({"user", text});
-    const std::vector<token_id> tokens = tmpl.tokenize(v, c.conversation, true);
-    if (c.written.empty()) c.shift.prompt_tokens = static_cast<int64_t>(tokens.size()), c.shift.bos_first = bos >= 0 && tokens.front() == bos;
-    // (At least the last token is computed again: its logits start the reply.)
-    size_t same = std::min<size_t>(std::mismatch(c.written.begin(), c.written.end(), tokens.begin(), tokens.end()).first - c.written.begin(), tokens.size() - 1);
-    if (c.shift.dropped > 0 && static_cast<int64_t>(same) < c.shift.kept + c.shift.dropped) same = 0, c.shift.dropped = 0;  // (it differs where the cache dropped it: all again)
-    int64_t pos = static_cast<int64_t>(same) - c.shift.dropped;
-    const std::vector<token_id> fresh(tokens.begin() + static_cast<std::ptrdiff_t>(same), tokens.end());
-    while (c.shift.on && pos + static_cast<int64_t>(fresh.size()) >= l.ctx->n_ctx())  // room for the turn first
-      if (!c.shift.make(*l.ctx, pos)) break;
-    if (pos + static_cast<int64_t>(fresh.size()) >= l.ctx->n_ctx()) {
-      fmt::print(stderr, "hotcold chat: the context is full ({} tokens){}\n", l.ctx->n_ctx(), c.shift.on ? "" : "; start a new chat, or --context-shift");
-      break;
-    }
-    for (token_id t : fresh) smp.accept(t);
-    if (rules) smp.constrain(std::make_shared<token_grammar>(rules, l.m->grammar_tokens()));
-    reply_to(l, a, smp, fresh, pos, tokens, c);
-  }
   l.finish();
 }
 

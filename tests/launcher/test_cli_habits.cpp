@@ -1,13 +1,23 @@
 // A llama.cpp user's habits at the `hotcold` command line (docs/for-llama-cpp-users.md), and the
 // command-line defects a hostile probe found: each a case that failed before.
-#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 #include "tests/launcher/cli_run.hpp"
+
+extern char** environ;
 
 namespace hotcold::test {
 namespace {
@@ -98,6 +108,80 @@ TEST(CliHabits, UnknownNamesGetTheNearestKnownOne) {
   const auto none = run({"run", "-m", small_model(), "-n", "2"});
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.err.find("give the prompt: -p TEXT, -p - (stdin) or -f FILE"), std::string::npos) << none.err;
+}
+
+// chat's commands, as llama-cli's: /help lists them; /save writes the conversation as the API's
+// messages, /clear forgets it, /load brings it back (the next turn goes on from it); an unknown /word
+// is said and not sent to the model; /exit ends (what follows is never answered). (Before, each went to
+// the model as a message.)
+TEST(CliHabits, ChatCommands) {
+  const std::string saved = (std::filesystem::temp_directory_path() / ("hotcold-chat-" + std::to_string(getpid()) + ".json")).string();
+  const auto r = run({"chat", "-m", small_model(), "-n", "4", "--temp", "0", "-sys", "Be brief."},
+                     "printf 'Hi\\n/help\\n/save " + saved + "\\n/bogus\\n/clear\\n/load " + saved + "\\nAgain\\n/exit\\nnever\\n' |");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("/clear forget the conversation"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/bogus: not a command"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("3 messages loaded"), std::string::npos) << r.err;
+  int turns = 0;
+  for (size_t at = r.err.find("new prompt tokens"); at != std::string::npos; at = r.err.find("new prompt tokens", at + 1)) ++turns;
+  EXPECT_EQ(turns, 2) << "Hi and Again answered, nothing else: " << r.err;
+  std::ifstream in(saved);
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(j.is_array()) << j.dump();
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(j[0], (nlohmann::json{{"role", "system"}, {"content", "Be brief."}}));
+  EXPECT_EQ(j[1], (nlohmann::json{{"role", "user"}, {"content", "Hi"}}));
+  EXPECT_EQ(j[2]["role"], "assistant");
+  std::filesystem::remove(saved);
+}
+
+// Ctrl-C during a chat's reply stops the reply, keeps the conversation and takes the next line (it
+// ended the whole chat, exit 130, before).
+TEST(CliHabits, CtrlCStopsTheReplyNotTheChat) {
+  int in[2], err[2];
+  ASSERT_EQ(pipe(in), 0);
+  ASSERT_EQ(pipe(err), 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclose(&fa, in[1]);
+  posix_spawn_file_actions_addclose(&fa, err[0]);
+  // A reply without end: -n -1 with a context shift, and a grammar that is never complete (no EOS).
+  std::vector<std::string> args{HOTCOLD_BIN, "chat", "-m", small_model(), "-n", "-1", "-c", "4096", "--context-shift", "--temp", "0.8", "--seed", "1",
+                                "--grammar", "root ::= [a-z ] root"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, HOTCOLD_BIN, &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]), close(err[1]);
+  std::string log;
+  auto read_until = [&](const std::string& mark, int seconds) {
+    for (int i = 0; i < seconds * 20 && log.find(mark) == std::string::npos; ++i) {
+      pollfd p{err[0], POLLIN, 0};
+      if (poll(&p, 1, 50) > 0) {
+        char buf[4096];
+        const ssize_t n = read(err[0], buf, sizeof buf);
+        if (n > 0) log.append(buf, static_cast<size_t>(n));
+      }
+    }
+    return log.find(mark) != std::string::npos;
+  };
+  ASSERT_TRUE(read_until("Ctrl-D ends", 30)) << log;
+  ASSERT_EQ(write(in[1], "Tell me a long story\n", 21), 21);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  kill(pid, SIGINT);
+  EXPECT_TRUE(read_until("(stopped)", 20)) << log;
+  ASSERT_EQ(write(in[1], "/exit\n", 6), 6);
+  close(in[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  read_until("never", 1);
+  close(err[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << log;
 }
 
 }  // namespace
