@@ -1,5 +1,7 @@
 #include "clients/client.hpp"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "protocol/endpoint.hpp"
@@ -14,6 +16,8 @@ client::client(const std::string& endpoint, std::chrono::milliseconds timeout, c
   const auto ep = protocol::parse_endpoint(endpoint);  // a clear message for a malformed endpoint
   sock_.set(zmq::sockopt::linger, 0);
   if (ep.needs_ipv6()) sock_.set(zmq::sockopt::ipv6, 1);
+  const std::string events = fmt::format("inproc://hotcold-client-monitor-{}", static_cast<const void*>(this));
+  if (zmq_socket_monitor(sock_.handle(), events.c_str(), ZMQ_EVENT_CONNECTED) == 0) monitor_.connect(events);
   if (keys) {
     sock_.set(zmq::sockopt::curve_serverkey, keys->server_public_key);
     sock_.set(zmq::sockopt::curve_publickey, keys->public_key);
@@ -23,6 +27,23 @@ client::client(const std::string& endpoint, std::chrono::milliseconds timeout, c
 }
 
 std::string client::new_id() { return fmt::format("c{}", next_++); }
+
+bool client::wait_connected(std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!connected_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    zmq::pollitem_t items[] = {{monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+    if (zmq::poll(items, 1, left) == 0) continue;
+    zmq::message_t event, address;  // (an event: 16-bit id and 32-bit value, then the endpoint)
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) continue;
+    if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::dontwait);
+    uint16_t id = 0;
+    if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+    connected_ = id == ZMQ_EVENT_CONNECTED;
+  }
+  return true;
+}
 
 void client::send_raw(std::string_view frame) { sock_.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::none); }
 

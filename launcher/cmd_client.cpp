@@ -24,6 +24,9 @@ void run_client(const client_args& a) {
     keys = clients::client::curve{protocol::read_public_key(a.curve_server_key), mine.public_key, mine.secret_key};
   }
   clients::client c(a.endpoint, std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000)), keys);
+  if (!c.wait_connected(std::chrono::milliseconds(static_cast<int64_t>(a.connect_timeout_s * 1000))))
+    throw std::runtime_error(fmt::format("no server at {}: nothing accepted a connection within {:g} s (is `hotcold serve --zmq {}` running? --connect-timeout waits longer)",
+                                         a.endpoint, a.connect_timeout_s, a.endpoint));
   if (a.health) {
     fmt::print("{}\n", c.call("health").dump());
     return;

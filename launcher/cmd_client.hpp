@@ -15,6 +15,7 @@ struct client_args {
   int n_predict = 128;
   int64_t cancel_after = 0;
   double timeout_s = 120;
+  double connect_timeout_s = 5;  // for a server to accept the connection
   std::string curve_server_key, curve_key;
   sampling_params p;
   bool seed_given = false;

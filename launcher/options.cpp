@@ -475,6 +475,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "Folder for slot files (llama-server's): POST /slots/{id}?action=save|restore with {\"filename\": NAME} writes or reads a sequence "
                   "slot's cache there, action=erase forgets it (default: off)")
       ->check(CLI::ExistingDirectory);
+  cmd->add_flag_function("--no-request-log", [a](int64_t) { a->s.log_requests = false; }, "No line on stderr per finished request (client, tokens, cached, time to first token, tok/s, finish)");
   cmd->add_option("--record", a->s.record, "Append one JSON line per finished generate: arrival, request, TTFT, inter-token gaps, end-to-end (for hotcold replay)");
   cmd->add_option("--curve-key", a->s.curve_key, "The server's CURVE key pair (hotcold keygen -o NAME writes NAME.key): encrypt and authenticate");
   cmd->add_option("--curve-clients", a->s.curve_clients, "File of the client public keys allowed in, one per line");
@@ -542,6 +543,7 @@ void add_client_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--curve-server-key", a->curve_server_key, "The server's public key (40 Z85 characters, or its .pub file): CURVE on");
   cmd->add_option("--curve-key", a->curve_key, "This client's key pair (hotcold keygen), on the server's allow list");
   cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for each reply")->check(finite_in(0.001, 86400))->capture_default_str();
+  cmd->add_option("--connect-timeout", a->connect_timeout_s, "Seconds to wait for the server to accept the connection")->check(finite_in(0.001, 86400))->capture_default_str();
   cmd->callback([a, p, f, &exit_code] {
     a->texts_given = static_cast<int>(p->count() + f->count());
     a->from_file = f->count() > 0;

@@ -49,6 +49,14 @@ std::string done_of(const live& lv, const std::string& finish, const protocol::t
   return protocol::encode_done(d);
 }
 
+std::string log_line(const live& lv, const std::string& finish, const protocol::timings& tm, const std::string& error) {
+  const double decode_s = (tm.total_ms - tm.time_to_first_token_ms) / 1000.0;
+  return fmt::format("hotcold serve: request {} from {}: prompt {} tokens ({} cached), {} generated, first token {:.0f} ms, {:.1f} tok/s, {:.0f} ms in all, {}{}",
+                     lv.id, lv.to.client, lv.prompt_tokens, lv.cached_tokens, lv.emitted, lv.emitted > 0 ? tm.time_to_first_token_ms : 0.0,
+                     lv.emitted > 1 && decode_s > 0 ? static_cast<double>(lv.emitted - 1) / decode_s : 0.0, tm.total_ms, finish,
+                     error.empty() ? std::string() : ": " + error);
+}
+
 std::string record_line(const live& lv, const std::string& finish) {
   nlohmann::json line{{"arrival_s", lv.arrival_s},     {"request", nlohmann::json::parse(lv.recorded_request)},
                       {"finish", finish},              {"prompt_tokens", lv.prompt_tokens},

@@ -50,6 +50,9 @@ std::string done_of(const live& lv, const std::string& finish, const protocol::t
 protocol::token_probs wire_probs(const token_logprobs& p, const vocab& v);
 // The log probabilities of the token at `index`, taken from lv.probs (none where not asked).
 std::optional<protocol::token_probs> take_probs(live& lv, int64_t index, const vocab& v);
+// The line serve logs on stderr for a request that ended, as llama-server logs one: its client, tokens
+// in (cached) and out, time to first token, rate, time in all, finish (and why, for an error).
+std::string log_line(const live& lv, const std::string& finish, const protocol::timings& tm, const std::string& error);
 // The line serve --record writes for a request that ended (docs/replay.md).
 std::string record_line(const live& lv, const std::string& finish);
 // The prompt_token replies a prompt's logits give (rows of consecutive positions from

@@ -500,6 +500,7 @@ class serving_loop {
     else ++counters_.completed;
     metrics_.request_done(finish, lv.prompt_tokens, lv.emitted, lv.cached_tokens, lv.computed_tokens);
     if (record_.is_open() && !record_.append(record_line(lv, finish))) metrics_.record_write_error();
+    if (o_.log_requests) fmt::print(stderr, "{}\n", log_line(lv, finish, tm, error));
     send(lv.to, done_of(lv, finish, tm, error), &lv);
     by_client_.erase({lv.to.identity, lv.id});
     --accounts_.account(lv.to.identity)->in_flight;

@@ -39,6 +39,7 @@ struct server_options {
   int64_t keep = 0;
   std::string slot_save_path;       // --slot-save-path: where POST /slots/{id}?action=save|restore files go (empty: off)
   std::string record;              // JSONL file: one line per generate that ended (docs/replay.md)
+  bool log_requests = true;        // a line on stderr per request that ended (--no-request-log: none)
   int64_t max_client_buffer = 8 << 20;  // bytes of unread replies per client before it is cut off
 };
 

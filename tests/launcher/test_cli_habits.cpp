@@ -184,5 +184,16 @@ TEST(CliHabits, CtrlCStopsTheReplyNotTheChat) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << log;
 }
 
+// A client pointed at a port where no server is says so within its connect timeout (it printed nothing
+// for 120 s before, even with --health).
+TEST(CliHabits, AClientWithNoServerSaysSo) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run({"client", "--endpoint", "tcp://127.0.0.1:9", "--health", "--connect-timeout", "0.5"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("no server at tcp://127.0.0.1:9: nothing accepted a connection within 0.5 s"), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 30.0);  // (bounded, not timed: the point is that it ends)
+}
+
 }  // namespace
 }  // namespace hotcold::test

@@ -927,6 +927,9 @@ TEST(OpenAI, LlamaServerCommandLinesServe) {
     const auto r = split(http_request(port, "POST", "/v1/completions", "Content-Type: application/json\r\n",
                                       json{{"prompt", "Once"}, {"max_tokens", 3}, {"temperature", 0}}.dump()));
     EXPECT_EQ(r.status, 200) << r.body;
+    for (int i = 0; i < 40 && s.log().find("hotcold serve: request") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+    EXPECT_NE(s.log().find(" from http:127.0.0.1: prompt "), std::string::npos) << "a line per request, as llama-server logs: " << s.log();
+    EXPECT_NE(s.log().find(" generated, first token "), std::string::npos) << s.log();
     if (!extra.empty()) {
       EXPECT_NE(s.log().find("warning: -ngl 99: no GPU here"), std::string::npos) << s.log();
     }
