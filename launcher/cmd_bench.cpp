@@ -13,6 +13,8 @@
 
 #include "launcher/bench_runs.hpp"
 #include "launcher/cmd_bench.hpp"
+
+#include "launcher/bench_output.hpp"
 #include "launcher/commands.hpp"
 #include "engine/read_costs.hpp"
 
@@ -323,49 +325,94 @@ void print_table(const report& r, const model& m) {
 
 }  // namespace
 
-void run_bench(const bench_args& given) {
+namespace {
+
+// One thread count's tests: the model loaded once (sized for the longest), every -p and -n pair and -d
+// depth measured on it; the table printed as it comes (without -o), the measurements kept.
+void bench_threads(const bench_args& given, const std::string& gbnf, const bench_provenance& prov, nlohmann::json& measurements) {
   bench_args a = given;
-  if (a.reps < 1) throw std::invalid_argument("-r must be at least 1");
-  if (a.n_depth.empty()) a.n_depth = {0};
-  for (int d : a.n_depth)
-    if (d < 0) throw std::invalid_argument(fmt::format("-d {}: a depth is a count of tokens, 0 or more", d));
   const int deepest = std::max(a.vs_depth, *std::max_element(a.n_depth.begin(), a.n_depth.end()));
-  if (!a.vs_llama_bench.empty()) check_llama_bench(a.vs_llama_bench);
-  const std::string gbnf = grammar_of(a.grammar);  // (checked before the model loads)
-  if (a.vs_unconstrained && gbnf.empty()) throw std::invalid_argument("--vs-unconstrained: give the grammar (--grammar, --grammar-file, -j, --json-schema-file)");
+  const int longest_prompt = *std::max_element(a.n_prompts.begin(), a.n_prompts.end()), longest_gen = *std::max_element(a.n_gens.begin(), a.n_gens.end());
   // (At a depth the actors' sequences may start a few steps apart: room for that head start too.)
-  const int head_start = deepest > 0 ? std::max(0, a.n_gen) + 64 : 0;
-  auto l = load(a.m, std::max(1, deepest + a.n_prompt + std::max(0, a.n_gen) + head_start), std::max(a.parallel, a.vs_parallel));
-  if (a.n_gen < 0) {  // -1: each decode runs until the context is full
-    a.n_gen = static_cast<int>(std::max<int64_t>(0, l.ctx->n_ctx() - a.n_prompt - deepest));
-    fmt::print(stderr, "hotcold bench: -n -1: {} generated tokens (a context of {} after {} prompt tokens)\n", a.n_gen, l.ctx->n_ctx(), a.n_prompt);
-  }
+  const int head_start = deepest > 0 ? std::max(0, longest_gen) + 64 : 0;
+  auto l = load(a.m, std::max(1, deepest + longest_prompt + std::max(0, longest_gen) + head_start), std::max(a.parallel, a.vs_parallel));
   if (l.stages.empty()) l.ctx->forward(1, 0);  // warm-up: first touch of every weight page (with --workers: theirs, in their warm-up)
   comparisons c;
   const auto configs = configs_of(a, l.ctx->mode(), c);
   if (!gbnf.empty() && std::any_of(configs.begin(), configs.end(), [](const config& k) { return !k.actors; }))
     throw std::invalid_argument("a grammar constrains the actors' sampler: --pipeline direct samples nothing");
   bench_runner run(l, std::any_of(configs.begin(), configs.end(), [](const config& k) { return k.actors; }), gbnf);
-  nlohmann::json all = nlohmann::json::array();
-  for (size_t i = 0; i < a.n_depth.size(); ++i) {
-    const measurement ms = measure(run, a, configs, l, a.n_depth[i]);
-    const auto results = results_of(a, configs, ms, *l.m);
-    report r = report_of(a, configs, results, c, l, ms.probe != nullptr, a.n_depth[i]);
-    r.llama = versus_llama_of(ms);
-    if (a.json) all.push_back(json_of(r, *l.m));
-    else {
-      if (i > 0) fmt::print("\n");
-      print_table(r, *l.m);
-    }
+  // One -p and one -n: one test of both. Lists: as llama-bench, each prompt length a test (pp) and each
+  // generation length a test (tg).
+  std::vector<std::pair<int, int>> tests;
+  if (a.n_prompts.size() == 1 && a.n_gens.size() == 1) tests.emplace_back(a.n_prompts[0], a.n_gens[0]);
+  else {
+    for (const int p : a.n_prompts)
+      if (p > 0) tests.emplace_back(p, 0);
+    for (const int n : a.n_gens)
+      if (n != 0) tests.emplace_back(0, n);
   }
-  if (a.json) {
-    // One depth: its object. Several: the first depth's object, and every depth's under "depths".
-    nlohmann::json j = all[0];
-    if (all.size() > 1) j["depths"] = all;
-    fmt::print("{}\n", j.dump(2));
+  for (const auto& [p, n] : tests) {
+    a.n_prompt = p, a.n_gen = n;
+    if (a.n_gen < 0) {  // -1: each decode runs until the context is full
+      a.n_gen = static_cast<int>(std::max<int64_t>(0, l.ctx->n_ctx() - a.n_prompt - deepest));
+      fmt::print(stderr, "hotcold bench: -n -1: {} generated tokens (a context of {} after {} prompt tokens)\n", a.n_gen, l.ctx->n_ctx(), a.n_prompt);
+    }
+    for (const int depth : a.n_depth) {
+      const measurement ms = measure(run, a, configs, l, depth);
+      const auto results = results_of(a, configs, ms, *l.m);
+      report r = report_of(a, configs, results, c, l, ms.probe != nullptr, depth);
+      r.llama = versus_llama_of(ms);
+      nlohmann::json j = json_of(r, *l.m);
+      j["build"] = prov.build, j["cpu"] = prov.cpu, j["command"] = prov.command;
+      measurements.push_back(std::move(j));
+      if (!a.json && a.output.empty()) {
+        if (measurements.size() > 1) fmt::print("\n");
+        print_table(r, *l.m);
+      }
+    }
   }
   run.stop();
   l.finish();
+}
+
+}  // namespace
+
+void run_bench(const bench_args& given) {
+  bench_args a = given;
+  if (a.reps < 1) throw std::invalid_argument("-r must be at least 1");
+  if (a.n_depth.empty()) a.n_depth = {0};
+  if (a.n_prompts.empty()) a.n_prompts = {a.n_prompt};
+  if (a.n_gens.empty()) a.n_gens = {a.n_gen};
+  for (int d : a.n_depth)
+    if (d < 0) throw std::invalid_argument(fmt::format("-d {}: a depth is a count of tokens, 0 or more", d));
+  for (int p : a.n_prompts)
+    if (p < 0) throw std::invalid_argument(fmt::format("-p {}: a prompt is a count of tokens, 0 or more", p));
+  if (!a.output.empty() && a.json) throw std::invalid_argument("--json and -o: give one (-o json is llama-bench's rows; --json hotcold's object)");
+  if (!a.vs_llama_bench.empty()) check_llama_bench(a.vs_llama_bench);
+  const std::string gbnf = grammar_of(a.grammar);  // (checked before the model loads)
+  if (a.vs_unconstrained && gbnf.empty()) throw std::invalid_argument("--vs-unconstrained: give the grammar (--grammar, --grammar-file, -j, --json-schema-file)");
+  const bench_provenance prov = provenance_now();
+  if (!a.json && a.output.empty()) fmt::print("build: {}; CPU: {}; command: {}\n\n", prov.build, prov.cpu, prov.command);
+  nlohmann::json measurements = nlohmann::json::array();
+  const std::vector<int> threads = a.m.thread_list.size() > 1 ? a.m.thread_list : std::vector<int>{a.m.threads};
+  for (const int t : threads) {
+    bench_args at = a;
+    at.m.threads = t, at.m.thread_list = {t};
+    bench_threads(at, gbnf, prov, measurements);
+  }
+  if (a.json) {
+    // One test: its object. Several: the first's object, and every one's under "depths" (each depth,
+    // and each -p, -n and -t of the lists).
+    nlohmann::json j = measurements[0];
+    if (measurements.size() > 1) j["depths"] = measurements;
+    fmt::print("{}\n", j.dump(2));
+  } else if (!a.output.empty()) {
+    std::vector<nlohmann::ordered_json> rows;
+    for (const auto& m : measurements)
+      for (auto& r : bench_rows(m, prov)) rows.push_back(std::move(r));
+    print_bench_rows(rows, a.output, prov);
+  }
 }
 
 }  // namespace hotcold::launcher

@@ -11,7 +11,9 @@ namespace hotcold::launcher {
 
 struct bench_args {
   model_args m;
-  int n_prompt = 128, n_gen = 64, reps = 3;
+  int n_prompt = 128, n_gen = 64, reps = 3;       // the test being measured (one of the lists' values)
+  std::vector<int> n_prompts, n_gens;             // -p and -n as given: comma lists, as llama-bench's (empty: n_prompt, n_gen)
+  std::string output;                             // -o md|csv|json|jsonl (empty: the table)
   std::vector<int> n_depth{0};  // -d: tokens already in the cache before each test (llama-bench's; each depth its own tests)
   int parallel = 1, vs_parallel = 0;            // sequences decoded at once (and the comparison's)
   int micro_batches = 1, vs_micro_batches = 0;  // micro-batches of a step (and the comparison's)

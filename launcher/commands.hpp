@@ -20,5 +20,8 @@ int run_guarded(const char* command, const std::function<void()>& body);
 
 // Parses the command line and runs the command it names; returns the exit code.
 int run_command_line(int argc, char** argv);
+// The command line as it was typed (its words joined by spaces, quoted where they hold one), for
+// outputs that say what made them (bench).
+std::string command_line();
 
 }  // namespace hotcold::launcher

@@ -57,6 +57,7 @@ uint64_t prefix_store_bytes(int64_t cache_ram_mib) {
 }
 
 loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
+  if (a.thread_list.size() > 1) throw std::invalid_argument("-t: one thread count here (a comma list is bench's)");
   std::string path = a.model.empty() ? ensure_default_model() : a.model;
   auto t0 = std::chrono::steady_clock::now();
   load_options lo{a.mmap};

@@ -17,6 +17,7 @@ namespace hotcold::launcher {
 struct model_args {
   std::string model;
   int threads = 0;
+  std::vector<int> thread_list;  // -t as given (bench takes a comma list; the rest one count)
   int64_t ctx = 0;
   bool mmap = false;
   std::string mode;  // "dense", "sparse"; empty: sparse when the file has predictors

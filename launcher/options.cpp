@@ -99,7 +99,10 @@ void add_cache_type_options(CLI::App* cmd, std::string& k, std::string& v, const
 void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   auto* opt = cmd->add_option("-m,--model", m.model, model_required ? "GGUF model" : "GGUF model (default: the embedded default model)");
   if (model_required) opt->required();
-  cmd->add_option("-t,--threads", m.threads, "CPU worker threads (default, or 0 or less: all hardware threads; with --device sim, one fewer)")
+  cmd->add_option_function<std::vector<int>>(
+         "-t,--threads", [&m](const std::vector<int>& t) { m.thread_list = t, m.threads = t.empty() ? 0 : t.front(); },
+         "CPU worker threads (default, or 0 or less: all hardware threads; with --device sim, one fewer; bench: a comma list, each its own tests)")
+      ->delimiter(',')
       ->check(thread_count());
   cmd->add_option("-c,--ctx,--ctx-size", m.ctx, "Context length (default, or 0: the model's, at most 4096)")->check(whole_in(0, 1ll << 40));
   cmd->add_flag("--mmap", m.mmap, "Compute from the file's mmap'd pages instead of a private copy (slower here)");
@@ -356,10 +359,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   add_model_options(cmd, a->m, false);
   add_pipeline_option(cmd, a->pipeline);
   add_worker_options(cmd, a->m);
-  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->capture_default_str();
-  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip; -1: until the context is full)")
+  cmd->add_option("-p,--n-prompt", a->n_prompts, "Prompt tokens (0: skip; a comma list, as llama-bench's: each its own tests)")->delimiter(',')->default_str("128");
+  cmd->add_option("-n,--n-gen", a->n_gens, "Generated tokens (0: skip; -1: until the context is full; a comma list: each its own tests)")
+      ->delimiter(',')
       ->check(CLI::Range(-1, std::numeric_limits<int>::max()))
-      ->capture_default_str();
+      ->default_str("64");
+  cmd->add_option("-o,--output", a->output, "As llama-bench's -o: md (a markdown table), csv, json (an array of rows) or jsonl (a row a line); "
+                                            "each row with the build, the CPU and the command line (default: hotcold's table)")
+      ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
   cmd->add_option("-d,--n-depth", a->n_depth,
                   "Tokens already in the cache before each test, as llama-bench's -d: prompt and decode measured after them (a comma list: "
                   "each depth its own tests; the actors pipeline decodes at a depth, its prompts need --pipeline direct for now)")
@@ -812,7 +819,17 @@ void add_devices_command(CLI::App& app, int& exit_code) {
 
 }  // namespace
 
+namespace {
+std::string typed_command_line;
+}  // namespace
+
+std::string command_line() { return typed_command_line; }
+
 int run_command_line(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    const std::string w = argv[i];
+    typed_command_line += (i ? " " : "") + (w.find_first_of(" \t'\"") == std::string::npos && !w.empty() ? w : "'" + w + "'");
+  }
   CLI::App app{"hotcold: ReLU-sparse LLM inference with hot/cold neuron placement"};
   app.set_version_flag("--version", "hotcold 0.1.0");
   app.require_subcommand(1);

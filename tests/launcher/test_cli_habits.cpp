@@ -8,6 +8,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -193,6 +195,47 @@ TEST(CliHabits, AClientWithNoServerSaysSo) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("no server at tcp://127.0.0.1:9: nothing accepted a connection within 0.5 s"), std::string::npos) << r.err;
   EXPECT_LT(seconds, 30.0);  // (bounded, not timed: the point is that it ends)
+}
+
+// bench as llama-bench: comma lists for -p, -n and -t (each prompt length and each generation length a
+// test, for each thread count), -o md|csv|json|jsonl, and the build, the CPU and the command line in
+// every output (the table's first line, --json's object, each row).
+TEST(CliHabits, BenchTakesListsAndWritesLlamaBenchsFormats) {
+  const std::vector<std::string> base{"bench", "-m", small_model(), "-p", "8,16", "-n", "4", "-t", "1,2", "-r", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  const auto jsonl = with({"-o", "jsonl"});
+  ASSERT_EQ(jsonl.code, 0) << jsonl.err;
+  std::vector<nlohmann::json> rows;
+  std::istringstream lines(jsonl.out);
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 6u) << jsonl.out;  // pp8, pp16, tg4 for 1 and for 2 threads
+  std::multiset<std::string> tests;
+  for (const auto& r : rows) {
+    tests.insert(r["test"].get<std::string>() + "/" + std::to_string(r["threads"].get<int>()));
+    EXPECT_EQ(r["build"].get<std::string>().rfind("hotcold ", 0), 0u) << r.dump();
+    EXPECT_FALSE(r["cpu"].get<std::string>().empty());
+    EXPECT_NE(r["command"].get<std::string>().find("bench -m"), std::string::npos);
+    EXPECT_GT(r["avg_ts"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(tests, (std::multiset<std::string>{"pp8/1", "pp16/1", "tg4/1", "pp8/2", "pp16/2", "tg4/2"}));
+  const auto csv = with({"-o", "csv"});
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  EXPECT_EQ(csv.out.rfind("build,cpu,model,", 0), 0u) << csv.out;
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 7) << csv.out;
+  const auto md = with({"-o", "md"});
+  EXPECT_NE(md.out.find("| model | size | mode | pipeline | threads | test | t/s |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("\nbuild: hotcold "), std::string::npos) << md.out;
+  const auto json = with({"-o", "json"});
+  EXPECT_EQ(nlohmann::json::parse(json.out).size(), 6u) << json.out;
+  const auto table = run({"bench", "-m", small_model(), "-p", "8", "-n", "4", "-r", "1"});
+  EXPECT_EQ(table.out.rfind("build: hotcold ", 0), 0u) << table.out;
+  const auto object = nlohmann::json::parse(run({"bench", "-m", small_model(), "-p", "8", "-n", "4", "-r", "1", "--json"}).out);
+  EXPECT_TRUE(object.contains("build") && object.contains("cpu") && object.contains("command")) << object.dump();
+  EXPECT_EQ(run({"run", "-m", small_model(), "-p", "x", "-t", "1,2"}).code, 2);  // (a list is bench's)
 }
 
 }  // namespace
