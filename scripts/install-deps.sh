@@ -74,12 +74,14 @@ else
 fi
 
 [ "$minimal" -eq 0 ] || exit 0
-# The npm packages of tests/server/test_openai.cpp (the openai client; ajv and ajv-formats, the JSON
-# Schema validator its structured outputs are checked with), at the versions tests/node/package-lock.json records.
+# The npm packages of the suite (the openai client; ajv and ajv-formats, the JSON Schema validator its
+# structured outputs are checked with; puppeteer-core, which drives Debian's chromium through the chat
+# page), at the versions tests/node/package-lock.json records.
 node_dir="$(cd "$(dirname "$0")/../tests/node" && pwd)"
-if [ -f "$node_dir/node_modules/openai/package.json" ] && [ -f "$node_dir/node_modules/ajv-formats/package.json" ]; then
-  echo "install-deps: openai, ajv (npm) present"
+if [ -f "$node_dir/node_modules/openai/package.json" ] && [ -f "$node_dir/node_modules/ajv-formats/package.json" ] &&
+   [ -f "$node_dir/node_modules/puppeteer-core/package.json" ]; then
+  echo "install-deps: openai, ajv, puppeteer-core (npm) present"
 else
   npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error
-  echo "install-deps: openai, ajv (npm) installed in tests/node"
+  echo "install-deps: openai, ajv, puppeteer-core (npm) installed in tests/node"
 fi

@@ -146,6 +146,16 @@ void metrics::set_load(int64_t active_sequences, int64_t queued) {
   queued_->Set(static_cast<double>(queued));
 }
 
+double metrics::prompt_cached_total() const { return prompt_cached_->Value(); }
+double metrics::prompt_computed_total() const { return prompt_computed_->Value(); }
+
+std::pair<double, double> metrics::expert_counts() const {
+  if (!live_ || live_->n_expert() == 0) return {0, 0};
+  double routed = 0, hits = 0;
+  for (const auto& l : live_->read().layers) routed += static_cast<double>(l.experts_routed), hits += static_cast<double>(l.expert_hits);
+  return {routed, hits};
+}
+
 void metrics::attach(std::shared_ptr<const live_stats> stats, double bandwidth_ceiling) {
   live_ = std::move(stats);
   ceiling_ = bandwidth_ceiling;
@@ -161,9 +171,17 @@ struct totals {
   std::map<std::string, double> device_s;
 };
 
-totals sum_layers(const live_stats& s, const live_stats::view& v) {
+// Where layer l's part st ran: the hot device where the places say so (or for the hot FFN), else the CPU.
+std::string device_of(const live_stats& s, const std::vector<std::array<bool, 6>>& places, size_t l, step_part st) {
+  const auto k = static_cast<size_t>(st);
+  const bool on = st == step_part::hot_ffn || (l < places.size() && k < 6 && places[l][k]);
+  return on && !s.hot_device().empty() ? s.hot_device() : "cpu";
+}
+
+totals sum_layers(const live_stats& s, const live_stats::view& v, const std::vector<std::array<bool, 6>>& places) {
   totals t;
-  for (const auto& l : v.layers) {
+  for (size_t li = 0; li < v.layers.size(); ++li) {
+    const auto& l = v.layers[li];
     t.candidates += static_cast<double>(l.candidates), t.computed += static_cast<double>(l.computed), t.hot += static_cast<double>(l.hot);
     t.truly += static_cast<double>(l.truly_active), t.found += static_cast<double>(l.found);
     t.experts_routed += static_cast<double>(l.experts_routed), t.expert_hits += static_cast<double>(l.expert_hits);
@@ -171,7 +189,7 @@ totals sum_layers(const live_stats& s, const live_stats::view& v) {
     t.experts_chosen += static_cast<double>(l.experts_chosen), t.experts_guessed += static_cast<double>(l.experts_guessed);
     for (int k = 0; k < n_timed_stages; ++k) {
       const auto st = static_cast<step_part>(k);
-      t.device_s[st == step_part::hot_ffn ? s.hot_device() : "cpu"] += l.seconds[static_cast<size_t>(k)];
+      t.device_s[device_of(s, places, li, st)] += l.seconds[static_cast<size_t>(k)];
     }
   }
   if (s.hot_device().empty()) t.device_s.erase("");
@@ -282,7 +300,7 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
   family_list fl;
   auto family = [&](std::string name, std::string help, MetricType type) -> MetricFamily& { return fl.family(std::move(name), std::move(help), type); };
   auto add = [](MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) { family_list::add(f, value, std::move(labels)); };
-  const totals t = sum_layers(s, v);
+  const totals t = sum_layers(s, v, places_);
 
   auto& compute = family("hotcold_compute_seconds_total", "Compute time by layer (\"output\": the head), stage and device", MetricType::Counter);
   for (size_t l = 0; l < v.layers.size(); ++l)
@@ -291,7 +309,7 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
       const auto st = static_cast<step_part>(k);
       if (sec <= 0 && st != step_part::attention) continue;
       if (sec <= 0 && static_cast<int64_t>(l) == s.n_layer()) continue;
-      add(compute, sec, {{"layer", layer_label(s, l)}, {"stage", std::string(step_part_name(st))}, {"device", st == step_part::hot_ffn ? s.hot_device() : "cpu"}});
+      add(compute, sec, {{"layer", layer_label(s, l)}, {"stage", std::string(step_part_name(st))}, {"device", device_of(s, places_, l, st)}});
     }
   auto& busy = family("hotcold_device_busy_seconds_total", "Compute time by device (the hot device's share of the FFN; the CPU's everything else)", MetricType::Counter);
   for (const auto& [d, sec] : t.device_s) add(busy, sec, {{"device", d}});
@@ -344,7 +362,7 @@ std::vector<prometheus::MetricFamily> metrics::live_families(const live_stats::v
 
 nlohmann::json metrics::live_json(const live_stats::view& v) const {
   const live_stats& s = *live_;
-  const totals t = sum_layers(s, v);
+  const totals t = sum_layers(s, v, places_);
   nlohmann::json layers = nlohmann::json::array();
   for (int64_t l = 0; l < s.n_layer(); ++l) {
     const auto& L = v.layers[static_cast<size_t>(l)];

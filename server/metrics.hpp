@@ -2,6 +2,7 @@
 // hotcold's metrics, in Prometheus' conventions (prometheus-cpp's registry; text exposition for
 // GET /metrics): request latencies as histograms, counters of requests, tokens and refused frames,
 // gauges of the queue. Thread-safe: the server's thread observes, an HTTP thread reads.
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -41,6 +42,10 @@ class metrics {
     double p50 = 0, p95 = 0, p99 = 0;
     int64_t count = 0;
   };
+  double prompt_cached_total() const;    // prompt tokens reused, and computed, since the start
+  double prompt_computed_total() const;
+  // A mixture's routed experts and those a device slot held, since the start (0, 0: none, or no mixture).
+  std::pair<double, double> expert_counts() const;
   percentiles recent_ttft() const;
   percentiles recent_itl() const;
   static constexpr std::chrono::seconds recent_window{60};
@@ -52,6 +57,10 @@ class metrics {
   // The pipeline's live measurements, exported with the rest from now on, and the memory read
   // bandwidth measured on this machine (bytes/s; 0: not measured) that bytes read are compared with.
   void attach(std::shared_ptr<const actors::live_stats> stats, double bandwidth_ceiling);
+  // Where each layer's parts run (a row a layer, the head's last; a column a step_part of the first
+  // six: true on the hot device), so that each part's seconds are labelled with where they ran (none
+  // set: the hot FFN on the hot device, the rest on the CPU). Called before serving starts.
+  void set_places(std::vector<std::array<bool, 6>> on_device) { places_ = std::move(on_device); }
   // The KV slots as the pipeline last set them (none before attach).
   std::vector<actors::live_stats::slot_view> slots() const { return live_ ? live_->slots() : std::vector<actors::live_stats::slot_view>{}; }
   // The text exposition format (version 0.0.4) of everything registered.
@@ -64,6 +73,7 @@ class metrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<std::array<bool, 6>> places_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Counter *prompt_tokens_, *generated_tokens_, *bad_frames_, *cut_off_;
   prometheus::Counter *prompt_cached_, *prompt_computed_;

@@ -1,5 +1,7 @@
 #include "server/serve_http.hpp"
 
+#include "server/serve_about.hpp"
+
 #include <chrono>
 #include <filesystem>
 
@@ -105,14 +107,14 @@ std::unique_ptr<http_server> start_serve_http(const serve_http_parts& p) {
   const size_t n_tokens = ho.tokens.size(), n_keys = ho.api_keys.size();
   const std::string id = api.model_id, tmpl = api.chat ? std::string(api.chat->name()) : "none";
   // The pages answer other machines when told to, or when tokens guard them.
-  auto h = std::make_unique<http_server>(std::move(ho), [small, slots = api, api = openai_api(api), pages = serve_monitor(p.metrics, p.status, o.allow_remote || n_tokens > 0)](
+  auto h = std::make_unique<http_server>(std::move(ho), [small, slots = api, api = openai_api(api), pages = serve_monitor(p.metrics, p.status, o.allow_remote || n_tokens > 0, about_of(p.l, o, tmpl), p.history)](
                                                             const http_request& r) {
     if (r.path().rfind("/v1/", 0) == 0) return api(r);
     if (r.path().rfind("/slots/", 0) == 0) return slots_request(slots, r);
     if (auto answer = llama_route(small, r)) return std::move(*answer);
     return pages(r);
   });
-  fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /metrics, /api/stats, /api/events, /health{}; /v1/ the OpenAI-style API for model '{}', chat template {}{}; "
+  fmt::print(stderr, "hotcold serve: HTTP on {} (/ the dashboard, /chat a chat page, /metrics, /api/stats, /api/events, /health{}; /v1/ the OpenAI-style API for model '{}', chat template {}{}; "
              "/tokenize, /detokenize, /props, /slots as llama-server's)\n",
              o.http, n_tokens ? fmt::format(": every request needs one of {} bearer tokens", n_tokens) : std::string(), id, tmpl,
              n_keys ? fmt::format(", {} keys", n_keys) : std::string());

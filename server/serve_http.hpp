@@ -18,6 +18,8 @@
 
 namespace hotcold::server {
 
+class stats_history;
+
 struct serve_http_parts {
   const server_options& o;
   const loader::opened_model& l;
@@ -25,6 +27,7 @@ struct serve_http_parts {
   const serve_status& status;
   zmq::context_t& zmq;
   std::string local_endpoint;  // the server's in-process ROUTER, where the API's requests go
+  const stats_history* history = nullptr;  // the last minutes' samples, for the dashboard's graphs
 };
 
 // What the API reads requests with (the vocabulary, the context, the chat template or why there is

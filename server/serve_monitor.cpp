@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "server/dashboard.hpp"
+#include "server/stats_history.hpp"
 
 namespace hotcold::server {
 
@@ -41,6 +42,8 @@ http_reply serve_monitor::operator()(const http_request& req) const {
   };
   if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()};
   if (path == "/api/stats") return {200, "application/json", stats_json().dump() + "\n"};
+  if (path == "/api/history") return {200, "application/json", (history_ ? history_->json() : nlohmann::json::array()).dump() + "\n"};
+  if (path == "/chat") return {200, "text/html; charset=utf-8", std::string(chat_html())};
   if (path == "/health")  // (503 while a stage is lost: what balancers read as "send elsewhere")
     return {status_.stages_down.load() > 0 ? 503 : 200, "application/json",
             fmt::format("{{\"status\":\"{}\",\"active\":{},\"queued\":{},\"stages_down\":{}}}\n", status_.health(), status_.active.load(), status_.queued.load(),
@@ -55,12 +58,13 @@ http_reply serve_monitor::operator()(const http_request& req) const {
     if (!period) return {400, "text/plain", "period_ms must be a whole number 50..60000\n"};
     return event_stream(*frames, *period);
   }
-  return {404, "text/plain", "not found: / (the dashboard), /metrics, /api/stats, /api/events and /health are here\n"};
+  return {404, "text/plain", "not found: / (the dashboard), /chat, /metrics, /api/stats, /api/history, /api/events and /health are here\n"};
 }
 
 nlohmann::json serve_monitor::stats_json() const {
   auto j = metrics_.snapshot();
   j["status"] = status_.health();
+  for (const auto& [k, v] : about_.items()) j[k] = v;  // model, placement, settings
   j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - status_.started).count();
   j["tokens_per_second"] = status_.tokens_per_second.load();
   j["active_sequences"] = status_.active.load();

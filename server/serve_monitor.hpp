@@ -25,11 +25,16 @@ struct serve_status {
   const char* health() const { return stopping.load() ? "stopping" : stages_down.load() > 0 ? "degraded" : "ok"; }
 };
 
+class stats_history;
+
 class serve_monitor {
  public:
-  // remote_pages: the pages answer other machines too (else only /health does).
-  serve_monitor(const metrics& metrics, const serve_status& status, bool remote_pages)
-      : metrics_(metrics), status_(status), remote_pages_(remote_pages) {}
+  // remote_pages: the pages answer other machines too (else only /health does). about: the model, its
+  // placement and the server's settings ({"model", "placement", "settings"}: in /api/stats); history:
+  // the last minutes' samples (GET /api/history; none: []).
+  serve_monitor(const metrics& metrics, const serve_status& status, bool remote_pages, nlohmann::json about = nlohmann::json::object(),
+                const stats_history* history = nullptr)
+      : metrics_(metrics), status_(status), remote_pages_(remote_pages), about_(std::move(about)), history_(history) {}
   // Answers one request (GET only).
   http_reply operator()(const http_request& req) const;
   // What /api/stats answers and each event of /api/events carries (docs/telemetry.md).
@@ -42,6 +47,8 @@ class serve_monitor {
   const metrics& metrics_;
   const serve_status& status_;
   bool remote_pages_ = false;
+  nlohmann::json about_;
+  const stats_history* history_ = nullptr;
 };
 
 }  // namespace hotcold::server

@@ -37,7 +37,9 @@
 #include "model/vocab.hpp"
 #include "protocol/curve.hpp"
 #include "protocol/endpoint.hpp"
+#include "server/serve_about.hpp"
 #include "server/serve_sockets.hpp"
+#include "server/stats_history.hpp"
 #include "protocol/messages.hpp"
 
 namespace hotcold::server {
@@ -69,7 +71,8 @@ class serving_loop {
       const double ceiling = measure_read_bandwidth(l_.ctx->pool(), read_costs(*l_.m).dense_step());
       fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
       metrics_.attach(pipe_->stats(), ceiling);
-      http = start_serve_http({o_, l_, metrics_, status_, zctx_, local_endpoint});
+      metrics_.set_places(places_of(l_));
+      http = start_serve_http({o_, l_, metrics_, status_, zctx_, local_endpoint, &history_});
     }
     fmt::print(stderr, "hotcold serve: listening on {} ({} sequences at once, queue {}, {} a client)\n", o_.endpoint.empty() ? "http://" + o_.http : o_.endpoint,
                l_.ctx->n_seq(), o_.max_queue, admission_.max_per_client());
@@ -116,6 +119,7 @@ class serving_loop {
       while (!recent_tokens_.empty() && now - recent_tokens_.front() > std::chrono::seconds(5)) recent_tokens_.pop_front();
       const double window = recent_tokens_.empty() ? 0.0 : std::chrono::duration<double>(now - recent_tokens_.front()).count();
       status_.tokens_per_second = recent_tokens_.size() < 2 || window <= 0 ? 0.0 : static_cast<double>(recent_tokens_.size() - 1) / window;
+      if (now - last_sample_ >= std::chrono::seconds(1)) history_.sample(status_, metrics_), last_sample_ = now;
       // Stopping: the text work already queued gets a second to finish; what is left then is answered
       // `shutting_down`, so that a signal ends the process within a second or two.
       if (stopping && text_.pending() > 0 && clock_type::now() - stop_seen > std::chrono::seconds(1)) text_.drop_queued();
@@ -564,6 +568,8 @@ class serving_loop {
   static constexpr int64_t pending_tokenize = -1;                     // its prompt is on the text worker
   std::set<std::pair<std::string, std::string>> pending_cancelled_;   // ... and a cancel came meanwhile
   std::set<std::string> allowed_;  // client public keys (CURVE)
+  stats_history history_;           // the last minutes, a sample a second (GET /api/history)
+  clock_type::time_point last_sample_;
   metrics metrics_;
   record_file record_;
   serve_status status_;  // for the HTTP thread

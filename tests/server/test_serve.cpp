@@ -590,6 +590,15 @@ std::string element_text(const std::string& dom, const std::string& id) {
   return dom.substr(open + 1, close - open - 1);
 }
 
+// The value of attribute `name` of the element with id `id` ("" when absent).
+std::string element_attribute(const std::string& dom, const std::string& id, const std::string& name) {
+  const auto at = dom.find("id=\"" + id + "\"");
+  if (at == std::string::npos) return "";
+  const auto end = dom.find('>', at), a = dom.find(name + "=\"", at);
+  if (a == std::string::npos || a > end) return "";
+  return dom.substr(a + name.size() + 2, dom.find('"', a + name.size() + 2) - a - name.size() - 2);
+}
+
 double element_number(const std::string& dom, const std::string& id) {
   const std::string t = element_text(dom, id);
   char* end = nullptr;
@@ -638,7 +647,7 @@ TEST(Serve, DashboardInHeadlessChromium) {
 
   const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?frames=4&period_ms=250";
   const std::string flags = " --headless --no-sandbox --disable-gpu --disable-background-networking --user-data-dir='" + (dir / "profile").string() +
-                            "' --virtual-time-budget=10000 --window-size=1200,900 --hide-scrollbars ";
+                            "' --virtual-time-budget=10000 --window-size=1200,1400 --hide-scrollbars ";
   const std::string cmd = "timeout 120 " + chromium.substr(0, chromium.find('\n')) + flags;
   const std::string dom = run_capture(cmd + "--dump-dom '" + url + "' 2>/dev/null");
   const std::string shot = (dir / "dashboard.png").string();
@@ -684,11 +693,27 @@ TEST(Serve, DashboardInHeadlessChromium) {
   for (size_t at = 0; (at = dom.find("class=\"bar-cold\"", at)) != std::string::npos; ++at) ++cold_bars;
   EXPECT_EQ(hot_bars, 4u);
   EXPECT_EQ(cold_bars, 4u);
+  // The model, where its parts run and the settings, as /api/stats says them; the legend names where
+  // attention and the head run (it said "(CPU)" while the sim device held them); the last minutes'
+  // graphs drawn from the server's samples.
+  EXPECT_EQ(element_text(dom, "model-file"), "tiny-sparse.gguf");
+  EXPECT_EQ(element_text(dom, "model-architecture"), stats["model"]["architecture"].get<std::string>());
+  EXPECT_EQ(element_number(dom, "model-layers"), stats["model"]["layers"].get<double>());
+  EXPECT_EQ(element_text(dom, "model-mode"), "sparse (predictors)");
+  EXPECT_EQ(element_text(dom, "place-attention"), stats["placement"]["attention"].get<std::string>());
+  EXPECT_EQ(element_text(dom, "place-hot-ffn"), "sim");
+  EXPECT_EQ(element_text(dom, "legend-attention"), stats["placement"]["attention"].get<std::string>());
+  EXPECT_EQ(element_text(dom, "legend-head"), stats["placement"]["head"].get<std::string>());
+  EXPECT_EQ(element_number(dom, "set-ctx"), stats["settings"]["n_ctx"].get<double>());
+  EXPECT_EQ(element_text(dom, "set-kv"), stats["settings"]["kv_cache"].get<std::string>());
+  EXPECT_GT(std::atoi(element_attribute(dom, "spark-tps", "data-points").c_str()), 0) << "the tokens/s graph has samples";
+  EXPECT_GT(std::atoi(element_attribute(dom, "spark-ttft", "data-points").c_str()), 0);
+  EXPECT_EQ(element_text(dom, "spark-experts-now"), "none");  // (not a mixture)
 
   // The screenshot: the page's size, with bars in the hot (#e8590c) and cold (#1971c2) colours.
   const auto img = hotcold::test::read_png(shot);
   EXPECT_EQ(img.width, 1200u);
-  EXPECT_EQ(img.height, 900u);
+  EXPECT_EQ(img.height, 1400u);
   size_t hot_px = 0, cold_px = 0;
   for (uint32_t y = 0; y < img.height; ++y)
     for (uint32_t x = 0; x < img.width; ++x) {
@@ -710,6 +735,53 @@ TEST(Serve, DashboardInHeadlessChromium) {
     std::ofstream(path) << metrics_text.substr(metrics_text.find("\r\n\r\n") + 4);
     EXPECT_EQ(std::system(("promtool check metrics < '" + path.string() + "'").c_str()), 0);
   }
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  fs::remove_all(dir);
+}
+
+// The chat page (/chat) in Chromium as a person uses it (tests/node/chat_page.mjs): a message typed and
+// sent with Enter streams the reply the API gives the same conversation; Stop ends a long reply where
+// it is; a reload keeps the conversation and Clear empties it; the screenshot shows both bubbles. And
+// the dashboard of this dense file says "none" for its predictor (it said 0.0000).
+TEST(Serve, ChatPageInChromium) {
+  const std::string chromium = run_capture("command -v chromium || command -v chromium-browser");
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  ASSERT_TRUE(fs::exists(fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/node_modules/puppeteer-core/package.json")) << "run scripts/install-deps.sh";
+  const int port = free_port();
+  server_process server({"--http", "127.0.0.1:" + std::to_string(port), "-t", "2"});
+  for (int i = 0; i < 200 && server.log().find("listening on") == std::string::npos && !server.ended(); ++i) std::this_thread::sleep_for(50ms);
+  const auto dir = fs::temp_directory_path() / ("hotcold-chat-page-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string shot = (dir / "chat.png").string();
+  const std::string out = run_capture("HOTCOLD_URL=http://127.0.0.1:" + std::to_string(port) + " CHROMIUM=" + chromium.substr(0, chromium.find('\n')) +
+                                      " SHOT='" + shot + "' timeout 120 node " + (fs::path(HOTCOLD_SOURCE_DIR) / "tests/node/chat_page.mjs").string() + " 2>&1");
+  const json r = json::parse(out, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out << server.log();
+  const auto api = split(http_request(port, "POST", "/v1/chat/completions", "Content-Type: application/json\r\n",
+                                      json{{"messages", {{{"role", "user"}, {"content", "Hello there"}}}}, {"max_tokens", 8}, {"temperature", 0}}.dump()));
+  ASSERT_EQ(api.status, 200) << api.body;
+  EXPECT_EQ(r["first"], json::parse(api.body)["choices"][0]["message"]["content"]) << out;
+  EXPECT_NE(r["first_stats"].get<std::string>().find("8 tokens in"), std::string::npos) << out;
+  EXPECT_NE(r["stopped_stats"].get<std::string>().find("stopped"), std::string::npos) << out;
+  EXPECT_EQ(r["after_reload"], (json{"user", "assistant", "user", "assistant"})) << out;
+  EXPECT_EQ(r["after_clear"], 0);
+  const auto img = hotcold::test::read_png(shot);
+  size_t user_px = 0, assistant_px = 0;
+  for (uint32_t y = 0; y < img.height; ++y)
+    for (uint32_t x = 0; x < img.width; ++x) {
+      const uint8_t* p = img.at(x, y);
+      user_px += p[0] == 0x19 && p[1] == 0x71 && p[2] == 0xc2;
+      assistant_px += p[0] == 0xf1 && p[1] == 0xf3 && p[2] == 0xf5;
+    }
+  EXPECT_GT(user_px, 500u);
+  EXPECT_GT(assistant_px, 500u);
+  // The dashboard of a dense file: its predictor is "none".
+  const std::string dom = run_capture("timeout 60 " + chromium.substr(0, chromium.find('\n')) + " --headless --no-sandbox --disable-gpu --user-data-dir='" +
+                                      (dir / "profile").string() + "' --virtual-time-budget=4000 --dump-dom 'http://127.0.0.1:" + std::to_string(port) +
+                                      "/?frames=2&period_ms=200' 2>/dev/null");
+  EXPECT_EQ(element_text(dom, "predictor-recall"), "none") << dom.substr(0, 1000);
+  EXPECT_EQ(element_text(dom, "hot-hit-ratio"), "none");
+  EXPECT_EQ(element_text(dom, "place-attention"), "cpu");
   EXPECT_EQ(server.stop(), 0) << server.log();
   fs::remove_all(dir);
 }
