@@ -17,6 +17,12 @@ struct rgb_image {
   uint32_t width = 0, height = 0;
   std::vector<uint8_t> rgb;  // height x width x 3
   const uint8_t* at(uint32_t x, uint32_t y) const { return rgb.data() + (static_cast<size_t>(y) * width + x) * 3; }
+  // Pixels of exactly the colour 0xRRGGBB.
+  size_t count(uint32_t colour) const {
+    size_t n = 0;
+    for (size_t i = 0; i + 2 < rgb.size(); i += 3) n += rgb[i] == (colour >> 16 & 0xff) && rgb[i + 1] == (colour >> 8 & 0xff) && rgb[i + 2] == (colour & 0xff);
+    return n;
+  }
 };
 
 inline rgb_image read_png(const std::string& path) {
