@@ -126,6 +126,7 @@ void read_shape(const gguf::file& f, hparams& hp) {
     for (; i < t.name.size() && i < 14 && t.name[i] >= '0' && t.name[i] <= '9'; ++i) n = n * 10 + (t.name[i] - '0');
     if (i > 4 && i < t.name.size() && t.name[i] == '.') blocks = std::max(blocks, n + 1);
   }
+  if (f.tensors().empty()) throw model_error(fmt::format("{}: the file holds no tensors (a vocabulary alone?)", f.source()));
   if (hp.n_layer <= 0 || hp.n_layer > blocks)
     throw model_error(fmt::format("{}: {} is {}, but the file's tensors hold {} blocks{}", f.source(), key(hp, "block_count"), hp.n_layer, blocks,
                                   blocks > 0 ? fmt::format(" (blk.0 .. blk.{})", blocks - 1) : std::string()));

@@ -451,9 +451,9 @@ TEST(Cli, MixtureOfExperts) {
   auto big = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-c", "64", "--device", "sim", "--vram-budget", "0.0024", "--n-cpu-moe", "0"});
   EXPECT_NE(big.code, 0);
   EXPECT_NE(big.err.find("--n-cpu-moe 0: layer"), std::string::npos) << big.err;
-  auto cpu_only = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-c", "64", "--n-cpu-moe", "1"});
-  EXPECT_NE(cpu_only.code, 0);
-  EXPECT_NE(cpu_only.err.find("need a hot device"), std::string::npos) << cpu_only.err;
+  auto cpu_only = run({"run", "-m", file, "-p", "Hello", "-n", "2", "-c", "64", "--n-cpu-moe", "1"});  // (llama.cpp's habit without a GPU: said, and run)
+  EXPECT_EQ(cpu_only.code, 0) << cpu_only.err;
+  EXPECT_NE(cpu_only.err.find("no GPU here; every expert is on the CPU already"), std::string::npos) << cpu_only.err;
   const auto trace = (dir / "t.json").string();
   auto traced = run({"run", "-m", file, "-p", "Hello", "-n", "4", "-t", "2", "-c", "64", "--trace-out", trace});
   ASSERT_EQ(traced.code, 0) << traced.err;
@@ -884,7 +884,7 @@ TEST(Cli, ModelsThatCannotRunExitWithOne) {
   EXPECT_NE(too_long.err.find("more than the context of 8"), std::string::npos) << too_long.err;
   auto vocab_only = run({"run", "-m", llama, "-p", "x"});
   EXPECT_EQ(vocab_only.code, 1);
-  EXPECT_NE(vocab_only.err.find("tensor token_embd.weight is missing"), std::string::npos) << vocab_only.err;
+  EXPECT_NE(vocab_only.err.find("holds no tensors (a vocabulary alone?)"), std::string::npos) << vocab_only.err;
   auto falcon_vocab = run({"eval", "-m", falcon, "-p", "x", "--logits-out", "/tmp/never.f32"});
   EXPECT_EQ(falcon_vocab.code, 1);
   EXPECT_EQ(std::count(falcon_vocab.err.begin(), falcon_vocab.err.end(), '\n'), 1) << falcon_vocab.err;

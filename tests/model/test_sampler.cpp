@@ -131,10 +131,8 @@ TEST(Sampling, GreedyTakesTheFirstBestLogit) {
     EXPECT_EQ(s.sample(logits), static_cast<token_id>(n - 3)) << n;
     logits[20] = 5.0f;  // and before it, in the vectorized part
     EXPECT_EQ(s.sample(logits), 20) << n;
-    logits[2] = std::nanf("");
-    EXPECT_EQ(s.sample(logits), 20) << n;
-    logits[0] = std::nanf("");
-    EXPECT_EQ(s.sample(logits), 0) << n;
+    logits[2] = std::nanf("");  // (a NaN is an error, never a token: Sampler.NanOrInfiniteLogitsAreAnError)
+    EXPECT_THROW(s.sample(logits), logits_error) << n;
   }
 }
 

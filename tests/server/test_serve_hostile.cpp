@@ -200,6 +200,22 @@ TEST(ServeHostile, HealthSaysStoppingWhileItStops) {
   EXPECT_LT(steady::now() - t0, 3s) << "a stop took longer than a second or two";
 }
 
+// A port that cannot be bound is named with its flag: --zmq's endpoint (it said a bare "Address already
+// in use") and --http's address.
+TEST(ServeHostile, BindErrorsNameTheirFlagAndEndpoint) {
+  const std::string ep = tcp_endpoint();
+  const int port = free_port();
+  server_process first({"--zmq", ep, "--http", "127.0.0.1:" + std::to_string(port), "-t", "1"});
+  wait_ready(ep, &first);
+  server_process zmq_taken({"--zmq", ep, "-t", "1"});
+  EXPECT_NE(zmq_taken.wait_exit(30s), 0);
+  EXPECT_NE(zmq_taken.log().find("--zmq " + ep + ": cannot bind: Address already in use"), std::string::npos) << zmq_taken.log();
+  server_process http_taken({"--http", "127.0.0.1:" + std::to_string(port), "-t", "1"});
+  EXPECT_NE(http_taken.wait_exit(30s), 0);
+  EXPECT_NE(http_taken.log().find("--http 127.0.0.1:" + std::to_string(port) + ": cannot bind"), std::string::npos) << http_taken.log();
+  EXPECT_EQ(first.stop(), 0) << first.log();
+}
+
 // The loopback names docs/commands.md documents bind and answer: localhost and [::1].
 TEST(ServeHostile, LocalhostAndIpv6LoopbackEndpoints) {
   const int port = free_port();
