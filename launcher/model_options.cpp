@@ -86,7 +86,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   o.kv = parse_cache_types(a.cache_type_k, a.cache_type_v);
   if (a.mode == "dense") o.mode = ffn_mode::dense;
   if (a.mode == "sparse") o.mode = ffn_mode::sparse;
-  o.n_gpu_layers = a.n_gpu_layers;
+  o.n_gpu_layers = std::min<int64_t>(a.n_gpu_layers, hp.n_layer);  // (-ngl 99: every layer, as llama.cpp reads it)
   if (a.cpu_moe && a.n_cpu_moe >= 0) throw std::invalid_argument("--cpu-moe and --n-cpu-moe: give one");
   o.n_cpu_moe = a.cpu_moe ? hp.n_layer : a.n_cpu_moe;
   if (!a.expert_policy.empty()) o.expert_cache_policy = parse_expert_policy(a.expert_policy);
@@ -109,7 +109,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   dopt.sim_kernels = a.sim_kernels;
   auto dev = loader::choose_device(*m, dopt, o.log);
   if (!dev || dev->kind() == devices::device_kind::cpu) {  // no hot device: llama.cpp's -ngl 99 habit runs on the CPU, said once
-    if (o.n_gpu_layers >= 0) o.log(fmt::format("hotcold: warning: -ngl {}: no GPU here (--device {}); every layer runs on the CPU", o.n_gpu_layers, a.device));
+    if (o.n_gpu_layers >= 0) o.log(fmt::format("hotcold: warning: -ngl {}: no GPU here (--device {}); every layer runs on the CPU", a.n_gpu_layers, a.device));
     if (o.n_cpu_moe >= 0 && hp.moe()) o.log("hotcold: --cpu-moe / --n-cpu-moe: no GPU here; every expert is on the CPU already");
     o.n_gpu_layers = -1;
     if (hp.moe()) o.n_cpu_moe = -1;

@@ -65,6 +65,9 @@ TEST(CliHabits, LlamaCppCommandLinesRunAsTheyExpect) {
   EXPECT_EQ(ngl.code, 0) << ngl.err;
   EXPECT_EQ(ngl.out, base.out);
   EXPECT_NE(ngl.err.find("warning: -ngl 99: no GPU here"), std::string::npos) << ngl.err;
+  const auto all_layers = text({"--device", "sim", "--vram-budget", "1", "-ngl", "99", "-p", prompt});  // (99: every layer, as llama.cpp reads it)
+  EXPECT_EQ(all_layers.code, 0) << all_layers.err;
+  EXPECT_EQ(all_layers.out, base.out);
   const std::string file = (std::filesystem::temp_directory_path() / ("hotcold-habits-" + std::to_string(getpid()) + ".txt")).string();
   std::ofstream(file) << prompt;
   EXPECT_EQ(text({"-f", file}).out, base.out);
