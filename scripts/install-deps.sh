@@ -4,9 +4,10 @@
 # Safe to run again: what is already there is skipped. Needs root (or sudo) for apt-get.
 #   --minimal    only what configuring, building and running hotcold needs (the README's first
 #                command): not the programs the test suite drives (clang for the fuzzers, Chromium,
-#                Prometheus, Node.js and the openai client, curl, strace, patchelf, pyzmq)
-#   --with-hip   also Debian's hipcc (ROCm's HIP compiler and runtime): the AMD back end
-#                (-DHOTCOLD_GPU=hip) builds, and ctest compiles every GPU source as HIP.
+#                Prometheus, Node.js and the openai client, curl, strace, patchelf, pyzmq, hipcc)
+#   --with-hip   Debian's hipcc (ROCm's HIP compiler and runtime) even with --minimal: the AMD back end
+#                (-DHOTCOLD_GPU=hip) builds. The full install has it too, so that ctest compiles every
+#                GPU source as HIP (gpu.hip_compiles.*) and CI catches a source that does not.
 set -euo pipefail
 
 with_hip=0
@@ -49,6 +50,7 @@ if [ "$minimal" -eq 0 ]; then
     patchelf                        # gpu_check/gpu-bundle: its programs find their libraries beside them
     curl nodejs                     # the /v1 API tests: curl -N, and the openai client for Node.js
   )
+  with_hip=1                        # gpu.hip_compiles.*: every GPU source compiled as HIP
 fi
 if [ "$with_hip" -eq 1 ]; then
   packages+=(hipcc)                 # HIP: clang with the AMD offload targets, libamdhip64

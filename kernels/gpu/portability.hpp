@@ -7,6 +7,7 @@
 // hotcold's kernels reduce over 32-lane groups (`warp` in decode.cu); on 64-wide wavefronts (CDNA)
 // the width keeps each shuffle inside its group of 32, so a group's lane 0 holds the group's sum.
 #define __shfl_down_sync(mask, v, o) __shfl_down(v, o, 32)
+#define __shfl_xor_sync(mask, v, o) __shfl_xor(v, o, 32)
 #define gpuError_t hipError_t
 #define gpuSuccess hipSuccess
 #define gpuStream_t hipStream_t
