@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -143,16 +144,16 @@ TEST(CliHabits, ChatCommands) {
 // Ctrl-C during a chat's reply stops the reply, keeps the conversation and takes the next line (it
 // ended the whole chat, exit 130, before).
 TEST(CliHabits, CtrlCStopsTheReplyNotTheChat) {
-  int in[2], err[2];
+  int in[2], err[2], out[2];
   ASSERT_EQ(pipe(in), 0);
   ASSERT_EQ(pipe(err), 0);
+  ASSERT_EQ(pipe(out), 0);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addclose(&fa, in[1]);
-  posix_spawn_file_actions_addclose(&fa, err[0]);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  for (int fd : {in[1], err[0], out[0]}) posix_spawn_file_actions_addclose(&fa, fd);
   // A reply without end: -n -1 with a context shift, and a grammar that is never complete (no EOS).
   std::vector<std::string> args{HOTCOLD_BIN, "chat", "-m", small_model(), "-n", "-1", "-c", "4096", "--context-shift", "--temp", "0.8", "--seed", "1",
                                 "--grammar", "root ::= [a-z ] root"};
@@ -162,7 +163,7 @@ TEST(CliHabits, CtrlCStopsTheReplyNotTheChat) {
   pid_t pid = 0;
   ASSERT_EQ(posix_spawn(&pid, HOTCOLD_BIN, &fa, nullptr, argv.data(), environ), 0);
   posix_spawn_file_actions_destroy(&fa);
-  close(in[0]), close(err[1]);
+  close(in[0]), close(err[1]), close(out[1]);
   std::string log;
   auto read_until = [&](const std::string& mark, int seconds) {
     for (int i = 0; i < seconds * 20 && log.find(mark) == std::string::npos; ++i) {
@@ -177,7 +178,15 @@ TEST(CliHabits, CtrlCStopsTheReplyNotTheChat) {
   };
   ASSERT_TRUE(read_until("Ctrl-D ends", 30)) << log;
   ASSERT_EQ(write(in[1], "Tell me a long story\n", 21), 21);
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Interrupted once the reply is coming (its first bytes read), however busy the machine is; what
+  // follows it on stdout is read on, so that the reply never waits for a full pipe.
+  std::atomic<size_t> reply_bytes{0};
+  std::thread drain([&] {
+    char buf[4096];
+    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) reply_bytes += static_cast<size_t>(n);
+  });
+  for (int i = 0; i < 600 && reply_bytes.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GE(reply_bytes.load(), 2u) << log;
   kill(pid, SIGINT);
   EXPECT_TRUE(read_until("(stopped)", 20)) << log;
   ASSERT_EQ(write(in[1], "/exit\n", 6), 6);
@@ -185,7 +194,8 @@ TEST(CliHabits, CtrlCStopsTheReplyNotTheChat) {
   int status = 0;
   waitpid(pid, &status, 0);
   read_until("never", 1);
-  close(err[0]);
+  drain.join();
+  close(err[0]), close(out[0]);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << log;
 }
 
