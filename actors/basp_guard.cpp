@@ -145,24 +145,29 @@ struct basp_guard::impl {
   }
 };
 
+int listen_tcp(const std::string& host, uint16_t port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM, hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  if (const int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &found); e != 0)
+    throw std::runtime_error(fmt::format("cannot resolve '{}': {}", host, gai_strerror(e)));
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  if (fd >= 0) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool ok = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 64) == 0;
+  const int why = errno;
+  freeaddrinfo(found);
+  if (!ok) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error(errno_text(why));
+  }
+  return fd;
+}
+
 basp_guard::basp_guard(const std::string& host, uint16_t port, uint16_t inner, uint32_t max_payload, int max_connections)
     : impl_(std::make_unique<impl>()) {
   impl& i = *impl_;
   i.inner = inner, i.max_payload = max_payload, i.max_connections = max_connections;
-  addrinfo hints{}, *found = nullptr;
-  hints.ai_socktype = SOCK_STREAM, hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  if (const int e = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); e != 0)
-    throw std::runtime_error(fmt::format("cannot resolve '{}': {}", host, gai_strerror(e)));
-  i.listener = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  if (i.listener >= 0) ::setsockopt(i.listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  const bool ok = i.listener >= 0 && ::bind(i.listener, found->ai_addr, found->ai_addrlen) == 0 && ::listen(i.listener, 64) == 0;
-  const int why = errno;
-  freeaddrinfo(found);
-  if (!ok) {
-    if (i.listener >= 0) ::close(i.listener);
-    throw std::runtime_error(errno_text(why));
-  }
+  i.listener = listen_tcp(host, port);
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   ::getsockname(i.listener, reinterpret_cast<sockaddr*>(&bound), &len);

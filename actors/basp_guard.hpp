@@ -12,6 +12,10 @@
 
 namespace hotcold::actors {
 
+// A TCP socket listening on host:port (port 0: a free one). Throws std::runtime_error with the
+// system's reason ("the address is in use (another process listens there)", ...) where it cannot.
+int listen_tcp(const std::string& host, uint16_t port);
+
 class basp_guard {
  public:
   // Listens on host:port (port 0: a free one) and forwards to 127.0.0.1:inner. Throws

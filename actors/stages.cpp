@@ -5,12 +5,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "actors/stages.hpp"
 
-#include <netdb.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -282,23 +279,14 @@ stage_worker_actor::behavior_type stage_front(stage_worker_actor::stateful_point
 
 namespace {
 // Why a TCP port cannot be listened on, as the system says it (CAF's error names no cause): the port
-// bound once more to ask.
+// listened on once more to ask.
 std::string port_problem(const std::string& host, uint16_t port) {
-  addrinfo hints{}, *found = nullptr;
-  hints.ai_socktype = SOCK_STREAM, hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  if (const int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &found); e != 0)
-    return fmt::format("cannot resolve '{}': {}", host, gai_strerror(e));
-  std::string why = "it cannot be opened";
-  const int fd = socket(found->ai_family, SOCK_STREAM, 0);
-  if (fd >= 0) {
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0)
-      why = errno == EADDRINUSE ? "the address is in use (another process listens there)" : std::strerror(errno);
-    close(fd);
+  try {
+    ::close(listen_tcp(host, port));
+    return "it cannot be opened";
+  } catch (const std::runtime_error& e) {
+    return e.what();
   }
-  freeaddrinfo(found);
-  return why;
 }
 }  // namespace
 

@@ -152,8 +152,8 @@ std::string suggestion(const CLI::App& app, const std::vector<std::string>& args
   // A flag the parsed command does not have.
   const CLI::App* cmd = &app;
   for (const CLI::App* c : app.get_subcommands()) cmd = c;
-  for (const auto& a : args)
-    if (a.size() > 1 && a.front() == '-' && std::string(e.what()).find(a.substr(0, a.find('='))) != std::string::npos) {
+  for (const auto& a : cmd->remaining())  // (what the parser could not place)
+    if (a.size() > 1 && a.front() == '-') {
       const std::string flag = a.substr(0, a.find('='));
       if (auto n = nearest_name(flag, option_names(*cmd)); !n.empty() && n != flag) return fmt::format("{}: did you mean {}?", flag, n);
     }

@@ -18,14 +18,16 @@ namespace proto = protocol;
 void check_bind(const server_options& o) {
   if (o.endpoint.empty() && o.http.empty()) throw std::invalid_argument("nothing to serve on: give --zmq ENDPOINT or --http HOST:PORT");
   if (o.endpoint.empty() && !o.curve_key.empty()) throw std::invalid_argument("--curve-key is for the ZeroMQ side: give --zmq ENDPOINT too");
-  const auto ep = proto::parse_endpoint(o.endpoint.empty() ? "tcp://127.0.0.1:1" : o.endpoint);  // (no --zmq: nothing of it to check)
   if (o.curve_key.empty() != o.curve_clients.empty())
     throw std::invalid_argument("--curve-key and --curve-clients go together: the server's keys, and the clients it lets in");
-  if (!ep.is_loopback() && !o.allow_remote)
-    throw std::invalid_argument(fmt::format("--zmq {}: not a loopback address; serving other machines needs --allow-remote", o.endpoint));
-  if (!ep.is_loopback() && o.curve_key.empty())
-    throw std::invalid_argument(fmt::format("--zmq {} --allow-remote: other machines must authenticate: give --curve-key and --curve-clients (see hotcold keygen)",
-                                            o.endpoint));
+  if (!o.endpoint.empty()) {
+    const auto ep = proto::parse_endpoint(o.endpoint);
+    if (!ep.is_loopback() && !o.allow_remote)
+      throw std::invalid_argument(fmt::format("--zmq {}: not a loopback address; serving other machines needs --allow-remote", o.endpoint));
+    if (!ep.is_loopback() && o.curve_key.empty())
+      throw std::invalid_argument(fmt::format("--zmq {} --allow-remote: other machines must authenticate: give --curve-key and --curve-clients (see hotcold keygen)",
+                                              o.endpoint));
+  }
   // Their errors before the model loads.
   const auto keys = api_keys(o);
   // (--chat-template serves the protocol's generate with messages too.)
