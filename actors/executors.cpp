@@ -417,6 +417,12 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
     }
     if (st.p->fault) st.p->fault(step_part::attention, layer, st.plan.requests);
     auto t0 = std::chrono::steady_clock::now();
+    if (const auto whole = ctx.step_whole_layer(*st.s, layer)) {  // attention and FFN as one GPU job (its time: attention's)
+      stats.add_time(step_part::attention, layer, std::chrono::steady_clock::now() - t0);
+      count_fixed_bytes(st, layer);
+      count_dense_ffn(st, layer, *whole);
+      return run_layer(self, layer + 1);
+    }
     ctx.step_attention(*st.s, layer);
     stats.add_time(step_part::attention, layer, std::chrono::steady_clock::now() - t0);
     count_fixed_bytes(st, layer);

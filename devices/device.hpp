@@ -155,6 +155,7 @@ struct matvec_job {
 // by the given angles, k and v stored in the layer's cache at each token's (sequence, position),
 // softmax(q.K / sqrt(head_dim)) V over the sequence's positions up to the token's own (causal,
 // grouped-query heads), then the output product. The norms before and after stay on the host.
+struct dense_ffn_job;
 struct attention_job {
   // The device's copies: wqkv ((dq + 2 kv) x d) or wq (dq x d), wk, wv (kv x d); wo (d x dq), where dq
   // = n_head x head_dim, the queries' width (d unless the model's heads are wider, as Qwen3's small ones).
@@ -185,14 +186,33 @@ struct attention_job {
   bool pred_adds_out = false;
   const float* layer_in = nullptr;  // host: n x d
   uint8_t* chosen = nullptr;        // host: n x n_ff
+  // The FFN after it too, where `ffn` is non-null (a whole layer on the device: one wait a chunk, not
+  // two with the host between): h = residual + the output product (residual: host, n x d, the layer's
+  // input) through RMSNorm with ffn_norm (the device's F32 copy, d values) and norm_eps is the input of
+  // ffn's FFN (its weights, types, activation and hidden; its n, d, x, out and scratch unused), and
+  // `out` receives h + the FFN's output: the next layer's input. Not with a predictor.
+  const float* residual = nullptr;
+  const float* ffn_norm = nullptr;
+  const dense_ffn_job* ffn = nullptr;
   void* scratch = nullptr;       // device memory (the plan's compute buffers)
   uint64_t scratch_bytes = 0;
 };
 // A dense layer's whole FFN on weights a device holds: out = down h, h = act(gate x) * (up x) (act(up x)
 // without a gate; relu(gate x) relu(up x) for dReLU).
+// Part of a dense-FFN job with weights of its own: rows [first, first + n) of the job's x and out through
+// these n_ff neurons (a mixture's expert and the tokens that chose it).
+struct ffn_part {
+  const void *gate = nullptr, *up = nullptr, *down = nullptr;
+  tensor_type t_gate = tensor_type::f16, t_up = tensor_type::f16, t_down = tensor_type::f16;
+  int64_t first = 0, n = 0, n_ff = 0;
+};
 struct dense_ffn_job {
   const void *gate = nullptr, *up = nullptr, *down = nullptr;  // the device's copies: n_ff x d, n_ff x d, d x n_ff
   tensor_type t_gate = tensor_type::f16, t_up = tensor_type::f16, t_down = tensor_type::f16;
+  // Where non-empty, the job is these parts instead (its own weights unused; n_ff: the largest part's;
+  // no hidden values): a layer's hot experts and its shared expert as one job, one wait.
+  const ffn_part* parts = nullptr;
+  int64_t n_parts = 0;
   bool gated = true;
   kernels::activation act = kernels::activation::relu;
   float act_threshold = 0;       // as ffn_rows_job's

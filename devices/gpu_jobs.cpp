@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -47,28 +49,148 @@ void check_attention_job(const std::string& device, const attention_job& job) {
       throw std::invalid_argument(fmt::format("{}: the GPU's attention takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", device, tensor_type_name(t)));
   if (job.fc1 && !gpu_reads(operation::predict, job.t_pred))
     throw std::invalid_argument(fmt::format("{}: the GPU's predictor does not take {} weights", device, tensor_type_name(job.t_pred)));
+  if (job.ffn) {
+    if (job.fc1) throw std::invalid_argument(fmt::format("{}: attention with the FFN after it takes no predictor", device));
+    if (!job.residual || !job.ffn_norm || !job.ffn->up || !job.ffn->down || (job.ffn->gated && !job.ffn->gate) || job.ffn->n_ff <= 0)
+      throw std::invalid_argument(fmt::format("{}: attention with the FFN after it needs the residual stream, the FFN's norm and its weights", device));
+    check_dense_ffn_job(device, *job.ffn);
+  }
 }
 
-void check_dense_ffn_job(const std::string& device, const dense_ffn_job& job) {
-  for (auto [w, t] : {std::pair{job.gate, job.t_gate}, {job.up, job.t_up}, {job.down, job.t_down}})
+namespace {
+void check_ffn_weights(const std::string& device, std::initializer_list<std::pair<const void*, tensor_type>> ws) {
+  for (auto [w, t] : ws)
     if (w && !gpu_reads(operation::dense_ffn, t))
       throw std::invalid_argument(fmt::format("{}: the GPU's dense FFN takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", device, tensor_type_name(t)));
+}
+}  // namespace
+
+void check_dense_ffn_job(const std::string& device, const dense_ffn_job& job) {
+  check_ffn_weights(device, {{job.gate, job.t_gate}, {job.up, job.t_up}, {job.down, job.t_down}});
+  int64_t next = 0;
+  for (int64_t k = 0; k < job.n_parts; ++k) {
+    const ffn_part& p = job.parts[k];
+    check_ffn_weights(device, {{p.gate, p.t_gate}, {p.up, p.t_up}, {p.down, p.t_down}});
+    if (p.first != next || p.n < 0 || p.n_ff <= 0 || p.n_ff > job.n_ff || !p.up || !p.down || (job.gated && !p.gate))
+      throw std::invalid_argument(fmt::format("{}: FFN part {} (rows {}..{}, {} neurons) does not follow the one before it in a job of {} rows and {} neurons",
+                                              device, k, p.first, p.first + p.n, p.n_ff, job.n, job.n_ff));
+    next += p.n;
+  }
+  if (job.n_parts > 0 && (next != job.n || job.hidden))
+    throw std::invalid_argument(fmt::format("{}: FFN parts cover {} rows of a job of {}{}", device, next, job.n, job.hidden ? " (and give no hidden values)" : ""));
+}
+
+std::vector<ffn_part> ffn_parts(const dense_ffn_job& job) {
+  if (job.n_parts > 0) return {job.parts, job.parts + job.n_parts};
+  return {ffn_part{job.gate, job.up, job.down, job.t_gate, job.t_up, job.t_down, 0, job.n, job.n_ff}};
+}
+
+namespace {
+// Lays values out one after another, each from a 16-byte boundary.
+struct scratch_cursor {
+  uint64_t at = 0;
+  uint64_t take(uint64_t bytes) {
+    const uint64_t here = (at + scratch_align - 1) / scratch_align * scratch_align;
+    at = here + bytes;
+    return here;
+  }
+  uint64_t end() const { return (at + scratch_align - 1) / scratch_align * scratch_align; }
+};
+// A dense FFN's input, gate and up values, and output for m tokens, from the cursor on.
+dense_ffn_scratch take_dense_ffn(scratch_cursor& c, int64_t d, int64_t n_ff, int64_t m) {
+  const auto um = static_cast<uint64_t>(m), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
+  dense_ffn_scratch s;
+  s.x = c.take(4 * um * ud);
+  s.gate = c.take(4 * um * uf);
+  s.up = c.take(4 * um * uf);
+  s.out = c.take(4 * um * ud);
+  s.end = c.end();
+  return s;
+}
+// The largest m (at least 1 where it fits) whose layout ends within `bytes`: end(m) grows with m.
+template <typename End>
+int64_t largest_chunk(uint64_t bytes, uint64_t per_token, End end) {
+  if (per_token == 0 || end(1) > bytes) return 0;
+  int64_t m = static_cast<int64_t>(bytes / per_token);
+  while (m > 1 && end(m) > bytes) --m;
+  while (end(m + 1) <= bytes) ++m;
+  return m;
+}
+}  // namespace
+
+attention_scratch attention_scratch_of(const attention_job& job, int64_t m) {
+  const auto um = static_cast<uint64_t>(m), d = static_cast<uint64_t>(job.d), dq = static_cast<uint64_t>(job.dq());
+  const uint64_t kv = static_cast<uint64_t>(job.n_head_kv * job.head_dim), n_ff = job.fc1 ? static_cast<uint64_t>(job.n_ff) : 0;
+  const uint64_t ffn_ff = job.ffn ? static_cast<uint64_t>(job.ffn->n_ff) : 0;
+  scratch_cursor c;
+  attention_scratch s;
+  s.x = c.take(4 * um * d);
+  s.angles = c.take(4 * um * static_cast<uint64_t>(job.n_rot));
+  s.seqpos = c.take(4 * 2 * um);
+  if (job.fc1 || job.ffn) s.layer_in = c.take(4 * um * d);
+  s.in_end = c.at;
+  s.qkv = c.take(4 * um * (dq + 2 * kv));
+  s.attn = c.take(4 * um * dq);
+  s.out = c.take(4 * um * d);
+  if (job.fc1) {
+    s.pred_in = c.take(4 * um * d);
+    s.scores = c.take(4 * um * n_ff);
+    s.chosen = c.take(um * n_ff);
+    s.mid = c.take(4 * static_cast<uint64_t>(job.rank));
+  }
+  if (job.ffn) {
+    s.resid = c.take(4 * um * d);
+    const dense_ffn_scratch f = take_dense_ffn(c, job.d, static_cast<int64_t>(ffn_ff), m);
+    s.ffn_x = f.x, s.gate = f.gate, s.up = f.up, s.ffn_out = f.out;
+  }
+  s.end = c.end();
+  return s;
+}
+
+dense_ffn_scratch dense_ffn_scratch_of(int64_t d, int64_t n_ff, int64_t m) {
+  scratch_cursor c;
+  return take_dense_ffn(c, d, n_ff, m);
+}
+
+namespace {
+void check_layout(const std::string& device, const void* scratch, uint64_t scratch_bytes, std::initializer_list<std::pair<const char*, uint64_t>> at,
+                  uint64_t end) {
+  if (reinterpret_cast<uintptr_t>(scratch) % scratch_align != 0)
+    throw std::logic_error(fmt::format("{}: a job's scratch at {} is not on a {}-byte boundary", device, scratch, scratch_align));
+  for (const auto& [what, offset] : at)
+    if (offset % scratch_align != 0)
+      throw std::logic_error(fmt::format("{}: the scratch's {} at byte {} is not on a {}-byte boundary (the kernels' wide loads need it)", device, what, offset,
+                                         scratch_align));
+  if (end > scratch_bytes) throw std::logic_error(fmt::format("{}: a chunk's scratch ends at byte {}, past the {} given", device, end, scratch_bytes));
+}
+}  // namespace
+
+void check_scratch_layout(const std::string& device, const void* scratch, uint64_t scratch_bytes, const attention_scratch& s) {
+  check_layout(device, scratch, scratch_bytes,
+               {{"input", s.x}, {"angles", s.angles}, {"positions", s.seqpos}, {"layer input", s.layer_in}, {"q/k/v", s.qkv}, {"heads' outputs", s.attn},
+                {"output product", s.out}, {"predictor input", s.pred_in}, {"scores", s.scores}, {"choices", s.chosen}, {"predictor values", s.mid},
+                {"residual", s.resid}, {"FFN input", s.ffn_x}, {"gate values", s.gate}, {"up values", s.up}, {"FFN output", s.ffn_out}},
+               s.end);
+}
+
+void check_scratch_layout(const std::string& device, const void* scratch, uint64_t scratch_bytes, const dense_ffn_scratch& s) {
+  check_layout(device, scratch, scratch_bytes, {{"input", s.x}, {"gate values", s.gate}, {"up values", s.up}, {"output", s.out}}, s.end);
 }
 
 int64_t attention_chunk(const std::string& device, const attention_job& job) {
   const int64_t kv = job.n_head_kv * job.head_dim, n_ff = job.fc1 ? job.n_ff : 0;
-  const uint64_t per_token = attention_scratch_per_token(job.d, job.dq(), kv, job.n_rot, n_ff), once = job.fc1 ? 4 * static_cast<uint64_t>(job.rank) : 0;
-  const int64_t chunk = job.scratch && job.scratch_bytes > once ? static_cast<int64_t>((job.scratch_bytes - once) / per_token) : 0;
+  uint64_t per_token = attention_scratch_per_token(job.d, job.dq(), kv, job.n_rot, n_ff);
+  if (job.ffn) per_token += dense_ffn_scratch_per_token(job.d, job.ffn->n_ff) + 8 * static_cast<uint64_t>(job.d);  // (and the layer's input, the residual)
+  const int64_t chunk = job.scratch ? largest_chunk(job.scratch_bytes, per_token, [&](int64_t m) { return attention_scratch_of(job, m).end; }) : 0;
   if (chunk < 1)
-    throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch a token (and {} once), {} given", device, per_token, once, job.scratch_bytes));
+    throw std::invalid_argument(fmt::format("{}: attention needs {} bytes of scratch for a token{}, {} given", device, attention_scratch_of(job, 1).end,
+                                            job.ffn ? " and the FFN after it" : "", job.scratch_bytes));
   return chunk;
 }
 
 scratch_tail attention_scratch_tail(const attention_job& job, int64_t m) {
-  const int64_t kv = job.n_head_kv * job.head_dim, n_ff = job.fc1 ? job.n_ff : 0;
-  const auto per_token = static_cast<int64_t>(attention_scratch_per_token(job.d, job.dq(), kv, job.n_rot, n_ff));
-  const int64_t used = (m * per_token + 3) / 4 + (job.fc1 ? job.rank : 0), offset = (used + 3) / 4 * 4;
-  return {offset, std::max<int64_t>(0, static_cast<int64_t>(job.scratch_bytes / 4) - offset)};
+  const auto end = static_cast<int64_t>(attention_scratch_of(job, m).end / 4);
+  return {end, std::max<int64_t>(0, static_cast<int64_t>(job.scratch_bytes / 4) - end)};
 }
 
 int64_t attention_latest_position(const attention_job& job, int64_t t0, int64_t m) {
@@ -81,7 +203,7 @@ int64_t attention_splits(const attention_job& job, int64_t t0, int64_t m) {
 
 int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job) {
   const uint64_t per_token = dense_ffn_scratch_per_token(job.d, job.n_ff);
-  const int64_t chunk = job.scratch ? static_cast<int64_t>(job.scratch_bytes / per_token) : 0;
+  const int64_t chunk = job.scratch ? largest_chunk(job.scratch_bytes, per_token, [&](int64_t m) { return dense_ffn_scratch_of(job.d, job.n_ff, m).end; }) : 0;
   if (chunk < 1) throw std::invalid_argument(fmt::format("{}: a dense FFN needs {} bytes of scratch a token, {} given", device, per_token, job.scratch_bytes));
   return chunk;
 }
@@ -130,8 +252,9 @@ device_traffic gpu_traffic(const matvec_job& job) {
 }
 
 // Per chunk: its inputs in as one copy, the Q/K/V products (one fused or three), RoPE and the store,
-// the attention (two kernels where a long past splits), the output product (with a predictor: the sum, then its kernels a token at a time),
-// the product out (and the choices); a wait.
+// the attention (two kernels where a long past splits), the output product (with a predictor: the sum,
+// then its kernels a token at a time; with the FFN after it: its kernels), the product out (and the
+// choices, or the FFN's values); a wait.
 device_traffic gpu_traffic(const attention_job& job) {
   const int64_t chunk = attention_chunk("", job);
   device_traffic t;
@@ -141,6 +264,10 @@ device_traffic gpu_traffic(const attention_job& job) {
     t.launches += job.wqkv ? 1 : 3;
     t.launches += 2 + (attention_splits(job, t0, m) > 1 ? 2 : 1);  // rope_store, attend (split: and the join), the output product
     if (job.fc1) t.launches += 1 + static_cast<uint64_t>(m) * predictor_launches(job.rank, job.n_ff);
+    if (job.ffn) {  // the residual, its norm, gate and up, the activation, down, the residual again; the values out
+      t.launches += 6 + (job.ffn->gated ? 1 : 0);
+      t.copies += job.ffn->hidden ? 1 : 0;
+    }
     t.syncs += 1;
   }
   return t;
@@ -150,8 +277,14 @@ device_traffic gpu_traffic(const attention_job& job) {
 // (and the hidden values); a wait.
 device_traffic gpu_traffic(const dense_ffn_job& job) {
   const int64_t chunk = dense_ffn_chunk("", job);
-  const auto chunks = static_cast<uint64_t>((job.n + chunk - 1) / chunk);
-  return {chunks * ((job.gated ? 1 : 0) + 3), chunks * (2 + (job.hidden ? 1 : 0)), chunks};
+  device_traffic t;
+  const std::vector<ffn_part> parts = ffn_parts(job);
+  for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
+    t.copies += 2 + (job.hidden ? 1 : 0), t.syncs += 1, t.launches += 1;  // (the activation, once a chunk)
+    for (const ffn_part& p : parts)  // each part's rows in the chunk: gate, up and down products
+      if (std::max(p.first, t0) < std::min(p.first + p.n, t0 + chunk)) t.launches += (job.gated ? 1 : 0) + 2;
+  }
+  return t;
 }
 
 // A small upload or any read: one copy and a wait; a large upload: a copy per pinned chunk, each
@@ -265,6 +398,29 @@ void matvec(const matvec_job& job) {
   }
 }
 
+void dense_ffn(const dense_ffn_job& job);
+
+namespace {
+// A whole layer's FFN after its attention: h = residual + the output product, its RMSNorm (a double sum
+// of squares, the scale in float, as the CPU's), the FFN on it, out = h + the FFN's output.
+void ffn_after(const attention_job& job) {
+  const int64_t n = job.n, d = job.d;
+  std::vector<float> h(static_cast<size_t>(n * d)), xn(h.size()), y(h.size());
+  for (int64_t k = 0; k < n * d; ++k) h[static_cast<size_t>(k)] = job.residual[k] + job.out[k];
+  for (int64_t t = 0; t < n; ++t) {
+    const float* x = h.data() + t * d;
+    double ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(x[i]) * x[i];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(d)) + job.norm_eps);
+    for (int64_t i = 0; i < d; ++i) xn[static_cast<size_t>(t * d + i)] = x[i] * scale * job.ffn_norm[i];
+  }
+  dense_ffn_job f = *job.ffn;
+  f.n = n, f.d = d, f.x = xn.data(), f.out = y.data();
+  dense_ffn(f);
+  for (int64_t k = 0; k < n * d; ++k) job.out[k] = h[static_cast<size_t>(k)] + y[static_cast<size_t>(k)];
+}
+}  // namespace
+
 // Attention the plain way: each token's q, k, v row by row, RoPE by the job's angles, k and v rounded
 // to the cache's type and stored, then each head's softmax over its sequence's cached rows (in double).
 void attention(const attention_job& job) {
@@ -345,6 +501,7 @@ void attention(const attention_job& job) {
     row(job.t_o, job.wo, i, dq, r.data());
     for (int64_t k = 0; k < n; ++k) job.out[k * d + i] = dot(r.data(), attn_read.data() + k * dq, dq);
   }
+  if (job.ffn) return ffn_after(job);
   if (!job.fc1) return;
   // The predictor on the layer's input (plus the output product): what predict() computes.
   std::vector<float> pred_in(static_cast<size_t>(n * d));
@@ -358,6 +515,16 @@ void attention(const attention_job& job) {
 
 // A dense FFN the plain way: every neuron's gate and up rows, the activation, then the down rows.
 void dense_ffn(const dense_ffn_job& job) {
+  if (job.n_parts > 0) {  // each part on its rows
+    for (const ffn_part& p : ffn_parts(job)) {
+      dense_ffn_job one = job;
+      one.parts = nullptr, one.n_parts = 0;
+      one.gate = p.gate, one.up = p.up, one.down = p.down, one.t_gate = p.t_gate, one.t_up = p.t_up, one.t_down = p.t_down;
+      one.n = p.n, one.n_ff = p.n_ff, one.x = job.x + p.first * job.d, one.out = job.out + p.first * job.d;
+      if (p.n > 0) dense_ffn(one);
+    }
+    return;
+  }
   const int64_t n = job.n, d = job.d, n_ff = job.n_ff;
   std::vector<float> r(static_cast<size_t>(std::max(d, n_ff))), h(static_cast<size_t>(n * n_ff)), g(static_cast<size_t>(n));
   const std::vector<float> xg = as_read(job.t_gate, job.x, n, d), xu = as_read(job.t_up, job.x, n, d);

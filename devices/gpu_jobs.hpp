@@ -4,6 +4,7 @@
 // row in float and double from the device's copies alone, so that everything above a GPU's kernels
 // runs and is tested where there is no GPU. Used by the sim and cuda back ends (devices/device.cpp).
 #include <string>
+#include <vector>
 
 #include "devices/device.hpp"
 #include "kernels/gpu/decode.hpp"
@@ -23,14 +24,41 @@ bool gpu_reads(operation op, tensor_type t);
 // what is wrong: shapes that do not agree, weights of a type the GPU's kernels do not read.
 void check_attention_job(const std::string& device, const attention_job& job);
 void check_dense_ffn_job(const std::string& device, const dense_ffn_job& job);
+// A dense-FFN job's parts: its own (ffn_part) list, else one part of its weights over all its rows.
+std::vector<ffn_part> ffn_parts(const dense_ffn_job& job);
 
 // The tokens a GPU's attention or dense-FFN job takes at a time (what its scratch holds); throws
 // std::invalid_argument naming `device` and the bytes needed when not one token fits.
 int64_t attention_chunk(const std::string& device, const attention_job& job);
 int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job);
-// What a chunk of m tokens of an attention job leaves of its scratch (after the chunk's inputs,
-// products and predictor), from a 16-byte boundary: offset and size in floats. Flash-decoding's
-// partial sums live there (a decode step's chunk of one token leaves most of it).
+// Where a chunk of m tokens of a job keeps each of its values in the job's scratch: byte offsets from
+// the scratch's start, each on a 16-byte boundary — the kernels read a product's input in 16-byte loads
+// only where it is so aligned (kernels/gpu/rows.cuh's aligned16; a value 8 bytes off takes the 4-byte
+// path) —, and the end. An attention job's inputs [x, in_end) cross as one copy: x, the angles, the
+// sequences and positions (2m int32), the layer's input (with a predictor, or the residual stream with
+// the FFN after it); then q/k/v, the heads' outputs, the output product; with a predictor its input,
+// scores, choices (bytes) and hidden values (rank, once); with the FFN after it the residual after
+// attention, the FFN's normalized input, its gate and up values and its output (the next layer's input).
+inline constexpr uint64_t scratch_align = 16;
+struct attention_scratch {
+  uint64_t x = 0, angles = 0, seqpos = 0, layer_in = 0, in_end = 0, qkv = 0, attn = 0, out = 0;
+  uint64_t pred_in = 0, scores = 0, chosen = 0, mid = 0;
+  uint64_t resid = 0, ffn_x = 0, gate = 0, up = 0, ffn_out = 0;
+  uint64_t end = 0;
+};
+attention_scratch attention_scratch_of(const attention_job& job, int64_t m);
+struct dense_ffn_scratch {
+  uint64_t x = 0, gate = 0, up = 0, out = 0, end = 0;
+};
+dense_ffn_scratch dense_ffn_scratch_of(int64_t d, int64_t n_ff, int64_t m);
+// Throws std::logic_error naming `device` unless the scratch and every offset of the layout lie on
+// 16-byte boundaries and its end fits in scratch_bytes: what the kernels assume of their inputs.
+void check_scratch_layout(const std::string& device, const void* scratch, uint64_t scratch_bytes, const attention_scratch& s);
+void check_scratch_layout(const std::string& device, const void* scratch, uint64_t scratch_bytes, const dense_ffn_scratch& s);
+
+// What a chunk of m tokens of an attention job leaves of its scratch (after its layout's end), in
+// floats from a 16-byte boundary. Flash-decoding's partial sums live there (a decode step's chunk of
+// one token leaves most of it).
 struct scratch_tail {
   int64_t offset = 0, floats = 0;
 };

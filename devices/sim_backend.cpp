@@ -37,6 +37,10 @@ class sim_backend final : public device {
     const job_scope scope(*this, operation::attention, queue_.worker_id());  // (as a GPU's: on the queue)
     if (!kernels_) return device::compute(job);
     check_attention_job(name(), job);
+    // The scratch as the GPU lays a chunk out (its first and its last), held to what its kernels assume.
+    const int64_t chunk = attention_chunk(name(), job);
+    for (int64_t m : {std::min(chunk, job.n), job.n % chunk})
+      if (m > 0) check_scratch_layout(name(), job.scratch, job.scratch_bytes, attention_scratch_of(job, m));
     count(gpu_traffic(job));
     sim_kernels::attention(job);
   }
@@ -44,6 +48,9 @@ class sim_backend final : public device {
     const job_scope scope(*this, operation::dense_ffn, queue_.worker_id());  // (as a GPU's: on the queue)
     if (!kernels_) return device::compute(job);
     check_dense_ffn_job(name(), job);
+    const int64_t chunk = dense_ffn_chunk(name(), job);
+    for (int64_t m : {std::min(chunk, job.n), job.n % chunk})
+      if (m > 0) check_scratch_layout(name(), job.scratch, job.scratch_bytes, dense_ffn_scratch_of(job.d, job.n_ff, m));
     count(gpu_traffic(job));
     sim_kernels::dense_ffn(job);
   }

@@ -123,12 +123,33 @@ void attention_block::run(step_state& B, int64_t il) {
   run(B, il, m.weights().layers[static_cast<size_t>(il)], env_.cpu);
 }
 
+bool attention_block::takes_ffn(int64_t il) const {
+  const auto& dev = env_.device;
+  if (!dev || !dev->attention(il) || dev->device().runs_host_work()) return false;
+  const layer_weights& l = env_.m->weights().layers[static_cast<size_t>(il)];
+  const layer_recipe r = recipe_of(env_.hp(), l);
+  return r.one_gpu_job() && dev->layer(il).ffn_norm;  // (the device's copy: held with attention)
+}
+
+void attention_block::run_with_ffn(step_state& B, int64_t il, const devices::dense_ffn_job& ffn) {
+  const hparams& hp = env_.hp();
+  const layer_weights& l = env_.m->weights().layers[static_cast<size_t>(il)];
+  const layer_recipe r = recipe_of(hp, l);
+  const int64_t n = B.n, d = hp.n_embd;
+  env_.device_read += env_.device->attention_bytes(il);
+  trace_scope span(env_.trace, step_part::attention, B.step, il, n);
+  for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_norm, B.x.data() + t * d, B.xn.data() + t * d, d, hp.norm_eps);
+  gpu_job(B, il, env_.device->layer(il), r, &ffn);
+  std::copy(B.proj.begin(), B.proj.begin() + n * d, B.x.begin());  // (the job's output: the layer's)
+  B.ffn_in = nullptr, B.pred_in = nullptr;
+}
+
 const float* predictor_input(const step_state& B, const layer_recipe& r) {
   if (r.predictor_reads_ffn_input) return B.ffn_in;
   return !r.parallel && r.predictor_reads_layer_input ? B.layer_in.data() : B.x.data();
 }
 
-void attention_block::gpu_job(step_state& B, int64_t il, const layer_weights& g, const layer_recipe& r) {
+void attention_block::gpu_job(step_state& B, int64_t il, const layer_weights& g, const layer_recipe& r, const devices::dense_ffn_job* ffn) {
   const hparams& hp = env_.hp();
   const device_layers& dev = *env_.device;
   const int64_t n = B.n, n_rot = hp.n_rot, half = n_rot / 2;
@@ -160,7 +181,8 @@ void attention_block::gpu_job(step_state& B, int64_t il, const layer_weights& g,
   // on the input the predictor reads (the layer's input, plus attention's output where that is added
   // before the FFN), kept for the predictor's call on that input.
   // (Not a predictor of the FFN's normalized input: that input is made after this job.)
-  const bool predict_here = env_.mode == ffn_mode::sparse && dev.predictor(il) && g.pred_fc1 && !r.predictor_reads_ffn_input;
+  const bool predict_here = !ffn && env_.mode == ffn_mode::sparse && dev.predictor(il) && g.pred_fc1 && !r.predictor_reads_ffn_input;
+  if (ffn) job.ffn = ffn, job.residual = B.x.data(), job.ffn_norm = g.ffn_norm.f32();
   if (predict_here) {
     job.fc1 = g.pred_fc1.data, job.fc2 = g.pred_fc2.data, job.t_pred = g.pred_fc1.type;
     job.rank = g.pred_fc1.ne1, job.n_ff = hp.n_ff;

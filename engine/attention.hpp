@@ -21,12 +21,18 @@ class attention_block {
   // (attention's output), the residual stream with it where the recipe adds it before the FFN, and
   // B.ffn_in / B.pred_in: the FFN's normalized input and what its predictor reads.
   void run(step_state& B, int64_t layer);
+  // Whether a GPU can take the layer's dense FFN in its attention's job (a whole layer, one wait): the
+  // device holds its attention, the layer is sequential (attention's output added before the FFN) with
+  // RMSNorms and no norms of the outputs (llama, qwen2/3, phi3), the FFN's norm F32.
+  bool takes_ffn(int64_t layer) const;
+  // Attention and the FFN `ffn` after it as one job: leaves B.x the layer's output (the next layer's input).
+  void run_with_ffn(step_state& B, int64_t layer, const devices::dense_ffn_job& ffn);
 
  private:
   // Over the weights l, by these workers; with `gpu`, the products, RoPE, cache and softmax go to the
   // hot device as one job over its copies, the norms stay here (l: the host's weights).
   void run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const layer_weights* gpu = nullptr);
-  void gpu_job(step_state& B, int64_t layer, const layer_weights& gpu, const layer_recipe& r);
+  void gpu_job(step_state& B, int64_t layer, const layer_weights& gpu, const layer_recipe& r, const devices::dense_ffn_job* ffn = nullptr);
   void products(step_state& B, int64_t layer, const layer_weights& l, const layer_recipe& r, const workers& on);  // xn -> proj
   void attend(step_state& B, int64_t layer, const workers& on, const float* qkv, bool fused);                    // B.attn from the cache
   template <class QOf>

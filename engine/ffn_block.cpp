@@ -56,24 +56,27 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const float* in, co
   return run(B, layer, env_.m->weights().layers[static_cast<size_t>(layer)], env_.cpu, in, pred_in, may_go_dense, out);
 }
 
-ffn_step_counts ffn_block::gpu_job(step_state& B, int64_t layer, const float* in, const float* pred_in, float* out) {
+bool ffn_block::whole_on_gpu(int64_t layer) const {
+  const auto& dev = env_.device;
+  return dev && dev->ffn(layer) && !dev->device().runs_host_work() && !env_.watch;
+}
+
+devices::dense_ffn_job ffn_block::gpu_part(step_state& B, int64_t layer) const {
   const hparams& hp = env_.hp();
-  const int64_t n = B.n, n_ff = hp.n_ff;
-  const device_layers& dev = *env_.device;
-  const layer_weights& g = dev.layer(layer);
-  {
-    trace_scope span(env_.trace, step_part::ffn, B.step, layer, n);
-    devices::dense_ffn_job job;
-    job.gate = g.ffn_gate ? g.ffn_gate.data : nullptr, job.up = g.ffn_up.data, job.down = g.ffn_down.data;
-    job.t_gate = g.ffn_gate ? g.ffn_gate.type : g.ffn_up.type, job.t_up = g.ffn_up.type, job.t_down = g.ffn_down.type;
-    job.gated = hp.gated_ffn;
-    job.act = hp.act;
-    job.act_threshold = hp.act_threshold_of(layer);
-    job.n = n, job.d = hp.n_embd, job.n_ff = n_ff, job.x = in, job.out = out;
-    job.hidden = stats_on_ || env_.watch ? B.hidden.data() : nullptr;  // each neuron's value, where something reads it
-    job.scratch = dev.scratch(), job.scratch_bytes = dev.scratch_bytes();
-    dev.run([&] { dev.device().compute(job); });
-  }
+  const layer_weights& g = env_.device->layer(layer);
+  devices::dense_ffn_job job;
+  job.gate = g.ffn_gate ? g.ffn_gate.data : nullptr, job.up = g.ffn_up.data, job.down = g.ffn_down.data;
+  job.t_gate = g.ffn_gate ? g.ffn_gate.type : g.ffn_up.type, job.t_up = g.ffn_up.type, job.t_down = g.ffn_down.type;
+  job.gated = hp.gated_ffn;
+  job.act = hp.act;
+  job.act_threshold = hp.act_threshold_of(layer);
+  job.n = B.n, job.d = hp.n_embd, job.n_ff = hp.n_ff;
+  job.hidden = stats_on_ || env_.watch ? B.hidden.data() : nullptr;  // each neuron's value, where something reads it
+  return job;
+}
+
+ffn_step_counts ffn_block::gpu_part_done(step_state& B, int64_t layer) {
+  const int64_t n = B.n, n_ff = env_.hp().n_ff;
   // Every neuron computed, as the dense path counts it.
   ++choices_[static_cast<size_t>(layer)].dense;
   if (stats_on_) {
@@ -84,11 +87,24 @@ ffn_step_counts ffn_block::gpu_job(step_state& B, int64_t layer, const float* in
       for (int64_t i = 0; i < n_ff; ++i) st.truly_active += h[i] != 0.0f, st.active_computed += h[i] != 0.0f;
     }
   }
-  observe(B, layer, pred_in, false);
   ffn_step_counts c;
   c.computed = n * n_ff;
   c.rows = c.down_rows = n_ff;
+  c.device_bytes = env_.device->ffn_bytes(layer);
   return c;
+}
+
+ffn_step_counts ffn_block::gpu_job(step_state& B, int64_t layer, const float* in, const float* pred_in, float* out) {
+  const device_layers& dev = *env_.device;
+  {
+    trace_scope span(env_.trace, step_part::ffn, B.step, layer, B.n);
+    devices::dense_ffn_job job = gpu_part(B, layer);
+    job.x = in, job.out = out;
+    job.scratch = dev.scratch(), job.scratch_bytes = dev.scratch_bytes();
+    dev.run([&] { dev.device().compute(job); });
+  }
+  observe(B, layer, pred_in, false);
+  return gpu_part_done(B, layer);
 }
 
 void ffn_block::observe(const step_state& B, int64_t layer, const float* pred_in, bool margins) const {

@@ -53,6 +53,13 @@ class ffn_block {
   // token's own choice.
   ffn_step_counts run(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out);
 
+  // A whole layer on a GPU (attention and its dense FFN in one job, attention_block::run_with_ffn): the
+  // FFN's part of that job (weights, activation, where each neuron's value goes, where something reads
+  // them), and what the layer then counts and records, as gpu_job does after its own job.
+  bool whole_on_gpu(int64_t layer) const;
+  devices::dense_ffn_job gpu_part(step_state& B, int64_t layer) const;
+  ffn_step_counts gpu_part_done(step_state& B, int64_t layer);
+
   void set_executor(std::shared_ptr<ffn_executor> e) { executor_ = std::move(e); }
   void set_device_layers(std::shared_ptr<const device_layers> d) { predictor_.set_device_layers(std::move(d)); }
   void enable_stats(bool on) { stats_on_ = on; }

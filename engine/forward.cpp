@@ -107,6 +107,25 @@ ffn_step_counts inference_context::ffn(step_state& B, int64_t layer, bool may_go
   return c;
 }
 
+bool inference_context::whole_layer_job(int64_t layer) const { return ffn_.whole_on_gpu(layer) && attention_.takes_ffn(layer); }
+
+void inference_context::run_layer(step_state& B, int64_t il, bool may_go_dense) {
+  if (!step_whole_layer(B, il)) {
+    attention_.run(B, il);
+    ffn(B, il, may_go_dense);
+  }
+}
+
+std::optional<ffn_step_counts> inference_context::step_whole_layer(step_state& B, int64_t il) {
+  if (!whole_layer_job(il)) return std::nullopt;
+  if (!env_.m->holds_layer(il)) throw std::logic_error(fmt::format("layer {}: this process did not load its weights (load_options::first_layer, last_layer)", il));
+  env_.device_read += env_.device->ffn_bytes(il);
+  attention_.run_with_ffn(B, il, ffn_.gpu_part(B, il));
+  ffn_step_counts c = ffn_.gpu_part_done(B, il);
+  totals_.add(il, c);
+  return c;
+}
+
 void inference_context::add_ffn_output(step_state& B, int64_t layer, const float* out, ffn_step_counts& c) {
   const hparams& hp = env_.hp();
   const int64_t d = hp.n_embd, nd = B.n * d;
@@ -177,10 +196,7 @@ void inference_context::run_batch(std::span<const token_id> tokens, const int64_
   step_state& B = b_;
   begin(B, static_cast<int64_t>(tokens.size()), seqs, positions);
   embed(B, tokens);
-  for (int64_t il = 0; il < env_.hp().n_layer; ++il) {
-    attention_.run(B, il);
-    ffn(B, il, may_go_dense);
-  }
+  for (int64_t il = 0; il < env_.hp().n_layer; ++il) run_layer(B, il, may_go_dense);
   std::vector<int64_t>& rows = B.logit_rows;
   rows.clear();
   for (int64_t t = all_logits ? 0 : B.n - 1; t < B.n; ++t) rows.push_back(t);
@@ -247,10 +263,7 @@ std::vector<float> inference_context::hidden_states(std::span<const token_id> to
     step_state& B = b_;
     begin(B, m, seqs.data(), positions.data());
     embed(B, tokens.subspan(static_cast<size_t>(s), static_cast<size_t>(m)));
-    for (int64_t il = 0; il < hp.n_layer; ++il) {
-      attention_.run(B, il);
-      ffn(B, il, true);
-    }
+    for (int64_t il = 0; il < hp.n_layer; ++il) run_layer(B, il, true);
     rows.resize(static_cast<size_t>(m));
     for (int64_t t = 0; t < m; ++t) rows[static_cast<size_t>(t)] = t;
     normalized_rows(B, rows);
@@ -304,10 +317,7 @@ void inference_context::step_begin_hidden(step_state& s, std::span<const float> 
 void inference_context::step_layers(step_state& s, int64_t first, int64_t last) {
   if (first < 0 || last > env_.hp().n_layer || first > last)
     throw std::out_of_range(fmt::format("layers {}..{} of a model of {}", first, last, env_.hp().n_layer));
-  for (int64_t il = first; il < last; ++il) {
-    attention_.run(s, il);
-    ffn(s, il, false);
-  }
+  for (int64_t il = first; il < last; ++il) run_layer(s, il, false);
 }
 
 void inference_context::step_attention(step_state& s, int64_t layer) { attention_.run(s, layer); }

@@ -7,6 +7,7 @@
 // against.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -70,6 +71,9 @@ class inference_context {
   };
   ffn_inputs step_ffn_inputs(const step_state& s) const;  // valid from step_attention(layer) to step_ffn_done(layer)
   ffn_step_counts step_ffn(step_state& s, int64_t layer);
+  // A layer whose attention and dense FFN a GPU holds, as one job (one wait, not two): the layer's
+  // output in s, its FFN's counts; nothing (and nullopt) for any other layer.
+  std::optional<ffn_step_counts> step_whole_layer(step_state& s, int64_t layer);
   // out: (n, n_embd) the FFN's output, computed elsewhere; c: what that did.
   void step_ffn_done(step_state& s, int64_t layer, const float* out, const ffn_step_counts& c);
   // Logits of the state's tokens `rows` (ascending; rows.size() x n_vocab); valid until its next step.
@@ -135,6 +139,8 @@ class inference_context {
   void begin(step_state& B, int64_t n, const int64_t* seqs, const int64_t* positions);
   void embed(step_state& B, std::span<const token_id> tokens);
   ffn_step_counts ffn(step_state& B, int64_t layer, bool may_go_dense);  // the FFN, joined to the stream
+  void run_layer(step_state& B, int64_t layer, bool may_go_dense);         // attention then the FFN (on a GPU that holds both: one job)
+  bool whole_layer_job(int64_t layer) const;
   void add_ffn_output(step_state& B, int64_t layer, const float* out, ffn_step_counts& c);
   void head(step_state& B, std::span<const int64_t> rows, float* logits);  // the logits of these rows
   void normalized_rows(step_state& B, std::span<const int64_t> rows);      // the final norm into B.xn

@@ -359,9 +359,12 @@ devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const
       }
       H.experts.push_back(e), H.slot.push_back(slot), H.first.push_back(H.first.back() + m);
     }
+  // A GPU takes the shared expert in the same job: its rows (every token's) after the experts'.
+  const std::shared_ptr<const device_layers> dl0 = env_.device;
+  if (shared && !dl0->device().runs_host_work()) H.x.insert(H.x.end(), in, in + n * d);
   H.y.resize(H.x.size());
   if (shared) H.shared_y.resize(static_cast<size_t>(n * d));
-  const std::shared_ptr<const device_layers> dl = env_.device;
+  const std::shared_ptr<const device_layers>& dl = dl0;
   return dl->submit([this, layer, in, n, d, shared, dl] {
     const hparams& hp = env_.hp();
     hot_experts& H = hot_;
@@ -379,6 +382,35 @@ devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const
       dev.compute(job);
     };
     const auto began = std::chrono::steady_clock::now();
+    if (!dev.runs_host_work()) {
+      // A GPU: the layer's hot experts (and its shared expert, its rows after theirs) as one job, one wait.
+      H.parts.clear();
+      auto part = [&](const tensor_view& gate, const tensor_view& up, const tensor_view& down, int64_t first, int64_t m) {
+        H.parts.push_back({gate.data, up.data, down.data, gate.type, up.type, down.type, first, m, gate.ne1});
+      };
+      for (size_t i = 0; i < H.experts.size(); ++i) {
+        const device_experts::rows r = experts_->slot_rows(layer, H.slot[i]);
+        part(r.gate, r.up, r.down, H.first[i], H.first[i + 1] - H.first[i]);
+      }
+      const int64_t rows = H.first.back();
+      if (shared) {
+        const layer_weights& g = dl->layer(layer);
+        part(g.ffn_gate_shexp, g.ffn_up_shexp, g.ffn_down_shexp, rows, n);
+      }
+      const int64_t total = rows + (shared ? n : 0);
+      if (total == 0) return;
+      devices::dense_ffn_job job;
+      job.parts = H.parts.data(), job.n_parts = static_cast<int64_t>(H.parts.size());
+      job.gated = true, job.act = hp.act;
+      job.n = total, job.d = d;
+      for (const devices::ffn_part& p : H.parts) job.n_ff = std::max(job.n_ff, p.n_ff);
+      job.x = H.x.data(), job.out = H.y.data();
+      job.scratch = dl->scratch(), job.scratch_bytes = dl->scratch_bytes();
+      dev.compute(job);
+      H.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      if (shared) std::copy(H.y.begin() + rows * d, H.y.begin() + total * d, H.shared_y.begin());
+      return;
+    }
     for (size_t i = 0; i < H.experts.size(); ++i) {
       const device_experts::rows r = experts_->slot_rows(layer, H.slot[i]);
       const int64_t r0 = H.first[i], m = H.first[i + 1] - r0;

@@ -85,6 +85,7 @@ class moe_block {
     std::vector<int32_t> experts, slot;
     std::vector<int64_t> first;
     std::vector<float> x, y, shared_y, g, h;
+    std::vector<devices::ffn_part> parts;  // a GPU's: the experts (and the shared expert) as one job
     double seconds = 0;  // the device's time on the experts (measured on its queue)
   };
   hot_experts hot_;

@@ -38,6 +38,13 @@ struct layer_recipe {
 
   // The FFN's normalized input is attention's (one norm, as Falcon-7B): computed once.
   bool ffn_shares_attn_input() const { return parallel && ffn_norm == attn_norm; }
+  // Whether a GPU's attention job can take the layer's FFN after it (a whole layer, one wait): a
+  // sequential layer, RMSNorms without biases, no norms of the outputs, the FFN's input as it is (the
+  // job applies the FFN's norm: its weights F32, devices::attention_job::ffn_norm).
+  bool one_gpu_job() const {
+    return !parallel && norm == norm_kind::rms && !attn_out_norm.weight && !ffn_out_norm.weight && !(ffn_norm.bias && *ffn_norm.bias) && !ffn_input_q8_k &&
+           ffn_norm.weight && ffn_norm.weight->type == tensor_type::f32;
+  }
 };
 
 // Current llama.cpp's reading of each architecture (and PowerInfer's, for its sparse files), from its

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "devices/gpu_jobs.hpp"
+#include "model/recipe.hpp"
 #include "engine/forward.hpp"
 #include "engine/read_costs.hpp"
 #include "engine/trace.hpp"
@@ -186,8 +187,11 @@ char held = 0;  // (a job's weights and scratch: non-null where the layer has th
 const void* has(const tensor_view& t) { return t ? &held : nullptr; }
 constexpr uint64_t room = uint64_t{1} << 40;  // (scratch for a token)
 }  // namespace trips
-devices::device_traffic attention_trips(const hparams& hp, const layer_weights& l, bool with_predictor, int32_t position) {
+devices::device_traffic attention_trips(const hparams& hp, const layer_weights& l, bool with_predictor, int32_t position, bool with_ffn = false) {
   devices::attention_job j;
+  devices::dense_ffn_job f;  // (the FFN after it: a whole layer as one job)
+  f.n_ff = hp.n_ff, f.gated = static_cast<bool>(l.ffn_gate), f.up = f.down = f.gate = &trips::held;
+  if (with_ffn) j.ffn = &f, j.residual = j.ffn_norm = reinterpret_cast<const float*>(&trips::held);
   const int32_t seq = 0;  // (the token's sequence and position: a long past splits attention's kernel)
   j.seqs = &seq, j.positions = &position, j.ctx = static_cast<int64_t>(position) + 1;
   j.n = 1, j.d = hp.n_embd, j.n_head = hp.n_head, j.n_head_kv = hp.n_head_kv, j.head_dim = hp.head_dim(), j.n_rot = hp.n_rot;
@@ -327,11 +331,17 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
     double layer_t = charge(p.attention, attention, cpu);
     if (sparse) layer_t += charge(p.predictor, predictor, cpu);
     const auto& lw = m.weights().layers[li];
-    if (p.attention || p.predictor)
+    // A whole layer on the GPU: attention's job takes the FFN after it where the recipe allows (one
+    // crossing: the normalized input and the residual down, the layer's output up).
+    const bool one_job = p.attention && p.ffn && recipe_of(hp, lw).one_gpu_job();
+    if (one_job) {
+      layer_t += charge(true, ffn[li], rows_rate) + cross(3 * x_bytes, attention_trips(hp, lw, false, static_cast<int32_t>(rows), true));
+    } else if (p.attention || p.predictor) {
       layer_t += cross(3 * x_bytes + (p.predictor ? static_cast<double>(hp.n_ff) : 0.0),
                        p.attention ? attention_trips(hp, lw, sparse && p.predictor, static_cast<int32_t>(rows)) : predict_trips(hp, lw));
-    if (p.ffn) {  // a dense file's whole layer: its FFN is one more job (the FFN input down, the output up)
-      layer_t += charge(true, ffn[li], rows_rate) + cross(2 * x_bytes, dense_ffn_trips(hp, lw));
+    }
+    if (p.ffn) {  // a dense file's whole layer: its FFN in attention's job, else one more job (the FFN input down, the output up)
+      if (!one_job) layer_t += charge(true, ffn[li], rows_rate) + cross(2 * x_bytes, dense_ffn_trips(hp, lw));
     } else if (sparse) {
       // The hot share on the GPU and the cold share on the CPU at the same time; the join waits for
       // the longer, the hot side's crossing included.

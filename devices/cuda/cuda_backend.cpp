@@ -295,11 +295,17 @@ void cuda_backend::compute(const ffn_rows_job& job) {
 template <typename Launch>
 void cuda_backend::per_vector(const char* what, const vectors& v, Launch launch) {
   make_current();
+  // Through pinned staging (a copy from pageable memory is staged by the driver, and synchronous).
+  const uint64_t in_bytes = static_cast<uint64_t>(v.in) * sizeof(float);
+  auto* hin = static_cast<float*>(staging(host_attn_in_, host_attn_in_bytes_, in_bytes));
+  auto* hout = static_cast<uint8_t*>(staging(host_attn_out_, host_attn_out_bytes_, v.out_bytes));
   for (int64_t t = 0; t < v.n; ++t) {
-    copy_async(v.dx, v.x + t * v.in, static_cast<uint64_t>(v.in) * sizeof(float), true);
+    std::copy(v.x + t * v.in, v.x + (t + 1) * v.in, hin);
+    copy_async(v.dx, hin, in_bytes, true);
     if (const std::string e = launch(); !e.empty()) fail(fmt::format("{} kernel: {}", what, e));
-    copy_async(static_cast<uint8_t*>(v.to) + static_cast<uint64_t>(t) * v.out_bytes, v.from, v.out_bytes, false);
+    copy_async(hout, v.from, v.out_bytes, false);
     wait_stream();
+    std::memcpy(static_cast<uint8_t*>(v.to) + static_cast<uint64_t>(t) * v.out_bytes, hout, v.out_bytes);
   }
 }
 
@@ -350,19 +356,22 @@ void cuda_backend::compute(const matvec_job& job) {
 
 // Chunks of tokens that fit the scratch: the inputs, angles, sequences and positions copied in at
 // once, the products, RoPE with the store into the cache, the attention and the output product
-// launched on the stream, the output copied back; the stream waited on once per chunk.
+// launched on the stream (with the FFN after it: the residual, its norm and the FFN too), the output
+// copied back; the stream waited on once per chunk. The scratch as attention_scratch_of lays it out,
+// every value on a 16-byte boundary (checked: the products' wide loads need it).
 void cuda_backend::compute(const attention_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   const job_scope scope(*this, operation::attention, queue_.worker_id());
   const launches_counted counted(*this);
   check_attention_job(name(), job);
   const int64_t d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, row_len = dq + 2 * kv, n_rot = job.n_rot;
-  const int64_t n_ff = job.fc1 ? job.n_ff : 0;
+  const int64_t n_ff = job.fc1 ? job.n_ff : 0, ffn_ff = job.ffn ? job.ffn->n_ff : 0;
+  const bool hidden = job.ffn && job.ffn->hidden;
   const int64_t chunk = attention_chunk(name(), job);
   const int64_t m_max = std::min(chunk, job.n);
-  // In: x, angles, sequences and positions (and the layer's input); out: the product (and the choice).
-  const int64_t in_floats = d + n_rot + 2 + (job.fc1 ? d : 0);
-  const uint64_t in_bytes = static_cast<uint64_t>(m_max * in_floats) * 4, out_bytes = static_cast<uint64_t>(m_max * d) * 4 + static_cast<uint64_t>(m_max * n_ff);
+  // In: the layout's inputs, as they lie in the scratch; out: the product (and the choices, or the FFN's values).
+  const uint64_t in_bytes = attention_scratch_of(job, m_max).in_end;
+  const uint64_t out_bytes = static_cast<uint64_t>(m_max * d) * 4 + static_cast<uint64_t>(m_max * n_ff) + (hidden ? static_cast<uint64_t>(m_max * ffn_ff) * 4 : 0);
   staging(host_attn_in_, host_attn_in_bytes_, in_bytes);
   staging(host_attn_out_, host_attn_out_bytes_, out_bytes);
   namespace gpu = kernels::gpu;
@@ -371,28 +380,22 @@ void cuda_backend::compute(const attention_job& job) {
   make_current();
   for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
     const int64_t m = std::min(chunk, job.n - t0);
-    // The scratch: x (m x d), angles (m x n_rot), sequences and positions (2m int32) — copied in as
-    // one —, then q/k/v (m x (dq + 2 kv)), the heads' outputs (m x dq), the product (m x d).
-    auto* hin = static_cast<float*>(host_attn_in_.get());
-    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
-    std::copy(job.angles + t0 * n_rot, job.angles + (t0 + m) * n_rot, hin + m * d);
-    auto* hsp = reinterpret_cast<int32_t*>(hin + m * (d + n_rot));
+    const attention_scratch at = attention_scratch_of(job, m);
+    check_scratch_layout(name(), job.scratch, job.scratch_bytes, at);
+    auto* hin = static_cast<uint8_t*>(host_attn_in_.get());
+    auto host_f = [&](uint64_t off) { return reinterpret_cast<float*>(hin + off); };
+    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, host_f(at.x));
+    std::copy(job.angles + t0 * n_rot, job.angles + (t0 + m) * n_rot, host_f(at.angles));
+    auto* hsp = reinterpret_cast<int32_t*>(hin + at.seqpos);
     std::copy(job.seqs + t0, job.seqs + t0 + m, hsp);
     std::copy(job.positions + t0, job.positions + t0 + m, hsp + m);
-    if (job.fc1) std::copy(job.layer_in + t0 * d, job.layer_in + (t0 + m) * d, reinterpret_cast<float*>(hsp + 2 * m));
-    auto* dx = static_cast<float*>(job.scratch);
-    float* dangles = dx + m * d;
-    auto* dsp = reinterpret_cast<int32_t*>(dangles + m * n_rot);
-    float* dlayer_in = reinterpret_cast<float*>(dsp + 2 * m);  // (with a predictor)
-    float* dqkv = dlayer_in + (job.fc1 ? m * d : 0);
-    float* dattn = dqkv + m * row_len;
-    float* dout = dattn + m * dq;
-    // With a predictor: its inputs (m x d), scores (m x n_ff), choices (m x n_ff bytes), hidden values (rank).
-    float* dpred_in = dout + m * d;
-    float* dscores = dpred_in + m * d;
-    auto* dchosen = reinterpret_cast<uint8_t*>(dscores + m * n_ff);
-    float* dmid = dscores + m * n_ff + (m * n_ff + 3) / 4;
-    copy_async(dx, hin, static_cast<uint64_t>(m * in_floats) * 4, true);
+    if (job.fc1) std::copy(job.layer_in + t0 * d, job.layer_in + (t0 + m) * d, host_f(at.layer_in));
+    if (job.ffn) std::copy(job.residual + t0 * d, job.residual + (t0 + m) * d, host_f(at.layer_in));
+    auto* base = static_cast<uint8_t*>(job.scratch);
+    auto dev_f = [&](uint64_t off) { return reinterpret_cast<float*>(base + off); };
+    float *dx = dev_f(at.x), *dangles = dev_f(at.angles), *dlayer_in = dev_f(at.layer_in), *dqkv = dev_f(at.qkv), *dattn = dev_f(at.attn), *dout = dev_f(at.out);
+    auto* dsp = reinterpret_cast<int32_t*>(base + at.seqpos);
+    copy_async(dx, hin, at.in_end, true);
     std::string e;
     if (job.wqkv) {
       e = gpu::matmul(gpu_row_type(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
@@ -404,24 +407,42 @@ void cuda_backend::compute(const attention_job& job) {
     if (e.empty()) e = gpu::rope_store(shape, dqkv, m, dangles, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, stream_, adjust);
     if (e.empty()) {  // (a long past split across blocks, their partial sums in the scratch's tail)
       const scratch_tail tail = attention_scratch_tail(job, m);
-      e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_, dx + tail.offset, tail.floats,
+      e = gpu::attend(shape, dqkv, m, dsp, job.k_cache, job.v_cache, job.kv_type == tensor_type::f16, dattn, stream_, dev_f(0) + tail.offset, tail.floats,
                       attention_latest_position(job, t0, m));
     }
     if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_o), job.wo, d, dq, dattn, m, dout, d, stream_);
+    auto* dchosen = base + at.chosen;
     if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), a token at a time
+      float *dpred_in = dev_f(at.pred_in), *dscores = dev_f(at.scores);
       e = gpu::add(dlayer_in, job.pred_adds_out ? dout : nullptr, m * d, dpred_in, stream_);
       for (int64_t t = 0; t < m && e.empty(); ++t)
-        e = gpu::predictor(gpu_row_type(job.t_pred), job.fc1, job.fc2, d, job.rank, n_ff, dpred_in + t * d, job.threshold, dmid, dscores + t * n_ff,
+        e = gpu::predictor(gpu_row_type(job.t_pred), job.fc1, job.fc2, d, job.rank, n_ff, dpred_in + t * d, job.threshold, dev_f(at.mid), dscores + t * n_ff,
                            dchosen + t * n_ff, stream_);
+    }
+    float* dresult = dout;
+    if (e.empty() && job.ffn) {  // the FFN after it: h = residual + product, its norm, the FFN, h + its output
+      const dense_ffn_job& f = *job.ffn;
+      float *dh = dev_f(at.resid), *dfx = dev_f(at.ffn_x), *dg = dev_f(at.gate), *du = dev_f(at.up), *dfo = dev_f(at.ffn_out);
+      e = gpu::add(dlayer_in, dout, m * d, dh, stream_);
+      if (e.empty()) e = gpu::rms_norm(dh, job.ffn_norm, m, d, job.norm_eps, dfx, stream_);
+      if (e.empty() && f.gated) e = gpu::matmul(gpu_row_type(f.t_gate), f.gate, ffn_ff, d, dfx, m, dg, ffn_ff, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_row_type(f.t_up), f.up, ffn_ff, d, dfx, m, du, ffn_ff, stream_);
+      if (e.empty()) e = gpu::activate(dg, du, m * ffn_ff, f.gated, f.act, f.act_threshold, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_row_type(f.t_down), f.down, d, ffn_ff, du, m, dfo, d, stream_);
+      if (e.empty()) e = gpu::add(dh, dfo, m * d, dfo, stream_);
+      dresult = dfo;
     }
     if (!e.empty()) fail(fmt::format("attention kernels: {}", e));
     auto* hout = static_cast<float*>(host_attn_out_.get());
     auto* hchosen = reinterpret_cast<uint8_t*>(hout + m * d);
-    copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false);
+    float* hhidden = hout + m * d;
+    copy_async(hout, dresult, static_cast<uint64_t>(m * d) * 4, false);
     if (job.fc1) copy_async(hchosen, dchosen, static_cast<uint64_t>(m * n_ff), false);
+    if (hidden) copy_async(hhidden, dev_f(at.up), static_cast<uint64_t>(m * ffn_ff) * 4, false);
     wait_stream();
     std::copy(hout, hout + m * d, job.out + t0 * d);
     if (job.fc1) std::copy(hchosen, hchosen + m * n_ff, job.chosen + t0 * n_ff);
+    if (hidden) std::copy(hhidden, hhidden + m * ffn_ff, job.ffn->hidden + t0 * ffn_ff);
   }
 #else
   (void)job;
@@ -429,8 +450,9 @@ void cuda_backend::compute(const attention_job& job) {
 #endif
 }
 
-// Chunks of tokens that fit the scratch: the inputs copied in, gate and up products, the activation,
-// the down product, the outputs (and the hidden values when asked) copied back; one wait per chunk.
+// Chunks of tokens that fit the scratch: the inputs copied in, gate and up products (each part's: a
+// mixture's experts of a layer in one job), the activation, the down products, the outputs (and the
+// hidden values when asked) copied back; one wait per chunk.
 void cuda_backend::compute(const dense_ffn_job& job) {
 #if defined(HOTCOLD_HAVE_GPU)
   const job_scope scope(*this, operation::dense_ffn, queue_.worker_id());
@@ -439,23 +461,43 @@ void cuda_backend::compute(const dense_ffn_job& job) {
   const int64_t d = job.d, n_ff = job.n_ff;
   const int64_t chunk = dense_ffn_chunk(name(), job);
   const int64_t m_max = std::min(chunk, job.n);
+  const std::vector<ffn_part> parts = ffn_parts(job);
   auto* hin = static_cast<float*>(staging(host_attn_in_, host_attn_in_bytes_, static_cast<uint64_t>(m_max * d) * 4));
   auto* hout = static_cast<float*>(staging(host_attn_out_, host_attn_out_bytes_, static_cast<uint64_t>(m_max * (d + n_ff)) * 4));
   namespace gpu = kernels::gpu;
   make_current();
   for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
     const int64_t m = std::min(chunk, job.n - t0);
-    auto* dx = static_cast<float*>(job.scratch);
-    float* dg = dx + m * d;
-    float* du = dg + m * n_ff;
-    float* dout = du + m * n_ff;
+    const dense_ffn_scratch at = dense_ffn_scratch_of(d, n_ff, m);
+    check_scratch_layout(name(), job.scratch, job.scratch_bytes, at);
+    auto* base = static_cast<uint8_t*>(job.scratch);
+    auto* dx = reinterpret_cast<float*>(base + at.x);
+    auto* dg = reinterpret_cast<float*>(base + at.gate);
+    auto* du = reinterpret_cast<float*>(base + at.up);
+    auto* dout = reinterpret_cast<float*>(base + at.out);
     std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
     copy_async(dx, hin, static_cast<uint64_t>(m * d) * 4, true);
+    // Each part's rows in the chunk (one part: the job's own weights on all of them): its gate and up
+    // values from its first row's place, packed by its own neurons; one activation over the chunk.
     std::string e;
-    if (job.gated) e = gpu::matmul(gpu_row_type(job.t_gate), job.gate, n_ff, d, dx, m, dg, n_ff, stream_);
-    if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_up), job.up, n_ff, d, dx, m, du, n_ff, stream_);
+    auto in_chunk = [&](const ffn_part& p, int64_t& a, int64_t& b) {
+      a = std::max(p.first, t0), b = std::min(p.first + p.n, t0 + m);
+      return a < b;
+    };
+    for (const ffn_part& p : parts) {
+      int64_t a, b;
+      if (!in_chunk(p, a, b) || !e.empty()) continue;
+      const int64_t r = a - t0, k = b - a;
+      if (job.gated) e = gpu::matmul(gpu_row_type(p.t_gate), p.gate, p.n_ff, d, dx + r * d, k, dg + r * n_ff, p.n_ff, stream_);
+      if (e.empty()) e = gpu::matmul(gpu_row_type(p.t_up), p.up, p.n_ff, d, dx + r * d, k, du + r * n_ff, p.n_ff, stream_);
+    }
     if (e.empty()) e = gpu::activate(dg, du, m * n_ff, job.gated, job.act, job.act_threshold, stream_);
-    if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_down), job.down, d, n_ff, du, m, dout, d, stream_);
+    for (const ffn_part& p : parts) {
+      int64_t a, b;
+      if (!in_chunk(p, a, b) || !e.empty()) continue;
+      const int64_t r = a - t0;
+      e = gpu::matmul(gpu_row_type(p.t_down), p.down, d, p.n_ff, du + r * n_ff, b - a, dout + r * d, d, stream_);
+    }
     if (!e.empty()) fail(fmt::format("dense FFN kernels: {}", e));
     copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false);
     if (job.hidden) copy_async(hout + m * d, du, static_cast<uint64_t>(m * n_ff) * 4, false);

@@ -1,4 +1,4 @@
-// The hot FFN's kernels (decode.hpp's hot_ffn, activate, add): a hot neuron's gate and up rows by a
+// The hot FFN's kernels (decode.hpp's hot_ffn, activate, add, rms_norm): a hot neuron's gate and up rows by a
 // 32-lane group, the down projection split across blocks and summed in order.
 #include <algorithm>
 #include <cmath>
@@ -91,8 +91,34 @@ __global__ void add_kernel(const float* a, const float* b, int64_t count, float*
   if (i < count) out[i] = b ? a[i] + b[i] : a[i];
 }
 
+// One block a row: the sum of squares by the block's threads (each warp's, then the first warp's sum of
+// them), the scale, the row scaled by it and the weights.
+constexpr int norm_threads = 256;
+__global__ void rms_norm_kernel(const float* x, const float* w, int64_t cols, float eps, float* out) {
+  __shared__ float warps[norm_threads / warp];
+  const float* row = x + blockIdx.x * cols;
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) s += row[i] * row[i];
+  s = warp_sum(s);
+  if (threadIdx.x % warp == 0) warps[threadIdx.x / warp] = s;
+  __syncthreads();
+  if (threadIdx.x < warp) {
+    s = threadIdx.x < blockDim.x / warp ? warps[threadIdx.x] : 0.0f;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) warps[0] = s;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(warps[0] / static_cast<float>(cols) + eps);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[blockIdx.x * cols + i] = row[i] * scale * w[i];
+}
 
 }  // namespace
+
+std::string rms_norm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out, void* stream) {
+  if (rows <= 0 || cols <= 0) return {};
+  rms_norm_kernel<<<static_cast<unsigned>(rows), norm_threads, 0, as_stream(stream)>>>(x, w, cols, eps, out);
+  return launched();
+}
 
 int64_t hot_ffn_scratch(int64_t d) { return hot_ffn_max_chunks * d; }
 
