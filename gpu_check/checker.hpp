@@ -52,6 +52,9 @@ struct model_file {
   std::string name, path, shape;
   bool made = false;
   uint64_t bytes = 0;
+  // The full-shape file's weights, and the bytes a weight takes (the schedule estimates a GPU run).
+  double params = 0, bytes_per_param = 2;
+  double planned_bytes() const { return params * bytes_per_param; }
   double gib(double fraction) const { return fraction * static_cast<double>(bytes) / double(1ull << 30); }
 };
 
@@ -77,7 +80,11 @@ class checker {
   // Left out before it started: the stage had no time for it.
   void skip_for_time(stage_record& s, const std::string& what);
 
-  // ---- 1: the kernels, then memcheck on small shapes ----
+  // ---- 0: the schedule, estimated and printed before the stages start (schedule.cpp) ----
+  void plan_schedule(const std::vector<double>& shares_s);
+  json schedule_ = json::object();
+
+  // ---- 1: the kernels, then compute-sanitizer's tools on small shapes ----
   void kernels(stage_record& s);
 
   // ---- 2: generated models through actors + the device against model/reference ----
@@ -112,19 +119,25 @@ class checker {
   // ---- 3: tokens/s, side by side ----
   void speed(stage_record& s);
 
-  // ---- 4: the table and the JSON ----
+  // ---- 4: the table, the JSON and the archive ----
   int finish(int code);
+  // The results (the JSON, each step's output, the kernels' and checks' JSON; not the models) packed
+  // into WORK/gpu-check-results.tar.gz: one file to copy back. "" and a note when tar fails.
+  std::string pack_results();
+  // The speed stage's prompt: at least 300 tokens, so decode crosses the flash-decoding split.
+  static std::string long_prompt();
 
   const gpu_check_options& o_;
   fs::path work_;
   std::string json_path_;
   std::vector<stage_record> stages_;
   clock_type::time_point deadline_;
-  json device_ = json::object(), kernels_ = json::object(), memcheck_ = json::object(), plans_ = json::object();
+  json device_ = json::object(), kernels_ = json::object(), sanitizers_ = json::object(), plans_ = json::object();
   json hybrid_checks_ = json::array(), suite_tests_ = json::array(), speed_ = json::array();
   bool kernel_wrong_ = false, hybrid_wrong_ = false;
   double cpu_gbs_ = 0;  // the planner's CPU bandwidth, measured by its first call
-  model_file big_, one_, one_dense_, one_q4_, moe_;
+  model_file big_, one_, one_dense_, one_q4_, moe_, depth_;
+  bool speed_slow_ = false;  // a kernel below its speed floor
   // The files made in the background (from the start until stage 2's end) and how that went.
   std::thread maker_;
   stage_record making_{"making the files", 0, 0, "passed", {}, {}};

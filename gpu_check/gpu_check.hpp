@@ -11,12 +11,14 @@
 namespace hotcold::gpu_check {
 
 // The outcome of `all`, as its exit status. A kernel found wrong outranks a wrong hybrid, which
-// outranks a stage that could not finish.
+// outranks a stage that could not finish, which outranks a kernel below its speed floor (the speed's
+// verdict, apart from the accuracy's).
 enum gpu_check_exit : int {
   gpu_check_ok = 0,
   gpu_check_kernel_wrong = 1,
   gpu_check_hybrid_wrong = 2,
   gpu_check_incomplete = 3,  // a stage ran over its time share, or a step failed to run
+  gpu_check_slow = 4,        // every answer right and every stage done, but a kernel below its speed floor
   gpu_check_no_device = 77,  // (ctest's and automake's "skipped")
 };
 
@@ -36,7 +38,15 @@ struct gpu_check_options {
   bool small = false;         // small model shapes (a dry run's)
   int threads = 0;            // CPU threads (0: all)
   std::string json_path;      // the final JSON (default: WORK/gpu-check.json)
+  // The schedule printed before the stages start is estimated for a GPU of this bandwidth (GB/s, 0: the
+  // device's published figure; on sim, an H100's 3350: the lent machine's) and this many CPU cores (0:
+  // this machine's; on sim, 16).
+  double schedule_gpu_gbs = 0;
+  int schedule_cores = 0;
 };
+
+// The device's published memory bandwidth (memory clock x bus width x 2), GB/s; 0 without a device.
+double published_bandwidth_gbs();
 
 // Runs the stages, prints the table, writes the JSON; returns a gpu_check_exit.
 int run_gpu_check(const gpu_check_options& o);

@@ -21,51 +21,15 @@
 #include "kernels/cpu/quants.hpp"
 #include "kernels/gpu/decode.hpp"
 #include "kernels/gpu/portability.hpp"
+#include "gpu_check/kernel_inputs.hpp"
 
 namespace {
 
 using namespace hotcold;
-namespace gpu = hotcold::kernels::gpu;
+using namespace hotcold::gpu_check::inputs;
 
 int failures = 0;
 nlohmann::json checks = nlohmann::json::array(), speeds = nlohmann::json::array();
-
-// Throws naming what failed when a runtime call did.
-void checked(gpuError_t e, const char* what) {
-  if (e != gpuSuccess) throw std::runtime_error(std::string(what) + ": " + gpuGetErrorString(e));
-}
-
-// Device copy of a host vector, freed at scope exit; every copy's error checked.
-template <typename T>
-struct dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit dev(const std::vector<T>& h) : n(h.size()) {
-    checked(gpuMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)), "gpuMalloc");
-    if (n) checked(gpuMemcpy(p, h.data(), n * sizeof(T), gpuMemcpyHostToDevice), "gpuMemcpy to the device");
-  }
-  explicit dev(size_t count) : dev(std::vector<T>(count)) {}
-  ~dev() { (void)gpuFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    checked(gpuDeviceSynchronize(), "the kernels before a read-back");
-    if (n) checked(gpuMemcpy(h.data(), p, n * sizeof(T), gpuMemcpyDeviceToHost), "gpuMemcpy to the host");
-    return h;
-  }
-};
-
-std::vector<uint16_t> random_f16(size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<uint16_t> v(n);
-  for (auto& x : v) x = kernels::fp32_to_fp16(d(rng));
-  return v;
-}
-std::vector<float> random_f32(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 double nmse(const std::vector<float>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
@@ -85,6 +49,21 @@ double dot_ref(const uint16_t* w, const float* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(kernels::fp16_to_fp32(w[i])) * x[i];
   return s;
+}
+
+// Rows through RMSNorm with weights (a whole layer's job: the FFN's norm on the device), against double sums.
+void check_rms_norm(int64_t rows, int64_t cols, std::mt19937& rng) {
+  auto x = random_f32(static_cast<size_t>(rows * cols), rng), w = random_f32(static_cast<size_t>(cols), rng);
+  std::vector<double> want(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < cols; ++i) ss += static_cast<double>(x[r * cols + i]) * x[r * cols + i];
+    const double scale = 1.0 / std::sqrt(ss / static_cast<double>(cols) + 1e-5);
+    for (int64_t i = 0; i < cols; ++i) want[static_cast<size_t>(r * cols + i)] = x[r * cols + i] * scale * w[i];
+  }
+  dev<float> dx(x), dw(w), dy(x.size());
+  const std::string e = gpu::rms_norm(dx.p, dw.p, rows, cols, 1e-5f, dy.p);
+  report("rms_norm " + std::to_string(rows) + "x" + std::to_string(cols), e, e.empty() ? nmse(dy.get(), want) : std::nan(""), 1e-10);
 }
 
 // y_t = W x_t for n vectors at once (n = 1 is matvec), F16 rows, written with a stride.
@@ -137,47 +116,6 @@ void check_hot_ffn(int64_t n_rows, int64_t d, int64_t count, bool gated, hotcold
                            std::to_string(n_rows) + " x" + std::to_string(d);
   report(name + " hidden", e, nmse(dh.get(), hidden), 1e-6);
   report(name + " out", e, nmse(dout.get(), out), 1e-6);
-}
-
-const char* type_name(gpu::row_type t) {
-  const char* names[] = {"f16", "q8_0", "q4_0", "q6_k"};
-  return names[static_cast<int>(t)];
-}
-
-// Random rows (normal, sd 0.05) of type t as a file stores them (the CPU's quantizer writes the
-// quantized ones) and, with `values`, what they hold (dequantized): what a kernel must compute with.
-std::vector<uint8_t> random_rows(gpu::row_type t, int64_t rows, int64_t cols, std::mt19937& rng, std::vector<float>* values = nullptr) {
-  const int64_t rb = gpu::row_bytes(t, cols);
-  std::vector<uint8_t> bytes(static_cast<size_t>(rows * rb));
-  if (values) values->resize(static_cast<size_t>(rows * cols));
-  std::vector<float> f;
-  for (int64_t r = 0; r < rows; ++r) {
-    f = random_f32(static_cast<size_t>(cols), rng, 0.05f);
-    uint8_t* row = bytes.data() + r * rb;
-    float* v = values ? values->data() + r * cols : nullptr;
-    switch (t) {
-      case gpu::row_type::f16:
-        for (int64_t c = 0; c < cols; ++c) {
-          const uint16_t h = kernels::fp32_to_fp16(f[static_cast<size_t>(c)]);
-          std::memcpy(row + 2 * c, &h, 2);
-          if (v) v[c] = kernels::fp16_to_fp32(h);
-        }
-        break;
-      case gpu::row_type::q8_0:
-        kernels::quantize_row_q8_0(f.data(), reinterpret_cast<kernels::block_q8_0*>(row), cols);
-        if (v) kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::block_q8_0*>(row), v, cols);
-        break;
-      case gpu::row_type::q4_0:
-        kernels::quantize_row_q4_0(f.data(), reinterpret_cast<kernels::block_q4_0*>(row), cols);
-        if (v) kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::block_q4_0*>(row), v, cols);
-        break;
-      case gpu::row_type::q6_k:
-        kernels::quantize_row_q6_k(f.data(), reinterpret_cast<kernels::block_q6_k*>(row), cols);
-        if (v) kernels::dequantize_row_q6_k(reinterpret_cast<const kernels::block_q6_k*>(row), v, cols);
-        break;
-    }
-  }
-  return bytes;
 }
 
 // What a product with rows of type t computes with for vectors of `cols` values: Q8_0 and Q4_0 rows
@@ -377,103 +315,14 @@ void check_attention(const attention_case& c, std::mt19937& rng) {
   report(name + " stored K", e, nmse(got_k, std::vector<double>(kc.begin(), kc.end())), 1e-7);
 }
 
-// Seconds per call: one call to warm up, then `reps` timed back to back.
-template <typename F>
-double seconds_per_call(F f, int reps) {
-  f();
-  checked(gpuDeviceSynchronize(), "a timed kernel's warm-up");
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) f();
-  checked(gpuDeviceSynchronize(), "a timed kernel");
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
-
-// A kernel's decode work judged: its GB/s of the bytes it must read as a fraction of the copy's, held
-// to a floor (what a bandwidth-shaped kernel of its kind reaches; below it, the first run says where a
-// token's time goes).
-void speed(const std::string& name, double seconds, double bytes, double peak, double floor) {
-  const double gbps = bytes / seconds / 1e9, fraction = gbps / peak;
-  const bool below = fraction < floor;
-  std::printf("SPEED %-52s %9.1f us %7.0f GB/s (%4.1f%% of %.0f; floor %.0f%%)%s\n", name.c_str(), seconds * 1e6, gbps, 100 * fraction, peak, 100 * floor,
-              below ? " BELOW ITS FLOOR" : "");
-  std::fflush(stdout);
-  speeds.push_back({{"kernel", name}, {"us", seconds * 1e6}, {"gb_per_s", gbps}, {"fraction_of_peak", fraction}, {"floor", floor}, {"below_floor", below}});
-}
-
-// The device's memory bandwidth: published (memory clock x bus width, double data rate) and what a
-// device-to-device copy of 1 GiB reaches (bytes read plus bytes written).
-std::pair<double, double> peak_bandwidth() {
-  int clock_khz = 0, bus_bits = 0;
-  (void)cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0);
-  (void)cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
-  const double spec = 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e9;
-  const size_t n = size_t{1} << 30;
-  void *a = nullptr, *b = nullptr;
-  double copy = 0;
-  if (gpuMalloc(&a, n) == gpuSuccess && gpuMalloc(&b, n) == gpuSuccess) {
-    const double s = seconds_per_call([&] { (void)cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice); }, 10);
-    copy = 2.0 * static_cast<double>(n) / s / 1e9;
-  }
-  (void)gpuFree(a);
-  (void)gpuFree(b);
-  return {spec, copy};
-}
-
-// Each kernel's decode work at the ~1B (2048/5632) and 7B (4096/11008) shapes, as GB/s of the bytes
-// it must read, against the copy's bandwidth: the head-like and attention products, the hot FFN
-// (a quarter of the neurons hot, a tenth of those chosen), the predictor and attention over 2048
-// cached positions.
-void bench(std::mt19937& rng, double peak) {
-  for (const int64_t d : {2048, 4096}) {
-    const int64_t n_ff = d == 2048 ? 5632 : 11008, hot = n_ff / 4, chosen = hot / 10 * 4;
-    const std::string shape = d == 2048 ? " (1B)" : " (7B)";
-    auto x = random_f32(static_cast<size_t>(4 * n_ff), rng);
-    dev<float> dx(x), dy(static_cast<size_t>(4 * n_ff));
-    for (auto t : {gpu::row_type::f16, gpu::row_type::q8_0, gpu::row_type::q4_0}) {
-      const char* tn = type_name(t);
-      const double product_floor = t == gpu::row_type::f16 ? 0.5 : 0.35;  // (quantized rows: more work a byte)
-      dev<uint8_t> w(random_rows(t, n_ff, d, rng));
-      const double bytes = static_cast<double>(n_ff * gpu::row_bytes(t, d));
-      speed(std::string("matvec ") + tn + " " + std::to_string(n_ff) + "x" + std::to_string(d) + shape,
-            seconds_per_call([&] { gpu::matvec(t, w.p, n_ff, d, dx.p, dy.p); }, 100), bytes, peak, product_floor);
-      speed(std::string("matmul ") + tn + " " + std::to_string(n_ff) + "x" + std::to_string(d) + " n 4" + shape,
-            seconds_per_call([&] { gpu::matmul(t, w.p, n_ff, d, dx.p, 4, dy.p, n_ff); }, 100), bytes, peak, product_floor);
-      dev<uint8_t> rows(random_rows(t, hot, d, rng));
-      std::vector<int32_t> slots(static_cast<size_t>(chosen));
-      for (auto& sl : slots) sl = static_cast<int32_t>(rng() % hot);
-      dev<int32_t> ds(slots);
-      dev<float> dh(static_cast<size_t>(chosen)), scratch(static_cast<size_t>(gpu::hot_ffn_scratch(d)));
-      speed(std::string("hot_ffn ") + tn + " " + std::to_string(chosen) + " of " + std::to_string(hot) + " rows" + shape,
-            seconds_per_call([&] { gpu::hot_ffn(t, rows.p, rows.p, rows.p, ds.p, chosen, d, dx.p, true, hotcold::kernels::activation::relu, 0.0f, dh.p, dy.p, scratch.p); }, 100),
-            static_cast<double>(chosen) * 3.0 * static_cast<double>(gpu::row_bytes(t, d)), peak, 0.25);
-    }
-    const int64_t rank = d == 2048 ? 256 : 1024;
-    dev<uint16_t> fc1(random_f16(static_cast<size_t>(rank * d), rng, 0.05f)), fc2(random_f16(static_cast<size_t>(n_ff * rank), rng, 0.1f));
-    dev<float> mid(static_cast<size_t>(rank)), scores(static_cast<size_t>(n_ff));
-    dev<uint8_t> chosen_bytes(static_cast<size_t>(n_ff));
-    speed("predictor f16 rank " + std::to_string(rank) + shape,
-          seconds_per_call([&] { gpu::predictor(gpu::row_type::f16, fc1.p, fc2.p, d, rank, n_ff, dx.p, 0.1f, mid.p, scores.p, chosen_bytes.p); }, 100),
-          2.0 * static_cast<double>(rank * (d + n_ff)), peak, 0.2);
-    // One token's attention at the last position of a 2048 context, F16 cache (1B: 32 heads of 64,
-    // 8 KV heads; 7B: 32 heads of 128, 32 KV heads).
-    const int64_t ctx = 2048, n_head = 32, n_head_kv = d == 2048 ? 8 : 32, hd = d / n_head, kv = n_head_kv * hd;
-    const gpu::attention_shape sh{d, n_head, n_head_kv, hd, hd, false, ctx};
-    dev<uint16_t> kc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f)), vc(random_f16(static_cast<size_t>(ctx * kv), rng, 1.0f));
-    dev<float> qkv(random_f32(static_cast<size_t>(d + 2 * kv), rng)), out(static_cast<size_t>(d));
-    dev<int32_t> sp(std::vector<int32_t>{0, static_cast<int32_t>(ctx - 1)});
-    speed("attend f16 cache, 2048 positions, one block a head" + shape,
-          seconds_per_call([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p); }, 100), static_cast<double>(ctx) * 2.0 * static_cast<double>(kv) * 2,
-          peak, 0.0);
-    dev<float> partial(static_cast<size_t>(1) << 20);
-    speed("attend f16 cache, 2048 positions" + shape,
-          seconds_per_call([&] { gpu::attend(sh, qkv.p, 1, sp.p, kc.p, vc.p, true, out.p, nullptr, partial.p, int64_t{1} << 20, ctx - 1); }, 100),
-          static_cast<double>(ctx) * 2.0 * static_cast<double>(kv) * 2, peak, 0.3);
-  }
-}
-
 }  // namespace
 
 namespace hotcold::gpu_check {
+
+double published_bandwidth_gbs() {
+  if (hotcold::devices::probe_cuda().devices.empty()) return 0;
+  return published();
+}
 
 int check_gpu_kernels(bool small, const std::string& json_path, int from) {
   const auto probe = hotcold::devices::probe_cuda();
@@ -487,6 +336,7 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
   using rng_t = std::mt19937;
   std::vector<std::pair<std::string, std::function<void(rng_t&)>>> list{
       {"matmul f16 odd columns", [](rng_t& r) { check_matmul(333, 2047, 3, r); }},  // the unaligned path
+      {"rms_norm", [](rng_t& r) { check_rms_norm(3, 4096, r), check_rms_norm(1, 100, r); }},
       {"matmul f16 5632x256 n 7", [](rng_t& r) { check_matmul(5632, 256, 7, r); }},
       {"hot_ffn f16 every activation", [](rng_t& r) {
          for (auto act : {hotcold::kernels::activation::relu, hotcold::kernels::activation::silu, hotcold::kernels::activation::gelu, hotcold::kernels::activation::drelu}) check_hot_ffn(1024, 512, 300, true, act, r);
@@ -536,7 +386,7 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
            std::printf("BANDWIDTH published %.0f GB/s, device-to-device copy %.0f GB/s\n", spec, copy);
            result["published_gb_per_s"] = spec;
            result["copy_gb_per_s"] = copy;
-           bench(r, copy > 0 ? copy : spec);
+           speeds = time_kernels(r, copy > 0 ? copy : spec);
          }},
     };
     list.insert(list.end(), real.begin(), real.end());

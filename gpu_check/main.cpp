@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   o.bin_dir = ec ? "." : self.parent_path().string();
   auto* all = app.add_subcommand("all", "The whole check: kernels (and memcheck), generated models on the GPU against model/reference, tokens/s side by side; "
-                                        "a table on stdout and JSON (exit 0 ok, 1 a kernel is wrong, 2 the hybrid is wrong, 3 incomplete, 77 no device)");
+                                        "a table on stdout, JSON and one archive of the results (exit 0 ok, 1 a kernel is wrong, 2 the hybrid is wrong, 3 incomplete, "
+                                        "4 a kernel below its speed floor, 77 no device)");
   all->add_option("--minutes", o.minutes, "Time for the whole check; each stage gets a share and what earlier ones left")->check(CLI::Range(0.05, 600.0))->capture_default_str();
   all->add_option("--bin", o.bin_dir, "Folder of hotcold, hotcold-gpu-check, test_actors and test_devices (default: this program's)");
   all->add_option("--vocab", o.vocab, "Tokenizer GGUF the generated models copy (default: BIN/../share/ggml-vocab-llama-spm.gguf)");
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
   all->add_flag("--small", o.small, "Small model shapes (a dry run's)");
   all->add_option("-t,--threads", o.threads, "CPU threads (default: all)");
   all->add_option("--json", o.json_path, "The final JSON (default: WORK/gpu-check.json)");
+  all->add_option("--schedule-gpu-gbs", o.schedule_gpu_gbs, "Estimate the printed schedule for a GPU of this memory bandwidth, GB/s (default: the device's; sim: 3350, an H100)")
+      ->check(CLI::NonNegativeNumber);
+  all->add_option("--schedule-cores", o.schedule_cores, "... and this many CPU cores (default: this machine's; sim: 16)")->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // --help: 0; a bad option: the check did not run

@@ -10,7 +10,7 @@ int checker::run() {
   fs::create_directories(work_);
   json_path_ = o_.json_path.empty() ? (work_ / "gpu-check.json").string() : o_.json_path;
   const double total = o_.minutes * 60;
-  const double shares[] = {0.2, 0.45, 0.35};
+  const double shares[] = {0.25, 0.4, 0.35};
   const char* names[] = {"1 kernels vs the CPU", "2 hybrid vs model/reference", "3 speed"};
   for (int k = 0; k < 3; ++k) stages_.push_back({names[k], shares[k] * total, 0, "not run", {}, {}});
   std::printf("hotcold gpu-check: %s, %.1f minutes, device %s%s; work folder %s\n", now_text().c_str(), o_.minutes, o_.device.c_str(),
@@ -28,10 +28,11 @@ int checker::run() {
   } else {
     device_ = {{"kind", "sim"}, {"name", "sim (--sim-kernels: a GPU's jobs computed on the CPU)"}};
   }
-  const auto t_all = clock_type::now();
   // The generated files are made in the background from the start, while stage 1 checks the
   // kernels (gen-model and prepare use the CPU; the kernel checks the GPU), until stage 2's end.
   const auto files = model_plan();
+  plan_schedule({shares[0] * total, shares[1] * total, shares[2] * total});
+  const auto t_all = clock_type::now();
   const auto making_until = t_all + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>((shares[0] + shares[1]) * total));
   maker_ = std::thread([this, files, making_until] { made_ok_ = make_models(making_, files, making_until); });
   double planned = 0;
@@ -50,6 +51,7 @@ int checker::run() {
   int code = gpu_check_ok;
   for (const auto& s : stages_)
     if (s.status != "passed" && s.status.rfind("skipped", 0) != 0) code = gpu_check_incomplete;
+  if (code == gpu_check_ok && speed_slow_) code = gpu_check_slow;
   if (hybrid_wrong_) code = gpu_check_hybrid_wrong;
   if (kernel_wrong_) code = gpu_check_kernel_wrong;
   return finish(code);
@@ -141,8 +143,12 @@ void checker::kernels(stage_record& s) {
   for (const auto& k : kernels_.value("speed", json::array()))
     if (k.value("below_floor", false))
       slow.push_back(fmt::format("{} ({:.0f}% < {:.0f}%)", k.value("kernel", std::string()), 100 * k.value("fraction_of_peak", 0.0), 100 * k.value("floor", 0.0)));
-  if (!slow.empty()) s.notes.push_back(fmt::format("{} kernels below their speed floor: {}", slow.size(), fmt::join(slow, "; ")));
-  // compute-sanitizer's memcheck over the small shapes, where it exists and can run.
+  if (!slow.empty()) {  // (the speed's own verdict: exit status 4 where all else passed)
+    speed_slow_ = true;
+    s.notes.push_back(fmt::format("{} kernels below their speed floor: {}", slow.size(), fmt::join(slow, "; ")));
+  }
+  // compute-sanitizer's tools over the small shapes, where it exists and can run: memcheck (out of
+  // bounds, misaligned), racecheck (shared memory races), initcheck (device memory read before written).
   std::string sanitizer;
   for (const char* p : {"compute-sanitizer", "/usr/local/cuda/bin/compute-sanitizer"}) {
     const std::string probe = std::string("command -v ") + p + " >/dev/null 2>&1";
@@ -151,36 +157,44 @@ void checker::kernels(stage_record& s) {
       break;
     }
   }
-  if (sanitizer.empty()) {
-    memcheck_ = {{"ran", false}, {"note", "compute-sanitizer not found"}};
-    s.notes.push_back("memcheck: compute-sanitizer not found");
-    return;
-  }
-  const auto m = step("memcheck", {sanitizer, "--tool", "memcheck", "--error-exitcode", "9", "--print-limit", "20", bin("hotcold-gpu-check"), "kernels", "--small"});
-  const std::string text = m.out + m.err;
-  const auto at = text.rfind("ERROR SUMMARY: ");
-  const int errors = at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 15);
-  if (m.timed_out) {  // (the checks above stand; memcheck is the stage's extra)
-    memcheck_ = {{"ran", false}, {"note", "stopped: the stage's time share ran out"}};
-    s.notes.push_back("memcheck: stopped, the stage's time share ran out before it finished");
-  } else if (errors > 0 || m.status == 9) {
-    memcheck_ = {{"ran", true}, {"errors", errors}};
-    kernel_wrong_ = true;
-    s.status = "failed";
-    s.notes.push_back(fmt::format("memcheck found {} errors (log: {})", errors, (work_ / "memcheck.out").string()));
-  } else if (errors == 0 && m.status == 0) {
-    memcheck_ = {{"ran", true}, {"errors", 0}};
-    s.notes.push_back("memcheck: 0 errors on the small shapes");
-  } else {  // the sanitizer itself could not run here (gVisor: "Device not supported")
-    memcheck_ = {{"ran", false}, {"note", last_lines(text, 2)}};
-    s.notes.push_back("memcheck could not run here: " + last_lines(text, 1));
+  for (const char* tool : {"memcheck", "racecheck", "initcheck"}) {
+    json& out = sanitizers_[tool];
+    if (sanitizer.empty()) {
+      out = {{"ran", false}, {"note", "compute-sanitizer not found"}};
+      s.notes.push_back(fmt::format("{}: compute-sanitizer not found", tool));
+      continue;
+    }
+    if (left() < 5) {
+      out = {{"ran", false}, {"note", "no time left in the stage's share"}};
+      skip_for_time(s, tool);
+      continue;
+    }
+    const auto m = step(tool, {sanitizer, "--tool", tool, "--error-exitcode", "9", "--print-limit", "20", bin("hotcold-gpu-check"), "kernels", "--small"});
+    const std::string text = m.out + m.err;
+    const auto at = text.rfind("ERROR SUMMARY: ");
+    const int errors = at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 15);
+    if (m.timed_out) {  // (the checks above stand; the sanitizers are the stage's extra)
+      out = {{"ran", false}, {"note", "stopped: the stage's time share ran out"}};
+      s.notes.push_back(fmt::format("{}: stopped, the stage's time share ran out before it finished", tool));
+    } else if (errors > 0 || m.status == 9) {
+      out = {{"ran", true}, {"errors", errors}};
+      kernel_wrong_ = true;
+      s.status = "failed";
+      s.notes.push_back(fmt::format("{} found {} errors (log: {})", tool, errors, (work_ / (std::string(tool) + ".out")).string()));
+    } else if (errors == 0 && m.status == 0) {
+      out = {{"ran", true}, {"errors", 0}};
+      s.notes.push_back(fmt::format("{}: 0 errors on the small shapes", tool));
+    } else {  // the sanitizer itself could not run here (gVisor: "Device not supported")
+      out = {{"ran", false}, {"note", last_lines(text, 2)}};
+      s.notes.push_back(fmt::format("{} could not run here: {}", tool, last_lines(text, 1)));
+    }
   }
 }
 
 int checker::finish(int code) {
   if (maker_.joinable()) maker_.join();
   const char* outcome = code == gpu_check_ok ? "ok" : code == gpu_check_no_device ? "no device" : code == gpu_check_kernel_wrong ? "a kernel is wrong"
-                      : code == gpu_check_hybrid_wrong ? "the hybrid is wrong" : "incomplete";
+                      : code == gpu_check_hybrid_wrong ? "the hybrid is wrong" : code == gpu_check_slow ? "slow: a kernel below its speed floor" : "incomplete";
   const std::string device_name = device_.value("name", std::string());
   std::printf("\n==================== hotcold gpu-check: %s ====================\n", device_name.empty() ? "no device" : device_name.c_str());
   if (device_.contains("copy_gb_per_s"))
@@ -204,7 +218,7 @@ int checker::finish(int code) {
     std::printf("suite %-14s %s\n", t.value("binary", std::string()).c_str(), t.value("summary", std::string()).c_str());
   if (!speed_.empty()) {
     std::printf("\nspeed, %s (%s):\n%-28s %12s %12s %12s %12s %10s %10s %18s\n", one_.shape.c_str(),
-                o_.small || o_.device == "sim" ? "16-token prompt, 8 decoded" : "128-token prompt, 64 decoded, 2 repetitions",
+                o_.small || o_.device == "sim" ? "16-token prompt, 8 decoded" : "320-token prompt, 64 decoded, 2 repetitions",
                 "configuration", "budget GiB", "decode t/s", "predicted", "prefill t/s", "host MiB/t", "dev MiB/t", "launch/copy/sync");
     for (const auto& r : speed_) {
       auto num = [&](const char* k, double scale, const char* f) {
@@ -227,17 +241,22 @@ int checker::finish(int code) {
       std::printf("  %-52s %9.1f us %7.0f GB/s %5.1f%% (floor %.0f%%)%s\n", k.value("kernel", std::string()).c_str(), k.value("us", 0.0), k.value("gb_per_s", 0.0),
                   100 * k.value("fraction_of_peak", 0.0), 100 * k.value("floor", 0.0), k.value("below_floor", false) ? " below its floor" : "");
   }
-  std::printf("\noutcome: %s (exit status %d)\n", outcome, code);
+  std::printf("\nspeed: %s\noutcome: %s (exit status %d)\n", speed_slow_ ? "a kernel below its floor" : "no timed kernel below its floor", outcome, code);
   json stages = json::array();
   for (const auto& s : stages_)
     stages.push_back({{"name", s.name}, {"share_s", s.share_s}, {"seconds", s.seconds}, {"status", s.status}, {"notes", s.notes}, {"skipped_for_time", s.skipped}});
   const json j{{"tool", "hotcold gpu-check"}, {"time", now_text()}, {"minutes", o_.minutes}, {"small_shapes", o_.small}, {"device", device_},
                {"outcome", outcome}, {"exit_status", code}, {"stages", stages}, {"kernel_checks", kernels_.value("checks", json::array())},
-               {"kernel_speed", ks}, {"memcheck", memcheck_}, {"hybrid_checks", hybrid_checks_}, {"suite_tests", suite_tests_},
-               {"speed_shape", one_.shape}, {"speed", speed_}, {"plans", plans_}};
-  std::ofstream out(json_path_);
-  out << j.dump(2) << "\n";
+               {"kernel_speed", ks}, {"speed_verdict", speed_slow_ ? "below a floor" : "ok"}, {"sanitizers", sanitizers_},
+               {"hybrid_checks", hybrid_checks_}, {"suite_tests", suite_tests_}, {"speed_shape", one_.shape}, {"speed", speed_}, {"plans", plans_},
+               {"schedule", schedule_}, {"archive", (work_ / "gpu-check-results.tar.gz").string()}};
+  {
+    std::ofstream out(json_path_);
+    out << j.dump(2) << "\n";
+  }
   std::printf("the same as JSON: %s\n", json_path_.c_str());
+  if (fs::path(json_path_).parent_path() != work_) fs::copy_file(json_path_, work_ / "gpu-check.json", fs::copy_options::overwrite_existing);
+  pack_results();
   return code;
 }
 

@@ -47,6 +47,21 @@ bool checker::make_models(stage_record& s, const std::vector<to_make>& files, cl
   return true;
 }
 
+namespace {
+// The weights of a gen-model shape (--embd, --layers, --ffn, --heads, --kv-heads, --experts), with a
+// 32,000-token vocabulary's embeddings and head: what the schedule estimates a file's bytes by.
+double shape_params(const std::vector<std::string>& args) {
+  auto arg = [&](const char* flag, double otherwise) {
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == flag) return std::stod(args[i + 1]);
+    return otherwise;
+  };
+  const double d = arg("--embd", 256), layers = arg("--layers", 4), ff = arg("--ffn", 1024), heads = arg("--heads", 8);
+  const double kv = d / heads * arg("--kv-heads", heads), experts = std::max(1.0, arg("--experts", 1));
+  return layers * (2 * d * d + 2 * d * kv + 3 * d * ff * experts) + 2 * 32000 * d;
+}
+}  // namespace
+
 std::vector<checker::to_make> checker::model_plan() {
   big_ = {"7b-shape", "", o_.small ? "512/2/1376, 8 heads" : "4096/2/11008, 32 heads (7B's layers, 2 of them)"};
   one_ = {"1b-shape", "", o_.small ? "256/4/704, 8 heads, 4 KV heads" : "2048/16/5632, 32 heads, 8 KV heads"};
@@ -68,7 +83,19 @@ std::vector<checker::to_make> checker::model_plan() {
   // check's oracle is given the neurons the run chose, and on these synthetic files rank 256 chooses
   // no more neurons than the search's).
   const std::vector<std::string> quick{"--rank", "256", "--epochs", "1"};
-  return {{&one_, one_args, "f16", true, more, quick}, {&one_q4_, one_args, "q4_0", false, ""}, {&big_, big_args, "f16", true, few, quick}, {&moe_, moe_args, "f16", false, ""}};
+  // A small dense file for the check at depth (a 300-token prompt a token at a time: the oracle's
+  // double sums over 300 positions of the ~1B file would take minutes).
+  depth_ = {"depth-shape", "", "256/4/704, 8 heads, 4 KV heads"};
+  const std::vector<std::string> depth_args{"--embd", "256", "--layers", "4", "--ffn", "704", "--heads", "8", "--kv-heads", "4"};
+  // The schedule is the GPU run's (full shapes) whatever this run's: its files' weights.
+  const std::vector<std::string> full_big{"--embd", "4096", "--layers", "2", "--ffn", "11008", "--heads", "32"},
+      full_one{"--embd", "2048", "--layers", "16", "--ffn", "5632", "--heads", "32", "--kv-heads", "8"},
+      full_moe{"--embd", "1024", "--layers", "4", "--ffn", "1024", "--heads", "8", "--kv-heads", "4", "--experts", "8"};
+  for (auto [m, a, per] : {std::tuple{&one_, &full_one, 2.0}, {&one_dense_, &full_one, 2.0}, {&one_q4_, &full_one, 18.0 / 32}, {&big_, &full_big, 2.0},
+                           {&moe_, &full_moe, 2.0}, {&depth_, &depth_args, 2.0}})
+    m->params = shape_params(*a), m->bytes_per_param = per;
+  return {{&one_, one_args, "f16", true, more, quick}, {&one_q4_, one_args, "q4_0", false, ""}, {&big_, big_args, "f16", true, few, quick},
+          {&moe_, moe_args, "f16", false, ""}, {&depth_, depth_args, "f16", false, ""}};
 }
 
 void checker::hybrid(stage_record& s) {
@@ -85,6 +112,7 @@ void checker::hybrid(stage_record& s) {
     std::string name;
     const model_file* m;
     double fraction, floor;  // the limit: five times the CPU's own distance, at least `floor`
+    bool deep = false;       // the long prompt, a token a step (decode's attention past 128 positions: split)
   };
   const std::vector<check> checks{
       {"7B-shape sparse F16, hybrid at 50%", &big_, 0.5, 1e-4},
@@ -92,6 +120,7 @@ void checker::hybrid(stage_record& s) {
       {"1B-shape dense F16, whole layers at 50%", &one_dense_, 0.5, 1e-4},
       {"1B-shape dense Q4_0, whole layers at 50%", &one_q4_, 0.5, 1e-2},
       {"MoE-shape F16, experts split at 40%", &moe_, 0.4, 1e-4},
+      {"depth: 300+ tokens a step each, all in VRAM", &depth_, 2.0, 1e-4, true},
   };
   // Each file on the device and on the CPU alone, all at once (model/reference is one thread each):
   // the CPU's own distance from the oracle says how far float sums of these weights stray at this
@@ -102,7 +131,9 @@ void checker::hybrid(stage_record& s) {
     const auto& c = checks[k / 2];
     const bool on_cpu = k % 2;
     const std::string tag = "check-" + std::to_string(k / 2) + (on_cpu ? "-cpu" : "");
-    std::vector<std::string> a{bin("hotcold"), "eval", "-m", c.m->path, "-p", prompt, "--pipeline", "actors", "-c", "256", "--oracle-json", (work_ / (tag + ".json")).string()};
+    std::vector<std::string> a{bin("hotcold"), "eval", "-m", c.m->path, "-p", c.deep ? long_prompt() : prompt, "--pipeline", "actors", "-c", c.deep ? "512" : "256",
+                               "--oracle-json", (work_ / (tag + ".json")).string()};
+    if (c.deep) a.insert(a.end(), {"--ubatch-size", "1"});
     const auto d = on_cpu ? std::vector<std::string>{"--device", "cpu"} : device_args(c.m->gib(c.fraction));
     a.insert(a.end(), d.begin(), d.end());
     const auto t = threads_of(static_cast<int>(2 * checks.size()));
@@ -234,8 +265,10 @@ void checker::speed(stage_record& s) {
   }
   s.status = "passed";
   // On sim (a dry run) the speeds are not a GPU's: short runs prove the stage's steps and schedule.
+  // A prompt of 320 tokens on a GPU, so each decoded token's attention reads past 128 positions (the
+  // flash-decoding split) as it will in use.
   const bool brief = o_.small || o_.device == "sim";
-  const int n_prompt = brief ? 16 : 128, n_gen = brief ? 8 : 64;
+  const int n_prompt = brief ? 16 : 320, n_gen = brief ? 8 : 64;
   const std::string reps = brief ? "1" : "2", ctx = std::to_string(n_prompt + n_gen);
   // The planner's predictions for this device, per budget.
   std::string gpu_name = device_.value("name", std::string());

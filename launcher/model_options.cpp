@@ -116,12 +116,13 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   }
   loaded l;
   static_cast<loader::opened_model&>(l) = loader::open_for_running(m, std::move(dev), o);
-  // auto: a spinning wait holds a core, which the cold pool needs when its threads take every one
-  // (measured in docs/gpu.md: block 1.30x spin there, 0.96x where a core is left); else spin.
+  // auto: a spinning wait holds a core, which the cold pool needs when its threads take every one and
+  // the plan leaves them FFN work beside the device's (measured in docs/gpu.md: block 1.30x spin there,
+  // 0.96x where a core is left); else spin (nothing on the CPU runs while a thread waits).
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  devices::set_device_wait(a.device_wait != "auto"          ? devices::parse_device_wait(a.device_wait)
-                           : l.ctx->pool().size() >= hw ? devices::device_wait::block
-                                                        : devices::device_wait::spin);
+  devices::set_device_wait(a.device_wait != "auto"                                          ? devices::parse_device_wait(a.device_wait)
+                           : l.ctx->pool().size() >= hw && loader::leaves_cpu_ffn_work(l) ? devices::device_wait::block
+                                                                                          : devices::device_wait::spin);
   if (l.dev && l.dev->kind() != devices::device_kind::cpu)
     o.log(fmt::format("hotcold: threads wait for {} by {} (--device-wait)", l.dev->name(), devices::device_wait_name(devices::current_device_wait())));
   if (a.batch > 0 || a.ubatch > 0)  // (llama.cpp's -b and -ub: the smaller bounds a step's prompt tokens)

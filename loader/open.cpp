@@ -186,6 +186,18 @@ std::shared_ptr<devices::device> choose_device(const model& m, devices::device_o
   return devices::make_device(o);
 }
 
+bool leaves_cpu_ffn_work(const opened_model& o) {
+  if (!o.plan || !o.device) return true;
+  const hparams& hp = o.m->hp();
+  for (size_t l = 0; l < o.plan->layers.size(); ++l) {
+    const layer_placement& p = o.plan->layers[l];
+    const bool shared_here = !o.m->weights().layers[l].ffn_gate_shexp || p.shared;
+    const bool whole = p.ffn || (hp.moe() ? p.expert_slots >= hp.n_expert && shared_here : p.hot_neurons >= hp.n_ff);
+    if (!whole) return true;
+  }
+  return false;
+}
+
 opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<devices::device> dev, const open_options& o) {
   const auto& hp = m->hp();
   const bool on_device = dev && dev->kind() != devices::device_kind::cpu;

@@ -64,6 +64,11 @@ struct opened_model {
   std::optional<placement_plan> plan;            // the device's plan, where one was made
 };
 
+// Whether the plan leaves the CPU's workers FFN work that runs while a thread waits on the device: a
+// layer whose FFN is not whole on the device (a dense FFN held whole, every neuron hot, or every expert
+// in a slot with the shared expert there). True without a device plan.
+bool leaves_cpu_ffn_work(const opened_model& o);
+
 // The device `o` names for this model. `auto`: the first GPU of this build's back end whose kernels
 // read this file's FFN rows (F16, Q8_0, Q4_0), else the CPU — said through `log` either way.
 // Throws std::invalid_argument for sim_kernels on another kind, and as devices::make_device does.

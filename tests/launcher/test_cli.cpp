@@ -714,8 +714,13 @@ TEST(Cli, SimDeviceSplitsByPlacement) {
     for (const char* k : {"ffn_rows", "predict", "dense_ffn"}) EXPECT_EQ(jobs.at(k).get<double>(), 0.0) << k;
   }
   EXPECT_NE(trips.out.find("\"launches_per_token\""), std::string::npos);
-  // --device-wait auto: block where the CPU's threads (2 here) take every core, else spin.
-  EXPECT_EQ(tj.at("device_wait").get<std::string>(), std::thread::hardware_concurrency() <= 2 ? "block" : "spin");
+  // --device-wait auto: block where the CPU's threads take every core and the plan leaves them FFN work
+  // beside the device's, else spin — here every layer's FFN is on the device: spin.
+  EXPECT_EQ(tj.at("device_wait").get<std::string>(), "spin");
+  const std::string all_cores = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+  auto cold_share = run({"bench", "-m", sparse, "-p", "0", "-n", "2", "-r", "1", "-t", all_cores, "-c", "64", "--device", "sim", "--vram-budget", "0.0042", "--json"});
+  ASSERT_EQ(cold_share.code, 0) << cold_share.err;
+  EXPECT_EQ(nlohmann::json::parse(cold_share.out).at("device_wait").get<std::string>(), "block");  // (cold rows on every core)
   auto bad_wait = run({"bench", "-m", small_model(), "-p", "0", "-n", "1", "--device", "sim", "--vram-budget", "0.05", "--device-wait", "sometimes"});
   EXPECT_NE(bad_wait.code, 0);
   EXPECT_NE(bad_wait.err.find("--device-wait"), std::string::npos) << bad_wait.err;
