@@ -18,8 +18,8 @@
 namespace hotcold::devices {
 
 buffer::~buffer() {
-  owner_->raw_free(data_);
-  owner_->used_.fetch_sub(charged_, std::memory_order_relaxed);
+  dev_->raw_free(data_);
+  dev_->used_.fetch_sub(charged_, std::memory_order_relaxed);
 }
 
 void device::lose(const std::string& why) {
@@ -34,7 +34,10 @@ std::string device::lost() const {
   return lost_why_;
 }
 
-std::shared_ptr<buffer> device::allocate(uint64_t bytes, std::string label) {
+std::shared_ptr<buffer> device::allocate(uint64_t bytes, std::string label) { return allocate_buffer(bytes, std::move(label), false); }
+std::shared_ptr<buffer> device::allocate_own(uint64_t bytes, std::string label) { return allocate_buffer(bytes, std::move(label), true); }
+
+std::shared_ptr<buffer> device::allocate_buffer(uint64_t bytes, std::string label, bool own) {
   check_alive();
   const uint64_t charged = allocation().charge(bytes);
   uint64_t used = used_.load(std::memory_order_relaxed);
@@ -50,7 +53,7 @@ std::shared_ptr<buffer> device::allocate(uint64_t bytes, std::string label) {
     used_.fetch_sub(charged, std::memory_order_relaxed);
     throw;
   }
-  return std::shared_ptr<buffer>(new buffer(shared_from_this(), p, bytes, charged, std::move(label)));
+  return std::shared_ptr<buffer>(new buffer(own ? nullptr : shared_from_this(), this, p, bytes, charged, std::move(label)));
 }
 
 bool device::supports(operation op, tensor_type rows) const {

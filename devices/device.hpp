@@ -83,9 +83,10 @@ class buffer {
 
  private:
   friend class device;
-  buffer(std::shared_ptr<device> owner, void* data, uint64_t size, uint64_t charged, std::string label)
-      : owner_(std::move(owner)), data_(data), size_(size), charged_(charged), label_(std::move(label)) {}
-  std::shared_ptr<device> owner_;
+  buffer(std::shared_ptr<device> owner, device* dev, void* data, uint64_t size, uint64_t charged, std::string label)
+      : owner_(std::move(owner)), dev_(dev), data_(data), size_(size), charged_(charged), label_(std::move(label)) {}
+  std::shared_ptr<device> owner_;  // keeps the device alive (null for the device's own buffers: it outlives them)
+  device* dev_;
   void* data_;
   uint64_t size_, charged_;
   std::string label_;
@@ -194,6 +195,13 @@ struct attention_job {
   const float* residual = nullptr;
   const float* ffn_norm = nullptr;
   const dense_ffn_job* ffn = nullptr;
+  // The layer's norm on the device too, where attn_norm (the device's F32 copy, d values) is non-null:
+  // the layer's input is residual (host, n x d) plus pending (device memory, n x d, where non-null: a
+  // mixture's hot experts' sum the job before left there, dense_ffn_job::combine_into), x is unused,
+  // attention reads its RMSNorm (norm_eps), and `out` receives that input plus the output product (the
+  // residual stream after attention; with the FFN after it, as above). Not with a predictor.
+  const float* pending = nullptr;
+  const float* attn_norm = nullptr;
   void* scratch = nullptr;       // device memory (the plan's compute buffers)
   uint64_t scratch_bytes = 0;
 };
@@ -220,6 +228,13 @@ struct dense_ffn_job {
   const float* x = nullptr;      // host: n x d
   float* out = nullptr;          // host: n x d
   float* hidden = nullptr;       // host: n x n_ff, each neuron's value (null: not wanted)
+  // The outputs summed on the device and left there, where combine_into (device memory, d floats) is
+  // non-null: combine_into = sum over rows r of weights[r] (host, n) x output row r — one token's
+  // experts, router-weighted, for the next attention job to add (attention_job::pending). Then `out`
+  // is unused and the job neither copies back nor waits: it is queued, and what follows on the queue
+  // reads its sum.
+  float* combine_into = nullptr;
+  const float* weights = nullptr;
   void* scratch = nullptr;       // device memory (the plan's compute buffers)
   uint64_t scratch_bytes = 0;
 };
@@ -331,6 +346,10 @@ class device : public std::enable_shared_from_this<device> {
 
  protected:
   device(std::string name, device_kind kind, uint64_t budget) : name_(std::move(name)), kind_(kind), budget_(budget) {}
+  // A buffer the device keeps for itself (a back end's step buffers): counted in the budget as
+  // allocate()'s, but not keeping the device alive — a device that held buffers holding it would
+  // never be freed (its stream, queue thread, pinned and device memory).
+  std::shared_ptr<buffer> allocate_own(uint64_t bytes, std::string label);
   virtual void* raw_allocate(uint64_t bytes) = 0;
   virtual void raw_free(void* p) = 0;
   // Throws device_lost once the device is lost (each operation calls it first).
@@ -355,6 +374,7 @@ class device : public std::enable_shared_from_this<device> {
 
  private:
   friend class buffer;
+  std::shared_ptr<buffer> allocate_buffer(uint64_t bytes, std::string label, bool own);
   std::string name_;
   device_kind kind_;
   uint64_t budget_;

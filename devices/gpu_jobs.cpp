@@ -49,6 +49,8 @@ void check_attention_job(const std::string& device, const attention_job& job) {
       throw std::invalid_argument(fmt::format("{}: the GPU's attention takes F16, Q8_0, Q4_0 or Q6_K weights, not {}", device, tensor_type_name(t)));
   if (job.fc1 && !gpu_reads(operation::predict, job.t_pred))
     throw std::invalid_argument(fmt::format("{}: the GPU's predictor does not take {} weights", device, tensor_type_name(job.t_pred)));
+  if (job.attn_norm && (job.fc1 || !job.residual))
+    throw std::invalid_argument(fmt::format("{}: attention with its norm on the device needs the residual stream and takes no predictor", device));
   if (job.ffn) {
     if (job.fc1) throw std::invalid_argument(fmt::format("{}: attention with the FFN after it takes no predictor", device));
     if (!job.residual || !job.ffn_norm || !job.ffn->up || !job.ffn->down || (job.ffn->gated && !job.ffn->gate) || job.ffn->n_ff <= 0)
@@ -76,6 +78,8 @@ void check_dense_ffn_job(const std::string& device, const dense_ffn_job& job) {
                                               device, k, p.first, p.first + p.n, p.n_ff, job.n, job.n_ff));
     next += p.n;
   }
+  if (job.combine_into && (!job.weights || job.hidden))
+    throw std::invalid_argument(fmt::format("{}: an FFN summed on the device needs its rows' weights (and gives no hidden values)", device));
   if (job.n_parts > 0 && (next != job.n || job.hidden))
     throw std::invalid_argument(fmt::format("{}: FFN parts cover {} rows of a job of {}{}", device, next, job.n, job.hidden ? " (and give no hidden values)" : ""));
 }
@@ -97,10 +101,12 @@ struct scratch_cursor {
   uint64_t end() const { return (at + scratch_align - 1) / scratch_align * scratch_align; }
 };
 // A dense FFN's input, gate and up values, and output for m tokens, from the cursor on.
-dense_ffn_scratch take_dense_ffn(scratch_cursor& c, int64_t d, int64_t n_ff, int64_t m) {
+dense_ffn_scratch take_dense_ffn(scratch_cursor& c, int64_t d, int64_t n_ff, int64_t m, bool weights = false) {
   const auto um = static_cast<uint64_t>(m), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
   dense_ffn_scratch s;
   s.x = c.take(4 * um * ud);
+  if (weights) s.weights = c.take(4 * um);
+  s.in_end = c.at;
   s.gate = c.take(4 * um * uf);
   s.up = c.take(4 * um * uf);
   s.out = c.take(4 * um * ud);
@@ -127,7 +133,7 @@ attention_scratch attention_scratch_of(const attention_job& job, int64_t m) {
   s.x = c.take(4 * um * d);
   s.angles = c.take(4 * um * static_cast<uint64_t>(job.n_rot));
   s.seqpos = c.take(4 * 2 * um);
-  if (job.fc1 || job.ffn) s.layer_in = c.take(4 * um * d);
+  if (job.fc1 || job.ffn || job.attn_norm) s.layer_in = c.take(4 * um * d);
   s.in_end = c.at;
   s.qkv = c.take(4 * um * (dq + 2 * kv));
   s.attn = c.take(4 * um * dq);
@@ -147,9 +153,9 @@ attention_scratch attention_scratch_of(const attention_job& job, int64_t m) {
   return s;
 }
 
-dense_ffn_scratch dense_ffn_scratch_of(int64_t d, int64_t n_ff, int64_t m) {
+dense_ffn_scratch dense_ffn_scratch_of(int64_t d, int64_t n_ff, int64_t m, bool weights) {
   scratch_cursor c;
-  return take_dense_ffn(c, d, n_ff, m);
+  return take_dense_ffn(c, d, n_ff, m, weights);
 }
 
 namespace {
@@ -174,7 +180,7 @@ void check_scratch_layout(const std::string& device, const void* scratch, uint64
 }
 
 void check_scratch_layout(const std::string& device, const void* scratch, uint64_t scratch_bytes, const dense_ffn_scratch& s) {
-  check_layout(device, scratch, scratch_bytes, {{"input", s.x}, {"gate values", s.gate}, {"up values", s.up}, {"output", s.out}}, s.end);
+  check_layout(device, scratch, scratch_bytes, {{"input", s.x}, {"weights", s.weights}, {"gate values", s.gate}, {"up values", s.up}, {"output", s.out}}, s.end);
 }
 
 int64_t attention_chunk(const std::string& device, const attention_job& job) {
@@ -203,7 +209,8 @@ int64_t attention_splits(const attention_job& job, int64_t t0, int64_t m) {
 
 int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job) {
   const uint64_t per_token = dense_ffn_scratch_per_token(job.d, job.n_ff);
-  const int64_t chunk = job.scratch ? largest_chunk(job.scratch_bytes, per_token, [&](int64_t m) { return dense_ffn_scratch_of(job.d, job.n_ff, m).end; }) : 0;
+  const bool w = job.combine_into != nullptr;
+  const int64_t chunk = job.scratch ? largest_chunk(job.scratch_bytes, per_token, [&](int64_t m) { return dense_ffn_scratch_of(job.d, job.n_ff, m, w).end; }) : 0;
   if (chunk < 1) throw std::invalid_argument(fmt::format("{}: a dense FFN needs {} bytes of scratch a token, {} given", device, per_token, job.scratch_bytes));
   return chunk;
 }
@@ -264,6 +271,7 @@ device_traffic gpu_traffic(const attention_job& job) {
     t.launches += job.wqkv ? 1 : 3;
     t.launches += 2 + (attention_splits(job, t0, m) > 1 ? 2 : 1);  // rope_store, attend (split: and the join), the output product
     if (job.fc1) t.launches += 1 + static_cast<uint64_t>(m) * predictor_launches(job.rank, job.n_ff);
+    if (job.attn_norm) t.launches += (job.pending ? 1 : 0) + 1 + (job.ffn ? 0 : 1);  // the pending sum, the norm; the residual
     if (job.ffn) {  // the residual, its norm, gate and up, the activation, down, the residual again; the values out
       t.launches += 6 + (job.ffn->gated ? 1 : 0);
       t.copies += job.ffn->hidden ? 1 : 0;
@@ -280,7 +288,8 @@ device_traffic gpu_traffic(const dense_ffn_job& job) {
   device_traffic t;
   const std::vector<ffn_part> parts = ffn_parts(job);
   for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
-    t.copies += 2 + (job.hidden ? 1 : 0), t.syncs += 1, t.launches += 1;  // (the activation, once a chunk)
+    if (job.combine_into) t.copies += 1, t.launches += 2;  // (in; the activation and the weighted sum; nothing back, no wait)
+    else t.copies += 2 + (job.hidden ? 1 : 0), t.syncs += 1, t.launches += 1;  // (the activation, once a chunk)
     for (const ffn_part& p : parts)  // each part's rows in the chunk: gate, up and down products
       if (std::max(p.first, t0) < std::min(p.first + p.n, t0 + chunk)) t.launches += (job.gated ? 1 : 0) + 2;
   }
@@ -424,6 +433,25 @@ void ffn_after(const attention_job& job) {
 // Attention the plain way: each token's q, k, v row by row, RoPE by the job's angles, k and v rounded
 // to the cache's type and stored, then each head's softmax over its sequence's cached rows (in double).
 void attention(const attention_job& job) {
+  if (job.attn_norm) {  // the layer's input (the residual stream, plus the sum left pending), its norm; out: + the product
+    const int64_t n = job.n, d = job.d;
+    std::vector<float> in(static_cast<size_t>(n * d)), xn(in.size());
+    for (int64_t t = 0; t < n; ++t) {
+      double ss = 0;
+      for (int64_t i = 0; i < d; ++i) {
+        const float v = job.residual[t * d + i] + (job.pending ? job.pending[t * d + i] : 0.0f);
+        in[static_cast<size_t>(t * d + i)] = v, ss += static_cast<double>(v) * v;
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(d)) + job.norm_eps);
+      for (int64_t i = 0; i < d; ++i) xn[static_cast<size_t>(t * d + i)] = in[static_cast<size_t>(t * d + i)] * scale * job.attn_norm[i];
+    }
+    attention_job plain = job;
+    plain.attn_norm = nullptr, plain.pending = nullptr, plain.x = xn.data(), plain.residual = in.data();
+    attention(plain);
+    if (!job.ffn)
+      for (int64_t k = 0; k < n * d; ++k) job.out[k] += in[static_cast<size_t>(k)];
+    return;
+  }
   const int64_t n = job.n, d = job.d, dq = job.dq(), kv = job.n_head_kv * job.head_dim, hd = job.head_dim, row_len = dq + 2 * kv;
   std::vector<float> qkv(static_cast<size_t>(n * row_len)), r(static_cast<size_t>(std::max(d, dq)));
   auto product = [&](tensor_type t, const void* w, int64_t rows, int64_t at) {  // rows of w into columns at.. of each token's row
@@ -515,6 +543,18 @@ void attention(const attention_job& job) {
 
 // A dense FFN the plain way: every neuron's gate and up rows, the activation, then the down rows.
 void dense_ffn(const dense_ffn_job& job) {
+  if (job.combine_into) {  // the rows' outputs, then their weighted sum into the device's memory
+    std::vector<float> y(static_cast<size_t>(job.n * job.d));
+    dense_ffn_job rows = job;
+    rows.combine_into = nullptr, rows.out = y.data();
+    dense_ffn(rows);
+    for (int64_t c = 0; c < job.d; ++c) {
+      float s = 0;
+      for (int64_t r = 0; r < job.n; ++r) s += job.weights[r] * y[static_cast<size_t>(r * job.d + c)];
+      job.combine_into[c] = s;
+    }
+    return;
+  }
   if (job.n_parts > 0) {  // each part on its rows
     for (const ffn_part& p : ffn_parts(job)) {
       dense_ffn_job one = job;

@@ -47,10 +47,11 @@ struct attention_scratch {
   uint64_t end = 0;
 };
 attention_scratch attention_scratch_of(const attention_job& job, int64_t m);
+// A dense FFN's: its input (and with weighted rows, their weights: one copy in), gate and up values, output.
 struct dense_ffn_scratch {
-  uint64_t x = 0, gate = 0, up = 0, out = 0, end = 0;
+  uint64_t x = 0, weights = 0, in_end = 0, gate = 0, up = 0, out = 0, end = 0;
 };
-dense_ffn_scratch dense_ffn_scratch_of(int64_t d, int64_t n_ff, int64_t m);
+dense_ffn_scratch dense_ffn_scratch_of(int64_t d, int64_t n_ff, int64_t m, bool weights = false);
 // Throws std::logic_error naming `device` unless the scratch and every offset of the layout lie on
 // 16-byte boundaries and its end fits in scratch_bytes: what the kernels assume of their inputs.
 void check_scratch_layout(const std::string& device, const void* scratch, uint64_t scratch_bytes, const attention_scratch& s);

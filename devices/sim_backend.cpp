@@ -50,7 +50,7 @@ class sim_backend final : public device {
     check_dense_ffn_job(name(), job);
     const int64_t chunk = dense_ffn_chunk(name(), job);
     for (int64_t m : {std::min(chunk, job.n), job.n % chunk})
-      if (m > 0) check_scratch_layout(name(), job.scratch, job.scratch_bytes, dense_ffn_scratch_of(job.d, job.n_ff, m));
+      if (m > 0) check_scratch_layout(name(), job.scratch, job.scratch_bytes, dense_ffn_scratch_of(job.d, job.n_ff, m, job.combine_into != nullptr));
     count(gpu_traffic(job));
     sim_kernels::dense_ffn(job);
   }

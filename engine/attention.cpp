@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -114,6 +115,25 @@ void attention_block::run(step_state& B, int64_t il) {
   // On the hot device when it holds the layer's attention (its weights and KV cache): the same
   // routine on the device's queue, over its copies.
   const auto& dev = env_.device;
+  if (B.pending) {  // the hot experts' sum of the layer before, left on the GPU
+    if (takes_pending(il)) {
+      env_.device_read += dev->attention_bytes(il);
+      const layer_weights& l = m.weights().layers[static_cast<size_t>(il)];
+      const layer_recipe r = recipe_of(env_.hp(), l);
+      {
+        trace_scope span(env_.trace, step_part::attention, B.step, il, B.n);
+        pending_job(B, il, dev->layer(il), r);
+      }
+      return tail(B, r, true);
+    }
+    if (auto done = std::exchange(B.pending_done, nullptr)) done->wait();
+    const int64_t d = env_.hp().n_embd;  // (else added here first)
+    std::vector<float>& sum = B.ffn_normed;
+    sum.resize(static_cast<size_t>(d));
+    dev->read_pending(sum.data());
+    for (int64_t k = 0; k < d; ++k) B.x[static_cast<size_t>(k)] += sum[static_cast<size_t>(k)];
+    B.pending = nullptr;
+  }
   if (dev && dev->attention(il)) {
     env_.device_read += dev->attention_bytes(il);
     if (!dev->device().runs_host_work())  // a GPU: its kernels, the norms here
@@ -129,6 +149,23 @@ bool attention_block::takes_ffn(int64_t il) const {
   const layer_weights& l = env_.m->weights().layers[static_cast<size_t>(il)];
   const layer_recipe r = recipe_of(env_.hp(), l);
   return r.one_gpu_job() && dev->layer(il).ffn_norm;  // (the device's copy: held with attention)
+}
+
+bool attention_block::takes_pending(int64_t il) const {
+  const auto& dev = env_.device;
+  if (!dev || !dev->attention(il) || dev->device().runs_host_work() || env_.watch || !env_.m->holds_layer(il) || !dev->pending_sums()) return false;
+  const layer_weights& l = env_.m->weights().layers[static_cast<size_t>(il)];
+  const layer_recipe r = recipe_of(env_.hp(), l);
+  const tensor_view& norm = dev->layer(il).attn_norm;
+  return !r.parallel && r.norm == norm_kind::rms && !r.attn_out_norm.weight && !(r.attn_norm.bias && *r.attn_norm.bias) && !l.pred_fc1 && norm &&
+         norm.type == tensor_type::f32;
+}
+
+void attention_block::pending_job(step_state& B, int64_t il, const layer_weights& g, const layer_recipe& r) {
+  gpu_job(B, il, g, r, nullptr);
+  B.x.swap(B.proj);  // (the job's output: the stream after attention)
+  B.pending = nullptr;
+  if (auto done = std::exchange(B.pending_done, nullptr)) done->wait();  // (ran before this job: an error it met is thrown here)
 }
 
 void attention_block::run_with_ffn(step_state& B, int64_t il, const devices::dense_ffn_job& ffn) {
@@ -183,6 +220,12 @@ void attention_block::gpu_job(step_state& B, int64_t il, const layer_weights& g,
   // (Not a predictor of the FFN's normalized input: that input is made after this job.)
   const bool predict_here = !ffn && env_.mode == ffn_mode::sparse && dev.predictor(il) && g.pred_fc1 && !r.predictor_reads_ffn_input;
   if (ffn) job.ffn = ffn, job.residual = B.x.data(), job.ffn_norm = g.ffn_norm.f32();
+  if (B.pending) {  // the layer's input on the device: the stream here plus the sum left there, normalized there
+    job.residual = B.x.data(), job.pending = B.pending, job.attn_norm = g.attn_norm.f32();
+    job.scratch = dev.scratch(), job.scratch_bytes = dev.scratch_beside_pending();
+    dev.run([&] { dev.device().compute(job); });
+    return;
+  }
   if (predict_here) {
     job.fc1 = g.pred_fc1.data, job.fc2 = g.pred_fc2.data, job.t_pred = g.pred_fc1.type;
     job.rank = g.pred_fc1.ne1, job.n_ff = hp.n_ff;
@@ -390,14 +433,14 @@ void attention_block::attend_decoded(step_state& B, int64_t il, const workers& o
   }
 }
 
-void attention_block::tail(step_state& B, const layer_recipe& r) {
+void attention_block::tail(step_state& B, const layer_recipe& r, bool added) {
   const hparams& hp = env_.hp();
   const int64_t n = B.n, d = hp.n_embd;
   if (r.attn_out_norm.weight)  // gemma2: attention's output through its own norm first
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.attn_out_norm, B.proj.data() + t * d, B.proj.data() + t * d, d, hp.norm_eps);
   // The FFN's normalized input and what its predictor reads. In a parallel layer both read the
   // layer's input (proj is added with the FFN's output); otherwise attention's output is added first.
-  if (!r.parallel) for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];
+  if (!r.parallel && !added) for (int64_t k = 0; k < n * d; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)];
   std::vector<float>& in = r.ffn_shares_attn_input() ? B.xn : B.xn2;
   if (!r.ffn_shares_attn_input())
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.ffn_norm, B.x.data() + t * d, B.xn2.data() + t * d, d, hp.norm_eps);

@@ -27,17 +27,23 @@ class attention_block {
   bool takes_ffn(int64_t layer) const;
   // Attention and the FFN `ffn` after it as one job: leaves B.x the layer's output (the next layer's input).
   void run_with_ffn(step_state& B, int64_t layer, const devices::dense_ffn_job& ffn);
+  // Whether the layer's attention job can take the layer's input as the host's residual stream plus a
+  // sum left on the GPU (B.pending: a mixture's hot experts of the layer before) and apply its norm
+  // there: a GPU holds the attention, the layer is sequential with an RMSNorm (F32, no bias), without
+  // a predictor, and nothing observes the stream.
+  bool takes_pending(int64_t layer) const;
 
  private:
   // Over the weights l, by these workers; with `gpu`, the products, RoPE, cache and softmax go to the
   // hot device as one job over its copies, the norms stay here (l: the host's weights).
   void run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const layer_weights* gpu = nullptr);
   void gpu_job(step_state& B, int64_t layer, const layer_weights& gpu, const layer_recipe& r, const devices::dense_ffn_job* ffn = nullptr);
+  void pending_job(step_state& B, int64_t layer, const layer_weights& gpu, const layer_recipe& r);  // takes B.pending: B.x the stream after attention
   void products(step_state& B, int64_t layer, const layer_weights& l, const layer_recipe& r, const workers& on);  // xn -> proj
   void attend(step_state& B, int64_t layer, const workers& on, const float* qkv, bool fused);                    // B.attn from the cache
   template <class QOf>
   void attend_decoded(step_state& B, int64_t layer, const workers& on, const std::vector<int64_t>& tokens, QOf q_of);  // tokens alone in their sequence
-  void tail(step_state& B, const layer_recipe& r);  // proj added, the FFN's input normalized
+  void tail(step_state& B, const layer_recipe& r, bool added = false);  // proj added (unless it was), the FFN's input normalized
 
   block_env& env_;
   kv_cache& kv_;

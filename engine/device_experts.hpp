@@ -72,7 +72,8 @@ struct expert_residency {
   std::vector<int64_t> slots;  // per layer: experts the device holds (0: all on the CPU, n_expert: all of them)
   expert_policy policy = expert_policy::lfu_decay;
   uint64_t upload_bytes_per_token = 0;  // the uploads' allowance (0: none)
-  bool prefetch = true;                 // upload the next layer's guessed experts one layer early
+  bool prefetch = true;                 // upload the next layer's guessed experts one layer early ...
+  bool prefetch_on_trial = true;        // ... where it pays: device_experts::guessing
   // Per layer the experts the slots start with, in this order (empty: 0, 1, 2, ...): e.g. the most
   // chosen in a recorded run, a static placement by popularity with the fixed policy.
   std::vector<std::vector<int32_t>> first;
@@ -117,6 +118,25 @@ class device_experts {
   // Seconds an upload takes a byte, as measured on the device's queue (0: not measured yet).
   double upload_seconds_per_byte() const;
 
+  // Whether the next layer's experts are guessed and uploaded a layer early now. On trial
+  // (residency().prefetch_on_trial): the guess buys hits where it brings in what the next token
+  // chooses, and costs them where it evicts what that token wanted or spends the allowance a miss would
+  // use — which wins depends on the file's routing. The run alternates epochs of guess_epoch tokens with
+  // the guess on and off (on, off, on, off), keeps the side of the higher hit rate (off on a tie: fewer
+  // uploads), and tries both again after guess_retrial epochs, so a guess that does not pay for itself
+  // turns itself off.
+  bool guessing() const { return r_.prefetch && (!r_.prefetch_on_trial || trial_.on_now); }
+  static constexpr int64_t guess_epoch = 32, guess_retrial = 16;
+  struct guess_trial {
+    bool on_now = true;
+    int64_t epoch = 0, tokens = 0;          // epochs since the cycle began, tokens into this one
+    int64_t lookups0 = 0, hits0 = 0;         // the counts when the epoch began
+    int64_t on_lookups = 0, on_hits = 0, off_lookups = 0, off_hits = 0;  // the cycle's trial epochs
+    double on_hit_rate = -1, off_hit_rate = -1;  // the last trial's (-1: none yet)
+    int64_t tokens_on = 0, tokens_off = 0;
+  };
+  const guess_trial& guess_trials() const { return trial_; }
+
   struct counts {
     int64_t lookups = 0, hits = 0;       // experts routed, and of those held by a slot when routed
     int64_t uploads = 0, prefetched = 0; // experts uploaded (prefetched: of those, guessed a layer early)
@@ -152,6 +172,8 @@ class device_experts {
   double allowance_ = 0;        // of the step's allowance, what is left (a hard bound, whatever the credits)
   std::deque<pending> pending_;
   counts counts_;
+  guess_trial trial_;
+  void advance_trial(int64_t n);
 };
 
 }  // namespace hotcold

@@ -215,6 +215,21 @@ void device_layers::cache_in(int64_t l, bool values, uint64_t offset, const void
   if (auto e = dev_->copy_in(*(values ? v_ : k_)[static_cast<size_t>(l)], offset, src, bytes)) e->wait();
 }
 
+uint64_t device_layers::scratch_beside_pending() const {
+  const uint64_t want = 4 * static_cast<uint64_t>(model_->hp().n_embd);
+  return scratch_bytes() > 2 * want ? (scratch_bytes() - want) / 16 * 16 : 0;
+}
+
+float* device_layers::pending_sums() const {
+  if (scratch_beside_pending() == 0) return nullptr;
+  return reinterpret_cast<float*>(static_cast<uint8_t*>(compute_->data()) + scratch_beside_pending());
+}
+
+void device_layers::read_pending(float* dst) const {
+  if (!pending_sums()) throw std::logic_error("no pending sums: the compute buffers are too small to keep one");
+  if (auto e = dev_->copy_out(dst, *compute_, scratch_beside_pending(), 4 * static_cast<uint64_t>(model_->hp().n_embd))) e->wait();
+}
+
 namespace {
 thread_local bool on_queue = false;  // this thread is running work a device's queue was given
 struct queue_scope {

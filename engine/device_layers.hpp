@@ -79,6 +79,12 @@ class device_layers {
   // GPU's predictor and head take their inputs there).
   void* scratch() const { return compute_ ? compute_->data() : nullptr; }
   uint64_t scratch_bytes() const { return compute_ ? compute_->size() : 0; }
+  // The compute buffers' last n_embd floats (from a 16-byte boundary): where a mixture's hot experts
+  // leave one token's sum for the next layer's attention job; the jobs between them take the scratch
+  // before it (scratch_beside_pending bytes). read_pending copies the sum back and waits.
+  float* pending_sums() const;
+  uint64_t scratch_beside_pending() const;
+  void read_pending(float* dst) const;
 
   // Runs `work` on the device's queue and waits for it (rethrows what it threw); inline when called
   // from work the queue is running (a chain of stages given to submit()).

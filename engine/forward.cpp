@@ -84,6 +84,7 @@ void inference_context::begin(step_state& B, int64_t n, const int64_t* seqs, con
   for (auto* v : {&B.hidden, &B.truth}) grow(*v, n * n_ff);
   grow(B.acc, pool_.size() * n * d);
   B.n = n;
+  B.pending = nullptr, B.pending_done = nullptr, B.next_takes_pending = false;
   B.seqs.assign(seqs, seqs + n);
   B.positions.assign(positions, positions + n);
   B.step = steps_++;
@@ -101,6 +102,8 @@ void inference_context::embed(step_state& B, std::span<const token_id> tokens) {
 }
 
 ffn_step_counts inference_context::ffn(step_state& B, int64_t layer, bool may_go_dense) {
+  // A mixture's hot experts may leave their sum on the GPU when the next layer's attention job adds it.
+  B.next_takes_pending = env_.hp().moe() && layer + 1 < env_.hp().n_layer && attention_.takes_pending(layer + 1);
   ffn_step_counts c = ffn_.run(B, layer, B.ffn_in, B.pred_in, may_go_dense, B.ffn_out.data());
   add_ffn_output(B, layer, B.ffn_out.data(), c);
   totals_.add(layer, c);
@@ -139,7 +142,9 @@ void inference_context::add_ffn_output(step_state& B, int64_t layer, const float
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += B.proj[static_cast<size_t>(k)] + out[k];
   else
     for (int64_t k = 0; k < nd; ++k) B.x[static_cast<size_t>(k)] += out[k];
-  if (hp.moe() && layer + 1 < hp.n_layer) c.next_layer_uploads += moe_.guess_next(B, layer);
+  // (Not where the hot experts' sum is still on the device: the stream is partial until the next layer's
+  // attention adds it; the experts then go without a guess, moe_block::run.)
+  if (hp.moe() && layer + 1 < hp.n_layer && !B.pending) c.next_layer_uploads += moe_.guess_next(B, layer);
 }
 
 void inference_context::normalized_rows(step_state& B, std::span<const int64_t> rows) {

@@ -7,6 +7,7 @@
 #include <exception>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "engine/layer_ops.hpp"
 #include "engine/matmul.hpp"
@@ -54,8 +55,16 @@ ffn_step_counts moe_block::run(step_state& B, int64_t layer, const layer_weights
   const bool split = experts_ && experts_->slots(layer) > 0;
   const bool shared_there = l.ffn_gate_shexp && env_.device && env_.device->shared_expert(layer);
   split_by_slots(layer, n, c);
+  // One token whose next layer's attention job takes a sum left on the GPU: the hot experts' weighted
+  // sum stays there (no copy back, no wait; attention_block::takes_pending) — where the next layer's
+  // experts need no guess (every one in a slot, or none guessed: the stream is partial till then).
+  const auto& dl = env_.device;
+  const bool guess_wanted = experts_ && experts_->guessing() && layer + 1 < hp.n_layer && experts_->slots(layer + 1) > 0 &&
+                            experts_->slots(layer + 1) < hp.n_expert;
+  const bool defer = B.next_takes_pending && n == 1 && (split || shared_there) && dl && !dl->device().runs_host_work() && !guess_wanted;
   devices::event hot;
-  if (split || shared_there) hot = submit_hot_experts(B, layer, in, shared_there);
+  if (split || shared_there) hot = submit_hot_experts(B, layer, in, shared_there, defer ? dl->pending_sums() : nullptr);
+  const bool deferred = defer && (!hot_.experts.empty() || shared_there);  // (no hot expert chosen: nothing was summed)
   // Should the CPU's share throw, the device's job (which reads this step's buffers) ends first.
   struct join_on_throw {
     devices::event& e;
@@ -78,7 +87,10 @@ ffn_step_counts moe_block::run(step_state& B, int64_t layer, const layer_weights
     expert_product(on, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, in, n, S_.y);
     add_shared_expert(l, in, n, S_.y.data(), out);
   }
-  if (hot) {
+  if (hot && deferred) {
+    used += count_hot(layer, shared_there, c);
+    B.pending = dl->pending_sums(), B.pending_done = std::exchange(hot, nullptr);
+  } else if (hot) {
     hot->wait();
     used += join_hot(layer, l, in, n, shared_there, out, c);
   }
@@ -163,14 +175,17 @@ int64_t moe_block::join_hot(int64_t layer, const layer_weights& l, const float* 
   for (size_t i = 0; i < H.experts.size(); ++i) {
     const int64_t e = H.experts[i], r0 = H.first[i];
     add_weighted(S_.slots.data() + S_.first[static_cast<size_t>(e)], H.first[i + 1] - r0, H.y.data() + r0 * d, out);
-    c.expert_device_bytes += experts_->expert_bytes(layer);
   }
-  c.device_bytes += c.expert_device_bytes;
   if (n > 1 && H.first.back() > 0) fold_into(rates_.device, H.seconds / static_cast<double>(H.first.back()));  // seconds per (token, expert)
-  if (shared) {
-    add_shared_expert(l, in, n, H.shared_y.data(), out);
-    c.device_bytes += env_.device->ffn_bytes(layer);
-  }
+  if (shared) add_shared_expert(l, in, n, H.shared_y.data(), out);
+  return count_hot(layer, shared, c);
+}
+
+int64_t moe_block::count_hot(int64_t layer, bool shared, ffn_step_counts& c) {
+  const hot_experts& H = hot_;
+  for (size_t i = 0; i < H.experts.size(); ++i) c.expert_device_bytes += experts_->expert_bytes(layer);
+  c.device_bytes += c.expert_device_bytes;
+  if (shared) c.device_bytes += env_.device->ffn_bytes(layer);
   env_.device_read += c.device_bytes;
   return static_cast<int64_t>(H.experts.size());
 }
@@ -214,7 +229,7 @@ int64_t moe_block::guess_next(step_state& B, int64_t layer) {
   B.guessed_layer = layer + 1;
   // Guessed experts no slot of the next layer holds: uploaded now, a layer before they are routed.
   int64_t uploads = 0;
-  if (experts_ && experts_->residency().prefetch && experts_->slots(layer + 1) > 0)
+  if (experts_ && experts_->guessing() && experts_->slots(layer + 1) > 0)
     for (int32_t e : B.expert_guess)
       if (experts_->slot_of(layer + 1, e) < 0) uploads += experts_->upload(layer + 1, e, B.expert_guess, true);
   return uploads;
@@ -339,7 +354,7 @@ void moe_block::add_shared_expert(const layer_weights& l, const float* in, int64
   }
 }
 
-devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const float* in, bool shared) {
+devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const float* in, bool shared, float* into) {
   const hparams& hp = env_.hp();
   const int64_t n = B.n, d = hp.n_embd, k = hp.n_expert_used;
   const scratch& S = S_;
@@ -362,10 +377,18 @@ devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const
   // A GPU takes the shared expert in the same job: its rows (every token's) after the experts'.
   const std::shared_ptr<const device_layers> dl0 = env_.device;
   if (shared && !dl0->device().runs_host_work()) H.x.insert(H.x.end(), in, in + n * d);
+  if (into) {  // one token: each row's router weight, the shared expert's gate (add_shared_expert's)
+    H.w.clear();
+    for (size_t i = 0; i < H.experts.size(); ++i) H.w.push_back(S.weights[static_cast<size_t>(S.slots[static_cast<size_t>(S.first[static_cast<size_t>(H.experts[i])])])]);
+    if (shared) {
+      const layer_weights& l = env_.m->weights().layers[static_cast<size_t>(layer)];
+      H.w.push_back(1.0f / (1.0f + std::exp(-kernels::dot_f32(l.ffn_gate_inp_shexp.f32(), in, d))));
+    }
+  }
   H.y.resize(H.x.size());
   if (shared) H.shared_y.resize(static_cast<size_t>(n * d));
   const std::shared_ptr<const device_layers>& dl = dl0;
-  return dl->submit([this, layer, in, n, d, shared, dl] {
+  return dl->submit([this, layer, in, n, d, shared, dl, into] {
     const hparams& hp = env_.hp();
     hot_experts& H = hot_;
     devices::device& dev = dl->device();
@@ -405,10 +428,11 @@ devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const
       job.n = total, job.d = d;
       for (const devices::ffn_part& p : H.parts) job.n_ff = std::max(job.n_ff, p.n_ff);
       job.x = H.x.data(), job.out = H.y.data();
-      job.scratch = dl->scratch(), job.scratch_bytes = dl->scratch_bytes();
+      job.scratch = dl->scratch(), job.scratch_bytes = into ? dl->scratch_beside_pending() : dl->scratch_bytes();
+      if (into) job.combine_into = into, job.weights = H.w.data();
       dev.compute(job);
       H.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-      if (shared) std::copy(H.y.begin() + rows * d, H.y.begin() + total * d, H.shared_y.begin());
+      if (shared && !into) std::copy(H.y.begin() + rows * d, H.y.begin() + total * d, H.shared_y.begin());
       return;
     }
     for (size_t i = 0; i < H.experts.size(); ++i) {

@@ -51,13 +51,15 @@ class moe_block {
   int64_t batch_experts(int64_t n, const layer_weights& l, const workers& on, const float* in, float* out);
   // Joins the device's experts (and shared expert) into out once its job is done.
   int64_t join_hot(int64_t layer, const layer_weights& l, const float* in, int64_t n, bool shared, float* out, ffn_step_counts& c);
+  int64_t count_hot(int64_t layer, bool shared, ffn_step_counts& c);  // the device's bytes, counted (join_hot's, or a sum left there)
   // out += each of m (token, rank) slots' weight times its row of y (m x n_embd), into its token's row.
   void add_weighted(const int64_t* slots, int64_t m, const float* y, float* out);
   // out (n x n_embd) += each token's sigmoid(ffn_gate_inp_shexp . x) times the shared expert's y (n x n_embd).
   void add_shared_expert(const layer_weights& l, const float* in, int64_t n, const float* y, float* out);
   // Queues the step's experts that a device slot holds (and the shared expert, with `shared`) on the
   // device, into hot_.
-  devices::event submit_hot_experts(step_state& B, int64_t layer, const float* in, bool shared);
+  // into: where the rows' router-weighted sum stays on the GPU (one token; null: the rows come back).
+  devices::event submit_hot_experts(step_state& B, int64_t layer, const float* in, bool shared, float* into = nullptr);
   // y (m x n_embd) = down(silu(gate x) * up x) for m inputs x.
   void expert_product(const workers& on, const tensor_view& gate, const tensor_view& up, const tensor_view& down, const float* x, int64_t m,
                       std::vector<float>& y);
@@ -86,6 +88,7 @@ class moe_block {
     std::vector<int64_t> first;
     std::vector<float> x, y, shared_y, g, h;
     std::vector<devices::ffn_part> parts;  // a GPU's: the experts (and the shared expert) as one job
+    std::vector<float> w;                  // each row's weight, where their sum stays on the GPU
     double seconds = 0;  // the device's time on the experts (measured on its queue)
   };
   hot_experts hot_;

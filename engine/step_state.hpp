@@ -56,6 +56,11 @@ struct step_state {
   // layer guessed_layer (-1: none).
   std::vector<int32_t> expert_guess;
   int64_t guessed_layer = -1;
+  // A mixture's hot experts' sum left on a GPU for the next layer's attention job to add (device
+  // memory, n x n_embd; null: none), and whether the next layer's attention can take it.
+  const float* pending = nullptr;
+  devices::event pending_done;  // (its job's event: waited on, an error there is the step's)
+  bool next_takes_pending = false;
 };
 
 // What a layer's FFN did for a step (ffn_block::run): the context adds these up, the actors pass them

@@ -204,6 +204,7 @@ void decode_once(bench_runner& run, const bench_args& a, const config& c, const 
   const rows_read before(*l.ctx);
   const uint64_t device_before = run.device_read(c.actors);
   const device_experts::counts experts_before = l.experts ? l.experts->counted() : device_experts::counts{};
+  const int64_t guessed_before = l.experts ? l.experts->guess_trials().tokens_on : 0;
   const devices::device_traffic traffic_before = l.dev ? l.dev->traffic() : devices::device_traffic{};
   const auto jobs_before = l.dev ? l.dev->job_seconds() : std::array<double, devices::n_operations>{};
   r.tg.push_back(run.decode(c.actors, c.sequences, a.n_gen, c.depth_at(depth)));
@@ -218,6 +219,8 @@ void decode_once(bench_runner& run, const bench_args& a, const config& c, const 
     const auto& now = l.experts->counted();
     r.expert_lookups += now.lookups - experts_before.lookups, r.expert_hits += now.hits - experts_before.hits;
     r.expert_uploads += now.uploads - experts_before.uploads;
+    const auto& res = l.experts->residency();
+    r.expert_guess_tokens += !res.prefetch ? 0 : res.prefetch_on_trial ? l.experts->guess_trials().tokens_on - guessed_before : a.n_gen * c.sequences;
   }
   r.tokens += a.n_gen;
 }

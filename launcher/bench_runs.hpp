@@ -99,6 +99,7 @@ struct runs {
   std::vector<double> pp, tg;  // tokens/s, per repetition
   int64_t tokens = 0;          // decode steps over the repetitions
   int64_t expert_lookups = 0, expert_hits = 0, expert_uploads = 0;  // a mixture's experts on a device, over the decode steps
+  int64_t expert_guess_tokens = 0;  // of the decoded tokens, those with the layer-early guess on
   rows_read computed;          // FFN rows read over them
   uint64_t device_bytes = 0;   // weights the hot device read over them
   devices::device_traffic traffic;  // the hot device's launches, copies and syncs over them

@@ -69,6 +69,7 @@ struct result {
   double bpt = 0;         // weights read per decoded token (each row of a step's union once, shared by its tokens)
   double device_bpt = 0;  // of bpt, what the hot device read (its FFN rows)
   double expert_hit_rate = 0, expert_uploads_per_token = 0;  // a mixture's: routed experts a device slot held; experts uploaded a token
+  double expert_guess_share = 0;  // of the decoded tokens, those with the layer-early guess on
   double launches_pt = 0, copies_pt = 0, syncs_pt = 0;  // the hot device's round trips a decoded token (devices::device_traffic)
   std::array<double, devices::n_operations> job_ms_pt{};  // its jobs' milliseconds a decoded token, by operation
   std::vector<double> rep_bandwidth;  // the bandwidth beside each repetition
@@ -95,6 +96,7 @@ std::vector<result> results_of(const bench_args& a, const std::vector<config>& c
       res.device_bpt = static_cast<double>(r.device_bytes) / static_cast<double>(r.tokens * configs[k].sequences);
       res.expert_hit_rate = r.expert_lookups > 0 ? static_cast<double>(r.expert_hits) / static_cast<double>(r.expert_lookups) : 0.0;
       res.expert_uploads_per_token = static_cast<double>(r.expert_uploads) / static_cast<double>(r.tokens * configs[k].sequences);
+      res.expert_guess_share = static_cast<double>(r.expert_guess_tokens) / static_cast<double>(r.tokens * configs[k].sequences);
       const auto per_token = [&](uint64_t x) { return static_cast<double>(x) / static_cast<double>(r.tokens * configs[k].sequences); };
       res.launches_pt = per_token(r.traffic.launches), res.copies_pt = per_token(r.traffic.copies), res.syncs_pt = per_token(r.traffic.syncs);
       for (size_t op = 0; op < r.job_seconds.size(); ++op)
@@ -180,6 +182,7 @@ nlohmann::json json_of(const report& r, const model& m) {
     if (m.hp().moe()) {  // (every expert on the CPU: a hit rate of 0)
       d["expert_hit_rate"] = res.expert_hit_rate;
       d["expert_uploads_per_token"] = res.expert_uploads_per_token;
+      d["expert_guess_share"] = res.expert_guess_share;  // (--expert-guess auto: the share of tokens the trial left it on)
     }
     if (r.probed && res.bpt > 0) {
       d["read_bandwidth_bytes_per_s"] = res.bandwidth;

@@ -91,7 +91,9 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   o.n_cpu_moe = a.cpu_moe ? hp.n_layer : a.n_cpu_moe;
   if (!a.expert_policy.empty()) o.expert_cache_policy = parse_expert_policy(a.expert_policy);
   if (a.expert_upload_mib >= 0) o.expert_upload_bytes = static_cast<uint64_t>(a.expert_upload_mib * double(1 << 20));
-  o.expert_prefetch = !a.no_expert_prefetch;
+  if (a.no_expert_prefetch && a.expert_guess == "on") throw std::invalid_argument("--no-expert-prefetch and --expert-guess on: give one");
+  o.expert_prefetch = !a.no_expert_prefetch && a.expert_guess != "off";
+  o.expert_prefetch_on_trial = a.expert_guess == "auto";
   if (!a.experts_from.empty()) {
     if (!hp.moe()) throw std::invalid_argument(fmt::format("--experts-from: {} is not a mixture of experts", path));
     const auto rec = loader::read_activation_record(a.experts_from);

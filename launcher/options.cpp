@@ -135,6 +135,11 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
                   "A mixture's expert slots on a device start with each layer's most chosen experts in this recorded run (a --trace-out FILE.activations); "
                   "with --expert-policy fixed, a static placement by popularity");
   cmd->add_flag("--no-expert-prefetch", m.no_expert_prefetch, "A mixture's expert cache: do not upload the next layer's guessed experts a layer early");
+  cmd->add_option("--expert-guess", m.expert_guess,
+                  "A mixture's expert cache: guess the next layer's experts a layer early and upload them: auto (kept where it raises the hit "
+                  "rate, tried on and off as the run goes), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   cmd->add_flag("--sim-kernels", m.sim_kernels,
                 "With --device sim: compute as a GPU back end does (its operation table's jobs from the device's plain copies: attention, predictors, "
                 "FFN rows, dense FFNs, the head), "

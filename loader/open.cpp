@@ -128,7 +128,7 @@ void put_on_device(opened_model& r, const open_options& o) {
   else if (r.plan) experts = r.plan->expert_slots();
   if (o.expert_cache_policy) experts.policy = *o.expert_cache_policy;
   if (o.expert_upload_bytes) experts.upload_bytes_per_token = *o.expert_upload_bytes;
-  experts.prefetch = o.expert_prefetch;
+  experts.prefetch = o.expert_prefetch, experts.prefetch_on_trial = o.expert_prefetch_on_trial;
   if (!o.first_experts.empty()) experts.first = o.first_experts;
   if (!o.residency || residency.any() || residency.compute_bytes > 0 || experts.any()) {
     r.device = std::make_shared<const device_layers>(r.m, residency, r.dev, r.ctx->cache_types());

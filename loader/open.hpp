@@ -39,6 +39,7 @@ struct open_options {
   std::optional<hotcold::expert_policy> expert_cache_policy;
   std::optional<uint64_t> expert_upload_bytes;
   bool expert_prefetch = true;
+  bool expert_prefetch_on_trial = true;  // (the guess kept where it pays: device_experts::guessing)
   std::vector<std::vector<int32_t>> first_experts;  // per layer the experts the slots start with (empty: 0, 1, ...)
   // What the device holds when the caller says so instead of the plan (tests; nullopt: the plan's).
   std::optional<placement_data> hot;          // a sparse file's hot neurons (else the placement beside the file)

@@ -29,7 +29,7 @@ void cuda_free(int, void*) {}
 void cuda_copy_to_device(int, void*, const void*, uint64_t) { absent(); }
 void cuda_copy_to_host(int, void*, const void*, uint64_t) { absent(); }
 void cuda_synchronize(int) { absent(); }
-void cuda_zero(int, void*, uint64_t) { absent(); }
+void cuda_zero(int, void*, uint64_t, void*) { absent(); }
 void cuda_use(int) { absent(); }
 void* cuda_stream_create(int) { absent(); }
 void cuda_stream_destroy(int, void*) {}

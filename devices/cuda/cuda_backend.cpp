@@ -28,6 +28,7 @@ class cuda_backend final : public device {
   }
   ~cuda_backend() override {
     queue_.drain();
+    x_.reset(), slots_.reset(), hidden_.reset(), out_.reset(), partial_.reset();  // (freed while the back end is whole)
     cuda_stream_destroy(index_, stream_);
   }
   // Copies are jobs of the device's queue, as sim's are: after the work submitted before them (which
@@ -63,11 +64,19 @@ class cuda_backend final : public device {
     count({0, 0, 1});
     cuda_synchronize(index_);
   }
+  // On the jobs' stream, queued after the work before it (which may still use the buffer), waited for.
   void zero(buffer& b) override {
     check_alive();
-    queue_.drain();  // (after the work before it, which may still use the buffer)
-    count({0, 0, 1});
-    cuda_zero(index_, b.data(), b.size());
+    queue_.submit([this, &b] {
+          make_current();
+          count({0, 0, 1});
+          try {
+            cuda_zero(index_, b.data(), b.size(), stream_);
+          } catch (const std::exception& e) {
+            fail(fmt::format("zeroing {}: {}", b.label(), e.what()));
+          }
+        })
+        ->wait();
   }
   bool runs_host_work() const override { return false; }
   allocation_rule allocation() const override { return gpu_allocation; }
@@ -192,8 +201,8 @@ class cuda_backend final : public device {
   std::shared_ptr<void> blocking_done_;  // (recorded on the stream for a blocking wait)
   // Attention's staging in pinned memory (grown to the largest chunk met): the chunk's inputs, angles,
   // sequences and positions in the order of the scratch (one copy in), and its outputs.
-  std::shared_ptr<void> host_attn_in_, host_attn_out_;
-  uint64_t host_attn_in_bytes_ = 0, host_attn_out_bytes_ = 0;
+  std::shared_ptr<void> host_attn_in_, host_attn_out_, host_defer_in_;
+  uint64_t host_attn_in_bytes_ = 0, host_attn_out_bytes_ = 0, host_defer_in_bytes_ = 0;
   // A pinned staging buffer of at least `bytes` (grown, kept).
   void* staging(std::shared_ptr<void>& b, uint64_t& have, uint64_t bytes) {
     if (have < bytes) b = std::shared_ptr<void>(cuda_host_allocate(bytes), cuda_host_free), have = bytes;
@@ -218,12 +227,13 @@ uint64_t cuda_backend::reserve_bytes(operation op, int64_t max_n, int64_t d, int
 void cuda_backend::reserve(operation op, int64_t max_n, int64_t d, int64_t n_ff) {
   if (op != operation::ffn_rows) return;
   const auto n = static_cast<uint64_t>(max_n), ud = static_cast<uint64_t>(d), uf = static_cast<uint64_t>(n_ff);
-  x_ = allocate(n * ud * sizeof(float), "FFN rows input");
-  slots_ = allocate(n * uf * sizeof(int32_t), "FFN rows list");
-  hidden_ = allocate(n * uf * sizeof(float), "FFN rows values");
-  out_ = allocate(n * ud * sizeof(float), "FFN rows output");
+  // (The device's own: buffers holding the device that holds them would keep it alive for ever.)
+  x_ = allocate_own(n * ud * sizeof(float), "FFN rows input");
+  slots_ = allocate_own(n * uf * sizeof(int32_t), "FFN rows list");
+  hidden_ = allocate_own(n * uf * sizeof(float), "FFN rows values");
+  out_ = allocate_own(n * ud * sizeof(float), "FFN rows output");
 #if defined(HOTCOLD_HAVE_GPU)
-  partial_ = allocate(static_cast<uint64_t>(kernels::gpu::hot_ffn_scratch(d)) * sizeof(float), "FFN rows partial sums");
+  partial_ = allocate_own(static_cast<uint64_t>(kernels::gpu::hot_ffn_scratch(d)) * sizeof(float), "FFN rows partial sums");
 #endif
   auto pinned = [](uint64_t bytes) { return std::shared_ptr<void>(cuda_host_allocate(bytes), cuda_host_free); };
   host_x_ = pinned(n * ud * sizeof(float));
@@ -390,16 +400,20 @@ void cuda_backend::compute(const attention_job& job) {
     std::copy(job.seqs + t0, job.seqs + t0 + m, hsp);
     std::copy(job.positions + t0, job.positions + t0 + m, hsp + m);
     if (job.fc1) std::copy(job.layer_in + t0 * d, job.layer_in + (t0 + m) * d, host_f(at.layer_in));
-    if (job.ffn) std::copy(job.residual + t0 * d, job.residual + (t0 + m) * d, host_f(at.layer_in));
+    if (job.ffn || job.attn_norm) std::copy(job.residual + t0 * d, job.residual + (t0 + m) * d, host_f(at.layer_in));
     auto* base = static_cast<uint8_t*>(job.scratch);
     auto dev_f = [&](uint64_t off) { return reinterpret_cast<float*>(base + off); };
     float *dx = dev_f(at.x), *dangles = dev_f(at.angles), *dlayer_in = dev_f(at.layer_in), *dqkv = dev_f(at.qkv), *dattn = dev_f(at.attn), *dout = dev_f(at.out);
     auto* dsp = reinterpret_cast<int32_t*>(base + at.seqpos);
     copy_async(dx, hin, at.in_end, true);
     std::string e;
-    if (job.wqkv) {
+    if (job.attn_norm) {  // the layer's input: the residual stream plus the pending sum; its norm into x
+      if (job.pending) e = gpu::add(dlayer_in, job.pending + t0 * d, m * d, dlayer_in, stream_);
+      if (e.empty()) e = gpu::rms_norm(dlayer_in, job.attn_norm, m, d, job.norm_eps, dx, stream_);
+    }
+    if (e.empty() && job.wqkv) {
       e = gpu::matmul(gpu_row_type(job.t_qkv), job.wqkv, row_len, d, dx, m, dqkv, row_len, stream_);
-    } else {
+    } else if (e.empty()) {
       e = gpu::matmul(gpu_row_type(job.t_q), job.wq, dq, d, dx, m, dqkv, row_len, stream_);
       if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_k), job.wk, kv, d, dx, m, dqkv + dq, row_len, stream_);
       if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_v), job.wv, kv, d, dx, m, dqkv + dq + kv, row_len, stream_);
@@ -420,6 +434,7 @@ void cuda_backend::compute(const attention_job& job) {
                            dchosen + t * n_ff, stream_);
     }
     float* dresult = dout;
+    if (e.empty() && job.attn_norm && !job.ffn) e = gpu::add(dlayer_in, dout, m * d, dout, stream_);  // the residual stream after attention
     if (e.empty() && job.ffn) {  // the FFN after it: h = residual + product, its norm, the FFN, h + its output
       const dense_ffn_job& f = *job.ffn;
       float *dh = dev_f(at.resid), *dfx = dev_f(at.ffn_x), *dg = dev_f(at.gate), *du = dev_f(at.up), *dfo = dev_f(at.ffn_out);
@@ -462,21 +477,26 @@ void cuda_backend::compute(const dense_ffn_job& job) {
   const int64_t chunk = dense_ffn_chunk(name(), job);
   const int64_t m_max = std::min(chunk, job.n);
   const std::vector<ffn_part> parts = ffn_parts(job);
-  auto* hin = static_cast<float*>(staging(host_attn_in_, host_attn_in_bytes_, static_cast<uint64_t>(m_max * d) * 4));
+  // A job summed on the device is not waited for: its inputs get staging of their own (the next job's
+  // wait, on the same stream, has them read before they are written again).
+  const bool combine = job.combine_into != nullptr;
+  const uint64_t in_bytes = dense_ffn_scratch_of(d, n_ff, m_max, combine).in_end;
+  auto* hin = static_cast<uint8_t*>(combine ? staging(host_defer_in_, host_defer_in_bytes_, in_bytes) : staging(host_attn_in_, host_attn_in_bytes_, in_bytes));
   auto* hout = static_cast<float*>(staging(host_attn_out_, host_attn_out_bytes_, static_cast<uint64_t>(m_max * (d + n_ff)) * 4));
   namespace gpu = kernels::gpu;
   make_current();
   for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {
     const int64_t m = std::min(chunk, job.n - t0);
-    const dense_ffn_scratch at = dense_ffn_scratch_of(d, n_ff, m);
+    const dense_ffn_scratch at = dense_ffn_scratch_of(d, n_ff, m, combine);
     check_scratch_layout(name(), job.scratch, job.scratch_bytes, at);
     auto* base = static_cast<uint8_t*>(job.scratch);
     auto* dx = reinterpret_cast<float*>(base + at.x);
     auto* dg = reinterpret_cast<float*>(base + at.gate);
     auto* du = reinterpret_cast<float*>(base + at.up);
     auto* dout = reinterpret_cast<float*>(base + at.out);
-    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
-    copy_async(dx, hin, static_cast<uint64_t>(m * d) * 4, true);
+    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, reinterpret_cast<float*>(hin + at.x));
+    if (combine) std::copy(job.weights + t0, job.weights + t0 + m, reinterpret_cast<float*>(hin + at.weights));
+    copy_async(dx, hin, at.in_end, true);
     // Each part's rows in the chunk (one part: the job's own weights on all of them): its gate and up
     // values from its first row's place, packed by its own neurons; one activation over the chunk.
     std::string e;
@@ -498,7 +518,10 @@ void cuda_backend::compute(const dense_ffn_job& job) {
       const int64_t r = a - t0;
       e = gpu::matmul(gpu_row_type(p.t_down), p.down, d, p.n_ff, du + r * n_ff, b - a, dout + r * d, d, stream_);
     }
+    if (e.empty() && combine)  // the rows' weighted sum, left on the device (added to over the chunks)
+      e = gpu::weighted_sum(dout, reinterpret_cast<const float*>(base + at.weights), m, d, t0 > 0, job.combine_into, stream_);
     if (!e.empty()) fail(fmt::format("dense FFN kernels: {}", e));
+    if (combine) continue;
     copy_async(hout, dout, static_cast<uint64_t>(m * d) * 4, false);
     if (job.hidden) copy_async(hout + m * d, du, static_cast<uint64_t>(m * n_ff) * 4, false);
     wait_stream();

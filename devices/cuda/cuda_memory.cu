@@ -41,10 +41,10 @@ void cuda_copy_to_host(int index, void* dst, const void* src, uint64_t bytes) {
   check(gpuMemcpy(dst, src, bytes, gpuMemcpyDeviceToHost), "Memcpy to the host");
 }
 
-void cuda_zero(int index, void* p, uint64_t bytes) {
+void cuda_zero(int index, void* p, uint64_t bytes, void* stream) {
   check(gpuSetDevice(index), "SetDevice");
-  check(gpuMemset(p, 0, bytes), "Memset");
-  check(gpuDeviceSynchronize(), "DeviceSynchronize after Memset");
+  check(gpuMemsetAsync(p, 0, bytes, static_cast<gpuStream_t>(stream)), "MemsetAsync");
+  check(gpuStreamSynchronize(static_cast<gpuStream_t>(stream)), "StreamSynchronize after MemsetAsync");
 }
 
 void cuda_synchronize(int index) {

@@ -13,7 +13,7 @@ void cuda_copy_to_device(int index, void* dst, const void* src, uint64_t bytes);
 void cuda_copy_to_host(int index, void* dst, const void* src, uint64_t bytes);
 void cuda_synchronize(int index);
 // Sets bytes [p, p + bytes) of device memory to zero (and waits for it).
-void cuda_zero(int index, void* p, uint64_t bytes);
+void cuda_zero(int index, void* p, uint64_t bytes, void* stream);  // on the stream (ordered after its work), waited for
 // Makes `index` the calling thread's current device (kernel launches go to it).
 void cuda_use(int index);
 // A stream of its own on device `index` (a cudaStream_t), and the end of it.

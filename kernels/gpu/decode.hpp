@@ -67,6 +67,8 @@ std::string matmul(row_type t, const void* w, int64_t rows, int64_t cols, const 
 
 // out[i] = a[i] + b[i] for i < count (b null: a copy).
 std::string add(const float* a, const float* b, int64_t count, float* out, void* stream = nullptr);
+// out (d) = sum over r < rows of w[r] y[r] (y: rows x d), added to out where accumulate.
+std::string weighted_sum(const float* y, const float* w, int64_t rows, int64_t d, bool accumulate, float* out, void* stream = nullptr);
 // out (rows x cols) = each row of x through RMSNorm with weights w (cols): x / sqrt(mean(x^2) + eps) w.
 std::string rms_norm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out, void* stream = nullptr);
 // up[i] = act(gate[i]) up[i] for i < count (act(up[i]) when not gated; relu(gate) relu(up) for dReLU),

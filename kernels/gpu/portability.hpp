@@ -20,6 +20,7 @@
 #define gpuFree hipFree
 #define gpuMemcpy hipMemcpy
 #define gpuMemset hipMemset
+#define gpuMemsetAsync hipMemsetAsync
 #define gpuMemcpyHostToDevice hipMemcpyHostToDevice
 #define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define gpuDeviceSynchronize hipDeviceSynchronize
@@ -58,6 +59,7 @@
 #define gpuFree cudaFree
 #define gpuMemcpy cudaMemcpy
 #define gpuMemset cudaMemset
+#define gpuMemsetAsync cudaMemsetAsync
 #define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
 #define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define gpuDeviceSynchronize cudaDeviceSynchronize

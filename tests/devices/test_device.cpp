@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -286,6 +287,48 @@ TEST(Device, OperationTableSaysWhatItComputesAndComputesIt) {
       EXPECT_NE(std::string(err.what()).find("Q3_K"), std::string::npos) << err.what();
     }
   }
+}
+
+// A back end's own buffers (the GPU's step buffers, made by reserve()) count in its budget but do not
+// keep it alive: a device holding buffers that held it would never be freed — its stream, queue thread,
+// pinned and device memory. Users' buffers keep their device alive as before.
+class keeps_its_own final : public device {
+ public:
+  explicit keeps_its_own(int* freed) : device("own", device_kind::sim, 1 << 20), freed_(freed) {}
+  void reserve(operation, int64_t, int64_t, int64_t) override { mine_ = allocate_own(4096, "step buffers"); }
+  event copy_in(buffer&, uint64_t, const void*, uint64_t) override { return {}; }
+  event copy_out(void*, const buffer&, uint64_t, uint64_t) override { return {}; }
+  void zero(buffer&) override {}
+  event submit(std::function<void()> work) override {
+    work();
+    return {};
+  }
+  void synchronize() override {}
+
+ protected:
+  void* raw_allocate(uint64_t bytes) override { return std::malloc(bytes); }
+  void raw_free(void* p) override {
+    std::free(p);
+    ++*freed_;
+  }
+
+ private:
+  int* freed_;
+  std::shared_ptr<buffer> mine_;
+};
+
+TEST(Device, ItsOwnBuffersDoNotKeepADeviceAlive) {
+  int freed = 0;
+  auto d = std::make_shared<keeps_its_own>(&freed);
+  d->reserve(operation::ffn_rows, 1, 64, 256);
+  EXPECT_EQ(d->used(), 4096u);
+  std::weak_ptr<device> w = d;
+  auto users = d->allocate(100, "a user's");
+  d.reset();
+  EXPECT_FALSE(w.expired());  // (the user's buffer holds it)
+  users.reset();
+  EXPECT_TRUE(w.expired());
+  EXPECT_EQ(freed, 2);
 }
 
 TEST(Device, KindsAUserCanAskFor) {

@@ -188,6 +188,77 @@ TEST(MoeDevice, NCpuMoeKeepsTheFirstLayersExpertsOnTheCpu) {
   }
 }
 
+// The layer-early guess on trial: four epochs of 32 tokens, on, off, on, off — no guessed upload in
+// an off epoch — then the side of the higher hit rate kept (off on a tie); forced on, it never pauses.
+TEST(MoeDevice, TheGuessIsTriedBothWaysAndKeptWhereItPays) {
+  const auto m = model::load(moe_file(architecture::qwen3moe, tensor_type::f16));
+  const auto [rest, quarter] = plan_sizes(*m, 160, 2);
+  for (bool trial : {true, false}) {
+    SCOPED_TRACE(trial ? "auto" : "on");
+    loader::open_options o;
+    o.ctx = 160, o.threads = 2, o.expert_prefetch_on_trial = trial;
+    auto r = loader::open_for_running(m, sim(rest + quarter, false), o);
+    ASSERT_TRUE(r.experts);
+    const int64_t epoch = device_experts::guess_epoch;
+    const auto tokens = token_ramp(static_cast<int>(4 * epoch + 8), 7, 41);
+    std::vector<int64_t> prefetched_in_epoch(5, 0);
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const int64_t before = r.experts->counted().prefetched;
+      r.ctx->forward(tokens[t], static_cast<int64_t>(t));
+      prefetched_in_epoch[std::min<size_t>(4, t / static_cast<size_t>(epoch))] += r.experts->counted().prefetched - before;
+    }
+    const auto& g = r.experts->guess_trials();
+    if (!trial) {
+      EXPECT_TRUE(r.experts->guessing());
+      EXPECT_EQ(g.tokens_off, 0);
+      for (int k = 0; k < 4; ++k) EXPECT_GT(prefetched_in_epoch[static_cast<size_t>(k)], 0) << k;
+      continue;
+    }
+    // (Epoch k's first token is decided as epoch k - 1 ends: off in epochs 1 and 3, but for that token.)
+    EXPECT_GT(prefetched_in_epoch[0], 0);
+    EXPECT_GT(prefetched_in_epoch[2], 0);
+    EXPECT_EQ(prefetched_in_epoch[1], 0);
+    EXPECT_EQ(prefetched_in_epoch[3], 0);
+    ASSERT_GE(g.on_hit_rate, 0.0);
+    ASSERT_GE(g.off_hit_rate, 0.0);
+    EXPECT_EQ(g.tokens_on, 2 * epoch + 8 * (g.on_now ? 1 : 0));
+    EXPECT_EQ(r.experts->guessing(), g.on_hit_rate > g.off_hit_rate);
+    EXPECT_EQ(g.on_now, g.on_hit_rate > g.off_hit_rate);
+  }
+}
+
+// Every expert in a slot, a token at a time on a GPU's jobs: a layer's hot experts leave their sum on
+// the device and the next layer's attention job adds it (its norm there too), so a token waits once a
+// layer, once more for the last layer's experts, and once for the head — layers + 2, where an
+// attention job and an experts job a layer waited 2 x layers + 1 — and the logits stay the reference's.
+TEST(MoeDevice, ATokenWaitsOnceALayerWithEveryExpertInASlot) {
+  for (architecture arch : {architecture::qwen2moe, architecture::qwen3moe}) {
+    SCOPED_TRACE(architecture_name(arch));
+    const moe_with_reference f(arch);
+    const auto& m = f.m;
+    const auto& hp = m->hp();
+    const auto tokens = token_ramp(6, 5, 37);
+    const auto want = f.oracle.logits(tokens);
+    const auto [rest, experts] = plan_sizes(*m, 32, hp.n_expert, devices::gpu_allocation);
+    loader::open_options o;
+    o.ctx = 32, o.threads = 2;
+    auto r = loader::open_for_running(m, sim(rest + experts, true), o);
+    ASSERT_TRUE(r.experts && r.plan && r.plan->output);
+    for (int64_t l = 0; l < hp.n_layer; ++l) ASSERT_EQ(r.experts->slots(l), hp.n_expert);
+    std::vector<std::vector<float>> got;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const devices::device_traffic before = r.dev->traffic();
+      const auto logits = r.ctx->forward(tokens[t], static_cast<int64_t>(t));
+      got.emplace_back(logits.begin(), logits.end());
+      EXPECT_EQ((r.dev->traffic() - before).syncs, static_cast<uint64_t>(hp.n_layer + 2)) << "token " << t;
+    }
+    EXPECT_LT(test::rel_diff(got, want), 1e-4);
+    // A prompt batch (several tokens a step) waits for its experts as before, and agrees too.
+    auto again = loader::open_for_running(m, sim(rest + experts, true), o);
+    EXPECT_LT(test::rel_diff(test::run_tokens(*again.ctx, tokens, true), want), 1e-4);
+  }
+}
+
 // The plan's order for a mixture: attention with its KV cache, shared experts, the head, then expert
 // slots — as many in every layer as fit, then one more a layer front to back.
 TEST(MoeDevice, ThePlanFillsTheDeviceInItsOrder) {
