@@ -121,15 +121,17 @@ class device_experts {
   // Whether the next layer's experts are guessed and uploaded a layer early now. On trial
   // (residency().prefetch_on_trial): the guess buys hits where it brings in what the next token
   // chooses, and costs them where it evicts what that token wanted or spends the allowance a miss would
-  // use — which wins depends on the file's routing. The run alternates epochs of guess_epoch tokens with
-  // the guess on and off (on, off, on, off), keeps the side of the higher hit rate (off on a tie: fewer
-  // uploads), and tries both again after guess_retrial epochs, so a guess that does not pay for itself
-  // turns itself off.
+  // use — which wins depends on the file's routing. The run alternates epochs of guess_epoch decoded
+  // tokens with the guess on and off (on, off, on, off; each measured after its first guess_warm_in
+  // tokens), keeps it on unless the hit rate without it was higher by more than guess_margin (it was
+  // higher with it on every file measured, docs/moe.md), and tries both again after guess_retrial
+  // epochs — so a guess that does not pay for itself turns itself off.
   bool guessing() const { return r_.prefetch && (!r_.prefetch_on_trial || trial_.on_now); }
-  static constexpr int64_t guess_epoch = 32, guess_retrial = 16;
+  static constexpr int64_t guess_epoch = 32, guess_warm_in = 8, guess_retrial = 16;
+  static constexpr double guess_margin = 0.01;
   struct guess_trial {
     bool on_now = true;
-    int64_t epoch = 0, tokens = 0;          // epochs since the cycle began, tokens into this one
+    int64_t epoch = 0, tokens = 0;          // epochs since the cycle began, decoded tokens into this one
     int64_t lookups0 = 0, hits0 = 0;         // the counts when the epoch began
     int64_t on_lookups = 0, on_hits = 0, off_lookups = 0, off_hits = 0;  // the cycle's trial epochs
     double on_hit_rate = -1, off_hit_rate = -1;  // the last trial's (-1: none yet)

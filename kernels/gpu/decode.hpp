@@ -38,7 +38,11 @@ int64_t row_bytes(row_type t, int64_t d);  // one row of d values (Q8_0 / Q4_0: 
 // the hot FFN's gate and up dots alike (not the down rows: those scale by each neuron's value).
 inline constexpr int64_t x_q8_max_bytes = 40 * 1024;
 // Bytes of shared memory nv rounded vectors of cols values take: their scales (floats), then values.
-inline int64_t x_q8_bytes(int64_t nv, int64_t cols) { return nv * (cols / 32 * 4 + cols); }
+// Each block's 32 values sit 36 bytes apart (4 bytes of padding): the 32 lanes of a warp each read
+// their own block, and 36-byte steps (9 words, prime to the 32 banks) put them in 32 banks where
+// 32-byte steps put eight lanes in each of four (an 8-way conflict on every read of x).
+inline constexpr int64_t x_q8_block_stride = 36;
+inline int64_t x_q8_bytes(int64_t nv, int64_t cols) { return nv * (cols / 32) * (4 + x_q8_block_stride); }
 inline bool reads_x_in_8_bits(row_type t, int64_t cols) {
   return (t == row_type::q8_0 || t == row_type::q4_0) && cols % 32 == 0 && x_q8_bytes(1, cols) <= x_q8_max_bytes;
 }

@@ -51,7 +51,7 @@ __global__ void matmul_q8_kernel(const uint8_t* w, int64_t row_bytes, int64_t ro
       float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int64_t b = lane; b < cols / 32; b += warp)
         for (int j = 0; j < 4; ++j)
-          if (j < nt) a[j] += block_dot_q8<T>(row, b, xq.d + j * (cols / 32), xq.q + j * cols);
+          if (j < nt) a[j] += block_dot_q8<T>(row, b, xq.d + j * (cols / 32), xq.q + j * (cols / 32) * x_q8_block_stride);
       for (int j = 0; j < 4; ++j)
         if (j < nt) {
           const float sum = warp_sum(a[j]);

@@ -101,7 +101,7 @@ __device__ inline float element(const uint8_t* row, int64_t c) {
 // the scales (floats) of nv vectors, then their values.
 struct x_q8 {
   const float* d;   // nv x cols / 32
-  const int8_t* q;  // nv x cols
+  const int8_t* q;  // nv x cols / 32 blocks of x_q8_block_stride bytes (32 values, then padding)
 };
 
 // The block quantizes nv vectors of x (cols a multiple of 32) into shared memory (x_q8_bytes), a warp a
@@ -116,7 +116,7 @@ __device__ inline x_q8 quantize_x(const float* x, int64_t cols, int nv, char* sm
     float amax = fabsf(v);
     for (int o = warp / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    qs[b * 32 + lane] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v, id)));
+    qs[b * x_q8_block_stride + lane] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v, id)));
     if (lane == 0) ds[b] = __half2float(__float2half_rn(d));
   }
   __syncthreads();
@@ -144,7 +144,7 @@ __device__ inline int four_bytes(const uint8_t* p) {
 // offset by 8 through the sum of x's), times both scales.
 template <row_type T>
 __device__ inline float block_dot_q8(const uint8_t* row, int64_t b, const float* xd, const int8_t* xq) {
-  const int* xi = reinterpret_cast<const int*>(xq + b * 32);
+  const int* xi = reinterpret_cast<const int*>(xq + b * x_q8_block_stride);
   int sum = 0;
   if constexpr (T == row_type::q8_0) {
     const block_q8& blk = reinterpret_cast<const block_q8*>(row)[b];

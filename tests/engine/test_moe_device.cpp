@@ -188,8 +188,9 @@ TEST(MoeDevice, NCpuMoeKeepsTheFirstLayersExpertsOnTheCpu) {
   }
 }
 
-// The layer-early guess on trial: four epochs of 32 tokens, on, off, on, off — no guessed upload in
-// an off epoch — then the side of the higher hit rate kept (off on a tie); forced on, it never pauses.
+// The layer-early guess on trial: four epochs of 32 decoded tokens, on, off, on, off — no guessed
+// upload in an off epoch — then kept on unless the hit rate without it was higher by more than the
+// margin; forced on, it never pauses.
 TEST(MoeDevice, TheGuessIsTriedBothWaysAndKeptWhereItPays) {
   const auto m = model::load(moe_file(architecture::qwen3moe, tensor_type::f16));
   const auto [rest, quarter] = plan_sizes(*m, 160, 2);
@@ -222,8 +223,10 @@ TEST(MoeDevice, TheGuessIsTriedBothWaysAndKeptWhereItPays) {
     ASSERT_GE(g.on_hit_rate, 0.0);
     ASSERT_GE(g.off_hit_rate, 0.0);
     EXPECT_EQ(g.tokens_on, 2 * epoch + 8 * (g.on_now ? 1 : 0));
-    EXPECT_EQ(r.experts->guessing(), g.on_hit_rate > g.off_hit_rate);
-    EXPECT_EQ(g.on_now, g.on_hit_rate > g.off_hit_rate);
+    const bool keep = !(g.off_hit_rate > g.on_hit_rate + device_experts::guess_margin);
+    EXPECT_EQ(r.experts->guessing(), keep);
+    EXPECT_EQ(g.on_now, keep);
+    EXPECT_GT(g.on_hit_rate, 0.0);  // (measured: hits after each epoch's warm-in)
   }
 }
 
