@@ -101,11 +101,11 @@ uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff) {
   return 4 * static_cast<uint64_t>(d + 2 * n_ff + d);  // the input, gate and up values (then the hidden values), the output
 }
 
-uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t n_rot, int64_t n_ff) {
+uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t n_rot, int64_t n_ff, int64_t rank) {
   // Floats: the input, RoPE's angles, the sequence and position (two int32), q/k/v, the heads'
-  // outputs, the output product; with a predictor, the layer's input, the predictor's input and
-  // scores, and the choice (bytes, rounded up to floats).
-  const int64_t pred = n_ff > 0 ? d + d + n_ff + (n_ff + 3) / 4 : 0;
+  // outputs, the output product; with a predictor, the layer's input, the predictor's input, hidden
+  // values and scores, and the choice (bytes, rounded up to floats).
+  const int64_t pred = n_ff > 0 ? d + d + rank + n_ff + (n_ff + 3) / 4 : 0;
   return 4 * static_cast<uint64_t>(d + n_rot + 2 + (dq + 2 * kv) + dq + d + pred);
 }
 

@@ -240,9 +240,9 @@ struct dense_ffn_job {
 };
 uint64_t dense_ffn_scratch_per_token(int64_t d, int64_t n_ff);
 
-// Bytes of scratch an attention job needs per token of a chunk (tokens go through in chunks that fit);
-// with a predictor of n_ff neurons, the job needs 4 x rank bytes more once.
-uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t n_rot, int64_t n_ff = 0);
+// Bytes of scratch an attention job needs per token of a chunk (tokens go through in chunks that fit),
+// with a predictor of n_ff neurons and the given rank where it has one.
+uint64_t attention_scratch_per_token(int64_t d, int64_t dq, int64_t kv, int64_t n_rot, int64_t n_ff = 0, int64_t rank = 0);
 
 // What a device's work costs the host in round trips, counted from the device's start: kernels
 // launched, host<->device copies queued, and the times a thread blocked until the device had run what

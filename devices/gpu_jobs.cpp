@@ -142,7 +142,7 @@ attention_scratch attention_scratch_of(const attention_job& job, int64_t m) {
     s.pred_in = c.take(4 * um * d);
     s.scores = c.take(4 * um * n_ff);
     s.chosen = c.take(um * n_ff);
-    s.mid = c.take(4 * static_cast<uint64_t>(job.rank));
+    s.mid = c.take(4 * um * static_cast<uint64_t>(job.rank));
   }
   if (job.ffn) {
     s.resid = c.take(4 * um * d);
@@ -185,7 +185,7 @@ void check_scratch_layout(const std::string& device, const void* scratch, uint64
 
 int64_t attention_chunk(const std::string& device, const attention_job& job) {
   const int64_t kv = job.n_head_kv * job.head_dim, n_ff = job.fc1 ? job.n_ff : 0;
-  uint64_t per_token = attention_scratch_per_token(job.d, job.dq(), kv, job.n_rot, n_ff);
+  uint64_t per_token = attention_scratch_per_token(job.d, job.dq(), kv, job.n_rot, n_ff, job.fc1 ? job.rank : 0);
   if (job.ffn) per_token += dense_ffn_scratch_per_token(job.d, job.ffn->n_ff) + 8 * static_cast<uint64_t>(job.d);  // (and the layer's input, the residual)
   const int64_t chunk = job.scratch ? largest_chunk(job.scratch_bytes, per_token, [&](int64_t m) { return attention_scratch_of(job, m).end; }) : 0;
   if (chunk < 1)
@@ -221,9 +221,29 @@ void check_scratch(const std::string& device, const char* what, const void* scra
 }
 }  // namespace
 
-void check_scratch(const std::string& device, const predict_job& job) {
-  check_scratch(device, "predictor", job.scratch, job.scratch_bytes, static_cast<uint64_t>(job.d + job.rank + job.n_ff) * sizeof(float) + static_cast<uint64_t>(job.n_ff));
+predict_scratch predict_scratch_of(int64_t d, int64_t rank, int64_t n_ff, int64_t m) {
+  const auto um = static_cast<uint64_t>(m);
+  scratch_cursor c;
+  predict_scratch s;
+  s.x = c.take(4 * um * static_cast<uint64_t>(d));
+  s.mid = c.take(4 * um * static_cast<uint64_t>(rank));
+  s.scores = c.take(4 * um * static_cast<uint64_t>(n_ff));
+  s.chosen = c.take(um * static_cast<uint64_t>(n_ff));
+  s.end = c.end();
+  return s;
 }
+
+int64_t predict_chunk(const std::string& device, const predict_job& job) {
+  const uint64_t per_token = 4 * static_cast<uint64_t>(job.d + job.rank + job.n_ff) + static_cast<uint64_t>(job.n_ff);
+  const int64_t chunk =
+      job.scratch ? largest_chunk(job.scratch_bytes, per_token, [&](int64_t m) { return predict_scratch_of(job.d, job.rank, job.n_ff, m).end; }) : 0;
+  if (chunk < 1)
+    throw std::invalid_argument(fmt::format("{}: a predictor needs {} bytes of scratch, {} given", device, predict_scratch_of(job.d, job.rank, job.n_ff, 1).end,
+                                            job.scratch_bytes));
+  return chunk;
+}
+
+void check_scratch(const std::string& device, const predict_job& job) { predict_chunk(device, job); }
 void check_scratch(const std::string& device, const matvec_job& job) {
   check_scratch(device, "product", job.scratch, job.scratch_bytes, static_cast<uint64_t>(job.cols + job.rows) * sizeof(float));
 }
@@ -247,10 +267,11 @@ device_traffic gpu_traffic(const ffn_rows_job& job) {
   return t;
 }
 
-// A token at a time: its input in, the predictor's four kernels, its choice out, a wait.
+// A chunk of tokens at a time: their inputs in, the predictor's four kernels, their choices out, a wait.
 device_traffic gpu_traffic(const predict_job& job) {
-  const auto n = static_cast<uint64_t>(job.n);
-  return {n * predictor_launches(job.rank, job.n_ff), 2 * n, n};
+  const int64_t chunk = predict_chunk("", job);
+  const auto chunks = static_cast<uint64_t>((job.n + chunk - 1) / chunk);
+  return {chunks * predictor_launches(job.rank, job.n_ff), 2 * chunks, chunks};
 }
 
 device_traffic gpu_traffic(const matvec_job& job) {
@@ -260,7 +281,7 @@ device_traffic gpu_traffic(const matvec_job& job) {
 
 // Per chunk: its inputs in as one copy, the Q/K/V products (one fused or three), RoPE and the store,
 // the attention (two kernels where a long past splits), the output product (with a predictor: the sum,
-// then its kernels a token at a time; with the FFN after it: its kernels), the product out (and the
+// then its kernels for the chunk; with the FFN after it: its kernels), the product out (and the
 // choices, or the FFN's values); a wait.
 device_traffic gpu_traffic(const attention_job& job) {
   const int64_t chunk = attention_chunk("", job);
@@ -270,7 +291,7 @@ device_traffic gpu_traffic(const attention_job& job) {
     t.copies += 2 + (job.fc1 ? 1 : 0);
     t.launches += job.wqkv ? 1 : 3;
     t.launches += 2 + (attention_splits(job, t0, m) > 1 ? 2 : 1);  // rope_store, attend (split: and the join), the output product
-    if (job.fc1) t.launches += 1 + static_cast<uint64_t>(m) * predictor_launches(job.rank, job.n_ff);
+    if (job.fc1) t.launches += 1 + predictor_launches(job.rank, job.n_ff);
     if (job.attn_norm) t.launches += (job.pending ? 1 : 0) + 1 + (job.ffn ? 0 : 1);  // the pending sum, the norm; the residual
     if (job.ffn) {  // the residual, its norm, gate and up, the activation, down, the residual again; the values out
       t.launches += 6 + (job.ffn->gated ? 1 : 0);

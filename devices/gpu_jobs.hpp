@@ -37,7 +37,7 @@ int64_t dense_ffn_chunk(const std::string& device, const dense_ffn_job& job);
 // path) —, and the end. An attention job's inputs [x, in_end) cross as one copy: x, the angles, the
 // sequences and positions (2m int32), the layer's input (with a predictor, or the residual stream with
 // the FFN after it); then q/k/v, the heads' outputs, the output product; with a predictor its input,
-// scores, choices (bytes) and hidden values (rank, once); with the FFN after it the residual after
+// scores, choices (bytes) and hidden values (rank a token); with the FFN after it the residual after
 // attention, the FFN's normalized input, its gate and up values and its output (the next layer's input).
 inline constexpr uint64_t scratch_align = 16;
 struct attention_scratch {
@@ -68,7 +68,15 @@ scratch_tail attention_scratch_tail(const attention_job& job, int64_t m);
 // for them (kernels/gpu/decode.hpp's attend_splits, by that position and the scratch's tail; 1: none).
 int64_t attention_latest_position(const attention_job& job, int64_t t0, int64_t m);
 int64_t attention_splits(const attention_job& job, int64_t t0, int64_t m);
-// Throws std::invalid_argument naming `device` when a predictor's or product's scratch is short.
+// A predictor job's chunk of m tokens: their inputs, hidden values (rank each), scores and choices
+// (bytes); the tokens it takes at a time (throws std::invalid_argument naming `device` when not one
+// fits).
+struct predict_scratch {
+  uint64_t x = 0, mid = 0, scores = 0, chosen = 0, end = 0;
+};
+predict_scratch predict_scratch_of(int64_t d, int64_t rank, int64_t n_ff, int64_t m);
+int64_t predict_chunk(const std::string& device, const predict_job& job);
+// Throws std::invalid_argument naming `device` when a product's scratch is short.
 void check_scratch(const std::string& device, const predict_job& job);
 void check_scratch(const std::string& device, const matvec_job& job);
 

@@ -139,7 +139,7 @@ nlohmann::json time_kernels(std::mt19937& rng, double peak) {
     dev<float> mid(static_cast<size_t>(rank)), scores(static_cast<size_t>(n_ff));
     dev<uint8_t> chosen_bytes(static_cast<size_t>(n_ff));
     speed(speeds, "predictor f16 rank " + std::to_string(rank) + shape,
-          seconds_per_call([&](int i) { gpu::predictor(gpu::row_type::f16, fc1.at(i), fc2.at(i), d, rank, n_ff, dx.p, 0.1f, mid.p, scores.p, chosen_bytes.p); }, reps),
+          seconds_per_call([&](int i) { gpu::predictor(gpu::row_type::f16, fc1.at(i), fc2.at(i), d, rank, n_ff, dx.p, 1, 0.1f, mid.p, scores.p, chosen_bytes.p); }, reps),
           2.0 * static_cast<double>(rank * (d + n_ff)), peak, 0.2);
     // One token's attention at the last position of a 2048 context, F16 cache (1B: 32 heads of 64,
     // 8 KV heads; 7B: 32 heads of 128, 32 KV heads).

@@ -186,36 +186,40 @@ void check_matvec_quantized(gpu::row_type t, int64_t rows, int64_t cols, std::mt
   }
 }
 
-void check_predictor(int64_t d, int64_t rank, int64_t n_ff, std::mt19937& rng) {
+// n tokens at once (one: matvec's products; more: matmul's, each weight read once for the batch).
+void check_predictor(int64_t d, int64_t rank, int64_t n_ff, int64_t n, std::mt19937& rng) {
   auto fc1 = random_f16(static_cast<size_t>(rank * d), rng, 0.05f), fc2 = random_f16(static_cast<size_t>(n_ff * rank), rng, 0.1f);
-  auto x = random_f32(static_cast<size_t>(d), rng);
+  auto x = random_f32(static_cast<size_t>(n * d), rng);
   std::vector<float> mid(static_cast<size_t>(rank));
-  for (int64_t r = 0; r < rank; ++r) mid[static_cast<size_t>(r)] = static_cast<float>(std::max(0.0, dot_ref(fc1.data() + r * d, x.data(), d)));
-  std::vector<double> scores(static_cast<size_t>(n_ff));
-  for (int64_t i = 0; i < n_ff; ++i) scores[static_cast<size_t>(i)] = dot_ref(fc2.data() + i * rank, mid.data(), rank);
+  std::vector<double> scores(static_cast<size_t>(n * n_ff));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < rank; ++r) mid[static_cast<size_t>(r)] = static_cast<float>(std::max(0.0, dot_ref(fc1.data() + r * d, x.data() + t * d, d)));
+    for (int64_t i = 0; i < n_ff; ++i) scores[static_cast<size_t>(t * n_ff + i)] = dot_ref(fc2.data() + i * rank, mid.data(), rank);
+  }
   const float threshold = 0.1f;
   dev<uint16_t> d1(fc1), d2(fc2);
-  dev<float> dx(x), dmid(static_cast<size_t>(rank)), dscores(static_cast<size_t>(n_ff));
-  dev<uint8_t> dchosen(static_cast<size_t>(n_ff));
-  const std::string e = gpu::predictor(gpu::row_type::f16, d1.p, d2.p, d, rank, n_ff, dx.p, threshold, dmid.p, dscores.p, dchosen.p);
+  dev<float> dx(x), dmid(static_cast<size_t>(n * rank)), dscores(static_cast<size_t>(n * n_ff));
+  dev<uint8_t> dchosen(static_cast<size_t>(n * n_ff));
+  const std::string shape = std::to_string(n_ff) + " rank " + std::to_string(rank) + " n " + std::to_string(n);
+  const std::string e = gpu::predictor(gpu::row_type::f16, d1.p, d2.p, d, rank, n_ff, dx.p, n, threshold, dmid.p, dscores.p, dchosen.p);
   const auto got = dscores.get();
-  report("predictor f16 scores " + std::to_string(n_ff) + " rank " + std::to_string(rank), e, nmse(got, scores), 1e-6);
+  report("predictor f16 scores " + shape, e, nmse(got, scores), 1e-6);
   const auto chosen = dchosen.get();
   int wrong = 0;
-  for (int64_t i = 0; i < n_ff; ++i)
-    if (chosen[static_cast<size_t>(i)] != (got[static_cast<size_t>(i)] >= threshold)) ++wrong;
-  report("predictor f16 chosen = scores >= threshold", e, wrong, 0);
+  for (size_t i = 0; i < chosen.size(); ++i)
+    if (chosen[i] != (got[i] >= threshold)) ++wrong;
+  report("predictor f16 chosen = scores >= threshold, n " + std::to_string(n), e, wrong, 0);
   // A thresholded file's rule: the scores are pre-activations, chosen = |silu(score)| >= threshold.
   // Scores within 1e-4 of the boundary may fall either way (the sums' order differs).
-  const std::string e2 = gpu::predictor(gpu::row_type::f16, d1.p, d2.p, d, rank, n_ff, dx.p, threshold, dmid.p, dscores.p, dchosen.p, nullptr, true,
+  const std::string e2 = gpu::predictor(gpu::row_type::f16, d1.p, d2.p, d, rank, n_ff, dx.p, n, threshold, dmid.p, dscores.p, dchosen.p, nullptr, true,
                                         hotcold::kernels::activation::silu);
   const auto chosen2 = dchosen.get();
   wrong = 0;
-  for (int64_t i = 0; i < n_ff; ++i) {
-    const double s = scores[static_cast<size_t>(i)], m = std::fabs(s / (1 + std::exp(-s)));
-    if (std::fabs(m - threshold) > 1e-4 && chosen2[static_cast<size_t>(i)] != (m >= threshold)) ++wrong;
+  for (size_t i = 0; i < chosen2.size(); ++i) {
+    const double sc = scores[i], m = std::fabs(sc / (1 + std::exp(-sc)));
+    if (std::fabs(m - threshold) > 1e-4 && chosen2[i] != (m >= threshold)) ++wrong;
   }
-  report("predictor f16 chosen = |silu(scores)| >= threshold", e2, wrong, 0);
+  report("predictor f16 chosen = |silu(scores)| >= threshold, n " + std::to_string(n), e2, wrong, 0);
 }
 
 // A batch's attention as a layer runs it: q/k/v rows rotated by given angles, k and v stored as F16
@@ -346,7 +350,7 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
       {"hot_ffn and products q8_0", [](rng_t& r) { check_hot_ffn_quantized(gpu::row_type::q8_0, 1024, 512, 300, r), check_matvec_quantized(gpu::row_type::q8_0, 1000, 512, r); }},
       {"hot_ffn and products q4_0", [](rng_t& r) { check_hot_ffn_quantized(gpu::row_type::q4_0, 1024, 512, 300, r), check_matvec_quantized(gpu::row_type::q4_0, 1000, 512, r); }},
       {"products q6_k", [](rng_t& r) { check_matvec_quantized(gpu::row_type::q6_k, 1000, 768, r); }},  // a llama.cpp Q4_0 file's head
-      {"predictor 512", [](rng_t& r) { check_predictor(512, 64, 1000, r); }},
+      {"predictor 512", [](rng_t& r) { check_predictor(512, 64, 1000, 1, r), check_predictor(512, 64, 1000, 7, r); }},
       {"attention f16 cache", [](rng_t& r) { check_attention({0, 8, 8, 64, 64, false, true}, r); }},
       {"attention partial rotation, adjacent, f32 cache", [](rng_t& r) { check_attention({40, 4, 1, 64, 32, true, false}, r); }},
       {"attention head of 256", [](rng_t& r) { check_attention({33, 2, 2, 256, 64, false, true}, r); }},
@@ -370,7 +374,7 @@ int check_gpu_kernels(bool small, const std::string& json_path, int from) {
                check_hot_ffn_quantized(gpu::row_type::q4_0, 11008, 4096, 1100, r);
          }},
         {"products q6_k 4096", [](rng_t& r) { check_matvec_quantized(gpu::row_type::q6_k, 4096, 4096, r); }},
-        {"predictors 1B and 7B", [](rng_t& r) { check_predictor(2048, 256, 5632, r), check_predictor(4096, 1024, 11008, r); }},
+        {"predictors 1B and 7B", [](rng_t& r) { check_predictor(2048, 256, 5632, 1, r), check_predictor(4096, 1024, 11008, 1, r), check_predictor(4096, 1024, 11008, 64, r); }},
         {"attention 1B and 7B", [](rng_t& r) {
            check_attention({300, 32, 8, 64, 64, false, true}, r);    // 1B: grouped-query, several tiles
            check_attention({300, 32, 32, 128, 128, false, true}, r);  // 7B

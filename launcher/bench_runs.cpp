@@ -257,7 +257,12 @@ measurement measure(bench_runner& run, const bench_args& a, const std::vector<co
     for (size_t k = 0; k < configs.size(); ++k) {
       auto& r = out.per_config[k];
       run.set(configs[k]);
-      if (a.n_prompt > 0) r.pp.push_back(run.prompt(configs[k].actors, a.n_prompt, configs[k].depth_at(depth)));
+      if (a.n_prompt > 0) {
+        const devices::device_traffic before = l.dev ? l.dev->traffic() : devices::device_traffic{};
+        r.pp.push_back(run.prompt(configs[k].actors, a.n_prompt, configs[k].depth_at(depth)));
+        if (l.dev) r.prompt_traffic += l.dev->traffic() - before;
+        r.prompt_tokens += a.n_prompt;
+      }
       if (a.n_gen > 0) decode_once(run, a, configs[k], l, depth, r);
     }
     if (out.probe) {

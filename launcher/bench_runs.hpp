@@ -103,6 +103,8 @@ struct runs {
   rows_read computed;          // FFN rows read over them
   uint64_t device_bytes = 0;   // weights the hot device read over them
   devices::device_traffic traffic;  // the hot device's launches, copies and syncs over them
+  devices::device_traffic prompt_traffic;  // and over the timed prompts
+  int64_t prompt_tokens = 0;                // (their tokens)
   std::array<double, devices::n_operations> job_seconds{};  // its jobs' time by operation over them
   double step_bytes = 0;       // what a step reads (what its roofline's probe reads)
   std::vector<double> probes;  // read bandwidth before the first repetition and after each

@@ -71,6 +71,7 @@ struct result {
   double expert_hit_rate = 0, expert_uploads_per_token = 0;  // a mixture's: routed experts a device slot held; experts uploaded a token
   double expert_guess_share = 0;  // of the decoded tokens, those with the layer-early guess on
   double launches_pt = 0, copies_pt = 0, syncs_pt = 0;  // the hot device's round trips a decoded token (devices::device_traffic)
+  double prompt_launches_pt = 0, prompt_copies_pt = 0, prompt_syncs_pt = 0;  // and a prompt token
   std::array<double, devices::n_operations> job_ms_pt{};  // its jobs' milliseconds a decoded token, by operation
   std::vector<double> rep_bandwidth;  // the bandwidth beside each repetition
   double bandwidth = 0;               // their mean
@@ -89,7 +90,12 @@ std::vector<result> results_of(const bench_args& a, const std::vector<config>& c
   for (size_t k = 0; k < configs.size(); ++k) {
     const runs& r = ms.per_config[k];
     result& res = out[k];
-    if (a.n_prompt > 0) res.pp = summarize(r.pp);
+    if (a.n_prompt > 0) {
+      res.pp = summarize(r.pp);
+      const auto per_prompt_token = [&](uint64_t x) { return static_cast<double>(x) / static_cast<double>(r.prompt_tokens); };
+      res.prompt_launches_pt = per_prompt_token(r.prompt_traffic.launches), res.prompt_copies_pt = per_prompt_token(r.prompt_traffic.copies);
+      res.prompt_syncs_pt = per_prompt_token(r.prompt_traffic.syncs);
+    }
     if (a.n_gen > 0) {
       res.tg = summarize(r.tg);
       res.bpt = bytes_per_step(m, r.computed, r.tokens) / configs[k].sequences;
@@ -171,7 +177,10 @@ nlohmann::json json_of(const report& r, const model& m) {
                      {"device_bytes_per_token", res.device_bpt + r.kv_device[k]},
                      // The hot device's kernel launches, host<->device copies and blocking waits a decoded
                      // token (0 on the CPU; sim counts a GPU's for its jobs, with --sim-kernels the kernels').
-                     {"launches_per_token", res.launches_pt}, {"copies_per_token", res.copies_pt}, {"syncs_per_token", res.syncs_pt}};
+                     {"launches_per_token", res.launches_pt}, {"copies_per_token", res.copies_pt}, {"syncs_per_token", res.syncs_pt},
+                     // The same a prompt token (prompts go through the device in chunks: loader/placement.hpp).
+                     {"prompt_launches_per_token", res.prompt_launches_pt}, {"prompt_copies_per_token", res.prompt_copies_pt},
+                     {"prompt_syncs_per_token", res.prompt_syncs_pt}};
     // Where a decoded token's device time goes: each operation's jobs, whole (copies and waits included).
     nlohmann::json jobs = nlohmann::json::object();
     for (size_t op = 0; op < res.job_ms_pt.size(); ++op) jobs[devices::operation_name(static_cast<devices::operation>(op))] = res.job_ms_pt[op];

@@ -54,7 +54,7 @@ plan_options plan_options_for(const model& m, const devices::device& dev, const 
   po.step_bytes = split_ffn ? dev.reserve_bytes(devices::operation::ffn_rows, inference_context::max_batch, hp.n_embd, hp.n_ff) : 0;
   po.alloc = dev.allocation();
   po.output_norm = dev.runs_host_work();
-  po.pinned_bytes = dev.pinned_bytes(po.alloc.charge(compute_buffer_bytes(hp, po.ctx)), po.step_bytes);
+  po.pinned_bytes = dev.pinned_bytes(po.alloc.charge(compute_buffer_bytes(m, po.ctx)), po.step_bytes);
   if (hp.moe() && !po.experts)
     say(o.log, fmt::format("hotcold: {}'s kernels do not read this mixture's {} experts (they read F16, Q8_0, Q4_0, Q6_K): every expert runs on the CPU",
                            dev.name(), tensor_type_name(w0.ffn_up_exps.type)));

@@ -10,6 +10,7 @@
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
 #include "model/placement_file.hpp"
+#include "devices/gpu_jobs.hpp"
 #include "engine/read_costs.hpp"
 
 namespace hotcold::loader {
@@ -124,11 +125,40 @@ expert_residency placement_plan::expert_slots() const {
   return r;
 }
 
-uint64_t compute_buffer_bytes(const hparams& hp, int64_t ctx) {
+namespace {
+// The largest predictor's rank (0: none).
+int64_t predictor_rank(const model& m) {
+  int64_t rank = 0;
+  for (const auto& l : m.weights().layers) rank = std::max(rank, l.pred_fc1 ? l.pred_fc1.ne1 : int64_t{0});
+  return rank;
+}
+// A prompt token's scratch in a device's attention job with everything after it: its predictor, the
+// residual, the FFN (each value aligned: a few bytes of slack per value a chunk).
+uint64_t prompt_token_bytes(const model& m) {
+  const auto& hp = m.hp();
+  const int64_t n_ff = std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
+  return devices::attention_scratch_per_token(hp.n_embd, hp.n_embd_q(), hp.n_embd_kv(), hp.n_rot, n_ff, predictor_rank(m)) +
+         devices::dense_ffn_scratch_per_token(hp.n_embd, n_ff) + 8 * static_cast<uint64_t>(hp.n_embd);
+}
+constexpr uint64_t prompt_chunk_slack = 32 * devices::scratch_align;  // (each of the layout's values rounded up)
+}  // namespace
+
+int64_t compute_buffer_prompt_tokens(const model& m) {
+  const auto& w = m.weights();
+  const uint64_t vocab = w.token_embd.bytes() + (w.output.data != w.token_embd.data ? w.output.bytes() : 0);
+  const uint64_t share = (m.weight_bytes() > vocab ? m.weight_bytes() - vocab : 0) / 16;
+  if (share <= prompt_chunk_slack) return 0;
+  return std::min<int64_t>(device_prompt_chunk, static_cast<int64_t>((share - prompt_chunk_slack) / prompt_token_bytes(m)));
+}
+
+uint64_t compute_buffer_bytes(const model& m, int64_t ctx) {
+  const auto& hp = m.hp();
   // The residual stream and its norms, q/k/v, attention scores over the context for every head, FFN
   // hidden vectors and scores, logits; float32, doubled for double-buffering.
   const int64_t n_ff = std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});  // (a mixture's experts and shared expert)
-  return 2 * 4 * static_cast<uint64_t>(4 * hp.n_embd + 2 * hp.n_embd_q() + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * n_ff + hp.n_vocab);
+  const uint64_t step = 2 * 4 * static_cast<uint64_t>(4 * hp.n_embd + 2 * hp.n_embd_q() + 2 * hp.n_embd_kv() + hp.n_head * ctx + 3 * n_ff + hp.n_vocab);
+  const int64_t tokens = compute_buffer_prompt_tokens(m);
+  return tokens > 1 ? std::max(step, static_cast<uint64_t>(tokens) * prompt_token_bytes(m) + prompt_chunk_slack) : step;
 }
 
 namespace {
@@ -274,7 +304,7 @@ placement_plan plan_device(const model& m, uint64_t budget, const plan_options& 
   // left (so a head that does not fit leaves its room to the hot rows instead of wasting it).
   device_room room{plan, o, m, plan.budget};
   fixed_costs& f = plan.fixed;
-  f.compute = o.alloc.charge(compute_buffer_bytes(hp, plan.ctx));
+  f.compute = o.alloc.charge(compute_buffer_bytes(m, plan.ctx));
   f.step = m.has_predictors() ? o.step_bytes : 0;  // a dense file has no hot rows, so no FFN-rows jobs
   if (!room.take(f.compute + f.step))
     throw std::invalid_argument(fmt::format("--vram-budget {:.4g} GiB ({:.2f} MiB) is below the compute buffers the device needs for anything: {:.2f} MiB",

@@ -123,8 +123,16 @@ struct plan_options {
   bool whole(int64_t n_layer) const { return first_layer == 0 && (last_layer < 0 || last_layer >= n_layer); }
 };
 
-// The compute buffers a plan sets aside first (float32 activations of one step, doubled).
-uint64_t compute_buffer_bytes(const hparams& hp, int64_t ctx);
+// The compute buffers a plan sets aside first: a decode step's float32 activations, doubled (the
+// flash-decoding partial sums of a long past live there), or where it is larger a prompt chunk's
+// scratch — device_prompt_chunk tokens of an attention job with its predictor and the FFN after it,
+// so a prompt re-reads each layer's weights once every 128 tokens (not every ~9) —, fewer tokens where
+// that would pass 1/16 of the layers' weights (a small model's weights are cheap to re-read; its plan
+// keeps its room for them). The model's alone decides it: a larger budget never shrinks what is left.
+inline constexpr int64_t device_prompt_chunk = 128;
+uint64_t compute_buffer_bytes(const model& m, int64_t ctx);
+// The tokens of a prompt chunk that compute_buffer_bytes sizes for.
+int64_t compute_buffer_prompt_tokens(const model& m);
 // Everything but the hot rows, within `budget` bytes (plan.left: what is left for them).
 placement_plan plan_device(const model& m, uint64_t budget, const plan_options& o);
 // plan_device, then the hot neurons with what is left.

@@ -331,16 +331,28 @@ void cuda_backend::compute(const predict_job& job) {
   const job_scope scope(*this, operation::predict, queue_.worker_id());
   const launches_counted counted(*this);
   check_job(operation::predict, job.type, "predictor");
-  check_scratch(name(), job);
-  auto* dx = static_cast<float*>(job.scratch);
-  float* dmid = dx + job.d;
-  float* dscores = dmid + job.rank;
-  auto* dchosen = reinterpret_cast<uint8_t*>(dscores + job.n_ff);
-  per_vector("predictor", {job.n, job.x, job.d, dx, dchosen, job.chosen, static_cast<uint64_t>(job.n_ff)}, [&] {
-    const auto on_act = job.on_act ? job.act : kernels::activation::relu;
-    return kernels::gpu::predictor(gpu_row_type(job.type), job.fc1, job.fc2, job.d, job.rank, job.n_ff, dx, job.threshold, dmid, dscores, dchosen, stream_,
-                                   job.on_act, on_act);
-  });
+  const int64_t chunk = predict_chunk(name(), job);
+  const int64_t m_max = std::min(chunk, job.n), d = job.d, n_ff = job.n_ff;
+  // Through pinned staging (a copy from pageable memory is staged by the driver, and synchronous).
+  auto* hin = static_cast<float*>(staging(host_attn_in_, host_attn_in_bytes_, static_cast<uint64_t>(m_max * d) * 4));
+  auto* hout = static_cast<uint8_t*>(staging(host_attn_out_, host_attn_out_bytes_, static_cast<uint64_t>(m_max * n_ff)));
+  auto* base = static_cast<uint8_t*>(job.scratch);
+  const auto on_act = job.on_act ? job.act : kernels::activation::relu;
+  make_current();
+  for (int64_t t0 = 0; t0 < job.n; t0 += chunk) {  // a chunk of tokens: in, the four kernels, the choices out, a wait
+    const int64_t m = std::min(chunk, job.n - t0);
+    const predict_scratch at = predict_scratch_of(d, job.rank, n_ff, m);
+    auto* dx = reinterpret_cast<float*>(base + at.x);
+    std::copy(job.x + t0 * d, job.x + (t0 + m) * d, hin);
+    copy_async(dx, hin, static_cast<uint64_t>(m * d) * 4, true);
+    const std::string e = kernels::gpu::predictor(gpu_row_type(job.type), job.fc1, job.fc2, d, job.rank, n_ff, dx, m, job.threshold,
+                                                  reinterpret_cast<float*>(base + at.mid), reinterpret_cast<float*>(base + at.scores), base + at.chosen,
+                                                  stream_, job.on_act, on_act);
+    if (!e.empty()) fail(fmt::format("predictor kernel: {}", e));
+    copy_async(hout, base + at.chosen, static_cast<uint64_t>(m * n_ff), false);
+    wait_stream();
+    std::memcpy(job.chosen + t0 * n_ff, hout, static_cast<size_t>(m * n_ff));
+  }
 #else
   (void)job;
   no_gpu_built();
@@ -426,12 +438,10 @@ void cuda_backend::compute(const attention_job& job) {
     }
     if (e.empty()) e = gpu::matmul(gpu_row_type(job.t_o), job.wo, d, dq, dattn, m, dout, d, stream_);
     auto* dchosen = base + at.chosen;
-    if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), a token at a time
-      float *dpred_in = dev_f(at.pred_in), *dscores = dev_f(at.scores);
+    if (e.empty() && job.fc1) {  // the predictor on the layer's input (plus the product), the chunk at once
+      float* dpred_in = dev_f(at.pred_in);
       e = gpu::add(dlayer_in, job.pred_adds_out ? dout : nullptr, m * d, dpred_in, stream_);
-      for (int64_t t = 0; t < m && e.empty(); ++t)
-        e = gpu::predictor(gpu_row_type(job.t_pred), job.fc1, job.fc2, d, job.rank, n_ff, dpred_in + t * d, job.threshold, dev_f(at.mid), dscores + t * n_ff,
-                           dchosen + t * n_ff, stream_);
+      if (e.empty()) e = gpu::predictor(gpu_row_type(job.t_pred), job.fc1, job.fc2, d, job.rank, n_ff, dpred_in, m, job.threshold, dev_f(at.mid), dev_f(at.scores), dchosen, stream_);
     }
     float* dresult = dout;
     if (e.empty() && job.attn_norm && !job.ffn) e = gpu::add(dlayer_in, dout, m * d, dout, stream_);  // the residual stream after attention

@@ -61,9 +61,12 @@ std::string hot_ffn(row_type t, const void* gate, const void* up, const void* do
 // y = W x and the predictor with rows of type t (F16, Q8_0, Q4_0; quantized rows need a multiple of 32
 // values), in the file's own bytes.
 std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, void* stream = nullptr);
-// on_act (thresholded files): chosen[i] = |act(s_i)| >= threshold, the scores being estimated pre-activations.
-std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
-                      float* scores, uint8_t* chosen, void* stream = nullptr, bool on_act = false, activation act = activation::silu);
+// The predictor for n tokens at once (x: n rows of d; scratch: n rank floats; scores and chosen: n
+// rows of n_ff): the two products as matvec for one token, matmul for more (each weight read once a
+// batch). on_act (thresholded files): chosen[i] = |act(s_i)| >= threshold, the scores being
+// estimated pre-activations.
+std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, int64_t n, float threshold,
+                      float* scratch, float* scores, uint8_t* chosen, void* stream = nullptr, bool on_act = false, activation act = activation::silu);
 
 // y + t ldy (rows floats) = W (x + t cols), for t < n; rows of type t (quantized: cols a multiple of
 // the block, 32 or 256 for Q6_K).

@@ -67,14 +67,18 @@ std::string matvec(row_type t, const void* w, int64_t rows, int64_t cols, const 
   return matmul(t, w, rows, cols, x, 1, y, rows, stream);
 }
 
-std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, float threshold, float* scratch,
-                      float* scores, uint8_t* chosen, void* stream, bool on_act, activation act) {
-  if (auto e = matvec(t, fc1, rank, d, x, scratch, stream); !e.empty()) return e;
+std::string predictor(row_type t, const void* fc1, const void* fc2, int64_t d, int64_t rank, int64_t n_ff, const float* x, int64_t n, float threshold,
+                      float* scratch, float* scores, uint8_t* chosen, void* stream, bool on_act, activation act) {
+  if (n <= 0) return {};
+  auto product = [&](const void* w, int64_t rows, int64_t cols, const float* in, float* out) {
+    return n == 1 ? matvec(t, w, rows, cols, in, out, stream) : matmul(t, w, rows, cols, in, n, out, rows, stream);
+  };
+  if (auto e = product(fc1, rank, d, x, scratch); !e.empty()) return e;
   constexpr int threads = 256;
-  relu_kernel<<<static_cast<unsigned>((rank + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scratch, rank);
+  relu_kernel<<<static_cast<unsigned>((n * rank + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scratch, n * rank);
   if (auto e = launched(); !e.empty()) return e;
-  if (auto e = matvec(t, fc2, n_ff, rank, scratch, scores, stream); !e.empty()) return e;
-  threshold_kernel<<<static_cast<unsigned>((n_ff + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scores, n_ff, threshold, on_act, act, chosen);
+  if (auto e = product(fc2, n_ff, rank, scratch, scores); !e.empty()) return e;
+  threshold_kernel<<<static_cast<unsigned>((n * n_ff + threads - 1) / threads), threads, 0, as_stream(stream)>>>(scores, n * n_ff, threshold, on_act, act, chosen);
   return launched();
 }
 

@@ -18,6 +18,7 @@
 #include "actors/pipeline.hpp"
 #include "tests/actors/greedy_request.hpp"
 #include "devices/device_info.hpp"
+#include "devices/gpu_jobs.hpp"
 #include "engine/device_layers.hpp"
 #include "loader/open.hpp"
 #include "model/reference.hpp"
@@ -401,8 +402,8 @@ INSTANTIATE_TEST_SUITE_P(Models, DeviceLayers,
 // each layer one attention job — the Q, K and V products, RoPE with the store, the attention, the output
 // product, then the predictor fused in (the sum and its four kernels): 11 launches, the inputs in and
 // the output and choices out (3 copies), 1 wait — and the head 1 launch, 2 copies, 1 wait. A batch of
-// 12 whose scratch holds 5 tokens goes through in 3 chunks a layer (each 7 launches, 3 copies, 1 wait,
-// and 4 launches a token for the predictor), the head the last token's. A GPU, where there is one,
+// 12 whose scratch holds 5 tokens goes through in 3 chunks a layer (each 7 launches and the predictor's
+// 4 for the whole chunk, 3 copies, 1 wait), the head the last token's. A GPU, where there is one,
 // counts its own calls: the same (the bundle's check runs this).
 TEST(Pipeline, RoundTripsAreCountedAsAGpuMakesThem) {
   auto m = device_case_model({"llama_relu_f16", architecture::llama, hotcold::activation::relu, tensor_type::f16, 2}, tensor_type::f16);
@@ -412,8 +413,8 @@ TEST(Pipeline, RoundTripsAreCountedAsAGpuMakesThem) {
   r.output = true;
   r.ctx = 16, r.n_seq = 1;
   const int64_t rank = m->weights().layers[0].pred_fc1.ne1;
-  const uint64_t per_token = devices::attention_scratch_per_token(hp.n_embd, hp.n_embd, hp.n_embd_kv(), hp.n_rot, hp.n_ff);
-  r.compute_bytes = std::max<uint64_t>(5 * per_token + 4 * static_cast<uint64_t>(rank), 4 * static_cast<uint64_t>(hp.n_embd + hp.n_vocab));
+  const uint64_t per_token = devices::attention_scratch_per_token(hp.n_embd, hp.n_embd, hp.n_embd_kv(), hp.n_rot, hp.n_ff, rank);
+  r.compute_bytes = std::max<uint64_t>(5 * per_token + 16 * devices::scratch_align, 4 * static_cast<uint64_t>(hp.n_embd + hp.n_vocab));
   ASSERT_LT(r.compute_bytes, 6 * per_token) << "the head's scratch would let more than 5 tokens through";
   for (bool real : {false, true}) {
     if (real && devices::probe_cuda().devices.empty()) continue;
@@ -435,7 +436,7 @@ TEST(Pipeline, RoundTripsAreCountedAsAGpuMakesThem) {
     std::vector<token_id> batch(12);
     for (size_t i = 0; i < batch.size(); ++i) batch[i] = static_cast<token_id>(100 + i);
     ctx->forward_batch(batch, 1);
-    const devices::device_traffic per_layer{3 * 7 + 12 * 4, 3 * 3, 3};
+    const devices::device_traffic per_layer{3 * (7 + 4), 3 * 3, 3};  // (the predictor's four kernels once a chunk)
     EXPECT_EQ(dev->traffic() - second, (devices::device_traffic{2 * per_layer.launches + 1, 2 * per_layer.copies + 2, 2 * per_layer.syncs + 1}));
     // A long past (flash-decoding): a token at position 300 splits each head's 301 positions across
     // blocks of at least 128 — three — and joins them, one launch more a layer; at position 200, two

@@ -157,7 +157,7 @@ TEST(Placement, DenseFilesOffloadWholeLayers) {
     return w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.attn_norm.bytes() + w.ffn_norm.bytes() + kv + w.ffn_gate.bytes() +
            w.ffn_up.bytes() + w.ffn_down.bytes();
   };
-  const uint64_t compute = loader::compute_buffer_bytes(hp, po.ctx);
+  const uint64_t compute = loader::compute_buffer_bytes(*m, po.ctx);
   int seen_partial = 0;
   for (int64_t want = 0; want <= hp.n_layer; ++want) {
     SCOPED_TRACE(want);
@@ -186,6 +186,44 @@ TEST(Placement, DenseFilesOffloadWholeLayers) {
   EXPECT_THROW(loader::plan_device(*m, 1 << 30, po), std::invalid_argument);
   po.n_gpu_layers = 2;
   EXPECT_THROW(loader::plan_device(*m, compute + layer(0), po), std::invalid_argument);  // the second does not fit
+}
+
+// A prompt crosses a device's whole layers in the chunks the plan's compute buffers hold: up to 128
+// tokens, at most 1/16 of the layers' bytes — here (4 layers of 256 x 2048, F16) 20-odd tokens where a
+// decode step's buffers (vocabulary-sized logits, the scores over the context) would take 10. Counted
+// on sim computing as a GPU does: a wait a layer a chunk, then the head's.
+TEST(Placement, ComputeBuffersHoldAPromptChunk) {
+  auto o = test::small_options(4, 4);
+  o.n_embd = 256, o.n_ff = 2048;
+  auto m = model::load(test::make_model("plan_prompt_chunk", o));
+  const auto& hp = m->hp();
+  const int64_t tokens = loader::compute_buffer_prompt_tokens(*m);
+  const uint64_t per_token = devices::attention_scratch_per_token(hp.n_embd, hp.n_embd_q(), hp.n_embd_kv(), hp.n_rot, hp.n_ff) +
+                             devices::dense_ffn_scratch_per_token(hp.n_embd, hp.n_ff) + 8 * static_cast<uint64_t>(hp.n_embd);
+  loader::plan_options po;
+  po.ctx = 128;
+  const uint64_t step_only = 2 * 4 * static_cast<uint64_t>(4 * hp.n_embd + 2 * hp.n_embd_q() + 2 * hp.n_embd_kv() + hp.n_head * po.ctx + 3 * hp.n_ff + hp.n_vocab);
+  const int64_t step_tokens = static_cast<int64_t>(step_only / per_token);
+  EXPECT_GE(tokens, 20);
+  EXPECT_LT(step_tokens, tokens / 2);
+  const loader::placement_plan p = loader::plan_device(*m, 1ull << 30, po);
+  ASSERT_TRUE(p.whole_layers);
+  EXPECT_GE(p.fixed.compute, static_cast<uint64_t>(tokens) * per_token);
+  for (const auto& l : p.layers) ASSERT_TRUE(l.ffn);
+  devices::device_options dopt;
+  dopt.kind = "sim", dopt.budget = 1ull << 30, dopt.sim_kernels = true;
+  auto sim = devices::make_device(dopt);
+  inference_context ctx(m, po.ctx, 2, 1);
+  ctx.set_device_layers(std::make_shared<const device_layers>(m, p.residency(), sim, tensor_type::f16));
+  std::vector<token_id> prompt(static_cast<size_t>(2 * tokens + tokens / 2));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<token_id>(100 + i);
+  const auto before = sim->traffic();
+  ctx.forward_batch(prompt, 0);
+  // At most 3 chunks a layer (the device's allocator may round the buffers up: fewer), and the head;
+  // a decode step's buffers alone would take 5 or more.
+  const uint64_t syncs = (sim->traffic() - before).syncs;
+  EXPECT_LE(syncs, static_cast<uint64_t>(hp.n_layer * 3 + 1));
+  EXPECT_LT(syncs, static_cast<uint64_t>(hp.n_layer * ((static_cast<int64_t>(prompt.size()) + step_tokens - 1) / step_tokens) + 1));
 }
 
 // The plan fills the device in PowerInfer's order with exact bytes: for every budget from the compute
