@@ -2,7 +2,8 @@
 // What a GPU's jobs may hold (the row types its kernels read, shapes that agree), and sim's plain
 // computation of each job (--sim-kernels): the operation table of kernels/gpu/decode.cu done row by
 // row in float and double from the device's copies alone, so that everything above a GPU's kernels
-// runs and is tested where there is no GPU. Used by the sim and cuda back ends (devices/device.cpp).
+// runs and is tested where there is no GPU (that computation: devices/sim_kernels.cpp). Used by the
+// sim and cuda back ends (devices/device.cpp).
 #include <string>
 #include <vector>
 
