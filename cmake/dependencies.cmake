@@ -40,3 +40,6 @@ endif()
 
 # Line editing for `hotcold chat`: libedit's readline-compatible API.
 pkg_check_modules(LIBEDIT REQUIRED IMPORTED_TARGET libedit)
+
+# io_uring for the disk tier's reads (engine/disk_reads).
+pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)

@@ -36,6 +36,7 @@ packages=(
   zlib1g-dev                        # the dashboard test reads its screenshot with zlib
   libpcre2-dev                      # Unicode-aware pre-tokenizer regexes
   libedit-dev                       # line editing for hotcold chat (readline API, BSD licence)
+  liburing-dev                      # io_uring: the disk tier's reads of cold rows (engine/disk_reads)
   prometheus-cpp-dev                # metrics: registry, histograms, text exposition (/metrics)
 )
 # What the test suite drives besides.
