@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include <pthread.h>
 #include <sched.h>
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "actors/hot_executor.hpp"
+#include "engine/ram_tier.hpp"
 #include "engine/sparse_ffn.hpp"
 
 namespace hotcold::actors {
@@ -115,6 +117,9 @@ ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& 
   const int64_t n = job.input.rows, d = hp.n_embd;
   thread_pool& pool = p.ctx->pool();
   if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
+  // The disk tier: the cold rows this layer reads brought into place first (engine/ram_tier).
+  std::optional<ram_tier::use> rows_in;
+  if (ram_tier* tier = p.ctx->disk_tier()) rows_in.emplace(tier->rows(job.layer, *job.cold_ids));
   const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
   std::vector<float> sum(static_cast<size_t>(n * d));
   const auto t0 = std::chrono::steady_clock::now();

@@ -2,12 +2,15 @@
 // stats and observers.
 #include "engine/ffn_block.hpp"
 
+#include "engine/ram_tier.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <optional>
 
 #include "engine/layer_ops.hpp"
 #include "engine/matmul.hpp"
+#include "engine/ram_tier.hpp"
 #include "engine/row_groups.hpp"
 #include "engine/trace.hpp"
 
@@ -314,6 +317,10 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   }
   const int64_t n = B.n, n_ff = env_.hp().n_ff;
   const plan p = plan_for(layer, l, n, may_go_dense);
+  // The disk tier: the rows this layer reads brought into place — every row where every neuron is
+  // computed, else (below) the union the tokens chose.
+  std::optional<ram_tier::use> rows_in;
+  if (env_.disk && (p.all_first || !p.choose)) rows_in.emplace(env_.disk->all_rows(layer));
   if (p.all_first) {
     if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
     trace_scope span(env_.trace, step_part::ffn, B.step, layer, n);
@@ -326,6 +333,7 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   // zero, the same choice as neuron by neuron. Row against its tokens, a ~1B Q4_0 file thresholded at
   // 50% prefilled at half its dense file's speed (pp128 ~130 against ~250 tokens/s, 2 threads, Zen 4).
   const bool masked = p.sparse && !p.all_first && !executor_ && n >= 8 && static_cast<int64_t>(union_.size()) * 10 >= n_ff * 9;
+  if (env_.disk && !rows_in) rows_in.emplace(masked ? env_.disk->all_rows(layer) : env_.disk->rows(layer, union_));
   // The neurons of the union: each row read once, each token computing the neurons it chose. Threads
   // take contiguous shares of the union and own their rows of hidden and their accumulators; or the
   // executor (the hot/cold split) computes them.

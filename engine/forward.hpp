@@ -90,6 +90,10 @@ class inference_context {
   void set_observer(observer o) { env_.watch = std::move(o); }
   // Records attention / predict / ffn / output intervals of every step (null: none); must outlive its use.
   void set_trace(trace_recorder* t) { env_.trace = t; }
+  // The disk tier of a model loaded with its FFN rows left in the file (engine/ram_tier): each
+  // layer's FFN has the rows it reads brought into place first.
+  void set_disk_tier(std::shared_ptr<ram_tier> t) { env_.disk = std::move(t); }
+  ram_tier* disk_tier() const { return env_.disk.get(); }
   trace_recorder* trace() const { return env_.trace; }
   int64_t steps() const { return steps_; }  // steps so far
   // Runs the chosen neurons of steps through `e` (null: the context's own threads).

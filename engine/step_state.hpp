@@ -16,6 +16,7 @@
 namespace hotcold {
 
 class trace_recorder;
+class ram_tier;
 
 // How the FFN chooses its neurons.
 //   dense:  every neuron (a sparse file's ffn_down_t is used as AXPY rows).
@@ -99,6 +100,7 @@ struct block_env {
   std::shared_ptr<const model> m;
   workers cpu;                                   // the context's workers
   std::shared_ptr<const device_layers> device;   // what the hot device holds (null: nothing)
+  std::shared_ptr<ram_tier> disk;                 // the disk tier of a file whose FFN rows it reads (null: all in memory)
   trace_recorder* trace = nullptr;
   step_observer watch;                               // empty: no calls
   ffn_mode mode = ffn_mode::dense;

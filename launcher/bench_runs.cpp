@@ -207,6 +207,7 @@ void decode_once(bench_runner& run, const bench_args& a, const config& c, const 
   const int64_t guessed_before = l.experts ? l.experts->guess_trials().tokens_on : 0;
   const devices::device_traffic traffic_before = l.dev ? l.dev->traffic() : devices::device_traffic{};
   const auto jobs_before = l.dev ? l.dev->job_seconds() : std::array<double, devices::n_operations>{};
+  const ram_tier::counts disk_before = l.disk ? l.disk->counted() : ram_tier::counts{};
   r.tg.push_back(run.decode(c.actors, c.sequences, a.n_gen, c.depth_at(depth)));
   r.computed += (rows_read(*l.ctx) -= before) -= run.untimed_rows();
   r.device_bytes += run.device_read(c.actors) - device_before;
@@ -221,6 +222,11 @@ void decode_once(bench_runner& run, const bench_args& a, const config& c, const 
     r.expert_uploads += now.uploads - experts_before.uploads;
     const auto& res = l.experts->residency();
     r.expert_guess_tokens += !res.prefetch ? 0 : res.prefetch_on_trial ? l.experts->guess_trials().tokens_on - guessed_before : a.n_gen * c.sequences;
+  }
+  if (l.disk) {
+    const auto now = l.disk->counted();
+    r.disk_bytes += now.disk_bytes - disk_before.disk_bytes, r.ram_lookups += now.lookups - disk_before.lookups;
+    r.ram_hits += now.hits - disk_before.hits, r.io_wait_seconds += now.wait_seconds - disk_before.wait_seconds;
   }
   r.tokens += a.n_gen;
 }

@@ -100,6 +100,8 @@ struct runs {
   int64_t tokens = 0;          // decode steps over the repetitions
   int64_t expert_lookups = 0, expert_hits = 0, expert_uploads = 0;  // a mixture's experts on a device, over the decode steps
   int64_t expert_guess_tokens = 0;  // of the decoded tokens, those with the layer-early guess on
+  uint64_t disk_bytes = 0, ram_lookups = 0, ram_hits = 0;  // the disk tier's over the decode steps (engine/ram_tier)
+  double io_wait_seconds = 0;
   rows_read computed;          // FFN rows read over them
   uint64_t device_bytes = 0;   // weights the hot device read over them
   devices::device_traffic traffic;  // the hot device's launches, copies and syncs over them

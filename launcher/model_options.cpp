@@ -70,6 +70,10 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
                                               a.device));
     lo.first_layer = lo.last_layer = 0;
   }
+  if (a.ram_budget_gib > 0) {
+    if (a.mmap) throw std::invalid_argument("--ram-budget and --mmap: the disk tier reads rows into a private copy; give one");
+    lo.ffn_rows_from_disk = true;
+  }
   auto m = model::load(path, lo);
   const auto& hp = m->hp();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -103,6 +107,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
     o.first_experts = loader::experts_by_popularity(rec);
   }
   o.trace = !a.trace_out.empty() || a.record_choices;
+  o.ram_budget = static_cast<uint64_t>(a.ram_budget_gib * double(1ull << 30));
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   o.placement = placement_sources(a.threads);
   devices::device_options dopt;

@@ -23,6 +23,7 @@ struct model_args {
   std::string mode;  // "dense", "sparse"; empty: sparse when the file has predictors
   std::string device = "auto";  // the hot device: auto | cpu | sim | cuda | hip
   double vram_budget_gib = 0;   // the hot device's budget (0: its free memory; sim needs one)
+  double ram_budget_gib = 0;    // --ram-budget: weights in memory, the rest of the FFN rows read from disk (0: all in memory)
   std::string trace_out;        // Chrome trace-event JSON written when the command ends
   // The KV cache's keys' and values' types (--cache-type-k/-ctk, --cache-type-v/-ctv; --kv-type sets
   // both): f16 | f32 | q8_0 | q4_0; empty: f16.

@@ -14,6 +14,7 @@
 #include "engine/device_layers.hpp"
 #include "engine/forward.hpp"
 #include "engine/hot_cold_ffn.hpp"
+#include "engine/ram_tier.hpp"
 #include "engine/trace.hpp"
 #include "loader/auto_placement.hpp"
 #include "loader/placement.hpp"
@@ -32,6 +33,10 @@ struct open_options {
   std::optional<ffn_mode> mode;            // default: sparse when the file has predictors
   int64_t n_gpu_layers = -1;               // dense files: layers the device holds whole (-1: as many as fit)
   bool trace = false;                      // keep a trace recorder (the steps' intervals and chosen neurons)
+  // A model loaded with its FFN rows left in the file (load_options::ffn_rows_from_disk): the bytes of
+  // weights held in memory (plan_ram_tier), and how the disk tier reads the rest.
+  uint64_t ram_budget = 0;
+  disk_file::options disk_io;
   // A mixture of experts on a device (docs/moe.md): --n-cpu-moe N (-1: a cache of experts in every
   // layer), the cache's policy, its uploads' allowance in bytes a token (nullopt: the plan's), and
   // whether the next layer's guessed experts are uploaded a layer early.
@@ -61,6 +66,7 @@ struct opened_model {
   std::shared_ptr<const hot_rows> hot;           // a sparse file's hot rows on a device other than the CPU
   std::shared_ptr<device_experts> experts;       // a mixture's experts on the device (null: all on the CPU)
   std::shared_ptr<hot_cold_ffn> split;           // the same rows as the context's FFN executor
+  std::shared_ptr<ram_tier> disk;                // the disk tier (null: every weight in memory)
   std::unique_ptr<trace_recorder> trace;         // with open_options::trace
   std::optional<placement_plan> plan;            // the device's plan, where one was made
 };

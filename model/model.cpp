@@ -1,6 +1,7 @@
 #include "model/model.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +62,17 @@ page_buffer read_data_section(const std::string& path, const gguf::file& f, size
       if (held(t)) read_range(t.offset, std::min<uint64_t>(bytes, t.offset + t.n_bytes));
   ::close(fd);
   return buf;
+}
+
+// Gives back the whole pages of [from, to) of a private copy and keeps them out of huge pages: the
+// range reads as zeros, with no resident memory, until written.
+void release_pages(const page_buffer& buf, uint64_t from, uint64_t to) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t lo = (from + page - 1) / page * page, hi = to / page * page;
+  if (hi <= lo) return;
+  auto* p = static_cast<uint8_t*>(buf.data()) + lo;
+  madvise(p, hi - lo, MADV_NOHUGEPAGE);
+  madvise(p, hi - lo, MADV_DONTNEED);
 }
 
 // Rewrites a Q4_0, Q4_K, Q5_K, Q6_K or F16 matrix in place as groups of sixteen interleaved rows (the tail of
@@ -428,6 +440,18 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   m->held_last_ = options.last_layer < 0 ? hp.n_layer : std::clamp<int64_t>(options.last_layer, m->held_first_, hp.n_layer);
   m->holds_globals_ = options.globals;
   if (options.use_mmap) m->held_first_ = 0, m->held_last_ = hp.n_layer, m->holds_globals_ = true;
+  if (options.ffn_rows_from_disk && options.use_mmap) throw std::invalid_argument("the disk tier reads a private copy's rows: not with --mmap");
+  m->ffn_rows_from_disk_ = options.ffn_rows_from_disk;
+  m->data_offset_ = f.data_offset();
+  // A per-neuron FFN tensor the disk tier reads by neuron (load_options::ffn_rows_from_disk).
+  auto on_disk = [&](const gguf::tensor_info& t) {
+    const int64_t il = tensor_layer(t.name);
+    if (!options.ffn_rows_from_disk || il < 0) return false;
+    const size_t dot = t.name.find('.', 4);
+    // (a sparse layer's layouts only: a bundle, or down_t rows; a dense layer's products read every row)
+    const bool sparse_layer = f.find_tensor(fmt::format(bundle_name, il)) || f.find_tensor(fmt::format("blk.{}.ffn_down_t.weight", il));
+    return sparse_layer && per_neuron_tensor_suffix(hp, il, std::string_view(t.name).substr(dot + 1));
+  };
   const uint8_t* base = nullptr;
   if (options.use_mmap) {
     base = f.bytes().data() + f.data_offset();
@@ -435,14 +459,19 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     size_t bytes = static_cast<size_t>(f.size() - f.data_offset());
     if (bytes > 0) {
       std::function<bool(const gguf::tensor_info&)> held;  // (empty: all of it)
-      if (m->held_first_ > 0 || m->held_last_ < hp.n_layer || !m->holds_globals_)
-        held = [&m](const gguf::tensor_info& t) {
+      if (m->held_first_ > 0 || m->held_last_ < hp.n_layer || !m->holds_globals_ || options.ffn_rows_from_disk)
+        held = [&m, &on_disk](const gguf::tensor_info& t) {
           const int64_t il = tensor_layer(t.name);
-          return il < 0 ? m->holds_globals() : m->holds_layer(il);
+          return (il < 0 ? m->holds_globals() : m->holds_layer(il)) && !on_disk(t);
         };
       m->buffer_ = read_data_section(path, f, bytes, held);
       m->huge_pages_ = m->buffer_.huge_pages();
       base = static_cast<const uint8_t*>(m->buffer_.data());
+      // The rows left in the file in small pages: the tier reads and releases them a few at a time (a
+      // 2 MB page would fault in around the first row read).
+      if (options.ffn_rows_from_disk)
+        for (const auto& t : f.tensors())
+          if (on_disk(t)) release_pages(m->buffer_, t.offset, std::min<uint64_t>(bytes, t.offset + t.n_bytes));
     }
   }
 
@@ -484,6 +513,32 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     m->file_.reset();
   }
   return m;
+}
+
+uint64_t model::file_offset(const void* p) const {
+  const auto* at = static_cast<const uint8_t*>(p);
+  const auto* base = static_cast<const uint8_t*>(buffer_.data());
+  if (!base || at < base || at >= base + buffer_.size()) throw std::logic_error(fmt::format("{}: an address outside the weights' private copy", path_));
+  return data_offset_ + static_cast<uint64_t>(at - base);
+}
+
+bool per_neuron_tensor_suffix(const hparams& hp, int64_t il, std::string_view suffix) {
+  if (suffix == "ffn_bundle.weight" || suffix == "ffn_up.weight" || suffix == "ffn_down_t.weight") return true;
+  return suffix == "ffn_gate.weight" && hp.act_threshold_of(il) == 0.0f;  // (a thresholded layer reads every gate row)
+}
+
+std::vector<const tensor_view*> neuron_row_tensors(const hparams& hp, int64_t il, const layer_weights& l) {
+  // (With a bundle, the gate, up and down_t views step through it; a gate outside it is its own tensor.)
+  const bool in_bundle_gate = l.ffn_bundle && l.ffn_gate.data >= l.ffn_bundle.data && l.ffn_gate.data < l.ffn_bundle.data + l.ffn_bundle.bytes();
+  std::vector<const tensor_view*> out;
+  if (!l.ffn_bundle && !l.ffn_down_t) return out;  // (a dense layer)
+  if (l.ffn_bundle) out.push_back(&l.ffn_bundle);
+  if (l.ffn_gate && !in_bundle_gate && hp.act_threshold_of(il) == 0.0f) out.push_back(&l.ffn_gate);
+  if (!l.ffn_bundle) {
+    if (l.ffn_up) out.push_back(&l.ffn_up);
+    if (l.ffn_down_t) out.push_back(&l.ffn_down_t);
+  }
+  return out;
 }
 
 const grammar_vocab& model::grammar_tokens() const {

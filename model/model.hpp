@@ -137,6 +137,10 @@ struct load_options {
   // With layers chosen above: whether the embeddings, the final norm and the head are read too (a
   // stage's worker needs neither: its coordinator embeds and samples).
   bool globals = true;
+  // The disk tier (engine/ram_tier): a sparse file's per-neuron FFN tensors (neuron_row_tensors) are
+  // not read at load; their memory in the private copy stays untouched — no resident pages, no huge
+  // pages — until the tier reads the rows a step needs into place. Not with use_mmap.
+  bool ffn_rows_from_disk = false;
 };
 
 class model {
@@ -167,6 +171,10 @@ class model {
   const placement_data* placement() const { return placement_ ? &*placement_ : nullptr; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   bool huge_pages() const { return huge_pages_; }
+  // load_options::ffn_rows_from_disk: whether the per-neuron FFN tensors were left in the file, and
+  // where a byte of the private copy lies in the file (its offset from the file's start).
+  bool ffn_rows_from_disk() const { return ffn_rows_from_disk_; }
+  uint64_t file_offset(const void* p) const;
 
  private:
   model() = default;
@@ -184,11 +192,20 @@ class model {
   std::optional<placement_data> placement_;
   uint64_t weight_bytes_ = 0;
   bool huge_pages_ = false;
+  bool ffn_rows_from_disk_ = false;
+  uint64_t data_offset_ = 0;          // the data section's offset in the file
   std::unique_ptr<gguf::file> file_;  // kept for --mmap (weights point into it)
   page_buffer buffer_;                // anonymous copy of the data section
 };
 
 // Types the compute supports for weight matrices and the embedding.
 bool matrix_type_supported(tensor_type t);
+
+// A sparse layer's FFN tensors (a layer with a bundle or ffn_down_t rows) whose row i is neuron i's
+// alone, read by the sparse path a chosen neuron at a time: the bundle, or the gate (unless a
+// thresholded layer reads every gate row each token), up and ffn_down_t rows; none for a dense layer. What the disk tier leaves in the file and reads by neuron (a tensor named
+// "blk.N.<suffix>" is one where per_neuron_tensor_suffix says so).
+std::vector<const tensor_view*> neuron_row_tensors(const hparams& hp, int64_t il, const layer_weights& l);
+bool per_neuron_tensor_suffix(const hparams& hp, int64_t il, std::string_view suffix);
 
 }  // namespace hotcold

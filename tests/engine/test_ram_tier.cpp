@@ -1,0 +1,198 @@
+// The disk tier (engine/ram_tier): a sparse file's FFN rows left in the file and read into place as
+// tokens choose them give the same bits as the whole file in memory, whatever the budget, for one
+// token at a time and for a batch, bundled or plain rows, F16 or Q4_0 (rows that share pages); only
+// the rows chosen are read, and no more than the budget stays; a file changed while running is an error
+// naming it.
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "engine/forward.hpp"
+#include "engine/ram_tier.hpp"
+#include "tests/model/tiny_models.hpp"
+#include "tools/sparse_file.hpp"
+
+namespace hotcold {
+namespace {
+
+// A 3-layer ReLU llama of 256 x 1024 whose predictors choose ~15% of the neurons a token.
+std::string tier_model(const std::string& name, tensor_type type, bool bundle) {
+  const auto path = (test::scratch_dir() / (name + ".gguf")).string();
+  if (std::filesystem::exists(path)) return path;
+  tools::gen_model_options o;
+  o.n_embd = 256, o.n_ff = 1024, o.n_layer = 3, o.n_head = 4, o.n_head_kv = 2, o.active = 0.15, o.type = type;
+  const auto dense = test::make_model(name + "_dense", o);
+  tools::sparse_file_options so;
+  so.bundle = bundle;
+  tools::write_sparse_model(dense, path, test::random_predictors(3, 256, 1024, 32, 1.2f, 11), so);
+  return path;
+}
+
+std::shared_ptr<const model> on_disk(const std::string& path) {
+  load_options lo;
+  lo.ffn_rows_from_disk = true;
+  return model::load(path, lo);
+}
+
+struct run_result {
+  std::vector<std::vector<float>> tokens, batch;
+};
+// Six tokens a forward() each, then the same prompt as one batch in a second context sharing the tier.
+run_result run(std::shared_ptr<const model> m, std::shared_ptr<ram_tier> tier, ffn_mode mode) {
+  const std::vector<token_id> prompt = {1, 250, 17, 299, 3, 120, 44, 201, 9, 77, 212, 5};
+  run_result r;
+  for (bool batch : {false, true}) {
+    inference_context ctx(m, 16, 2, 1, tensor_type::f32);
+    ctx.set_mode(mode);
+    ctx.set_disk_tier(tier);
+    (batch ? r.batch : r.tokens) = test::run_tokens(ctx, batch ? prompt : std::vector<token_id>(prompt.begin(), prompt.begin() + 6), batch);
+  }
+  return r;
+}
+
+// Resident pages of the per-neuron rows (mincore), those wholly inside the tensors (a page at an
+// edge is shared with the tensor beside it, which was read).
+uint64_t resident_row_pages(const model& m) {
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t n = 0;
+  for (int64_t il = 0; il < m.hp().n_layer; ++il)
+    for (const tensor_view* t : neuron_row_tensors(m.hp(), il, m.weights().layers[static_cast<size_t>(il)])) {
+      const auto lo = (reinterpret_cast<uint64_t>(t->data) + page - 1) / page * page, hi = (reinterpret_cast<uint64_t>(t->data) + t->bytes()) / page * page;
+      if (hi <= lo) continue;
+      std::vector<unsigned char> v((hi - lo) / page);
+      if (mincore(reinterpret_cast<void*>(lo), hi - lo, v.data()) != 0) return ~uint64_t{0};
+      for (unsigned char c : v) n += c & 1;
+    }
+  return n;
+}
+
+struct tier_case {
+  const char* name;
+  tensor_type type;
+  bool bundle;
+};
+class RamTier : public testing::TestWithParam<tier_case> {};
+
+TEST_P(RamTier, AnyBudgetGivesTheSameBits) {
+  const auto path = tier_model(GetParam().name, GetParam().type, GetParam().bundle);
+  const auto whole = model::load(path);
+  const auto want_sparse = run(whole, nullptr, ffn_mode::sparse), want_dense = run(whole, nullptr, ffn_mode::dense);
+  const auto probe = on_disk(path);
+  const ram_tier_plan biggest = plan_ram_tier(*probe, ~uint64_t{0} / 2);
+  ASSERT_GT(biggest.row_bytes, 0u);
+  EXPECT_EQ(biggest.pinned_rows[0], probe->hp().n_ff);
+  for (double share : {0.0, 0.05, 0.3, 1.0}) {
+    SCOPED_TRACE(share);
+    const auto m = on_disk(path);
+    EXPECT_EQ(resident_row_pages(*m), 0u) << "rows read at load";
+    const ram_tier_plan plan = plan_ram_tier(*m, biggest.fixed_bytes + static_cast<uint64_t>(share * static_cast<double>(biggest.row_bytes)));
+    auto tier = std::make_shared<ram_tier>(m, plan);
+    const auto got = run(m, tier, ffn_mode::sparse);
+    EXPECT_EQ(got.tokens, want_sparse.tokens);  // (bit for bit)
+    EXPECT_EQ(got.batch, want_sparse.batch);
+    const auto c = tier->counted();
+    EXPECT_GT(c.lookups, 0u);
+    if (share == 1.0) EXPECT_EQ(c.hits, c.lookups);  // (all pinned: nothing read while running)
+    if (share == 0.0) EXPECT_LT(c.hits, c.lookups);
+    EXPECT_EQ(run(m, tier, ffn_mode::dense).tokens, want_dense.tokens);
+  }
+}
+
+// A request reads the pages of the rows it names — not the layer's — and what stays afterwards is
+// within the window the budget allows, the pinned rows and the pages at tensors' edges; the run's
+// lookups and hits count neurons.
+TEST_P(RamTier, ReadsTheChosenRowsAndKeepsToTheBudget) {
+  const auto path = tier_model(GetParam().name, GetParam().type, GetParam().bundle);
+  const auto m = on_disk(path);
+  const auto& hp = m->hp();
+  const ram_tier_plan all = plan_ram_tier(*m, ~uint64_t{0} / 2);
+  const ram_tier_plan plan = plan_ram_tier(*m, all.fixed_bytes + all.row_bytes / 10);
+  ram_tier tier(m, plan);
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const int64_t pinned = plan.pinned_rows[0];
+  ASSERT_GT(pinned, 0);
+  ASSERT_LT(pinned, hp.n_ff / 2);
+  // The pages a set of rows of layer il spans (what a page-wise read brings in).
+  auto pages_of = [&](int64_t il, const std::vector<int32_t>& ids) {
+    std::set<uint64_t> pages;
+    for (const tensor_view* t : neuron_row_tensors(hp, il, m->weights().layers[static_cast<size_t>(il)]))
+      for (int32_t id : ids) {
+        const auto at = reinterpret_cast<uint64_t>(t->data) + static_cast<uint64_t>(id) * t->row_bytes;
+        for (uint64_t p = at / page; p <= (at + t->row_bytes - 1) / page; ++p) pages.insert(p);
+      }
+    return static_cast<uint64_t>(pages.size());
+  };
+  std::vector<int32_t> ids;
+  for (int32_t i = static_cast<int32_t>(pinned) + 40; i < hp.n_ff; i += 37) ids.push_back(i);  // (scattered, no page shared with a pinned row)
+  const auto before = tier.counted();
+  { auto in = tier.rows(1, ids); }
+  const auto after = tier.counted();
+  EXPECT_EQ(after.lookups - before.lookups, ids.size());
+  EXPECT_EQ(after.hits - before.hits, 0u);
+  // Each page's bytes, and a file block on either side of a run where the page and the file's blocks
+  // do not line up (direct reads in whole blocks).
+  EXPECT_GE(after.disk_bytes - before.disk_bytes, pages_of(1, ids) * page / 2);
+  EXPECT_LE(after.disk_bytes - before.disk_bytes, pages_of(1, ids) * page * 3);
+  { auto again = tier.rows(1, ids); }
+  EXPECT_EQ(tier.counted().hits - after.hits, ids.size());  // (in memory now)
+  EXPECT_EQ(tier.counted().disk_bytes, after.disk_bytes);
+  { auto hot = tier.rows(2, std::vector<int32_t>{0, 1, static_cast<int32_t>(pinned - 1)}); }
+  EXPECT_EQ(tier.counted().disk_bytes, after.disk_bytes);  // (pinned rows: read at the start)
+  // Many requests of a few rows each, across the layers: the window holds, the rest is given back.
+  for (int r = 0; r < 200; ++r) {
+    std::vector<int32_t> some;
+    for (int k = 0; k < 12; ++k) some.push_back(static_cast<int32_t>(pinned + (r * 131 + k * 59) % (hp.n_ff - pinned)));
+    auto in = tier.rows(r % hp.n_layer, some);
+  }
+  const uint64_t edges = 2 * page * 3 * static_cast<uint64_t>(hp.n_layer);
+  const uint64_t pinned_bytes = (all.row_bytes / static_cast<uint64_t>(hp.n_layer * hp.n_ff)) * static_cast<uint64_t>(pinned * hp.n_layer);
+  const auto held = tier.counted().held_bytes;
+  EXPECT_LE(held, plan.window_bytes + page + pinned_bytes + 2 * page * 3 * static_cast<uint64_t>(hp.n_layer) + edges);
+  EXPECT_LE(resident_row_pages(*m) * page, held + page);
+  EXPECT_GT(tier.counted().released_pages, 0u);
+  EXPECT_THROW(tier.rows(0, std::vector<int32_t>{static_cast<int32_t>(hp.n_ff)}), std::out_of_range);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, RamTier,
+                         testing::Values(tier_case{"tier_f16_bundle", tensor_type::f16, true}, tier_case{"tier_f16_rows", tensor_type::f16, false},
+                                         tier_case{"tier_q4_0_bundle", tensor_type::q4_0, true}),
+                         [](const testing::TestParamInfo<tier_case>& i) { return std::string(i.param.name).substr(5); });
+
+TEST(RamTier, AFileChangedWhileRunningIsAnErrorNamingIt) {
+  const auto path = tier_model("tier_f16_bundle", tensor_type::f16, true);
+  const auto copy = (test::scratch_dir() / "tier_changed.gguf").string();
+  std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
+  const auto m = on_disk(copy);
+  auto tier = std::make_shared<ram_tier>(m, plan_ram_tier(*m, plan_ram_tier(*m, ~uint64_t{0} / 2).fixed_bytes));
+  inference_context ctx(m, 16, 2, 1, tensor_type::f32);
+  ctx.set_mode(ffn_mode::sparse);
+  ctx.set_disk_tier(tier);
+  ctx.forward(1, 0);
+  struct stat st {};
+  ASSERT_EQ(stat(copy.c_str(), &st), 0);
+  timespec times[2] = {st.st_atim, st.st_mtim};
+  times[1].tv_sec += 5;
+  ASSERT_EQ(utimensat(AT_FDCWD, copy.c_str(), times, 0), 0);
+  try {
+    for (int i = 1; i < 6; ++i) ctx.forward(static_cast<token_id>(100 + i), i);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(copy), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("changed on disk"), std::string::npos) << e.what();
+  }
+  // A budget below what is held whole is refused by name.
+  try {
+    plan_ram_tier(*m, 1 << 20);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--ram-budget"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hotcold
