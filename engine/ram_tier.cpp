@@ -52,6 +52,7 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
   if (static_cast<int64_t>(plan_.pinned_rows.size()) != hp.n_layer) throw std::invalid_argument("a disk tier's plan names every layer's pinned rows");
   layers_.resize(static_cast<size_t>(hp.n_layer));
   users_.assign(static_cast<size_t>(hp.n_layer), 0);
+  pending_.resize(static_cast<size_t>(hp.n_layer));
   window_pages_ = plan_.window_bytes / page_;
   for (int64_t il = 0; il < hp.n_layer; ++il)
     for (const tensor_view* t : neuron_row_tensors(hp, il, m_->weights().layers[static_cast<size_t>(il)])) {
@@ -60,7 +61,7 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
       const auto addr = reinterpret_cast<uint64_t>(s.data);
       s.first_page = addr / page_;
       const uint64_t pages = (addr + s.bytes + page_ - 1) / page_ - s.first_page;
-      s.state.assign(pages, absent), s.referenced.assign(pages, 0);
+      s.state.assign(pages, absent), s.referenced.assign(pages, 0), s.ahead.assign(pages, 0);
       auto& spans = layers_[static_cast<size_t>(il)];
       // Pages wholly inside the tensor may be given back; the edge pages (shared with its neighbours)
       // are kept once read.
@@ -76,10 +77,17 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
     bring(il, ids, false, true);
   }
-  c_.lookups = c_.hits = 0;  // (the run's figures start after the pinned rows)
+  c_ = counts{};  // (the run's figures start after the pinned rows)
 }
 
-ram_tier::~ram_tier() = default;
+ram_tier::~ram_tier() {
+  std::lock_guard lock(mu_);
+  for (size_t il = 0; il < pending_.size(); ++il)  // (reads still in flight write into the model's memory)
+    try {
+      wait_ahead(static_cast<int64_t>(il));
+    } catch (...) {
+    }
+}
 
 ram_tier::use ram_tier::rows(int64_t il, std::span<const int32_t> ids) {
   std::lock_guard lock(mu_);
@@ -110,47 +118,54 @@ void ram_tier::release(int64_t il) {
   --users_[static_cast<size_t>(il)];
 }
 
-void ram_tier::bring(int64_t il, std::span<const int32_t> ids, bool all, bool pin) {
+namespace {
+bool interior(uint64_t page_no, uint64_t page, const uint8_t* data, uint64_t bytes) {
+  const auto addr = reinterpret_cast<uint64_t>(data);
+  return page_no * page >= addr && (page_no + 1) * page <= addr + bytes;
+}
+}  // namespace
+
+// The pages of the rows of neurons ids (every neuron: all) of layer il not in memory, marked as being
+// read; the others marked used. count: the lookups, hits, and whether a read-ahead brought them.
+std::vector<ram_tier::need> ram_tier::absent_pages(int64_t il, std::span<const int32_t> ids, bool all, bool pin, bool count) {
   auto& spans = layers_[static_cast<size_t>(il)];
   const int64_t n_ff = m_->hp().n_ff;
-  struct need {
-    uint32_t span;
-    uint64_t page;
-  };
   std::vector<need> needs;
-  uint64_t window_needs = 0;
-  auto look = [&](uint32_t si, uint64_t k) {  // page k of span si: true where it is in memory
-    span_t& s = spans[si];
-    const uint8_t st = s.state[k];
-    if (st == held || st == pinned) {
-      s.referenced[k] = 1;
-      if (pin && st == held) s.state[k] = pinned, --held_window_pages_, pinned_bytes_ += page_;
-      return true;
-    }
-    if (st == absent) {
-      s.state[k] = queued;
-      needs.push_back({si, k});
-      const uint64_t lo = (s.first_page + k) * page_;
-      const auto addr = reinterpret_cast<uint64_t>(s.data);
-      if (!pin && lo >= addr && lo + page_ <= addr + s.bytes) ++window_needs;
-    }
-    return false;
-  };
-  const int64_t count = all ? n_ff : static_cast<int64_t>(ids.size());
-  for (int64_t k = 0; k < count; ++k) {
+  const int64_t n = all ? n_ff : static_cast<int64_t>(ids.size());
+  for (int64_t k = 0; k < n; ++k) {
     const int64_t id = all ? k : ids[static_cast<size_t>(k)];
-    if (id < 0 || id >= n_ff) throw std::out_of_range(fmt::format("layer {}: neuron {} of {}", il, id, n_ff));
-    bool in = true;
-    for (uint32_t si = 0; si < spans.size(); ++si) {
-      const span_t& s = spans[si];
-      const auto at = reinterpret_cast<uint64_t>(s.data) + static_cast<uint64_t>(id) * s.row_bytes;
-      for (uint64_t p = at / page_; p <= (at + s.row_bytes - 1) / page_; ++p) in = look(si, p - s.first_page) && in;
+    if (id < 0 || id >= n_ff) {
+      for (const need& nd : needs) spans[nd.span].state[nd.page] = absent;
+      throw std::out_of_range(fmt::format("layer {}: neuron {} of {}", il, id, n_ff));
     }
+    bool missing = false, brought = false;
+    for (uint32_t si = 0; si < spans.size(); ++si) {
+      span_t& s = spans[si];
+      const auto at = reinterpret_cast<uint64_t>(s.data) + static_cast<uint64_t>(id) * s.row_bytes;
+      for (uint64_t p = at / page_; p <= (at + s.row_bytes - 1) / page_; ++p) {
+        const uint64_t i = p - s.first_page;
+        const uint8_t st = s.state[i];
+        if (st == held || st == pinned) {
+          s.referenced[i] = 1;
+          if (count && s.ahead[i]) brought = true, s.ahead[i] = 0;
+          if (pin && st == held) s.state[i] = pinned, --held_window_pages_, pinned_bytes_ += page_;
+        } else {
+          missing = true;
+          if (st == absent) s.state[i] = queued, needs.push_back({si, i});
+        }
+      }
+    }
+    if (!count) continue;
     ++c_.lookups;
-    c_.hits += in ? 1 : 0;
+    c_.hits += missing ? 0 : 1;
+    c_.ahead += !missing && brought ? 1 : 0;
+    c_.missed += missing ? 1 : 0;
   }
-  if (needs.empty()) return;
-  make_room(window_needs);
+  return needs;
+}
+
+std::vector<disk_file::piece> ram_tier::pieces_of(int64_t il, const std::vector<need>& needs) const {
+  const auto& spans = layers_[static_cast<size_t>(il)];
   std::vector<disk_file::piece> pieces;
   pieces.reserve(needs.size());
   for (const need& n : needs) {
@@ -160,25 +175,77 @@ void ram_tier::bring(int64_t il, std::span<const int32_t> ids, bool all, bool pi
     auto* into = reinterpret_cast<uint8_t*>(lo);  // (the model's private copy: writable memory)
     pieces.push_back({m_->file_offset(into), hi - lo, into});
   }
+  return pieces;
+}
+
+void ram_tier::landed(int64_t il, const std::vector<need>& needs, bool pin, bool ahead) {
+  auto& spans = layers_[static_cast<size_t>(il)];
+  for (const need& n : needs) {
+    span_t& s = spans[n.span];
+    s.state[n.page] = pin || !interior(s.first_page + n.page, page_, s.data, s.bytes) ? pinned : held;
+    s.referenced[n.page] = 1;
+    s.ahead[n.page] = ahead ? 1 : 0;
+    if (s.state[n.page] == held) ++held_window_pages_;
+    else pinned_bytes_ += page_;
+  }
+}
+
+void ram_tier::wait_ahead(int64_t il) {
+  auto& pending = pending_[static_cast<size_t>(il)];
+  while (!pending.empty()) {
+    pending_read r = std::move(pending.back());
+    pending.pop_back();
+    const auto before = file_.counted();
+    try {
+      file_.wait(r.ticket);
+    } catch (...) {
+      for (const need& n : r.pages) layers_[static_cast<size_t>(il)][n.span].state[n.page] = absent;
+      throw;
+    }
+    c_.wait_seconds += file_.counted().wait_seconds - before.wait_seconds;
+    landed(il, r.pages, false, true);
+  }
+}
+
+void ram_tier::bring(int64_t il, std::span<const int32_t> ids, bool all, bool pin) {
+  wait_ahead(il);
+  const std::vector<need> needs = absent_pages(il, ids, all, pin, !pin);
+  if (needs.empty()) return;
+  auto& spans = layers_[static_cast<size_t>(il)];
+  uint64_t window_needs = 0;
+  for (const need& n : needs) window_needs += !pin && interior(spans[n.span].first_page + n.page, page_, spans[n.span].data, spans[n.span].bytes);
+  make_room(window_needs);
   const auto before = file_.counted();
   try {
-    file_.read(pieces);
+    file_.read(pieces_of(il, needs));
   } catch (...) {
     for (const need& n : needs) spans[n.span].state[n.page] = absent;
     throw;
   }
   const auto after = file_.counted();
   c_.disk_bytes += after.bytes - before.bytes, c_.reads += after.reads - before.reads, c_.wait_seconds += after.wait_seconds - before.wait_seconds;
-  for (const need& n : needs) {
-    span_t& s = spans[n.span];
-    const uint64_t lo = (s.first_page + n.page) * page_;
-    const auto addr = reinterpret_cast<uint64_t>(s.data);
-    const bool interior = lo >= addr && lo + page_ <= addr + s.bytes;
-    s.state[n.page] = pin || !interior ? pinned : held;
-    s.referenced[n.page] = 1;
-    if (s.state[n.page] == held) ++held_window_pages_;
-    else pinned_bytes_ += page_;
+  landed(il, needs, pin, false);
+}
+
+void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
+  std::lock_guard lock(mu_);
+  const std::vector<need> needs = absent_pages(il, ids, false, false, false);
+  if (needs.empty()) return;
+  auto& spans = layers_[static_cast<size_t>(il)];
+  uint64_t window_needs = 0;
+  for (const need& n : needs) window_needs += interior(spans[n.span].first_page + n.page, page_, spans[n.span].data, spans[n.span].bytes);
+  make_room(window_needs);
+  const auto before = file_.counted();
+  uint64_t ticket = 0;
+  try {
+    ticket = file_.submit(pieces_of(il, needs));
+  } catch (...) {
+    for (const need& n : needs) spans[n.span].state[n.page] = absent;
+    throw;
   }
+  const auto after = file_.counted();
+  c_.disk_bytes += after.bytes - before.bytes, c_.reads += after.reads - before.reads;
+  pending_[static_cast<size_t>(il)].push_back({ticket, needs});
 }
 
 // Gives back window pages (clock order, a second chance for one used since the hand last passed)

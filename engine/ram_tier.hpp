@@ -57,11 +57,17 @@ class ram_tier {
   };
   use rows(int64_t il, std::span<const int32_t> ids);
   use all_rows(int64_t il);
+  // Reads ahead: the pages of layer il's rows of neurons ids that are not in memory, submitted now and
+  // not waited on (the next layer's guess while this one computes); rows(il) waits for them first.
+  void read_ahead(int64_t il, std::span<const int32_t> ids);
 
   // Over the run: neurons looked up and those whose rows were all in memory; bytes read from the disk
   // (reads' own, rounding included), reads, seconds waited; pages given back; the bytes held now.
+  // ahead: of the neurons whose rows were not in memory when their layer asked, those the read-ahead
+  // had brought (or was bringing); missed: those read then. read-ahead recall = ahead / (ahead + missed).
   struct counts {
     uint64_t lookups = 0, hits = 0;
+    uint64_t ahead = 0, missed = 0;
     uint64_t disk_bytes = 0, reads = 0;
     double wait_seconds = 0;
     uint64_t released_pages = 0;
@@ -79,10 +85,23 @@ class ram_tier {
     const uint8_t* data = nullptr;
     uint64_t bytes = 0, row_bytes = 0;
     uint64_t first_page = 0;          // address / page of its first byte
-    std::vector<uint8_t> state;       // per page: 0 absent, 1 held, 2 pinned (never given back)
+    std::vector<uint8_t> state;       // per page: 0 absent, 1 held, 2 pinned (never given back), 3 being read
     std::vector<uint8_t> referenced;  // the clock's second chance
+    std::vector<uint8_t> ahead;       // brought by a read-ahead its layer has not asked for yet
+  };
+  struct need {
+    uint32_t span;
+    uint64_t page;
+  };
+  struct pending_read {
+    uint64_t ticket;
+    std::vector<need> pages;
   };
   void bring(int64_t il, std::span<const int32_t> ids, bool all, bool pin);
+  std::vector<need> absent_pages(int64_t il, std::span<const int32_t> ids, bool all, bool pin, bool count);
+  std::vector<disk_file::piece> pieces_of(int64_t il, const std::vector<need>& needs) const;
+  void landed(int64_t il, const std::vector<need>& needs, bool pin, bool ahead);
+  void wait_ahead(int64_t il);
   void release(int64_t il);
   void make_room(uint64_t pages);
 
@@ -92,6 +111,7 @@ class ram_tier {
   uint64_t page_;
   std::vector<std::vector<span_t>> layers_;
   std::vector<int> users_;
+  std::vector<std::vector<pending_read>> pending_;  // per layer, read-aheads not waited on
   std::vector<page_ref> clock_;  // every page that may be given back, in order
   size_t hand_ = 0;
   uint64_t held_window_pages_ = 0, window_pages_ = 0, pinned_bytes_ = 0;

@@ -1,5 +1,5 @@
 // The disk tier (engine/ram_tier): a sparse file's FFN rows left in the file and read into place as
-// tokens choose them give the same bits as the whole file in memory, whatever the budget, for one
+// tokens choose them (or a layer ahead) give the same bits as the whole file in memory, whatever the budget, for one
 // token at a time and for a batch, bundled or plain rows, F16 or Q4_0 (rows that share pages); only
 // the rows chosen are read, and no more than the budget stays; a file changed while running is an error
 // naming it.
@@ -99,6 +99,10 @@ TEST_P(RamTier, AnyBudgetGivesTheSameBits) {
     EXPECT_GT(c.lookups, 0u);
     if (share == 1.0) EXPECT_EQ(c.hits, c.lookups);  // (all pinned: nothing read while running)
     if (share == 0.0) EXPECT_LT(c.hits, c.lookups);
+    // The read-ahead (each layer's guess of the next's choice, submitted while it computes) brought
+    // rows the next layer then used; what it missed was read when asked.
+    if (share < 1.0) EXPECT_GT(c.ahead, 0u);
+    EXPECT_EQ(c.ahead + c.missed <= c.lookups, true);
     EXPECT_EQ(run(m, tier, ffn_mode::dense).tokens, want_dense.tokens);
   }
 }
