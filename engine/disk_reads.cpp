@@ -40,7 +40,9 @@ struct read_op {
   uint64_t needed = 0;             // bytes from `offset` its pieces reach (the rest may lie past the end)
   uint64_t done = 0;               // bytes in so far
   std::unique_ptr<uint8_t, decltype(&std::free)> buffer{nullptr, &std::free};
+  uint8_t* in_place = nullptr;  // read straight into the pieces' memory (aligned, contiguous): no buffer
   std::vector<disk_file::piece> pieces;
+  uint8_t* target() const { return in_place ? in_place : buffer.get(); }
   uint64_t batch = 0;
 };
 
@@ -87,7 +89,23 @@ struct disk_file::impl {
         fail(fmt::format("a read of {} bytes at offset {} passes the end of the file ({} bytes)", p.bytes, p.offset, id.size));
       const uint64_t lo = p.offset / a * a, hi = (p.offset + p.bytes + a - 1) / a * a;
       read_op* last = ops.empty() ? nullptr : ops.back().get();
-      if (last && lo <= last->offset + last->bytes && std::max(hi, last->offset + last->bytes) - last->offset <= o.max_read) {
+      // A piece whose offset, length and memory are aligned is read straight into place, joined to
+      // the read before it where that one is too and both lie end to end, in the file and in memory.
+      const bool aligned = p.offset % a == 0 && p.bytes % a == 0 && reinterpret_cast<uintptr_t>(p.into) % a == 0;
+      if (aligned) {
+        if (last && last->in_place && p.offset == last->offset + last->bytes && static_cast<uint8_t*>(p.into) == last->in_place + last->bytes &&
+            last->bytes + p.bytes <= o.max_read) {
+          last->bytes += p.bytes, last->needed = last->bytes;
+          last->pieces.push_back(p);
+          continue;
+        }
+        auto op = std::make_unique<read_op>();
+        op->offset = p.offset, op->bytes = p.bytes, op->needed = p.bytes, op->batch = ticket, op->in_place = static_cast<uint8_t*>(p.into);
+        op->pieces.push_back(p);
+        ops.push_back(std::move(op));
+        continue;
+      }
+      if (last && !last->in_place && lo <= last->offset + last->bytes && std::max(hi, last->offset + last->bytes) - last->offset <= o.max_read) {
         last->bytes = std::max(hi, last->offset + last->bytes) - last->offset;
         last->needed = std::max(last->needed, p.offset + p.bytes - last->offset);
         last->pieces.push_back(p);
@@ -99,6 +117,7 @@ struct disk_file::impl {
       ops.push_back(std::move(op));
     }
     for (auto& op : ops) {
+      if (op->in_place) continue;
       op->buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(direct_align, (op->bytes + direct_align - 1) / direct_align * direct_align)));
       if (!op->buffer) fail(fmt::format("no memory for a read of {} bytes", op->bytes));
     }
@@ -121,7 +140,8 @@ struct disk_file::impl {
                               op.offset + op.needed);
       return true;
     }
-    for (const piece& p : op.pieces) std::memcpy(p.into, op.buffer.get() + (p.offset - op.offset), p.bytes);
+    if (!op.in_place)
+      for (const piece& p : op.pieces) std::memcpy(p.into, op.buffer.get() + (p.offset - op.offset), p.bytes);
     return true;
   }
 
@@ -142,7 +162,7 @@ struct disk_file::impl {
       sqe = io_uring_get_sqe(&ring);
       if (!sqe) fail("no room to queue a read");
     }
-    io_uring_prep_read(sqe, fd, op.buffer.get() + op.done, static_cast<unsigned>(op.bytes - op.done), op.offset + op.done);
+    io_uring_prep_read(sqe, fd, op.target() + op.done, static_cast<unsigned>(op.bytes - op.done), op.offset + op.done);
     io_uring_sqe_set_data(sqe, &op);
     ++in_flight;
   }
@@ -163,7 +183,7 @@ struct disk_file::impl {
 
   void read_now(read_op& op) {  // pread, to the end of the op or an error
     for (;;) {
-      const ssize_t r = pread(fd, op.buffer.get() + op.done, op.bytes - op.done, static_cast<off_t>(op.offset + op.done));
+      const ssize_t r = pread(fd, op.target() + op.done, op.bytes - op.done, static_cast<off_t>(op.offset + op.done));
       if (r < 0 && errno == EINTR) continue;
       if (landed(op, r < 0 ? -errno : r)) break;
     }

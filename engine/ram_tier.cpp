@@ -249,12 +249,16 @@ void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
 }
 
 // Gives back window pages (clock order, a second chance for one used since the hand last passed)
-// until `pages` more fit, skipping the pages of a layer in use; where none can go, the window grows for
-// now (a step that needs more than the window holds) and shrinks at the next read.
+// until `pages` more fit and a sixteenth of the window is free (so the next reads find room without a
+// sweep of their own), skipping the pages of a layer in use; where none can go, the window grows for
+// now (a step that needs more than the window holds) and shrinks at the next read. The pages go back
+// in runs of adjacent ones, one madvise a run (each call costs the other threads a TLB flush).
 void ram_tier::make_room(uint64_t pages) {
-  if (clock_.empty()) return;
+  if (clock_.empty() || held_window_pages_ + pages <= window_pages_) return;
+  const uint64_t slack = window_pages_ / 16;
+  std::vector<uint64_t> victims;  // page numbers
   size_t steps = 0;
-  while (held_window_pages_ + pages > window_pages_ && held_window_pages_ > 0 && steps < 2 * clock_.size()) {
+  while (held_window_pages_ + pages + slack > window_pages_ && held_window_pages_ > 0 && steps < 2 * clock_.size()) {
     const page_ref r = clock_[hand_];
     hand_ = (hand_ + 1) % clock_.size();
     ++steps;
@@ -264,11 +268,19 @@ void ram_tier::make_room(uint64_t pages) {
       s.referenced[r.index] = 0;
       continue;
     }
-    madvise(reinterpret_cast<void*>((s.first_page + r.index) * page_), page_, MADV_DONTNEED);
+    victims.push_back(s.first_page + r.index);
     s.state[r.index] = absent;
+    s.ahead[r.index] = 0;
     --held_window_pages_;
     ++c_.released_pages;
     steps = 0;
+  }
+  std::sort(victims.begin(), victims.end());
+  for (size_t i = 0; i < victims.size();) {
+    size_t j = i + 1;
+    while (j < victims.size() && victims[j] == victims[j - 1] + 1) ++j;
+    madvise(reinterpret_cast<void*>(victims[i] * page_), (j - i) * page_, MADV_DONTNEED);
+    i = j;
   }
 }
 

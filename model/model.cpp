@@ -41,13 +41,14 @@ int64_t tensor_layer(std::string_view name) {
 // Copies the file's data section into anonymous memory with pread, so the mmap'd file pages are
 // never touched (and never counted twice): all of it, or (held) only the ranges of the tensors
 // held() says to read, in a private copy of the whole size whose other pages are never touched.
-page_buffer read_data_section(const std::string& path, const gguf::file& f, size_t bytes, const std::function<bool(const gguf::tensor_info&)>& held) {
-  page_buffer buf(bytes, path + ": weights");
+page_buffer read_data_section(const std::string& path, const gguf::file& f, size_t bytes, const std::function<bool(const gguf::tensor_info&)>& held,
+                              size_t shift = 0) {
+  page_buffer buf(bytes + shift, path + ": weights");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), path);
   auto read_range = [&](uint64_t from, uint64_t to) {
     for (uint64_t done = from; done < to;) {
-      ssize_t n = pread(fd, static_cast<char*>(buf.data()) + done, std::min<uint64_t>(to - done, uint64_t{1} << 30), static_cast<off_t>(f.data_offset() + done));
+      ssize_t n = pread(fd, static_cast<char*>(buf.data()) + shift + done, std::min<uint64_t>(to - done, uint64_t{1} << 30), static_cast<off_t>(f.data_offset() + done));
       if (n <= 0) {
         int e = n < 0 ? errno : EIO;
         ::close(fd);
@@ -464,14 +465,18 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
           const int64_t il = tensor_layer(t.name);
           return (il < 0 ? m->holds_globals() : m->holds_layer(il)) && !on_disk(t);
         };
-      m->buffer_ = read_data_section(path, f, bytes, held);
+      // With the disk tier, the copy starts where the file's data section does within a page, so each
+      // page of memory is one block of the file: the tier's direct reads land in place (no bounce).
+      const size_t shift = options.ffn_rows_from_disk ? static_cast<size_t>(f.data_offset() % static_cast<uint64_t>(sysconf(_SC_PAGESIZE))) : 0;
+      m->buffer_ = read_data_section(path, f, bytes, held, shift);
       m->huge_pages_ = m->buffer_.huge_pages();
-      base = static_cast<const uint8_t*>(m->buffer_.data());
+      m->shift_ = shift;
+      base = static_cast<const uint8_t*>(m->buffer_.data()) + shift;
       // The rows left in the file in small pages: the tier reads and releases them a few at a time (a
       // 2 MB page would fault in around the first row read).
       if (options.ffn_rows_from_disk)
         for (const auto& t : f.tensors())
-          if (on_disk(t)) release_pages(m->buffer_, t.offset, std::min<uint64_t>(bytes, t.offset + t.n_bytes));
+          if (on_disk(t)) release_pages(m->buffer_, shift + t.offset, shift + std::min<uint64_t>(bytes, t.offset + t.n_bytes));
     }
   }
 
@@ -517,8 +522,9 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
 
 uint64_t model::file_offset(const void* p) const {
   const auto* at = static_cast<const uint8_t*>(p);
-  const auto* base = static_cast<const uint8_t*>(buffer_.data());
-  if (!base || at < base || at >= base + buffer_.size()) throw std::logic_error(fmt::format("{}: an address outside the weights' private copy", path_));
+  const auto* base = static_cast<const uint8_t*>(buffer_.data()) + shift_;
+  if (!buffer_.data() || at < base || at >= static_cast<const uint8_t*>(buffer_.data()) + buffer_.size())
+    throw std::logic_error(fmt::format("{}: an address outside the weights' private copy", path_));
   return data_offset_ + static_cast<uint64_t>(at - base);
 }
 

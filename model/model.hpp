@@ -194,6 +194,7 @@ class model {
   bool huge_pages_ = false;
   bool ffn_rows_from_disk_ = false;
   uint64_t data_offset_ = 0;          // the data section's offset in the file
+  size_t shift_ = 0;                  // where the data section starts in buffer_ (ffn_rows_from_disk: in line with the file's pages)
   std::unique_ptr<gguf::file> file_;  // kept for --mmap (weights point into it)
   page_buffer buffer_;                // anonymous copy of the data section
 };

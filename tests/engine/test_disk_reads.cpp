@@ -89,6 +89,24 @@ TEST_P(DiskReads, TouchingPiecesAreOneRead) {
   for (uint64_t i = 0; i < 128 << 10; ++i) ASSERT_EQ(buf[i], expected((512 << 10) + i));
 }
 
+// Pieces aligned in the file and in memory are read straight into place; end to end, as one read.
+TEST_P(DiskReads, AlignedPiecesAreReadInPlace) {
+  const auto path = pattern_file("aligned.bin", 1 << 20);
+  disk_file::options o;
+  o.direct = GetParam().direct, o.use_uring = GetParam().uring;
+  disk_file f(path, o);
+  std::unique_ptr<uint8_t, decltype(&std::free)> buf(static_cast<uint8_t*>(std::aligned_alloc(4096, 64 << 10)), &std::free);
+  std::vector<disk_file::piece> ps;
+  for (uint64_t k = 0; k < 8; ++k) ps.push_back({(100 << 12) + k * 4096, 4096, buf.get() + k * 4096});  // end to end
+  ps.push_back({(200 << 12), 4096, buf.get() + 10 * 4096});  // apart
+  ps.push_back({(201 << 12), 4096, buf.get() + 12 * 4096});  // next in the file, not in memory
+  f.read(ps);
+  EXPECT_EQ(f.counted().reads, 3u);
+  EXPECT_EQ(f.counted().bytes, 10u * 4096);
+  for (const auto& p : ps)
+    for (uint64_t i = 0; i < p.bytes; ++i) ASSERT_EQ(static_cast<uint8_t*>(p.into)[i], expected(p.offset + i)) << p.offset << " " << i;
+}
+
 TEST_P(DiskReads, FaultsNameTheFileAndOffset) {
   const uint64_t size = 1 << 20;
   const auto path = pattern_file("faults.bin", size);
