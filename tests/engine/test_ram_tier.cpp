@@ -20,15 +20,18 @@
 namespace hotcold {
 namespace {
 
-// A 3-layer ReLU llama of 256 x 1024 whose predictors choose ~15% of the neurons a token.
-std::string tier_model(const std::string& name, tensor_type type, bool bundle) {
+// A 3-layer llama of 256 x 1024 with random predictors: ReLU, or (thresholded) SiLU with activation
+// thresholds, whose gate rows every token reads and so stay in memory whole.
+std::string tier_model(const std::string& name, tensor_type type, bool bundle, bool thresholded = false) {
   const auto path = (test::scratch_dir() / (name + ".gguf")).string();
   if (std::filesystem::exists(path)) return path;
   tools::gen_model_options o;
   o.n_embd = 256, o.n_ff = 1024, o.n_layer = 3, o.n_head = 4, o.n_head_kv = 2, o.active = 0.15, o.type = type;
+  if (thresholded) o.act = activation::silu;
   const auto dense = test::make_model(name + "_dense", o);
   tools::sparse_file_options so;
   so.bundle = bundle;
+  if (thresholded) so.act_thresholds = {0.02f, 0.02f, 0.02f};
   tools::write_sparse_model(dense, path, test::random_predictors(3, 256, 1024, 32, 1.2f, 11), so);
   return path;
 }
@@ -75,11 +78,12 @@ struct tier_case {
   const char* name;
   tensor_type type;
   bool bundle;
+  bool thresholded = false;
 };
 class RamTier : public testing::TestWithParam<tier_case> {};
 
 TEST_P(RamTier, AnyBudgetGivesTheSameBits) {
-  const auto path = tier_model(GetParam().name, GetParam().type, GetParam().bundle);
+  const auto path = tier_model(GetParam().name, GetParam().type, GetParam().bundle, GetParam().thresholded);
   const auto whole = model::load(path);
   const auto want_sparse = run(whole, nullptr, ffn_mode::sparse), want_dense = run(whole, nullptr, ffn_mode::dense);
   const auto probe = on_disk(path);
@@ -111,7 +115,7 @@ TEST_P(RamTier, AnyBudgetGivesTheSameBits) {
 // within the window the budget allows, the pinned rows and the pages at tensors' edges; the run's
 // lookups and hits count neurons.
 TEST_P(RamTier, ReadsTheChosenRowsAndKeepsToTheBudget) {
-  const auto path = tier_model(GetParam().name, GetParam().type, GetParam().bundle);
+  const auto path = tier_model(GetParam().name, GetParam().type, GetParam().bundle, GetParam().thresholded);
   const auto m = on_disk(path);
   const auto& hp = m->hp();
   const ram_tier_plan all = plan_ram_tier(*m, ~uint64_t{0} / 2);
@@ -164,7 +168,8 @@ TEST_P(RamTier, ReadsTheChosenRowsAndKeepsToTheBudget) {
 
 INSTANTIATE_TEST_SUITE_P(Files, RamTier,
                          testing::Values(tier_case{"tier_f16_bundle", tensor_type::f16, true}, tier_case{"tier_f16_rows", tensor_type::f16, false},
-                                         tier_case{"tier_q4_0_bundle", tensor_type::q4_0, true}),
+                                         tier_case{"tier_q4_0_bundle", tensor_type::q4_0, true},
+                                         tier_case{"tier_silu_thresholded", tensor_type::f16, true, true}),
                          [](const testing::TestParamInfo<tier_case>& i) { return std::string(i.param.name).substr(5); });
 
 TEST(RamTier, AFileChangedWhileRunningIsAnErrorNamingIt) {
