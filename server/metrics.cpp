@@ -454,14 +454,43 @@ nlohmann::json metrics::snapshot() const {
     }
   }
   if (live_) out["pipeline"] = live_json(live_->read());
+  if (disk_) {
+    const auto c = disk_->counted();
+    out["disk"] = {{"read_bytes", c.disk_bytes}, {"reads", c.reads}, {"wait_seconds", c.wait_seconds}, {"ram_lookups", c.lookups}, {"ram_hits", c.hits},
+                   {"ram_hit_ratio", c.lookups > 0 ? static_cast<double>(c.hits) / static_cast<double>(c.lookups) : 1.0}, {"read_ahead", c.ahead},
+                   {"read_ahead_missed", c.missed},
+                   {"read_ahead_recall", c.ahead + c.missed > 0 ? static_cast<double>(c.ahead) / static_cast<double>(c.ahead + c.missed) : 1.0},
+                   {"held_bytes", c.held_bytes}};
+  }
   return out;
 }
+
+namespace {
+// The disk tier's families (counters since the start, the bytes held now).
+std::vector<MetricFamily> disk_families(const ram_tier::counts& c) {
+  family_list fl;
+  auto counter = [&](const char* name, const char* help, double v) { fl.add(fl.family(name, help, MetricType::Counter), v); };
+  counter("hotcold_disk_read_bytes_total", "Bytes the disk tier read from the model's file (its reads' own, block rounding included)", static_cast<double>(c.disk_bytes));
+  counter("hotcold_disk_reads_total", "Reads the disk tier made (after coalescing)", static_cast<double>(c.reads));
+  counter("hotcold_disk_wait_seconds_total", "Seconds steps waited for the disk tier's reads", c.wait_seconds);
+  counter("hotcold_ram_lookups_total", "Chosen neurons whose rows a step asked the disk tier for", static_cast<double>(c.lookups));
+  counter("hotcold_ram_hits_total", "Of those, the neurons whose rows were in memory", static_cast<double>(c.hits));
+  counter("hotcold_read_ahead_total", "Chosen neurons not in memory before whose rows the layer-early read brought", static_cast<double>(c.ahead));
+  counter("hotcold_read_ahead_missed_total", "Chosen neurons read when their layer asked (the read-ahead had not named them)", static_cast<double>(c.missed));
+  fl.add(fl.family("hotcold_ram_held_bytes", "Bytes of FFN rows the disk tier holds in memory now (pinned and window)", MetricType::Gauge), static_cast<double>(c.held_bytes));
+  return std::move(fl.out);
+}
+}  // namespace
 
 std::string metrics::text() const {
   std::ostringstream out;
   auto families = registry_->Collect();
   if (live_) {
     auto more = live_families(live_->read());
+    families.insert(families.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  if (disk_) {
+    auto more = disk_families(disk_->counted());
     families.insert(families.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
   prometheus::TextSerializer().Serialize(out, families);

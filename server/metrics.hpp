@@ -20,6 +20,7 @@
 #include <prometheus/registry.h>
 
 #include "actors/live_stats.hpp"
+#include "engine/ram_tier.hpp"
 
 namespace hotcold::server {
 
@@ -57,6 +58,10 @@ class metrics {
   // The pipeline's live measurements, exported with the rest from now on, and the memory read
   // bandwidth measured on this machine (bytes/s; 0: not measured) that bytes read are compared with.
   void attach(std::shared_ptr<const actors::live_stats> stats, double bandwidth_ceiling);
+  // The disk tier's counts (--ram-budget; engine/ram_tier), exported from now on: bytes and reads from
+  // the file, chosen neurons looked up and found in memory, what the read-ahead brought and missed,
+  // the time waited, the bytes held (docs/disk.md).
+  void attach_disk(std::shared_ptr<const ram_tier> tier) { disk_ = std::move(tier); }
   // Where each layer's parts run (a row a layer, the head's last; a column a step_part of the first
   // six: true on the hot device), so that each part's seconds are labelled with where they ran (none
   // set: the hot FFN on the hot device, the rest on the CPU). Called before serving starts.
@@ -73,6 +78,7 @@ class metrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<const ram_tier> disk_;
   std::vector<std::array<bool, 6>> places_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Counter *prompt_tokens_, *generated_tokens_, *bad_frames_, *cut_off_;

@@ -71,6 +71,7 @@ class serving_loop {
       const double ceiling = measure_read_bandwidth(l_.ctx->pool(), read_costs(*l_.m).dense_step());
       fmt::print(stderr, "hotcold serve: memory read bandwidth {:.1f} GB/s ({} threads)\n", ceiling / 1e9, l_.ctx->pool().size());
       metrics_.attach(pipe_->stats(), ceiling);
+      if (l_.disk) metrics_.attach_disk(l_.disk);
       metrics_.set_places(places_of(l_));
       http = start_serve_http({o_, l_, metrics_, status_, zctx_, local_endpoint, &history_});
     }
