@@ -4,6 +4,7 @@
 // the steps that run on the CPU at this machine's measured rates a core, the GPU's at half its
 // published bandwidth; what cannot be measured without a GPU is an allowance, named as one.
 #include "gpu_check/checker.hpp"
+#include "loader/placement.hpp"
 
 namespace hotcold::gpu_check::detail {
 
@@ -16,8 +17,10 @@ namespace {
 constexpr double gen_gb_per_s = 0.035, prepare_core_s_per_gb = 34, oracle_gflops = 1.0, read_gb_per_s = 2.0, step_start_s = 2.0;
 // The CPU's decode: this machine's ~10 GB/s a core for products, 60 GB/s at most (a desktop's memory);
 // its prefill at 10 GFLOP/s a core. The GPU's kernels at half its published bandwidth (the speed
-// floors'), its prefill re-reading the weights every 9 tokens (the compute buffer's chunk).
-constexpr double cpu_gb_per_s_core = 10, cpu_gb_per_s_max = 60, cpu_gflops_core = 10, gpu_efficiency = 0.5, gpu_prefill_chunk = 9;
+// floors'), its prefill re-reading the weights once a prompt chunk (loader::device_prompt_chunk: the
+// compute buffers hold 128 tokens of the ~1B files).
+constexpr double cpu_gb_per_s_core = 10, cpu_gb_per_s_max = 60, cpu_gflops_core = 10, gpu_efficiency = 0.5;
+constexpr double gpu_prefill_chunk = static_cast<double>(loader::device_prompt_chunk);
 // Allowances (no GPU has run the check yet): the kernel checks (their random inputs and the CPU's
 // double sums), the timed kernels, each compute-sanitizer tool on the small shapes, the suite's GPU tests.
 constexpr double kernel_checks_s = 40, kernel_speed_s = 15, sanitizer_tool_s = 20, suite_tests_s = 60;
