@@ -450,13 +450,8 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       // thread — the predictor's and the cold pool's code called here, on the same workers, instead
       // of three hand-offs between detached actors (each a thread wake-up; docs/performance.md).
       active_set s = predict(*st.runner, *st.p, job);
-      if (ram_tier* tier = ctx.disk_tier(); tier && layer + 1 < m.hp().n_layer && m.weights().layers[static_cast<size_t>(layer + 1)].pred_fc1) {
-        // The disk tier's read-ahead: the next layer's predictor on this input, its rows submitted
-        // while this layer computes (as ffn_block does on the direct pipeline).
-        st.guess_chosen.resize(static_cast<size_t>(in.n * m.hp().n_ff));
-        st.runner->predict(layer + 1, in.pred_in, in.n, st.guess_chosen.data(), st.guess_union);
-        tier->read_ahead(layer + 1, st.guess_union);
-      }
+      // The disk tier's read-ahead: the next layer's rows submitted while this layer computes.
+      if (ram_tier* tier = ctx.disk_tier()) tier->read_ahead_next(layer, *st.runner, in.pred_in, in.n, st.guess_chosen, st.guess_union);
       auto cold_ids = s.union_ids;
       const int64_t computed = std::count(s.chosen->begin(), s.chosen->end(), uint8_t{1});
       const int64_t union_size = static_cast<int64_t>(cold_ids->size());

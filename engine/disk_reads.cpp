@@ -90,22 +90,14 @@ struct disk_file::impl {
       const uint64_t lo = p.offset / a * a, hi = (p.offset + p.bytes + a - 1) / a * a;
       read_op* last = ops.empty() ? nullptr : ops.back().get();
       // A piece whose offset, length and memory are aligned is read straight into place, joined to
-      // the read before it where that one is too and both lie end to end, in the file and in memory.
+      // the read before it where that one is too and both lie end to end, in the file and in memory;
+      // another joins a bounce-buffer read before it whose blocks it touches.
       const bool aligned = p.offset % a == 0 && p.bytes % a == 0 && reinterpret_cast<uintptr_t>(p.into) % a == 0;
-      if (aligned) {
-        if (last && last->in_place && p.offset == last->offset + last->bytes && static_cast<uint8_t*>(p.into) == last->in_place + last->bytes &&
-            last->bytes + p.bytes <= o.max_read) {
-          last->bytes += p.bytes, last->needed = last->bytes;
-          last->pieces.push_back(p);
-          continue;
-        }
-        auto op = std::make_unique<read_op>();
-        op->offset = p.offset, op->bytes = p.bytes, op->needed = p.bytes, op->batch = ticket, op->in_place = static_cast<uint8_t*>(p.into);
-        op->pieces.push_back(p);
-        ops.push_back(std::move(op));
-        continue;
-      }
-      if (last && !last->in_place && lo <= last->offset + last->bytes && std::max(hi, last->offset + last->bytes) - last->offset <= o.max_read) {
+      const bool joins = last &&
+                         (aligned ? last->in_place && p.offset == last->offset + last->bytes && static_cast<uint8_t*>(p.into) == last->in_place + last->bytes
+                                  : !last->in_place && lo <= last->offset + last->bytes) &&
+                         std::max(hi, last->offset + last->bytes) - last->offset <= o.max_read;
+      if (joins) {
         last->bytes = std::max(hi, last->offset + last->bytes) - last->offset;
         last->needed = std::max(last->needed, p.offset + p.bytes - last->offset);
         last->pieces.push_back(p);
@@ -113,6 +105,7 @@ struct disk_file::impl {
       }
       auto op = std::make_unique<read_op>();
       op->offset = lo, op->bytes = hi - lo, op->needed = p.offset + p.bytes - lo, op->batch = ticket;
+      op->in_place = aligned ? static_cast<uint8_t*>(p.into) : nullptr;
       op->pieces.push_back(p);
       ops.push_back(std::move(op));
     }

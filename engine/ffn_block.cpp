@@ -2,8 +2,6 @@
 // stats and observers.
 #include "engine/ffn_block.hpp"
 
-#include "engine/ram_tier.hpp"
-
 #include <algorithm>
 #include <bit>
 #include <optional>
@@ -308,18 +306,6 @@ ffn_step_counts ffn_block::record(step_state& B, int64_t layer, const layer_weig
   return c;
 }
 
-void ffn_block::read_ahead_next(int64_t layer, const float* pred_in, int64_t n) {
-  const hparams& hp = env_.hp();
-  if (layer + 1 >= hp.n_layer) return;
-  const layer_weights& next = env_.m->weights().layers[static_cast<size_t>(layer + 1)];
-  if (!next.pred_fc1 || next.ffn_gate_inp) return;
-  if (static_cast<int64_t>(guess_chosen_.size()) < n * hp.n_ff) guess_chosen_.resize(static_cast<size_t>(n * hp.n_ff));
-  // (The next layer's input is this one's plus what this layer adds: the residual stream moves little
-  // in a layer, so its predictor on this input names most of what it will choose.)
-  predictor_.predict(layer + 1, pred_in, n, guess_chosen_.data(), guess_union_);
-  env_.disk->read_ahead(layer + 1, guess_union_);
-}
-
 ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
                                bool may_go_dense, float* out) {
   if (l.ffn_gate_inp) {  // a mixture of experts
@@ -346,7 +332,7 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   // 50% prefilled at half its dense file's speed (pp128 ~130 against ~250 tokens/s, 2 threads, Zen 4).
   const bool masked = p.sparse && !p.all_first && !executor_ && n >= 8 && static_cast<int64_t>(union_.size()) * 10 >= n_ff * 9;
   if (env_.disk && !rows_in) rows_in.emplace(masked ? env_.disk->all_rows(layer) : env_.disk->rows(layer, union_));
-  if (env_.disk && p.sparse) read_ahead_next(layer, pred_in, n);
+  if (env_.disk && p.sparse) env_.disk->read_ahead_next(layer, predictor_, pred_in, n, guess_chosen_, guess_union_);
   // The neurons of the union: each row read once, each token computing the neurons it chose. Threads
   // take contiguous shares of the union and own their rows of hidden and their accumulators; or the
   // executor (the hot/cold split) computes them.

@@ -101,9 +101,7 @@ class ffn_block {
   bool stats_on_ = false;
   std::vector<ffn_layer_stats> stats_;
   std::vector<int32_t> union_;  // the neurons a layer's tokens chose, ascending (scratch)
-  // The disk tier's read-ahead: the next layer's predictor on this layer's input, its choice's rows
-  // submitted while this layer computes (engine/ram_tier).
-  void read_ahead_next(int64_t layer, const float* pred_in, int64_t n);
+  // The disk tier's read-ahead's scratch: the next layer's guess (ram_tier::read_ahead_next).
   std::vector<uint8_t> guess_chosen_;
   std::vector<int32_t> guess_union_;
   // Measured per layer and batch-size class (log2 n): the union's share of n_ff (running average).

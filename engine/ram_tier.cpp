@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/predictor.hpp"
+
 namespace hotcold {
 
 namespace {
@@ -65,10 +67,8 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
       auto& spans = layers_[static_cast<size_t>(il)];
       // Pages wholly inside the tensor may be given back; the edge pages (shared with its neighbours)
       // are kept once read.
-      for (uint64_t k = 0; k < pages; ++k) {
-        const uint64_t lo = (s.first_page + k) * page_, hi = lo + page_;
-        if (lo >= addr && hi <= addr + s.bytes) clock_.push_back({static_cast<uint32_t>(il), static_cast<uint32_t>(spans.size()), k});
-      }
+      for (uint64_t k = 0; k < pages; ++k)
+        if (s.interior(k, page_)) clock_.push_back({static_cast<uint32_t>(il), static_cast<uint32_t>(spans.size()), k});
       spans.push_back(std::move(s));
     }
   std::lock_guard lock(mu_);
@@ -78,6 +78,7 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
     bring(il, ids, false, true);
   }
   c_ = counts{};  // (the run's figures start after the pinned rows)
+  file_base_ = file_.counted();
 }
 
 ram_tier::~ram_tier() {
@@ -89,23 +90,14 @@ ram_tier::~ram_tier() {
     }
 }
 
-ram_tier::use ram_tier::rows(int64_t il, std::span<const int32_t> ids) {
-  std::lock_guard lock(mu_);
-  ++users_[static_cast<size_t>(il)];
-  try {
-    bring(il, ids, false, false);
-  } catch (...) {
-    --users_[static_cast<size_t>(il)];
-    throw;
-  }
-  return use(this, il);
-}
+ram_tier::use ram_tier::rows(int64_t il, std::span<const int32_t> ids) { return take(il, ids, false); }
+ram_tier::use ram_tier::all_rows(int64_t il) { return take(il, {}, true); }
 
-ram_tier::use ram_tier::all_rows(int64_t il) {
+ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all) {
   std::lock_guard lock(mu_);
   ++users_[static_cast<size_t>(il)];
   try {
-    bring(il, {}, true, false);
+    bring(il, ids, all, false);
   } catch (...) {
     --users_[static_cast<size_t>(il)];
     throw;
@@ -118,13 +110,6 @@ void ram_tier::release(int64_t il) {
   --users_[static_cast<size_t>(il)];
 }
 
-namespace {
-bool interior(uint64_t page_no, uint64_t page, const uint8_t* data, uint64_t bytes) {
-  const auto addr = reinterpret_cast<uint64_t>(data);
-  return page_no * page >= addr && (page_no + 1) * page <= addr + bytes;
-}
-}  // namespace
-
 // The pages of the rows of neurons ids (every neuron: all) of layer il not in memory, marked as being
 // read; the others marked used. count: the lookups, hits, and whether a read-ahead brought them.
 std::vector<ram_tier::need> ram_tier::absent_pages(int64_t il, std::span<const int32_t> ids, bool all, bool pin, bool count) {
@@ -135,7 +120,7 @@ std::vector<ram_tier::need> ram_tier::absent_pages(int64_t il, std::span<const i
   for (int64_t k = 0; k < n; ++k) {
     const int64_t id = all ? k : ids[static_cast<size_t>(k)];
     if (id < 0 || id >= n_ff) {
-      for (const need& nd : needs) spans[nd.span].state[nd.page] = absent;
+      forget(il, needs);
       throw std::out_of_range(fmt::format("layer {}: neuron {} of {}", il, id, n_ff));
     }
     bool missing = false, brought = false;
@@ -182,7 +167,7 @@ void ram_tier::landed(int64_t il, const std::vector<need>& needs, bool pin, bool
   auto& spans = layers_[static_cast<size_t>(il)];
   for (const need& n : needs) {
     span_t& s = spans[n.span];
-    s.state[n.page] = pin || !interior(s.first_page + n.page, page_, s.data, s.bytes) ? pinned : held;
+    s.state[n.page] = pin || !s.interior(n.page, page_) ? pinned : held;
     s.referenced[n.page] = 1;
     s.ahead[n.page] = ahead ? 1 : 0;
     if (s.state[n.page] == held) ++held_window_pages_;
@@ -195,14 +180,12 @@ void ram_tier::wait_ahead(int64_t il) {
   while (!pending.empty()) {
     pending_read r = std::move(pending.back());
     pending.pop_back();
-    const auto before = file_.counted();
     try {
       file_.wait(r.ticket);
     } catch (...) {
-      for (const need& n : r.pages) layers_[static_cast<size_t>(il)][n.span].state[n.page] = absent;
+      forget(il, r.pages);
       throw;
     }
-    c_.wait_seconds += file_.counted().wait_seconds - before.wait_seconds;
     landed(il, r.pages, false, true);
   }
 }
@@ -211,19 +194,13 @@ void ram_tier::bring(int64_t il, std::span<const int32_t> ids, bool all, bool pi
   wait_ahead(il);
   const std::vector<need> needs = absent_pages(il, ids, all, pin, !pin);
   if (needs.empty()) return;
-  auto& spans = layers_[static_cast<size_t>(il)];
-  uint64_t window_needs = 0;
-  for (const need& n : needs) window_needs += !pin && interior(spans[n.span].first_page + n.page, page_, spans[n.span].data, spans[n.span].bytes);
-  make_room(window_needs);
-  const auto before = file_.counted();
+  if (!pin) make_room(window_pages_in(il, needs));
   try {
     file_.read(pieces_of(il, needs));
   } catch (...) {
-    for (const need& n : needs) spans[n.span].state[n.page] = absent;
+    forget(il, needs);
     throw;
   }
-  const auto after = file_.counted();
-  c_.disk_bytes += after.bytes - before.bytes, c_.reads += after.reads - before.reads, c_.wait_seconds += after.wait_seconds - before.wait_seconds;
   landed(il, needs, pin, false);
 }
 
@@ -231,21 +208,33 @@ void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
   std::lock_guard lock(mu_);
   const std::vector<need> needs = absent_pages(il, ids, false, false, false);
   if (needs.empty()) return;
-  auto& spans = layers_[static_cast<size_t>(il)];
-  uint64_t window_needs = 0;
-  for (const need& n : needs) window_needs += interior(spans[n.span].first_page + n.page, page_, spans[n.span].data, spans[n.span].bytes);
-  make_room(window_needs);
-  const auto before = file_.counted();
-  uint64_t ticket = 0;
+  make_room(window_pages_in(il, needs));
   try {
-    ticket = file_.submit(pieces_of(il, needs));
+    pending_[static_cast<size_t>(il)].push_back({file_.submit(pieces_of(il, needs)), needs});
   } catch (...) {
-    for (const need& n : needs) spans[n.span].state[n.page] = absent;
+    forget(il, needs);
     throw;
   }
-  const auto after = file_.counted();
-  c_.disk_bytes += after.bytes - before.bytes, c_.reads += after.reads - before.reads;
-  pending_[static_cast<size_t>(il)].push_back({ticket, needs});
+}
+
+void ram_tier::read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen,
+                               std::vector<int32_t>& ids) {
+  const hparams& hp = m_->hp();
+  if (il + 1 >= hp.n_layer || !m_->weights().layers[static_cast<size_t>(il + 1)].pred_fc1) return;
+  if (static_cast<int64_t>(chosen.size()) < n * hp.n_ff) chosen.resize(static_cast<size_t>(n * hp.n_ff));
+  // (The next layer's input is this one's plus what this layer adds: the residual stream moves little
+  // in a layer, so its predictor on this input names most of what it will choose.)
+  runner.predict(il + 1, pred_in, n, chosen.data(), ids);
+  read_ahead(il + 1, ids);
+}
+
+uint64_t ram_tier::window_pages_in(int64_t il, const std::vector<need>& needs) const {
+  const auto& spans = layers_[static_cast<size_t>(il)];
+  return static_cast<uint64_t>(std::count_if(needs.begin(), needs.end(), [&](const need& n) { return spans[n.span].interior(n.page, page_); }));
+}
+
+void ram_tier::forget(int64_t il, const std::vector<need>& needs) {
+  for (const need& n : needs) layers_[static_cast<size_t>(il)][n.span].state[n.page] = absent;
 }
 
 // Gives back window pages (clock order, a second chance for one used since the hand last passed)
@@ -287,6 +276,8 @@ void ram_tier::make_room(uint64_t pages) {
 ram_tier::counts ram_tier::counted() const {
   std::lock_guard lock(mu_);
   counts c = c_;
+  const disk_file::counts f = file_.counted();  // (the file is read for the tier alone)
+  c.disk_bytes = f.bytes - file_base_.bytes, c.reads = f.reads - file_base_.reads, c.wait_seconds = f.wait_seconds - file_base_.wait_seconds;
   c.held_bytes = pinned_bytes_ + held_window_pages_ * page_;
   return c;
 }

@@ -23,6 +23,8 @@
 
 namespace hotcold {
 
+class predictor_runner;
+
 struct ram_tier_plan {
   std::vector<int64_t> pinned_rows;  // per layer: neurons 0 .. pinned_rows - 1 kept
   uint64_t window_bytes = 0;         // recently used pages kept beside them
@@ -60,6 +62,10 @@ class ram_tier {
   // Reads ahead: the pages of layer il's rows of neurons ids that are not in memory, submitted now and
   // not waited on (the next layer's guess while this one computes); rows(il) waits for them first.
   void read_ahead(int64_t il, std::span<const int32_t> ids);
+  // The read-ahead of layer il + 1 from layer il's step: that layer's predictor (runner) on layer il's
+  // predictor input (n rows), its choice read ahead; chosen and ids are the caller's scratch. Nothing
+  // for the last layer or one without a predictor.
+  void read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen, std::vector<int32_t>& ids);
 
   // Over the run: neurons looked up and those whose rows were all in memory; bytes read from the disk
   // (reads' own, rounding included), reads, seconds waited; pages given back; the bytes held now.
@@ -88,6 +94,11 @@ class ram_tier {
     std::vector<uint8_t> state;       // per page: 0 absent, 1 held, 2 pinned (never given back), 3 being read
     std::vector<uint8_t> referenced;  // the clock's second chance
     std::vector<uint8_t> ahead;       // brought by a read-ahead its layer has not asked for yet
+    // Page k lies wholly inside the tensor (may be given back; an edge page is shared with a neighbour).
+    bool interior(uint64_t k, uint64_t page) const {
+      const auto addr = reinterpret_cast<uint64_t>(data);
+      return (first_page + k) * page >= addr && (first_page + k + 1) * page <= addr + bytes;
+    }
   };
   struct need {
     uint32_t span;
@@ -97,7 +108,10 @@ class ram_tier {
     uint64_t ticket;
     std::vector<need> pages;
   };
+  use take(int64_t il, std::span<const int32_t> ids, bool all);
   void bring(int64_t il, std::span<const int32_t> ids, bool all, bool pin);
+  uint64_t window_pages_in(int64_t il, const std::vector<need>& needs) const;  // the pages of needs that may be given back
+  void forget(int64_t il, const std::vector<need>& needs);                     // marked absent again (a read that failed)
   std::vector<need> absent_pages(int64_t il, std::span<const int32_t> ids, bool all, bool pin, bool count);
   std::vector<disk_file::piece> pieces_of(int64_t il, const std::vector<need>& needs) const;
   void landed(int64_t il, const std::vector<need>& needs, bool pin, bool ahead);
@@ -115,7 +129,8 @@ class ram_tier {
   std::vector<page_ref> clock_;  // every page that may be given back, in order
   size_t hand_ = 0;
   uint64_t held_window_pages_ = 0, window_pages_ = 0, pinned_bytes_ = 0;
-  counts c_;
+  counts c_;                     // (its disk figures: the file's own counts since the pinned rows)
+  disk_file::counts file_base_;
   mutable std::mutex mu_;
 };
 
