@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "devices/gpu_jobs.hpp"
 #include "kernels/cpu/dot.hpp"
 
 namespace hotcold {
@@ -217,7 +218,7 @@ void device_layers::cache_in(int64_t l, bool values, uint64_t offset, const void
 
 uint64_t device_layers::scratch_beside_pending() const {
   const uint64_t want = 4 * static_cast<uint64_t>(model_->hp().n_embd);
-  return scratch_bytes() > 2 * want ? (scratch_bytes() - want) / 16 * 16 : 0;
+  return scratch_bytes() > 2 * want ? (scratch_bytes() - want) / devices::scratch_align * devices::scratch_align : 0;  // (the sum on its boundary)
 }
 
 float* device_layers::pending_sums() const {

@@ -344,12 +344,18 @@ void moe_block::expert_product(const workers& on, const tensor_view& gate, const
   expert_forward(env_.hp(), on, {gate, up, down}, x, m, {S_.g, S_.h}, y.data());
 }
 
+namespace {
+// qwen2moe's shared expert's weight for a token x: sigmoid(ffn_gate_inp_shexp . x).
+float shared_expert_gate(const layer_weights& l, const float* x, int64_t d) {
+  return 1.0f / (1.0f + std::exp(-kernels::dot_f32(l.ffn_gate_inp_shexp.f32(), x, d)));
+}
+}  // namespace
+
 void moe_block::add_shared_expert(const layer_weights& l, const float* in, int64_t n, const float* y, float* out) {
-  // qwen2moe's shared expert, for every token, scaled by sigmoid(ffn_gate_inp_shexp . x).
+  // qwen2moe's shared expert, for every token, scaled by its gate.
   const int64_t d = env_.hp().n_embd;
-  const float* g = l.ffn_gate_inp_shexp.f32();
   for (int64_t t = 0; t < n; ++t) {
-    const float scale = 1.0f / (1.0f + std::exp(-kernels::dot_f32(g, in + t * d, d)));
+    const float scale = shared_expert_gate(l, in + t * d, d);
     for (int64_t c = 0; c < d; ++c) out[t * d + c] += scale * y[t * d + c];
   }
 }
@@ -375,19 +381,15 @@ devices::event moe_block::submit_hot_experts(step_state& B, int64_t layer, const
       H.experts.push_back(e), H.slot.push_back(slot), H.first.push_back(H.first.back() + m);
     }
   // A GPU takes the shared expert in the same job: its rows (every token's) after the experts'.
-  const std::shared_ptr<const device_layers> dl0 = env_.device;
-  if (shared && !dl0->device().runs_host_work()) H.x.insert(H.x.end(), in, in + n * d);
+  const std::shared_ptr<const device_layers> dl = env_.device;
+  if (shared && !dl->device().runs_host_work()) H.x.insert(H.x.end(), in, in + n * d);
   if (into) {  // one token: each row's router weight, the shared expert's gate (add_shared_expert's)
     H.w.clear();
     for (size_t i = 0; i < H.experts.size(); ++i) H.w.push_back(S.weights[static_cast<size_t>(S.slots[static_cast<size_t>(S.first[static_cast<size_t>(H.experts[i])])])]);
-    if (shared) {
-      const layer_weights& l = env_.m->weights().layers[static_cast<size_t>(layer)];
-      H.w.push_back(1.0f / (1.0f + std::exp(-kernels::dot_f32(l.ffn_gate_inp_shexp.f32(), in, d))));
-    }
+    if (shared) H.w.push_back(shared_expert_gate(env_.m->weights().layers[static_cast<size_t>(layer)], in, d));
   }
   H.y.resize(H.x.size());
   if (shared) H.shared_y.resize(static_cast<size_t>(n * d));
-  const std::shared_ptr<const device_layers>& dl = dl0;
   return dl->submit([this, layer, in, n, d, shared, dl, into] {
     const hparams& hp = env_.hp();
     hot_experts& H = hot_;

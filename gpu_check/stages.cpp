@@ -68,17 +68,23 @@ std::vector<checker::to_make> checker::model_plan() {
   one_dense_ = one_;
   one_q4_ = {"1b-shape-q4_0", "", one_.shape + ", Q4_0"};
   moe_ = {"moe-shape", "", o_.small ? "qwen3moe 256/4, 8 experts of 256, 2 used" : "qwen3moe 1024/4, 8 experts of 1024, 2 used"};
-  const std::vector<std::string> big_args = o_.small ? std::vector<std::string>{"--embd", "512", "--layers", "2", "--ffn", "1376", "--heads", "8", "--kv-heads", "8"}
-                                                     : std::vector<std::string>{"--embd", "4096", "--layers", "2", "--ffn", "11008", "--heads", "32", "--kv-heads", "32"};
-  const std::vector<std::string> one_args = o_.small ? std::vector<std::string>{"--embd", "256", "--layers", "4", "--ffn", "704", "--heads", "8", "--kv-heads", "4"}
-                                                     : std::vector<std::string>{"--embd", "2048", "--layers", "16", "--ffn", "5632", "--heads", "32", "--kv-heads", "8"};
+  // Each shape full (a GPU run's, and what the schedule estimates whatever this run's) and small.
+  const std::vector<std::string> full_big{"--embd", "4096", "--layers", "2", "--ffn", "11008", "--heads", "32", "--kv-heads", "32"},
+      small_big{"--embd", "512", "--layers", "2", "--ffn", "1376", "--heads", "8", "--kv-heads", "8"},
+      full_one{"--embd", "2048", "--layers", "16", "--ffn", "5632", "--heads", "32", "--kv-heads", "8"},
+      small_one{"--embd", "256", "--layers", "4", "--ffn", "704", "--heads", "8", "--kv-heads", "4"};
+  const std::vector<std::string>& big_args = o_.small ? small_big : full_big;
+  const std::vector<std::string>& one_args = o_.small ? small_one : full_one;
   // Tokens prepare profiles: enough to rank the neurons for a placement (the check compares with the
   // oracle given the neurons chosen, whatever they are).
   const std::string few = "64", more = "64";
   // A mixture of experts (docs/moe.md): attention, the head and some experts in device slots, the
   // rest on the CPU, the cache refilled as the prompt routes.
-  const std::vector<std::string> moe_args{"--arch", "qwen3moe", "--act", "silu", "--embd", o_.small ? "256" : "1024", "--layers", "4",
-                                          "--ffn", o_.small ? "256" : "1024", "--heads", "8", "--kv-heads", "4", "--experts", "8", "--experts-used", "2"};
+  auto moe_of = [](const char* width) {
+    return std::vector<std::string>{"--arch", "qwen3moe", "--act", "silu", "--embd", width, "--layers", "4",
+                                    "--ffn", width, "--heads", "8", "--kv-heads", "4", "--experts", "8", "--experts-used", "2"};
+  };
+  const std::vector<std::string> full_moe = moe_of("1024"), moe_args = o_.small ? moe_of("256") : full_moe;
   // Predictors of a fixed rank trained one epoch (prepare's rank search was the slowest step; the
   // check's oracle is given the neurons the run chose, and on these synthetic files rank 256 chooses
   // no more neurons than the search's).
@@ -88,9 +94,6 @@ std::vector<checker::to_make> checker::model_plan() {
   depth_ = {"depth-shape", "", "256/4/704, 8 heads, 4 KV heads"};
   const std::vector<std::string> depth_args{"--embd", "256", "--layers", "4", "--ffn", "704", "--heads", "8", "--kv-heads", "4"};
   // The schedule is the GPU run's (full shapes) whatever this run's: its files' weights.
-  const std::vector<std::string> full_big{"--embd", "4096", "--layers", "2", "--ffn", "11008", "--heads", "32"},
-      full_one{"--embd", "2048", "--layers", "16", "--ffn", "5632", "--heads", "32", "--kv-heads", "8"},
-      full_moe{"--embd", "1024", "--layers", "4", "--ffn", "1024", "--heads", "8", "--kv-heads", "4", "--experts", "8"};
   for (auto [m, a, per] : {std::tuple{&one_, &full_one, 2.0}, {&one_dense_, &full_one, 2.0}, {&one_q4_, &full_one, 18.0 / 32}, {&big_, &full_big, 2.0},
                            {&moe_, &full_moe, 2.0}, {&depth_, &depth_args, 2.0}})
     m->params = shape_params(*a), m->bytes_per_param = per;
