@@ -259,8 +259,7 @@ std::string hot_ffn(row_type t, const void* gate, const void* up, const void* do
   const int64_t chunk = count == 0 ? 0 : (count + chunks - 1) / chunks;
   // Wide reads where the rows allow (hot_down_f16x8_kernel, hot_down_blocks_kernel), else a column a thread.
   const auto staged = static_cast<size_t>(chunk > 0 ? chunk : 1) * (sizeof(int32_t) + sizeof(float));
-  const bool f16_wide = t == row_type::f16 && d % 8 == 0 && rb % 16 == 0 && (reinterpret_cast<uintptr_t>(dn) & 15) == 0 &&
-                        (reinterpret_cast<uintptr_t>(scratch) & 15) == 0;
+  const bool f16_wide = t == row_type::f16 && d % 8 == 0 && rb % 16 == 0 && aligned16(dn) && aligned16(scratch);
   if (f16_wide) {
     const dim3 grid(static_cast<unsigned>((d / 8 + threads - 1) / threads), static_cast<unsigned>(chunks));
     hot_down_f16x8_kernel<<<grid, threads, staged, as_stream(stream)>>>(dn, rb, slots, count, chunk, d, hidden, scratch);

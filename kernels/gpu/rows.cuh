@@ -18,7 +18,7 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-__device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Eight F16 weights (one 16-byte load) against eight floats of x (two 16-byte loads).
 __device__ inline float dot8(const uint4& w, const float4& xa, const float4& xb) {
