@@ -111,7 +111,7 @@ predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<pr
 // ---- cold pool ----------------------------------------------------------------------------------
 
 
-ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& job) {
+ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& job, const std::function<void()>& rows_asked = {}) {
   if (p.fault) p.fault(step_part::cold_ffn, job.layer, job.requests);
   const hparams& hp = p.m->hp();
   const int64_t n = job.input.rows, d = hp.n_embd;
@@ -119,11 +119,17 @@ ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& 
   if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
   // The disk tier: the cold rows this layer reads brought into place first (engine/ram_tier).
   std::optional<ram_tier::use> rows_in;
-  if (ram_tier* tier = p.ctx->disk_tier()) rows_in.emplace(tier->rows(job.layer, *job.cold_ids));
+  // (Every neuron — a prompt's — in its own row: the matrix products read the tensors whole.)
+  if (ram_tier* tier = p.ctx->disk_tier())
+    rows_in.emplace(static_cast<int64_t>(job.cold_ids->size()) == hp.n_ff ? tier->all_rows(job.layer) : tier->rows(job.layer, *job.cold_ids, true));
+  if (rows_asked) rows_asked();  // (the next layer's read-ahead after this layer's own reads: they go first)
   const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
   std::vector<float> sum(static_cast<size_t>(n * d));
   const auto t0 = std::chrono::steady_clock::now();
-  cold_share(pool, *p.m, {p.trace, step_part::cold_ffn, job.input.step, job.layer}, *job.cold_ids, x, st.hidden.data(), st.acc, sum.data());
+  cold_share(pool, *p.m, {p.trace, step_part::cold_ffn, job.input.step, job.layer},
+             {{job.cold_ids->data(), rows_in && !rows_in->rows().empty() ? rows_in->rows().data() : job.cold_ids->data(), static_cast<int64_t>(job.cold_ids->size())},
+              rows_in ? &*rows_in : nullptr},
+             x, st.hidden.data(), st.acc, sum.data());
   p.stats->add_time(step_part::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
   const int64_t fired = fired_rows(st.hidden.data(), job.chosen.chosen->data(), n, hp.n_ff, job.cold_ids->data(), static_cast<int64_t>(job.cold_ids->size()));
   return ffn_part{shared_tensor::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size, fired};
@@ -450,13 +456,16 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       // thread — the predictor's and the cold pool's code called here, on the same workers, instead
       // of three hand-offs between detached actors (each a thread wake-up; docs/performance.md).
       active_set s = predict(*st.runner, *st.p, job);
-      // The disk tier's read-ahead: the next layer's rows submitted while this layer computes.
-      if (ram_tier* tier = ctx.disk_tier()) tier->read_ahead_next(layer, *st.runner, in.pred_in, in.n, st.guess_chosen, st.guess_union);
+      // The disk tier's read-ahead: the next layer's rows submitted while this layer computes (once
+      // this layer's own are asked for: a disk serves reads in turn).
+      auto read_ahead = [&] {
+        if (ram_tier* tier = ctx.disk_tier()) tier->read_ahead_next(layer, *st.runner, in.pred_in, in.n, st.guess_chosen, st.guess_union);
+      };
       auto cold_ids = s.union_ids;
       const int64_t computed = std::count(s.chosen->begin(), s.chosen->end(), uint8_t{1});
       const int64_t union_size = static_cast<int64_t>(cold_ids->size());
       const ffn_part part = cold_ffn(st.cold_rows, *st.p,
-                                     cold_job{layer, job.ffn_input, st.xq, std::move(s), std::move(cold_ids), st.plan.requests, computed, union_size});
+                                     cold_job{layer, job.ffn_input, st.xq, std::move(s), std::move(cold_ids), st.plan.requests, computed, union_size}, read_ahead);
       st.cold_neurons += union_size;
       return finish_layer(self, layer, &part.out, part.computed, part.union_size, part.fired);
     }

@@ -21,6 +21,7 @@
 #include "actors/stage_data.hpp"
 #include "actors/stage_keys.hpp"
 #include "engine/forward.hpp"
+#include "engine/ram_tier.hpp"
 
 #ifndef HOTCOLD_VERSION
 #define HOTCOLD_VERSION "unknown"
@@ -154,6 +155,7 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
             st.o.m.reset(), w.first = w.last = 0, st.private_copy = false;
             load_options lo;
             lo.first_layer = first, lo.last_layer = last, lo.globals = false;
+            lo.ffn_rows_from_disk = st.o.ram_budget > 0;
             st.o.m = model::load(st.path, lo);
             st.private_copy = true;
             say(st.o, fmt::format("hotcold worker: read layers {}-{} in {:.2f} s", first, last - 1,
@@ -164,6 +166,14 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
           } else {
             w.ctx = std::make_shared<inference_context>(st.o.m, n_ctx, st.o.threads, n_seq, kv);
             w.ctx->set_mode(fm);
+          }
+          if (st.o.ram_budget > 0) {  // (its layers' rows: the budget's plan for them)
+            const ram_tier_plan plan = plan_ram_tier(*st.o.m, st.o.ram_budget);
+            w.ctx->set_disk_tier(std::make_shared<ram_tier>(st.o.m, plan));
+            say(st.o, fmt::format("hotcold worker: --ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} hottest neurons and a window of "
+                                  "{:.3f} GiB; the other FFN rows read from the file",
+                                  st.o.ram_budget / double(1ull << 30), plan.fixed_bytes / double(1ull << 30), plan.pinned_rows.empty() ? 0 : plan.pinned_rows[0],
+                                  plan.window_bytes / double(1ull << 30)));
           }
           w.ctx->reserve_prefix_store(shape[2], shape[3]);  // (its layers' rows of each block: backed only where written)
         } catch (const std::exception& e) {

@@ -99,6 +99,9 @@ struct stage_host_options {
   // unless `mmap` says to compute from the mapping (whose pages are read as they are used).
   std::shared_ptr<const model> m;
   bool mmap = false;
+  // The disk tier (engine/ram_tier; --ram-budget): the assigned layers' weights held in memory, their
+  // other FFN rows read from the file as steps choose them. 0: all of them read at the assignment.
+  uint64_t ram_budget = 0;
   std::string file_id;  // file_identity() of m's file, as the worker computed it
   int threads = 1;      // the CPU workers of the stage's context
   double read_bytes_per_second = 0;  // measured with those threads at the worker's start (the probe's answer)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -20,7 +21,14 @@
 namespace hotcold {
 
 namespace {
-constexpr uint64_t direct_align = 4096;  // offsets, lengths and buffers of a direct read
+// The alignment a direct read of fd wants of its offset, length and memory: what the file system says
+// (statx's STATX_DIOALIGN: 512 on most disks), else a page.
+uint64_t direct_alignment(int fd) {
+  struct statx sx {};
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align > 0)
+    return std::max<uint64_t>({sx.stx_dio_offset_align, sx.stx_dio_mem_align, 512});
+  return 4096;
+}
 
 struct file_identity {
   uint64_t size = 0;
@@ -39,7 +47,7 @@ struct read_op {
   uint64_t offset = 0, bytes = 0;  // what is read (aligned for direct I/O)
   uint64_t needed = 0;             // bytes from `offset` its pieces reach (the rest may lie past the end)
   uint64_t done = 0;               // bytes in so far
-  std::unique_ptr<uint8_t, decltype(&std::free)> buffer{nullptr, &std::free};
+  std::unique_ptr<uint8_t, decltype(&std::free)> buffer{nullptr, &std::free};  // (a size class's: 2^k bytes)
   uint8_t* in_place = nullptr;  // read straight into the pieces' memory (aligned, contiguous): no buffer
   std::vector<disk_file::piece> pieces;
   uint8_t* target() const { return in_place ? in_place : buffer.get(); }
@@ -64,6 +72,7 @@ struct disk_file::impl {
   };
   std::map<uint64_t, batch> batches;
 
+  uint64_t direct_align = 4096;  // offsets, lengths and buffers of a direct read
   uint64_t align() const { return direct ? direct_align : 1; }
   [[noreturn]] void fail(const std::string& what) const { throw std::runtime_error(fmt::format("{}: {}", path, what)); }
 
@@ -111,8 +120,7 @@ struct disk_file::impl {
     }
     for (auto& op : ops) {
       if (op->in_place) continue;
-      op->buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(direct_align, (op->bytes + direct_align - 1) / direct_align * direct_align)));
-      if (!op->buffer) fail(fmt::format("no memory for a read of {} bytes", op->bytes));
+      op->buffer = bounce_buffer(op->bytes);
     }
     return ops;
   }
@@ -138,16 +146,47 @@ struct disk_file::impl {
     return true;
   }
 
+  // Bounce buffers by size class (powers of two from a page), kept for the next reads: a fresh large
+  // allocation is mapped memory the system zeroes on first touch, every time.
+  using buffer_ptr = std::unique_ptr<uint8_t, decltype(&std::free)>;
+  std::vector<std::vector<buffer_ptr>> spare;
+  uint64_t spare_bytes = 0;
+  static constexpr uint64_t spare_limit = 64ull << 20;
+  static unsigned size_class(uint64_t bytes) { return static_cast<unsigned>(std::bit_width(std::max<uint64_t>(bytes, 4096) - 1)); }
+  buffer_ptr bounce_buffer(uint64_t bytes) {
+    const unsigned c = size_class(bytes);
+    if (c < spare.size() && !spare[c].empty()) {
+      buffer_ptr b = std::move(spare[c].back());
+      spare[c].pop_back();
+      spare_bytes -= uint64_t{1} << c;
+      return b;
+    }
+    buffer_ptr b(static_cast<uint8_t*>(std::aligned_alloc(std::max<uint64_t>(direct_align, 4096), uint64_t{1} << c)), &std::free);
+    if (!b) fail(fmt::format("no memory for a read of {} bytes", bytes));
+    return b;
+  }
+  void recycle(buffer_ptr b, uint64_t bytes) {
+    const unsigned c = size_class(bytes);
+    if (!b || spare_bytes + (uint64_t{1} << c) > spare_limit) return;
+    if (spare.size() <= c) spare.resize(c + 1);
+    spare_bytes += uint64_t{1} << c;
+    spare[c].push_back(std::move(b));
+  }
+
   void finish(read_op& op) {
     batch& b = batches.at(op.batch);
-    op.buffer.reset();
+    recycle(std::move(op.buffer), op.bytes);
     --b.pending;
   }
 
   void queue(read_op& op) {
-    while (in_flight >= o.depth) {  // (the completion queue holds what is in flight)
-      io_uring_submit(&ring);
-      reap_one();
+    if (in_flight >= o.depth) {  // (the completion queue holds what is in flight: wait, and count it)
+      const auto t0 = std::chrono::steady_clock::now();
+      while (in_flight >= o.depth) {
+        io_uring_submit(&ring);
+        reap_one();
+      }
+      c.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
     if (!sqe) {
@@ -191,6 +230,7 @@ disk_file::disk_file(const std::string& path, const options& o) : p_(std::make_u
   if (o.direct) {
     p_->fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
     p_->direct = p_->fd >= 0;
+    if (p_->direct) p_->direct_align = direct_alignment(p_->fd);
   }
   if (p_->fd < 0) p_->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // (a file system without direct I/O: tmpfs)
   if (p_->fd < 0) throw std::runtime_error(fmt::format("{}: cannot open for reading: {}", path, std::strerror(errno)));

@@ -19,7 +19,7 @@ class disk_file {
   struct options {
     bool direct = true;      // O_DIRECT where the file system allows it (else through the page cache)
     bool use_uring = true;   // io_uring; false: pread (what a refused io_uring falls back to)
-    unsigned depth = 64;     // reads in flight at most
+    unsigned depth = 1024;   // reads in flight at most (a layer's read-ahead goes out whole, not waited on)
     uint64_t max_read = 1 << 20;  // a coalesced read's bytes at most
   };
   // Opens `path` for reading; std::runtime_error naming it where it cannot be opened.

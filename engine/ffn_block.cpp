@@ -234,7 +234,8 @@ void ffn_block::down_rows_by_blocks(step_state& B, const layer_weights& l, const
   }
 }
 
-void ffn_block::chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, float* out) {
+void ffn_block::chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose,
+                            const ram_tier::use* disk, float* out) {
   // The chosen neurons row by row: the input quantized once for them where the rows read Q8_0 (the
   // matrix products quantize their own).
   const hparams& hp = env_.hp();
@@ -243,9 +244,11 @@ void ffn_block::chosen_rows(step_state& B, int64_t layer, const layer_weights& l
   const bool down_t = static_cast<bool>(l.ffn_down_t);
   const std::vector<int32_t>& chosen_union = union_;
   const int64_t n_union = static_cast<int64_t>(chosen_union.size());
-  const neuron_set all{chosen_union.data(), chosen_union.data(), n_union};
+  const std::span<const int32_t> rows = disk ? disk->rows() : std::span<const int32_t>{};
+  const neuron_set all{chosen_union.data(), rows.empty() ? chosen_union.data() : rows.data(), n_union};
   const batch_ffn_input x{in, quantize_for_rows(l.ffn_up, in, n, d, B.ffn_in_q8), B.chosen.data(), n, d, n_ff};
   const float threshold = hp.act_threshold_of(layer);
+  if (disk && (executor_ || !choose)) disk->ready();  // (below, each piece waits for its own rows)
   if (executor_ && down_t) {
     executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
   } else if (!choose && n == 1 && down_t && threshold > 0.0f && hp.gated_ffn) {
@@ -261,9 +264,12 @@ void ffn_block::chosen_rows(step_state& B, int64_t layer, const layer_weights& l
     // Each thread its own shard of the chosen neurons first, then what is left of the others'
     // (neuron_shards); one token goes through the single-token routine (batch_neurons picks it).
     neuron_shards pieces(n_union, threads);
+    // (a piece whose rows are still being read waits for them; one whose read failed is skipped, and
+    // the error thrown after)
     run_pieces(*on.pool, pieces, n * d, B.acc, down_t ? out : nullptr, [&](int64_t k0, int64_t k1, float* acc) {
-      batch_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), x, B.hidden.data(), acc);
+      if (!disk || disk->ready(k0, k1)) batch_neurons(hp, threshold, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), x, B.hidden.data(), acc);
     });
+    if (disk) disk->ready();
   }
 }
 
@@ -331,7 +337,7 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   // zero, the same choice as neuron by neuron. Row against its tokens, a ~1B Q4_0 file thresholded at
   // 50% prefilled at half its dense file's speed (pp128 ~130 against ~250 tokens/s, 2 threads, Zen 4).
   const bool masked = p.sparse && !p.all_first && !executor_ && n >= 8 && static_cast<int64_t>(union_.size()) * 10 >= n_ff * 9;
-  if (env_.disk && !rows_in) rows_in.emplace(masked ? env_.disk->all_rows(layer) : env_.disk->rows(layer, union_));
+  if (env_.disk && !rows_in) rows_in.emplace(masked ? env_.disk->all_rows(layer) : env_.disk->rows(layer, union_, !p.as_matrices));
   if (env_.disk && p.sparse) env_.disk->read_ahead_next(layer, predictor_, pred_in, n, guess_chosen_, guess_union_);
   // The neurons of the union: each row read once, each token computing the neurons it chose. Threads
   // take contiguous shares of the union and own their rows of hidden and their accumulators; or the
@@ -344,7 +350,7 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
     std::optional<trace_scope> ffn_span;
     if (p.as_matrices || masked || !(executor_ && down_t)) ffn_span.emplace(env_.trace, step_part::ffn, B.step, layer, n);
     if (p.as_matrices || masked) as_matrices(B, layer, l, on, in, p.margins, out, masked ? B.chosen.data() : nullptr);
-    else chosen_rows(B, layer, l, on, in, p.choose, out);
+    else chosen_rows(B, layer, l, on, in, p.choose, rows_in ? &*rows_in : nullptr, out);
     // With down rows, out is written above (by the executor, or summed from the threads' or the
     // pieces' accumulators); without, the down projection is a matrix product — for a few tokens of
     // a Q4_0 matrix over the blocks of 32 neurons where one fired only (a sparse file written with

@@ -12,6 +12,7 @@
 
 #include "engine/moe_block.hpp"
 #include "engine/predictor.hpp"
+#include "engine/ram_tier.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "engine/step_state.hpp"
 
@@ -89,7 +90,9 @@ class ffn_block {
   void as_matrices(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool margins, float* out,
                    const uint8_t* mask = nullptr);
   void down_rows_by_blocks(step_state& B, const layer_weights& l, const workers& on, const float* h, float* out);
-  void chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, float* out);
+  // disk: the disk tier's use of the union's rows (where they sit, and a read still landing), or null.
+  void chosen_rows(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, bool choose, const ram_tier::use* disk,
+                   float* out);
   // What the batch measured: the union's share, the stats, the observer's values, the rows read.
   ffn_step_counts record(step_state& B, int64_t layer, const layer_weights& l, const float* pred_in, const plan& p, int64_t down_blocks = -1);
   void observe(const step_state& B, int64_t layer, const float* pred_in, bool margins) const;

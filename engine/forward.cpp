@@ -8,6 +8,7 @@
 
 #include "engine/layer_ops.hpp"
 #include "engine/matmul.hpp"
+#include "engine/ram_tier.hpp"
 
 namespace hotcold {
 
@@ -94,6 +95,7 @@ void inference_context::begin(step_state& B, int64_t n, const int64_t* seqs, con
 void inference_context::embed(step_state& B, std::span<const token_id> tokens) {
   if (!env_.m->holds_globals()) throw std::logic_error("the embeddings: this process did not load them (load_options::globals)");
   const int64_t d = env_.hp().n_embd;
+  if (env_.disk) env_.disk->token_rows(tokens);  // (the embedding table left in the file: these rows read)
   for (size_t t = 0; t < tokens.size(); ++t) dequantize_row(env_.m->weights().token_embd, tokens[t], B.x.data() + static_cast<int64_t>(t) * d);
   if (env_.hp().embd_scaled) {  // Gemma 2: x sqrt(n_embd), as llama.cpp scales them (a float's square root)
     const float scale = std::sqrt(static_cast<float>(d));

@@ -123,7 +123,7 @@ devices::event hot_rows::submit(int64_t step, int64_t layer, const ffn_split& s,
   });
 }
 
-void cold_share(thread_pool& pool, const model& m, const trace_span& at, std::span<const int32_t> cold_ids, const batch_ffn_input& x, float* hidden,
+void cold_share(thread_pool& pool, const model& m, const trace_span& at, const cold_neurons& cold, const batch_ffn_input& x, float* hidden,
                 std::vector<float>& acc, float* out) {
   const int64_t layer = at.layer;
   const trace_span span{at.trace, step_part::cold_ffn, at.step, layer, x.n};
@@ -131,7 +131,8 @@ void cold_share(thread_pool& pool, const model& m, const trace_span& at, std::sp
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
   const float t = hp.act_threshold_of(layer);
   const int64_t n = x.n, n_ff = hp.n_ff;
-  if (t > 0.0f && n >= 16 && static_cast<int64_t>(cold_ids.size()) == n_ff && hp.gated_ffn && transposed_product_reads(l.ffn_down_t)) {
+  if (cold.disk) cold.disk->ready();  // (with a prompt's every neuron: its rows in before the products)
+  if (t > 0.0f && n >= 16 && cold.set.count == n_ff && hp.gated_ffn && transposed_product_reads(l.ffn_down_t)) {
     trace_scope interval(span);
     // A prompt batch of a thresholded layer chooses every neuron for some token (each keeps about
     // half): gate and up of every neuron as matrix products, each token's values kept for the neurons
@@ -149,11 +150,16 @@ void cold_share(thread_pool& pool, const model& m, const trace_span& at, std::sp
     transposed_product(pool, l.ffn_down_t, hidden, n, out);
     return;
   }
-  neuron_shards pieces(static_cast<int64_t>(cold_ids.size()), pool.size());
-  const neuron_set all{cold_ids.data(), cold_ids.data(), static_cast<int64_t>(cold_ids.size())};
+  neuron_shards pieces(cold.set.count, pool.size());
+  // (a piece whose rows are still being read waits for them; one whose read failed is skipped, and the
+  // error thrown after)
   run_pieces(
       pool, pieces, x.n * x.d, acc, out,
-      [&](int64_t k0, int64_t k1, float* a) { batch_neurons(hp, t, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, all.from(k0, k1), x, hidden, a); }, span);
+      [&](int64_t k0, int64_t k1, float* a) {
+        if (!cold.disk || cold.disk->ready(k0, k1)) batch_neurons(hp, t, {l.ffn_gate, l.ffn_up, l.ffn_down_t}, cold.set.from(k0, k1), x, hidden, a);
+      },
+      span);
+  if (cold.disk) cold.disk->ready();
 }
 
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold)
@@ -172,7 +178,8 @@ void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input&
   hot_out_.assign(static_cast<size_t>(nd), 0.0f);
   devices::event hot_done;
   if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
-  cold_share(*cold_, *model_, {trace_, step_part::cold_ffn, step, layer}, split_.cold_ids, x, hidden, cold_acc_, out);
+  const auto n_cold = static_cast<int64_t>(split_.cold_ids.size());
+  cold_share(*cold_, *model_, {trace_, step_part::cold_ffn, step, layer}, {{split_.cold_ids.data(), split_.cold_ids.data(), n_cold}}, x, hidden, cold_acc_, out);
   if (hot_done) {
     hot_done->wait();
     const auto hot = static_cast<int64_t>(split_.hot_ids.size());

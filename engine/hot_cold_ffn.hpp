@@ -62,8 +62,14 @@ class hot_rows {
 // of them, in id order — then helps with
 // what is left of the others' (neuron_shards), into hidden (n x n_ff) and each piece's accumulator
 // (acc: scratch, grown as needed); out (n x n_embd) = their sum, in piece order. at: the step and
-// layer, and the recorder its cold_ffn intervals go to.
-void cold_share(thread_pool& pool, const model& m, const trace_span& at, std::span<const int32_t> cold_ids, const batch_ffn_input& x, float* hidden,
+// layer, and the recorder its cold_ffn intervals go to. cold: the cold neurons, ascending, and the
+// rows that hold them (their own, or the disk tier's slots: engine/ram_tier, whose use says too when
+// a piece's rows have landed).
+struct cold_neurons {
+  neuron_set set;
+  const ram_tier::use* disk = nullptr;
+};
+void cold_share(thread_pool& pool, const model& m, const trace_span& at, const cold_neurons& cold, const batch_ffn_input& x, float* hidden,
                 std::vector<float>& acc, float* out);
 
 class hot_cold_ffn final : public ffn_executor {

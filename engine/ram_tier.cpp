@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -13,11 +15,15 @@
 namespace hotcold {
 
 namespace {
-constexpr uint8_t absent = 0, held = 1, pinned = 2, queued = 3;
+// Layer il's per-neuron tensors, where this process holds the layer (a worker's are some of them).
+std::vector<const tensor_view*> tiered(const model& m, int64_t il) {
+  if (!m.holds_layer(il)) return {};
+  return neuron_row_tensors(m.hp(), il, m.weights().layers[static_cast<size_t>(il)]);
+}
 
 uint64_t neuron_bytes(const model& m, int64_t il) {
   uint64_t b = 0;
-  for (const tensor_view* t : neuron_row_tensors(m.hp(), il, m.weights().layers[static_cast<size_t>(il)])) b += t->row_bytes;
+  for (const tensor_view* t : tiered(m, il)) b += t->row_bytes;
   return b;
 }
 }  // namespace
@@ -27,25 +33,105 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
   ram_tier_plan p;
   uint64_t per_neuron = 0;  // one neuron of every layer
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    for (const tensor_view* t : neuron_row_tensors(hp, il, m.weights().layers[static_cast<size_t>(il)])) p.row_bytes += t->bytes();
+    for (const tensor_view* t : tiered(m, il)) p.row_bytes += t->bytes();
     per_neuron += neuron_bytes(m, il);
   }
   if (p.row_bytes == 0) throw std::invalid_argument(fmt::format("--ram-budget: {} has no FFN rows read by neuron (a sparse file's: `hotcold prepare`)", m.path()));
-  p.fixed_bytes = m.weight_bytes() > p.row_bytes ? m.weight_bytes() - p.row_bytes : 0;
+  p.fixed_bytes = m.held_weight_bytes() > p.row_bytes ? m.held_weight_bytes() - p.row_bytes : 0;
+  if (m.embeddings_from_disk()) {  // (rows of the tokens a conversation uses: a quarter of the table, a thousand at most)
+    const tensor_view& e = m.weights().token_embd;
+    p.fixed_bytes -= std::min(p.fixed_bytes, e.bytes());
+    const bool whole = budget >= p.fixed_bytes + e.bytes() + p.row_bytes;  // (everything fits: the table read at the start)
+    p.token_rows = whole ? e.ne1 : std::clamp<int64_t>(e.ne1 / 4, 1, 1024);
+    p.fixed_bytes += static_cast<uint64_t>(p.token_rows) * e.row_bytes;
+  }
   if (budget < p.fixed_bytes)
     throw std::invalid_argument(fmt::format("--ram-budget {:.3f} GiB is below what {} holds besides its FFN rows: {:.3f} GiB (attention, embeddings, head, "
                                             "predictors, norms)",
                                             budget / double(1ull << 30), m.path(), p.fixed_bytes / double(1ull << 30)));
   const uint64_t left = std::min(budget - p.fixed_bytes, p.row_bytes);
-  const int64_t rows = left == p.row_bytes ? hp.n_ff : std::min<int64_t>(hp.n_ff, static_cast<int64_t>(left / 2 / std::max<uint64_t>(per_neuron, 1)));
+  if (left == p.row_bytes) {
+    p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), hp.n_ff);
+    return p;
+  }
+  uint64_t layer_neuron = 0;  // one neuron's rows of the widest layer: a window slot
+  for (int64_t il = 0; il < hp.n_layer; ++il) layer_neuron = std::max(layer_neuron, neuron_bytes(m, il));
+  p.window_rows = std::min<int64_t>(hp.n_ff / 4, static_cast<int64_t>(left / 2 / std::max<uint64_t>(layer_neuron, 1)));
+  p.window_bytes = static_cast<uint64_t>(p.window_rows) * layer_neuron;
+  const int64_t rows = std::min<int64_t>(hp.n_ff - p.window_rows, static_cast<int64_t>((left - p.window_bytes) / std::max<uint64_t>(per_neuron, 1)));
   p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), rows);
-  p.window_bytes = left - static_cast<uint64_t>(rows) * per_neuron;
   return p;
 }
 
-ram_tier::use::~use() {
-  if (tier_) tier_->release(layer_);
+namespace {
+constexpr uint8_t slot_free = 0, slot_held = 1, slot_queued = 2;
+}  // namespace
+
+struct ram_tier::use::lazy_read {
+  uint64_t ticket = 0;
+  std::vector<uint8_t> missing;  // per id: read by this use
+  std::once_flag once;
+  std::string error;
+};
+
+void ram_tier::use::land() const {
+  std::call_once(lazy_->once, [this] { lazy_->error = tier_->land(layer_, lazy_->ticket); });
 }
+
+bool ram_tier::use::ready(int64_t k0, int64_t k1) const {
+  if (!lazy_) return true;
+  const auto& m = lazy_->missing;
+  if (std::find(m.begin() + k0, m.begin() + k1, uint8_t{1}) == m.begin() + k1) return true;
+  land();
+  return lazy_->error.empty();
+}
+
+void ram_tier::use::ready() const {
+  if (!lazy_) return;
+  land();
+  if (!lazy_->error.empty()) throw std::runtime_error(lazy_->error);
+}
+
+ram_tier::use::~use() {
+  if (!tier_) return;
+  if (lazy_) land();  // (its reads write into the rows: in before they go)
+  tier_->release(layer_, all_, rows_);
+}
+
+std::string ram_tier::land(int64_t il, uint64_t ticket) {
+  std::lock_guard lock(mu_);
+  layer_t& L = layers_[static_cast<size_t>(il)];
+  const auto it = std::find_if(L.pending.begin(), L.pending.end(), [&](const auto& p) { return p.first == ticket; });
+  if (it == L.pending.end()) {  // (waited on already, by a step of the layer that came after)
+    const auto f = failed_.find(ticket);
+    return f == failed_.end() ? std::string{} : f->second;
+  }
+  auto rows = std::move(it->second);
+  L.pending.erase(it);
+  try {
+    file_.wait(ticket);
+  } catch (const std::exception& e) {
+    unread(L, rows);
+    return e.what();
+  }
+  for (int32_t r : rows) slot(L, r).state = slot_held;
+  return {};
+}
+
+namespace {
+
+// The whole pages of `rows` rows of t (a mapping's unit): the window's last row may end in a page of
+// the layer's own, which its holder writes like the rest of the row.
+uint64_t mapped_bytes(int64_t rows, const tensor_view& t) {
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return static_cast<uint64_t>(rows) * t.row_bytes / page * page;
+}
+
+// Whether every tensor's row `row` starts on a page (where a mapping can begin).
+bool on_page(const std::vector<const tensor_view*>& ts, int64_t row, uint64_t page) {
+  return std::all_of(ts.begin(), ts.end(), [&](const tensor_view* t) { return (reinterpret_cast<uint64_t>(t->data) + static_cast<uint64_t>(row) * t->row_bytes) % page == 0; });
+}
+}  // namespace
 
 ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, const disk_file::options& io)
     : m_(std::move(m)), plan_(plan), file_(m_->path(), io), page_(static_cast<uint64_t>(sysconf(_SC_PAGESIZE))) {
@@ -53,166 +139,321 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
   const auto& hp = m_->hp();
   if (static_cast<int64_t>(plan_.pinned_rows.size()) != hp.n_layer) throw std::invalid_argument("a disk tier's plan names every layer's pinned rows");
   layers_.resize(static_cast<size_t>(hp.n_layer));
-  users_.assign(static_cast<size_t>(hp.n_layer), 0);
-  pending_.resize(static_cast<size_t>(hp.n_layer));
-  window_pages_ = plan_.window_bytes / page_;
-  for (int64_t il = 0; il < hp.n_layer; ++il)
-    for (const tensor_view* t : neuron_row_tensors(hp, il, m_->weights().layers[static_cast<size_t>(il)])) {
-      span_t s;
-      s.data = t->data, s.bytes = t->bytes(), s.row_bytes = t->row_bytes;
-      const auto addr = reinterpret_cast<uint64_t>(s.data);
-      s.first_page = addr / page_;
-      const uint64_t pages = (addr + s.bytes + page_ - 1) / page_ - s.first_page;
-      s.state.assign(pages, absent), s.referenced.assign(pages, 0), s.ahead.assign(pages, 0);
-      auto& spans = layers_[static_cast<size_t>(il)];
-      // Pages wholly inside the tensor may be given back; the edge pages (shared with its neighbours)
-      // are kept once read.
-      for (uint64_t k = 0; k < pages; ++k)
-        if (s.interior(k, page_)) clock_.push_back({static_cast<uint32_t>(il), static_cast<uint32_t>(spans.size()), k});
-      spans.push_back(std::move(s));
-    }
+  // The window: for the layers whose tensors are alike (the rows and their bytes of the first's).
+  const int64_t window = std::max<int64_t>(plan_.window_rows, 0);
+  const layer_t* first = nullptr;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    layer_t& L = layers_[static_cast<size_t>(il)];
+    L.tensors = tiered(*m_, il);
+    L.neuron_bytes = neuron_bytes(*m_, il);
+    if (!first && !L.tensors.empty()) first = &L;
+  }
   std::lock_guard lock(mu_);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    std::vector<int32_t> ids(static_cast<size_t>(std::min(plan_.pinned_rows[static_cast<size_t>(il)], hp.n_ff)));
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-    bring(il, ids, false, true);
+    layer_t& L = layers_[static_cast<size_t>(il)];
+    L.pinned = L.tensors.empty() ? hp.n_ff : std::min(plan_.pinned_rows[static_cast<size_t>(il)], hp.n_ff);
+    const bool alike = first && L.tensors.size() == first->tensors.size() &&
+                       std::equal(L.tensors.begin(), L.tensors.end(), first->tensors.begin(), [](const tensor_view* a, const tensor_view* b) { return a->row_bytes == b->row_bytes; });
+    if (alike && window > 0) {
+      // The window starts on a page (the pinned rows rounded down to where every tensor's row does).
+      int64_t p = std::min(L.pinned, hp.n_ff - window);
+      const int64_t lowest = std::max<int64_t>(0, p - static_cast<int64_t>(page_));
+      while (p >= lowest && !on_page(L.tensors, p, page_)) --p;
+      if (p >= lowest) L.pinned = p, L.window = window;
+    }
+    L.row_of.assign(static_cast<size_t>(hp.n_ff), -1);
+    L.overflow.assign(static_cast<size_t>(hp.n_ff - L.pinned - L.window), slot_t{});
+    for (int64_t r = hp.n_ff - 1; r >= L.pinned + L.window; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
   }
-  c_ = counts{};  // (the run's figures start after the pinned rows)
-  file_base_ = file_.counted();
+  if (std::any_of(layers_.begin(), layers_.end(), [](const layer_t& L) { return L.window > 0; })) {
+    window_.assign(static_cast<size_t>(window), slot_t{});
+    share_window();
+  }
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    layer_t& L = layers_[static_cast<size_t>(il)];
+    std::vector<std::pair<int32_t, int32_t>> moves;
+    for (int64_t i = 0; i < L.pinned; ++i) L.row_of[static_cast<size_t>(i)] = static_cast<int32_t>(i), moves.emplace_back(i, i);
+    if (!L.tensors.empty()) file_.read(pieces(L, moves));
+    held_bytes_ += static_cast<uint64_t>(L.pinned) * L.neuron_bytes;
+  }
+  if (m_->embeddings_from_disk() && plan_.token_rows >= m_->weights().token_embd.ne1) {  // (the whole table held)
+    std::vector<int32_t> all(static_cast<size_t>(m_->weights().token_embd.ne1));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+    bring_tokens(all);
+  }
+  file_base_ = file_.counted();  // (the run's figures start after the pinned rows)
+}
+
+// One memfd holds the window (each tensor's slots in turn); every layer's window rows of each tensor
+// map its part, so a slot's bytes are at row pinned + j of every layer.
+void ram_tier::share_window() {
+  const layer_t* first = nullptr;
+  for (const layer_t& L : layers_)
+    if (L.window > 0) {
+      first = &L;
+      break;
+    }
+  std::vector<uint64_t> at;  // each tensor's part of the memfd
+  uint64_t bytes = 0;
+  for (const tensor_view* t : first->tensors) at.push_back(bytes), bytes += mapped_bytes(first->window, *t);
+  if (bytes == 0) return;  // (a window smaller than a page: each layer's own memory)
+  window_fd_ = memfd_create("hotcold-ram-window", MFD_CLOEXEC);
+  if (window_fd_ < 0 || ftruncate(window_fd_, static_cast<off_t>(bytes)) != 0)
+    throw std::runtime_error(fmt::format("the disk tier's window ({} bytes): {}", bytes, std::strerror(errno)));
+  for (const layer_t& L : layers_) {
+    if (L.window == 0) continue;
+    for (size_t k = 0; k < L.tensors.size(); ++k) {
+      const tensor_view& t = *L.tensors[k];
+      void* want = const_cast<uint8_t*>(t.data) + static_cast<uint64_t>(L.pinned) * t.row_bytes;  // (the model's private copy)
+      const uint64_t len = mapped_bytes(L.window, t);
+      if (len == 0) continue;
+      if (mmap(want, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, window_fd_, static_cast<off_t>(at[k])) == MAP_FAILED)
+        throw std::runtime_error(fmt::format("the disk tier's window at {}: {}", t.name, std::strerror(errno)));
+    }
+  }
 }
 
 ram_tier::~ram_tier() {
   std::lock_guard lock(mu_);
-  for (size_t il = 0; il < pending_.size(); ++il)  // (reads still in flight write into the model's memory)
+  for (layer_t& L : layers_)  // (reads still in flight write into the model's memory)
     try {
-      wait_ahead(static_cast<int64_t>(il));
+      wait_ahead(L);
     } catch (...) {
     }
+  if (window_fd_ >= 0) ::close(window_fd_);  // (the mappings stay)
 }
 
-ram_tier::use ram_tier::rows(int64_t il, std::span<const int32_t> ids) { return take(il, ids, false); }
+ram_tier::use ram_tier::rows(int64_t il, std::span<const int32_t> ids, bool lazy) { return take(il, ids, false, lazy); }
 ram_tier::use ram_tier::all_rows(int64_t il) { return take(il, {}, true); }
 
-ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all) {
-  std::lock_guard lock(mu_);
-  ++users_[static_cast<size_t>(il)];
-  try {
-    bring(il, ids, all, false);
-  } catch (...) {
-    --users_[static_cast<size_t>(il)];
-    throw;
-  }
-  return use(this, il);
-}
-
-void ram_tier::release(int64_t il) {
-  std::lock_guard lock(mu_);
-  --users_[static_cast<size_t>(il)];
-}
-
-// The pages of the rows of neurons ids (every neuron: all) of layer il not in memory, marked as being
-// read; the others marked used. count: the lookups, hits, and whether a read-ahead brought them.
-std::vector<ram_tier::need> ram_tier::absent_pages(int64_t il, std::span<const int32_t> ids, bool all, bool pin, bool count) {
-  auto& spans = layers_[static_cast<size_t>(il)];
-  const int64_t n_ff = m_->hp().n_ff;
-  std::vector<need> needs;
-  const int64_t n = all ? n_ff : static_cast<int64_t>(ids.size());
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t id = all ? k : ids[static_cast<size_t>(k)];
-    if (id < 0 || id >= n_ff) {
-      forget(il, needs);
-      throw std::out_of_range(fmt::format("layer {}: neuron {} of {}", il, id, n_ff));
+std::vector<disk_file::piece> ram_tier::pieces(const layer_t& L, const std::vector<std::pair<int32_t, int32_t>>& moves) const {
+  std::vector<disk_file::piece> out;
+  out.reserve(moves.size() * L.tensors.size());
+  for (const tensor_view* t : L.tensors)
+    for (const auto& [neuron, row] : moves) {
+      auto* into = const_cast<uint8_t*>(t->data) + static_cast<uint64_t>(row) * t->row_bytes;  // (the model's private copy: writable memory)
+      out.push_back({m_->file_offset(t->data + static_cast<uint64_t>(neuron) * t->row_bytes), t->row_bytes, into});
     }
-    bool missing = false, brought = false;
-    for (uint32_t si = 0; si < spans.size(); ++si) {
-      span_t& s = spans[si];
-      const auto at = reinterpret_cast<uint64_t>(s.data) + static_cast<uint64_t>(id) * s.row_bytes;
-      for (uint64_t p = at / page_; p <= (at + s.row_bytes - 1) / page_; ++p) {
-        const uint64_t i = p - s.first_page;
-        const uint8_t st = s.state[i];
-        if (st == held || st == pinned) {
-          s.referenced[i] = 1;
-          if (count && s.ahead[i]) brought = true, s.ahead[i] = 0;
-          if (pin && st == held) s.state[i] = pinned, --held_window_pages_, pinned_bytes_ += page_;
-        } else {
-          missing = true;
-          if (st == absent) s.state[i] = queued, needs.push_back({si, i});
-        }
-      }
+  return out;
+}
+
+void ram_tier::drop(slot_t& s) {
+  if (s.neuron >= 0) {
+    layer_t& owner = layers_[static_cast<size_t>(s.layer)];
+    owner.row_of[static_cast<size_t>(s.neuron)] = -1;
+    held_bytes_ -= owner.neuron_bytes;
+  }
+  s.layer = -1, s.neuron = -1, s.state = slot_free, s.referenced = 0, s.ahead = 0;
+}
+
+void ram_tier::hold(int64_t il, int32_t row, int32_t neuron, bool ahead) {
+  layer_t& L = layers_[static_cast<size_t>(il)];
+  slot_t& s = slot(L, row);
+  s.layer = static_cast<int32_t>(il), s.neuron = neuron, s.state = slot_queued, s.referenced = ahead ? 0 : 1, s.ahead = ahead ? 1 : 0;
+  L.row_of[static_cast<size_t>(neuron)] = row;
+  held_bytes_ += L.neuron_bytes;
+}
+
+// A window slot for a neuron of layer il to be read: the clock's hand passes slots in use or being
+// read, gives one used since it last passed a second chance, and takes the first other (a free one
+// at once; it may hold another layer's neuron); where the whole window is in use, an overflow row of
+// the layer (overflow_too) or none. window_full: set once the hand found none, so that the rest of a
+// step's neurons go straight to the overflow.
+int32_t ram_tier::free_row(int64_t il, bool overflow_too, bool& window_full) {
+  layer_t& L = layers_[static_cast<size_t>(il)];
+  const auto w = static_cast<int64_t>(window_.size());
+  for (int64_t step = 0; L.window > 0 && !all_active_ && !window_full && step < 2 * w; ++step) {
+    slot_t& s = window_[static_cast<size_t>(hand_)];
+    const int64_t j = hand_;
+    hand_ = (hand_ + 1) % w;
+    if (s.users > 0 || s.state == slot_queued) continue;
+    if (s.state == slot_held && s.referenced) {
+      s.referenced = 0;
+      continue;
     }
-    if (!count) continue;
-    ++c_.lookups;
-    c_.hits += missing ? 0 : 1;
-    c_.ahead += !missing && brought ? 1 : 0;
-    c_.missed += missing ? 1 : 0;
+    drop(s);
+    return static_cast<int32_t>(L.pinned + j);
   }
-  return needs;
+  window_full = true;
+  if (!overflow_too || L.overflow_free.empty()) return -1;
+  const int32_t r = L.overflow_free.back();
+  L.overflow_free.pop_back();
+  L.overflow_top = std::max<int64_t>(L.overflow_top, r + 1);
+  return r;
 }
 
-std::vector<disk_file::piece> ram_tier::pieces_of(int64_t il, const std::vector<need>& needs) const {
-  const auto& spans = layers_[static_cast<size_t>(il)];
-  std::vector<disk_file::piece> pieces;
-  pieces.reserve(needs.size());
-  for (const need& n : needs) {
-    const span_t& s = spans[n.span];
-    const auto addr = reinterpret_cast<uint64_t>(s.data);
-    const uint64_t lo = std::max((s.first_page + n.page) * page_, addr), hi = std::min((s.first_page + n.page + 1) * page_, addr + s.bytes);
-    auto* into = reinterpret_cast<uint8_t*>(lo);  // (the model's private copy: writable memory)
-    pieces.push_back({m_->file_offset(into), hi - lo, into});
-  }
-  return pieces;
-}
-
-void ram_tier::landed(int64_t il, const std::vector<need>& needs, bool pin, bool ahead) {
-  auto& spans = layers_[static_cast<size_t>(il)];
-  for (const need& n : needs) {
-    span_t& s = spans[n.span];
-    s.state[n.page] = pin || !s.interior(n.page, page_) ? pinned : held;
-    s.referenced[n.page] = 1;
-    s.ahead[n.page] = ahead ? 1 : 0;
-    if (s.state[n.page] == held) ++held_window_pages_;
-    else pinned_bytes_ += page_;
+void ram_tier::unread(layer_t& L, const std::vector<int32_t>& rows) {
+  for (int32_t r : rows) {
+    drop(slot(L, r));
+    if (r >= L.pinned + L.window) L.overflow_free.push_back(r);
   }
 }
 
-void ram_tier::wait_ahead(int64_t il) {
-  auto& pending = pending_[static_cast<size_t>(il)];
-  while (!pending.empty()) {
-    pending_read r = std::move(pending.back());
-    pending.pop_back();
+void ram_tier::wait_ahead(layer_t& L) {
+  while (!L.pending.empty()) {
+    auto [ticket, rows] = std::move(L.pending.back());
+    L.pending.pop_back();
     try {
-      file_.wait(r.ticket);
-    } catch (...) {
-      forget(il, r.pages);
+      file_.wait(ticket);
+    } catch (const std::exception& e) {
+      unread(L, rows);
+      failed_[ticket] = e.what();
       throw;
     }
-    landed(il, r.pages, false, true);
+    for (int32_t r : rows) slot(L, r).state = slot_held;
   }
 }
 
-void ram_tier::bring(int64_t il, std::span<const int32_t> ids, bool all, bool pin) {
-  wait_ahead(il);
-  const std::vector<need> needs = absent_pages(il, ids, all, pin, !pin);
-  if (needs.empty()) return;
-  if (!pin) make_room(window_pages_in(il, needs));
+ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all, bool lazy) {
+  std::unique_lock lock(mu_);
+  layer_t& L = layers_.at(static_cast<size_t>(il));
+  const int64_t n_ff = m_->hp().n_ff;
+  for (int32_t id : ids)
+    if (id < 0 || id >= n_ff) throw std::out_of_range(fmt::format("layer {}: neuron {} of {}", il, id, n_ff));
+
+  // Every neuron in its own row moves what the layer's rows and the window hold: it waits for the
+  // layer's other uses and those of the window, and the layer's uses for it.
+  turn_.wait(lock, [&] { return all ? L.uses == 0 && (L.window == 0 || (window_users_ == 0 && !all_active_)) : L.users_all == 0; });
+  ++L.uses, L.users_all += all ? 1 : 0;
+  if (all && L.window > 0) all_active_ = true;
+  std::vector<int32_t> rows, read;  // (read: the rows read now)
+  std::shared_ptr<use::lazy_read> later;
+  if (lazy && !all) later = std::make_shared<use::lazy_read>(), later->missing.assign(ids.size(), 0);
+  std::vector<std::pair<int32_t, int32_t>> moves;
+  bool window_full = false;
+  int64_t taken = 0;  // window slots this step took
+  auto add_user = [&](int32_t r) {
+    ++slot(L, r).users;
+    if (r < L.pinned + L.window) ++window_users_;
+  };
   try {
-    file_.read(pieces_of(il, needs));
+    if (all && L.window > 0)
+      for (layer_t& other : layers_) wait_ahead(other);  // (the window's slots being read)
+    else
+      wait_ahead(L);
+    const int64_t n = all ? n_ff : static_cast<int64_t>(ids.size());
+    if (!all) rows.assign(ids.size(), -1);
+    if (all) {  // (first out of every row that holds another neuron, so that each can go to its own)
+      for (int64_t r = L.pinned; r < n_ff; ++r) {
+        slot_t& s = slot(L, static_cast<int32_t>(r));
+        if (s.layer != il || s.neuron != r) drop(s);
+      }
+      L.overflow_free.clear();
+      L.overflow_top = n_ff;
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      const int32_t id = all ? static_cast<int32_t>(k) : ids[static_cast<size_t>(k)];
+      int32_t r = L.row_of[static_cast<size_t>(id)];
+      ++c_.lookups;
+      if (r >= 0) {
+        ++c_.hits;
+        if (r >= L.pinned) {
+          slot_t& s = slot(L, r);
+          if (s.ahead) ++c_.ahead, c_.needed_bytes += L.neuron_bytes, s.ahead = 0;
+          s.referenced = 1;
+          add_user(r);
+        }
+      } else {
+        ++c_.missed, c_.needed_bytes += L.neuron_bytes;
+        // (half the window at most for one step: the other half takes the next layer's read-ahead)
+        window_full = window_full || 2 * taken >= static_cast<int64_t>(window_.size());
+        r = all ? id : free_row(il, true, window_full);
+        if (r < 0) {  // (no overflow left: the rest of the window after all, the other layers' reads ahead landed first)
+          for (layer_t& other : layers_)
+            if (&other != &L) wait_ahead(other);
+          bool again = false;
+          r = free_row(il, false, again);
+        }
+        taken += r < L.pinned + L.window ? 1 : 0;
+        if (r < 0)  // (the window held by the other layers' steps in progress)
+          throw std::runtime_error(fmt::format("the disk tier: layer {} needs more rows than its window and overflow hold while other layers' steps "
+                                               "hold the window: raise --ram-budget",
+                                               il));
+        hold(il, r, id, false);
+        add_user(r);
+        moves.emplace_back(id, r), read.push_back(r);
+        if (later) later->missing[static_cast<size_t>(k)] = 1;
+      }
+      if (!all) rows[static_cast<size_t>(k)] = r;
+    }
+    if (later && !moves.empty()) {
+      later->ticket = file_.submit(pieces(L, moves));
+      L.pending.emplace_back(later->ticket, read);
+    } else {
+      if (!moves.empty()) file_.read(pieces(L, moves));
+      for (int32_t r : read) slot(L, r).state = slot_held;
+      later.reset();
+    }
   } catch (...) {
-    forget(il, needs);
+    unread(L, read);
+    lock.unlock();
+    release(il, all, all ? std::span<const int32_t>{} : std::span<const int32_t>(rows));
     throw;
   }
-  landed(il, needs, pin, false);
+  use u(this, il, all, std::move(rows));
+  u.lazy_ = std::move(later);
+  return u;
+}
+
+void ram_tier::release(int64_t il, bool all, std::span<const int32_t> rows) {
+  {
+    std::lock_guard lock(mu_);
+    layer_t& L = layers_[static_cast<size_t>(il)];
+    auto let_go = [&](int32_t r) {
+      slot_t& s = slot(L, r);
+      if (s.users == 0) return;
+      --s.users;
+      if (r < L.pinned + L.window) --window_users_;
+    };
+    if (all)
+      for (int64_t r = L.pinned; r < m_->hp().n_ff; ++r) let_go(static_cast<int32_t>(r));
+    else
+      for (int32_t r : rows)
+        if (r >= L.pinned) let_go(r);
+    --L.uses, L.users_all -= all ? 1 : 0;
+    if (all && L.window > 0) all_active_ = false;
+    if (L.uses == 0) give_back_overflow(L);
+  }
+  turn_.notify_all();
+}
+
+// The overflow rows a step took, free again and their pages given back to the system (one madvise a
+// tensor: the pages wholly inside the overflow rows; an edge page is shared with a window slot).
+void ram_tier::give_back_overflow(layer_t& L) {
+  const int64_t first = L.pinned + L.window;
+  if (L.overflow_top <= first) return;
+  for (int64_t r = first; r < L.overflow_top; ++r) drop(slot(L, static_cast<int32_t>(r)));
+  for (const tensor_view* t : L.tensors) {
+    const auto lo = (reinterpret_cast<uint64_t>(t->data) + static_cast<uint64_t>(first) * t->row_bytes + page_ - 1) / page_ * page_;
+    const auto hi = (reinterpret_cast<uint64_t>(t->data) + static_cast<uint64_t>(L.overflow_top) * t->row_bytes) / page_ * page_;
+    if (hi <= lo) continue;
+    madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    c_.released_pages += (hi - lo) / page_;
+  }
+  L.overflow_free.clear();
+  for (int64_t r = m_->hp().n_ff - 1; r >= first; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
+  L.overflow_top = 0;
 }
 
 void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
   std::lock_guard lock(mu_);
-  const std::vector<need> needs = absent_pages(il, ids, false, false, false);
-  if (needs.empty()) return;
-  make_room(window_pages_in(il, needs));
+  layer_t& L = layers_.at(static_cast<size_t>(il));
+  if (L.users_all > 0 || L.window == 0 || all_active_) return;
+  std::vector<std::pair<int32_t, int32_t>> moves;
+  std::vector<int32_t> rows;
+  bool window_full = false;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= m_->hp().n_ff || L.row_of[static_cast<size_t>(id)] >= 0) continue;
+    const int32_t r = free_row(il, false, window_full);
+    if (r < 0) break;
+    hold(il, r, id, true);  // (not marked used: a guess its layer does not ask for is the first the clock reuses)
+    moves.emplace_back(id, r), rows.push_back(r);
+  }
+  if (moves.empty()) return;
   try {
-    pending_[static_cast<size_t>(il)].push_back({file_.submit(pieces_of(il, needs)), needs});
+    L.pending.emplace_back(file_.submit(pieces(L, moves)), rows);
   } catch (...) {
-    forget(il, needs);
+    unread(L, rows);
     throw;
   }
 }
@@ -220,57 +461,52 @@ void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
 void ram_tier::read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen,
                                std::vector<int32_t>& ids) {
   const hparams& hp = m_->hp();
-  if (il + 1 >= hp.n_layer || !m_->weights().layers[static_cast<size_t>(il + 1)].pred_fc1) return;
   if (static_cast<int64_t>(chosen.size()) < n * hp.n_ff) chosen.resize(static_cast<size_t>(n * hp.n_ff));
-  // (The next layer's input is this one's plus what this layer adds: the residual stream moves little
-  // in a layer, so its predictor on this input names most of what it will choose.)
-  runner.predict(il + 1, pred_in, n, chosen.data(), ids);
-  read_ahead(il + 1, ids);
-}
-
-uint64_t ram_tier::window_pages_in(int64_t il, const std::vector<need>& needs) const {
-  const auto& spans = layers_[static_cast<size_t>(il)];
-  return static_cast<uint64_t>(std::count_if(needs.begin(), needs.end(), [&](const need& n) { return spans[n.span].interior(n.page, page_); }));
-}
-
-void ram_tier::forget(int64_t il, const std::vector<need>& needs) {
-  for (const need& n : needs) layers_[static_cast<size_t>(il)][n.span].state[n.page] = absent;
-}
-
-// Gives back window pages (clock order, a second chance for one used since the hand last passed)
-// until `pages` more fit and a sixteenth of the window is free (so the next reads find room without a
-// sweep of their own), skipping the pages of a layer in use; where none can go, the window grows for
-// now (a step that needs more than the window holds) and shrinks at the next read. The pages go back
-// in runs of adjacent ones, one madvise a run (each call costs the other threads a TLB flush).
-void ram_tier::make_room(uint64_t pages) {
-  if (clock_.empty() || held_window_pages_ + pages <= window_pages_) return;
-  const uint64_t slack = window_pages_ / 16;
-  std::vector<uint64_t> victims;  // page numbers
-  size_t steps = 0;
-  while (held_window_pages_ + pages + slack > window_pages_ && held_window_pages_ > 0 && steps < 2 * clock_.size()) {
-    const page_ref r = clock_[hand_];
-    hand_ = (hand_ + 1) % clock_.size();
-    ++steps;
-    span_t& s = layers_[r.layer][r.tensor];
-    if (s.state[r.index] != held || users_[r.layer] > 0) continue;
-    if (s.referenced[r.index]) {
-      s.referenced[r.index] = 0;
-      continue;
-    }
-    victims.push_back(s.first_page + r.index);
-    s.state[r.index] = absent;
-    s.ahead[r.index] = 0;
-    --held_window_pages_;
-    ++c_.released_pages;
-    steps = 0;
+  // (The next layers' inputs are this one's plus what the layers between add: the residual stream
+  // moves little in a layer, so their predictors on this input name most of what they will choose.)
+  for (int64_t next = il + 1; next <= il + read_ahead_layers && next < hp.n_layer; ++next) {
+    if (!m_->weights().layers[static_cast<size_t>(next)].pred_fc1) return;
+    runner.predict(next, pred_in, n, chosen.data(), ids);
+    read_ahead(next, ids);
   }
-  std::sort(victims.begin(), victims.end());
-  for (size_t i = 0; i < victims.size();) {
-    size_t j = i + 1;
-    while (j < victims.size() && victims[j] == victims[j - 1] + 1) ++j;
-    madvise(reinterpret_cast<void*>(victims[i] * page_), (j - i) * page_, MADV_DONTNEED);
-    i = j;
+}
+
+void ram_tier::token_rows(std::span<const int32_t> ids) {
+  if (!m_->embeddings_from_disk()) return;
+  std::lock_guard lock(mu_);
+  bring_tokens(ids);
+}
+
+void ram_tier::bring_tokens(std::span<const int32_t> ids) {
+  const tensor_view& e = m_->weights().token_embd;
+  if (token_held_.empty()) token_held_.assign(static_cast<size_t>(e.ne1), 0);
+  std::vector<int32_t> want;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= e.ne1) throw std::out_of_range(fmt::format("token {} of {}", id, e.ne1));
+    if (!token_held_[static_cast<size_t>(id)] && std::find(want.begin(), want.end(), id) == want.end()) want.push_back(id);
   }
+  if (want.empty()) return;
+  if (tokens_held_ + static_cast<int64_t>(want.size()) > plan_.token_rows && tokens_held_ > 0) {
+    // All given back (the pages wholly inside the table), then this step's read again.
+    const auto lo = (reinterpret_cast<uint64_t>(e.data) + page_ - 1) / page_ * page_, hi = (reinterpret_cast<uint64_t>(e.data) + e.bytes()) / page_ * page_;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED), c_.released_pages += (hi - lo) / page_;
+    // (a row on an edge page kept its bytes; it is read again all the same)
+    std::fill(token_held_.begin(), token_held_.end(), 0);
+    held_bytes_ -= static_cast<uint64_t>(tokens_held_) * e.row_bytes;
+    tokens_held_ = 0;
+    want.clear();
+    for (int32_t id : ids)
+      if (std::find(want.begin(), want.end(), id) == want.end()) want.push_back(id);
+  }
+  std::vector<disk_file::piece> pieces;
+  for (int32_t id : want) {
+    auto* into = const_cast<uint8_t*>(e.row(id));  // (the model's private copy: writable memory)
+    pieces.push_back({m_->file_offset(into), e.row_bytes, into});
+  }
+  file_.read(pieces);
+  for (int32_t id : want) token_held_[static_cast<size_t>(id)] = 1;
+  tokens_held_ += static_cast<int64_t>(want.size());
+  held_bytes_ += want.size() * e.row_bytes;
 }
 
 ram_tier::counts ram_tier::counted() const {
@@ -278,7 +514,7 @@ ram_tier::counts ram_tier::counted() const {
   counts c = c_;
   const disk_file::counts f = file_.counted();  // (the file is read for the tier alone)
   c.disk_bytes = f.bytes - file_base_.bytes, c.reads = f.reads - file_base_.reads, c.wait_seconds = f.wait_seconds - file_base_.wait_seconds;
-  c.held_bytes = pinned_bytes_ + held_window_pages_ * page_;
+  c.held_bytes = held_bytes_;
   return c;
 }
 

@@ -1,19 +1,23 @@
 #pragma once
 // The disk tier (docs/disk.md): a sparse file whose per-neuron FFN rows are larger than the memory
 // given them. The model is loaded with those rows left in the file (load_options::ffn_rows_from_disk:
-// their memory in the private copy untouched, no resident pages); the tier reads into place, before a
-// layer computes, the pages of the rows its chosen neurons need that are not there, and gives pages
-// back (madvise) to stay within its budget. The rows sit where they would with the whole file read, so
-// every path computes from the same bytes at the same addresses: the same bits whatever the budget.
-//
-// What stays: each layer's first `pinned_rows` neurons (prepare orders a layer's neurons most often
-// firing first, so a prefix is the hottest), read at the start and never given back; then a window of
-// recently used pages, given back by a clock (second chance) when a read needs room. A page is the
-// unit: the rows of a page's neurons come in together (page-sized reads, adjacent ones coalesced by
-// engine/disk_reads), and a page at a tensor's edge, shared with the tensor beside it, is read for its
-// part of the tensor only and kept.
-#include <cstdint>
-#include <memory>
+// their memory in the private copy untouched, no resident pages). A layer's per-neuron tensors are
+// rows a use names by index (neuron_set::rows), so a neuron's rows need not sit at its own:
+//  - rows 0 .. pinned - 1 hold their own neurons (prepare orders a layer's neurons most often firing
+//    first, so a prefix is the hottest), read at the start and kept;
+//  - the next `window` rows of every layer are one shared window: the same memory (a memfd mapped at
+//    each layer's rows), so slot j holds one neuron of one layer at a time, whichever was read last (a
+//    clock, second chance, picks the slot to reuse) — the current layer's and the next layer's
+//    read-ahead need a few layers' worth, not every layer's;
+//  - the rest of a layer's rows are overflow, slots a step that needs more than the window takes for
+//    its length, given back (madvise) when it ends.
+// A use of a layer says in which row each neuron it named sits, and the sparse routines read them
+// there: the same bytes in the same order as with the whole file in memory — the same bits whatever
+// the budget. A slot's memory, once touched, stays: nothing is zeroed or faulted again when it is
+// reused. Every row of a layer (all_rows) puts each neuron in its own row (the window's slots with it).
+#include <condition_variable>
+#include <map>
+#include <string>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -27,13 +31,16 @@ class predictor_runner;
 
 struct ram_tier_plan {
   std::vector<int64_t> pinned_rows;  // per layer: neurons 0 .. pinned_rows - 1 kept
-  uint64_t window_bytes = 0;         // recently used pages kept beside them
-  uint64_t fixed_bytes = 0;          // what the model holds besides the per-neuron rows
+  int64_t window_rows = 0;           // the shared window's slots (a neuron of some layer each)
+  uint64_t window_bytes = 0;         // their bytes
+  uint64_t fixed_bytes = 0;          // what the model holds besides the per-neuron rows (and the embedding rows kept)
+  int64_t token_rows = 0;            // embedding rows kept at most (model::embeddings_from_disk), else 0
   uint64_t row_bytes = 0;            // every layer's per-neuron rows, all of them
 };
 // The plan for `budget` bytes of weights in memory: what is not a per-neuron row is held whole
-// (std::invalid_argument naming the bytes where the budget is smaller); of what is left, half goes to
-// each layer's hottest neurons alike and half to the window (all of them, where every row fits).
+// (std::invalid_argument naming the bytes where the budget is smaller); of what is left, the window
+// takes half, up to a quarter of a layer's neurons (a few layers' choices), and each layer's hottest
+// neurons alike the rest (all of them, where every row fits).
 ram_tier_plan plan_ram_tier(const model& m, uint64_t budget);
 
 class ram_tier {
@@ -43,37 +50,60 @@ class ram_tier {
   ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, const disk_file::options& io = {});
   ~ram_tier();
 
-  // Layer il's rows of neurons ids (each < n_ff) in place until the use ends; every row of the layer
-  // for all_rows. While a use of a layer lasts its pages are not given back.
+  // Layer il's rows of neurons ids (each < n_ff) in memory until the use ends; rows()[k] is the row
+  // of the layer's per-neuron tensors that holds neuron ids[k] (its slot). all_rows: every neuron in
+  // its own row (rows() empty). While a use lasts its slots are not reused.
+  //
+  // lazy: the rows not in memory are submitted and not waited on; the step computes its other neurons
+  // meanwhile and asks for the rest (ready(k0, k1), from any thread) before it reads neurons k0 .. k1
+  // of ids; ready() for all of them (and the read's error, rethrown). The disk's latency (~0.5 ms a
+  // read on an idle virtual disk) then overlaps the step's work on what it holds.
   class use {
    public:
     use() = default;
-    use(use&& o) noexcept : tier_(o.tier_), layer_(o.layer_) { o.tier_ = nullptr; }
+    use(use&& o) noexcept : tier_(o.tier_), layer_(o.layer_), all_(o.all_), rows_(std::move(o.rows_)), lazy_(std::move(o.lazy_)) { o.tier_ = nullptr; }
     use& operator=(use&&) = delete;
     ~use();
+    std::span<const int32_t> rows() const { return rows_; }
+    // Whether neurons k0 .. k1 of ids are in memory, waiting for their read first (false: it failed;
+    // ready() says how). Without lazy, always true at once.
+    bool ready(int64_t k0, int64_t k1) const;
+    void ready() const;
    private:
     friend class ram_tier;
-    use(ram_tier* t, int64_t il) : tier_(t), layer_(il) {}
+    struct lazy_read;
+    use(ram_tier* t, int64_t il, bool all, std::vector<int32_t> rows) : tier_(t), layer_(il), all_(all), rows_(std::move(rows)) {}
+    void land() const;
     ram_tier* tier_ = nullptr;
     int64_t layer_ = 0;
+    bool all_ = false;
+    std::vector<int32_t> rows_;
+    std::shared_ptr<lazy_read> lazy_;
   };
-  use rows(int64_t il, std::span<const int32_t> ids);
+  use rows(int64_t il, std::span<const int32_t> ids, bool lazy = false);
   use all_rows(int64_t il);
-  // Reads ahead: the pages of layer il's rows of neurons ids that are not in memory, submitted now and
-  // not waited on (the next layer's guess while this one computes); rows(il) waits for them first.
+  // Reads ahead: layer il's rows of neurons ids that are not in memory, into window slots, submitted
+  // now and not waited on (the next layer's guess while this one computes); rows(il) waits for them.
   void read_ahead(int64_t il, std::span<const int32_t> ids);
   // The read-ahead of layer il + 1 from layer il's step: that layer's predictor (runner) on layer il's
   // predictor input (n rows), its choice read ahead; chosen and ids are the caller's scratch. Nothing
   // for the last layer or one without a predictor.
   void read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen, std::vector<int32_t>& ids);
+  int read_ahead_layers = 1;  // layers read ahead (2 measured no faster: a step's own reads wait behind the further layer's)
+  // The embedding rows of tokens ids in place (model::embeddings_from_disk; else nothing to do): a
+  // row read stays until the plan's token_rows are held, when all are given back. Read under the
+  // step's embedding (a few KB a token), not ahead.
+  void token_rows(std::span<const int32_t> ids);
 
   // Over the run: neurons looked up and those whose rows were all in memory; bytes read from the disk
-  // (reads' own, rounding included), reads, seconds waited; pages given back; the bytes held now.
+  // (reads' own, rounding included), reads, seconds waited; overflow pages given back; the bytes of
+  // rows held now (pinned and window slots that hold a neuron).
   // ahead: of the neurons whose rows were not in memory when their layer asked, those the read-ahead
   // had brought (or was bringing); missed: those read then. read-ahead recall = ahead / (ahead + missed).
   struct counts {
     uint64_t lookups = 0, hits = 0;
     uint64_t ahead = 0, missed = 0;
+    uint64_t needed_bytes = 0;  // the rows' bytes of those (ahead + missed): what a step had to have from the disk
     uint64_t disk_bytes = 0, reads = 0;
     double wait_seconds = 0;
     uint64_t released_pages = 0;
@@ -81,57 +111,62 @@ class ram_tier {
   };
   counts counted() const;
   const ram_tier_plan& plan() const { return plan_; }
+  // Layer il's rows: pinned (its first neurons), then the shared window's (window_rows, or none where
+  // the layer's rows could not be mapped on pages).
+  int64_t pinned_rows(int64_t il) const { return layers_.at(static_cast<size_t>(il)).pinned; }
+  int64_t window_rows(int64_t il) const { return layers_.at(static_cast<size_t>(il)).window; }
 
  private:
-  struct page_ref {
-    uint32_t layer, tensor;
-    uint64_t index;
+  // A slot beyond the pinned rows: the window's (shared by the layers) or a layer's overflow.
+  struct slot_t {
+    int32_t layer = -1, neuron = -1;  // what it holds (-1: nothing)
+    uint8_t state = 0;                // free, held, queued (a read in flight)
+    uint8_t referenced = 0, ahead = 0;  // the clock's second chance; brought by a read-ahead not asked for yet
+    uint16_t users = 0;               // uses holding it
   };
-  struct span_t {  // a tensor's per-neuron rows and their pages
-    const uint8_t* data = nullptr;
-    uint64_t bytes = 0, row_bytes = 0;
-    uint64_t first_page = 0;          // address / page of its first byte
-    std::vector<uint8_t> state;       // per page: 0 absent, 1 held, 2 pinned (never given back), 3 being read
-    std::vector<uint8_t> referenced;  // the clock's second chance
-    std::vector<uint8_t> ahead;       // brought by a read-ahead its layer has not asked for yet
-    // Page k lies wholly inside the tensor (may be given back; an edge page is shared with a neighbour).
-    bool interior(uint64_t k, uint64_t page) const {
-      const auto addr = reinterpret_cast<uint64_t>(data);
-      return (first_page + k) * page >= addr && (first_page + k + 1) * page <= addr + bytes;
-    }
+  struct layer_t {
+    std::vector<const tensor_view*> tensors;  // the per-neuron tensors (row r of each: slot r)
+    int64_t pinned = 0, window = 0;           // rows [0, pinned) pinned; [pinned, pinned + window) the shared window
+    uint64_t neuron_bytes = 0;                // a neuron's bytes over the tensors
+    std::vector<int32_t> row_of;              // per neuron: the row holding it, -1 none (below pinned: itself)
+    std::vector<slot_t> overflow;             // rows from pinned + window on
+    std::vector<int32_t> overflow_free;       // overflow rows not in use (a stack)
+    int64_t overflow_top = 0;                 // overflow rows below it were used since they were last given back
+    int users_all = 0, uses = 0;              // all_rows uses in progress; uses in progress
+    std::vector<std::pair<uint64_t, std::vector<int32_t>>> pending;  // reads not waited on (ahead, or a lazy use's): ticket, rows
   };
-  struct need {
-    uint32_t span;
-    uint64_t page;
-  };
-  struct pending_read {
-    uint64_t ticket;
-    std::vector<need> pages;
-  };
-  use take(int64_t il, std::span<const int32_t> ids, bool all);
-  void bring(int64_t il, std::span<const int32_t> ids, bool all, bool pin);
-  uint64_t window_pages_in(int64_t il, const std::vector<need>& needs) const;  // the pages of needs that may be given back
-  void forget(int64_t il, const std::vector<need>& needs);                     // marked absent again (a read that failed)
-  std::vector<need> absent_pages(int64_t il, std::span<const int32_t> ids, bool all, bool pin, bool count);
-  std::vector<disk_file::piece> pieces_of(int64_t il, const std::vector<need>& needs) const;
-  void landed(int64_t il, const std::vector<need>& needs, bool pin, bool ahead);
-  void wait_ahead(int64_t il);
-  void release(int64_t il);
-  void make_room(uint64_t pages);
+  slot_t& slot(layer_t& L, int32_t row) { return row < L.pinned + L.window ? window_[static_cast<size_t>(row - L.pinned)] : L.overflow[static_cast<size_t>(row - L.pinned - L.window)]; }
+  use take(int64_t il, std::span<const int32_t> ids, bool all, bool lazy = false);
+  std::string land(int64_t il, uint64_t ticket);  // a read of layer il's rows in: "" or its error
+  int32_t free_row(int64_t il, bool overflow_too, bool& window_full);  // a window slot to reuse (clock), else overflow (-1: none)
+  void drop(slot_t& s);                     // the slot's neuron out of it
+  void hold(int64_t il, int32_t row, int32_t neuron, bool ahead);  // the row to hold the neuron (being read)
+  std::vector<disk_file::piece> pieces(const layer_t& L, const std::vector<std::pair<int32_t, int32_t>>& moves) const;  // (neuron, row)
+  void wait_ahead(layer_t& L);
+  void unread(layer_t& L, const std::vector<int32_t>& rows);  // a read that failed: its rows free again
+  void release(int64_t il, bool all, std::span<const int32_t> rows);
+  void give_back_overflow(layer_t& L);
+  void share_window();  // maps the window's memory at every layer's window rows
+  void bring_tokens(std::span<const int32_t> ids);  // token_rows, the lock held
 
   std::shared_ptr<const model> m_;
   ram_tier_plan plan_;
   disk_file file_;
   uint64_t page_;
-  std::vector<std::vector<span_t>> layers_;
-  std::vector<int> users_;
-  std::vector<std::vector<pending_read>> pending_;  // per layer, read-aheads not waited on
-  std::vector<page_ref> clock_;  // every page that may be given back, in order
-  size_t hand_ = 0;
-  uint64_t held_window_pages_ = 0, window_pages_ = 0, pinned_bytes_ = 0;
-  counts c_;                     // (its disk figures: the file's own counts since the pinned rows)
+  std::vector<layer_t> layers_;
+  std::vector<slot_t> window_;
+  int64_t hand_ = 0;              // the clock, over the window
+  int64_t window_users_ = 0;      // uses holding the window's slots, over all of them
+  bool all_active_ = false;       // an all_rows use holds the window
+  int window_fd_ = -1;
+  uint64_t held_bytes_ = 0;
+  std::vector<uint8_t> token_held_;  // per token: its embedding row in memory
+  int64_t tokens_held_ = 0;
+  std::map<uint64_t, std::string> failed_;  // reads waited on that failed: ticket, error (for a lazy use)
+  counts c_;  // (its disk figures: the file's own counts since the pinned rows)
   disk_file::counts file_base_;
   mutable std::mutex mu_;
+  std::condition_variable turn_;  // an all_rows use waits for the uses of its layer and of the window, and a layer's uses for it
 };
 
 }  // namespace hotcold

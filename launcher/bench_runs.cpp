@@ -228,6 +228,7 @@ void decode_once(bench_runner& run, const bench_args& a, const config& c, const 
     r.disk_bytes += now.disk_bytes - disk_before.disk_bytes, r.ram_lookups += now.lookups - disk_before.lookups;
     r.ram_hits += now.hits - disk_before.hits, r.io_wait_seconds += now.wait_seconds - disk_before.wait_seconds;
     r.read_ahead += now.ahead - disk_before.ahead, r.read_missed += now.missed - disk_before.missed;
+    r.disk_needed += now.needed_bytes - disk_before.needed_bytes;
   }
   r.tokens += a.n_gen;
 }

@@ -101,7 +101,7 @@ struct runs {
   int64_t expert_lookups = 0, expert_hits = 0, expert_uploads = 0;  // a mixture's experts on a device, over the decode steps
   int64_t expert_guess_tokens = 0;  // of the decoded tokens, those with the layer-early guess on
   uint64_t disk_bytes = 0, ram_lookups = 0, ram_hits = 0;  // the disk tier's over the decode steps (engine/ram_tier)
-  uint64_t read_ahead = 0, read_missed = 0;
+  uint64_t read_ahead = 0, read_missed = 0, disk_needed = 0;
   double io_wait_seconds = 0;
   rows_read computed;          // FFN rows read over them
   uint64_t device_bytes = 0;   // weights the hot device read over them

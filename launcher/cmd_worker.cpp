@@ -56,6 +56,8 @@ void run_worker(const worker_args& a) {
   actors::stage_host_options o;
   o.m = m;
   o.mmap = a.mmap;
+  o.ram_budget = static_cast<uint64_t>(a.ram_budget_gib * double(1ull << 30));
+  if (o.ram_budget > 0 && a.mmap) throw std::invalid_argument("--ram-budget reads a private copy's rows: not with --mmap");
   o.available_memory = [] { return devices::cpu_device().free_memory; };
   o.file_id = file_identity(a.model);
   o.threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -70,6 +72,8 @@ void run_worker(const worker_args& a) {
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
   dopt.sim_kernels = a.sim_kernels;
   auto dev = loader::choose_device(*m, dopt, o.log);
+  if (o.ram_budget > 0 && dev && dev->kind() != devices::device_kind::cpu)
+    throw std::invalid_argument(fmt::format("--ram-budget with --device {}: the disk tier runs with the CPU alone for now (docs/disk.md)", dev->name()));
   if (dev && dev->kind() != devices::device_kind::cpu)  // each assignment's layers opened with the device's plan for them
     o.open = [dev, threads = o.threads, log = o.log](std::shared_ptr<const model> held, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq,
                                                      kv_types kv, ffn_mode mode) {

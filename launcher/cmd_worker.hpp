@@ -16,6 +16,7 @@ struct worker_args {
   std::string device = "auto";
   double vram_budget_gib = 0;
   bool sim_kernels = false;
+  double ram_budget_gib = 0;  // --ram-budget: its layers' weights in memory, the rest of their FFN rows read from the file (0: all)
   // The KV cache types this worker holds (--cache-type-k, --cache-type-v): empty takes the
   // coordinator's; given, an assignment of other types is refused by name.
   std::string cache_type_k, cache_type_v;

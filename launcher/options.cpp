@@ -213,6 +213,10 @@ void add_worker_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--vram-budget", a->vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")->check(finite_in(0, 1 << 20));
   cmd->add_flag("--sim-kernels", a->sim_kernels, "With --device sim: compute as a GPU back end does");
+  cmd->add_option("--ram-budget", a->ram_budget_gib,
+                  "A sparse file's weights of the layers it is assigned held in memory, GiB: the disk tier of hotcold run --ram-budget for those "
+                  "layers (docs/disk.md; default: all of them in memory)")
+      ->check(finite_in(1e-9, 1 << 20));
   add_cache_type_options(cmd, a->cache_type_k, a->cache_type_v, "the coordinator's; given, a coordinator asking for other types is refused");
   cmd->add_flag("--allow-remote", a->allow_remote, "Listen on an address other machines reach (needs --tls)");
   cmd->add_option("--tls", a->tls,

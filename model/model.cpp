@@ -447,12 +447,17 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
   // A per-neuron FFN tensor the disk tier reads by neuron (load_options::ffn_rows_from_disk).
   auto on_disk = [&](const gguf::tensor_info& t) {
     const int64_t il = tensor_layer(t.name);
+    if (options.ffn_rows_from_disk && t.name == "token_embd.weight") return f.find_tensor("output.weight") != nullptr;  // (not a tied head)
     if (!options.ffn_rows_from_disk || il < 0) return false;
     const size_t dot = t.name.find('.', 4);
     // (a sparse layer's layouts only: a bundle, or down_t rows; a dense layer's products read every row)
     const bool sparse_layer = f.find_tensor(fmt::format(bundle_name, il)) || f.find_tensor(fmt::format("blk.{}.ffn_down_t.weight", il));
     return sparse_layer && per_neuron_tensor_suffix(hp, il, std::string_view(t.name).substr(dot + 1));
   };
+  for (const auto& t : f.tensors()) {
+    const int64_t il = tensor_layer(t.name);
+    if (il < 0 ? m->holds_globals() : m->holds_layer(il)) m->held_weight_bytes_ += t.n_bytes;
+  }
   const uint8_t* base = nullptr;
   if (options.use_mmap) {
     base = f.bytes().data() + f.data_offset();
@@ -529,8 +534,10 @@ uint64_t model::file_offset(const void* p) const {
 }
 
 bool per_neuron_tensor_suffix(const hparams& hp, int64_t il, std::string_view suffix) {
-  if (suffix == "ffn_bundle.weight" || suffix == "ffn_up.weight" || suffix == "ffn_down_t.weight") return true;
-  return suffix == "ffn_gate.weight" && hp.act_threshold_of(il) == 0.0f;  // (a thresholded layer reads every gate row)
+  // (A thresholded layer's gate too: its sparse pass reads the chosen neurons' gate rows, and a step
+  // that reads every gate row — its exact variant — asks the tier for every row.)
+  (void)hp, (void)il;
+  return suffix == "ffn_bundle.weight" || suffix == "ffn_up.weight" || suffix == "ffn_down_t.weight" || suffix == "ffn_gate.weight";
 }
 
 std::vector<const tensor_view*> neuron_row_tensors(const hparams& hp, int64_t il, const layer_weights& l) {
@@ -539,7 +546,8 @@ std::vector<const tensor_view*> neuron_row_tensors(const hparams& hp, int64_t il
   std::vector<const tensor_view*> out;
   if (!l.ffn_bundle && !l.ffn_down_t) return out;  // (a dense layer)
   if (l.ffn_bundle) out.push_back(&l.ffn_bundle);
-  if (l.ffn_gate && !in_bundle_gate && hp.act_threshold_of(il) == 0.0f) out.push_back(&l.ffn_gate);
+  (void)hp, (void)il;
+  if (l.ffn_gate && !in_bundle_gate) out.push_back(&l.ffn_gate);
   if (!l.ffn_bundle) {
     if (l.ffn_up) out.push_back(&l.ffn_up);
     if (l.ffn_down_t) out.push_back(&l.ffn_down_t);

@@ -139,7 +139,8 @@ struct load_options {
   bool globals = true;
   // The disk tier (engine/ram_tier): a sparse file's per-neuron FFN tensors (neuron_row_tensors) are
   // not read at load; their memory in the private copy stays untouched — no resident pages, no huge
-  // pages — until the tier reads the rows a step needs into place. Not with use_mmap.
+  // pages — until the tier reads the rows a step needs into place. The embedding table too, where the
+  // head has its own (embeddings_from_disk): a step reads its tokens' rows. Not with use_mmap.
   bool ffn_rows_from_disk = false;
 };
 
@@ -170,10 +171,14 @@ class model {
   // The hot/cold split from `<model>.generated.gpuidx`, when that file is present.
   const placement_data* placement() const { return placement_ ? &*placement_ : nullptr; }
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Of them, the tensors this process holds (its layers, and the globals where it holds them).
+  uint64_t held_weight_bytes() const { return held_weight_bytes_; }
   bool huge_pages() const { return huge_pages_; }
   // load_options::ffn_rows_from_disk: whether the per-neuron FFN tensors were left in the file, and
   // where a byte of the private copy lies in the file (its offset from the file's start).
   bool ffn_rows_from_disk() const { return ffn_rows_from_disk_; }
+  // ... and the embedding table with them (its rows read by token; not where the head is the same table).
+  bool embeddings_from_disk() const { return ffn_rows_from_disk_ && !tied_output_ && holds_globals_; }
   uint64_t file_offset(const void* p) const;
 
  private:
@@ -193,6 +198,7 @@ class model {
   uint64_t weight_bytes_ = 0;
   bool huge_pages_ = false;
   bool ffn_rows_from_disk_ = false;
+  uint64_t held_weight_bytes_ = 0;
   uint64_t data_offset_ = 0;          // the data section's offset in the file
   size_t shift_ = 0;                  // where the data section starts in buffer_ (ffn_rows_from_disk: in line with the file's pages)
   std::unique_ptr<gguf::file> file_;  // kept for --mmap (weights point into it)

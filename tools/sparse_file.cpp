@@ -61,6 +61,10 @@ class sparse_writer {
   }
 
   void write(const std::string& out_path) {
+    // Tensors on page boundaries in the file (general.alignment): the disk tier's direct reads of a
+    // row then land in its memory in place, no bounce buffer and copy (docs/disk.md). PowerInfer's
+    // files keep the default.
+    if (options_.kind != gguf::file_kind::powerinfer) w_.set_alignment(4096);
     metadata();
     storage_.reserve(f_.tensors().size() + 4 * predictors_.size());
     other_tensors();
@@ -75,6 +79,10 @@ class sparse_writer {
   void metadata() {
     for (const auto& kv : f_.metadata()) {
       if (kv.key == sparse_thresholds_key || kv.key == powerinfer_threshold_key || kv.key == predictor_input_key) continue;
+      if (kv.key == "general.alignment") {  // (this file's own: set above, or the source's for PowerInfer's)
+        if (options_.kind == gguf::file_kind::powerinfer) w_.set_alignment(f_.alignment());
+        continue;
+      }
       if (!options_.act_thresholds.empty() && (kv.key == activation_thresholds_key || kv.key == sparsity_target_key)) continue;
       w_.set_value(kv.key, kv.val);
     }

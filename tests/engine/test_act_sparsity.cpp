@@ -201,7 +201,7 @@ TEST(ActSparsity, TheColdShareOfAPromptBatchIsTheNeuronByNeuronPass) {
       batch_neurons(hp, hp.act_threshold_of(layer), {l.ffn_gate, l.ffn_up, l.ffn_down_t}, {ids.data(), ids.data(), n_ff}, x, h_want.data(), want.data());
       thread_pool pool(2);
       std::vector<float> acc;
-      cold_share(pool, *m, {nullptr, step_part::cold_ffn, 0, layer}, ids, x, h_got.data(), acc, got.data());
+      cold_share(pool, *m, {nullptr, step_part::cold_ffn, 0, layer}, {{ids.data(), ids.data(), n_ff}}, x, h_got.data(), acc, got.data());
       int64_t kept = 0, differ = 0;
       for (size_t k = 0; k < h_want.size(); ++k) kept += h_want[k] != 0.0f, differ += std::fabs(h_got[k] - h_want[k]) > 1e-5f * (1 + std::fabs(h_want[k]));
       EXPECT_EQ(differ, 0);

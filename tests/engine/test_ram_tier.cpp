@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <set>
 
 #include "engine/forward.hpp"
@@ -59,18 +60,32 @@ run_result run(std::shared_ptr<const model> m, std::shared_ptr<ram_tier> tier, f
 }
 
 // Resident pages of the per-neuron rows (mincore), those wholly inside the tensors (a page at an
-// edge is shared with the tensor beside it, which was read).
-uint64_t resident_row_pages(const model& m) {
+// edge is shared with the tensor beside it, which was read); with a tier, its shared window's pages
+// (the same memory at every layer's window rows) counted once.
+uint64_t resident_row_pages(const model& m, const ram_tier* tier = nullptr) {
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   uint64_t n = 0;
-  for (int64_t il = 0; il < m.hp().n_layer; ++il)
+  bool window_counted = false;
+  auto count = [&](uint64_t lo, uint64_t hi) {
+    lo = (lo + page - 1) / page * page, hi = hi / page * page;
+    if (hi <= lo) return;
+    std::vector<unsigned char> v((hi - lo) / page);
+    if (mincore(reinterpret_cast<void*>(lo), hi - lo, v.data()) != 0) n = ~uint64_t{0} / 2;
+    for (unsigned char c : v) n += c & 1;
+  };
+  for (int64_t il = 0; il < m.hp().n_layer; ++il) {
+    const int64_t p = tier ? tier->pinned_rows(il) : 0, w = tier ? tier->window_rows(il) : 0;
     for (const tensor_view* t : neuron_row_tensors(m.hp(), il, m.weights().layers[static_cast<size_t>(il)])) {
-      const auto lo = (reinterpret_cast<uint64_t>(t->data) + page - 1) / page * page, hi = (reinterpret_cast<uint64_t>(t->data) + t->bytes()) / page * page;
-      if (hi <= lo) continue;
-      std::vector<unsigned char> v((hi - lo) / page);
-      if (mincore(reinterpret_cast<void*>(lo), hi - lo, v.data()) != 0) return ~uint64_t{0};
-      for (unsigned char c : v) n += c & 1;
+      const auto a = reinterpret_cast<uint64_t>(t->data), wlo = a + static_cast<uint64_t>(p) * t->row_bytes, whi = wlo + static_cast<uint64_t>(w) * t->row_bytes;
+      if (w == 0) {
+        count(a, a + t->bytes());
+        continue;
+      }
+      count(a, wlo), count(whi, a + t->bytes());
+      if (!window_counted) count(wlo, whi);
     }
+    window_counted = window_counted || w > 0;
+  }
   return n;
 }
 
@@ -101,11 +116,18 @@ TEST_P(RamTier, AnyBudgetGivesTheSameBits) {
     EXPECT_EQ(got.batch, want_sparse.batch);
     const auto c = tier->counted();
     EXPECT_GT(c.lookups, 0u);
-    if (share == 1.0) EXPECT_EQ(c.hits, c.lookups);  // (all pinned: nothing read while running)
-    if (share == 0.0) EXPECT_LT(c.hits, c.lookups);
-    // The read-ahead (each layer's guess of the next's choice, submitted while it computes) brought
-    // rows the next layer then used; what it missed was read when asked.
-    if (share < 1.0) EXPECT_GT(c.ahead, 0u);
+    if (share == 1.0) {
+      EXPECT_EQ(c.hits, c.lookups);  // (all pinned: nothing read while running)
+    }
+    if (share == 0.0) {
+      EXPECT_LT(c.hits, c.lookups);
+    }
+    // The read-ahead (each layer's guess of the next's choice, submitted while it computes, into the
+    // window: none at a budget of nothing) brought rows the next layer then used; what it missed was
+    // read when asked.
+    if (share > 0.0 && share < 1.0) {
+      EXPECT_GT(c.ahead, 0u);
+    }
     EXPECT_EQ(c.ahead + c.missed <= c.lookups, true);
     EXPECT_EQ(run(m, tier, ffn_mode::dense).tokens, want_dense.tokens);
   }
@@ -119,50 +141,66 @@ TEST_P(RamTier, ReadsTheChosenRowsAndKeepsToTheBudget) {
   const auto m = on_disk(path);
   const auto& hp = m->hp();
   const ram_tier_plan all = plan_ram_tier(*m, ~uint64_t{0} / 2);
-  const ram_tier_plan plan = plan_ram_tier(*m, all.fixed_bytes + all.row_bytes / 10);
+  const ram_tier_plan plan = plan_ram_tier(*m, all.fixed_bytes + all.row_bytes / 3);
   ram_tier tier(m, plan);
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const int64_t pinned = plan.pinned_rows[0];
+  // (each layer's pinned rows: the plan's, rounded down to where its window's rows start on a page)
+  int64_t pinned = 0;
+  uint64_t pinned_rows = 0;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    EXPECT_LE(tier.pinned_rows(il), plan.pinned_rows[static_cast<size_t>(il)]);
+    EXPECT_EQ(tier.window_rows(il), tier.window_rows(0));
+    pinned = std::max(pinned, tier.pinned_rows(il)), pinned_rows += static_cast<uint64_t>(tier.pinned_rows(il));
+  }
+  EXPECT_GT(tier.window_rows(0), 0);
   ASSERT_GT(pinned, 0);
   ASSERT_LT(pinned, hp.n_ff / 2);
-  // The pages a set of rows of layer il spans (what a page-wise read brings in).
-  auto pages_of = [&](int64_t il, const std::vector<int32_t>& ids) {
-    std::set<uint64_t> pages;
-    for (const tensor_view* t : neuron_row_tensors(hp, il, m->weights().layers[static_cast<size_t>(il)]))
-      for (int32_t id : ids) {
-        const auto at = reinterpret_cast<uint64_t>(t->data) + static_cast<uint64_t>(id) * t->row_bytes;
-        for (uint64_t p = at / page; p <= (at + t->row_bytes - 1) / page; ++p) pages.insert(p);
-      }
-    return static_cast<uint64_t>(pages.size());
-  };
+  const uint64_t per_neuron = all.row_bytes / static_cast<uint64_t>(hp.n_layer * hp.n_ff);
   std::vector<int32_t> ids;
-  for (int32_t i = static_cast<int32_t>(pinned) + 40; i < hp.n_ff; i += 37) ids.push_back(i);  // (scattered, no page shared with a pinned row)
+  for (int32_t i = static_cast<int32_t>(pinned) + 40; i < hp.n_ff; i += 37) ids.push_back(i);  // (scattered: a read each)
   const auto before = tier.counted();
   { auto in = tier.rows(1, ids); }
   const auto after = tier.counted();
   EXPECT_EQ(after.lookups - before.lookups, ids.size());
   EXPECT_EQ(after.hits - before.hits, 0u);
-  // Each page's bytes, and a file block on either side of a run where the page and the file's blocks
-  // do not line up (direct reads in whole blocks).
-  EXPECT_GE(after.disk_bytes - before.disk_bytes, pages_of(1, ids) * page / 2);
-  EXPECT_LE(after.disk_bytes - before.disk_bytes, pages_of(1, ids) * page * 3);
+  // Each row's bytes, and at most a direct-I/O block on either side of each.
+  EXPECT_GE(after.disk_bytes - before.disk_bytes, ids.size() * per_neuron);
+  EXPECT_LE(after.disk_bytes - before.disk_bytes, ids.size() * (per_neuron + 2 * 4096 * 3));
+  EXPECT_LT(after.disk_bytes - before.disk_bytes, all.row_bytes / static_cast<uint64_t>(hp.n_layer) / 4);  // (not the layer's)
   { auto again = tier.rows(1, ids); }
   EXPECT_EQ(tier.counted().hits - after.hits, ids.size());  // (in memory now)
   EXPECT_EQ(tier.counted().disk_bytes, after.disk_bytes);
   { auto hot = tier.rows(2, std::vector<int32_t>{0, 1, static_cast<int32_t>(pinned - 1)}); }
   EXPECT_EQ(tier.counted().disk_bytes, after.disk_bytes);  // (pinned rows: read at the start)
-  // Many requests of a few rows each, across the layers: the window holds, the rest is given back.
+  // Many requests of a few rows each, across the layers: the window's slots are reused, nothing more
+  // stays.
+  const auto whole = model::load(path);
   for (int r = 0; r < 200; ++r) {
+    const int64_t il = r % hp.n_layer;
     std::vector<int32_t> some;
     for (int k = 0; k < 12; ++k) some.push_back(static_cast<int32_t>(pinned + (r * 131 + k * 59) % (hp.n_ff - pinned)));
-    auto in = tier.rows(r % hp.n_layer, some);
+    auto in = tier.rows(il, some);
+    // Each neuron's rows where the use says: the bytes of the file's rows of that neuron.
+    const auto mine = neuron_row_tensors(hp, il, m->weights().layers[static_cast<size_t>(il)]);
+    const auto theirs = neuron_row_tensors(hp, il, whole->weights().layers[static_cast<size_t>(il)]);
+    ASSERT_EQ(in.rows().size(), some.size());
+    for (size_t k = 0; k < some.size(); ++k) {
+      ASSERT_GE(in.rows()[k], static_cast<int32_t>(tier.pinned_rows(il)));
+      for (size_t j = 0; j < mine.size(); ++j)
+        ASSERT_EQ(std::memcmp(mine[j]->row(in.rows()[k]), theirs[j]->row(some[k]), mine[j]->row_bytes), 0) << "layer " << il << " neuron " << some[k];
+    }
   }
-  const uint64_t edges = 2 * page * 3 * static_cast<uint64_t>(hp.n_layer);
-  const uint64_t pinned_bytes = (all.row_bytes / static_cast<uint64_t>(hp.n_layer * hp.n_ff)) * static_cast<uint64_t>(pinned * hp.n_layer);
-  const auto held = tier.counted().held_bytes;
-  EXPECT_LE(held, plan.window_bytes + page + pinned_bytes + 2 * page * 3 * static_cast<uint64_t>(hp.n_layer) + edges);
-  EXPECT_LE(resident_row_pages(*m) * page, held + page);
+  const uint64_t pinned_bytes = per_neuron * pinned_rows;
+  const uint64_t edges = 2 * page * 3 * static_cast<uint64_t>(hp.n_layer);  // (pages at a slot region's ends)
+  EXPECT_LE(tier.counted().held_bytes, plan.window_bytes + pinned_bytes);
+  EXPECT_LE(resident_row_pages(*m, &tier) * page, plan.window_bytes + pinned_bytes + edges);
+  // A step that needs more than the window takes overflow slots for its length; they go back after.
+  std::vector<int32_t> rest;
+  for (int32_t i = static_cast<int32_t>(pinned); i < hp.n_ff; ++i) rest.push_back(i);
+  { auto big = tier.rows(0, rest); }
   EXPECT_GT(tier.counted().released_pages, 0u);
+  EXPECT_LE(tier.counted().held_bytes, plan.window_bytes + pinned_bytes);
+  EXPECT_LE(resident_row_pages(*m, &tier) * page, plan.window_bytes + pinned_bytes + edges);
   EXPECT_THROW(tier.rows(0, std::vector<int32_t>{static_cast<int32_t>(hp.n_ff)}), std::out_of_range);
 }
 
@@ -171,6 +209,45 @@ INSTANTIATE_TEST_SUITE_P(Files, RamTier,
                                          tier_case{"tier_q4_0_bundle", tensor_type::q4_0, true},
                                          tier_case{"tier_silu_thresholded", tensor_type::f16, true, true}),
                          [](const testing::TestParamInfo<tier_case>& i) { return std::string(i.param.name).substr(5); });
+
+// The embedding table (a head of its own) stays in the file too: a step reads its tokens' rows, the
+// same bytes; past the plan's rows kept, they are given back.
+TEST(RamTier, TheEmbeddingTableIsReadByToken) {
+  const auto path = tier_model("tier_f16_bundle", tensor_type::f16, true);
+  const auto m = on_disk(path), whole = model::load(path);
+  ASSERT_TRUE(m->embeddings_from_disk());
+  const tensor_view& e = m->weights().token_embd;
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  auto resident = [&] {
+    const auto lo = (reinterpret_cast<uint64_t>(e.data) + page - 1) / page * page, hi = (reinterpret_cast<uint64_t>(e.data) + e.bytes()) / page * page;
+    std::vector<unsigned char> v((hi - lo) / page);
+    EXPECT_EQ(mincore(reinterpret_cast<void*>(lo), hi - lo, v.data()), 0);
+    uint64_t n = 0;
+    for (unsigned char c : v) n += c & 1;
+    return n;
+  };
+  EXPECT_EQ(resident(), 0u);
+  const ram_tier_plan plan = plan_ram_tier(*m, plan_ram_tier(*m, ~uint64_t{0} / 2).fixed_bytes);
+  ASSERT_GT(plan.token_rows, 0);
+  ASSERT_LT(plan.token_rows, e.ne1);
+  ram_tier tier(m, plan);
+  const auto before = tier.counted();
+  tier.token_rows(std::vector<int32_t>{5, 200, 5});
+  EXPECT_GE(tier.counted().disk_bytes - before.disk_bytes, 2 * e.row_bytes);
+  EXPECT_LE(resident() * page, 2 * (e.row_bytes + page));
+  for (int32_t id : {5, 200}) EXPECT_EQ(std::memcmp(e.row(id), whole->weights().token_embd.row(id), e.row_bytes), 0);
+  const auto read = tier.counted().disk_bytes;
+  tier.token_rows(std::vector<int32_t>{200});
+  EXPECT_EQ(tier.counted().disk_bytes, read);  // (kept)
+  std::vector<int32_t> many;
+  for (int32_t id = 0; id < std::min<int64_t>(e.ne1, plan.token_rows + 10); ++id) many.push_back(id);
+  tier.token_rows(std::span<const int32_t>(many).first(static_cast<size_t>(plan.token_rows)));
+  tier.token_rows(std::span<const int32_t>(many).last(10));
+  EXPECT_GT(tier.counted().released_pages, 0u);
+  EXPECT_LE(resident() * page, 10 * (e.row_bytes + page));
+  for (int32_t id : std::span<const int32_t>(many).last(10)) EXPECT_EQ(std::memcmp(e.row(id), whole->weights().token_embd.row(id), e.row_bytes), 0);
+  EXPECT_THROW(tier.token_rows(std::vector<int32_t>{static_cast<int32_t>(e.ne1)}), std::out_of_range);
+}
 
 TEST(RamTier, AFileChangedWhileRunningIsAnErrorNamingIt) {
   const auto path = tier_model("tier_f16_bundle", tensor_type::f16, true);

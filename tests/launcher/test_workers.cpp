@@ -1,5 +1,6 @@
 // hotcold worker and --workers (docs/distributed.md): the layers of a file in stage processes on
 // loopback, the coordinator keeping the embeddings, the head and sampling; faults and re-admission.
+#include <regex>
 #include <thread>
 
 #include "tests/launcher/workers_fixture.hpp"
@@ -70,6 +71,27 @@ TEST(Workers, AWorkersOwnHotDeviceRunsItsLayersWithTheSamePlan) {
     }
     EXPECT_NE(pair.a.log().find("hot device none"), std::string::npos) << pair.a.log();
   }
+}
+
+// A worker with a disk tier of its own (--ram-budget under its layers' bytes): its layers' FFN rows
+// beyond the budget stay in the file, read as steps choose them; the text and every prompt position's
+// logits are one process's.
+TEST(Workers, AWorkersRamBudgetReadsItsLayersRowsFromTheFile) {
+  const auto& f = files();
+  worker_pair pair(f.sparse, {"--ram-budget", "0.0005"});
+  ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
+  const std::string workers = pair.wa + "," + pair.wb;
+  const std::vector<std::string> gen{"run", "-m", f.sparse, "-p", "Once upon a time there was", "-n", "16", "--temp", "0", "-c", "64", "-t", "1"};
+  const std::string alone = run_stdout(gen);
+  auto args = gen;
+  args.insert(args.end(), {"--workers", workers});
+  EXPECT_EQ(run_stdout(args), alone) << pair.b.log();
+  expect_one_processs_logits(f.sparse, workers);
+  std::smatch m;
+  const std::string log = pair.b.log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("--ram-budget 0.000 GiB: [0-9.]+ GiB held whole, each layer's ([0-9]+) hottest neurons"))) << log;
+  EXPECT_LT(std::stoi(m[1]), 512) << log;  // (not every row)
+  EXPECT_EQ(pair.a.log().find("--ram-budget"), std::string::npos) << pair.a.log();
 }
 
 // Several sequences at once over two stages: a server's steps go in micro-batches of whole sequences

@@ -35,8 +35,11 @@ struct gguf_edit {
 inline std::string edited_copy(const std::string& base_path, const std::string& name, const gguf_edit& e) {
   auto base = gguf::file::open(base_path);
   gguf::writer w;
-  for (const auto& kv : base.metadata())
-    if (e.keep_key(kv.key)) w.set_value(kv.key, kv.val);
+  for (const auto& kv : base.metadata()) {
+    if (!e.keep_key(kv.key)) continue;
+    if (kv.key == "general.alignment") w.set_alignment(base.alignment());  // (the tensors' offsets follow it)
+    else w.set_value(kv.key, kv.val);
+  }
   e.add_keys(w);
   std::vector<gguf_edit::added> extra = e.add_tensors(base);
   std::vector<std::vector<uint8_t>> storage;
