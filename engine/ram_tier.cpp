@@ -18,7 +18,7 @@ namespace {
 // Layer il's per-neuron tensors, where this process holds the layer (a worker's are some of them).
 std::vector<const tensor_view*> tiered(const model& m, int64_t il) {
   if (!m.holds_layer(il)) return {};
-  return neuron_row_tensors(m.hp(), il, m.weights().layers[static_cast<size_t>(il)]);
+  return neuron_row_tensors(m.weights().layers[static_cast<size_t>(il)]);
 }
 
 uint64_t neuron_bytes(const model& m, int64_t il) {

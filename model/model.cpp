@@ -452,7 +452,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     const size_t dot = t.name.find('.', 4);
     // (a sparse layer's layouts only: a bundle, or down_t rows; a dense layer's products read every row)
     const bool sparse_layer = f.find_tensor(fmt::format(bundle_name, il)) || f.find_tensor(fmt::format("blk.{}.ffn_down_t.weight", il));
-    return sparse_layer && per_neuron_tensor_suffix(hp, il, std::string_view(t.name).substr(dot + 1));
+    return sparse_layer && per_neuron_tensor_suffix(std::string_view(t.name).substr(dot + 1));
   };
   for (const auto& t : f.tensors()) {
     const int64_t il = tensor_layer(t.name);
@@ -533,20 +533,16 @@ uint64_t model::file_offset(const void* p) const {
   return data_offset_ + static_cast<uint64_t>(at - base);
 }
 
-bool per_neuron_tensor_suffix(const hparams& hp, int64_t il, std::string_view suffix) {
-  // (A thresholded layer's gate too: its sparse pass reads the chosen neurons' gate rows, and a step
-  // that reads every gate row — its exact variant — asks the tier for every row.)
-  (void)hp, (void)il;
+bool per_neuron_tensor_suffix(std::string_view suffix) {
   return suffix == "ffn_bundle.weight" || suffix == "ffn_up.weight" || suffix == "ffn_down_t.weight" || suffix == "ffn_gate.weight";
 }
 
-std::vector<const tensor_view*> neuron_row_tensors(const hparams& hp, int64_t il, const layer_weights& l) {
+std::vector<const tensor_view*> neuron_row_tensors(const layer_weights& l) {
   // (With a bundle, the gate, up and down_t views step through it; a gate outside it is its own tensor.)
   const bool in_bundle_gate = l.ffn_bundle && l.ffn_gate.data >= l.ffn_bundle.data && l.ffn_gate.data < l.ffn_bundle.data + l.ffn_bundle.bytes();
   std::vector<const tensor_view*> out;
   if (!l.ffn_bundle && !l.ffn_down_t) return out;  // (a dense layer)
   if (l.ffn_bundle) out.push_back(&l.ffn_bundle);
-  (void)hp, (void)il;
   if (l.ffn_gate && !in_bundle_gate) out.push_back(&l.ffn_gate);
   if (!l.ffn_bundle) {
     if (l.ffn_up) out.push_back(&l.ffn_up);

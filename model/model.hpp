@@ -209,10 +209,11 @@ class model {
 bool matrix_type_supported(tensor_type t);
 
 // A sparse layer's FFN tensors (a layer with a bundle or ffn_down_t rows) whose row i is neuron i's
-// alone, read by the sparse path a chosen neuron at a time: the bundle, or the gate (unless a
-// thresholded layer reads every gate row each token), up and ffn_down_t rows; none for a dense layer. What the disk tier leaves in the file and reads by neuron (a tensor named
+// alone, read by the sparse path a chosen neuron at a time: the bundle, or the gate, up and
+// ffn_down_t rows (a thresholded layer's gate too: a step that reads every gate row — its exact
+// variant — asks the tier for every row); none for a dense layer. What the disk tier leaves in the file and reads by neuron (a tensor named
 // "blk.N.<suffix>" is one where per_neuron_tensor_suffix says so).
-std::vector<const tensor_view*> neuron_row_tensors(const hparams& hp, int64_t il, const layer_weights& l);
-bool per_neuron_tensor_suffix(const hparams& hp, int64_t il, std::string_view suffix);
+std::vector<const tensor_view*> neuron_row_tensors(const layer_weights& l);
+bool per_neuron_tensor_suffix(std::string_view suffix);
 
 }  // namespace hotcold

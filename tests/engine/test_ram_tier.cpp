@@ -75,7 +75,7 @@ uint64_t resident_row_pages(const model& m, const ram_tier* tier = nullptr) {
   };
   for (int64_t il = 0; il < m.hp().n_layer; ++il) {
     const int64_t p = tier ? tier->pinned_rows(il) : 0, w = tier ? tier->window_rows(il) : 0;
-    for (const tensor_view* t : neuron_row_tensors(m.hp(), il, m.weights().layers[static_cast<size_t>(il)])) {
+    for (const tensor_view* t : neuron_row_tensors(m.weights().layers[static_cast<size_t>(il)])) {
       const auto a = reinterpret_cast<uint64_t>(t->data), wlo = a + static_cast<uint64_t>(p) * t->row_bytes, whi = wlo + static_cast<uint64_t>(w) * t->row_bytes;
       if (w == 0) {
         count(a, a + t->bytes());
@@ -181,8 +181,8 @@ TEST_P(RamTier, ReadsTheChosenRowsAndKeepsToTheBudget) {
     for (int k = 0; k < 12; ++k) some.push_back(static_cast<int32_t>(pinned + (r * 131 + k * 59) % (hp.n_ff - pinned)));
     auto in = tier.rows(il, some);
     // Each neuron's rows where the use says: the bytes of the file's rows of that neuron.
-    const auto mine = neuron_row_tensors(hp, il, m->weights().layers[static_cast<size_t>(il)]);
-    const auto theirs = neuron_row_tensors(hp, il, whole->weights().layers[static_cast<size_t>(il)]);
+    const auto mine = neuron_row_tensors(m->weights().layers[static_cast<size_t>(il)]);
+    const auto theirs = neuron_row_tensors(whole->weights().layers[static_cast<size_t>(il)]);
     ASSERT_EQ(in.rows().size(), some.size());
     for (size_t k = 0; k < some.size(); ++k) {
       ASSERT_GE(in.rows()[k], static_cast<int32_t>(tier.pinned_rows(il)));
