@@ -323,13 +323,16 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   const plan p = plan_for(layer, l, n, may_go_dense);
   // The disk tier: the rows this layer reads brought into place — every row where every neuron is
   // computed, else (below) the union the tokens chose.
+  // (With a hot device's executor the cold share asks for its own rows: the hot ones are on the device.)
+  const bool to_executor = executor_ && l.ffn_down_t && !p.as_matrices;
   std::optional<ram_tier::use> rows_in;
-  if (env_.disk && (p.all_first || !p.choose)) rows_in.emplace(env_.disk->all_rows(layer));
+  if (env_.disk && (p.all_first || (!p.choose && !to_executor))) rows_in.emplace(env_.disk->all_rows(layer));
   if (p.all_first) {
     if (static_cast<int64_t>(B.gate.size()) < n * n_ff) B.gate.resize(static_cast<size_t>(n * n_ff));
     trace_scope span(env_.trace, step_part::ffn, B.step, layer, n);
     every_neuron(B, layer, l, on, in, B.gate.data(), B.truth.data(), p.margins);
   }
+  if (to_executor) rows_in.reset();
   choose(B, layer, pred_in, p);
   // A batch (8 tokens or more) whose union holds nine in ten neurons or more — a prompt of a
   // thresholded SwiGLU file, where a token chooses two thirds — reads every row anyway: every neuron
@@ -337,8 +340,12 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   // zero, the same choice as neuron by neuron. Row against its tokens, a ~1B Q4_0 file thresholded at
   // 50% prefilled at half its dense file's speed (pp128 ~130 against ~250 tokens/s, 2 threads, Zen 4).
   const bool masked = p.sparse && !p.all_first && !executor_ && n >= 8 && static_cast<int64_t>(union_.size()) * 10 >= n_ff * 9;
-  if (env_.disk && !rows_in) rows_in.emplace(masked ? env_.disk->all_rows(layer) : env_.disk->rows(layer, union_, !p.as_matrices));
-  if (env_.disk && p.sparse) env_.disk->read_ahead_next(layer, predictor_, pred_in, n, guess_chosen_, guess_union_);
+  if (env_.disk && !rows_in && !to_executor) rows_in.emplace(masked ? env_.disk->all_rows(layer) : env_.disk->rows(layer, union_, !p.as_matrices));
+  if (env_.disk && p.sparse) {
+    ram_tier::id_filter host_only;
+    if (executor_) host_only = [this](int64_t il, std::vector<int32_t>& ids) { executor_->keep_cold(il, ids); };
+    env_.disk->read_ahead_next(layer, predictor_, pred_in, n, guess_chosen_, guess_union_, host_only);
+  }
   // The neurons of the union: each row read once, each token computing the neurons it chose. Threads
   // take contiguous shares of the union and own their rows of hidden and their accumulators; or the
   // executor (the hot/cold split) computes them.

@@ -28,6 +28,8 @@ class ffn_executor {
   // step: the context's step number (for traces).
   virtual void run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                          float* out) = 0;
+  // Of neurons ids (ascending) of layer il, those whose rows the host reads (the rest are the device's).
+  virtual void keep_cold(int64_t il, std::vector<int32_t>& ids) const = 0;
 };
 
 // Per-layer counts of how the FFN chose its neurons (when stats are enabled).

@@ -1,5 +1,7 @@
 #include "engine/hot_cold_ffn.hpp"
 
+#include <optional>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -13,7 +15,7 @@
 
 namespace hotcold {
 
-hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot)
+hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, ram_tier* disk)
     : model_(std::move(m)), hot_(std::move(hot)) {
   const hparams& hp = model_->hp();
   if (static_cast<int64_t>(placement.hot.size()) != hp.n_layer)
@@ -38,7 +40,7 @@ hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placeme
   // Copies run on the device's queue: if a later layer does not fit, the earlier copies must finish
   // before their buffers go away with this half-built object.
   try {
-    upload(placement);
+    upload(placement, disk);
     hot_->reserve(devices::operation::ffn_rows, max_step_tokens, hp.n_embd, hp.n_ff);
   } catch (...) {
     hot_->synchronize();
@@ -47,12 +49,18 @@ hot_rows::hot_rows(std::shared_ptr<const model> m, const placement_data& placeme
   hot_->synchronize();  // the copies read the model's memory: done before anyone computes
 }
 
-void hot_rows::upload(const placement_data& placement) {
+void hot_rows::upload(const placement_data& placement, ram_tier* disk) {
   const hparams& hp = model_->hp();
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const layer_weights& l = model_->weights().layers[static_cast<size_t>(il)];
     if (!l.ffn_down_t) throw std::invalid_argument(fmt::format("{}: layer {} has no ffn_down_t; the hot/cold split needs a sparse file with the down rows of each neuron (prepare --down-layout rows)", model_->path(), il));
     const auto& ids = placement.hot[static_cast<size_t>(il)];
+    for (int32_t id : ids)
+      if (id < 0 || id >= hp.n_ff) throw std::invalid_argument(fmt::format("layer {}: hot neuron {} is outside 0..{}", il, id, hp.n_ff - 1));
+    // (rows left in the file: read for the copy, where the tier puts them)
+    std::optional<ram_tier::use> in;
+    if (disk && !ids.empty()) in.emplace(disk->rows(il, ids));
+    const std::span<const int32_t> rows = in && !in->rows().empty() ? in->rows() : std::span<const int32_t>(ids);
     layer_rows h;
     h.slot.assign(static_cast<size_t>(hp.n_ff), -1);
     // Copies rows `ids` of w into one device buffer, in placement order: row k is neuron ids[k].
@@ -64,7 +72,7 @@ void hot_rows::upload(const placement_data& placement) {
       // Gathered into one staging buffer and copied in as one transfer (a copy a row cost a
       // synchronous transfer each on a GPU); the staging memory lives until the copy is done.
       staging.resize(w.row_bytes * ids.size());
-      for (size_t k = 0; k < ids.size(); ++k) std::memcpy(staging.data() + k * w.row_bytes, w.row(ids[k]), w.row_bytes);
+      for (size_t k = 0; k < ids.size(); ++k) std::memcpy(staging.data() + k * w.row_bytes, w.row(rows[k]), w.row_bytes);
       hot_->copy_in(*buf, 0, staging.data(), staging.size())->wait();
       v.ne1 = static_cast<int64_t>(ids.size());
       v.data = static_cast<const uint8_t*>(buf->data());
@@ -73,10 +81,7 @@ void hot_rows::upload(const placement_data& placement) {
       buffers_.push_back(std::move(buf));
       return v;
     };
-    for (size_t k = 0; k < ids.size(); ++k) {
-      if (ids[k] < 0 || ids[k] >= hp.n_ff) throw std::invalid_argument(fmt::format("layer {}: hot neuron {} is outside 0..{}", il, ids[k], hp.n_ff - 1));
-      h.slot[static_cast<size_t>(ids[k])] = static_cast<int32_t>(k);
-    }
+    for (size_t k = 0; k < ids.size(); ++k) h.slot[static_cast<size_t>(ids[k])] = static_cast<int32_t>(k);
     if (hp.gated_ffn) h.gate = copy_rows(l.ffn_gate, "gate");
     h.up = copy_rows(l.ffn_up, "up");
     h.down_t = copy_rows(l.ffn_down_t, "down");
@@ -168,6 +173,12 @@ hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads)
     : model_(m), rows_(std::make_shared<const hot_rows>(m, placement, std::move(hot))), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()), costs_(*model_) {}
 
+void hot_cold_ffn::keep_cold(int64_t il, std::vector<int32_t>& ids) const {
+  ffn_split s;
+  rows_->split(il, ids, s);
+  ids = std::move(s.cold_ids);
+}
+
 void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                              float* out) {
   const int64_t nd = x.n * x.d;
@@ -179,7 +190,11 @@ void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input&
   devices::event hot_done;
   if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
   const auto n_cold = static_cast<int64_t>(split_.cold_ids.size());
-  cold_share(*cold_, *model_, {trace_, step_part::cold_ffn, step, layer}, {{split_.cold_ids.data(), split_.cold_ids.data(), n_cold}}, x, hidden, cold_acc_, out);
+  // (the cold rows through the disk tier: every neuron's in its own row for a prompt's every neuron)
+  std::optional<ram_tier::use> in;
+  if (disk_) in.emplace(n_cold == x.n_ff ? disk_->all_rows(layer) : disk_->rows(layer, split_.cold_ids, true));
+  const int32_t* rows = in && !in->rows().empty() ? in->rows().data() : split_.cold_ids.data();
+  cold_share(*cold_, *model_, {trace_, step_part::cold_ffn, step, layer}, {{split_.cold_ids.data(), rows, n_cold}, in ? &*in : nullptr}, x, hidden, cold_acc_, out);
   if (hot_done) {
     hot_done->wait();
     const auto hot = static_cast<int64_t>(split_.hot_ids.size());

@@ -33,7 +33,9 @@ class hot_rows {
   // Needs a sparse file (ffn_down_t in every layer). Throws devices::out_of_device_memory when the
   // hot rows (and the device's scratch for a step) do not fit its budget, std::invalid_argument for a
   // placement that does not fit the model, or for rows the device does not compute (supports()).
-  hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot);
+  // disk: the disk tier of a model whose rows are left in the file (engine/ram_tier): each layer's hot
+  // rows read through it for the copy, then let go (the device holds them).
+  hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, ram_tier* disk = nullptr);
   void split(int64_t layer, std::span<const int32_t> chosen, ffn_split& out) const;
   // Queues the hot share of a step on the device: each token computes the hot neurons it chose into
   // hidden (n x n_ff) and out (n x n_embd, zeroed first). The inputs must outlive the event. The
@@ -50,7 +52,7 @@ class hot_rows {
     std::vector<int32_t> slot;  // per neuron: its row on the device, -1 when cold
     tensor_view gate, up, down_t;
   };
-  void upload(const placement_data& placement);
+  void upload(const placement_data& placement, ram_tier* disk);
   std::shared_ptr<const model> model_;
   std::shared_ptr<devices::device> hot_;
   std::vector<std::shared_ptr<devices::buffer>> buffers_;
@@ -82,8 +84,11 @@ class hot_cold_ffn final : public ffn_executor {
 
   void run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                  float* out) override;
+  void keep_cold(int64_t il, std::vector<int32_t>& ids) const override;
   // Records hot_ffn (on the device's thread) and cold_ffn (on the pool's) intervals (null: none).
   void set_trace(trace_recorder* t) { trace_ = t; }
+  // The disk tier the cold rows are read through (engine/ram_tier; null: all in memory).
+  void set_disk_tier(ram_tier* t) { disk_ = t; }
 
   struct counts {
     int64_t hot = 0, cold = 0;  // chosen neurons computed on each side, all layers, all steps
@@ -101,6 +106,7 @@ class hot_cold_ffn final : public ffn_executor {
   read_costs costs_;
   counts computed_;
   trace_recorder* trace_ = nullptr;
+  ram_tier* disk_ = nullptr;
   ffn_split split_;
   std::vector<float> hot_out_, cold_acc_;  // n x n_embd, the cold share's pieces' sums (scratch)
 };

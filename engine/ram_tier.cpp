@@ -459,7 +459,7 @@ void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
 }
 
 void ram_tier::read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen,
-                               std::vector<int32_t>& ids) {
+                               std::vector<int32_t>& ids, const id_filter& host_only) {
   const hparams& hp = m_->hp();
   if (static_cast<int64_t>(chosen.size()) < n * hp.n_ff) chosen.resize(static_cast<size_t>(n * hp.n_ff));
   // (The next layers' inputs are this one's plus what the layers between add: the residual stream
@@ -467,6 +467,7 @@ void ram_tier::read_ahead_next(int64_t il, predictor_runner& runner, const float
   for (int64_t next = il + 1; next <= il + read_ahead_layers && next < hp.n_layer; ++next) {
     if (!m_->weights().layers[static_cast<size_t>(next)].pred_fc1) return;
     runner.predict(next, pred_in, n, chosen.data(), ids);
+    if (host_only) host_only(next, ids);
     read_ahead(next, ids);
   }
 }

@@ -16,6 +16,7 @@
 // the budget. A slot's memory, once touched, stays: nothing is zeroed or faulted again when it is
 // reused. Every row of a layer (all_rows) puts each neuron in its own row (the window's slots with it).
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <string>
 #include <mutex>
@@ -88,7 +89,10 @@ class ram_tier {
   // The read-ahead of layer il + 1 from layer il's step: that layer's predictor (runner) on layer il's
   // predictor input (n rows), its choice read ahead; chosen and ids are the caller's scratch. Nothing
   // for the last layer or one without a predictor.
-  void read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen, std::vector<int32_t>& ids);
+  // host_only: keeps of a layer's ids those the host reads (with a hot device: not the device's).
+  using id_filter = std::function<void(int64_t il, std::vector<int32_t>& ids)>;
+  void read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen, std::vector<int32_t>& ids,
+                       const id_filter& host_only = {});
   int read_ahead_layers = 1;  // layers read ahead (2 measured no faster: a step's own reads wait behind the further layer's)
   // The embedding rows of tokens ids in place (model::embeddings_from_disk; else nothing to do): a
   // row read stays until the plan's token_rows are held, when all are given back. Read under the

@@ -147,7 +147,7 @@ void put_on_device(opened_model& r, const open_options& o) {
   }
   if (m.has_predictors()) {
     try {
-      r.hot = std::make_shared<const hot_rows>(r.m, hot, r.dev);
+      r.hot = std::make_shared<const hot_rows>(r.m, hot, r.dev, r.disk.get());
     } catch (const devices::out_of_device_memory& e) {
       throw std::invalid_argument(fmt::format("{}: the placement's hot rows ({:.1f} MiB) do not fit in what the plan leaves of the budget: {}",
                                               placement_path(m.path()), hot.vram_capacity / double(1 << 20), e.what()));
@@ -155,6 +155,7 @@ void put_on_device(opened_model& r, const open_options& o) {
     if (r.trace) r.trace->set_hot_neurons(hot.hot);
     r.split = std::make_shared<hot_cold_ffn>(r.m, r.hot, r.ctx->pool());  // one set of CPU workers
     r.split->set_trace(r.trace.get());
+    r.split->set_disk_tier(r.disk.get());
     r.ctx->set_ffn_executor(r.split);
   }
   const auto on = [](const std::vector<uint8_t>& v) { return std::count(v.begin(), v.end(), uint8_t{1}); };
@@ -229,8 +230,6 @@ opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<de
     r.ctx->set_trace(r.trace.get());
   }
   if (m->ffn_rows_from_disk()) {
-    if (on_device)
-      throw std::invalid_argument(fmt::format("--ram-budget with --device {}: the disk tier runs with the CPU alone for now (docs/disk.md)", dev->name()));
     const ram_tier_plan plan = plan_ram_tier(*m, o.ram_budget);
     r.disk = std::make_shared<ram_tier>(m, plan, o.disk_io);
     r.ctx->set_disk_tier(r.disk);

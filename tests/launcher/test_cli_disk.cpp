@@ -53,14 +53,29 @@ TEST(CliDisk, RamBudgetGivesTheSameTextAndCountsTheDisk) {
   EXPECT_GE(some.at("io_wait_ms_per_token").get<double>(), 0.0);
   EXPECT_EQ(all.at("disk_bytes_per_token").get<double>(), 0.0);
   EXPECT_EQ(all.at("ram_hit_rate").get<double>(), 1.0);
-  // Not with --mmap (the tier reads into a private copy), nor a device yet; a dense file has no rows
-  // read by neuron.
+  // Not with --mmap (the tier reads into a private copy); a dense file has no rows read by neuron.
   auto mm = run({"run", "-m", sparse, "-p", "Hi", "-n", "2", "--ram-budget", budget, "--mmap"});
   EXPECT_NE(mm.code, 0);
   EXPECT_NE(mm.err.find("--mmap"), std::string::npos) << mm.err;
-  auto sim = run({"run", "-m", sparse, "-p", "Hi", "-n", "2", "--ram-budget", budget, "--device", "sim", "--vram-budget", "0.05"});
-  EXPECT_NE(sim.code, 0);
-  EXPECT_NE(sim.err.find("--ram-budget"), std::string::npos) << sim.err;
+  // With a hot device (sim, a budget that holds a tenth of the rows: attention and predictors take
+  // most of it): its rows read through the tier for the copy, the cold ones as steps choose them —
+  // the text of the same device without a budget, on both pipelines.
+  for (const char* pipeline : {"actors", "direct"}) {
+    SCOPED_TRACE(pipeline);
+    auto on_sim = gen_args;
+    on_sim.insert(on_sim.end(), {"--device", "sim", "--vram-budget", "0.0072", "--pipeline", pipeline});
+    auto sim_whole = run(on_sim);
+    ASSERT_EQ(sim_whole.code, 0) << sim_whole.err;
+    on_sim.insert(on_sim.end(), {"--ram-budget", budget});
+    auto sim = run(on_sim);
+    ASSERT_EQ(sim.code, 0) << sim.err;
+    EXPECT_EQ(sim.out, sim_whole.out);
+    std::smatch hot;
+    ASSERT_TRUE(std::regex_search(sim.err, hot, std::regex("([0-9.]+) MiB of hot FFN rows"))) << sim.err;
+    EXPECT_GT(std::stod(hot[1]), 0.05) << sim.err;  // (some rows on the device, most of the 6 MiB not)
+    EXPECT_LT(std::stod(hot[1]), 3.0) << sim.err;
+    EXPECT_NE(sim.err.find("read from " + sparse + " as tokens choose them"), std::string::npos) << sim.err;
+  }
   auto plain = run({"run", "-m", dense, "-p", "Hi", "-n", "2", "--ram-budget", "1"});
   EXPECT_NE(plain.code, 0);
   EXPECT_NE(plain.err.find("no FFN rows read by neuron"), std::string::npos) << plain.err;
