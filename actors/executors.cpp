@@ -117,19 +117,14 @@ ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& 
   const int64_t n = job.input.rows, d = hp.n_embd;
   thread_pool& pool = p.ctx->pool();
   if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
-  // The disk tier: the cold rows this layer reads brought into place first (engine/ram_tier).
-  std::optional<ram_tier::use> rows_in;
-  // (Every neuron — a prompt's — in its own row: the matrix products read the tensors whole.)
-  if (ram_tier* tier = p.ctx->disk_tier())
-    rows_in.emplace(static_cast<int64_t>(job.cold_ids->size()) == hp.n_ff ? tier->all_rows(job.layer) : tier->rows(job.layer, *job.cold_ids, true));
+  // The disk tier: the cold rows this layer reads asked for (engine/ram_tier; read while the share computes).
+  const std::optional<ram_tier::use> rows_in = cold_rows(p.ctx->disk_tier(), job.layer, *job.cold_ids, hp.n_ff);
   if (rows_asked) rows_asked();  // (the next layer's read-ahead after this layer's own reads: they go first)
   const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
   std::vector<float> sum(static_cast<size_t>(n * d));
   const auto t0 = std::chrono::steady_clock::now();
-  cold_share(pool, *p.m, {p.trace, step_part::cold_ffn, job.input.step, job.layer},
-             {{job.cold_ids->data(), rows_in && !rows_in->rows().empty() ? rows_in->rows().data() : job.cold_ids->data(), static_cast<int64_t>(job.cold_ids->size())},
-              rows_in ? &*rows_in : nullptr},
-             x, st.hidden.data(), st.acc, sum.data());
+  cold_share(pool, *p.m, {p.trace, step_part::cold_ffn, job.input.step, job.layer}, cold_of(*job.cold_ids, rows_in), x, st.hidden.data(), st.acc,
+             sum.data());
   p.stats->add_time(step_part::cold_ffn, job.layer, std::chrono::steady_clock::now() - t0);
   const int64_t fired = fired_rows(st.hidden.data(), job.chosen.chosen->data(), n, hp.n_ff, job.cold_ids->data(), static_cast<int64_t>(job.cold_ids->size()));
   return ffn_part{shared_tensor::wrap(std::move(sum), n, d, job.input.step, job.layer), job.computed, job.union_size, fired};

@@ -170,10 +170,7 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
           if (st.o.ram_budget > 0) {  // (its layers' rows: the budget's plan for them)
             const ram_tier_plan plan = plan_ram_tier(*st.o.m, st.o.ram_budget);
             w.ctx->set_disk_tier(std::make_shared<ram_tier>(st.o.m, plan));
-            say(st.o, fmt::format("hotcold worker: --ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} hottest neurons and a window of "
-                                  "{:.3f} GiB; the other FFN rows read from the file",
-                                  st.o.ram_budget / double(1ull << 30), plan.fixed_bytes / double(1ull << 30), plan.pinned_rows.empty() ? 0 : plan.pinned_rows[0],
-                                  plan.window_bytes / double(1ull << 30)));
+            say(st.o, "hotcold worker: " + describe(plan, st.o.ram_budget, st.path));
           }
           w.ctx->reserve_prefix_store(shape[2], shape[3]);  // (its layers' rows of each block: backed only where written)
         } catch (const std::exception& e) {

@@ -244,11 +244,9 @@ void ffn_block::chosen_rows(step_state& B, int64_t layer, const layer_weights& l
   const bool down_t = static_cast<bool>(l.ffn_down_t);
   const std::vector<int32_t>& chosen_union = union_;
   const int64_t n_union = static_cast<int64_t>(chosen_union.size());
-  const std::span<const int32_t> rows = disk ? disk->rows() : std::span<const int32_t>{};
-  const neuron_set all{chosen_union.data(), rows.empty() ? chosen_union.data() : rows.data(), n_union};
+  const neuron_set all{chosen_union.data(), disk ? disk->rows_of(chosen_union).data() : chosen_union.data(), n_union};
   const batch_ffn_input x{in, quantize_for_rows(l.ffn_up, in, n, d, B.ffn_in_q8), B.chosen.data(), n, d, n_ff};
   const float threshold = hp.act_threshold_of(layer);
-  if (disk && (executor_ || !choose)) disk->ready();  // (below, each piece waits for its own rows)
   if (executor_ && down_t) {
     executor_->run_batch(B.step, layer, x, chosen_union, B.hidden.data(), out);
   } else if (!choose && n == 1 && down_t && threshold > 0.0f && hp.gated_ffn) {

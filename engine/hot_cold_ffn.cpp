@@ -60,7 +60,7 @@ void hot_rows::upload(const placement_data& placement, ram_tier* disk) {
     // (rows left in the file: read for the copy, where the tier puts them)
     std::optional<ram_tier::use> in;
     if (disk && !ids.empty()) in.emplace(disk->rows(il, ids));
-    const std::span<const int32_t> rows = in && !in->rows().empty() ? in->rows() : std::span<const int32_t>(ids);
+    const std::span<const int32_t> rows = in ? in->rows_of(ids) : std::span<const int32_t>(ids);
     layer_rows h;
     h.slot.assign(static_cast<size_t>(hp.n_ff), -1);
     // Copies rows `ids` of w into one device buffer, in placement order: row k is neuron ids[k].
@@ -136,9 +136,9 @@ void cold_share(thread_pool& pool, const model& m, const trace_span& at, const c
   const layer_weights& l = m.weights().layers[static_cast<size_t>(layer)];
   const float t = hp.act_threshold_of(layer);
   const int64_t n = x.n, n_ff = hp.n_ff;
-  if (cold.disk) cold.disk->ready();  // (with a prompt's every neuron: its rows in before the products)
   if (t > 0.0f && n >= 16 && cold.set.count == n_ff && hp.gated_ffn && transposed_product_reads(l.ffn_down_t)) {
     trace_scope interval(span);
+    if (cold.disk) cold.disk->ready();  // (the products read the tensors whole: every row in first)
     // A prompt batch of a thresholded layer chooses every neuron for some token (each keeps about
     // half): gate and up of every neuron as matrix products, each token's values kept for the neurons
     // it chose (under the rule), the down rows as one product — what the neuron-by-neuron pass
@@ -167,6 +167,15 @@ void cold_share(thread_pool& pool, const model& m, const trace_span& at, const c
   if (cold.disk) cold.disk->ready();
 }
 
+std::optional<ram_tier::use> cold_rows(ram_tier* tier, int64_t layer, std::span<const int32_t> cold_ids, int64_t n_ff) {
+  if (!tier) return std::nullopt;
+  return static_cast<int64_t>(cold_ids.size()) == n_ff ? tier->all_rows(layer) : tier->rows(layer, cold_ids, true);
+}
+
+cold_neurons cold_of(std::span<const int32_t> cold_ids, const std::optional<ram_tier::use>& rows) {
+  return {{cold_ids.data(), rows ? rows->rows_of(cold_ids).data() : cold_ids.data(), static_cast<int64_t>(cold_ids.size())}, rows ? &*rows : nullptr};
+}
+
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const hot_rows> rows, thread_pool& cold)
     : model_(std::move(m)), rows_(std::move(rows)), cold_(&cold), costs_(*model_) {}
 
@@ -189,12 +198,8 @@ void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input&
   hot_out_.assign(static_cast<size_t>(nd), 0.0f);
   devices::event hot_done;
   if (!split_.hot_ids.empty()) hot_done = rows_->submit(step, layer, split_, x, hidden, hot_out_.data(), trace_);
-  const auto n_cold = static_cast<int64_t>(split_.cold_ids.size());
-  // (the cold rows through the disk tier: every neuron's in its own row for a prompt's every neuron)
-  std::optional<ram_tier::use> in;
-  if (disk_) in.emplace(n_cold == x.n_ff ? disk_->all_rows(layer) : disk_->rows(layer, split_.cold_ids, true));
-  const int32_t* rows = in && !in->rows().empty() ? in->rows().data() : split_.cold_ids.data();
-  cold_share(*cold_, *model_, {trace_, step_part::cold_ffn, step, layer}, {{split_.cold_ids.data(), rows, n_cold}, in ? &*in : nullptr}, x, hidden, cold_acc_, out);
+  const std::optional<ram_tier::use> in = cold_rows(disk_, layer, split_.cold_ids, x.n_ff);
+  cold_share(*cold_, *model_, {trace_, step_part::cold_ffn, step, layer}, cold_of(split_.cold_ids, in), x, hidden, cold_acc_, out);
   if (hot_done) {
     hot_done->wait();
     const auto hot = static_cast<int64_t>(split_.hot_ids.size());

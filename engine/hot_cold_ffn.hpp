@@ -8,6 +8,7 @@
 // computes its share by its own operation (devices::device::compute), whatever the device is.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -73,6 +74,11 @@ struct cold_neurons {
 };
 void cold_share(thread_pool& pool, const model& m, const trace_span& at, const cold_neurons& cold, const batch_ffn_input& x, float* hidden,
                 std::vector<float>& acc, float* out);
+// A cold share's rows through the disk tier (null: none, all in memory): every neuron in its own row
+// where the share is every neuron of the layer (its products read the tensors whole), else where the
+// tier puts them, read while the share computes; and the share's neurons with them.
+std::optional<ram_tier::use> cold_rows(ram_tier* tier, int64_t layer, std::span<const int32_t> cold_ids, int64_t n_ff);
+cold_neurons cold_of(std::span<const int32_t> cold_ids, const std::optional<ram_tier::use>& rows);
 
 class hot_cold_ffn final : public ffn_executor {
  public:

@@ -63,6 +63,13 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
   return p;
 }
 
+std::string describe(const ram_tier_plan& p, uint64_t budget, const std::string& path) {
+  constexpr double gib = double(1ull << 30);
+  return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} hottest neurons and a window of {:.3f} GiB; the other FFN rows "
+                     "({:.3f} GiB) read from {} as tokens choose them",
+                     budget / gib, p.fixed_bytes / gib, p.pinned_rows.empty() ? 0 : p.pinned_rows[0], p.window_bytes / gib, p.row_bytes / gib, path);
+}
+
 namespace {
 constexpr uint8_t slot_free = 0, slot_held = 1, slot_queued = 2;
 }  // namespace
@@ -106,13 +113,17 @@ std::string ram_tier::land(int64_t il, uint64_t ticket) {
     const auto f = failed_.find(ticket);
     return f == failed_.end() ? std::string{} : f->second;
   }
-  auto rows = std::move(it->second);
+  const auto rows = std::move(it->second);
   L.pending.erase(it);
+  return finish(L, ticket, rows);
+}
+
+std::string ram_tier::finish(layer_t& L, uint64_t ticket, const std::vector<int32_t>& rows) {
   try {
     file_.wait(ticket);
   } catch (const std::exception& e) {
     unread(L, rows);
-    return e.what();
+    return failed_[ticket] = e.what();
   }
   for (int32_t r : rows) slot(L, r).state = slot_held;
   return {};
@@ -122,8 +133,7 @@ namespace {
 
 // The whole pages of `rows` rows of t (a mapping's unit): the window's last row may end in a page of
 // the layer's own, which its holder writes like the rest of the row.
-uint64_t mapped_bytes(int64_t rows, const tensor_view& t) {
-  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+uint64_t mapped_bytes(int64_t rows, const tensor_view& t, uint64_t page) {
   return static_cast<uint64_t>(rows) * t.row_bytes / page * page;
 }
 
@@ -195,7 +205,7 @@ void ram_tier::share_window() {
     }
   std::vector<uint64_t> at;  // each tensor's part of the memfd
   uint64_t bytes = 0;
-  for (const tensor_view* t : first->tensors) at.push_back(bytes), bytes += mapped_bytes(first->window, *t);
+  for (const tensor_view* t : first->tensors) at.push_back(bytes), bytes += mapped_bytes(first->window, *t, page_);
   if (bytes == 0) return;  // (a window smaller than a page: each layer's own memory)
   window_fd_ = memfd_create("hotcold-ram-window", MFD_CLOEXEC);
   if (window_fd_ < 0 || ftruncate(window_fd_, static_cast<off_t>(bytes)) != 0)
@@ -205,7 +215,7 @@ void ram_tier::share_window() {
     for (size_t k = 0; k < L.tensors.size(); ++k) {
       const tensor_view& t = *L.tensors[k];
       void* want = const_cast<uint8_t*>(t.data) + static_cast<uint64_t>(L.pinned) * t.row_bytes;  // (the model's private copy)
-      const uint64_t len = mapped_bytes(L.window, t);
+      const uint64_t len = mapped_bytes(L.window, t, page_);
       if (len == 0) continue;
       if (mmap(want, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, window_fd_, static_cast<off_t>(at[k])) == MAP_FAILED)
         throw std::runtime_error(fmt::format("the disk tier's window at {}: {}", t.name, std::strerror(errno)));
@@ -291,16 +301,9 @@ void ram_tier::unread(layer_t& L, const std::vector<int32_t>& rows) {
 
 void ram_tier::wait_ahead(layer_t& L) {
   while (!L.pending.empty()) {
-    auto [ticket, rows] = std::move(L.pending.back());
+    const auto [ticket, rows] = std::move(L.pending.back());
     L.pending.pop_back();
-    try {
-      file_.wait(ticket);
-    } catch (const std::exception& e) {
-      unread(L, rows);
-      failed_[ticket] = e.what();
-      throw;
-    }
-    for (int32_t r : rows) slot(L, r).state = slot_held;
+    if (std::string error = finish(L, ticket, rows); !error.empty()) throw std::runtime_error(error);
   }
 }
 
@@ -423,16 +426,17 @@ void ram_tier::give_back_overflow(layer_t& L) {
   const int64_t first = L.pinned + L.window;
   if (L.overflow_top <= first) return;
   for (int64_t r = first; r < L.overflow_top; ++r) drop(slot(L, static_cast<int32_t>(r)));
-  for (const tensor_view* t : L.tensors) {
-    const auto lo = (reinterpret_cast<uint64_t>(t->data) + static_cast<uint64_t>(first) * t->row_bytes + page_ - 1) / page_ * page_;
-    const auto hi = (reinterpret_cast<uint64_t>(t->data) + static_cast<uint64_t>(L.overflow_top) * t->row_bytes) / page_ * page_;
-    if (hi <= lo) continue;
-    madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-    c_.released_pages += (hi - lo) / page_;
-  }
+  for (const tensor_view* t : L.tensors) give_back(t->row(first), t->row(L.overflow_top));
   L.overflow_free.clear();
   for (int64_t r = m_->hp().n_ff - 1; r >= first; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
   L.overflow_top = 0;
+}
+
+void ram_tier::give_back(const uint8_t* from, const uint8_t* to) {
+  const auto lo = (reinterpret_cast<uint64_t>(from) + page_ - 1) / page_ * page_, hi = reinterpret_cast<uint64_t>(to) / page_ * page_;
+  if (hi <= lo) return;
+  madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  c_.released_pages += (hi - lo) / page_;
 }
 
 void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
@@ -488,10 +492,9 @@ void ram_tier::bring_tokens(std::span<const int32_t> ids) {
   }
   if (want.empty()) return;
   if (tokens_held_ + static_cast<int64_t>(want.size()) > plan_.token_rows && tokens_held_ > 0) {
-    // All given back (the pages wholly inside the table), then this step's read again.
-    const auto lo = (reinterpret_cast<uint64_t>(e.data) + page_ - 1) / page_ * page_, hi = (reinterpret_cast<uint64_t>(e.data) + e.bytes()) / page_ * page_;
-    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED), c_.released_pages += (hi - lo) / page_;
-    // (a row on an edge page kept its bytes; it is read again all the same)
+    // All given back, then this step's read again (a row on an edge page kept its bytes; it is read
+    // again all the same).
+    give_back(e.data, e.data + e.bytes());
     std::fill(token_held_.begin(), token_held_.end(), 0);
     held_bytes_ -= static_cast<uint64_t>(tokens_held_) * e.row_bytes;
     tokens_held_ = 0;

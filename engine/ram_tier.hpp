@@ -43,6 +43,9 @@ struct ram_tier_plan {
 // takes half, up to a quarter of a layer's neurons (a few layers' choices), and each layer's hottest
 // neurons alike the rest (all of them, where every row fits).
 ram_tier_plan plan_ram_tier(const model& m, uint64_t budget);
+// What the plan holds and reads, as stderr says it ("--ram-budget B GiB: ... read from PATH as tokens
+// choose them").
+std::string describe(const ram_tier_plan& p, uint64_t budget, const std::string& path);
 
 class ram_tier {
  public:
@@ -66,6 +69,8 @@ class ram_tier {
     use& operator=(use&&) = delete;
     ~use();
     std::span<const int32_t> rows() const { return rows_; }
+    // The rows of the ids the use was asked for: rows(), or the ids themselves (every neuron in its own row).
+    std::span<const int32_t> rows_of(std::span<const int32_t> ids) const { return rows_.empty() ? ids : std::span<const int32_t>(rows_); }
     // Whether neurons k0 .. k1 of ids are in memory, waiting for their read first (false: it failed;
     // ready() says how). Without lazy, always true at once.
     bool ready(int64_t k0, int64_t k1) const;
@@ -142,6 +147,9 @@ class ram_tier {
   slot_t& slot(layer_t& L, int32_t row) { return row < L.pinned + L.window ? window_[static_cast<size_t>(row - L.pinned)] : L.overflow[static_cast<size_t>(row - L.pinned - L.window)]; }
   use take(int64_t il, std::span<const int32_t> ids, bool all, bool lazy = false);
   std::string land(int64_t il, uint64_t ticket);  // a read of layer il's rows in: "" or its error
+  // A pending read waited on: its rows held, or on an error free again (the error kept for a lazy use
+  // that asks after) and returned.
+  std::string finish(layer_t& L, uint64_t ticket, const std::vector<int32_t>& rows);
   int32_t free_row(int64_t il, bool overflow_too, bool& window_full);  // a window slot to reuse (clock), else overflow (-1: none)
   void drop(slot_t& s);                     // the slot's neuron out of it
   void hold(int64_t il, int32_t row, int32_t neuron, bool ahead);  // the row to hold the neuron (being read)
@@ -150,6 +158,7 @@ class ram_tier {
   void unread(layer_t& L, const std::vector<int32_t>& rows);  // a read that failed: its rows free again
   void release(int64_t il, bool all, std::span<const int32_t> rows);
   void give_back_overflow(layer_t& L);
+  void give_back(const uint8_t* from, const uint8_t* to);  // the pages wholly inside [from, to) (an edge page is a neighbour's too)
   void share_window();  // maps the window's memory at every layer's window rows
   void bring_tokens(std::span<const int32_t> ids);  // token_rows, the lock held
 

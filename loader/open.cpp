@@ -233,10 +233,7 @@ opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<de
     const ram_tier_plan plan = plan_ram_tier(*m, o.ram_budget);
     r.disk = std::make_shared<ram_tier>(m, plan, o.disk_io);
     r.ctx->set_disk_tier(r.disk);
-    say(o.log, fmt::format("hotcold: --ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} hottest neurons and a window of {:.3f} GiB; the "
-                           "other FFN rows ({:.3f} GiB) read from {} as tokens choose them",
-                           o.ram_budget / double(1ull << 30), plan.fixed_bytes / double(1ull << 30), plan.pinned_rows.empty() ? 0 : plan.pinned_rows[0],
-                           plan.window_bytes / double(1ull << 30), plan.row_bytes / double(1ull << 30), m->path()));
+    say(o.log, "hotcold: " + describe(plan, o.ram_budget, m->path()));
   }
   if (on_device) put_on_device(r, o);
   return r;

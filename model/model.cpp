@@ -454,10 +454,13 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     const bool sparse_layer = f.find_tensor(fmt::format(bundle_name, il)) || f.find_tensor(fmt::format("blk.{}.ffn_down_t.weight", il));
     return sparse_layer && per_neuron_tensor_suffix(std::string_view(t.name).substr(dot + 1));
   };
-  for (const auto& t : f.tensors()) {
+  // A tensor of what this process holds: its layers, and the globals where it holds them.
+  auto holds = [&m](const gguf::tensor_info& t) {
     const int64_t il = tensor_layer(t.name);
-    if (il < 0 ? m->holds_globals() : m->holds_layer(il)) m->held_weight_bytes_ += t.n_bytes;
-  }
+    return il < 0 ? m->holds_globals() : m->holds_layer(il);
+  };
+  for (const auto& t : f.tensors())
+    if (holds(t)) m->held_weight_bytes_ += t.n_bytes;
   const uint8_t* base = nullptr;
   if (options.use_mmap) {
     base = f.bytes().data() + f.data_offset();
@@ -466,10 +469,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     if (bytes > 0) {
       std::function<bool(const gguf::tensor_info&)> held;  // (empty: all of it)
       if (m->held_first_ > 0 || m->held_last_ < hp.n_layer || !m->holds_globals_ || options.ffn_rows_from_disk)
-        held = [&m, &on_disk](const gguf::tensor_info& t) {
-          const int64_t il = tensor_layer(t.name);
-          return (il < 0 ? m->holds_globals() : m->holds_layer(il)) && !on_disk(t);
-        };
+        held = [&holds, &on_disk](const gguf::tensor_info& t) { return holds(t) && !on_disk(t); };
       // With the disk tier, the copy starts where the file's data section does within a page, so each
       // page of memory is one block of the file: the tier's direct reads land in place (no bounce).
       const size_t shift = options.ffn_rows_from_disk ? static_cast<size_t>(f.data_offset() % static_cast<uint64_t>(sysconf(_SC_PAGESIZE))) : 0;
