@@ -513,6 +513,10 @@ scheduler_actor::behavior_type scheduler_fn(scheduler_ptr self, std::shared_ptr<
         if (k < 0 || static_cast<size_t>(k) >= st.p->stages.size()) return;
         const auto& rs = st.p->stages[static_cast<size_t>(k)];
         st.p->stats->set_stage_up(static_cast<size_t>(k), up);
+        // A stage lost, or back on a fresh assignment (a new worker, or one whose caches were reset):
+        // the slots' keys and values are not all there any more, whichever way the loss came (a step
+        // in flight fails and forgets them too; one between requests must as well).
+        if (st.prefix) st.prefix->forget_all();
         if (!up) {
           st.p->set_stage_lost(static_cast<size_t>(k), fmt::format("stage {}: {}", rs.where, why));
           if (st.busy) on_step_failed(self, st.step, st.p->stage_lost());

@@ -247,7 +247,11 @@ TEST(Workers, AHungWorkerIsNoticedAndAStageThatComesBackIsAdmittedAgain) {
   const std::string alone = run_stdout({"run", "-m", f.dense, "-p", "Once upon a time", "-n", "8", "--temp", "0", "-c", "256", "-t", "1"});
   EXPECT_EQ(c.generate(request).text + "\n", alone);
 
+  // Each loss is waited for in the server's log first, so that it happens between requests (no step
+  // in flight to fail): the slots' cached prompts must be forgotten then too, or the request after the
+  // stage is back reuses keys and values its fresh worker does not have.
   kill(pair.b.pid(), SIGSTOP);
+  EXPECT_TRUE(log_says(serve, "stage " + wb + " (layers 2-3): no answer to a heartbeat", 5s)) << serve.log();
   const std::string silent = first_error(c, 5s);
   EXPECT_NE(silent.find("stage " + wb + " (layers 2-3): no answer to a heartbeat"), std::string::npos) << silent << "\n" << serve.log();
   kill(pair.b.pid(), SIGCONT);
@@ -257,6 +261,7 @@ TEST(Workers, AHungWorkerIsNoticedAndAStageThatComesBackIsAdmittedAgain) {
   EXPECT_NE(serve.log().find("stage " + wb + " (layers 2-3): back"), std::string::npos) << serve.log();
 
   kill(pair.a.pid(), SIGKILL);
+  EXPECT_TRUE(log_says(serve, "stage " + wa + " (layers 0-1): its worker is gone", 5s)) << serve.log();
   const std::string gone = first_error(c, 5s);
   EXPECT_NE(gone.find("stage " + wa + " (layers 0-1): its worker is gone"), std::string::npos) << gone << "\n" << serve.log();
   server_process again({"--listen", wa, "-m", f.dense, "-t", "1"}, "worker");

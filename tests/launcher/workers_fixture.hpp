@@ -110,6 +110,13 @@ inline bool assigned(server_process& w) {
   return false;
 }
 
+// Waits until a process's log has `text` (false if not within `limit`).
+inline bool log_says(server_process& p, const std::string& text, std::chrono::milliseconds limit) {
+  for (auto t = 0ms; t < limit; t += 50ms, std::this_thread::sleep_for(50ms))
+    if (p.log().find(text) != std::string::npos) return true;
+  return false;
+}
+
 // The port of a worker's address (tcp://HOST:PORT).
 inline uint16_t port_of(const std::string& address) { return static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))); }
 
