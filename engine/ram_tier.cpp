@@ -42,8 +42,12 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
     const tensor_view& e = m.weights().token_embd;
     p.fixed_bytes -= std::min(p.fixed_bytes, e.bytes());
     const bool whole = budget >= p.fixed_bytes + e.bytes() + p.row_bytes;  // (everything fits: the table read at the start)
-    p.token_rows = whole ? e.ne1 : std::clamp<int64_t>(e.ne1 / 4, 1, 1024);
+    const int64_t least_rows = std::clamp<int64_t>(e.ne1 / 4, 1, 1024);
+    p.least_bytes = p.fixed_bytes + static_cast<uint64_t>(least_rows) * e.row_bytes;
+    p.token_rows = whole ? e.ne1 : least_rows;
     p.fixed_bytes += static_cast<uint64_t>(p.token_rows) * e.row_bytes;
+  } else {
+    p.least_bytes = p.fixed_bytes;
   }
   if (budget < p.fixed_bytes)
     throw std::invalid_argument(fmt::format("--ram-budget {:.3f} GiB is below what {} holds besides its FFN rows: {:.3f} GiB (attention, embeddings, head, "

@@ -35,6 +35,7 @@ struct ram_tier_plan {
   int64_t window_rows = 0;           // the shared window's slots (a neuron of some layer each)
   uint64_t window_bytes = 0;         // their bytes
   uint64_t fixed_bytes = 0;          // what the model holds besides the per-neuron rows (and the embedding rows kept)
+  uint64_t least_bytes = 0;          // ... at the least: with the embedding rows of a budget that does not hold everything
   int64_t token_rows = 0;            // embedding rows kept at most (model::embeddings_from_disk), else 0
   uint64_t row_bytes = 0;            // every layer's per-neuron rows, all of them
 };

@@ -109,7 +109,7 @@ TEST_P(RamTier, AnyBudgetGivesTheSameBits) {
     SCOPED_TRACE(share);
     const auto m = on_disk(path);
     EXPECT_EQ(resident_row_pages(*m), 0u) << "rows read at load";
-    const ram_tier_plan plan = plan_ram_tier(*m, biggest.fixed_bytes + static_cast<uint64_t>(share * static_cast<double>(biggest.row_bytes)));
+    const ram_tier_plan plan = plan_ram_tier(*m, biggest.least_bytes + static_cast<uint64_t>(share * static_cast<double>(biggest.row_bytes)));
     auto tier = std::make_shared<ram_tier>(m, plan);
     const auto got = run(m, tier, ffn_mode::sparse);
     EXPECT_EQ(got.tokens, want_sparse.tokens);  // (bit for bit)
@@ -141,7 +141,7 @@ TEST_P(RamTier, ReadsTheChosenRowsAndKeepsToTheBudget) {
   const auto m = on_disk(path);
   const auto& hp = m->hp();
   const ram_tier_plan all = plan_ram_tier(*m, ~uint64_t{0} / 2);
-  const ram_tier_plan plan = plan_ram_tier(*m, all.fixed_bytes + all.row_bytes / 3);
+  const ram_tier_plan plan = plan_ram_tier(*m, all.least_bytes + all.row_bytes / 3);
   ram_tier tier(m, plan);
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   // (each layer's pinned rows: the plan's, rounded down to where its window's rows start on a page)
@@ -227,7 +227,7 @@ TEST(RamTier, TheEmbeddingTableIsReadByToken) {
     return n;
   };
   EXPECT_EQ(resident(), 0u);
-  const ram_tier_plan plan = plan_ram_tier(*m, plan_ram_tier(*m, ~uint64_t{0} / 2).fixed_bytes);
+  const ram_tier_plan plan = plan_ram_tier(*m, plan_ram_tier(*m, ~uint64_t{0} / 2).least_bytes);
   ASSERT_GT(plan.token_rows, 0);
   ASSERT_LT(plan.token_rows, e.ne1);
   ram_tier tier(m, plan);
@@ -254,7 +254,7 @@ TEST(RamTier, AFileChangedWhileRunningIsAnErrorNamingIt) {
   const auto copy = (test::scratch_dir() / "tier_changed.gguf").string();
   std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
   const auto m = on_disk(copy);
-  auto tier = std::make_shared<ram_tier>(m, plan_ram_tier(*m, plan_ram_tier(*m, ~uint64_t{0} / 2).fixed_bytes));
+  auto tier = std::make_shared<ram_tier>(m, plan_ram_tier(*m, plan_ram_tier(*m, ~uint64_t{0} / 2).least_bytes));
   inference_context ctx(m, 16, 2, 1, tensor_type::f32);
   ctx.set_mode(ffn_mode::sparse);
   ctx.set_disk_tier(tier);

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "tests/launcher/workers_fixture.hpp"
+#include "tests/server/dashboard_dom.hpp"
 
 namespace hotcold::test {
 namespace {
@@ -63,13 +64,8 @@ TEST(Workers, StagesShowInMetricsStatsAndTraces) {
   for (int i = 0; i < 60 && !gone; ++i, std::this_thread::sleep_for(100ms)) gone = metric(http_get(port, "/metrics"), "hotcold_stage_up" + s2) == 0;
   EXPECT_TRUE(gone);
   // The dashboard (headless Chromium, while the second stage is silent): a row a stage, its state.
-  if (const std::string chromium = run_capture("command -v chromium || command -v chromium-browser"); !chromium.empty()) {
-    const auto profile = fs::temp_directory_path() / ("hotcold-stage-dashboard-" + std::to_string(getpid()));
-    const std::string dom = run_capture("timeout 120 " + chromium.substr(0, chromium.find('\n')) +
-                                        " --headless --no-sandbox --disable-gpu --disable-background-networking --user-data-dir='" + profile.string() +
-                                        "' --virtual-time-budget=4000 --window-size=1200,900 --dump-dom 'http://127.0.0.1:" + std::to_string(port) +
-                                        "/?frames=1&period_ms=200' 2>/dev/null");
-    fs::remove_all(profile);
+  if (!chromium_command().empty()) {
+    const std::string dom = dashboard_dom(port, "/?frames=1&period_ms=200", 4000);
     EXPECT_EQ(dom.find("id=\"stages-card\" hidden"), std::string::npos) << dom.substr(0, 2000);
     EXPECT_NE(dom.find("<tr id=\"stage-1\"><td>1</td><td>" + wa + "</td><td>0-1</td><td>up</td>"), std::string::npos) << dom;
     EXPECT_NE(dom.find("<tr id=\"stage-2\" class=\"off\"><td>2</td><td>" + wb + "</td><td>2-3</td><td>gone</td>"), std::string::npos) << dom;

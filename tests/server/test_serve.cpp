@@ -23,6 +23,7 @@
 
 #include "protocol/curve.hpp"
 #include "tests/server/png.hpp"
+#include "tests/server/dashboard_dom.hpp"
 #include "tests/server/serve_process.hpp"
 #include "clients/client.hpp"
 
@@ -579,36 +580,6 @@ TEST(Serve, CurveLetsInOnlyAllowedClients) {
 
 }  // namespace
 
-namespace {
-
-// The text of the element with id `id` in a dumped DOM ("" when absent).
-std::string element_text(const std::string& dom, const std::string& id) {
-  const std::string key = "id=\"" + id + "\"";
-  const auto at = dom.find(key);
-  if (at == std::string::npos) return "";
-  const auto open = dom.find('>', at), close = dom.find('<', open);
-  return dom.substr(open + 1, close - open - 1);
-}
-
-// The value of attribute `name` of the element with id `id` ("" when absent).
-std::string element_attribute(const std::string& dom, const std::string& id, const std::string& name) {
-  const auto at = dom.find("id=\"" + id + "\"");
-  if (at == std::string::npos) return "";
-  const auto end = dom.find('>', at), a = dom.find(name + "=\"", at);
-  if (a == std::string::npos || a > end) return "";
-  return dom.substr(a + name.size() + 2, dom.find('"', a + name.size() + 2) - a - name.size() - 2);
-}
-
-double element_number(const std::string& dom, const std::string& id) {
-  const std::string t = element_text(dom, id);
-  char* end = nullptr;
-  const double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || end != t.c_str() + t.size()) ADD_FAILURE() << "#" << id << " is not a number: '" << t << "'";
-  return v;
-}
-
-
-}  // namespace
 
 // The dashboard in headless Chromium while requests run, on a sparse model whose hot neurons are on
 // the sim device: the page follows the event stream to its end (?frames=N) and shows numbers that
@@ -763,9 +734,7 @@ TEST(Serve, ChatPageInChromium) {
   EXPECT_GT(img.count(0x1971c2), 500u);  // the user's bubble
   EXPECT_GT(img.count(0xf1f3f5), 500u);  // the assistant's
   // The dashboard of a dense file: its predictor is "none".
-  const std::string dom = run_capture("timeout 60 " + chromium.substr(0, chromium.find('\n')) + " --headless --no-sandbox --disable-gpu --user-data-dir='" +
-                                      (dir / "profile").string() + "' --virtual-time-budget=4000 --dump-dom 'http://127.0.0.1:" + std::to_string(port) +
-                                      "/?frames=2&period_ms=200' 2>/dev/null");
+  const std::string dom = dashboard_dom(port, "/?frames=2&period_ms=200", 4000);
   EXPECT_EQ(element_text(dom, "predictor-recall"), "none") << dom.substr(0, 1000);
   EXPECT_EQ(element_text(dom, "hot-hit-ratio"), "none");
   EXPECT_EQ(element_text(dom, "place-attention"), "cpu");
@@ -776,8 +745,7 @@ TEST(Serve, ChatPageInChromium) {
 // A mixture's card on the dashboard (headless Chromium): shown, its hit rate and uploads those of
 // /api/stats, its histogram one row a layer and one column an expert.
 TEST(Serve, DashboardShowsExperts) {
-  const std::string chromium = run_capture("command -v chromium || command -v chromium-browser");
-  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  if (chromium_command().empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
   const auto dir = fs::temp_directory_path() / ("hotcold-dashboard-moe-" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -789,10 +757,7 @@ TEST(Serve, DashboardShowsExperts) {
   wait_ready(ep, &server);
   hotcold::clients::client c(ep, 30s);
   for (int i = 0; i < 3; ++i) c.generate({{"prompt", "Hello there"}, {"n_predict", 8}, {"sampling", {{"temperature", 0}}}});
-  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?frames=2&period_ms=200";
-  const std::string flags = " --headless --no-sandbox --disable-gpu --disable-background-networking --user-data-dir='" + (dir / "profile").string() +
-                            "' --virtual-time-budget=6000 --window-size=1200,900 --hide-scrollbars ";
-  const std::string dom = run_capture("timeout 120 " + chromium.substr(0, chromium.find('\n')) + flags + "--dump-dom '" + url + "' 2>/dev/null");
+  const std::string dom = dashboard_dom(port, "/?frames=2&period_ms=200", 6000);
   const std::string st = http_get(port, "/api/stats");
   const auto stats = json::parse(st.substr(st.find("\r\n\r\n") + 4));
   ASSERT_NE(dom.find("experts-card"), std::string::npos) << dom.substr(0, 2000);
