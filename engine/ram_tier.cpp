@@ -34,7 +34,8 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
   uint64_t per_neuron = 0;  // one neuron of every layer
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     for (const tensor_view* t : tiered(m, il)) p.row_bytes += t->bytes();
-    per_neuron += neuron_bytes(m, il);
+    p.neuron_bytes.push_back(neuron_bytes(m, il));
+    per_neuron += p.neuron_bytes.back();
   }
   if (p.row_bytes == 0) throw std::invalid_argument(fmt::format("--ram-budget: {} has no FFN rows read by neuron (a sparse file's: `hotcold prepare`)", m.path()));
   p.fixed_bytes = m.held_weight_bytes() > p.row_bytes ? m.held_weight_bytes() - p.row_bytes : 0;
@@ -58,8 +59,7 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
     p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), hp.n_ff);
     return p;
   }
-  uint64_t layer_neuron = 0;  // one neuron's rows of the widest layer: a window slot
-  for (int64_t il = 0; il < hp.n_layer; ++il) layer_neuron = std::max(layer_neuron, neuron_bytes(m, il));
+  const uint64_t layer_neuron = *std::max_element(p.neuron_bytes.begin(), p.neuron_bytes.end());  // (a window slot: the widest layer's neuron)
   p.window_rows = std::min<int64_t>(hp.n_ff / 4, static_cast<int64_t>(left / 2 / std::max<uint64_t>(layer_neuron, 1)));
   p.window_bytes = static_cast<uint64_t>(p.window_rows) * layer_neuron;
   const int64_t rows = std::min<int64_t>(hp.n_ff - p.window_rows, static_cast<int64_t>((left - p.window_bytes) / std::max<uint64_t>(per_neuron, 1)));

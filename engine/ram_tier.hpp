@@ -38,6 +38,7 @@ struct ram_tier_plan {
   uint64_t least_bytes = 0;          // ... at the least: with the embedding rows of a budget that does not hold everything
   int64_t token_rows = 0;            // embedding rows kept at most (model::embeddings_from_disk), else 0
   uint64_t row_bytes = 0;            // every layer's per-neuron rows, all of them
+  std::vector<uint64_t> neuron_bytes;  // per layer: one neuron's rows (what a miss reads; 0 where the process does not hold the layer)
 };
 // The plan for `budget` bytes of weights in memory: what is not a per-neuron row is held whole
 // (std::invalid_argument naming the bytes where the budget is smaller); of what is left, the window

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -90,7 +91,61 @@ void cpu_rates_of(const plan_args& a, const model& m, plan_inputs& in) {
   }
 }
 
-void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::plan_prediction& p) {
+// The disk tier's plan (--ram-budget): the disk's rate given, or measured on this file with the
+// reads the prediction expects (one neuron's rows each, a layer's misses at a time).
+struct disk_plan {
+  tools::disk_tier_prediction p;
+  std::string rate_from = "given (--disk-read)";
+};
+disk_plan plan_disk(const plan_args& a, const plan_inputs& in) {
+  load_options lo;
+  lo.ffn_rows_from_disk = true;  // (what run --ram-budget loads: the rows and the embedding table left in the file)
+  const auto m = model::load(a.model, lo);
+  const uint64_t budget = static_cast<uint64_t>(a.ram_budget * double(1ull << 30));
+  disk_plan d;
+  if (a.disk_gbs > 0) {
+    d.p = tools::predict_disk_tier(*m, in.o, budget, a.disk_gbs);
+    return d;
+  }
+  const auto first = tools::predict_disk_tier(*m, in.o, budget, 1.0);  // (the reads it expects; their time scales with the rate)
+  const uint64_t piece = *std::max_element(first.neuron_bytes.begin(), first.neuron_bytes.end());
+  const int64_t batch = std::max<int64_t>(1, std::llround(first.neurons_read_per_token / static_cast<double>(m->hp().n_layer)));
+  const auto r = tools::measure_disk_rate(a.model, piece, batch, std::max<int64_t>(2048, 8 * batch));
+  d.p = tools::predict_disk_tier(*m, in.o, budget, r.gbs);
+  d.rate_from = fmt::format("measured here: {} reads of {:.1f} KiB at random places in the file, {} at a time{}", r.reads, piece / 1024.0, batch,
+                            r.direct ? ", direct" : " (through the page cache: the file system refused direct reads, so this is the cache's rate)");
+  return d;
+}
+
+nlohmann::json disk_json(const disk_plan& d) {
+  const auto& p = d.p;
+  return {{"ram_budget_bytes", p.budget},
+          {"pinned_neurons_per_layer", p.pinned_rows},
+          {"window_neurons", p.window_rows},
+          {"disk_read_gbs", p.disk_gbs},
+          {"disk_read_from", d.rate_from},
+          {"disk_bytes_per_token", p.disk_bytes_per_token},
+          {"neurons_read_per_token", p.neurons_read_per_token},
+          {"ram_hit_rate", p.ram_hit_rate},
+          {"compute_seconds_per_token", p.compute_seconds},
+          {"io_wait_seconds_per_token", p.disk_seconds},
+          {"in_memory_tokens_per_s", p.in_memory_tokens_per_s},
+          {"tokens_per_s", p.tokens_per_s},
+          {"overlapped_tokens_per_s", p.overlapped_tokens_per_s}};
+}
+
+std::string disk_lines(const disk_plan& d) {
+  const auto& p = d.p;
+  return fmt::format("disk tier: --ram-budget {:.3f} GiB holds each layer's {} hottest neurons and a window of {} more; a token reads {:.1f} MiB from the "
+                     "file ({:.0f} neurons; {:.1f}% of the chosen ones in memory) at {:.2f} GB/s ({})\n"
+                     "disk tier per token: the CPU's work {:.2f} ms + the reads {:.2f} ms = {:.1f} tokens/s ({:.1f} with the reads wholly beside the "
+                     "work; {:.1f} with the whole file in memory)\n",
+                     p.budget / double(1ull << 30), p.pinned_rows, p.window_rows, p.disk_bytes_per_token / double(1 << 20), p.neurons_read_per_token,
+                     100 * p.ram_hit_rate, p.disk_gbs, d.rate_from, p.compute_seconds * 1e3, p.disk_seconds * 1e3, p.tokens_per_s,
+                     p.overlapped_tokens_per_s, p.in_memory_tokens_per_s);
+}
+
+void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::plan_prediction& p, const disk_plan* disk) {
   const auto& o = in.o;
   nlohmann::json j{{"model", a.model},
                    {"gpu", in.gpu_name},
@@ -122,6 +177,7 @@ void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::pla
                    {"round_trip_seconds_per_token", p.round_trip_seconds},
                    {"offload_layers", p.offload_layers},
                    {"limited_by", p.limited_by}};
+  if (disk) j["disk_tier"] = disk_json(*disk);
   if (p.plan.experts) {
     j["n_cpu_moe"] = p.n_cpu_moe >= 0 ? nlohmann::json(p.n_cpu_moe) : nlohmann::json();
     j["n_cpu_moe_tokens_per_s"] = p.layer_offload_tokens_per_s;
@@ -137,6 +193,30 @@ void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::pla
 
 void run_plan(const plan_args& a) {
   plan_inputs in;
+  const bool gpu = a.budget >= 0 || !a.gpu.empty() || a.gpu_gbs > 0;  // (a GPU's plan; without one, the disk tier's alone)
+  if (!gpu && a.ram_budget <= 0) throw std::invalid_argument("plan needs --vram-budget GiB (a GPU's plan) or --ram-budget GiB (the disk tier's), or both");
+  if (gpu && a.budget < 0) throw std::invalid_argument("plan: a GPU's plan needs --vram-budget GiB");
+  if (!gpu) {
+    auto m = model::load(a.model, {true});
+    firing_of(a, *m, in);
+    cpu_rates_of(a, *m, in);
+    const disk_plan d = plan_disk(a, in);
+    if (!a.json) {
+      fmt::print("{}: {} layers, embd {}, ffn {}\n{}firing: {}; CPU: {:.1f} GB/s products, {:.1f} GB/s sparse FFN rows ({})\n", a.model, m->hp().n_layer,
+                 m->hp().n_embd, m->hp().n_ff, disk_lines(d), in.firing_from, in.o.cpu_gbs, in.o.cpu_ffn_gbs > 0 ? in.o.cpu_ffn_gbs : in.o.cpu_gbs,
+                 in.cpu_from);
+      return;
+    }
+    nlohmann::json j{{"model", a.model},
+                     {"cpu_bandwidth_gbs", in.o.cpu_gbs},
+                     {"cpu_ffn_bandwidth_gbs", in.o.cpu_ffn_gbs > 0 ? in.o.cpu_ffn_gbs : in.o.cpu_gbs},
+                     {"cpu_bandwidth_from", in.cpu_from},
+                     {"chosen_fraction", in.chosen_fraction >= 0 ? nlohmann::json(in.chosen_fraction) : nlohmann::json()},
+                     {"firing_from", in.firing_from},
+                     {"disk_tier", disk_json(d)}};
+    fmt::print("{}\n", j.dump());
+    return;
+  }
   in.o.budget = static_cast<uint64_t>(a.budget * double(1ull << 30));
   in.o.ctx = a.ctx;
   in.o.kv = parse_cache_types(a.cache_type_k, a.cache_type_v);
@@ -157,8 +237,12 @@ void run_plan(const plan_args& a) {
     firing_of(a, *m, in);
   cpu_rates_of(a, *m, in);
   const auto p = tools::predict_plan(*m, in.o);
-  if (a.json) print_plan_json(a, in, p);
-  else fmt::print("{}firing: {}; GPU: {}; CPU bandwidth: {}\n", tools::prediction_table(*m, in.o, p), in.firing_from, in.gpu_name, in.cpu_from);
+  std::optional<disk_plan> disk;
+  if (a.ram_budget > 0) disk = plan_disk(a, in);
+  if (a.json) print_plan_json(a, in, p, disk ? &*disk : nullptr);
+  else
+    fmt::print("{}{}firing: {}; GPU: {}; CPU bandwidth: {}\n", tools::prediction_table(*m, in.o, p), disk ? disk_lines(*disk) : std::string(), in.firing_from,
+               in.gpu_name, in.cpu_from);
 }
 
 }  // namespace hotcold::launcher

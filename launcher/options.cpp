@@ -618,9 +618,19 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<plan_args>();
   std::string gpus;
   for (const auto& g : tools::known_gpus()) gpus += (gpus.empty() ? "" : ", ") + g.name;
-  auto* cmd = app.add_subcommand("plan", "Predict decode speed on paper: the CPU alone, whole layers on a GPU, and the hybrid, for a GPU budget");
+  auto* cmd = app.add_subcommand("plan",
+                                 "Predict decode speed on paper: the CPU alone, whole layers on a GPU, and the hybrid, for a GPU budget; "
+                                 "the disk tier for a memory budget");
   cmd->add_option("-m,--model", a->model, "GGUF model (sparse: the hybrid; dense: whole layers)")->required();
-  cmd->add_option("--vram-budget", a->budget, "GPU memory the plan may use, GiB")->required()->check(finite_in(0, 1 << 20));
+  cmd->add_option("--vram-budget", a->budget, "GPU memory the plan may use, GiB (needed unless --ram-budget is given alone)")->check(finite_in(0, 1 << 20));
+  cmd->add_option("--ram-budget", a->ram_budget,
+                  "The disk tier too (as run --ram-budget): a sparse file's weights held in memory, GiB; the bytes a token reads from the file and "
+                  "the tokens per second at the disk's rate")
+      ->check(finite_in(1e-9, 1 << 20));
+  cmd->add_option("--disk-read", a->disk_gbs,
+                  "With --ram-budget: the disk's rate for the tier's reads, GB/s (default: measured here, direct reads of one neuron's rows at "
+                  "random places in the file, a layer's misses at a time)")
+      ->check(finite_in(1e-9, 1e6));
   cmd->add_option("-c,--ctx", a->ctx, "Context the KV cache holds (default: the model's, at most 4096); a token reads half of it")
       ->check(whole_in(0, 1ll << 40));
   add_cache_type_options(cmd, a->cache_type_k, a->cache_type_v);

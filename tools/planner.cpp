@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <map>
+#include <random>
 #include <thread>
 #include <stdexcept>
 
@@ -12,6 +14,8 @@
 #include "devices/gpu_jobs.hpp"
 #include "model/recipe.hpp"
 #include "engine/forward.hpp"
+#include "engine/disk_reads.hpp"
+#include "engine/ram_tier.hpp"
 #include "engine/read_costs.hpp"
 #include "engine/trace.hpp"
 
@@ -49,19 +53,28 @@ struct firing {
     return static_cast<double>(o.firing_counts[static_cast<size_t>(l * n_ff + i)]) / static_cast<double>(o.tokens);
   }
   double chosen(int64_t l, int64_t i) const { return std::min(1.0, p(l, i) * scale[static_cast<size_t>(l)]); }
+  // Its expected FFN bytes a token: its gate and up rows when chosen, its down row when it fires.
+  double bytes(const read_costs& c, int64_t l, int64_t i) const {
+    const size_t li = static_cast<size_t>(l);
+    return chosen(l, i) * static_cast<double>(c.neuron[li] - c.down_row[li]) + p(l, i) * static_cast<double>(c.down_row[li]);
+  }
 };
 
 }  // namespace
 
 namespace {
 
-void check_planner_options(const planner_options& o, const hparams& hp) {
-  if (o.cpu_gbs <= 0 || o.gpu_gbs <= 0 || o.pcie_gbs <= 0) throw std::invalid_argument("plan: the CPU's, the GPU's and the link's bandwidths must be positive");
-  if (o.gpu_efficiency <= 0 || o.gpu_efficiency > 1) throw std::invalid_argument("plan: the GPU's efficiency is a fraction in (0, 1]");
+void check_firing_options(const planner_options& o, const hparams& hp) {
   if (!o.firing_counts.empty() && (o.firing_counts.size() != static_cast<size_t>(hp.n_layer * hp.n_ff) || o.tokens == 0))
     throw std::invalid_argument(fmt::format("plan: firing counts of {} neurons over {} tokens for a model of {} x {}", o.firing_counts.size(), o.tokens,
                                             hp.n_layer, hp.n_ff));
   if (o.firing_counts.empty() && (o.active < 0 || o.active > 1)) throw std::invalid_argument("plan: --active is a fraction in [0, 1]");
+}
+
+void check_planner_options(const planner_options& o, const hparams& hp) {
+  if (o.cpu_gbs <= 0 || o.gpu_gbs <= 0 || o.pcie_gbs <= 0) throw std::invalid_argument("plan: the CPU's, the GPU's and the link's bandwidths must be positive");
+  if (o.gpu_efficiency <= 0 || o.gpu_efficiency > 1) throw std::invalid_argument("plan: the GPU's efficiency is a fraction in (0, 1]");
+  check_firing_options(o, hp);
 }
 
 // How often each neuron fires and, for a sparse file whose choices were measured, how many more its
@@ -250,6 +263,43 @@ void predict_layer_offload(const read_costs& c, const hparams& hp, const planner
   r.layer_offload_tokens_per_s = 1.0 / offload_t;
 }
 
+namespace {
+
+// A decoded token on the CPU alone, a file that is not a mixture: each layer's expected FFN bytes
+// (every row of a dense file; a sparse file's neurons' gate and up rows when chosen, down row when it
+// fires), the KV cache a layer reads at the plan's position, and the bytes and seconds of the whole
+// token: the FFN as the file runs it (a sparse file's gathered rows) at its own rate, the rest at the
+// products' (cpu_gbs).
+struct cpu_alone {
+  std::vector<double> ffn;
+  int64_t ctx = 0;
+  double kv = 0, bytes = 0, seconds = 0;
+};
+cpu_alone cpu_alone_of(const model& m, const read_costs& c, const planner_options& o, const firing& f) {
+  const hparams& hp = m.hp();
+  cpu_alone a;
+  a.ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  a.kv = kv_read_per_token(hp, o.kv, o.position >= 0 ? o.position : static_cast<double>(a.ctx) / 2);
+  a.ffn.assign(static_cast<size_t>(hp.n_layer), 0.0);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const size_t li = static_cast<size_t>(l);
+    if (!m.has_predictors()) {
+      a.ffn[li] = static_cast<double>(c.ffn_dense[li]);
+      continue;
+    }
+    for (int64_t i = 0; i < hp.n_ff; ++i) a.ffn[li] += f.bytes(c, l, i);
+  }
+  const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  a.bytes = static_cast<double>(c.embedding_row + c.output);
+  double ffn_all = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) a.bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + a.kv, ffn_all += a.ffn[static_cast<size_t>(l)];
+  a.seconds = a.bytes / (o.cpu_gbs * 1e9) + ffn_all / rows_rate;
+  a.bytes += ffn_all;
+  return a;
+}
+
+}  // namespace
+
 plan_prediction predict_plan(const model& m, const planner_options& o) {
   const hparams& hp = m.hp();
   check_planner_options(o, hp);
@@ -257,35 +307,16 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   const read_costs c(m);
   const bool sparse = m.has_predictors();
   const firing f = firing_of(o, hp, sparse);
-  // A neuron's expected FFN bytes a token: its gate and up rows when chosen, its down row when it fires.
-  const auto neuron_bytes = [&](int64_t l, int64_t i) {
-    const size_t li = static_cast<size_t>(l);
-    return f.chosen(l, i) * static_cast<double>(c.neuron[li] - c.down_row[li]) + f.p(l, i) * static_cast<double>(c.down_row[li]);
-  };
-  const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
-  const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
-  const double kv = kv_read_per_token(hp, o.kv, rows);
+  const cpu_alone alone = cpu_alone_of(m, c, o, f);
+  const std::vector<double>& ffn = alone.ffn;
+  const int64_t ctx = alone.ctx;
+  const double kv = alone.kv, rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
-  // The CPU's FFN as the file runs it (a sparse file's gathered rows) at its own rate; the rest at
-  // the products' (cpu).
   const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
   const double crossing = o.crossing_us * 1e-6;
-  // Each layer's expected FFN bytes: every row of a dense file; a sparse file's neuron_bytes.
-  std::vector<double> ffn(static_cast<size_t>(hp.n_layer), 0.0);
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    if (!sparse) {
-      ffn[static_cast<size_t>(l)] = static_cast<double>(c.ffn_dense[static_cast<size_t>(l)]);
-      continue;
-    }
-    for (int64_t i = 0; i < hp.n_ff; ++i) ffn[static_cast<size_t>(l)] += neuron_bytes(l, i);
-  }
   plan_prediction r;
-  // The CPU alone.
-  r.cpu_only_bytes = static_cast<double>(c.embedding_row + c.output);
-  double ffn_all = 0;
-  for (int64_t l = 0; l < hp.n_layer; ++l) r.cpu_only_bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + kv, ffn_all += ffn[static_cast<size_t>(l)];
-  r.cpu_only_tokens_per_s = 1.0 / (r.cpu_only_bytes / cpu + ffn_all / rows_rate);
-  r.cpu_only_bytes += ffn_all;
+  r.cpu_only_bytes = alone.bytes;  // (the CPU alone)
+  r.cpu_only_tokens_per_s = 1.0 / alone.seconds;
 
   // The hybrid: the runtime's plan for this budget (hot neurons by firing counts).
   loader::plan_options po;
@@ -346,7 +377,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
       // The hot share on the GPU and the cold share on the CPU at the same time; the join waits for
       // the longer, the hot side's crossing included.
       double hot = 0;
-      for (int32_t i : r.plan.solution.hot[li]) hot += neuron_bytes(l, i);
+      for (int32_t i : r.plan.solution.hot[li]) hot += f.bytes(c, l, i);
       const double hot_t = charge(true, hot, rows_rate) + (r.plan.solution.hot[li].empty() ? 0.0 : cross(3 * x_bytes, hot_rows_trips(hp)));
       layer_t += std::max(hot_t, charge(false, ffn[li] - hot, rows_rate));
     } else {
@@ -363,6 +394,71 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   r.limited_by = cpu_s >= gpu_s && cpu_s >= link_s ? "cpu" : gpu_s >= link_s ? "gpu" : "pcie";
 
   predict_layer_offload(c, hp, o, kv, sparse, r);
+  return r;
+}
+
+disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o, uint64_t ram_budget, double disk_gbs) {
+  const hparams& hp = m.hp();
+  if (hp.moe()) throw std::invalid_argument("plan --ram-budget: a mixture's experts are not read from the disk yet (docs/disk.md)");
+  if (!m.has_predictors())
+    throw std::invalid_argument(fmt::format("plan --ram-budget: {} has no FFN rows read by neuron (a sparse file's: `hotcold prepare`)", m.path()));
+  if (o.cpu_gbs <= 0 || !(disk_gbs > 0)) throw std::invalid_argument("plan: the CPU's and the disk's rates must be positive");
+  check_firing_options(o, hp);
+  const read_costs c(m);
+  const firing f = firing_of(o, hp, true);
+  const cpu_alone alone = cpu_alone_of(m, c, o, f);
+  const ram_tier_plan tier = plan_ram_tier(m, ram_budget);
+  disk_tier_prediction r;
+  r.budget = ram_budget, r.disk_gbs = disk_gbs;
+  r.pinned_rows = tier.pinned_rows.empty() ? 0 : tier.pinned_rows[0], r.window_rows = tier.window_rows;
+  double chosen = 0, past_pinned = 0;  // neurons a token chooses; of those, past their layer's pinned ones
+  for (int64_t l = 0; l < hp.n_layer; ++l)
+    for (int64_t i = 0; i < hp.n_ff; ++i) {
+      const double ci = f.chosen(l, i);
+      chosen += ci;
+      if (i >= tier.pinned_rows[static_cast<size_t>(l)]) past_pinned += ci;
+    }
+  // (the tokens' worth of such neurons the window holds: one chosen in any of them is still there)
+  const double held_tokens = past_pinned > 0 ? static_cast<double>(tier.window_rows) / past_pinned : 0.0;
+  double missed = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l)
+    for (int64_t i = tier.pinned_rows[static_cast<size_t>(l)]; i < hp.n_ff; ++i) {
+      const double ci = f.chosen(l, i), miss = ci * std::pow(1.0 - ci, held_tokens);
+      missed += miss;
+      r.disk_bytes_per_token += miss * static_cast<double>(tier.neuron_bytes[static_cast<size_t>(l)]);
+    }
+  if (m.embeddings_from_disk() && tier.token_rows < m.weights().token_embd.ne1) r.disk_bytes_per_token += static_cast<double>(c.embedding_row);
+  r.neurons_read_per_token = missed, r.neuron_bytes = tier.neuron_bytes;
+  r.ram_hit_rate = chosen > 0 ? 1.0 - missed / chosen : 1.0;
+  r.compute_seconds = alone.seconds;
+  r.disk_seconds = r.disk_bytes_per_token / (disk_gbs * 1e9);
+  r.in_memory_tokens_per_s = 1.0 / alone.seconds;
+  r.tokens_per_s = 1.0 / (r.compute_seconds + r.disk_seconds);
+  r.overlapped_tokens_per_s = 1.0 / std::max(r.compute_seconds, r.disk_seconds);
+  return r;
+}
+
+disk_rate measure_disk_rate(const std::string& path, uint64_t piece_bytes, int64_t batch, int64_t pieces) {
+  if (piece_bytes == 0 || batch <= 0 || pieces <= 0) throw std::invalid_argument("measure_disk_rate: pieces of no bytes, or none");
+  disk_file file(path);
+  const uint64_t size = file.size();
+  if (size < piece_bytes) throw std::invalid_argument(fmt::format("{}: {} bytes, shorter than one read of {}", path, size, piece_bytes));
+  std::mt19937_64 rng(0x5eed);
+  std::uniform_int_distribution<uint64_t> where(0, (size - piece_bytes) / 64);
+  std::vector<char> memory(static_cast<size_t>(piece_bytes * static_cast<uint64_t>(batch)));
+  std::vector<disk_file::piece> ps(static_cast<size_t>(batch));
+  const auto before = file.counted();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t done = 0; done < pieces; done += batch) {
+    for (size_t k = 0; k < ps.size(); ++k) ps[k] = {where(rng) * 64, piece_bytes, memory.data() + k * piece_bytes};  // (64-byte steps: rows' alignment)
+    file.read(ps);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  disk_rate r;
+  r.reads = file.counted().reads - before.reads;
+  r.bytes = static_cast<uint64_t>(((pieces + batch - 1) / batch) * batch) * piece_bytes;
+  r.gbs = static_cast<double>(r.bytes) / seconds / 1e9;
+  r.direct = file.direct();
   return r;
 }
 

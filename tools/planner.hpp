@@ -100,6 +100,40 @@ struct cpu_rates {
 };
 // threads <= 0: every hardware thread.
 cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads);
+// The disk tier (`--ram-budget`, engine/ram_tier; a sparse file that is not a mixture): what the
+// budget holds (plan_ram_tier: each layer's hottest neurons pinned, a window shared by the layers),
+// and per decoded token the bytes read from the file: each chosen neuron past its layer's pinned ones
+// is read whole (all its rows) unless the window still holds it — a neuron is taken to be there when
+// one of the tokens the window has room for chose it (consecutive tokens' choices as if independent:
+// real text repeats more, so this reads more than a run does) — and the embedding row of a token
+// when the table is not held whole. The token's time: the CPU's work alone (predict_plan's CPU
+// only) and the reads at disk_gbs; `tokens_per_s` with the reads after the work (a step's misses
+// wait for their rows: what runs measure), `overlapped_tokens_per_s` with the reads beside it (the
+// bound a read-ahead that guessed every neuron would reach).
+struct disk_tier_prediction {
+  uint64_t budget = 0;
+  int64_t pinned_rows = 0, window_rows = 0;  // each layer's pinned neurons; the window's slots
+  double disk_gbs = 0;
+  double disk_bytes_per_token = 0;
+  double neurons_read_per_token = 0;
+  std::vector<uint64_t> neuron_bytes;        // per layer: what a neuron's read brings (ram_tier_plan's)
+  double ram_hit_rate = 0;                   // of the chosen neurons, those in memory when asked
+  double compute_seconds = 0, disk_seconds = 0;  // per token
+  double in_memory_tokens_per_s = 0, tokens_per_s = 0, overlapped_tokens_per_s = 0;
+};
+disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o, uint64_t ram_budget, double disk_gbs);
+
+// The disk's rate for the tier's reads, GB/s: `pieces` reads of `piece_bytes` at random places in the
+// file, direct (past the page cache) where the file system allows it, submitted in batches of `batch`
+// (a layer's misses) and each batch waited on, as the tier reads (engine/disk_reads). `direct` says
+// whether the reads went past the page cache (else the figure is the cache's, not the disk's).
+struct disk_rate {
+  double gbs = 0;
+  uint64_t reads = 0, bytes = 0;
+  bool direct = false;
+};
+disk_rate measure_disk_rate(const std::string& path, uint64_t piece_bytes, int64_t batch, int64_t pieces);
+
 // The prediction as a table for people (stdout of `hotcold plan`).
 std::string prediction_table(const model& m, const planner_options& o, const plan_prediction& p);
 

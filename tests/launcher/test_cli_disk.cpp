@@ -76,6 +76,30 @@ TEST(CliDisk, RamBudgetGivesTheSameTextAndCountsTheDisk) {
     EXPECT_LT(std::stod(hot[1]), 3.0) << sim.err;
     EXPECT_NE(sim.err.find("read from " + sparse + " as tokens choose them"), std::string::npos) << sim.err;
   }
+  // plan models the tier: alone (no GPU), with the disk's rate given or measured here, or beside a
+  // GPU's plan; it needs one budget or the other.
+  auto plan = run({"plan", "-m", sparse, "--ram-budget", budget, "--disk-read", "1.5", "--cpu-bandwidth", "10", "--json"});
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const auto pj = nlohmann::json::parse(plan.out);
+  EXPECT_FALSE(pj.contains("gpu")) << plan.out;
+  const auto& tier = pj.at("disk_tier");
+  EXPECT_EQ(tier.at("disk_read_gbs").get<double>(), 1.5);
+  EXPECT_GT(tier.at("disk_bytes_per_token").get<double>(), 0.0);
+  EXPECT_GT(tier.at("ram_hit_rate").get<double>(), 0.0);
+  EXPECT_LT(tier.at("ram_hit_rate").get<double>(), 1.0);
+  EXPECT_LT(tier.at("tokens_per_s").get<double>(), tier.at("in_memory_tokens_per_s").get<double>());
+  EXPECT_NEAR(tier.at("io_wait_seconds_per_token").get<double>(), tier.at("disk_bytes_per_token").get<double>() / 1.5e9, 1e-12);
+  auto measured = run({"plan", "-m", sparse, "--ram-budget", budget, "--cpu-bandwidth", "10", "--json"});
+  ASSERT_EQ(measured.code, 0) << measured.err;
+  EXPECT_NE(nlohmann::json::parse(measured.out).at("disk_tier").at("disk_read_from").get<std::string>().find("measured here"), std::string::npos)
+      << measured.out;
+  auto both = run({"plan", "-m", sparse, "--vram-budget", "0.01", "--gpu", "h200", "--ram-budget", budget, "--disk-read", "1", "--cpu-bandwidth", "10"});
+  ASSERT_EQ(both.code, 0) << both.err;
+  EXPECT_NE(both.out.find("| hybrid |"), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("disk tier: --ram-budget"), std::string::npos) << both.out;
+  auto neither = run({"plan", "-m", sparse, "--cpu-bandwidth", "10"});
+  EXPECT_NE(neither.code, 0);
+  EXPECT_NE(neither.err.find("--vram-budget GiB (a GPU's plan) or --ram-budget GiB"), std::string::npos) << neither.err;
   auto plain = run({"run", "-m", dense, "-p", "Hi", "-n", "2", "--ram-budget", "1"});
   EXPECT_NE(plain.code, 0);
   EXPECT_NE(plain.err.find("no FFN rows read by neuron"), std::string::npos) << plain.err;

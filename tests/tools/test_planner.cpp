@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "engine/ram_tier.hpp"
 #include "engine/read_costs.hpp"
 #include "model/model.hpp"
 #include "tests/model/tiny_models.hpp"
@@ -14,12 +15,12 @@
 namespace hotcold {
 namespace {
 
-std::shared_ptr<const model> planner_sparse_model() {
+std::shared_ptr<const model> planner_sparse_model(const load_options& lo = {}) {
   const auto o = test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16);
   auto dense = test::make_model("planner_dense", o);
   const auto path = (test::scratch_dir() / "planner_sparse.gguf").string();
   if (!std::filesystem::exists(path)) tools::write_sparse_model(dense, path, test::random_predictors(o.n_layer, o.n_embd, o.n_ff, 32, 0.0f, 9));
-  return model::load(path);
+  return model::load(path, lo);
 }
 
 tools::planner_options options(const model& m, uint64_t budget) {
@@ -144,6 +145,72 @@ TEST(Planner, NamedGpusAndBadOptions) {
   o = options(*m, 1 << 20);
   o.firing_counts.pop_back();
   EXPECT_THROW(tools::predict_plan(*m, o), std::invalid_argument);
+}
+
+// The disk tier on paper (plan --ram-budget): with only what must be held, every chosen neuron's rows
+// are read a token (and the token's embedding row); with everything held, nothing, at the speed of
+// the whole file in memory; a budget between reads less than the same pinned rows would without the
+// window, and more memory never reads more. The token's time is the CPU alone's and the reads'.
+TEST(Planner, TheDiskTierReadsWhatItsBudgetDoesNotHold) {
+  load_options lo;
+  lo.ffn_rows_from_disk = true;
+  auto m = planner_sparse_model(lo);
+  const auto& hp = m->hp();
+  const auto o = options(*m, 1 << 20);
+  const ram_tier_plan all = plan_ram_tier(*m, ~uint64_t{0} / 2);
+  const read_costs c(*m);
+  const double embedding = m->embeddings_from_disk() ? static_cast<double>(c.embedding_row) : 0.0;
+  double every_chosen = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l)
+    for (int64_t i = 0; i < hp.n_ff; ++i) every_chosen += static_cast<double>(i % 10) / 40.0 * static_cast<double>(all.neuron_bytes[static_cast<size_t>(l)]);
+  const double in_memory = tools::predict_plan(*m, o).cpu_only_tokens_per_s;
+
+  const auto least = tools::predict_disk_tier(*m, o, all.least_bytes, 2.0);
+  EXPECT_EQ(least.pinned_rows, 0);
+  EXPECT_EQ(least.window_rows, 0);
+  EXPECT_NEAR(least.disk_bytes_per_token, every_chosen + embedding, 1e-9 * every_chosen);
+  EXPECT_NEAR(least.ram_hit_rate, 0.0, 1e-12);
+  EXPECT_NEAR(least.in_memory_tokens_per_s, in_memory, 1e-9 * in_memory);
+  EXPECT_NEAR(1.0 / least.tokens_per_s, 1.0 / in_memory + least.disk_bytes_per_token / 2e9, 1e-12);
+  EXPECT_NEAR(least.overlapped_tokens_per_s, 1.0 / std::max(1.0 / in_memory, least.disk_bytes_per_token / 2e9), 1e-9 * in_memory);
+
+  const auto whole = tools::predict_disk_tier(*m, o, all.fixed_bytes + all.row_bytes, 2.0);
+  EXPECT_EQ(whole.pinned_rows, hp.n_ff);
+  EXPECT_EQ(whole.disk_bytes_per_token, 0.0);
+  EXPECT_EQ(whole.ram_hit_rate, 1.0);
+  EXPECT_NEAR(whole.tokens_per_s, in_memory, 1e-9 * in_memory);
+
+  double before = least.disk_bytes_per_token;
+  for (double share : {0.1, 0.3, 0.6}) {
+    SCOPED_TRACE(share);
+    const auto p = tools::predict_disk_tier(*m, o, all.least_bytes + static_cast<uint64_t>(share * static_cast<double>(all.row_bytes)), 2.0);
+    ASSERT_GT(p.window_rows, 0);
+    double pinned_only = embedding;  // (what the same pinned rows would read without a window)
+    for (int64_t l = 0; l < hp.n_layer; ++l)
+      for (int64_t i = p.pinned_rows; i < hp.n_ff; ++i) pinned_only += static_cast<double>(i % 10) / 40.0 * static_cast<double>(all.neuron_bytes[static_cast<size_t>(l)]);
+    EXPECT_LT(p.disk_bytes_per_token, pinned_only);
+    EXPECT_GT(p.disk_bytes_per_token, 0.0);
+    EXPECT_LE(p.disk_bytes_per_token, before);
+    EXPECT_GT(p.ram_hit_rate, 0.0);
+    EXPECT_LT(p.ram_hit_rate, 1.0);
+    before = p.disk_bytes_per_token;
+  }
+  EXPECT_THROW(tools::predict_disk_tier(*m, o, all.least_bytes, 0.0), std::invalid_argument);
+  EXPECT_THROW(tools::predict_disk_tier(*model::load(test::make_model("planner_dense", test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16))),
+                                        o, all.least_bytes, 1.0),
+               std::invalid_argument);  // (a dense file: no rows read by neuron)
+}
+
+// The disk's rate as the tier reads: every piece asked for read, at most one read each.
+TEST(Planner, MeasuresTheDisksRateWithTheTiersReads) {
+  planner_sparse_model();
+  const auto path = (test::scratch_dir() / "planner_sparse.gguf").string();
+  const auto r = tools::measure_disk_rate(path, 12288, 32, 100);
+  EXPECT_EQ(r.bytes, 128u * 12288u);  // (whole batches)
+  EXPECT_GT(r.reads, 0u);
+  EXPECT_LE(r.reads, 128u);
+  EXPECT_GT(r.gbs, 0.0);
+  EXPECT_THROW(tools::measure_disk_rate(path, 1ull << 40, 1, 1), std::invalid_argument);  // (longer than the file)
 }
 
 }  // namespace
