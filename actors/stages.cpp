@@ -167,7 +167,7 @@ stage_host_inner::behavior_type stage_host_actor(stage_host_inner::stateful_poin
             w.ctx = std::make_shared<inference_context>(st.o.m, n_ctx, st.o.threads, n_seq, kv);
             w.ctx->set_mode(fm);
           }
-          if (st.o.ram_budget > 0) {  // (its layers' rows: the budget's plan for them)
+          if (st.o.ram_budget > 0 && !st.o.open) {  // (its layers' rows: the budget's plan for them; open's own, with a device)
             const ram_tier_plan plan = plan_ram_tier(*st.o.m, st.o.ram_budget);
             w.ctx->set_disk_tier(std::make_shared<ram_tier>(st.o.m, plan));
             say(st.o, "hotcold worker: " + describe(plan, st.o.ram_budget, st.path));

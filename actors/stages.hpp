@@ -110,8 +110,8 @@ struct stage_host_options {
   // assigns. An assignment of other types is refused, naming both.
   std::optional<kv_types> kv;
   // Opens the context for an assignment's layers (first .. last - 1 of the model given): with the
-  // worker's hot device, what the plan puts there for those layers (loader::open_for_running). Empty:
-  // a context on the CPU alone.
+  // worker's hot device, what the plan puts there for those layers (loader::open_for_running), and
+  // the disk tier of ram_budget beside it (the host makes none then). Empty: a context on the CPU alone.
   std::function<std::shared_ptr<inference_context>(std::shared_ptr<const model>, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq, kv_types kv,
                                                    ffn_mode mode)>
       open;

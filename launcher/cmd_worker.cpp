@@ -72,13 +72,12 @@ void run_worker(const worker_args& a) {
   dopt.budget = static_cast<uint64_t>(a.vram_budget_gib * double(1ull << 30));
   dopt.sim_kernels = a.sim_kernels;
   auto dev = loader::choose_device(*m, dopt, o.log);
-  if (o.ram_budget > 0 && dev && dev->kind() != devices::device_kind::cpu)
-    throw std::invalid_argument(fmt::format("--ram-budget with --device {}: the disk tier runs with the CPU alone for now (docs/disk.md)", dev->name()));
-  if (dev && dev->kind() != devices::device_kind::cpu)  // each assignment's layers opened with the device's plan for them
-    o.open = [dev, threads = o.threads, log = o.log](std::shared_ptr<const model> held, int64_t first, int64_t last, int64_t n_ctx, int64_t n_seq,
-                                                     kv_types kv, ffn_mode mode) {
+  if (dev && dev->kind() != devices::device_kind::cpu)  // each assignment's layers opened with the device's plan for them (and the disk tier's)
+    o.open = [dev, threads = o.threads, log = o.log, ram_budget = o.ram_budget](std::shared_ptr<const model> held, int64_t first, int64_t last, int64_t n_ctx,
+                                                                               int64_t n_seq, kv_types kv, ffn_mode mode) {
       loader::open_options lo;
       lo.ctx = n_ctx, lo.n_seq = n_seq, lo.threads = threads, lo.kv = kv, lo.mode = mode;
+      lo.ram_budget = ram_budget;
       lo.first_layer = first, lo.last_layer = last;
       lo.placement = placement_sources(threads);
       lo.log = log;

@@ -73,25 +73,32 @@ TEST(Workers, AWorkersOwnHotDeviceRunsItsLayersWithTheSamePlan) {
   }
 }
 
-// A worker with a disk tier of its own (--ram-budget under its layers' bytes): its layers' FFN rows
-// beyond the budget stay in the file, read as steps choose them; the text and every prompt position's
-// logits are one process's.
+// A worker with a disk tier of its own (--ram-budget under its layers' bytes), on the CPU alone and
+// beside a hot device of its own (sim, part of the hot rows): its layers' FFN rows beyond the budget
+// stay in the file, read as steps choose them; the text and every prompt position's logits are one
+// process's.
 TEST(Workers, AWorkersRamBudgetReadsItsLayersRowsFromTheFile) {
   const auto& f = files();
-  worker_pair pair(f.sparse, {"--ram-budget", "0.0005"});
-  ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
-  const std::string workers = pair.wa + "," + pair.wb;
   const std::vector<std::string> gen{"run", "-m", f.sparse, "-p", "Once upon a time there was", "-n", "16", "--temp", "0", "-c", "64", "-t", "1"};
   const std::string alone = run_stdout(gen);
-  auto args = gen;
-  args.insert(args.end(), {"--workers", workers});
-  EXPECT_EQ(run_stdout(args), alone) << pair.b.log();
-  expect_one_processs_logits(f.sparse, workers);
-  std::smatch m;
-  const std::string log = pair.b.log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("--ram-budget 0.000 GiB: [0-9.]+ GiB held whole, each layer's ([0-9]+) hottest neurons"))) << log;
-  EXPECT_LT(std::stoi(m[1]), 512) << log;  // (not every row)
-  EXPECT_EQ(pair.a.log().find("--ram-budget"), std::string::npos) << pair.a.log();
+  for (const bool device : {false, true}) {
+    SCOPED_TRACE(device);
+    std::vector<std::string> more{"--ram-budget", "0.0005"};
+    if (device) more.insert(more.end(), {"--device", "sim", "--vram-budget", "0.0009"});
+    worker_pair pair(f.sparse, more);
+    ASSERT_TRUE(pair.listening()) << pair.a.log() << pair.b.log();
+    const std::string workers = pair.wa + "," + pair.wb;
+    auto args = gen;
+    args.insert(args.end(), {"--workers", workers});
+    EXPECT_EQ(run_stdout(args), alone) << pair.b.log();
+    expect_one_processs_logits(f.sparse, workers);
+    std::smatch m;
+    const std::string log = pair.b.log();
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("--ram-budget 0.000 GiB: [0-9.]+ GiB held whole, each layer's ([0-9]+) hottest neurons"))) << log;
+    EXPECT_LT(std::stoi(m[1]), 512) << log;  // (not every row)
+    EXPECT_EQ(log.find("hot device sim: attention and KV cache of 2 of 4 layers") != std::string::npos, device) << log;
+    EXPECT_EQ(pair.a.log().find("--ram-budget"), std::string::npos) << pair.a.log();
+  }
 }
 
 // Several sequences at once over two stages: a server's steps go in micro-batches of whole sequences
