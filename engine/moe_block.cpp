@@ -7,10 +7,12 @@
 #include <exception>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "engine/layer_ops.hpp"
 #include "engine/matmul.hpp"
+#include "engine/ram_tier.hpp"
 #include "engine/neuron_rules.hpp"
 #include "engine/row_groups.hpp"
 #include "engine/step_part.hpp"
@@ -75,6 +77,18 @@ ffn_step_counts moe_block::run(step_state& B, int64_t layer, const layer_weights
         }
     }
   } joined{hot};
+  // The disk tier (--ram-budget): the CPU's experts of the step in memory while it computes them,
+  // each at its slot (unit_row).
+  std::optional<ram_tier::use> in_memory;
+  if (env_.disk) {
+    std::vector<int32_t> ids;
+    for (int32_t e : S_.experts)
+      if (S_.on_host[static_cast<size_t>(e)] && std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+    in_memory.emplace(env_.disk->rows(layer, ids));
+    S_.unit_row.assign(static_cast<size_t>(hp.n_expert), -1);
+    const auto rows = in_memory->rows_of(ids);
+    for (size_t j = 0; j < ids.size(); ++j) S_.unit_row[static_cast<size_t>(ids[j])] = rows[j];
+  }
   const auto cold_began = std::chrono::steady_clock::now();
   int64_t used = n == 1 ? one_token_experts(l, on, in, out) : batch_experts(n, l, on, in, out);
   if (split && n > 1) {  // the CPU's seconds per (token, expert) of a batch
@@ -227,6 +241,7 @@ int64_t moe_block::guess_next(step_state& B, int64_t layer) {
   B.expert_guess.resize(static_cast<size_t>(n * k));
   route_experts(hp, S.guess_logits.data(), n, B.expert_guess.data(), S.guess_weights.data());
   B.guessed_layer = layer + 1;
+  if (env_.disk) env_.disk->read_ahead(layer + 1, B.expert_guess);  // (the disk tier's: their bytes read while this layer ends)
   // Guessed experts no slot of the next layer holds: uploaded now, a layer before they are routed.
   int64_t uploads = 0;
   if (experts_ && experts_->guessing() && experts_->slots(layer + 1) > 0)
@@ -246,9 +261,10 @@ int64_t moe_block::one_token_experts(const layer_weights& l, const workers& on, 
     const int64_t e = S.experts[static_cast<size_t>(j)];
     if (!S.on_host[static_cast<size_t>(e)]) continue;  // computed on the hot device
     S.ranks.push_back(j);
-    S.views.push_back(expert_rows(l.ffn_gate_exps, e, nf));
-    S.views.push_back(expert_rows(l.ffn_up_exps, e, nf));
-    S.downs.push_back(expert_rows(l.ffn_down_exps, e, d));
+    const int64_t at = slot_of(e);
+    S.views.push_back(expert_rows(l.ffn_gate_exps, at, nf));
+    S.views.push_back(expert_rows(l.ffn_up_exps, at, nf));
+    S.downs.push_back(expert_rows(l.ffn_down_exps, at, d));
   }
   const auto c = static_cast<int64_t>(S.ranks.size());  // experts the CPU computes
   if (c == 0) return 0;
@@ -286,7 +302,8 @@ int64_t moe_block::batch_experts(int64_t n, const layer_weights& l, const worker
       const int64_t t = S.slots[static_cast<size_t>(s0 + i)] / k;
       std::copy(in + t * d, in + (t + 1) * d, S.x.begin() + i * d);
     }
-    expert_product(on, expert_rows(l.ffn_gate_exps, e, nf), expert_rows(l.ffn_up_exps, e, nf), expert_rows(l.ffn_down_exps, e, d), S.x.data(), m, S.y);
+    const int64_t at = slot_of(e);
+    expert_product(on, expert_rows(l.ffn_gate_exps, at, nf), expert_rows(l.ffn_up_exps, at, nf), expert_rows(l.ffn_down_exps, at, d), S.x.data(), m, S.y);
     add_weighted(S.slots.data() + s0, m, S.y.data(), out);
   }
   return used;

@@ -66,6 +66,8 @@ class moe_block {
   // The fewest tokens of a batch that make streaming layer `layer`'s cold expert pay.
   double stream_min_tokens(int64_t layer) const;
   void observe(int64_t layer, int64_t n) const;
+  // Where expert e's rows are this step: its own place, or with the disk tier the slot it was read into.
+  int64_t slot_of(int64_t e) const { return env_.disk ? S_.unit_row[static_cast<size_t>(e)] : e; }
 
   block_env& env_;
   std::shared_ptr<device_experts> experts_;
@@ -78,6 +80,7 @@ class moe_block {
     std::vector<uint8_t> chosen;                     // n x n_expert: the routing a trace records
     std::vector<uint8_t> on_host;                    // n_expert: 1 where the CPU computes the expert (no device slot holds it)
     std::vector<int64_t> ranks;                      // one token's ranks the CPU computes
+    std::vector<int32_t> unit_row;                   // with the disk tier: per expert, the slot holding its rows this step (-1: none)
   };
   scratch S_;
   // The step's experts on the hot device: each one's slot, their tokens' inputs x and outputs y side by

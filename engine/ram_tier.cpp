@@ -15,17 +15,21 @@
 namespace hotcold {
 
 namespace {
-// Layer il's per-neuron tensors, where this process holds the layer (a worker's are some of them).
-std::vector<const tensor_view*> tiered(const model& m, int64_t il) {
+// Layer il's units' tensors (tier_units: a sparse layer's per-neuron tensors, a mixture's experts),
+// where this process holds the layer (a worker's are some of them).
+std::vector<tensor_view> tiered(const model& m, int64_t il) {
   if (!m.holds_layer(il)) return {};
-  return neuron_row_tensors(m.weights().layers[static_cast<size_t>(il)]);
+  return tier_units(m.weights().layers[static_cast<size_t>(il)], m.hp().n_expert);
 }
 
 uint64_t neuron_bytes(const model& m, int64_t il) {
   uint64_t b = 0;
-  for (const tensor_view* t : tiered(m, il)) b += t->row_bytes;
+  for (const tensor_view& t : tiered(m, il)) b += t.row_bytes;
   return b;
 }
+
+// A layer's units: its neurons, or a mixture's experts.
+int64_t units_of(const model& m) { return m.hp().moe() ? m.hp().n_expert : m.hp().n_ff; }
 }  // namespace
 
 ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
@@ -33,11 +37,14 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
   ram_tier_plan p;
   uint64_t per_neuron = 0;  // one neuron of every layer
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    for (const tensor_view* t : tiered(m, il)) p.row_bytes += t->bytes();
+    for (const tensor_view& t : tiered(m, il)) p.row_bytes += t.bytes();
     p.neuron_bytes.push_back(neuron_bytes(m, il));
     per_neuron += p.neuron_bytes.back();
   }
-  if (p.row_bytes == 0) throw std::invalid_argument(fmt::format("--ram-budget: {} has no FFN rows read by neuron (a sparse file's: `hotcold prepare`)", m.path()));
+  if (p.row_bytes == 0)
+    throw std::invalid_argument(fmt::format("--ram-budget: {} has no FFN rows read by neuron (a sparse file's: `hotcold prepare`) or by expert", m.path()));
+  const int64_t units = units_of(m);
+  p.experts = hp.moe();
   p.fixed_bytes = m.held_weight_bytes() > p.row_bytes ? m.held_weight_bytes() - p.row_bytes : 0;
   if (m.embeddings_from_disk()) {  // (rows of the tokens a conversation uses: a quarter of the table, a thousand at most)
     const tensor_view& e = m.weights().token_embd;
@@ -56,22 +63,24 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
                                             budget / double(1ull << 30), m.path(), p.fixed_bytes / double(1ull << 30)));
   const uint64_t left = std::min(budget - p.fixed_bytes, p.row_bytes);
   if (left == p.row_bytes) {
-    p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), hp.n_ff);
+    p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), units);
     return p;
   }
   const uint64_t layer_neuron = *std::max_element(p.neuron_bytes.begin(), p.neuron_bytes.end());  // (a window slot: the widest layer's neuron)
-  p.window_rows = std::min<int64_t>(hp.n_ff / 4, static_cast<int64_t>(left / 2 / std::max<uint64_t>(layer_neuron, 1)));
+  // (a mixture's window: half a layer's experts, a step's own and the next layer's guess)
+  p.window_rows = std::min<int64_t>(hp.moe() ? units / 2 : units / 4, static_cast<int64_t>(left / 2 / std::max<uint64_t>(layer_neuron, 1)));
   p.window_bytes = static_cast<uint64_t>(p.window_rows) * layer_neuron;
-  const int64_t rows = std::min<int64_t>(hp.n_ff - p.window_rows, static_cast<int64_t>((left - p.window_bytes) / std::max<uint64_t>(per_neuron, 1)));
+  const int64_t rows = std::min<int64_t>(units - p.window_rows, static_cast<int64_t>((left - p.window_bytes) / std::max<uint64_t>(per_neuron, 1)));
   p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), rows);
   return p;
 }
 
 std::string describe(const ram_tier_plan& p, uint64_t budget, const std::string& path) {
   constexpr double gib = double(1ull << 30);
-  return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} hottest neurons and a window of {:.3f} GiB; the other FFN rows "
-                     "({:.3f} GiB) read from {} as tokens choose them",
-                     budget / gib, p.fixed_bytes / gib, p.pinned_rows.empty() ? 0 : p.pinned_rows[0], p.window_bytes / gib, p.row_bytes / gib, path);
+  return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} {} and a window of {:.3f} GiB; the other {} ({:.3f} GiB) read "
+                     "from {} as tokens choose them",
+                     budget / gib, p.fixed_bytes / gib, p.pinned_rows.empty() ? 0 : p.pinned_rows[0], p.experts ? "first experts" : "hottest neurons",
+                     p.window_bytes / gib, p.experts ? "experts" : "FFN rows", p.row_bytes / gib, path);
 }
 
 namespace {
@@ -129,8 +138,14 @@ std::string ram_tier::finish(layer_t& L, uint64_t ticket, const std::vector<int3
     unread(L, rows);
     return failed_[ticket] = e.what();
   }
+  arrange(L, rows);
   for (int32_t r : rows) slot(L, r).state = slot_held;
   return {};
+}
+
+void ram_tier::arrange(const layer_t& L, std::span<const int32_t> rows) const {
+  for (const tensor_view* t : L.interleaved)
+    for (int32_t r : rows) interleave_expert_in_place(*t, r, L.units);
 }
 
 namespace {
@@ -142,8 +157,8 @@ uint64_t mapped_bytes(int64_t rows, const tensor_view& t, uint64_t page) {
 }
 
 // Whether every tensor's row `row` starts on a page (where a mapping can begin).
-bool on_page(const std::vector<const tensor_view*>& ts, int64_t row, uint64_t page) {
-  return std::all_of(ts.begin(), ts.end(), [&](const tensor_view* t) { return (reinterpret_cast<uint64_t>(t->data) + static_cast<uint64_t>(row) * t->row_bytes) % page == 0; });
+bool on_page(const std::vector<tensor_view>& ts, int64_t row, uint64_t page) {
+  return std::all_of(ts.begin(), ts.end(), [&](const tensor_view& t) { return (reinterpret_cast<uint64_t>(t.data) + static_cast<uint64_t>(row) * t.row_bytes) % page == 0; });
 }
 }  // namespace
 
@@ -159,25 +174,35 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     layer_t& L = layers_[static_cast<size_t>(il)];
     L.tensors = tiered(*m_, il);
+    L.units = units_of(*m_);
+    if (hp.moe() && m_->holds_layer(il)) {
+      const layer_weights& lw = m_->weights().layers[static_cast<size_t>(il)];
+      for (const tensor_view* t : {&lw.ffn_gate_exps, &lw.ffn_up_exps, &lw.ffn_down_exps})
+        if (*t && t->interleaved16) L.interleaved.push_back(t);
+    }
     L.neuron_bytes = neuron_bytes(*m_, il);
     if (!first && !L.tensors.empty()) first = &L;
   }
   std::lock_guard lock(mu_);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     layer_t& L = layers_[static_cast<size_t>(il)];
-    L.pinned = L.tensors.empty() ? hp.n_ff : std::min(plan_.pinned_rows[static_cast<size_t>(il)], hp.n_ff);
+    L.pinned = L.tensors.empty() ? L.units : std::min(plan_.pinned_rows[static_cast<size_t>(il)], L.units);
     const bool alike = first && L.tensors.size() == first->tensors.size() &&
-                       std::equal(L.tensors.begin(), L.tensors.end(), first->tensors.begin(), [](const tensor_view* a, const tensor_view* b) { return a->row_bytes == b->row_bytes; });
+                       std::equal(L.tensors.begin(), L.tensors.end(), first->tensors.begin(), [](const tensor_view& a, const tensor_view& b) { return a.row_bytes == b.row_bytes; });
     if (alike && window > 0) {
       // The window starts on a page (the pinned rows rounded down to where every tensor's row does).
-      int64_t p = std::min(L.pinned, hp.n_ff - window);
+      int64_t p = std::min(L.pinned, L.units - window);
       const int64_t lowest = std::max<int64_t>(0, p - static_cast<int64_t>(page_));
       while (p >= lowest && !on_page(L.tensors, p, page_)) --p;
-      if (p >= lowest) L.pinned = p, L.window = window;
+      if (p >= lowest) {
+        L.pinned = p, L.window = window;
+      } else if (std::all_of(L.tensors.begin(), L.tensors.end(), [&](const tensor_view& t) { return t.row_bytes >= 16 * page_; })) {
+        L.pinned = std::min(L.pinned, L.units - window), L.window = window, L.own_window = true;  // (a page or two at each edge held past its use)
+      }
     }
-    L.row_of.assign(static_cast<size_t>(hp.n_ff), -1);
-    L.overflow.assign(static_cast<size_t>(hp.n_ff - L.pinned - L.window), slot_t{});
-    for (int64_t r = hp.n_ff - 1; r >= L.pinned + L.window; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
+    L.row_of.assign(static_cast<size_t>(L.units), -1);
+    L.overflow.assign(static_cast<size_t>(L.units - L.pinned - L.window), slot_t{});
+    for (int64_t r = L.units - 1; r >= L.pinned + L.window; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
   }
   if (std::any_of(layers_.begin(), layers_.end(), [](const layer_t& L) { return L.window > 0; })) {
     window_.assign(static_cast<size_t>(window), slot_t{});
@@ -186,8 +211,9 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     layer_t& L = layers_[static_cast<size_t>(il)];
     std::vector<std::pair<int32_t, int32_t>> moves;
-    for (int64_t i = 0; i < L.pinned; ++i) L.row_of[static_cast<size_t>(i)] = static_cast<int32_t>(i), moves.emplace_back(i, i);
-    if (!L.tensors.empty()) file_.read(pieces(L, moves));
+    std::vector<int32_t> read;
+    for (int64_t i = 0; i < L.pinned; ++i) L.row_of[static_cast<size_t>(i)] = static_cast<int32_t>(i), moves.emplace_back(i, i), read.push_back(static_cast<int32_t>(i));
+    if (!L.tensors.empty()) file_.read(pieces(L, moves)), arrange(L, read);
     held_bytes_ += static_cast<uint64_t>(L.pinned) * L.neuron_bytes;
   }
   if (m_->embeddings_from_disk() && plan_.token_rows >= m_->weights().token_embd.ne1) {  // (the whole table held)
@@ -203,21 +229,22 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
 void ram_tier::share_window() {
   const layer_t* first = nullptr;
   for (const layer_t& L : layers_)
-    if (L.window > 0) {
+    if (L.window > 0 && !L.own_window) {
       first = &L;
       break;
     }
+  if (!first) return;  // (every window in its layer's own memory)
   std::vector<uint64_t> at;  // each tensor's part of the memfd
   uint64_t bytes = 0;
-  for (const tensor_view* t : first->tensors) at.push_back(bytes), bytes += mapped_bytes(first->window, *t, page_);
+  for (const tensor_view& t : first->tensors) at.push_back(bytes), bytes += mapped_bytes(first->window, t, page_);
   if (bytes == 0) return;  // (a window smaller than a page: each layer's own memory)
   window_fd_ = memfd_create("hotcold-ram-window", MFD_CLOEXEC);
   if (window_fd_ < 0 || ftruncate(window_fd_, static_cast<off_t>(bytes)) != 0)
     throw std::runtime_error(fmt::format("the disk tier's window ({} bytes): {}", bytes, std::strerror(errno)));
   for (const layer_t& L : layers_) {
-    if (L.window == 0) continue;
+    if (L.window == 0 || L.own_window) continue;
     for (size_t k = 0; k < L.tensors.size(); ++k) {
-      const tensor_view& t = *L.tensors[k];
+      const tensor_view& t = L.tensors[k];
       void* want = const_cast<uint8_t*>(t.data) + static_cast<uint64_t>(L.pinned) * t.row_bytes;  // (the model's private copy)
       const uint64_t len = mapped_bytes(L.window, t, page_);
       if (len == 0) continue;
@@ -243,10 +270,10 @@ ram_tier::use ram_tier::all_rows(int64_t il) { return take(il, {}, true); }
 std::vector<disk_file::piece> ram_tier::pieces(const layer_t& L, const std::vector<std::pair<int32_t, int32_t>>& moves) const {
   std::vector<disk_file::piece> out;
   out.reserve(moves.size() * L.tensors.size());
-  for (const tensor_view* t : L.tensors)
+  for (const tensor_view& t : L.tensors)
     for (const auto& [neuron, row] : moves) {
-      auto* into = const_cast<uint8_t*>(t->data) + static_cast<uint64_t>(row) * t->row_bytes;  // (the model's private copy: writable memory)
-      out.push_back({m_->file_offset(t->data + static_cast<uint64_t>(neuron) * t->row_bytes), t->row_bytes, into});
+      auto* into = const_cast<uint8_t*>(t.data) + static_cast<uint64_t>(row) * t.row_bytes;  // (the model's private copy: writable memory)
+      out.push_back({m_->file_offset(t.data + static_cast<uint64_t>(neuron) * t.row_bytes), t.row_bytes, into});
     }
   return out;
 }
@@ -256,6 +283,10 @@ void ram_tier::drop(slot_t& s) {
     layer_t& owner = layers_[static_cast<size_t>(s.layer)];
     owner.row_of[static_cast<size_t>(s.neuron)] = -1;
     held_bytes_ -= owner.neuron_bytes;
+    if (owner.own_window && &s >= window_.data() && &s < window_.data() + window_.size()) {  // (its bytes, in the owner's memory)
+      const int64_t row = owner.pinned + (&s - window_.data());
+      for (const tensor_view& t : owner.tensors) give_back(t.row(row), t.row(row + 1));
+    }
   }
   s.layer = -1, s.neuron = -1, s.state = slot_free, s.referenced = 0, s.ahead = 0;
 }
@@ -314,7 +345,7 @@ void ram_tier::wait_ahead(layer_t& L) {
 ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all, bool lazy) {
   std::unique_lock lock(mu_);
   layer_t& L = layers_.at(static_cast<size_t>(il));
-  const int64_t n_ff = m_->hp().n_ff;
+  const int64_t n_ff = layers_.at(static_cast<size_t>(il)).units;  // (neurons, or experts)
   for (int32_t id : ids)
     if (id < 0 || id >= n_ff) throw std::out_of_range(fmt::format("layer {}: neuron {} of {}", il, id, n_ff));
 
@@ -387,7 +418,7 @@ ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all,
       later->ticket = file_.submit(pieces(L, moves));
       L.pending.emplace_back(later->ticket, read);
     } else {
-      if (!moves.empty()) file_.read(pieces(L, moves));
+      if (!moves.empty()) file_.read(pieces(L, moves)), arrange(L, read);
       for (int32_t r : read) slot(L, r).state = slot_held;
       later.reset();
     }
@@ -413,7 +444,7 @@ void ram_tier::release(int64_t il, bool all, std::span<const int32_t> rows) {
       if (r < L.pinned + L.window) --window_users_;
     };
     if (all)
-      for (int64_t r = L.pinned; r < m_->hp().n_ff; ++r) let_go(static_cast<int32_t>(r));
+      for (int64_t r = L.pinned; r < L.units; ++r) let_go(static_cast<int32_t>(r));
     else
       for (int32_t r : rows)
         if (r >= L.pinned) let_go(r);
@@ -430,9 +461,9 @@ void ram_tier::give_back_overflow(layer_t& L) {
   const int64_t first = L.pinned + L.window;
   if (L.overflow_top <= first) return;
   for (int64_t r = first; r < L.overflow_top; ++r) drop(slot(L, static_cast<int32_t>(r)));
-  for (const tensor_view* t : L.tensors) give_back(t->row(first), t->row(L.overflow_top));
+  for (const tensor_view& t : L.tensors) give_back(t.row(first), t.row(L.overflow_top));
   L.overflow_free.clear();
-  for (int64_t r = m_->hp().n_ff - 1; r >= first; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
+  for (int64_t r = L.units - 1; r >= first; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
   L.overflow_top = 0;
 }
 
@@ -451,7 +482,7 @@ void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
   std::vector<int32_t> rows;
   bool window_full = false;
   for (int32_t id : ids) {
-    if (id < 0 || id >= m_->hp().n_ff || L.row_of[static_cast<size_t>(id)] >= 0) continue;
+    if (id < 0 || id >= L.units || L.row_of[static_cast<size_t>(id)] >= 0) continue;
     const int32_t r = free_row(il, false, window_full);
     if (r < 0) break;
     hold(il, r, id, true);  // (not marked used: a guess its layer does not ask for is the first the clock reuses)

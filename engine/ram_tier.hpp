@@ -39,6 +39,7 @@ struct ram_tier_plan {
   int64_t token_rows = 0;            // embedding rows kept at most (model::embeddings_from_disk), else 0
   uint64_t row_bytes = 0;            // every layer's per-neuron rows, all of them
   std::vector<uint64_t> neuron_bytes;  // per layer: one neuron's rows (what a miss reads; 0 where the process does not hold the layer)
+  bool experts = false;              // a mixture's: the units are experts (pinned: each layer's first ones), not neurons
 };
 // The plan for `budget` bytes of weights in memory: what is not a per-neuron row is held whole
 // (std::invalid_argument naming the bytes where the budget is smaller); of what is left, the window
@@ -136,8 +137,14 @@ class ram_tier {
     uint16_t users = 0;               // uses holding it
   };
   struct layer_t {
-    std::vector<const tensor_view*> tensors;  // the per-neuron tensors (row r of each: slot r)
+    std::vector<tensor_view> tensors;         // its units' tensors (tier_units: row r of each is slot r; a neuron, or an expert)
+    int64_t units = 0;                        // the layer's neurons (or experts): its rows
     int64_t pinned = 0, window = 0;           // rows [0, pinned) pinned; [pinned, pinned + window) the shared window
+    // The window's rows in the layer's own memory, not mapped on the shared window's (rows not on pages:
+    // a file of another alignment; units of 16 pages or more only): a slot's bytes given back where its
+    // neuron leaves it.
+    bool own_window = false;
+    std::vector<const tensor_view*> interleaved;  // a mixture's expert tensors the load marked interleaved: each expert's rows rewritten as it lands
     uint64_t neuron_bytes = 0;                // a neuron's bytes over the tensors
     std::vector<int32_t> row_of;              // per neuron: the row holding it, -1 none (below pinned: itself)
     std::vector<slot_t> overflow;             // rows from pinned + window on
@@ -149,6 +156,7 @@ class ram_tier {
   slot_t& slot(layer_t& L, int32_t row) { return row < L.pinned + L.window ? window_[static_cast<size_t>(row - L.pinned)] : L.overflow[static_cast<size_t>(row - L.pinned - L.window)]; }
   use take(int64_t il, std::span<const int32_t> ids, bool all, bool lazy = false);
   std::string land(int64_t il, uint64_t ticket);  // a read of layer il's rows in: "" or its error
+  void arrange(const layer_t& L, std::span<const int32_t> rows) const;  // rows just read, as the load lays them out (interleaved experts)
   // A pending read waited on: its rows held, or on an error free again (the error kept for a lazy use
   // that asks after) and returned.
   std::string finish(layer_t& L, uint64_t ticket, const std::vector<int32_t>& rows);

@@ -118,8 +118,9 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
   cmd->add_option("--vram-budget", m.vram_budget_gib, "Hot device memory in GiB (default: its free memory; sim needs one)")
       ->check(finite_in(0, 1 << 20));
   cmd->add_option("--ram-budget", m.ram_budget_gib,
-                  "A sparse file's weights held in memory, GiB: what is not an FFN row is held whole; of the FFN rows each layer's hottest and a "
-                  "window of recent ones, the rest read from the file as tokens choose them (docs/disk.md; default: all of it in memory)")
+                  "A sparse file's (or a mixture's) weights held in memory, GiB: what is not an FFN row (an expert) is held whole; of the FFN rows "
+                  "each layer's hottest and a window of recent ones, the rest read from the file as tokens choose them (docs/disk.md; default: all "
+                  "of it in memory)")
       ->check(finite_in(1e-9, 1 << 20));
   cmd->add_option("--n-gpu-layers,--gpu-layers", m.n_gpu_layers,
                   "-ngl: dense files: layers the hot device holds whole, front to back (default: as many as fit its budget; without a GPU, "

@@ -135,6 +135,10 @@ void put_on_device(opened_model& r, const open_options& o) {
     r.ctx->set_device_layers(r.device);
   }
   if (hp.moe() && experts.any()) {
+    if (r.disk)  // (its slots are filled from the experts' memory, which the tier reads only for the CPU's steps)
+      throw std::invalid_argument(fmt::format("--ram-budget with a mixture's experts on {}: not yet — the disk tier reads the experts the CPU computes; run "
+                                              "the mixture's tier on the CPU alone (docs/disk.md)",
+                                              r.dev->name()));
     r.experts = std::make_shared<device_experts>(r.m, experts, r.device);
     r.ctx->set_device_experts(r.experts);
     int64_t held = 0;

@@ -78,9 +78,14 @@ void release_pages(const page_buffer& buf, uint64_t from, uint64_t to) {
 
 // Rewrites a Q4_0, Q4_K, Q5_K, Q6_K or F16 matrix in place as groups of sixteen interleaved rows (the tail of
 // fewer than sixteen rows stays as it is).
+bool interleavable(const tensor_view& t) {
+  const bool k_quant = (t.type == tensor_type::q4_k || t.type == tensor_type::q5_k || t.type == tensor_type::q6_k) && t.ne0 % kernels::qk_k == 0;
+  return (t.type == tensor_type::q4_0 || t.type == tensor_type::f16 || k_quant) && t.ne1 >= 16 && !t.interleaved16 && t.packed();
+}
+
 void interleave_in_place(tensor_view& t) {
   const bool k_quant = (t.type == tensor_type::q4_k || t.type == tensor_type::q5_k || t.type == tensor_type::q6_k) && t.ne0 % kernels::qk_k == 0;
-  if ((t.type != tensor_type::q4_0 && t.type != tensor_type::f16 && !k_quant) || t.ne1 < 16 || t.interleaved16 || !t.packed()) return;
+  if (!interleavable(t)) return;
   if (k_quant) {
     const int64_t nb = t.ne0 / kernels::qk_k;
     std::vector<uint8_t> group(16 * t.row_bytes);
@@ -385,7 +390,7 @@ void finish_layer(const std::string& path, const hparams& hp, int il, layer_weig
 
 // Only what the dense products read, rows interleaved in place: FFN rows of sparse files (and of any
 // layer with a predictor) are read one neuron at a time, and a tied head is also the embedding.
-void interleave_for_products(model_weights& w, bool tied_output, int64_t n_expert, int64_t first_layer, int64_t last_layer) {
+void interleave_for_products(model_weights& w, bool tied_output, int64_t n_expert, int64_t first_layer, int64_t last_layer, bool experts_from_disk) {
   for (int64_t il = first_layer; il < last_layer; ++il) {
     auto& l = w.layers[static_cast<size_t>(il)];
     // F16: the predictors' short rows only (fc2's 512 bytes at rank 256); long F16
@@ -402,9 +407,14 @@ void interleave_for_products(model_weights& w, bool tied_output, int64_t n_exper
     for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_down, &l.pred_fc1, &l.pred_fc2, &l.ffn_gate_inp, &l.ffn_gate_shexp, &l.ffn_up_shexp,
                            &l.ffn_down_shexp})
       q4(*t);
-    // The experts, where each one's rows make whole groups of sixteen (a group never spans two experts).
+    // The experts, where each one's rows make whole groups of sixteen (a group never spans two experts);
+    // those the disk tier reads are marked so, and it interleaves each expert as its read lands
+    // (interleave_expert_in_place).
     for (tensor_view* t : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps})
-      if (*t && n_expert > 0 && (t->ne1 / n_expert) % 16 == 0) q4(*t);
+      if (*t && n_expert > 0 && (t->ne1 / n_expert) % 16 == 0 && (t->type == tensor_type::q4_0 || t->type == tensor_type::q4_k || t->type == tensor_type::q5_k)) {
+        if (!experts_from_disk) interleave_in_place(*t);
+        else if (interleavable(*t)) t->interleaved16 = true;
+      }
     if (!l.ffn_down_t && !l.pred_fc1) {
       q4(l.ffn_gate);
       q4(l.ffn_up);
@@ -450,9 +460,12 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     if (options.ffn_rows_from_disk && t.name == "token_embd.weight") return f.find_tensor("output.weight") != nullptr;  // (not a tied head)
     if (!options.ffn_rows_from_disk || il < 0) return false;
     const size_t dot = t.name.find('.', 4);
-    // (a sparse layer's layouts only: a bundle, or down_t rows; a dense layer's products read every row)
+    // (a sparse layer's layouts only: a bundle, or down_t rows; a dense layer's products read every row;
+    // a mixture's experts, read by expert)
+    const std::string_view suffix = std::string_view(t.name).substr(dot + 1);
+    if (hp.moe()) return per_expert_tensor_suffix(suffix);
     const bool sparse_layer = f.find_tensor(fmt::format(bundle_name, il)) || f.find_tensor(fmt::format("blk.{}.ffn_down_t.weight", il));
-    return sparse_layer && per_neuron_tensor_suffix(std::string_view(t.name).substr(dot + 1));
+    return sparse_layer && per_neuron_tensor_suffix(suffix);
   };
   // A tensor of what this process holds: its layers, and the globals where it holds them.
   auto holds = [&m](const gguf::tensor_info& t) {
@@ -510,7 +523,7 @@ std::shared_ptr<const model> model::load(const std::string& path, const load_opt
     w.output = w.token_embd;
     m->tied_output_ = true;
   }
-  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_ || !m->holds_globals_, hp.n_expert, m->held_first_, m->held_last_);
+  if (options.interleave && !options.use_mmap) interleave_for_products(w, m->tied_output_ || !m->holds_globals_, hp.n_expert, m->held_first_, m->held_last_, options.ffn_rows_from_disk);
   if (std::string gpuidx = placement_path(path); std::filesystem::exists(gpuidx)) {
     try {
       m->placement_ = read_placement_file(gpuidx, hp.n_layer, hp.n_ff);
@@ -535,6 +548,33 @@ uint64_t model::file_offset(const void* p) const {
 
 bool per_neuron_tensor_suffix(std::string_view suffix) {
   return suffix == "ffn_bundle.weight" || suffix == "ffn_up.weight" || suffix == "ffn_down_t.weight" || suffix == "ffn_gate.weight";
+}
+
+void interleave_expert_in_place(const tensor_view& t, int64_t e, int64_t n_expert) {
+  if (!t.interleaved16) return;
+  tensor_view v = expert_rows(t, e, t.ne1 / n_expert);
+  v.interleaved16 = false;
+  interleave_in_place(v);
+}
+
+bool per_expert_tensor_suffix(std::string_view suffix) {
+  return suffix == "ffn_gate_exps.weight" || suffix == "ffn_up_exps.weight" || suffix == "ffn_down_exps.weight";
+}
+
+std::vector<tensor_view> tier_units(const layer_weights& l, int64_t n_expert) {
+  std::vector<tensor_view> out;
+  if (n_expert > 0) {
+    for (const tensor_view* t : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) {
+      if (!*t) continue;
+      tensor_view v = *t;  // (an expert's rows one after another: one unit)
+      v.row_bytes = t->row_bytes * static_cast<size_t>(t->ne1 / n_expert);
+      v.ne1 = n_expert, v.stride = 0, v.interleaved16 = false;
+      out.push_back(v);
+    }
+    return out;
+  }
+  for (const tensor_view* t : neuron_row_tensors(l)) out.push_back(*t);
+  return out;
 }
 
 std::vector<const tensor_view*> neuron_row_tensors(const layer_weights& l) {

@@ -137,7 +137,8 @@ struct load_options {
   // With layers chosen above: whether the embeddings, the final norm and the head are read too (a
   // stage's worker needs neither: its coordinator embeds and samples).
   bool globals = true;
-  // The disk tier (engine/ram_tier): a sparse file's per-neuron FFN tensors (neuron_row_tensors) are
+  // The disk tier (engine/ram_tier): a sparse file's per-neuron FFN tensors (neuron_row_tensors), or a
+  // mixture's experts (per_expert_tensor_suffix), are
   // not read at load; their memory in the private copy stays untouched — no resident pages, no huge
   // pages — until the tier reads the rows a step needs into place. The embedding table too, where the
   // head has its own (embeddings_from_disk): a step reads its tokens' rows. Not with use_mmap.
@@ -215,5 +216,17 @@ bool matrix_type_supported(tensor_type t);
 // "blk.N.<suffix>" is one where per_neuron_tensor_suffix says so).
 std::vector<const tensor_view*> neuron_row_tensors(const layer_weights& l);
 bool per_neuron_tensor_suffix(std::string_view suffix);
+// A mixture's expert tensors ("blk.N.ffn_{gate,up,down}_exps.weight"): what the disk tier leaves in the
+// file and reads by expert.
+bool per_expert_tensor_suffix(std::string_view suffix);
+// The units the disk tier reads a layer by, as views whose row r is unit r's bytes in the file's layout:
+// a sparse layer's neuron_row_tensors (a row a neuron); a mixture's (n_expert > 0) gate, up and down
+// experts (a "row" an expert: its rows one after another, plain, never interleaved); none for a dense
+// layer.
+std::vector<tensor_view> tier_units(const layer_weights& l, int64_t n_expert);
+// Expert e's rows of a mixture's expert tensor t that the load marked interleaved (its experts left
+// in the file, interleaved as they are read): rewritten in place, as the load would have; nothing for
+// a plain tensor.
+void interleave_expert_in_place(const tensor_view& t, int64_t e, int64_t n_expert);
 
 }  // namespace hotcold

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "engine/forward.hpp"
 #include "engine/ram_tier.hpp"
 #include "tests/model/tiny_models.hpp"
@@ -247,6 +249,55 @@ TEST(RamTier, TheEmbeddingTableIsReadByToken) {
   EXPECT_LE(resident() * page, 10 * (e.row_bytes + page));
   for (int32_t id : std::span<const int32_t>(many).last(10)) EXPECT_EQ(std::memcmp(e.row(id), whole->weights().token_embd.row(id), e.row_bytes), 0);
   EXPECT_THROW(tier.token_rows(std::vector<int32_t>{static_cast<int32_t>(e.ne1)}), std::out_of_range);
+}
+
+// A mixture's experts (F16 and Q4_0, whose experts the whole file's copy interleaves and the tier
+// reads plain, qwen2moe's shared expert held whole) left in the file and read an expert at a time as
+// the router chooses them, the next layer's guess read a layer early: the same bits as the whole file
+// in memory at every budget, one token at a time and as a batch; only experts are read (a token's
+// reads are whole experts), and a budget that holds every expert reads none while running.
+TEST(RamTier, AMixturesExpertsAreReadByExpertWithTheSameBits) {
+  for (const auto& [arch, type] : {std::pair{architecture::llama, tensor_type::f16}, std::pair{architecture::llama, tensor_type::q4_0},
+                                   std::pair{architecture::qwen2moe, tensor_type::f16}}) {
+    SCOPED_TRACE(fmt::format("{} {}", architecture_name(arch), tensor_type_name(type)));
+    tools::gen_model_options o;
+    o.arch = arch, o.act = activation::silu, o.type = type;
+    o.n_embd = 256, o.n_ff = 512, o.n_layer = 3, o.n_head = 4, o.n_head_kv = 2, o.n_experts = 8, o.n_experts_used = 2;
+    const auto path = test::make_model(fmt::format("tier_moe_{}_{}", architecture_name(arch), tensor_type_name(type)), o);
+    const auto whole = model::load(path);
+    const auto want = run(whole, nullptr, ffn_mode::dense);
+    const auto probe = on_disk(path);
+    const ram_tier_plan biggest = plan_ram_tier(*probe, ~uint64_t{0} / 2);
+    ASSERT_TRUE(biggest.experts);
+    ASSERT_EQ(biggest.pinned_rows[0], 8);
+    const uint64_t expert = biggest.neuron_bytes[0];
+    const auto parts = expert_part_bytes(probe->weights().layers[0], 8);
+    EXPECT_EQ(expert, parts[0] + parts[1] + parts[2]);
+    for (double share : {0.0, 0.4, 1.0}) {
+      SCOPED_TRACE(share);
+      const auto m = on_disk(path);
+      const ram_tier_plan plan = plan_ram_tier(*m, biggest.least_bytes + static_cast<uint64_t>(share * static_cast<double>(biggest.row_bytes)));
+      auto tier = std::make_shared<ram_tier>(m, plan);
+      const auto got = run(m, tier, ffn_mode::dense);
+      EXPECT_EQ(got.tokens, want.tokens);  // (bit for bit)
+      EXPECT_EQ(got.batch, want.batch);
+      const auto c = tier->counted();
+      EXPECT_GT(c.lookups, 0u);
+      if (share == 1.0) {
+        EXPECT_EQ(c.hits, c.lookups);
+        EXPECT_LT(c.disk_bytes, expert);  // (the tokens' embedding rows alone)
+        continue;
+      }
+      EXPECT_LT(c.hits, c.lookups);
+      // Whole experts: each miss an expert's bytes (its gate, up and down), and at most a direct-I/O
+      // block on either side of each part.
+      EXPECT_GE(c.disk_bytes, (c.lookups - c.hits) * expert);
+      if (share > 0.0) {
+        EXPECT_GT(tier->window_rows(0), 0);
+        EXPECT_GT(c.ahead, 0u);  // (the next layer's guess, read a layer early)
+      }
+    }
+  }
 }
 
 TEST(RamTier, AFileChangedWhileRunningIsAnErrorNamingIt) {

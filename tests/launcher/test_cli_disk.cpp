@@ -13,23 +13,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(CliDisk, RamBudgetGivesTheSameTextAndCountsTheDisk) {
-  auto dir = fs::temp_directory_path() / ("hotcold-cli-disk-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  const auto dense = (dir / "dense.gguf").string(), sparse = (dir / "sparse.gguf").string();
-  auto gen = run({"gen-model", "--arch", "llama", "--act", "relu", "--embd", "256", "--layers", "4", "--ffn", "1024", "--heads", "4", "--kv-heads", "2",
-                  "--active", "0.1", "--vocab", llama, "--type", "f16", "--seed", "5", "-o", dense});
-  ASSERT_EQ(gen.code, 0) << gen.err;
-  auto prep = run({"prepare", "-m", dense, "-o", sparse, "--tokens", "128", "-t", "2"});
-  ASSERT_EQ(prep.code, 0) << prep.err;
-  // Too small a budget names what must be held whole, in GiB.
-  auto tiny = run({"run", "-m", sparse, "-p", "Hi", "-n", "2", "--ram-budget", "0.001"});
+// Too small a budget names what must be held whole, in GiB: that and `more` GiB ("" where it does not say).
+std::string budget_past_held(const std::string& file, double more) {
+  auto tiny = run({"run", "-m", file, "-p", "Hi", "-n", "2", "--ram-budget", "0.001"});
   EXPECT_NE(tiny.code, 0);
   std::smatch held;
-  ASSERT_TRUE(std::regex_search(tiny.err, held, std::regex("besides its FFN rows: ([0-9.]+) GiB"))) << tiny.err;
-  // The rows are 4 x 1024 x 1.5 KiB = 6 MiB: a budget of what is held whole and 1 MiB keeps a sixth.
-  const std::string budget = std::to_string(std::stod(held[1]) + 1.0 / 1024);
-  const std::vector<std::string> gen_args = {"run", "-m", sparse, "-p", "Hello there, my friend", "-n", "24", "--temp", "0", "-t", "2"};
+  if (!std::regex_search(tiny.err, held, std::regex("besides its FFN rows: ([0-9.]+) GiB"))) {
+    ADD_FAILURE() << tiny.err;
+    return {};
+  }
+  return std::to_string(std::stod(held[1]) + more);
+}
+
+// gen_args with --ram-budget on either pipeline: the text without it, stderr saying `says`.
+void expect_the_whole_files_text(const std::vector<std::string>& gen_args, const std::string& budget, const std::string& says) {
   auto whole = run(gen_args);
   ASSERT_EQ(whole.code, 0) << whole.err;
   for (const char* pipeline : {"actors", "direct"}) {
@@ -39,8 +36,24 @@ TEST(CliDisk, RamBudgetGivesTheSameTextAndCountsTheDisk) {
     auto disk = run(args);
     ASSERT_EQ(disk.code, 0) << disk.err;
     EXPECT_EQ(disk.out, whole.out);
-    EXPECT_NE(disk.err.find("read from " + sparse + " as tokens choose them"), std::string::npos) << disk.err;
+    EXPECT_NE(disk.err.find(says), std::string::npos) << disk.err;
   }
+}
+
+TEST(CliDisk, RamBudgetGivesTheSameTextAndCountsTheDisk) {
+  auto dir = fs::temp_directory_path() / ("hotcold-cli-disk-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const auto dense = (dir / "dense.gguf").string(), sparse = (dir / "sparse.gguf").string();
+  auto gen = run({"gen-model", "--arch", "llama", "--act", "relu", "--embd", "256", "--layers", "4", "--ffn", "1024", "--heads", "4", "--kv-heads", "2",
+                  "--active", "0.1", "--vocab", llama, "--type", "f16", "--seed", "5", "-o", dense});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  auto prep = run({"prepare", "-m", dense, "-o", sparse, "--tokens", "128", "-t", "2"});
+  ASSERT_EQ(prep.code, 0) << prep.err;
+  // The rows are 4 x 1024 x 1.5 KiB = 6 MiB: a budget of what is held whole and 1 MiB keeps a sixth.
+  const std::string budget = budget_past_held(sparse, 1.0 / 1024);
+  ASSERT_FALSE(budget.empty());
+  const std::vector<std::string> gen_args = {"run", "-m", sparse, "-p", "Hello there, my friend", "-n", "24", "--temp", "0", "-t", "2"};
+  expect_the_whole_files_text(gen_args, budget, "read from " + sparse + " as tokens choose them");
   auto bench = [&](const std::string& gib) {
     auto b = run({"bench", "-m", sparse, "-p", "16", "-n", "16", "-r", "1", "-t", "2", "--ram-budget", gib, "--json"});
     EXPECT_EQ(b.code, 0) << b.err;
@@ -103,6 +116,32 @@ TEST(CliDisk, RamBudgetGivesTheSameTextAndCountsTheDisk) {
   auto plain = run({"run", "-m", dense, "-p", "Hi", "-n", "2", "--ram-budget", "1"});
   EXPECT_NE(plain.code, 0);
   EXPECT_NE(plain.err.find("no FFN rows read by neuron"), std::string::npos) << plain.err;
+  fs::remove_all(dir);
+}
+
+// A mixture's experts left in the file (`--ram-budget` a little over what is held whole): read an
+// expert at a time as the router chooses them, the same text as the whole file on either pipeline;
+// with its experts on a hot device, refused by name (not yet).
+TEST(CliDisk, AMixturesExpertsAreReadFromTheFile) {
+  auto dir = fs::temp_directory_path() / ("hotcold-cli-disk-moe-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const auto moe = (dir / "moe.gguf").string();
+  auto gen = run({"gen-model", "--arch", "llama", "--act", "silu", "--embd", "256", "--layers", "4", "--ffn", "512", "--heads", "4", "--kv-heads", "2",
+                  "--experts", "8", "--experts-used", "2", "--vocab", llama, "--type", "q4_0", "--seed", "3", "-o", moe});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  // (the experts are 4 x 8 x 576 KiB = 18 MiB: 4 MiB more than what is held whole keeps a few)
+  const std::string budget = budget_past_held(moe, 4.0 / 1024);
+  ASSERT_FALSE(budget.empty());
+  const std::vector<std::string> gen_args = {"run", "-m", moe, "-p", "Once upon a time, in a land far away,", "-n", "24", "--temp", "0", "-t", "2"};
+  expect_the_whole_files_text(gen_args, budget, "first experts and a window");
+  auto b = run({"bench", "-m", moe, "-p", "8", "-n", "16", "-r", "1", "-t", "2", "--ram-budget", budget, "--json"});
+  ASSERT_EQ(b.code, 0) << b.err;
+  const auto j = nlohmann::json::parse(b.out);
+  EXPECT_GT(j.at("disk_bytes_per_token").get<double>(), 0.0);
+  EXPECT_LT(j.at("ram_hit_rate").get<double>(), 1.0);
+  auto sim = run({"run", "-m", moe, "-p", "Hi", "-n", "2", "--ram-budget", budget, "--device", "sim", "--vram-budget", "0.01"});
+  EXPECT_NE(sim.code, 0);
+  EXPECT_NE(sim.err.find("--ram-budget with a mixture's experts on sim"), std::string::npos) << sim.err;
   fs::remove_all(dir);
 }
 
