@@ -67,8 +67,15 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
     return p;
   }
   const uint64_t layer_neuron = *std::max_element(p.neuron_bytes.begin(), p.neuron_bytes.end());  // (a window slot: the widest layer's neuron)
-  // (a mixture's window: half a layer's experts, a step's own and the next layer's guess)
-  p.window_rows = std::min<int64_t>(hp.moe() ? units / 2 : units / 4, static_cast<int64_t>(left / 2 / std::max<uint64_t>(layer_neuron, 1)));
+  if (p.experts) {
+    // A mixture: no profile says which experts are hot, so nothing is pinned; every expert slot is the
+    // window's (the least recently used out first), which holds what consecutive tokens share.
+    p.window_rows = std::min<int64_t>(units * hp.n_layer, static_cast<int64_t>(left / std::max<uint64_t>(layer_neuron, 1)));
+    p.window_bytes = static_cast<uint64_t>(p.window_rows) * layer_neuron;
+    p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), 0);
+    return p;
+  }
+  p.window_rows = std::min<int64_t>(units / 4, static_cast<int64_t>(left / 2 / std::max<uint64_t>(layer_neuron, 1)));
   p.window_bytes = static_cast<uint64_t>(p.window_rows) * layer_neuron;
   const int64_t rows = std::min<int64_t>(units - p.window_rows, static_cast<int64_t>((left - p.window_bytes) / std::max<uint64_t>(per_neuron, 1)));
   p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), rows);
@@ -187,6 +194,13 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     layer_t& L = layers_[static_cast<size_t>(il)];
     L.pinned = L.tensors.empty() ? L.units : std::min(plan_.pinned_rows[static_cast<size_t>(il)], L.units);
+    if (plan_.experts && !L.tensors.empty()) {  // (a mixture's: its own slots, all layers' held to the window's capacity)
+      L.window = L.units - L.pinned, L.own_window = true;
+      L.own.assign(static_cast<size_t>(L.window), slot_t{});
+      L.row_of.assign(static_cast<size_t>(L.units), -1);
+      own_capacity_ = window;
+      continue;
+    }
     const bool alike = first && L.tensors.size() == first->tensors.size() &&
                        std::equal(L.tensors.begin(), L.tensors.end(), first->tensors.begin(), [](const tensor_view& a, const tensor_view& b) { return a.row_bytes == b.row_bytes; });
     if (alike && window > 0) {
@@ -194,17 +208,13 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
       int64_t p = std::min(L.pinned, L.units - window);
       const int64_t lowest = std::max<int64_t>(0, p - static_cast<int64_t>(page_));
       while (p >= lowest && !on_page(L.tensors, p, page_)) --p;
-      if (p >= lowest) {
-        L.pinned = p, L.window = window;
-      } else if (std::all_of(L.tensors.begin(), L.tensors.end(), [&](const tensor_view& t) { return t.row_bytes >= 16 * page_; })) {
-        L.pinned = std::min(L.pinned, L.units - window), L.window = window, L.own_window = true;  // (a page or two at each edge held past its use)
-      }
+      if (p >= lowest) L.pinned = p, L.window = window;
     }
     L.row_of.assign(static_cast<size_t>(L.units), -1);
     L.overflow.assign(static_cast<size_t>(L.units - L.pinned - L.window), slot_t{});
     for (int64_t r = L.units - 1; r >= L.pinned + L.window; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
   }
-  if (std::any_of(layers_.begin(), layers_.end(), [](const layer_t& L) { return L.window > 0; })) {
+  if (std::any_of(layers_.begin(), layers_.end(), [](const layer_t& L) { return L.window > 0 && !L.own_window; })) {
     window_.assign(static_cast<size_t>(window), slot_t{});
     share_window();
   }
@@ -233,7 +243,7 @@ void ram_tier::share_window() {
       first = &L;
       break;
     }
-  if (!first) return;  // (every window in its layer's own memory)
+  if (!first) return;
   std::vector<uint64_t> at;  // each tensor's part of the memfd
   uint64_t bytes = 0;
   for (const tensor_view& t : first->tensors) at.push_back(bytes), bytes += mapped_bytes(first->window, t, page_);
@@ -283,9 +293,10 @@ void ram_tier::drop(slot_t& s) {
     layer_t& owner = layers_[static_cast<size_t>(s.layer)];
     owner.row_of[static_cast<size_t>(s.neuron)] = -1;
     held_bytes_ -= owner.neuron_bytes;
-    if (owner.own_window && &s >= window_.data() && &s < window_.data() + window_.size()) {  // (its bytes, in the owner's memory)
-      const int64_t row = owner.pinned + (&s - window_.data());
+    if (owner.own_window) {  // (its bytes, in the owner's memory)
+      const int64_t row = owner.pinned + (&s - owner.own.data());
       for (const tensor_view& t : owner.tensors) give_back(t.row(row), t.row(row + 1));
+      --own_held_;
     }
   }
   s.layer = -1, s.neuron = -1, s.state = slot_free, s.referenced = 0, s.ahead = 0;
@@ -297,6 +308,32 @@ void ram_tier::hold(int64_t il, int32_t row, int32_t neuron, bool ahead) {
   s.layer = static_cast<int32_t>(il), s.neuron = neuron, s.state = slot_queued, s.referenced = ahead ? 0 : 1, s.ahead = ahead ? 1 : 0;
   L.row_of[static_cast<size_t>(neuron)] = row;
   held_bytes_ += L.neuron_bytes;
+  own_held_ += L.own_window ? 1 : 0;
+}
+
+int32_t ram_tier::own_row(int64_t il, bool over) {
+  layer_t& L = layers_[static_cast<size_t>(il)];
+  int32_t row = -1;
+  for (size_t j = 0; j < L.own.size() && row < 0; ++j)
+    if (L.own[j].neuron < 0) row = static_cast<int32_t>(L.pinned + static_cast<int64_t>(j));
+  if (row < 0) return -1;
+  // (the clock over every layer's own slots: one in use or being read passed, one used since the hand
+  // last passed given a second chance)
+  const auto per = static_cast<int64_t>(L.own.size()), all = per * static_cast<int64_t>(layers_.size());
+  for (int64_t step = 0; own_held_ >= own_capacity_ && step < 2 * all; ++step) {
+    layer_t& V = layers_[static_cast<size_t>(own_hand_ / per)];
+    const int64_t j = own_hand_ % per;
+    own_hand_ = (own_hand_ + 1) % all;
+    if (!V.own_window || j >= static_cast<int64_t>(V.own.size())) continue;
+    slot_t& s = V.own[static_cast<size_t>(j)];
+    if (s.neuron < 0 || s.users > 0 || s.state == slot_queued) continue;
+    if (s.referenced) {
+      s.referenced = 0;
+      continue;
+    }
+    drop(s);
+  }
+  return own_held_ < own_capacity_ || over ? row : -1;
 }
 
 // A window slot for a neuron of layer il to be read: the clock's hand passes slots in use or being
@@ -306,6 +343,7 @@ void ram_tier::hold(int64_t il, int32_t row, int32_t neuron, bool ahead) {
 // step's neurons go straight to the overflow.
 int32_t ram_tier::free_row(int64_t il, bool overflow_too, bool& window_full) {
   layer_t& L = layers_[static_cast<size_t>(il)];
+  if (L.own_window) return own_row(il, overflow_too);
   const auto w = static_cast<int64_t>(window_.size());
   for (int64_t step = 0; L.window > 0 && !all_active_ && !window_full && step < 2 * w; ++step) {
     slot_t& s = window_[static_cast<size_t>(hand_)];

@@ -140,10 +140,11 @@ class ram_tier {
     std::vector<tensor_view> tensors;         // its units' tensors (tier_units: row r of each is slot r; a neuron, or an expert)
     int64_t units = 0;                        // the layer's neurons (or experts): its rows
     int64_t pinned = 0, window = 0;           // rows [0, pinned) pinned; [pinned, pinned + window) the shared window
-    // The window's rows in the layer's own memory, not mapped on the shared window's (rows not on pages:
-    // a file of another alignment; units of 16 pages or more only): a slot's bytes given back where its
-    // neuron leaves it.
+    // A mixture's layer: every row past the pinned ones is a slot of its own (own), in the layer's own
+    // memory, all layers' together held to the window's capacity (own_capacity_) — an expert's pages
+    // given back when it leaves its slot — instead of rows of the shared window.
     bool own_window = false;
+    std::vector<slot_t> own;
     std::vector<const tensor_view*> interleaved;  // a mixture's expert tensors the load marked interleaved: each expert's rows rewritten as it lands
     uint64_t neuron_bytes = 0;                // a neuron's bytes over the tensors
     std::vector<int32_t> row_of;              // per neuron: the row holding it, -1 none (below pinned: itself)
@@ -153,7 +154,13 @@ class ram_tier {
     int users_all = 0, uses = 0;              // all_rows uses in progress; uses in progress
     std::vector<std::pair<uint64_t, std::vector<int32_t>>> pending;  // reads not waited on (ahead, or a lazy use's): ticket, rows
   };
-  slot_t& slot(layer_t& L, int32_t row) { return row < L.pinned + L.window ? window_[static_cast<size_t>(row - L.pinned)] : L.overflow[static_cast<size_t>(row - L.pinned - L.window)]; }
+  slot_t& slot(layer_t& L, int32_t row) {
+    if (L.own_window) return L.own[static_cast<size_t>(row - L.pinned)];
+    return row < L.pinned + L.window ? window_[static_cast<size_t>(row - L.pinned)] : L.overflow[static_cast<size_t>(row - L.pinned - L.window)];
+  }
+  // A free row of a mixture's layer il, the least recently used expert of any layer out of its slot first
+  // where the layers hold their capacity; beyond it only with over (a step's own experts), else -1.
+  int32_t own_row(int64_t il, bool over);
   use take(int64_t il, std::span<const int32_t> ids, bool all, bool lazy = false);
   std::string land(int64_t il, uint64_t ticket);  // a read of layer il's rows in: "" or its error
   void arrange(const layer_t& L, std::span<const int32_t> rows) const;  // rows just read, as the load lays them out (interleaved experts)
@@ -181,6 +188,8 @@ class ram_tier {
   int64_t hand_ = 0;              // the clock, over the window
   int64_t window_users_ = 0;      // uses holding the window's slots, over all of them
   bool all_active_ = false;       // an all_rows use holds the window
+  int64_t own_capacity_ = 0, own_held_ = 0;  // a mixture's: experts its layers' own slots may hold (the window's), and hold now
+  int64_t own_hand_ = 0;                      // the clock over them (layer x slot)
   int window_fd_ = -1;
   uint64_t held_bytes_ = 0;
   std::vector<uint8_t> token_held_;  // per token: its embedding row in memory
