@@ -84,10 +84,15 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
 
 std::string describe(const ram_tier_plan& p, uint64_t budget, const std::string& path) {
   constexpr double gib = double(1ull << 30);
+  const int64_t pinned = p.pinned_rows.empty() ? 0 : p.pinned_rows[0];
+  if (p.experts && pinned == 0)  // (a mixture whose experts do not all fit: no pinned ones, a cache)
+    return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole and a cache of {} recently used experts ({:.3f} GiB) for all the layers; the "
+                       "experts ({:.3f} GiB) read from {} as tokens choose them",
+                       budget / gib, p.fixed_bytes / gib, p.window_rows, p.window_bytes / gib, p.row_bytes / gib, path);
   return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} {} and a window of {:.3f} GiB; the other {} ({:.3f} GiB) read "
                      "from {} as tokens choose them",
-                     budget / gib, p.fixed_bytes / gib, p.pinned_rows.empty() ? 0 : p.pinned_rows[0], p.experts ? "first experts" : "hottest neurons",
-                     p.window_bytes / gib, p.experts ? "experts" : "FFN rows", p.row_bytes / gib, path);
+                     budget / gib, p.fixed_bytes / gib, pinned, p.experts ? "experts" : "hottest neurons", p.window_bytes / gib,
+                     p.experts ? "experts" : "FFN rows", p.row_bytes / gib, path);
 }
 
 namespace {

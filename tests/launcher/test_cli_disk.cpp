@@ -133,7 +133,7 @@ TEST(CliDisk, AMixturesExpertsAreReadFromTheFile) {
   const std::string budget = budget_past_held(moe, 4.0 / 1024);
   ASSERT_FALSE(budget.empty());
   const std::vector<std::string> gen_args = {"run", "-m", moe, "-p", "Once upon a time, in a land far away,", "-n", "24", "--temp", "0", "-t", "2"};
-  expect_the_whole_files_text(gen_args, budget, "first experts and a window");
+  expect_the_whole_files_text(gen_args, budget, "recently used experts");
   auto b = run({"bench", "-m", moe, "-p", "8", "-n", "16", "-r", "1", "-t", "2", "--ram-budget", budget, "--json"});
   ASSERT_EQ(b.code, 0) << b.err;
   const auto j = nlohmann::json::parse(b.out);
