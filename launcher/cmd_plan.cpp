@@ -110,7 +110,9 @@ disk_plan plan_disk(const plan_args& a, const plan_inputs& in) {
   const auto first = tools::predict_disk_tier(*m, in.o, budget, 1.0);  // (the reads it expects; their time scales with the rate)
   const uint64_t piece = *std::max_element(first.neuron_bytes.begin(), first.neuron_bytes.end());
   const int64_t batch = std::max<int64_t>(1, std::llround(first.neurons_read_per_token / static_cast<double>(m->hp().n_layer)));
-  const auto r = tools::measure_disk_rate(a.model, piece, batch, std::max<int64_t>(2048, 8 * batch));
+  // (2048 reads, fewer where they are long: at most ~256 MiB; and at least eight batches)
+  const auto pieces = std::max<int64_t>(8 * batch, std::min<int64_t>(2048, static_cast<int64_t>((uint64_t{256} << 20) / piece)));
+  const auto r = tools::measure_disk_rate(a.model, piece, batch, pieces);
   d.p = tools::predict_disk_tier(*m, in.o, budget, r.gbs);
   d.rate_from = fmt::format("measured here: {} reads of {:.1f} KiB at random places in the file, {} at a time{}", r.reads, piece / 1024.0, batch,
                             r.direct ? ", direct" : " (through the page cache: the file system refused direct reads, so this is the cache's rate)");
@@ -136,12 +138,15 @@ nlohmann::json disk_json(const disk_plan& d) {
 
 std::string disk_lines(const disk_plan& d) {
   const auto& p = d.p;
-  return fmt::format("disk tier: --ram-budget {:.3f} GiB holds each layer's {} hottest neurons and a window of {} more; a token reads {:.1f} MiB from the "
-                     "file ({:.0f} neurons; {:.1f}% of the chosen ones in memory) at {:.2f} GB/s ({})\n"
+  const std::string holds = p.experts && p.pinned_rows == 0 ? fmt::format("a cache of {} experts for all the layers", p.window_rows)
+                                                             : fmt::format("each layer's {} hottest {} and a window of {} more", p.pinned_rows,
+                                                                           p.experts ? "experts" : "neurons", p.window_rows);
+  return fmt::format("disk tier: --ram-budget {:.3f} GiB holds {}; a token reads {:.1f} MiB from the "
+                     "file ({:.1f} {}; {:.1f}% of the chosen ones in memory) at {:.2f} GB/s ({})\n"
                      "disk tier per token: the CPU's work {:.2f} ms + the reads {:.2f} ms = {:.1f} tokens/s ({:.1f} with the reads wholly beside the "
                      "work; {:.1f} with the whole file in memory)\n",
-                     p.budget / double(1ull << 30), p.pinned_rows, p.window_rows, p.disk_bytes_per_token / double(1 << 20), p.neurons_read_per_token,
-                     100 * p.ram_hit_rate, p.disk_gbs, d.rate_from, p.compute_seconds * 1e3, p.disk_seconds * 1e3, p.tokens_per_s,
+                     p.budget / double(1ull << 30), holds, p.disk_bytes_per_token / double(1 << 20), p.neurons_read_per_token,
+                     p.experts ? "experts" : "neurons", 100 * p.ram_hit_rate, p.disk_gbs, d.rate_from, p.compute_seconds * 1e3, p.disk_seconds * 1e3, p.tokens_per_s,
                      p.overlapped_tokens_per_s, p.in_memory_tokens_per_s);
 }
 

@@ -96,6 +96,47 @@ firing firing_of(const planner_options& o, const hparams& hp, bool sparse) {
 
 namespace {
 
+// A decoded token on the CPU alone: each layer's expected FFN bytes (every row of a dense file; a
+// sparse file's neurons' gate and up rows when chosen, down row when it fires; a mixture's k experts),
+// the KV cache a layer reads at the plan's position, and the bytes and seconds of the whole token: the
+// FFN as the file runs it (a sparse file's gathered rows, a mixture's experts) at its own rate, the
+// rest at the products' (cpu_gbs).
+struct cpu_alone {
+  std::vector<double> ffn;
+  int64_t ctx = 0;
+  double kv = 0, bytes = 0, seconds = 0;
+};
+cpu_alone cpu_alone_of(const model& m, const read_costs& c, const planner_options& o, const firing& f) {
+  const hparams& hp = m.hp();
+  cpu_alone a;
+  a.ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
+  a.kv = kv_read_per_token(hp, o.kv, o.position >= 0 ? o.position : static_cast<double>(a.ctx) / 2);
+  a.ffn.assign(static_cast<size_t>(hp.n_layer), 0.0);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const size_t li = static_cast<size_t>(l);
+    if (hp.moe()) {
+      a.ffn[li] = static_cast<double>(hp.n_expert_used) * static_cast<double>(c.neuron[li] * static_cast<uint64_t>(hp.n_ff_exp));
+      continue;
+    }
+    if (!m.has_predictors()) {
+      a.ffn[li] = static_cast<double>(c.ffn_dense[li]);
+      continue;
+    }
+    for (int64_t i = 0; i < hp.n_ff; ++i) a.ffn[li] += f.bytes(c, l, i);
+  }
+  const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  a.bytes = static_cast<double>(c.embedding_row + c.output);
+  double ffn_all = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) a.bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + a.kv, ffn_all += a.ffn[static_cast<size_t>(l)];
+  a.seconds = a.bytes / (o.cpu_gbs * 1e9) + ffn_all / rows_rate;
+  a.bytes += ffn_all;
+  return a;
+}
+
+}  // namespace
+
+namespace {
+
 // A mixture of experts (docs/moe.md): attention, its KV cache, shared experts and the head on the GPU
 // as the runtime's plan puts them, the router on the CPU; each layer's routed experts split by the
 // plan's slots, the GPU's share beside the CPU's (the longer one and the GPU's crossing a layer).
@@ -118,11 +159,8 @@ plan_prediction predict_moe_plan(const model& m, const planner_options& o) {
     router[l] = static_cast<double>(c.router[l]) - shared[l];
   }
   plan_prediction r;
-  r.cpu_only_bytes = static_cast<double>(c.embedding_row + c.output);
-  double experts_all = 0;
-  for (size_t l = 0; l < expert.size(); ++l) r.cpu_only_bytes += static_cast<double>(c.layer_fixed[l]) + kv, experts_all += k * expert[l];
-  r.cpu_only_tokens_per_s = 1.0 / (r.cpu_only_bytes / cpu + experts_all / experts_rate);
-  r.cpu_only_bytes += experts_all;
+  const cpu_alone alone = cpu_alone_of(m, c, o, firing_of(o, hp, false));
+  r.cpu_only_bytes = alone.bytes, r.cpu_only_tokens_per_s = 1.0 / alone.seconds;
 
   loader::plan_options po;
   po.ctx = ctx;
@@ -263,42 +301,6 @@ void predict_layer_offload(const read_costs& c, const hparams& hp, const planner
   r.layer_offload_tokens_per_s = 1.0 / offload_t;
 }
 
-namespace {
-
-// A decoded token on the CPU alone, a file that is not a mixture: each layer's expected FFN bytes
-// (every row of a dense file; a sparse file's neurons' gate and up rows when chosen, down row when it
-// fires), the KV cache a layer reads at the plan's position, and the bytes and seconds of the whole
-// token: the FFN as the file runs it (a sparse file's gathered rows) at its own rate, the rest at the
-// products' (cpu_gbs).
-struct cpu_alone {
-  std::vector<double> ffn;
-  int64_t ctx = 0;
-  double kv = 0, bytes = 0, seconds = 0;
-};
-cpu_alone cpu_alone_of(const model& m, const read_costs& c, const planner_options& o, const firing& f) {
-  const hparams& hp = m.hp();
-  cpu_alone a;
-  a.ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
-  a.kv = kv_read_per_token(hp, o.kv, o.position >= 0 ? o.position : static_cast<double>(a.ctx) / 2);
-  a.ffn.assign(static_cast<size_t>(hp.n_layer), 0.0);
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    const size_t li = static_cast<size_t>(l);
-    if (!m.has_predictors()) {
-      a.ffn[li] = static_cast<double>(c.ffn_dense[li]);
-      continue;
-    }
-    for (int64_t i = 0; i < hp.n_ff; ++i) a.ffn[li] += f.bytes(c, l, i);
-  }
-  const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
-  a.bytes = static_cast<double>(c.embedding_row + c.output);
-  double ffn_all = 0;
-  for (int64_t l = 0; l < hp.n_layer; ++l) a.bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + a.kv, ffn_all += a.ffn[static_cast<size_t>(l)];
-  a.seconds = a.bytes / (o.cpu_gbs * 1e9) + ffn_all / rows_rate;
-  a.bytes += ffn_all;
-  return a;
-}
-
-}  // namespace
 
 plan_prediction predict_plan(const model& m, const planner_options& o) {
   const hparams& hp = m.hp();
@@ -399,18 +401,40 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
 
 disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o, uint64_t ram_budget, double disk_gbs) {
   const hparams& hp = m.hp();
-  if (hp.moe()) throw std::invalid_argument("plan --ram-budget: a mixture's experts are not read from the disk yet (docs/disk.md)");
-  if (!m.has_predictors())
+  if (!m.has_predictors() && !hp.moe())
     throw std::invalid_argument(fmt::format("plan --ram-budget: {} has no FFN rows read by neuron (a sparse file's: `hotcold prepare`)", m.path()));
   if (o.cpu_gbs <= 0 || !(disk_gbs > 0)) throw std::invalid_argument("plan: the CPU's and the disk's rates must be positive");
   check_firing_options(o, hp);
   const read_costs c(m);
-  const firing f = firing_of(o, hp, true);
+  const firing f = firing_of(o, hp, !hp.moe());
   const cpu_alone alone = cpu_alone_of(m, c, o, f);
   const ram_tier_plan tier = plan_ram_tier(m, ram_budget);
   disk_tier_prediction r;
   r.budget = ram_budget, r.disk_gbs = disk_gbs;
   r.pinned_rows = tier.pinned_rows.empty() ? 0 : tier.pinned_rows[0], r.window_rows = tier.window_rows;
+  r.neuron_bytes = tier.neuron_bytes, r.experts = tier.experts;
+  const auto finish = [&] {
+    if (m.embeddings_from_disk() && tier.token_rows < m.weights().token_embd.ne1) r.disk_bytes_per_token += static_cast<double>(c.embedding_row);
+    r.compute_seconds = alone.seconds;
+    r.disk_seconds = r.disk_bytes_per_token / (disk_gbs * 1e9);
+    r.in_memory_tokens_per_s = 1.0 / alone.seconds;
+    r.tokens_per_s = 1.0 / (r.compute_seconds + r.disk_seconds);
+    r.overlapped_tokens_per_s = 1.0 / std::max(r.compute_seconds, r.disk_seconds);
+    return r;
+  };
+  if (hp.moe()) {
+    // A mixture: each layer's k experts of n a token, routed evenly; every expert held (pinned) or none
+    // and a cache of window_rows for all the layers, which holds the last window_rows / (k x layers)
+    // tokens' choices: an expert is there when one of them chose it too.
+    const double k = static_cast<double>(hp.n_expert_used), p = k / static_cast<double>(hp.n_expert);
+    const double hit = r.pinned_rows >= hp.n_expert ? 1.0 : 1.0 - std::pow(1.0 - p, static_cast<double>(tier.window_rows) / (k * static_cast<double>(hp.n_layer)));
+    r.ram_hit_rate = hit;
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      r.neurons_read_per_token += k * (1.0 - hit);
+      r.disk_bytes_per_token += k * (1.0 - hit) * static_cast<double>(tier.neuron_bytes[static_cast<size_t>(l)]);
+    }
+    return finish();
+  }
   double chosen = 0, past_pinned = 0;  // neurons a token chooses; of those, past their layer's pinned ones
   for (int64_t l = 0; l < hp.n_layer; ++l)
     for (int64_t i = 0; i < hp.n_ff; ++i) {
@@ -427,15 +451,9 @@ disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o,
       missed += miss;
       r.disk_bytes_per_token += miss * static_cast<double>(tier.neuron_bytes[static_cast<size_t>(l)]);
     }
-  if (m.embeddings_from_disk() && tier.token_rows < m.weights().token_embd.ne1) r.disk_bytes_per_token += static_cast<double>(c.embedding_row);
-  r.neurons_read_per_token = missed, r.neuron_bytes = tier.neuron_bytes;
+  r.neurons_read_per_token = missed;
   r.ram_hit_rate = chosen > 0 ? 1.0 - missed / chosen : 1.0;
-  r.compute_seconds = alone.seconds;
-  r.disk_seconds = r.disk_bytes_per_token / (disk_gbs * 1e9);
-  r.in_memory_tokens_per_s = 1.0 / alone.seconds;
-  r.tokens_per_s = 1.0 / (r.compute_seconds + r.disk_seconds);
-  r.overlapped_tokens_per_s = 1.0 / std::max(r.compute_seconds, r.disk_seconds);
-  return r;
+  return finish();
 }
 
 disk_rate measure_disk_rate(const std::string& path, uint64_t piece_bytes, int64_t batch, int64_t pieces) {

@@ -100,7 +100,7 @@ struct cpu_rates {
 };
 // threads <= 0: every hardware thread.
 cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads);
-// The disk tier (`--ram-budget`, engine/ram_tier; a sparse file that is not a mixture): what the
+// The disk tier (`--ram-budget`, engine/ram_tier; a sparse file, or a mixture: see below): what the
 // budget holds (plan_ram_tier: each layer's hottest neurons pinned, a window shared by the layers),
 // and per decoded token the bytes read from the file: each chosen neuron past its layer's pinned ones
 // is read whole (all its rows) unless the window still holds it — a neuron is taken to be there when
@@ -109,10 +109,13 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads);
 // when the table is not held whole. The token's time: the CPU's work alone (predict_plan's CPU
 // only) and the reads at disk_gbs; `tokens_per_s` with the reads after the work (a step's misses
 // wait for their rows: what runs measure), `overlapped_tokens_per_s` with the reads beside it (the
-// bound a read-ahead that guessed every neuron would reach).
+// bound a read-ahead that guessed every neuron would reach). A mixture: its experts routed evenly, k
+// of n a layer a token, each read whole unless the cache of window_rows experts for all the layers
+// holds it (one of the tokens it has room for chose it too).
 struct disk_tier_prediction {
   uint64_t budget = 0;
   int64_t pinned_rows = 0, window_rows = 0;  // each layer's pinned neurons; the window's slots
+  bool experts = false;                      // a mixture's: the units are experts (a cache of window_rows for all the layers)
   double disk_gbs = 0;
   double disk_bytes_per_token = 0;
   double neurons_read_per_token = 0;

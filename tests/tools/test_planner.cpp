@@ -201,6 +201,45 @@ TEST(Planner, TheDiskTierReadsWhatItsBudgetDoesNotHold) {
                std::invalid_argument);  // (a dense file: no rows read by neuron)
 }
 
+// A mixture's disk tier on paper: with only what must be held, every routed expert (k a layer) read
+// whole a token; with every expert held, none; between, a cache for all the layers that reads fewer
+// the larger it is, at the CPU alone's speed plus the reads.
+TEST(Planner, AMixturesDiskTierReadsTheRoutedExpertsItsCacheDoesNotHold) {
+  tools::gen_model_options g;
+  g.arch = architecture::qwen2moe, g.type = tensor_type::q8_0, g.act = activation::silu;
+  g.n_embd = 64, g.n_ff = 64, g.n_ff_shared = 96, g.n_layer = 4, g.n_head = 4, g.n_head_kv = 2, g.n_experts = 8, g.n_experts_used = 2;
+  load_options lo;
+  lo.ffn_rows_from_disk = true;
+  auto m = model::load(test::make_model("planner_moe", g), lo);
+  const auto& hp = m->hp();
+  tools::planner_options o;
+  o.ctx = 64, o.cpu_gbs = 50;
+  const ram_tier_plan all = plan_ram_tier(*m, ~uint64_t{0} / 2);
+  ASSERT_TRUE(all.experts);
+  const auto parts = expert_part_bytes(m->weights().layers[0], hp.n_expert);
+  const double expert = static_cast<double>(parts[0] + parts[1] + parts[2]);
+  const read_costs c(*m);
+  const double embedding = m->embeddings_from_disk() ? static_cast<double>(c.embedding_row) : 0.0;
+  const auto least = tools::predict_disk_tier(*m, o, all.least_bytes, 1.0);
+  EXPECT_TRUE(least.experts);
+  EXPECT_EQ(least.window_rows, 0);
+  EXPECT_NEAR(least.disk_bytes_per_token, 4 * 2 * expert + embedding, 1e-9 * expert);
+  EXPECT_NEAR(least.neurons_read_per_token, 8.0, 1e-12);
+  const auto whole = tools::predict_disk_tier(*m, o, all.fixed_bytes + all.row_bytes, 1.0);
+  EXPECT_EQ(whole.disk_bytes_per_token, 0.0);
+  EXPECT_NEAR(whole.tokens_per_s, whole.in_memory_tokens_per_s, 1e-9 * whole.in_memory_tokens_per_s);
+  double before = least.disk_bytes_per_token;
+  for (int cached : {4, 8, 16}) {
+    SCOPED_TRACE(cached);
+    const auto p = tools::predict_disk_tier(*m, o, all.least_bytes + static_cast<uint64_t>(cached * expert), 1.0);
+    EXPECT_EQ(p.window_rows, cached);
+    EXPECT_LT(p.disk_bytes_per_token, before);
+    EXPECT_GT(p.disk_bytes_per_token, embedding);
+    EXPECT_NEAR(1.0 / p.tokens_per_s, 1.0 / p.in_memory_tokens_per_s + p.disk_bytes_per_token / 1e9, 1e-12);
+    before = p.disk_bytes_per_token;
+  }
+}
+
 // The disk's rate as the tier reads: every piece asked for read, at most one read each.
 TEST(Planner, MeasuresTheDisksRateWithTheTiersReads) {
   planner_sparse_model();
