@@ -118,7 +118,8 @@ ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& 
   thread_pool& pool = p.ctx->pool();
   if (static_cast<int64_t>(st.hidden.size()) < n * hp.n_ff) st.hidden.resize(static_cast<size_t>(n * hp.n_ff));
   // The disk tier: the cold rows this layer reads asked for (engine/ram_tier; read while the share computes).
-  const std::optional<ram_tier::use> rows_in = cold_rows(p.ctx->disk_tier(), job.layer, *job.cold_ids, hp.n_ff);
+  const std::optional<ram_tier::use> own_rows = job.rows_in ? std::nullopt : cold_rows(p.ctx->disk_tier(), job.layer, *job.cold_ids, hp.n_ff);
+  const std::optional<ram_tier::use>& rows_in = job.rows_in ? *job.rows_in : own_rows;
   if (rows_asked) rows_asked();  // (the next layer's read-ahead after this layer's own reads: they go first)
   const batch_ffn_input x{job.input.data(), job.input_q8 ? job.input_q8->data() : nullptr, job.chosen.chosen->data(), n, d, hp.n_ff};
   std::vector<float> sum(static_cast<size_t>(n * d));
@@ -308,6 +309,15 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
                    st.plan.requests,
                    computed,
                    union_size};
+  // The disk tier: the cold share's rows asked for here, then the next layer's read-ahead (its cold
+  // neurons: the device holds its hot ones), so that this layer's reads go first; the cold pool
+  // computes with the rows asked.
+  if (ram_tier* tier = st.p->ctx->disk_tier(); job && tier && hp.n_ff > 0) {
+    job->rows_in = std::make_shared<const std::optional<ram_tier::use>>(cold_rows(tier, layer, st.split.cold_ids, hp.n_ff));
+    ram_tier::id_filter host_only;
+    if (st.p->hot) host_only = [hot = st.p->hot.get()](int64_t il, std::vector<int32_t>& ids) { hot->keep_cold(il, ids); };
+    tier->read_ahead_next(layer, *st.runner, in.pred_in, in.n, st.guess_chosen, st.guess_union, host_only);
+  }
   if (job)
     self->request(st.cold, caf::infinite, cold_atom::value, std::move(*job))
         .then([self, layer](ffn_part& part) { finish_layer(self, layer, &part.out, part.computed, part.union_size, part.fired); },

@@ -16,6 +16,7 @@
 #include <caf/replies_to.hpp>
 
 #include "engine/cache_op.hpp"
+#include "engine/ram_tier.hpp"
 #include "engine/sparse_ffn.hpp"
 #include "model/sampler.hpp"
 #include "model/vocab.hpp"
@@ -139,6 +140,9 @@ struct cold_job {
   std::shared_ptr<const std::vector<int32_t>> cold_ids;  // ascending
   std::vector<int64_t> requests;
   int64_t computed = 0, union_size = 0;  // the layer's counts, passed back in the answer
+  // With the disk tier: the share's rows as the sender asked for them (its reads ahead of the next
+  // layer's, which it sent after); null: the cold pool asks.
+  std::shared_ptr<const std::optional<ram_tier::use>> rows_in;
 };
 // A share of a layer's FFN output, and the layer's counts: (token, neuron) pairs computed, rows read.
 struct ffn_part {

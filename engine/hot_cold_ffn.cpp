@@ -182,11 +182,13 @@ hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, std::shared_ptr<const
 hot_cold_ffn::hot_cold_ffn(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, int cold_threads)
     : model_(m), rows_(std::make_shared<const hot_rows>(m, placement, std::move(hot))), own_cold_(std::make_unique<thread_pool>(cold_threads, "hotcold-cold")), cold_(own_cold_.get()), costs_(*model_) {}
 
-void hot_cold_ffn::keep_cold(int64_t il, std::vector<int32_t>& ids) const {
+void hot_rows::keep_cold(int64_t layer, std::vector<int32_t>& ids) const {
   ffn_split s;
-  rows_->split(il, ids, s);
+  split(layer, ids, s);
   ids = std::move(s.cold_ids);
 }
+
+void hot_cold_ffn::keep_cold(int64_t il, std::vector<int32_t>& ids) const { rows_->keep_cold(il, ids); }
 
 void hot_cold_ffn::run_batch(int64_t step, int64_t layer, const batch_ffn_input& x, std::span<const int32_t> union_of_chosen, float* hidden,
                              float* out) {

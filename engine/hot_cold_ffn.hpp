@@ -38,6 +38,8 @@ class hot_rows {
   // rows read through it for the copy, then let go (the device holds them).
   hot_rows(std::shared_ptr<const model> m, const placement_data& placement, std::shared_ptr<devices::device> hot, ram_tier* disk = nullptr);
   void split(int64_t layer, std::span<const int32_t> chosen, ffn_split& out) const;
+  // ids less the neurons the device holds (the disk tier's read-ahead reads the cold ones alone).
+  void keep_cold(int64_t layer, std::vector<int32_t>& ids) const;
   // Queues the hot share of a step on the device: each token computes the hot neurons it chose into
   // hidden (n x n_ff) and out (n x n_embd, zeroed first). The inputs must outlive the event. The
   // device's time on it goes to `timed` when given (called on the device's queue).

@@ -88,6 +88,11 @@ TEST(CliDisk, RamBudgetGivesTheSameTextAndCountsTheDisk) {
     EXPECT_GT(std::stod(hot[1]), 0.05) << sim.err;  // (some rows on the device, most of the 6 MiB not)
     EXPECT_LT(std::stod(hot[1]), 3.0) << sim.err;
     EXPECT_NE(sim.err.find("read from " + sparse + " as tokens choose them"), std::string::npos) << sim.err;
+    // The next layer's cold rows read a layer ahead beside the device, on either pipeline.
+    auto b = run({"bench", "-m", sparse, "-p", "16", "-n", "16", "-r", "1", "-t", "2", "--device", "sim", "--vram-budget", "0.0072", "--ram-budget", budget,
+                  "--pipeline", pipeline, "--json"});
+    ASSERT_EQ(b.code, 0) << b.err;
+    EXPECT_GT(nlohmann::json::parse(b.out).at("read_ahead_recall").get<double>(), 0.0) << b.out;
   }
   // plan models the tier: alone (no GPU), with the disk's rate given or measured here, or beside a
   // GPU's plan; it needs one budget or the other.
