@@ -15,87 +15,6 @@
 namespace hotcold {
 
 namespace {
-// Layer il's units' tensors (tier_units: a sparse layer's per-neuron tensors, a mixture's experts),
-// where this process holds the layer (a worker's are some of them).
-std::vector<tensor_view> tiered(const model& m, int64_t il) {
-  if (!m.holds_layer(il)) return {};
-  return tier_units(m.weights().layers[static_cast<size_t>(il)], m.hp().n_expert);
-}
-
-uint64_t neuron_bytes(const model& m, int64_t il) {
-  uint64_t b = 0;
-  for (const tensor_view& t : tiered(m, il)) b += t.row_bytes;
-  return b;
-}
-
-// A layer's units: its neurons, or a mixture's experts.
-int64_t units_of(const model& m) { return m.hp().moe() ? m.hp().n_expert : m.hp().n_ff; }
-}  // namespace
-
-ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
-  const auto& hp = m.hp();
-  ram_tier_plan p;
-  uint64_t per_neuron = 0;  // one neuron of every layer
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    for (const tensor_view& t : tiered(m, il)) p.row_bytes += t.bytes();
-    p.neuron_bytes.push_back(neuron_bytes(m, il));
-    per_neuron += p.neuron_bytes.back();
-  }
-  if (p.row_bytes == 0)
-    throw std::invalid_argument(fmt::format("--ram-budget: {} has no FFN rows read by neuron (a sparse file's: `hotcold prepare`) or by expert", m.path()));
-  const int64_t units = units_of(m);
-  p.experts = hp.moe();
-  p.fixed_bytes = m.held_weight_bytes() > p.row_bytes ? m.held_weight_bytes() - p.row_bytes : 0;
-  if (m.embeddings_from_disk()) {  // (rows of the tokens a conversation uses: a quarter of the table, a thousand at most)
-    const tensor_view& e = m.weights().token_embd;
-    p.fixed_bytes -= std::min(p.fixed_bytes, e.bytes());
-    const bool whole = budget >= p.fixed_bytes + e.bytes() + p.row_bytes;  // (everything fits: the table read at the start)
-    const int64_t least_rows = std::clamp<int64_t>(e.ne1 / 4, 1, 1024);
-    p.least_bytes = p.fixed_bytes + static_cast<uint64_t>(least_rows) * e.row_bytes;
-    p.token_rows = whole ? e.ne1 : least_rows;
-    p.fixed_bytes += static_cast<uint64_t>(p.token_rows) * e.row_bytes;
-  } else {
-    p.least_bytes = p.fixed_bytes;
-  }
-  if (budget < p.fixed_bytes)
-    throw std::invalid_argument(fmt::format("--ram-budget {:.3f} GiB is below what {} holds besides its FFN rows: {:.3f} GiB (attention, embeddings, head, "
-                                            "predictors, norms)",
-                                            budget / double(1ull << 30), m.path(), p.fixed_bytes / double(1ull << 30)));
-  const uint64_t left = std::min(budget - p.fixed_bytes, p.row_bytes);
-  if (left == p.row_bytes) {
-    p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), units);
-    return p;
-  }
-  const uint64_t layer_neuron = *std::max_element(p.neuron_bytes.begin(), p.neuron_bytes.end());  // (a window slot: the widest layer's neuron)
-  if (p.experts) {
-    // A mixture: no profile says which experts are hot, so nothing is pinned; every expert slot is the
-    // window's (the least recently used out first), which holds what consecutive tokens share.
-    p.window_rows = std::min<int64_t>(units * hp.n_layer, static_cast<int64_t>(left / std::max<uint64_t>(layer_neuron, 1)));
-    p.window_bytes = static_cast<uint64_t>(p.window_rows) * layer_neuron;
-    p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), 0);
-    return p;
-  }
-  p.window_rows = std::min<int64_t>(units / 4, static_cast<int64_t>(left / 2 / std::max<uint64_t>(layer_neuron, 1)));
-  p.window_bytes = static_cast<uint64_t>(p.window_rows) * layer_neuron;
-  const int64_t rows = std::min<int64_t>(units - p.window_rows, static_cast<int64_t>((left - p.window_bytes) / std::max<uint64_t>(per_neuron, 1)));
-  p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), rows);
-  return p;
-}
-
-std::string describe(const ram_tier_plan& p, uint64_t budget, const std::string& path) {
-  constexpr double gib = double(1ull << 30);
-  const int64_t pinned = p.pinned_rows.empty() ? 0 : p.pinned_rows[0];
-  if (p.experts && pinned == 0)  // (a mixture whose experts do not all fit: no pinned ones, a cache)
-    return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole and a cache of {} recently used experts ({:.3f} GiB) for all the layers; the "
-                       "experts ({:.3f} GiB) read from {} as tokens choose them",
-                       budget / gib, p.fixed_bytes / gib, p.window_rows, p.window_bytes / gib, p.row_bytes / gib, path);
-  return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} {} and a window of {:.3f} GiB; the other {} ({:.3f} GiB) read "
-                     "from {} as tokens choose them",
-                     budget / gib, p.fixed_bytes / gib, pinned, p.experts ? "experts" : "hottest neurons", p.window_bytes / gib,
-                     p.experts ? "experts" : "FFN rows", p.row_bytes / gib, path);
-}
-
-namespace {
 constexpr uint8_t slot_free = 0, slot_held = 1, slot_queued = 2;
 }  // namespace
 
@@ -185,14 +104,14 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
   const layer_t* first = nullptr;
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     layer_t& L = layers_[static_cast<size_t>(il)];
-    L.tensors = tiered(*m_, il);
-    L.units = units_of(*m_);
+    L.tensors = tier_tensors(*m_, il);
+    L.units = tier_units_per_layer(*m_);
     if (hp.moe() && m_->holds_layer(il)) {
       const layer_weights& lw = m_->weights().layers[static_cast<size_t>(il)];
       for (const tensor_view* t : {&lw.ffn_gate_exps, &lw.ffn_up_exps, &lw.ffn_down_exps})
         if (*t && t->interleaved16) L.interleaved.push_back(t);
     }
-    L.neuron_bytes = neuron_bytes(*m_, il);
+    L.neuron_bytes = tier_unit_bytes(*m_, il);
     if (!first && !L.tensors.empty()) first = &L;
   }
   std::lock_guard lock(mu_);

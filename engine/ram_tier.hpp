@@ -41,6 +41,11 @@ struct ram_tier_plan {
   std::vector<uint64_t> neuron_bytes;  // per layer: one neuron's rows (what a miss reads; 0 where the process does not hold the layer)
   bool experts = false;              // a mixture's: the units are experts (pinned: each layer's first ones), not neurons
 };
+// The tier's units of layer il (tier_units, where this process holds the layer: a worker's are some of
+// them), one unit's bytes over them, and a layer's units (its neurons, or a mixture's experts).
+std::vector<tensor_view> tier_tensors(const model& m, int64_t il);
+uint64_t tier_unit_bytes(const model& m, int64_t il);
+int64_t tier_units_per_layer(const model& m);
 // The plan for `budget` bytes of weights in memory: what is not a per-neuron row is held whole
 // (std::invalid_argument naming the bytes where the budget is smaller); of what is left, the window
 // takes half, up to a quarter of a layer's neurons (a few layers' choices), and each layer's hottest
