@@ -312,7 +312,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   // The disk tier: the cold share's rows asked for here, then the next layer's read-ahead (its cold
   // neurons: the device holds its hot ones), so that this layer's reads go first; the cold pool
   // computes with the rows asked.
-  if (ram_tier* tier = st.p->ctx->disk_tier(); job && tier && hp.n_ff > 0) {
+  if (ram_tier* tier = st.p->ctx->disk_tier(); job && tier) {
     job->rows_in = std::make_shared<const std::optional<ram_tier::use>>(cold_rows(tier, layer, st.split.cold_ids, hp.n_ff));
     ram_tier::id_filter host_only;
     if (st.p->hot) host_only = [hot = st.p->hot.get()](int64_t il, std::vector<int32_t>& ids) { hot->keep_cold(il, ids); };

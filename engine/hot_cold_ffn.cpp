@@ -1,7 +1,5 @@
 #include "engine/hot_cold_ffn.hpp"
 
-#include <optional>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>

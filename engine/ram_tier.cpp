@@ -119,10 +119,9 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
     layer_t& L = layers_[static_cast<size_t>(il)];
     L.pinned = L.tensors.empty() ? L.units : std::min(plan_.pinned_rows[static_cast<size_t>(il)], L.units);
     if (plan_.experts && !L.tensors.empty()) {  // (a mixture's: its own slots, all layers' held to the window's capacity)
-      L.window = L.units - L.pinned, L.own_window = true;
+      L.window = L.units - L.pinned;
       L.own.assign(static_cast<size_t>(L.window), slot_t{});
       L.row_of.assign(static_cast<size_t>(L.units), -1);
-      own_capacity_ = window;
       continue;
     }
     const bool alike = first && L.tensors.size() == first->tensors.size() &&
@@ -138,7 +137,9 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
     L.overflow.assign(static_cast<size_t>(L.units - L.pinned - L.window), slot_t{});
     for (int64_t r = L.units - 1; r >= L.pinned + L.window; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
   }
-  if (std::any_of(layers_.begin(), layers_.end(), [](const layer_t& L) { return L.window > 0 && !L.own_window; })) {
+  if (plan_.experts) {
+    own_capacity_ = window;
+  } else if (std::any_of(layers_.begin(), layers_.end(), [](const layer_t& L) { return L.window > 0; })) {
     window_.assign(static_cast<size_t>(window), slot_t{});
     share_window();
   }
@@ -163,11 +164,10 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
 void ram_tier::share_window() {
   const layer_t* first = nullptr;
   for (const layer_t& L : layers_)
-    if (L.window > 0 && !L.own_window) {
+    if (L.window > 0) {
       first = &L;
       break;
     }
-  if (!first) return;
   std::vector<uint64_t> at;  // each tensor's part of the memfd
   uint64_t bytes = 0;
   for (const tensor_view& t : first->tensors) at.push_back(bytes), bytes += mapped_bytes(first->window, t, page_);
@@ -176,7 +176,7 @@ void ram_tier::share_window() {
   if (window_fd_ < 0 || ftruncate(window_fd_, static_cast<off_t>(bytes)) != 0)
     throw std::runtime_error(fmt::format("the disk tier's window ({} bytes): {}", bytes, std::strerror(errno)));
   for (const layer_t& L : layers_) {
-    if (L.window == 0 || L.own_window) continue;
+    if (L.window == 0) continue;
     for (size_t k = 0; k < L.tensors.size(); ++k) {
       const tensor_view& t = L.tensors[k];
       void* want = const_cast<uint8_t*>(t.data) + static_cast<uint64_t>(L.pinned) * t.row_bytes;  // (the model's private copy)
@@ -217,7 +217,7 @@ void ram_tier::drop(slot_t& s) {
     layer_t& owner = layers_[static_cast<size_t>(s.layer)];
     owner.row_of[static_cast<size_t>(s.neuron)] = -1;
     held_bytes_ -= owner.neuron_bytes;
-    if (owner.own_window) {  // (its bytes, in the owner's memory)
+    if (plan_.experts) {  // (its bytes, in the owner's memory)
       const int64_t row = owner.pinned + (&s - owner.own.data());
       for (const tensor_view& t : owner.tensors) give_back(t.row(row), t.row(row + 1));
       --own_held_;
@@ -232,7 +232,7 @@ void ram_tier::hold(int64_t il, int32_t row, int32_t neuron, bool ahead) {
   s.layer = static_cast<int32_t>(il), s.neuron = neuron, s.state = slot_queued, s.referenced = ahead ? 0 : 1, s.ahead = ahead ? 1 : 0;
   L.row_of[static_cast<size_t>(neuron)] = row;
   held_bytes_ += L.neuron_bytes;
-  own_held_ += L.own_window ? 1 : 0;
+  own_held_ += plan_.experts ? 1 : 0;
 }
 
 int32_t ram_tier::own_row(int64_t il, bool over) {
@@ -248,7 +248,7 @@ int32_t ram_tier::own_row(int64_t il, bool over) {
     layer_t& V = layers_[static_cast<size_t>(own_hand_ / per)];
     const int64_t j = own_hand_ % per;
     own_hand_ = (own_hand_ + 1) % all;
-    if (!V.own_window || j >= static_cast<int64_t>(V.own.size())) continue;
+    if (j >= static_cast<int64_t>(V.own.size())) continue;  // (a layer this process does not hold)
     slot_t& s = V.own[static_cast<size_t>(j)];
     if (s.neuron < 0 || s.users > 0 || s.state == slot_queued) continue;
     if (s.referenced) {
@@ -267,7 +267,7 @@ int32_t ram_tier::own_row(int64_t il, bool over) {
 // step's neurons go straight to the overflow.
 int32_t ram_tier::free_row(int64_t il, bool overflow_too, bool& window_full) {
   layer_t& L = layers_[static_cast<size_t>(il)];
-  if (L.own_window) return own_row(il, overflow_too);
+  if (plan_.experts) return own_row(il, overflow_too);
   const auto w = static_cast<int64_t>(window_.size());
   for (int64_t step = 0; L.window > 0 && !all_active_ && !window_full && step < 2 * w; ++step) {
     slot_t& s = window_[static_cast<size_t>(hand_)];
@@ -307,7 +307,7 @@ void ram_tier::wait_ahead(layer_t& L) {
 ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all, bool lazy) {
   std::unique_lock lock(mu_);
   layer_t& L = layers_.at(static_cast<size_t>(il));
-  const int64_t n_ff = layers_.at(static_cast<size_t>(il)).units;  // (neurons, or experts)
+  const int64_t n_ff = L.units;  // (neurons, or experts)
   for (int32_t id : ids)
     if (id < 0 || id >= n_ff) throw std::out_of_range(fmt::format("layer {}: neuron {} of {}", il, id, n_ff));
 

@@ -32,14 +32,14 @@ class predictor_runner;
 
 struct ram_tier_plan {
   std::vector<int64_t> pinned_rows;  // per layer: neurons 0 .. pinned_rows - 1 kept
-  int64_t window_rows = 0;           // the shared window's slots (a neuron of some layer each)
+  int64_t window_rows = 0;           // the shared window's slots (a neuron of some layer each; a mixture's: experts cached for all the layers)
   uint64_t window_bytes = 0;         // their bytes
   uint64_t fixed_bytes = 0;          // what the model holds besides the per-neuron rows (and the embedding rows kept)
   uint64_t least_bytes = 0;          // ... at the least: with the embedding rows of a budget that does not hold everything
   int64_t token_rows = 0;            // embedding rows kept at most (model::embeddings_from_disk), else 0
   uint64_t row_bytes = 0;            // every layer's per-neuron rows, all of them
   std::vector<uint64_t> neuron_bytes;  // per layer: one neuron's rows (what a miss reads; 0 where the process does not hold the layer)
-  bool experts = false;              // a mixture's: the units are experts (pinned: each layer's first ones), not neurons
+  bool experts = false;              // a mixture's: the units are experts (all pinned where all fit, else none: a cache), not neurons
 };
 // The tier's units of layer il (tier_units, where this process holds the layer: a worker's are some of
 // them), one unit's bytes over them, and a layer's units (its neurons, or a mixture's experts).
@@ -49,7 +49,8 @@ int64_t tier_units_per_layer(const model& m);
 // The plan for `budget` bytes of weights in memory: what is not a per-neuron row is held whole
 // (std::invalid_argument naming the bytes where the budget is smaller); of what is left, the window
 // takes half, up to a quarter of a layer's neurons (a few layers' choices), and each layer's hottest
-// neurons alike the rest (all of them, where every row fits).
+// neurons alike the rest (all of them, where every row fits). A mixture's: every expert where all fit,
+// else none pinned and every expert slot the window's (its cache for all the layers).
 ram_tier_plan plan_ram_tier(const model& m, uint64_t budget);
 // What the plan holds and reads, as stderr says it ("--ram-budget B GiB: ... read from PATH as tokens
 // choose them").
@@ -145,10 +146,9 @@ class ram_tier {
     std::vector<tensor_view> tensors;         // its units' tensors (tier_units: row r of each is slot r; a neuron, or an expert)
     int64_t units = 0;                        // the layer's neurons (or experts): its rows
     int64_t pinned = 0, window = 0;           // rows [0, pinned) pinned; [pinned, pinned + window) the shared window
-    // A mixture's layer: every row past the pinned ones is a slot of its own (own), in the layer's own
-    // memory, all layers' together held to the window's capacity (own_capacity_) — an expert's pages
-    // given back when it leaves its slot — instead of rows of the shared window.
-    bool own_window = false;
+    // A mixture's layer (plan_.experts): every row past the pinned ones is a slot of its own, in the
+    // layer's own memory, all layers' together held to the window's capacity (own_capacity_) — an
+    // expert's pages given back when it leaves its slot — instead of rows of the shared window.
     std::vector<slot_t> own;
     std::vector<const tensor_view*> interleaved;  // a mixture's expert tensors the load marked interleaved: each expert's rows rewritten as it lands
     uint64_t neuron_bytes = 0;                // a neuron's bytes over the tensors
@@ -160,7 +160,7 @@ class ram_tier {
     std::vector<std::pair<uint64_t, std::vector<int32_t>>> pending;  // reads not waited on (ahead, or a lazy use's): ticket, rows
   };
   slot_t& slot(layer_t& L, int32_t row) {
-    if (L.own_window) return L.own[static_cast<size_t>(row - L.pinned)];
+    if (plan_.experts) return L.own[static_cast<size_t>(row - L.pinned)];
     return row < L.pinned + L.window ? window_[static_cast<size_t>(row - L.pinned)] : L.overflow[static_cast<size_t>(row - L.pinned - L.window)];
   }
   // A free row of a mixture's layer il, the least recently used expert of any layer out of its slot first

@@ -150,38 +150,43 @@ std::string disk_lines(const disk_plan& d) {
                      p.overlapped_tokens_per_s, p.in_memory_tokens_per_s);
 }
 
+// The inputs every plan's JSON carries: the file, the CPU's rates and where they came from, the firing.
+nlohmann::json inputs_json(const plan_args& a, const plan_inputs& in) {
+  return {{"model", a.model},
+          {"cpu_bandwidth_gbs", in.o.cpu_gbs},
+          {"cpu_bandwidth_from", in.cpu_from},
+          {"cpu_measurement_spread", in.cpu_spread >= 0 ? nlohmann::json(in.cpu_spread) : nlohmann::json()},
+          {"cpu_measurement_noisy", in.cpu_noisy},
+          {"chosen_fraction", in.chosen_fraction >= 0 ? nlohmann::json(in.chosen_fraction) : nlohmann::json()},
+          {"cpu_ffn_bandwidth_gbs", in.o.ffn_gbs()},
+          {"firing_from", in.firing_from}};
+}
+
 void print_plan_json(const plan_args& a, const plan_inputs& in, const tools::plan_prediction& p, const disk_plan* disk) {
   const auto& o = in.o;
-  nlohmann::json j{{"model", a.model},
-                   {"gpu", in.gpu_name},
-                   {"vram_budget_bytes", o.budget},
-                   {"ctx", p.plan.ctx},
-                   {"gpu_bandwidth_gbs", o.gpu_gbs},
-                   {"pcie_gbs", o.pcie_gbs},
-                   {"cpu_bandwidth_gbs", o.cpu_gbs},
-                   {"cpu_bandwidth_from", in.cpu_from},
-                   {"cpu_measurement_spread", in.cpu_spread >= 0 ? nlohmann::json(in.cpu_spread) : nlohmann::json()},
-                   {"cpu_measurement_noisy", in.cpu_noisy},
-                   {"chosen_fraction", in.chosen_fraction >= 0 ? nlohmann::json(in.chosen_fraction) : nlohmann::json()},
-                   {"cpu_ffn_bandwidth_gbs", o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs},
-                   {"gpu_efficiency", o.gpu_efficiency},
-                   {"crossing_us", o.crossing_us},
-                   {"firing_from", in.firing_from},
-                   {"cpu_only_tokens_per_s", p.cpu_only_tokens_per_s},
-                   {"layer_offload_tokens_per_s", p.layer_offload_tokens_per_s},
-                   {"hybrid_tokens_per_s", p.hybrid_tokens_per_s},
-                   {"cpu_only_bytes_per_token", p.cpu_only_bytes},
-                   {"host_bytes_per_token", p.host_bytes},
-                   {"device_bytes_per_token", p.device_bytes},
-                   {"crossings_per_token", p.crossings},
-                   {"launch_us", o.launch_us},
-                   {"copy_us", o.copy_us},
-                   {"launches_per_token", p.launches},
-                   {"copies_per_token", p.copies},
-                   {"syncs_per_token", p.syncs},
-                   {"round_trip_seconds_per_token", p.round_trip_seconds},
-                   {"offload_layers", p.offload_layers},
-                   {"limited_by", p.limited_by}};
+  nlohmann::json j = inputs_json(a, in);
+  j.update({{"gpu", in.gpu_name},
+            {"vram_budget_bytes", o.budget},
+            {"ctx", p.plan.ctx},
+            {"gpu_bandwidth_gbs", o.gpu_gbs},
+            {"pcie_gbs", o.pcie_gbs},
+            {"gpu_efficiency", o.gpu_efficiency},
+            {"crossing_us", o.crossing_us},
+            {"cpu_only_tokens_per_s", p.cpu_only_tokens_per_s},
+            {"layer_offload_tokens_per_s", p.layer_offload_tokens_per_s},
+            {"hybrid_tokens_per_s", p.hybrid_tokens_per_s},
+            {"cpu_only_bytes_per_token", p.cpu_only_bytes},
+            {"host_bytes_per_token", p.host_bytes},
+            {"device_bytes_per_token", p.device_bytes},
+            {"crossings_per_token", p.crossings},
+            {"launch_us", o.launch_us},
+            {"copy_us", o.copy_us},
+            {"launches_per_token", p.launches},
+            {"copies_per_token", p.copies},
+            {"syncs_per_token", p.syncs},
+            {"round_trip_seconds_per_token", p.round_trip_seconds},
+            {"offload_layers", p.offload_layers},
+            {"limited_by", p.limited_by}});
   if (disk) j["disk_tier"] = disk_json(*disk);
   if (p.plan.experts) {
     j["n_cpu_moe"] = p.n_cpu_moe >= 0 ? nlohmann::json(p.n_cpu_moe) : nlohmann::json();
@@ -208,17 +213,12 @@ void run_plan(const plan_args& a) {
     const disk_plan d = plan_disk(a, in);
     if (!a.json) {
       fmt::print("{}: {} layers, embd {}, ffn {}\n{}firing: {}; CPU: {:.1f} GB/s products, {:.1f} GB/s sparse FFN rows ({})\n", a.model, m->hp().n_layer,
-                 m->hp().n_embd, m->hp().n_ff, disk_lines(d), in.firing_from, in.o.cpu_gbs, in.o.cpu_ffn_gbs > 0 ? in.o.cpu_ffn_gbs : in.o.cpu_gbs,
+                 m->hp().n_embd, m->hp().n_ff, disk_lines(d), in.firing_from, in.o.cpu_gbs, in.o.ffn_gbs(),
                  in.cpu_from);
       return;
     }
-    nlohmann::json j{{"model", a.model},
-                     {"cpu_bandwidth_gbs", in.o.cpu_gbs},
-                     {"cpu_ffn_bandwidth_gbs", in.o.cpu_ffn_gbs > 0 ? in.o.cpu_ffn_gbs : in.o.cpu_gbs},
-                     {"cpu_bandwidth_from", in.cpu_from},
-                     {"chosen_fraction", in.chosen_fraction >= 0 ? nlohmann::json(in.chosen_fraction) : nlohmann::json()},
-                     {"firing_from", in.firing_from},
-                     {"disk_tier", disk_json(d)}};
+    nlohmann::json j = inputs_json(a, in);
+    j["disk_tier"] = disk_json(d);
     fmt::print("{}\n", j.dump());
     return;
   }

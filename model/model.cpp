@@ -388,6 +388,9 @@ void finish_layer(const std::string& path, const hparams& hp, int il, layer_weig
     throw model_error(fmt::format("{}: blk.{}'s predictor needs both fc1 and fc2", path, il));
 }
 
+// The types whose dense products read sixteen interleaved rows (Q6_K stays plain: see below).
+bool q4_kind(const tensor_view& t) { return t.type == tensor_type::q4_0 || t.type == tensor_type::q4_k || t.type == tensor_type::q5_k; }
+
 // Only what the dense products read, rows interleaved in place: FFN rows of sparse files (and of any
 // layer with a predictor) are read one neuron at a time, and a tied head is also the embedding.
 void interleave_for_products(model_weights& w, bool tied_output, int64_t n_expert, int64_t first_layer, int64_t last_layer, bool experts_from_disk) {
@@ -401,9 +404,7 @@ void interleave_for_products(model_weights& w, bool tied_output, int64_t n_exper
     // than on its arithmetic), the down matrix of dense files. Q4_K and Q5_K (a
     // Q4_K_M / Q5_K_M file's attention and FFN) the same (docs/kernels.md); Q6_K stays plain
     // (engine/row_groups.cpp, k_quant_row_groups: its prompts interleave a group at a time).
-    auto q4 = [](tensor_view& t) {
-      if (t.type == tensor_type::q4_0 || t.type == tensor_type::q4_k || t.type == tensor_type::q5_k) interleave_in_place(t);
-    };
+    auto q4 = [](tensor_view& t) { if (q4_kind(t)) interleave_in_place(t); };
     for (tensor_view* t : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.ffn_down, &l.pred_fc1, &l.pred_fc2, &l.ffn_gate_inp, &l.ffn_gate_shexp, &l.ffn_up_shexp,
                            &l.ffn_down_shexp})
       q4(*t);
@@ -411,7 +412,7 @@ void interleave_for_products(model_weights& w, bool tied_output, int64_t n_exper
     // those the disk tier reads are marked so, and it interleaves each expert as its read lands
     // (interleave_expert_in_place).
     for (tensor_view* t : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps})
-      if (*t && n_expert > 0 && (t->ne1 / n_expert) % 16 == 0 && (t->type == tensor_type::q4_0 || t->type == tensor_type::q4_k || t->type == tensor_type::q5_k)) {
+      if (*t && n_expert > 0 && (t->ne1 / n_expert) % 16 == 0 && q4_kind(*t)) {
         if (!experts_from_disk) interleave_in_place(*t);
         else if (interleavable(*t)) t->interleaved16 = true;
       }
@@ -420,7 +421,7 @@ void interleave_for_products(model_weights& w, bool tied_output, int64_t n_exper
       q4(l.ffn_up);
     }
   }
-  if (!tied_output && (w.output.type == tensor_type::q4_0 || w.output.type == tensor_type::q4_k || w.output.type == tensor_type::q5_k)) interleave_in_place(w.output);
+  if (!tied_output && q4_kind(w.output)) interleave_in_place(w.output);
 }
 
 }  // namespace

@@ -104,13 +104,15 @@ namespace {
 struct cpu_alone {
   std::vector<double> ffn;
   int64_t ctx = 0;
+  double rows = 0;  // cached positions a decoded token attends over
   double kv = 0, bytes = 0, seconds = 0;
 };
 cpu_alone cpu_alone_of(const model& m, const read_costs& c, const planner_options& o, const firing& f) {
   const hparams& hp = m.hp();
   cpu_alone a;
   a.ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(hp.n_ctx_train, 4096);
-  a.kv = kv_read_per_token(hp, o.kv, o.position >= 0 ? o.position : static_cast<double>(a.ctx) / 2);
+  a.rows = o.position >= 0 ? o.position : static_cast<double>(a.ctx) / 2;
+  a.kv = kv_read_per_token(hp, o.kv, a.rows);
   a.ffn.assign(static_cast<size_t>(hp.n_layer), 0.0);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const size_t li = static_cast<size_t>(l);
@@ -124,7 +126,7 @@ cpu_alone cpu_alone_of(const model& m, const read_costs& c, const planner_option
     }
     for (int64_t i = 0; i < hp.n_ff; ++i) a.ffn[li] += f.bytes(c, l, i);
   }
-  const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  const double rows_rate = o.ffn_gbs() * 1e9;
   a.bytes = static_cast<double>(c.embedding_row + c.output);
   double ffn_all = 0;
   for (int64_t l = 0; l < hp.n_layer; ++l) a.bytes += static_cast<double>(c.layer_fixed[static_cast<size_t>(l)]) + a.kv, ffn_all += a.ffn[static_cast<size_t>(l)];
@@ -147,7 +149,7 @@ plan_prediction predict_moe_plan(const model& m, const planner_options& o) {
   const double rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
   const double kv = kv_read_per_token(hp, o.kv, rows);
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
-  const double experts_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  const double experts_rate = o.ffn_gbs() * 1e9;
   const double crossing = o.crossing_us * 1e-6, x_bytes = 4.0 * static_cast<double>(hp.n_embd), k = static_cast<double>(hp.n_expert_used);
   if (o.expert_hit_rate > 1) throw std::invalid_argument("plan: --expert-hit-rate is a fraction in [0, 1]");
   const auto& w = m.weights();
@@ -278,7 +280,7 @@ devices::device_traffic head_trips(const hparams& hp) {
 // bytes a token reads a layer.
 void predict_layer_offload(const read_costs& c, const hparams& hp, const planner_options& o, double kv, bool sparse, plan_prediction& r) {
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
-  const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  const double rows_rate = o.ffn_gbs() * 1e9;
   const double x_bytes = 4.0 * static_cast<double>(hp.n_embd), out = static_cast<double>(c.output);
   uint64_t left = o.budget > r.plan.fixed.compute ? o.budget - r.plan.fixed.compute : 0;
   const uint64_t kv_alloc = r.plan.kv_layer_bytes;
@@ -301,7 +303,6 @@ void predict_layer_offload(const read_costs& c, const hparams& hp, const planner
   r.layer_offload_tokens_per_s = 1.0 / offload_t;
 }
 
-
 plan_prediction predict_plan(const model& m, const planner_options& o) {
   const hparams& hp = m.hp();
   check_planner_options(o, hp);
@@ -312,9 +313,9 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   const cpu_alone alone = cpu_alone_of(m, c, o, f);
   const std::vector<double>& ffn = alone.ffn;
   const int64_t ctx = alone.ctx;
-  const double kv = alone.kv, rows = o.position >= 0 ? o.position : static_cast<double>(ctx) / 2;
+  const double kv = alone.kv, rows = alone.rows;
   const double cpu = o.cpu_gbs * 1e9, gpu = o.gpu_gbs * 1e9 * o.gpu_efficiency, link = o.pcie_gbs * 1e9;
-  const double rows_rate = (o.cpu_ffn_gbs > 0 ? o.cpu_ffn_gbs : o.cpu_gbs) * 1e9;
+  const double rows_rate = o.ffn_gbs() * 1e9;
   const double crossing = o.crossing_us * 1e-6;
   plan_prediction r;
   r.cpu_only_bytes = alone.bytes;  // (the CPU alone)
@@ -486,9 +487,8 @@ std::string prediction_table(const model& m, const planner_options& o, const pla
   std::string t;
   t += fmt::format("{}: {} layers, embd {}, ffn {}; GPU budget {:.2f} GiB, context {}, {} cached rows a token\n", m.path(), hp.n_layer, hp.n_embd, hp.n_ff,
                    o.budget / double(1ull << 30), p.plan.ctx, o.position >= 0 ? o.position : p.plan.ctx / 2.0);
-  const auto rate = [&](double r) { return r > 0 ? r : o.cpu_gbs; };
   t += fmt::format("bandwidth: CPU {:.1f} GB/s products, {:.1f} GB/s {}; GPU {:.0f} GB/s x {:.2f} reached; link {:.0f} GB/s, {:.0f} us a blocking wait\n",
-                   o.cpu_gbs, rate(o.cpu_ffn_gbs), m.has_predictors() ? "sparse FFN rows" : "FFN", o.gpu_gbs, o.gpu_efficiency, o.pcie_gbs,
+                   o.cpu_gbs, o.ffn_gbs(), m.has_predictors() ? "sparse FFN rows" : "FFN", o.gpu_gbs, o.gpu_efficiency, o.pcie_gbs,
                    o.crossing_us);
   t += "| configuration | host MiB/token | GPU MiB/token | crossings/token | tokens/s |\n| --- | --- | --- | --- | --- |\n";
   t += fmt::format("| CPU only | {:.1f} | 0 | 0 | {:.1f} |\n", mib(p.cpu_only_bytes), p.cpu_only_tokens_per_s);

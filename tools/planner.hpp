@@ -36,6 +36,7 @@ struct planner_options {
   // it (a sparse file's scattered rows; a dense file's products; 0: cpu_gbs).
   double cpu_gbs = 0, gpu_gbs = 0, pcie_gbs = 0;
   double cpu_ffn_gbs = 0;
+  double ffn_gbs() const { return cpu_ffn_gbs > 0 ? cpu_ffn_gbs : cpu_gbs; }  // the FFN's rate as used
   double gpu_efficiency = 0.75;    // of the published bandwidth that the kernels reach
   double crossing_us = 10;         // a blocking wait's cost: the host's round trip to the GPU and back
   // What each kernel launch and each host<->device copy call costs the host beside it (the runtime's
