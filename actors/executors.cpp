@@ -308,7 +308,8 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
                    std::make_shared<const std::vector<int32_t>>(st.split.cold_ids),
                    st.plan.requests,
                    computed,
-                   union_size};
+                   union_size,
+                   nullptr};  // (rows_in: below)
   // The disk tier: the cold share's rows asked for here, then the next layer's read-ahead (its cold
   // neurons: the device holds its hot ones), so that this layer's reads go first; the cold pool
   // computes with the rows asked.
@@ -470,7 +471,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       const int64_t computed = std::count(s.chosen->begin(), s.chosen->end(), uint8_t{1});
       const int64_t union_size = static_cast<int64_t>(cold_ids->size());
       const ffn_part part = cold_ffn(st.cold_rows, *st.p,
-                                     cold_job{layer, job.ffn_input, st.xq, std::move(s), std::move(cold_ids), st.plan.requests, computed, union_size}, read_ahead);
+                                     cold_job{layer, job.ffn_input, st.xq, std::move(s), std::move(cold_ids), st.plan.requests, computed, union_size, nullptr}, read_ahead);
       st.cold_neurons += union_size;
       return finish_layer(self, layer, &part.out, part.computed, part.union_size, part.fired);
     }

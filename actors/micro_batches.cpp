@@ -97,7 +97,8 @@ void drain_queued(hot_executor_ptr self) {
                    std::make_shared<const std::vector<int32_t>>(ln.split.cold_ids),
                    ln.requests,
                    ln.computed,
-                   ln.union_size};
+                   ln.union_size,
+                   nullptr};
       self->request(st.cold, caf::infinite, cold_atom::value, std::move(job))
           .then(
               [self, i, layer](ffn_part& part) {

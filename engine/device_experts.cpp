@@ -1,12 +1,14 @@
 #include "engine/device_experts.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "engine/device_layers.hpp"
+#include "engine/ram_tier.hpp"
 
 namespace hotcold {
 
@@ -67,8 +69,9 @@ bool expert_residency::any() const {
   return std::any_of(slots.begin(), slots.end(), [](int64_t s) { return s > 0; });
 }
 
-device_experts::device_experts(std::shared_ptr<const model> m, const expert_residency& r, std::shared_ptr<const device_layers> on)
-    : model_(std::move(m)), r_(r), on_(std::move(on)) {
+device_experts::device_experts(std::shared_ptr<const model> m, const expert_residency& r, std::shared_ptr<const device_layers> on,
+                               std::shared_ptr<ram_tier> disk)
+    : model_(std::move(m)), r_(r), on_(std::move(on)), disk_(std::move(disk)) {
   const hparams& hp = model_->hp();
   const auto n = static_cast<size_t>(hp.n_layer);
   if (!hp.moe()) throw std::invalid_argument(fmt::format("{}: not a mixture of experts", model_->path()));
@@ -136,8 +139,17 @@ device_experts::rows device_experts::slot_rows(int64_t layer, int32_t slot) cons
 void device_experts::copy_expert(int64_t layer, int32_t e, int32_t slot) {
   const hparams& hp = model_->hp();
   const layer_weights& l = model_->weights().layers[static_cast<size_t>(layer)];
-  const tensor_view views[3] = {expert_rows(l.ffn_gate_exps, e, hp.n_ff_exp), expert_rows(l.ffn_up_exps, e, hp.n_ff_exp),
-                                expert_rows(l.ffn_down_exps, e, hp.n_embd)};
+  // With the disk tier the expert's rows are in memory while the use lasts, at the row it gives
+  // (the same bytes, laid out as the load lays them out).
+  std::optional<ram_tier::use> in;
+  int32_t row = e;
+  if (disk_) {
+    const int32_t ids[1] = {e};
+    in.emplace(disk_->rows(layer, ids));
+    row = in->rows_of(ids)[0];
+  }
+  const tensor_view views[3] = {expert_rows(l.ffn_gate_exps, row, hp.n_ff_exp), expert_rows(l.ffn_up_exps, row, hp.n_ff_exp),
+                                expert_rows(l.ffn_down_exps, row, hp.n_embd)};
   devices::buffer* to[3] = {gate_[static_cast<size_t>(layer)].get(), up_[static_cast<size_t>(layer)].get(), down_[static_cast<size_t>(layer)].get()};
   // The expert's rows in plain order, staged until the copies ran.
   auto staging = std::make_shared<std::vector<uint8_t>>(views[0].bytes() + views[1].bytes() + views[2].bytes());

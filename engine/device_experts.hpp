@@ -26,6 +26,7 @@
 namespace hotcold {
 
 class device_layers;
+class ram_tier;
 
 // A running average's next value: `average` moved a fifth of the way to `sample` (the first sample
 // taken as it is, while the average is 0).
@@ -85,7 +86,10 @@ class device_experts {
   // The slots' rows are allocated on the device that `on` holds and filled with each layer's first
   // experts (residency.first, else 0, 1, ...). Throws devices::out_of_device_memory when they do not fit its budget,
   // std::invalid_argument for slots that do not fit the model or experts the device cannot compute.
-  device_experts(std::shared_ptr<const model> m, const expert_residency& r, std::shared_ptr<const device_layers> on);
+  // disk: the disk tier (--ram-budget) that holds the experts' host rows (null: the model holds them
+  // all); an expert's upload then reads its rows through it, as the CPU's steps do.
+  device_experts(std::shared_ptr<const model> m, const expert_residency& r, std::shared_ptr<const device_layers> on,
+                 std::shared_ptr<ram_tier> disk = nullptr);
   ~device_experts();
 
   int64_t slots(int64_t layer) const { return r_.slots[static_cast<size_t>(layer)]; }
@@ -165,6 +169,7 @@ class device_experts {
   std::shared_ptr<const model> model_;
   expert_residency r_;
   std::shared_ptr<const device_layers> on_;
+  std::shared_ptr<ram_tier> disk_;
   std::vector<std::shared_ptr<devices::buffer>> gate_, up_, down_;  // per layer: slots x rows
   std::vector<std::vector<int32_t>> slot_;       // per layer, per expert: its slot or -1
   std::vector<expert_slots> policy_;             // per layer

@@ -241,7 +241,12 @@ int64_t moe_block::guess_next(step_state& B, int64_t layer) {
   B.expert_guess.resize(static_cast<size_t>(n * k));
   route_experts(hp, S.guess_logits.data(), n, B.expert_guess.data(), S.guess_weights.data());
   B.guessed_layer = layer + 1;
-  if (env_.disk) env_.disk->read_ahead(layer + 1, B.expert_guess);  // (the disk tier's: their bytes read while this layer ends)
+  if (env_.disk) {  // (the disk tier's: their bytes read while this layer ends; those a device slot holds need none)
+    S.guess_host.clear();
+    for (int32_t e : B.expert_guess)
+      if (!experts_ || experts_->slot_of(layer + 1, e) < 0) S.guess_host.push_back(e);
+    env_.disk->read_ahead(layer + 1, S.guess_host);
+  }
   // Guessed experts no slot of the next layer holds: uploaded now, a layer before they are routed.
   int64_t uploads = 0;
   if (experts_ && experts_->guessing() && experts_->slots(layer + 1) > 0)

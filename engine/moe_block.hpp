@@ -77,6 +77,7 @@ class moe_block {
     std::vector<int64_t> first, slots;               // (token, rank) slots grouped by expert (after routing)
     std::vector<tensor_view> views, downs;           // one token's experts' gate and up rows, and down rows
     std::vector<float> guess_in, guess_logits, guess_weights;  // guess_next's scratch
+    std::vector<int32_t> guess_host;                 // of the guess, the experts the host reads (the disk tier's read-ahead)
     std::vector<uint8_t> chosen;                     // n x n_expert: the routing a trace records
     std::vector<uint8_t> on_host;                    // n_expert: 1 where the CPU computes the expert (no device slot holds it)
     std::vector<int64_t> ranks;                      // one token's ranks the CPU computes

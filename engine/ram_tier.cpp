@@ -98,6 +98,8 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
   if (!m_->ffn_rows_from_disk()) throw std::logic_error(fmt::format("{}: the disk tier needs the model loaded with its FFN rows left in the file", m_->path()));
   const auto& hp = m_->hp();
   if (static_cast<int64_t>(plan_.pinned_rows.size()) != hp.n_layer) throw std::invalid_argument("a disk tier's plan names every layer's pinned rows");
+  if (!plan_.device_rows.empty() && static_cast<int64_t>(plan_.device_rows.size()) != hp.n_layer)
+    throw std::invalid_argument("a disk tier's plan names every layer's rows on the device, or none");
   layers_.resize(static_cast<size_t>(hp.n_layer));
   // The window: for the layers whose tensors are alike (the rows and their bytes of the first's).
   const int64_t window = std::max<int64_t>(plan_.window_rows, 0);
@@ -117,7 +119,9 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
   std::lock_guard lock(mu_);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     layer_t& L = layers_[static_cast<size_t>(il)];
-    L.pinned = L.tensors.empty() ? L.units : std::min(plan_.pinned_rows[static_cast<size_t>(il)], L.units);
+    if (!plan_.experts && !L.tensors.empty() && !plan_.device_rows.empty())
+      L.lo = std::clamp<int64_t>(plan_.device_rows[static_cast<size_t>(il)], 0, L.units);
+    L.pinned = L.tensors.empty() ? L.units : std::min(plan_.pinned_rows[static_cast<size_t>(il)], L.units - L.lo);
     if (plan_.experts && !L.tensors.empty()) {  // (a mixture's: its own slots, all layers' held to the window's capacity)
       L.window = L.units - L.pinned;
       L.own.assign(static_cast<size_t>(L.window), slot_t{});
@@ -127,15 +131,16 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
     const bool alike = first && L.tensors.size() == first->tensors.size() &&
                        std::equal(L.tensors.begin(), L.tensors.end(), first->tensors.begin(), [](const tensor_view& a, const tensor_view& b) { return a.row_bytes == b.row_bytes; });
     if (alike && window > 0) {
-      // The window starts on a page (the pinned rows rounded down to where every tensor's row does).
-      int64_t p = std::min(L.pinned, L.units - window);
-      const int64_t lowest = std::max<int64_t>(0, p - static_cast<int64_t>(page_));
-      while (p >= lowest && !on_page(L.tensors, p, page_)) --p;
-      if (p >= lowest) L.pinned = p, L.window = window;
+      // The window starts on a page (past the pinned rows, rounded down to where every tensor's row
+      // does; below lo, where the device's rows leave no room for it after them: nothing pinned then).
+      int64_t w = std::min(L.win0(), L.units - window);
+      const int64_t lowest = std::max<int64_t>(0, w - static_cast<int64_t>(page_));
+      while (w >= lowest && !on_page(L.tensors, w, page_)) --w;
+      if (w >= lowest) L.lo = std::min(L.lo, w), L.pinned = w - L.lo, L.window = window;
     }
     L.row_of.assign(static_cast<size_t>(L.units), -1);
     L.overflow.assign(static_cast<size_t>(L.units - L.pinned - L.window), slot_t{});
-    for (int64_t r = L.units - 1; r >= L.pinned + L.window; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
+    free_overflow(L);
   }
   if (plan_.experts) {
     own_capacity_ = window;
@@ -147,7 +152,7 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
     layer_t& L = layers_[static_cast<size_t>(il)];
     std::vector<std::pair<int32_t, int32_t>> moves;
     std::vector<int32_t> read;
-    for (int64_t i = 0; i < L.pinned; ++i) L.row_of[static_cast<size_t>(i)] = static_cast<int32_t>(i), moves.emplace_back(i, i), read.push_back(static_cast<int32_t>(i));
+    for (int64_t i = L.lo; i < L.win0(); ++i) L.row_of[static_cast<size_t>(i)] = static_cast<int32_t>(i), moves.emplace_back(i, i), read.push_back(static_cast<int32_t>(i));
     if (!L.tensors.empty()) file_.read(pieces(L, moves)), arrange(L, read);
     held_bytes_ += static_cast<uint64_t>(L.pinned) * L.neuron_bytes;
   }
@@ -160,7 +165,7 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
 }
 
 // One memfd holds the window (each tensor's slots in turn); every layer's window rows of each tensor
-// map its part, so a slot's bytes are at row pinned + j of every layer.
+// map its part, so a slot's bytes are at row win0() + j of every layer.
 void ram_tier::share_window() {
   const layer_t* first = nullptr;
   for (const layer_t& L : layers_)
@@ -179,7 +184,7 @@ void ram_tier::share_window() {
     if (L.window == 0) continue;
     for (size_t k = 0; k < L.tensors.size(); ++k) {
       const tensor_view& t = L.tensors[k];
-      void* want = const_cast<uint8_t*>(t.data) + static_cast<uint64_t>(L.pinned) * t.row_bytes;  // (the model's private copy)
+      void* want = const_cast<uint8_t*>(t.data) + static_cast<uint64_t>(L.win0()) * t.row_bytes;  // (the model's private copy)
       const uint64_t len = mapped_bytes(L.window, t, page_);
       if (len == 0) continue;
       if (mmap(want, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, window_fd_, static_cast<off_t>(at[k])) == MAP_FAILED)
@@ -279,20 +284,21 @@ int32_t ram_tier::free_row(int64_t il, bool overflow_too, bool& window_full) {
       continue;
     }
     drop(s);
-    return static_cast<int32_t>(L.pinned + j);
+    return static_cast<int32_t>(L.win0() + j);
   }
   window_full = true;
   if (!overflow_too || L.overflow_free.empty()) return -1;
   const int32_t r = L.overflow_free.back();
   L.overflow_free.pop_back();
-  L.overflow_top = std::max<int64_t>(L.overflow_top, r + 1);
+  int64_t& top = r < L.lo ? L.low_top : L.overflow_top;
+  top = std::max<int64_t>(top, r + 1);
   return r;
 }
 
 void ram_tier::unread(layer_t& L, const std::vector<int32_t>& rows) {
   for (int32_t r : rows) {
     drop(slot(L, r));
-    if (r >= L.pinned + L.window) L.overflow_free.push_back(r);
+    if (!L.pinned_row(r) && !L.window_row(r)) L.overflow_free.push_back(r);
   }
 }
 
@@ -324,7 +330,7 @@ ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all,
   int64_t taken = 0;  // window slots this step took
   auto add_user = [&](int32_t r) {
     ++slot(L, r).users;
-    if (r < L.pinned + L.window) ++window_users_;
+    if (L.window_row(r)) ++window_users_;
   };
   try {
     if (all && L.window > 0)
@@ -334,12 +340,13 @@ ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all,
     const int64_t n = all ? n_ff : static_cast<int64_t>(ids.size());
     if (!all) rows.assign(ids.size(), -1);
     if (all) {  // (first out of every row that holds another neuron, so that each can go to its own)
-      for (int64_t r = L.pinned; r < n_ff; ++r) {
+      for (int64_t r = 0; r < n_ff; ++r) {
+        if (L.pinned_row(r)) continue;
         slot_t& s = slot(L, static_cast<int32_t>(r));
         if (s.layer != il || s.neuron != r) drop(s);
       }
       L.overflow_free.clear();
-      L.overflow_top = n_ff;
+      L.overflow_top = n_ff, L.low_top = L.lo;
     }
     for (int64_t k = 0; k < n; ++k) {
       const int32_t id = all ? static_cast<int32_t>(k) : ids[static_cast<size_t>(k)];
@@ -347,7 +354,7 @@ ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all,
       ++c_.lookups;
       if (r >= 0) {
         ++c_.hits;
-        if (r >= L.pinned) {
+        if (!L.pinned_row(r)) {
           slot_t& s = slot(L, r);
           if (s.ahead) ++c_.ahead, c_.needed_bytes += L.neuron_bytes, s.ahead = 0;
           s.referenced = 1;
@@ -364,7 +371,7 @@ ram_tier::use ram_tier::take(int64_t il, std::span<const int32_t> ids, bool all,
           bool again = false;
           r = free_row(il, false, again);
         }
-        taken += r < L.pinned + L.window ? 1 : 0;
+        taken += L.window_row(r) ? 1 : 0;
         if (r < 0)  // (the window held by the other layers' steps in progress)
           throw std::runtime_error(fmt::format("the disk tier: layer {} needs more rows than its window and overflow hold while other layers' steps "
                                                "hold the window: raise --ram-budget",
@@ -403,13 +410,15 @@ void ram_tier::release(int64_t il, bool all, std::span<const int32_t> rows) {
       slot_t& s = slot(L, r);
       if (s.users == 0) return;
       --s.users;
-      if (r < L.pinned + L.window) --window_users_;
+      if (L.window_row(r)) --window_users_;
     };
-    if (all)
-      for (int64_t r = L.pinned; r < L.units; ++r) let_go(static_cast<int32_t>(r));
-    else
+    if (all) {
+      for (int64_t r = 0; r < L.units; ++r)
+        if (!L.pinned_row(r)) let_go(static_cast<int32_t>(r));
+    } else {
       for (int32_t r : rows)
-        if (r >= L.pinned) let_go(r);
+        if (!L.pinned_row(r)) let_go(r);
+    }
     --L.uses, L.users_all -= all ? 1 : 0;
     if (all && L.window > 0) all_active_ = false;
     if (L.uses == 0) give_back_overflow(L);
@@ -418,15 +427,24 @@ void ram_tier::release(int64_t il, bool all, std::span<const int32_t> rows) {
 }
 
 // The overflow rows a step took, free again and their pages given back to the system (one madvise a
-// tensor: the pages wholly inside the overflow rows; an edge page is shared with a window slot).
+// tensor and range: the pages wholly inside the overflow rows; an edge page is a neighbour's too).
 void ram_tier::give_back_overflow(layer_t& L) {
-  const int64_t first = L.pinned + L.window;
-  if (L.overflow_top <= first) return;
-  for (int64_t r = first; r < L.overflow_top; ++r) drop(slot(L, static_cast<int32_t>(r)));
-  for (const tensor_view& t : L.tensors) give_back(t.row(first), t.row(L.overflow_top));
+  const int64_t first = L.win1();
+  if (L.overflow_top <= first && L.low_top == 0) return;
+  for (const auto& [from, to] : {std::pair{int64_t{0}, L.low_top}, std::pair{first, L.overflow_top}}) {
+    if (to <= from) continue;
+    for (int64_t r = from; r < to; ++r) drop(slot(L, static_cast<int32_t>(r)));
+    for (const tensor_view& t : L.tensors) give_back(t.row(from), t.row(to));
+  }
+  free_overflow(L);
+}
+
+// Every overflow row free: past the window's end first, then those below lo.
+void ram_tier::free_overflow(layer_t& L) {
   L.overflow_free.clear();
-  for (int64_t r = L.units - 1; r >= first; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
-  L.overflow_top = 0;
+  for (int64_t r = L.lo - 1; r >= 0; --r) L.overflow_free.push_back(static_cast<int32_t>(r));
+  for (int64_t r = L.units - 1; r >= L.win1(); --r) L.overflow_free.push_back(static_cast<int32_t>(r));
+  L.overflow_top = 0, L.low_top = 0;
 }
 
 void ram_tier::give_back(const uint8_t* from, const uint8_t* to) {

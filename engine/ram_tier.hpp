@@ -3,14 +3,15 @@
 // given them. The model is loaded with those rows left in the file (load_options::ffn_rows_from_disk:
 // their memory in the private copy untouched, no resident pages). A layer's per-neuron tensors are
 // rows a use names by index (neuron_set::rows), so a neuron's rows need not sit at its own:
-//  - rows 0 .. pinned - 1 hold their own neurons (prepare orders a layer's neurons most often firing
-//    first, so a prefix is the hottest), read at the start and kept;
+//  - rows lo .. lo + pinned - 1 hold their own neurons (prepare orders a layer's neurons most often
+//    firing first, so a prefix is the hottest; lo: the first neurons a hot device holds, which the
+//    CPU never reads — 0 without one), read at the start and kept;
 //  - the next `window` rows of every layer are one shared window: the same memory (a memfd mapped at
 //    each layer's rows), so slot j holds one neuron of one layer at a time, whichever was read last (a
 //    clock, second chance, picks the slot to reuse) — the current layer's and the next layer's
 //    read-ahead need a few layers' worth, not every layer's;
-//  - the rest of a layer's rows are overflow, slots a step that needs more than the window takes for
-//    its length, given back (madvise) when it ends.
+//  - the rest of a layer's rows (below lo, and past the window) are overflow, slots a step that needs
+//    more than the window takes for its length, given back (madvise) when it ends.
 // A use of a layer says in which row each neuron it named sits, and the sparse routines read them
 // there: the same bytes in the same order as with the whole file in memory — the same bits whatever
 // the budget. A slot's memory, once touched, stays: nothing is zeroed or faulted again when it is
@@ -31,7 +32,10 @@ namespace hotcold {
 class predictor_runner;
 
 struct ram_tier_plan {
-  std::vector<int64_t> pinned_rows;  // per layer: neurons 0 .. pinned_rows - 1 kept
+  std::vector<int64_t> pinned_rows;  // per layer: neurons kept (from device_rows on)
+  // Per layer: the neurons 0 .. device_rows - 1 a hot device holds (empty: none), which the CPU does
+  // not read: its pinned ones are the hottest after them (where the budget reaches them).
+  std::vector<int64_t> device_rows;
   int64_t window_rows = 0;           // the shared window's slots (a neuron of some layer each; a mixture's: experts cached for all the layers)
   uint64_t window_bytes = 0;         // their bytes
   uint64_t fixed_bytes = 0;          // what the model holds besides the per-neuron rows (and the embedding rows kept)
@@ -129,9 +133,10 @@ class ram_tier {
   };
   counts counted() const;
   const ram_tier_plan& plan() const { return plan_; }
-  // Layer il's rows: pinned (its first neurons), then the shared window's (window_rows, or none where
-  // the layer's rows could not be mapped on pages).
+  // Layer il's rows: pinned (its neurons from first_pinned on), then the shared window's (window_rows,
+  // or none where the layer's rows could not be mapped on pages).
   int64_t pinned_rows(int64_t il) const { return layers_.at(static_cast<size_t>(il)).pinned; }
+  int64_t first_pinned(int64_t il) const { return layers_.at(static_cast<size_t>(il)).lo; }
   int64_t window_rows(int64_t il) const { return layers_.at(static_cast<size_t>(il)).window; }
 
  private:
@@ -145,23 +150,28 @@ class ram_tier {
   struct layer_t {
     std::vector<tensor_view> tensors;         // its units' tensors (tier_units: row r of each is slot r; a neuron, or an expert)
     int64_t units = 0;                        // the layer's neurons (or experts): its rows
-    int64_t pinned = 0, window = 0;           // rows [0, pinned) pinned; [pinned, pinned + window) the shared window
+    int64_t lo = 0, pinned = 0, window = 0;   // rows [lo, lo + pinned) pinned, then `window` of the shared window; the rest overflow
     // A mixture's layer (plan_.experts): every row past the pinned ones is a slot of its own, in the
     // layer's own memory, all layers' together held to the window's capacity (own_capacity_) — an
     // expert's pages given back when it leaves its slot — instead of rows of the shared window.
     std::vector<slot_t> own;
     std::vector<const tensor_view*> interleaved;  // a mixture's expert tensors the load marked interleaved: each expert's rows rewritten as it lands
     uint64_t neuron_bytes = 0;                // a neuron's bytes over the tensors
-    std::vector<int32_t> row_of;              // per neuron: the row holding it, -1 none (below pinned: itself)
-    std::vector<slot_t> overflow;             // rows from pinned + window on
+    std::vector<int32_t> row_of;              // per neuron: the row holding it, -1 none (a pinned one: itself)
+    std::vector<slot_t> overflow;             // rows below lo, then rows from the window's end on
     std::vector<int32_t> overflow_free;       // overflow rows not in use (a stack)
-    int64_t overflow_top = 0;                 // overflow rows below it were used since they were last given back
+    int64_t overflow_top = 0, low_top = 0;    // overflow rows below them (past the window; below lo) used since last given back
+    int64_t win0() const { return lo + pinned; }  // the window's first row
+    int64_t win1() const { return lo + pinned + window; }
+    bool pinned_row(int64_t r) const { return r >= lo && r < lo + pinned; }
+    bool window_row(int64_t r) const { return r >= win0() && r < win1(); }
     int users_all = 0, uses = 0;              // all_rows uses in progress; uses in progress
     std::vector<std::pair<uint64_t, std::vector<int32_t>>> pending;  // reads not waited on (ahead, or a lazy use's): ticket, rows
   };
   slot_t& slot(layer_t& L, int32_t row) {
-    if (plan_.experts) return L.own[static_cast<size_t>(row - L.pinned)];
-    return row < L.pinned + L.window ? window_[static_cast<size_t>(row - L.pinned)] : L.overflow[static_cast<size_t>(row - L.pinned - L.window)];
+    if (plan_.experts) return L.own[static_cast<size_t>(row - L.pinned)];  // (lo is 0)
+    if (L.window_row(row)) return window_[static_cast<size_t>(row - L.win0())];
+    return L.overflow[static_cast<size_t>(row < L.lo ? row : row - L.pinned - L.window)];
   }
   // A free row of a mixture's layer il, the least recently used expert of any layer out of its slot first
   // where the layers hold their capacity; beyond it only with over (a step's own experts), else -1.
@@ -180,6 +190,7 @@ class ram_tier {
   void unread(layer_t& L, const std::vector<int32_t>& rows);  // a read that failed: its rows free again
   void release(int64_t il, bool all, std::span<const int32_t> rows);
   void give_back_overflow(layer_t& L);
+  static void free_overflow(layer_t& L);  // every overflow row free (none taken)
   void give_back(const uint8_t* from, const uint8_t* to);  // the pages wholly inside [from, to) (an edge page is a neighbour's too)
   void share_window();  // maps the window's memory at every layer's window rows
   void bring_tokens(std::span<const int32_t> ids);  // token_rows, the lock held

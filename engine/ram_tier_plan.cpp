@@ -80,10 +80,12 @@ std::string describe(const ram_tier_plan& p, uint64_t budget, const std::string&
     return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole and a cache of {} recently used experts ({:.3f} GiB) for all the layers; the "
                        "experts ({:.3f} GiB) read from {} as tokens choose them",
                        budget / gib, p.fixed_bytes / gib, p.window_rows, p.window_bytes / gib, p.row_bytes / gib, path);
-  return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} {} and a window of {:.3f} GiB; the other {} ({:.3f} GiB) read "
+  const int64_t device = p.device_rows.empty() ? 0 : p.device_rows[0];
+  return fmt::format("--ram-budget {:.3f} GiB: {:.3f} GiB held whole, each layer's {} {}{} and a window of {:.3f} GiB; the other {} ({:.3f} GiB) read "
                      "from {} as tokens choose them",
-                     budget / gib, p.fixed_bytes / gib, pinned, p.experts ? "experts" : "hottest neurons", p.window_bytes / gib,
-                     p.experts ? "experts" : "FFN rows", p.row_bytes / gib, path);
+                     budget / gib, p.fixed_bytes / gib, pinned, p.experts ? "experts" : "hottest neurons",
+                     device > 0 ? fmt::format(" past the device's {} (layer 0's)", device) : "", p.window_bytes / gib, p.experts ? "experts" : "FFN rows",
+                     p.row_bytes / gib, path);
 }
 
 }  // namespace hotcold

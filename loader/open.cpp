@@ -108,6 +108,27 @@ placement_plan plan_for(const opened_model& r, const open_options& o, placement_
   return plan;
 }
 
+// The disk tier (--ram-budget) of a model loaded with its FFN rows left in the file. hot: the neurons a
+// hot device holds, per layer (sorted; empty: none): the pinned rows follow each layer's prefix of them,
+// so that the budget holds the hottest the device does not.
+void open_disk_tier(opened_model& r, const open_options& o, const placement_data& hot) {
+  ram_tier_plan plan = plan_ram_tier(*r.m, o.ram_budget);
+  if (!hot.hot.empty()) {
+    plan.device_rows.assign(plan.pinned_rows.size(), 0);
+    for (size_t il = 0; il < hot.hot.size() && il < plan.device_rows.size(); ++il) {
+      int64_t k = 0;
+      for (const int32_t id : hot.hot[il]) {
+        if (id != k) break;
+        ++k;
+      }
+      plan.device_rows[il] = k;
+    }
+  }
+  r.disk = std::make_shared<ram_tier>(r.m, plan, o.disk_io);
+  r.ctx->set_disk_tier(r.disk);
+  say(o.log, "hotcold: " + describe(plan, o.ram_budget, r.m->path()));
+}
+
 // What the plan (or the caller) puts on the device, in its order: compute buffers, attention with its
 // KV cache, predictors, the head; then a sparse file's hot rows, computed beside the cold pool.
 void put_on_device(opened_model& r, const open_options& o) {
@@ -123,6 +144,7 @@ void put_on_device(opened_model& r, const open_options& o) {
     r.plan = plan_for(r, o, hot);
     residency = r.plan->residency();
   }
+  if (m.ffn_rows_from_disk()) open_disk_tier(r, o, hot);
   expert_residency experts;
   if (o.experts) experts = *o.experts;
   else if (r.plan) experts = r.plan->expert_slots();
@@ -135,11 +157,7 @@ void put_on_device(opened_model& r, const open_options& o) {
     r.ctx->set_device_layers(r.device);
   }
   if (hp.moe() && experts.any()) {
-    if (r.disk)  // (its slots are filled from the experts' memory, which the tier reads only for the CPU's steps)
-      throw std::invalid_argument(fmt::format("--ram-budget with a mixture's experts on {}: not yet — the disk tier reads the experts the CPU computes; run "
-                                              "the mixture's tier on the CPU alone (docs/disk.md)",
-                                              r.dev->name()));
-    r.experts = std::make_shared<device_experts>(r.m, experts, r.device);
+    r.experts = std::make_shared<device_experts>(r.m, experts, r.device, r.disk);  // (its uploads read through the disk tier, if any)
     r.ctx->set_device_experts(r.experts);
     int64_t held = 0;
     for (int64_t s : experts.slots) held += s;
@@ -233,13 +251,8 @@ opened_model open_for_running(std::shared_ptr<const model> m, std::shared_ptr<de
     r.trace = std::make_unique<trace_recorder>();
     r.ctx->set_trace(r.trace.get());
   }
-  if (m->ffn_rows_from_disk()) {
-    const ram_tier_plan plan = plan_ram_tier(*m, o.ram_budget);
-    r.disk = std::make_shared<ram_tier>(m, plan, o.disk_io);
-    r.ctx->set_disk_tier(r.disk);
-    say(o.log, "hotcold: " + describe(plan, o.ram_budget, m->path()));
-  }
-  if (on_device) put_on_device(r, o);
+  if (on_device) put_on_device(r, o);  // (the disk tier's opened there, past the device's neurons)
+  else if (m->ffn_rows_from_disk()) open_disk_tier(r, o, {});
   return r;
 }
 

@@ -81,7 +81,7 @@ uint64_t resident_row_pages(const model& m, const ram_tier* tier = nullptr) {
     for (unsigned char c : v) n += c & 1;
   };
   for (int64_t il = 0; il < m.hp().n_layer; ++il) {
-    const int64_t p = tier ? tier->pinned_rows(il) : 0, w = tier ? tier->window_rows(il) : 0;
+    const int64_t p = tier ? tier->first_pinned(il) + tier->pinned_rows(il) : 0, w = tier ? tier->window_rows(il) : 0;
     for (const tensor_view* t : neuron_row_tensors(m.weights().layers[static_cast<size_t>(il)])) {
       const auto a = reinterpret_cast<uint64_t>(t->data), wlo = a + static_cast<uint64_t>(p) * t->row_bytes, whi = wlo + static_cast<uint64_t>(w) * t->row_bytes;
       if (w == 0) {
@@ -215,6 +215,74 @@ INSTANTIATE_TEST_SUITE_P(Files, RamTier,
                                          tier_case{"tier_q4_0_bundle", tensor_type::q4_0, true},
                                          tier_case{"tier_silu_thresholded", tensor_type::f16, true, true}),
                          [](const testing::TestParamInfo<tier_case>& i) { return std::string(i.param.name).substr(5); });
+
+// Beside a hot device that holds each layer's first neurons (the hottest), the pinned rows are the
+// hottest after them — the budget holds no neuron twice —, and those first neurons, which a dense step
+// or a step of the CPU alone may still ask for, are read into the rows below the pinned ones: the same
+// bits at every budget, the rows of the neurons asked for, no more than the budget kept.
+TEST(RamTier, BesideADeviceThePinnedRowsFollowItsNeurons) {
+  const auto path = tier_model("tier_f16_bundle", tensor_type::f16, true);
+  const auto whole = model::load(path);
+  const auto want_sparse = run(whole, nullptr, ffn_mode::sparse), want_dense = run(whole, nullptr, ffn_mode::dense);
+  const auto probe = on_disk(path);
+  const auto& hp = probe->hp();
+  const ram_tier_plan biggest = plan_ram_tier(*probe, ~uint64_t{0} / 2);
+  const int64_t device = hp.n_ff / 4;
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for (double share : {0.0, 0.3, 1.0}) {
+    SCOPED_TRACE(share);
+    const auto m = on_disk(path);
+    ram_tier_plan plan = plan_at(*m, biggest, share);
+    plan.device_rows.assign(static_cast<size_t>(hp.n_layer), device);
+    auto tier = std::make_shared<ram_tier>(m, plan);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      EXPECT_LE(tier->first_pinned(il) + tier->pinned_rows(il) + tier->window_rows(il), hp.n_ff);
+      if (share == 0.3) {  // (the window rounded down to a page: no further than a page's rows below the device's)
+        EXPECT_EQ(tier->first_pinned(il), device);
+        EXPECT_GT(tier->pinned_rows(il), 0);
+      }
+      if (share == 1.0) {
+        EXPECT_EQ(tier->first_pinned(il), device);
+        EXPECT_EQ(tier->pinned_rows(il), hp.n_ff - device);  // (all but the device's)
+      }
+    }
+    if (share == 0.3) {
+      const int64_t lo = tier->first_pinned(1);
+      const auto before = tier->counted();
+      { auto in = tier->rows(1, std::vector<int32_t>{static_cast<int32_t>(lo), static_cast<int32_t>(lo + tier->pinned_rows(1) - 1)}); }
+      EXPECT_EQ(tier->counted().disk_bytes, before.disk_bytes);  // (pinned: the hottest past the device's)
+      EXPECT_EQ(tier->counted().hits - before.hits, 2u);
+      std::vector<int32_t> low;  // (the device's neurons: read, into rows below the pinned ones or the window's)
+      for (int32_t i = 0; i < static_cast<int32_t>(lo); i += 7) low.push_back(i);
+      auto in = tier->rows(1, low);
+      EXPECT_GT(tier->counted().disk_bytes, before.disk_bytes);
+      const auto mine = neuron_row_tensors(m->weights().layers[1]), theirs = neuron_row_tensors(whole->weights().layers[1]);
+      for (size_t k = 0; k < low.size(); ++k) {
+        EXPECT_FALSE(in.rows()[k] >= lo && in.rows()[k] < lo + tier->pinned_rows(1)) << "a pinned row taken";
+        for (size_t j = 0; j < mine.size(); ++j) ASSERT_EQ(std::memcmp(mine[j]->row(in.rows()[k]), theirs[j]->row(low[k]), mine[j]->row_bytes), 0);
+      }
+    }
+    const auto got = run(m, tier, ffn_mode::sparse);
+    EXPECT_EQ(got.tokens, want_sparse.tokens);  // (bit for bit)
+    EXPECT_EQ(got.batch, want_sparse.batch);
+    EXPECT_EQ(run(m, tier, ffn_mode::dense).tokens, want_dense.tokens);  // (every neuron in its own row: the device's too)
+    if (share == 1.0) continue;
+    // A step asking for every neuron but the pinned ones takes overflow rows on both sides of them and
+    // gives them back after.
+    std::vector<int32_t> rest;
+    for (int32_t i = 0; i < static_cast<int32_t>(hp.n_ff); ++i)
+      if (i < tier->first_pinned(0) || i >= tier->first_pinned(0) + tier->pinned_rows(0)) rest.push_back(i);
+    const uint64_t released = tier->counted().released_pages;
+    { auto big = tier->rows(0, rest); }
+    EXPECT_GT(tier->counted().released_pages, released);
+    uint64_t pinned_bytes = 0;
+    for (int64_t il = 0; il < hp.n_layer; ++il) pinned_bytes += static_cast<uint64_t>(tier->pinned_rows(il)) * plan.neuron_bytes[static_cast<size_t>(il)];
+    const uint64_t edges = 4 * page * 3 * static_cast<uint64_t>(hp.n_layer);  // (pages at the slot regions' ends)
+    const uint64_t tokens = static_cast<uint64_t>(plan.token_rows) * m->weights().token_embd.row_bytes;  // (the runs' embedding rows)
+    EXPECT_LE(tier->counted().held_bytes, plan.window_bytes + pinned_bytes + tokens);
+    EXPECT_LE(resident_row_pages(*m, tier.get()) * page, plan.window_bytes + pinned_bytes + edges);
+  }
+}
 
 // The embedding table (a head of its own) stays in the file too: a step reads its tokens' rows, the
 // same bytes; past the plan's rows kept, they are given back.
