@@ -92,28 +92,29 @@ void cpu_rates_of(const plan_args& a, const model& m, plan_inputs& in) {
 }
 
 // The disk tier's plan (--ram-budget): the disk's rate given, or measured on this file with the
-// reads the prediction expects (one neuron's rows each, a layer's misses at a time).
+// reads the prediction expects (one neuron's rows each, a layer's misses at a time); beside a GPU's
+// plan where there is one.
 struct disk_plan {
   tools::disk_tier_prediction p;
   std::string rate_from = "given (--disk-read)";
 };
-disk_plan plan_disk(const plan_args& a, const plan_inputs& in) {
+disk_plan plan_disk(const plan_args& a, const plan_inputs& in, const tools::plan_prediction* beside = nullptr) {
   load_options lo;
   lo.ffn_rows_from_disk = true;  // (what run --ram-budget loads: the rows and the embedding table left in the file)
   const auto m = model::load(a.model, lo);
   const uint64_t budget = static_cast<uint64_t>(a.ram_budget * double(1ull << 30));
   disk_plan d;
   if (a.disk_gbs > 0) {
-    d.p = tools::predict_disk_tier(*m, in.o, budget, a.disk_gbs);
+    d.p = tools::predict_disk_tier(*m, in.o, budget, a.disk_gbs, beside);
     return d;
   }
-  const auto first = tools::predict_disk_tier(*m, in.o, budget, 1.0);  // (the reads it expects; their time scales with the rate)
+  const auto first = tools::predict_disk_tier(*m, in.o, budget, 1.0, beside);  // (the reads it expects; their time scales with the rate)
   const uint64_t piece = *std::max_element(first.neuron_bytes.begin(), first.neuron_bytes.end());
   const int64_t batch = std::max<int64_t>(1, std::llround(first.neurons_read_per_token / static_cast<double>(m->hp().n_layer)));
   // (2048 reads, fewer where they are long: at most ~256 MiB; and at least eight batches)
   const auto pieces = std::max<int64_t>(8 * batch, std::min<int64_t>(2048, static_cast<int64_t>((uint64_t{256} << 20) / piece)));
   const auto r = tools::measure_disk_rate(a.model, piece, batch, pieces);
-  d.p = tools::predict_disk_tier(*m, in.o, budget, r.gbs);
+  d.p = tools::predict_disk_tier(*m, in.o, budget, r.gbs, beside);
   d.rate_from = fmt::format("measured here: {} reads of {:.1f} KiB at random places in the file, {} at a time{}", r.reads, piece / 1024.0, batch,
                             r.direct ? ", direct" : " (through the page cache: the file system refused direct reads, so this is the cache's rate)");
   return d;
@@ -123,6 +124,7 @@ nlohmann::json disk_json(const disk_plan& d) {
   const auto& p = d.p;
   return {{"ram_budget_bytes", p.budget},
           {"pinned_neurons_per_layer", p.pinned_rows},
+          {"device_neurons_per_layer", p.device_rows},
           {"window_neurons", p.window_rows},
           {"disk_read_gbs", p.disk_gbs},
           {"disk_read_from", d.rate_from},
@@ -139,14 +141,16 @@ nlohmann::json disk_json(const disk_plan& d) {
 std::string disk_lines(const disk_plan& d) {
   const auto& p = d.p;
   const std::string holds = p.experts && p.pinned_rows == 0 ? fmt::format("a cache of {} experts for all the layers", p.window_rows)
-                                                             : fmt::format("each layer's {} hottest {} and a window of {} more", p.pinned_rows,
-                                                                           p.experts ? "experts" : "neurons", p.window_rows);
+                                                             : fmt::format("each layer's {} hottest {}{} and a window of {} more", p.pinned_rows,
+                                                                           p.experts ? "experts" : "neurons",
+                                                                           p.device_rows > 0 ? fmt::format(" past the GPU's {}", p.device_rows) : "",
+                                                                           p.window_rows);
   return fmt::format("disk tier: --ram-budget {:.3f} GiB holds {}; a token reads {:.1f} MiB from the "
                      "file ({:.1f} {}; {:.1f}% of the chosen ones in memory) at {:.2f} GB/s ({})\n"
-                     "disk tier per token: the CPU's work {:.2f} ms + the reads {:.2f} ms = {:.1f} tokens/s ({:.1f} with the reads wholly beside the "
+                     "disk tier per token: {} work {:.2f} ms + the reads {:.2f} ms = {:.1f} tokens/s ({:.1f} with the reads wholly beside the "
                      "work; {:.1f} with the whole file in memory)\n",
                      p.budget / double(1ull << 30), holds, p.disk_bytes_per_token / double(1 << 20), p.neurons_read_per_token,
-                     p.experts ? "experts" : "neurons", 100 * p.ram_hit_rate, p.disk_gbs, d.rate_from, p.compute_seconds * 1e3, p.disk_seconds * 1e3, p.tokens_per_s,
+                     p.experts ? "experts" : "neurons", 100 * p.ram_hit_rate, p.disk_gbs, d.rate_from, p.beside_gpu ? "the hybrid's (GPU and CPU)" : "the CPU's", p.compute_seconds * 1e3, p.disk_seconds * 1e3, p.tokens_per_s,
                      p.overlapped_tokens_per_s, p.in_memory_tokens_per_s);
 }
 
@@ -243,7 +247,7 @@ void run_plan(const plan_args& a) {
   cpu_rates_of(a, *m, in);
   const auto p = tools::predict_plan(*m, in.o);
   std::optional<disk_plan> disk;
-  if (a.ram_budget > 0) disk = plan_disk(a, in);
+  if (a.ram_budget > 0) disk = plan_disk(a, in, &p);
   if (a.json) print_plan_json(a, in, p, disk ? &*disk : nullptr);
   else
     fmt::print("{}{}firing: {}; GPU: {}; CPU bandwidth: {}\n", tools::prediction_table(*m, in.o, p), disk ? disk_lines(*disk) : std::string(), in.firing_from,

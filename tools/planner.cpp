@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <random>
 #include <thread>
 #include <stdexcept>
 
@@ -14,7 +13,6 @@
 #include "devices/gpu_jobs.hpp"
 #include "model/recipe.hpp"
 #include "engine/forward.hpp"
-#include "engine/disk_reads.hpp"
 #include "engine/ram_tier.hpp"
 #include "engine/read_costs.hpp"
 #include "engine/trace.hpp"
@@ -400,7 +398,7 @@ plan_prediction predict_plan(const model& m, const planner_options& o) {
   return r;
 }
 
-disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o, uint64_t ram_budget, double disk_gbs) {
+disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o, uint64_t ram_budget, double disk_gbs, const plan_prediction* beside) {
   const hparams& hp = m.hp();
   if (!m.has_predictors() && !hp.moe())
     throw std::invalid_argument(fmt::format("plan --ram-budget: {} has no FFN rows read by neuron (a sparse file's: `hotcold prepare`)", m.path()));
@@ -412,13 +410,18 @@ disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o,
   const ram_tier_plan tier = plan_ram_tier(m, ram_budget);
   disk_tier_prediction r;
   r.budget = ram_budget, r.disk_gbs = disk_gbs;
-  r.pinned_rows = tier.pinned_rows.empty() ? 0 : tier.pinned_rows[0], r.window_rows = tier.window_rows;
+  // (beside a GPU's plan: each sparse layer's first hot_neurons are the device's, the pinned ones after them)
+  std::vector<int64_t> device(static_cast<size_t>(hp.n_layer), 0), pinned(tier.pinned_rows);
+  for (size_t l = 0; beside && !hp.moe() && l < device.size() && l < beside->plan.layers.size(); ++l)
+    device[l] = std::min(beside->plan.layers[l].hot_neurons, hp.n_ff), pinned[l] = std::min(pinned[l], hp.n_ff - device[l]);
+  r.pinned_rows = pinned.empty() ? 0 : pinned[0], r.device_rows = device.empty() ? 0 : device[0], r.window_rows = tier.window_rows;
   r.neuron_bytes = tier.neuron_bytes, r.experts = tier.experts;
   const auto finish = [&] {
     if (m.embeddings_from_disk() && tier.token_rows < m.weights().token_embd.ne1) r.disk_bytes_per_token += static_cast<double>(c.embedding_row);
-    r.compute_seconds = alone.seconds;
+    r.beside_gpu = beside && beside->hybrid_tokens_per_s > 0;
+    r.compute_seconds = r.beside_gpu ? 1.0 / beside->hybrid_tokens_per_s : alone.seconds;
     r.disk_seconds = r.disk_bytes_per_token / (disk_gbs * 1e9);
-    r.in_memory_tokens_per_s = 1.0 / alone.seconds;
+    r.in_memory_tokens_per_s = 1.0 / r.compute_seconds;
     r.tokens_per_s = 1.0 / (r.compute_seconds + r.disk_seconds);
     r.overlapped_tokens_per_s = 1.0 / std::max(r.compute_seconds, r.disk_seconds);
     return r;
@@ -436,18 +439,19 @@ disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o,
     }
     return finish();
   }
-  double chosen = 0, past_pinned = 0;  // neurons a token chooses; of those, past their layer's pinned ones
+  double chosen = 0, past_pinned = 0;  // neurons the CPU computes a token; of those, past their layer's pinned ones
+  const auto first_read = [&](int64_t l) { return device[static_cast<size_t>(l)] + pinned[static_cast<size_t>(l)]; };
   for (int64_t l = 0; l < hp.n_layer; ++l)
-    for (int64_t i = 0; i < hp.n_ff; ++i) {
+    for (int64_t i = device[static_cast<size_t>(l)]; i < hp.n_ff; ++i) {
       const double ci = f.chosen(l, i);
       chosen += ci;
-      if (i >= tier.pinned_rows[static_cast<size_t>(l)]) past_pinned += ci;
+      if (i >= first_read(l)) past_pinned += ci;
     }
   // (the tokens' worth of such neurons the window holds: one chosen in any of them is still there)
   const double held_tokens = past_pinned > 0 ? static_cast<double>(tier.window_rows) / past_pinned : 0.0;
   double missed = 0;
   for (int64_t l = 0; l < hp.n_layer; ++l)
-    for (int64_t i = tier.pinned_rows[static_cast<size_t>(l)]; i < hp.n_ff; ++i) {
+    for (int64_t i = first_read(l); i < hp.n_ff; ++i) {
       const double ci = f.chosen(l, i), miss = ci * std::pow(1.0 - ci, held_tokens);
       missed += miss;
       r.disk_bytes_per_token += miss * static_cast<double>(tier.neuron_bytes[static_cast<size_t>(l)]);
@@ -455,30 +459,6 @@ disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o,
   r.neurons_read_per_token = missed;
   r.ram_hit_rate = chosen > 0 ? 1.0 - missed / chosen : 1.0;
   return finish();
-}
-
-disk_rate measure_disk_rate(const std::string& path, uint64_t piece_bytes, int64_t batch, int64_t pieces) {
-  if (piece_bytes == 0 || batch <= 0 || pieces <= 0) throw std::invalid_argument("measure_disk_rate: pieces of no bytes, or none");
-  disk_file file(path);
-  const uint64_t size = file.size();
-  if (size < piece_bytes) throw std::invalid_argument(fmt::format("{}: {} bytes, shorter than one read of {}", path, size, piece_bytes));
-  std::mt19937_64 rng(0x5eed);
-  std::uniform_int_distribution<uint64_t> where(0, (size - piece_bytes) / 64);
-  std::vector<char> memory(static_cast<size_t>(piece_bytes * static_cast<uint64_t>(batch)));
-  std::vector<disk_file::piece> ps(static_cast<size_t>(batch));
-  const auto before = file.counted();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t done = 0; done < pieces; done += batch) {
-    for (size_t k = 0; k < ps.size(); ++k) ps[k] = {where(rng) * 64, piece_bytes, memory.data() + k * piece_bytes};  // (64-byte steps: rows' alignment)
-    file.read(ps);
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  disk_rate r;
-  r.reads = file.counted().reads - before.reads;
-  r.bytes = static_cast<uint64_t>(((pieces + batch - 1) / batch) * batch) * piece_bytes;
-  r.gbs = static_cast<double>(r.bytes) / seconds / 1e9;
-  r.direct = file.direct();
-  return r;
 }
 
 std::string prediction_table(const model& m, const planner_options& o, const plan_prediction& p) {

@@ -115,7 +115,9 @@ cpu_rates measure_cpu_rates(std::shared_ptr<const model> m, int threads);
 // holds it (one of the tokens it has room for chose it too).
 struct disk_tier_prediction {
   uint64_t budget = 0;
-  int64_t pinned_rows = 0, window_rows = 0;  // each layer's pinned neurons; the window's slots
+  int64_t pinned_rows = 0, window_rows = 0;  // each layer's pinned neurons (layer 0's); the window's slots
+  int64_t device_rows = 0;                   // beside a GPU's plan: layer 0's neurons on the device, which the pinned ones follow
+  bool beside_gpu = false;                   // a token's work: the hybrid's (else the CPU's alone)
   bool experts = false;                      // a mixture's: the units are experts (a cache of window_rows for all the layers)
   double disk_gbs = 0;
   double disk_bytes_per_token = 0;
@@ -125,7 +127,12 @@ struct disk_tier_prediction {
   double compute_seconds = 0, disk_seconds = 0;  // per token
   double in_memory_tokens_per_s = 0, tokens_per_s = 0, overlapped_tokens_per_s = 0;
 };
-disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o, uint64_t ram_budget, double disk_gbs);
+// beside: a GPU's plan (predict_plan's) that the tier runs with: a sparse layer's first hot_neurons
+// are the device's (never read; the pinned ones are the hottest after them, as run --device opens the
+// tier) and a token's work is the hybrid's (null: the CPU alone's). A mixture's experts are modelled on
+// the CPU alone.
+disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o, uint64_t ram_budget, double disk_gbs,
+                                       const plan_prediction* beside = nullptr);
 
 // The disk's rate for the tier's reads, GB/s: `pieces` reads of `piece_bytes` at random places in the
 // file, direct (past the page cache) where the file system allows it, submitted in batches of `batch`

@@ -195,6 +195,25 @@ TEST(Planner, TheDiskTierReadsWhatItsBudgetDoesNotHold) {
     EXPECT_LT(p.ram_hit_rate, 1.0);
     before = p.disk_bytes_per_token;
   }
+  // Beside a GPU's plan: each layer's first hot neurons are the GPU's — not read, not the CPU's
+  // choices — the pinned ones follow them, and a token's work is the hybrid's.
+  const auto gpu = tools::predict_plan(*m, options(*m, 1 << 18));  // (256 KiB: some of each layer's neurons)
+  std::vector<int64_t> hot;
+  for (const auto& l : gpu.plan.layers) hot.push_back(l.hot_neurons);
+  ASSERT_GT(hot[0], 0);
+  ASSERT_LT(hot[0], hp.n_ff);
+  const auto beside = tools::predict_disk_tier(*m, o, all.least_bytes, 2.0, &gpu);
+  EXPECT_EQ(beside.device_rows, hot[0]);
+  EXPECT_TRUE(beside.beside_gpu);
+  double cold_chosen = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l)
+    for (int64_t i = hot[static_cast<size_t>(l)]; i < hp.n_ff; ++i)
+      cold_chosen += static_cast<double>(i % 10) / 40.0 * static_cast<double>(all.neuron_bytes[static_cast<size_t>(l)]);
+  EXPECT_NEAR(beside.disk_bytes_per_token, cold_chosen + embedding, 1e-9 * cold_chosen);
+  EXPECT_NEAR(beside.in_memory_tokens_per_s, gpu.hybrid_tokens_per_s, 1e-9 * gpu.hybrid_tokens_per_s);
+  const auto beside_whole = tools::predict_disk_tier(*m, o, all.fixed_bytes + all.row_bytes, 2.0, &gpu);
+  EXPECT_EQ(beside_whole.pinned_rows, hp.n_ff - hot[0]);  // (every neuron the GPU does not hold)
+  EXPECT_EQ(beside_whole.disk_bytes_per_token, 0.0);
   EXPECT_THROW(tools::predict_disk_tier(*m, o, all.least_bytes, 0.0), std::invalid_argument);
   EXPECT_THROW(tools::predict_disk_tier(*model::load(test::make_model("planner_dense", test::sparse_test_options(architecture::llama, activation::relu, tensor_type::f16))),
                                         o, all.least_bytes, 1.0),
