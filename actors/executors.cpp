@@ -440,6 +440,11 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       count_dense_ffn(st, layer, *whole);
       return run_layer(self, layer + 1);
     }
+    if (ram_tier* tier = ctx.disk_tier(); tier && ctx.mode() == ffn_mode::sparse && !m.hp().moe()) {  // (read while attention computes)
+      ram_tier::id_filter host_only;
+      if (st.p->hot) host_only = [hot = st.p->hot.get()](int64_t il, std::vector<int32_t>& ids) { hot->keep_cold(il, ids); };
+      tier->read_ahead_at_input(layer, *st.runner, st.s->x.data(), st.s->n, st.input_guess, host_only);
+    }
     ctx.step_attention(*st.s, layer);
     stats.add_time(step_part::attention, layer, std::chrono::steady_clock::now() - t0);
     count_fixed_bytes(st, layer);

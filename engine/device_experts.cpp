@@ -164,39 +164,9 @@ void device_experts::copy_expert(int64_t layer, int32_t e, int32_t slot) {
   }
 }
 
-void device_experts::advance_trial(int64_t n) {
-  // Decoded tokens only (a prompt batch's hits are another matter); each epoch's first guess_warm_in
-  // tokens are not measured (the cache still holds what the other side left it).
-  if (n != 1) return;
-  guess_trial& t = trial_;
-  const auto count = [&] {
-    (t.on_now ? t.tokens_on : t.tokens_off) += 1, t.tokens += 1;
-    if (t.tokens == guess_warm_in) t.lookups0 = counts_.lookups, t.hits0 = counts_.hits;
-  };
-  if (t.tokens < guess_epoch) return count();
-  // An epoch has ended: a trial epoch's hits go to its side; after the four, the guess stays on unless
-  // the hit rate without it was higher by more than guess_margin.
-  constexpr int64_t trial_epochs = 4;
-  if (t.epoch < trial_epochs) {
-    (t.on_now ? t.on_lookups : t.off_lookups) += counts_.lookups - t.lookups0;
-    (t.on_now ? t.on_hits : t.off_hits) += counts_.hits - t.hits0;
-  }
-  ++t.epoch, t.tokens = 0;
-  if (t.epoch < trial_epochs) {
-    t.on_now = t.epoch % 2 == 0;
-  } else if (t.epoch == trial_epochs) {
-    t.on_hit_rate = t.on_lookups > 0 ? static_cast<double>(t.on_hits) / static_cast<double>(t.on_lookups) : 0.0;
-    t.off_hit_rate = t.off_lookups > 0 ? static_cast<double>(t.off_hits) / static_cast<double>(t.off_lookups) : 0.0;
-    t.on_now = !(t.off_hit_rate > t.on_hit_rate + guess_margin);
-  } else if (t.epoch == trial_epochs + guess_retrial) {  // a new cycle: try both again
-    t.epoch = 0, t.on_now = true;
-    t.on_lookups = t.on_hits = t.off_lookups = t.off_hits = 0;
-  }
-  count();
-}
-
 void device_experts::begin_step(int64_t n) {
-  if (r_.prefetch && r_.prefetch_on_trial) advance_trial(n);
+  // (decoded tokens only: a prompt batch's hits are another matter)
+  if (r_.prefetch && r_.prefetch_on_trial && n == 1) trial_.token(static_cast<double>(counts_.hits), static_cast<double>(counts_.lookups));
   while (!pending_.empty() && pending_.front().done->ready()) {
     pending_.front().done->wait();  // rethrows a failed copy
     pending_.pop_front();

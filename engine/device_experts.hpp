@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "devices/device.hpp"
+#include "engine/on_off_trial.hpp"
 #include "model/model.hpp"
 
 namespace hotcold {
@@ -133,14 +134,7 @@ class device_experts {
   bool guessing() const { return r_.prefetch && (!r_.prefetch_on_trial || trial_.on_now); }
   static constexpr int64_t guess_epoch = 32, guess_warm_in = 8, guess_retrial = 16;
   static constexpr double guess_margin = 0.01;
-  struct guess_trial {
-    bool on_now = true;
-    int64_t epoch = 0, tokens = 0;          // epochs since the cycle began, decoded tokens into this one
-    int64_t lookups0 = 0, hits0 = 0;         // the counts when the epoch began
-    int64_t on_lookups = 0, on_hits = 0, off_lookups = 0, off_hits = 0;  // the cycle's trial epochs
-    double on_hit_rate = -1, off_hit_rate = -1;  // the last trial's (-1: none yet)
-    int64_t tokens_on = 0, tokens_off = 0;
-  };
+  using guess_trial = on_off_trial;  // (its scores: the hit rates with the guess and without)
   const guess_trial& guess_trials() const { return trial_; }
 
   struct counts {
@@ -179,8 +173,7 @@ class device_experts {
   double allowance_ = 0;        // of the step's allowance, what is left (a hard bound, whatever the credits)
   std::deque<pending> pending_;
   counts counts_;
-  guess_trial trial_;
-  void advance_trial(int64_t n);
+  guess_trial trial_{{guess_epoch, guess_warm_in, guess_retrial, guess_margin, false}};
 };
 
 }  // namespace hotcold

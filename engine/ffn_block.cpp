@@ -310,6 +310,13 @@ ffn_step_counts ffn_block::record(step_state& B, int64_t layer, const layer_weig
   return c;
 }
 
+void ffn_block::read_ahead_at_input(const step_state& B, int64_t il) {
+  if (!env_.disk || env_.mode != ffn_mode::sparse || env_.hp().moe()) return;
+  ram_tier::id_filter host_only;
+  if (executor_) host_only = [this](int64_t layer, std::vector<int32_t>& ids) { executor_->keep_cold(layer, ids); };
+  env_.disk->read_ahead_at_input(il, predictor_, B.x.data(), B.n, input_guess_, host_only);
+}
+
 ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
                                bool may_go_dense, float* out) {
   if (l.ffn_gate_inp) {  // a mixture of experts

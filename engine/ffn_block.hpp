@@ -55,6 +55,9 @@ class ffn_block {
   // that reads fewer bytes (prompt batches); steps of several sequences and single tokens keep each
   // token's own choice.
   ffn_step_counts run(step_state& B, int64_t layer, const float* in, const float* pred_in, bool may_go_dense, float* out);
+  // The disk tier's second guess of layer il's rows, before its attention, from the layer's input B.x
+  // (ram_tier::read_ahead_at_input; sparse mode alone).
+  void read_ahead_at_input(const step_state& B, int64_t il);
 
   // A whole layer on a GPU (attention and its dense FFN in one job, attention_block::run_with_ffn): the
   // FFN's part of that job (weights, activation, where each neuron's value goes, where something reads
@@ -109,6 +112,7 @@ class ffn_block {
   // The disk tier's read-ahead's scratch: the next layer's guess (ram_tier::read_ahead_next).
   std::vector<uint8_t> guess_chosen_;
   std::vector<int32_t> guess_union_;
+  ram_tier::guess_scratch input_guess_;  // (read_ahead_at_input's)
   // Measured per layer and batch-size class (log2 n): the union's share of n_ff (running average).
   struct batch_cost {
     static constexpr int classes = 10;

@@ -116,6 +116,7 @@ bool inference_context::whole_layer_job(int64_t layer) const { return ffn_.whole
 
 void inference_context::run_layer(step_state& B, int64_t il, bool may_go_dense) {
   if (!step_whole_layer(B, il)) {
+    ffn_.read_ahead_at_input(B, il);  // (the disk tier's: read while attention computes)
     attention_.run(B, il);
     ffn(B, il, may_go_dense);
   }

@@ -10,7 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "engine/layer_ops.hpp"
 #include "engine/predictor.hpp"
+#include "model/recipe.hpp"
 
 namespace hotcold {
 
@@ -114,7 +116,7 @@ ram_tier::ram_tier(std::shared_ptr<const model> m, const ram_tier_plan& plan, co
         if (*t && t->interleaved16) L.interleaved.push_back(t);
     }
     L.neuron_bytes = tier_unit_bytes(*m_, il);
-    if (!first && !L.tensors.empty()) first = &L;
+    if (!first && !L.tensors.empty()) first = &L, first_held_ = il;
   }
   std::lock_guard lock(mu_);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
@@ -489,6 +491,33 @@ void ram_tier::read_ahead_next(int64_t il, predictor_runner& runner, const float
     if (host_only) host_only(next, ids);
     read_ahead(next, ids);
   }
+}
+
+void ram_tier::read_ahead_at_input(int64_t il, predictor_runner& runner, const float* x, int64_t n, guess_scratch& g, const id_filter& host_only) {
+  const hparams& hp = m_->hp();
+  if (il < 0 || il >= hp.n_layer || !m_->holds_layer(il)) return;
+  if (il == first_held_) {  // (a step begins: the trial's clock and turn)
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (n == 1 && step_was_token_) decoded_ += 1, decoded_seconds_ += std::chrono::duration<double>(now - step_began_).count();
+    step_began_ = now, step_was_token_ = n == 1;
+    if (n == 1) input_trial_.token(decoded_, decoded_seconds_);
+  }
+  if (!input_trial_.on()) return;
+  const layer_weights& l = m_->weights().layers[static_cast<size_t>(il)];
+  if (!l.pred_fc1) return;
+  const layer_recipe r = recipe_of(hp, l);
+  const float* in = x;
+  if (r.predictor_reads_ffn_input) {  // (the FFN's norm of what attention has not added to yet)
+    const int64_t d = hp.n_embd;
+    g.in.resize(static_cast<size_t>(n * d));
+    for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.ffn_norm, x + t * d, g.in.data() + t * d, d, hp.norm_eps);
+    in = g.in.data();
+  }
+  if (static_cast<int64_t>(g.chosen.size()) < n * hp.n_ff) g.chosen.resize(static_cast<size_t>(n * hp.n_ff));
+  runner.predict(il, in, n, g.chosen.data(), g.ids);
+  if (host_only) host_only(il, g.ids);
+  read_ahead(il, g.ids);
 }
 
 void ram_tier::token_rows(std::span<const int32_t> ids) {

@@ -16,6 +16,7 @@
 // there: the same bytes in the same order as with the whole file in memory — the same bits whatever
 // the budget. A slot's memory, once touched, stays: nothing is zeroed or faulted again when it is
 // reused. Every row of a layer (all_rows) puts each neuron in its own row (the window's slots with it).
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "engine/disk_reads.hpp"
+#include "engine/on_off_trial.hpp"
 #include "model/model.hpp"
 
 namespace hotcold {
@@ -111,6 +113,21 @@ class ram_tier {
   using id_filter = std::function<void(int64_t il, std::vector<int32_t>& ids)>;
   void read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen, std::vector<int32_t>& ids,
                        const id_filter& host_only = {});
+  // The second guess of layer il's rows, before its attention: its predictor on x, the layer's input
+  // (n rows) — what the predictor reads where it reads the layer's input, else the residual stream
+  // before attention adds to it (normalized by the FFN's norm where the predictor reads that), nearer
+  // than the guess a layer before — the rows neither in memory nor on their way read while attention
+  // computes. g: the caller's scratch. It costs a predictor's pass a layer, which pays where reads
+  // are waited on and not where the disk is busy all the time anyway: on trial (input_guess_trial(),
+  // scored by decoded tokens a second between the steps' starts at the first layer held; off unless it
+  // is more than 2% faster without it, a new trial every 16 epochs).
+  struct guess_scratch {
+    std::vector<float> in;
+    std::vector<uint8_t> chosen;
+    std::vector<int32_t> ids;
+  };
+  void read_ahead_at_input(int64_t il, predictor_runner& runner, const float* x, int64_t n, guess_scratch& g, const id_filter& host_only = {});
+  const on_off_trial& input_guess_trial() const { return input_trial_; }
   int read_ahead_layers = 1;  // layers read ahead (2 measured no faster: a step's own reads wait behind the further layer's)
   // The embedding rows of tokens ids in place (model::embeddings_from_disk; else nothing to do): a
   // row read stays until the plan's token_rows are held, when all are given back. Read under the
@@ -212,6 +229,13 @@ class ram_tier {
   int64_t tokens_held_ = 0;
   std::map<uint64_t, std::string> failed_;  // reads waited on that failed: ticket, error (for a lazy use)
   counts c_;  // (its disk figures: the file's own counts since the pinned rows)
+  // read_ahead_at_input's trial, and its clock: decoded tokens and their seconds, a token's from one
+  // step's start at the first layer this process holds to the next's.
+  on_off_trial input_trial_{{32, 8, 16, 0.02, true}};
+  int64_t first_held_ = -1;
+  std::chrono::steady_clock::time_point step_began_;
+  bool step_was_token_ = false;
+  double decoded_ = 0, decoded_seconds_ = 0;
   disk_file::counts file_base_;
   mutable std::mutex mu_;
   std::condition_variable turn_;  // an all_rows use waits for the uses of its layer and of the window, and a layer's uses for it

@@ -220,13 +220,13 @@ TEST(MoeDevice, TheGuessIsTriedBothWaysAndKeptWhereItPays) {
     EXPECT_GT(prefetched_in_epoch[2], 0);
     EXPECT_EQ(prefetched_in_epoch[1], 0);
     EXPECT_EQ(prefetched_in_epoch[3], 0);
-    ASSERT_GE(g.on_hit_rate, 0.0);
-    ASSERT_GE(g.off_hit_rate, 0.0);
+    ASSERT_GE(g.on_score, 0.0);
+    ASSERT_GE(g.off_score, 0.0);
     EXPECT_EQ(g.tokens_on, 2 * epoch + 8 * (g.on_now ? 1 : 0));
-    const bool keep = !(g.off_hit_rate > g.on_hit_rate + device_experts::guess_margin);
+    const bool keep = !(g.off_score > g.on_score + device_experts::guess_margin);
     EXPECT_EQ(r.experts->guessing(), keep);
     EXPECT_EQ(g.on_now, keep);
-    EXPECT_GT(g.on_hit_rate, 0.0);  // (measured: hits after each epoch's warm-in)
+    EXPECT_GT(g.on_score, 0.0);  // (measured: hits after each epoch's warm-in)
   }
 }
 

@@ -10,13 +10,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "engine/forward.hpp"
+#include "engine/layer_ops.hpp"
+#include "engine/predictor.hpp"
 #include "engine/ram_tier.hpp"
+#include "model/recipe.hpp"
 #include "tests/model/tiny_models.hpp"
 #include "tools/sparse_file.hpp"
 
@@ -368,6 +372,70 @@ TEST(RamTier, AMixturesExpertsAreReadByExpertWithTheSameBits) {
       }
     }
   }
+}
+
+// The second guess before a layer's attention: its predictor on the layer's input as the predictor
+// reads it — the residual stream as it is (a ReLU file), or through the FFN's norm (a thresholded
+// file, whose predictor reads the FFN's normalized input) — reads the rows of exactly what the
+// predictor chooses on that input, so a step asking for those finds every one brought ahead.
+TEST(RamTier, TheSecondGuessReadsWhatThePredictorChoosesOnTheLayersInput) {
+  for (const bool thresholded : {false, true}) {
+    SCOPED_TRACE(thresholded);
+    const auto path = tier_model(thresholded ? "tier_silu_thresholded" : "tier_f16_bundle", tensor_type::f16, true, thresholded);
+    const auto m = on_disk(path);
+    const auto& hp = m->hp();
+    ram_tier tier(m, plan_ram_tier(*m, plan_ram_tier(*m, ~uint64_t{0} / 2).least_bytes + static_cast<uint64_t>(hp.n_layer * hp.n_ff) * 1536 / 3));
+    thread_pool pool(2);
+    predictor_runner runner(*m, pool);
+    const int64_t n = 1, d = hp.n_embd, il = 1;
+    std::vector<float> x(static_cast<size_t>(n * d));
+    for (size_t k = 0; k < x.size(); ++k) x[k] = 3.0f * std::sin(0.37f * static_cast<float>(k)) + 0.5f;  // (far from normalized: the norm matters)
+    ram_tier::guess_scratch g;
+    tier.read_ahead_at_input(il, runner, x.data(), n, g);
+    // What the step chooses on the predictor's own input.
+    const layer_recipe r = recipe_of(hp, m->weights().layers[il]);
+    ASSERT_EQ(r.predictor_reads_ffn_input, thresholded);
+    std::vector<float> in = x;
+    if (thresholded)
+      for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.ffn_norm, x.data() + t * d, in.data() + t * d, d, hp.norm_eps);
+    std::vector<uint8_t> chosen(static_cast<size_t>(n * hp.n_ff));
+    std::vector<int32_t> ids;
+    runner.predict(il, in.data(), n, chosen.data(), ids);
+    std::vector<int32_t> cold;  // (past the pinned ones)
+    for (int32_t id : ids)
+      if (id >= tier.first_pinned(il) + tier.pinned_rows(il)) cold.push_back(id);
+    ASSERT_GT(cold.size(), 4u);
+    const auto before = tier.counted();
+    { auto use = tier.rows(il, cold); }
+    const auto after = tier.counted();
+    // (as many as the window holds, in the guess's order; the rest read when asked)
+    const auto fit = std::min<uint64_t>(cold.size(), static_cast<uint64_t>(tier.window_rows(il)));
+    EXPECT_EQ(after.ahead - before.ahead, fit);
+    EXPECT_EQ(after.missed - before.missed, cold.size() - fit);
+  }
+}
+
+// The second guess is on trial (engine/on_off_trial): on for the first epoch of decoded tokens, then
+// off for the next, when it reads nothing.
+TEST(RamTier, TheSecondGuessIsOnTrial) {
+  const auto path = tier_model("tier_f16_bundle", tensor_type::f16, true);
+  const auto m = on_disk(path);
+  const auto& hp = m->hp();
+  ram_tier tier(m, plan_ram_tier(*m, plan_ram_tier(*m, ~uint64_t{0} / 2).least_bytes + static_cast<uint64_t>(hp.n_layer * hp.n_ff) * 1536 / 3));
+  thread_pool pool(2);
+  predictor_runner runner(*m, pool);
+  std::vector<float> x(static_cast<size_t>(hp.n_embd)), y(x.size());
+  for (size_t k = 0; k < x.size(); ++k) x[k] = std::sin(0.37f * static_cast<float>(k)), y[k] = std::cos(0.91f * static_cast<float>(k));
+  ram_tier::guess_scratch g;
+  const int64_t epoch = 32;
+  for (int64_t t = 0; t < epoch; ++t) tier.read_ahead_at_input(0, runner, x.data(), 1, g);  // (the first layer: each call a decoded token)
+  EXPECT_TRUE(tier.input_guess_trial().on());
+  EXPECT_GT(tier.counted().reads, 0u);
+  const uint64_t reads = tier.counted().reads;
+  tier.read_ahead_at_input(0, runner, y.data(), 1, g);  // (the second epoch: off)
+  EXPECT_FALSE(tier.input_guess_trial().on());
+  EXPECT_EQ(tier.counted().reads, reads);
+  EXPECT_EQ(tier.input_guess_trial().tokens_on, epoch);
 }
 
 TEST(RamTier, AFileChangedWhileRunningIsAnErrorNamingIt) {
