@@ -501,9 +501,10 @@ void ram_tier::read_ahead_at_input(int64_t il, predictor_runner& runner, const f
     const auto now = std::chrono::steady_clock::now();
     if (n == 1 && step_was_token_) decoded_ += 1, decoded_seconds_ += std::chrono::duration<double>(now - step_began_).count();
     step_began_ = now, step_was_token_ = n == 1;
-    if (n == 1) input_trial_.token(decoded_, decoded_seconds_);
+    if (n == 1 && input_guess && input_guess_on_trial) input_trial_.token(decoded_, decoded_seconds_);
+    if (n == 1) c_.token_steps += 1, c_.guessed_steps += guessing() ? 1 : 0;
   }
-  if (!input_trial_.on()) return;
+  if (!guessing()) return;
   const layer_weights& l = m_->weights().layers[static_cast<size_t>(il)];
   if (!l.pred_fc1) return;
   const layer_recipe r = recipe_of(hp, l);

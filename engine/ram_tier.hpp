@@ -128,6 +128,8 @@ class ram_tier {
   };
   void read_ahead_at_input(int64_t il, predictor_runner& runner, const float* x, int64_t n, guess_scratch& g, const id_filter& host_only = {});
   const on_off_trial& input_guess_trial() const { return input_trial_; }
+  bool input_guess = true, input_guess_on_trial = true;  // the second guess: made at all; on trial (else always)
+  bool guessing() const { return input_guess && (!input_guess_on_trial || input_trial_.on()); }
   int read_ahead_layers = 1;  // layers read ahead (2 measured no faster: a step's own reads wait behind the further layer's)
   // The embedding rows of tokens ids in place (model::embeddings_from_disk; else nothing to do): a
   // row read stays until the plan's token_rows are held, when all are given back. Read under the
@@ -147,6 +149,7 @@ class ram_tier {
     double wait_seconds = 0;
     uint64_t released_pages = 0;
     uint64_t held_bytes = 0;
+    uint64_t token_steps = 0, guessed_steps = 0;  // steps of one token at the first layer held; of those, with the second guess on
   };
   counts counted() const;
   const ram_tier_plan& plan() const { return plan_; }

@@ -229,6 +229,7 @@ void decode_once(bench_runner& run, const bench_args& a, const config& c, const 
     r.ram_hits += now.hits - disk_before.hits, r.io_wait_seconds += now.wait_seconds - disk_before.wait_seconds;
     r.read_ahead += now.ahead - disk_before.ahead, r.read_missed += now.missed - disk_before.missed;
     r.disk_needed += now.needed_bytes - disk_before.needed_bytes;
+    r.token_steps += now.token_steps - disk_before.token_steps, r.guessed_steps += now.guessed_steps - disk_before.guessed_steps;
   }
   r.tokens += a.n_gen;
 }

@@ -102,6 +102,7 @@ struct runs {
   int64_t expert_guess_tokens = 0;  // of the decoded tokens, those with the layer-early guess on
   uint64_t disk_bytes = 0, ram_lookups = 0, ram_hits = 0;  // the disk tier's over the decode steps (engine/ram_tier)
   uint64_t read_ahead = 0, read_missed = 0, disk_needed = 0;
+  uint64_t token_steps = 0, guessed_steps = 0;  // the tier's steps of one token, and of those with its second guess on
   double io_wait_seconds = 0;
   rows_read computed;          // FFN rows read over them
   uint64_t device_bytes = 0;   // weights the hot device read over them

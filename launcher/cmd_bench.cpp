@@ -73,7 +73,7 @@ struct result {
   double launches_pt = 0, copies_pt = 0, syncs_pt = 0;  // the hot device's round trips a decoded token (devices::device_traffic)
   double prompt_launches_pt = 0, prompt_copies_pt = 0, prompt_syncs_pt = 0;  // and a prompt token
   double disk_bpt = 0, ram_hit_rate = 0, io_wait_ms_pt = 0;  // the disk tier's a decoded token (--ram-budget)
-  double read_ahead_recall = 0, disk_read_ratio = 0;
+  double read_ahead_recall = 0, disk_read_ratio = 0, input_guess_share = 0;
   std::array<double, devices::n_operations> job_ms_pt{};  // its jobs' milliseconds a decoded token, by operation
   std::vector<double> rep_bandwidth;  // the bandwidth beside each repetition
   double bandwidth = 0;               // their mean
@@ -111,6 +111,7 @@ std::vector<result> results_of(const bench_args& a, const std::vector<config>& c
       res.ram_hit_rate = r.ram_lookups > 0 ? static_cast<double>(r.ram_hits) / static_cast<double>(r.ram_lookups) : 1.0;
       res.read_ahead_recall = r.read_ahead + r.read_missed > 0 ? static_cast<double>(r.read_ahead) / static_cast<double>(r.read_ahead + r.read_missed) : 1.0;
       res.disk_read_ratio = r.disk_needed > 0 ? static_cast<double>(r.disk_bytes) / static_cast<double>(r.disk_needed) : 0.0;
+      res.input_guess_share = r.token_steps > 0 ? static_cast<double>(r.guessed_steps) / static_cast<double>(r.token_steps) : 0.0;
       for (size_t op = 0; op < r.job_seconds.size(); ++op)
         res.job_ms_pt[op] = 1e3 * r.job_seconds[op] / static_cast<double>(r.tokens * configs[k].sequences);
     }
@@ -194,7 +195,9 @@ nlohmann::json json_of(const report& r, const model& m) {
                      {"read_ahead_recall", res.read_ahead_recall},
                      // Bytes read from the disk over the bytes of the rows the steps needed from it (the
                      // chosen neurons not in memory before: 1 reads nothing in vain; 0 when none were).
-                     {"disk_read_ratio", res.disk_read_ratio}};
+                     {"disk_read_ratio", res.disk_read_ratio},
+                     // Of the decoded tokens' steps, those with the second guess before attention on (--read-ahead-input).
+                     {"read_ahead_input_share", res.input_guess_share}};
     // Where a decoded token's device time goes: each operation's jobs, whole (copies and waits included).
     nlohmann::json jobs = nlohmann::json::object();
     for (size_t op = 0; op < res.job_ms_pt.size(); ++op) jobs[devices::operation_name(static_cast<devices::operation>(op))] = res.job_ms_pt[op];

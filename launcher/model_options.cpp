@@ -108,6 +108,7 @@ loaded load(const model_args& a, int64_t ctx_override, int64_t n_seq) {
   }
   o.trace = !a.trace_out.empty() || a.record_choices;
   o.ram_budget = static_cast<uint64_t>(a.ram_budget_gib * double(1ull << 30));
+  o.read_ahead_input = a.read_ahead_input != "off", o.read_ahead_input_on_trial = a.read_ahead_input == "auto";
   o.log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   o.placement = placement_sources(a.threads);
   devices::device_options dopt;

@@ -47,6 +47,7 @@ struct model_args {
   double expert_upload_mib = -1;
   bool no_expert_prefetch = false;
   std::string expert_guess = "auto";  // --expert-guess auto|on|off
+  std::string read_ahead_input = "auto";  // --read-ahead-input auto|on|off (the disk tier's second guess)
   std::string experts_from;  // a recorded run's routings (FILE.activations): the slots start with each layer's most chosen
   bool record_choices = false;  // keep a trace recorder (written only with --trace-out) for the steps' chosen neurons
   std::vector<std::string> workers;           // --workers tcp://H1:P1,...: the layers on these stage hosts (docs/distributed.md)

@@ -122,6 +122,11 @@ void add_model_options(CLI::App* cmd, model_args& m, bool model_required) {
                   "each layer's hottest and a window of recent ones, the rest read from the file as tokens choose them (docs/disk.md; default: all "
                   "of it in memory)")
       ->check(finite_in(1e-9, 1 << 20));
+  cmd->add_option("--read-ahead-input", m.read_ahead_input,
+                  "With --ram-budget: before each layer's attention, guess its neurons from the layer's input and read their rows while attention "
+                  "computes: auto (kept where it makes decoding faster, tried on and off as the run goes), on, off (docs/disk.md)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--n-gpu-layers,--gpu-layers", m.n_gpu_layers,
                   "-ngl: dense files: layers the hot device holds whole, front to back (default: as many as fit its budget; without a GPU, "
                   "a warning and a run on the CPU, as llama.cpp does)")

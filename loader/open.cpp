@@ -125,6 +125,7 @@ void open_disk_tier(opened_model& r, const open_options& o, const placement_data
     }
   }
   r.disk = std::make_shared<ram_tier>(r.m, plan, o.disk_io);
+  r.disk->input_guess = o.read_ahead_input, r.disk->input_guess_on_trial = o.read_ahead_input_on_trial;
   r.ctx->set_disk_tier(r.disk);
   say(o.log, "hotcold: " + describe(plan, o.ram_budget, r.m->path()));
 }

@@ -37,6 +37,7 @@ struct open_options {
   // weights held in memory (plan_ram_tier), and how the disk tier reads the rest.
   uint64_t ram_budget = 0;
   disk_file::options disk_io;
+  bool read_ahead_input = true, read_ahead_input_on_trial = true;  // the tier's second guess (ram_tier::input_guess)
   // A mixture of experts on a device (docs/moe.md): --n-cpu-moe N (-1: a cache of experts in every
   // layer), the cache's policy, its uploads' allowance in bytes a token (nullopt: the plan's), and
   // whether the next layer's guessed experts are uploaded a layer early.

@@ -54,12 +54,17 @@ TEST(CliDisk, RamBudgetGivesTheSameTextAndCountsTheDisk) {
   ASSERT_FALSE(budget.empty());
   const std::vector<std::string> gen_args = {"run", "-m", sparse, "-p", "Hello there, my friend", "-n", "24", "--temp", "0", "-t", "2"};
   expect_the_whole_files_text(gen_args, budget, "read from " + sparse + " as tokens choose them");
-  auto bench = [&](const std::string& gib) {
-    auto b = run({"bench", "-m", sparse, "-p", "16", "-n", "16", "-r", "1", "-t", "2", "--ram-budget", gib, "--json"});
+  auto bench = [&](const std::string& gib, const char* input_guess = "auto") {
+    auto b = run({"bench", "-m", sparse, "-p", "16", "-n", "16", "-r", "1", "-t", "2", "--ram-budget", gib, "--read-ahead-input", input_guess, "--json"});
     EXPECT_EQ(b.code, 0) << b.err;
     return nlohmann::json::parse(b.out);
   };
   const auto some = bench(budget), all = bench("8");
+  // The second guess before attention: on for every decoded token, or for none (auto: on trial, on
+  // for the first epoch's 32 tokens, so for all of these).
+  EXPECT_EQ(some.at("read_ahead_input_share").get<double>(), 1.0);
+  EXPECT_EQ(bench(budget, "on").at("read_ahead_input_share").get<double>(), 1.0);
+  EXPECT_EQ(bench(budget, "off").at("read_ahead_input_share").get<double>(), 0.0);
   EXPECT_GT(some.at("disk_bytes_per_token").get<double>(), 0.0);
   EXPECT_GT(some.at("ram_hit_rate").get<double>(), 0.0);
   EXPECT_LT(some.at("ram_hit_rate").get<double>(), 1.0);
