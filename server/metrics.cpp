@@ -460,7 +460,7 @@ nlohmann::json metrics::snapshot() const {
                    {"ram_hit_ratio", c.lookups > 0 ? static_cast<double>(c.hits) / static_cast<double>(c.lookups) : 1.0}, {"read_ahead", c.ahead},
                    {"read_ahead_missed", c.missed},
                    {"read_ahead_recall", c.ahead + c.missed > 0 ? static_cast<double>(c.ahead) / static_cast<double>(c.ahead + c.missed) : 1.0},
-                   {"held_bytes", c.held_bytes}};
+                   {"held_bytes", c.held_bytes}, {"token_steps", c.token_steps}, {"input_guess_steps", c.guessed_steps}};
   }
   return out;
 }
@@ -477,6 +477,8 @@ std::vector<MetricFamily> disk_families(const ram_tier::counts& c) {
   counter("hotcold_ram_hits_total", "Of those, the neurons whose rows were in memory", static_cast<double>(c.hits));
   counter("hotcold_read_ahead_total", "Chosen neurons not in memory before whose rows the layer-early read brought", static_cast<double>(c.ahead));
   counter("hotcold_read_ahead_missed_total", "Chosen neurons read when their layer asked (the read-ahead had not named them)", static_cast<double>(c.missed));
+  counter("hotcold_read_ahead_token_steps_total", "Steps of one token at the first layer the process holds (the disk tier's clock)", static_cast<double>(c.token_steps));
+  counter("hotcold_read_ahead_input_steps_total", "Of those, the steps with the second guess before attention on (--read-ahead-input)", static_cast<double>(c.guessed_steps));
   fl.add(fl.family("hotcold_ram_held_bytes", "Bytes of FFN rows the disk tier holds in memory now (pinned and window)", MetricType::Gauge), static_cast<double>(c.held_bytes));
   return std::move(fl.out);
 }

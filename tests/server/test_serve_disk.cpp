@@ -41,6 +41,10 @@ TEST(ServeDisk, RamBudgetServesTheSameTextAndExportsTheDisk) {
   const auto stats = nlohmann::json::parse(split(http_get(port, "/api/stats")).body);
   ASSERT_TRUE(stats.contains("disk")) << stats.dump();
   EXPECT_EQ(stats.at("disk").at("ram_lookups").get<double>(), metric(text, "hotcold_ram_lookups_total"));
+  // The decoded tokens' steps, each with the second guess on (its trial's first epoch: 32 tokens).
+  EXPECT_GE(metric(text, "hotcold_read_ahead_token_steps_total"), 15.0) << text;
+  EXPECT_EQ(metric(text, "hotcold_read_ahead_input_steps_total"), metric(text, "hotcold_read_ahead_token_steps_total"));
+  EXPECT_EQ(stats.at("disk").at("token_steps").get<double>(), metric(text, "hotcold_read_ahead_token_steps_total"));
   // The dashboard's disk card (headless Chromium, the server idle): the same counts, and no reads
   // between its two updates.
   if (!chromium_command().empty()) {
