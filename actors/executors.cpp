@@ -110,6 +110,12 @@ predictor_actor::behavior_type predictor_fn(predictor_actor::stateful_pointer<pr
 
 // ---- cold pool ----------------------------------------------------------------------------------
 
+// The disk tier's guesses keep the neurons the host reads: with a hot device, not its own.
+ram_tier::id_filter cold_only(const compute_resources& p) {
+  if (!p.hot) return {};
+  return [hot = p.hot.get()](int64_t il, std::vector<int32_t>& ids) { hot->keep_cold(il, ids); };
+}
+
 
 ffn_part cold_ffn(cold_scratch& st, const compute_resources& p, const cold_job& job, const std::function<void()>& rows_asked = {}) {
   if (p.fault) p.fault(step_part::cold_ffn, job.layer, job.requests);
@@ -315,9 +321,7 @@ void on_active_set(hot_executor_ptr self, int64_t layer, active_set chosen_now) 
   // computes with the rows asked.
   if (ram_tier* tier = st.p->ctx->disk_tier(); job && tier) {
     job->rows_in = std::make_shared<const std::optional<ram_tier::use>>(cold_rows(tier, layer, st.split.cold_ids, hp.n_ff));
-    ram_tier::id_filter host_only;
-    if (st.p->hot) host_only = [hot = st.p->hot.get()](int64_t il, std::vector<int32_t>& ids) { hot->keep_cold(il, ids); };
-    tier->read_ahead_next(layer, *st.runner, in.pred_in, in.n, st.guess_chosen, st.guess_union, host_only);
+    tier->read_ahead_next(layer, *st.runner, in.pred_in, in.n, st.guess, cold_only(*st.p));
   }
   if (job)
     self->request(st.cold, caf::infinite, cold_atom::value, std::move(*job))
@@ -441,9 +445,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       return run_layer(self, layer + 1);
     }
     if (ram_tier* tier = ctx.disk_tier(); tier && ctx.mode() == ffn_mode::sparse && !m.hp().moe()) {  // (read while attention computes)
-      ram_tier::id_filter host_only;
-      if (st.p->hot) host_only = [hot = st.p->hot.get()](int64_t il, std::vector<int32_t>& ids) { hot->keep_cold(il, ids); };
-      tier->read_ahead_at_input(layer, *st.runner, st.s->x.data(), st.s->n, st.input_guess, host_only);
+      tier->read_ahead_at_input(layer, *st.runner, st.s->x.data(), st.s->n, st.guess, cold_only(*st.p));
     }
     ctx.step_attention(*st.s, layer);
     stats.add_time(step_part::attention, layer, std::chrono::steady_clock::now() - t0);
@@ -470,7 +472,7 @@ void run_layer(hot_executor_ptr self, int64_t layer) {
       // The disk tier's read-ahead: the next layer's rows submitted while this layer computes (once
       // this layer's own are asked for: a disk serves reads in turn).
       auto read_ahead = [&] {
-        if (ram_tier* tier = ctx.disk_tier()) tier->read_ahead_next(layer, *st.runner, in.pred_in, in.n, st.guess_chosen, st.guess_union);
+        if (ram_tier* tier = ctx.disk_tier()) tier->read_ahead_next(layer, *st.runner, in.pred_in, in.n, st.guess);
       };
       auto cold_ids = s.union_ids;
       const int64_t computed = std::count(s.chosen->begin(), s.chosen->end(), uint8_t{1});

@@ -54,9 +54,7 @@ struct hot_executor_state {
   // run_layer), and so do predictors a hot device holds: their own scratch.
   std::unique_ptr<predictor_runner> runner;
   cold_scratch cold_rows;
-  std::vector<uint8_t> guess_chosen;  // the disk tier's read-ahead: the next layer's guess
-  std::vector<int32_t> guess_union;
-  ram_tier::guess_scratch input_guess;  // ... and the layer's own second guess, before its attention
+  ram_tier::guess_scratch guess;  // the disk tier's guesses: the next layer's, and a layer's own before its attention
   // The step in flight.
   // Its activations; shared, because the views of them that messages carry keep them alive.
   std::shared_ptr<inference_context::step_state> s = std::make_shared<inference_context::step_state>();

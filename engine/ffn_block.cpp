@@ -310,11 +310,14 @@ ffn_step_counts ffn_block::record(step_state& B, int64_t layer, const layer_weig
   return c;
 }
 
+ram_tier::id_filter ffn_block::host_only() const {
+  if (!executor_) return {};
+  return [this](int64_t layer, std::vector<int32_t>& ids) { executor_->keep_cold(layer, ids); };
+}
+
 void ffn_block::read_ahead_at_input(const step_state& B, int64_t il) {
   if (!env_.disk || env_.mode != ffn_mode::sparse || env_.hp().moe()) return;
-  ram_tier::id_filter host_only;
-  if (executor_) host_only = [this](int64_t layer, std::vector<int32_t>& ids) { executor_->keep_cold(layer, ids); };
-  env_.disk->read_ahead_at_input(il, predictor_, B.x.data(), B.n, input_guess_, host_only);
+  env_.disk->read_ahead_at_input(il, predictor_, B.x.data(), B.n, guess_, host_only());
 }
 
 ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights& l, const workers& on, const float* in, const float* pred_in,
@@ -347,9 +350,7 @@ ffn_step_counts ffn_block::run(step_state& B, int64_t layer, const layer_weights
   const bool masked = p.sparse && !p.all_first && !executor_ && n >= 8 && static_cast<int64_t>(union_.size()) * 10 >= n_ff * 9;
   if (env_.disk && !rows_in && !to_executor) rows_in.emplace(masked ? env_.disk->all_rows(layer) : env_.disk->rows(layer, union_, !p.as_matrices));
   if (env_.disk && p.sparse) {
-    ram_tier::id_filter host_only;
-    if (executor_) host_only = [this](int64_t il, std::vector<int32_t>& ids) { executor_->keep_cold(il, ids); };
-    env_.disk->read_ahead_next(layer, predictor_, pred_in, n, guess_chosen_, guess_union_, host_only);
+    env_.disk->read_ahead_next(layer, predictor_, pred_in, n, guess_, host_only());
   }
   // The neurons of the union: each row read once, each token computing the neurons it chose. Threads
   // take contiguous shares of the union and own their rows of hidden and their accumulators; or the

@@ -109,10 +109,10 @@ class ffn_block {
   bool stats_on_ = false;
   std::vector<ffn_layer_stats> stats_;
   std::vector<int32_t> union_;  // the neurons a layer's tokens chose, ascending (scratch)
-  // The disk tier's read-ahead's scratch: the next layer's guess (ram_tier::read_ahead_next).
-  std::vector<uint8_t> guess_chosen_;
-  std::vector<int32_t> guess_union_;
-  ram_tier::guess_scratch input_guess_;  // (read_ahead_at_input's)
+  // The disk tier's guesses' scratch (ram_tier::read_ahead_next, read_ahead_at_input), and the filter
+  // that leaves a hot device's neurons out of them (none without an executor).
+  ram_tier::guess_scratch guess_;
+  ram_tier::id_filter host_only() const;
   // Measured per layer and batch-size class (log2 n): the union's share of n_ff (running average).
   struct batch_cost {
     static constexpr int classes = 10;

@@ -479,17 +479,20 @@ void ram_tier::read_ahead(int64_t il, std::span<const int32_t> ids) {
   }
 }
 
-void ram_tier::read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen,
-                               std::vector<int32_t>& ids, const id_filter& host_only) {
-  const hparams& hp = m_->hp();
-  if (static_cast<int64_t>(chosen.size()) < n * hp.n_ff) chosen.resize(static_cast<size_t>(n * hp.n_ff));
+void ram_tier::guess(int64_t il, predictor_runner& runner, const float* in, int64_t n, guess_scratch& g, const id_filter& host_only) {
+  const int64_t n_ff = m_->hp().n_ff;
+  if (static_cast<int64_t>(g.chosen.size()) < n * n_ff) g.chosen.resize(static_cast<size_t>(n * n_ff));
+  runner.predict(il, in, n, g.chosen.data(), g.ids);
+  if (host_only) host_only(il, g.ids);
+  read_ahead(il, g.ids);
+}
+
+void ram_tier::read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, guess_scratch& g, const id_filter& host_only) {
   // (The next layers' inputs are this one's plus what the layers between add: the residual stream
   // moves little in a layer, so their predictors on this input name most of what they will choose.)
-  for (int64_t next = il + 1; next <= il + read_ahead_layers && next < hp.n_layer; ++next) {
+  for (int64_t next = il + 1; next <= il + read_ahead_layers && next < m_->hp().n_layer; ++next) {
     if (!m_->weights().layers[static_cast<size_t>(next)].pred_fc1) return;
-    runner.predict(next, pred_in, n, chosen.data(), ids);
-    if (host_only) host_only(next, ids);
-    read_ahead(next, ids);
+    guess(next, runner, pred_in, n, g, host_only);
   }
 }
 
@@ -515,10 +518,7 @@ void ram_tier::read_ahead_at_input(int64_t il, predictor_runner& runner, const f
     for (int64_t t = 0; t < n; ++t) apply_norm(r.norm, r.ffn_norm, x + t * d, g.in.data() + t * d, d, hp.norm_eps);
     in = g.in.data();
   }
-  if (static_cast<int64_t>(g.chosen.size()) < n * hp.n_ff) g.chosen.resize(static_cast<size_t>(n * hp.n_ff));
-  runner.predict(il, in, n, g.chosen.data(), g.ids);
-  if (host_only) host_only(il, g.ids);
-  read_ahead(il, g.ids);
+  guess(il, runner, in, n, g, host_only);
 }
 
 void ram_tier::token_rows(std::span<const int32_t> ids) {

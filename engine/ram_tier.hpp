@@ -106,26 +106,26 @@ class ram_tier {
   // Reads ahead: layer il's rows of neurons ids that are not in memory, into window slots, submitted
   // now and not waited on (the next layer's guess while this one computes); rows(il) waits for them.
   void read_ahead(int64_t il, std::span<const int32_t> ids);
-  // The read-ahead of layer il + 1 from layer il's step: that layer's predictor (runner) on layer il's
-  // predictor input (n rows), its choice read ahead; chosen and ids are the caller's scratch. Nothing
-  // for the last layer or one without a predictor.
-  // host_only: keeps of a layer's ids those the host reads (with a hot device: not the device's).
-  using id_filter = std::function<void(int64_t il, std::vector<int32_t>& ids)>;
-  void read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, std::vector<uint8_t>& chosen, std::vector<int32_t>& ids,
-                       const id_filter& host_only = {});
-  // The second guess of layer il's rows, before its attention: its predictor on x, the layer's input
-  // (n rows) — what the predictor reads where it reads the layer's input, else the residual stream
-  // before attention adds to it (normalized by the FFN's norm where the predictor reads that), nearer
-  // than the guess a layer before — the rows neither in memory nor on their way read while attention
-  // computes. g: the caller's scratch. It costs a predictor's pass a layer, which pays where reads
-  // are waited on and not where the disk is busy all the time anyway: on trial (input_guess_trial(),
-  // scored by decoded tokens a second between the steps' starts at the first layer held; off unless it
-  // is more than 2% faster without it, a new trial every 16 epochs).
+  // The guesses' scratch (the caller's: a guess is made and its reads submitted within one call).
   struct guess_scratch {
     std::vector<float> in;
     std::vector<uint8_t> chosen;
     std::vector<int32_t> ids;
   };
+  // The read-ahead of layer il + 1 from layer il's step: that layer's predictor (runner) on layer il's
+  // predictor input (n rows), its choice read ahead. Nothing for the last layer or one without a
+  // predictor.
+  // host_only: keeps of a layer's ids those the host reads (with a hot device: not the device's).
+  using id_filter = std::function<void(int64_t il, std::vector<int32_t>& ids)>;
+  void read_ahead_next(int64_t il, predictor_runner& runner, const float* pred_in, int64_t n, guess_scratch& g, const id_filter& host_only = {});
+  // The second guess of layer il's rows, before its attention: its predictor on x, the layer's input
+  // (n rows) — what the predictor reads where it reads the layer's input, else the residual stream
+  // before attention adds to it (normalized by the FFN's norm where the predictor reads that), nearer
+  // than the guess a layer before — the rows neither in memory nor on their way read while attention
+  // computes. It costs a predictor's pass a layer, which pays where reads are waited on and not
+  // where the disk is busy all the time anyway: on trial (input_guess_trial(), scored by decoded
+  // tokens a second between the steps' starts at the first layer held; off unless it is more than 2%
+  // faster without it, a new trial every 16 epochs).
   void read_ahead_at_input(int64_t il, predictor_runner& runner, const float* x, int64_t n, guess_scratch& g, const id_filter& host_only = {});
   const on_off_trial& input_guess_trial() const { return input_trial_; }
   bool input_guess = true, input_guess_on_trial = true;  // the second guess: made at all; on trial (else always)
@@ -197,6 +197,8 @@ class ram_tier {
   // where the layers hold their capacity; beyond it only with over (a step's own experts), else -1.
   int32_t own_row(int64_t il, bool over);
   use take(int64_t il, std::span<const int32_t> ids, bool all, bool lazy = false);
+  // Layer il's predictor on in (n rows), the host's share of its choice read ahead.
+  void guess(int64_t il, predictor_runner& runner, const float* in, int64_t n, guess_scratch& g, const id_filter& host_only);
   std::string land(int64_t il, uint64_t ticket);  // a read of layer il's rows in: "" or its error
   void arrange(const layer_t& L, std::span<const int32_t> rows) const;  // rows just read, as the load lays them out (interleaved experts)
   // A pending read waited on: its rows held, or on an error free again (the error kept for a lazy use
