@@ -57,7 +57,9 @@ int64_t tier_units_per_layer(const model& m);
 // takes half, up to a quarter of a layer's neurons (a few layers' choices), and each layer's hottest
 // neurons alike the rest (all of them, where every row fits). A mixture's: every expert where all fit,
 // else none pinned and every expert slot the window's (its cache for all the layers).
-ram_tier_plan plan_ram_tier(const model& m, uint64_t budget);
+// device_rows: per layer, the first neurons a hot device holds (empty: none; not a mixture's): the
+// pinned ones follow them, no more than the neurons left.
+ram_tier_plan plan_ram_tier(const model& m, uint64_t budget, std::span<const int64_t> device_rows = {});
 // What the plan holds and reads, as stderr says it ("--ram-budget B GiB: ... read from PATH as tokens
 // choose them").
 std::string describe(const ram_tier_plan& p, uint64_t budget, const std::string& path);

@@ -1,6 +1,7 @@
 // The disk tier's plan for a budget (engine/ram_tier.hpp): what is held whole, each layer's pinned
 // units, the window; and the line that says it.
 #include <algorithm>
+#include <span>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -22,8 +23,9 @@ uint64_t tier_unit_bytes(const model& m, int64_t il) {
 
 int64_t tier_units_per_layer(const model& m) { return m.hp().moe() ? m.hp().n_expert : m.hp().n_ff; }
 
-
-ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
+namespace {
+// What the budget holds, without a device.
+ram_tier_plan plan_for_budget(const model& m, uint64_t budget) {
   const auto& hp = m.hp();
   ram_tier_plan p;
   uint64_t per_neuron = 0;  // one neuron of every layer
@@ -70,6 +72,21 @@ ram_tier_plan plan_ram_tier(const model& m, uint64_t budget) {
   p.window_bytes = static_cast<uint64_t>(p.window_rows) * layer_neuron;
   const int64_t rows = std::min<int64_t>(units - p.window_rows, static_cast<int64_t>((left - p.window_bytes) / std::max<uint64_t>(per_neuron, 1)));
   p.pinned_rows.assign(static_cast<size_t>(hp.n_layer), rows);
+  return p;
+}
+}  // namespace
+
+ram_tier_plan plan_ram_tier(const model& m, uint64_t budget, std::span<const int64_t> device_rows) {
+  const auto& hp = m.hp();
+  ram_tier_plan p = plan_for_budget(m, budget);
+  if (device_rows.empty() || p.experts) return p;
+  if (static_cast<int64_t>(device_rows.size()) != hp.n_layer)
+    throw std::invalid_argument(fmt::format("a hot device's rows for {} layers in a model of {}", device_rows.size(), hp.n_layer));
+  p.device_rows.assign(device_rows.begin(), device_rows.end());
+  for (size_t l = 0; l < p.pinned_rows.size(); ++l) {
+    p.device_rows[l] = std::clamp<int64_t>(p.device_rows[l], 0, hp.n_ff);
+    p.pinned_rows[l] = std::min(p.pinned_rows[l], hp.n_ff - p.device_rows[l]);
+  }
   return p;
 }
 

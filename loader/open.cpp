@@ -112,18 +112,13 @@ placement_plan plan_for(const opened_model& r, const open_options& o, placement_
 // hot device holds, per layer (sorted; empty: none): the pinned rows follow each layer's prefix of them,
 // so that the budget holds the hottest the device does not.
 void open_disk_tier(opened_model& r, const open_options& o, const placement_data& hot) {
-  ram_tier_plan plan = plan_ram_tier(*r.m, o.ram_budget);
+  std::vector<int64_t> device_rows;  // (each layer's prefix of the hot ids: 0, 1, 2, ...)
   if (!hot.hot.empty()) {
-    plan.device_rows.assign(plan.pinned_rows.size(), 0);
-    for (size_t il = 0; il < hot.hot.size() && il < plan.device_rows.size(); ++il) {
-      int64_t k = 0;
-      for (const int32_t id : hot.hot[il]) {
-        if (id != k) break;
-        ++k;
-      }
-      plan.device_rows[il] = k;
-    }
+    device_rows.assign(static_cast<size_t>(r.m->hp().n_layer), 0);
+    for (size_t il = 0; il < hot.hot.size() && il < device_rows.size(); ++il)
+      while (device_rows[il] < static_cast<int64_t>(hot.hot[il].size()) && hot.hot[il][static_cast<size_t>(device_rows[il])] == device_rows[il]) ++device_rows[il];
   }
+  const ram_tier_plan plan = plan_ram_tier(*r.m, o.ram_budget, device_rows);
   r.disk = std::make_shared<ram_tier>(r.m, plan, o.disk_io);
   r.disk->input_guess = o.read_ahead_input, r.disk->input_guess_on_trial = o.read_ahead_input_on_trial;
   r.ctx->set_disk_tier(r.disk);

@@ -407,14 +407,14 @@ disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o,
   const read_costs c(m);
   const firing f = firing_of(o, hp, !hp.moe());
   const cpu_alone alone = cpu_alone_of(m, c, o, f);
-  const ram_tier_plan tier = plan_ram_tier(m, ram_budget);
+  // (beside a GPU's plan: each sparse layer's first hot_neurons are the device's, the pinned ones after them)
+  std::vector<int64_t> device(static_cast<size_t>(hp.n_layer), 0);
+  for (size_t l = 0; beside && l < device.size() && l < beside->plan.layers.size(); ++l) device[l] = beside->plan.layers[l].hot_neurons;
+  const ram_tier_plan tier = plan_ram_tier(m, ram_budget, device);
   disk_tier_prediction r;
   r.budget = ram_budget, r.disk_gbs = disk_gbs;
-  // (beside a GPU's plan: each sparse layer's first hot_neurons are the device's, the pinned ones after them)
-  std::vector<int64_t> device(static_cast<size_t>(hp.n_layer), 0), pinned(tier.pinned_rows);
-  for (size_t l = 0; beside && !hp.moe() && l < device.size() && l < beside->plan.layers.size(); ++l)
-    device[l] = std::min(beside->plan.layers[l].hot_neurons, hp.n_ff), pinned[l] = std::min(pinned[l], hp.n_ff - device[l]);
-  r.pinned_rows = pinned.empty() ? 0 : pinned[0], r.device_rows = device.empty() ? 0 : device[0], r.window_rows = tier.window_rows;
+  const auto device_of = [&](int64_t l) { return tier.device_rows.empty() ? int64_t{0} : tier.device_rows[static_cast<size_t>(l)]; };
+  r.pinned_rows = tier.pinned_rows.empty() ? 0 : tier.pinned_rows[0], r.device_rows = device_of(0), r.window_rows = tier.window_rows;
   r.neuron_bytes = tier.neuron_bytes, r.experts = tier.experts;
   const auto finish = [&] {
     if (m.embeddings_from_disk() && tier.token_rows < m.weights().token_embd.ne1) r.disk_bytes_per_token += static_cast<double>(c.embedding_row);
@@ -440,9 +440,9 @@ disk_tier_prediction predict_disk_tier(const model& m, const planner_options& o,
     return finish();
   }
   double chosen = 0, past_pinned = 0;  // neurons the CPU computes a token; of those, past their layer's pinned ones
-  const auto first_read = [&](int64_t l) { return device[static_cast<size_t>(l)] + pinned[static_cast<size_t>(l)]; };
+  const auto first_read = [&](int64_t l) { return device_of(l) + tier.pinned_rows[static_cast<size_t>(l)]; };
   for (int64_t l = 0; l < hp.n_layer; ++l)
-    for (int64_t i = device[static_cast<size_t>(l)]; i < hp.n_ff; ++i) {
+    for (int64_t i = device_of(l); i < hp.n_ff; ++i) {
       const double ci = f.chosen(l, i);
       chosen += ci;
       if (i >= first_read(l)) past_pinned += ci;

@@ -49,9 +49,10 @@ std::shared_ptr<const model> on_disk(const std::string& path) {
   return model::load(path, lo);
 }
 
-// The plan of what must be held and `share` of the rows (biggest: the plan that holds everything).
-ram_tier_plan plan_at(const model& m, const ram_tier_plan& biggest, double share) {
-  return plan_ram_tier(m, biggest.least_bytes + static_cast<uint64_t>(share * static_cast<double>(biggest.row_bytes)));
+// The plan of what must be held and `share` of the rows (biggest: the plan that holds everything),
+// beside a device that holds each layer's first device_rows.
+ram_tier_plan plan_at(const model& m, const ram_tier_plan& biggest, double share, std::span<const int64_t> device_rows = {}) {
+  return plan_ram_tier(m, biggest.least_bytes + static_cast<uint64_t>(share * static_cast<double>(biggest.row_bytes)), device_rows);
 }
 
 struct run_result {
@@ -236,8 +237,7 @@ TEST(RamTier, BesideADeviceThePinnedRowsFollowItsNeurons) {
   for (double share : {0.0, 0.3, 1.0}) {
     SCOPED_TRACE(share);
     const auto m = on_disk(path);
-    ram_tier_plan plan = plan_at(*m, biggest, share);
-    plan.device_rows.assign(static_cast<size_t>(hp.n_layer), device);
+    const ram_tier_plan plan = plan_at(*m, biggest, share, std::vector<int64_t>(static_cast<size_t>(hp.n_layer), device));
     auto tier = std::make_shared<ram_tier>(m, plan);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
       EXPECT_LE(tier->first_pinned(il) + tier->pinned_rows(il) + tier->window_rows(il), hp.n_ff);
