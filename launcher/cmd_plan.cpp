@@ -150,8 +150,8 @@ std::string disk_lines(const disk_plan& d) {
                      "disk tier per token: {} work {:.2f} ms + the reads {:.2f} ms = {:.1f} tokens/s ({:.1f} with the reads wholly beside the "
                      "work; {:.1f} with the whole file in memory)\n",
                      p.budget / double(1ull << 30), holds, p.disk_bytes_per_token / double(1 << 20), p.neurons_read_per_token,
-                     p.experts ? "experts" : "neurons", 100 * p.ram_hit_rate, p.disk_gbs, d.rate_from, p.beside_gpu ? "the hybrid's (GPU and CPU)" : "the CPU's", p.compute_seconds * 1e3, p.disk_seconds * 1e3, p.tokens_per_s,
-                     p.overlapped_tokens_per_s, p.in_memory_tokens_per_s);
+                     p.experts ? "experts" : "neurons", 100 * p.ram_hit_rate, p.disk_gbs, d.rate_from, p.beside_gpu ? "the hybrid's (GPU and CPU)" : "the CPU's",
+                     p.compute_seconds * 1e3, p.disk_seconds * 1e3, p.tokens_per_s, p.overlapped_tokens_per_s, p.in_memory_tokens_per_s);
 }
 
 // The inputs every plan's JSON carries: the file, the CPU's rates and where they came from, the firing.
